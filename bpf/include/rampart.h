@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Rampart dataplane: structures and maps shared by the BPF programs and the agent.
+ * Every struct here is exported to Go by bpf2go (-type), so Go and C share one definition.
+ * Addresses are stored in 16 bytes (IPv4 in the first 4, network byte order) so the key
+ * layouts stay the same when IPv6 is added. */
+#ifndef __RAMPART_H
+#define __RAMPART_H
+
+#include <linux/types.h>
+
+#ifndef RAMPART_MAX_ENDPOINTS
+#define RAMPART_MAX_ENDPOINTS 4096
+#endif
+#ifndef RAMPART_POLICY_MAX
+#define RAMPART_POLICY_MAX 1048576
+#endif
+#ifndef RAMPART_IPCACHE_MAX
+#define RAMPART_IPCACHE_MAX 1048576
+#endif
+#ifndef RAMPART_CT_MAX
+#define RAMPART_CT_MAX 65536
+#endif
+#ifndef RAMPART_FRAG_MAX
+#define RAMPART_FRAG_MAX 8192
+#endif
+
+#define RAMPART_FAMILY_V4 4
+#define RAMPART_FAMILY_V6 6
+
+/* Reserved identities (same numbers as Cilium). */
+#define ID_UNKNOWN 0 /* also "any identity" in policy keys */
+#define ID_HOST 1
+#define ID_WORLD 2
+#define ID_UNMANAGED 3
+#define ID_HEALTH 4
+#define ID_INIT 5
+#define ID_REMOTE_NODE 6
+#define ID_KUBE_APISERVER 7
+/* Secondary identity flag: a CIDR identity matched against an endpoint's or the host's
+ * own address (so ipBlock/toCIDR peers can select pods), distinct from the same CIDR
+ * identity seen as a plain remote address. */
+#define ID_FLAG_ENDPOINT_CIDR 0x80000000u
+
+/* Directions, from the endpoint's point of view. */
+#define DIR_INGRESS 1 /* into the endpoint: tc egress on its host-side veth */
+#define DIR_EGRESS 2  /* out of the endpoint: tc ingress on its host-side veth */
+
+/* endpoint_info.flags */
+#define EP_ENFORCE_INGRESS (1u << 0)
+#define EP_ENFORCE_EGRESS (1u << 1)
+
+/* Verdicts in flow events. */
+#define VERDICT_FORWARDED 1
+#define VERDICT_DROPPED 2
+
+/* Drop reasons (flow_event.reason). Keep in sync with the Go names in datapath. */
+#define REASON_NONE 0
+#define REASON_POLICY_DENY 1      /* matched a deny rule */
+#define REASON_POLICY_DEFAULT 2   /* enforcement on, no rule allows */
+#define REASON_MALFORMED 3        /* truncated or invalid header */
+#define REASON_FRAG_UNKNOWN 4     /* non-first fragment whose first fragment was not seen */
+#define REASON_UNKNOWN_ENDPOINT 5 /* packet on an interface with no endpoint_info (fail closed) */
+#define REASON_UNSUPPORTED_L3 6   /* not IPv4/ARP (IPv6 not enforced yet: dropped) */
+
+/* Flow event types. */
+#define EVENT_NEW_FLOW 1 /* first packet of a connection, allowed */
+#define EVENT_DROP 2
+
+/* endpoints map: key = ifindex of the host-side veth (u32). */
+struct endpoint_info {
+	__u32 ep_id;    /* agent-assigned endpoint number, 1..RAMPART_MAX_ENDPOINTS-1 */
+	__u32 identity; /* security identity of the endpoint */
+	__u32 flags;    /* EP_ENFORCE_* */
+	__u32 pad;
+};
+
+/* ipcache: LPM trie from address to identity. prefixlen counts bits of family+pad (32)
+ * plus the address prefix length. */
+struct ipcache_key {
+	__u32 prefixlen;
+	__u8 family;
+	__u8 pad[3];
+	__u8 addr[16];
+};
+
+struct ipcache_value {
+	__u32 identity;      /* endpoint, reserved or CIDR identity of the longest prefix */
+	__u32 cidr_identity; /* for endpoint/host addresses: ID_FLAG_ENDPOINT_CIDR | CIDR
+	                      * identity of the longest policy prefix containing it, or 0 */
+};
+
+/* policy: LPM trie. Exact match on ep_id, identity and direction; then protocol; then the
+ * destination port as a bit prefix (port ranges are split into prefixes by the agent).
+ * Full key = 32+32+8+8+16 = 96 bits after prefixlen.
+ *   prefixlen 72: any protocol (and any port)
+ *   prefixlen 80: this protocol, any port
+ *   prefixlen 80+k: this protocol, ports sharing the first k bits of dport
+ * identity 0 means "any peer"; it is looked up separately from the peer's own identity.
+ * For ICMP, dport holds the ICMP type (upper byte 0). */
+struct policy_key {
+	__u32 prefixlen;
+	__u32 ep_id;
+	__u32 identity;
+	__u8 direction;
+	__u8 protocol;
+	__be16 dport;
+};
+
+#define POLICY_ALLOW 1
+#define POLICY_DENY 2
+
+struct policy_value {
+	__u8 action; /* POLICY_ALLOW or POLICY_DENY */
+	__u8 pad[3];
+	__u32 rule_id; /* agent's rule number, for flow events and explanations */
+};
+
+/* Connection tracking. One entry per (endpoint, direction, tuple) as seen at that
+ * endpoint's policy point; replies match the reverse tuple. */
+struct ct_key {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__be16 sport;
+	__be16 dport;
+	__u32 ep_id;
+	__u8 protocol;
+	__u8 family;
+	__u8 direction;
+	__u8 pad;
+};
+
+struct ct_value {
+	__u64 created_ns;
+	__u64 last_seen_ns;
+	__u32 rule_id;
+	__u32 flags; /* CT_F_* */
+};
+
+#define CT_F_SEEN_REPLY (1u << 0)
+#define CT_F_CLOSING (1u << 1)
+
+/* IP fragments: the ports of the first fragment, so later fragments of an allowed
+ * datagram get the same verdict. */
+struct frag_key {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u32 id;
+	__u8 protocol;
+	__u8 family;
+	__u16 pad;
+};
+
+struct frag_value {
+	__be16 sport;
+	__be16 dport;
+	__u8 allowed; /* verdict of the first fragment */
+	__u8 pad[3];
+};
+
+/* Per-endpoint counters: PERCPU_ARRAY indexed by ep_id. */
+struct ep_counters {
+	__u64 ingress_packets;
+	__u64 ingress_bytes;
+	__u64 ingress_drops;
+	__u64 egress_packets;
+	__u64 egress_bytes;
+	__u64 egress_drops;
+};
+
+/* Flow events, sent through the ring buffer. */
+struct flow_event {
+	__u64 timestamp_ns; /* bpf_ktime_get_ns (CLOCK_MONOTONIC) */
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__be16 sport;
+	__be16 dport;
+	__u32 ep_id;
+	__u32 src_identity;
+	__u32 dst_identity;
+	__u32 rule_id;
+	__u32 ifindex;
+	__u32 length;
+	__u8 type;      /* EVENT_* */
+	__u8 verdict;   /* VERDICT_* */
+	__u8 reason;    /* REASON_* */
+	__u8 direction; /* DIR_* */
+	__u8 protocol;
+	__u8 family;
+	__u8 icmp_type; /* for ICMP */
+	__u8 pad;
+};
+
+#endif /* __RAMPART_H */

@@ -1,0 +1,129 @@
+package policy
+
+import (
+	"net/netip"
+
+	"github.com/rampartnet/rampart/internal/labels"
+)
+
+// Kind names the manifest kind a policy came from. The kind decides the namespace scoping of
+// selectors and how default deny is switched on.
+type Kind string
+
+const (
+	KindNetworkPolicy            Kind = "NetworkPolicy"                  // networking.k8s.io/v1
+	KindCiliumNetworkPolicy      Kind = "CiliumNetworkPolicy"            // cilium.io/v2
+	KindCiliumClusterwidePolicy  Kind = "CiliumClusterwideNetworkPolicy" // cilium.io/v2
+)
+
+// Direction is seen from the selected (subject) endpoint.
+type Direction uint8
+
+const (
+	Ingress Direction = 1 // traffic arriving at the subject endpoint
+	Egress  Direction = 2 // traffic leaving the subject endpoint
+)
+
+func (d Direction) String() string {
+	switch d {
+	case Ingress:
+		return "ingress"
+	case Egress:
+		return "egress"
+	}
+	return "unknown"
+}
+
+// Protocol is an IP protocol number; ProtoAny (0) matches every protocol.
+type Protocol uint8
+
+const (
+	ProtoAny    Protocol = 0
+	ProtoICMP   Protocol = 1
+	ProtoTCP    Protocol = 6
+	ProtoUDP    Protocol = 17
+	ProtoICMPv6 Protocol = 58
+	ProtoSCTP   Protocol = 132
+)
+
+// Policy is one parsed manifest document (one NetworkPolicy, or one Cilium policy with all
+// of its spec/specs rules). Policies are identified by Kind, Namespace and Name.
+type Policy struct {
+	Kind      Kind
+	Namespace string // "" for clusterwide policies
+	Name      string
+	Source    string // file (or "-") and document index it was read from, for messages
+	Rules     []Rule
+	// Raw is the document as read (JSON), kept so the agent can persist and show it.
+	Raw []byte
+}
+
+// Key identifies a policy across apply/delete.
+func (p *Policy) Key() string { return string(p.Kind) + "/" + p.Namespace + "/" + p.Name }
+
+// Rule is one direction of one policy rule, normalised from either manifest kind.
+//
+// Semantics:
+//   - Subject selects the endpoints the rule applies to.
+//   - If EnableDefaultDeny is true, every selected endpoint enforces policy in Direction
+//     (traffic not allowed by some rule is dropped) even when Peers/Ports allow nothing.
+//   - Peers empty and AllPeers false: the rule selects no peer (allows nothing; it may still
+//     switch on default deny). AllPeers: any peer at all, including world.
+//   - Ports empty: all protocols and ports. Otherwise the union of the listed ports.
+//   - Deny: the traffic matched is dropped, and deny wins over any allow.
+type Rule struct {
+	// ID is unique within the agent's policy set; filled by the repository, not the parser.
+	ID                uint32
+	Index             int    // rule position inside the policy, for explanations
+	Description       string // human readable, e.g. "ingress[0]" or "specs[1].egressDeny[0]"
+	Subject           labels.Selector
+	Direction         Direction
+	Deny              bool
+	EnableDefaultDeny bool
+	AllPeers          bool
+	Peers             []Peer
+	Ports             []PortRule
+}
+
+// PeerKind tells which field of Peer is set.
+type PeerKind uint8
+
+const (
+	PeerEndpoints PeerKind = 1 // endpoints matching Selector (namespace scoping already folded in)
+	PeerCIDR      PeerKind = 2 // addresses inside CIDR and outside every Except
+	PeerEntity    PeerKind = 3 // a reserved entity
+)
+
+// Entity names, as written in fromEntities/toEntities.
+const (
+	EntityWorld         = "world"
+	EntityHost          = "host"
+	EntityCluster       = "cluster"
+	EntityAll           = "all"
+	EntityRemoteNode    = "remote-node"
+	EntityHealth        = "health"
+	EntityInit          = "init"
+	EntityUnmanaged     = "unmanaged"
+	EntityKubeAPIServer = "kube-apiserver"
+	EntityIngress       = "ingress"
+)
+
+type Peer struct {
+	Kind     PeerKind
+	Selector labels.Selector // PeerEndpoints
+	CIDR     netip.Prefix    // PeerCIDR (masked)
+	Except   []netip.Prefix  // PeerCIDR (masked, each inside CIDR)
+	Entity   string          // PeerEntity
+}
+
+// PortRule is one entry of ports/toPorts. Exactly one of Port (with optional EndPort) or
+// Name is set, or neither (all ports of Protocol).
+type PortRule struct {
+	Protocol Protocol // ProtoAny means TCP, UDP and SCTP (Cilium "ANY"); K8s default is TCP
+	Port     uint16   // 0 = all ports
+	EndPort  uint16   // 0 = single port; else inclusive range Port..EndPort
+	Name     string   // named port, resolved against endpoints' declared ports
+	// ICMP: for ProtoICMP/ProtoICMPv6 rules from Cilium icmps, Port holds the ICMP type and
+	// ICMPType is true.
+	ICMPType bool
+}
