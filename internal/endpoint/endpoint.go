@@ -1,0 +1,315 @@
+package endpoint
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// PodIfName is the endpoint side of the veth pair.
+const PodIfName = "eth0"
+
+// Node is the agent's node network namespace: where host-side veths, the router address
+// and the /32 routes to endpoints live.
+type Node struct {
+	// Instance is the agent instance name; it is part of every name the package derives.
+	Instance string
+	// Netns is the node namespace name under /run/netns, or "" for the agent's own (root)
+	// namespace.
+	Netns string
+	// PodCIDR is the endpoint address range; its first address is the router.
+	PodCIDR netip.Prefix
+}
+
+// Router returns the router address: the first address after the network address of the
+// pod range. Endpoints route through it and it carries the host identity.
+func (n Node) Router() netip.Addr { return n.PodCIDR.Masked().Addr().Next() }
+
+// NetnsPath returns the path of the node namespace (the process's own if Netns is "").
+func (n Node) NetnsPath() string {
+	if n.Netns == "" {
+		return "/proc/self/ns/net"
+	}
+	return NetnsPath(n.Netns)
+}
+
+// EndpointNetns returns the network namespace name of an endpoint:
+// rp-<instance>-<namespace>-<name>.
+func (n Node) EndpointNetns(namespace, name string) string {
+	return "rp-" + n.Instance + "-" + namespace + "-" + name
+}
+
+// HostIfName returns the host-side veth name of an endpoint: "rp" and 8 hex digits of a
+// hash of instance, namespace and name (10 characters, within IFNAMSIZ).
+func (n Node) HostIfName(namespace, name string) string {
+	sum := sha256.Sum256([]byte(n.Instance + "\x00" + namespace + "\x00" + name))
+	return "rp" + hex.EncodeToString(sum[:4])
+}
+
+// Setup creates the node namespace if it is named and missing, and configures it: loopback
+// up, the router address on lo (so ARP for it is answered on every veth and it is the
+// host's address), and IPv4 forwarding on. It is idempotent.
+func (n Node) Setup() error {
+	if !n.PodCIDR.IsValid() || !n.PodCIDR.Addr().Is4() {
+		return fmt.Errorf("pod CIDR %v: want an IPv4 prefix", n.PodCIDR)
+	}
+	if n.PodCIDR.Bits() > 30 {
+		return fmt.Errorf("pod CIDR %v: too small", n.PodCIDR)
+	}
+	if n.Netns != "" && !NetnsExists(n.Netns) {
+		if err := DeleteNetns(n.Netns); err != nil { // a stale unmounted file
+			return err
+		}
+		if _, err := CreateNetns(n.Netns); err != nil {
+			return fmt.Errorf("creating node network namespace: %w", err)
+		}
+	}
+	h, err := n.handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("finding node lo: %w", err)
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("setting node lo up: %w", err)
+	}
+	addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(n.Router(), 32)), Scope: unix.RT_SCOPE_HOST}
+	if err := h.AddrReplace(lo, addr); err != nil {
+		return fmt.Errorf("adding router address %v to node lo: %w", n.Router(), err)
+	}
+	return Do(n.NetnsPath(), func() error {
+		return writeSysctl("net/ipv4/ip_forward", "1")
+	})
+}
+
+// Teardown removes what Setup added: the node namespace itself when it is named, else the
+// router address from lo. Forwarding is left as it is in the root namespace.
+func (n Node) Teardown() error {
+	if n.Netns != "" {
+		return DeleteNetns(n.Netns)
+	}
+	h, err := n.handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("finding node lo: %w", err)
+	}
+	addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(n.Router(), 32))}
+	if err := h.AddrDel(lo, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		return fmt.Errorf("removing router address from node lo: %w", err)
+	}
+	return nil
+}
+
+func (n Node) handle() (*netlink.Handle, error) {
+	ns, err := netns.GetFromPath(n.NetnsPath())
+	if err != nil {
+		return nil, fmt.Errorf("opening node network namespace: %w", err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle in node network namespace: %w", err)
+	}
+	return h, nil
+}
+
+// Endpoint describes a created endpoint.
+type Endpoint struct {
+	Namespace   string
+	Name        string
+	IP          netip.Addr
+	NetnsName   string
+	NetnsPath   string
+	HostIfName  string
+	HostIfIndex int // in the node namespace
+}
+
+// Create makes the endpoint's namespace and veth pair and configures addresses and routes.
+// On error everything created so far is removed.
+func (n Node) Create(namespace, name string, ip netip.Addr) (ep Endpoint, err error) {
+	if !n.PodCIDR.Contains(ip) || ip == n.Router() {
+		return Endpoint{}, fmt.Errorf("address %v: not a usable address of %v", ip, n.PodCIDR)
+	}
+	ep = Endpoint{
+		Namespace:  namespace,
+		Name:       name,
+		IP:         ip,
+		NetnsName:  n.EndpointNetns(namespace, name),
+		HostIfName: n.HostIfName(namespace, name),
+	}
+	if len(ep.NetnsName) > 255 {
+		return Endpoint{}, fmt.Errorf("endpoint %s/%s: name too long", namespace, name)
+	}
+	node, err := n.handle()
+	if err != nil {
+		return Endpoint{}, err
+	}
+	defer node.Close()
+	if _, err := node.LinkByName(ep.HostIfName); err == nil {
+		return Endpoint{}, fmt.Errorf("host interface %s already exists", ep.HostIfName)
+	}
+
+	ep.NetnsPath, err = CreateNetns(ep.NetnsName)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	defer func() {
+		if err != nil {
+			if l, lerr := node.LinkByName(ep.HostIfName); lerr == nil {
+				node.LinkDel(l)
+			}
+			DeleteNetns(ep.NetnsName)
+		}
+	}()
+	podNs, err := netns.GetFromPath(ep.NetnsPath)
+	if err != nil {
+		return ep, fmt.Errorf("opening endpoint network namespace: %w", err)
+	}
+	defer podNs.Close()
+	pod, err := netlink.NewHandleAt(podNs)
+	if err != nil {
+		return ep, fmt.Errorf("netlink handle in endpoint network namespace: %w", err)
+	}
+	defer pod.Close()
+
+	// The peer is created directly inside the endpoint namespace, named eth0 there, so no
+	// temporary name can collide in the node namespace.
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: ep.HostIfName},
+		PeerName:      PodIfName,
+		PeerNamespace: netlink.NsFd(int(podNs)),
+	}
+	if err := node.LinkAdd(veth); err != nil {
+		return ep, fmt.Errorf("creating veth %s: %w", ep.HostIfName, err)
+	}
+	if err := n.configurePod(pod, ep); err != nil {
+		return ep, err
+	}
+	host, err := node.LinkByName(ep.HostIfName)
+	if err != nil {
+		return ep, fmt.Errorf("finding %s: %w", ep.HostIfName, err)
+	}
+	ep.HostIfIndex = host.Attrs().Index
+	// IPv6 is not enforced yet and is dropped by the dataplane: keep the links quiet.
+	_ = Do(n.NetnsPath(), func() error {
+		return writeSysctl("net/ipv6/conf/"+ep.HostIfName+"/disable_ipv6", "1")
+	})
+	if err := node.LinkSetUp(host); err != nil {
+		return ep, fmt.Errorf("setting %s up: %w", ep.HostIfName, err)
+	}
+	route := &netlink.Route{
+		LinkIndex: ep.HostIfIndex,
+		Dst:       ipNet(netip.PrefixFrom(ip, 32)),
+		Scope:     netlink.SCOPE_LINK,
+		Src:       n.Router().AsSlice(),
+	}
+	if err := node.RouteReplace(route); err != nil {
+		return ep, fmt.Errorf("adding route to %v via %s: %w", ip, ep.HostIfName, err)
+	}
+	return ep, nil
+}
+
+func (n Node) configurePod(pod *netlink.Handle, ep Endpoint) error {
+	lo, err := pod.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("finding endpoint lo: %w", err)
+	}
+	if err := pod.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("setting endpoint lo up: %w", err)
+	}
+	eth, err := pod.LinkByName(PodIfName)
+	if err != nil {
+		return fmt.Errorf("finding endpoint %s: %w", PodIfName, err)
+	}
+	_ = Do(ep.NetnsPath, func() error {
+		return writeSysctl("net/ipv6/conf/"+PodIfName+"/disable_ipv6", "1")
+	})
+	if err := pod.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(ep.IP, 32))}); err != nil {
+		return fmt.Errorf("adding %v to endpoint %s: %w", ep.IP, PodIfName, err)
+	}
+	if err := pod.LinkSetUp(eth); err != nil {
+		return fmt.Errorf("setting endpoint %s up: %w", PodIfName, err)
+	}
+	router := n.Router()
+	if err := pod.RouteReplace(&netlink.Route{
+		LinkIndex: eth.Attrs().Index,
+		Dst:       ipNet(netip.PrefixFrom(router, 32)),
+		Scope:     netlink.SCOPE_LINK,
+		Src:       ep.IP.AsSlice(),
+	}); err != nil {
+		return fmt.Errorf("adding route to router %v: %w", router, err)
+	}
+	if err := pod.RouteReplace(&netlink.Route{
+		LinkIndex: eth.Attrs().Index,
+		Gw:        router.AsSlice(),
+		Src:       ep.IP.AsSlice(),
+	}); err != nil {
+		return fmt.Errorf("adding default route via %v: %w", router, err)
+	}
+	return nil
+}
+
+// Lookup finds an existing endpoint's host interface and namespace, for reattaching after
+// a restart. It fails if either is missing.
+func (n Node) Lookup(namespace, name string, ip netip.Addr) (Endpoint, error) {
+	ep := Endpoint{
+		Namespace:  namespace,
+		Name:       name,
+		IP:         ip,
+		NetnsName:  n.EndpointNetns(namespace, name),
+		HostIfName: n.HostIfName(namespace, name),
+	}
+	ep.NetnsPath = NetnsPath(ep.NetnsName)
+	if !NetnsExists(ep.NetnsName) {
+		return ep, fmt.Errorf("endpoint %s/%s: network namespace %s missing", namespace, name, ep.NetnsName)
+	}
+	node, err := n.handle()
+	if err != nil {
+		return ep, err
+	}
+	defer node.Close()
+	l, err := node.LinkByName(ep.HostIfName)
+	if err != nil {
+		return ep, fmt.Errorf("endpoint %s/%s: host interface %s: %w", namespace, name, ep.HostIfName, err)
+	}
+	ep.HostIfIndex = l.Attrs().Index
+	return ep, nil
+}
+
+// Delete removes an endpoint's veth pair and network namespace. Missing parts are not an
+// error, so Delete also cleans up after a half-created endpoint.
+func (n Node) Delete(namespace, name string) error {
+	var errs []error
+	if node, err := n.handle(); err != nil {
+		errs = append(errs, err)
+	} else {
+		if l, err := node.LinkByName(n.HostIfName(namespace, name)); err == nil {
+			if err := node.LinkDel(l); err != nil {
+				errs = append(errs, fmt.Errorf("deleting %s: %w", l.Attrs().Name, err))
+			}
+		}
+		node.Close()
+	}
+	if err := DeleteNetns(n.EndpointNetns(namespace, name)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}

@@ -1,0 +1,30 @@
+package testenv
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+)
+
+// RequireRoot skips the test when not running as root, or fails it when CI=true (CI must
+// run every privileged test).
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("test needs root (CI=true: not skipping)")
+	}
+	t.Skip("test needs root")
+}
+
+// Suffix returns n random hex characters for unique names of namespaces, links and pins.
+func Suffix(n int) string {
+	b := make([]byte, (n+1)/2)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)[:n]
+}
