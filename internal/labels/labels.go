@@ -89,12 +89,18 @@ func NormalizeKey(k string) string {
 	return k
 }
 
-// ValidateKey checks a (normalised) label key.
+// maxKeyLen is the longest key of a full label set: a Kubernetes key (253 + '/' + 63) under
+// KeyNamespaceLabelPrefix, which is how namespace labels are carried.
+var maxKeyLen = len(KeyNamespaceLabelPrefix) + maxKeyPrefixLen + 1 + maxNameLen
+
+// ValidateKey checks a (normalised) label key: what the label set representation needs
+// (non-empty, bounded, no separators). Manifests are checked more strictly with
+// ValidateQualifiedKey.
 func ValidateKey(k string) error {
 	if k == "" {
 		return fmt.Errorf("empty label key")
 	}
-	if len(k) > 317 || strings.ContainsAny(k, " \t\n,=") {
+	if len(k) > maxKeyLen || strings.ContainsAny(k, " \t\n,=") {
 		return fmt.Errorf("invalid label key %q", k)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package labels
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -18,9 +19,9 @@ const (
 
 // Requirement is one matchExpressions entry (or one matchLabels pair, as In with one value).
 type Requirement struct {
-	Key      string
-	Operator Operator
-	Values   []string
+	Key      string   `json:"key"`
+	Operator Operator `json:"operator"`
+	Values   []string `json:"values,omitempty"`
 }
 
 // Selector is a Kubernetes label selector: all requirements must hold. The zero Selector
@@ -151,4 +152,39 @@ func (s Selector) String() string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// selectorJSON is the persisted form of a Selector. The "none" flag must survive a round
+// trip: without it a selector that matches nothing would come back as one that matches
+// everything.
+type selectorJSON struct {
+	Requirements []Requirement `json:"requirements,omitempty"`
+	None         bool          `json:"none,omitempty"`
+}
+
+// MarshalJSON encodes the selector including whether it matches nothing.
+func (s Selector) MarshalJSON() ([]byte, error) {
+	return json.Marshal(selectorJSON{Requirements: s.Requirements, None: s.none})
+}
+
+// UnmarshalJSON decodes and validates a selector written by MarshalJSON.
+func (s *Selector) UnmarshalJSON(b []byte) error {
+	var sj selectorJSON
+	if err := json.Unmarshal(b, &sj); err != nil {
+		return err
+	}
+	if sj.None {
+		*s = None()
+		return nil
+	}
+	out := Selector{}
+	for _, r := range sj.Requirements {
+		nr, err := NewRequirement(r.Key, string(r.Operator), r.Values)
+		if err != nil {
+			return fmt.Errorf("decoding selector: %w", err)
+		}
+		out.Requirements = append(out.Requirements, nr)
+	}
+	*s = out
+	return nil
 }
