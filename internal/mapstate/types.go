@@ -32,6 +32,16 @@ type Input struct {
 	HostIPs   []netip.Addr  // addresses with the host identity
 	// CIDRIdentities gives the identity of every prefix that Prefixes(Rules) returns.
 	CIDRIdentities map[netip.Prefix]identity.Identity
+	// RulePolicies names the policy each rule (by Rule.ID) came from, so Trace can say which
+	// policy decided. Optional; Compute ignores it.
+	RulePolicies map[uint32]PolicyRef
+}
+
+// PolicyRef names a policy (see policy.Policy.Key).
+type PolicyRef struct {
+	Kind      policy.Kind `json:"kind"`
+	Namespace string      `json:"namespace,omitempty"`
+	Name      string      `json:"name"`
 }
 
 // Key is one policy map entry of one endpoint. Protocol ProtoAny matches every protocol and

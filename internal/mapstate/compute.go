@@ -1,0 +1,500 @@
+package mapstate
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+var (
+	worldV4 = netip.MustParsePrefix("0.0.0.0/0")
+	worldV6 = netip.MustParsePrefix("::/0")
+)
+
+// canonicalPrefix masks p and unmaps IPv4-mapped IPv6 prefixes (as identity.Allocator does),
+// so that one network has one key in every map.
+func canonicalPrefix(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p.Masked()
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+// Prefixes returns every CIDR and except prefix the rules use, masked, deduplicated and
+// sorted (by address, then length; IPv4 before IPv6). The agent allocates a CIDR identity for
+// each and passes them as Input.CIDRIdentities.
+func Prefixes(rules []policy.Rule) []netip.Prefix {
+	var out []netip.Prefix
+	for i := range rules {
+		for _, p := range rules[i].Peers {
+			if p.Kind != policy.PeerCIDR {
+				continue
+			}
+			if p.CIDR.IsValid() {
+				out = append(out, canonicalPrefix(p.CIDR))
+			}
+			for _, e := range p.Except {
+				if e.IsValid() {
+					out = append(out, canonicalPrefix(e))
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, comparePrefix)
+	return slices.Compact(out)
+}
+
+// Check reports input that Compute cannot turn into a correct state: a policy prefix without
+// a valid CIDR identity (its CIDR peers, allow or deny, would silently select less),
+// endpoints without an identity, an address or a unique ID, and duplicate rule IDs (Trace
+// could name the wrong rule). The agent calls it before applying a computed state.
+func (in Input) Check() error {
+	var errs []error
+	for _, p := range Prefixes(in.Rules) {
+		id, ok := in.CIDRIdentities[p]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("policy prefix %v has no CIDR identity", p))
+		case !validCIDRIdentity(id):
+			errs = append(errs, fmt.Errorf("policy prefix %v has identity %d, not a CIDR identity", p, id))
+		}
+	}
+	epIDs := map[uint32]string{}
+	for _, ep := range in.Endpoints {
+		name := ep.Namespace + "/" + ep.Name
+		if other, dup := epIDs[ep.ID]; dup {
+			errs = append(errs, fmt.Errorf("endpoints %s and %s share endpoint ID %d", other, name, ep.ID))
+		}
+		epIDs[ep.ID] = name
+		if ep.Identity == identity.Any || ep.Identity&identity.EndpointCIDRFlag != 0 {
+			errs = append(errs, fmt.Errorf("endpoint %s has invalid identity %d", name, ep.Identity))
+		}
+		if !ep.IP.IsValid() {
+			errs = append(errs, fmt.Errorf("endpoint %s has no address", name))
+		}
+	}
+	ruleIDs := map[uint32]bool{}
+	for i := range in.Rules {
+		if ruleIDs[in.Rules[i].ID] {
+			errs = append(errs, fmt.Errorf("rule ID %d used twice", in.Rules[i].ID))
+		}
+		ruleIDs[in.Rules[i].ID] = true
+	}
+	return errors.Join(errs...)
+}
+
+func validCIDRIdentity(id identity.Identity) bool {
+	return id >= identity.FirstCIDR && id&identity.EndpointCIDRFlag == 0
+}
+
+// prefixIdentity is a policy prefix with its CIDR identity.
+type prefixIdentity struct {
+	prefix netip.Prefix
+	id     identity.Identity
+}
+
+// prefixTable holds the policy prefixes, sorted for range scans and hashed for LPM.
+type prefixTable struct {
+	sorted   []prefixIdentity
+	byPrefix map[netip.Prefix]identity.Identity
+}
+
+func newPrefixTable(m map[netip.Prefix]identity.Identity) prefixTable {
+	t := prefixTable{byPrefix: make(map[netip.Prefix]identity.Identity, len(m))}
+	for p, id := range m {
+		// An invalid entry would put a non-CIDR number (worst: 0, "any peer") into policy
+		// keys; it is left out, and Check reports it.
+		if !p.IsValid() || !validCIDRIdentity(id) {
+			continue
+		}
+		p = canonicalPrefix(p)
+		if old, ok := t.byPrefix[p]; ok && old <= id {
+			continue // two spellings of one network: keep one, deterministically
+		}
+		t.byPrefix[p] = id
+	}
+	t.sorted = make([]prefixIdentity, 0, len(t.byPrefix))
+	for p, id := range t.byPrefix {
+		t.sorted = append(t.sorted, prefixIdentity{p, id})
+	}
+	slices.SortFunc(t.sorted, func(a, b prefixIdentity) int { return comparePrefix(a.prefix, b.prefix) })
+	return t
+}
+
+// within returns the policy prefixes inside p (p itself included). In (address, length)
+// order they form one run starting at p's position: a prefix inside p has an address inside
+// p and is at least as long, and a prefix with an address inside p that is shorter than p
+// would have p's address and sort before it.
+func (t prefixTable) within(p netip.Prefix) []prefixIdentity {
+	i := sort.Search(len(t.sorted), func(i int) bool { return comparePrefix(t.sorted[i].prefix, p) >= 0 })
+	var out []prefixIdentity
+	for ; i < len(t.sorted) && p.Contains(t.sorted[i].prefix.Addr()); i++ {
+		if t.sorted[i].prefix.Bits() >= p.Bits() {
+			out = append(out, t.sorted[i])
+		}
+	}
+	return out
+}
+
+// longest returns the CIDR identity of the longest policy prefix containing a.
+func (t prefixTable) longest(a netip.Addr) (identity.Identity, bool) {
+	for bits := a.BitLen(); bits >= 0; bits-- {
+		p, err := a.Prefix(bits)
+		if err != nil {
+			return 0, false
+		}
+		if id, ok := t.byPrefix[p]; ok {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
+func prefixInside(inner, outer netip.Prefix) bool {
+	return inner.Bits() >= outer.Bits() && outer.Contains(inner.Addr())
+}
+
+// clusterReserved are the reserved identities Cilium's "cluster" entity selects besides the
+// cluster's endpoints (pkg/policy/api InitEntities; "ingress" has no identity here).
+var clusterReserved = []identity.Identity{
+	identity.Host, identity.RemoteNode, identity.Init, identity.Health,
+	identity.Unmanaged, identity.KubeAPIServer,
+}
+
+var entityReserved = map[string]identity.Identity{
+	policy.EntityHost:          identity.Host,
+	policy.EntityRemoteNode:    identity.RemoteNode,
+	policy.EntityHealth:        identity.Health,
+	policy.EntityInit:          identity.Init,
+	policy.EntityUnmanaged:     identity.Unmanaged,
+	policy.EntityKubeAPIServer: identity.KubeAPIServer,
+}
+
+// computer holds what Compute derives from its input once and uses for every endpoint.
+type computer struct {
+	in          *Input
+	prefixes    prefixTable
+	endpointIDs []identity.Identity // distinct endpoint identities, sorted
+	// portsByID is the union of the named ports declared by the endpoints of each endpoint
+	// identity; allPorts over all endpoints. Egress named ports resolve against the peer's.
+	portsByID map[identity.Identity]namedPortSet
+	allPorts  namedPortSet
+}
+
+func newComputer(in *Input) *computer {
+	c := &computer{
+		in:        in,
+		prefixes:  newPrefixTable(in.CIDRIdentities),
+		portsByID: map[identity.Identity]namedPortSet{},
+		allPorts:  namedPortSet{},
+	}
+	for _, ep := range in.Endpoints {
+		if !validEndpointIdentity(ep.Identity) {
+			continue
+		}
+		set, ok := c.portsByID[ep.Identity]
+		if !ok {
+			set = namedPortSet{}
+			c.portsByID[ep.Identity] = set
+			c.endpointIDs = append(c.endpointIDs, ep.Identity)
+		}
+		set.add(ep.NamedPorts)
+		c.allPorts.add(ep.NamedPorts)
+	}
+	slices.Sort(c.endpointIDs)
+	return c
+}
+
+// validEndpointIdentity excludes numbers that must never be used as an endpoint's peer
+// identity in a policy key: 0 would mean "every peer", a flagged number a CIDR.
+func validEndpointIdentity(id identity.Identity) bool {
+	return id != identity.Any && id&identity.EndpointCIDRFlag == 0
+}
+
+// preparedRule is a rule with what does not depend on the subject endpoint resolved.
+type preparedRule struct {
+	rule   *policy.Rule
+	peers  []identity.Identity
+	static []l4
+	named  []policy.PortRule
+}
+
+func (c *computer) prepare(r *policy.Rule) preparedRule {
+	pr := preparedRule{rule: r, peers: c.peerIdentities(r)}
+	pr.static, pr.named = staticL4(r.Ports)
+	return pr
+}
+
+// peerIdentities returns the identities a rule's peers select, sorted and distinct.
+func (c *computer) peerIdentities(r *policy.Rule) []identity.Identity {
+	if r.AllPeers {
+		// Any matches every peer, so nothing else is needed (named ports resolve against
+		// all endpoints for Any, a superset of any single identity's).
+		return []identity.Identity{identity.Any}
+	}
+	set := map[identity.Identity]bool{}
+	for _, p := range r.Peers {
+		switch p.Kind {
+		case policy.PeerEndpoints:
+			for _, ep := range c.in.Endpoints {
+				if validEndpointIdentity(ep.Identity) && p.Selector.Matches(ep.Labels) {
+					set[ep.Identity] = true
+				}
+			}
+		case policy.PeerCIDR:
+			c.cidrPeer(p, set)
+		case policy.PeerEntity:
+			c.entityPeer(p.Entity, set)
+		}
+	}
+	out := make([]identity.Identity, 0, len(set))
+	for id := range set {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// cidrPeer selects the CIDR identities inside the CIDR and outside every except, both plain
+// (remote addresses) and flagged (endpoint and host addresses, through their secondary
+// identity). Because the set of policy prefixes contains the CIDR and every except, the
+// longest policy prefix of an address is selected exactly when the address is in the CIDR
+// and in no except.
+func (c *computer) cidrPeer(p policy.Peer, set map[identity.Identity]bool) {
+	if !p.CIDR.IsValid() {
+		return
+	}
+	cidr := canonicalPrefix(p.CIDR)
+	excepts := make([]netip.Prefix, 0, len(p.Except))
+	for _, e := range p.Except {
+		if e.IsValid() {
+			excepts = append(excepts, canonicalPrefix(e))
+		}
+	}
+next:
+	for _, q := range c.prefixes.within(cidr) {
+		for _, e := range excepts {
+			if prefixInside(q.prefix, e) {
+				continue next
+			}
+		}
+		set[q.id] = true
+		set[q.id|identity.EndpointCIDRFlag] = true
+	}
+	// 0.0.0.0/0 in the ipcache is World, not the /0 CIDR identity, so an IPv4 /0 also selects
+	// World. ::/0 does not: World also stands for IPv4 addresses, which ::/0 does not contain
+	// (IPv6 world traffic will need its own reserved identity, as Cilium's world-ipv6).
+	if cidr == worldV4 {
+		set[identity.World] = true
+	}
+}
+
+func (c *computer) entityPeer(entity string, set map[identity.Identity]bool) {
+	switch entity {
+	case policy.EntityAll:
+		set[identity.Any] = true
+	case policy.EntityWorld:
+		// Every address outside the cluster: World and all CIDR identities, plain only, so
+		// endpoint and host addresses inside a policy CIDR are not "world".
+		set[identity.World] = true
+		for _, q := range c.prefixes.sorted {
+			set[q.id] = true
+		}
+	case policy.EntityCluster:
+		for _, id := range c.endpointIDs {
+			set[id] = true
+		}
+		for _, id := range clusterReserved {
+			set[id] = true
+		}
+	case policy.EntityIngress:
+		// Cilium's ingress entity is its L7 ingress proxy; Rampart has none yet, so
+		// nothing has that identity and the entity selects nothing.
+	default:
+		if id, ok := entityReserved[entity]; ok {
+			set[id] = true
+		}
+	}
+}
+
+// Compute returns the desired dataplane state for the input: per endpoint the enforcement
+// flags and policy entries, and the ipcache. See docs/architecture.md for the semantics.
+func Compute(in Input) State {
+	c := newComputer(&in)
+	rules := make([]preparedRule, len(in.Rules))
+	for i := range in.Rules {
+		rules[i] = c.prepare(&in.Rules[i])
+	}
+	st := State{
+		Endpoints: make(map[uint32]EndpointPolicy, len(in.Endpoints)),
+		IPCache:   c.ipcache(),
+	}
+	for _, ep := range in.Endpoints {
+		st.Endpoints[ep.ID] = c.endpointPolicy(ep, rules)
+	}
+	return st
+}
+
+func (c *computer) endpointPolicy(ep Endpoint, rules []preparedRule) EndpointPolicy {
+	pol := EndpointPolicy{Entries: map[Key]Value{}}
+	var own namedPortSet
+	for _, pr := range rules {
+		r := pr.rule
+		if r.Direction != policy.Ingress && r.Direction != policy.Egress {
+			continue
+		}
+		if !r.Subject.Matches(ep.Labels) {
+			continue
+		}
+		if r.EnableDefaultDeny {
+			if r.Direction == policy.Ingress {
+				pol.EnforceIngress = true
+			} else {
+				pol.EnforceEgress = true
+			}
+		}
+		if len(pr.peers) == 0 {
+			continue
+		}
+		val := Value{Deny: r.Deny, RuleID: r.ID}
+		ports := pr.static
+		if len(pr.named) > 0 && r.Direction == policy.Ingress {
+			// Ingress: the port is the subject's own, whoever the peer is.
+			if own == nil {
+				own = namedPortSet{}
+				own.add(ep.NamedPorts)
+			}
+			ports = append(slices.Clip(pr.static), resolveNamed(pr.named, own)...)
+		}
+		for _, id := range pr.peers {
+			peerPorts := ports
+			if len(pr.named) > 0 && r.Direction == policy.Egress {
+				peerPorts = append(slices.Clip(pr.static), resolveNamed(pr.named, c.portsFor(id))...)
+			}
+			for _, p := range peerPorts {
+				addEntry(pol.Entries, Key{
+					Identity: id, Direction: r.Direction,
+					Protocol: p.proto, Port: p.port, PortPrefixLen: p.plen,
+				}, val)
+			}
+		}
+	}
+	applyDenyPrecedence(pol.Entries)
+	return pol
+}
+
+// portsFor returns the named ports an egress rule resolves against for a peer identity: the
+// union over the endpoints with that identity, or over all endpoints for any other peer
+// (Any, reserved, CIDR), which may be any of them.
+func (c *computer) portsFor(id identity.Identity) namedPortSet {
+	if set, ok := c.portsByID[id]; ok {
+		return set
+	}
+	return c.allPorts
+}
+
+// addEntry merges v into the entry for k: deny beats allow, and among equals the lowest rule
+// ID is kept so the result does not depend on rule order.
+func addEntry(entries map[Key]Value, k Key, v Value) {
+	old, ok := entries[k]
+	switch {
+	case !ok:
+	case old.Deny && !v.Deny:
+		return
+	case old.Deny == v.Deny && old.RuleID <= v.RuleID:
+		return
+	}
+	entries[k] = v
+}
+
+// covers reports whether every packet matched by k is matched by d (both of one identity and
+// direction).
+func covers(d, k Key) bool {
+	if d.Protocol == policy.ProtoAny {
+		return true
+	}
+	return d.Protocol == k.Protocol && d.PortPrefixLen <= k.PortPrefixLen &&
+		k.Port&portMask(d.PortPrefixLen) == d.Port
+}
+
+// applyDenyPrecedence turns every allow entry covered by a deny entry of the same identity and
+// direction into that deny (the covering deny with the lowest rule ID). The dataplane's LPM
+// lookup returns the longest matching entry, which may be a longer allow inside a shorter
+// deny; after this pass the longest match is a deny whenever any matching entry of that
+// identity is.
+func applyDenyPrecedence(entries map[Key]Value) {
+	type group struct {
+		id  identity.Identity
+		dir policy.Direction
+	}
+	denies := map[group][]Key{}
+	for k, v := range entries {
+		if v.Deny {
+			g := group{k.Identity, k.Direction}
+			denies[g] = append(denies[g], k)
+		}
+	}
+	if len(denies) == 0 {
+		return
+	}
+	for k, v := range entries {
+		if v.Deny {
+			continue
+		}
+		var best Value
+		found := false
+		for _, d := range denies[group{k.Identity, k.Direction}] {
+			if dv := entries[d]; covers(d, k) && (!found || dv.RuleID < best.RuleID) {
+				best, found = dv, true
+			}
+		}
+		if found {
+			entries[k] = best
+		}
+	}
+}
+
+// ipcache builds the address-to-identity map: policy prefixes to their CIDR identities, the
+// /0 prefixes to World, and endpoint and host addresses to their identities with the
+// flagged CIDR identity of the longest policy prefix containing them.
+func (c *computer) ipcache() map[netip.Prefix]IPCacheEntry {
+	m := make(map[netip.Prefix]IPCacheEntry, len(c.prefixes.sorted)+len(c.in.Endpoints)+len(c.in.HostIPs)+2)
+	for _, q := range c.prefixes.sorted {
+		m[q.prefix] = IPCacheEntry{Identity: q.id}
+	}
+	m[worldV4] = IPCacheEntry{Identity: identity.World}
+	m[worldV6] = IPCacheEntry{Identity: identity.World}
+	for _, a := range c.in.HostIPs {
+		if a.IsValid() {
+			a = a.Unmap()
+			m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: identity.Host, Secondary: c.secondary(a)}
+		}
+	}
+	// Endpoints after hosts: an address that is both is an endpoint's.
+	for _, ep := range c.in.Endpoints {
+		if ep.IP.IsValid() {
+			a := ep.IP.Unmap()
+			m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: ep.Identity, Secondary: c.secondary(a)}
+		}
+	}
+	return m
+}
+
+func (c *computer) secondary(a netip.Addr) identity.Identity {
+	if id, ok := c.prefixes.longest(a); ok {
+		return id | identity.EndpointCIDRFlag
+	}
+	return 0
+}

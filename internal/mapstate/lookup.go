@@ -1,0 +1,124 @@
+package mapstate
+
+import (
+	"net/netip"
+
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// Verdict is the outcome of a policy decision.
+type Verdict string
+
+const (
+	Allowed Verdict = "allowed"
+	Denied  Verdict = "denied"
+)
+
+// Reason says why a decision came out as it did.
+type Reason string
+
+const (
+	ReasonAllowedByRule   Reason = "allowed-by-rule"
+	ReasonDeniedByRule    Reason = "denied-by-rule"
+	ReasonDefaultDeny     Reason = "default-deny"     // enforced direction, no rule allows
+	ReasonNoEnforcement   Reason = "no-enforcement"   // no rule matched, direction not enforced
+	ReasonUnknownEndpoint Reason = "unknown-endpoint" // no state for the endpoint: dropped
+)
+
+// Decision is the result of Lookup.
+type Decision struct {
+	Verdict Verdict `json:"verdict"`
+	Reason  Reason  `json:"reason"`
+	// RuleID is the rule of the deciding entry (0 when no entry decided).
+	RuleID uint32 `json:"ruleID,omitempty"`
+	// Entry is the deciding policy entry, nil when no entry decided.
+	Entry *Key `json:"entry,omitempty"`
+	// Identity and Secondary are the peer's identities from the ipcache; Prefix is the
+	// ipcache prefix that matched the peer's address.
+	Identity  identity.Identity `json:"identity"`
+	Secondary identity.Identity `json:"secondary,omitempty"`
+	Prefix    netip.Prefix      `json:"prefix"`
+}
+
+// LookupIPCache returns the longest ipcache entry containing a, as the dataplane's LPM
+// lookup does. An address no entry contains (impossible with the /0 entries Compute adds) is
+// World.
+func LookupIPCache(ipcache map[netip.Prefix]IPCacheEntry, a netip.Addr) (IPCacheEntry, netip.Prefix) {
+	a = a.Unmap()
+	for bits := a.BitLen(); bits >= 0; bits-- {
+		p, err := a.Prefix(bits)
+		if err != nil {
+			break
+		}
+		if e, ok := ipcache[p]; ok {
+			return e, p
+		}
+	}
+	return IPCacheEntry{Identity: identity.World}, netip.Prefix{}
+}
+
+// lookupPolicy is one LPM lookup of the policy map for one identity: the longest entry for
+// this protocol whose port prefix matches, else the any-protocol entry.
+func lookupPolicy(entries map[Key]Value, id identity.Identity, dir policy.Direction, proto policy.Protocol, port uint16) (Key, Value, bool) {
+	if proto != policy.ProtoAny {
+		for plen := 16; plen >= 0; plen-- {
+			k := Key{Identity: id, Direction: dir, Protocol: proto, Port: port & portMask(uint8(plen)), PortPrefixLen: uint8(plen)}
+			if v, ok := entries[k]; ok {
+				return k, v, true
+			}
+		}
+	}
+	k := Key{Identity: id, Direction: dir, Protocol: policy.ProtoAny}
+	v, ok := entries[k]
+	return k, v, ok
+}
+
+// Lookup decides a new flow at endpoint epID exactly as the dataplane does. peer is the
+// other end's address (the source for ingress, the destination for egress); port is the
+// destination port (the ICMP type for ICMP).
+//
+// The peer's identity and secondary identity come from the ipcache (LPM). The policy map is
+// looked up for the peer identity, for Any, and for the secondary identity if there is one.
+// If any lookup yields a deny, the flow is denied by the first deny in that order; else if
+// any yields an allow, it is allowed by the first allow in that order; else it is denied if
+// the endpoint enforces the direction and allowed if not. An endpoint without state is
+// denied (fail closed).
+func Lookup(st State, epID uint32, dir policy.Direction, peer netip.Addr, proto policy.Protocol, port uint16) Decision {
+	entry, prefix := LookupIPCache(st.IPCache, peer)
+	d := Decision{Identity: entry.Identity, Secondary: entry.Secondary, Prefix: prefix}
+	ep, ok := st.Endpoints[epID]
+	if !ok {
+		d.Verdict, d.Reason = Denied, ReasonUnknownEndpoint
+		return d
+	}
+	ids := []identity.Identity{entry.Identity, identity.Any}
+	if entry.Secondary != 0 {
+		ids = append(ids, entry.Secondary)
+	}
+	var allowKey Key
+	var allowVal Value
+	allowed := false
+	for _, id := range ids {
+		k, v, ok := lookupPolicy(ep.Entries, id, dir, proto, port)
+		if !ok {
+			continue
+		}
+		if v.Deny {
+			d.Verdict, d.Reason, d.RuleID, d.Entry = Denied, ReasonDeniedByRule, v.RuleID, &k
+			return d
+		}
+		if !allowed {
+			allowKey, allowVal, allowed = k, v, true
+		}
+	}
+	switch {
+	case allowed:
+		d.Verdict, d.Reason, d.RuleID, d.Entry = Allowed, ReasonAllowedByRule, allowVal.RuleID, &allowKey
+	case dir == policy.Ingress && ep.EnforceIngress, dir == policy.Egress && ep.EnforceEgress:
+		d.Verdict, d.Reason = Denied, ReasonDefaultDeny
+	default:
+		d.Verdict, d.Reason = Allowed, ReasonNoEnforcement
+	}
+	return d
+}

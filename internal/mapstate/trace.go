@@ -1,0 +1,163 @@
+package mapstate
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// TraceRef names one end of a traced flow: an endpoint by namespace and name, or an address.
+// An address that is an endpoint's is that endpoint.
+type TraceRef struct {
+	Namespace string     `json:"namespace,omitempty"`
+	Name      string     `json:"name,omitempty"`
+	Addr      netip.Addr `json:"addr,omitzero"`
+}
+
+func (r TraceRef) String() string {
+	if r.Name != "" {
+		return r.Namespace + "/" + r.Name
+	}
+	return r.Addr.String()
+}
+
+// Query is a flow to explain: From sends to To's Port (the ICMP type for ICMP).
+type Query struct {
+	From     TraceRef        `json:"from"`
+	To       TraceRef        `json:"to"`
+	Protocol policy.Protocol `json:"protocol"`
+	Port     uint16          `json:"port"`
+}
+
+// TraceEnd is a resolved end of the flow.
+type TraceEnd struct {
+	Endpoint   bool              `json:"endpoint"` // an endpoint of this agent
+	EndpointID uint32            `json:"endpointID,omitempty"`
+	Namespace  string            `json:"namespace,omitempty"`
+	Name       string            `json:"name,omitempty"`
+	Addr       netip.Addr        `json:"addr"`
+	Identity   identity.Identity `json:"identity"` // as the ipcache resolves Addr
+}
+
+// RuleInfo describes the rule that decided a check.
+type RuleInfo struct {
+	ID          uint32    `json:"id"`
+	Policy      PolicyRef `json:"policy"` // zero when Input.RulePolicies does not name it
+	Description string    `json:"description,omitempty"`
+}
+
+// TraceCheck is the policy decision at one endpoint: egress at the source, ingress at the
+// destination.
+type TraceCheck struct {
+	Direction policy.Direction `json:"direction"`
+	Endpoint  string           `json:"endpoint"` // namespace/name of the deciding endpoint
+	Enforced  bool             `json:"enforced"` // whether the endpoint enforces Direction
+	Decision  Decision         `json:"decision"`
+	Rule      *RuleInfo        `json:"rule,omitempty"`
+}
+
+// TraceResult explains a flow. A check is present for each end that is an endpoint; the flow
+// is allowed only if every present check allows it.
+type TraceResult struct {
+	From     TraceEnd        `json:"from"`
+	To       TraceEnd        `json:"to"`
+	Protocol policy.Protocol `json:"protocol"`
+	Port     uint16          `json:"port"`
+	Egress   *TraceCheck     `json:"egress,omitempty"`
+	Ingress  *TraceCheck     `json:"ingress,omitempty"`
+	Verdict  Verdict         `json:"verdict"`
+}
+
+// ErrNoEndpoint is returned by Trace when neither end is an endpoint: no policy of this agent
+// applies to such a flow.
+var ErrNoEndpoint = errors.New("neither end of the flow is an endpoint")
+
+// Trace explains the verdict for q from st, the state computed from in (the dataplane's own
+// state, so the explanation is the dataplane's decision), naming the deciding rule and its
+// policy from in.
+func Trace(in Input, st State, q Query) (TraceResult, error) {
+	res := TraceResult{Protocol: q.Protocol, Port: q.Port}
+	from, fromEP, err := resolveRef(in, st, q.From)
+	if err != nil {
+		return res, fmt.Errorf("resolving source: %w", err)
+	}
+	to, toEP, err := resolveRef(in, st, q.To)
+	if err != nil {
+		return res, fmt.Errorf("resolving destination: %w", err)
+	}
+	res.From, res.To = from, to
+	if fromEP == nil && toEP == nil {
+		return res, ErrNoEndpoint
+	}
+	res.Verdict = Allowed
+	if fromEP != nil {
+		res.Egress = check(in, st, fromEP, policy.Egress, to.Addr, q)
+		if res.Egress.Decision.Verdict != Allowed {
+			res.Verdict = Denied
+		}
+	}
+	if toEP != nil {
+		res.Ingress = check(in, st, toEP, policy.Ingress, from.Addr, q)
+		if res.Ingress.Decision.Verdict != Allowed {
+			res.Verdict = Denied
+		}
+	}
+	return res, nil
+}
+
+func check(in Input, st State, ep *Endpoint, dir policy.Direction, peer netip.Addr, q Query) *TraceCheck {
+	d := Lookup(st, ep.ID, dir, peer, q.Protocol, q.Port)
+	c := &TraceCheck{Direction: dir, Endpoint: ep.Namespace + "/" + ep.Name, Decision: d}
+	pol := st.Endpoints[ep.ID]
+	c.Enforced = dir == policy.Ingress && pol.EnforceIngress || dir == policy.Egress && pol.EnforceEgress
+	if d.Entry != nil {
+		c.Rule = &RuleInfo{ID: d.RuleID, Policy: in.RulePolicies[d.RuleID]}
+		for i := range in.Rules {
+			if in.Rules[i].ID == d.RuleID {
+				c.Rule.Description = in.Rules[i].Description
+				break
+			}
+		}
+	}
+	return c
+}
+
+// resolveRef finds the endpoint a reference names (nil if it is a plain address) and the
+// identity the ipcache gives its address.
+func resolveRef(in Input, st State, r TraceRef) (TraceEnd, *Endpoint, error) {
+	var ep *Endpoint
+	switch {
+	case r.Name != "":
+		for i := range in.Endpoints {
+			if in.Endpoints[i].Namespace == r.Namespace && in.Endpoints[i].Name == r.Name {
+				ep = &in.Endpoints[i]
+				break
+			}
+		}
+		if ep == nil {
+			return TraceEnd{}, nil, fmt.Errorf("endpoint %s/%s not found", r.Namespace, r.Name)
+		}
+		if r.Addr.IsValid() && r.Addr.Unmap() != ep.IP.Unmap() {
+			return TraceEnd{}, nil, fmt.Errorf("endpoint %s/%s has address %v, not %v", r.Namespace, r.Name, ep.IP, r.Addr)
+		}
+	case r.Addr.IsValid():
+		for i := range in.Endpoints {
+			if in.Endpoints[i].IP.Unmap() == r.Addr.Unmap() {
+				ep = &in.Endpoints[i]
+				break
+			}
+		}
+	default:
+		return TraceEnd{}, nil, errors.New("no endpoint name or address given")
+	}
+	end := TraceEnd{Addr: r.Addr.Unmap()}
+	if ep != nil {
+		end = TraceEnd{Endpoint: true, EndpointID: ep.ID, Namespace: ep.Namespace, Name: ep.Name, Addr: ep.IP.Unmap()}
+	}
+	e, _ := LookupIPCache(st.IPCache, end.Addr)
+	end.Identity = e.Identity
+	return end, ep, nil
+}
