@@ -138,23 +138,30 @@ struct ct_value {
 
 #define CT_F_SEEN_REPLY (1u << 0)
 #define CT_F_CLOSING (1u << 1)
+#define CT_F_FIN_FWD (1u << 2) /* FIN seen in the flow's own direction */
+#define CT_F_FIN_REV (1u << 3) /* FIN seen in the reply direction */
 
 /* IP fragments: the ports of the first fragment, so later fragments of an allowed
- * datagram get the same verdict. */
+ * datagram get the same verdict. Keyed per endpoint and direction like conntrack, because
+ * a datagram between two local endpoints passes two policy points with their own verdicts. */
 struct frag_key {
 	__u8 saddr[16];
 	__u8 daddr[16];
 	__u32 id;
+	__u32 ep_id;
 	__u8 protocol;
 	__u8 family;
-	__u16 pad;
+	__u8 direction;
+	__u8 pad;
 };
 
 struct frag_value {
 	__be16 sport;
 	__be16 dport;
 	__u8 allowed; /* verdict of the first fragment */
-	__u8 pad[3];
+	__u8 reason;  /* REASON_* of the first fragment when it was dropped */
+	__u8 pad[2];
+	__u32 rule_id; /* rule that decided the first fragment */
 };
 
 /* Per-endpoint counters: PERCPU_ARRAY indexed by ep_id. */

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Common includes, constants and tunables of the Rampart dataplane. */
+#ifndef __RAMPART_COMMON_H
+#define __RAMPART_COMMON_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "rampart.h"
+
+#ifndef IPPROTO_SCTP
+#define IPPROTO_SCTP 132
+#endif
+
+/* Size of the flow event ring buffer in bytes (a power of two, multiple of the page size). */
+#ifndef RAMPART_EVENTS_RING_BYTES
+#define RAMPART_EVENTS_RING_BYTES (1 << 20)
+#endif
+
+/* Conntrack timeouts in seconds. They are compiled in as defaults of read-only globals, so
+ * the agent can override them at load time (datapath.Config.CTTimeouts) without a rebuild. */
+#ifndef CT_TIMEOUT_TCP_SYN_S
+#define CT_TIMEOUT_TCP_SYN_S 60 /* TCP flow whose peer has not answered yet */
+#endif
+#ifndef CT_TIMEOUT_TCP_ESTABLISHED_S
+#define CT_TIMEOUT_TCP_ESTABLISHED_S 21600 /* 6h idle, TCP with a reply seen */
+#endif
+#ifndef CT_TIMEOUT_TCP_CLOSING_S
+#define CT_TIMEOUT_TCP_CLOSING_S 10 /* after RST, or FIN in both directions */
+#endif
+#ifndef CT_TIMEOUT_OTHER_S
+#define CT_TIMEOUT_OTHER_S 60 /* UDP, SCTP, ICMP echo and other protocols */
+#endif
+
+#define NSEC_PER_SEC 1000000000ULL
+
+#ifndef __always_inline
+#define __always_inline inline __attribute__((always_inline))
+#endif
+
+#endif /* __RAMPART_COMMON_H */

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Connection tracking.
+ *
+ * One entry per (endpoint, direction, tuple) as seen at that endpoint's policy point. A
+ * packet is
+ *   - established when its own tuple has a live entry in its direction,
+ *   - a reply when its reversed tuple has a live entry in the opposite direction,
+ *   - related (ICMP errors only) when the quoted packet belongs to a live entry,
+ *   - new otherwise: it is evaluated against policy, and an allowed new flow creates an
+ *     entry (except stateless ICMP: errors and non-echo types are evaluated every time).
+ *
+ * Entries expire after a timeout that depends on the protocol and state (see common.h):
+ * TCP before any reply (SYN sent) 60 s, TCP with a reply 6 h, TCP after an RST or a FIN in
+ * both directions 10 s, everything else 60 s; each is idle time since the last packet.
+ * Expired entries are ignored and deleted on lookup. A SYN that hits a closing entry is a
+ * new connection reusing the tuple and is evaluated against policy again. */
+#ifndef __RAMPART_CONNTRACK_H
+#define __RAMPART_CONNTRACK_H
+
+#include "common.h"
+#include "maps.h"
+#include "parse.h"
+
+/* Overridable at load time (datapath.Config.CTTimeouts); in nanoseconds. */
+const volatile __u64 ct_timeout_tcp_syn_ns = CT_TIMEOUT_TCP_SYN_S * NSEC_PER_SEC;
+const volatile __u64 ct_timeout_tcp_established_ns = CT_TIMEOUT_TCP_ESTABLISHED_S * NSEC_PER_SEC;
+const volatile __u64 ct_timeout_tcp_closing_ns = CT_TIMEOUT_TCP_CLOSING_S * NSEC_PER_SEC;
+const volatile __u64 ct_timeout_other_ns = CT_TIMEOUT_OTHER_S * NSEC_PER_SEC;
+
+enum ct_status {
+	CT_NEW = 0,
+	CT_ESTABLISHED,
+	CT_REPLY,
+	CT_RELATED,
+};
+
+static __always_inline __u8 dir_opposite(__u8 dir)
+{
+	return dir == DIR_INGRESS ? DIR_EGRESS : DIR_INGRESS;
+}
+
+/* ct_key_fill writes the whole key (zeroed first: unused address bytes and padding are
+ * part of the hash). reverse swaps addresses and ports. */
+static __always_inline void ct_key_fill(struct ct_key *k, const struct tuple *t, __u32 ep_id,
+					__u8 dir, int reverse)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	if (reverse) {
+		__builtin_memcpy(k->saddr, &t->daddr, 4);
+		__builtin_memcpy(k->daddr, &t->saddr, 4);
+		k->sport = t->dport;
+		k->dport = t->sport;
+	} else {
+		__builtin_memcpy(k->saddr, &t->saddr, 4);
+		__builtin_memcpy(k->daddr, &t->daddr, 4);
+		k->sport = t->sport;
+		k->dport = t->dport;
+	}
+	k->ep_id = ep_id;
+	k->protocol = t->proto;
+	k->family = RAMPART_FAMILY_V4;
+	k->direction = dir;
+}
+
+static __always_inline __u64 ct_timeout(const struct ct_value *v, __u8 proto)
+{
+	if (proto == IPPROTO_TCP) {
+		if (v->flags & CT_F_CLOSING)
+			return ct_timeout_tcp_closing_ns;
+		if (!(v->flags & CT_F_SEEN_REPLY))
+			return ct_timeout_tcp_syn_ns;
+		return ct_timeout_tcp_established_ns;
+	}
+	return ct_timeout_other_ns;
+}
+
+/* ct_live returns the entry for k if it exists and has not expired; an expired entry is
+ * deleted so it cannot be mistaken for a live one later. */
+static __always_inline struct ct_value *ct_live(struct ct_key *k, __u8 proto, __u64 now)
+{
+	struct ct_value *v = bpf_map_lookup_elem(&ct, k);
+
+	if (!v)
+		return 0;
+	if (now - v->last_seen_ns > ct_timeout(v, proto)) {
+		bpf_map_delete_elem(&ct, k);
+		return 0;
+	}
+	return v;
+}
+
+/* ct_touch refreshes an entry for a packet of its flow (reply: from the other side). */
+static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, int reply,
+				     __u64 now)
+{
+	__u32 add = 0;
+
+	v->last_seen_ns = now;
+	if (reply && !(v->flags & CT_F_SEEN_REPLY))
+		add |= CT_F_SEEN_REPLY;
+	if (p->t.proto == IPPROTO_TCP) {
+		if (p->tcp_flags & TCP_F_RST)
+			add |= CT_F_CLOSING;
+		if (p->tcp_flags & TCP_F_FIN) {
+			__u32 fin = reply ? CT_F_FIN_REV : CT_F_FIN_FWD;
+			__u32 other = reply ? CT_F_FIN_FWD : CT_F_FIN_REV;
+
+			add |= fin;
+			if (v->flags & other)
+				add |= CT_F_CLOSING;
+		}
+	}
+	if (add & ~v->flags)
+		__sync_fetch_and_or(&v->flags, add);
+}
+
+/* ct_lookup classifies p at endpoint ep_id in direction dir. */
+static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir, __u64 now)
+{
+	struct ct_key k;
+	struct ct_value *v;
+
+	/* ICMP errors never belong to a flow of their own: they are related to the flow of
+	 * the packet they quote. That packet travelled the opposite way, so it is either a
+	 * forward packet of a flow in the opposite direction or a reply of a flow in this
+	 * direction. */
+	if (p->icmp_kind == ICMP_K_ERROR) {
+		if (!p->inner_valid)
+			return CT_NEW;
+		ct_key_fill(&k, &p->inner, ep_id, dir_opposite(dir), 0);
+		if (ct_live(&k, p->inner.proto, now))
+			return CT_RELATED;
+		ct_key_fill(&k, &p->inner, ep_id, dir, 1);
+		if (ct_live(&k, p->inner.proto, now))
+			return CT_RELATED;
+		return CT_NEW;
+	}
+	/* Non-echo ICMP is stateless. */
+	if (p->icmp_kind == ICMP_K_OTHER)
+		return CT_NEW;
+
+	ct_key_fill(&k, &p->t, ep_id, dir, 0);
+	v = ct_live(&k, p->t.proto, now);
+	if (v) {
+		/* A fresh SYN on a closing entry opens a new connection with the same tuple:
+		 * evaluate it against policy again. */
+		if (p->t.proto == IPPROTO_TCP && (v->flags & CT_F_CLOSING) &&
+		    (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN)
+			return CT_NEW;
+		ct_touch(v, p, 0, now);
+		return CT_ESTABLISHED;
+	}
+
+	ct_key_fill(&k, &p->t, ep_id, dir_opposite(dir), 1);
+	v = ct_live(&k, p->t.proto, now);
+	if (v) {
+		ct_touch(v, p, 1, now);
+		return CT_REPLY;
+	}
+	return CT_NEW;
+}
+
+/* ct_create records an allowed new flow. Failure (not expected with an LRU map) only
+ * means the next packet is evaluated against policy again. */
+static __always_inline void ct_create(const struct pkt *p, __u32 ep_id, __u8 dir, __u32 rule_id,
+				      __u64 now)
+{
+	struct ct_key k;
+	struct ct_value v = {};
+
+	if (p->icmp_kind == ICMP_K_ERROR || p->icmp_kind == ICMP_K_OTHER)
+		return;
+	ct_key_fill(&k, &p->t, ep_id, dir, 0);
+	v.created_ns = now;
+	v.last_seen_ns = now;
+	v.rule_id = rule_id;
+	if (p->t.proto == IPPROTO_TCP && (p->tcp_flags & TCP_F_RST))
+		v.flags |= CT_F_CLOSING;
+	bpf_map_update_elem(&ct, &k, &v, BPF_ANY);
+}
+
+#endif /* __RAMPART_CONNTRACK_H */

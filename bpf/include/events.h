@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Per-endpoint counters and flow events (new flows and drops; not every packet). */
+#ifndef __RAMPART_EVENTS_H
+#define __RAMPART_EVENTS_H
+
+#include "common.h"
+#include "maps.h"
+#include "parse.h"
+
+/* What the program decided about one packet, for counters and events. */
+struct decision {
+	__u32 ep_id;  /* 0 when the interface has no endpoint */
+	__u32 src_identity;
+	__u32 dst_identity;
+	__u32 rule_id;
+	__u8 dir;    /* DIR_* */
+	__u8 reason; /* REASON_* */
+	__u8 pad[2];
+};
+
+/* count_packet adds a forwarded or dropped packet to the endpoint's counters. Packets and
+ * bytes count forwarded packets; drops count dropped ones. */
+static __always_inline void count_packet(const struct decision *d, __u32 len, int dropped)
+{
+	struct ep_counters *c;
+	__u32 idx = d->ep_id;
+
+	c = bpf_map_lookup_elem(&counters, &idx);
+	if (!c)
+		return; /* ep_id out of range (or no endpoint): nothing to count into */
+	if (d->dir == DIR_INGRESS) {
+		if (dropped) {
+			c->ingress_drops++;
+		} else {
+			c->ingress_packets++;
+			c->ingress_bytes += len;
+		}
+	} else {
+		if (dropped) {
+			c->egress_drops++;
+		} else {
+			c->egress_packets++;
+			c->egress_bytes += len;
+		}
+	}
+}
+
+static __always_inline void count_lost_event(void)
+{
+	__u32 zero = 0;
+	__u64 *lost = bpf_map_lookup_elem(&events_lost, &zero);
+
+	if (lost)
+		(*lost)++;
+}
+
+/* emit_event sends a flow event; when the ring buffer is full the loss is counted in
+ * events_lost instead (the packet's verdict does not depend on it). */
+static __always_inline void emit_event(struct __sk_buff *skb, const struct pkt *p,
+				       const struct decision *d, __u8 type, __u8 verdict)
+{
+	struct flow_event *e;
+
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_lost_event();
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->timestamp_ns = bpf_ktime_get_ns();
+	__builtin_memcpy(e->saddr, &p->t.saddr, 4);
+	__builtin_memcpy(e->daddr, &p->t.daddr, 4);
+	e->sport = p->t.sport;
+	e->dport = p->t.dport;
+	e->ep_id = d->ep_id;
+	e->src_identity = d->src_identity;
+	e->dst_identity = d->dst_identity;
+	e->rule_id = d->rule_id;
+	e->ifindex = skb->ifindex;
+	e->length = p->len;
+	e->type = type;
+	e->verdict = verdict;
+	e->reason = d->reason;
+	e->direction = d->dir;
+	e->protocol = p->t.proto;
+	e->family = p->family;
+	e->icmp_type = p->icmp_type;
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* drop counts, reports and drops the packet. Every drop in the dataplane goes through here
+ * with its reason set in d. */
+static __always_inline int drop(struct __sk_buff *skb, const struct pkt *p, struct decision *d,
+				__u8 reason)
+{
+	d->reason = reason;
+	count_packet(d, p->len, 1);
+	emit_event(skb, p, d, EVENT_DROP, VERDICT_DROPPED);
+	return TC_ACT_SHOT;
+}
+
+static __always_inline int pass(const struct pkt *p, const struct decision *d)
+{
+	count_packet(d, p->len, 0);
+	return TC_ACT_OK;
+}
+
+#endif /* __RAMPART_EVENTS_H */

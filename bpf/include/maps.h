@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The dataplane's maps. All are pinned by name under the agent's pin directory, so a
+ * restarted agent (and a reloaded program) sees the same state. */
+#ifndef __RAMPART_MAPS_H
+#define __RAMPART_MAPS_H
+
+#include "common.h"
+
+/* ifindex of the host-side veth -> endpoint. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RAMPART_MAX_ENDPOINTS);
+	__type(key, __u32);
+	__type(value, struct endpoint_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} endpoints SEC(".maps");
+
+/* Address -> identity (longest prefix). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, RAMPART_IPCACHE_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ipcache_key);
+	__type(value, struct ipcache_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} ipcache SEC(".maps");
+
+/* {ep_id, identity, direction, protocol, port prefix} -> allow/deny. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, RAMPART_POLICY_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct policy_key);
+	__type(value, struct policy_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policy SEC(".maps");
+
+/* Connection tracking. LRU: when full, the least recently used flow is evicted; its next
+ * packet is then evaluated against policy again (never allowed without a check). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RAMPART_CT_MAX);
+	__type(key, struct ct_key);
+	__type(value, struct ct_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} ct SEC(".maps");
+
+/* First-fragment verdicts, for the later fragments of the same datagram. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RAMPART_FRAG_MAX);
+	__type(key, struct frag_key);
+	__type(value, struct frag_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} frags SEC(".maps");
+
+/* Per-endpoint, per-CPU counters, indexed by ep_id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RAMPART_MAX_ENDPOINTS);
+	__type(key, __u32);
+	__type(value, struct ep_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters SEC(".maps");
+
+/* Flow events (struct flow_event) for new flows and drops. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, RAMPART_EVENTS_RING_BYTES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} events SEC(".maps");
+
+/* Events that could not be sent because the ring buffer was full (index 0). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} events_lost SEC(".maps");
+
+#endif /* __RAMPART_MAPS_H */

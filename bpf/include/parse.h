@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Packet parsing: Ethernet, IPv4 (with options and fragments), TCP/UDP/SCTP ports, ICMP.
+ *
+ * Headers are copied to the stack with bpf_skb_load_bytes, which fails instead of reading
+ * past the end of the packet and also works when the headers are not in the linear part of
+ * the skb (GRO packets on veth). Every length used comes from the packet and is checked
+ * against the IP total length and the skb length before use. */
+#ifndef __RAMPART_PARSE_H
+#define __RAMPART_PARSE_H
+
+#include "common.h"
+
+enum parse_result {
+	PARSE_IPV4 = 0,
+	PARSE_ARP,
+	PARSE_IPV6,
+	PARSE_OTHER_L3,
+	PARSE_MALFORMED,
+};
+
+enum frag_kind {
+	FRAG_NONE = 0,
+	FRAG_FIRST, /* MF set, offset 0: carries the L4 header */
+	FRAG_LATER, /* offset != 0: no L4 header */
+};
+
+enum icmp_kind {
+	ICMP_K_NONE = 0, /* not ICMP */
+	ICMP_K_ECHO,     /* echo request or reply: tracked by echo id */
+	ICMP_K_ERROR,    /* error quoting another packet: related to that packet's flow */
+	ICMP_K_OTHER,    /* anything else: stateless, policy per packet */
+};
+
+/* ICMP types (linux/icmp.h needs more kernel headers than this file wants). */
+#define ICMP_T_ECHOREPLY 0
+#define ICMP_T_DEST_UNREACH 3
+#define ICMP_T_SOURCE_QUENCH 4
+#define ICMP_T_REDIRECT 5
+#define ICMP_T_ECHO 8
+#define ICMP_T_TIME_EXCEEDED 11
+#define ICMP_T_PARAMETERPROB 12
+
+#define IP_MF 0x2000
+#define IP_OFFMASK 0x1fff
+
+#define TCP_F_FIN 0x01
+#define TCP_F_SYN 0x02
+#define TCP_F_RST 0x04
+#define TCP_F_ACK 0x10
+
+/* A 5-tuple in network byte order. For ICMP echo: request sport=id dport=0, reply sport=0
+ * dport=id, so a reply's reversed tuple is its request's tuple and a request in the other
+ * direction never looks like a reply. */
+struct tuple {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct pkt {
+	struct tuple t;
+	struct tuple inner; /* ICMP errors: the quoted packet's tuple (when inner_valid) */
+	__u32 len;          /* skb->len, for counters and events */
+	__be16 policy_port; /* destination port, or ICMP type, for the policy lookup */
+	__u16 ip_id;
+	__u8 frag;      /* enum frag_kind */
+	__u8 tcp_flags; /* TCP_F_* */
+	__u8 icmp_type;
+	__u8 icmp_kind; /* enum icmp_kind */
+	__u8 inner_valid;
+	__u8 family; /* RAMPART_FAMILY_V4 once an IPv4 header was read, else 0 */
+	__u8 pad[2];
+};
+
+/* Minimum L4 header sizes required to accept a packet (or a first fragment). */
+#define TCP_MIN_HLEN 20
+#define UDP_HLEN 8
+#define SCTP_COMMON_HLEN 12
+#define ICMP_HLEN 8
+
+struct l4_ports {
+	__be16 sport;
+	__be16 dport;
+};
+
+struct icmp_head {
+	__u8 type;
+	__u8 code;
+	__be16 csum;
+	__be16 id;
+	__be16 seq;
+};
+
+struct tcp_head {
+	__be16 sport;
+	__be16 dport;
+	__be32 seq;
+	__be32 ack;
+	__u8 doff_res; /* data offset in the upper 4 bits */
+	__u8 flags;
+	__be16 window;
+	__be16 csum;
+	__be16 urg;
+};
+
+static __always_inline int is_icmp_error(__u8 type)
+{
+	return type == ICMP_T_DEST_UNREACH || type == ICMP_T_SOURCE_QUENCH ||
+	       type == ICMP_T_REDIRECT || type == ICMP_T_TIME_EXCEEDED ||
+	       type == ICMP_T_PARAMETERPROB;
+}
+
+/* parse_inner reads the packet quoted by an ICMP error at off (its IP header and the first
+ * 8 bytes of its payload, RFC 792). A quote too short to give a tuple leaves inner_valid
+ * at 0: the error is then treated as unrelated, never dropped as malformed, because routers
+ * may quote less than we want. */
+static __always_inline void parse_inner(struct __sk_buff *skb, __u32 off, __u32 end,
+					struct pkt *p)
+{
+	struct iphdr ip;
+	__u32 hlen;
+
+	if (off + sizeof(ip) > end)
+		return;
+	if (bpf_skb_load_bytes(skb, off, &ip, sizeof(ip)) < 0)
+		return;
+	if (ip.version != 4 || ip.ihl < 5)
+		return;
+	hlen = ip.ihl * 4;
+	/* The quoted header must be a first (or only) fragment to carry ports. */
+	if (bpf_ntohs(ip.frag_off) & IP_OFFMASK)
+		return;
+	p->inner.saddr = ip.saddr;
+	p->inner.daddr = ip.daddr;
+	p->inner.proto = ip.protocol;
+	off += hlen;
+	switch (ip.protocol) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+	case IPPROTO_SCTP: {
+		struct l4_ports ports;
+
+		if (off + sizeof(ports) > end)
+			return;
+		if (bpf_skb_load_bytes(skb, off, &ports, sizeof(ports)) < 0)
+			return;
+		p->inner.sport = ports.sport;
+		p->inner.dport = ports.dport;
+		break;
+	}
+	case IPPROTO_ICMP: {
+		struct icmp_head ih;
+
+		if (off + sizeof(ih) > end)
+			return;
+		if (bpf_skb_load_bytes(skb, off, &ih, sizeof(ih)) < 0)
+			return;
+		if (ih.type == ICMP_T_ECHO) {
+			p->inner.sport = ih.id;
+		} else if (ih.type == ICMP_T_ECHOREPLY) {
+			p->inner.dport = ih.id;
+		} else {
+			return; /* errors are not sent about errors or stateless ICMP */
+		}
+		break;
+	}
+	default:
+		break; /* no ports: the tuple keeps 0/0 as for the flow itself */
+	}
+	p->inner_valid = 1;
+}
+
+/* parse_l4 fills ports, TCP flags and ICMP details of a non-fragment or first fragment.
+ * off is the L4 offset and end the end of the IP datagram (both already checked against
+ * skb->len). */
+static __always_inline int parse_l4(struct __sk_buff *skb, __u32 off, __u32 end, struct pkt *p)
+{
+	__u32 l4len = end - off;
+
+	switch (p->t.proto) {
+	case IPPROTO_TCP: {
+		struct tcp_head th;
+
+		/* Drop: TCP header (20 bytes, or data offset) beyond the datagram. */
+		if (l4len < TCP_MIN_HLEN)
+			return PARSE_MALFORMED;
+		if (bpf_skb_load_bytes(skb, off, &th, sizeof(th)) < 0)
+			return PARSE_MALFORMED;
+		if ((th.doff_res >> 4) < 5 || (__u32)(th.doff_res >> 4) * 4 > l4len)
+			return PARSE_MALFORMED;
+		p->t.sport = th.sport;
+		p->t.dport = th.dport;
+		p->policy_port = th.dport;
+		p->tcp_flags = th.flags;
+		return PARSE_IPV4;
+	}
+	case IPPROTO_UDP:
+	case IPPROTO_SCTP: {
+		struct l4_ports ports;
+
+		/* Drop: UDP header or SCTP common header beyond the datagram. */
+		if (l4len < (p->t.proto == IPPROTO_UDP ? UDP_HLEN : SCTP_COMMON_HLEN))
+			return PARSE_MALFORMED;
+		if (bpf_skb_load_bytes(skb, off, &ports, sizeof(ports)) < 0)
+			return PARSE_MALFORMED;
+		p->t.sport = ports.sport;
+		p->t.dport = ports.dport;
+		p->policy_port = ports.dport;
+		return PARSE_IPV4;
+	}
+	case IPPROTO_ICMP: {
+		struct icmp_head ih;
+
+		/* Drop: ICMP header beyond the datagram. */
+		if (l4len < ICMP_HLEN)
+			return PARSE_MALFORMED;
+		if (bpf_skb_load_bytes(skb, off, &ih, sizeof(ih)) < 0)
+			return PARSE_MALFORMED;
+		p->icmp_type = ih.type;
+		p->policy_port = bpf_htons((__u16)ih.type);
+		if (ih.type == ICMP_T_ECHO) {
+			p->icmp_kind = ICMP_K_ECHO;
+			p->t.sport = ih.id;
+		} else if (ih.type == ICMP_T_ECHOREPLY) {
+			p->icmp_kind = ICMP_K_ECHO;
+			p->t.dport = ih.id;
+		} else if (is_icmp_error(ih.type)) {
+			p->icmp_kind = ICMP_K_ERROR;
+			parse_inner(skb, off + ICMP_HLEN, end, p);
+		} else {
+			p->icmp_kind = ICMP_K_OTHER;
+		}
+		return PARSE_IPV4;
+	}
+	default:
+		/* Other protocols have no ports: policy port 0, tuple ports 0. */
+		return PARSE_IPV4;
+	}
+}
+
+/* parse_packet classifies the frame and, for IPv4, fills p. */
+static __always_inline int parse_packet(struct __sk_buff *skb, struct pkt *p)
+{
+	struct ethhdr eth;
+	struct iphdr ip;
+	__u32 hlen, tot, off, end;
+	__u16 frag_off;
+
+	p->len = skb->len;
+	/* Drop: shorter than an Ethernet header. */
+	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) < 0)
+		return PARSE_MALFORMED;
+	switch (eth.h_proto) {
+	case bpf_htons(ETH_P_IP):
+		break;
+	case bpf_htons(ETH_P_ARP):
+		return PARSE_ARP;
+	case bpf_htons(ETH_P_IPV6):
+		return PARSE_IPV6;
+	default:
+		return PARSE_OTHER_L3;
+	}
+
+	/* Drop: IPv4 header truncated. */
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) < 0)
+		return PARSE_MALFORMED;
+	/* Drop: not version 4, or header length below the 20-byte minimum. */
+	if (ip.version != 4 || ip.ihl < 5)
+		return PARSE_MALFORMED;
+	hlen = ip.ihl * 4;
+	tot = bpf_ntohs(ip.tot_len);
+	/* Drop: total length shorter than the header (options included), or longer than what
+	 * was received (truncated datagram). Trailing bytes after tot_len (Ethernet padding)
+	 * are fine. */
+	if (tot < hlen || (__u64)ETH_HLEN + tot > skb->len)
+		return PARSE_MALFORMED;
+
+	p->family = RAMPART_FAMILY_V4;
+	p->t.saddr = ip.saddr;
+	p->t.daddr = ip.daddr;
+	p->t.proto = ip.protocol;
+	p->ip_id = bpf_ntohs(ip.id);
+
+	frag_off = bpf_ntohs(ip.frag_off);
+	if (frag_off & IP_OFFMASK) {
+		/* Later fragment: no L4 header; the verdict comes from the first fragment. */
+		p->frag = FRAG_LATER;
+		return PARSE_IPV4;
+	}
+	if (frag_off & IP_MF)
+		p->frag = FRAG_FIRST;
+
+	off = ETH_HLEN + hlen;
+	end = ETH_HLEN + tot;
+	return parse_l4(skb, off, end, p);
+}
+
+#endif /* __RAMPART_PARSE_H */

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Identities (ipcache) and the policy verdict for new flows. */
+#ifndef __RAMPART_POLICY_H
+#define __RAMPART_POLICY_H
+
+#include "common.h"
+#include "maps.h"
+
+struct peer_identity {
+	__u32 identity;      /* ID_WORLD when the address is not in the ipcache */
+	__u32 cidr_identity; /* flagged secondary identity, or 0 */
+};
+
+/* ipcache_resolve looks up the longest prefix containing addr (IPv4, network order). */
+static __always_inline void ipcache_resolve(__be32 addr, struct peer_identity *out)
+{
+	struct ipcache_key k;
+	struct ipcache_value *v;
+
+	__builtin_memset(&k, 0, sizeof(k));
+	k.prefixlen = 32 + 32;
+	k.family = RAMPART_FAMILY_V4;
+	__builtin_memcpy(k.addr, &addr, 4);
+	v = bpf_map_lookup_elem(&ipcache, &k);
+	if (!v) {
+		/* No entry, not even 0.0.0.0/0: the peer is outside everything we know. */
+		out->identity = ID_WORLD;
+		out->cidr_identity = 0;
+		return;
+	}
+	out->identity = v->identity;
+	out->cidr_identity = v->cidr_identity;
+}
+
+struct verdict {
+	__u8 action; /* POLICY_ALLOW, POLICY_DENY, or 0 when no entry matched */
+	__u32 rule_id;
+};
+
+/* policy_lookup does one full-key (96-bit) LPM lookup and merges it into res: a deny
+ * replaces anything, an allow replaces only "no match". */
+static __always_inline void policy_lookup(struct policy_key *k, __u32 identity,
+					  struct verdict *res)
+{
+	struct policy_value *v;
+
+	k->identity = identity;
+	v = bpf_map_lookup_elem(&policy, k);
+	if (!v)
+		return;
+	if (v->action == POLICY_DENY) {
+		if (res->action != POLICY_DENY) {
+			res->action = POLICY_DENY;
+			res->rule_id = v->rule_id;
+		}
+	} else if (v->action == POLICY_ALLOW && res->action == 0) {
+		res->action = POLICY_ALLOW;
+		res->rule_id = v->rule_id;
+	}
+}
+
+/* policy_decide evaluates a new flow: the peer's identity, any identity (0), and the
+ * peer's flagged CIDR identity if it has one. Deny wins over allow across all three; the
+ * caller applies default deny when nothing matched. Three lookups at most, whatever the
+ * number of rules. */
+static __always_inline void policy_decide(__u32 ep_id, __u8 dir, const struct peer_identity *peer,
+					  __u8 proto, __be16 port, struct verdict *res)
+{
+	struct policy_key k;
+
+	__builtin_memset(&k, 0, sizeof(k));
+	k.prefixlen = 96;
+	k.ep_id = ep_id;
+	k.direction = dir;
+	k.protocol = proto;
+	k.dport = port;
+	res->action = 0;
+	res->rule_id = 0;
+
+	policy_lookup(&k, peer->identity, res);
+	policy_lookup(&k, ID_UNKNOWN, res);
+	if (peer->cidr_identity)
+		policy_lookup(&k, peer->cidr_identity, res);
+}
+
+#endif /* __RAMPART_POLICY_H */

@@ -1,0 +1,187 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/rampartnet/rampart/internal/mapstate"
+)
+
+// BPFFSRoot is where bpffs is mounted when it is not already.
+const BPFFSRoot = "/sys/fs/bpf"
+
+// Config configures Open.
+type Config struct {
+	// PinDir is the directory on a bpffs where the maps are pinned, for example
+	// /sys/fs/bpf/rampart/<instance>. Required. Created if missing.
+	PinDir string
+	// CTTimeouts overrides the conntrack idle timeouts; zero fields keep the defaults.
+	CTTimeouts CTTimeouts
+}
+
+// CTTimeouts are conntrack idle timeouts (time since a flow's last packet).
+type CTTimeouts struct {
+	TCPSyn         time.Duration // TCP before the peer answered (default 60s)
+	TCPEstablished time.Duration // TCP after a reply (default 6h)
+	TCPClosing     time.Duration // TCP after RST, or FIN both ways (default 10s)
+	Other          time.Duration // UDP, SCTP, ICMP echo, other protocols (default 60s)
+}
+
+// Datapath is the loaded dataplane of one agent instance. Its methods are safe for
+// concurrent use.
+type Datapath struct {
+	pinDir string
+	objs   rampartObjects
+
+	mu sync.Mutex
+	// What is in the maps, so changes are applied as diffs. Rebuilt from the maps on Open.
+	endpoints map[uint32]rampartEndpointInfo                     // by ifindex
+	policies  map[uint32]map[rampartPolicyKey]rampartPolicyValue // by ep_id
+	ipcache   map[netip.Prefix]mapstate.IPCacheEntry
+
+	// stepHook, when set (tests), runs after each ordered step of ApplyEndpoint.
+	stepHook func(step string)
+}
+
+// Open mounts bpffs at /sys/fs/bpf if needed, loads the programs and maps (reusing maps
+// already pinned under cfg.PinDir, pinning new ones there) and reads back the state the
+// maps hold.
+func Open(cfg Config) (*Datapath, error) {
+	if cfg.PinDir == "" {
+		return nil, errors.New("opening datapath: no pin directory")
+	}
+	if err := ensureBPFFS(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.PinDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating pin directory: %w", err)
+	}
+	if ok, err := isBPFFS(cfg.PinDir); err != nil {
+		return nil, fmt.Errorf("checking pin directory: %w", err)
+	} else if !ok {
+		return nil, fmt.Errorf("pin directory %s is not on a bpf filesystem", cfg.PinDir)
+	}
+
+	spec, err := loadRampart()
+	if err != nil {
+		return nil, fmt.Errorf("loading dataplane spec: %w", err)
+	}
+	if err := setTimeouts(spec, cfg.CTTimeouts); err != nil {
+		return nil, err
+	}
+	d := &Datapath{pinDir: cfg.PinDir}
+	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
+	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("loading dataplane: a map pinned in %s has another layout "+
+				"(left by an incompatible version; remove the pins to start afresh): %w", cfg.PinDir, err)
+		}
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("loading dataplane: %+v", ve)
+		}
+		return nil, fmt.Errorf("loading dataplane: %w", err)
+	}
+	if err := d.readState(); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func setTimeouts(spec *ebpf.CollectionSpec, t CTTimeouts) error {
+	for name, v := range map[string]time.Duration{
+		rampartVarCtTimeoutTcpSynNs:         t.TCPSyn,
+		rampartVarCtTimeoutTcpEstablishedNs: t.TCPEstablished,
+		rampartVarCtTimeoutTcpClosingNs:     t.TCPClosing,
+		rampartVarCtTimeoutOtherNs:          t.Other,
+	} {
+		if v == 0 {
+			continue
+		}
+		if v < 0 {
+			return fmt.Errorf("conntrack timeout %s: negative", name)
+		}
+		vs, ok := spec.Variables[name]
+		if !ok {
+			return fmt.Errorf("conntrack timeout %s: not in the BPF object", name)
+		}
+		if err := vs.Set(uint64(v.Nanoseconds())); err != nil {
+			return fmt.Errorf("setting conntrack timeout %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// PinDir returns the directory the maps are pinned in.
+func (d *Datapath) PinDir() string { return d.pinDir }
+
+// Close releases the datapath's file descriptors. Pinned maps and attached tc filters stay,
+// so enforcement continues.
+func (d *Datapath) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.objs.Close(); err != nil {
+		return fmt.Errorf("closing datapath: %w", err)
+	}
+	return nil
+}
+
+// Remove unpins every map, removes the pin directory and closes the datapath. Filters still
+// attached keep their programs (and through them the maps) alive until detached; Detach
+// them first for a complete uninstall.
+func (d *Datapath) Remove() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for _, m := range d.allMaps() {
+		if err := m.Unpin(); err != nil {
+			errs = append(errs, fmt.Errorf("unpinning map %s: %w", m, err))
+		}
+	}
+	if err := d.objs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("closing datapath: %w", err))
+	}
+	if err := os.Remove(d.pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("removing pin directory: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Datapath) allMaps() []*ebpf.Map {
+	m := &d.objs.rampartMaps
+	return []*ebpf.Map{m.Counters, m.Ct, m.Endpoints, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy}
+}
+
+// ensureBPFFS mounts bpffs at /sys/fs/bpf unless one is mounted there already.
+func ensureBPFFS() error {
+	ok, err := isBPFFS(BPFFSRoot)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("checking %s: %w", BPFFSRoot, err)
+	}
+	if ok {
+		return nil
+	}
+	if err := os.MkdirAll(BPFFSRoot, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", BPFFSRoot, err)
+	}
+	if err := unix.Mount("bpf", BPFFSRoot, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mounting bpffs at %s: %w", BPFFSRoot, err)
+	}
+	return nil
+}
+
+func isBPFFS(path string) (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return false, err
+	}
+	return uint32(st.Type) == unix.BPF_FS_MAGIC, nil
+}

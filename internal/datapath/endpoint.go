@@ -1,0 +1,360 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/mapstate"
+)
+
+// EndpointInfo is what the dataplane knows of an endpoint besides its policy.
+type EndpointInfo struct {
+	EpID     uint32            // 1 .. MaxEndpoints()-1, unique per agent
+	Identity identity.Identity // the endpoint's security identity
+}
+
+// InstalledEndpoint is an endpoint as found in the endpoints map.
+type InstalledEndpoint struct {
+	EndpointInfo
+	EnforceIngress bool
+	EnforceEgress  bool
+}
+
+// Steps of ApplyEndpoint, in order (see docs/architecture.md, "Applying changes without a
+// window"). Exposed to tests through stepHook.
+const (
+	stepTightenFlags = "tighten-flags"
+	stepWriteDenies  = "write-denies"
+	stepDeleteAllows = "delete-allows"
+	stepWriteAllows  = "write-allows"
+	stepDeleteDenies = "delete-denies"
+	stepFinalFlags   = "final-flags"
+)
+
+// MaxEndpoints is the size of the endpoint maps; endpoint IDs must be below it.
+func (d *Datapath) MaxEndpoints() uint32 { return d.objs.Counters.MaxEntries() }
+
+// InstalledEndpoints returns the endpoints map by ifindex, as last written (or read back on
+// Open), so a restarted agent can remove endpoints that no longer exist.
+func (d *Datapath) InstalledEndpoints() map[uint32]InstalledEndpoint {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[uint32]InstalledEndpoint, len(d.endpoints))
+	for ifindex, info := range d.endpoints {
+		out[ifindex] = InstalledEndpoint{
+			EndpointInfo:   EndpointInfo{EpID: info.EpId, Identity: info.Identity},
+			EnforceIngress: info.Flags&enforceIngress != 0,
+			EnforceEgress:  info.Flags&enforceEgress != 0,
+		}
+	}
+	return out
+}
+
+// InstalledPolicy returns the policy entries in the map for endpoint epID.
+func (d *Datapath) InstalledPolicy(epID uint32) map[mapstate.Key]mapstate.Value {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[mapstate.Key]mapstate.Value, len(d.policies[epID]))
+	for k, v := range d.policies[epID] {
+		_, key, ok := mapstateKey(k)
+		if !ok {
+			continue
+		}
+		out[key] = mapstate.Value{Deny: v.Action == policyDeny, RuleID: v.RuleId}
+	}
+	return out
+}
+
+// ApplyEndpoint makes the dataplane state of the endpoint on ifindex (the host-side veth in
+// the node namespace) equal to desired. Entries are changed in the order of
+// docs/architecture.md so that, at every moment, a packet passes only if the old or the new
+// policy lets it: enforcement flags are first widened to old|new, then new deny entries are
+// written, stale allow entries deleted, new allow entries written, stale deny entries
+// deleted, and finally the flags set to the new ones. A new endpoint gets its endpoint_info
+// (and so any traffic at all) only at the end.
+//
+// On error (map full, write failure) it stops where it is and returns the error: the
+// endpoint is then at most as permissive as the old or the new policy, never more; calling
+// it again with the same arguments resumes.
+func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapstate.EndpointPolicy) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	if ep.EpID == 0 || ep.EpID >= d.MaxEndpoints() {
+		return fmt.Errorf("applying endpoint %d: endpoint ID out of range 1..%d", ep.EpID, d.MaxEndpoints()-1)
+	}
+	want := make(map[rampartPolicyKey]rampartPolicyValue, len(desired.Entries))
+	for k, v := range desired.Entries {
+		pk, err := policyKey(ep.EpID, k)
+		if err != nil {
+			return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
+		}
+		want[pk] = policyValue(v)
+	}
+	var newFlags uint32
+	if desired.EnforceIngress {
+		newFlags |= enforceIngress
+	}
+	if desired.EnforceEgress {
+		newFlags |= enforceEgress
+	}
+
+	// Step 0: make the endpoint at least as strict as both policies while entries change.
+	old, known := d.endpoints[ifindex]
+	switch {
+	case known && old.EpId == ep.EpID:
+		if tightened := old.Flags | newFlags; tightened != old.Flags {
+			info := old
+			info.Flags = tightened
+			if err := d.putEndpoint(ifindex, info); err != nil {
+				return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
+			}
+		}
+	case known:
+		// The ifindex belonged to another endpoint (stale): drop its traffic until the
+		// new endpoint's policy is complete.
+		if err := d.deleteEndpoint(ifindex); err != nil {
+			return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
+		}
+	}
+	d.step(stepTightenFlags)
+
+	have := d.policies[ep.EpID]
+	if have == nil {
+		have = make(map[rampartPolicyKey]rampartPolicyValue)
+		d.policies[ep.EpID] = have
+	}
+	put := func(kind string, k rampartPolicyKey, v rampartPolicyValue) error {
+		if err := d.objs.Policy.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("applying endpoint %d: writing %s entry %s: %w", ep.EpID, kind, keyString(k), err)
+		}
+		have[k] = v
+		return nil
+	}
+	del := func(kind string, k rampartPolicyKey) error {
+		if err := d.objs.Policy.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("applying endpoint %d: deleting %s entry %s: %w", ep.EpID, kind, keyString(k), err)
+		}
+		delete(have, k)
+		return nil
+	}
+
+	// Step 1: new and changed deny entries.
+	for k, v := range want {
+		if v.Action == policyDeny && have[k] != v {
+			if err := put("deny", k, v); err != nil {
+				return err
+			}
+		}
+	}
+	d.step(stepWriteDenies)
+	// Step 2: allow entries no longer wanted (changed ones were overwritten by step 1 if
+	// they became denies, or are rewritten by step 3).
+	for k, v := range have {
+		if _, ok := want[k]; !ok && v.Action == policyAllow {
+			if err := del("allow", k); err != nil {
+				return err
+			}
+		}
+	}
+	d.step(stepDeleteAllows)
+	// Step 3: new and changed allow entries.
+	for k, v := range want {
+		if v.Action == policyAllow && have[k] != v {
+			if err := put("allow", k, v); err != nil {
+				return err
+			}
+		}
+	}
+	d.step(stepWriteAllows)
+	// Step 4: deny entries no longer wanted.
+	for k, v := range have {
+		if _, ok := want[k]; !ok && v.Action == policyDeny {
+			if err := del("deny", k); err != nil {
+				return err
+			}
+		}
+	}
+	if len(have) == 0 {
+		delete(d.policies, ep.EpID)
+	}
+	d.step(stepDeleteDenies)
+
+	// Step 5: the final endpoint_info; for a new endpoint this is what lets traffic in.
+	info := rampartEndpointInfo{EpId: ep.EpID, Identity: ep.Identity, Flags: newFlags}
+	if err := d.putEndpoint(ifindex, info); err != nil {
+		return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
+	}
+	// The same endpoint on another ifindex (its veth was recreated) is stale.
+	for other, oi := range d.endpoints {
+		if other != ifindex && oi.EpId == ep.EpID {
+			if err := d.deleteEndpoint(other); err != nil {
+				return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
+			}
+		}
+	}
+	d.step(stepFinalFlags)
+	return nil
+}
+
+// RemoveEndpoint removes the endpoint: first its endpoint_info (from then on its interface
+// drops everything, fail closed), then its policy entries, counters, conntrack and fragment
+// entries (so a later endpoint reusing the ID starts clean).
+func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	var errs []error
+	for idx, info := range d.endpoints {
+		if idx == ifindex || info.EpId == epID {
+			if err := d.deleteEndpoint(idx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if _, ok := d.endpoints[ifindex]; !ok {
+		// Not tracked (or already deleted above): make sure the map has no entry either.
+		if err := d.objs.Endpoints.Delete(&ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("deleting endpoint info of ifindex %d: %w", ifindex, err))
+		}
+	}
+	if len(errs) > 0 {
+		// Without the info gone we must not go on: the entries still protect the endpoint.
+		return fmt.Errorf("removing endpoint %d: %w", epID, errors.Join(errs...))
+	}
+
+	have := d.policies[epID]
+	for k := range have {
+		if err := d.objs.Policy.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("deleting policy entry %s: %w", keyString(k), err))
+			continue
+		}
+		delete(have, k)
+	}
+	if len(have) == 0 {
+		delete(d.policies, epID)
+	}
+	if epID < d.MaxEndpoints() {
+		zero := make([]rampartEpCounters, ebpf.MustPossibleCPU())
+		if err := d.objs.Counters.Update(&epID, zero, ebpf.UpdateAny); err != nil {
+			errs = append(errs, fmt.Errorf("resetting counters: %w", err))
+		}
+	}
+	if err := purgeByEndpoint[rampartCtKey, rampartCtValue](d.objs.Ct, epID, func(k *rampartCtKey) uint32 { return k.EpId }); err != nil {
+		errs = append(errs, fmt.Errorf("purging conntrack: %w", err))
+	}
+	if err := purgeByEndpoint[rampartFragKey, rampartFragValue](d.objs.Frags, epID, func(k *rampartFragKey) uint32 { return k.EpId }); err != nil {
+		errs = append(errs, fmt.Errorf("purging fragments: %w", err))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("removing endpoint %d: %w", epID, errors.Join(errs...))
+	}
+	return nil
+}
+
+// purgeByEndpoint deletes every entry of m whose key belongs to epID.
+func purgeByEndpoint[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) error {
+	var (
+		k    K
+		v    V
+		keys []K
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if ep(&k) == epID {
+			keys = append(keys, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("listing %s: %w", m, err)
+	}
+	for i := range keys {
+		if err := m.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("deleting from %s: %w", m, err)
+		}
+	}
+	return nil
+}
+
+func (d *Datapath) putEndpoint(ifindex uint32, info rampartEndpointInfo) error {
+	if err := d.objs.Endpoints.Update(&ifindex, &info, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("writing endpoint info of ifindex %d: %w", ifindex, err)
+	}
+	d.endpoints[ifindex] = info
+	return nil
+}
+
+func (d *Datapath) deleteEndpoint(ifindex uint32) error {
+	if err := d.objs.Endpoints.Delete(&ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("deleting endpoint info of ifindex %d: %w", ifindex, err)
+	}
+	delete(d.endpoints, ifindex)
+	return nil
+}
+
+func (d *Datapath) step(name string) {
+	if d.stepHook != nil {
+		d.stepHook(name)
+	}
+}
+
+func keyString(k rampartPolicyKey) string {
+	return fmt.Sprintf("{ep %d identity %d dir %d proto %d port %d/%d}",
+		k.EpId, k.Identity, k.Direction, k.Protocol, ntohs(k.Dport), int(k.Prefixlen)-policyProtoLen)
+}
+
+// readState rebuilds the in-memory copy of the endpoints, policy and ipcache maps.
+func (d *Datapath) readState() error {
+	d.endpoints = make(map[uint32]rampartEndpointInfo)
+	d.policies = make(map[uint32]map[rampartPolicyKey]rampartPolicyValue)
+	d.ipcache = make(map[netip.Prefix]mapstate.IPCacheEntry)
+
+	var (
+		ifindex uint32
+		info    rampartEndpointInfo
+	)
+	it := d.objs.Endpoints.Iterate()
+	for it.Next(&ifindex, &info) {
+		d.endpoints[ifindex] = info
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading endpoints map: %w", err)
+	}
+
+	var (
+		pk rampartPolicyKey
+		pv rampartPolicyValue
+	)
+	it = d.objs.Policy.Iterate()
+	for it.Next(&pk, &pv) {
+		k := normalizeKey(pk)
+		if d.policies[k.EpId] == nil {
+			d.policies[k.EpId] = make(map[rampartPolicyKey]rampartPolicyValue)
+		}
+		d.policies[k.EpId][k] = pv
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading policy map: %w", err)
+	}
+
+	var (
+		ik rampartIpcacheKey
+		iv rampartIpcacheValue
+	)
+	it = d.objs.Ipcache.Iterate()
+	for it.Next(&ik, &iv) {
+		p, ok := ipcachePrefix(ik)
+		if !ok {
+			continue
+		}
+		d.ipcache[p] = mapstate.IPCacheEntry{Identity: iv.Identity, Secondary: iv.CidrIdentity}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading ipcache map: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// EventType is the kind of a flow event (EVENT_* in rampart.h).
+type EventType uint8
+
+const (
+	EventNewFlow EventType = 1 // first packet of an allowed connection
+	EventDrop    EventType = 2 // a dropped packet
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventNewFlow:
+		return "new-flow"
+	case EventDrop:
+		return "drop"
+	}
+	return fmt.Sprintf("event-%d", uint8(t))
+}
+
+// Verdict is what happened to the packet (VERDICT_* in rampart.h).
+type Verdict uint8
+
+const (
+	VerdictForwarded Verdict = 1
+	VerdictDropped   Verdict = 2
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case VerdictForwarded:
+		return "forwarded"
+	case VerdictDropped:
+		return "dropped"
+	}
+	return fmt.Sprintf("verdict-%d", uint8(v))
+}
+
+// DropReason says why a packet was dropped (REASON_* in rampart.h).
+type DropReason uint8
+
+const (
+	ReasonNone            DropReason = 0
+	ReasonPolicyDeny      DropReason = 1 // matched a deny rule
+	ReasonPolicyDefault   DropReason = 2 // enforcement on, no rule allows
+	ReasonMalformed       DropReason = 3 // truncated or invalid header
+	ReasonFragUnknown     DropReason = 4 // non-first fragment whose first fragment was not seen
+	ReasonUnknownEndpoint DropReason = 5 // interface without endpoint info (fail closed)
+	ReasonUnsupportedL3   DropReason = 6 // not IPv4 or ARP
+)
+
+var reasonNames = map[DropReason]string{
+	ReasonNone:            "none",
+	ReasonPolicyDeny:      "policy-deny",
+	ReasonPolicyDefault:   "policy-default-deny",
+	ReasonMalformed:       "malformed",
+	ReasonFragUnknown:     "fragment-unknown",
+	ReasonUnknownEndpoint: "unknown-endpoint",
+	ReasonUnsupportedL3:   "unsupported-l3",
+}
+
+func (r DropReason) String() string {
+	if n, ok := reasonNames[r]; ok {
+		return n
+	}
+	return fmt.Sprintf("reason-%d", uint8(r))
+}
+
+// FlowEvent is one event from the dataplane: a new allowed flow, or a dropped packet.
+type FlowEvent struct {
+	Time        time.Time     // wall-clock time, converted from the monotonic timestamp
+	Monotonic   time.Duration // CLOCK_MONOTONIC timestamp from the kernel
+	Type        EventType
+	Verdict     Verdict
+	Reason      DropReason // ReasonNone for forwarded packets
+	Direction   policy.Direction
+	Protocol    policy.Protocol
+	Source      netip.Addr // invalid when the packet had no IPv4 header
+	Destination netip.Addr
+	// SourcePort and DestinationPort are the L4 ports in host order. For ICMP echo they hold
+	// the echo id (request: source port; reply: destination port).
+	SourcePort      uint16
+	DestinationPort uint16
+	ICMPType        uint8 // for ICMP
+	EpID            uint32
+	SrcIdentity     identity.Identity
+	DstIdentity     identity.Identity
+	RuleID          uint32 // rule that allowed or denied the flow; 0 when none (default)
+	IfIndex         uint32
+	Length          uint32 // packet length including the Ethernet header
+}
+
+// EventReader reads flow events from the ring buffer. Use one reader at a time per
+// Datapath: events are consumed by whoever reads them first.
+type EventReader struct {
+	rd *ringbuf.Reader
+	// wall - monotonic at creation, to convert kernel timestamps.
+	offset time.Duration
+	rec    ringbuf.Record
+}
+
+// Events opens a reader on the flow event ring buffer.
+func (d *Datapath) Events() (*EventReader, error) {
+	rd, err := ringbuf.NewReader(d.objs.Events)
+	if err != nil {
+		return nil, fmt.Errorf("opening flow event reader: %w", err)
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		rd.Close()
+		return nil, fmt.Errorf("reading monotonic clock: %w", err)
+	}
+	offset := time.Duration(time.Now().UnixNano() - ts.Nano())
+	return &EventReader{rd: rd, offset: offset}, nil
+}
+
+// Read blocks until an event arrives, the deadline passes (os.ErrDeadlineExceeded) or the
+// reader is closed (os.ErrClosed, also ringbuf.ErrClosed).
+func (r *EventReader) Read() (FlowEvent, error) {
+	if err := r.rd.ReadInto(&r.rec); err != nil {
+		return FlowEvent{}, fmt.Errorf("reading flow event: %w", err)
+	}
+	return decodeEvent(r.rec.RawSample, r.offset)
+}
+
+// SetDeadline makes Read return os.ErrDeadlineExceeded once t has passed (zero: no deadline).
+func (r *EventReader) SetDeadline(t time.Time) { r.rd.SetDeadline(t) }
+
+// Close stops the reader; a blocked Read returns.
+func (r *EventReader) Close() error {
+	if err := r.rd.Close(); err != nil {
+		return fmt.Errorf("closing flow event reader: %w", err)
+	}
+	return nil
+}
+
+func decodeEvent(raw []byte, offset time.Duration) (FlowEvent, error) {
+	var e rampartFlowEvent
+	if err := binary.Read(bytes.NewReader(raw), binary.NativeEndian, &e); err != nil {
+		return FlowEvent{}, fmt.Errorf("decoding flow event (%d bytes): %w", len(raw), err)
+	}
+	out := FlowEvent{
+		Monotonic:       time.Duration(e.TimestampNs),
+		Type:            EventType(e.Type),
+		Verdict:         Verdict(e.Verdict),
+		Reason:          DropReason(e.Reason),
+		Direction:       policy.Direction(e.Direction),
+		Protocol:        policy.Protocol(e.Protocol),
+		SourcePort:      ntohs(e.Sport),
+		DestinationPort: ntohs(e.Dport),
+		ICMPType:        e.IcmpType,
+		EpID:            e.EpId,
+		SrcIdentity:     e.SrcIdentity,
+		DstIdentity:     e.DstIdentity,
+		RuleID:          e.RuleId,
+		IfIndex:         e.Ifindex,
+		Length:          e.Length,
+	}
+	out.Time = time.Unix(0, 0).Add(offset + out.Monotonic)
+	switch e.Family {
+	case familyV4:
+		out.Source = netip.AddrFrom4([4]byte(e.Saddr[:4]))
+		out.Destination = netip.AddrFrom4([4]byte(e.Daddr[:4]))
+	case familyV6:
+		out.Source = netip.AddrFrom16(e.Saddr)
+		out.Destination = netip.AddrFrom16(e.Daddr)
+	}
+	return out, nil
+}

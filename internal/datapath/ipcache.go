@@ -1,0 +1,66 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/rampartnet/rampart/internal/mapstate"
+)
+
+// ApplyIPCache makes the ipcache map equal to desired: new and changed prefixes are written
+// first, then prefixes no longer wanted are deleted, so an address never falls back to a
+// shorter prefix (ultimately world) while its own entry is being replaced.
+func (d *Datapath) ApplyIPCache(desired map[netip.Prefix]mapstate.IPCacheEntry) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	want := make(map[netip.Prefix]mapstate.IPCacheEntry, len(desired))
+	for p, e := range desired {
+		if !p.IsValid() {
+			return fmt.Errorf("applying ipcache: invalid prefix %v", p)
+		}
+		want[canonicalPrefix(p)] = e
+	}
+	for p, e := range want {
+		if cur, ok := d.ipcache[p]; ok && cur == e {
+			continue
+		}
+		k, err := ipcacheKey(p)
+		if err != nil {
+			return fmt.Errorf("applying ipcache: %w", err)
+		}
+		v := rampartIpcacheValue{Identity: e.Identity, CidrIdentity: e.Secondary}
+		if err := d.objs.Ipcache.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("applying ipcache: writing %v: %w", p, err)
+		}
+		d.ipcache[p] = e
+	}
+	for p := range d.ipcache {
+		if _, ok := want[p]; ok {
+			continue
+		}
+		k, err := ipcacheKey(p)
+		if err != nil {
+			return fmt.Errorf("applying ipcache: %w", err)
+		}
+		if err := d.objs.Ipcache.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("applying ipcache: deleting %v: %w", p, err)
+		}
+		delete(d.ipcache, p)
+	}
+	return nil
+}
+
+// InstalledIPCache returns the ipcache entries as last written (or read back on Open).
+func (d *Datapath) InstalledIPCache() map[netip.Prefix]mapstate.IPCacheEntry {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[netip.Prefix]mapstate.IPCacheEntry, len(d.ipcache))
+	for p, e := range d.ipcache {
+		out[p] = e
+	}
+	return out
+}

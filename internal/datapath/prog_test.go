@@ -1,0 +1,568 @@
+package datapath
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// The fixture world. The endpoint under test sits on ifindex 1: BPF_PROG_RUN runs a tc
+// program on the loopback device unless the __sk_buff context names another interface
+// (see skbContext), so ifindex 1 needs no device setup.
+const (
+	epIfindex = 1
+	epID      = 7
+	epIdent   = identity.Identity(1000)
+	idA       = identity.Identity(2000)
+	idB       = identity.Identity(3000)
+	idPod     = identity.Identity(4000)
+	cidrID    = identity.FirstCIDR + 1
+	flagged   = identity.EndpointCIDRFlag | cidrID
+)
+
+var (
+	epIP   = addr("198.18.0.10")
+	ipA    = addr("198.18.0.20")
+	ipB    = addr("198.18.0.30")
+	ipPod  = addr("198.18.1.5")  // an endpoint inside the policy CIDR
+	ipCIDR = addr("198.18.1.6")  // a plain address inside the policy CIDR
+	ipOut  = addr("203.0.113.9") // world
+)
+
+const (
+	tcp  = policy.ProtoTCP
+	udp  = policy.ProtoUDP
+	icmp = policy.ProtoICMP
+	in   = policy.Ingress
+	out  = policy.Egress
+)
+
+type fixture struct {
+	t     *testing.T
+	d     *Datapath
+	ev    *EventReader
+	sport uint16
+}
+
+func newFixture(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	d := openTest(t, cfg)
+	err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+		netip.MustParsePrefix("0.0.0.0/0"):       {Identity: identity.World},
+		netip.MustParsePrefix("198.18.0.10/32"):  {Identity: epIdent},
+		netip.MustParsePrefix("198.18.0.20/32"):  {Identity: idA},
+		netip.MustParsePrefix("198.18.0.30/32"):  {Identity: idB},
+		netip.MustParsePrefix("198.18.1.0/24"):   {Identity: cidrID},
+		netip.MustParsePrefix("198.18.1.5/32"):   {Identity: idPod, Secondary: flagged},
+		netip.MustParsePrefix("198.18.255.0/24"): {Identity: identity.FirstCIDR + 2},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, d: d, ev: eventsOf(t, d), sport: 40000}
+}
+
+func (f *fixture) apply(enforceIn, enforceOut bool, es ...entry) {
+	f.t.Helper()
+	err := f.d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent},
+		mapstate.EndpointPolicy{EnforceIngress: enforceIn, EnforceEgress: enforceOut, Entries: entries(es...)})
+	if err != nil {
+		f.t.Fatalf("ApplyEndpoint: %v", err)
+	}
+}
+
+// toEp runs the tc egress program (packet entering the endpoint: ingress policy).
+func (f *fixture) toEp(p packet) uint32 {
+	f.t.Helper()
+	return run(f.t, f.d.objs.RampartToEp, p.bytes(), epIfindex)
+}
+
+// fromEp runs the tc ingress program (packet sent by the endpoint: egress policy).
+func (f *fixture) fromEp(p packet) uint32 {
+	f.t.Helper()
+	return run(f.t, f.d.objs.RampartFromEp, p.bytes(), epIfindex)
+}
+
+// port returns a source port not used before in this fixture (a new flow).
+func (f *fixture) port() uint16 { f.sport++; return f.sport }
+
+func (f *fixture) synIn(src netip.Addr, dport uint16) packet {
+	return packet{src: src, dst: epIP, proto: uint8(tcp), sport: f.port(), dport: dport, tcpFlags: 0x02}
+}
+
+func (f *fixture) drain() {
+	f.t.Helper()
+	for {
+		f.ev.SetDeadline(time.Now().Add(20 * time.Millisecond))
+		if _, err := f.ev.Read(); err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				f.t.Fatalf("draining events: %v", err)
+			}
+			return
+		}
+	}
+}
+
+// expectDrop checks a drop verdict and its event's reason.
+func (f *fixture) expectDrop(name string, ret uint32, reason DropReason) {
+	f.t.Helper()
+	if ret != actShot {
+		f.t.Errorf("%s: verdict %d, want drop", name, ret)
+		f.drain()
+		return
+	}
+	ev := nextEvent(f.t, f.ev)
+	if ev.Type != EventDrop || ev.Verdict != VerdictDropped || ev.Reason != reason {
+		f.t.Errorf("%s: event %v/%v/%v, want drop/dropped/%v", name, ev.Type, ev.Verdict, ev.Reason, reason)
+	}
+}
+
+func (f *fixture) expectPass(name string, ret uint32) {
+	f.t.Helper()
+	if ret != actOK {
+		f.t.Errorf("%s: verdict %d, want pass", name, ret)
+	}
+	f.drain()
+}
+
+func TestTCPByIdentityAndPort(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, false, e(allow(idA, in, tcp, 80, 16, 11)))
+
+	f.expectPass("A:80", f.toEp(f.synIn(ipA, 80)))
+	f.expectDrop("A:81", f.toEp(f.synIn(ipA, 81)), ReasonPolicyDefault)
+	f.expectDrop("B:80", f.toEp(f.synIn(ipB, 80)), ReasonPolicyDefault)
+	f.expectDrop("world:80", f.toEp(f.synIn(ipOut, 80)), ReasonPolicyDefault)
+	// UDP to the same port is another protocol.
+	f.expectDrop("A:80/udp", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 80}), ReasonPolicyDefault)
+
+	// Egress is not enforced: anything leaving passes.
+	f.expectPass("egress unenforced", f.fromEp(packet{src: epIP, dst: ipOut, proto: uint8(tcp), sport: f.port(), dport: 443, tcpFlags: 0x02}))
+
+	// Deny entries beat the unenforced default too.
+	f.apply(false, false, e(deny(idA, in, tcp, 80, 16, 12)))
+	f.expectDrop("deny without enforcement", f.toEp(f.synIn(ipA, 80)), ReasonPolicyDeny)
+	f.expectPass("no entry without enforcement", f.toEp(f.synIn(ipB, 80)))
+}
+
+func TestPortRangePrefix(t *testing.T) {
+	f := newFixture(t, Config{})
+	// 8080/13 covers 8080-8087.
+	f.apply(true, false, e(allow(idA, in, tcp, 8080, 13, 1)))
+	for _, c := range []struct {
+		port uint16
+		pass bool
+	}{{8079, false}, {8080, true}, {8083, true}, {8087, true}, {8088, false}, {80, false}} {
+		ret := f.toEp(f.synIn(ipA, c.port))
+		if c.pass {
+			f.expectPass("port", ret)
+		} else {
+			f.expectDrop("port", ret, ReasonPolicyDefault)
+		}
+	}
+	// Any port of a protocol (prefix length 0) and any protocol.
+	f.apply(true, false, e(allow(idA, in, udp, 0, 0, 2)), e(allow(idB, in, policy.ProtoAny, 0, 0, 3)))
+	f.expectPass("udp any port", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 9999}))
+	f.expectDrop("tcp not allowed for A", f.toEp(f.synIn(ipA, 9999)), ReasonPolicyDefault)
+	f.expectPass("any proto B tcp", f.toEp(f.synIn(ipB, 1)))
+	f.expectPass("any proto B sctp", f.toEp(packet{src: ipB, dst: epIP, proto: uint8(policy.ProtoSCTP), sport: f.port(), dport: 5}))
+	f.expectPass("any proto B icmp", f.toEp(packet{src: ipB, dst: epIP, proto: uint8(icmp), icmpType: 13}))
+}
+
+func TestAnyAndSecondaryIdentity(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, false,
+		e(allow(identity.Any, in, udp, 53, 16, 1)),
+		e(allow(flagged, in, tcp, 443, 16, 2)),
+		e(allow(cidrID, in, tcp, 8443, 16, 3)),
+	)
+	f.expectPass("any identity, A", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 53}))
+	f.expectPass("any identity, world", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 53}))
+	f.expectPass("flagged CIDR identity of a pod", f.toEp(f.synIn(ipPod, 443)))
+	f.expectDrop("plain address in CIDR is not a pod", f.toEp(f.synIn(ipCIDR, 443)), ReasonPolicyDefault)
+	f.expectPass("plain CIDR identity", f.toEp(f.synIn(ipCIDR, 8443)))
+	f.expectDrop("pod does not carry the plain CIDR identity", f.toEp(f.synIn(ipPod, 8443)), ReasonPolicyDefault)
+}
+
+func TestDenyWinsAcrossLookups(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, false,
+		// peer allow, any-identity deny
+		e(allow(idA, in, tcp, 80, 16, 1)),
+		e(deny(identity.Any, in, tcp, 80, 16, 2)),
+		// any-identity allow, peer deny
+		e(allow(identity.Any, in, tcp, 81, 16, 3)),
+		e(deny(idA, in, tcp, 81, 16, 4)),
+		// peer allow all, flagged-CIDR deny on 22
+		e(allow(idPod, in, policy.ProtoAny, 0, 0, 5)),
+		e(deny(flagged, in, tcp, 22, 16, 6)),
+		// flagged allow, peer deny
+		e(allow(flagged, in, tcp, 23, 16, 7)),
+		e(deny(idPod, in, tcp, 23, 16, 8)),
+	)
+	check := func(name string, src netip.Addr, port uint16, rule uint32) {
+		t.Helper()
+		ret := f.toEp(f.synIn(src, port))
+		if ret != actShot {
+			t.Errorf("%s: verdict %d, want drop", name, ret)
+			f.drain()
+			return
+		}
+		ev := nextEvent(t, f.ev)
+		if ev.Reason != ReasonPolicyDeny || ev.RuleID != rule {
+			t.Errorf("%s: reason %v rule %d, want policy-deny rule %d", name, ev.Reason, ev.RuleID, rule)
+		}
+	}
+	check("any deny over peer allow", ipA, 80, 2)
+	check("peer deny over any allow", ipA, 81, 4)
+	check("flagged deny over peer allow", ipPod, 22, 6)
+	check("peer deny over flagged allow", ipPod, 23, 8)
+	f.expectDrop("B:80 denied by any", f.toEp(f.synIn(ipB, 80)), ReasonPolicyDeny)
+	f.expectPass("B:81 allowed by any", f.toEp(f.synIn(ipB, 81)))
+}
+
+func TestConntrackEstablishedAndReply(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, true, e(allow(idA, in, tcp, 80, 16, 1)))
+
+	syn := f.synIn(ipA, 80)
+	f.expectPass("syn", f.toEp(syn))
+	reply := packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: 80, dport: syn.sport, tcpFlags: 0x12}
+	f.expectPass("syn-ack (reply, egress enforced)", f.fromEp(reply))
+
+	// Remove the allow: the flow continues, new flows are dropped.
+	f.apply(true, true)
+	ack := syn
+	ack.tcpFlags = 0x10
+	f.expectPass("established after removal", f.toEp(ack))
+	reply.tcpFlags = 0x10
+	f.expectPass("reply after removal", f.fromEp(reply))
+	f.expectDrop("new flow after removal", f.toEp(f.synIn(ipA, 80)), ReasonPolicyDefault)
+	// A packet from the endpoint with the flow's forward tuple in the other direction is
+	// not a reply: it is a new egress flow.
+	f.expectDrop("same tuple, other direction", f.fromEp(packet{src: ipA, dst: epIP, proto: uint8(tcp), sport: syn.sport, dport: 80, tcpFlags: 0x02}), ReasonPolicyDefault)
+
+	// RST then a fresh SYN on the same tuple: evaluated again (and dropped).
+	rst := syn
+	rst.tcpFlags = 0x04
+	f.expectPass("rst", f.toEp(rst))
+	f.expectDrop("syn reusing a closed tuple", f.toEp(syn), ReasonPolicyDefault)
+}
+
+func TestConntrackTimeout(t *testing.T) {
+	// A 1ns timeout for non-TCP: every UDP packet is a new flow again.
+	f := newFixture(t, Config{CTTimeouts: CTTimeouts{Other: time.Nanosecond}})
+	f.apply(true, true, e(allow(idA, out, udp, 53, 16, 1)))
+	q := packet{src: epIP, dst: ipA, proto: uint8(udp), sport: f.port(), dport: 53}
+	f.expectPass("query", f.fromEp(q))
+	a := packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: q.sport}
+	f.expectDrop("answer after the entry expired", f.toEp(a), ReasonPolicyDefault)
+}
+
+func TestUDP(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, true, e(allow(idA, out, udp, 53, 16, 1)))
+	q := packet{src: epIP, dst: ipA, proto: uint8(udp), sport: f.port(), dport: 53}
+	f.expectPass("query", f.fromEp(q))
+	f.expectPass("answer", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: q.sport}))
+	f.expectPass("second query, same flow", f.fromEp(q))
+	f.expectDrop("answer from another port", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 54, dport: q.sport}), ReasonPolicyDefault)
+	f.expectDrop("query to another port", f.fromEp(packet{src: epIP, dst: ipA, proto: uint8(udp), sport: f.port(), dport: 54}), ReasonPolicyDefault)
+	f.expectDrop("query to another peer", f.fromEp(packet{src: epIP, dst: ipB, proto: uint8(udp), sport: f.port(), dport: 53}), ReasonPolicyDefault)
+}
+
+func TestICMP(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, true,
+		e(allow(idA, out, icmp, 8, 16, 1)), // echo request to A
+		e(allow(idA, out, tcp, 80, 16, 2)),
+	)
+	req := packet{src: epIP, dst: ipA, proto: uint8(icmp), icmpType: 8, icmpID: 77}
+	f.expectPass("echo request", f.fromEp(req))
+	f.expectPass("echo reply", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(icmp), icmpType: 0, icmpID: 77}))
+	f.expectDrop("echo reply, other id", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(icmp), icmpType: 0, icmpID: 78}), ReasonPolicyDefault)
+	f.expectDrop("echo request from A, same id", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(icmp), icmpType: 8, icmpID: 77}), ReasonPolicyDefault)
+	f.expectDrop("echo request to B", f.fromEp(packet{src: epIP, dst: ipB, proto: uint8(icmp), icmpType: 8, icmpID: 77}), ReasonPolicyDefault)
+	// Port in the policy key is the ICMP type: timestamp (13) is not echo (8).
+	f.expectDrop("timestamp request to A", f.fromEp(packet{src: epIP, dst: ipA, proto: uint8(icmp), icmpType: 13}), ReasonPolicyDefault)
+
+	// ICMP errors are related to the flow they quote.
+	syn := packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: f.port(), dport: 80, tcpFlags: 0x02}
+	f.expectPass("syn to A", f.fromEp(syn))
+	quoted := syn.ipv4()[:28]
+	f.expectPass("unreachable about the flow", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(icmp), icmpType: 3, quoted: quoted}))
+	other := syn
+	other.sport++
+	f.expectDrop("unreachable about another flow", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(icmp), icmpType: 3, quoted: other.ipv4()[:28]}), ReasonPolicyDefault)
+	f.expectDrop("unreachable quoting too little", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(icmp), icmpType: 3, quoted: quoted[:22]}), ReasonPolicyDefault)
+}
+
+func TestIPOptions(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, false, e(allow(idA, in, tcp, 80, 16, 1)))
+	// 8 bytes of options (router alert + NOPs): ihl 7. Ports come after them.
+	opts := []byte{0x94, 0x04, 0x00, 0x00, 0x01, 0x01, 0x01, 0x00}
+	p := f.synIn(ipA, 80)
+	p.ipOptions = opts
+	f.expectPass("options, allowed port", f.toEp(p))
+	p = f.synIn(ipA, 81)
+	p.ipOptions = opts
+	f.expectDrop("options, other port", f.toEp(p), ReasonPolicyDefault)
+	// Maximum header (ihl 15, 40 bytes of options).
+	p = f.synIn(ipA, 80)
+	p.ipOptions = make([]byte, 40)
+	for i := range p.ipOptions {
+		p.ipOptions[i] = 1 // NOP
+	}
+	f.expectPass("40 bytes of options", f.toEp(p))
+}
+
+func TestMalformedAndOtherL3(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(false, false) // nothing enforced: any drop below is the parser's
+
+	syn := f.synIn(ipA, 80)
+	cases := []struct {
+		name string
+		data []byte
+	}{
+		// BPF_PROG_RUN refuses (EINVAL) IPv4 frames shorter than Ethernet + 20 bytes, so
+		// truncated IPv4 headers are sent over a real veth in TestRealTraffic instead.
+		{"truncated TCP header", func() []byte {
+			p := syn
+			p.l4 = syn.l4Bytes()[:10]
+			return p.bytes()
+		}()},
+		{"TCP header cut by tot_len", func() []byte {
+			p := syn
+			p.totLen = 20 + 12
+			return p.bytes()
+		}()},
+		{"tot_len beyond the packet", func() []byte {
+			p := syn
+			p.totLen = 400
+			return p.bytes()
+		}()},
+		{"tot_len below ihl", func() []byte {
+			p := syn
+			p.totLen = 16
+			return p.bytes()
+		}()},
+		{"ihl 4", func() []byte {
+			p := syn
+			p.ihl = 4
+			return p.bytes()
+		}()},
+		{"ihl 0", func() []byte {
+			p := syn
+			p.ihl = 0xf0 // low nibble 0
+			return p.bytes()
+		}()},
+		{"ihl beyond tot_len", func() []byte {
+			p := syn
+			p.ihl = 15
+			return p.bytes()
+		}()},
+		{"TCP data offset 2", func() []byte {
+			p := syn
+			l4 := syn.l4Bytes()
+			l4[12] = 2 << 4
+			p.l4 = l4
+			return p.bytes()
+		}()},
+		{"short UDP", packet{src: ipA, dst: epIP, proto: uint8(udp), l4: []byte{0, 1, 0, 2}}.bytes()},
+		{"short ICMP", packet{src: ipA, dst: epIP, proto: uint8(icmp), l4: []byte{8, 0, 0, 0}}.bytes()},
+		{"short SCTP", packet{src: ipA, dst: epIP, proto: uint8(policy.ProtoSCTP), l4: make([]byte, 8)}.bytes()},
+		{"IP version 6 in an IPv4 frame", func() []byte {
+			b := syn.bytes()
+			b[14] = 6<<4 | 5
+			return b
+		}()},
+		{"tiny first fragment", func() []byte {
+			p := syn
+			p.mf = true
+			p.l4 = syn.l4Bytes()[:8]
+			return p.bytes()
+		}()},
+	}
+	for _, c := range cases {
+		t.Logf("case %s (%d bytes)", c.name, len(c.data))
+		f.expectDrop(c.name, run(t, f.d.objs.RampartToEp, c.data, epIfindex), ReasonMalformed)
+		f.expectDrop(c.name+" (egress)", run(t, f.d.objs.RampartFromEp, c.data, epIfindex), ReasonMalformed)
+	}
+
+	// Ethernet padding after tot_len is fine.
+	padded := append(f.synIn(ipA, 80).bytes(), make([]byte, 30)...)
+	f.expectPass("trailing padding", run(t, f.d.objs.RampartToEp, padded, epIfindex))
+
+	f.expectPass("ARP", f.toEp(packet{ethType: 0x0806, payload: make([]byte, 28)}))
+	f.expectDrop("IPv6", f.toEp(packet{ethType: 0x86dd, payload: make([]byte, 60)}), ReasonUnsupportedL3)
+	f.expectDrop("VLAN", f.toEp(packet{ethType: 0x8100, payload: make([]byte, 60)}), ReasonUnsupportedL3)
+	// Other IP protocols have no ports and pass when not enforced.
+	f.expectPass("GRE", f.toEp(packet{src: ipA, dst: epIP, proto: 47, payload: make([]byte, 8)}))
+}
+
+func TestFragments(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, false, e(allow(idA, in, udp, 53, 16, 1)))
+
+	first := func(id uint16, dport uint16) packet {
+		return packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 5353, dport: dport, ipID: id, mf: true, payload: make([]byte, 16)}
+	}
+	later := func(id uint16, more bool) packet {
+		return packet{src: ipA, dst: epIP, proto: uint8(udp), ipID: id, mf: more, fragOffset: 3, payload: make([]byte, 24)}
+	}
+	f.expectPass("first fragment, allowed", f.toEp(first(100, 53)))
+	f.expectPass("middle fragment of allowed", f.toEp(later(100, true)))
+	f.expectPass("last fragment of allowed", f.toEp(later(100, false)))
+
+	f.expectDrop("first fragment, denied", f.toEp(first(101, 54)), ReasonPolicyDefault)
+	ret := f.toEp(later(101, false))
+	if ret != actShot {
+		t.Fatalf("later fragment of denied datagram: verdict %d", ret)
+	}
+	ev := nextEvent(t, f.ev)
+	if ev.Reason != ReasonPolicyDefault || ev.DestinationPort != 54 || ev.SourcePort != 5353 {
+		t.Errorf("later fragment of denied datagram: event %+v, want default deny with the first fragment's ports", ev)
+	}
+
+	f.expectDrop("unknown later fragment", f.toEp(later(102, false)), ReasonFragUnknown)
+	// Same IP id from another source is another datagram.
+	other := later(100, false)
+	other.src = ipB
+	f.expectDrop("later fragment, other source", f.toEp(other), ReasonFragUnknown)
+	// The record is per endpoint direction: the other program has not seen the first one.
+	f.expectDrop("later fragment, other direction", f.fromEp(later(100, false)), ReasonFragUnknown)
+
+	// Allowed later fragments pass even after the policy is removed (they belong to a
+	// datagram already allowed).
+	f.expectPass("first fragment 103", f.toEp(first(103, 53)))
+	f.apply(true, false)
+	f.expectPass("later fragment after removal", f.toEp(later(103, false)))
+	fresh := first(104, 53)
+	fresh.sport = 5354 // not the conntrack flow of the datagrams above
+	f.expectDrop("new first fragment after removal", f.toEp(fresh), ReasonPolicyDefault)
+}
+
+func TestUnknownEndpoint(t *testing.T) {
+	f := newFixture(t, Config{})
+	// No ApplyEndpoint yet: ifindex 1 has no endpoint info.
+	f.expectDrop("before apply", f.toEp(f.synIn(ipA, 80)), ReasonUnknownEndpoint)
+	f.expectDrop("ARP before apply", f.fromEp(packet{ethType: 0x0806, payload: make([]byte, 28)}), ReasonUnknownEndpoint)
+	f.apply(false, false)
+	f.expectPass("after apply", f.toEp(f.synIn(ipA, 80)))
+	if err := f.d.RemoveEndpoint(epIfindex, epID); err != nil {
+		t.Fatal(err)
+	}
+	f.expectDrop("after remove", f.toEp(f.synIn(ipA, 80)), ReasonUnknownEndpoint)
+}
+
+func TestEventsAndCounters(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, true, e(allow(idA, in, tcp, 80, 16, 41)), e(deny(idB, out, udp, 0, 0, 42)))
+
+	syn := f.synIn(ipA, 80)
+	if ret := f.toEp(syn); ret != actOK {
+		t.Fatalf("syn: %d", ret)
+	}
+	ev := nextEvent(t, f.ev)
+	want := FlowEvent{
+		Type: EventNewFlow, Verdict: VerdictForwarded, Reason: ReasonNone, Direction: in,
+		Protocol: tcp, Source: ipA, Destination: epIP, SourcePort: syn.sport, DestinationPort: 80,
+		EpID: epID, SrcIdentity: idA, DstIdentity: epIdent, RuleID: 41, IfIndex: epIfindex,
+		Length: uint32(len(syn.bytes())),
+	}
+	if ev.Time.IsZero() || time.Since(ev.Time).Abs() > time.Minute {
+		t.Errorf("event time %v, want about now", ev.Time)
+	}
+	ev.Time, ev.Monotonic = time.Time{}, 0
+	if ev != want {
+		t.Errorf("new flow event\n got %+v\nwant %+v", ev, want)
+	}
+	// Established packets send no event.
+	ack := syn
+	ack.tcpFlags = 0x10
+	if ret := f.toEp(ack); ret != actOK {
+		t.Fatalf("ack: %d", ret)
+	}
+	noEvent(t, f.ev)
+
+	q := packet{src: epIP, dst: ipB, proto: uint8(udp), sport: 1234, dport: 53, payload: make([]byte, 10)}
+	if ret := f.fromEp(q); ret != actShot {
+		t.Fatalf("denied udp: %d", ret)
+	}
+	ev = nextEvent(t, f.ev)
+	ev.Time, ev.Monotonic = time.Time{}, 0
+	want = FlowEvent{
+		Type: EventDrop, Verdict: VerdictDropped, Reason: ReasonPolicyDeny, Direction: out,
+		Protocol: udp, Source: epIP, Destination: ipB, SourcePort: 1234, DestinationPort: 53,
+		EpID: epID, SrcIdentity: epIdent, DstIdentity: idB, RuleID: 42, IfIndex: epIfindex,
+		Length: uint32(len(q.bytes())),
+	}
+	if ev != want {
+		t.Errorf("drop event\n got %+v\nwant %+v", ev, want)
+	}
+	if ev.Reason.String() != "policy-deny" || ev.Verdict.String() != "dropped" || ev.Type.String() != "drop" {
+		t.Errorf("names: %v %v %v", ev.Reason, ev.Verdict, ev.Type)
+	}
+
+	c, err := f.d.Counters(epID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantC := Counters{
+		IngressPackets: 2, IngressBytes: uint64(len(syn.bytes()) + len(ack.bytes())),
+		EgressDrops: 1,
+	}
+	if c != wantC {
+		t.Errorf("counters %+v, want %+v", c, wantC)
+	}
+	f.expectDrop("ingress default deny", f.toEp(f.synIn(ipB, 22)), ReasonPolicyDefault)
+	c, _ = f.d.Counters(epID)
+	if c.IngressDrops != 1 {
+		t.Errorf("ingress drops %d, want 1", c.IngressDrops)
+	}
+	if lost, err := f.d.LostEvents(); err != nil || lost != 0 {
+		t.Errorf("lost events %d (%v), want 0", lost, err)
+	}
+
+	// Removing the endpoint resets its counters.
+	if err := f.d.RemoveEndpoint(epIfindex, epID); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := f.d.Counters(epID); c != (Counters{}) {
+		t.Errorf("counters after remove %+v, want zero", c)
+	}
+}
+
+func TestLostEvents(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, false)
+	// Fill the 1 MiB ring without reading it: a record takes more than 64 bytes (8-byte
+	// header and the event).
+	n := (1 << 20) / 64
+	p := f.synIn(ipA, 80)
+	for i := 0; i < n; i++ {
+		p.sport = uint16(i)
+		if ret := f.toEp(p); ret != actShot {
+			t.Fatalf("packet %d: verdict %d", i, ret)
+		}
+	}
+	lost, err := f.d.LostEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost == 0 {
+		t.Fatalf("no lost events after %d drops into a 1 MiB ring", n)
+	}
+	c, _ := f.d.Counters(epID)
+	if c.IngressDrops != uint64(n) {
+		t.Errorf("drops %d, want %d (losing events must not lose counts)", c.IngressDrops, n)
+	}
+}
