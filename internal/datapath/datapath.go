@@ -24,6 +24,9 @@ type Config struct {
 	PinDir string
 	// CTTimeouts overrides the conntrack idle timeouts; zero fields keep the defaults.
 	CTTimeouts CTTimeouts
+
+	// maxEntries overrides map sizes by map name (tests: a tiny policy map to fill).
+	maxEntries map[string]uint32
 }
 
 // CTTimeouts are conntrack idle timeouts (time since a flow's last packet).
@@ -75,6 +78,13 @@ func Open(cfg Config) (*Datapath, error) {
 	}
 	if err := setTimeouts(spec, cfg.CTTimeouts); err != nil {
 		return nil, err
+	}
+	for name, n := range cfg.maxEntries {
+		ms, ok := spec.Maps[name]
+		if !ok {
+			return nil, fmt.Errorf("sizing map %s: not in the BPF object", name)
+		}
+		ms.MaxEntries = n
 	}
 	d := &Datapath{pinDir: cfg.PinDir}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}

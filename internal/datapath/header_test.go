@@ -1,0 +1,135 @@
+package datapath
+
+import (
+	"bufio"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+func mapstateKey5(proto policy.Protocol, port uint16, plen uint8) mapstate.Key {
+	return mapstate.Key{Identity: 9, Direction: policy.Ingress, Protocol: proto, Port: port, PortPrefixLen: plen}
+}
+
+// TestHeaderConstants checks that the Go mirrors of rampart.h's #defines (which bpf2go does
+// not export) have the C values, and that every drop reason has a Go name.
+func TestHeaderConstants(t *testing.T) {
+	f, err := os.Open("../../bpf/include/rampart.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	def := regexp.MustCompile(`^#define\s+(\w+)\s+\(?([0-9a-fA-Fx]+)u?(?:\s*<<\s*(\d+)\))?`)
+	c := map[string]uint64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := def.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		v, err := strconv.ParseUint(m[2], 0, 64)
+		if err != nil {
+			continue
+		}
+		if m[3] != "" {
+			s, _ := strconv.Atoi(m[3])
+			v <<= s
+		}
+		c[m[1]] = v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	want := map[string]uint64{
+		"RAMPART_FAMILY_V4":       familyV4,
+		"RAMPART_FAMILY_V6":       familyV6,
+		"DIR_INGRESS":             uint64(policy.Ingress),
+		"DIR_EGRESS":              uint64(policy.Egress),
+		"EP_ENFORCE_INGRESS":      enforceIngress,
+		"EP_ENFORCE_EGRESS":       enforceEgress,
+		"POLICY_ALLOW":            policyAllow,
+		"POLICY_DENY":             policyDeny,
+		"VERDICT_FORWARDED":       uint64(VerdictForwarded),
+		"VERDICT_DROPPED":         uint64(VerdictDropped),
+		"EVENT_NEW_FLOW":          uint64(EventNewFlow),
+		"EVENT_DROP":              uint64(EventDrop),
+		"REASON_NONE":             uint64(ReasonNone),
+		"REASON_POLICY_DENY":      uint64(ReasonPolicyDeny),
+		"REASON_POLICY_DEFAULT":   uint64(ReasonPolicyDefault),
+		"REASON_MALFORMED":        uint64(ReasonMalformed),
+		"REASON_FRAG_UNKNOWN":     uint64(ReasonFragUnknown),
+		"REASON_UNKNOWN_ENDPOINT": uint64(ReasonUnknownEndpoint),
+		"REASON_UNSUPPORTED_L3":   uint64(ReasonUnsupportedL3),
+		"ID_UNKNOWN":              uint64(identity.Any),
+		"ID_HOST":                 uint64(identity.Host),
+		"ID_WORLD":                uint64(identity.World),
+		"ID_FLAG_ENDPOINT_CIDR":   uint64(identity.EndpointCIDRFlag),
+	}
+	for name, v := range want {
+		got, ok := c[name]
+		if !ok {
+			t.Errorf("%s not found in rampart.h", name)
+			continue
+		}
+		if got != v {
+			t.Errorf("%s = %d in rampart.h, %d in Go", name, got, v)
+		}
+	}
+	reasons := 0
+	for name, v := range c {
+		if len(name) > 7 && name[:7] == "REASON_" {
+			reasons++
+			if _, ok := reasonNames[DropReason(v)]; !ok {
+				t.Errorf("%s (%d) has no Go name", name, v)
+			}
+		}
+	}
+	if reasons != len(reasonNames) {
+		t.Errorf("%d reasons in rampart.h, %d in Go", reasons, len(reasonNames))
+	}
+}
+
+func TestPolicyKeyConversion(t *testing.T) {
+	for _, c := range []struct {
+		proto  policy.Protocol
+		port   uint16
+		plen   uint8
+		want   uint32
+		masked uint16
+	}{
+		{policy.ProtoAny, 0, 0, 72, 0},
+		{policy.ProtoTCP, 0, 0, 80, 0},
+		{policy.ProtoTCP, 80, 16, 96, 80},
+		{policy.ProtoTCP, 8083, 13, 93, 8080},
+		{policy.ProtoUDP, 0xffff, 1, 81, 0x8000},
+	} {
+		k, err := policyKey(5, mapstateKey5(c.proto, c.port, c.plen))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.Prefixlen != c.want || k.EpId != 5 || k.Protocol != uint8(c.proto) {
+			t.Errorf("%v/%d/%d: key %+v, want prefixlen %d", c.proto, c.port, c.plen, k, c.want)
+		}
+		// The port is stored in network byte order: its first byte is the high byte.
+		b := [2]byte{byte(k.Dport), byte(k.Dport >> 8)}
+		if got := uint16(b[0])<<8 | uint16(b[1]); got != c.masked {
+			t.Errorf("%v/%d/%d: port bytes %x, want %d", c.proto, c.port, c.plen, b, c.masked)
+		}
+		_, back, ok := mapstateKey(k)
+		if !ok || back.Port != c.masked || back.PortPrefixLen != c.plen || back.Protocol != c.proto {
+			t.Errorf("%v/%d/%d: round trip %+v", c.proto, c.port, c.plen, back)
+		}
+	}
+	if _, err := policyKey(1, mapstateKey5(policy.ProtoAny, 80, 16)); err == nil {
+		t.Error("port prefix with any protocol accepted")
+	}
+	if _, err := policyKey(1, mapstateKey5(policy.ProtoTCP, 80, 17)); err == nil {
+		t.Error("port prefix 17 accepted")
+	}
+}

@@ -1,0 +1,24 @@
+#!/bin/sh
+# Regenerates the bpf2go output (internal/datapath/rampart_bpfel.{go,o}) from bpf/ into the
+# tree and fails if anything differs from what is committed: the committed object must be
+# what the committed C source builds to. Needs clang and llvm-strip (the object bytes depend
+# on the clang version; the project's machines all have the same one).
+set -eu
+cd "$(dirname "$0")/.."
+
+go generate ./internal/datapath/
+
+status=0
+if ! git diff --exit-code --stat -- internal/datapath/; then
+	status=1
+fi
+untracked=$(git ls-files --others --exclude-standard -- 'internal/datapath/*_bpfel.*')
+if [ -n "$untracked" ]; then
+	echo "untracked generated files: $untracked"
+	status=1
+fi
+if [ "$status" -ne 0 ]; then
+	echo "check-generate: generated BPF files are out of date; run 'go generate ./internal/datapath/' and commit them" >&2
+	exit 1
+fi
+echo "check-generate: generated BPF files are up to date"
