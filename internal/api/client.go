@@ -1,0 +1,206 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+)
+
+// DefaultSocket is where rampartd listens unless told otherwise.
+const DefaultSocket = "/run/rampart/rampart.sock"
+
+// Client talks to an agent over its Unix socket.
+type Client struct {
+	socket string
+	http   *http.Client
+}
+
+// NewClient returns a client for the agent listening at socket.
+func NewClient(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}
+	return &Client{socket: socket, http: &http.Client{Transport: tr}}
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	resp, err := c.send(ctx, method, path, in)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decoding agent response: %w", err)
+	}
+	return nil
+}
+
+func (c *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("encoding request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://rampart"+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("talking to the agent at %s (is rampartd running?): %w", c.socket, unwrapURL(err))
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		e := &Error{Status: resp.StatusCode}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(b, e) != nil || e.Message == "" {
+			e.Message = fmt.Sprintf("agent answered %s: %s", resp.Status, bytes.TrimSpace(b))
+		}
+		return nil, e
+	}
+	return resp, nil
+}
+
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+func esc(s string) string { return url.PathEscape(s) }
+
+// Status returns the agent's status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var s Status
+	return s, c.do(ctx, "GET", "/v1/status", nil, &s)
+}
+
+// ListEndpoints lists endpoints.
+func (c *Client) ListEndpoints(ctx context.Context) ([]Endpoint, error) {
+	var v []Endpoint
+	return v, c.do(ctx, "GET", "/v1/endpoints", nil, &v)
+}
+
+// GetEndpoint returns one endpoint with its counters.
+func (c *Client) GetEndpoint(ctx context.Context, namespace, name string) (Endpoint, error) {
+	var v Endpoint
+	return v, c.do(ctx, "GET", "/v1/endpoints/"+esc(namespace)+"/"+esc(name), nil, &v)
+}
+
+// AddEndpoint creates an endpoint.
+func (c *Client) AddEndpoint(ctx context.Context, spec EndpointSpec) (Endpoint, error) {
+	var v Endpoint
+	return v, c.do(ctx, "POST", "/v1/endpoints", spec, &v)
+}
+
+// DeleteEndpoint deletes an endpoint.
+func (c *Client) DeleteEndpoint(ctx context.Context, namespace, name string) error {
+	return c.do(ctx, "DELETE", "/v1/endpoints/"+esc(namespace)+"/"+esc(name), nil, nil)
+}
+
+// LabelEndpoint changes an endpoint's labels.
+func (c *Client) LabelEndpoint(ctx context.Context, namespace, name string, change LabelChange) (Endpoint, error) {
+	var v Endpoint
+	return v, c.do(ctx, "POST", "/v1/endpoints/"+esc(namespace)+"/"+esc(name)+"/labels", change, &v)
+}
+
+// ListNamespaces lists namespaces.
+func (c *Client) ListNamespaces(ctx context.Context) ([]Namespace, error) {
+	var v []Namespace
+	return v, c.do(ctx, "GET", "/v1/namespaces", nil, &v)
+}
+
+// LabelNamespace changes a namespace's labels, creating the namespace if needed.
+func (c *Client) LabelNamespace(ctx context.Context, namespace string, change LabelChange) (Namespace, error) {
+	var v Namespace
+	return v, c.do(ctx, "POST", "/v1/namespaces/"+esc(namespace)+"/labels", change, &v)
+}
+
+// ListIdentities lists reserved and allocated identities.
+func (c *Client) ListIdentities(ctx context.Context) ([]Identity, error) {
+	var v []Identity
+	return v, c.do(ctx, "GET", "/v1/identities", nil, &v)
+}
+
+// ListPolicies lists stored policies.
+func (c *Client) ListPolicies(ctx context.Context) ([]Policy, error) {
+	var v []Policy
+	return v, c.do(ctx, "GET", "/v1/policies", nil, &v)
+}
+
+// Apply applies policies from manifests, all or none.
+func (c *Client) Apply(ctx context.Context, req ApplyRequest) (ChangeResult, error) {
+	var v ChangeResult
+	return v, c.do(ctx, "POST", "/v1/policies/apply", req, &v)
+}
+
+// Delete deletes the policies the manifests name, all or none.
+func (c *Client) Delete(ctx context.Context, req DeleteRequest) (ChangeResult, error) {
+	var v ChangeResult
+	return v, c.do(ctx, "POST", "/v1/policies/delete", req, &v)
+}
+
+// Trace explains the verdict for a new connection.
+func (c *Client) Trace(ctx context.Context, req TraceRequest) (TraceResult, error) {
+	var v TraceResult
+	return v, c.do(ctx, "POST", "/v1/trace", req, &v)
+}
+
+// Observe calls fn for each flow the agent streams, until the stream ends (history only),
+// ctx ends (follow) or fn returns an error.
+func (c *Client) Observe(ctx context.Context, req ObserveRequest, fn func(Flow) error) error {
+	resp, err := c.send(ctx, "POST", "/v1/observe", req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 4<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var probe struct {
+			Error *string `json:"error"`
+		}
+		if json.Unmarshal(line, &probe) == nil && probe.Error != nil {
+			return &Error{Status: http.StatusInternalServerError, Message: *probe.Error}
+		}
+		var f Flow
+		if err := json.Unmarshal(line, &f); err != nil {
+			return fmt.Errorf("decoding flow: %w", err)
+		}
+		if err := fn(f); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("reading flows: %w", err)
+	}
+	return nil
+}
+
+var _ Service = (*Client)(nil)

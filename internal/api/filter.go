@@ -1,0 +1,46 @@
+package api
+
+import "strings"
+
+// Match reports whether a flow passes the filter. Endpoint, namespace, labels and port match
+// either side of the flow.
+func (f FlowFilter) Match(fl Flow) bool {
+	sides := [2]FlowPeer{fl.Source, fl.Dest}
+	if f.Endpoint != "" && !anySide(sides, func(p FlowPeer) bool { return p.Namespace+"/"+p.Name == f.Endpoint }) {
+		return false
+	}
+	if f.Namespace != "" && !anySide(sides, func(p FlowPeer) bool { return p.Namespace == f.Namespace }) {
+		return false
+	}
+	if len(f.Labels) > 0 && !anySide(sides, func(p FlowPeer) bool { return hasLabels(p.Labels, f.Labels) }) {
+		return false
+	}
+	if f.Verdict != "" && !strings.EqualFold(f.Verdict, fl.Verdict) {
+		return false
+	}
+	if f.Port != 0 && fl.Source.Port != f.Port && fl.Dest.Port != f.Port {
+		return false
+	}
+	if f.Protocol != "" && !strings.EqualFold(f.Protocol, fl.Protocol) {
+		return false
+	}
+	return true
+}
+
+func anySide(sides [2]FlowPeer, fn func(FlowPeer) bool) bool { return fn(sides[0]) || fn(sides[1]) }
+
+func hasLabels(have []string, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range have {
+			if l == k+"="+v {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

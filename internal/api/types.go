@@ -1,0 +1,246 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Error is the body of every non-2xx response, and what the client returns for one.
+type Error struct {
+	Status  int    `json:"-"`
+	Message string `json:"error"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Status describes the running agent.
+type Status struct {
+	Instance   string    `json:"instance"`
+	PodCIDR    string    `json:"podCIDR"`
+	Router     string    `json:"router"`
+	NodeNetns  string    `json:"nodeNetns"` // "" = the agent's own namespace
+	StateDir   string    `json:"stateDir"`
+	BPFDir     string    `json:"bpfDir"`
+	StartedAt  time.Time `json:"startedAt"`
+	Endpoints  int       `json:"endpoints"`
+	Namespaces int       `json:"namespaces"`
+	Policies   int       `json:"policies"`
+	Identities int       `json:"identities"` // allocated (non-reserved) identities
+	FlowsSeen  uint64    `json:"flowsSeen"`
+	FlowsLost  uint64    `json:"flowsLost"` // events a slow observer did not get
+	// Degraded is set when a dataplane update failed and could not be rolled back; it
+	// names the problem. Enforcement is then fail-closed where it could not be restored.
+	Degraded string `json:"degraded,omitempty"`
+}
+
+// NamedPort is a port an endpoint declares by name (--port http=80/TCP).
+type NamedPort struct {
+	Name     string `json:"name"`
+	Port     uint16 `json:"port"`
+	Protocol string `json:"protocol"` // TCP, UDP, SCTP
+}
+
+// EndpointSpec is what `endpoint add` asks for.
+type EndpointSpec struct {
+	Namespace      string            `json:"namespace"`
+	Name           string            `json:"name"`
+	Labels         map[string]string `json:"labels"`
+	IP             string            `json:"ip,omitempty"` // "" = next free address
+	Ports          []NamedPort       `json:"ports,omitempty"`
+	ServiceAccount string            `json:"serviceAccount,omitempty"`
+}
+
+// Counters are an endpoint's dataplane counters (ingress = into the endpoint).
+type Counters struct {
+	IngressPackets uint64 `json:"ingressPackets"`
+	IngressBytes   uint64 `json:"ingressBytes"`
+	IngressDrops   uint64 `json:"ingressDrops"`
+	EgressPackets  uint64 `json:"egressPackets"`
+	EgressBytes    uint64 `json:"egressBytes"`
+	EgressDrops    uint64 `json:"egressDrops"`
+}
+
+// Endpoint is an endpoint as the agent knows it.
+type Endpoint struct {
+	Namespace      string            `json:"namespace"`
+	Name           string            `json:"name"`
+	Labels         map[string]string `json:"labels"`
+	IP             string            `json:"ip"`
+	Ports          []NamedPort       `json:"ports,omitempty"`
+	ServiceAccount string            `json:"serviceAccount,omitempty"`
+	EpID           uint32            `json:"epID"`
+	Identity       uint32            `json:"identity"`
+	// IdentityLabels is the full label set the identity stands for (own labels plus
+	// namespace, namespace labels, cluster and service account), sorted k=v.
+	IdentityLabels []string  `json:"identityLabels,omitempty"`
+	HostInterface  string    `json:"hostInterface"`
+	Netns          string    `json:"netns"` // path, for nsenter --net
+	EnforceIngress bool      `json:"enforceIngress"`
+	EnforceEgress  bool      `json:"enforceEgress"`
+	Counters       *Counters `json:"counters,omitempty"` // only from Get
+}
+
+// Key returns "namespace/name".
+func (e Endpoint) Key() string { return e.Namespace + "/" + e.Name }
+
+// LabelChange sets and removes labels (`namespace label NS k=v k-`).
+type LabelChange struct {
+	Set    map[string]string `json:"set,omitempty"`
+	Remove []string          `json:"remove,omitempty"`
+}
+
+// Namespace is a namespace and its labels (kubernetes.io/metadata.name included).
+type Namespace struct {
+	Name      string            `json:"name"`
+	Labels    map[string]string `json:"labels"`
+	Endpoints int               `json:"endpoints"`
+}
+
+// Identity is one identity: reserved, endpoint (labels) or CIDR (prefix).
+type Identity struct {
+	ID        uint32   `json:"id"`
+	Kind      string   `json:"kind"` // reserved, endpoint, cidr
+	Labels    []string `json:"labels,omitempty"`
+	Prefix    string   `json:"prefix,omitempty"`
+	Endpoints []string `json:"endpoints,omitempty"` // ns/name of endpoints that have it
+}
+
+// Document is one manifest file (or stdin) as read by the CLI. Source names it in errors.
+type Document struct {
+	Source string `json:"source"`
+	Data   string `json:"data"`
+}
+
+// ApplyRequest applies every policy in every document, or none of them.
+type ApplyRequest struct {
+	Documents []Document `json:"documents"`
+}
+
+// DeleteRequest deletes the policies named by the documents (kind, namespace and name are
+// what counts), all or none.
+type DeleteRequest struct {
+	Documents      []Document `json:"documents"`
+	IgnoreNotFound bool       `json:"ignoreNotFound,omitempty"`
+}
+
+// PolicyChange reports what happened to one policy.
+type PolicyChange struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Action    string `json:"action"` // created, configured, unchanged, deleted, not found
+}
+
+// ChangeResult is the answer to apply and delete.
+type ChangeResult struct {
+	Changes []PolicyChange `json:"changes"`
+}
+
+// Rule summarises one rule of a policy.
+type Rule struct {
+	ID          uint32 `json:"id"`
+	Description string `json:"description"`
+	Direction   string `json:"direction"`
+	Deny        bool   `json:"deny,omitempty"`
+	Selector    string `json:"selector"`
+}
+
+// Policy is a stored policy.
+type Policy struct {
+	Kind      string          `json:"kind"`
+	Namespace string          `json:"namespace,omitempty"`
+	Name      string          `json:"name"`
+	Source    string          `json:"source"`
+	Rules     []Rule          `json:"rules"`
+	Raw       json.RawMessage `json:"raw,omitempty"`
+}
+
+// Ref names a policy: Kind/namespace/name (namespace empty for clusterwide ones).
+func (p Policy) Ref() string { return p.Kind + "/" + p.Namespace + "/" + p.Name }
+
+// TraceRequest asks how the dataplane decides a new connection.
+type TraceRequest struct {
+	From     string `json:"from"` // ns/name or IP
+	To       string `json:"to"`
+	Port     uint16 `json:"port"`
+	Protocol string `json:"protocol"` // TCP, UDP, SCTP, ICMP
+}
+
+// RuleRef points at a rule of a policy.
+type RuleRef struct {
+	ID     uint32 `json:"id"`
+	Policy string `json:"policy"` // Kind/namespace/name
+	Rule   string `json:"rule"`   // e.g. ingress[0]
+}
+
+// TraceSide is the verdict at one enforcement point: the source's egress or the
+// destination's ingress.
+type TraceSide struct {
+	Direction string   `json:"direction"` // egress (at From) or ingress (at To)
+	Endpoint  string   `json:"endpoint"`  // ns/name
+	Enforced  bool     `json:"enforced"`  // default deny in this direction
+	Allowed   bool     `json:"allowed"`
+	Reason    string   `json:"reason"` // e.g. "allowed by rule", "denied by rule", "no rule allows (default deny)", "not enforced"
+	Rule      *RuleRef `json:"rule,omitempty"`
+}
+
+// TraceResult is the answer to a trace. Sides has one entry per managed endpoint on the
+// path (traffic from or to a non-endpoint address has one side).
+type TraceResult struct {
+	From       string      `json:"from"`
+	To         string      `json:"to"`
+	FromIdent  uint32      `json:"fromIdentity"`
+	ToIdent    uint32      `json:"toIdentity"`
+	Allowed    bool        `json:"allowed"`
+	Sides      []TraceSide `json:"sides"`
+	Protocol   string      `json:"protocol"`
+	Port       uint16      `json:"port"`
+	Diagnostic string      `json:"diagnostic,omitempty"`
+}
+
+// FlowPeer is one side of a flow, decorated with what the agent knows of the address.
+type FlowPeer struct {
+	IP        string   `json:"ip"`
+	Port      uint16   `json:"port,omitempty"`
+	Identity  uint32   `json:"identity"`
+	Namespace string   `json:"namespace,omitempty"`
+	Name      string   `json:"name,omitempty"`
+	Labels    []string `json:"labels,omitempty"` // identity labels, sorted k=v (reserved:x for reserved)
+}
+
+// Flow is one flow event: a new allowed connection or a drop.
+type Flow struct {
+	Time      time.Time `json:"time"`
+	Type      string    `json:"type"`    // new, drop
+	Verdict   string    `json:"verdict"` // FORWARDED, DROPPED
+	Reason    string    `json:"reason,omitempty"`
+	Direction string    `json:"direction"` // ingress, egress (at Endpoint)
+	Protocol  string    `json:"protocol"`  // TCP, UDP, ICMP, ...
+	ICMPType  *uint8    `json:"icmpType,omitempty"`
+	Source    FlowPeer  `json:"source"`
+	Dest      FlowPeer  `json:"destination"`
+	// Endpoint is the endpoint whose veth saw the packet (ns/name).
+	Endpoint string   `json:"endpoint"`
+	Length   uint32   `json:"length"`
+	Rule     *RuleRef `json:"rule,omitempty"`
+}
+
+// FlowFilter selects flows for observe. Empty fields match everything.
+type FlowFilter struct {
+	Endpoint  string            `json:"endpoint,omitempty"`  // ns/name: either side
+	Namespace string            `json:"namespace,omitempty"` // either side
+	Labels    map[string]string `json:"labels,omitempty"`    // either side's identity labels contain all
+	Verdict   string            `json:"verdict,omitempty"`   // forwarded, dropped
+	Port      uint16            `json:"port,omitempty"`      // either port
+	Protocol  string            `json:"protocol,omitempty"`  // tcp, udp, icmp
+}
+
+// ObserveRequest asks for recent flows and, with Follow, new ones as they come.
+type ObserveRequest struct {
+	Filter FlowFilter `json:"filter"`
+	Follow bool       `json:"follow,omitempty"`
+	// Last is how many recent matching flows to send first; SinceStart sends every
+	// buffered flow since the agent started (up to the history size).
+	Last       int  `json:"last,omitempty"`
+	SinceStart bool `json:"sinceStart,omitempty"`
+}
