@@ -263,4 +263,3 @@ func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
 	<-errc
 	return nil
 }
-
