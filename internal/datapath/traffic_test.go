@@ -1,0 +1,330 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/mapstate"
+)
+
+// trafficEndpoint is a network namespace joined to the node namespace by a veth pair.
+type trafficEndpoint struct {
+	ns      string // netns path
+	hostIf  string // host-side veth in the node namespace
+	ifindex uint32 // of hostIf, in the node namespace
+	ip      netip.Addr
+	gw      netip.Addr
+}
+
+// addEndpoint creates an endpoint namespace with eth0 (ip/24, default route via gw) and the
+// host side hostIf (gw/24) in the node namespace.
+func addEndpoint(t *testing.T, node, name, hostIf string, ip, gw netip.Addr) *trafficEndpoint {
+	t.Helper()
+	ep := &trafficEndpoint{ns: newNetns(t, name), hostIf: hostIf, ip: ip, gw: gw}
+	disableIPv6(t, ep.ns)
+	hn := nlHandle(t, node)
+	he := nlHandle(t, ep.ns)
+	epFd, err := os.Open(ep.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer epFd.Close()
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: hostIf},
+		PeerName:      "eth0",
+		PeerNamespace: netlink.NsFd(int(epFd.Fd())),
+	}
+	if err := hn.LinkAdd(veth); err != nil {
+		t.Fatalf("adding veth %s: %v", hostIf, err)
+	}
+	host, err := hn.LinkByName(hostIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep.ifindex = uint32(host.Attrs().Index)
+	if err := hn.AddrAdd(host, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(gw, 24))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hn.LinkSetUp(host); err != nil {
+		t.Fatal(err)
+	}
+	eth0, err := he.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := he.AddrAdd(eth0, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(ip, 24))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := he.LinkSetUp(eth0); err != nil {
+		t.Fatal(err)
+	}
+	if err := he.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: net.IP(gw.AsSlice())}); err != nil {
+		t.Fatalf("default route: %v", err)
+	}
+	return ep
+}
+
+// disableIPv6 keeps IPv6 neighbour discovery off the veths: the dataplane drops IPv6
+// (unsupported-l3), and those drops would only add noise to the events.
+func disableIPv6(t *testing.T, ns string) {
+	t.Helper()
+	for _, k := range []string{"net/ipv6/conf/all/disable_ipv6", "net/ipv6/conf/default/disable_ipv6"} {
+		if err := writeSysctl(ns, k, "1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func prefixNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// dial connects from inside ns, bounded by timeout.
+func dial(ns string, to netip.AddrPort, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := inNetns(ns, func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", to.String(), timeout)
+		return err
+	})
+	return c, err
+}
+
+// roundTrip writes msg and expects the echo server to send it back.
+func roundTrip(c net.Conn, msg string) error {
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return err
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return err
+	}
+	if string(buf) != msg {
+		return errors.New("echo mismatch: " + string(buf))
+	}
+	return nil
+}
+
+// waitEvent reads events until match returns true or the deadline passes.
+func waitEvent(t *testing.T, r *EventReader, what string, match func(FlowEvent) bool) FlowEvent {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	r.SetDeadline(deadline)
+	for {
+		e, err := r.Read()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if match(e) {
+			return e
+		}
+	}
+}
+
+// TestRealTraffic runs TCP between two endpoint namespaces through a node namespace with
+// the programs attached on the node-side veths: allowed, then denied for new connections
+// after a policy change while the established one keeps working.
+func TestRealTraffic(t *testing.T) {
+	requirePrivileged(t)
+	suffix := randSuffix(t)
+	node := newNetns(t, "rpt-"+suffix+"-node")
+	if err := writeSysctl(node, "net/ipv4/ip_forward", "1"); err != nil {
+		t.Fatal(err)
+	}
+	disableIPv6(t, node)
+	a := addEndpoint(t, node, "rpt-"+suffix+"-a", "rpa"+suffix, addr("198.18.10.2"), addr("198.18.10.1"))
+	b := addEndpoint(t, node, "rpt-"+suffix+"-b", "rpb"+suffix, addr("198.18.20.2"), addr("198.18.20.1"))
+
+	d := openTest(t, Config{})
+	for _, ep := range []*trafficEndpoint{a, b} {
+		if err := d.Attach(node, ep.hostIf); err != nil {
+			t.Fatal(err)
+		}
+		hostIf := ep.hostIf
+		t.Cleanup(func() {
+			if err := d.Detach(node, hostIf); err != nil {
+				t.Errorf("detach: %v", err)
+			}
+		})
+	}
+	// Attaching again replaces the filters in place (what a restarted agent does).
+	if err := d.Attach(node, a.hostIf); err != nil {
+		t.Fatalf("re-attach: %v", err)
+	}
+	checkFilters(t, node, a.hostIf, 1)
+
+	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
+	err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
+		netip.PrefixFrom(a.ip, 32):         {Identity: idEpA},
+		netip.PrefixFrom(b.ip, 32):         {Identity: idEpB},
+		netip.PrefixFrom(a.gw, 32):         {Identity: identity.Host},
+		netip.PrefixFrom(b.gw, 32):         {Identity: identity.Host},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const port = 8080
+	polA := mapstate.EndpointPolicy{EnforceEgress: true, Entries: entries(e(allow(idEpB, out, tcp, port, 16, 1)))}
+	polB := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(idEpA, in, tcp, port, 16, 2)))}
+	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idEpA}, polA); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB}, polB); err != nil {
+		t.Fatal(err)
+	}
+	ev := eventsOf(t, d)
+
+	// Echo server in b.
+	var ln net.Listener
+	if err := inNetns(b.ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(b.ip, port).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+
+	server := netip.AddrPortFrom(b.ip, port)
+	c1, err := dial(a.ns, server, 5*time.Second)
+	if err != nil {
+		t.Fatalf("allowed connection: %v", err)
+	}
+	defer c1.Close()
+	if err := roundTrip(c1, "hello"); err != nil {
+		t.Fatalf("allowed connection: %v", err)
+	}
+	nf := waitEvent(t, ev, "new flow at b", func(e FlowEvent) bool { return e.Type == EventNewFlow && e.EpID == 2 })
+	if nf.Source != a.ip || nf.Destination != b.ip || nf.DestinationPort != port || nf.SrcIdentity != idEpA ||
+		nf.DstIdentity != idEpB || nf.RuleID != 2 || nf.IfIndex != b.ifindex {
+		t.Errorf("new flow event at b: %+v", nf)
+	}
+
+	// Remove the allow at b: new connections are dropped, the established one continues.
+	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB}, mapstate.EndpointPolicy{EnforceIngress: true}); err != nil {
+		t.Fatal(err)
+	}
+	if c2, err := dial(a.ns, server, time.Second); err == nil {
+		c2.Close()
+		t.Fatal("connection allowed after the allow was removed")
+	}
+	drop := waitEvent(t, ev, "drop at b", func(e FlowEvent) bool { return e.Type == EventDrop && e.EpID == 2 })
+	if drop.Reason != ReasonPolicyDefault || drop.Source != a.ip || drop.DestinationPort != port || drop.Direction != in {
+		t.Errorf("drop event: %+v", drop)
+	}
+	if err := roundTrip(c1, "still there"); err != nil {
+		t.Fatalf("established connection after policy change: %v", err)
+	}
+
+	// A frame with a truncated IPv4 header from a is dropped as malformed at its veth.
+	sendRaw(t, a.ns, "eth0", 0x0800, make([]byte, 10))
+	mal := waitEvent(t, ev, "malformed drop at a", func(e FlowEvent) bool {
+		return e.Type == EventDrop && e.EpID == 1 && e.Direction == out
+	})
+	if mal.Reason != ReasonMalformed || mal.Direction != out {
+		t.Errorf("malformed drop event: %+v", mal)
+	}
+
+	ca, err := d.Counters(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := d.Counters(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca.EgressPackets == 0 || ca.EgressBytes == 0 || ca.IngressPackets == 0 || ca.EgressDrops == 0 {
+		t.Errorf("counters of a: %+v", ca)
+	}
+	if cb.IngressPackets == 0 || cb.EgressPackets == 0 || cb.IngressDrops == 0 {
+		t.Errorf("counters of b: %+v", cb)
+	}
+
+	// Detach removes the filters and the qdisc.
+	if err := d.Detach(node, a.hostIf); err != nil {
+		t.Fatal(err)
+	}
+	checkFilters(t, node, a.hostIf, 0)
+	if err := d.Detach(node, a.hostIf); err != nil {
+		t.Errorf("second detach: %v", err)
+	}
+}
+
+// checkFilters checks that ifname has want Rampart filters on each hook.
+func checkFilters(t *testing.T, ns, ifname string, want int) {
+	t.Helper()
+	h := nlHandle(t, ns)
+	link, err := h.LinkByName(ifname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		fs, err := h.FilterList(link, parent)
+		if err != nil && want == 0 {
+			continue // qdisc gone
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fs) != want {
+			t.Errorf("%s parent %x: %d filters, want %d", ifname, parent, len(fs), want)
+		}
+		for _, f := range fs {
+			if bf, ok := f.(*netlink.BpfFilter); !ok || !bf.DirectAction {
+				t.Errorf("%s: filter %+v is not a direct-action bpf filter", ifname, f)
+			}
+		}
+	}
+}
+
+// sendRaw sends an Ethernet frame with the given ethertype and payload out of ifname in ns.
+func sendRaw(t *testing.T, ns, ifname string, ethType uint16, payload []byte) {
+	t.Helper()
+	err := inNetns(ns, func() error {
+		link, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		proto := htons(unix.ETH_P_ALL)
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(proto))
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		frame := make([]byte, 14, 14+len(payload))
+		copy(frame[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+		copy(frame[6:12], link.Attrs().HardwareAddr)
+		binary.BigEndian.PutUint16(frame[12:], ethType)
+		frame = append(frame, payload...)
+		sa := &unix.SockaddrLinklayer{Ifindex: link.Attrs().Index, Protocol: proto, Halen: 6}
+		copy(sa.Addr[:], frame[0:6])
+		return unix.Sendto(fd, frame, 0, sa)
+	})
+	if err != nil {
+		t.Fatalf("sending raw frame: %v", err)
+	}
+}
