@@ -11,9 +11,9 @@ import (
 type Kind string
 
 const (
-	KindNetworkPolicy            Kind = "NetworkPolicy"                  // networking.k8s.io/v1
-	KindCiliumNetworkPolicy      Kind = "CiliumNetworkPolicy"            // cilium.io/v2
-	KindCiliumClusterwidePolicy  Kind = "CiliumClusterwideNetworkPolicy" // cilium.io/v2
+	KindNetworkPolicy           Kind = "NetworkPolicy"                  // networking.k8s.io/v1
+	KindCiliumNetworkPolicy     Kind = "CiliumNetworkPolicy"            // cilium.io/v2
+	KindCiliumClusterwidePolicy Kind = "CiliumClusterwideNetworkPolicy" // cilium.io/v2
 )
 
 // Direction is seen from the selected (subject) endpoint.
@@ -55,6 +55,9 @@ type Policy struct {
 	Source    string // file (or "-") and document index it was read from, for messages
 	Rules     []Rule
 	// Raw is the document as read (JSON), kept so the agent can persist and show it.
+	// Parsing Raw again yields the same policy. (A Cilium JSON rule array is kept as the
+	// equivalent CiliumNetworkPolicy with its rules under specs, so that its name, which
+	// may come from the file name, survives.)
 	Raw []byte
 }
 

@@ -1,0 +1,588 @@
+package policy
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/rampartnet/rampart/internal/labels"
+)
+
+var ciliumSelector = selectorSyntax{cilium: true}
+
+// ciliumPolicy turns a CiliumNetworkPolicy or CiliumClusterwideNetworkPolicy (spec and/or
+// specs) into rules.
+func (d *docParser) ciliumPolicy(doc *yaml.Node, top []entry) ([]Rule, error) {
+	var out []Rule
+	found := false
+	for _, e := range top {
+		switch e.name {
+		case "apiVersion", "kind", "metadata":
+		case "description":
+			if _, err := d.str(e.val, e.path); err != nil {
+				return nil, err
+			}
+		case "spec":
+			rs, _, err := d.ciliumRule(e.val, e.path)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rs...)
+			found = true
+		case "specs":
+			items, err := d.sequence(e.val, e.path)
+			if err != nil {
+				return nil, err
+			}
+			if len(items) == 0 {
+				return nil, d.fail(e.val, e.path, "at least one rule is required")
+			}
+			for i, it := range items {
+				rs, _, err := d.ciliumRule(it, indexPath(e.path, i))
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, rs...)
+			}
+			found = true
+		default:
+			return nil, d.unknown(e)
+		}
+	}
+	if !found {
+		return nil, d.fail(doc, "spec", ReasonRequired+" (spec or specs)")
+	}
+	return out, nil
+}
+
+// ruleArray turns a Cilium JSON rule array (the `cilium policy import` format: a list of
+// rules without apiVersion, kind or metadata) into one CiliumNetworkPolicy in namespace
+// "default". Its name comes from a "name" (or io.cilium.k8s.policy.name) rule label, else
+// from the file name without extension.
+func (d *docParser) ruleArray(n *yaml.Node) (*Policy, error) {
+	d.kind = KindCiliumNetworkPolicy
+	d.namespace = defaultNamespace
+	items, err := d.sequence(n, "")
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, d.fail(n, "", "an empty list of Cilium rules")
+	}
+	fallback := filepath.Base(d.source)
+	fallback = strings.TrimSuffix(fallback, filepath.Ext(fallback))
+	if d.doc > 1 {
+		fallback = fmt.Sprintf("%s-%d", fallback, d.doc)
+	}
+	if d.name = d.arrayNameHint(items); d.name == "" {
+		d.name = fallback
+	}
+	var rules []Rule
+	var name string
+	var nameAt *yaml.Node
+	var namePath string
+	for i, it := range items {
+		path := indexPath("", i)
+		rs, lbl, err := d.ciliumRule(it, path)
+		if err != nil {
+			return nil, err
+		}
+		if lbl.name != "" {
+			if name != "" && lbl.name != name {
+				return nil, d.fail(lbl.at, lbl.path, "rules of one array name different policies (%q at %s, %q here)", name, namePath, lbl.name)
+			}
+			name, nameAt, namePath = lbl.name, lbl.at, lbl.path
+		}
+		rules = append(rules, rs...)
+	}
+	if name == "" {
+		if !validName(fallback) {
+			return nil, d.fail(n, "", "a Cilium rule array needs a \"name\" label: %q (from the file name) is not a valid policy name", fallback)
+		}
+		name = fallback
+	} else if !validName(name) {
+		return nil, d.fail(nameAt, namePath, "invalid policy name %q: must be lowercase alphanumerics, '-' and '.', at most 253 characters", name)
+	}
+	d.name = name
+	for i := range rules {
+		rules[i].Index = i
+	}
+	p := &Policy{Kind: d.kind, Namespace: d.namespace, Name: d.name, Source: d.sourceName(), Rules: rules}
+	specs, err := d.toJSON(n)
+	if err != nil {
+		return nil, err
+	}
+	// Raw is a CiliumNetworkPolicy equivalent to the array, so that it parses to the same
+	// policy whatever name it is later read under.
+	var raw bytes.Buffer
+	raw.WriteString(`{"apiVersion":"` + apiCilium + `","kind":"` + string(KindCiliumNetworkPolicy) + `","metadata":{"name":`)
+	writeJSONString(&raw, d.name)
+	raw.WriteString(`,"namespace":`)
+	writeJSONString(&raw, d.namespace)
+	raw.WriteString(`},"specs":`)
+	raw.Write(specs)
+	raw.WriteString("}")
+	p.Raw = raw.Bytes()
+	return p, nil
+}
+
+// arrayNameHint finds a name label without checking anything, so that errors in the rules
+// can already name the policy.
+func (d *docParser) arrayNameHint(items []*yaml.Node) string {
+	for _, it := range items {
+		if it.Kind != yaml.MappingNode {
+			continue
+		}
+		for i := 0; i+1 < len(it.Content); i += 2 {
+			if it.Content[i].Value != "labels" || it.Content[i+1].Kind != yaml.SequenceNode {
+				continue
+			}
+			for _, l := range it.Content[i+1].Content {
+				if name, ok := nameLabel(l); ok {
+					return name
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// nameLabel reports whether a rule label {key, value, source} names the policy.
+func nameLabel(l *yaml.Node) (string, bool) {
+	if l.Kind != yaml.MappingNode {
+		return "", false
+	}
+	var key, value string
+	for i := 0; i+1 < len(l.Content); i += 2 {
+		switch l.Content[i].Value {
+		case "key":
+			key = l.Content[i+1].Value
+		case "value":
+			value = l.Content[i+1].Value
+		}
+	}
+	switch labels.NormalizeKey(key) {
+	case "name", "io.cilium.k8s.policy.name":
+		return value, value != ""
+	}
+	return "", false
+}
+
+// ruleLabelInfo is what a rule's labels tell about the policy name.
+type ruleLabelInfo struct {
+	name string
+	at   *yaml.Node
+	path string
+}
+
+// ciliumRule parses one Cilium rule (a spec, an entry of specs, or an element of a rule
+// array) into rules.
+//
+// Default deny: a direction is enforced when the rule has that direction's allow or deny
+// key at all (even with a null or empty value), unless enableDefaultDeny says otherwise
+// for the direction. An enforced direction with no rules still yields one rule, with no
+// peers, that only switches enforcement on.
+func (d *docParser) ciliumRule(n *yaml.Node, path string) ([]Rule, ruleLabelInfo, error) {
+	var lbl ruleLabelInfo
+	entries, err := d.mapping(n, path)
+	if err != nil {
+		return nil, lbl, err
+	}
+	if isNull(n) {
+		return nil, lbl, d.fail(n, path, "must be a rule, not null")
+	}
+	type dirState struct {
+		keyPath  string // path of the first key seen for the direction
+		present  bool
+		override *bool
+		overPath string
+		rules    []Rule
+	}
+	dirs := map[Direction]*dirState{Ingress: {}, Egress: {}}
+	var subject labels.Selector
+	var subjectE *entry
+	for i, e := range entries {
+		switch e.name {
+		case "endpointSelector":
+			if isNull(e.val) {
+				return nil, lbl, d.fail(e.val, e.path, "must be a selector (use {} to select every endpoint)")
+			}
+			if subject, err = d.selector(e.val, e.path, ciliumSelector); err != nil {
+				return nil, lbl, err
+			}
+			subjectE = &entries[i]
+		case "nodeSelector":
+			// Host policies select nodes, not endpoints.
+			return nil, lbl, d.unsupported(e)
+		case "ingress", "ingressDeny", "egress", "egressDeny":
+			dir := Ingress
+			if strings.HasPrefix(e.name, "egress") {
+				dir = Egress
+			}
+			deny := strings.HasSuffix(e.name, "Deny")
+			st := dirs[dir]
+			if !st.present {
+				st.present, st.keyPath = true, e.path
+			}
+			items, err := d.sequence(e.val, e.path)
+			if err != nil {
+				return nil, lbl, err
+			}
+			for j, it := range items {
+				r, err := d.ciliumPeerRule(it, indexPath(e.path, j), dir, deny)
+				if err != nil {
+					return nil, lbl, err
+				}
+				st.rules = append(st.rules, r)
+			}
+		case "enableDefaultDeny":
+			dd, err := d.mapping(e.val, e.path)
+			if err != nil {
+				return nil, lbl, err
+			}
+			for _, de := range dd {
+				var st *dirState
+				switch de.name {
+				case "ingress":
+					st = dirs[Ingress]
+				case "egress":
+					st = dirs[Egress]
+				default:
+					return nil, lbl, d.unknown(de)
+				}
+				if isNull(de.val) {
+					continue
+				}
+				v, err := d.boolean(de.val, de.path)
+				if err != nil {
+					return nil, lbl, err
+				}
+				st.override, st.overPath = &v, de.path
+			}
+		case "labels":
+			if lbl, err = d.ruleLabels(e.val, e.path); err != nil {
+				return nil, lbl, err
+			}
+		case "description":
+			if _, err := d.str(e.val, e.path); err != nil {
+				return nil, lbl, err
+			}
+		case "log":
+			return nil, lbl, d.unsupported(e)
+		default:
+			return nil, lbl, d.unknown(e)
+		}
+	}
+	if subjectE == nil {
+		return nil, lbl, d.fail(n, fieldPath(path, "endpointSelector"), ReasonRequired)
+	}
+	if d.kind == KindCiliumNetworkPolicy {
+		// A namespaced policy always applies in its own namespace; Cilium forbids selecting
+		// another one in endpointSelector.
+		for _, r := range subject.Requirements {
+			if r.Key == labels.KeyNamespace && !(r.Operator == labels.OpIn && len(r.Values) == 1 && r.Values[0] == d.namespace) {
+				return nil, lbl, d.fail(subjectE.val, subjectE.path, "endpointSelector cannot select a namespace other than the policy's own (%s)", d.namespace)
+			}
+		}
+		subject = inNamespace(subject, d.namespace)
+	}
+
+	var out []Rule
+	for _, dir := range []Direction{Ingress, Egress} {
+		st := dirs[dir]
+		enforced := st.present
+		if st.override != nil {
+			enforced = *st.override
+		}
+		if len(st.rules) == 0 {
+			if enforced {
+				desc := st.keyPath
+				if st.override != nil {
+					desc = st.overPath
+				}
+				out = append(out, Rule{Description: desc, Subject: subject, Direction: dir, EnableDefaultDeny: true})
+			}
+			continue
+		}
+		for _, r := range st.rules {
+			r.Subject = subject
+			r.EnableDefaultDeny = enforced
+			out = append(out, r)
+		}
+	}
+	return out, lbl, nil
+}
+
+// ruleLabels checks a rule's labels ([{key, value, source}]) and finds a name label.
+func (d *docParser) ruleLabels(n *yaml.Node, path string) (ruleLabelInfo, error) {
+	var info ruleLabelInfo
+	items, err := d.sequence(n, path)
+	if err != nil {
+		return info, err
+	}
+	for i, it := range items {
+		p := indexPath(path, i)
+		entries, err := d.mapping(it, p)
+		if err != nil {
+			return info, err
+		}
+		hasKey := false
+		for _, e := range entries {
+			switch e.name {
+			case "key", "value", "source":
+				if _, err := d.str(e.val, e.path); err != nil {
+					return info, err
+				}
+				hasKey = hasKey || e.name == "key"
+			default:
+				return info, d.unknown(e)
+			}
+		}
+		if !hasKey {
+			return info, d.fail(it, fieldPath(p, "key"), ReasonRequired)
+		}
+		if name, ok := nameLabel(it); ok && info.name == "" {
+			info = ruleLabelInfo{name: name, at: it, path: p}
+		}
+	}
+	return info, nil
+}
+
+// ciliumPeerRule parses one entry of ingress, ingressDeny, egress or egressDeny.
+//
+// Peer fields (endpoints, CIDRs, CIDR sets, entities) are ORed; ports (toPorts and icmps)
+// AND the peers. Without any peer field the ports apply to every peer; with neither peers
+// nor ports the rule allows nothing. A peer field with an empty list selects no peer, as
+// in Cilium.
+func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, deny bool) (Rule, error) {
+	r := Rule{Description: path, Direction: dir, Deny: deny}
+	entries, err := d.mapping(n, path)
+	if err != nil {
+		return r, err
+	}
+	prefix := "from"
+	if dir == Egress {
+		prefix = "to"
+	}
+	hasL3 := false
+	var icmps *entry
+	var ports, icmpPorts []PortRule
+	peerList := func(e entry) ([]*yaml.Node, error) {
+		if isNull(e.val) {
+			return nil, d.fail(e.val, e.path, "must be a list (write [] to select no peer)")
+		}
+		hasL3 = true
+		return d.sequence(e.val, e.path)
+	}
+	for i, e := range entries {
+		switch e.name {
+		case prefix + "Endpoints":
+			items, err := peerList(e)
+			if err != nil {
+				return r, err
+			}
+			for j, it := range items {
+				p := indexPath(e.path, j)
+				if isNull(it) {
+					return r, d.fail(it, p, "must be a selector (use {} for every endpoint)")
+				}
+				sel, err := d.selector(it, p, ciliumSelector)
+				if err != nil {
+					return r, err
+				}
+				r.Peers = append(r.Peers, Peer{Kind: PeerEndpoints, Selector: d.scopePeer(sel)})
+			}
+		case prefix + "CIDR":
+			items, err := peerList(e)
+			if err != nil {
+				return r, err
+			}
+			for j, it := range items {
+				pfx, err := d.prefix(it, indexPath(e.path, j), true)
+				if err != nil {
+					return r, err
+				}
+				r.Peers = append(r.Peers, Peer{Kind: PeerCIDR, CIDR: pfx})
+			}
+		case prefix + "CIDRSet":
+			items, err := peerList(e)
+			if err != nil {
+				return r, err
+			}
+			for j, it := range items {
+				p, err := d.cidrRule(it, indexPath(e.path, j))
+				if err != nil {
+					return r, err
+				}
+				r.Peers = append(r.Peers, p)
+			}
+		case prefix + "Entities":
+			items, err := peerList(e)
+			if err != nil {
+				return r, err
+			}
+			for j, it := range items {
+				p, err := d.entity(it, indexPath(e.path, j))
+				if err != nil {
+					return r, err
+				}
+				r.Peers = append(r.Peers, p)
+			}
+		case prefix + "Requires", prefix + "Groups", prefix + "Nodes":
+			return r, d.unsupported(e)
+		case "toServices":
+			if dir != Egress {
+				return r, d.unknown(e)
+			}
+			return r, d.unsupported(e)
+		case "toFQDNs", "authentication", "auth":
+			if (e.name == "toFQDNs" && dir != Egress) || deny {
+				return r, d.unknown(e)
+			}
+			return r, d.unsupported(e)
+		case "toPorts":
+			items, err := d.sequence(e.val, e.path)
+			if err != nil {
+				return r, err
+			}
+			for j, it := range items {
+				prs, err := d.ciliumPortRule(it, indexPath(e.path, j), deny)
+				if err != nil {
+					return r, err
+				}
+				ports = append(ports, prs...)
+			}
+		case "icmps":
+			items, err := d.sequence(e.val, e.path)
+			if err != nil {
+				return r, err
+			}
+			for j, it := range items {
+				prs, err := d.icmpRule(it, indexPath(e.path, j))
+				if err != nil {
+					return r, err
+				}
+				icmpPorts = append(icmpPorts, prs...)
+			}
+			icmps = &entries[i]
+		default:
+			return r, d.unknown(e)
+		}
+	}
+	if len(ports) > 0 && len(icmpPorts) > 0 {
+		return r, d.fail(icmps.key, icmps.path, "icmps cannot be combined with toPorts in one rule (Cilium refuses it too; write two rules)")
+	}
+	r.Ports = append(ports, icmpPorts...)
+	// Without a peer field, a rule with ports applies to every peer, and a rule without
+	// ports allows nothing (it only switches on default deny).
+	r.AllPeers = !hasL3 && len(r.Ports) > 0
+	return r, nil
+}
+
+// scopePeer applies Cilium's namespace scoping to a fromEndpoints/toEndpoints selector:
+// unless the selector itself constrains the namespace, a CiliumNetworkPolicy only selects
+// endpoints of its own namespace, and a clusterwide policy only endpoints that have a
+// namespace (pods, not reserved identities).
+func (d *docParser) scopePeer(sel labels.Selector) labels.Selector {
+	if hasKey(sel, labels.KeyNamespace) {
+		return sel
+	}
+	if d.kind == KindCiliumNetworkPolicy {
+		return inNamespace(sel, d.namespace)
+	}
+	return inAnyNamespace(sel)
+}
+
+// cidrRule parses one toCIDRSet/fromCIDRSet entry.
+func (d *docParser) cidrRule(n *yaml.Node, path string) (Peer, error) {
+	entries, err := d.mapping(n, path)
+	if err != nil {
+		return Peer{}, err
+	}
+	var cidr, except *entry
+	for i, e := range entries {
+		switch e.name {
+		case "cidr":
+			cidr = &entries[i]
+		case "except":
+			except = &entries[i]
+		case "cidrGroupRef", "cidrGroupSelector":
+			return Peer{}, d.unsupported(e)
+		default:
+			return Peer{}, d.unknown(e)
+		}
+	}
+	if cidr == nil {
+		return Peer{}, d.fail(n, fieldPath(path, "cidr"), ReasonRequired)
+	}
+	var exceptNode *yaml.Node
+	if except != nil {
+		exceptNode = except.val
+	}
+	return d.cidrPeer(cidr.val, cidr.path, exceptNode, fieldPath(path, "except"), false)
+}
+
+// ciliumPortRule parses one toPorts entry. Deny rules only have ports.
+func (d *docParser) ciliumPortRule(n *yaml.Node, path string, deny bool) ([]PortRule, error) {
+	entries, err := d.mapping(n, path)
+	if err != nil {
+		return nil, err
+	}
+	var out []PortRule
+	for _, e := range entries {
+		switch e.name {
+		case "ports":
+			items, err := d.sequence(e.val, e.path)
+			if err != nil {
+				return nil, err
+			}
+			for i, it := range items {
+				pr, err := d.portEntry(it, indexPath(e.path, i), portSyntax{cilium: true})
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, pr)
+			}
+		case "rules":
+			if deny {
+				return nil, d.unknown(e)
+			}
+			if err := d.l7Rules(e); err != nil {
+				return nil, err
+			}
+		case "serverNames", "listener", "originatingTLS", "terminatingTLS":
+			if deny {
+				return nil, d.unknown(e)
+			}
+			return nil, d.unsupported(e)
+		default:
+			return nil, d.unknown(e)
+		}
+	}
+	if len(out) == 0 {
+		return nil, d.fail(n, fieldPath(path, "ports"), "at least one port is required")
+	}
+	return out, nil
+}
+
+// l7Rules refuses L7 rules, naming the protocol. An empty rules mapping has no effect and
+// is accepted.
+func (d *docParser) l7Rules(e entry) error {
+	entries, err := d.mapping(e.val, e.path)
+	if err != nil {
+		return err
+	}
+	for _, le := range entries {
+		switch strings.ToLower(le.name) {
+		case "http", "kafka", "dns", "l7proto", "l7":
+			// "HTTP" is how some published examples spell it (Cilium's JSON decoding
+			// ignores case); it is the same L7 rule.
+			return d.unsupported(le)
+		}
+		return d.unknown(le)
+	}
+	return nil
+}

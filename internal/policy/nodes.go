@@ -1,0 +1,485 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// This file holds the layer under the manifest schemas: reading YAML or JSON into
+// yaml.Node trees (which carry line numbers), strict typed access to nodes with errors that
+// name the field, and turning a document back into JSON for Policy.Raw.
+
+// docParser parses one document. It carries what is known of the document so far, so that
+// every error can name the file, the document and the policy.
+type docParser struct {
+	source    string
+	doc       int
+	kind      Kind
+	namespace string
+	name      string
+}
+
+func (d *docParser) fail(n *yaml.Node, path, format string, args ...any) *ParseError {
+	e := &ParseError{
+		Source:    d.source,
+		Document:  d.doc,
+		Kind:      d.kind,
+		Namespace: d.namespace,
+		Name:      d.name,
+		Field:     path,
+		Reason:    fmt.Sprintf(format, args...),
+	}
+	if n != nil {
+		e.Line = n.Line
+	}
+	return e
+}
+
+func (d *docParser) unknown(e entry) *ParseError {
+	return d.fail(e.key, e.path, ReasonUnknownField)
+}
+
+func (d *docParser) unsupported(e entry) *ParseError {
+	return d.fail(e.key, e.path, ReasonNotSupported)
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// fieldPath appends a mapping key to a path. Keys that are not plain identifiers (label
+// keys such as app.kubernetes.io/name) are written as ["key"] so the path stays readable.
+func fieldPath(parent, key string) string {
+	if !identRE.MatchString(key) {
+		return parent + "[" + strconv.Quote(key) + "]"
+	}
+	if parent == "" {
+		return key
+	}
+	return parent + "." + key
+}
+
+func indexPath(parent string, i int) string {
+	return parent + "[" + strconv.Itoa(i) + "]"
+}
+
+// entry is one key/value pair of a mapping.
+type entry struct {
+	name string
+	key  *yaml.Node
+	val  *yaml.Node
+	path string
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+// describe names a node's type for messages.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!null":
+			return "null"
+		case "!!str":
+			return fmt.Sprintf("the string %q", n.Value)
+		case "!!int", "!!float":
+			return "the number " + n.Value
+		case "!!bool":
+			return "the boolean " + n.Value
+		}
+		return fmt.Sprintf("%s %q", n.Tag, n.Value)
+	}
+	return "an empty node"
+}
+
+// noAlias refuses YAML aliases: they are rare in manifests, and expanding them blindly
+// would let a small document grow without bound.
+func (d *docParser) noAlias(n *yaml.Node, path string) error {
+	if n.Kind == yaml.AliasNode {
+		return d.fail(n, path, "YAML aliases are not supported")
+	}
+	return nil
+}
+
+// mapping returns the entries of a mapping node in document order, refusing duplicate keys.
+// A null node is an empty mapping.
+func (d *docParser) mapping(n *yaml.Node, path string) ([]entry, error) {
+	if err := d.noAlias(n, path); err != nil {
+		return nil, err
+	}
+	if isNull(n) {
+		return nil, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, d.fail(n, path, "must be a mapping, not %s", describe(n))
+	}
+	seen := make(map[string]bool, len(n.Content)/2)
+	out := make([]entry, 0, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if err := d.noAlias(k, path); err != nil {
+			return nil, err
+		}
+		if k.Kind != yaml.ScalarNode {
+			return nil, d.fail(k, path, "mapping keys must be strings, not %s", describe(k))
+		}
+		p := fieldPath(path, k.Value)
+		if seen[k.Value] {
+			return nil, d.fail(k, p, "duplicate field")
+		}
+		seen[k.Value] = true
+		if err := d.noAlias(v, p); err != nil {
+			return nil, err
+		}
+		out = append(out, entry{name: k.Value, key: k, val: v, path: p})
+	}
+	return out, nil
+}
+
+// sequence returns the items of a list node. A null node is an empty list.
+func (d *docParser) sequence(n *yaml.Node, path string) ([]*yaml.Node, error) {
+	if err := d.noAlias(n, path); err != nil {
+		return nil, err
+	}
+	if isNull(n) {
+		return nil, nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, d.fail(n, path, "must be a list, not %s", describe(n))
+	}
+	for i, c := range n.Content {
+		if err := d.noAlias(c, indexPath(path, i)); err != nil {
+			return nil, err
+		}
+	}
+	return n.Content, nil
+}
+
+// str returns a string scalar. Numbers and booleans are refused: Kubernetes would refuse
+// them too, and quoting them is the user's intent made explicit.
+func (d *docParser) str(n *yaml.Node, path string) (string, error) {
+	if err := d.noAlias(n, path); err != nil {
+		return "", err
+	}
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		return "", d.fail(n, path, "must be a string, not %s", describe(n))
+	}
+	return n.Value, nil
+}
+
+// integer returns an integer scalar.
+func (d *docParser) integer(n *yaml.Node, path string) (int64, error) {
+	if err := d.noAlias(n, path); err != nil {
+		return 0, err
+	}
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		return 0, d.fail(n, path, "must be an integer, not %s", describe(n))
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil {
+		return 0, d.fail(n, path, "integer %s out of range", n.Value)
+	}
+	return v, nil
+}
+
+// boolean returns a boolean scalar.
+func (d *docParser) boolean(n *yaml.Node, path string) (bool, error) {
+	if err := d.noAlias(n, path); err != nil {
+		return false, err
+	}
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+		return false, d.fail(n, path, "must be true or false, not %s", describe(n))
+	}
+	var v bool
+	if err := n.Decode(&v); err != nil {
+		return false, d.fail(n, path, "invalid boolean %q", n.Value)
+	}
+	return v, nil
+}
+
+// scalar checks that n is a single value (any type), for informational fields.
+func (d *docParser) scalar(n *yaml.Node, path string) error {
+	if err := d.noAlias(n, path); err != nil {
+		return err
+	}
+	if n.Kind != yaml.ScalarNode {
+		return d.fail(n, path, "must be a single value, not %s", describe(n))
+	}
+	return nil
+}
+
+// stringMap checks a mapping of strings to strings (metadata labels and annotations).
+func (d *docParser) stringMap(n *yaml.Node, path string) error {
+	entries, err := d.mapping(n, path)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if _, err := d.str(e.val, e.path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readDocuments splits data into document nodes. JSON (a .json source, or data that is a
+// valid JSON value) is read with encoding/json, because YAML parsers reject some valid
+// JSON (escapes such as \/); everything else is read as a YAML stream. The returned
+// index i holds document i+1; empty documents are nil.
+func readDocuments(source string, data []byte) ([]*yaml.Node, error) {
+	if isJSON(source, data) {
+		n, err := readJSON(data)
+		if err != nil {
+			return nil, err
+		}
+		return []*yaml.Node{n}, nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var docs []*yaml.Node
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, yamlSyntaxError(len(docs)+1, err)
+		}
+		if n.Kind != yaml.DocumentNode || len(n.Content) == 0 || isNull(n.Content[0]) {
+			docs = append(docs, nil)
+			continue
+		}
+		docs = append(docs, n.Content[0])
+	}
+}
+
+func isJSON(source string, data []byte) bool {
+	if strings.HasSuffix(strings.ToLower(source), ".json") {
+		return true
+	}
+	t := bytes.TrimLeft(data, " \t\r\n")
+	return len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(data)
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxError is a document-level error before the document could be read; ParseDocuments
+// fills in the source.
+type syntaxError struct {
+	doc    int
+	line   int
+	reason string
+}
+
+func (e *syntaxError) Error() string { return e.reason }
+
+func yamlSyntaxError(doc int, err error) error {
+	msg := err.Error()
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &syntaxError{doc: doc, line: line, reason: "invalid YAML: " + m[2]}
+	}
+	return &syntaxError{doc: doc, reason: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+}
+
+// jsonReader builds yaml.Node trees from JSON tokens, with line numbers.
+type jsonReader struct {
+	dec      *json.Decoder
+	newlines []int64 // offsets of '\n' in the input
+}
+
+func readJSON(data []byte) (*yaml.Node, error) {
+	r := &jsonReader{dec: json.NewDecoder(bytes.NewReader(data))}
+	r.dec.UseNumber()
+	for i, c := range data {
+		if c == '\n' {
+			r.newlines = append(r.newlines, int64(i))
+		}
+	}
+	n, err := r.value()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, &syntaxError{doc: 1, line: r.line(r.dec.InputOffset()), reason: "invalid JSON: unexpected data after the top-level value"}
+	}
+	return n, nil
+}
+
+// line returns the 1-based line of the byte at offset off.
+func (r *jsonReader) line(off int64) int {
+	return sort.Search(len(r.newlines), func(i int) bool { return r.newlines[i] >= off }) + 1
+}
+
+func (r *jsonReader) token() (json.Token, int, error) {
+	tok, err := r.dec.Token()
+	if err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, 0, &syntaxError{doc: 1, line: r.line(se.Offset - 1), reason: "invalid JSON: " + se.Error()}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, 0, &syntaxError{doc: 1, line: r.line(r.dec.InputOffset()), reason: "invalid JSON: unexpected end of input"}
+		}
+		return nil, 0, &syntaxError{doc: 1, reason: "invalid JSON: " + err.Error()}
+	}
+	// InputOffset is just past the token; no JSON token spans a line break.
+	return tok, r.line(r.dec.InputOffset() - 1), nil
+}
+
+func (r *jsonReader) value() (*yaml.Node, error) {
+	tok, line, err := r.token()
+	if err != nil {
+		return nil, err
+	}
+	return r.valueFrom(tok, line)
+}
+
+func (r *jsonReader) valueFrom(tok json.Token, line int) (*yaml.Node, error) {
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Style: yaml.FlowStyle, Line: line}
+			for r.dec.More() {
+				ktok, kline, err := r.token()
+				if err != nil {
+					return nil, err
+				}
+				k, _ := ktok.(string) // the decoder guarantees object keys are strings
+				v, err := r.value()
+				if err != nil {
+					return nil, err
+				}
+				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k, Style: yaml.DoubleQuotedStyle, Line: kline}, v)
+			}
+			if _, _, err := r.token(); err != nil { // '}'
+				return nil, err
+			}
+			return n, nil
+		case '[':
+			n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle, Line: line}
+			for r.dec.More() {
+				v, err := r.value()
+				if err != nil {
+					return nil, err
+				}
+				n.Content = append(n.Content, v)
+			}
+			if _, _, err := r.token(); err != nil { // ']'
+				return nil, err
+			}
+			return n, nil
+		}
+		return nil, &syntaxError{doc: 1, line: line, reason: fmt.Sprintf("invalid JSON: unexpected %q", t)}
+	case string:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: t, Style: yaml.DoubleQuotedStyle, Line: line}, nil
+	case json.Number:
+		tag := "!!int"
+		if strings.ContainsAny(string(t), ".eE") {
+			tag = "!!float"
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: string(t), Line: line}, nil
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t), Line: line}, nil
+	case nil:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null", Line: line}, nil
+	}
+	return nil, &syntaxError{doc: 1, line: line, reason: fmt.Sprintf("invalid JSON: unexpected token %v", tok)}
+}
+
+// toJSON renders a document node as JSON, keeping the order of mapping keys.
+func (d *docParser) toJSON(n *yaml.Node) ([]byte, error) {
+	var b bytes.Buffer
+	if err := d.writeJSON(&b, n, ""); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string) error {
+	switch n.Kind {
+	case yaml.AliasNode:
+		return d.noAlias(n, path)
+	case yaml.MappingNode:
+		b.WriteByte('{')
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				return d.fail(k, path, "mapping keys must be strings, not %s", describe(k))
+			}
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeJSONString(b, k.Value)
+			b.WriteByte(':')
+			if err := d.writeJSON(b, n.Content[i+1], fieldPath(path, k.Value)); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	case yaml.SequenceNode:
+		b.WriteByte('[')
+		for i, c := range n.Content {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := d.writeJSON(b, c, indexPath(path, i)); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!null":
+			b.WriteString("null")
+		case "!!bool":
+			var v bool
+			if err := n.Decode(&v); err != nil {
+				return d.fail(n, path, "invalid boolean %q", n.Value)
+			}
+			b.WriteString(strconv.FormatBool(v))
+		case "!!int":
+			var v int64
+			if err := n.Decode(&v); err != nil {
+				return d.fail(n, path, "integer %s out of range", n.Value)
+			}
+			b.WriteString(strconv.FormatInt(v, 10))
+		case "!!float":
+			var v float64
+			if err := n.Decode(&v); err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+				return d.fail(n, path, "number %s cannot be represented in JSON", n.Value)
+			}
+			b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+		case "!!str", "!!timestamp", "!!binary":
+			// Timestamps (creationTimestamp) and binary stay in their written form.
+			writeJSONString(b, n.Value)
+		default:
+			return d.fail(n, path, "YAML tag %s is not supported", n.Tag)
+		}
+	default:
+		return d.fail(n, path, "empty YAML node")
+	}
+	return nil
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	enc, _ := json.Marshal(s) // marshalling a string cannot fail
+	b.Write(enc)
+}

@@ -1,0 +1,321 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// API versions served for each kind.
+const (
+	apiNetworking = "networking.k8s.io/v1"
+	apiCilium     = "cilium.io/v2"
+)
+
+// defaultNamespace is the namespace of a namespaced policy whose metadata names none, as
+// kubectl does.
+const defaultNamespace = "default"
+
+// ParseDocuments parses every document of data, which was read from source (a file name,
+// or "-" for stdin; it is used in messages, and its extension selects JSON).
+//
+// data is a YAML stream of one or more documents separated by "---", or JSON: a single
+// manifest object, or a Cilium rule array (see ParseRuleArray semantics in
+// docs/policy-language.md). Empty documents are skipped. Each manifest yields one Policy.
+//
+// Parsing is strict and all-or-nothing: the first unknown, unsupported or invalid field in
+// any document makes it return a *ParseError and no policies.
+func ParseDocuments(source string, data []byte) ([]*Policy, error) {
+	docs, err := readDocuments(source, data)
+	if err != nil {
+		var se *syntaxError
+		if errors.As(err, &se) {
+			return nil, &ParseError{Source: source, Document: se.doc, Line: se.line, Reason: se.reason}
+		}
+		return nil, fmt.Errorf("reading %s: %w", source, err)
+	}
+	var out []*Policy
+	for i, n := range docs {
+		if n == nil {
+			continue
+		}
+		d := &docParser{source: source, doc: i + 1}
+		ps, err := d.document(n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ps...)
+	}
+	return out, nil
+}
+
+// ParsePath parses a file, every *.yaml, *.yml and *.json file under a directory
+// (recursively, in lexical order), or stdin when path is "-".
+func ParsePath(path string) ([]*Policy, error) {
+	if path == "-" {
+		data, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading stdin: %w", err)
+		}
+		return ParseDocuments("-", data)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading policy: %w", err)
+	}
+	if !fi.IsDir() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading policy: %w", err)
+		}
+		return ParseDocuments(path, data)
+	}
+	files, err := manifestFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Policy
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading policy: %w", err)
+		}
+		ps, err := ParseDocuments(f, data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ps...)
+	}
+	return out, nil
+}
+
+// manifestFiles lists the manifest files under dir, sorted by path.
+func manifestFiles(dir string) ([]string, error) {
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if de.IsDir() {
+			return nil
+		}
+		switch strings.ToLower(filepath.Ext(p)) {
+		case ".yaml", ".yml", ".json":
+		default:
+			return nil
+		}
+		if de.Type()&fs.ModeSymlink != 0 {
+			// A link to a file is a file the user put there; a link to a directory is not
+			// followed (it could loop).
+			fi, err := os.Stat(p)
+			if err != nil {
+				return err
+			}
+			if fi.IsDir() {
+				return nil
+			}
+		}
+		files = append(files, p)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing policies in %s: %w", dir, err)
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// document parses one non-empty document.
+func (d *docParser) document(n *yaml.Node) ([]*Policy, error) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		p, err := d.manifest(n)
+		if err != nil {
+			return nil, err
+		}
+		return []*Policy{p}, nil
+	case yaml.SequenceNode:
+		p, err := d.ruleArray(n)
+		if err != nil {
+			return nil, err
+		}
+		return []*Policy{p}, nil
+	case yaml.AliasNode:
+		return nil, d.noAlias(n, "")
+	}
+	return nil, d.fail(n, "", "a document must be a policy manifest (a mapping) or a list of Cilium rules, not %s", describe(n))
+}
+
+func (d *docParser) sourceName() string {
+	return fmt.Sprintf("%s: document %d", d.source, d.doc)
+}
+
+// manifest parses a document with apiVersion, kind, metadata and a spec.
+func (d *docParser) manifest(n *yaml.Node) (*Policy, error) {
+	// Learn what the document claims to be before checking anything, so that every error
+	// can name the policy.
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch {
+		case k.Value == "kind" && v.Kind == yaml.ScalarNode:
+			d.kind = Kind(v.Value)
+		case k.Value == "metadata" && v.Kind == yaml.MappingNode:
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				mk, mv := v.Content[j], v.Content[j+1]
+				if mv.Kind == yaml.ScalarNode && mv.Tag == "!!str" {
+					switch mk.Value {
+					case "name":
+						d.name = mv.Value
+					case "namespace":
+						d.namespace = mv.Value
+					}
+				}
+			}
+		}
+	}
+	entries, err := d.mapping(n, "")
+	if err != nil {
+		return nil, err
+	}
+	var kindE, apiE, metaE *entry
+	for i := range entries {
+		switch entries[i].name {
+		case "kind":
+			kindE = &entries[i]
+		case "apiVersion":
+			apiE = &entries[i]
+		case "metadata":
+			metaE = &entries[i]
+		}
+	}
+
+	if kindE == nil {
+		return nil, d.fail(n, "kind", ReasonRequired)
+	}
+	kind, err := d.str(kindE.val, "kind")
+	if err != nil {
+		return nil, err
+	}
+	var wantAPI string
+	switch Kind(kind) {
+	case KindNetworkPolicy:
+		wantAPI = apiNetworking
+	case KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy:
+		wantAPI = apiCilium
+	default:
+		return nil, d.fail(kindE.val, "kind", "unknown kind %q (want %s, %s or %s)", kind,
+			KindNetworkPolicy, KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy)
+	}
+	if apiE == nil {
+		return nil, d.fail(n, "apiVersion", ReasonRequired)
+	}
+	api, err := d.str(apiE.val, "apiVersion")
+	if err != nil {
+		return nil, err
+	}
+	if api != wantAPI {
+		return nil, d.fail(apiE.val, "apiVersion", "apiVersion %q does not serve kind %s (want %s)", api, kind, wantAPI)
+	}
+	if metaE == nil {
+		return nil, d.fail(n, "metadata", ReasonRequired)
+	}
+	if err := d.metadata(metaE.val, metaE.path); err != nil {
+		return nil, err
+	}
+
+	p := &Policy{Kind: d.kind, Namespace: d.namespace, Name: d.name, Source: d.sourceName()}
+	switch d.kind {
+	case KindNetworkPolicy:
+		p.Rules, err = d.networkPolicy(n, entries)
+	default:
+		p.Rules, err = d.ciliumPolicy(n, entries)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range p.Rules {
+		p.Rules[i].Index = i
+	}
+	if p.Raw, err = d.toJSON(n); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+var (
+	// dnsSubdomainRE is the Kubernetes object name syntax (RFC 1123 subdomain).
+	dnsSubdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	// dnsLabelRE is the Kubernetes namespace name syntax (RFC 1123 label).
+	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+)
+
+func validName(s string) bool      { return len(s) <= 253 && dnsSubdomainRE.MatchString(s) }
+func validNamespace(s string) bool { return len(s) <= 63 && dnsLabelRE.MatchString(s) }
+
+// metadata checks the object metadata and records name and namespace. Only informational
+// fields are accepted besides those two; anything that could change behaviour (say
+// ownerReferences or finalizers) is refused like any other unknown field.
+func (d *docParser) metadata(n *yaml.Node, path string) error {
+	entries, err := d.mapping(n, path)
+	if err != nil {
+		return err
+	}
+	var nameE, nsE *entry
+	for i, e := range entries {
+		switch e.name {
+		case "name":
+			v, err := d.str(e.val, e.path)
+			if err != nil {
+				return err
+			}
+			if !validName(v) {
+				return d.fail(e.val, e.path, "invalid name %q: must be lowercase alphanumerics, '-' and '.', at most 253 characters", v)
+			}
+			d.name, nameE = v, &entries[i]
+		case "namespace":
+			v, err := d.str(e.val, e.path)
+			if err != nil {
+				return err
+			}
+			if !validNamespace(v) {
+				return d.fail(e.val, e.path, "invalid namespace %q: must be lowercase alphanumerics and '-', at most 63 characters", v)
+			}
+			d.namespace, nsE = v, &entries[i]
+		case "labels", "annotations":
+			if err := d.stringMap(e.val, e.path); err != nil {
+				return err
+			}
+		case "description":
+			if _, err := d.str(e.val, e.path); err != nil {
+				return err
+			}
+		case "uid", "resourceVersion", "creationTimestamp", "generation":
+			if err := d.scalar(e.val, e.path); err != nil {
+				return err
+			}
+		default:
+			return d.unknown(e)
+		}
+	}
+	if nameE == nil {
+		return d.fail(n, fieldPath(path, "name"), ReasonRequired)
+	}
+	if d.kind == KindCiliumClusterwidePolicy {
+		if nsE != nil {
+			return d.fail(nsE.key, nsE.path, "a clusterwide policy has no namespace")
+		}
+		return nil
+	}
+	if d.namespace == "" {
+		d.namespace = defaultNamespace
+	}
+	return nil
+}
