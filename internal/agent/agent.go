@@ -1,0 +1,355 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/mapstate"
+)
+
+// Agent is a running rampartd core. Create it with New, serve with Run.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	eng     Engine
+	net     Network
+	dp      Datapath
+	started time.Time
+
+	listener net.Listener
+
+	// mu serialises changes and guards the fields below it.
+	mu       sync.Mutex
+	model    *model
+	cur      *desired
+	ifindex  map[uint32]int // ep id -> host veth ifindex
+	degraded string
+
+	view  atomic.Pointer[view] // read by the flow decorator without mu
+	flows *flowHub
+
+	readerDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+// New starts an agent: it takes the API socket (refusing if another agent answers on it),
+// loads the stored state, prepares the node namespace, opens the pinned dataplane,
+// reattaches every endpoint's programs in place and re-applies the computed state.
+// Endpoints keep their pinned policy and conntrack throughout.
+func New(cfg Config) (*Agent, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	eng, err := cfg.Engine.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:        cfg,
+		log:        cfg.Logger.With("instance", cfg.Instance),
+		eng:        eng,
+		net:        cfg.Network,
+		ifindex:    map[uint32]int{},
+		started:    time.Now(),
+		flows:      newFlowHub(cfg.FlowHistory),
+		readerDone: make(chan struct{}),
+	}
+	if a.net == nil {
+		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR}
+	}
+	open := cfg.OpenDatapath
+	if open == nil {
+		open = openDatapath
+	}
+
+	// The socket first: a second agent for the same socket must stop before touching
+	// anything of the first one's.
+	a.listener, err = api.Listen(cfg.Socket)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			a.listener.Close()
+			if a.dp != nil {
+				a.dp.Close()
+			}
+		}
+	}()
+
+	st, err := loadState(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	m, alloc, err := a.restore(st)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.net.Setup(); err != nil {
+		return nil, fmt.Errorf("setting up node network namespace: %w", err)
+	}
+	a.dp, err = open(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening datapath: %w", err)
+	}
+	for _, key := range sortedKeys(m.endpoints) {
+		rec := m.endpoints[key]
+		ifindex, err := a.reattach(rec)
+		if err != nil {
+			return nil, err
+		}
+		a.ifindex[rec.EpID] = ifindex
+	}
+	d, err := a.eng.compute(m, alloc, a.net.Router())
+	if err != nil {
+		return nil, err
+	}
+	if err := a.applyState(emptyDesired(), d, m, true); err != nil {
+		return nil, fmt.Errorf("re-applying stored state: %w", err)
+	}
+	a.model, a.cur = m, d
+	if err := a.persist(m, d); err != nil {
+		return nil, err
+	}
+	a.publishView()
+	go a.readFlows()
+	ok = true
+	a.log.Info("agent started", "socket", cfg.Socket, "endpoints", len(m.endpoints), "policies", len(m.policies))
+	return a, nil
+}
+
+// restore rebuilds the model and allocator from a state file.
+func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
+	m := newModel()
+	if st.PodCIDR.IsValid() && st.PodCIDR != a.cfg.PodCIDR && len(st.Endpoints) > 0 {
+		return nil, nil, fmt.Errorf("pod CIDR %v differs from the stored %v, which endpoints use", a.cfg.PodCIDR, st.PodCIDR)
+	}
+	for ns, l := range st.Namespaces {
+		m.namespaces[ns] = l
+	}
+	for _, e := range st.Endpoints {
+		m.endpoints[e.Key()] = e
+		m.ensureNamespace(e.Namespace)
+	}
+	for _, rec := range st.Policies {
+		rec.Raw = compactJSON(rec.Raw) // the state file is indented
+		p, err := a.eng.parseRecord(rec)
+		if err != nil {
+			return nil, nil, err
+		}
+		m.policies[rec.Key()] = &storedPolicy{rec: rec, pol: p}
+	}
+	if st.NextRuleID > 0 {
+		m.nextRuleID = st.NextRuleID
+	}
+	if st.NextEpID > 0 {
+		m.nextEpID = st.NextEpID
+	}
+	alloc := identity.NewAllocator()
+	if len(st.Identities) > 0 {
+		if err := alloc.UnmarshalJSON(st.Identities); err != nil {
+			return nil, nil, fmt.Errorf("restoring identities: %w", err)
+		}
+	}
+	return m, alloc, nil
+}
+
+// reattach finds a stored endpoint's veth (recreating the endpoint if its namespace is gone,
+// e.g. after a reboot) and attaches the programs, replacing the old ones in place.
+func (a *Agent) reattach(rec *EndpointRecord) (int, error) {
+	ep, err := a.net.Lookup(rec.Namespace, rec.Name, rec.IP)
+	if err != nil {
+		a.log.Warn("endpoint missing, recreating it", "endpoint", rec.Key(), "error", err)
+		if derr := a.net.Delete(rec.Namespace, rec.Name); derr != nil {
+			return 0, fmt.Errorf("cleaning up endpoint %s: %w", rec.Key(), derr)
+		}
+		ep, err = a.net.Create(rec.Namespace, rec.Name, rec.IP)
+		if err != nil {
+			return 0, fmt.Errorf("recreating endpoint %s: %w", rec.Key(), err)
+		}
+	}
+	ifindex, err := a.dp.Attach(a.net.NetnsPath(), ep.HostIfName)
+	if err != nil {
+		return 0, fmt.Errorf("attaching to endpoint %s: %w", rec.Key(), err)
+	}
+	return ifindex, nil
+}
+
+// Run serves the API until ctx ends, then closes the agent. Enforcement continues after it
+// returns: programs and maps are pinned.
+func (a *Agent) Run(ctx context.Context) error {
+	err := api.Serve(ctx, a.listener, api.NewHandler(a))
+	return errors.Join(err, a.Close())
+}
+
+// Close stops the agent without removing anything from the dataplane.
+func (a *Agent) Close() error {
+	a.closeOnce.Do(func() {
+		a.listener.Close()
+		a.closeErr = a.dp.Close()
+		<-a.readerDone
+		a.flows.close()
+	})
+	return a.closeErr
+}
+
+// Socket returns the path the agent serves on.
+func (a *Agent) Socket() string { return a.cfg.Socket }
+
+// persist writes the model and allocator to the state file.
+func (a *Agent) persist(m *model, d *desired) error {
+	st := &stateFile{
+		Version:    stateVersion,
+		Instance:   a.cfg.Instance,
+		PodCIDR:    a.cfg.PodCIDR,
+		Namespaces: m.namespaces,
+		NextRuleID: m.nextRuleID,
+		NextEpID:   m.nextEpID,
+	}
+	for _, e := range m.endpoints {
+		st.Endpoints = append(st.Endpoints, e)
+	}
+	for _, p := range m.policies {
+		st.Policies = append(st.Policies, p.rec)
+	}
+	ids, err := d.alloc.MarshalJSON()
+	if err != nil {
+		return fmt.Errorf("saving identities: %w", err)
+	}
+	st.Identities = ids
+	if err := saveState(a.cfg.StateDir, st); err != nil {
+		return fmt.Errorf("persisting state: %w", err)
+	}
+	return nil
+}
+
+// applyState moves the dataplane from old to new: ipcache additions and changes first (so
+// no endpoint's policy refers to an identity whose addresses are not known yet), then each
+// endpoint whose identity or policy changed (or every endpoint with force), then ipcache
+// deletions. On failure it tries to put old back and reports the failure.
+func (a *Agent) applyState(old, new *desired, m *model, force bool) error {
+	err := a.applyOnce(old, new, m, force)
+	if err == nil {
+		return nil
+	}
+	a.log.Error("applying dataplane state failed, restoring the previous state", "error", err)
+	if rerr := a.applyOnce(new, old, m, true); rerr != nil {
+		a.degraded = fmt.Sprintf("restoring the previous dataplane state failed: %v", rerr)
+		a.log.Error("restoring previous dataplane state failed", "error", rerr)
+	}
+	return fmt.Errorf("applying dataplane state: %w", err)
+}
+
+func (a *Agent) applyOnce(old, new *desired, m *model, force bool) error {
+	merged := make(map[netip.Prefix]mapstate.IPCacheEntry, len(old.state.IPCache)+len(new.state.IPCache))
+	for p, e := range old.state.IPCache {
+		merged[p] = e
+	}
+	for p, e := range new.state.IPCache {
+		merged[p] = e
+	}
+	if err := a.dp.ApplyIPCache(merged); err != nil {
+		return fmt.Errorf("ipcache: %w", err)
+	}
+	for _, key := range sortedKeys(m.endpoints) {
+		rec := m.endpoints[key]
+		ifindex, ok := a.ifindex[rec.EpID]
+		if !ok {
+			continue // being added or removed by the caller
+		}
+		id := new.identities[key]
+		pol := new.state.Endpoints[rec.EpID]
+		if !force && old.identities[key] == id && policyEqual(old.state.Endpoints[rec.EpID], pol) {
+			continue
+		}
+		if err := a.dp.ApplyEndpoint(ifindex, EndpointInfo{EpID: rec.EpID, Identity: id}, pol); err != nil {
+			return fmt.Errorf("endpoint %s: %w", key, err)
+		}
+	}
+	if err := a.dp.ApplyIPCache(new.state.IPCache); err != nil {
+		return fmt.Errorf("ipcache: %w", err)
+	}
+	return nil
+}
+
+func policyEqual(a, b mapstate.EndpointPolicy) bool {
+	if a.EnforceIngress != b.EnforceIngress || a.EnforceEgress != b.EnforceEgress || len(a.Entries) != len(b.Entries) {
+		return false
+	}
+	for k, v := range a.Entries {
+		if w, ok := b.Entries[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// commit makes a computed model live: persist, then swap. If persisting fails the
+// dataplane is moved back to the current state and the change is refused.
+func (a *Agent) commit(m *model, d *desired) error {
+	if err := a.persist(m, d); err != nil {
+		if rerr := a.applyState(d, a.cur, a.model, true); rerr != nil {
+			a.log.Error("rolling back after persist failure", "error", rerr)
+		}
+		return err
+	}
+	a.model, a.cur = m, d
+	a.publishView()
+	return nil
+}
+
+// change runs one configuration change that touches no endpoint namespace: compute the
+// new model, apply it, commit it. Nothing changes if any step fails.
+func (a *Agent) change(mutate func(m *model) error) (*model, *desired, error) {
+	m := a.model.clone()
+	if err := mutate(m); err != nil {
+		return nil, nil, err
+	}
+	alloc, err := cloneAllocator(a.cur.alloc)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := a.eng.compute(m, alloc, a.net.Router())
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.applyState(a.cur, d, m, false); err != nil {
+		return nil, nil, err
+	}
+	if err := a.commit(m, d); err != nil {
+		return nil, nil, err
+	}
+	return m, d, nil
+}
+
+// nsLabelsOf returns the namespace labels of ns in m (only the name label if unknown).
+func nsLabelsOf(m *model, ns string) labels.Labels {
+	if l, ok := m.namespaces[ns]; ok {
+		return l
+	}
+	return labels.Labels{labels.KeyNamespaceName: ns}
+}
+
+// listenProbe takes the socket (failing if an agent answers on it) and returns a function
+// that releases it.
+func listenProbe(path string) (func(), error) {
+	l, err := api.Listen(path)
+	if err != nil {
+		return nil, err
+	}
+	return func() { l.Close() }, nil
+}

@@ -1,0 +1,410 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/mapstate"
+)
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+type harness struct {
+	t   *testing.T
+	cfg Config
+	net *fakeNetwork
+	dp  *fakeDatapath
+	a   *Agent
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	sock, err := os.MkdirTemp("", "rp-agent-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sock) })
+	h := &harness{t: t, net: newFakeNetwork("unit", DefaultPodCIDR), dp: newFakeDatapath()}
+	h.cfg = Config{
+		Instance: "unit",
+		StateDir: filepath.Join(t.TempDir(), "state"),
+		Socket:   filepath.Join(sock, "s.sock"),
+		BPFDir:   "/nonexistent",
+		Network:  h.net,
+		Logger:   slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	h.start()
+	t.Cleanup(func() {
+		if h.a != nil {
+			h.a.Close()
+		}
+	})
+	return h
+}
+
+func (h *harness) start() {
+	h.t.Helper()
+	dp := h.dp
+	h.cfg.OpenDatapath = func(Config) (Datapath, error) { return dp, nil }
+	a, err := New(h.cfg)
+	if err != nil {
+		h.t.Fatalf("New: %v", err)
+	}
+	h.a = a
+}
+
+// restart closes the agent and starts a new one on the same "pinned" datapath state.
+func (h *harness) restart() {
+	h.t.Helper()
+	h.a.Close()
+	h.dp = h.dp.reopen()
+	h.start()
+}
+
+func (h *harness) add(ns, name string, l map[string]string) api.Endpoint {
+	h.t.Helper()
+	ep, err := h.a.AddEndpoint(context.Background(), api.EndpointSpec{Namespace: ns, Name: name, Labels: l})
+	if err != nil {
+		h.t.Fatalf("adding %s/%s: %v", ns, name, err)
+	}
+	return ep
+}
+
+func (h *harness) apply(src, doc string) (api.ChangeResult, error) {
+	return h.a.Apply(context.Background(), api.ApplyRequest{Documents: []api.Document{{Source: src, Data: doc}}})
+}
+
+const denyAllIngressY = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-all, namespace: y}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+`
+
+// allowY443 selects every endpoint of y, so applying it changes several endpoints.
+const allowY443 = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-443, namespace: y}
+spec:
+  podSelector: {}
+  ingress:
+  - ports: [{port: 443}]
+`
+
+const allowFromX = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-x, namespace: y}
+spec:
+  podSelector: {matchLabels: {pod: b}}
+  ingress:
+  - from:
+    - namespaceSelector: {matchLabels: {ns: x}}
+    ports: [{port: 80}]
+`
+
+func TestReplicasShareIdentityAndNamespaceLabelsChangeIt(t *testing.T) {
+	h := newHarness(t)
+	a1 := h.add("x", "a1", map[string]string{"app": "web"})
+	a2 := h.add("x", "a2", map[string]string{"app": "web"})
+	b := h.add("y", "b", map[string]string{"app": "web"})
+	if a1.Identity != a2.Identity || a1.Identity < identity.FirstEndpoint {
+		t.Fatalf("replicas: identities %d and %d", a1.Identity, a2.Identity)
+	}
+	if b.Identity == a1.Identity {
+		t.Fatal("endpoints of different namespaces share an identity")
+	}
+	if a1.IP == a2.IP || a1.EpID == a2.EpID {
+		t.Fatalf("replicas share address or ep id: %+v %+v", a1, a2)
+	}
+	if _, err := h.a.LabelNamespace(context.Background(), "x", api.LabelChange{Set: map[string]string{"team": "blue"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := h.a.GetEndpoint(context.Background(), "x", "a1")
+	if got.Identity == a1.Identity {
+		t.Fatal("namespace label did not change the identity")
+	}
+	want := "io.cilium.k8s.namespace.labels.team=blue"
+	if !contains(got.IdentityLabels, want) {
+		t.Fatalf("identity labels %v lack %s", got.IdentityLabels, want)
+	}
+	// The dataplane got the new identity.
+	_, eps := h.dp.snapshot()
+	found := false
+	for _, ep := range eps {
+		if ep.info.EpID == got.EpID {
+			found = ep.info.Identity == got.Identity
+		}
+	}
+	if !found {
+		t.Fatal("datapath endpoint identity not updated")
+	}
+	// The old identity is released; identity list has reserved ones and the endpoints.
+	ids, _ := h.a.ListIdentities(context.Background())
+	var sawHost, sawOld bool
+	for _, id := range ids {
+		sawHost = sawHost || (id.ID == identity.Host && id.Kind == "reserved")
+		sawOld = sawOld || id.ID == a1.Identity
+		if id.ID == got.Identity && !reflect.DeepEqual(id.Endpoints, []string{"x/a1", "x/a2"}) {
+			t.Errorf("identity %d endpoints %v", id.ID, id.Endpoints)
+		}
+	}
+	if !sawHost || sawOld {
+		t.Errorf("identity list: host %v, old identity still there %v: %+v", sawHost, sawOld, ids)
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestAddEndpointValidation(t *testing.T) {
+	h := newHarness(t)
+	h.add("x", "a", nil)
+	bad := []api.EndpointSpec{
+		{Namespace: "X", Name: "a"},
+		{Namespace: "x", Name: "a"}, // exists
+		{Namespace: "x", Name: "b", Labels: map[string]string{"io.kubernetes.pod.namespace": "y"}},
+		{Namespace: "x", Name: "b", Labels: map[string]string{"a": "b c"}},
+		{Namespace: "x", Name: "b", IP: "198.18.0.1"}, // router
+		{Namespace: "x", Name: "b", IP: "198.18.0.2"}, // used by x/a
+		{Namespace: "x", Name: "b", IP: "10.0.0.1"},   // outside the range
+		{Namespace: "x", Name: "b", Ports: []api.NamedPort{{Name: "http", Port: 0}}},
+		{Namespace: "x", Name: "b", Ports: []api.NamedPort{{Name: "http", Port: 80, Protocol: "ICMP"}}},
+	}
+	for _, spec := range bad {
+		if _, err := h.a.AddEndpoint(context.Background(), spec); err == nil {
+			t.Errorf("AddEndpoint(%+v) succeeded", spec)
+		}
+	}
+	if h.net.count() != 1 {
+		t.Fatalf("refused adds created endpoints: %d", h.net.count())
+	}
+	ep, err := h.a.AddEndpoint(context.Background(), api.EndpointSpec{Namespace: "x", Name: "b", IP: "198.18.7.7",
+		Ports: []api.NamedPort{{Name: "http", Port: 8080, Protocol: "tcp"}}})
+	if err != nil || ep.IP != "198.18.7.7" || len(ep.Ports) != 1 || ep.Ports[0].Protocol != "TCP" {
+		t.Fatalf("AddEndpoint with --ip/--port: %+v, %v", ep, err)
+	}
+}
+
+func TestAddEndpointFailureCleansUp(t *testing.T) {
+	h := newHarness(t)
+	h.dp.failAttach = true
+	if _, err := h.a.AddEndpoint(context.Background(), api.EndpointSpec{Namespace: "x", Name: "a"}); err == nil {
+		t.Fatal("add succeeded with attach failing")
+	}
+	if h.net.count() != 0 {
+		t.Fatal("failed add left its namespace behind")
+	}
+	eps, _ := h.a.ListEndpoints(context.Background())
+	if len(eps) != 0 {
+		t.Fatalf("failed add recorded: %+v", eps)
+	}
+	h.dp.failAttach = false
+	h.add("x", "a", nil)
+}
+
+func TestApplyFailureRestoresPreviousState(t *testing.T) {
+	h := newHarness(t)
+	h.add("x", "a", map[string]string{"pod": "a"})
+	h.add("y", "b", map[string]string{"pod": "b"})
+	h.add("y", "c", map[string]string{"pod": "c"})
+	if _, err := h.apply("allow.yaml", allowFromX); err != nil {
+		t.Fatal(err)
+	}
+	ipBefore, epsBefore := h.dp.snapshot()
+	polsBefore, _ := h.a.ListPolicies(context.Background())
+	stateBefore, _ := os.ReadFile(statePath(h.cfg.StateDir))
+
+	// allow-443 changes b and c: the second endpoint update fails.
+	h.dp.failEndpointAfter = 1
+	if _, err := h.apply("allow443.yaml", allowY443); err == nil {
+		t.Fatal("apply succeeded with the datapath failing")
+	}
+	ipAfter, epsAfter := h.dp.snapshot()
+	if !reflect.DeepEqual(ipBefore, ipAfter) || !reflect.DeepEqual(epsBefore, epsAfter) {
+		t.Fatalf("datapath not restored:\nbefore %+v\nafter  %+v", epsBefore, epsAfter)
+	}
+	polsAfter, _ := h.a.ListPolicies(context.Background())
+	if !reflect.DeepEqual(polsBefore, polsAfter) {
+		t.Fatal("policies changed after failed apply")
+	}
+	stateAfter, _ := os.ReadFile(statePath(h.cfg.StateDir))
+	if string(stateBefore) != string(stateAfter) {
+		t.Fatal("state file changed after failed apply")
+	}
+	st, _ := h.a.Status(context.Background())
+	if st.Degraded != "" {
+		t.Fatalf("degraded after a successful rollback: %s", st.Degraded)
+	}
+	// A refused manifest does not reach the datapath at all.
+	h.dp.failEndpointAfter = 0
+	if _, err := h.apply("bad.yaml", "kind: NetworkPolicy\nmetadata: {name: x}\nspec: {bogus: 1}\n"); err == nil ||
+		!strings.Contains(err.Error(), "bad.yaml") {
+		t.Fatalf("bad manifest: %v", err)
+	}
+	if h.dp.failEndpointAfter != 0 {
+		t.Fatal("a refused manifest reached the datapath")
+	}
+	h.dp.failEndpointAfter = -1
+	if _, err := h.apply("deny.yaml", denyAllIngressY); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRuleIDsAndRestart(t *testing.T) {
+	h := newHarness(t)
+	h.add("x", "a", map[string]string{"pod": "a"})
+	b := h.add("y", "b", map[string]string{"pod": "b"})
+	if _, err := h.a.LabelNamespace(context.Background(), "x", api.LabelChange{Set: map[string]string{"ns": "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.apply("allow.yaml", allowFromX)
+	if err != nil || len(res.Changes) != 1 || res.Changes[0].Action != "created" {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	pols, _ := h.a.ListPolicies(context.Background())
+	id := pols[0].Rules[0].ID
+	res, _ = h.apply("allow.yaml", allowFromX)
+	if res.Changes[0].Action != "unchanged" {
+		t.Fatalf("reapply: %+v", res)
+	}
+	res, _ = h.apply("allow.yaml", strings.Replace(allowFromX, "port: 80", "port: 81", 1))
+	pols2, _ := h.a.ListPolicies(context.Background())
+	if res.Changes[0].Action != "configured" || pols2[0].Rules[0].ID != id {
+		t.Fatalf("update: %+v, rule ids %d -> %d", res, id, pols2[0].Rules[0].ID)
+	}
+
+	snapshot := func() []any {
+		eps, _ := h.a.ListEndpoints(context.Background())
+		ids, _ := h.a.ListIdentities(context.Background())
+		ps, _ := h.a.ListPolicies(context.Background())
+		nss, _ := h.a.ListNamespaces(context.Background())
+		return []any{eps, ids, ps, nss}
+	}
+	before := snapshot()
+	_, epsBefore := h.dp.snapshot()
+	h.restart()
+	if after := snapshot(); !reflect.DeepEqual(before, after) {
+		t.Fatalf("state changed across restart:\n%+v\n%+v", before, after)
+	}
+	_, epsAfter := h.dp.snapshot()
+	if !reflect.DeepEqual(epsBefore, epsAfter) {
+		t.Fatal("datapath endpoints changed across restart")
+	}
+	// Enforcement came back from the stored state.
+	got, _ := h.a.GetEndpoint(context.Background(), "y", "b")
+	if !got.EnforceIngress || got.Identity != b.Identity || got.Counters == nil {
+		t.Fatalf("after restart: %+v", got)
+	}
+	// New endpoint ids do not reuse a deleted one's.
+	if err := h.a.DeleteEndpoint(context.Background(), "x", "a"); err != nil {
+		t.Fatal(err)
+	}
+	c := h.add("x", "c", nil)
+	if c.EpID <= b.EpID {
+		t.Fatalf("ep id %d reused (b has %d)", c.EpID, b.EpID)
+	}
+}
+
+func TestObserveDecoratesAndFilters(t *testing.T) {
+	h := newHarness(t)
+	a := h.add("x", "a", map[string]string{"pod": "a"})
+	b := h.add("y", "b", map[string]string{"pod": "b"})
+	if _, err := h.apply("allow.yaml", allowFromX); err != nil {
+		t.Fatal(err)
+	}
+	pols, _ := h.a.ListPolicies(context.Background())
+	ruleID := pols[0].Rules[0].ID
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got := make(chan api.Flow, 4)
+	go h.a.Observe(ctx, api.ObserveRequest{Follow: true, Filter: api.FlowFilter{Verdict: "forwarded"}}, func(f api.Flow) error {
+		got <- f
+		return nil
+	})
+	// Wait until the observer is subscribed.
+	for !subscribed(h.a) {
+		time.Sleep(time.Millisecond)
+	}
+	ipA, ipB := netip.MustParseAddr(a.IP), netip.MustParseAddr(b.IP)
+	h.dp.events <- FlowEvent{Time: time.Now(), Src: ipA, Dst: ipB, SrcPort: 40000, DstPort: 80, EpID: b.EpID,
+		SrcIdentity: a.Identity, DstIdentity: b.Identity, Type: EventDrop, Verdict: VerdictDropped, Reason: 2, Direction: DirIngress, Protocol: 6}
+	h.dp.events <- FlowEvent{Time: time.Now(), Src: ipA, Dst: ipB, SrcPort: 40001, DstPort: 80, EpID: b.EpID, RuleID: ruleID,
+		SrcIdentity: a.Identity, DstIdentity: b.Identity, Type: EventNewFlow, Verdict: VerdictForwarded, Direction: DirIngress, Protocol: 6}
+	var f api.Flow
+	select {
+	case f = <-got:
+	case <-ctx.Done():
+		t.Fatal("no flow observed")
+	}
+	if f.Verdict != "FORWARDED" || f.Source.Name != "a" || f.Dest.Namespace != "y" || f.Endpoint != "y/b" ||
+		f.Rule == nil || f.Rule.Policy != "NetworkPolicy/y/allow-x" || f.Rule.Rule == "" || f.Source.Port != 40001 ||
+		!contains(f.Source.Labels, "pod=a") || f.Protocol != "TCP" || f.Direction != "ingress" {
+		t.Fatalf("flow: %+v rule %+v", f, f.Rule)
+	}
+	// History: both events, filters apply.
+	var hist []api.Flow
+	h.a.Observe(context.Background(), api.ObserveRequest{SinceStart: true, Filter: api.FlowFilter{Labels: map[string]string{"pod": "a"}}}, func(f api.Flow) error {
+		hist = append(hist, f)
+		return nil
+	})
+	if len(hist) != 2 || hist[0].Reason != "policy-default-deny" {
+		t.Fatalf("history: %+v", hist)
+	}
+	hist = nil
+	h.a.Observe(context.Background(), api.ObserveRequest{Last: 1}, func(f api.Flow) error {
+		hist = append(hist, f)
+		return nil
+	})
+	if len(hist) != 1 || hist[0].Verdict != "FORWARDED" {
+		t.Fatalf("last 1: %+v", hist)
+	}
+}
+
+func subscribed(a *Agent) bool {
+	a.flows.mu.Lock()
+	defer a.flows.mu.Unlock()
+	return len(a.flows.subs) > 0
+}
+
+func TestStateFileIsAtomicAndComplete(t *testing.T) {
+	h := newHarness(t)
+	h.add("x", "a", map[string]string{"pod": "a"})
+	if _, err := h.apply("allow.yaml", allowFromX); err != nil {
+		t.Fatal(err)
+	}
+	st, err := loadState(h.cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Endpoints) != 1 || len(st.Policies) != 1 || len(st.Identities) == 0 || st.Namespaces["x"][labels.KeyNamespaceName] != "x" {
+		t.Fatalf("state: %+v", st)
+	}
+	entries, _ := os.ReadDir(h.cfg.StateDir)
+	if len(entries) != 1 {
+		t.Fatalf("state dir has leftovers: %v", entries)
+	}
+}
+
+var _ = mapstate.State{}

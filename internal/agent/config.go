@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+
+	"github.com/rampartnet/rampart/internal/api"
+)
+
+// DefaultPodCIDR is the endpoint address range unless configured otherwise (inside
+// 198.18.0.0/15, the range set aside for benchmarking).
+var DefaultPodCIDR = netip.MustParsePrefix("198.18.0.0/16")
+
+// MaxEndpoints is the number of endpoint ids the dataplane has (RAMPART_MAX_ENDPOINTS - 1;
+// id 0 is never used).
+const MaxEndpoints = 4095
+
+// Config configures an agent. Zero fields take defaults derived from Instance.
+type Config struct {
+	Instance  string       // default "default"
+	StateDir  string       // default /var/lib/rampart/<instance>
+	Socket    string       // default /run/rampart/rampart.sock
+	BPFDir    string       // default /sys/fs/bpf/rampart/<instance>
+	NodeNetns string       // "" = the agent's own network namespace, else a named one
+	PodCIDR   netip.Prefix // default DefaultPodCIDR
+	Logger    *slog.Logger
+
+	// FlowHistory is how many recent flows are kept for observe (default 8192).
+	FlowHistory int
+
+	// Hooks for tests; nil means the real implementation.
+	Engine       Engine
+	Network      Network
+	OpenDatapath func(cfg Config) (Datapath, error)
+}
+
+var instanceRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$`)
+
+// WithDefaults returns cfg with every empty field set.
+func (cfg Config) WithDefaults() Config {
+	if cfg.Instance == "" {
+		cfg.Instance = "default"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join("/var/lib/rampart", cfg.Instance)
+	}
+	if cfg.Socket == "" {
+		cfg.Socket = api.DefaultSocket
+	}
+	if cfg.BPFDir == "" {
+		cfg.BPFDir = filepath.Join("/sys/fs/bpf/rampart", cfg.Instance)
+	}
+	if !cfg.PodCIDR.IsValid() {
+		cfg.PodCIDR = DefaultPodCIDR
+	}
+	cfg.PodCIDR = cfg.PodCIDR.Masked()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.FlowHistory <= 0 {
+		cfg.FlowHistory = 8192
+	}
+	return cfg
+}
+
+func (cfg Config) validate() error {
+	if !instanceRE.MatchString(cfg.Instance) {
+		return fmt.Errorf("instance name %q: want 1-32 lowercase letters, digits or '-'", cfg.Instance)
+	}
+	if !cfg.PodCIDR.Addr().Is4() || cfg.PodCIDR.Bits() > 28 || cfg.PodCIDR.Bits() < 8 {
+		return fmt.Errorf("pod CIDR %v: want an IPv4 prefix between /8 and /28", cfg.PodCIDR)
+	}
+	return nil
+}

@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/mapstate"
+)
+
+// realDatapath adapts *datapath.Datapath to the agent's Datapath interface.
+type realDatapath struct {
+	dp *datapath.Datapath
+
+	once   sync.Once
+	events *datapath.EventReader
+	evErr  error
+}
+
+func openDatapath(cfg Config) (Datapath, error) {
+	dp, err := datapath.Open(datapath.Config{PinDir: cfg.BPFDir})
+	if err != nil {
+		return nil, err
+	}
+	r := &realDatapath{dp: dp}
+	// Open the reader now so that events emitted from here on are not lost to nobody.
+	r.events, r.evErr = dp.Events()
+	if r.evErr != nil {
+		dp.Close()
+		return nil, r.evErr
+	}
+	return r, nil
+}
+
+func (r *realDatapath) Attach(netnsPath, ifname string) (int, error) {
+	if err := r.dp.Attach(netnsPath, ifname); err != nil {
+		return 0, err
+	}
+	idx, err := datapath.IfIndex(netnsPath, ifname)
+	if err != nil {
+		return 0, fmt.Errorf("attaching to %s: %w", ifname, err)
+	}
+	return int(idx), nil
+}
+
+func (r *realDatapath) Detach(netnsPath, ifname string) error {
+	return r.dp.Detach(netnsPath, ifname)
+}
+
+func (r *realDatapath) ApplyEndpoint(ifindex int, info EndpointInfo, pol mapstate.EndpointPolicy) error {
+	return r.dp.ApplyEndpoint(uint32(ifindex), datapath.EndpointInfo{EpID: info.EpID, Identity: info.Identity}, pol)
+}
+
+func (r *realDatapath) RemoveEndpoint(ifindex int, epID uint32) error {
+	return r.dp.RemoveEndpoint(uint32(ifindex), epID)
+}
+
+func (r *realDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error {
+	return r.dp.ApplyIPCache(entries)
+}
+
+func (r *realDatapath) Counters(epID uint32) (api.Counters, error) {
+	c, err := r.dp.Counters(epID)
+	if err != nil {
+		return api.Counters{}, err
+	}
+	return api.Counters(c), nil
+}
+
+func (r *realDatapath) ReadEvent() (FlowEvent, error) {
+	ev, err := r.events.Read()
+	if err != nil {
+		return FlowEvent{}, err
+	}
+	return FlowEvent{
+		Time:        ev.Time,
+		Src:         ev.Source,
+		Dst:         ev.Destination,
+		SrcPort:     ev.SourcePort,
+		DstPort:     ev.DestinationPort,
+		EpID:        ev.EpID,
+		SrcIdentity: ev.SrcIdentity,
+		DstIdentity: ev.DstIdentity,
+		RuleID:      ev.RuleID,
+		Ifindex:     ev.IfIndex,
+		Length:      ev.Length,
+		Type:        uint8(ev.Type),
+		Verdict:     uint8(ev.Verdict),
+		Reason:      uint8(ev.Reason),
+		Direction:   uint8(ev.Direction),
+		Protocol:    uint8(ev.Protocol),
+		ICMPType:    ev.ICMPType,
+	}, nil
+}
+
+func (r *realDatapath) Close() error {
+	var err error
+	r.once.Do(func() {
+		r.events.Close()
+		err = r.dp.Close()
+	})
+	return err
+}
+
+func (r *realDatapath) Remove() error {
+	r.once.Do(func() { r.events.Close() })
+	return r.dp.Remove()
+}

@@ -1,0 +1,119 @@
+package agent
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// Datapath is what the agent needs from the BPF dataplane (internal/datapath). It is an
+// interface so the agent's transactions can be tested without the kernel.
+type Datapath interface {
+	// Attach loads (or replaces in place) the tc programs on the host-side veth ifname in
+	// the network namespace at netnsPath and returns its ifindex.
+	Attach(netnsPath, ifname string) (int, error)
+	Detach(netnsPath, ifname string) error
+	ApplyEndpoint(ifindex int, info EndpointInfo, pol mapstate.EndpointPolicy) error
+	RemoveEndpoint(ifindex int, epID uint32) error
+	// ApplyIPCache makes the ipcache equal to entries.
+	ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error
+	Counters(epID uint32) (api.Counters, error)
+	// ReadEvent blocks until the next flow event; it fails once Close was called.
+	ReadEvent() (FlowEvent, error)
+	// Close releases the agent's handles; pinned maps and attached programs stay.
+	Close() error
+	// Remove deletes the pins (for uninstall).
+	Remove() error
+}
+
+// EndpointInfo is an endpoint's dataplane identity.
+type EndpointInfo struct {
+	EpID     uint32
+	Identity identity.Identity
+}
+
+// FlowEvent is one event from the dataplane, with its time already converted to wall time.
+type FlowEvent struct {
+	Time        time.Time
+	Src, Dst    netip.Addr
+	SrcPort     uint16
+	DstPort     uint16
+	EpID        uint32
+	SrcIdentity identity.Identity
+	DstIdentity identity.Identity
+	RuleID      uint32
+	Ifindex     uint32
+	Length      uint32
+	Type        uint8 // EVENT_* in rampart.h
+	Verdict     uint8 // VERDICT_*
+	Reason      uint8 // REASON_*
+	Direction   uint8 // DIR_*
+	Protocol    uint8
+	ICMPType    uint8
+}
+
+// Values of FlowEvent fields (bpf/include/rampart.h).
+const (
+	EventNewFlow = 1
+	EventDrop    = 2
+
+	VerdictForwarded = 1
+	VerdictDropped   = 2
+
+	DirIngress = 1
+	DirEgress  = 2
+)
+
+// ReasonNames names the drop reasons of rampart.h.
+var ReasonNames = map[uint8]string{
+	0: "",
+	1: "policy-deny",
+	2: "policy-default-deny",
+	3: "malformed",
+	4: "fragment-unknown",
+	5: "unknown-endpoint",
+	6: "unsupported-l3",
+}
+
+// Network creates and finds endpoint namespaces and veths (endpoint.Node).
+type Network interface {
+	Setup() error
+	Teardown() error
+	NetnsPath() string
+	Router() netip.Addr
+	EndpointNetns(namespace, name string) string
+	Create(namespace, name string, ip netip.Addr) (endpoint.Endpoint, error)
+	Lookup(namespace, name string, ip netip.Addr) (endpoint.Endpoint, error)
+	Delete(namespace, name string) error
+}
+
+var _ Network = endpoint.Node{}
+
+// TracePeer is one side of a traced connection.
+type TracePeer struct {
+	Endpoint *mapstate.Endpoint // nil when the address is not a managed endpoint
+	IP       netip.Addr
+}
+
+// TraceQuery asks how a new connection From -> To on Protocol/Port is decided.
+type TraceQuery struct {
+	From, To TracePeer
+	Protocol policy.Protocol
+	Port     uint16
+}
+
+// Engine is the pure policy pipeline. Fields left nil take the real implementations
+// (policy.ParseDocuments, mapstate.Prefixes, mapstate.Compute, mapstate.Trace).
+type Engine struct {
+	Parse    func(source string, data []byte) ([]*policy.Policy, error)
+	Prefixes func(rules []policy.Rule) []netip.Prefix
+	Compute  func(in mapstate.Input) mapstate.State
+	// Trace explains a verdict from the same input and state the dataplane got. Rule
+	// references in the result are filled by the agent from RuleID.
+	Trace func(in mapstate.Input, st mapstate.State, q TraceQuery) (api.TraceResult, error)
+}

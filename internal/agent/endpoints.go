@@ -1,0 +1,303 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/labels"
+)
+
+// AddEndpoint creates an endpoint: namespace, veth, address, programs, identity, policy.
+func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.Endpoint, error) {
+	if err := validateNamespace(spec.Namespace); err != nil {
+		return api.Endpoint{}, err
+	}
+	if err := validateName(spec.Name); err != nil {
+		return api.Endpoint{}, err
+	}
+	lbls, err := validateLabels(spec.Labels)
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+	ports, err := validatePorts(spec.Ports)
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+	if spec.ServiceAccount != "" && (len(spec.ServiceAccount) > 253 || !dnsSubdomainRE.MatchString(spec.ServiceAccount)) {
+		return api.Endpoint{}, api.BadRequest("service account %q: want a DNS subdomain", spec.ServiceAccount)
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	key := spec.Namespace + "/" + spec.Name
+	if _, ok := a.model.endpoints[key]; ok {
+		return api.Endpoint{}, api.Conflict("endpoint %s already exists", key)
+	}
+	m := a.model.clone()
+	ip, err := a.chooseIP(m, spec.IP)
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+	epID, err := m.allocEpID()
+	if err != nil {
+		return api.Endpoint{}, api.Conflict("%v", err)
+	}
+	rec := &EndpointRecord{
+		Namespace:      spec.Namespace,
+		Name:           spec.Name,
+		Labels:         lbls,
+		IP:             ip,
+		Ports:          ports,
+		ServiceAccount: spec.ServiceAccount,
+		EpID:           epID,
+	}
+	m.ensureNamespace(spec.Namespace)
+	m.endpoints[key] = rec
+	alloc, err := cloneAllocator(a.cur.alloc)
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+	d, err := a.eng.compute(m, alloc, a.net.Router())
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+
+	// Kernel side. The programs drop everything until the endpoint's info is in the map,
+	// so the endpoint is never reachable without policy.
+	ep, err := a.net.Create(rec.Namespace, rec.Name, ip)
+	if err != nil {
+		return api.Endpoint{}, fmt.Errorf("creating endpoint %s: %w", key, err)
+	}
+	rec.HostInterface = ep.HostIfName
+	undo := func() {
+		delete(a.ifindex, epID)
+		if err := a.dp.Detach(a.net.NetnsPath(), ep.HostIfName); err != nil {
+			a.log.Warn("detaching after failed add", "endpoint", key, "error", err)
+		}
+		if err := a.net.Delete(rec.Namespace, rec.Name); err != nil {
+			a.log.Warn("deleting after failed add", "endpoint", key, "error", err)
+		}
+	}
+	ifindex, err := a.dp.Attach(a.net.NetnsPath(), ep.HostIfName)
+	if err != nil {
+		undo()
+		return api.Endpoint{}, fmt.Errorf("attaching to endpoint %s: %w", key, err)
+	}
+	a.ifindex[epID] = ifindex
+	if err := a.applyState(a.cur, d, m, false); err != nil {
+		a.dp.RemoveEndpoint(ifindex, epID)
+		undo()
+		return api.Endpoint{}, err
+	}
+	if err := a.commit(m, d); err != nil {
+		a.dp.RemoveEndpoint(ifindex, epID)
+		undo()
+		return api.Endpoint{}, err
+	}
+	a.log.Info("endpoint added", "endpoint", key, "ip", ip, "identity", d.identities[key], "interface", ep.HostIfName)
+	return a.endpointView(rec, false), nil
+}
+
+// chooseIP validates a requested address or picks the lowest free one of the pod range.
+func (a *Agent) chooseIP(m *model, want string) (netip.Addr, error) {
+	used := map[netip.Addr]string{}
+	for k, e := range m.endpoints {
+		used[e.IP] = k
+	}
+	router := a.net.Router()
+	cidr := a.cfg.PodCIDR
+	last := lastAddr(cidr)
+	if want != "" {
+		ip, err := netip.ParseAddr(want)
+		if err != nil {
+			return netip.Addr{}, api.BadRequest("address %q: %v", want, err)
+		}
+		if !cidr.Contains(ip) || ip == cidr.Addr() || ip == router || ip == last {
+			return netip.Addr{}, api.BadRequest("address %v: not a usable address of the pod range %v (router %v)", ip, cidr, router)
+		}
+		if k, ok := used[ip]; ok {
+			return netip.Addr{}, api.Conflict("address %v is used by endpoint %s", ip, k)
+		}
+		return ip, nil
+	}
+	for ip := router.Next(); ip.IsValid() && ip != last && cidr.Contains(ip); ip = ip.Next() {
+		if _, ok := used[ip]; !ok {
+			return ip, nil
+		}
+	}
+	return netip.Addr{}, api.Conflict("no free address left in %v", cidr)
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 1
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// DeleteEndpoint removes an endpoint and everything the agent created for it.
+func (a *Agent) DeleteEndpoint(ctx context.Context, namespace, name string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	key := namespace + "/" + name
+	rec, ok := a.model.endpoints[key]
+	if !ok {
+		return api.NotFound("endpoint %s not found", key)
+	}
+	m := a.model.clone()
+	delete(m.endpoints, key)
+	alloc, err := cloneAllocator(a.cur.alloc)
+	if err != nil {
+		return err
+	}
+	d, err := a.eng.compute(m, alloc, a.net.Router())
+	if err != nil {
+		return err
+	}
+	// The endpoint goes first (its policy entries, programs, veth and namespace), then
+	// the others are updated and its address leaves the ipcache.
+	var errs []error
+	if ifindex, ok := a.ifindex[rec.EpID]; ok {
+		if err := a.dp.RemoveEndpoint(ifindex, rec.EpID); err != nil {
+			errs = append(errs, err)
+		}
+		delete(a.ifindex, rec.EpID)
+	}
+	if err := a.dp.Detach(a.net.NetnsPath(), rec.HostInterface); err != nil {
+		a.log.Debug("detaching deleted endpoint", "endpoint", key, "error", err)
+	}
+	if err := a.net.Delete(namespace, name); err != nil {
+		errs = append(errs, err)
+	}
+	if err := a.applyState(a.cur, d, m, false); err != nil {
+		errs = append(errs, err)
+	}
+	// The endpoint is gone from the kernel whatever happened: record that.
+	if err := a.commit(m, d); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("deleting endpoint %s: %w", key, errors.Join(errs...))
+	}
+	a.log.Info("endpoint deleted", "endpoint", key)
+	return nil
+}
+
+// LabelEndpoint changes an endpoint's labels (its identity, and with it policy, follows).
+func (a *Agent) LabelEndpoint(ctx context.Context, namespace, name string, change api.LabelChange) (api.Endpoint, error) {
+	set, err := validateLabels(change.Set)
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	key := namespace + "/" + name
+	var nrec *EndpointRecord
+	_, _, err = a.change(func(m *model) error {
+		rec, ok := m.endpoints[key]
+		if !ok {
+			return api.NotFound("endpoint %s not found", key)
+		}
+		c := *rec
+		c.Labels = applyLabelChange(rec.Labels, set, change.Remove)
+		nrec = &c
+		m.endpoints[key] = nrec
+		return nil
+	})
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+	return a.endpointView(nrec, false), nil
+}
+
+func applyLabelChange(old labels.Labels, set labels.Labels, remove []string) labels.Labels {
+	l := maps.Clone(old)
+	if l == nil {
+		l = labels.Labels{}
+	}
+	for _, k := range remove {
+		delete(l, labels.NormalizeKey(k))
+	}
+	maps.Copy(l, set)
+	return l
+}
+
+// ListEndpoints lists endpoints sorted by namespace/name.
+func (a *Agent) ListEndpoints(ctx context.Context) ([]api.Endpoint, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []api.Endpoint{}
+	for _, key := range sortedKeys(a.model.endpoints) {
+		out = append(out, a.endpointView(a.model.endpoints[key], false))
+	}
+	return out, nil
+}
+
+// GetEndpoint returns one endpoint with its counters.
+func (a *Agent) GetEndpoint(ctx context.Context, namespace, name string) (api.Endpoint, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rec, ok := a.model.endpoints[namespace+"/"+name]
+	if !ok {
+		return api.Endpoint{}, api.NotFound("endpoint %s/%s not found", namespace, name)
+	}
+	return a.endpointView(rec, true), nil
+}
+
+// endpointView renders a record; a.mu must be held.
+func (a *Agent) endpointView(rec *EndpointRecord, counters bool) api.Endpoint {
+	key := rec.Key()
+	id := a.cur.identities[key]
+	pol := a.cur.state.Endpoints[rec.EpID]
+	ep := api.Endpoint{
+		Namespace:      rec.Namespace,
+		Name:           rec.Name,
+		Labels:         map[string]string(maps.Clone(rec.Labels)),
+		IP:             rec.IP.String(),
+		ServiceAccount: rec.ServiceAccount,
+		EpID:           rec.EpID,
+		Identity:       id,
+		HostInterface:  rec.HostInterface,
+		Netns:          endpoint.NetnsPath(a.net.EndpointNetns(rec.Namespace, rec.Name)),
+		EnforceIngress: pol.EnforceIngress,
+		EnforceEgress:  pol.EnforceEgress,
+	}
+	if ep.Labels == nil {
+		ep.Labels = map[string]string{}
+	}
+	for _, p := range rec.Ports {
+		ep.Ports = append(ep.Ports, api.NamedPort{Name: p.Name, Port: p.Port, Protocol: p.Protocol})
+	}
+	if l, ok := a.cur.alloc.Labels(id); ok {
+		ep.IdentityLabels = labelList(l)
+	}
+	if counters {
+		if c, err := a.dp.Counters(rec.EpID); err == nil {
+			ep.Counters = &c
+		} else {
+			a.log.Warn("reading counters", "endpoint", key, "error", err)
+		}
+	}
+	return ep
+}
+
+// labelList renders labels as sorted k=v strings (a bare key for reserved labels).
+func labelList(l labels.Labels) []string {
+	out := make([]string, 0, len(l))
+	for k, v := range l {
+		if v == "" && strings.HasPrefix(k, "reserved:") {
+			out = append(out, k)
+		} else {
+			out = append(out, k+"="+v)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"errors"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// withDefaults fills nil engine functions with the real implementations.
+func (e Engine) withDefaults() (Engine, error) {
+	if e.Parse == nil {
+		e.Parse = policy.ParseDocuments
+	}
+	if e.Prefixes == nil {
+		e.Prefixes = mapstate.Prefixes
+	}
+	if e.Compute == nil {
+		e.Compute = mapstate.Compute
+	}
+	if e.Trace == nil {
+		e.Trace = mapstateTrace
+	}
+	return e, nil
+}
+
+// mapstateTrace adapts mapstate.Trace to the API's result.
+func mapstateTrace(in mapstate.Input, st mapstate.State, q TraceQuery) (api.TraceResult, error) {
+	ref := func(p TracePeer) mapstate.TraceRef {
+		if p.Endpoint != nil {
+			return mapstate.TraceRef{Namespace: p.Endpoint.Namespace, Name: p.Endpoint.Name}
+		}
+		return mapstate.TraceRef{Addr: p.IP}
+	}
+	res, err := mapstate.Trace(in, st, mapstate.Query{From: ref(q.From), To: ref(q.To), Protocol: q.Protocol, Port: q.Port})
+	if err != nil {
+		if errors.Is(err, mapstate.ErrNoEndpoint) {
+			return api.TraceResult{}, api.BadRequest("%v: no policy applies", err)
+		}
+		return api.TraceResult{}, api.BadRequest("%v", err)
+	}
+	out := api.TraceResult{
+		FromIdent: res.From.Identity,
+		ToIdent:   res.To.Identity,
+		Allowed:   res.Verdict == mapstate.Allowed,
+	}
+	for _, c := range []*mapstate.TraceCheck{res.Egress, res.Ingress} {
+		if c == nil {
+			continue
+		}
+		side := api.TraceSide{
+			Direction: c.Direction.String(),
+			Endpoint:  c.Endpoint,
+			Enforced:  c.Enforced,
+			Allowed:   c.Decision.Verdict == mapstate.Allowed,
+			Reason:    string(c.Decision.Reason),
+		}
+		if c.Rule != nil {
+			side.Rule = &api.RuleRef{ID: c.Rule.ID, Policy: policyRefString(c.Rule.Policy), Rule: c.Rule.Description}
+		}
+		out.Sides = append(out.Sides, side)
+	}
+	return out, nil
+}

@@ -1,0 +1,191 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"sync"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/mapstate"
+)
+
+// fakeNetwork records endpoints instead of creating namespaces.
+type fakeNetwork struct {
+	endpoint.Node
+	mu      sync.Mutex
+	eps     map[string]endpoint.Endpoint
+	next    int
+	failAdd bool
+}
+
+func newFakeNetwork(instance string, cidr netip.Prefix) *fakeNetwork {
+	return &fakeNetwork{Node: endpoint.Node{Instance: instance, PodCIDR: cidr}, eps: map[string]endpoint.Endpoint{}, next: 100}
+}
+
+func (f *fakeNetwork) Setup() error    { return nil }
+func (f *fakeNetwork) Teardown() error { return nil }
+func (f *fakeNetwork) NetnsPath() string {
+	return "/fake/node"
+}
+
+func (f *fakeNetwork) Create(ns, name string, ip netip.Addr) (endpoint.Endpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failAdd {
+		return endpoint.Endpoint{}, errors.New("injected create failure")
+	}
+	key := ns + "/" + name
+	if _, ok := f.eps[key]; ok {
+		return endpoint.Endpoint{}, fmt.Errorf("%s exists", key)
+	}
+	f.next++
+	ep := endpoint.Endpoint{Namespace: ns, Name: name, IP: ip, HostIfName: f.HostIfName(ns, name), HostIfIndex: f.next}
+	f.eps[key] = ep
+	return ep, nil
+}
+
+func (f *fakeNetwork) Lookup(ns, name string, ip netip.Addr) (endpoint.Endpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ep, ok := f.eps[ns+"/"+name]
+	if !ok {
+		return ep, errors.New("missing")
+	}
+	return ep, nil
+}
+
+func (f *fakeNetwork) Delete(ns, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.eps, ns+"/"+name)
+	return nil
+}
+
+func (f *fakeNetwork) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.eps)
+}
+
+// fakeDatapath keeps what it was given, like the maps would, and can fail on demand.
+type fakeDatapath struct {
+	mu       sync.Mutex
+	ipcache  map[netip.Prefix]mapstate.IPCacheEntry
+	eps      map[int]fakeEP // by ifindex
+	attached map[string]int // ifname -> ifindex
+	nextIf   int
+	// failEndpointAfter: ApplyEndpoint fails once this many more calls succeeded (<0: never).
+	failEndpointAfter int
+	failAttach        bool
+	events            chan FlowEvent
+	closed            chan struct{}
+	closeOnce         sync.Once
+}
+
+type fakeEP struct {
+	info EndpointInfo
+	pol  mapstate.EndpointPolicy
+}
+
+func newFakeDatapath() *fakeDatapath {
+	return &fakeDatapath{
+		ipcache:           map[netip.Prefix]mapstate.IPCacheEntry{},
+		eps:               map[int]fakeEP{},
+		attached:          map[string]int{},
+		nextIf:            10,
+		failEndpointAfter: -1,
+		events:            make(chan FlowEvent, 16),
+		closed:            make(chan struct{}),
+	}
+}
+
+// reopen returns a datapath sharing the "pinned" state, as datapath.Open does.
+func (d *fakeDatapath) reopen() *fakeDatapath {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := newFakeDatapath()
+	n.ipcache = maps.Clone(d.ipcache)
+	n.eps = maps.Clone(d.eps)
+	n.attached = maps.Clone(d.attached)
+	n.nextIf = d.nextIf
+	return n
+}
+
+func (d *fakeDatapath) Attach(netnsPath, ifname string) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failAttach {
+		return 0, errors.New("injected attach failure")
+	}
+	if idx, ok := d.attached[ifname]; ok {
+		return idx, nil
+	}
+	d.nextIf++
+	d.attached[ifname] = d.nextIf
+	return d.nextIf, nil
+}
+
+func (d *fakeDatapath) Detach(netnsPath, ifname string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.attached, ifname)
+	return nil
+}
+
+func (d *fakeDatapath) ApplyEndpoint(ifindex int, info EndpointInfo, pol mapstate.EndpointPolicy) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failEndpointAfter == 0 {
+		d.failEndpointAfter = -1
+		return errors.New("injected map full")
+	}
+	if d.failEndpointAfter > 0 {
+		d.failEndpointAfter--
+	}
+	d.eps[ifindex] = fakeEP{info: info, pol: pol}
+	return nil
+}
+
+func (d *fakeDatapath) RemoveEndpoint(ifindex int, epID uint32) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.eps, ifindex)
+	return nil
+}
+
+func (d *fakeDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ipcache = maps.Clone(entries)
+	return nil
+}
+
+func (d *fakeDatapath) Counters(epID uint32) (api.Counters, error) {
+	return api.Counters{IngressPackets: uint64(epID)}, nil
+}
+
+func (d *fakeDatapath) ReadEvent() (FlowEvent, error) {
+	select {
+	case ev := <-d.events:
+		return ev, nil
+	case <-d.closed:
+		return FlowEvent{}, errors.New("closed")
+	}
+}
+
+func (d *fakeDatapath) Close() error {
+	d.closeOnce.Do(func() { close(d.closed) })
+	return nil
+}
+
+func (d *fakeDatapath) Remove() error { return d.Close() }
+
+// snapshot returns a deep enough copy to compare states.
+func (d *fakeDatapath) snapshot() (map[netip.Prefix]mapstate.IPCacheEntry, map[int]fakeEP) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.ipcache), maps.Clone(d.eps)
+}

@@ -1,0 +1,256 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/mapstate"
+)
+
+// view is an immutable snapshot of what flow decoration needs, swapped on every commit so
+// the event reader never waits for a change in progress.
+type view struct {
+	byEpID map[uint32]*EndpointRecord
+	byIP   map[netip.Addr]*EndpointRecord
+	alloc  *identityLabeler
+	rules  map[uint32]api.RuleRef
+}
+
+// identityLabeler answers identity -> labels from one allocator state.
+type identityLabeler struct {
+	labels func(identity.Identity) ([]string, bool)
+}
+
+// publishView rebuilds the decoration snapshot; a.mu must be held.
+func (a *Agent) publishView() {
+	v := &view{
+		byEpID: map[uint32]*EndpointRecord{},
+		byIP:   map[netip.Addr]*EndpointRecord{},
+		rules:  map[uint32]api.RuleRef{},
+	}
+	for _, e := range a.model.endpoints {
+		v.byEpID[e.EpID] = e
+		v.byIP[e.IP] = e
+	}
+	for _, sp := range a.model.policies {
+		ref := mapstate.PolicyRef{Kind: sp.pol.Kind, Namespace: sp.pol.Namespace, Name: sp.pol.Name}
+		for _, r := range sp.pol.Rules {
+			v.rules[r.ID] = api.RuleRef{ID: r.ID, Policy: policyRefString(ref), Rule: r.Description}
+		}
+	}
+	alloc := a.cur.alloc
+	v.alloc = &identityLabeler{labels: func(id identity.Identity) ([]string, bool) {
+		if l, ok := alloc.Labels(id); ok {
+			return labelList(l), true
+		}
+		if p, ok := alloc.Prefix(id); ok {
+			s := "cidr:" + p.String()
+			if id&identity.EndpointCIDRFlag != 0 {
+				s += " (endpoint address)"
+			}
+			return []string{s}, true
+		}
+		return nil, false
+	}}
+	a.view.Store(v)
+}
+
+func policyRefString(r mapstate.PolicyRef) string {
+	return string(r.Kind) + "/" + r.Namespace + "/" + r.Name
+}
+
+// readFlows decorates dataplane events and hands them to the hub until the datapath closes.
+func (a *Agent) readFlows() {
+	defer close(a.readerDone)
+	for {
+		ev, err := a.dp.ReadEvent()
+		if err != nil {
+			return
+		}
+		a.flows.publish(a.decorate(ev))
+	}
+}
+
+func (a *Agent) decorate(ev FlowEvent) api.Flow {
+	v := a.view.Load()
+	f := api.Flow{
+		Time:     ev.Time,
+		Protocol: protocolName(ev.Protocol),
+		Length:   ev.Length,
+		Reason:   ReasonNames[ev.Reason],
+	}
+	switch ev.Type {
+	case EventNewFlow:
+		f.Type = "new"
+	case EventDrop:
+		f.Type = "drop"
+	default:
+		f.Type = "unknown"
+	}
+	switch ev.Verdict {
+	case VerdictForwarded:
+		f.Verdict = "FORWARDED"
+	case VerdictDropped:
+		f.Verdict = "DROPPED"
+	default:
+		f.Verdict = "UNKNOWN"
+	}
+	switch ev.Direction {
+	case DirIngress:
+		f.Direction = "ingress"
+	case DirEgress:
+		f.Direction = "egress"
+	}
+	if ev.Protocol == 1 {
+		t := ev.ICMPType
+		f.ICMPType = &t
+	}
+	f.Source = v.peer(ev.Src, ev.SrcPort, ev.SrcIdentity)
+	f.Dest = v.peer(ev.Dst, ev.DstPort, ev.DstIdentity)
+	if e, ok := v.byEpID[ev.EpID]; ok {
+		f.Endpoint = e.Key()
+	}
+	if ev.RuleID != 0 {
+		if r, ok := v.rules[ev.RuleID]; ok {
+			f.Rule = &r
+		} else {
+			f.Rule = &api.RuleRef{ID: ev.RuleID}
+		}
+	}
+	return f
+}
+
+func (v *view) peer(ip netip.Addr, port uint16, id identity.Identity) api.FlowPeer {
+	p := api.FlowPeer{Port: port, Identity: id}
+	if ip.IsValid() {
+		p.IP = ip.String()
+	}
+	if e, ok := v.byIP[ip]; ok {
+		p.Namespace, p.Name = e.Namespace, e.Name
+	}
+	if l, ok := v.alloc.labels(id); ok {
+		p.Labels = l
+	}
+	return p
+}
+
+// flowHub keeps recent flows and fans new ones out to observers.
+type flowHub struct {
+	mu     sync.Mutex
+	ring   []api.Flow
+	next   int // where the next flow goes
+	full   bool
+	subs   map[chan api.Flow]struct{}
+	seen   uint64
+	lost   uint64
+	closed bool
+}
+
+func newFlowHub(size int) *flowHub {
+	return &flowHub{ring: make([]api.Flow, size), subs: map[chan api.Flow]struct{}{}}
+}
+
+func (h *flowHub) publish(f api.Flow) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seen++
+	h.ring[h.next] = f
+	h.next = (h.next + 1) % len(h.ring)
+	if h.next == 0 {
+		h.full = true
+	}
+	for c := range h.subs {
+		select {
+		case c <- f:
+		default:
+			h.lost++ // a slow observer must not stall the event reader
+		}
+	}
+}
+
+func (h *flowHub) stats() (seen, lost uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen, h.lost
+}
+
+// history returns buffered flows, oldest first.
+func (h *flowHub) history() []api.Flow {
+	if !h.full {
+		return append([]api.Flow(nil), h.ring[:h.next]...)
+	}
+	return append(append([]api.Flow(nil), h.ring[h.next:]...), h.ring[:h.next]...)
+}
+
+func (h *flowHub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for c := range h.subs {
+		close(c)
+		delete(h.subs, c)
+	}
+}
+
+// Observe sends matching buffered flows (the last req.Last, or all with SinceStart), then
+// with Follow every new matching flow until ctx ends.
+func (a *Agent) Observe(ctx context.Context, req api.ObserveRequest, send func(api.Flow) error) error {
+	h := a.flows
+	h.mu.Lock()
+	var hist []api.Flow
+	for _, f := range h.history() {
+		if req.Filter.Match(f) {
+			hist = append(hist, f)
+		}
+	}
+	if !req.SinceStart {
+		n := req.Last
+		if n < 0 {
+			n = 0
+		}
+		if len(hist) > n {
+			hist = hist[len(hist)-n:]
+		}
+	}
+	var c chan api.Flow
+	if req.Follow && !h.closed {
+		c = make(chan api.Flow, 1024)
+		h.subs[c] = struct{}{}
+	}
+	h.mu.Unlock()
+	if c != nil {
+		defer func() {
+			h.mu.Lock()
+			if _, ok := h.subs[c]; ok {
+				delete(h.subs, c)
+			}
+			h.mu.Unlock()
+		}()
+	}
+	for _, f := range hist {
+		if err := send(f); err != nil {
+			return err
+		}
+	}
+	if c == nil {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case f, ok := <-c:
+			if !ok {
+				return nil
+			}
+			if req.Filter.Match(f) {
+				if err := send(f); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,227 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
+	"sort"
+
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// model is the agent's configuration: what the user asked for. It is copied for every
+// change (maps copied, records shared: records are immutable once in a model).
+type model struct {
+	namespaces map[string]labels.Labels // user labels plus kubernetes.io/metadata.name
+	endpoints  map[string]*EndpointRecord
+	policies   map[string]*storedPolicy
+	nextRuleID uint32
+	nextEpID   uint32
+}
+
+type storedPolicy struct {
+	rec *PolicyRecord
+	pol *policy.Policy // parsed from rec.Raw, rule IDs filled from rec.RuleIDs
+}
+
+func newModel() *model {
+	return &model{
+		namespaces: map[string]labels.Labels{},
+		endpoints:  map[string]*EndpointRecord{},
+		policies:   map[string]*storedPolicy{},
+		nextRuleID: 1,
+		nextEpID:   1,
+	}
+}
+
+func (m *model) clone() *model {
+	return &model{
+		namespaces: maps.Clone(m.namespaces),
+		endpoints:  maps.Clone(m.endpoints),
+		policies:   maps.Clone(m.policies),
+		nextRuleID: m.nextRuleID,
+		nextEpID:   m.nextEpID,
+	}
+}
+
+// ensureNamespace adds a namespace with only its name label if it is missing.
+func (m *model) ensureNamespace(ns string) {
+	if _, ok := m.namespaces[ns]; !ok {
+		m.namespaces[ns] = labels.Labels{labels.KeyNamespaceName: ns}
+	}
+}
+
+// allocEpID returns a free endpoint id. A cursor moves forward so that a deleted
+// endpoint's id (and with it any of its leftover conntrack entries) is not reused soon.
+func (m *model) allocEpID() (uint32, error) {
+	used := make(map[uint32]bool, len(m.endpoints))
+	for _, e := range m.endpoints {
+		used[e.EpID] = true
+	}
+	id := m.nextEpID
+	for range MaxEndpoints {
+		if id < 1 || id > MaxEndpoints {
+			id = 1
+		}
+		if !used[id] {
+			m.nextEpID = id + 1
+			return id, nil
+		}
+		id++
+	}
+	return 0, fmt.Errorf("all %d endpoint ids are in use", MaxEndpoints)
+}
+
+// allocRuleIDs gives p's rules ids: the ids of the previous version of the same policy
+// where it had as many rules, new ones beyond. Stable ids keep unchanged map entries
+// unchanged on an update.
+func (m *model) allocRuleIDs(p *policy.Policy, prev []uint32) []uint32 {
+	ids := make([]uint32, len(p.Rules))
+	for i := range p.Rules {
+		if i < len(prev) {
+			ids[i] = prev[i]
+		} else {
+			ids[i] = m.nextRuleID
+			m.nextRuleID++
+		}
+		p.Rules[i].ID = ids[i]
+	}
+	return ids
+}
+
+// fullLabels is the label set an endpoint's identity is made of (docs/architecture.md).
+func fullLabels(e *EndpointRecord, nsLabels labels.Labels) labels.Labels {
+	l := make(labels.Labels, len(e.Labels)+len(nsLabels)+4)
+	maps.Copy(l, e.Labels)
+	l[labels.KeyNamespace] = e.Namespace
+	l[labels.KeyNamespaceLabelPrefix+labels.KeyNamespaceName] = e.Namespace
+	for k, v := range nsLabels {
+		l[labels.KeyNamespaceLabelPrefix+k] = v
+	}
+	l[labels.KeyCluster] = "default"
+	if e.ServiceAccount != "" {
+		l[labels.KeyServiceAccount] = e.ServiceAccount
+	}
+	return l
+}
+
+// desired is the outcome of computing a model: the mapstate input and state, and what the
+// agent needs to apply and explain it.
+type desired struct {
+	input      mapstate.Input
+	state      mapstate.State
+	identities map[string]identity.Identity // endpoint key -> identity
+	alloc      *identity.Allocator          // the allocator after this computation
+}
+
+func emptyDesired() *desired {
+	return &desired{
+		state:      mapstate.State{Endpoints: map[uint32]mapstate.EndpointPolicy{}, IPCache: map[netip.Prefix]mapstate.IPCacheEntry{}},
+		identities: map[string]identity.Identity{},
+	}
+}
+
+// compute turns a model into the desired dataplane state. It is pure apart from the copy of
+// the allocator it is given (which it returns in desired.alloc). A panic in the engine is
+// turned into an error: a bug must not take the agent down nor touch the dataplane.
+func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr) (d *desired, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			d, err = nil, fmt.Errorf("computing policy state: internal error: %v", r)
+		}
+	}()
+	var rules []policy.Rule
+	refs := map[uint32]mapstate.PolicyRef{}
+	for _, key := range sortedKeys(m.policies) {
+		p := m.policies[key].pol
+		for _, r := range p.Rules {
+			rules = append(rules, r)
+			refs[r.ID] = mapstate.PolicyRef{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name}
+		}
+	}
+	prefixes := e.Prefixes(rules)
+	cidrIDs := make(map[netip.Prefix]identity.Identity, len(prefixes))
+	for _, p := range prefixes {
+		cidrIDs[p] = alloc.ForCIDR(p)
+	}
+	d = &desired{identities: map[string]identity.Identity{}, alloc: alloc}
+	var used []labels.Labels
+	for _, key := range sortedKeys(m.endpoints) {
+		rec := m.endpoints[key]
+		full := fullLabels(rec, m.namespaces[rec.Namespace])
+		id := alloc.ForLabels(full)
+		used = append(used, full)
+		d.identities[key] = id
+		var named map[string]mapstate.NamedPort
+		if len(rec.Ports) > 0 {
+			named = make(map[string]mapstate.NamedPort, len(rec.Ports))
+			for _, p := range rec.Ports {
+				proto, _ := parseProtocol(p.Protocol)
+				named[p.Name] = mapstate.NamedPort{Port: p.Port, Protocol: proto}
+			}
+		}
+		d.input.Endpoints = append(d.input.Endpoints, mapstate.Endpoint{
+			ID:         rec.EpID,
+			Namespace:  rec.Namespace,
+			Name:       rec.Name,
+			Labels:     full,
+			Identity:   id,
+			IP:         rec.IP,
+			NamedPorts: named,
+		})
+	}
+	alloc.Retain(used, prefixes)
+	d.input.Rules = rules
+	d.input.HostIPs = []netip.Addr{router}
+	d.input.CIDRIdentities = cidrIDs
+	d.input.RulePolicies = refs
+	d.state = e.Compute(d.input)
+	if d.state.Endpoints == nil {
+		d.state.Endpoints = map[uint32]mapstate.EndpointPolicy{}
+	}
+	return d, nil
+}
+
+func cloneAllocator(a *identity.Allocator) (*identity.Allocator, error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return nil, fmt.Errorf("copying identity allocator: %w", err)
+	}
+	c := identity.NewAllocator()
+	if err := json.Unmarshal(b, c); err != nil {
+		return nil, fmt.Errorf("copying identity allocator: %w", err)
+	}
+	return c, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// parsePolicies parses every stored policy of a state file (at start).
+func (e Engine) parseRecord(rec *PolicyRecord) (*policy.Policy, error) {
+	ps, err := e.Parse(rec.Source, rec.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("re-parsing stored policy %s: %w", rec.Key(), err)
+	}
+	if len(ps) != 1 || ps[0].Key() != rec.Key() {
+		return nil, fmt.Errorf("re-parsing stored policy %s: got %d policies", rec.Key(), len(ps))
+	}
+	p := ps[0]
+	if len(p.Rules) != len(rec.RuleIDs) {
+		return nil, fmt.Errorf("re-parsing stored policy %s: %d rules, %d stored rule ids", rec.Key(), len(p.Rules), len(rec.RuleIDs))
+	}
+	for i := range p.Rules {
+		p.Rules[i].ID = rec.RuleIDs[i]
+	}
+	return p, nil
+}

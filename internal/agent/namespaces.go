@@ -1,0 +1,127 @@
+package agent
+
+import (
+	"context"
+	"maps"
+	"sort"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/labels"
+)
+
+// LabelNamespace sets and removes namespace labels, creating the namespace if needed. The
+// identities of the namespace's endpoints follow.
+func (a *Agent) LabelNamespace(ctx context.Context, namespace string, change api.LabelChange) (api.Namespace, error) {
+	if err := validateNamespace(namespace); err != nil {
+		return api.Namespace{}, err
+	}
+	// Namespace labels are user labels too, except the name label the agent keeps itself.
+	set, err := validateNamespaceLabels(change.Set)
+	if err != nil {
+		return api.Namespace{}, err
+	}
+	for _, k := range change.Remove {
+		if labels.NormalizeKey(k) == labels.KeyNamespaceName {
+			return api.Namespace{}, api.BadRequest("label %s cannot be removed", labels.KeyNamespaceName)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m, _, err := a.change(func(m *model) error {
+		m.ensureNamespace(namespace)
+		m.namespaces[namespace] = applyLabelChange(m.namespaces[namespace], set, change.Remove)
+		return nil
+	})
+	if err != nil {
+		return api.Namespace{}, err
+	}
+	return namespaceView(m, namespace), nil
+}
+
+func validateNamespaceLabels(in map[string]string) (labels.Labels, error) {
+	rest := maps.Clone(in)
+	delete(rest, labels.KeyNamespaceName)
+	if _, ok := in[labels.KeyNamespaceName]; ok {
+		return nil, api.BadRequest("label %s is set by the agent to the namespace name", labels.KeyNamespaceName)
+	}
+	return validateLabels(rest)
+}
+
+// ListNamespaces lists namespaces with their labels and endpoint counts.
+func (a *Agent) ListNamespaces(ctx context.Context) ([]api.Namespace, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []api.Namespace{}
+	for _, ns := range sortedKeys(a.model.namespaces) {
+		out = append(out, namespaceView(a.model, ns))
+	}
+	return out, nil
+}
+
+func namespaceView(m *model, ns string) api.Namespace {
+	n := api.Namespace{Name: ns, Labels: map[string]string(maps.Clone(nsLabelsOf(m, ns)))}
+	for _, e := range m.endpoints {
+		if e.Namespace == ns {
+			n.Endpoints++
+		}
+	}
+	return n
+}
+
+// ListIdentities lists reserved identities, then endpoint and CIDR identities with the
+// endpoints that have them.
+func (a *Agent) ListIdentities(ctx context.Context) ([]api.Identity, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	users := map[identity.Identity][]string{}
+	for key, id := range a.cur.identities {
+		users[id] = append(users[id], key)
+	}
+	out := []api.Identity{}
+	var reserved []identity.Identity
+	for id := range identity.ReservedNames {
+		reserved = append(reserved, id)
+	}
+	sort.Slice(reserved, func(i, j int) bool { return reserved[i] < reserved[j] })
+	for _, id := range reserved {
+		out = append(out, api.Identity{ID: id, Kind: "reserved", Labels: []string{identity.ReservedNames[id]}})
+	}
+	for _, e := range a.cur.alloc.List() {
+		v := api.Identity{ID: e.Identity}
+		if e.Prefix.IsValid() {
+			v.Kind = "cidr"
+			v.Prefix = e.Prefix.String()
+		} else {
+			v.Kind = "endpoint"
+			v.Labels = labelList(e.Labels)
+			v.Endpoints = users[e.Identity]
+			sort.Strings(v.Endpoints)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Status reports the agent's state.
+func (a *Agent) Status(ctx context.Context) (api.Status, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	seen, lost := a.flows.stats()
+	return api.Status{
+		Instance:   a.cfg.Instance,
+		PodCIDR:    a.cfg.PodCIDR.String(),
+		Router:     a.net.Router().String(),
+		NodeNetns:  a.cfg.NodeNetns,
+		StateDir:   a.cfg.StateDir,
+		BPFDir:     a.cfg.BPFDir,
+		StartedAt:  a.started,
+		Endpoints:  len(a.model.endpoints),
+		Namespaces: len(a.model.namespaces),
+		Policies:   len(a.model.policies),
+		Identities: len(a.cur.alloc.List()),
+		FlowsSeen:  seen,
+		FlowsLost:  lost,
+		Degraded:   a.degraded,
+	}, nil
+}

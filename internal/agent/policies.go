@@ -1,0 +1,169 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// parseDocuments parses every document of a request. Any error refuses the whole request:
+// the parser's message names the file, the document and the field.
+func (a *Agent) parseDocuments(docs []api.Document) ([]*policy.Policy, error) {
+	if len(docs) == 0 {
+		return nil, api.BadRequest("no manifests given")
+	}
+	var out []*policy.Policy
+	var sources []string
+	for _, doc := range docs {
+		ps, err := a.eng.Parse(doc.Source, []byte(doc.Data))
+		if err != nil {
+			return nil, api.BadRequest("%v", err)
+		}
+		out = append(out, ps...)
+		sources = append(sources, doc.Source)
+	}
+	if len(out) == 0 {
+		return nil, api.BadRequest("%s: no policies found", strings.Join(sources, ", "))
+	}
+	return out, nil
+}
+
+func compactJSON(b []byte) []byte {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return b
+	}
+	return buf.Bytes()
+}
+
+// Apply creates or replaces every policy in the request, or none of them: the new policy
+// set is parsed and computed in full before the dataplane is touched, and a failure while
+// applying puts the previous state back.
+func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResult, error) {
+	parsed, err := a.parseDocuments(req.Documents)
+	if err != nil {
+		return api.ChangeResult{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var res api.ChangeResult
+	_, _, err = a.change(func(m *model) error {
+		for _, p := range parsed {
+			key := p.Key()
+			action := "created"
+			var prevIDs []uint32
+			if prev, ok := m.policies[key]; ok {
+				action = "configured"
+				prevIDs = prev.rec.RuleIDs
+				if bytes.Equal(compactJSON(prev.rec.Raw), compactJSON(p.Raw)) {
+					action = "unchanged"
+				}
+			}
+			ids := m.allocRuleIDs(p, prevIDs)
+			m.policies[key] = &storedPolicy{
+				rec: &PolicyRecord{
+					Kind:      p.Kind,
+					Namespace: p.Namespace,
+					Name:      p.Name,
+					Source:    p.Source,
+					Raw:       json.RawMessage(compactJSON(p.Raw)),
+					RuleIDs:   ids,
+				},
+				pol: p,
+			}
+			res.Changes = appendChange(res.Changes, api.PolicyChange{Kind: string(p.Kind), Namespace: p.Namespace, Name: p.Name, Action: action})
+		}
+		return nil
+	})
+	if err != nil {
+		return api.ChangeResult{}, err
+	}
+	a.log.Info("policies applied", "changes", len(res.Changes))
+	return res, nil
+}
+
+// appendChange records a change, replacing an earlier entry for the same policy (a policy
+// given twice in one request: the last one wins, as with kubectl).
+func appendChange(cs []api.PolicyChange, c api.PolicyChange) []api.PolicyChange {
+	for i := range cs {
+		if cs[i].Kind == c.Kind && cs[i].Namespace == c.Namespace && cs[i].Name == c.Name {
+			if cs[i].Action == "created" {
+				c.Action = "created"
+			}
+			cs[i] = c
+			return cs
+		}
+	}
+	return append(cs, c)
+}
+
+// Delete removes the policies the documents name, or none of them: unless IgnoreNotFound, a
+// policy that does not exist fails the whole request.
+func (a *Agent) Delete(ctx context.Context, req api.DeleteRequest) (api.ChangeResult, error) {
+	parsed, err := a.parseDocuments(req.Documents)
+	if err != nil {
+		return api.ChangeResult{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var res api.ChangeResult
+	_, _, err = a.change(func(m *model) error {
+		for _, p := range parsed {
+			key := p.Key()
+			c := api.PolicyChange{Kind: string(p.Kind), Namespace: p.Namespace, Name: p.Name, Action: "deleted"}
+			if _, ok := m.policies[key]; !ok {
+				if !req.IgnoreNotFound {
+					return api.NotFound("%s %q not found%s", p.Kind, p.Name, inNamespace(p.Namespace))
+				}
+				c.Action = "not found"
+			}
+			delete(m.policies, key)
+			res.Changes = appendChange(res.Changes, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return api.ChangeResult{}, err
+	}
+	return res, nil
+}
+
+func inNamespace(ns string) string {
+	if ns == "" {
+		return ""
+	}
+	return " in namespace " + ns
+}
+
+// ListPolicies lists stored policies with their rules.
+func (a *Agent) ListPolicies(ctx context.Context) ([]api.Policy, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []api.Policy{}
+	for _, key := range sortedKeys(a.model.policies) {
+		sp := a.model.policies[key]
+		p := api.Policy{
+			Kind:      string(sp.rec.Kind),
+			Namespace: sp.rec.Namespace,
+			Name:      sp.rec.Name,
+			Source:    sp.rec.Source,
+			Raw:       sp.rec.Raw,
+			Rules:     []api.Rule{},
+		}
+		for _, r := range sp.pol.Rules {
+			p.Rules = append(p.Rules, api.Rule{
+				ID:          r.ID,
+				Description: r.Description,
+				Direction:   r.Direction.String(),
+				Deny:        r.Deny,
+				Selector:    r.Subject.String(),
+			})
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}

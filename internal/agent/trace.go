@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// Trace explains how the dataplane decides a new connection, from the state it was given.
+func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResult, error) {
+	proto, err := parseProtocol(req.Protocol)
+	if err != nil {
+		return api.TraceResult{}, api.BadRequest("%v", err)
+	}
+	if req.Port == 0 && proto != policy.ProtoICMP {
+		return api.TraceResult{}, api.BadRequest("port: want 1-65535")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	from, err := a.tracePeer(req.From)
+	if err != nil {
+		return api.TraceResult{}, err
+	}
+	to, err := a.tracePeer(req.To)
+	if err != nil {
+		return api.TraceResult{}, err
+	}
+	if from.Endpoint == nil && to.Endpoint == nil {
+		return api.TraceResult{}, api.BadRequest("neither %s nor %s is an endpoint: no policy applies", req.From, req.To)
+	}
+	res, err := a.eng.Trace(a.cur.input, a.cur.state, TraceQuery{From: from, To: to, Protocol: proto, Port: req.Port})
+	if err != nil {
+		return api.TraceResult{}, err
+	}
+	v := a.view.Load()
+	for i := range res.Sides {
+		if r := res.Sides[i].Rule; r != nil {
+			if full, ok := v.rules[r.ID]; ok {
+				res.Sides[i].Rule = &full
+			}
+		}
+	}
+	res.From, res.To = req.From, req.To
+	res.Protocol, res.Port = protocolName(uint8(proto)), req.Port
+	return res, nil
+}
+
+// tracePeer resolves "ns/name" or an address.
+func (a *Agent) tracePeer(s string) (TracePeer, error) {
+	if strings.Contains(s, "/") {
+		rec, ok := a.model.endpoints[s]
+		if !ok {
+			return TracePeer{}, api.NotFound("endpoint %s not found", s)
+		}
+		return TracePeer{Endpoint: a.mapstateEndpoint(rec), IP: rec.IP}, nil
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return TracePeer{}, api.BadRequest("%q: want NAMESPACE/NAME or an IP address", s)
+	}
+	for _, rec := range a.model.endpoints {
+		if rec.IP == ip {
+			return TracePeer{Endpoint: a.mapstateEndpoint(rec), IP: ip}, nil
+		}
+	}
+	return TracePeer{IP: ip}, nil
+}
+
+func (a *Agent) mapstateEndpoint(rec *EndpointRecord) *mapstate.Endpoint {
+	for i := range a.cur.input.Endpoints {
+		if a.cur.input.Endpoints[i].ID == rec.EpID {
+			return &a.cur.input.Endpoints[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rampartnet/rampart/internal/api"
+)
+
+// ExitError carries an exit code that is not a plain failure (endpoint exec passes the
+// command's own code through).
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// IO is where a command reads and writes.
+type IO struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+type app struct {
+	io     IO
+	socket string
+	client *api.Client
+}
+
+// Run executes the rampart command line with args (without the program name) and returns
+// the process exit code. Errors are printed to stderr as "Error: ...".
+func Run(ctx context.Context, args []string, stdio IO) int {
+	cmd := NewCommand(stdio)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	fmt.Fprintf(stdio.Err, "Error: %v\n", err)
+	return 1
+}
+
+// NewCommand builds the command tree.
+func NewCommand(stdio IO) *cobra.Command {
+	a := &app{io: stdio}
+	root := &cobra.Command{
+		Use:           "rampart",
+		Short:         "Control the rampart agent: endpoints, namespaces, policies, flows",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRun: func(cmd *cobra.Command, args []string) {
+			a.client = api.NewClient(a.socket)
+		},
+	}
+	root.SetIn(stdio.In)
+	root.SetOut(stdio.Out)
+	root.SetErr(stdio.Err)
+	def := os.Getenv("RAMPART_SOCKET")
+	if def == "" {
+		def = api.DefaultSocket
+	}
+	root.PersistentFlags().StringVar(&a.socket, "socket", def, "agent API socket (env RAMPART_SOCKET)")
+	root.AddCommand(
+		a.endpointCommand(),
+		a.namespaceCommand(),
+		a.identityCommand(),
+		a.applyCommand(),
+		a.deleteCommand(),
+		a.getCommand(),
+		a.policyCommand(),
+		a.observeCommand(),
+		a.statusCommand(),
+	)
+	return root
+}
+
+func (a *app) printf(format string, args ...any) { fmt.Fprintf(a.io.Out, format, args...) }
+
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.io.Out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// splitKey parses NAMESPACE/NAME.
+func splitKey(s string) (string, string, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("%q: want NAMESPACE/NAME", s)
+	}
+	return ns, name, nil
+}
+
+// parseLabelArgs reads k=v (set) and k- (remove) arguments.
+func parseLabelArgs(args []string) (api.LabelChange, error) {
+	c := api.LabelChange{Set: map[string]string{}}
+	for _, arg := range args {
+		for _, part := range strings.Split(arg, ",") {
+			if part == "" {
+				continue
+			}
+			if k, v, ok := strings.Cut(part, "="); ok {
+				if k == "" {
+					return c, fmt.Errorf("label %q: empty key", part)
+				}
+				c.Set[k] = v
+				continue
+			}
+			if strings.HasSuffix(part, "-") && len(part) > 1 {
+				c.Remove = append(c.Remove, strings.TrimSuffix(part, "-"))
+				continue
+			}
+			return c, fmt.Errorf("label %q: want key=value or key-", part)
+		}
+	}
+	if len(c.Set) == 0 && len(c.Remove) == 0 {
+		return c, errors.New("no label changes given (key=value or key-)")
+	}
+	return c, nil
+}
+
+// parseLabelSet reads "k=v,k2=v2".
+func parseLabelSet(s []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, arg := range s {
+		for _, part := range strings.Split(arg, ",") {
+			if strings.TrimSpace(part) == "" {
+				continue
+			}
+			k, v, ok := strings.Cut(part, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("label %q: want key=value", part)
+			}
+			out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return out, nil
+}
+
+// parsePortProto reads PORT[/PROTO] (protocol default TCP).
+func parsePortProto(s string) (uint16, string, error) {
+	p, proto, ok := strings.Cut(s, "/")
+	if !ok {
+		proto = "TCP"
+	}
+	var n uint64
+	if _, err := fmt.Sscanf(p, "%d", &n); err != nil || fmt.Sprint(n) != p || n > 65535 {
+		return 0, "", fmt.Errorf("port %q: want a number 0-65535", p)
+	}
+	return uint16(n), strings.ToUpper(proto), nil
+}
+
+func contextOf(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}

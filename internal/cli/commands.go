@@ -1,0 +1,357 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rampartnet/rampart/internal/api"
+)
+
+func (a *app) namespaceCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "namespace",
+		Aliases: []string{"namespaces", "ns"},
+		Short:   "Label and list namespaces",
+	}
+	var output string
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List namespaces and their labels",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nss, err := a.client.ListNamespaces(contextOf(cmd))
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return a.printJSON(nss)
+			}
+			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAMESPACE\tENDPOINTS\tLABELS")
+			for _, ns := range nss {
+				fmt.Fprintf(w, "%s\t%d\t%s\n", ns.Name, ns.Endpoints, labelString(ns.Labels))
+			}
+			return w.Flush()
+		},
+	}
+	list.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	label := &cobra.Command{
+		Use:   "label NAMESPACE k=v... [k-...]",
+		Short: "Set (k=v) or remove (k-) namespace labels, creating the namespace if needed",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := parseLabelArgs(args[1:])
+			if err != nil {
+				return err
+			}
+			ns, err := a.client.LabelNamespace(contextOf(cmd), args[0], c)
+			if err != nil {
+				return err
+			}
+			a.printf("namespace %s labelled: %s\n", ns.Name, labelString(ns.Labels))
+			return nil
+		},
+	}
+	cmd.AddCommand(list, label)
+	return cmd
+}
+
+func (a *app) identityCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "identity",
+		Aliases: []string{"identities", "id"},
+		Short:   "List security identities",
+	}
+	var output string
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List identities: number, labels or prefix, endpoints using it",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := a.client.ListIdentities(contextOf(cmd))
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return a.printJSON(ids)
+			}
+			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tKIND\tLABELS\tENDPOINTS")
+			for _, id := range ids {
+				what := strings.Join(id.Labels, ",")
+				if id.Prefix != "" {
+					what = "cidr:" + id.Prefix
+				}
+				eps := strings.Join(id.Endpoints, ",")
+				if eps == "" {
+					eps = "-"
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", id.ID, id.Kind, what, eps)
+			}
+			return w.Flush()
+		},
+	}
+	list.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.AddCommand(list)
+	return cmd
+}
+
+// readManifests reads every -f argument: a file, a directory (its .yaml, .yml and .json
+// files, sorted; not recursive) or "-" for stdin.
+func (a *app) readManifests(files []string) ([]api.Document, error) {
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no manifests: give -f FILE|DIR|-")
+	}
+	var docs []api.Document
+	for _, f := range files {
+		if f == "-" {
+			b, err := io.ReadAll(a.io.In)
+			if err != nil {
+				return nil, fmt.Errorf("reading stdin: %w", err)
+			}
+			docs = append(docs, api.Document{Source: "-", Data: string(b)})
+			continue
+		}
+		st, err := os.Stat(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading manifests: %w", err)
+		}
+		if !st.IsDir() {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, fmt.Errorf("reading manifests: %w", err)
+			}
+			docs = append(docs, api.Document{Source: f, Data: string(b)})
+			continue
+		}
+		entries, err := os.ReadDir(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading manifests: %w", err)
+		}
+		n := 0
+		for _, e := range entries {
+			ext := strings.ToLower(filepath.Ext(e.Name()))
+			if e.IsDir() || (ext != ".yaml" && ext != ".yml" && ext != ".json") {
+				continue
+			}
+			p := filepath.Join(f, e.Name())
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return nil, fmt.Errorf("reading manifests: %w", err)
+			}
+			docs = append(docs, api.Document{Source: p, Data: string(b)})
+			n++
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%s: no .yaml, .yml or .json files", f)
+		}
+	}
+	return docs, nil
+}
+
+func (a *app) printChanges(res api.ChangeResult) {
+	for _, c := range res.Changes {
+		ns := ""
+		if c.Namespace != "" {
+			ns = " (namespace " + c.Namespace + ")"
+		}
+		a.printf("%s/%s %s%s\n", strings.ToLower(c.Kind), c.Name, c.Action, ns)
+	}
+}
+
+func (a *app) applyCommand() *cobra.Command {
+	var files []string
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE|DIR|- [-f ...]",
+		Short: "Create or update policies from manifests (all of them or none)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			docs, err := a.readManifests(files)
+			if err != nil {
+				return err
+			}
+			res, err := a.client.Apply(contextOf(cmd), api.ApplyRequest{Documents: docs})
+			if err != nil {
+				return err
+			}
+			a.printChanges(res)
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable)")
+	return cmd
+}
+
+func (a *app) deleteCommand() *cobra.Command {
+	var files []string
+	var ignore bool
+	cmd := &cobra.Command{
+		Use:   "delete -f FILE|DIR|- [-f ...]",
+		Short: "Delete the policies named in manifests (all of them or none)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			docs, err := a.readManifests(files)
+			if err != nil {
+				return err
+			}
+			res, err := a.client.Delete(contextOf(cmd), api.DeleteRequest{Documents: docs, IgnoreNotFound: ignore})
+			if err != nil {
+				return err
+			}
+			a.printChanges(res)
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable)")
+	cmd.Flags().BoolVar(&ignore, "ignore-not-found", false, "do not fail on policies that do not exist")
+	return cmd
+}
+
+func (a *app) getCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "get", Short: "Show stored objects"}
+	var output string
+	pols := &cobra.Command{
+		Use:     "policies",
+		Aliases: []string{"policy", "pol"},
+		Short:   "List policies: kind, namespace, name, rules, source",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ps, err := a.client.ListPolicies(contextOf(cmd))
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return a.printJSON(ps)
+			}
+			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "KIND\tNAMESPACE\tNAME\tRULES\tSOURCE")
+			for _, p := range ps {
+				ns := p.Namespace
+				if ns == "" {
+					ns = "-"
+				}
+				var rules []string
+				for _, r := range p.Rules {
+					rules = append(rules, r.Description)
+				}
+				rs := strings.Join(rules, ",")
+				if rs == "" {
+					rs = "-"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Kind, ns, p.Name, rs, p.Source)
+			}
+			return w.Flush()
+		},
+	}
+	pols.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.AddCommand(pols)
+	return cmd
+}
+
+func (a *app) policyCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "policy", Short: "Explain policy decisions"}
+	var from, to, port, output string
+	trace := &cobra.Command{
+		Use:   "trace --from NS/NAME|IP --to NS/NAME|IP --port PORT/PROTO",
+		Short: "Say whether a new connection is allowed, and which policy and rule decide on each side",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if from == "" || to == "" || port == "" {
+				return fmt.Errorf("--from, --to and --port are required")
+			}
+			p, proto, err := parsePortProto(port)
+			if err != nil {
+				return err
+			}
+			res, err := a.client.Trace(contextOf(cmd), api.TraceRequest{From: from, To: to, Port: p, Protocol: proto})
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return a.printJSON(res)
+			}
+			verdict := "DENIED"
+			if res.Allowed {
+				verdict = "ALLOWED"
+			}
+			a.printf("%s (id %d) -> %s (id %d) %d/%s: %s\n", res.From, res.FromIdent, res.To, res.ToIdent, res.Port, res.Protocol, verdict)
+			for _, s := range res.Sides {
+				v := "denied"
+				if s.Allowed {
+					v = "allowed"
+				}
+				rule := ""
+				if s.Rule != nil {
+					rule = " by " + ruleString(s.Rule)
+				}
+				a.printf("  %-7s at %s: %s%s (%s)\n", s.Direction, s.Endpoint, v, rule, s.Reason)
+			}
+			if res.Diagnostic != "" {
+				a.printf("  %s\n", res.Diagnostic)
+			}
+			return nil
+		},
+	}
+	trace.Flags().StringVar(&from, "from", "", "source endpoint NS/NAME or address")
+	trace.Flags().StringVar(&to, "to", "", "destination endpoint NS/NAME or address")
+	trace.Flags().StringVar(&port, "port", "", "destination PORT/PROTO (e.g. 80/TCP; for ICMP the type, e.g. 8/ICMP)")
+	trace.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.AddCommand(trace)
+	return cmd
+}
+
+func ruleString(r *api.RuleRef) string {
+	if r.Policy == "" {
+		return fmt.Sprintf("rule %d", r.ID)
+	}
+	return r.Policy + " " + r.Rule
+}
+
+func (a *app) statusCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show whether the agent is up, and what it manages",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.client.Status(contextOf(cmd))
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return a.printJSON(st)
+			}
+			w := tabwriter.NewWriter(a.io.Out, 0, 4, 1, ' ', 0)
+			fmt.Fprintf(w, "Agent:\tup since %s\n", st.StartedAt.Local().Format(time.RFC3339))
+			fmt.Fprintf(w, "Instance:\t%s\n", st.Instance)
+			node := st.NodeNetns
+			if node == "" {
+				node = "<root>"
+			}
+			fmt.Fprintf(w, "Node namespace:\t%s\n", node)
+			fmt.Fprintf(w, "Pod CIDR:\t%s (router %s)\n", st.PodCIDR, st.Router)
+			fmt.Fprintf(w, "Endpoints:\t%d\n", st.Endpoints)
+			fmt.Fprintf(w, "Namespaces:\t%d\n", st.Namespaces)
+			fmt.Fprintf(w, "Policies:\t%d\n", st.Policies)
+			fmt.Fprintf(w, "Identities:\t%d allocated\n", st.Identities)
+			fmt.Fprintf(w, "Flows:\t%d seen, %d lost\n", st.FlowsSeen, st.FlowsLost)
+			fmt.Fprintf(w, "State:\t%s\n", st.StateDir)
+			fmt.Fprintf(w, "BPF pins:\t%s\n", st.BPFDir)
+			if st.Degraded != "" {
+				fmt.Fprintf(w, "DEGRADED:\t%s\n", st.Degraded)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}

@@ -1,0 +1,266 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rampartnet/rampart/internal/api"
+)
+
+func (a *app) endpointCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "endpoint",
+		Aliases: []string{"endpoints", "ep"},
+		Short:   "Add, list, inspect, relabel and delete endpoints, and run commands in them",
+	}
+	cmd.AddCommand(a.endpointAdd(), a.endpointList(), a.endpointGet(), a.endpointDelete(), a.endpointLabel(), a.endpointExec())
+	return cmd
+}
+
+func (a *app) endpointAdd() *cobra.Command {
+	var lbls, ports []string
+	var ip, sa, output string
+	cmd := &cobra.Command{
+		Use:   "add NAMESPACE/NAME [--labels k=v,...] [--ip ADDR] [--port NAME=PORT/PROTO ...] [--service-account SA]",
+		Short: "Create an endpoint: network namespace, veth, address, identity, policy",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ns, name, err := splitKey(args[0])
+			if err != nil {
+				return err
+			}
+			l, err := parseLabelSet(lbls)
+			if err != nil {
+				return err
+			}
+			spec := api.EndpointSpec{Namespace: ns, Name: name, Labels: l, IP: ip, ServiceAccount: sa}
+			for _, p := range ports {
+				np, err := parseNamedPort(p)
+				if err != nil {
+					return err
+				}
+				spec.Ports = append(spec.Ports, np)
+			}
+			ep, err := a.client.AddEndpoint(contextOf(cmd), spec)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return a.printJSON(ep)
+			}
+			a.printf("endpoint %s created: ip %s, identity %d, interface %s\n", ep.Key(), ep.IP, ep.Identity, ep.HostInterface)
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&lbls, "labels", nil, "labels k=v,k2=v2")
+	cmd.Flags().StringVar(&ip, "ip", "", "a specific free address of the pod range")
+	cmd.Flags().StringArrayVar(&ports, "port", nil, "named port NAME=PORT/PROTO (repeatable)")
+	cmd.Flags().StringVar(&sa, "service-account", "", "service account")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+// parseNamedPort reads NAME=PORT/PROTO.
+func parseNamedPort(s string) (api.NamedPort, error) {
+	name, rest, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return api.NamedPort{}, fmt.Errorf("port %q: want NAME=PORT/PROTO", s)
+	}
+	port, proto, err := parsePortProto(rest)
+	if err != nil {
+		return api.NamedPort{}, fmt.Errorf("port %q: %w", s, err)
+	}
+	if port == 0 {
+		return api.NamedPort{}, fmt.Errorf("port %q: number must be 1-65535", s)
+	}
+	return api.NamedPort{Name: name, Port: port, Protocol: proto}, nil
+}
+
+func (a *app) endpointList() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List endpoints",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			eps, err := a.client.ListEndpoints(contextOf(cmd))
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return a.printJSON(eps)
+			}
+			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ENDPOINT\tIP\tIDENTITY\tENFORCEMENT\tLABELS")
+			for _, ep := range eps {
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", ep.Key(), ep.IP, ep.Identity, enforcement(ep), labelString(ep.Labels))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+func enforcement(ep api.Endpoint) string {
+	switch {
+	case ep.EnforceIngress && ep.EnforceEgress:
+		return "ingress,egress"
+	case ep.EnforceIngress:
+		return "ingress"
+	case ep.EnforceEgress:
+		return "egress"
+	}
+	return "none"
+}
+
+func labelString(l map[string]string) string {
+	parts := make([]string, 0, len(l))
+	for k, v := range l {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	if len(parts) == 0 {
+		return "<none>"
+	}
+	return strings.Join(parts, ",")
+}
+
+func (a *app) endpointGet() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "get NAMESPACE/NAME",
+		Short: "Show an endpoint: address, identity, labels, named ports, enforcement, counters",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ns, name, err := splitKey(args[0])
+			if err != nil {
+				return err
+			}
+			ep, err := a.client.GetEndpoint(contextOf(cmd), ns, name)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return a.printJSON(ep)
+			}
+			w := tabwriter.NewWriter(a.io.Out, 0, 4, 1, ' ', 0)
+			fmt.Fprintf(w, "Endpoint:\t%s\n", ep.Key())
+			fmt.Fprintf(w, "IP:\t%s\n", ep.IP)
+			fmt.Fprintf(w, "Identity:\t%d\n", ep.Identity)
+			fmt.Fprintf(w, "Labels:\t%s\n", labelString(ep.Labels))
+			fmt.Fprintf(w, "Identity labels:\t%s\n", strings.Join(ep.IdentityLabels, ","))
+			if ep.ServiceAccount != "" {
+				fmt.Fprintf(w, "Service account:\t%s\n", ep.ServiceAccount)
+			}
+			var ports []string
+			for _, p := range ep.Ports {
+				ports = append(ports, fmt.Sprintf("%s=%d/%s", p.Name, p.Port, p.Protocol))
+			}
+			if len(ports) == 0 {
+				ports = []string{"<none>"}
+			}
+			fmt.Fprintf(w, "Named ports:\t%s\n", strings.Join(ports, ","))
+			fmt.Fprintf(w, "Enforcement:\t%s\n", enforcement(ep))
+			fmt.Fprintf(w, "Endpoint id:\t%d\n", ep.EpID)
+			fmt.Fprintf(w, "Host interface:\t%s\n", ep.HostInterface)
+			fmt.Fprintf(w, "Network namespace:\t%s\n", ep.Netns)
+			if c := ep.Counters; c != nil {
+				fmt.Fprintf(w, "Ingress:\t%d packets, %d bytes, %d dropped\n", c.IngressPackets, c.IngressBytes, c.IngressDrops)
+				fmt.Fprintf(w, "Egress:\t%d packets, %d bytes, %d dropped\n", c.EgressPackets, c.EgressBytes, c.EgressDrops)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+func (a *app) endpointDelete() *cobra.Command {
+	return &cobra.Command{
+		Use:     "delete NAMESPACE/NAME",
+		Aliases: []string{"del", "rm"},
+		Short:   "Delete an endpoint and its network namespace",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ns, name, err := splitKey(args[0])
+			if err != nil {
+				return err
+			}
+			if err := a.client.DeleteEndpoint(contextOf(cmd), ns, name); err != nil {
+				return err
+			}
+			a.printf("endpoint %s/%s deleted\n", ns, name)
+			return nil
+		},
+	}
+}
+
+func (a *app) endpointLabel() *cobra.Command {
+	return &cobra.Command{
+		Use:   "label NAMESPACE/NAME k=v... [k-...]",
+		Short: "Set (k=v) or remove (k-) endpoint labels; its identity and policy follow",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ns, name, err := splitKey(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := parseLabelArgs(args[1:])
+			if err != nil {
+				return err
+			}
+			ep, err := a.client.LabelEndpoint(contextOf(cmd), ns, name, c)
+			if err != nil {
+				return err
+			}
+			a.printf("endpoint %s labelled: %s (identity %d)\n", ep.Key(), labelString(ep.Labels), ep.Identity)
+			return nil
+		},
+	}
+}
+
+func (a *app) endpointExec() *cobra.Command {
+	return &cobra.Command{
+		Use:   "exec NAMESPACE/NAME -- CMD [ARGS...]",
+		Short: "Run a command in the endpoint's network namespace (only the network namespace)",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return fmt.Errorf("usage: rampart endpoint exec NAMESPACE/NAME -- CMD [ARGS...]")
+			}
+			ns, name, err := splitKey(args[0])
+			if err != nil {
+				return err
+			}
+			ep, err := a.client.GetEndpoint(contextOf(cmd), ns, name)
+			if err != nil {
+				return err
+			}
+			// nsenter --net switches only the network namespace, so the command keeps the
+			// host's mounts (including /sys/fs/bpf), unlike `ip netns exec`.
+			argv := append([]string{"--net=" + ep.Netns, "--"}, args[1:]...)
+			c := exec.CommandContext(contextOf(cmd), "nsenter", argv...)
+			c.Stdin, c.Stdout, c.Stderr = a.io.In, a.io.Out, a.io.Err
+			if err := c.Run(); err != nil {
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					code := ee.ExitCode()
+					if code < 0 {
+						code = 128 + 9 // killed by a signal
+					}
+					return &ExitError{Code: code}
+				}
+				return fmt.Errorf("running %s: %w", args[1], err)
+			}
+			return nil
+		},
+	}
+}

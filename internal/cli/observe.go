@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rampartnet/rampart/internal/api"
+)
+
+func (a *app) observeCommand() *cobra.Command {
+	var (
+		req      api.ObserveRequest
+		lbls     []string
+		output   string
+		protocol string
+		verdict  string
+	)
+	cmd := &cobra.Command{
+		Use:   "observe [--follow] [--since-start] [--last N] [filters] [-o json|text]",
+		Short: "Show flows: new connections and drops, with identities, verdicts, rules and drop reasons",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if req.Filter.Endpoint != "" {
+				if _, _, err := splitKey(req.Filter.Endpoint); err != nil {
+					return err
+				}
+			}
+			l, err := parseLabelSet(lbls)
+			if err != nil {
+				return err
+			}
+			if len(l) > 0 {
+				req.Filter.Labels = l
+			}
+			switch v := strings.ToLower(verdict); v {
+			case "", "forwarded", "dropped":
+				req.Filter.Verdict = v
+			default:
+				return fmt.Errorf("--verdict %q: want forwarded or dropped", verdict)
+			}
+			switch p := strings.ToLower(protocol); p {
+			case "", "tcp", "udp", "icmp", "sctp":
+				req.Filter.Protocol = p
+			default:
+				return fmt.Errorf("--protocol %q: want tcp, udp, icmp or sctp", protocol)
+			}
+			if output != "text" && output != "json" {
+				return fmt.Errorf("-o %q: want text or json", output)
+			}
+			if !cmd.Flags().Changed("last") && !req.Follow {
+				req.Last = 20
+			}
+			enc := json.NewEncoder(a.io.Out)
+			return a.client.Observe(contextOf(cmd), req, func(f api.Flow) error {
+				if output == "json" {
+					return enc.Encode(f)
+				}
+				_, err := fmt.Fprintln(a.io.Out, FormatFlow(f))
+				return err
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&req.Follow, "follow", "f", false, "keep printing new flows")
+	f.BoolVar(&req.SinceStart, "since-start", false, "print every buffered flow since the agent started")
+	f.IntVar(&req.Last, "last", 0, "print the last N buffered flows first (default 20 without --follow)")
+	f.StringVar(&req.Filter.Endpoint, "endpoint", "", "only flows from or to endpoint NS/NAME")
+	f.StringVar(&req.Filter.Namespace, "namespace", "", "only flows from or to endpoints of namespace NS")
+	f.StringArrayVar(&lbls, "label", nil, "only flows where a side's identity has label k=v (repeatable)")
+	f.StringVar(&verdict, "verdict", "", "forwarded or dropped")
+	f.Uint16Var(&req.Filter.Port, "port", 0, "only flows with this source or destination port")
+	f.StringVar(&protocol, "protocol", "", "tcp, udp, icmp or sctp")
+	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+// FormatFlow renders a flow on one line, e.g.
+//
+//	12:00:01.123 x/a (id 260) -> y/b (id 261) TCP 198.18.0.5:40000 -> 198.18.0.7:80 egress FORWARDED rule=NetworkPolicy/y/allow-x ingress[0]
+func FormatFlow(f api.Flow) string {
+	var b strings.Builder
+	b.WriteString(f.Time.Local().Format("15:04:05.000"))
+	fmt.Fprintf(&b, " %s (id %d) -> %s (id %d) %s ", peerName(f.Source), f.Source.Identity, peerName(f.Dest), f.Dest.Identity, f.Protocol)
+	switch {
+	case f.ICMPType != nil:
+		fmt.Fprintf(&b, "%s -> %s type %d", f.Source.IP, f.Dest.IP, *f.ICMPType)
+	case f.Protocol == "TCP" || f.Protocol == "UDP" || f.Protocol == "SCTP":
+		fmt.Fprintf(&b, "%s:%d -> %s:%d", f.Source.IP, f.Source.Port, f.Dest.IP, f.Dest.Port)
+	default:
+		fmt.Fprintf(&b, "%s -> %s", f.Source.IP, f.Dest.IP)
+	}
+	fmt.Fprintf(&b, " %s %s", f.Direction, f.Verdict)
+	if f.Verdict != "FORWARDED" && f.Reason != "" {
+		fmt.Fprintf(&b, " reason=%s", f.Reason)
+	}
+	if f.Rule != nil {
+		fmt.Fprintf(&b, " rule=%s", ruleString(f.Rule))
+	}
+	return b.String()
+}
+
+// peerName is ns/name for endpoints, the reserved or CIDR label for other identities, else
+// the address.
+func peerName(p api.FlowPeer) string {
+	if p.Name != "" {
+		return p.Namespace + "/" + p.Name
+	}
+	for _, l := range p.Labels {
+		if strings.HasPrefix(l, "reserved:") {
+			return strings.TrimPrefix(l, "reserved:")
+		}
+		if strings.HasPrefix(l, "cidr:") {
+			return strings.Fields(l)[0]
+		}
+	}
+	if p.IP == "" {
+		return "?"
+	}
+	return p.IP
+}
