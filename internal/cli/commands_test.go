@@ -32,7 +32,7 @@ func TestExecIdentityNamespaceStatus(t *testing.T) {
 
 	// endpoint get: named ports, service account, identity labels.
 	out = e.MustCLI("endpoint", "get", "x/a")
-	for _, want := range []string{"http=8080/TCP", "sa1", "io.cilium.k8s.policy.serviceaccount=sa1", "app=web,tier=front", } {
+	for _, want := range []string{"http=8080/TCP", "sa1", "io.cilium.k8s.policy.serviceaccount=sa1", "app=web,tier=front"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("endpoint get lacks %q:\n%s", want, out)
 		}
