@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 go generate ./internal/datapath/
 
 status=0
-if ! git diff --exit-code --stat -- internal/datapath/; then
+if ! git diff --exit-code --stat -- 'internal/datapath/*_bpfel.*'; then
 	status=1
 fi
 untracked=$(git ls-files --others --exclude-standard -- 'internal/datapath/*_bpfel.*')

@@ -146,14 +146,25 @@ func TestRealTraffic(t *testing.T) {
 	a := addEndpoint(t, node, "rpt-"+suffix+"-a", "rpa"+suffix, addr("198.18.10.2"), addr("198.18.10.1"))
 	b := addEndpoint(t, node, "rpt-"+suffix+"-b", "rpb"+suffix, addr("198.18.20.2"), addr("198.18.20.1"))
 
-	d := openTest(t, Config{})
+	pinDir := "/sys/fs/bpf/rampart-test-" + suffix
+	d, err := Open(Config{PinDir: pinDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent is "restarted" below: clean up through whichever Datapath is current.
+	current := d
+	t.Cleanup(func() {
+		if err := current.Remove(); err != nil {
+			t.Errorf("Remove: %v", err)
+		}
+	})
 	for _, ep := range []*trafficEndpoint{a, b} {
 		if err := d.Attach(node, ep.hostIf); err != nil {
 			t.Fatal(err)
 		}
 		hostIf := ep.hostIf
 		t.Cleanup(func() {
-			if err := d.Detach(node, hostIf); err != nil {
+			if err := Detach(node, hostIf); err != nil {
 				t.Errorf("detach: %v", err)
 			}
 		})
@@ -165,7 +176,7 @@ func TestRealTraffic(t *testing.T) {
 	checkFilters(t, node, a.hostIf, 1)
 
 	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
-	err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+	err = d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
 		netip.PrefixFrom(a.ip, 32):         {Identity: idEpA},
 		netip.PrefixFrom(b.ip, 32):         {Identity: idEpB},
@@ -239,6 +250,49 @@ func TestRealTraffic(t *testing.T) {
 	if err := roundTrip(c1, "still there"); err != nil {
 		t.Fatalf("established connection after policy change: %v", err)
 	}
+
+	// "Restart" the agent: with no process holding the maps, the attached filters keep
+	// enforcing (established flow passes, new ones are dropped).
+	ev.Close()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := roundTrip(c1, "agent stopped"); err != nil {
+		t.Fatalf("established connection while the agent is stopped: %v", err)
+	}
+	if c2, err := dial(a.ns, server, time.Second); err == nil {
+		c2.Close()
+		t.Fatal("new connection allowed while the agent is stopped")
+	}
+	d, err = Open(Config{PinDir: pinDir})
+	if err != nil {
+		t.Fatalf("reopening: %v", err)
+	}
+	current = d
+	if got := d.InstalledEndpoints(); len(got) != 2 || got[b.ifindex].EpID != 2 || !got[b.ifindex].EnforceIngress {
+		t.Fatalf("reopened endpoints: %+v", got)
+	}
+	for _, ep := range []*trafficEndpoint{a, b} {
+		if err := d.Attach(node, ep.hostIf); err != nil {
+			t.Fatalf("re-attaching after restart: %v", err)
+		}
+		checkFilters(t, node, ep.hostIf, 1)
+	}
+	ev = eventsOf(t, d)
+	if err := roundTrip(c1, "new programs"); err != nil {
+		t.Fatalf("established connection after restart: %v", err)
+	}
+	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB}, polB); err != nil {
+		t.Fatal(err)
+	}
+	c3, err := dial(a.ns, server, 5*time.Second)
+	if err != nil {
+		t.Fatalf("allowed again after restart: %v", err)
+	}
+	if err := roundTrip(c3, "again"); err != nil {
+		t.Fatal(err)
+	}
+	c3.Close()
 
 	// A frame with a truncated IPv4 header from a is dropped as malformed at its veth.
 	sendRaw(t, a.ns, "eth0", 0x0800, make([]byte, 10))
