@@ -58,8 +58,8 @@ func Prefixes(rules []policy.Rule) []netip.Prefix {
 
 // Check reports input that Compute cannot turn into a correct state: a policy prefix without
 // a valid CIDR identity (its CIDR peers, allow or deny, would silently select less),
-// endpoints without an identity, an address or a unique ID, and duplicate rule IDs (Trace
-// could name the wrong rule). The agent calls it before applying a computed state.
+// endpoints without an identity, an address, a unique address or a unique ID, and duplicate
+// rule IDs (Trace could name the wrong rule). The agent calls it before applying a computed state.
 func (in Input) Check() error {
 	var errs []error
 	for _, p := range Prefixes(in.Rules) {
@@ -72,12 +72,17 @@ func (in Input) Check() error {
 		}
 	}
 	epIDs := map[uint32]string{}
+	epAddrs := map[netip.Addr]string{}
 	for _, ep := range in.Endpoints {
 		name := ep.Namespace + "/" + ep.Name
 		if other, dup := epIDs[ep.ID]; dup {
 			errs = append(errs, fmt.Errorf("endpoints %s and %s share endpoint ID %d", other, name, ep.ID))
 		}
 		epIDs[ep.ID] = name
+		if other, dup := epAddrs[ep.IP.Unmap()]; dup && ep.IP.IsValid() {
+			errs = append(errs, fmt.Errorf("endpoints %s and %s share address %v", other, name, ep.IP))
+		}
+		epAddrs[ep.IP.Unmap()] = name
 		if ep.Identity == identity.Any || ep.Identity&identity.EndpointCIDRFlag != 0 {
 			errs = append(errs, fmt.Errorf("endpoint %s has invalid identity %d", name, ep.Identity))
 		}
@@ -293,10 +298,12 @@ next:
 		set[q.id] = true
 		set[q.id|identity.EndpointCIDRFlag] = true
 	}
-	// 0.0.0.0/0 in the ipcache is World, not the /0 CIDR identity, so an IPv4 /0 also selects
-	// World. ::/0 does not: World also stands for IPv4 addresses, which ::/0 does not contain
-	// (IPv6 world traffic will need its own reserved identity, as Cilium's world-ipv6).
-	if cidr == worldV4 {
+	// 0.0.0.0/0 in the ipcache is World, not the /0 CIDR identity: World stands for the
+	// addresses whose longest policy prefix is 0.0.0.0/0, so it is selected exactly when that
+	// prefix is (an IPv4 /0 not itself excepted). ::/0 does not select World: World also
+	// stands for IPv4 addresses, which ::/0 does not contain (IPv6 world traffic will need its
+	// own reserved identity, as Cilium's world-ipv6).
+	if cidr == worldV4 && !slices.Contains(excepts, worldV4) {
 		set[identity.World] = true
 	}
 }
