@@ -201,29 +201,31 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 	return nil
 }
 
-// RemoveEndpoint removes the endpoint: first its endpoint_info (from then on its interface
-// drops everything, fail closed), then its policy entries, counters, conntrack and fragment
-// entries (so a later endpoint reusing the ID starts clean).
+// RemoveEndpoint removes the endpoint: first its endpoint_info on ifindex and on any other
+// interface it was installed on (from then on its interfaces drop everything, fail closed),
+// then its policy entries, counters, conntrack and fragment entries (so a later endpoint
+// reusing the ID starts clean). Pass ifindex 0 to clean up an endpoint ID whose interface is
+// unknown.
 func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
 	var errs []error
 	for idx, info := range d.endpoints {
-		if idx == ifindex || info.EpId == epID {
+		if info.EpId == epID && idx != ifindex {
 			if err := d.deleteEndpoint(idx); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	if _, ok := d.endpoints[ifindex]; !ok {
-		// Not tracked (or already deleted above): make sure the map has no entry either.
-		if err := d.objs.Endpoints.Delete(&ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("deleting endpoint info of ifindex %d: %w", ifindex, err))
+	if ifindex != 0 {
+		// Also when not tracked: the map is what the programs see.
+		if err := d.deleteEndpoint(ifindex); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
-		// Without the info gone we must not go on: the entries still protect the endpoint.
+		// With an endpoint_info left, its entries still protect it: do not remove them.
 		return fmt.Errorf("removing endpoint %d: %w", epID, errors.Join(errs...))
 	}
 
