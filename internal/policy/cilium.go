@@ -283,7 +283,8 @@ func (d *docParser) ciliumRule(n *yaml.Node, path string) ([]Rule, ruleLabelInfo
 		// A namespaced policy always applies in its own namespace; Cilium forbids selecting
 		// another one in endpointSelector.
 		for _, r := range subject.Requirements {
-			if r.Key == labels.KeyNamespace && !(r.Operator == labels.OpIn && len(r.Values) == 1 && r.Values[0] == d.namespace) {
+			own := r.Operator == labels.OpExists || (r.Operator == labels.OpIn && len(r.Values) == 1 && r.Values[0] == d.namespace)
+			if r.Key == labels.KeyNamespace && !own {
 				return nil, lbl, d.fail(subjectE.val, subjectE.path, "endpointSelector cannot select a namespace other than the policy's own (%s)", d.namespace)
 			}
 		}

@@ -358,3 +358,23 @@ func TestCiliumMissingSpec(t *testing.T) {
 	pe = parseErr(t, "c.yaml", ccnpHeader+"  namespace: x\nspec: {endpointSelector: {}}\n")
 	wantErr(t, pe, "metadata.namespace", 5, "clusterwide policy has no namespace")
 }
+
+func TestCiliumPortEdgeCases(t *testing.T) {
+	pe := parseErr(t, "c.yaml", cnpHeader+"spec:\n  endpointSelector: {}\n  egress:\n  - toPorts:\n    - ports: [{port: '080'}]\n")
+	wantErr(t, pe, "spec.egress[0].toPorts[0].ports[0].port", 10, `invalid port "080"`)
+	// Exists on the namespace, or the policy's own namespace, is allowed in endpointSelector.
+	p := parseOne(t, cnpHeader+`spec:
+  endpointSelector:
+    matchLabels: {io.kubernetes.pod.namespace: x}
+    matchExpressions: [{key: k8s:io.kubernetes.pod.namespace, operator: Exists}]
+  ingress: [{}]
+`)
+	if got := p.Rules[0].Subject.String(); got != "io.kubernetes.pod.namespace=x,io.kubernetes.pod.namespace,io.kubernetes.pod.namespace=x" {
+		t.Errorf("subject = %s", got)
+	}
+	// A byte order mark does not hide the document.
+	ps := parse(t, "bom.yaml", "\xef\xbb\xbf"+cnpHeader+"spec: {endpointSelector: {}}\n")
+	if len(ps) != 1 {
+		t.Errorf("got %d policies from a file with a BOM", len(ps))
+	}
+}

@@ -101,10 +101,11 @@ func (d *docParser) portEntry(n *yaml.Node, path string, syn portSyntax) (PortRu
 			case e.val.Kind == yaml.ScalarNode && e.val.Tag == "!!str":
 				s := e.val.Value
 				if syn.cilium && digitsRE.MatchString(s) {
-					// Cilium writes port numbers as strings ("80").
+					// Cilium writes port numbers as strings ("80"). A leading zero is
+					// refused: Cilium would read "080" as octal.
 					v, err := strconv.ParseInt(s, 10, 64)
-					if err != nil {
-						v = -1
+					if err != nil || (len(s) > 1 && s[0] == '0') {
+						return pr, d.fail(e.val, e.path, "invalid port %q", s)
 					}
 					if pr.Port, err = d.portNumber(e.val, e.path, v, true); err != nil {
 						return pr, err

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -25,15 +26,18 @@ const (
 const defaultNamespace = "default"
 
 // ParseDocuments parses every document of data, which was read from source (a file name,
-// or "-" for stdin; it is used in messages, and its extension selects JSON).
+// or "-" for stdin; it is used in messages, and a .json extension selects JSON).
 //
 // data is a YAML stream of one or more documents separated by "---", or JSON: a single
-// manifest object, or a Cilium rule array (see ParseRuleArray semantics in
-// docs/policy-language.md). Empty documents are skipped. Each manifest yields one Policy.
+// manifest object, or a Cilium rule array (the `cilium policy import` format), which
+// becomes one CiliumNetworkPolicy in namespace "default" named by its "name" rule label or
+// else by the file name. Empty documents are skipped. Each manifest yields one Policy.
 //
 // Parsing is strict and all-or-nothing: the first unknown, unsupported or invalid field in
-// any document makes it return a *ParseError and no policies.
+// any document makes it return a *ParseError and no policies. Other errors (reading
+// input) are plain wrapped errors.
 func ParseDocuments(source string, data []byte) ([]*Policy, error) {
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
 	docs, err := readDocuments(source, data)
 	if err != nil {
 		var se *syntaxError
