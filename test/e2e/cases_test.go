@@ -715,7 +715,7 @@ spec:
   - fromEntities: [cluster]
 `)},
 			probeHostWorld: true,
-			expect: func(p probe) bool { return !is(p.to, "z/b") || p.from.special != "world" },
+			expect:         func(p probe) bool { return !is(p.to, "z/b") || p.from.special != "world" },
 		},
 		{
 			name: "Cilium toCIDRSet with except",
