@@ -118,6 +118,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.removeStale()
 	if err := a.applyState(emptyDesired(), d, m, true); err != nil {
 		return nil, fmt.Errorf("re-applying stored state: %w", err)
 	}
@@ -187,6 +188,24 @@ func (a *Agent) reattach(rec *EndpointRecord) (int, error) {
 		return 0, fmt.Errorf("attaching to endpoint %s: %w", rec.Key(), err)
 	}
 	return ifindex, nil
+}
+
+// removeStale removes dataplane endpoints the state does not know (an endpoint deleted while
+// the agent was down, or a crash in the middle of a delete), so their policy and identity do
+// not linger on a reused interface index.
+func (a *Agent) removeStale() {
+	known := map[int]bool{}
+	for _, idx := range a.ifindex {
+		known[idx] = true
+	}
+	for idx, epID := range a.dp.Installed() {
+		if known[idx] {
+			continue
+		}
+		if err := a.dp.RemoveEndpoint(idx, epID); err != nil {
+			a.log.Warn("removing stale dataplane endpoint", "ifindex", idx, "ep_id", epID, "error", err)
+		}
+	}
 }
 
 // Run serves the API until ctx ends, then closes the agent. Enforcement continues after it

@@ -317,6 +317,14 @@ func TestRuleIDsAndRestart(t *testing.T) {
 	if !got.EnforceIngress || got.Identity != b.Identity || got.Counters == nil {
 		t.Fatalf("after restart: %+v", got)
 	}
+	// A dataplane endpoint the state does not know is removed on start.
+	h.dp.mu.Lock()
+	h.dp.eps[9999] = fakeEP{info: EndpointInfo{EpID: 77, Identity: 300}}
+	h.dp.mu.Unlock()
+	h.restart()
+	if _, ok := h.dp.Installed()[9999]; ok {
+		t.Fatal("stale dataplane endpoint kept across restart")
+	}
 	// New endpoint ids do not reuse a deleted one's.
 	if err := h.a.DeleteEndpoint(context.Background(), "x", "a"); err != nil {
 		t.Fatal(err)

@@ -57,6 +57,14 @@ func (r *realDatapath) RemoveEndpoint(ifindex int, epID uint32) error {
 	return r.dp.RemoveEndpoint(uint32(ifindex), epID)
 }
 
+func (r *realDatapath) Installed() map[int]uint32 {
+	out := map[int]uint32{}
+	for ifindex, ep := range r.dp.InstalledEndpoints() {
+		out[int(ifindex)] = ep.EpID
+	}
+	return out
+}
+
 func (r *realDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error {
 	return r.dp.ApplyIPCache(entries)
 }

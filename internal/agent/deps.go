@@ -20,6 +20,9 @@ type Datapath interface {
 	Detach(netnsPath, ifname string) error
 	ApplyEndpoint(ifindex int, info EndpointInfo, pol mapstate.EndpointPolicy) error
 	RemoveEndpoint(ifindex int, epID uint32) error
+	// Installed returns the endpoints in the dataplane (ifindex -> ep id), so a restarted
+	// agent can remove the ones it no longer has (e.g. deleted while it crashed).
+	Installed() map[int]uint32
 	// ApplyIPCache makes the ipcache equal to entries.
 	ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error
 	Counters(epID uint32) (api.Counters, error)

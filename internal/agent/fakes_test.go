@@ -156,6 +156,16 @@ func (d *fakeDatapath) RemoveEndpoint(ifindex int, epID uint32) error {
 	return nil
 }
 
+func (d *fakeDatapath) Installed() map[int]uint32 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[int]uint32{}
+	for idx, ep := range d.eps {
+		out[idx] = ep.info.EpID
+	}
+	return out
+}
+
 func (d *fakeDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

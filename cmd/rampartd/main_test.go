@@ -1,0 +1,182 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/testenv"
+)
+
+// TestDaemonLifecycle runs the real binaries: rampartd starts, serves the CLI, keeps
+// enforcing after SIGTERM, comes back with its state, and --uninstall removes everything.
+func TestDaemonLifecycle(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+"/", "github.com/rampartnet/rampart/cmd/rampartd",
+		"github.com/rampartnet/rampart/cmd/rampart", "github.com/rampartnet/rampart/cmd/rampart-testserver")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building binaries: %v\n%s", err, out)
+	}
+	inst := "d" + testenv.Suffix(8)
+	sockDir, err := os.MkdirTemp("", "rp-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	stateDir := filepath.Join(t.TempDir(), "state")
+	bpfDir := "/sys/fs/bpf/rampart/" + inst
+	flags := []string{"--instance", inst, "--state-dir", stateDir, "--socket", filepath.Join(sockDir, "r.sock"),
+		"--bpf-dir", bpfDir, "--node-netns", "rp-" + inst + "-node", "--pod-cidr", "198.18.0.0/24"}
+	uninstalled := false
+	t.Cleanup(func() {
+		if !uninstalled {
+			exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).Run()
+		}
+	})
+
+	var daemon *exec.Cmd
+	var daemonLog bytes.Buffer
+	start := func() {
+		t.Helper()
+		daemon = exec.Command(bin+"/rampartd", flags...)
+		daemon.Stderr = &daemonLog
+		if err := daemon.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if !testenv.Eventually(10*time.Second, func() bool {
+			_, _, code := run(bin, sockDir, "status")
+			return code == 0
+		}) {
+			daemon.Process.Kill()
+			daemon.Wait()
+			t.Fatalf("rampartd did not come up:\n%s", daemonLog.String())
+		}
+	}
+	stop := func() {
+		t.Helper()
+		daemon.Process.Signal(syscall.SIGTERM)
+		if err := daemon.Wait(); err != nil {
+			t.Fatalf("rampartd exit after SIGTERM: %v\n%s", err, daemonLog.String())
+		}
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, errs, code := run(bin, sockDir, args...)
+		if code != 0 {
+			t.Fatalf("rampart %v: exit %d: %s %s\nagent log:\n%s", args, code, out, errs, daemonLog.String())
+		}
+		return out
+	}
+
+	start()
+	t.Cleanup(func() {
+		if daemon.ProcessState == nil {
+			daemon.Process.Kill()
+			daemon.Wait()
+		}
+	})
+	must("endpoint", "add", "x/a", "--labels", "pod=a")
+	must("endpoint", "add", "y/b", "--labels", "pod=b", "--ip", "198.18.0.50")
+
+	// A server in y/b, run with endpoint exec (it lives until killed).
+	srv := exec.Command(bin+"/rampart", "--socket", filepath.Join(sockDir, "r.sock"), "endpoint", "exec", "y/b", "--",
+		bin+"/rampart-testserver", "serve", "--tcp", "80")
+	srvOut := &syncBuffer{}
+	srv.Stdout = srvOut
+	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
+		srv.Wait()
+	}()
+	if !testenv.Eventually(5*time.Second, func() bool { return strings.Contains(srvOut.String(), "ready") }) {
+		t.Fatal("test server did not start")
+	}
+	probe := func() bool {
+		_, _, code := run(bin, sockDir, "endpoint", "exec", "x/a", "--", bin+"/rampart-testserver", "probe", "--tcp", "198.18.0.50:80", "--timeout", "500ms")
+		return code == 0
+	}
+	if !probe() {
+		t.Fatal("x/a -> y/b:80 blocked without policy")
+	}
+	policy := filepath.Join(t.TempDir(), "deny.yaml")
+	os.WriteFile(policy, []byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: y}\nspec:\n  podSelector: {}\n  policyTypes: [Ingress]\n"), 0o644)
+	must("apply", "-f", policy)
+	if probe() {
+		t.Fatal("x/a -> y/b:80 passes a default deny")
+	}
+	list := must("endpoint", "list")
+
+	stop()
+	if probe() {
+		t.Fatal("rampartd stopped: the default deny no longer holds")
+	}
+	start()
+	if got := must("endpoint", "list"); got != list {
+		t.Fatalf("endpoints changed across restart:\n%s\n%s", list, got)
+	}
+	if probe() {
+		t.Fatal("after restart: x/a -> y/b:80 passes a default deny")
+	}
+	must("delete", "-f", policy)
+	if !probe() {
+		t.Fatal("after restart and delete: x/a -> y/b:80 blocked")
+	}
+	stop()
+
+	out, err := exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	uninstalled = true
+	for _, p := range []string{bpfDir, stateDir, "/run/netns/rp-" + inst + "-node", "/run/netns/rp-" + inst + "-x-a", "/run/netns/rp-" + inst + "-y-b"} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left after uninstall (%v)", p, err)
+		}
+	}
+}
+
+func run(bin, sockDir string, args ...string) (string, string, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := exec.CommandContext(ctx, bin+"/rampart", append([]string{"--socket", filepath.Join(sockDir, "r.sock")}, args...)...)
+	var out, errb bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errb
+	err := c.Run()
+	code := 0
+	if err != nil {
+		code = -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+	}
+	return out.String(), errb.String(), code
+}
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine of exec and the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
