@@ -261,8 +261,14 @@ func (a *Agent) persist(m *model, d *desired) error {
 // endpoint whose identity or policy changed (or every endpoint with force), then ipcache
 // deletions. On failure it tries to put old back and reports the failure.
 func (a *Agent) applyState(old, new *desired, m *model, force bool) error {
+	// After a failed rollback the dataplane may differ from a.cur anywhere: rewrite every
+	// endpoint until a full apply succeeds.
+	force = force || a.degraded != ""
 	err := a.applyOnce(old, new, m, force)
 	if err == nil {
+		if force {
+			a.degraded = ""
+		}
 		return nil
 	}
 	a.log.Error("applying dataplane state failed, restoring the previous state", "error", err)

@@ -272,6 +272,34 @@ func TestApplyFailureRestoresPreviousState(t *testing.T) {
 	}
 }
 
+func TestFailedRollbackIsReportedAndRepaired(t *testing.T) {
+	h := newHarness(t)
+	h.add("y", "b", map[string]string{"pod": "b"})
+	h.dp.failAll = true
+	if _, err := h.apply("deny.yaml", denyAllIngressY); err == nil {
+		t.Fatal("apply succeeded with the datapath failing")
+	}
+	st, _ := h.a.Status(context.Background())
+	if st.Degraded == "" {
+		t.Fatal("failed rollback not reported in status")
+	}
+	h.dp.failAll = false
+	if _, err := h.apply("deny.yaml", denyAllIngressY); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = h.a.Status(context.Background())
+	_, eps := h.dp.snapshot()
+	b, _ := h.a.GetEndpoint(context.Background(), "y", "b")
+	if st.Degraded != "" || len(eps) != 1 {
+		t.Fatalf("not repaired: %q %+v", st.Degraded, eps)
+	}
+	for _, ep := range eps {
+		if !ep.pol.EnforceIngress || ep.info.Identity != b.Identity {
+			t.Fatalf("datapath endpoint after repair: %+v", ep)
+		}
+	}
+}
+
 func TestRuleIDsAndRestart(t *testing.T) {
 	h := newHarness(t)
 	h.add("x", "a", map[string]string{"pod": "a"})

@@ -80,6 +80,7 @@ type fakeDatapath struct {
 	// failEndpointAfter: ApplyEndpoint fails once this many more calls succeeded (<0: never).
 	failEndpointAfter int
 	failAttach        bool
+	failAll           bool // every ApplyEndpoint fails
 	events            chan FlowEvent
 	closed            chan struct{}
 	closeOnce         sync.Once
@@ -138,6 +139,9 @@ func (d *fakeDatapath) Detach(netnsPath, ifname string) error {
 func (d *fakeDatapath) ApplyEndpoint(ifindex int, info EndpointInfo, pol mapstate.EndpointPolicy) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.failAll {
+		return errors.New("injected permanent failure")
+	}
 	if d.failEndpointAfter == 0 {
 		d.failEndpointAfter = -1
 		return errors.New("injected map full")

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -253,8 +254,8 @@ func (a *app) endpointExec() *cobra.Command {
 				var ee *exec.ExitError
 				if errors.As(err, &ee) {
 					code := ee.ExitCode()
-					if code < 0 {
-						code = 128 + 9 // killed by a signal
+					if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+						code = 128 + int(ws.Signal()) // as shells report it
 					}
 					return &ExitError{Code: code}
 				}
