@@ -83,6 +83,12 @@ func (d *docParser) networkPolicy(doc *yaml.Node, top []entry) ([]Rule, error) {
 				}
 			}
 			explicitDir = len(items) > 0
+		case "description":
+			// Not a Kubernetes field, but informational like the top-level one that Cilium
+			// examples use; accepted for both kinds alike.
+			if _, err := d.str(e.val, e.path); err != nil {
+				return nil, err
+			}
 		case "ingress", "egress":
 			dir := Ingress
 			if e.name == "egress" {

@@ -78,8 +78,9 @@ func TestNetworkPolicySubjectAndPeers(t *testing.T) {
 func TestNetworkPolicyDefaultNamespace(t *testing.T) {
 	p := parseOne(t, `apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
-metadata: {name: p}
-spec: {podSelector: {}}
+description: informational
+metadata: {name: p, description: informational}
+spec: {podSelector: {}, description: informational}
 `)
 	if p.Namespace != "default" {
 		t.Errorf("Namespace = %q, want default", p.Namespace)
@@ -228,7 +229,7 @@ func TestNetworkPolicyErrors(t *testing.T) {
 		{"endPort without port", "  podSelector: {}\n  ingress:\n  - ports:\n    - endPort: 90", "spec.ingress[0].ports[0].endPort", 10, "needs a port"},
 		{"ICMP is not a NetworkPolicy protocol", "  podSelector: {}\n  ingress:\n  - ports:\n    - protocol: ICMP", "spec.ingress[0].ports[0].protocol", 10, `unsupported protocol "ICMP"`},
 		{"lowercase protocol", "  podSelector: {}\n  ingress:\n  - ports:\n    - protocol: tcp", "spec.ingress[0].ports[0].protocol", 10, "unsupported protocol"},
-		{"spec description is not a NetworkPolicy field", "  podSelector: {}\n  description: x", "spec.description", 8, ReasonUnknownField},
+		{"spec description must be a string", "  podSelector: {}\n  description: [x]", "spec.description", 8, "must be a string"},
 		{"duplicate field", "  podSelector: {}\n  podSelector: {}", "spec.podSelector", 8, "duplicate field"},
 		{"ingress not a list", "  podSelector: {}\n  ingress: {}", "spec.ingress", 8, "must be a list"},
 	}

@@ -328,3 +328,72 @@ func TestParsePathStdin(t *testing.T) {
 		t.Errorf("ParsePath(-) = %v, want %s", err, want)
 	}
 }
+
+func TestParsePathSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	other := t.TempDir()
+	np := "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: l}\nspec: {podSelector: {}}\n"
+	if err := os.WriteFile(filepath.Join(other, "target.txt"), []byte(np), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(other, "sub.yaml"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A link to a file is read; a link to a directory is not followed.
+	if err := os.Symlink(filepath.Join(other, "target.txt"), filepath.Join(dir, "link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(other, "sub.yaml"), filepath.Join(dir, "dir.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := ParsePath(dir)
+	if err != nil || len(ps) != 1 || ps[0].Name != "l" {
+		t.Fatalf("ParsePath = %v, %v", ps, err)
+	}
+	if err := os.Symlink(filepath.Join(other, "missing"), filepath.Join(dir, "dangling.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParsePath(dir); err == nil || !strings.Contains(err.Error(), "dangling.yaml") {
+		t.Errorf("ParsePath with a dangling link = %v", err)
+	}
+}
+
+func TestNullAndEmptyValues(t *testing.T) {
+	// Kubernetes: null or empty from/ports mean every peer / every port.
+	p := parseOne(t, npHeader+`spec:
+  podSelector:
+  ingress:
+  - from:
+    ports:
+  - from: []
+    ports: []
+`)
+	for _, r := range p.Rules {
+		if !r.AllPeers || len(r.Ports) != 0 {
+			t.Errorf("rule %s: AllPeers=%v ports=%v, want every peer and port", r.Description, r.AllPeers, r.Ports)
+		}
+	}
+	// Cilium: a null entry of ingress is an empty rule; a null entry of specs is an error.
+	p = parseOne(t, cnpHeader+"spec:\n  endpointSelector: {}\n  ingress:\n  -\n")
+	if len(p.Rules) != 1 || p.Rules[0].AllPeers || len(p.Rules[0].Peers) != 0 || !p.Rules[0].EnableDefaultDeny {
+		t.Errorf("null ingress entry: %s", rules(p))
+	}
+	pe := parseErr(t, "c.yaml", cnpHeader+"specs:\n-\n")
+	wantErr(t, pe, "specs[0]", 7, "must be a rule")
+	pe = parseErr(t, "a.json", `[{"endpointSelector": {}}, 3]`)
+	wantErr(t, pe, "[1]", 1, "must be a mapping")
+}
+
+func TestRawValues(t *testing.T) {
+	p := parseOne(t, `apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: a, generation: 1.5, uid: null, resourceVersion: true}
+spec: {endpointSelector: {}}
+`)
+	want := `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy","metadata":{"name":"a","generation":1.5,"uid":null,"resourceVersion":true},"spec":{"endpointSelector":{}}}`
+	if string(p.Raw) != want {
+		t.Errorf("Raw = %s\nwant  %s", p.Raw, want)
+	}
+	pe := parseErr(t, "n.yaml", "apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: {name: a, generation: .nan}\nspec: {endpointSelector: {}}\n")
+	wantErr(t, pe, "metadata.generation", 3, "cannot be represented in JSON")
+}
