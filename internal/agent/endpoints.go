@@ -71,6 +71,11 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 
 	// Kernel side. The programs drop everything until the endpoint's info is in the map,
 	// so the endpoint is never reachable without policy.
+	// Leftovers under this endpoint's names can only be this instance's, from an add or
+	// delete cut short by a crash: clear them so the add does not fail on them.
+	if err := a.net.Delete(rec.Namespace, rec.Name); err != nil {
+		return api.Endpoint{}, fmt.Errorf("clearing leftovers of endpoint %s: %w", key, err)
+	}
 	ep, err := a.net.Create(rec.Namespace, rec.Name, ip)
 	if err != nil {
 		return api.Endpoint{}, fmt.Errorf("creating endpoint %s: %w", key, err)
