@@ -1,0 +1,178 @@
+// Command policyoverhead is Rampart's policy overhead benchmark: TCP throughput and
+// request/response latency between two endpoints with no agent, and with the agent
+// enforcing allow-all, one L3 rule, one L4 rule, and 1,000 and 10,000 rules of which only
+// the last matches. It prints every case as a ratio to the no-agent baseline of the same
+// run, and writes a JSON report and a PNG plot. Run it as root from the repository:
+//
+//	go run ./bench/cmd/policyoverhead            # full run, about four minutes
+//	go run ./bench/cmd/policyoverhead --quick    # smoke run, under a minute
+//
+// See docs/benchmarks.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rampartnet/rampart/bench/policyoverhead"
+)
+
+func main() {
+	// Helpers started inside endpoints: `policyoverhead rr-server|rr-client|probe ...`.
+	if len(os.Args) > 1 && slices.Contains(policyoverhead.Subcommands, os.Args[1]) {
+		os.Exit(policyoverhead.Subcommand(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
+	}
+	os.Exit(run())
+}
+
+func run() int {
+	var (
+		quick      = flag.Bool("quick", false, "smoke run: one round, 1 s iperf3, 0.5 s request/response (CI)")
+		repeats    = flag.Int("repeats", 0, "rounds (each case once per round, interleaved; medians are reported) (default 5, quick 1)")
+		duration   = flag.Duration("duration", 0, "iperf3 duration per sample, whole seconds (default 3s, quick 1s)")
+		rrDuration = flag.Duration("rr-duration", 0, "request/response duration per sample (default 2s, quick 500ms)")
+		rules      = flag.String("rules", "1000,10000", "rule counts of the \"last rule matches\" cases")
+		cases      = flag.String("cases", "", "comma-separated cases to run (default all; no-agent always runs): no-agent,allow-all,l3,l4,rules-N")
+		reqSize    = flag.Int("request", 1, "request/response: request size in bytes")
+		respSize   = flag.Int("response", 1, "request/response: response size in bytes")
+		binDir     = flag.String("bin-dir", "", "directory with rampartd and rampart (default: build them from this module into a temporary directory)")
+		outDir     = flag.String("out", "bench/results", "directory for the JSON report and PNG plot")
+		iperf3     = flag.String("iperf3", "iperf3", "iperf3 binary")
+		cpu        = flag.Int("cpu", -2, "pin iperf3 and the request/response client and server to this CPU, -1 for no pinning (default: the last CPU)")
+		noPlot     = flag.Bool("no-plot", false, "do not write the PNG plot")
+		failOnMiss = flag.Bool("fail-on-miss", false, "exit 3 if a case misses the throughput target")
+	)
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "policyoverhead: unexpected arguments %v\n", flag.Args())
+		return 2
+	}
+	cfg := policyoverhead.DefaultConfig()
+	if *quick {
+		cfg = policyoverhead.QuickConfig()
+	}
+	if *repeats != 0 {
+		cfg.Repeats = *repeats
+	}
+	if *duration != 0 {
+		if *duration%time.Second != 0 {
+			fmt.Fprintln(os.Stderr, "policyoverhead: --duration must be whole seconds (iperf3 -t)")
+			return 2
+		}
+		cfg.IperfSeconds = int(*duration / time.Second)
+	}
+	if *rrDuration != 0 {
+		cfg.RRDuration = *rrDuration
+	}
+	cfg.RuleCounts = nil
+	for _, f := range splitList(*rules) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "policyoverhead: --rules: %v\n", err)
+			return 2
+		}
+		cfg.RuleCounts = append(cfg.RuleCounts, n)
+	}
+	cfg.Cases = splitList(*cases)
+	cfg.RRRequestBytes, cfg.RRResponseBytes = *reqSize, *respSize
+	cfg.OutDir, cfg.Iperf3, cfg.NoPlot = *outDir, *iperf3, *noPlot
+	if *cpu != -2 {
+		cfg.CPU = *cpu
+	}
+	cfg.Log = os.Stderr
+
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "policyoverhead: finding own binary: %v\n", err)
+		return 1
+	}
+	cfg.Self = self
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *binDir == "" && !(len(cfg.Cases) == 1 && cfg.Cases[0] == policyoverhead.CaseNoAgent) {
+		dir, err := os.MkdirTemp("", "rp-bench-bin-")
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "policyoverhead: %v\n", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		if err := buildAgent(ctx, dir); err != nil {
+			fmt.Fprintf(os.Stderr, "policyoverhead: %v\n", err)
+			return 1
+		}
+		*binDir = dir
+	}
+	if *binDir != "" {
+		cfg.Rampartd = filepath.Join(*binDir, "rampartd")
+		cfg.Rampart = filepath.Join(*binDir, "rampart")
+	}
+
+	res, err := policyoverhead.Run(ctx, cfg)
+	if res != nil {
+		fmt.Println()
+		res.PrintTable(os.Stdout)
+		if res.JSONPath != "" {
+			fmt.Printf("results: %s\n", res.JSONPath)
+		}
+		if res.PlotPath != "" {
+			fmt.Printf("plot:    %s\n", res.PlotPath)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "policyoverhead: %v\n", err)
+		return 1
+	}
+	code := 0
+	for _, c := range res.Cases {
+		switch c.Summary.Verdict {
+		case policyoverhead.VerdictInvalid:
+			code = 1
+		case policyoverhead.VerdictMiss:
+			if *failOnMiss && code == 0 {
+				code = 3
+			}
+		}
+	}
+	if len(res.Errors) > 0 {
+		code = 1
+	}
+	return code
+}
+
+// buildAgent builds rampartd and rampart from the module the benchmark is run in.
+func buildAgent(ctx context.Context, dir string) error {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	gomod := strings.TrimSpace(string(out))
+	if err != nil || gomod == "" || gomod == os.DevNull {
+		return errors.New("not inside the rampart module: run from the repository or pass --bin-dir")
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart")
+	cmd.Dir = filepath.Dir(gomod)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building rampartd and rampart: %w", err)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

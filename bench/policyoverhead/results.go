@@ -1,0 +1,291 @@
+package policyoverhead
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// TargetThroughputRatio is the issue's target: every case keeps at least this fraction of
+// the no-agent baseline's TCP throughput.
+const TargetThroughputRatio = 0.95
+
+// Schema names the layout of the JSON report; bump it when fields change meaning.
+const Schema = "rampart.bench.policy-overhead/v1"
+
+// Verdicts printed per case.
+const (
+	VerdictBaseline = "BASELINE"
+	VerdictPass     = "PASS"    // throughput ratio >= TargetThroughputRatio
+	VerdictMiss     = "MISS"    // below the target
+	VerdictInvalid  = "INVALID" // errors: no trustworthy numbers (see Errors)
+)
+
+// Result is the whole JSON report of one run.
+type Result struct {
+	Schema     string       `json:"schema"`
+	Started    time.Time    `json:"started"`
+	Finished   time.Time    `json:"finished"`
+	Host       HostInfo     `json:"host"`
+	Settings   Settings     `json:"settings"`
+	Target     float64      `json:"target_throughput_ratio"`
+	Cases      []CaseResult `json:"cases"`
+	Errors     []string     `json:"errors,omitempty"` // run-level failures (set-up, clean-up)
+	JSONPath   string       `json:"-"`
+	PlotPath   string       `json:"-"`
+	Incomplete bool         `json:"incomplete,omitempty"` // interrupted before all rounds ran
+}
+
+// HostInfo says where the numbers come from; they only compare within one machine.
+type HostInfo struct {
+	Hostname string `json:"hostname"`
+	Kernel   string `json:"kernel"`
+	CPUs     int    `json:"cpus"`
+	Go       string `json:"go"`
+	Iperf3   string `json:"iperf3"`
+}
+
+// Settings are the knobs the run used.
+type Settings struct {
+	Quick            bool    `json:"quick"`
+	Repeats          int     `json:"repeats"`
+	IperfSeconds     int     `json:"iperf_seconds"`
+	RRSeconds        float64 `json:"rr_seconds"`
+	RRRequestBytes   int     `json:"rr_request_bytes"`
+	RRResponseBytes  int     `json:"rr_response_bytes"`
+	PodCIDRBaseline  string  `json:"pod_cidr_baseline"`
+	PodCIDRAgent     string  `json:"pod_cidr_agent,omitempty"`
+	InterleavedCases bool    `json:"interleaved_cases"`
+	CPU              int     `json:"cpu"` // measured processes pinned here; -1: unpinned
+	// Instance names: every namespace, link and pin the run creates carries one of them.
+	BaselineInstance string `json:"baseline_instance"`
+	AgentInstance    string `json:"agent_instance,omitempty"`
+}
+
+// CaseResult holds one case's samples (one per round) and their summary.
+type CaseResult struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description"`
+	Agent       bool     `json:"agent"`
+	Rules       int      `json:"rules"`
+	Samples     []Sample `json:"samples"`
+	Errors      []string `json:"errors,omitempty"`
+	Summary     Summary  `json:"summary"`
+}
+
+// Sample is one round of one case.
+type Sample struct {
+	Round int         `json:"round"`
+	Iperf IperfResult `json:"iperf"`
+	RR    RRResult    `json:"rr"`
+	// Agent cases: time from starting `rampart apply` until it returned, and until the
+	// server's policy map held the expected entries (enforced).
+	ApplySeconds    float64 `json:"apply_seconds,omitempty"`
+	EnforcedSeconds float64 `json:"enforced_seconds,omitempty"`
+	// DeleteSeconds: `rampart delete` until the server's entries were gone.
+	DeleteSeconds float64 `json:"delete_seconds,omitempty"`
+	// MapEntries is the number of policy map entries of the server endpoint while the
+	// case's policy was applied.
+	MapEntries int `json:"map_entries,omitempty"`
+	// Probes are the enforcement checks run before measuring (name -> outcome).
+	Probes map[string]string `json:"probes,omitempty"`
+}
+
+// Summary is the medians over rounds and the ratios to the baseline. Ratios are medians of
+// per-round ratios (each sample over the baseline sample of the same round), which cancels
+// slow drift of the machine better than a ratio of medians.
+type Summary struct {
+	Rounds           int     `json:"rounds"`
+	ThroughputBps    float64 `json:"throughput_bps"`
+	ThroughputMinBps float64 `json:"throughput_min_bps"`
+	ThroughputMaxBps float64 `json:"throughput_max_bps"`
+	Retransmits      float64 `json:"retransmits"`
+	TPS              float64 `json:"tps"`
+	P50Us            float64 `json:"p50_us"`
+	P90Us            float64 `json:"p90_us"`
+	P99Us            float64 `json:"p99_us"`
+	ApplySeconds     float64 `json:"apply_seconds,omitempty"`
+	EnforcedSeconds  float64 `json:"enforced_seconds,omitempty"`
+	MapEntries       int     `json:"map_entries,omitempty"`
+	ThroughputRatio  float64 `json:"throughput_ratio"`
+	TPSRatio         float64 `json:"tps_ratio"`
+	P50Ratio         float64 `json:"p50_ratio"`
+	P90Ratio         float64 `json:"p90_ratio"`
+	P99Ratio         float64 `json:"p99_ratio"`
+	Verdict          string  `json:"verdict"`
+}
+
+// summarize fills every case's Summary; cases[0] must be the baseline.
+func summarize(cases []CaseResult) {
+	if len(cases) == 0 {
+		return
+	}
+	base := map[int]Sample{}
+	for _, s := range cases[0].Samples {
+		base[s.Round] = s
+	}
+	for i := range cases {
+		c := &cases[i]
+		var tput, retr, tps, p50, p90, p99, apply, enforced []float64
+		var rt, rtps, r50, r90, r99 []float64
+		entries := 0
+		for _, s := range c.Samples {
+			tput = append(tput, s.Iperf.BitsPerSecond)
+			retr = append(retr, float64(s.Iperf.Retransmits))
+			tps = append(tps, s.RR.TPS)
+			p50 = append(p50, s.RR.P50Us)
+			p90 = append(p90, s.RR.P90Us)
+			p99 = append(p99, s.RR.P99Us)
+			if c.Agent {
+				apply = append(apply, s.ApplySeconds)
+				enforced = append(enforced, s.EnforcedSeconds)
+			}
+			entries = max(entries, s.MapEntries)
+			if b, ok := base[s.Round]; ok {
+				rt = append(rt, ratio(s.Iperf.BitsPerSecond, b.Iperf.BitsPerSecond))
+				rtps = append(rtps, ratio(s.RR.TPS, b.RR.TPS))
+				r50 = append(r50, ratio(s.RR.P50Us, b.RR.P50Us))
+				r90 = append(r90, ratio(s.RR.P90Us, b.RR.P90Us))
+				r99 = append(r99, ratio(s.RR.P99Us, b.RR.P99Us))
+			}
+		}
+		lo, hi := minMax(tput)
+		c.Summary = Summary{
+			Rounds:           len(c.Samples),
+			ThroughputBps:    median(tput),
+			ThroughputMinBps: lo,
+			ThroughputMaxBps: hi,
+			Retransmits:      median(retr),
+			TPS:              median(tps),
+			P50Us:            median(p50),
+			P90Us:            median(p90),
+			P99Us:            median(p99),
+			MapEntries:       entries,
+			ThroughputRatio:  median(rt),
+			TPSRatio:         median(rtps),
+			P50Ratio:         median(r50),
+			P90Ratio:         median(r90),
+			P99Ratio:         median(r99),
+		}
+		if c.Agent {
+			c.Summary.ApplySeconds = median(apply)
+			c.Summary.EnforcedSeconds = median(enforced)
+		}
+		switch {
+		case len(c.Errors) > 0 || len(c.Samples) == 0 || math.IsNaN(c.Summary.ThroughputRatio):
+			c.Summary.Verdict = VerdictInvalid
+		case i == 0:
+			c.Summary.Verdict = VerdictBaseline
+		case c.Summary.ThroughputRatio >= TargetThroughputRatio:
+			c.Summary.Verdict = VerdictPass
+		default:
+			c.Summary.Verdict = VerdictMiss
+		}
+	}
+}
+
+func ratio(x, base float64) float64 {
+	if base <= 0 {
+		return math.NaN()
+	}
+	return x / base
+}
+
+// MarshalJSON writes NaN (no samples, or no baseline to compare with) as null, which
+// encoding/json refuses to do for a float64 by itself.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	v := reflect.ValueOf(s)
+	t := v.Type()
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i := range t.NumField() {
+		name, opts, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		f := v.Field(i)
+		if opts == "omitempty" && f.IsZero() {
+			continue
+		}
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:", name)
+		x := f.Interface()
+		if fl, ok := x.(float64); ok && (math.IsNaN(fl) || math.IsInf(fl, 0)) {
+			x = nil
+		}
+		e, err := json.Marshal(x)
+		if err != nil {
+			return nil, fmt.Errorf("encoding %s: %w", name, err)
+		}
+		b.Write(e)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// WriteJSON writes the report to dir/policy-overhead-<timestamp>.json and returns the path.
+func (r *Result) WriteJSON(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating results directory: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encoding results: %w", err)
+	}
+	p := filepath.Join(dir, "policy-overhead-"+r.Started.UTC().Format("20060102T150405Z")+".json")
+	if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+		return "", fmt.Errorf("writing results: %w", err)
+	}
+	r.JSONPath = p
+	return p, nil
+}
+
+// PrintTable writes the per-case table with ratios to the baseline and PASS/MISS.
+func (r *Result) PrintTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "case\trules\tmap entries\tGbit/s (min-max)\tratio\tverdict\tTPS\tratio\tp50 us\tp90 us\tp99 us\tp50 ratio\tp99 ratio\tenforced s\t")
+	for _, c := range r.Cases {
+		s := c.Summary
+		rules := "-"
+		if c.Agent {
+			rules = fmt.Sprint(c.Rules)
+		}
+		entries, setup := "-", "-"
+		if c.Agent {
+			entries = fmt.Sprint(s.MapEntries)
+			setup = fmtF(s.EnforcedSeconds, 3)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s-%s)\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			c.Name, rules, entries,
+			fmtF(s.ThroughputBps/1e9, 2), fmtF(s.ThroughputMinBps/1e9, 2), fmtF(s.ThroughputMaxBps/1e9, 2),
+			fmtF(s.ThroughputRatio, 3), s.Verdict,
+			fmtF(s.TPS, 0), fmtF(s.TPSRatio, 3),
+			fmtF(s.P50Us, 1), fmtF(s.P90Us, 1), fmtF(s.P99Us, 1),
+			fmtF(s.P50Ratio, 3), fmtF(s.P99Ratio, 3), setup)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "target: throughput ratio >= %.2f of the no-agent baseline measured in the same run (%d rounds, medians)\n",
+		TargetThroughputRatio, r.Settings.Repeats)
+	for _, c := range r.Cases {
+		for _, e := range c.Errors {
+			fmt.Fprintf(w, "%s: error: %s\n", c.Name, e)
+		}
+	}
+	for _, e := range r.Errors {
+		fmt.Fprintf(w, "error: %s\n", e)
+	}
+}
+
+func fmtF(v float64, prec int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "n/a"
+	}
+	return strings.TrimSpace(fmt.Sprintf("%.*f", prec, v))
+}

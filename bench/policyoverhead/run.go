@@ -1,0 +1,504 @@
+package policyoverhead
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config controls a run.
+type Config struct {
+	Quick           bool
+	Repeats         int           // rounds; every case is measured once per round
+	IperfSeconds    int           // iperf3 -t (whole seconds)
+	RRDuration      time.Duration // request/response run per sample
+	RRRequestBytes  int
+	RRResponseBytes int
+	RuleCounts      []int    // sizes of the "N rules, last one matches" cases
+	Cases           []string // case names to run (empty: all); the baseline always runs
+	Rampartd        string   // agent binary
+	Rampart         string   // CLI binary
+	// Self is a binary that runs the rr-server, rr-client and probe subcommands (see
+	// Subcommand), started inside the endpoints.
+	Self   string
+	Iperf3 string
+	// CPU pins the measured processes (iperf3 and the RR client and server, on both sides)
+	// to this one CPU; -1 leaves them unpinned. On a small VM, traffic between two CPUs
+	// pays for cross-CPU wake-ups (slow and bimodal under virtualisation), which hides the
+	// per-packet cost being measured; on one CPU the whole path is CPU-bound there.
+	CPU    int
+	OutDir string // JSON and PNG go here
+	NoPlot bool
+	Log    io.Writer // progress; nil: discarded
+}
+
+// DefaultConfig is the full run: about four minutes on a 2-core VM.
+func DefaultConfig() Config {
+	return Config{
+		Repeats:         5,
+		IperfSeconds:    3,
+		RRDuration:      2 * time.Second,
+		RRRequestBytes:  1,
+		RRResponseBytes: 1,
+		RuleCounts:      []int{1000, 10000},
+		Iperf3:          "iperf3",
+		CPU:             runtime.NumCPU() - 1,
+		OutDir:          "bench/results",
+	}
+}
+
+// QuickConfig is the smoke run for CI: every case once, short samples.
+func QuickConfig() Config {
+	c := DefaultConfig()
+	c.Quick = true
+	c.Repeats = 1
+	c.IperfSeconds = 1
+	c.RRDuration = 500 * time.Millisecond
+	return c
+}
+
+// Server ports inside the server endpoint.
+var benchPorts = Ports{Iperf: 5201, RR: 5202, Closed: 5203}
+
+const (
+	connectTimeout = 10 * time.Second       // servers starting, policy settling
+	probeTimeout   = 500 * time.Millisecond // a dropped SYN is retransmitted after 1 s
+	enforceTimeout = 2 * time.Minute        // apply until the map holds the entries
+)
+
+type runner struct {
+	cfg     Config
+	log     io.Writer
+	daemons daemons
+	base    *topology
+	agentT  *topology
+	agent   *agentProc
+	files   map[string]string // case name -> manifest path
+}
+
+// Run builds the topologies, measures every case once per round and returns the report
+// (also written to cfg.OutDir). Everything it creates is removed before it returns, also
+// on error or when ctx is cancelled; a cancelled run returns what was measured so far.
+func Run(ctx context.Context, cfg Config) (res *Result, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the benchmark needs root (network namespaces, BPF)")
+	}
+	cases, err := buildCases(benchPorts, cfg.RuleCounts, cfg.Cases)
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: cfg, log: cfg.Log, files: map[string]string{}}
+	if r.log == nil {
+		r.log = io.Discard
+	}
+	sfx := suffix()
+	baseCIDR, agentCIDR := podCIDRs()
+	res = &Result{
+		Schema:  Schema,
+		Started: time.Now(),
+		Host:    hostInfo(cfg.Iperf3),
+		Target:  TargetThroughputRatio,
+		Settings: Settings{
+			Quick: cfg.Quick, Repeats: cfg.Repeats, IperfSeconds: cfg.IperfSeconds,
+			RRSeconds: cfg.RRDuration.Seconds(), RRRequestBytes: cfg.RRRequestBytes,
+			RRResponseBytes: cfg.RRResponseBytes, PodCIDRBaseline: baseCIDR.String(),
+			InterleavedCases: true, CPU: cfg.CPU, BaselineInstance: "nb" + sfx,
+		},
+	}
+	for _, c := range cases {
+		res.Cases = append(res.Cases, CaseResult{Name: c.Name, Description: c.Description, Agent: c.Agent, Rules: c.Rules})
+	}
+
+	var cleanups []func() error
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			if cerr := cleanups[i](); cerr != nil {
+				res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
+			}
+		}
+		res.Finished = time.Now()
+		summarize(res.Cases)
+		if werr := r.write(res); werr != nil && err == nil {
+			err = werr
+		}
+	}()
+	fail := func(e error) (*Result, error) {
+		res.Errors = append(res.Errors, e.Error())
+		return res, e
+	}
+	cleanups = append(cleanups, r.daemons.stopAll)
+
+	workDir, err := os.MkdirTemp("", "rp-bench-")
+	if err != nil {
+		return fail(fmt.Errorf("creating work directory: %w", err))
+	}
+	cleanups = append(cleanups, func() error { return os.RemoveAll(workDir) })
+
+	fmt.Fprintf(r.log, "building the no-agent topology (%s)\n", baseCIDR)
+	base, cleanBase, err := buildBaseline(res.Settings.BaselineInstance, baseCIDR)
+	cleanups = append(cleanups, cleanBase)
+	if err != nil {
+		return fail(err)
+	}
+	r.base = base
+	if err := r.startServers(base); err != nil {
+		return fail(err)
+	}
+
+	if slices.ContainsFunc(cases, func(c caseDef) bool { return c.Agent }) {
+		res.Settings.PodCIDRAgent = agentCIDR.String()
+		res.Settings.AgentInstance = "ab" + sfx
+		if err := ensureBPFFS(); err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(r.log, "starting the agent (instance %s, %s)\n", res.Settings.AgentInstance, agentCIDR)
+		r.agent = newAgentProc(cfg.Rampartd, cfg.Rampart, res.Settings.AgentInstance, workDir, agentCIDR)
+		// Registered before start, so a half-started agent is uninstalled too. The servers
+		// inside its endpoints (and the agent) are stopped first, newest first.
+		cleanups = append(cleanups, func() error {
+			return errors.Join(r.daemons.stopAll(), r.agent.stop())
+		})
+		if err := r.agent.start(ctx, &r.daemons); err != nil {
+			return fail(err)
+		}
+		t := &topology{Name: "agent"}
+		for _, e := range []struct {
+			name, app string
+			n         uint32
+			dst       **benchEndpoint
+		}{{"client", clientApp, 10, &t.Client}, {"server", serverApp, 11, &t.Server}, {"bystander", bystanderApp, 12, &t.Bystander}} {
+			ep, err := r.agent.addEndpoint(ctx, e.name, e.app, hostAddr(agentCIDR, e.n))
+			if err != nil {
+				return fail(err)
+			}
+			*e.dst = ep
+		}
+		r.agentT = t
+		if err := r.startServers(t); err != nil {
+			return fail(err)
+		}
+		for _, c := range cases {
+			if c.Manifest == nil {
+				continue
+			}
+			p, err := writeFile(workDir, c.Name+".yaml", c.Manifest)
+			if err != nil {
+				return fail(err)
+			}
+			r.files[c.Name] = p
+		}
+		if n, err := r.agent.policyEntries("server"); err != nil {
+			return fail(err)
+		} else if n != 0 {
+			return fail(fmt.Errorf("server endpoint has %d policy entries before any policy was applied", n))
+		}
+	}
+
+	for round := range cfg.Repeats {
+		// Rotate the order each round so no case always runs right after the expensive
+		// apply of another.
+		for k := range cases {
+			i := (k + round) % len(cases)
+			if ctx.Err() != nil {
+				res.Incomplete = true
+				return fail(fmt.Errorf("interrupted in round %d: %w", round+1, ctx.Err()))
+			}
+			s, err := r.sample(ctx, cases[i], round)
+			if err != nil {
+				res.Cases[i].Errors = append(res.Cases[i].Errors, fmt.Sprintf("round %d: %v", round+1, err))
+				fmt.Fprintf(r.log, "round %d/%d %-12s error: %v\n", round+1, cfg.Repeats, cases[i].Name, err)
+				continue
+			}
+			res.Cases[i].Samples = append(res.Cases[i].Samples, s)
+			fmt.Fprintf(r.log, "round %d/%d %-12s %6.2f Gbit/s  %7.0f tps  p50 %6.1f us  p99 %6.1f us%s\n",
+				round+1, cfg.Repeats, cases[i].Name, s.Iperf.BitsPerSecond/1e9, s.RR.TPS, s.RR.P50Us, s.RR.P99Us, setupNote(s))
+		}
+	}
+	return res, nil
+}
+
+func setupNote(s Sample) string {
+	if s.EnforcedSeconds == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  enforced in %.3f s (%d entries)", s.EnforcedSeconds, s.MapEntries)
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Repeats < 1:
+		return errors.New("repeats must be at least 1")
+	case c.IperfSeconds < 1:
+		return errors.New("iperf3 duration must be at least 1 s (iperf3 -t takes whole seconds; 0 means forever)")
+	case c.RRDuration <= 0:
+		return errors.New("request/response duration must be positive")
+	case c.RRRequestBytes < 1 || c.RRResponseBytes < 1:
+		return errors.New("request and response sizes must be at least 1 byte")
+	case c.CPU >= runtime.NumCPU():
+		return fmt.Errorf("CPU %d: this machine has %d", c.CPU, runtime.NumCPU())
+	case c.Self == "":
+		return errors.New("no helper binary (Self) for the request/response server, client and probe")
+	}
+	needAgent := len(c.Cases) == 0
+	for _, n := range c.Cases {
+		needAgent = needAgent || n != CaseNoAgent
+	}
+	if needAgent && (c.Rampartd == "" || c.Rampart == "") {
+		return errors.New("agent cases need the rampartd and rampart binaries")
+	}
+	return nil
+}
+
+// pin prefixes argv with taskset when the measured processes are pinned to a CPU.
+func (r *runner) pin(argv ...string) []string {
+	if r.cfg.CPU < 0 {
+		return argv
+	}
+	return append([]string{"taskset", "-c", strconv.Itoa(r.cfg.CPU)}, argv...)
+}
+
+// startServers starts iperf3 and the RR server in the topology's server endpoint. They
+// run for the whole benchmark; clients retry until they answer.
+func (r *runner) startServers(t *topology) error {
+	if _, err := r.daemons.start(t.Name+" iperf3 server",
+		t.Server.Command(context.Background(), r.pin(r.cfg.Iperf3, "-s", "-p", strconv.Itoa(benchPorts.Iperf))...)); err != nil {
+		return err
+	}
+	_, err := r.daemons.start(t.Name+" rr server",
+		t.Server.Command(context.Background(), r.pin(r.cfg.Self, "rr-server",
+			"--listen", fmt.Sprintf(":%d", benchPorts.RR),
+			"--request", strconv.Itoa(r.cfg.RRRequestBytes), "--response", strconv.Itoa(r.cfg.RRResponseBytes))...))
+	return err
+}
+
+// sample measures one case once: for agent cases it applies the case's policy (timed
+// until the map holds it), checks enforcement with probes, measures, and deletes the
+// policy again so every case starts from the same state.
+func (r *runner) sample(ctx context.Context, c caseDef, round int) (s Sample, err error) {
+	s.Round = round
+	t := r.base
+	if c.Agent {
+		t = r.agentT
+		if c.Manifest != nil {
+			if err := r.applyPolicy(ctx, c, &s); err != nil {
+				return s, err
+			}
+			defer func() {
+				if derr := r.deletePolicy(ctx, c, &s); derr != nil {
+					err = errors.Join(err, derr)
+				}
+			}()
+		}
+		s.Probes = map[string]string{}
+		for _, p := range c.Probes {
+			from := t.Client
+			if p.From == "bystander" {
+				from = t.Bystander
+			}
+			got, err := r.probe(ctx, from, netip.AddrPortFrom(t.Server.IP, uint16(p.Port)))
+			if err != nil {
+				return s, err
+			}
+			s.Probes[p.Name] = got
+			if got != p.Want {
+				return s, fmt.Errorf("enforcement check %s (port %d): got %s, want %s", p.Name, p.Port, got, p.Want)
+			}
+		}
+	}
+	if s.Iperf, err = r.iperf(ctx, t); err != nil {
+		return s, err
+	}
+	if s.RR, err = r.rr(ctx, t); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func (r *runner) applyPolicy(ctx context.Context, c caseDef, s *Sample) error {
+	t0 := time.Now()
+	if _, err := r.agent.cli(ctx, 10*time.Minute, "apply", "-f", r.files[c.Name]); err != nil {
+		return fmt.Errorf("applying policy: %w", err)
+	}
+	s.ApplySeconds = time.Since(t0).Seconds()
+	n, err := r.waitEntries(ctx, func(n int) bool { return n >= c.MinEntries })
+	if err != nil {
+		return fmt.Errorf("waiting for %d policy entries of the server: %w", c.MinEntries, err)
+	}
+	s.EnforcedSeconds = time.Since(t0).Seconds()
+	s.MapEntries = n
+	return nil
+}
+
+func (r *runner) deletePolicy(ctx context.Context, c caseDef, s *Sample) error {
+	// Clean-up must happen even when the run is being cancelled.
+	ctx = context.WithoutCancel(ctx)
+	t0 := time.Now()
+	if _, err := r.agent.cli(ctx, 10*time.Minute, "delete", "-f", r.files[c.Name]); err != nil {
+		return fmt.Errorf("deleting policy: %w", err)
+	}
+	if _, err := r.waitEntries(ctx, func(n int) bool { return n == 0 }); err != nil {
+		return fmt.Errorf("waiting for the server's policy entries to go: %w", err)
+	}
+	s.DeleteSeconds = time.Since(t0).Seconds()
+	return nil
+}
+
+// waitEntries polls the server's policy map entry count until ok accepts it.
+func (r *runner) waitEntries(ctx context.Context, ok func(int) bool) (int, error) {
+	deadline := time.Now().Add(enforceTimeout)
+	for {
+		n, err := r.agent.policyEntries("server")
+		if err != nil {
+			return n, err
+		}
+		if ok(n) {
+			return n, nil
+		}
+		if time.Now().After(deadline) {
+			return n, fmt.Errorf("still %d entries after %v", n, enforceTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (r *runner) probe(ctx context.Context, from *benchEndpoint, to netip.AddrPort) (string, error) {
+	out, err := runOutput(ctx, 30*time.Second, func(ctx context.Context) *exec.Cmd {
+		return from.Command(ctx, r.cfg.Self, "probe", "--addr", to.String(), "--timeout", probeTimeout.String())
+	})
+	if err != nil {
+		return "", fmt.Errorf("probe from %s: %w", from.Name, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// iperf runs one iperf3 client from the client endpoint, retrying while the server is not
+// reachable yet.
+func (r *runner) iperf(ctx context.Context, t *topology) (IperfResult, error) {
+	deadline := time.Now().Add(connectTimeout)
+	for {
+		out, runErr := runOutput(ctx, time.Duration(r.cfg.IperfSeconds)*time.Second+30*time.Second, func(ctx context.Context) *exec.Cmd {
+			return t.Client.Command(ctx, r.pin(r.cfg.Iperf3, "-c", t.Server.IP.String(), "-p", strconv.Itoa(benchPorts.Iperf),
+				"-t", strconv.Itoa(r.cfg.IperfSeconds), "-J")...)
+		})
+		res, err := parseIperf(out)
+		if err == nil {
+			return res, nil
+		}
+		if runErr != nil && len(out) == 0 {
+			err = runErr
+		}
+		if !iperfRetryable(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return IperfResult{}, fmt.Errorf("iperf3 %s: %w", t.Name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// rr runs the request/response client in the client endpoint.
+func (r *runner) rr(ctx context.Context, t *topology) (RRResult, error) {
+	out, err := runOutput(ctx, r.cfg.RRDuration+connectTimeout+30*time.Second, func(ctx context.Context) *exec.Cmd {
+		return t.Client.Command(ctx, r.pin(r.cfg.Self, "rr-client",
+			"--addr", netip.AddrPortFrom(t.Server.IP, uint16(benchPorts.RR)).String(),
+			"--duration", r.cfg.RRDuration.String(), "--connect-timeout", connectTimeout.String(),
+			"--request", strconv.Itoa(r.cfg.RRRequestBytes), "--response", strconv.Itoa(r.cfg.RRResponseBytes))...)
+	})
+	if err != nil {
+		return RRResult{}, fmt.Errorf("request/response %s: %w", t.Name, err)
+	}
+	var res RRResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return RRResult{}, fmt.Errorf("reading request/response result: %w", err)
+	}
+	if res.Transactions == 0 {
+		return RRResult{}, fmt.Errorf("request/response %s: no transactions", t.Name)
+	}
+	return res, nil
+}
+
+// write stores the JSON report and the plot.
+func (r *runner) write(res *Result) error {
+	if _, err := res.WriteJSON(r.cfg.OutDir); err != nil {
+		return err
+	}
+	if r.cfg.NoPlot {
+		return nil
+	}
+	p := strings.TrimSuffix(res.JSONPath, ".json") + ".png"
+	if err := WritePlot(res, p); err != nil {
+		return fmt.Errorf("plotting: %w", err)
+	}
+	res.PlotPath = p
+	return nil
+}
+
+// suffix returns 8 random hex digits for the names of everything the run creates.
+func suffix() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// podCIDRs picks two different random /24s of 198.18.0.0/16, one per topology; each lives
+// in its own namespaces, so even a clash with a concurrent test would be harmless.
+func podCIDRs() (netip.Prefix, netip.Prefix) {
+	pick := func() int {
+		n, _ := rand.Int(rand.Reader, big.NewInt(254))
+		return int(n.Int64()) + 1
+	}
+	a, b := pick(), pick()
+	for b == a {
+		b = pick()
+	}
+	mk := func(x int) netip.Prefix {
+		return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(x), 0}), 24)
+	}
+	return mk(a), mk(b)
+}
+
+// ensureBPFFS mounts bpffs on /sys/fs/bpf if it is not (a fresh machine has none): the
+// agent pins its maps there.
+func ensureBPFFS() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/bpf", &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, ""); err != nil {
+		return fmt.Errorf("mounting bpffs on /sys/fs/bpf: %w", err)
+	}
+	return nil
+}
+
+func hostInfo(iperf3 string) HostInfo {
+	h := HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	h.Hostname, _ = os.Hostname()
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		h.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	if out, err := exec.Command(iperf3, "--version").Output(); err == nil {
+		h.Iperf3, _, _ = strings.Cut(string(out), "\n")
+	}
+	return h
+}

@@ -1,0 +1,80 @@
+package policyoverhead
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+
+	"github.com/rampartnet/rampart/internal/endpoint"
+)
+
+// benchEndpoint is one side of the measured path.
+type benchEndpoint struct {
+	Name string
+	IP   netip.Addr
+	// Command returns a command running argv inside the endpoint's network namespace.
+	Command func(ctx context.Context, argv ...string) *exec.Cmd
+}
+
+// topology is a client and a server endpoint (and, with the agent, a bystander) joined
+// through a node network namespace.
+type topology struct {
+	Name                      string
+	Client, Server, Bystander *benchEndpoint
+}
+
+// nsenterCommand runs argv in the network namespace at path. Only the network namespace is
+// switched (never `ip netns exec`, which remounts /sys).
+func nsenterCommand(path string) func(ctx context.Context, argv ...string) *exec.Cmd {
+	return func(ctx context.Context, argv ...string) *exec.Cmd {
+		args := append([]string{"--net=" + path, "--"}, argv...)
+		return ownGroup(exec.CommandContext(ctx, "nsenter", args...))
+	}
+}
+
+// buildBaseline creates the no-agent topology with the endpoint package, the same code
+// the agent uses to create endpoints, so the path differs from the agent's only by the
+// dataplane: node namespace with forwarding and the router address on lo, a veth pair per
+// endpoint, /32 addresses and routes. It returns a clean-up function that removes
+// everything it created (also after a partial failure).
+func buildBaseline(instance string, podCIDR netip.Prefix) (*topology, func() error, error) {
+	node := endpoint.Node{Instance: instance, Netns: instance + "-node", PodCIDR: podCIDR}
+	var created []string
+	cleanup := func() error {
+		var errs []error
+		for i := len(created) - 1; i >= 0; i-- {
+			if err := node.Delete(benchNamespace, created[i]); err != nil {
+				errs = append(errs, fmt.Errorf("deleting baseline endpoint %s: %w", created[i], err))
+			}
+		}
+		if err := node.Teardown(); err != nil {
+			errs = append(errs, fmt.Errorf("removing baseline node namespace: %w", err))
+		}
+		return errors.Join(errs...)
+	}
+	if err := node.Setup(); err != nil {
+		return nil, cleanup, fmt.Errorf("setting up baseline node namespace: %w", err)
+	}
+	mk := func(name string, ip netip.Addr) (*benchEndpoint, error) {
+		created = append(created, name) // Delete copes with half-created endpoints
+		ep, err := node.Create(benchNamespace, name, ip)
+		if err != nil {
+			return nil, fmt.Errorf("creating baseline endpoint %s: %w", name, err)
+		}
+		return &benchEndpoint{Name: name, IP: ip, Command: nsenterCommand(ep.NetnsPath)}, nil
+	}
+	client, err := mk("client", hostAddr(podCIDR, 10))
+	if err != nil {
+		return nil, cleanup, err
+	}
+	server, err := mk("server", hostAddr(podCIDR, 11))
+	if err != nil {
+		return nil, cleanup, err
+	}
+	return &topology{Name: "no-agent", Client: client, Server: server}, cleanup, nil
+}
+
+// hostAddr returns the n-th address of p.
+func hostAddr(p netip.Prefix, n uint32) netip.Addr { return addAddr(p.Masked().Addr(), n) }
