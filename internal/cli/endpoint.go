@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -250,7 +251,15 @@ func (a *app) endpointExec() *cobra.Command {
 			argv := append([]string{"--net=" + ep.Netns, "--"}, args[1:]...)
 			c := exec.CommandContext(contextOf(cmd), "nsenter", argv...)
 			c.Stdin, c.Stdout, c.Stderr = a.io.In, a.io.Out, a.io.Err
+			// nsenter execs the command in place, so signalling it reaches the command.
+			// Forward the interrupt as SIGTERM so the command can clean up, and only kill
+			// it if it has not exited a few seconds later.
+			c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
+			c.WaitDelay = 5 * time.Second
 			if err := c.Run(); err != nil {
+				if ctxErr := contextOf(cmd).Err(); ctxErr != nil {
+					return &ExitError{Code: 128 + int(syscall.SIGTERM)}
+				}
 				var ee *exec.ExitError
 				if errors.As(err, &ee) {
 					code := ee.ExitCode()
