@@ -31,8 +31,13 @@ func WritePlot(res *Result, path string) error {
 	for i, c := range res.Cases {
 		names[i] = fmt.Sprintf("%s\n%s", c.Name, c.Summary.Verdict)
 	}
+	var base Summary
+	if len(res.Cases) > 0 {
+		base = res.Cases[0].Summary
+	}
 	top, err := barPlot(res, names,
-		fmt.Sprintf("Throughput and request/response rate vs no agent (target >= %.2f)", TargetThroughputRatio),
+		fmt.Sprintf("Throughput and request/response rate vs no agent (%.2f Gbit/s, %.0f transactions/s; target >= %.2f)",
+			base.ThroughputBps/1e9, base.TPS, TargetThroughputRatio),
 		"ratio to no-agent baseline (higher is better)",
 		[]series{
 			{"TCP throughput (iperf3)", func(s Summary) float64 { return s.ThroughputRatio }},
@@ -41,7 +46,9 @@ func WritePlot(res *Result, path string) error {
 	if err != nil {
 		return err
 	}
-	bottom, err := barPlot(res, names, "Request/response latency vs no agent",
+	bottom, err := barPlot(res, names,
+		fmt.Sprintf("Request/response latency vs no agent (p50 %.1f us, p90 %.1f us, p99 %.1f us); %d rounds, medians",
+			base.P50Us, base.P90Us, base.P99Us, res.Settings.Repeats),
 		"ratio to no-agent baseline (lower is better)",
 		[]series{
 			{"p50", func(s Summary) float64 { return s.P50Ratio }},

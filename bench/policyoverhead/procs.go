@@ -52,8 +52,8 @@ func runOutput(ctx context.Context, timeout time.Duration, mk func(ctx context.C
 	cmd.Stderr = &stderr
 	err := cmd.Run()
 	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (after %v)", ctx.Err(), timeout)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("timed out after %v", timeout)
 		}
 		return stdout.Bytes(), fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(truncate(stderr.String(), 500)))
 	}

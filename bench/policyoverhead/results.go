@@ -51,6 +51,10 @@ type HostInfo struct {
 	CPUs     int    `json:"cpus"`
 	Go       string `json:"go"`
 	Iperf3   string `json:"iperf3"`
+	// Load averages (1 min) before and after the run: other work on a shared machine is
+	// the main source of noise.
+	LoadStart float64 `json:"load_start"`
+	LoadEnd   float64 `json:"load_end"`
 }
 
 // Settings are the knobs the run used.
@@ -103,24 +107,26 @@ type Sample struct {
 // per-round ratios (each sample over the baseline sample of the same round), which cancels
 // slow drift of the machine better than a ratio of medians.
 type Summary struct {
-	Rounds           int     `json:"rounds"`
-	ThroughputBps    float64 `json:"throughput_bps"`
-	ThroughputMinBps float64 `json:"throughput_min_bps"`
-	ThroughputMaxBps float64 `json:"throughput_max_bps"`
-	Retransmits      float64 `json:"retransmits"`
-	TPS              float64 `json:"tps"`
-	P50Us            float64 `json:"p50_us"`
-	P90Us            float64 `json:"p90_us"`
-	P99Us            float64 `json:"p99_us"`
-	ApplySeconds     float64 `json:"apply_seconds,omitempty"`
-	EnforcedSeconds  float64 `json:"enforced_seconds,omitempty"`
-	MapEntries       int     `json:"map_entries,omitempty"`
-	ThroughputRatio  float64 `json:"throughput_ratio"`
-	TPSRatio         float64 `json:"tps_ratio"`
-	P50Ratio         float64 `json:"p50_ratio"`
-	P90Ratio         float64 `json:"p90_ratio"`
-	P99Ratio         float64 `json:"p99_ratio"`
-	Verdict          string  `json:"verdict"`
+	Rounds             int     `json:"rounds"`
+	ThroughputBps      float64 `json:"throughput_bps"`
+	ThroughputMinBps   float64 `json:"throughput_min_bps"`
+	ThroughputMaxBps   float64 `json:"throughput_max_bps"`
+	Retransmits        float64 `json:"retransmits"`
+	TPS                float64 `json:"tps"`
+	P50Us              float64 `json:"p50_us"`
+	P90Us              float64 `json:"p90_us"`
+	P99Us              float64 `json:"p99_us"`
+	ApplySeconds       float64 `json:"apply_seconds,omitempty"`
+	EnforcedSeconds    float64 `json:"enforced_seconds,omitempty"`
+	MapEntries         int     `json:"map_entries,omitempty"`
+	ThroughputRatio    float64 `json:"throughput_ratio"`
+	ThroughputRatioMin float64 `json:"throughput_ratio_min"` // over rounds: shows the noise
+	ThroughputRatioMax float64 `json:"throughput_ratio_max"`
+	TPSRatio           float64 `json:"tps_ratio"`
+	P50Ratio           float64 `json:"p50_ratio"`
+	P90Ratio           float64 `json:"p90_ratio"`
+	P99Ratio           float64 `json:"p99_ratio"`
+	Verdict            string  `json:"verdict"`
 }
 
 // summarize fills every case's Summary; cases[0] must be the baseline.
@@ -158,22 +164,25 @@ func summarize(cases []CaseResult) {
 			}
 		}
 		lo, hi := minMax(tput)
+		rlo, rhi := minMax(rt)
 		c.Summary = Summary{
-			Rounds:           len(c.Samples),
-			ThroughputBps:    median(tput),
-			ThroughputMinBps: lo,
-			ThroughputMaxBps: hi,
-			Retransmits:      median(retr),
-			TPS:              median(tps),
-			P50Us:            median(p50),
-			P90Us:            median(p90),
-			P99Us:            median(p99),
-			MapEntries:       entries,
-			ThroughputRatio:  median(rt),
-			TPSRatio:         median(rtps),
-			P50Ratio:         median(r50),
-			P90Ratio:         median(r90),
-			P99Ratio:         median(r99),
+			Rounds:             len(c.Samples),
+			ThroughputBps:      median(tput),
+			ThroughputMinBps:   lo,
+			ThroughputMaxBps:   hi,
+			Retransmits:        median(retr),
+			TPS:                median(tps),
+			P50Us:              median(p50),
+			P90Us:              median(p90),
+			P99Us:              median(p99),
+			MapEntries:         entries,
+			ThroughputRatio:    median(rt),
+			ThroughputRatioMin: rlo,
+			ThroughputRatioMax: rhi,
+			TPSRatio:           median(rtps),
+			P50Ratio:           median(r50),
+			P90Ratio:           median(r90),
+			P99Ratio:           median(r99),
 		}
 		if c.Agent {
 			c.Summary.ApplySeconds = median(apply)
@@ -250,7 +259,7 @@ func (r *Result) WriteJSON(dir string) (string, error) {
 // PrintTable writes the per-case table with ratios to the baseline and PASS/MISS.
 func (r *Result) PrintTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\trules\tmap entries\tGbit/s (min-max)\tratio\tverdict\tTPS\tratio\tp50 us\tp90 us\tp99 us\tp50 ratio\tp99 ratio\tenforced s\t")
+	fmt.Fprintln(tw, "case\trules\tmap entries\tGbit/s (min-max)\tratio (min-max)\tverdict\tTPS\tratio\tp50 us\tp90 us\tp99 us\tp50 ratio\tp99 ratio\tenforced s\t")
 	for _, c := range r.Cases {
 		s := c.Summary
 		rules := "-"
@@ -262,17 +271,19 @@ func (r *Result) PrintTable(w io.Writer) {
 			entries = fmt.Sprint(s.MapEntries)
 			setup = fmtF(s.EnforcedSeconds, 3)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s-%s)\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s-%s)\t%s (%s-%s)\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			c.Name, rules, entries,
 			fmtF(s.ThroughputBps/1e9, 2), fmtF(s.ThroughputMinBps/1e9, 2), fmtF(s.ThroughputMaxBps/1e9, 2),
-			fmtF(s.ThroughputRatio, 3), s.Verdict,
+			fmtF(s.ThroughputRatio, 3), fmtF(s.ThroughputRatioMin, 2), fmtF(s.ThroughputRatioMax, 2), s.Verdict,
 			fmtF(s.TPS, 0), fmtF(s.TPSRatio, 3),
 			fmtF(s.P50Us, 1), fmtF(s.P90Us, 1), fmtF(s.P99Us, 1),
 			fmtF(s.P50Ratio, 3), fmtF(s.P99Ratio, 3), setup)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "target: throughput ratio >= %.2f of the no-agent baseline measured in the same run (%d rounds, medians)\n",
-		TargetThroughputRatio, r.Settings.Repeats)
+	fmt.Fprintf(w, "target: throughput ratio >= %.2f of the no-agent baseline measured in the same run\n", TargetThroughputRatio)
+	fmt.Fprintf(w, "ratios are medians over %d rounds of each round's sample / that round's baseline; (min-max) shows the noise\n",
+		r.Settings.Repeats)
+	fmt.Fprintf(w, "load average %.2f at start, %.2f at end (%d CPUs)\n", r.Host.LoadStart, r.Host.LoadEnd, r.Host.CPUs)
 	for _, c := range r.Cases {
 		for _, e := range c.Errors {
 			fmt.Fprintf(w, "%s: error: %s\n", c.Name, e)

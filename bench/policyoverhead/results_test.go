@@ -51,6 +51,9 @@ func TestSummarizeRatiosAndVerdicts(t *testing.T) {
 	if math.Abs(l4.ThroughputRatio-0.96) > 1e-9 || l4.Verdict != VerdictPass {
 		t.Errorf("l4: ratio %v verdict %s, want 0.96 PASS", l4.ThroughputRatio, l4.Verdict)
 	}
+	if math.Abs(l4.ThroughputRatioMin-0.95) > 1e-9 || math.Abs(l4.ThroughputRatioMax-1) > 1e-9 {
+		t.Errorf("l4 ratio range %v-%v, want 0.95-1", l4.ThroughputRatioMin, l4.ThroughputRatioMax)
+	}
 	if math.Abs(l4.P50Ratio-1.2) > 1e-9 || math.Abs(l4.TPSRatio-0.95) > 1e-9 || l4.EnforcedSeconds != 0.02 || l4.MapEntries != 2 {
 		t.Errorf("l4: p50 ratio %v, tps ratio %v, enforced %v, entries %d", l4.P50Ratio, l4.TPSRatio, l4.EnforcedSeconds, l4.MapEntries)
 	}

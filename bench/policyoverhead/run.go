@@ -135,6 +135,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			}
 		}
 		res.Finished = time.Now()
+		res.Host.LoadEnd = loadAverage()
 		summarize(res.Cases)
 		if werr := r.write(res); werr != nil && err == nil {
 			err = werr
@@ -493,6 +494,7 @@ func ensureBPFFS() error {
 func hostInfo(iperf3 string) HostInfo {
 	h := HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version()}
 	h.Hostname, _ = os.Hostname()
+	h.LoadStart = loadAverage()
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		h.Kernel = unix.ByteSliceToString(u.Release[:])
@@ -501,4 +503,15 @@ func hostInfo(iperf3 string) HostInfo {
 		h.Iperf3, _, _ = strings.Cut(string(out), "\n")
 	}
 	return h
+}
+
+// loadAverage returns the 1-minute load average (0 if unknown).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _, _ := strings.Cut(string(b), " ")
+	v, _ := strconv.ParseFloat(f, 64)
+	return v
 }

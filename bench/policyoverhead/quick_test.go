@@ -1,0 +1,118 @@
+package policyoverhead
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/testenv"
+)
+
+// TestQuickRun runs the benchmark command in quick mode, as CI's smoke test, and checks
+// that it produced a well-formed report with numbers for every case, that the enforcement
+// checks passed, and that it left nothing behind. It asserts no speed: targets belong in
+// the benchmark's output.
+func TestQuickRun(t *testing.T) {
+	testenv.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("builds three binaries and runs the benchmark for about 20 s")
+	}
+	for _, tool := range []string{"iperf3", "nsenter", "taskset", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s not found (CI=true: not skipping): %v", tool, err)
+			}
+			t.Skipf("%s not found", tool)
+		}
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart", "./bench/cmd/policyoverhead")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+
+	out := filepath.Join(dir, "results")
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "policyoverhead"), "--quick", "--bin-dir", dir, "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if err != nil {
+		t.Fatalf("quick run failed: %v", err)
+	}
+
+	jsons, _ := filepath.Glob(filepath.Join(out, "policy-overhead-*.json"))
+	pngs, _ := filepath.Glob(filepath.Join(out, "policy-overhead-*.png"))
+	if len(jsons) != 1 || len(pngs) != 1 {
+		t.Fatalf("want one JSON report and one plot, got %v and %v", jsons, pngs)
+	}
+	if png, err := os.ReadFile(pngs[0]); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Errorf("plot is not a PNG (err %v)", err)
+	}
+	b, err := os.ReadFile(jsons[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var res Result
+	if err := dec.Decode(&res); err != nil {
+		t.Fatalf("report is not well-formed: %v", err)
+	}
+	if res.Schema != Schema || !res.Settings.Quick || res.Incomplete || len(res.Errors) > 0 {
+		t.Errorf("schema %q, quick %v, incomplete %v, errors %v", res.Schema, res.Settings.Quick, res.Incomplete, res.Errors)
+	}
+	want := []string{CaseNoAgent, CaseAllowAll, CaseL3, CaseL4, "rules-1000", "rules-10000"}
+	if len(res.Cases) != len(want) {
+		t.Fatalf("%d cases, want %v", len(res.Cases), want)
+	}
+	for i, c := range res.Cases {
+		if c.Name != want[i] {
+			t.Errorf("case %d is %s, want %s", i, c.Name, want[i])
+		}
+		if len(c.Errors) > 0 || c.Summary.Verdict == VerdictInvalid || len(c.Samples) != 1 {
+			t.Errorf("%s: verdict %s, %d samples, errors %v", c.Name, c.Summary.Verdict, len(c.Samples), c.Errors)
+			continue
+		}
+		s := c.Samples[0]
+		if s.Iperf.BitsPerSecond <= 0 || s.RR.Transactions <= 0 || s.RR.P50Us <= 0 || s.RR.P99Us < s.RR.P50Us {
+			t.Errorf("%s: missing numbers: iperf %+v rr %+v", c.Name, s.Iperf, s.RR)
+		}
+		if c.Summary.ThroughputRatio <= 0 || c.Summary.TPSRatio <= 0 || c.Summary.P99Ratio <= 0 {
+			t.Errorf("%s: missing ratios: %+v", c.Name, c.Summary)
+		}
+		if !c.Agent {
+			continue
+		}
+		if s.EnforcedSeconds <= 0 || s.EnforcedSeconds < s.ApplySeconds || s.MapEntries < c.Rules || len(s.Probes) == 0 {
+			t.Errorf("%s: apply %.3fs enforced %.3fs, %d map entries for %d rules, probes %v",
+				c.Name, s.ApplySeconds, s.EnforcedSeconds, s.MapEntries, c.Rules, s.Probes)
+		}
+	}
+	if !strings.Contains(stdout.String(), "BASELINE") {
+		t.Errorf("no table printed")
+	}
+
+	// Nothing left behind: namespaces and pins carry the run's instance names.
+	if res.Settings.BaselineInstance == "" || res.Settings.AgentInstance == "" {
+		t.Fatalf("instance names not reported: %+v", res.Settings)
+	}
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if strings.Contains(e.Name(), res.Settings.BaselineInstance) || strings.Contains(e.Name(), res.Settings.AgentInstance) {
+			t.Errorf("network namespace %s left behind", e.Name())
+		}
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", res.Settings.AgentInstance)); !os.IsNotExist(err) {
+		t.Errorf("pin directory of %s left behind (stat: %v)", res.Settings.AgentInstance, err)
+	}
+}

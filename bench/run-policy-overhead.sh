@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the policy overhead benchmark (see docs/benchmarks.md): builds rampartd, rampart and
+# the benchmark from this checkout and runs it as root. Arguments go to the benchmark:
+#   bench/run-policy-overhead.sh              # full run, about four minutes
+#   bench/run-policy-overhead.sh --quick      # smoke run, under a minute
+#   bench/run-policy-overhead.sh --repeats 9 --duration 5s
+# Results: bench/results/policy-overhead-<timestamp>.{json,png}
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+	echo "run-policy-overhead: needs root (network namespaces, BPF)" >&2
+	exit 1
+fi
+for tool in go iperf3 nsenter taskset; do
+	if ! command -v "$tool" >/dev/null 2>&1; then
+		echo "run-policy-overhead: $tool not found (scripts/setup.sh installs what is needed)" >&2
+		exit 1
+	fi
+done
+# bpffs is not mounted on a fresh machine; the agent pins its maps there.
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+
+bin=$(mktemp -d /tmp/rp-bench-bin-XXXXXX)
+trap 'rm -rf "$bin"' EXIT
+go build -o "$bin/" ./cmd/rampartd ./cmd/rampart ./bench/cmd/policyoverhead
+"$bin/policyoverhead" --bin-dir "$bin" "$@"
