@@ -98,6 +98,19 @@ func (a *agentProc) cli(ctx context.Context, timeout time.Duration, args ...stri
 	})
 }
 
+// policies returns how many policies the agent stores.
+func (a *agentProc) policies(ctx context.Context) (int, error) {
+	out, err := a.cli(ctx, time.Minute, "status", "-o", "json")
+	if err != nil {
+		return 0, fmt.Errorf("agent status: %w", err)
+	}
+	var st api.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		return 0, fmt.Errorf("reading agent status: %w", err)
+	}
+	return st.Policies, nil
+}
+
 // addEndpoint creates endpoint bench/name with the app label and a fixed address.
 func (a *agentProc) addEndpoint(ctx context.Context, name, app string, ip netip.Addr) (*benchEndpoint, error) {
 	ref := benchNamespace + "/" + name

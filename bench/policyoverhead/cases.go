@@ -32,6 +32,7 @@ type caseDef struct {
 	Agent       bool
 	Rules       int
 	Manifest    []byte // applied before measuring, deleted after; nil: no policy
+	Policies    int    // documents in Manifest: what the agent must report as stored
 	// MinEntries is how many policy map entries the server must have for the policy to
 	// count as enforced (every rule of the case yields at least one distinct entry).
 	MinEntries int
@@ -47,7 +48,7 @@ func buildCases(ports Ports, ruleCounts []int, names []string) ([]caseDef, error
 		{Name: CaseNoAgent, Description: "no agent: same topology built without the dataplane"},
 		{
 			Name: CaseAllowAll, Description: "agent, server enforcing ingress with a policy allowing every peer and port",
-			Agent: true, Rules: 1, Manifest: allowAllPolicy(), MinEntries: 1,
+			Agent: true, Rules: 1, Manifest: allowAllPolicy(), Policies: 1, MinEntries: 1,
 			Probes: []probeSpec{
 				{"bystander->rr", "bystander", ports.RR, ProbeConnected},
 				{"client->closed", "client", ports.Closed, ProbeRefused},
@@ -55,12 +56,12 @@ func buildCases(ports Ports, ruleCounts []int, names []string) ([]caseDef, error
 		},
 		{
 			Name: CaseL3, Description: "agent, one L3 rule: ingress from the client's labels, any port",
-			Agent: true, Rules: 1, Manifest: l3Policy(), MinEntries: 1,
+			Agent: true, Rules: 1, Manifest: l3Policy(), Policies: 1, MinEntries: 1,
 			Probes: []probeSpec{bystanderDenied, {"client->closed", "client", ports.Closed, ProbeRefused}},
 		},
 		{
 			Name: CaseL4, Description: "agent, one L4 rule: ingress from the client's labels to the benchmark's TCP ports",
-			Agent: true, Rules: 1, Manifest: l4Policy(ports), MinEntries: 2,
+			Agent: true, Rules: 1, Manifest: l4Policy(ports), Policies: 1, MinEntries: 2,
 			Probes: []probeSpec{bystanderDenied, closedDropped},
 		},
 	}
@@ -72,7 +73,7 @@ func buildCases(ports Ports, ruleCounts []int, names []string) ([]caseDef, error
 		c := caseDef{
 			Name:        RulesCaseName(n),
 			Description: fmt.Sprintf("agent, %d policies selecting the server; only the last one matches (the L4 rule)", n),
-			Agent:       true, Rules: n, Manifest: m, MinEntries: n,
+			Agent:       true, Rules: n, Manifest: m, Policies: n, MinEntries: n,
 			Probes: []probeSpec{bystanderDenied, closedDropped},
 		}
 		if n >= 3 {

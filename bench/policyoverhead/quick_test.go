@@ -93,9 +93,11 @@ func TestQuickRun(t *testing.T) {
 		if !c.Agent {
 			continue
 		}
-		if s.EnforcedSeconds <= 0 || s.EnforcedSeconds < s.ApplySeconds || s.MapEntries < c.Rules || len(s.Probes) == 0 {
-			t.Errorf("%s: apply %.3fs enforced %.3fs, %d map entries for %d rules, probes %v",
-				c.Name, s.ApplySeconds, s.EnforcedSeconds, s.MapEntries, c.Rules, s.Probes)
+		// Every rule is one policy document here, and yields at least one map entry.
+		if s.EnforcedSeconds <= 0 || s.EnforcedSeconds < s.ApplySeconds || s.MapEntries < c.Rules ||
+			s.AgentPolicies != c.Rules || len(s.Probes) == 0 {
+			t.Errorf("%s: apply %.3fs enforced %.3fs, %d map entries and %d policies for %d rules, probes %v",
+				c.Name, s.ApplySeconds, s.EnforcedSeconds, s.MapEntries, s.AgentPolicies, c.Rules, s.Probes)
 		}
 	}
 	if !strings.Contains(stdout.String(), "BASELINE") {

@@ -99,6 +99,8 @@ type Sample struct {
 	// MapEntries is the number of policy map entries of the server endpoint while the
 	// case's policy was applied.
 	MapEntries int `json:"map_entries,omitempty"`
+	// AgentPolicies is the number of policies the agent reported storing (rampart status).
+	AgentPolicies int `json:"agent_policies,omitempty"`
 	// Probes are the enforcement checks run before measuring (name -> outcome).
 	Probes map[string]string `json:"probes,omitempty"`
 }

@@ -345,6 +345,12 @@ func (r *runner) applyPolicy(ctx context.Context, c caseDef, s *Sample) error {
 	}
 	s.EnforcedSeconds = time.Since(t0).Seconds()
 	s.MapEntries = n
+	if s.AgentPolicies, err = r.agent.policies(ctx); err != nil {
+		return err
+	}
+	if s.AgentPolicies != c.Policies {
+		return fmt.Errorf("agent stores %d policies after apply, want %d", s.AgentPolicies, c.Policies)
+	}
 	return nil
 }
 
