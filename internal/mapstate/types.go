@@ -59,6 +59,23 @@ type Key struct {
 type Value struct {
 	Deny   bool
 	RuleID uint32 // the rule that produced the entry (lowest ID when several did)
+	// Redirect: allowed only through the L7 proxy, which applies the endpoint's L7Rules for
+	// this direction and port. Deny still wins over Redirect; Redirect wins over a plain
+	// allow of the same traffic (the plain allow becomes an allow-all L7 rule for its peers).
+	Redirect bool
+}
+
+// L7Rule is what the proxy enforces for one endpoint, direction and TCP port: a request
+// from (ingress) or to (egress) a peer with one of Peers' identities passes if it matches
+// one of HTTP (an empty HTTPRule matches everything). Peers containing identity.Any means
+// every peer.
+type L7Rule struct {
+	EndpointID uint32
+	Direction  policy.Direction
+	Port       uint16
+	Peers      []identity.Identity
+	HTTP       []policy.HTTPRule
+	RuleID     uint32
 }
 
 // EndpointPolicy is the desired policy state of one endpoint.
@@ -80,4 +97,6 @@ type IPCacheEntry struct {
 type State struct {
 	Endpoints map[uint32]EndpointPolicy // by endpoint ID
 	IPCache   map[netip.Prefix]IPCacheEntry
+	// L7 lists the proxy's rules, sorted by endpoint, direction, port, rule ID.
+	L7 []L7Rule
 }

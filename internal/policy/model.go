@@ -129,4 +129,25 @@ type PortRule struct {
 	// ICMP: for ProtoICMP/ProtoICMPv6 rules from Cilium icmps, Port holds the ICMP type and
 	// ICMPType is true.
 	ICMPType bool
+	// HTTP, when non-nil, makes this an L7 port: connections to it are steered through the
+	// L7 proxy and each request must match at least one HTTPRule (an empty HTTPRule
+	// matches every request). Only TCP single ports carry L7 rules.
+	HTTP []HTTPRule
+}
+
+// HTTPRule is one entry of Cilium's toPorts[].rules.http. Method, Path and Host are
+// regular expressions (RE2) matched against the whole value, as Cilium does; "" matches
+// anything. Every header match must hold.
+type HTTPRule struct {
+	Method  string
+	Path    string
+	Host    string
+	Headers []HeaderMatch
+}
+
+// HeaderMatch requires a request header. With Value == "" the header must be present;
+// otherwise its value must equal Value exactly (Cilium "Name: value" and headerMatches).
+type HeaderMatch struct {
+	Name  string
+	Value string
 }
