@@ -75,29 +75,42 @@ func TestQuickRun(t *testing.T) {
 	if len(res.Cases) != len(want) {
 		t.Fatalf("%d cases, want %v", len(res.Cases), want)
 	}
+	basePairs := map[int]bool{}
+	for _, b := range res.Cases[0].Samples {
+		basePairs[b.Pair] = true
+	}
 	for i, c := range res.Cases {
 		if c.Name != want[i] {
 			t.Errorf("case %d is %s, want %s", i, c.Name, want[i])
 		}
-		if len(c.Errors) > 0 || c.Summary.Verdict == VerdictInvalid || len(c.Samples) != 1 {
-			t.Errorf("%s: verdict %s, %d samples, errors %v", c.Name, c.Summary.Verdict, len(c.Samples), c.Errors)
-			continue
+		// Quick mode: one round; the baseline is measured once next to each agent case.
+		wantSamples := 1
+		if i == 0 {
+			wantSamples = len(want) - 1
 		}
-		s := c.Samples[0]
-		if s.Iperf.BitsPerSecond <= 0 || s.RR.Transactions <= 0 || s.RR.P50Us <= 0 || s.RR.P99Us < s.RR.P50Us {
-			t.Errorf("%s: missing numbers: iperf %+v rr %+v", c.Name, s.Iperf, s.RR)
+		if len(c.Errors) > 0 || c.Summary.Verdict == VerdictInvalid || len(c.Samples) != wantSamples {
+			t.Errorf("%s: verdict %s, %d samples (want %d), errors %v", c.Name, c.Summary.Verdict, len(c.Samples), wantSamples, c.Errors)
+			continue
 		}
 		if c.Summary.ThroughputRatio <= 0 || c.Summary.TPSRatio <= 0 || c.Summary.P99Ratio <= 0 {
 			t.Errorf("%s: missing ratios: %+v", c.Name, c.Summary)
 		}
-		if !c.Agent {
-			continue
-		}
-		// Every rule is one policy document here, and yields at least one map entry.
-		if s.EnforcedSeconds <= 0 || s.EnforcedSeconds < s.ApplySeconds || s.MapEntries < c.Rules ||
-			s.AgentPolicies != c.Rules || len(s.Probes) == 0 {
-			t.Errorf("%s: apply %.3fs enforced %.3fs, %d map entries and %d policies for %d rules, probes %v",
-				c.Name, s.ApplySeconds, s.EnforcedSeconds, s.MapEntries, s.AgentPolicies, c.Rules, s.Probes)
+		for _, s := range c.Samples {
+			if s.Iperf.BitsPerSecond <= 0 || s.RR.Transactions <= 0 || s.RR.P50Us <= 0 || s.RR.P99Us < s.RR.P50Us {
+				t.Errorf("%s: missing numbers: iperf %+v rr %+v", c.Name, s.Iperf, s.RR)
+			}
+			if !c.Agent {
+				continue
+			}
+			if !basePairs[s.Pair] {
+				t.Errorf("%s: sample of pair %d has no baseline sample", c.Name, s.Pair)
+			}
+			// Every rule is one policy document here, and yields at least one map entry.
+			if s.EnforcedSeconds <= 0 || s.EnforcedSeconds < s.ApplySeconds || s.MapEntries < c.Rules ||
+				s.AgentPolicies != c.Rules || len(s.Probes) == 0 {
+				t.Errorf("%s: apply %.3fs enforced %.3fs, %d map entries and %d policies for %d rules, probes %v",
+					c.Name, s.ApplySeconds, s.EnforcedSeconds, s.MapEntries, s.AgentPolicies, c.Rules, s.Probes)
+			}
 		}
 	}
 	if !strings.Contains(stdout.String(), "BASELINE") {

@@ -85,9 +85,12 @@ type CaseResult struct {
 	Summary     Summary  `json:"summary"`
 }
 
-// Sample is one round of one case.
+// Sample is one measurement of one case.
 type Sample struct {
-	Round int         `json:"round"`
+	Round int `json:"round"`
+	// Pair links an agent case's sample to the baseline sample measured next to it; the
+	// baseline has one sample per pair.
+	Pair  int         `json:"pair"`
 	Iperf IperfResult `json:"iperf"`
 	RR    RRResult    `json:"rr"`
 	// Agent cases: time from starting `rampart apply` until it returned, and until the
@@ -105,9 +108,9 @@ type Sample struct {
 	Probes map[string]string `json:"probes,omitempty"`
 }
 
-// Summary is the medians over rounds and the ratios to the baseline. Ratios are medians of
-// per-round ratios (each sample over the baseline sample of the same round), which cancels
-// slow drift of the machine better than a ratio of medians.
+// Summary is the medians over samples and the ratios to the baseline. Ratios are medians
+// of per-pair ratios (each sample over the baseline sample measured right next to it),
+// which cancels the machine's drift and other work better than a ratio of medians.
 type Summary struct {
 	Rounds             int     `json:"rounds"`
 	ThroughputBps      float64 `json:"throughput_bps"`
@@ -138,7 +141,7 @@ func summarize(cases []CaseResult) {
 	}
 	base := map[int]Sample{}
 	for _, s := range cases[0].Samples {
-		base[s.Round] = s
+		base[s.Pair] = s
 	}
 	for i := range cases {
 		c := &cases[i]
@@ -157,7 +160,7 @@ func summarize(cases []CaseResult) {
 				enforced = append(enforced, s.EnforcedSeconds)
 			}
 			entries = max(entries, s.MapEntries)
-			if b, ok := base[s.Round]; ok {
+			if b, ok := base[s.Pair]; ok {
 				rt = append(rt, ratio(s.Iperf.BitsPerSecond, b.Iperf.BitsPerSecond))
 				rtps = append(rtps, ratio(s.RR.TPS, b.RR.TPS))
 				r50 = append(r50, ratio(s.RR.P50Us, b.RR.P50Us))
@@ -283,7 +286,7 @@ func (r *Result) PrintTable(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "target: throughput ratio >= %.2f of the no-agent baseline measured in the same run\n", TargetThroughputRatio)
-	fmt.Fprintf(w, "ratios are medians over %d rounds of each round's sample / that round's baseline; (min-max) shows the noise\n",
+	fmt.Fprintf(w, "ratios: medians over %d rounds of sample / baseline sample measured next to it; (min-max) shows the noise\n",
 		r.Settings.Repeats)
 	fmt.Fprintf(w, "load average %.2f at start, %.2f at end (%d CPUs)\n", r.Host.LoadStart, r.Host.LoadEnd, r.Host.CPUs)
 	for _, c := range r.Cases {

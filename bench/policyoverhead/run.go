@@ -23,8 +23,10 @@ import (
 
 // Config controls a run.
 type Config struct {
-	Quick           bool
-	Repeats         int           // rounds; every case is measured once per round
+	Quick bool
+	// Repeats is the number of rounds. A round measures every agent case once, each paired
+	// with a baseline sample taken right next to it.
+	Repeats         int
 	IperfSeconds    int           // iperf3 -t (whole seconds)
 	RRDuration      time.Duration // request/response run per sample
 	RRRequestBytes  int
@@ -47,12 +49,12 @@ type Config struct {
 	Log    io.Writer // progress; nil: discarded
 }
 
-// DefaultConfig is the full run: about four minutes on a 2-core VM.
+// DefaultConfig is the full run: about three minutes on a 2-core VM.
 func DefaultConfig() Config {
 	return Config{
 		Repeats:         5,
-		IperfSeconds:    3,
-		RRDuration:      2 * time.Second,
+		IperfSeconds:    2,
+		RRDuration:      time.Second,
 		RRRequestBytes:  1,
 		RRResponseBytes: 1,
 		RuleCounts:      []int{1000, 10000},
@@ -213,24 +215,51 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 	}
 
+	var agentCases []int
+	for i, c := range cases {
+		if c.Agent {
+			agentCases = append(agentCases, i)
+		}
+	}
+	pairID := 0
 	for round := range cfg.Repeats {
-		// Rotate the order each round so no case always runs right after the expensive
-		// apply of another.
-		for k := range cases {
-			i := (k + round) % len(cases)
+		if ctx.Err() != nil {
+			res.Incomplete = true
+			return fail(fmt.Errorf("interrupted in round %d: %w", round+1, ctx.Err()))
+		}
+		if len(agentCases) == 0 {
+			s, err := r.single(ctx, round, pairID)
+			pairID++
+			if err != nil {
+				res.Cases[0].Errors = append(res.Cases[0].Errors, fmt.Sprintf("round %d: %v", round+1, err))
+				continue
+			}
+			res.Cases[0].Samples = append(res.Cases[0].Samples, s)
+			fmt.Fprintf(r.log, "round %d/%d %-12s %6.2f Gbit/s  %7.0f tps  p50 %6.1f us  p99 %6.1f us\n",
+				round+1, cfg.Repeats, CaseNoAgent, s.Iperf.BitsPerSecond/1e9, s.RR.TPS, s.RR.P50Us, s.RR.P99Us)
+			continue
+		}
+		// Rotate the order each round so no case always follows the same other one.
+		for k := range agentCases {
+			i := agentCases[(k+round)%len(agentCases)]
 			if ctx.Err() != nil {
 				res.Incomplete = true
 				return fail(fmt.Errorf("interrupted in round %d: %w", round+1, ctx.Err()))
 			}
-			s, err := r.sample(ctx, cases[i], round)
+			// Alternate which side of a pair goes first, so neither gains from a trend.
+			cs, bs, err := r.pair(ctx, cases[i], round, pairID, pairID%2 == 0)
+			pairID++
 			if err != nil {
 				res.Cases[i].Errors = append(res.Cases[i].Errors, fmt.Sprintf("round %d: %v", round+1, err))
 				fmt.Fprintf(r.log, "round %d/%d %-12s error: %v\n", round+1, cfg.Repeats, cases[i].Name, err)
 				continue
 			}
-			res.Cases[i].Samples = append(res.Cases[i].Samples, s)
-			fmt.Fprintf(r.log, "round %d/%d %-12s %6.2f Gbit/s  %7.0f tps  p50 %6.1f us  p99 %6.1f us%s\n",
-				round+1, cfg.Repeats, cases[i].Name, s.Iperf.BitsPerSecond/1e9, s.RR.TPS, s.RR.P50Us, s.RR.P99Us, setupNote(s))
+			res.Cases[i].Samples = append(res.Cases[i].Samples, cs)
+			res.Cases[0].Samples = append(res.Cases[0].Samples, bs)
+			fmt.Fprintf(r.log, "round %d/%d %-12s %6.2f vs %6.2f Gbit/s (%.3f)  %6.0f vs %6.0f tps  p50 %5.1f vs %5.1f us  p99 %6.1f vs %6.1f us%s\n",
+				round+1, cfg.Repeats, cases[i].Name,
+				cs.Iperf.BitsPerSecond/1e9, bs.Iperf.BitsPerSecond/1e9, cs.Iperf.BitsPerSecond/bs.Iperf.BitsPerSecond,
+				cs.RR.TPS, bs.RR.TPS, cs.RR.P50Us, bs.RR.P50Us, cs.RR.P99Us, bs.RR.P99Us, setupNote(cs))
 		}
 	}
 	return res, nil
@@ -290,47 +319,70 @@ func (r *runner) startServers(t *topology) error {
 	return err
 }
 
-// sample measures one case once: for agent cases it applies the case's policy (timed
-// until the map holds it), checks enforcement with probes, measures, and deletes the
-// policy again so every case starts from the same state.
-func (r *runner) sample(ctx context.Context, c caseDef, round int) (s Sample, err error) {
-	s.Round = round
-	t := r.base
-	if c.Agent {
-		t = r.agentT
-		if c.Manifest != nil {
-			if err := r.applyPolicy(ctx, c, &s); err != nil {
-				return s, err
-			}
-			defer func() {
-				if derr := r.deletePolicy(ctx, c, &s); derr != nil {
-					err = errors.Join(err, derr)
-				}
-			}()
-		}
-		s.Probes = map[string]string{}
-		for _, p := range c.Probes {
-			from := t.Client
-			if p.From == "bystander" {
-				from = t.Bystander
-			}
-			got, err := r.probe(ctx, from, netip.AddrPortFrom(t.Server.IP, uint16(p.Port)))
-			if err != nil {
-				return s, err
-			}
-			s.Probes[p.Name] = got
-			if got != p.Want {
-				return s, fmt.Errorf("enforcement check %s (port %d): got %s, want %s", p.Name, p.Port, got, p.Want)
-			}
-		}
-	}
-	if s.Iperf, err = r.iperf(ctx, t); err != nil {
+// single measures the baseline alone (when no agent case runs).
+func (r *runner) single(ctx context.Context, round, pairID int) (s Sample, err error) {
+	s.Round, s.Pair = round, pairID
+	if s.Iperf, err = r.iperf(ctx, r.base); err != nil {
 		return s, err
 	}
-	if s.RR, err = r.rr(ctx, t); err != nil {
-		return s, err
+	s.RR, err = r.rr(ctx, r.base)
+	return s, err
+}
+
+// pair measures agent case c and the no-agent baseline back to back: it applies the
+// case's policy (timed until the map holds it), checks enforcement with probes, runs
+// iperf3 on both topologies one right after the other, then the request/response test
+// on both, and deletes the policy again so every case starts from the same state. The
+// two samples of a pair are seconds apart, so they share the machine's conditions; each
+// case's ratio is taken against its own pair's baseline.
+func (r *runner) pair(ctx context.Context, c caseDef, round, pairID int, baseFirst bool) (cs, bs Sample, err error) {
+	cs.Round, cs.Pair = round, pairID
+	bs.Round, bs.Pair = round, pairID
+	if c.Manifest != nil {
+		if err := r.applyPolicy(ctx, c, &cs); err != nil {
+			return cs, bs, err
+		}
+		defer func() {
+			if derr := r.deletePolicy(ctx, c, &cs); derr != nil {
+				err = errors.Join(err, derr)
+			}
+		}()
 	}
-	return s, nil
+	t := r.agentT
+	cs.Probes = map[string]string{}
+	for _, p := range c.Probes {
+		from := t.Client
+		if p.From == "bystander" {
+			from = t.Bystander
+		}
+		got, err := r.probe(ctx, from, netip.AddrPortFrom(t.Server.IP, uint16(p.Port)))
+		if err != nil {
+			return cs, bs, err
+		}
+		cs.Probes[p.Name] = got
+		if got != p.Want {
+			return cs, bs, fmt.Errorf("enforcement check %s (port %d): got %s, want %s", p.Name, p.Port, got, p.Want)
+		}
+	}
+	type side struct {
+		t *topology
+		s *Sample
+	}
+	order := []side{{r.base, &bs}, {t, &cs}}
+	if !baseFirst {
+		order[0], order[1] = order[1], order[0]
+	}
+	for _, o := range order {
+		if o.s.Iperf, err = r.iperf(ctx, o.t); err != nil {
+			return cs, bs, err
+		}
+	}
+	for _, o := range order {
+		if o.s.RR, err = r.rr(ctx, o.t); err != nil {
+			return cs, bs, err
+		}
+	}
+	return cs, bs, nil
 }
 
 func (r *runner) applyPolicy(ctx context.Context, c caseDef, s *Sample) error {
