@@ -91,6 +91,9 @@ type IPCacheEntry struct {
 	// Secondary is, for endpoint and host addresses, EndpointCIDRFlag | the CIDR identity of
 	// the longest policy prefix containing the address (0 when none does).
 	Secondary identity.Identity
+	// EndpointID is, for a local endpoint's /32, its ep_id (else 0): the dataplane evaluates
+	// that endpoint's ingress policy at the sender's veth to decide L7 steering.
+	EndpointID uint32
 }
 
 // State is the whole desired dataplane state.
