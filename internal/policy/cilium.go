@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -526,13 +527,18 @@ func (d *docParser) cidrRule(n *yaml.Node, path string) (Peer, error) {
 	return d.cidrPeer(cidr.val, cidr.path, exceptNode, fieldPath(path, "except"), false)
 }
 
-// ciliumPortRule parses one toPorts entry. Deny rules only have ports.
+// ciliumPortRule parses one toPorts entry. Deny rules only have ports. HTTP rules
+// (rules.http) are put on every port of the entry.
 func (d *docParser) ciliumPortRule(n *yaml.Node, path string, deny bool) ([]PortRule, error) {
 	entries, err := d.mapping(n, path)
 	if err != nil {
 		return nil, err
 	}
 	var out []PortRule
+	var portNodes []*yaml.Node
+	var portPaths []string
+	var http []HTTPRule
+	var httpE *entry
 	for _, e := range entries {
 		switch e.name {
 		case "ports":
@@ -541,17 +547,21 @@ func (d *docParser) ciliumPortRule(n *yaml.Node, path string, deny bool) ([]Port
 				return nil, err
 			}
 			for i, it := range items {
-				pr, err := d.portEntry(it, indexPath(e.path, i), portSyntax{cilium: true})
+				p := indexPath(e.path, i)
+				pr, err := d.portEntry(it, p, portSyntax{cilium: true})
 				if err != nil {
 					return nil, err
 				}
 				out = append(out, pr)
+				portNodes, portPaths = append(portNodes, it), append(portPaths, p)
 			}
 		case "rules":
 			if deny {
+				// Cilium's deny rules have no L7 part: a request cannot be dropped after
+				// the connection it travels on was allowed.
 				return nil, d.unknown(e)
 			}
-			if err := d.l7Rules(e); err != nil {
+			if http, httpE, err = d.l7Rules(e); err != nil {
 				return nil, err
 			}
 		case "serverNames", "listener", "originatingTLS", "terminatingTLS":
@@ -566,24 +576,13 @@ func (d *docParser) ciliumPortRule(n *yaml.Node, path string, deny bool) ([]Port
 	if len(out) == 0 {
 		return nil, d.fail(n, fieldPath(path, "ports"), "at least one port is required")
 	}
-	return out, nil
-}
-
-// l7Rules refuses L7 rules, naming the protocol. An empty rules mapping has no effect and
-// is accepted.
-func (d *docParser) l7Rules(e entry) error {
-	entries, err := d.mapping(e.val, e.path)
-	if err != nil {
-		return err
-	}
-	for _, le := range entries {
-		switch strings.ToLower(le.name) {
-		case "http", "kafka", "dns", "l7proto", "l7":
-			// "HTTP" is how some published examples spell it (Cilium's JSON decoding
-			// ignores case); it is the same L7 rule.
-			return d.unsupported(le)
+	if httpE != nil {
+		if err := d.checkL7Ports(out, portNodes, portPaths); err != nil {
+			return nil, err
 		}
-		return d.unknown(le)
+		for i := range out {
+			out[i].HTTP = slices.Clone(http)
+		}
 	}
-	return nil
+	return out, nil
 }

@@ -258,10 +258,6 @@ func TestCiliumErrors(t *testing.T) {
 		reason string
 	}{
 		// Unsupported features: refused, naming the field.
-		{"http rules", cnpHeader, "  endpointSelector: {}\n  ingress:\n  - toPorts:\n    - ports: [{port: '80'}]\n      rules:\n        http: [{method: GET}]",
-			"spec.ingress[0].toPorts[0].rules.http", 12, ReasonNotSupported},
-		{"HTTP rules", cnpHeader, "  endpointSelector: {}\n  ingress:\n  - toPorts:\n    - ports: [{port: '80'}]\n      rules: {HTTP: [{method: GET}]}",
-			"spec.ingress[0].toPorts[0].rules.HTTP", 11, ReasonNotSupported},
 		{"kafka rules", cnpHeader, "  endpointSelector: {}\n  ingress:\n  - toPorts:\n    - ports: [{port: '9092'}]\n      rules: {kafka: []}",
 			"spec.ingress[0].toPorts[0].rules.kafka", 11, ReasonNotSupported},
 		{"dns rules", cnpHeader, "  endpointSelector: {}\n  egress:\n  - toPorts:\n    - ports: [{port: '53'}]\n      rules: {dns: []}",

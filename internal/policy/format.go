@@ -8,7 +8,7 @@ import (
 
 // Format renders a policy's normalised rules as text, one block per rule, for people
 // (explanations, `rampart get policies`) and for golden tests. It shows everything a rule
-// means: subject, direction, allow or deny, default deny, peers and ports.
+// means: subject, direction, allow or deny, default deny, peers, ports and HTTP rules.
 func Format(p *Policy) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s (%s)\n", p.Kind, policyID(p.Namespace, p.Name), p.Source)
@@ -54,7 +54,38 @@ func FormatRule(r Rule) string {
 		b.WriteString(FormatPort(pr))
 	}
 	b.WriteString("\n")
+	for _, pr := range r.Ports {
+		if pr.HTTP == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "    http on %s:\n", FormatPort(pr))
+		for _, h := range pr.HTTP {
+			fmt.Fprintf(&b, "      %s\n", FormatHTTPRule(h))
+		}
+	}
 	return b.String()
+}
+
+// FormatHTTPRule renders an HTTP rule, e.g. `method "GET" path "/v1/.*" header x-k="v"`
+// (regular expressions quoted as Go strings), or "any request" for the empty rule.
+func FormatHTTPRule(h HTTPRule) string {
+	var parts []string
+	for _, f := range []struct{ name, re string }{{"method", h.Method}, {"path", h.Path}, {"host", h.Host}} {
+		if f.re != "" {
+			parts = append(parts, f.name+" "+strconv.Quote(f.re))
+		}
+	}
+	for _, hm := range h.Headers {
+		if hm.Value == "" {
+			parts = append(parts, "header "+hm.Name)
+		} else {
+			parts = append(parts, "header "+hm.Name+"="+strconv.Quote(hm.Value))
+		}
+	}
+	if len(parts) == 0 {
+		return "any request"
+	}
+	return strings.Join(parts, " ")
 }
 
 // FormatPeer renders a peer, e.g. "endpoints app=web,io.kubernetes.pod.namespace=x",

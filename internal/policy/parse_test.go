@@ -243,8 +243,8 @@ func TestRuleArray(t *testing.T) {
  {"labels": [{"key": "k8s:io.cilium.k8s.policy.name", "value": "b"}], "endpointSelector": {}}
 ]`)
 	wantErr(t, pe, "[1].labels[0]", 3, "name different policies")
-	pe = parseErr(t, "x.json", `[{"endpointSelector": {}, "ingress": [{"toPorts": [{"ports": [{"port": "80"}], "rules": {"HTTP": []}}]}]}]`)
-	wantErr(t, pe, "[0].ingress[0].toPorts[0].rules.HTTP", 1, ReasonNotSupported)
+	pe = parseErr(t, "x.json", `[{"endpointSelector": {}, "ingress": [{"toPorts": [{"ports": [{"port": "80"}], "rules": {"kafka": []}}]}]}]`)
+	wantErr(t, pe, "[0].ingress[0].toPorts[0].rules.kafka", 1, ReasonNotSupported)
 	if pe.Name != "x" || pe.Kind != KindCiliumNetworkPolicy {
 		t.Errorf("error context = %+v", pe)
 	}
