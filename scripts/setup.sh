@@ -26,3 +26,13 @@ if ! mountpoint -q /sys/fs/bpf; then
 	mount -t bpf bpf /sys/fs/bpf
 fi
 mkdir -p /run/netns
+
+# --- Star Wars demo (scripts/demo-starwars.sh, test/starwars): its two storage servers are
+# real FTP servers, pyftpdlib (PyPI; Debian's python3-pyftpdlib if pip cannot install).
+if ! python3 -c 'import pyftpdlib' >/dev/null 2>&1; then
+	echo "setup: installing pyftpdlib"
+	python3 -m pip install --quiet pyftpdlib==2.2.0 >/dev/null 2>&1 ||
+		python3 -m pip install --quiet --break-system-packages pyftpdlib==2.2.0 >/dev/null 2>&1 ||
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pyftpdlib >/dev/null; }
+	python3 -c 'import pyftpdlib' || { echo "setup: pyftpdlib did not install" >&2; exit 1; }
+fi
