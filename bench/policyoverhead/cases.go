@@ -8,6 +8,8 @@ import (
 // Case names, in report order. The baseline is always first.
 const (
 	CaseNoAgent  = "no-agent"
+	CaseControl  = "control"
+	CaseNoPolicy = "no-policy"
 	CaseAllowAll = "allow-all"
 	CaseL3       = "l3"
 	CaseL4       = "l4"
@@ -30,9 +32,11 @@ type caseDef struct {
 	Name        string
 	Description string
 	Agent       bool
-	Rules       int
-	Manifest    []byte // applied before measuring, deleted after; nil: no policy
-	Policies    int    // documents in Manifest: what the agent must report as stored
+	// Control cases run on a second no-agent topology: baseline against baseline (A/A).
+	Control  bool
+	Rules    int
+	Manifest []byte // applied before measuring, deleted after; nil: no policy
+	Policies int    // documents in Manifest: what the agent must report as stored
 	// MinEntries is how many policy map entries the server must have for the policy to
 	// count as enforced (every rule of the case yields at least one distinct entry).
 	MinEntries int
@@ -46,6 +50,19 @@ func buildCases(ports Ports, ruleCounts []int, names []string) ([]caseDef, error
 	closedDropped := probeSpec{"client->closed", "client", ports.Closed, ProbeTimeout}
 	all := []caseDef{
 		{Name: CaseNoAgent, Description: "no agent: same topology built without the dataplane"},
+		{
+			Name:        CaseControl,
+			Description: "control (A/A): a second, identical no-agent topology against the first; its ratio is the harness's noise and bias",
+			Control:     true,
+		},
+		{
+			Name: CaseNoPolicy, Description: "agent, dataplane attached, no policy (nothing enforced): the cost of the programs themselves",
+			Agent: true,
+			Probes: []probeSpec{
+				{"bystander->rr", "bystander", ports.RR, ProbeConnected},
+				{"client->closed", "client", ports.Closed, ProbeRefused},
+			},
+		},
 		{
 			Name: CaseAllowAll, Description: "agent, server enforcing ingress with a policy allowing every peer and port",
 			Agent: true, Rules: 1, Manifest: allowAllPolicy(), Policies: 1, MinEntries: 1,

@@ -135,11 +135,14 @@ func TestCaseProbesMatchPolicies(t *testing.T) {
 	names := map[string]bool{}
 	for _, c := range cases {
 		names[c.Name] = true
-		if c.Manifest == nil {
-			if c.Agent || c.Name != CaseNoAgent {
-				t.Errorf("case %s has no policy", c.Name)
+		if !c.Agent {
+			if c.Manifest != nil || len(c.Probes) > 0 {
+				t.Errorf("case %s without agent has a policy or probes", c.Name)
 			}
 			continue
+		}
+		if (c.Manifest == nil) != (c.Name == CaseNoPolicy) {
+			t.Errorf("case %s: policy %v", c.Name, c.Manifest != nil)
 		}
 		w := computeWorld(t, c.Manifest)
 		if got := len(w.state.Endpoints[w.server.ID].Entries); got < c.MinEntries {
@@ -168,7 +171,7 @@ func TestCaseProbesMatchPolicies(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []string{CaseNoAgent, CaseAllowAll, CaseL3, CaseL4, "rules-30"} {
+	for _, n := range []string{CaseNoAgent, CaseControl, CaseNoPolicy, CaseAllowAll, CaseL3, CaseL4, "rules-30"} {
 		if !names[n] {
 			t.Errorf("case %s missing", n)
 		}

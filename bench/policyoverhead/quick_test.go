@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func TestQuickRun(t *testing.T) {
 	if res.Schema != Schema || !res.Settings.Quick || res.Incomplete || len(res.Errors) > 0 {
 		t.Errorf("schema %q, quick %v, incomplete %v, errors %v", res.Schema, res.Settings.Quick, res.Incomplete, res.Errors)
 	}
-	want := []string{CaseNoAgent, CaseAllowAll, CaseL3, CaseL4, "rules-1000", "rules-10000"}
+	want := []string{CaseNoAgent, CaseControl, CaseNoPolicy, CaseAllowAll, CaseL3, CaseL4, "rules-1000", "rules-10000"}
 	if len(res.Cases) != len(want) {
 		t.Fatalf("%d cases, want %v", len(res.Cases), want)
 	}
@@ -99,11 +100,20 @@ func TestQuickRun(t *testing.T) {
 			if s.Iperf.BitsPerSecond <= 0 || s.RR.Transactions <= 0 || s.RR.P50Us <= 0 || s.RR.P99Us < s.RR.P50Us {
 				t.Errorf("%s: missing numbers: iperf %+v rr %+v", c.Name, s.Iperf, s.RR)
 			}
+			if i > 0 && !basePairs[s.Pair] {
+				t.Errorf("%s: sample of pair %d has no baseline sample", c.Name, s.Pair)
+			}
 			if !c.Agent {
 				continue
 			}
-			if !basePairs[s.Pair] {
-				t.Errorf("%s: sample of pair %d has no baseline sample", c.Name, s.Pair)
+			if len(s.Probes) != len(c.Samples[0].Probes) || len(s.Probes) == 0 {
+				t.Errorf("%s: enforcement probes %v", c.Name, s.Probes)
+			}
+			if c.Name == CaseNoPolicy {
+				if s.MapEntries != 0 || s.EnforcedSeconds != 0 {
+					t.Errorf("%s: %d map entries, enforced %.3fs; want no policy", c.Name, s.MapEntries, s.EnforcedSeconds)
+				}
+				continue
 			}
 			// Every rule is one policy document here, and yields at least one map entry.
 			if s.EnforcedSeconds <= 0 || s.EnforcedSeconds < s.ApplySeconds || s.MapEntries < c.Rules ||
@@ -118,13 +128,16 @@ func TestQuickRun(t *testing.T) {
 	}
 
 	// Nothing left behind: namespaces and pins carry the run's instance names.
-	if res.Settings.BaselineInstance == "" || res.Settings.AgentInstance == "" {
+	instances := []string{res.Settings.BaselineInstance, res.Settings.ControlInstance, res.Settings.AgentInstance}
+	if slices.Contains(instances, "") {
 		t.Fatalf("instance names not reported: %+v", res.Settings)
 	}
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
-		if strings.Contains(e.Name(), res.Settings.BaselineInstance) || strings.Contains(e.Name(), res.Settings.AgentInstance) {
-			t.Errorf("network namespace %s left behind", e.Name())
+		for _, inst := range instances {
+			if strings.Contains(e.Name(), inst) {
+				t.Errorf("network namespace %s left behind", e.Name())
+			}
 		}
 	}
 	if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", res.Settings.AgentInstance)); !os.IsNotExist(err) {

@@ -27,6 +27,7 @@ const (
 	VerdictPass     = "PASS"    // throughput ratio >= TargetThroughputRatio
 	VerdictMiss     = "MISS"    // below the target
 	VerdictInvalid  = "INVALID" // errors: no trustworthy numbers (see Errors)
+	VerdictControl  = "CONTROL" // the A/A control: its ratio is noise, not a result
 )
 
 // Result is the whole JSON report of one run.
@@ -72,6 +73,7 @@ type Settings struct {
 	// Instance names: every namespace, link and pin the run creates carries one of them.
 	BaselineInstance string `json:"baseline_instance"`
 	AgentInstance    string `json:"agent_instance,omitempty"`
+	ControlInstance  string `json:"control_instance,omitempty"`
 }
 
 // CaseResult holds one case's samples (one per round) and their summary.
@@ -79,6 +81,7 @@ type CaseResult struct {
 	Name        string   `json:"name"`
 	Description string   `json:"description"`
 	Agent       bool     `json:"agent"`
+	Control     bool     `json:"control,omitempty"`
 	Rules       int      `json:"rules"`
 	Samples     []Sample `json:"samples"`
 	Errors      []string `json:"errors,omitempty"`
@@ -198,6 +201,8 @@ func summarize(cases []CaseResult) {
 			c.Summary.Verdict = VerdictInvalid
 		case i == 0:
 			c.Summary.Verdict = VerdictBaseline
+		case c.Control:
+			c.Summary.Verdict = VerdictControl
 		case c.Summary.ThroughputRatio >= TargetThroughputRatio:
 			c.Summary.Verdict = VerdictPass
 		default:

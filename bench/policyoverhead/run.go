@@ -89,6 +89,7 @@ type runner struct {
 	daemons daemons
 	base    *topology
 	agentT  *topology
+	control *topology
 	agent   *agentProc
 	files   map[string]string // case name -> manifest path
 }
@@ -126,7 +127,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		},
 	}
 	for _, c := range cases {
-		res.Cases = append(res.Cases, CaseResult{Name: c.Name, Description: c.Description, Agent: c.Agent, Rules: c.Rules})
+		res.Cases = append(res.Cases, CaseResult{Name: c.Name, Description: c.Description, Agent: c.Agent, Control: c.Control, Rules: c.Rules})
 	}
 
 	var cleanups []func() error
@@ -164,6 +165,22 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	r.base = base
 	if err := r.startServers(base); err != nil {
 		return fail(err)
+	}
+
+	if slices.ContainsFunc(cases, func(c caseDef) bool { return c.Control }) {
+		res.Settings.ControlInstance = "nc" + sfx
+		fmt.Fprintf(r.log, "building the control topology (%s)\n", baseCIDR)
+		// Same addresses as the baseline: it lives in namespaces of its own.
+		ctl, cleanCtl, err := buildBaseline(res.Settings.ControlInstance, baseCIDR)
+		cleanups = append(cleanups, cleanCtl)
+		if err != nil {
+			return fail(err)
+		}
+		ctl.Name = CaseControl
+		r.control = ctl
+		if err := r.startServers(ctl); err != nil {
+			return fail(err)
+		}
 	}
 
 	if slices.ContainsFunc(cases, func(c caseDef) bool { return c.Agent }) {
@@ -215,11 +232,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 	}
 
+	// Every case but the baseline is measured in pairs with it.
 	var agentCases []int
-	for i, c := range cases {
-		if c.Agent {
-			agentCases = append(agentCases, i)
-		}
+	for i := range cases[1:] {
+		agentCases = append(agentCases, i+1)
 	}
 	pairID := 0
 	for round := range cfg.Repeats {
@@ -349,7 +365,12 @@ func (r *runner) pair(ctx context.Context, c caseDef, round, pairID int, baseFir
 		}()
 	}
 	t := r.agentT
-	cs.Probes = map[string]string{}
+	if c.Control {
+		t = r.control
+	}
+	if len(c.Probes) > 0 {
+		cs.Probes = map[string]string{}
+	}
 	for _, p := range c.Probes {
 		from := t.Client
 		if p.From == "bystander" {
