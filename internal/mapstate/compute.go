@@ -58,8 +58,10 @@ func Prefixes(rules []policy.Rule) []netip.Prefix {
 
 // Check reports input that Compute cannot turn into a correct state: a policy prefix without
 // a valid CIDR identity (its CIDR peers, allow or deny, would silently select less),
-// endpoints without an identity, an address, a unique address or a unique ID, and duplicate
-// rule IDs (Trace could name the wrong rule). The agent calls it before applying a computed state.
+// endpoints without an identity, an address, a unique address or a unique ID, duplicate
+// rule IDs (Trace could name the wrong rule), and L7 rules the dataplane cannot carry (on a
+// deny rule, or on anything but one TCP port; Compute lets such a port rule allow nothing).
+// The agent calls it before applying a computed state.
 func (in Input) Check() error {
 	var errs []error
 	for _, p := range Prefixes(in.Rules) {
@@ -92,10 +94,18 @@ func (in Input) Check() error {
 	}
 	ruleIDs := map[uint32]bool{}
 	for i := range in.Rules {
-		if ruleIDs[in.Rules[i].ID] {
-			errs = append(errs, fmt.Errorf("rule ID %d used twice", in.Rules[i].ID))
+		r := &in.Rules[i]
+		if ruleIDs[r.ID] {
+			errs = append(errs, fmt.Errorf("rule ID %d used twice", r.ID))
 		}
-		ruleIDs[in.Rules[i].ID] = true
+		ruleIDs[r.ID] = true
+		for _, pr := range r.Ports {
+			if pr.HTTP != nil && r.Deny {
+				errs = append(errs, fmt.Errorf("rule %d (%s): a deny rule cannot have L7 rules", r.ID, r.Description))
+			} else if err := pr.CheckL7(); err != nil {
+				errs = append(errs, fmt.Errorf("rule %d (%s): %w", r.ID, r.Description, err))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -232,13 +242,13 @@ func validEndpointIdentity(id identity.Identity) bool {
 type preparedRule struct {
 	rule   *policy.Rule
 	peers  []identity.Identity
-	static []l4
+	static []portKey
 	named  []policy.PortRule
 }
 
 func (c *computer) prepare(r *policy.Rule) preparedRule {
 	pr := preparedRule{rule: r, peers: c.peerIdentities(r)}
-	pr.static, pr.named = staticL4(r.Ports)
+	pr.static, pr.named = staticL4(r.Ports, r.Deny)
 	return pr
 }
 
@@ -337,7 +347,17 @@ func (c *computer) entityPeer(entity string, set map[identity.Identity]bool) {
 }
 
 // Compute returns the desired dataplane state for the input: per endpoint the enforcement
-// flags and policy entries, and the ipcache. See docs/architecture.md for the semantics.
+// flags and policy entries, the ipcache, and the L7 proxy's rules. See docs/architecture.md
+// for the semantics.
+//
+// L7: an allow rule's L7 port rule (one TCP port with HTTP rules) yields Redirect entries
+// for its peers. A Redirect entry wins over a plain allow of the same key and loses to a
+// deny; see Lookup for how the dataplane combines its lookups. For every endpoint,
+// direction and port that has a Redirect entry left, State.L7 lists every allow rule that
+// matches TCP traffic to that port, with the peers it matches and the requests it allows
+// there: the rule's HTTP rules, or every request for a rule that allows the port without
+// L7 rules (so a plain allow that meets a redirect keeps allowing everything, now through
+// the proxy).
 func Compute(in Input) State {
 	c := newComputer(&in)
 	rules := make([]preparedRule, len(in.Rules))
@@ -349,9 +369,38 @@ func Compute(in Input) State {
 		IPCache:   c.ipcache(),
 	}
 	for _, ep := range in.Endpoints {
-		st.Endpoints[ep.ID] = c.endpointPolicy(ep, rules)
+		pol := c.endpointPolicy(ep, rules)
+		st.Endpoints[ep.ID] = pol
+		st.L7 = append(st.L7, c.l7Rules(ep, rules, pol)...)
 	}
+	sortL7(st.L7)
 	return st
+}
+
+// ruleKeys returns a function giving the keys rule pr yields at endpoint ep for a peer
+// identity. own caches ep's named ports for ingress rules.
+func (c *computer) ruleKeys(ep Endpoint, pr preparedRule, own *namedPortSet) func(identity.Identity) []portKey {
+	if len(pr.named) == 0 {
+		return func(identity.Identity) []portKey { return pr.static }
+	}
+	if pr.rule.Direction == policy.Ingress {
+		// Ingress: the port is the subject's own, whoever the peer is.
+		if *own == nil {
+			*own = namedPortSet{}
+			own.add(ep.NamedPorts)
+		}
+		keys := append(slices.Clip(pr.static), resolveNamed(pr.named, *own, pr.rule.Deny)...)
+		return func(identity.Identity) []portKey { return keys }
+	}
+	return func(id identity.Identity) []portKey {
+		return append(slices.Clip(pr.static), resolveNamed(pr.named, c.portsFor(id), pr.rule.Deny)...)
+	}
+}
+
+// applies reports whether the rule has a say on ep's traffic (enforcement aside).
+func (pr preparedRule) applies(ep Endpoint) bool {
+	r := pr.rule
+	return (r.Direction == policy.Ingress || r.Direction == policy.Egress) && r.Subject.Matches(ep.Labels)
 }
 
 func (c *computer) endpointPolicy(ep Endpoint, rules []preparedRule) EndpointPolicy {
@@ -359,10 +408,7 @@ func (c *computer) endpointPolicy(ep Endpoint, rules []preparedRule) EndpointPol
 	var own namedPortSet
 	for _, pr := range rules {
 		r := pr.rule
-		if r.Direction != policy.Ingress && r.Direction != policy.Egress {
-			continue
-		}
-		if !r.Subject.Matches(ep.Labels) {
+		if !pr.applies(ep) {
 			continue
 		}
 		if r.EnableDefaultDeny {
@@ -375,26 +421,13 @@ func (c *computer) endpointPolicy(ep Endpoint, rules []preparedRule) EndpointPol
 		if len(pr.peers) == 0 {
 			continue
 		}
-		val := Value{Deny: r.Deny, RuleID: r.ID}
-		ports := pr.static
-		if len(pr.named) > 0 && r.Direction == policy.Ingress {
-			// Ingress: the port is the subject's own, whoever the peer is.
-			if own == nil {
-				own = namedPortSet{}
-				own.add(ep.NamedPorts)
-			}
-			ports = append(slices.Clip(pr.static), resolveNamed(pr.named, own)...)
-		}
+		keysFor := c.ruleKeys(ep, pr, &own)
 		for _, id := range pr.peers {
-			peerPorts := ports
-			if len(pr.named) > 0 && r.Direction == policy.Egress {
-				peerPorts = append(slices.Clip(pr.static), resolveNamed(pr.named, c.portsFor(id))...)
-			}
-			for _, p := range peerPorts {
+			for _, p := range keysFor(id) {
 				addEntry(pol.Entries, Key{
 					Identity: id, Direction: r.Direction,
 					Protocol: p.proto, Port: p.port, PortPrefixLen: p.plen,
-				}, val)
+				}, Value{Deny: r.Deny, RuleID: r.ID, Redirect: p.redirect})
 			}
 		}
 	}
@@ -412,15 +445,24 @@ func (c *computer) portsFor(id identity.Identity) namedPortSet {
 	return c.allPorts
 }
 
-// addEntry merges v into the entry for k: deny beats allow, and among equals the lowest rule
-// ID is kept so the result does not depend on rule order.
-func addEntry(entries map[Key]Value, k Key, v Value) {
-	old, ok := entries[k]
+// rank orders entry actions as the dataplane combines them: deny > redirect > allow.
+func (v Value) rank() int {
 	switch {
-	case !ok:
-	case old.Deny && !v.Deny:
-		return
-	case old.Deny == v.Deny && old.RuleID <= v.RuleID:
+	case v.Deny:
+		return 2
+	case v.Redirect:
+		return 1
+	}
+	return 0
+}
+
+// addEntry merges v into the entry for k: deny beats redirect, which beats allow, and among
+// equals the lowest rule ID is kept so the result does not depend on rule order.
+func addEntry(entries map[Key]Value, k Key, v Value) {
+	if v.Deny {
+		v.Redirect = false
+	}
+	if old, ok := entries[k]; ok && (old.rank() > v.rank() || old.rank() == v.rank() && old.RuleID <= v.RuleID) {
 		return
 	}
 	entries[k] = v
@@ -436,11 +478,16 @@ func covers(d, k Key) bool {
 		k.Port&portMask(d.PortPrefixLen) == d.Port
 }
 
-// applyDenyPrecedence turns every allow entry covered by a deny entry of the same identity and
-// direction into that deny (the covering deny with the lowest rule ID). The dataplane's LPM
-// lookup returns the longest matching entry, which may be a longer allow inside a shorter
-// deny; after this pass the longest match is a deny whenever any matching entry of that
-// identity is.
+// applyDenyPrecedence turns every allow or redirect entry covered by a deny entry of the same
+// identity and direction into that deny (the covering deny with the lowest rule ID). The
+// dataplane's LPM lookup returns the longest matching entry, which may be a longer allow
+// inside a shorter deny; after this pass the longest match is a deny whenever any matching
+// entry of that identity is.
+//
+// Redirect entries need no such pass against allows: they are always one TCP port (prefix
+// length 16), so no other entry lies inside one except an equal key, which addEntry already
+// merged; and a redirect inside a broader allow is the longest match, as it must be
+// (redirect beats allow).
 func applyDenyPrecedence(entries map[Key]Value) {
 	type group struct {
 		id  identity.Identity
@@ -493,7 +540,7 @@ func (c *computer) ipcache() map[netip.Prefix]IPCacheEntry {
 	for _, ep := range c.in.Endpoints {
 		if ep.IP.IsValid() {
 			a := ep.IP.Unmap()
-			m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: ep.Identity, Secondary: c.secondary(a)}
+			m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: ep.Identity, Secondary: c.secondary(a), EndpointID: ep.ID}
 		}
 	}
 	return m

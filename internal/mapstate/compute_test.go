@@ -387,10 +387,10 @@ func TestIPCache(t *testing.T) {
 		netip.MustParsePrefix("198.18.0.0/15"):  {Identity: slash15},
 		netip.MustParsePrefix("198.18.1.0/24"):  {Identity: slash24},
 		netip.MustParsePrefix("2001:db8::/32"):  {Identity: v6},
-		netip.MustParsePrefix("198.18.0.10/32"): {Identity: w.ep("x", "a").Identity, Secondary: slash15 | flag},
-		netip.MustParsePrefix("198.18.1.10/32"): {Identity: w.ep("x", "b").Identity, Secondary: slash24 | flag},
-		netip.MustParsePrefix("192.0.2.1/32"):   {Identity: w.ep("x", "c").Identity, Secondary: zero | flag}, // /0 counts
-		netip.MustParsePrefix("198.18.0.1/32"):  {Identity: identity.Host, Secondary: slash15 | flag},
+		netip.MustParsePrefix("198.18.0.10/32"): {Identity: w.ep("x", "a").Identity, Secondary: slash15 | flag, EndpointID: 1},
+		netip.MustParsePrefix("198.18.1.10/32"): {Identity: w.ep("x", "b").Identity, Secondary: slash24 | flag, EndpointID: 2},
+		netip.MustParsePrefix("192.0.2.1/32"):   {Identity: w.ep("x", "c").Identity, Secondary: zero | flag, EndpointID: 3}, // /0 counts
+		netip.MustParsePrefix("198.18.0.1/32"):  {Identity: identity.Host, Secondary: slash15 | flag},                       // no endpoint: ID 0
 	}
 	if len(st.IPCache) != len(want) {
 		t.Errorf("ipcache has %d entries, want %d: %v", len(st.IPCache), len(want), st.IPCache)

@@ -13,6 +13,9 @@ type Verdict string
 const (
 	Allowed Verdict = "allowed"
 	Denied  Verdict = "denied"
+	// Redirected: allowed only through the L7 proxy, which checks each request against
+	// Decision.L7 (requests that match none are refused with HTTP 403).
+	Redirected Verdict = "redirected"
 )
 
 // Reason says why a decision came out as it did.
@@ -20,6 +23,7 @@ type Reason string
 
 const (
 	ReasonAllowedByRule   Reason = "allowed-by-rule"
+	ReasonRedirected      Reason = "redirected-to-proxy" // an L7 rule applies: the proxy decides each request
 	ReasonDeniedByRule    Reason = "denied-by-rule"
 	ReasonDefaultDeny     Reason = "default-deny"     // enforced direction, no rule allows
 	ReasonNoEnforcement   Reason = "no-enforcement"   // no rule matched, direction not enforced
@@ -39,6 +43,11 @@ type Decision struct {
 	Identity  identity.Identity `json:"identity"`
 	Secondary identity.Identity `json:"secondary,omitempty"`
 	Prefix    netip.Prefix      `json:"prefix"`
+	// L7 holds, for a Redirected decision, the L7 rules the proxy applies to the
+	// connection's requests (from State.L7: this endpoint, direction and port, and peers
+	// containing the peer's identity, Any or the secondary identity). A request passes if
+	// it matches one of their HTTP rules.
+	L7 []L7Rule `json:"l7,omitempty"`
 }
 
 // LookupIPCache returns the longest ipcache entry containing a, as the dataplane's LPM
@@ -80,10 +89,12 @@ func lookupPolicy(entries map[Key]Value, id identity.Identity, dir policy.Direct
 //
 // The peer's identity and secondary identity come from the ipcache (LPM). The policy map is
 // looked up for the peer identity, for Any, and for the secondary identity if there is one.
-// If any lookup yields a deny, the flow is denied by the first deny in that order; else if
-// any yields an allow, it is allowed by the first allow in that order; else it is denied if
-// the endpoint enforces the direction and allowed if not. An endpoint without state is
-// denied (fail closed).
+// The three results combine as deny > redirect > allow: if any lookup yields a deny, the
+// flow is denied by the first deny in that order; else if any yields a redirect, it is
+// redirected to the L7 proxy by the first redirect in that order (Decision.L7 lists the L7
+// rules the proxy then applies); else if any yields an allow, it is allowed by the first
+// allow in that order; else it is denied if the endpoint enforces the direction and allowed
+// if not. An endpoint without state is denied (fail closed).
 func Lookup(st State, epID uint32, dir policy.Direction, peer netip.Addr, proto policy.Protocol, port uint16) Decision {
 	entry, prefix := LookupIPCache(st.IPCache, peer)
 	d := Decision{Identity: entry.Identity, Secondary: entry.Secondary, Prefix: prefix}
@@ -96,25 +107,26 @@ func Lookup(st State, epID uint32, dir policy.Direction, peer netip.Addr, proto 
 	if entry.Secondary != 0 {
 		ids = append(ids, entry.Secondary)
 	}
-	var allowKey Key
-	var allowVal Value
-	allowed := false
+	// best is the deciding lookup so far; a later lookup replaces it only with a higher
+	// action, so ties go to the earlier lookup.
+	var bestKey Key
+	var bestVal Value
+	found := false
 	for _, id := range ids {
 		k, v, ok := lookupPolicy(ep.Entries, id, dir, proto, port)
-		if !ok {
+		if !ok || found && v.rank() <= bestVal.rank() {
 			continue
 		}
-		if v.Deny {
-			d.Verdict, d.Reason, d.RuleID, d.Entry = Denied, ReasonDeniedByRule, v.RuleID, &k
-			return d
-		}
-		if !allowed {
-			allowKey, allowVal, allowed = k, v, true
-		}
+		bestKey, bestVal, found = k, v, true
 	}
 	switch {
-	case allowed:
-		d.Verdict, d.Reason, d.RuleID, d.Entry = Allowed, ReasonAllowedByRule, allowVal.RuleID, &allowKey
+	case found && bestVal.Deny:
+		d.Verdict, d.Reason, d.RuleID, d.Entry = Denied, ReasonDeniedByRule, bestVal.RuleID, &bestKey
+	case found && bestVal.Redirect:
+		d.Verdict, d.Reason, d.RuleID, d.Entry = Redirected, ReasonRedirected, bestVal.RuleID, &bestKey
+		d.L7 = l7For(st, epID, dir, port, ids)
+	case found:
+		d.Verdict, d.Reason, d.RuleID, d.Entry = Allowed, ReasonAllowedByRule, bestVal.RuleID, &bestKey
 	case dir == policy.Ingress && ep.EnforceIngress, dir == policy.Egress && ep.EnforceEgress:
 		d.Verdict, d.Reason = Denied, ReasonDefaultDeny
 	default:

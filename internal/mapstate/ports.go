@@ -63,20 +63,57 @@ func SplitPortRange(lo, hi uint16) []PortPrefix {
 	return out
 }
 
-// staticL4 expands the port rules that do not depend on named ports. names lists the named
-// port rules, resolved later per subject or peer.
-func staticL4(ports []policy.PortRule) (keys []l4, named []policy.PortRule) {
+// portKey is one l4 key a rule yields, with its L7 part.
+type portKey struct {
+	l4
+	// redirect: an L7 port rule of an allow rule yields the key, so the traffic it matches
+	// goes through the proxy. Such keys are always one TCP port (PortPrefixLen 16).
+	redirect bool
+	// http is, for redirect keys, what the rule allows on the port: the HTTP rules of the
+	// L7 port rules that yield the key, or allowAllHTTP when a plain port rule yields it
+	// too (that port rule allows every request).
+	http []policy.HTTPRule
+}
+
+// allowAllHTTP is the HTTP rule list that allows every request: one empty rule.
+var allowAllHTTP = []policy.HTTPRule{{}}
+
+// l7Port reports whether pr is an L7 port rule of an allow rule, and whether it is one the
+// dataplane can carry (one TCP port; see policy.PortRule.CheckL7). Deny rules have no L7
+// part: their HTTP rules, which Input.Check reports, are ignored and the port is denied.
+func l7Port(pr policy.PortRule, deny bool) (isL7, valid bool) {
+	if pr.HTTP == nil || deny {
+		return false, false
+	}
+	single := pr.Name != "" || pr.Port != 0 && pr.EndPort <= pr.Port
+	return true, pr.Protocol == policy.ProtoTCP && !pr.ICMPType && single && len(pr.HTTP) > 0
+}
+
+// staticL4 expands the port rules that do not depend on named ports. named lists the named
+// port rules, resolved later per subject or peer. An invalid L7 port rule yields no key:
+// the rule allows nothing through it (fail closed).
+func staticL4(ports []policy.PortRule, deny bool) (keys []portKey, named []policy.PortRule) {
 	if len(ports) == 0 {
-		return []l4{anyL4}, nil
+		return []portKey{{l4: anyL4}}, nil
 	}
 	for _, pr := range ports {
 		if pr.Name != "" {
 			named = append(named, pr)
 			continue
 		}
-		keys = append(keys, expandPort(pr)...)
+		isL7, valid := l7Port(pr, deny)
+		if isL7 && !valid {
+			continue
+		}
+		for _, k := range expandPort(pr) {
+			pk := portKey{l4: k}
+			if isL7 {
+				pk.redirect, pk.http = true, pr.HTTP
+			}
+			keys = append(keys, pk)
+		}
 	}
-	return dedupL4(keys), named
+	return dedupKeys(keys), named
 }
 
 func expandPort(pr policy.PortRule) []l4 {
@@ -134,34 +171,86 @@ func containsNamedPort(list []NamedPort, np NamedPort) bool {
 // resolveNamed turns named port rules into keys using the declarations in set. A name that
 // no endpoint declares, or declares for another protocol than the rule's, adds nothing
 // (as in Kubernetes: the rule cannot match such traffic).
-func resolveNamed(named []policy.PortRule, set namedPortSet) []l4 {
-	var out []l4
+func resolveNamed(named []policy.PortRule, set namedPortSet, deny bool) []portKey {
+	var out []portKey
 	for _, pr := range named {
+		isL7, valid := l7Port(pr, deny)
+		if isL7 && !valid {
+			continue
+		}
+		var keys []l4
 		for _, np := range set[pr.Name] {
 			switch {
 			case np.Protocol == policy.ProtoAny:
-				out = append(out, expandPort(policy.PortRule{Protocol: pr.Protocol, Port: np.Port})...)
+				keys = append(keys, expandPort(policy.PortRule{Protocol: pr.Protocol, Port: np.Port})...)
 			case pr.Protocol == policy.ProtoAny:
 				if np.Protocol == policy.ProtoTCP || np.Protocol == policy.ProtoUDP || np.Protocol == policy.ProtoSCTP {
-					out = append(out, l4{proto: np.Protocol, port: np.Port, plen: 16})
+					keys = append(keys, l4{proto: np.Protocol, port: np.Port, plen: 16})
 				}
 			case pr.Protocol == np.Protocol:
-				out = append(out, l4{proto: np.Protocol, port: np.Port, plen: 16})
+				keys = append(keys, l4{proto: np.Protocol, port: np.Port, plen: 16})
 			}
+		}
+		for _, k := range keys {
+			pk := portKey{l4: k}
+			if isL7 {
+				pk.redirect, pk.http = true, pr.HTTP
+			}
+			out = append(out, pk)
 		}
 	}
 	return out
 }
 
-func dedupL4(keys []l4) []l4 {
-	slices.SortFunc(keys, func(a, b l4) int {
-		if c := cmp.Compare(a.proto, b.proto); c != 0 {
-			return c
+func compareL4(a, b l4) int {
+	if c := cmp.Compare(a.proto, b.proto); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.plen, b.plen); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.port, b.port)
+}
+
+// dedupKeys sorts keys and merges equal ones: a key is a redirect if any of its sources is,
+// and then allows every request if any source is a plain port rule, else the union of the
+// sources' HTTP rules.
+func dedupKeys(keys []portKey) []portKey {
+	slices.SortStableFunc(keys, func(a, b portKey) int { return compareL4(a.l4, b.l4) })
+	out := keys[:0]
+	for _, k := range keys {
+		if n := len(out); n > 0 && out[n-1].l4 == k.l4 {
+			out[n-1] = mergeKey(out[n-1], k)
+			continue
 		}
-		if c := cmp.Compare(a.plen, b.plen); c != 0 {
-			return c
+		out = append(out, k)
+	}
+	return out
+}
+
+func mergeKey(a, b portKey) portKey {
+	switch {
+	case a.redirect && b.redirect:
+		a.http = unionHTTP(a.http, b.http)
+	case a.redirect || b.redirect:
+		a.redirect, a.http = true, allowAllHTTP
+	}
+	return a
+}
+
+// unionHTTP returns the HTTP rules of a and b without repeats, in order; a rule that
+// matches every request makes the union allowAllHTTP. The inputs are not modified.
+func unionHTTP(a, b []policy.HTTPRule) []policy.HTTPRule {
+	out := make([]policy.HTTPRule, 0, len(a)+len(b))
+	for _, list := range [][]policy.HTTPRule{a, b} {
+		for _, h := range list {
+			if h.MatchesAll() {
+				return allowAllHTTP
+			}
+			if !slices.ContainsFunc(out, h.Equal) {
+				out = append(out, h)
+			}
 		}
-		return cmp.Compare(a.port, b.port)
-	})
-	return slices.Compact(keys)
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package mapstate
 
 import (
 	"math/rand"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -130,16 +131,16 @@ func TestExpandPort(t *testing.T) {
 }
 
 func TestStaticL4(t *testing.T) {
-	keys, named := staticL4(nil)
-	if !slices.Equal(keys, []l4{anyL4}) || named != nil {
+	keys, named := staticL4(nil, false)
+	if !slices.Equal(l4s(keys), []l4{anyL4}) || named != nil {
 		t.Fatalf("no ports: got %v %v, want any-protocol", keys, named)
 	}
-	keys, named = staticL4([]policy.PortRule{tcp(80), {Name: "http", Protocol: policy.ProtoTCP}, tcp(80)})
-	if !slices.Equal(keys, []l4{{policy.ProtoTCP, 80, 16}}) || len(named) != 1 || named[0].Name != "http" {
+	keys, named = staticL4([]policy.PortRule{tcp(80), {Name: "http", Protocol: policy.ProtoTCP}, tcp(80)}, false)
+	if !slices.Equal(l4s(keys), []l4{{policy.ProtoTCP, 80, 16}}) || len(named) != 1 || named[0].Name != "http" {
 		t.Fatalf("got %v %v", keys, named)
 	}
 	// Only named ports: no static keys at all (not "all ports").
-	keys, _ = staticL4([]policy.PortRule{{Name: "http", Protocol: policy.ProtoTCP}})
+	keys, _ = staticL4([]policy.PortRule{{Name: "http", Protocol: policy.ProtoTCP}}, false)
 	if len(keys) != 0 {
 		t.Fatalf("named-only rule got static keys %v", keys)
 	}
@@ -162,7 +163,7 @@ func TestResolveNamed(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := dedupL4(resolveNamed([]policy.PortRule{c.pr}, set))
+			got := l4s(dedupKeys(resolveNamed([]policy.PortRule{c.pr}, set, false)))
 			if len(got) == 0 && len(c.want) == 0 {
 				return
 			}
@@ -170,5 +171,73 @@ func TestResolveNamed(t *testing.T) {
 				t.Fatalf("got %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// l4s drops the L7 part of keys.
+func l4s(keys []portKey) []l4 {
+	var out []l4
+	for _, k := range keys {
+		out = append(out, k.l4)
+	}
+	return out
+}
+
+func TestL7Keys(t *testing.T) {
+	get := policy.HTTPRule{Method: "GET"}
+	post := policy.HTTPRule{Method: "POST"}
+	l7 := func(port uint16, hs ...policy.HTTPRule) policy.PortRule {
+		return policy.PortRule{Protocol: policy.ProtoTCP, Port: port, HTTP: hs}
+	}
+	tcp80 := l4{policy.ProtoTCP, 80, 16}
+	cases := []struct {
+		name  string
+		ports []policy.PortRule
+		deny  bool
+		want  []portKey
+	}{
+		{"one L7 port", []policy.PortRule{l7(80, get)}, false, []portKey{{tcp80, true, []policy.HTTPRule{get}}}},
+		{"two toPorts entries on one port: union", []policy.PortRule{l7(80, get), l7(80, post, get)}, false,
+			[]portKey{{tcp80, true, []policy.HTTPRule{get, post}}}},
+		{"a plain port rule on the same port allows every request", []policy.PortRule{l7(80, get), tcp(80)}, false,
+			[]portKey{{tcp80, true, allowAllHTTP}}},
+		{"plain first", []policy.PortRule{tcp(80), l7(80, get)}, false, []portKey{{tcp80, true, allowAllHTTP}}},
+		{"an empty HTTP rule allows every request", []policy.PortRule{l7(80, get), l7(80, policy.HTTPRule{})}, false,
+			[]portKey{{tcp80, true, allowAllHTTP}}},
+		{"a broader plain port stays a separate key", []policy.PortRule{l7(80, get), {Protocol: policy.ProtoTCP}}, false,
+			[]portKey{{l4{policy.ProtoTCP, 0, 0}, false, nil}, {tcp80, true, []policy.HTTPRule{get}}}},
+		{"deny rules ignore HTTP", []policy.PortRule{l7(80, get)}, true, []portKey{{tcp80, false, nil}}},
+		// Invalid L7 port rules yield nothing: fail closed.
+		{"L7 on a range", []policy.PortRule{{Protocol: policy.ProtoTCP, Port: 80, EndPort: 90, HTTP: []policy.HTTPRule{get}}}, false, nil},
+		{"L7 on ANY", []policy.PortRule{{Protocol: policy.ProtoAny, Port: 80, HTTP: []policy.HTTPRule{get}}}, false, nil},
+		{"L7 on all ports", []policy.PortRule{{Protocol: policy.ProtoTCP, HTTP: []policy.HTTPRule{get}}}, false, nil},
+		{"L7 without HTTP rules", []policy.PortRule{{Protocol: policy.ProtoTCP, Port: 80, HTTP: []policy.HTTPRule{}}}, false, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, _ := staticL4(c.ports, c.deny)
+			if len(got) == 0 && len(c.want) == 0 {
+				return
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("got %+v, want %+v", got, c.want)
+			}
+		})
+	}
+
+	set := namedPortSet{}
+	set.add(map[string]NamedPort{"http": {Port: 8080, Protocol: policy.ProtoTCP}, "any": {Port: 81, Protocol: policy.ProtoAny}, "dns": {Port: 53, Protocol: policy.ProtoUDP}})
+	got := dedupKeys(resolveNamed([]policy.PortRule{
+		{Protocol: policy.ProtoTCP, Name: "http", HTTP: []policy.HTTPRule{get}},
+		{Protocol: policy.ProtoTCP, Name: "any", HTTP: []policy.HTTPRule{post}},
+		{Protocol: policy.ProtoTCP, Name: "dns", HTTP: []policy.HTTPRule{post}},
+		{Protocol: policy.ProtoAny, Name: "http", HTTP: []policy.HTTPRule{post}}, // invalid: nothing
+	}, set, false))
+	want := []portKey{
+		{l4{policy.ProtoTCP, 81, 16}, true, []policy.HTTPRule{post}},
+		{l4{policy.ProtoTCP, 8080, 16}, true, []policy.HTTPRule{get}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("named L7 ports: got %+v, want %+v", got, want)
 	}
 }

@@ -3,6 +3,7 @@ package mapstate
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand"
 	"net/netip"
 	"reflect"
@@ -23,13 +24,35 @@ var (
 // The property test: for random endpoints, rules and packets, Compute followed by Lookup
 // (the dataplane's algorithm) must give the verdict of a reference evaluator that applies
 // the rule semantics directly to addresses and labels, without identities, CIDR identities,
-// port prefixes or deny rewriting.
+// port prefixes or deny rewriting. With L7 rules: a packet that no deny matches and that
+// some allow rule matches through an L7 port rule is redirected to the proxy, and the L7
+// rules Lookup reports must allow, per rule, exactly the requests the reference says: the
+// union of that rule's HTTP rules on the port, or every request when the rule matches the
+// packet without L7 rules too.
 
 // refVerdict is what the reference evaluator decides.
 type refVerdict struct {
-	enforced bool
-	denies   []uint32 // rules that deny the packet
-	allows   []uint32 // rules that allow the packet
+	enforced  bool
+	denies    []uint32 // rules that deny the packet
+	allows    []uint32 // rules that allow the packet (redirecting or not)
+	redirects []uint32 // allow rules that match it through an L7 port rule
+	// http is, per allow rule, the requests it allows if the packet is redirected: the
+	// canonical form of canonHTTP.
+	http map[uint32]string
+}
+
+// canonHTTP renders a set of HTTP rules for comparison: "*" when one of them matches every
+// request, else the distinct rules, sorted.
+func canonHTTP(hs []policy.HTTPRule) string {
+	var out []string
+	for _, h := range hs {
+		if h.MatchesAll() {
+			return "*"
+		}
+		out = append(out, fmt.Sprintf("%q", h))
+	}
+	slices.Sort(out)
+	return strings.Join(slices.Compact(out), " | ")
 }
 
 // refPeer is the other end of a packet as the semantics see it.
@@ -156,6 +179,7 @@ func reference(in *Input, ep *Endpoint, dir policy.Direction, peerAddr netip.Add
 		}
 		return out
 	}
+	v.http = map[uint32]string{}
 	for i := range in.Rules {
 		r := &in.Rules[i]
 		if r.Direction != dir || !r.Subject.Matches(ep.Labels) {
@@ -164,24 +188,36 @@ func reference(in *Input, ep *Endpoint, dir policy.Direction, peerAddr netip.Add
 		if r.EnableDefaultDeny {
 			v.enforced = true
 		}
-		matched := false
+		matched, redirect := false, false
+		var http []policy.HTTPRule
 		for _, scope := range peerScopes(r, peer) {
 			if len(r.Ports) == 0 {
 				matched = true
+				http = append(http, policy.HTTPRule{})
 			}
 			for _, pr := range r.Ports {
-				if refPortMatch(pr, proto, port, namedFor(scope, pr.Name)) {
-					matched = true
+				if !refPortMatch(pr, proto, port, namedFor(scope, pr.Name)) {
+					continue
+				}
+				matched = true
+				if pr.HTTP != nil && !r.Deny {
+					redirect = true
+					http = append(http, pr.HTTP...)
+				} else {
+					http = append(http, policy.HTTPRule{})
 				}
 			}
 		}
-		if !matched {
-			continue
-		}
-		if r.Deny {
+		switch {
+		case !matched:
+		case r.Deny:
 			v.denies = append(v.denies, r.ID)
-		} else {
+		default:
 			v.allows = append(v.allows, r.ID)
+			v.http[r.ID] = canonHTTP(http)
+			if redirect {
+				v.redirects = append(v.redirects, r.ID)
+			}
 		}
 	}
 	return v
@@ -294,7 +330,35 @@ func (g *gen) peer() policy.Peer {
 	return entityPeer(entities[g.pick(len(entities))])
 }
 
-func (g *gen) portRule() policy.PortRule {
+// httpPool are the HTTP rules L7 port rules are made of; the reference never interprets
+// them, so a few distinct ones (and the empty rule, which allows every request) suffice.
+var httpPool = []policy.HTTPRule{
+	{},
+	{Method: "GET"},
+	{Path: "/a/.*"},
+	{Method: "POST", Path: "/b", Headers: []policy.HeaderMatch{{Name: "x-k", Value: "v"}}},
+	{Host: "h"},
+}
+
+// l7PortRule makes an L7 port rule: one TCP port (a number the packets often use, or a
+// name) with one to three HTTP rules.
+func (g *gen) l7PortRule() policy.PortRule {
+	pr := policy.PortRule{Protocol: policy.ProtoTCP}
+	if g.chance(0.3) {
+		pr.Name = []string{"http", "dns", "alt", "nope"}[g.pick(4)]
+	} else {
+		pr.Port = []uint16{53, 80, 81, 443, 8080}[g.pick(5)]
+	}
+	for n := 1 + g.pick(3); n > 0; n-- {
+		pr.HTTP = append(pr.HTTP, httpPool[g.pick(len(httpPool))])
+	}
+	return pr
+}
+
+func (g *gen) portRule(deny bool) policy.PortRule {
+	if !deny && g.chance(0.4) {
+		return g.l7PortRule()
+	}
 	protos := []policy.Protocol{policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP, policy.ProtoAny}
 	proto := protos[g.pick(len(protos))]
 	switch g.pick(6) {
@@ -365,7 +429,7 @@ func (g *gen) world() (*identity.Allocator, Input) {
 		}
 		if g.chance(0.6) {
 			for k := 1 + g.pick(3); k > 0; k-- {
-				r.Ports = append(r.Ports, g.portRule())
+				r.Ports = append(r.Ports, g.portRule(r.Deny))
 			}
 		}
 		in.Rules = append(in.Rules, r)
@@ -375,6 +439,20 @@ func (g *gen) world() (*identity.Allocator, Input) {
 		in.CIDRIdentities[p] = alloc.ForCIDR(p)
 	}
 	return alloc, in
+}
+
+// l7Target returns a random allow rule with an L7 port rule, or nil.
+func l7Target(g *gen, in *Input) *policy.Rule {
+	var out []*policy.Rule
+	for i := range in.Rules {
+		if slices.ContainsFunc(in.Rules[i].Ports, func(pr policy.PortRule) bool { return pr.HTTP != nil }) {
+			out = append(out, &in.Rules[i])
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out[g.pick(len(out))]
 }
 
 // portEdges returns the ports at and around the ends of every port and range in the rules,
@@ -451,7 +529,9 @@ func TestComputeLookupMatchesReference(t *testing.T) {
 	if testing.Short() {
 		cases /= 10
 	}
-	var packets, denied, byRule, defaults int
+	// mixed counts redirected packets that a plain allow matches too (its rule must then
+	// allow every request through the proxy).
+	var packets, denied, byRule, defaults, redirected, mixed int
 	for c := 0; c < cases; c++ {
 		_, in := g.world()
 		if err := in.Check(); err != nil {
@@ -491,6 +571,24 @@ func TestComputeLookupMatchesReference(t *testing.T) {
 			case g.chance(0.2):
 				port = uint16(g.rng.Intn(65536))
 			}
+			if g.chance(0.3) {
+				// The ports L7 rules use, by number or by a name some endpoint declares.
+				proto, port = policy.ProtoTCP, []uint16{53, 80, 81, 443, 8080}[g.pick(5)]
+				// Often at an endpoint and in a direction an L7 rule applies to, so that
+				// redirects meet other rules' allows and denies.
+				if r := l7Target(g, &in); r != nil && g.chance(0.7) {
+					dir = r.Direction
+					var subjects []*Endpoint
+					for i := range in.Endpoints {
+						if r.Subject.Matches(in.Endpoints[i].Labels) {
+							subjects = append(subjects, &in.Endpoints[i])
+						}
+					}
+					if len(subjects) > 0 {
+						ep = subjects[g.pick(len(subjects))]
+					}
+				}
+			}
 			if proto == 47 {
 				port = 0
 			}
@@ -511,8 +609,32 @@ func TestComputeLookupMatchesReference(t *testing.T) {
 				}
 				denied++
 				byRule++
+			case len(want.redirects) > 0:
+				if got.Verdict != Redirected || got.Reason != ReasonRedirected || !slices.Contains(want.redirects, got.RuleID) {
+					fail("want redirected by one of the L7 rules")
+				}
+				// The proxy's rules: per allow rule, the union of its L7 rules' HTTP.
+				gotHTTP := map[uint32][]policy.HTTPRule{}
+				for _, r := range got.L7 {
+					if r.EndpointID != ep.ID || r.Direction != dir || r.Port != port || len(r.HTTP) == 0 {
+						fail(fmt.Sprintf("L7 rule %+v is not for this flow or has no HTTP rules", r))
+					}
+					gotHTTP[r.RuleID] = append(gotHTTP[r.RuleID], r.HTTP...)
+				}
+				gotCanon := map[uint32]string{}
+				for id, hs := range gotHTTP {
+					gotCanon[id] = canonHTTP(hs)
+				}
+				if !maps.Equal(gotCanon, want.http) {
+					fail(fmt.Sprintf("L7 rules allow %v, want %v", gotCanon, want.http))
+				}
+				redirected++
+				if len(want.allows) > len(want.redirects) {
+					mixed++
+				}
+				byRule++
 			case len(want.allows) > 0:
-				if got.Verdict != Allowed || got.Reason != ReasonAllowedByRule || !slices.Contains(want.allows, got.RuleID) {
+				if got.Verdict != Allowed || got.Reason != ReasonAllowedByRule || !slices.Contains(want.allows, got.RuleID) || got.L7 != nil {
 					fail("want allowed by one of the allow rules")
 				}
 				byRule++
@@ -530,8 +652,9 @@ func TestComputeLookupMatchesReference(t *testing.T) {
 		}
 	}
 	// The generator must exercise every outcome, or the comparison proves little.
-	t.Logf("%d worlds, %d packets: %d denied, %d decided by a rule, %d default-denied", cases, packets, denied, byRule, defaults)
-	if byRule < packets/20 || defaults < packets/20 || denied < packets/10 || packets-denied < packets/10 {
-		t.Fatalf("generator too skewed: %d packets, %d denied, %d by rule, %d default", packets, denied, byRule, defaults)
+	t.Logf("%d worlds, %d packets: %d denied, %d decided by a rule, %d default-denied, %d redirected (%d also allowed by a plain rule)",
+		cases, packets, denied, byRule, defaults, redirected, mixed)
+	if byRule < packets/20 || defaults < packets/20 || denied < packets/10 || packets-denied < packets/10 || redirected < packets/200 || mixed < packets/2000 {
+		t.Fatalf("generator too skewed: %d packets, %d denied, %d by rule, %d default, %d redirected, %d mixed", packets, denied, byRule, defaults, redirected, mixed)
 	}
 }

@@ -57,10 +57,22 @@ type TraceCheck struct {
 	Enforced  bool             `json:"enforced"` // whether the endpoint enforces Direction
 	Decision  Decision         `json:"decision"`
 	Rule      *RuleInfo        `json:"rule,omitempty"`
+	// L7 names, for a Redirected decision, the rules whose HTTP rules the proxy applies
+	// (Decision.L7, one entry each, in that order).
+	L7 []TraceL7 `json:"l7,omitempty"`
 }
 
-// TraceResult explains a flow. A check is present for each end that is an endpoint; the flow
-// is allowed only if every present check allows it.
+// TraceL7 is one L7 rule that applies to a redirected flow: a request passes if it matches
+// one of HTTP (any of the rule's, or of another TraceL7 of the same check).
+type TraceL7 struct {
+	Rule RuleInfo          `json:"rule"`
+	HTTP []policy.HTTPRule `json:"http"`
+}
+
+// TraceResult explains a flow. A check is present for each end that is an endpoint. The
+// verdict is Denied if a check denies the flow, else Redirected if a check redirects it to
+// the L7 proxy (the flow passes the dataplane; each request must pass the proxy's L7
+// rules), else Allowed.
 type TraceResult struct {
 	From     TraceEnd        `json:"from"`
 	To       TraceEnd        `json:"to"`
@@ -95,17 +107,26 @@ func Trace(in Input, st State, q Query) (TraceResult, error) {
 	res.Verdict = Allowed
 	if fromEP != nil {
 		res.Egress = check(in, st, fromEP, policy.Egress, to.Addr, q)
-		if res.Egress.Decision.Verdict != Allowed {
-			res.Verdict = Denied
-		}
+		res.Verdict = combine(res.Verdict, res.Egress.Decision.Verdict)
 	}
 	if toEP != nil {
 		res.Ingress = check(in, st, toEP, policy.Ingress, from.Addr, q)
-		if res.Ingress.Decision.Verdict != Allowed {
-			res.Verdict = Denied
-		}
+		res.Verdict = combine(res.Verdict, res.Ingress.Decision.Verdict)
 	}
 	return res, nil
+}
+
+// combine returns the verdict of a flow that must pass checks with verdicts a and b.
+func combine(a, b Verdict) Verdict {
+	switch {
+	case a == Denied || b == Denied:
+		return Denied
+	case a == Redirected || b == Redirected:
+		return Redirected
+	case a == Allowed && b == Allowed:
+		return Allowed
+	}
+	return Denied // an unknown verdict: fail closed
 }
 
 func check(in Input, st State, ep *Endpoint, dir policy.Direction, peer netip.Addr, q Query) *TraceCheck {
@@ -114,15 +135,24 @@ func check(in Input, st State, ep *Endpoint, dir policy.Direction, peer netip.Ad
 	pol := st.Endpoints[ep.ID]
 	c.Enforced = dir == policy.Ingress && pol.EnforceIngress || dir == policy.Egress && pol.EnforceEgress
 	if d.Entry != nil {
-		c.Rule = &RuleInfo{ID: d.RuleID, Policy: in.RulePolicies[d.RuleID]}
-		for i := range in.Rules {
-			if in.Rules[i].ID == d.RuleID {
-				c.Rule.Description = in.Rules[i].Description
-				break
-			}
-		}
+		c.Rule = ruleInfo(in, d.RuleID)
+	}
+	for _, r := range d.L7 {
+		c.L7 = append(c.L7, TraceL7{Rule: *ruleInfo(in, r.RuleID), HTTP: r.HTTP})
 	}
 	return c
+}
+
+// ruleInfo names rule id and its policy.
+func ruleInfo(in Input, id uint32) *RuleInfo {
+	info := &RuleInfo{ID: id, Policy: in.RulePolicies[id]}
+	for i := range in.Rules {
+		if in.Rules[i].ID == id {
+			info.Description = in.Rules[i].Description
+			break
+		}
+	}
+	return info
 }
 
 // resolveRef finds the endpoint a reference names (nil if it is a plain address) and the
