@@ -156,11 +156,14 @@ deathstar_down() {
 	sed 's/^/    | /' <(tail -n 2 "$work/deathstar.$ds_run.log")
 }
 
-flows() { # flows TITLE ARGS...: the flows that explain a step
+flows() { # flows TITLE ARGS...: the flows that explain a step; sets FLOWS
 	local title=$1; shift
 	echo "  flows (rampart observe $*): $title"
-	rampart observe "$@" 2>&1 | sed 's/^/    /' || true
+	FLOWS=$(rampart observe "$@" 2>&1) || true
+	sed 's/^/    /' <<<"$FLOWS"
 }
+# flow_shown ERE: whether a line of the last flows printed matches (sets GOT).
+flow_shown() { if grep -q -E -- "$1" <<<"$FLOWS"; then GOT=shown; else GOT=missing; fi; }
 
 show_manifest() {
 	echo "  --- $1"
@@ -245,7 +248,11 @@ ship xwing POST /v1/request-landing
 check 2.xwing-refused "the xwing requests landing" "$GOT" timeout
 ship tiefighter POST /v1/request-landing
 check 2.tiefighter-lands "the tiefighter requests landing" "$GOT" 200
-flows "the xwing's SYN is dropped by rule1, the tiefighter's connection is allowed by it" --last 6 --endpoint default/deathstar --port 80
+flows "the xwing's SYN is dropped by rule1, the tiefighter's connection is allowed by it" --last 8 --endpoint default/deathstar --port 80
+flow_shown "default/xwing .* -> default/deathstar .*:80 ingress DROPPED"
+check 2.flow-xwing-dropped "a flow of the xwing dropped at the deathstar's ingress" "$GOT" shown
+flow_shown "default/tiefighter .* -> default/deathstar .*:80 ingress FORWARDED rule=CiliumNetworkPolicy/default/rule1"
+check 2.flow-tiefighter-allowed-by-rule1 "a flow of the tiefighter allowed by rule1" "$GOT" shown
 echo "  But ports cannot tell API calls apart: a tiefighter (or a rebel who took one) can still fire."
 ship tiefighter PUT /v1/exhaust-port
 check 2.l4-cannot-stop-exhaust-port "the tiefighter's PUT /v1/exhaust-port" "$GOT" "500|closed"
@@ -281,14 +288,18 @@ else
 fi
 check 3.legacy-gets-nothing-new "request #$n in the log the rebels read from storage-legacy" "$GOT" stale
 flows "the deathstar's connections to storage-legacy are dropped by its egress policy, to storage-secure (21 and a passive port) allowed" \
-	--last 8 --endpoint default/deathstar --protocol tcp
+	--last 10 --endpoint default/deathstar --protocol tcp
+flow_shown "default/deathstar .* -> default/storage-legacy .*:21 egress DROPPED"
+check 3.flow-legacy-dropped "a flow of the deathstar dropped on its way to storage-legacy" "$GOT" shown
+flow_shown "default/deathstar .* -> default/storage-secure .*:21 egress FORWARDED rule=CiliumNetworkPolicy/default/deathstar-egress"
+check 3.flow-secure-allowed "a flow of the deathstar to storage-secure allowed by deathstar-egress" "$GOT" shown
 
 # ---- step 4 --------------------------------------------------------------------------
 echo
 echo "== step 4: L7. Only GET /v1 and POST /v1/request-landing reach the deathstar."
 show_manifest examples/starwars/04-sw-l3-l4-l7-policy.yaml
 l7_ids=(4.get-v1-allowed 4.tiefighter-lands 4.source-address-kept 4.exhaust-port-denied
-	4.exhaust-port-never-reaches-deathstar 4.deathstar-stays-up 4.xwing-still-refused)
+	4.exhaust-port-never-reaches-deathstar 4.deathstar-stays-up 4.xwing-still-refused 4.flow-exhaust-port-denied)
 skip_reason=""
 # L7 rules need the agent's L7 proxy (Envoy). An agent without one must not be given the
 # policy (it could not enforce it), and the steps below would fail for that reason alone:
@@ -331,7 +342,9 @@ else
 	ship xwing POST /v1/request-landing
 	check 4.xwing-still-refused "the xwing requests landing" "$GOT" timeout
 	flows "each HTTP request with its L7 verdict" --last 6 --type l7
-	flows "the connections at L3/L4" --last 6 --endpoint default/deathstar --port 80
+	flow_shown "PUT.*/v1/exhaust-port.*(403|DENIED|DROPPED|denied|dropped)"
+	check 4.flow-exhaust-port-denied "an L7 flow of the PUT /v1/exhaust-port, denied" "$GOT" shown
+	flows "the connections at L3/L4" --last 8 --endpoint default/deathstar --port 80
 fi
 
 # ---- summary -------------------------------------------------------------------------

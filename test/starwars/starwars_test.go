@@ -32,15 +32,17 @@ var steps = []struct {
 		"1.exhaust-port-hit", "1.deathstar-destroyed", "1.deathstar-unreachable",
 	}, false},
 	{"2-l3-l4-ingress", []string{
-		"2.xwing-refused", "2.tiefighter-lands", "2.l4-cannot-stop-exhaust-port", "2.deathstar-destroyed-again",
+		"2.xwing-refused", "2.tiefighter-lands", "2.flow-xwing-dropped", "2.flow-tiefighter-allowed-by-rule1",
+		"2.l4-cannot-stop-exhaust-port", "2.deathstar-destroyed-again",
 	}, false},
 	{"3-l3-l4-egress", []string{
 		"3.tiefighter-lands", "3.upload-secure-ok", "3.upload-legacy-fails", "3.secure-has-new-log",
-		"3.legacy-gets-nothing-new",
+		"3.legacy-gets-nothing-new", "3.flow-legacy-dropped", "3.flow-secure-allowed",
 	}, false},
 	{"4-l7", []string{
 		"4.get-v1-allowed", "4.tiefighter-lands", "4.source-address-kept", "4.exhaust-port-denied",
 		"4.exhaust-port-never-reaches-deathstar", "4.deathstar-stays-up", "4.xwing-still-refused",
+		"4.flow-exhaust-port-denied",
 	}, true},
 }
 
