@@ -9,7 +9,7 @@
 // directory, or "-" for stdin). Errors in a manifest are *ParseError values; Format renders
 // parsed rules for people and golden tests. docs/policy-language.md describes what is
 // supported and the semantic choices (namespace scoping, default deny, CIDR peers, named
-// ports).
+// ports, L7 HTTP rules).
 //
 // Namespace scoping is folded into selectors over the well-known keys of package labels
 // (io.kubernetes.pod.namespace and io.cilium.k8s.namespace.labels.*), so later stages only
