@@ -122,6 +122,11 @@ wait_upload() {
 }
 
 start_deathstar() {
+	# One deathstar at a time: if an earlier check went wrong it may still be running.
+	if [ -n "$ds_pid" ]; then
+		kill "$ds_pid" 2>/dev/null || true
+		wait "$ds_pid" 2>/dev/null || true
+	fi
 	ds_run=$((ds_run + 1))
 	"$BIN/rampart" --socket "$sock" endpoint exec default/deathstar -- "$BIN/starwars" deathstar \
 		--listen :80 --upload-timeout 2s \
@@ -138,7 +143,7 @@ start_deathstar() {
 }
 
 # deathstar_down: waits (up to 5 s) for the deathstar process to end. Sets GOT to
-# "exited N" or "running".
+# "exited-N" (N: its exit status) or "running".
 deathstar_down() {
 	for _ in $(seq 1 50); do
 		kill -0 "$ds_pid" 2>/dev/null || break
