@@ -6,7 +6,13 @@
  *
  * Per packet: endpoint -> parse -> fragments -> conntrack -> ipcache -> policy -> verdict
  * -> counters and (new flows, drops) a flow event. Every step is a fixed number of map
- * lookups. Anything the program cannot classify is dropped (fail closed). */
+ * lookups. Anything the program cannot classify is dropped (fail closed).
+ *
+ * L7 (see proxy.h): connections that a redirect entry sends through the proxy are steered
+ * at the client's veth (rampart_from_ep), whether the entry is the client's egress policy
+ * or the destination endpoint's ingress policy, which is evaluated there too. The proxy's
+ * upstream connection (socket mark) is admitted by the destination's redirect entry at
+ * rampart_to_ep; a redirect verdict for a packet that did not come from the proxy drops. */
 
 #include "common.h"
 #include "maps.h"
@@ -14,6 +20,7 @@
 #include "conntrack.h"
 #include "policy.h"
 #include "events.h"
+#include "proxy.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -90,6 +97,157 @@ static __always_inline int handle_later_fragment(struct __sk_buff *skb, struct p
 	return drop(skb, p, d, v->reason ? v->reason : REASON_POLICY_DENY);
 }
 
+/* steer_established hands a packet of an already steered flow to its proxy socket:
+ * forward packets of a client's connection to the proxy (CT_F_TO_PROXY, established at the
+ * client's egress), and a server's replies to the proxy's upstream connection
+ * (CT_F_FROM_PROXY, a reply at the server's egress). Returns -1 when the packet is not
+ * such a packet, else the tc verdict. */
+static __always_inline int steer_established(struct __sk_buff *skb, struct pkt *p,
+					     struct decision *d, int status, __u32 ct_flags)
+{
+	int to_proxy = status == CT_ESTABLISHED && (ct_flags & CT_F_TO_PROXY);
+	int reply_to_proxy = status == CT_REPLY && (ct_flags & CT_F_FROM_PROXY);
+
+	if (!to_proxy && !reply_to_proxy)
+		return -1;
+	if (p->t.proto != IPPROTO_TCP || p->frag != FRAG_NONE) {
+		/* Drop: only whole TCP segments can be handed to a socket (the later fragments
+		 * of a datagram could not follow the first). */
+		d->reason = REASON_PROXY_UNAVAILABLE;
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, d, 0);
+		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	}
+	/* A retransmitted SYN of a steered connection may find no socket yet (the first
+	 * one was lost): it may go to the listener again. */
+	if (proxy_assign(skb, p, to_proxy) < 0)
+		/* Drop: the proxy socket of this connection is gone (proxy stopped or
+		 * restarted): the connection cannot continue unchecked. */
+		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	count_proxy(d->ep_id, 1);
+	return pass(p, d);
+}
+
+/* dest_ingress evaluates, at the sender's veth, the ingress policy of the local endpoint
+ * dst (the packet's destination) for a new TCP flow, as that endpoint's rampart_to_ep
+ * would: peer is the source address's ipcache identity. *enforced says whether dst
+ * enforces ingress (also when its info is missing: fail closed). */
+static __always_inline void dest_ingress(const struct pkt *p, __u32 dst_ep_id,
+					 struct peer_identity *src, struct verdict *res,
+					 int *enforced)
+{
+	struct endpoint_info *dst = bpf_map_lookup_elem(&endpoints_by_id, &dst_ep_id);
+
+	*enforced = !dst || (dst->flags & EP_ENFORCE_INGRESS);
+	ipcache_resolve(p->t.saddr, src);
+	policy_decide(dst_ep_id, DIR_INGRESS, src, p->t.proto, p->policy_port, res);
+}
+
+/* new_egress finishes a new flow leaving the endpoint that its own egress policy
+ * allowed (res: ALLOW, REDIRECT, or nothing with egress unenforced). It decides whether
+ * the flow goes through the proxy: when the egress verdict is REDIRECT, or when the
+ * destination is a local endpoint whose ingress verdict is REDIRECT. A steered flow must
+ * also be allowed by the destination's ingress policy, checked here because the proxy
+ * would otherwise accept a connection that the destination refuses. Flows that are not
+ * steered continue unchanged (the destination's rampart_to_ep decides as always). */
+static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, struct decision *d,
+				      const struct peer_identity *peer, const struct verdict *res,
+				      __u64 now)
+{
+	struct peer_identity src;
+	struct verdict dres = {};
+	int steer = res->action == POLICY_REDIRECT;
+	int enforced = 1;
+
+	if (steer)
+		d->ev_flags |= FLOW_F_L7_EGRESS;
+	if (p->t.proto == IPPROTO_TCP && peer->ep_id) {
+		dest_ingress(p, peer->ep_id, &src, &dres, &enforced);
+		if (dres.action == POLICY_REDIRECT) {
+			d->ev_flags |= FLOW_F_L7_INGRESS;
+			if (!steer)
+				d->rule_id = dres.rule_id;
+			steer = 1;
+		}
+	}
+	if (!steer) {
+		ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, 0, now);
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, d, 1);
+		emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
+		return pass(p, d);
+	}
+
+	if (peer->ep_id && p->t.proto == IPPROTO_TCP &&
+	    (dres.action == POLICY_DENY || (dres.action == 0 && enforced))) {
+		/* Drop: the destination's ingress policy refuses the flow (the same verdict its
+		 * own veth would give); reported as the destination's ingress drop. */
+		struct decision dd = {
+			.ep_id = peer->ep_id,
+			.src_identity = src.identity,
+			.dst_identity = peer->identity,
+			.rule_id = dres.rule_id,
+			.dir = DIR_INGRESS,
+			.ev_flags = d->ev_flags,
+		};
+
+		d->reason = dres.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT;
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, d, 0);
+		return drop(skb, p, &dd, d->reason);
+	}
+	if (p->t.proto != IPPROTO_TCP || p->frag != FRAG_NONE) {
+		/* Drop: the proxy only takes whole TCP segments; a redirect entry for another
+		 * protocol cannot be honoured, and unchecked is not an option. */
+		d->reason = REASON_PROXY_UNAVAILABLE;
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, d, 0);
+		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	}
+	if (proxy_assign(skb, p, 1) < 0)
+		/* Drop: no proxy listener (not running, not configured) or no socket for this
+		 * packet: L7 policy cannot be checked, so the connection is refused. */
+		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, CT_F_TO_PROXY, now);
+	count_proxy(d->ep_id, 1);
+	emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_REDIRECTED);
+	return pass(p, d);
+}
+
+/* new_ingress finishes a new flow entering the endpoint that its ingress policy did not
+ * refuse. A REDIRECT verdict admits only the proxy's upstream connection (the proxy has
+ * applied the L7 rules); the server's replies to it will be steered back to the proxy. */
+static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, struct decision *d,
+				       const struct verdict *res, int proxied, __u64 now)
+{
+	__u32 ct_flags = 0;
+
+	if (res->action == POLICY_REDIRECT) {
+		d->ev_flags |= FLOW_F_L7_INGRESS;
+		if (!proxied || p->t.proto != IPPROTO_TCP) {
+			/* Drop: L7 rules apply to this flow but it did not pass the proxy (a
+			 * sender whose veth does not steer, such as the host). Never allowed
+			 * unchecked. */
+			d->reason = REASON_PROXY_BYPASS;
+			if (p->frag == FRAG_FIRST)
+				frag_record(p, d, 0);
+			return drop(skb, p, d, REASON_PROXY_BYPASS);
+		}
+	}
+	if (proxied) {
+		/* The proxy's upstream connection (for this endpoint's ingress rules or the
+		 * client's egress rules): its replies must go back to the proxy's socket. */
+		d->ev_flags |= FLOW_F_FROM_PROXY;
+		ct_flags = CT_F_FROM_PROXY;
+		count_proxy(d->ep_id, 0);
+	}
+	ct_create(p, d->ep_id, DIR_INGRESS, d->rule_id, ct_flags, now);
+	if (p->frag == FRAG_FIRST)
+		frag_record(p, d, 1);
+	emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
+	return pass(p, d);
+}
+
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 {
 	struct decision d = { .dir = dir };
@@ -98,8 +256,9 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	struct peer_identity peer;
 	struct verdict res;
 	__u32 ifindex = skb->ifindex;
+	__u32 ct_flags;
 	__u64 now;
-	int ret, status;
+	int ret, status, proxied = 0;
 
 	ep = bpf_map_lookup_elem(&endpoints, &ifindex);
 	if (!ep) {
@@ -134,10 +293,20 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	if (p.frag == FRAG_LATER)
 		return handle_later_fragment(skb, &p, &d, ep);
 
+	if (dir == DIR_INGRESS)
+		proxied = from_proxy(skb);
 	now = bpf_ktime_get_ns();
-	status = ct_lookup(&p, d.ep_id, dir, now);
+	status = ct_lookup(&p, d.ep_id, dir, now, &ct_flags);
 	if (status != CT_NEW) {
-		/* Established, reply or related: allowed when the flow was created. */
+		/* Established, reply or related: allowed when the flow was created. Packets of
+		 * steered flows still have to reach their proxy socket. */
+		if (dir == DIR_EGRESS) {
+			ret = steer_established(skb, &p, &d, status, ct_flags);
+			if (ret >= 0)
+				return ret;
+		} else if (proxied) {
+			count_proxy(d.ep_id, 0);
+		}
 		if (p.frag == FRAG_FIRST)
 			frag_record(&p, &d, 1);
 		return pass(&p, &d);
@@ -156,7 +325,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 			frag_record(&p, &d, 0);
 		return drop(skb, &p, &d, REASON_POLICY_DENY);
 	}
-	if (res.action != POLICY_ALLOW &&
+	if (res.action != POLICY_ALLOW && res.action != POLICY_REDIRECT &&
 	    (ep->flags & (dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS))) {
 		/* Drop: the endpoint enforces this direction and nothing allows the flow. */
 		d.reason = REASON_POLICY_DEFAULT;
@@ -165,11 +334,9 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		return drop(skb, &p, &d, REASON_POLICY_DEFAULT);
 	}
 
-	ct_create(&p, d.ep_id, dir, res.rule_id, now);
-	if (p.frag == FRAG_FIRST)
-		frag_record(&p, &d, 1);
-	emit_event(skb, &p, &d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
-	return pass(&p, &d);
+	if (dir == DIR_EGRESS)
+		return new_egress(skb, &p, &d, &peer, &res, now);
+	return new_ingress(skb, &p, &d, &res, proxied, now);
 }
 
 /* tc ingress on the host-side veth: the endpoint is sending. */

@@ -114,11 +114,16 @@ static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, in
 		__sync_fetch_and_or(&v->flags, add);
 }
 
-/* ct_lookup classifies p at endpoint ep_id in direction dir. */
-static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir, __u64 now)
+/* ct_lookup classifies p at endpoint ep_id in direction dir. For established packets and
+ * replies, *flags receives the entry's flags (CT_F_TO_PROXY, CT_F_FROM_PROXY say where the
+ * packet must be steered); otherwise 0. */
+static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir, __u64 now,
+				     __u32 *flags)
 {
 	struct ct_key k;
 	struct ct_value *v;
+
+	*flags = 0;
 
 	/* ICMP errors never belong to a flow of their own: they are related to the flow of
 	 * the packet they quote. That packet travelled the opposite way, so it is either a
@@ -148,6 +153,7 @@ static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir,
 		    (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN)
 			return CT_NEW;
 		ct_touch(v, p, 0, now);
+		*flags = v->flags;
 		return CT_ESTABLISHED;
 	}
 
@@ -155,15 +161,17 @@ static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir,
 	v = ct_live(&k, p->t.proto, now);
 	if (v) {
 		ct_touch(v, p, 1, now);
+		*flags = v->flags;
 		return CT_REPLY;
 	}
 	return CT_NEW;
 }
 
-/* ct_create records an allowed new flow. Failure (not expected with an LRU map) only
- * means the next packet is evaluated against policy again. */
+/* ct_create records an allowed new flow with the given CT_F_* flags (the proxy flags).
+ * Failure (not expected with an LRU map) only means the next packet is evaluated against
+ * policy again. */
 static __always_inline void ct_create(const struct pkt *p, __u32 ep_id, __u8 dir, __u32 rule_id,
-				      __u64 now)
+				      __u32 flags, __u64 now)
 {
 	struct ct_key k;
 	struct ct_value v = {};
@@ -174,6 +182,7 @@ static __always_inline void ct_create(const struct pkt *p, __u32 ep_id, __u8 dir
 	v.created_ns = now;
 	v.last_seen_ns = now;
 	v.rule_id = rule_id;
+	v.flags = flags;
 	if (p->t.proto == IPPROTO_TCP && (p->tcp_flags & TCP_F_RST))
 		v.flags |= CT_F_CLOSING;
 	bpf_map_update_elem(&ct, &k, &v, BPF_ANY);

@@ -13,9 +13,10 @@ struct decision {
 	__u32 src_identity;
 	__u32 dst_identity;
 	__u32 rule_id;
-	__u8 dir;    /* DIR_* */
-	__u8 reason; /* REASON_* */
-	__u8 pad[2];
+	__u8 dir;      /* DIR_* */
+	__u8 reason;   /* REASON_* */
+	__u8 ev_flags; /* FLOW_F_* for the event */
+	__u8 pad;
 };
 
 /* count_packet adds a forwarded or dropped packet to the endpoint's counters. Packets and
@@ -43,6 +44,21 @@ static __always_inline void count_packet(const struct decision *d, __u32 len, in
 			c->egress_bytes += len;
 		}
 	}
+}
+
+/* count_proxy counts a packet handed to a proxy socket (to_proxy) or arriving from the
+ * proxy's upstream connection (!to_proxy) at the endpoint's veth. */
+static __always_inline void count_proxy(__u32 ep_id, int to_proxy)
+{
+	struct ep_counters *c;
+
+	c = bpf_map_lookup_elem(&counters, &ep_id);
+	if (!c)
+		return;
+	if (to_proxy)
+		c->to_proxy_packets++;
+	else
+		c->from_proxy_packets++;
 }
 
 static __always_inline void count_lost_event(void)
@@ -85,6 +101,7 @@ static __always_inline void emit_event(struct __sk_buff *skb, const struct pkt *
 	e->protocol = p->t.proto;
 	e->family = p->family;
 	e->icmp_type = p->icmp_type;
+	e->flags = d->ev_flags;
 	bpf_ringbuf_submit(e, 0);
 }
 

@@ -15,6 +15,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } endpoints SEC(".maps");
 
+/* ep_id -> endpoint (the same info as in endpoints): lets the sender's veth evaluate a
+ * local destination's ingress policy, found through ipcache_value.ep_id, to decide L7
+ * steering before the packet leaves for the destination. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RAMPART_MAX_ENDPOINTS);
+	__type(key, __u32);
+	__type(value, struct endpoint_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} endpoints_by_id SEC(".maps");
+
 /* Address -> identity (longest prefix). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -62,6 +73,15 @@ struct {
 	__type(value, struct ep_counters);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } counters SEC(".maps");
+
+/* The L7 proxy: listener and socket marks (struct proxy_config at index 0). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct proxy_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} proxy SEC(".maps");
 
 /* Flow events (struct flow_event) for new flows and drops. */
 struct {

@@ -9,6 +9,7 @@
 struct peer_identity {
 	__u32 identity;      /* ID_WORLD when the address is not in the ipcache */
 	__u32 cidr_identity; /* flagged secondary identity, or 0 */
+	__u32 ep_id;         /* the local endpoint with this address, or 0 */
 };
 
 /* ipcache_resolve looks up the longest prefix containing addr (IPv4, network order). */
@@ -26,19 +27,37 @@ static __always_inline void ipcache_resolve(__be32 addr, struct peer_identity *o
 		/* No entry, not even 0.0.0.0/0: the peer is outside everything we know. */
 		out->identity = ID_WORLD;
 		out->cidr_identity = 0;
+		out->ep_id = 0;
 		return;
 	}
 	out->identity = v->identity;
 	out->cidr_identity = v->cidr_identity;
+	out->ep_id = v->ep_id;
 }
 
 struct verdict {
-	__u8 action; /* POLICY_ALLOW, POLICY_DENY, or 0 when no entry matched */
+	__u8 action; /* POLICY_ALLOW, POLICY_DENY, POLICY_REDIRECT, or 0 when no entry matched */
 	__u32 rule_id;
 };
 
-/* policy_lookup does one full-key (96-bit) LPM lookup and merges it into res: a deny
- * replaces anything, an allow replaces only "no match". */
+/* action_rank orders the merge of several lookups: deny > redirect > allow > no match.
+ * Redirect beats allow so that a broader allow (another identity lookup) can never let
+ * traffic skip the L7 checks another entry asks for. */
+static __always_inline int action_rank(__u8 action)
+{
+	switch (action) {
+	case POLICY_DENY:
+		return 3;
+	case POLICY_REDIRECT:
+		return 2;
+	case POLICY_ALLOW:
+		return 1;
+	}
+	return 0;
+}
+
+/* policy_lookup does one full-key (96-bit) LPM lookup and merges it into res: the result
+ * with the higher action_rank wins; on a tie the earlier one stays. */
 static __always_inline void policy_lookup(struct policy_key *k, __u32 identity,
 					  struct verdict *res)
 {
@@ -48,20 +67,15 @@ static __always_inline void policy_lookup(struct policy_key *k, __u32 identity,
 	v = bpf_map_lookup_elem(&policy, k);
 	if (!v)
 		return;
-	if (v->action == POLICY_DENY) {
-		if (res->action != POLICY_DENY) {
-			res->action = POLICY_DENY;
-			res->rule_id = v->rule_id;
-		}
-	} else if (v->action == POLICY_ALLOW && res->action == 0) {
-		res->action = POLICY_ALLOW;
+	if (action_rank(v->action) > action_rank(res->action)) {
+		res->action = v->action;
 		res->rule_id = v->rule_id;
 	}
 }
 
 /* policy_decide evaluates a new flow: the peer's identity, any identity (0), and the
- * peer's flagged CIDR identity if it has one. Deny wins over allow across all three; the
- * caller applies default deny when nothing matched. Three lookups at most, whatever the
+ * peer's flagged CIDR identity if it has one. Deny wins over redirect, redirect over allow,
+ * across all three; the caller applies default deny when nothing matched. Three lookups at most, whatever the
  * number of rules. */
 static __always_inline void policy_decide(__u32 ep_id, __u8 dir, const struct peer_identity *peer,
 					  __u8 proto, __be16 port, struct verdict *res)

@@ -52,6 +52,7 @@
 /* Verdicts in flow events. */
 #define VERDICT_FORWARDED 1
 #define VERDICT_DROPPED 2
+#define VERDICT_REDIRECTED 3 /* new flow steered to the L7 proxy */
 
 /* Drop reasons (flow_event.reason). Keep in sync with the Go names in datapath. */
 #define REASON_NONE 0
@@ -61,10 +62,17 @@
 #define REASON_FRAG_UNKNOWN 4     /* non-first fragment whose first fragment was not seen */
 #define REASON_UNKNOWN_ENDPOINT 5 /* packet on an interface with no endpoint_info (fail closed) */
 #define REASON_UNSUPPORTED_L3 6   /* not IPv4/ARP (IPv6 not enforced yet: dropped) */
+#define REASON_PROXY_UNAVAILABLE 7 /* L7 policy applies, but no proxy socket to hand it to */
+#define REASON_PROXY_BYPASS 8      /* L7 policy applies, but the packet did not come from the proxy */
 
 /* Flow event types. */
 #define EVENT_NEW_FLOW 1 /* first packet of a connection, allowed */
 #define EVENT_DROP 2
+
+/* flow_event.flags: how the L7 proxy is involved in the flow. */
+#define FLOW_F_L7_EGRESS (1u << 0)  /* the source endpoint's egress policy redirects it */
+#define FLOW_F_L7_INGRESS (1u << 1) /* the destination endpoint's ingress policy redirects it */
+#define FLOW_F_FROM_PROXY (1u << 2) /* the proxy's upstream connection (socket mark) */
 
 /* endpoints map: key = ifindex of the host-side veth (u32). */
 struct endpoint_info {
@@ -87,6 +95,9 @@ struct ipcache_value {
 	__u32 identity;      /* endpoint, reserved or CIDR identity of the longest prefix */
 	__u32 cidr_identity; /* for endpoint/host addresses: ID_FLAG_ENDPOINT_CIDR | CIDR
 	                      * identity of the longest policy prefix containing it, or 0 */
+	__u32 ep_id;         /* for a local endpoint's /32: its ep_id (its ingress policy is
+	                      * evaluated at the sender's veth for L7 steering), else 0 */
+	__u32 pad;
 };
 
 /* policy: LPM trie. Exact match on ep_id, identity and direction; then protocol; then the
@@ -108,9 +119,10 @@ struct policy_key {
 
 #define POLICY_ALLOW 1
 #define POLICY_DENY 2
+#define POLICY_REDIRECT 3 /* allowed only through the L7 proxy (TCP) */
 
 struct policy_value {
-	__u8 action; /* POLICY_ALLOW or POLICY_DENY */
+	__u8 action; /* POLICY_ALLOW, POLICY_DENY or POLICY_REDIRECT */
 	__u8 pad[3];
 	__u32 rule_id; /* agent's rule number, for flow events and explanations */
 };
@@ -140,6 +152,12 @@ struct ct_value {
 #define CT_F_CLOSING (1u << 1)
 #define CT_F_FIN_FWD (1u << 2) /* FIN seen in the flow's own direction */
 #define CT_F_FIN_REV (1u << 3) /* FIN seen in the reply direction */
+/* Set at the client's egress entry of a connection steered to the proxy: its forward
+ * packets go to the proxy's accepted socket. */
+#define CT_F_TO_PROXY (1u << 4)
+/* Set at the server's ingress entry of the proxy's upstream connection: the server's
+ * replies go to the proxy's upstream socket. */
+#define CT_F_FROM_PROXY (1u << 5)
 
 /* IP fragments: the ports of the first fragment, so later fragments of an allowed
  * datagram get the same verdict. Keyed per endpoint and direction like conntrack, because
@@ -172,7 +190,24 @@ struct ep_counters {
 	__u64 egress_packets;
 	__u64 egress_bytes;
 	__u64 egress_drops;
+	__u64 to_proxy_packets;   /* handed to a proxy socket at this endpoint's veth */
+	__u64 from_proxy_packets; /* into this endpoint from the proxy's upstream socket */
 };
+
+/* The L7 proxy: where steered connections go, and the socket marks. One entry (index 0)
+ * in the map proxy, written by the agent; port 0 means no proxy (steering fails closed). */
+struct proxy_config {
+	__u8 addr[16];       /* listener address in the node namespace (IPv4 in the first 4) */
+	__be16 port;         /* listener port, network order */
+	__u8 family;         /* RAMPART_FAMILY_V4 */
+	__u8 pad;
+	__u32 steer_mark;    /* set on steered packets; the node routes it to the local table */
+	__u32 upstream_mark; /* socket mark of the proxy's upstream connections */
+};
+
+#define PROXY_DEFAULT_PORT 15001
+#define PROXY_STEER_MARK 0x1
+#define PROXY_UPSTREAM_MARK 0x2
 
 /* Flow events, sent through the ring buffer. */
 struct flow_event {
@@ -194,7 +229,7 @@ struct flow_event {
 	__u8 protocol;
 	__u8 family;
 	__u8 icmp_type; /* for ICMP */
-	__u8 pad;
+	__u8 flags;     /* FLOW_F_* */
 };
 
 #endif /* __RAMPART_H */

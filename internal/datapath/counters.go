@@ -15,14 +15,46 @@ type Counters struct {
 	EgressDrops    uint64
 }
 
-// Counters returns the counters of endpoint epID.
-func (d *Datapath) Counters(epID uint32) (Counters, error) {
+// ProxyCounters count an endpoint's packets that involved the L7 proxy, summed over CPUs.
+// They are kept apart from Counters, whose packets they are part of.
+type ProxyCounters struct {
+	// ToProxy: packets handed to a proxy socket at the endpoint's veth (its steered
+	// connections, and its replies to the proxy's upstream connections).
+	ToProxy uint64
+	// FromProxy: packets of the proxy's upstream connections into the endpoint.
+	FromProxy uint64
+}
+
+func (d *Datapath) perCPUCounters(epID uint32) ([]rampartEpCounters, error) {
 	if epID >= d.MaxEndpoints() {
-		return Counters{}, fmt.Errorf("reading counters: endpoint ID %d out of range", epID)
+		return nil, fmt.Errorf("reading counters: endpoint ID %d out of range", epID)
 	}
 	var per []rampartEpCounters
 	if err := d.objs.Counters.Lookup(&epID, &per); err != nil {
-		return Counters{}, fmt.Errorf("reading counters of endpoint %d: %w", epID, err)
+		return nil, fmt.Errorf("reading counters of endpoint %d: %w", epID, err)
+	}
+	return per, nil
+}
+
+// ProxyCounters returns the L7 proxy counters of endpoint epID.
+func (d *Datapath) ProxyCounters(epID uint32) (ProxyCounters, error) {
+	per, err := d.perCPUCounters(epID)
+	if err != nil {
+		return ProxyCounters{}, err
+	}
+	var c ProxyCounters
+	for _, p := range per {
+		c.ToProxy += p.ToProxyPackets
+		c.FromProxy += p.FromProxyPackets
+	}
+	return c, nil
+}
+
+// Counters returns the counters of endpoint epID.
+func (d *Datapath) Counters(epID uint32) (Counters, error) {
+	per, err := d.perCPUCounters(epID)
+	if err != nil {
+		return Counters{}, err
 	}
 	var c Counters
 	for _, p := range per {

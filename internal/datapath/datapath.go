@@ -103,6 +103,10 @@ func Open(cfg Config) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
+	if err := d.initProxy(); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -167,7 +171,7 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
-	return []*ebpf.Map{m.Counters, m.Ct, m.Endpoints, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy}
+	return []*ebpf.Map{m.Counters, m.Ct, m.Endpoints, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy}
 }
 
 // ensureBPFFS mounts bpffs at /sys/fs/bpf unless one is mounted there already.

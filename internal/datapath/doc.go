@@ -14,8 +14,19 @@
 //
 // # Maps
 //
-// All maps are pinned by name under Config.PinDir: endpoints, ipcache, policy, ct, frags,
-// counters, events (ring buffer) and events_lost. A new Datapath on the same PinDir reuses
-// them, so a restarted agent sees the same state, and the tc filters (which hold the
-// programs) keep enforcing while no agent runs.
+// All maps are pinned by name under Config.PinDir: endpoints (and the same info by ep_id in
+// endpoints_by_id), ipcache, policy, ct, frags, counters, proxy (the L7 proxy's address),
+// events (ring buffer) and events_lost. A new Datapath on the same PinDir reuses them, so a
+// restarted agent sees the same state, and the tc filters (which hold the programs) keep
+// enforcing while no agent runs.
+//
+// # L7 steering
+//
+// Policy entries with mapstate.Value.Redirect send TCP connections through the L7 proxy, a
+// transparent listener in the node namespace (SetProxy, default DefaultProxyAddr). The
+// sender's veth steers them (bpf_sk_assign plus ProxySteerMark, which SetupProxyRouting
+// routes to local delivery), also for the destination endpoint's ingress rules, which it
+// evaluates through the ipcache's EndpointID. The destination admits a redirected flow
+// only from the proxy's upstream socket (ProxyUpstreamMark) and its replies are steered
+// back to that socket. No proxy means no connection (fail closed). See bpf/README.md.
 package datapath

@@ -64,7 +64,7 @@ func (d *Datapath) InstalledPolicy(epID uint32) map[mapstate.Key]mapstate.Value 
 		if !ok {
 			continue
 		}
-		out[key] = mapstate.Value{Deny: v.Action == policyDeny, RuleID: v.RuleId}
+		out[key] = mapstateValue(v)
 	}
 	return out
 }
@@ -76,6 +76,10 @@ func (d *Datapath) InstalledPolicy(epID uint32) map[mapstate.Key]mapstate.Value 
 // written, stale allow entries deleted, new allow entries written, stale deny entries
 // deleted, and finally the flags set to the new ones. A new endpoint gets its endpoint_info
 // (and so any traffic at all) only at the end.
+//
+// Redirect entries (mapstate.Value.Redirect: allowed only through the L7 proxy) are
+// written and deleted with the allow entries: they admit traffic, though only checked.
+// Changing an entry between allow and redirect is a single overwrite.
 //
 // On error (map full, write failure) it stops where it is and returns the error: the
 // endpoint is then at most as permissive as the old or the new policy, never more; calling
@@ -152,19 +156,19 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 		}
 	}
 	d.step(stepWriteDenies)
-	// Step 2: allow entries no longer wanted (changed ones were overwritten by step 1 if
-	// they became denies, or are rewritten by step 3).
+	// Step 2: allow and redirect entries no longer wanted (changed ones were overwritten
+	// by step 1 if they became denies, or are rewritten by step 3).
 	for k, v := range have {
-		if _, ok := want[k]; !ok && v.Action == policyAllow {
+		if _, ok := want[k]; !ok && v.Action != policyDeny {
 			if err := del("allow", k); err != nil {
 				return err
 			}
 		}
 	}
 	d.step(stepDeleteAllows)
-	// Step 3: new and changed allow entries.
+	// Step 3: new and changed allow and redirect entries.
 	for k, v := range want {
-		if v.Action == policyAllow && have[k] != v {
+		if v.Action != policyDeny && have[k] != v {
 			if err := put("allow", k, v); err != nil {
 				return err
 			}
@@ -224,6 +228,9 @@ func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := d.syncByID(epID); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		// With an endpoint_info left, its entries still protect it: do not remove them.
 		return fmt.Errorf("removing endpoint %d: %w", epID, errors.Join(errs...))
@@ -282,19 +289,81 @@ func purgeByEndpoint[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) err
 	return nil
 }
 
+// putEndpoint writes the endpoint info of ifindex, and the same info by ep_id (which
+// other endpoints' veths use to evaluate this endpoint's ingress policy for L7 steering).
 func (d *Datapath) putEndpoint(ifindex uint32, info rampartEndpointInfo) error {
 	if err := d.objs.Endpoints.Update(&ifindex, &info, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("writing endpoint info of ifindex %d: %w", ifindex, err)
 	}
 	d.endpoints[ifindex] = info
+	if err := d.objs.EndpointsById.Update(&info.EpId, &info, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("writing endpoint info of endpoint %d: %w", info.EpId, err)
+	}
 	return nil
 }
 
+// deleteEndpoint deletes the endpoint info of ifindex; the info by ep_id goes too unless
+// the endpoint is still installed on another interface.
 func (d *Datapath) deleteEndpoint(ifindex uint32) error {
 	if err := d.objs.Endpoints.Delete(&ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("deleting endpoint info of ifindex %d: %w", ifindex, err)
 	}
+	old, ok := d.endpoints[ifindex]
 	delete(d.endpoints, ifindex)
+	if ok {
+		return d.syncByID(old.EpId)
+	}
+	return nil
+}
+
+// syncByID makes the info of epID in endpoints_by_id that of an interface it is installed
+// on, or removes it when there is none.
+func (d *Datapath) syncByID(epID uint32) error {
+	for _, info := range d.endpoints {
+		if info.EpId == epID {
+			if err := d.objs.EndpointsById.Update(&epID, &info, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("writing endpoint info of endpoint %d: %w", epID, err)
+			}
+			return nil
+		}
+	}
+	if err := d.objs.EndpointsById.Delete(&epID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("deleting endpoint info of endpoint %d: %w", epID, err)
+	}
+	return nil
+}
+
+// resyncByID rebuilds endpoints_by_id from the endpoints map (after Open: pins left by a
+// version without it, or an agent that stopped between the two writes).
+func (d *Datapath) resyncByID() error {
+	var (
+		id   uint32
+		info rampartEndpointInfo
+		ids  []uint32
+	)
+	it := d.objs.EndpointsById.Iterate()
+	for it.Next(&id, &info) {
+		ids = append(ids, id)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading endpoints_by_id map: %w", err)
+	}
+	seen := make(map[uint32]bool)
+	for _, info := range d.endpoints {
+		seen[info.EpId] = true
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			if err := d.syncByID(id); err != nil {
+				return err
+			}
+		}
+	}
+	for id := range seen {
+		if err := d.syncByID(id); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -353,10 +422,10 @@ func (d *Datapath) readState() error {
 		if !ok {
 			continue
 		}
-		d.ipcache[p] = mapstate.IPCacheEntry{Identity: iv.Identity, Secondary: iv.CidrIdentity}
+		d.ipcache[p] = mapstate.IPCacheEntry{Identity: iv.Identity, Secondary: iv.CidrIdentity, EndpointID: iv.EpId}
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading ipcache map: %w", err)
 	}
-	return nil
+	return d.resyncByID()
 }

@@ -36,8 +36,9 @@ func (t EventType) String() string {
 type Verdict uint8
 
 const (
-	VerdictForwarded Verdict = 1
-	VerdictDropped   Verdict = 2
+	VerdictForwarded  Verdict = 1
+	VerdictDropped    Verdict = 2
+	VerdictRedirected Verdict = 3 // a new connection steered to the L7 proxy
 )
 
 func (v Verdict) String() string {
@@ -46,6 +47,8 @@ func (v Verdict) String() string {
 		return "forwarded"
 	case VerdictDropped:
 		return "dropped"
+	case VerdictRedirected:
+		return "redirected"
 	}
 	return fmt.Sprintf("verdict-%d", uint8(v))
 }
@@ -61,16 +64,24 @@ const (
 	ReasonFragUnknown     DropReason = 4 // non-first fragment whose first fragment was not seen
 	ReasonUnknownEndpoint DropReason = 5 // interface without endpoint info (fail closed)
 	ReasonUnsupportedL3   DropReason = 6 // not IPv4 or ARP
+	// ReasonProxyUnavailable: L7 rules apply to the connection but there is no proxy socket
+	// to hand it to (proxy not running or not listening, its connection gone).
+	ReasonProxyUnavailable DropReason = 7
+	// ReasonProxyBypass: L7 rules apply to the connection but the packet did not come from
+	// the proxy (a sender whose traffic is not steered, such as the host).
+	ReasonProxyBypass DropReason = 8
 )
 
 var reasonNames = map[DropReason]string{
-	ReasonNone:            "none",
-	ReasonPolicyDeny:      "policy-deny",
-	ReasonPolicyDefault:   "policy-default-deny",
-	ReasonMalformed:       "malformed",
-	ReasonFragUnknown:     "fragment-unknown",
-	ReasonUnknownEndpoint: "unknown-endpoint",
-	ReasonUnsupportedL3:   "unsupported-l3",
+	ReasonNone:             "none",
+	ReasonPolicyDeny:       "policy-deny",
+	ReasonPolicyDefault:    "policy-default-deny",
+	ReasonMalformed:        "malformed",
+	ReasonFragUnknown:      "fragment-unknown",
+	ReasonUnknownEndpoint:  "unknown-endpoint",
+	ReasonUnsupportedL3:    "unsupported-l3",
+	ReasonProxyUnavailable: "proxy-unavailable",
+	ReasonProxyBypass:      "proxy-bypass",
 }
 
 func (r DropReason) String() string {
@@ -80,7 +91,15 @@ func (r DropReason) String() string {
 	return fmt.Sprintf("reason-%d", uint8(r))
 }
 
-// FlowEvent is one event from the dataplane: a new allowed flow, or a dropped packet.
+// flow_event.flags (FLOW_F_* in rampart.h).
+const (
+	flowL7Egress  = 1 << 0
+	flowL7Ingress = 1 << 1
+	flowFromProxy = 1 << 2
+)
+
+// FlowEvent is one event from the dataplane: a new allowed flow (forwarded, or redirected
+// to the L7 proxy), or a dropped packet.
 type FlowEvent struct {
 	Time        time.Time     // wall-clock time, converted from the monotonic timestamp
 	Monotonic   time.Duration // CLOCK_MONOTONIC timestamp from the kernel
@@ -102,6 +121,13 @@ type FlowEvent struct {
 	RuleID          uint32 // rule that allowed or denied the flow; 0 when none (default)
 	IfIndex         uint32
 	Length          uint32 // packet length including the Ethernet header
+	// L7 proxy involvement (any event type). L7Egress: the source endpoint's egress policy
+	// sends the flow through the proxy; L7Ingress: the destination endpoint's ingress
+	// policy does. FromProxy: the flow is the proxy's upstream connection, admitted at the
+	// destination because the proxy applied the L7 rules.
+	L7Egress  bool
+	L7Ingress bool
+	FromProxy bool
 }
 
 // EventReader reads flow events from the ring buffer. Use one reader at a time per
@@ -169,6 +195,9 @@ func decodeEvent(raw []byte, offset time.Duration) (FlowEvent, error) {
 		RuleID:          e.RuleId,
 		IfIndex:         e.Ifindex,
 		Length:          e.Length,
+		L7Egress:        e.Flags&flowL7Egress != 0,
+		L7Ingress:       e.Flags&flowL7Ingress != 0,
+		FromProxy:       e.Flags&flowFromProxy != 0,
 	}
 	out.Time = time.Unix(0, 0).Add(offset + out.Monotonic)
 	switch e.Family {

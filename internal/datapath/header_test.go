@@ -12,6 +12,13 @@ import (
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
+// Conntrack flags (CT_F_* in rampart.h), used by tests that write entries directly.
+const (
+	ctFSeenReply = 1 << 0
+	ctFToProxy   = 1 << 4
+	ctFFromProxy = 1 << 5
+)
+
 func mapstateKey5(proto policy.Protocol, port uint16, plen uint8) mapstate.Key {
 	return mapstate.Key{Identity: 9, Direction: policy.Ingress, Protocol: proto, Port: port, PortPrefixLen: plen}
 }
@@ -47,29 +54,42 @@ func TestHeaderConstants(t *testing.T) {
 	}
 
 	want := map[string]uint64{
-		"RAMPART_FAMILY_V4":       familyV4,
-		"RAMPART_FAMILY_V6":       familyV6,
-		"DIR_INGRESS":             uint64(policy.Ingress),
-		"DIR_EGRESS":              uint64(policy.Egress),
-		"EP_ENFORCE_INGRESS":      enforceIngress,
-		"EP_ENFORCE_EGRESS":       enforceEgress,
-		"POLICY_ALLOW":            policyAllow,
-		"POLICY_DENY":             policyDeny,
-		"VERDICT_FORWARDED":       uint64(VerdictForwarded),
-		"VERDICT_DROPPED":         uint64(VerdictDropped),
-		"EVENT_NEW_FLOW":          uint64(EventNewFlow),
-		"EVENT_DROP":              uint64(EventDrop),
-		"REASON_NONE":             uint64(ReasonNone),
-		"REASON_POLICY_DENY":      uint64(ReasonPolicyDeny),
-		"REASON_POLICY_DEFAULT":   uint64(ReasonPolicyDefault),
-		"REASON_MALFORMED":        uint64(ReasonMalformed),
-		"REASON_FRAG_UNKNOWN":     uint64(ReasonFragUnknown),
-		"REASON_UNKNOWN_ENDPOINT": uint64(ReasonUnknownEndpoint),
-		"REASON_UNSUPPORTED_L3":   uint64(ReasonUnsupportedL3),
-		"ID_UNKNOWN":              uint64(identity.Any),
-		"ID_HOST":                 uint64(identity.Host),
-		"ID_WORLD":                uint64(identity.World),
-		"ID_FLAG_ENDPOINT_CIDR":   uint64(identity.EndpointCIDRFlag),
+		"RAMPART_FAMILY_V4":        familyV4,
+		"RAMPART_FAMILY_V6":        familyV6,
+		"DIR_INGRESS":              uint64(policy.Ingress),
+		"DIR_EGRESS":               uint64(policy.Egress),
+		"EP_ENFORCE_INGRESS":       enforceIngress,
+		"EP_ENFORCE_EGRESS":        enforceEgress,
+		"POLICY_ALLOW":             policyAllow,
+		"POLICY_DENY":              policyDeny,
+		"VERDICT_FORWARDED":        uint64(VerdictForwarded),
+		"VERDICT_DROPPED":          uint64(VerdictDropped),
+		"EVENT_NEW_FLOW":           uint64(EventNewFlow),
+		"EVENT_DROP":               uint64(EventDrop),
+		"REASON_NONE":              uint64(ReasonNone),
+		"REASON_POLICY_DENY":       uint64(ReasonPolicyDeny),
+		"REASON_POLICY_DEFAULT":    uint64(ReasonPolicyDefault),
+		"REASON_MALFORMED":         uint64(ReasonMalformed),
+		"REASON_FRAG_UNKNOWN":      uint64(ReasonFragUnknown),
+		"REASON_UNKNOWN_ENDPOINT":  uint64(ReasonUnknownEndpoint),
+		"REASON_UNSUPPORTED_L3":    uint64(ReasonUnsupportedL3),
+		"ID_UNKNOWN":               uint64(identity.Any),
+		"ID_HOST":                  uint64(identity.Host),
+		"ID_WORLD":                 uint64(identity.World),
+		"ID_FLAG_ENDPOINT_CIDR":    uint64(identity.EndpointCIDRFlag),
+		"POLICY_REDIRECT":          policyRedirect,
+		"VERDICT_REDIRECTED":       uint64(VerdictRedirected),
+		"REASON_PROXY_UNAVAILABLE": uint64(ReasonProxyUnavailable),
+		"REASON_PROXY_BYPASS":      uint64(ReasonProxyBypass),
+		"FLOW_F_L7_EGRESS":         flowL7Egress,
+		"FLOW_F_L7_INGRESS":        flowL7Ingress,
+		"FLOW_F_FROM_PROXY":        flowFromProxy,
+		"CT_F_SEEN_REPLY":          ctFSeenReply,
+		"CT_F_TO_PROXY":            ctFToProxy,
+		"CT_F_FROM_PROXY":          ctFFromProxy,
+		"PROXY_STEER_MARK":         ProxySteerMark,
+		"PROXY_UPSTREAM_MARK":      ProxyUpstreamMark,
+		"PROXY_DEFAULT_PORT":       uint64(DefaultProxyAddr.Port()),
 	}
 	for name, v := range want {
 		got, ok := c[name]

@@ -175,9 +175,13 @@ func (p packet) bytes() []byte {
 
 // skbContext is the start of struct __sk_buff up to ifindex: BPF_PROG_RUN takes the
 // packet's interface from ctx.ifindex (the device must exist in the caller's network
-// namespace; 0 or 1 means loopback). All other fields must be zero.
+// namespace; 0 or 1 means loopback) and its mark from ctx.mark. All other fields must be
+// zero.
 type skbContext struct {
-	Fields  [10]uint32 // len .. ingress_ifindex
+	Len     uint32
+	PktType uint32
+	Mark    uint32
+	Fields  [7]uint32 // queue_mapping .. ingress_ifindex
 	Ifindex uint32
 	Rest    [1]uint32 // tc_index
 }
@@ -185,15 +189,25 @@ type skbContext struct {
 // run runs prog on data as if received on ifindex (0: loopback, ifindex 1).
 func run(t *testing.T, prog *ebpf.Program, data []byte, ifindex uint32) uint32 {
 	t.Helper()
-	opts := &ebpf.RunOptions{Data: data}
-	if ifindex > 1 {
-		opts.Context = skbContext{Ifindex: ifindex}
+	ret, _ := runCtx(t, prog, data, skbContext{Ifindex: ifindex})
+	return ret
+}
+
+// runCtx runs prog on data with the __sk_buff fields of ctx (ifindex 0 or 1: loopback) and
+// returns the verdict and the mark the program left on the packet.
+func runCtx(t *testing.T, prog *ebpf.Program, data []byte, ctx skbContext) (uint32, uint32) {
+	t.Helper()
+	if ctx.Ifindex <= 1 {
+		ctx.Ifindex = 0
 	}
-	ret, err := prog.Run(opts)
+	// The kernel writes the whole __sk_buff back, so the output buffer is larger than the
+	// fields we pass in.
+	out := make([]byte, 256)
+	ret, err := prog.Run(&ebpf.RunOptions{Data: data, Context: ctx, ContextOut: out})
 	if err != nil {
 		t.Fatalf("BPF_PROG_RUN: %v", err)
 	}
-	return ret
+	return ret, binary.NativeEndian.Uint32(out[8:12])
 }
 
 // eventsOf opens an event reader closed at cleanup.

@@ -12,7 +12,9 @@ import (
 
 // ApplyIPCache makes the ipcache map equal to desired: new and changed prefixes are written
 // first, then prefixes no longer wanted are deleted, so an address never falls back to a
-// shorter prefix (ultimately world) while its own entry is being replaced.
+// shorter prefix (ultimately world) while its own entry is being replaced. An entry's
+// EndpointID (the ep_id of a local endpoint's /32) lets a sender's veth evaluate that
+// endpoint's ingress policy, which is how its L7 rules steer connections to the proxy.
 func (d *Datapath) ApplyIPCache(desired map[netip.Prefix]mapstate.IPCacheEntry) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -32,7 +34,7 @@ func (d *Datapath) ApplyIPCache(desired map[netip.Prefix]mapstate.IPCacheEntry) 
 		if err != nil {
 			return fmt.Errorf("applying ipcache: %w", err)
 		}
-		v := rampartIpcacheValue{Identity: e.Identity, CidrIdentity: e.Secondary}
+		v := rampartIpcacheValue{Identity: e.Identity, CidrIdentity: e.Secondary, EpId: e.EndpointID}
 		if err := d.objs.Ipcache.Update(&k, &v, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("applying ipcache: writing %v: %w", p, err)
 		}

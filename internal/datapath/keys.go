@@ -15,8 +15,9 @@ const (
 	familyV4 = 4
 	familyV6 = 6
 
-	policyAllow = 1
-	policyDeny  = 2
+	policyAllow    = 1
+	policyDeny     = 2
+	policyRedirect = 3
 
 	enforceIngress = 1 << 0
 	enforceEgress  = 1 << 1
@@ -82,12 +83,21 @@ func mapstateKey(k rampartPolicyKey) (epID uint32, key mapstate.Key, ok bool) {
 	return k.EpId, key, true
 }
 
+// policyValue converts a mapstate value. Deny wins over Redirect, as in mapstate.
 func policyValue(v mapstate.Value) rampartPolicyValue {
 	out := rampartPolicyValue{Action: policyAllow, RuleId: v.RuleID}
-	if v.Deny {
+	switch {
+	case v.Deny:
 		out.Action = policyDeny
+	case v.Redirect:
+		out.Action = policyRedirect
 	}
 	return out
+}
+
+// mapstateValue converts a policy value read from the map back.
+func mapstateValue(v rampartPolicyValue) mapstate.Value {
+	return mapstate.Value{Deny: v.Action == policyDeny, Redirect: v.Action == policyRedirect, RuleID: v.RuleId}
 }
 
 // normalizeKey masks a key read back from the map so it compares equal to the key written.

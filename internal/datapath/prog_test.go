@@ -50,19 +50,23 @@ type fixture struct {
 	sport uint16
 }
 
-func newFixture(t *testing.T, cfg Config) *fixture {
-	t.Helper()
-	d := openTest(t, cfg)
-	err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+// fixtureIPCache is the fixture world's ipcache.
+func fixtureIPCache() map[netip.Prefix]mapstate.IPCacheEntry {
+	return map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("0.0.0.0/0"):       {Identity: identity.World},
-		netip.MustParsePrefix("198.18.0.10/32"):  {Identity: epIdent},
+		netip.MustParsePrefix("198.18.0.10/32"):  {Identity: epIdent, EndpointID: epID},
 		netip.MustParsePrefix("198.18.0.20/32"):  {Identity: idA},
 		netip.MustParsePrefix("198.18.0.30/32"):  {Identity: idB},
 		netip.MustParsePrefix("198.18.1.0/24"):   {Identity: cidrID},
 		netip.MustParsePrefix("198.18.1.5/32"):   {Identity: idPod, Secondary: flagged},
 		netip.MustParsePrefix("198.18.255.0/24"): {Identity: identity.FirstCIDR + 2},
-	})
-	if err != nil {
+	}
+}
+
+func newFixture(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	d := openTest(t, cfg)
+	if err := d.ApplyIPCache(fixtureIPCache()); err != nil {
 		t.Fatal(err)
 	}
 	return &fixture{t: t, d: d, ev: eventsOf(t, d), sport: 40000}

@@ -43,13 +43,15 @@ type rampartEndpointInfo struct {
 }
 
 type rampartEpCounters struct {
-	_              structs.HostLayout
-	IngressPackets uint64
-	IngressBytes   uint64
-	IngressDrops   uint64
-	EgressPackets  uint64
-	EgressBytes    uint64
-	EgressDrops    uint64
+	_                structs.HostLayout
+	IngressPackets   uint64
+	IngressBytes     uint64
+	IngressDrops     uint64
+	EgressPackets    uint64
+	EgressBytes      uint64
+	EgressDrops      uint64
+	ToProxyPackets   uint64
+	FromProxyPackets uint64
 }
 
 type rampartFlowEvent struct {
@@ -72,7 +74,7 @@ type rampartFlowEvent struct {
 	Protocol    uint8
 	Family      uint8
 	IcmpType    uint8
-	Pad         uint8
+	Flags       uint8
 	_           [4]byte
 }
 
@@ -110,6 +112,8 @@ type rampartIpcacheValue struct {
 	_            structs.HostLayout
 	Identity     uint32
 	CidrIdentity uint32
+	EpId         uint32
+	Pad          uint32
 }
 
 type rampartPolicyKey struct {
@@ -129,6 +133,16 @@ type rampartPolicyValue struct {
 	RuleId uint32
 }
 
+type rampartProxyConfig struct {
+	_            structs.HostLayout
+	Addr         [16]uint8
+	Port         uint16
+	Family       uint8
+	Pad          uint8
+	SteerMark    uint32
+	UpstreamMark uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -136,11 +150,13 @@ const (
 	rampartMapCounters                  = "counters"
 	rampartMapCt                        = "ct"
 	rampartMapEndpoints                 = "endpoints"
+	rampartMapEndpointsById             = "endpoints_by_id"
 	rampartMapEvents                    = "events"
 	rampartMapEventsLost                = "events_lost"
 	rampartMapFrags                     = "frags"
 	rampartMapIpcache                   = "ipcache"
 	rampartMapPolicy                    = "policy"
+	rampartMapProxy                     = "proxy"
 	rampartProgRampartFromEp            = "rampart_from_ep"
 	rampartProgRampartToEp              = "rampart_to_ep"
 	rampartVarCtTimeoutOtherNs          = "ct_timeout_other_ns"
@@ -200,14 +216,16 @@ type rampartProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartMapSpecs struct {
-	Counters   *ebpf.MapSpec `ebpf:"counters"`
-	Ct         *ebpf.MapSpec `ebpf:"ct"`
-	Endpoints  *ebpf.MapSpec `ebpf:"endpoints"`
-	Events     *ebpf.MapSpec `ebpf:"events"`
-	EventsLost *ebpf.MapSpec `ebpf:"events_lost"`
-	Frags      *ebpf.MapSpec `ebpf:"frags"`
-	Ipcache    *ebpf.MapSpec `ebpf:"ipcache"`
-	Policy     *ebpf.MapSpec `ebpf:"policy"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	Ct            *ebpf.MapSpec `ebpf:"ct"`
+	Endpoints     *ebpf.MapSpec `ebpf:"endpoints"`
+	EndpointsById *ebpf.MapSpec `ebpf:"endpoints_by_id"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	EventsLost    *ebpf.MapSpec `ebpf:"events_lost"`
+	Frags         *ebpf.MapSpec `ebpf:"frags"`
+	Ipcache       *ebpf.MapSpec `ebpf:"ipcache"`
+	Policy        *ebpf.MapSpec `ebpf:"policy"`
+	Proxy         *ebpf.MapSpec `ebpf:"proxy"`
 }
 
 // rampartVariableSpecs contains global variables before they are loaded into the kernel.
@@ -241,14 +259,16 @@ func (o *rampartObjects) Close() error {
 //
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartMaps struct {
-	Counters   *ebpf.Map `ebpf:"counters"`
-	Ct         *ebpf.Map `ebpf:"ct"`
-	Endpoints  *ebpf.Map `ebpf:"endpoints"`
-	Events     *ebpf.Map `ebpf:"events"`
-	EventsLost *ebpf.Map `ebpf:"events_lost"`
-	Frags      *ebpf.Map `ebpf:"frags"`
-	Ipcache    *ebpf.Map `ebpf:"ipcache"`
-	Policy     *ebpf.Map `ebpf:"policy"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	Ct            *ebpf.Map `ebpf:"ct"`
+	Endpoints     *ebpf.Map `ebpf:"endpoints"`
+	EndpointsById *ebpf.Map `ebpf:"endpoints_by_id"`
+	Events        *ebpf.Map `ebpf:"events"`
+	EventsLost    *ebpf.Map `ebpf:"events_lost"`
+	Frags         *ebpf.Map `ebpf:"frags"`
+	Ipcache       *ebpf.Map `ebpf:"ipcache"`
+	Policy        *ebpf.Map `ebpf:"policy"`
+	Proxy         *ebpf.Map `ebpf:"proxy"`
 }
 
 func (m *rampartMaps) Close() error {
@@ -256,11 +276,13 @@ func (m *rampartMaps) Close() error {
 		m.Counters,
 		m.Ct,
 		m.Endpoints,
+		m.EndpointsById,
 		m.Events,
 		m.EventsLost,
 		m.Frags,
 		m.Ipcache,
 		m.Policy,
+		m.Proxy,
 	)
 }
 

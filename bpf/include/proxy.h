@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Steering TCP connections to the L7 proxy (a transparent listener in the node namespace).
+ *
+ * Only tc ingress can do it (bpf_sk_assign refuses anywhere else), so everything happens
+ * on the packet's way *out of* an endpoint (rampart_from_ep):
+ *   - a connection's first packets: the proxy's listener (map proxy) is looked up and
+ *     assigned; the accepted socket then has the original destination as local address;
+ *   - later packets of a steered connection: the socket is found by the packet's own tuple
+ *     (the accepted socket, or a request socket during the handshake);
+ *   - a server's replies to the proxy's upstream connection (which uses the client's
+ *     address, so routing alone would send them to the real client): the upstream socket,
+ *     found by the reply's tuple.
+ * A steered packet also gets proxy_config.steer_mark, which the node namespace routes to
+ * its local table (`ip rule fwmark 0x1/0x1 lookup 101`, `local 0.0.0.0/0 dev lo table
+ * 101`): without local delivery the assigned socket is ignored. */
+#ifndef __RAMPART_PROXY_H
+#define __RAMPART_PROXY_H
+
+#include "common.h"
+#include "maps.h"
+#include "parse.h"
+
+static __always_inline const struct proxy_config *proxy_cfg(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&proxy, &zero);
+}
+
+/* from_proxy says whether the packet was sent by the proxy's upstream socket (its socket
+ * mark survives to the tc egress hook of the destination's veth, in the same namespace).
+ * Endpoints cannot forge it: crossing from their namespace into the node's clears the mark. */
+static __always_inline int from_proxy(const struct __sk_buff *skb)
+{
+	const struct proxy_config *cfg;
+	__u32 mark = skb->mark;
+
+	if (!mark)
+		return 0;
+	cfg = proxy_cfg();
+	return cfg && cfg->upstream_mark && (mark & cfg->upstream_mark);
+}
+
+static __always_inline int is_syn(const struct pkt *p)
+{
+	return (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN;
+}
+
+/* proxy_assign hands the TCP packet p to a proxy socket in this (the node) namespace and
+ * marks it for local delivery. First the socket of the packet's own tuple: an accepted or
+ * upstream connection, or a request socket mid-handshake; never a listener, which would be
+ * some other service listening on the original destination port. A SYN that finds none
+ * (or only a TIME_WAIT socket of an earlier connection on the tuple) goes to the proxy's
+ * listener when listener is set. Returns 0 when assigned, -1 when there is no such socket
+ * (the caller drops: fail closed). */
+static __always_inline int proxy_assign(struct __sk_buff *skb, const struct pkt *p, int listener)
+{
+	const struct proxy_config *cfg = proxy_cfg();
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_sock *sk;
+	long err;
+
+	if (!cfg || !cfg->port || !cfg->steer_mark || cfg->family != RAMPART_FAMILY_V4)
+		return -1; /* no proxy configured */
+	tuple.ipv4.saddr = p->t.saddr;
+	tuple.ipv4.daddr = p->t.daddr;
+	tuple.ipv4.sport = p->t.sport;
+	tuple.ipv4.dport = p->t.dport;
+	sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (sk) {
+		if (sk->state != BPF_TCP_LISTEN && !(is_syn(p) && sk->state == BPF_TCP_TIME_WAIT))
+			goto assign;
+		bpf_sk_release(sk);
+	}
+	if (!listener || !is_syn(p))
+		return -1;
+	__builtin_memcpy(&tuple.ipv4.daddr, cfg->addr, 4);
+	tuple.ipv4.dport = cfg->port;
+	sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return -1;
+	if (sk->state != BPF_TCP_LISTEN) {
+		/* Something else owns that address and port (or the lookup found an odd
+		 * connection with this exact tuple): not a proxy listener. */
+		bpf_sk_release(sk);
+		return -1;
+	}
+assign:
+	err = bpf_sk_assign(skb, sk, 0);
+	bpf_sk_release(sk);
+	if (err)
+		return -1;
+	skb->mark |= cfg->steer_mark;
+	return 0;
+}
+
+#endif /* __RAMPART_PROXY_H */

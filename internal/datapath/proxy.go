@@ -1,0 +1,188 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// The L7 proxy's place in the dataplane (see bpf/README.md, "L7 steering"). The marks and
+// the routing table are fixed: the proxy (Envoy's original_src listener filter) must put
+// ProxyUpstreamMark on its upstream sockets, and the node namespace must route
+// ProxySteerMark to its local table (SetupProxyRouting).
+const (
+	// ProxySteerMark is set on packets steered to a proxy socket; the routing rule sends
+	// them to ProxyRouteTable, which delivers everything locally.
+	ProxySteerMark = 0x1
+	// ProxyUpstreamMark is the socket mark of the proxy's upstream connections. A packet
+	// with it may pass a destination's redirect entry (the proxy applied the L7 rules).
+	// It must not share bits with ProxySteerMark.
+	ProxyUpstreamMark = 0x2
+	// ProxyRouteTable is the routing table with the local default route.
+	ProxyRouteTable = 101
+	// ProxyRulePriority is the priority of the fwmark rule (before the main table's 32766).
+	ProxyRulePriority = 100
+)
+
+// DefaultProxyAddr is the proxy listener a new dataplane steers to until SetProxy says
+// otherwise.
+var DefaultProxyAddr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 15001)
+
+// initProxy writes the default proxy config when the map has never been written (a fresh
+// pin directory); a restarted agent keeps what was set.
+func (d *Datapath) initProxy() error {
+	var (
+		zero uint32
+		cfg  rampartProxyConfig
+	)
+	if err := d.objs.Proxy.Lookup(&zero, &cfg); err != nil {
+		return fmt.Errorf("reading proxy config: %w", err)
+	}
+	if cfg.Family != 0 {
+		return nil
+	}
+	return d.SetProxy(DefaultProxyAddr)
+}
+
+// SetProxy sets the address of the proxy's transparent listener in the node namespace
+// (default DefaultProxyAddr), where the dataplane hands the first packet of every
+// connection that L7 rules apply to. Only IPv4 is supported. A connection that needs the
+// proxy is dropped while nothing listens there.
+func (d *Datapath) SetProxy(addr netip.AddrPort) error {
+	a := addr.Addr().Unmap()
+	if !a.Is4() || addr.Port() == 0 {
+		return fmt.Errorf("setting proxy address %v: need an IPv4 address and a port", addr)
+	}
+	cfg := rampartProxyConfig{
+		Port:         htons(addr.Port()),
+		Family:       familyV4,
+		SteerMark:    ProxySteerMark,
+		UpstreamMark: ProxyUpstreamMark,
+	}
+	b := a.As4()
+	copy(cfg.Addr[:], b[:])
+	var zero uint32
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.objs.Proxy.Update(&zero, &cfg, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("setting proxy address %v: %w", addr, err)
+	}
+	return nil
+}
+
+// Proxy returns the proxy listener address the dataplane steers to.
+func (d *Datapath) Proxy() (netip.AddrPort, error) {
+	var (
+		zero uint32
+		cfg  rampartProxyConfig
+	)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.objs.Proxy.Lookup(&zero, &cfg); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("reading proxy config: %w", err)
+	}
+	if cfg.Family != familyV4 {
+		return netip.AddrPort{}, nil
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(cfg.Addr[:4])), ntohs(cfg.Port)), nil
+}
+
+func proxyRule() *netlink.Rule {
+	r := netlink.NewRule()
+	mask := uint32(ProxySteerMark)
+	r.Family = unix.AF_INET
+	r.Priority = ProxyRulePriority
+	r.Mark = ProxySteerMark
+	r.Mask = &mask
+	r.Table = ProxyRouteTable
+	return r
+}
+
+func isProxyRule(r netlink.Rule) bool {
+	return r.Table == ProxyRouteTable && r.Mark == ProxySteerMark && r.Mask != nil && *r.Mask == ProxySteerMark
+}
+
+func proxyRoute(lo int) *netlink.Route {
+	return &netlink.Route{
+		LinkIndex: lo,
+		Dst:       &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+		Table:     ProxyRouteTable,
+		Type:      unix.RTN_LOCAL,
+		Scope:     netlink.SCOPE_HOST,
+	}
+}
+
+// SetupProxyRouting prepares the node network namespace at netnsPath ("" = the caller's)
+// for L7 steering: `ip rule add fwmark 0x1/0x1 lookup 101 pref 100` and
+// `ip route add local 0.0.0.0/0 dev lo table 101`, so packets the dataplane assigned to a
+// proxy socket are delivered locally (without it the socket assignment is ignored and the
+// packet forwarded to its original destination). It brings lo up (the proxy listens on
+// it). Idempotent.
+func SetupProxyRouting(netnsPath string) error {
+	h, err := netlinkHandle(netnsPath)
+	if err != nil {
+		return fmt.Errorf("setting up proxy routing: %w", err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("setting up proxy routing: finding lo: %w", err)
+	}
+	if lo.Attrs().Flags&net.FlagUp == 0 {
+		if err := h.LinkSetUp(lo); err != nil {
+			return fmt.Errorf("setting up proxy routing: bringing lo up: %w", err)
+		}
+	}
+	// The route before the rule, so that a marked packet never meets the rule without it.
+	if err := h.RouteReplace(proxyRoute(lo.Attrs().Index)); err != nil {
+		return fmt.Errorf("setting up proxy routing: local route in table %d: %w", ProxyRouteTable, err)
+	}
+	rules, err := h.RuleList(unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("setting up proxy routing: listing rules: %w", err)
+	}
+	for _, r := range rules {
+		if isProxyRule(r) {
+			return nil
+		}
+	}
+	if err := h.RuleAdd(proxyRule()); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("setting up proxy routing: fwmark rule: %w", err)
+	}
+	return nil
+}
+
+// TeardownProxyRouting removes what SetupProxyRouting added to the network namespace at
+// netnsPath ("" = the caller's). Missing pieces are not an error.
+func TeardownProxyRouting(netnsPath string) error {
+	h, err := netlinkHandle(netnsPath)
+	if err != nil {
+		return fmt.Errorf("removing proxy routing: %w", err)
+	}
+	defer h.Close()
+	rules, err := h.RuleList(unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("removing proxy routing: listing rules: %w", err)
+	}
+	for _, r := range rules {
+		if !isProxyRule(r) {
+			continue
+		}
+		if err := h.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("removing proxy routing: fwmark rule: %w", err)
+		}
+	}
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("removing proxy routing: finding lo: %w", err)
+	}
+	if err := h.RouteDel(proxyRoute(lo.Attrs().Index)); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("removing proxy routing: local route in table %d: %w", ProxyRouteTable, err)
+	}
+	return nil
+}
