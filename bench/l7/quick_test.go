@@ -1,0 +1,202 @@
+package l7
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/testenv"
+)
+
+// TestQuickRun runs the benchmark command in quick mode, as CI's smoke test, and checks
+// that it produced a well-formed report: every configuration either measured (with
+// numbers, passed enforcement checks and a rate search) or, for the L7 ones only, reported
+// as not available with a reason; the ratios computed or marked not available; the
+// markdown table and the plot written; nothing left behind. It asserts no speed: targets
+// belong in the benchmark's output.
+func TestQuickRun(t *testing.T) {
+	testenv.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("builds three binaries and runs the benchmark for about a minute")
+	}
+	for _, tool := range []string{"nsenter", "taskset", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			skipOrFail(t, tool+" not found: "+err.Error())
+		}
+	}
+	fortio := findFortio(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart", "./bench/l7/cmd/l7bench")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+
+	out := filepath.Join(dir, "results")
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "l7bench"), "--quick", "--bin-dir", dir, "--out", out, "--fortio", fortio)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if err != nil {
+		t.Fatalf("quick run failed: %v", err)
+	}
+
+	for _, ext := range []string{"json", "md", "png"} {
+		if m, _ := filepath.Glob(filepath.Join(out, "l7-*."+ext)); len(m) != 1 {
+			t.Fatalf("want one .%s output, got %v", ext, m)
+		}
+	}
+	pngs, _ := filepath.Glob(filepath.Join(out, "l7-*.png"))
+	if png, err := os.ReadFile(pngs[0]); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Errorf("plot is not a PNG (err %v)", err)
+	}
+	jsons, _ := filepath.Glob(filepath.Join(out, "l7-*.json"))
+	b, err := os.ReadFile(jsons[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var res Result
+	if err := dec.Decode(&res); err != nil {
+		t.Fatalf("report is not well-formed: %v", err)
+	}
+	if res.Schema != Schema || !res.Settings.Quick || res.Incomplete || len(res.Errors) > 0 || res.Host.Fortio == "" {
+		t.Errorf("schema %q, quick %v, incomplete %v, errors %v, fortio %q", res.Schema, res.Settings.Quick, res.Incomplete, res.Errors, res.Host.Fortio)
+	}
+	var names []string
+	for _, c := range res.Cases {
+		names = append(names, c.Name)
+	}
+	if !slices.Equal(names, CaseNames) {
+		t.Fatalf("configurations %v, want %v", names, CaseNames)
+	}
+	for _, c := range res.Cases {
+		checkCase(t, c)
+	}
+	if len(res.Comparisons) != 2 {
+		t.Fatalf("%d comparisons, want 2", len(res.Comparisons))
+	}
+	for _, c := range res.Comparisons {
+		switch c.Verdict {
+		case VerdictPass, VerdictMiss:
+			if !c.Ratio.Valid() || c.Ratio <= 0 || c.Rounds != 1 {
+				t.Errorf("%s: verdict %s without a ratio: %+v", c.Name, c.Verdict, c)
+			}
+		case VerdictNotAvailable:
+			if c.Note == "" || c.Ratio.Valid() {
+				t.Errorf("%s: not available without a reason, or with a number: %+v", c.Name, c)
+			}
+			t.Logf("%s: not available: %s", c.Name, c.Note)
+		default:
+			t.Errorf("%s: verdict %s", c.Name, c.Verdict)
+		}
+	}
+	md := stdout.String()
+	for _, want := range []string{"| configuration |", "| no-policy |", "| l7-40 |", "L7/L4 throughput", "40 rules/1 rule throughput"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("printed table lacks %q", want)
+		}
+	}
+
+	// Nothing left behind: namespaces and pins carry the run's instance name.
+	if res.Settings.Instance == "" {
+		t.Fatal("instance name not reported")
+	}
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if strings.Contains(e.Name(), res.Settings.Instance) {
+			t.Errorf("network namespace %s left behind", e.Name())
+		}
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", res.Settings.Instance)); !os.IsNotExist(err) {
+		t.Errorf("pin directory of %s left behind (stat: %v)", res.Settings.Instance, err)
+	}
+}
+
+// checkCase checks one configuration of a quick run's report.
+func checkCase(t *testing.T, c CaseResult) {
+	t.Helper()
+	s := c.Summary
+	if s.Verdict == VerdictNotAvailable {
+		if c.Layer != "L7" || c.NotAvailable == "" || len(c.Samples) != 0 || s.SustainedQPS.Valid() {
+			t.Errorf("%s: not available must be an L7 configuration with a reason and no numbers: %+v", c.Name, c)
+		}
+		t.Logf("%s: not available: %s", c.Name, c.NotAvailable)
+		return
+	}
+	if s.Verdict != VerdictMeasured || len(c.Errors) > 0 || len(c.Samples) != 1 {
+		t.Errorf("%s: verdict %s, %d samples, errors %v", c.Name, s.Verdict, len(c.Samples), c.Errors)
+		return
+	}
+	x := c.Samples[0]
+	l := x.Latency
+	if l.Requests <= 0 || l.TargetQPS <= 0 || l.ActualQPS <= 0 || l.MinUs <= 0 || l.P50Us < l.MinUs ||
+		l.P90Us < l.P50Us || l.P99Us < l.P90Us || l.P999Us < l.P99Us || l.MaxUs < l.P999Us || len(l.Histogram) == 0 {
+		t.Errorf("%s: fixed-rate run lacks numbers: %+v", c.Name, l)
+	}
+	if x.Saturation.TargetQPS != 0 || x.Saturation.ActualQPS <= 0 || len(x.Steps) == 0 || x.SustainedQPS < 0 {
+		t.Errorf("%s: closed-loop run %+v, %d steps, sustained %v", c.Name, x.Saturation, len(x.Steps), x.SustainedQPS)
+	}
+	for _, st := range x.Steps {
+		if st.TargetQPS <= 0 || st.Requests <= 0 || st.Sustained == (st.Why != "") {
+			t.Errorf("%s: search step %+v", c.Name, st)
+		}
+		if st.Sustained && st.TargetQPS > x.SustainedQPS {
+			t.Errorf("%s: step at %v passed but sustained is %v", c.Name, st.TargetQPS, x.SustainedQPS)
+		}
+	}
+	if len(x.Probes) == 0 {
+		t.Errorf("%s: no enforcement checks recorded", c.Name)
+	}
+	if c.Name == CaseNone {
+		return
+	}
+	if x.EnforcedSeconds <= 0 || x.EnforcedSeconds < x.ApplySeconds || x.MapEntries < 1 || x.AgentPolicies != 1 || x.DeleteSeconds <= 0 {
+		t.Errorf("%s: apply %.3fs enforced %.3fs delete %.3fs, %d map entries, %d policies",
+			c.Name, x.ApplySeconds, x.EnforcedSeconds, x.DeleteSeconds, x.MapEntries, x.AgentPolicies)
+	}
+	if c.Layer == "L7" && x.ProxyProcesses < 1 {
+		t.Errorf("%s: measured with no proxy process", c.Name)
+	}
+}
+
+func skipOrFail(t *testing.T, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (CI=true: not skipping)", msg)
+	}
+	t.Skip(msg)
+}
+
+// findFortio looks where scripts/setup.sh installs fortio.
+func findFortio(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("fortio"); err == nil {
+		return p
+	}
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		for _, d := range filepath.SplitList(strings.TrimSpace(string(out))) {
+			if p := filepath.Join(d, "bin", "fortio"); fileExists(p) {
+				return p
+			}
+		}
+	}
+	skipOrFail(t, "fortio not found (scripts/setup.sh installs it)")
+	return ""
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
