@@ -54,3 +54,13 @@ if ! python3 -c 'import pyftpdlib' >/dev/null 2>&1; then
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pyftpdlib >/dev/null; }
 	python3 -c 'import pyftpdlib' || { echo "setup: pyftpdlib did not install" >&2; exit 1; }
 fi
+
+# --- L7 benchmark (bench/run-l7.sh, bench/l7): the constant-rate load generator fortio, built
+# from the Go module proxy into $(go env GOPATH)/bin (newer versions than 1.68.2 fail here).
+fortio_version=1.68.2
+fortio_bin="$(go env GOPATH | cut -d: -f1)/bin/fortio"
+if [ ! -x "$fortio_bin" ] || [ "$("$fortio_bin" version 2>/dev/null)" != "$fortio_version" ]; then
+	echo "setup: installing fortio $fortio_version"
+	(cd / && GOFLAGS=-mod=mod go install "fortio.org/fortio@v$fortio_version")
+	[ "$("$fortio_bin" version)" = "$fortio_version" ] || { echo "setup: fortio $fortio_version did not install" >&2; exit 1; }
+fi
