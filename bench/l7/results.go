@@ -60,6 +60,9 @@ type HostInfo struct {
 	CPUs     int    `json:"cpus"`
 	Go       string `json:"go"`
 	Fortio   string `json:"fortio"`
+	// Proxy is the L7 proxy the agent ran (its binary and version), if any configuration
+	// needed one.
+	Proxy string `json:"proxy,omitempty"`
 	// Load averages (1 min) before and after the run: other work on a shared machine is
 	// the main source of noise.
 	LoadStart float64 `json:"load_start"`

@@ -107,6 +107,7 @@ type runner struct {
 	server  *benchkit.Endpoint
 	bystand *benchkit.Endpoint
 	files   map[string]string // case name -> manifest path
+	proxy   string            // the proxy's binary and version, once seen
 }
 
 // Run starts an agent with a client, a server and a bystander endpoint, measures every
@@ -165,6 +166,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 		res.Finished = time.Now()
 		res.Host.LoadEnd = benchkit.LoadAverage()
+		res.Host.Proxy = r.proxy
 		summarize(res)
 		if werr := r.write(res); werr != nil && err == nil {
 			err = werr
@@ -407,6 +409,9 @@ func (r *runner) sample(ctx context.Context, c caseDef, round int) (s Sample, er
 	if s.ProxyProcesses, err = r.pinProxies(); err != nil {
 		return s, err
 	}
+	if r.proxy == "" && s.ProxyProcesses > 0 {
+		r.proxy = r.proxyVersion(ctx)
+	}
 	if s.Latency, err = r.load(ctx, r.cfg.RateQPS, r.cfg.LatencyDuration); err != nil {
 		return s, fmt.Errorf("fixed-rate run: %w", err)
 	}
@@ -530,6 +535,29 @@ func (r *runner) pinProxies() (int, error) {
 		}
 	}
 	return len(pids), nil
+}
+
+// proxyVersion returns the binary and version of the proxy the agent runs.
+func (r *runner) proxyVersion(ctx context.Context) string {
+	pids, err := benchkit.Descendants(r.agent.Pid(), "envoy")
+	if err != nil || len(pids) == 0 {
+		return ""
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pids[0]))
+	if err != nil {
+		return ""
+	}
+	out, err := benchkit.RunOutput(ctx, 30*time.Second, func(ctx context.Context) *exec.Cmd {
+		return benchkit.OwnGroup(exec.CommandContext(ctx, exe, "--version"))
+	})
+	v := strings.TrimSpace(string(out))
+	if i := strings.LastIndex(v, "version: "); i >= 0 {
+		v = v[i+len("version: "):]
+	}
+	if err != nil || v == "" {
+		return exe
+	}
+	return exe + " " + v
 }
 
 // load runs fortio in the client endpoint against the server's GET /v1: at rate requests/s
