@@ -35,6 +35,8 @@ type Agent struct {
 	cur      *desired
 	ifindex  map[uint32]int // ep id -> host veth ifindex
 	degraded string
+	prox     Proxy  // the L7 proxy, nil until some state has L7 rules (see proxy.go)
+	proxyErr string // why the proxy could not be started
 
 	view  atomic.Pointer[view] // read by the flow decorator without mu
 	flows *flowHub
@@ -105,6 +107,14 @@ func New(cfg Config) (*Agent, error) {
 	a.dp, err = open(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening datapath: %w", err)
+	}
+	defer func() {
+		if !ok {
+			a.closeProxy()
+		}
+	}()
+	if err := a.dp.SetupProxy(a.net.NetnsPath(), cfg.ProxyListen); err != nil {
+		return nil, fmt.Errorf("setting up L7 proxy steering: %w", err)
 	}
 	for _, key := range sortedKeys(m.endpoints) {
 		rec := m.endpoints[key]
@@ -219,7 +229,10 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		a.listener.Close()
-		a.closeErr = a.dp.Close()
+		// Envoy goes with the agent: nothing then listens for steered connections, and the
+		// dataplane refuses them until the agent is back.
+		perr := a.closeProxy()
+		a.closeErr = errors.Join(a.dp.Close(), perr)
 		<-a.readerDone
 		a.flows.close()
 	})
@@ -256,10 +269,11 @@ func (a *Agent) persist(m *model, d *desired) error {
 	return nil
 }
 
-// applyState moves the dataplane from old to new: ipcache additions and changes first (so
-// no endpoint's policy refers to an identity whose addresses are not known yet), then each
-// endpoint whose identity or policy changed (or every endpoint with force), then ipcache
-// deletions. On failure it tries to put old back and reports the failure.
+// applyState moves the dataplane from old to new: the L7 proxy's rules first, then ipcache
+// additions and changes (so no endpoint's policy refers to an identity whose addresses are
+// not known yet), then each endpoint whose identity or policy changed (or every endpoint
+// with force), then ipcache deletions. On failure it tries to put old back and reports the
+// failure.
 func (a *Agent) applyState(old, new *desired, m *model, force bool) error {
 	// After a failed rollback the dataplane may differ from a.cur anywhere: rewrite every
 	// endpoint until a full apply succeeds.
@@ -269,6 +283,7 @@ func (a *Agent) applyState(old, new *desired, m *model, force bool) error {
 		if force {
 			a.degraded = ""
 		}
+		a.proxyPrune(old, new)
 		return nil
 	}
 	a.log.Error("applying dataplane state failed, restoring the previous state", "error", err)
@@ -280,6 +295,10 @@ func (a *Agent) applyState(old, new *desired, m *model, force bool) error {
 }
 
 func (a *Agent) applyOnce(old, new *desired, m *model, force bool) error {
+	// The proxy first: it must know the L7 rules before the dataplane steers traffic to it.
+	if err := a.proxyUpdate(old, new); err != nil {
+		return err
+	}
 	merged := make(map[netip.Prefix]mapstate.IPCacheEntry, len(old.state.IPCache)+len(new.state.IPCache))
 	for p, e := range old.state.IPCache {
 		merged[p] = e

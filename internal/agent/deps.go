@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"net/netip"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/proxy"
 )
 
 // Datapath is what the agent needs from the BPF dataplane (internal/datapath). It is an
@@ -25,6 +27,10 @@ type Datapath interface {
 	Installed() map[int]uint32
 	// ApplyIPCache makes the ipcache equal to entries.
 	ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error
+	// SetupProxy prepares the node namespace at netnsPath for L7 steering (packets the
+	// dataplane hands to the proxy are routed locally) and tells the dataplane where the
+	// proxy's transparent listener is. Idempotent.
+	SetupProxy(netnsPath string, listen netip.AddrPort) error
 	Counters(epID uint32) (api.Counters, error)
 	// ReadEvent blocks until the next flow event; it fails once Close was called.
 	ReadEvent() (FlowEvent, error)
@@ -58,6 +64,7 @@ type FlowEvent struct {
 	Direction   uint8 // DIR_*
 	Protocol    uint8
 	ICMPType    uint8
+	Flags       uint8 // FLOW_F_*: how the L7 proxy is involved
 }
 
 // Values of FlowEvent fields (bpf/include/rampart.h).
@@ -65,8 +72,13 @@ const (
 	EventNewFlow = 1
 	EventDrop    = 2
 
-	VerdictForwarded = 1
-	VerdictDropped   = 2
+	VerdictForwarded  = 1
+	VerdictDropped    = 2
+	VerdictRedirected = 3 // a new connection steered to the L7 proxy
+
+	FlowFlagL7Egress  = 1 << 0 // the source endpoint's egress policy redirects the flow
+	FlowFlagL7Ingress = 1 << 1 // the destination endpoint's ingress policy redirects it
+	FlowFlagFromProxy = 1 << 2 // the proxy's upstream connection
 
 	DirIngress = 1
 	DirEgress  = 2
@@ -81,6 +93,27 @@ var ReasonNames = map[uint8]string{
 	4: "fragment-unknown",
 	5: "unknown-endpoint",
 	6: "unsupported-l3",
+	7: "proxy-unavailable", // L7 rules apply but no proxy listens (fail closed)
+	8: "proxy-bypass",      // L7 rules apply but the packet did not come through the proxy
+}
+
+// Reasons of L7 flows (api.Flow type l7).
+const (
+	ReasonL7Denied = "l7-denied" // the proxy refused the request (no L7 rule matches)
+	ReasonL7Error  = "l7-error"  // the proxy answered itself: malformed request, upstream failure...
+)
+
+// Proxy is the L7 proxy (proxy.Manager), an interface so that the agent can be tested
+// without Envoy.
+type Proxy interface {
+	// Start starts Envoy (once); it gets its configuration when it connects.
+	Start()
+	// Update makes the proxy enforce st, keeping chains for keep's L7 rules (the state
+	// being replaced) with decisions from st; it returns once a running Envoy applied it.
+	Update(ctx context.Context, st mapstate.State, keep *mapstate.State) error
+	Status() proxy.Status
+	// Close stops Envoy and the control plane.
+	Close() error
 }
 
 // Network creates and finds endpoint namespaces and veths (endpoint.Node).

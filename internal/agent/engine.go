@@ -43,21 +43,31 @@ func mapstateTrace(in mapstate.Input, st mapstate.State, q TraceQuery) (api.Trac
 	out := api.TraceResult{
 		FromIdent: res.From.Identity,
 		ToIdent:   res.To.Identity,
-		Allowed:   res.Verdict == mapstate.Allowed,
+		// A redirected connection passes the dataplane; the proxy checks its requests.
+		Allowed:    res.Verdict == mapstate.Allowed || res.Verdict == mapstate.Redirected,
+		Redirected: res.Verdict == mapstate.Redirected,
 	}
 	for _, c := range []*mapstate.TraceCheck{res.Egress, res.Ingress} {
 		if c == nil {
 			continue
 		}
 		side := api.TraceSide{
-			Direction: c.Direction.String(),
-			Endpoint:  c.Endpoint,
-			Enforced:  c.Enforced,
-			Allowed:   c.Decision.Verdict == mapstate.Allowed,
-			Reason:    string(c.Decision.Reason),
+			Direction:  c.Direction.String(),
+			Endpoint:   c.Endpoint,
+			Enforced:   c.Enforced,
+			Allowed:    c.Decision.Verdict == mapstate.Allowed || c.Decision.Verdict == mapstate.Redirected,
+			Redirected: c.Decision.Verdict == mapstate.Redirected,
+			Reason:     string(c.Decision.Reason),
 		}
 		if c.Rule != nil {
 			side.Rule = &api.RuleRef{ID: c.Rule.ID, Policy: policyRefString(c.Rule.Policy), Rule: c.Rule.Description}
+		}
+		for _, l := range c.L7 {
+			t := api.TraceL7{Rule: &api.RuleRef{ID: l.Rule.ID, Policy: policyRefString(l.Rule.Policy), Rule: l.Rule.Description}}
+			for _, h := range l.HTTP {
+				t.HTTP = append(t.HTTP, policy.FormatHTTPRule(h))
+			}
+			side.L7 = append(side.L7, t)
 		}
 		out.Sides = append(out.Sides, side)
 	}

@@ -1,15 +1,18 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/proxy"
 )
 
 // fakeNetwork records endpoints instead of creating namespaces.
@@ -81,9 +84,14 @@ type fakeDatapath struct {
 	failEndpointAfter int
 	failAttach        bool
 	failAll           bool // every ApplyEndpoint fails
-	events            chan FlowEvent
-	closed            chan struct{}
-	closeOnce         sync.Once
+	proxyNetns        string
+	proxyListen       netip.AddrPort
+	// applied records, for each ApplyEndpoint, the sequence number (see seq) and whether
+	// the policy had redirect entries.
+	applied   []appliedEP
+	events    chan FlowEvent
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 type fakeEP struct {
@@ -150,7 +158,78 @@ func (d *fakeDatapath) ApplyEndpoint(ifindex int, info EndpointInfo, pol mapstat
 		d.failEndpointAfter--
 	}
 	d.eps[ifindex] = fakeEP{info: info, pol: pol}
+	redirect := false
+	for _, v := range pol.Entries {
+		redirect = redirect || v.Redirect
+	}
+	d.applied = append(d.applied, appliedEP{seq: seq.Add(1), epID: info.EpID, redirect: redirect})
 	return nil
+}
+
+type appliedEP struct {
+	seq      int64
+	epID     uint32
+	redirect bool
+}
+
+// seq orders calls across the fakes.
+var seq atomic.Int64
+
+// fakeProxy records what the agent asks of the L7 proxy.
+type fakeProxy struct {
+	mu       sync.Mutex
+	updates  []proxyUpdate
+	started  int
+	closed   bool
+	failNext error // the next Update fails with it
+}
+
+type proxyUpdate struct {
+	seq  int64
+	st   mapstate.State
+	keep *mapstate.State
+}
+
+func (p *fakeProxy) Start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.started++
+}
+
+func (p *fakeProxy) Update(ctx context.Context, st mapstate.State, keep *mapstate.State) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.updates = append(p.updates, proxyUpdate{seq: seq.Add(1), st: st, keep: keep})
+	if err := p.failNext; err != nil {
+		p.failNext = nil
+		return err
+	}
+	return nil
+}
+
+func (p *fakeProxy) Status() proxy.Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return proxy.Status{Running: p.started > 0, Connected: p.started > 0, PID: 4242, Version: uint64(len(p.updates)), AckedVersion: uint64(len(p.updates))}
+}
+
+func (p *fakeProxy) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	return nil
+}
+
+func (p *fakeProxy) last() proxyUpdate {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.updates[len(p.updates)-1]
+}
+
+func (p *fakeProxy) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.updates)
 }
 
 func (d *fakeDatapath) RemoveEndpoint(ifindex int, epID uint32) error {
@@ -174,6 +253,13 @@ func (d *fakeDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEnt
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ipcache = maps.Clone(entries)
+	return nil
+}
+
+func (d *fakeDatapath) SetupProxy(netnsPath string, listen netip.AddrPort) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.proxyNetns, d.proxyListen = netnsPath, listen
 	return nil
 }
 

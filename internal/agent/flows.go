@@ -17,6 +17,9 @@ type view struct {
 	byIP   map[netip.Addr]*EndpointRecord
 	alloc  *identityLabeler
 	rules  map[uint32]api.RuleRef
+	// ipcache is the current desired ipcache (read only), for the identities of L7 flows'
+	// addresses.
+	ipcache map[netip.Prefix]mapstate.IPCacheEntry
 }
 
 // identityLabeler answers identity -> labels from one allocator state.
@@ -31,6 +34,7 @@ func (a *Agent) publishView() {
 		byIP:   map[netip.Addr]*EndpointRecord{},
 		rules:  map[uint32]api.RuleRef{},
 	}
+	v.ipcache = a.cur.state.IPCache
 	for _, e := range a.model.endpoints {
 		v.byEpID[e.EpID] = e
 		v.byIP[e.IP] = e
@@ -95,6 +99,8 @@ func (a *Agent) decorate(ev FlowEvent) api.Flow {
 		f.Verdict = "FORWARDED"
 	case VerdictDropped:
 		f.Verdict = "DROPPED"
+	case VerdictRedirected:
+		f.Verdict = "REDIRECTED"
 	default:
 		f.Verdict = "UNKNOWN"
 	}

@@ -123,5 +123,6 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		FlowsSeen:  seen,
 		FlowsLost:  lost,
 		Degraded:   a.degraded,
+		Proxy:      a.proxyStatus(),
 	}, nil
 }

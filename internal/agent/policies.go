@@ -50,6 +50,9 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := a.requireProxy(parsed); err != nil {
+		return api.ChangeResult{}, err
+	}
 	var res api.ChangeResult
 	_, _, err = a.change(func(m *model) error {
 		for _, p := range parsed {

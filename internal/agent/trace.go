@@ -43,6 +43,13 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 				res.Sides[i].Rule = &full
 			}
 		}
+		for j := range res.Sides[i].L7 {
+			if r := res.Sides[i].L7[j].Rule; r != nil {
+				if full, ok := v.rules[r.ID]; ok {
+					res.Sides[i].L7[j].Rule = &full
+				}
+			}
+		}
 	}
 	res.From, res.To = req.From, req.To
 	res.Protocol, res.Port = protocolName(uint8(proto)), req.Port

@@ -55,6 +55,9 @@ func Uninstall(cfg Config) error {
 	if err := netw.Teardown(); err != nil {
 		errs = append(errs, fmt.Errorf("removing node network setup: %w", err))
 	}
+	if err := removeProxyRunDir(cfg); err != nil {
+		errs = append(errs, err)
+	}
 	if err := os.RemoveAll(cfg.StateDir); err != nil {
 		errs = append(errs, fmt.Errorf("removing state: %w", err))
 	}

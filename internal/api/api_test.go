@@ -37,10 +37,18 @@ func TestFilterMatch(t *testing.T) {
 		{FlowFilter{Protocol: "tcp"}, true},
 		{FlowFilter{Protocol: "udp"}, false},
 		{FlowFilter{Namespace: "x", Port: 80, Protocol: "tcp", Verdict: "dropped"}, true},
+		{FlowFilter{Type: "l3l4"}, true},
+		{FlowFilter{Type: "l7"}, false},
 	}
 	for _, c := range cases {
 		if got := c.f.Match(f); got != c.want {
 			t.Errorf("%+v: got %v, want %v", c.f, got, c.want)
+		}
+	}
+	f.Type = FlowTypeL7
+	for typ, want := range map[string]bool{"": true, "l7": true, "L7": true, "l3l4": false} {
+		if got := (FlowFilter{Type: typ}).Match(f); got != want {
+			t.Errorf("l7 flow, type filter %q: got %v, want %v", typ, got, want)
 		}
 	}
 }

@@ -2,6 +2,9 @@ package api
 
 import "strings"
 
+// FlowTypeL7 is the type of flows that are HTTP requests the L7 proxy handled.
+const FlowTypeL7 = "l7"
+
 // Match reports whether a flow passes the filter. Endpoint, namespace, labels and port match
 // either side of the flow.
 func (f FlowFilter) Match(fl Flow) bool {
@@ -23,6 +26,12 @@ func (f FlowFilter) Match(fl Flow) bool {
 	}
 	if f.Protocol != "" && !strings.EqualFold(f.Protocol, fl.Protocol) {
 		return false
+	}
+	switch strings.ToLower(f.Type) {
+	case "l7":
+		return fl.Type == FlowTypeL7
+	case "l3l4":
+		return fl.Type != FlowTypeL7
 	}
 	return true
 }

@@ -31,6 +31,29 @@ type Status struct {
 	// Degraded is set when a dataplane update failed and could not be rolled back; it
 	// names the problem. Enforcement is then fail-closed where it could not be restored.
 	Degraded string `json:"degraded,omitempty"`
+	// Proxy is the L7 proxy's state.
+	Proxy ProxyStatus `json:"proxy"`
+}
+
+// ProxyStatus describes the L7 proxy (Envoy), which the agent starts once some policy has
+// L7 rules and supervises from then on.
+type ProxyStatus struct {
+	// State is "not started" (no L7 rules so far), "running", "starting" (not yet
+	// configured), "restarting" (Envoy exited; the supervisor starts it again) or
+	// "unavailable" (it cannot run: see Error). Connections that need L7 checks are refused
+	// by the dataplane unless it is running.
+	State        string    `json:"state"`
+	PID          int       `json:"pid,omitempty"`
+	StartedAt    time.Time `json:"startedAt,omitzero"`
+	Restarts     int       `json:"restarts"`
+	Version      uint64    `json:"version"`      // latest configuration version published
+	AckedVersion uint64    `json:"ackedVersion"` // latest version Envoy applied
+	Chains       int       `json:"chains"`       // listener filter chains (endpoint, direction, port)
+	Listen       string    `json:"listen,omitempty"`
+	Binary       string    `json:"binary,omitempty"`
+	Log          string    `json:"log,omitempty"`
+	LastExit     string    `json:"lastExit,omitempty"`
+	Error        string    `json:"error,omitempty"`
 }
 
 // NamedPort is a port an endpoint declares by name (--port http=80/TCP).
@@ -182,16 +205,30 @@ type TraceSide struct {
 	Allowed   bool     `json:"allowed"`
 	Reason    string   `json:"reason"` // e.g. "allowed by rule", "denied by rule", "no rule allows (default deny)", "not enforced"
 	Rule      *RuleRef `json:"rule,omitempty"`
+	// Redirected: allowed only through the L7 proxy, where each request must match one of
+	// the HTTP rules of L7 (Allowed is true).
+	Redirected bool      `json:"redirected,omitempty"`
+	L7         []TraceL7 `json:"l7,omitempty"`
+}
+
+// TraceL7 is one rule whose HTTP rules the proxy applies to a redirected connection.
+type TraceL7 struct {
+	Rule *RuleRef `json:"rule"`
+	// HTTP are the rule's HTTP rules, rendered (e.g. `method "GET" path "/v1"`).
+	HTTP []string `json:"http"`
 }
 
 // TraceResult is the answer to a trace. Sides has one entry per managed endpoint on the
 // path (traffic from or to a non-endpoint address has one side).
 type TraceResult struct {
-	From       string      `json:"from"`
-	To         string      `json:"to"`
-	FromIdent  uint32      `json:"fromIdentity"`
-	ToIdent    uint32      `json:"toIdentity"`
-	Allowed    bool        `json:"allowed"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	FromIdent uint32 `json:"fromIdentity"`
+	ToIdent   uint32 `json:"toIdentity"`
+	Allowed   bool   `json:"allowed"`
+	// Redirected: the connection is steered to the L7 proxy, which checks each request
+	// (see the sides' L7 rules).
+	Redirected bool        `json:"redirected,omitempty"`
 	Sides      []TraceSide `json:"sides"`
 	Protocol   string      `json:"protocol"`
 	Port       uint16      `json:"port"`
@@ -208,11 +245,12 @@ type FlowPeer struct {
 	Labels    []string `json:"labels,omitempty"` // identity labels, sorted k=v (reserved:x for reserved)
 }
 
-// Flow is one flow event: a new allowed connection or a drop.
+// Flow is one flow event: a new allowed connection, a drop, or (type l7) one HTTP request
+// the L7 proxy handled.
 type Flow struct {
 	Time      time.Time `json:"time"`
-	Type      string    `json:"type"`    // new, drop
-	Verdict   string    `json:"verdict"` // FORWARDED, DROPPED
+	Type      string    `json:"type"`    // new, drop, l7
+	Verdict   string    `json:"verdict"` // FORWARDED, DROPPED, REDIRECTED (new connection steered to the L7 proxy)
 	Reason    string    `json:"reason,omitempty"`
 	Direction string    `json:"direction"` // ingress, egress (at Endpoint)
 	Protocol  string    `json:"protocol"`  // TCP, UDP, ICMP, ...
@@ -223,6 +261,22 @@ type Flow struct {
 	Endpoint string   `json:"endpoint"`
 	Length   uint32   `json:"length"`
 	Rule     *RuleRef `json:"rule,omitempty"`
+	// L7 is the request, for flows of type l7. Endpoint, Direction and Rule are then the
+	// side whose L7 policy decided (for a denial, the side that refused).
+	L7 *L7Flow `json:"l7,omitempty"`
+}
+
+// L7Flow is one HTTP request through the L7 proxy.
+type L7Flow struct {
+	Protocol  string  `json:"protocol"` // HTTP/1.1, HTTP/2
+	Method    string  `json:"method"`
+	Path      string  `json:"path"` // without the query
+	Host      string  `json:"host"`
+	Status    uint32  `json:"status"` // sent to the client; 0 if none (reset)
+	LatencyMs float64 `json:"latencyMs"`
+	// Detail is the proxy's reason for the response (e.g. "via_upstream",
+	// "rbac_access_denied_matched_policy[none]", "http1.codec_error").
+	Detail string `json:"detail,omitempty"`
 }
 
 // FlowFilter selects flows for observe. Empty fields match everything.
@@ -230,9 +284,10 @@ type FlowFilter struct {
 	Endpoint  string            `json:"endpoint,omitempty"`  // ns/name: either side
 	Namespace string            `json:"namespace,omitempty"` // either side
 	Labels    map[string]string `json:"labels,omitempty"`    // either side's identity labels contain all
-	Verdict   string            `json:"verdict,omitempty"`   // forwarded, dropped
+	Verdict   string            `json:"verdict,omitempty"`   // forwarded, dropped, redirected
 	Port      uint16            `json:"port,omitempty"`      // either port
 	Protocol  string            `json:"protocol,omitempty"`  // tcp, udp, icmp
+	Type      string            `json:"type,omitempty"`      // l7 (proxy requests), l3l4 (dataplane events), "" both
 }
 
 // ObserveRequest asks for recent flows and, with Follow, new ones as they come.

@@ -280,13 +280,19 @@ func (a *app) policyCommand() *cobra.Command {
 				return a.printJSON(res)
 			}
 			verdict := "DENIED"
-			if res.Allowed {
+			switch {
+			case res.Redirected:
+				verdict = "ALLOWED, redirected to L7 proxy (each request must match an L7 rule)"
+			case res.Allowed:
 				verdict = "ALLOWED"
 			}
 			a.printf("%s (id %d) -> %s (id %d) %d/%s: %s\n", res.From, res.FromIdent, res.To, res.ToIdent, res.Port, res.Protocol, verdict)
 			for _, s := range res.Sides {
 				v := "denied"
-				if s.Allowed {
+				switch {
+				case s.Redirected:
+					v = "redirected to L7 proxy"
+				case s.Allowed:
 					v = "allowed"
 				}
 				rule := ""
@@ -294,6 +300,15 @@ func (a *app) policyCommand() *cobra.Command {
 					rule = " by " + ruleString(s.Rule)
 				}
 				a.printf("  %-7s at %s: %s%s (%s)\n", s.Direction, s.Endpoint, v, rule, s.Reason)
+				for _, l := range s.L7 {
+					from := ""
+					if l.Rule != nil {
+						from = " (" + ruleString(l.Rule) + ")"
+					}
+					for _, h := range l.HTTP {
+						a.printf("    allow %s%s\n", h, from)
+					}
+				}
 			}
 			if res.Diagnostic != "" {
 				a.printf("  %s\n", res.Diagnostic)
@@ -346,6 +361,7 @@ func (a *app) statusCommand() *cobra.Command {
 			fmt.Fprintf(w, "Flows:\t%d seen, %d lost\n", st.FlowsSeen, st.FlowsLost)
 			fmt.Fprintf(w, "State:\t%s\n", st.StateDir)
 			fmt.Fprintf(w, "BPF pins:\t%s\n", st.BPFDir)
+			fmt.Fprintf(w, "L7 proxy:\t%s\n", proxyLine(st.Proxy))
 			if st.Degraded != "" {
 				fmt.Fprintf(w, "DEGRADED:\t%s\n", st.Degraded)
 			}
@@ -354,4 +370,32 @@ func (a *app) statusCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
+}
+
+// proxyLine summarises the L7 proxy's status, e.g. "running (pid 123, 0 restarts, config
+// version 7 applied, 3 chains, 127.0.0.1:15001)".
+func proxyLine(p api.ProxyStatus) string {
+	var b strings.Builder
+	b.WriteString(p.State)
+	if p.State == "not started" {
+		b.WriteString(" (no L7 rules so far)")
+	}
+	if p.State != "not started" && p.State != "unavailable" {
+		applied := "applied"
+		if p.AckedVersion != p.Version {
+			applied = fmt.Sprintf("published, %d applied", p.AckedVersion)
+		}
+		pid := ""
+		if p.PID != 0 {
+			pid = fmt.Sprintf("pid %d, ", p.PID)
+		}
+		fmt.Fprintf(&b, " (%s%d restarts, config version %d %s, %d chains, %s)", pid, p.Restarts, p.Version, applied, p.Chains, p.Listen)
+	}
+	if p.LastExit != "" {
+		fmt.Fprintf(&b, "; last exit: %s", p.LastExit)
+	}
+	if p.Error != "" {
+		fmt.Fprintf(&b, "; error: %s", p.Error)
+	}
+	return b.String()
 }

@@ -17,10 +17,11 @@ func (a *app) observeCommand() *cobra.Command {
 		output   string
 		protocol string
 		verdict  string
+		typ      string
 	)
 	cmd := &cobra.Command{
 		Use:   "observe [--follow] [--since-start] [--last N] [filters] [-o json|text]",
-		Short: "Show flows: new connections and drops, with identities, verdicts, rules and drop reasons",
+		Short: "Show flows: new connections, drops and L7 (HTTP) requests, with identities, verdicts, rules and reasons",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if req.Filter.Endpoint != "" {
@@ -36,10 +37,17 @@ func (a *app) observeCommand() *cobra.Command {
 				req.Filter.Labels = l
 			}
 			switch v := strings.ToLower(verdict); v {
-			case "", "forwarded", "dropped":
+			case "", "forwarded", "dropped", "redirected":
 				req.Filter.Verdict = v
 			default:
-				return fmt.Errorf("--verdict %q: want forwarded or dropped", verdict)
+				return fmt.Errorf("--verdict %q: want forwarded, dropped or redirected", verdict)
+			}
+			switch t := strings.ToLower(typ); t {
+			case "", "all":
+			case "l7", "l3l4":
+				req.Filter.Type = t
+			default:
+				return fmt.Errorf("--type %q: want l7, l3l4 or all", typ)
 			}
 			switch p := strings.ToLower(protocol); p {
 			case "", "tcp", "udp", "icmp", "sctp":
@@ -70,7 +78,8 @@ func (a *app) observeCommand() *cobra.Command {
 	f.StringVar(&req.Filter.Endpoint, "endpoint", "", "only flows from or to endpoint NS/NAME")
 	f.StringVar(&req.Filter.Namespace, "namespace", "", "only flows from or to endpoints of namespace NS")
 	f.StringArrayVar(&lbls, "label", nil, "only flows where a side's identity has label k=v (repeatable)")
-	f.StringVar(&verdict, "verdict", "", "forwarded or dropped")
+	f.StringVar(&verdict, "verdict", "", "forwarded, dropped or redirected")
+	f.StringVar(&typ, "type", "all", "l7 (HTTP requests through the L7 proxy), l3l4 (dataplane connections and drops) or all")
 	f.Uint16Var(&req.Filter.Port, "port", 0, "only flows with this source or destination port")
 	f.StringVar(&protocol, "protocol", "", "tcp, udp, icmp or sctp")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
@@ -80,10 +89,15 @@ func (a *app) observeCommand() *cobra.Command {
 // FormatFlow renders a flow on one line, e.g.
 //
 //	12:00:01.123 x/a (id 260) -> y/b (id 261) TCP 198.18.0.5:40000 -> 198.18.0.7:80 egress FORWARDED rule=NetworkPolicy/y/allow-x ingress[0]
+//	12:00:01.456 sw/xwing (id 262) -> sw/deathstar (id 261) HTTP/1.1 198.18.0.9:40002 -> 198.18.0.7:80 ingress DROPPED PUT deathstar /v1/exhaust-port 403 0.8ms reason=l7-denied
 func FormatFlow(f api.Flow) string {
 	var b strings.Builder
 	b.WriteString(f.Time.Local().Format("15:04:05.000"))
-	fmt.Fprintf(&b, " %s (id %d) -> %s (id %d) %s ", peerName(f.Source), f.Source.Identity, peerName(f.Dest), f.Dest.Identity, f.Protocol)
+	proto := f.Protocol
+	if f.L7 != nil && f.L7.Protocol != "" {
+		proto = f.L7.Protocol
+	}
+	fmt.Fprintf(&b, " %s (id %d) -> %s (id %d) %s ", peerName(f.Source), f.Source.Identity, peerName(f.Dest), f.Dest.Identity, proto)
 	switch {
 	case f.ICMPType != nil:
 		fmt.Fprintf(&b, "%s -> %s type %d", f.Source.IP, f.Dest.IP, *f.ICMPType)
@@ -93,13 +107,30 @@ func FormatFlow(f api.Flow) string {
 		fmt.Fprintf(&b, "%s -> %s", f.Source.IP, f.Dest.IP)
 	}
 	fmt.Fprintf(&b, " %s %s", f.Direction, f.Verdict)
-	if f.Verdict != "FORWARDED" && f.Reason != "" {
+	if l := f.L7; l != nil {
+		host := l.Host
+		if host == "" {
+			host = "-"
+		}
+		fmt.Fprintf(&b, " %s %s %s %d %.1fms", orDash(l.Method), host, orDash(l.Path), l.Status, l.LatencyMs)
+	}
+	if f.Verdict == "REDIRECTED" {
+		b.WriteString(" to L7 proxy")
+	}
+	if f.Verdict != "FORWARDED" && f.Verdict != "REDIRECTED" && f.Reason != "" {
 		fmt.Fprintf(&b, " reason=%s", f.Reason)
 	}
 	if f.Rule != nil {
 		fmt.Fprintf(&b, " rule=%s", ruleString(f.Rule))
 	}
 	return b.String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // peerName is ns/name for endpoints, the reserved or CIDR label for other identities, else

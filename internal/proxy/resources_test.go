@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/netip"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	origsrc "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_src/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rampartnet/rampart/internal/policy"
 )
@@ -81,7 +84,7 @@ func TestBuildResources(t *testing.T) {
 	if err := rc.GetVirtualHosts()[0].GetRoutes()[0].GetTypedPerFilterConfig()[FilterIngress].UnmarshalTo(&per); err != nil {
 		t.Fatal(err)
 	}
-	js, _ := protojson.Marshal(&per)
+	js := compactJSON(t, &per)
 	for _, want := range []string{
 		`"rule-4-0"`, `"directRemoteIp":{"addressPrefix":"198.18.0.10","prefixLen":32}`,
 		`"name":":method","stringMatch":{"safeRegex":{"regex":"GET"}}`,
@@ -90,7 +93,7 @@ func TestBuildResources(t *testing.T) {
 		`"name":"x-token","presentMatch":true`, `"name":"x-org","stringMatch":{"exact":"empire"}`,
 		`"shadowRulesStatPrefix":"ingress_"`,
 	} {
-		if !strings.Contains(string(js), want) {
+		if !strings.Contains(js, want) {
 			t.Errorf("ingress RBAC lacks %s:\n%s", want, js)
 		}
 	}
@@ -98,15 +101,29 @@ func TestBuildResources(t *testing.T) {
 	if err := res.Routes[1].GetVirtualHosts()[0].GetRoutes()[0].GetTypedPerFilterConfig()[FilterEgress].UnmarshalTo(&per); err != nil {
 		t.Fatal(err)
 	}
-	js, _ = protojson.Marshal(&per)
+	js = compactJSON(t, &per)
 	for _, want := range []string{
 		`"l3l4"`, `"any":true`, `"destinationIp":{"addressPrefix":"0.0.0.0","prefixLen":0}`,
 		`"notRule":{"destinationIp":{"addressPrefix":"198.18.0.0","prefixLen":16}}`,
 	} {
-		if !strings.Contains(string(js), want) {
+		if !strings.Contains(js, want) {
 			t.Errorf("egress RBAC lacks %s:\n%s", want, js)
 		}
 	}
+}
+
+// compactJSON renders m without the whitespace protojson adds at random.
+func compactJSON(t *testing.T, m proto.Message) string {
+	t.Helper()
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
 }
 
 func TestBuildResourcesEmpty(t *testing.T) {

@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/api"
+)
+
+func TestFormatL7Flow(t *testing.T) {
+	f := api.Flow{
+		Time: time.Now(), Type: api.FlowTypeL7, Verdict: "DROPPED", Reason: "l7-denied", Direction: "ingress", Protocol: "TCP",
+		Source: api.FlowPeer{IP: "198.18.0.9", Port: 40002, Identity: 262, Namespace: "sw", Name: "xwing"},
+		Dest:   api.FlowPeer{IP: "198.18.0.7", Port: 80, Identity: 261, Namespace: "sw", Name: "deathstar"},
+		L7:     &api.L7Flow{Protocol: "HTTP/1.1", Method: "PUT", Path: "/v1/exhaust-port", Host: "deathstar", Status: 403, LatencyMs: 0.84},
+	}
+	got := FormatFlow(f)
+	want := "sw/xwing (id 262) -> sw/deathstar (id 261) HTTP/1.1 198.18.0.9:40002 -> 198.18.0.7:80 ingress DROPPED PUT deathstar /v1/exhaust-port 403 0.8ms reason=l7-denied"
+	if !strings.HasSuffix(got, want) {
+		t.Fatalf("got  %q\nwant ...%q", got, want)
+	}
+	f.Verdict, f.Reason, f.L7.Status = "FORWARDED", "", 200
+	f.Rule = &api.RuleRef{ID: 3, Policy: "CiliumNetworkPolicy/sw/rule1", Rule: "ingress[0]"}
+	if got := FormatFlow(f); !strings.HasSuffix(got, "ingress FORWARDED PUT deathstar /v1/exhaust-port 200 0.8ms rule=CiliumNetworkPolicy/sw/rule1 ingress[0]") {
+		t.Fatalf("forwarded: %q", got)
+	}
+	// A dataplane flow steered to the proxy.
+	d := api.Flow{Time: time.Now(), Type: "new", Verdict: "REDIRECTED", Direction: "egress", Protocol: "TCP",
+		Source: f.Source, Dest: f.Dest, Rule: f.Rule}
+	if got := FormatFlow(d); !strings.Contains(got, "TCP 198.18.0.9:40002 -> 198.18.0.7:80 egress REDIRECTED to L7 proxy rule=") {
+		t.Fatalf("redirected: %q", got)
+	}
+}
+
+func TestProxyLine(t *testing.T) {
+	cases := []struct {
+		p    api.ProxyStatus
+		want string
+	}{
+		{api.ProxyStatus{State: "not started"}, "not started (no L7 rules so far)"},
+		{api.ProxyStatus{State: "unavailable", Error: "envoy not found"}, "unavailable; error: envoy not found"},
+		{api.ProxyStatus{State: "running", PID: 12, Restarts: 1, Version: 7, AckedVersion: 7, Chains: 3, Listen: "127.0.0.1:15001"},
+			"running (pid 12, 1 restarts, config version 7 applied, 3 chains, 127.0.0.1:15001)"},
+		{api.ProxyStatus{State: "restarting", Restarts: 2, Version: 7, AckedVersion: 6, Chains: 3, Listen: "127.0.0.1:15001", LastExit: "signal: killed"},
+			"restarting (2 restarts, config version 7 published, 6 applied, 3 chains, 127.0.0.1:15001); last exit: signal: killed"},
+	}
+	for _, c := range cases {
+		if got := proxyLine(c.p); got != c.want {
+			t.Errorf("got  %q\nwant %q", got, c.want)
+		}
+	}
+}
