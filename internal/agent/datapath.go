@@ -69,10 +69,13 @@ func (r *realDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEnt
 	return r.dp.ApplyIPCache(entries)
 }
 
-// SetupProxy will route steered packets locally in the node namespace and set the proxy
-// listener in the dataplane (datapath.SetupProxyRouting and Datapath.SetProxy).
+// SetupProxy routes steered packets locally in the node namespace and sets the proxy
+// listener in the dataplane.
 func (r *realDatapath) SetupProxy(netnsPath string, listen netip.AddrPort) error {
-	return nil
+	if err := datapath.SetupProxyRouting(netnsPath); err != nil {
+		return err
+	}
+	return r.dp.SetProxy(listen)
 }
 
 func (r *realDatapath) Counters(epID uint32) (api.Counters, error) {
@@ -106,6 +109,7 @@ func (r *realDatapath) ReadEvent() (FlowEvent, error) {
 		Direction:   uint8(ev.Direction),
 		Protocol:    uint8(ev.Protocol),
 		ICMPType:    ev.ICMPType,
+		Flags:       flowFlags(ev),
 	}, nil
 }
 
@@ -121,4 +125,18 @@ func (r *realDatapath) Close() error {
 func (r *realDatapath) Remove() error {
 	r.once.Do(func() { r.events.Close() })
 	return r.dp.Remove()
+}
+
+func flowFlags(ev datapath.FlowEvent) uint8 {
+	var f uint8
+	if ev.L7Egress {
+		f |= FlowFlagL7Egress
+	}
+	if ev.L7Ingress {
+		f |= FlowFlagL7Ingress
+	}
+	if ev.FromProxy {
+		f |= FlowFlagFromProxy
+	}
+	return f
 }

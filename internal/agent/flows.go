@@ -114,6 +114,7 @@ func (a *Agent) decorate(ev FlowEvent) api.Flow {
 		t := ev.ICMPType
 		f.ICMPType = &t
 	}
+	f.FromProxy = ev.Flags&FlowFlagFromProxy != 0
 	f.Source = v.peer(ev.Src, ev.SrcPort, ev.SrcIdentity)
 	f.Dest = v.peer(ev.Dst, ev.DstPort, ev.DstIdentity)
 	if e, ok := v.byEpID[ev.EpID]; ok {

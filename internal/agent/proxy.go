@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -48,11 +49,12 @@ func openProxy(cfg Config, netnsPath string, onLog func(proxy.AccessLog)) (Proxy
 		return nil, err
 	}
 	return proxy.New(proxy.Config{
-		Instance:    cfg.Instance,
-		Envoy:       bin,
-		NetnsPath:   netnsPath,
-		RunDir:      cfg.proxyRunDir(),
-		Options:     proxy.Options{Listen: cfg.ProxyListen},
+		Instance:  cfg.Instance,
+		Envoy:     bin,
+		NetnsPath: netnsPath,
+		RunDir:    cfg.proxyRunDir(),
+		// The dataplane admits the proxy's upstream connections by this socket mark.
+		Options:     proxy.Options{Listen: cfg.ProxyListen, UpstreamMark: datapath.ProxyUpstreamMark},
 		Logger:      cfg.Logger.With("instance", cfg.Instance),
 		OnAccessLog: onLog,
 	})

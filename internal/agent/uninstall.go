@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
 )
 
@@ -51,6 +52,13 @@ func Uninstall(cfg Config) error {
 	// Whatever the datapath left (or could not open) goes too.
 	if err := os.RemoveAll(cfg.BPFDir); err != nil {
 		errs = append(errs, fmt.Errorf("removing %s: %w", cfg.BPFDir, err))
+	}
+	if cfg.Network == nil && cfg.NodeNetns == "" {
+		// The root namespace stays: take the proxy's policy routing out of it (a named node
+		// namespace goes as a whole).
+		if err := datapath.TeardownProxyRouting(""); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := netw.Teardown(); err != nil {
 		errs = append(errs, fmt.Errorf("removing node network setup: %w", err))

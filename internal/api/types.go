@@ -261,6 +261,9 @@ type Flow struct {
 	Endpoint string   `json:"endpoint"`
 	Length   uint32   `json:"length"`
 	Rule     *RuleRef `json:"rule,omitempty"`
+	// FromProxy: the L7 proxy's upstream connection (it carries the client's address),
+	// admitted at the destination because the proxy applied the L7 rules.
+	FromProxy bool `json:"fromProxy,omitempty"`
 	// L7 is the request, for flows of type l7. Endpoint, Direction and Rule are then the
 	// side whose L7 policy decided (for a denial, the side that refused).
 	L7 *L7Flow `json:"l7,omitempty"`

@@ -117,6 +117,9 @@ func FormatFlow(f api.Flow) string {
 	if f.Verdict == "REDIRECTED" {
 		b.WriteString(" to L7 proxy")
 	}
+	if f.FromProxy {
+		b.WriteString(" (from L7 proxy)")
+	}
 	if f.Verdict != "FORWARDED" && f.Verdict != "REDIRECTED" && f.Reason != "" {
 		fmt.Fprintf(&b, " reason=%s", f.Reason)
 	}
