@@ -274,3 +274,59 @@ func TestEnvoyClosesUnknownChains(t *testing.T) {
 		t.Fatalf("GET on a port without a chain: %s, want the connection closed", resp.Status)
 	}
 }
+
+// h2c (HTTP/2 with prior knowledge, as gRPC uses) goes through the same chain; a gRPC
+// request no rule allows gets PERMISSION_DENIED (grpc-status 7).
+func TestEnvoyH2CAndGRPCDenial(t *testing.T) {
+	e := startProxyEnv(t)
+	rules := []policy.HTTPRule{{Method: "POST", Path: "/empire.Deathstar/RequestLanding"}, {Method: "GET", Path: "/v1"}}
+	if err := e.mgr.Update(context.Background(), starwarsState(rules), nil); err != nil {
+		t.Fatal(err)
+	}
+	e.mgr.Start()
+	e.ready(t)
+	c := testenv.H2CClient(e.client, 5*time.Second)
+	defer c.CloseIdleConnections()
+	base := "http://" + serverIP.String()
+	resp, err := c.Get(base + "/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+		t.Fatalf("h2c GET /v1: %s %s", resp.Proto, resp.Status)
+	}
+	grpc := func(method string) (int, string) {
+		req, _ := http.NewRequest("POST", base+"/empire.Deathstar/"+method, strings.NewReader("\x00\x00\x00\x00\x00"))
+		req.Header.Set("Content-Type", "application/grpc")
+		req.Header.Set("TE", "trailers")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("gRPC %s: %v", method, err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		st := resp.Header.Get("Grpc-Status")
+		if st == "" {
+			st = resp.Trailer.Get("Grpc-Status")
+		}
+		return resp.StatusCode, st
+	}
+	// The echo server is not a gRPC server: an allowed call reaches it and gets its 200
+	// without grpc-status; a denied one is answered by the proxy.
+	if code, st := grpc("RequestLanding"); code != 200 || st != "" {
+		t.Fatalf("allowed gRPC call: %d grpc-status %q, want the server's answer", code, st)
+	}
+	if code, st := grpc("ExhaustPort"); code != 200 || st != "7" {
+		t.Fatalf("denied gRPC call: %d grpc-status %q, want 200 with grpc-status 7", code, st)
+	}
+	if !testenv.Eventually(5*time.Second, func() bool {
+		return e.logs.find(func(l proxy.AccessLog) bool { return l.Path == "/empire.Deathstar/ExhaustPort" }) != nil
+	}) {
+		t.Fatal("no access log for the denied gRPC call")
+	}
+	l := e.logs.find(func(l proxy.AccessLog) bool { return l.Path == "/empire.Deathstar/ExhaustPort" })
+	if !l.Denied || l.Protocol != "HTTP/2" {
+		t.Fatalf("denied gRPC log: %+v", *l)
+	}
+}
