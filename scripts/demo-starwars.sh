@@ -306,23 +306,32 @@ show_manifest examples/starwars/04-sw-l3-l4-l7-policy.yaml
 l7_ids=(4.get-v1-allowed 4.tiefighter-lands 4.source-address-kept 4.exhaust-port-denied
 	4.exhaust-port-never-reaches-deathstar 4.deathstar-stays-up 4.xwing-still-refused 4.flow-exhaust-port-denied)
 skip_reason=""
-# L7 rules need the agent's L7 proxy (Envoy). An agent without one must not be given the
-# policy (it could not enforce it), and the steps below would fail for that reason alone:
-# skip them, saying why, rather than pretend.
-proxy_line=$(rampart status 2>&1 | grep -i -E '^[[:space:]]*(l7[ -])?(proxy|envoy)' || true)
+# L7 rules need the agent's L7 proxy (Envoy, which scripts/setup.sh installs). The agent
+# refuses L7 policy it could not enforce; then the steps below are skipped, saying why,
+# rather than pretended.
+proxy_line=$(rampart status 2>&1 | grep -i -E '^[[:space:]]*L7 proxy:' || true)
 if [ -z "$proxy_line" ]; then
-	skip_reason="this agent runs no L7 proxy (Envoy): 'rampart status' reports none, so L7 rules cannot be enforced"
+	skip_reason="this build of rampart has no L7 proxy ('rampart status' reports none)"
 elif ! apply_out=$(rampart apply -f examples/starwars/04-sw-l3-l4-l7-policy.yaml 2>&1); then
 	echo "$apply_out" | sed 's/^/  | /'
 	if grep -q 'rules.http' <<<"$apply_out" && grep -q 'not supported' <<<"$apply_out"; then
-		skip_reason="this build of rampart does not support L7 (HTTP) rules yet: rampart apply refuses rules.http"
+		skip_reason="this build of rampart does not support L7 (HTTP) rules: rampart apply refuses rules.http"
+	elif grep -q 'L7 (HTTP) rules, but' <<<"$apply_out"; then
+		skip_reason="the agent cannot run its L7 proxy here (is Envoy installed? scripts/setup.sh installs it): $(tail -n 1 <<<"$apply_out")"
 	else
 		check 4.apply "rampart apply -f 04-sw-l3-l4-l7-policy.yaml" failed ok
 		skip_reason="the L7 policy could not be applied (see above)"
 	fi
 else
-	echo "  $proxy_line"
 	echo "$apply_out"
+	# The first L7 rule starts Envoy; until it runs with this configuration, connections
+	# that need L7 checks are refused (fail closed). Wait for it, as a user would.
+	for _ in $(seq 1 150); do
+		proxy_line=$(rampart status 2>&1 | grep -i -E '^[[:space:]]*L7 proxy:' || true)
+		grep -q 'running .* applied,' <<<"$proxy_line" && break
+		sleep 0.1
+	done
+	echo "  $proxy_line"
 fi
 if [ -n "$skip_reason" ]; then
 	for id in "${l7_ids[@]}"; do skip "$id" "$skip_reason"; done
@@ -339,7 +348,7 @@ else
 	check 4.source-address-kept "the client address the deathstar saw (the tiefighter is $TIE)" "$GOT" kept
 	ship tiefighter PUT /v1/exhaust-port
 	check 4.exhaust-port-denied "the tiefighter's PUT /v1/exhaust-port" "$GOT" 403
-	if grep -q 'PUT /v1/exhaust-port' "$work/deathstar.$ds_run.log"; then GOT=reached; else GOT=never-reached; fi
+	if grep -q ' PUT /v1/exhaust-port from ' "$work/deathstar.$ds_run.log"; then GOT=reached; else GOT=never-reached; fi
 	check 4.exhaust-port-never-reaches-deathstar "the PUT in the deathstar's own log" "$GOT" never-reached
 	ship tiefighter GET /v1
 	if [ "$GOT" = 200 ] && [ -n "$ds_pid" ] && kill -0 "$ds_pid" 2>/dev/null; then GOT=up; else GOT="down($GOT)"; fi
@@ -349,7 +358,7 @@ else
 	flows "each HTTP request with its L7 verdict" --last 6 --type l7
 	flow_shown "PUT.*/v1/exhaust-port.*(403|DENIED|DROPPED|denied|dropped)"
 	check 4.flow-exhaust-port-denied "an L7 flow of the PUT /v1/exhaust-port, denied" "$GOT" shown
-	flows "the connections at L3/L4" --last 8 --endpoint default/deathstar --port 80
+	flows "the connections at L3/L4: the tiefighter's redirected to the proxy, which connects with the tiefighter's address; the xwing's dropped" --last 8 --type l3l4 --endpoint default/deathstar --port 80
 fi
 
 # ---- summary -------------------------------------------------------------------------
