@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -371,18 +372,27 @@ func (r *runner) pair(ctx context.Context, c caseDef, round, pairID int, baseFir
 	if len(c.Probes) > 0 {
 		cs.Probes = map[string]string{}
 	}
-	for _, p := range c.Probes {
+	// Probes run in parallel: the expected drops each wait out the probe timeout.
+	got := make([]string, len(c.Probes))
+	errs := make([]error, len(c.Probes))
+	var wg sync.WaitGroup
+	for i, p := range c.Probes {
 		from := t.Client
 		if p.From == "bystander" {
 			from = t.Bystander
 		}
-		got, err := r.probe(ctx, from, netip.AddrPortFrom(t.Server.IP, uint16(p.Port)))
-		if err != nil {
-			return cs, bs, err
-		}
-		cs.Probes[p.Name] = got
-		if got != p.Want {
-			return cs, bs, fmt.Errorf("enforcement check %s (port %d): got %s, want %s", p.Name, p.Port, got, p.Want)
+		wg.Go(func() {
+			got[i], errs[i] = r.probe(ctx, from, netip.AddrPortFrom(t.Server.IP, uint16(p.Port)))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return cs, bs, err
+	}
+	for i, p := range c.Probes {
+		cs.Probes[p.Name] = got[i]
+		if got[i] != p.Want {
+			return cs, bs, fmt.Errorf("enforcement check %s (port %d): got %s, want %s", p.Name, p.Port, got[i], p.Want)
 		}
 	}
 	type side struct {
