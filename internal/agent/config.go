@@ -38,6 +38,8 @@ type Config struct {
 	// ProxyListen is the proxy's transparent listener in the node namespace (default
 	// 127.0.0.1:15001).
 	ProxyListen netip.AddrPort
+	// ProxyConcurrency is Envoy's worker thread count (0: 2).
+	ProxyConcurrency int
 
 	// Hooks for tests; nil means the real implementation.
 	Engine       Engine

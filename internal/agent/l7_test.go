@@ -215,3 +215,37 @@ func TestL7AccessLogBecomesFlow(t *testing.T) {
 		t.Fatalf("%d l7 flows with --type l3l4", n)
 	}
 }
+
+// A connection from the host to a port with ingress L7 rules is not steered (only endpoint
+// veths steer), so the dataplane drops it: trace says so.
+func TestL7TraceFromHost(t *testing.T) {
+	h := newHarness(t)
+	starwars(h)
+	const hostL7 = `apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: host-l7, namespace: sw}
+spec:
+  endpointSelector: {matchLabels: {class: deathstar}}
+  ingress:
+  - fromEntities: [host]
+    toPorts:
+    - ports: [{port: "80", protocol: TCP}]
+      rules: {http: [{method: GET}]}
+`
+	if _, err := h.apply("host.yaml", hostL7); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.a.Trace(context.Background(), api.TraceRequest{From: "198.18.0.1", To: "sw/deathstar", Port: 80, Protocol: "TCP"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Allowed || res.Redirected || !strings.Contains(res.Diagnostic, "proxy-bypass") || len(res.Sides) != 1 || !res.Sides[0].Redirected {
+		t.Fatalf("trace from the host: %+v", res)
+	}
+	// The diagnostic is only for sources that are not endpoints: the tiefighter, which no
+	// rule names, is simply denied.
+	res, err = h.a.Trace(context.Background(), api.TraceRequest{From: "sw/tiefighter", To: "sw/deathstar", Port: 80, Protocol: "TCP"})
+	if err != nil || res.Allowed || res.Diagnostic != "" {
+		t.Fatalf("trace from the tiefighter: %+v %v", res, err)
+	}
+}

@@ -51,6 +51,12 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 			}
 		}
 	}
+	if from.Endpoint == nil && res.Redirected {
+		// Only endpoint veths steer connections to the proxy: one from elsewhere reaches
+		// the destination without the proxy's mark and is dropped there.
+		res.Allowed, res.Redirected = false, false
+		res.Diagnostic = "L7 rules apply, but only connections from endpoints are steered to the L7 proxy: the dataplane drops this one (proxy-bypass)"
+	}
 	res.From, res.To = req.From, req.To
 	res.Protocol, res.Port = protocolName(uint8(proto)), req.Port
 	return res, nil

@@ -224,18 +224,6 @@ func (cp *controlPlane) acked() (uint64, bool) {
 	return low, connected
 }
 
-// lastNack returns the latest rejection message of any stream ("" if none).
-func (cp *controlPlane) lastNack() string {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	for _, s := range cp.streams {
-		for _, n := range s.nacked {
-			return n.err
-		}
-	}
-	return ""
-}
-
 func (cp *controlPlane) close() {
 	// Stop rather than GracefulStop: Envoy's streams never end on their own.
 	cp.gs.Stop()
