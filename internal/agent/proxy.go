@@ -171,6 +171,10 @@ func (a *Agent) proxyStatus() api.ProxyStatus {
 	switch {
 	case s.Running && s.Connected:
 		out.State = "running"
+	case !s.Running && s.Restarts == 0 && s.LastError == "" && s.Version <= 1:
+		// Created (an L7 policy was being applied) but never given a configuration: the
+		// change did not go through.
+		out.State = "not started"
 	case !s.Running && s.Restarts > 0:
 		out.State = "restarting"
 	default:
