@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the policy overhead benchmark (see docs/benchmarks.md): builds rampartd, rampart and
 # the benchmark from this checkout and runs it as root. Arguments go to the benchmark:
-#   bench/run-policy-overhead.sh              # full run, about four minutes
+#   bench/run-policy-overhead.sh              # full run, about three minutes
 #   bench/run-policy-overhead.sh --quick      # smoke run, under a minute
 #   bench/run-policy-overhead.sh --repeats 9 --duration 5s
 # Results: bench/results/policy-overhead-<timestamp>.{json,png}

@@ -53,9 +53,11 @@ type Config struct {
 // DefaultConfig is the full run: about three minutes on a 2-core VM.
 func DefaultConfig() Config {
 	return Config{
-		Repeats:         5,
-		IperfSeconds:    2,
-		RRDuration:      time.Second,
+		// Many short pairs rather than a few long ones: a burst of other work spoils a
+		// sample or two, which the medians drop, instead of part of every sample.
+		Repeats:         7,
+		IperfSeconds:    1,
+		RRDuration:      500 * time.Millisecond,
 		RRRequestBytes:  1,
 		RRResponseBytes: 1,
 		RuleCounts:      []int{1000, 10000},
@@ -65,13 +67,11 @@ func DefaultConfig() Config {
 	}
 }
 
-// QuickConfig is the smoke run for CI: every case once, short samples.
+// QuickConfig is the smoke run for CI: every case once.
 func QuickConfig() Config {
 	c := DefaultConfig()
 	c.Quick = true
 	c.Repeats = 1
-	c.IperfSeconds = 1
-	c.RRDuration = 500 * time.Millisecond
 	return c
 }
 

@@ -28,10 +28,10 @@ func main() {
 
 func run() int {
 	var (
-		quick      = flag.Bool("quick", false, "smoke run: one round, 1 s iperf3, 0.5 s request/response (CI)")
-		repeats    = flag.Int("repeats", 0, "rounds (each case once per round, interleaved; medians are reported) (default 5, quick 1)")
-		duration   = flag.Duration("duration", 0, "iperf3 duration per sample, whole seconds (default 3s, quick 1s)")
-		rrDuration = flag.Duration("rr-duration", 0, "request/response duration per sample (default 2s, quick 500ms)")
+		quick      = flag.Bool("quick", false, "smoke run for CI: one round")
+		repeats    = flag.Int("repeats", 0, "rounds: each case once per round, paired with a baseline sample; medians are reported (default 7, quick 1)")
+		duration   = flag.Duration("duration", 0, "iperf3 duration per sample, whole seconds (default 1s)")
+		rrDuration = flag.Duration("rr-duration", 0, "request/response duration per sample (default 500ms)")
 		rules      = flag.String("rules", "1000,10000", "rule counts of the \"last rule matches\" cases")
 		cases      = flag.String("cases", "", "comma-separated cases to run (default all; no-agent always runs): no-agent,allow-all,l3,l4,rules-N")
 		reqSize    = flag.Int("request", 1, "request/response: request size in bytes")
