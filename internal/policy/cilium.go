@@ -372,6 +372,8 @@ func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, den
 	hasL3 := false
 	var icmps *entry
 	var ports, icmpPorts []PortRule
+	var groupAt *yaml.Node // the first cidrGroupRef entry, for the L7 check
+	var groupPath string
 	peerList := func(e entry) ([]*yaml.Node, error) {
 		if isNull(e.val) {
 			return nil, d.fail(e.val, e.path, "must be a list (write [] to select no peer)")
@@ -418,6 +420,9 @@ func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, den
 				p, err := d.cidrRule(it, indexPath(e.path, j))
 				if err != nil {
 					return r, err
+				}
+				if p.Kind == PeerCIDRGroup && groupAt == nil {
+					groupAt, groupPath = it, fieldPath(indexPath(e.path, j), "cidrGroupRef")
 				}
 				r.Peers = append(r.Peers, p)
 			}
@@ -478,6 +483,11 @@ func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, den
 		return r, d.fail(icmps.key, icmps.path, "icmps cannot be combined with toPorts in one rule (Cilium refuses it too; write two rules)")
 	}
 	r.Ports = append(ports, icmpPorts...)
+	if groupAt != nil && slices.ContainsFunc(r.Ports, func(pr PortRule) bool { return pr.HTTP != nil }) {
+		// The L7 proxy matches peers by address ranges from the ipcache; the members of a
+		// CIDR group are only known to the dataplane's set tables.
+		return r, d.fail(groupAt, groupPath, "L7 rules towards a cidrGroupRef peer "+ReasonNotSupported)
+	}
 	// Without a peer field, a rule with ports applies to every peer, and a rule without
 	// ports allows nothing (it only switches on default deny).
 	r.AllPeers = !hasL3 && len(r.Ports) > 0
@@ -498,27 +508,52 @@ func (d *docParser) scopePeer(sel labels.Selector) labels.Selector {
 	return inAnyNamespace(sel)
 }
 
-// cidrRule parses one toCIDRSet/fromCIDRSet entry.
+// cidrRule parses one toCIDRSet/fromCIDRSet entry: a cidr with optional except, or a
+// cidrGroupRef naming a CIDR group. As in Cilium the three ways to name addresses (cidr,
+// cidrGroupRef, cidrGroupSelector) exclude each other, and except goes with cidr only
+// (Cilium documents except next to cidrGroupRef as not supported).
 func (d *docParser) cidrRule(n *yaml.Node, path string) (Peer, error) {
 	entries, err := d.mapping(n, path)
 	if err != nil {
 		return Peer{}, err
 	}
-	var cidr, except *entry
+	var cidr, except, group *entry
 	for i, e := range entries {
 		switch e.name {
 		case "cidr":
 			cidr = &entries[i]
 		case "except":
 			except = &entries[i]
-		case "cidrGroupRef", "cidrGroupSelector":
+		case "cidrGroupRef":
+			group = &entries[i]
+		case "cidrGroupSelector":
 			return Peer{}, d.unsupported(e)
 		default:
 			return Peer{}, d.unknown(e)
 		}
 	}
+	if group != nil {
+		if cidr != nil {
+			later := cidr
+			if cidr.key.Line < group.key.Line || cidr.key.Line == group.key.Line && cidr.key.Column < group.key.Column {
+				later = group
+			}
+			return Peer{}, d.fail(later.key, later.path, "cidr and cidrGroupRef cannot be combined in one entry (write two entries)")
+		}
+		if except != nil {
+			return Peer{}, d.fail(except.key, except.path, "except with cidrGroupRef "+ReasonNotSupported+" (Cilium does not support it either)")
+		}
+		name, err := d.str(group.val, group.path)
+		if err != nil {
+			return Peer{}, err
+		}
+		if !ValidCIDRGroupName(name) {
+			return Peer{}, d.fail(group.val, group.path, "invalid CIDR group name %q: must be lowercase alphanumerics, '-' and '.', at most 253 characters", name)
+		}
+		return Peer{Kind: PeerCIDRGroup, Group: name}, nil
+	}
 	if cidr == nil {
-		return Peer{}, d.fail(n, fieldPath(path, "cidr"), ReasonRequired)
+		return Peer{}, d.fail(n, fieldPath(path, "cidr"), ReasonRequired+" (cidr or cidrGroupRef)")
 	}
 	var exceptNode *yaml.Node
 	if except != nil {

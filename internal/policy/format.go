@@ -89,7 +89,7 @@ func FormatHTTPRule(h HTTPRule) string {
 }
 
 // FormatPeer renders a peer, e.g. "endpoints app=web,io.kubernetes.pod.namespace=x",
-// "cidr 10.0.0.0/8 except 10.96.0.0/12" or "entity world".
+// "cidr 10.0.0.0/8 except 10.96.0.0/12", "entity world" or "cidrGroupRef threats".
 func FormatPeer(p Peer) string {
 	switch p.Kind {
 	case PeerEndpoints:
@@ -106,6 +106,8 @@ func FormatPeer(p Peer) string {
 		return s
 	case PeerEntity:
 		return "entity " + p.Entity
+	case PeerCIDRGroup:
+		return "cidrGroupRef " + p.Group
 	}
 	return fmt.Sprintf("peer kind %d", p.Kind)
 }

@@ -14,6 +14,10 @@ const (
 	KindNetworkPolicy           Kind = "NetworkPolicy"                  // networking.k8s.io/v1
 	KindCiliumNetworkPolicy     Kind = "CiliumNetworkPolicy"            // cilium.io/v2
 	KindCiliumClusterwidePolicy Kind = "CiliumClusterwideNetworkPolicy" // cilium.io/v2
+	// KindCiliumCIDRGroup is not a policy: a named list of CIDRs (cilium.io/v2alpha1 or
+	// v2) that policies reference with toCIDRSet/fromCIDRSet cidrGroupRef. Parse returns
+	// it as a CIDRGroup.
+	KindCiliumCIDRGroup Kind = "CiliumCIDRGroup"
 )
 
 // Direction is seen from the selected (subject) endpoint.
@@ -95,6 +99,10 @@ const (
 	PeerEndpoints PeerKind = 1 // endpoints matching Selector (namespace scoping already folded in)
 	PeerCIDR      PeerKind = 2 // addresses inside CIDR and outside every Except
 	PeerEntity    PeerKind = 3 // a reserved entity
+	// PeerCIDRGroup: addresses inside any prefix of the named CIDR group (a
+	// CiliumCIDRGroup, or a set loaded with `rampart cidrset`). A group that does not exist
+	// selects nothing until it is created, as in Cilium.
+	PeerCIDRGroup PeerKind = 4
 )
 
 // Entity names, as written in fromEntities/toEntities.
@@ -117,7 +125,20 @@ type Peer struct {
 	CIDR     netip.Prefix    // PeerCIDR (masked)
 	Except   []netip.Prefix  // PeerCIDR (masked, each inside CIDR)
 	Entity   string          // PeerEntity
+	Group    string          // PeerCIDRGroup: the group's name (cidrGroupRef)
 }
+
+// CIDRGroup is a parsed CiliumCIDRGroup: a cluster-scoped, named list of prefixes.
+type CIDRGroup struct {
+	Name   string
+	Source string         // file (or "-") and document index, for messages
+	CIDRs  []netip.Prefix // masked, in manifest order (duplicates kept)
+	// Raw is the document as read (JSON); parsing it again yields the same group.
+	Raw []byte
+}
+
+// Key identifies a CIDR group across apply/delete, like Policy.Key.
+func (g *CIDRGroup) Key() string { return string(KindCiliumCIDRGroup) + "//" + g.Name }
 
 // PortRule is one entry of ports/toPorts. Exactly one of Port (with optional EndPort) or
 // Name is set, or neither (all ports of Protocol).

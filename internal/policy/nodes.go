@@ -27,6 +27,7 @@ type docParser struct {
 	kind      Kind
 	namespace string
 	name      string
+	groups    bool // CiliumCIDRGroup documents are accepted (Parse, not ParseDocuments)
 }
 
 func (d *docParser) fail(n *yaml.Node, path, format string, args ...any) *ParseError {

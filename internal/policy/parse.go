@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -19,26 +20,50 @@ import (
 const (
 	apiNetworking = "networking.k8s.io/v1"
 	apiCilium     = "cilium.io/v2"
+	// apiCiliumAlpha serves CiliumCIDRGroup (as does apiCilium in newer Cilium releases).
+	apiCiliumAlpha = "cilium.io/v2alpha1"
 )
 
 // defaultNamespace is the namespace of a namespaced policy whose metadata names none, as
 // kubectl does.
 const defaultNamespace = "default"
 
-// ParseDocuments parses every document of data, which was read from source (a file name,
-// or "-" for stdin; it is used in messages, and a .json extension selects JSON).
+// Documents is what a manifest stream holds: policies and CIDR groups, each in document
+// order.
+type Documents struct {
+	Policies   []*Policy
+	CIDRGroups []*CIDRGroup
+}
+
+// Parse parses every document of data, which was read from source (a file name, or "-"
+// for stdin; it is used in messages, and a .json extension selects JSON).
 //
 // data is a YAML stream of one or more documents separated by "---", or JSON: a single
 // manifest object, or a Cilium rule array (the `cilium policy import` format), which
 // becomes one CiliumNetworkPolicy in namespace "default" named by its "name" rule label or
-// else by the file name. Empty documents are skipped. Each manifest yields one Policy.
+// else by the file name. Empty documents are skipped. Each policy manifest yields one
+// Policy, each CiliumCIDRGroup one CIDRGroup.
 //
 // Parsing is strict and all-or-nothing: the first unknown, unsupported or invalid field in
-// any document makes it return a *ParseError and no policies. Other errors (reading
+// any document makes it return a *ParseError and nothing else. Other errors (reading
 // input) are plain wrapped errors.
+func Parse(source string, data []byte) (*Documents, error) {
+	return parseAll(source, data, true)
+}
+
+// ParseDocuments is Parse for callers that only take policies: a CiliumCIDRGroup document
+// is an error (a *ParseError naming it).
 func ParseDocuments(source string, data []byte) ([]*Policy, error) {
+	docs, err := parseAll(source, data, false)
+	if err != nil {
+		return nil, err
+	}
+	return docs.Policies, nil
+}
+
+func parseAll(source string, data []byte, groups bool) (*Documents, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
-	docs, err := readDocuments(source, data)
+	nodes, err := readDocuments(source, data)
 	if err != nil {
 		var se *syntaxError
 		if errors.As(err, &se) {
@@ -46,17 +71,15 @@ func ParseDocuments(source string, data []byte) ([]*Policy, error) {
 		}
 		return nil, fmt.Errorf("reading %s: %w", source, err)
 	}
-	var out []*Policy
-	for i, n := range docs {
+	out := &Documents{}
+	for i, n := range nodes {
 		if n == nil {
 			continue
 		}
-		d := &docParser{source: source, doc: i + 1}
-		ps, err := d.document(n)
-		if err != nil {
+		d := &docParser{source: source, doc: i + 1, groups: groups}
+		if err := d.document(n, out); err != nil {
 			return nil, err
 		}
-		out = append(out, ps...)
 	}
 	return out, nil
 }
@@ -137,33 +160,40 @@ func manifestFiles(dir string) ([]string, error) {
 	return files, nil
 }
 
-// document parses one non-empty document.
-func (d *docParser) document(n *yaml.Node) ([]*Policy, error) {
+// document parses one non-empty document into out.
+func (d *docParser) document(n *yaml.Node, out *Documents) error {
 	switch n.Kind {
 	case yaml.MappingNode:
-		p, err := d.manifest(n)
+		p, g, err := d.manifest(n)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return []*Policy{p}, nil
+		if g != nil {
+			out.CIDRGroups = append(out.CIDRGroups, g)
+		} else {
+			out.Policies = append(out.Policies, p)
+		}
+		return nil
 	case yaml.SequenceNode:
 		p, err := d.ruleArray(n)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return []*Policy{p}, nil
+		out.Policies = append(out.Policies, p)
+		return nil
 	case yaml.AliasNode:
-		return nil, d.noAlias(n, "")
+		return d.noAlias(n, "")
 	}
-	return nil, d.fail(n, "", "a document must be a policy manifest (a mapping) or a list of Cilium rules, not %s", describe(n))
+	return d.fail(n, "", "a document must be a policy manifest (a mapping) or a list of Cilium rules, not %s", describe(n))
 }
 
 func (d *docParser) sourceName() string {
 	return fmt.Sprintf("%s: document %d", d.source, d.doc)
 }
 
-// manifest parses a document with apiVersion, kind, metadata and a spec.
-func (d *docParser) manifest(n *yaml.Node) (*Policy, error) {
+// manifest parses a document with apiVersion, kind, metadata and a spec: a policy, or a
+// CIDR group.
+func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, error) {
 	// Learn what the document claims to be before checking anything, so that every error
 	// can name the policy.
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -187,7 +217,7 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, error) {
 	}
 	entries, err := d.mapping(n, "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var kindE, apiE, metaE *entry
 	for i := range entries {
@@ -202,39 +232,48 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, error) {
 	}
 
 	if kindE == nil {
-		return nil, d.fail(n, "kind", ReasonRequired)
+		return nil, nil, d.fail(n, "kind", ReasonRequired)
 	}
 	kind, err := d.str(kindE.val, "kind")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var wantAPI string
+	wantAPI := []string{apiCilium}
 	switch Kind(kind) {
 	case KindNetworkPolicy:
-		wantAPI = apiNetworking
+		wantAPI = []string{apiNetworking}
 	case KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy:
-		wantAPI = apiCilium
+	case KindCiliumCIDRGroup:
+		if !d.groups {
+			return nil, nil, d.fail(kindE.val, "kind", "a %s is not a policy and cannot be given here", kind)
+		}
+		// Cilium served it as v2alpha1 first and as v2 since; both are the same schema.
+		wantAPI = []string{apiCiliumAlpha, apiCilium}
 	default:
-		return nil, d.fail(kindE.val, "kind", "unknown kind %q (want %s, %s or %s)", kind,
-			KindNetworkPolicy, KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy)
+		return nil, nil, d.fail(kindE.val, "kind", "unknown kind %q (want %s, %s, %s or %s)", kind,
+			KindNetworkPolicy, KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy, KindCiliumCIDRGroup)
 	}
 	if apiE == nil {
-		return nil, d.fail(n, "apiVersion", ReasonRequired)
+		return nil, nil, d.fail(n, "apiVersion", ReasonRequired)
 	}
 	api, err := d.str(apiE.val, "apiVersion")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if api != wantAPI {
-		return nil, d.fail(apiE.val, "apiVersion", "apiVersion %q does not serve kind %s (want %s)", api, kind, wantAPI)
+	if !slices.Contains(wantAPI, api) {
+		return nil, nil, d.fail(apiE.val, "apiVersion", "apiVersion %q does not serve kind %s (want %s)", api, kind, strings.Join(wantAPI, " or "))
 	}
 	if metaE == nil {
-		return nil, d.fail(n, "metadata", ReasonRequired)
+		return nil, nil, d.fail(n, "metadata", ReasonRequired)
 	}
 	if err := d.metadata(metaE.val, metaE.path); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
+	if d.kind == KindCiliumCIDRGroup {
+		g, err := d.cidrGroup(n, entries)
+		return nil, g, err
+	}
 	p := &Policy{Kind: d.kind, Namespace: d.namespace, Name: d.name, Source: d.sourceName()}
 	switch d.kind {
 	case KindNetworkPolicy:
@@ -243,15 +282,15 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, error) {
 		p.Rules, err = d.ciliumPolicy(n, entries)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i := range p.Rules {
 		p.Rules[i].Index = i
 	}
 	if p.Raw, err = d.toJSON(n); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return p, nil
+	return p, nil, nil
 }
 
 var (
@@ -312,9 +351,15 @@ func (d *docParser) metadata(n *yaml.Node, path string) error {
 	if nameE == nil {
 		return d.fail(n, fieldPath(path, "name"), ReasonRequired)
 	}
-	if d.kind == KindCiliumClusterwidePolicy {
+	switch d.kind {
+	case KindCiliumClusterwidePolicy:
 		if nsE != nil {
 			return d.fail(nsE.key, nsE.path, "a clusterwide policy has no namespace")
+		}
+		return nil
+	case KindCiliumCIDRGroup:
+		if nsE != nil {
+			return d.fail(nsE.key, nsE.path, "a CIDR group is cluster-scoped and has no namespace")
 		}
 		return nil
 	}
