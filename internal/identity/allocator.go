@@ -13,10 +13,11 @@ import (
 )
 
 // lastEndpoint and lastCIDR bound the two allocation ranges. CIDR identities stay below
-// EndpointCIDRFlag so that flagging one never collides with another identity.
+// FirstCIDRSet, so they never take a CIDR set's fixed identity, and so below
+// EndpointCIDRFlag: flagging one never collides with another identity.
 const (
 	lastEndpoint Identity = FirstCIDR - 1
-	lastCIDR     Identity = EndpointCIDRFlag - 1
+	lastCIDR     Identity = FirstCIDRSet - 1
 )
 
 // Allocator hands out identity numbers for endpoint label sets and CIDR prefixes.
@@ -119,7 +120,7 @@ func (a *Allocator) ForLabels(l labels.Labels) Identity {
 }
 
 // ForCIDR returns the identity of a prefix (masked first), allocating one (>= FirstCIDR, <
-// EndpointCIDRFlag) if it has none yet.
+// FirstCIDRSet) if it has none yet.
 //
 // It panics on an invalid prefix (a caller bug: prefixes come from validated policy) and if
 // every CIDR identity is in use.

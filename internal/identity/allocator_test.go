@@ -154,6 +154,55 @@ func TestCursorWrapsToFreedNumbers(t *testing.T) {
 	}
 }
 
+// TestCIDRNeverReachesSetIdentities: at the end of the CIDR range the cursor wraps before
+// FirstCIDRSet, and a saved cursor pointing into the set range is put back into range, so
+// no prefix ever gets a CIDR set's fixed identity.
+func TestCIDRNeverReachesSetIdentities(t *testing.T) {
+	a := NewAllocator()
+	a.nextCIDR = FirstCIDRSet - 1
+	last := a.ForCIDR(netip.MustParsePrefix("10.0.0.0/8"))
+	if last != FirstCIDRSet-1 || !IsCIDR(last) {
+		t.Fatalf("got %#x, want %#x (a CIDR identity)", last, FirstCIDRSet-1)
+	}
+	if next := a.ForCIDR(netip.MustParsePrefix("11.0.0.0/8")); next != FirstCIDR {
+		t.Fatalf("after the end of the range got %#x, want %#x", next, FirstCIDR)
+	}
+
+	var b Allocator
+	if err := json.Unmarshal([]byte(`{"nextCIDR":2147483393}`), &b); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.ForCIDR(netip.MustParsePrefix("1.0.0.0/8")); got != FirstCIDR {
+		t.Fatalf("cursor inside the set range: got %#x, want %#x", got, FirstCIDR)
+	}
+}
+
+func TestCIDRSetIdentities(t *testing.T) {
+	for i := uint8(0); i < MaxCIDRSets; i++ {
+		id := CIDRSet(i)
+		if id != 0x7FFFFF00+Identity(i) {
+			t.Fatalf("CIDRSet(%d) = %#x", i, id)
+		}
+		if got, ok := IsCIDRSet(id); !ok || got != i {
+			t.Fatalf("IsCIDRSet(%#x) = %d, %v", id, got, ok)
+		}
+		if IsCIDR(id) || IsCIDR(id|EndpointCIDRFlag) {
+			t.Fatalf("set identity %#x counts as a prefix's CIDR identity", id)
+		}
+	}
+	for _, id := range []Identity{FirstCIDRSet - 1, FirstCIDRSet + MaxCIDRSets, World, FirstCIDR} {
+		if _, ok := IsCIDRSet(id); ok {
+			t.Errorf("IsCIDRSet(%#x) = true", id)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("CIDRSet(32) did not panic")
+		}
+	}()
+	CIDRSet(MaxCIDRSets)
+}
+
 func TestFindFreeSkipsUsedAndReportsExhaustion(t *testing.T) {
 	a := NewAllocator()
 	cursor := Identity(10)
@@ -211,6 +260,7 @@ func TestUnmarshalRejectsBadState(t *testing.T) {
 		"endpoint out of range": `{"endpoints":[{"identity":5,"labels":{"a":"b"}}]}`,
 		"cidr out of range":     `{"cidrs":[{"identity":300,"prefix":"10.0.0.0/8"}]}`,
 		"cidr flagged":          `{"cidrs":[{"identity":2147483649,"prefix":"10.0.0.0/8"}]}`,
+		"cidr set identity":     `{"cidrs":[{"identity":2147483392,"prefix":"10.0.0.0/8"}]}`,
 		"duplicate id":          `{"endpoints":[{"identity":300,"labels":{"a":"b"}},{"identity":300,"labels":{"a":"c"}}]}`,
 		"duplicate labels":      `{"endpoints":[{"identity":300,"labels":{"a":"b"}},{"identity":301,"labels":{"a":"b"}}]}`,
 		"duplicate prefix":      `{"cidrs":[{"identity":16777216,"prefix":"10.0.0.0/8"},{"identity":16777217,"prefix":"10.0.0.0/8"}]}`,
