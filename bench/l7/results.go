@@ -135,6 +135,8 @@ type Sample struct {
 	Steps      []Step  `json:"steps"`
 	// SustainedQPS is the highest rate that met the criterion (0: none did).
 	SustainedQPS float64 `json:"sustained_qps"`
+	// Incidents are load runs that failed and were retried (see runner.loadRetry).
+	Incidents []string `json:"incidents,omitempty"`
 }
 
 // Summary is the configuration over all rounds. Latency percentiles pool the fixed-rate
@@ -160,6 +162,7 @@ type Summary struct {
 	SustainedVsNone   benchkit.Float `json:"sustained_vs_no_policy"`
 	P99VsNone         benchkit.Float `json:"p99_vs_no_policy"`
 	EnforcedSeconds   benchkit.Float `json:"enforced_seconds"`
+	Incidents         int            `json:"incidents"`                             // retried load runs, all rounds
 	SaturationCPUBusy []float64      `json:"saturation_cpu_busy_percent,omitempty"` // median per CPU
 }
 
@@ -248,6 +251,7 @@ func summarizeCase(c *CaseResult) Summary {
 		if x.EnforcedSeconds > 0 {
 			enforced = append(enforced, x.EnforcedSeconds)
 		}
+		s.Incidents += len(x.Incidents)
 	}
 	h := pool(lat)
 	s.ActualQPS = benchkit.Float(benchkit.Median(qps))
@@ -414,7 +418,10 @@ func (r *Result) WriteMarkdown(w io.Writer) {
 		case VerdictMeasured:
 			state = "measured"
 			if s.LatencySustained < s.Rounds {
-				state = fmt.Sprintf("measured; fixed rate not sustained in %d of %d rounds", s.Rounds-s.LatencySustained, s.Rounds)
+				state += fmt.Sprintf("; fixed rate not sustained in %d of %d rounds", s.Rounds-s.LatencySustained, s.Rounds)
+			}
+			if s.Incidents > 0 {
+				state += fmt.Sprintf("; %d load runs retried (see incidents)", s.Incidents)
 			}
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s (%s-%s) | %s | %s | %s |\n",
@@ -441,6 +448,11 @@ func (r *Result) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "CPUs: load generator %s, HTTP server %s, agent and proxy %s; %d CPUs; load average %.2f at start, %.2f at end.\n",
 		cpuText(st.ClientCPUs), cpuText(st.ServerCPUs), cpuText(st.ProxyCPUs), r.Host.CPUs, r.Host.LoadStart, r.Host.LoadEnd)
 	for _, c := range r.Cases {
+		for _, x := range c.Samples {
+			for _, in := range x.Incidents {
+				fmt.Fprintf(w, "\n%s: incident in round %d: %s\n", c.Name, x.Round+1, in)
+			}
+		}
 		for _, e := range c.Errors {
 			fmt.Fprintf(w, "\n%s: error: %s\n", c.Name, e)
 		}

@@ -89,7 +89,11 @@ func TestSummarizeNotAvailable(t *testing.T) {
 	res := testResult()
 	res.Cases[3] = CaseResult{Name: CaseL7, NotAvailable: "the parser says no"}
 	res.Cases[4].Errors = []string{"round 1: boom"}
+	res.Cases[0].Samples[1].Incidents = []string{"run at 5000/s: could not connect; retried"}
 	summarize(res)
+	if n := res.Cases[0].Summary.Incidents; n != 1 || res.Cases[0].Summary.Verdict != VerdictMeasured {
+		t.Errorf("incidents %d, verdict %s; want 1, measured", n, res.Cases[0].Summary.Verdict)
+	}
 	if s := res.Cases[3].Summary; s.Verdict != VerdictNotAvailable || s.SustainedQPS.Valid() || s.P99Us.Valid() {
 		t.Errorf("not-available case has numbers: %+v", s)
 	}
@@ -123,7 +127,8 @@ func TestSummarizeNotAvailable(t *testing.T) {
 	var md strings.Builder
 	res.WriteMarkdown(&md)
 	out := md.String()
-	for _, want := range []string{"| l7 | - | n/a", "not available: the parser says no", "| l4 |", "NOT AVAILABLE: l7: the parser says no", "l7-40: error: round 1: boom"} {
+	for _, want := range []string{"| l7 | - | n/a", "not available: the parser says no", "| l4 |", "NOT AVAILABLE: l7: the parser says no", "l7-40: error: round 1: boom",
+		"no-policy: incident in round 2: run at 5000/s: could not connect; retried", "1 load runs retried"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, out)
 		}

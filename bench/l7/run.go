@@ -412,18 +412,20 @@ func (r *runner) sample(ctx context.Context, c caseDef, round int) (s Sample, er
 	if r.proxy == "" && s.ProxyProcesses > 0 {
 		r.proxy = r.proxyVersion(ctx)
 	}
-	if s.Latency, err = r.load(ctx, r.cfg.RateQPS, r.cfg.LatencyDuration); err != nil {
+	if s.Latency, err = r.loadRetry(ctx, r.cfg.RateQPS, r.cfg.LatencyDuration, &s); err != nil {
 		return s, fmt.Errorf("fixed-rate run: %w", err)
 	}
 	s.LatencySustained, s.LatencyWhy = r.cfg.Criterion.judge(s.Latency)
-	if s.Saturation, err = r.load(ctx, 0, r.cfg.SaturationDuration); err != nil {
+	if s.Saturation, err = r.loadRetry(ctx, 0, r.cfg.SaturationDuration, &s); err != nil {
 		return s, fmt.Errorf("closed-loop run: %w", err)
 	}
 	if s.Saturation.Errors > 0 {
 		return s, fmt.Errorf("closed-loop run: %d of %d responses not 200 (%v)", s.Saturation.Errors, s.Saturation.Requests, s.Saturation.RetCodes)
 	}
 	s.SustainedQPS, s.Steps, err = searchSustained(ctx, s.Saturation.ActualQPS, r.cfg.SearchSteps, r.cfg.Criterion,
-		func(ctx context.Context, rate float64) (LoadRun, error) { return r.load(ctx, rate, r.cfg.StepDuration) })
+		func(ctx context.Context, rate float64) (LoadRun, error) {
+			return r.loadRetry(ctx, rate, r.cfg.StepDuration, &s)
+		})
 	if err != nil {
 		return s, fmt.Errorf("rate search: %w", err)
 	}
@@ -558,6 +560,44 @@ func (r *runner) proxyVersion(ctx context.Context) string {
 		return exe
 	}
 	return exe + " " + v
+}
+
+// loadRetry runs load, and once more if fortio could not connect: each such failure is
+// recorded in s.Incidents with what the proxy held at the time, so that it shows in the
+// report instead of silently lowering a rate (fortio counts nothing for a connection it
+// never made) or failing the whole configuration. A second failure is an error.
+func (r *runner) loadRetry(ctx context.Context, rate float64, d time.Duration, s *Sample) (LoadRun, error) {
+	run, err := r.load(ctx, rate, d)
+	if err == nil || !strings.Contains(err.Error(), "Unable to connect") || ctx.Err() != nil {
+		return run, err
+	}
+	what := "closed-loop run"
+	if rate > 0 {
+		what = fmt.Sprintf("run at %.0f/s", rate)
+	}
+	s.Incidents = append(s.Incidents, fmt.Sprintf("%s: a connection from the client could not be established (fortio: Unable to connect); %s; retried",
+		what, r.proxyUpstreams(ctx)))
+	return r.load(ctx, rate, d)
+}
+
+// proxyUpstreams describes the proxy's upstream connections that use the client's address
+// (original source): a new connection of the client on the same port and to the same
+// server collides with one of them.
+func (r *runner) proxyUpstreams(ctx context.Context) string {
+	out, err := benchkit.RunOutput(ctx, 30*time.Second, func(ctx context.Context) *exec.Cmd {
+		return benchkit.OwnGroup(exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+r.agent.NodeNetns(), "--",
+			"ss", "-Htn", "state", "established", "src", r.client.IP.String(), "dst", r.server.IP.String()))
+	})
+	if err != nil {
+		return "could not list the node namespace's connections: " + err.Error()
+	}
+	n := 0
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.TrimSpace(l) != "" {
+			n++
+		}
+	}
+	return fmt.Sprintf("the node namespace then held %d connections from the client's address to the server (the proxy's upstream connections keep the client's address)", n)
 }
 
 // load runs fortio in the client endpoint against the server's GET /v1: at rate requests/s
