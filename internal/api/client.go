@@ -68,6 +68,11 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	return c.roundTrip(req)
+}
+
+// roundTrip sends req and turns a non-2xx answer into an *Error.
+func (c *Client) roundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("talking to the agent at %s (is rampartd running?): %w", c.socket, unwrapURL(err))
@@ -201,6 +206,69 @@ func (c *Client) Observe(ctx context.Context, req ObserveRequest, fn func(Flow) 
 		return fmt.Errorf("reading flows: %w", err)
 	}
 	return nil
+}
+
+// ListCIDRSets lists the CIDR sets.
+func (c *Client) ListCIDRSets(ctx context.Context) ([]CIDRSet, error) {
+	var v []CIDRSet
+	return v, c.do(ctx, "GET", "/v1/cidrsets", nil, &v)
+}
+
+// GetCIDRSet describes one CIDR set.
+func (c *Client) GetCIDRSet(ctx context.Context, name string) (CIDRSet, error) {
+	var v CIDRSet
+	return v, c.do(ctx, "GET", "/v1/cidrsets/"+esc(name), nil, &v)
+}
+
+// LoadCIDRSet creates or replaces a CIDR set.
+func (c *Client) LoadCIDRSet(ctx context.Context, req CIDRSetRequest) (CIDRSetChange, error) {
+	return c.prefixes(ctx, "PUT", "/v1/cidrsets/"+esc(req.Name), req)
+}
+
+// AddCIDRs adds prefixes to a CIDR set in place.
+func (c *Client) AddCIDRs(ctx context.Context, req CIDRSetRequest) (CIDRSetChange, error) {
+	return c.prefixes(ctx, "POST", "/v1/cidrsets/"+esc(req.Name)+"/add", req)
+}
+
+// RemoveCIDRs removes prefixes from a CIDR set in place.
+func (c *Client) RemoveCIDRs(ctx context.Context, req CIDRSetRequest) (CIDRSetChange, error) {
+	return c.prefixes(ctx, "POST", "/v1/cidrsets/"+esc(req.Name)+"/remove", req)
+}
+
+// DeleteCIDRSet deletes a CIDR set (one that policies name only with force).
+func (c *Client) DeleteCIDRSet(ctx context.Context, name string, force bool) (CIDRSetChange, error) {
+	var v CIDRSetChange
+	path := "/v1/cidrsets/" + esc(name)
+	if force {
+		path += "?force=true"
+	}
+	return v, c.do(ctx, "DELETE", path, nil, &v)
+}
+
+// prefixes sends req's prefixes in their wire form, streamed as they are encoded.
+func (c *Client) prefixes(ctx context.Context, method, path string, req CIDRSetRequest) (CIDRSetChange, error) {
+	var v CIDRSetChange
+	if req.Source != "" {
+		path += "?source=" + url.QueryEscape(req.Source)
+	}
+	pr, pw := io.Pipe()
+	go func() { _, err := req.Prefixes.WriteTo(pw); pw.CloseWithError(err) }()
+	defer pr.Close()
+	hreq, err := http.NewRequestWithContext(ctx, method, "http://rampart"+path, pr)
+	if err != nil {
+		return v, err
+	}
+	hreq.ContentLength = req.Prefixes.EncodedSize()
+	hreq.Header.Set("Content-Type", PrefixContentType)
+	resp, err := c.roundTrip(hreq)
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return v, fmt.Errorf("decoding agent response: %w", err)
+	}
+	return v, nil
 }
 
 var _ Service = (*Client)(nil)

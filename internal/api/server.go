@@ -35,6 +35,25 @@ type Service interface {
 	// Observe calls send for each matching flow: the requested history first, then, with
 	// Follow, new flows until ctx ends or send fails.
 	Observe(ctx context.Context, req ObserveRequest, send func(Flow) error) error
+	ListCIDRSets(ctx context.Context) ([]CIDRSet, error)
+	GetCIDRSet(ctx context.Context, name string) (CIDRSet, error)
+	// LoadCIDRSet creates the set or replaces its content (the dataplane switches to the
+	// new content at once, with no moment in between).
+	LoadCIDRSet(ctx context.Context, req CIDRSetRequest) (CIDRSetChange, error)
+	// AddCIDRs and RemoveCIDRs change a set in place. Adding to a set that does not exist
+	// creates it.
+	AddCIDRs(ctx context.Context, req CIDRSetRequest) (CIDRSetChange, error)
+	RemoveCIDRs(ctx context.Context, req CIDRSetRequest) (CIDRSetChange, error)
+	// DeleteCIDRSet deletes a set; one that policies name only with force.
+	DeleteCIDRSet(ctx context.Context, name string, force bool) (CIDRSetChange, error)
+}
+
+// CIDRSetRequest carries prefixes for a set. On the wire the prefixes are the request body
+// in PrefixList's wire form and Source is the query parameter "source".
+type CIDRSetRequest struct {
+	Name     string
+	Source   string
+	Prefixes PrefixList
 }
 
 // maxBody bounds request bodies (manifests included).
@@ -92,6 +111,26 @@ func NewHandler(svc Service) http.Handler {
 		var req TraceRequest
 		withBody(w, r, &req, func() (any, error) { return svc.Trace(r.Context(), req) })
 	})
+	mux.HandleFunc("GET /v1/cidrsets", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.ListCIDRSets(r.Context()) })
+	})
+	mux.HandleFunc("GET /v1/cidrsets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.GetCIDRSet(r.Context(), r.PathValue("name")) })
+	})
+	mux.HandleFunc("PUT /v1/cidrsets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		withPrefixes(w, r, svc.LoadCIDRSet)
+	})
+	mux.HandleFunc("POST /v1/cidrsets/{name}/add", func(w http.ResponseWriter, r *http.Request) {
+		withPrefixes(w, r, svc.AddCIDRs)
+	})
+	mux.HandleFunc("POST /v1/cidrsets/{name}/remove", func(w http.ResponseWriter, r *http.Request) {
+		withPrefixes(w, r, svc.RemoveCIDRs)
+	})
+	mux.HandleFunc("DELETE /v1/cidrsets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) {
+			return svc.DeleteCIDRSet(r.Context(), r.PathValue("name"), r.URL.Query().Get("force") == "true")
+		})
+	})
 	mux.HandleFunc("POST /v1/observe", func(w http.ResponseWriter, r *http.Request) {
 		var req ObserveRequest
 		if err := decode(r, &req); err != nil {
@@ -126,6 +165,22 @@ func observe(w http.ResponseWriter, r *http.Request, svc Service, req ObserveReq
 	if err != nil && r.Context().Err() == nil {
 		enc.Encode(Error{Message: err.Error()})
 	}
+}
+
+// withPrefixes decodes a prefix list body (binary: a JSON document per prefix would cost
+// more than the whole load) and calls fn with it.
+func withPrefixes(w http.ResponseWriter, r *http.Request, fn func(context.Context, CIDRSetRequest) (CIDRSetChange, error)) {
+	if ct := r.Header.Get("Content-Type"); ct != PrefixContentType {
+		writeError(w, BadRequest("content type %q: want %s", ct, PrefixContentType))
+		return
+	}
+	l, err := ReadPrefixList(r.Body)
+	if err != nil {
+		writeError(w, BadRequest("decoding prefixes: %v", err))
+		return
+	}
+	req := CIDRSetRequest{Name: r.PathValue("name"), Source: r.URL.Query().Get("source"), Prefixes: l}
+	reply(w, r, func() (any, error) { return fn(r.Context(), req) })
 }
 
 func decode(r *http.Request, v any) error {

@@ -26,6 +26,7 @@ type Status struct {
 	Namespaces int       `json:"namespaces"`
 	Policies   int       `json:"policies"`
 	Identities int       `json:"identities"` // allocated (non-reserved) identities
+	CIDRSets   int       `json:"cidrSets"`
 	FlowsSeen  uint64    `json:"flowsSeen"`
 	FlowsLost  uint64    `json:"flowsLost"` // events a slow observer did not get
 	// Degraded is set when a dataplane update failed and could not be rolled back; it
@@ -154,7 +155,8 @@ type PolicyChange struct {
 	Action    string `json:"action"` // created, configured, unchanged, deleted, not found
 }
 
-// ChangeResult is the answer to apply and delete.
+// ChangeResult is the answer to apply and delete. A CiliumCIDRGroup shows as a change of
+// kind CiliumCIDRGroup (its CIDR set created, configured, unchanged or deleted).
 type ChangeResult struct {
 	Changes []PolicyChange `json:"changes"`
 }
@@ -176,6 +178,9 @@ type Policy struct {
 	Source    string          `json:"source"`
 	Rules     []Rule          `json:"rules"`
 	Raw       json.RawMessage `json:"raw,omitempty"`
+	// MissingCIDRGroups are CIDR groups the policy names that do not exist: those peers
+	// select nothing until the group is created.
+	MissingCIDRGroups []string `json:"missingCIDRGroups,omitempty"`
 }
 
 // Ref names a policy: Kind/namespace/name (namespace empty for clusterwide ones).
@@ -209,6 +214,9 @@ type TraceSide struct {
 	// the HTTP rules of L7 (Allowed is true).
 	Redirected bool      `json:"redirected,omitempty"`
 	L7         []TraceL7 `json:"l7,omitempty"`
+	// CIDRGroup names the CIDR set that decided: the deciding entry is a cidrGroupRef
+	// peer's (e.g. egressDeny toCIDRSet cidrGroupRef=threats).
+	CIDRGroup string `json:"cidrGroup,omitempty"`
 }
 
 // TraceL7 is one rule whose HTTP rules the proxy applies to a redirected connection.
@@ -233,6 +241,9 @@ type TraceResult struct {
 	Protocol   string      `json:"protocol"`
 	Port       uint16      `json:"port"`
 	Diagnostic string      `json:"diagnostic,omitempty"`
+	// FromCIDRGroups and ToCIDRGroups name the CIDR sets the addresses are in.
+	FromCIDRGroups []string `json:"fromCIDRGroups,omitempty"`
+	ToCIDRGroups   []string `json:"toCIDRGroups,omitempty"`
 }
 
 // FlowPeer is one side of a flow, decorated with what the agent knows of the address.
@@ -301,4 +312,65 @@ type ObserveRequest struct {
 	// buffered flow since the agent started (up to the history size).
 	Last       int  `json:"last,omitempty"`
 	SinceStart bool `json:"sinceStart,omitempty"`
+}
+
+// CIDRSet describes a named CIDR set: a CiliumCIDRGroup or a list loaded with
+// `rampart cidrset load`. Policies refer to it with toCIDRSet/fromCIDRSet cidrGroupRef.
+type CIDRSet struct {
+	Name     string `json:"name"`
+	Index    uint8  `json:"index"`    // dataplane set index, 0-31, stable for the set's life
+	Identity uint32 `json:"identity"` // identity.CIDRSet(Index)
+	// Source says where the current content came from: "file LIST", "CiliumCIDRGroup
+	// FILE: document N", or "cidrset add/remove" after in-place changes.
+	Source   string    `json:"source"`
+	LoadedAt time.Time `json:"loadedAt"` // last full load (load, apply)
+	// ChangedAt is the last change of any kind (load, add, remove).
+	ChangedAt time.Time `json:"changedAt"`
+	Prefixes  int       `json:"prefixes"` // distinct prefixes
+	IPv4      int       `json:"ipv4"`
+	IPv6      int       `json:"ipv6"`
+	// ByLength counts the prefixes of each length, "v4/24" -> n (only from Get).
+	ByLength map[string]int `json:"byLength,omitempty"`
+	// AgentBytes is what the agent keeps of the set in memory (and about what its file in
+	// the state directory takes).
+	AgentBytes uint64 `json:"agentBytes"`
+	// ReferencedBy lists the policies that name the set (Kind/namespace/name).
+	ReferencedBy []string `json:"referencedBy,omitempty"`
+	// LastLoad is the cost of the last full load (only from Get and load results).
+	LastLoad *CIDRSetLoad `json:"lastLoad,omitempty"`
+}
+
+// CIDRSetLoad is what a full load of the set tables cost: the dataplane rebuilds the
+// tables of all sets aside and switches to them.
+type CIDRSetLoad struct {
+	// TotalPrefixes is the number of prefixes of all sets in the tables.
+	TotalPrefixes int `json:"totalPrefixes"`
+	// HostEntries are the addresses of /25../32 IPv4 prefixes in the host table.
+	HostEntries int `json:"hostEntries"`
+	// DataplaneBytes is the memory of the dataplane's set tables (both banks), shared by all
+	// sets; BytesPerPrefix divides it by TotalPrefixes.
+	DataplaneBytes uint64  `json:"dataplaneBytes"`
+	BytesPerPrefix float64 `json:"bytesPerPrefix"`
+	// Agent: decoding, sorting, persisting; Build: computing the tables; Write: writing
+	// them and switching. Total is the request as the agent saw it.
+	AgentMs float64 `json:"agentMs"`
+	BuildMs float64 `json:"buildMs"`
+	WriteMs float64 `json:"writeMs"`
+	TotalMs float64 `json:"totalMs"`
+}
+
+// CIDRSetChange is the answer to a load, add, remove or delete.
+type CIDRSetChange struct {
+	Set    CIDRSet `json:"set"`
+	Action string  `json:"action"` // created, replaced, unchanged, changed, deleted
+	// Given counts the prefixes of the request; Duplicates those given twice (or, for
+	// add, already in the set); Added and Removed what changed; NotFound the prefixes a
+	// remove named that were not in the set.
+	Given      int `json:"given"`
+	Duplicates int `json:"duplicates,omitempty"`
+	Added      int `json:"added"`
+	Removed    int `json:"removed"`
+	NotFound   int `json:"notFound,omitempty"`
+	// InPlace: the dataplane was updated in place (add/remove) rather than rebuilt.
+	InPlace bool `json:"inPlace,omitempty"`
 }

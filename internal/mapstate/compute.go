@@ -3,6 +3,7 @@ package mapstate
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -59,9 +60,11 @@ func Prefixes(rules []policy.Rule) []netip.Prefix {
 // Check reports input that Compute cannot turn into a correct state: a policy prefix without
 // a valid CIDR identity (its CIDR peers, allow or deny, would silently select less),
 // endpoints without an identity, an address, a unique address or a unique ID, duplicate
-// rule IDs (Trace could name the wrong rule), and L7 rules the dataplane cannot carry (on a
-// deny rule, or on anything but one TCP port; Compute lets such a port rule allow nothing).
-// The agent calls it before applying a computed state.
+// rule IDs (Trace could name the wrong rule), CIDR sets with an index out of range or
+// shared, and L7 rules the dataplane cannot carry (on a deny rule, or on anything but one
+// TCP port; Compute lets such a port rule allow nothing). A peer naming a CIDR set that
+// does not exist is not an error (it selects nothing, as in Cilium): see
+// MissingCIDRGroups.
 func (in Input) Check() error {
 	var errs []error
 	for _, p := range Prefixes(in.Rules) {
@@ -92,6 +95,17 @@ func (in Input) Check() error {
 			errs = append(errs, fmt.Errorf("endpoint %s has no address", name))
 		}
 	}
+	setNames := map[uint8]string{}
+	for _, name := range slices.Sorted(maps.Keys(in.CIDRSets)) {
+		idx := in.CIDRSets[name]
+		if idx >= MaxCIDRSets {
+			errs = append(errs, fmt.Errorf("CIDR set %q has index %d, want 0-%d", name, idx, MaxCIDRSets-1))
+		}
+		if other, dup := setNames[idx]; dup {
+			errs = append(errs, fmt.Errorf("CIDR sets %q and %q share index %d", other, name, idx))
+		}
+		setNames[idx] = name
+	}
 	ruleIDs := map[uint32]bool{}
 	for i := range in.Rules {
 		r := &in.Rules[i]
@@ -110,8 +124,32 @@ func (in Input) Check() error {
 	return errors.Join(errs...)
 }
 
+// MissingCIDRGroups returns the CIDR group names that rules refer to (cidrGroupRef) and
+// that are not in CIDRSets, sorted and distinct: those peers select nothing for now.
+func (in Input) MissingCIDRGroups() []string {
+	var out []string
+	for i := range in.Rules {
+		for _, p := range in.Rules[i].Peers {
+			if _, ok := in.CIDRSets[p.Group]; p.Kind == policy.PeerCIDRGroup && !ok {
+				out = append(out, p.Group)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// CIDRSetIdentity returns the identity of CIDR set index (identity.CIDRSet), and false for
+// an index the dataplane does not have.
+func CIDRSetIdentity(index uint8) (identity.Identity, bool) {
+	if index >= MaxCIDRSets {
+		return 0, false
+	}
+	return identity.CIDRSet(index), true
+}
+
 func validCIDRIdentity(id identity.Identity) bool {
-	return id >= identity.FirstCIDR && id&identity.EndpointCIDRFlag == 0
+	return id >= identity.FirstCIDR && id < identity.FirstCIDRSet && id&identity.EndpointCIDRFlag == 0
 }
 
 // prefixIdentity is a policy prefix with its CIDR identity.
@@ -272,6 +310,14 @@ func (c *computer) peerIdentities(r *policy.Rule) []identity.Identity {
 			c.cidrPeer(p, set)
 		case policy.PeerEntity:
 			c.entityPeer(p.Entity, set)
+		case policy.PeerCIDRGroup:
+			// Set membership is not in the ipcache: the dataplane computes the peer's set
+			// mask per packet and looks the policy up with each member set's identity.
+			if idx, ok := c.in.CIDRSets[p.Group]; ok {
+				if id, ok := CIDRSetIdentity(idx); ok {
+					set[id] = true
+				}
+			}
 		}
 	}
 	out := make([]identity.Identity, 0, len(set))

@@ -43,6 +43,9 @@ type Decision struct {
 	Identity  identity.Identity `json:"identity"`
 	Secondary identity.Identity `json:"secondary,omitempty"`
 	Prefix    netip.Prefix      `json:"prefix"`
+	// CIDRSets is the peer's CIDR set mask (bit i: its address is in set i), as given to
+	// LookupSets.
+	CIDRSets uint32 `json:"cidrSets,omitempty"`
 	// L7 holds, for a Redirected decision, the L7 rules the proxy applies to the
 	// connection's requests (from State.L7: this endpoint, direction and port, and peers
 	// containing the peer's identity, Any or the secondary identity). A request passes if
@@ -96,8 +99,17 @@ func lookupPolicy(entries map[Key]Value, id identity.Identity, dir policy.Direct
 // allow in that order; else it is denied if the endpoint enforces the direction and allowed
 // if not. An endpoint without state is denied (fail closed).
 func Lookup(st State, epID uint32, dir policy.Direction, peer netip.Addr, proto policy.Protocol, port uint16) Decision {
+	return LookupSets(st, epID, dir, peer, 0, proto, port)
+}
+
+// LookupSets is Lookup for a peer whose address is in the CIDR sets of mask sets (bit i:
+// set i; see Input.CIDRSetMembership). After the peer identity, Any and the secondary
+// identity, the policy map is looked up with identity.CIDRSet(i) for every set bit i in
+// ascending order, and those results join the same combination (deny > redirect > allow,
+// ties to the earlier lookup), as the dataplane does.
+func LookupSets(st State, epID uint32, dir policy.Direction, peer netip.Addr, sets uint32, proto policy.Protocol, port uint16) Decision {
 	entry, prefix := LookupIPCache(st.IPCache, peer)
-	d := Decision{Identity: entry.Identity, Secondary: entry.Secondary, Prefix: prefix}
+	d := Decision{Identity: entry.Identity, Secondary: entry.Secondary, Prefix: prefix, CIDRSets: sets}
 	ep, ok := st.Endpoints[epID]
 	if !ok {
 		d.Verdict, d.Reason = Denied, ReasonUnknownEndpoint
@@ -106,6 +118,11 @@ func Lookup(st State, epID uint32, dir policy.Direction, peer netip.Addr, proto 
 	ids := []identity.Identity{entry.Identity, identity.Any}
 	if entry.Secondary != 0 {
 		ids = append(ids, entry.Secondary)
+	}
+	for i := range uint8(MaxCIDRSets) {
+		if sets&(1<<i) != 0 {
+			ids = append(ids, identity.CIDRSet(i))
+		}
 	}
 	// best is the deciding lookup so far; a later lookup replaces it only with a higher
 	// action, so ties go to the earlier lookup.

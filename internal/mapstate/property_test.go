@@ -60,6 +60,9 @@ type refPeer struct {
 	addr netip.Addr
 	ep   *Endpoint // the endpoint with this address, if any
 	host bool      // a host address (and not an endpoint's)
+	// groups are the prefixes of every CIDR group that exists (a group absent here does
+	// not exist, whatever rules say).
+	groups map[string][]netip.Prefix
 }
 
 func classify(in *Input, a netip.Addr) refPeer {
@@ -96,6 +99,11 @@ func peerScopes(r *policy.Rule, peer refPeer) []portScope {
 			}
 		case policy.PeerCIDR:
 			if p.CIDR.Contains(peer.addr) && !slices.ContainsFunc(p.Except, func(e netip.Prefix) bool { return e.Contains(peer.addr) }) {
+				out = append(out, scopeAll)
+			}
+		case policy.PeerCIDRGroup:
+			// Any address inside any prefix of the group, whoever owns it.
+			if slices.ContainsFunc(peer.groups[p.Group], func(q netip.Prefix) bool { return q.Contains(peer.addr) }) {
 				out = append(out, scopeAll)
 			}
 		case policy.PeerEntity:
@@ -157,9 +165,10 @@ func refPortMatch(pr policy.PortRule, proto policy.Protocol, port uint16, named 
 	return port == pr.Port
 }
 
-func reference(in *Input, ep *Endpoint, dir policy.Direction, peerAddr netip.Addr, proto policy.Protocol, port uint16) refVerdict {
+func reference(in *Input, groups map[string][]netip.Prefix, ep *Endpoint, dir policy.Direction, peerAddr netip.Addr, proto policy.Protocol, port uint16) refVerdict {
 	var v refVerdict
 	peer := classify(in, peerAddr)
+	peer.groups = groups
 	namedFor := func(scope portScope, name string) []NamedPort {
 		if dir == policy.Ingress {
 			if np, ok := ep.NamedPorts[name]; ok {
@@ -228,6 +237,52 @@ func reference(in *Input, ep *Endpoint, dir policy.Direction, peerAddr netip.Add
 type gen struct {
 	rng *rand.Rand
 	t   testing.TB
+	// groups are the CIDR groups of the current world that exist, by name.
+	groups map[string][]netip.Prefix
+}
+
+// groupNames are the names rules refer to; gx never exists, the others usually do.
+var groupNames = []string{"g0", "g1", "g2", "gx"}
+
+// cidrGroups makes the CIDR sets of a world: each of g0..g2 exists with a random distinct
+// index and a few prefixes (often around the address pool, so they overlap each other,
+// rule CIDRs and endpoint addresses; sometimes /0, /32 or IPv6).
+func (g *gen) cidrGroups() (map[string][]netip.Prefix, map[string]uint8) {
+	groups := map[string][]netip.Prefix{}
+	index := map[string]uint8{}
+	perm := g.rng.Perm(MaxCIDRSets)
+	for i, name := range groupNames[:3] {
+		if !g.chance(0.85) {
+			continue
+		}
+		index[name] = uint8(perm[i])
+		var ps []netip.Prefix
+		for n := g.pick(4); n >= 0; n-- {
+			switch {
+			case g.chance(0.05):
+				ps = append(ps, netip.MustParsePrefix("2001:db8::/32"))
+			case g.chance(0.03):
+				ps = append(ps, netip.MustParsePrefix("0.0.0.0/0"))
+			default:
+				ps = append(ps, netip.PrefixFrom(g.addr(), prefixBits[1+g.pick(len(prefixBits)-1)]).Masked())
+			}
+		}
+		groups[name] = ps
+	}
+	return groups, index
+}
+
+// membershipOf is the dataplane's set mask computation, done the slow way.
+func membershipOf(groups map[string][]netip.Prefix, index map[string]uint8) func(netip.Addr) uint32 {
+	return func(a netip.Addr) uint32 {
+		var m uint32
+		for name, ps := range groups {
+			if slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Contains(a) }) {
+				m |= 1 << index[name]
+			}
+		}
+		return m
+	}
 }
 
 func (g *gen) pick(n int) int { return g.rng.Intn(n) }
@@ -321,6 +376,9 @@ var entities = []string{
 }
 
 func (g *gen) peer() policy.Peer {
+	if g.chance(0.2) {
+		return policy.Peer{Kind: policy.PeerCIDRGroup, Group: groupNames[g.pick(len(groupNames))]}
+	}
 	switch g.pick(3) {
 	case 0:
 		return endpointsPeer(g.selector())
@@ -438,6 +496,8 @@ func (g *gen) world() (*identity.Allocator, Input) {
 	for _, p := range Prefixes(in.Rules) {
 		in.CIDRIdentities[p] = alloc.ForCIDR(p)
 	}
+	g.groups, in.CIDRSets = g.cidrGroups()
+	in.CIDRSetMembership = membershipOf(g.groups, in.CIDRSets)
 	return alloc, in
 }
 
@@ -472,8 +532,8 @@ func portEdges(rules []policy.Rule) []uint16 {
 }
 
 // addrEdges returns the IPv4 addresses at and just outside both ends of every CIDR and
-// except in the rules.
-func addrEdges(rules []policy.Rule) []netip.Addr {
+// except in the rules, and of every prefix of the groups.
+func addrEdges(rules []policy.Rule, groups map[string][]netip.Prefix) []netip.Addr {
 	var out []netip.Addr
 	add := func(p netip.Prefix) {
 		if !p.Addr().Is4() {
@@ -496,11 +556,19 @@ func addrEdges(rules []policy.Rule) []netip.Addr {
 			}
 		}
 	}
+	for _, ps := range groups {
+		for _, p := range ps {
+			add(p)
+		}
+	}
 	return out
 }
 
-func describe(in *Input) string {
+func describe(in *Input, groups map[string][]netip.Prefix) string {
 	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(in.CIDRSets)) {
+		fmt.Fprintf(&b, "  cidr group %s index %d: %v\n", name, in.CIDRSets[name], groups[name])
+	}
 	for _, ep := range in.Endpoints {
 		fmt.Fprintf(&b, "  endpoint %d %s/%s ip=%v id=%d labels=%s named=%v\n", ep.ID, ep.Namespace, ep.Name, ep.IP, ep.Identity, ep.Labels, ep.NamedPorts)
 	}
@@ -514,6 +582,8 @@ func describe(in *Input) string {
 				fmt.Fprintf(&b, "    peer cidr %v except %v\n", p.CIDR, p.Except)
 			case policy.PeerEntity:
 				fmt.Fprintf(&b, "    peer entity %s\n", p.Entity)
+			case policy.PeerCIDRGroup:
+				fmt.Fprintf(&b, "    peer cidrGroupRef %s\n", p.Group)
 			}
 		}
 		for _, pr := range r.Ports {
@@ -531,21 +601,23 @@ func TestComputeLookupMatchesReference(t *testing.T) {
 	}
 	// mixed counts redirected packets that a plain allow matches too (its rule must then
 	// allow every request through the proxy).
-	var packets, denied, byRule, defaults, redirected, mixed int
+	// bySet counts packets decided by an entry of a CIDR set identity, inSet packets whose
+	// peer is in some set.
+	var packets, denied, byRule, defaults, redirected, mixed, bySet, inSet int
 	for c := 0; c < cases; c++ {
 		_, in := g.world()
 		if err := in.Check(); err != nil {
 			t.Fatalf("case %d: generated input fails Check: %v", c, err)
 		}
 		st := Compute(in)
-		edges, addrs := portEdges(in.Rules), addrEdges(in.Rules)
+		edges, addrs := portEdges(in.Rules), addrEdges(in.Rules, g.groups)
 
 		// Rule order must not matter: merges keep the lowest rule ID.
 		shuffled := in
 		shuffled.Rules = slices.Clone(in.Rules)
 		g.rng.Shuffle(len(shuffled.Rules), func(i, j int) { shuffled.Rules[i], shuffled.Rules[j] = shuffled.Rules[j], shuffled.Rules[i] })
 		if st2 := Compute(shuffled); !reflect.DeepEqual(st, st2) {
-			t.Fatalf("case %d (seed %d): state depends on rule order\n%s", c, *propSeed, describe(&in))
+			t.Fatalf("case %d (seed %d): state depends on rule order\n%s", c, *propSeed, describe(&in, g.groups))
 		}
 
 		for p := 0; p < 150; p++ {
@@ -593,14 +665,23 @@ func TestComputeLookupMatchesReference(t *testing.T) {
 				port = 0
 			}
 
-			want := reference(&in, ep, dir, peer, proto, port)
-			got := Lookup(st, ep.ID, dir, peer, proto, port)
+			want := reference(&in, g.groups, ep, dir, peer, proto, port)
+			sets := in.CIDRSetMembership(peer)
+			got := LookupSets(st, ep.ID, dir, peer, sets, proto, port)
 			packets++
+			if sets != 0 {
+				inSet++
+			}
+			if got.Entry != nil {
+				if _, ok := identity.IsCIDRSet(got.Entry.Identity); ok {
+					bySet++
+				}
+			}
 			fail := func(msg string) {
 				t.Fatalf("case %d (seed %d): endpoint %s/%s %s peer %v proto %d port %d: %s\n"+
 					"got %+v\nreference: enforced=%v denies=%v allows=%v\nworld:\n%s",
 					c, *propSeed, ep.Namespace, ep.Name, dir, peer, proto, port, msg,
-					got, want.enforced, want.denies, want.allows, describe(&in))
+					got, want.enforced, want.denies, want.allows, describe(&in, g.groups))
 			}
 			switch {
 			case len(want.denies) > 0:
@@ -652,9 +733,10 @@ func TestComputeLookupMatchesReference(t *testing.T) {
 		}
 	}
 	// The generator must exercise every outcome, or the comparison proves little.
-	t.Logf("%d worlds, %d packets: %d denied, %d decided by a rule, %d default-denied, %d redirected (%d also allowed by a plain rule)",
-		cases, packets, denied, byRule, defaults, redirected, mixed)
-	if byRule < packets/20 || defaults < packets/20 || denied < packets/10 || packets-denied < packets/10 || redirected < packets/200 || mixed < packets/2000 {
-		t.Fatalf("generator too skewed: %d packets, %d denied, %d by rule, %d default, %d redirected, %d mixed", packets, denied, byRule, defaults, redirected, mixed)
+	t.Logf("%d worlds, %d packets: %d denied, %d decided by a rule, %d default-denied, %d redirected (%d also allowed by a plain rule), %d with a peer in a CIDR set, %d decided by a set's entry",
+		cases, packets, denied, byRule, defaults, redirected, mixed, inSet, bySet)
+	if byRule < packets/20 || defaults < packets/20 || denied < packets/10 || packets-denied < packets/10 || redirected < packets/200 || mixed < packets/2000 ||
+		inSet < packets/10 || bySet < packets/100 {
+		t.Fatalf("generator too skewed: %d packets, %d denied, %d by rule, %d default, %d redirected, %d mixed, %d in a set, %d by a set", packets, denied, byRule, defaults, redirected, mixed, inSet, bySet)
 	}
 }

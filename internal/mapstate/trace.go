@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -40,6 +41,8 @@ type TraceEnd struct {
 	Name       string            `json:"name,omitempty"`
 	Addr       netip.Addr        `json:"addr"`
 	Identity   identity.Identity `json:"identity"` // as the ipcache resolves Addr
+	// CIDRGroups names the CIDR sets Addr is in (Input.CIDRSetMembership), sorted.
+	CIDRGroups []string `json:"cidrGroups,omitempty"`
 }
 
 // RuleInfo describes the rule that decided a check.
@@ -57,6 +60,9 @@ type TraceCheck struct {
 	Enforced  bool             `json:"enforced"` // whether the endpoint enforces Direction
 	Decision  Decision         `json:"decision"`
 	Rule      *RuleInfo        `json:"rule,omitempty"`
+	// CIDRGroup names the CIDR set whose identity the deciding entry has, when a
+	// cidrGroupRef peer decided (e.g. an egressDeny toCIDRSet cidrGroupRef).
+	CIDRGroup string `json:"cidrGroup,omitempty"`
 	// L7 names, for a Redirected decision, the rules whose HTTP rules the proxy applies
 	// (Decision.L7, one entry each, in that order).
 	L7 []TraceL7 `json:"l7,omitempty"`
@@ -130,8 +136,13 @@ func combine(a, b Verdict) Verdict {
 }
 
 func check(in Input, st State, ep *Endpoint, dir policy.Direction, peer netip.Addr, q Query) *TraceCheck {
-	d := Lookup(st, ep.ID, dir, peer, q.Protocol, q.Port)
+	d := LookupSets(st, ep.ID, dir, peer, membership(in, peer), q.Protocol, q.Port)
 	c := &TraceCheck{Direction: dir, Endpoint: ep.Namespace + "/" + ep.Name, Decision: d}
+	if d.Entry != nil {
+		if idx, ok := identity.IsCIDRSet(d.Entry.Identity); ok {
+			c.CIDRGroup = setName(in, idx)
+		}
+	}
 	pol := st.Endpoints[ep.ID]
 	c.Enforced = dir == policy.Ingress && pol.EnforceIngress || dir == policy.Egress && pol.EnforceEgress
 	if d.Entry != nil {
@@ -141,6 +152,36 @@ func check(in Input, st State, ep *Endpoint, dir policy.Direction, peer netip.Ad
 		c.L7 = append(c.L7, TraceL7{Rule: *ruleInfo(in, r.RuleID), HTTP: r.HTTP})
 	}
 	return c
+}
+
+// membership returns the CIDR set mask of a, 0 without a membership function.
+func membership(in Input, a netip.Addr) uint32 {
+	if in.CIDRSetMembership == nil || !a.IsValid() {
+		return 0
+	}
+	return in.CIDRSetMembership(a.Unmap())
+}
+
+// setName returns the name of CIDR set idx ("" if none has it).
+func setName(in Input, idx uint8) string {
+	for name, i := range in.CIDRSets {
+		if i == idx {
+			return name
+		}
+	}
+	return ""
+}
+
+// setNames returns the names of the sets of mask, sorted.
+func setNames(in Input, mask uint32) []string {
+	var out []string
+	for name, i := range in.CIDRSets {
+		if i < MaxCIDRSets && mask&(1<<i) != 0 {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ruleInfo names rule id and its policy.
@@ -189,5 +230,6 @@ func resolveRef(in Input, st State, r TraceRef) (TraceEnd, *Endpoint, error) {
 	}
 	e, _ := LookupIPCache(st.IPCache, end.Addr)
 	end.Identity = e.Identity
+	end.CIDRGroups = setNames(in, membership(in, end.Addr))
 	return end, ep, nil
 }

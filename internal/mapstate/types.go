@@ -35,7 +35,18 @@ type Input struct {
 	// RulePolicies names the policy each rule (by Rule.ID) came from, so Trace can say which
 	// policy decided. Optional; Compute ignores it.
 	RulePolicies map[uint32]PolicyRef
+	// CIDRSets maps the names of the CIDR sets that exist (CIDR groups) to their dataplane
+	// index, 0..MaxCIDRSets-1. A cidrGroupRef peer selects identity.CIDRSet(index); a peer
+	// naming a set absent here selects nothing (MissingCIDRGroups lists such names).
+	CIDRSets map[string]uint8
+	// CIDRSetMembership returns the set mask of an address as the dataplane computes it
+	// (bit i: the address is inside some prefix of set i). Optional (nil: no address is in
+	// any set); Trace uses it, Compute ignores it.
+	CIDRSetMembership func(netip.Addr) uint32
 }
+
+// MaxCIDRSets is the number of CIDR sets the dataplane has (one bit each in a u32 mask).
+const MaxCIDRSets = identity.MaxCIDRSets
 
 // PolicyRef names a policy (see policy.Policy.Key).
 type PolicyRef struct {
