@@ -12,6 +12,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 var palette = []color.Color{
@@ -63,7 +65,7 @@ func WritePlot(res *Result, path string) error {
 
 func latencyPlot(res *Result) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Latency at a fixed %.0f requests/s (%d connections; %d rounds pooled)",
+	p.Title.Text = fmt.Sprintf("Latency at a fixed %.0f requests/s (%d connections; median over %d rounds)",
 		res.Settings.RateQPS, res.Settings.Connections, res.Settings.Repeats)
 	p.X.Label.Text = "percentile"
 	p.Y.Label.Text = "latency (ms, log scale)"
@@ -81,17 +83,16 @@ func latencyPlot(res *Result) (*plot.Plot, error) {
 		if c.Summary.Verdict != VerdictMeasured {
 			continue
 		}
-		var lat []LoadRun
-		for _, s := range c.Samples {
-			lat = append(lat, s.Latency)
-		}
-		h := pool(lat)
 		var pts plotter.XYs
 		for _, q := range plotPercentiles {
-			if float64(c.Summary.Requests)*(1-q/100) < 1 {
-				break // fewer than one request beyond this percentile
+			if float64(c.Summary.Requests)/float64(len(c.Samples))*(1-q/100) < 1 {
+				break // fewer than one request of a round beyond this percentile
 			}
-			v := HistogramPercentile(h, q) / 1000
+			var vs []float64
+			for _, s := range c.Samples {
+				vs = append(vs, HistogramPercentile(s.Latency.Histogram, q))
+			}
+			v := benchkit.Median(vs) / 1000
 			if v > 0 && !math.IsNaN(v) {
 				pts = append(pts, plotter.XY{X: nines(q), Y: v})
 				lo, hi = math.Min(lo, v), math.Max(hi, v)

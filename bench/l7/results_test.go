@@ -14,6 +14,8 @@ import (
 func sample(round int, sustained, latUs float64) Sample {
 	run := LoadRun{TargetQPS: 1000, ActualQPS: 1000, Requests: 1000, OK: 1000, MaxUs: 2 * latUs,
 		Histogram: []Bucket{{latUs / 2, latUs, 500}, {latUs, 2 * latUs, 500}}, CPUBusy: []float64{50, 80}}
+	run.P50Us, run.P90Us = HistogramPercentile(run.Histogram, 50), HistogramPercentile(run.Histogram, 90)
+	run.P99Us, run.P999Us = HistogramPercentile(run.Histogram, 99), HistogramPercentile(run.Histogram, 99.9)
 	return Sample{Round: round, Latency: run, LatencySustained: true,
 		Saturation: LoadRun{ActualQPS: sustained * 1.1, CPUBusy: []float64{60, 100}}, SustainedQPS: sustained}
 }
@@ -49,9 +51,19 @@ func TestSummarize(t *testing.T) {
 	if float64(l4.SustainedQPS) != 9800 || float64(l4.SustainedMinQPS) != 9600 || float64(l4.SustainedMaxQPS) != 10000 {
 		t.Errorf("l4 sustained %v (%v-%v), want median 9800 of 9600..10000", l4.SustainedQPS, l4.SustainedMinQPS, l4.SustainedMaxQPS)
 	}
-	// Pooled histogram: half the requests in [110, 220], half in [220, 440].
-	if math.Abs(float64(l4.P50Us)-220) > 1e-9 || float64(l4.MaxUs) != 440 {
-		t.Errorf("l4 p50 %v max %v, want 220 and 440", l4.P50Us, l4.MaxUs)
+	// Every round: half the requests in [110, 220], half in [220, 440].
+	if math.Abs(float64(l4.P50Us)-220) > 1e-9 || float64(l4.MaxUs) != 440 || math.Abs(float64(l4.P99Us)-435.6) > 1e-9 {
+		t.Errorf("l4 p50 %v p99 %v max %v, want 220, 435.6 and 440", l4.P50Us, l4.P99Us, l4.MaxUs)
+	}
+	if l4.PooledP99Us != l4.P99Us || l4.WorstMaxUs != l4.MaxUs {
+		t.Errorf("identical rounds: pooled p99 %v and worst max %v differ from the medians", l4.PooledP99Us, l4.WorstMaxUs)
+	}
+	// One disturbed round does not set the summary's tail; it shows in the worst max.
+	res.Cases[2].Samples[1].Latency.P99Us = 90000
+	res.Cases[2].Samples[1].Latency.MaxUs = 95000
+	summarize(res)
+	if l4 = res.Cases[2].Summary; math.Abs(float64(l4.P99Us)-435.6) > 1e-9 || float64(l4.MaxUs) != 440 || float64(l4.WorstMaxUs) != 95000 {
+		t.Errorf("disturbed round: p99 %v max %v worst %v", l4.P99Us, l4.MaxUs, l4.WorstMaxUs)
 	}
 	if got := l4.SaturationCPUBusy; len(got) != 2 || got[0] != 60 || got[1] != 100 {
 		t.Errorf("cpu busy %v", got)

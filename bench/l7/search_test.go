@@ -32,12 +32,28 @@ func TestSearchSustained(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := 4
-		if c.capacity < (searchLow+(searchHigh-searchLow)/16)*c.saturation {
-			want = 5 // every bisection step failed: searchLow itself is tried
+		// Every rate is run once if it passes, twice if it misses.
+		want := 0
+		rates := map[float64]int{}
+		for _, s := range steps {
+			rates[s.TargetQPS]++
+			if s.Attempt != rates[s.TargetQPS] {
+				t.Errorf("capacity %v: step %+v is attempt %d at its rate", c.capacity, s, rates[s.TargetQPS])
+			}
 		}
-		if len(steps) != want || len(calls) != want {
-			t.Errorf("capacity %v: %d steps, %d calls, want %d", c.capacity, len(steps), len(calls), want)
+		for r, n := range rates {
+			w := 1
+			if r > c.capacity {
+				w = 2
+			}
+			if n != w {
+				t.Errorf("capacity %v: rate %v run %d times, want %d", c.capacity, r, n, w)
+			}
+			want += w
+		}
+		fallback := c.capacity < (searchLow+(searchHigh-searchLow)/16)*c.saturation
+		if (!fallback && len(rates) != 4) || (fallback && len(rates) != 5) || len(calls) != want {
+			t.Errorf("capacity %v: %d rates, %d calls (want %d)", c.capacity, len(rates), len(calls), want)
 		}
 		// Four halvings of [0.5, 1.04] x saturation: within 0.54/16 of it below capacity.
 		res := (searchHigh - searchLow) / 16 * c.saturation
@@ -58,9 +74,10 @@ func TestSearchFallsBelowRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 3 bisection steps fail, then 0.5, 0.25 fail and 0.125 (1250/s) passes.
-	if got != 1250 || len(calls) != 6 {
-		t.Errorf("sustained %v after calls %v, want 1250 after 6", got, calls)
+	// 3 bisection steps fail, then 0.5, 0.25 fail and 0.125 (1250/s) passes: five rates
+	// missed twice each, one passed.
+	if got != 1250 || len(calls) != 11 {
+		t.Errorf("sustained %v after calls %v, want 1250 after 11", got, calls)
 	}
 	calls = nil
 	got, _, err = searchSustained(context.Background(), 10000, 2, testCriterion, fakeServer(10, &calls))
@@ -74,6 +91,31 @@ func TestSearchFallsBelowRange(t *testing.T) {
 	_, _, err = searchSustained(context.Background(), 1000, 2, testCriterion, func(context.Context, float64) (LoadRun, error) { return LoadRun{}, boom })
 	if !errors.Is(err, boom) {
 		t.Errorf("measure error lost: %v", err)
+	}
+}
+
+// TestSearchRetriesOnce: a rate that misses once (a disturbed run) and then passes counts
+// as sustained; one that fails with errors is not run again.
+func TestSearchRetriesOnce(t *testing.T) {
+	var calls []float64
+	flaky := func(_ context.Context, rate float64) (LoadRun, error) {
+		calls = append(calls, rate)
+		r := LoadRun{TargetQPS: rate, ActualQPS: rate, Requests: 100, OK: 100, P99Us: 500}
+		if len(calls) == 1 {
+			r.P99Us = 90000 // the first run is disturbed
+		}
+		if rate > 9000 {
+			r.OK, r.Errors = 99, 1
+		}
+		return r, nil
+	}
+	got, steps, err := searchSustained(context.Background(), 10000, 2, testCriterion, flaky)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 7700/s misses, passes on its second run; 9050/s has an error: not retried.
+	if got != 7700 || len(calls) != 3 || calls[0] != calls[1] || steps[1].Attempt != 2 || !steps[1].Sustained || steps[2].Sustained {
+		t.Errorf("sustained %v, calls %v, steps %+v", got, calls, steps)
 	}
 }
 
