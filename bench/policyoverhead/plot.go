@@ -85,7 +85,7 @@ func barPlot(res *Result, names []string, title, ylabel string, ss []series, lin
 	p.Legend.Left = true
 	p.Y.Min = 0
 	const barW = 18
-	ymax := 1.1
+	ymax := 1.4 // headroom above the 1.0 line for the legend
 	for k, s := range ss {
 		vals := make(plotter.Values, len(res.Cases))
 		for i, c := range res.Cases {
