@@ -101,6 +101,9 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.cidrsets, err = loadSetFiles(cfg.StateDir); err != nil {
+		return nil, err
+	}
 	if err := a.net.Setup(); err != nil {
 		return nil, fmt.Errorf("setting up node network namespace: %w", err)
 	}
@@ -124,6 +127,13 @@ func New(cfg Config) (*Agent, error) {
 		}
 		a.ifindex[rec.EpID] = ifindex
 	}
+	if len(m.cidrsets) > 0 {
+		// The pinned tables still hold the sets; loading them again makes them equal to
+		// the files, which are the record (a crash may have come between the two).
+		if _, err := a.dp.ReplaceCIDRSets(datapathSets(m.cidrsets)); err != nil {
+			return nil, fmt.Errorf("re-applying stored CIDR sets: %w", err)
+		}
+	}
 	d, err := a.eng.compute(m, alloc, a.net.Router())
 	if err != nil {
 		return nil, err
@@ -139,7 +149,7 @@ func New(cfg Config) (*Agent, error) {
 	a.publishView()
 	go a.readFlows()
 	ok = true
-	a.log.Info("agent started", "socket", cfg.Socket, "endpoints", len(m.endpoints), "policies", len(m.policies))
+	a.log.Info("agent started", "socket", cfg.Socket, "endpoints", len(m.endpoints), "policies", len(m.policies), "cidrSets", len(m.cidrsets))
 	return a, nil
 }
 

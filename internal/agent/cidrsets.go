@@ -2,36 +2,691 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sort"
+	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/policy"
 )
 
-// ListCIDRSets lists the CIDR sets.
+// CIDR sets in the agent (docs/cidrsets.md):
+//
+//   - A set has a name (a CiliumCIDRGroup's, or the one given to `rampart cidrset`), a
+//     dataplane index 0..31 that stays the same for the set's life (policy entries name
+//     the set by identity.CIDRSet(index)), and its prefixes, kept sorted and distinct in
+//     the compact form api.PrefixList. Each set is a file in the state directory.
+//   - Order of a change, so that no step opens what old and new state both block: new and
+//     changed set contents go to the dataplane first (one rebuild of all sets aside and a
+//     switch, ReplaceCIDRSets), then the policy state that may name new sets, then sets
+//     that went away are emptied (a second switch), then the files and the state file.
+//     A failure puts the previous sets and policy state back.
+//   - add/remove change one set in place (AddCIDRs/RemoveCIDRs, milliseconds). A removal
+//     that would unlist addresses still covered by another prefix of the set (the
+//     dataplane keeps no prefixes, only membership bits) rebuilds instead.
+
+const maxCIDRSets = identity.MaxCIDRSets
+
+// CIDRSetStats is what a full rebuild of the dataplane's set tables cost
+// (datapath.CIDRSetStats).
+type CIDRSetStats struct {
+	Prefixes, IPv4, IPv6, HostEntries int
+	MemoryBytes                       uint64
+	Build, Write                      time.Duration
+}
+
+// datapathSets converts the model's sets to what Datapath.ReplaceCIDRSets takes.
+func datapathSets(sets map[string]*cidrSet) map[uint8][]netip.Prefix {
+	out := make(map[uint8][]netip.Prefix, len(sets))
+	for _, s := range sets {
+		out[s.meta.Index] = s.prefixes.Prefixes()
+	}
+	return out
+}
+
+// setIndexes maps set names to indexes, for mapstate.Input.CIDRSets.
+func setIndexes(sets map[string]*cidrSet) map[string]uint8 {
+	out := make(map[string]uint8, len(sets))
+	for name, s := range sets {
+		out[name] = s.meta.Index
+	}
+	return out
+}
+
+// freeIndex returns the lowest index no set of either map uses.
+func freeIndex(a, b map[string]*cidrSet) (uint8, bool) {
+	used := map[uint8]bool{}
+	for _, s := range a {
+		used[s.meta.Index] = true
+	}
+	for _, s := range b {
+		used[s.meta.Index] = true
+	}
+	for i := range uint8(maxCIDRSets) {
+		if !used[i] {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// referencedBy lists the policies of m that name group, as Kind/namespace/name.
+func referencedBy(m *model, group string) []string {
+	var out []string
+	for _, key := range sortedKeys(m.policies) {
+		sp := m.policies[key]
+		if slices.Contains(policyGroups(sp.pol), group) {
+			out = append(out, policyRefString(mapstate.PolicyRef{Kind: sp.pol.Kind, Namespace: sp.pol.Namespace, Name: sp.pol.Name}))
+		}
+	}
+	return out
+}
+
+// policyGroups lists the CIDR groups a policy names, sorted and distinct.
+func policyGroups(p *policy.Policy) []string {
+	var out []string
+	for _, r := range p.Rules {
+		for _, peer := range r.Peers {
+			if peer.Kind == policy.PeerCIDRGroup {
+				out = append(out, peer.Group)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// cidrSetAPI describes a set; full adds the per-length counts.
+func (a *Agent) cidrSetAPI(m *model, s *cidrSet, full bool) api.CIDRSet {
+	out := api.CIDRSet{
+		Name:         s.meta.Name,
+		Index:        s.meta.Index,
+		Identity:     identity.CIDRSet(s.meta.Index),
+		Source:       s.meta.Source,
+		LoadedAt:     s.meta.LoadedAt,
+		ChangedAt:    s.meta.ChangedAt,
+		Prefixes:     s.prefixes.Len(),
+		IPv4:         len(s.prefixes.V4),
+		IPv6:         len(s.prefixes.V6),
+		AgentBytes:   s.agentBytes(),
+		ReferencedBy: referencedBy(m, s.meta.Name),
+	}
+	if full {
+		out.LastLoad = s.meta.LastLoad
+		out.ByLength = map[string]int{}
+		var v4 [33]int
+		for _, k := range s.prefixes.V4 {
+			v4[k&0xff]++
+		}
+		for bits, n := range v4 {
+			if n > 0 {
+				out.ByLength[fmt.Sprintf("v4/%d", bits)] = n
+			}
+		}
+		for _, p := range s.prefixes.V6 {
+			out.ByLength[fmt.Sprintf("v6/%d", p.Bits())]++
+		}
+	}
+	return out
+}
+
+// ListCIDRSets lists the CIDR sets, by name.
 func (a *Agent) ListCIDRSets(ctx context.Context) ([]api.CIDRSet, error) {
-	return []api.CIDRSet{}, nil
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []api.CIDRSet{}
+	for _, name := range sortedKeys(a.model.cidrsets) {
+		out = append(out, a.cidrSetAPI(a.model, a.model.cidrsets[name], false))
+	}
+	return out, nil
 }
 
-// GetCIDRSet describes a CIDR set.
+// GetCIDRSet describes one CIDR set, with its prefix lengths and last load.
 func (a *Agent) GetCIDRSet(ctx context.Context, name string) (api.CIDRSet, error) {
-	return api.CIDRSet{}, api.NotFound("CIDR set %q not found", name)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.model.cidrsets[name]
+	if !ok {
+		return api.CIDRSet{}, api.NotFound("CIDR set %q not found", name)
+	}
+	return a.cidrSetAPI(a.model, s, true), nil
 }
 
-// LoadCIDRSet creates or replaces a CIDR set.
+func validSetName(name string) error {
+	if !policy.ValidCIDRGroupName(name) {
+		return api.BadRequest("CIDR set name %q: want lowercase letters, digits, '-' and '.' (a DNS subdomain, as CiliumCIDRGroup names), at most 253 characters", name)
+	}
+	return nil
+}
+
+// LoadCIDRSet creates a set or replaces its content. The dataplane builds the new tables
+// aside and switches to them: there is no moment with neither the old nor the new content.
 func (a *Agent) LoadCIDRSet(ctx context.Context, req api.CIDRSetRequest) (api.CIDRSetChange, error) {
-	return api.CIDRSetChange{}, api.Errorf(501, "CIDR sets are not implemented yet")
+	start := time.Now()
+	if err := validSetName(req.Name); err != nil {
+		return api.CIDRSetChange{}, err
+	}
+	l := req.Prefixes
+	given := l.Len()
+	dups := l.Normalize() // before taking the lock: sorting ten million keys takes a while
+	source := req.Source
+	if source == "" {
+		source = "cidrset load"
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	res := api.CIDRSetChange{Given: given, Duplicates: dups}
+	old := a.model.cidrsets[req.Name]
+	if old != nil && prefixListsEqual(old.prefixes, &l) {
+		res.Action = "unchanged"
+		res.Set = a.cidrSetAPI(a.model, old, true)
+		return res, nil
+	}
+	set, err := a.newSet(req.Name, old, source, &l, start)
+	if err != nil {
+		return res, err
+	}
+	if _, err := a.changeSets(start, func(m *model) error {
+		m.cidrsets[req.Name] = set
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	res.Action = "created"
+	if old != nil {
+		res.Action = "replaced"
+		res.Added, res.Removed = diffCounts(old.prefixes, &l)
+	} else {
+		res.Added = l.Len()
+	}
+	res.Set = a.cidrSetAPI(a.model, a.model.cidrsets[req.Name], true)
+	a.log.Info("CIDR set loaded", "set", req.Name, "prefixes", l.Len(), "action", res.Action, "took", time.Since(start))
+	return res, nil
 }
 
-// AddCIDRs adds prefixes to a CIDR set.
+// newSet makes the record of a set's new content (a.mu held): the old set's index, or a
+// free one.
+func (a *Agent) newSet(name string, old *cidrSet, source string, l *api.PrefixList, now time.Time) (*cidrSet, error) {
+	meta := cidrSetMeta{Name: name, Source: source, LoadedAt: now, ChangedAt: now}
+	if old != nil {
+		meta.Index = old.meta.Index
+	} else {
+		idx, ok := freeIndex(a.model.cidrsets, nil)
+		if !ok {
+			return nil, api.Conflict("all %d CIDR sets are in use: delete one first (rampart cidrset delete NAME)", maxCIDRSets)
+		}
+		meta.Index = idx
+	}
+	return &cidrSet{meta: meta, prefixes: l}, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func prefixListsEqual(a, b *api.PrefixList) bool {
+	return slices.Equal(a.V4, b.V4) && slices.Equal(a.V6, b.V6)
+}
+
+// diffCounts counts the prefixes only in b (added) and only in a (removed); both lists are
+// normalised.
+func diffCounts(a, b *api.PrefixList) (added, removed int) {
+	common := 0
+	for i, j := 0, 0; i < len(a.V4) && j < len(b.V4); {
+		switch {
+		case a.V4[i] == b.V4[j]:
+			common++
+			i++
+			j++
+		case a.V4[i] < b.V4[j]:
+			i++
+		default:
+			j++
+		}
+	}
+	for _, p := range b.V6 {
+		if a.Contains(p) {
+			common++
+		}
+	}
+	return b.Len() - common, a.Len() - common
+}
+
+// changeSets runs a change of the model's CIDR sets (and possibly its policies) with
+// a.mu held: mutate edits a copy of the model. It returns the cost of the last rebuild of
+// the dataplane's set tables (nil when none was needed).
+//
+// Order: (1) sets whose content is new or changed are loaded (sets being removed stay for
+// now, so policies that still name them keep working); (2) the policy state computed from
+// the new model is applied (entries of sets that went away are removed, entries of new
+// sets added); (3) removed sets are emptied; (4) set files are written or removed and the
+// state file saved. Any failure moves the dataplane back to the previous sets and policy
+// state.
+func (a *Agent) changeSets(start time.Time, mutate func(m *model) error) (*CIDRSetStats, error) {
+	old := a.model
+	m := old.clone()
+	if err := mutate(m); err != nil {
+		return nil, err
+	}
+	var changed, removed []string
+	for name, s := range m.cidrsets {
+		if o, ok := old.cidrsets[name]; !ok || o != s && !prefixListsEqual(o.prefixes, s.prefixes) {
+			changed = append(changed, name)
+		}
+	}
+	for name := range old.cidrsets {
+		if _, ok := m.cidrsets[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	sort.Strings(changed)
+	sort.Strings(removed)
+
+	var stats *CIDRSetStats
+	replace := func(sets map[string]*cidrSet) error {
+		st, err := a.dp.ReplaceCIDRSets(datapathSets(sets))
+		if err != nil {
+			return fmt.Errorf("loading CIDR sets into the dataplane: %w", err)
+		}
+		stats = &st
+		return nil
+	}
+	restoreSets := func() {
+		if _, err := a.dp.ReplaceCIDRSets(datapathSets(old.cidrsets)); err != nil {
+			a.degraded = fmt.Sprintf("restoring the previous CIDR sets failed: %v", err)
+			a.log.Error("restoring previous CIDR sets failed", "error", err)
+		}
+	}
+
+	// (1) new contents in, removed sets still there.
+	if len(changed) > 0 {
+		grow := maps.Clone(m.cidrsets)
+		for _, name := range removed {
+			grow[name] = old.cidrsets[name]
+		}
+		if err := replace(grow); err != nil {
+			restoreSets()
+			return nil, err
+		}
+	}
+	// (2) policy state.
+	alloc, err := cloneAllocator(a.cur.alloc)
+	if err != nil {
+		restoreSets()
+		return nil, err
+	}
+	d, err := a.eng.compute(m, alloc, a.net.Router())
+	if err != nil {
+		restoreSets()
+		return nil, err
+	}
+	if err := a.applyState(a.cur, d, m, false); err != nil {
+		restoreSets()
+		return nil, err
+	}
+	rollback := func() {
+		if err := a.applyState(d, a.cur, old, true); err != nil {
+			a.log.Error("rolling back policy state", "error", err)
+		}
+		restoreSets()
+	}
+	// (3) removed sets out.
+	if len(removed) > 0 {
+		if err := replace(m.cidrsets); err != nil {
+			rollback()
+			return nil, err
+		}
+	}
+	// (4) files, then the state file. Changed sets are records of this change, not yet
+	// shared with any model, so they can take the load statistics.
+	if stats != nil {
+		load := loadStats(stats, start)
+		for _, name := range changed {
+			m.cidrsets[name].meta.LastLoad = load
+		}
+	}
+	for _, name := range changed {
+		if err := writeSetFile(a.cfg.StateDir, m.cidrsets[name]); err != nil {
+			a.restoreSetFiles(old, changed)
+			rollback()
+			return nil, fmt.Errorf("persisting CIDR set: %w", err)
+		}
+	}
+	if err := a.persist(m, d); err != nil {
+		a.restoreSetFiles(old, changed)
+		rollback()
+		return nil, err
+	}
+	for _, name := range removed {
+		if err := removeSetFile(a.cfg.StateDir, name); err != nil {
+			// The set is gone from the dataplane and the model; a file left behind would
+			// bring it back at the next start, with its old index.
+			a.log.Error("removing CIDR set file", "set", name, "error", err)
+			a.degraded = fmt.Sprintf("CIDR set %s was deleted but its file could not be removed: %v", name, err)
+		}
+	}
+	a.model, a.cur = m, d
+	a.publishView()
+	return stats, nil
+}
+
+// restoreSetFiles puts back the files of sets a failed change had rewritten.
+func (a *Agent) restoreSetFiles(old *model, changed []string) {
+	for _, name := range changed {
+		var err error
+		if s, ok := old.cidrsets[name]; ok {
+			err = writeSetFile(a.cfg.StateDir, s)
+		} else {
+			err = removeSetFile(a.cfg.StateDir, name)
+		}
+		if err != nil {
+			a.log.Error("restoring CIDR set file", "set", name, "error", err)
+		}
+	}
+}
+
+// AddCIDRs adds prefixes to a set in place: the dataplane sets the set's bit for them in
+// its live tables, so listed addresses are enforced as soon as the call returns and
+// nothing else changes. A set that does not exist is created (a full load).
 func (a *Agent) AddCIDRs(ctx context.Context, req api.CIDRSetRequest) (api.CIDRSetChange, error) {
-	return api.CIDRSetChange{}, api.Errorf(501, "CIDR sets are not implemented yet")
+	start := time.Now()
+	if err := validSetName(req.Name); err != nil {
+		return api.CIDRSetChange{}, err
+	}
+	l := req.Prefixes
+	given := l.Len()
+	dups := l.Normalize()
+	a.mu.Lock()
+	old, ok := a.model.cidrsets[req.Name]
+	a.mu.Unlock()
+	if !ok {
+		if req.Source == "" {
+			req.Source = "cidrset add"
+		}
+		req.Prefixes = l
+		res, err := a.LoadCIDRSet(ctx, req)
+		res.Given, res.Duplicates = given, dups
+		return res, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if cur := a.model.cidrsets[req.Name]; cur != old {
+		// Changed meanwhile: start over against the current content.
+		if cur == nil {
+			return api.CIDRSetChange{}, api.Conflict("CIDR set %q was deleted meanwhile", req.Name)
+		}
+		old = cur
+	}
+	res := api.CIDRSetChange{Given: given, Duplicates: dups, InPlace: true}
+	var fresh api.PrefixList
+	for _, k := range l.V4 {
+		if _, found := slices.BinarySearch(old.prefixes.V4, k); !found {
+			fresh.V4 = append(fresh.V4, k)
+		}
+	}
+	for _, p := range l.V6 {
+		if !old.prefixes.Contains(p) {
+			fresh.V6 = append(fresh.V6, p)
+		}
+	}
+	res.Duplicates += l.Len() - fresh.Len()
+	if fresh.Len() == 0 {
+		res.Action = "unchanged"
+		res.Set = a.cidrSetAPI(a.model, old, true)
+		return res, nil
+	}
+	merged := mergeLists(old.prefixes, &fresh)
+	if err := a.dp.AddCIDRs(old.meta.Index, fresh.Prefixes()); err != nil {
+		// The table may be full: a rebuild sizes it anew.
+		a.log.Warn("adding to CIDR set in place failed, rebuilding", "set", req.Name, "error", err)
+		res.InPlace = false
+	}
+	res.Added = fresh.Len()
+	return a.finishInPlace(req.Name, old, merged, res, start)
 }
 
-// RemoveCIDRs removes prefixes from a CIDR set.
+// RemoveCIDRs removes prefixes from a set. In place when no other prefix of the set
+// overlaps a removed one; otherwise the set tables are rebuilt (the dataplane keeps
+// membership bits, not prefixes, so it cannot tell that a removed /24 is still covered by
+// a /16 of the same set).
 func (a *Agent) RemoveCIDRs(ctx context.Context, req api.CIDRSetRequest) (api.CIDRSetChange, error) {
-	return api.CIDRSetChange{}, api.Errorf(501, "CIDR sets are not implemented yet")
+	start := time.Now()
+	l := req.Prefixes
+	given := l.Len()
+	dups := l.Normalize()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old, ok := a.model.cidrsets[req.Name]
+	if !ok {
+		return api.CIDRSetChange{}, api.NotFound("CIDR set %q not found", req.Name)
+	}
+	res := api.CIDRSetChange{Given: given, Duplicates: dups, InPlace: true}
+	var gone api.PrefixList
+	for _, k := range l.V4 {
+		if _, found := slices.BinarySearch(old.prefixes.V4, k); found {
+			gone.V4 = append(gone.V4, k)
+		}
+	}
+	for _, p := range l.V6 {
+		if old.prefixes.Contains(p) {
+			gone.V6 = append(gone.V6, p)
+		}
+	}
+	res.NotFound = l.Len() - gone.Len()
+	if gone.Len() == 0 {
+		res.Action = "unchanged"
+		res.Set = a.cidrSetAPI(a.model, old, true)
+		return res, nil
+	}
+	rest := subtractLists(old.prefixes, &gone)
+	if overlaps(rest, &gone) {
+		res.InPlace = false
+	} else if err := a.dp.RemoveCIDRs(old.meta.Index, gone.Prefixes()); err != nil {
+		a.log.Warn("removing from CIDR set in place failed, rebuilding", "set", req.Name, "error", err)
+		res.InPlace = false
+	}
+	res.Removed = gone.Len()
+	return a.finishInPlace(req.Name, old, rest, res, start)
 }
 
-// DeleteCIDRSet deletes a CIDR set.
-func (a *Agent) DeleteCIDRSet(ctx context.Context, name string, force bool) (api.CIDRSetChange, error) {
-	return api.CIDRSetChange{}, api.NotFound("CIDR set %q not found", name)
+// finishInPlace completes an add or remove (a.mu held): a rebuild if the in-place update
+// was not possible, then the set file. If the file cannot be written the set's previous
+// content is put back into the dataplane.
+func (a *Agent) finishInPlace(name string, old *cidrSet, content *api.PrefixList, res api.CIDRSetChange, start time.Time) (api.CIDRSetChange, error) {
+	now := time.Now()
+	ns := &cidrSet{meta: old.meta, prefixes: content}
+	ns.meta.ChangedAt = now
+	ns.meta.Source = old.meta.Source
+	if res.InPlace {
+		ns.meta.Source = appendSource(old.meta.Source)
+	}
+	m := a.model.clone()
+	m.cidrsets[name] = ns
+	if !res.InPlace {
+		st, err := a.dp.ReplaceCIDRSets(datapathSets(m.cidrsets))
+		if err != nil {
+			if _, rerr := a.dp.ReplaceCIDRSets(datapathSets(a.model.cidrsets)); rerr != nil {
+				a.degraded = fmt.Sprintf("restoring CIDR set %s failed: %v", name, rerr)
+			}
+			return api.CIDRSetChange{}, fmt.Errorf("loading CIDR sets into the dataplane: %w", err)
+		}
+		ns.meta.LastLoad = loadStats(&st, start)
+	}
+	if err := writeSetFile(a.cfg.StateDir, ns); err != nil {
+		if _, rerr := a.dp.ReplaceCIDRSets(datapathSets(a.model.cidrsets)); rerr != nil {
+			a.degraded = fmt.Sprintf("restoring CIDR set %s failed: %v", name, rerr)
+		}
+		return api.CIDRSetChange{}, fmt.Errorf("persisting CIDR set: %w", err)
+	}
+	a.model = m
+	res.Action = "changed"
+	res.Set = a.cidrSetAPI(m, ns, true)
+	a.log.Info("CIDR set changed", "set", name, "added", res.Added, "removed", res.Removed, "inPlace", res.InPlace, "took", time.Since(start))
+	return res, nil
 }
+
+func loadStats(st *CIDRSetStats, start time.Time) *api.CIDRSetLoad {
+	load := &api.CIDRSetLoad{
+		TotalPrefixes:  st.Prefixes,
+		HostEntries:    st.HostEntries,
+		DataplaneBytes: st.MemoryBytes,
+		BuildMs:        ms(st.Build),
+		WriteMs:        ms(st.Write),
+		TotalMs:        ms(time.Since(start)),
+	}
+	if st.Prefixes > 0 {
+		load.BytesPerPrefix = float64(st.MemoryBytes) / float64(st.Prefixes)
+	}
+	load.AgentMs = max(0, load.TotalMs-load.BuildMs-load.WriteMs)
+	return load
+}
+
+// appendSource notes in-place changes after the source of the last load.
+func appendSource(s string) string {
+	const suffix = " (+ cidrset add/remove)"
+	if len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix {
+		return s
+	}
+	return s + suffix
+}
+
+// mergeLists returns a ∪ b; both normalised and disjoint.
+func mergeLists(a, b *api.PrefixList) *api.PrefixList {
+	out := &api.PrefixList{V4: make([]uint64, 0, len(a.V4)+len(b.V4)), V6: slices.Concat(a.V6, b.V6)}
+	i, j := 0, 0
+	for i < len(a.V4) && j < len(b.V4) {
+		if a.V4[i] < b.V4[j] {
+			out.V4 = append(out.V4, a.V4[i])
+			i++
+		} else {
+			out.V4 = append(out.V4, b.V4[j])
+			j++
+		}
+	}
+	out.V4 = append(append(out.V4, a.V4[i:]...), b.V4[j:]...)
+	out.Normalize() // V6 only has work to do; V4 is already in order
+	return out
+}
+
+// subtractLists returns a \ b; b ⊆ a, both normalised.
+func subtractLists(a, b *api.PrefixList) *api.PrefixList {
+	out := &api.PrefixList{V4: make([]uint64, 0, len(a.V4)-len(b.V4))}
+	j := 0
+	for _, k := range a.V4 {
+		for j < len(b.V4) && b.V4[j] < k {
+			j++
+		}
+		if j < len(b.V4) && b.V4[j] == k {
+			continue
+		}
+		out.V4 = append(out.V4, k)
+	}
+	for _, p := range a.V6 {
+		if !b.Contains(p) {
+			out.V6 = append(out.V6, p)
+		}
+	}
+	return out
+}
+
+// overlaps reports whether some prefix of rest contains or lies inside a prefix of gone.
+func overlaps(rest, gone *api.PrefixList) bool {
+	for _, k := range gone.V4 {
+		p := api.V4Prefix(k)
+		// A shorter (or equal) prefix of rest containing p.
+		for bits := 0; bits <= p.Bits(); bits++ {
+			if rest.Contains(netip.PrefixFrom(p.Addr(), bits).Masked()) {
+				return true
+			}
+		}
+		// A longer prefix of rest inside p: keys from p's first address up to its last.
+		first := k &^ 0xff
+		last := first | (uint64(1)<<(32-p.Bits())-1)<<8 | 0xff
+		i, _ := slices.BinarySearch(rest.V4, first)
+		if i < len(rest.V4) && rest.V4[i] <= last {
+			return true
+		}
+	}
+	for _, g := range gone.V6 {
+		for _, r := range rest.V6 {
+			if g.Overlaps(r) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// DeleteCIDRSet deletes a set. While policies name it, only with force: those peers then
+// select nothing (an egressDeny of the set stops blocking).
+func (a *Agent) DeleteCIDRSet(ctx context.Context, name string, force bool) (api.CIDRSetChange, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.model.cidrsets[name]
+	if !ok {
+		return api.CIDRSetChange{}, api.NotFound("CIDR set %q not found", name)
+	}
+	if refs := referencedBy(a.model, name); len(refs) > 0 && !force {
+		return api.CIDRSetChange{}, api.Conflict("CIDR set %q is named by %v: delete those policies first, or use --force (their cidrGroupRef peers then select nothing)", name, refs)
+	}
+	res := api.CIDRSetChange{Action: "deleted", Removed: s.prefixes.Len(), Set: a.cidrSetAPI(a.model, s, false)}
+	if _, err := a.changeSets(time.Now(), func(m *model) error {
+		delete(m.cidrsets, name)
+		return nil
+	}); err != nil {
+		return api.CIDRSetChange{}, err
+	}
+	a.log.Info("CIDR set deleted", "set", name)
+	return res, nil
+}
+
+// groupSet turns a CiliumCIDRGroup into set content.
+func groupSet(g *policy.CIDRGroup) *api.PrefixList {
+	l := &api.PrefixList{}
+	for _, p := range g.CIDRs {
+		l.Add(p)
+	}
+	l.Normalize()
+	return l
+}
+
+// membership returns the CIDR set mask of an address for trace: the dataplane's answer,
+// which decides packets, or the agent's own when the dataplane cannot say. A disagreement
+// is reported.
+func (a *Agent) membership(sets map[string]*cidrSet) (func(netip.Addr) uint32, *string) {
+	var note string
+	fn := func(addr netip.Addr) uint32 {
+		mine := agentMembership(sets, addr)
+		dp, err := a.dp.CIDRSetMembership(addr)
+		if err != nil {
+			return mine
+		}
+		if dp != mine && note == "" {
+			note = fmt.Sprintf("the dataplane's CIDR set membership of %v (%#x) differs from the agent's sets (%#x); the dataplane's decides", addr, dp, mine)
+		}
+		return dp
+	}
+	return fn, &note
+}
+
+// agentMembership computes an address's set mask from the sets' prefixes.
+func agentMembership(sets map[string]*cidrSet, addr netip.Addr) uint32 {
+	addr = addr.Unmap()
+	var mask uint32
+	for _, s := range sets {
+		for bits := 0; bits <= addr.BitLen(); bits++ {
+			p, err := addr.Prefix(bits)
+			if err == nil && s.prefixes.Contains(p) {
+				mask |= 1 << s.meta.Index
+				break
+			}
+		}
+	}
+	return mask
+}
+
+var errNoSetSupport = errors.New("the dataplane has no CIDR set support")

@@ -140,3 +140,21 @@ func flowFlags(ev datapath.FlowEvent) uint8 {
 	}
 	return f
 }
+
+// The CIDR set calls wait for the dataplane's set tables (internal/datapath); until then
+// they fail, and the agent only calls them when sets exist.
+func (r *realDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetStats, error) {
+	return CIDRSetStats{}, errNoSetSupport
+}
+
+func (r *realDatapath) AddCIDRs(index uint8, prefixes []netip.Prefix) error {
+	return errNoSetSupport
+}
+
+func (r *realDatapath) RemoveCIDRs(index uint8, prefixes []netip.Prefix) error {
+	return errNoSetSupport
+}
+
+func (r *realDatapath) CIDRSetMembership(addr netip.Addr) (uint32, error) {
+	return 0, errNoSetSupport
+}

@@ -38,6 +38,16 @@ type Datapath interface {
 	Close() error
 	// Remove deletes the pins (for uninstall).
 	Remove() error
+
+	// ReplaceCIDRSets makes the CIDR set tables hold exactly sets (index -> prefixes; sets
+	// absent are emptied): the new tables are built aside and switched to at once.
+	ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetStats, error)
+	// AddCIDRs and RemoveCIDRs change one set in the live tables. Adding never unlists
+	// anything; removing clears the set's bit for every address of the prefixes.
+	AddCIDRs(index uint8, prefixes []netip.Prefix) error
+	RemoveCIDRs(index uint8, prefixes []netip.Prefix) error
+	// CIDRSetMembership returns the set mask the dataplane computes for addr.
+	CIDRSetMembership(addr netip.Addr) (uint32, error)
 }
 
 // EndpointInfo is an endpoint's dataplane identity.
@@ -144,9 +154,9 @@ type TraceQuery struct {
 }
 
 // Engine is the pure policy pipeline. Fields left nil take the real implementations
-// (policy.ParseDocuments, mapstate.Prefixes, mapstate.Compute, mapstate.Trace).
+// (policy.Parse, mapstate.Prefixes, mapstate.Compute, mapstate.Trace).
 type Engine struct {
-	Parse    func(source string, data []byte) ([]*policy.Policy, error)
+	Parse    func(source string, data []byte) (*policy.Documents, error)
 	Prefixes func(rules []policy.Rule) []netip.Prefix
 	Compute  func(in mapstate.Input) mapstate.State
 	// Trace explains a verdict from the same input and state the dataplane got. Rule

@@ -11,7 +11,7 @@ import (
 // withDefaults fills nil engine functions with the real implementations.
 func (e Engine) withDefaults() (Engine, error) {
 	if e.Parse == nil {
-		e.Parse = policy.ParseDocuments
+		e.Parse = policy.Parse
 	}
 	if e.Prefixes == nil {
 		e.Prefixes = mapstate.Prefixes
@@ -41,8 +41,10 @@ func mapstateTrace(in mapstate.Input, st mapstate.State, q TraceQuery) (api.Trac
 		return api.TraceResult{}, api.BadRequest("%v", err)
 	}
 	out := api.TraceResult{
-		FromIdent: res.From.Identity,
-		ToIdent:   res.To.Identity,
+		FromIdent:      res.From.Identity,
+		ToIdent:        res.To.Identity,
+		FromCIDRGroups: res.From.CIDRGroups,
+		ToCIDRGroups:   res.To.CIDRGroups,
 		// A redirected connection passes the dataplane; the proxy checks its requests.
 		Allowed:    res.Verdict == mapstate.Allowed || res.Verdict == mapstate.Redirected,
 		Redirected: res.Verdict == mapstate.Redirected,
@@ -58,6 +60,7 @@ func mapstateTrace(in mapstate.Input, st mapstate.State, q TraceQuery) (api.Trac
 			Allowed:    c.Decision.Verdict == mapstate.Allowed || c.Decision.Verdict == mapstate.Redirected,
 			Redirected: c.Decision.Verdict == mapstate.Redirected,
 			Reason:     string(c.Decision.Reason),
+			CIDRGroup:  c.CIDRGroup,
 		}
 		if c.Rule != nil {
 			side.Rule = &api.RuleRef{ID: c.Rule.ID, Policy: policyRefString(c.Rule.Policy), Rule: c.Rule.Description}

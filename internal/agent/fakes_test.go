@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -92,6 +94,28 @@ type fakeDatapath struct {
 	events    chan FlowEvent
 	closed    chan struct{}
 	closeOnce sync.Once
+
+	// CIDR set tables, as the dataplane keeps them: per set, the IPv4 addresses that are
+	// members (disjoint inclusive ranges, so that removing a prefix unlists all of its
+	// addresses as the real tables do) and the IPv6 prefixes.
+	sets4 map[uint8][]addrRange
+	sets6 map[uint8][]netip.Prefix
+	// setCalls records every set table call in order ("replace", "add", "remove").
+	setCalls []setCall
+	// failReplace makes ReplaceCIDRSets fail this many more times; failAddCIDRs makes
+	// AddCIDRs fail once.
+	failReplace  int
+	failAddCIDRs bool
+}
+
+type addrRange struct{ lo, hi uint32 }
+
+type setCall struct {
+	seq   int64
+	op    string
+	index uint8
+	sets  map[uint8]int // replace: prefixes per set
+	n     int           // add/remove: prefixes
 }
 
 type fakeEP struct {
@@ -120,7 +144,139 @@ func (d *fakeDatapath) reopen() *fakeDatapath {
 	n.eps = maps.Clone(d.eps)
 	n.attached = maps.Clone(d.attached)
 	n.nextIf = d.nextIf
+	n.sets4 = maps.Clone(d.sets4)
+	n.sets6 = maps.Clone(d.sets6)
 	return n
+}
+
+func v4Range(p netip.Prefix) addrRange {
+	b := p.Masked().Addr().As4()
+	lo := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	return addrRange{lo, lo | uint32(uint64(1)<<(32-p.Bits())-1)}
+}
+
+// rangesAdd and rangesSub keep a set of addresses as sorted disjoint ranges.
+func rangesAdd(rs []addrRange, r addrRange) []addrRange {
+	var out []addrRange
+	for _, x := range rs {
+		if x.hi < r.lo && r.lo-x.hi > 1 || x.lo > r.hi && x.lo-r.hi > 1 {
+			out = append(out, x)
+			continue
+		}
+		r = addrRange{min(r.lo, x.lo), max(r.hi, x.hi)}
+	}
+	out = append(out, r)
+	slices.SortFunc(out, func(a, b addrRange) int { return cmp.Compare(a.lo, b.lo) })
+	return out
+}
+
+func rangesSub(rs []addrRange, r addrRange) []addrRange {
+	var out []addrRange
+	for _, x := range rs {
+		if x.hi < r.lo || x.lo > r.hi {
+			out = append(out, x)
+			continue
+		}
+		if x.lo < r.lo {
+			out = append(out, addrRange{x.lo, r.lo - 1})
+		}
+		if x.hi > r.hi {
+			out = append(out, addrRange{r.hi + 1, x.hi})
+		}
+	}
+	return out
+}
+
+func (d *fakeDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetStats, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	call := setCall{seq: seq.Add(1), op: "replace", sets: map[uint8]int{}}
+	for i, ps := range sets {
+		call.sets[i] = len(ps)
+	}
+	d.setCalls = append(d.setCalls, call)
+	if d.failReplace > 0 {
+		d.failReplace--
+		return CIDRSetStats{}, errors.New("injected set table failure")
+	}
+	d.sets4, d.sets6 = map[uint8][]addrRange{}, map[uint8][]netip.Prefix{}
+	st := CIDRSetStats{MemoryBytes: 1 << 20}
+	for i, ps := range sets {
+		for _, p := range ps {
+			st.Prefixes++
+			if p.Addr().Is4() {
+				st.IPv4++
+				d.sets4[i] = rangesAdd(d.sets4[i], v4Range(p))
+			} else {
+				st.IPv6++
+				d.sets6[i] = append(d.sets6[i], p)
+			}
+		}
+	}
+	return st, nil
+}
+
+func (d *fakeDatapath) AddCIDRs(index uint8, prefixes []netip.Prefix) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.setCalls = append(d.setCalls, setCall{seq: seq.Add(1), op: "add", index: index, n: len(prefixes)})
+	if d.failAddCIDRs {
+		d.failAddCIDRs = false
+		return errors.New("injected host table full")
+	}
+	if d.sets4 == nil {
+		d.sets4, d.sets6 = map[uint8][]addrRange{}, map[uint8][]netip.Prefix{}
+	}
+	for _, p := range prefixes {
+		if p.Addr().Is4() {
+			d.sets4[index] = rangesAdd(d.sets4[index], v4Range(p))
+		} else {
+			d.sets6[index] = append(d.sets6[index], p)
+		}
+	}
+	return nil
+}
+
+func (d *fakeDatapath) RemoveCIDRs(index uint8, prefixes []netip.Prefix) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.setCalls = append(d.setCalls, setCall{seq: seq.Add(1), op: "remove", index: index, n: len(prefixes)})
+	for _, p := range prefixes {
+		if p.Addr().Is4() {
+			d.sets4[index] = rangesSub(d.sets4[index], v4Range(p))
+		} else {
+			d.sets6[index] = slices.DeleteFunc(d.sets6[index], func(q netip.Prefix) bool { return q == p })
+		}
+	}
+	return nil
+}
+
+func (d *fakeDatapath) CIDRSetMembership(addr netip.Addr) (uint32, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var m uint32
+	if addr.Is4() {
+		a := v4Range(netip.PrefixFrom(addr, 32)).lo
+		for i, rs := range d.sets4 {
+			if slices.ContainsFunc(rs, func(r addrRange) bool { return r.lo <= a && a <= r.hi }) {
+				m |= 1 << i
+			}
+		}
+		return m, nil
+	}
+	for i, ps := range d.sets6 {
+		if slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+			m |= 1 << i
+		}
+	}
+	return m, nil
+}
+
+// calls returns the recorded set table calls.
+func (d *fakeDatapath) calls() []setCall {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.setCalls)
 }
 
 func (d *fakeDatapath) Attach(netnsPath, ifname string) (int, error) {

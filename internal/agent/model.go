@@ -19,6 +19,7 @@ type model struct {
 	namespaces map[string]labels.Labels // user labels plus kubernetes.io/metadata.name
 	endpoints  map[string]*EndpointRecord
 	policies   map[string]*storedPolicy
+	cidrsets   map[string]*cidrSet // by name; persisted as files of their own (cidrsetfile.go)
 	nextRuleID uint32
 	nextEpID   uint32
 }
@@ -33,6 +34,7 @@ func newModel() *model {
 		namespaces: map[string]labels.Labels{},
 		endpoints:  map[string]*EndpointRecord{},
 		policies:   map[string]*storedPolicy{},
+		cidrsets:   map[string]*cidrSet{},
 		nextRuleID: 1,
 		nextEpID:   1,
 	}
@@ -43,6 +45,7 @@ func (m *model) clone() *model {
 		namespaces: maps.Clone(m.namespaces),
 		endpoints:  maps.Clone(m.endpoints),
 		policies:   maps.Clone(m.policies),
+		cidrsets:   maps.Clone(m.cidrsets),
 		nextRuleID: m.nextRuleID,
 		nextEpID:   m.nextEpID,
 	}
@@ -179,6 +182,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr) 
 	d.input.HostIPs = []netip.Addr{router}
 	d.input.CIDRIdentities = cidrIDs
 	d.input.RulePolicies = refs
+	d.input.CIDRSets = setIndexes(m.cidrsets)
 	d.state = e.Compute(d.input)
 	if d.state.Endpoints == nil {
 		d.state.Endpoints = map[uint32]mapstate.EndpointPolicy{}
@@ -207,12 +211,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// parsePolicies parses every stored policy of a state file (at start).
+// parseRecord parses a stored policy (at start).
 func (e Engine) parseRecord(rec *PolicyRecord) (*policy.Policy, error) {
-	ps, err := e.Parse(rec.Source, rec.Raw)
+	docs, err := e.Parse(rec.Source, rec.Raw)
 	if err != nil {
 		return nil, fmt.Errorf("re-parsing stored policy %s: %w", rec.Key(), err)
 	}
+	ps := docs.Policies
 	if len(ps) != 1 || ps[0].Key() != rec.Key() {
 		return nil, fmt.Errorf("re-parsing stored policy %s: got %d policies", rec.Key(), len(ps))
 	}

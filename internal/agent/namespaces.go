@@ -120,6 +120,7 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		Namespaces: len(a.model.namespaces),
 		Policies:   len(a.model.policies),
 		Identities: len(a.cur.alloc.List()),
+		CIDRSets:   len(a.model.cidrsets),
 		FlowsSeen:  seen,
 		FlowsLost:  lost,
 		Degraded:   a.degraded,

@@ -5,31 +5,35 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
-// parseDocuments parses every document of a request. Any error refuses the whole request:
-// the parser's message names the file, the document and the field.
-func (a *Agent) parseDocuments(docs []api.Document) ([]*policy.Policy, error) {
+// parseDocuments parses every document of a request: policies and CIDR groups. Any error
+// refuses the whole request: the parser's message names the file, the document and the
+// field.
+func (a *Agent) parseDocuments(docs []api.Document) ([]*policy.Policy, []*policy.CIDRGroup, error) {
 	if len(docs) == 0 {
-		return nil, api.BadRequest("no manifests given")
+		return nil, nil, api.BadRequest("no manifests given")
 	}
 	var out []*policy.Policy
+	var groups []*policy.CIDRGroup
 	var sources []string
 	for _, doc := range docs {
-		ps, err := a.eng.Parse(doc.Source, []byte(doc.Data))
+		parsed, err := a.eng.Parse(doc.Source, []byte(doc.Data))
 		if err != nil {
-			return nil, api.BadRequest("%v", err)
+			return nil, nil, api.BadRequest("%v", err)
 		}
-		out = append(out, ps...)
+		out = append(out, parsed.Policies...)
+		groups = append(groups, parsed.CIDRGroups...)
 		sources = append(sources, doc.Source)
 	}
-	if len(out) == 0 {
-		return nil, api.BadRequest("%s: no policies found", strings.Join(sources, ", "))
+	if len(out) == 0 && len(groups) == 0 {
+		return nil, nil, api.BadRequest("%s: no policies found", strings.Join(sources, ", "))
 	}
-	return out, nil
+	return out, groups, nil
 }
 
 func compactJSON(b []byte) []byte {
@@ -40,13 +44,18 @@ func compactJSON(b []byte) []byte {
 	return buf.Bytes()
 }
 
-// Apply creates or replaces every policy in the request, or none of them: the new policy
-// set is parsed and computed in full before the dataplane is touched, and a failure while
-// applying puts the previous state back.
+// Apply creates or replaces every policy and CIDR group in the request, or none of them:
+// the new policy set is parsed and computed in full before the dataplane is touched, and a
+// failure while applying puts the previous state back. CIDR groups become CIDR sets of
+// their name; they are loaded before the policies that may name them (see changeSets).
 func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResult, error) {
-	parsed, err := a.parseDocuments(req.Documents)
+	parsed, groups, err := a.parseDocuments(req.Documents)
 	if err != nil {
 		return api.ChangeResult{}, err
+	}
+	contents := make([]*api.PrefixList, len(groups))
+	for i, g := range groups {
+		contents[i] = groupSet(g)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -54,7 +63,32 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 		return api.ChangeResult{}, err
 	}
 	var res api.ChangeResult
-	_, _, err = a.change(func(m *model) error {
+	now := time.Now()
+	mutate := func(m *model) error {
+		for i, g := range groups {
+			c := api.PolicyChange{Kind: string(policy.KindCiliumCIDRGroup), Name: g.Name, Action: "created"}
+			old := m.cidrsets[g.Name]
+			switch {
+			case old != nil && prefixListsEqual(old.prefixes, contents[i]):
+				c.Action = "unchanged"
+				res.Changes = appendChange(res.Changes, c)
+				continue
+			case old != nil:
+				c.Action = "configured"
+			}
+			meta := cidrSetMeta{Name: g.Name, Source: string(policy.KindCiliumCIDRGroup) + " " + g.Source, LoadedAt: now, ChangedAt: now}
+			if old != nil {
+				meta.Index = old.meta.Index
+			} else {
+				idx, ok := freeIndex(m.cidrsets, a.model.cidrsets)
+				if !ok {
+					return api.Conflict("CiliumCIDRGroup %s: all %d CIDR sets are in use", g.Name, maxCIDRSets)
+				}
+				meta.Index = idx
+			}
+			m.cidrsets[g.Name] = &cidrSet{meta: meta, prefixes: contents[i]}
+			res.Changes = appendChange(res.Changes, c)
+		}
 		for _, p := range parsed {
 			key := p.Key()
 			action := "created"
@@ -81,7 +115,12 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 			res.Changes = appendChange(res.Changes, api.PolicyChange{Kind: string(p.Kind), Namespace: p.Namespace, Name: p.Name, Action: action})
 		}
 		return nil
-	})
+	}
+	if len(groups) > 0 {
+		_, err = a.changeSets(now, mutate)
+	} else {
+		_, _, err = a.change(mutate)
+	}
 	if err != nil {
 		return api.ChangeResult{}, err
 	}
@@ -104,17 +143,19 @@ func appendChange(cs []api.PolicyChange, c api.PolicyChange) []api.PolicyChange 
 	return append(cs, c)
 }
 
-// Delete removes the policies the documents name, or none of them: unless IgnoreNotFound, a
-// policy that does not exist fails the whole request.
+// Delete removes the policies and CIDR groups the documents name, or none of them: unless
+// IgnoreNotFound, one that does not exist fails the whole request. A CIDR group that a
+// remaining policy names is not deleted (the request fails): the policy's peer would
+// silently select nothing. Policies go before the sets (see changeSets).
 func (a *Agent) Delete(ctx context.Context, req api.DeleteRequest) (api.ChangeResult, error) {
-	parsed, err := a.parseDocuments(req.Documents)
+	parsed, groups, err := a.parseDocuments(req.Documents)
 	if err != nil {
 		return api.ChangeResult{}, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var res api.ChangeResult
-	_, _, err = a.change(func(m *model) error {
+	mutate := func(m *model) error {
 		for _, p := range parsed {
 			key := p.Key()
 			c := api.PolicyChange{Kind: string(p.Kind), Namespace: p.Namespace, Name: p.Name, Action: "deleted"}
@@ -127,8 +168,29 @@ func (a *Agent) Delete(ctx context.Context, req api.DeleteRequest) (api.ChangeRe
 			delete(m.policies, key)
 			res.Changes = appendChange(res.Changes, c)
 		}
+		for _, g := range groups {
+			c := api.PolicyChange{Kind: string(policy.KindCiliumCIDRGroup), Name: g.Name, Action: "deleted"}
+			if _, ok := m.cidrsets[g.Name]; !ok {
+				if !req.IgnoreNotFound {
+					return api.NotFound("%s %q not found", policy.KindCiliumCIDRGroup, g.Name)
+				}
+				c.Action = "not found"
+			}
+			delete(m.cidrsets, g.Name)
+			res.Changes = appendChange(res.Changes, c)
+		}
+		for _, g := range groups {
+			if refs := referencedBy(m, g.Name); len(refs) > 0 {
+				return api.Conflict("%s %q is named by %v: delete those policies too (or first)", policy.KindCiliumCIDRGroup, g.Name, refs)
+			}
+		}
 		return nil
-	})
+	}
+	if len(groups) > 0 {
+		_, err = a.changeSets(time.Now(), mutate)
+	} else {
+		_, _, err = a.change(mutate)
+	}
 	if err != nil {
 		return api.ChangeResult{}, err
 	}
@@ -156,6 +218,11 @@ func (a *Agent) ListPolicies(ctx context.Context) ([]api.Policy, error) {
 			Source:    sp.rec.Source,
 			Raw:       sp.rec.Raw,
 			Rules:     []api.Rule{},
+		}
+		for _, g := range policyGroups(sp.pol) {
+			if _, ok := a.model.cidrsets[g]; !ok {
+				p.MissingCIDRGroups = append(p.MissingCIDRGroups, g)
+			}
 		}
 		for _, r := range sp.pol.Rules {
 			p.Rules = append(p.Rules, api.Rule{

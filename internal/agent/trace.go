@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 
@@ -32,7 +33,10 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 	if from.Endpoint == nil && to.Endpoint == nil {
 		return api.TraceResult{}, api.BadRequest("neither %s nor %s is an endpoint: no policy applies", req.From, req.To)
 	}
-	res, err := a.eng.Trace(a.cur.input, a.cur.state, TraceQuery{From: from, To: to, Protocol: proto, Port: req.Port})
+	in := a.cur.input
+	member, note := a.membership(a.model.cidrsets)
+	in.CIDRSetMembership = member
+	res, err := a.eng.Trace(in, a.cur.state, TraceQuery{From: from, To: to, Protocol: proto, Port: req.Port})
 	if err != nil {
 		return api.TraceResult{}, err
 	}
@@ -56,6 +60,12 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 		// the destination without the proxy's mark and is dropped there.
 		res.Allowed, res.Redirected = false, false
 		res.Diagnostic = "L7 rules apply, but only connections from endpoints are steered to the L7 proxy: the dataplane drops this one (proxy-bypass)"
+	}
+	if *note != "" {
+		res.Diagnostic = strings.TrimSpace(res.Diagnostic + " " + *note)
+	}
+	if missing := in.MissingCIDRGroups(); len(missing) > 0 {
+		res.Diagnostic = strings.TrimSpace(res.Diagnostic + fmt.Sprintf(" Policies name CIDR groups that do not exist, whose peers select nothing: %s.", strings.Join(missing, ", ")))
 	}
 	res.From, res.To = req.From, req.To
 	res.Protocol, res.Port = protocolName(uint8(proto)), req.Port
