@@ -69,8 +69,11 @@ func latencyPlot(res *Result) (*plot.Plot, error) {
 		res.Settings.RateQPS, res.Settings.Connections, res.Settings.Repeats)
 	p.X.Label.Text = "percentile"
 	p.Y.Label.Text = "latency (ms, log scale)"
-	p.Legend.Top = true
-	p.Legend.Left = true
+	// Bottom right: the curves rise to the right, so that corner stays empty.
+	p.Legend.Top = false
+	p.Legend.Left = false
+	p.Legend.XOffs = -vg.Points(8)
+	p.Legend.YOffs = vg.Points(8)
 	p.Y.Scale = plot.LogScale{}
 	var xticks []plot.Tick
 	for _, t := range []float64{0, 90, 99, 99.9, 99.99} {
@@ -203,7 +206,21 @@ func ratePlot(res *Result) (*plot.Plot, error) {
 		p.Legend.Add(fmt.Sprintf("L7 target: %.1f x L4 sustained", TargetL7OverL4), l)
 	}
 	p.Y.Max = ymax
+	p.Y.Tick.Marker = wholeTicks{}
 	p.Add(plotter.NewGrid())
 	p.NominalX(names...)
 	return p, nil
+}
+
+// wholeTicks labels the default ticks as whole numbers (rates, not "50000.00").
+type wholeTicks struct{}
+
+func (wholeTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', 0, 64)
+		}
+	}
+	return ts
 }
