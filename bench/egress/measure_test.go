@@ -1,0 +1,91 @@
+package egress
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestParseIperf(t *testing.T) {
+	b, err := os.ReadFile("testdata/iperf3-tcp.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := parseIperf(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.BitsPerSecond <= 1e9 || r.SenderBps < r.BitsPerSecond*0.9 || r.Seconds <= 0 || r.HostCPU <= 0 || r.RemoteCPU <= 0 {
+		t.Errorf("TCP report %+v", r)
+	}
+	b, err = os.ReadFile("testdata/iperf3-udp.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := parseIperf(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fixture lost 8.9 % of its datagrams: the receiver's rate is below the sender's.
+	if u.LostPercent < 8 || u.LostPercent > 10 || u.BitsPerSecond >= u.SenderBps || u.BitsPerSecond < 0.85e9 || u.HostCPU < 50 {
+		t.Errorf("UDP report %+v", u)
+	}
+	for _, bad := range []string{`{"error": "unable to connect to server: Connection refused"}`, `not json`, `{"end": {}}`} {
+		if _, err := parseIperf([]byte(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	if _, err := parseIperf([]byte(`{"error": "the server is busy running a test. try again later"}`)); err == nil || !strings.Contains(err.Error(), "busy") {
+		t.Errorf("busy server: %v", err)
+	}
+}
+
+func TestParsePing(t *testing.T) {
+	b, err := os.ReadFile("testdata/ping.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := parsePing(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replies 45, 44, 41, 40, 44 us.
+	want := Ping{Sent: 5, Received: 5, MeanUs: 42.8, P50Us: 44, P90Us: 45, P99Us: 45, MaxUs: 45}
+	if p != want {
+		t.Errorf("got %+v, want %+v", p, want)
+	}
+	lossy := "64 bytes from 1.2.3.4: icmp_seq=2 ttl=63 time=1.50 ms\n\n--- x ---\n3 packets transmitted, 1 received, 66% packet loss, time 2ms\n"
+	p, err = parsePing([]byte(lossy))
+	if err != nil || p.Sent != 3 || p.Received != 1 || p.P50Us != 1500 {
+		t.Errorf("lossy ping: %+v %v", p, err)
+	}
+	if _, err := parsePing([]byte("3 packets transmitted, 0 received, 100% packet loss\n")); err == nil {
+		t.Error("no replies parsed")
+	}
+	if _, err := parsePing([]byte("ping: sendmsg: Operation not permitted\n")); err == nil {
+		t.Error("no summary parsed")
+	}
+}
+
+func TestEchoRequest(t *testing.T) {
+	b := echoRequest(0x1234, 7, 99)
+	if b[0] != 8 || b[1] != 0 || checksum(b) != 0 {
+		t.Errorf("echo request %x: type, code or checksum wrong", b)
+	}
+	// A reply is the request with type 0 behind an IPv4 header from the target.
+	p := &Prober{target: [4]byte{198, 19, 7, 10}, idBase: 0x1234 - 99}
+	reply := append([]byte{0x45, 0, 0, 36, 0, 0, 0, 0, 64, 1, 0, 0, 198, 19, 7, 10, 198, 18, 1, 10}, b...)
+	reply[20] = 0
+	if k, ok := p.parseReply(reply); !ok || k != 99 {
+		t.Errorf("reply not recognised: %d %v", k, ok)
+	}
+	reply[15] = 11 // another source
+	if _, ok := p.parseReply(reply); ok {
+		t.Error("a reply from another address was taken")
+	}
+	reply[15] = 10
+	reply[20] = 8 // a request, not a reply
+	if _, ok := p.parseReply(reply); ok {
+		t.Error("an echo request was taken for a reply")
+	}
+}

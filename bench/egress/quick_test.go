@@ -1,0 +1,210 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/testenv"
+)
+
+// TestQuickRun runs the benchmark command in quick mode, as CI's smoke test, and checks
+// that it produced a well-formed report: at every count the baseline with numbers, every
+// peer set up (its set-up time measured until the listed address stopped answering, the
+// enforcement checks passed, the filter removed again) and measured in a pair with the
+// baseline; Rampart measured the same way or, before the CLI has CIDR sets, not available
+// with a reason; the targets judged or not available; the markdown table and the plot
+// written; nothing left behind. It asserts no speed: targets belong in the output.
+func TestQuickRun(t *testing.T) {
+	testenv.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("builds three binaries and runs the benchmark for about two minutes")
+	}
+	for _, tool := range []string{"nsenter", "taskset", "go", "iperf3", "ping", "ipset", "nft", "iptables-legacy", "iptables-legacy-restore"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			skipOrFail(t, tool+" not found (scripts/setup.sh installs it): "+err.Error())
+		}
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart", "./bench/egress/cmd/egressbench")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+
+	out := filepath.Join(dir, "results")
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "egressbench"), "--quick", "--bin-dir", dir, "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if err != nil {
+		t.Fatalf("quick run failed: %v", err)
+	}
+
+	for _, ext := range []string{"json", "md", "png"} {
+		if m, _ := filepath.Glob(filepath.Join(out, "egress-*."+ext)); len(m) != 1 {
+			t.Fatalf("want one .%s output, got %v", ext, m)
+		}
+	}
+	pngs, _ := filepath.Glob(filepath.Join(out, "egress-*.png"))
+	if png, err := os.ReadFile(pngs[0]); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Errorf("plot is not a PNG (err %v)", err)
+	}
+	jsons, _ := filepath.Glob(filepath.Join(out, "egress-*.json"))
+	b, err := os.ReadFile(jsons[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var res Result
+	if err := dec.Decode(&res); err != nil {
+		t.Fatalf("report is not well-formed: %v", err)
+	}
+	if res.Schema != Schema || !res.Settings.Quick || res.Incomplete || len(res.Errors) > 0 {
+		t.Errorf("schema %q, quick %v, incomplete %v, errors %v", res.Schema, res.Settings.Quick, res.Incomplete, res.Errors)
+	}
+	if !slices.Equal(res.Settings.Filters, FilterNames) {
+		t.Errorf("filters %v, want %v", res.Settings.Filters, FilterNames)
+	}
+	var counts []int
+	for _, c := range res.Counts {
+		counts = append(counts, c.Count)
+		checkCount(t, c)
+	}
+	if !slices.Equal(counts, QuickConfig().Counts) {
+		t.Errorf("counts %v, want %v", counts, QuickConfig().Counts)
+	}
+	if len(res.Targets) != 7 {
+		t.Errorf("%d targets, want 7", len(res.Targets))
+	}
+	for _, tg := range res.Targets {
+		// Quick mode has neither 1M nor 10M.
+		if tg.Verdict != VerdictNotAvailable || tg.Note == "" {
+			t.Errorf("target %s: %s %q", tg.Name, tg.Verdict, tg.Note)
+		}
+	}
+	md := stdout.String()
+	for _, want := range []string{"| prefixes | filter |", "| 1k | none | BASELINE |", "| 1k | ipset | MEASURED |", "| 1k | tc-lpm | MEASURED |", "Rampart set-up at 1M vs ipset"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("printed table lacks %q", want)
+		}
+	}
+
+	// Nothing left behind: namespaces and pins carry the run's instance name.
+	if res.Settings.Instance == "" {
+		t.Fatal("instance name not reported")
+	}
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if strings.Contains(e.Name(), res.Settings.Instance) {
+			t.Errorf("network namespace %s left behind", e.Name())
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join("/sys/fs/bpf/rampart", res.Settings.Instance+"*")); len(m) > 0 {
+		t.Errorf("pin directories left behind: %v", m)
+	}
+}
+
+// checkCount checks one count of a quick run's report.
+func checkCount(t *testing.T, c CountResult) {
+	t.Helper()
+	if len(c.Filters) != len(FilterNames) {
+		t.Fatalf("%d: %d filters, want %d", c.Count, len(c.Filters), len(FilterNames))
+	}
+	if c.N16+c.N24+c.N32+1 != c.Count || c.ListBytes <= 0 {
+		t.Errorf("%d: list of %d+%d+%d+1 prefixes, %d bytes", c.Count, c.N16, c.N24, c.N32, c.ListBytes)
+	}
+	for i, f := range c.Filters {
+		if f.Filter != FilterNames[i] {
+			t.Errorf("%d: filter %d is %s, want %s", c.Count, i, f.Filter, FilterNames[i])
+			continue
+		}
+		switch {
+		case f.Filter == FilterNone:
+			if f.Status != StatusBaseline || len(f.Pairs) < 1 || !f.Summary.TCPGbps.Valid() {
+				t.Errorf("%d: baseline %s with %d samples", c.Count, f.Status, len(f.Pairs))
+			}
+			for _, p := range f.Pairs {
+				checkMetrics(t, c.Count, "baseline", p.Base)
+			}
+		case f.Filter == FilterRampart && f.Status == StatusNotAvailable:
+			if f.Reason == "" || len(f.Pairs) != 0 || f.Setup != nil {
+				t.Errorf("%d: rampart not available without a reason, or with numbers: %+v", c.Count, f)
+			}
+			t.Logf("%d: rampart not available: %s", c.Count, f.Reason)
+		default:
+			checkMeasured(t, c.Count, f)
+		}
+	}
+}
+
+func checkMeasured(t *testing.T, count int, f FilterResult) {
+	t.Helper()
+	if f.Status != StatusMeasured || len(f.Errors) > 0 || len(f.Pairs) != 1 {
+		t.Errorf("%d %s: status %s %s, %d pairs, errors %v", count, f.Filter, f.Status, f.Reason, len(f.Pairs), f.Errors)
+		return
+	}
+	s := f.Setup
+	if s == nil || s.Seconds <= 0 || s.CommandSeconds <= 0 || len(s.Commands) == 0 || s.ProbesSent < 2 || s.ProbesAnswered < 1 || s.ProbesAnswered >= s.ProbesSent {
+		t.Errorf("%d %s: set-up %+v", count, f.Filter, s)
+	} else if s.Entries >= 0 && s.Entries != count {
+		t.Errorf("%d %s: holds %d entries", count, f.Filter, s.Entries)
+	}
+	want := map[string]string{"listed address": "blocked", "unlisted neighbour": "answers", "server": "answers", "server TCP": "connected",
+		"listed address after removal": "answers"}
+	for k, v := range want {
+		if f.Checks[k] != v {
+			t.Errorf("%d %s: check %q is %q, want %q", count, f.Filter, k, f.Checks[k], v)
+		}
+	}
+	if f.RemoveSeconds <= 0 {
+		t.Errorf("%d %s: removal not timed", count, f.Filter)
+	}
+	for _, p := range f.Pairs {
+		checkMetrics(t, count, f.Filter, p.Filter)
+		checkMetrics(t, count, f.Filter+" baseline", p.Base)
+	}
+	sum := f.Summary
+	for name, v := range map[string]float64{"TCP": float64(sum.TCPRatio), "UDP": float64(sum.UDPRatio), "CPU": float64(sum.CPURatio),
+		"ping": float64(sum.PingP50Ratio), "RR": float64(sum.RRP50Ratio)} {
+		if !(v > 0) {
+			t.Errorf("%d %s: %s ratio %v", count, f.Filter, name, v)
+		}
+	}
+}
+
+func checkMetrics(t *testing.T, count int, what string, m *Metrics) {
+	t.Helper()
+	if m == nil {
+		t.Errorf("%d %s: no measurement", count, what)
+		return
+	}
+	if m.TCP.BitsPerSecond <= 0 || m.UDP.BitsPerSecond <= 0 || m.CPU.BitsPerSecond <= 0 || m.CPUPercent <= 0 || len(m.CPU.CPUBusy) == 0 {
+		t.Errorf("%d %s: iperf3 numbers missing: %+v", count, what, m)
+	}
+	if m.Ping.Received < 1 || m.Ping.P50Us <= 0 || m.Ping.P99Us < m.Ping.P50Us {
+		t.Errorf("%d %s: ping %+v", count, what, m.Ping)
+	}
+	if m.RR.Transactions < 1 || m.RR.P50Us <= 0 {
+		t.Errorf("%d %s: request/response %+v", count, what, m.RR)
+	}
+}
+
+func skipOrFail(t *testing.T, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (CI=true: not skipping)", msg)
+	}
+	t.Skip(msg)
+}

@@ -1,0 +1,190 @@
+package egress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
+)
+
+// Names the Rampart filter uses: the CIDR group (set) and the policy that denies it.
+const (
+	cidrGroup  = "egress-blocklist"
+	clientApp  = "bench-client"
+	serverApp  = "bench-server"
+	policyName = "egress-blocklist"
+)
+
+// rampartPolicy denies the client's egress to the group and nothing else: deny-only rules
+// would switch egress default deny on (as in Cilium), so enableDefaultDeny keeps the rest
+// of the client's egress open, as a blocklist means.
+var rampartPolicy = fmt.Sprintf(`apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  endpointSelector:
+    matchLabels:
+      app: %s
+  enableDefaultDeny:
+    egress: false
+  egressDeny:
+  - toCIDRSet:
+    - cidrGroupRef: %s
+`, policyName, benchNamespace, clientApp, cidrGroup)
+
+// rampartFilter is Rampart itself: its own agent with client and server endpoints, the
+// list loaded as a CIDR set, and a policy that denies the client's egress to the set.
+type rampartFilter struct {
+	topo       *topology
+	agent      *benchkit.Agent
+	timeout    time.Duration
+	listPath   string
+	policyPath string
+}
+
+func (f *rampartFilter) Name() string        { return FilterRampart }
+func (f *rampartFilter) Topology() *topology { return f.topo }
+
+// startRampart starts an agent for instance with its endpoints and a world namespace
+// behind its node namespace, and returns the filter. The agent is stopped and uninstalled
+// by stop, also after a partial failure.
+func startRampart(ctx context.Context, cfg *Config, daemons *benchkit.Daemons, instance, workDir string, podCIDR, worldCIDR netip.Prefix) (f *rampartFilter, stop func() error, err error) {
+	agent := benchkit.NewAgent(cfg.Rampartd, cfg.Rampart, instance, workDir, podCIDR)
+	f = &rampartFilter{agent: agent, timeout: cfg.Budget, policyPath: filepath.Join(workDir, "egress-policy.yaml")}
+	f.topo = &topology{Name: "agent"}
+	stop = func() error {
+		// The world first (it lives in the agent's node namespace), then the agent, which
+		// uninstalls its endpoints, node namespace and pins.
+		return errors.Join(f.topo.Close(), agent.Stop())
+	}
+	if err := agent.Start(ctx, daemons); err != nil {
+		return nil, stop, err
+	}
+	for _, e := range []struct {
+		name, app string
+		n         uint32
+		dst       **host
+	}{{"client", clientApp, 10, &f.topo.Client}, {"server", serverApp, 11, &f.topo.Server}} {
+		ep, err := agent.AddEndpoint(ctx, benchNamespace, e.name, []string{"app=" + e.app}, benchkit.HostAddr(podCIDR, e.n))
+		if err != nil {
+			return nil, stop, err
+		}
+		*e.dst = &host{Name: e.name, IP: ep.IP, Netns: ep.API.Netns, HostIf: ep.API.HostInterface}
+	}
+	if err := f.topo.addWorld(agent.NodeNetns(), instance, worldCIDR); err != nil {
+		return nil, stop, err
+	}
+	if err := os.WriteFile(f.policyPath, []byte(rampartPolicy), 0o600); err != nil {
+		return nil, stop, fmt.Errorf("writing the policy: %w", err)
+	}
+	return f, stop, nil
+}
+
+// rampartAvailable says why the agent cannot run the filter ("" when it can): the CIDR set
+// commands are issue 4's, and a checkout from before them has none.
+func rampartAvailable(ctx context.Context, rampart string) string {
+	out, err := exec.CommandContext(ctx, rampart, "cidrset", "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "load") {
+		return "this rampart CLI has no `cidrset load` command (CIDR sets are not implemented in this checkout): " +
+			strings.TrimSpace(benchkit.Truncate(string(out), 200))
+	}
+	return ""
+}
+
+func (f *rampartFilter) Prepare(ctx context.Context, list []Prefix, listPath, dir string) error {
+	f.listPath = listPath
+	return nil
+}
+
+// cli runs the rampart CLI against the benchmark's agent, timed.
+func (f *rampartFilter) cli(ctx context.Context, args ...string) (Command, error) {
+	return runTimed(ctx, f.timeout, "", func(ctx context.Context) *exec.Cmd {
+		return benchkit.OwnGroup(exec.CommandContext(ctx, f.agent.Rampart, append([]string{"--socket", f.agent.Socket}, args...)...))
+	})
+}
+
+// Install loads the set, then applies the policy: the whole set-up from nothing, as the
+// ipset peer creates its set and then its rule.
+func (f *rampartFilter) Install(ctx context.Context) (install, error) {
+	in := install{Entries: -1}
+	c, err := f.cli(ctx, "cidrset", "load", cidrGroup, "--file", f.listPath)
+	in.Commands = append(in.Commands, c)
+	if err != nil {
+		return in, err
+	}
+	c, err = f.cli(ctx, "apply", "-f", f.policyPath)
+	in.Commands = append(in.Commands, c)
+	if err != nil {
+		return in, err
+	}
+	// Not timed: what the agent says it holds.
+	out, err := f.agent.CLI(ctx, time.Minute, "cidrset", "get", cidrGroup, "-o", "json")
+	if err != nil {
+		return in, err
+	}
+	in.Entries, in.Bytes = parseCIDRSetGet(out)
+	return in, nil
+}
+
+// parseCIDRSetGet reads the prefix count and memory from `rampart cidrset get -o json`
+// (-1 and 0 when they are not there). The field names are looked up loosely, at any
+// depth, so that the benchmark does not break on the layout of the CLI's output.
+func parseCIDRSetGet(out []byte) (entries int, bytes int64) {
+	var v any
+	entries = -1
+	if json.Unmarshal(out, &v) != nil {
+		return entries, 0
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				n, isNum := e.(float64)
+				switch key := strings.ToLower(k); {
+				case isNum && entries < 0 && (key == "prefixes" || key == "count"):
+					entries = int(n)
+				case isNum && bytes == 0 && (key == "memorybytes" || key == "memory_bytes" || key == "memory"):
+					bytes = int64(n)
+				default:
+					walk(e)
+				}
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return entries, bytes
+}
+
+func (f *rampartFilter) Remove(ctx context.Context) error {
+	var errs []error
+	if _, err := f.cli(ctx, "delete", "-f", f.policyPath); err != nil && !strings.Contains(err.Error(), "not found") {
+		errs = append(errs, err)
+	}
+	if _, err := f.cli(ctx, "cidrset", "delete", cidrGroup); err != nil && !strings.Contains(err.Error(), "not found") && !strings.Contains(err.Error(), "unknown") {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (f *rampartFilter) Version(ctx context.Context) string {
+	out, _ := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output()
+	if v := strings.TrimSpace(string(out)); v != "" {
+		return "rampart " + v
+	}
+	return "rampart (this checkout)"
+}
