@@ -54,7 +54,7 @@ func NewCommand(stdio IO) *cobra.Command {
 	a := &app{io: stdio}
 	root := &cobra.Command{
 		Use:           "rampart",
-		Short:         "Control the rampart agent: endpoints, namespaces, policies, flows",
+		Short:         "Control the rampart agent: endpoints, namespaces, policies, CIDR sets, flows",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(cmd *cobra.Command, args []string) {
@@ -77,6 +77,7 @@ func NewCommand(stdio IO) *cobra.Command {
 		a.deleteCommand(),
 		a.getCommand(),
 		a.policyCommand(),
+		a.cidrsetCommand(),
 		a.observeCommand(),
 		a.statusCommand(),
 	)

@@ -172,7 +172,7 @@ func (a *app) applyCommand() *cobra.Command {
 	var files []string
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|- [-f ...]",
-		Short: "Create or update policies from manifests (all of them or none)",
+		Short: "Create or update policies and CIDR groups (CiliumCIDRGroup) from manifests (all of them or none)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			docs, err := a.readManifests(files)
@@ -196,7 +196,7 @@ func (a *app) deleteCommand() *cobra.Command {
 	var ignore bool
 	cmd := &cobra.Command{
 		Use:   "delete -f FILE|DIR|- [-f ...]",
-		Short: "Delete the policies named in manifests (all of them or none)",
+		Short: "Delete the policies and CIDR groups named in manifests (all of them or none)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			docs, err := a.readManifests(files)
@@ -249,7 +249,15 @@ func (a *app) getCommand() *cobra.Command {
 				}
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Kind, ns, p.Name, rs, p.Source)
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			for _, p := range ps {
+				if len(p.MissingCIDRGroups) > 0 {
+					a.printf("note: %s names CIDR groups that do not exist (those peers select nothing): %s\n", p.Ref(), strings.Join(p.MissingCIDRGroups, ", "))
+				}
+			}
+			return nil
 		},
 	}
 	pols.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
@@ -286,7 +294,8 @@ func (a *app) policyCommand() *cobra.Command {
 			case res.Allowed:
 				verdict = "ALLOWED"
 			}
-			a.printf("%s (id %d) -> %s (id %d) %d/%s: %s\n", res.From, res.FromIdent, res.To, res.ToIdent, res.Port, res.Protocol, verdict)
+			a.printf("%s (id %d%s) -> %s (id %d%s) %d/%s: %s\n", res.From, res.FromIdent, groupsNote(res.FromCIDRGroups),
+				res.To, res.ToIdent, groupsNote(res.ToCIDRGroups), res.Port, res.Protocol, verdict)
 			for _, s := range res.Sides {
 				v := "denied"
 				switch {
@@ -298,6 +307,13 @@ func (a *app) policyCommand() *cobra.Command {
 				rule := ""
 				if s.Rule != nil {
 					rule = " by " + ruleString(s.Rule)
+				}
+				if s.CIDRGroup != "" {
+					field := "toCIDRSet"
+					if s.Direction == "ingress" {
+						field = "fromCIDRSet"
+					}
+					rule += " " + field + " cidrGroupRef=" + s.CIDRGroup
 				}
 				a.printf("  %-7s at %s: %s%s (%s)\n", s.Direction, s.Endpoint, v, rule, s.Reason)
 				for _, l := range s.L7 {
@@ -322,6 +338,14 @@ func (a *app) policyCommand() *cobra.Command {
 	trace.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	cmd.AddCommand(trace)
 	return cmd
+}
+
+// groupsNote renders the CIDR sets an address is in: ", in CIDR groups a, b".
+func groupsNote(groups []string) string {
+	if len(groups) == 0 {
+		return ""
+	}
+	return ", in CIDR groups " + strings.Join(groups, ", ")
 }
 
 func ruleString(r *api.RuleRef) string {
@@ -358,6 +382,7 @@ func (a *app) statusCommand() *cobra.Command {
 			fmt.Fprintf(w, "Namespaces:\t%d\n", st.Namespaces)
 			fmt.Fprintf(w, "Policies:\t%d\n", st.Policies)
 			fmt.Fprintf(w, "Identities:\t%d allocated\n", st.Identities)
+			fmt.Fprintf(w, "CIDR sets:\t%d\n", st.CIDRSets)
 			fmt.Fprintf(w, "Flows:\t%d seen, %d lost\n", st.FlowsSeen, st.FlowsLost)
 			fmt.Fprintf(w, "State:\t%s\n", st.StateDir)
 			fmt.Fprintf(w, "BPF pins:\t%s\n", st.BPFDir)
