@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 # iptables: the proxy's own tests steer with TPROXY (internal/testenv.TPROXY).
-for p in clang llvm libbpf-dev bpftool iperf3 iproute2 util-linux ethtool iptables; do
+# ipset, nftables, iputils-ping: the egress filtering benchmark's peers and its ping latency.
+for p in clang llvm libbpf-dev bpftool iperf3 iproute2 util-linux ethtool iptables ipset nftables iputils-ping; do
 	dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
