@@ -18,6 +18,7 @@
 #include "maps.h"
 #include "parse.h"
 #include "conntrack.h"
+#include "cidrset.h"
 #include "policy.h"
 #include "events.h"
 #include "proxy.h"
@@ -165,8 +166,10 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 		dest_ingress(p, peer->ep_id, &src, &dres, &enforced);
 		if (dres.action == POLICY_REDIRECT) {
 			d->ev_flags |= FLOW_F_L7_INGRESS;
-			if (!steer)
+			if (!steer) {
 				d->rule_id = dres.rule_id;
+				d->match_identity = dres.identity;
+			}
 			steer = 1;
 		}
 	}
@@ -187,6 +190,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 			.src_identity = src.identity,
 			.dst_identity = peer->identity,
 			.rule_id = dres.rule_id,
+			.match_identity = dres.identity,
 			.dir = DIR_INGRESS,
 			.ev_flags = d->ev_flags,
 		};
@@ -317,6 +321,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	set_identities(&d, ep, peer.identity);
 	policy_decide(d.ep_id, dir, &peer, p.t.proto, p.policy_port, &res);
 	d.rule_id = res.rule_id;
+	d.match_identity = res.identity;
 
 	if (res.action == POLICY_DENY) {
 		/* Drop: a deny entry matches (deny wins over any allow). */

@@ -13,6 +13,7 @@ struct decision {
 	__u32 src_identity;
 	__u32 dst_identity;
 	__u32 rule_id;
+	__u32 match_identity; /* identity whose policy entry decided (flow_event) */
 	__u8 dir;      /* DIR_* */
 	__u8 reason;   /* REASON_* */
 	__u8 ev_flags; /* FLOW_F_* for the event */
@@ -92,6 +93,7 @@ static __always_inline void emit_event(struct __sk_buff *skb, const struct pkt *
 	e->src_identity = d->src_identity;
 	e->dst_identity = d->dst_identity;
 	e->rule_id = d->rule_id;
+	e->match_identity = d->match_identity;
 	e->ifindex = skb->ifindex;
 	e->length = p->len;
 	e->type = type;

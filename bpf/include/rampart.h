@@ -23,6 +23,16 @@
 #ifndef RAMPART_FRAG_MAX
 #define RAMPART_FRAG_MAX 8192
 #endif
+/* CIDR sets (see cidrset.h). Slots per bank of the IPv4 host table: the agent sets the real
+ * size at load time (datapath.Config.CIDRHostSlots); this default holds 10M+ host entries
+ * at load factor 0.5 and costs 2 banks x 8 bytes x slots = 320 MiB. */
+#ifndef RAMPART_CIDR_HOST_SLOTS
+#define RAMPART_CIDR_HOST_SLOTS 20971520
+#endif
+/* Most IPv6 prefixes in all CIDR sets together (LPM trie, allocated as used). */
+#ifndef RAMPART_CIDR6_MAX
+#define RAMPART_CIDR6_MAX 1048576
+#endif
 
 #define RAMPART_FAMILY_V4 4
 #define RAMPART_FAMILY_V6 6
@@ -40,6 +50,15 @@
  * own address (so ipBlock/toCIDR peers can select pods), distinct from the same CIDR
  * identity seen as a plain remote address. */
 #define ID_FLAG_ENDPOINT_CIDR 0x80000000u
+/* CIDR set i (0..RAMPART_CIDR_SETS-1) has the fixed identity ID_CIDR_SET_FIRST + i: a peer
+ * address in set i is also looked up in policy with that identity. */
+#define ID_CIDR_SET_FIRST 0x7FFFFF00u
+#define RAMPART_CIDR_SETS 32
+/* Longest probe sequence in the host table: the agent places every entry within this many
+ * slots of its home slot (or rebuilds the table larger), so a lookup stops after it. */
+#define CIDR_MAX_PROBE 32
+/* Rows of one bank of the top table: one per /24 of the IPv4 space. */
+#define CIDR_TOP_ROWS (1u << 24)
 
 /* Directions, from the endpoint's point of view. */
 #define DIR_INGRESS 1 /* into the endpoint: tc egress on its host-side veth */
@@ -230,6 +249,28 @@ struct flow_event {
 	__u8 family;
 	__u8 icmp_type; /* for ICMP */
 	__u8 flags;     /* FLOW_F_* */
+	/* The identity whose policy entry decided (peer, any = 0, flagged CIDR, or a CIDR set
+	 * identity); 0 also when nothing matched (rule_id 0). */
+	__u32 match_identity;
+};
+
+/* CIDR sets: which bank of the IPv4 tables is active and how each bank is laid out. One
+ * entry (index 0) in the mmapable array cidr_banks, written by the agent through mmap
+ * with 4-byte stores: a bank's fields are written before bank switches to it. */
+struct cidr_config {
+	__u32 bank;          /* active bank, 0 or 1 */
+	__u32 host_capacity; /* slots per bank in cidr_host (bank b starts at b * capacity) */
+	__u32 host_slots[2]; /* hash table size used in each bank; 0: no host entries */
+	__u32 seed[2];       /* hash seed of each bank */
+	__u32 zero_mask[2];  /* set mask of the host entry 0.0.0.0 (0 marks an empty slot) */
+};
+
+/* IPv6 CIDR sets: LPM trie keyed by prefix; the value is the u32 mask of the sets that
+ * contain every address of the prefix (its own sets and those of every shorter prefix
+ * containing it), so the longest match gives an address's full membership. */
+struct cidr6_key {
+	__u32 prefixlen;
+	__u8 addr[16];
 };
 
 #endif /* __RAMPART_H */

@@ -24,6 +24,15 @@ type Config struct {
 	PinDir string
 	// CTTimeouts overrides the conntrack idle timeouts; zero fields keep the defaults.
 	CTTimeouts CTTimeouts
+	// CIDRHostSlots is the size of each of the two banks of the IPv4 CIDR set host table
+	// (0: DefaultCIDRHostSlots, 10M+ addresses from /25../32 prefixes). The maps take
+	// 16 bytes per slot plus 128 MiB for the top table, allocated when they are created;
+	// tests and small installations choose fewer slots (MinCIDRHostSlots at least). Maps
+	// pinned before keep their size.
+	CIDRHostSlots uint32
+	// CIDR6MaxEntries is the capacity of the IPv6 CIDR set trie (0:
+	// DefaultCIDR6MaxEntries); a reload needs room for the old and new prefixes together.
+	CIDR6MaxEntries uint32
 
 	// maxEntries overrides map sizes by map name (tests: a tiny policy map to fill).
 	maxEntries map[string]uint32
@@ -48,6 +57,10 @@ type Datapath struct {
 	endpoints map[uint32]rampartEndpointInfo                     // by ifindex
 	policies  map[uint32]map[rampartPolicyKey]rampartPolicyValue // by ep_id
 	ipcache   map[netip.Prefix]mapstate.IPCacheEntry
+
+	// cidr is the CIDR set state, with its own lock: a reload of millions of prefixes does
+	// not hold up endpoint and policy changes.
+	cidr *cidrState
 
 	// stepHook, when set (tests), runs after each ordered step of ApplyEndpoint.
 	stepHook func(step string)
@@ -79,6 +92,9 @@ func Open(cfg Config) (*Datapath, error) {
 	if err := setTimeouts(spec, cfg.CTTimeouts); err != nil {
 		return nil, err
 	}
+	if err := sizeCIDRMaps(spec, cfg); err != nil {
+		return nil, err
+	}
 	for name, n := range cfg.maxEntries {
 		ms, ok := spec.Maps[name]
 		if !ok {
@@ -104,6 +120,10 @@ func Open(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	if err := d.initProxy(); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
+	if d.cidr, err = openCIDR(&d.objs); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -142,6 +162,7 @@ func (d *Datapath) PinDir() string { return d.pinDir }
 func (d *Datapath) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.closeCIDR()
 	if err := d.objs.Close(); err != nil {
 		return fmt.Errorf("closing datapath: %w", err)
 	}
@@ -160,6 +181,7 @@ func (d *Datapath) Remove() error {
 			errs = append(errs, fmt.Errorf("unpinning map %s: %w", m, err))
 		}
 	}
+	d.closeCIDR()
 	if err := d.objs.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("closing datapath: %w", err))
 	}
@@ -171,7 +193,19 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
-	return []*ebpf.Map{m.Counters, m.Ct, m.Endpoints, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy}
+	return []*ebpf.Map{m.Counters, m.Ct, m.Endpoints, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
+		m.CidrBanks, m.CidrTop, m.CidrHost, m.Cidr6}
+}
+
+// closeCIDR unmaps the CIDR set tables (once; later CIDR set calls would fault, as any
+// call on a closed Datapath fails).
+func (d *Datapath) closeCIDR() {
+	if d.cidr == nil {
+		return
+	}
+	d.cidr.mu.Lock()
+	defer d.cidr.mu.Unlock()
+	d.cidr.close()
 }
 
 // ensureBPFFS mounts bpffs at /sys/fs/bpf unless one is mounted there already.

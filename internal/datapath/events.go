@@ -119,8 +119,13 @@ type FlowEvent struct {
 	SrcIdentity     identity.Identity
 	DstIdentity     identity.Identity
 	RuleID          uint32 // rule that allowed or denied the flow; 0 when none (default)
-	IfIndex         uint32
-	Length          uint32 // packet length including the Ethernet header
+	// MatchIdentity is the identity whose policy entry decided: the peer's, any (0), the
+	// peer's flagged CIDR identity, or a CIDR set's (identity.IsCIDRSet) when the peer is
+	// in a set that a rule names. 0 also when no entry matched (RuleID 0). Later fragments
+	// of a datagram carry their first fragment's RuleID but not this.
+	MatchIdentity identity.Identity
+	IfIndex       uint32
+	Length        uint32 // packet length including the Ethernet header
 	// L7 proxy involvement (any event type). L7Egress: the source endpoint's egress policy
 	// sends the flow through the proxy; L7Ingress: the destination endpoint's ingress
 	// policy does. FromProxy: the flow is the proxy's upstream connection, admitted at the
@@ -193,6 +198,7 @@ func decodeEvent(raw []byte, offset time.Duration) (FlowEvent, error) {
 		SrcIdentity:     e.SrcIdentity,
 		DstIdentity:     e.DstIdentity,
 		RuleID:          e.RuleId,
+		MatchIdentity:   e.MatchIdentity,
 		IfIndex:         e.Ifindex,
 		Length:          e.Length,
 		L7Egress:        e.Flags&flowL7Egress != 0,

@@ -4,4 +4,4 @@ package datapath
 // are committed, and scripts/check-generate.sh verifies that regenerating changes nothing.
 // -mcpu=v3 for 32-bit atomics (conntrack flags). The multiarch include directories hold
 // asm/types.h on Debian-like systems; the one that does not exist is ignored.
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -target bpfel -type endpoint_info -type ipcache_key -type ipcache_value -type policy_key -type policy_value -type ct_key -type ct_value -type frag_key -type frag_value -type ep_counters -type flow_event -type proxy_config rampart ../../bpf/rampart.c -- -O2 -g -Wall -Werror -mcpu=v3 -I../../bpf/include -I/usr/include/x86_64-linux-gnu -I/usr/include/aarch64-linux-gnu
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -target bpfel -type endpoint_info -type ipcache_key -type ipcache_value -type policy_key -type policy_value -type ct_key -type ct_value -type frag_key -type frag_value -type ep_counters -type flow_event -type proxy_config -type cidr_config -type cidr6_key rampart ../../bpf/rampart.c -- -O2 -g -Wall -Werror -mcpu=v3 -I../../bpf/include -I/usr/include/x86_64-linux-gnu -I/usr/include/aarch64-linux-gnu

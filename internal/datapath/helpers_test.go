@@ -46,12 +46,18 @@ func randSuffix(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
+// testHostSlots is the CIDR host table size of test datapaths.
+const testHostSlots = 1 << 16
+
 // openTest opens a Datapath pinned in a fresh directory and removes it at cleanup.
 func openTest(t *testing.T, cfg Config) *Datapath {
 	t.Helper()
 	requirePrivileged(t)
 	if cfg.PinDir == "" {
 		cfg.PinDir = filepath.Join(BPFFSRoot, "rampart-test-"+randSuffix(t))
+	}
+	if cfg.CIDRHostSlots == 0 {
+		cfg.CIDRHostSlots = testHostSlots // the default allocates 320 MiB per datapath
 	}
 	d, err := Open(cfg)
 	if err != nil {

@@ -479,8 +479,8 @@ func TestEventsAndCounters(t *testing.T) {
 	want := FlowEvent{
 		Type: EventNewFlow, Verdict: VerdictForwarded, Reason: ReasonNone, Direction: in,
 		Protocol: tcp, Source: ipA, Destination: epIP, SourcePort: syn.sport, DestinationPort: 80,
-		EpID: epID, SrcIdentity: idA, DstIdentity: epIdent, RuleID: 41, IfIndex: epIfindex,
-		Length: uint32(len(syn.bytes())),
+		EpID: epID, SrcIdentity: idA, DstIdentity: epIdent, RuleID: 41, MatchIdentity: idA,
+		IfIndex: epIfindex, Length: uint32(len(syn.bytes())),
 	}
 	if ev.Time.IsZero() || time.Since(ev.Time).Abs() > time.Minute {
 		t.Errorf("event time %v, want about now", ev.Time)
@@ -506,8 +506,8 @@ func TestEventsAndCounters(t *testing.T) {
 	want = FlowEvent{
 		Type: EventDrop, Verdict: VerdictDropped, Reason: ReasonPolicyDeny, Direction: out,
 		Protocol: udp, Source: epIP, Destination: ipB, SourcePort: 1234, DestinationPort: 53,
-		EpID: epID, SrcIdentity: epIdent, DstIdentity: idB, RuleID: 42, IfIndex: epIfindex,
-		Length: uint32(len(q.bytes())),
+		EpID: epID, SrcIdentity: epIdent, DstIdentity: idB, RuleID: 42, MatchIdentity: idB,
+		IfIndex: epIfindex, Length: uint32(len(q.bytes())),
 	}
 	if ev != want {
 		t.Errorf("drop event\n got %+v\nwant %+v", ev, want)

@@ -433,7 +433,7 @@ func TestSetProxy(t *testing.T) {
 		}
 	}
 	// A reopened datapath (restarted agent) keeps the setting.
-	d2, err := Open(Config{PinDir: pin})
+	d2, err := Open(Config{PinDir: pin, CIDRHostSlots: testHostSlots})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +507,7 @@ func TestEndpointsByID(t *testing.T) {
 	if err := d.objs.EndpointsById.Update(&stale, &staleInfo, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
-	d2, err := Open(Config{PinDir: d.PinDir()})
+	d2, err := Open(Config{PinDir: d.PinDir(), CIDRHostSlots: testHostSlots})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +550,7 @@ func TestRedirectEntriesRoundTrip(t *testing.T) {
 	}
 	check(d, want)
 	// Read back from the maps by a new Datapath.
-	d2, err := Open(Config{PinDir: d.PinDir()})
+	d2, err := Open(Config{PinDir: d.PinDir(), CIDRHostSlots: testHostSlots})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,21 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type rampartCidr6Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      [16]uint8
+}
+
+type rampartCidrConfig struct {
+	_            structs.HostLayout
+	Bank         uint32
+	HostCapacity uint32
+	HostSlots    [2]uint32
+	Seed         [2]uint32
+	ZeroMask     [2]uint32
+}
+
 type rampartCtKey struct {
 	_         structs.HostLayout
 	Saddr     [16]uint8
@@ -55,27 +70,27 @@ type rampartEpCounters struct {
 }
 
 type rampartFlowEvent struct {
-	_           structs.HostLayout
-	TimestampNs uint64
-	Saddr       [16]uint8
-	Daddr       [16]uint8
-	Sport       uint16
-	Dport       uint16
-	EpId        uint32
-	SrcIdentity uint32
-	DstIdentity uint32
-	RuleId      uint32
-	Ifindex     uint32
-	Length      uint32
-	Type        uint8
-	Verdict     uint8
-	Reason      uint8
-	Direction   uint8
-	Protocol    uint8
-	Family      uint8
-	IcmpType    uint8
-	Flags       uint8
-	_           [4]byte
+	_             structs.HostLayout
+	TimestampNs   uint64
+	Saddr         [16]uint8
+	Daddr         [16]uint8
+	Sport         uint16
+	Dport         uint16
+	EpId          uint32
+	SrcIdentity   uint32
+	DstIdentity   uint32
+	RuleId        uint32
+	Ifindex       uint32
+	Length        uint32
+	Type          uint8
+	Verdict       uint8
+	Reason        uint8
+	Direction     uint8
+	Protocol      uint8
+	Family        uint8
+	IcmpType      uint8
+	Flags         uint8
+	MatchIdentity uint32
 }
 
 type rampartFragKey struct {
@@ -147,6 +162,10 @@ type rampartProxyConfig struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	rampartMapCidr6                     = "cidr6"
+	rampartMapCidrBanks                 = "cidr_banks"
+	rampartMapCidrHost                  = "cidr_host"
+	rampartMapCidrTop                   = "cidr_top"
 	rampartMapCounters                  = "counters"
 	rampartMapCt                        = "ct"
 	rampartMapEndpoints                 = "endpoints"
@@ -216,6 +235,10 @@ type rampartProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartMapSpecs struct {
+	Cidr6         *ebpf.MapSpec `ebpf:"cidr6"`
+	CidrBanks     *ebpf.MapSpec `ebpf:"cidr_banks"`
+	CidrHost      *ebpf.MapSpec `ebpf:"cidr_host"`
+	CidrTop       *ebpf.MapSpec `ebpf:"cidr_top"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	Ct            *ebpf.MapSpec `ebpf:"ct"`
 	Endpoints     *ebpf.MapSpec `ebpf:"endpoints"`
@@ -259,6 +282,10 @@ func (o *rampartObjects) Close() error {
 //
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartMaps struct {
+	Cidr6         *ebpf.Map `ebpf:"cidr6"`
+	CidrBanks     *ebpf.Map `ebpf:"cidr_banks"`
+	CidrHost      *ebpf.Map `ebpf:"cidr_host"`
+	CidrTop       *ebpf.Map `ebpf:"cidr_top"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	Ct            *ebpf.Map `ebpf:"ct"`
 	Endpoints     *ebpf.Map `ebpf:"endpoints"`
@@ -273,6 +300,10 @@ type rampartMaps struct {
 
 func (m *rampartMaps) Close() error {
 	return _RampartClose(
+		m.Cidr6,
+		m.CidrBanks,
+		m.CidrHost,
+		m.CidrTop,
 		m.Counters,
 		m.Ct,
 		m.Endpoints,

@@ -147,7 +147,7 @@ func TestRealTraffic(t *testing.T) {
 	b := addEndpoint(t, node, "rpt-"+suffix+"-b", "rpb"+suffix, addr("198.18.20.2"), addr("198.18.20.1"))
 
 	pinDir := "/sys/fs/bpf/rampart-test-" + suffix
-	d, err := Open(Config{PinDir: pinDir})
+	d, err := Open(Config{PinDir: pinDir, CIDRHostSlots: testHostSlots})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestRealTraffic(t *testing.T) {
 		c2.Close()
 		t.Fatal("new connection allowed while the agent is stopped")
 	}
-	d, err = Open(Config{PinDir: pinDir})
+	d, err = Open(Config{PinDir: pinDir, CIDRHostSlots: testHostSlots})
 	if err != nil {
 		t.Fatalf("reopening: %v", err)
 	}

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* CIDR sets: up to RAMPART_CIDR_SETS named lists of prefixes (threat lists of millions of
+ * entries), each with the fixed identity ID_CIDR_SET_FIRST + index. The membership of an
+ * address is a u32 mask (bit i: the address is in set i), computed in constant time
+ * whatever the number of prefixes:
+ *
+ *   IPv4: top[bank][a >> 8] | host_lookup(bank, a)
+ *     top   one u32 per /24 (2^24 rows per bank): prefixes /0../24 are expanded into the
+ *           rows they cover;
+ *     host  open-addressing hash table of {addr, mask} slots: prefixes /25../32 expanded
+ *           to addresses; linear probing, at most CIDR_MAX_PROBE slots (the agent places
+ *           every entry that close to its home slot); a slot of 0 is empty, a slot with an
+ *           address and mask 0 is a removed entry that probes continue past.
+ *   Two banks of both tables: the agent builds a new content into the inactive bank and
+ *   then switches cidr_banks.bank, so a reload never has a moment in which the tables are
+ *   half written. Single additions and removals change the active bank in place.
+ *
+ *   IPv6: the LPM trie cidr6 (see struct cidr6_key), one lookup. The IPv6 packet path is
+ *   not enforced yet (IPv6 packets are dropped as unsupported), so only the agent reads it.
+ *
+ * The agent writes the arrays through mmap (BPF_F_MMAPABLE) with aligned 4- and 8-byte
+ * stores; the program reads each slot with one 8-byte load, so it never sees half a slot. */
+#ifndef __RAMPART_CIDRSET_H
+#define __RAMPART_CIDRSET_H
+
+#include "common.h"
+
+/* Which bank is active, and each bank's host table size and hash seed (index 0). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cidr_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cidr_banks SEC(".maps");
+
+/* Top table, both banks: u32 row r of bank b is the (b * CIDR_TOP_ROWS + r)-th u32. Rows
+ * are packed in pairs into u64 elements because an ARRAY rounds every value up to 8
+ * bytes: 2 x 2^24 rows x 4 bytes = 128 MiB. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, CIDR_TOP_ROWS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cidr_top SEC(".maps");
+
+/* Host table, both banks: slot s of bank b is element b * host_capacity + s, a u64 with
+ * the address (host order) in the low 32 bits and the set mask in the high 32 bits. The
+ * agent sizes it at load time (max_entries = 2 x Config.CIDRHostSlots). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 2 * RAMPART_CIDR_HOST_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cidr_host SEC(".maps");
+
+/* IPv6 prefixes -> set mask (longest match). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, RAMPART_CIDR6_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cidr6_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cidr6 SEC(".maps");
+
+/* cidr_hash mixes an address with the bank's seed (lowbias32, a bijective 32-bit mixer
+ * whose high bits are well mixed, which the range reduction below uses). The seed makes
+ * the slots an address lands in unpredictable, so a list cannot be crafted to collide.
+ * The agent computes the same function (internal/datapath, cidrHash). */
+static __always_inline __u32 cidr_hash(__u32 a, __u32 seed)
+{
+	__u32 x = a ^ seed;
+
+	x ^= x >> 16;
+	x *= 0x7feb352du;
+	x ^= x >> 15;
+	x *= 0x846ca68bu;
+	x ^= x >> 16;
+	return x;
+}
+
+/* cidr_sets4 returns the mask of the CIDR sets containing addr (IPv4, network order):
+ * 3 array reads and at most CIDR_MAX_PROBE slot reads. A global function: the verifier
+ * checks it once on its own instead of at every call site with the caller's state (the
+ * probe loop inlined three times exceeds the verifier's budget). */
+__attribute__((noinline)) __u32 cidr_sets4(__be32 addr)
+{
+	struct cidr_config *cfg;
+	__u32 zero = 0, a = bpf_ntohl(addr), bank, idx, slots, slot, base, mask = 0;
+	__u64 *top;
+	int i;
+
+	cfg = bpf_map_lookup_elem(&cidr_banks, &zero);
+	if (!cfg)
+		return 0;
+	bank = *(volatile __u32 *)&cfg->bank & 1;
+
+	idx = (bank << 24) | (a >> 8);
+	top = bpf_map_lookup_elem(&cidr_top, &(__u32){ idx >> 1 });
+	if (top)
+		mask = (__u32)(*(volatile __u64 *)top >> ((idx & 1) * 32));
+
+	if (a == 0)
+		return mask | *(volatile __u32 *)&cfg->zero_mask[bank];
+	slots = *(volatile __u32 *)&cfg->host_slots[bank];
+	if (!slots)
+		return mask;
+	base = bank * *(volatile __u32 *)&cfg->host_capacity;
+	/* Home slot: the hash scaled to [0, slots) (multiply-shift, no division). */
+	slot = (__u32)(((__u64)cidr_hash(a, *(volatile __u32 *)&cfg->seed[bank]) * slots) >> 32);
+	for (i = 0; i < CIDR_MAX_PROBE; i++) {
+		__u64 *sp, v;
+		__u32 k = base + slot;
+
+		sp = bpf_map_lookup_elem(&cidr_host, &k);
+		if (!sp)
+			break; /* outside the map: a corrupt configuration, nothing found */
+		v = *(volatile __u64 *)sp;
+		if (!v)
+			break; /* empty slot: the address has no host entry */
+		if ((__u32)v == a) {
+			mask |= (__u32)(v >> 32);
+			break;
+		}
+		if (++slot >= slots)
+			slot = 0;
+	}
+	return mask;
+}
+
+#endif /* __RAMPART_CIDRSET_H */

@@ -1,0 +1,604 @@
+package datapath
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// CIDR set sizes. The host table is two banks of CIDRHostSlots slots of 8 bytes each; the
+// top table is two banks of 2^24 rows of 4 bytes (128 MiB, fixed). Both are allocated when
+// the maps are created, whether sets are used or not.
+const (
+	// DefaultCIDRHostSlots holds 10M host addresses at load factor 0.5: 2 x 160 MiB.
+	DefaultCIDRHostSlots = 20 << 20
+	// MaxCIDRHostSlots bounds Config.CIDRHostSlots (2 x 1 GiB); the builder's sort key
+	// needs the slot number to fit 27 bits.
+	MaxCIDRHostSlots = 1 << 27
+	// MinCIDRHostSlots is the smallest Config.CIDRHostSlots accepted.
+	MinCIDRHostSlots = 64
+	// DefaultCIDR6MaxEntries is the default capacity of the IPv6 trie (entries are
+	// allocated as used, about 160 bytes each).
+	DefaultCIDR6MaxEntries = 1 << 20
+
+	// cidrLoadFactor is the host table fill a rebuild aims for (lower when the table has
+	// room): with the sorted (Robin Hood) layout, 10M addresses at 0.5 need at most 13-14
+	// probes, far below cidrMaxProbe.
+	cidrLoadFactor = 0.5
+	// v6NodeBytes estimates the kernel memory of one IPv6 trie entry (node, key, value,
+	// and its share of intermediate nodes) for CIDRSetStats.
+	v6NodeBytes = 160
+	// v6BulkThreshold: in-place IPv6 changes of more prefixes than this recompute the whole
+	// trie diff instead of patching entry by entry.
+	v6BulkThreshold = 1024
+)
+
+// ErrCIDRSetsNotLoaded is returned by AddCIDRs and RemoveCIDRs on a Datapath that reopened
+// pinned maps: it does not know the sets' prefixes until ReplaceCIDRSets gives them again
+// (the maps keep enforcing the old content meanwhile).
+var ErrCIDRSetsNotLoaded = errors.New("CIDR sets not loaded since the datapath was opened: call ReplaceCIDRSets first")
+
+// CIDRSetStats describes the CIDR sets in the dataplane.
+type CIDRSetStats struct {
+	Prefixes    int // prefixes in all sets (a prefix listed by two sets counts twice)
+	IPv4        int // IPv4 prefixes among them
+	IPv6        int // IPv6 prefixes among them
+	HostEntries int // distinct addresses in the IPv4 host table (from /25../32 prefixes)
+	// MemoryBytes is KernelBytes + UserBytes.
+	MemoryBytes uint64
+	// Build is the time the last full rebuild spent computing the tables in Go; Write the
+	// time it spent writing them (both IPv4 banks' content, the bank switch, the IPv6 trie).
+	Build, Write time.Duration
+
+	// HostSlots is the host table size of the active bank, HostCapacity the slots per bank
+	// (Config.CIDRHostSlots, or the size of maps pinned before).
+	HostSlots, HostCapacity int
+	// MaxProbe is the longest probe sequence of the last rebuilt host table (at most 32).
+	MaxProbe int
+	// KernelBytes: both banks of the top and host arrays (allocated in full when the maps
+	// are created) and the IPv6 trie (estimated per entry). UserBytes: the datapath's copy
+	// of the prefixes (8 bytes per IPv4 prefix, 32 per IPv6 trie entry).
+	KernelBytes, UserBytes uint64
+	// V6Writes is the number of IPv6 trie writes and deletions of the last reload.
+	V6Writes int
+}
+
+// cidrState is the datapath's CIDR set state: the mmapped IPv4 tables and the sets' prefixes
+// (needed to recompute rows and addresses when a prefix is removed, and to rebuild).
+type cidrState struct {
+	mu    sync.Mutex
+	mmaps [][]byte
+	t     v4Tables
+	m6    *ebpf.Map  // the IPv6 trie, for reads
+	w6    trieWriter // the same, for writes
+	v6max int
+	// v4[i]: set i's IPv4 prefixes, sorted and unique, encoded by v4enc.
+	v4 [cidrSets][]uint64
+	v6 v6State
+	// loaded: the sets' prefixes are known (a fresh map, or a ReplaceCIDRSets since Open).
+	loaded bool
+	// flipped: the banks switched since the inactive bank was last known unused by the
+	// programs; wait for an RCU grace period before writing it.
+	flipped bool
+	last    CIDRSetStats // timings and probe length of the last rebuild
+	topMem  uint64
+	hostMem uint64
+}
+
+// sizeCIDRMaps sets the sizes of the CIDR set maps in spec: the host table from
+// cfg.CIDRHostSlots and the IPv6 trie from cfg.CIDR6MaxEntries, unless maps are pinned
+// already, whose sizes are kept (a map cannot be resized under the programs using it; a new
+// size takes effect once the pins are removed).
+func sizeCIDRMaps(spec *ebpf.CollectionSpec, cfg Config) error {
+	slots := cfg.CIDRHostSlots
+	if slots == 0 {
+		slots = DefaultCIDRHostSlots
+	}
+	if slots < MinCIDRHostSlots || slots > MaxCIDRHostSlots {
+		return fmt.Errorf("CIDR host slots %d: out of range %d..%d", slots, MinCIDRHostSlots, MaxCIDRHostSlots)
+	}
+	v6 := cfg.CIDR6MaxEntries
+	if v6 == 0 {
+		v6 = DefaultCIDR6MaxEntries
+	}
+	hostEntries := 2 * slots
+	for name, n := range map[string]*uint32{rampartMapCidrHost: &hostEntries, rampartMapCidr6: &v6} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(cfg.PinDir, name), nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("opening pinned map %s: %w", name, err)
+		}
+		*n = m.MaxEntries()
+		m.Close()
+	}
+	for name, n := range map[string]uint32{rampartMapCidrHost: hostEntries, rampartMapCidr6: v6} {
+		ms, ok := spec.Maps[name]
+		if !ok {
+			return fmt.Errorf("sizing map %s: not in the BPF object", name)
+		}
+		ms.MaxEntries = n
+	}
+	return nil
+}
+
+// mmapArray maps a BPF_F_MMAPABLE array's values into memory, shared with the programs.
+func mmapArray(m *ebpf.Map) ([]byte, error) {
+	size := int(m.MaxEntries()) * int((m.ValueSize()+7)&^7)
+	page := os.Getpagesize()
+	size = (size + page - 1) &^ (page - 1)
+	b, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %s into memory: %w", m, err)
+	}
+	return b, nil
+}
+
+// openCIDR maps the CIDR set arrays and reads their state.
+func openCIDR(objs *rampartObjects) (*cidrState, error) {
+	c := &cidrState{m6: objs.Cidr6, w6: objs.Cidr6, v6max: int(objs.Cidr6.MaxEntries())}
+	for _, m := range []*ebpf.Map{objs.CidrBanks, objs.CidrTop, objs.CidrHost} {
+		b, err := mmapArray(m)
+		if err != nil {
+			c.close()
+			return nil, err
+		}
+		c.mmaps = append(c.mmaps, b)
+	}
+	cfg, top, host := c.mmaps[0], c.mmaps[1], c.mmaps[2]
+	c.t = v4Tables{
+		cfg:      (*rampartCidrConfig)(unsafe.Pointer(&cfg[0])),
+		top:      unsafe.Slice((*uint32)(unsafe.Pointer(&top[0])), 2*cidrTopRows),
+		host:     unsafe.Slice((*uint64)(unsafe.Pointer(&host[0])), objs.CidrHost.MaxEntries()),
+		capacity: objs.CidrHost.MaxEntries() / 2,
+	}
+	if objs.CidrTop.MaxEntries()*2 != 2*cidrTopRows {
+		c.close()
+		return nil, fmt.Errorf("CIDR top table has %d entries, want %d", objs.CidrTop.MaxEntries(), cidrTopRows)
+	}
+	c.topMem, c.hostMem = uint64(len(top)), uint64(len(host))
+	switch got := atomic.LoadUint32(&c.t.cfg.HostCapacity); got {
+	case 0:
+		// New maps: empty sets, known.
+		atomic.StoreUint32(&c.t.cfg.HostCapacity, c.t.capacity)
+		c.loaded, c.v6.known = true, true
+	case c.t.capacity:
+		// Pinned maps of an earlier run: they keep enforcing; the sets come with the next
+		// ReplaceCIDRSets.
+	default:
+		c.close()
+		return nil, fmt.Errorf("CIDR set configuration says %d host slots per bank, the map has %d", got, c.t.capacity)
+	}
+	return c, nil
+}
+
+func (c *cidrState) close() {
+	for _, b := range c.mmaps {
+		unix.Munmap(b)
+	}
+	c.mmaps = nil
+	c.t = v4Tables{}
+}
+
+// rcuGrace waits until every program run that may have read the bank switched away from has
+// finished: membarrier(MEMBARRIER_CMD_GLOBAL) waits for an RCU grace period, and tc programs
+// run inside RCU read-side sections. Without membarrier, a pause far longer than any program
+// run does.
+func rcuGrace() {
+	const membarrierCmdGlobal = 1 // MEMBARRIER_CMD_GLOBAL: synchronize_rcu() on SMP
+	if _, _, errno := unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdGlobal, 0, 0); errno != 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// splitPrefixes validates and canonicalises prefixes (masked, IPv4-mapped IPv6 as IPv4)
+// into sorted, unique IPv4 (v4enc) and IPv6 lists.
+func splitPrefixes(ps []netip.Prefix) ([]uint64, []v6key, error) {
+	var (
+		v4 = make([]uint64, 0, len(ps))
+		v6 []v6key
+	)
+	for _, p := range ps {
+		if !p.IsValid() {
+			return nil, nil, fmt.Errorf("invalid prefix %v", p)
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		p = p.Masked()
+		if p.Addr().Is4() {
+			a := p.Addr().As4()
+			v4 = append(v4, v4enc(binary.BigEndian.Uint32(a[:]), p.Bits()))
+		} else {
+			v6 = append(v6, v6of(p))
+		}
+	}
+	if !slices.IsSorted(v4) {
+		v4 = radixSort(v4, make([]uint64, len(v4)), 40)
+	}
+	v4 = slices.Clip(slices.Compact(v4))
+	slices.SortFunc(v6, cmpV6)
+	v6 = slices.Compact(v6)
+	return v4, v6, nil
+}
+
+// v4Plan is a host table layout computed before anything is written.
+type v4Plan struct {
+	keys     []uint64 // sorted hostKeys
+	seed     uint32
+	size     uint32
+	distinct int
+	maxProbe int
+	zero     uint32
+}
+
+func randomSeed() uint32 {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("reading random bytes: %v", err)) // crypto/rand does not fail on Linux
+	}
+	return binary.NativeEndian.Uint32(b[:])
+}
+
+// planHost chooses a seed and table size for the sets' host addresses: size for
+// cidrLoadFactor, grown by a quarter (up to capacity) while some address would land
+// cidrMaxProbe or more slots from home, and at capacity a new seed, a few times.
+func planHost(sets *[cidrSets][]uint64, capacity uint32) (v4Plan, error) {
+	n := countHostKeys(sets)
+	keys := make([]uint64, 0, n)
+	buf := make([]uint64, n)
+	for range 4 {
+		seed := randomSeed()
+		var zero uint32
+		keys, zero = hostKeys(sets, seed, keys)
+		sorted := radixSort(keys, buf, 37)
+		p := v4Plan{keys: sorted, seed: seed, zero: zero, distinct: distinctHashes(sorted)}
+		if p.distinct == 0 {
+			return p, nil
+		}
+		if uint64(p.distinct) > uint64(capacity) {
+			return v4Plan{}, fmt.Errorf("CIDR sets: %d host addresses (from /25../32 prefixes) do not fit the host table of %d slots (datapath.Config.CIDRHostSlots)", p.distinct, capacity)
+		}
+		size := uint64(float64(p.distinct) / cidrLoadFactor)
+		size = min(max(size, MinCIDRHostSlots), uint64(capacity))
+		for {
+			if mp, ok := placeHost(sorted, uint32(size), seed, nil); ok {
+				p.size, p.maxProbe = uint32(size), mp
+				return p, nil
+			}
+			if size == uint64(capacity) {
+				break
+			}
+			size = min(size+size/4, uint64(capacity))
+		}
+	}
+	return v4Plan{}, fmt.Errorf("CIDR sets: %d host addresses do not fit the host table of %d slots within %d probes (datapath.Config.CIDRHostSlots)", n, capacity, cidrMaxProbe)
+}
+
+// writeBank writes sets and the host plan p into the inactive bank and switches to it.
+func (c *cidrState) writeBank(sets *[cidrSets][]uint64, p v4Plan) {
+	if c.flipped {
+		rcuGrace()
+		c.flipped = false
+	}
+	bank := c.t.active() ^ 1
+	buildTop(c.t.topBank(bank), sets)
+	host := c.t.hostBank(bank)
+	clear(host[:max(p.size, atomic.LoadUint32(&c.t.cfg.HostSlots[bank]))])
+	if p.size > 0 {
+		placeHost(p.keys, p.size, p.seed, host)
+	}
+	cfg := c.t.cfg
+	atomic.StoreUint32(&cfg.Seed[bank], p.seed)
+	atomic.StoreUint32(&cfg.HostSlots[bank], p.size)
+	atomic.StoreUint32(&cfg.ZeroMask[bank], p.zero)
+	// The switch: one 4-byte store. Program runs that read the old bank number finish on
+	// the old bank, which stays intact until the next rebuild (after rcuGrace).
+	atomic.StoreUint32(&cfg.Bank, bank)
+	c.flipped = true
+}
+
+// rebuildV4 rebuilds the IPv4 tables from c.v4 into the inactive bank and switches.
+func (c *cidrState) rebuildV4() error {
+	t0 := time.Now()
+	p, err := planHost(&c.v4, c.t.capacity)
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	c.writeBank(&c.v4, p)
+	c.last.Build, c.last.Write, c.last.MaxProbe = t1.Sub(t0), time.Since(t1), p.maxProbe
+	return nil
+}
+
+// ReplaceCIDRSets makes the dataplane's CIDR sets exactly sets (index -> prefixes, IPv4 and
+// IPv6, bare addresses as /32 and /128; sets absent from the map are emptied). IPv4 is
+// rebuilt into the inactive bank, then the banks switch: the program sees the old sets or
+// the new ones, never a mix. IPv6 entries change in an order that keeps every address
+// listed by a set before and after listed throughout. On error the old IPv4 content stays
+// active.
+func (d *Datapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetStats, error) {
+	st, err := d.cidr.replace(sets)
+	if err != nil {
+		return CIDRSetStats{}, fmt.Errorf("replacing CIDR sets: %w", err)
+	}
+	return st, nil
+}
+
+func (c *cidrState) replace(sets map[uint8][]netip.Prefix) (CIDRSetStats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.t.cfg == nil {
+		return CIDRSetStats{}, errors.New("datapath closed")
+	}
+
+	t0 := time.Now()
+	var (
+		v4 [cidrSets][]uint64
+		v6 [cidrSets][]v6key
+	)
+	for idx, ps := range sets {
+		if idx >= cidrSets {
+			return CIDRSetStats{}, fmt.Errorf("set index %d out of range 0..%d", idx, cidrSets-1)
+		}
+		var err error
+		if v4[idx], v6[idx], err = splitPrefixes(ps); err != nil {
+			return CIDRSetStats{}, fmt.Errorf("set %d: %w", idx, err)
+		}
+	}
+	next6 := buildV6(&v6)
+	p, err := planHost(&v4, c.t.capacity)
+	if err != nil {
+		return CIDRSetStats{}, err
+	}
+	t1 := time.Now()
+
+	if !c.v6.known {
+		old, err := readV6(c.m6)
+		if err != nil {
+			return CIDRSetStats{}, err
+		}
+		c.v6.reset(old, false)
+	}
+	writes, err := writeV6Diff(c.w6, c.v6max, c.v6.entries, next6)
+	if err != nil {
+		// The trie is between the old and the new sets; read it back next time.
+		c.v6.known, c.loaded = false, false
+		return CIDRSetStats{}, err
+	}
+	c.v6.reset(next6, true)
+	c.writeBank(&v4, p)
+	c.v4 = v4
+	c.loaded = true
+	c.last = CIDRSetStats{Build: t1.Sub(t0), Write: time.Since(t1), MaxProbe: p.maxProbe, V6Writes: writes}
+	return c.usage(), nil
+}
+
+// AddCIDRs adds prefixes to set index in place (the active bank and the trie), without a
+// rebuild unless an address finds no host table slot within the probe bound, in which case
+// the tables are rebuilt and switched as by ReplaceCIDRSets. Prefixes already in the set
+// are ignored. Additions never unlist anything.
+func (d *Datapath) AddCIDRs(index uint8, prefixes []netip.Prefix) error {
+	return d.cidr.change(index, prefixes, true)
+}
+
+// RemoveCIDRs removes prefixes from set index in place. Addresses still covered by another
+// prefix of the set stay listed; other sets are untouched. Prefixes not in the set are
+// ignored. Removals only unlist.
+func (d *Datapath) RemoveCIDRs(index uint8, prefixes []netip.Prefix) error {
+	return d.cidr.change(index, prefixes, false)
+}
+
+func (c *cidrState) change(index uint8, prefixes []netip.Prefix, add bool) error {
+	what := "removing"
+	if add {
+		what = "adding"
+	}
+	if index >= cidrSets {
+		return fmt.Errorf("%s CIDRs: set index %d out of range 0..%d", what, index, cidrSets-1)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.t.cfg == nil {
+		return fmt.Errorf("%s CIDRs: datapath closed", what)
+	}
+	if !c.loaded {
+		return fmt.Errorf("%s CIDRs: %w", what, ErrCIDRSetsNotLoaded)
+	}
+	v4, v6, err := splitPrefixes(prefixes)
+	if err != nil {
+		return fmt.Errorf("%s CIDRs to set %d: %w", what, index, err)
+	}
+
+	list := c.v4[index]
+	var todo []uint64 // the prefixes that change the set
+	for _, e := range v4 {
+		if _, in := slices.BinarySearch(list, e); in != add {
+			todo = append(todo, e)
+		}
+	}
+	if len(todo) > 0 {
+		if add {
+			c.v4[index] = mergeSorted(list, todo)
+			if err := c.t.addV4(index, c.v4[index], todo); err != nil {
+				if !errors.Is(err, errHostProbe) {
+					return fmt.Errorf("%s CIDRs to set %d: %w", what, index, err)
+				}
+				if err := c.rebuildV4(); err != nil {
+					return fmt.Errorf("%s CIDRs to set %d: rebuilding: %w", what, index, err)
+				}
+			}
+		} else {
+			c.v4[index] = subtractSorted(list, todo)
+			c.t.removeV4(index, c.v4[index], todo)
+		}
+	}
+
+	bit := uint32(1) << index
+	var todo6 []v6key
+	for _, k := range v6 {
+		i, found := c.v6.search(k)
+		if in := found && c.v6.entries[i].own&bit != 0; in != add {
+			todo6 = append(todo6, k)
+		}
+	}
+	switch {
+	case len(todo6) == 0:
+	case len(todo6) <= v6BulkThreshold:
+		if err := c.v6.v6Change(c.w6, c.v6max, index, todo6, add); err != nil {
+			c.v6.known, c.loaded = false, false
+			return fmt.Errorf("%s CIDRs to set %d: %w", what, index, err)
+		}
+	default:
+		next := v6Bulk(c.v6.entries, index, todo6, add)
+		if _, err := writeV6Diff(c.w6, c.v6max, c.v6.entries, next); err != nil {
+			c.v6.known, c.loaded = false, false
+			return fmt.Errorf("%s CIDRs to set %d: %w", what, index, err)
+		}
+		c.v6.reset(next, true)
+	}
+	return nil
+}
+
+// v6Bulk returns entries with set index's bit added to (or removed from) the prefixes ks,
+// effective masks recomputed.
+func v6Bulk(entries []v6entry, index uint8, ks []v6key, add bool) []v6entry {
+	bit := uint32(1) << index
+	next := slices.Clone(entries)
+	if add {
+		for _, k := range ks {
+			next = append(next, v6entry{k: k, own: bit})
+		}
+		slices.SortFunc(next, func(a, b v6entry) int { return cmpV6(a.k, b.k) })
+		out := next[:0]
+		for _, e := range next {
+			if len(out) > 0 && out[len(out)-1].k == e.k {
+				out[len(out)-1].own |= e.own
+				continue
+			}
+			out = append(out, e)
+		}
+		next = out
+	} else {
+		drop := make(map[v6key]bool, len(ks))
+		for _, k := range ks {
+			drop[k] = true
+		}
+		out := next[:0]
+		for _, e := range next {
+			if drop[e.k] {
+				e.own &^= bit
+			}
+			if e.own != 0 {
+				out = append(out, e)
+			}
+		}
+		next = out
+	}
+	computeEff(next)
+	return next
+}
+
+// mergeSorted returns the sorted union of sorted a and sorted b (disjoint).
+func mergeSorted(a, b []uint64) []uint64 {
+	out := make([]uint64, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if a[i] < b[j] {
+			out = append(out, a[i])
+			i++
+		} else {
+			out = append(out, b[j])
+			j++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+// subtractSorted returns sorted a without the elements of sorted b.
+func subtractSorted(a, b []uint64) []uint64 {
+	out := make([]uint64, 0, len(a)-len(b))
+	j := 0
+	for _, x := range a {
+		for j < len(b) && b[j] < x {
+			j++
+		}
+		if j < len(b) && b[j] == x {
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// CIDRSetMembership returns the mask of the CIDR sets containing addr, read from the
+// dataplane's tables the way the programs read them (bit i: set i).
+func (d *Datapath) CIDRSetMembership(addr netip.Addr) (uint32, error) {
+	if !addr.IsValid() {
+		return 0, fmt.Errorf("CIDR set membership: invalid address")
+	}
+	c := d.cidr
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.t.cfg == nil {
+		return 0, errors.New("CIDR set membership: datapath closed")
+	}
+	addr = addr.Unmap()
+	if addr.Is4() {
+		a := addr.As4()
+		return c.t.lookup(binary.BigEndian.Uint32(a[:])), nil
+	}
+	return lookupV6(c.m6, addr)
+}
+
+// CIDRSetUsage returns the current CIDR set statistics (Build and Write of the last full
+// rebuild).
+func (d *Datapath) CIDRSetUsage() CIDRSetStats {
+	d.cidr.mu.Lock()
+	defer d.cidr.mu.Unlock()
+	return d.cidr.usage()
+}
+
+func (c *cidrState) usage() CIDRSetStats {
+	s := c.last
+	if c.t.cfg == nil {
+		return s
+	}
+	for _, l := range c.v4 {
+		s.IPv4 += len(l)
+	}
+	for _, e := range c.v6.entries {
+		s.IPv6 += bits.OnesCount32(e.own)
+	}
+	s.Prefixes = s.IPv4 + s.IPv6
+	b := c.t.active()
+	size := atomic.LoadUint32(&c.t.cfg.HostSlots[b])
+	for _, v := range c.t.hostBank(b)[:size] {
+		if v>>32 != 0 {
+			s.HostEntries++
+		}
+	}
+	if atomic.LoadUint32(&c.t.cfg.ZeroMask[b]) != 0 {
+		s.HostEntries++
+	}
+	s.HostSlots, s.HostCapacity = int(size), int(c.t.capacity)
+	s.KernelBytes = c.topMem + c.hostMem + uint64(len(c.v6.entries))*v6NodeBytes
+	s.UserBytes = uint64(s.IPv4)*8 + uint64(len(c.v6.entries))*uint64(unsafe.Sizeof(v6entry{}))
+	s.MemoryBytes = s.KernelBytes + s.UserBytes
+	return s
+}
