@@ -16,7 +16,8 @@ import (
 
 // Iperf is what the benchmark keeps of one iperf3 client run.
 type Iperf struct {
-	// BitsPerSecond is the receiver's rate: what crossed the filter and reached the server.
+	// BitsPerSecond is the receiver's rate (what reached the server), SenderBps the
+	// sender's.
 	BitsPerSecond float64 `json:"bits_per_second"`
 	SenderBps     float64 `json:"sender_bits_per_second"`
 	Retransmits   int64   `json:"retransmits,omitempty"` // TCP
@@ -70,7 +71,7 @@ func parseIperf(out []byte) (Iperf, error) {
 		HostCPU:       j.End.CPU.HostTotal,
 		RemoteCPU:     j.End.CPU.RemoteTotal,
 	}
-	if r.Seconds <= 0 || r.SenderBps <= 0 {
+	if j.End.SumSent.Seconds <= 0 || r.SenderBps <= 0 {
 		return Iperf{}, fmt.Errorf("iperf3 report without a sent rate")
 	}
 	return r, nil

@@ -53,6 +53,7 @@ type rampartFilter struct {
 }
 
 func (f *rampartFilter) Name() string        { return FilterRampart }
+func (f *rampartFilter) daemonPid() int      { return f.agent.Pid() }
 func (f *rampartFilter) Topology() *topology { return f.topo }
 
 // startRampart starts an agent for instance with its endpoints and a world namespace

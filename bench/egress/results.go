@@ -151,9 +151,11 @@ type Setup struct {
 	Entries int `json:"entries"`
 	// ReportedBytes is the memory the filter reports for itself (ipset, Rampart).
 	ReportedBytes int64 `json:"reported_bytes,omitempty"`
-	// MemoryBytes is how much MemAvailable fell from before the set-up to after it
-	// (kernel and daemon memory; approximate on a shared machine); PeakRSSBytes the
-	// largest set-up command's peak user memory.
+	// MemoryBytes is the memory the filter holds once set up: how much the kernel's own
+	// allocations (Slab, VmallocUsed and Percpu in /proc/meminfo: rules, set elements,
+	// trie nodes, map arrays) and, for Rampart, the agent's resident memory grew from
+	// before the set-up to after it. Approximate: other work on the machine allocates too.
+	// PeakRSSBytes is the largest set-up command's peak user memory (getrusage).
 	MemoryBytes  int64 `json:"memory_bytes"`
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
 	// Probes sent to the listed address during set-up, answered, and refused by the
@@ -177,7 +179,10 @@ type Metrics struct {
 	// TCP: iperf3 TCP, as fast as it goes.
 	TCP Iperf `json:"tcp"`
 	// UDP: iperf3 UDP with 1470-byte datagrams, unlimited rate (the original benchmark set
-	// its link speed, 10 Gbit/s).
+	// its link speed, 10 Gbit/s). Its throughput is the sender's rate, as the original
+	// reports it (iperf3's end.sum): how fast the client pushes datagrams through its
+	// egress and the path; what the server, on another CPU, fails to read is lost there
+	// (UDP.LostPercent) and is not the filter's cost.
 	UDP Iperf `json:"udp"`
 	// CPU: iperf3 UDP at a fixed rate (1 Gbit/s): the CPU it costs.
 	CPU Iperf `json:"cpu"`
@@ -201,7 +206,7 @@ type Summary struct {
 	Rounds       int            `json:"rounds"`
 	TCPGbps      benchkit.Float `json:"tcp_gbps"`
 	UDPGbps      benchkit.Float `json:"udp_gbps"`
-	CPURateGbps  benchkit.Float `json:"cpu_rate_gbps"` // achieved in the fixed-rate run
+	CPURateGbps  benchkit.Float `json:"cpu_rate_gbps"` // sent in the fixed-rate run
 	CPUPercent   benchkit.Float `json:"cpu_percent"`
 	PingP50Us    benchkit.Float `json:"ping_p50_us"`
 	PingP99Us    benchkit.Float `json:"ping_p99_us"`
@@ -281,8 +286,8 @@ var metricDefs = []struct {
 	ratio func(s *Summary) *benchkit.Float
 }{
 	{func(m *Metrics) float64 { return m.TCP.BitsPerSecond / 1e9 }, func(s *Summary) *benchkit.Float { return &s.TCPGbps }, func(s *Summary) *benchkit.Float { return &s.TCPRatio }},
-	{func(m *Metrics) float64 { return m.UDP.BitsPerSecond / 1e9 }, func(s *Summary) *benchkit.Float { return &s.UDPGbps }, func(s *Summary) *benchkit.Float { return &s.UDPRatio }},
-	{func(m *Metrics) float64 { return m.CPU.BitsPerSecond / 1e9 }, func(s *Summary) *benchkit.Float { return &s.CPURateGbps }, nil},
+	{func(m *Metrics) float64 { return m.UDP.SenderBps / 1e9 }, func(s *Summary) *benchkit.Float { return &s.UDPGbps }, func(s *Summary) *benchkit.Float { return &s.UDPRatio }},
+	{func(m *Metrics) float64 { return m.CPU.SenderBps / 1e9 }, func(s *Summary) *benchkit.Float { return &s.CPURateGbps }, nil},
 	{func(m *Metrics) float64 { return m.CPUPercent }, func(s *Summary) *benchkit.Float { return &s.CPUPercent }, func(s *Summary) *benchkit.Float { return &s.CPURatio }},
 	{func(m *Metrics) float64 { return m.Ping.P50Us }, func(s *Summary) *benchkit.Float { return &s.PingP50Us }, func(s *Summary) *benchkit.Float { return &s.PingP50Ratio }},
 	{func(m *Metrics) float64 { return m.Ping.P99Us }, func(s *Summary) *benchkit.Float { return &s.PingP99Us }, func(s *Summary) *benchkit.Float { return &s.PingP99Ratio }},

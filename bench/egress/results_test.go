@@ -17,8 +17,8 @@ import (
 func metrics(tcp, lat float64) *Metrics {
 	return &Metrics{
 		TCP:        Iperf{BitsPerSecond: tcp * 1e9},
-		UDP:        Iperf{BitsPerSecond: tcp / 2 * 1e9},
-		CPU:        Iperf{BitsPerSecond: 1e9, HostCPU: 40 * 10 / tcp},
+		UDP:        Iperf{BitsPerSecond: tcp / 3 * 1e9, SenderBps: tcp / 2 * 1e9},
+		CPU:        Iperf{BitsPerSecond: 1e9, SenderBps: 1e9, HostCPU: 40 * 10 / tcp},
 		CPUPercent: 40 * 10 / tcp,
 		Ping:       Ping{P50Us: lat, P99Us: 2 * lat},
 		RR:         policyoverhead.RRResult{P50Us: lat + 10, P99Us: lat + 50},
@@ -67,6 +67,10 @@ func TestSummarize(t *testing.T) {
 	}
 	if math.Abs(float64(ipt.PingP50Ratio)-10) > 1e-9 || math.Abs(float64(ipt.CPURatio)-10) > 1e-9 {
 		t.Errorf("iptables ping ratio %v, CPU ratio %v, want 10", ipt.PingP50Ratio, ipt.CPURatio)
+	}
+	// UDP throughput is the sender's rate, as the original benchmark reports it.
+	if float64(ipt.UDPGbps) != 0.5 {
+		t.Errorf("iptables UDP %v Gbit/s, want the sender's 0.5", ipt.UDPGbps)
 	}
 	if float64(ipt.TCPGbps) != 1 || float64(ipt.SetupSeconds) != 3 {
 		t.Errorf("iptables median %v Gbit/s, set-up %v", ipt.TCPGbps, ipt.SetupSeconds)

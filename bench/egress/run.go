@@ -427,7 +427,7 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 		fail(StatusInvalid, fmt.Errorf("the listed address is not reachable before set-up: %w", err))
 		return
 	}
-	memBefore := memAvailable()
+	memBefore := kernelMemory() + daemonRSS(f)
 	t0 := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.Budget)
 	in, err := f.Install(sctx)
@@ -452,7 +452,7 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 	}
 	setup.Seconds = blocked.Seconds()
 	time.Sleep(memSettleDelay)
-	setup.MemoryBytes = memBefore - memAvailable()
+	setup.MemoryBytes = kernelMemory() + daemonRSS(f) - memBefore
 	if in.Entries >= 0 && in.Entries != len(list) {
 		fail(StatusInvalid, fmt.Errorf("the filter holds %d entries, the list has %d", in.Entries, len(list)))
 		return
@@ -877,23 +877,47 @@ func parseCPUList(s string) ([]int, error) {
 	return out, nil
 }
 
-// memAvailable returns /proc/meminfo's MemAvailable in bytes (0 if unknown).
-func memAvailable() int64 {
-	f, err := os.Open("/proc/meminfo")
+// meminfo returns fields of /proc/meminfo (or of a process's status file, which has the
+// same format) in bytes; missing ones are 0.
+func meminfo(path string, keys ...string) map[string]int64 {
+	out := map[string]int64{}
+	f, err := os.Open(path)
 	if err != nil {
-		return 0
+		return out
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), ":")
-		if ok && k == "MemAvailable" {
+		if ok && slices.Contains(keys, k) {
 			var kb int64
 			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
-			return kb * 1024
+			out[k] = kb * 1024
 		}
 	}
-	return 0
+	return out
+}
+
+// memAvailable returns MemAvailable in bytes (0 if unknown).
+func memAvailable() int64 { return meminfo("/proc/meminfo", "MemAvailable")["MemAvailable"] }
+
+// kernelMemory is what the kernel has allocated for itself: slab objects (netfilter rules
+// and set elements, LPM trie nodes), vmalloc areas (x_tables blobs, ipset hash tables,
+// large BPF maps) and per-CPU areas. Page cache is not in it, so writing the lists does not
+// count.
+func kernelMemory() int64 {
+	m := meminfo("/proc/meminfo", "Slab", "VmallocUsed", "Percpu")
+	return m["Slab"] + m["VmallocUsed"] + m["Percpu"]
+}
+
+// daemonRSS is the resident memory of a filter's long-running process (Rampart's agent),
+// 0 for filters without one.
+func daemonRSS(f filter) int64 {
+	d, ok := f.(interface{ daemonPid() int })
+	if !ok || d.daemonPid() == 0 {
+		return 0
+	}
+	return meminfo(fmt.Sprintf("/proc/%d/status", d.daemonPid()), "VmRSS")["VmRSS"]
 }
 
 func statusLine(f FilterResult) string {
