@@ -3,6 +3,7 @@ package egress
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -56,6 +57,9 @@ type install struct {
 	Entries int
 	// Bytes is memory the filter reports for itself (0: it does not).
 	Bytes int64
+	// Report is what the filter says about itself after set-up, as JSON (Rampart's
+	// `cidrset get -o json`: load timings, bytes per prefix), or nil.
+	Report json.RawMessage
 }
 
 // filter is one way of blocking the list on the client's egress.

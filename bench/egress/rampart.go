@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
+	"github.com/rampartnet/rampart/internal/api"
 )
 
 // Names the Rampart filter uses: the CIDR group (set) and the policy that denies it.
@@ -134,41 +135,18 @@ func (f *rampartFilter) Install(ctx context.Context) (install, error) {
 		return in, err
 	}
 	in.Entries, in.Bytes = parseCIDRSetGet(out)
+	in.Report = json.RawMessage(out)
 	return in, nil
 }
 
 // parseCIDRSetGet reads the prefix count and memory from `rampart cidrset get -o json`
-// (-1 and 0 when they are not there). The field names are looked up loosely, at any
-// depth, so that the benchmark does not break on the layout of the CLI's output.
+// (-1 and 0 when the output is not a set).
 func parseCIDRSetGet(out []byte) (entries int, bytes int64) {
-	var v any
-	entries = -1
-	if json.Unmarshal(out, &v) != nil {
-		return entries, 0
+	var set api.CIDRSet
+	if err := json.Unmarshal(out, &set); err != nil || set.Name == "" {
+		return -1, 0
 	}
-	var walk func(v any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			for k, e := range x {
-				n, isNum := e.(float64)
-				switch key := strings.ToLower(k); {
-				case isNum && entries < 0 && (key == "prefixes" || key == "count"):
-					entries = int(n)
-				case isNum && bytes == 0 && (key == "memorybytes" || key == "memory_bytes" || key == "memory"):
-					bytes = int64(n)
-				default:
-					walk(e)
-				}
-			}
-		case []any:
-			for _, e := range x {
-				walk(e)
-			}
-		}
-	}
-	walk(v)
-	return entries, bytes
+	return set.Prefixes, int64(set.MemoryBytes)
 }
 
 func (f *rampartFilter) Remove(ctx context.Context) error {

@@ -163,6 +163,9 @@ type Setup struct {
 	ProbesSent     int `json:"probes_sent"`
 	ProbesAnswered int `json:"probes_answered"`
 	ProbeSendErrs  int `json:"probe_send_errors"`
+	// Report is what the filter says about itself after set-up (Rampart: `rampart
+	// cidrset get -o json`, with the agent's own load timings and bytes per prefix).
+	Report json.RawMessage `json:"report,omitempty"`
 }
 
 // Pair is one round: the filter's topology and the no-filter baseline, measured back to

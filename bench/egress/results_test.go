@@ -232,3 +232,14 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("a run without rampart needs no rampart binary: %v", err)
 	}
 }
+
+func TestParseCIDRSetGet(t *testing.T) {
+	out := []byte(`{"name": "egress-blocklist", "index": 0, "identity": 2147483392, "prefixes": 1000000, "ipv4": 1000000, "ipv6": 0,
+		"agentBytes": 8000000, "memoryBytes": 200000000, "lastLoad": {"totalPrefixes": 1000000, "totalMs": 400}}`)
+	if n, b := parseCIDRSetGet(out); n != 1_000_000 || b != 200_000_000 {
+		t.Errorf("got %d prefixes, %d bytes", n, b)
+	}
+	if n, b := parseCIDRSetGet([]byte(`Error: not found`)); n != -1 || b != 0 {
+		t.Errorf("an error parsed as %d prefixes, %d bytes", n, b)
+	}
+}

@@ -433,7 +433,7 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 	in, err := f.Install(sctx)
 	cancel()
 	cmdDone := time.Since(t0)
-	setup := &Setup{CommandSeconds: cmdDone.Seconds(), Commands: in.Commands, Entries: in.Entries, ReportedBytes: in.Bytes}
+	setup := &Setup{CommandSeconds: cmdDone.Seconds(), Commands: in.Commands, Entries: in.Entries, ReportedBytes: in.Bytes, Report: in.Report}
 	for _, c := range in.Commands {
 		setup.PeakRSSBytes = max(setup.PeakRSSBytes, c.MaxRSSBytes)
 	}
