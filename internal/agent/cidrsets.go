@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -116,6 +115,10 @@ func (a *Agent) cidrSetAPI(m *model, s *cidrSet, full bool) api.CIDRSet {
 		IPv6:         len(s.prefixes.V6),
 		AgentBytes:   s.agentBytes(),
 		ReferencedBy: referencedBy(m, s.meta.Name),
+	}
+	out.MemoryBytes = out.AgentBytes
+	if s.meta.LastLoad != nil {
+		out.MemoryBytes += s.meta.LastLoad.DataplaneBytes
 	}
 	if full {
 		out.LastLoad = s.meta.LastLoad
@@ -688,5 +691,3 @@ func agentMembership(sets map[string]*cidrSet, addr netip.Addr) uint32 {
 	}
 	return mask
 }
-
-var errNoSetSupport = errors.New("the dataplane has no CIDR set support")

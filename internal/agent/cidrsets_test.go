@@ -92,7 +92,9 @@ func TestCIDRSetLoadAndDenyPolicy(t *testing.T) {
 	res := h.load("threats", "203.0.113.0/24", "198.51.100.7", "203.0.113.0/24", "2001:db8::/32")
 	if res.Action != "created" || res.Given != 4 || res.Duplicates != 1 || res.Added != 3 || res.Set.Index != 0 ||
 		res.Set.Identity != identity.CIDRSet(0) || res.Set.IPv4 != 2 || res.Set.IPv6 != 1 || res.Set.LastLoad == nil ||
-		res.Set.ByLength["v4/24"] != 1 || res.Set.ByLength["v4/32"] != 1 || res.Set.ByLength["v6/32"] != 1 {
+		res.Set.ByLength["v4/24"] != 1 || res.Set.ByLength["v4/32"] != 1 || res.Set.ByLength["v6/32"] != 1 ||
+		res.Set.AgentBytes != 2*8+32 || res.Set.MemoryBytes != 1<<20+2*8+32 || res.Set.LastLoad.DataplaneBytes != 1<<20 ||
+		res.Set.LastLoad.TotalPrefixes != 3 || res.Set.LastLoad.BytesPerPrefix != float64(1<<20)/3 {
 		t.Fatalf("load result %+v (set %+v)", res, res.Set)
 	}
 	if !h.member("203.0.113.9", 0) || !h.member("198.51.100.7", 0) || h.member("198.51.100.8", 0) || !h.member("2001:db8::1", 0) {

@@ -141,20 +141,27 @@ func flowFlags(ev datapath.FlowEvent) uint8 {
 	return f
 }
 
-// The CIDR set calls wait for the dataplane's set tables (internal/datapath); until then
-// they fail, and the agent only calls them when sets exist.
+// ReplaceCIDRSets, AddCIDRs, RemoveCIDRs and CIDRSetMembership pass through to the
+// dataplane's CIDR set tables.
 func (r *realDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetStats, error) {
-	return CIDRSetStats{}, errNoSetSupport
+	st, err := r.dp.ReplaceCIDRSets(sets)
+	if err != nil {
+		return CIDRSetStats{}, err
+	}
+	return CIDRSetStats{
+		Prefixes: st.Prefixes, IPv4: st.IPv4, IPv6: st.IPv6, HostEntries: st.HostEntries,
+		MemoryBytes: st.MemoryBytes, Build: st.Build, Write: st.Write,
+	}, nil
 }
 
 func (r *realDatapath) AddCIDRs(index uint8, prefixes []netip.Prefix) error {
-	return errNoSetSupport
+	return r.dp.AddCIDRs(index, prefixes)
 }
 
 func (r *realDatapath) RemoveCIDRs(index uint8, prefixes []netip.Prefix) error {
-	return errNoSetSupport
+	return r.dp.RemoveCIDRs(index, prefixes)
 }
 
 func (r *realDatapath) CIDRSetMembership(addr netip.Addr) (uint32, error) {
-	return 0, errNoSetSupport
+	return r.dp.CIDRSetMembership(addr)
 }

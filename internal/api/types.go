@@ -334,6 +334,9 @@ type CIDRSet struct {
 	// AgentBytes is what the agent keeps of the set in memory (and about what its file in
 	// the state directory takes).
 	AgentBytes uint64 `json:"agentBytes"`
+	// MemoryBytes is what holding the set costs: the dataplane's set tables as of the last
+	// full load (shared by all sets; LastLoad.DataplaneBytes) plus AgentBytes.
+	MemoryBytes uint64 `json:"memoryBytes"`
 	// ReferencedBy lists the policies that name the set (Kind/namespace/name).
 	ReferencedBy []string `json:"referencedBy,omitempty"`
 	// LastLoad is the cost of the last full load (only from Get and load results).
