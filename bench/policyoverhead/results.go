@@ -266,30 +266,56 @@ func (r *Result) WriteJSON(dir string) (string, error) {
 	return p, nil
 }
 
+// tableRows returns the header and one row per case of the summary table.
+func (r *Result) tableRows() [][]string {
+	rows := [][]string{{"case", "rules", "map entries", "Gbit/s (min-max)", "ratio (min-max)", "verdict",
+		"TPS", "ratio", "p50 us", "p90 us", "p99 us", "p50 ratio", "p99 ratio", "enforced s"}}
+	for _, c := range r.Cases {
+		s := c.Summary
+		rules, entries, setup := "-", "-", "-"
+		if c.Agent {
+			rules = fmt.Sprint(c.Rules)
+			entries = fmt.Sprint(s.MapEntries)
+			if c.Rules > 0 {
+				setup = fmtF(s.EnforcedSeconds, 3)
+			}
+		}
+		rows = append(rows, []string{
+			c.Name, rules, entries,
+			fmt.Sprintf("%s (%s-%s)", fmtF(s.ThroughputBps/1e9, 2), fmtF(s.ThroughputMinBps/1e9, 2), fmtF(s.ThroughputMaxBps/1e9, 2)),
+			fmt.Sprintf("%s (%s-%s)", fmtF(s.ThroughputRatio, 3), fmtF(s.ThroughputRatioMin, 2), fmtF(s.ThroughputRatioMax, 2)),
+			s.Verdict,
+			fmtF(s.TPS, 0), fmtF(s.TPSRatio, 3),
+			fmtF(s.P50Us, 1), fmtF(s.P90Us, 1), fmtF(s.P99Us, 1),
+			fmtF(s.P50Ratio, 3), fmtF(s.P99Ratio, 3), setup,
+		})
+	}
+	return rows
+}
+
 // PrintTable writes the per-case table with ratios to the baseline and PASS/MISS.
 func (r *Result) PrintTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\trules\tmap entries\tGbit/s (min-max)\tratio (min-max)\tverdict\tTPS\tratio\tp50 us\tp90 us\tp99 us\tp50 ratio\tp99 ratio\tenforced s\t")
-	for _, c := range r.Cases {
-		s := c.Summary
-		rules := "-"
-		if c.Agent {
-			rules = fmt.Sprint(c.Rules)
-		}
-		entries, setup := "-", "-"
-		if c.Agent {
-			entries = fmt.Sprint(s.MapEntries)
-			setup = fmtF(s.EnforcedSeconds, 3)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s-%s)\t%s (%s-%s)\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			c.Name, rules, entries,
-			fmtF(s.ThroughputBps/1e9, 2), fmtF(s.ThroughputMinBps/1e9, 2), fmtF(s.ThroughputMaxBps/1e9, 2),
-			fmtF(s.ThroughputRatio, 3), fmtF(s.ThroughputRatioMin, 2), fmtF(s.ThroughputRatioMax, 2), s.Verdict,
-			fmtF(s.TPS, 0), fmtF(s.TPSRatio, 3),
-			fmtF(s.P50Us, 1), fmtF(s.P90Us, 1), fmtF(s.P99Us, 1),
-			fmtF(s.P50Ratio, 3), fmtF(s.P99Ratio, 3), setup)
+	for _, row := range r.tableRows() {
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	tw.Flush()
+	r.printNotes(w)
+}
+
+// PrintMarkdown writes the same table as Markdown, for docs.
+func (r *Result) PrintMarkdown(w io.Writer) {
+	for i, row := range r.tableRows() {
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+		if i == 0 {
+			fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(row)))
+		}
+	}
+	fmt.Fprintln(w)
+	r.printNotes(w)
+}
+
+func (r *Result) printNotes(w io.Writer) {
 	fmt.Fprintf(w, "target: throughput ratio >= %.2f of the no-agent baseline measured in the same run\n", TargetThroughputRatio)
 	fmt.Fprintf(w, "ratios: medians over %d rounds of sample / baseline sample measured next to it; (min-max) shows the noise\n",
 		r.Settings.Repeats)
@@ -302,6 +328,50 @@ func (r *Result) PrintTable(w io.Writer) {
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "error: %s\n", e)
 	}
+}
+
+// ReadResult reads a JSON report written by WriteJSON. Ratios written as null (no
+// numbers) read back as NaN.
+func ReadResult(path string) (*Result, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading report: %w", err)
+	}
+	var r Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("parsing report %s: %w", path, err)
+	}
+	if r.Schema != Schema {
+		return nil, fmt.Errorf("report %s: schema %q, want %q", path, r.Schema, Schema)
+	}
+	r.JSONPath = path
+	return &r, nil
+}
+
+// UnmarshalJSON reads null numbers as NaN, the inverse of MarshalJSON.
+func (s *Summary) UnmarshalJSON(b []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	v := reflect.ValueOf(s).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		raw, ok := m[name]
+		f := v.Field(i)
+		if ok && string(raw) == "null" && f.Kind() == reflect.Float64 {
+			f.SetFloat(math.NaN())
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if err := json.Unmarshal(raw, f.Addr().Interface()); err != nil {
+			return fmt.Errorf("summary field %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 func fmtF(v float64, prec int) string {

@@ -102,6 +102,19 @@ func TestReportJSONAndTable(t *testing.T) {
 		t.Errorf("l4 verdict %v", v)
 	}
 
+	back2, err := ReadResult(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !math.IsNaN(back2.Cases[3].Summary.ThroughputRatio) || back2.Cases[1].Summary != r.Cases[1].Summary {
+		t.Errorf("summaries do not survive a round trip: %+v, %+v", back2.Cases[3].Summary, back2.Cases[1].Summary)
+	}
+	var md bytes.Buffer
+	back2.PrintMarkdown(&md)
+	if !strings.Contains(md.String(), "| l4 | 1 | 2 | ") || !strings.Contains(md.String(), "|---|") {
+		t.Errorf("markdown table:\n%s", md.String())
+	}
+
 	var out bytes.Buffer
 	r.PrintTable(&out)
 	for _, want := range []string{"PASS", "MISS", "INVALID", "BASELINE", "0.960", "0.900", "enforcement check failed"} {

@@ -13,9 +13,10 @@ import (
 	"time"
 )
 
-// Subcommands are the helpers the benchmark runs inside endpoints. They live in the
-// benchmark's own binary so that nothing else needs installing.
-var Subcommands = []string{"rr-server", "rr-client", "probe"}
+// Subcommands are the helpers the benchmark runs inside endpoints (they live in the
+// benchmark's own binary so that nothing else needs installing), and "report", which prints
+// the table of a saved JSON report.
+var Subcommands = []string{"rr-server", "rr-client", "probe", "report"}
 
 // Subcommand runs helper subcommand name with args, writing results to stdout, and returns
 // the process exit code.
@@ -57,6 +58,24 @@ func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
 		var out string
 		if out, err = Probe(ctx, *addr, *timeout); err == nil {
 			fmt.Fprintln(stdout, out)
+		}
+	case "report":
+		// Not an endpoint helper: prints the table of a saved JSON report.
+		md := fs.Bool("markdown", false, "print a Markdown table")
+		if fs.Parse(args) != nil {
+			return 2
+		}
+		if fs.NArg() != 1 {
+			fmt.Fprintln(stderr, "usage: policyoverhead report [--markdown] FILE.json")
+			return 2
+		}
+		var r *Result
+		if r, err = ReadResult(fs.Arg(0)); err == nil {
+			if *md {
+				r.PrintMarkdown(stdout)
+			} else {
+				r.PrintTable(stdout)
+			}
 		}
 	default:
 		fmt.Fprintf(stderr, "unknown subcommand %q\n", name)
