@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
@@ -438,4 +439,55 @@ func TestCIDRSetDamagedFileStopsStart(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "threats.set") {
 		t.Fatalf("error does not name the file: %v", err)
 	}
+}
+
+func TestCIDRSetFlowsAndIdentities(t *testing.T) {
+	h := newHarness(t)
+	a := h.add("x", "a", map[string]string{"pod": "a"})
+	h.load("other", "192.0.2.0/24")
+	h.load("threats", "203.0.113.0/24")
+	if _, err := h.apply("deny.yaml", denyThreats); err != nil {
+		t.Fatal(err)
+	}
+	pols, _ := h.a.ListPolicies(bg)
+	ruleID := pols[0].Rules[0].ID
+	h.dp.events <- FlowEvent{Time: time.Now(), Src: netip.MustParseAddr(a.IP), Dst: netip.MustParseAddr("203.0.113.9"), SrcPort: 40000, DstPort: 443,
+		EpID: a.EpID, SrcIdentity: a.Identity, DstIdentity: identity.World, RuleID: ruleID, MatchIdentity: identity.CIDRSet(1),
+		Type: EventDrop, Verdict: VerdictDropped, Reason: 1, Direction: DirEgress, Protocol: 6}
+	var f api.Flow
+	if !waitFor(func() bool {
+		var flows []api.Flow
+		h.a.Observe(bg, api.ObserveRequest{SinceStart: true}, func(fl api.Flow) error { flows = append(flows, fl); return nil })
+		if len(flows) > 0 {
+			f = flows[0]
+		}
+		return len(flows) > 0
+	}) {
+		t.Fatal("no flow")
+	}
+	if f.CIDRGroup != "threats" || f.Rule == nil || f.Rule.Rule != "spec.egressDeny[0]" {
+		t.Fatalf("flow %+v", f)
+	}
+	ids, _ := h.a.ListIdentities(bg)
+	var sets []string
+	for _, id := range ids {
+		if id.Kind == "cidrset" {
+			sets = append(sets, fmt.Sprintf("%d:%s", id.ID, strings.Join(id.Labels, ",")))
+		}
+	}
+	want := []string{fmt.Sprintf("%d:cidrgroup:other", identity.CIDRSet(0)), fmt.Sprintf("%d:cidrgroup:threats", identity.CIDRSet(1))}
+	if !slices.Equal(sets, want) {
+		t.Fatalf("set identities %v, want %v", sets, want)
+	}
+}
+
+func waitFor(cond func() bool) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return false
 }

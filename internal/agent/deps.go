@@ -66,15 +66,18 @@ type FlowEvent struct {
 	SrcIdentity identity.Identity
 	DstIdentity identity.Identity
 	RuleID      uint32
-	Ifindex     uint32
-	Length      uint32
-	Type        uint8 // EVENT_* in rampart.h
-	Verdict     uint8 // VERDICT_*
-	Reason      uint8 // REASON_*
-	Direction   uint8 // DIR_*
-	Protocol    uint8
-	ICMPType    uint8
-	Flags       uint8 // FLOW_F_*: how the L7 proxy is involved
+	// MatchIdentity is the identity of the deciding policy entry (a CIDR set's when a
+	// cidrGroupRef peer decided).
+	MatchIdentity identity.Identity
+	Ifindex       uint32
+	Length        uint32
+	Type          uint8 // EVENT_* in rampart.h
+	Verdict       uint8 // VERDICT_*
+	Reason        uint8 // REASON_*
+	Direction     uint8 // DIR_*
+	Protocol      uint8
+	ICMPType      uint8
+	Flags         uint8 // FLOW_F_*: how the L7 proxy is involved
 }
 
 // Values of FlowEvent fields (bpf/include/rampart.h).

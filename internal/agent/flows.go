@@ -20,6 +20,8 @@ type view struct {
 	// ipcache is the current desired ipcache (read only), for the identities of L7 flows'
 	// addresses.
 	ipcache map[netip.Prefix]mapstate.IPCacheEntry
+	// setNames names the CIDR sets by index.
+	setNames map[uint8]string
 }
 
 // identityLabeler answers identity -> labels from one allocator state.
@@ -35,6 +37,10 @@ func (a *Agent) publishView() {
 		rules:  map[uint32]api.RuleRef{},
 	}
 	v.ipcache = a.cur.state.IPCache
+	v.setNames = map[uint8]string{}
+	for name, s := range a.model.cidrsets {
+		v.setNames[s.meta.Index] = name
+	}
 	for _, e := range a.model.endpoints {
 		v.byEpID[e.EpID] = e
 		v.byIP[e.IP] = e
@@ -125,6 +131,9 @@ func (a *Agent) decorate(ev FlowEvent) api.Flow {
 			f.Rule = &r
 		} else {
 			f.Rule = &api.RuleRef{ID: ev.RuleID}
+		}
+		if idx, ok := identity.IsCIDRSet(ev.MatchIdentity); ok {
+			f.CIDRGroup = v.setNames[idx]
 		}
 	}
 	return f

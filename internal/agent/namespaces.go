@@ -100,6 +100,15 @@ func (a *Agent) ListIdentities(ctx context.Context) ([]api.Identity, error) {
 		}
 		out = append(out, v)
 	}
+	// CIDR set identities are the highest numbers.
+	sets := make([]*cidrSet, 0, len(a.model.cidrsets))
+	for _, s := range a.model.cidrsets {
+		sets = append(sets, s)
+	}
+	sort.Slice(sets, func(i, j int) bool { return sets[i].meta.Index < sets[j].meta.Index })
+	for _, s := range sets {
+		out = append(out, api.Identity{ID: identity.CIDRSet(s.meta.Index), Kind: "cidrset", Labels: []string{"cidrgroup:" + s.meta.Name}})
+	}
 	return out, nil
 }
 

@@ -120,10 +120,11 @@ type Namespace struct {
 	Endpoints int               `json:"endpoints"`
 }
 
-// Identity is one identity: reserved, endpoint (labels) or CIDR (prefix).
+// Identity is one identity: reserved, endpoint (labels), CIDR (prefix) or CIDR set
+// (labels: cidrgroup:NAME).
 type Identity struct {
 	ID        uint32   `json:"id"`
-	Kind      string   `json:"kind"` // reserved, endpoint, cidr
+	Kind      string   `json:"kind"` // reserved, endpoint, cidr, cidrset
 	Labels    []string `json:"labels,omitempty"`
 	Prefix    string   `json:"prefix,omitempty"`
 	Endpoints []string `json:"endpoints,omitempty"` // ns/name of endpoints that have it
@@ -272,6 +273,9 @@ type Flow struct {
 	Endpoint string   `json:"endpoint"`
 	Length   uint32   `json:"length"`
 	Rule     *RuleRef `json:"rule,omitempty"`
+	// CIDRGroup names the CIDR set whose cidrGroupRef peer decided (the rule's entry was
+	// the set's).
+	CIDRGroup string `json:"cidrGroup,omitempty"`
 	// FromProxy: the L7 proxy's upstream connection (it carries the client's address),
 	// admitted at the destination because the proxy applied the L7 rules.
 	FromProxy bool `json:"fromProxy,omitempty"`

@@ -178,6 +178,13 @@ func TestCIDRSetEnforcedWithRealTraffic(t *testing.T) {
 	e.MustCLI("apply", "-f", writeFile(t, "block.yaml", blockThreats))
 	wantReach(t, e, "egressDeny toCIDRSet", map[string]bool{listed: false, neighbour: true, added: true})
 
+	// The drop's flow names the rule and the set that decided.
+	if !testenv.Eventually(5*time.Second, func() bool {
+		out := e.MustCLI("observe", "--since-start", "--verdict", "dropped")
+		return strings.Contains(out, listed+":80") && strings.Contains(out, "rule=CiliumNetworkPolicy/x/block-threats spec.egressDeny[0] cidrGroupRef=threats")
+	}) {
+		t.Errorf("no drop flow naming the set:\n%s", e.MustCLI("observe", "--since-start"))
+	}
 	trace := e.MustCLI("policy", "trace", "--from", "x/a", "--to", listed, "--port", "80/TCP")
 	if !strings.Contains(trace, "DENIED") || !strings.Contains(trace, "spec.egressDeny[0] toCIDRSet cidrGroupRef=threats") ||
 		!strings.Contains(trace, "in CIDR groups threats") {

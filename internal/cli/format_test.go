@@ -51,3 +51,13 @@ func TestProxyLine(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatCIDRSetFlow(t *testing.T) {
+	f := api.Flow{Time: time.Now(), Type: "drop", Verdict: "DROPPED", Reason: "policy-deny", Direction: "egress", Protocol: "TCP",
+		Source: api.FlowPeer{IP: "198.18.0.9", Port: 40002, Identity: 262, Namespace: "x", Name: "a"},
+		Dest:   api.FlowPeer{IP: "203.0.113.9", Port: 443, Identity: 2, Labels: []string{"reserved:world"}},
+		Rule:   &api.RuleRef{ID: 3, Policy: "CiliumNetworkPolicy/x/block", Rule: "spec.egressDeny[0]"}, CIDRGroup: "threats"}
+	if got := FormatFlow(f); !strings.HasSuffix(got, "egress DROPPED reason=policy-deny rule=CiliumNetworkPolicy/x/block spec.egressDeny[0] cidrGroupRef=threats") {
+		t.Fatalf("got %q", got)
+	}
+}

@@ -126,6 +126,9 @@ func FormatFlow(f api.Flow) string {
 	if f.Rule != nil {
 		fmt.Fprintf(&b, " rule=%s", ruleString(f.Rule))
 	}
+	if f.CIDRGroup != "" {
+		fmt.Fprintf(&b, " cidrGroupRef=%s", f.CIDRGroup)
+	}
 	return b.String()
 }
 
