@@ -190,7 +190,8 @@ type Metrics struct {
 	// CPU: iperf3 UDP at a fixed rate (1 Gbit/s): the CPU it costs.
 	CPU Iperf `json:"cpu"`
 	// CPUPercent is the iperf3 client's CPU use in the fixed-rate run (user plus system
-	// time over wall time, iperf3's host_total), the original benchmark's CPU metric. With
+	// time over wall time, iperf3's host_total), the original benchmark's CPU metric,
+	// scaled to the fixed rate when the sender fell short of it (CPU.SenderBps). With
 	// tick-based accounting and no IRQ time accounting (this kernel), softirq work done in
 	// the sender's context is charged to it: the filters in the sending stack, tc on both
 	// veth ends and the forwarding in the node namespace. Unlike /proc/stat (kept in
@@ -460,7 +461,7 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "### Egress filtering: %s\n\n", res.Started.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "Each cell: median over %d round(s), and in parentheses the median of the per-pair ratios to no filter measured back to back. "+
 		"Throughput: higher is better; CPU and latency: lower is better. CPU: the iperf3 client's CPU use (user and system, softirq in its context included) sending UDP at %s; "+
-		"* marks a run that reached less than 90%% of that rate.\n\n", st.Repeats, st.CPURate)
+		"* marks a run that sent less than 90%% of that rate, whose CPU use was scaled up to it.\n\n", st.Repeats, st.CPURate)
 	fmt.Fprintln(w, "| prefixes | filter | status | TCP Gbit/s | UDP Gbit/s | CPU % at "+st.CPURate+" | ping p50 us | ping p99 us | TCP RR p50 us | set-up s | memory MiB |")
 	fmt.Fprintln(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range res.Counts {

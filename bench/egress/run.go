@@ -106,13 +106,18 @@ func QuickConfig() Config {
 }
 
 const (
-	iperfPort      = 5201
-	rrPort         = 5202
-	readyTimeout   = 30 * time.Second
-	checkTimeout   = 2 * time.Second
-	reachTimeout   = 5 * time.Second // the listed address answering before set-up / after removal
-	removeTimeout  = 5 * time.Minute
-	memSettleDelay = 200 * time.Millisecond
+	iperfPort     = 5201
+	rrPort        = 5202
+	readyTimeout  = 30 * time.Second
+	checkTimeout  = 2 * time.Second
+	reachTimeout  = 5 * time.Second // the listed address answering before set-up / after removal
+	removeTimeout = 5 * time.Minute
+	// Kernel memory is read once it has not moved by more than memSettleBytes over
+	// memSettleStep (the previous filter's memory is freed after RCU grace periods), for at
+	// most memSettleMax.
+	memSettleStep  = 200 * time.Millisecond
+	memSettleBytes = 1 << 20
+	memSettleMax   = 10 * time.Second
 )
 
 // Subcommands are the helpers the benchmark runs inside the namespaces, taken from the
@@ -427,7 +432,7 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 		fail(StatusInvalid, fmt.Errorf("the listed address is not reachable before set-up: %w", err))
 		return
 	}
-	memBefore := kernelMemory() + daemonRSS(f)
+	memBefore := settledKernelMemory() + daemonRSS(f)
 	t0 := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.Budget)
 	in, err := f.Install(sctx)
@@ -451,8 +456,7 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 		return
 	}
 	setup.Seconds = blocked.Seconds()
-	time.Sleep(memSettleDelay)
-	setup.MemoryBytes = kernelMemory() + daemonRSS(f) - memBefore
+	setup.MemoryBytes = settledKernelMemory() + daemonRSS(f) - memBefore
 	if in.Entries >= 0 && in.Entries != len(list) {
 		fail(StatusInvalid, fmt.Errorf("the filter holds %d entries, the list has %d", in.Entries, len(list)))
 		return
@@ -615,7 +619,12 @@ func (r *runner) measure(ctx context.Context, t *topology) (Metrics, error) {
 	if m.CPU, err = r.iperf(ctx, t, r.cfg.CPUDuration, append(udp, "-b", r.cfg.CPURate)...); err != nil {
 		return m, fmt.Errorf("CPU at %s: %w", r.cfg.CPURate, err)
 	}
-	m.CPUPercent = m.CPU.HostCPU
+	// CPU use is proportional to the packets sent: a sender that fell short of the rate
+	// (a slow filter, or other work on its CPU) is scaled to the rate, so that the number
+	// stays the cost of the traffic, not of how much of it got through.
+	if want, _ := parseRate(r.cfg.CPURate); m.CPU.SenderBps > 0 {
+		m.CPUPercent = m.CPU.HostCPU * want / m.CPU.SenderBps
+	}
 	if m.Ping, err = r.ping(ctx, t); err != nil {
 		return m, fmt.Errorf("ping: %w", err)
 	}
@@ -908,6 +917,21 @@ func memAvailable() int64 { return meminfo("/proc/meminfo", "MemAvailable")["Mem
 func kernelMemory() int64 {
 	m := meminfo("/proc/meminfo", "Slab", "VmallocUsed", "Percpu")
 	return m["Slab"] + m["VmallocUsed"] + m["Percpu"]
+}
+
+// settledKernelMemory returns kernelMemory once it has settled.
+func settledKernelMemory() int64 {
+	deadline := time.Now().Add(memSettleMax)
+	last := kernelMemory()
+	for time.Now().Before(deadline) {
+		time.Sleep(memSettleStep)
+		now := kernelMemory()
+		if d := now - last; d < memSettleBytes && d > -memSettleBytes {
+			return now
+		}
+		last = now
+	}
+	return last
 }
 
 // daemonRSS is the resident memory of a filter's long-running process (Rampart's agent),
