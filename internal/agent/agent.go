@@ -36,6 +36,7 @@ type Agent struct {
 	ifindex  map[uint32]int // ep id -> host veth ifindex
 	degraded string
 	prox     Proxy  // the L7 proxy, nil until some state has L7 rules (see proxy.go)
+	sets     *setStore // the CIDR set files
 	proxyErr string // why the proxy could not be started
 
 	view  atomic.Pointer[view] // read by the flow decorator without mu
@@ -101,7 +102,8 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.cidrsets, err = loadSetFiles(cfg.StateDir); err != nil {
+	a.sets = newSetStore(cfg.StateDir)
+	if m.cidrsets, err = loadSetFiles(a.sets); err != nil {
 		return nil, err
 	}
 	if err := a.net.Setup(); err != nil {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -490,4 +491,82 @@ func waitFor(cond func() bool) bool {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return false
+}
+
+func TestCIDRSetJournal(t *testing.T) {
+	h := newHarness(t)
+	h.load("s", "10.0.0.0/8", "192.0.2.0/24")
+	base := setFilePath(h.cfg.StateDir, "s")
+	log := setLogPath(h.cfg.StateDir, "s")
+	before, _ := os.ReadFile(base)
+	if _, err := os.Stat(log); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("journal after a load: %v", err)
+	}
+	// In-place changes go to the journal; the base stays as it was.
+	if _, err := h.a.AddCIDRs(bg, api.CIDRSetRequest{Name: "s", Prefixes: prefixes("198.51.100.1", "2001:db8::/32")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.a.RemoveCIDRs(bg, api.CIDRSetRequest{Name: "s", Prefixes: prefixes("192.0.2.0/24")}); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.ReadFile(base); !bytes.Equal(now, before) {
+		t.Fatal("an in-place change rewrote the base")
+	}
+	fi, err := os.Stat(log)
+	if err != nil || fi.Size() == 0 {
+		t.Fatalf("journal: %v", err)
+	}
+	// A torn record at the end (a crash while appending) is not replayed.
+	if _, err := h.a.AddCIDRs(bg, api.CIDRSetRequest{Name: "s", Prefixes: prefixes("203.0.113.0/24")}); err != nil {
+		t.Fatal(err)
+	}
+	h.a.Close()
+	full, _ := os.ReadFile(log)
+	os.WriteFile(log, full[:len(full)-3], 0o600)
+	h.a = nil
+	h.dp = h.dp.reopen()
+	h.start()
+	s, err := h.a.GetCIDRSet(bg, "s")
+	if err != nil || s.Prefixes != 3 || s.IPv6 != 1 || !h.member("198.51.100.1", 0) || h.member("192.0.2.1", 0) || h.member("203.0.113.1", 0) {
+		t.Fatalf("after restart with a torn journal: %+v, %v", s, err)
+	}
+	// Start folded the journal into a new base.
+	if _, err := os.Stat(log); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("journal left after start: %v", err)
+	}
+	if now, _ := os.ReadFile(base); bytes.Equal(now, before) {
+		t.Fatal("base not rewritten at start")
+	}
+	// A journal of another base (crash between writing a new base and removing the old
+	// journal) is ignored.
+	h.a.AddCIDRs(bg, api.CIDRSetRequest{Name: "s", Prefixes: prefixes("203.0.113.0/24")})
+	stale, _ := os.ReadFile(log)
+	h.load("s", "100.64.0.0/10")
+	os.WriteFile(log, stale, 0o600)
+	h.restart()
+	if s, _ := h.a.GetCIDRSet(bg, "s"); s.Prefixes != 1 || h.member("203.0.113.1", 0) || !h.member("100.64.0.1", 0) {
+		t.Fatalf("stale journal replayed: %+v", s)
+	}
+	// Past the size limit an in-place change writes a new base.
+	defer func(old int64) { setLogLimit = old }(setLogLimit)
+	setLogLimit = 10
+	h.a.AddCIDRs(bg, api.CIDRSetRequest{Name: "s", Prefixes: prefixes("198.51.100.2")})
+	h.a.AddCIDRs(bg, api.CIDRSetRequest{Name: "s", Prefixes: prefixes("198.51.100.3")})
+	if fi, err := os.Stat(log); err == nil && fi.Size() > 200 {
+		t.Fatalf("journal of %d bytes not folded", fi.Size())
+	}
+	h.restart()
+	if s, _ := h.a.GetCIDRSet(bg, "s"); s.Prefixes != 3 || !h.member("198.51.100.3", 0) {
+		t.Fatalf("after folding: %+v", s)
+	}
+	// Deleting removes both files.
+	h.a.AddCIDRs(bg, api.CIDRSetRequest{Name: "s", Prefixes: prefixes("198.51.100.4")})
+	if _, err := h.a.DeleteCIDRSet(bg, "s", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{base, log} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after delete", p)
+		}
+	}
 }

@@ -341,6 +341,16 @@ func TestCIDRSetLoadTimes(t *testing.T) {
 			t.Errorf("%d prefixes: listed address reachable after the load returned", n)
 		}
 		wantReach(t, e, fmt.Sprintf("%d prefixes loaded", n), map[string]bool{neighbour: true})
+		// One address added and removed in place, in a set of this size.
+		start = time.Now()
+		e.MustCLI("cidrset", "add", "threats", added)
+		addTook := time.Since(start)
+		if probeWorld(e, added) {
+			t.Errorf("%d prefixes: added address reachable after the add returned", n)
+		}
+		start = time.Now()
+		e.MustCLI("cidrset", "remove", "threats", added)
+		t.Logf("%d prefixes: in-place add %s, remove %s", n, addTook.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 		os.Remove(list)
 	}
 }
