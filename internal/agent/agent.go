@@ -35,9 +35,9 @@ type Agent struct {
 	cur      *desired
 	ifindex  map[uint32]int // ep id -> host veth ifindex
 	degraded string
-	prox     Proxy  // the L7 proxy, nil until some state has L7 rules (see proxy.go)
+	prox     Proxy     // the L7 proxy, nil until some state has L7 rules (see proxy.go)
 	sets     *setStore // the CIDR set files
-	proxyErr string // why the proxy could not be started
+	proxyErr string    // why the proxy could not be started
 
 	view  atomic.Pointer[view] // read by the flow decorator without mu
 	flows *flowHub
