@@ -85,53 +85,67 @@ static __always_inline __u32 cidr_hash(__u32 a, __u32 seed)
 	return x;
 }
 
+struct host_probe {
+	__u32 a;     /* address looked up (host order) */
+	__u32 base;  /* first element of the bank */
+	__u32 slot;  /* next slot to read */
+	__u32 slots; /* table size */
+	__u32 mask;  /* result */
+};
+
+/* host_probe_step reads one slot of the probe sequence (a bpf_loop step). */
+static long host_probe_step(__u64 i, void *arg)
+{
+	struct host_probe *p = arg;
+	__u32 k = p->base + p->slot;
+	__u64 *sp, v;
+
+	sp = bpf_map_lookup_elem(&cidr_host, &k);
+	if (!sp)
+		return 1; /* outside the map: a corrupt configuration, nothing found */
+	v = *(volatile __u64 *)sp;
+	if (!v)
+		return 1; /* empty slot: the address has no host entry */
+	if ((__u32)v == p->a) {
+		p->mask = (__u32)(v >> 32);
+		return 1;
+	}
+	if (++p->slot >= p->slots)
+		p->slot = 0;
+	return 0;
+}
+
 /* cidr_sets4 returns the mask of the CIDR sets containing addr (IPv4, network order):
- * 3 array reads and at most CIDR_MAX_PROBE slot reads. A global function: the verifier
- * checks it once on its own instead of at every call site with the caller's state (the
- * probe loop inlined three times exceeds the verifier's budget). */
+ * 3 array reads and at most CIDR_MAX_PROBE slot reads. A global function, so the verifier
+ * checks it once on its own rather than at every call site, and the probe loop runs
+ * through bpf_loop, whose step is checked once rather than per iteration. */
 __attribute__((noinline)) __u32 cidr_sets4(__be32 addr)
 {
 	struct cidr_config *cfg;
-	__u32 zero = 0, a = bpf_ntohl(addr), bank, idx, slots, slot, base, mask = 0;
+	struct host_probe p = { .a = bpf_ntohl(addr) };
+	__u32 zero = 0, bank, idx, mask = 0;
 	__u64 *top;
-	int i;
 
 	cfg = bpf_map_lookup_elem(&cidr_banks, &zero);
 	if (!cfg)
 		return 0;
 	bank = *(volatile __u32 *)&cfg->bank & 1;
 
-	idx = (bank << 24) | (a >> 8);
+	idx = (bank << 24) | (p.a >> 8);
 	top = bpf_map_lookup_elem(&cidr_top, &(__u32){ idx >> 1 });
 	if (top)
 		mask = (__u32)(*(volatile __u64 *)top >> ((idx & 1) * 32));
 
-	if (a == 0)
+	if (p.a == 0)
 		return mask | *(volatile __u32 *)&cfg->zero_mask[bank];
-	slots = *(volatile __u32 *)&cfg->host_slots[bank];
-	if (!slots)
+	p.slots = *(volatile __u32 *)&cfg->host_slots[bank];
+	if (!p.slots)
 		return mask;
-	base = bank * *(volatile __u32 *)&cfg->host_capacity;
+	p.base = bank * *(volatile __u32 *)&cfg->host_capacity;
 	/* Home slot: the hash scaled to [0, slots) (multiply-shift, no division). */
-	slot = (__u32)(((__u64)cidr_hash(a, *(volatile __u32 *)&cfg->seed[bank]) * slots) >> 32);
-	for (i = 0; i < CIDR_MAX_PROBE; i++) {
-		__u64 *sp, v;
-		__u32 k = base + slot;
-
-		sp = bpf_map_lookup_elem(&cidr_host, &k);
-		if (!sp)
-			break; /* outside the map: a corrupt configuration, nothing found */
-		v = *(volatile __u64 *)sp;
-		if (!v)
-			break; /* empty slot: the address has no host entry */
-		if ((__u32)v == a) {
-			mask |= (__u32)(v >> 32);
-			break;
-		}
-		if (++slot >= slots)
-			slot = 0;
-	}
-	return mask;
+	p.slot = (__u32)(((__u64)cidr_hash(p.a, *(volatile __u32 *)&cfg->seed[bank]) * p.slots) >> 32);
+	bpf_loop(CIDR_MAX_PROBE, host_probe_step, &p, 0);
+	return mask | p.mask;
 }
 
 #endif /* __RAMPART_CIDRSET_H */

@@ -79,31 +79,37 @@ static __always_inline void policy_lookup(struct policy_key *k, __u32 identity,
 	}
 }
 
-/* cidr_set_policy does the policy lookups for the CIDR sets in mask sets (bit i: identity
- * ID_CIDR_SET_FIRST + i) with the key fields of policy_decide (dir_proto_port: direction
- * << 24 | protocol << 16 | port in network order) and returns the merged result packed as
- * rule_id << 32 | set index << 8 | action (action 0: no entry matched). A global function,
- * verified once on its own: the 32-step loop inlined at every policy_decide call site
- * would multiply the verifier's work by the caller's states. */
-__attribute__((noinline)) __u64 cidr_set_policy(__u32 ep_id, __u32 dir_proto_port, __u32 sets)
-{
+struct set_policy_ctx {
 	struct policy_key k;
-	struct verdict res = {};
-	__u32 i;
+	struct verdict res;
+	__u32 sets;
+};
 
-	__builtin_memset(&k, 0, sizeof(k));
-	k.prefixlen = 96;
-	k.ep_id = ep_id;
-	k.direction = dir_proto_port >> 24;
-	k.protocol = dir_proto_port >> 16;
-	k.dport = (__be16)dir_proto_port;
-	for (i = 0; i < RAMPART_CIDR_SETS && sets; i++, sets >>= 1) {
-		if (sets & 1)
-			policy_lookup(&k, ID_CIDR_SET_FIRST + i, &res);
-	}
-	if (!res.action)
-		return 0;
-	return (__u64)res.rule_id << 32 | (res.identity - ID_CIDR_SET_FIRST) << 8 | res.action;
+/* set_policy_step is one step of cidr_set_policy's bpf_loop: set index i. */
+static long set_policy_step(__u64 i, void *arg)
+{
+	struct set_policy_ctx *c = arg;
+	__u32 rest = c->sets >> (i & (RAMPART_CIDR_SETS - 1));
+
+	if (!rest)
+		return 1; /* no set left */
+	if (rest & 1)
+		policy_lookup(&c->k, ID_CIDR_SET_FIRST + (__u32)i, &c->res);
+	return 0;
+}
+
+/* cidr_set_policy does the policy lookups for the CIDR sets in mask sets (bit i: identity
+ * ID_CIDR_SET_FIRST + i) with the key of policy_decide and merges them into res. The loop
+ * runs through bpf_loop: the verifier checks the step once instead of every iteration
+ * in every state of the caller. */
+static __always_inline void cidr_set_policy(const struct policy_key *k, __u32 sets,
+					    struct verdict *res)
+{
+	struct set_policy_ctx c = { .k = *k, .sets = sets };
+
+	bpf_loop(RAMPART_CIDR_SETS, set_policy_step, &c, 0);
+	if (action_rank(c.res.action) > action_rank(res->action))
+		*res = c.res;
 }
 
 /* policy_decide evaluates a new flow: the peer's identity, any identity (0), the peer's
@@ -115,7 +121,6 @@ static __always_inline void policy_decide(__u32 ep_id, __u8 dir, const struct pe
 					  __u8 proto, __be16 port, struct verdict *res)
 {
 	struct policy_key k;
-	__u64 r;
 
 	__builtin_memset(&k, 0, sizeof(k));
 	k.prefixlen = 96;
@@ -132,14 +137,8 @@ static __always_inline void policy_decide(__u32 ep_id, __u8 dir, const struct pe
 	if (peer->cidr_identity)
 		policy_lookup(&k, peer->cidr_identity, res);
 
-	if (!peer->cidr_sets)
-		return;
-	r = cidr_set_policy(ep_id, (__u32)dir << 24 | (__u32)proto << 16 | port, peer->cidr_sets);
-	if (action_rank(r & 0xff) > action_rank(res->action)) {
-		res->action = r & 0xff;
-		res->rule_id = r >> 32;
-		res->identity = ID_CIDR_SET_FIRST + ((r >> 8) & (RAMPART_CIDR_SETS - 1));
-	}
+	if (peer->cidr_sets)
+		cidr_set_policy(&k, peer->cidr_sets, res);
 }
 
 #endif /* __RAMPART_POLICY_H */

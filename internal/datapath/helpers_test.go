@@ -26,7 +26,7 @@ const (
 
 // requirePrivileged skips tests that need root, or fails them when CI=true (CI runs as
 // root and must not silently skip the kernel tests).
-func requirePrivileged(t *testing.T) {
+func requirePrivileged(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		return
@@ -37,7 +37,7 @@ func requirePrivileged(t *testing.T) {
 	t.Skip("this test needs root")
 }
 
-func randSuffix(t *testing.T) string {
+func randSuffix(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {
@@ -50,7 +50,7 @@ func randSuffix(t *testing.T) string {
 const testHostSlots = 1 << 16
 
 // openTest opens a Datapath pinned in a fresh directory and removes it at cleanup.
-func openTest(t *testing.T, cfg Config) *Datapath {
+func openTest(t testing.TB, cfg Config) *Datapath {
 	t.Helper()
 	requirePrivileged(t)
 	if cfg.PinDir == "" {
