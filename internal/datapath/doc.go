@@ -16,9 +16,20 @@
 //
 // All maps are pinned by name under Config.PinDir: endpoints (and the same info by ep_id in
 // endpoints_by_id), ipcache, policy, ct, frags, counters, proxy (the L7 proxy's address),
-// events (ring buffer) and events_lost. A new Datapath on the same PinDir reuses them, so a
+// events (ring buffer), events_lost, and the CIDR set tables cidr_banks, cidr_top,
+// cidr_host and cidr6. A new Datapath on the same PinDir reuses them, so a
 // restarted agent sees the same state, and the tc filters (which hold the programs) keep
 // enforcing while no agent runs.
+//
+// # CIDR sets
+//
+// Up to 32 named prefix lists (identity.CIDRSet(i)) whose membership the programs compute in
+// constant time per packet: IPv4 from two banks of mmapped arrays (cidr_top: a mask per /24;
+// cidr_host: a hash table of /25../32 addresses), IPv6 from the trie cidr6. ReplaceCIDRSets
+// rebuilds the inactive bank and switches banks with one store; AddCIDRs and RemoveCIDRs
+// change the active bank in place. The datapath keeps each set's prefixes (8 bytes per IPv4
+// prefix) to recompute what a removal changes. Config.CIDRHostSlots sizes the host table
+// (16 bytes per slot, allocated up front). See docs/architecture.md, "CIDR sets".
 //
 // # L7 steering
 //
