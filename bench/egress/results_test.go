@@ -182,18 +182,28 @@ func TestPredict(t *testing.T) {
 	if r.predict(FilterIptables, 1000) != nil {
 		t.Error("a prediction without history")
 	}
-	r.history[FilterIptables] = []caseCost{{n: 1000, setup: 0.01, measure: 20, remove: 0.01, memory: 1 << 20}}
+	r.history[FilterIptables] = []caseCost{{n: 1000, setup: 0.01, measure: 20, remove: 0.01, user: 1 << 20, kernel: 500 << 20}}
 	p := r.predict(FilterIptables, 10_000)
-	// One point: set-up and memory linear, measuring and removal constant.
+	// One point: set-up and user memory linear, measuring and removal constant; the kernel
+	// growth of a small count is noise and not extrapolated.
 	if math.Abs(p.SetupSeconds-0.1) > 1e-9 || p.MeasureSeconds != 20 || p.MemoryBytes != 10<<20 {
 		t.Errorf("from one count: %+v", p)
 	}
 	// Two points: measuring grew tenfold over a tenfold count, so it is linear; set-up grew
 	// a hundredfold, so quadratic.
-	r.history[FilterIptables] = append(r.history[FilterIptables], caseCost{n: 10_000, setup: 1, measure: 200, remove: 0.01, memory: 10 << 20})
+	r.history[FilterIptables] = append(r.history[FilterIptables], caseCost{n: 10_000, setup: 1, measure: 200, remove: 0.01, user: 10 << 20, kernel: 10_000 * 100})
 	p = r.predict(FilterIptables, 100_000)
 	if math.Abs(p.SetupSeconds-100) > 1e-6 || math.Abs(p.MeasureSeconds-2000) > 1e-6 || math.Abs(p.TotalSeconds-2100.01) > 1e-6 {
 		t.Errorf("from two counts: %+v", p)
+	}
+	// 100 kernel bytes per prefix at 10k; user memory linear.
+	if p.MemoryBytes != 100<<20+100_000*100 {
+		t.Errorf("memory from two counts: %d", p.MemoryBytes)
+	}
+	// A noisy larger count does not raise the per-prefix estimate: the smaller one counts.
+	r.history[FilterIptables] = append(r.history[FilterIptables], caseCost{n: 100_000, setup: 100, measure: 200, user: 100 << 20, kernel: 1 << 30})
+	if p := r.predict(FilterIptables, 1_000_000); p.MemoryBytes != 1000<<20+1_000_000*100 {
+		t.Errorf("memory with a noisy count: %d", p.MemoryBytes)
 	}
 	if len(p.FromCounts) != 2 || p.FromCounts[1] != 10_000 {
 		t.Errorf("from counts %v", p.FromCounts)

@@ -144,7 +144,9 @@ type runner struct {
 type caseCost struct {
 	n                      int
 	setup, measure, remove float64 // seconds
-	memory                 int64   // bytes: kernel (MemAvailable drop) plus peak RSS
+	// Memory in bytes: the kernel's growth with the set-up (noisy: other work on the
+	// machine allocates too) and the user memory of the set-up command or daemon (exact).
+	kernel, user int64
 }
 
 // Run measures every selected filter at every count and returns the report (also written
@@ -379,9 +381,9 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 		case p.TotalSeconds > r.cfg.Budget.Seconds():
 			why = fmt.Sprintf("predicted %.0f s (set-up %.0f s, measuring %.0f s, removal %.0f s, from %v) is over the %v budget",
 				p.TotalSeconds, p.SetupSeconds, p.MeasureSeconds, p.RemoveSeconds, countsText(p.FromCounts), r.cfg.Budget)
-		case p.MemoryBytes > r.cfg.MemLimit:
+		case p.MemoryBytes > r.memLimit():
 			why = fmt.Sprintf("predicted %.1f GiB of memory (from %v) is over the %.1f GiB limit",
-				float64(p.MemoryBytes)/(1<<30), countsText(p.FromCounts), float64(r.cfg.MemLimit)/(1<<30))
+				float64(p.MemoryBytes)/(1<<30), countsText(p.FromCounts), float64(r.memLimit())/(1<<30))
 		}
 		if why != "" {
 			fr.Status, fr.Reason = StatusSkipped, why
@@ -432,7 +434,7 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 		fail(StatusInvalid, fmt.Errorf("the listed address is not reachable before set-up: %w", err))
 		return
 	}
-	memBefore := settledKernelMemory() + daemonRSS(f)
+	kernBefore, rssBefore := settledKernelMemory(), daemonRSS(f)
 	t0 := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.Budget)
 	in, err := f.Install(sctx)
@@ -456,7 +458,8 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 		return
 	}
 	setup.Seconds = blocked.Seconds()
-	setup.MemoryBytes = settledKernelMemory() + daemonRSS(f) - memBefore
+	kernDelta, daemonDelta := settledKernelMemory()-kernBefore, daemonRSS(f)-rssBefore
+	setup.MemoryBytes = kernDelta + daemonDelta
 	if in.Entries >= 0 && in.Entries != len(list) {
 		fail(StatusInvalid, fmt.Errorf("the filter holds %d entries, the list has %d", in.Entries, len(list)))
 		return
@@ -496,7 +499,7 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 		fr.Status = StatusInvalid
 	}
 	r.history[name] = append(r.history[name], caseCost{n: n, setup: setup.Seconds, measure: measured, remove: fr.RemoveSeconds,
-		memory: max(setup.MemoryBytes, 0) + setup.PeakRSSBytes})
+		kernel: max(kernDelta, 0), user: max(setup.PeakRSSBytes, daemonDelta)})
 }
 
 // checks runs the enforcement checks with the filter in place: the listed address is
@@ -742,6 +745,18 @@ func (r *runner) startServers(t *topology) error {
 	return nil
 }
 
+// memLimit is the memory a case may be predicted to need: the configured limit, or less
+// when other work on the machine has taken memory since the start.
+func (r *runner) memLimit() int64 {
+	return min(r.cfg.MemLimit, memAvailable()*8/10)
+}
+
+// memNoiseCount is the smallest count whose kernel memory growth is used to predict larger
+// counts: below it, what other work on the machine allocates meanwhile is larger than what
+// the filter does, and a tiny count's noise multiplied by a large count's size would skip
+// filters that fit.
+const memNoiseCount = 10_000
+
 // predict extrapolates a filter's cost at n from its last two counts (one: linearly). Set-up
 // and memory grow at least linearly; measuring and removal as the history shows (iptables'
 // per-packet walk makes measuring slower with every rule).
@@ -767,8 +782,20 @@ func (r *runner) predict(name string, n int) *Prediction {
 		SetupSeconds:   grow(func(c caseCost) float64 { return c.setup }, 1),
 		MeasureSeconds: grow(func(c caseCost) float64 { return c.measure }, 0),
 		RemoveSeconds:  grow(func(c caseCost) float64 { return c.remove }, 0),
-		MemoryBytes:    int64(float64(max(last.memory, 0)) * float64(n) / float64(last.n)),
 	}
+	// User memory (exact) linearly from the last count; kernel memory per prefix from the
+	// last two counts large enough to show it, the smaller of the two (noise only adds).
+	user := float64(last.user) * float64(n) / float64(last.n)
+	perPrefix := math.Inf(1)
+	for _, c := range h[max(0, len(h)-2):] {
+		if c.n >= memNoiseCount {
+			perPrefix = min(perPrefix, float64(c.kernel)/float64(c.n))
+		}
+	}
+	if math.IsInf(perPrefix, 1) {
+		perPrefix = 0
+	}
+	p.MemoryBytes = int64(user + perPrefix*float64(n))
 	p.TotalSeconds = p.SetupSeconds + p.MeasureSeconds + p.RemoveSeconds
 	for _, c := range h[max(0, len(h)-2):] {
 		p.FromCounts = append(p.FromCounts, c.n)
