@@ -101,6 +101,37 @@ func TestCIDRSetPolicy(t *testing.T) {
 	f.expectPass("ingress from an unlisted source", f.toEp(f.synIn(outside, 22)))
 }
 
+// TestCIDRSetEdgesKernel: the edge cases of TestCIDRSetsEdges through the kernel's maps and,
+// for IPv4, the program (one denied port per set).
+func TestCIDRSetEdgesKernel(t *testing.T) {
+	f := newFixture(t, Config{})
+	used := []uint8{0, 1, 2, 3, 5, 31}
+	f.applySetDenies(used)
+	cidrEdges(t, cidrBackend{
+		replace: func(sets map[uint8][]netip.Prefix) error { _, err := f.d.ReplaceCIDRSets(sets); return err },
+		change: func(i uint8, ps []netip.Prefix, add bool) error {
+			if add {
+				return f.d.AddCIDRs(i, ps)
+			}
+			return f.d.RemoveCIDRs(i, ps)
+		},
+		member: func(a netip.Addr) uint32 {
+			m, err := f.d.CIDRSetMembership(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		},
+		packets: func(a netip.Addr, want uint32) {
+			for _, i := range used {
+				if dropped := f.udpOut(a, setPort(i)) == actShot; dropped != (want&(1<<i) != 0) {
+					t.Errorf("packet to %v:%d dropped=%v, want in set %d = %v", a, setPort(i), dropped, i, !dropped)
+				}
+			}
+		},
+	})
+}
+
 // TestCIDRSetKernelMembership: random reloads, additions and removals of overlapping IPv4
 // and IPv6 prefixes, checked against the reference through the maps and, for IPv4, through
 // the program with one denied port per set.

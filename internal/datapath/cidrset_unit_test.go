@@ -105,9 +105,26 @@ func TestPlaceHost(t *testing.T) {
 	}
 }
 
-// TestCIDRSetsEdges: the edges named in the design, one by one.
+// cidrBackend is what cidrEdges runs against: the tables over Go memory, or a datapath.
+type cidrBackend struct {
+	replace func(map[uint8][]netip.Prefix) error
+	change  func(i uint8, ps []netip.Prefix, add bool) error
+	member  func(netip.Addr) uint32
+	// packets, if set, checks an address's membership through the program too.
+	packets func(a netip.Addr, want uint32)
+}
+
+// TestCIDRSetsEdges: the edges named in the design, one by one, over Go memory.
 func TestCIDRSetsEdges(t *testing.T) {
 	c, trie := newMemCIDR(t, 1024)
+	cidrEdges(t, cidrBackend{
+		replace: func(sets map[uint8][]netip.Prefix) error { _, err := c.replace(sets); return err },
+		change:  c.change,
+		member:  func(a netip.Addr) uint32 { return memMembership(c, trie, a) },
+	})
+}
+
+func cidrEdges(t *testing.T, b cidrBackend) {
 	pp := func(ss ...string) []netip.Prefix {
 		var out []netip.Prefix
 		for _, s := range ss {
@@ -125,8 +142,12 @@ func TestCIDRSetsEdges(t *testing.T) {
 		t.Helper()
 		for _, s := range addrs {
 			a := netip.MustParseAddr(s)
-			if got, want := memMembership(c, trie, a), ref.mask(a); got != want {
+			want := ref.mask(a)
+			if got := b.member(a); got != want {
 				t.Errorf("%s: %s in %032b, want %032b", step, s, got, want)
+			}
+			if b.packets != nil && a.Unmap().Is4() {
+				b.packets(a.Unmap(), want)
 			}
 		}
 	}
@@ -142,58 +163,58 @@ func TestCIDRSetsEdges(t *testing.T) {
 	for i, l := range sets {
 		ref.add(i, l...)
 	}
-	if _, err := c.replace(sets); err != nil {
+	if err := b.replace(sets); err != nil {
 		t.Fatal(err)
 	}
 	check("replace", all...)
 
 	// Removing one of two overlapping prefixes of a set keeps the other's addresses.
-	must(t, c.change(0, pp("10.0.0.0/8"), false))
+	must(t, b.change(0, pp("10.0.0.0/8"), false))
 	ref.remove(0, pp("10.0.0.0/8")...)
 	check("remove /8 over a /32", all...)
-	must(t, c.change(1, pp("10.1.2.0/24"), false))
+	must(t, b.change(1, pp("10.1.2.0/24"), false))
 	ref.remove(1, pp("10.1.2.0/24")...)
 	check("remove /24 over a /25", all...)
-	must(t, c.change(1, pp("10.1.2.0/25"), false))
+	must(t, b.change(1, pp("10.1.2.0/25"), false))
 	ref.remove(1, pp("10.1.2.0/25")...)
 	check("remove the /25", all...)
 	// Overlap across sets: set 0's /32 stays when set 1 gets and loses the same address.
-	must(t, c.change(1, pp("10.1.2.3/32", "10.1.2.0/31"), true))
+	must(t, b.change(1, pp("10.1.2.3/32", "10.1.2.0/31"), true))
 	ref.add(1, pp("10.1.2.3/32", "10.1.2.0/31")...)
 	check("add to set 1", all...)
-	must(t, c.change(1, pp("10.1.2.3/32"), false))
+	must(t, b.change(1, pp("10.1.2.3/32"), false))
 	ref.remove(1, pp("10.1.2.3/32")...)
 	check("remove from set 1", all...)
 	// /0 in a set, then removed: the other sets' rows stay.
-	must(t, c.change(5, pp("0.0.0.0/0", "::/0"), true))
+	must(t, b.change(5, pp("0.0.0.0/0", "::/0"), true))
 	ref.add(5, pp("0.0.0.0/0", "::/0")...)
 	check("add /0", all...)
-	must(t, c.change(5, pp("0.0.0.0/0", "::/0"), false))
+	must(t, b.change(5, pp("0.0.0.0/0", "::/0"), false))
 	ref.remove(5, pp("0.0.0.0/0", "::/0")...)
 	check("remove /0", all...)
 	// IPv6: removing the /32 keeps the longer prefixes of other sets.
-	must(t, c.change(1, pp("2001:db8::/32"), false))
+	must(t, b.change(1, pp("2001:db8::/32"), false))
 	ref.remove(1, pp("2001:db8::/32")...)
 	check("remove v6 /32", all...)
 	// A 4in6 spelling is the IPv4 prefix.
-	must(t, c.change(2, pp("::ffff:10.1.2.0/120"), true))
+	must(t, b.change(2, pp("::ffff:10.1.2.0/120"), true))
 	ref.add(2, pp("10.1.2.0/24")...)
 	check("4in6 add", all...)
 	// Sets absent from a replace are emptied.
 	ref = refSets{}
 	ref.add(3, pp("10.1.2.4")...)
-	if _, err := c.replace(map[uint8][]netip.Prefix{3: pp("10.1.2.4")}); err != nil {
+	if err := b.replace(map[uint8][]netip.Prefix{3: pp("10.1.2.4")}); err != nil {
 		t.Fatal(err)
 	}
 	check("replace with one set", all...)
 
-	if _, err := c.replace(map[uint8][]netip.Prefix{32: pp("10.0.0.0/8")}); err == nil {
+	if err := b.replace(map[uint8][]netip.Prefix{32: pp("10.0.0.0/8")}); err == nil {
 		t.Error("set index 32 accepted")
 	}
-	if err := c.change(32, pp("10.0.0.0/8"), true); err == nil {
+	if err := b.change(32, pp("10.0.0.0/8"), true); err == nil {
 		t.Error("set index 32 accepted by add")
 	}
-	if err := c.change(3, []netip.Prefix{{}}, true); err == nil {
+	if err := b.change(3, []netip.Prefix{{}}, true); err == nil {
 		t.Error("invalid prefix accepted")
 	}
 	check("after errors", all...)
