@@ -391,7 +391,9 @@ func (c *cidrState) replace(sets map[uint8][]netip.Prefix) (CIDRSetStats, error)
 // AddCIDRs adds prefixes to set index in place (the active bank and the trie), without a
 // rebuild unless an address finds no host table slot within the probe bound, in which case
 // the tables are rebuilt and switched as by ReplaceCIDRSets. Prefixes already in the set
-// are ignored. Additions never unlist anything.
+// are ignored. Additions never unlist anything. If it fails part way (the rebuild does not
+// fit, a trie write fails), the tables may list part of the additions, and AddCIDRs and
+// RemoveCIDRs return ErrCIDRSetsNotLoaded until a ReplaceCIDRSets.
 func (d *Datapath) AddCIDRs(index uint8, prefixes []netip.Prefix) error {
 	return d.cidr.change(index, prefixes, true)
 }
@@ -439,6 +441,9 @@ func (c *cidrState) change(index uint8, prefixes []netip.Prefix, add bool) error
 					return fmt.Errorf("%s CIDRs to set %d: %w", what, index, err)
 				}
 				if err := c.rebuildV4(); err != nil {
+					// The active bank may hold part of the additions (more listed, never
+					// less); only a full reload makes tables and copy agree again.
+					c.v4[index], c.loaded = list, false
 					return fmt.Errorf("%s CIDRs to set %d: rebuilding: %w", what, index, err)
 				}
 			}

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -341,6 +342,21 @@ func TestCIDRHostOverflow(t *testing.T) {
 			t.Fatalf("%v in %b, want %b", a, got, want)
 		}
 	}
+	// An in-place addition whose rebuild cannot fit fails; in-place changes then need a
+	// reload, and the reload restores the sets exactly.
+	if err := c.change(0, []netip.Prefix{netip.MustParsePrefix("198.18.5.0/25")}, true); err == nil {
+		t.Fatal("addition beyond the capacity accepted")
+	}
+	if err := c.change(0, more[:1], false); !errors.Is(err, ErrCIDRSetsNotLoaded) {
+		t.Fatalf("in-place change after a failed addition: %v, want ErrCIDRSetsNotLoaded", err)
+	}
+	if _, err := c.replace(ref.lists()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.change(0, more[:1], true); err != nil {
+		t.Fatalf("in-place change after the reload: %v", err)
+	}
+
 	// 640 addresses cannot fit 512 slots: refused, nothing changes.
 	var big []netip.Prefix
 	for _, s := range []string{"198.18.8.0/25", "198.18.8.128/25", "198.18.9.0/25", "198.18.9.128/25", "198.18.10.0/25"} {
