@@ -109,10 +109,28 @@ type chunkResult struct {
 
 func parseChunk(data []byte, progress *atomic.Int64) chunkResult {
 	var r chunkResult
-	// One slot per line: the list is never grown (and copied) while parsing.
-	r.list.V4 = make([]uint64, 0, bytes.Count(data, []byte{'\n'})+1)
+	// A slot for every possible line (the shortest, "1.2.3.4\n", has 8 bytes): the list is
+	// never grown and copied while parsing, and untouched capacity costs no memory.
+	r.list.V4 = make([]uint64, 0, len(data)/8+1)
 	reported := 0
 	for pos := 0; pos < len(data); {
+		r.lines++
+		if progress != nil && pos-reported >= 1<<20 {
+			progress.Add(int64(pos - reported))
+			reported = pos
+		}
+		// Fast path: an IPv4 entry alone on its line, decoded in place.
+		if k, n := scanV4(data[pos:]); n > 0 {
+			end := pos + n
+			for end < len(data) && (data[end] == ' ' || data[end] == '\t' || data[end] == '\r') {
+				end++
+			}
+			if end == len(data) || data[end] == '\n' {
+				r.list.V4 = append(r.list.V4, k)
+				pos = end + 1
+				continue
+			}
+		}
 		end := bytes.IndexByte(data[pos:], '\n')
 		if end < 0 {
 			end = len(data)
@@ -121,11 +139,6 @@ func parseChunk(data []byte, progress *atomic.Int64) chunkResult {
 		}
 		line := data[pos:end]
 		pos = end + 1
-		r.lines++
-		if progress != nil && pos-reported >= 1<<20 {
-			progress.Add(int64(pos - reported))
-			reported = pos
-		}
 		if i := bytes.IndexByte(line, '#'); i >= 0 {
 			line = line[:i]
 		}
@@ -133,7 +146,7 @@ func parseChunk(data []byte, progress *atomic.Int64) chunkResult {
 		if len(line) == 0 {
 			continue
 		}
-		if k, ok := parseV4(line); ok {
+		if k, n := scanV4(line); n == len(line) {
 			r.list.V4 = append(r.list.V4, k)
 			continue
 		}
@@ -164,41 +177,48 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
-// parseV4 decodes "a.b.c.d" or "a.b.c.d/n" (decimal, no leading zeros, as net/netip
-// requires) into a masked PrefixList key. It returns false for anything else, which
-// parseOther then explains.
+// parseV4 decodes an entry that is exactly "a.b.c.d" or "a.b.c.d/n".
 func parseV4(b []byte) (uint64, bool) {
+	k, n := scanV4(b)
+	return k, n > 0 && n == len(b)
+}
+
+// scanV4 decodes "a.b.c.d" or "a.b.c.d/n" (decimal, no leading zeros, as net/netip
+// requires) at the start of b into a masked PrefixList key, and returns how many bytes it
+// took (0 if b does not start with one; the caller checks what follows).
+func scanV4(b []byte) (uint64, int) {
 	var addr uint32
 	i := 0
 	for part := 0; part < 4; part++ {
 		if part > 0 {
 			if i >= len(b) || b[i] != '.' {
-				return 0, false
+				return 0, 0
 			}
 			i++
 		}
 		v, n := decimal(b[i:], 3)
 		if n == 0 || v > 255 {
-			return 0, false
+			return 0, 0
 		}
 		addr = addr<<8 | v
 		i += n
 	}
 	bits := uint32(32)
-	if i < len(b) {
-		if b[i] != '/' {
-			return 0, false
-		}
+	if i < len(b) && b[i] == '/' {
 		v, n := decimal(b[i+1:], 2)
-		if n == 0 || v > 32 || i+1+n != len(b) {
-			return 0, false
+		if n == 0 || v > 32 {
+			return 0, 0
 		}
 		bits = v
+		i += 1 + n
+	}
+	if i < len(b) && (b[i] == '.' || b[i] == '/' || b[i] == ':') {
+		return 0, 0 // more address follows: not a plain IPv4 entry
 	}
 	if bits < 32 {
 		addr &^= 1<<(32-bits) - 1
 	}
-	return uint64(addr)<<8 | uint64(bits), true
+	return uint64(addr)<<8 | uint64(bits), i
 }
 
 // decimal reads at most max digits, refusing leading zeros ("0" itself is fine).
