@@ -9,4 +9,8 @@
 // ipcache deletions), persist, and only then make the copy the live model. A failure at
 // any step undoes the steps before it, so the running policy and the stored state stay as
 // they were.
+//
+// CIDR sets (cidrsets.go, docs/cidrsets.md) are part of the model too, each stored in a file
+// of its own (a binary base and an append-only journal, cidrsetfile.go): their content goes
+// to the dataplane before the policy state that names them, and is emptied only after.
 package agent
