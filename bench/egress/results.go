@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -587,4 +588,23 @@ func num(v benchkit.Float, prec int) string {
 
 func mdEscape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "|", "\\|"), "\n", " ")
+}
+
+// ReadResult reads a saved JSON report (strictly: an unknown field means another schema).
+func ReadResult(path string) (*Result, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading report: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var res Result
+	if err := dec.Decode(&res); err != nil {
+		return nil, fmt.Errorf("reading report %s: %w", path, err)
+	}
+	if res.Schema != Schema {
+		return nil, fmt.Errorf("report %s has schema %q, want %q", path, res.Schema, Schema)
+	}
+	res.JSONPath = path
+	return &res, nil
 }

@@ -154,6 +154,14 @@ func TestReportFiles(t *testing.T) {
 	if strings.Contains(string(b), "NaN") {
 		t.Error("NaN in the JSON")
 	}
+	back2, err := ReadResult(res.JSONPath)
+	if err != nil || back2.Counts[1].Filters[1].Reason != res.Counts[1].Filters[1].Reason {
+		t.Errorf("ReadResult: %v", err)
+	}
+	var printed, errs bytes.Buffer
+	if code := Subcommand("report", []string{"--plot", filepath.Join(dir, "again.png"), res.JSONPath}, &printed, &errs); code != 0 {
+		t.Errorf("report: exit %d: %s", code, errs.String())
+	}
 	md, err := os.ReadFile(res.TablePath)
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +171,15 @@ func TestReportFiles(t *testing.T) {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("table lacks %q:\n%s", want, md)
 		}
+	}
+	if printed.String() != string(md) {
+		t.Error("the report subcommand prints another table than the one written")
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "again.png")); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Errorf("report --plot wrote no PNG: %v", err)
+	}
+	if code := Subcommand("report", []string{filepath.Join(dir, "missing.json")}, &printed, &errs); code != 1 {
+		t.Errorf("report of a missing file: exit %d", code)
 	}
 	png := filepath.Join(dir, "plot.png")
 	if err := WritePlot(res, png); err != nil {

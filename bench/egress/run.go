@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -121,12 +122,40 @@ const (
 )
 
 // Subcommands are the helpers the benchmark runs inside the namespaces, taken from the
-// policy overhead benchmark: the request/response server and client, and a TCP connection probe.
-var Subcommands = []string{"rr-server", "rr-client", "probe"}
+// policy overhead benchmark (the request/response server and client, and a TCP connection
+// probe), and "report", which prints the table of a saved JSON report.
+var Subcommands = []string{"rr-server", "rr-client", "probe", "report"}
 
-// Subcommand runs helper subcommand name with args (see policyoverhead.Subcommand).
+// Subcommand runs subcommand name with args (the helpers: see policyoverhead.Subcommand).
+//
+//	report [--plot FILE.png] FILE.json   (prints the markdown table; redraws the plot)
 func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
-	return policyoverhead.Subcommand(name, args, stdout, stderr)
+	if name != "report" {
+		return policyoverhead.Subcommand(name, args, stdout, stderr)
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	plotPath := fs.String("plot", "", "also draw the report's plot into this PNG file")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: egressbench report [--plot FILE.png] FILE.json")
+		return 2
+	}
+	res, err := ReadResult(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "report: %v\n", err)
+		return 1
+	}
+	res.WriteMarkdown(stdout)
+	if *plotPath != "" {
+		if err := WritePlot(res, *plotPath); err != nil {
+			fmt.Fprintf(stderr, "report: plotting: %v\n", err)
+			return 1
+		}
+	}
+	return 0
 }
 
 type runner struct {

@@ -7,6 +7,7 @@
 //
 //	bench/run-egress.sh            # full run, about an hour
 //	bench/run-egress.sh --quick    # smoke run, about two minutes
+//	egressbench report [--plot FILE.png] bench/results/egress-TIME.json
 //
 // See docs/benchmarks.md.
 package main
@@ -30,7 +31,8 @@ import (
 )
 
 func main() {
-	// Helpers started inside the namespaces: `egressbench rr-server|rr-client|probe ...`.
+	// Helpers started inside the namespaces (`egressbench rr-server|rr-client|probe ...`),
+	// and `egressbench report FILE.json`, which prints a saved report's table.
 	if len(os.Args) > 1 && slices.Contains(egress.Subcommands, os.Args[1]) {
 		os.Exit(egress.Subcommand(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
 	}
