@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/netip"
+	"regexp"
 	"strings"
 	"time"
 
@@ -62,6 +63,10 @@ type Options struct {
 
 // DefaultListen is the proxy listener's default address in the node namespace.
 var DefaultListen = netip.MustParseAddrPort("127.0.0.1:15001")
+
+// RequestHeadersTimeout bounds how long the proxy waits for a request's headers once their
+// first byte arrived.
+const RequestHeadersTimeout = 10 * time.Second
 
 // DefaultUpstreamMark is the socket mark of the proxy's upstream connections.
 const DefaultUpstreamMark = 0x2
@@ -207,6 +212,11 @@ func filterChain(c Chain, opts Options) (*listener.FilterChain, error) {
 		NormalizePath:                wrapperspb.Bool(true),
 		MergeSlashes:                 true,
 		PathWithEscapedSlashesAction: hcm.HttpConnectionManager_REJECT_REQUEST,
+		// A request whose headers are not complete this long after its first byte gets
+		// 408 and its connection is closed. Without it, bytes that are not HTTP and hold
+		// no line end (a binary protocol's hello) keep the connection open until the idle
+		// timeout (1 h), instead of closing it.
+		RequestHeadersTimeout: durationpb.New(RequestHeadersTimeout),
 		// The downstream address is the connection's own; X-Forwarded-For from clients is
 		// not trusted, and requests are external (x-envoy-* request headers ignored).
 		UseRemoteAddress:  wrapperspb.Bool(true),
@@ -399,9 +409,16 @@ func httpRulePermission(h policy.HTTPRule) *rbacconfig.Permission {
 		if hm.Value == "" {
 			and = append(and, headerPerm(name, &route.HeaderMatcher_PresentMatch{PresentMatch: true}))
 		} else {
-			and = append(and, headerPerm(name, &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
-				MatchPattern: &matcher.StringMatcher_Exact{Exact: hm.Value},
-			}}))
+			// Envoy matches a header sent several times if any one of its values matches,
+			// and forwards all of them: "X-Mode: landing" plus "X-Mode: attack" would pass
+			// a rule for "landing" and the server might act on "attack". So the value must
+			// be present and no occurrence may have another value.
+			and = append(and,
+				headerPerm(name, &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
+					MatchPattern: &matcher.StringMatcher_Exact{Exact: hm.Value},
+				}}),
+				&rbacconfig.Permission{Rule: &rbacconfig.Permission_NotRule{NotRule: headerPerm(name, regexHeader(otherThan(hm.Value)))}},
+			)
 		}
 	}
 	if len(and) == 0 {
@@ -423,6 +440,22 @@ func headerPerm(name string, spec any) *rbacconfig.Permission {
 
 func regexHeader(re string) *route.HeaderMatcher_StringMatch {
 	return &route.HeaderMatcher_StringMatch{StringMatch: regexString(re)}
+}
+
+// otherThan is an RE2 expression that matches every string except v (as a whole): a proper
+// prefix of v, v followed by more, or a string that differs from v at some character. It
+// is linear in the length of v: (?:|[^v0].*|v0(?:|[^v1].*|v1(?:...vn.+))).
+func otherThan(v string) string {
+	var b strings.Builder
+	b.WriteString("(?s)")
+	rs := []rune(v)
+	for _, r := range rs {
+		q := regexp.QuoteMeta(string(r))
+		b.WriteString("(?:|[^" + q + "].*|" + q)
+	}
+	b.WriteString(".+")
+	b.WriteString(strings.Repeat(")", len(rs)))
+	return b.String()
 }
 
 // regexString is a full-match RE2 matcher (Envoy's safe_regex matches the whole value).

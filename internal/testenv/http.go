@@ -123,8 +123,13 @@ func DialRawHTTP(nsPath string, to netip.AddrPort, timeout time.Duration) (*RawH
 	if err != nil {
 		return nil, err
 	}
+	return NewRawHTTP(c, timeout), nil
+}
+
+// NewRawHTTP wraps a connection the caller opened; its deadline is set timeout from now.
+func NewRawHTTP(c net.Conn, timeout time.Duration) *RawHTTP {
 	c.SetDeadline(time.Now().Add(timeout))
-	return &RawHTTP{Conn: c, r: bufio.NewReader(c)}, nil
+	return &RawHTTP{Conn: c, r: bufio.NewReader(c)}
 }
 
 // Send writes raw bytes.
