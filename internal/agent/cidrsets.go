@@ -26,9 +26,10 @@ import (
 //     switch, ReplaceCIDRSets), then the policy state that may name new sets, then sets
 //     that went away are emptied (a second switch), then the files and the state file.
 //     A failure puts the previous sets and policy state back.
-//   - add/remove change one set in place (AddCIDRs/RemoveCIDRs, milliseconds). A removal
-//     that would unlist addresses still covered by another prefix of the set (the
-//     dataplane keeps no prefixes, only membership bits) rebuilds instead.
+//   - add/remove change one set in place (AddCIDRs/RemoveCIDRs): the dataplane keeps the
+//     sets' prefixes too, so a removal leaves addresses that another prefix of the set
+//     still covers listed. If the dataplane refuses an in-place change (a full host table)
+//     the tables are rebuilt instead.
 
 const maxCIDRSets = identity.MaxCIDRSets
 
@@ -452,10 +453,9 @@ func (a *Agent) AddCIDRs(ctx context.Context, req api.CIDRSetRequest) (api.CIDRS
 	return a.finishInPlace(req.Name, old, merged, &fresh, &api.PrefixList{}, res, start)
 }
 
-// RemoveCIDRs removes prefixes from a set. In place when no other prefix of the set
-// overlaps a removed one; otherwise the set tables are rebuilt (the dataplane keeps
-// membership bits, not prefixes, so it cannot tell that a removed /24 is still covered by
-// a /16 of the same set).
+// RemoveCIDRs removes prefixes from a set in place. Addresses that another prefix of the
+// set still covers stay listed (the dataplane recomputes them from the set's remaining
+// prefixes).
 func (a *Agent) RemoveCIDRs(ctx context.Context, req api.CIDRSetRequest) (api.CIDRSetChange, error) {
 	start := time.Now()
 	l := req.Prefixes
@@ -486,9 +486,7 @@ func (a *Agent) RemoveCIDRs(ctx context.Context, req api.CIDRSetRequest) (api.CI
 		return res, nil
 	}
 	rest := subtractLists(old.prefixes, &gone)
-	if overlaps(rest, &gone) {
-		res.InPlace = false
-	} else if err := a.dp.RemoveCIDRs(old.meta.Index, gone.Prefixes()); err != nil {
+	if err := a.dp.RemoveCIDRs(old.meta.Index, gone.Prefixes()); err != nil {
 		a.log.Warn("removing from CIDR set in place failed, rebuilding", "set", req.Name, "error", err)
 		res.InPlace = false
 	}
@@ -608,34 +606,6 @@ func subtractLists(a, b *api.PrefixList) *api.PrefixList {
 		}
 	}
 	return out
-}
-
-// overlaps reports whether some prefix of rest contains or lies inside a prefix of gone.
-func overlaps(rest, gone *api.PrefixList) bool {
-	for _, k := range gone.V4 {
-		p := api.V4Prefix(k)
-		// A shorter (or equal) prefix of rest containing p.
-		for bits := 0; bits <= p.Bits(); bits++ {
-			if rest.Contains(netip.PrefixFrom(p.Addr(), bits).Masked()) {
-				return true
-			}
-		}
-		// A longer prefix of rest inside p: keys from p's first address up to its last.
-		first := k &^ 0xff
-		last := first | (uint64(1)<<(32-p.Bits())-1)<<8 | 0xff
-		i, _ := slices.BinarySearch(rest.V4, first)
-		if i < len(rest.V4) && rest.V4[i] <= last {
-			return true
-		}
-	}
-	for _, g := range gone.V6 {
-		for _, r := range rest.V6 {
-			if g.Overlaps(r) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // DeleteCIDRSet deletes a set. While policies name it, only with force: those peers then

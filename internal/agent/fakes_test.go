@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,11 +94,9 @@ type fakeDatapath struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
-	// CIDR set tables, as the dataplane keeps them: per set, the IPv4 addresses that are
-	// members (disjoint inclusive ranges, so that removing a prefix unlists all of its
-	// addresses as the real tables do) and the IPv6 prefixes.
-	sets4 map[uint8][]addrRange
-	sets6 map[uint8][]netip.Prefix
+	// CIDR set tables: the prefixes of each set, as the dataplane keeps them; an address is
+	// a member while any prefix of the set covers it.
+	sets map[uint8][]netip.Prefix
 	// setCalls records every set table call in order ("replace", "add", "remove").
 	setCalls []setCall
 	// failReplace makes ReplaceCIDRSets fail this many more times; failAddCIDRs makes
@@ -107,8 +104,6 @@ type fakeDatapath struct {
 	failReplace  int
 	failAddCIDRs bool
 }
-
-type addrRange struct{ lo, hi uint32 }
 
 type setCall struct {
 	seq   int64
@@ -144,47 +139,8 @@ func (d *fakeDatapath) reopen() *fakeDatapath {
 	n.eps = maps.Clone(d.eps)
 	n.attached = maps.Clone(d.attached)
 	n.nextIf = d.nextIf
-	n.sets4 = maps.Clone(d.sets4)
-	n.sets6 = maps.Clone(d.sets6)
+	n.sets = maps.Clone(d.sets)
 	return n
-}
-
-func v4Range(p netip.Prefix) addrRange {
-	b := p.Masked().Addr().As4()
-	lo := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	return addrRange{lo, lo | uint32(uint64(1)<<(32-p.Bits())-1)}
-}
-
-// rangesAdd and rangesSub keep a set of addresses as sorted disjoint ranges.
-func rangesAdd(rs []addrRange, r addrRange) []addrRange {
-	var out []addrRange
-	for _, x := range rs {
-		if x.hi < r.lo && r.lo-x.hi > 1 || x.lo > r.hi && x.lo-r.hi > 1 {
-			out = append(out, x)
-			continue
-		}
-		r = addrRange{min(r.lo, x.lo), max(r.hi, x.hi)}
-	}
-	out = append(out, r)
-	slices.SortFunc(out, func(a, b addrRange) int { return cmp.Compare(a.lo, b.lo) })
-	return out
-}
-
-func rangesSub(rs []addrRange, r addrRange) []addrRange {
-	var out []addrRange
-	for _, x := range rs {
-		if x.hi < r.lo || x.lo > r.hi {
-			out = append(out, x)
-			continue
-		}
-		if x.lo < r.lo {
-			out = append(out, addrRange{x.lo, r.lo - 1})
-		}
-		if x.hi > r.hi {
-			out = append(out, addrRange{r.hi + 1, x.hi})
-		}
-	}
-	return out
 }
 
 func (d *fakeDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetStats, error) {
@@ -199,17 +155,16 @@ func (d *fakeDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetSt
 		d.failReplace--
 		return CIDRSetStats{}, errors.New("injected set table failure")
 	}
-	d.sets4, d.sets6 = map[uint8][]addrRange{}, map[uint8][]netip.Prefix{}
+	d.sets = map[uint8][]netip.Prefix{}
 	st := CIDRSetStats{MemoryBytes: 1 << 20}
 	for i, ps := range sets {
+		d.sets[i] = slices.Clone(ps)
 		for _, p := range ps {
 			st.Prefixes++
 			if p.Addr().Is4() {
 				st.IPv4++
-				d.sets4[i] = rangesAdd(d.sets4[i], v4Range(p))
 			} else {
 				st.IPv6++
-				d.sets6[i] = append(d.sets6[i], p)
 			}
 		}
 	}
@@ -224,16 +179,10 @@ func (d *fakeDatapath) AddCIDRs(index uint8, prefixes []netip.Prefix) error {
 		d.failAddCIDRs = false
 		return errors.New("injected host table full")
 	}
-	if d.sets4 == nil {
-		d.sets4, d.sets6 = map[uint8][]addrRange{}, map[uint8][]netip.Prefix{}
+	if d.sets == nil {
+		d.sets = map[uint8][]netip.Prefix{}
 	}
-	for _, p := range prefixes {
-		if p.Addr().Is4() {
-			d.sets4[index] = rangesAdd(d.sets4[index], v4Range(p))
-		} else {
-			d.sets6[index] = append(d.sets6[index], p)
-		}
-	}
+	d.sets[index] = append(d.sets[index], prefixes...)
 	return nil
 }
 
@@ -241,13 +190,7 @@ func (d *fakeDatapath) RemoveCIDRs(index uint8, prefixes []netip.Prefix) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.setCalls = append(d.setCalls, setCall{seq: seq.Add(1), op: "remove", index: index, n: len(prefixes)})
-	for _, p := range prefixes {
-		if p.Addr().Is4() {
-			d.sets4[index] = rangesSub(d.sets4[index], v4Range(p))
-		} else {
-			d.sets6[index] = slices.DeleteFunc(d.sets6[index], func(q netip.Prefix) bool { return q == p })
-		}
-	}
+	d.sets[index] = slices.DeleteFunc(d.sets[index], func(q netip.Prefix) bool { return slices.Contains(prefixes, q) })
 	return nil
 }
 
@@ -255,16 +198,7 @@ func (d *fakeDatapath) CIDRSetMembership(addr netip.Addr) (uint32, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var m uint32
-	if addr.Is4() {
-		a := v4Range(netip.PrefixFrom(addr, 32)).lo
-		for i, rs := range d.sets4 {
-			if slices.ContainsFunc(rs, func(r addrRange) bool { return r.lo <= a && a <= r.hi }) {
-				m |= 1 << i
-			}
-		}
-		return m, nil
-	}
-	for i, ps := range d.sets6 {
+	for i, ps := range d.sets {
 		if slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Contains(addr) }) {
 			m |= 1 << i
 		}

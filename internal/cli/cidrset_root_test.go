@@ -200,6 +200,13 @@ func TestCIDRSetEnforcedWithRealTraffic(t *testing.T) {
 	e.MustCLI("cidrset", "remove", "threats", added)
 	t.Logf("in-place add %s, remove %s (set of 20002 prefixes)", addTook, time.Since(start))
 	wantReach(t, e, "after remove", map[string]bool{added: true, listed: false})
+	// Removing a prefix that another prefix of the set still covers keeps the address
+	// listed: .4/32 goes, .4/31 stays.
+	e.MustCLI("cidrset", "add", "threats", added, "198.19.250.4/31")
+	e.MustCLI("cidrset", "remove", "threats", added)
+	wantReach(t, e, "/32 removed, /31 left", map[string]bool{added: false, neighbour: true})
+	e.MustCLI("cidrset", "remove", "threats", "198.19.250.4/31")
+	wantReach(t, e, "/31 removed", map[string]bool{added: true})
 
 	// The agent stopped: the pinned tables still enforce. Restarted: the set comes back
 	// from its file and is enforced as before.
