@@ -185,19 +185,23 @@ func (a *Agent) LoadCIDRSet(ctx context.Context, req api.CIDRSetRequest) (api.CI
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	res := api.CIDRSetChange{Given: given, Duplicates: dups}
-	old := a.model.cidrsets[req.Name]
-	if old != nil && prefixListsEqual(old.prefixes, &l) {
+	return a.loadLocked(req.Name, source, &l, api.CIDRSetChange{Given: given, Duplicates: dups}, start)
+}
+
+// loadLocked creates or replaces set name with l (normalised); a.mu held.
+func (a *Agent) loadLocked(name, source string, l *api.PrefixList, res api.CIDRSetChange, start time.Time) (api.CIDRSetChange, error) {
+	old := a.model.cidrsets[name]
+	if old != nil && prefixListsEqual(old.prefixes, l) {
 		res.Action = "unchanged"
 		res.Set = a.cidrSetAPI(a.model, old, true)
 		return res, nil
 	}
-	set, err := a.newSet(req.Name, old, source, &l, start)
+	set, err := a.newSet(name, old, source, l, start)
 	if err != nil {
 		return res, err
 	}
 	if _, err := a.changeSets(start, func(m *model) error {
-		m.cidrsets[req.Name] = set
+		m.cidrsets[name] = set
 		return nil
 	}); err != nil {
 		return res, err
@@ -205,12 +209,12 @@ func (a *Agent) LoadCIDRSet(ctx context.Context, req api.CIDRSetRequest) (api.CI
 	res.Action = "created"
 	if old != nil {
 		res.Action = "replaced"
-		res.Added, res.Removed = diffCounts(old.prefixes, &l)
+		res.Added, res.Removed = diffCounts(old.prefixes, l)
 	} else {
 		res.Added = l.Len()
 	}
-	res.Set = a.cidrSetAPI(a.model, a.model.cidrsets[req.Name], true)
-	a.log.Info("CIDR set loaded", "set", req.Name, "prefixes", l.Len(), "action", res.Action, "took", time.Since(start))
+	res.Set = a.cidrSetAPI(a.model, a.model.cidrsets[name], true)
+	a.log.Info("CIDR set loaded", "set", name, "prefixes", l.Len(), "action", res.Action, "took", time.Since(start))
 	return res, nil
 }
 
@@ -405,25 +409,14 @@ func (a *Agent) AddCIDRs(ctx context.Context, req api.CIDRSetRequest) (api.CIDRS
 	given := l.Len()
 	dups := l.Normalize()
 	a.mu.Lock()
-	old, ok := a.model.cidrsets[req.Name]
-	a.mu.Unlock()
-	if !ok {
-		if req.Source == "" {
-			req.Source = "cidrset add"
-		}
-		req.Prefixes = l
-		res, err := a.LoadCIDRSet(ctx, req)
-		res.Given, res.Duplicates = given, dups
-		return res, err
-	}
-	a.mu.Lock()
 	defer a.mu.Unlock()
-	if cur := a.model.cidrsets[req.Name]; cur != old {
-		// Changed meanwhile: start over against the current content.
-		if cur == nil {
-			return api.CIDRSetChange{}, api.Conflict("CIDR set %q was deleted meanwhile", req.Name)
+	old, ok := a.model.cidrsets[req.Name]
+	if !ok {
+		source := req.Source
+		if source == "" {
+			source = "cidrset add"
 		}
-		old = cur
+		return a.loadLocked(req.Name, source, &l, api.CIDRSetChange{Given: given, Duplicates: dups}, start)
 	}
 	res := api.CIDRSetChange{Given: given, Duplicates: dups, InPlace: true}
 	var fresh api.PrefixList
@@ -460,7 +453,7 @@ func (a *Agent) RemoveCIDRs(ctx context.Context, req api.CIDRSetRequest) (api.CI
 	start := time.Now()
 	l := req.Prefixes
 	given := l.Len()
-	dups := l.Normalize()
+	dups := l.Normalize() // before taking the lock
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	old, ok := a.model.cidrsets[req.Name]

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -566,6 +567,32 @@ func TestCIDRSetJournal(t *testing.T) {
 	for _, p := range []string{base, log} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left after delete", p)
+		}
+	}
+}
+
+// TestCIDRSetConcurrentAdds: adds to a set that does not exist yet, at the same time, all
+// end up in it (the first creates it, the others add in place).
+func TestCIDRSetConcurrentAdds(t *testing.T) {
+	h := newHarness(t)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := h.a.AddCIDRs(bg, api.CIDRSetRequest{Name: "c", Prefixes: prefixes(fmt.Sprintf("192.0.2.%d", i))}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	s, err := h.a.GetCIDRSet(bg, "c")
+	if err != nil || s.Prefixes != 8 {
+		t.Fatalf("set after concurrent adds: %+v, %v", s, err)
+	}
+	for i := range 8 {
+		if !h.member(fmt.Sprintf("192.0.2.%d", i), s.Index) {
+			t.Errorf("192.0.2.%d not in the dataplane", i)
 		}
 	}
 }
