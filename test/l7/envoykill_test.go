@@ -95,7 +95,7 @@ func (et *echoTraffic) Stop() (int, []string) {
 func TestL7EnvoyKilled(t *testing.T) {
 	e := startEnv(t)
 	e.policy(t, l7Rule{role: "client", port: httpPort, http: []map[string]any{httpRule("method", "GET", "path", "/v1")}})
-	before := e.WaitProxy(30 * time.Second)
+	before := e.waitProxy(t, 30*time.Second)
 	workers := e.clientsFor(t, e.clientNS, 1500*time.Millisecond)
 	names := []string{"keep-alive", "new-connection"}
 	echo := startEchoTraffic(t, e.clientNS, e)
@@ -109,14 +109,14 @@ func TestL7EnvoyKilled(t *testing.T) {
 	}
 	// The agent restarts Envoy and gives it its configuration.
 	if !testenv.Eventually(30*time.Second, func() bool {
-		p := e.ProxyStatus()
+		p := e.proxyStatus(t)
 		return p.State == "running" && p.PID != before.PID && p.PID != 0 && p.Restarts > before.Restarts &&
 			p.AckedVersion == p.Version
 	}) {
-		t.Fatalf("envoy not restarted and configured: %+v", e.ProxyStatus())
+		t.Fatalf("envoy not restarted and configured: %+v", e.proxyStatus(t))
 	}
 	restarted := time.Now()
-	after := e.ProxyStatus()
+	after := e.proxyStatus(t)
 	t.Logf("envoy %d killed, %d started %v later, running with its configuration %v later", before.PID, after.PID,
 		after.StartedAt.Sub(killed).Round(time.Millisecond), restarted.Sub(killed).Round(time.Millisecond))
 	if after.StartedAt.Before(killed) {

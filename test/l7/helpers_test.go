@@ -180,7 +180,6 @@ func (c *teeConn) Read(p []byte) (int, error) {
 // each test adds its own L7 policy.
 type env struct {
 	*testenv.Env
-	t                            testing.TB
 	server, client, other        api.Endpoint
 	serverIP                     netip.Addr
 	rec                          *recorder
@@ -212,7 +211,7 @@ func startEnv(t *testing.T) *env {
 	t.Helper()
 	testenv.RequireEnvoy(t)
 	te := testenv.StartAgent(t, testenv.Options{TCPPorts: []uint16{echoPort}})
-	e := &env{Env: te, t: t, serverKey: ns + "/server", clientKey: ns + "/client", otherKey: ns + "/other"}
+	e := &env{Env: te, serverKey: ns + "/server", clientKey: ns + "/client", otherKey: ns + "/other"}
 	e.server = te.AddEndpoint(ns, "server", map[string]string{"app": "server"})
 	e.client = te.AddEndpoint(ns, "client", map[string]string{"role": "client"})
 	e.other = te.AddEndpoint(ns, "other", map[string]string{"role": "other"})
@@ -224,10 +223,11 @@ func startEnv(t *testing.T) *env {
 	e.grpcAddr = netip.AddrPortFrom(e.serverIP, grpcPort)
 	e.rec = serveRecorder(t, e.server.Netns, httpPort)
 	e.grpc = serveGRPC(t, e.server.Netns, grpcPort)
-	e.applyYAML(basePolicy)
+	e.applyYAML(t, basePolicy)
 	t.Cleanup(func() {
 		if t.Failed() {
-			st, _ := te.Client.Status(t.Context())
+			// Not t.Context(): it is cancelled before cleanups run.
+			st, _ := te.Client.Status(context.Background())
 			if b, err := os.ReadFile(st.Proxy.Log); err == nil {
 				t.Logf("envoy log (tail):\n%s", tail(string(b), 40))
 			}
@@ -244,18 +244,44 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func (e *env) applyYAML(doc string) {
-	e.t.Helper()
+// applyYAML applies policy documents; t is the (sub)test that fails if that fails.
+func (e *env) applyYAML(t testing.TB, doc string) {
+	t.Helper()
 	if out, errs, code := e.CLIStdin(doc, "apply", "-f", "-"); code != 0 {
-		e.t.Fatalf("rampart apply: exit %d\n%s%s\npolicy:\n%s", code, out, errs, doc)
+		t.Fatalf("rampart apply: exit %d\n%s%s\npolicy:\n%s", code, out, errs, doc)
 	}
 }
 
-func (e *env) deleteYAML(doc string) {
-	e.t.Helper()
+// deleteYAML deletes the policies doc names.
+func (e *env) deleteYAML(t testing.TB, doc string) {
+	t.Helper()
 	if out, errs, code := e.CLIStdin(doc, "delete", "-f", "-"); code != 0 {
-		e.t.Fatalf("rampart delete: exit %d\n%s%s", code, out, errs)
+		t.Fatalf("rampart delete: exit %d\n%s%s", code, out, errs)
 	}
+}
+
+// proxyStatus is the agent's L7 proxy status (testenv's Env.ProxyStatus fails the test
+// that started the agent, not the subtest calling it).
+func (e *env) proxyStatus(t testing.TB) api.ProxyStatus {
+	t.Helper()
+	st, err := e.Client.Status(context.Background())
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	return st.Proxy
+}
+
+// waitProxy waits until the L7 proxy runs and has applied the latest configuration.
+func (e *env) waitProxy(t testing.TB, timeout time.Duration) api.ProxyStatus {
+	t.Helper()
+	var p api.ProxyStatus
+	if !testenv.Eventually(timeout, func() bool {
+		p = e.proxyStatus(t)
+		return p.State == "running" && p.AckedVersion == p.Version && p.Version > 0
+	}) {
+		t.Fatalf("L7 proxy not ready after %v: %+v", timeout, p)
+	}
+	return p
 }
 
 // l7Rule is one ingress rule of an L7 policy: peers by role, a port, HTTP rules.
@@ -298,7 +324,7 @@ func (e *env) policy(t *testing.T, rules ...l7Rule) string {
 			t.Errorf("rampart delete: exit %d\n%s%s", code, out, errs)
 		}
 	})
-	e.WaitProxy(30 * time.Second)
+	e.waitProxy(t, 30*time.Second)
 	return doc
 }
 

@@ -129,8 +129,8 @@ func testLiveChanges(t *testing.T, e *env) {
 		// it
 		start, done time.Time
 	}
-	apply := func(doc string) func() { return func() { e.applyYAML(doc) } }
-	del := func(doc string) func() { return func() { e.deleteYAML(doc) } }
+	apply := func(doc string) func() { return func() { e.applyYAML(t, doc) } }
+	del := func(doc string) func() { return func() { e.deleteYAML(t, doc) } }
 	phases := []*phase{
 		{name: "initial", change: apply(ruleFor(polA, "/v1")), allowed: []string{"/v1"}, min: 8},
 		{name: "rule added", change: apply(ruleFor(polB, "/v2")), allowed: []string{"/v1", "/v2"}, min: 8},
@@ -148,7 +148,7 @@ func testLiveChanges(t *testing.T, e *env) {
 	for i, p := range phases {
 		p.start = time.Now()
 		p.change()
-		e.WaitProxy(30 * time.Second)
+		e.waitProxy(t, 30*time.Second)
 		p.done = time.Now()
 		t.Logf("phase %q applied in %v", p.name, p.done.Sub(p.start).Round(time.Millisecond))
 		if i == 0 {
@@ -279,15 +279,15 @@ func testEstablishedDirect(t *testing.T, e *env) {
 	plain := l7Policy(pol, l7Rule{role: "client", port: httpPort})
 	withL7 := l7Policy(pol, l7Rule{role: "client", port: httpPort, http: []map[string]any{httpRule("method", "GET", "path", "/v1")}})
 	t.Cleanup(func() { e.CLIStdin(plain, "delete", "--ignore-not-found", "-f", "-") })
-	e.applyYAML(plain)
+	e.applyYAML(t, plain)
 	c := e.raw(t, e.clientNS, 10*time.Second)
 	m := marker()
 	c.Send(rawReq("GET", "/admin", "server", m))
 	if resp, _, err := c.Response(nil); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET /admin under the plain allow: %v %v, want 200", resp, err)
 	}
-	e.applyYAML(withL7)
-	e.WaitProxy(30 * time.Second)
+	e.applyYAML(t, withL7)
+	e.waitProxy(t, 30*time.Second)
 	// The same connection, now that the rule allows only GET /v1: the request must be
 	// refused (403) or the connection fail; it must not reach the server.
 	m2 := marker()
