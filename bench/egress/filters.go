@@ -21,6 +21,7 @@ import (
 // Filter names, in the order the report lists them.
 const (
 	FilterNone     = "none"
+	FilterControl  = "control"
 	FilterIptables = "iptables"
 	FilterIpset    = "ipset"
 	FilterNft      = "nftables"
@@ -29,11 +30,12 @@ const (
 )
 
 // FilterNames are every filter the benchmark knows, baseline first.
-var FilterNames = []string{FilterNone, FilterIptables, FilterIpset, FilterNft, FilterLPM, FilterRampart}
+var FilterNames = []string{FilterNone, FilterControl, FilterIptables, FilterIpset, FilterNft, FilterLPM, FilterRampart}
 
 // filterDescriptions say what each filter is, for the report.
 var filterDescriptions = map[string]string{
 	FilterNone:     "no filter (baseline)",
+	FilterControl:  "no filter on the peers' topology, paired with the baseline like a filter: an A/A control, whose ratios are what noise and the harness alone produce",
 	FilterIptables: "iptables, one DROP rule per prefix in the client's OUTPUT chain (-o eth0 -d PREFIX)",
 	FilterIpset:    "ipset hash:net (maxelem sized to the list) matched by one iptables OUTPUT rule",
 	FilterNft:      "nftables interval set matched by one rule in an output-hook chain",
@@ -308,3 +310,16 @@ func (f *nftFilter) Version(ctx context.Context) string { return version(ctx, "n
 
 // clientNetnsDo runs fn in the topology's client network namespace.
 func clientNetnsDo(t *topology, fn func() error) error { return endpoint.Do(t.Client.Netns, fn) }
+
+// controlFilter is no filter at all on the peers' topology: the A/A control. It is never
+// set up; runFilter measures it directly.
+type controlFilter struct{ topo *topology }
+
+func (f *controlFilter) Name() string        { return FilterControl }
+func (f *controlFilter) Topology() *topology { return f.topo }
+func (f *controlFilter) Prepare(context.Context, []Prefix, string, string) error {
+	return nil
+}
+func (f *controlFilter) Install(context.Context) (install, error) { return install{Entries: -1}, nil }
+func (f *controlFilter) Remove(context.Context) error             { return nil }
+func (f *controlFilter) Version(context.Context) string           { return "" }

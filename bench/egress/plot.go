@@ -19,6 +19,7 @@ import (
 // filterColors gives every filter the same colour in every panel.
 var filterColors = map[string]color.Color{
 	FilterNone:     color.RGBA{R: 0x50, G: 0x50, B: 0x50, A: 0xff},
+	FilterControl:  color.RGBA{R: 0xa0, G: 0xa0, B: 0xa0, A: 0xff},
 	FilterIptables: color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
 	FilterIpset:    color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 	FilterNft:      color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
@@ -45,7 +46,8 @@ var panels = []panel{
 }
 
 // WritePlot draws the report as a PNG: one panel per metric, the number of prefixes on a
-// log axis, a line per filter (the paper's figures, as lines).
+// log axis, a line per filter (the paper's figures, as lines), the baseline dashed and the
+// A/A control dotted.
 func WritePlot(res *Result, path string) error {
 	var plots [][]*plot.Plot
 	for i := 0; i < len(panels); i += 2 {
@@ -97,7 +99,7 @@ func panelPlot(res *Result, pn panel) (*plot.Plot, error) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	xlo, xhi := math.Inf(1), math.Inf(-1)
 	for _, name := range res.Settings.Filters {
-		if name == FilterNone && !pn.baseline {
+		if (name == FilterNone || name == FilterControl) && !pn.baseline {
 			continue
 		}
 		var pts plotter.XYs
@@ -125,8 +127,13 @@ func panelPlot(res *Result, pn panel) (*plot.Plot, error) {
 		col := filterColors[name]
 		l.Color, sc.Color = col, col
 		l.Width = vg.Points(1.5)
-		if name == FilterNone {
+		switch name {
+		case FilterNone:
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		case FilterControl:
+			// The A/A control: the baseline measured again on the peers' topology; its
+			// distance from the baseline's line is the noise.
+			l.Dashes = []vg.Length{vg.Points(1), vg.Points(2)}
 		}
 		sc.Shape = draw.CircleGlyph{}
 		sc.Radius = vg.Points(2.5)

@@ -19,7 +19,7 @@ import (
 // that it produced a well-formed report: at every count the baseline with numbers, every
 // peer set up (its set-up time measured until the listed address stopped answering, the
 // enforcement checks passed, the filter removed again) and measured in a pair with the
-// baseline; Rampart measured the same way or, before the CLI has CIDR sets, not available
+// baseline; the A/A control measured in pairs without a filter; Rampart measured the same way or, before the CLI has CIDR sets, not available
 // with a reason; the targets judged or not available; the markdown table and the plot
 // written; nothing left behind. It asserts no speed: targets belong in the output.
 func TestQuickRun(t *testing.T) {
@@ -137,6 +137,16 @@ func checkCount(t *testing.T, c CountResult) {
 			}
 			for _, p := range f.Pairs {
 				checkMetrics(t, c.Count, "baseline", p.Base)
+			}
+		case f.Filter == FilterControl:
+			if f.Status != StatusControl || len(f.Pairs) != 1 || f.Setup != nil || f.Checks["listed address"] != "answers" || f.Checks["server TCP"] != "connected" {
+				t.Errorf("%d: control %s, %d pairs, checks %v", c.Count, f.Status, len(f.Pairs), f.Checks)
+			}
+			for _, p := range f.Pairs {
+				checkMetrics(t, c.Count, "control", p.Filter)
+			}
+			if !f.Summary.TCPRatio.Valid() || !f.Summary.RRP50Ratio.Valid() {
+				t.Errorf("%d: control without ratios: %+v", c.Count, f.Summary)
 			}
 		case f.Filter == FilterRampart && f.Status == StatusNotAvailable:
 			if f.Reason == "" || len(f.Pairs) != 0 || f.Setup != nil {

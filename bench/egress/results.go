@@ -23,6 +23,7 @@ const Schema = "rampart.bench.egress/v1"
 const (
 	StatusMeasured     = "MEASURED"
 	StatusBaseline     = "BASELINE"      // the no-filter row: the pairs' baseline samples
+	StatusControl      = "CONTROL"       // no filter on the peers' topology, paired like a filter (A/A)
 	StatusSkipped      = "SKIPPED"       // predicted over the time or memory budget (see Prediction)
 	StatusFailed       = "FAILED"        // the filter could not hold the list (see Reason)
 	StatusNotAvailable = "NOT AVAILABLE" // the filter cannot run here at all (see Reason)
@@ -218,14 +219,15 @@ type Summary struct {
 	RRP50Us      benchkit.Float `json:"rr_p50_us"`
 	RRP99Us      benchkit.Float `json:"rr_p99_us"`
 	TCPRatio     benchkit.Float `json:"tcp_ratio"`
-	TCPRatioMin  benchkit.Float `json:"tcp_ratio_min"`
-	TCPRatioMax  benchkit.Float `json:"tcp_ratio_max"`
 	UDPRatio     benchkit.Float `json:"udp_ratio"`
 	CPURatio     benchkit.Float `json:"cpu_ratio"`
 	PingP50Ratio benchkit.Float `json:"ping_p50_ratio"`
 	PingP99Ratio benchkit.Float `json:"ping_p99_ratio"`
 	RRP50Ratio   benchkit.Float `json:"rr_p50_ratio"`
 	SetupSeconds benchkit.Float `json:"setup_seconds"`
+	// RatioRanges are the smallest and largest per-pair ratios of each ratio above (tcp,
+	// udp, cpu, ping_p50, ping_p99, rr_p50): how far one pair can be off on this machine.
+	RatioRanges map[string][2]benchkit.Float `json:"ratio_ranges,omitempty"`
 }
 
 // Target is one of the issue's targets.
@@ -281,23 +283,24 @@ func summarize(res *Result) {
 func nanSummary() Summary {
 	n := benchkit.NaN()
 	return Summary{TCPGbps: n, UDPGbps: n, CPURateGbps: n, CPUPercent: n, PingP50Us: n, PingP99Us: n, RRP50Us: n, RRP99Us: n,
-		TCPRatio: n, TCPRatioMin: n, TCPRatioMax: n, UDPRatio: n, CPURatio: n, PingP50Ratio: n, PingP99Ratio: n, RRP50Ratio: n, SetupSeconds: n}
+		TCPRatio: n, UDPRatio: n, CPURatio: n, PingP50Ratio: n, PingP99Ratio: n, RRP50Ratio: n, SetupSeconds: n}
 }
 
 // metricDefs extract each summarised metric from a measurement.
 var metricDefs = []struct {
+	key   string // in Summary.RatioRanges
 	value func(m *Metrics) float64
 	dst   func(s *Summary) *benchkit.Float
 	ratio func(s *Summary) *benchkit.Float
 }{
-	{func(m *Metrics) float64 { return m.TCP.BitsPerSecond / 1e9 }, func(s *Summary) *benchkit.Float { return &s.TCPGbps }, func(s *Summary) *benchkit.Float { return &s.TCPRatio }},
-	{func(m *Metrics) float64 { return m.UDP.SenderBps / 1e9 }, func(s *Summary) *benchkit.Float { return &s.UDPGbps }, func(s *Summary) *benchkit.Float { return &s.UDPRatio }},
-	{func(m *Metrics) float64 { return m.CPU.SenderBps / 1e9 }, func(s *Summary) *benchkit.Float { return &s.CPURateGbps }, nil},
-	{func(m *Metrics) float64 { return m.CPUPercent }, func(s *Summary) *benchkit.Float { return &s.CPUPercent }, func(s *Summary) *benchkit.Float { return &s.CPURatio }},
-	{func(m *Metrics) float64 { return m.Ping.P50Us }, func(s *Summary) *benchkit.Float { return &s.PingP50Us }, func(s *Summary) *benchkit.Float { return &s.PingP50Ratio }},
-	{func(m *Metrics) float64 { return m.Ping.P99Us }, func(s *Summary) *benchkit.Float { return &s.PingP99Us }, func(s *Summary) *benchkit.Float { return &s.PingP99Ratio }},
-	{func(m *Metrics) float64 { return m.RR.P50Us }, func(s *Summary) *benchkit.Float { return &s.RRP50Us }, func(s *Summary) *benchkit.Float { return &s.RRP50Ratio }},
-	{func(m *Metrics) float64 { return m.RR.P99Us }, func(s *Summary) *benchkit.Float { return &s.RRP99Us }, nil},
+	{"tcp", func(m *Metrics) float64 { return m.TCP.BitsPerSecond / 1e9 }, func(s *Summary) *benchkit.Float { return &s.TCPGbps }, func(s *Summary) *benchkit.Float { return &s.TCPRatio }},
+	{"udp", func(m *Metrics) float64 { return m.UDP.SenderBps / 1e9 }, func(s *Summary) *benchkit.Float { return &s.UDPGbps }, func(s *Summary) *benchkit.Float { return &s.UDPRatio }},
+	{"", func(m *Metrics) float64 { return m.CPU.SenderBps / 1e9 }, func(s *Summary) *benchkit.Float { return &s.CPURateGbps }, nil},
+	{"cpu", func(m *Metrics) float64 { return m.CPUPercent }, func(s *Summary) *benchkit.Float { return &s.CPUPercent }, func(s *Summary) *benchkit.Float { return &s.CPURatio }},
+	{"ping_p50", func(m *Metrics) float64 { return m.Ping.P50Us }, func(s *Summary) *benchkit.Float { return &s.PingP50Us }, func(s *Summary) *benchkit.Float { return &s.PingP50Ratio }},
+	{"ping_p99", func(m *Metrics) float64 { return m.Ping.P99Us }, func(s *Summary) *benchkit.Float { return &s.PingP99Us }, func(s *Summary) *benchkit.Float { return &s.PingP99Ratio }},
+	{"rr_p50", func(m *Metrics) float64 { return m.RR.P50Us }, func(s *Summary) *benchkit.Float { return &s.RRP50Us }, func(s *Summary) *benchkit.Float { return &s.RRP50Ratio }},
+	{"", func(m *Metrics) float64 { return m.RR.P99Us }, func(s *Summary) *benchkit.Float { return &s.RRP99Us }, nil},
 }
 
 func summarizeFilter(f *FilterResult) Summary {
@@ -305,7 +308,7 @@ func summarizeFilter(f *FilterResult) Summary {
 	if f.Setup != nil {
 		s.SetupSeconds = benchkit.Float(f.Setup.Seconds)
 	}
-	if f.Status != StatusMeasured && f.Status != StatusBaseline && f.Status != StatusInvalid {
+	if f.Status != StatusMeasured && f.Status != StatusBaseline && f.Status != StatusControl && f.Status != StatusInvalid {
 		return s
 	}
 	s.Rounds = len(f.Pairs)
@@ -332,10 +335,11 @@ func summarizeFilter(f *FilterResult) Summary {
 		}
 		if d.ratio != nil && len(ratios) > 0 && f.Status != StatusBaseline {
 			*d.ratio(&s) = benchkit.Float(benchkit.Median(ratios))
-			if d.ratio(&s) == &s.TCPRatio {
-				lo, hi := benchkit.MinMax(ratios)
-				s.TCPRatioMin, s.TCPRatioMax = benchkit.Float(lo), benchkit.Float(hi)
+			lo, hi := benchkit.MinMax(ratios)
+			if s.RatioRanges == nil {
+				s.RatioRanges = map[string][2]benchkit.Float{}
 			}
+			s.RatioRanges[d.key] = [2]benchkit.Float{benchkit.Float(lo), benchkit.Float(hi)}
 		}
 	}
 	return s
@@ -344,7 +348,7 @@ func summarizeFilter(f *FilterResult) Summary {
 // targets judges the issue's targets.
 func targets(res *Result) []Target {
 	var out []Target
-	ratio := func(name string, get func(s Summary) benchkit.Float, want string, limit float64, atMost bool) {
+	ratio := func(name, key string, get func(s Summary) benchkit.Float, want string, limit float64, atMost bool) {
 		t := Target{Name: name, Filter: FilterRampart, Count: targetCount, Want: want, Limit: benchkit.Float(limit), Value: benchkit.NaN()}
 		f := res.find(targetCount, FilterRampart)
 		switch {
@@ -355,13 +359,21 @@ func targets(res *Result) []Target {
 		default:
 			t.Value = get(f.Summary)
 			t.Verdict = judge(t.Value, limit, atMost)
+			t.Note = rangeNote(f, key)
+			// The A/A control shows how far from 1 noise alone moves a ratio here.
+			if c := res.find(targetCount, FilterControl); c != nil && c.Status == StatusControl {
+				t.Note += fmt.Sprintf("; control (A/A) %s", num(get(c.Summary), 2))
+				if cr := rangeNote(c, key); cr != "" {
+					t.Note += ", " + cr
+				}
+			}
 		}
 		out = append(out, t)
 	}
-	ratio("Rampart TCP throughput at 10M / no filter", func(s Summary) benchkit.Float { return s.TCPRatio }, ">= 0.95", targetThroughput, false)
-	ratio("Rampart UDP throughput at 10M / no filter", func(s Summary) benchkit.Float { return s.UDPRatio }, ">= 0.95", targetThroughput, false)
-	ratio("Rampart ping p50 at 10M / no filter", func(s Summary) benchkit.Float { return s.PingP50Ratio }, "<= 1.05", targetLatency, true)
-	ratio("Rampart TCP request/response p50 at 10M / no filter", func(s Summary) benchkit.Float { return s.RRP50Ratio }, "<= 1.05", targetLatency, true)
+	ratio("Rampart TCP throughput at 10M / no filter", "tcp", func(s Summary) benchkit.Float { return s.TCPRatio }, ">= 0.95", targetThroughput, false)
+	ratio("Rampart UDP throughput at 10M / no filter", "udp", func(s Summary) benchkit.Float { return s.UDPRatio }, ">= 0.95", targetThroughput, false)
+	ratio("Rampart ping p50 at 10M / no filter", "ping_p50", func(s Summary) benchkit.Float { return s.PingP50Ratio }, "<= 1.05", targetLatency, true)
+	ratio("Rampart TCP request/response p50 at 10M / no filter", "rr_p50", func(s Summary) benchkit.Float { return s.RRP50Ratio }, "<= 1.05", targetLatency, true)
 
 	setup := func(name string, count int, limit float64, vsIpset bool) {
 		t := Target{Name: name, Filter: FilterRampart, Count: count, Value: benchkit.NaN(), Limit: benchkit.Float(limit)}
@@ -400,6 +412,15 @@ func targets(res *Result) []Target {
 	setup("Rampart set-up at 1M (command to enforcement)", targetSetupCount, targetSetup1M, false)
 	setup("Rampart set-up at 10M (command to enforcement)", targetCount, targetSetup10M, false)
 	return out
+}
+
+// rangeNote says over how many pairs a ratio is the median, and their spread.
+func rangeNote(f *FilterResult, key string) string {
+	r, ok := f.Summary.RatioRanges[key]
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("%d pair(s), %s-%s", len(f.Pairs), num(r[0], 2), num(r[1], 2))
 }
 
 func judge(v benchkit.Float, limit float64, atMost bool) string {

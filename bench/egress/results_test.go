@@ -51,7 +51,9 @@ func sampleResult(rampart10M float64, rampartSetup1M, ipsetSetup1M float64) *Res
 		} else {
 			rp = mk(FilterRampart, rampart10M, 0.5)
 		}
-		c.Filters = []FilterResult{base, ipt, mk(FilterIpset, 9.8, ipsetSetup1M), rp}
+		ctl := mk(FilterControl, 10, 0)
+		ctl.Status, ctl.Setup = StatusControl, nil
+		c.Filters = []FilterResult{base, ctl, ipt, mk(FilterIpset, 9.8, ipsetSetup1M), rp}
 		res.Counts = append(res.Counts, c)
 	}
 	summarize(res)
@@ -62,8 +64,8 @@ func TestSummarize(t *testing.T) {
 	res := sampleResult(9.7, 0.4, 4)
 	ipt := res.find(1_000_000, FilterIptables).Summary
 	// Every pair has the filter at a tenth of its baseline: the ratio is 0.1 exactly.
-	if math.Abs(float64(ipt.TCPRatio)-0.1) > 1e-9 || math.Abs(float64(ipt.TCPRatioMin)-0.1) > 1e-9 || ipt.Rounds != 3 {
-		t.Errorf("iptables TCP ratio %v (%v-%v), rounds %d", ipt.TCPRatio, ipt.TCPRatioMin, ipt.TCPRatioMax, ipt.Rounds)
+	if r := ipt.RatioRanges["tcp"]; math.Abs(float64(ipt.TCPRatio)-0.1) > 1e-9 || math.Abs(float64(r[0])-0.1) > 1e-9 || math.Abs(float64(r[1])-0.1) > 1e-9 || ipt.Rounds != 3 {
+		t.Errorf("iptables TCP ratio %v (%v), rounds %d", ipt.TCPRatio, ipt.RatioRanges["tcp"], ipt.Rounds)
 	}
 	if math.Abs(float64(ipt.PingP50Ratio)-10) > 1e-9 || math.Abs(float64(ipt.CPURatio)-10) > 1e-9 {
 		t.Errorf("iptables ping ratio %v, CPU ratio %v, want 10", ipt.PingP50Ratio, ipt.CPURatio)
@@ -76,7 +78,7 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("iptables median %v Gbit/s, set-up %v", ipt.TCPGbps, ipt.SetupSeconds)
 	}
 	base := res.find(1_000_000, FilterNone).Summary
-	if float64(base.TCPGbps) != 10 || base.TCPRatio.Valid() || base.Rounds != 9 {
+	if float64(base.TCPGbps) != 10 || base.TCPRatio.Valid() || base.Rounds != 12 {
 		t.Errorf("baseline %v Gbit/s, ratio %v, %d rounds", base.TCPGbps, base.TCPRatio, base.Rounds)
 	}
 	skipped := res.find(10_000_000, FilterIptables).Summary
@@ -101,6 +103,13 @@ func TestTargets(t *testing.T) {
 	}
 	if len(pass) != 7 {
 		t.Errorf("%d targets, want 7", len(pass))
+	}
+	// Ratio targets say how many pairs and how far they spread, and what the A/A control
+	// gave at the same count.
+	for _, tg := range sampleResult(9.7, 0.4, 4).Targets[:4] {
+		if !strings.Contains(tg.Note, "3 pair(s), ") || !strings.Contains(tg.Note, "control (A/A) 1.00, 3 pair(s), 1.00-1.00") {
+			t.Errorf("%s: note %q", tg.Name, tg.Note)
+		}
 	}
 	miss := verdicts(sampleResult(9, 5, 4))
 	for _, name := range []string{"Rampart TCP throughput at 10M / no filter", "Rampart ping p50 at 10M / no filter",

@@ -273,7 +273,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	notAvailable := map[string]string{}
 	for _, name := range filters {
 		switch name {
-		case FilterIptables, FilterIpset, FilterNft, FilterLPM:
+		case FilterControl, FilterIptables, FilterIpset, FilterNft, FilterLPM:
 			if peers == nil {
 				if peers, err = buildPlain("peers", instance+"p", cidrs[1], worldCIDR); err != nil {
 					return fail(err)
@@ -285,6 +285,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			}
 			nb := netfilterBase{topo: peers, iptables: cfg.Iptables, timeout: cfg.Budget}
 			switch name {
+			case FilterControl:
+				fs[name] = &controlFilter{topo: peers}
 			case FilterIptables:
 				fs[name] = &iptablesFilter{nb}
 			case FilterIpset:
@@ -314,7 +316,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			fs[name] = rf
 		}
 		if f := fs[name]; f != nil && notAvailable[name] == "" {
-			res.Host.Versions[name] = f.Version(ctx)
+			if v := f.Version(ctx); v != "" {
+				res.Host.Versions[name] = v
+			}
 		}
 	}
 
@@ -403,6 +407,10 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 	start := time.Now()
 	defer func() { fr.WallSeconds = time.Since(start).Seconds() }()
 	name := f.Name()
+	if name == FilterControl {
+		r.runControl(ctx, f.Topology(), fr, base)
+		return
+	}
 	if p := r.predict(name, n); p != nil {
 		fr.Prediction = p
 		var why string
@@ -500,18 +508,9 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 		fail(StatusInvalid, err)
 		return
 	}
-	for round := range r.cfg.Repeats {
-		if ctx.Err() != nil {
-			fail(StatusInvalid, fmt.Errorf("interrupted in round %d: %w", round+1, ctx.Err()))
-			return
-		}
-		p, err := r.pair(ctx, topo, round)
-		if err != nil {
-			fr.Errors = append(fr.Errors, fmt.Sprintf("round %d: %v", round+1, err))
-			continue
-		}
-		fr.Pairs = append(fr.Pairs, p)
-		base.Pairs = append(base.Pairs, Pair{Round: len(base.Pairs), BaseFirst: p.BaseFirst, Base: p.Base})
+	if err := r.pairs(ctx, topo, fr, base); err != nil {
+		fail(StatusInvalid, err)
+		return
 	}
 	measured := time.Since(measureStart).Seconds()
 	if err := remove(); err != nil {
@@ -531,8 +530,45 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 		kernel: max(kernDelta, 0), user: max(setup.PeakRSSBytes, daemonDelta)})
 }
 
-// checks runs the enforcement checks with the filter in place: the listed address is
-// blocked, its unlisted neighbour in the same namespace and the server are reachable.
+// pairs measures the filter's topology paired with the baseline, cfg.Repeats times, and
+// adds each baseline sample to the baseline row too.
+func (r *runner) pairs(ctx context.Context, topo *topology, fr, base *FilterResult) error {
+	for round := range r.cfg.Repeats {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted in round %d: %w", round+1, ctx.Err())
+		}
+		p, err := r.pair(ctx, topo, round)
+		if err != nil {
+			fr.Errors = append(fr.Errors, fmt.Sprintf("round %d: %v", round+1, err))
+			continue
+		}
+		fr.Pairs = append(fr.Pairs, p)
+		base.Pairs = append(base.Pairs, Pair{Round: len(base.Pairs), BaseFirst: p.BaseFirst, Base: p.Base})
+	}
+	return nil
+}
+
+// runControl measures the peers' topology with no filter, paired with the baseline as a
+// filter is: an A/A test of the harness.
+func (r *runner) runControl(ctx context.Context, topo *topology, fr, base *FilterResult) {
+	var err error
+	if fr.Checks, err = r.checks(ctx, topo, false); err != nil {
+		fr.Status, fr.Reason = StatusInvalid, err.Error()
+		return
+	}
+	if err := r.pairs(ctx, topo, fr, base); err != nil {
+		fr.Status, fr.Reason = StatusInvalid, err.Error()
+		return
+	}
+	fr.Status = StatusControl
+	if len(fr.Errors) > 0 || len(fr.Pairs) == 0 {
+		fr.Status = StatusInvalid
+	}
+}
+
+// checks runs the enforcement checks: with a filter in place the listed address is
+// blocked (without, it answers), its unlisted neighbour in the same namespace and the
+// server are reachable.
 func (r *runner) checks(ctx context.Context, t *topology, filtered bool) (map[string]string, error) {
 	got := map[string]string{}
 	var wrong []string
@@ -1003,7 +1039,7 @@ func daemonRSS(f filter) int64 {
 func statusLine(f FilterResult) string {
 	s := f.Summary
 	switch f.Status {
-	case StatusMeasured:
+	case StatusMeasured, StatusControl:
 		s = summarizeFilter(&f)
 		return fmt.Sprintf("TCP %.2f Gbit/s (x%.2f), UDP %.2f (x%.2f), CPU %.0f%% (x%.2f), ping p50 %.0f us (x%.2f), RR p50 %.0f us (x%.2f)",
 			float64(s.TCPGbps), float64(s.TCPRatio), float64(s.UDPGbps), float64(s.UDPRatio), float64(s.CPUPercent), float64(s.CPURatio),
