@@ -12,7 +12,10 @@
  * at the client's veth (rampart_from_ep), whether the entry is the client's egress policy
  * or the destination endpoint's ingress policy, which is evaluated there too. The proxy's
  * upstream connection (socket mark) is admitted by the destination's redirect entry at
- * rampart_to_ep; a redirect verdict for a packet that did not come from the proxy drops. */
+ * rampart_to_ep; a redirect verdict for a packet that did not come from the proxy drops.
+ *
+ * Policy changes reach established flows through the endpoint's policy revision (see
+ * recheck_established). */
 
 #include "common.h"
 #include "maps.h"
@@ -129,6 +132,56 @@ static __always_inline int steer_established(struct __sk_buff *skb, struct pkt *
 	return pass(p, d);
 }
 
+/* recheck_established applies a policy change to an established flow: its conntrack entry v
+ * was last checked against another policy revision than the endpoint's current one. The
+ * packet is evaluated against the endpoint's policy in its direction as a new flow would
+ * be (peer and res are scratch space of the caller), and
+ *   - deny: dropped (REASON_POLICY_DENY): a deny rule ends live flows too;
+ *   - redirect while the flow does not go through the proxy (egress: not steered to it;
+ *     ingress: not the proxy's upstream connection): dropped (REASON_PROXY_BYPASS), since
+ *     an L7 rule must not be bypassed by a connection opened before it; the client's
+ *     connection stalls, and the connection it opens instead is steered;
+ *   - anything else (allow; redirect of a proxied flow; nothing, that is an allow removed
+ *     without a deny, which stops only new flows, as in Cilium): the entry takes the
+ *     current revision and the packet goes on.
+ * A dropped flow's entry keeps its old revision, so each of its later packets is checked
+ * (and dropped) again. Only established packets are checked: replies and related ICMP
+ * errors follow their flow, whose own packets are checked. Returns -1 to go on, else the
+ * tc verdict. */
+static __always_inline int recheck_established(struct __sk_buff *skb, struct pkt *p,
+					       struct decision *d,
+					       const struct endpoint_info *ep,
+					       struct ct_value *v, struct peer_identity *peer,
+					       struct verdict *res)
+{
+	__u32 via_proxy = v->flags & (d->dir == DIR_EGRESS ? CT_F_TO_PROXY : CT_F_FROM_PROXY);
+
+	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, peer);
+	set_identities(d, ep, peer->identity);
+	policy_decide(d->ep_id, d->dir, peer, p->t.proto, p->policy_port, res);
+	if (res->action == POLICY_DENY) {
+		/* Drop: a deny entry now matches this established flow. */
+		d->rule_id = res->rule_id;
+		d->match_identity = res->identity;
+		d->reason = REASON_POLICY_DENY;
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, d, 0);
+		return drop(skb, p, d, REASON_POLICY_DENY);
+	}
+	if (res->action == POLICY_REDIRECT && !via_proxy) {
+		/* Drop: L7 rules now apply to this flow, which does not pass the proxy. */
+		d->rule_id = res->rule_id;
+		d->match_identity = res->identity;
+		d->ev_flags |= d->dir == DIR_EGRESS ? FLOW_F_L7_EGRESS : FLOW_F_L7_INGRESS;
+		d->reason = REASON_PROXY_BYPASS;
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, d, 0);
+		return drop(skb, p, d, REASON_PROXY_BYPASS);
+	}
+	v->revision = ep->revision;
+	return -1;
+}
+
 /* dest_ingress evaluates, at the sender's veth, the ingress policy of the local endpoint
  * dst (the packet's destination) for a new TCP flow, as that endpoint's rampart_to_ep
  * would: peer is the source address's ipcache identity. *enforced says whether dst
@@ -153,7 +206,7 @@ static __always_inline void dest_ingress(const struct pkt *p, __u32 dst_ep_id,
  * steered continue unchanged (the destination's rampart_to_ep decides as always). */
 static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, struct decision *d,
 				      const struct peer_identity *peer, const struct verdict *res,
-				      __u64 now)
+				      __u32 revision, __u64 now)
 {
 	struct peer_identity src;
 	struct verdict dres = {};
@@ -174,7 +227,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 		}
 	}
 	if (!steer) {
-		ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, 0, now);
+		ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, 0, revision, now);
 		if (p->frag == FRAG_FIRST)
 			frag_record(p, d, 1);
 		emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
@@ -212,7 +265,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 		/* Drop: no proxy listener (not running, not configured) or no socket for this
 		 * packet: L7 policy cannot be checked, so the connection is refused. */
 		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
-	ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, CT_F_TO_PROXY, now);
+	ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, CT_F_TO_PROXY, revision, now);
 	count_proxy(d->ep_id, 1);
 	emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_REDIRECTED);
 	return pass(p, d);
@@ -222,7 +275,8 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
  * refuse. A REDIRECT verdict admits only the proxy's upstream connection (the proxy has
  * applied the L7 rules); the server's replies to it will be steered back to the proxy. */
 static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, struct decision *d,
-				       const struct verdict *res, int proxied, __u64 now)
+				       const struct verdict *res, int proxied, __u32 revision,
+				       __u64 now)
 {
 	__u32 ct_flags = 0;
 
@@ -245,7 +299,7 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 		ct_flags = CT_F_FROM_PROXY;
 		count_proxy(d->ep_id, 0);
 	}
-	ct_create(p, d->ep_id, DIR_INGRESS, d->rule_id, ct_flags, now);
+	ct_create(p, d->ep_id, DIR_INGRESS, d->rule_id, ct_flags, revision, now);
 	if (p->frag == FRAG_FIRST)
 		frag_record(p, d, 1);
 	emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
@@ -259,6 +313,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	struct endpoint_info *ep;
 	struct peer_identity peer;
 	struct verdict res;
+	struct ct_value *entry;
 	__u32 ifindex = skb->ifindex;
 	__u32 ct_flags;
 	__u64 now;
@@ -300,10 +355,16 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	if (dir == DIR_INGRESS)
 		proxied = from_proxy(skb);
 	now = bpf_ktime_get_ns();
-	status = ct_lookup(&p, d.ep_id, dir, now, &ct_flags);
+	status = ct_lookup(&p, d.ep_id, dir, now, &ct_flags, &entry);
 	if (status != CT_NEW) {
-		/* Established, reply or related: allowed when the flow was created. Packets of
-		 * steered flows still have to reach their proxy socket. */
+		/* Established, reply or related: allowed when the flow was created (or last
+		 * checked, see recheck_established). Packets of steered flows still have to
+		 * reach their proxy socket. */
+		if (status == CT_ESTABLISHED && entry && entry->revision != ep->revision) {
+			ret = recheck_established(skb, &p, &d, ep, entry, &peer, &res);
+			if (ret >= 0)
+				return ret;
+		}
 		if (dir == DIR_EGRESS) {
 			ret = steer_established(skb, &p, &d, status, ct_flags);
 			if (ret >= 0)
@@ -340,8 +401,8 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	}
 
 	if (dir == DIR_EGRESS)
-		return new_egress(skb, &p, &d, &peer, &res, now);
-	return new_ingress(skb, &p, &d, &res, proxied, now);
+		return new_egress(skb, &p, &d, &peer, &res, ep->revision, now);
+	return new_ingress(skb, &p, &d, &res, proxied, ep->revision, now);
 }
 
 /* tc ingress on the host-side veth: the endpoint is sending. */

@@ -13,7 +13,12 @@
  * TCP before any reply (SYN sent) 60 s, TCP with a reply 6 h, TCP after an RST or a FIN in
  * both directions 10 s, everything else 60 s; each is idle time since the last packet.
  * Expired entries are ignored and deleted on lookup. A SYN that hits a closing entry is a
- * new connection reusing the tuple and is evaluated against policy again. */
+ * new connection reusing the tuple and is evaluated against policy again.
+ *
+ * Policy changes: every entry records the endpoint's policy revision (endpoint_info
+ * .revision) its flow was last checked against. The caller (rampart.c, recheck_established)
+ * checks an established packet again when the revisions differ, so a policy change reaches
+ * live flows on their next packet at the cost of one comparison per packet otherwise. */
 #ifndef __RAMPART_CONNTRACK_H
 #define __RAMPART_CONNTRACK_H
 
@@ -116,14 +121,16 @@ static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, in
 
 /* ct_lookup classifies p at endpoint ep_id in direction dir. For established packets and
  * replies, *flags receives the entry's flags (CT_F_TO_PROXY, CT_F_FROM_PROXY say where the
- * packet must be steered); otherwise 0. */
+ * packet must be steered) and *entry the entry (for the policy revision check of
+ * established packets); otherwise 0 and NULL. */
 static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir, __u64 now,
-				     __u32 *flags)
+				     __u32 *flags, struct ct_value **entry)
 {
 	struct ct_key k;
 	struct ct_value *v;
 
 	*flags = 0;
+	*entry = 0;
 
 	/* ICMP errors never belong to a flow of their own: they are related to the flow of
 	 * the packet they quote. That packet travelled the opposite way, so it is either a
@@ -154,6 +161,7 @@ static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir,
 			return CT_NEW;
 		ct_touch(v, p, 0, now);
 		*flags = v->flags;
+		*entry = v;
 		return CT_ESTABLISHED;
 	}
 
@@ -162,16 +170,17 @@ static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir,
 	if (v) {
 		ct_touch(v, p, 1, now);
 		*flags = v->flags;
+		*entry = v;
 		return CT_REPLY;
 	}
 	return CT_NEW;
 }
 
-/* ct_create records an allowed new flow with the given CT_F_* flags (the proxy flags).
- * Failure (not expected with an LRU map) only means the next packet is evaluated against
- * policy again. */
+/* ct_create records an allowed new flow with the given CT_F_* flags (the proxy flags),
+ * checked against the endpoint's policy revision. Failure (not expected with an LRU map)
+ * only means the next packet is evaluated against policy again. */
 static __always_inline void ct_create(const struct pkt *p, __u32 ep_id, __u8 dir, __u32 rule_id,
-				      __u32 flags, __u64 now)
+				      __u32 flags, __u32 revision, __u64 now)
 {
 	struct ct_key k;
 	struct ct_value v = {};
@@ -183,6 +192,7 @@ static __always_inline void ct_create(const struct pkt *p, __u32 ep_id, __u8 dir
 	v.last_seen_ns = now;
 	v.rule_id = rule_id;
 	v.flags = flags;
+	v.revision = revision;
 	if (p->t.proto == IPPROTO_TCP && (p->tcp_flags & TCP_F_RST))
 		v.flags |= CT_F_CLOSING;
 	bpf_map_update_elem(&ct, &k, &v, BPF_ANY);

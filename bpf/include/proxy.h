@@ -50,9 +50,20 @@ static __always_inline int is_syn(const struct pkt *p)
  * marks it for local delivery. First the socket of the packet's own tuple: an accepted or
  * upstream connection, or a request socket mid-handshake; never a listener, which would be
  * some other service listening on the original destination port. A SYN that finds none
- * (or only a TIME_WAIT socket of an earlier connection on the tuple) goes to the proxy's
- * listener when listener is set. Returns 0 when assigned, -1 when there is no such socket
- * (the caller drops: fail closed). */
+ * goes to the proxy's listener when listener is set.
+ *
+ * A SYN whose tuple still has a TIME_WAIT socket (the proxy closed an earlier connection on
+ * it first) cannot be taken: assigned to the listener, the kernel silently drops it (the
+ * new request socket collides with the TIME_WAIT one in the established hash, and the
+ * TIME_WAIT path that would replace it is skipped for an assigned packet); assigned to the
+ * TIME_WAIT socket, the kernel would hand it to whatever listens on the *original*
+ * destination port in the node namespace, not to the proxy. SetupProxyRouting therefore
+ * sets net.ipv4.tcp_max_tw_buckets=0 in the node namespace, so its sockets do not linger
+ * in TIME_WAIT; should one exist anyway, the SYN is refused here, so that the caller reports
+ * the drop (REASON_PROXY_UNAVAILABLE) instead of the kernel losing it without a trace.
+ *
+ * Returns 0 when assigned, -1 when there is no such socket (the caller drops: fail
+ * closed). */
 static __always_inline int proxy_assign(struct __sk_buff *skb, const struct pkt *p, int listener)
 {
 	const struct proxy_config *cfg = proxy_cfg();
@@ -68,7 +79,11 @@ static __always_inline int proxy_assign(struct __sk_buff *skb, const struct pkt 
 	tuple.ipv4.dport = p->t.dport;
 	sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv4), BPF_F_CURRENT_NETNS, 0);
 	if (sk) {
-		if (sk->state != BPF_TCP_LISTEN && !(is_syn(p) && sk->state == BPF_TCP_TIME_WAIT))
+		if (sk->state == BPF_TCP_TIME_WAIT && is_syn(p)) {
+			bpf_sk_release(sk);
+			return -1;
+		}
+		if (sk->state != BPF_TCP_LISTEN)
 			goto assign;
 		bpf_sk_release(sk);
 	}

@@ -98,7 +98,10 @@ struct endpoint_info {
 	__u32 ep_id;    /* agent-assigned endpoint number, 1..RAMPART_MAX_ENDPOINTS-1 */
 	__u32 identity; /* security identity of the endpoint */
 	__u32 flags;    /* EP_ENFORCE_* */
-	__u32 pad;
+	/* Policy revision: the agent bumps it after changing the endpoint's policy entries.
+	 * A conntrack entry records the revision its flow was last checked against; an
+	 * established packet whose entry has another one is checked again (conntrack.h). */
+	__u32 revision;
 };
 
 /* ipcache: LPM trie from address to identity. prefixlen counts bits of family+pad (32)
@@ -164,7 +167,9 @@ struct ct_value {
 	__u64 created_ns;
 	__u64 last_seen_ns;
 	__u32 rule_id;
-	__u32 flags; /* CT_F_* */
+	__u32 flags;    /* CT_F_* */
+	__u32 revision; /* endpoint_info.revision the flow was last checked against */
+	__u32 pad;
 };
 
 #define CT_F_SEEN_REPLY (1u << 0)

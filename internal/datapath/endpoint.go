@@ -81,6 +81,15 @@ func (d *Datapath) InstalledPolicy(epID uint32) map[mapstate.Key]mapstate.Value 
 // written and deleted with the allow entries: they admit traffic, though only checked.
 // Changing an entry between allow and redirect is a single overwrite.
 //
+// When the entries or the flags changed (or the endpoint is new on ifindex), the final
+// endpoint_info carries the next policy revision. Conntrack entries record the revision
+// their flow was last checked against, so the dataplane checks each established flow of
+// the endpoint against the new policy on its next packet (bpf/README.md, "Policy changes
+// and established flows"): a deny or an L7 rule that the flow does not pass through the
+// proxy ends it; a plain allow removed stops only new flows. Bumping the revision only
+// after all entries are written means a flow created or checked meanwhile is checked
+// again against the complete policy.
+//
 // On error (map full, write failure) it stops where it is and returns the error: the
 // endpoint is then at most as permissive as the old or the new policy, never more; calling
 // it again with the same arguments resumes.
@@ -132,7 +141,11 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 		have = make(map[rampartPolicyKey]rampartPolicyValue)
 		d.policies[ep.EpID] = have
 	}
+	// changed also covers a write that failed half-way in an earlier call (have is only
+	// updated on success, so the retry writes the entry again).
+	changed := false
 	put := func(kind string, k rampartPolicyKey, v rampartPolicyValue) error {
+		changed = true
 		if err := d.objs.Policy.Update(&k, &v, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("applying endpoint %d: writing %s entry %s: %w", ep.EpID, kind, keyString(k), err)
 		}
@@ -140,6 +153,7 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 		return nil
 	}
 	del := func(kind string, k rampartPolicyKey) error {
+		changed = true
 		if err := d.objs.Policy.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("applying endpoint %d: deleting %s entry %s: %w", ep.EpID, kind, keyString(k), err)
 		}
@@ -189,7 +203,21 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 	d.step(stepDeleteDenies)
 
 	// Step 5: the final endpoint_info; for a new endpoint this is what lets traffic in.
-	info := rampartEndpointInfo{EpId: ep.EpID, Identity: ep.Identity, Flags: newFlags}
+	// The revision continues from the endpoint's highest one on any interface (its
+	// conntrack entries are keyed by ep_id, not by interface).
+	rev := uint32(0)
+	for _, oi := range d.endpoints {
+		if oi.EpId == ep.EpID && oi.Revision > rev {
+			rev = oi.Revision
+		}
+	}
+	if changed || !known || old.EpId != ep.EpID || old.Flags != newFlags || old.Identity != uint32(ep.Identity) || rev == 0 {
+		rev++
+		if rev == 0 {
+			rev = 1 // wrapped: 0 is what entries of an endpoint never checked hold
+		}
+	}
+	info := rampartEndpointInfo{EpId: ep.EpID, Identity: ep.Identity, Flags: newFlags, Revision: rev}
 	if err := d.putEndpoint(ifindex, info); err != nil {
 		return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
 	}

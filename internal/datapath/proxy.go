@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"runtime"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -122,8 +125,12 @@ func proxyRoute(lo int) *netlink.Route {
 // `ip route add local 0.0.0.0/0 dev lo table 101`, so packets the dataplane assigned to a
 // proxy socket are delivered locally (without it the socket assignment is ignored and the
 // packet forwarded to its original destination). It brings lo up (the proxy listens on
-// it). Idempotent.
+// it), and sets net.ipv4.tcp_max_tw_buckets to 0 in that namespace (see
+// disableTimeWait). Idempotent.
 func SetupProxyRouting(netnsPath string) error {
+	if err := disableTimeWait(netnsPath); err != nil {
+		return fmt.Errorf("setting up proxy routing: %w", err)
+	}
 	h, err := netlinkHandle(netnsPath)
 	if err != nil {
 		return fmt.Errorf("setting up proxy routing: %w", err)
@@ -185,4 +192,66 @@ func TeardownProxyRouting(netnsPath string) error {
 		return fmt.Errorf("removing proxy routing: local route in table %d: %w", ProxyRouteTable, err)
 	}
 	return nil
+}
+
+// tcpMaxTWBuckets is the per-network-namespace sysctl limiting TIME_WAIT sockets.
+const tcpMaxTWBuckets = "/proc/sys/net/ipv4/tcp_max_tw_buckets"
+
+// disableTimeWait sets net.ipv4.tcp_max_tw_buckets=0 in the network namespace at netnsPath
+// ("" = the caller's): its TCP sockets then close at once instead of lingering in
+// TIME_WAIT. Why: the proxy often closes a client's connection first, which leaves a
+// TIME_WAIT socket for the client's tuple in this namespace. A new connection from the same
+// client port (which the client's kernel may pick as soon as its side is closed) then
+// cannot be steered: the dataplane assigns its SYN to the proxy listener with
+// bpf_sk_assign, and the kernel silently drops it because the new request socket collides
+// with the TIME_WAIT one (the path that replaces a TIME_WAIT socket on a new SYN runs only
+// for packets that were not assigned), for the whole TIME_WAIT period. The dataplane
+// refuses such a SYN with a proxy-unavailable drop event should a TIME_WAIT socket exist
+// anyway (bpf/include/proxy.h). The cost: this namespace loses TIME_WAIT's protection
+// against late duplicate segments of an old connection being taken into a new one on the
+// same tuple (rare: sequence numbers and timestamps must line up).
+func disableTimeWait(netnsPath string) error {
+	write := func() error {
+		if err := os.WriteFile(tcpMaxTWBuckets, []byte("0\n"), 0o644); err != nil {
+			return fmt.Errorf("setting net.ipv4.tcp_max_tw_buckets=0: %w", err)
+		}
+		return nil
+	}
+	if netnsPath == "" {
+		return write()
+	}
+	// /proc/sys/net shows the network namespace of the calling thread: switch one locked
+	// thread there and back. A thread that cannot switch back stays locked and is ended
+	// with its goroutine, so no other goroutine runs in the wrong namespace.
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("opening the current network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromPath(netnsPath)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("opening network namespace %s: %w", netnsPath, err)
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("entering network namespace %s: %w", netnsPath, err)
+			return
+		}
+		werr := write()
+		if err := netns.Set(orig); err != nil {
+			errc <- errors.Join(werr, fmt.Errorf("returning from network namespace %s: %w", netnsPath, err))
+			return // the thread stays locked: Go ends it with this goroutine
+		}
+		runtime.UnlockOSThread()
+		errc <- werr
+	}()
+	return <-errc
 }

@@ -47,6 +47,8 @@ type rampartCtValue struct {
 	LastSeenNs uint64
 	RuleId     uint32
 	Flags      uint32
+	Revision   uint32
+	Pad        uint32
 }
 
 type rampartEndpointInfo struct {
@@ -54,7 +56,7 @@ type rampartEndpointInfo struct {
 	EpId     uint32
 	Identity uint32
 	Flags    uint32
-	Pad      uint32
+	Revision uint32
 }
 
 type rampartEpCounters struct {

@@ -272,9 +272,6 @@ func knownBug(t *testing.T, why string) {
 // proxy; when an L7 rule then replaces the plain allow, the connection must not go on
 // carrying requests the L7 rule refuses straight to the server.
 func testEstablishedDirect(t *testing.T, e *env) {
-	knownBug(t, "conntrack lets a connection opened before the port had L7 rules bypass the proxy "+
-		"for its whole life: an established flow skips policy (bpf/README.md, 'Per packet' step 4), so the "+
-		"redirect entry added later is never consulted for it")
 	pol := "direct-" + testenv.Suffix(4)
 	plain := l7Policy(pol, l7Rule{role: "client", port: httpPort})
 	withL7 := l7Policy(pol, l7Rule{role: "client", port: httpPort, http: []map[string]any{httpRule("method", "GET", "path", "/v1")}})
@@ -311,12 +308,6 @@ func testEstablishedDirect(t *testing.T, e *env) {
 // namespace keeps a TIME_WAIT socket for the tuple, and the new connection's SYN must still
 // reach the proxy.
 func testTimeWaitPortReuse(t *testing.T, e *env) {
-	knownBug(t, "a SYN whose tuple has a TIME_WAIT socket in the node namespace is assigned to the proxy "+
-		"listener (bpf/include/proxy.h proxy_assign), and the kernel then drops it without a trace: the new "+
-		"request socket collides with the TIME_WAIT one in the established hash (the TIME_WAIT path, which "+
-		"would replace it, is skipped because the socket was assigned). The connection fails for the 60 s of "+
-		"TIME_WAIT; with new connections at a high rate about 0.5% failed here. Setting "+
-		"net.ipv4.tcp_max_tw_buckets=0 in the node namespace made it pass (0 failures in 20000 connections)")
 	e.sub(t)
 	e.policy(t, l7Rule{role: "client", port: httpPort, http: []map[string]any{httpRule("method", "GET", "path", "/v1")}})
 	port := int(e.nextPort.Add(1) - 1)
