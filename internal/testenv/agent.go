@@ -28,6 +28,10 @@ type Options struct {
 	TCPPorts, UDPPorts []uint16
 	// NoServers: AddEndpoint starts no servers.
 	NoServers bool
+	// CIDRHostSlots sizes the agent's CIDR host table (0: 1<<16, enough for the thousands
+	// of addresses most tests load; the agent's default, for 10M+ addresses, would lock
+	// hundreds of MiB per test agent). Tests that load millions of prefixes ask for more.
+	CIDRHostSlots uint32
 }
 
 // Env is an agent running in-process in a fresh node network namespace, with its own
@@ -53,6 +57,9 @@ func StartAgent(t testing.TB, opts Options) *Env {
 	if !opts.PodCIDR.IsValid() {
 		opts.PodCIDR = netip.MustParsePrefix("198.18.0.0/16")
 	}
+	if opts.CIDRHostSlots == 0 {
+		opts.CIDRHostSlots = 1 << 16
+	}
 	if len(opts.TCPPorts) == 0 && len(opts.UDPPorts) == 0 {
 		opts.TCPPorts = []uint16{80, 81}
 		opts.UDPPorts = []uint16{80, 81}
@@ -68,13 +75,14 @@ func StartAgent(t testing.TB, opts Options) *Env {
 		T:    t,
 		opts: opts,
 		Config: agent.Config{
-			Instance:  instance,
-			StateDir:  filepath.Join(t.TempDir(), "state"),
-			Socket:    filepath.Join(sockDir, "rampart.sock"),
-			BPFDir:    filepath.Join("/sys/fs/bpf/rampart", instance),
-			NodeNetns: "rp-" + instance + "-node",
-			PodCIDR:   opts.PodCIDR,
-			Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Instance:      instance,
+			StateDir:      filepath.Join(t.TempDir(), "state"),
+			Socket:        filepath.Join(sockDir, "rampart.sock"),
+			BPFDir:        filepath.Join("/sys/fs/bpf/rampart", instance),
+			NodeNetns:     "rp-" + instance + "-node",
+			PodCIDR:       opts.PodCIDR,
+			CIDRHostSlots: opts.CIDRHostSlots,
+			Logger:        slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		},
 		servers: map[string]*Servers{},
 	}
