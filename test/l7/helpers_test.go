@@ -350,11 +350,10 @@ func (e *env) raw(t testing.TB, nsPath string, timeout time.Duration) *testenv.R
 }
 
 // dial connects from the namespace at nsPath to `to`, from a client port that no earlier
-// connection of this agent's clients used. The proxy closes HTTP/1.1 connections first
-// when a client asks for it, which leaves a TIME_WAIT socket in the node namespace; a new
-// connection from the same client port meets the known bug TestL7/time-wait-port-reuse
-// shows (its SYN is lost for a minute). Tests of other things must not trip over it at
-// random, so no port is used twice.
+// connection of this agent's clients used, so each test controls exactly which client
+// ports are reused: only TestL7/time-wait-port-reuse reuses one on purpose (the proxy
+// closing first used to leave a TIME_WAIT socket in the node namespace that swallowed the
+// next SYN from that port; the agent now runs that namespace without TIME_WAIT).
 func (e *env) dial(nsPath string, to netip.AddrPort, timeout time.Duration) (net.Conn, error) {
 	port := e.nextPort.Add(1) - 1
 	if port > lastClientPort {
