@@ -133,6 +133,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	var cleanups []func() error
 	defer func() {
+		// Servers and clients first: nothing may still run in a namespace being removed.
+		if cerr := r.daemons.stopAll(); cerr != nil {
+			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
+		}
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			if cerr := cleanups[i](); cerr != nil {
 				res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
@@ -149,7 +153,6 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		res.Errors = append(res.Errors, e.Error())
 		return res, e
 	}
-	cleanups = append(cleanups, r.daemons.stopAll)
 
 	workDir, err := os.MkdirTemp("", "rp-bench-")
 	if err != nil {
@@ -192,11 +195,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 		fmt.Fprintf(r.log, "starting the agent (instance %s, %s)\n", res.Settings.AgentInstance, agentCIDR)
 		r.agent = newAgentProc(cfg.Rampartd, cfg.Rampart, res.Settings.AgentInstance, workDir, agentCIDR)
-		// Registered before start, so a half-started agent is uninstalled too. The servers
-		// inside its endpoints (and the agent) are stopped first, newest first.
-		cleanups = append(cleanups, func() error {
-			return errors.Join(r.daemons.stopAll(), r.agent.stop())
-		})
+		// Registered before start, so a half-started agent is uninstalled too.
+		cleanups = append(cleanups, r.agent.stop)
 		if err := r.agent.start(ctx, &r.daemons); err != nil {
 			return fail(err)
 		}
