@@ -125,10 +125,13 @@ func proxyRoute(lo int) *netlink.Route {
 // `ip route add local 0.0.0.0/0 dev lo table 101`, so packets the dataplane assigned to a
 // proxy socket are delivered locally (without it the socket assignment is ignored and the
 // packet forwarded to its original destination). It brings lo up (the proxy listens on
-// it), and sets net.ipv4.tcp_max_tw_buckets to 0 in that namespace (see
-// disableTimeWait). Idempotent.
+// it), sets net.ipv4.tcp_max_tw_buckets to 0 in that namespace (see disableTimeWait) and
+// moves its ephemeral ports out of the endpoints' range (see ProxyPortRange). Idempotent.
 func SetupProxyRouting(netnsPath string) error {
 	if err := disableTimeWait(netnsPath); err != nil {
+		return fmt.Errorf("setting up proxy routing: %w", err)
+	}
+	if err := separateProxyPorts(netnsPath); err != nil {
 		return fmt.Errorf("setting up proxy routing: %w", err)
 	}
 	h, err := netlinkHandle(netnsPath)
@@ -211,9 +214,33 @@ const tcpMaxTWBuckets = "/proc/sys/net/ipv4/tcp_max_tw_buckets"
 // against late duplicate segments of an old connection being taken into a new one on the
 // same tuple (rare: sequence numbers and timestamps must line up).
 func disableTimeWait(netnsPath string) error {
+	return writeNetnsSysctl(netnsPath, tcpMaxTWBuckets, "0")
+}
+
+// ipLocalPortRange is the per-network-namespace sysctl of ephemeral ports.
+const ipLocalPortRange = "/proc/sys/net/ipv4/ip_local_port_range"
+
+// ProxyPortRange is the node namespace's ephemeral port range. The proxy's upstream
+// connections keep the client's address (original_src) and take their ports from this
+// namespace's range; endpoints pick theirs from the kernel's default range (32768-60999),
+// which must not overlap: otherwise a client's new connection can land on the tuple of
+// one of the proxy's pooled upstream connections from the same address, and its packets are
+// handed to that socket (or, after the L7 rule is gone, taken by the server as part of that
+// connection), so the client never connects.
+const ProxyPortRange = "61000 65535"
+
+// separateProxyPorts moves the node namespace's ephemeral ports out of the endpoints'
+// range (see ProxyPortRange).
+func separateProxyPorts(netnsPath string) error {
+	return writeNetnsSysctl(netnsPath, ipLocalPortRange, ProxyPortRange)
+}
+
+// writeNetnsSysctl writes value to the /proc/sys file at path as seen from the network
+// namespace at netnsPath ("" = the caller's).
+func writeNetnsSysctl(netnsPath, path, value string) error {
 	write := func() error {
-		if err := os.WriteFile(tcpMaxTWBuckets, []byte("0\n"), 0o644); err != nil {
-			return fmt.Errorf("setting net.ipv4.tcp_max_tw_buckets=0: %w", err)
+		if err := os.WriteFile(path, []byte(value+"\n"), 0o644); err != nil {
+			return fmt.Errorf("setting %s=%s: %w", path, value, err)
 		}
 		return nil
 	}
