@@ -90,9 +90,18 @@ func TestQuickRun(t *testing.T) {
 	for _, c := range res.Comparisons {
 		switch c.Verdict {
 		case VerdictPass, VerdictMiss:
-			if !c.Ratio.Valid() || c.Ratio <= 0 || c.Rounds != 1 {
+			// A ratio of 0 is a measurement too: on a loaded machine a configuration may
+			// sustain no rate under the p99 bound in a 1 s quick run.
+			if !c.Ratio.Valid() || c.Ratio < 0 || c.Rounds != 1 {
 				t.Errorf("%s: verdict %s without a ratio: %+v", c.Name, c.Verdict, c)
 			}
+		case VerdictInvalid:
+			// Only when the denominator sustained no rate in the round (timing, not a
+			// harness fault); any other INVALID (errors in a case) fails the test.
+			if c.Note != "no round with a sustained rate for both" {
+				t.Errorf("%s: verdict %s: %s", c.Name, c.Verdict, c.Note)
+			}
+			t.Logf("%s: %s (quick run on a loaded machine)", c.Name, c.Note)
 		case VerdictNotAvailable:
 			if c.Note == "" || c.Ratio.Valid() {
 				t.Errorf("%s: not available without a reason, or with a number: %+v", c.Name, c)
