@@ -160,12 +160,21 @@ func (b *netfilterBase) flushOutput(ctx context.Context) error {
 }
 
 // iptablesFilter: one rule per prefix, as the original benchmark's iptables filter.
-type iptablesFilter struct{ netfilterBase }
+type iptablesFilter struct {
+	netfilterBase
+	rules int
+}
+
+// xtRuleLimit is about how many rules of this shape fit in one x_tables table: the kernel
+// refuses a table blob of 512 MiB or more (XT_MAX_TABLE_SIZE), and one rule with its
+// address match and DROP target takes about 210 bytes (measured with 1M rules).
+const xtRuleLimit = 2_500_000
 
 func (f *iptablesFilter) Name() string { return FilterIptables }
 
 func (f *iptablesFilter) Prepare(ctx context.Context, list []Prefix, _, dir string) error {
 	f.input = filepath.Join(dir, "iptables-restore.txt")
+	f.rules = len(list)
 	return writeFile(f.input, func(w io.Writer) error {
 		if _, err := io.WriteString(w, "*filter\n"); err != nil {
 			return err
@@ -180,6 +189,9 @@ func (f *iptablesFilter) Prepare(ctx context.Context, list []Prefix, _, dir stri
 
 func (f *iptablesFilter) Install(ctx context.Context) (install, error) {
 	c, err := f.run(ctx, f.input, f.ipt("iptables")+"-restore", "-w")
+	if err != nil && f.iptables == "legacy" && f.rules > xtRuleLimit {
+		err = fmt.Errorf("%w (probably the x_tables table size limit, XT_MAX_TABLE_SIZE = 512 MiB: about %d rules of this shape)", err, xtRuleLimit)
+	}
 	return install{Commands: []Command{c}, Entries: -1}, err
 }
 

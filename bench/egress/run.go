@@ -288,7 +288,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			case FilterControl:
 				fs[name] = &controlFilter{topo: peers}
 			case FilterIptables:
-				fs[name] = &iptablesFilter{nb}
+				fs[name] = &iptablesFilter{netfilterBase: nb}
 			case FilterIpset:
 				fs[name] = &ipsetFilter{nb}
 			case FilterNft:
