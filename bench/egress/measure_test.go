@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -37,6 +38,20 @@ func TestParseIperf(t *testing.T) {
 	}
 	if _, err := parseIperf([]byte(`{"error": "the server is busy running a test. try again later"}`)); err == nil || !strings.Contains(err.Error(), "busy") {
 		t.Errorf("busy server: %v", err)
+	}
+}
+
+func TestIperfRetryable(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"iperf3: the server is busy running a test. try again later":          true,
+		"iperf3: unable to receive control message: Connection reset by peer": true,
+		"iperf3: unable to connect to server: Connection refused":             true,
+		"iperf3: error - unable to write to stream socket: Broken pipe":       false,
+		"parsing iperf3 JSON: unexpected end of JSON input":                   false,
+	} {
+		if got := iperfRetryable(errors.New(msg)); got != want {
+			t.Errorf("%q: retryable %v, want %v", msg, got, want)
+		}
 	}
 }
 

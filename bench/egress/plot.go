@@ -39,7 +39,7 @@ type panel struct {
 var panels = []panel{
 	{"TCP throughput", "Gbit/s", false, func(s Summary) benchkit.Float { return s.TCPGbps }, true},
 	{"UDP throughput (1470-byte datagrams, unlimited rate)", "Gbit/s", false, func(s Summary) benchkit.Float { return s.UDPGbps }, true},
-	{"CPU at a fixed UDP rate", "busy % of the measured CPUs", false, func(s Summary) benchkit.Float { return s.CPUPercent }, true},
+	{"CPU of the sender at a fixed UDP rate (scaled to the rate when it fell short)", "iperf3 client CPU %, log scale", true, func(s Summary) benchkit.Float { return s.CPUPercent }, true},
 	{"ping round trip, p50 (1 ms interval)", "us, log scale", true, func(s Summary) benchkit.Float { return s.PingP50Us }, true},
 	{"TCP request/response, p50", "us, log scale", true, func(s Summary) benchkit.Float { return s.RRP50Us }, true},
 	{"set-up time (command to listed address blocked)", "s, log scale", true, func(s Summary) benchkit.Float { return s.SetupSeconds }, false},

@@ -732,7 +732,7 @@ func (r *runner) iperf(ctx context.Context, t *topology, d time.Duration, extra 
 			err = runErr
 		}
 		lastErr = err
-		if !strings.Contains(err.Error(), "busy") && !strings.Contains(err.Error(), "unable to connect") {
+		if !iperfRetryable(err) {
 			break
 		}
 		select {
@@ -742,6 +742,19 @@ func (r *runner) iperf(ctx context.Context, t *topology, d time.Duration, extra 
 		}
 	}
 	return Iperf{}, lastErr
+}
+
+// iperfRetryable says whether an iperf3 failure is one of its transient control channel
+// errors (the server still busy with the previous run or restarting its listener, a reset
+// control connection), after which the whole run is simply repeated.
+func iperfRetryable(err error) bool {
+	s := err.Error()
+	for _, t := range []string{"busy", "unable to connect", "control message", "Connection reset by peer"} {
+		if strings.Contains(s, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // ping runs `ping -i INTERVAL -c COUNT` from t's client to its server (an interval under
