@@ -87,7 +87,9 @@ static __always_inline struct ct_value *ct_live(struct ct_key *k, __u8 proto, __
 
 	if (!v)
 		return 0;
-	if (now - v->last_seen_ns > ct_timeout(v, proto)) {
+	/* Signed: an entry written with the precise clock (the agent, or a CPU whose coarse
+	 * clock is a tick ahead) may be slightly newer than now; it is live, not expired. */
+	if ((__s64)(now - v->last_seen_ns) > (__s64)ct_timeout(v, proto)) {
 		bpf_map_delete_elem(&ct, k);
 		return 0;
 	}

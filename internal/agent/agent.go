@@ -38,6 +38,8 @@ type Agent struct {
 	prox     Proxy     // the L7 proxy, nil until some state has L7 rules (see proxy.go)
 	sets     *setStore // the CIDR set files
 	proxyErr string    // why the proxy could not be started
+	// proxyRouted: the node namespace routes steered packets to the proxy (RouteToProxy).
+	proxyRouted bool
 
 	view  atomic.Pointer[view] // read by the flow decorator without mu
 	flows *flowHub

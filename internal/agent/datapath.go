@@ -69,13 +69,17 @@ func (r *realDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEnt
 	return r.dp.ApplyIPCache(entries)
 }
 
-// SetupProxy routes steered packets locally in the node namespace and sets the proxy
-// listener in the dataplane.
+// SetupProxy prepares the node namespace for the proxy and sets the proxy listener in the
+// dataplane.
 func (r *realDatapath) SetupProxy(netnsPath string, listen netip.AddrPort) error {
-	if err := datapath.SetupProxyRouting(netnsPath); err != nil {
+	if err := datapath.PrepareProxyNamespace(netnsPath); err != nil {
 		return err
 	}
 	return r.dp.SetProxy(listen)
+}
+
+func (r *realDatapath) RouteToProxy(netnsPath string) error {
+	return datapath.SetupProxyRouting(netnsPath)
 }
 
 func (r *realDatapath) Counters(epID uint32) (api.Counters, error) {

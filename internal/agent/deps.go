@@ -27,10 +27,13 @@ type Datapath interface {
 	Installed() map[int]uint32
 	// ApplyIPCache makes the ipcache equal to entries.
 	ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error
-	// SetupProxy prepares the node namespace at netnsPath for L7 steering (packets the
-	// dataplane hands to the proxy are routed locally) and tells the dataplane where the
-	// proxy's transparent listener is. Idempotent.
+	// SetupProxy prepares the node namespace at netnsPath for the L7 proxy and tells the
+	// dataplane where the proxy's transparent listener is. Idempotent.
 	SetupProxy(netnsPath string, listen netip.AddrPort) error
+	// RouteToProxy makes the node namespace at netnsPath deliver locally the packets the
+	// dataplane hands to the proxy (a policy route, which costs all forwarded traffic a
+	// little, so the agent adds it only once L7 rules are in force). Idempotent.
+	RouteToProxy(netnsPath string) error
 	Counters(epID uint32) (api.Counters, error)
 	// ReadEvent blocks until the next flow event; it fails once Close was called.
 	ReadEvent() (FlowEvent, error)

@@ -87,6 +87,8 @@ type fakeDatapath struct {
 	failAll           bool // every ApplyEndpoint fails
 	proxyNetns        string
 	proxyListen       netip.AddrPort
+	proxyRouted       int   // RouteToProxy calls
+	proxyRoutedAt     int64 // sequence number of the first
 	// applied records, for each ApplyEndpoint, the sequence number (see seq) and whether
 	// the policy had redirect entries.
 	applied   []appliedEP
@@ -350,6 +352,16 @@ func (d *fakeDatapath) SetupProxy(netnsPath string, listen netip.AddrPort) error
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.proxyNetns, d.proxyListen = netnsPath, listen
+	return nil
+}
+
+func (d *fakeDatapath) RouteToProxy(netnsPath string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.proxyRouted == 0 {
+		d.proxyRoutedAt = seq.Add(1)
+	}
+	d.proxyRouted++
 	return nil
 }
 

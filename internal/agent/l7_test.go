@@ -56,6 +56,13 @@ func TestL7ProxyBeforeDataplane(t *testing.T) {
 	if h.prox.count() != 0 {
 		t.Fatal("proxy started without L7 rules")
 	}
+	// The policy route to the proxy costs all forwarded traffic: not without L7 rules.
+	if _, err := h.apply("l3.yaml", l3Deathstar); err != nil {
+		t.Fatal(err)
+	}
+	if h.dp.proxyRouted != 0 {
+		t.Fatal("proxy route added without L7 rules")
+	}
 	if st, _ := h.a.Status(context.Background()); st.Proxy.State != "not started" {
 		t.Fatalf("proxy state %q before L7 rules", st.Proxy.State)
 	}
@@ -77,6 +84,9 @@ func TestL7ProxyBeforeDataplane(t *testing.T) {
 	}
 	if redirectAt == 0 || redirectAt < up.seq {
 		t.Fatalf("redirect entries applied at %d, proxy updated at %d: the proxy must come first", redirectAt, up.seq)
+	}
+	if h.dp.proxyRouted != 1 || h.dp.proxyRoutedAt > redirectAt {
+		t.Fatalf("proxy route added %d times, at %d; redirect entries at %d: want once, before", h.dp.proxyRouted, h.dp.proxyRoutedAt, redirectAt)
 	}
 	st, _ := h.a.Status(context.Background())
 	if st.Proxy.State != "running" || st.Proxy.PID != 4242 {
@@ -117,6 +127,13 @@ func TestL7ProxyBeforeDataplane(t *testing.T) {
 	}
 	if !(first.seq < plainAt && plainAt < second.seq) {
 		t.Fatalf("order: keep update %d, dataplane %d, prune %d", first.seq, plainAt, second.seq)
+	}
+	// L7 again: the route is there already.
+	if _, err := h.apply("l7.yaml", l7Deathstar); err != nil {
+		t.Fatal(err)
+	}
+	if h.dp.proxyRouted != 1 {
+		t.Fatalf("proxy route added %d times, want once", h.dp.proxyRouted)
 	}
 }
 

@@ -86,6 +86,15 @@ func (a *Agent) proxyUpdate(old, new *desired) error {
 	if a.prox == nil && len(new.state.L7) == 0 {
 		return nil
 	}
+	if len(new.state.L7) > 0 && !a.proxyRouted {
+		// Before the dataplane steers anything. Without the route, steered packets would
+		// be forwarded to their destination, which drops them (proxy bypass): closed, but
+		// broken.
+		if err := a.dp.RouteToProxy(a.net.NetnsPath()); err != nil {
+			return fmt.Errorf("routing to the L7 proxy: %w", err)
+		}
+		a.proxyRouted = true
+	}
 	p, err := a.ensureProxy()
 	if err != nil {
 		a.log.Error("L7 rules are in force but the proxy cannot run: connections that need it are refused", "error", err)
