@@ -20,7 +20,6 @@ import (
 const (
 	cidrGroup  = "egress-blocklist"
 	clientApp  = "bench-client"
-	serverApp  = "bench-server"
 	policyName = "egress-blocklist"
 )
 
@@ -43,8 +42,9 @@ spec:
     - cidrGroupRef: %s
 `, policyName, benchNamespace, clientApp, cidrGroup)
 
-// rampartFilter is Rampart itself: its own agent with client and server endpoints, the
-// list loaded as a CIDR set, and a policy that denies the client's egress to the set.
+// rampartFilter is Rampart itself: its own agent with the client as its endpoint, the list
+// loaded as a CIDR set, and a policy that denies the client's egress to the set. The server
+// is a plain namespace behind the agent's node (see addServer).
 type rampartFilter struct {
 	topo       *topology
 	agent      *benchkit.Agent
@@ -57,31 +57,28 @@ func (f *rampartFilter) Name() string        { return FilterRampart }
 func (f *rampartFilter) daemonPid() int      { return f.agent.Pid() }
 func (f *rampartFilter) Topology() *topology { return f.topo }
 
-// startRampart starts an agent for instance with its endpoints and a world namespace
-// behind its node namespace, and returns the filter. The agent is stopped and uninstalled
-// by stop, also after a partial failure.
-func startRampart(ctx context.Context, cfg *Config, daemons *benchkit.Daemons, instance, workDir string, podCIDR, worldCIDR netip.Prefix) (f *rampartFilter, stop func() error, err error) {
+// startRampart starts an agent for instance with the client endpoint, and the server (in
+// serverCIDR) and world namespaces behind its node namespace, and returns the filter. The
+// agent is stopped and uninstalled by stop, also after a partial failure.
+func startRampart(ctx context.Context, cfg *Config, daemons *benchkit.Daemons, instance, workDir string, podCIDR, serverCIDR, worldCIDR netip.Prefix) (f *rampartFilter, stop func() error, err error) {
 	agent := benchkit.NewAgent(cfg.Rampartd, cfg.Rampart, instance, workDir, podCIDR)
 	f = &rampartFilter{agent: agent, timeout: cfg.Budget, policyPath: filepath.Join(workDir, "egress-policy.yaml")}
 	f.topo = &topology{Name: "agent"}
 	stop = func() error {
-		// The world first (it lives in the agent's node namespace), then the agent, which
+		// The server and world first (they live in the agent's node namespace), then the agent, which
 		// uninstalls its endpoints, node namespace and pins.
 		return errors.Join(f.topo.Close(), agent.Stop())
 	}
 	if err := agent.Start(ctx, daemons); err != nil {
 		return nil, stop, err
 	}
-	for _, e := range []struct {
-		name, app string
-		n         uint32
-		dst       **host
-	}{{"client", clientApp, 10, &f.topo.Client}, {"server", serverApp, 11, &f.topo.Server}} {
-		ep, err := agent.AddEndpoint(ctx, benchNamespace, e.name, []string{"app=" + e.app}, benchkit.HostAddr(podCIDR, e.n))
-		if err != nil {
-			return nil, stop, err
-		}
-		*e.dst = &host{Name: e.name, IP: ep.IP, Netns: ep.API.Netns, HostIf: ep.API.HostInterface}
+	ep, err := agent.AddEndpoint(ctx, benchNamespace, "client", []string{"app=" + clientApp}, benchkit.HostAddr(podCIDR, 10))
+	if err != nil {
+		return nil, stop, err
+	}
+	f.topo.Client = &host{Name: "client", IP: ep.IP, Netns: ep.API.Netns, HostIf: ep.API.HostInterface}
+	if err := f.topo.addServer(agent.NodeNetns(), instance, serverCIDR); err != nil {
+		return nil, stop, err
 	}
 	if err := f.topo.addWorld(agent.NodeNetns(), instance, worldCIDR); err != nil {
 		return nil, stop, err

@@ -205,6 +205,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	// list (with one probe address) serves every filter.
 	worldCIDR := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, cidrs[0].Addr().As4()[2], 0}), 24)
 	probe, neighbour := worldAddrs(worldCIDR)
+	// The agent topology's server is a plain namespace in a range of its own (see addServer),
+	// in 198.19.0.0/16 like the world's, which no drawn prefix overlaps.
+	serverCIDR := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, cidrs[2].Addr().As4()[2], 0}), 24)
 	instance := "eg" + benchkit.Suffix()
 	memAvail := memAvailable()
 	if cfg.MemLimit == 0 {
@@ -305,7 +308,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 				fmt.Fprintf(r.log, "rampart: not available: %s\n", why)
 				continue
 			}
-			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"a", filepath.Join(r.work, "agent"), cidrs[2], worldCIDR)
+			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"a", filepath.Join(r.work, "agent"), cidrs[2], serverCIDR, worldCIDR)
 			cleanups = append(cleanups, stop)
 			if err != nil {
 				return fail(fmt.Errorf("starting the Rampart agent: %w", err))

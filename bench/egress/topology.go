@@ -104,15 +104,10 @@ func buildPlain(name, instance string, podCIDR, worldCIDR netip.Prefix) (t *topo
 // goes on the node's lo beside the agent's, so the world routes back through the node like
 // an endpoint does, but no agent knows of it.
 func (t *topology) addWorld(nodeNetns, instance string, worldCIDR netip.Prefix) error {
-	world := endpoint.Node{Instance: instance + "-w", Netns: nodeNetns, PodCIDR: worldCIDR}
-	if err := world.Setup(); err != nil {
-		return fmt.Errorf("adding the world's router address: %w", err)
-	}
 	probe, neighbour := worldAddrs(worldCIDR)
-	t.cleanup = append(t.cleanup, func() error { return world.Delete("world", "world") })
-	ep, err := world.Create("world", "world", probe)
+	world, ep, err := t.addPlainHost(nodeNetns, instance+"-w", "world", worldCIDR, probe)
 	if err != nil {
-		return fmt.Errorf("creating the world namespace: %w", err)
+		return err
 	}
 	t.World = &host{Name: "world", IP: probe, Netns: ep.NetnsPath, HostIf: ep.HostIfName}
 	t.Neighbour = neighbour
@@ -138,6 +133,37 @@ func (t *topology) addWorld(nodeNetns, instance string, worldCIDR netip.Prefix) 
 	if err != nil {
 		return fmt.Errorf("routing %v to the world: %w", neighbour, err)
 	}
+	return nil
+}
+
+// addPlainHost creates a namespace named name with address ip behind node namespace
+// nodeNetns, made with internal/endpoint under a node description of its own (instance,
+// range cidr, whose router address goes on the node's lo), so it routes through the node
+// like an endpoint but no agent knows of it.
+func (t *topology) addPlainHost(nodeNetns, instance, name string, cidr netip.Prefix, ip netip.Addr) (endpoint.Node, endpoint.Endpoint, error) {
+	node := endpoint.Node{Instance: instance, Netns: nodeNetns, PodCIDR: cidr}
+	if err := node.Setup(); err != nil {
+		return node, endpoint.Endpoint{}, fmt.Errorf("adding the %s's router address: %w", name, err)
+	}
+	t.cleanup = append(t.cleanup, func() error { return node.Delete(name, name) })
+	ep, err := node.Create(name, name, ip)
+	if err != nil {
+		return node, ep, fmt.Errorf("creating the %s namespace: %w", name, err)
+	}
+	return node, ep, nil
+}
+
+// addServer creates the measured server of an agent topology: a plain namespace behind the
+// agent's node namespace at the 11th address of cidr, not an endpoint. The original
+// benchmark's server is another machine that the client's filter does not touch; as an
+// endpoint it would add the agent's ingress program to every packet, which no peer pays.
+func (t *topology) addServer(nodeNetns, instance string, cidr netip.Prefix) error {
+	ip := benchkit.HostAddr(cidr, 11)
+	_, ep, err := t.addPlainHost(nodeNetns, instance+"-s", "server", cidr, ip)
+	if err != nil {
+		return err
+	}
+	t.Server = &host{Name: "server", IP: ip, Netns: ep.NetnsPath, HostIf: ep.HostIfName}
 	return nil
 }
 

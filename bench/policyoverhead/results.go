@@ -43,6 +43,8 @@ type Result struct {
 	JSONPath   string       `json:"-"`
 	PlotPath   string       `json:"-"`
 	Incomplete bool         `json:"incomplete,omitempty"` // interrupted before all rounds ran
+	// Pooled is how many runs Pool merged into this result (0: a single run).
+	Pooled int `json:"pooled,omitempty"`
 }
 
 // HostInfo says where the numbers come from; they only compare within one machine.
@@ -319,6 +321,10 @@ func (r *Result) printNotes(w io.Writer) {
 	fmt.Fprintf(w, "target: throughput ratio >= %.2f of the no-agent baseline measured in the same run\n", TargetThroughputRatio)
 	fmt.Fprintf(w, "ratios: medians over %d rounds of sample / baseline sample measured next to it; (min-max) shows the noise\n",
 		r.Settings.Repeats)
+	if r.Pooled > 1 {
+		fmt.Fprintf(w, "pooled: the pairs of %d runs, %s to %s\n", r.Pooled,
+			r.Started.UTC().Format("2006-01-02 15:04"), r.Finished.UTC().Format("2006-01-02 15:04 MST"))
+	}
 	fmt.Fprintf(w, "load average %.2f at start, %.2f at end (%d CPUs)\n", r.Host.LoadStart, r.Host.LoadEnd, r.Host.CPUs)
 	for _, c := range r.Cases {
 		for _, e := range c.Errors {

@@ -65,12 +65,23 @@ func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
 		if fs.Parse(args) != nil {
 			return 2
 		}
-		if fs.NArg() != 1 {
-			fmt.Fprintln(stderr, "usage: policyoverhead report [--markdown] FILE.json")
+		if fs.NArg() < 1 {
+			fmt.Fprintln(stderr, "usage: policyoverhead report [--markdown] FILE.json [FILE.json...] (several: their pairs pooled)")
 			return 2
 		}
+		var runs []*Result
+		for _, f := range fs.Args() {
+			var r *Result
+			if r, err = ReadResult(f); err != nil {
+				break
+			}
+			runs = append(runs, r)
+		}
 		var r *Result
-		if r, err = ReadResult(fs.Arg(0)); err == nil {
+		if err == nil {
+			r, err = Pool(runs)
+		}
+		if err == nil {
 			if *md {
 				r.PrintMarkdown(stdout)
 			} else {
