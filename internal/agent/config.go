@@ -38,7 +38,7 @@ type Config struct {
 	// ProxyListen is the proxy's transparent listener in the node namespace (default
 	// 127.0.0.1:15001).
 	ProxyListen netip.AddrPort
-	// ProxyConcurrency is Envoy's worker thread count (0: 2).
+	// ProxyConcurrency is Envoy's worker thread count (0: the CPUs the agent may run on).
 	ProxyConcurrency int
 	// CIDRHostSlots sizes the CIDR sets' host-address table (0: the datapath default,
 	// sized for 10M+ addresses, about 320 MiB of kernel memory per bank pair). Tests and

@@ -49,10 +49,11 @@ func openProxy(cfg Config, netnsPath string, onLog func(proxy.AccessLog)) (Proxy
 		return nil, err
 	}
 	return proxy.New(proxy.Config{
-		Instance:  cfg.Instance,
-		Envoy:     bin,
-		NetnsPath: netnsPath,
-		RunDir:    cfg.proxyRunDir(),
+		Instance:    cfg.Instance,
+		Concurrency: cfg.ProxyConcurrency,
+		Envoy:       bin,
+		NetnsPath:   netnsPath,
+		RunDir:      cfg.proxyRunDir(),
 		// The dataplane admits the proxy's upstream connections by this socket mark.
 		Options:     proxy.Options{Listen: cfg.ProxyListen, UpstreamMark: datapath.ProxyUpstreamMark},
 		Logger:      cfg.Logger.With("instance", cfg.Instance),

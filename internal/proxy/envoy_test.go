@@ -2,11 +2,13 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -164,6 +166,15 @@ func TestEnvoyEnforcesAndRecovers(t *testing.T) {
 	st := e.mgr.Status()
 	if !st.Running || st.PID == 0 || st.Chains != 1 || st.AckedVersion != st.Version {
 		t.Fatalf("status after start: %+v", st)
+	}
+	// One worker per CPU this process may use (Envoy's own default would count the
+	// machine's).
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", st.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("\x00--concurrency\x00%d\x00", runtime.NumCPU()); !strings.Contains(string(cmdline), want) {
+		t.Errorf("envoy command line %q, want %q", cmdline, want)
 	}
 
 	c := testenv.HTTPClient(e.client, 5*time.Second)

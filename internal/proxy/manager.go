@@ -35,7 +35,8 @@ type Config struct {
 	// paths are limited to 107 bytes: keep it short.
 	RunDir  string
 	Options Options
-	// Concurrency is Envoy's worker thread count (default 2).
+	// Concurrency is Envoy's worker thread count (default: the CPUs this process may run
+	// on).
 	Concurrency int
 	// ExtraArgs are appended to Envoy's command line (tuning, debugging).
 	ExtraArgs []string
@@ -116,7 +117,9 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 2
+		// The CPUs this process may run on (Envoy inherits the affinity): more workers
+		// than that only contend.
+		cfg.Concurrency = max(1, runtime.NumCPU())
 	}
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = 5 * time.Second
