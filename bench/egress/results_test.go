@@ -234,6 +234,14 @@ func TestPredict(t *testing.T) {
 	if len(p.FromCounts) != 2 || p.FromCounts[1] != 10_000 {
 		t.Errorf("from counts %v", p.FromCounts)
 	}
+	// No prediction over more than two decades: 10 to 10M would extrapolate fixed costs.
+	r.history[FilterRampart] = []caseCost{{n: 10, setup: 0.04, measure: 120, user: 18 << 20}}
+	if p := r.predict(FilterRampart, 10_000_000); p != nil {
+		t.Errorf("predicted 10M from 10: %+v", p)
+	}
+	if p := r.predict(FilterRampart, 1000); p == nil {
+		t.Error("no prediction for 1000 from 10")
+	}
 	// Set-up never shrinks below linear, even if small counts were dominated by start-up.
 	r.history[FilterIpset] = []caseCost{{n: 10, setup: 0.01}, {n: 100, setup: 0.01}}
 	if p := r.predict(FilterIpset, 1000); math.Abs(p.SetupSeconds-0.1) > 1e-9 {

@@ -838,15 +838,25 @@ func (r *runner) memLimit() int64 {
 // filters that fit.
 const memNoiseCount = 10_000
 
+// maxPredictFactor is how far (count ratio) a prediction may extrapolate.
+const maxPredictFactor = 100
+
 // predict extrapolates a filter's cost at n from its last two counts (one: linearly). Set-up
 // and memory grow at least linearly; measuring and removal as the history shows (iptables'
-// per-packet walk makes measuring slower with every rule).
+// per-packet walk makes measuring slower with every rule). Nil: no prediction (no history,
+// or n more than maxPredictFactor times the last count).
 func (r *runner) predict(name string, n int) *Prediction {
 	h := r.history[name]
 	if len(h) == 0 {
 		return nil
 	}
 	last := h[len(h)-1]
+	if n > maxPredictFactor*last.n {
+		// Small counts are dominated by fixed costs (process start, the agent's tables):
+		// from 10 prefixes to 10M, linear growth of those would predict hours. Such a
+		// case runs, bounded by the budget's timeouts.
+		return nil
+	}
 	var prev *caseCost
 	if len(h) >= 2 {
 		prev = &h[len(h)-2]

@@ -102,7 +102,11 @@ static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, in
 {
 	__u32 add = 0;
 
-	v->last_seen_ns = now;
+	/* Written only when the coarse clock has moved (a few hundred times a second at
+	 * most): a flow's packets in both directions share this entry, often on different
+	 * CPUs, and a store on every packet would bounce its cache line between them. */
+	if (v->last_seen_ns != now)
+		v->last_seen_ns = now;
 	if (reply && !(v->flags & CT_F_SEEN_REPLY))
 		add |= CT_F_SEEN_REPLY;
 	if (p->t.proto == IPPROTO_TCP) {
