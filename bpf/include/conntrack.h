@@ -46,24 +46,23 @@ static __always_inline __u8 dir_opposite(__u8 dir)
 
 /* ct_key_fill writes the whole key (zeroed first: unused address bytes and padding are
  * part of the hash). reverse swaps addresses and ports. */
-static __always_inline void ct_key_fill(struct ct_key *k, const struct tuple *t, __u32 ep_id,
+static __always_inline void ct_key_fill(struct ct4_key *k, const struct tuple *t, __u32 ep_id,
 					__u8 dir, int reverse)
 {
 	__builtin_memset(k, 0, sizeof(*k));
 	if (reverse) {
-		__builtin_memcpy(k->saddr, &t->daddr, 4);
-		__builtin_memcpy(k->daddr, &t->saddr, 4);
+		k->saddr = t->daddr;
+		k->daddr = t->saddr;
 		k->sport = t->dport;
 		k->dport = t->sport;
 	} else {
-		__builtin_memcpy(k->saddr, &t->saddr, 4);
-		__builtin_memcpy(k->daddr, &t->daddr, 4);
+		k->saddr = t->saddr;
+		k->daddr = t->daddr;
 		k->sport = t->sport;
 		k->dport = t->dport;
 	}
 	k->ep_id = ep_id;
 	k->protocol = t->proto;
-	k->family = RAMPART_FAMILY_V4;
 	k->direction = dir;
 }
 
@@ -81,16 +80,16 @@ static __always_inline __u64 ct_timeout(const struct ct_value *v, __u8 proto)
 
 /* ct_live returns the entry for k if it exists and has not expired; an expired entry is
  * deleted so it cannot be mistaken for a live one later. */
-static __always_inline struct ct_value *ct_live(struct ct_key *k, __u8 proto, __u64 now)
+static __always_inline struct ct_value *ct_live(struct ct4_key *k, __u8 proto, __u64 now)
 {
-	struct ct_value *v = bpf_map_lookup_elem(&ct, k);
+	struct ct_value *v = bpf_map_lookup_elem(&ct4, k);
 
 	if (!v)
 		return 0;
 	/* Signed: an entry written with the precise clock (the agent, or a CPU whose coarse
 	 * clock is a tick ahead) may be slightly newer than now; it is live, not expired. */
 	if ((__s64)(now - v->last_seen_ns) > (__s64)ct_timeout(v, proto)) {
-		bpf_map_delete_elem(&ct, k);
+		bpf_map_delete_elem(&ct4, k);
 		return 0;
 	}
 	return v;
@@ -132,7 +131,7 @@ static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, in
 static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir, __u64 now,
 				     __u32 *flags, struct ct_value **entry)
 {
-	struct ct_key k;
+	struct ct4_key k;
 	struct ct_value *v;
 
 	*flags = 0;
@@ -188,7 +187,7 @@ static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir,
 static __always_inline void ct_create(const struct pkt *p, __u32 ep_id, __u8 dir, __u32 rule_id,
 				      __u32 flags, __u32 revision, __u64 now)
 {
-	struct ct_key k;
+	struct ct4_key k;
 	struct ct_value v = {};
 
 	if (p->icmp_kind == ICMP_K_ERROR || p->icmp_kind == ICMP_K_OTHER)
@@ -201,7 +200,7 @@ static __always_inline void ct_create(const struct pkt *p, __u32 ep_id, __u8 dir
 	v.revision = revision;
 	if (p->t.proto == IPPROTO_TCP && (p->tcp_flags & TCP_F_RST))
 		v.flags |= CT_F_CLOSING;
-	bpf_map_update_elem(&ct, &k, &v, BPF_ANY);
+	bpf_map_update_elem(&ct4, &k, &v, BPF_ANY);
 }
 
 #endif /* __RAMPART_CONNTRACK_H */

@@ -51,10 +51,10 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, RAMPART_CT_MAX);
-	__type(key, struct ct_key);
+	__type(key, struct ct4_key);
 	__type(value, struct ct_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} ct SEC(".maps");
+} ct4 SEC(".maps");
 
 /* First-fragment verdicts, for the later fragments of the same datagram. */
 struct {

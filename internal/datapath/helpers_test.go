@@ -179,6 +179,16 @@ func (p packet) bytes() []byte {
 	return append(eth, p.ipv4()...)
 }
 
+// ct4Key is the conntrack key of p's tuple at endpoint ep in direction dir (addresses and
+// ports in network byte order, as the programs store them).
+func ct4Key(p packet, ep uint32, dir uint8) rampartCt4Key {
+	s, d := p.src.As4(), p.dst.As4()
+	return rampartCt4Key{
+		Saddr: binary.NativeEndian.Uint32(s[:]), Daddr: binary.NativeEndian.Uint32(d[:]),
+		Sport: htons(p.sport), Dport: htons(p.dport), EpId: ep, Protocol: p.proto, Direction: dir,
+	}
+}
+
 // skbContext is the start of struct __sk_buff up to ifindex: BPF_PROG_RUN takes the
 // packet's interface from ctx.ifindex (the device must exist in the caller's network
 // namespace; 0 or 1 means loopback) and its mark from ctx.mark. All other fields must be

@@ -397,17 +397,14 @@ func TestL7UpstreamMark(t *testing.T) {
 // a reply seen and the given extra flags.
 func putCT(t *testing.T, d *Datapath, p packet, ep uint32, dir policy.Direction, flags uint32) {
 	t.Helper()
-	k := rampartCtKey{Sport: htons(p.sport), Dport: htons(p.dport), EpId: ep, Protocol: p.proto, Family: familyV4, Direction: uint8(dir)}
-	s, dst := p.src.As4(), p.dst.As4()
-	copy(k.Saddr[:], s[:])
-	copy(k.Daddr[:], dst[:])
+	k := ct4Key(p, ep, uint8(dir))
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		t.Fatal(err)
 	}
 	now := uint64(ts.Nano())
 	v := rampartCtValue{CreatedNs: now, LastSeenNs: now, Flags: flags | ctFSeenReply}
-	if err := d.objs.Ct.Update(&k, &v, ebpf.UpdateAny); err != nil {
+	if err := d.objs.Ct4.Update(&k, &v, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -28,17 +28,16 @@ type rampartCidrConfig struct {
 	ZeroMask     [2]uint32
 }
 
-type rampartCtKey struct {
+type rampartCt4Key struct {
 	_         structs.HostLayout
-	Saddr     [16]uint8
-	Daddr     [16]uint8
+	Saddr     uint32
+	Daddr     uint32
 	Sport     uint16
 	Dport     uint16
 	EpId      uint32
 	Protocol  uint8
-	Family    uint8
 	Direction uint8
-	Pad       uint8
+	Pad       uint16
 }
 
 type rampartCtValue struct {
@@ -169,7 +168,7 @@ const (
 	rampartMapCidrHost                  = "cidr_host"
 	rampartMapCidrTop                   = "cidr_top"
 	rampartMapCounters                  = "counters"
-	rampartMapCt                        = "ct"
+	rampartMapCt4                       = "ct4"
 	rampartMapEndpoints                 = "endpoints"
 	rampartMapEndpointsById             = "endpoints_by_id"
 	rampartMapEvents                    = "events"
@@ -242,7 +241,7 @@ type rampartMapSpecs struct {
 	CidrHost      *ebpf.MapSpec `ebpf:"cidr_host"`
 	CidrTop       *ebpf.MapSpec `ebpf:"cidr_top"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	Ct            *ebpf.MapSpec `ebpf:"ct"`
+	Ct4           *ebpf.MapSpec `ebpf:"ct4"`
 	Endpoints     *ebpf.MapSpec `ebpf:"endpoints"`
 	EndpointsById *ebpf.MapSpec `ebpf:"endpoints_by_id"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
@@ -289,7 +288,7 @@ type rampartMaps struct {
 	CidrHost      *ebpf.Map `ebpf:"cidr_host"`
 	CidrTop       *ebpf.Map `ebpf:"cidr_top"`
 	Counters      *ebpf.Map `ebpf:"counters"`
-	Ct            *ebpf.Map `ebpf:"ct"`
+	Ct4           *ebpf.Map `ebpf:"ct4"`
 	Endpoints     *ebpf.Map `ebpf:"endpoints"`
 	EndpointsById *ebpf.Map `ebpf:"endpoints_by_id"`
 	Events        *ebpf.Map `ebpf:"events"`
@@ -307,7 +306,7 @@ func (m *rampartMaps) Close() error {
 		m.CidrHost,
 		m.CidrTop,
 		m.Counters,
-		m.Ct,
+		m.Ct4,
 		m.Endpoints,
 		m.EndpointsById,
 		m.Events,

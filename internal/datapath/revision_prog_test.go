@@ -84,12 +84,9 @@ func TestPolicyChangeEstablished(t *testing.T) {
 	cur := endpointRevision(t, f.d)
 	ctRev := func(p packet, dir uint8) uint32 {
 		t.Helper()
-		k := rampartCtKey{Sport: htons(p.sport), Dport: htons(p.dport), EpId: epID, Protocol: p.proto, Family: familyV4, Direction: dir}
-		s, d := p.src.As4(), p.dst.As4()
-		copy(k.Saddr[:], s[:])
-		copy(k.Daddr[:], d[:])
+		k := ct4Key(p, epID, dir)
 		var v rampartCtValue
-		if err := f.d.objs.Ct.Lookup(&k, &v); err != nil {
+		if err := f.d.objs.Ct4.Lookup(&k, &v); err != nil {
 			t.Fatalf("conntrack entry of %v: %v", p, err)
 		}
 		return v.Revision
