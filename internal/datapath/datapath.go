@@ -185,7 +185,9 @@ func (d *Datapath) Remove() error {
 	if err := d.objs.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("closing datapath: %w", err))
 	}
-	if err := os.Remove(d.pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// RemoveAll: pins an older version left behind (maps it no longer has, such as the
+	// conntrack map before it became ct4) go too.
+	if err := os.RemoveAll(d.pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("removing pin directory: %w", err))
 	}
 	return errors.Join(errs...)
