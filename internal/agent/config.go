@@ -29,7 +29,8 @@ type Config struct {
 	PodCIDR   netip.Prefix // default DefaultPodCIDR
 	Logger    *slog.Logger
 
-	// FlowHistory is how many recent flows are kept for observe (default 8192).
+	// FlowHistory is how many recent flows are kept for observe (default 8192), twice:
+	// drops, and all other flows, so that allowed traffic cannot push drops out.
 	FlowHistory int
 
 	// Envoy is the L7 proxy's binary ("" = proxy.FindEnvoy: $RAMPART_ENVOY, else the

@@ -153,30 +153,67 @@ func (v *view) peer(ip netip.Addr, port uint16, id identity.Identity) api.FlowPe
 	return p
 }
 
-// flowHub keeps recent flows and fans new ones out to observers.
+// flowHub keeps recent flows and fans new ones out to observers. Drops are kept in a
+// history of their own: they are what users look for afterwards, and a busy endpoint's
+// allowed connections (thousands a second) would otherwise push them out within seconds.
 type flowHub struct {
-	mu     sync.Mutex
-	ring   []api.Flow
-	next   int // where the next flow goes
-	full   bool
-	subs   map[chan api.Flow]struct{}
-	seen   uint64
-	lost   uint64
-	closed bool
+	mu      sync.Mutex
+	dropped flowRing // flows with verdict DROPPED
+	other   flowRing // everything else
+	subs    map[chan api.Flow]struct{}
+	seen    uint64
+	lost    uint64
+	closed  bool
+}
+
+// flowRing is a fixed-size history; seq numbers let two rings merge in publish order.
+type flowRing struct {
+	flows []api.Flow
+	seqs  []uint64
+	next  int // where the next flow goes
+	full  bool
+}
+
+func newFlowRing(size int) flowRing {
+	return flowRing{flows: make([]api.Flow, size), seqs: make([]uint64, size)}
+}
+
+func (r *flowRing) add(f api.Flow, seq uint64) {
+	r.flows[r.next], r.seqs[r.next] = f, seq
+	r.next = (r.next + 1) % len(r.flows)
+	if r.next == 0 {
+		r.full = true
+	}
+}
+
+// n is how many entries the ring holds.
+func (r *flowRing) n() int {
+	if r.full {
+		return len(r.flows)
+	}
+	return r.next
+}
+
+// at returns the i-th oldest entry and its sequence number.
+func (r *flowRing) at(i int) (api.Flow, uint64) {
+	if r.full {
+		i = (r.next + i) % len(r.flows)
+	}
+	return r.flows[i], r.seqs[i]
 }
 
 func newFlowHub(size int) *flowHub {
-	return &flowHub{ring: make([]api.Flow, size), subs: map[chan api.Flow]struct{}{}}
+	return &flowHub{dropped: newFlowRing(size), other: newFlowRing(size), subs: map[chan api.Flow]struct{}{}}
 }
 
 func (h *flowHub) publish(f api.Flow) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.seen++
-	h.ring[h.next] = f
-	h.next = (h.next + 1) % len(h.ring)
-	if h.next == 0 {
-		h.full = true
+	if f.Verdict == "DROPPED" {
+		h.dropped.add(f, h.seen)
+	} else {
+		h.other.add(f, h.seen)
 	}
 	for c := range h.subs {
 		select {
@@ -193,12 +230,29 @@ func (h *flowHub) stats() (seen, lost uint64) {
 	return h.seen, h.lost
 }
 
-// history returns buffered flows, oldest first.
+// history returns buffered flows (both histories), oldest first.
 func (h *flowHub) history() []api.Flow {
-	if !h.full {
-		return append([]api.Flow(nil), h.ring[:h.next]...)
+	nd, no := h.dropped.n(), h.other.n()
+	out := make([]api.Flow, 0, nd+no)
+	for i, j := 0, 0; i < nd || j < no; {
+		if i < nd {
+			fd, sd := h.dropped.at(i)
+			if j == no {
+				out = append(out, fd)
+				i++
+				continue
+			}
+			if _, so := h.other.at(j); sd < so {
+				out = append(out, fd)
+				i++
+				continue
+			}
+		}
+		fo, _ := h.other.at(j)
+		out = append(out, fo)
+		j++
 	}
-	return append(append([]api.Flow(nil), h.ring[h.next:]...), h.ring[:h.next]...)
+	return out
 }
 
 func (h *flowHub) close() {
