@@ -950,7 +950,7 @@ func (c *Config) validate() error {
 		return errors.New("the rampart filter needs the rampartd and rampart binaries")
 	}
 	for _, cpus := range []string{c.ClientCPUs, c.ServerCPUs} {
-		if _, err := parseCPUList(cpus); err != nil {
+		if _, err := benchkit.ParseCPUList(cpus); err != nil {
 			return err
 		}
 	}
@@ -974,34 +974,6 @@ func toolMissing(name, iptables string) string {
 		}
 	}
 	return ""
-}
-
-// parseCPUList parses "1", "0,1" or "0-1" ("" is none) and checks the CPUs exist.
-func parseCPUList(s string) ([]int, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(f, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("CPU list %q: %w", s, err)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil {
-				return nil, fmt.Errorf("CPU list %q: %w", s, err)
-			}
-		}
-		if a < 0 || b < a || b >= runtime.NumCPU() {
-			return nil, fmt.Errorf("CPU list %q: this machine has CPUs 0-%d", s, runtime.NumCPU()-1)
-		}
-		for x := a; x <= b; x++ {
-			out = append(out, x)
-		}
-	}
-	return out, nil
 }
 
 // meminfo returns fields of /proc/meminfo (or of a process's status file, which has the

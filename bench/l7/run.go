@@ -300,40 +300,11 @@ func (c *Config) validate() error {
 		return errors.New("need the fortio binary")
 	}
 	for _, cpus := range []string{c.ClientCPUs, c.ServerCPUs, c.ProxyCPUs} {
-		if _, err := ParseCPUList(cpus); err != nil {
+		if _, err := benchkit.ParseCPUList(cpus); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// ParseCPUList parses a CPU list such as "1", "0,1" or "0-1" ("" is none) and checks the
-// CPUs exist.
-func ParseCPUList(s string) ([]int, error) {
-	var out []int
-	if s == "" {
-		return nil, nil
-	}
-	for _, f := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(f, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("CPU list %q: %w", s, err)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil {
-				return nil, fmt.Errorf("CPU list %q: %w", s, err)
-			}
-		}
-		if a < 0 || b < a || b >= runtime.NumCPU() {
-			return nil, fmt.Errorf("CPU list %q: this machine has CPUs 0-%d", s, runtime.NumCPU()-1)
-		}
-		for x := a; x <= b; x++ {
-			out = append(out, x)
-		}
-	}
-	return out, nil
 }
 
 // waitServer waits until the HTTP server answers the client.
@@ -528,7 +499,7 @@ func (r *runner) pinProxies() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	cpus, _ := ParseCPUList(r.cfg.ProxyCPUs)
+	cpus, _ := benchkit.ParseCPUList(r.cfg.ProxyCPUs)
 	if len(cpus) > 0 {
 		for _, p := range pids {
 			if err := benchkit.PinProcess(p, cpus); err != nil {
