@@ -3,7 +3,6 @@ package l7
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -257,15 +256,6 @@ func sortedCounts(m map[string]int) string {
 	}
 	sort.Strings(ks)
 	return strings.Join(ks, ", ")
-}
-
-// knownBug skips a test that shows a known bug, unless RAMPART_KNOWN_BUGS=1 asks to run it
-// (it then fails until the bug is fixed).
-func knownBug(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("RAMPART_KNOWN_BUGS") != "1" {
-		t.Skip("known bug: " + why + " (RAMPART_KNOWN_BUGS=1 runs it)")
-	}
 }
 
 // A connection opened while the port had only a plain L3/L4 allow is not steered to the
