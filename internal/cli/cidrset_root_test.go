@@ -3,7 +3,6 @@ package cli_test
 import (
 	"fmt"
 	"math/rand"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,11 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-
 	"github.com/rampartnet/rampart/internal/datapath"
-	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -36,69 +31,11 @@ var worldAddrs = []string{listed, neighbour, added}
 // setUpWorld creates the world namespace and serves TCP 80 on all its addresses.
 func setUpWorld(t *testing.T, e *testenv.Env) {
 	t.Helper()
-	suffix := testenv.Suffix(6)
-	name := "rp-" + e.Config.Instance + "-world"
-	wpath, err := endpoint.CreateNetns(name)
-	if err != nil {
-		t.Fatalf("creating world namespace: %v", err)
+	addrs := make([]netip.Addr, len(worldAddrs))
+	for i, a := range worldAddrs {
+		addrs[i] = netip.MustParseAddr(a)
 	}
-	t.Cleanup(func() { endpoint.DeleteNetns(name) })
-	nodeNs, err := netns.GetFromPath(endpoint.NetnsPath(e.Config.NodeNetns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nodeNs.Close()
-	worldNs, err := netns.GetFromPath(wpath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer worldNs.Close()
-	nodeH, err := netlink.NewHandleAt(nodeNs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nodeH.Close()
-	worldH, err := netlink.NewHandleAt(worldNs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer worldH.Close()
-	must := func(err error, what string) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	hostSide, worldSide := "rpw"+suffix, "rpx"+suffix
-	must(nodeH.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostSide}, PeerName: worldSide, PeerNamespace: netlink.NsFd(int(worldNs))}), "world veth")
-	hl, err := nodeH.LinkByName(hostSide)
-	must(err, "host side")
-	must(nodeH.AddrAdd(hl, &netlink.Addr{IPNet: ipNet(worldGW + "/24")}), "gateway address")
-	must(nodeH.LinkSetUp(hl), "host side up")
-	wl, err := worldH.LinkByName(worldSide)
-	must(err, "world side")
-	for _, a := range worldAddrs {
-		must(worldH.AddrAdd(wl, &netlink.Addr{IPNet: ipNet(a + "/24")}), "world address "+a)
-	}
-	must(worldH.LinkSetUp(wl), "world side up")
-	lo, err := worldH.LinkByName("lo")
-	must(err, "world lo")
-	must(worldH.LinkSetUp(lo), "world lo up")
-	must(worldH.RouteAdd(&netlink.Route{LinkIndex: wl.Attrs().Index, Gw: net.ParseIP(worldGW)}), "world default route")
-	s, err := testenv.Serve(wpath, []uint16{80}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-}
-
-func ipNet(s string) *net.IPNet {
-	ip, n, err := net.ParseCIDR(s)
-	if err != nil {
-		panic(err)
-	}
-	n.IP = ip
-	return n
+	testenv.AddWorld(t, e, netip.MustParseAddr(worldGW), addrs, []uint16{80}, nil)
 }
 
 const blockThreats = `apiVersion: cilium.io/v2

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
@@ -70,6 +71,11 @@ func addEndpoint(t *testing.T, node, name, hostIf string, ip, gw netip.Addr) *tr
 	}
 	if err := he.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: net.IP(gw.AsSlice())}); err != nil {
 		t.Fatalf("default route: %v", err)
+	}
+	for h, name := range map[*netlink.Handle]string{hn: hostIf, he: "eth0"} {
+		if err := endpoint.WaitOperUp(h, name, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return ep
 }

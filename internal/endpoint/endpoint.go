@@ -211,6 +211,12 @@ func (n Node) Create(namespace, name string, ip netip.Addr) (ep Endpoint, err er
 	if err := node.LinkSetUp(host); err != nil {
 		return ep, fmt.Errorf("setting %s up: %w", ep.HostIfName, err)
 	}
+	if err := WaitOperUp(node, ep.HostIfName, linkUpTimeout); err != nil {
+		return ep, err
+	}
+	if err := WaitOperUp(pod, PodIfName, linkUpTimeout); err != nil {
+		return ep, fmt.Errorf("endpoint side: %w", err)
+	}
 	route := &netlink.Route{
 		LinkIndex: ep.HostIfIndex,
 		Dst:       ipNet(netip.PrefixFrom(ip, 32)),

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"sort"
@@ -10,9 +9,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/testenv"
@@ -137,75 +133,13 @@ func (h *harness) nsPath(p peer) string {
 // setUpWorld creates a namespace outside the pod range, linked to the node namespace, with
 // echo servers; and starts echo servers in the node namespace (the host).
 func (h *harness) setUpWorld() {
-	t := h.t
-	suffix := testenv.Suffix(6)
-	worldName := "rp-" + h.env.Config.Instance + "-world"
-	wns, err := endpoint.CreateNetns(worldName)
+	w := testenv.AddWorld(h.t, h.env, netip.MustParseAddr(worldGateway), []netip.Addr{netip.MustParseAddr(worldAddr)}, []uint16{80, 81}, []uint16{80, 81})
+	h.world = w.Path
+	s, err := testenv.Serve(h.node, []uint16{80, 81}, []uint16{80, 81})
 	if err != nil {
-		t.Fatalf("creating world namespace: %v", err)
+		h.t.Fatalf("serving in the node namespace: %v", err)
 	}
-	t.Cleanup(func() { endpoint.DeleteNetns(worldName) })
-	h.world = wns
-
-	nodeNs, err := netns.GetFromPath(h.node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nodeNs.Close()
-	worldNs, err := netns.GetFromPath(h.world)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer worldNs.Close()
-	nodeH, err := netlink.NewHandleAt(nodeNs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nodeH.Close()
-	worldH, err := netlink.NewHandleAt(worldNs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer worldH.Close()
-	hostSide, worldSide := "rpw"+suffix, "rpx"+suffix
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostSide}, PeerName: worldSide, PeerNamespace: netlink.NsFd(int(worldNs))}
-	if err := nodeH.LinkAdd(veth); err != nil {
-		t.Fatalf("creating world veth: %v", err)
-	}
-	must := func(err error, what string) {
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	hl, err := nodeH.LinkByName(hostSide)
-	must(err, "host-side world veth")
-	must(nodeH.AddrAdd(hl, &netlink.Addr{IPNet: mustCIDR(worldGateway + "/24")}), "world gateway address")
-	must(nodeH.LinkSetUp(hl), "world veth up")
-	wl, err := worldH.LinkByName(worldSide)
-	must(err, "world-side veth")
-	must(worldH.AddrAdd(wl, &netlink.Addr{IPNet: mustCIDR(worldAddr + "/24")}), "world address")
-	must(worldH.LinkSetUp(wl), "world link up")
-	lo, err := worldH.LinkByName("lo")
-	must(err, "world lo")
-	must(worldH.LinkSetUp(lo), "world lo up")
-	must(worldH.RouteAdd(&netlink.Route{LinkIndex: wl.Attrs().Index, Gw: net.ParseIP(worldGateway)}), "world default route")
-
-	for _, nsPath := range []string{h.node, h.world} {
-		s, err := testenv.Serve(nsPath, []uint16{80, 81}, []uint16{80, 81})
-		if err != nil {
-			t.Fatalf("serving in %s: %v", nsPath, err)
-		}
-		t.Cleanup(s.Close)
-	}
-}
-
-func mustCIDR(s string) *net.IPNet {
-	ip, n, err := net.ParseCIDR(s)
-	if err != nil {
-		panic(err)
-	}
-	n.IP = ip
-	return n
+	h.t.Cleanup(s.Close)
 }
 
 func newHarness(t *testing.T) *harness {
