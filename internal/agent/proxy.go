@@ -55,7 +55,11 @@ func openProxy(cfg Config, netnsPath string, onLog func(proxy.AccessLog)) (Proxy
 		NetnsPath:   netnsPath,
 		RunDir:      cfg.proxyRunDir(),
 		// The dataplane admits the proxy's upstream connections by this socket mark.
-		Options:     proxy.Options{Listen: cfg.ProxyListen, UpstreamMark: datapath.ProxyUpstreamMark},
+		Options: proxy.Options{
+			Listen:       cfg.ProxyListen,
+			UpstreamMark: datapath.ProxyUpstreamMark,
+			FastPath:     !cfg.ProxyEnvoyOnly,
+		},
 		Logger:      cfg.Logger.With("instance", cfg.Instance),
 		OnAccessLog: onLog,
 	})
@@ -177,6 +181,9 @@ func (a *Agent) proxyStatus() api.ProxyStatus {
 	out := api.ProxyStatus{
 		PID: s.PID, StartedAt: s.StartedAt, Restarts: s.Restarts, Version: s.Version, AckedVersion: s.AckedVersion,
 		Chains: s.Chains, Listen: s.Listen, Binary: s.Binary, Log: s.Log, LastExit: s.LastExit, Error: s.LastError,
+	}
+	if f := s.FastPath; f != nil {
+		out.FastPath = &api.FastPathStatus{Listen: f.Listen, Requests: f.Requests, Denied: f.Denied, HandedOver: f.HandedOver, Open: f.Open}
 	}
 	switch {
 	case s.Running && s.Connected:

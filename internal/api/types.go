@@ -55,6 +55,18 @@ type ProxyStatus struct {
 	Log          string    `json:"log,omitempty"`
 	LastExit     string    `json:"lastExit,omitempty"`
 	Error        string    `json:"error,omitempty"`
+	// FastPath is the agent's own check of plain HTTP/1.1 requests (nil when it is off):
+	// it serves the listener the dataplane steers to and hands everything else to Envoy.
+	FastPath *FastPathStatus `json:"fastPath,omitempty"`
+}
+
+// FastPathStatus counts what the L7 fast path did since the agent started.
+type FastPathStatus struct {
+	Listen     string `json:"listen"`
+	Requests   uint64 `json:"requests"`   // requests it checked
+	Denied     uint64 `json:"denied"`     // of those, refused with 403
+	HandedOver uint64 `json:"handedOver"` // connections handed to Envoy
+	Open       int    `json:"open"`       // connections open now
 }
 
 // NamedPort is a port an endpoint declares by name (--port http=80/TCP).

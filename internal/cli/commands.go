@@ -416,6 +416,10 @@ func proxyLine(p api.ProxyStatus) string {
 		}
 		fmt.Fprintf(&b, " (%s%d restarts, config version %d %s, %d chains, %s)", pid, p.Restarts, p.Version, applied, p.Chains, p.Listen)
 	}
+	if f := p.FastPath; f != nil {
+		fmt.Fprintf(&b, "; fast path on %s: %d requests checked, %d denied, %d connections handed to Envoy, %d open",
+			f.Listen, f.Requests, f.Denied, f.HandedOver, f.Open)
+	}
 	if p.LastExit != "" {
 		fmt.Fprintf(&b, "; last exit: %s", p.LastExit)
 	}

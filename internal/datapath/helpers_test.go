@@ -16,6 +16,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/testenv/root"
 )
 
 // tc verdicts.
@@ -28,13 +29,7 @@ const (
 // root and must not silently skip the kernel tests).
 func requirePrivileged(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root (CI=true: not skipping)")
-	}
-	t.Skip("this test needs root")
+	root.Require(t)
 }
 
 func randSuffix(t testing.TB) string {

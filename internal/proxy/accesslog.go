@@ -52,7 +52,7 @@ func (m *Manager) decodeLog(e *accesslogdata.HTTPAccessLogEntry) AccessLog {
 	req, resp := e.GetRequest(), e.GetResponse()
 	l := AccessLog{
 		Chain:   c.GetRouteName(),
-		Src:     addrPort(c.GetDownstreamDirectRemoteAddress()),
+		Src:     addrPort(c.GetDownstreamRemoteAddress()),
 		Dst:     addrPort(c.GetDownstreamLocalAddress()),
 		Method:  req.GetRequestMethod().String(),
 		Path:    req.GetPath(),

@@ -44,8 +44,9 @@ type Config struct {
 	// (default 5s).
 	AckTimeout time.Duration
 	Logger     *slog.Logger
-	// OnAccessLog receives every request Envoy logged. It runs on the control plane's
-	// goroutine: it must not block for long.
+	// OnAccessLog receives every request the proxy logged. It runs on the control plane's
+	// goroutine (Envoy's logs) and on the fast path's connection goroutines, concurrently:
+	// it must be safe for that and must not block for long.
 	OnAccessLog func(AccessLog)
 }
 
@@ -65,7 +66,10 @@ type Status struct {
 	LastError    string `json:"lastError,omitempty"`
 	Log          string `json:"log"` // Envoy's log file
 	Binary       string `json:"binary"`
-	Listen       string `json:"listen"`
+	Listen       string `json:"listen"` // Envoy's listener
+	// FastPath is the agent's own HTTP/1.1 check (nil when off); it serves the listener
+	// the dataplane steers to and hands Envoy what it does not check itself.
+	FastPath *FastPathStatus `json:"fastPath,omitempty"`
 }
 
 // Manager runs Envoy and its control plane: it supervises the Envoy process (restarting it
@@ -82,6 +86,7 @@ type Manager struct {
 	update sync.Mutex // serialises Update
 	ver    atomic.Uint64
 	plan   atomic.Pointer[Plan]
+	fast   *fastPath // nil unless Options.FastPath
 
 	mu        sync.Mutex
 	started   bool
@@ -166,6 +171,14 @@ func New(cfg Config) (*Manager, error) {
 	if err := m.cp.set(m.ver.Add(1), Resources{}); err != nil {
 		m.cp.close()
 		return nil, err
+	}
+	if cfg.Options.FastPath {
+		// Listening from now on, with the empty plan: every connection is closed until
+		// the first Update (fail closed).
+		if m.fast, err = startFastPath(m); err != nil {
+			m.cp.close()
+			return nil, err
+		}
 	}
 	return m, nil
 }
@@ -374,8 +387,11 @@ func (m *Manager) Stop() {
 	<-done
 }
 
-// Close stops Envoy and the control plane.
+// Close stops the fast path, Envoy and the control plane.
 func (m *Manager) Close() error {
+	if m.fast != nil {
+		m.fast.close()
+	}
 	m.Stop()
 	m.cp.close()
 	return nil
@@ -406,6 +422,10 @@ func (m *Manager) Status() Status {
 		Log:          m.logPath,
 		Binary:       m.cfg.Envoy,
 		Listen:       m.cfg.Options.Listen.String(),
+	}
+	if m.fast != nil {
+		s.Listen = m.cfg.Options.EnvoyListen.String()
+		s.FastPath = m.fast.status()
 	}
 	if m.pid != 0 {
 		s.StartedAt = m.procStart

@@ -17,6 +17,7 @@ import (
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	origdst "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
 	origsrc "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_src/v3"
+	proxyproto "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/proxy_protocol/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rbacnet "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
@@ -59,6 +60,13 @@ type Options struct {
 	AccessLog bool
 	// AccessLogFlush is how often Envoy sends buffered access log entries (default 100ms).
 	AccessLogFlush time.Duration
+	// FastPath: the agent serves Listen itself and checks plain HTTP/1.1 there
+	// (fastpath.go); Envoy listens on EnvoyListen for the connections the fast path hands
+	// over, each with a PROXY protocol header naming the client and the original
+	// destination.
+	FastPath bool
+	// EnvoyListen is Envoy's listener with FastPath (default: Listen's port + 1).
+	EnvoyListen netip.AddrPort
 }
 
 // DefaultListen is the proxy listener's default address in the node namespace.
@@ -80,6 +88,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.AccessLogFlush <= 0 {
 		o.AccessLogFlush = 100 * time.Millisecond
+	}
+	if o.FastPath && !o.EnvoyListen.IsValid() {
+		o.EnvoyListen = netip.AddrPortFrom(o.Listen.Addr(), o.Listen.Port()+1)
 	}
 	return o
 }
@@ -109,18 +120,24 @@ func BuildResources(plan Plan, opts Options) (Resources, error) {
 	if len(plan.Chains) == 0 {
 		return res, nil
 	}
+	listen := opts.Listen
+	// The addresses of the client and of the destination it dialled: from the
+	// connection itself (steered to a transparent listener), or from the PROXY protocol
+	// header of a connection the fast path hands over.
+	restore := &listener.ListenerFilter{Name: "envoy.filters.listener.original_dst", ConfigType: typed(&origdst.OriginalDst{})}
+	if opts.FastPath {
+		listen = opts.EnvoyListen
+		restore = &listener.ListenerFilter{Name: "envoy.filters.listener.proxy_protocol", ConfigType: typed(&proxyproto.ProxyProtocol{})}
+	}
 	l := &listener.Listener{
 		Name: ListenerName,
 		Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
-			Address:       opts.Listen.Addr().String(),
-			PortSpecifier: &core.SocketAddress_PortValue{PortValue: uint32(opts.Listen.Port())},
+			Address:       listen.Addr().String(),
+			PortSpecifier: &core.SocketAddress_PortValue{PortValue: uint32(listen.Port())},
 		}}},
-		Transparent: wrapperspb.Bool(true),
-		// Connections of a removed or changed chain are closed after this; rule changes do
-		// not change chains (they are in the routes), so this only affects endpoints losing
-		// all their L7 rules.
+		Transparent: wrapperspb.Bool(!opts.FastPath),
 		ListenerFilters: []*listener.ListenerFilter{
-			{Name: "envoy.filters.listener.original_dst", ConfigType: typed(&origdst.OriginalDst{})},
+			restore,
 			{Name: "envoy.filters.listener.original_src", ConfigType: typed(&origsrc.OriginalSrc{Mark: opts.UpstreamMark})},
 		},
 		DefaultFilterChain: &listener.FilterChain{
@@ -298,8 +315,9 @@ func rbacFilter(z *Authz, shadowPrefix string) *rbachttp.RBAC {
 func grantPolicy(dir policy.Direction, g Grant) *rbacconfig.Policy {
 	perm := httpPermission(g.HTTP)
 	if dir == policy.Ingress {
-		// The peer is the client: the connection's own remote address (not one taken from
-		// X-Forwarded-For).
+		// The peer is the client: the connection's remote address (use_remote_address
+		// with no trusted hops: never one taken from X-Forwarded-For), which is the
+		// PROXY protocol header's source for a connection the fast path handed over.
 		return &rbacconfig.Policy{
 			Principals:  []*rbacconfig.Principal{addrPrincipal(g.Peers)},
 			Permissions: []*rbacconfig.Permission{perm},
@@ -315,7 +333,7 @@ func grantPolicy(dir policy.Direction, g Grant) *rbacconfig.Policy {
 
 func addrPrincipal(s AddrSet) *rbacconfig.Principal {
 	ip := func(p netip.Prefix) *rbacconfig.Principal {
-		return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_DirectRemoteIp{DirectRemoteIp: cidr(p)}}
+		return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_RemoteIp{RemoteIp: cidr(p)}}
 	}
 	var ids []*rbacconfig.Principal
 	for _, r := range s {

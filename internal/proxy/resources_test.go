@@ -86,7 +86,7 @@ func TestBuildResources(t *testing.T) {
 	}
 	js := compactJSON(t, &per)
 	for _, want := range []string{
-		`"rule-4-0"`, `"directRemoteIp":{"addressPrefix":"198.18.0.10","prefixLen":32}`,
+		`"rule-4-0"`, `"remoteIp":{"addressPrefix":"198.18.0.10","prefixLen":32}`,
 		`"name":":method","stringMatch":{"safeRegex":{"regex":"GET"}}`,
 		`"urlPath":{"path":{"safeRegex":{"regex":"/v1"}}}`,
 		`"name":":authority","stringMatch":{"safeRegex":{"regex":"deathstar"}}`,
@@ -130,5 +130,22 @@ func TestBuildResourcesEmpty(t *testing.T) {
 	res, err := BuildResources(Plan{}, Options{})
 	if err != nil || len(res.Listeners) != 0 || len(res.Routes) != 0 {
 		t.Fatalf("empty plan: %+v %v", res, err)
+	}
+}
+
+// With the fast path, Envoy's listener is the next port, not transparent, and restores the
+// addresses from the PROXY protocol header the fast path sends.
+func TestBuildResourcesFastPath(t *testing.T) {
+	res, err := BuildResources(testPlan(), Options{FastPath: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := res.Listeners[0]
+	if a := l.GetAddress().GetSocketAddress(); a.GetAddress() != "127.0.0.1" || a.GetPortValue() != 15002 || l.GetTransparent().GetValue() {
+		t.Fatalf("listener address: %v transparent %v", l.GetAddress(), l.GetTransparent())
+	}
+	f := l.GetListenerFilters()
+	if len(f) != 2 || f[0].GetName() != "envoy.filters.listener.proxy_protocol" || f[1].GetName() != "envoy.filters.listener.original_src" {
+		t.Fatalf("listener filters: %v", f)
 	}
 }

@@ -32,6 +32,9 @@ type Options struct {
 	// of addresses most tests load; the agent's default, for 10M+ addresses, would lock
 	// hundreds of MiB per test agent). Tests that load millions of prefixes ask for more.
 	CIDRHostSlots uint32
+	// ProxyEnvoyOnly runs the agent without its HTTP/1.1 fast path: Envoy checks every L7
+	// connection.
+	ProxyEnvoyOnly bool
 }
 
 // Env is an agent running in-process in a fresh node network namespace, with its own
@@ -75,14 +78,15 @@ func StartAgent(t testing.TB, opts Options) *Env {
 		T:    t,
 		opts: opts,
 		Config: agent.Config{
-			Instance:      instance,
-			StateDir:      filepath.Join(t.TempDir(), "state"),
-			Socket:        filepath.Join(sockDir, "rampart.sock"),
-			BPFDir:        filepath.Join("/sys/fs/bpf/rampart", instance),
-			NodeNetns:     "rp-" + instance + "-node",
-			PodCIDR:       opts.PodCIDR,
-			CIDRHostSlots: opts.CIDRHostSlots,
-			Logger:        slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Instance:       instance,
+			StateDir:       filepath.Join(t.TempDir(), "state"),
+			Socket:         filepath.Join(sockDir, "rampart.sock"),
+			BPFDir:         filepath.Join("/sys/fs/bpf/rampart", instance),
+			NodeNetns:      "rp-" + instance + "-node",
+			PodCIDR:        opts.PodCIDR,
+			CIDRHostSlots:  opts.CIDRHostSlots,
+			ProxyEnvoyOnly: opts.ProxyEnvoyOnly,
+			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		},
 		servers: map[string]*Servers{},
 	}

@@ -3,21 +3,16 @@ package testenv
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"testing"
+
+	"github.com/rampartnet/rampart/internal/testenv/root"
 )
 
 // RequireRoot skips the test when not running as root, or fails it when CI=true (CI must
 // run every privileged test).
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("test needs root (CI=true: not skipping)")
-	}
-	t.Skip("test needs root")
+	root.Require(t)
 }
 
 // Suffix returns n random hex characters for unique names of namespaces, links and pins.

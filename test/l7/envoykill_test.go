@@ -95,7 +95,9 @@ func (et *echoTraffic) Stop() (int, []string) {
 // keeps working throughout; the agent restarts Envoy and L7 service resumes with the same
 // rules.
 func TestL7EnvoyKilled(t *testing.T) {
-	e := startEnv(t)
+	// Envoy alone: with the fast path, plain HTTP/1.1 never needs Envoy (see
+	// TestL7FastPathWithoutEnvoy).
+	e := startEnvWith(t, testenv.Options{ProxyEnvoyOnly: true})
 	e.policy(t, l7Rule{role: "client", port: httpPort, http: []map[string]any{httpRule("method", "GET", "path", "/v1")}})
 	before := e.waitProxy(t, 30*time.Second)
 	workers := e.clientsFor(t, e.clientNS, 1500*time.Millisecond)

@@ -209,8 +209,15 @@ spec:
 
 func startEnv(t *testing.T) *env {
 	t.Helper()
+	return startEnvWith(t, testenv.Options{})
+}
+
+// startEnvWith is startEnv with agent options (the echo port is always served).
+func startEnvWith(t *testing.T, opts testenv.Options) *env {
+	t.Helper()
 	testenv.RequireEnvoy(t)
-	te := testenv.StartAgent(t, testenv.Options{TCPPorts: []uint16{echoPort}})
+	opts.TCPPorts = []uint16{echoPort}
+	te := testenv.StartAgent(t, opts)
 	e := &env{Env: te, serverKey: ns + "/server", clientKey: ns + "/client", otherKey: ns + "/other"}
 	e.server = te.AddEndpoint(ns, "server", map[string]string{"app": "server"})
 	e.client = te.AddEndpoint(ns, "client", map[string]string{"role": "client"})
