@@ -87,7 +87,10 @@ type Settings struct {
 	ClientCPUs string `json:"client_cpus"`
 	ServerCPUs string `json:"server_cpus"`
 	ProxyCPUs  string `json:"proxy_cpus"`
-	PodCIDR    string `json:"pod_cidr"`
+	// EnvoyOnly: the agent ran without its HTTP/1.1 fast path (every L7 request through
+	// Envoy).
+	EnvoyOnly bool   `json:"envoy_only"`
+	PodCIDR   string `json:"pod_cidr"`
 	// Instance is the agent's instance name: every namespace, link and pin the run creates
 	// carries it.
 	Instance string `json:"instance"`
@@ -460,6 +463,11 @@ func (r *Result) WriteMarkdown(w io.Writer) {
 		100*cr.MinAchieved, ms(benchkit.Float(cr.P99BoundUs))+" ms", secs(st.StepSeconds), st.SearchSteps, searchLow, searchHigh)
 	fmt.Fprintf(w, "CPUs: load generator %s, HTTP server %s, agent and proxy %s; %d CPUs; load average %.2f at start, %.2f at end.\n",
 		cpuText(st.ClientCPUs), cpuText(st.ServerCPUs), cpuText(st.ProxyCPUs), r.Host.CPUs, r.Host.LoadStart, r.Host.LoadEnd)
+	if st.EnvoyOnly {
+		fmt.Fprintln(w, "L7 path: Envoy only (--envoy-only): every L7 request through Envoy, no fast path.")
+	} else {
+		fmt.Fprintln(w, "L7 path: the agent's HTTP/1.1 fast path (Envoy for what it hands over).")
+	}
 	for _, c := range r.Cases {
 		for _, x := range c.Samples {
 			for _, in := range x.Incidents {

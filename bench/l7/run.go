@@ -46,9 +46,12 @@ type Config struct {
 	// CPU lists ("0", "1", "0-1"; "" = not pinned) for the load generator (in the client
 	// endpoint), the HTTP server, and the agent with the proxy it runs as its child.
 	ClientCPUs, ServerCPUs, ProxyCPUs string
-	OutDir                            string // JSON, markdown and PNG go here
-	NoPlot                            bool
-	Log                               io.Writer // progress; nil: discarded
+	// EnvoyOnly runs the agent with --l7-envoy-only: Envoy checks every request, without
+	// the agent's HTTP/1.1 fast path (to measure what the fast path buys).
+	EnvoyOnly bool
+	OutDir    string // JSON, markdown and PNG go here
+	NoPlot    bool
+	Log       io.Writer // progress; nil: discarded
 }
 
 // DefaultConfig is the full run: about five minutes on a 2-core VM.
@@ -142,7 +145,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			StepSeconds: cfg.StepDuration.Seconds(), SearchSteps: cfg.SearchSteps, Connections: cfg.Connections,
 			Criterion: crit, L7Rules: cfg.L7Rules, InterleavedCases: true,
 			ClientCPUs: cfg.ClientCPUs, ServerCPUs: cfg.ServerCPUs, ProxyCPUs: cfg.ProxyCPUs,
-			PodCIDR: podCIDR.String(), Instance: "lb" + benchkit.Suffix(),
+			EnvoyOnly: cfg.EnvoyOnly,
+			PodCIDR:   podCIDR.String(), Instance: "lb" + benchkit.Suffix(),
 		},
 	}
 	for _, c := range cases {
@@ -191,6 +195,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	r.agent = benchkit.NewAgent(cfg.Rampartd, cfg.Rampart, res.Settings.Instance, workDir, podCIDR)
 	// The agent runs on the proxy's CPUs: the proxy it starts inherits them.
 	r.agent.Wrap = benchkit.Taskset(cfg.ProxyCPUs)
+	if cfg.EnvoyOnly {
+		r.agent.Flags = append(r.agent.Flags, "--l7-envoy-only")
+	}
 	// Registered before start, so a half-started agent is uninstalled too. The server
 	// inside its endpoint (and the agent) are stopped first, newest first.
 	cleanups = append(cleanups, func() error {

@@ -59,6 +59,8 @@ type fastPath struct {
 	// to (on loopback the original destination is the listener itself).
 	redirect func(netip.AddrPort) netip.AddrPort
 
+	matchers planMatchers
+
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
@@ -238,7 +240,8 @@ func (f *fastPath) handle(c *net.TCPConn) {
 			return
 		}
 		c.SetReadDeadline(time.Time{})
-		chain := f.m.plan.Load().Chain(src.Addr(), dst.Addr(), dst.Port())
+		cp := f.matchers.get(f.m.plan.Load())
+		chain := cp.chainFor(src, dst)
 		if chain == nil {
 			return // the chain went away with the policy: as Envoy drains it
 		}
@@ -247,7 +250,7 @@ func (f *fastPath) handle(c *net.TCPConn) {
 			Time: start, Chain: chain.Name, Src: src, Dst: dst, Protocol: "HTTP/1.1",
 			Method: h.method, Path: h.target, Host: h.host,
 		}
-		if !authorize(chain, Request{Src: src.Addr(), Dst: dst.Addr(), Port: dst.Port(), Method: h.method,
+		if !authorize(cp, chain, &Request{Src: src.Addr(), Dst: dst.Addr(), Port: dst.Port(), Method: h.method,
 			Path: h.path, Host: h.host, Header: h.header}, &l) {
 			f.denied.Add(1)
 			// A body the server will never see would have to be read and thrown away to
@@ -290,7 +293,7 @@ func (f *fastPath) handle(c *net.TCPConn) {
 
 // authorize runs the chain's checks as Envoy's filters do (egress, then ingress; the first
 // refusal ends it) and records each side's decision in l.
-func authorize(c *Chain, r Request, l *AccessLog) bool {
+func authorize(cp *compiledPlan, c *Chain, r *Request, l *AccessLog) bool {
 	for _, side := range []struct {
 		z   *Authz
 		out **Decision
@@ -298,7 +301,7 @@ func authorize(c *Chain, r Request, l *AccessLog) bool {
 		if side.z == nil {
 			continue
 		}
-		ok, g := side.z.Allows(r)
+		ok, g := cp.authz[side.z].allows(r)
 		d := &Decision{EndpointID: side.z.EndpointID, Direction: side.z.Direction, Allowed: ok}
 		if g != nil {
 			d.Grant, d.RuleID = g.Name, g.RuleID

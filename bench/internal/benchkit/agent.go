@@ -28,7 +28,9 @@ type Agent struct {
 	Socket, BPFDir string
 	// Wrap is put before the rampartd command line, e.g. taskset -c 1 to pin the agent
 	// (and the proxy it runs as its child, which inherits the CPU mask).
-	Wrap      []string
+	Wrap []string
+	// Flags are rampartd flags for the agent only (not for --uninstall).
+	Flags     []string
 	proc      *Daemon
 	endpoints map[string]api.Endpoint // by namespace/name
 }
@@ -60,7 +62,7 @@ func (a *Agent) NodeNetns() string { return "rp-" + a.Instance + "-node" }
 // Start runs the agent and waits until its API answers.
 func (a *Agent) Start(ctx context.Context, d *Daemons) error {
 	argv := append(append([]string{}, a.Wrap...), a.Rampartd)
-	argv = append(argv, a.Args...)
+	argv = append(append(argv, a.Args...), a.Flags...)
 	p, err := d.Start("rampartd", exec.Command(argv[0], argv[1:]...))
 	if err != nil {
 		return err

@@ -58,6 +58,7 @@ func run() int {
 		serverCPUs  = flag.String("server-cpus", cpuFlag(def.ServerCPUs), "CPUs of the HTTP server, or none")
 		proxyCPUs   = flag.String("proxy-cpus", cpuFlag(def.ProxyCPUs), "CPUs of the agent and the proxy it runs, or none")
 		noPlot      = flag.Bool("no-plot", false, "do not write the PNG plot")
+		envoyOnly   = flag.Bool("envoy-only", false, "run the agent with --l7-envoy-only: every L7 request through Envoy, no fast path")
 		failOnMiss  = flag.Bool("fail-on-miss", false, "exit 3 if a ratio misses its target")
 	)
 	flag.Parse()
@@ -88,6 +89,7 @@ func run() int {
 	cfg.Cases = splitList(*cases)
 	cfg.OutDir, cfg.NoPlot = *outDir, *noPlot
 	cfg.ClientCPUs, cfg.ServerCPUs, cfg.ProxyCPUs = cpuArg(*clientCPUs), cpuArg(*serverCPUs), cpuArg(*proxyCPUs)
+	cfg.EnvoyOnly = *envoyOnly
 	cfg.Log = os.Stderr
 
 	self, err := os.Executable()
