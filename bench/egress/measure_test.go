@@ -2,9 +2,15 @@ package egress
 
 import (
 	"errors"
+	"math"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/bench/policyoverhead"
 )
 
 func TestParseIperf(t *testing.T) {
@@ -64,9 +70,11 @@ func TestParsePing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Replies 45, 44, 41, 40, 44 us.
-	want := Ping{Sent: 5, Received: 5, MeanUs: 42.8, P50Us: 44, P90Us: 45, P99Us: 45, MaxUs: 45}
-	if p != want {
+	// Replies 45, 44, 41, 40, 44 us: two of the five printed as 44 stand for 43.5-44.5,
+	// and the median lies a quarter into that interval.
+	want := Ping{Sent: 5, Received: 5, MeanUs: 42.8, P50Us: 43.75, P90Us: 45, P99Us: 45, MaxUs: 45}
+	p.rtts = nil
+	if !reflect.DeepEqual(p, want) {
 		t.Errorf("got %+v, want %+v", p, want)
 	}
 	lossy := "64 bytes from 1.2.3.4: icmp_seq=2 ttl=63 time=1.50 ms\n\n--- x ---\n3 packets transmitted, 1 received, 66% packet loss, time 2ms\n"
@@ -102,5 +110,54 @@ func TestEchoRequest(t *testing.T) {
 	reply[20] = 8 // a request, not a reply
 	if _, ok := p.parseReply(reply); ok {
 		t.Error("an echo request was taken for a reply")
+	}
+}
+
+func TestGroupedMedian(t *testing.T) {
+	us := func(xs ...int) []time.Duration {
+		out := make([]time.Duration, len(xs))
+		for i, x := range xs {
+			out[i] = time.Duration(x) * time.Microsecond
+		}
+		return out
+	}
+	for _, c := range []struct {
+		in   []time.Duration
+		want float64 // us
+	}{
+		{us(16, 16, 16, 16), 16},           // all in one step: its middle
+		{us(16, 16, 16, 17), 15.5 + 2.0/3}, // 2 of the 3 at 16 below the middle
+		{us(15, 16, 17, 17), 16.5},         // the median sits on the boundary
+		{us(16, 17, 17, 17, 17, 17), 16.9}, // 2 of the 5 at 17
+		{us(1500), 1500},                   // 10 us steps above 1 ms
+	} {
+		if got := groupedMedian(c.in) / float64(time.Microsecond); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("groupedMedian(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+func TestCombineBlocks(t *testing.T) {
+	ip := combineIperf([]Iperf{
+		{BitsPerSecond: 1e9, SenderBps: 2e9, Seconds: 1, HostCPU: 50, CPUBusy: []float64{100, 40}},
+		{BitsPerSecond: 3e9, SenderBps: 4e9, Seconds: 3, HostCPU: 90, CPUBusy: []float64{100, 80}},
+	})
+	if ip.BitsPerSecond != 2.5e9 || ip.SenderBps != 3.5e9 || ip.Seconds != 4 || ip.HostCPU != 80 ||
+		!slices.Equal(ip.CPUBusy, []float64{100, 70}) {
+		t.Errorf("combineIperf: %+v", ip)
+	}
+	a := pingStats(3, 3, []time.Duration{10 * time.Microsecond, 12 * time.Microsecond, 30 * time.Microsecond})
+	b := pingStats(3, 2, []time.Duration{11 * time.Microsecond, 13 * time.Microsecond})
+	p := combinePing([]Ping{a, b})
+	if p.Sent != 6 || p.Received != 5 || p.MaxUs != 30 || p.P50Us != 12 || p.MeanUs != 15.2 {
+		t.Errorf("combinePing: %+v", p)
+	}
+	rr := combineRR([]policyoverhead.RRResult{
+		{Transactions: 100, Seconds: 1, MeanUs: 10, P50Us: 9, P90Us: 20, P99Us: 40},
+		{Transactions: 300, Seconds: 1, MeanUs: 20, P50Us: 19, P90Us: 30, P99Us: 50},
+		{Transactions: 200, Seconds: 1, MeanUs: 15, P50Us: 14, P90Us: 25, P99Us: 90},
+	})
+	if rr.Transactions != 600 || rr.TPS != 200 || math.Abs(rr.MeanUs-50.0/3) > 1e-9 || rr.P50Us != 14 || rr.P90Us != 25 || rr.P99Us != 50 {
+		t.Errorf("combineRR: %+v", rr)
 	}
 }

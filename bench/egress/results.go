@@ -69,18 +69,21 @@ type HostInfo struct {
 
 // Settings are the knobs the run used.
 type Settings struct {
-	Quick        bool     `json:"quick"`
-	Counts       []int    `json:"counts"`
-	Filters      []string `json:"filters"`
-	Repeats      int      `json:"repeats"`
-	TCPSeconds   float64  `json:"tcp_seconds"`
-	UDPSeconds   float64  `json:"udp_seconds"`
-	CPUSeconds   float64  `json:"cpu_seconds"`
-	CPURate      string   `json:"cpu_rate"` // iperf3 -b of the CPU run
-	UDPLength    int      `json:"udp_length"`
-	PingCount    int      `json:"ping_count"`
-	PingInterval float64  `json:"ping_interval_seconds"`
-	RRSeconds    float64  `json:"rr_seconds"`
+	Quick   bool     `json:"quick"`
+	Counts  []int    `json:"counts"`
+	Filters []string `json:"filters"`
+	Repeats int      `json:"repeats"`
+	// Blocks: each metric of a pair ran in this many short runs per side, alternating
+	// sides (runs before it was recorded: one).
+	Blocks       int     `json:"blocks,omitempty"`
+	TCPSeconds   float64 `json:"tcp_seconds"`
+	UDPSeconds   float64 `json:"udp_seconds"`
+	CPUSeconds   float64 `json:"cpu_seconds"`
+	CPURate      string  `json:"cpu_rate"` // iperf3 -b of the CPU run
+	UDPLength    int     `json:"udp_length"`
+	PingCount    int     `json:"ping_count"`
+	PingInterval float64 `json:"ping_interval_seconds"`
+	RRSeconds    float64 `json:"rr_seconds"`
 	// ProbeInterval is the spacing of the set-up time probes (its resolution).
 	ProbeInterval float64 `json:"probe_interval_seconds"`
 	BudgetSeconds float64 `json:"budget_seconds"`
@@ -483,7 +486,11 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "### Egress filtering: %s\n\n", res.Started.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "Each cell: median over %d round(s), and in parentheses the median of the per-pair ratios to no filter measured back to back. "+
 		"Throughput: higher is better; CPU and latency: lower is better. CPU: the iperf3 client's CPU use (user and system, softirq in its context included) sending UDP at %s; "+
-		"* marks a run that sent less than 90%% of that rate, whose CPU use was scaled up to it.\n\n", st.Repeats, st.CPURate)
+		"* marks a run that sent less than 90%% of that rate, whose CPU use was scaled up to it.", st.Repeats, st.CPURate)
+	if st.Blocks > 1 {
+		fmt.Fprintf(w, " Within a pair each metric ran in %d short blocks per side, the sides alternating (A B B A ...).", st.Blocks)
+	}
+	fmt.Fprint(w, " Ping p50: median of the pooled round trips as grouped data (ping prints whole microseconds).\n\n")
 	fmt.Fprintln(w, "| prefixes | filter | status | TCP Gbit/s | UDP Gbit/s | CPU % at "+st.CPURate+" | ping p50 us | ping p99 us | TCP RR p50 us | set-up s | memory MiB |")
 	fmt.Fprintln(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range res.Counts {

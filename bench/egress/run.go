@@ -35,6 +35,10 @@ type Config struct {
 	UDPLength                                         int    // iperf3 -l of the UDP runs
 	PingCount                                         int
 	PingInterval                                      time.Duration
+	// Blocks splits each metric of a pair into this many short runs per side, alternating
+	// between the filter's topology and the baseline (A B B A A B ...), so that slow
+	// changes of the machine (steal time, other work) hit both sides alike.
+	Blocks int
 	// ProbeInterval spaces the set-up probes: the resolution of the set-up time.
 	ProbeInterval time.Duration
 	// Budget is how long one filter may take at one count (set-up, measuring, removal);
@@ -74,6 +78,7 @@ func DefaultConfig() Config {
 		UDPLength:     1470,
 		PingCount:     1000,
 		PingInterval:  time.Millisecond,
+		Blocks:        3,
 		ProbeInterval: time.Millisecond,
 		Budget:        10 * time.Minute,
 		Seed:          1,
@@ -102,6 +107,7 @@ func QuickConfig() Config {
 	c.TCPDuration, c.UDPDuration, c.CPUDuration = time.Second, time.Second, time.Second
 	c.RRDuration = 500 * time.Millisecond
 	c.PingCount = 200
+	c.Blocks = 1
 	c.Budget = 3 * time.Minute
 	return c
 }
@@ -220,7 +226,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		Host: HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Kernel: benchkit.Kernel(), LoadStart: benchkit.LoadAverage(),
 			MemAvailableBytes: memAvail, Versions: map[string]string{}},
 		Settings: Settings{
-			Quick: cfg.Quick, Counts: cfg.Counts, Filters: append([]string{FilterNone}, filters...), Repeats: cfg.Repeats,
+			Quick: cfg.Quick, Counts: cfg.Counts, Filters: append([]string{FilterNone}, filters...), Repeats: cfg.Repeats, Blocks: cfg.Blocks,
 			TCPSeconds: cfg.TCPDuration.Seconds(), UDPSeconds: cfg.UDPDuration.Seconds(), CPUSeconds: cfg.CPUDuration.Seconds(),
 			CPURate: cfg.CPURate, UDPLength: cfg.UDPLength, PingCount: cfg.PingCount, PingInterval: cfg.PingInterval.Seconds(),
 			RRSeconds: cfg.RRDuration.Seconds(), ProbeInterval: cfg.ProbeInterval.Seconds(), BudgetSeconds: cfg.Budget.Seconds(),
@@ -654,25 +660,97 @@ func (r *runner) tcpProbe(ctx context.Context, t *topology, to netip.AddrPort) (
 	return strings.TrimSpace(string(out)), nil
 }
 
-// pair measures the filter's topology and the baseline back to back, in an order that
-// alternates by round.
+// pair measures the filter's topology and the baseline back to back. Each metric is run in
+// cfg.Blocks short blocks per side, the sides alternating block by block in the order
+// A B B A A B ... (A is the filter's topology in even rounds, the baseline in odd ones):
+// the two sides of a ratio are then measured within seconds of each other, and a drift
+// during the metric hits both alike. Blocks of one side are combined (throughputs over
+// their total time, ping round trips pooled, request/response percentiles the median of
+// the blocks').
 func (r *runner) pair(ctx context.Context, t *topology, round int) (Pair, error) {
 	p := Pair{Round: round, BaseFirst: round%2 == 1}
-	order := []*topology{t, r.base}
+	a, b := t, r.base
 	if p.BaseFirst {
-		order = []*topology{r.base, t}
+		a, b = r.base, t
 	}
-	for _, x := range order {
-		m, err := r.measure(ctx, x)
-		if err != nil {
-			return p, fmt.Errorf("%s: %w", x.Name, err)
+	n := max(1, r.cfg.Blocks)
+	order := func(i int) []*topology {
+		if i%2 == 1 {
+			return []*topology{b, a}
 		}
+		return []*topology{a, b}
+	}
+	var fm, bm Metrics
+	side := func(x *topology) *Metrics {
 		if x == r.base {
-			p.Base = &m
-		} else {
-			p.Filter = &m
+			return &bm
+		}
+		return &fm
+	}
+	name := func(x *topology, what string, err error) error {
+		return fmt.Errorf("%s: %s: %w", x.Name, what, err)
+	}
+	udp := []string{"-u", "-l", strconv.Itoa(r.cfg.UDPLength)}
+	for _, k := range []struct {
+		what  string
+		d     time.Duration
+		extra []string
+		get   func(*Metrics) *Iperf
+	}{
+		{"TCP throughput", r.cfg.TCPDuration, nil, func(m *Metrics) *Iperf { return &m.TCP }},
+		{"UDP throughput", r.cfg.UDPDuration, append(slices.Clone(udp), "-b", "0"), func(m *Metrics) *Iperf { return &m.UDP }},
+		{"CPU at " + r.cfg.CPURate, r.cfg.CPUDuration, append(slices.Clone(udp), "-b", r.cfg.CPURate), func(m *Metrics) *Iperf { return &m.CPU }},
+	} {
+		blocks := map[*topology][]Iperf{}
+		d := max(time.Second, (k.d / time.Duration(n)).Round(time.Second))
+		for i := range n {
+			for _, x := range order(i) {
+				res, err := r.iperf(ctx, x, d, k.extra...)
+				if err != nil {
+					return p, name(x, k.what, err)
+				}
+				blocks[x] = append(blocks[x], res)
+			}
+		}
+		for x, bs := range blocks {
+			*k.get(side(x)) = combineIperf(bs)
 		}
 	}
+	for _, m := range []*Metrics{&fm, &bm} {
+		// CPU use is proportional to the packets sent: a sender that fell short of the
+		// rate (a slow filter, or other work on its CPU) is scaled to the rate, so that the
+		// number stays the cost of the traffic, not of how much of it got through.
+		if want, _ := parseRate(r.cfg.CPURate); m.CPU.SenderBps > 0 {
+			m.CPUPercent = m.CPU.HostCPU * want / m.CPU.SenderBps
+		}
+	}
+	pings := map[*topology][]Ping{}
+	count := max(50, r.cfg.PingCount/n)
+	for i := range n {
+		for _, x := range order(i) {
+			res, err := r.ping(ctx, x, count)
+			if err != nil {
+				return p, name(x, "ping", err)
+			}
+			pings[x] = append(pings[x], res)
+		}
+	}
+	rrs := map[*topology][]policyoverhead.RRResult{}
+	d := max(250*time.Millisecond, r.cfg.RRDuration/time.Duration(n))
+	for i := range n {
+		for _, x := range order(i) {
+			res, err := r.rr(ctx, x, d)
+			if err != nil {
+				return p, name(x, "request/response", err)
+			}
+			rrs[x] = append(rrs[x], res)
+		}
+	}
+	for _, x := range []*topology{a, b} {
+		side(x).Ping = combinePing(pings[x])
+		side(x).RR = combineRR(rrs[x])
+	}
+	p.Filter, p.Base = &fm, &bm
 	return p, nil
 }
 
@@ -696,10 +774,10 @@ func (r *runner) measure(ctx context.Context, t *topology) (Metrics, error) {
 	if want, _ := parseRate(r.cfg.CPURate); m.CPU.SenderBps > 0 {
 		m.CPUPercent = m.CPU.HostCPU * want / m.CPU.SenderBps
 	}
-	if m.Ping, err = r.ping(ctx, t); err != nil {
+	if m.Ping, err = r.ping(ctx, t, r.cfg.PingCount); err != nil {
 		return m, fmt.Errorf("ping: %w", err)
 	}
-	if m.RR, err = r.rr(ctx, t); err != nil {
+	if m.RR, err = r.rr(ctx, t, r.cfg.RRDuration); err != nil {
 		return m, fmt.Errorf("request/response: %w", err)
 	}
 	return m, nil
@@ -760,11 +838,11 @@ func iperfRetryable(err error) bool {
 	return false
 }
 
-// ping runs `ping -i INTERVAL -c COUNT` from t's client to its server (an interval under
+// ping runs `ping -i INTERVAL -c count` from t's client to its server (an interval under
 // 2 ms needs root).
-func (r *runner) ping(ctx context.Context, t *topology) (Ping, error) {
+func (r *runner) ping(ctx context.Context, t *topology, count int) (Ping, error) {
 	argv := benchkit.Taskset(r.cfg.ClientCPUs, "ping", "-n", "-i", strconv.FormatFloat(r.cfg.PingInterval.Seconds(), 'f', -1, 64),
-		"-c", strconv.Itoa(r.cfg.PingCount), "-W", "1", t.Server.IP.String())
+		"-c", strconv.Itoa(count), "-W", "1", t.Server.IP.String())
 	out, err := benchkit.RunOutput(ctx, r.cfg.Budget, func(ctx context.Context) *exec.Cmd {
 		return t.Client.Command(ctx, argv...)
 	})
@@ -776,11 +854,11 @@ func (r *runner) ping(ctx context.Context, t *topology) (Ping, error) {
 	return p, nil
 }
 
-// rr runs the request/response client in t's client namespace.
-func (r *runner) rr(ctx context.Context, t *topology) (policyoverhead.RRResult, error) {
+// rr runs the request/response client in t's client namespace for d.
+func (r *runner) rr(ctx context.Context, t *topology, d time.Duration) (policyoverhead.RRResult, error) {
 	argv := benchkit.Taskset(r.cfg.ClientCPUs, r.cfg.Self, "rr-client", "--addr", netip.AddrPortFrom(t.Server.IP, rrPort).String(),
-		"--duration", r.cfg.RRDuration.String())
-	out, err := benchkit.RunOutput(ctx, r.cfg.RRDuration+r.cfg.Budget, func(ctx context.Context) *exec.Cmd {
+		"--duration", d.String())
+	out, err := benchkit.RunOutput(ctx, d+r.cfg.Budget, func(ctx context.Context) *exec.Cmd {
 		return t.Client.Command(ctx, argv...)
 	})
 	var rr policyoverhead.RRResult

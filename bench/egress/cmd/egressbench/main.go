@@ -46,6 +46,7 @@ func run() int {
 		counts     = flag.String("counts", "", "comma-separated list sizes, ascending; k and M suffixes allowed (default 10,100,1k,10k,100k,1M,10M; quick 10,1k)")
 		filters    = flag.String("filters", "", "comma-separated filters besides the baseline (default all): "+strings.Join(egress.FilterNames[1:], ","))
 		repeats    = flag.Int("repeats", 0, "pairs (filter and baseline back to back) per filter and count (default 3, quick 1)")
+		blocks     = flag.Int("blocks", 0, "short runs per side that each metric of a pair is split into, alternating sides (default 3, quick 1)")
 		tcpDur     = flag.Duration("tcp-duration", 0, "iperf3 TCP run, whole seconds (default 3s, quick 1s)")
 		udpDur     = flag.Duration("udp-duration", 0, "iperf3 UDP run at unlimited rate (default 3s, quick 1s)")
 		cpuDur     = flag.Duration("cpu-duration", 0, "iperf3 UDP run at the fixed rate (default 3s, quick 1s)")
@@ -82,6 +83,9 @@ func run() int {
 		}
 	}
 	cfg.Filters = splitList(*filters)
+	if *blocks != 0 {
+		cfg.Blocks = *blocks
+	}
 	if *repeats != 0 {
 		cfg.Repeats = *repeats
 	}
