@@ -157,7 +157,7 @@ func setTimeouts(spec *ebpf.CollectionSpec, t CTTimeouts) error {
 // PinDir returns the directory the maps are pinned in.
 func (d *Datapath) PinDir() string { return d.pinDir }
 
-// Close releases the datapath's file descriptors. Pinned maps and attached tc filters stay,
+// Close releases the datapath's file descriptors. Pinned maps and attached (pinned) links stay,
 // so enforcement continues.
 func (d *Datapath) Close() error {
 	d.mu.Lock()

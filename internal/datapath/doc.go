@@ -10,7 +10,7 @@
 //
 // rampart_from_ep runs at tc ingress of an endpoint's host-side veth (packets the endpoint
 // sends: egress policy); rampart_to_ep runs at tc egress (packets the endpoint receives:
-// ingress policy). Both look the endpoint up by skb->ifindex in the endpoints map.
+// ingress policy). Both are attached as TCX links pinned under Config.PinDir (see Attach). Both look the endpoint up by skb->ifindex in the endpoints map.
 //
 // # Maps
 //
@@ -18,8 +18,8 @@
 // endpoints_by_id), ipcache, policy, ct, frags, counters, proxy (the L7 proxy's address),
 // events (ring buffer), events_lost, and the CIDR set tables cidr_banks, cidr_top,
 // cidr_host and cidr6. A new Datapath on the same PinDir reuses them, so a
-// restarted agent sees the same state, and the tc filters (which hold the programs) keep
-// enforcing while no agent runs.
+// restarted agent sees the same state, and the pinned TCX links (which hold the programs)
+// keep enforcing while no agent runs.
 //
 // # CIDR sets
 //

@@ -274,12 +274,17 @@ func writeNetnsSysctl(netnsPath, path, value string) error {
 		}
 		return nil
 	}
+	// /proc/sys/net shows the network namespace of the calling thread.
+	return runInNetns(netnsPath, write)
+}
+
+// runInNetns runs fn on a locked thread in the network namespace at netnsPath ("" = the
+// caller's) and switches back. A thread that cannot switch back stays locked and is ended
+// with its goroutine, so no other goroutine runs in the wrong namespace.
+func runInNetns(netnsPath string, fn func() error) error {
 	if netnsPath == "" {
-		return write()
+		return fn()
 	}
-	// /proc/sys/net shows the network namespace of the calling thread: switch one locked
-	// thread there and back. A thread that cannot switch back stays locked and is ended
-	// with its goroutine, so no other goroutine runs in the wrong namespace.
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -302,13 +307,13 @@ func writeNetnsSysctl(netnsPath, path, value string) error {
 			errc <- fmt.Errorf("entering network namespace %s: %w", netnsPath, err)
 			return
 		}
-		werr := write()
+		ferr := fn()
 		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(werr, fmt.Errorf("returning from network namespace %s: %w", netnsPath, err))
+			errc <- errors.Join(ferr, fmt.Errorf("returning from network namespace %s: %w", netnsPath, err))
 			return // the thread stays locked: Go ends it with this goroutine
 		}
 		runtime.UnlockOSThread()
-		errc <- werr
+		errc <- ferr
 	}()
 	return <-errc
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -164,6 +166,9 @@ func TestRealTraffic(t *testing.T) {
 			t.Errorf("Remove: %v", err)
 		}
 	})
+	// a has the cls_bpf filters an earlier version attached: Attach replaces them with TCX
+	// links (checkFilters below finds no tc filter).
+	attachClsBPF(t, d, node, a.hostIf)
 	for _, ep := range []*trafficEndpoint{a, b} {
 		if err := d.Attach(node, ep.hostIf); err != nil {
 			t.Fatal(err)
@@ -334,30 +339,67 @@ func TestRealTraffic(t *testing.T) {
 	}
 }
 
-// checkFilters checks that ifname has want Rampart filters on each hook.
+// attachClsBPF attaches the programs as earlier versions did: clsact and direct-action
+// cls_bpf filters.
+func attachClsBPF(t *testing.T, d *Datapath, ns, ifname string) {
+	t.Helper()
+	h := nlHandle(t, ns)
+	lnk, err := h.LinkByName(ifname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := lnk.Attrs().Index
+	qdisc := &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+		QdiscType:  "clsact",
+	}
+	if err := h.QdiscAdd(qdisc); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*netlink.BpfFilter{
+		bpfFilter(idx, netlink.HANDLE_MIN_EGRESS, filterToEp, d.objs.RampartToEp),
+		bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromEp, d.objs.RampartFromEp),
+	} {
+		if err := h.FilterReplace(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkFilters checks that ifname has want Rampart programs on each TCX hook (and no tc
+// filter of an earlier version).
 func checkFilters(t *testing.T, ns, ifname string, want int) {
 	t.Helper()
 	h := nlHandle(t, ns)
-	link, err := h.LinkByName(ifname)
+	lnk, err := h.LinkByName(ifname)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-		fs, err := h.FilterList(link, parent)
-		if err != nil && want == 0 {
-			continue // qdisc gone
+		if fs, err := h.FilterList(lnk, parent); err == nil && len(fs) != 0 {
+			t.Errorf("%s parent %x: %d tc filters, want none (TCX only)", ifname, parent, len(fs))
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(fs) != want {
-			t.Errorf("%s parent %x: %d filters, want %d", ifname, parent, len(fs), want)
-		}
-		for _, f := range fs {
-			if bf, ok := f.(*netlink.BpfFilter); !ok || !bf.DirectAction {
-				t.Errorf("%s: filter %+v is not a direct-action bpf filter", ifname, f)
+	}
+	err = inNetns(ns, func() error {
+		for _, a := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+			res, err := link.QueryPrograms(link.QueryOptions{Target: lnk.Attrs().Index, Attach: a})
+			if err != nil {
+				return err
+			}
+			n := 0
+			for _, ap := range res.Programs {
+				if rampartProgram(ap.ID) {
+					n++
+				}
+			}
+			if n != want {
+				t.Errorf("%s %v: %d Rampart programs, want %d", ifname, a, n, want)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
