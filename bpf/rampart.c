@@ -306,6 +306,19 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 	return pass(p, d);
 }
 
+/* endpoint_of finds the endpoint of the interface a packet is on (see endpoints_ifx). */
+static __always_inline struct endpoint_info *endpoint_of(__u32 ifindex)
+{
+	struct endpoint_info *ep;
+
+	if (ifindex < RAMPART_EP_IFX_MAX) {
+		ep = bpf_map_lookup_elem(&endpoints_ifx, &ifindex);
+		if (ep && ep->ep_id)
+			return ep;
+	}
+	return bpf_map_lookup_elem(&endpoints, &ifindex);
+}
+
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 {
 	struct decision d = { .dir = dir };
@@ -319,7 +332,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	__u64 now;
 	int ret, status, proxied = 0;
 
-	ep = bpf_map_lookup_elem(&endpoints, &ifindex);
+	ep = endpoint_of(ifindex);
 	if (!ep) {
 		/* Drop: attached to an interface the agent does not (or no longer) know, e.g.
 		 * between endpoint removal and detach. Fail closed. Parse only to fill the

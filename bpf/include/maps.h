@@ -15,6 +15,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } endpoints SEC(".maps");
 
+/* ifindex -> endpoint for interface indexes below RAMPART_EP_IFX_MAX: the same entries as
+ * endpoints (ep_id 0: no endpoint), looked up first on every packet, because an array
+ * lookup is a bounds check and an offset (inlined by the JIT) where the hash computes a
+ * hash and walks a bucket. Indexes beyond it (a node that has created many interfaces)
+ * are found in endpoints. 1 MiB. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RAMPART_EP_IFX_MAX);
+	__type(key, __u32);
+	__type(value, struct endpoint_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} endpoints_ifx SEC(".maps");
+
 /* ep_id -> endpoint (the same info as in endpoints): lets the sender's veth evaluate a
  * local destination's ingress policy, found through ipcache_value.ep_id, to decide L7
  * steering before the packet leaves for the destination. */

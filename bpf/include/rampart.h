@@ -11,6 +11,10 @@
 #ifndef RAMPART_MAX_ENDPOINTS
 #define RAMPART_MAX_ENDPOINTS 4096
 #endif
+/* Interface indexes below this are looked up in the array endpoints_ifx. */
+#ifndef RAMPART_EP_IFX_MAX
+#define RAMPART_EP_IFX_MAX 65536
+#endif
 #ifndef RAMPART_POLICY_MAX
 #define RAMPART_POLICY_MAX 1048576
 #endif

@@ -195,7 +195,7 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
-	return []*ebpf.Map{m.Counters, m.Ct4, m.Endpoints, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
+	return []*ebpf.Map{m.Counters, m.Ct4, m.Endpoints, m.EndpointsIfx, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
 		m.CidrBanks, m.CidrTop, m.CidrHost, m.Cidr6}
 }
 

@@ -324,6 +324,11 @@ func (d *Datapath) putEndpoint(ifindex uint32, info rampartEndpointInfo) error {
 		return fmt.Errorf("writing endpoint info of ifindex %d: %w", ifindex, err)
 	}
 	d.endpoints[ifindex] = info
+	if ifindex < d.objs.EndpointsIfx.MaxEntries() {
+		if err := d.objs.EndpointsIfx.Update(&ifindex, &info, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("writing endpoint info of ifindex %d: %w", ifindex, err)
+		}
+	}
 	if err := d.objs.EndpointsById.Update(&info.EpId, &info, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("writing endpoint info of endpoint %d: %w", info.EpId, err)
 	}
@@ -333,6 +338,12 @@ func (d *Datapath) putEndpoint(ifindex uint32, info rampartEndpointInfo) error {
 // deleteEndpoint deletes the endpoint info of ifindex; the info by ep_id goes too unless
 // the endpoint is still installed on another interface.
 func (d *Datapath) deleteEndpoint(ifindex uint32) error {
+	// The array entry first: it is what the programs look at first.
+	if ifindex < d.objs.EndpointsIfx.MaxEntries() {
+		if err := d.objs.EndpointsIfx.Update(&ifindex, &rampartEndpointInfo{}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("deleting endpoint info of ifindex %d: %w", ifindex, err)
+		}
+	}
 	if err := d.objs.Endpoints.Delete(&ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("deleting endpoint info of ifindex %d: %w", ifindex, err)
 	}

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -569,4 +572,53 @@ func TestLostEvents(t *testing.T) {
 	if c.IngressDrops != uint64(n) {
 		t.Errorf("drops %d, want %d (losing events must not lose counts)", c.IngressDrops, n)
 	}
+}
+
+// An interface index beyond the endpoints_ifx array is found in the endpoints hash, and so
+// is one whose array entry is empty (pins of a version before the array).
+func TestEndpointBeyondArray(t *testing.T) {
+	f := newFixture(t, Config{})
+	ns := newNetns(t, "rp-ifx-"+randSuffix(t))
+	const bigIndex = 70001
+	if n := f.d.objs.EndpointsIfx.MaxEntries(); bigIndex < n {
+		t.Fatalf("index %d is inside the array (%d entries)", bigIndex, n)
+	}
+	err := inNetns(ns, func() error {
+		return netlink.LinkAdd(&netlink.Veth{
+			LinkAttrs: netlink.LinkAttrs{Name: "ifx0", Index: bigIndex},
+			PeerName:  "ifx1",
+		})
+	})
+	if err != nil {
+		t.Fatalf("creating a veth with index %d: %v", bigIndex, err)
+	}
+	syn := f.synIn(ipA, 80)
+	runIn := func() uint32 {
+		var ret uint32
+		if err := inNetns(ns, func() error {
+			ret, _ = runCtx(t, f.d.objs.RampartToEp, syn.bytes(), skbContext{Ifindex: bigIndex})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ret
+	}
+	f.expectDrop("unknown", runIn(), ReasonUnknownEndpoint)
+	if err := f.d.ApplyEndpoint(bigIndex, EndpointInfo{EpID: epID, Identity: epIdent}, mapstate.EndpointPolicy{}); err != nil {
+		t.Fatal(err)
+	}
+	f.expectPass("beyond the array", runIn())
+	if err := f.d.RemoveEndpoint(bigIndex, epID); err != nil {
+		t.Fatal(err)
+	}
+	f.expectDrop("removed", runIn(), ReasonUnknownEndpoint)
+
+	// Inside the array, with only the hash entry (as pins from before the array have it).
+	f.apply(false, false)
+	var zero rampartEndpointInfo
+	idx := uint32(epIfindex)
+	if err := f.d.objs.EndpointsIfx.Update(&idx, &zero, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	f.expectPass("hash entry only", f.toEp(f.synIn(ipA, 80)))
 }

@@ -171,6 +171,7 @@ const (
 	rampartMapCt4                       = "ct4"
 	rampartMapEndpoints                 = "endpoints"
 	rampartMapEndpointsById             = "endpoints_by_id"
+	rampartMapEndpointsIfx              = "endpoints_ifx"
 	rampartMapEvents                    = "events"
 	rampartMapEventsLost                = "events_lost"
 	rampartMapFrags                     = "frags"
@@ -244,6 +245,7 @@ type rampartMapSpecs struct {
 	Ct4           *ebpf.MapSpec `ebpf:"ct4"`
 	Endpoints     *ebpf.MapSpec `ebpf:"endpoints"`
 	EndpointsById *ebpf.MapSpec `ebpf:"endpoints_by_id"`
+	EndpointsIfx  *ebpf.MapSpec `ebpf:"endpoints_ifx"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	EventsLost    *ebpf.MapSpec `ebpf:"events_lost"`
 	Frags         *ebpf.MapSpec `ebpf:"frags"`
@@ -291,6 +293,7 @@ type rampartMaps struct {
 	Ct4           *ebpf.Map `ebpf:"ct4"`
 	Endpoints     *ebpf.Map `ebpf:"endpoints"`
 	EndpointsById *ebpf.Map `ebpf:"endpoints_by_id"`
+	EndpointsIfx  *ebpf.Map `ebpf:"endpoints_ifx"`
 	Events        *ebpf.Map `ebpf:"events"`
 	EventsLost    *ebpf.Map `ebpf:"events_lost"`
 	Frags         *ebpf.Map `ebpf:"frags"`
@@ -309,6 +312,7 @@ func (m *rampartMaps) Close() error {
 		m.Ct4,
 		m.Endpoints,
 		m.EndpointsById,
+		m.EndpointsIfx,
 		m.Events,
 		m.EventsLost,
 		m.Frags,
