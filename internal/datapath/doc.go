@@ -15,9 +15,10 @@
 // # Maps
 //
 // All maps are pinned by name under Config.PinDir: endpoints (and the same info by ep_id in
-// endpoints_by_id), ipcache, policy, ct, frags, counters, proxy (the L7 proxy's address),
-// events (ring buffer), events_lost, and the CIDR set tables cidr_banks, cidr_top,
-// cidr_host and cidr6. A new Datapath on the same PinDir reuses them, so a
+// endpoints_by_id, and by interface index in the array endpoints_ifx, which the programs
+// look at first: an array lookup costs a packet far less than a hash lookup), ipcache,
+// policy, ct, frags, counters, proxy (the L7 proxy's address), events (ring buffer),
+// events_lost, and the CIDR set tables cidr_banks, cidr_top, cidr_host and cidr6. A new Datapath on the same PinDir reuses them, so a
 // restarted agent sees the same state, and the pinned TCX links (which hold the programs)
 // keep enforcing while no agent runs.
 //
