@@ -687,8 +687,16 @@ func (r *runner) pair(ctx context.Context, t *topology, round int) (Pair, error)
 		}
 		return &fm
 	}
-	name := func(x *topology, what string, err error) error {
-		return fmt.Errorf("%s: %s: %w", x.Name, what, err)
+	// alternate runs one block of metric what on each side, n times, in the pair's order.
+	alternate := func(what string, run func(x *topology) error) error {
+		for i := range n {
+			for _, x := range order(i) {
+				if err := run(x); err != nil {
+					return fmt.Errorf("%s: %s: %w", x.Name, what, err)
+				}
+			}
+		}
+		return nil
 	}
 	udp := []string{"-u", "-l", strconv.Itoa(r.cfg.UDPLength)}
 	for _, k := range []struct {
@@ -703,48 +711,39 @@ func (r *runner) pair(ctx context.Context, t *topology, round int) (Pair, error)
 	} {
 		blocks := map[*topology][]Iperf{}
 		d := max(time.Second, (k.d / time.Duration(n)).Round(time.Second))
-		for i := range n {
-			for _, x := range order(i) {
-				res, err := r.iperf(ctx, x, d, k.extra...)
-				if err != nil {
-					return p, name(x, k.what, err)
-				}
-				blocks[x] = append(blocks[x], res)
-			}
+		err := alternate(k.what, func(x *topology) error {
+			res, err := r.iperf(ctx, x, d, k.extra...)
+			blocks[x] = append(blocks[x], res)
+			return err
+		})
+		if err != nil {
+			return p, err
 		}
 		for x, bs := range blocks {
 			*k.get(side(x)) = combineIperf(bs)
 		}
 	}
-	for _, m := range []*Metrics{&fm, &bm} {
-		// CPU use is proportional to the packets sent: a sender that fell short of the
-		// rate (a slow filter, or other work on its CPU) is scaled to the rate, so that the
-		// number stays the cost of the traffic, not of how much of it got through.
-		if want, _ := parseRate(r.cfg.CPURate); m.CPU.SenderBps > 0 {
-			m.CPUPercent = m.CPU.HostCPU * want / m.CPU.SenderBps
-		}
-	}
+	r.scaleCPU(&fm)
+	r.scaleCPU(&bm)
 	pings := map[*topology][]Ping{}
 	count := max(50, r.cfg.PingCount/n)
-	for i := range n {
-		for _, x := range order(i) {
-			res, err := r.ping(ctx, x, count)
-			if err != nil {
-				return p, name(x, "ping", err)
-			}
-			pings[x] = append(pings[x], res)
-		}
+	err := alternate("ping", func(x *topology) error {
+		res, err := r.ping(ctx, x, count)
+		pings[x] = append(pings[x], res)
+		return err
+	})
+	if err != nil {
+		return p, err
 	}
 	rrs := map[*topology][]policyoverhead.RRResult{}
 	d := max(250*time.Millisecond, r.cfg.RRDuration/time.Duration(n))
-	for i := range n {
-		for _, x := range order(i) {
-			res, err := r.rr(ctx, x, d)
-			if err != nil {
-				return p, name(x, "request/response", err)
-			}
-			rrs[x] = append(rrs[x], res)
-		}
+	err = alternate("request/response", func(x *topology) error {
+		res, err := r.rr(ctx, x, d)
+		rrs[x] = append(rrs[x], res)
+		return err
+	})
+	if err != nil {
+		return p, err
 	}
 	for _, x := range []*topology{a, b} {
 		side(x).Ping = combinePing(pings[x])
@@ -752,6 +751,15 @@ func (r *runner) pair(ctx context.Context, t *topology, round int) (Pair, error)
 	}
 	p.Filter, p.Base = &fm, &bm
 	return p, nil
+}
+
+// scaleCPU sets m.CPUPercent. CPU use is proportional to the packets sent: a sender that
+// fell short of the rate (a slow filter, or other work on its CPU) is scaled to the rate,
+// so that the number stays the cost of the traffic, not of how much of it got through.
+func (r *runner) scaleCPU(m *Metrics) {
+	if want, _ := parseRate(r.cfg.CPURate); m.CPU.SenderBps > 0 {
+		m.CPUPercent = m.CPU.HostCPU * want / m.CPU.SenderBps
+	}
 }
 
 // measure runs every metric once on topology t.
@@ -768,12 +776,7 @@ func (r *runner) measure(ctx context.Context, t *topology) (Metrics, error) {
 	if m.CPU, err = r.iperf(ctx, t, r.cfg.CPUDuration, append(udp, "-b", r.cfg.CPURate)...); err != nil {
 		return m, fmt.Errorf("CPU at %s: %w", r.cfg.CPURate, err)
 	}
-	// CPU use is proportional to the packets sent: a sender that fell short of the rate
-	// (a slow filter, or other work on its CPU) is scaled to the rate, so that the number
-	// stays the cost of the traffic, not of how much of it got through.
-	if want, _ := parseRate(r.cfg.CPURate); m.CPU.SenderBps > 0 {
-		m.CPUPercent = m.CPU.HostCPU * want / m.CPU.SenderBps
-	}
+	r.scaleCPU(&m)
 	if m.Ping, err = r.ping(ctx, t, r.cfg.PingCount); err != nil {
 		return m, fmt.Errorf("ping: %w", err)
 	}
