@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -53,34 +52,7 @@ func newNetns(t *testing.T, name string) string {
 // inNetns runs fn on an OS thread switched into the network namespace at path. Sockets
 // created by fn stay in that namespace after it returns.
 func inNetns(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.GetFromPath(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("restoring netns: %w", err) // thread dies with the goroutine
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	return runInNetns(path, fn)
 }
 
 // nlHandle opens a netlink handle in the namespace at path, closed at cleanup.
