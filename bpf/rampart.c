@@ -46,7 +46,7 @@ static __always_inline void frag_key_fill(struct frag_key *k, const struct pkt *
 }
 
 /* frag_record remembers the first fragment's ports and verdict for the later fragments. */
-static __always_inline void frag_record(const struct pkt *p, const struct decision *d,
+static __noinline void frag_record(const struct pkt *p, const struct decision *d,
 					int allowed)
 {
 	struct frag_key k;
@@ -74,7 +74,7 @@ static __always_inline void set_identities(struct decision *d, const struct endp
 }
 
 /* handle_later_fragment gives a non-first fragment its first fragment's verdict. */
-static __always_inline int handle_later_fragment(struct __sk_buff *skb, struct pkt *p,
+static __noinline int handle_later_fragment(struct __sk_buff *skb, struct pkt *p,
 						 struct decision *d,
 						 const struct endpoint_info *ep)
 {
@@ -106,7 +106,7 @@ static __always_inline int handle_later_fragment(struct __sk_buff *skb, struct p
  * client's egress), and a server's replies to the proxy's upstream connection
  * (CT_F_FROM_PROXY, a reply at the server's egress). Returns -1 when the packet is not
  * such a packet, else the tc verdict. */
-static __always_inline int steer_established(struct __sk_buff *skb, struct pkt *p,
+static __noinline int steer_established(struct __sk_buff *skb, struct pkt *p,
 					     struct decision *d, int status, __u32 ct_flags)
 {
 	int to_proxy = status == CT_ESTABLISHED && (ct_flags & CT_F_TO_PROXY);
@@ -148,30 +148,30 @@ static __always_inline int steer_established(struct __sk_buff *skb, struct pkt *
  * (and dropped) again. Only established packets are checked: replies and related ICMP
  * errors follow their flow, whose own packets are checked. Returns -1 to go on, else the
  * tc verdict. */
-static __always_inline int recheck_established(struct __sk_buff *skb, struct pkt *p,
-					       struct decision *d,
-					       const struct endpoint_info *ep,
-					       struct ct_value *v, struct peer_identity *peer,
-					       struct verdict *res)
+static __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p,
+					  struct decision *d, const struct endpoint_info *ep,
+					  struct ct_value *v)
 {
 	__u32 via_proxy = v->flags & (d->dir == DIR_EGRESS ? CT_F_TO_PROXY : CT_F_FROM_PROXY);
+	struct peer_identity peer;
+	struct verdict res;
 
-	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, peer);
-	set_identities(d, ep, peer->identity);
-	policy_decide(d->ep_id, d->dir, peer, p->t.proto, p->policy_port, res);
-	if (res->action == POLICY_DENY) {
+	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
+	set_identities(d, ep, peer.identity);
+	policy_decide(d->ep_id, d->dir, &peer, p->t.proto, p->policy_port, &res);
+	if (res.action == POLICY_DENY) {
 		/* Drop: a deny entry now matches this established flow. */
-		d->rule_id = res->rule_id;
-		d->match_identity = res->identity;
+		d->rule_id = res.rule_id;
+		d->match_identity = res.identity;
 		d->reason = REASON_POLICY_DENY;
 		if (p->frag == FRAG_FIRST)
 			frag_record(p, d, 0);
 		return drop(skb, p, d, REASON_POLICY_DENY);
 	}
-	if (res->action == POLICY_REDIRECT && !via_proxy) {
+	if (res.action == POLICY_REDIRECT && !via_proxy) {
 		/* Drop: L7 rules now apply to this flow, which does not pass the proxy. */
-		d->rule_id = res->rule_id;
-		d->match_identity = res->identity;
+		d->rule_id = res.rule_id;
+		d->match_identity = res.identity;
 		d->ev_flags |= d->dir == DIR_EGRESS ? FLOW_F_L7_EGRESS : FLOW_F_L7_INGRESS;
 		d->reason = REASON_PROXY_BYPASS;
 		if (p->frag == FRAG_FIRST)
@@ -319,21 +319,79 @@ static __always_inline struct endpoint_info *endpoint_of(__u32 ifindex)
 	return bpf_map_lookup_elem(&endpoints, &ifindex);
 }
 
+/* handle_new evaluates a new flow against the endpoint's policy in direction d->dir:
+ * identities, policy, verdict, conntrack entry and event. Out of line: the packets of
+ * established flows, nearly all packets, never get here (see likely). */
+static __noinline int handle_new(struct __sk_buff *skb, struct pkt *p, struct decision *d,
+				 const struct endpoint_info *ep, __u64 now)
+{
+	struct peer_identity peer;
+	struct verdict res;
+	__u8 dir = d->dir;
+
+	ipcache_resolve(dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
+	set_identities(d, ep, peer.identity);
+	policy_decide(d->ep_id, dir, &peer, p->t.proto, p->policy_port, &res);
+	d->rule_id = res.rule_id;
+	d->match_identity = res.identity;
+
+	if (res.action == POLICY_DENY) {
+		/* Drop: a deny entry matches (deny wins over any allow). */
+		d->reason = REASON_POLICY_DENY;
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, d, 0);
+		return drop(skb, p, d, REASON_POLICY_DENY);
+	}
+	if (res.action != POLICY_ALLOW && res.action != POLICY_REDIRECT &&
+	    (ep->flags & (dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS))) {
+		/* Drop: the endpoint enforces this direction and nothing allows the flow. */
+		d->reason = REASON_POLICY_DEFAULT;
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, d, 0);
+		return drop(skb, p, d, REASON_POLICY_DEFAULT);
+	}
+
+	if (dir == DIR_EGRESS)
+		return new_egress(skb, p, d, &peer, &res, ep->revision, now);
+	return new_ingress(skb, p, d, &res, from_proxy(skb), ep->revision, now);
+}
+
+/* handle_unparsed decides a frame that is not a whole IPv4 packet (parse_packet's result
+ * ret): ARP passes, everything else drops. */
+static __noinline int handle_unparsed(struct __sk_buff *skb, struct pkt *p, struct decision *d,
+				      int ret)
+{
+	switch (ret) {
+	case PARSE_ARP:
+		/* ARP is needed for any IPv4 traffic on the veth and carries no policy. */
+		return pass(p, d);
+	case PARSE_IPV6:
+		/* Drop: IPv6 is not enforced yet, and unenforced means not allowed. */
+		return drop(skb, p, d, REASON_UNSUPPORTED_L3);
+	case PARSE_OTHER_L3:
+		/* Drop: an ethertype other than IPv4/ARP/IPv6 (VLAN, MPLS, ...), no policy for it. */
+		return drop(skb, p, d, REASON_UNSUPPORTED_L3);
+	default:
+		/* Drop: truncated or invalid Ethernet/IPv4/L4 header (see parse.h). */
+		return drop(skb, p, d, REASON_MALFORMED);
+	}
+}
+
+/* handle is the packet path. Its inline part is what a packet of an established flow
+ * needs (endpoint, parse, conntrack, counters); everything else is out of line. */
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 {
 	struct decision d = { .dir = dir };
 	struct pkt p = {};
 	struct endpoint_info *ep;
-	struct peer_identity peer;
-	struct verdict res;
 	struct ct_value *entry;
 	__u32 ifindex = skb->ifindex;
 	__u32 ct_flags;
 	__u64 now;
-	int ret, status, proxied = 0;
+	int ret, status;
 
 	ep = endpoint_of(ifindex);
-	if (!ep) {
+	if (unlikely(!ep)) {
 		/* Drop: attached to an interface the agent does not (or no longer) know, e.g.
 		 * between endpoint removal and detach. Fail closed. Parse only to fill the
 		 * event. */
@@ -345,79 +403,38 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	d.dst_identity = dir == DIR_INGRESS ? ep->identity : 0;
 
 	ret = parse_packet(skb, &p);
-	switch (ret) {
-	case PARSE_IPV4:
-		break;
-	case PARSE_ARP:
-		/* ARP is needed for any IPv4 traffic on the veth and carries no policy. */
-		return pass(&p, &d);
-	case PARSE_IPV6:
-		/* Drop: IPv6 is not enforced yet, and unenforced means not allowed. */
-		return drop(skb, &p, &d, REASON_UNSUPPORTED_L3);
-	case PARSE_OTHER_L3:
-		/* Drop: an ethertype other than IPv4/ARP/IPv6 (VLAN, MPLS, ...), no policy for it. */
-		return drop(skb, &p, &d, REASON_UNSUPPORTED_L3);
-	default:
-		/* Drop: truncated or invalid Ethernet/IPv4/L4 header (see parse.h). */
-		return drop(skb, &p, &d, REASON_MALFORMED);
-	}
-
-	if (p.frag == FRAG_LATER)
+	if (unlikely(ret != PARSE_IPV4))
+		return handle_unparsed(skb, &p, &d, ret);
+	if (unlikely(p.frag == FRAG_LATER))
 		return handle_later_fragment(skb, &p, &d, ep);
 
-	if (dir == DIR_INGRESS)
-		proxied = from_proxy(skb);
 	/* Conntrack times only need to be good to a tick against timeouts of seconds, and the
 	 * coarse clock costs a memory read where the precise one reads the clock source. */
 	now = bpf_ktime_get_coarse_ns();
 	status = ct_lookup(&p, d.ep_id, dir, now, &ct_flags, &entry);
-	if (status != CT_NEW) {
-		/* Established, reply or related: allowed when the flow was created (or last
-		 * checked, see recheck_established). Packets of steered flows still have to
-		 * reach their proxy socket. */
-		if (status == CT_ESTABLISHED && entry && entry->revision != ep->revision) {
-			ret = recheck_established(skb, &p, &d, ep, entry, &peer, &res);
-			if (ret >= 0)
-				return ret;
-		}
-		if (dir == DIR_EGRESS) {
+	if (unlikely(status == CT_NEW))
+		return handle_new(skb, &p, &d, ep, now);
+
+	/* Established, reply or related: allowed when the flow was created (or last checked,
+	 * see recheck_established). Packets of steered flows still have to reach their proxy
+	 * socket. */
+	if (unlikely(status == CT_ESTABLISHED && entry && entry->revision != ep->revision)) {
+		ret = recheck_established(skb, &p, &d, ep, entry);
+		if (ret >= 0)
+			return ret;
+	}
+	if (dir == DIR_EGRESS) {
+		if (unlikely(ct_flags & (CT_F_TO_PROXY | CT_F_FROM_PROXY))) {
 			ret = steer_established(skb, &p, &d, status, ct_flags);
 			if (ret >= 0)
 				return ret;
-		} else if (proxied) {
-			count_proxy(d.ep_id, 0);
 		}
-		if (p.frag == FRAG_FIRST)
-			frag_record(&p, &d, 1);
-		return pass(&p, &d);
+	} else if (unlikely(from_proxy(skb))) {
+		count_proxy(d.ep_id, 0);
 	}
-
-	/* New flow: identities, then policy. */
-	ipcache_resolve(dir == DIR_EGRESS ? p.t.daddr : p.t.saddr, &peer);
-	set_identities(&d, ep, peer.identity);
-	policy_decide(d.ep_id, dir, &peer, p.t.proto, p.policy_port, &res);
-	d.rule_id = res.rule_id;
-	d.match_identity = res.identity;
-
-	if (res.action == POLICY_DENY) {
-		/* Drop: a deny entry matches (deny wins over any allow). */
-		d.reason = REASON_POLICY_DENY;
-		if (p.frag == FRAG_FIRST)
-			frag_record(&p, &d, 0);
-		return drop(skb, &p, &d, REASON_POLICY_DENY);
-	}
-	if (res.action != POLICY_ALLOW && res.action != POLICY_REDIRECT &&
-	    (ep->flags & (dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS))) {
-		/* Drop: the endpoint enforces this direction and nothing allows the flow. */
-		d.reason = REASON_POLICY_DEFAULT;
-		if (p.frag == FRAG_FIRST)
-			frag_record(&p, &d, 0);
-		return drop(skb, &p, &d, REASON_POLICY_DEFAULT);
-	}
-
-	if (dir == DIR_EGRESS)
-		return new_egress(skb, &p, &d, &peer, &res, ep->revision, now);
-	return new_ingress(skb, &p, &d, &res, proxied, ep->revision, now);
+	if (unlikely(p.frag == FRAG_FIRST))
+		frag_record(&p, &d, 1);
+	return pass(&p, &d);
 }
 
 /* tc ingress on the host-side veth: the endpoint is sending. */

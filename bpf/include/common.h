@@ -43,4 +43,11 @@
 #define __always_inline inline __attribute__((always_inline))
 #endif
 
+/* Branch hints. A packet of an established flow runs a few hundred bytes of code, and at
+ * low packet rates (a ping a millisecond) each of its cache lines is a miss: the hints
+ * keep the rare branches out of that path, and the rare work itself lives in __noinline
+ * functions, which the JIT places apart from the program's hot path. */
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
 #endif /* __RAMPART_COMMON_H */

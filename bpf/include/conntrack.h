@@ -124,6 +124,25 @@ static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, in
 		__sync_fetch_and_or(&v->flags, add);
 }
 
+/* ct_related says whether the ICMP error p quotes a packet of a live flow at endpoint ep_id
+ * (CT_RELATED) or not (CT_NEW). The quoted packet travelled the opposite way, so it is
+ * either a forward packet of a flow in the opposite direction or a reply of a flow in this
+ * direction. Out of line: errors are rare. */
+static __noinline int ct_related(const struct pkt *p, __u32 ep_id, __u8 dir, __u64 now)
+{
+	struct ct4_key k;
+
+	if (!p->inner_valid)
+		return CT_NEW;
+	ct_key_fill(&k, &p->inner, ep_id, dir_opposite(dir), 0);
+	if (ct_live(&k, p->inner.proto, now))
+		return CT_RELATED;
+	ct_key_fill(&k, &p->inner, ep_id, dir, 1);
+	if (ct_live(&k, p->inner.proto, now))
+		return CT_RELATED;
+	return CT_NEW;
+}
+
 /* ct_lookup classifies p at endpoint ep_id in direction dir. For established packets and
  * replies, *flags receives the entry's flags (CT_F_TO_PROXY, CT_F_FROM_PROXY say where the
  * packet must be steered) and *entry the entry (for the policy revision check of
@@ -138,22 +157,11 @@ static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir,
 	*entry = 0;
 
 	/* ICMP errors never belong to a flow of their own: they are related to the flow of
-	 * the packet they quote. That packet travelled the opposite way, so it is either a
-	 * forward packet of a flow in the opposite direction or a reply of a flow in this
-	 * direction. */
-	if (p->icmp_kind == ICMP_K_ERROR) {
-		if (!p->inner_valid)
-			return CT_NEW;
-		ct_key_fill(&k, &p->inner, ep_id, dir_opposite(dir), 0);
-		if (ct_live(&k, p->inner.proto, now))
-			return CT_RELATED;
-		ct_key_fill(&k, &p->inner, ep_id, dir, 1);
-		if (ct_live(&k, p->inner.proto, now))
-			return CT_RELATED;
-		return CT_NEW;
-	}
+	 * the packet they quote. */
+	if (unlikely(p->icmp_kind == ICMP_K_ERROR))
+		return ct_related(p, ep_id, dir, now);
 	/* Non-echo ICMP is stateless. */
-	if (p->icmp_kind == ICMP_K_OTHER)
+	if (unlikely(p->icmp_kind == ICMP_K_OTHER))
 		return CT_NEW;
 
 	ct_key_fill(&k, &p->t, ep_id, dir, 0);

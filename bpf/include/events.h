@@ -72,8 +72,9 @@ static __always_inline void count_lost_event(void)
 }
 
 /* emit_event sends a flow event; when the ring buffer is full the loss is counted in
- * events_lost instead (the packet's verdict does not depend on it). */
-static __always_inline void emit_event(struct __sk_buff *skb, const struct pkt *p,
+ * events_lost instead (the packet's verdict does not depend on it). Out of line: events
+ * are for new flows and drops, not for the packets of established flows. */
+static __noinline void emit_event(struct __sk_buff *skb, const struct pkt *p,
 				       const struct decision *d, __u8 type, __u8 verdict)
 {
 	struct flow_event *e;
@@ -108,8 +109,8 @@ static __always_inline void emit_event(struct __sk_buff *skb, const struct pkt *
 }
 
 /* drop counts, reports and drops the packet. Every drop in the dataplane goes through here
- * with its reason set in d. */
-static __always_inline int drop(struct __sk_buff *skb, const struct pkt *p, struct decision *d,
+ * with its reason set in d. Out of line, with everything else rare (see likely). */
+static __noinline int drop(struct __sk_buff *skb, const struct pkt *p, struct decision *d,
 				__u8 reason)
 {
 	d->reason = reason;

@@ -134,7 +134,7 @@ static __always_inline int is_icmp_error(__u8 type)
  * 8 bytes of its payload, RFC 792). A quote too short to give a tuple leaves inner_valid
  * at 0: the error is then treated as unrelated, never dropped as malformed, because routers
  * may quote less than we want. */
-static __always_inline void parse_inner(struct __sk_buff *skb, __u32 off, __u32 end,
+static __noinline void parse_inner(struct __sk_buff *skb, __u32 off, __u32 end,
 					struct pkt *p)
 {
 	struct iphdr ip;
