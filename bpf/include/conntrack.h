@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Connection tracking.
  *
- * One entry per (endpoint, direction, tuple) as seen at that endpoint's policy point. A
- * packet is
- *   - established when its own tuple has a live entry in its direction,
- *   - a reply when its reversed tuple has a live entry in the opposite direction,
+ * One entry per (endpoint, flow) as seen at that endpoint's policy point, keyed from the
+ * endpoint's side (struct ct4_key), so both directions of a flow find it with one lookup.
+ * A packet is
+ *   - established when its flow has a live entry created in the packet's direction,
+ *   - a reply when its flow has a live entry created in the opposite direction,
  *   - related (ICMP errors only) when the quoted packet belongs to a live entry,
  *   - new otherwise: it is evaluated against policy, and an allowed new flow creates an
  *     entry (except stateless ICMP: errors and non-echo types are evaluated every time).
@@ -44,26 +45,26 @@ static __always_inline __u8 dir_opposite(__u8 dir)
 	return dir == DIR_INGRESS ? DIR_EGRESS : DIR_INGRESS;
 }
 
-/* ct_key_fill writes the whole key (zeroed first: unused address bytes and padding are
- * part of the hash). reverse swaps addresses and ports. */
+/* ct_key_fill writes the whole key of tuple t travelling in direction dir at endpoint
+ * ep_id (zeroed first: padding is part of the hash). Leaving the endpoint (egress), the
+ * source is the endpoint's side; entering it, the destination. */
 static __always_inline void ct_key_fill(struct ct4_key *k, const struct tuple *t, __u32 ep_id,
-					__u8 dir, int reverse)
+					__u8 dir)
 {
 	__builtin_memset(k, 0, sizeof(*k));
-	if (reverse) {
-		k->saddr = t->daddr;
-		k->daddr = t->saddr;
-		k->sport = t->dport;
-		k->dport = t->sport;
+	if (dir == DIR_EGRESS) {
+		k->laddr = t->saddr;
+		k->raddr = t->daddr;
+		k->lport = t->sport;
+		k->rport = t->dport;
 	} else {
-		k->saddr = t->saddr;
-		k->daddr = t->daddr;
-		k->sport = t->sport;
-		k->dport = t->dport;
+		k->laddr = t->daddr;
+		k->raddr = t->saddr;
+		k->lport = t->dport;
+		k->rport = t->sport;
 	}
 	k->ep_id = ep_id;
 	k->protocol = t->proto;
-	k->direction = dir;
 }
 
 static __always_inline __u64 ct_timeout(const struct ct_value *v, __u8 proto)
@@ -82,14 +83,14 @@ static __always_inline __u64 ct_timeout(const struct ct_value *v, __u8 proto)
  * deleted so it cannot be mistaken for a live one later. */
 static __always_inline struct ct_value *ct_live(struct ct4_key *k, __u8 proto, __u64 now)
 {
-	struct ct_value *v = bpf_map_lookup_elem(&ct4, k);
+	struct ct_value *v = bpf_map_lookup_elem(&conntrack4, k);
 
 	if (!v)
 		return 0;
 	/* Signed: an entry written with the precise clock (the agent, or a CPU whose coarse
 	 * clock is a tick ahead) may be slightly newer than now; it is live, not expired. */
 	if ((__s64)(now - v->last_seen_ns) > (__s64)ct_timeout(v, proto)) {
-		bpf_map_delete_elem(&ct4, k);
+		bpf_map_delete_elem(&conntrack4, k);
 		return 0;
 	}
 	return v;
@@ -124,20 +125,17 @@ static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, in
 		__sync_fetch_and_or(&v->flags, add);
 }
 
-/* ct_related says whether the ICMP error p quotes a packet of a live flow at endpoint ep_id
- * (CT_RELATED) or not (CT_NEW). The quoted packet travelled the opposite way, so it is
- * either a forward packet of a flow in the opposite direction or a reply of a flow in this
- * direction. Out of line: errors are rare. */
+/* ct_related says whether the ICMP error p, travelling in direction dir, quotes a packet
+ * of a live flow at endpoint ep_id (CT_RELATED) or not (CT_NEW). The quoted packet
+ * travelled the opposite way, as a forward packet or a reply of its flow. Out of line:
+ * errors are rare. */
 static __noinline int ct_related(const struct pkt *p, __u32 ep_id, __u8 dir, __u64 now)
 {
 	struct ct4_key k;
 
 	if (!p->inner_valid)
 		return CT_NEW;
-	ct_key_fill(&k, &p->inner, ep_id, dir_opposite(dir), 0);
-	if (ct_live(&k, p->inner.proto, now))
-		return CT_RELATED;
-	ct_key_fill(&k, &p->inner, ep_id, dir, 1);
+	ct_key_fill(&k, &p->inner, ep_id, dir_opposite(dir));
 	if (ct_live(&k, p->inner.proto, now))
 		return CT_RELATED;
 	return CT_NEW;
@@ -152,6 +150,7 @@ static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir,
 {
 	struct ct4_key k;
 	struct ct_value *v;
+	int reply;
 
 	*flags = 0;
 	*entry = 0;
@@ -164,29 +163,20 @@ static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir,
 	if (unlikely(p->icmp_kind == ICMP_K_OTHER))
 		return CT_NEW;
 
-	ct_key_fill(&k, &p->t, ep_id, dir, 0);
+	ct_key_fill(&k, &p->t, ep_id, dir);
 	v = ct_live(&k, p->t.proto, now);
-	if (v) {
-		/* A fresh SYN on a closing entry opens a new connection with the same tuple:
-		 * evaluate it against policy again. */
-		if (p->t.proto == IPPROTO_TCP && (v->flags & CT_F_CLOSING) &&
-		    (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN)
-			return CT_NEW;
-		ct_touch(v, p, 0, now);
-		*flags = v->flags;
-		*entry = v;
-		return CT_ESTABLISHED;
-	}
-
-	ct_key_fill(&k, &p->t, ep_id, dir_opposite(dir), 1);
-	v = ct_live(&k, p->t.proto, now);
-	if (v) {
-		ct_touch(v, p, 1, now);
-		*flags = v->flags;
-		*entry = v;
-		return CT_REPLY;
-	}
-	return CT_NEW;
+	if (!v)
+		return CT_NEW;
+	reply = v->direction != dir;
+	/* A fresh SYN on a closing entry, from either side, opens a new connection with the
+	 * same tuple: evaluate it against policy again. */
+	if (p->t.proto == IPPROTO_TCP && (v->flags & CT_F_CLOSING) &&
+	    (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN)
+		return CT_NEW;
+	ct_touch(v, p, reply, now);
+	*flags = v->flags;
+	*entry = v;
+	return reply ? CT_REPLY : CT_ESTABLISHED;
 }
 
 /* ct_create records an allowed new flow with the given CT_F_* flags (the proxy flags),
@@ -200,7 +190,8 @@ static __always_inline void ct_create(const struct pkt *p, __u32 ep_id, __u8 dir
 
 	if (p->icmp_kind == ICMP_K_ERROR || p->icmp_kind == ICMP_K_OTHER)
 		return;
-	ct_key_fill(&k, &p->t, ep_id, dir, 0);
+	ct_key_fill(&k, &p->t, ep_id, dir);
+	v.direction = dir;
 	v.created_ns = now;
 	v.last_seen_ns = now;
 	v.rule_id = rule_id;
@@ -208,7 +199,7 @@ static __always_inline void ct_create(const struct pkt *p, __u32 ep_id, __u8 dir
 	v.revision = revision;
 	if (p->t.proto == IPPROTO_TCP && (p->tcp_flags & TCP_F_RST))
 		v.flags |= CT_F_CLOSING;
-	bpf_map_update_elem(&ct4, &k, &v, BPF_ANY);
+	bpf_map_update_elem(&conntrack4, &k, &v, BPF_ANY);
 }
 
 #endif /* __RAMPART_CONNTRACK_H */

@@ -60,14 +60,16 @@ struct {
 } policy SEC(".maps");
 
 /* Connection tracking. LRU: when full, the least recently used flow is evicted; its next
- * packet is then evaluated against policy again (never allowed without a check). */
+ * packet is then evaluated against policy again (never allowed without a check). Named
+ * conntrack4 since its key is the endpoint's side first: the ct4 of earlier versions
+ * (one entry per direction and tuple) is migrated into it (datapath.migrateCT4). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, RAMPART_CT_MAX);
 	__type(key, struct ct4_key);
 	__type(value, struct ct_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} ct4 SEC(".maps");
+} conntrack4 SEC(".maps");
 
 /* First-fragment verdicts, for the later fragments of the same datagram. */
 struct {

@@ -153,19 +153,22 @@ struct policy_value {
 	__u32 rule_id; /* agent's rule number, for flow events and explanations */
 };
 
-/* Connection tracking of IPv4 flows. One entry per (endpoint, direction, tuple) as seen at
- * that endpoint's policy point; replies match the reverse tuple. IPv6 flows will get a map
- * of their own (ct6, 16-byte addresses): every packet hashes and compares its key, and a
- * 20-byte key costs an IPv4 packet less than one sized for IPv6. */
+/* Connection tracking of IPv4 flows. One entry per (endpoint, flow) as seen at that
+ * endpoint's policy point, keyed from the endpoint's side: its own address and port
+ * first, then the peer's. A packet of the flow in either direction builds the same key
+ * (leaving the endpoint, the source is the endpoint's side; entering it, the destination),
+ * so every packet, reply or not, costs one lookup. The entry's direction is that of the
+ * flow's first packet: a packet in that direction is established, in the other a reply.
+ * IPv6 flows will get a map of their own (16-byte addresses): every packet hashes and
+ * compares its key, and a 20-byte key costs an IPv4 packet less than one sized for IPv6. */
 struct ct4_key {
-	__be32 saddr;
-	__be32 daddr;
-	__be16 sport;
-	__be16 dport;
+	__be32 laddr; /* the endpoint's side */
+	__be32 raddr; /* the peer's side */
+	__be16 lport;
+	__be16 rport;
 	__u32 ep_id;
 	__u8 protocol;
-	__u8 direction;
-	__u16 pad;
+	__u8 pad[3];
 };
 
 struct ct_value {
@@ -174,7 +177,8 @@ struct ct_value {
 	__u32 rule_id;
 	__u32 flags;    /* CT_F_* */
 	__u32 revision; /* endpoint_info.revision the flow was last checked against */
-	__u32 pad;
+	__u8 direction; /* DIR_* of the flow's first packet */
+	__u8 pad[3];
 };
 
 #define CT_F_SEEN_REPLY (1u << 0)

@@ -115,6 +115,10 @@ func Open(cfg Config) (*Datapath, error) {
 		}
 		return nil, fmt.Errorf("loading dataplane: %w", err)
 	}
+	if _, err := migrateCT4(cfg.PinDir, d.objs.Conntrack4); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
 	if err := d.readState(); err != nil {
 		d.objs.Close()
 		return nil, err
@@ -186,7 +190,7 @@ func (d *Datapath) Remove() error {
 		errs = append(errs, fmt.Errorf("closing datapath: %w", err))
 	}
 	// RemoveAll: pins an older version left behind (maps it no longer has, such as the
-	// conntrack map before it became ct4) go too.
+	// conntrack maps before conntrack4) go too.
 	if err := os.RemoveAll(d.pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("removing pin directory: %w", err))
 	}
@@ -195,7 +199,7 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
-	return []*ebpf.Map{m.Counters, m.Ct4, m.Endpoints, m.EndpointsIfx, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
+	return []*ebpf.Map{m.Counters, m.Conntrack4, m.Endpoints, m.EndpointsIfx, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
 		m.CidrBanks, m.CidrTop, m.CidrHost, m.Cidr6}
 }
 

@@ -174,14 +174,17 @@ func (p packet) bytes() []byte {
 	return append(eth, p.ipv4()...)
 }
 
-// ct4Key is the conntrack key of p's tuple at endpoint ep in direction dir (addresses and
-// ports in network byte order, as the programs store them).
+// ct4Key is the conntrack key of p's flow at endpoint ep when p travels in direction dir:
+// the endpoint's side first (the source when leaving the endpoint, else the destination),
+// addresses and ports in network byte order, as the programs store them.
 func ct4Key(p packet, ep uint32, dir uint8) rampartCt4Key {
 	s, d := p.src.As4(), p.dst.As4()
-	return rampartCt4Key{
-		Saddr: binary.NativeEndian.Uint32(s[:]), Daddr: binary.NativeEndian.Uint32(d[:]),
-		Sport: htons(p.sport), Dport: htons(p.dport), EpId: ep, Protocol: p.proto, Direction: dir,
+	local, remote := binary.NativeEndian.Uint32(s[:]), binary.NativeEndian.Uint32(d[:])
+	lport, rport := htons(p.sport), htons(p.dport)
+	if dir != uint8(policy.Egress) {
+		local, remote, lport, rport = remote, local, rport, lport
 	}
+	return rampartCt4Key{Laddr: local, Raddr: remote, Lport: lport, Rport: rport, EpId: ep, Protocol: p.proto}
 }
 
 // skbContext is the start of struct __sk_buff up to ifindex: BPF_PROG_RUN takes the

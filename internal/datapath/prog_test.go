@@ -260,6 +260,10 @@ func TestConntrackEstablishedAndReply(t *testing.T) {
 	rst.tcpFlags = 0x04
 	f.expectPass("rst", f.toEp(rst))
 	f.expectDrop("syn reusing a closed tuple", f.toEp(syn), ReasonPolicyDefault)
+	// So is a SYN from the other side reusing it reversed: a new connection, not a reply
+	// of the closed one (the endpoint's egress allows nothing).
+	f.expectDrop("syn from the endpoint reusing the closed tuple reversed",
+		f.fromEp(packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: 80, dport: syn.sport, tcpFlags: 0x02}), ReasonPolicyDefault)
 }
 
 func TestConntrackTimeout(t *testing.T) {

@@ -403,8 +403,8 @@ func putCT(t *testing.T, d *Datapath, p packet, ep uint32, dir policy.Direction,
 		t.Fatal(err)
 	}
 	now := uint64(ts.Nano())
-	v := rampartCtValue{CreatedNs: now, LastSeenNs: now, Flags: flags | ctFSeenReply}
-	if err := d.objs.Ct4.Update(&k, &v, ebpf.UpdateAny); err != nil {
+	v := rampartCtValue{CreatedNs: now, LastSeenNs: now, Flags: flags | ctFSeenReply, Direction: uint8(dir)}
+	if err := d.objs.Conntrack4.Update(&k, &v, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
 }

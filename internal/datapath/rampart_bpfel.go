@@ -29,15 +29,14 @@ type rampartCidrConfig struct {
 }
 
 type rampartCt4Key struct {
-	_         structs.HostLayout
-	Saddr     uint32
-	Daddr     uint32
-	Sport     uint16
-	Dport     uint16
-	EpId      uint32
-	Protocol  uint8
-	Direction uint8
-	Pad       uint16
+	_        structs.HostLayout
+	Laddr    uint32
+	Raddr    uint32
+	Lport    uint16
+	Rport    uint16
+	EpId     uint32
+	Protocol uint8
+	Pad      [3]uint8
 }
 
 type rampartCtValue struct {
@@ -47,7 +46,8 @@ type rampartCtValue struct {
 	RuleId     uint32
 	Flags      uint32
 	Revision   uint32
-	Pad        uint32
+	Direction  uint8
+	Pad        [3]uint8
 }
 
 type rampartEndpointInfo struct {
@@ -167,8 +167,8 @@ const (
 	rampartMapCidrBanks                 = "cidr_banks"
 	rampartMapCidrHost                  = "cidr_host"
 	rampartMapCidrTop                   = "cidr_top"
+	rampartMapConntrack4                = "conntrack4"
 	rampartMapCounters                  = "counters"
-	rampartMapCt4                       = "ct4"
 	rampartMapEndpoints                 = "endpoints"
 	rampartMapEndpointsById             = "endpoints_by_id"
 	rampartMapEndpointsIfx              = "endpoints_ifx"
@@ -241,8 +241,8 @@ type rampartMapSpecs struct {
 	CidrBanks     *ebpf.MapSpec `ebpf:"cidr_banks"`
 	CidrHost      *ebpf.MapSpec `ebpf:"cidr_host"`
 	CidrTop       *ebpf.MapSpec `ebpf:"cidr_top"`
+	Conntrack4    *ebpf.MapSpec `ebpf:"conntrack4"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	Ct4           *ebpf.MapSpec `ebpf:"ct4"`
 	Endpoints     *ebpf.MapSpec `ebpf:"endpoints"`
 	EndpointsById *ebpf.MapSpec `ebpf:"endpoints_by_id"`
 	EndpointsIfx  *ebpf.MapSpec `ebpf:"endpoints_ifx"`
@@ -289,8 +289,8 @@ type rampartMaps struct {
 	CidrBanks     *ebpf.Map `ebpf:"cidr_banks"`
 	CidrHost      *ebpf.Map `ebpf:"cidr_host"`
 	CidrTop       *ebpf.Map `ebpf:"cidr_top"`
+	Conntrack4    *ebpf.Map `ebpf:"conntrack4"`
 	Counters      *ebpf.Map `ebpf:"counters"`
-	Ct4           *ebpf.Map `ebpf:"ct4"`
 	Endpoints     *ebpf.Map `ebpf:"endpoints"`
 	EndpointsById *ebpf.Map `ebpf:"endpoints_by_id"`
 	EndpointsIfx  *ebpf.Map `ebpf:"endpoints_ifx"`
@@ -308,8 +308,8 @@ func (m *rampartMaps) Close() error {
 		m.CidrBanks,
 		m.CidrHost,
 		m.CidrTop,
+		m.Conntrack4,
 		m.Counters,
-		m.Ct4,
 		m.Endpoints,
 		m.EndpointsById,
 		m.EndpointsIfx,
