@@ -28,6 +28,7 @@ type Agent struct {
 	started time.Time
 
 	listener net.Listener
+	unlock   func() // releases the instance lock (lockInstance)
 
 	// mu serialises changes and guards the fields below it.
 	mu       sync.Mutex
@@ -93,8 +94,14 @@ func New(cfg Config) (*Agent, error) {
 			if a.dp != nil {
 				a.dp.Close()
 			}
+			if a.unlock != nil {
+				a.unlock()
+			}
 		}
 	}()
+	if a.unlock, err = lockInstance(cfg.StateDir); err != nil {
+		return nil, err
+	}
 
 	st, err := loadState(cfg.StateDir)
 	if err != nil {
@@ -249,6 +256,7 @@ func (a *Agent) Close() error {
 		a.closeErr = errors.Join(a.dp.Close(), perr)
 		<-a.readerDone
 		a.flows.close()
+		a.unlock()
 	})
 	return a.closeErr
 }

@@ -29,6 +29,11 @@ func Uninstall(cfg Config) error {
 	} else if l != nil {
 		l()
 	}
+	unlock, err := lockInstance(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	st, err := loadState(cfg.StateDir)
 	if err != nil {
 		errs = append(errs, err)
