@@ -88,6 +88,18 @@ func (a *Agent) Start(ctx context.Context, d *Daemons) error {
 	}
 }
 
+// Restart stops the agent's process, leaving its instance as it is (endpoints, pins,
+// state), and starts rampartd on it: another build, or the same one again.
+func (a *Agent) Restart(ctx context.Context, d *Daemons, rampartd string) error {
+	if a.proc != nil {
+		if err := a.proc.Stop(10 * time.Second); err != nil {
+			return fmt.Errorf("stopping the agent: %w", err)
+		}
+	}
+	a.Rampartd = rampartd
+	return a.Start(ctx, d)
+}
+
 // Pid is the agent's process id (of the first command of Wrap if it does not exec; taskset
 // does), or 0 before Start.
 func (a *Agent) Pid() int {
