@@ -1,17 +1,16 @@
 package coldcost
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -50,22 +49,11 @@ func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart", "./bench/coldcost/cmd/coldcost")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
-	}
+	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./bench/coldcost/cmd/coldcost")
 	out := filepath.Join(dir, "results")
 	rd := filepath.Join(dir, "rampartd")
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "coldcost"), "--builds", "x="+rd+",y="+rd,
+	_, cmd := benchkit.RunForTest(t, ctx, filepath.Join(dir, "coldcost"), "--builds", "x="+rd+",y="+rd,
 		"--rampart", filepath.Join(dir, "rampart"), "--rounds", "2", "--pings", "50", "--out", out)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-	if err != nil {
-		t.Fatalf("quick run failed: %v", err)
-	}
 	jsons, _ := filepath.Glob(filepath.Join(out, "cold-cost-*.json"))
 	if len(jsons) != 1 {
 		t.Fatalf("want one JSON report, got %v", jsons)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -35,21 +36,10 @@ func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart", "./bench/egress/cmd/egressbench")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
-	}
+	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./bench/egress/cmd/egressbench")
 
 	out := filepath.Join(dir, "results")
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "egressbench"), "--quick", "--bin-dir", dir, "--out", out)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-	if err != nil {
-		t.Fatalf("quick run failed: %v", err)
-	}
+	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "egressbench"), "--quick", "--bin-dir", dir, "--out", out)
 
 	for _, ext := range []string{"json", "md", "png"} {
 		if m, _ := filepath.Glob(filepath.Join(out, "egress-*."+ext)); len(m) != 1 {
@@ -94,7 +84,7 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("target %s: %s %q", tg.Name, tg.Verdict, tg.Note)
 		}
 	}
-	md := stdout.String()
+	md := stdout
 	for _, want := range []string{"| prefixes | filter |", "| 1k | none | BASELINE |", "| 1k | ipset | MEASURED |", "| 1k | tc-lpm | MEASURED |", "Rampart set-up at 1M vs ipset"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("printed table lacks %q", want)

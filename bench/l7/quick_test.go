@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -35,21 +36,10 @@ func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart", "./bench/l7/cmd/l7bench")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
-	}
+	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./bench/l7/cmd/l7bench")
 
 	out := filepath.Join(dir, "results")
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "l7bench"), "--quick", "--bin-dir", dir, "--out", out, "--fortio", fortio)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-	if err != nil {
-		t.Fatalf("quick run failed: %v", err)
-	}
+	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "l7bench"), "--quick", "--bin-dir", dir, "--out", out, "--fortio", fortio)
 
 	for _, ext := range []string{"json", "md", "png"} {
 		if m, _ := filepath.Glob(filepath.Join(out, "l7-*."+ext)); len(m) != 1 {
@@ -111,7 +101,7 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("%s: verdict %s", c.Name, c.Verdict)
 		}
 	}
-	md := stdout.String()
+	md := stdout
 	for _, want := range []string{"| configuration |", "| no-policy |", "| l7-40 |", "L7/L4 throughput", "40 rules/1 rule throughput"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("printed table lacks %q", want)

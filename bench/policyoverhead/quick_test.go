@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -35,21 +36,10 @@ func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart", "./bench/cmd/policyoverhead")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
-	}
+	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./bench/cmd/policyoverhead")
 
 	out := filepath.Join(dir, "results")
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "policyoverhead"), "--quick", "--bin-dir", dir, "--out", out)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-	if err != nil {
-		t.Fatalf("quick run failed: %v", err)
-	}
+	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "policyoverhead"), "--quick", "--bin-dir", dir, "--out", out)
 
 	jsons, _ := filepath.Glob(filepath.Join(out, "policy-overhead-*.json"))
 	pngs, _ := filepath.Glob(filepath.Join(out, "policy-overhead-*.png"))
@@ -123,7 +113,7 @@ func TestQuickRun(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(stdout.String(), "BASELINE") {
+	if !strings.Contains(stdout, "BASELINE") {
 		t.Errorf("no table printed")
 	}
 

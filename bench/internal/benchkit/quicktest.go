@@ -1,0 +1,34 @@
+package benchkit
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"testing"
+)
+
+// BuildForTest builds the module's packages pkgs (relative to the module root, root) into
+// dir, for the tests that run a benchmark command in quick mode; a build failure fails t.
+func BuildForTest(t testing.TB, ctx context.Context, root, dir string, pkgs ...string) {
+	t.Helper()
+	build := exec.CommandContext(ctx, "go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+}
+
+// RunForTest runs the benchmark command bin with args, logs what it printed, fails t if it
+// fails, and returns its standard output and the finished command.
+func RunForTest(t testing.TB, ctx context.Context, bin string, args ...string) (string, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if err != nil {
+		t.Fatalf("quick run failed: %v", err)
+	}
+	return stdout.String(), cmd
+}
