@@ -266,3 +266,63 @@ spec:
 		t.Fatalf("trace from the tiefighter: %+v %v", res, err)
 	}
 }
+
+// L7 flows are decorated when first read, with the view of the moment they were logged:
+// an endpoint deleted in between is still named in its earlier requests. A follower gets
+// them decorated at once.
+func TestL7FlowsDecoratedWithTheirView(t *testing.T) {
+	h := newHarness(t)
+	tie, ds, _ := starwars(h)
+	if _, err := h.apply("l7.yaml", l7Deathstar); err != nil {
+		t.Fatal(err)
+	}
+	request := func(path string) proxy.AccessLog {
+		return proxy.AccessLog{
+			Time: time.Now(), Chain: "in:" + ds.IP + ":80",
+			Src: netip.AddrPortFrom(netip.MustParseAddr(tie.IP), 40000), Dst: netip.AddrPortFrom(netip.MustParseAddr(ds.IP), 80),
+			Protocol: "HTTP/1.1", Method: "GET", Path: path, Status: 200, Upstream: true, Details: "via_upstream",
+			Ingress: &proxy.Decision{EndpointID: ds.EpID, Direction: policy.Ingress, Allowed: true},
+		}
+	}
+	h.proxyLog(request("/v1/before")) // nobody follows: kept undecorated
+	if err := h.a.DeleteEndpoint(context.Background(), "sw", "tiefighter"); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	followed := make(chan api.Flow, 4)
+	go h.a.Observe(ctx, api.ObserveRequest{Follow: true, Filter: api.FlowFilter{Type: "l7"}}, func(f api.Flow) error {
+		followed <- f
+		return nil
+	})
+	for !subscribed(h.a) {
+		time.Sleep(time.Millisecond)
+	}
+	h.proxyLog(request("/v1/after"))
+	select {
+	case f := <-followed:
+		if f.L7 == nil || f.L7.Path != "/v1/after" || f.Source.Name != "" || f.Dest.Name != "deathstar" || f.Verdict != "FORWARDED" {
+			t.Fatalf("followed flow: %+v l7 %+v, want /v1/after from a deleted (unnamed) source to deathstar", f, f.L7)
+		}
+	case <-ctx.Done():
+		t.Fatal("the follower got no flow")
+	}
+
+	var got []api.Flow
+	if err := h.a.Observe(context.Background(), api.ObserveRequest{Filter: api.FlowFilter{Type: "l7"}, SinceStart: true}, func(f api.Flow) error {
+		got = append(got, f)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d l7 flows in the history, want 2", len(got))
+	}
+	if b := got[0]; b.L7.Path != "/v1/before" || b.Source.Name != "tiefighter" || b.Source.Identity != tie.Identity || b.Endpoint != "sw/deathstar" {
+		t.Fatalf("earlier flow: %+v, want it decorated as when logged (source tiefighter, identity %d)", b, tie.Identity)
+	}
+	if a := got[1]; a.L7.Path != "/v1/after" || a.Source.Name != "" {
+		t.Fatalf("later flow: %+v", a)
+	}
+}

@@ -210,13 +210,21 @@ func (a *Agent) closeProxy() error {
 	return p.Close()
 }
 
-// onAccessLog turns a request the proxy handled into a flow.
+// onAccessLog turns a request the proxy handled into a flow. It runs on the request's
+// path (the fast path calls it after each request), so the flow is kept as the proxy's
+// record with the view of this moment, and decorated only when someone reads it (see
+// flowHub.publishL7).
 func (a *Agent) onAccessLog(l proxy.AccessLog) {
-	a.flows.publish(a.decorateL7(l))
+	a.flows.publishL7(&l7Record{log: l, view: a.view.Load()})
 }
 
-func (a *Agent) decorateL7(l proxy.AccessLog) api.Flow {
-	v := a.view.Load()
+// l7Dropped says whether a request's flow has the verdict DROPPED (as decorateL7 sets
+// it): refused by an L7 rule, or never forwarded upstream.
+func l7Dropped(l *proxy.AccessLog) bool { return l.Denied || !l.Upstream }
+
+// decorateL7 turns the proxy's record of a request into a flow, with the names, identities
+// and rules of view v.
+func decorateL7(v *view, l proxy.AccessLog) api.Flow {
 	f := api.Flow{
 		Time:     l.Time,
 		Type:     api.FlowTypeL7,
