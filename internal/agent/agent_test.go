@@ -386,15 +386,7 @@ func TestObserveDecoratesAndFilters(t *testing.T) {
 	ruleID := pols[0].Rules[0].ID
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	got := make(chan api.Flow, 4)
-	go h.a.Observe(ctx, api.ObserveRequest{Follow: true, Filter: api.FlowFilter{Verdict: "forwarded"}}, func(f api.Flow) error {
-		got <- f
-		return nil
-	})
-	// Wait until the observer is subscribed.
-	for !subscribed(h.a) {
-		time.Sleep(time.Millisecond)
-	}
+	got := follow(ctx, h.a, api.FlowFilter{Verdict: "forwarded"})
 	ipA, ipB := netip.MustParseAddr(a.IP), netip.MustParseAddr(b.IP)
 	h.dp.events <- FlowEvent{Time: time.Now(), Src: ipA, Dst: ipB, SrcPort: 40000, DstPort: 80, EpID: b.EpID,
 		SrcIdentity: a.Identity, DstIdentity: b.Identity, Type: EventDrop, Verdict: VerdictDropped, Reason: 2, Direction: DirIngress, Protocol: 6}
@@ -428,6 +420,20 @@ func TestObserveDecoratesAndFilters(t *testing.T) {
 	if len(hist) != 1 || hist[0].Verdict != "FORWARDED" {
 		t.Fatalf("last 1: %+v", hist)
 	}
+}
+
+// follow starts an observer of the flows matching filter and returns, once it is
+// subscribed, the channel they arrive on until ctx ends.
+func follow(ctx context.Context, a *Agent, filter api.FlowFilter) <-chan api.Flow {
+	got := make(chan api.Flow, 16)
+	go a.Observe(ctx, api.ObserveRequest{Follow: true, Filter: filter}, func(f api.Flow) error {
+		got <- f
+		return nil
+	})
+	for !subscribed(a) && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	return got
 }
 
 func subscribed(a *Agent) bool {

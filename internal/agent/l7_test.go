@@ -291,14 +291,7 @@ func TestL7FlowsDecoratedWithTheirView(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	followed := make(chan api.Flow, 4)
-	go h.a.Observe(ctx, api.ObserveRequest{Follow: true, Filter: api.FlowFilter{Type: "l7"}}, func(f api.Flow) error {
-		followed <- f
-		return nil
-	})
-	for !subscribed(h.a) {
-		time.Sleep(time.Millisecond)
-	}
+	followed := follow(ctx, h.a, api.FlowFilter{Type: "l7"})
 	h.proxyLog(request("/v1/after"))
 	select {
 	case f := <-followed:
