@@ -18,7 +18,7 @@ import (
 	"github.com/rampartnet/rampart/internal/proxy"
 )
 
-type testLog struct{ t *testing.T }
+type testLog struct{ t testing.TB }
 
 func (w testLog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
@@ -26,7 +26,7 @@ func (w testLog) Write(p []byte) (int, error) {
 }
 
 type harness struct {
-	t    *testing.T
+	t    testing.TB
 	cfg  Config
 	net  *fakeNetwork
 	dp   *fakeDatapath
@@ -37,7 +37,7 @@ type harness struct {
 	a        *Agent
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	sock, err := os.MkdirTemp("", "rp-agent-test-")
 	if err != nil {
