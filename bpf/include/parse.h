@@ -50,8 +50,8 @@ enum icmp_kind {
 #define TCP_F_ACK 0x10
 
 /* A 5-tuple in network byte order. For ICMP echo: request sport=id dport=0, reply sport=0
- * dport=id, so a reply's reversed tuple is its request's tuple and a request in the other
- * direction never looks like a reply. */
+ * dport=id, so a reply's reversed tuple is its request's tuple (the same conntrack key, see
+ * ct4_key) and a request in the other direction never looks like a reply. */
 struct tuple {
 	__be32 saddr;
 	__be32 daddr;
