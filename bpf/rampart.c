@@ -377,6 +377,18 @@ static __noinline int handle_unparsed(struct __sk_buff *skb, struct pkt *p, stru
 	}
 }
 
+/* handle_unknown_endpoint drops a packet on an interface the agent does not (or no
+ * longer) know, e.g. between endpoint removal and detach: fail closed. It parses only to
+ * fill the event. Out of line: a second copy of the parser in the hot path would only
+ * spread its code. */
+static __noinline int handle_unknown_endpoint(struct __sk_buff *skb, struct decision *d)
+{
+	struct pkt p = {};
+
+	parse_packet(skb, &p);
+	return drop(skb, &p, d, REASON_UNKNOWN_ENDPOINT);
+}
+
 /* handle is the packet path. Its inline part is what a packet of an established flow
  * needs (endpoint, parse, conntrack, counters); everything else is out of line. */
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
@@ -391,13 +403,9 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	int ret, status;
 
 	ep = endpoint_of(ifindex);
-	if (unlikely(!ep)) {
-		/* Drop: attached to an interface the agent does not (or no longer) know, e.g.
-		 * between endpoint removal and detach. Fail closed. Parse only to fill the
-		 * event. */
-		parse_packet(skb, &p);
-		return drop(skb, &p, &d, REASON_UNKNOWN_ENDPOINT);
-	}
+	if (unlikely(!ep))
+		/* Drop: no endpoint on this interface (see handle_unknown_endpoint). */
+		return handle_unknown_endpoint(skb, &d);
 	d.ep_id = ep->ep_id;
 	d.src_identity = dir == DIR_EGRESS ? ep->identity : 0;
 	d.dst_identity = dir == DIR_INGRESS ? ep->identity : 0;

@@ -170,7 +170,8 @@ func measure(ctx context.Context, cfg Config, nodeNetns, hostIf string, client *
 	if err != nil {
 		return s, fmt.Errorf("loading the empty program: %w", err)
 	}
-	defer empty.Close()
+	// One program on both hooks: its statistics are the mean over them.
+	progs = append(progs, attached{name: ProgEmpty, prog: empty})
 
 	err = endpoint.Do(nodeNetns, func() error {
 		l, err := netlink.LinkByName(hostIf)
@@ -206,7 +207,6 @@ func measure(ctx context.Context, cfg Config, nodeNetns, hostIf string, client *
 	if err != nil {
 		return s, err
 	}
-	progs = append(progs, attached{name: ProgEmpty, prog: empty})
 	seen := map[string]bool{}
 	for i := range progs {
 		seen[progs[i].name] = true
@@ -234,8 +234,7 @@ func measure(ctx context.Context, cfg Config, nodeNetns, hostIf string, client *
 		if runs == 0 {
 			return s, fmt.Errorf("%s did not run during the pings", p.name)
 		}
-		s.Runs[p.name] += runs
-		// Two empty programs (one per hook) share a name: the mean over both.
+		s.Runs[p.name] = runs
 		s.NsPerRun[p.name] = float64(end.Runtime-p.start.Runtime) / float64(runs)
 	}
 	if min := uint64(cfg.Pings); s.Runs[ProgFromEp] < min || s.Runs[ProgToEp] < min {
