@@ -129,6 +129,18 @@ func (r *fastPathRig) serveEnvoy() {
 	}
 }
 
+// waitLogs returns the access logs once there are n of them, or what there is after 5 s.
+func (r *fastPathRig) waitLogs(n int) []AccessLog {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		logs := append([]AccessLog(nil), r.logs...)
+		r.mu.Unlock()
+		if len(logs) >= n || time.Now().After(deadline) {
+			return logs
+		}
+	}
+}
+
 func (r *fastPathRig) dial(t *testing.T) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp4", r.f.listen.String(), 2*time.Second)
@@ -187,9 +199,9 @@ func TestFastPathRequests(t *testing.T) {
 	if got := r.server.requests(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("the server got %q, want %q", got, want)
 	}
-	r.mu.Lock()
-	logs := append([]AccessLog(nil), r.logs...)
-	r.mu.Unlock()
+	// A request is logged once its response is out, as Envoy does: the client can read the
+	// last response before its log is written.
+	logs := r.waitLogs(len(steps))
 	if len(logs) != len(steps) {
 		t.Fatalf("%d access logs, want %d", len(logs), len(steps))
 	}
