@@ -29,10 +29,10 @@ func TestQuickRun(t *testing.T) {
 	}
 	for _, tool := range []string{"nsenter", "taskset", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			skipOrFail(t, tool+" not found: "+err.Error())
+			benchkit.SkipOrFail(t, tool+" not found: "+err.Error())
 		}
 	}
-	fortio := findFortio(t)
+	fortio := benchkit.FortioForTest(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -168,34 +168,4 @@ func checkCase(t *testing.T, c CaseResult) {
 	if c.Layer == "L7" && x.ProxyProcesses < 1 {
 		t.Errorf("%s: measured with no proxy process", c.Name)
 	}
-}
-
-func skipOrFail(t *testing.T, msg string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI=true: not skipping)", msg)
-	}
-	t.Skip(msg)
-}
-
-// findFortio looks where scripts/setup.sh installs fortio.
-func findFortio(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("fortio"); err == nil {
-		return p
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		for _, d := range filepath.SplitList(strings.TrimSpace(string(out))) {
-			if p := filepath.Join(d, "bin", "fortio"); fileExists(p) {
-				return p
-			}
-		}
-	}
-	skipOrFail(t, "fortio not found (scripts/setup.sh installs it)")
-	return ""
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

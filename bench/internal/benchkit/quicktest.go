@@ -3,7 +3,10 @@ package benchkit
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -31,4 +34,32 @@ func RunForTest(t testing.TB, ctx context.Context, bin string, args ...string) (
 		t.Fatalf("quick run failed: %v", err)
 	}
 	return stdout.String(), cmd
+}
+
+// SkipOrFail skips t for a missing tool or privilege, except under CI=true (CI installs
+// and runs everything), where it fails.
+func SkipOrFail(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (CI=true: not skipping)", msg)
+	}
+	t.Skip(msg)
+}
+
+// FortioForTest finds fortio on PATH or where scripts/setup.sh installs it (GOPATH/bin).
+func FortioForTest(t testing.TB) string {
+	t.Helper()
+	if p, err := exec.LookPath("fortio"); err == nil {
+		return p
+	}
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		for _, d := range filepath.SplitList(strings.TrimSpace(string(out))) {
+			p := filepath.Join(d, "bin", "fortio")
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+	}
+	SkipOrFail(t, "fortio not found (scripts/setup.sh installs it)")
+	return ""
 }

@@ -1,0 +1,21 @@
+// Command skrelay is an experiment behind issue 3's L7 target, not part of Rampart: it
+// measures what a proxy hop costs an HTTP request on this machine, and what the kernel
+// could do instead, on loopback with the L7 benchmark's CPU placement (load generator on
+// CPU 0; server and relay on CPU 1).
+//
+// Paths, each measured with fortio in closed loop against `l7bench http-server`:
+//
+//   - direct: no relay.
+//   - user: a relay in user space (read and write, one goroutine per direction), the
+//     floor of any proxy that handles bytes in a process, as the agent's fast path does.
+//   - splice: the same with splice(2) (Go's io.Copy between TCP connections).
+//   - sockmap: the relay's two sockets in a sockhash, with an sk_skb stream verdict
+//     program that sends what one receives out of the other; the process never sees
+//     the bytes.
+//   - skmsg: no relay; a sockops program puts the client's connections to the server in
+//     a sockhash and an sk_msg program checks the start of each send against a literal
+//     rule (GET /v1) and passes it: the cost of a verdict on request heads at the
+//     client's own socket.
+//
+// Run as root: bench/experiments/skrelay/run.sh [--rounds N] [--seconds S].
+package main

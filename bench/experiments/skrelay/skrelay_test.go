@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
+	"github.com/rampartnet/rampart/internal/testenv/root"
+)
+
+// TestQuickRun builds the experiment, runs every path once for a second, and checks that
+// each path answered every request and that the client-side verdict saw them all. It
+// checks that the experiment works, not what it measures.
+func TestQuickRun(t *testing.T) {
+	root.Require(t)
+	fortio := benchkit.FortioForTest(t)
+	if _, err := exec.LookPath("clang"); err != nil {
+		benchkit.SkipOrFail(t, "clang not found (scripts/setup.sh installs it)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir, out := t.TempDir(), t.TempDir()
+	benchkit.BuildForTest(t, ctx, "../../..", dir, "./bench/experiments/skrelay", "./bench/l7/cmd/l7bench")
+	for _, o := range []string{"relay", "msg"} {
+		cc := exec.CommandContext(ctx, "clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/"+archDir(),
+			"-c", "bpf/"+o+".bpf.c", "-o", filepath.Join(dir, o+".bpf.o"))
+		if b, err := cc.CombinedOutput(); err != nil {
+			t.Fatalf("clang %s: %v\n%s", o, err, b)
+		}
+	}
+	benchkit.RunForTest(t, ctx, filepath.Join(dir, "skrelay"), "bench", "--rounds", "1", "--seconds", "1",
+		"--server", filepath.Join(dir, "l7bench"), "--bpf", dir, "--fortio", fortio, "--out", out,
+		"--server-addr", "127.0.0.1:19210", "--relay-addr", "127.0.0.1:19110")
+	files, _ := filepath.Glob(filepath.Join(out, "skrelay-*.json"))
+	if len(files) != 1 {
+		t.Fatalf("results: %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	var res struct{ Samples []sample }
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, s := range res.Samples {
+		seen[s.Path] = true
+		if s.Rate <= 0 || s.Requests == 0 || s.OK != s.Requests || len(s.CPUus) != 2 {
+			t.Errorf("%s: %+v", s.Path, s)
+		}
+		if s.Path == "skmsg" && s.Verdicts < uint64(s.Requests) {
+			t.Errorf("skmsg: the verdict saw %d sends for %d requests", s.Verdicts, s.Requests)
+		}
+	}
+	for _, p := range []string{"direct", "user", "splice", "sockmap", "skmsg"} {
+		if !seen[p] {
+			t.Errorf("no sample of %s", p)
+		}
+	}
+}
+
+// archDir is where Debian keeps this architecture's kernel headers (asm/).
+func archDir() string {
+	if runtime.GOARCH == "arm64" {
+		return "aarch64-linux-gnu"
+	}
+	return "x86_64-linux-gnu"
+}
