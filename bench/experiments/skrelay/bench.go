@@ -36,30 +36,28 @@ func benchMain(args []string) error {
 	seconds := fs.Int("seconds", 5, "fortio run length")
 	paths := fs.String("paths", "direct,user,splice,sockmap,skmsg", "paths to measure")
 	fortio := fs.String("fortio", "fortio", "fortio binary")
-	server := fs.String("server", "", "l7bench binary (its http-server)")
 	objDir := fs.String("bpf", "", "directory with relay.bpf.o and msg.bpf.o")
 	conns := fs.Int("connections", 16, "fortio -c")
 	out := fs.String("out", "bench/results", "output directory")
-	serverAddr := fs.String("server-addr", "127.0.0.1:19200", "the HTTP server's address (loopback)")
-	relayAddr := fs.String("relay-addr", "127.0.0.1:19100", "the relay's address (loopback)")
 	fs.Parse(args)
-	srv := exec.Command("taskset", "-c", "1", *server, "http-server", "--listen", *serverAddr)
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		return fmt.Errorf("starting the server: %w", err)
-	}
-	defer func() { srv.Process.Kill(); srv.Wait() }()
-	if err := waitHTTP("http://" + *serverAddr + "/v1"); err != nil {
-		return err
-	}
+
 	self, err := os.Executable()
 	if err != nil {
+		return err
+	}
+	// Loopback, on ports the kernel picks, so that runs can go side by side.
+	srv, err := start(self, "server", "--listen", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("starting the server: %w", err)
+	}
+	defer srv.kill()
+	if err := waitHTTP("http://" + srv.addr + "/v1"); err != nil {
 		return err
 	}
 	var samples []sample
 	for r := 1; r <= *rounds; r++ {
 		for _, p := range strings.Split(*paths, ",") {
-			s, err := measure(p, self, *objDir, *fortio, *conns, *seconds, *serverAddr, *relayAddr)
+			s, err := measure(p, self, *objDir, *fortio, *conns, *seconds, srv.addr)
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", r, p, err)
 			}
@@ -72,31 +70,18 @@ func benchMain(args []string) error {
 }
 
 // measure runs fortio on path p once, with the path's relay (or verdict) in place.
-func measure(p, self, objDir, fortio string, conns, seconds int, serverAddr, relayAddr string) (sample, error) {
+func measure(p, self, objDir, fortio string, conns, seconds int, serverAddr string) (sample, error) {
 	s := sample{Path: p}
-	target := "http://" + relayAddr + "/v1"
-	var relay *exec.Cmd
-	var relayOut *bufio.Reader
-	if p == "direct" || p == "skmsg" {
-		target = "http://" + serverAddr + "/v1"
-	}
+	target := "http://" + serverAddr + "/v1"
+	var relay *proc
 	if p != "direct" {
 		obj := map[string]string{"sockmap": "relay.bpf.o", "skmsg": "msg.bpf.o"}[p]
-		relay = exec.Command("taskset", "-c", "1", self, "relay", "--mode", p, "--listen", relayAddr,
-			"--upstream", serverAddr, "--obj", filepath.Join(objDir, obj))
-		relay.Stderr = os.Stderr
-		stdout, err := relay.StdoutPipe()
-		if err != nil {
-			return s, err
+		var err error
+		if relay, err = start(self, "relay", "--mode", p, "--upstream", serverAddr, "--obj", filepath.Join(objDir, obj)); err != nil {
+			return s, fmt.Errorf("starting the relay: %w", err)
 		}
-		if err := relay.Start(); err != nil {
-			return s, err
-		}
-		defer func() { relay.Process.Kill(); relay.Wait() }()
-		relayOut = bufio.NewReader(stdout)
-		if line, err := relayOut.ReadString('\n'); err != nil || line != "ready\n" {
-			return s, fmt.Errorf("relay did not start: %q %v", line, err)
-		}
+		defer relay.kill()
+		target = "http://" + relay.addr + "/v1"
 		if err := waitHTTP(target); err != nil {
 			return s, err
 		}
@@ -139,14 +124,48 @@ func measure(p, self, objDir, fortio string, conns, seconds int, serverAddr, rel
 		s.CPUus = append(s.CPUus, float64(after[cpu]-before[cpu])*1e6/100/float64(s.Requests))
 	}
 	if p == "skmsg" {
-		relay.Process.Signal(syscall.SIGTERM)
-		line, _ := relayOut.ReadString('\n')
+		relay.cmd.Process.Signal(syscall.SIGTERM)
+		line, _ := relay.out.ReadString('\n')
 		var other uint64
 		if _, err := fmt.Sscanf(line, "sends seen: %d allowed, %d other", &s.Verdicts, &other); err != nil || s.Verdicts < uint64(s.Requests) {
 			return s, fmt.Errorf("the verdict program saw too few requests: %q", line)
 		}
 	}
 	return s, nil
+}
+
+// proc is a helper process of the experiment (server or relay) that said it was ready.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *bufio.Reader // its standard output after the "ready" line
+	addr string        // the address in its "ready ADDRESS" line
+}
+
+// start runs `self args...` on CPU 1 and waits for its "ready ADDRESS" line.
+func start(self string, args ...string) (*proc, error) {
+	cmd := exec.Command("taskset", append([]string{"-c", "1", self}, args...)...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, out: bufio.NewReader(stdout)}
+	line, err := p.out.ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ready ")
+	if err != nil || !ok {
+		p.kill()
+		return nil, fmt.Errorf("%s did not start: %q %v", args[0], line, err)
+	}
+	p.addr = addr
+	return p, nil
+}
+
+func (p *proc) kill() {
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
 }
 
 // cpuBusy reads the busy time of CPU 0 and CPU 1 in USER_HZ ticks (1/100 s).

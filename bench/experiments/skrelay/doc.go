@@ -1,9 +1,10 @@
 // Command skrelay is an experiment behind issue 3's L7 target, not part of Rampart: it
 // measures what a proxy hop costs an HTTP request on this machine, and what the kernel
-// could do instead, on loopback with the L7 benchmark's CPU placement (load generator on
-// CPU 0; server and relay on CPU 1).
+// could do instead, on loopback (ports the kernel picks) with the L7 benchmark's CPU
+// placement (load generator on CPU 0; server and relay on CPU 1).
 //
-// Paths, each measured with fortio in closed loop against `l7bench http-server`:
+// Paths, each measured with fortio in closed loop against the L7 benchmark's HTTP handler
+// (bench/l7.ServeHTTP, in `skrelay server`):
 //
 //   - direct: no relay.
 //   - user: a relay in user space (read and write, one goroutine per direction), the

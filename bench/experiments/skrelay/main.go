@@ -7,7 +7,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: skrelay bench [flags] | relay [flags]")
+		fmt.Fprintln(os.Stderr, "usage: skrelay bench [flags] | relay [flags] | server [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -16,6 +16,8 @@ func main() {
 		err = benchMain(os.Args[2:])
 	case "relay":
 		err = relayMain(os.Args[2:])
+	case "server":
+		err = serverMain(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}

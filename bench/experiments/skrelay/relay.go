@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -14,16 +15,18 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/rampartnet/rampart/bench/l7"
 )
 
 // relayMain runs one path until SIGTERM: a relay from --listen to --upstream (user,
-// splice, sockmap), or the client-side verdict (skmsg). It prints "ready" on stdout once
-// it is in place.
+// splice, sockmap), or the client-side verdict (skmsg). It prints "ready ADDRESS" (the
+// relay's; skmsg: the server's) on stdout once it is in place.
 func relayMain(args []string) error {
 	fs := flag.NewFlagSet("relay", flag.ExitOnError)
 	mode := fs.String("mode", "user", "user | splice | sockmap | skmsg")
-	listen := fs.String("listen", "127.0.0.1:19100", "relay address")
-	upstream := fs.String("upstream", "127.0.0.1:19200", "server address")
+	listen := fs.String("listen", "127.0.0.1:0", "relay address")
+	upstream := fs.String("upstream", "", "server address")
 	obj := fs.String("obj", "", "BPF object (sockmap: relay.bpf.o; skmsg: msg.bpf.o)")
 	cgroup := fs.String("cgroup", "", "cgroup v2 root (skmsg; default: the first cgroup2 mount)")
 	fs.Parse(args)
@@ -40,7 +43,7 @@ func relayMain(args []string) error {
 				return err
 			}
 		}
-		return clientVerdict(*obj, *cgroup, port.Port(), stop)
+		return clientVerdict(*obj, *cgroup, port, stop)
 	}
 	var socks, peers *ebpf.Map
 	if *mode == "sockmap" {
@@ -69,7 +72,7 @@ func relayMain(args []string) error {
 			go relay(*mode, c.(*net.TCPConn), *upstream, socks, peers)
 		}
 	}()
-	fmt.Println("ready")
+	fmt.Println("ready", l.Addr())
 	<-stop
 	return l.Close()
 }
@@ -145,8 +148,8 @@ func cookie(c *net.TCPConn) uint64 {
 // clientVerdict attaches the sockops and sk_msg programs of msg.bpf.o until stop, then
 // reports on stdout how many sends the verdict saw (a run where it saw none measured
 // nothing).
-func clientVerdict(obj, cgroup string, serverPort uint16, stop <-chan os.Signal) error {
-	coll, err := loadObject(obj, map[string]any{"server_port": uint32(serverPort)})
+func clientVerdict(obj, cgroup string, server netip.AddrPort, stop <-chan os.Signal) error {
+	coll, err := loadObject(obj, map[string]any{"server_port": uint32(server.Port())})
 	if err != nil {
 		return err
 	}
@@ -161,7 +164,7 @@ func clientVerdict(obj, cgroup string, serverPort uint16, stop <-chan os.Signal)
 		return fmt.Errorf("attaching sockops to %s: %w", cgroup, err)
 	}
 	defer l.Close()
-	fmt.Println("ready")
+	fmt.Println("ready", server)
 	<-stop
 	var allowed, other []uint64
 	if err := coll.Maps["counts"].Lookup(uint32(0), &allowed); err != nil {
@@ -194,4 +197,20 @@ func cgroup2Mount() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no cgroup2 mount in /proc/self/mounts")
+}
+
+// serverMain serves the L7 benchmark's HTTP handler (GET /v1) on --listen until SIGTERM,
+// after printing "ready ADDRESS".
+func serverMain(args []string) error {
+	fs := flag.NewFlagSet("server", flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address")
+	fs.Parse(args)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	l, err := net.Listen("tcp4", *listen)
+	if err != nil {
+		return err
+	}
+	fmt.Println("ready", l.Addr())
+	return l7.ServeHTTP(ctx, l)
 }

@@ -26,7 +26,7 @@ func TestQuickRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir, out := t.TempDir(), t.TempDir()
-	benchkit.BuildForTest(t, ctx, "../../..", dir, "./bench/experiments/skrelay", "./bench/l7/cmd/l7bench")
+	benchkit.BuildForTest(t, ctx, "../../..", dir, "./bench/experiments/skrelay")
 	for _, o := range []string{"relay", "msg"} {
 		cc := exec.CommandContext(ctx, "clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/"+archDir(),
 			"-c", "bpf/"+o+".bpf.c", "-o", filepath.Join(dir, o+".bpf.o"))
@@ -35,8 +35,7 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	benchkit.RunForTest(t, ctx, filepath.Join(dir, "skrelay"), "bench", "--rounds", "1", "--seconds", "1",
-		"--server", filepath.Join(dir, "l7bench"), "--bpf", dir, "--fortio", fortio, "--out", out,
-		"--server-addr", "127.0.0.1:19210", "--relay-addr", "127.0.0.1:19110")
+		"--bpf", dir, "--fortio", fortio, "--out", out)
 	files, _ := filepath.Glob(filepath.Join(out, "skrelay-*.json"))
 	if len(files) != 1 {
 		t.Fatalf("results: %v", files)
