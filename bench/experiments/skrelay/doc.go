@@ -18,5 +18,8 @@
 //     rule (GET /v1) and passes it: the cost of a verdict on request heads at the
 //     client's own socket.
 //
+// TestSenderSocket checks a fact such a verdict would rest on: a tc program on an
+// endpoint's host-side veth sees which socket sent each packet.
+//
 // Run as root: bench/experiments/skrelay/run.sh [--rounds N] [--seconds S].
 package main

@@ -20,19 +20,12 @@ import (
 func TestQuickRun(t *testing.T) {
 	root.Require(t)
 	fortio := benchkit.FortioForTest(t)
-	if _, err := exec.LookPath("clang"); err != nil {
-		benchkit.SkipOrFail(t, "clang not found (scripts/setup.sh installs it)")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir, out := t.TempDir(), t.TempDir()
 	benchkit.BuildForTest(t, ctx, "../../..", dir, "./bench/experiments/skrelay")
 	for _, o := range []string{"relay", "msg"} {
-		cc := exec.CommandContext(ctx, "clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/"+archDir(),
-			"-c", "bpf/"+o+".bpf.c", "-o", filepath.Join(dir, o+".bpf.o"))
-		if b, err := cc.CombinedOutput(); err != nil {
-			t.Fatalf("clang %s: %v\n%s", o, err, b)
-		}
+		compileBPF(t, o, dir)
 	}
 	benchkit.RunForTest(t, ctx, filepath.Join(dir, "skrelay"), "bench", "--rounds", "1", "--seconds", "1",
 		"--bpf", dir, "--fortio", fortio, "--out", out)
@@ -60,6 +53,21 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("no sample of %s", p)
 		}
 	}
+}
+
+// compileBPF compiles bpf/NAME.bpf.c into dir and returns the object's path.
+func compileBPF(t *testing.T, name, dir string) string {
+	t.Helper()
+	if _, err := exec.LookPath("clang"); err != nil {
+		benchkit.SkipOrFail(t, "clang not found (scripts/setup.sh installs it)")
+	}
+	obj := filepath.Join(dir, name+".bpf.o")
+	cc := exec.Command("clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/"+archDir(),
+		"-c", "bpf/"+name+".bpf.c", "-o", obj)
+	if b, err := cc.CombinedOutput(); err != nil {
+		t.Fatalf("clang %s: %v\n%s", name, err, b)
+	}
+	return obj
 }
 
 // archDir is where Debian keeps this architecture's kernel headers (asm/).
