@@ -18,8 +18,10 @@
 //     rule (GET /v1) and passes it: the cost of a verdict on request heads at the
 //     client's own socket.
 //
-// TestSenderSocket checks a fact such a verdict would rest on: a tc program on an
-// endpoint's host-side veth sees which socket sent each packet.
+// Two tests check what such a verdict would rest on. TestSenderSocket: a tc program on an
+// endpoint's host-side veth sees which socket sent each packet. TestRefusalAtSender: an
+// sk_msg program can answer a refused request with a 403 in the sender's own receive
+// queue, on a connection that stays open.
 //
 // Run as root: bench/experiments/skrelay/run.sh [--rounds N] [--seconds S].
 package main

@@ -8,10 +8,19 @@
 /* Set at load: the server port whose connections are checked. */
 volatile const __u32 server_port = 0;
 
+/* A connection, as both sockops and sk_msg programs see it (sk_msg programs cannot read
+ * socket cookies). Ports as the context fields give them. */
+struct conn_key {
+	__u32 local_ip4;
+	__u32 remote_ip4;
+	__u32 local_port;
+	__u32 remote_port;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_SOCKHASH);
 	__uint(max_entries, 4096);
-	__type(key, __u64);
+	__type(key, struct conn_key);
 	__type(value, __u64);
 } clients SEC(".maps");
 
@@ -25,13 +34,16 @@ struct {
 SEC("sockops")
 int track(struct bpf_sock_ops *skops)
 {
-	__u64 key;
+	struct conn_key key;
 
 	if (skops->op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB)
 		return 1;
 	if (bpf_ntohl(skops->remote_port) != server_port && skops->remote_port != bpf_htons(server_port))
 		return 1;
-	key = bpf_get_socket_cookie(skops);
+	key.local_ip4 = skops->local_ip4;
+	key.remote_ip4 = skops->remote_ip4;
+	key.local_port = skops->local_port;
+	key.remote_port = skops->remote_port;
 	bpf_sock_hash_update(skops, &clients, &key, BPF_ANY);
 	return 1;
 }
@@ -57,4 +69,48 @@ int request(struct sk_msg_md *msg)
 	return SK_PASS;
 }
 
+
+
+/* The refusal a send-side verdict would give: a request that is not GET /v1 becomes a
+ * 403 response, delivered to the sending socket's own receive queue; the server never
+ * sees it. A prototype: it assumes each request arrives in one send. */
+static const char forbidden[] = "HTTP/1.1 403 Forbidden\r\ncontent-length: 15\r\n"
+				"content-type: text/plain\r\n\r\nAccess denied\r\n";
+
+SEC("sk_msg")
+int request_or_refuse(struct sk_msg_md *msg)
+{
+	__u32 want = sizeof(forbidden) - 1, len = msg->size;
+	struct conn_key key;
+	char *p;
+
+	if (len < 8)
+		return SK_DROP;
+	if (bpf_msg_pull_data(msg, 0, 8, 0))
+		return SK_DROP;
+	p = msg->data;
+	if ((void *)(p + 8) > msg->data_end)
+		return SK_DROP;
+	if (p[0] == 'G' && p[1] == 'E' && p[2] == 'T' && p[3] == ' ' && p[4] == '/' && p[5] == 'v' &&
+	    p[6] == '1' && (p[7] == ' ' || p[7] == '?'))
+		return SK_PASS;
+	if (len > want) {
+		if (bpf_msg_pop_data(msg, want, len - want, 0))
+			return SK_DROP;
+	} else if (len < want) {
+		if (bpf_msg_push_data(msg, len, want - len, 0))
+			return SK_DROP;
+	}
+	if (bpf_msg_pull_data(msg, 0, want, 0))
+		return SK_DROP;
+	p = msg->data;
+	if ((void *)(p + sizeof(forbidden) - 1) > msg->data_end)
+		return SK_DROP;
+	__builtin_memcpy(p, forbidden, sizeof(forbidden) - 1);
+	key.local_ip4 = msg->local_ip4;
+	key.remote_ip4 = msg->remote_ip4;
+	key.local_port = msg->local_port;
+	key.remote_port = msg->remote_port;
+	return bpf_msg_redirect_hash(msg, &clients, &key, BPF_F_INGRESS);
+}
 char LICENSE[] SEC("license") = "GPL";
