@@ -18,10 +18,11 @@
 //     rule (GET /v1) and passes it: the cost of a verdict on request heads at the
 //     client's own socket.
 //
-// Two tests check what such a verdict would rest on. TestSenderSocket: a tc program on an
+// Tests check what such a verdict would rest on. TestSenderSocket: a tc program on an
 // endpoint's host-side veth sees which socket sent each packet. TestRefusalAtSender: an
 // sk_msg program can answer a refused request with a 403 in the sender's own receive
-// queue, on a connection that stays open.
+// queue, on a connection that stays open. TestRefusalWithSendfile: requests written with
+// sendfile(2) or splice(2) go through the verdict too.
 //
 // Run as root: bench/experiments/skrelay/run.sh [--rounds N] [--seconds S].
 package main

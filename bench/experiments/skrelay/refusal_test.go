@@ -17,34 +17,38 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/root"
 )
 
-// TestRefusalAtSender checks the refusal a send-side verdict would give (msg.bpf.c,
-// request_or_refuse): on one kept-alive connection, allowed requests reach the server and
-// a refused one is answered 403 from the client's own socket, never reaching the server.
-func TestRefusalAtSender(t *testing.T) {
+// verdictRig is an HTTP server on loopback that records what it gets, with the prototype
+// verdict (msg.bpf.c: request_or_refuse) on every client connection to it.
+type verdictRig struct {
+	server netip.AddrPort
+	mu     sync.Mutex
+	seen   []string // "METHOD PATH" of each request the server got
+}
+
+func startVerdictRig(t *testing.T) *verdictRig {
+	t.Helper()
 	root.Require(t)
 	obj := compileBPF(t, "msg", t.TempDir())
-
-	var mu sync.Mutex
-	var seen []string
+	r := &verdictRig{}
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, r.Method+" "+r.URL.Path)
-		mu.Unlock()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.seen = append(r.seen, req.Method+" "+req.URL.Path)
+		r.mu.Unlock()
 		io.WriteString(w, "hello from the server")
 	})}
 	go srv.Serve(l)
-	defer srv.Close()
-	server := netip.MustParseAddrPort(l.Addr().String())
+	t.Cleanup(func() { srv.Close() })
+	r.server = netip.MustParseAddrPort(l.Addr().String())
 
-	coll, err := loadObject(obj, map[string]any{"server_port": uint32(server.Port())})
+	coll, err := loadObject(obj, map[string]any{"server_port": uint32(r.server.Port())})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer coll.Close()
+	t.Cleanup(func() { coll.Close() })
 	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
 		Target: coll.Maps["clients"].FD(), Program: coll.Programs["request_or_refuse"], Attach: ebpf.AttachSkMsgVerdict,
 	}); err != nil {
@@ -58,8 +62,21 @@ func TestRefusalAtSender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ops.Close()
+	t.Cleanup(func() { ops.Close() })
+	return r
+}
 
+func (r *verdictRig) requests() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
+}
+
+// TestRefusalAtSender checks the refusal a send-side verdict would give (msg.bpf.c,
+// request_or_refuse): on one kept-alive connection, allowed requests reach the server and
+// a refused one is answered 403 from the client's own socket, never reaching the server.
+func TestRefusalAtSender(t *testing.T) {
+	r := startVerdictRig(t)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
 	defer client.CloseIdleConnections()
 	steps := []struct {
@@ -74,7 +91,7 @@ func TestRefusalAtSender(t *testing.T) {
 	}
 	for i, s := range steps {
 		reused := false
-		req, _ := http.NewRequest(s.method, "http://"+server.String()+s.path, nil)
+		req, _ := http.NewRequest(s.method, "http://"+r.server.String()+s.path, nil)
 		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
 			GotConn: func(c httptrace.GotConnInfo) { reused = c.Reused },
 		}))
@@ -91,9 +108,7 @@ func TestRefusalAtSender(t *testing.T) {
 			t.Errorf("%s %s: on a new connection, want the kept-alive one", s.method, s.path)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []string{"GET /v1", "GET /v1"}; !slices.Equal(seen, want) {
-		t.Errorf("the server saw %q, want %q", seen, want)
+	if got, want := r.requests(), []string{"GET /v1", "GET /v1"}; !slices.Equal(got, want) {
+		t.Errorf("the server saw %q, want %q", got, want)
 	}
 }
