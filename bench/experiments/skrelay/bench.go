@@ -34,7 +34,7 @@ func benchMain(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	rounds := fs.Int("rounds", 3, "rounds; each runs every path once, in turn")
 	seconds := fs.Int("seconds", 5, "fortio run length")
-	paths := fs.String("paths", "direct,user,splice,sockmap,skmsg", "paths to measure")
+	paths := fs.String("paths", "direct,user,splice,sockmap,skmsg,skmsg-parse", "paths to measure")
 	fortio := fs.String("fortio", "fortio", "fortio binary")
 	objDir := fs.String("bpf", "", "directory with relay.bpf.o and msg.bpf.o")
 	conns := fs.Int("connections", 16, "fortio -c")
@@ -75,9 +75,14 @@ func measure(p, self, objDir, fortio string, conns, seconds int, serverAddr stri
 	target := "http://" + serverAddr + "/v1"
 	var relay *proc
 	if p != "direct" {
-		obj := map[string]string{"sockmap": "relay.bpf.o", "skmsg": "msg.bpf.o"}[p]
+		mode, program, _ := strings.Cut(p, "-")
+		obj := map[string]string{"sockmap": "relay.bpf.o", "skmsg": "msg.bpf.o"}[mode]
+		args := []string{"relay", "--mode", mode, "--upstream", serverAddr, "--obj", filepath.Join(objDir, obj)}
+		if program == "parse" {
+			args = append(args, "--program", "request_parsed")
+		}
 		var err error
-		if relay, err = start(self, "relay", "--mode", p, "--upstream", serverAddr, "--obj", filepath.Join(objDir, obj)); err != nil {
+		if relay, err = start(self, args...); err != nil {
 			return s, fmt.Errorf("starting the relay: %w", err)
 		}
 		defer relay.kill()
@@ -123,7 +128,7 @@ func measure(p, self, objDir, fortio string, conns, seconds int, serverAddr stri
 	for cpu := range before {
 		s.CPUus = append(s.CPUus, float64(after[cpu]-before[cpu])*1e6/100/float64(s.Requests))
 	}
-	if p == "skmsg" {
+	if strings.HasPrefix(p, "skmsg") {
 		relay.cmd.Process.Signal(syscall.SIGTERM)
 		line, _ := relay.out.ReadString('\n')
 		var other uint64

@@ -17,6 +17,8 @@
 //     a sockhash and an sk_msg program checks the start of each send against a literal
 //     rule (GET /v1) and passes it: the cost of a verdict on request heads at the
 //     client's own socket.
+//   - skmsg-parse: the same with what a real verdict has to do first: find the end of the
+//     head (corking until it is whole), then the method and path in it.
 //
 // Tests check what such a verdict would rest on. TestSenderSocket: a tc program on an
 // endpoint's host-side veth sees which socket sent each packet. TestRefusalAtSender: an

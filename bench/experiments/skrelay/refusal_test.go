@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"net/http"
@@ -17,15 +18,16 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/root"
 )
 
-// verdictRig is an HTTP server on loopback that records what it gets, with the prototype
-// verdict (msg.bpf.c: request_or_refuse) on every client connection to it.
+// verdictRig is an HTTP server on loopback that records what it gets, with an sk_msg
+// program of msg.bpf.c on every client connection to it.
 type verdictRig struct {
 	server netip.AddrPort
+	coll   *ebpf.Collection
 	mu     sync.Mutex
 	seen   []string // "METHOD PATH" of each request the server got
 }
 
-func startVerdictRig(t *testing.T) *verdictRig {
+func startVerdictRig(t *testing.T, program string) *verdictRig {
 	t.Helper()
 	root.Require(t)
 	obj := compileBPF(t, "msg", t.TempDir())
@@ -49,8 +51,9 @@ func startVerdictRig(t *testing.T) *verdictRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { coll.Close() })
+	r.coll = coll
 	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
-		Target: coll.Maps["clients"].FD(), Program: coll.Programs["request_or_refuse"], Attach: ebpf.AttachSkMsgVerdict,
+		Target: coll.Maps["clients"].FD(), Program: coll.Programs[program], Attach: ebpf.AttachSkMsgVerdict,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +75,62 @@ func (r *verdictRig) requests() []string {
 	return slices.Clone(r.seen)
 }
 
+// counts returns the allowed and other verdicts the counting programs gave.
+func (r *verdictRig) counts(t *testing.T) (allowed, other uint64) {
+	t.Helper()
+	var a, o []uint64
+	if err := r.coll.Maps["counts"].Lookup(uint32(0), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.coll.Maps["counts"].Lookup(uint32(1), &o); err != nil {
+		t.Fatal(err)
+	}
+	return sum(a), sum(o)
+}
+
+// TestParsedVerdictWaitsForWholeHeads sends request heads in pieces (one write each) to
+// the parsing verdict (msg.bpf.c, request_parsed): it must hold the pieces until the head
+// is whole (cork) and give one verdict per request.
+func TestParsedVerdictWaitsForWholeHeads(t *testing.T) {
+	r := startVerdictRig(t, "request_parsed")
+	c, err := net.DialTimeout("tcp4", r.server.String(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	for _, pieces := range [][]string{
+		{"GET /v1 HTTP/1.1\r\nHost: server\r\n\r\n"},
+		{"GET /v", "1 HTTP/1.1\r\nHo", "st: server\r\n", "\r\n"},
+		{"GET /admin HTTP/1.1\r\nHost: server\r\n\r", "\n"},
+	} {
+		for _, p := range pieces {
+			if _, err := io.WriteString(c, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%q: %v", pieces, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	// This program only counts: every request reaches the server.
+	if got, want := r.requests(), []string{"GET /v1", "GET /v1", "GET /admin"}; !slices.Equal(got, want) {
+		t.Errorf("the server saw %q, want %q", got, want)
+	}
+	if allowed, other := r.counts(t); allowed != 2 || other != 1 {
+		t.Errorf("verdicts: %d allowed, %d other; want 2 and 1 (one per request)", allowed, other)
+	}
+}
+
 // TestRefusalAtSender checks the refusal a send-side verdict would give (msg.bpf.c,
 // request_or_refuse): on one kept-alive connection, allowed requests reach the server and
 // a refused one is answered 403 from the client's own socket, never reaching the server.
 func TestRefusalAtSender(t *testing.T) {
-	r := startVerdictRig(t)
+	r := startVerdictRig(t, "request_or_refuse")
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
 	defer client.CloseIdleConnections()
 	steps := []struct {

@@ -25,6 +25,7 @@ import (
 func relayMain(args []string) error {
 	fs := flag.NewFlagSet("relay", flag.ExitOnError)
 	mode := fs.String("mode", "user", "user | splice | sockmap | skmsg")
+	program := fs.String("program", "request", "skmsg: the sk_msg program of msg.bpf.o (request, request_parsed)")
 	listen := fs.String("listen", "127.0.0.1:0", "relay address")
 	upstream := fs.String("upstream", "", "server address")
 	obj := fs.String("obj", "", "BPF object (sockmap: relay.bpf.o; skmsg: msg.bpf.o)")
@@ -43,7 +44,7 @@ func relayMain(args []string) error {
 				return err
 			}
 		}
-		return clientVerdict(*obj, *cgroup, port, stop)
+		return clientVerdict(*obj, *program, *cgroup, port, stop)
 	}
 	var socks, peers *ebpf.Map
 	if *mode == "sockmap" {
@@ -148,14 +149,14 @@ func cookie(c *net.TCPConn) uint64 {
 // clientVerdict attaches the sockops and sk_msg programs of msg.bpf.o until stop, then
 // reports on stdout how many sends the verdict saw (a run where it saw none measured
 // nothing).
-func clientVerdict(obj, cgroup string, server netip.AddrPort, stop <-chan os.Signal) error {
+func clientVerdict(obj, program, cgroup string, server netip.AddrPort, stop <-chan os.Signal) error {
 	coll, err := loadObject(obj, map[string]any{"server_port": uint32(server.Port())})
 	if err != nil {
 		return err
 	}
 	defer coll.Close()
 	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
-		Target: coll.Maps["clients"].FD(), Program: coll.Programs["request"], Attach: ebpf.AttachSkMsgVerdict,
+		Target: coll.Maps["clients"].FD(), Program: coll.Programs[program], Attach: ebpf.AttachSkMsgVerdict,
 	}); err != nil {
 		return fmt.Errorf("attaching the sk_msg verdict: %w", err)
 	}

@@ -17,7 +17,7 @@ import (
 // way, a refused request must be answered 403 by the verdict and never reach the server,
 // and an allowed one must reach it and get its answer.
 func TestRefusalWithSendfile(t *testing.T) {
-	r := startVerdictRig(t)
+	r := startVerdictRig(t, "request_or_refuse")
 	ways := map[string]func(c *net.TCPConn, req string) error{
 		// io.Copy from a file to a TCP connection uses sendfile(2).
 		"sendfile": func(c *net.TCPConn, req string) error {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,11 +45,11 @@ func TestQuickRun(t *testing.T) {
 		if s.Rate <= 0 || s.Requests == 0 || s.OK != s.Requests || len(s.CPUus) != 2 {
 			t.Errorf("%s: %+v", s.Path, s)
 		}
-		if s.Path == "skmsg" && s.Verdicts < uint64(s.Requests) {
+		if strings.HasPrefix(s.Path, "skmsg") && s.Verdicts < uint64(s.Requests) {
 			t.Errorf("skmsg: the verdict saw %d sends for %d requests", s.Verdicts, s.Requests)
 		}
 	}
-	for _, p := range []string{"direct", "user", "splice", "sockmap", "skmsg"} {
+	for _, p := range []string{"direct", "user", "splice", "sockmap", "skmsg", "skmsg-parse"} {
 		if !seen[p] {
 			t.Errorf("no sample of %s", p)
 		}
