@@ -24,7 +24,9 @@
 // endpoint's host-side veth sees which socket sent each packet. TestRefusalAtSender: an
 // sk_msg program can answer a refused request with a 403 in the sender's own receive
 // queue, on a connection that stays open. TestRefusalWithSendfile: requests written with
-// sendfile(2) or splice(2) go through the verdict too.
+// sendfile(2) or splice(2) go through the verdict too. TestParsedVerdictWaitsForWholeHeads:
+// heads written in pieces are held until whole. TestServerSendsThroughTracker: a server's
+// responses (sendfile included) arrive whole under an sk_msg program that sees each one.
 //
 // Run as root: bench/experiments/skrelay/run.sh [--rounds N] [--seconds S].
 package main

@@ -52,8 +52,16 @@ func startVerdictRig(t *testing.T, program string) *verdictRig {
 	}
 	t.Cleanup(func() { coll.Close() })
 	r.coll = coll
+	attachMsg(t, coll, "clients", program, "track")
+	return r
+}
+
+// attachMsg attaches sk_msg program to sockhash m of coll, and sockops program track (which
+// fills m) to the cgroup v2 root until the test ends.
+func attachMsg(t *testing.T, coll *ebpf.Collection, m, program, track string) {
+	t.Helper()
 	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
-		Target: coll.Maps["clients"].FD(), Program: coll.Programs[program], Attach: ebpf.AttachSkMsgVerdict,
+		Target: coll.Maps[m].FD(), Program: coll.Programs[program], Attach: ebpf.AttachSkMsgVerdict,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -61,12 +69,11 @@ func startVerdictRig(t *testing.T, program string) *verdictRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, err := link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: ebpf.AttachCGroupSockOps, Program: coll.Programs["track"]})
+	ops, err := link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: ebpf.AttachCGroupSockOps, Program: coll.Programs[track]})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ops.Close() })
-	return r
 }
 
 func (r *verdictRig) requests() []string {

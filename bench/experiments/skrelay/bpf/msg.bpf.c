@@ -31,6 +31,18 @@ struct {
 	__type(value, __u64);
 } counts SEC(".maps");
 
+static __always_inline struct conn_key conn_key_of_ops(const struct bpf_sock_ops *skops)
+{
+	struct conn_key key = {
+		.local_ip4 = skops->local_ip4,
+		.remote_ip4 = skops->remote_ip4,
+		.local_port = skops->local_port,
+		.remote_port = skops->remote_port,
+	};
+
+	return key;
+}
+
 SEC("sockops")
 int track(struct bpf_sock_ops *skops)
 {
@@ -40,10 +52,7 @@ int track(struct bpf_sock_ops *skops)
 		return 1;
 	if (bpf_ntohl(skops->remote_port) != server_port && skops->remote_port != bpf_htons(server_port))
 		return 1;
-	key.local_ip4 = skops->local_ip4;
-	key.remote_ip4 = skops->remote_ip4;
-	key.local_port = skops->local_port;
-	key.remote_port = skops->remote_port;
+	key = conn_key_of_ops(skops);
 	bpf_sock_hash_update(skops, &clients, &key, BPF_ANY);
 	return 1;
 }
@@ -178,6 +187,58 @@ int request_parsed(struct sk_msg_md *msg)
 	if (c)
 		(*c)++;
 	/* The verdict covers this head; a body would be passed with bpf_msg_apply_bytes. */
+	return SK_PASS;
+}
+
+/* The server side of a send-side design: what a response tracker would see of the
+ * server's sends. servers holds the server's accepted sockets (track_servers); sent
+ * counts bytes (0) and sends that start with an HTTP/1.x status line (1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, 4096);
+	__type(key, struct conn_key);
+	__type(value, __u64);
+} servers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} sent SEC(".maps");
+
+SEC("sockops")
+int track_servers(struct bpf_sock_ops *skops)
+{
+	struct conn_key key;
+
+	if (skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB || skops->local_port != server_port)
+		return 1;
+	key = conn_key_of_ops(skops);
+	bpf_sock_hash_update(skops, &servers, &key, BPF_ANY);
+	return 1;
+}
+
+SEC("sk_msg")
+int response_seen(struct sk_msg_md *msg)
+{
+	__u32 k = 0;
+	__u64 *c = bpf_map_lookup_elem(&sent, &k);
+	char *p;
+
+	if (c)
+		*c += msg->size;
+	if (msg->size < 9 || bpf_msg_pull_data(msg, 0, 9, 0))
+		return SK_PASS;
+	p = msg->data;
+	if ((void *)(p + 9) > msg->data_end)
+		return SK_PASS;
+	if (p[0] == 'H' && p[1] == 'T' && p[2] == 'T' && p[3] == 'P' && p[4] == '/' && p[8] == ' ') {
+		k = 1;
+		c = bpf_map_lookup_elem(&sent, &k);
+		if (c)
+			(*c)++;
+	}
 	return SK_PASS;
 }
 
