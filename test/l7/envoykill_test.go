@@ -154,6 +154,7 @@ func TestL7EnvoyKilled(t *testing.T) {
 
 	counts := map[string]map[string]int{}
 	var failedDuringOutage int
+	seenBy := e.rec.byMarker()
 	for _, o := range outs {
 		got := fmt.Sprint(o.status)
 		if o.err != nil {
@@ -170,7 +171,7 @@ func TestL7EnvoyKilled(t *testing.T) {
 			counts[period] = map[string]int{}
 		}
 		counts[period][o.path+" "+got]++
-		seen := len(e.rec.requests(o.m))
+		seen := seenBy[o.m]
 		desc := fmt.Sprintf("%s %s GET %s sent %s done %s: %s (server got it %d times)", period, o.worker, o.path,
 			o.sent.Format("15:04:05.000"), o.done.Format("15:04:05.000"), got, seen)
 		// Never answered or seen unless the rules allow it.

@@ -110,6 +110,20 @@ func (r *recorder) requests(marker string) []seen {
 	return out
 }
 
+// byMarker counts the requests seen so far by the marker in their X-Req header: one pass,
+// for checks that look up every request of a traffic run (requests scans them all).
+func (r *recorder) byMarker() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := map[string]int{}
+	for _, s := range r.reqs {
+		for _, m := range s.Header.Values("X-Req") {
+			n[m]++
+		}
+	}
+	return n
+}
+
 // rawLen is how many bytes the server has read so far, on all connections.
 func (r *recorder) rawLen() int {
 	r.mu.Lock()
