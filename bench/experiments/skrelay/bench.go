@@ -39,7 +39,12 @@ func benchMain(args []string) error {
 	objDir := fs.String("bpf", "", "directory with relay.bpf.o and msg.bpf.o")
 	conns := fs.Int("connections", 16, "fortio -c")
 	out := fs.String("out", "bench/results", "output directory")
+	filler := fs.Int("header-bytes", 0, "add a header of about this many bytes to each request (realistic heads are 400-800 bytes; fortio's own are about 100)")
 	fs.Parse(args)
+	var extra []string
+	if *filler > 0 {
+		extra = []string{"-H", "X-Filler: " + strings.Repeat("f", max(1, *filler-12))}
+	}
 
 	self, err := os.Executable()
 	if err != nil {
@@ -57,7 +62,7 @@ func benchMain(args []string) error {
 	var samples []sample
 	for r := 1; r <= *rounds; r++ {
 		for _, p := range strings.Split(*paths, ",") {
-			s, err := measure(p, self, *objDir, *fortio, *conns, *seconds, srv.addr)
+			s, err := measure(p, self, *objDir, *fortio, *conns, *seconds, srv.addr, extra)
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", r, p, err)
 			}
@@ -66,11 +71,11 @@ func benchMain(args []string) error {
 			samples = append(samples, s)
 		}
 	}
-	return report(samples, strings.Split(*paths, ","), *out)
+	return report(samples, strings.Split(*paths, ","), *out, *filler)
 }
 
 // measure runs fortio on path p once, with the path's relay (or verdict) in place.
-func measure(p, self, objDir, fortio string, conns, seconds int, serverAddr string) (sample, error) {
+func measure(p, self, objDir, fortio string, conns, seconds int, serverAddr string, fortioArgs []string) (sample, error) {
 	s := sample{Path: p}
 	target := "http://" + serverAddr + "/v1"
 	var relay *proc
@@ -95,8 +100,9 @@ func measure(p, self, objDir, fortio string, conns, seconds int, serverAddr stri
 	if err != nil {
 		return s, err
 	}
-	cmd := exec.Command("taskset", "-c", "0", fortio, "load", "-qps", "0", "-c", strconv.Itoa(conns),
-		"-t", fmt.Sprintf("%ds", seconds), "-json", "-", target)
+	args := append([]string{"-c", "0", fortio, "load", "-qps", "0", "-c", strconv.Itoa(conns),
+		"-t", fmt.Sprintf("%ds", seconds), "-json", "-"}, fortioArgs...)
+	cmd := exec.Command("taskset", append(args, target)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	b, err := cmd.Output()
@@ -224,7 +230,7 @@ func median(v []float64) float64 {
 
 // report prints and writes (JSON and markdown) the medians per path and the ratio of
 // each path's rate to direct's in the same round.
-func report(samples []sample, paths []string, out string) error {
+func report(samples []sample, paths []string, out string, headerBytes int) error {
 	direct := map[int]float64{}
 	for _, s := range samples {
 		if s.Path == "direct" {
@@ -257,7 +263,7 @@ func report(samples []sample, paths []string, out string) error {
 		return err
 	}
 	base := filepath.Join(out, "skrelay-"+time.Now().UTC().Format("20060102T150405Z"))
-	j, _ := json.MarshalIndent(map[string]any{"schema": "rampart.experiment.skrelay/v1", "samples": samples}, "", "  ")
+	j, _ := json.MarshalIndent(map[string]any{"schema": "rampart.experiment.skrelay/v1", "header_bytes": headerBytes, "samples": samples}, "", "  ")
 	if err := os.WriteFile(base+".json", j, 0o644); err != nil {
 		return err
 	}
