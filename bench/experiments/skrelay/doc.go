@@ -27,6 +27,8 @@
 // sendfile(2) or splice(2) go through the verdict too. TestParsedVerdictWaitsForWholeHeads:
 // heads written in pieces are held until whole. TestServerSendsThroughTracker: a server's
 // responses (sendfile included) arrive whole under an sk_msg program that sees each one.
+// TestRefusalOrder: a server-side response tracker lets the client's verdict answer a
+// refusal only in order (pipeline.bpf.c, built against the kernel's BTF).
 //
 // Run as root: bench/experiments/skrelay/run.sh [--rounds N] [--seconds S].
 package main

@@ -29,9 +29,16 @@ type verdictRig struct {
 
 func startVerdictRig(t *testing.T, program string) *verdictRig {
 	t.Helper()
-	root.Require(t)
-	obj := compileBPF(t, "msg", t.TempDir())
 	r := &verdictRig{}
+	r.start(t, compileBPF(t, "msg", t.TempDir()), "clients", program, "track")
+	return r
+}
+
+// start starts the server and loads obj with its port, with sk_msg program on sockhash m
+// and sockops program track (which fills it) on the cgroup v2 root.
+func (r *verdictRig) start(t *testing.T, obj, m, program, track string) {
+	t.Helper()
+	root.Require(t)
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -52,19 +59,14 @@ func startVerdictRig(t *testing.T, program string) *verdictRig {
 	}
 	t.Cleanup(func() { coll.Close() })
 	r.coll = coll
-	attachMsg(t, coll, "clients", program, "track")
-	return r
+	attachMsg(t, coll, m, program, track)
 }
 
 // attachMsg attaches sk_msg program to sockhash m of coll, and sockops program track (which
 // fills m) to the cgroup v2 root until the test ends.
 func attachMsg(t *testing.T, coll *ebpf.Collection, m, program, track string) {
 	t.Helper()
-	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
-		Target: coll.Maps[m].FD(), Program: coll.Programs[program], Attach: ebpf.AttachSkMsgVerdict,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	attachMsgTo(t, coll, m, program)
 	cg, err := cgroup2Mount()
 	if err != nil {
 		t.Fatal(err)
@@ -76,10 +78,32 @@ func attachMsg(t *testing.T, coll *ebpf.Collection, m, program, track string) {
 	t.Cleanup(func() { ops.Close() })
 }
 
+// attachMsgTo attaches sk_msg program to sockhash m of coll (for as long as m lives).
+func attachMsgTo(t *testing.T, coll *ebpf.Collection, m, program string) {
+	t.Helper()
+	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
+		Target: coll.Maps[m].FD(), Program: coll.Programs[program], Attach: ebpf.AttachSkMsgVerdict,
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (r *verdictRig) requests() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.seen)
+}
+
+// dial opens a connection to the server (closed when the test ends), with a 5 s deadline.
+func (r *verdictRig) dial(t *testing.T) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp4", r.server.String(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	return c, bufio.NewReader(c)
 }
 
 // counts returns the allowed and other verdicts the counting programs gave.
@@ -100,13 +124,7 @@ func (r *verdictRig) counts(t *testing.T) (allowed, other uint64) {
 // is whole (cork) and give one verdict per request.
 func TestParsedVerdictWaitsForWholeHeads(t *testing.T) {
 	r := startVerdictRig(t, "request_parsed")
-	c, err := net.DialTimeout("tcp4", r.server.String(), 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
+	c, br := r.dial(t)
 	for _, pieces := range [][]string{
 		{"GET /v1 HTTP/1.1\r\nHost: server\r\n\r\n"},
 		{"GET /v", "1 HTTP/1.1\r\nHo", "st: server\r\n", "\r\n"},

@@ -56,19 +56,27 @@ func TestQuickRun(t *testing.T) {
 	}
 }
 
-// compileBPF compiles bpf/NAME.bpf.c into dir and returns the object's path.
-func compileBPF(t *testing.T, name, dir string) string {
+// compileBPF compiles bpf/NAME.bpf.c into dir (with extra clang flags) and returns the
+// object's path.
+func compileBPF(t *testing.T, name, dir string, extra ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath("clang"); err != nil {
 		benchkit.SkipOrFail(t, "clang not found (scripts/setup.sh installs it)")
 	}
 	obj := filepath.Join(dir, name+".bpf.o")
-	cc := exec.Command("clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/"+archDir(),
-		"-c", "bpf/"+name+".bpf.c", "-o", obj)
+	args := append([]string{"-O2", "-g", "-target", "bpf", "-I/usr/include/" + archDir()}, extra...)
+	cc := exec.Command("clang", append(args, "-c", "bpf/"+name+".bpf.c", "-o", obj)...)
 	if b, err := cc.CombinedOutput(); err != nil {
 		t.Fatalf("clang %s: %v\n%s", name, err, b)
 	}
 	return obj
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // archDir is where Debian keeps this architecture's kernel headers (asm/).

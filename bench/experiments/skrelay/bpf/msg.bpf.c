@@ -5,6 +5,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "refuse.h"
+
 /* Set at load: the server port whose connections are checked. */
 volatile const __u32 server_port = 0;
 
@@ -83,13 +85,10 @@ int request(struct sk_msg_md *msg)
 /* The refusal a send-side verdict would give: a request that is not GET /v1 becomes a
  * 403 response, delivered to the sending socket's own receive queue; the server never
  * sees it. A prototype: it assumes each request arrives in one send. */
-static const char forbidden[] = "HTTP/1.1 403 Forbidden\r\ncontent-length: 15\r\n"
-				"content-type: text/plain\r\n\r\nAccess denied\r\n";
-
 SEC("sk_msg")
 int request_or_refuse(struct sk_msg_md *msg)
 {
-	__u32 want = sizeof(forbidden) - 1, len = msg->size;
+	__u32 len = msg->size;
 	struct conn_key key;
 	char *p;
 
@@ -103,24 +102,11 @@ int request_or_refuse(struct sk_msg_md *msg)
 	if (p[0] == 'G' && p[1] == 'E' && p[2] == 'T' && p[3] == ' ' && p[4] == '/' && p[5] == 'v' &&
 	    p[6] == '1' && (p[7] == ' ' || p[7] == '?'))
 		return SK_PASS;
-	if (len > want) {
-		if (bpf_msg_pop_data(msg, want, len - want, 0))
-			return SK_DROP;
-	} else if (len < want) {
-		if (bpf_msg_push_data(msg, len, want - len, 0))
-			return SK_DROP;
-	}
-	if (bpf_msg_pull_data(msg, 0, want, 0))
-		return SK_DROP;
-	p = msg->data;
-	if ((void *)(p + sizeof(forbidden) - 1) > msg->data_end)
-		return SK_DROP;
-	__builtin_memcpy(p, forbidden, sizeof(forbidden) - 1);
 	key.local_ip4 = msg->local_ip4;
 	key.remote_ip4 = msg->remote_ip4;
 	key.local_port = msg->local_port;
 	key.remote_port = msg->remote_port;
-	return bpf_msg_redirect_hash(msg, &clients, &key, BPF_F_INGRESS);
+	return refuse_to_self(msg, &clients, &key);
 }
 /* What a real request verdict has to do before it can match: find the end of the head
  * (the head may come in several sends: cork until it is whole) and the method and path in
