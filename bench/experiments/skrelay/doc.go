@@ -28,7 +28,9 @@
 // heads written in pieces are held until whole. TestServerSendsThroughTracker: a server's
 // responses (sendfile included) arrive whole under an sk_msg program that sees each one.
 // TestRefusalOrder: a server-side response tracker lets the client's verdict answer a
-// refusal only in order (pipeline.bpf.c, built against the kernel's BTF).
+// refusal only in order (pipeline.bpf.c, built against the kernel's BTF). TestVerdictStaysInItsNamespace:
+// the sockops programs, which see every namespace's sockets from the cgroup root, take only
+// the server's namespace's connections.
 //
 // Run as root: bench/experiments/skrelay/run.sh [--rounds N] [--seconds S].
 package main

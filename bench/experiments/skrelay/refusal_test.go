@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/root"
 )
 
@@ -53,7 +56,11 @@ func (r *verdictRig) start(t *testing.T, obj, m, program, track string) {
 	t.Cleanup(func() { srv.Close() })
 	r.server = netip.MustParseAddrPort(l.Addr().String())
 
-	coll, err := loadObject(obj, map[string]any{"server_port": uint32(r.server.Port())})
+	consts, err := verdictConsts(r.server.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll, err := loadObject(obj, consts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,5 +196,35 @@ func TestRefusalAtSender(t *testing.T) {
 	}
 	if got, want := r.requests(), []string{"GET /v1", "GET /v1"}; !slices.Equal(got, want) {
 		t.Errorf("the server saw %q, want %q", got, want)
+	}
+}
+
+// TestVerdictStaysInItsNamespace: the sockops program sits on the cgroup root and sees
+// every namespace's sockets, so it must take only connections in the server's namespace.
+// A client in another namespace, calling a server there on the same port number, is not
+// checked: its refused-looking request reaches its own server.
+func TestVerdictStaysInItsNamespace(t *testing.T) {
+	r := startVerdictRig(t, "request_or_refuse")
+	node := testenv.NewBareNode(t)
+	other := node.Add("other", netip.MustParseAddr("198.18.0.20"))
+	srv, err := testenv.ServeHTTP(other.NetnsPath, r.server.Port(), testenv.EchoHTTP())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	client := testenv.HTTPClient(other.NetnsPath, 3*time.Second)
+	defer client.CloseIdleConnections()
+	req, _ := http.NewRequest("DELETE", fmt.Sprintf("http://127.0.0.1:%d/v1", r.server.Port()), nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "DELETE /v1 from ") {
+		t.Errorf("DELETE in the other namespace: %d %q, want 200 from its own server", resp.StatusCode, body)
+	}
+	if got := r.requests(); len(got) != 0 {
+		t.Errorf("the rig's server saw %q", got)
 	}
 }

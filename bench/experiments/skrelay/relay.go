@@ -150,7 +150,11 @@ func cookie(c *net.TCPConn) uint64 {
 // reports on stdout how many sends the verdict saw (a run where it saw none measured
 // nothing).
 func clientVerdict(obj, program, cgroup string, server netip.AddrPort, stop <-chan os.Signal) error {
-	coll, err := loadObject(obj, map[string]any{"server_port": uint32(server.Port())})
+	consts, err := verdictConsts(server.Port())
+	if err != nil {
+		return err
+	}
+	coll, err := loadObject(obj, consts)
 	if err != nil {
 		return err
 	}
@@ -214,4 +218,19 @@ func serverMain(args []string) error {
 	}
 	fmt.Println("ready", l.Addr())
 	return l7.ServeHTTP(ctx, l)
+}
+
+// verdictConsts are the load-time constants of the sockops programs: the server port and
+// the cookie of this process's network namespace, where the server listens.
+func verdictConsts(port uint16) (map[string]any, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	cookie, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return nil, fmt.Errorf("reading the network namespace cookie: %w", err)
+	}
+	return map[string]any{"server_port": uint32(port), "netns_cookie": cookie}, nil
 }

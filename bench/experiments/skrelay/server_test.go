@@ -39,7 +39,11 @@ func TestServerSendsThroughTracker(t *testing.T) {
 	defer srv.Close()
 	port := l.Addr().(*net.TCPAddr).Port
 
-	coll, err := loadObject(obj, map[string]any{"server_port": uint32(port)})
+	consts, err := verdictConsts(uint16(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll, err := loadObject(obj, consts)
 	if err != nil {
 		t.Fatal(err)
 	}

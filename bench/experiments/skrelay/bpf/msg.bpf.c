@@ -7,8 +7,11 @@
 
 #include "refuse.h"
 
-/* Set at load: the server port whose connections are checked. */
+/* Set at load: the server port whose connections are checked, and the network namespace
+ * (its cookie) they are in: sockops on the cgroup root sees every namespace's sockets,
+ * and another namespace may use the same port at the same time. */
 volatile const __u32 server_port = 0;
+volatile const __u64 netns_cookie = 0;
 
 /* A connection, as both sockops and sk_msg programs see it (sk_msg programs cannot read
  * socket cookies). Ports as the context fields give them. */
@@ -50,7 +53,7 @@ int track(struct bpf_sock_ops *skops)
 {
 	struct conn_key key;
 
-	if (skops->op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB)
+	if (skops->op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || bpf_get_netns_cookie(skops) != netns_cookie)
 		return 1;
 	if (bpf_ntohl(skops->remote_port) != server_port && skops->remote_port != bpf_htons(server_port))
 		return 1;
@@ -198,7 +201,8 @@ int track_servers(struct bpf_sock_ops *skops)
 {
 	struct conn_key key;
 
-	if (skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB || skops->local_port != server_port)
+	if (skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB || skops->local_port != server_port ||
+	    bpf_get_netns_cookie(skops) != netns_cookie)
 		return 1;
 	key = conn_key_of_ops(skops);
 	bpf_sock_hash_update(skops, &servers, &key, BPF_ANY);

@@ -12,8 +12,9 @@
 
 #define HEAD_MAX 512
 
-/* Set at load: the server port. */
+/* Set at load: the server port and its network namespace's cookie (see msg.bpf.c). */
 volatile const __u32 server_port = 0;
+volatile const __u64 netns_cookie = 0;
 
 /* A connection from the client's side: client address and port, server address and port,
  * ports as the context fields give them. */
@@ -74,6 +75,8 @@ int track(struct bpf_sock_ops *skops)
 	struct conn_key key = {};
 	struct pair zero = {};
 
+	if (bpf_get_netns_cookie(skops) != netns_cookie)
+		return 1;
 	if (skops->op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB &&
 	    bpf_ntohl(skops->remote_port) == server_port) {
 		key.client_ip4 = skops->local_ip4;
