@@ -1,0 +1,383 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/rampartnet/rampart/internal/l7table"
+)
+
+// SockVerdict is the send-side L7 verdict (bpf/sockverdict.c, docs/design-l7-send-side.md):
+// requests between two local endpoints checked on the client's own socket. The agent lists
+// the pairs of sockets it takes (SetTarget) and the rule table each pair is checked against
+// (SetSlot); the programs do the rest.
+type SockVerdict struct {
+	objs  sockverdictObjects
+	links []link.Link
+
+	mu     sync.Mutex
+	nextID uint32
+	slots  map[uint32]uint32         // slot -> table id in the maps
+	tables map[uint32]*l7table.Table // table id -> what was written under it
+}
+
+// Sides of a target (SV_SIDE_* in sockverdict.h).
+const (
+	SideClient = 0
+	SideServer = 1
+)
+
+// SockVerdictSlots is how many pairs of endpoints can have a table at once.
+const SockVerdictSlots = 16384
+
+// OpenSockVerdict loads the programs, attaches the sockops program to the cgroup v2
+// directory cgroup (the root, so that it sees the sockets of every endpoint) and the two
+// sk_msg programs to their sockhashes.
+func OpenSockVerdict(cgroup string) (*SockVerdict, error) {
+	s := &SockVerdict{slots: map[uint32]uint32{}, tables: map[uint32]*l7table.Table{}}
+	if err := loadSockverdictObjects(&s.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("loading send-side verdict: %+v", ve)
+		}
+		return nil, fmt.Errorf("loading send-side verdict: %w", err)
+	}
+	for _, a := range []struct {
+		m *ebpf.Map
+		p *ebpf.Program
+	}{{s.objs.SvClients, s.objs.SvRequest}, {s.objs.SvServers, s.objs.SvResponse}} {
+		if err := link.RawAttachProgram(link.RawAttachProgramOptions{Target: a.m.FD(), Program: a.p, Attach: ebpf.AttachSkMsgVerdict}); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("attaching %s to its sockhash: %w", a.p, err)
+		}
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: ebpf.AttachCGroupSockOps, Program: s.objs.SvSockops})
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("attaching sockops to %s: %w", cgroup, err)
+	}
+	s.links = append(s.links, l)
+	return s, nil
+}
+
+// Close detaches the sockops program and releases the maps: connections it took stop
+// being checked only once their sockets leave the sockhashes, which the kernel does when
+// the maps go.
+func (s *SockVerdict) Close() error {
+	var errs []error
+	for _, l := range s.links {
+		errs = append(errs, l.Close())
+	}
+	errs = append(errs, s.objs.Close())
+	return errors.Join(errs...)
+}
+
+// NetnsCookie returns the cookie of the network namespace at nsPath ("" = the caller's),
+// which the sockops program compares targets with.
+func NetnsCookie(nsPath string) (uint64, error) {
+	var cookie uint64
+	err := runInNetns(nsPath, func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		cookie, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading the cookie of network namespace %q: %w", nsPath, err)
+	}
+	return cookie, nil
+}
+
+// Cgroup2Root finds where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or
+// /sys/fs/cgroup/unified beside v1 controllers).
+func Cgroup2Root() (string, error) {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return "", fmt.Errorf("finding the cgroup v2 mount: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[2] == "cgroup2" {
+			return f[1], nil
+		}
+	}
+	return "", errors.New("finding the cgroup v2 mount: none in /proc/self/mounts")
+}
+
+func ip4(a netip.Addr) uint32 {
+	b := a.As4()
+	return binary.NativeEndian.Uint32(b[:]) // network order in memory, as the kernel has it
+}
+
+// SetTarget lists one side of a pair: the socket in the namespace with netnsCookie whose
+// own address is local, talking to remote on the server port, is checked against slot.
+func (s *SockVerdict) SetTarget(netnsCookie uint64, local, remote netip.Addr, port uint16, side int, slot uint32) error {
+	if !local.Is4() || !remote.Is4() {
+		return fmt.Errorf("setting send-side target %s-%s: IPv4 only", local, remote)
+	}
+	k := sockverdictSvTargetKey{NetnsCookie: netnsCookie, LocalIp4: ip4(local), RemoteIp4: ip4(remote), Port: uint32(port), Side: uint32(side)}
+	if err := s.objs.SvTargets.Put(&k, &sockverdictSvTarget{Slot: slot}); err != nil {
+		return fmt.Errorf("setting send-side target %s-%s port %d: %w", local, remote, port, err)
+	}
+	return nil
+}
+
+// DeleteTarget removes what SetTarget wrote; connections already taken keep their slot.
+func (s *SockVerdict) DeleteTarget(netnsCookie uint64, local, remote netip.Addr, port uint16, side int) error {
+	k := sockverdictSvTargetKey{NetnsCookie: netnsCookie, LocalIp4: ip4(local), RemoteIp4: ip4(remote), Port: uint32(port), Side: uint32(side)}
+	if err := s.objs.SvTargets.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("deleting send-side target %s-%s port %d: %w", local, remote, port, err)
+	}
+	return nil
+}
+
+// SetSlot makes t the table of slot's connections (nil: none, every request refused). The
+// new table is written whole under a new id before the slot switches to it, and the old
+// one is deleted after, so that no request meets a table half written.
+func (s *SockVerdict) SetSlot(slot uint32, t *l7table.Table) error {
+	if slot == 0 || slot >= SockVerdictSlots {
+		return fmt.Errorf("send-side slot %d out of range", slot)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var id uint32
+	if t != nil {
+		id = s.newID()
+		if err := s.writeTable(id, t); err != nil {
+			s.deleteTable(id, t)
+			return err
+		}
+		s.tables[id] = t
+	}
+	if err := s.objs.SvSlots.Put(slot, id); err != nil {
+		if t != nil {
+			s.deleteTable(id, t)
+			delete(s.tables, id)
+		}
+		return fmt.Errorf("switching send-side slot %d: %w", slot, err)
+	}
+	if old, ok := s.slots[slot]; ok && old != 0 {
+		s.deleteTable(old, s.tables[old])
+		delete(s.tables, old)
+	}
+	if id == 0 {
+		delete(s.slots, slot)
+	} else {
+		s.slots[slot] = id
+	}
+	return nil
+}
+
+func (s *SockVerdict) newID() uint32 {
+	for {
+		s.nextID++
+		if s.nextID == 0 {
+			s.nextID = 1
+		}
+		if _, used := s.tables[s.nextID]; !used {
+			return s.nextID
+		}
+	}
+}
+
+func masks(m l7table.Masks) sockverdictSvMasks { return sockverdictSvMasks{M: m} }
+
+func pathKey(id uint32, key string) sockverdictSvPathKey {
+	k := sockverdictSvPathKey{Prefixlen: uint32(32 + 8*len(key)), Table: id}
+	copy(k.Path[:], key)
+	return k
+}
+
+func hostKey(id uint32, host string) sockverdictSvHostKey {
+	k := sockverdictSvHostKey{Table: id}
+	copy(k.Host[:], host)
+	return k
+}
+
+func (s *SockVerdict) writeTable(id uint32, t *l7table.Table) error {
+	h := sockverdictSvTable{Pass: masks(t.Header.Pass), AnyPath: masks(t.Header.AnyPath), AnyHost: masks(t.Header.AnyHost)}
+	for i, m := range t.Header.Method {
+		h.Method[i] = masks(m)
+	}
+	for _, p := range t.Paths {
+		k, v := pathKey(id, p.Key), masks(p.Masks)
+		if err := s.objs.SvPaths.Put(&k, &v); err != nil {
+			return fmt.Errorf("writing send-side path %q: %w", p.Key, err)
+		}
+	}
+	for _, e := range t.Hosts {
+		k, v := hostKey(id, e.Host), masks(e.Masks)
+		if err := s.objs.SvHosts.Put(&k, &v); err != nil {
+			return fmt.Errorf("writing send-side host %q: %w", e.Host, err)
+		}
+	}
+	if err := s.objs.SvTables.Put(id, &h); err != nil {
+		return fmt.Errorf("writing send-side table %d: %w", id, err)
+	}
+	return nil
+}
+
+func (s *SockVerdict) deleteTable(id uint32, t *l7table.Table) {
+	s.objs.SvTables.Delete(id)
+	if t == nil {
+		return
+	}
+	for _, p := range t.Paths {
+		k := pathKey(id, p.Key)
+		s.objs.SvPaths.Delete(&k)
+	}
+	for _, e := range t.Hosts {
+		k := hostKey(id, e.Host)
+		s.objs.SvHosts.Delete(&k)
+	}
+}
+
+// SockVerdictCounts are the verdicts given since load, summed over CPUs.
+type SockVerdictCounts struct {
+	Passed, Refused, Malformed, SendFailed, EventsLost uint64
+}
+
+// Counts reads the verdict counters.
+func (s *SockVerdict) Counts() (SockVerdictCounts, error) {
+	var c SockVerdictCounts
+	for i, dst := range []*uint64{&c.Passed, &c.Refused, &c.Malformed, &c.SendFailed, &c.EventsLost} {
+		var per []uint64
+		if err := s.objs.SvCounts.Lookup(uint32(i), &per); err != nil {
+			return c, fmt.Errorf("reading send-side counters: %w", err)
+		}
+		for _, v := range per {
+			*dst += v
+		}
+	}
+	return c, nil
+}
+
+// SockVerdictKind is what the verdict did with a request (SV_V_*).
+type SockVerdictKind uint8
+
+const (
+	SockPassed     SockVerdictKind = 0
+	SockRefused    SockVerdictKind = 1 // no rule matched: 403 from the client's own socket
+	SockMalformed  SockVerdictKind = 2 // outside the kernel's subset: 400, connection shut
+	SockSendFailed SockVerdictKind = 3 // refused, but no answer could go in order: send failed
+)
+
+func (k SockVerdictKind) String() string {
+	switch k {
+	case SockPassed:
+		return "passed"
+	case SockRefused:
+		return "refused"
+	case SockMalformed:
+		return "malformed"
+	case SockSendFailed:
+		return "send-failed"
+	}
+	return fmt.Sprintf("verdict-%d", uint8(k))
+}
+
+// SockEvent is one request the send-side verdict decided on.
+type SockEvent struct {
+	Time    time.Time // when the event was written (boot clock converted to wall time)
+	Latency time.Duration
+	Client  netip.AddrPort
+	Server  netip.AddrPort
+	Table   uint32
+	Rules   l7table.Masks
+	Status  int    // 0: unknown
+	Method  string // "" when the request had none the kernel knows
+	Verdict SockVerdictKind
+	Path    string // at most 64 bytes
+	Host    string // at most 32 bytes
+}
+
+// SockEventReader reads the send-side verdict's events.
+type SockEventReader struct {
+	rd   *ringbuf.Reader
+	boot time.Time
+}
+
+// Events opens a reader of the event ring. One reader at a time.
+func (s *SockVerdict) Events() (*SockEventReader, error) {
+	rd, err := ringbuf.NewReader(s.objs.SvEvents)
+	if err != nil {
+		return nil, fmt.Errorf("opening send-side events: %w", err)
+	}
+	return &SockEventReader{rd: rd, boot: bootTime()}, nil
+}
+
+// bootTime is the wall time of CLOCK_MONOTONIC's zero (what bpf_ktime_get_ns counts from).
+func bootTime() time.Time {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return time.Now()
+	}
+	return time.Now().Add(-time.Duration(ts.Nano()))
+}
+
+// SetDeadline makes Read return os.ErrDeadlineExceeded after t.
+func (r *SockEventReader) SetDeadline(t time.Time) { r.rd.SetDeadline(t) }
+
+// Close stops the reader.
+func (r *SockEventReader) Close() error { return r.rd.Close() }
+
+// Read waits for the next event.
+func (r *SockEventReader) Read() (SockEvent, error) {
+	rec, err := r.rd.Read()
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return SockEvent{}, err
+		}
+		return SockEvent{}, fmt.Errorf("reading send-side event: %w", err)
+	}
+	var e sockverdictSvEvent
+	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
+		return SockEvent{}, fmt.Errorf("decoding send-side event: %w", err)
+	}
+	addr := func(v uint32) netip.Addr {
+		var b [4]byte
+		binary.NativeEndian.PutUint32(b[:], v)
+		return netip.AddrFrom4(b)
+	}
+	ev := SockEvent{
+		Time:    r.boot.Add(time.Duration(e.TsNs)),
+		Latency: time.Duration(e.LatencyNs),
+		Client:  netip.AddrPortFrom(addr(e.ClientIp4), e.ClientPort),
+		Server:  netip.AddrPortFrom(addr(e.ServerIp4), e.ServerPort),
+		Table:   e.Table,
+		Rules:   e.Rules,
+		Status:  int(e.Status),
+		Verdict: SockVerdictKind(e.Verdict),
+		Path:    cString(e.Path[:]),
+		Host:    cString(e.Host[:]),
+	}
+	if int(e.Method) < len(l7table.Methods) {
+		ev.Method = l7table.Methods[e.Method]
+	}
+	return ev, nil
+}
+
+func cString(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
+}
