@@ -13,6 +13,9 @@
  * or the destination endpoint's ingress policy, which is evaluated there too. The proxy's
  * upstream connection (socket mark) is admitted by the destination's redirect entry at
  * rampart_to_ep; a redirect verdict for a packet that did not come from the proxy drops.
+ * The exception is a pair of local endpoints in sv_pairs: the send-side verdict
+ * (sockverdict.c) checks its requests on the client's socket, so its connections go
+ * straight to the server, and tc only makes sure their data comes from that socket.
  *
  * Policy changes reach established flows through the endpoint's policy revision (see
  * recheck_established). */
@@ -101,6 +104,46 @@ static __noinline int handle_later_fragment(struct __sk_buff *skb, struct pkt *p
 	return drop(skb, p, d, v->reason ? v->reason : REASON_POLICY_DENY);
 }
 
+/* sv_pair says whether the send-side verdict checks the L7 rules of TCP flow p (a pair of
+ * local endpoints the agent listed in sv_pairs). */
+static __always_inline int sv_pair(const struct pkt *p)
+{
+	struct sv_pair_key k = {.saddr = p->t.saddr, .daddr = p->t.daddr, .dport = p->t.dport};
+
+	return p->t.proto == IPPROTO_TCP && bpf_map_lookup_elem(&sv_pairs, &k) != NULL;
+}
+
+/* sv_established checks a forward packet of a send-side verdict flow at the client's
+ * egress: a segment that carries data must come from the client socket the verdict checks
+ * (its cookie, recorded by sockops in sv_flows), so that a raw socket, or any socket the
+ * verdict did not take, cannot send unchecked bytes on the connection. Segments without
+ * data (ACKs, FIN, RST, some sent by the kernel for a closing socket) pass. */
+static __noinline int sv_established(struct __sk_buff *skb, struct pkt *p, struct decision *d)
+{
+	struct sv_flow_key k = {.saddr = p->t.saddr, .daddr = p->t.daddr, .sport = p->t.sport, .dport = p->t.dport};
+	__u8 ihl_byte, doff_byte;
+	__u32 hlen;
+	__u64 *cookie;
+
+	if (p->frag != FRAG_NONE)
+		goto unchecked; /* no data of such a flow in fragments */
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ihl_byte, 1))
+		goto unchecked;
+	hlen = (ihl_byte & 0xf) * 4;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + hlen + 12, &doff_byte, 1))
+		goto unchecked;
+	hlen += ETH_HLEN + (doff_byte >> 4) * 4;
+	if (skb->len <= hlen)
+		return pass(p, d);
+	cookie = bpf_map_lookup_elem(&sv_flows, &k);
+	if (cookie && *cookie && *cookie == bpf_get_socket_cookie(skb))
+		return pass(p, d);
+unchecked:
+	/* Drop: data on a send-side verdict flow that the verdict did not see. */
+	d->ev_flags |= FLOW_F_SOCKVERDICT;
+	return drop(skb, p, d, REASON_L7_UNCHECKED);
+}
+
 /* steer_established hands a packet of an already steered flow to its proxy socket:
  * forward packets of a client's connection to the proxy (CT_F_TO_PROXY, established at the
  * client's egress), and a server's replies to the proxy's upstream connection
@@ -152,7 +195,7 @@ static __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p,
 					  struct decision *d, const struct endpoint_info *ep,
 					  struct ct_value *v)
 {
-	__u32 via_proxy = v->flags & (d->dir == DIR_EGRESS ? CT_F_TO_PROXY : CT_F_FROM_PROXY);
+	__u32 via_proxy = v->flags & (CT_F_SOCKVERDICT | (d->dir == DIR_EGRESS ? CT_F_TO_PROXY : CT_F_FROM_PROXY));
 	struct peer_identity peer;
 	struct verdict res;
 
@@ -261,6 +304,14 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 			frag_record(p, d, 0);
 		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
 	}
+	if (peer->ep_id && sv_pair(p)) {
+		/* Both ends are local and the send-side verdict checks this pair's requests on
+		 * the client's socket: no proxy hop (sv_established pins the data to it). */
+		d->ev_flags |= FLOW_F_SOCKVERDICT;
+		ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, CT_F_SOCKVERDICT, revision, now);
+		emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
+		return pass(p, d);
+	}
 	if (proxy_assign(skb, p, 1) < 0)
 		/* Drop: no proxy listener (not running, not configured) or no socket for this
 		 * packet: L7 policy cannot be checked, so the connection is refused. */
@@ -282,6 +333,14 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 
 	if (res->action == POLICY_REDIRECT) {
 		d->ev_flags |= FLOW_F_L7_INGRESS;
+		if (!proxied && p->frag == FRAG_NONE && sv_pair(p)) {
+			/* Checked by the send-side verdict at the client, whose veth let it
+			 * through for that reason (a pair of local endpoints). */
+			d->ev_flags |= FLOW_F_SOCKVERDICT;
+			ct_create(p, d->ep_id, DIR_INGRESS, d->rule_id, CT_F_SOCKVERDICT, revision, now);
+			emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
+			return pass(p, d);
+		}
 		if (!proxied || p->t.proto != IPPROTO_TCP) {
 			/* Drop: L7 rules apply to this flow but it did not pass the proxy (a
 			 * sender whose veth does not steer, such as the host). Never allowed
@@ -432,7 +491,9 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 			return ret;
 	}
 	if (dir == DIR_EGRESS) {
-		if (unlikely(ct_flags & (CT_F_TO_PROXY | CT_F_FROM_PROXY))) {
+		if (unlikely(ct_flags & (CT_F_TO_PROXY | CT_F_FROM_PROXY | CT_F_SOCKVERDICT))) {
+			if ((ct_flags & CT_F_SOCKVERDICT) && status == CT_ESTABLISHED)
+				return sv_established(skb, &p, &d);
 			ret = steer_established(skb, &p, &d, status, ct_flags);
 			if (ret >= 0)
 				return ret;

@@ -36,17 +36,19 @@ struct tcp_sock {
 
 #include "sockverdict.h"
 
+/* The maps that hold state are pinned by name beside the dataplane's (sv_flows is the
+ * dataplane's own), so that the verdict goes on while the agent restarts, and a
+ * restarted agent finds its tables. */
 #ifndef __always_inline
 #define __always_inline inline __attribute__((always_inline))
 #endif
-
-#define SV_CONNS_MAX 65536
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct sv_target_key);
 	__type(value, struct sv_target);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sv_targets SEC(".maps");
 
 struct {
@@ -54,6 +56,7 @@ struct {
 	__uint(max_entries, SV_SLOTS);
 	__type(key, __u32);
 	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sv_slots SEC(".maps");
 
 struct {
@@ -61,6 +64,7 @@ struct {
 	__uint(max_entries, 2 * SV_SLOTS);
 	__type(key, __u32);
 	__type(value, struct sv_table);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sv_tables SEC(".maps");
 
 struct {
@@ -69,6 +73,7 @@ struct {
 	__type(key, struct sv_path_key);
 	__type(value, struct sv_masks);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sv_paths SEC(".maps");
 
 struct {
@@ -76,6 +81,7 @@ struct {
 	__uint(max_entries, 16384);
 	__type(key, struct sv_host_key);
 	__type(value, struct sv_masks);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sv_hosts SEC(".maps");
 
 struct {
@@ -83,6 +89,7 @@ struct {
 	__uint(max_entries, SV_CONNS_MAX);
 	__type(key, struct sv_conn_key);
 	__type(value, struct sv_conn);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sv_conns SEC(".maps");
 
 struct {
@@ -90,6 +97,7 @@ struct {
 	__uint(max_entries, SV_CONNS_MAX);
 	__type(key, struct sv_conn_key);
 	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sv_clients SEC(".maps");
 
 struct {
@@ -97,18 +105,14 @@ struct {
 	__uint(max_entries, SV_CONNS_MAX);
 	__type(key, struct sv_conn_key);
 	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sv_servers SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, SV_CONNS_MAX);
-	__type(key, struct sv_flow_key);
-	__type(value, __u64);
-} sv_flows SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sv_events SEC(".maps");
 
 /* For bpf2go: the event type is only reserved, never declared as a variable. */
@@ -120,6 +124,7 @@ struct {
 	__uint(max_entries, 5);
 	__type(key, __u32);
 	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sv_counts SEC(".maps");
 
 /* ---- connections ---- */

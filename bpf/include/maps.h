@@ -5,6 +5,7 @@
 #define __RAMPART_MAPS_H
 
 #include "common.h"
+#include "sockverdict.h"
 
 /* ifindex of the host-side veth -> endpoint. */
 struct {
@@ -113,5 +114,25 @@ struct {
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } events_lost SEC(".maps");
+
+/* Pairs of local endpoints whose L7 rules the send-side verdict checks, by client
+ * address, server address and server port (written by the agent; see sockverdict.h). A
+ * new connection of such a pair goes straight to the server instead of to the proxy. */
+struct sv_pair_key {
+	__u32 saddr;
+	__u32 daddr;
+	__be16 dport;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SV_SLOTS);
+	__type(key, struct sv_pair_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sv_pairs SEC(".maps");
+
+/* sv_flows (sockverdict.h): the client socket each such connection is pinned to. */
 
 #endif /* __RAMPART_MAPS_H */

@@ -87,6 +87,7 @@
 #define REASON_UNSUPPORTED_L3 6   /* not IPv4/ARP (IPv6 not enforced yet: dropped) */
 #define REASON_PROXY_UNAVAILABLE 7 /* L7 policy applies, but no proxy socket to hand it to */
 #define REASON_PROXY_BYPASS 8      /* L7 policy applies, but the packet did not come from the proxy */
+#define REASON_L7_UNCHECKED 9      /* send-side verdict flow: data from a socket it does not check */
 
 /* Flow event types. */
 #define EVENT_NEW_FLOW 1 /* first packet of a connection, allowed */
@@ -96,6 +97,7 @@
 #define FLOW_F_L7_EGRESS (1u << 0)  /* the source endpoint's egress policy redirects it */
 #define FLOW_F_L7_INGRESS (1u << 1) /* the destination endpoint's ingress policy redirects it */
 #define FLOW_F_FROM_PROXY (1u << 2) /* the proxy's upstream connection (socket mark) */
+#define FLOW_F_SOCKVERDICT (1u << 3) /* L7 checked by the send-side verdict, not the proxy */
 
 /* endpoints map: key = ifindex of the host-side veth (u32). */
 struct endpoint_info {
@@ -191,6 +193,10 @@ struct ct_value {
 /* Set at the server's ingress entry of the proxy's upstream connection: the server's
  * replies go to the proxy's upstream socket. */
 #define CT_F_FROM_PROXY (1u << 5)
+/* Set on both entries of a connection between local endpoints whose L7 rules the
+ * send-side verdict checks on the client's socket (sockverdict.c): it goes straight to
+ * the server, and its data must come from the socket the verdict checks. */
+#define CT_F_SOCKVERDICT (1u << 6)
 
 /* IP fragments: the ports of the first fragment, so later fragments of an allowed
  * datagram get the same verdict. Keyed per endpoint and direction like conntrack, because

@@ -13,7 +13,7 @@
 #define SV_METHODS 7     /* GET HEAD POST PUT DELETE OPTIONS PATCH (l7table.Methods) */
 #define SV_EV_PATH 64    /* bytes of the path an event carries */
 #define SV_EV_HOST 32    /* bytes of the host an event carries */
-#define SV_MAX_BODY 0x7fffffff /* largest Content-Length the verdict passes */
+#define SV_CONNS_MAX 65536 /* connections under the verdict at once */
 
 /* Sides of a connection's rules, and of a target. */
 #define SV_SIDE_CLIENT 0 /* the client's egress rules; the client's socket */
@@ -131,5 +131,16 @@ struct sv_flow_key {
 	__u16 sport;
 	__u16 dport;
 };
+
+/* sv_flows is shared by the two objects through its pin (the same definition in both):
+ * sockverdict.c writes each checked connection's client socket cookie, tc reads it. The
+ * includer has bpf_helpers.h. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SV_CONNS_MAX);
+	__type(key, struct sv_flow_key);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sv_flows SEC(".maps");
 
 #endif /* __RAMPART_SOCKVERDICT_H */

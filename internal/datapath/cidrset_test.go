@@ -383,17 +383,7 @@ func TestCIDRSetTraffic(t *testing.T) {
 	}
 
 	d := openTest(t, Config{CIDRHostSlots: 1 << 20})
-	for _, ep := range []*trafficEndpoint{a, b} {
-		if err := d.Attach(node, ep.hostIf); err != nil {
-			t.Fatal(err)
-		}
-		hostIf := ep.hostIf
-		t.Cleanup(func() {
-			if err := Detach(node, hostIf); err != nil {
-				t.Errorf("detach: %v", err)
-			}
-		})
-	}
+	attachAll(t, d, node, a, b)
 	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
 	if err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},

@@ -200,7 +200,7 @@ func (d *Datapath) Remove() error {
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
 	return []*ebpf.Map{m.Counters, m.Conntrack4, m.Endpoints, m.EndpointsIfx, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
-		m.CidrBanks, m.CidrTop, m.CidrHost, m.Cidr6}
+		m.CidrBanks, m.CidrTop, m.CidrHost, m.Cidr6, m.SvPairs, m.SvFlows}
 }
 
 // closeCIDR unmaps the CIDR set tables (once; later CIDR set calls would fault, as any

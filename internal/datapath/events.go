@@ -70,6 +70,9 @@ const (
 	// ReasonProxyBypass: L7 rules apply to the connection but the packet did not come from
 	// the proxy (a sender whose traffic is not steered, such as the host).
 	ReasonProxyBypass DropReason = 8
+	// ReasonL7Unchecked: data on a connection whose L7 rules the send-side verdict checks,
+	// sent by another socket than the one it checks (a raw socket, say).
+	ReasonL7Unchecked DropReason = 9
 )
 
 var reasonNames = map[DropReason]string{
@@ -82,6 +85,7 @@ var reasonNames = map[DropReason]string{
 	ReasonUnsupportedL3:    "unsupported-l3",
 	ReasonProxyUnavailable: "proxy-unavailable",
 	ReasonProxyBypass:      "proxy-bypass",
+	ReasonL7Unchecked:      "l7-unchecked",
 }
 
 func (r DropReason) String() string {
@@ -93,9 +97,10 @@ func (r DropReason) String() string {
 
 // flow_event.flags (FLOW_F_* in rampart.h).
 const (
-	flowL7Egress  = 1 << 0
-	flowL7Ingress = 1 << 1
-	flowFromProxy = 1 << 2
+	flowL7Egress    = 1 << 0
+	flowL7Ingress   = 1 << 1
+	flowFromProxy   = 1 << 2
+	flowSockVerdict = 1 << 3
 )
 
 // FlowEvent is one event from the dataplane: a new allowed flow (forwarded, or redirected
@@ -133,6 +138,9 @@ type FlowEvent struct {
 	L7Egress  bool
 	L7Ingress bool
 	FromProxy bool
+	// SockVerdict: the send-side verdict checks the flow's requests on the client's
+	// socket (a pair of local endpoints), so it does not go through the proxy.
+	SockVerdict bool
 }
 
 // EventReader reads flow events from the ring buffer. Use one reader at a time per
@@ -204,6 +212,7 @@ func decodeEvent(raw []byte, offset time.Duration) (FlowEvent, error) {
 		L7Egress:        e.Flags&flowL7Egress != 0,
 		L7Ingress:       e.Flags&flowL7Ingress != 0,
 		FromProxy:       e.Flags&flowFromProxy != 0,
+		SockVerdict:     e.Flags&flowSockVerdict != 0,
 	}
 	out.Time = time.Unix(0, 0).Add(offset + out.Monotonic)
 	switch e.Family {

@@ -20,13 +20,7 @@ import (
 // cannot bypass the proxy; with the proxy stopped, or the routing removed, L7 ports fail
 // closed while the plain port keeps working.
 func TestProxySteering(t *testing.T) {
-	requirePrivileged(t)
-	suffix := randSuffix(t)
-	node := newNetns(t, "rpx-"+suffix+"-node")
-	if err := writeSysctl(node, "net/ipv4/ip_forward", "1"); err != nil {
-		t.Fatal(err)
-	}
-	disableIPv6(t, node)
+	node, suffix := newNode(t, "rpx")
 	a := addEndpoint(t, node, "rpx-"+suffix+"-a", "rxa"+suffix, addr("198.18.10.2"), addr("198.18.10.1"))
 	b := addEndpoint(t, node, "rpx-"+suffix+"-b", "rxb"+suffix, addr("198.18.20.2"), addr("198.18.20.1"))
 
@@ -44,17 +38,7 @@ func TestProxySteering(t *testing.T) {
 	checkProxyRouting(t, node, true)
 
 	d := openTest(t, Config{})
-	for _, ep := range []*trafficEndpoint{a, b} {
-		if err := d.Attach(node, ep.hostIf); err != nil {
-			t.Fatal(err)
-		}
-		hostIf := ep.hostIf
-		t.Cleanup(func() {
-			if err := Detach(node, hostIf); err != nil {
-				t.Errorf("detach: %v", err)
-			}
-		})
-	}
+	attachAll(t, d, node, a, b)
 	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
 	const epA, epB = 1, 2
 	err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{

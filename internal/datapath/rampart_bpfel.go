@@ -159,6 +159,22 @@ type rampartProxyConfig struct {
 	UpstreamMark uint32
 }
 
+type rampartSvFlowKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+}
+
+type rampartSvPairKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Dport uint16
+	Pad   uint16
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -178,6 +194,8 @@ const (
 	rampartMapIpcache                   = "ipcache"
 	rampartMapPolicy                    = "policy"
 	rampartMapProxy                     = "proxy"
+	rampartMapSvFlows                   = "sv_flows"
+	rampartMapSvPairs                   = "sv_pairs"
 	rampartProgRampartFromEp            = "rampart_from_ep"
 	rampartProgRampartToEp              = "rampart_to_ep"
 	rampartVarCtTimeoutOtherNs          = "ct_timeout_other_ns"
@@ -252,6 +270,8 @@ type rampartMapSpecs struct {
 	Ipcache       *ebpf.MapSpec `ebpf:"ipcache"`
 	Policy        *ebpf.MapSpec `ebpf:"policy"`
 	Proxy         *ebpf.MapSpec `ebpf:"proxy"`
+	SvFlows       *ebpf.MapSpec `ebpf:"sv_flows"`
+	SvPairs       *ebpf.MapSpec `ebpf:"sv_pairs"`
 }
 
 // rampartVariableSpecs contains global variables before they are loaded into the kernel.
@@ -300,6 +320,8 @@ type rampartMaps struct {
 	Ipcache       *ebpf.Map `ebpf:"ipcache"`
 	Policy        *ebpf.Map `ebpf:"policy"`
 	Proxy         *ebpf.Map `ebpf:"proxy"`
+	SvFlows       *ebpf.Map `ebpf:"sv_flows"`
+	SvPairs       *ebpf.Map `ebpf:"sv_pairs"`
 }
 
 func (m *rampartMaps) Close() error {
@@ -319,6 +341,8 @@ func (m *rampartMaps) Close() error {
 		m.Ipcache,
 		m.Policy,
 		m.Proxy,
+		m.SvFlows,
+		m.SvPairs,
 	)
 }
 

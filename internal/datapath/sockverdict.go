@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -22,10 +23,12 @@ import (
 // SockVerdict is the send-side L7 verdict (bpf/sockverdict.c, docs/design-l7-send-side.md):
 // requests between two local endpoints checked on the client's own socket. The agent lists
 // the pairs of sockets it takes (SetTarget) and the rule table each pair is checked against
-// (SetSlot); the programs do the rest.
+// (SetSlot); the programs do the rest. Its maps and the sockops link are pinned beside the
+// dataplane's, so the verdict outlives the agent's process, like the tc programs.
 type SockVerdict struct {
-	objs  sockverdictObjects
-	links []link.Link
+	objs   sockverdictObjects
+	link   link.Link
+	pinDir string
 
 	mu     sync.Mutex
 	nextID uint32
@@ -42,12 +45,23 @@ const (
 // SockVerdictSlots is how many pairs of endpoints can have a table at once.
 const SockVerdictSlots = 16384
 
-// OpenSockVerdict loads the programs, attaches the sockops program to the cgroup v2
-// directory cgroup (the root, so that it sees the sockets of every endpoint) and the two
-// sk_msg programs to their sockhashes.
-func OpenSockVerdict(cgroup string) (*SockVerdict, error) {
-	s := &SockVerdict{slots: map[uint32]uint32{}, tables: map[uint32]*l7table.Table{}}
-	if err := loadSockverdictObjects(&s.objs, nil); err != nil {
+const sockopsLinkPin = "sv_sockops_link"
+
+// OpenSockVerdict loads the programs with their maps pinned in pinDir (the dataplane's
+// pin directory, whose sv_flows map tc reads), attaches the sockops program to the cgroup
+// v2 directory cgroup (the root, so that it sees the sockets of every endpoint) through a
+// pinned link, updating the link of an earlier run in place, and the two sk_msg programs
+// to their sockhashes (replacing an earlier run's).
+func OpenSockVerdict(cgroup, pinDir string) (*SockVerdict, error) {
+	if err := ensureBPFFS(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(pinDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating pin directory: %w", err)
+	}
+	s := &SockVerdict{pinDir: pinDir, slots: map[uint32]uint32{}, tables: map[uint32]*l7table.Table{}}
+	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinDir}}
+	if err := loadSockverdictObjects(&s.objs, opts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("loading send-side verdict: %+v", ve)
@@ -59,26 +73,123 @@ func OpenSockVerdict(cgroup string) (*SockVerdict, error) {
 		p *ebpf.Program
 	}{{s.objs.SvClients, s.objs.SvRequest}, {s.objs.SvServers, s.objs.SvResponse}} {
 		if err := link.RawAttachProgram(link.RawAttachProgramOptions{Target: a.m.FD(), Program: a.p, Attach: ebpf.AttachSkMsgVerdict}); err != nil {
-			s.Close()
+			s.objs.Close()
 			return nil, fmt.Errorf("attaching %s to its sockhash: %w", a.p, err)
 		}
 	}
-	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: ebpf.AttachCGroupSockOps, Program: s.objs.SvSockops})
-	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("attaching sockops to %s: %w", cgroup, err)
+	pin := filepath.Join(pinDir, sockopsLinkPin)
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		if err := l.Update(s.objs.SvSockops); err != nil {
+			l.Close()
+			s.objs.Close()
+			return nil, fmt.Errorf("updating the pinned sockops link: %w", err)
+		}
+		s.link = l
+	} else {
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: ebpf.AttachCGroupSockOps, Program: s.objs.SvSockops})
+		if err != nil {
+			s.objs.Close()
+			return nil, fmt.Errorf("attaching sockops to %s: %w", cgroup, err)
+		}
+		if err := l.Pin(pin); err != nil {
+			l.Close()
+			s.objs.Close()
+			return nil, fmt.Errorf("pinning the sockops link: %w", err)
+		}
+		s.link = l
 	}
-	s.links = append(s.links, l)
+	if err := s.readState(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
-// Close detaches the sockops program and releases the maps: connections it took stop
-// being checked only once their sockets leave the sockhashes, which the kernel does when
-// the maps go.
+// readState learns from the pinned maps which tables an earlier run left, so that
+// replacing them deletes all their entries.
+func (s *SockVerdict) readState() error {
+	var slot, id uint32
+	it := s.objs.SvSlots.Iterate()
+	for it.Next(&slot, &id) {
+		if id != 0 {
+			s.slots[slot] = id
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading send-side slots: %w", err)
+	}
+	var h sockverdictSvTable
+	it = s.objs.SvTables.Iterate()
+	for it.Next(&id, &h) {
+		s.tables[id] = &l7table.Table{}
+		s.nextID = max(s.nextID, id)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading send-side tables: %w", err)
+	}
+	var pk sockverdictSvPathKey
+	var m sockverdictSvMasks
+	it = s.objs.SvPaths.Iterate()
+	for it.Next(&pk, &m) {
+		t := s.tableOf(pk.Table)
+		t.Paths = append(t.Paths, l7table.PathEntry{Key: string(pk.Path[:(pk.Prefixlen-32)/8])})
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading send-side paths: %w", err)
+	}
+	var hk sockverdictSvHostKey
+	it = s.objs.SvHosts.Iterate()
+	for it.Next(&hk, &m) {
+		t := s.tableOf(hk.Table)
+		t.Hosts = append(t.Hosts, l7table.HostEntry{Host: string(bytes.TrimRight(hk.Host[:], "\x00"))})
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading send-side hosts: %w", err)
+	}
+	return nil
+}
+
+func (s *SockVerdict) tableOf(id uint32) *l7table.Table {
+	t := s.tables[id]
+	if t == nil {
+		t = &l7table.Table{}
+		s.tables[id] = t
+		s.nextID = max(s.nextID, id)
+	}
+	return t
+}
+
+// Table returns the table written under id (nil if none now): events name the table that
+// decided, and its Rules name the rules of their masks.
+func (s *SockVerdict) Table(id uint32) *l7table.Table {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tables[id]
+}
+
+// Remove detaches the sockops program and deletes the pins (uninstall). Connections it
+// took are released when the sockhashes go.
+func (s *SockVerdict) Remove() error {
+	var errs []error
+	if err := s.link.Unpin(); err != nil {
+		errs = append(errs, fmt.Errorf("unpinning the sockops link: %w", err))
+	}
+	m := &s.objs.sockverdictMaps
+	for _, mp := range []*ebpf.Map{m.SvTargets, m.SvSlots, m.SvTables, m.SvPaths, m.SvHosts, m.SvConns, m.SvClients, m.SvServers, m.SvEvents, m.SvCounts} {
+		if err := mp.Unpin(); err != nil {
+			errs = append(errs, fmt.Errorf("unpinning %s: %w", mp, err))
+		}
+	}
+	errs = append(errs, s.Close())
+	return errors.Join(errs...)
+}
+
+// Close releases the process's handles; the pinned link and maps stay, and so does the
+// verdict.
 func (s *SockVerdict) Close() error {
 	var errs []error
-	for _, l := range s.links {
-		errs = append(errs, l.Close())
+	if s.link != nil {
+		errs = append(errs, s.link.Close())
 	}
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)
@@ -380,4 +491,31 @@ func cString(b []int8) string {
 		out = append(out, byte(c))
 	}
 	return string(out)
+}
+
+// SetSockPair tells tc that connections from client to server's port are checked by the
+// send-side verdict (slot: the pair's slot, for diagnostics): they go straight to the
+// server, and their data must come from the socket the verdict checks. Write the pair's
+// table and targets first.
+func (d *Datapath) SetSockPair(client, server netip.Addr, port uint16, slot uint32) error {
+	k := svPairKey(client, server, port)
+	if err := d.objs.SvPairs.Put(&k, slot); err != nil {
+		return fmt.Errorf("setting send-side pair %s-%s port %d: %w", client, server, port, err)
+	}
+	return nil
+}
+
+// DeleteSockPair sends the pair's new connections to the proxy again.
+func (d *Datapath) DeleteSockPair(client, server netip.Addr, port uint16) error {
+	k := svPairKey(client, server, port)
+	if err := d.objs.SvPairs.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("deleting send-side pair %s-%s port %d: %w", client, server, port, err)
+	}
+	return nil
+}
+
+func svPairKey(client, server netip.Addr, port uint16) rampartSvPairKey {
+	var p [2]byte
+	binary.BigEndian.PutUint16(p[:], port)
+	return rampartSvPairKey{Saddr: ip4(client), Daddr: ip4(server), Dport: binary.NativeEndian.Uint16(p[:])}
 }

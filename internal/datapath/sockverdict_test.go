@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -118,6 +119,26 @@ func svNetns(t *testing.T) string {
 	return ns
 }
 
+// openTestSockVerdict opens the verdict pinned in pinDir and removes it at cleanup.
+func openTestSockVerdict(t *testing.T, pinDir string) *SockVerdict {
+	t.Helper()
+	cg, err := Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv, err := OpenSockVerdict(cg, pinDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sv.Remove(); err != nil {
+			t.Errorf("removing the send-side verdict: %v", err)
+		}
+		os.RemoveAll(pinDir)
+	})
+	return sv
+}
+
 func newSVWorld(t *testing.T) *svWorld {
 	t.Helper()
 	requirePrivileged(t)
@@ -153,14 +174,8 @@ func newSVWorld(t *testing.T) *svWorld {
 	go server.Serve(countingListener{ln, w.srv})
 	t.Cleanup(func() { server.Close() })
 
-	cg, err := Cgroup2Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.sv, err = OpenSockVerdict(cg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.sv.Close() })
+	w.sv = openTestSockVerdict(t, filepath.Join(BPFFSRoot, "rampart-test-"+randSuffix(t)))
+	var err error
 	if w.cookie, err = NetnsCookie(w.ns); err != nil {
 		t.Fatal(err)
 	}

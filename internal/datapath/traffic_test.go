@@ -82,6 +82,36 @@ func addEndpoint(t *testing.T, node, name, hostIf string, ip, gw netip.Addr) *tr
 	return ep
 }
 
+// newNode makes the node namespace of a traffic test (forwarding on, IPv6 off) and
+// returns it with the random suffix for the test's other names.
+func newNode(t *testing.T, prefix string) (node, suffix string) {
+	t.Helper()
+	requirePrivileged(t)
+	suffix = randSuffix(t)
+	node = newNetns(t, prefix+"-"+suffix+"-node")
+	if err := writeSysctl(node, "net/ipv4/ip_forward", "1"); err != nil {
+		t.Fatal(err)
+	}
+	disableIPv6(t, node)
+	return node, suffix
+}
+
+// attachAll attaches the programs to the endpoints' host-side veths, detached at cleanup.
+func attachAll(t *testing.T, d *Datapath, node string, eps ...*trafficEndpoint) {
+	t.Helper()
+	for _, ep := range eps {
+		if err := d.Attach(node, ep.hostIf); err != nil {
+			t.Fatal(err)
+		}
+		hostIf := ep.hostIf
+		t.Cleanup(func() {
+			if err := Detach(node, hostIf); err != nil {
+				t.Errorf("detach: %v", err)
+			}
+		})
+	}
+}
+
 // disableIPv6 keeps IPv6 neighbour discovery off the veths: the dataplane drops IPv6
 // (unsupported-l3), and those drops would only add noise to the events.
 func disableIPv6(t *testing.T, ns string) {
@@ -169,17 +199,7 @@ func TestRealTraffic(t *testing.T) {
 	// a has the cls_bpf filters an earlier version attached: Attach replaces them with TCX
 	// links (checkFilters below finds no tc filter).
 	attachClsBPF(t, d, node, a.hostIf)
-	for _, ep := range []*trafficEndpoint{a, b} {
-		if err := d.Attach(node, ep.hostIf); err != nil {
-			t.Fatal(err)
-		}
-		hostIf := ep.hostIf
-		t.Cleanup(func() {
-			if err := Detach(node, hostIf); err != nil {
-				t.Errorf("detach: %v", err)
-			}
-		})
-	}
+	attachAll(t, d, node, a, b)
 	// Attaching again replaces the filters in place (what a restarted agent does).
 	if err := d.Attach(node, a.hostIf); err != nil {
 		t.Fatalf("re-attach: %v", err)
