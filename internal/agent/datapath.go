@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -17,6 +18,8 @@ type realDatapath struct {
 	once   sync.Once
 	events *datapath.EventReader
 	evErr  error
+
+	side *sendSide // the send-side L7 verdict (sendside.go)
 }
 
 func openDatapath(cfg Config) (Datapath, error) {
@@ -24,7 +27,7 @@ func openDatapath(cfg Config) (Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &realDatapath{dp: dp}
+	r := &realDatapath{dp: dp, side: newSendSide()}
 	// Open the reader now so that events emitted from here on are not lost to nobody.
 	r.events, r.evErr = dp.Events()
 	if r.evErr != nil {
@@ -122,14 +125,17 @@ func (r *realDatapath) Close() error {
 	var err error
 	r.once.Do(func() {
 		r.events.Close()
-		err = r.dp.Close()
+		// The send-side verdict's programs stay (pinned), like the tc programs.
+		err = errors.Join(r.side.close(), r.dp.Close())
 	})
 	return err
 }
 
+// Remove deletes the pins, the send-side verdict's (its sockops link, in the same
+// directory) included.
 func (r *realDatapath) Remove() error {
 	r.once.Do(func() { r.events.Close() })
-	return r.dp.Remove()
+	return errors.Join(r.side.close(), r.dp.Remove())
 }
 
 func flowFlags(ev datapath.FlowEvent) uint8 {

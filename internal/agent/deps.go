@@ -8,6 +8,7 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
@@ -51,6 +52,26 @@ type Datapath interface {
 	RemoveCIDRs(index uint8, prefixes []netip.Prefix) error
 	// CIDRSetMembership returns the set mask the dataplane computes for addr.
 	CIDRSetMembership(addr netip.Addr) (uint32, error)
+
+	// ApplySockPairs makes the pairs whose L7 rules the send-side verdict checks exactly
+	// pairs (nil: none; their new connections go to the proxy again).
+	ApplySockPairs(pairs []SockPair) error
+	// ReadSockRequest blocks until the send-side verdict reports a request, as an access
+	// log record; it fails once Close was called.
+	ReadSockRequest() (proxy.AccessLog, error)
+}
+
+// SockPair is a pair of local endpoints with L7 rules on Port, and what the send-side
+// verdict (Config.L7SendSide) does with it: Listed, it checks the pair's requests on the
+// client's socket against Table; not listed, the pair's connections go to the proxy, and
+// Table (nil: refuse everything) is for the open connections of a pair listed before.
+type SockPair struct {
+	Listed                   bool
+	Client, Server           netip.Addr
+	ClientEpID, ServerEpID   uint32
+	ClientNetns, ServerNetns string // network namespace paths
+	Port                     uint16
+	Table                    *l7table.Table
 }
 
 // EndpointInfo is an endpoint's dataplane identity.
@@ -95,6 +116,7 @@ const (
 	FlowFlagL7Egress  = 1 << 0 // the source endpoint's egress policy redirects the flow
 	FlowFlagL7Ingress = 1 << 1 // the destination endpoint's ingress policy redirects it
 	FlowFlagFromProxy = 1 << 2 // the proxy's upstream connection
+	FlowFlagSendSide  = 1 << 3 // L7 checked by the send-side verdict, not the proxy
 
 	DirIngress = 1
 	DirEgress  = 2
@@ -111,6 +133,7 @@ var ReasonNames = map[uint8]string{
 	6: "unsupported-l3",
 	7: "proxy-unavailable", // L7 rules apply but no proxy listens (fail closed)
 	8: "proxy-bypass",      // L7 rules apply but the packet did not come through the proxy
+	9: "l7-unchecked",      // send-side verdict flow: data from a socket the verdict does not check
 }
 
 // Reasons of L7 flows (api.Flow type l7).

@@ -87,8 +87,9 @@ type fakeDatapath struct {
 	failAll           bool // every ApplyEndpoint fails
 	proxyNetns        string
 	proxyListen       netip.AddrPort
-	proxyRouted       int   // RouteToProxy calls
-	proxyRoutedAt     int64 // sequence number of the first
+	sockPairs         []SockPair // the last ApplySockPairs
+	proxyRouted       int        // RouteToProxy calls
+	proxyRoutedAt     int64      // sequence number of the first
 	// applied records, for each ApplyEndpoint, the sequence number (see seq) and whether
 	// the policy had redirect entries.
 	applied   []appliedEP
@@ -376,6 +377,18 @@ func (d *fakeDatapath) ReadEvent() (FlowEvent, error) {
 	case <-d.closed:
 		return FlowEvent{}, errors.New("closed")
 	}
+}
+
+func (d *fakeDatapath) ApplySockPairs(pairs []SockPair) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sockPairs = pairs
+	return nil
+}
+
+func (d *fakeDatapath) ReadSockRequest() (proxy.AccessLog, error) {
+	<-d.closed
+	return proxy.AccessLog{}, errors.New("closed")
 }
 
 func (d *fakeDatapath) Close() error {

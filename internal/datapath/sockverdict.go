@@ -159,6 +159,32 @@ func (s *SockVerdict) tableOf(id uint32) *l7table.Table {
 	return t
 }
 
+// Slots returns the slots that have a table now.
+func (s *SockVerdict) Slots() []uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]uint32, 0, len(s.slots))
+	for slot := range s.slots {
+		out = append(out, slot)
+	}
+	return out
+}
+
+// SlotsInUse returns the slots that open connections hold.
+func (s *SockVerdict) SlotsInUse() (map[uint32]bool, error) {
+	used := map[uint32]bool{}
+	var k sockverdictSvConnKey
+	var c sockverdictSvConn
+	it := s.objs.SvConns.Iterate()
+	for it.Next(&k, &c) {
+		used[c.Slot] = true
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading send-side connections: %w", err)
+	}
+	return used, nil
+}
+
 // Table returns the table written under id (nil if none now): events name the table that
 // decided, and its Rules name the rules of their masks.
 func (s *SockVerdict) Table(id uint32) *l7table.Table {
@@ -518,4 +544,31 @@ func svPairKey(client, server netip.Addr, port uint16) rampartSvPairKey {
 	var p [2]byte
 	binary.BigEndian.PutUint16(p[:], port)
 	return rampartSvPairKey{Saddr: ip4(client), Daddr: ip4(server), Dport: binary.NativeEndian.Uint16(p[:])}
+}
+
+// SockPairKey is a pair of local endpoints and the server port, as tc lists it.
+type SockPairKey struct {
+	Client, Server netip.Addr
+	Port           uint16
+}
+
+// SockPairs returns the pairs tc lists now, with their slots (a restarted agent keeps
+// them: open connections hold their slots).
+func (d *Datapath) SockPairs() (map[SockPairKey]uint32, error) {
+	out := map[SockPairKey]uint32{}
+	var k rampartSvPairKey
+	var slot uint32
+	it := d.objs.SvPairs.Iterate()
+	for it.Next(&k, &slot) {
+		var c, s [4]byte
+		binary.NativeEndian.PutUint32(c[:], k.Saddr)
+		binary.NativeEndian.PutUint32(s[:], k.Daddr)
+		var p [2]byte
+		binary.NativeEndian.PutUint16(p[:], k.Dport)
+		out[SockPairKey{netip.AddrFrom4(c), netip.AddrFrom4(s), binary.BigEndian.Uint16(p[:])}] = slot
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading send-side pairs: %w", err)
+	}
+	return out, nil
 }
