@@ -506,6 +506,8 @@ static __always_inline __u32 method_index(const struct sv_parse *ps)
 
 static const char forbidden[] = "HTTP/1.1 403 Forbidden\r\ncontent-length: 19\r\ncontent-type: text/plain\r\n\r\n"
 				"RBAC: access denied";
+/* The refusal of a HEAD request: the same head, no body. */
+static const char forbidden_head[] = "HTTP/1.1 403 Forbidden\r\ncontent-length: 19\r\ncontent-type: text/plain\r\n\r\n";
 /* A refusal after which the connection cannot go on (the request's body, or the next
  * request, is already in the same send). */
 static const char forbidden_close[] = "HTTP/1.1 403 Forbidden\r\ncontent-length: 19\r\ncontent-type: text/plain\r\n"
@@ -742,12 +744,15 @@ int sv_request(struct sk_msg_md *msg)
 	/* Refused: answered from the client's own socket, in order, or the send fails. */
 	if (!in_order(msg, c)) {
 		c->flags |= SV_C_SHUT;
-		emit(&key, table, SV_V_SEND_FAILED, 403, 0, m, 0, lk->ev_path, lk->ev_host);
+		emit(&key, table, SV_V_SEND_FAILED, 403, 0, m, allowed, lk->ev_path, lk->ev_host);
 		count(SV_V_SEND_FAILED);
 		return SK_DROP;
 	}
-	emit(&key, table, SV_V_REFUSED, 403, 0, m, 0, lk->ev_path, lk->ev_host);
+	/* The masks say which side refused (the one with none). */
+	emit(&key, table, SV_V_REFUSED, 403, 0, m, allowed, lk->ev_path, lk->ev_host);
 	count(SV_V_REFUSED);
+	if (size == len && m == 1 /* HEAD */)
+		return answer(msg, &key, forbidden_head, sizeof(forbidden_head) - 1);
 	if (size == len)
 		return answer(msg, &key, forbidden, sizeof(forbidden) - 1);
 	c->flags |= SV_C_SHUT;

@@ -108,7 +108,7 @@ struct sv_conn {
 struct sv_event {
 	__u64 ts_ns;
 	__u64 latency_ns; /* request passed to response head; 0 if unknown */
-	__u64 rules[2];   /* rules that matched, per side */
+	__u64 rules[2];   /* rules that matched, per side (a refusal: 0 on the side that refused) */
 	__u32 client_ip4;
 	__u32 server_ip4;
 	__u16 client_port;

@@ -35,6 +35,8 @@ type Options struct {
 	// ProxyEnvoyOnly runs the agent without its HTTP/1.1 fast path: Envoy checks every L7
 	// connection.
 	ProxyEnvoyOnly bool
+	// L7SendSide turns the agent's send-side L7 verdict on (agent.Config.L7SendSide).
+	L7SendSide bool
 }
 
 // Env is an agent running in-process in a fresh node network namespace, with its own
@@ -86,6 +88,7 @@ func StartAgent(t testing.TB, opts Options) *Env {
 			PodCIDR:        opts.PodCIDR,
 			CIDRHostSlots:  opts.CIDRHostSlots,
 			ProxyEnvoyOnly: opts.ProxyEnvoyOnly,
+			L7SendSide:     opts.L7SendSide,
 			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		},
 		servers: map[string]*Servers{},
