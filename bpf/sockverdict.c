@@ -174,8 +174,15 @@ int sv_sockops(struct bpf_sock_ops *skops)
 	default:
 		return 1;
 	}
-	if (skops->family != 2 /* AF_INET */)
+	/* IPv4, also on a dual-stack IPv6 socket (a server listening on [::] accepts IPv4
+	 * connections on such sockets), whose IPv4 addresses the context has too. */
+	if (skops->family == 10 /* AF_INET6 */) {
+		if (skops->local_ip6[0] || skops->local_ip6[1] || skops->local_ip6[2] != bpf_htonl(0xffff) ||
+		    skops->remote_ip6[0] || skops->remote_ip6[1] || skops->remote_ip6[2] != bpf_htonl(0xffff))
+			return 1;
+	} else if (skops->family != 2 /* AF_INET */) {
 		return 1;
+	}
 	tk.netns_cookie = bpf_get_netns_cookie(skops);
 	tk.local_ip4 = skops->local_ip4;
 	tk.remote_ip4 = skops->remote_ip4;
@@ -187,18 +194,18 @@ int sv_sockops(struct bpf_sock_ops *skops)
 		ck.server_ip4 = skops->local_ip4;
 		ck.client_port = bpf_ntohl(skops->remote_port);
 		ck.server_port = skops->local_port;
-		/* Without the tracker, refusals on this connection fail the send (LOST is set
-		 * by the client side unless the server socket made it in). */
+		/* The server sends nothing before this returns, so the tracker sees every
+		 * response from here on. */
 		if (bpf_sock_hash_update(skops, &sv_servers, &ck, BPF_ANY) == 0) {
 			struct sv_conn *c = bpf_map_lookup_elem(&sv_conns, &ck);
 
 			if (c)
-				__sync_fetch_and_and(&c->flags, ~SV_C_LOST);
+				__sync_fetch_and_and(&c->flags, ~SV_C_NO_TRACKER);
 		}
 		return 1;
 	}
 	{
-		struct sv_conn c = {.slot = t->slot, .flags = SV_C_LOST, .method = SV_METHODS};
+		struct sv_conn c = {.slot = t->slot, .flags = SV_C_NO_TRACKER, .method = SV_METHODS};
 
 		ck.client_ip4 = skops->local_ip4;
 		ck.server_ip4 = skops->remote_ip4;
@@ -541,7 +548,8 @@ static __always_inline int answer(struct sk_msg_md *msg, struct sv_conn_key *key
 }
 
 /* in_order: may an answer go into the client's receive queue now? Only when every passed
- * request has its whole response at the client, and the client has read it all. */
+ * request has its whole response at the client, and the client has read it all. Before
+ * the tracker has the server's socket, only when nothing was passed or received yet. */
 static __always_inline int in_order(struct sk_msg_md *msg, const struct sv_conn *c)
 {
 	struct tcp_sock *tp;
@@ -549,7 +557,9 @@ static __always_inline int in_order(struct sk_msg_md *msg, const struct sv_conn 
 	if (!msg->sk || (c->flags & SV_C_LOST) || c->done != c->passed)
 		return 0;
 	tp = bpf_skc_to_tcp_sock(msg->sk);
-	return tp && tp->bytes_received == c->server_bytes && tp->copied_seq == tp->rcv_nxt;
+	if (!tp || tp->bytes_received != c->server_bytes || tp->copied_seq != tp->rcv_nxt)
+		return 0;
+	return !(c->flags & SV_C_NO_TRACKER) || (c->passed == 0 && tp->bytes_received == 0);
 }
 
 static __always_inline void emit(const struct sv_conn_key *key, __u32 table, __u8 verdict,

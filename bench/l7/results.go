@@ -89,8 +89,11 @@ type Settings struct {
 	ProxyCPUs  string `json:"proxy_cpus"`
 	// EnvoyOnly: the agent ran without its HTTP/1.1 fast path (every L7 request through
 	// Envoy).
-	EnvoyOnly bool   `json:"envoy_only"`
-	PodCIDR   string `json:"pod_cidr"`
+	EnvoyOnly bool `json:"envoy_only"`
+	// SendSide: the agent ran with --l7-send-side (L7 rules the kernel can match checked
+	// on the client's socket, no proxy hop).
+	SendSide bool   `json:"send_side"`
+	PodCIDR  string `json:"pod_cidr"`
 	// Instance is the agent's instance name: every namespace, link and pin the run creates
 	// carries it.
 	Instance string `json:"instance"`
@@ -463,6 +466,9 @@ func (r *Result) WriteMarkdown(w io.Writer) {
 		100*cr.MinAchieved, ms(benchkit.Float(cr.P99BoundUs))+" ms", secs(st.StepSeconds), st.SearchSteps, searchLow, searchHigh)
 	fmt.Fprintf(w, "CPUs: load generator %s, HTTP server %s, agent and proxy %s; %d CPUs; load average %.2f at start, %.2f at end.\n",
 		cpuText(st.ClientCPUs), cpuText(st.ServerCPUs), cpuText(st.ProxyCPUs), r.Host.CPUs, r.Host.LoadStart, r.Host.LoadEnd)
+	if st.SendSide {
+		fmt.Fprintln(w, "L7 path: send-side verdict (--send-side): the L7 rules the kernel can match are checked on the client's socket, with no proxy hop; others as below.")
+	}
 	if st.EnvoyOnly {
 		fmt.Fprintln(w, "L7 path: Envoy only (--envoy-only): every L7 request through Envoy, no fast path.")
 	} else {

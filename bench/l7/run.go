@@ -49,9 +49,12 @@ type Config struct {
 	// EnvoyOnly runs the agent with --l7-envoy-only: Envoy checks every request, without
 	// the agent's HTTP/1.1 fast path (to measure what the fast path buys).
 	EnvoyOnly bool
-	OutDir    string // JSON, markdown and PNG go here
-	NoPlot    bool
-	Log       io.Writer // progress; nil: discarded
+	// SendSide runs the agent with --l7-send-side: the L7 rules the kernel can match are
+	// checked on the client's socket, with no proxy hop (docs/design-l7-send-side.md).
+	SendSide bool
+	OutDir   string // JSON, markdown and PNG go here
+	NoPlot   bool
+	Log      io.Writer // progress; nil: discarded
 }
 
 // DefaultConfig is the full run: about five minutes on a 2-core VM.
@@ -145,8 +148,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			StepSeconds: cfg.StepDuration.Seconds(), SearchSteps: cfg.SearchSteps, Connections: cfg.Connections,
 			Criterion: crit, L7Rules: cfg.L7Rules, InterleavedCases: true,
 			ClientCPUs: cfg.ClientCPUs, ServerCPUs: cfg.ServerCPUs, ProxyCPUs: cfg.ProxyCPUs,
-			EnvoyOnly: cfg.EnvoyOnly,
-			PodCIDR:   podCIDR.String(), Instance: "lb" + benchkit.Suffix(),
+			EnvoyOnly: cfg.EnvoyOnly, SendSide: cfg.SendSide,
+			PodCIDR: podCIDR.String(), Instance: "lb" + benchkit.Suffix(),
 		},
 	}
 	for _, c := range cases {
@@ -197,6 +200,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	r.agent.Wrap = benchkit.Taskset(cfg.ProxyCPUs)
 	if cfg.EnvoyOnly {
 		r.agent.Flags = append(r.agent.Flags, "--l7-envoy-only")
+	}
+	if cfg.SendSide {
+		r.agent.Flags = append(r.agent.Flags, "--l7-send-side")
 	}
 	// Registered before start, so a half-started agent is uninstalled too. The server
 	// inside its endpoint (and the agent) are stopped first, newest first.

@@ -77,6 +77,9 @@ struct sv_host_key {
 /* Connection flags. */
 #define SV_C_SHUT 1 /* refused outside the subset: every later send fails */
 #define SV_C_LOST 2 /* the tracker lost the response framing: refusals fail the send */
+/* The server's socket is not under the tracker (yet: the client may send before the
+ * server has processed the handshake's last ACK, on another CPU). */
+#define SV_C_NO_TRACKER 4
 
 /* Per-connection state, shared by the client's verdict and the server's tracker. */
 struct sv_conn {

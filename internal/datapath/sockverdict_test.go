@@ -141,11 +141,17 @@ func openTestSockVerdict(t *testing.T, pinDir string) *SockVerdict {
 
 func newSVWorld(t *testing.T) *svWorld {
 	t.Helper()
+	return newSVWorldOn(t, "tcp4", netip.AddrPortFrom(svServer, 0).String())
+}
+
+// newSVWorldOn is newSVWorld with the server listening on network and address.
+func newSVWorldOn(t *testing.T, network, address string) *svWorld {
+	t.Helper()
 	requirePrivileged(t)
 	w := &svWorld{t: t, ns: svNetns(t), srv: &svServerRec{}}
 	var ln net.Listener
 	if err := inNetns(w.ns, func() (err error) {
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(svServer, 0).String())
+		ln, err = net.Listen(network, address)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -344,6 +350,25 @@ func TestSockVerdictSplitWrites(t *testing.T) {
 	}
 	if got := w.counts(); got.Passed != 7 || got.Refused != 7 {
 		t.Fatalf("counters %+v, want 7 passed and 7 refused", got)
+	}
+}
+
+// TestSockVerdictDualStackServer: a server listening on [::] gets its IPv4 connections on
+// IPv6 sockets; the tracker follows them all the same, so refusals after a passed request
+// are answered in order and responses are reported with their status.
+func TestSockVerdictDualStackServer(t *testing.T) {
+	w := newSVWorldOn(t, "tcp", ":0")
+	c := w.dial()
+	for _, step := range []struct {
+		req  string
+		want int
+	}{{get("/v1"), 200}, {get("/v2"), 403}, {get("/v1"), 200}, {get("/v2"), 403}} {
+		if st, _ := c.roundTrip(step.req); st != step.want {
+			t.Fatalf("%q: %d, want %d", step.req, st, step.want)
+		}
+	}
+	if got := w.counts(); got != (SockVerdictCounts{Passed: 2, Refused: 2}) {
+		t.Fatalf("counters %+v", got)
 	}
 }
 

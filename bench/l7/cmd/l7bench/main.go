@@ -59,6 +59,7 @@ func run() int {
 		proxyCPUs   = flag.String("proxy-cpus", cpuFlag(def.ProxyCPUs), "CPUs of the agent and the proxy it runs, or none")
 		noPlot      = flag.Bool("no-plot", false, "do not write the PNG plot")
 		envoyOnly   = flag.Bool("envoy-only", false, "run the agent with --l7-envoy-only: every L7 request through Envoy, no fast path")
+		sendSide    = flag.Bool("send-side", false, "run the agent with --l7-send-side: L7 rules the kernel can match checked on the client's socket, no proxy hop")
 		failOnMiss  = flag.Bool("fail-on-miss", false, "exit 3 if a ratio misses its target")
 	)
 	flag.Parse()
@@ -90,6 +91,7 @@ func run() int {
 	cfg.OutDir, cfg.NoPlot = *outDir, *noPlot
 	cfg.ClientCPUs, cfg.ServerCPUs, cfg.ProxyCPUs = cpuArg(*clientCPUs), cpuArg(*serverCPUs), cpuArg(*proxyCPUs)
 	cfg.EnvoyOnly = *envoyOnly
+	cfg.SendSide = *sendSide
 	cfg.Log = os.Stderr
 
 	self, err := os.Executable()
