@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -446,7 +447,15 @@ type SockEvent struct {
 type SockEventReader struct {
 	rd   *ringbuf.Reader
 	boot time.Time
+	// deadline is the caller's (SetDeadline); the reader itself wakes every
+	// SockEventPoll, since the programs do not wake it for every event.
+	deadline time.Time
+	rec      ringbuf.Record
 }
+
+// SockEventPoll is how late an event may be read: the verdict wakes the reader only once
+// a quarter of the ring is full (bpf/sockverdict.c, emit).
+const SockEventPoll = 50 * time.Millisecond
 
 // Events opens a reader of the event ring. One reader at a time.
 func (s *SockVerdict) Events() (*SockEventReader, error) {
@@ -466,57 +475,65 @@ func bootTime() time.Time {
 	return time.Now().Add(-time.Duration(ts.Nano()))
 }
 
-// SetDeadline makes Read return os.ErrDeadlineExceeded after t.
-func (r *SockEventReader) SetDeadline(t time.Time) { r.rd.SetDeadline(t) }
+// SetDeadline makes Read return os.ErrDeadlineExceeded after t (zero: none).
+func (r *SockEventReader) SetDeadline(t time.Time) { r.deadline = t }
 
 // Close stops the reader.
 func (r *SockEventReader) Close() error { return r.rd.Close() }
 
 // Read waits for the next event.
 func (r *SockEventReader) Read() (SockEvent, error) {
-	rec, err := r.rd.Read()
-	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+	for {
+		wake := time.Now().Add(SockEventPoll)
+		if !r.deadline.IsZero() && r.deadline.Before(wake) {
+			wake = r.deadline
+		}
+		r.rd.SetDeadline(wake)
+		err := r.rd.ReadInto(&r.rec)
+		if err == nil {
+			return r.decode(r.rec.RawSample)
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return SockEvent{}, fmt.Errorf("reading send-side event: %w", err)
+		}
+		if !r.deadline.IsZero() && !time.Now().Before(r.deadline) {
 			return SockEvent{}, err
 		}
-		return SockEvent{}, fmt.Errorf("reading send-side event: %w", err)
 	}
+}
+
+// decode reads a struct sv_event (field by field: binary.Read's reflection cost more than
+// the verdict itself at these rates).
+func (r *SockEventReader) decode(b []byte) (SockEvent, error) {
 	var e sockverdictSvEvent
-	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
-		return SockEvent{}, fmt.Errorf("decoding send-side event: %w", err)
+	if len(b) < int(unsafe.Sizeof(e)) {
+		return SockEvent{}, fmt.Errorf("decoding send-side event: %d bytes", len(b))
 	}
-	addr := func(v uint32) netip.Addr {
-		var b [4]byte
-		binary.NativeEndian.PutUint32(b[:], v)
-		return netip.AddrFrom4(b)
-	}
+	ne := binary.NativeEndian
+	addr := func(off int) netip.Addr { return netip.AddrFrom4([4]byte(b[off : off+4])) }
 	ev := SockEvent{
-		Time:    r.boot.Add(time.Duration(e.TsNs)),
-		Latency: time.Duration(e.LatencyNs),
-		Client:  netip.AddrPortFrom(addr(e.ClientIp4), e.ClientPort),
-		Server:  netip.AddrPortFrom(addr(e.ServerIp4), e.ServerPort),
-		Table:   e.Table,
-		Rules:   e.Rules,
-		Status:  int(e.Status),
-		Verdict: SockVerdictKind(e.Verdict),
-		Path:    cString(e.Path[:]),
-		Host:    cString(e.Host[:]),
+		Time:    r.boot.Add(time.Duration(ne.Uint64(b[0:]))),
+		Latency: time.Duration(ne.Uint64(b[8:])),
+		Rules:   l7table.Masks{ne.Uint64(b[16:]), ne.Uint64(b[24:])},
+		Client:  netip.AddrPortFrom(addr(32), ne.Uint16(b[40:])),
+		Server:  netip.AddrPortFrom(addr(36), ne.Uint16(b[42:])),
+		Table:   ne.Uint32(b[44:]),
+		Status:  int(ne.Uint16(b[48:])),
+		Verdict: SockVerdictKind(b[51]),
+		Path:    cBytes(b[56 : 56+64]),
+		Host:    cBytes(b[120 : 120+32]),
 	}
-	if int(e.Method) < len(l7table.Methods) {
-		ev.Method = l7table.Methods[e.Method]
+	if m := int(b[50]); m < len(l7table.Methods) {
+		ev.Method = l7table.Methods[m]
 	}
 	return ev, nil
 }
 
-func cString(b []int8) string {
-	out := make([]byte, 0, len(b))
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		out = append(out, byte(c))
+func cBytes(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
 	}
-	return string(out)
+	return string(b)
 }
 
 // SetSockPair tells tc that connections from client to server's port are checked by the
