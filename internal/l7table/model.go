@@ -3,12 +3,13 @@ package l7table
 import "strings"
 
 // Allows is a model of the kernel's decision for one request in its subset (a method of
-// Methods; path and host of visible ASCII, as the kernel's parser admits them). It works
-// from the encoded table only, as the kernel does: Methods index, a longest-prefix lookup
-// of the path padded with NULs to PathMax bytes, and an exact lookup of the host padded to
-// HostMax bytes, each truncated as the kernel truncates. It returns, per side, the rules
-// the request matched (Pass sides: bit 0).
-func (t *Table) Allows(method, path, host string) (bool, Masks) {
+// Methods; path and host of visible ASCII, as the kernel's parser admits them; each header
+// name at most once, lower case in header). It works from the encoded table only, as the
+// kernel does: Methods index, a longest-prefix lookup of the path padded with NULs to
+// PathMax bytes, an exact lookup of the host padded to HostMax bytes, each truncated as
+// the kernel truncates, and for each header the entries of its name and of its name and
+// value. It returns, per side, the rules the request matched (Pass sides: bit 0).
+func (t *Table) Allows(method, path, host string, header ...map[string]string) (bool, Masks) {
 	mi := -1
 	for i, m := range Methods {
 		if m == method {
@@ -26,9 +27,25 @@ func (t *Table) Allows(method, path, host string) (bool, Masks) {
 	if e := t.host(host); e != nil {
 		hosts.or(e.Masks)
 	}
+	var seen Masks // header requirements satisfied
+	for _, h := range header {
+		for name, value := range h {
+			for _, e := range t.Headers {
+				if e.Name == pad(name, HeaderNameMax)[:len(e.Name)] && len(name) == len(e.Name) &&
+					(e.Presence || pad(e.Value, HeaderValueMax) == pad(value, HeaderValueMax)) {
+					seen.or(e.Reqs)
+				}
+			}
+		}
+	}
 	var got Masks
 	for side := range got {
 		got[side] = t.Header.Method[mi][side] & paths[side] & hosts[side]
+		for bit := range 64 {
+			if t.Header.HeaderRules[side]&(1<<bit) != 0 && t.RuleReqs[side][bit]&^seen[side] != 0 {
+				got[side] &^= 1 << bit
+			}
+		}
 		if t.Header.Pass[side] != 0 {
 			got[side] = t.Header.Pass[side]
 		}

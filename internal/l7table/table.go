@@ -2,6 +2,7 @@ package l7table
 
 import (
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"regexp"
 	"regexp/syntax"
@@ -14,9 +15,13 @@ import (
 
 // Limits of the kernel's tables; bpf/include/sockverdict.h has the same numbers.
 const (
-	PathMax  = 128 // bytes of a request path the kernel compares
-	HostMax  = 64  // bytes of a Host value the kernel compares
-	MaxRules = 64  // rules per side (one bit each in a mask)
+	PathMax        = 128 // bytes of a request path the kernel compares
+	HostMax        = 64  // bytes of a Host value the kernel compares
+	MaxRules       = 64  // rules per side (one bit each in a mask)
+	HeaderNameMax  = 48  // bytes of a header name the kernel compares
+	HeaderValueMax = 64  // bytes of a header value the kernel compares
+	MaxHeaderNames = 32  // header names a table's rules may name
+	MaxHeaderReqs  = 64  // header requirements per side (one bit each)
 )
 
 // Methods are the methods the kernel's request parser takes, in the order of their index
@@ -48,6 +53,8 @@ type Header struct {
 	AnyPath, AnyHost Masks
 	// Method[i]: the rules whose method expression matches Methods[i].
 	Method [len(Methods)]Masks
+	// HeaderRules: the rules with header requirements (checked against RuleReqs).
+	HeaderRules Masks
 }
 
 // PathEntry is one entry of the path trie. Key is an exact path followed by a NUL byte
@@ -65,6 +72,18 @@ type HostEntry struct {
 	Masks Masks
 }
 
+// HeaderEntry is what one request header line can satisfy: for Name alone (Value ""
+// and Presence), the requirements that the header be present; for Name with Value, the
+// requirements that it have that exact value. NameBit tells the kernel the name was
+// seen (a rule's header name twice in one request is outside the kernel's subset).
+type HeaderEntry struct {
+	Name     string // lower case
+	Value    string
+	Presence bool // the entry for the name itself
+	NameBit  uint32
+	Reqs     Masks // requirement bits, per side
+}
+
 // Rule names one rule of a table, for flow events: the grant it came from.
 type Rule struct {
 	Grant  string
@@ -75,8 +94,12 @@ type Rule struct {
 // Table is everything the kernel needs for one connection's requests.
 type Table struct {
 	Header Header
-	Paths  []PathEntry // sorted by Key
-	Hosts  []HostEntry // sorted by Host
+	Paths   []PathEntry   // sorted by Key
+	Hosts   []HostEntry   // sorted by Host
+	Headers []HeaderEntry // sorted by Name, then Value (the name's own entry first)
+	// RuleReqs[side][bit] holds the header requirements of that rule (0: none). A rule
+	// matches a request's headers when all of them were satisfied.
+	RuleReqs [2][]uint64
 	// Rules[side][bit] describes the rule of that bit.
 	Rules [2][]Rule
 }
@@ -140,10 +163,10 @@ func sideName(side int) string {
 
 // add encodes one rule as bit of side.
 func (t *Table) add(side, bit int, h policy.HTTPRule) error {
-	if len(h.Headers) > 0 {
-		return fmt.Errorf("rule %s: header matches are not matched in the kernel", policy.FormatHTTPRule(h))
-	}
 	m := Masks{}
+	if err := t.addHeaders(side, bit, h.Headers); err != nil {
+		return fmt.Errorf("rule %s: %w", policy.FormatHTTPRule(h), err)
+	}
 	m[side] = 1 << bit
 	for i, meth := range Methods {
 		if fullMatch(h.Method, meth) {
@@ -186,6 +209,75 @@ func (t *Table) add(side, bit int, h policy.HTTPRule) error {
 	return nil
 }
 
+// addHeaders gives each header match of rule bit of side a requirement bit, on the entry
+// of its name (presence) or of its name and value.
+func (t *Table) addHeaders(side, bit int, hs []policy.HeaderMatch) error {
+	if len(hs) == 0 {
+		return nil
+	}
+	if t.RuleReqs[side] == nil {
+		t.RuleReqs[side] = make([]uint64, MaxRules)
+	}
+	for _, hm := range hs {
+		name := strings.ToLower(hm.Name)
+		if len(name) >= HeaderNameMax || len(hm.Value) >= HeaderValueMax {
+			return fmt.Errorf("header %q: longer than the kernel compares (%d bytes of name, %d of value)", hm.Name, HeaderNameMax-1, HeaderValueMax-1)
+		}
+		nameEntry := t.headerEntry(name, "", true)
+		if nameEntry == nil {
+			return fmt.Errorf("more than %d header names", MaxHeaderNames)
+		}
+		e := nameEntry
+		if hm.Value != "" {
+			e = t.headerEntry(name, hm.Value, false)
+		}
+		req := t.reqCount(side)
+		if req >= MaxHeaderReqs {
+			return fmt.Errorf("more than %d header matches on one side", MaxHeaderReqs)
+		}
+		e.Reqs[side] |= 1 << req
+		t.RuleReqs[side][bit] |= 1 << req
+	}
+	t.Header.HeaderRules[side] |= 1 << bit
+	return nil
+}
+
+// reqCount is how many requirement bits side has given out.
+func (t *Table) reqCount(side int) int {
+	var all uint64
+	for _, r := range t.RuleReqs[side] {
+		all |= r
+	}
+	return 64 - bits.LeadingZeros64(all)
+}
+
+// headerEntry finds or adds the entry for name (presence) or name and value; nil when a
+// new name would exceed MaxHeaderNames.
+func (t *Table) headerEntry(name, value string, presence bool) *HeaderEntry {
+	names := 0
+	var bit uint32
+	for i := range t.Headers {
+		e := &t.Headers[i]
+		if e.Name == name && e.Value == value && e.Presence == presence {
+			return e
+		}
+		if e.Presence {
+			names++
+			if e.Name == name {
+				bit = e.NameBit
+			}
+		}
+	}
+	if presence {
+		if names >= MaxHeaderNames {
+			return nil
+		}
+		bit = 1 << names
+	}
+	t.Headers = append(t.Headers, HeaderEntry{Name: name, Value: value, Presence: presence, NameBit: bit})
+	return &t.Headers[len(t.Headers)-1]
+}
+
 func (t *Table) addPath(key string, m Masks) {
 	i := slices.IndexFunc(t.Paths, func(e PathEntry) bool { return e.Key == key })
 	if i < 0 {
@@ -199,6 +291,15 @@ func (t *Table) addPath(key string, m Masks) {
 func (t *Table) finish() {
 	slices.SortFunc(t.Paths, func(a, b PathEntry) int { return strings.Compare(a.Key, b.Key) })
 	slices.SortFunc(t.Hosts, func(a, b HostEntry) int { return strings.Compare(a.Host, b.Host) })
+	slices.SortFunc(t.Headers, func(a, b HeaderEntry) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		if a.Presence != b.Presence {
+			return map[bool]int{true: -1, false: 1}[a.Presence]
+		}
+		return strings.Compare(a.Value, b.Value)
+	})
 	own := make([]Masks, len(t.Paths))
 	for i := range t.Paths {
 		own[i] = t.Paths[i].Masks

@@ -37,6 +37,10 @@ func TestMatchesPlan(t *testing.T) {
 	reqPaths := []string{"/", "/v1", "/v1/", "/v1/a", "/v1x", "/v1/request-landing", "/public/x", "/public",
 		"/a", long, long[:PathMax-1], long[:PathMax], long[:PathMax+1], long[:61], "/v1/a/b"}
 	reqHosts := []string{"deathstar", "deathstar:80", "DEATHSTAR", "other", strings.Repeat("h", 70)}
+	headerRules := [][]policy.HeaderMatch{nil, nil, nil, {{Name: "x-a"}}, {{Name: "x-a", Value: "1"}},
+		{{Name: "x-a", Value: "1"}, {Name: "x-b"}}, {{Name: "x-b", Value: "z"}}, {{Name: "x-a", Value: "2"}, {Name: "x-a"}}}
+	reqHeaders := []map[string]string{{}, {"x-a": "1"}, {"x-a": "2"}, {"x-a": "1", "x-b": "z"}, {"x-b": ""},
+		{"x-a": strings.Repeat("1", 70)}}
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(s []string) string { return s[rng.IntN(len(s))] }
@@ -54,7 +58,9 @@ func TestMatchesPlan(t *testing.T) {
 				gr.Name = proxy.GrantL3L4 // HTTP nil: every request
 			} else {
 				for range 1 + rng.IntN(4) {
-					gr.HTTP = append(gr.HTTP, policy.HTTPRule{Method: pick(methodREs), Path: pick(pathREs), Host: pick(hostREs)})
+					r := policy.HTTPRule{Method: pick(methodREs), Path: pick(pathREs), Host: pick(hostREs)}
+					r.Headers = headerRules[rng.IntN(len(headerRules))]
+					gr.HTTP = append(gr.HTTP, r)
 				}
 			}
 			z.Grants = append(z.Grants, gr)
@@ -77,16 +83,17 @@ func TestMatchesPlan(t *testing.T) {
 		}
 		compiled++
 		for _, m := range reqMethods {
-			for _, p := range reqPaths {
-				for _, h := range reqHosts {
-					want := plan.Allows(proxy.Request{Src: client, Dst: server, Port: 80, Method: m, Path: p, Host: h})
-					got, masks := tab.Allows(m, p, h)
+			for i, p := range reqPaths {
+				for j, h := range reqHosts {
+					hdr := reqHeaders[(i+j)%len(reqHeaders)]
+					want := plan.Allows(proxy.Request{Src: client, Dst: server, Port: 80, Method: m, Path: p, Host: h, Header: hdr})
+					got, masks := tab.Allows(m, p, h, hdr)
 					if m == "PROPFIND" {
 						// Outside the kernel's subset: refused whatever the rules say.
 						want = false
 					}
 					if got != want {
-						t.Fatalf("%s %s host %s: kernel %v, plan %v\nchain egress %+v\ningress %+v\ntable %+v", m, p, h, got, want, c.Egress, c.Ingress, tab)
+						t.Fatalf("%s %s host %s headers %v: kernel %v, plan %v\nchain egress %+v\ningress %+v\ntable %+v", m, p, h, hdr, got, want, c.Egress, c.Ingress, tab)
 					}
 					if got {
 						checkRules(t, tab, masks)
@@ -126,7 +133,7 @@ func TestRefusesWhatTheKernelCannotMatch(t *testing.T) {
 		{policy.HTTPRule{Path: "/" + strings.Repeat("a", PathMax)}, "longer than"},
 		{policy.HTTPRule{Host: "death.*"}, "exact host"},
 		{policy.HTTPRule{Host: "(?i)deathstar"}, "literal"},
-		{policy.HTTPRule{Headers: []policy.HeaderMatch{{Name: "x-k"}}}, "header"},
+		{policy.HTTPRule{Headers: []policy.HeaderMatch{{Name: "x-" + strings.Repeat("k", HeaderNameMax)}}}, "longer than"},
 	} {
 		plan := &proxy.Plan{Chains: []proxy.Chain{{Port: 80, Dst: server, Ingress: &proxy.Authz{
 			Direction: policy.Ingress, Port: 80,
