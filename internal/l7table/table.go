@@ -93,7 +93,7 @@ type Rule struct {
 
 // Table is everything the kernel needs for one connection's requests.
 type Table struct {
-	Header Header
+	Header  Header
 	Paths   []PathEntry   // sorted by Key
 	Hosts   []HostEntry   // sorted by Host
 	Headers []HeaderEntry // sorted by Name, then Value (the name's own entry first)
