@@ -79,6 +79,14 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
+	__type(key, struct sv_header_key);
+	__type(value, struct sv_header_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sv_headers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
 	__type(key, struct sv_host_key);
 	__type(value, struct sv_masks);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -270,7 +278,13 @@ struct sv_parse {
 	__u32 seen;     /* H_* bits seen */
 	__u32 host, host_end;
 	__u32 conn_close;
+	__u32 colon;       /* the current header line's ':' */
+	__u32 table;       /* the connection's rule table, for header lookups */
+	__u32 has_headers; /* it has header matches */
 	__u64 cl;
+	__u64 seen_reqs[2];   /* header requirements met by some line, per side */
+	__u64 broken_reqs[2]; /* value requirements a line of their name broke */
+	struct sv_header_key hkey;
 	char buf[SV_HEAD_MAX];
 };
 
@@ -324,11 +338,56 @@ static __always_inline int value_is(const struct sv_parse *ps, const char *want,
 
 static const char version[16] = " HTTP/1.1\r\n";
 
+/* header_lookup looks the current header line up in the table's header matches: its
+ * name's entry (presence requirements, and the name's value requirements, which this line
+ * breaks unless its value meets them), then its name and value. */
+static __always_inline void header_lookup(struct sv_parse *ps)
+{
+	struct sv_header_key *k = &ps->hkey;
+	__u32 nlen = ps->colon - ps->line, vlen;
+	struct sv_header_val *v;
+	__u64 met[2], values[2];
+
+	if (nlen >= SV_HDR_NAME)
+		return; /* longer than any rule's header name */
+	__builtin_memset(k, 0, sizeof(*k));
+	k->table = ps->table;
+	k->presence = 1;
+	for (__u32 j = 0; j < SV_HDR_NAME - 1; j++) {
+		if (j >= nlen)
+			break;
+		k->name[j] = lower(ps->buf[(ps->line + j) & (SV_HEAD_MAX - 1)]);
+	}
+	v = bpf_map_lookup_elem(&sv_headers, k);
+	if (!v)
+		return;
+	met[0] = v->reqs.m[0];
+	met[1] = v->reqs.m[1];
+	values[0] = v->value_reqs.m[0];
+	values[1] = v->value_reqs.m[1];
+	vlen = ps->value ? ps->value_end - ps->value : 0;
+	if (vlen && vlen < SV_HDR_VALUE) {
+		k->presence = 0;
+		bpf_probe_read_kernel(k->value, vlen & (SV_HDR_VALUE - 1), &ps->buf[ps->value & (SV_HEAD_MAX - 1)]);
+		v = bpf_map_lookup_elem(&sv_headers, k);
+		if (v) {
+			met[0] |= v->reqs.m[0];
+			met[1] |= v->reqs.m[1];
+		}
+	}
+	ps->seen_reqs[0] |= met[0];
+	ps->seen_reqs[1] |= met[1];
+	ps->broken_reqs[0] |= values[0] & ~met[0];
+	ps->broken_reqs[1] |= values[1] & ~met[1];
+}
+
 /* end_line finishes a header line: duplicates and values of the headers that matter. */
 static __always_inline int end_line(struct sv_parse *ps)
 {
 	__u32 bit = 1 << ps->name;
 
+	if (ps->has_headers && ps->name != H_REFUSED)
+		header_lookup(ps);
 	if (ps->name == H_OTHER)
 		return 0;
 	if (ps->name == H_REFUSED || (ps->seen & bit))
@@ -437,6 +496,7 @@ static long parse_byte(__u32 i, void *ctx)
 		if (c != ':' || i == ps->line)
 			break;
 		ps->name = classify(ps, i - ps->line);
+		ps->colon = i;
 		ps->cl_digits = 0;
 		ps->cl = 0;
 		ps->state = S_VALUE;
@@ -475,6 +535,25 @@ static long parse_byte(__u32 i, void *ctx)
 	}
 	ps->bad = 1;
 	return 1;
+}
+
+/* req_ctx and req_bit drop from cand the rules (of hr, those with header matches) whose
+ * header requirements the request did not all meet: a bpf_loop body, verified once. */
+struct req_ctx {
+	const struct sv_table *tab;
+	__u64 seen, cand, hr;
+	__u32 side;
+};
+
+static long req_bit(__u32 bit, void *ctx)
+{
+	struct req_ctx *r = ctx;
+
+	if (bit >= 64 || !(r->hr >> bit))
+		return 1;
+	if ((r->hr >> bit) & 1 && (r->tab->rule_reqs[r->side & 1][bit & 63] & ~r->seen))
+		r->cand &= ~(1ULL << bit);
+	return 0;
 }
 
 /* method_index: the request's method as an index of l7table.Methods, SV_METHODS if none. */
@@ -688,8 +767,10 @@ int sv_request(struct sk_msg_md *msg)
 		count(SV_V_SEND_FAILED);
 		return SK_DROP;
 	}
-	__builtin_memset(ps, 0, offsetof(struct sv_parse, buf));
+	__builtin_memset(ps, 0, offsetof(struct sv_parse, hkey));
 	ps->n = n;
+	ps->table = table;
+	ps->has_headers = tab && (tab->header_rules.m[0] | tab->header_rules.m[1]);
 	ctx = ps;
 	bpf_loop(n, parse_byte, &ctx, 0);
 	if (!ps->bad && !ps->head) {
@@ -732,8 +813,13 @@ int sv_request(struct sk_msg_md *msg)
 		for (int s = 0; s < 2; s++) {
 			__u64 p = tab->any_path.m[s] | (paths ? paths->m[s] : 0);
 			__u64 h = tab->any_host.m[s] | (hosts ? hosts->m[s] : 0);
+			struct req_ctx rc = {.tab = tab, .seen = ps->seen_reqs[s] & ~ps->broken_reqs[s], .side = s};
 
-			allowed[s] = tab->pass.m[s] ? tab->pass.m[s] : tab->method[m].m[s] & p & h;
+			rc.cand = tab->method[m].m[s] & p & h;
+			rc.hr = rc.cand & tab->header_rules.m[s];
+			if (rc.hr) /* rules with header matches: all their requirements met? */
+				bpf_loop(64, req_bit, &rc, 0);
+			allowed[s] = tab->pass.m[s] ? tab->pass.m[s] : rc.cand;
 		}
 	}
 	len = ps->head + (__u32)ps->cl;

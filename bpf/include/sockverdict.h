@@ -11,6 +11,8 @@
 #define SV_PATH_MAX 128  /* bytes of a path compared (l7table.PathMax) */
 #define SV_HOST_MAX 64   /* bytes of a Host value compared (l7table.HostMax) */
 #define SV_METHODS 7     /* GET HEAD POST PUT DELETE OPTIONS PATCH (l7table.Methods) */
+#define SV_HDR_NAME 48   /* bytes of a header name compared (l7table.HeaderNameMax) */
+#define SV_HDR_VALUE 64  /* bytes of a header value compared (l7table.HeaderValueMax) */
 #define SV_EV_PATH 64    /* bytes of the path an event carries */
 #define SV_EV_HOST 32    /* bytes of the host an event carries */
 #define SV_CONNS_MAX 65536 /* connections under the verdict at once */
@@ -60,6 +62,27 @@ struct sv_table {
 	struct sv_masks any_path;
 	struct sv_masks any_host;
 	struct sv_masks method[SV_METHODS];
+	/* Header matches: the rules that have any, and each rule's requirement bits (all
+	 * must be met by the request's header lines, see sv_header_key). */
+	struct sv_masks header_rules;
+	__u64 rule_reqs[2][64];
+};
+
+/* A header line's lookups: its name alone (presence 1: the name's own entry, with the
+ * requirements that it be present), then its name and value. */
+struct sv_header_key {
+	__u32 table;
+	__u8 presence;
+	__u8 pad[3];
+	char name[SV_HDR_NAME]; /* lower case, NUL-padded */
+	char value[SV_HDR_VALUE];
+};
+
+struct sv_header_val {
+	struct sv_masks reqs;
+	/* On the name's own entry: the value requirements of the name, which a line with
+	 * another value breaks (every line of a name must have the value). */
+	struct sv_masks value_reqs;
 };
 
 /* LPM trie key: the table id then the path, NUL-padded. */

@@ -147,7 +147,28 @@ func (s *SockVerdict) readState() error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading send-side hosts: %w", err)
 	}
+	var xk sockverdictSvHeaderKey
+	var xv sockverdictSvHeaderVal
+	it = s.objs.SvHeaders.Iterate()
+	for it.Next(&xk, &xv) {
+		t := s.tableOf(xk.Table)
+		t.Headers = append(t.Headers, l7table.HeaderEntry{Name: int8String(xk.Name[:]), Value: int8String(xk.Value[:]), Presence: xk.Presence != 0})
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading send-side headers: %w", err)
+	}
 	return nil
+}
+
+func int8String(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
 }
 
 func (s *SockVerdict) tableOf(id uint32) *l7table.Table {
@@ -202,7 +223,7 @@ func (s *SockVerdict) Remove() error {
 		errs = append(errs, fmt.Errorf("unpinning the sockops link: %w", err))
 	}
 	m := &s.objs.sockverdictMaps
-	for _, mp := range []*ebpf.Map{m.SvTargets, m.SvSlots, m.SvTables, m.SvPaths, m.SvHosts, m.SvConns, m.SvClients, m.SvServers, m.SvEvents, m.SvCounts} {
+	for _, mp := range []*ebpf.Map{m.SvTargets, m.SvSlots, m.SvTables, m.SvPaths, m.SvHosts, m.SvHeaders, m.SvConns, m.SvClients, m.SvServers, m.SvEvents, m.SvCounts} {
 		if err := mp.Unpin(); err != nil {
 			errs = append(errs, fmt.Errorf("unpinning %s: %w", mp, err))
 		}
@@ -346,10 +367,34 @@ func hostKey(id uint32, host string) sockverdictSvHostKey {
 	return k
 }
 
+func headerKey(id uint32, e l7table.HeaderEntry) sockverdictSvHeaderKey {
+	k := sockverdictSvHeaderKey{Table: id}
+	if e.Presence {
+		k.Presence = 1
+	}
+	for i := range min(len(e.Name), len(k.Name)) {
+		k.Name[i] = int8(e.Name[i])
+	}
+	for i := range min(len(e.Value), len(k.Value)) {
+		k.Value[i] = int8(e.Value[i])
+	}
+	return k
+}
+
 func (s *SockVerdict) writeTable(id uint32, t *l7table.Table) error {
-	h := sockverdictSvTable{Pass: masks(t.Header.Pass), AnyPath: masks(t.Header.AnyPath), AnyHost: masks(t.Header.AnyHost)}
+	h := sockverdictSvTable{Pass: masks(t.Header.Pass), AnyPath: masks(t.Header.AnyPath), AnyHost: masks(t.Header.AnyHost),
+		HeaderRules: masks(t.Header.HeaderRules)}
 	for i, m := range t.Header.Method {
 		h.Method[i] = masks(m)
+	}
+	for side := range t.RuleReqs {
+		copy(h.RuleReqs[side][:], t.RuleReqs[side])
+	}
+	for _, e := range t.Headers {
+		k, v := headerKey(id, e), sockverdictSvHeaderVal{Reqs: masks(e.Reqs), ValueReqs: masks(e.ValueReqs)}
+		if err := s.objs.SvHeaders.Put(&k, &v); err != nil {
+			return fmt.Errorf("writing send-side header %q: %w", e.Name, err)
+		}
 	}
 	for _, p := range t.Paths {
 		k, v := pathKey(id, p.Key), masks(p.Masks)
@@ -381,6 +426,10 @@ func (s *SockVerdict) deleteTable(id uint32, t *l7table.Table) {
 	for _, e := range t.Hosts {
 		k := hostKey(id, e.Host)
 		s.objs.SvHosts.Delete(&k)
+	}
+	for _, e := range t.Headers {
+		k := headerKey(id, e)
+		s.objs.SvHeaders.Delete(&k)
 	}
 }
 

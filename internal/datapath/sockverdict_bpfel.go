@@ -66,6 +66,21 @@ type sockverdictSvFlowKey struct {
 	Dport uint16
 }
 
+type sockverdictSvHeaderKey struct {
+	_        structs.HostLayout
+	Table    uint32
+	Presence uint8
+	Pad      [3]uint8
+	Name     [48]int8
+	Value    [64]int8
+}
+
+type sockverdictSvHeaderVal struct {
+	_         structs.HostLayout
+	Reqs      sockverdictSvMasks
+	ValueReqs sockverdictSvMasks
+}
+
 type sockverdictSvHostKey struct {
 	_     structs.HostLayout
 	Table uint32
@@ -86,27 +101,32 @@ type sockverdictSvMasks struct {
 }
 
 type sockverdictSvParse struct {
-	_         structs.HostLayout
-	N         uint32
-	State     uint32
-	Bad       uint32
-	Head      uint32
-	Sp1       uint32
-	PathEnd   uint32
-	SegLen    uint32
-	SegDots   uint32
-	Line      uint32
-	Name      uint32
-	Value     uint32
-	ValueEnd  uint32
-	ClDigits  uint32
-	Seen      uint32
-	Host      uint32
-	HostEnd   uint32
-	ConnClose uint32
-	_         [4]byte
-	Cl        uint64
-	Buf       [2048]int8
+	_          structs.HostLayout
+	N          uint32
+	State      uint32
+	Bad        uint32
+	Head       uint32
+	Sp1        uint32
+	PathEnd    uint32
+	SegLen     uint32
+	SegDots    uint32
+	Line       uint32
+	Name       uint32
+	Value      uint32
+	ValueEnd   uint32
+	ClDigits   uint32
+	Seen       uint32
+	Host       uint32
+	HostEnd    uint32
+	ConnClose  uint32
+	Colon      uint32
+	Table      uint32
+	HasHeaders uint32
+	Cl         uint64
+	SeenReqs   [2]uint64
+	BrokenReqs [2]uint64
+	Hkey       sockverdictSvHeaderKey
+	Buf        [2048]int8
 }
 
 type sockverdictSvPathKey struct {
@@ -133,11 +153,13 @@ type sockverdictSvResp struct {
 }
 
 type sockverdictSvTable struct {
-	_       structs.HostLayout
-	Pass    sockverdictSvMasks
-	AnyPath sockverdictSvMasks
-	AnyHost sockverdictSvMasks
-	Method  [7]sockverdictSvMasks
+	_           structs.HostLayout
+	Pass        sockverdictSvMasks
+	AnyPath     sockverdictSvMasks
+	AnyHost     sockverdictSvMasks
+	Method      [7]sockverdictSvMasks
+	HeaderRules sockverdictSvMasks
+	RuleReqs    [2][64]uint64
 }
 
 type sockverdictSvTarget struct {
@@ -164,6 +186,7 @@ const (
 	sockverdictMapSvCounts      = "sv_counts"
 	sockverdictMapSvEvents      = "sv_events"
 	sockverdictMapSvFlows       = "sv_flows"
+	sockverdictMapSvHeaders     = "sv_headers"
 	sockverdictMapSvHosts       = "sv_hosts"
 	sockverdictMapSvLookups     = "sv_lookups"
 	sockverdictMapSvPaths       = "sv_paths"
@@ -235,6 +258,7 @@ type sockverdictMapSpecs struct {
 	SvCounts      *ebpf.MapSpec `ebpf:"sv_counts"`
 	SvEvents      *ebpf.MapSpec `ebpf:"sv_events"`
 	SvFlows       *ebpf.MapSpec `ebpf:"sv_flows"`
+	SvHeaders     *ebpf.MapSpec `ebpf:"sv_headers"`
 	SvHosts       *ebpf.MapSpec `ebpf:"sv_hosts"`
 	SvLookups     *ebpf.MapSpec `ebpf:"sv_lookups"`
 	SvPaths       *ebpf.MapSpec `ebpf:"sv_paths"`
@@ -278,6 +302,7 @@ type sockverdictMaps struct {
 	SvCounts      *ebpf.Map `ebpf:"sv_counts"`
 	SvEvents      *ebpf.Map `ebpf:"sv_events"`
 	SvFlows       *ebpf.Map `ebpf:"sv_flows"`
+	SvHeaders     *ebpf.Map `ebpf:"sv_headers"`
 	SvHosts       *ebpf.Map `ebpf:"sv_hosts"`
 	SvLookups     *ebpf.Map `ebpf:"sv_lookups"`
 	SvPaths       *ebpf.Map `ebpf:"sv_paths"`
@@ -296,6 +321,7 @@ func (m *sockverdictMaps) Close() error {
 		m.SvCounts,
 		m.SvEvents,
 		m.SvFlows,
+		m.SvHeaders,
 		m.SvHosts,
 		m.SvLookups,
 		m.SvPaths,

@@ -353,6 +353,60 @@ func TestSockVerdictSplitWrites(t *testing.T) {
 	}
 }
 
+// TestSockVerdictHeaders: header matches in the kernel: names in any case, exact values,
+// presence, every match of a rule, and a name sent twice.
+func TestSockVerdictHeaders(t *testing.T) {
+	w := newSVWorld(t)
+	if err := w.sv.SetSlot(1, svTable(t, []policy.HTTPRule{
+		{Method: "GET", Path: "/hdr", Headers: []policy.HeaderMatch{{Name: "x-mode", Value: "landing"}}},
+		{Method: "GET", Path: "/present", Headers: []policy.HeaderMatch{{Name: "x-token"}}},
+		{Method: "GET", Path: "/two", Headers: []policy.HeaderMatch{{Name: "x-a", Value: "1"}, {Name: "x-b", Value: "2"}}},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	req := func(path string, hdr ...string) string {
+		return "GET " + path + " HTTP/1.1\r\nHost: deathstar\r\n" + strings.Join(append(hdr, ""), "\r\n") + "\r\n"
+	}
+	c := w.dial()
+	for _, tc := range []struct {
+		req  string
+		want int
+	}{
+		{req("/hdr", "X-Mode: landing"), 200},
+		{req("/hdr", "x-mode:landing "), 200},
+		{req("/hdr", "X-MODE: Landing"), 403},
+		{req("/hdr", "X-Mode: landing2"), 403},
+		{req("/hdr"), 403},
+		{req("/hdr", "X-Other: landing"), 403},
+		{req("/present", "X-Token: anything"), 200},
+		{req("/present", "X-Token:"), 200},
+		{req("/present"), 403},
+		{req("/two", "X-A: 1", "X-B: 2"), 200},
+		{req("/two", "X-B: 2", "User-Agent: t", "X-A: 1"), 200},
+		{req("/two", "X-A: 1"), 403},
+		{req("/two", "X-A: 1", "X-B: 3"), 403},
+		{req("/hdr", "X-Token: t", "X-Mode: landing"), 200},
+	} {
+		if st, _ := c.roundTrip(tc.req); st != tc.want {
+			t.Fatalf("%q: %d, want %d", tc.req, st, tc.want)
+		}
+	}
+	// A name sent twice: every line must have the value (as the proxy matches).
+	for _, tc := range []struct {
+		req  string
+		want int
+	}{
+		{req("/hdr", "X-Mode: landing", "x-mode: landing"), 200},
+		{req("/hdr", "X-Mode: landing", "X-Mode: attack"), 403},
+		{req("/hdr", "X-Mode: attack", "X-Mode: landing"), 403},
+		{req("/present", "X-Token: a", "X-Token: b"), 200},
+	} {
+		if st, _ := c.roundTrip(tc.req); st != tc.want {
+			t.Fatalf("%q: %d, want %d", tc.req, st, tc.want)
+		}
+	}
+}
+
 // TestSockVerdictDualStackServer: a server listening on [::] gets its IPv4 connections on
 // IPv6 sockets; the tracker follows them all the same, so refusals after a passed request
 // are answered in order and responses are reported with their status.

@@ -27,17 +27,26 @@ func (t *Table) Allows(method, path, host string, header ...map[string]string) (
 	if e := t.host(host); e != nil {
 		hosts.or(e.Masks)
 	}
-	var seen Masks // header requirements satisfied
+	var seen, broken Masks // header requirements met by some line, and broken by one
 	for _, h := range header {
 		for name, value := range h {
+			var met, values Masks
 			for _, e := range t.Headers {
-				if e.Name == pad(name, HeaderNameMax)[:len(e.Name)] && len(name) == len(e.Name) &&
-					(e.Presence || pad(e.Value, HeaderValueMax) == pad(value, HeaderValueMax)) {
-					seen.or(e.Reqs)
+				if e.Name != name {
+					continue
+				}
+				if e.Presence {
+					met.or(e.Reqs)
+					values = e.ValueReqs
+				} else if len(value) < HeaderValueMax && e.Value == value {
+					met.or(e.Reqs)
 				}
 			}
+			seen.or(met)
+			broken.or(Masks{values[0] &^ met[0], values[1] &^ met[1]})
 		}
 	}
+	seen = Masks{seen[0] &^ broken[0], seen[1] &^ broken[1]}
 	var got Masks
 	for side := range got {
 		got[side] = t.Header.Method[mi][side] & paths[side] & hosts[side]

@@ -20,7 +20,6 @@ const (
 	MaxRules       = 64  // rules per side (one bit each in a mask)
 	HeaderNameMax  = 48  // bytes of a header name the kernel compares
 	HeaderValueMax = 64  // bytes of a header value the kernel compares
-	MaxHeaderNames = 32  // header names a table's rules may name
 	MaxHeaderReqs  = 64  // header requirements per side (one bit each)
 )
 
@@ -74,14 +73,15 @@ type HostEntry struct {
 
 // HeaderEntry is what one request header line can satisfy: for Name alone (Value ""
 // and Presence), the requirements that the header be present; for Name with Value, the
-// requirements that it have that exact value. NameBit tells the kernel the name was
-// seen (a rule's header name twice in one request is outside the kernel's subset).
+// requirements that it have that exact value. A name sent more than once must have the
+// value in every line (as the proxy matches): the name's own entry holds, in ValueReqs,
+// the value requirements of the name, which a line with another value breaks.
 type HeaderEntry struct {
-	Name     string // lower case
-	Value    string
-	Presence bool // the entry for the name itself
-	NameBit  uint32
-	Reqs     Masks // requirement bits, per side
+	Name      string // lower case
+	Value     string
+	Presence  bool  // the entry for the name itself
+	Reqs      Masks // requirement bits, per side
+	ValueReqs Masks // on the name's entry: its names' value requirements
 }
 
 // Rule names one rule of a table, for flow events: the grant it came from.
@@ -224,18 +224,17 @@ func (t *Table) addHeaders(side, bit int, hs []policy.HeaderMatch) error {
 			return fmt.Errorf("header %q: longer than the kernel compares (%d bytes of name, %d of value)", hm.Name, HeaderNameMax-1, HeaderValueMax-1)
 		}
 		nameEntry := t.headerEntry(name, "", true)
-		if nameEntry == nil {
-			return fmt.Errorf("more than %d header names", MaxHeaderNames)
-		}
-		e := nameEntry
-		if hm.Value != "" {
-			e = t.headerEntry(name, hm.Value, false)
-		}
 		req := t.reqCount(side)
 		if req >= MaxHeaderReqs {
 			return fmt.Errorf("more than %d header matches on one side", MaxHeaderReqs)
 		}
-		e.Reqs[side] |= 1 << req
+		if hm.Value == "" {
+			nameEntry.Reqs[side] |= 1 << req
+		} else {
+			nameEntry.ValueReqs[side] |= 1 << req
+			// After nameEntry's last use: adding an entry may move the slice.
+			t.headerEntry(name, hm.Value, false).Reqs[side] |= 1 << req
+		}
 		t.RuleReqs[side][bit] |= 1 << req
 	}
 	t.Header.HeaderRules[side] |= 1 << bit
@@ -251,30 +250,14 @@ func (t *Table) reqCount(side int) int {
 	return 64 - bits.LeadingZeros64(all)
 }
 
-// headerEntry finds or adds the entry for name (presence) or name and value; nil when a
-// new name would exceed MaxHeaderNames.
+// headerEntry finds or adds the entry for name (presence) or name and value.
 func (t *Table) headerEntry(name, value string, presence bool) *HeaderEntry {
-	names := 0
-	var bit uint32
 	for i := range t.Headers {
-		e := &t.Headers[i]
-		if e.Name == name && e.Value == value && e.Presence == presence {
+		if e := &t.Headers[i]; e.Name == name && e.Value == value && e.Presence == presence {
 			return e
 		}
-		if e.Presence {
-			names++
-			if e.Name == name {
-				bit = e.NameBit
-			}
-		}
 	}
-	if presence {
-		if names >= MaxHeaderNames {
-			return nil
-		}
-		bit = 1 << names
-	}
-	t.Headers = append(t.Headers, HeaderEntry{Name: name, Value: value, Presence: presence, NameBit: bit})
+	t.Headers = append(t.Headers, HeaderEntry{Name: name, Value: value, Presence: presence})
 	return &t.Headers[len(t.Headers)-1]
 }
 

@@ -27,7 +27,7 @@ func TestL7SendSide(t *testing.T) {
 		t.Run("query", func(t *testing.T) { testQuery(t, e) })
 		t.Run("host", func(t *testing.T) { testSendSideHost(t, e) })
 		t.Run("host-exact", func(t *testing.T) { testSendSideHostExact(t, e) })
-		t.Run("headers", func(t *testing.T) { testHeaders(t, e) }) // on the proxy: header rules are not matched in the kernel
+		t.Run("headers", func(t *testing.T) { testHeaders(t, e) })
 		t.Run("peers", func(t *testing.T) { testPeers(t, e) })
 	})
 	t.Run("keep-alive", func(t *testing.T) { testSendSideKeepAlive(t, e) })
