@@ -126,7 +126,7 @@ type sockverdictSvParse struct {
 	SeenReqs   [2]uint64
 	BrokenReqs [2]uint64
 	Hkey       sockverdictSvHeaderKey
-	Buf        [2048]int8
+	Buf        [2056]int8
 }
 
 type sockverdictSvPathKey struct {
@@ -149,7 +149,7 @@ type sockverdictSvResp struct {
 	Bad      uint32
 	_        [4]byte
 	Cl       uint64
-	Buf      [2048]int8
+	Buf      [2056]int8
 }
 
 type sockverdictSvTable struct {
