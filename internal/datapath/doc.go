@@ -22,6 +22,14 @@
 // restarted agent sees the same state, and the pinned TCX links (which hold the programs)
 // keep enforcing while no agent runs.
 //
+// # The send-side L7 verdict
+//
+// SockVerdict loads bpf/sockverdict.c (a second object, bpf2go too): sockops and sk_msg
+// programs that check HTTP/1.1 requests between local endpoints on the client's socket
+// (docs/architecture.md, "The send-side verdict"). Its maps and sockops link are pinned in
+// the same directory; SetSockPair lists a pair for tc (sv_pairs), whose new connections
+// then skip the proxy.
+//
 // # CIDR sets
 //
 // Up to 32 named prefix lists (identity.CIDRSet(i)) whose membership the programs compute in
