@@ -126,6 +126,8 @@ func openTestSockVerdict(t *testing.T, pinDir string) *SockVerdict {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The pins go whatever happens: a load that fails halfway leaves maps pinned.
+	t.Cleanup(func() { os.RemoveAll(pinDir) })
 	sv, err := OpenSockVerdict(cg, pinDir)
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +136,6 @@ func openTestSockVerdict(t *testing.T, pinDir string) *SockVerdict {
 		if err := sv.Remove(); err != nil {
 			t.Errorf("removing the send-side verdict: %v", err)
 		}
-		os.RemoveAll(pinDir)
 	})
 	return sv
 }
