@@ -571,18 +571,23 @@ struct word_ctx {
 	__u32 stop; /* a byte callback asked to stop */
 };
 
-static long parse_byte(__u32 k, void *ctx)
-{
-	struct word_ctx *wc = ctx;
-	struct sv_parse *ps = wc->scratch;
-	__u32 i = wc->base + k;
-
-	if (i >= ps->n || parse_step(ps, i)) {
-		wc->stop = 1;
-		return 1;
+/* BYTE_CALLBACK defines the inner bpf_loop body that puts byte base+k of a word through
+ * step (parse_step or resp_step), and stops both loops when step says so. */
+#define BYTE_CALLBACK(name, scratch_type, step)                                                \
+	static long name(__u32 k, void *ctx)                                                   \
+	{                                                                                      \
+		struct word_ctx *wc = ctx;                                                     \
+		scratch_type *sc = wc->scratch;                                                \
+		__u32 i = wc->base + k;                                                        \
+                                                                                               \
+		if (i >= sc->n || step(sc, i)) {                                               \
+			wc->stop = 1;                                                          \
+			return 1;                                                              \
+		}                                                                              \
+		return 0;                                                                      \
 	}
-	return 0;
-}
+
+BYTE_CALLBACK(parse_byte, struct sv_parse, parse_step)
 
 /* parse_word is the outer bpf_loop body: the head's bytes 8w..8w+7. Eight plain bytes of a
  * header value (not a length, read digit by digit) take one test; other words go byte by
@@ -1009,18 +1014,7 @@ static __always_inline long resp_step(struct sv_resp *r, __u32 i)
 	return 0;
 }
 
-static long resp_byte(__u32 k, void *ctx)
-{
-	struct word_ctx *wc = ctx;
-	struct sv_resp *r = wc->scratch;
-	__u32 i = wc->base + k;
-
-	if (i >= r->n || resp_step(r, i)) {
-		wc->stop = 1;
-		return 1;
-	}
-	return 0;
-}
+BYTE_CALLBACK(resp_byte, struct sv_resp, resp_step)
 
 /* resp_word is the outer bpf_loop body: bytes 8w..8w+7, skipped in one test unless a line
  * ends among them. */
