@@ -59,6 +59,9 @@ type Datapath interface {
 	// ReadSockRequest blocks until the send-side verdict reports a request, as an access
 	// log record; it fails once Close was called.
 	ReadSockRequest() (proxy.AccessLog, error)
+	// SockStatus returns the send-side verdict's pairs and counters (zero counters while
+	// it is not loaded).
+	SockStatus() (api.SendSideStatus, error)
 }
 
 // SockPair is a pair of local endpoints with L7 rules on Port, and what the send-side

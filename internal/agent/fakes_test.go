@@ -391,6 +391,18 @@ func (d *fakeDatapath) ReadSockRequest() (proxy.AccessLog, error) {
 	return proxy.AccessLog{}, errors.New("closed")
 }
 
+func (d *fakeDatapath) SockStatus() (api.SendSideStatus, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, p := range d.sockPairs {
+		if p.Listed {
+			n++
+		}
+	}
+	return api.SendSideStatus{Pairs: n}, nil
+}
+
 func (d *fakeDatapath) Close() error {
 	d.closeOnce.Do(func() { close(d.closed) })
 	return nil

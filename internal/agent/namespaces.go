@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sort"
 
@@ -117,6 +118,14 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	seen, lost := a.flows.stats()
+	var sendSide *api.SendSideStatus
+	if a.cfg.L7SendSide {
+		st, err := a.dp.SockStatus()
+		if err != nil {
+			return api.Status{}, fmt.Errorf("send-side L7 verdict status: %w", err)
+		}
+		sendSide = &st
+	}
 	return api.Status{
 		Instance:   a.cfg.Instance,
 		PodCIDR:    a.cfg.PodCIDR.String(),
@@ -134,5 +143,6 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		FlowsLost:  lost,
 		Degraded:   a.degraded,
 		Proxy:      a.proxyStatus(),
+		SendSide:   sendSide,
 	}, nil
 }

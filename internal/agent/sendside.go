@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/l7table"
@@ -395,6 +396,22 @@ func (r *realDatapath) ReadSockRequest() (proxy.AccessLog, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return sockAccessLog(ev, ss.sv.Table(ev.Table), ss.pairs[sockPairKey{ev.Client.Addr(), ev.Server.Addr(), ev.Server.Port()}]), nil
+}
+
+func (r *realDatapath) SockStatus() (api.SendSideStatus, error) {
+	ss := r.side
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	st := api.SendSideStatus{Pairs: len(ss.pairs)}
+	if ss.sv == nil {
+		return st, nil
+	}
+	c, err := ss.sv.Counts()
+	if err != nil {
+		return st, err
+	}
+	st.Passed, st.Refused, st.OutsideSubset, st.SendFailed, st.EventsLost = c.Passed, c.Refused, c.Malformed, c.SendFailed, c.EventsLost
+	return st, nil
 }
 
 func (ss *sendSide) close() error {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -36,6 +37,9 @@ func TestSendSidePairs(t *testing.T) {
 	}
 	if g := p.Table.Rules[1][0]; g.HTTP.Method != "GET" || g.HTTP.Path != "/v1" || g.RuleID == 0 {
 		t.Errorf("rule 0: %+v", g)
+	}
+	if st, err := h.a.Status(context.Background()); err != nil || st.SendSide == nil || st.SendSide.Pairs != 1 {
+		t.Errorf("status: %+v %v, want one send-side pair", st.SendSide, err)
 	}
 
 	// A rule the kernel cannot match: the pair goes back to the proxy.
@@ -81,6 +85,9 @@ func TestSendSidePairs(t *testing.T) {
 	}
 	if h.dp.sockPairs != nil {
 		t.Fatalf("pairs %+v with the send-side verdict off", h.dp.sockPairs)
+	}
+	if st, _ := h.a.Status(context.Background()); st.SendSide != nil {
+		t.Errorf("status with the send-side verdict off: %+v", st.SendSide)
 	}
 }
 

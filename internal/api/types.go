@@ -34,6 +34,20 @@ type Status struct {
 	Degraded string `json:"degraded,omitempty"`
 	// Proxy is the L7 proxy's state.
 	Proxy ProxyStatus `json:"proxy"`
+	// SendSide is the send-side L7 verdict's (nil when rampartd runs without
+	// --l7-send-side).
+	SendSide *SendSideStatus `json:"sendSide,omitempty"`
+}
+
+// SendSideStatus counts what the send-side L7 verdict did since it was loaded (its
+// counters outlive agent restarts, like its pins).
+type SendSideStatus struct {
+	Pairs         int    `json:"pairs"`         // pairs of local endpoints and ports it checks now
+	Passed        uint64 `json:"passed"`        // requests let through
+	Refused       uint64 `json:"refused"`       // answered 403 from the client's socket
+	OutsideSubset uint64 `json:"outsideSubset"` // answered 400, connection shut
+	SendFailed    uint64 `json:"sendFailed"`    // refused by failing the send (no answer could go in order)
+	EventsLost    uint64 `json:"eventsLost"`    // requests not reported: the event ring was full
 }
 
 // ProxyStatus describes the L7 proxy (Envoy), which the agent starts once some policy has

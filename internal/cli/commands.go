@@ -387,6 +387,10 @@ func (a *app) statusCommand() *cobra.Command {
 			fmt.Fprintf(w, "State:\t%s\n", st.StateDir)
 			fmt.Fprintf(w, "BPF pins:\t%s\n", st.BPFDir)
 			fmt.Fprintf(w, "L7 proxy:\t%s\n", proxyLine(st.Proxy))
+			if s := st.SendSide; s != nil {
+				fmt.Fprintf(w, "L7 send-side:\t%d pairs; requests: %d passed, %d refused (403), %d outside the subset (400), %d failed sends; %d events lost\n",
+					s.Pairs, s.Passed, s.Refused, s.OutsideSubset, s.SendFailed, s.EventsLost)
+			}
 			if st.Degraded != "" {
 				fmt.Fprintf(w, "DEGRADED:\t%s\n", st.Degraded)
 			}

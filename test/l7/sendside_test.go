@@ -72,6 +72,13 @@ func testNoProxyHop(t *testing.T, e *env) {
 			t.Fatalf("GET /v1 reached the server through the proxy (X-Forwarded-For %q)", s.Header.Values("X-Forwarded-For"))
 		}
 	}
+	st, err := e.Client.Status(t.Context())
+	if err != nil || st.SendSide == nil || st.SendSide.Pairs < 1 || st.SendSide.Passed < 1 || st.SendSide.Refused < 1 {
+		t.Fatalf("status: %+v %v, want a pair, a passed and a refused request", st.SendSide, err)
+	}
+	if out := e.MustCLI("status"); !strings.Contains(out, "L7 send-side:") {
+		t.Fatalf("rampart status does not show the send-side verdict:\n%s", out)
+	}
 	var flows string
 	if !testenv.Eventually(5*time.Second, func() bool {
 		flows, _, _ = e.CLI("observe", "--since-start", "--type", "l7", "--last", "20", "-o", "json")
