@@ -34,6 +34,47 @@ func TestL7SendSide(t *testing.T) {
 	t.Run("outside-subset", func(t *testing.T) { testSendSideOutsideSubset(t, e) })
 	t.Run("live-changes", func(t *testing.T) { testLiveChanges(t, e) })
 	t.Run("established-direct-connection", func(t *testing.T) { testEstablishedDirect(t, e) })
+	t.Run("agent-restart", func(t *testing.T) { testSendSideRestart(t, e) })
+}
+
+// The verdict is pinned: while the agent is stopped, and after it started again, an open
+// connection is still checked request by request, and new connections too; the restarted
+// agent takes its pairs and slots back and goes on reporting.
+func testSendSideRestart(t *testing.T, e *env) {
+	e.sub(t)
+	e.policy(t, l7Rule{role: "client", port: httpPort, http: []map[string]any{httpRule("method", "GET", "path", "/v1")}})
+	c := e.raw(t, e.clientNS, 10*time.Second)
+	exchange := func(when, method string, want int) {
+		t.Helper()
+		m := marker()
+		if err := c.Send(rawReq(method, "/v1", "server", m)); err != nil {
+			t.Fatalf("%s: %s /v1: %v", when, method, err)
+		}
+		resp, _, err := c.Response(nil)
+		if err != nil || resp.StatusCode != want {
+			t.Fatalf("%s: %s /v1: %v %v, want %d", when, method, resp, err, want)
+		}
+		if seen := len(e.rec.requests(m)); seen != map[bool]int{true: 1, false: 0}[want == 200] {
+			t.Fatalf("%s: %s /v1 reached the server %d times", when, method, seen)
+		}
+	}
+	exchange("before", "GET", 200)
+	exchange("before", "DELETE", 403)
+	e.Stop()
+	exchange("agent stopped", "GET", 200)
+	exchange("agent stopped", "DELETE", 403)
+	e.Start()
+	e.waitProxy(t, 30*time.Second)
+	exchange("after the restart", "GET", 200)
+	exchange("after the restart", "DELETE", 403)
+	e.checkVia(t, 0,
+		hcase{method: "GET", target: "/v1", want: 200},
+		hcase{method: "DELETE", target: "/v1", want: 403},
+	)
+	st, err := e.Client.Status(t.Context())
+	if err != nil || st.SendSide == nil || st.SendSide.Pairs != 1 {
+		t.Fatalf("status after the restart: %+v %v, want the pair back", st.SendSide, err)
+	}
 }
 
 // fastPathRequests is how many requests the proxy's fast path has checked.
