@@ -578,7 +578,7 @@ func TestSockVerdictOtherNamespace(t *testing.T) {
 		ln, err = net.Listen("tcp4", netip.AddrPortFrom(svServer, w.port).String())
 		return err
 	}); err != nil {
-		t.Skipf("port %d taken in the second namespace: %v", w.port, err)
+		t.Fatalf("listening on port %d in a fresh namespace: %v", w.port, err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { fmt.Fprint(rw, "other") })}
 	go srv.Serve(ln)
