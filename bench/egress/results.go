@@ -62,9 +62,12 @@ type HostInfo struct {
 	// MemAvailableBytes is /proc/meminfo's MemAvailable at the start.
 	MemAvailableBytes int64 `json:"mem_available_bytes"`
 	// Versions of the tools, by filter (and iperf3, ping).
-	Versions  map[string]string `json:"versions"`
-	LoadStart float64           `json:"load_start"`
-	LoadEnd   float64           `json:"load_end"`
+	Versions map[string]string `json:"versions"`
+	// BPFStats is what the run found of kernel.bpf_stats_enabled and did about it: the
+	// statistics add two clock reads to every BPF program run (benchkit.BPFStatsOff).
+	BPFStats  string  `json:"bpf_stats"`
+	LoadStart float64 `json:"load_start"`
+	LoadEnd   float64 `json:"load_end"`
 }
 
 // Settings are the knobs the run used.
@@ -518,6 +521,9 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 		"Client on CPU %s, server on CPU %s; %d CPUs; load average %.2f at start, %.2f at end. Seed %d; prefixes drawn %.0f%% /24, %.0f%% /16 (at most %d), the rest /32.\n",
 		st.Iptables, cpuText(st.ClientCPUs), cpuText(st.ServerCPUs), res.Host.CPUs, res.Host.LoadStart, res.Host.LoadEnd,
 		st.Seed, 100*st.Mix.Share24, 100*st.Mix.Share16, st.Mix.Max16)
+	if res.Host.BPFStats != "" {
+		fmt.Fprintf(w, "BPF run-time statistics (kernel.bpf_stats_enabled): %s.\n", res.Host.BPFStats)
+	}
 	for _, c := range res.Counts {
 		for _, f := range c.Filters {
 			for _, e := range f.Errors {

@@ -265,6 +265,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		res.Errors = append(res.Errors, e.Error())
 		return res, e
 	}
+	stats, restoreStats, err := benchkit.BPFStatsOff()
+	if err != nil {
+		return fail(err)
+	}
+	res.Host.BPFStats = stats
+	cleanups = append(cleanups, restoreStats)
 	res.Host.Versions["iperf3"] = version(ctx, "iperf3", "--version")
 	res.Host.Versions["ping"] = version(ctx, "ping", "-V")
 

@@ -63,6 +63,9 @@ type HostInfo struct {
 	// Proxy is the L7 proxy the agent ran (its binary and version), if any configuration
 	// needed one.
 	Proxy string `json:"proxy,omitempty"`
+	// BPFStats is what the run found of kernel.bpf_stats_enabled and did about it: the
+	// statistics add two clock reads to every BPF program run (benchkit.BPFStatsOff).
+	BPFStats string `json:"bpf_stats"`
 	// Load averages (1 min) before and after the run: other work on a shared machine is
 	// the main source of noise.
 	LoadStart float64 `json:"load_start"`
@@ -466,6 +469,9 @@ func (r *Result) WriteMarkdown(w io.Writer) {
 		100*cr.MinAchieved, ms(benchkit.Float(cr.P99BoundUs))+" ms", secs(st.StepSeconds), st.SearchSteps, searchLow, searchHigh)
 	fmt.Fprintf(w, "CPUs: load generator %s, HTTP server %s, agent and proxy %s; %d CPUs; load average %.2f at start, %.2f at end.\n",
 		cpuText(st.ClientCPUs), cpuText(st.ServerCPUs), cpuText(st.ProxyCPUs), r.Host.CPUs, r.Host.LoadStart, r.Host.LoadEnd)
+	if r.Host.BPFStats != "" {
+		fmt.Fprintf(w, "BPF run-time statistics (kernel.bpf_stats_enabled): %s.\n", r.Host.BPFStats)
+	}
 	if st.SendSide {
 		fmt.Fprintln(w, "L7 path: send-side verdict (--send-side): the L7 rules the kernel can match are checked on the client's socket, with no proxy hop; others as below.")
 	}

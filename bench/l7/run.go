@@ -183,6 +183,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		res.Errors = append(res.Errors, e.Error())
 		return res, e
 	}
+	stats, restoreStats, err := benchkit.BPFStatsOff()
+	if err != nil {
+		return fail(err)
+	}
+	res.Host.BPFStats = stats
+	cleanups = append(cleanups, restoreStats)
 	cleanups = append(cleanups, r.daemons.StopAll)
 
 	workDir, err := os.MkdirTemp("", "rp-bench-l7-")

@@ -54,6 +54,9 @@ type HostInfo struct {
 	CPUs     int    `json:"cpus"`
 	Go       string `json:"go"`
 	Iperf3   string `json:"iperf3"`
+	// BPFStats is what the run found of kernel.bpf_stats_enabled and did about it: the
+	// statistics add two clock reads to every BPF program run (benchkit.BPFStatsOff).
+	BPFStats string `json:"bpf_stats"`
 	// Load averages (1 min) before and after the run: other work on a shared machine is
 	// the main source of noise.
 	LoadStart float64 `json:"load_start"`
@@ -326,6 +329,9 @@ func (r *Result) printNotes(w io.Writer) {
 			r.Started.UTC().Format("2006-01-02 15:04"), r.Finished.UTC().Format("2006-01-02 15:04 MST"))
 	}
 	fmt.Fprintf(w, "load average %.2f at start, %.2f at end (%d CPUs)\n", r.Host.LoadStart, r.Host.LoadEnd, r.Host.CPUs)
+	if r.Host.BPFStats != "" {
+		fmt.Fprintf(w, "BPF run-time statistics (kernel.bpf_stats_enabled): %s\n", r.Host.BPFStats)
+	}
 	for _, c := range r.Cases {
 		for _, e := range c.Errors {
 			fmt.Fprintf(w, "%s: error: %s\n", c.Name, e)

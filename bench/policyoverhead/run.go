@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // Config controls a run.
@@ -153,6 +155,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		res.Errors = append(res.Errors, e.Error())
 		return res, e
 	}
+	stats, restoreStats, err := benchkit.BPFStatsOff()
+	if err != nil {
+		return fail(err)
+	}
+	res.Host.BPFStats = stats
+	cleanups = append(cleanups, restoreStats)
 
 	workDir, err := os.MkdirTemp("", "rp-bench-")
 	if err != nil {
