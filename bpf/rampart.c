@@ -365,16 +365,16 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 	return pass(p, d);
 }
 
-/* endpoint_of finds the endpoint of the interface a packet is on (see endpoints_ifx). */
+/* endpoint_of finds the endpoint of the interface a packet is on: its slot in
+ * endpoint_slots, else the endpoints hash (see endpoint_slots). */
 static __always_inline struct endpoint_info *endpoint_of(__u32 ifindex)
 {
-	struct endpoint_info *ep;
+	__u32 slot = ifindex & (RAMPART_EP_SLOTS - 1);
+	struct endpoint_slot *s;
 
-	if (ifindex < RAMPART_EP_IFX_MAX) {
-		ep = bpf_map_lookup_elem(&endpoints_ifx, &ifindex);
-		if (ep && ep->ep_id)
-			return ep;
-	}
+	s = bpf_map_lookup_elem(&endpoint_slots, &slot);
+	if (s && s->ifindex == ifindex && s->info.ep_id)
+		return &s->info;
 	return bpf_map_lookup_elem(&endpoints, &ifindex);
 }
 

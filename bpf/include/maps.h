@@ -16,18 +16,26 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } endpoints SEC(".maps");
 
-/* ifindex -> endpoint for interface indexes below RAMPART_EP_IFX_MAX: the same entries as
- * endpoints (ep_id 0: no endpoint), looked up first on every packet, because an array
- * lookup is a bounds check and an offset (inlined by the JIT) where the hash computes a
- * hash and walks a bucket. Indexes beyond it (a node that has created many interfaces)
- * are found in endpoints. 1 MiB. */
+/* ifindex -> endpoint, direct-mapped: slot ifindex mod RAMPART_EP_SLOTS holds one of the
+ * endpoints whose interface falls there (the agent's choice), tagged with its ifindex.
+ * Every packet looks here first and goes to the endpoints hash only on a miss.
+ *
+ * Why not an array indexed by ifindex, as before: interface indexes grow with every
+ * interface a node creates, so such an array has to be large (it was 65,536 entries,
+ * 1 MiB), and the kernel places a map that large in vmalloc memory, mapped in 4 KiB
+ * pages. At low packet rates (a ping every millisecond) the page-table walk of that
+ * first lookup was a large part of what a packet cost (docs/benchmarks.md). This table
+ * is 24 KiB, small enough to be allocated from the kernel's linear mapping (at most
+ * 32 KiB, bpf_map_area_alloc), whose large pages are nearly always in the TLB. Interface
+ * indexes are handed out in sequence, so endpoints created together rarely share a
+ * slot. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, RAMPART_EP_IFX_MAX);
+	__uint(max_entries, RAMPART_EP_SLOTS);
 	__type(key, __u32);
-	__type(value, struct endpoint_info);
+	__type(value, struct endpoint_slot);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} endpoints_ifx SEC(".maps");
+} endpoint_slots SEC(".maps");
 
 /* ep_id -> endpoint (the same info as in endpoints): lets the sender's veth evaluate a
  * local destination's ingress policy, found through ipcache_value.ep_id, to decide L7

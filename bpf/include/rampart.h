@@ -11,9 +11,12 @@
 #ifndef RAMPART_MAX_ENDPOINTS
 #define RAMPART_MAX_ENDPOINTS 4096
 #endif
-/* Interface indexes below this are looked up in the array endpoints_ifx. */
-#ifndef RAMPART_EP_IFX_MAX
-#define RAMPART_EP_IFX_MAX 65536
+/* Slots of endpoint_slots (a power of two; see maps.h). */
+#ifndef RAMPART_EP_SLOTS
+#define RAMPART_EP_SLOTS 1024
+#endif
+#if RAMPART_EP_SLOTS & (RAMPART_EP_SLOTS - 1)
+#error "RAMPART_EP_SLOTS must be a power of two"
 #endif
 #ifndef RAMPART_POLICY_MAX
 #define RAMPART_POLICY_MAX 1048576
@@ -108,6 +111,15 @@ struct endpoint_info {
 	 * A conntrack entry records the revision its flow was last checked against; an
 	 * established packet whose entry has another one is checked again (conntrack.h). */
 	__u32 revision;
+};
+
+/* endpoint_slots value: the endpoint on interface ifindex, in slot ifindex mod
+ * RAMPART_EP_SLOTS. ifindex is last: the agent writes a slot with one copy of the whole
+ * value, and a program that finds the slot's ifindex equal to its packet's has, on x86
+ * (stores seen in order, copies forward), the info written before it. */
+struct endpoint_slot {
+	struct endpoint_info info;
+	__u32 ifindex; /* 0: an empty slot */
 };
 
 /* ipcache: LPM trie from address to identity. prefixlen counts bits of family+pad (32)

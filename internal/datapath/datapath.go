@@ -55,6 +55,7 @@ type Datapath struct {
 	mu sync.Mutex
 	// What is in the maps, so changes are applied as diffs. Rebuilt from the maps on Open.
 	endpoints map[uint32]rampartEndpointInfo                     // by ifindex
+	slots     []uint32                                           // endpoint_slots: the ifindex each slot holds, 0 if none
 	policies  map[uint32]map[rampartPolicyKey]rampartPolicyValue // by ep_id
 	ipcache   map[netip.Prefix]mapstate.IPCacheEntry
 
@@ -116,6 +117,10 @@ func Open(cfg Config) (*Datapath, error) {
 		return nil, fmt.Errorf("loading dataplane: %w", err)
 	}
 	if _, err := migrateCT4(cfg.PinDir, d.objs.Conntrack4); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
+	if err := removeLegacyPins(cfg.PinDir); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -199,7 +204,7 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
-	return []*ebpf.Map{m.Counters, m.Conntrack4, m.Endpoints, m.EndpointsIfx, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
+	return []*ebpf.Map{m.Counters, m.Conntrack4, m.Endpoints, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
 		m.CidrBanks, m.CidrTop, m.CidrHost, m.Cidr6, m.SvPairs, m.SvFlows}
 }
 

@@ -15,8 +15,10 @@
 // # Maps
 //
 // All maps are pinned by name under Config.PinDir: endpoints (and the same info by ep_id in
-// endpoints_by_id, and by interface index in the array endpoints_ifx, which the programs
-// look at first: an array lookup costs a packet far less than a hash lookup), ipcache,
+// endpoints_by_id, and in endpoint_slots, a 1,024-slot table direct-mapped by interface
+// index that the programs look at first: small enough for the kernel to allocate it from
+// its linear mapping, so its lookup costs no page-table walk, where a hash or a large
+// array lives in vmalloc memory), ipcache,
 // policy, ct, frags, counters, proxy (the L7 proxy's address), events (ring buffer),
 // events_lost, and the CIDR set tables cidr_banks, cidr_top, cidr_host and cidr6. A new Datapath on the same PinDir reuses them, so a
 // restarted agent sees the same state, and the pinned TCX links (which hold the programs)

@@ -324,10 +324,8 @@ func (d *Datapath) putEndpoint(ifindex uint32, info rampartEndpointInfo) error {
 		return fmt.Errorf("writing endpoint info of ifindex %d: %w", ifindex, err)
 	}
 	d.endpoints[ifindex] = info
-	if ifindex < d.objs.EndpointsIfx.MaxEntries() {
-		if err := d.objs.EndpointsIfx.Update(&ifindex, &info, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("writing endpoint info of ifindex %d: %w", ifindex, err)
-		}
+	if err := d.claimSlot(ifindex); err != nil {
+		return err
 	}
 	if err := d.objs.EndpointsById.Update(&info.EpId, &info, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("writing endpoint info of endpoint %d: %w", info.EpId, err)
@@ -338,10 +336,11 @@ func (d *Datapath) putEndpoint(ifindex uint32, info rampartEndpointInfo) error {
 // deleteEndpoint deletes the endpoint info of ifindex; the info by ep_id goes too unless
 // the endpoint is still installed on another interface.
 func (d *Datapath) deleteEndpoint(ifindex uint32) error {
-	// The array entry first: it is what the programs look at first.
-	if ifindex < d.objs.EndpointsIfx.MaxEntries() {
-		if err := d.objs.EndpointsIfx.Update(&ifindex, &rampartEndpointInfo{}, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("deleting endpoint info of ifindex %d: %w", ifindex, err)
+	// The slot first: it is what the programs look at first.
+	slot := d.slotOf(ifindex)
+	if d.slots[slot] == ifindex {
+		if err := d.writeSlot(slot, rampartEndpointSlot{}); err != nil {
+			return err
 		}
 	}
 	if err := d.objs.Endpoints.Delete(&ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -349,8 +348,92 @@ func (d *Datapath) deleteEndpoint(ifindex uint32) error {
 	}
 	old, ok := d.endpoints[ifindex]
 	delete(d.endpoints, ifindex)
+	// Another endpoint whose interface falls in the freed slot takes it.
+	if d.slots[slot] == 0 {
+		if err := d.fillSlot(slot); err != nil {
+			return err
+		}
+	}
 	if ok {
 		return d.syncByID(old.EpId)
+	}
+	return nil
+}
+
+// slotOf is the endpoint_slots slot of interface ifindex (the table's size is a power of
+// two, checked by Open).
+func (d *Datapath) slotOf(ifindex uint32) uint32 {
+	return ifindex & (d.objs.EndpointSlots.MaxEntries() - 1)
+}
+
+// writeSlot writes slot and records which interface it now holds (0: none).
+func (d *Datapath) writeSlot(slot uint32, v rampartEndpointSlot) error {
+	if err := d.objs.EndpointSlots.Update(&slot, &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("writing endpoint slot %d: %w", slot, err)
+	}
+	d.slots[slot] = v.Ifindex
+	return nil
+}
+
+// claimSlot puts the endpoint of ifindex (already in d.endpoints) into its slot, if the
+// slot is free or already its own; otherwise the programs find it in the endpoints hash.
+func (d *Datapath) claimSlot(ifindex uint32) error {
+	slot := d.slotOf(ifindex)
+	if owner := d.slots[slot]; owner != 0 && owner != ifindex {
+		return nil
+	}
+	return d.writeSlot(slot, rampartEndpointSlot{Info: d.endpoints[ifindex], Ifindex: ifindex})
+}
+
+// fillSlot gives the free slot to the installed endpoint with the lowest ifindex that
+// falls in it, if any (the lowest: a deterministic choice).
+func (d *Datapath) fillSlot(slot uint32) error {
+	var best uint32
+	for ifindex := range d.endpoints {
+		if d.slotOf(ifindex) == slot && (best == 0 || ifindex < best) {
+			best = ifindex
+		}
+	}
+	if best == 0 {
+		return nil
+	}
+	return d.claimSlot(best)
+}
+
+// readSlots reads endpoint_slots back and makes it agree with d.endpoints (read from the
+// endpoints hash): a slot holding an interface that has no endpoint, or other info, is
+// rewritten or emptied, and free slots are filled. Pins from before the table have none
+// of it: the programs find every endpoint in the hash until this has run.
+func (d *Datapath) readSlots() error {
+	n := d.objs.EndpointSlots.MaxEntries()
+	if n == 0 || n&(n-1) != 0 {
+		return fmt.Errorf("endpoint slots: %d entries, not a power of two", n)
+	}
+	d.slots = make([]uint32, n)
+	var v rampartEndpointSlot
+	for slot := uint32(0); slot < n; slot++ {
+		if err := d.objs.EndpointSlots.Lookup(&slot, &v); err != nil {
+			return fmt.Errorf("reading endpoint slot %d: %w", slot, err)
+		}
+		info, ok := d.endpoints[v.Ifindex]
+		switch {
+		case v.Ifindex == 0:
+		case ok && d.slotOf(v.Ifindex) == slot && info == v.Info:
+			d.slots[slot] = v.Ifindex
+		case ok && d.slotOf(v.Ifindex) == slot:
+			if err := d.writeSlot(slot, rampartEndpointSlot{Info: info, Ifindex: v.Ifindex}); err != nil {
+				return err
+			}
+		default:
+			if err := d.writeSlot(slot, rampartEndpointSlot{}); err != nil {
+				return err
+			}
+		}
+	}
+	for ifindex := range d.endpoints {
+		if err := d.claimSlot(ifindex); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -433,6 +516,9 @@ func (d *Datapath) readState() error {
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading endpoints map: %w", err)
+	}
+	if err := d.readSlots(); err != nil {
+		return err
 	}
 
 	var (

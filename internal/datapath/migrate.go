@@ -73,3 +73,19 @@ func migrateCT4(pinDir string, ct *ebpf.Map) (int, error) {
 	}
 	return moved, nil
 }
+
+// legacyPins are maps of earlier versions that nothing reads any more: endpoints_ifx, the
+// array by interface index that endpoint_slots replaced.
+var legacyPins = []string{"endpoints_ifx"}
+
+// removeLegacyPins unpins legacyPins from pinDir. The programs of the earlier version
+// still hold their maps until their links take the new programs; the pins only kept the
+// maps alive after that.
+func removeLegacyPins(pinDir string) error {
+	for _, name := range legacyPins {
+		if err := os.Remove(filepath.Join(pinDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("unpinning legacy map %s: %w", name, err)
+		}
+	}
+	return nil
+}

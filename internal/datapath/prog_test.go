@@ -2,8 +2,10 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -578,51 +580,96 @@ func TestLostEvents(t *testing.T) {
 	}
 }
 
-// An interface index beyond the endpoints_ifx array is found in the endpoints hash, and so
-// is one whose array entry is empty (pins of a version before the array).
-func TestEndpointBeyondArray(t *testing.T) {
+// Endpoints whose interfaces fall in one endpoint_slots slot: the first takes the slot,
+// the second is found in the endpoints hash, and takes the slot when the first goes. An
+// endpoint with only its hash entry (pins from before the slots) is found too, and a
+// second Open on the same pins fills its slot.
+func TestEndpointSlots(t *testing.T) {
 	f := newFixture(t, Config{})
-	ns := newNetns(t, "rp-ifx-"+randSuffix(t))
-	const bigIndex = 70001
-	if n := f.d.objs.EndpointsIfx.MaxEntries(); bigIndex < n {
-		t.Fatalf("index %d is inside the array (%d entries)", bigIndex, n)
-	}
+	ns := newNetns(t, "rp-slot-"+randSuffix(t))
+	n := f.d.objs.EndpointSlots.MaxEntries()
+	a, b := uint32(3*n+5), uint32(70*n+5) // the same slot; b beyond any array of old
 	err := inNetns(ns, func() error {
-		return netlink.LinkAdd(&netlink.Veth{
-			LinkAttrs: netlink.LinkAttrs{Name: "ifx0", Index: bigIndex},
-			PeerName:  "ifx1",
-		})
+		for _, idx := range []uint32{a, b} {
+			name := fmt.Sprintf("slot%d", idx)
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Index: int(idx)}, PeerName: name + "p"}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		t.Fatalf("creating a veth with index %d: %v", bigIndex, err)
+		t.Fatalf("creating veths with indexes %d and %d: %v", a, b, err)
 	}
 	syn := f.synIn(ipA, 80)
-	runIn := func() uint32 {
+	runOn := func(idx uint32) uint32 {
 		var ret uint32
 		if err := inNetns(ns, func() error {
-			ret, _ = runCtx(t, f.d.objs.RampartToEp, syn.bytes(), skbContext{Ifindex: bigIndex})
+			ret, _ = runCtx(t, f.d.objs.RampartToEp, syn.bytes(), skbContext{Ifindex: idx})
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
 		return ret
 	}
-	f.expectDrop("unknown", runIn(), ReasonUnknownEndpoint)
-	if err := f.d.ApplyEndpoint(bigIndex, EndpointInfo{EpID: epID, Identity: epIdent}, mapstate.EndpointPolicy{}); err != nil {
-		t.Fatal(err)
+	slotHolds := func(want uint32) {
+		t.Helper()
+		var v rampartEndpointSlot
+		slot := a & (n - 1)
+		if err := f.d.objs.EndpointSlots.Lookup(&slot, &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Ifindex != want {
+			t.Errorf("slot %d holds ifindex %d, want %d", slot, v.Ifindex, want)
+		}
 	}
-	f.expectPass("beyond the array", runIn())
-	if err := f.d.RemoveEndpoint(bigIndex, epID); err != nil {
-		t.Fatal(err)
+	apply := func(idx, id uint32) {
+		t.Helper()
+		if err := f.d.ApplyEndpoint(idx, EndpointInfo{EpID: id, Identity: epIdent}, mapstate.EndpointPolicy{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	f.expectDrop("removed", runIn(), ReasonUnknownEndpoint)
 
-	// Inside the array, with only the hash entry (as pins from before the array have it).
-	f.apply(false, false)
-	var zero rampartEndpointInfo
-	idx := uint32(epIfindex)
-	if err := f.d.objs.EndpointsIfx.Update(&idx, &zero, ebpf.UpdateAny); err != nil {
+	f.expectDrop("unknown", runOn(b), ReasonUnknownEndpoint)
+	apply(a, epID)
+	apply(b, epID+1)
+	slotHolds(a)
+	f.expectPass("in its slot", runOn(a))
+	f.expectPass("in the hash (slot taken)", runOn(b))
+	if err := f.d.RemoveEndpoint(a, epID); err != nil {
 		t.Fatal(err)
 	}
-	f.expectPass("hash entry only", f.toEp(f.synIn(ipA, 80)))
+	slotHolds(b)
+	f.expectDrop("removed", runOn(a), ReasonUnknownEndpoint)
+	f.expectPass("moved into the freed slot", runOn(b))
+
+	// Only the hash entry, as pins from before the slots have it.
+	slot := b & (n - 1)
+	if err := f.d.objs.EndpointSlots.Update(&slot, &rampartEndpointSlot{}, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	f.expectPass("hash entry only", runOn(b))
+	// The array of old by interface index, pinned as an earlier version left it.
+	legacy, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer legacy.Close()
+	legacyPin := filepath.Join(f.d.pinDir, "endpoints_ifx")
+	if err := legacy.Pin(legacyPin); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(Config{PinDir: f.d.pinDir, CIDRHostSlots: testHostSlots})
+	if err != nil {
+		t.Fatalf("second Open on the same pins: %v", err)
+	}
+	defer again.Close()
+	slotHolds(b)
+	if _, err := os.Stat(legacyPin); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("legacy pin endpoints_ifx still there after Open: %v", err)
+	}
+	if err := f.d.RemoveEndpoint(b, epID+1); err != nil {
+		t.Fatal(err)
+	}
+	f.expectDrop("both removed", runOn(b), ReasonUnknownEndpoint)
 }

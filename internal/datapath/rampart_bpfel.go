@@ -58,6 +58,12 @@ type rampartEndpointInfo struct {
 	Revision uint32
 }
 
+type rampartEndpointSlot struct {
+	_       structs.HostLayout
+	Info    rampartEndpointInfo
+	Ifindex uint32
+}
+
 type rampartEpCounters struct {
 	_                structs.HostLayout
 	IngressPackets   uint64
@@ -185,9 +191,9 @@ const (
 	rampartMapCidrTop                   = "cidr_top"
 	rampartMapConntrack4                = "conntrack4"
 	rampartMapCounters                  = "counters"
+	rampartMapEndpointSlots             = "endpoint_slots"
 	rampartMapEndpoints                 = "endpoints"
 	rampartMapEndpointsById             = "endpoints_by_id"
-	rampartMapEndpointsIfx              = "endpoints_ifx"
 	rampartMapEvents                    = "events"
 	rampartMapEventsLost                = "events_lost"
 	rampartMapFrags                     = "frags"
@@ -261,9 +267,9 @@ type rampartMapSpecs struct {
 	CidrTop       *ebpf.MapSpec `ebpf:"cidr_top"`
 	Conntrack4    *ebpf.MapSpec `ebpf:"conntrack4"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	EndpointSlots *ebpf.MapSpec `ebpf:"endpoint_slots"`
 	Endpoints     *ebpf.MapSpec `ebpf:"endpoints"`
 	EndpointsById *ebpf.MapSpec `ebpf:"endpoints_by_id"`
-	EndpointsIfx  *ebpf.MapSpec `ebpf:"endpoints_ifx"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	EventsLost    *ebpf.MapSpec `ebpf:"events_lost"`
 	Frags         *ebpf.MapSpec `ebpf:"frags"`
@@ -311,9 +317,9 @@ type rampartMaps struct {
 	CidrTop       *ebpf.Map `ebpf:"cidr_top"`
 	Conntrack4    *ebpf.Map `ebpf:"conntrack4"`
 	Counters      *ebpf.Map `ebpf:"counters"`
+	EndpointSlots *ebpf.Map `ebpf:"endpoint_slots"`
 	Endpoints     *ebpf.Map `ebpf:"endpoints"`
 	EndpointsById *ebpf.Map `ebpf:"endpoints_by_id"`
-	EndpointsIfx  *ebpf.Map `ebpf:"endpoints_ifx"`
 	Events        *ebpf.Map `ebpf:"events"`
 	EventsLost    *ebpf.Map `ebpf:"events_lost"`
 	Frags         *ebpf.Map `ebpf:"frags"`
@@ -332,9 +338,9 @@ func (m *rampartMaps) Close() error {
 		m.CidrTop,
 		m.Conntrack4,
 		m.Counters,
+		m.EndpointSlots,
 		m.Endpoints,
 		m.EndpointsById,
-		m.EndpointsIfx,
 		m.Events,
 		m.EventsLost,
 		m.Frags,
