@@ -26,6 +26,7 @@ const (
 	FilterIpset    = "ipset"
 	FilterNft      = "nftables"
 	FilterLPM      = "tc-lpm"
+	FilterEmptyTCX = "tcx-empty"
 	FilterRampart  = "rampart"
 )
 
@@ -40,6 +41,7 @@ var filterDescriptions = map[string]string{
 	FilterIpset:    "ipset hash:net (maxelem sized to the list) matched by one iptables OUTPUT rule",
 	FilterNft:      "nftables interval set matched by one rule in an output-hook chain",
 	FilterLPM:      "tc-eBPF LPM trie on the client's eth0 egress (TCX), raw map BatchUpdate",
+	FilterEmptyTCX: "empty TCX programs where Rampart attaches its own (the client's host-side veth, ingress and egress): what the hooks alone cost; not among the default filters",
 	FilterRampart:  "Rampart: agent, CIDR set (rampart cidrset load) and a CiliumNetworkPolicy egressDeny toCIDRSet",
 }
 

@@ -288,7 +288,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	notAvailable := map[string]string{}
 	for _, name := range filters {
 		switch name {
-		case FilterControl, FilterIptables, FilterIpset, FilterNft, FilterLPM:
+		case FilterControl, FilterIptables, FilterIpset, FilterNft, FilterLPM, FilterEmptyTCX:
 			if peers == nil {
 				if peers, err = buildPlain("peers", instance+"p", cidrs[1], worldCIDR); err != nil {
 					return fail(err)
@@ -310,6 +310,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 				fs[name] = &nftFilter{nb}
 			case FilterLPM:
 				fs[name] = &lpmFilter{topo: peers}
+			case FilterEmptyTCX:
+				fs[name] = &emptyTCXFilter{topo: peers}
 			}
 			if why := toolMissing(name, cfg.Iptables); why != "" {
 				notAvailable[name] = why
@@ -422,7 +424,20 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 	start := time.Now()
 	defer func() { fr.WallSeconds = time.Since(start).Seconds() }()
 	name := f.Name()
-	if name == FilterControl {
+	if name == FilterControl || name == FilterEmptyTCX {
+		// Neither blocks anything: no set-up probe, measured like the A/A control.
+		if name == FilterEmptyTCX {
+			if _, err := f.Install(ctx); err != nil {
+				fr.Status, fr.Reason = StatusInvalid, err.Error()
+				_ = f.Remove(ctx)
+				return
+			}
+			defer func() {
+				if err := f.Remove(ctx); err != nil {
+					fr.Errors = append(fr.Errors, "removing: "+err.Error())
+				}
+			}()
+		}
 		r.runControl(ctx, f.Topology(), fr, base)
 		return
 	}
@@ -1026,7 +1041,7 @@ func (c *Config) validate() error {
 		return errors.New("counts must be positive and ascending")
 	}
 	for _, f := range c.Filters {
-		if !slices.Contains(FilterNames[1:], f) {
+		if !slices.Contains(FilterNames[1:], f) && f != FilterEmptyTCX {
 			return fmt.Errorf("unknown filter %q (want some of %s)", f, strings.Join(FilterNames[1:], ","))
 		}
 		if f == FilterRampart && (c.Rampartd == "" || c.Rampart == "") {

@@ -41,6 +41,8 @@ func (h *host) Command(ctx context.Context, argv ...string) *exec.Cmd {
 type topology struct {
 	Name                  string
 	Client, Server, World *host
+	// NodeNetns is the node namespace's path (plain topologies only; "" for the agent's).
+	NodeNetns string
 	// Neighbour is the world's second address, never listed: reachable through every filter.
 	Neighbour netip.Addr
 	cleanup   []func() error
@@ -70,7 +72,7 @@ func worldAddrs(worldCIDR netip.Prefix) (probe, neighbour netip.Addr) {
 // original benchmark filters on the client machine.
 func buildPlain(name, instance string, podCIDR, worldCIDR netip.Prefix) (t *topology, err error) {
 	node := endpoint.Node{Instance: instance, Netns: "rp-" + instance + "-node", PodCIDR: podCIDR}
-	t = &topology{Name: name}
+	t = &topology{Name: name, NodeNetns: node.NetnsPath()}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, t.Close())
