@@ -475,9 +475,9 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	if (unlikely(p.frag == FRAG_LATER))
 		return handle_later_fragment(skb, &p, &d, ep);
 
-	/* Conntrack times only need to be good to a tick against timeouts of seconds, and the
-	 * coarse clock costs a memory read where the precise one reads the clock source. */
-	now = bpf_ktime_get_coarse_ns();
+	/* Conntrack times only need to be good to a tick against timeouts of seconds: the
+	 * tick counter is one load (inlined), where even the coarse clock is a helper call. */
+	now = bpf_jiffies64();
 	status = ct_lookup(&p, d.ep_id, dir, now, &ct_flags, &entry);
 	if (unlikely(status == CT_NEW))
 		return handle_new(skb, &p, &d, ep, now);

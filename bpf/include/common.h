@@ -37,7 +37,11 @@
 #define CT_TIMEOUT_OTHER_S 60 /* UDP, SCTP, ICMP echo and other protocols */
 #endif
 
-#define NSEC_PER_SEC 1000000000ULL
+/* Conntrack times are in jiffies, whose rate (HZ, 100 to 1000 a second) the kernel's
+ * configuration sets. The agent always sets the timeouts from the running kernel's tick
+ * (datapath.setTimeouts); the compiled defaults assume the lowest rate, so that a program
+ * loaded without them would check flows again sooner than configured, never later. */
+#define RAMPART_DEFAULT_HZ 100ULL
 
 #ifndef __always_inline
 #define __always_inline inline __attribute__((always_inline))

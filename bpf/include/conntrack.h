@@ -12,7 +12,11 @@
  *
  * Entries expire after a timeout that depends on the protocol and state (see common.h):
  * TCP before any reply (SYN sent) 60 s, TCP with a reply 6 h, TCP after an RST or a FIN in
- * both directions 10 s, everything else 60 s; each is idle time since the last packet.
+ * both directions 10 s, everything else 60 s; each is idle time since the last packet,
+ * counted in jiffies (bpf_jiffies64, which the verifier inlines as one load of the kernel's
+ * tick counter; the coarse nanosecond clock it replaced was a helper call, a sixth of an
+ * established packet's cost in BPF_PROG_RUN). A tick (1 to 10 ms) is precision enough
+ * against timeouts of seconds.
  * Expired entries are ignored and deleted on lookup. A SYN that hits a closing entry is a
  * new connection reusing the tuple and is evaluated against policy again.
  *
@@ -27,11 +31,12 @@
 #include "maps.h"
 #include "parse.h"
 
-/* Overridable at load time (datapath.Config.CTTimeouts); in nanoseconds. */
-const volatile __u64 ct_timeout_tcp_syn_ns = CT_TIMEOUT_TCP_SYN_S * NSEC_PER_SEC;
-const volatile __u64 ct_timeout_tcp_established_ns = CT_TIMEOUT_TCP_ESTABLISHED_S * NSEC_PER_SEC;
-const volatile __u64 ct_timeout_tcp_closing_ns = CT_TIMEOUT_TCP_CLOSING_S * NSEC_PER_SEC;
-const volatile __u64 ct_timeout_other_ns = CT_TIMEOUT_OTHER_S * NSEC_PER_SEC;
+/* In jiffies, set at load time from datapath.Config.CTTimeouts and the kernel's tick (see
+ * RAMPART_DEFAULT_HZ). */
+const volatile __u64 ct_timeout_tcp_syn = CT_TIMEOUT_TCP_SYN_S * RAMPART_DEFAULT_HZ;
+const volatile __u64 ct_timeout_tcp_established = CT_TIMEOUT_TCP_ESTABLISHED_S * RAMPART_DEFAULT_HZ;
+const volatile __u64 ct_timeout_tcp_closing = CT_TIMEOUT_TCP_CLOSING_S * RAMPART_DEFAULT_HZ;
+const volatile __u64 ct_timeout_other = CT_TIMEOUT_OTHER_S * RAMPART_DEFAULT_HZ;
 
 enum ct_status {
 	CT_NEW = 0,
@@ -71,26 +76,26 @@ static __always_inline __u64 ct_timeout(const struct ct_value *v, __u8 proto)
 {
 	if (proto == IPPROTO_TCP) {
 		if (v->flags & CT_F_CLOSING)
-			return ct_timeout_tcp_closing_ns;
+			return ct_timeout_tcp_closing;
 		if (!(v->flags & CT_F_SEEN_REPLY))
-			return ct_timeout_tcp_syn_ns;
-		return ct_timeout_tcp_established_ns;
+			return ct_timeout_tcp_syn;
+		return ct_timeout_tcp_established;
 	}
-	return ct_timeout_other_ns;
+	return ct_timeout_other;
 }
 
 /* ct_live returns the entry for k if it exists and has not expired; an expired entry is
  * deleted so it cannot be mistaken for a live one later. */
 static __always_inline struct ct_value *ct_live(struct ct4_key *k, __u8 proto, __u64 now)
 {
-	struct ct_value *v = bpf_map_lookup_elem(&conntrack4, k);
+	struct ct_value *v = bpf_map_lookup_elem(&conntrack4_jiffies, k);
 
 	if (!v)
 		return 0;
-	/* Signed: an entry written with the precise clock (the agent, or a CPU whose coarse
-	 * clock is a tick ahead) may be slightly newer than now; it is live, not expired. */
-	if ((__s64)(now - v->last_seen_ns) > (__s64)ct_timeout(v, proto)) {
-		bpf_map_delete_elem(&conntrack4, k);
+	/* Signed: an entry the agent wrote (converted from an earlier version's nanoseconds)
+	 * may be a tick newer than now; it is live, not expired. */
+	if ((__s64)(now - v->last_seen) > (__s64)ct_timeout(v, proto)) {
+		bpf_map_delete_elem(&conntrack4_jiffies, k);
 		return 0;
 	}
 	return v;
@@ -102,11 +107,11 @@ static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, in
 {
 	__u32 add = 0;
 
-	/* Written only when the coarse clock has moved (a few hundred times a second at
-	 * most): a flow's packets in both directions share this entry, often on different
-	 * CPUs, and a store on every packet would bounce its cache line between them. */
-	if (v->last_seen_ns != now)
-		v->last_seen_ns = now;
+	/* Written only when the tick has moved (HZ times a second at most): a flow's packets
+	 * in both directions share this entry, often on different CPUs, and a store on every
+	 * packet would bounce its cache line between them. */
+	if (v->last_seen != now)
+		v->last_seen = now;
 	if (reply && !(v->flags & CT_F_SEEN_REPLY))
 		add |= CT_F_SEEN_REPLY;
 	if (p->t.proto == IPPROTO_TCP) {
@@ -192,14 +197,14 @@ static __always_inline void ct_create(const struct pkt *p, __u32 ep_id, __u8 dir
 		return;
 	ct_key_fill(&k, &p->t, ep_id, dir);
 	v.direction = dir;
-	v.created_ns = now;
-	v.last_seen_ns = now;
+	v.created = now;
+	v.last_seen = now;
 	v.rule_id = rule_id;
 	v.flags = flags;
 	v.revision = revision;
 	if (p->t.proto == IPPROTO_TCP && (p->tcp_flags & TCP_F_RST))
 		v.flags |= CT_F_CLOSING;
-	bpf_map_update_elem(&conntrack4, &k, &v, BPF_ANY);
+	bpf_map_update_elem(&conntrack4_jiffies, &k, &v, BPF_ANY);
 }
 
 #endif /* __RAMPART_CONNTRACK_H */

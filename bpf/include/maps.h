@@ -69,16 +69,18 @@ struct {
 } policy SEC(".maps");
 
 /* Connection tracking. LRU: when full, the least recently used flow is evicted; its next
- * packet is then evaluated against policy again (never allowed without a check). Named
- * conntrack4 since its key is the endpoint's side first: the ct4 of earlier versions
- * (one entry per direction and tuple) is migrated into it (datapath.migrateCT4). */
+ * packet is then evaluated against policy again (never allowed without a check). Its key
+ * is the endpoint's side first, its times are in jiffies (conntrack.h). Earlier versions'
+ * maps are migrated into it when the agent opens the datapath: conntrack4 (the same
+ * layout, times in nanoseconds) and ct4 (one entry per direction and tuple); see
+ * datapath.migrateConntrack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, RAMPART_CT_MAX);
 	__type(key, struct ct4_key);
 	__type(value, struct ct_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} conntrack4 SEC(".maps");
+} conntrack4_jiffies SEC(".maps");
 
 /* First-fragment verdicts, for the later fragments of the same datagram. */
 struct {

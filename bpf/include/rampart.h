@@ -186,8 +186,10 @@ struct ct4_key {
 };
 
 struct ct_value {
-	__u64 created_ns;
-	__u64 last_seen_ns;
+	/* Times in jiffies (bpf_jiffies64: the kernel's tick counter, HZ a second); see
+	 * conntrack.h. */
+	__u64 created;
+	__u64 last_seen;
 	__u32 rule_id;
 	__u32 flags;    /* CT_F_* */
 	__u32 revision; /* endpoint_info.revision the flow was last checked against */

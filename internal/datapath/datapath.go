@@ -90,7 +90,11 @@ func Open(cfg Config) (*Datapath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading dataplane spec: %w", err)
 	}
-	if err := setTimeouts(spec, cfg.CTTimeouts); err != nil {
+	tick, err := kernelTick()
+	if err != nil {
+		return nil, fmt.Errorf("opening datapath: %w", err)
+	}
+	if err := setTimeouts(spec, cfg.CTTimeouts, tick); err != nil {
 		return nil, err
 	}
 	if err := sizeCIDRMaps(spec, cfg); err != nil {
@@ -116,7 +120,7 @@ func Open(cfg Config) (*Datapath, error) {
 		}
 		return nil, fmt.Errorf("loading dataplane: %w", err)
 	}
-	if _, err := migrateCT4(cfg.PinDir, d.objs.Conntrack4); err != nil {
+	if _, err := migrateConntrack(cfg.PinDir, d.objs.Conntrack4Jiffies, tick); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -139,16 +143,13 @@ func Open(cfg Config) (*Datapath, error) {
 	return d, nil
 }
 
-func setTimeouts(spec *ebpf.CollectionSpec, t CTTimeouts) error {
+func setTimeouts(spec *ebpf.CollectionSpec, t CTTimeouts, tick time.Duration) error {
 	for name, v := range map[string]time.Duration{
-		rampartVarCtTimeoutTcpSynNs:         t.TCPSyn,
-		rampartVarCtTimeoutTcpEstablishedNs: t.TCPEstablished,
-		rampartVarCtTimeoutTcpClosingNs:     t.TCPClosing,
-		rampartVarCtTimeoutOtherNs:          t.Other,
+		rampartVarCtTimeoutTcpSyn:         t.TCPSyn,
+		rampartVarCtTimeoutTcpEstablished: t.TCPEstablished,
+		rampartVarCtTimeoutTcpClosing:     t.TCPClosing,
+		rampartVarCtTimeoutOther:          t.Other,
 	} {
-		if v == 0 {
-			continue
-		}
 		if v < 0 {
 			return fmt.Errorf("conntrack timeout %s: negative", name)
 		}
@@ -156,12 +157,24 @@ func setTimeouts(spec *ebpf.CollectionSpec, t CTTimeouts) error {
 		if !ok {
 			return fmt.Errorf("conntrack timeout %s: not in the BPF object", name)
 		}
-		if err := vs.Set(uint64(v.Nanoseconds())); err != nil {
+		if v == 0 {
+			// The default, compiled in as jiffies at RAMPART_DEFAULT_HZ: set it again at
+			// the running kernel's rate.
+			var j uint64
+			if err := vs.Get(&j); err != nil {
+				return fmt.Errorf("reading conntrack timeout %s: %w", name, err)
+			}
+			v = time.Duration(j) * time.Second / defaultHZ
+		}
+		if err := vs.Set(toJiffies(v, tick)); err != nil {
 			return fmt.Errorf("setting conntrack timeout %s: %w", name, err)
 		}
 	}
 	return nil
 }
+
+// defaultHZ is RAMPART_DEFAULT_HZ (common.h): the rate the compiled-in timeouts assume.
+const defaultHZ = 100
 
 // PinDir returns the directory the maps are pinned in.
 func (d *Datapath) PinDir() string { return d.pinDir }
@@ -195,7 +208,7 @@ func (d *Datapath) Remove() error {
 		errs = append(errs, fmt.Errorf("closing datapath: %w", err))
 	}
 	// RemoveAll: pins an older version left behind (maps it no longer has, such as the
-	// conntrack maps before conntrack4) go too.
+	// conntrack maps of earlier versions) go too.
 	if err := os.RemoveAll(d.pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("removing pin directory: %w", err))
 	}
@@ -204,7 +217,7 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
-	return []*ebpf.Map{m.Counters, m.Conntrack4, m.Endpoints, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
+	return []*ebpf.Map{m.Counters, m.Conntrack4Jiffies, m.Endpoints, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
 		m.CidrBanks, m.CidrTop, m.CidrHost, m.Cidr6, m.SvPairs, m.SvFlows}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -27,51 +28,97 @@ type legacyCT4Key struct {
 	_            uint16
 }
 
-// migrateCT4 moves the flows of a legacy conntrack map pinned in pinDir into ct (the
-// current layout, keyed from the endpoint's side), then unpins the legacy map. Without
-// it, an upgrade would make every open flow new again: re-evaluated, so never allowed
-// beyond policy, but replies to an endpoint that enforces ingress would be dropped and its
-// open connections broken. The old programs keep the legacy map alive until their links
-// take the new ones. Returns the number of flows moved.
-func migrateCT4(pinDir string, ct *ebpf.Map) (int, error) {
-	path := filepath.Join(pinDir, legacyCT4Pin)
-	old, err := ebpf.LoadPinnedMap(path, nil)
-	if errors.Is(err, os.ErrNotExist) {
+// nsConntrackPin is the conntrack map of versions that kept conntrack times in
+// nanoseconds of the coarse monotonic clock: the layout of conntrack4_jiffies otherwise.
+const nsConntrackPin = "conntrack4"
+
+// migrateConntrack moves the flows of the conntrack maps of earlier versions pinned in
+// pinDir into ct (the current map: keyed from the endpoint's side, times in jiffies), then
+// unpins them: conntrack4 (times in nanoseconds) and ct4 (also one entry per direction and
+// tuple). Without it, an upgrade would make every open flow new again: re-evaluated, so
+// never allowed beyond policy, but replies to an endpoint that enforces ingress would be
+// dropped and its open connections broken. Times keep their age: an entry last seen a
+// minute ago is last seen a minute ago in jiffies. The old programs keep their maps alive
+// until their links take the new ones. Returns the number of flows moved.
+func migrateConntrack(pinDir string, ct *ebpf.Map, tick time.Duration) (int, error) {
+	var conv *nsToJiffies
+	converter := func() (nsToJiffies, error) {
+		if conv == nil {
+			c, err := newNsToJiffies(tick)
+			if err != nil {
+				return c, fmt.Errorf("migrating conntrack entries: %w", err)
+			}
+			conv = &c
+		}
+		return *conv, nil
+	}
+	moved := 0
+	for _, pin := range []string{nsConntrackPin, legacyCT4Pin} {
+		path := filepath.Join(pinDir, pin)
+		old, err := ebpf.LoadPinnedMap(path, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return moved, fmt.Errorf("opening earlier conntrack map %s: %w", path, err)
+		}
+		var n int
+		if pin == legacyCT4Pin {
+			n, err = moveFlows(old, ct, legacyKey, converter)
+		} else {
+			n, err = moveFlows(old, ct, func(k *rampartCt4Key, _ *rampartCtValue) rampartCt4Key { return *k }, converter)
+		}
+		old.Close()
+		moved += n
+		if err != nil {
+			return moved, fmt.Errorf("moving the flows of earlier conntrack map %s: %w", path, err)
+		}
+		if err := os.Remove(path); err != nil {
+			return moved, fmt.Errorf("unpinning earlier conntrack map %s: %w", path, err)
+		}
+	}
+	return moved, nil
+}
+
+// legacyKey converts a ct4 key (the tuple as the packet carried it, with its direction)
+// to the current key, from the endpoint's side, and moves the direction into the value.
+func legacyKey(k *legacyCT4Key, v *rampartCtValue) rampartCt4Key {
+	nk := rampartCt4Key{Laddr: k.Saddr, Raddr: k.Daddr, Lport: k.Sport, Rport: k.Dport, EpId: k.EpID, Protocol: k.Protocol}
+	if policy.Direction(k.Direction) != policy.Egress {
+		nk.Laddr, nk.Raddr, nk.Lport, nk.Rport = k.Daddr, k.Saddr, k.Dport, k.Sport
+	}
+	v.Direction = k.Direction
+	return nk
+}
+
+// moveFlows copies the entries of old (keys of type K, converted by key; values of the
+// current layout with times in nanoseconds) into ct. A map of another layout moves
+// nothing: its flows are evaluated again.
+func moveFlows[K any](old, ct *ebpf.Map, key func(*K, *rampartCtValue) rampartCt4Key,
+	converter func() (nsToJiffies, error)) (int, error) {
+	var k K
+	if old.KeySize() != uint32(binary.Size(&k)) || old.ValueSize() != ct.ValueSize() {
 		return 0, nil
 	}
+	conv, err := converter()
 	if err != nil {
-		return 0, fmt.Errorf("opening legacy conntrack map %s: %w", path, err)
-	}
-	defer old.Close()
-	if old.KeySize() != uint32(binary.Size(legacyCT4Key{})) || old.ValueSize() != ct.ValueSize() {
-		// Not a layout this code knows: drop it; its flows are evaluated again.
-		return 0, os.Remove(path)
+		return 0, err
 	}
 	var (
-		k     legacyCT4Key
 		v     rampartCtValue
 		moved int
 	)
 	it := old.Iterate()
 	for it.Next(&k, &v) {
-		nk := rampartCt4Key{Laddr: k.Saddr, Raddr: k.Daddr, Lport: k.Sport, Rport: k.Dport, EpId: k.EpID, Protocol: k.Protocol}
-		if policy.Direction(k.Direction) != policy.Egress {
-			nk.Laddr, nk.Raddr, nk.Lport, nk.Rport = k.Daddr, k.Saddr, k.Dport, k.Sport
-		}
-		v.Direction = k.Direction
+		nk := key(&k, &v)
+		v.Created, v.LastSeen = conv.jiffies(v.Created), conv.jiffies(v.LastSeen)
 		// NoExist: a flow the new programs created meanwhile is newer than its old entry.
 		if err := ct.Update(&nk, &v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 			return moved, fmt.Errorf("moving a flow into %s: %w", ct, err)
 		}
 		moved++
 	}
-	if err := it.Err(); err != nil {
-		return moved, fmt.Errorf("reading legacy conntrack map %s: %w", path, err)
-	}
-	if err := os.Remove(path); err != nil {
-		return moved, fmt.Errorf("unpinning legacy conntrack map: %w", err)
-	}
-	return moved, nil
+	return moved, it.Err()
 }
 
 // legacyPins are maps of earlier versions that nothing reads any more: endpoints_ifx, the

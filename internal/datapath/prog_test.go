@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -269,13 +270,65 @@ func TestConntrackEstablishedAndReply(t *testing.T) {
 }
 
 func TestConntrackTimeout(t *testing.T) {
-	// A 1ns timeout for non-TCP: every UDP packet is a new flow again.
+	// A 1ns timeout for non-TCP (less than a tick: expired at the next tick): every UDP
+	// packet a tick later is a new flow again.
 	f := newFixture(t, Config{CTTimeouts: CTTimeouts{Other: time.Nanosecond}})
 	f.apply(true, true, e(allow(idA, out, udp, 53, 16, 1)))
 	q := packet{src: epIP, dst: ipA, proto: uint8(udp), sport: f.port(), dport: 53}
+	before, err := jiffiesNow()
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.expectPass("query", f.fromEp(q))
+	for deadline := time.Now().Add(time.Second); ; {
+		now, err := jiffiesNow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the kernel's tick did not advance in 1 s")
+		}
+		runtime.Gosched()
+	}
 	a := packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: q.sport}
 	f.expectDrop("answer after the entry expired", f.toEp(a), ReasonPolicyDefault)
+}
+
+// Conntrack times are kernel ticks: with a 1 s timeout, a flow last seen half a second ago
+// is live (its answer passes), one last seen two seconds ago has expired (its answer is a
+// new flow, which ingress policy refuses).
+func TestConntrackTimeoutTicks(t *testing.T) {
+	f := newFixture(t, Config{CTTimeouts: CTTimeouts{Other: time.Second}})
+	f.apply(true, true, e(allow(idA, out, udp, 53, 16, 1)))
+	tick, err := kernelTick()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ago  time.Duration
+		live bool
+	}{{500 * time.Millisecond, true}, {2 * time.Second, false}} {
+		q := packet{src: epIP, dst: ipA, proto: uint8(udp), sport: f.port(), dport: 53}
+		now, err := jiffiesNow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := ct4Key(q, epID, uint8(policy.Egress))
+		then := now - toJiffies(c.ago, tick)
+		v := rampartCtValue{Created: then, LastSeen: then, Flags: ctFSeenReply, Direction: uint8(policy.Egress)}
+		if err := f.d.objs.Conntrack4Jiffies.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			t.Fatal(err)
+		}
+		a := packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: q.sport}
+		if c.live {
+			f.expectPass(fmt.Sprintf("answer, flow last seen %v ago", c.ago), f.toEp(a))
+		} else {
+			f.expectDrop(fmt.Sprintf("answer, flow last seen %v ago", c.ago), f.toEp(a), ReasonPolicyDefault)
+		}
+	}
 }
 
 func TestUDP(t *testing.T) {

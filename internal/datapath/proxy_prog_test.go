@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -398,13 +397,12 @@ func TestL7UpstreamMark(t *testing.T) {
 func putCT(t *testing.T, d *Datapath, p packet, ep uint32, dir policy.Direction, flags uint32) {
 	t.Helper()
 	k := ct4Key(p, ep, uint8(dir))
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+	now, err := jiffiesNow()
+	if err != nil {
 		t.Fatal(err)
 	}
-	now := uint64(ts.Nano())
-	v := rampartCtValue{CreatedNs: now, LastSeenNs: now, Flags: flags | ctFSeenReply, Direction: uint8(dir)}
-	if err := d.objs.Conntrack4.Update(&k, &v, ebpf.UpdateAny); err != nil {
+	v := rampartCtValue{Created: now, LastSeen: now, Flags: flags | ctFSeenReply, Direction: uint8(dir)}
+	if err := d.objs.Conntrack4Jiffies.Update(&k, &v, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
 }

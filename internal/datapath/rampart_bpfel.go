@@ -40,14 +40,14 @@ type rampartCt4Key struct {
 }
 
 type rampartCtValue struct {
-	_          structs.HostLayout
-	CreatedNs  uint64
-	LastSeenNs uint64
-	RuleId     uint32
-	Flags      uint32
-	Revision   uint32
-	Direction  uint8
-	Pad        [3]uint8
+	_         structs.HostLayout
+	Created   uint64
+	LastSeen  uint64
+	RuleId    uint32
+	Flags     uint32
+	Revision  uint32
+	Direction uint8
+	Pad       [3]uint8
 }
 
 type rampartEndpointInfo struct {
@@ -185,30 +185,30 @@ type rampartSvPairKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	rampartMapCidr6                     = "cidr6"
-	rampartMapCidrBanks                 = "cidr_banks"
-	rampartMapCidrHost                  = "cidr_host"
-	rampartMapCidrTop                   = "cidr_top"
-	rampartMapConntrack4                = "conntrack4"
-	rampartMapCounters                  = "counters"
-	rampartMapEndpointSlots             = "endpoint_slots"
-	rampartMapEndpoints                 = "endpoints"
-	rampartMapEndpointsById             = "endpoints_by_id"
-	rampartMapEvents                    = "events"
-	rampartMapEventsLost                = "events_lost"
-	rampartMapFrags                     = "frags"
-	rampartMapIpcache                   = "ipcache"
-	rampartMapPolicy                    = "policy"
-	rampartMapProxy                     = "proxy"
-	rampartMapSvFlows                   = "sv_flows"
-	rampartMapSvPairs                   = "sv_pairs"
-	rampartProgRampartFromEp            = "rampart_from_ep"
-	rampartProgRampartToEp              = "rampart_to_ep"
-	rampartVarCtTimeoutOtherNs          = "ct_timeout_other_ns"
-	rampartVarCtTimeoutTcpClosingNs     = "ct_timeout_tcp_closing_ns"
-	rampartVarCtTimeoutTcpEstablishedNs = "ct_timeout_tcp_established_ns"
-	rampartVarCtTimeoutTcpSynNs         = "ct_timeout_tcp_syn_ns"
-	rampartVarUnusedFlowEvent           = "unused_flow_event"
+	rampartMapCidr6                   = "cidr6"
+	rampartMapCidrBanks               = "cidr_banks"
+	rampartMapCidrHost                = "cidr_host"
+	rampartMapCidrTop                 = "cidr_top"
+	rampartMapConntrack4Jiffies       = "conntrack4_jiffies"
+	rampartMapCounters                = "counters"
+	rampartMapEndpointSlots           = "endpoint_slots"
+	rampartMapEndpoints               = "endpoints"
+	rampartMapEndpointsById           = "endpoints_by_id"
+	rampartMapEvents                  = "events"
+	rampartMapEventsLost              = "events_lost"
+	rampartMapFrags                   = "frags"
+	rampartMapIpcache                 = "ipcache"
+	rampartMapPolicy                  = "policy"
+	rampartMapProxy                   = "proxy"
+	rampartMapSvFlows                 = "sv_flows"
+	rampartMapSvPairs                 = "sv_pairs"
+	rampartProgRampartFromEp          = "rampart_from_ep"
+	rampartProgRampartToEp            = "rampart_to_ep"
+	rampartVarCtTimeoutOther          = "ct_timeout_other"
+	rampartVarCtTimeoutTcpClosing     = "ct_timeout_tcp_closing"
+	rampartVarCtTimeoutTcpEstablished = "ct_timeout_tcp_established"
+	rampartVarCtTimeoutTcpSyn         = "ct_timeout_tcp_syn"
+	rampartVarUnusedFlowEvent         = "unused_flow_event"
 )
 
 // loadRampart returns the embedded CollectionSpec for rampart.
@@ -261,34 +261,34 @@ type rampartProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartMapSpecs struct {
-	Cidr6         *ebpf.MapSpec `ebpf:"cidr6"`
-	CidrBanks     *ebpf.MapSpec `ebpf:"cidr_banks"`
-	CidrHost      *ebpf.MapSpec `ebpf:"cidr_host"`
-	CidrTop       *ebpf.MapSpec `ebpf:"cidr_top"`
-	Conntrack4    *ebpf.MapSpec `ebpf:"conntrack4"`
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	EndpointSlots *ebpf.MapSpec `ebpf:"endpoint_slots"`
-	Endpoints     *ebpf.MapSpec `ebpf:"endpoints"`
-	EndpointsById *ebpf.MapSpec `ebpf:"endpoints_by_id"`
-	Events        *ebpf.MapSpec `ebpf:"events"`
-	EventsLost    *ebpf.MapSpec `ebpf:"events_lost"`
-	Frags         *ebpf.MapSpec `ebpf:"frags"`
-	Ipcache       *ebpf.MapSpec `ebpf:"ipcache"`
-	Policy        *ebpf.MapSpec `ebpf:"policy"`
-	Proxy         *ebpf.MapSpec `ebpf:"proxy"`
-	SvFlows       *ebpf.MapSpec `ebpf:"sv_flows"`
-	SvPairs       *ebpf.MapSpec `ebpf:"sv_pairs"`
+	Cidr6             *ebpf.MapSpec `ebpf:"cidr6"`
+	CidrBanks         *ebpf.MapSpec `ebpf:"cidr_banks"`
+	CidrHost          *ebpf.MapSpec `ebpf:"cidr_host"`
+	CidrTop           *ebpf.MapSpec `ebpf:"cidr_top"`
+	Conntrack4Jiffies *ebpf.MapSpec `ebpf:"conntrack4_jiffies"`
+	Counters          *ebpf.MapSpec `ebpf:"counters"`
+	EndpointSlots     *ebpf.MapSpec `ebpf:"endpoint_slots"`
+	Endpoints         *ebpf.MapSpec `ebpf:"endpoints"`
+	EndpointsById     *ebpf.MapSpec `ebpf:"endpoints_by_id"`
+	Events            *ebpf.MapSpec `ebpf:"events"`
+	EventsLost        *ebpf.MapSpec `ebpf:"events_lost"`
+	Frags             *ebpf.MapSpec `ebpf:"frags"`
+	Ipcache           *ebpf.MapSpec `ebpf:"ipcache"`
+	Policy            *ebpf.MapSpec `ebpf:"policy"`
+	Proxy             *ebpf.MapSpec `ebpf:"proxy"`
+	SvFlows           *ebpf.MapSpec `ebpf:"sv_flows"`
+	SvPairs           *ebpf.MapSpec `ebpf:"sv_pairs"`
 }
 
 // rampartVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartVariableSpecs struct {
-	CtTimeoutOtherNs          *ebpf.VariableSpec `ebpf:"ct_timeout_other_ns"`
-	CtTimeoutTcpClosingNs     *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_closing_ns"`
-	CtTimeoutTcpEstablishedNs *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_established_ns"`
-	CtTimeoutTcpSynNs         *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_syn_ns"`
-	UnusedFlowEvent           *ebpf.VariableSpec `ebpf:"unused_flow_event"`
+	CtTimeoutOther          *ebpf.VariableSpec `ebpf:"ct_timeout_other"`
+	CtTimeoutTcpClosing     *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_closing"`
+	CtTimeoutTcpEstablished *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_established"`
+	CtTimeoutTcpSyn         *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_syn"`
+	UnusedFlowEvent         *ebpf.VariableSpec `ebpf:"unused_flow_event"`
 }
 
 // rampartObjects contains all objects after they have been loaded into the kernel.
@@ -311,23 +311,23 @@ func (o *rampartObjects) Close() error {
 //
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartMaps struct {
-	Cidr6         *ebpf.Map `ebpf:"cidr6"`
-	CidrBanks     *ebpf.Map `ebpf:"cidr_banks"`
-	CidrHost      *ebpf.Map `ebpf:"cidr_host"`
-	CidrTop       *ebpf.Map `ebpf:"cidr_top"`
-	Conntrack4    *ebpf.Map `ebpf:"conntrack4"`
-	Counters      *ebpf.Map `ebpf:"counters"`
-	EndpointSlots *ebpf.Map `ebpf:"endpoint_slots"`
-	Endpoints     *ebpf.Map `ebpf:"endpoints"`
-	EndpointsById *ebpf.Map `ebpf:"endpoints_by_id"`
-	Events        *ebpf.Map `ebpf:"events"`
-	EventsLost    *ebpf.Map `ebpf:"events_lost"`
-	Frags         *ebpf.Map `ebpf:"frags"`
-	Ipcache       *ebpf.Map `ebpf:"ipcache"`
-	Policy        *ebpf.Map `ebpf:"policy"`
-	Proxy         *ebpf.Map `ebpf:"proxy"`
-	SvFlows       *ebpf.Map `ebpf:"sv_flows"`
-	SvPairs       *ebpf.Map `ebpf:"sv_pairs"`
+	Cidr6             *ebpf.Map `ebpf:"cidr6"`
+	CidrBanks         *ebpf.Map `ebpf:"cidr_banks"`
+	CidrHost          *ebpf.Map `ebpf:"cidr_host"`
+	CidrTop           *ebpf.Map `ebpf:"cidr_top"`
+	Conntrack4Jiffies *ebpf.Map `ebpf:"conntrack4_jiffies"`
+	Counters          *ebpf.Map `ebpf:"counters"`
+	EndpointSlots     *ebpf.Map `ebpf:"endpoint_slots"`
+	Endpoints         *ebpf.Map `ebpf:"endpoints"`
+	EndpointsById     *ebpf.Map `ebpf:"endpoints_by_id"`
+	Events            *ebpf.Map `ebpf:"events"`
+	EventsLost        *ebpf.Map `ebpf:"events_lost"`
+	Frags             *ebpf.Map `ebpf:"frags"`
+	Ipcache           *ebpf.Map `ebpf:"ipcache"`
+	Policy            *ebpf.Map `ebpf:"policy"`
+	Proxy             *ebpf.Map `ebpf:"proxy"`
+	SvFlows           *ebpf.Map `ebpf:"sv_flows"`
+	SvPairs           *ebpf.Map `ebpf:"sv_pairs"`
 }
 
 func (m *rampartMaps) Close() error {
@@ -336,7 +336,7 @@ func (m *rampartMaps) Close() error {
 		m.CidrBanks,
 		m.CidrHost,
 		m.CidrTop,
-		m.Conntrack4,
+		m.Conntrack4Jiffies,
 		m.Counters,
 		m.EndpointSlots,
 		m.Endpoints,
@@ -356,11 +356,11 @@ func (m *rampartMaps) Close() error {
 //
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartVariables struct {
-	CtTimeoutOtherNs          *ebpf.Variable `ebpf:"ct_timeout_other_ns"`
-	CtTimeoutTcpClosingNs     *ebpf.Variable `ebpf:"ct_timeout_tcp_closing_ns"`
-	CtTimeoutTcpEstablishedNs *ebpf.Variable `ebpf:"ct_timeout_tcp_established_ns"`
-	CtTimeoutTcpSynNs         *ebpf.Variable `ebpf:"ct_timeout_tcp_syn_ns"`
-	UnusedFlowEvent           *ebpf.Variable `ebpf:"unused_flow_event"`
+	CtTimeoutOther          *ebpf.Variable `ebpf:"ct_timeout_other"`
+	CtTimeoutTcpClosing     *ebpf.Variable `ebpf:"ct_timeout_tcp_closing"`
+	CtTimeoutTcpEstablished *ebpf.Variable `ebpf:"ct_timeout_tcp_established"`
+	CtTimeoutTcpSyn         *ebpf.Variable `ebpf:"ct_timeout_tcp_syn"`
+	UnusedFlowEvent         *ebpf.Variable `ebpf:"unused_flow_event"`
 }
 
 // rampartPrograms contains all programs after they have been loaded into the kernel.

@@ -86,7 +86,7 @@ func TestPolicyChangeEstablished(t *testing.T) {
 		t.Helper()
 		k := ct4Key(p, epID, dir)
 		var v rampartCtValue
-		if err := f.d.objs.Conntrack4.Lookup(&k, &v); err != nil {
+		if err := f.d.objs.Conntrack4Jiffies.Lookup(&k, &v); err != nil {
 			t.Fatalf("conntrack entry of %v: %v", p, err)
 		}
 		return v.Revision
