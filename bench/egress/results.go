@@ -78,7 +78,9 @@ type Settings struct {
 	Repeats int      `json:"repeats"`
 	// Blocks: each metric of a pair ran in this many short runs per side, alternating
 	// sides (runs before it was recorded: one).
-	Blocks       int     `json:"blocks,omitempty"`
+	Blocks int `json:"blocks,omitempty"`
+	// PingBlock: the most pings in one block of the latency run (Config.PingBlock).
+	PingBlock    int     `json:"ping_block,omitempty"`
 	TCPSeconds   float64 `json:"tcp_seconds"`
 	UDPSeconds   float64 `json:"udp_seconds"`
 	CPUSeconds   float64 `json:"cpu_seconds"`
@@ -492,6 +494,9 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 		"* marks a run that sent less than 90%% of that rate, whose CPU use was scaled up to it.", st.Repeats, st.CPURate)
 	if st.Blocks > 1 {
 		fmt.Fprintf(w, " Within a pair each metric ran in %d short blocks per side, the sides alternating (A B B A ...).", st.Blocks)
+	}
+	if st.PingBlock > 0 && st.PingCount > st.PingBlock {
+		fmt.Fprintf(w, " Ping: %d per side and pair, in blocks of at most %d alternating sides.", st.PingCount, st.PingBlock)
 	}
 	fmt.Fprint(w, " Ping p50: median of the pooled round trips as grouped data (ping prints whole microseconds).\n\n")
 	fmt.Fprintln(w, "| prefixes | filter | status | TCP Gbit/s | UDP Gbit/s | CPU % at "+st.CPURate+" | ping p50 us | ping p99 us | TCP RR p50 us | set-up s | memory MiB |")

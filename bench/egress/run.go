@@ -39,6 +39,11 @@ type Config struct {
 	// between the filter's topology and the baseline (A B B A A B ...), so that slow
 	// changes of the machine (steal time, other work) hit both sides alike.
 	Blocks int
+	// PingBlock is the most pings in one block: the latency run alternates sides more
+	// often than the others (at least Blocks times), since a ping round trip of about 10 us
+	// moves by tens of percent from one second to the next on a shared machine, and only
+	// sides measured close together in time compare well.
+	PingBlock int
 	// ProbeInterval spaces the set-up probes: the resolution of the set-up time.
 	ProbeInterval time.Duration
 	// Budget is how long one filter may take at one count (set-up, measuring, removal);
@@ -76,9 +81,10 @@ func DefaultConfig() Config {
 		RRDuration:    2 * time.Second,
 		CPURate:       "1G",
 		UDPLength:     1470,
-		PingCount:     1000,
+		PingCount:     2000,
 		PingInterval:  time.Millisecond,
 		Blocks:        3,
+		PingBlock:     100,
 		ProbeInterval: time.Millisecond,
 		Budget:        10 * time.Minute,
 		Seed:          1,
@@ -108,6 +114,7 @@ func QuickConfig() Config {
 	c.RRDuration = 500 * time.Millisecond
 	c.PingCount = 200
 	c.Blocks = 1
+	c.PingBlock = 200
 	c.Budget = 3 * time.Minute
 	return c
 }
@@ -226,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		Host: HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Kernel: benchkit.Kernel(), LoadStart: benchkit.LoadAverage(),
 			MemAvailableBytes: memAvail, Versions: map[string]string{}},
 		Settings: Settings{
-			Quick: cfg.Quick, Counts: cfg.Counts, Filters: append([]string{FilterNone}, filters...), Repeats: cfg.Repeats, Blocks: cfg.Blocks,
+			Quick: cfg.Quick, Counts: cfg.Counts, Filters: append([]string{FilterNone}, filters...), Repeats: cfg.Repeats, Blocks: cfg.Blocks, PingBlock: cfg.PingBlock,
 			TCPSeconds: cfg.TCPDuration.Seconds(), UDPSeconds: cfg.UDPDuration.Seconds(), CPUSeconds: cfg.CPUDuration.Seconds(),
 			CPURate: cfg.CPURate, UDPLength: cfg.UDPLength, PingCount: cfg.PingCount, PingInterval: cfg.PingInterval.Seconds(),
 			RRSeconds: cfg.RRDuration.Seconds(), ProbeInterval: cfg.ProbeInterval.Seconds(), BudgetSeconds: cfg.Budget.Seconds(),
@@ -708,9 +715,10 @@ func (r *runner) pair(ctx context.Context, t *topology, round int) (Pair, error)
 		}
 		return &fm
 	}
-	// alternate runs one block of metric what on each side, n times, in the pair's order.
-	alternate := func(what string, run func(x *topology) error) error {
-		for i := range n {
+	// alternateN runs one block of metric what on each side, blocks times, in the pair's
+	// order.
+	alternateN := func(what string, blocks int, run func(x *topology) error) error {
+		for i := range blocks {
 			for _, x := range order(i) {
 				if err := run(x); err != nil {
 					return fmt.Errorf("%s: %s: %w", x.Name, what, err)
@@ -719,6 +727,7 @@ func (r *runner) pair(ctx context.Context, t *topology, round int) (Pair, error)
 		}
 		return nil
 	}
+	alternate := func(what string, run func(x *topology) error) error { return alternateN(what, n, run) }
 	udp := []string{"-u", "-l", strconv.Itoa(r.cfg.UDPLength)}
 	for _, k := range []struct {
 		what  string
@@ -747,8 +756,9 @@ func (r *runner) pair(ctx context.Context, t *topology, round int) (Pair, error)
 	r.scaleCPU(&fm)
 	r.scaleCPU(&bm)
 	pings := map[*topology][]Ping{}
-	count := max(50, r.cfg.PingCount/n)
-	err := alternate("ping", func(x *topology) error {
+	pingBlocks := max(n, (r.cfg.PingCount+r.cfg.PingBlock-1)/r.cfg.PingBlock)
+	count := max(1, r.cfg.PingCount/pingBlocks)
+	err := alternateN("ping", pingBlocks, func(x *topology) error {
 		res, err := r.ping(ctx, x, count)
 		pings[x] = append(pings[x], res)
 		return err
@@ -1023,8 +1033,8 @@ func (c *Config) validate() error {
 		return errors.New("repeats must be at least 1")
 	case c.TCPDuration < time.Second || c.UDPDuration < time.Second || c.CPUDuration < time.Second:
 		return errors.New("iperf3 durations must be at least 1 s")
-	case c.RRDuration <= 0 || c.PingCount < 1 || c.PingInterval <= 0 || c.ProbeInterval <= 0:
-		return errors.New("request/response duration, ping count and intervals must be positive")
+	case c.RRDuration <= 0 || c.PingCount < 1 || c.PingBlock < 1 || c.PingInterval <= 0 || c.ProbeInterval <= 0:
+		return errors.New("request/response duration, ping count, ping block and intervals must be positive")
 	case c.Budget < 10*time.Second:
 		return errors.New("the budget must be at least 10 s")
 	case c.Iptables != "legacy" && c.Iptables != "nft":

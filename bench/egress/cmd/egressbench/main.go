@@ -52,7 +52,8 @@ func run() int {
 		cpuDur     = flag.Duration("cpu-duration", 0, "iperf3 UDP run at the fixed rate (default 3s, quick 1s)")
 		rrDur      = flag.Duration("rr-duration", 0, "request/response run (default 2s, quick 500ms)")
 		cpuRate    = flag.String("cpu-rate", def.CPURate, "iperf3 -b of the CPU run")
-		pingCount  = flag.Int("ping-count", 0, "pings per latency run, at the ping interval (default 1000, quick 200)")
+		pingCount  = flag.Int("ping-count", 0, "pings per side and pair, at the ping interval (default 2000, quick 200)")
+		pingBlock  = flag.Int("ping-block", 0, "most pings per block of the latency run, whose blocks alternate sides (default 100, quick 200)")
 		pingIntvl  = flag.Duration("ping-interval", def.PingInterval, "ping interval (under 2ms needs root)")
 		probeIntvl = flag.Duration("probe-interval", def.ProbeInterval, "spacing of the set-up time probes (its resolution)")
 		budget     = flag.Duration("budget", 0, "time one filter may take at one count; predicted longer: skipped (default 10m, quick 3m)")
@@ -96,6 +97,9 @@ func run() int {
 		if d.flag != 0 {
 			*d.dst = d.flag
 		}
+	}
+	if *pingBlock != 0 {
+		cfg.PingBlock = *pingBlock
 	}
 	if *pingCount != 0 {
 		cfg.PingCount = *pingCount
