@@ -21,9 +21,11 @@ func kernelTick() (time.Duration, error) {
 		return 0, fmt.Errorf("reading the kernel's tick (coarse clock resolution): %w", err)
 	}
 	tick := time.Duration(res.Nano())
-	// HZ is 100 to 1000 in every kernel configuration.
-	if tick < time.Millisecond || tick > 10*time.Millisecond {
-		return 0, fmt.Errorf("kernel tick %v: not between 1 and 10 ms", tick)
+	// CONFIG_HZ is 100, 250, 300 or 1000 on common architectures, and 24 to 1200 on any.
+	// Outside that the resolution is not the tick, and timeouts counted in it would be
+	// wrong (too long, if it were finer): refuse rather than guess.
+	if tick < 800*time.Microsecond || tick > 42*time.Millisecond {
+		return 0, fmt.Errorf("kernel tick %v (coarse clock resolution): not a tick of HZ 24 to 1200", tick)
 	}
 	return tick, nil
 }
