@@ -5,8 +5,9 @@
  *   rampart_to_ep    tc egress:  packets entering the endpoint (DIR_INGRESS policy)
  *
  * Per packet: endpoint -> parse -> fragments -> conntrack -> ipcache -> policy -> verdict
- * -> counters and (new flows, drops) a flow event. Every step is a fixed number of map
- * lookups. Anything the program cannot classify is dropped (fail closed).
+ * -> for new flows and drops, a flow event (and drops a counter; forwarded packets are
+ * counted by the interface itself). Every step is a fixed number of map lookups. Anything
+ * the program cannot classify is dropped (fail closed).
  *
  * L7 (see proxy.h): connections that a redirect entry sends through the proxy are steered
  * at the client's veth (rampart_from_ep), whether the entry is the client's egress policy
@@ -88,7 +89,7 @@ static __noinline int handle_later_fragment(struct __sk_buff *skb, struct pkt *p
 	frag_key_fill(&k, p, d->ep_id, d->dir);
 	v = bpf_map_lookup_elem(&frags, &k);
 	if (v && v->allowed)
-		return pass(p, d); /* allowed datagram: no new evaluation, no event */
+		return pass(); /* allowed datagram: no new evaluation, no event */
 
 	/* Dropped below: resolve the peer only now, for the event. */
 	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
@@ -134,10 +135,10 @@ static __noinline int sv_established(struct __sk_buff *skb, struct pkt *p, struc
 		goto unchecked;
 	hlen += ETH_HLEN + (doff_byte >> 4) * 4;
 	if (skb->len <= hlen)
-		return pass(p, d);
+		return pass();
 	cookie = bpf_map_lookup_elem(&sv_flows, &k);
 	if (cookie && *cookie && *cookie == bpf_get_socket_cookie(skb))
-		return pass(p, d);
+		return pass();
 unchecked:
 	/* Drop: data on a send-side verdict flow that the verdict did not see. */
 	d->ev_flags |= FLOW_F_SOCKVERDICT;
@@ -172,7 +173,7 @@ static __noinline int steer_established(struct __sk_buff *skb, struct pkt *p,
 		 * restarted): the connection cannot continue unchecked. */
 		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
 	count_proxy(d->ep_id, 1);
-	return pass(p, d);
+	return pass();
 }
 
 /* recheck_established applies a policy change to an established flow: its conntrack entry v
@@ -274,7 +275,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 		if (p->frag == FRAG_FIRST)
 			frag_record(p, d, 1);
 		emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
-		return pass(p, d);
+		return pass();
 	}
 
 	if (peer->ep_id && p->t.proto == IPPROTO_TCP &&
@@ -310,7 +311,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 		d->ev_flags |= FLOW_F_SOCKVERDICT;
 		ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, CT_F_SOCKVERDICT, revision, now);
 		emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
-		return pass(p, d);
+		return pass();
 	}
 	if (proxy_assign(skb, p, 1) < 0)
 		/* Drop: no proxy listener (not running, not configured) or no socket for this
@@ -319,7 +320,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 	ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, CT_F_TO_PROXY, revision, now);
 	count_proxy(d->ep_id, 1);
 	emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_REDIRECTED);
-	return pass(p, d);
+	return pass();
 }
 
 /* new_ingress finishes a new flow entering the endpoint that its ingress policy did not
@@ -339,7 +340,7 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 			d->ev_flags |= FLOW_F_SOCKVERDICT;
 			ct_create(p, d->ep_id, DIR_INGRESS, d->rule_id, CT_F_SOCKVERDICT, revision, now);
 			emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
-			return pass(p, d);
+			return pass();
 		}
 		if (!proxied || p->t.proto != IPPROTO_TCP) {
 			/* Drop: L7 rules apply to this flow but it did not pass the proxy (a
@@ -362,7 +363,7 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 	if (p->frag == FRAG_FIRST)
 		frag_record(p, d, 1);
 	emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
-	return pass(p, d);
+	return pass();
 }
 
 /* endpoint_of finds the endpoint of the interface a packet is on: its slot in
@@ -423,7 +424,7 @@ static __noinline int handle_unparsed(struct __sk_buff *skb, struct pkt *p, stru
 	switch (ret) {
 	case PARSE_ARP:
 		/* ARP is needed for any IPv4 traffic on the veth and carries no policy. */
-		return pass(p, d);
+		return pass();
 	case PARSE_IPV6:
 		/* Drop: IPv6 is not enforced yet, and unenforced means not allowed. */
 		return drop(skb, p, d, REASON_UNSUPPORTED_L3);
@@ -449,7 +450,7 @@ static __noinline int handle_unknown_endpoint(struct __sk_buff *skb, struct deci
 }
 
 /* handle is the packet path. Its inline part is what a packet of an established flow
- * needs (endpoint, parse, conntrack, counters); everything else is out of line. */
+ * needs (endpoint, parse, conntrack); everything else is out of line. */
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 {
 	struct decision d = { .dir = dir };
@@ -503,7 +504,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	}
 	if (unlikely(p.frag == FRAG_FIRST))
 		frag_record(&p, &d, 1);
-	return pass(&p, &d);
+	return pass();
 }
 
 /* tc ingress on the host-side veth: the endpoint is sending. */

@@ -20,30 +20,23 @@ struct decision {
 	__u8 pad;
 };
 
-/* count_packet adds a forwarded or dropped packet to the endpoint's counters. Packets and
- * bytes count forwarded packets; drops count dropped ones. */
-static __always_inline void count_packet(const struct decision *d, __u32 len, int dropped)
+/* count_drop adds a dropped packet to the endpoint's counters (endpoint 0's for packets
+ * on an interface without an endpoint). Forwarded packets are not counted here (see struct
+ * ep_counters). */
+static __always_inline void count_drop(const struct decision *d, __u32 len)
 {
 	struct ep_counters *c;
 	__u32 idx = d->ep_id;
 
-	c = bpf_map_lookup_elem(&counters, &idx);
+	c = bpf_map_lookup_elem(&endpoint_counters, &idx);
 	if (!c)
-		return; /* ep_id out of range (or no endpoint): nothing to count into */
+		return; /* ep_id out of range: nothing to count into */
 	if (d->dir == DIR_INGRESS) {
-		if (dropped) {
-			c->ingress_drops++;
-		} else {
-			c->ingress_packets++;
-			c->ingress_bytes += len;
-		}
+		c->ingress_drops++;
+		c->ingress_drop_bytes += len;
 	} else {
-		if (dropped) {
-			c->egress_drops++;
-		} else {
-			c->egress_packets++;
-			c->egress_bytes += len;
-		}
+		c->egress_drops++;
+		c->egress_drop_bytes += len;
 	}
 }
 
@@ -53,7 +46,7 @@ static __always_inline void count_proxy(__u32 ep_id, int to_proxy)
 {
 	struct ep_counters *c;
 
-	c = bpf_map_lookup_elem(&counters, &ep_id);
+	c = bpf_map_lookup_elem(&endpoint_counters, &ep_id);
 	if (!c)
 		return;
 	if (to_proxy)
@@ -114,14 +107,15 @@ static __noinline int drop(struct __sk_buff *skb, const struct pkt *p, struct de
 				__u8 reason)
 {
 	d->reason = reason;
-	count_packet(d, p->len, 1);
+	count_drop(d, p->len);
 	emit_event(skb, p, d, EVENT_DROP, VERDICT_DROPPED);
 	return TC_ACT_SHOT;
 }
 
-static __always_inline int pass(const struct pkt *p, const struct decision *d)
+/* pass forwards the packet. It counts nothing: the interface's own statistics count
+ * forwarded packets (see struct ep_counters). */
+static __always_inline int pass(void)
 {
-	count_packet(d, p->len, 0);
 	return TC_ACT_OK;
 }
 

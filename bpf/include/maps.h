@@ -91,14 +91,28 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } frags SEC(".maps");
 
-/* Per-endpoint, per-CPU counters, indexed by ep_id. */
+/* Per-endpoint, per-CPU drop and proxy counters, indexed by ep_id (struct ep_counters:
+ * forwarded packets come from the interface's statistics). It replaced the map counters,
+ * which also counted every forwarded packet: that per-packet update of a per-CPU line was
+ * about 80 ns of a round trip's cost at a ping every millisecond (docs/benchmarks.md). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, RAMPART_MAX_ENDPOINTS);
 	__type(key, __u32);
 	__type(value, struct ep_counters);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} counters SEC(".maps");
+} endpoint_counters SEC(".maps");
+
+/* ifindex -> the interface's statistics when its endpoint was installed (struct
+ * iface_stats). Kept by the agent, pinned so that a restarted agent counts from the same
+ * point; no program reads it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RAMPART_MAX_ENDPOINTS);
+	__type(key, __u32);
+	__type(value, struct iface_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} iface_base SEC(".maps");
 
 /* The L7 proxy: listener and socket marks (struct proxy_config at index 0). */
 struct {

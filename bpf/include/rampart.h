@@ -235,16 +235,28 @@ struct frag_value {
 	__u32 rule_id; /* rule that decided the first fragment */
 };
 
-/* Per-endpoint counters: PERCPU_ARRAY indexed by ep_id. */
+/* Per-endpoint counters of what only the programs know: PERCPU_ARRAY endpoint_counters,
+ * indexed by ep_id. Forwarded packets and bytes are not among them: the kernel counts
+ * every packet on the endpoint's host-side interface anyway, and the agent derives them
+ * from those statistics (datapath.Counters: the interface's counts less the drops), so
+ * the packets of established flows, nearly all packets, update no counter here. */
 struct ep_counters {
-	__u64 ingress_packets;
-	__u64 ingress_bytes;
 	__u64 ingress_drops;
-	__u64 egress_packets;
-	__u64 egress_bytes;
+	__u64 ingress_drop_bytes;
 	__u64 egress_drops;
+	__u64 egress_drop_bytes;
 	__u64 to_proxy_packets;   /* handed to a proxy socket at this endpoint's veth */
 	__u64 from_proxy_packets; /* into this endpoint from the proxy's upstream socket */
+};
+
+/* An interface's statistics when the endpoint was installed on it (map iface_base, by
+ * ifindex, written and read by the agent only): forwarded counts are counted from there. */
+struct iface_stats {
+	__u64 rx_packets;
+	__u64 rx_bytes;
+	__u64 tx_packets;
+	__u64 tx_bytes;
+	__u64 tx_dropped;
 };
 
 /* The L7 proxy: where steered connections go, and the socket marks. One entry (index 0)

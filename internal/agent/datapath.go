@@ -85,8 +85,8 @@ func (r *realDatapath) RouteToProxy(netnsPath string) error {
 	return datapath.SetupProxyRouting(netnsPath)
 }
 
-func (r *realDatapath) Counters(epID uint32) (api.Counters, error) {
-	c, err := r.dp.Counters(epID)
+func (r *realDatapath) Counters(netnsPath string, ifindex int, epID uint32) (api.Counters, error) {
+	c, err := r.dp.Counters(netnsPath, uint32(ifindex), epID)
 	if err != nil {
 		return api.Counters{}, err
 	}

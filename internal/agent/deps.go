@@ -35,7 +35,9 @@ type Datapath interface {
 	// dataplane hands to the proxy (a policy route, which costs all forwarded traffic a
 	// little, so the agent adds it only once L7 rules are in force). Idempotent.
 	RouteToProxy(netnsPath string) error
-	Counters(epID uint32) (api.Counters, error)
+	// Counters returns endpoint epID's counters; its host-side interface ifindex in the
+	// node namespace netnsPath counts its forwarded packets.
+	Counters(netnsPath string, ifindex int, epID uint32) (api.Counters, error)
 	// ReadEvent blocks until the next flow event; it fails once Close was called.
 	ReadEvent() (FlowEvent, error)
 	// Close releases the agent's handles; pinned maps and attached programs stay.

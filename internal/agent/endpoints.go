@@ -283,8 +283,8 @@ func (a *Agent) endpointView(rec *EndpointRecord, counters bool) api.Endpoint {
 	if l, ok := a.cur.alloc.Labels(id); ok {
 		ep.IdentityLabels = labelList(l)
 	}
-	if counters {
-		if c, err := a.dp.Counters(rec.EpID); err == nil {
+	if ifindex, ok := a.ifindex[rec.EpID]; counters && ok {
+		if c, err := a.dp.Counters(a.net.NetnsPath(), ifindex, rec.EpID); err == nil {
 			ep.Counters = &c
 		} else {
 			a.log.Warn("reading counters", "endpoint", key, "error", err)

@@ -366,7 +366,7 @@ func (d *fakeDatapath) RouteToProxy(netnsPath string) error {
 	return nil
 }
 
-func (d *fakeDatapath) Counters(epID uint32) (api.Counters, error) {
+func (d *fakeDatapath) Counters(_ string, _ int, epID uint32) (api.Counters, error) {
 	return api.Counters{IngressPackets: uint64(epID)}, nil
 }
 

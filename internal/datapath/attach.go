@@ -126,6 +126,9 @@ func (d *Datapath) Attach(netnsPath, ifname string) error {
 	if err := removeClsBPF(h, lnk); err != nil {
 		return fmt.Errorf("attaching to %s: removing the tc filters of an earlier version: %w", ifname, err)
 	}
+	d.mu.Lock()
+	d.netns[uint32(idx)] = netnsPath
+	d.mu.Unlock()
 	return nil
 }
 

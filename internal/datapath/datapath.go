@@ -58,6 +58,9 @@ type Datapath struct {
 	slots     []uint32                                           // endpoint_slots: the ifindex each slot holds, 0 if none
 	policies  map[uint32]map[rampartPolicyKey]rampartPolicyValue // by ep_id
 	ipcache   map[netip.Prefix]mapstate.IPCacheEntry
+	// netns is the network namespace of each interface Attach attached to (this process
+	// only): where ApplyEndpoint reads an interface's statistics (iface_base).
+	netns map[uint32]string
 
 	// cidr is the CIDR set state, with its own lock: a reload of millions of prefixes does
 	// not hold up endpoint and policy changes.
@@ -121,6 +124,10 @@ func Open(cfg Config) (*Datapath, error) {
 		return nil, fmt.Errorf("loading dataplane: %w", err)
 	}
 	if _, err := migrateConntrack(cfg.PinDir, d.objs.Conntrack4Jiffies, tick); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
+	if err := migrateCounters(cfg.PinDir, d.objs.EndpointCounters); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -217,7 +224,7 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
-	return []*ebpf.Map{m.Counters, m.Conntrack4Jiffies, m.Endpoints, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
+	return []*ebpf.Map{m.EndpointCounters, m.IfaceBase, m.Conntrack4Jiffies, m.Endpoints, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
 		m.CidrBanks, m.CidrTop, m.CidrHost, m.Cidr6, m.SvPairs, m.SvFlows}
 }
 

@@ -36,7 +36,7 @@ const (
 )
 
 // MaxEndpoints is the size of the endpoint maps; endpoint IDs must be below it.
-func (d *Datapath) MaxEndpoints() uint32 { return d.objs.Counters.MaxEntries() }
+func (d *Datapath) MaxEndpoints() uint32 { return d.objs.EndpointCounters.MaxEntries() }
 
 // InstalledEndpoints returns the endpoints map by ifindex, as last written (or read back on
 // Open), so a restarted agent can remove endpoints that no longer exist.
@@ -229,6 +229,13 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 			}
 		}
 	}
+	// Newly installed on an interface this process attached to: its forwarded packets
+	// count from here (Counters). Interfaces attached by an earlier run keep their base.
+	if netns, ok := d.netns[ifindex]; ok && (!known || old.EpId != ep.EpID) {
+		if err := d.recordBase(netns, ifindex); err != nil {
+			return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
+		}
+	}
 	d.step(stepFinalFlags)
 	return nil
 }
@@ -277,9 +284,15 @@ func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
 	}
 	if epID < d.MaxEndpoints() {
 		zero := make([]rampartEpCounters, ebpf.MustPossibleCPU())
-		if err := d.objs.Counters.Update(&epID, zero, ebpf.UpdateAny); err != nil {
+		if err := d.objs.EndpointCounters.Update(&epID, zero, ebpf.UpdateAny); err != nil {
 			errs = append(errs, fmt.Errorf("resetting counters: %w", err))
 		}
+	}
+	if ifindex != 0 {
+		if err := d.objs.IfaceBase.Delete(&ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("deleting interface statistics base: %w", err))
+		}
+		delete(d.netns, ifindex)
 	}
 	if err := purgeByEndpoint[rampartCt4Key, rampartCtValue](d.objs.Conntrack4Jiffies, epID, func(k *rampartCt4Key) uint32 { return k.EpId }); err != nil {
 		errs = append(errs, fmt.Errorf("purging conntrack: %w", err))
@@ -503,6 +516,7 @@ func keyString(k rampartPolicyKey) string {
 // readState rebuilds the in-memory copy of the endpoints, policy and ipcache maps.
 func (d *Datapath) readState() error {
 	d.endpoints = make(map[uint32]rampartEndpointInfo)
+	d.netns = make(map[uint32]string)
 	d.policies = make(map[uint32]map[rampartPolicyKey]rampartPolicyValue)
 	d.ipcache = make(map[netip.Prefix]mapstate.IPCacheEntry)
 

@@ -41,6 +41,19 @@ func randSuffix(t testing.TB) string {
 	return hex.EncodeToString(b)
 }
 
+// newPinDir makes a fresh pin directory on bpffs, removed at cleanup, for tests that pin
+// maps of their own before a Datapath opens there.
+func newPinDir(t *testing.T) string {
+	t.Helper()
+	requirePrivileged(t)
+	pin := filepath.Join(BPFFSRoot, "rampart-test-"+randSuffix(t))
+	if err := os.MkdirAll(pin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pin) })
+	return pin
+}
+
 // testHostSlots is the CIDR host table size of test datapaths.
 const testHostSlots = 1 << 16
 

@@ -19,12 +19,7 @@ import (
 // per direction and tuple) keyed from the endpoint's side with their direction, conntrack4
 // as it was; both with times in nanoseconds, which keep their age in jiffies.
 func TestMigrateEarlierConntrack(t *testing.T) {
-	requirePrivileged(t)
-	pin := filepath.Join(BPFFSRoot, "rampart-test-"+randSuffix(t))
-	if err := os.MkdirAll(pin, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(pin) })
+	pin := newPinDir(t)
 	earlier := func(name string) *ebpf.Map {
 		m, err := ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: ebpf.LRUHash, KeySize: 20, ValueSize: 32, MaxEntries: 16})
 		if err != nil {

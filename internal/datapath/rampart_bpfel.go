@@ -66,12 +66,10 @@ type rampartEndpointSlot struct {
 
 type rampartEpCounters struct {
 	_                structs.HostLayout
-	IngressPackets   uint64
-	IngressBytes     uint64
 	IngressDrops     uint64
-	EgressPackets    uint64
-	EgressBytes      uint64
+	IngressDropBytes uint64
 	EgressDrops      uint64
+	EgressDropBytes  uint64
 	ToProxyPackets   uint64
 	FromProxyPackets uint64
 }
@@ -120,6 +118,15 @@ type rampartFragValue struct {
 	Reason  uint8
 	Pad     [2]uint8
 	RuleId  uint32
+}
+
+type rampartIfaceStats struct {
+	_         structs.HostLayout
+	RxPackets uint64
+	RxBytes   uint64
+	TxPackets uint64
+	TxBytes   uint64
+	TxDropped uint64
 }
 
 type rampartIpcacheKey struct {
@@ -190,13 +197,14 @@ const (
 	rampartMapCidrHost                = "cidr_host"
 	rampartMapCidrTop                 = "cidr_top"
 	rampartMapConntrack4Jiffies       = "conntrack4_jiffies"
-	rampartMapCounters                = "counters"
+	rampartMapEndpointCounters        = "endpoint_counters"
 	rampartMapEndpointSlots           = "endpoint_slots"
 	rampartMapEndpoints               = "endpoints"
 	rampartMapEndpointsById           = "endpoints_by_id"
 	rampartMapEvents                  = "events"
 	rampartMapEventsLost              = "events_lost"
 	rampartMapFrags                   = "frags"
+	rampartMapIfaceBase               = "iface_base"
 	rampartMapIpcache                 = "ipcache"
 	rampartMapPolicy                  = "policy"
 	rampartMapProxy                   = "proxy"
@@ -266,13 +274,14 @@ type rampartMapSpecs struct {
 	CidrHost          *ebpf.MapSpec `ebpf:"cidr_host"`
 	CidrTop           *ebpf.MapSpec `ebpf:"cidr_top"`
 	Conntrack4Jiffies *ebpf.MapSpec `ebpf:"conntrack4_jiffies"`
-	Counters          *ebpf.MapSpec `ebpf:"counters"`
+	EndpointCounters  *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointSlots     *ebpf.MapSpec `ebpf:"endpoint_slots"`
 	Endpoints         *ebpf.MapSpec `ebpf:"endpoints"`
 	EndpointsById     *ebpf.MapSpec `ebpf:"endpoints_by_id"`
 	Events            *ebpf.MapSpec `ebpf:"events"`
 	EventsLost        *ebpf.MapSpec `ebpf:"events_lost"`
 	Frags             *ebpf.MapSpec `ebpf:"frags"`
+	IfaceBase         *ebpf.MapSpec `ebpf:"iface_base"`
 	Ipcache           *ebpf.MapSpec `ebpf:"ipcache"`
 	Policy            *ebpf.MapSpec `ebpf:"policy"`
 	Proxy             *ebpf.MapSpec `ebpf:"proxy"`
@@ -316,13 +325,14 @@ type rampartMaps struct {
 	CidrHost          *ebpf.Map `ebpf:"cidr_host"`
 	CidrTop           *ebpf.Map `ebpf:"cidr_top"`
 	Conntrack4Jiffies *ebpf.Map `ebpf:"conntrack4_jiffies"`
-	Counters          *ebpf.Map `ebpf:"counters"`
+	EndpointCounters  *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointSlots     *ebpf.Map `ebpf:"endpoint_slots"`
 	Endpoints         *ebpf.Map `ebpf:"endpoints"`
 	EndpointsById     *ebpf.Map `ebpf:"endpoints_by_id"`
 	Events            *ebpf.Map `ebpf:"events"`
 	EventsLost        *ebpf.Map `ebpf:"events_lost"`
 	Frags             *ebpf.Map `ebpf:"frags"`
+	IfaceBase         *ebpf.Map `ebpf:"iface_base"`
 	Ipcache           *ebpf.Map `ebpf:"ipcache"`
 	Policy            *ebpf.Map `ebpf:"policy"`
 	Proxy             *ebpf.Map `ebpf:"proxy"`
@@ -337,13 +347,14 @@ func (m *rampartMaps) Close() error {
 		m.CidrHost,
 		m.CidrTop,
 		m.Conntrack4Jiffies,
-		m.Counters,
+		m.EndpointCounters,
 		m.EndpointSlots,
 		m.Endpoints,
 		m.EndpointsById,
 		m.Events,
 		m.EventsLost,
 		m.Frags,
+		m.IfaceBase,
 		m.Ipcache,
 		m.Policy,
 		m.Proxy,

@@ -334,11 +334,11 @@ func TestRealTraffic(t *testing.T) {
 		t.Errorf("malformed drop event: %+v", mal)
 	}
 
-	ca, err := d.Counters(1)
+	ca, err := d.Counters(node, a.ifindex, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb, err := d.Counters(2)
+	cb, err := d.Counters(node, b.ifindex, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
