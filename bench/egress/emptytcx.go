@@ -33,12 +33,8 @@ func (f *emptyTCXFilter) Prepare(context.Context, []Prefix, string, string) erro
 func (f *emptyTCXFilter) Install(ctx context.Context) (install, error) {
 	in := install{Entries: -1}
 	var err error
-	f.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "empty_tcx", Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}, // TC_ACT_OK
-	})
-	if err != nil {
-		return in, fmt.Errorf("loading the empty program: %w", err)
+	if f.prog, err = loadEmptyTC(); err != nil {
+		return in, err
 	}
 	err = endpoint.Do(f.topo.NodeNetns, func() error {
 		veth, err := netlink.LinkByName(f.topo.Client.HostIf)
@@ -75,4 +71,16 @@ func (f *emptyTCXFilter) Remove(ctx context.Context) error {
 
 func (f *emptyTCXFilter) Version(ctx context.Context) string {
 	return "two programs returning TC_ACT_OK (TCX ingress and egress of the client's host-side veth), cilium/ebpf"
+}
+
+// loadEmptyTC loads a tc program that only returns TC_ACT_OK (named empty_tcx).
+func loadEmptyTC() (*ebpf.Program, error) {
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "empty_tcx", Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}, // TC_ACT_OK
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading the empty program: %w", err)
+	}
+	return p, nil
 }

@@ -27,7 +27,9 @@ const (
 	FilterNft      = "nftables"
 	FilterLPM      = "tc-lpm"
 	FilterEmptyTCX = "tcx-empty"
-	FilterRampart  = "rampart"
+	// FilterAgentEmpty is opt-in like FilterEmptyTCX.
+	FilterAgentEmpty = "agent-empty"
+	FilterRampart    = "rampart"
 )
 
 // FilterNames are every filter the benchmark knows, baseline first.
@@ -35,14 +37,15 @@ var FilterNames = []string{FilterNone, FilterControl, FilterIptables, FilterIpse
 
 // filterDescriptions say what each filter is, for the report.
 var filterDescriptions = map[string]string{
-	FilterNone:     "no filter (baseline)",
-	FilterControl:  "no filter on the peers' topology, paired with the baseline like a filter: an A/A control, whose ratios are what noise and the harness alone produce",
-	FilterIptables: "iptables, one DROP rule per prefix in the client's OUTPUT chain (-o eth0 -d PREFIX)",
-	FilterIpset:    "ipset hash:net (maxelem sized to the list) matched by one iptables OUTPUT rule",
-	FilterNft:      "nftables interval set matched by one rule in an output-hook chain",
-	FilterLPM:      "tc-eBPF LPM trie on the client's eth0 egress (TCX), raw map BatchUpdate",
-	FilterEmptyTCX: "empty TCX programs where Rampart attaches its own (the client's host-side veth, ingress and egress): what the hooks alone cost; not among the default filters",
-	FilterRampart:  "Rampart: agent, CIDR set (rampart cidrset load) and a CiliumNetworkPolicy egressDeny toCIDRSet",
+	FilterNone:       "no filter (baseline)",
+	FilterControl:    "no filter on the peers' topology, paired with the baseline like a filter: an A/A control, whose ratios are what noise and the harness alone produce",
+	FilterIptables:   "iptables, one DROP rule per prefix in the client's OUTPUT chain (-o eth0 -d PREFIX)",
+	FilterIpset:      "ipset hash:net (maxelem sized to the list) matched by one iptables OUTPUT rule",
+	FilterNft:        "nftables interval set matched by one rule in an output-hook chain",
+	FilterLPM:        "tc-eBPF LPM trie on the client's eth0 egress (TCX), raw map BatchUpdate",
+	FilterEmptyTCX:   "empty TCX programs where Rampart attaches its own (the client's host-side veth, ingress and egress): what the hooks alone cost; not among the default filters",
+	FilterAgentEmpty: "Rampart's own agent and topology with the programs of its two TCX links swapped for empty ones while measured: everything of Rampart's path but the programs' work; not among the default filters",
+	FilterRampart:    "Rampart: agent, CIDR set (rampart cidrset load) and a CiliumNetworkPolicy egressDeny toCIDRSet",
 }
 
 // Command is one set-up or removal command and what it cost.

@@ -18,14 +18,15 @@ import (
 
 // filterColors gives every filter the same colour in every panel.
 var filterColors = map[string]color.Color{
-	FilterNone:     color.RGBA{R: 0x50, G: 0x50, B: 0x50, A: 0xff},
-	FilterControl:  color.RGBA{R: 0xa0, G: 0xa0, B: 0xa0, A: 0xff},
-	FilterIptables: color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-	FilterIpset:    color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-	FilterNft:      color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
-	FilterLPM:      color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
-	FilterEmptyTCX: color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
-	FilterRampart:  color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	FilterNone:       color.RGBA{R: 0x50, G: 0x50, B: 0x50, A: 0xff},
+	FilterControl:    color.RGBA{R: 0xa0, G: 0xa0, B: 0xa0, A: 0xff},
+	FilterIptables:   color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	FilterIpset:      color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	FilterNft:        color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	FilterLPM:        color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	FilterEmptyTCX:   color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+	FilterAgentEmpty: color.RGBA{R: 0xe3, G: 0x77, B: 0xc2, A: 0xff},
+	FilterRampart:    color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 }
 
 // panel is one chart: a metric of every filter against the number of prefixes.

@@ -323,6 +323,18 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			if why := toolMissing(name, cfg.Iptables); why != "" {
 				notAvailable[name] = why
 			}
+		case FilterAgentEmpty:
+			// An agent of its own (its namespaces are its own, so it can share the
+			// addresses of the rampart filter's agent).
+			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"e", filepath.Join(r.work, "agent-empty"), cidrs[2], serverCIDR, worldCIDR)
+			cleanups = append(cleanups, stop)
+			if err != nil {
+				return fail(fmt.Errorf("starting the agent of %s: %w", name, err))
+			}
+			if err := r.startServers(rf.topo); err != nil {
+				return fail(err)
+			}
+			fs[name] = &agentEmptyFilter{topo: rf.topo, agent: rf.agent}
 		case FilterRampart:
 			if why := rampartAvailable(ctx, cfg.Rampart); why != "" {
 				notAvailable[name] = why
@@ -431,9 +443,9 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 	start := time.Now()
 	defer func() { fr.WallSeconds = time.Since(start).Seconds() }()
 	name := f.Name()
-	if name == FilterControl || name == FilterEmptyTCX {
-		// Neither blocks anything: no set-up probe, measured like the A/A control.
-		if name == FilterEmptyTCX {
+	if name == FilterControl || name == FilterEmptyTCX || name == FilterAgentEmpty {
+		// None blocks anything: no set-up probe, measured like the A/A control.
+		if name != FilterControl {
 			if _, err := f.Install(ctx); err != nil {
 				fr.Status, fr.Reason = StatusInvalid, err.Error()
 				_ = f.Remove(ctx)
@@ -1051,7 +1063,7 @@ func (c *Config) validate() error {
 		return errors.New("counts must be positive and ascending")
 	}
 	for _, f := range c.Filters {
-		if !slices.Contains(FilterNames[1:], f) && f != FilterEmptyTCX {
+		if !slices.Contains(FilterNames[1:], f) && f != FilterEmptyTCX && f != FilterAgentEmpty {
 			return fmt.Errorf("unknown filter %q (want some of %s)", f, strings.Join(FilterNames[1:], ","))
 		}
 		if f == FilterRampart && (c.Rampartd == "" || c.Rampart == "") {

@@ -44,7 +44,7 @@ func run() int {
 	var (
 		quick      = flag.Bool("quick", false, "smoke run: counts 10 and 1000, one pair, 1 s runs (CI)")
 		counts     = flag.String("counts", "", "comma-separated list sizes, ascending; k and M suffixes allowed (default 10,100,1k,10k,100k,1M,10M; quick 10,1k)")
-		filters    = flag.String("filters", "", "comma-separated filters besides the baseline (default all): "+strings.Join(egress.FilterNames[1:], ",")+"; also "+egress.FilterEmptyTCX+" (empty programs at Rampart's hooks, not in the default)")
+		filters    = flag.String("filters", "", "comma-separated filters besides the baseline (default all): "+strings.Join(egress.FilterNames[1:], ",")+"; also "+egress.FilterEmptyTCX+" (empty programs at Rampart's hooks) and "+egress.FilterAgentEmpty+" (Rampart's agent and topology, its programs swapped for empty ones), not in the default")
 		repeats    = flag.Int("repeats", 0, "pairs (filter and baseline back to back) per filter and count (default 3, quick 1)")
 		blocks     = flag.Int("blocks", 0, "short runs per side that each metric of a pair is split into, alternating sides (default 3, quick 1)")
 		tcpDur     = flag.Duration("tcp-duration", 0, "iperf3 TCP run, whole seconds (default 3s, quick 1s)")
