@@ -21,6 +21,8 @@
 #ifndef RAMPART_EVENTS_RING_BYTES
 #define RAMPART_EVENTS_RING_BYTES (1 << 20)
 #endif
+/* The event that fills this much of the ring wakes the agent (events.h, emit_event). */
+#define RAMPART_EVENTS_WAKE (RAMPART_EVENTS_RING_BYTES / 4)
 
 /* Conntrack timeouts in seconds. They are compiled in as defaults of read-only globals, so
  * the agent can override them at load time (datapath.Config.CTTimeouts) without a rebuild. */

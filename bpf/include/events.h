@@ -71,6 +71,7 @@ static __noinline void emit_event(struct __sk_buff *skb, const struct pkt *p,
 				       const struct decision *d, __u8 type, __u8 verdict)
 {
 	struct flow_event *e;
+	__u64 avail;
 
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -98,7 +99,17 @@ static __noinline void emit_event(struct __sk_buff *skb, const struct pkt *p,
 	e->family = p->family;
 	e->icmp_type = p->icmp_type;
 	e->flags = d->ev_flags;
-	bpf_ringbuf_submit(e, 0);
+	/* No wakeup per event. A wakeup is an interrupt to this CPU and makes the agent
+	 * runnable here, where it would run before the packet's own receiver: the first packet
+	 * of every new flow waited for the agent to read its event (a ping's first round trip
+	 * took about 30 us longer with the agent running than with it stopped,
+	 * bench/experiments/firstping/run.sh). The event that fills
+	 * a quarter of the ring wakes the reader (once: a lagging reader is not woken again and
+	 * again); otherwise the agent polls (datapath.EventPoll), as for the send-side verdict's
+	 * events. */
+	avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	bpf_ringbuf_submit(e, avail >= RAMPART_EVENTS_WAKE && avail < RAMPART_EVENTS_WAKE + 2 * sizeof(*e) ?
+				      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 /* drop counts, reports and drops the packet. Every drop in the dataplane goes through here

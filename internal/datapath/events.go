@@ -3,8 +3,10 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -146,10 +148,44 @@ type FlowEvent struct {
 // EventReader reads flow events from the ring buffer. Use one reader at a time per
 // Datapath: events are consumed by whoever reads them first.
 type EventReader struct {
-	rd *ringbuf.Reader
+	ring polledRing
 	// wall - monotonic at creation, to convert kernel timestamps.
 	offset time.Duration
-	rec    ringbuf.Record
+}
+
+// EventPoll is how late an event may be read: the programs wake the reader only when an
+// event fills a quarter of its ring (flow events: bpf/include/events.h, emit_event;
+// send-side verdict events: bpf/sockverdict.c, emit), so readers poll.
+const EventPoll = 50 * time.Millisecond
+
+// polledRing reads a ring buffer whose producers do not wake the reader for each record:
+// it waits at most EventPoll at a time, and reads what arrived meanwhile.
+type polledRing struct {
+	rd       *ringbuf.Reader
+	deadline time.Time // the caller's (zero: none)
+	rec      ringbuf.Record
+}
+
+// next returns the next record's bytes (valid until the next call), or
+// os.ErrDeadlineExceeded once the deadline has passed without one.
+func (p *polledRing) next() ([]byte, error) {
+	for {
+		wake := time.Now().Add(EventPoll)
+		if !p.deadline.IsZero() && p.deadline.Before(wake) {
+			wake = p.deadline
+		}
+		p.rd.SetDeadline(wake)
+		err := p.rd.ReadInto(&p.rec)
+		if err == nil {
+			return p.rec.RawSample, nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, err
+		}
+		if !p.deadline.IsZero() && !time.Now().Before(p.deadline) {
+			return nil, err
+		}
+	}
 }
 
 // Events opens a reader on the flow event ring buffer.
@@ -164,24 +200,25 @@ func (d *Datapath) Events() (*EventReader, error) {
 		return nil, fmt.Errorf("reading monotonic clock: %w", err)
 	}
 	offset := time.Duration(time.Now().UnixNano() - ts.Nano())
-	return &EventReader{rd: rd, offset: offset}, nil
+	return &EventReader{ring: polledRing{rd: rd}, offset: offset}, nil
 }
 
 // Read blocks until an event arrives, the deadline passes (os.ErrDeadlineExceeded) or the
 // reader is closed (os.ErrClosed, also ringbuf.ErrClosed).
 func (r *EventReader) Read() (FlowEvent, error) {
-	if err := r.rd.ReadInto(&r.rec); err != nil {
+	raw, err := r.ring.next()
+	if err != nil {
 		return FlowEvent{}, fmt.Errorf("reading flow event: %w", err)
 	}
-	return decodeEvent(r.rec.RawSample, r.offset)
+	return decodeEvent(raw, r.offset)
 }
 
 // SetDeadline makes Read return os.ErrDeadlineExceeded once t has passed (zero: no deadline).
-func (r *EventReader) SetDeadline(t time.Time) { r.rd.SetDeadline(t) }
+func (r *EventReader) SetDeadline(t time.Time) { r.ring.deadline = t }
 
 // Close stops the reader; a blocked Read returns.
 func (r *EventReader) Close() error {
-	if err := r.rd.Close(); err != nil {
+	if err := r.ring.rd.Close(); err != nil {
 		return fmt.Errorf("closing flow event reader: %w", err)
 	}
 	return nil

@@ -9,9 +9,11 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -604,6 +606,53 @@ func TestEventsAndCounters(t *testing.T) {
 	if c, _ := f.d.drops(epID); c != (drops{}) {
 		t.Errorf("counters after remove %+v, want zero", c)
 	}
+}
+
+// TestEventsWakeReaderOnlyWhenQuarterFull: a flow event does not wake a reader waiting on
+// the ring (the agent polls, EventPoll), except the one that fills a quarter of the ring.
+// Checked through epoll on the ring: without a wakeup, a record written after the ring
+// was registered does not make it ready.
+func TestEventsWakeReaderOnlyWhenQuarterFull(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, false) // every new ingress flow is dropped, with an event
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ep)
+	fd := f.d.objs.Events.FD()
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+		t.Fatal(err)
+	}
+	woken := func() bool {
+		t.Helper()
+		evs := make([]unix.EpollEvent, 1)
+		n, err := unix.EpollWait(ep, evs, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	if woken() {
+		t.Fatal("the ring is ready before any event")
+	}
+	record := (int(unsafe.Sizeof(rampartFlowEvent{})) + 8 + 7) &^ 7 // with the ring's 8-byte header
+	const ring, wake = 1 << 20, 1 << 18
+	p := f.synIn(ipA, 80)
+	for i := 1; i*record <= ring/2; i++ {
+		p.sport = uint16(i)
+		if ret := f.toEp(p); ret != actShot {
+			t.Fatalf("packet %d: verdict %d", i, ret)
+		}
+		if !woken() {
+			continue
+		}
+		if i*record < wake || i*record >= wake+2*record {
+			t.Fatalf("woken by event %d (%d bytes in the ring), want the one that fills %d bytes", i, i*record, wake)
+		}
+		return
+	}
+	t.Fatalf("half the ring (%d bytes) filled without a wakeup", ring/2)
 }
 
 func TestLostEvents(t *testing.T) {

@@ -494,17 +494,9 @@ type SockEvent struct {
 
 // SockEventReader reads the send-side verdict's events.
 type SockEventReader struct {
-	rd   *ringbuf.Reader
+	ring polledRing
 	boot time.Time
-	// deadline is the caller's (SetDeadline); the reader itself wakes every
-	// SockEventPoll, since the programs do not wake it for every event.
-	deadline time.Time
-	rec      ringbuf.Record
 }
-
-// SockEventPoll is how late an event may be read: the verdict wakes the reader only once
-// a quarter of the ring is full (bpf/sockverdict.c, emit).
-const SockEventPoll = 50 * time.Millisecond
 
 // Events opens a reader of the event ring. One reader at a time.
 func (s *SockVerdict) Events() (*SockEventReader, error) {
@@ -512,7 +504,7 @@ func (s *SockVerdict) Events() (*SockEventReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening send-side events: %w", err)
 	}
-	return &SockEventReader{rd: rd, boot: bootTime()}, nil
+	return &SockEventReader{ring: polledRing{rd: rd}, boot: bootTime()}, nil
 }
 
 // bootTime is the wall time of CLOCK_MONOTONIC's zero (what bpf_ktime_get_ns counts from).
@@ -525,30 +517,18 @@ func bootTime() time.Time {
 }
 
 // SetDeadline makes Read return os.ErrDeadlineExceeded after t (zero: none).
-func (r *SockEventReader) SetDeadline(t time.Time) { r.deadline = t }
+func (r *SockEventReader) SetDeadline(t time.Time) { r.ring.deadline = t }
 
 // Close stops the reader.
-func (r *SockEventReader) Close() error { return r.rd.Close() }
+func (r *SockEventReader) Close() error { return r.ring.rd.Close() }
 
 // Read waits for the next event.
 func (r *SockEventReader) Read() (SockEvent, error) {
-	for {
-		wake := time.Now().Add(SockEventPoll)
-		if !r.deadline.IsZero() && r.deadline.Before(wake) {
-			wake = r.deadline
-		}
-		r.rd.SetDeadline(wake)
-		err := r.rd.ReadInto(&r.rec)
-		if err == nil {
-			return r.decode(r.rec.RawSample)
-		}
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			return SockEvent{}, fmt.Errorf("reading send-side event: %w", err)
-		}
-		if !r.deadline.IsZero() && !time.Now().Before(r.deadline) {
-			return SockEvent{}, err
-		}
+	raw, err := r.ring.next()
+	if err != nil {
+		return SockEvent{}, fmt.Errorf("reading send-side event: %w", err)
 	}
+	return r.decode(raw)
 }
 
 // decode reads a struct sv_event (field by field: binary.Read's reflection cost more than
