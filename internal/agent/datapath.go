@@ -93,6 +93,8 @@ func (r *realDatapath) Counters(netnsPath string, ifindex int, epID uint32) (api
 	return api.Counters(c), nil
 }
 
+func (r *realDatapath) EventsDrained() uint64 { return r.events.Drained() }
+
 func (r *realDatapath) ReadEvent() (FlowEvent, error) {
 	ev, err := r.events.Read()
 	if err != nil {

@@ -40,6 +40,10 @@ type Datapath interface {
 	Counters(netnsPath string, ifindex int, epID uint32) (api.Counters, error)
 	// ReadEvent blocks until the next flow event; it fails once Close was called.
 	ReadEvent() (FlowEvent, error)
+	// EventsDrained counts the times ReadEvent found no event waiting (it looks at least
+	// every datapath.EventPoll): once it has grown by two, every event written before has
+	// been read.
+	EventsDrained() uint64
 	// Close releases the agent's handles; pinned maps and attached programs stay.
 	Close() error
 	// Remove deletes the pins (for uninstall).

@@ -77,6 +77,7 @@ func (f *fakeNetwork) count() int {
 // fakeDatapath keeps what it was given, like the maps would, and can fail on demand.
 type fakeDatapath struct {
 	mu       sync.Mutex
+	drained  atomic.Uint64
 	ipcache  map[netip.Prefix]mapstate.IPCacheEntry
 	eps      map[int]fakeEP // by ifindex
 	attached map[string]int // ifname -> ifindex
@@ -369,6 +370,10 @@ func (d *fakeDatapath) RouteToProxy(netnsPath string) error {
 func (d *fakeDatapath) Counters(_ string, _ int, epID uint32) (api.Counters, error) {
 	return api.Counters{IngressPackets: uint64(epID)}, nil
 }
+
+// EventsDrained grows on every call: the fake's events reach the agent through a channel,
+// with nothing left behind in a ring.
+func (d *fakeDatapath) EventsDrained() uint64 { return d.drained.Add(1) }
 
 func (d *fakeDatapath) ReadEvent() (FlowEvent, error) {
 	select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
@@ -314,6 +315,7 @@ func (h *flowHub) close() {
 // Observe sends matching buffered flows (the last req.Last, or all with SinceStart), then
 // with Follow every new matching flow until ctx ends.
 func (a *Agent) Observe(ctx context.Context, req api.ObserveRequest, send func(api.Flow) error) error {
+	a.awaitEvents(ctx)
 	h := a.flows
 	h.mu.Lock()
 	var hist []api.Flow
@@ -368,5 +370,17 @@ func (a *Agent) Observe(ctx context.Context, req api.ObserveRequest, send func(a
 				}
 			}
 		}
+	}
+}
+
+// awaitEvents waits until the flow reader has read every event the programs had written
+// when it was called, so that Observe shows the flows of packets sent just before (the
+// programs do not wake the reader for each event; it polls every datapath.EventPoll). At
+// most a second: a reader busy with a burst of events does not hold the caller up longer.
+func (a *Agent) awaitEvents(ctx context.Context) {
+	want := a.dp.EventsDrained() + 2
+	deadline := time.Now().Add(time.Second)
+	for a.dp.EventsDrained() < want && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
 	}
 }

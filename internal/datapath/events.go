@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -164,6 +165,8 @@ type polledRing struct {
 	rd       *ringbuf.Reader
 	deadline time.Time // the caller's (zero: none)
 	rec      ringbuf.Record
+	// drained counts the times a read found the ring empty (see EventReader.Drained).
+	drained atomic.Uint64
 }
 
 // next returns the next record's bytes (valid until the next call), or
@@ -182,6 +185,7 @@ func (p *polledRing) next() ([]byte, error) {
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, err
 		}
+		p.drained.Add(1) // the wait timed out and nothing was left to read
 		if !p.deadline.IsZero() && !time.Now().Before(p.deadline) {
 			return nil, err
 		}
@@ -215,6 +219,12 @@ func (r *EventReader) Read() (FlowEvent, error) {
 
 // SetDeadline makes Read return os.ErrDeadlineExceeded once t has passed (zero: no deadline).
 func (r *EventReader) SetDeadline(t time.Time) { r.ring.deadline = t }
+
+// Drained counts the times Read found the ring empty, which it checks at least every
+// EventPoll while it is called. Once the count has grown by two since a moment, every
+// event written before that moment has been returned by Read (one more empty ring may
+// have been seen just before the moment). Safe to call from any goroutine.
+func (r *EventReader) Drained() uint64 { return r.ring.drained.Load() }
 
 // Close stops the reader; a blocked Read returns.
 func (r *EventReader) Close() error {
