@@ -438,39 +438,45 @@ static __noinline int handle_unparsed(struct __sk_buff *skb, struct pkt *p, stru
 }
 
 /* handle_unknown_endpoint drops a packet on an interface the agent does not (or no
- * longer) know, e.g. between endpoint removal and detach: fail closed. It parses only to
- * fill the event. Out of line: a second copy of the parser in the hot path would only
- * spread its code. */
-static __noinline int handle_unknown_endpoint(struct __sk_buff *skb, struct decision *d)
+ * longer) know, e.g. between endpoint removal and detach: fail closed. p is the packet as
+ * far as it parsed, for the event. Out of line: rare. */
+static __noinline int handle_unknown_endpoint(struct __sk_buff *skb, struct pkt *p,
+					       struct decision *d)
 {
-	struct pkt p = {};
-
-	parse_packet(skb, &p);
-	return drop(skb, &p, d, REASON_UNKNOWN_ENDPOINT);
+	return drop(skb, p, d, REASON_UNKNOWN_ENDPOINT);
 }
 
 /* handle is the packet path. Its inline part is what a packet of an established flow
- * needs (endpoint, parse, conntrack); everything else is out of line. */
+ * needs (parse, flow cache, endpoint, conntrack); everything else is out of line. */
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 {
 	struct decision d = { .dir = dir };
 	struct pkt p = {};
+	struct flow_cache_entry want, *fc = 0;
 	struct endpoint_info *ep;
 	struct ct_value *entry;
 	__u32 ifindex = skb->ifindex;
 	__u32 ct_flags;
-	__u64 now;
+	__u64 now, fc_w0 = 1;
 	int ret, status;
 
+	/* Parsed first: the flow cache slot's address depends only on the packet, so its
+	 * load goes out before the endpoint slot's and the two misses overlap. */
+	ret = parse_packet(skb, &p);
+	if (likely(ret == PARSE_IPV4)) {
+		flow_cache_want(&want, &p, ifindex, dir);
+		fc = flow_cache_slot_of(&want);
+		if (likely(fc))
+			fc_w0 = FC_READ(*(__u64 *)fc);
+	}
 	ep = endpoint_of(ifindex);
 	if (unlikely(!ep))
 		/* Drop: no endpoint on this interface (see handle_unknown_endpoint). */
-		return handle_unknown_endpoint(skb, &d);
+		return handle_unknown_endpoint(skb, &p, &d);
 	d.ep_id = ep->ep_id;
 	d.src_identity = dir == DIR_EGRESS ? ep->identity : 0;
 	d.dst_identity = dir == DIR_INGRESS ? ep->identity : 0;
 
-	ret = parse_packet(skb, &p);
 	if (unlikely(ret != PARSE_IPV4))
 		return handle_unparsed(skb, &p, &d, ret);
 	if (unlikely(p.frag == FRAG_LATER))
@@ -479,6 +485,9 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	/* Conntrack times only need to be good to a tick against timeouts of seconds: the
 	 * tick counter is one load (inlined), where even the coarse clock is a helper call. */
 	now = bpf_jiffies64();
+	if (likely(fc) && flow_cache_eligible(&p) &&
+	    flow_cache_hit(fc, fc_w0, &want, ep->revision, now))
+		goto established;
 	status = ct_lookup(&p, d.ep_id, dir, now, &ct_flags, &entry);
 	if (unlikely(status == CT_NEW))
 		return handle_new(skb, &p, &d, ep, now);
@@ -491,15 +500,24 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		if (ret >= 0)
 			return ret;
 	}
-	if (dir == DIR_EGRESS) {
-		if (unlikely(ct_flags & (CT_F_TO_PROXY | CT_F_FROM_PROXY | CT_F_SOCKVERDICT))) {
-			if ((ct_flags & CT_F_SOCKVERDICT) && status == CT_ESTABLISHED)
-				return sv_established(skb, &p, &d);
-			ret = steer_established(skb, &p, &d, status, ct_flags);
-			if (ret >= 0)
-				return ret;
-		}
-	} else if (unlikely(from_proxy(skb))) {
+	if (dir == DIR_EGRESS &&
+	    unlikely(ct_flags & (CT_F_TO_PROXY | CT_F_FROM_PROXY | CT_F_SOCKVERDICT))) {
+		if ((ct_flags & CT_F_SOCKVERDICT) && status == CT_ESTABLISHED)
+			return sv_established(skb, &p, &d);
+		ret = steer_established(skb, &p, &d, status, ct_flags);
+		if (ret >= 0)
+			return ret;
+	}
+	if (likely(fc) && entry) {
+		/* The conntrack path ran for this packet: let the cache serve the flow's next
+		 * packets, or forget the flow when this packet changes its state. */
+		if (flow_cache_eligible(&p) && flow_cache_cacheable(entry, ep->revision))
+			flow_cache_fill(fc, &want, ep->revision, now);
+		else if (p.t.proto == IPPROTO_TCP && (p.tcp_flags & (TCP_F_FIN | TCP_F_RST)))
+			flow_cache_forget(fc, &want);
+	}
+established:
+	if (dir == DIR_INGRESS && unlikely(from_proxy(skb))) {
 		count_proxy(d.ep_id, 0);
 	}
 	if (unlikely(p.frag == FRAG_FIRST))

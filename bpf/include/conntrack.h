@@ -30,6 +30,7 @@
 #include "common.h"
 #include "maps.h"
 #include "parse.h"
+#include "flowcache.h"
 
 /* In jiffies, set at load time from datapath.Config.CTTimeouts and the kernel's tick (see
  * RAMPART_DEFAULT_HZ). */
@@ -89,12 +90,18 @@ static __always_inline __u64 ct_timeout(const struct ct_value *v, __u8 proto)
 static __always_inline struct ct_value *ct_live(struct ct4_key *k, __u8 proto, __u64 now)
 {
 	struct ct_value *v = bpf_map_lookup_elem(&conntrack4_jiffies, k);
+	__u64 timeout;
 
 	if (!v)
 		return 0;
+	timeout = ct_timeout(v, proto);
+	/* The flow cache may be serving this flow (flowcache.h): its last_seen can then lag
+	 * the flow's last packet by up to a window. */
+	if (v->flags & CT_F_SEEN_REPLY)
+		timeout += flow_cache_window;
 	/* Signed: an entry the agent wrote (converted from an earlier version's nanoseconds)
 	 * may be a tick newer than now; it is live, not expired. */
-	if ((__s64)(now - v->last_seen) > (__s64)ct_timeout(v, proto)) {
+	if ((__s64)(now - v->last_seen) > (__s64)timeout) {
 		bpf_map_delete_elem(&conntrack4_jiffies, k);
 		return 0;
 	}

@@ -82,6 +82,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } conntrack4_jiffies SEC(".maps");
 
+/* The flow cache in front of conntrack (flowcache.h). Not pinned: each load of the
+ * programs starts with an empty one, written only by those programs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RAMPART_FLOW_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct flow_cache_slot);
+} flow_cache SEC(".maps");
+
 /* First-fragment verdicts, for the later fragments of the same datagram. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

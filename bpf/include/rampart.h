@@ -122,6 +122,32 @@ struct endpoint_slot {
 	__u32 ifindex; /* 0: an empty slot */
 };
 
+/* flow_cache: see flowcache.h. Slots of 64 bytes; each holds one struct
+ * flow_cache_entry at byte flow_cache_offset (set by the agent from the kernel's array
+ * layout, so that the entry sits in one cache line). The slot count keeps the whole array
+ * (with the kernel's header of about 300 bytes) under 32 KiB, the size the kernel
+ * allocates from its linear mapping. */
+#ifndef RAMPART_FLOW_CACHE_SLOTS
+#define RAMPART_FLOW_CACHE_SLOTS 448
+#endif
+#define RAMPART_FLOW_CACHE_SLOT_BYTES 64
+
+struct flow_cache_entry {
+	__u32 seq;      /* even: stable; odd: being written (flowcache.h) */
+	__u32 synced;   /* low 32 bits of the jiffy when conntrack last confirmed the flow */
+	__u32 ifindex;  /* interface of the policy point; 0: empty */
+	__u32 revision; /* endpoint_info.revision the flow was last checked against */
+	__be32 laddr;   /* the flow, oriented as in struct ct4_key */
+	__be32 raddr;
+	__be16 lport;
+	__be16 rport;
+	__u32 protocol;
+};
+
+struct flow_cache_slot {
+	__u8 bytes[RAMPART_FLOW_CACHE_SLOT_BYTES];
+};
+
 /* ipcache: LPM trie from address to identity. prefixlen counts bits of family+pad (32)
  * plus the address prefix length. */
 struct ipcache_key {

@@ -61,6 +61,8 @@ type Datapath struct {
 	// netns is the network namespace of each interface Attach attached to (this process
 	// only): where ApplyEndpoint reads an interface's statistics (iface_base).
 	netns map[uint32]string
+	// revision is the last policy revision handed out (nextRevision).
+	revision uint32
 
 	// cidr is the CIDR set state, with its own lock: a reload of millions of prefixes does
 	// not hold up endpoint and policy changes.
@@ -98,6 +100,9 @@ func Open(cfg Config) (*Datapath, error) {
 		return nil, fmt.Errorf("opening datapath: %w", err)
 	}
 	if err := setTimeouts(spec, cfg.CTTimeouts, tick); err != nil {
+		return nil, err
+	}
+	if err := setFlowCache(spec, tick); err != nil {
 		return nil, err
 	}
 	if err := sizeCIDRMaps(spec, cfg); err != nil {

@@ -203,8 +203,10 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 	d.step(stepDeleteDenies)
 
 	// Step 5: the final endpoint_info; for a new endpoint this is what lets traffic in.
-	// The revision continues from the endpoint's highest one on any interface (its
-	// conntrack entries are keyed by ep_id, not by interface).
+	// The revision stays the endpoint's highest one on any interface (its conntrack
+	// entries are keyed by ep_id, not by interface) unless something changed; then it is
+	// the next of one counter for all endpoints, so that no revision is handed out twice
+	// (the flow cache relies on that, bpf/include/flowcache.h).
 	rev := uint32(0)
 	for _, oi := range d.endpoints {
 		if oi.EpId == ep.EpID && oi.Revision > rev {
@@ -212,10 +214,7 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 		}
 	}
 	if changed || !known || old.EpId != ep.EpID || old.Flags != newFlags || old.Identity != uint32(ep.Identity) || rev == 0 {
-		rev++
-		if rev == 0 {
-			rev = 1 // wrapped: 0 is what entries of an endpoint never checked hold
-		}
+		rev = d.nextRevision()
 	}
 	info := rampartEndpointInfo{EpId: ep.EpID, Identity: ep.Identity, Flags: newFlags, Revision: rev}
 	if err := d.putEndpoint(ifindex, info); err != nil {
@@ -527,6 +526,7 @@ func (d *Datapath) readState() error {
 	it := d.objs.Endpoints.Iterate()
 	for it.Next(&ifindex, &info) {
 		d.endpoints[ifindex] = info
+		d.revision = max(d.revision, info.Revision)
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading endpoints map: %w", err)
@@ -567,4 +567,15 @@ func (d *Datapath) readState() error {
 		return fmt.Errorf("reading ipcache map: %w", err)
 	}
 	return d.resyncByID()
+}
+
+// nextRevision hands out the next policy revision, never 0 (what the conntrack entries of
+// an endpoint never checked hold). It starts above every revision in the pinned endpoints
+// map, so a restarted agent does not hand out one in use either.
+func (d *Datapath) nextRevision() uint32 {
+	d.revision++
+	if d.revision == 0 {
+		d.revision = 1
+	}
+	return d.revision
 }

@@ -74,6 +74,24 @@ type rampartEpCounters struct {
 	FromProxyPackets uint64
 }
 
+type rampartFlowCacheEntry struct {
+	_        structs.HostLayout
+	Seq      uint32
+	Synced   uint32
+	Ifindex  uint32
+	Revision uint32
+	Laddr    uint32
+	Raddr    uint32
+	Lport    uint16
+	Rport    uint16
+	Protocol uint32
+}
+
+type rampartFlowCacheSlot struct {
+	_     structs.HostLayout
+	Bytes [64]uint8
+}
+
 type rampartFlowEvent struct {
 	_             structs.HostLayout
 	TimestampNs   uint64
@@ -203,6 +221,7 @@ const (
 	rampartMapEndpointsById           = "endpoints_by_id"
 	rampartMapEvents                  = "events"
 	rampartMapEventsLost              = "events_lost"
+	rampartMapFlowCache               = "flow_cache"
 	rampartMapFrags                   = "frags"
 	rampartMapIfaceBase               = "iface_base"
 	rampartMapIpcache                 = "ipcache"
@@ -216,6 +235,8 @@ const (
 	rampartVarCtTimeoutTcpClosing     = "ct_timeout_tcp_closing"
 	rampartVarCtTimeoutTcpEstablished = "ct_timeout_tcp_established"
 	rampartVarCtTimeoutTcpSyn         = "ct_timeout_tcp_syn"
+	rampartVarFlowCacheOffset         = "flow_cache_offset"
+	rampartVarFlowCacheWindow         = "flow_cache_window"
 	rampartVarUnusedFlowEvent         = "unused_flow_event"
 )
 
@@ -280,6 +301,7 @@ type rampartMapSpecs struct {
 	EndpointsById     *ebpf.MapSpec `ebpf:"endpoints_by_id"`
 	Events            *ebpf.MapSpec `ebpf:"events"`
 	EventsLost        *ebpf.MapSpec `ebpf:"events_lost"`
+	FlowCache         *ebpf.MapSpec `ebpf:"flow_cache"`
 	Frags             *ebpf.MapSpec `ebpf:"frags"`
 	IfaceBase         *ebpf.MapSpec `ebpf:"iface_base"`
 	Ipcache           *ebpf.MapSpec `ebpf:"ipcache"`
@@ -297,6 +319,8 @@ type rampartVariableSpecs struct {
 	CtTimeoutTcpClosing     *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_closing"`
 	CtTimeoutTcpEstablished *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_established"`
 	CtTimeoutTcpSyn         *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_syn"`
+	FlowCacheOffset         *ebpf.VariableSpec `ebpf:"flow_cache_offset"`
+	FlowCacheWindow         *ebpf.VariableSpec `ebpf:"flow_cache_window"`
 	UnusedFlowEvent         *ebpf.VariableSpec `ebpf:"unused_flow_event"`
 }
 
@@ -331,6 +355,7 @@ type rampartMaps struct {
 	EndpointsById     *ebpf.Map `ebpf:"endpoints_by_id"`
 	Events            *ebpf.Map `ebpf:"events"`
 	EventsLost        *ebpf.Map `ebpf:"events_lost"`
+	FlowCache         *ebpf.Map `ebpf:"flow_cache"`
 	Frags             *ebpf.Map `ebpf:"frags"`
 	IfaceBase         *ebpf.Map `ebpf:"iface_base"`
 	Ipcache           *ebpf.Map `ebpf:"ipcache"`
@@ -353,6 +378,7 @@ func (m *rampartMaps) Close() error {
 		m.EndpointsById,
 		m.Events,
 		m.EventsLost,
+		m.FlowCache,
 		m.Frags,
 		m.IfaceBase,
 		m.Ipcache,
@@ -371,6 +397,8 @@ type rampartVariables struct {
 	CtTimeoutTcpClosing     *ebpf.Variable `ebpf:"ct_timeout_tcp_closing"`
 	CtTimeoutTcpEstablished *ebpf.Variable `ebpf:"ct_timeout_tcp_established"`
 	CtTimeoutTcpSyn         *ebpf.Variable `ebpf:"ct_timeout_tcp_syn"`
+	FlowCacheOffset         *ebpf.Variable `ebpf:"flow_cache_offset"`
+	FlowCacheWindow         *ebpf.Variable `ebpf:"flow_cache_window"`
 	UnusedFlowEvent         *ebpf.Variable `ebpf:"unused_flow_event"`
 }
 

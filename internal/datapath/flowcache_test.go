@@ -1,0 +1,252 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/mapstate"
+)
+
+func TestFlowCacheSlotOffset(t *testing.T) {
+	for _, c := range []struct{ header, want uint32 }{
+		{312, 8}, // this kernel's struct bpf_array: slots start 56 bytes into a line
+		{256, 0},
+		{272, 0},  // 16 into a line: the entry ends at 48
+		{288, 0},  // 32: ends at 64
+		{296, 24}, // 40: moved to the next line
+		{289, 31},
+	} {
+		if got := flowCacheSlotOffset(c.header); got != c.want {
+			t.Errorf("header %d: offset %d, want %d", c.header, got, c.want)
+		}
+		if start := (c.header + flowCacheSlotOffset(c.header)) % cacheLineBytes; start+flowCacheEntryBytes > cacheLineBytes {
+			t.Errorf("header %d: entry at %d crosses a line", c.header, start)
+		}
+	}
+}
+
+// cachedFlows returns the flow cache's occupied entries.
+func cachedFlows(t *testing.T, d *Datapath) []rampartFlowCacheEntry {
+	t.Helper()
+	var off uint32
+	if err := d.objs.FlowCacheOffset.Get(&off); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		k   uint32
+		v   rampartFlowCacheSlot
+		out []rampartFlowCacheEntry
+	)
+	it := d.objs.FlowCache.Iterate()
+	for it.Next(&k, &v) {
+		var e rampartFlowCacheEntry
+		if err := binary.Read(bytes.NewReader(v.Bytes[off:]), binary.LittleEndian, &e); err != nil {
+			t.Fatal(err)
+		}
+		if e.Ifindex != 0 {
+			out = append(out, e)
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// cachedFlow returns the cache entry of the flow of p as seen leaving (out) or entering
+// the fixture's endpoint, if any.
+func cachedFlow(t *testing.T, d *Datapath, p packet, leaving bool) (rampartFlowCacheEntry, bool) {
+	t.Helper()
+	l, r, lp, rp := p.src, p.dst, p.sport, p.dport
+	if !leaving {
+		l, r, lp, rp = p.dst, p.src, p.dport, p.sport
+	}
+	be32 := func(a netip.Addr) uint32 { b := a.As4(); return binary.LittleEndian.Uint32(b[:]) }
+	be16 := func(v uint16) uint16 { return v<<8 | v>>8 }
+	for _, e := range cachedFlows(t, d) {
+		if e.Ifindex == epIfindex && e.Laddr == be32(l) && e.Raddr == be32(r) &&
+			e.Lport == be16(lp) && e.Rport == be16(rp) && e.Protocol == uint32(p.proto) {
+			return e, true
+		}
+	}
+	return rampartFlowCacheEntry{}, false
+}
+
+func (f *fixture) revision() uint32 {
+	f.t.Helper()
+	info, ok := f.d.endpoints[epIfindex]
+	if !ok {
+		f.t.Fatal("no endpoint on the fixture's interface")
+	}
+	return info.Revision
+}
+
+// A flow's packets are served from the cache once conntrack has seen its reply, for at
+// most a window after conntrack last confirmed it: with its conntrack entry gone, a reply
+// still passes within the window (and does not recreate the entry), and is checked
+// against conntrack (a new flow, refused by ingress policy) after it.
+func TestFlowCacheServesEstablishedFlows(t *testing.T) {
+	// Timeouts of 16 s and more: a window of one second (the most it can be).
+	f := newFixture(t, Config{CTTimeouts: CTTimeouts{Other: 16 * time.Second, TCPClosing: 16 * time.Second}})
+	tick, err := kernelTick()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var window uint32
+	if err := f.d.objs.FlowCacheWindow.Get(&window); err != nil {
+		t.Fatal(err)
+	}
+	if want := uint32(toJiffies(time.Second, tick)); window != want {
+		t.Fatalf("window %d jiffies, want %d (one second)", window, want)
+	}
+
+	f.apply(true, true, e(allow(idA, out, udp, 53, 16, 1)))
+	q := packet{src: epIP, dst: ipA, proto: uint8(udp), sport: f.port(), dport: 53}
+	a := packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: q.sport}
+	f.expectPass("query", f.fromEp(q))
+	if _, ok := cachedFlow(t, f.d, q, true); ok {
+		t.Fatal("a flow without a reply was cached")
+	}
+	f.expectPass("answer", f.toEp(a))
+	ce, ok := cachedFlow(t, f.d, q, true)
+	if !ok {
+		t.Fatal("the answered flow was not cached")
+	}
+	if ce.Revision != f.revision() {
+		t.Errorf("cached at revision %d, want the endpoint's %d", ce.Revision, f.revision())
+	}
+
+	k := ct4Key(q, epID, uint8(out))
+	if err := f.d.objs.Conntrack4Jiffies.Delete(&k); err != nil {
+		t.Fatal(err)
+	}
+	f.expectPass("answer served from the cache", f.toEp(a))
+	var v rampartCtValue
+	if err := f.d.objs.Conntrack4Jiffies.Lookup(&k, &v); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("conntrack entry after a cache hit: %v, want none", err)
+	}
+
+	// After the window the answer goes to conntrack, which no longer has the flow.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		now, err := jiffiesNow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uint32(now)-ce.Synced > window {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the window did not pass in 5 s")
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for the kernel's tick, not for a result
+	}
+	f.expectDrop("answer after the window, flow gone from conntrack", f.toEp(a), ReasonPolicyDefault)
+}
+
+// A policy change reaches a cached flow on its next packet: the entry carries the revision
+// it was checked against.
+func TestFlowCachePolicyChange(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, true, e(allow(idA, in, tcp, 80, 16, 1)))
+	syn := f.synIn(ipA, 80)
+	ack := syn
+	ack.tcpFlags = 0x10
+	synAck := packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: 80, dport: syn.sport, tcpFlags: 0x12}
+	f.expectPass("syn", f.toEp(syn))
+	f.expectPass("syn-ack", f.fromEp(synAck))
+	if _, ok := cachedFlow(t, f.d, syn, false); ok {
+		t.Fatal("cached on a SYN")
+	}
+	f.expectPass("ack", f.toEp(ack))
+	if _, ok := cachedFlow(t, f.d, syn, false); !ok {
+		t.Fatal("the established connection was not cached")
+	}
+	f.expectPass("data, from the cache", f.toEp(ack))
+
+	f.apply(true, true, e(deny(idA, in, tcp, 80, 16, 2)))
+	f.expectDrop("data after a deny", f.toEp(ack), ReasonPolicyDeny)
+	f.expectDrop("data after a deny, again", f.toEp(ack), ReasonPolicyDeny)
+}
+
+// An RST clears its flow's slot, and a SYN reusing the tuple is checked against policy.
+func TestFlowCacheForgetsClosingFlows(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, true, e(allow(idA, out, tcp, 443, 16, 1)))
+	syn := packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: f.port(), dport: 443, tcpFlags: 0x02}
+	synAck := packet{src: ipA, dst: epIP, proto: uint8(tcp), sport: 443, dport: syn.sport, tcpFlags: 0x12}
+	ack := syn
+	ack.tcpFlags = 0x10
+	f.expectPass("syn", f.fromEp(syn))
+	f.expectPass("syn-ack", f.toEp(synAck))
+	f.expectPass("ack", f.fromEp(ack))
+	if _, ok := cachedFlow(t, f.d, syn, true); !ok {
+		t.Fatal("the established connection was not cached")
+	}
+	rst := ack
+	rst.tcpFlags = 0x04
+	f.expectPass("rst", f.fromEp(rst))
+	if _, ok := cachedFlow(t, f.d, syn, true); ok {
+		t.Error("the reset connection is still cached")
+	}
+	// The endpoint reusing the tuple opens a new connection, checked again: now refused.
+	f.apply(true, true)
+	f.expectDrop("syn reusing the tuple", f.fromEp(syn), ReasonPolicyDefault)
+}
+
+// An endpoint removed and installed again on the same interface, with the same id, gets
+// a revision never handed out before: the flows cached for the one before do not pass.
+func TestFlowCacheEndpointReinstalled(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.apply(true, true, e(allow(idA, out, udp, 53, 16, 1)))
+	q := packet{src: epIP, dst: ipA, proto: uint8(udp), sport: f.port(), dport: 53}
+	a := packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: q.sport}
+	f.expectPass("query", f.fromEp(q))
+	f.expectPass("answer", f.toEp(a))
+	ce, ok := cachedFlow(t, f.d, q, true)
+	if !ok {
+		t.Fatal("the answered flow was not cached")
+	}
+	if err := f.d.RemoveEndpoint(epIfindex, epID); err != nil {
+		t.Fatal(err)
+	}
+	f.apply(true, true)
+	if rev := f.revision(); rev <= ce.Revision {
+		t.Errorf("reinstalled at revision %d, not above the cached %d", rev, ce.Revision)
+	}
+	f.expectDrop("answer to the removed endpoint's flow", f.toEp(a), ReasonPolicyDefault)
+	f.expectDrop("query of the removed endpoint's flow", f.fromEp(q), ReasonPolicyDefault)
+}
+
+// A restarted agent hands out revisions above those pinned.
+func TestRevisionsContinueAcrossOpen(t *testing.T) {
+	requirePrivileged(t)
+	pins := newPinDir(t)
+	d, err := Open(Config{PinDir: pins, CIDRHostSlots: testHostSlots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent + identity.Identity(i)}, mapstate.EndpointPolicy{}); err != nil {
+			d.Close()
+			t.Fatal(err)
+		}
+	}
+	last := d.endpoints[epIfindex].Revision
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2 := openTest(t, Config{PinDir: pins})
+	if err := d2.ApplyEndpoint(epIfindex+1, EndpointInfo{EpID: epID + 1, Identity: epIdent}, mapstate.EndpointPolicy{}); err != nil {
+		t.Fatal(err)
+	}
+	if rev := d2.endpoints[epIfindex+1].Revision; rev <= last {
+		t.Errorf("after reopening: revision %d, not above %d", rev, last)
+	}
+}
