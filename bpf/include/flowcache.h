@@ -49,7 +49,7 @@
  * count again, and uses the entry only if both counts are the same even number. This
  * relies on loads being seen in order and stores being seen in order, which x86 gives
  * (as the endpoint slots do, maps.h); the volatile accesses keep the compiler from
- * reordering them. */
+ * reordering them. On other architectures the agent sets no window: the cache stays off. */
 #ifndef __RAMPART_FLOWCACHE_H
 #define __RAMPART_FLOWCACHE_H
 

@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -19,6 +20,10 @@ const flowCacheWindowDivisor = 16
 // flowCacheMaxWindow bounds the window: the longest a flow evicted from a full conntrack
 // table is still served from the cache.
 const flowCacheMaxWindow = time.Second
+
+// flowCacheOrdered says whether this machine sees loads in order and stores in order, as
+// the flow cache's sequence count needs (bpf/include/flowcache.h): x86's memory model.
+const flowCacheOrdered = runtime.GOARCH == "amd64" || runtime.GOARCH == "386"
 
 // flowCacheEntryBytes is sizeof(struct flow_cache_entry).
 const (
@@ -45,6 +50,12 @@ func setFlowCache(spec *ebpf.CollectionSpec, tick time.Duration) error {
 		}
 	}
 	window := min(shortest/flowCacheWindowDivisor, toJiffies(flowCacheMaxWindow, tick))
+	if !flowCacheOrdered {
+		// The entries' sequence count needs loads and stores seen in order (x86):
+		// elsewhere a reader could take a torn entry for a flow it does not hold, so
+		// the cache stays off (window 0) and every packet takes the conntrack path.
+		window = 0
+	}
 	if err := setVariable(spec, rampartVarFlowCacheWindow, uint32(window)); err != nil {
 		return fmt.Errorf("flow cache: %w", err)
 	}
