@@ -54,7 +54,17 @@ type Command struct {
 	Seconds float64 `json:"seconds"`
 	// MaxRSSBytes is the command's peak resident memory (getrusage), user space only.
 	MaxRSSBytes int64 `json:"max_rss_bytes,omitempty"`
+	// UserSeconds and SystemSeconds are the CPU time the command used (getrusage): far
+	// less than Seconds means it waited, on another process (the agent) or the machine.
+	UserSeconds   float64 `json:"user_seconds,omitempty"`
+	SystemSeconds float64 `json:"system_seconds,omitempty"`
+	// Output is the end of what the command printed (Rampart's summary line says where
+	// the load's time went).
+	Output string `json:"output,omitempty"`
 }
+
+// outputTail is how much of a command's output a Command keeps.
+const outputTail = 400
 
 // install is what a filter's set-up reports.
 type install struct {
@@ -112,8 +122,12 @@ func runTimed(ctx context.Context, timeout time.Duration, stdinPath string, mk f
 	if cmd.ProcessState != nil {
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 			c.MaxRSSBytes = ru.Maxrss * 1024
+			c.UserSeconds = time.Duration(ru.Utime.Nano()).Seconds()
+			c.SystemSeconds = time.Duration(ru.Stime.Nano()).Seconds()
 		}
 	}
+	out := strings.TrimSpace(stderr.String())
+	c.Output = out[max(0, len(out)-outputTail):]
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("timed out after %v", timeout)

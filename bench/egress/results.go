@@ -173,6 +173,11 @@ type Setup struct {
 	ProbesSent     int `json:"probes_sent"`
 	ProbesAnswered int `json:"probes_answered"`
 	ProbeSendErrs  int `json:"probe_send_errors"`
+	// StallMs is how long tasks on the machine were stalled during the set-up (from the
+	// command to the filter in force), by resource: "cpu", "memory" and "io", the "some"
+	// totals of /proc/pressure (absent without PSI). A set-up slower than usual with
+	// large stalls waited on the machine, not on its own work.
+	StallMs map[string]float64 `json:"stall_ms,omitempty"`
 	// Report is what the filter says about itself after set-up (Rampart: `rampart
 	// cidrset get -o json`, with the agent's own load timings and bytes per prefix).
 	Report json.RawMessage `json:"report,omitempty"`

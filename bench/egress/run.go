@@ -521,6 +521,7 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 		return
 	}
 	kernBefore, rssBefore := settledKernelMemory(), daemonRSS(f)
+	stallBefore := readStalls()
 	t0 := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.Budget)
 	in, err := f.Install(sctx)
@@ -544,13 +545,14 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 		return
 	}
 	setup.Seconds = blocked.Seconds()
+	setup.StallMs = stallsSince(stallBefore)
 	kernDelta, daemonDelta := settledKernelMemory()-kernBefore, daemonRSS(f)-rssBefore
 	setup.MemoryBytes = kernDelta + daemonDelta
 	if in.Entries >= 0 && in.Entries != len(list) {
 		fail(StatusInvalid, fmt.Errorf("the filter holds %d entries, the list has %d", in.Entries, len(list)))
 		return
 	}
-	fmt.Fprintf(r.log, "  %-9s set up in %.3f s (command %.3f s), %s\n", name, setup.Seconds, setup.CommandSeconds, memNote(setup))
+	fmt.Fprintf(r.log, "  %-9s set up in %.3f s (command %.3f s%s), %s\n", name, setup.Seconds, setup.CommandSeconds, stallNote(setup.StallMs), memNote(setup))
 
 	measureStart := time.Now()
 	if fr.Checks, err = r.checks(ctx, topo, true); err != nil {

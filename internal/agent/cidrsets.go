@@ -172,7 +172,7 @@ func validSetName(name string) error {
 // LoadCIDRSet creates a set or replaces its content. The dataplane builds the new tables
 // aside and switches to them: there is no moment with neither the old nor the new content.
 func (a *Agent) LoadCIDRSet(ctx context.Context, req api.CIDRSetRequest) (api.CIDRSetChange, error) {
-	start := time.Now()
+	tm := newChangeTiming(req.Received)
 	if err := validSetName(req.Name); err != nil {
 		return api.CIDRSetChange{}, err
 	}
@@ -183,24 +183,28 @@ func (a *Agent) LoadCIDRSet(ctx context.Context, req api.CIDRSetRequest) (api.CI
 	if source == "" {
 		source = "cidrset load"
 	}
+	tm.sorted = time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.loadLocked(req.Name, source, &l, api.CIDRSetChange{Given: given, Duplicates: dups}, start)
+	tm.locked = time.Now()
+	return a.loadLocked(req.Name, source, &l, api.CIDRSetChange{Given: given, Duplicates: dups}, tm)
 }
 
 // loadLocked creates or replaces set name with l (normalised); a.mu held.
-func (a *Agent) loadLocked(name, source string, l *api.PrefixList, res api.CIDRSetChange, start time.Time) (api.CIDRSetChange, error) {
+func (a *Agent) loadLocked(name, source string, l *api.PrefixList, res api.CIDRSetChange, tm *changeTiming) (api.CIDRSetChange, error) {
+	start := tm.start
 	old := a.model.cidrsets[name]
 	if old != nil && prefixListsEqual(old.prefixes, l) {
 		res.Action = "unchanged"
 		res.Set = a.cidrSetAPI(a.model, old, true)
+		res.Timing = tm.api()
 		return res, nil
 	}
 	set, err := a.newSet(name, old, source, l, start)
 	if err != nil {
 		return res, err
 	}
-	if _, err := a.changeSets(start, func(m *model) error {
+	if _, err := a.changeSets(start, tm, func(m *model) error {
 		m.cidrsets[name] = set
 		return nil
 	}); err != nil {
@@ -214,6 +218,7 @@ func (a *Agent) loadLocked(name, source string, l *api.PrefixList, res api.CIDRS
 		res.Added = l.Len()
 	}
 	res.Set = a.cidrSetAPI(a.model, a.model.cidrsets[name], true)
+	res.Timing = tm.api()
 	a.log.Info("CIDR set loaded", "set", name, "prefixes", l.Len(), "action", res.Action, "took", time.Since(start))
 	return res, nil
 }
@@ -235,6 +240,37 @@ func (a *Agent) newSet(name string, old *cidrSet, source string, l *api.PrefixLi
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// changeTiming records the stages of one set change for api.CIDRSetTiming.
+type changeTiming struct {
+	// received: the server began reading the request; start: the agent got it decoded;
+	// sorted: its prefixes normalised; locked: the agent's lock taken.
+	received, start, sorted, locked time.Time
+	dataplane, policy, persist      time.Duration
+}
+
+func newChangeTiming(received time.Time) *changeTiming {
+	now := time.Now()
+	if received.IsZero() {
+		received = now
+	}
+	return &changeTiming{received: received, start: now, sorted: now, locked: now}
+}
+
+// stage adds the time since t0 to d, one of t's durations.
+func (t *changeTiming) stage(d *time.Duration, t0 time.Time) { *d += time.Since(t0) }
+
+func (t *changeTiming) api() *api.CIDRSetTiming {
+	return &api.CIDRSetTiming{
+		ReceiveMs:   ms(t.start.Sub(t.received)),
+		SortMs:      ms(t.sorted.Sub(t.start)),
+		WaitMs:      ms(t.locked.Sub(t.sorted)),
+		DataplaneMs: ms(t.dataplane),
+		PolicyMs:    ms(t.policy),
+		PersistMs:   ms(t.persist),
+		TotalMs:     ms(time.Since(t.received)),
+	}
+}
 
 func prefixListsEqual(a, b *api.PrefixList) bool {
 	return slices.Equal(a.V4, b.V4) && slices.Equal(a.V6, b.V6)
@@ -274,7 +310,7 @@ func diffCounts(a, b *api.PrefixList) (added, removed int) {
 // sets added); (3) removed sets are emptied; (4) set files are written or removed and the
 // state file saved. Any failure moves the dataplane back to the previous sets and policy
 // state.
-func (a *Agent) changeSets(start time.Time, mutate func(m *model) error) (*CIDRSetStats, error) {
+func (a *Agent) changeSets(start time.Time, tm *changeTiming, mutate func(m *model) error) (*CIDRSetStats, error) {
 	old := a.model
 	m := old.clone()
 	if err := mutate(m); err != nil {
@@ -296,6 +332,7 @@ func (a *Agent) changeSets(start time.Time, mutate func(m *model) error) (*CIDRS
 
 	var stats *CIDRSetStats
 	replace := func(sets map[string]*cidrSet) error {
+		defer tm.stage(&tm.dataplane, time.Now())
 		st, err := a.dp.ReplaceCIDRSets(datapathSets(sets))
 		if err != nil {
 			return fmt.Errorf("loading CIDR sets into the dataplane: %w", err)
@@ -322,6 +359,7 @@ func (a *Agent) changeSets(start time.Time, mutate func(m *model) error) (*CIDRS
 		}
 	}
 	// (2) policy state.
+	policyStart := time.Now()
 	alloc, err := cloneAllocator(a.cur.alloc)
 	if err != nil {
 		restoreSets()
@@ -336,6 +374,7 @@ func (a *Agent) changeSets(start time.Time, mutate func(m *model) error) (*CIDRS
 		restoreSets()
 		return nil, err
 	}
+	tm.stage(&tm.policy, policyStart)
 	rollback := func() {
 		if err := a.applyState(d, a.cur, old, true); err != nil {
 			a.log.Error("rolling back policy state", "error", err)
@@ -351,6 +390,7 @@ func (a *Agent) changeSets(start time.Time, mutate func(m *model) error) (*CIDRS
 	}
 	// (4) files, then the state file. Changed sets are records of this change, not yet
 	// shared with any model, so they can take the load statistics.
+	defer tm.stage(&tm.persist, time.Now())
 	if stats != nil {
 		load := loadStats(stats, start)
 		for _, name := range changed {
@@ -401,22 +441,24 @@ func (a *Agent) restoreSetFiles(old *model, changed []string) {
 // its live tables, so listed addresses are enforced as soon as the call returns and
 // nothing else changes. A set that does not exist is created (a full load).
 func (a *Agent) AddCIDRs(ctx context.Context, req api.CIDRSetRequest) (api.CIDRSetChange, error) {
-	start := time.Now()
+	tm := newChangeTiming(req.Received)
 	if err := validSetName(req.Name); err != nil {
 		return api.CIDRSetChange{}, err
 	}
 	l := req.Prefixes
 	given := l.Len()
 	dups := l.Normalize()
+	tm.sorted = time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	tm.locked = time.Now()
 	old, ok := a.model.cidrsets[req.Name]
 	if !ok {
 		source := req.Source
 		if source == "" {
 			source = "cidrset add"
 		}
-		return a.loadLocked(req.Name, source, &l, api.CIDRSetChange{Given: given, Duplicates: dups}, start)
+		return a.loadLocked(req.Name, source, &l, api.CIDRSetChange{Given: given, Duplicates: dups}, tm)
 	}
 	res := api.CIDRSetChange{Given: given, Duplicates: dups, InPlace: true}
 	var fresh api.PrefixList
@@ -437,25 +479,29 @@ func (a *Agent) AddCIDRs(ctx context.Context, req api.CIDRSetRequest) (api.CIDRS
 		return res, nil
 	}
 	merged := mergeLists(old.prefixes, &fresh)
+	inPlace := time.Now()
 	if err := a.dp.AddCIDRs(old.meta.Index, fresh.Prefixes()); err != nil {
 		// The table may be full: a rebuild sizes it anew.
 		a.log.Warn("adding to CIDR set in place failed, rebuilding", "set", req.Name, "error", err)
 		res.InPlace = false
 	}
+	tm.stage(&tm.dataplane, inPlace)
 	res.Added = fresh.Len()
-	return a.finishInPlace(req.Name, old, merged, &fresh, &api.PrefixList{}, res, start)
+	return a.finishInPlace(req.Name, old, merged, &fresh, &api.PrefixList{}, res, tm)
 }
 
 // RemoveCIDRs removes prefixes from a set in place. Addresses that another prefix of the
 // set still covers stay listed (the dataplane recomputes them from the set's remaining
 // prefixes).
 func (a *Agent) RemoveCIDRs(ctx context.Context, req api.CIDRSetRequest) (api.CIDRSetChange, error) {
-	start := time.Now()
+	tm := newChangeTiming(req.Received)
 	l := req.Prefixes
 	given := l.Len()
 	dups := l.Normalize() // before taking the lock
+	tm.sorted = time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	tm.locked = time.Now()
 	old, ok := a.model.cidrsets[req.Name]
 	if !ok {
 		return api.CIDRSetChange{}, api.NotFound("CIDR set %q not found", req.Name)
@@ -479,18 +525,21 @@ func (a *Agent) RemoveCIDRs(ctx context.Context, req api.CIDRSetRequest) (api.CI
 		return res, nil
 	}
 	rest := subtractLists(old.prefixes, &gone)
+	inPlace := time.Now()
 	if err := a.dp.RemoveCIDRs(old.meta.Index, gone.Prefixes()); err != nil {
 		a.log.Warn("removing from CIDR set in place failed, rebuilding", "set", req.Name, "error", err)
 		res.InPlace = false
 	}
+	tm.stage(&tm.dataplane, inPlace)
 	res.Removed = gone.Len()
-	return a.finishInPlace(req.Name, old, rest, &api.PrefixList{}, &gone, res, start)
+	return a.finishInPlace(req.Name, old, rest, &api.PrefixList{}, &gone, res, tm)
 }
 
 // finishInPlace completes an add or remove (a.mu held): a rebuild if the in-place update
 // was not possible, then the set's journal (a few bytes, not the whole set). If that
 // cannot be written the set's previous content is put back into the dataplane.
-func (a *Agent) finishInPlace(name string, old *cidrSet, content, added, removed *api.PrefixList, res api.CIDRSetChange, start time.Time) (api.CIDRSetChange, error) {
+func (a *Agent) finishInPlace(name string, old *cidrSet, content, added, removed *api.PrefixList, res api.CIDRSetChange, tm *changeTiming) (api.CIDRSetChange, error) {
+	start := tm.start
 	now := time.Now()
 	ns := &cidrSet{meta: old.meta, prefixes: content}
 	ns.meta.ChangedAt = now
@@ -501,7 +550,9 @@ func (a *Agent) finishInPlace(name string, old *cidrSet, content, added, removed
 	m := a.model.clone()
 	m.cidrsets[name] = ns
 	if !res.InPlace {
+		rebuild := time.Now()
 		st, err := a.dp.ReplaceCIDRSets(datapathSets(m.cidrsets))
+		tm.stage(&tm.dataplane, rebuild)
 		if err != nil {
 			if _, rerr := a.dp.ReplaceCIDRSets(datapathSets(a.model.cidrsets)); rerr != nil {
 				a.degraded = fmt.Sprintf("restoring CIDR set %s failed: %v", name, rerr)
@@ -510,17 +561,20 @@ func (a *Agent) finishInPlace(name string, old *cidrSet, content, added, removed
 		}
 		ns.meta.LastLoad = loadStats(&st, start)
 	}
+	persist := time.Now()
 	if err := a.sets.appendChange(ns, added, removed); err != nil {
 		if _, rerr := a.dp.ReplaceCIDRSets(datapathSets(a.model.cidrsets)); rerr != nil {
 			a.degraded = fmt.Sprintf("restoring CIDR set %s failed: %v", name, rerr)
 		}
 		return api.CIDRSetChange{}, fmt.Errorf("persisting CIDR set: %w", err)
 	}
+	tm.stage(&tm.persist, persist)
 	a.model = m
 	res.Action = "changed"
 	// Without the per-length counts: a pass over ten million prefixes is not needed to
 	// answer an add.
 	res.Set = a.cidrSetAPI(m, ns, false)
+	res.Timing = tm.api()
 	a.log.Info("CIDR set changed", "set", name, "added", res.Added, "removed", res.Removed, "inPlace", res.InPlace, "took", time.Since(start))
 	return res, nil
 }
@@ -614,7 +668,7 @@ func (a *Agent) DeleteCIDRSet(ctx context.Context, name string, force bool) (api
 		return api.CIDRSetChange{}, api.Conflict("CIDR set %q is named by %v: delete those policies first, or use --force (their cidrGroupRef peers then select nothing)", name, refs)
 	}
 	res := api.CIDRSetChange{Action: "deleted", Removed: s.prefixes.Len(), Set: a.cidrSetAPI(a.model, s, false)}
-	if _, err := a.changeSets(time.Now(), func(m *model) error {
+	if _, err := a.changeSets(time.Now(), &changeTiming{}, func(m *model) error {
 		delete(m.cidrsets, name)
 		return nil
 	}); err != nil {

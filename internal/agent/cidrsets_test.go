@@ -89,6 +89,39 @@ func (h *harness) egressEntries(epID uint32, id identity.Identity) []mapstate.Va
 	return out
 }
 
+// A change's answer says where its time went, so that a slow load can be explained: the
+// decoding of the body (before the agent got the request), the table rebuild, the files,
+// each within the whole and in order.
+func TestCIDRSetChangeTiming(t *testing.T) {
+	h := newHarness(t)
+	const decode, rebuild = 30 * time.Millisecond, 20 * time.Millisecond
+	h.dp.mu.Lock()
+	h.dp.replaceDelay = rebuild
+	h.dp.mu.Unlock()
+	check := func(what string, tm *api.CIDRSetTiming, minReceive, minDataplane, maxDataplane time.Duration) {
+		t.Helper()
+		if tm == nil {
+			t.Fatalf("%s: no timing", what)
+		}
+		stages := tm.ReceiveMs + tm.SortMs + tm.WaitMs + tm.DataplaneMs + tm.PolicyMs + tm.PersistMs
+		if tm.ReceiveMs < ms(minReceive) || tm.DataplaneMs < ms(minDataplane) || tm.DataplaneMs > ms(maxDataplane) ||
+			tm.PersistMs <= 0 || stages > tm.TotalMs+0.01 {
+			t.Errorf("%s: timing %+v (stages add up to %.3f ms)", what, *tm, stages)
+		}
+	}
+	res, err := h.a.LoadCIDRSet(bg, api.CIDRSetRequest{Name: "threats", Prefixes: prefixes("203.0.113.0/24"), Received: time.Now().Add(-decode)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("load", res.Timing, decode, rebuild, time.Hour)
+	// In place: no rebuild.
+	res, err = h.a.AddCIDRs(bg, api.CIDRSetRequest{Name: "threats", Prefixes: prefixes("198.51.100.7")})
+	if err != nil || !res.InPlace {
+		t.Fatalf("add: %+v, %v", res, err)
+	}
+	check("add", res.Timing, 0, 0, rebuild)
+}
+
 func TestCIDRSetLoadAndDenyPolicy(t *testing.T) {
 	h := newHarness(t)
 	a := h.add("x", "a", map[string]string{"pod": "a"})

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
@@ -107,6 +108,8 @@ type fakeDatapath struct {
 	// AddCIDRs fail once.
 	failReplace  int
 	failAddCIDRs bool
+	// replaceDelay makes ReplaceCIDRSets take at least this long.
+	replaceDelay time.Duration
 }
 
 type setCall struct {
@@ -155,6 +158,7 @@ func (d *fakeDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetSt
 		call.sets[i] = len(ps)
 	}
 	d.setCalls = append(d.setCalls, call)
+	time.Sleep(d.replaceDelay) // stands for the work of a rebuild, for the timing test
 	if d.failReplace > 0 {
 		d.failReplace--
 		return CIDRSetStats{}, errors.New("injected set table failure")

@@ -117,7 +117,7 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 		return nil
 	}
 	if len(groups) > 0 {
-		_, err = a.changeSets(now, mutate)
+		_, err = a.changeSets(now, &changeTiming{}, mutate)
 	} else {
 		_, _, err = a.change(mutate)
 	}
@@ -187,7 +187,7 @@ func (a *Agent) Delete(ctx context.Context, req api.DeleteRequest) (api.ChangeRe
 		return nil
 	}
 	if len(groups) > 0 {
-		_, err = a.changeSets(time.Now(), mutate)
+		_, err = a.changeSets(time.Now(), &changeTiming{}, mutate)
 	} else {
 		_, _, err = a.change(mutate)
 	}

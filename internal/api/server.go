@@ -54,6 +54,9 @@ type CIDRSetRequest struct {
 	Name     string
 	Source   string
 	Prefixes PrefixList
+	// Received is when the server began reading the body (zero when not served over
+	// HTTP), for CIDRSetChange.Timing.
+	Received time.Time
 }
 
 // maxBody bounds request bodies (manifests included).
@@ -174,12 +177,13 @@ func withPrefixes(w http.ResponseWriter, r *http.Request, fn func(context.Contex
 		writeError(w, BadRequest("content type %q: want %s", ct, PrefixContentType))
 		return
 	}
+	received := time.Now()
 	l, err := ReadPrefixList(r.Body)
 	if err != nil {
 		writeError(w, BadRequest("decoding prefixes: %v", err))
 		return
 	}
-	req := CIDRSetRequest{Name: r.PathValue("name"), Source: r.URL.Query().Get("source"), Prefixes: l}
+	req := CIDRSetRequest{Name: r.PathValue("name"), Source: r.URL.Query().Get("source"), Prefixes: l, Received: received}
 	reply(w, r, func() (any, error) { return fn(r.Context(), req) })
 }
 

@@ -384,8 +384,10 @@ type CIDRSetLoad struct {
 	// sets; BytesPerPrefix divides it by TotalPrefixes.
 	DataplaneBytes uint64  `json:"dataplaneBytes"`
 	BytesPerPrefix float64 `json:"bytesPerPrefix"`
-	// Agent: decoding, sorting, persisting; Build: computing the tables; Write: writing
-	// them and switching. Total is the request as the agent saw it.
+	// Build: computing the tables; Write: writing them and switching; Agent: the rest of
+	// the request up to the switch and the policy update (sorting, waiting, policy). Total
+	// is from the decoded request to the tables and policy in place, before the files are
+	// written (CIDRSetChange.Timing has every stage of the last change).
 	AgentMs float64 `json:"agentMs"`
 	BuildMs float64 `json:"buildMs"`
 	WriteMs float64 `json:"writeMs"`
@@ -406,4 +408,19 @@ type CIDRSetChange struct {
 	NotFound   int `json:"notFound,omitempty"`
 	// InPlace: the dataplane was updated in place (add/remove) rather than rebuilt.
 	InPlace bool `json:"inPlace,omitempty"`
+	// Timing says where the agent spent the change's time (load, add and remove).
+	Timing *CIDRSetTiming `json:"timing,omitempty"`
+}
+
+// CIDRSetTiming is where one set change spent its time in the agent, in milliseconds,
+// so that a slow load can be explained: the stages follow one another, and TotalMs is
+// from when the agent began reading the request to when it answered.
+type CIDRSetTiming struct {
+	ReceiveMs   float64 `json:"receiveMs"`   // reading and decoding the request body
+	SortMs      float64 `json:"sortMs"`      // sorting the prefixes and dropping duplicates
+	WaitMs      float64 `json:"waitMs"`      // waiting for other changes to finish
+	DataplaneMs float64 `json:"dataplaneMs"` // building and writing the set tables, or the in-place change
+	PolicyMs    float64 `json:"policyMs"`    // computing and applying the policy state
+	PersistMs   float64 `json:"persistMs"`   // writing the set's file and the state file (fsync)
+	TotalMs     float64 `json:"totalMs"`
 }
