@@ -299,6 +299,9 @@ func bytesString(n uint64) string {
 func msString(ms float64) string { return round(time.Duration(ms * float64(time.Millisecond))) }
 
 func round(d time.Duration) string {
+	if d < 10*time.Millisecond {
+		return d.Round(100 * time.Microsecond).String() // "0s" would hide a fast step
+	}
 	if d < time.Second {
 		return d.Round(time.Millisecond).String()
 	}
