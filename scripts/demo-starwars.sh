@@ -19,12 +19,13 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
 if [ "${STARWARS_SKIP_SETUP:-}" != 1 ]; then
-	bash scripts/setup.sh >/dev/null
+	echo "== setting up this machine (scripts/setup.sh: apt packages, Envoy, FTP server, Go modules; a few minutes on a fresh machine)"
+	bash scripts/setup.sh
 fi
 if [ -n "${RAMPART_BIN:-}" ]; then
 	BIN=$(cd "$RAMPART_BIN" && pwd)
 else
-	echo "== building"
+	echo "== building bin/rampart, bin/rampartd, bin/starwars (about a minute on a fresh machine)"
 	go build -o bin/ ./cmd/...
 	BIN=$(pwd)/bin
 fi

@@ -2,37 +2,61 @@
 # The Rampart demo: an agent, three endpoints in two namespaces, policies from
 # examples/demo/, allowed and denied connections checked one by one, the explanation of a
 # verdict, and the flows that show it. Exits non-zero if any outcome differs from the
-# expected one. Everything it creates (agent, namespaces, links, pins, state) is removed at
-# the end, also on failure. Needs root.
+# expected one, 130 when interrupted. Everything it creates (agent, namespaces, links,
+# pins, state) is removed at the end, also on failure or interruption. Needs root.
+#
+# Environment (used by test/demo; none is needed to run the demo by hand):
+#   RAMPART_BIN=DIR     use the rampart, rampartd and rampart-testserver binaries in DIR
+#                       instead of building them into bin/
+#   DEMO_SKIP_SETUP=1   do not run scripts/setup.sh
+#   DEMO_INSTANCE=NAME  agent instance name (default demo<pid>)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
-bash scripts/setup.sh >/dev/null
-echo "== building"
-go build -o bin/ ./cmd/...
+if [ "${DEMO_SKIP_SETUP:-}" != 1 ]; then
+	echo "== setting up this machine (scripts/setup.sh: apt packages, Envoy, Go modules; a few minutes on a fresh machine)"
+	bash scripts/setup.sh
+fi
+if [ -n "${RAMPART_BIN:-}" ]; then
+	BIN=$(cd "$RAMPART_BIN" && pwd)
+else
+	echo "== building bin/rampart, bin/rampartd (about a minute on a fresh machine)"
+	go build -o bin/ ./cmd/...
+	BIN=$(pwd)/bin
+fi
 
-inst="demo$$"
+inst="${DEMO_INSTANCE:-demo$$}"
 work=$(mktemp -d /tmp/rampart-demo.XXXXXX)
 sock="$work/rampart.sock"
 node="rp-$inst-node"
 agent_pid=""
 servers=()
 
-rampart() { bin/rampart --socket "$sock" "$@"; }
+rampart() { "$BIN/rampart" --socket "$sock" "$@"; }
 
+# fd 3: the demo's stdout, for messages from traps (see below).
+exec 3>&1
 cleanup() {
 	set +e
 	for p in "${servers[@]}"; do kill "$p" 2>/dev/null; done
 	for p in "${servers[@]}"; do wait "$p" 2>/dev/null; done
 	if [ -n "$agent_pid" ]; then kill "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null; fi
-	bin/rampartd --instance "$inst" --state-dir "$work/state" --socket "$sock" --node-netns "$node" --uninstall >/dev/null 2>&1
+	if ! "$BIN/rampartd" --instance "$inst" --state-dir "$work/state" --socket "$sock" --node-netns "$node" --uninstall >"$work/uninstall.log" 2>&1; then
+		echo "demo: uninstall of instance $inst failed:" >&3
+		cat "$work/uninstall.log" >&3
+	fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
+# Ctrl-C or SIGTERM: stop here and clean up. Without these traps bash would go on after an
+# interrupted probe and report it as a WRONG outcome. A trap runs under the redirections of
+# the command it interrupted (a probe's >/dev/null), so it writes to a copy of stdout (fd 3).
+trap 'echo >&3; echo "demo: interrupted; cleaning up" >&3; exit 130' INT
+trap 'echo "demo: terminated; cleaning up" >&3; exit 143' TERM
 
 echo "== starting the agent (instance $inst, node namespace $node, pod range 198.18.0.0/16)"
-bin/rampartd --instance "$inst" --state-dir "$work/state" --socket "$sock" --node-netns "$node" \
+"$BIN/rampartd" --instance "$inst" --state-dir "$work/state" --socket "$sock" --node-netns "$node" \
 	--pod-cidr 198.18.0.0/16 2>"$work/rampartd.log" &
 agent_pid=$!
 for _ in $(seq 1 200); do
@@ -56,7 +80,7 @@ rampart identity list
 # through the shell function, so $! is its PID), so every probe below
 # reaches a listening socket unless policy drops it.
 for ep in shop/web shop/db guests/visitor; do
-	bin/rampart --socket "$sock" endpoint exec "$ep" -- bin/rampart-testserver serve --tcp 80,5432 >>"$work/servers.log" 2>&1 &
+	"$BIN/rampart" --socket "$sock" endpoint exec "$ep" -- "$BIN/rampart-testserver" serve --tcp 80,5432 >>"$work/servers.log" 2>&1 &
 	servers+=($!)
 done
 
@@ -67,7 +91,7 @@ failures=0
 check() { # check FROM TO_NAME TO_IP PORT expected(allowed|denied)
 	local from=$1 name=$2 ip=$3 port=$4 want=$5 got
 	# Wait for the servers to listen before the first probe (they start asynchronously).
-	if rampart endpoint exec "$from" -- bin/rampart-testserver probe --tcp "$ip:$port" --timeout 1s >/dev/null 2>&1; then
+	if rampart endpoint exec "$from" -- "$BIN/rampart-testserver" probe --tcp "$ip:$port" --timeout 1s >/dev/null 2>&1; then
 		got=allowed
 	else
 		got=denied
@@ -81,8 +105,8 @@ check() { # check FROM TO_NAME TO_IP PORT expected(allowed|denied)
 }
 wait_listening() {
 	for _ in $(seq 1 200); do
-		rampart endpoint exec shop/web -- bin/rampart-testserver probe --tcp "$DB:5432" --timeout 200ms >/dev/null 2>&1 &&
-			rampart endpoint exec shop/db -- bin/rampart-testserver probe --tcp "$WEB:80" --timeout 200ms >/dev/null 2>&1 && return 0
+		rampart endpoint exec shop/web -- "$BIN/rampart-testserver" probe --tcp "$DB:5432" --timeout 200ms >/dev/null 2>&1 &&
+			rampart endpoint exec shop/db -- "$BIN/rampart-testserver" probe --tcp "$WEB:80" --timeout 200ms >/dev/null 2>&1 && return 0
 		sleep 0.05
 	done
 	echo "servers did not start" >&2

@@ -21,7 +21,11 @@ if ! command -v go >/dev/null 2>&1; then
 	echo "setup: Go toolchain not found on PATH (expected /usr/local/go/bin/go)" >&2
 	exit 1
 fi
-go mod download
+# Said only when something is missing from the module cache (a fresh machine: the slow step).
+if ! GOPROXY=off go mod download >/dev/null 2>&1; then
+	echo "setup: downloading Go modules"
+	go mod download
+fi
 
 # bpffs is not mounted on a fresh machine; the agent pins its maps there.
 if ! mountpoint -q /sys/fs/bpf; then

@@ -1,0 +1,236 @@
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds the demo's binaries once for all tests of the package.
+func binaries(t *testing.T, root string) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "rampart-demo-bin-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command(goTool(), "build", "-o", binDir+"/", "./cmd/rampart", "./cmd/rampartd", "./cmd/rampart-testserver")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = errors.New("building: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// demo is one run of scripts/demo.sh in its own process group.
+type demo struct {
+	cmd  *exec.Cmd
+	inst string
+	bin  string
+	out  *lockedBuffer
+}
+
+func startDemo(t *testing.T) *demo {
+	testenv.RequireRoot(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := binaries(t, root)
+	d := &demo{inst: "dm" + testenv.Suffix(6), bin: bin, out: &lockedBuffer{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	d.cmd = exec.CommandContext(ctx, "bash", "scripts/demo.sh")
+	d.cmd.Dir = root
+	d.cmd.Env = append(os.Environ(), "RAMPART_BIN="+bin, "DEMO_SKIP_SETUP=1", "DEMO_INSTANCE="+d.inst)
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	// Its own process group, as a shell gives a foreground job: Ctrl-C reaches the
+	// script and everything it started. On timeout SIGTERM runs the demo's cleanup.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	d.cmd.Cancel = func() error { return d.cmd.Process.Signal(syscall.SIGTERM) }
+	d.cmd.WaitDelay = 30 * time.Second
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.safetyNet(t) })
+	return d
+}
+
+func TestDemoRunsToTheEnd(t *testing.T) {
+	d := startDemo(t)
+	err := d.cmd.Wait()
+	out := d.out.String()
+	if err != nil {
+		t.Fatalf("demo failed: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "WRONG") || !strings.Contains(out, "demo: every outcome as expected") {
+		t.Fatalf("demo did not report every outcome as expected:\n%s", out)
+	}
+	if n := strings.Count(out, "  ok "); n != 10 {
+		t.Errorf("demo reported %d ok outcomes, want 10:\n%s", n, out)
+	}
+}
+
+// TestDemoInterrupted presses Ctrl-C (SIGINT to the process group) while the demo probes
+// with policy in place: it must stop there, say it was interrupted, report no outcome as
+// WRONG (an interrupted probe is not a denied connection), exit 130 and clean up.
+func TestDemoInterrupted(t *testing.T) {
+	d := startDemo(t)
+	if !d.out.waitFor("== with policy", 2*time.Minute) {
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		d.cmd.Wait()
+		t.Fatalf("the demo never reached its checks with policy:\n%s", d.out.String())
+	}
+	if err := syscall.Kill(-d.cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := d.cmd.Wait()
+	out := d.out.String()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("interrupted demo: exit %v, want status 130", err)
+	}
+	if !strings.Contains(out, "demo: interrupted; cleaning up") {
+		t.Errorf("the demo did not say it was interrupted")
+	}
+	if strings.Contains(out, "WRONG") {
+		t.Errorf("the interrupted demo reported a WRONG outcome")
+	}
+	if strings.Contains(out, "== why can't the visitor") {
+		t.Errorf("the demo went on after Ctrl-C")
+	}
+	if t.Failed() {
+		t.Logf("demo output:\n%s", out)
+	}
+}
+
+// safetyNet fails the test when the demo left anything of its instance behind, and
+// removes it.
+func (d *demo) safetyNet(t *testing.T) {
+	if d.cmd.Process != nil {
+		if err := syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL); err == nil {
+			t.Errorf("the demo left processes running (killed)")
+		}
+	}
+	left := leftovers(d.inst)
+	if len(left) == 0 {
+		return
+	}
+	t.Errorf("the demo did not clean up: %s", strings.Join(left, ", "))
+	for _, l := range left {
+		if strings.HasPrefix(l, "netns ") {
+			exec.Command("ip", "netns", "del", strings.TrimPrefix(l, "netns ")).Run()
+		}
+	}
+	os.RemoveAll(filepath.Join("/sys/fs/bpf/rampart", d.inst))
+}
+
+// leftovers lists the network namespaces and the BPF pin directory of instance inst.
+func leftovers(inst string) []string {
+	var left []string
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "rp-"+inst+"-") {
+			left = append(left, "netns "+e.Name())
+		}
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", inst)); err == nil {
+		left = append(left, "pins /sys/fs/bpf/rampart/"+inst)
+	}
+	return left
+}
+
+// lockedBuffer collects a process's output and lets a test wait for a line.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	ch  chan struct{}
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor waits until a line of the output starts with prefix.
+func (b *lockedBuffer) waitFor(prefix string, timeout time.Duration) bool {
+	deadline := time.After(timeout)
+	for {
+		b.mu.Lock()
+		found := hasLine(b.buf.Bytes(), prefix)
+		if !found && b.ch == nil {
+			b.ch = make(chan struct{})
+		}
+		ch := b.ch
+		b.mu.Unlock()
+		if found {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+func hasLine(out []byte, prefix string) bool {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+var _ io.Writer = (*lockedBuffer)(nil)
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
