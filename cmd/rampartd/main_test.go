@@ -3,9 +3,12 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,12 +22,7 @@ import (
 // enforcing after SIGTERM, comes back with its state, and --uninstall removes everything.
 func TestDaemonLifecycle(t *testing.T) {
 	testenv.RequireRoot(t)
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "github.com/rampartnet/rampart/cmd/rampartd",
-		"github.com/rampartnet/rampart/cmd/rampart", "github.com/rampartnet/rampart/cmd/rampart-testserver")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building binaries: %v\n%s", err, out)
-	}
+	bin := buildBinaries(t)
 	inst := "d" + testenv.Suffix(8)
 	sockDir, err := os.MkdirTemp("", "rp-sock-")
 	if err != nil {
@@ -134,7 +132,19 @@ func TestDaemonLifecycle(t *testing.T) {
 	}
 	stop()
 
-	out, err := exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).CombinedOutput()
+	// A state directory that holds no instance is refused, and keeps what it holds.
+	foreign := t.TempDir()
+	os.WriteFile(filepath.Join(foreign, "keep.txt"), []byte("x"), 0o600)
+	wrong := append(slices.Clone(flags), "--state-dir", foreign, "--uninstall")
+	out, err := exec.Command(bin+"/rampartd", wrong...).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "--state-dir "+foreign+": no Rampart instance") {
+		t.Fatalf("uninstall of a folder without the instance: %v\n%s\nwant exit 1 and a refusal naming the folder", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(foreign, "keep.txt")); err != nil {
+		t.Fatalf("refused uninstall removed a file of the folder: %v", err)
+	}
+
+	out, err = exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("uninstall: %v\n%s", err, out)
 	}
@@ -146,10 +156,75 @@ func TestDaemonLifecycle(t *testing.T) {
 	}
 }
 
-func run(bin, sockDir string, args ...string) (string, string, int) {
+// TestHelpAndVersion: rampartd --help says on stdout what the agent is, what it needs and
+// changes and how uninstall undoes it, then the flags; --version and rampart version name
+// the build (here the version given at link time) and the Go version.
+func TestHelpAndVersion(t *testing.T) {
+	bin := buildBinaries(t)
+	out, errs, code := runBin(bin+"/rampartd", "--help")
+	if code != 0 || errs != "" {
+		t.Fatalf("rampartd --help: exit %d, stderr %q", code, errs)
+	}
+	for _, want := range []string{"Rampart agent", "needs root", "/sys/fs/bpf", "network namespace", "veth",
+		"net.ipv4.ip_forward", "routing rule", "--uninstall", "previous value", "/run/rampart/<instance>.sock", "-bpf-dir", "-version"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rampartd --help does not say %q:\n%s", want, out)
+		}
+	}
+	out, _, code = runBin(bin+"/rampartd", "--version")
+	if want := "rampartd vtest-1.2.3 (revision feedbeef) " + runtime.Version() + "\n"; code != 0 || out != want {
+		t.Errorf("rampartd --version: exit %d, %q; want %q", code, out, want)
+	}
+	out, _, code = runBin(bin+"/rampart", "--socket", filepath.Join(t.TempDir(), "none.sock"), "version")
+	if want := "rampart vtest-1.2.3 (revision feedbeef) " + runtime.Version() + "\n"; code != 0 || !strings.HasPrefix(out, want) {
+		t.Errorf("rampart version: exit %d, %q; want it to start with %q", code, out, want)
+	}
+	if _, errs, code := runBin(bin+"/rampartd", "--no-such-flag"); code != 2 || !strings.Contains(errs, "--help") {
+		t.Errorf("rampartd --no-such-flag: exit %d, stderr %q; want 2 and a pointer to --help", code, errs)
+	}
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// buildBinaries builds rampartd, rampart and rampart-testserver once per test binary, with
+// a version and revision given at link time.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "rampartd-test-bin-")
+		if buildErr != nil {
+			return
+		}
+		pkg := "github.com/rampartnet/rampart/internal/version"
+		out, err := exec.Command("go", "build", "-ldflags", "-X "+pkg+".Version=vtest-1.2.3 -X "+pkg+".Revision=feedbeef",
+			"-o", buildDir+"/", "github.com/rampartnet/rampart/cmd/rampartd",
+			"github.com/rampartnet/rampart/cmd/rampart", "github.com/rampartnet/rampart/cmd/rampart-testserver").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("building binaries: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+func runBin(path string, args ...string) (string, string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := exec.CommandContext(ctx, bin+"/rampart", append([]string{"--socket", filepath.Join(sockDir, "r.sock")}, args...)...)
+	c := exec.CommandContext(ctx, path, args...)
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	err := c.Run()
@@ -161,6 +236,10 @@ func run(bin, sockDir string, args ...string) (string, string, int) {
 		}
 	}
 	return out.String(), errb.String(), code
+}
+
+func run(bin, sockDir string, args ...string) (string, string, int) {
+	return runBin(bin+"/rampart", append([]string{"--socket", filepath.Join(sockDir, "r.sock")}, args...)...)
 }
 
 // syncBuffer is a bytes.Buffer safe for the writer goroutine of exec and the test.

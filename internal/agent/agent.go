@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,10 @@ type Agent struct {
 
 	listener net.Listener
 	unlock   func() // releases the instance lock (lockInstance)
+	// own records what the instance makes on the host (owned.go); host is false when
+	// tests stand in for the network and the dataplane, which then record nothing.
+	own  *owned
+	host bool
 
 	// mu serialises changes and guards the fields below it.
 	mu       sync.Mutex
@@ -83,6 +88,8 @@ func New(cfg Config) (*Agent, error) {
 		open = openDatapath
 	}
 
+	// What the agent creates of its directories is recorded (owned.go).
+	missing := append(missingDirs(filepath.Dir(cfg.Socket)), missingDirs(cfg.StateDir)...)
 	// The socket first: a second agent for the same socket must stop before touching
 	// anything of the first one's.
 	a.listener, err = api.Listen(cfg.Socket)
@@ -104,6 +111,14 @@ func New(cfg Config) (*Agent, error) {
 	if a.unlock, err = lockInstance(cfg.StateDir); err != nil {
 		return nil, err
 	}
+	// The host is the agent's own unless tests stand in for it.
+	a.host = cfg.Network == nil && cfg.OpenDatapath == nil
+	if a.own, err = openOwned(cfg, missing, a.host); err != nil {
+		return nil, err
+	}
+	if err := a.own.save(); err != nil {
+		return nil, err
+	}
 
 	st, err := loadState(cfg.StateDir)
 	if err != nil {
@@ -117,6 +132,11 @@ func New(cfg Config) (*Agent, error) {
 	if m.cidrsets, err = loadSetFiles(a.sets); err != nil {
 		return nil, err
 	}
+	if a.host {
+		if err := a.own.recordNode(a.net.(endpoint.Node)); err != nil {
+			return nil, fmt.Errorf("recording the node's set-up: %w", err)
+		}
+	}
 	if err := a.net.Setup(); err != nil {
 		return nil, fmt.Errorf("setting up node network namespace: %w", err)
 	}
@@ -129,6 +149,11 @@ func New(cfg Config) (*Agent, error) {
 			a.closeProxy()
 		}
 	}()
+	if a.host {
+		if err := a.own.recordProxyNamespace(a.net.NetnsPath()); err != nil {
+			return nil, fmt.Errorf("recording the proxy's set-up: %w", err)
+		}
+	}
 	if err := a.dp.SetupProxy(a.net.NetnsPath(), cfg.ProxyListen); err != nil {
 		return nil, fmt.Errorf("setting up L7 proxy steering: %w", err)
 	}

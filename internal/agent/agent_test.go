@@ -455,14 +455,14 @@ func TestStateFileIsAtomicAndComplete(t *testing.T) {
 	if len(st.Endpoints) != 1 || len(st.Policies) != 1 || len(st.Identities) == 0 || st.Namespaces["x"][labels.KeyNamespaceName] != "x" {
 		t.Fatalf("state: %+v", st)
 	}
-	// The state file and the instance lock, no temporary files.
+	// The state file, the instance lock and the ownership record, no temporary files.
 	entries, _ := os.ReadDir(h.cfg.StateDir)
 	var names []string
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if strings.Join(names, " ") != lockName+" state.json" {
-		t.Fatalf("state dir holds %v, want only %s and state.json", names, lockName)
+	if strings.Join(names, " ") != lockName+" "+ownedFileName+" state.json" {
+		t.Fatalf("state dir holds %v, want only %s, %s and state.json", names, lockName, ownedFileName)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
-	"regexp"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/proxy"
@@ -21,9 +20,9 @@ const MaxEndpoints = 4095
 
 // Config configures an agent. Zero fields take defaults derived from Instance.
 type Config struct {
-	Instance  string       // default "default"
+	Instance  string       // default api.DefaultInstance
 	StateDir  string       // default /var/lib/rampart/<instance>
-	Socket    string       // default /run/rampart/rampart.sock
+	Socket    string       // default api.SocketFor(instance): /run/rampart/<instance>.sock
 	BPFDir    string       // default /sys/fs/bpf/rampart/<instance>
 	NodeNetns string       // "" = the agent's own network namespace, else a named one
 	PodCIDR   netip.Prefix // default DefaultPodCIDR
@@ -65,18 +64,16 @@ type Config struct {
 	OpenProxy func(cfg Config, netnsPath string, onLog func(proxy.AccessLog)) (Proxy, error)
 }
 
-var instanceRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$`)
-
 // WithDefaults returns cfg with every empty field set.
 func (cfg Config) WithDefaults() Config {
 	if cfg.Instance == "" {
-		cfg.Instance = "default"
+		cfg.Instance = api.DefaultInstance
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join("/var/lib/rampart", cfg.Instance)
 	}
 	if cfg.Socket == "" {
-		cfg.Socket = api.DefaultSocket
+		cfg.Socket = api.SocketFor(cfg.Instance)
 	}
 	if cfg.BPFDir == "" {
 		cfg.BPFDir = filepath.Join("/sys/fs/bpf/rampart", cfg.Instance)
@@ -98,8 +95,8 @@ func (cfg Config) WithDefaults() Config {
 }
 
 func (cfg Config) validate() error {
-	if !instanceRE.MatchString(cfg.Instance) {
-		return fmt.Errorf("instance name %q: want 1-32 lowercase letters, digits or '-'", cfg.Instance)
+	if err := api.CheckInstance(cfg.Instance); err != nil {
+		return err
 	}
 	if !cfg.PodCIDR.Addr().Is4() || cfg.PodCIDR.Bits() > 28 || cfg.PodCIDR.Bits() < 8 {
 		return fmt.Errorf("pod CIDR %v: want an IPv4 prefix between /8 and /28", cfg.PodCIDR)

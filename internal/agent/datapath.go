@@ -133,13 +133,6 @@ func (r *realDatapath) Close() error {
 	return err
 }
 
-// Remove deletes the pins, the send-side verdict's (its sockops link, in the same
-// directory) included.
-func (r *realDatapath) Remove() error {
-	r.once.Do(func() { r.events.Close() })
-	return errors.Join(r.side.close(), r.dp.Remove())
-}
-
 func flowFlags(ev datapath.FlowEvent) uint8 {
 	var f uint8
 	if ev.L7Egress {

@@ -46,8 +46,6 @@ type Datapath interface {
 	EventsDrained() uint64
 	// Close releases the agent's handles; pinned maps and attached programs stay.
 	Close() error
-	// Remove deletes the pins (for uninstall).
-	Remove() error
 
 	// ReplaceCIDRSets makes the CIDR set tables hold exactly sets (index -> prefixes; sets
 	// absent are emptied): the new tables are built aside and switched to at once.

@@ -417,8 +417,6 @@ func (d *fakeDatapath) Close() error {
 	return nil
 }
 
-func (d *fakeDatapath) Remove() error { return d.Close() }
-
 // snapshot returns a deep enough copy to compare states.
 func (d *fakeDatapath) snapshot() (map[netip.Prefix]mapstate.IPCacheEntry, map[int]fakeEP) {
 	d.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/version"
 )
 
 // LabelNamespace sets and removes namespace labels, creating the namespace if needed. The
@@ -127,6 +128,7 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		sendSide = &st
 	}
 	return api.Status{
+		Version:    version.Get().String(),
 		Instance:   a.cfg.Instance,
 		PodCIDR:    a.cfg.PodCIDR.String(),
 		Router:     a.net.Router().String(),

@@ -2,11 +2,9 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -95,6 +93,11 @@ func (a *Agent) proxyUpdate(old, new *desired) error {
 		// Before the dataplane steers anything. Without the route, steered packets would
 		// be forwarded to their destination, which drops them (proxy bypass): closed, but
 		// broken.
+		if a.host {
+			if err := a.own.recordProxyRouting(a.net.NetnsPath()); err != nil {
+				return fmt.Errorf("routing to the L7 proxy: %w", err)
+			}
+		}
 		if err := a.dp.RouteToProxy(a.net.NetnsPath()); err != nil {
 			return fmt.Errorf("routing to the L7 proxy: %w", err)
 		}
@@ -303,12 +306,4 @@ func (v *view) identityOf(a netip.Addr) identity.Identity {
 	}
 	e, _ := mapstate.LookupIPCache(v.ipcache, a)
 	return e.Identity
-}
-
-// removeProxyRunDir removes the proxy's run directory (uninstall).
-func removeProxyRunDir(cfg Config) error {
-	if err := os.RemoveAll(cfg.proxyRunDir()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing proxy run directory: %w", err)
-	}
-	return nil
 }

@@ -102,33 +102,8 @@ func saveState(dir string, st *stateFile) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating state directory: %w", err)
 	}
-	f, err := os.CreateTemp(dir, stateFileName+".tmp*")
-	if err != nil {
-		return fmt.Errorf("creating temporary state file: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
+	if err := writeFileAtomic(dir, stateFileName, append(b, '\n')); err != nil {
 		return fmt.Errorf("writing state: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("syncing state: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("closing state: %w", err)
-	}
-	if err := os.Rename(tmp, statePath(dir)); err != nil {
-		return fmt.Errorf("replacing state: %w", err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening state directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing state directory: %w", err)
 	}
 	return nil
 }

@@ -11,10 +11,34 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
+	"regexp"
 )
 
-// DefaultSocket is where rampartd listens unless told otherwise.
-const DefaultSocket = "/run/rampart/rampart.sock"
+// DefaultInstance is the instance rampartd runs, and the CLI talks to, unless told
+// otherwise.
+const DefaultInstance = "default"
+
+// SocketDir holds the instances' default sockets.
+const SocketDir = "/run/rampart"
+
+var instanceRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$`)
+
+// CheckInstance checks an instance name: 1-32 lowercase letters, digits or '-', starting
+// and ending with a letter or digit. The name becomes part of paths and of network
+// namespace names, so nothing else (no '/', no "..") may pass.
+func CheckInstance(name string) error {
+	if !instanceRE.MatchString(name) {
+		return fmt.Errorf("instance name %q: want 1-32 lowercase letters, digits or '-'", name)
+	}
+	return nil
+}
+
+// SocketFor returns the default API socket of an instance: <SocketDir>/<instance>.sock,
+// so that agents of different instances on one host never share one.
+func SocketFor(instance string) string {
+	return filepath.Join(SocketDir, instance+".sock")
+}
 
 // Client talks to an agent over its Unix socket.
 type Client struct {

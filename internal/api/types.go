@@ -15,6 +15,8 @@ func (e *Error) Error() string { return e.Message }
 
 // Status describes the running agent.
 type Status struct {
+	// Version is the agent's build (version.Info's one line); empty from agents before it.
+	Version    string    `json:"version,omitempty"`
 	Instance   string    `json:"instance"`
 	PodCIDR    string    `json:"podCIDR"`
 	Router     string    `json:"router"`

@@ -8,10 +8,12 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/version"
 )
 
 // ExitError carries an exit code that is not a plain failure (endpoint exec passes the
@@ -27,9 +29,36 @@ type IO struct {
 }
 
 type app struct {
-	io     IO
-	socket string
-	client *api.Client
+	io       IO
+	instance string
+	socket   string
+	client   *api.Client
+	// where is the socket the client talks to (for messages).
+	where string
+}
+
+// socketPath is the agent's socket: --socket, else the socket of --instance, else
+// $RAMPART_SOCKET, else the socket of $RAMPART_INSTANCE, else the default instance's.
+// A flag wins over the environment; a socket wins over an instance at the same level.
+func (a *app) socketPath(cmd *cobra.Command) (string, error) {
+	flags := cmd.Flags()
+	if flags.Changed("socket") {
+		return a.socket, nil
+	}
+	inst := a.instance
+	if !flags.Changed("instance") {
+		if s := os.Getenv("RAMPART_SOCKET"); s != "" {
+			return s, nil
+		}
+		inst = os.Getenv("RAMPART_INSTANCE")
+		if inst == "" {
+			inst = api.DefaultInstance
+		}
+	}
+	if err := api.CheckInstance(inst); err != nil {
+		return "", err
+	}
+	return api.SocketFor(inst), nil
 }
 
 // Run executes the rampart command line with args (without the program name) and returns
@@ -57,18 +86,20 @@ func NewCommand(stdio IO) *cobra.Command {
 		Short:         "Control the rampart agent: endpoints, namespaces, policies, CIDR sets, flows",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRun: func(cmd *cobra.Command, args []string) {
-			a.client = api.NewClient(a.socket)
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			socket, err := a.socketPath(cmd)
+			if err != nil {
+				return err
+			}
+			a.client, a.where = api.NewClient(socket), socket
+			return nil
 		},
 	}
 	root.SetIn(stdio.In)
 	root.SetOut(stdio.Out)
 	root.SetErr(stdio.Err)
-	def := os.Getenv("RAMPART_SOCKET")
-	if def == "" {
-		def = api.DefaultSocket
-	}
-	root.PersistentFlags().StringVar(&a.socket, "socket", def, "agent API socket (env RAMPART_SOCKET)")
+	root.PersistentFlags().StringVar(&a.instance, "instance", "", "agent instance to talk to, at its default socket /run/rampart/<instance>.sock (env RAMPART_INSTANCE; default \""+api.DefaultInstance+"\")")
+	root.PersistentFlags().StringVar(&a.socket, "socket", "", "agent API socket; overrides --instance (env RAMPART_SOCKET)")
 	root.AddCommand(
 		a.endpointCommand(),
 		a.namespaceCommand(),
@@ -80,6 +111,7 @@ func NewCommand(stdio IO) *cobra.Command {
 		a.cidrsetCommand(),
 		a.observeCommand(),
 		a.statusCommand(),
+		a.versionCommand(),
 	)
 	return root
 }
@@ -165,4 +197,28 @@ func contextOf(cmd *cobra.Command) context.Context {
 		return ctx
 	}
 	return context.Background()
+}
+
+// versionCommand prints the CLI's build and, when an agent answers, the agent's.
+func (a *app) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Show the CLI's version and, if it answers, the agent's",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a.printf("rampart %s\n", version.Get())
+			ctx, cancel := context.WithTimeout(contextOf(cmd), 2*time.Second)
+			defer cancel()
+			st, err := a.client.Status(ctx)
+			switch {
+			case err != nil:
+				a.printf("agent: none answers at %s (%v)\n", a.where, err)
+			case st.Version == "":
+				a.printf("agent: instance %s at %s, version unknown (an agent older than the version field)\n", st.Instance, a.where)
+			default:
+				a.printf("agent: rampartd %s (instance %s at %s)\n", st.Version, st.Instance, a.where)
+			}
+			return nil
+		},
+	}
 }

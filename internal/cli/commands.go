@@ -372,6 +372,9 @@ func (a *app) statusCommand() *cobra.Command {
 			w := tabwriter.NewWriter(a.io.Out, 0, 4, 1, ' ', 0)
 			fmt.Fprintf(w, "Agent:\tup since %s\n", st.StartedAt.Local().Format(time.RFC3339))
 			fmt.Fprintf(w, "Instance:\t%s\n", st.Instance)
+			if st.Version != "" {
+				fmt.Fprintf(w, "Version:\t%s\n", st.Version)
+			}
 			node := st.NodeNetns
 			if node == "" {
 				node = "<root>"

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -195,6 +196,39 @@ func SetupProxyRouting(netnsPath string) error {
 		return fmt.Errorf("setting up proxy routing: fwmark rule: %w", err)
 	}
 	return nil
+}
+
+// ProxyRouting reports whether the network namespace at netnsPath ("" = the caller's)
+// already has the fwmark rule SetupProxyRouting adds (an agent records whether it added
+// the rule, so that uninstall removes only its own).
+func ProxyRouting(netnsPath string) (bool, error) {
+	h, err := netlinkHandle(netnsPath)
+	if err != nil {
+		return false, fmt.Errorf("reading proxy routing: %w", err)
+	}
+	defer h.Close()
+	rules, err := h.RuleList(unix.AF_INET)
+	if err != nil {
+		return false, fmt.Errorf("reading proxy routing: listing rules: %w", err)
+	}
+	for _, r := range rules {
+		if isProxyRule(r) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Sysctl is a kernel setting: its key under /proc/sys (net/ipv4/ip_forward) and a value.
+type Sysctl struct{ Key, Value string }
+
+// ProxySysctls are the settings PrepareProxyNamespace makes in the node namespace (an
+// agent records their previous values so that uninstall can restore them).
+func ProxySysctls() []Sysctl {
+	return []Sysctl{
+		{Key: strings.TrimPrefix(tcpMaxTWBuckets, "/proc/sys/"), Value: "0"},
+		{Key: strings.TrimPrefix(ipLocalPortRange, "/proc/sys/"), Value: ProxyPortRange},
+	}
 }
 
 // TeardownProxyRouting removes what SetupProxyRouting added to the network namespace at

@@ -71,15 +71,11 @@ func (n Node) Setup() error {
 			return fmt.Errorf("creating node network namespace: %w", err)
 		}
 	}
-	h, err := n.handle()
+	h, lo, err := n.lo()
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("finding node lo: %w", err)
-	}
 	if err := h.LinkSetUp(lo); err != nil {
 		return fmt.Errorf("setting node lo up: %w", err)
 	}
@@ -88,7 +84,12 @@ func (n Node) Setup() error {
 		return fmt.Errorf("adding router address %v to node lo: %w", n.Router(), err)
 	}
 	return Do(n.NetnsPath(), func() error {
-		return writeSysctl("net/ipv4/ip_forward", "1")
+		for k, v := range NodeSysctls {
+			if err := writeSysctl(k, v); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
@@ -98,20 +99,7 @@ func (n Node) Teardown() error {
 	if n.Netns != "" {
 		return DeleteNetns(n.Netns)
 	}
-	h, err := n.handle()
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("finding node lo: %w", err)
-	}
-	addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(n.Router(), 32))}
-	if err := h.AddrDel(lo, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-		return fmt.Errorf("removing router address from node lo: %w", err)
-	}
-	return nil
+	return n.RemoveLoAddress(n.Router())
 }
 
 func (n Node) handle() (*netlink.Handle, error) {

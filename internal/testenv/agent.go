@@ -37,6 +37,9 @@ type Options struct {
 	ProxyEnvoyOnly bool
 	// L7SendSide turns the agent's send-side L7 verdict on (agent.Config.L7SendSide).
 	L7SendSide bool
+	// DefaultSocket leaves the agent on its instance's default socket
+	// (/run/rampart/<instance>.sock), and the CLI finds it with --instance.
+	DefaultSocket bool
 }
 
 // Env is an agent running in-process in a fresh node network namespace, with its own
@@ -93,7 +96,10 @@ func StartAgent(t testing.TB, opts Options) *Env {
 		},
 		servers: map[string]*Servers{},
 	}
-	e.Client = api.NewClient(e.Config.Socket)
+	if opts.DefaultSocket {
+		e.Config.Socket = ""
+	}
+	e.Client = api.NewClient(e.Socket())
 	t.Cleanup(func() {
 		e.mu.Lock()
 		for _, s := range e.servers {
@@ -117,6 +123,14 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// Socket is the agent's API socket.
+func (e *Env) Socket() string {
+	if e.Config.Socket == "" {
+		return api.SocketFor(e.Config.Instance)
+	}
+	return e.Config.Socket
 }
 
 // Start starts the agent (again, after Stop) with the same configuration.
@@ -168,6 +182,9 @@ func (e *Env) CLI(args ...string) (stdout, stderr string, code int) {
 func (e *Env) CLIStdin(stdin string, args ...string) (stdout, stderr string, code int) {
 	var out, errb bytes.Buffer
 	full := append([]string{"--socket", e.Config.Socket}, args...)
+	if e.Config.Socket == "" {
+		full = append([]string{"--instance", e.Config.Instance}, args...)
+	}
 	code = cli.Run(context.Background(), full, cli.IO{In: strings.NewReader(stdin), Out: &out, Err: &errb})
 	return out.String(), errb.String(), code
 }

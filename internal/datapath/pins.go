@@ -1,0 +1,77 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+
+	"github.com/cilium/ebpf"
+)
+
+// LinkPinDir is the pin directory's subdirectory that holds the TCX links (tcxPinDir).
+const LinkPinDir = tcxPinDir
+
+// tcxPinRE matches the name of a TCX link pin (tcxPin).
+var tcxPinRE = regexp.MustCompile(`^[0-9]+-(ingress|egress)$`)
+
+// PinNames returns the names of the pins a dataplane makes directly in its pin directory:
+// every map the BPF objects pin by name (read from the objects, so a map added to the C
+// code is known here without a list to keep), the send-side verdict's sockops link, and
+// the pins of earlier versions that Open migrates or removes.
+func PinNames() ([]string, error) {
+	names := map[string]bool{sockopsLinkPin: true, legacyCountersPin: true, legacyCT4Pin: true, nsConntrackPin: true}
+	for _, n := range legacyPins {
+		names[n] = true
+	}
+	for _, load := range []func() (*ebpf.CollectionSpec, error){loadRampart, loadSockverdict} {
+		spec, err := load()
+		if err != nil {
+			return nil, fmt.Errorf("reading the BPF objects' pins: %w", err)
+		}
+		for name, m := range spec.Maps {
+			if m.Pinning == ebpf.PinByName {
+				names[name] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(names))
+	for n := range names {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// FindPins returns the paths of the dataplane's pins that exist in dir: the PinNames, and
+// the TCX link pins in dir/LinkPinDir. Anything else in dir is not the dataplane's.
+func FindPins(dir string) ([]string, error) {
+	names, err := PinNames()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() {
+			out = append(out, p)
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("finding pins: %w", err)
+		}
+	}
+	ents, err := os.ReadDir(filepath.Join(dir, LinkPinDir))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("finding link pins: %w", err)
+	}
+	for _, e := range ents {
+		if e.Type().IsRegular() && tcxPinRE.MatchString(e.Name()) {
+			out = append(out, filepath.Join(dir, LinkPinDir, e.Name()))
+		}
+	}
+	return out, nil
+}
+
+// IsBPFFS reports whether path is on a bpf filesystem.
+func IsBPFFS(path string) (bool, error) { return isBPFFS(path) }
