@@ -1,0 +1,178 @@
+package readme
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/testenv"
+)
+
+// usingIt returns the first ```sh block after the "## Using it" heading of README.md.
+func usingIt(t *testing.T, readme string) string {
+	t.Helper()
+	f, err := os.Open(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var block []string
+	state := 0 // 0: before the section, 1: in it, 2: in its block
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case state == 0 && line == "## Using it":
+			state = 1
+		case state == 1 && strings.HasPrefix(line, "## "):
+			t.Fatal(`README.md: the "Using it" section has no sh block`)
+		case state == 1 && line == "```sh":
+			state = 2
+		case state == 2 && line == "```":
+			return strings.Join(block, "\n") + "\n"
+		case state == 2:
+			block = append(block, line)
+		}
+	}
+	t.Fatalf(`README.md: no "## Using it" section with a closed sh block`)
+	return ""
+}
+
+func TestUsingItRunsAsWritten(t *testing.T) {
+	testenv.RequireRoot(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := usingIt(t, filepath.Join(root, "README.md"))
+	if !strings.Contains(block, "--instance quickstart") {
+		t.Fatalf("the README block no longer names its instance quickstart; this test renames it:\n%s", block)
+	}
+	// Its own instance name, so that it can run beside anything else; the rest is the
+	// block as written.
+	inst := "qs" + testenv.Suffix(6)
+	script := strings.ReplaceAll(block, "quickstart", inst)
+
+	// A network namespace of its own stands in for the host: the agent puts its router
+	// address, routes and sysctls there, not in the machine's root namespace. nsenter
+	// enters only the network namespace, so /sys/fs/bpf stays visible.
+	ns := "rd-" + testenv.Suffix(8)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up: %v: %s", err, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	// bash -e: a line of the block that fails ends the run (the block itself says where a
+	// failure is expected, with "|| echo denied").
+	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+ns, "bash", "-e", "-c", script)
+	cmd.Dir = root
+	env := []string{}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "RAMPART_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "PATH="+os.Getenv("PATH")+":/usr/local/go/bin")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
+	t.Cleanup(func() { safetyNet(t, root, ns, inst, cmd) })
+	runErr := cmd.Run()
+	text := out.String()
+	defer func() {
+		if t.Failed() {
+			t.Logf("script:\n%s", script)
+		}
+		t.Logf("output:\n%s", text) // shown on failure and with -v
+	}()
+	if runErr != nil {
+		t.Fatalf("the README block failed: %v", runErr)
+	}
+	// The visitor's probe after the policy is the one expected to fail.
+	if n := strings.Count(text, "\ndenied\n"); n != 1 {
+		t.Errorf("want exactly one denied probe (the visitor's, after the policy), got %d", n)
+	}
+	for _, want := range []string{
+		"guests/visitor", // trace and flows name the endpoints
+		"shop/db",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output does not mention %q", want)
+		}
+	}
+	if !strings.Contains(strings.ToLower(text), "drop") {
+		t.Errorf("neither the trace nor the flows show a drop")
+	}
+	if left := leftovers(inst); len(left) > 0 {
+		t.Errorf("the block's uninstall left: %s", strings.Join(left, ", "))
+	}
+}
+
+// leftovers lists what instance inst could have left: endpoint namespaces, pins, state,
+// socket.
+func leftovers(inst string) []string {
+	var left []string
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "rp-"+inst+"-") {
+			left = append(left, "netns "+e.Name())
+		}
+	}
+	for _, p := range []string{
+		filepath.Join("/sys/fs/bpf/rampart", inst),
+		filepath.Join("/var/lib/rampart", inst),
+		fmt.Sprintf("/run/rampart/%s.sock", inst),
+	} {
+		if _, err := os.Stat(p); err == nil {
+			left = append(left, p)
+		}
+	}
+	return left
+}
+
+// safetyNet removes what a failed run left: the agent (by its instance's uninstall, run in
+// the same namespace) and then anything still there.
+func safetyNet(t *testing.T, root, ns, inst string, cmd *exec.Cmd) {
+	if cmd.Process != nil {
+		// The block's background jobs (agent, server) share its process group: a block
+		// that failed half way leaves them running. Stop them and wait until they are gone.
+		pg := -cmd.Process.Pid
+		if syscall.Kill(pg, syscall.SIGTERM) == nil {
+			deadline := time.Now().Add(15 * time.Second)
+			for syscall.Kill(pg, 0) == nil && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			syscall.Kill(pg, syscall.SIGKILL)
+		}
+	}
+	if len(leftovers(inst)) == 0 {
+		return
+	}
+	u := exec.Command("nsenter", "--net=/run/netns/"+ns, filepath.Join(root, "bin", "rampartd"), "--instance", inst, "--uninstall")
+	if out, err := u.CombinedOutput(); err != nil {
+		t.Logf("uninstall: %v\n%s", err, out)
+	}
+	for _, l := range leftovers(inst) {
+		if strings.HasPrefix(l, "netns ") {
+			exec.Command("ip", "netns", "del", strings.TrimPrefix(l, "netns ")).Run()
+		} else {
+			os.RemoveAll(l)
+		}
+	}
+	os.RemoveAll("/tmp/rampartd-" + inst + ".log")
+}
