@@ -362,3 +362,23 @@ func dirNames(t *testing.T, dir string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestUninstallAfterNodeNamespaceGone: when the node namespace the instance made is gone
+// (as after a reboot), uninstall still removes the endpoints' namespaces and the state.
+func TestUninstallAfterNodeNamespaceGone(t *testing.T) {
+	e := testenv.StartAgent(t, testenv.Options{NoServers: true})
+	e.MustCLI("endpoint", "add", "x/a")
+	e.Stop()
+	if err := endpoint.DeleteNetns(e.Config.NodeNetns); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Uninstall(e.Config); err != nil {
+		t.Fatalf("uninstall: %v", err)
+	}
+	for _, p := range []string{testenv.NetnsPathOf(e.Config.Instance, "x", "a"), e.Config.StateDir, e.Config.BPFDir} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after uninstall (%v)", p, err)
+		}
+	}
+	e.Start() // for the harness's own uninstall when the test ends
+}
