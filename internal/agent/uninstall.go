@@ -57,8 +57,17 @@ func Uninstall(cfg Config) error {
 	if netw == nil {
 		netw = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR}
 	}
+	// A named node namespace that is gone (a reboot) took the host-side veths with it:
+	// only the endpoints' namespaces are left to delete.
+	nodeGone := cfg.Network == nil && cfg.NodeNetns != "" && !endpoint.NetnsExists(cfg.NodeNetns)
 	for _, e := range st.Endpoints {
-		if err := netw.Delete(e.Namespace, e.Name); err != nil {
+		var err error
+		if nodeGone {
+			err = endpoint.DeleteNetns(netw.EndpointNetns(e.Namespace, e.Name))
+		} else {
+			err = netw.Delete(e.Namespace, e.Name)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("deleting endpoint %s: %w", e.Key(), err))
 		}
 	}

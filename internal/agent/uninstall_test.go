@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -151,6 +152,16 @@ func TestUninstallRemovesOnlyWhatTheInstanceMade(t *testing.T) {
 	policy := filepath.Join(tmp, "l7.yaml")
 	writeFile(t, policy, uninstallL7)
 	rampart("apply", "-f", policy)
+	if !testenv.Eventually(10*time.Second, func() bool {
+		for _, l := range strings.Split(rampart("status"), "\n") {
+			if strings.HasPrefix(l, "L7 proxy:") && strings.Contains(l, "running") {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("the L7 proxy did not start:\n%s", rampart("status"))
+	}
 	// Another program's pin inside the instance's pin directory, and a file of the user's
 	// in the instance's CIDR set directory whose name looks like a journal.
 	pinForeign(t, filepath.Join(bpfDir, "other_inside"))
@@ -255,6 +266,12 @@ func TestUninstallRemovesOnlyWhatTheInstanceMade(t *testing.T) {
 	if _, err := os.Lstat(cfg.Socket); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left (%v)", err)
 	}
+	// The proxy's run directory, in the state directory or (for a long path) in /run.
+	for _, p := range []string{filepath.Join(stateDir, "proxy"), "/run/rampart/proxy-" + inst} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("proxy run directory %s left (%v)", p, err)
+		}
+	}
 
 	// What was not the instance's is as it was.
 	if has, err := node.HasLoAddress(userAddr); err != nil || !has {
@@ -344,4 +361,24 @@ func dirNames(t *testing.T, dir string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestUninstallAfterNodeNamespaceGone: when the node namespace the instance made is gone
+// (as after a reboot), uninstall still removes the endpoints' namespaces and the state.
+func TestUninstallAfterNodeNamespaceGone(t *testing.T) {
+	e := testenv.StartAgent(t, testenv.Options{NoServers: true})
+	e.MustCLI("endpoint", "add", "x/a")
+	e.Stop()
+	if err := endpoint.DeleteNetns(e.Config.NodeNetns); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Uninstall(e.Config); err != nil {
+		t.Fatalf("uninstall: %v", err)
+	}
+	for _, p := range []string{testenv.NetnsPathOf(e.Config.Instance, "x", "a"), e.Config.StateDir, e.Config.BPFDir} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after uninstall (%v)", p, err)
+		}
+	}
+	e.Start() // for the harness's own uninstall when the test ends
 }
