@@ -87,6 +87,7 @@ type SockPair struct {
 type EndpointInfo struct {
 	EpID     uint32
 	Identity identity.Identity
+	Addr     netip.Addr // the only source address the endpoint may send from
 }
 
 // FlowEvent is one event from the dataplane, with its time already converted to wall time.
@@ -133,16 +134,17 @@ const (
 
 // ReasonNames names the drop reasons of rampart.h.
 var ReasonNames = map[uint8]string{
-	0: "",
-	1: "policy-deny",
-	2: "policy-default-deny",
-	3: "malformed",
-	4: "fragment-unknown",
-	5: "unknown-endpoint",
-	6: "unsupported-l3",
-	7: "proxy-unavailable", // L7 rules apply but no proxy listens (fail closed)
-	8: "proxy-bypass",      // L7 rules apply but the packet did not come through the proxy
-	9: "l7-unchecked",      // send-side verdict flow: data from a socket the verdict does not check
+	0:  "",
+	1:  "policy-deny",
+	2:  "policy-default-deny",
+	3:  "malformed",
+	4:  "fragment-unknown",
+	5:  "unknown-endpoint",
+	6:  "unsupported-l3",
+	7:  "proxy-unavailable", // L7 rules apply but no proxy listens (fail closed)
+	8:  "proxy-bypass",      // L7 rules apply but the packet did not come through the proxy
+	9:  "l7-unchecked",      // send-side verdict flow: data from a socket the verdict does not check
+	10: "spoofed-source",    // source (IPv4 or ARP sender) not the sending endpoint's address
 }
 
 // Reasons of L7 flows (api.Flow type l7).
