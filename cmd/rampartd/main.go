@@ -37,6 +37,7 @@ func main() {
 	flag.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
 	flag.BoolVar(&cfg.ProxyEnvoyOnly, "l7-envoy-only", false, "check every L7 connection in Envoy (no HTTP/1.1 fast path in the agent)")
 	flag.BoolVar(&cfg.L7SendSide, "l7-send-side", false, "check the L7 rules of connections between local endpoints on the client's socket, with no proxy hop, where the kernel can match them (requests outside its HTTP/1.1 subset get 400; see docs/design-l7-send-side.md)")
+	flag.StringVar((*string)(&cfg.HostTraffic), "host-traffic", string(agent.HostTrafficAllow), "what the host (this node, identity host) may send to local endpoints: allow = admitted into every endpoint whatever its ingress allow rules (deny and L7 rules still apply), as Kubernetes expects for kubelet probes; policy = an ordinary peer, admitted only by rules that select it (fromEntities: [host])")
 	flag.BoolVar(&uninstall, "uninstall", false, "remove every endpoint, pin and the state of this instance, then exit")
 	flag.BoolVar(&debug, "debug", false, "debug logging")
 	flag.Parse()

@@ -64,6 +64,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	eng.allowHost = cfg.HostTraffic == HostTrafficAllow
 	a := &Agent{
 		cfg:        cfg,
 		log:        cfg.Logger.With("instance", cfg.Instance),

@@ -151,6 +151,9 @@ func flowFlags(ev datapath.FlowEvent) uint8 {
 	if ev.FromProxy {
 		f |= FlowFlagFromProxy
 	}
+	if ev.ARP {
+		f |= FlowFlagARP
+	}
 	return f
 }
 

@@ -127,9 +127,13 @@ const (
 	FlowFlagL7Ingress = 1 << 1 // the destination endpoint's ingress policy redirects it
 	FlowFlagFromProxy = 1 << 2 // the proxy's upstream connection
 	FlowFlagSendSide  = 1 << 3 // L7 checked by the send-side verdict, not the proxy
+	FlowFlagARP       = 1 << 4 // an ARP frame (addresses: sender and target)
 
 	DirIngress = 1
 	DirEgress  = 2
+
+	// ReasonSpoofedSource (REASON_SPOOFED_SOURCE): the source address is not the sender's.
+	ReasonSpoofedSource = 10
 )
 
 // ReasonNames names the drop reasons of rampart.h.
@@ -202,4 +206,8 @@ type Engine struct {
 	// Trace explains a verdict from the same input and state the dataplane got. Rule
 	// references in the result are filled by the agent from RuleID.
 	Trace func(in mapstate.Input, st mapstate.State, q TraceQuery) (api.TraceResult, error)
+
+	// allowHost is Config.HostTraffic == HostTrafficAllow (mapstate.Input.AllowHost), set
+	// by New.
+	allowHost bool
 }

@@ -37,6 +37,8 @@ type Options struct {
 	ProxyEnvoyOnly bool
 	// L7SendSide turns the agent's send-side L7 verdict on (agent.Config.L7SendSide).
 	L7SendSide bool
+	// HostTraffic is agent.Config.HostTraffic ("": the agent's default, allow).
+	HostTraffic agent.HostTraffic
 }
 
 // Env is an agent running in-process in a fresh node network namespace, with its own
@@ -89,6 +91,7 @@ func StartAgent(t testing.TB, opts Options) *Env {
 			CIDRHostSlots:  opts.CIDRHostSlots,
 			ProxyEnvoyOnly: opts.ProxyEnvoyOnly,
 			L7SendSide:     opts.L7SendSide,
+			HostTraffic:    opts.HostTraffic,
 			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		},
 		servers: map[string]*Servers{},
