@@ -177,6 +177,81 @@ static __noinline int steer_established(struct __sk_buff *skb, struct pkt *p,
 	return pass();
 }
 
+/* endpoint_of finds the endpoint of the interface a packet is on: its slot in
+ * endpoint_slots, else the endpoints hash (see endpoint_slots). */
+static __always_inline struct endpoint_info *endpoint_of(__u32 ifindex)
+{
+	__u32 slot = ifindex & (RAMPART_EP_SLOTS - 1);
+	struct endpoint_slot *s;
+
+	s = bpf_map_lookup_elem(&endpoint_slots, &slot);
+	if (s && s->ifindex == ifindex && s->info.ep_id)
+		return &s->info;
+	return bpf_map_lookup_elem(&endpoints, &ifindex);
+}
+
+/* handle_spoofed drops a packet or ARP frame that leaves endpoint ep with a source address
+ * that is not the endpoint's own (a raw socket, or a second address added inside the
+ * endpoint's namespace). It is judged, counted and reported as what it is: a packet of
+ * this endpoint (d carries its ep_id and identity as sender), never of the endpoint whose
+ * address it claims. The destination's identity is resolved for the event only. Out of
+ * line: rare. */
+static __noinline int handle_spoofed(struct __sk_buff *skb, struct pkt *p, struct decision *d)
+{
+	struct peer_identity peer;
+
+	ipcache_resolve(p->t.daddr, &peer);
+	d->dst_identity = peer.identity;
+	/* Drop: source address not the sending endpoint's. */
+	return drop(skb, p, d, REASON_SPOOFED_SOURCE);
+}
+
+/* judge_local_source checks, for a new flow entering an endpoint, the peer identity that
+ * the ipcache gave the packet's source address, against where the packet came from
+ * (skb->ingress_ifindex: the interface the node received it on; 0 for a packet the node
+ * itself sent, such as the host's own connections and the L7 proxy's upstream ones).
+ *
+ * Anti-spoofing at the sender's veth (handle) already makes the address of every packet
+ * that enters the node from a local endpoint's interface that endpoint's own, so for those
+ * the address lookup is the truth. This is the defence in depth for packets that did not
+ * come from a local endpoint's interface at all, e.g. from the node's uplink:
+ *   - a source that is a local endpoint's address must have been received on that
+ *     endpoint's interface (or sent by the node): otherwise the packet claims an identity
+ *     it cannot have, and is dropped (REASON_SPOOFED_SOURCE; the event names the sender's
+ *     endpoint identity when it came from another endpoint's interface, else world);
+ *   - a source with the host identity (the router address) received on any interface is
+ *     not the host, which only sends from the node itself: it is judged as world, so that
+ *     what the host may do (--host-traffic) never applies to it (e.g. traffic from outside
+ *     that a NAT rule rewrote to the router address).
+ * Used for new flows and for established flows checked again after a policy change
+ * (recheck_established), so a flow is judged as the same peer both times.
+ * Returns 1 when the packet must be dropped (*sender: the identity to report as source).
+ *
+ * Why the interface and not a mark carrying the sender's identity (as Cilium does): the
+ * interface index is set by the kernel and cannot be forged, costs nothing on the sender's
+ * path, and leaves skb->mark to the L7 proxy (proxy.h) and to the node's routing rules. */
+static __always_inline int judge_local_source(struct __sk_buff *skb, struct peer_identity *peer,
+					      __u32 *sender)
+{
+	__u32 iif = skb->ingress_ifindex;
+	struct endpoint_info *from;
+
+	if (!iif)
+		return 0; /* sent by the node itself */
+	if (peer->identity == ID_HOST) {
+		/* The address's CIDR identities stay: ipBlock and CIDR rules select addresses. */
+		peer->identity = ID_WORLD;
+		return 0;
+	}
+	if (!peer->ep_id)
+		return 0;
+	from = endpoint_of(iif);
+	if (from && from->ep_id == peer->ep_id)
+		return 0;
+	*sender = from ? from->identity : ID_WORLD;
+	return 1;
+}
+
 /* recheck_established applies a policy change to an established flow: its conntrack entry v
  * was last checked against another policy revision than the endpoint's current one. The
  * packet is evaluated against the endpoint's policy in its direction as a new flow would
@@ -200,8 +275,16 @@ static __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p,
 	__u32 via_proxy = v->flags & (CT_F_SOCKVERDICT | (d->dir == DIR_EGRESS ? CT_F_TO_PROXY : CT_F_FROM_PROXY));
 	struct peer_identity peer;
 	struct verdict res;
+	__u32 sender = 0;
 
 	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
+	if (d->dir == DIR_INGRESS && judge_local_source(skb, &peer, &sender)) {
+		/* Drop: a local endpoint's address that did not come from its interface. */
+		set_identities(d, ep, sender);
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, d, 0);
+		return drop(skb, p, d, REASON_SPOOFED_SOURCE);
+	}
 	set_identities(d, ep, peer.identity);
 	policy_decide(d->ep_id, d->dir, &peer, p->t.proto, p->policy_port, &res);
 	if (res.action == POLICY_DENY) {
@@ -365,79 +448,6 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 		frag_record(p, d, 1);
 	emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
 	return pass();
-}
-
-/* endpoint_of finds the endpoint of the interface a packet is on: its slot in
- * endpoint_slots, else the endpoints hash (see endpoint_slots). */
-static __always_inline struct endpoint_info *endpoint_of(__u32 ifindex)
-{
-	__u32 slot = ifindex & (RAMPART_EP_SLOTS - 1);
-	struct endpoint_slot *s;
-
-	s = bpf_map_lookup_elem(&endpoint_slots, &slot);
-	if (s && s->ifindex == ifindex && s->info.ep_id)
-		return &s->info;
-	return bpf_map_lookup_elem(&endpoints, &ifindex);
-}
-
-/* handle_spoofed drops a packet or ARP frame that leaves endpoint ep with a source address
- * that is not the endpoint's own (a raw socket, or a second address added inside the
- * endpoint's namespace). It is judged, counted and reported as what it is: a packet of
- * this endpoint (d carries its ep_id and identity as sender), never of the endpoint whose
- * address it claims. The destination's identity is resolved for the event only. Out of
- * line: rare. */
-static __noinline int handle_spoofed(struct __sk_buff *skb, struct pkt *p, struct decision *d)
-{
-	struct peer_identity peer;
-
-	ipcache_resolve(p->t.daddr, &peer);
-	d->dst_identity = peer.identity;
-	/* Drop: source address not the sending endpoint's. */
-	return drop(skb, p, d, REASON_SPOOFED_SOURCE);
-}
-
-/* judge_local_source checks, for a new flow entering an endpoint, the peer identity that
- * the ipcache gave the packet's source address, against where the packet came from
- * (skb->ingress_ifindex: the interface the node received it on; 0 for a packet the node
- * itself sent, such as the host's own connections and the L7 proxy's upstream ones).
- *
- * Anti-spoofing at the sender's veth (handle) already makes the address of every packet
- * that enters the node from a local endpoint's interface that endpoint's own, so for those
- * the address lookup is the truth. This is the defence in depth for packets that did not
- * come from a local endpoint's interface at all, e.g. from the node's uplink:
- *   - a source that is a local endpoint's address must have been received on that
- *     endpoint's interface (or sent by the node): otherwise the packet claims an identity
- *     it cannot have, and is dropped (REASON_SPOOFED_SOURCE; the event names the sender's
- *     endpoint identity when it came from another endpoint's interface, else world);
- *   - a source with the host identity (the router address) received on any interface is
- *     not the host, which only sends from the node itself: it is judged as world, so that
- *     what the host may do (--host-traffic) never applies to it (e.g. traffic from outside
- *     that a NAT rule rewrote to the router address).
- * Returns 1 when the packet must be dropped (*sender: the identity to report as source).
- *
- * Why the interface and not a mark carrying the sender's identity (as Cilium does): the
- * interface index is set by the kernel and cannot be forged, costs nothing on the sender's
- * path, and leaves skb->mark to the L7 proxy (proxy.h) and to the node's routing rules. */
-static __always_inline int judge_local_source(struct __sk_buff *skb, struct peer_identity *peer,
-					      __u32 *sender)
-{
-	__u32 iif = skb->ingress_ifindex;
-	struct endpoint_info *from;
-
-	if (!iif)
-		return 0; /* sent by the node itself */
-	if (peer->identity == ID_HOST) {
-		peer->identity = ID_WORLD;
-		peer->cidr_identity = 0;
-		return 0;
-	}
-	if (!peer->ep_id)
-		return 0;
-	from = endpoint_of(iif);
-	if (from && from->ep_id == peer->ep_id)
-		return 0;
-	*sender = from ? from->identity : ID_WORLD;
-	return 1;
 }
 
 /* handle_new evaluates a new flow against the endpoint's policy in direction d->dir:

@@ -171,6 +171,23 @@ func TestIngressSourceOrigin(t *testing.T) {
 		t.Errorf("A's address from the endpoint's own interface: event %+v", ev)
 	}
 
+	// An established flow checked again after a policy change is judged by where its
+	// packet came from too.
+	syn := f.synIn(ipA, 80)
+	f.expectPass("flow from A's interface", f.runFrom(syn, aIfindex))
+	f.apply(true, false, e(allow(idA, in, tcp, 80, 16, 1)), e(allow(identity.Host, in, policy.ProtoAny, 0, 0, 2)),
+		e(allow(idB, in, tcp, 81, 16, 3)))
+	ack := syn
+	ack.tcpFlags = 0x10
+	ret = f.runFrom(ack, uplink)
+	if ret != actShot {
+		t.Fatalf("A's established flow from another interface after a policy change: verdict %d, want drop", ret)
+	}
+	if ev := nextEvent(t, f.ev); ev.Reason != ReasonSpoofedSource || ev.SrcIdentity != identity.World {
+		t.Errorf("A's established flow from another interface: event %+v", ev)
+	}
+	f.expectPass("A's established flow from its interface", f.runFrom(ack, aIfindex))
+
 	f.expectPass("host, sent by the node", f.runFrom(f.synIn(ipRouter, 22), 0))
 	ret = f.runFrom(f.synIn(ipRouter, 22), uplink)
 	if ret != actShot {
