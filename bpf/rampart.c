@@ -4,7 +4,8 @@
  *   rampart_from_ep  tc ingress: packets leaving the endpoint  (DIR_EGRESS policy)
  *   rampart_to_ep    tc egress:  packets entering the endpoint (DIR_INGRESS policy)
  *
- * Per packet: endpoint -> parse -> fragments -> conntrack -> ipcache -> policy -> verdict
+ * Per packet: endpoint -> parse -> source check (leaving the endpoint) -> fragments
+ * -> conntrack -> ipcache -> policy -> verdict
  * -> for new flows and drops, a flow event (and drops a counter; forwarded packets are
  * counted by the interface itself). Every step is a fixed number of map lookups. Anything
  * the program cannot classify is dropped (fail closed).
@@ -176,6 +177,81 @@ static __noinline int steer_established(struct __sk_buff *skb, struct pkt *p,
 	return pass();
 }
 
+/* endpoint_of finds the endpoint of the interface a packet is on: its slot in
+ * endpoint_slots, else the endpoints hash (see endpoint_slots). */
+static __always_inline struct endpoint_info *endpoint_of(__u32 ifindex)
+{
+	__u32 slot = ifindex & (RAMPART_EP_SLOTS - 1);
+	struct endpoint_slot *s;
+
+	s = bpf_map_lookup_elem(&endpoint_slots, &slot);
+	if (s && s->ifindex == ifindex && s->info.ep_id)
+		return &s->info;
+	return bpf_map_lookup_elem(&endpoints, &ifindex);
+}
+
+/* handle_spoofed drops a packet or ARP frame that leaves endpoint ep with a source address
+ * that is not the endpoint's own (a raw socket, or a second address added inside the
+ * endpoint's namespace). It is judged, counted and reported as what it is: a packet of
+ * this endpoint (d carries its ep_id and identity as sender), never of the endpoint whose
+ * address it claims. The destination's identity is resolved for the event only. Out of
+ * line: rare. */
+static __noinline int handle_spoofed(struct __sk_buff *skb, struct pkt *p, struct decision *d)
+{
+	struct peer_identity peer;
+
+	ipcache_resolve(p->t.daddr, &peer);
+	d->dst_identity = peer.identity;
+	/* Drop: source address not the sending endpoint's. */
+	return drop(skb, p, d, REASON_SPOOFED_SOURCE);
+}
+
+/* judge_local_source checks, for a new flow entering an endpoint, the peer identity that
+ * the ipcache gave the packet's source address, against where the packet came from
+ * (skb->ingress_ifindex: the interface the node received it on; 0 for a packet the node
+ * itself sent, such as the host's own connections and the L7 proxy's upstream ones).
+ *
+ * Anti-spoofing at the sender's veth (handle) already makes the address of every packet
+ * that enters the node from a local endpoint's interface that endpoint's own, so for those
+ * the address lookup is the truth. This is the defence in depth for packets that did not
+ * come from a local endpoint's interface at all, e.g. from the node's uplink:
+ *   - a source that is a local endpoint's address must have been received on that
+ *     endpoint's interface (or sent by the node): otherwise the packet claims an identity
+ *     it cannot have, and is dropped (REASON_SPOOFED_SOURCE; the event names the sender's
+ *     endpoint identity when it came from another endpoint's interface, else world);
+ *   - a source with the host identity (the router address) received on any interface is
+ *     not the host, which only sends from the node itself: it is judged as world, so that
+ *     what the host may do (--host-traffic) never applies to it (e.g. traffic from outside
+ *     that a NAT rule rewrote to the router address).
+ * Used for new flows and for established flows checked again after a policy change
+ * (recheck_established), so a flow is judged as the same peer both times.
+ * Returns 1 when the packet must be dropped (*sender: the identity to report as source).
+ *
+ * Why the interface and not a mark carrying the sender's identity (as Cilium does): the
+ * interface index is set by the kernel and cannot be forged, costs nothing on the sender's
+ * path, and leaves skb->mark to the L7 proxy (proxy.h) and to the node's routing rules. */
+static __always_inline int judge_local_source(struct __sk_buff *skb, struct peer_identity *peer,
+					      __u32 *sender)
+{
+	__u32 iif = skb->ingress_ifindex;
+	struct endpoint_info *from;
+
+	if (!iif)
+		return 0; /* sent by the node itself */
+	if (peer->identity == ID_HOST) {
+		/* The address's CIDR identities stay: ipBlock and CIDR rules select addresses. */
+		peer->identity = ID_WORLD;
+		return 0;
+	}
+	if (!peer->ep_id)
+		return 0;
+	from = endpoint_of(iif);
+	if (from && from->ep_id == peer->ep_id)
+		return 0;
+	*sender = from ? from->identity : ID_WORLD;
+	return 1;
+}
+
 /* recheck_established applies a policy change to an established flow: its conntrack entry v
  * was last checked against another policy revision than the endpoint's current one. The
  * packet is evaluated against the endpoint's policy in its direction as a new flow would
@@ -199,8 +275,16 @@ static __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p,
 	__u32 via_proxy = v->flags & (CT_F_SOCKVERDICT | (d->dir == DIR_EGRESS ? CT_F_TO_PROXY : CT_F_FROM_PROXY));
 	struct peer_identity peer;
 	struct verdict res;
+	__u32 sender = 0;
 
 	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
+	if (d->dir == DIR_INGRESS && judge_local_source(skb, &peer, &sender)) {
+		/* Drop: a local endpoint's address that did not come from its interface. */
+		set_identities(d, ep, sender);
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, d, 0);
+		return drop(skb, p, d, REASON_SPOOFED_SOURCE);
+	}
 	set_identities(d, ep, peer.identity);
 	policy_decide(d->ep_id, d->dir, &peer, p->t.proto, p->policy_port, &res);
 	if (res.action == POLICY_DENY) {
@@ -366,19 +450,6 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 	return pass();
 }
 
-/* endpoint_of finds the endpoint of the interface a packet is on: its slot in
- * endpoint_slots, else the endpoints hash (see endpoint_slots). */
-static __always_inline struct endpoint_info *endpoint_of(__u32 ifindex)
-{
-	__u32 slot = ifindex & (RAMPART_EP_SLOTS - 1);
-	struct endpoint_slot *s;
-
-	s = bpf_map_lookup_elem(&endpoint_slots, &slot);
-	if (s && s->ifindex == ifindex && s->info.ep_id)
-		return &s->info;
-	return bpf_map_lookup_elem(&endpoints, &ifindex);
-}
-
 /* handle_new evaluates a new flow against the endpoint's policy in direction d->dir:
  * identities, policy, verdict, conntrack entry and event. Out of line: the packets of
  * established flows, nearly all packets, never get here (see likely). */
@@ -390,6 +461,17 @@ static __noinline int handle_new(struct __sk_buff *skb, struct pkt *p, struct de
 	__u8 dir = d->dir;
 
 	ipcache_resolve(dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
+	if (dir == DIR_INGRESS) {
+		__u32 sender = 0;
+
+		if (judge_local_source(skb, &peer, &sender)) {
+			/* Drop: a local endpoint's address that did not come from its interface. */
+			set_identities(d, ep, sender);
+			if (p->frag == FRAG_FIRST)
+				frag_record(p, d, 0);
+			return drop(skb, p, d, REASON_SPOOFED_SOURCE);
+		}
+	}
 	set_identities(d, ep, peer.identity);
 	policy_decide(d->ep_id, dir, &peer, p->t.proto, p->policy_port, &res);
 	d->rule_id = res.rule_id;
@@ -417,16 +499,32 @@ static __noinline int handle_new(struct __sk_buff *skb, struct pkt *p, struct de
 }
 
 /* handle_unparsed decides a frame that is not a whole IPv4 packet (parse_packet's result
- * ret): ARP passes, everything else drops. */
+ * ret): ARP passes unless an endpoint sends it with another sender address than its own,
+ * everything else drops. */
 static __noinline int handle_unparsed(struct __sk_buff *skb, struct pkt *p, struct decision *d,
-				      int ret)
+				      const struct endpoint_info *ep, int ret)
 {
 	switch (ret) {
 	case PARSE_ARP:
-		/* ARP is needed for any IPv4 traffic on the veth and carries no policy. */
+		/* ARP is needed for any IPv4 traffic on the veth and carries no policy. From the
+		 * endpoint, its sender address must be the endpoint's own: a forged one would
+		 * claim another endpoint's (or the router's) address in the node's neighbour
+		 * table. An RFC 5227 probe (request, sender 0.0.0.0) passes: it claims no
+		 * address, receivers must not learn from it (Linux does not), and it is how a
+		 * DHCP client or arping -D checks that an address is free; the answer only tells
+		 * the endpoint what the node's ARP would anyway. */
+		if (d->dir == DIR_EGRESS && p->t.saddr != ep->addr &&
+		    !(p->t.saddr == 0 && p->arp_op == ARP_OP_REQUEST)) {
+			/* Drop: ARP sender address not the endpoint's (handle_spoofed). */
+			d->ev_flags |= FLOW_F_ARP;
+			p->icmp_type = p->arp_op; /* the event's icmp_type holds the ARP opcode */
+			return handle_spoofed(skb, p, d);
+		}
 		return pass();
 	case PARSE_IPV6:
-		/* Drop: IPv6 is not enforced yet, and unenforced means not allowed. */
+		/* Drop: IPv6 is not enforced yet, and unenforced means not allowed. So neighbour
+		 * discovery, and with it any IPv6 address an endpoint could claim, goes nowhere;
+		 * IPv6 support must bring the same source check as IPv4 and ARP. */
 		return drop(skb, p, d, REASON_UNSUPPORTED_L3);
 	case PARSE_OTHER_L3:
 		/* Drop: an ethertype other than IPv4/ARP/IPv6 (VLAN, MPLS, ...), no policy for it. */
@@ -478,7 +576,15 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	d.dst_identity = dir == DIR_INGRESS ? ep->identity : 0;
 
 	if (unlikely(ret != PARSE_IPV4))
-		return handle_unparsed(skb, &p, &d, ret);
+		return handle_unparsed(skb, &p, &d, ep, ret);
+	/* Anti-spoofing: a packet leaving the endpoint must carry the endpoint's own address
+	 * as source, whatever flow it seems to belong to, so it is checked before the flow
+	 * cache and conntrack (a forged packet matching an established flow gets no pass).
+	 * One compare with the endpoint info loaded above. Only the sending side checks: a
+	 * packet that got past it is the endpoint's, so the destination's identity lookup of
+	 * a local source address is truthful (see judge_local_source for everything else). */
+	if (dir == DIR_EGRESS && unlikely(p.t.saddr != ep->addr))
+		return handle_spoofed(skb, &p, &d);
 	if (unlikely(p.frag == FRAG_LATER))
 		return handle_later_fragment(skb, &p, &d, ep);
 

@@ -72,8 +72,9 @@ struct pkt {
 	__u8 icmp_type;
 	__u8 icmp_kind; /* enum icmp_kind */
 	__u8 inner_valid;
-	__u8 family; /* RAMPART_FAMILY_V4 once an IPv4 header was read, else 0 */
-	__u8 pad[2];
+	__u8 family; /* RAMPART_FAMILY_V4 once an IPv4 header (or an ARP frame) was read */
+	__u8 arp_op; /* PARSE_ARP: the ARP opcode (t.saddr: sender IP, t.daddr: target IP) */
+	__u8 pad;
 };
 
 /* Minimum L4 header sizes required to accept a packet (or a first fragment). */
@@ -136,6 +137,44 @@ struct tcp_head {
 			ret_ = bpf_skb_load_bytes(skb, off_, to, sizeof(*(to)));       \
 		ret_;                                                                  \
 	})
+
+/* An ARP frame for IPv4 over Ethernet (RFC 826), all of it: 28 bytes. */
+struct arp_ipv4 {
+	__be16 hrd; /* hardware type: 1 (Ethernet) */
+	__be16 pro; /* protocol type: ETH_P_IP */
+	__u8 hln;   /* 6 */
+	__u8 pln;   /* 4 */
+	__be16 op;
+	__u8 sha[6];
+	__u8 spa[4]; /* sender protocol (IPv4) address */
+	__u8 tha[6];
+	__u8 tpa[4]; /* target protocol address */
+};
+
+#define ARP_HRD_ETHER 1
+#define ARP_OP_REQUEST 1
+
+/* parse_arp reads an ARP frame's sender and target IPv4 addresses into p (the sender's is
+ * what anti-spoofing checks, see handle_unparsed in rampart.c). Anything but a whole
+ * Ethernet/IPv4 ARP frame is malformed: Rampart has no use for other ARP and will not
+ * pass what it cannot check. */
+static __always_inline int parse_arp(struct __sk_buff *skb, struct pkt *p)
+{
+	struct arp_ipv4 arp;
+
+	/* Drop: ARP frame truncated. */
+	if (hdr_load(skb, ETH_HLEN, &arp) < 0)
+		return PARSE_MALFORMED;
+	/* Drop: ARP for another hardware or protocol type, or with other address sizes. */
+	if (arp.hrd != bpf_htons(ARP_HRD_ETHER) || arp.pro != bpf_htons(ETH_P_IP) ||
+	    arp.hln != 6 || arp.pln != 4)
+		return PARSE_MALFORMED;
+	__builtin_memcpy(&p->t.saddr, arp.spa, 4);
+	__builtin_memcpy(&p->t.daddr, arp.tpa, 4);
+	p->arp_op = (__u8)bpf_ntohs(arp.op);
+	p->family = RAMPART_FAMILY_V4;
+	return PARSE_ARP;
+}
 
 static __always_inline int is_icmp_error(__u8 type)
 {
@@ -288,7 +327,7 @@ static __always_inline int parse_packet(struct __sk_buff *skb, struct pkt *p)
 	case bpf_htons(ETH_P_IP):
 		break;
 	case bpf_htons(ETH_P_ARP):
-		return PARSE_ARP;
+		return parse_arp(skb, p);
 	case bpf_htons(ETH_P_IPV6):
 		return PARSE_IPV6;
 	default:

@@ -91,6 +91,9 @@
 #define REASON_PROXY_UNAVAILABLE 7 /* L7 policy applies, but no proxy socket to hand it to */
 #define REASON_PROXY_BYPASS 8      /* L7 policy applies, but the packet did not come from the proxy */
 #define REASON_L7_UNCHECKED 9      /* send-side verdict flow: data from a socket it does not check */
+#define REASON_SPOOFED_SOURCE 10   /* source (IPv4 or ARP sender) not the sending endpoint's own
+                                    * address, or a local endpoint's address that did not come
+                                    * from that endpoint's interface */
 
 /* Flow event types. */
 #define EVENT_NEW_FLOW 1 /* first packet of a connection, allowed */
@@ -101,6 +104,7 @@
 #define FLOW_F_L7_INGRESS (1u << 1) /* the destination endpoint's ingress policy redirects it */
 #define FLOW_F_FROM_PROXY (1u << 2) /* the proxy's upstream connection (socket mark) */
 #define FLOW_F_SOCKVERDICT (1u << 3) /* L7 checked by the send-side verdict, not the proxy */
+#define FLOW_F_ARP (1u << 4)         /* an ARP frame (addresses: sender and target IP) */
 
 /* endpoints map: key = ifindex of the host-side veth (u32). */
 struct endpoint_info {
@@ -111,6 +115,10 @@ struct endpoint_info {
 	 * A conntrack entry records the revision its flow was last checked against; an
 	 * established packet whose entry has another one is checked again (conntrack.h). */
 	__u32 revision;
+	/* The endpoint's IPv4 address (network order): the only source its packets and ARP
+	 * frames may carry (anti-spoofing, see handle in rampart.c). 0 drops every packet it
+	 * sends. */
+	__be32 addr;
 };
 
 /* endpoint_slots value: the endpoint on interface ifindex, in slot ifindex mod

@@ -79,6 +79,7 @@ func run(args []string) int {
 	fs.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
 	fs.BoolVar(&cfg.ProxyEnvoyOnly, "l7-envoy-only", false, "check every L7 connection in Envoy (no HTTP/1.1 fast path in the agent)")
 	fs.BoolVar(&cfg.L7SendSide, "l7-send-side", false, "check the L7 rules of connections between local endpoints on the client's socket, with no proxy hop, where the kernel can match them (requests outside its HTTP/1.1 subset get 400; see docs/design-l7-send-side.md)")
+	fs.StringVar((*string)(&cfg.HostTraffic), "host-traffic", string(agent.HostTrafficAllow), "what the host (this node, identity host) may send to local endpoints: allow = admitted into every endpoint whatever its ingress allow rules (deny and L7 rules still apply), as Kubernetes expects for kubelet probes; policy = an ordinary peer, admitted only by rules that select it (fromEntities: [host])")
 	fs.BoolVar(&uninstall, "uninstall", false, "remove what this instance made (endpoints, pins, state, node set-up; see above), then exit")
 	fs.BoolVar(&debug, "debug", false, "debug logging")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")

@@ -69,6 +69,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	eng.allowHost = cfg.HostTraffic == HostTrafficAllow
 	a := &Agent{
 		cfg:        cfg,
 		log:        cfg.Logger.With("instance", cfg.Instance),
@@ -371,7 +372,7 @@ func (a *Agent) applyOnce(old, new *desired, m *model, force bool) error {
 		if !force && old.identities[key] == id && policyEqual(old.state.Endpoints[rec.EpID], pol) {
 			continue
 		}
-		if err := a.dp.ApplyEndpoint(ifindex, EndpointInfo{EpID: rec.EpID, Identity: id}, pol); err != nil {
+		if err := a.dp.ApplyEndpoint(ifindex, EndpointInfo{EpID: rec.EpID, Identity: id, Addr: rec.IP}, pol); err != nil {
 			return fmt.Errorf("endpoint %s: %w", key, err)
 		}
 	}

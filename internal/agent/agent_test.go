@@ -15,6 +15,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
 
@@ -467,3 +468,46 @@ func TestStateFileIsAtomicAndComplete(t *testing.T) {
 }
 
 var _ = mapstate.State{}
+
+// The dataplane gets each endpoint's address (its only allowed source), and the host's
+// admission follows Config.HostTraffic.
+func TestEndpointAddressAndHostTraffic(t *testing.T) {
+	h := newHarness(t)
+	a := h.add("x", "a", nil)
+	if _, err := h.apply("deny.yaml", strings.ReplaceAll(denyAllIngressY, "namespace: y", "namespace: x")); err != nil {
+		t.Fatal(err)
+	}
+	hostKey := mapstate.Key{Identity: identity.Host, Direction: policy.Ingress, Protocol: policy.ProtoAny}
+	found := false
+	for _, ep := range h.dp.eps {
+		if ep.info.EpID != a.EpID {
+			continue
+		}
+		found = true
+		if ep.info.Addr.String() != a.IP {
+			t.Errorf("endpoint address in the dataplane %v, want %s", ep.info.Addr, a.IP)
+		}
+		if v, ok := ep.pol.Entries[hostKey]; !ok || v.RuleID != mapstate.HostTrafficRuleID {
+			t.Errorf("default --host-traffic=allow: host entry %+v (present %v)", v, ok)
+		}
+	}
+	if !found {
+		t.Fatal("endpoint not in the dataplane")
+	}
+
+	h.a.Close()
+	h.a = nil
+	h.cfg.HostTraffic = HostTrafficPolicy
+	h.dp = h.dp.reopen()
+	h.start()
+	for _, ep := range h.dp.eps {
+		if _, ok := ep.pol.Entries[hostKey]; ok && ep.info.EpID == a.EpID {
+			t.Error("--host-traffic=policy: the host is still admitted")
+		}
+	}
+
+	h.cfg.HostTraffic = "open"
+	if _, err := New(h.cfg); err == nil || !strings.Contains(err.Error(), `host traffic "open"`) {
+		t.Errorf("bad host traffic mode: %v", err)
+	}
+}

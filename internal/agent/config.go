@@ -54,6 +54,12 @@ type Config struct {
 	// small hosts use less. It takes effect when the maps are created (first start, or
 	// after --uninstall): pinned maps keep their size.
 	CIDRHostSlots uint32
+	// HostTraffic is what the host (the node: the router address, identity host) may send
+	// to local endpoints: HostTrafficAllow (the default) admits it into every endpoint
+	// whatever its ingress policy, as Kubernetes expects for the kubelet's probes;
+	// HostTrafficPolicy makes it an ordinary peer, admitted only by rules that select it
+	// (fromEntities: [host]).
+	HostTraffic HostTraffic
 
 	// Hooks for tests; nil means the real implementation.
 	Engine       Engine
@@ -63,6 +69,18 @@ type Config struct {
 	// netnsPath; onLog receives its access logs.
 	OpenProxy func(cfg Config, netnsPath string, onLog func(proxy.AccessLog)) (Proxy, error)
 }
+
+// HostTraffic is Config.HostTraffic: what the host may send to local endpoints.
+type HostTraffic string
+
+const (
+	// HostTrafficAllow admits connections from the host into every local endpoint,
+	// whatever its ingress allow rules (its deny rules and L7 rules still apply).
+	HostTrafficAllow HostTraffic = "allow"
+	// HostTrafficPolicy judges the host like any other peer: only rules that select the
+	// host entity admit it into an endpoint that enforces ingress.
+	HostTrafficPolicy HostTraffic = "policy"
+)
 
 // WithDefaults returns cfg with every empty field set.
 func (cfg Config) WithDefaults() Config {
@@ -91,6 +109,9 @@ func (cfg Config) WithDefaults() Config {
 	if !cfg.ProxyListen.IsValid() {
 		cfg.ProxyListen = proxy.DefaultListen
 	}
+	if cfg.HostTraffic == "" {
+		cfg.HostTraffic = HostTrafficAllow
+	}
 	return cfg
 }
 
@@ -103,6 +124,9 @@ func (cfg Config) validate() error {
 	}
 	if !cfg.ProxyListen.Addr().Is4() || cfg.ProxyListen.Port() == 0 {
 		return fmt.Errorf("proxy listener %v: want an IPv4 address and port", cfg.ProxyListen)
+	}
+	if cfg.HostTraffic != HostTrafficAllow && cfg.HostTraffic != HostTrafficPolicy {
+		return fmt.Errorf("host traffic %q: want %q or %q", cfg.HostTraffic, HostTrafficAllow, HostTrafficPolicy)
 	}
 	return nil
 }

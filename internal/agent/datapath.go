@@ -53,7 +53,7 @@ func (r *realDatapath) Detach(netnsPath, ifname string) error {
 }
 
 func (r *realDatapath) ApplyEndpoint(ifindex int, info EndpointInfo, pol mapstate.EndpointPolicy) error {
-	return r.dp.ApplyEndpoint(uint32(ifindex), datapath.EndpointInfo{EpID: info.EpID, Identity: info.Identity}, pol)
+	return r.dp.ApplyEndpoint(uint32(ifindex), datapath.EndpointInfo{EpID: info.EpID, Identity: info.Identity, Addr: info.Addr}, pol)
 }
 
 func (r *realDatapath) RemoveEndpoint(ifindex int, epID uint32) error {
@@ -143,6 +143,9 @@ func flowFlags(ev datapath.FlowEvent) uint8 {
 	}
 	if ev.FromProxy {
 		f |= FlowFlagFromProxy
+	}
+	if ev.ARP {
+		f |= FlowFlagARP
 	}
 	return f
 }

@@ -85,6 +85,7 @@ type SockPair struct {
 type EndpointInfo struct {
 	EpID     uint32
 	Identity identity.Identity
+	Addr     netip.Addr // the only source address the endpoint may send from
 }
 
 // FlowEvent is one event from the dataplane, with its time already converted to wall time.
@@ -124,23 +125,28 @@ const (
 	FlowFlagL7Ingress = 1 << 1 // the destination endpoint's ingress policy redirects it
 	FlowFlagFromProxy = 1 << 2 // the proxy's upstream connection
 	FlowFlagSendSide  = 1 << 3 // L7 checked by the send-side verdict, not the proxy
+	FlowFlagARP       = 1 << 4 // an ARP frame (addresses: sender and target)
 
 	DirIngress = 1
 	DirEgress  = 2
+
+	// ReasonSpoofedSource (REASON_SPOOFED_SOURCE): the source address is not the sender's.
+	ReasonSpoofedSource = 10
 )
 
 // ReasonNames names the drop reasons of rampart.h.
 var ReasonNames = map[uint8]string{
-	0: "",
-	1: "policy-deny",
-	2: "policy-default-deny",
-	3: "malformed",
-	4: "fragment-unknown",
-	5: "unknown-endpoint",
-	6: "unsupported-l3",
-	7: "proxy-unavailable", // L7 rules apply but no proxy listens (fail closed)
-	8: "proxy-bypass",      // L7 rules apply but the packet did not come through the proxy
-	9: "l7-unchecked",      // send-side verdict flow: data from a socket the verdict does not check
+	0:  "",
+	1:  "policy-deny",
+	2:  "policy-default-deny",
+	3:  "malformed",
+	4:  "fragment-unknown",
+	5:  "unknown-endpoint",
+	6:  "unsupported-l3",
+	7:  "proxy-unavailable", // L7 rules apply but no proxy listens (fail closed)
+	8:  "proxy-bypass",      // L7 rules apply but the packet did not come through the proxy
+	9:  "l7-unchecked",      // send-side verdict flow: data from a socket the verdict does not check
+	10: "spoofed-source",    // source (IPv4 or ARP sender) not the sending endpoint's address
 }
 
 // Reasons of L7 flows (api.Flow type l7).
@@ -198,4 +204,8 @@ type Engine struct {
 	// Trace explains a verdict from the same input and state the dataplane got. Rule
 	// references in the result are filled by the agent from RuleID.
 	Trace func(in mapstate.Input, st mapstate.State, q TraceQuery) (api.TraceResult, error)
+
+	// allowHost is Config.HostTraffic == HostTrafficAllow (mapstate.Input.AllowHost), set
+	// by New.
+	allowHost bool
 }

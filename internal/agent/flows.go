@@ -53,6 +53,8 @@ func (a *Agent) publishView() {
 			v.rules[r.ID] = api.RuleRef{ID: r.ID, Policy: policyRefString(ref), Rule: r.Description}
 		}
 	}
+	// The entry that admits the host (--host-traffic=allow) is the agent's, not a policy's.
+	v.rules[mapstate.HostTrafficRuleID] = api.RuleRef{ID: mapstate.HostTrafficRuleID, Policy: "rampartd", Rule: "--host-traffic=" + string(HostTrafficAllow)}
 	alloc := a.cur.alloc
 	v.alloc = &identityLabeler{labels: func(id identity.Identity) ([]string, bool) {
 		if l, ok := alloc.Labels(id); ok {
@@ -123,8 +125,20 @@ func (a *Agent) decorate(ev FlowEvent) api.Flow {
 		f.ICMPType = &t
 	}
 	f.FromProxy = ev.Flags&FlowFlagFromProxy != 0
+	if ev.Flags&FlowFlagARP != 0 {
+		f.Protocol = "ARP"
+	}
 	f.Source = v.peer(ev.Src, ev.SrcPort, ev.SrcIdentity)
 	f.Dest = v.peer(ev.Dst, ev.DstPort, ev.DstIdentity)
+	if ev.Reason == ReasonSpoofedSource {
+		// The source address is forged: the sender is who the dataplane found (its
+		// identity is in the event), never the endpoint whose address it claims. Leaving
+		// an endpoint, that is the endpoint itself.
+		f.Source.Namespace, f.Source.Name = "", ""
+		if e, ok := v.byEpID[ev.EpID]; ok && ev.Direction == DirEgress {
+			f.Source.Namespace, f.Source.Name = e.Namespace, e.Name
+		}
+	}
 	if e, ok := v.byEpID[ev.EpID]; ok {
 		f.Endpoint = e.Key()
 	}

@@ -180,6 +180,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr) 
 	alloc.Retain(used, prefixes)
 	d.input.Rules = rules
 	d.input.HostIPs = []netip.Addr{router}
+	d.input.AllowHost = e.allowHost
 	d.input.CIDRIdentities = cidrIDs
 	d.input.RulePolicies = refs
 	d.input.CIDRSets = setIndexes(m.cidrsets)

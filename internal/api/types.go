@@ -293,7 +293,7 @@ type Flow struct {
 	Verdict   string    `json:"verdict"` // FORWARDED, DROPPED, REDIRECTED (new connection steered to the L7 proxy)
 	Reason    string    `json:"reason,omitempty"`
 	Direction string    `json:"direction"` // ingress, egress (at Endpoint)
-	Protocol  string    `json:"protocol"`  // TCP, UDP, ICMP, ...
+	Protocol  string    `json:"protocol"`  // TCP, UDP, ICMP, ... (ARP: a dropped ARP frame, sender and target address)
 	ICMPType  *uint8    `json:"icmpType,omitempty"`
 	Source    FlowPeer  `json:"source"`
 	Dest      FlowPeer  `json:"destination"`

@@ -40,7 +40,7 @@ func dumpPolicy(t *testing.T, d *Datapath) map[uint32]map[mapstate.Key]mapstate.
 func TestApplyEndpointDiff(t *testing.T) {
 	d := openTest(t, Config{})
 	other := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(idA, in, tcp, 22, 16, 99)))}
-	if err := d.ApplyEndpoint(20, EndpointInfo{EpID: 2, Identity: idB}, other); err != nil {
+	if err := d.ApplyEndpoint(20, EndpointInfo{EpID: 2, Identity: idB, Addr: ipB}, other); err != nil {
 		t.Fatal(err)
 	}
 
@@ -65,7 +65,7 @@ func TestApplyEndpointDiff(t *testing.T) {
 		{EnforceIngress: true, Entries: entries(e(allow(idA, in, tcp, 443, 16, 6)))},
 	}
 	for i, want := range steps {
-		if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 1, Identity: epIdent}, want); err != nil {
+		if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 1, Identity: epIdent, Addr: epIP}, want); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
 		got := dumpPolicy(t, d)
@@ -117,8 +117,8 @@ func TestApplyEndpointDiff(t *testing.T) {
 		t.Errorf("reopened: other policy %v", got)
 	}
 	wantEps := map[uint32]InstalledEndpoint{
-		10: {EndpointInfo: EndpointInfo{EpID: 1, Identity: epIdent}, EnforceIngress: true},
-		20: {EndpointInfo: EndpointInfo{EpID: 2, Identity: idB}, EnforceIngress: true},
+		10: {EndpointInfo: EndpointInfo{EpID: 1, Identity: epIdent, Addr: epIP}, EnforceIngress: true},
+		20: {EndpointInfo: EndpointInfo{EpID: 2, Identity: idB, Addr: ipB}, EnforceIngress: true},
 	}
 	if got := d2.InstalledEndpoints(); !maps.Equal(got, wantEps) {
 		t.Errorf("reopened: endpoints %v", got)
@@ -128,7 +128,7 @@ func TestApplyEndpointDiff(t *testing.T) {
 	}
 
 	// Moving an endpoint to a new ifindex drops the old one; removing it clears everything.
-	if err := d2.ApplyEndpoint(11, EndpointInfo{EpID: 1, Identity: epIdent}, steps[0]); err != nil {
+	if err := d2.ApplyEndpoint(11, EndpointInfo{EpID: 1, Identity: epIdent, Addr: epIP}, steps[0]); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := d2.InstalledEndpoints()[10]; ok {
@@ -147,11 +147,17 @@ func TestApplyEndpointDiff(t *testing.T) {
 
 	// Invalid input is refused before anything is written.
 	bad := mapstate.EndpointPolicy{Entries: entries(e(allow(idA, 0, tcp, 80, 16, 1)))}
-	if err := d2.ApplyEndpoint(12, EndpointInfo{EpID: 3}, bad); err == nil {
+	if err := d2.ApplyEndpoint(12, EndpointInfo{EpID: 3, Addr: ipA}, bad); err == nil {
 		t.Error("invalid direction accepted")
 	}
-	if err := d2.ApplyEndpoint(12, EndpointInfo{EpID: 0}, mapstate.EndpointPolicy{}); err == nil {
+	if err := d2.ApplyEndpoint(12, EndpointInfo{EpID: 0, Addr: ipA}, mapstate.EndpointPolicy{}); err == nil {
 		t.Error("endpoint ID 0 accepted")
+	}
+	// Without its IPv4 address the dataplane could not check the endpoint's sources.
+	for _, a := range []netip.Addr{{}, addr("0.0.0.0"), addr("2001:db8::1")} {
+		if err := d2.ApplyEndpoint(12, EndpointInfo{EpID: 3, Addr: a}, mapstate.EndpointPolicy{}); err == nil {
+			t.Errorf("endpoint address %v accepted", a)
+		}
 	}
 	if _, ok := d2.InstalledEndpoints()[12]; ok {
 		t.Error("refused endpoint installed")
@@ -276,7 +282,7 @@ func TestApplyEndpointNoWindow(t *testing.T) {
 	probes := probesFor()
 
 	f := newFixture(t, Config{})
-	ep := EndpointInfo{EpID: epID, Identity: epIdent}
+	ep := EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}
 	verdicts := map[string][]bool{}
 	for _, n := range names {
 		if err := f.d.ApplyEndpoint(epIfindex, ep, policies[n]); err != nil {
@@ -335,7 +341,7 @@ func equalBools(a, b []bool) bool {
 // and leave the endpoint no more permissive than the old or the new policy.
 func TestApplyEndpointMapFull(t *testing.T) {
 	f := newFixture(t, Config{maxEntries: map[string]uint32{"policy": 4}})
-	ep := EndpointInfo{EpID: epID, Identity: epIdent}
+	ep := EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}
 	old := mapstate.EndpointPolicy{EnforceIngress: false, Entries: entries(
 		e(deny(idB, in, tcp, 80, 16, 1)),
 		e(allow(idA, in, tcp, 80, 16, 2)),

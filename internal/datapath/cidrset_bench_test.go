@@ -108,7 +108,7 @@ func BenchmarkCIDRSetPacket(b *testing.B) {
 	if err := d.ApplyIPCache(fixtureIPCache()); err != nil {
 		b.Fatal(err)
 	}
-	err := d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent}, mapstate.EndpointPolicy{
+	err := d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{
 		EnforceEgress: true,
 		Entries: entries(e(allow(identity.Any, out, policy.ProtoAny, 0, 0, 1)),
 			e(deny(identity.CIDRSet(0), out, icmp, 0, 0, 2))),

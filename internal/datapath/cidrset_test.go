@@ -372,7 +372,8 @@ func TestCIDRSetTraffic(t *testing.T) {
 	a := addEndpoint(t, node, "rpc-"+suffix+"-a", "rca"+suffix, addr("198.18.40.2"), addr("198.18.40.1"))
 	b := addEndpoint(t, node, "rpc-"+suffix+"-b", "rcb"+suffix, addr("198.18.50.2"), addr("198.18.50.1"))
 	denied, neighbour := addr("198.18.50.3"), b.ip
-	// The denied address is a second address of the server.
+	// The denied address is a second address of the server. The server stands for hosts
+	// outside the node: it is no endpoint (an endpoint may send from its one address only).
 	he := nlHandle(t, b.ns)
 	eth0, err := he.LinkByName("eth0")
 	if err != nil {
@@ -383,12 +384,12 @@ func TestCIDRSetTraffic(t *testing.T) {
 	}
 
 	d := openTest(t, Config{CIDRHostSlots: 1 << 20})
-	attachAll(t, d, node, a, b)
+	attachAll(t, d, node, a)
 	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
 	if err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
 		netip.PrefixFrom(a.ip, 32):         {Identity: idEpA, EndpointID: 1},
-		netip.PrefixFrom(b.ip, 32):         {Identity: idEpB, EndpointID: 2},
+		netip.PrefixFrom(b.ip, 32):         {Identity: idEpB},
 		netip.PrefixFrom(a.gw, 32):         {Identity: identity.Host},
 		netip.PrefixFrom(b.gw, 32):         {Identity: identity.Host},
 	}); err != nil {
@@ -398,10 +399,7 @@ func TestCIDRSetTraffic(t *testing.T) {
 		e(allow(identity.Any, out, policy.ProtoAny, 0, 0, 1)),
 		e(deny(identity.CIDRSet(0), out, policy.ProtoAny, 0, 0, 9)),
 	)}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idEpA}, polA); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB}, mapstate.EndpointPolicy{}); err != nil {
+	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idEpA, Addr: a.ip}, polA); err != nil {
 		t.Fatal(err)
 	}
 

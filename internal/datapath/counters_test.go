@@ -57,10 +57,10 @@ func TestCountersFromInterface(t *testing.T) {
 		e(allow(idB, out, udp, allowedPort, 16, 1)),
 		e(deny(idB, out, udp, deniedPort, 16, 2)),
 	)}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idA}, polA); err != nil {
+	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idA, Addr: a.ip}, polA); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idB}, mapstate.EndpointPolicy{}); err != nil {
+	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idB, Addr: b.ip}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	counters := func() Counters {

@@ -115,6 +115,10 @@ func Open(cfg Config) (*Datapath, error) {
 		}
 		ms.MaxEntries = n
 	}
+	legacyEndpoints, err := takeLegacyEndpoints(cfg.PinDir)
+	if err != nil {
+		return nil, err
+	}
 	d := &Datapath{pinDir: cfg.PinDir}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
@@ -137,6 +141,10 @@ func Open(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	if err := removeLegacyPins(cfg.PinDir); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
+	if err := d.restoreEndpoints(legacyEndpoints); err != nil {
 		d.objs.Close()
 		return nil, err
 	}

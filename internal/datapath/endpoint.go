@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -15,6 +16,9 @@ import (
 type EndpointInfo struct {
 	EpID     uint32            // 1 .. MaxEndpoints()-1, unique per agent
 	Identity identity.Identity // the endpoint's security identity
+	// Addr is the endpoint's IPv4 address: the only source address its packets and ARP
+	// frames may carry (anything else is dropped, ReasonSpoofedSource). Required.
+	Addr netip.Addr
 }
 
 // InstalledEndpoint is an endpoint as found in the endpoints map.
@@ -46,7 +50,7 @@ func (d *Datapath) InstalledEndpoints() map[uint32]InstalledEndpoint {
 	out := make(map[uint32]InstalledEndpoint, len(d.endpoints))
 	for ifindex, info := range d.endpoints {
 		out[ifindex] = InstalledEndpoint{
-			EndpointInfo:   EndpointInfo{EpID: info.EpId, Identity: info.Identity},
+			EndpointInfo:   EndpointInfo{EpID: info.EpId, Identity: info.Identity, Addr: infoAddr(info)},
 			EnforceIngress: info.Flags&enforceIngress != 0,
 			EnforceEgress:  info.Flags&enforceEgress != 0,
 		}
@@ -99,6 +103,10 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 
 	if ep.EpID == 0 || ep.EpID >= d.MaxEndpoints() {
 		return fmt.Errorf("applying endpoint %d: endpoint ID out of range 1..%d", ep.EpID, d.MaxEndpoints()-1)
+	}
+	addr, err := endpointAddr(ep.Addr)
+	if err != nil {
+		return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
 	}
 	want := make(map[rampartPolicyKey]rampartPolicyValue, len(desired.Entries))
 	for k, v := range desired.Entries {
@@ -213,10 +221,10 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 			rev = oi.Revision
 		}
 	}
-	if changed || !known || old.EpId != ep.EpID || old.Flags != newFlags || old.Identity != uint32(ep.Identity) || rev == 0 {
+	if changed || !known || old.EpId != ep.EpID || old.Flags != newFlags || old.Identity != uint32(ep.Identity) || old.Addr != addr || rev == 0 {
 		rev = d.nextRevision()
 	}
-	info := rampartEndpointInfo{EpId: ep.EpID, Identity: ep.Identity, Flags: newFlags, Revision: rev}
+	info := rampartEndpointInfo{EpId: ep.EpID, Identity: ep.Identity, Flags: newFlags, Revision: rev, Addr: addr}
 	if err := d.putEndpoint(ifindex, info); err != nil {
 		return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
 	}
@@ -237,6 +245,28 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 	}
 	d.step(stepFinalFlags)
 	return nil
+}
+
+// endpointAddr is an endpoint's address as endpoint_info.addr holds it (network order in
+// memory). Only an IPv4 address will do: the programs drop every packet whose source is
+// not it, so an endpoint without one could send nothing, and IPv6 is not enforced yet.
+func endpointAddr(a netip.Addr) (uint32, error) {
+	a = a.Unmap()
+	if !a.Is4() || a.IsUnspecified() {
+		return 0, fmt.Errorf("endpoint address %v: want the endpoint's IPv4 address", a)
+	}
+	b := a.As4()
+	return binary.NativeEndian.Uint32(b[:]), nil
+}
+
+// infoAddr is the address in an endpoint_info (invalid when it has none).
+func infoAddr(info rampartEndpointInfo) netip.Addr {
+	if info.Addr == 0 {
+		return netip.Addr{}
+	}
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], info.Addr)
+	return netip.AddrFrom4(b)
 }
 
 // RemoveEndpoint removes the endpoint: first its endpoint_info on ifindex and on any other

@@ -76,6 +76,11 @@ const (
 	// ReasonL7Unchecked: data on a connection whose L7 rules the send-side verdict checks,
 	// sent by another socket than the one it checks (a raw socket, say).
 	ReasonL7Unchecked DropReason = 9
+	// ReasonSpoofedSource: a packet or ARP frame left an endpoint with a source address
+	// that is not the endpoint's own (reported as the sending endpoint's), or a new flow
+	// entering an endpoint claims a local endpoint's address but did not come from that
+	// endpoint's interface.
+	ReasonSpoofedSource DropReason = 10
 )
 
 var reasonNames = map[DropReason]string{
@@ -89,6 +94,7 @@ var reasonNames = map[DropReason]string{
 	ReasonProxyUnavailable: "proxy-unavailable",
 	ReasonProxyBypass:      "proxy-bypass",
 	ReasonL7Unchecked:      "l7-unchecked",
+	ReasonSpoofedSource:    "spoofed-source",
 }
 
 func (r DropReason) String() string {
@@ -104,6 +110,7 @@ const (
 	flowL7Ingress   = 1 << 1
 	flowFromProxy   = 1 << 2
 	flowSockVerdict = 1 << 3
+	flowARP         = 1 << 4
 )
 
 // FlowEvent is one event from the dataplane: a new allowed flow (forwarded, or redirected
@@ -144,6 +151,9 @@ type FlowEvent struct {
 	// SockVerdict: the send-side verdict checks the flow's requests on the client's
 	// socket (a pair of local endpoints), so it does not go through the proxy.
 	SockVerdict bool
+	// ARP: the event is about an ARP frame (a drop): Source and Destination are its
+	// sender and target IPv4 addresses, ICMPType its opcode, Protocol 0.
+	ARP bool
 }
 
 // EventReader reads flow events from the ring buffer. Use one reader at a time per
@@ -260,6 +270,7 @@ func decodeEvent(raw []byte, offset time.Duration) (FlowEvent, error) {
 		L7Ingress:       e.Flags&flowL7Ingress != 0,
 		FromProxy:       e.Flags&flowFromProxy != 0,
 		SockVerdict:     e.Flags&flowSockVerdict != 0,
+		ARP:             e.Flags&flowARP != 0,
 	}
 	out.Time = time.Unix(0, 0).Add(offset + out.Monotonic)
 	switch e.Family {

@@ -233,7 +233,7 @@ func TestRevisionsContinueAcrossOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if err := d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent + identity.Identity(i)}, mapstate.EndpointPolicy{}); err != nil {
+		if err := d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent + identity.Identity(i), Addr: epIP}, mapstate.EndpointPolicy{}); err != nil {
 			d.Close()
 			t.Fatal(err)
 		}
@@ -243,7 +243,7 @@ func TestRevisionsContinueAcrossOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	d2 := openTest(t, Config{PinDir: pins})
-	if err := d2.ApplyEndpoint(epIfindex+1, EndpointInfo{EpID: epID + 1, Identity: epIdent}, mapstate.EndpointPolicy{}); err != nil {
+	if err := d2.ApplyEndpoint(epIfindex+1, EndpointInfo{EpID: epID + 1, Identity: epIdent, Addr: ipA}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	if rev := d2.endpoints[epIfindex+1].Revision; rev <= last {

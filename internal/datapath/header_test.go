@@ -81,6 +81,8 @@ func TestHeaderConstants(t *testing.T) {
 		"VERDICT_REDIRECTED":       uint64(VerdictRedirected),
 		"REASON_PROXY_UNAVAILABLE": uint64(ReasonProxyUnavailable),
 		"REASON_PROXY_BYPASS":      uint64(ReasonProxyBypass),
+		"REASON_SPOOFED_SOURCE":    uint64(ReasonSpoofedSource),
+		"FLOW_F_ARP":               flowARP,
 		"FLOW_F_L7_EGRESS":         flowL7Egress,
 		"FLOW_F_L7_INGRESS":        flowL7Ingress,
 		"FLOW_F_FROM_PROXY":        flowFromProxy,

@@ -136,3 +136,82 @@ func removeLegacyPins(pinDir string) error {
 	}
 	return nil
 }
+
+// legacyEndpointInfoSize is the size of struct endpoint_info before it held the endpoint's
+// address (ep_id, identity, flags, revision).
+const legacyEndpointInfoSize = 16
+
+// endpointPins are the maps whose values hold a struct endpoint_info.
+var endpointPins = []string{"endpoints", "endpoint_slots", "endpoints_by_id"}
+
+// takeLegacyEndpoints reads the endpoints map pinned in pinDir when it has the layout of
+// before endpoint_info.addr, and unpins it with the other maps of that layout, so that the
+// programs being loaded get maps of the current one (restoreEndpoints fills them). It
+// returns nil when there is nothing to migrate. The programs still attached keep their
+// maps, and enforce with them, until the agent attaches the new ones.
+func takeLegacyEndpoints(pinDir string) (map[uint32]rampartEndpointInfo, error) {
+	path := filepath.Join(pinDir, "endpoints")
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening endpoints map %s: %w", path, err)
+	}
+	defer m.Close()
+	if m.ValueSize() != legacyEndpointInfoSize {
+		return nil, nil
+	}
+	out := make(map[uint32]rampartEndpointInfo)
+	var (
+		ifindex uint32
+		v       [4]uint32 // ep_id, identity, flags, revision
+	)
+	it := m.Iterate()
+	for it.Next(&ifindex, &v) {
+		out[ifindex] = rampartEndpointInfo{EpId: v[0], Identity: v[1], Flags: v[2], Revision: v[3]}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading earlier endpoints map %s: %w", path, err)
+	}
+	for _, name := range endpointPins {
+		if err := os.Remove(filepath.Join(pinDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("unpinning earlier endpoint map %s: %w", name, err)
+		}
+	}
+	return out, nil
+}
+
+// restoreEndpoints writes the endpoints takeLegacyEndpoints read into the endpoints map,
+// each with its address from the ipcache (a local endpoint's /32 names its ep_id), so the
+// upgraded programs know every endpoint and its address from their first packet. An
+// endpoint whose address the ipcache does not give gets none: it can send nothing until the
+// agent applies it again (fail closed). readState then rebuilds the slots and the map by
+// ep_id from it.
+func (d *Datapath) restoreEndpoints(old map[uint32]rampartEndpointInfo) error {
+	if len(old) == 0 {
+		return nil
+	}
+	addrs := make(map[uint32]uint32)
+	var (
+		k rampartIpcacheKey
+		v rampartIpcacheValue
+	)
+	it := d.objs.Ipcache.Iterate()
+	for it.Next(&k, &v) {
+		if p, ok := ipcachePrefix(k); ok && v.EpId != 0 && p.Addr().Is4() && p.Bits() == 32 {
+			a := p.Addr().As4()
+			addrs[v.EpId] = binary.NativeEndian.Uint32(a[:])
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading ipcache map: %w", err)
+	}
+	for ifindex, info := range old {
+		info.Addr = addrs[info.EpId]
+		if err := d.objs.Endpoints.Update(&ifindex, &info, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("migrating endpoint info of ifindex %d: %w", ifindex, err)
+		}
+	}
+	return nil
+}

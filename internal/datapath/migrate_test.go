@@ -117,3 +117,75 @@ func TestMigrateEarlierConntrack(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateEndpointsWithoutAddress: the endpoint maps of the version before
+// endpoint_info.addr are replaced when the datapath opens, each endpoint keeping its info
+// and getting its address from the ipcache, so the new programs check its sources from
+// their first packet.
+func TestMigrateEndpointsWithoutAddress(t *testing.T) {
+	pin := newPinDir(t)
+	d := openTest(t, Config{PinDir: pin})
+	if err := d.ApplyIPCache(fixtureIPCache()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The earlier layout: ep_id, identity, flags, revision (and the slot's ifindex).
+	for _, m := range []struct {
+		name  string
+		typ   ebpf.MapType
+		size  uint32
+		key   uint32
+		value []uint32
+	}{
+		{"endpoints", ebpf.Hash, 16, epIfindex, []uint32{epID, uint32(epIdent), enforceIngress, 9}},
+		{"endpoints", ebpf.Hash, 16, 5, []uint32{8, uint32(idA), 0, 3}}, // no address in the ipcache
+		{"endpoint_slots", ebpf.Array, 20, epIfindex, []uint32{epID, uint32(epIdent), enforceIngress, 9, epIfindex}},
+		{"endpoints_by_id", ebpf.Hash, 16, epID, []uint32{epID, uint32(epIdent), enforceIngress, 9}},
+	} {
+		path := filepath.Join(pin, m.name)
+		old, err := ebpf.LoadPinnedMap(path, nil)
+		if err == nil && old.ValueSize() != m.size {
+			old.Close()
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			err = os.ErrNotExist
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			entries := uint32(16)
+			if m.typ == ebpf.Array {
+				entries = 1024
+			}
+			old, err = ebpf.NewMap(&ebpf.MapSpec{Name: m.name, Type: m.typ, KeySize: 4, ValueSize: m.size, MaxEntries: entries})
+			if err == nil {
+				err = old.Pin(path)
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := old.Update(&m.key, m.value, ebpf.UpdateAny); err != nil {
+			t.Fatal(err)
+		}
+		old.Close()
+	}
+
+	f := &fixture{t: t, d: openTest(t, Config{PinDir: pin}), sport: 40000}
+	f.ev = eventsOf(t, f.d)
+	got := f.d.InstalledEndpoints()
+	want := map[uint32]InstalledEndpoint{
+		epIfindex: {EndpointInfo: EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}, EnforceIngress: true},
+		5:         {EndpointInfo: EndpointInfo{EpID: 8, Identity: idA}},
+	}
+	if len(got) != len(want) || got[epIfindex] != want[epIfindex] || got[5] != want[5] {
+		t.Errorf("migrated endpoints %+v, want %+v", got, want)
+	}
+	if rev := f.d.endpoints[epIfindex].Revision; rev != 9 {
+		t.Errorf("revision %d, want 9 (kept)", rev)
+	}
+	f.expectPass("own address after the migration", f.fromEp(packet{src: epIP, dst: ipB, proto: uint8(udp), sport: f.port(), dport: 53}))
+	f.expectSpoofed("other address after the migration", f.fromEp(packet{src: ipA, dst: ipB, proto: uint8(udp), sport: f.port(), dport: 53}), ipA, false)
+	f.expectDrop("enforcement kept", f.toEp(f.synIn(ipB, 80)), ReasonPolicyDefault)
+}

@@ -18,7 +18,7 @@ func BenchmarkPacketPaths(b *testing.B) {
 	if err := d.ApplyIPCache(fixtureIPCache()); err != nil {
 		b.Fatal(err)
 	}
-	err := d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent}, mapstate.EndpointPolicy{
+	err := d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{
 		EnforceEgress: true, EnforceIngress: true,
 		Entries: entries(e(allow(idA, out, policy.ProtoAny, 0, 0, 1)), e(allow(idA, in, policy.ProtoAny, 0, 0, 2))),
 	})

@@ -82,7 +82,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 
 func (f *fixture) apply(enforceIn, enforceOut bool, es ...entry) {
 	f.t.Helper()
-	err := f.d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent},
+	err := f.d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP},
 		mapstate.EndpointPolicy{EnforceIngress: enforceIn, EnforceEgress: enforceOut, Entries: entries(es...)})
 	if err != nil {
 		f.t.Fatalf("ApplyEndpoint: %v", err)
@@ -257,8 +257,8 @@ func TestConntrackEstablishedAndReply(t *testing.T) {
 	f.expectPass("reply after removal", f.fromEp(reply))
 	f.expectDrop("new flow after removal", f.toEp(f.synIn(ipA, 80)), ReasonPolicyDefault)
 	// A packet from the endpoint with the flow's forward tuple in the other direction is
-	// not a reply: it is a new egress flow.
-	f.expectDrop("same tuple, other direction", f.fromEp(packet{src: ipA, dst: epIP, proto: uint8(tcp), sport: syn.sport, dport: 80, tcpFlags: 0x02}), ReasonPolicyDefault)
+	// no reply either: its source is not the endpoint's address.
+	f.expectDrop("same tuple, other direction", f.fromEp(packet{src: ipA, dst: epIP, proto: uint8(tcp), sport: syn.sport, dport: 80, tcpFlags: 0x02}), ReasonSpoofedSource)
 
 	// RST then a fresh SYN on the same tuple: evaluated again (and dropped).
 	rst := syn
@@ -469,7 +469,8 @@ func TestMalformedAndOtherL3(t *testing.T) {
 	padded := append(f.synIn(ipA, 80).bytes(), make([]byte, 30)...)
 	f.expectPass("trailing padding", run(t, f.d.objs.RampartToEp, padded, epIfindex))
 
-	f.expectPass("ARP", f.toEp(packet{ethType: 0x0806, payload: make([]byte, 28)}))
+	f.expectPass("ARP", f.toEp(arpFrame(1, ipRouter, epIP)))
+	f.expectDrop("ARP for no protocol", f.toEp(packet{ethType: 0x0806, payload: make([]byte, 28)}), ReasonMalformed)
 	f.expectDrop("IPv6", f.toEp(packet{ethType: 0x86dd, payload: make([]byte, 60)}), ReasonUnsupportedL3)
 	f.expectDrop("VLAN", f.toEp(packet{ethType: 0x8100, payload: make([]byte, 60)}), ReasonUnsupportedL3)
 	// Other IP protocols have no ports and pass when not enforced.
@@ -505,8 +506,8 @@ func TestFragments(t *testing.T) {
 	other := later(100, false)
 	other.src = ipB
 	f.expectDrop("later fragment, other source", f.toEp(other), ReasonFragUnknown)
-	// The record is per endpoint direction: the other program has not seen the first one.
-	f.expectDrop("later fragment, other direction", f.fromEp(later(100, false)), ReasonFragUnknown)
+	// The same fragment leaving the endpoint does not carry its address.
+	f.expectDrop("later fragment, other direction", f.fromEp(later(100, false)), ReasonSpoofedSource)
 
 	// Allowed later fragments pass even after the policy is removed (they belong to a
 	// datagram already allowed).
@@ -726,7 +727,7 @@ func TestEndpointSlots(t *testing.T) {
 	}
 	apply := func(idx, id uint32) {
 		t.Helper()
-		if err := f.d.ApplyEndpoint(idx, EndpointInfo{EpID: id, Identity: epIdent}, mapstate.EndpointPolicy{}); err != nil {
+		if err := f.d.ApplyEndpoint(idx, EndpointInfo{EpID: id, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{}); err != nil {
 			t.Fatal(err)
 		}
 	}

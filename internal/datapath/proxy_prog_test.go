@@ -53,7 +53,7 @@ func newProxyFixture(t *testing.T) *fixture {
 // applyDst sets the destination endpoint's policy.
 func (f *fixture) applyDst(enforceIn bool, es ...entry) {
 	f.t.Helper()
-	err := f.d.ApplyEndpoint(dstIfindex, EndpointInfo{EpID: dstEpID, Identity: dstIdent},
+	err := f.d.ApplyEndpoint(dstIfindex, EndpointInfo{EpID: dstEpID, Identity: dstIdent, Addr: ipDst},
 		mapstate.EndpointPolicy{EnforceIngress: enforceIn, Entries: entries(es...)})
 	if err != nil {
 		f.t.Fatalf("ApplyEndpoint (destination): %v", err)
@@ -464,21 +464,21 @@ func TestEndpointsByID(t *testing.T) {
 		}
 		return info, true
 	}
-	if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300}, mapstate.EndpointPolicy{EnforceIngress: true}); err != nil {
+	if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceIngress: true}); err != nil {
 		t.Fatal(err)
 	}
 	if info, ok := lookup(3); !ok || info.Identity != 300 || info.Flags != enforceIngress {
 		t.Fatalf("by id after apply: %+v %v", info, ok)
 	}
 	// The endpoint's veth was recreated: new ifindex, same ep_id.
-	if err := d.ApplyEndpoint(11, EndpointInfo{EpID: 3, Identity: 300}, mapstate.EndpointPolicy{EnforceEgress: true}); err != nil {
+	if err := d.ApplyEndpoint(11, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceEgress: true}); err != nil {
 		t.Fatal(err)
 	}
 	if info, ok := lookup(3); !ok || info.Flags != enforceEgress {
 		t.Fatalf("by id after move: %+v %v", info, ok)
 	}
 	// Another endpoint takes over ifindex 11: endpoint 3 is gone from it.
-	if err := d.ApplyEndpoint(11, EndpointInfo{EpID: 4, Identity: 400}, mapstate.EndpointPolicy{}); err != nil {
+	if err := d.ApplyEndpoint(11, EndpointInfo{EpID: 4, Identity: 400, Addr: ipB}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := lookup(3); ok {
@@ -491,7 +491,7 @@ func TestEndpointsByID(t *testing.T) {
 		t.Error("endpoint 4 still by id after removal")
 	}
 	// Open rebuilds the map from the endpoints map.
-	if err := d.ApplyEndpoint(12, EndpointInfo{EpID: 5, Identity: 500}, mapstate.EndpointPolicy{}); err != nil {
+	if err := d.ApplyEndpoint(12, EndpointInfo{EpID: 5, Identity: 500, Addr: ipPod}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	id := uint32(5)
@@ -521,7 +521,7 @@ func TestRedirectEntriesRoundTrip(t *testing.T) {
 	k2, v2 := allow(idA, in, tcp, 81, 16, 2)
 	k3, v3 := deny(idB, in, tcp, 80, 16, 3)
 	want := entries(e(k1, v1), e(k2, v2), e(k3, v3))
-	if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300}, mapstate.EndpointPolicy{EnforceIngress: true, Entries: want}); err != nil {
+	if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceIngress: true, Entries: want}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(d *Datapath, want map[mapstate.Key]mapstate.Value) {
@@ -540,7 +540,7 @@ func TestRedirectEntriesRoundTrip(t *testing.T) {
 	// Redirect <-> allow is an overwrite of the same key.
 	v1.Redirect, v2.Redirect = false, true
 	want = entries(e(k1, v1), e(k2, v2), e(k3, v3))
-	if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300}, mapstate.EndpointPolicy{EnforceIngress: true, Entries: want}); err != nil {
+	if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceIngress: true, Entries: want}); err != nil {
 		t.Fatal(err)
 	}
 	check(d, want)

@@ -67,10 +67,10 @@ func TestProxySteering(t *testing.T) {
 		e(allow(idEpA, in, tcp, portPlain, 16, 13)),
 		e(redirect(identity.Host, in, tcp, portIngressL7, 16, 14)),
 	)}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: epA, Identity: idEpA}, polA); err != nil {
+	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: epA, Identity: idEpA, Addr: a.ip}, polA); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: epB, Identity: idEpB}, polB); err != nil {
+	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: epB, Identity: idEpB, Addr: b.ip}, polB); err != nil {
 		t.Fatal(err)
 	}
 	evs := collectEvents(t, d)

@@ -56,6 +56,7 @@ type rampartEndpointInfo struct {
 	Identity uint32
 	Flags    uint32
 	Revision uint32
+	Addr     uint32
 }
 
 type rampartEndpointSlot struct {

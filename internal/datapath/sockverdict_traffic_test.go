@@ -45,10 +45,10 @@ func TestSockVerdictSteering(t *testing.T) {
 	const port = 80
 	polA := mapstate.EndpointPolicy{EnforceEgress: true, Entries: entries(e(allow(idEpB, out, tcp, port, 16, 1)))}
 	polB := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(redirect(idEpA, in, tcp, port, 16, 11)))}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: epA, Identity: idEpA}, polA); err != nil {
+	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: epA, Identity: idEpA, Addr: a.ip}, polA); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: epB, Identity: idEpB}, polB); err != nil {
+	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: epB, Identity: idEpB, Addr: b.ip}, polB); err != nil {
 		t.Fatal(err)
 	}
 	evs := collectEvents(t, d)

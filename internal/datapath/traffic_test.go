@@ -220,10 +220,10 @@ func TestRealTraffic(t *testing.T) {
 	const port = 8080
 	polA := mapstate.EndpointPolicy{EnforceEgress: true, Entries: entries(e(allow(idEpB, out, tcp, port, 16, 1)))}
 	polB := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(idEpA, in, tcp, port, 16, 2)))}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idEpA}, polA); err != nil {
+	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idEpA, Addr: a.ip}, polA); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB}, polB); err != nil {
+	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB, Addr: b.ip}, polB); err != nil {
 		t.Fatal(err)
 	}
 	ev := eventsOf(t, d)
@@ -267,7 +267,7 @@ func TestRealTraffic(t *testing.T) {
 	}
 
 	// Remove the allow at b: new connections are dropped, the established one continues.
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB}, mapstate.EndpointPolicy{EnforceIngress: true}); err != nil {
+	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB, Addr: b.ip}, mapstate.EndpointPolicy{EnforceIngress: true}); err != nil {
 		t.Fatal(err)
 	}
 	if c2, err := dial(a.ns, server, time.Second); err == nil {
@@ -313,7 +313,7 @@ func TestRealTraffic(t *testing.T) {
 	if err := roundTrip(c1, "new programs"); err != nil {
 		t.Fatalf("established connection after restart: %v", err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB}, polB); err != nil {
+	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB, Addr: b.ip}, polB); err != nil {
 		t.Fatal(err)
 	}
 	c3, err := dial(a.ns, server, 5*time.Second)

@@ -112,6 +112,9 @@ func (in Input) Check() error {
 		if ruleIDs[r.ID] {
 			errs = append(errs, fmt.Errorf("rule ID %d used twice", r.ID))
 		}
+		if r.ID == HostTrafficRuleID {
+			errs = append(errs, fmt.Errorf("rule ID %d is reserved for host traffic", r.ID))
+		}
 		ruleIDs[r.ID] = true
 		for _, pr := range r.Ports {
 			if pr.HTTP != nil && r.Deny {
@@ -476,6 +479,11 @@ func (c *computer) endpointPolicy(ep Endpoint, rules []preparedRule) EndpointPol
 				}, Value{Deny: r.Deny, RuleID: r.ID, Redirect: p.redirect})
 			}
 		}
+	}
+	if c.in.AllowHost && pol.EnforceIngress {
+		// Before the deny pass: a deny rule that matches the host still wins.
+		addEntry(pol.Entries, Key{Identity: identity.Host, Direction: policy.Ingress, Protocol: policy.ProtoAny},
+			Value{RuleID: HostTrafficRuleID})
 	}
 	applyDenyPrecedence(pol.Entries)
 	return pol

@@ -187,6 +187,10 @@ func setNames(in Input, mask uint32) []string {
 // ruleInfo names rule id and its policy.
 func ruleInfo(in Input, id uint32) *RuleInfo {
 	info := &RuleInfo{ID: id, Policy: in.RulePolicies[id]}
+	if id == HostTrafficRuleID {
+		info.Description = HostTrafficDescription
+		return info
+	}
 	for i := range in.Rules {
 		if in.Rules[i].ID == id {
 			info.Description = in.Rules[i].Description

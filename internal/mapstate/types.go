@@ -30,6 +30,12 @@ type Input struct {
 	Endpoints []Endpoint
 	Rules     []policy.Rule // rule IDs filled in
 	HostIPs   []netip.Addr  // addresses with the host identity
+	// AllowHost admits the host (identity.Host) into every endpoint that enforces ingress,
+	// whatever its allow rules say (rampartd --host-traffic=allow, as Kubernetes expects
+	// for the kubelet's probes): an allow entry for the host, any protocol, with rule ID
+	// HostTrafficRuleID. Deny rules that match the host still win, and L7 rules of a port
+	// still apply to it (see docs/policy-language.md). False: the host is an ordinary peer.
+	AllowHost bool
 	// CIDRIdentities gives the identity of every prefix that Prefixes(Rules) returns.
 	CIDRIdentities map[netip.Prefix]identity.Identity
 	// RulePolicies names the policy each rule (by Rule.ID) came from, so Trace can say which
@@ -44,6 +50,13 @@ type Input struct {
 	// any set); Trace uses it, Compute ignores it.
 	CIDRSetMembership func(netip.Addr) uint32
 }
+
+// HostTrafficRuleID is the rule ID of the entry that Input.AllowHost adds; no policy rule
+// may have it (Check).
+const HostTrafficRuleID uint32 = 1<<32 - 1
+
+// HostTrafficDescription describes the HostTrafficRuleID entry, for explanations.
+const HostTrafficDescription = "host traffic allowed by the agent (--host-traffic=allow)"
 
 // MaxCIDRSets is the number of CIDR sets the dataplane has (one bit each in a u32 mask).
 const MaxCIDRSets = identity.MaxCIDRSets

@@ -40,6 +40,8 @@ type Options struct {
 	// DefaultSocket leaves the agent on its instance's default socket
 	// (/run/rampart/<instance>.sock), and the CLI finds it with --instance.
 	DefaultSocket bool
+	// HostTraffic is agent.Config.HostTraffic ("": the agent's default, allow).
+	HostTraffic agent.HostTraffic
 }
 
 // Env is an agent running in-process in a fresh node network namespace, with its own
@@ -92,6 +94,7 @@ func StartAgent(t testing.TB, opts Options) *Env {
 			CIDRHostSlots:  opts.CIDRHostSlots,
 			ProxyEnvoyOnly: opts.ProxyEnvoyOnly,
 			L7SendSide:     opts.L7SendSide,
+			HostTraffic:    opts.HostTraffic,
 			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		},
 		servers: map[string]*Servers{},

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
@@ -143,7 +144,10 @@ func (h *harness) setUpWorld() {
 }
 
 func newHarness(t *testing.T) *harness {
-	env := testenv.StartAgent(t, testenv.Options{})
+	// The host is judged by policy like any peer (the cases probe it as a source and
+	// select it with fromEntities host); the default, which admits it into every endpoint,
+	// is tested in internal/cli (TestHostTraffic).
+	env := testenv.StartAgent(t, testenv.Options{HostTraffic: agent.HostTrafficPolicy})
 	h := &harness{t: t, env: env, dir: t.TempDir(), node: endpoint.NetnsPath(env.Config.NodeNetns)}
 	for _, ns := range namespaces {
 		if err := h.labelNamespace(ns, map[string]string{"ns": ns}); err != nil {
