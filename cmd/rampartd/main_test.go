@@ -3,7 +3,6 @@ package main_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +21,7 @@ import (
 // enforcing after SIGTERM, comes back with its state, and --uninstall removes everything.
 func TestDaemonLifecycle(t *testing.T) {
 	testenv.RequireRoot(t)
-	bin := buildBinaries(t)
+	bin := bins.Dir(t)
 	inst := "d" + testenv.Suffix(8)
 	sockDir, err := os.MkdirTemp("", "rp-sock-")
 	if err != nil {
@@ -160,7 +159,7 @@ func TestDaemonLifecycle(t *testing.T) {
 // changes and how uninstall undoes it, then the flags; --version and rampart version name
 // the build (here the version given at link time) and the Go version.
 func TestHelpAndVersion(t *testing.T) {
-	bin := buildBinaries(t)
+	bin := bins.Dir(t)
 	out, errs, code := runBin(bin+"/rampartd", "--help")
 	if code != 0 || errs != "" {
 		t.Fatalf("rampartd --help: exit %d, stderr %q", code, errs)
@@ -184,40 +183,16 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
-
-// buildBinaries builds rampartd, rampart and rampart-testserver once per test binary, with
-// a version and revision given at link time.
-func buildBinaries(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "rampartd-test-bin-")
-		if buildErr != nil {
-			return
-		}
-		pkg := "github.com/rampartnet/rampart/internal/version"
-		out, err := exec.Command("go", "build", "-ldflags", "-X "+pkg+".Version=vtest-1.2.3 -X "+pkg+".Revision=feedbeef",
-			"-o", buildDir+"/", "github.com/rampartnet/rampart/cmd/rampartd",
-			"github.com/rampartnet/rampart/cmd/rampart", "github.com/rampartnet/rampart/cmd/rampart-testserver").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("building binaries: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildDir
+// bins are rampartd, rampart and rampart-testserver, with a version and revision given at
+// link time.
+var bins = testenv.Binaries{
+	Packages: []string{"./cmd/rampartd", "./cmd/rampart", "./cmd/rampart-testserver"},
+	LDFlags:  "-X github.com/rampartnet/rampart/internal/version.Version=vtest-1.2.3 -X github.com/rampartnet/rampart/internal/version.Revision=feedbeef",
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	bins.Remove()
 	os.Exit(code)
 }
 

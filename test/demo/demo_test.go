@@ -8,8 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,37 +17,11 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// binaries builds the demo's binaries once for all tests of the package.
-func binaries(t *testing.T, root string) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "rampart-demo-bin-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command(goTool(), "build", "-o", binDir+"/", "./cmd/rampart", "./cmd/rampartd", "./cmd/rampart-testserver")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = errors.New("building: " + err.Error() + "\n" + string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
-}
+var bins = testenv.Binaries{Packages: []string{"./cmd/rampart", "./cmd/rampartd", "./cmd/rampart-testserver"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	bins.Remove()
 	os.Exit(code)
 }
 
@@ -63,11 +35,8 @@ type demo struct {
 
 func startDemo(t *testing.T) *demo {
 	testenv.RequireRoot(t)
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := binaries(t, root)
+	root := testenv.ModuleRoot(t)
+	bin := bins.Dir(t)
 	d := &demo{inst: "dm" + testenv.Suffix(6), bin: bin, out: &lockedBuffer{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
@@ -143,32 +112,10 @@ func (d *demo) safetyNet(t *testing.T) {
 			t.Errorf("the demo left processes running (killed)")
 		}
 	}
-	left := leftovers(d.inst)
-	if len(left) == 0 {
-		return
+	if left := testenv.InstanceLeftovers(d.inst); len(left) > 0 {
+		t.Errorf("the demo did not clean up: %s", strings.Join(left, ", "))
+		testenv.RemoveInstanceLeftovers(d.inst)
 	}
-	t.Errorf("the demo did not clean up: %s", strings.Join(left, ", "))
-	for _, l := range left {
-		if strings.HasPrefix(l, "netns ") {
-			exec.Command("ip", "netns", "del", strings.TrimPrefix(l, "netns ")).Run()
-		}
-	}
-	os.RemoveAll(filepath.Join("/sys/fs/bpf/rampart", d.inst))
-}
-
-// leftovers lists the network namespaces and the BPF pin directory of instance inst.
-func leftovers(inst string) []string {
-	var left []string
-	ents, _ := os.ReadDir("/run/netns")
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "rp-"+inst+"-") {
-			left = append(left, "netns "+e.Name())
-		}
-	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", inst)); err == nil {
-		left = append(left, "pins /sys/fs/bpf/rampart/"+inst)
-	}
-	return left
 }
 
 // lockedBuffer collects a process's output and lets a test wait for a line.
@@ -227,10 +174,3 @@ func hasLine(out []byte, prefix string) bool {
 }
 
 var _ io.Writer = (*lockedBuffer)(nil)
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
-}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,10 +47,7 @@ func usingIt(t *testing.T, readme string) string {
 
 func TestUsingItRunsAsWritten(t *testing.T) {
 	testenv.RequireRoot(t)
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testenv.ModuleRoot(t)
 	block := usingIt(t, filepath.Join(root, "README.md"))
 	if !strings.Contains(block, "--instance quickstart") {
 		t.Fatalf("the README block no longer names its instance quickstart; this test renames it:\n%s", block)
@@ -118,31 +114,9 @@ func TestUsingItRunsAsWritten(t *testing.T) {
 	if !strings.Contains(strings.ToLower(text), "drop") {
 		t.Errorf("neither the trace nor the flows show a drop")
 	}
-	if left := leftovers(inst); len(left) > 0 {
+	if left := testenv.InstanceLeftovers(inst); len(left) > 0 {
 		t.Errorf("the block's uninstall left: %s", strings.Join(left, ", "))
 	}
-}
-
-// leftovers lists what instance inst could have left: endpoint namespaces, pins, state,
-// socket.
-func leftovers(inst string) []string {
-	var left []string
-	ents, _ := os.ReadDir("/run/netns")
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "rp-"+inst+"-") {
-			left = append(left, "netns "+e.Name())
-		}
-	}
-	for _, p := range []string{
-		filepath.Join("/sys/fs/bpf/rampart", inst),
-		filepath.Join("/var/lib/rampart", inst),
-		fmt.Sprintf("/run/rampart/%s.sock", inst),
-	} {
-		if _, err := os.Stat(p); err == nil {
-			left = append(left, p)
-		}
-	}
-	return left
 }
 
 // safetyNet removes what a failed run left: the agent (by its instance's uninstall, run in
@@ -160,19 +134,13 @@ func safetyNet(t *testing.T, root, ns, inst string, cmd *exec.Cmd) {
 			syscall.Kill(pg, syscall.SIGKILL)
 		}
 	}
-	if len(leftovers(inst)) == 0 {
+	if len(testenv.InstanceLeftovers(inst)) == 0 {
 		return
 	}
 	u := exec.Command("nsenter", "--net=/run/netns/"+ns, filepath.Join(root, "bin", "rampartd"), "--instance", inst, "--uninstall")
 	if out, err := u.CombinedOutput(); err != nil {
 		t.Logf("uninstall: %v\n%s", err, out)
 	}
-	for _, l := range leftovers(inst) {
-		if strings.HasPrefix(l, "netns ") {
-			exec.Command("ip", "netns", "del", strings.TrimPrefix(l, "netns ")).Run()
-		} else {
-			os.RemoveAll(l)
-		}
-	}
+	testenv.RemoveInstanceLeftovers(inst)
 	os.RemoveAll("/tmp/rampartd-" + inst + ".log")
 }

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,7 +67,7 @@ func TestStarWarsDemo(t *testing.T) {
 	}
 
 	bin := t.TempDir()
-	build := exec.Command(goTool(), "build", "-o", bin+"/", "./cmd/rampart", "./cmd/rampartd", "./cmd/starwars")
+	build := exec.Command(testenv.GoTool(), "build", "-o", bin+"/", "./cmd/rampart", "./cmd/rampartd", "./cmd/starwars")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building: %v\n%s", err, out)
@@ -195,7 +194,7 @@ func safetyNet(t *testing.T, cmd *exec.Cmd, bin, inst, work string) {
 			t.Errorf("the demo left processes running (killed)")
 		}
 	}
-	left := leftovers(inst)
+	left := testenv.InstanceLeftovers(inst)
 	if _, err := os.Stat(work); err == nil {
 		left = append(left, work)
 	}
@@ -208,32 +207,5 @@ func safetyNet(t *testing.T, cmd *exec.Cmd, bin, inst, work string) {
 	if out, err := u.CombinedOutput(); err != nil {
 		t.Logf("uninstall: %v\n%s", err, out)
 	}
-	for _, l := range leftovers(inst) {
-		if strings.HasPrefix(l, "netns ") {
-			exec.Command("ip", "netns", "del", strings.TrimPrefix(l, "netns ")).Run()
-		}
-	}
-	os.RemoveAll(filepath.Join("/sys/fs/bpf/rampart", inst))
-}
-
-// leftovers lists the network namespaces and the BPF pin directory of instance inst.
-func leftovers(inst string) []string {
-	var left []string
-	ents, _ := os.ReadDir("/run/netns")
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "rp-"+inst+"-") {
-			left = append(left, "netns "+e.Name())
-		}
-	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", inst)); err == nil {
-		left = append(left, "pins /sys/fs/bpf/rampart/"+inst)
-	}
-	return left
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	testenv.RemoveInstanceLeftovers(inst)
 }

@@ -1,0 +1,122 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Binaries builds the project's commands once per test binary for tests that run them as
+// processes (demos, the README, the daemon's flags). Declare one per package, build with
+// Dir, and call Remove from TestMain.
+type Binaries struct {
+	// Packages are the import paths to build, e.g. "./cmd/rampartd" (relative to the
+	// module root).
+	Packages []string
+	// LDFlags, if set, is passed to go build -ldflags.
+	LDFlags string
+
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// Dir returns the directory holding the built binaries, building them on first use.
+func (b *Binaries) Dir(t testing.TB) string {
+	t.Helper()
+	b.once.Do(func() {
+		b.dir, b.err = os.MkdirTemp("", "rampart-test-bin-")
+		if b.err != nil {
+			return
+		}
+		args := []string{"build", "-o", b.dir + "/"}
+		if b.LDFlags != "" {
+			args = append(args, "-ldflags", b.LDFlags)
+		}
+		cmd := exec.Command(GoTool(), append(args, b.Packages...)...)
+		cmd.Dir = ModuleRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("building %s: %v\n%s", strings.Join(b.Packages, " "), err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.dir
+}
+
+// Remove deletes the built binaries.
+func (b *Binaries) Remove() {
+	if b.dir != "" {
+		os.RemoveAll(b.dir)
+	}
+}
+
+// GoTool is the go command: on PATH, else the one of the toolchain running the test.
+func GoTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// ModuleRoot is the repository's root: the nearest directory above the test's working
+// directory that holds go.mod.
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+// InstanceLeftovers lists what an agent instance inst may have left on this machine at
+// its default places: endpoint and node network namespaces (rp-<inst>-*), the BPF pin
+// directory, the state directory and the socket. Tests that run an agent as a process
+// check it is empty after their uninstall.
+func InstanceLeftovers(inst string) []string {
+	var left []string
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "rp-"+inst+"-") {
+			left = append(left, "netns "+e.Name())
+		}
+	}
+	for _, p := range []string{
+		filepath.Join("/sys/fs/bpf/rampart", inst),
+		filepath.Join("/var/lib/rampart", inst),
+		filepath.Join("/run/rampart", inst+".sock"),
+	} {
+		if _, err := os.Stat(p); err == nil {
+			left = append(left, p)
+		}
+	}
+	return left
+}
+
+// RemoveInstanceLeftovers removes what InstanceLeftovers lists, for a test's safety net
+// after the instance's own uninstall failed.
+func RemoveInstanceLeftovers(inst string) {
+	for _, l := range InstanceLeftovers(inst) {
+		if ns, ok := strings.CutPrefix(l, "netns "); ok {
+			exec.Command("ip", "netns", "del", ns).Run()
+		} else {
+			os.RemoveAll(l)
+		}
+	}
+}
