@@ -45,8 +45,9 @@ type Documents struct {
 // Policy, each CiliumCIDRGroup one CIDRGroup.
 //
 // Parsing is strict and all-or-nothing: the first unknown, unsupported or invalid field in
-// any document makes it return a *ParseError and nothing else. Other errors (reading
-// input) are plain wrapped errors.
+// any document makes it return a *ParseError and nothing else; input over one of the
+// limits of limits.go (size, documents, nesting) makes it return a *LimitError before
+// that input is decoded. Other errors (reading input) are plain wrapped errors.
 func Parse(source string, data []byte) (*Documents, error) {
 	return parseAll(source, data, true)
 }
@@ -63,25 +64,25 @@ func ParseDocuments(source string, data []byte) ([]*Policy, error) {
 
 func parseAll(source string, data []byte, groups bool) (*Documents, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
-	nodes, err := readDocuments(source, data)
-	if err != nil {
-		var se *syntaxError
-		if errors.As(err, &se) {
-			return nil, &ParseError{Source: source, Document: se.doc, Line: se.line, Reason: se.reason}
-		}
-		return nil, fmt.Errorf("reading %s: %w", source, err)
-	}
 	out := &Documents{}
-	for i, n := range nodes {
-		if n == nil {
-			continue
-		}
-		d := &docParser{source: source, doc: i + 1, groups: groups}
-		if err := d.document(n, out); err != nil {
-			return nil, err
-		}
+	err := readDocuments(source, data, func(doc int, n *yaml.Node) error {
+		d := &docParser{source: source, doc: doc, groups: groups}
+		return d.document(n, out)
+	})
+	var se *syntaxError
+	var pe *ParseError
+	var le *LimitError
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.As(err, &se):
+		return nil, &ParseError{Source: source, Document: se.doc, Line: se.line, Reason: se.reason}
+	case errors.As(err, &pe):
+		return nil, pe
+	case errors.As(err, &le):
+		return nil, le
 	}
-	return out, nil
+	return nil, fmt.Errorf("reading %s: %w", source, err)
 }
 
 // ParsePath parses a file, every *.yaml, *.yml and *.json file under a directory
