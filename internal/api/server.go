@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -84,6 +85,9 @@ const (
 	// maxBulk is how many large requests (manifests, prefix lists) are read and handled at
 	// once; more wait, so that their memory does not add up without bound.
 	maxBulk = 2
+	// maxConns is how many connections are served at once (each CLI command takes one,
+	// observe --follow one for as long as it follows).
+	maxConns = 128
 )
 
 // tooLarge is the error for a body over its limit: status 413, naming the request, the
@@ -273,7 +277,9 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	release := bodyDeadline(w)
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + 1) // one allocation, not a doubling series
+		// Room for a small body at once; a large one grows as it arrives, so a length
+		// announced and not sent costs nothing.
+		buf.Grow(int(min(r.ContentLength, 64<<10)) + 1)
 	}
 	_, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
 	b := buf.Bytes()
@@ -406,7 +412,9 @@ func peerAllowed(c *net.UnixConn) bool {
 }
 
 // Serve serves h on l until ctx ends, then shuts down (open observe streams are cut).
+// At most maxConns connections are served at once.
 func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
+	l = &limitListener{Listener: l, slots: make(chan struct{}, maxConns), done: make(chan struct{})}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -426,4 +434,44 @@ func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
 	srv.Shutdown(sctx)
 	<-errc
 	return nil
+}
+
+// limitListener accepts a connection only while fewer than cap(slots) are open: each may
+// hold a request body in memory, so their number is bounded too. Further connections wait
+// in the socket's backlog until one closes.
+type limitListener struct {
+	net.Listener
+	slots     chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: sync.OnceFunc(func() { <-l.slots })}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
 }

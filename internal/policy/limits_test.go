@@ -239,3 +239,18 @@ func depthOf(n *yaml.Node) int {
 	}
 	return d
 }
+
+// TestParsePathLimit: a file over the size limit is refused before it is read, with its
+// size.
+func TestParsePathLimit(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(p, make([]byte, MaxManifestBytes+100), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	n := alloc.Bytes(func() { _, err = ParsePath(p) })
+	wantLimit(t, err, p, LimitSize, 0, MaxManifestBytes+100, MaxManifestBytes)
+	if n > 1<<20 {
+		t.Errorf("refusing it allocated %d KiB", n>>10)
+	}
+}

@@ -89,7 +89,8 @@ func parseAll(source string, data []byte, groups bool) (*Documents, error) {
 // (recursively, in lexical order), or stdin when path is "-".
 func ParsePath(path string) ([]*Policy, error) {
 	if path == "-" {
-		data, err := io.ReadAll(os.Stdin)
+		// One byte past the limit is enough for Parse to refuse it.
+		data, err := io.ReadAll(io.LimitReader(os.Stdin, MaxManifestBytes+1))
 		if err != nil {
 			return nil, fmt.Errorf("reading stdin: %w", err)
 		}
@@ -100,9 +101,9 @@ func ParsePath(path string) ([]*Policy, error) {
 		return nil, fmt.Errorf("reading policy: %w", err)
 	}
 	if !fi.IsDir() {
-		data, err := os.ReadFile(path)
+		data, err := readFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("reading policy: %w", err)
+			return nil, err
 		}
 		return ParseDocuments(path, data)
 	}
@@ -112,9 +113,9 @@ func ParsePath(path string) ([]*Policy, error) {
 	}
 	var out []*Policy
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("reading policy: %w", err)
+			return nil, err
 		}
 		ps, err := ParseDocuments(f, data)
 		if err != nil {
@@ -123,6 +124,23 @@ func ParsePath(path string) ([]*Policy, error) {
 		out = append(out, ps...)
 	}
 	return out, nil
+}
+
+// readFile reads a manifest file, refusing one over MaxManifestBytes before reading it.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading policy: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > MaxManifestBytes {
+		return nil, &LimitError{Source: path, Limit: LimitSize, Value: fi.Size(), Max: MaxManifestBytes}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading policy: %w", err)
+	}
+	return data, nil
 }
 
 // manifestFiles lists the manifest files under dir, sorted by path.
