@@ -23,6 +23,9 @@ func (a *Agent) parseDocuments(docs []api.Document) ([]*policy.Policy, []*policy
 	if len(docs) == 0 {
 		return nil, nil, api.BadRequest("no manifests given")
 	}
+	if len(docs) > policy.MaxSources {
+		return nil, nil, limitError(&policy.LimitError{Source: "request", Limit: policy.LimitSources, Value: int64(len(docs)), Max: policy.MaxSources})
+	}
 	total := 0
 	for i, doc := range docs {
 		// Checked as the CLI checks, so that both give the same message.

@@ -116,6 +116,9 @@ func (a *app) readManifests(files []string) ([]api.Document, error) {
 	var docs []api.Document
 	total := 0
 	add := func(source string, r io.Reader) error {
+		if len(docs) == policy.MaxSources {
+			return &policy.LimitError{Source: "request", Limit: policy.LimitSources, Value: int64(len(docs) + 1), Max: policy.MaxSources}
+		}
 		data, err := readManifest(source, r)
 		if err != nil {
 			return err

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/rampartnet/rampart/internal/labels"
 )
 
 // Limits on manifest input. A manifest comes from a user or a program through the agent's
@@ -27,6 +29,11 @@ const (
 	MaxDocuments = 10000
 	// MaxDepth bounds the nesting of mappings and lists (a top-level mapping is depth 1).
 	MaxDepth = 64
+	// MaxSourceBytes bounds the name of a source (a path: Linux's PATH_MAX), which every
+	// policy and message repeats.
+	MaxSourceBytes = 4096
+	// MaxSources bounds the manifests (files) of one request.
+	MaxSources = MaxDocuments
 )
 
 // ErrLimit is matched (errors.Is) by every *LimitError.
@@ -38,8 +45,7 @@ type LimitError struct {
 	Source   string // file name, or "-" for stdin
 	Document int    // 1-based document the limit was crossed in; 0 for the whole source
 	Line     int    // 1-based line where it was crossed; 0 if not known
-	// Limit names what is limited: LimitSize, LimitDocumentSize, LimitDocuments,
-	// LimitDepth or LimitPolicies.
+	// Limit names what is limited: one of the Limit constants below.
 	Limit string
 	Value int64 // the value seen (for depth and documents, where the reading stopped)
 	Max   int64
@@ -52,7 +58,9 @@ const (
 	LimitDocuments    = "number of documents"
 	LimitDepth        = "nesting depth"
 	// LimitPolicies is MaxDocuments applied to the policies and CIDR groups of a request.
-	LimitPolicies = "number of policies and CIDR groups in the request"
+	LimitPolicies   = "number of policies and CIDR groups in the request"
+	LimitSourceName = "source name length"
+	LimitSources    = "number of manifests in the request"
 )
 
 // Error renders e.g.
@@ -61,7 +69,7 @@ const (
 //	big.yaml: manifest size 9437184 bytes exceeds the limit of 8388608 bytes
 func (e *LimitError) Error() string {
 	var b strings.Builder
-	b.WriteString(e.Source)
+	b.WriteString(labels.Shorten(e.Source))
 	if e.Document > 0 {
 		fmt.Fprintf(&b, ": document %d", e.Document)
 	}
@@ -69,7 +77,7 @@ func (e *LimitError) Error() string {
 		fmt.Fprintf(&b, " (line %d)", e.Line)
 	}
 	unit := ""
-	if e.Limit == LimitSize || e.Limit == LimitDocumentSize {
+	if e.Limit == LimitSize || e.Limit == LimitDocumentSize || e.Limit == LimitSourceName {
 		unit = " bytes"
 	}
 	fmt.Fprintf(&b, ": %s %d%s exceeds the limit of %d%s", e.Limit, e.Value, unit, e.Max, unit)
@@ -92,8 +100,11 @@ func CheckLimits(source string, data []byte) error {
 	return nil
 }
 
-// checkSize checks the size of a whole source.
+// checkSize checks the size of a whole source, and its name.
 func checkSize(source string, n int) error {
+	if len(source) > MaxSourceBytes {
+		return &LimitError{Source: source, Limit: LimitSourceName, Value: int64(len(source)), Max: MaxSourceBytes}
+	}
 	if n > MaxManifestBytes {
 		return &LimitError{Source: source, Limit: LimitSize, Value: int64(n), Max: MaxManifestBytes}
 	}

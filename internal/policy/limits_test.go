@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/testenv/alloc"
 )
 
@@ -25,7 +26,7 @@ func wantLimit(t *testing.T, err error, source, limit string, doc int, value, ma
 		t.Fatalf("got %+v, want source %s, limit %s, document %d, value %d, max %d", *le, source, limit, doc, value, max)
 	}
 	msg := err.Error()
-	for _, s := range []string{source, limit, fmt.Sprint(value), fmt.Sprintf("exceeds the limit of %d", max)} {
+	for _, s := range []string{labels.Shorten(source), limit, fmt.Sprint(value), fmt.Sprintf("exceeds the limit of %d", max)} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("message %q does not name %q", msg, s)
 		}
@@ -110,6 +111,13 @@ func TestLimitSizes(t *testing.T) {
 	big := strings.Repeat("# padding\n", MaxManifestBytes/10+1)
 	_, err := Parse("big.yaml", []byte(big))
 	wantLimit(t, err, "big.yaml", LimitSize, 0, int64(len(big)), MaxManifestBytes)
+
+	long := strings.Repeat("s", MaxSourceBytes+1)
+	_, err = Parse(long, []byte(fmt.Sprintf(smallPolicy, 1)))
+	wantLimit(t, err, long, LimitSourceName, 0, MaxSourceBytes+1, MaxSourceBytes)
+	if len(err.Error()) > 200 {
+		t.Errorf("the message repeats the source name: %d bytes", len(err.Error()))
+	}
 
 	// Document 2 (after a first one) is over the limit: a long description.
 	doc1 := fmt.Sprintf(smallPolicy, 1)
