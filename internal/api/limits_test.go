@@ -1,8 +1,12 @@
 package api
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,5 +109,32 @@ func TestConnectionLimit(t *testing.T) {
 	conns[0].Close()
 	if err := <-answered; err != nil {
 		t.Fatalf("not served after a connection closed: %v", err)
+	}
+}
+
+// TestBodyTimeout: a body sent too slowly is refused once bodyTimeout has passed, and the
+// connection is closed.
+func TestBodyTimeout(t *testing.T) {
+	old := bodyTimeout
+	bodyTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { bodyTimeout = old })
+	_, path := serveFake(t, fakeService{})
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	// Ten bytes of the hundred announced, then nothing.
+	if _, err := conn.Write([]byte("POST /v1/trace HTTP/1.1\r\nHost: r\r\nContent-Length: 100\r\n\r\n{\"from\": \"")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "request body of POST /v1/trace: reading:") || !strings.Contains(string(body), "i/o timeout") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 }

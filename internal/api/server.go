@@ -79,9 +79,6 @@ const (
 	// MaxBodyDepth bounds the nesting of a JSON request body (the API's own types nest 3
 	// levels).
 	MaxBodyDepth = 16
-	// bodyTimeout bounds the time to send a request body (10M prefixes take well under a
-	// second on the socket).
-	bodyTimeout = 2 * time.Minute
 	// maxBulk is how many large requests (manifests, prefix lists) are read and handled at
 	// once; more wait, so that their memory does not add up without bound.
 	maxBulk = 2
@@ -89,6 +86,10 @@ const (
 	// observe --follow one for as long as it follows).
 	maxConns = 128
 )
+
+// bodyTimeout bounds the time to send a request body (10M prefixes take well under a second
+// on the socket). A variable for tests.
+var bodyTimeout = 2 * time.Minute
 
 // tooLarge is the error for a body over its limit: status 413, naming the request, the
 // limit and the size seen (seen < 0: more than the limit, the size not known).
@@ -248,18 +249,21 @@ func withPrefixes(w http.ResponseWriter, r *http.Request, fn func(context.Contex
 			err = fmt.Errorf("%w: data after the last prefix", ErrBadPrefixList)
 		}
 	}
-	release()
 	if err != nil {
+		// The deadline stays: the server gives up on the rest of the body by then.
 		writeError(w, BadRequest("request body of %s %s: decoding prefixes: %v", r.Method, r.URL.Path, err))
 		return
 	}
+	release()
 	req := CIDRSetRequest{Name: r.PathValue("name"), Source: r.URL.Query().Get("source"), Prefixes: l, Received: received}
 	reply(w, r, func() (any, error) { return fn(r.Context(), req) })
 }
 
 // bodyDeadline bounds the time left to read the request body, and returns the function
-// that lifts the bound once it is read (observe streams for as long as it follows, so the
-// server has no global read timeout).
+// that lifts the bound once the body is read (observe streams for as long as it follows,
+// so the server has no global read timeout). A body refused before its end keeps the
+// bound: the server reads (and discards) up to 256 KiB of what is left before it answers,
+// and a client that sends it slowly must not hold the answer back beyond it.
 func bodyDeadline(w http.ResponseWriter) func() {
 	rc := http.NewResponseController(w)
 	if rc.SetReadDeadline(time.Now().Add(bodyTimeout)) != nil {
@@ -283,13 +287,13 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	}
 	_, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
 	b := buf.Bytes()
-	release()
 	if err != nil {
 		return BadRequest("request body of %s %s: reading: %v", r.Method, r.URL.Path, err)
 	}
 	if int64(len(b)) > limit {
 		return tooLarge(r, -1, limit)
 	}
+	release()
 	if depth, off := policy.JSONDepth(b, MaxBodyDepth); depth > MaxBodyDepth {
 		return BadRequest("request body of %s %s: nesting depth %d (at byte %d) exceeds the limit of %d", r.Method, r.URL.Path, depth, off, MaxBodyDepth)
 	}
