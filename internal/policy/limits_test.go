@@ -69,7 +69,7 @@ func TestLimitDepthJSON(t *testing.T) {
 			data := []byte(tc.data)
 			n := alloc.Bytes(func() { _, err = Parse(tc.source, data) })
 			wantLimit(t, err, tc.source, tc.limit, tc.doc, tc.value, tc.max)
-			if n > 64<<20 {
+			if n > alloc.Bound(64<<20) {
 				t.Errorf("refusing it allocated %d MiB, want < 64", n>>20)
 			}
 			if cerr := CheckLimits(tc.source, data); cerr == nil || cerr.Error() != err.Error() {
@@ -165,7 +165,7 @@ func TestLimitDocuments(t *testing.T) {
 	empty := []byte(strings.Repeat("---\n", MaxManifestBytes/4))
 	n := alloc.Bytes(func() { _, err = Parse("empty.yaml", empty) })
 	wantLimit(t, err, "empty.yaml", LimitDocuments, MaxDocuments+1, MaxDocuments+1, MaxDocuments)
-	if n > 64<<20 {
+	if n > alloc.Bound(64<<20) {
 		t.Errorf("refusing 2M empty documents allocated %d MiB, want < 64", n>>20)
 	}
 }
@@ -198,7 +198,7 @@ metadata:
 	if !errors.As(err, &pe) || pe.Field != "metadata.labels.a1" {
 		t.Fatalf("got %v, want a *ParseError at the first label that is not a string", err)
 	}
-	if n > 16<<20 {
+	if n > alloc.Bound(16<<20) {
 		t.Errorf("refusing it allocated %d MiB, want < 16", n>>20)
 	}
 	if err := CheckLimits("lol.yaml", []byte(b.String())); err != nil {
@@ -258,7 +258,7 @@ func TestParsePathLimit(t *testing.T) {
 	var err error
 	n := alloc.Bytes(func() { _, err = ParsePath(p) })
 	wantLimit(t, err, p, LimitSize, 0, MaxManifestBytes+100, MaxManifestBytes)
-	if n > 1<<20 {
+	if n > alloc.Bound(1<<20) {
 		t.Errorf("refusing it allocated %d KiB", n>>10)
 	}
 }
