@@ -91,7 +91,7 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimit }
 // without checking what the documents say: a client calls it to refuse a manifest before
 // sending it, with the message the agent would give. Syntax errors are left to Parse.
 func CheckLimits(source string, data []byte) error {
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	data = bytes.TrimPrefix(data, bom)
 	err := readDocuments(source, data, func(int, *yaml.Node) error { return nil })
 	var le *LimitError
 	if errors.As(err, &le) {

@@ -62,8 +62,11 @@ func ParseDocuments(source string, data []byte) ([]*Policy, error) {
 	return docs.Policies, nil
 }
 
+// bom is a UTF-8 byte order mark, which some editors write first.
+var bom = []byte("\xef\xbb\xbf")
+
 func parseAll(source string, data []byte, groups bool) (*Documents, error) {
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
+	data = bytes.TrimPrefix(data, bom)
 	out := &Documents{}
 	err := readDocuments(source, data, func(doc int, n *yaml.Node) error {
 		d := &docParser{source: source, doc: doc, groups: groups}
