@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the machine (scripts/setup.sh) and runs every check and test: formatting, vet,
-# generated BPF objects up to date, and `go test` over all packages. Privileged tests need
-# root; with CI=true they fail instead of skipping when they cannot run.
+# generated BPF objects up to date, `go test` over all packages, then each fuzz target
+# for FUZZTIME (default 15s). Privileged tests need root; with CI=true they fail instead of
+# skipping when they cannot run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -21,3 +22,23 @@ if [ -x scripts/check-generate.sh ]; then
 fi
 echo "== go test"
 go test -count=1 -timeout 30m "$@" ./...
+
+# Each fuzz target runs for a short fixed time after the unit tests (which already ran its
+# seed corpus and the regression cases under testdata/fuzz). -fuzz takes one target at a
+# time (and spends at most 5s shrinking an input it found). A failure fails the step; the
+# fuzzer has then written the input under the package's testdata/fuzz/, printed below:
+# keep it there as a regression case.
+echo "== fuzz (${FUZZTIME:=15s} per target)"
+fuzz() { # package target
+	local out
+	if ! out=$(go test -run '^$' -fuzz "^$2\$" -fuzztime "$FUZZTIME" -fuzzminimizetime 5s "$1" 2>&1); then
+		echo "$out"
+		echo "fuzz: $2 failed; new corpus files:"
+		git status --porcelain --untracked-files=all -- "$1/testdata/fuzz/$2" || true
+		exit 1
+	fi
+	echo "$2: $(echo "$out" | grep -E '^(ok|PASS)' | tail -n 1)"
+}
+fuzz ./internal/policy FuzzParse
+fuzz ./internal/cli FuzzParseCIDRList
+fuzz ./internal/proxy FuzzReadRequestHead

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -13,27 +16,57 @@ import (
 
 // parseDocuments parses every document of a request: policies and CIDR groups. Any error
 // refuses the whole request: the parser's message names the file, the document and the
-// field.
+// field. The limits of package policy bound each source, and here the request as a whole
+// (its sources' bytes together, and the policies and groups they hold), so that no request
+// costs more than one source may.
 func (a *Agent) parseDocuments(docs []api.Document) ([]*policy.Policy, []*policy.CIDRGroup, error) {
 	if len(docs) == 0 {
 		return nil, nil, api.BadRequest("no manifests given")
+	}
+	if len(docs) > policy.MaxSources {
+		return nil, nil, limitError(&policy.LimitError{Source: "request", Limit: policy.LimitSources, Value: int64(len(docs)), Max: policy.MaxSources})
+	}
+	total := 0
+	for i, doc := range docs {
+		// Checked as the CLI checks, so that both give the same message.
+		if len(doc.Data) > policy.MaxManifestBytes {
+			return nil, nil, limitError(&policy.LimitError{Source: doc.Source, Limit: policy.LimitSize, Value: int64(len(doc.Data)), Max: policy.MaxManifestBytes})
+		}
+		if total += len(doc.Data); total > policy.MaxManifestBytes {
+			return nil, nil, limitError(&policy.LimitError{Source: fmt.Sprintf("request (%d manifests)", i+1), Limit: policy.LimitSize, Value: int64(total), Max: policy.MaxManifestBytes})
+		}
 	}
 	var out []*policy.Policy
 	var groups []*policy.CIDRGroup
 	var sources []string
 	for _, doc := range docs {
 		parsed, err := a.eng.Parse(doc.Source, []byte(doc.Data))
+		if errors.Is(err, policy.ErrLimit) {
+			return nil, nil, limitError(err)
+		}
 		if err != nil {
 			return nil, nil, api.BadRequest("%v", err)
 		}
 		out = append(out, parsed.Policies...)
 		groups = append(groups, parsed.CIDRGroups...)
 		sources = append(sources, doc.Source)
+		if n := len(out) + len(groups); n > policy.MaxDocuments {
+			return nil, nil, limitError(&policy.LimitError{Source: doc.Source, Limit: policy.LimitPolicies, Value: int64(n), Max: policy.MaxDocuments})
+		}
 	}
 	if len(out) == 0 && len(groups) == 0 {
 		return nil, nil, api.BadRequest("%s: no policies found", strings.Join(sources, ", "))
 	}
 	return out, groups, nil
+}
+
+// limitError is a manifest over a limit of package policy: 413 for sizes, 400 otherwise.
+func limitError(err error) *api.Error {
+	var le *policy.LimitError
+	if errors.As(err, &le) && (le.Limit == policy.LimitSize || le.Limit == policy.LimitDocumentSize) {
+		return api.Errorf(http.StatusRequestEntityTooLarge, "%v", err)
+	}
+	return api.BadRequest("%v", err)
 }
 
 func compactJSON(b []byte) []byte {

@@ -4,11 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/rampartnet/rampart/internal/labels"
 )
 
 // Errorf returns an *Error with an HTTP status; the agent uses it to tell the client what
 // kind of failure happened (400 bad input, 404 not found, 409 conflict).
 func Errorf(status int, format string, args ...any) *Error {
+	// Names and labels in messages come from requests, which may hold megabytes of them.
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = labels.Shorten(s)
+		}
+	}
 	return &Error{Status: status, Message: fmt.Sprintf(format, args...)}
 }
 

@@ -140,9 +140,19 @@ const (
 	prefixVersion = 1
 	// PrefixContentType is the media type of the wire form in API requests.
 	PrefixContentType = "application/x-rampart-prefixes"
-	// MaxPrefixes bounds the prefixes of one list on the wire (a corrupt or hostile count
-	// must not make the reader allocate without limit).
+	// MaxPrefixes bounds the IPv4 prefixes of one list on the wire: the largest host table
+	// a node can be given (datapath.MaxCIDRHostSlots, 2^27 addresses from /25../32
+	// prefixes); shorter prefixes take at most 2^25 more, which this leaves out.
 	MaxPrefixes = 1 << 27
+	// MaxPrefixesV6 bounds the IPv6 prefixes of one list: the capacity of the dataplane's
+	// IPv6 trie (datapath.DefaultCIDR6MaxEntries), which all sets share.
+	MaxPrefixesV6 = 1 << 20
+	// MaxPrefixBodyBytes is the largest wire form ReadPrefixList accepts (about 690 MB).
+	MaxPrefixBodyBytes = 24 + 5*MaxPrefixes + 17*MaxPrefixesV6
+	// prefixPrealloc is how many IPv4 prefixes the reader makes room for at once (32 MiB):
+	// beyond it, room grows fourfold with the prefixes that arrive, never with the count a
+	// header claims (a load of 10M grows once, which costs about 10 ms).
+	prefixPrealloc = 1 << 22
 )
 
 // EncodedSize is the size of l's wire form.
@@ -194,10 +204,13 @@ func ReadPrefixList(r io.Reader) (PrefixList, error) {
 		return l, fmt.Errorf("%w: bad header", ErrBadPrefixList)
 	}
 	n4, n6 := binary.LittleEndian.Uint64(hdr[8:]), binary.LittleEndian.Uint64(hdr[16:])
-	if n4 > MaxPrefixes || n6 > MaxPrefixes {
-		return l, fmt.Errorf("%w: %d IPv4 and %d IPv6 prefixes, at most %d each", ErrBadPrefixList, n4, n6, MaxPrefixes)
+	if n4 > MaxPrefixes {
+		return l, fmt.Errorf("%w: %d IPv4 prefixes exceed the limit of %d", ErrBadPrefixList, n4, MaxPrefixes)
 	}
-	l.V4 = make([]uint64, n4)
+	if n6 > MaxPrefixesV6 {
+		return l, fmt.Errorf("%w: %d IPv6 prefixes exceed the limit of %d", ErrBadPrefixList, n6, MaxPrefixesV6)
+	}
+	l.V4 = make([]uint64, 0, min(n4, prefixPrealloc))
 	buf := make([]byte, 5*4096)
 	for i := uint64(0); i < n4; {
 		n := min(n4-i, 4096)
@@ -205,6 +218,12 @@ func ReadPrefixList(r io.Reader) (PrefixList, error) {
 		if _, err := io.ReadFull(br, b); err != nil {
 			return PrefixList{}, fmt.Errorf("%w: reading IPv4 prefix %d: %v", ErrBadPrefixList, i, err)
 		}
+		if uint64(cap(l.V4)) < i+n {
+			grown := make([]uint64, i, min(n4, 4*uint64(cap(l.V4))))
+			copy(grown, l.V4)
+			l.V4 = grown
+		}
+		l.V4 = l.V4[:i+n]
 		for j := uint64(0); j < n; j++ {
 			rec := b[5*j : 5*j+5]
 			addr, bits := binary.BigEndian.Uint32(rec), rec[4]
@@ -215,7 +234,7 @@ func ReadPrefixList(r io.Reader) (PrefixList, error) {
 		}
 		i += n
 	}
-	l.V6 = make([]netip.Prefix, 0, n6)
+	l.V6 = make([]netip.Prefix, 0, min(n6, 1<<12))
 	var rec [17]byte
 	for i := uint64(0); i < n6; i++ {
 		if _, err := io.ReadFull(br, rec[:]); err != nil {

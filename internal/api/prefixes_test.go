@@ -2,11 +2,15 @@ package api
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"io"
 	"math/rand"
 	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/rampartnet/rampart/internal/testenv/alloc"
 )
 
 func TestPrefixListRoundTrip(t *testing.T) {
@@ -91,5 +95,56 @@ func BenchmarkSortKeys10M(b *testing.B) {
 	for range b.N {
 		copy(work, keys)
 		SortKeys(work)
+	}
+}
+
+// TestReadPrefixListAllocatesWhatArrives: a header that claims the largest list and a body
+// that stops short cost what arrived, not the gigabyte the claim would take.
+func TestReadPrefixListAllocatesWhatArrives(t *testing.T) {
+	var b bytes.Buffer
+	l := PrefixList{V4: make([]uint64, 1000)}
+	for i := range l.V4 {
+		l.V4[i] = V4Key(netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 32))
+	}
+	l.WriteTo(&b)
+	data := b.Bytes()
+	binary.LittleEndian.PutUint64(data[8:], MaxPrefixes) // claims 2^27, sends 1000
+	var err error
+	n := alloc.Bytes(func() { _, err = ReadPrefixList(bytes.NewReader(data)) })
+	if !errors.Is(err, ErrBadPrefixList) {
+		t.Fatalf("got %v, want ErrBadPrefixList", err)
+	}
+	if n > alloc.Bound(48<<20) {
+		t.Errorf("reading 1000 of %d claimed prefixes allocated %d MiB, want < 48", MaxPrefixes, n>>20)
+	}
+}
+
+// TestReadPrefixListStreams10M: a list of ten million prefixes streams in through a pipe
+// (as over the socket), whole and in order, with room grown as it arrives rather than
+// claimed at once.
+func TestReadPrefixListStreams10M(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10M prefixes: not in -short")
+	}
+	const n = 10_000_000
+	l := PrefixList{V4: make([]uint64, n)}
+	rng := rand.New(rand.NewSource(1))
+	for i := range l.V4 {
+		l.V4[i] = uint64(rng.Uint32())<<8 | 32 // host addresses, in random order
+	}
+	pr, pw := io.Pipe()
+	go func() { _, err := l.WriteTo(pw); pw.CloseWithError(err) }()
+	var back PrefixList
+	var err error
+	got := alloc.Bytes(func() { back, err = ReadPrefixList(pr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back.V4, l.V4) {
+		t.Fatal("10M prefixes came back different")
+	}
+	// 80 MB of keys, grown once from 32 MiB: about 112 MB allocated in all.
+	if got > alloc.Bound(256<<20) {
+		t.Errorf("reading 10M prefixes allocated %d MiB, want < 256", got>>20)
 	}
 }

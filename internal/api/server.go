@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,10 +12,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rampartnet/rampart/internal/policy"
 )
 
 // Service is what the agent offers through the API. Errors of type *Error keep their
@@ -59,12 +64,58 @@ type CIDRSetRequest struct {
 	Received time.Time
 }
 
-// maxBody bounds request bodies (manifests included).
-const maxBody = 64 << 20
+// Limits on requests, so that no request can crash the agent or make it allocate without
+// bound (docs/policy-language.md, Limits). Manifests have their own limits on what they
+// hold (package policy), checked by the agent.
+const (
+	// MaxHeaderBytes bounds the request line (the URL) and the headers.
+	MaxHeaderBytes = 64 << 10
+	// MaxBodyBytes bounds a JSON request body other than manifests (endpoints, labels,
+	// trace, observe).
+	MaxBodyBytes = 1 << 20
+	// MaxManifestBodyBytes bounds the body of apply and delete: 8 MiB of manifests
+	// (policy.MaxManifestBytes), which JSON may escape to six times their size at worst.
+	MaxManifestBodyBytes = 64 << 20
+	// MaxBodyDepth bounds the nesting of a JSON request body (the API's own types nest 3
+	// levels).
+	MaxBodyDepth = 16
+	// maxBulk is how many large requests (manifests, prefix lists) are read and handled at
+	// once; more wait, so that their memory does not add up without bound.
+	maxBulk = 2
+	// maxConns is how many connections are served at once (each CLI command takes one,
+	// observe --follow one for as long as it follows).
+	maxConns = 128
+)
+
+// bodyTimeout bounds the time to send a request body (10M prefixes take well under a second
+// on the socket). A variable for tests.
+var bodyTimeout = 2 * time.Minute
+
+// tooLarge is the error for a body over its limit: status 413, naming the request, the
+// limit and the size seen (seen < 0: more than the limit, the size not known).
+func tooLarge(r *http.Request, seen, limit int64) *Error {
+	size := fmt.Sprintf("size %d bytes", seen)
+	if seen < 0 {
+		size = fmt.Sprintf("size more than %d bytes", limit)
+	}
+	return Errorf(http.StatusRequestEntityTooLarge, "request body of %s %s: %s exceeds the limit of %d bytes", r.Method, r.URL.Path, size, limit)
+}
 
 // NewHandler serves svc over HTTP with JSON bodies.
 func NewHandler(svc Service) http.Handler {
 	mux := http.NewServeMux()
+	bulk := make(chan struct{}, maxBulk)
+	// withBulk runs fn once fewer than maxBulk large requests are in progress.
+	withBulk := func(w http.ResponseWriter, r *http.Request, fn func()) {
+		select {
+		case bulk <- struct{}{}:
+		case <-r.Context().Done():
+			writeError(w, Errorf(http.StatusServiceUnavailable, "request cancelled while waiting for other large requests"))
+			return
+		}
+		defer func() { <-bulk }()
+		fn()
+	}
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.Status(r.Context()) })
 	})
@@ -73,7 +124,7 @@ func NewHandler(svc Service) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/endpoints", func(w http.ResponseWriter, r *http.Request) {
 		var spec EndpointSpec
-		withBody(w, r, &spec, func() (any, error) { return svc.AddEndpoint(r.Context(), spec) })
+		withBody(w, r, MaxBodyBytes, &spec, func() (any, error) { return svc.AddEndpoint(r.Context(), spec) })
 	})
 	mux.HandleFunc("GET /v1/endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.GetEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name")) })
@@ -85,7 +136,7 @@ func NewHandler(svc Service) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/endpoints/{ns}/{name}/labels", func(w http.ResponseWriter, r *http.Request) {
 		var c LabelChange
-		withBody(w, r, &c, func() (any, error) {
+		withBody(w, r, MaxBodyBytes, &c, func() (any, error) {
 			return svc.LabelEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"), c)
 		})
 	})
@@ -94,7 +145,7 @@ func NewHandler(svc Service) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/namespaces/{ns}/labels", func(w http.ResponseWriter, r *http.Request) {
 		var c LabelChange
-		withBody(w, r, &c, func() (any, error) { return svc.LabelNamespace(r.Context(), r.PathValue("ns"), c) })
+		withBody(w, r, MaxBodyBytes, &c, func() (any, error) { return svc.LabelNamespace(r.Context(), r.PathValue("ns"), c) })
 	})
 	mux.HandleFunc("GET /v1/identities", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.ListIdentities(r.Context()) })
@@ -103,16 +154,20 @@ func NewHandler(svc Service) http.Handler {
 		reply(w, r, func() (any, error) { return svc.ListPolicies(r.Context()) })
 	})
 	mux.HandleFunc("POST /v1/policies/apply", func(w http.ResponseWriter, r *http.Request) {
-		var req ApplyRequest
-		withBody(w, r, &req, func() (any, error) { return svc.Apply(r.Context(), req) })
+		withBulk(w, r, func() {
+			var req ApplyRequest
+			withBody(w, r, MaxManifestBodyBytes, &req, func() (any, error) { return svc.Apply(r.Context(), req) })
+		})
 	})
 	mux.HandleFunc("POST /v1/policies/delete", func(w http.ResponseWriter, r *http.Request) {
-		var req DeleteRequest
-		withBody(w, r, &req, func() (any, error) { return svc.Delete(r.Context(), req) })
+		withBulk(w, r, func() {
+			var req DeleteRequest
+			withBody(w, r, MaxManifestBodyBytes, &req, func() (any, error) { return svc.Delete(r.Context(), req) })
+		})
 	})
 	mux.HandleFunc("POST /v1/trace", func(w http.ResponseWriter, r *http.Request) {
 		var req TraceRequest
-		withBody(w, r, &req, func() (any, error) { return svc.Trace(r.Context(), req) })
+		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return svc.Trace(r.Context(), req) })
 	})
 	mux.HandleFunc("GET /v1/cidrsets", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.ListCIDRSets(r.Context()) })
@@ -121,13 +176,13 @@ func NewHandler(svc Service) http.Handler {
 		reply(w, r, func() (any, error) { return svc.GetCIDRSet(r.Context(), r.PathValue("name")) })
 	})
 	mux.HandleFunc("PUT /v1/cidrsets/{name}", func(w http.ResponseWriter, r *http.Request) {
-		withPrefixes(w, r, svc.LoadCIDRSet)
+		withBulk(w, r, func() { withPrefixes(w, r, svc.LoadCIDRSet) })
 	})
 	mux.HandleFunc("POST /v1/cidrsets/{name}/add", func(w http.ResponseWriter, r *http.Request) {
-		withPrefixes(w, r, svc.AddCIDRs)
+		withBulk(w, r, func() { withPrefixes(w, r, svc.AddCIDRs) })
 	})
 	mux.HandleFunc("POST /v1/cidrsets/{name}/remove", func(w http.ResponseWriter, r *http.Request) {
-		withPrefixes(w, r, svc.RemoveCIDRs)
+		withBulk(w, r, func() { withPrefixes(w, r, svc.RemoveCIDRs) })
 	})
 	mux.HandleFunc("DELETE /v1/cidrsets/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) {
@@ -136,7 +191,7 @@ func NewHandler(svc Service) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/observe", func(w http.ResponseWriter, r *http.Request) {
 		var req ObserveRequest
-		if err := decode(r, &req); err != nil {
+		if err := decode(w, r, MaxBodyBytes, &req); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -171,24 +226,78 @@ func observe(w http.ResponseWriter, r *http.Request, svc Service, req ObserveReq
 }
 
 // withPrefixes decodes a prefix list body (binary: a JSON document per prefix would cost
-// more than the whole load) and calls fn with it.
+// more than the whole load) and calls fn with it. The list is read as it arrives, within
+// the size its header announces (MaxPrefixes IPv4 and MaxPrefixesV6 IPv6 at most), so a load of ten
+// million prefixes streams in and a request that claims more than it sends costs only
+// what it sent.
 func withPrefixes(w http.ResponseWriter, r *http.Request, fn func(context.Context, CIDRSetRequest) (CIDRSetChange, error)) {
 	if ct := r.Header.Get("Content-Type"); ct != PrefixContentType {
 		writeError(w, BadRequest("content type %q: want %s", ct, PrefixContentType))
 		return
 	}
-	received := time.Now()
-	l, err := ReadPrefixList(r.Body)
-	if err != nil {
-		writeError(w, BadRequest("decoding prefixes: %v", err))
+	if r.ContentLength > MaxPrefixBodyBytes {
+		writeError(w, tooLarge(r, r.ContentLength, MaxPrefixBodyBytes))
 		return
 	}
+	received := time.Now()
+	release := bodyDeadline(w)
+	br := bufio.NewReaderSize(r.Body, 1<<16)
+	l, err := ReadPrefixList(br)
+	if err == nil {
+		// The list must end the body: anything after it is a malformed request.
+		if _, perr := br.Peek(1); perr != io.EOF {
+			err = fmt.Errorf("%w: data after the last prefix", ErrBadPrefixList)
+		}
+	}
+	if err != nil {
+		// The deadline stays: the server gives up on the rest of the body by then.
+		writeError(w, BadRequest("request body of %s %s: decoding prefixes: %v", r.Method, r.URL.Path, err))
+		return
+	}
+	release()
 	req := CIDRSetRequest{Name: r.PathValue("name"), Source: r.URL.Query().Get("source"), Prefixes: l, Received: received}
 	reply(w, r, func() (any, error) { return fn(r.Context(), req) })
 }
 
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+// bodyDeadline bounds the time left to read the request body, and returns the function
+// that lifts the bound once the body is read (observe streams for as long as it follows,
+// so the server has no global read timeout). A body refused before its end keeps the
+// bound: the server reads (and discards) up to 256 KiB of what is left before it answers,
+// and a client that sends it slowly must not hold the answer back beyond it.
+func bodyDeadline(w http.ResponseWriter) func() {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(bodyTimeout)) != nil {
+		return func() {}
+	}
+	return func() { rc.SetReadDeadline(time.Time{}) }
+}
+
+// decode reads a JSON body of at most limit bytes into v, checking its nesting before
+// decoding it.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	if r.ContentLength > limit {
+		return tooLarge(r, r.ContentLength, limit)
+	}
+	release := bodyDeadline(w)
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		// Room for a small body at once; a large one grows as it arrives, so a length
+		// announced and not sent costs nothing.
+		buf.Grow(int(min(r.ContentLength, 64<<10)) + 1)
+	}
+	_, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	b := buf.Bytes()
+	if err != nil {
+		return BadRequest("request body of %s %s: reading: %v", r.Method, r.URL.Path, err)
+	}
+	if int64(len(b)) > limit {
+		return tooLarge(r, -1, limit)
+	}
+	release()
+	if depth, off := policy.JSONDepth(b, MaxBodyDepth); depth > MaxBodyDepth {
+		return BadRequest("request body of %s %s: nesting depth %d (at byte %d) exceeds the limit of %d", r.Method, r.URL.Path, depth, off, MaxBodyDepth)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return BadRequest("decoding request: %v", err)
@@ -196,8 +305,8 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
-func withBody(w http.ResponseWriter, r *http.Request, v any, fn func() (any, error)) {
-	if err := decode(r, v); err != nil {
+func withBody(w http.ResponseWriter, r *http.Request, limit int64, v any, fn func() (any, error)) {
+	if err := decode(w, r, limit, v); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -311,8 +420,16 @@ func peerAllowed(c *net.UnixConn) bool {
 }
 
 // Serve serves h on l until ctx ends, then shuts down (open observe streams are cut).
+// At most maxConns connections are served at once.
 func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	l = &limitListener{Listener: l, slots: make(chan struct{}, maxConns), done: make(chan struct{})}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	select {
@@ -325,4 +442,44 @@ func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
 	srv.Shutdown(sctx)
 	<-errc
 	return nil
+}
+
+// limitListener accepts a connection only while fewer than cap(slots) are open: each may
+// hold a request body in memory, so their number is bounded too. Further connections wait
+// in the socket's backlog until one closes.
+type limitListener struct {
+	net.Listener
+	slots     chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: sync.OnceFunc(func() { <-l.slots })}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
 }

@@ -47,6 +47,11 @@ func parseCIDRList(file string, data []byte, progress *atomic.Int64) (api.Prefix
 	if len(data) < 1<<20 {
 		n = 1
 	}
+	return parseCIDRChunks(file, data, progress, n)
+}
+
+// parseCIDRChunks is parseCIDRList with the list cut into at most n chunks.
+func parseCIDRChunks(file string, data []byte, progress *atomic.Int64, n int) (api.PrefixList, listStats, error) {
 	chunks := splitLines(data, n)
 	results := make([]chunkResult, len(chunks))
 	var wg sync.WaitGroup
@@ -68,6 +73,13 @@ func parseCIDRList(file string, data []byte, progress *atomic.Int64) (api.Prefix
 		st.Entries += len(r.list.V4) + len(r.list.V6)
 		n4 += len(r.list.V4)
 		n6 += len(r.list.V6)
+	}
+	// The agent takes no more in one request; say so before sending hundreds of MB.
+	if n4 > api.MaxPrefixes {
+		return api.PrefixList{}, st, fmt.Errorf("%s: %d IPv4 prefixes exceed the limit of %d in one list", file, n4, api.MaxPrefixes)
+	}
+	if n6 > api.MaxPrefixesV6 {
+		return api.PrefixList{}, st, fmt.Errorf("%s: %d IPv6 prefixes exceed the limit of %d in one list", file, n6, api.MaxPrefixesV6)
 	}
 	if len(results) == 1 {
 		return results[0].list, st, nil

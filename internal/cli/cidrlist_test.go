@@ -160,3 +160,17 @@ func benchList(n int) []byte {
 	}
 	return []byte(b.String())
 }
+
+// TestParseCIDRListLimit: a list with more IPv6 prefixes than the agent takes in one
+// request is refused while parsing, naming the file.
+func TestParseCIDRListLimit(t *testing.T) {
+	var b strings.Builder
+	for i := range api.MaxPrefixesV6 + 1 {
+		fmt.Fprintf(&b, "2001:db8::%x:%x\n", i>>16, i&0xffff)
+	}
+	_, _, err := parseCIDRList("v6.txt", []byte(b.String()), nil)
+	want := fmt.Sprintf("v6.txt: %d IPv6 prefixes exceed the limit of %d in one list", api.MaxPrefixesV6+1, api.MaxPrefixesV6)
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %s", err, want)
+	}
+}

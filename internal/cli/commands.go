@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/policy"
 )
 
 func (a *app) namespaceCommand() *cobra.Command {
@@ -106,19 +107,42 @@ func (a *app) identityCommand() *cobra.Command {
 }
 
 // readManifests reads every -f argument: a file, a directory (its .yaml, .yml and .json
-// files, sorted; not recursive) or "-" for stdin.
+// files, sorted; not recursive) or "-" for stdin. Manifests over a limit of package policy
+// are refused here, with the agent's message, before anything is sent.
 func (a *app) readManifests(files []string) ([]api.Document, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("no manifests: give -f FILE|DIR|-")
 	}
 	var docs []api.Document
+	total := 0
+	add := func(source string, r io.Reader) error {
+		if len(docs) == policy.MaxSources {
+			return &policy.LimitError{Source: "request", Limit: policy.LimitSources, Value: int64(len(docs) + 1), Max: policy.MaxSources}
+		}
+		data, err := readManifest(source, r)
+		if err != nil {
+			return err
+		}
+		total += len(data)
+		if total > policy.MaxManifestBytes {
+			return &policy.LimitError{Source: fmt.Sprintf("request (%d manifests)", len(docs)+1), Limit: policy.LimitSize, Value: int64(total), Max: policy.MaxManifestBytes}
+		}
+		docs = append(docs, api.Document{Source: source, Data: string(data)})
+		return nil
+	}
+	readFile := func(name string) error {
+		f, err := os.Open(name)
+		if err != nil {
+			return fmt.Errorf("reading manifests: %w", err)
+		}
+		defer f.Close()
+		return add(name, f)
+	}
 	for _, f := range files {
 		if f == "-" {
-			b, err := io.ReadAll(a.io.In)
-			if err != nil {
-				return nil, fmt.Errorf("reading stdin: %w", err)
+			if err := add("-", a.io.In); err != nil {
+				return nil, err
 			}
-			docs = append(docs, api.Document{Source: "-", Data: string(b)})
 			continue
 		}
 		st, err := os.Stat(f)
@@ -126,11 +150,9 @@ func (a *app) readManifests(files []string) ([]api.Document, error) {
 			return nil, fmt.Errorf("reading manifests: %w", err)
 		}
 		if !st.IsDir() {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return nil, fmt.Errorf("reading manifests: %w", err)
+			if err := readFile(f); err != nil {
+				return nil, err
 			}
-			docs = append(docs, api.Document{Source: f, Data: string(b)})
 			continue
 		}
 		entries, err := os.ReadDir(f)
@@ -143,12 +165,9 @@ func (a *app) readManifests(files []string) ([]api.Document, error) {
 			if e.IsDir() || (ext != ".yaml" && ext != ".yml" && ext != ".json") {
 				continue
 			}
-			p := filepath.Join(f, e.Name())
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return nil, fmt.Errorf("reading manifests: %w", err)
+			if err := readFile(filepath.Join(f, e.Name())); err != nil {
+				return nil, err
 			}
-			docs = append(docs, api.Document{Source: p, Data: string(b)})
 			n++
 		}
 		if n == 0 {
@@ -156,6 +175,27 @@ func (a *app) readManifests(files []string) ([]api.Document, error) {
 		}
 	}
 	return docs, nil
+}
+
+// readManifest reads one manifest source, keeping no more than the size limit in memory,
+// and checks it against the limits of package policy.
+func readManifest(source string, r io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, policy.MaxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", source, err)
+	}
+	if len(data) > policy.MaxManifestBytes {
+		// Count the rest without keeping it, to say how large the source is.
+		rest, err := io.Copy(io.Discard, r)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", source, err)
+		}
+		return nil, &policy.LimitError{Source: source, Limit: policy.LimitSize, Value: int64(len(data)) + rest, Max: policy.MaxManifestBytes}
+	}
+	if err := policy.CheckLimits(source, data); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 func (a *app) printChanges(res api.ChangeResult) {

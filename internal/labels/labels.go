@@ -67,7 +67,7 @@ func Parse(s string) (Labels, error) {
 	for _, part := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("label %q: want key=value", part)
+			return nil, fmt.Errorf("label %q: want key=value", Shorten(part))
 		}
 		k = NormalizeKey(k)
 		if err := ValidateKey(k); err != nil {
@@ -101,7 +101,7 @@ func ValidateKey(k string) error {
 		return fmt.Errorf("empty label key")
 	}
 	if len(k) > maxKeyLen || strings.ContainsAny(k, " \t\n,=") {
-		return fmt.Errorf("invalid label key %q", k)
+		return fmt.Errorf("invalid label key %q", Shorten(k))
 	}
 	return nil
 }

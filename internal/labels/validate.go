@@ -3,6 +3,7 @@ package labels
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Kubernetes limits for label keys and values (k8s.io/apimachinery validation). Policy
@@ -26,17 +27,17 @@ func ValidateQualifiedKey(k string) error {
 	}
 	if hasPrefix {
 		if prefix == "" {
-			return fmt.Errorf("invalid label key %q: empty prefix before '/'", k)
+			return fmt.Errorf("invalid label key %q: empty prefix before '/'", Shorten(k))
 		}
 		if len(prefix) > maxKeyPrefixLen || !isDNSSubdomain(prefix) {
-			return fmt.Errorf("invalid label key %q: prefix must be a lowercase DNS subdomain of at most %d characters", k, maxKeyPrefixLen)
+			return fmt.Errorf("invalid label key %q: prefix must be a lowercase DNS subdomain of at most %d characters", Shorten(k), maxKeyPrefixLen)
 		}
 	}
 	if name == "" {
-		return fmt.Errorf("invalid label key %q: empty name", k)
+		return fmt.Errorf("invalid label key %q: empty name", Shorten(k))
 	}
 	if len(name) > maxNameLen || !isLabelName(name) {
-		return fmt.Errorf("invalid label key %q: name must be at most %d characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric", k, maxNameLen)
+		return fmt.Errorf("invalid label key %q: name must be at most %d characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric", Shorten(k), maxNameLen)
 	}
 	return nil
 }
@@ -48,9 +49,24 @@ func ValidateValue(v string) error {
 		return nil
 	}
 	if len(v) > maxNameLen || !isLabelName(v) {
-		return fmt.Errorf("invalid label value %q: must be empty or at most %d characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric", v, maxNameLen)
+		return fmt.Errorf("invalid label value %q: must be empty or at most %d characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric", Shorten(v), maxNameLen)
 	}
 	return nil
+}
+
+// Shorten returns s for a message: unchanged when short, else its first 64 bytes and its
+// size. Names and labels arrive from users and programs and may be megabytes long; a
+// message must not repeat them.
+func Shorten(s string) string {
+	const keep = 64
+	if len(s) <= 2*keep {
+		return s
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:cut], len(s))
 }
 
 func isAlnum(c byte) bool {

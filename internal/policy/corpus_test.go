@@ -32,7 +32,11 @@ func rejected(field string) corpusWant {
 	return corpusWant{field: field, reason: ReasonNotSupported}
 }
 
-// corpus lists every file of ../shared/manifests (README.md aside). Each rejection names
+// corpusDir holds the manifest corpus: real published manifests, copied byte for byte;
+// its README.md names the repository, path and commit each file came from.
+const corpusDir = "testdata/manifests"
+
+// corpus lists every file of corpusDir (README.md aside). Each rejection names
 // the first unsupported field in document order; the reason for each is in the file:
 // Kafka and DNS L7 rules, FQDN, services, requires, host policies (nodeSelector), SNI,
 // Envoy listeners, auth.
@@ -104,21 +108,8 @@ var corpus = map[string]corpusWant{
 	"k8s-recipes/14-deny-external-egress-traffic.yaml":                              accepted(1),
 }
 
-// corpusDir finds ../shared/manifests beside the repository. It is not part of the
-// repository, so the test skips without it, except in CI where it must be present.
-func corpusDir(t *testing.T) string {
-	dir := filepath.Join("..", "..", "..", "shared", "manifests")
-	if _, err := os.Stat(dir); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("manifest corpus missing (CI=true): %v", err)
-		}
-		t.Skipf("manifest corpus not found: %v", err)
-	}
-	return dir
-}
-
 func TestCorpus(t *testing.T) {
-	dir := corpusDir(t)
+	dir := corpusDir
 	var files []string
 	err := filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
 		if err != nil || de.IsDir() || de.Name() == "README.md" {
@@ -142,7 +133,7 @@ func TestCorpus(t *testing.T) {
 	}
 
 	var golden strings.Builder
-	golden.WriteString("# Rules of every manifest in ../shared/manifests, as Rampart understands them.\n")
+	golden.WriteString("# Rules of every manifest in testdata/manifests, as Rampart understands them.\n")
 	golden.WriteString("# Regenerate with: go test ./internal/policy -run TestCorpus -update\n")
 	golden.WriteString("# Selector syntax: k=v, k in (..), k notin (..), k (exists), !k (does not exist).\n")
 	nAccepted, nRejected := 0, 0

@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"strings"
+
+	"github.com/rampartnet/rampart/internal/labels"
 )
 
 // Reasons shared by many errors, so that callers and tests can tell the classes apart.
@@ -42,7 +44,7 @@ func (e *ParseError) Error() string {
 	if e.Kind != "" {
 		b.WriteString(" (")
 		b.WriteString(string(e.Kind))
-		if id := policyID(e.Namespace, e.Name); id != "" {
+		if id := policyID(labels.Shorten(e.Namespace), labels.Shorten(e.Name)); id != "" {
 			b.WriteString(" ")
 			b.WriteString(id)
 		}
@@ -50,7 +52,12 @@ func (e *ParseError) Error() string {
 	}
 	if e.Field != "" {
 		b.WriteString(": ")
-		b.WriteString(e.Field)
+		// A path holds the keys of the document, which may be long; real paths are short.
+		if len(e.Field) > 512 {
+			b.WriteString(labels.Shorten(e.Field))
+		} else {
+			b.WriteString(e.Field)
+		}
 	}
 	if e.Line > 0 {
 		fmt.Fprintf(&b, " (line %d)", e.Line)

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/rampartnet/rampart/internal/labels"
 )
 
 // This file holds the layer under the manifest schemas: reading YAML or JSON into
@@ -31,6 +33,11 @@ type docParser struct {
 }
 
 func (d *docParser) fail(n *yaml.Node, path, format string, args ...any) *ParseError {
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = labels.Shorten(s)
+		}
+	}
 	e := &ParseError{
 		Source:    d.source,
 		Document:  d.doc,
@@ -239,34 +246,54 @@ func (d *docParser) stringMap(n *yaml.Node, path string) error {
 	return nil
 }
 
-// readDocuments splits data into document nodes. JSON (a .json source, or data that is a
-// valid JSON value) is read with encoding/json, because YAML parsers reject some valid
-// JSON (escapes such as \/); everything else is read as a YAML stream. The returned
-// index i holds document i+1; empty documents are nil.
-func readDocuments(source string, data []byte) ([]*yaml.Node, error) {
+// readDocuments reads data, from source, document by document and calls fn with each
+// non-empty one (doc is its 1-based index in the stream). JSON (a .json source, or data
+// that is a valid JSON value) is read with encoding/json, because YAML parsers reject some
+// valid JSON (escapes such as \/); everything else is read as a YAML stream. The limits of
+// limits.go are checked before anything is decoded that they bound, and a document's tree
+// is dropped once fn returns, so memory follows the largest document, not the stream.
+func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node) error) error {
+	if err := checkSize(source, len(data)); err != nil {
+		return err
+	}
 	if isJSON(source, data) {
+		if len(data) > MaxDocumentBytes {
+			return &LimitError{Source: source, Document: 1, Line: 1, Limit: LimitDocumentSize, Value: int64(len(data)), Max: MaxDocumentBytes}
+		}
+		if err := jsonDepth(source, data); err != nil {
+			return err
+		}
 		n, err := readJSON(data)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return []*yaml.Node{n}, nil
+		return fn(1, n)
+	}
+	if err := yamlDocumentSizes(source, data); err != nil {
+		return err
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var docs []*yaml.Node
-	for {
+	for doc := 1; ; doc++ {
 		var n yaml.Node
 		err := dec.Decode(&n)
 		if errors.Is(err, io.EOF) {
-			return docs, nil
+			return nil
 		}
 		if err != nil {
-			return nil, yamlSyntaxError(len(docs)+1, err)
+			return yamlSyntaxError(source, doc, err)
+		}
+		if doc > MaxDocuments {
+			return &LimitError{Source: source, Document: doc, Line: n.Line, Limit: LimitDocuments, Value: int64(doc), Max: MaxDocuments}
 		}
 		if n.Kind != yaml.DocumentNode || len(n.Content) == 0 || isNull(n.Content[0]) {
-			docs = append(docs, nil)
 			continue
 		}
-		docs = append(docs, n.Content[0])
+		if err := nodeDepth(source, doc, n.Content[0]); err != nil {
+			return err
+		}
+		if err := fn(doc, n.Content[0]); err != nil {
+			return err
+		}
 	}
 }
 
@@ -290,13 +317,25 @@ type syntaxError struct {
 
 func (e *syntaxError) Error() string { return e.reason }
 
-func yamlSyntaxError(doc int, err error) error {
+// yamlMaxDepth is the nesting at which the YAML decoder stops on its own.
+const yamlMaxDepth = 10000
+
+func yamlSyntaxError(source string, doc int, err error) error {
 	msg := err.Error()
 	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
+		if strings.HasPrefix(m[2], "exceeded max depth") {
+			// Deeper than the decoder goes: well past MaxDepth, and the same error as a
+			// document that is less deep.
+			return &LimitError{Source: source, Document: doc, Line: line, Limit: LimitDepth, Value: yamlMaxDepth + 1, Max: MaxDepth}
+		}
 		return &syntaxError{doc: doc, line: line, reason: "invalid YAML: " + m[2]}
 	}
-	return &syntaxError{doc: doc, reason: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	if strings.HasPrefix(msg, "exceeded max depth") {
+		return &LimitError{Source: source, Document: doc, Limit: LimitDepth, Value: yamlMaxDepth + 1, Max: MaxDepth}
+	}
+	return &syntaxError{doc: doc, reason: "invalid YAML: " + msg}
 }
 
 // jsonReader builds yaml.Node trees from JSON tokens, with line numbers.

@@ -45,8 +45,9 @@ type Documents struct {
 // Policy, each CiliumCIDRGroup one CIDRGroup.
 //
 // Parsing is strict and all-or-nothing: the first unknown, unsupported or invalid field in
-// any document makes it return a *ParseError and nothing else. Other errors (reading
-// input) are plain wrapped errors.
+// any document makes it return a *ParseError and nothing else; input over one of the
+// limits of limits.go (size, documents, nesting) makes it return a *LimitError before
+// that input is decoded. Other errors (reading input) are plain wrapped errors.
 func Parse(source string, data []byte) (*Documents, error) {
 	return parseAll(source, data, true)
 }
@@ -61,34 +62,38 @@ func ParseDocuments(source string, data []byte) ([]*Policy, error) {
 	return docs.Policies, nil
 }
 
+// bom is a UTF-8 byte order mark, which some editors write first.
+var bom = []byte("\xef\xbb\xbf")
+
 func parseAll(source string, data []byte, groups bool) (*Documents, error) {
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
-	nodes, err := readDocuments(source, data)
-	if err != nil {
-		var se *syntaxError
-		if errors.As(err, &se) {
-			return nil, &ParseError{Source: source, Document: se.doc, Line: se.line, Reason: se.reason}
-		}
-		return nil, fmt.Errorf("reading %s: %w", source, err)
-	}
+	data = bytes.TrimPrefix(data, bom)
 	out := &Documents{}
-	for i, n := range nodes {
-		if n == nil {
-			continue
-		}
-		d := &docParser{source: source, doc: i + 1, groups: groups}
-		if err := d.document(n, out); err != nil {
-			return nil, err
-		}
+	err := readDocuments(source, data, func(doc int, n *yaml.Node) error {
+		d := &docParser{source: source, doc: doc, groups: groups}
+		return d.document(n, out)
+	})
+	var se *syntaxError
+	var pe *ParseError
+	var le *LimitError
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.As(err, &se):
+		return nil, &ParseError{Source: source, Document: se.doc, Line: se.line, Reason: se.reason}
+	case errors.As(err, &pe):
+		return nil, pe
+	case errors.As(err, &le):
+		return nil, le
 	}
-	return out, nil
+	return nil, fmt.Errorf("reading %s: %w", source, err)
 }
 
 // ParsePath parses a file, every *.yaml, *.yml and *.json file under a directory
 // (recursively, in lexical order), or stdin when path is "-".
 func ParsePath(path string) ([]*Policy, error) {
 	if path == "-" {
-		data, err := io.ReadAll(os.Stdin)
+		// One byte past the limit is enough for Parse to refuse it.
+		data, err := io.ReadAll(io.LimitReader(os.Stdin, MaxManifestBytes+1))
 		if err != nil {
 			return nil, fmt.Errorf("reading stdin: %w", err)
 		}
@@ -99,9 +104,9 @@ func ParsePath(path string) ([]*Policy, error) {
 		return nil, fmt.Errorf("reading policy: %w", err)
 	}
 	if !fi.IsDir() {
-		data, err := os.ReadFile(path)
+		data, err := readFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("reading policy: %w", err)
+			return nil, err
 		}
 		return ParseDocuments(path, data)
 	}
@@ -111,9 +116,9 @@ func ParsePath(path string) ([]*Policy, error) {
 	}
 	var out []*Policy
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("reading policy: %w", err)
+			return nil, err
 		}
 		ps, err := ParseDocuments(f, data)
 		if err != nil {
@@ -122,6 +127,23 @@ func ParsePath(path string) ([]*Policy, error) {
 		out = append(out, ps...)
 	}
 	return out, nil
+}
+
+// readFile reads a manifest file, refusing one over MaxManifestBytes before reading it.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading policy: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > MaxManifestBytes {
+		return nil, &LimitError{Source: path, Limit: LimitSize, Value: fi.Size(), Max: MaxManifestBytes}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading policy: %w", err)
+	}
+	return data, nil
 }
 
 // manifestFiles lists the manifest files under dir, sorted by path.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package alloc
+
+const race = false
