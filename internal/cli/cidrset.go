@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/cidrlist"
 )
 
 // The list file is parsed here, in the CLI, and sent to the agent in the compact binary
@@ -56,7 +57,7 @@ in which neither the old nor the new content applies.`,
 		Short: "Add CIDRs or addresses to a CIDR set in place (creating the set if needed)",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := parseCIDRArgs(args[1:])
+			l, err := cidrlist.ParseArgs(args[1:])
 			if err != nil {
 				return err
 			}
@@ -73,7 +74,7 @@ in which neither the old nor the new content applies.`,
 		Short: "Remove CIDRs or addresses (exactly as listed) from a CIDR set in place",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := parseCIDRArgs(args[1:])
+			l, err := cidrlist.ParseArgs(args[1:])
 			if err != nil {
 				return err
 			}
@@ -168,7 +169,7 @@ func (a *app) loadCIDRSet(ctx context.Context, name, file, source string) error 
 	}
 	bar := a.newProgress(fmt.Sprintf("cidrset %s", name), int64(len(data)))
 	defer bar.stop()
-	l, _, err := parseCIDRList(file, data, &bar.done)
+	l, _, err := cidrlist.Parse(file, data, &bar.done)
 	if err != nil {
 		return err
 	}

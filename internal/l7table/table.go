@@ -24,7 +24,7 @@ const (
 )
 
 // Methods are the methods the kernel's request parser takes, in the order of their index
-// in Header.Method. They are the fast path's (internal/proxy/http1.go): a request with
+// in Header.Method. They are the fast path's (internal/proxy/http1): a request with
 // another method is outside the kernel's subset.
 var Methods = [...]string{"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"}
 

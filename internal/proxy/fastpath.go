@@ -17,13 +17,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/proxy/http1"
 )
 
 // The fast path: the proxy listener the dataplane steers L7 connections to is served by
 // the agent itself, which checks plain HTTP/1.1 requests against the plan (the same Plan,
 // Authz and Grant that Envoy's RBAC filters are built from) and relays them to the server
 // on an upstream connection from the client's own address, as Envoy does. Everything else
-// (HTTP/2 and gRPC, chunked request bodies, upgrades, anything unusual: see http1.go) is
+// (HTTP/2 and gRPC, chunked request bodies, upgrades, anything unusual: see http1/) is
 // handed to Envoy, connection and all, with a PROXY protocol header that tells Envoy the
 // client's and the original destination's addresses; from then on Envoy alone decides on
 // that connection.
@@ -222,9 +223,9 @@ func (f *fastPath) handle(c *net.TCPConn) {
 		}
 		start := time.Now()
 		c.SetReadDeadline(start.Add(RequestHeadersTimeout))
-		h, consumed, err := readRequestHead(cr, raw)
+		h, consumed, err := http1.ReadRequestHead(cr, raw)
 		raw = consumed[:0]
-		if errors.Is(err, errNotSimple) {
+		if errors.Is(err, http1.ErrNotSimple) {
 			if up != nil {
 				up.c.Close()
 				up = nil
@@ -248,16 +249,16 @@ func (f *fastPath) handle(c *net.TCPConn) {
 		f.requests.Add(1)
 		l := AccessLog{
 			Time: start, Chain: chain.Name, Src: src, Dst: dst, Protocol: "HTTP/1.1",
-			Method: h.method, Path: h.target, Host: h.host,
+			Method: h.Method, Path: h.Target, Host: h.Host,
 		}
-		if !authorize(cp, chain, &Request{Src: src.Addr(), Dst: dst.Addr(), Port: dst.Port(), Method: h.method,
-			Path: h.path, Host: h.host, Header: h.header}, &l) {
+		if !authorize(cp, chain, &Request{Src: src.Addr(), Dst: dst.Addr(), Port: dst.Port(), Method: h.Method,
+			Path: h.Path, Host: h.Host, Header: h.Header}, &l) {
 			f.denied.Add(1)
 			// A body the server will never see would have to be read and thrown away to
 			// find the next request; closing is simpler and safe.
-			closeAfter := h.close || h.contentLength > 0
+			closeAfter := h.Close || h.ContentLength > 0
 			l.Denied, l.Status, l.Details = true, 403, "rbac_access_denied_matched_policy[none]"
-			err := writeLocal(cw, 403, forbiddenBody, closeAfter, h.method == "HEAD")
+			err := writeLocal(cw, 403, forbiddenBody, closeAfter, h.Method == "HEAD")
 			f.logged(l, start)
 			if err != nil || closeAfter {
 				return
@@ -267,7 +268,7 @@ func (f *fastPath) handle(c *net.TCPConn) {
 		if up == nil {
 			if up, err = f.dial(src, dst); err != nil {
 				l.Status, l.Details = 503, "upstream_reset_before_response_started{connection_failure}"
-				writeLocal(cw, 503, "upstream connect error", true, h.method == "HEAD")
+				writeLocal(cw, 503, "upstream connect error", true, h.Method == "HEAD")
 				f.logged(l, start)
 				return
 			}
@@ -276,7 +277,7 @@ func (f *fastPath) handle(c *net.TCPConn) {
 		if err != nil {
 			if status == 0 {
 				l.Status, l.Details = 503, "upstream_reset_before_response_started"
-				writeLocal(cw, 503, "upstream reset", true, h.method == "HEAD")
+				writeLocal(cw, 503, "upstream reset", true, h.Method == "HEAD")
 			} else {
 				l.Status, l.Details, l.Upstream = uint32(status), "upstream_reset_after_response_started", true
 			}
@@ -285,7 +286,7 @@ func (f *fastPath) handle(c *net.TCPConn) {
 		}
 		l.Status, l.Details, l.Upstream = uint32(status), "via_upstream", true
 		f.logged(l, start)
-		if closeAfter || h.close {
+		if closeAfter || h.Close {
 			return
 		}
 	}
@@ -316,15 +317,15 @@ func authorize(cp *compiledPlan, c *Chain, r *Request, l *AccessLog) bool {
 
 // relay sends an admitted request to the server and its response back. status is 0 when
 // no response head came back.
-func (f *fastPath) relay(h reqHead, src netip.AddrPort, cr *bufio.Reader, cw *bufio.Writer, up *upstream) (status int, closeAfter bool, err error) {
+func (f *fastPath) relay(h http1.RequestHead, src netip.AddrPort, cr *bufio.Reader, cw *bufio.Writer, up *upstream) (status int, closeAfter bool, err error) {
 	// The head as received, plus what Envoy adds (the client's address, as seen on the
 	// connection; requests that bring their own were handed to Envoy).
-	up.w.Write(h.raw[:len(h.raw)-2])
+	up.w.Write(h.Raw[:len(h.Raw)-2])
 	up.w.WriteString("x-forwarded-for: ")
 	up.w.WriteString(src.Addr().String())
 	up.w.WriteString("\r\nx-forwarded-proto: http\r\n\r\n")
-	if h.contentLength > 0 {
-		if _, err := io.CopyN(up.w, cr, h.contentLength); err != nil {
+	if h.ContentLength > 0 {
+		if _, err := io.CopyN(up.w, cr, h.ContentLength); err != nil {
 			return 0, true, err
 		}
 	}
@@ -332,33 +333,33 @@ func (f *fastPath) relay(h reqHead, src netip.AddrPort, cr *bufio.Reader, cw *bu
 		return 0, true, err
 	}
 	for {
-		rh, err := copyResponseHead(up.r, cw)
+		rh, err := http1.CopyResponseHead(up.r, cw)
 		if err != nil {
 			return 0, true, err
 		}
-		if rh.status < 200 {
-			if rh.status == 101 {
-				return rh.status, true, errBadResponse // no upgrade was asked for
+		if rh.Status < 200 {
+			if rh.Status == 101 {
+				return rh.Status, true, http1.ErrBadResponse // no upgrade was asked for
 			}
 			if err := cw.Flush(); err != nil {
-				return rh.status, true, err
+				return rh.Status, true, err
 			}
 			continue // an interim response; the final one follows
 		}
 		switch {
-		case h.method == "HEAD" || rh.status == 204 || rh.status == 304:
-		case rh.chunked:
-			err = copyChunked(up.r, cw)
-		case rh.length >= 0:
-			_, err = io.CopyN(cw, up.r, rh.length)
+		case h.Method == "HEAD" || rh.Status == 204 || rh.Status == 304:
+		case rh.Chunked:
+			err = http1.CopyChunked(up.r, cw)
+		case rh.Length >= 0:
+			_, err = io.CopyN(cw, up.r, rh.Length)
 		default:
 			_, err = io.Copy(cw, up.r)
-			rh.close = true
+			rh.Close = true
 		}
 		if err == nil {
 			err = cw.Flush()
 		}
-		return rh.status, rh.close, err
+		return rh.Status, rh.Close, err
 	}
 }
 

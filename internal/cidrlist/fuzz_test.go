@@ -1,4 +1,4 @@
-package cli
+package cidrlist
 
 import (
 	"bytes"
@@ -18,11 +18,11 @@ import (
 // as large lists are, changes nothing. Seeds: testdata/fuzz/FuzzParseCIDRList.
 func FuzzParseCIDRList(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
-		l, st, err := parseCIDRList("list.txt", data, nil)
+		l, st, err := Parse("list.txt", data, nil)
 		want, lines, errLine := refParseCIDRList(data)
 		if errLine > 0 {
-			var le *listError
-			if !errors.As(err, &le) || le.line != errLine || err.Error() != fmt.Sprintf("list.txt:%d: %s", errLine, le.reason) || le.reason == "" {
+			var le *Error
+			if !errors.As(err, &le) || le.Line != errLine || err.Error() != fmt.Sprintf("list.txt:%d: %s", errLine, le.Reason) || le.Reason == "" {
 				t.Fatalf("got %v, want an error at line %d", err, errLine)
 			}
 		} else {
@@ -47,7 +47,7 @@ func FuzzParseCIDRList(f *testing.F) {
 			}
 		}
 		// The same list in three chunks, as a list of megabytes is parsed.
-		l3, st3, err3 := parseCIDRChunks("list.txt", data, nil, 3)
+		l3, st3, err3 := parseChunks("list.txt", data, nil, 3)
 		if fmt.Sprint(err3) != fmt.Sprint(err) || !slices.Equal(l3.V4, l.V4) || !slices.Equal(l3.V6, l.V6) || (err == nil && st3 != st) {
 			t.Fatalf("in three chunks: %v %+v, in one: %v %+v", err3, st3, err, st)
 		}

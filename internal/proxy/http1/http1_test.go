@@ -1,4 +1,4 @@
-package proxy
+package http1
 
 import (
 	"bufio"
@@ -25,11 +25,11 @@ func TestReadRequestHeadSubset(t *testing.T) {
 	for _, c := range simple {
 		t.Run(c.name, func(t *testing.T) {
 			r := bufio.NewReaderSize(strings.NewReader(c.in), 64)
-			h, raw, err := readRequestHead(r, nil)
+			h, raw, err := ReadRequestHead(r, nil)
 			if err != nil {
 				t.Fatalf("%q: %v", c.in, err)
 			}
-			if h.method != c.method || h.path != c.path || h.host != c.host || h.contentLength != c.length || h.close != c.close {
+			if h.Method != c.method || h.Path != c.path || h.Host != c.host || h.ContentLength != c.length || h.Close != c.close {
 				t.Errorf("%q: got %+v", c.in, h)
 			}
 			// The head is exactly the bytes up to the body.
@@ -82,9 +82,9 @@ func TestReadRequestHeadSubset(t *testing.T) {
 	for name, in := range notSimple {
 		t.Run(name, func(t *testing.T) {
 			r := bufio.NewReaderSize(strings.NewReader(in), 64)
-			_, raw, err := readRequestHead(r, nil)
-			if !errors.Is(err, errNotSimple) {
-				t.Fatalf("%q: err %v, want errNotSimple", in, err)
+			_, raw, err := ReadRequestHead(r, nil)
+			if !errors.Is(err, ErrNotSimple) {
+				t.Fatalf("%q: err %v, want ErrNotSimple", in, err)
 			}
 			// Nothing is lost: what was read and what is left make the input, so Envoy gets
 			// the connection's bytes exactly.

@@ -1,4 +1,4 @@
-package cli
+package cidrlist
 
 import (
 	"errors"
@@ -27,7 +27,7 @@ func TestParseCIDRList(t *testing.T) {
 		"::ffff:10.1.2.3\n" + // IPv4-mapped: IPv4
 		"10.0.0.0/8" // no newline at the end
 	var progress atomic.Int64
-	l, st, err := parseCIDRList("list.txt", []byte(data), &progress)
+	l, st, err := Parse("list.txt", []byte(data), &progress)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,9 +65,9 @@ func TestParseCIDRListErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		data := "10.0.0.0/8\n# comment\n\n" + c.line + "\n192.0.2.0/24\n"
-		_, _, err := parseCIDRList("bad.txt", []byte(data), nil)
-		var le *listError
-		if !errors.As(err, &le) || le.line != 4 || le.reason != c.reason || err.Error() != "bad.txt:4: "+c.reason {
+		_, _, err := Parse("bad.txt", []byte(data), nil)
+		var le *Error
+		if !errors.As(err, &le) || le.Line != 4 || le.Reason != c.reason || err.Error() != "bad.txt:4: "+c.reason {
 			t.Errorf("%q: got %v, want bad.txt:4: %s", c.line, err, c.reason)
 		}
 	}
@@ -95,7 +95,7 @@ func TestParseCIDRListChunks(t *testing.T) {
 		want = append(want, p.Masked())
 	}
 	data := b.String()
-	l, st, err := parseCIDRList("big.txt", []byte(data), nil)
+	l, st, err := Parse("big.txt", []byte(data), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,18 +114,18 @@ func TestParseCIDRListChunks(t *testing.T) {
 	lines := strings.SplitAfter(data, "\n")
 	bad := len(lines) - 10
 	lines[bad] = "10.0.0.0/99\n"
-	_, _, err = parseCIDRList("big.txt", []byte(strings.Join(lines, "")), nil)
+	_, _, err = Parse("big.txt", []byte(strings.Join(lines, "")), nil)
 	if err == nil || err.Error() != fmt.Sprintf("big.txt:%d: invalid CIDR \"10.0.0.0/99\"", bad+1) {
 		t.Fatalf("error %v, want line %d", err, bad+1)
 	}
 }
 
 func TestParseCIDRArgs(t *testing.T) {
-	l, err := parseCIDRArgs([]string{"192.0.2.1", "10.0.0.0/8", "2001:db8::/32"})
+	l, err := ParseArgs([]string{"192.0.2.1", "10.0.0.0/8", "2001:db8::/32"})
 	if err != nil || l.Len() != 3 || l.V4[0] != api.V4Key(netip.MustParsePrefix("192.0.2.1/32")) {
 		t.Fatalf("got %v, %v", l.Prefixes(), err)
 	}
-	if _, err := parseCIDRArgs([]string{"10.0.0.0/8", "nope"}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+	if _, err := ParseArgs([]string{"10.0.0.0/8", "nope"}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
 		t.Fatalf("bad argument: %v", err)
 	}
 }
@@ -137,7 +137,7 @@ func BenchmarkParseCIDRList10M(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
 	for range b.N {
-		if _, _, err := parseCIDRList("bench.txt", data, nil); err != nil {
+		if _, _, err := Parse("bench.txt", data, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -168,7 +168,7 @@ func TestParseCIDRListLimit(t *testing.T) {
 	for i := range api.MaxPrefixesV6 + 1 {
 		fmt.Fprintf(&b, "2001:db8::%x:%x\n", i>>16, i&0xffff)
 	}
-	_, _, err := parseCIDRList("v6.txt", []byte(b.String()), nil)
+	_, _, err := Parse("v6.txt", []byte(b.String()), nil)
 	want := fmt.Sprintf("v6.txt: %d IPv6 prefixes exceed the limit of %d in one list", api.MaxPrefixesV6+1, api.MaxPrefixesV6)
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)

@@ -1,4 +1,17 @@
-package cli
+// Package cidrlist parses CIDR list files, the input of `rampart cidrset load` (package
+// cli). A list file has one entry per line: an IPv4 or IPv6 prefix ("192.0.2.0/24",
+// "2001:db8::/32") or a bare address (a /32 or /128). Everything from '#' to the end of
+// the line is a comment; spaces and tabs around the entry, blank lines and CRLF line ends
+// are allowed. Host bits are cleared ("192.0.2.7/24" is 192.0.2.0/24), as the policy
+// parser and ipset do. Anything else on a line is an error naming the file and the line,
+// and then nothing is loaded.
+//
+// Lists of ten million lines must parse in well under a second, so the parser is
+// hand-written: IPv4 entries are decoded byte by byte into api.PrefixList keys without
+// allocating, the file is split into one chunk per CPU at line boundaries, and chunks are
+// parsed in parallel (line numbers of an error are made absolute afterwards). IPv6 entries
+// go through net/netip without copying the line.
+package cidrlist
 
 import (
 	"bytes"
@@ -12,46 +25,33 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 )
 
-// A CIDR list file has one entry per line: an IPv4 or IPv6 prefix ("192.0.2.0/24",
-// "2001:db8::/32") or a bare address (a /32 or /128). Everything from '#' to the end of
-// the line is a comment; spaces and tabs around the entry, blank lines and CRLF line ends
-// are allowed. Host bits are cleared ("192.0.2.7/24" is 192.0.2.0/24), as the policy
-// parser and ipset do. Anything else on a line is an error naming the file and the line,
-// and then nothing is loaded.
-//
-// Lists of ten million lines must parse in well under a second, so the parser is
-// hand-written: IPv4 entries are decoded byte by byte into api.PrefixList keys without
-// allocating, the file is split into one chunk per CPU at line boundaries, and chunks are
-// parsed in parallel (line numbers of an error are made absolute afterwards). IPv6 entries
-// go through net/netip without copying the line.
-
-// listError is the first bad line of a list.
-type listError struct {
-	file   string
-	line   int
-	reason string
+// Error is the first bad line of a list.
+type Error struct {
+	File   string
+	Line   int // 1-based
+	Reason string
 }
 
-func (e *listError) Error() string { return fmt.Sprintf("%s:%d: %s", e.file, e.line, e.reason) }
+func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Reason) }
 
-// listStats describes a parsed list.
-type listStats struct {
+// Stats describes a parsed list.
+type Stats struct {
 	Lines   int // lines read, blank and comment lines included
 	Entries int // lines with an entry
 }
 
-// parseCIDRList parses the content of a list file named file. progress, if not nil, is
+// Parse parses the content of a list file named file. progress, if not nil, is
 // advanced by the bytes parsed so far.
-func parseCIDRList(file string, data []byte, progress *atomic.Int64) (api.PrefixList, listStats, error) {
+func Parse(file string, data []byte, progress *atomic.Int64) (api.PrefixList, Stats, error) {
 	n := runtime.GOMAXPROCS(0)
 	if len(data) < 1<<20 {
 		n = 1
 	}
-	return parseCIDRChunks(file, data, progress, n)
+	return parseChunks(file, data, progress, n)
 }
 
-// parseCIDRChunks is parseCIDRList with the list cut into at most n chunks.
-func parseCIDRChunks(file string, data []byte, progress *atomic.Int64, n int) (api.PrefixList, listStats, error) {
+// parseChunks is Parse with the list cut into at most n chunks.
+func parseChunks(file string, data []byte, progress *atomic.Int64, n int) (api.PrefixList, Stats, error) {
 	chunks := splitLines(data, n)
 	results := make([]chunkResult, len(chunks))
 	var wg sync.WaitGroup
@@ -63,11 +63,11 @@ func parseCIDRChunks(file string, data []byte, progress *atomic.Int64, n int) (a
 		}()
 	}
 	wg.Wait()
-	var st listStats
+	var st Stats
 	var n4, n6 int
 	for _, r := range results {
 		if r.errLine > 0 {
-			return api.PrefixList{}, st, &listError{file: file, line: st.Lines + r.errLine, reason: r.reason}
+			return api.PrefixList{}, st, &Error{File: file, Line: st.Lines + r.errLine, Reason: r.reason}
 		}
 		st.Lines += r.lines
 		st.Entries += len(r.list.V4) + len(r.list.V6)
@@ -272,8 +272,8 @@ func parseOther(b []byte) (netip.Prefix, string) {
 	return netip.PrefixFrom(a, a.BitLen()), ""
 }
 
-// parseCIDRArgs parses CIDRs given on the command line, with the list file syntax.
-func parseCIDRArgs(args []string) (api.PrefixList, error) {
+// ParseArgs parses CIDRs given on the command line, with the list file syntax.
+func ParseArgs(args []string) (api.PrefixList, error) {
 	var l api.PrefixList
 	for _, arg := range args {
 		b := trimSpace([]byte(arg))

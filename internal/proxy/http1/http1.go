@@ -1,18 +1,8 @@
-package proxy
-
-import (
-	"bufio"
-	"bytes"
-	"errors"
-	"fmt"
-	"io"
-	"strconv"
-)
-
-// The fast path's HTTP/1.1 reader. It accepts only a conservative subset of HTTP/1.1: a
-// request outside it is not refused here but handed to Envoy, whose parser then decides
-// (see fastpath.go). The subset is chosen so that the fast path and Envoy cannot read one
-// request two ways:
+// Package http1 is the L7 fast path's HTTP/1.1 reader (package proxy, fastpath.go), a
+// package of its own so that it is fuzzed without the proxy's dependencies. It accepts
+// only a conservative subset of HTTP/1.1: a request outside it is not refused here but
+// handed to Envoy, whose parser then decides. The subset is chosen so that the fast path
+// and Envoy cannot read one request two ways:
 //
 //   - request line: an upper-case method, an origin-form target whose path is already in
 //     the form Envoy normalises to (no dot segments, no repeated or escaped slashes, no
@@ -26,6 +16,16 @@ import (
 //
 // Anything else, including a head larger than maxFastHead, goes to Envoy with the bytes
 // read so far.
+package http1
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
 
 const (
 	maxFastHead    = 8 << 10 // bytes of request head the fast path reads before giving up
@@ -39,26 +39,26 @@ var fastMethods = map[string]bool{
 	"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true, "OPTIONS": true, "PATCH": true,
 }
 
-// errNotSimple marks a request head outside the fast path's subset.
-var errNotSimple = errors.New("request outside the fast path's HTTP/1.1 subset")
+// ErrNotSimple marks a request head outside the fast path's subset.
+var ErrNotSimple = errors.New("request outside the fast path's HTTP/1.1 subset")
 
-// reqHead is a request head in the fast path's subset.
-type reqHead struct {
-	raw           []byte // the head as received, through the final CRLF
-	method        string
-	target        string // as sent (path and query)
-	path          string // without the query
-	host          string
-	header        map[string]string // lower-case name -> value, every header
-	contentLength int64
-	close         bool // Connection: close
+// RequestHead is a request head in the fast path's subset.
+type RequestHead struct {
+	Raw           []byte // the head as received, through the final CRLF
+	Method        string
+	Target        string // as sent (path and query)
+	Path          string // without the query
+	Host          string
+	Header        map[string]string // lower-case name -> value, every header
+	ContentLength int64
+	Close         bool // Connection: close
 }
 
-// readRequestHead reads one request head from r, appending the bytes it consumed to
-// raw[:0]. It returns errNotSimple (with the bytes consumed so far) for a request outside
+// ReadRequestHead reads one request head from r, appending the bytes it consumed to
+// raw[:0]. It returns ErrNotSimple (with the bytes consumed so far) for a request outside
 // the subset, or the read error.
-func readRequestHead(r *bufio.Reader, raw []byte) (reqHead, []byte, error) {
-	h := reqHead{}
+func ReadRequestHead(r *bufio.Reader, raw []byte) (RequestHead, []byte, error) {
+	h := RequestHead{}
 	raw = raw[:0]
 	// A first byte that cannot start a method (TLS, HTTP/2's preface starts with 'P' and
 	// fails at its target) goes to Envoy before the fast path waits for a line end that a
@@ -68,19 +68,19 @@ func readRequestHead(r *bufio.Reader, raw []byte) (reqHead, []byte, error) {
 		return h, raw, err
 	}
 	if b[0] < 'A' || b[0] > 'Z' {
-		return h, raw, errNotSimple
+		return h, raw, ErrNotSimple
 	}
 	line, raw, err := readLine(r, raw)
 	if err != nil {
 		return h, raw, err
 	}
 	if !parseRequestLine(line, &h) {
-		return h, raw, errNotSimple
+		return h, raw, ErrNotSimple
 	}
-	h.header = make(map[string]string, 8)
+	h.Header = make(map[string]string, 8)
 	for n := 0; ; n++ {
 		if n > maxFastHeaders {
-			return h, raw, errNotSimple
+			return h, raw, ErrNotSimple
 		}
 		line, raw, err = readLine(r, raw)
 		if err != nil {
@@ -91,35 +91,35 @@ func readRequestHead(r *bufio.Reader, raw []byte) (reqHead, []byte, error) {
 		}
 		name, value, ok := parseHeaderLine(line)
 		if !ok {
-			return h, raw, errNotSimple
+			return h, raw, ErrNotSimple
 		}
-		if _, dup := h.header[name]; dup {
-			return h, raw, errNotSimple
+		if _, dup := h.Header[name]; dup {
+			return h, raw, ErrNotSimple
 		}
-		h.header[name] = value
+		h.Header[name] = value
 		switch name {
 		case "host":
-			h.host = value
+			h.Host = value
 		case "content-length":
-			if h.contentLength, ok = parseLength(value); !ok {
-				return h, raw, errNotSimple
+			if h.ContentLength, ok = parseLength(value); !ok {
+				return h, raw, ErrNotSimple
 			}
 		case "connection":
 			switch lowerASCII(value) {
 			case "close":
-				h.close = true
+				h.Close = true
 			case "keep-alive":
 			default:
-				return h, raw, errNotSimple
+				return h, raw, ErrNotSimple
 			}
 		case "transfer-encoding", "upgrade", "expect", "http2-settings", "x-forwarded-for", "x-forwarded-proto", "te":
-			return h, raw, errNotSimple
+			return h, raw, ErrNotSimple
 		}
 	}
-	if h.host == "" {
-		return h, raw, errNotSimple
+	if h.Host == "" {
+		return h, raw, ErrNotSimple
 	}
-	h.raw = raw
+	h.Raw = raw
 	return h, raw, nil
 }
 
@@ -131,27 +131,27 @@ func readLine(r *bufio.Reader, raw []byte) ([]byte, []byte, error) {
 		frag, err := r.ReadSlice('\n')
 		raw = append(raw, frag...)
 		if len(raw) > maxFastHead {
-			return nil, raw, errNotSimple
+			return nil, raw, ErrNotSimple
 		}
 		switch {
 		case err == nil:
 			line := raw[start:]
 			if len(line) < 2 || line[len(line)-2] != '\r' {
-				return nil, raw, errNotSimple
+				return nil, raw, ErrNotSimple
 			}
 			return line[:len(line)-2], raw, nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF) && len(raw) > 0:
 			// Part of a request, then EOF: let Envoy answer what it makes of it.
-			return nil, raw, errNotSimple
+			return nil, raw, ErrNotSimple
 		default:
 			return nil, raw, err
 		}
 	}
 }
 
-func parseRequestLine(line []byte, h *reqHead) bool {
+func parseRequestLine(line []byte, h *RequestHead) bool {
 	sp := bytes.IndexByte(line, ' ')
 	if sp < 1 || !fastMethods[string(line[:sp])] {
 		return false
@@ -177,9 +177,9 @@ func parseRequestLine(line []byte, h *reqHead) bool {
 	if !normalPath(path) {
 		return false
 	}
-	h.method = string(line[:sp])
-	h.target = string(target)
-	h.path = string(path)
+	h.Method = string(line[:sp])
+	h.Target = string(target)
+	h.Path = string(path)
 	return true
 }
 
@@ -247,39 +247,39 @@ func lowerASCII(s string) string {
 	return s
 }
 
-// respHead is what the fast path needs to know about a response to relay it.
-type respHead struct {
-	status  int
-	chunked bool
-	length  int64 // -1: until the server closes (unless chunked or no body)
-	close   bool
+// ResponseHead is what the fast path needs to know about a response to relay it.
+type ResponseHead struct {
+	Status  int
+	Chunked bool
+	Length  int64 // -1: until the server closes (unless chunked or no body)
+	Close   bool
 }
 
-// errBadResponse is a response the fast path cannot frame; the connection is closed.
-var errBadResponse = errors.New("malformed response from the server")
+// ErrBadResponse is a response the fast path cannot frame; the connection is closed.
+var ErrBadResponse = errors.New("malformed response from the server")
 
-// copyResponseHead reads a response head from r, writes it unchanged to w and parses its
+// CopyResponseHead reads a response head from r, writes it unchanged to w and parses its
 // framing.
-func copyResponseHead(r *bufio.Reader, w *bufio.Writer) (respHead, error) {
-	rh := respHead{length: -1}
+func CopyResponseHead(r *bufio.Reader, w *bufio.Writer) (ResponseHead, error) {
+	rh := ResponseHead{Length: -1}
 	var scratch [256]byte
 	line, raw, err := readRespLine(r, scratch[:0])
 	if err != nil {
 		return rh, err
 	}
 	if len(line) < 12 || !(bytes.HasPrefix(line, []byte("HTTP/1.1 ")) || bytes.HasPrefix(line, []byte("HTTP/1.0 "))) {
-		return rh, errBadResponse
+		return rh, ErrBadResponse
 	}
-	rh.status, err = strconv.Atoi(string(line[9:12]))
-	if err != nil || rh.status < 100 || (len(line) > 12 && line[12] != ' ') {
-		return rh, errBadResponse
+	rh.Status, err = strconv.Atoi(string(line[9:12]))
+	if err != nil || rh.Status < 100 || (len(line) > 12 && line[12] != ' ') {
+		return rh, ErrBadResponse
 	}
-	rh.close = line[7] == '0'
+	rh.Close = line[7] == '0'
 	w.Write(raw)
 	seenLength := false
 	for n := 0; ; n++ {
 		if n > 256 {
-			return rh, errBadResponse
+			return rh, ErrBadResponse
 		}
 		line, raw, err = readRespLine(r, scratch[:0])
 		if err != nil {
@@ -291,30 +291,30 @@ func copyResponseHead(r *bufio.Reader, w *bufio.Writer) (respHead, error) {
 		}
 		colon := bytes.IndexByte(line, ':')
 		if colon < 1 {
-			return rh, errBadResponse
+			return rh, ErrBadResponse
 		}
 		name := lowerASCII(string(line[:colon]))
 		value := lowerASCII(string(bytes.Trim(line[colon+1:], " \t")))
 		switch name {
 		case "content-length":
 			l, ok := parseLength(value)
-			if !ok || seenLength && l != rh.length {
-				return rh, errBadResponse
+			if !ok || seenLength && l != rh.Length {
+				return rh, ErrBadResponse
 			}
-			rh.length, seenLength = l, true
+			rh.Length, seenLength = l, true
 		case "transfer-encoding":
 			if value != "chunked" {
-				return rh, errBadResponse
+				return rh, ErrBadResponse
 			}
-			rh.chunked = true
+			rh.Chunked = true
 		case "connection":
 			if value == "close" {
-				rh.close = true
+				rh.Close = true
 			}
 		}
 	}
-	if rh.chunked && seenLength {
-		return rh, errBadResponse
+	if rh.Chunked && seenLength {
+		return rh, ErrBadResponse
 	}
 	return rh, nil
 }
@@ -327,7 +327,7 @@ func readRespLine(r *bufio.Reader, raw []byte) ([]byte, []byte, error) {
 		frag, err := r.ReadSlice('\n')
 		raw = append(raw, frag...)
 		if len(raw)-start > 16<<10 {
-			return nil, raw, errBadResponse
+			return nil, raw, ErrBadResponse
 		}
 		if err == nil {
 			return bytes.TrimRight(raw[start:], "\r\n"), raw, nil
@@ -338,8 +338,8 @@ func readRespLine(r *bufio.Reader, raw []byte) ([]byte, []byte, error) {
 	}
 }
 
-// copyChunked relays a chunked body, chunk by chunk, through the last chunk and trailers.
-func copyChunked(r *bufio.Reader, w *bufio.Writer) error {
+// CopyChunked relays a chunked body, chunk by chunk, through the last chunk and trailers.
+func CopyChunked(r *bufio.Reader, w *bufio.Writer) error {
 	var scratch [128]byte
 	for {
 		line, raw, err := readRespLine(r, scratch[:0])
@@ -353,11 +353,11 @@ func copyChunked(r *bufio.Reader, w *bufio.Writer) error {
 		}
 		size = bytes.TrimRight(size, " \t")
 		if len(size) == 0 || len(size) > 15 {
-			return errBadResponse
+			return ErrBadResponse
 		}
 		n, err := strconv.ParseInt(string(size), 16, 64)
 		if err != nil || n < 0 {
-			return fmt.Errorf("%w: chunk size %q", errBadResponse, size)
+			return fmt.Errorf("%w: chunk size %q", ErrBadResponse, size)
 		}
 		if n == 0 {
 			for {
@@ -379,7 +379,7 @@ func copyChunked(r *bufio.Reader, w *bufio.Writer) error {
 			return err
 		}
 		if len(line) != 0 {
-			return errBadResponse
+			return ErrBadResponse
 		}
 		w.Write(raw)
 	}

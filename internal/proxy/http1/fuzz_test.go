@@ -1,4 +1,4 @@
-package proxy
+package http1
 
 import (
 	"bufio"
@@ -29,12 +29,12 @@ import (
 //     with no transfer coding.
 func FuzzReadRequestHead(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
-		h, raw, err := readRequestHead(bufio.NewReaderSize(bytes.NewReader(data), 16), nil)
+		h, raw, err := ReadRequestHead(bufio.NewReaderSize(bytes.NewReader(data), 16), nil)
 		if !bytes.HasPrefix(data, raw) {
 			t.Fatalf("consumed %q, not the start of the input", raw)
 		}
 		r := bufio.NewReaderSize(bytes.NewReader(data), 4096)
-		h2, raw2, err2 := readRequestHead(r, nil)
+		h2, raw2, err2 := ReadRequestHead(r, nil)
 		rest, _ := io.ReadAll(r)
 		if !bytes.Equal(append(bytes.Clone(raw2), rest...), data) {
 			t.Fatalf("consumed %q and left %q of %q", raw2, rest, data)
@@ -43,7 +43,7 @@ func FuzzReadRequestHead(f *testing.F) {
 			t.Fatalf("16-byte buffer: %v, 4 KiB buffer: %v", err, err2)
 		}
 		switch {
-		case errors.Is(err, errNotSimple):
+		case errors.Is(err, ErrNotSimple):
 			return
 		case err != nil:
 			if len(data) != 0 {
@@ -51,7 +51,7 @@ func FuzzReadRequestHead(f *testing.F) {
 			}
 			return
 		}
-		if !bytes.Equal(raw, raw2) || h.method != h2.method || h.target != h2.target || h.contentLength != h2.contentLength {
+		if !bytes.Equal(raw, raw2) || h.Method != h2.Method || h.Target != h2.Target || h.ContentLength != h2.ContentLength {
 			t.Fatalf("buffers read different heads: %q and %q", raw, raw2)
 		}
 		checkSubset(t, h, raw)
@@ -59,10 +59,10 @@ func FuzzReadRequestHead(f *testing.F) {
 }
 
 // checkSubset checks an accepted head against the rules of http1.go, and against net/http.
-func checkSubset(t *testing.T, h reqHead, raw []byte) {
+func checkSubset(t *testing.T, h RequestHead, raw []byte) {
 	t.Helper()
-	if !bytes.Equal(h.raw, raw) || len(raw) > maxFastHead {
-		t.Fatalf("head of %d bytes, raw %q", len(raw), h.raw)
+	if !bytes.Equal(h.Raw, raw) || len(raw) > maxFastHead {
+		t.Fatalf("head of %d bytes, raw %q", len(raw), h.Raw)
 	}
 	if i := bytes.Index(raw, []byte("\r\n\r\n")); i != len(raw)-4 {
 		t.Fatalf("the head does not end at its first empty line: %q", raw)
@@ -75,13 +75,13 @@ func checkSubset(t *testing.T, h reqHead, raw []byte) {
 	}
 	method, rest, _ := strings.Cut(lines[0], " ")
 	target, version, _ := strings.Cut(rest, " ")
-	if !fastMethods[method] || method != h.method || target != h.target || version != "HTTP/1.1" {
-		t.Fatalf("request line %q read as %s %s", lines[0], h.method, h.target)
+	if !fastMethods[method] || method != h.Method || target != h.Target || version != "HTTP/1.1" {
+		t.Fatalf("request line %q read as %s %s", lines[0], h.Method, h.Target)
 	}
 	path, _, _ := strings.Cut(target, "?")
-	if path != h.path || !strings.HasPrefix(path, "/") || strings.Contains(path, "//") || strings.Contains(path, "%") ||
+	if path != h.Path || !strings.HasPrefix(path, "/") || strings.Contains(path, "//") || strings.Contains(path, "%") ||
 		strings.ContainsFunc(target, func(c rune) bool { return c <= 0x20 || c >= 0x7f || c == '#' || c == '\\' }) {
-		t.Fatalf("target %q (path %q) is not normalised origin form", target, h.path)
+		t.Fatalf("target %q (path %q) is not normalised origin form", target, h.Path)
 	}
 	for _, seg := range strings.Split(path, "/") {
 		if seg == "." || seg == ".." {
@@ -108,8 +108,8 @@ func checkSubset(t *testing.T, h reqHead, raw []byte) {
 			t.Fatalf("accepted a request with %s", banned)
 		}
 	}
-	if seen["host"] == "" || seen["host"] != h.host {
-		t.Fatalf("host %q, read %q", seen["host"], h.host)
+	if seen["host"] == "" || seen["host"] != h.Host {
+		t.Fatalf("host %q, read %q", seen["host"], h.Host)
 	}
 	want := int64(0)
 	if cl, ok := seen["content-length"]; ok {
@@ -119,8 +119,8 @@ func checkSubset(t *testing.T, h reqHead, raw []byte) {
 		}
 		want = n
 	}
-	if h.contentLength != want {
-		t.Fatalf("length %d, want %d", h.contentLength, want)
+	if h.ContentLength != want {
+		t.Fatalf("length %d, want %d", h.ContentLength, want)
 	}
 	// net/http, a strict reader, frames the head the same way.
 	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
@@ -131,8 +131,8 @@ func checkSubset(t *testing.T, h reqHead, raw []byte) {
 		}
 		t.Fatalf("net/http refuses the head the fast path accepted: %v\n%q", err, raw)
 	}
-	if req.Method != h.method || req.RequestURI != h.target || req.Host != h.host || req.ContentLength != h.contentLength || len(req.TransferEncoding) != 0 {
+	if req.Method != h.Method || req.RequestURI != h.Target || req.Host != h.Host || req.ContentLength != h.ContentLength || len(req.TransferEncoding) != 0 {
 		t.Fatalf("net/http reads %s %s host %q length %d coding %v; the fast path %s %s host %q length %d",
-			req.Method, req.RequestURI, req.Host, req.ContentLength, req.TransferEncoding, h.method, h.target, h.host, h.contentLength)
+			req.Method, req.RequestURI, req.Host, req.ContentLength, req.TransferEncoding, h.Method, h.Target, h.Host, h.ContentLength)
 	}
 }
