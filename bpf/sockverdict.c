@@ -9,7 +9,7 @@
  *     (sv_flows) only once it is in the sockhash, so that a socket the verdict does not see
  *     cannot send data on the flow.
  *   - sv_request (sk_msg on sv_clients): parses each request head, in the same conservative
- *     HTTP/1.1 subset as the agent's fast path (internal/proxy/http1.go), and matches it
+ *     HTTP/1.1 subset as the agent's fast path (internal/proxy/http1), and matches it
  *     against the rule tables the agent compiled (internal/l7table). Allowed: passed, its
  *     body after it (bpf_msg_apply_bytes). Refused: the message becomes a 403 in the
  *     client's own receive queue, provided every earlier response has arrived whole and
