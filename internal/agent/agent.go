@@ -36,9 +36,10 @@ type Agent struct {
 	cur      *desired
 	ifindex  map[uint32]int // ep id -> host veth ifindex
 	degraded string
-	prox     Proxy     // the L7 proxy, nil until some state has L7 rules (see proxy.go)
-	sets     *setStore // the CIDR set files
-	proxyErr string    // why the proxy could not be started
+	prox     Proxy       // the L7 proxy, nil until some state has L7 rules (see proxy.go)
+	sets     *setStore   // the CIDR set files
+	store    *stateStore // the state directory
+	proxyErr string      // why the proxy could not be started
 	// proxyRouted: the node namespace routes steered packets to the proxy (RouteToProxy).
 	proxyRouted bool
 
@@ -109,6 +110,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.store = newStateStore(cfg.StateDir, st)
 	m, alloc, err := a.restore(st)
 	if err != nil {
 		return nil, err
@@ -212,10 +214,19 @@ func (a *Agent) reattach(rec *EndpointRecord) (int, error) {
 		if derr := a.net.Delete(rec.Namespace, rec.Name); derr != nil {
 			return 0, fmt.Errorf("cleaning up endpoint %s: %w", rec.Key(), derr)
 		}
-		ep, err = a.net.Create(rec.Namespace, rec.Name, rec.IP)
+		var ifindex int
+		_, err = a.net.CreateAttached(rec.Namespace, rec.Name, rec.IP, func(hostIf string) error {
+			var aerr error
+			ifindex, aerr = a.dp.Attach(a.net.NetnsPath(), hostIf)
+			return aerr
+		})
 		if err != nil {
+			if ifindex != 0 {
+				a.releaseLinks(rec.Key(), ifindex)
+			}
 			return 0, fmt.Errorf("recreating endpoint %s: %w", rec.Key(), err)
 		}
+		return ifindex, nil
 	}
 	ifindex, err := a.dp.Attach(a.net.NetnsPath(), ep.HostIfName)
 	if err != nil {
@@ -268,7 +279,7 @@ func (a *Agent) Close() error {
 // Socket returns the path the agent serves on.
 func (a *Agent) Socket() string { return a.cfg.Socket }
 
-// persist writes the model and allocator to the state file.
+// persist writes what changed of the model and allocator to the state directory.
 func (a *Agent) persist(m *model, d *desired) error {
 	st := &stateFile{
 		Version:    stateVersion,
@@ -278,9 +289,6 @@ func (a *Agent) persist(m *model, d *desired) error {
 		NextRuleID: m.nextRuleID,
 		NextEpID:   m.nextEpID,
 	}
-	for _, e := range m.endpoints {
-		st.Endpoints = append(st.Endpoints, e)
-	}
 	for _, p := range m.policies {
 		st.Policies = append(st.Policies, p.rec)
 	}
@@ -289,7 +297,7 @@ func (a *Agent) persist(m *model, d *desired) error {
 		return fmt.Errorf("saving identities: %w", err)
 	}
 	st.Identities = ids
-	if err := saveState(a.cfg.StateDir, st); err != nil {
+	if err := a.store.save(st, m.endpoints); err != nil {
 		return fmt.Errorf("persisting state: %w", err)
 	}
 	return nil

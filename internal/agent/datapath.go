@@ -48,8 +48,8 @@ func (r *realDatapath) Attach(netnsPath, ifname string) (int, error) {
 	return int(idx), nil
 }
 
-func (r *realDatapath) Detach(netnsPath, ifname string) error {
-	return r.dp.Detach(netnsPath, ifname)
+func (r *realDatapath) ReleaseLinks(ifindex int) error {
+	return r.dp.ReleaseLinks(uint32(ifindex))
 }
 
 func (r *realDatapath) ApplyEndpoint(ifindex int, info EndpointInfo, pol mapstate.EndpointPolicy) error {

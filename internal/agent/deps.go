@@ -20,7 +20,9 @@ type Datapath interface {
 	// Attach loads (or replaces in place) the tc programs on the host-side veth ifname in
 	// the network namespace at netnsPath and returns its ifindex.
 	Attach(netnsPath, ifname string) (int, error)
-	Detach(netnsPath, ifname string) error
+	// ReleaseLinks forgets the programs of interface ifindex once the interface is deleted
+	// (deleting it removed them).
+	ReleaseLinks(ifindex int) error
 	ApplyEndpoint(ifindex int, info EndpointInfo, pol mapstate.EndpointPolicy) error
 	RemoveEndpoint(ifindex int, epID uint32) error
 	// Installed returns the endpoints in the dataplane (ifindex -> ep id), so a restarted
@@ -171,7 +173,9 @@ type Network interface {
 	NetnsPath() string
 	Router() netip.Addr
 	EndpointNetns(namespace, name string) string
-	Create(namespace, name string, ip netip.Addr) (endpoint.Endpoint, error)
+	// CreateAttached makes an endpoint and runs attach on its host-side veth before the
+	// veth can carry a packet.
+	CreateAttached(namespace, name string, ip netip.Addr, attach func(hostIfName string) error) (endpoint.Endpoint, error)
 	Lookup(namespace, name string, ip netip.Addr) (endpoint.Endpoint, error)
 	Delete(namespace, name string) error
 }

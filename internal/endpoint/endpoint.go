@@ -141,6 +141,15 @@ type Endpoint struct {
 // Create makes the endpoint's namespace and veth pair and configures addresses and routes.
 // On error everything created so far is removed.
 func (n Node) Create(namespace, name string, ip netip.Addr) (ep Endpoint, err error) {
+	return n.CreateAttached(namespace, name, ip, nil)
+}
+
+// CreateAttached is Create with attach, which puts the dataplane's programs on the
+// host-side veth (named by its argument), run right after the veth is made, while both its
+// ends are down (a veth has carrier only when both are up) and the endpoint has no route:
+// no packet ever passes the veth before the programs are on it. If attach fails, Create
+// fails and removes everything.
+func (n Node) CreateAttached(namespace, name string, ip netip.Addr, attach func(hostIfName string) error) (ep Endpoint, err error) {
 	if !n.PodCIDR.Contains(ip) || ip == n.Router() {
 		return Endpoint{}, fmt.Errorf("address %v: not a usable address of %v", ip, n.PodCIDR)
 	}
@@ -195,6 +204,11 @@ func (n Node) Create(namespace, name string, ip netip.Addr) (ep Endpoint, err er
 	}
 	if err := node.LinkAdd(veth); err != nil {
 		return ep, fmt.Errorf("creating veth %s: %w", ep.HostIfName, err)
+	}
+	if attach != nil {
+		if err := attach(ep.HostIfName); err != nil {
+			return ep, fmt.Errorf("attaching to %s: %w", ep.HostIfName, err)
+		}
 	}
 	if err := n.configurePod(pod, ep); err != nil {
 		return ep, err

@@ -1,0 +1,187 @@
+package churn
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/rampartnet/rampart/internal/endpoint"
+)
+
+// baseline makes and removes endpoints the plain way: what `ip netns add`, `ip link add
+// ... type veth`, `ip addr`, `ip route` and `tc qdisc add ... clsact` do, through netlink
+// from Go, with no agent. Its host-side veths live in a node namespace of its own, so it
+// never touches the agent's.
+type baseline struct {
+	prefix string // of every namespace it makes: <prefix>node, <prefix><n>
+	node   netns.NsHandle
+	h      *netlink.Handle
+	router netip.Addr
+	cidr   netip.Prefix
+	next   uint32
+}
+
+func newBaseline(prefix string, cidr netip.Prefix) (*baseline, error) {
+	b := &baseline{prefix: prefix, cidr: cidr, router: cidr.Masked().Addr().Next()}
+	path, err := endpoint.CreateNetns(prefix + "node")
+	if err != nil {
+		return nil, fmt.Errorf("baseline node namespace: %w", err)
+	}
+	if b.node, err = netns.GetFromPath(path); err != nil {
+		endpoint.DeleteNetns(prefix + "node")
+		return nil, fmt.Errorf("opening baseline node namespace: %w", err)
+	}
+	if b.h, err = netlink.NewHandleAt(b.node); err != nil {
+		b.close()
+		return nil, fmt.Errorf("netlink in baseline node namespace: %w", err)
+	}
+	lo, err := b.h.LinkByName("lo")
+	if err == nil {
+		err = b.h.LinkSetUp(lo)
+	}
+	if err == nil {
+		err = b.h.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(b.router, 32))})
+	}
+	if err != nil {
+		b.close()
+		return nil, fmt.Errorf("baseline node lo: %w", err)
+	}
+	return b, nil
+}
+
+// ep is one baseline endpoint.
+type ep struct {
+	netns  string
+	hostIf string
+}
+
+// add makes one endpoint: namespace, veth pair with its peer in it, the address, both
+// links up, the routes on both sides and a clsact qdisc on the host side.
+func (b *baseline) add() (e ep, err error) {
+	n := b.next
+	b.next++
+	ip := netip.AddrFrom4(b.router.As4())
+	for range n%250 + 1 {
+		ip = ip.Next()
+	}
+	e = ep{netns: fmt.Sprintf("%s%d", b.prefix, n), hostIf: fmt.Sprintf("rpb%d", n)}
+	path, err := endpoint.CreateNetns(e.netns)
+	if err != nil {
+		return e, err
+	}
+	defer func() {
+		if err != nil {
+			b.delete(e)
+		}
+	}()
+	podNs, err := netns.GetFromPath(path)
+	if err != nil {
+		return e, err
+	}
+	defer podNs.Close()
+	pod, err := netlink.NewHandleAt(podNs)
+	if err != nil {
+		return e, err
+	}
+	defer pod.Close()
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: e.hostIf}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(podNs))}
+	if err := b.h.LinkAdd(veth); err != nil {
+		return e, fmt.Errorf("veth: %w", err)
+	}
+	lo, err := pod.LinkByName("lo")
+	if err != nil {
+		return e, err
+	}
+	if err := pod.LinkSetUp(lo); err != nil {
+		return e, err
+	}
+	eth, err := pod.LinkByName("eth0")
+	if err != nil {
+		return e, err
+	}
+	if err := pod.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(ip, 32))}); err != nil {
+		return e, fmt.Errorf("address: %w", err)
+	}
+	if err := pod.LinkSetUp(eth); err != nil {
+		return e, err
+	}
+	if err := pod.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Dst: ipNet(netip.PrefixFrom(b.router, 32)), Scope: netlink.SCOPE_LINK}); err != nil {
+		return e, fmt.Errorf("route to router: %w", err)
+	}
+	if err := pod.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: b.router.AsSlice()}); err != nil {
+		return e, fmt.Errorf("default route: %w", err)
+	}
+	host, err := b.h.LinkByName(e.hostIf)
+	if err != nil {
+		return e, err
+	}
+	if err := b.h.LinkSetUp(host); err != nil {
+		return e, err
+	}
+	if err := b.h.RouteAdd(&netlink.Route{LinkIndex: host.Attrs().Index, Dst: ipNet(netip.PrefixFrom(ip, 32)), Scope: netlink.SCOPE_LINK}); err != nil {
+		return e, fmt.Errorf("route: %w", err)
+	}
+	q := &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: host.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+		QdiscType:  "clsact",
+	}
+	if err := b.h.QdiscAdd(q); err != nil {
+		return e, fmt.Errorf("clsact: %w", err)
+	}
+	return e, nil
+}
+
+// delete removes an endpoint: the veth (its peer, route and qdisc go with it), then the
+// namespace.
+func (b *baseline) delete(e ep) error {
+	var errs []error
+	if l, err := b.h.LinkByName(e.hostIf); err == nil {
+		if err := b.h.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("deleting %s: %w", e.hostIf, err))
+		}
+	}
+	if err := endpoint.DeleteNetns(e.netns); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// close removes the node namespace and every namespace left under the prefix.
+func (b *baseline) close() error {
+	if b.h != nil {
+		b.h.Close()
+	}
+	if b.node.IsOpen() {
+		b.node.Close()
+	}
+	return removeNamespaces(b.prefix)
+}
+
+// removeNamespaces deletes every named network namespace whose name starts with prefix
+// (the prefix carries the run's instance name, so only this run's).
+func removeNamespaces(prefix string) error {
+	ents, err := os.ReadDir(endpoint.NetnsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), prefix) {
+			errs = append(errs, endpoint.DeleteNetns(e.Name()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
