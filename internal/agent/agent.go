@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,7 +150,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("re-applying stored CIDR sets: %w", err)
 		}
 	}
-	d, err := a.eng.compute(m, alloc, a.net.Router())
+	d, err := a.eng.compute(m, alloc, a.net.Router(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -365,6 +366,10 @@ func (a *Agent) applyOnce(old, new *desired, m *model, force bool) error {
 }
 
 func policyEqual(a, b mapstate.EndpointPolicy) bool {
+	if a.EnforceIngress == b.EnforceIngress && a.EnforceEgress == b.EnforceEgress &&
+		reflect.ValueOf(a.Entries).UnsafePointer() == reflect.ValueOf(b.Entries).UnsafePointer() {
+		return true // one map: a policy the computation reused
+	}
 	if a.EnforceIngress != b.EnforceIngress || a.EnforceEgress != b.EnforceEgress || len(a.Entries) != len(b.Entries) {
 		return false
 	}
@@ -401,7 +406,7 @@ func (a *Agent) change(mutate func(m *model) error) (*model, *desired, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := a.eng.compute(m, alloc, a.net.Router())
+	d, err := a.eng.compute(m, alloc, a.net.Router(), a.cur)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -201,6 +201,9 @@ type Engine struct {
 	Parse    func(source string, data []byte) (*policy.Documents, error)
 	Prefixes func(rules []policy.Rule) []netip.Prefix
 	Compute  func(in mapstate.Input) mapstate.State
+	// computeWith is Compute with a memo of the previous computation
+	// (mapstate.ComputeWith when Compute is the default).
+	computeWith func(in mapstate.Input, memo *mapstate.Memo) (mapstate.State, *mapstate.Memo)
 	// Trace explains a verdict from the same input and state the dataplane got. Rule
 	// references in the result are filled by the agent from RuleID.
 	Trace func(in mapstate.Input, st mapstate.State, q TraceQuery) (api.TraceResult, error)

@@ -64,7 +64,7 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 	if err != nil {
 		return api.Endpoint{}, err
 	}
-	d, err := a.eng.compute(m, alloc, a.net.Router())
+	d, err := a.eng.compute(m, alloc, a.net.Router(), a.cur)
 	if err != nil {
 		return api.Endpoint{}, err
 	}
@@ -185,7 +185,7 @@ func (a *Agent) DeleteEndpoint(ctx context.Context, namespace, name string) erro
 	if err != nil {
 		return err
 	}
-	d, err := a.eng.compute(m, alloc, a.net.Router())
+	d, err := a.eng.compute(m, alloc, a.net.Router(), a.cur)
 	if err != nil {
 		return err
 	}

@@ -119,6 +119,19 @@ type desired struct {
 	state      mapstate.State
 	identities map[string]identity.Identity // endpoint key -> identity
 	alloc      *identity.Allocator          // the allocator after this computation
+
+	// What the next computation may reuse (see compute).
+	memo    *mapstate.Memo
+	derived map[*EndpointRecord]derivedEndpoint
+}
+
+// derivedEndpoint is what compute derives from an endpoint record and its namespace's
+// labels. Records are immutable, so it stays valid while the namespace labels do.
+type derivedEndpoint struct {
+	nsLabels labels.Labels
+	full     labels.Labels // fullLabels
+	key      string        // identity.LabelsKey(full)
+	named    map[string]mapstate.NamedPort
 }
 
 func emptyDesired() *desired {
@@ -131,7 +144,11 @@ func emptyDesired() *desired {
 // compute turns a model into the desired dataplane state. It is pure apart from the copy of
 // the allocator it is given (which it returns in desired.alloc). A panic in the engine is
 // turned into an error: a bug must not take the agent down nor touch the dataplane.
-func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr) (d *desired, err error) {
+//
+// prev (nil: none) is the current state: what it derived per endpoint (labels, identity
+// key, named ports) and the policy computation's memo are reused where unchanged, so a
+// change of one endpoint costs about one endpoint's work beyond a walk over the others.
+func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, prev *desired) (d *desired, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			d, err = nil, fmt.Errorf("computing policy state: internal error: %v", r)
@@ -151,30 +168,44 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr) 
 	for _, p := range prefixes {
 		cidrIDs[p] = alloc.ForCIDR(p)
 	}
-	d = &desired{identities: map[string]identity.Identity{}, alloc: alloc}
+	var (
+		prevDerived map[*EndpointRecord]derivedEndpoint
+		memo        *mapstate.Memo
+	)
+	if prev != nil {
+		prevDerived, memo = prev.derived, prev.memo
+	}
+	d = &desired{
+		identities: make(map[string]identity.Identity, len(m.endpoints)),
+		alloc:      alloc,
+		derived:    make(map[*EndpointRecord]derivedEndpoint, len(m.endpoints)),
+	}
+	byKey := map[string]identity.Identity{} // label set key -> identity
 	var used []labels.Labels
+	d.input.Endpoints = make([]mapstate.Endpoint, 0, len(m.endpoints))
 	for _, key := range sortedKeys(m.endpoints) {
 		rec := m.endpoints[key]
-		full := fullLabels(rec, m.namespaces[rec.Namespace])
-		id := alloc.ForLabels(full)
-		used = append(used, full)
-		d.identities[key] = id
-		var named map[string]mapstate.NamedPort
-		if len(rec.Ports) > 0 {
-			named = make(map[string]mapstate.NamedPort, len(rec.Ports))
-			for _, p := range rec.Ports {
-				proto, _ := parseProtocol(p.Protocol)
-				named[p.Name] = mapstate.NamedPort{Port: p.Port, Protocol: proto}
-			}
+		nsLabels := m.namespaces[rec.Namespace]
+		de, ok := prevDerived[rec]
+		if !ok || !maps.Equal(de.nsLabels, nsLabels) {
+			de = deriveEndpoint(rec, nsLabels)
 		}
+		d.derived[rec] = de
+		id, ok := byKey[de.key]
+		if !ok {
+			id = alloc.ForLabels(de.full)
+			byKey[de.key] = id
+			used = append(used, de.full)
+		}
+		d.identities[key] = id
 		d.input.Endpoints = append(d.input.Endpoints, mapstate.Endpoint{
 			ID:         rec.EpID,
 			Namespace:  rec.Namespace,
 			Name:       rec.Name,
-			Labels:     full,
+			Labels:     de.full,
 			Identity:   id,
 			IP:         rec.IP,
-			NamedPorts: named,
+			NamedPorts: de.named,
 		})
 	}
 	alloc.Retain(used, prefixes)
@@ -183,11 +214,24 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr) 
 	d.input.CIDRIdentities = cidrIDs
 	d.input.RulePolicies = refs
 	d.input.CIDRSets = setIndexes(m.cidrsets)
-	d.state = e.Compute(d.input)
+	d.state, d.memo = e.computeWith(d.input, memo)
 	if d.state.Endpoints == nil {
 		d.state.Endpoints = map[uint32]mapstate.EndpointPolicy{}
 	}
 	return d, nil
+}
+
+func deriveEndpoint(rec *EndpointRecord, nsLabels labels.Labels) derivedEndpoint {
+	de := derivedEndpoint{nsLabels: nsLabels, full: fullLabels(rec, nsLabels)}
+	de.key = identity.LabelsKey(de.full)
+	if len(rec.Ports) > 0 {
+		de.named = make(map[string]mapstate.NamedPort, len(rec.Ports))
+		for _, p := range rec.Ports {
+			proto, _ := parseProtocol(p.Protocol)
+			de.named[p.Name] = mapstate.NamedPort{Port: p.Port, Protocol: proto}
+		}
+	}
+	return de
 }
 
 func cloneAllocator(a *identity.Allocator) (*identity.Allocator, error) {
