@@ -253,8 +253,8 @@ type computer struct {
 
 func newComputer(in *Input) *computer {
 	c := &computer{
-		in:        in,
-		prefixes:  newPrefixTable(in.CIDRIdentities),
+		in:         in,
+		prefixes:   newPrefixTable(in.CIDRIdentities),
 		portsByID:  map[identity.Identity]namedPortSet{},
 		allPorts:   namedPortSet{},
 		labelsByID: map[identity.Identity][]labels.Labels{},
