@@ -8,6 +8,9 @@ import (
 	"os"
 	"strings"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -19,8 +22,12 @@ import (
 // from Go, with no agent. Its host-side veths live in a node namespace of its own, so it
 // never touches the agent's.
 type baseline struct {
-	prefix string // of every namespace it makes: <prefix>node, <prefix><n>
-	node   netns.NsHandle
+	prefix   string // of every namespace it makes: <prefix>node, <prefix><n>
+	nodePath string
+	node     netns.NsHandle
+	// empty is a program that passes every packet on, attached by addTCX as Rampart's
+	// two programs are (TCX ingress and egress of the host-side veth).
+	empty  *ebpf.Program
 	h      *netlink.Handle
 	router netip.Addr
 	cidr   netip.Prefix
@@ -29,10 +36,21 @@ type baseline struct {
 
 func newBaseline(prefix string, cidr netip.Prefix) (*baseline, error) {
 	b := &baseline{prefix: prefix, cidr: cidr, router: cidr.Masked().Addr().Next()}
+	empty, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.SchedCLS,
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}, // TCX_NEXT
+		License:      "GPL",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading the baseline's empty program: %w", err)
+	}
+	b.empty = empty
 	path, err := endpoint.CreateNetns(prefix + "node")
 	if err != nil {
+		empty.Close()
 		return nil, fmt.Errorf("baseline node namespace: %w", err)
 	}
+	b.nodePath = path
 	if b.node, err = netns.GetFromPath(path); err != nil {
 		endpoint.DeleteNetns(prefix + "node")
 		return nil, fmt.Errorf("opening baseline node namespace: %w", err)
@@ -59,6 +77,7 @@ func newBaseline(prefix string, cidr netip.Prefix) (*baseline, error) {
 type ep struct {
 	netns  string
 	hostIf string
+	links  []link.Link // addTCX's
 }
 
 // add makes one endpoint: namespace, veth pair with its peer in it, the address, both
@@ -137,9 +156,42 @@ func (b *baseline) add() (e ep, err error) {
 	return e, nil
 }
 
-// delete removes an endpoint: the veth (its peer, route and qdisc go with it), then the
-// namespace.
+// addTCX is add, and then attaches the empty program to the TCX ingress and egress hooks
+// of the host-side veth, as Rampart attaches its programs: the kernel's cost of the
+// objects an agent makes, attach included.
+func (b *baseline) addTCX() (ep, error) {
+	e, err := b.add()
+	if err != nil {
+		return e, err
+	}
+	err = endpoint.Do(b.nodePath, func() error {
+		l, err := net.InterfaceByName(e.hostIf)
+		if err != nil {
+			return err
+		}
+		for _, at := range []ebpf.AttachType{ebpf.AttachTCXEgress, ebpf.AttachTCXIngress} {
+			lk, err := link.AttachTCX(link.TCXOptions{Interface: l.Index, Program: b.empty, Attach: at})
+			if err != nil {
+				return fmt.Errorf("TCX attach: %w", err)
+			}
+			e.links = append(e.links, lk)
+		}
+		return nil
+	})
+	if err != nil {
+		return e, errors.Join(err, b.delete(e))
+	}
+	return e, nil
+}
+
+// delete removes an endpoint: the veth (its peer, route, qdisc and programs go with it),
+// then the namespace.
 func (b *baseline) delete(e ep) error {
+	defer func() {
+		for _, l := range e.links { // already detached with the veth
+			l.Close()
+		}
+	}()
 	var errs []error
 	if l, err := b.h.LinkByName(e.hostIf); err == nil {
 		if err := b.h.LinkDel(l); err != nil {
@@ -154,6 +206,9 @@ func (b *baseline) delete(e ep) error {
 
 // close removes the node namespace and every namespace left under the prefix.
 func (b *baseline) close() error {
+	if b.empty != nil {
+		b.empty.Close()
+	}
 	if b.h != nil {
 		b.h.Close()
 	}

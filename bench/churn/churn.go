@@ -19,7 +19,13 @@ const (
 	MethodCLI        = "cli"         // the rampart binary, one process per change
 	MethodBaseline   = "baseline"    // netlink from Go, no agent
 	MethodBaselineAA = "baseline-aa" // the same again: the A/A control
+	// MethodBaselineTCX is the baseline with two programs attached by TCX, as Rampart
+	// attaches its own: what the kernel costs for everything the agent makes.
+	MethodBaselineTCX = "baseline-tcx"
 )
+
+// Methods lists every method in report order.
+var Methods = []string{MethodAPI, MethodCLI, MethodBaseline, MethodBaselineAA, MethodBaselineTCX}
 
 // Operations.
 const (
@@ -160,7 +166,7 @@ func (r *Report) Find(size int, method, op string) *Series {
 
 // Run measures every size in turn (growing the population between them) and returns the
 // report. It needs root. Whatever it made is removed when it returns, also on error or
-// when ctx is cancelled.
+// when ctx is cancelled; if only that clean-up fails, the report comes with the error.
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.Rounds < 1 || len(cfg.Sizes) == 0 {
 		return nil, errors.New("churn: need rounds >= 1 and a size")
@@ -182,9 +188,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		logf = func(string, ...any) {}
 	}
 
+	complete := false
 	daemons := &benchkit.Daemons{}
 	agent := benchkit.NewAgent(cfg.Rampartd, cfg.Rampart, cfg.Instance, cfg.WorkDir, cfg.PodCIDR)
 	agent.Flags = cfg.AgentFlags
+	// Uninstalling deletes every endpoint: tens of milliseconds each.
+	agent.UninstallTimeout = 10 * time.Minute
 	var base *baseline
 	defer func() {
 		logf("cleaning up (agent --uninstall, baseline namespaces)")
@@ -195,6 +204,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		cerr = errors.Join(cerr, daemons.StopAll())
 		if cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
+		}
+		if !complete {
+			rep = nil
 		}
 	}()
 	if err := agent.Start(ctx, daemons); err != nil {
@@ -246,6 +258,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		rep.Idle = idle
 	}
 	rep.Checks = Evaluate(rep)
+	complete = true
 	return rep, nil
 }
 
@@ -267,6 +280,11 @@ func measure(ctx context.Context, cfg Config, rep *Report, size int, agent *benc
 		return err
 	}
 	baseDel := func(_ context.Context, name string) error { return base.delete(baseEps[name]) }
+	baseAddTCX := func(_ context.Context, name string) error {
+		e, err := base.addTCX()
+		baseEps[name] = e
+		return err
+	}
 	methods := []method{
 		{MethodAPI, func(ctx context.Context, name string) error {
 			_, err := addAPI(ctx, client, name, clientLabels)
@@ -285,6 +303,7 @@ func measure(ctx context.Context, cfg Config, rep *Report, size int, agent *benc
 		}},
 		{MethodBaseline, baseAdd, baseDel},
 		{MethodBaselineAA, baseAdd, baseDel},
+		{MethodBaselineTCX, baseAddTCX, baseDel},
 	}
 	samples := map[string]map[string][]float64{}
 	for _, m := range methods {

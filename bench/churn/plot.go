@@ -2,6 +2,7 @@ package churn
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -26,7 +27,7 @@ func Plot(rep *Report, path string) error {
 		p.X.Label.Text = "endpoints present"
 		p.Y.Label.Text = "ms"
 		w := vg.Points(12)
-		methods := []string{MethodAPI, MethodCLI, MethodBaseline, MethodBaselineAA}
+		methods := Methods
 		top := 0.0
 		for i, m := range methods {
 			vals := make(plotter.Values, len(rep.Sizes))
@@ -42,7 +43,7 @@ func Plot(rep *Report, path string) error {
 			}
 			bars.Color = plotutil.Color(i)
 			bars.LineStyle.Width = 0
-			bars.Offset = w * (vg.Length(i) - 1.5)
+			bars.Offset = w * (vg.Length(i) - vg.Length(len(methods)-1)/2)
 			p.Add(bars)
 			p.Legend.Add(m, bars)
 		}
@@ -77,7 +78,7 @@ func Table(rep *Report) string {
 	fmt.Fprintf(&b, "endpoint churn, %s, kernel %s, %d CPUs, %d rounds per size\n\n", rep.Started.Format("2006-01-02 15:04 MST"), rep.Kernel, rep.CPUs, rep.Rounds)
 	b.WriteString("| endpoints present | method | add p50 ms | add p99 ms | delete p50 ms | delete p99 ms |\n|---|---|---|---|---|---|\n")
 	for _, size := range rep.Sizes {
-		for _, m := range []string{MethodAPI, MethodCLI, MethodBaseline, MethodBaselineAA} {
+		for _, m := range Methods {
 			a, d := rep.Find(size, m, OpAdd), rep.Find(size, m, OpDelete)
 			if a == nil || d == nil {
 				continue
@@ -85,16 +86,17 @@ func Table(rep *Report) string {
 			fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %.1f | %.1f |\n", size, m, a.P50, a.P99, d.P50, d.P99)
 		}
 	}
-	b.WriteString("\n| endpoints present | A/A: baseline-aa / baseline, add p50 | delete p50 | agent CPU ms per change |\n|---|---|---|---|\n")
+	b.WriteString("\n| endpoints present | A/A: baseline-aa / baseline, add p50 | A/A delete p50 | api add p50 - baseline-tcx add p50, ms | agent CPU ms per change |\n|---|---|---|---|---|\n")
 	for _, size := range rep.Sizes {
-		ratio := func(op string) float64 {
-			x, y := rep.Find(size, MethodBaselineAA, op), rep.Find(size, MethodBaseline, op)
-			if x == nil || y == nil || y.P50 == 0 {
-				return 0
+		p50 := func(m, op string) float64 {
+			if s := rep.Find(size, m, op); s != nil {
+				return s.P50
 			}
-			return x.P50 / y.P50
+			return math.NaN()
 		}
-		fmt.Fprintf(&b, "| %d | %.2f | %.2f | %.1f |\n", size, ratio(OpAdd), ratio(OpDelete), rep.AgentCPUPerChange[size])
+		fmt.Fprintf(&b, "| %d | %.2f | %.2f | %.1f | %.1f |\n", size,
+			p50(MethodBaselineAA, OpAdd)/p50(MethodBaseline, OpAdd), p50(MethodBaselineAA, OpDelete)/p50(MethodBaseline, OpDelete),
+			p50(MethodAPI, OpAdd)-p50(MethodBaselineTCX, OpAdd), rep.AgentCPUPerChange[size])
 	}
 	b.WriteString("\n| endpoints present | method | target | value | limit | |\n|---|---|---|---|---|---|\n")
 	for _, c := range rep.Checks {

@@ -86,9 +86,9 @@ func main() {
 	// until that is done, so a second Ctrl-C does not cut the clean-up short.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := churn.Run(ctx, cfg)
-	if err != nil {
-		fail(err)
+	rep, runErr := churn.Run(ctx, cfg)
+	if rep == nil {
+		fail(runErr)
 	}
 	table := churn.Table(rep)
 	base, err := benchkit.WriteReport(*outDir, "churn-"+rep.Started.Format("20060102T150405Z"), rep, table,
@@ -98,6 +98,9 @@ func main() {
 	}
 	fmt.Print(table)
 	fmt.Printf("results: %s.{json,md,png}\n", base)
+	if runErr != nil {
+		fail(runErr) // the clean-up
+	}
 }
 
 func fail(err error) {
