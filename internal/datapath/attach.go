@@ -38,7 +38,7 @@ func netlinkHandle(netnsPath string) (*netlink.Handle, error) {
 		return nil, fmt.Errorf("opening network namespace %s: %w", netnsPath, err)
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE) // links, addresses, routes: one socket, not one per family
 	if err != nil {
 		return nil, fmt.Errorf("opening netlink handle in %s: %w", netnsPath, err)
 	}

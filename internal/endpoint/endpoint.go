@@ -120,7 +120,7 @@ func (n Node) handle() (*netlink.Handle, error) {
 		return nil, fmt.Errorf("opening node network namespace: %w", err)
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE) // links, addresses, routes: one socket, not one per family
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in node network namespace: %w", err)
 	}
@@ -189,7 +189,7 @@ func (n Node) CreateAttached(namespace, name string, ip netip.Addr, attach func(
 		return ep, fmt.Errorf("opening endpoint network namespace: %w", err)
 	}
 	defer podNs.Close()
-	pod, err := netlink.NewHandleAt(podNs)
+	pod, err := netlink.NewHandleAt(podNs, unix.NETLINK_ROUTE)
 	if err != nil {
 		return ep, fmt.Errorf("netlink handle in endpoint network namespace: %w", err)
 	}
