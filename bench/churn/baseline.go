@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/endpoint"
 )
@@ -178,6 +179,34 @@ func (b *baseline) addTCX() (ep, error) {
 		}
 		return nil
 	})
+	if err != nil {
+		return e, errors.Join(err, b.delete(e))
+	}
+	return e, nil
+}
+
+// addClsBPF is add, and then puts the empty program on the clsact qdisc's ingress and
+// egress as tc cls_bpf filters (direct action): the attach Rampart used before TCX.
+func (b *baseline) addClsBPF() (ep, error) {
+	e, err := b.add()
+	if err != nil {
+		return e, err
+	}
+	host, err := b.h.LinkByName(e.hostIf)
+	if err == nil {
+		for _, parent := range []uint32{netlink.HANDLE_MIN_EGRESS, netlink.HANDLE_MIN_INGRESS} {
+			f := &netlink.BpfFilter{
+				FilterAttrs:  netlink.FilterAttrs{LinkIndex: host.Attrs().Index, Parent: parent, Handle: 1, Priority: 1, Protocol: unix.ETH_P_ALL},
+				Fd:           b.empty.FD(),
+				Name:         "empty",
+				DirectAction: true,
+			}
+			if err = b.h.FilterAdd(f); err != nil {
+				err = fmt.Errorf("cls_bpf filter: %w", err)
+				break
+			}
+		}
+	}
 	if err != nil {
 		return e, errors.Join(err, b.delete(e))
 	}

@@ -22,10 +22,13 @@ const (
 	// MethodBaselineTCX is the baseline with two programs attached by TCX, as Rampart
 	// attaches its own: what the kernel costs for everything the agent makes.
 	MethodBaselineTCX = "baseline-tcx"
+	// MethodBaselineClsBPF is the baseline with the two programs as tc cls_bpf filters on
+	// its clsact qdisc instead: the kernel's cost of the attach Rampart used before TCX.
+	MethodBaselineClsBPF = "baseline-clsbpf"
 )
 
 // Methods lists every method in report order.
-var Methods = []string{MethodAPI, MethodCLI, MethodBaseline, MethodBaselineAA, MethodBaselineTCX}
+var Methods = []string{MethodAPI, MethodCLI, MethodBaseline, MethodBaselineAA, MethodBaselineTCX, MethodBaselineClsBPF}
 
 // Operations.
 const (
@@ -285,6 +288,11 @@ func measure(ctx context.Context, cfg Config, rep *Report, size int, agent *benc
 		baseEps[name] = e
 		return err
 	}
+	baseAddClsBPF := func(_ context.Context, name string) error {
+		e, err := base.addClsBPF()
+		baseEps[name] = e
+		return err
+	}
 	methods := []method{
 		{MethodAPI, func(ctx context.Context, name string) error {
 			_, err := addAPI(ctx, client, name, clientLabels)
@@ -304,6 +312,7 @@ func measure(ctx context.Context, cfg Config, rep *Report, size int, agent *benc
 		{MethodBaseline, baseAdd, baseDel},
 		{MethodBaselineAA, baseAdd, baseDel},
 		{MethodBaselineTCX, baseAddTCX, baseDel},
+		{MethodBaselineClsBPF, baseAddClsBPF, baseDel},
 	}
 	samples := map[string]map[string][]float64{}
 	for _, m := range methods {
