@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/internal/endpoint"
 )
 
@@ -33,10 +34,14 @@ type baseline struct {
 	router netip.Addr
 	cidr   netip.Prefix
 	next   uint32
+	// peers is the namespace holding the other ends of the population's veths (populate);
+	// -1 until then.
+	peers   netns.NsHandle
+	present int
 }
 
 func newBaseline(prefix string, cidr netip.Prefix) (*baseline, error) {
-	b := &baseline{prefix: prefix, cidr: cidr, router: cidr.Masked().Addr().Next()}
+	b := &baseline{prefix: prefix, cidr: cidr, router: cidr.Masked().Addr().Next(), node: -1, peers: -1}
 	empty, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:         ebpf.SchedCLS,
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}, // TCX_NEXT
@@ -72,6 +77,43 @@ func newBaseline(prefix string, cidr netip.Prefix) (*baseline, error) {
 		return nil, fmt.Errorf("baseline node lo: %w", err)
 	}
 	return b, nil
+}
+
+// populate grows the baseline node namespace to n endpoints' worth of node-side state, as
+// the agent's node namespace holds for its endpoints: a host-side veth and a /32 route
+// each. The other ends share one namespace (a namespace per endpoint would double the
+// run's thousands of namespaces, and they are not on the path of a change).
+func (b *baseline) populate(n int) error {
+	if !b.peers.IsOpen() {
+		path, err := endpoint.CreateNetns(b.prefix + "peers")
+		if err != nil {
+			return fmt.Errorf("baseline peers namespace: %w", err)
+		}
+		if b.peers, err = netns.GetFromPath(path); err != nil {
+			return err
+		}
+	}
+	for ; b.present < n; b.present++ {
+		host := fmt.Sprintf("rpbp%d", b.present)
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: host}, PeerName: fmt.Sprintf("p%d", b.present), PeerNamespace: netlink.NsFd(int(b.peers))}
+		if err := b.h.LinkAdd(veth); err != nil {
+			return fmt.Errorf("population veth %s: %w", host, err)
+		}
+		l, err := b.h.LinkByName(host)
+		if err != nil {
+			return err
+		}
+		if err := b.h.LinkSetUp(l); err != nil {
+			return err
+		}
+		// Addresses past the churned endpoints' (the first 250 of the range): only routes
+		// of this namespace, which nothing sends to.
+		ip := benchkit.AddAddr(b.cidr.Masked().Addr(), uint32(256+b.present))
+		if err := b.h.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(netip.PrefixFrom(ip, 32)), Scope: netlink.SCOPE_LINK}); err != nil {
+			return fmt.Errorf("population route %v: %w", ip, err)
+		}
+	}
+	return nil
 }
 
 // ep is one baseline endpoint.
@@ -243,6 +285,9 @@ func (b *baseline) close() error {
 	}
 	if b.node.IsOpen() {
 		b.node.Close()
+	}
+	if b.peers.IsOpen() {
+		b.peers.Close()
 	}
 	return removeNamespaces(b.prefix)
 }

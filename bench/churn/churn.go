@@ -245,6 +245,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				logf("population: %d endpoints", present)
 			}
 		}
+		if err := base.populate(size); err != nil {
+			return nil, err
+		}
 		logf("size %d: measuring %d rounds", size, cfg.Rounds)
 		if err := measure(ctx, cfg, rep, size, agent, client, base); err != nil {
 			return nil, err

@@ -101,9 +101,9 @@ func Table(rep *Report) string {
 	}
 	b.WriteString("\n| endpoints present | method | target | value | limit | |\n|---|---|---|---|---|---|\n")
 	for _, c := range rep.Checks {
-		verdict := "pass"
+		verdict := "PASS"
 		if !c.Pass {
-			verdict = "FAIL"
+			verdict = "MISS"
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %.2f | %.2f | %s |\n", c.Size, c.Method, c.What, c.Value, c.Limit, verdict)
 	}

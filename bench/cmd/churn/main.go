@@ -32,12 +32,17 @@ func main() {
 		agentFlags = flag.String("agent-flags", "", "extra rampartd flags, space-separated")
 		outDir     = flag.String("out", "bench/results", "directory for the JSON report, markdown table and PNG plot")
 		workDir    = flag.String("work-dir", "", "directory for the agent's state and socket (default: a temporary one, removed at the end)")
-		replot     = flag.String("replot", "", "only draw the PNG plot of this JSON report again (next to it)")
+		replot     = flag.String("replot", "", "only write the PNG plot and markdown table of this JSON report again (next to it)")
 	)
 	flag.Parse()
 	if *replot != "" {
 		var rep churn.Report
-		if err := benchkit.Replot(*replot, &rep, func(path string) error { return churn.Plot(&rep, path) }); err != nil {
+		if err := benchkit.Replot(*replot, &rep, func(path string) error {
+			if err := os.WriteFile(strings.TrimSuffix(path, ".png")+".md", []byte(churn.Table(&rep)), 0o644); err != nil {
+				return err
+			}
+			return churn.Plot(&rep, path)
+		}); err != nil {
 			fail(err)
 		}
 		return
