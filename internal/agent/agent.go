@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"reflect"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -334,35 +336,72 @@ func (a *Agent) applyOnce(old, new *desired, m *model, force bool) error {
 	if err := a.proxyUpdate(old, new); err != nil {
 		return err
 	}
-	merged := make(map[netip.Prefix]mapstate.IPCacheEntry, len(old.state.IPCache)+len(new.state.IPCache))
-	for p, e := range old.state.IPCache {
-		merged[p] = e
+	// The ipcache: additions and changes before the endpoints, deletions after. Forced
+	// (start, rollback, repair) the whole map is made equal; otherwise only the difference
+	// is written.
+	var removed []netip.Prefix
+	if force {
+		merged := make(map[netip.Prefix]mapstate.IPCacheEntry, len(old.state.IPCache)+len(new.state.IPCache))
+		maps.Copy(merged, old.state.IPCache)
+		maps.Copy(merged, new.state.IPCache)
+		if err := a.dp.ApplyIPCache(merged); err != nil {
+			return fmt.Errorf("ipcache: %w", err)
+		}
+	} else {
+		var upsert map[netip.Prefix]mapstate.IPCacheEntry
+		upsert, removed = ipcacheDiff(old.state.IPCache, new.state.IPCache)
+		if len(upsert) > 0 {
+			if err := a.dp.UpdateIPCache(upsert, nil); err != nil {
+				return fmt.Errorf("ipcache: %w", err)
+			}
+		}
 	}
-	for p, e := range new.state.IPCache {
-		merged[p] = e
-	}
-	if err := a.dp.ApplyIPCache(merged); err != nil {
-		return fmt.Errorf("ipcache: %w", err)
-	}
-	for _, key := range sortedKeys(m.endpoints) {
-		rec := m.endpoints[key]
-		ifindex, ok := a.ifindex[rec.EpID]
-		if !ok {
+	// The endpoints whose identity or policy changed, in key order.
+	var changed []string
+	for key, rec := range m.endpoints {
+		if _, ok := a.ifindex[rec.EpID]; !ok {
 			continue // being added or removed by the caller
 		}
-		id := new.identities[key]
-		pol := new.state.Endpoints[rec.EpID]
-		if !force && old.identities[key] == id && policyEqual(old.state.Endpoints[rec.EpID], pol) {
-			continue
+		if force || old.identities[key] != new.identities[key] || !policyEqual(old.state.Endpoints[rec.EpID], new.state.Endpoints[rec.EpID]) {
+			changed = append(changed, key)
 		}
-		if err := a.dp.ApplyEndpoint(ifindex, EndpointInfo{EpID: rec.EpID, Identity: id}, pol); err != nil {
+	}
+	sort.Strings(changed)
+	for _, key := range changed {
+		rec := m.endpoints[key]
+		info := EndpointInfo{EpID: rec.EpID, Identity: new.identities[key]}
+		if err := a.dp.ApplyEndpoint(a.ifindex[rec.EpID], info, new.state.Endpoints[rec.EpID]); err != nil {
 			return fmt.Errorf("endpoint %s: %w", key, err)
 		}
 	}
-	if err := a.dp.ApplyIPCache(new.state.IPCache); err != nil {
-		return fmt.Errorf("ipcache: %w", err)
+	if force {
+		if err := a.dp.ApplyIPCache(new.state.IPCache); err != nil {
+			return fmt.Errorf("ipcache: %w", err)
+		}
+	} else if len(removed) > 0 {
+		if err := a.dp.UpdateIPCache(nil, removed); err != nil {
+			return fmt.Errorf("ipcache: %w", err)
+		}
 	}
 	return a.applySendSide(m, old, new)
+}
+
+// ipcacheDiff returns the entries of new that old lacks or holds otherwise, and the
+// prefixes of old that new lacks.
+func ipcacheDiff(old, new map[netip.Prefix]mapstate.IPCacheEntry) (map[netip.Prefix]mapstate.IPCacheEntry, []netip.Prefix) {
+	upsert := map[netip.Prefix]mapstate.IPCacheEntry{}
+	for p, e := range new {
+		if cur, ok := old[p]; !ok || cur != e {
+			upsert[p] = e
+		}
+	}
+	var removed []netip.Prefix
+	for p := range old {
+		if _, ok := new[p]; !ok {
+			removed = append(removed, p)
+		}
+	}
+	return upsert, removed
 }
 
 func policyEqual(a, b mapstate.EndpointPolicy) bool {

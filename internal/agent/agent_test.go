@@ -595,3 +595,27 @@ func TestStateVersion1Migrates(t *testing.T) {
 }
 
 var _ = mapstate.State{}
+
+// endpointKeys keeps the sorted key order across changes without sorting again: after any
+// sequence of adds and deletes it equals a fresh sort.
+func TestEndpointKeysFollowsChanges(t *testing.T) {
+	m := newModel()
+	var prev *desired
+	for step := range 200 {
+		key := fmt.Sprintf("ns%d/ep%d", step%7, (step*37)%23)
+		if _, ok := m.endpoints[key]; ok && step%3 != 0 {
+			delete(m.endpoints, key)
+		} else {
+			m.endpoints[key] = &EndpointRecord{}
+		}
+		keys := endpointKeys(m, prev)
+		if want := sortedKeys(m.endpoints); !reflect.DeepEqual(keys, want) && len(want) > 0 {
+			t.Fatalf("step %d: %v, want %v", step, keys, want)
+		}
+		d := &desired{identities: map[string]identity.Identity{}, keys: keys}
+		for _, k := range keys {
+			d.identities[k] = 1
+		}
+		prev = d
+	}
+}

@@ -72,6 +72,10 @@ func (r *realDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEnt
 	return r.dp.ApplyIPCache(entries)
 }
 
+func (r *realDatapath) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
+	return r.dp.UpdateIPCache(upsert, remove)
+}
+
 // SetupProxy prepares the node namespace for the proxy and sets the proxy listener in the
 // dataplane.
 func (r *realDatapath) SetupProxy(netnsPath string, listen netip.AddrPort) error {

@@ -30,6 +30,8 @@ type Datapath interface {
 	Installed() map[int]uint32
 	// ApplyIPCache makes the ipcache equal to entries.
 	ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error
+	// UpdateIPCache writes upsert's entries, then deletes remove's prefixes.
+	UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error
 	// SetupProxy prepares the node namespace at netnsPath for the L7 proxy and tells the
 	// dataplane where the proxy's transparent listener is. Idempotent.
 	SetupProxy(netnsPath string, listen netip.AddrPort) error

@@ -135,7 +135,7 @@ func (a *Agent) releaseLinks(key string, ifindex int) {
 
 // chooseIP validates a requested address or picks the lowest free one of the pod range.
 func (a *Agent) chooseIP(m *model, want string) (netip.Addr, error) {
-	used := map[netip.Addr]string{}
+	used := make(map[netip.Addr]string, len(m.endpoints))
 	for k, e := range m.endpoints {
 		used[e.IP] = k
 	}

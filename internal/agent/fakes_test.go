@@ -370,6 +370,19 @@ func (d *fakeDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEnt
 	return nil
 }
 
+func (d *fakeDatapath) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ipcache == nil {
+		d.ipcache = map[netip.Prefix]mapstate.IPCacheEntry{}
+	}
+	maps.Copy(d.ipcache, upsert)
+	for _, p := range remove {
+		delete(d.ipcache, p)
+	}
+	return nil
+}
+
 func (d *fakeDatapath) SetupProxy(netnsPath string, listen netip.AddrPort) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/rampartnet/rampart/internal/identity"
@@ -123,6 +124,7 @@ type desired struct {
 	// What the next computation may reuse (see compute).
 	memo    *mapstate.Memo
 	derived map[*EndpointRecord]derivedEndpoint
+	keys    []string // the endpoint keys, sorted
 }
 
 // derivedEndpoint is what compute derives from an endpoint record and its namespace's
@@ -175,15 +177,20 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 	if prev != nil {
 		prevDerived, memo = prev.derived, prev.memo
 	}
+	keys := endpointKeys(m, prev)
 	d = &desired{
 		identities: make(map[string]identity.Identity, len(m.endpoints)),
 		alloc:      alloc,
 		derived:    make(map[*EndpointRecord]derivedEndpoint, len(m.endpoints)),
+		keys:       keys,
 	}
-	byKey := map[string]identity.Identity{} // label set key -> identity
+	// By label set key: its identity, and one map of it that every endpoint with that set
+	// shares in the input (the computation compares shared maps at once).
+	byKey := map[string]identity.Identity{}
+	canon := map[string]labels.Labels{}
 	var used []labels.Labels
 	d.input.Endpoints = make([]mapstate.Endpoint, 0, len(m.endpoints))
-	for _, key := range sortedKeys(m.endpoints) {
+	for _, key := range keys {
 		rec := m.endpoints[key]
 		nsLabels := m.namespaces[rec.Namespace]
 		de, ok := prevDerived[rec]
@@ -195,6 +202,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 		if !ok {
 			id = alloc.ForLabels(de.full)
 			byKey[de.key] = id
+			canon[de.key] = de.full
 			used = append(used, de.full)
 		}
 		d.identities[key] = id
@@ -202,7 +210,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 			ID:         rec.EpID,
 			Namespace:  rec.Namespace,
 			Name:       rec.Name,
-			Labels:     de.full,
+			Labels:     canon[de.key],
 			Identity:   id,
 			IP:         rec.IP,
 			NamedPorts: de.named,
@@ -219,6 +227,30 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 		d.state.Endpoints = map[uint32]mapstate.EndpointPolicy{}
 	}
 	return d, nil
+}
+
+// endpointKeys returns m's endpoint keys sorted: prev's sorted keys that remain, with the
+// new ones merged in, so a change of one endpoint does not sort them all again.
+func endpointKeys(m *model, prev *desired) []string {
+	if prev == nil || prev.keys == nil {
+		return sortedKeys(m.endpoints)
+	}
+	keys := make([]string, 0, len(m.endpoints))
+	for _, k := range prev.keys {
+		if _, ok := m.endpoints[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == len(m.endpoints) {
+		return keys
+	}
+	for k := range m.endpoints {
+		if _, ok := prev.identities[k]; !ok {
+			i, _ := slices.BinarySearch(keys, k)
+			keys = slices.Insert(keys, i, k)
+		}
+	}
+	return keys
 }
 
 func deriveEndpoint(rec *EndpointRecord, nsLabels labels.Labels) derivedEndpoint {

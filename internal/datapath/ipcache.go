@@ -56,6 +56,50 @@ func (d *Datapath) ApplyIPCache(desired map[netip.Prefix]mapstate.IPCacheEntry) 
 	return nil
 }
 
+// UpdateIPCache is ApplyIPCache for a known difference: it writes the entries of upsert
+// that differ from what the map holds, then deletes the prefixes of remove. Its cost
+// follows the difference, not the size of the map.
+func (d *Datapath) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for p, e := range upsert {
+		if !p.IsValid() {
+			return fmt.Errorf("updating ipcache: invalid prefix %v", p)
+		}
+		p = canonicalPrefix(p)
+		if cur, ok := d.ipcache[p]; ok && cur == e {
+			continue
+		}
+		k, err := ipcacheKey(p)
+		if err != nil {
+			return fmt.Errorf("updating ipcache: %w", err)
+		}
+		v := rampartIpcacheValue{Identity: e.Identity, CidrIdentity: e.Secondary, EpId: e.EndpointID}
+		if err := d.objs.Ipcache.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("updating ipcache: writing %v: %w", p, err)
+		}
+		d.ipcache[p] = e
+	}
+	for _, p := range remove {
+		if !p.IsValid() {
+			return fmt.Errorf("updating ipcache: invalid prefix %v", p)
+		}
+		p = canonicalPrefix(p)
+		if _, ok := d.ipcache[p]; !ok {
+			continue
+		}
+		k, err := ipcacheKey(p)
+		if err != nil {
+			return fmt.Errorf("updating ipcache: %w", err)
+		}
+		if err := d.objs.Ipcache.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("updating ipcache: deleting %v: %w", p, err)
+		}
+		delete(d.ipcache, p)
+	}
+	return nil
+}
+
 // InstalledIPCache returns the ipcache entries as last written (or read back on Open).
 func (d *Datapath) InstalledIPCache() map[netip.Prefix]mapstate.IPCacheEntry {
 	d.mu.Lock()

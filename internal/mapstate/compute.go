@@ -269,7 +269,7 @@ func newComputer(in *Input) *computer {
 			c.portsByID[ep.Identity] = set
 			c.endpointIDs = append(c.endpointIDs, ep.Identity)
 		}
-		if sets := c.labelsByID[ep.Identity]; !slices.ContainsFunc(sets, func(l labels.Labels) bool { return maps.Equal(l, ep.Labels) }) {
+		if sets := c.labelsByID[ep.Identity]; !slices.ContainsFunc(sets, func(l labels.Labels) bool { return sameLabels(l, ep.Labels) }) {
 			c.labelsByID[ep.Identity] = append(sets, ep.Labels)
 		}
 		set.add(ep.NamedPorts)
@@ -476,7 +476,7 @@ func ComputeWith(in Input, memo *Memo) (State, *Memo) {
 		me, ok := memoEndpoint{}, false
 		if reuse {
 			me, ok = memo.byID[ep.ID]
-			ok = ok && maps.Equal(me.labels, ep.Labels) && maps.Equal(me.ports, ep.NamedPorts)
+			ok = ok && sameLabels(me.labels, ep.Labels) && maps.Equal(me.ports, ep.NamedPorts)
 		}
 		if !ok {
 			pol := c.endpointPolicy(ep, rules)
@@ -488,6 +488,12 @@ func ComputeWith(in Input, memo *Memo) (State, *Memo) {
 	}
 	sortL7(st.L7)
 	return st, next
+}
+
+// sameLabels compares two label sets, at once when they are one map: callers that give
+// the endpoints of one label set the same map (the agent does) spare the comparison.
+func sameLabels(a, b labels.Labels) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() || maps.Equal(a, b)
 }
 
 // equal compares two environments. The rules are plain data, compared deeply: their count
