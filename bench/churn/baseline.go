@@ -207,13 +207,15 @@ func (b *baseline) addTCX() (ep, error) {
 	if err != nil {
 		return e, err
 	}
+	// The index by a netlink request for the name (net.InterfaceByName lists every link).
+	l, err := b.h.LinkByName(e.hostIf)
+	if err != nil {
+		return e, errors.Join(err, b.delete(e))
+	}
+	// The index is resolved in the calling thread's namespace.
 	err = endpoint.Do(b.nodePath, func() error {
-		l, err := net.InterfaceByName(e.hostIf)
-		if err != nil {
-			return err
-		}
 		for _, at := range []ebpf.AttachType{ebpf.AttachTCXEgress, ebpf.AttachTCXIngress} {
-			lk, err := link.AttachTCX(link.TCXOptions{Interface: l.Index, Program: b.empty, Attach: at})
+			lk, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: b.empty, Attach: at})
 			if err != nil {
 				return fmt.Errorf("TCX attach: %w", err)
 			}
