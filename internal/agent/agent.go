@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,9 +44,10 @@ type Agent struct {
 	cur      *desired
 	ifindex  map[uint32]int // ep id -> host veth ifindex
 	degraded string
-	prox     Proxy     // the L7 proxy, nil until some state has L7 rules (see proxy.go)
-	sets     *setStore // the CIDR set files
-	proxyErr string    // why the proxy could not be started
+	prox     Proxy       // the L7 proxy, nil until some state has L7 rules (see proxy.go)
+	sets     *setStore   // the CIDR set files
+	store    *stateStore // the state directory
+	proxyErr string      // why the proxy could not be started
 	// proxyRouted: the node namespace routes steered packets to the proxy (RouteToProxy).
 	proxyRouted bool
 
@@ -125,6 +129,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.store = newStateStore(cfg.StateDir, st)
 	m, alloc, err := a.restore(st)
 	if err != nil {
 		return nil, err
@@ -173,7 +178,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("re-applying stored CIDR sets: %w", err)
 		}
 	}
-	d, err := a.eng.compute(m, alloc, a.net.Router())
+	d, err := a.eng.compute(m, alloc, a.net.Router(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -238,10 +243,19 @@ func (a *Agent) reattach(rec *EndpointRecord) (int, error) {
 		if derr := a.net.Delete(rec.Namespace, rec.Name); derr != nil {
 			return 0, fmt.Errorf("cleaning up endpoint %s: %w", rec.Key(), derr)
 		}
-		ep, err = a.net.Create(rec.Namespace, rec.Name, rec.IP)
+		var ifindex int
+		_, err = a.net.CreateAttached(rec.Namespace, rec.Name, rec.IP, func(hostIf string) error {
+			var aerr error
+			ifindex, aerr = a.dp.Attach(a.net.NetnsPath(), hostIf)
+			return aerr
+		})
 		if err != nil {
+			if ifindex != 0 {
+				a.releaseLinks(rec.Key(), ifindex)
+			}
 			return 0, fmt.Errorf("recreating endpoint %s: %w", rec.Key(), err)
 		}
+		return ifindex, nil
 	}
 	ifindex, err := a.dp.Attach(a.net.NetnsPath(), ep.HostIfName)
 	if err != nil {
@@ -294,7 +308,7 @@ func (a *Agent) Close() error {
 // Socket returns the path the agent serves on.
 func (a *Agent) Socket() string { return a.cfg.Socket }
 
-// persist writes the model and allocator to the state file.
+// persist writes what changed of the model and allocator to the state directory.
 func (a *Agent) persist(m *model, d *desired) error {
 	st := &stateFile{
 		Version:    stateVersion,
@@ -304,9 +318,6 @@ func (a *Agent) persist(m *model, d *desired) error {
 		NextRuleID: m.nextRuleID,
 		NextEpID:   m.nextEpID,
 	}
-	for _, e := range m.endpoints {
-		st.Endpoints = append(st.Endpoints, e)
-	}
 	for _, p := range m.policies {
 		st.Policies = append(st.Policies, p.rec)
 	}
@@ -315,7 +326,7 @@ func (a *Agent) persist(m *model, d *desired) error {
 		return fmt.Errorf("saving identities: %w", err)
 	}
 	st.Identities = ids
-	if err := saveState(a.cfg.StateDir, st); err != nil {
+	if err := a.store.save(st, m.endpoints); err != nil {
 		return fmt.Errorf("persisting state: %w", err)
 	}
 	return nil
@@ -351,38 +362,79 @@ func (a *Agent) applyOnce(old, new *desired, m *model, force bool) error {
 	if err := a.proxyUpdate(old, new); err != nil {
 		return err
 	}
-	merged := make(map[netip.Prefix]mapstate.IPCacheEntry, len(old.state.IPCache)+len(new.state.IPCache))
-	for p, e := range old.state.IPCache {
-		merged[p] = e
+	// The ipcache: additions and changes before the endpoints, deletions after. Forced
+	// (start, rollback, repair) the whole map is made equal; otherwise only the difference
+	// is written.
+	var removed []netip.Prefix
+	if force {
+		merged := make(map[netip.Prefix]mapstate.IPCacheEntry, len(old.state.IPCache)+len(new.state.IPCache))
+		maps.Copy(merged, old.state.IPCache)
+		maps.Copy(merged, new.state.IPCache)
+		if err := a.dp.ApplyIPCache(merged); err != nil {
+			return fmt.Errorf("ipcache: %w", err)
+		}
+	} else {
+		var upsert map[netip.Prefix]mapstate.IPCacheEntry
+		upsert, removed = ipcacheDiff(old.state.IPCache, new.state.IPCache)
+		if len(upsert) > 0 {
+			if err := a.dp.UpdateIPCache(upsert, nil); err != nil {
+				return fmt.Errorf("ipcache: %w", err)
+			}
+		}
 	}
-	for p, e := range new.state.IPCache {
-		merged[p] = e
-	}
-	if err := a.dp.ApplyIPCache(merged); err != nil {
-		return fmt.Errorf("ipcache: %w", err)
-	}
-	for _, key := range sortedKeys(m.endpoints) {
-		rec := m.endpoints[key]
-		ifindex, ok := a.ifindex[rec.EpID]
-		if !ok {
+	// The endpoints whose identity or policy changed, in key order.
+	var changed []string
+	for key, rec := range m.endpoints {
+		if _, ok := a.ifindex[rec.EpID]; !ok {
 			continue // being added or removed by the caller
 		}
-		id := new.identities[key]
-		pol := new.state.Endpoints[rec.EpID]
-		if !force && old.identities[key] == id && policyEqual(old.state.Endpoints[rec.EpID], pol) {
-			continue
+		if force || old.identities[key] != new.identities[key] || !policyEqual(old.state.Endpoints[rec.EpID], new.state.Endpoints[rec.EpID]) {
+			changed = append(changed, key)
 		}
-		if err := a.dp.ApplyEndpoint(ifindex, EndpointInfo{EpID: rec.EpID, Identity: id, Addr: rec.IP}, pol); err != nil {
+	}
+	sort.Strings(changed)
+	for _, key := range changed {
+		rec := m.endpoints[key]
+		info := EndpointInfo{EpID: rec.EpID, Identity: new.identities[key], Addr: rec.IP}
+		if err := a.dp.ApplyEndpoint(a.ifindex[rec.EpID], info, new.state.Endpoints[rec.EpID]); err != nil {
 			return fmt.Errorf("endpoint %s: %w", key, err)
 		}
 	}
-	if err := a.dp.ApplyIPCache(new.state.IPCache); err != nil {
-		return fmt.Errorf("ipcache: %w", err)
+	if force {
+		if err := a.dp.ApplyIPCache(new.state.IPCache); err != nil {
+			return fmt.Errorf("ipcache: %w", err)
+		}
+	} else if len(removed) > 0 {
+		if err := a.dp.UpdateIPCache(nil, removed); err != nil {
+			return fmt.Errorf("ipcache: %w", err)
+		}
 	}
 	return a.applySendSide(m, old, new)
 }
 
+// ipcacheDiff returns the entries of new that old lacks or holds otherwise, and the
+// prefixes of old that new lacks.
+func ipcacheDiff(old, new map[netip.Prefix]mapstate.IPCacheEntry) (map[netip.Prefix]mapstate.IPCacheEntry, []netip.Prefix) {
+	upsert := map[netip.Prefix]mapstate.IPCacheEntry{}
+	for p, e := range new {
+		if cur, ok := old[p]; !ok || cur != e {
+			upsert[p] = e
+		}
+	}
+	var removed []netip.Prefix
+	for p := range old {
+		if _, ok := new[p]; !ok {
+			removed = append(removed, p)
+		}
+	}
+	return upsert, removed
+}
+
 func policyEqual(a, b mapstate.EndpointPolicy) bool {
+	if a.EnforceIngress == b.EnforceIngress && a.EnforceEgress == b.EnforceEgress &&
+		reflect.ValueOf(a.Entries).UnsafePointer() == reflect.ValueOf(b.Entries).UnsafePointer() {
+		return true // one map: a policy the computation reused
+	}
 	if a.EnforceIngress != b.EnforceIngress || a.EnforceEgress != b.EnforceEgress || len(a.Entries) != len(b.Entries) {
 		return false
 	}
@@ -419,7 +471,7 @@ func (a *Agent) change(mutate func(m *model) error) (*model, *desired, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := a.eng.compute(m, alloc, a.net.Router())
+	d, err := a.eng.compute(m, alloc, a.net.Router(), a.cur)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -456,14 +458,141 @@ func TestStateFileIsAtomicAndComplete(t *testing.T) {
 	if len(st.Endpoints) != 1 || len(st.Policies) != 1 || len(st.Identities) == 0 || st.Namespaces["x"][labels.KeyNamespaceName] != "x" {
 		t.Fatalf("state: %+v", st)
 	}
-	// The state file, the instance lock and the ownership record, no temporary files.
-	entries, _ := os.ReadDir(h.cfg.StateDir)
+	// The state file, the endpoint directory, the instance lock and the ownership record,
+	// no temporary files.
+	if got := dirNames(t, h.cfg.StateDir); got != lockName+" endpoints "+ownedFileName+" state.json" {
+		t.Fatalf("state dir holds %v, want only %s, endpoints, %s and state.json", got, lockName, ownedFileName)
+	}
+	if got := dirNames(t, endpointDir(h.cfg.StateDir)); got != "x_a.json" {
+		t.Fatalf("endpoint dir holds %v, want only x_a.json", got)
+	}
+}
+
+func dirNames(t *testing.T, dir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var names []string
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if strings.Join(names, " ") != lockName+" "+ownedFileName+" state.json" {
-		t.Fatalf("state dir holds %v, want only %s, %s and state.json", names, lockName, ownedFileName)
+	return strings.Join(names, " ")
+}
+
+// An endpoint change writes that endpoint's file and nothing else: not the other
+// endpoints, not state.json when the namespaces, identities and policies stay as they are.
+func TestEndpointChangeWritesOnlyItsOwnState(t *testing.T) {
+	h := newHarness(t)
+	for i := range 20 {
+		h.add("x", fmt.Sprintf("p%d", i), map[string]string{"app": "web"})
+	}
+	if _, err := h.apply("allow.yaml", allowFromX); err != nil {
+		t.Fatal(err)
+	}
+	stat := func(path string) os.FileInfo {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi
+	}
+	before := map[string]os.FileInfo{statePath(h.cfg.StateDir): stat(statePath(h.cfg.StateDir))}
+	for i := range 20 {
+		p := endpointFile(h.cfg.StateDir, "x", fmt.Sprintf("p%d", i))
+		before[p] = stat(p)
+	}
+	h.add("x", "new", map[string]string{"app": "web"})
+	if err := h.a.DeleteEndpoint(context.Background(), "x", "p3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(endpointFile(h.cfg.StateDir, "x", "new")); err != nil {
+		t.Fatalf("the added endpoint has no file: %v", err)
+	}
+	if _, err := os.Stat(endpointFile(h.cfg.StateDir, "x", "p3")); !os.IsNotExist(err) {
+		t.Fatalf("the deleted endpoint's file is still there: %v", err)
+	}
+	for p, fi := range before {
+		if strings.HasSuffix(p, "x_p3.json") {
+			continue
+		}
+		// A rewrite replaces the file (rename): another inode.
+		if now := stat(p); !os.SameFile(fi, now) || !now.ModTime().Equal(fi.ModTime()) {
+			t.Errorf("%s was rewritten by another endpoint's change", p)
+		}
+	}
+	// A new identity (other labels) is node state: state.json changes with it.
+	old, _ := os.ReadFile(statePath(h.cfg.StateDir))
+	h.add("x", "other", map[string]string{"app": "db"})
+	if now, _ := os.ReadFile(statePath(h.cfg.StateDir)); string(now) == string(old) {
+		t.Error("state.json not rewritten for a new identity")
+	}
+	h.restart()
+	eps, _ := h.a.ListEndpoints(context.Background())
+	if len(eps) != 21 {
+		t.Fatalf("after restart: %d endpoints, want 21", len(eps))
+	}
+}
+
+// A version 1 state directory (every endpoint in state.json) is read, and the first save
+// moves its endpoints into their own files.
+func TestStateVersion1Migrates(t *testing.T) {
+	h := newHarness(t)
+	a := h.add("x", "a", map[string]string{"pod": "a"})
+	h.add("y", "b", map[string]string{"pod": "b"})
+	if _, err := h.apply("allow.yaml", allowFromX); err != nil {
+		t.Fatal(err)
+	}
+	h.a.Close()
+	// Rewrite the directory as version 1 had it.
+	st, err := loadState(h.cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Version = 1
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(endpointDir(h.cfg.StateDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(statePath(h.cfg.StateDir), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	h.dp = h.dp.reopen()
+	h.start()
+	got, err := h.a.GetEndpoint(context.Background(), "x", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.IP != a.IP || got.EpID != a.EpID || got.Identity != a.Identity {
+		t.Fatalf("after migration: %+v, want %+v", got, a)
+	}
+	if names := dirNames(t, endpointDir(h.cfg.StateDir)); names != "x_a.json y_b.json" {
+		t.Fatalf("endpoint files after migration: %q", names)
+	}
+	raw, err := os.ReadFile(statePath(h.cfg.StateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v2 struct {
+		Version   int               `json:"version"`
+		Endpoints []json.RawMessage `json:"endpoints"`
+	}
+	if err := json.Unmarshal(raw, &v2); err != nil {
+		t.Fatal(err)
+	}
+	if v2.Version != stateVersion || len(v2.Endpoints) != 0 {
+		t.Fatalf("state.json after migration: version %d with %d endpoints", v2.Version, len(v2.Endpoints))
+	}
+	// An id allocated now does not reuse a stored one.
+	c := h.add("x", "c", map[string]string{"pod": "c"})
+	if c.EpID == a.EpID || c.EpID == got.EpID {
+		t.Fatalf("new endpoint reuses ep id %d", c.EpID)
 	}
 }
 
@@ -509,5 +638,29 @@ func TestEndpointAddressAndHostTraffic(t *testing.T) {
 	h.cfg.HostTraffic = "open"
 	if _, err := New(h.cfg); err == nil || !strings.Contains(err.Error(), `host traffic "open"`) {
 		t.Errorf("bad host traffic mode: %v", err)
+	}
+}
+
+// endpointKeys keeps the sorted key order across changes without sorting again: after any
+// sequence of adds and deletes it equals a fresh sort.
+func TestEndpointKeysFollowsChanges(t *testing.T) {
+	m := newModel()
+	var prev *desired
+	for step := range 200 {
+		key := fmt.Sprintf("ns%d/ep%d", step%7, (step*37)%23)
+		if _, ok := m.endpoints[key]; ok && step%3 != 0 {
+			delete(m.endpoints, key)
+		} else {
+			m.endpoints[key] = &EndpointRecord{}
+		}
+		keys := endpointKeys(m, prev)
+		if want := sortedKeys(m.endpoints); !reflect.DeepEqual(keys, want) && len(want) > 0 {
+			t.Fatalf("step %d: %v, want %v", step, keys, want)
+		}
+		d := &desired{identities: map[string]identity.Identity{}, keys: keys}
+		for _, k := range keys {
+			d.identities[k] = 1
+		}
+		prev = d
 	}
 }

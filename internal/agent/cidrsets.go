@@ -365,7 +365,7 @@ func (a *Agent) changeSets(start time.Time, tm *changeTiming, mutate func(m *mod
 		restoreSets()
 		return nil, err
 	}
-	d, err := a.eng.compute(m, alloc, a.net.Router())
+	d, err := a.eng.compute(m, alloc, a.net.Router(), a.cur)
 	if err != nil {
 		restoreSets()
 		return nil, err

@@ -48,8 +48,8 @@ func (r *realDatapath) Attach(netnsPath, ifname string) (int, error) {
 	return int(idx), nil
 }
 
-func (r *realDatapath) Detach(netnsPath, ifname string) error {
-	return r.dp.Detach(netnsPath, ifname)
+func (r *realDatapath) ReleaseLinks(ifindex int) error {
+	return r.dp.ReleaseLinks(uint32(ifindex))
 }
 
 func (r *realDatapath) ApplyEndpoint(ifindex int, info EndpointInfo, pol mapstate.EndpointPolicy) error {
@@ -70,6 +70,10 @@ func (r *realDatapath) Installed() map[int]uint32 {
 
 func (r *realDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error {
 	return r.dp.ApplyIPCache(entries)
+}
+
+func (r *realDatapath) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
+	return r.dp.UpdateIPCache(upsert, remove)
 }
 
 // SetupProxy prepares the node namespace for the proxy and sets the proxy listener in the

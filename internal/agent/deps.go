@@ -20,7 +20,9 @@ type Datapath interface {
 	// Attach loads (or replaces in place) the tc programs on the host-side veth ifname in
 	// the network namespace at netnsPath and returns its ifindex.
 	Attach(netnsPath, ifname string) (int, error)
-	Detach(netnsPath, ifname string) error
+	// ReleaseLinks forgets the programs of interface ifindex once the interface is deleted
+	// (deleting it removed them).
+	ReleaseLinks(ifindex int) error
 	ApplyEndpoint(ifindex int, info EndpointInfo, pol mapstate.EndpointPolicy) error
 	RemoveEndpoint(ifindex int, epID uint32) error
 	// Installed returns the endpoints in the dataplane (ifindex -> ep id), so a restarted
@@ -28,6 +30,8 @@ type Datapath interface {
 	Installed() map[int]uint32
 	// ApplyIPCache makes the ipcache equal to entries.
 	ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error
+	// UpdateIPCache writes upsert's entries, then deletes remove's prefixes.
+	UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error
 	// SetupProxy prepares the node namespace at netnsPath for the L7 proxy and tells the
 	// dataplane where the proxy's transparent listener is. Idempotent.
 	SetupProxy(netnsPath string, listen netip.AddrPort) error
@@ -175,7 +179,9 @@ type Network interface {
 	NetnsPath() string
 	Router() netip.Addr
 	EndpointNetns(namespace, name string) string
-	Create(namespace, name string, ip netip.Addr) (endpoint.Endpoint, error)
+	// CreateAttached makes an endpoint and runs attach on its host-side veth before the
+	// veth can carry a packet.
+	CreateAttached(namespace, name string, ip netip.Addr, attach func(hostIfName string) error) (endpoint.Endpoint, error)
 	Lookup(namespace, name string, ip netip.Addr) (endpoint.Endpoint, error)
 	Delete(namespace, name string) error
 }
@@ -201,6 +207,9 @@ type Engine struct {
 	Parse    func(source string, data []byte) (*policy.Documents, error)
 	Prefixes func(rules []policy.Rule) []netip.Prefix
 	Compute  func(in mapstate.Input) mapstate.State
+	// computeWith is Compute with a memo of the previous computation
+	// (mapstate.ComputeWith when Compute is the default).
+	computeWith func(in mapstate.Input, memo *mapstate.Memo) (mapstate.State, *mapstate.Memo)
 	// Trace explains a verdict from the same input and state the dataplane got. Rule
 	// references in the result are filled by the agent from RuleID.
 	Trace func(in mapstate.Input, st mapstate.State, q TraceQuery) (api.TraceResult, error)

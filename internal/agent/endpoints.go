@@ -64,7 +64,7 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 	if err != nil {
 		return api.Endpoint{}, err
 	}
-	d, err := a.eng.compute(m, alloc, a.net.Router())
+	d, err := a.eng.compute(m, alloc, a.net.Router(), a.cur)
 	if err != nil {
 		return api.Endpoint{}, err
 	}
@@ -76,24 +76,26 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 	if err := a.net.Delete(rec.Namespace, rec.Name); err != nil {
 		return api.Endpoint{}, fmt.Errorf("clearing leftovers of endpoint %s: %w", key, err)
 	}
-	ep, err := a.net.Create(rec.Namespace, rec.Name, ip)
+	// The programs go on the veth before it can carry a packet, and drop everything
+	// until the endpoint's info is in the map (applyState below).
+	var ifindex int
+	ep, err := a.net.CreateAttached(rec.Namespace, rec.Name, ip, func(hostIf string) error {
+		var aerr error
+		ifindex, aerr = a.dp.Attach(a.net.NetnsPath(), hostIf)
+		return aerr
+	})
 	if err != nil {
+		if ifindex != 0 {
+			a.releaseLinks(key, ifindex)
+		}
 		return api.Endpoint{}, fmt.Errorf("creating endpoint %s: %w", key, err)
 	}
 	rec.HostInterface = ep.HostIfName
 	undo := func() {
 		delete(a.ifindex, epID)
-		if err := a.dp.Detach(a.net.NetnsPath(), ep.HostIfName); err != nil {
-			a.log.Warn("detaching after failed add", "endpoint", key, "error", err)
-		}
-		if err := a.net.Delete(rec.Namespace, rec.Name); err != nil {
+		if err := a.deleteNetwork(rec, ifindex); err != nil {
 			a.log.Warn("deleting after failed add", "endpoint", key, "error", err)
 		}
-	}
-	ifindex, err := a.dp.Attach(a.net.NetnsPath(), ep.HostIfName)
-	if err != nil {
-		undo()
-		return api.Endpoint{}, fmt.Errorf("attaching to endpoint %s: %w", key, err)
 	}
 	a.ifindex[epID] = ifindex
 	if err := a.applyState(a.cur, d, m, false); err != nil {
@@ -110,9 +112,30 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 	return a.endpointView(rec, false), nil
 }
 
+// deleteNetwork deletes an endpoint's veth and namespace, and then the pins of the links of
+// its programs on interface ifindex (0: unknown). If the veth could not be deleted its
+// programs stay attached, dropping everything.
+func (a *Agent) deleteNetwork(rec *EndpointRecord, ifindex int) error {
+	if err := a.net.Delete(rec.Namespace, rec.Name); err != nil {
+		return err
+	}
+	if ifindex != 0 {
+		a.releaseLinks(rec.Key(), ifindex)
+	}
+	return nil
+}
+
+// releaseLinks forgets the programs of a deleted interface; a pin left behind holds a
+// detached link only, which a later attach to the same index replaces.
+func (a *Agent) releaseLinks(key string, ifindex int) {
+	if err := a.dp.ReleaseLinks(ifindex); err != nil {
+		a.log.Warn("releasing the links of a deleted endpoint", "endpoint", key, "error", err)
+	}
+}
+
 // chooseIP validates a requested address or picks the lowest free one of the pod range.
 func (a *Agent) chooseIP(m *model, want string) (netip.Addr, error) {
-	used := map[netip.Addr]string{}
+	used := make(map[netip.Addr]string, len(m.endpoints))
 	for k, e := range m.endpoints {
 		used[e.IP] = k
 	}
@@ -162,23 +185,23 @@ func (a *Agent) DeleteEndpoint(ctx context.Context, namespace, name string) erro
 	if err != nil {
 		return err
 	}
-	d, err := a.eng.compute(m, alloc, a.net.Router())
+	d, err := a.eng.compute(m, alloc, a.net.Router(), a.cur)
 	if err != nil {
 		return err
 	}
 	// The endpoint goes first (its policy entries, programs, veth and namespace), then
 	// the others are updated and its address leaves the ipcache.
 	var errs []error
-	if ifindex, ok := a.ifindex[rec.EpID]; ok {
+	ifindex, attached := a.ifindex[rec.EpID]
+	if attached {
 		if err := a.dp.RemoveEndpoint(ifindex, rec.EpID); err != nil {
 			errs = append(errs, err)
 		}
 		delete(a.ifindex, rec.EpID)
 	}
-	if err := a.dp.Detach(a.net.NetnsPath(), rec.HostInterface); err != nil {
-		a.log.Debug("detaching deleted endpoint", "endpoint", key, "error", err)
-	}
-	if err := a.net.Delete(namespace, name); err != nil {
+	// Deleting the veth removes the programs on it (the endpoint already drops
+	// everything: its info is gone).
+	if err := a.deleteNetwork(rec, ifindex); err != nil {
 		errs = append(errs, err)
 	}
 	if err := a.applyState(a.cur, d, m, false); err != nil {

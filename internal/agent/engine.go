@@ -18,6 +18,12 @@ func (e Engine) withDefaults() (Engine, error) {
 	}
 	if e.Compute == nil {
 		e.Compute = mapstate.Compute
+		e.computeWith = mapstate.ComputeWith
+	} else {
+		compute := e.Compute
+		e.computeWith = func(in mapstate.Input, _ *mapstate.Memo) (mapstate.State, *mapstate.Memo) {
+			return compute(in), nil
+		}
 	}
 	if e.Trace == nil {
 		e.Trace = mapstateTrace

@@ -36,7 +36,19 @@ func (f *fakeNetwork) NetnsPath() string {
 	return "/fake/node"
 }
 
-func (f *fakeNetwork) Create(ns, name string, ip netip.Addr) (endpoint.Endpoint, error) {
+func (f *fakeNetwork) CreateAttached(ns, name string, ip netip.Addr, attach func(string) error) (endpoint.Endpoint, error) {
+	ep, err := f.create(ns, name, ip)
+	if err != nil || attach == nil {
+		return ep, err
+	}
+	if err := attach(ep.HostIfName); err != nil {
+		f.Delete(ns, name)
+		return endpoint.Endpoint{}, err
+	}
+	return ep, nil
+}
+
+func (f *fakeNetwork) create(ns, name string, ip netip.Addr) (endpoint.Endpoint, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failAdd {
@@ -235,10 +247,14 @@ func (d *fakeDatapath) Attach(netnsPath, ifname string) (int, error) {
 	return d.nextIf, nil
 }
 
-func (d *fakeDatapath) Detach(netnsPath, ifname string) error {
+func (d *fakeDatapath) ReleaseLinks(ifindex int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.attached, ifname)
+	for name, idx := range d.attached {
+		if idx == ifindex {
+			delete(d.attached, name)
+		}
+	}
 	return nil
 }
 
@@ -351,6 +367,19 @@ func (d *fakeDatapath) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEnt
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ipcache = maps.Clone(entries)
+	return nil
+}
+
+func (d *fakeDatapath) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ipcache == nil {
+		d.ipcache = map[netip.Prefix]mapstate.IPCacheEntry{}
+	}
+	maps.Copy(d.ipcache, upsert)
+	for _, p := range remove {
+		delete(d.ipcache, p)
+	}
 	return nil
 }
 

@@ -34,8 +34,8 @@ type identityLabeler struct {
 // publishView rebuilds the decoration snapshot; a.mu must be held.
 func (a *Agent) publishView() {
 	v := &view{
-		byEpID: map[uint32]*EndpointRecord{},
-		byIP:   map[netip.Addr]*EndpointRecord{},
+		byEpID: make(map[uint32]*EndpointRecord, len(a.model.endpoints)),
+		byIP:   make(map[netip.Addr]*EndpointRecord, len(a.model.endpoints)),
 		rules:  map[uint32]api.RuleRef{},
 	}
 	v.ipcache = a.cur.state.IPCache

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/rampartnet/rampart/internal/identity"
@@ -119,6 +120,20 @@ type desired struct {
 	state      mapstate.State
 	identities map[string]identity.Identity // endpoint key -> identity
 	alloc      *identity.Allocator          // the allocator after this computation
+
+	// What the next computation may reuse (see compute).
+	memo    *mapstate.Memo
+	derived map[*EndpointRecord]derivedEndpoint
+	keys    []string // the endpoint keys, sorted
+}
+
+// derivedEndpoint is what compute derives from an endpoint record and its namespace's
+// labels. Records are immutable, so it stays valid while the namespace labels do.
+type derivedEndpoint struct {
+	nsLabels labels.Labels
+	full     labels.Labels // fullLabels
+	key      string        // identity.LabelsKey(full)
+	named    map[string]mapstate.NamedPort
 }
 
 func emptyDesired() *desired {
@@ -131,7 +146,11 @@ func emptyDesired() *desired {
 // compute turns a model into the desired dataplane state. It is pure apart from the copy of
 // the allocator it is given (which it returns in desired.alloc). A panic in the engine is
 // turned into an error: a bug must not take the agent down nor touch the dataplane.
-func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr) (d *desired, err error) {
+//
+// prev (nil: none) is the current state: what it derived per endpoint (labels, identity
+// key, named ports) and the policy computation's memo are reused where unchanged, so a
+// change of one endpoint costs about one endpoint's work beyond a walk over the others.
+func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, prev *desired) (d *desired, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			d, err = nil, fmt.Errorf("computing policy state: internal error: %v", r)
@@ -151,30 +170,50 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr) 
 	for _, p := range prefixes {
 		cidrIDs[p] = alloc.ForCIDR(p)
 	}
-	d = &desired{identities: map[string]identity.Identity{}, alloc: alloc}
+	var (
+		prevDerived map[*EndpointRecord]derivedEndpoint
+		memo        *mapstate.Memo
+	)
+	if prev != nil {
+		prevDerived, memo = prev.derived, prev.memo
+	}
+	keys := endpointKeys(m, prev)
+	d = &desired{
+		identities: make(map[string]identity.Identity, len(m.endpoints)),
+		alloc:      alloc,
+		derived:    make(map[*EndpointRecord]derivedEndpoint, len(m.endpoints)),
+		keys:       keys,
+	}
+	// By label set key: its identity, and one map of it that every endpoint with that set
+	// shares in the input (the computation compares shared maps at once).
+	byKey := map[string]identity.Identity{}
+	canon := map[string]labels.Labels{}
 	var used []labels.Labels
-	for _, key := range sortedKeys(m.endpoints) {
+	d.input.Endpoints = make([]mapstate.Endpoint, 0, len(m.endpoints))
+	for _, key := range keys {
 		rec := m.endpoints[key]
-		full := fullLabels(rec, m.namespaces[rec.Namespace])
-		id := alloc.ForLabels(full)
-		used = append(used, full)
-		d.identities[key] = id
-		var named map[string]mapstate.NamedPort
-		if len(rec.Ports) > 0 {
-			named = make(map[string]mapstate.NamedPort, len(rec.Ports))
-			for _, p := range rec.Ports {
-				proto, _ := parseProtocol(p.Protocol)
-				named[p.Name] = mapstate.NamedPort{Port: p.Port, Protocol: proto}
-			}
+		nsLabels := m.namespaces[rec.Namespace]
+		de, ok := prevDerived[rec]
+		if !ok || !maps.Equal(de.nsLabels, nsLabels) {
+			de = deriveEndpoint(rec, nsLabels)
 		}
+		d.derived[rec] = de
+		id, ok := byKey[de.key]
+		if !ok {
+			id = alloc.ForLabels(de.full)
+			byKey[de.key] = id
+			canon[de.key] = de.full
+			used = append(used, de.full)
+		}
+		d.identities[key] = id
 		d.input.Endpoints = append(d.input.Endpoints, mapstate.Endpoint{
 			ID:         rec.EpID,
 			Namespace:  rec.Namespace,
 			Name:       rec.Name,
-			Labels:     full,
+			Labels:     canon[de.key],
 			Identity:   id,
 			IP:         rec.IP,
-			NamedPorts: named,
+			NamedPorts: de.named,
 		})
 	}
 	alloc.Retain(used, prefixes)
@@ -184,11 +223,48 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr) 
 	d.input.CIDRIdentities = cidrIDs
 	d.input.RulePolicies = refs
 	d.input.CIDRSets = setIndexes(m.cidrsets)
-	d.state = e.Compute(d.input)
+	d.state, d.memo = e.computeWith(d.input, memo)
 	if d.state.Endpoints == nil {
 		d.state.Endpoints = map[uint32]mapstate.EndpointPolicy{}
 	}
 	return d, nil
+}
+
+// endpointKeys returns m's endpoint keys sorted: prev's sorted keys that remain, with the
+// new ones merged in, so a change of one endpoint does not sort them all again.
+func endpointKeys(m *model, prev *desired) []string {
+	if prev == nil || prev.keys == nil {
+		return sortedKeys(m.endpoints)
+	}
+	keys := make([]string, 0, len(m.endpoints))
+	for _, k := range prev.keys {
+		if _, ok := m.endpoints[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == len(m.endpoints) {
+		return keys
+	}
+	for k := range m.endpoints {
+		if _, ok := prev.identities[k]; !ok {
+			i, _ := slices.BinarySearch(keys, k)
+			keys = slices.Insert(keys, i, k)
+		}
+	}
+	return keys
+}
+
+func deriveEndpoint(rec *EndpointRecord, nsLabels labels.Labels) derivedEndpoint {
+	de := derivedEndpoint{nsLabels: nsLabels, full: fullLabels(rec, nsLabels)}
+	de.key = identity.LabelsKey(de.full)
+	if len(rec.Ports) > 0 {
+		de.named = make(map[string]mapstate.NamedPort, len(rec.Ports))
+		for _, p := range rec.Ports {
+			proto, _ := parseProtocol(p.Protocol)
+			de.named[p.Name] = mapstate.NamedPort{Port: p.Port, Protocol: proto}
+		}
+	}
+	return de
 }
 
 func cloneAllocator(a *identity.Allocator) (*identity.Allocator, error) {

@@ -86,41 +86,13 @@ func (o *owned) save() error {
 	if err != nil {
 		return fmt.Errorf("encoding ownership record: %w", err)
 	}
-	if err := writeFileAtomic(o.StateDir, ownedFileName, append(b, '\n')); err != nil {
+	if err := writeFileAtomic(ownedPath(o.StateDir), append(b, '\n')); err != nil {
+		return fmt.Errorf("saving ownership record: %w", err)
+	}
+	if err := syncDir(o.StateDir); err != nil {
 		return fmt.Errorf("saving ownership record: %w", err)
 	}
 	return nil
-}
-
-// writeFileAtomic replaces dir/name with data: a temporary file in dir, fsync, rename,
-// fsync of dir. A crash leaves the old or the new file, never a torn one.
-func writeFileAtomic(dir, name string, data []byte) error {
-	f, err := os.CreateTemp(dir, name+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // missingDirs returns path and those of its parents that do not exist, parents first:
@@ -158,7 +130,7 @@ func absPath(p string) string {
 // subdirs are the instance's own subdirectories (and the proxy's run directory), made
 // when first needed; with host, the pin directory's too.
 func (cfg Config) subdirs(host bool) []string {
-	d := []string{setDir(cfg.StateDir), cfg.proxyRunDir()}
+	d := []string{endpointDir(cfg.StateDir), setDir(cfg.StateDir), cfg.proxyRunDir()}
 	if host {
 		d = append(d, filepath.Join(cfg.BPFDir, datapath.LinkPinDir))
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,14 +9,20 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
+// The state directory holds state.json (namespaces, policies, identities, counters) and
+// one file per endpoint under endpoints/, so that an endpoint change writes one small file
+// and not the whole node. Version 1 kept the endpoints in state.json; loadState still reads
+// that, and the first save moves them into their own files.
 const (
-	stateFileName = "state.json"
-	stateVersion  = 1
+	stateFileName   = "state.json"
+	stateVersion    = 2
+	endpointDirName = "endpoints"
 )
 
 // EndpointRecord is an endpoint as persisted. Records are never modified once they are in a
@@ -55,55 +62,221 @@ type PolicyRecord struct {
 // Key matches policy.Policy.Key.
 func (p *PolicyRecord) Key() string { return string(p.Kind) + "/" + p.Namespace + "/" + p.Name }
 
-// stateFile is the JSON document in the state directory.
+// stateFile is the JSON document in the state directory. Endpoints is empty in the file
+// (version 2) and filled by loadState from the endpoint files (and from a version 1 file).
 type stateFile struct {
 	Version    int                      `json:"version"`
 	Instance   string                   `json:"instance"`
 	PodCIDR    netip.Prefix             `json:"podCIDR"`
 	Namespaces map[string]labels.Labels `json:"namespaces"`
-	Endpoints  []*EndpointRecord        `json:"endpoints"`
+	Endpoints  []*EndpointRecord        `json:"endpoints,omitempty"`
 	Policies   []*PolicyRecord          `json:"policies"`
 	NextRuleID uint32                   `json:"nextRuleID"`
 	NextEpID   uint32                   `json:"nextEpID"`
 	Identities json.RawMessage          `json:"identities"`
+
+	fromFiles map[string]bool // endpoints loaded from their own files, by key
 }
 
 func statePath(dir string) string { return filepath.Join(dir, stateFileName) }
 
-// loadState reads the state file; a missing file is an empty state.
-func loadState(dir string) (*stateFile, error) {
-	b, err := os.ReadFile(statePath(dir))
-	if errors.Is(err, os.ErrNotExist) {
-		return &stateFile{Version: stateVersion}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading state: %w", err)
-	}
-	var st stateFile
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("decoding state %s: %w", statePath(dir), err)
-	}
-	if st.Version != stateVersion {
-		return nil, fmt.Errorf("state %s: version %d, want %d", statePath(dir), st.Version, stateVersion)
-	}
-	return &st, nil
+func endpointDir(dir string) string { return filepath.Join(dir, endpointDirName) }
+
+// endpointFile is the file of endpoint namespace/name: namespaces are DNS labels and
+// names DNS subdomains, so "_" cannot occur in either and the name is unambiguous.
+func endpointFile(dir, namespace, name string) string {
+	return filepath.Join(endpointDir(dir), namespace+"_"+name+".json")
 }
 
-// saveState writes the state atomically: a temporary file in the same directory, fsync,
-// rename over the old file, fsync of the directory. A crash leaves the old or the new state,
-// never a torn one.
-func saveState(dir string, st *stateFile) error {
-	sort.Slice(st.Endpoints, func(i, j int) bool { return st.Endpoints[i].Key() < st.Endpoints[j].Key() })
+// loadState reads the state: state.json (a missing file is an empty state) and the
+// endpoint files. An endpoint in both a version 1 state.json and a file (a crash while
+// the first save moved them) is taken from its file, the newer.
+func loadState(dir string) (*stateFile, error) {
+	st := &stateFile{Version: stateVersion}
+	b, err := os.ReadFile(statePath(dir))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("reading state: %w", err)
+	default:
+		if err := json.Unmarshal(b, st); err != nil {
+			return nil, fmt.Errorf("decoding state %s: %w", statePath(dir), err)
+		}
+		if st.Version != 1 && st.Version != stateVersion {
+			return nil, fmt.Errorf("state %s: version %d, want 1 or %d", statePath(dir), st.Version, stateVersion)
+		}
+		if st.Version == stateVersion && len(st.Endpoints) > 0 {
+			return nil, fmt.Errorf("state %s: version %d holds endpoints, which belong in %s", statePath(dir), st.Version, endpointDir(dir))
+		}
+	}
+	files, err := loadEndpointFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	byKey := make(map[string]*EndpointRecord, len(files)+len(st.Endpoints))
+	for _, e := range st.Endpoints {
+		byKey[e.Key()] = e
+	}
+	st.fromFiles = make(map[string]bool, len(files))
+	for _, e := range files {
+		byKey[e.Key()] = e
+		st.fromFiles[e.Key()] = true
+	}
+	st.Endpoints = st.Endpoints[:0]
+	for _, key := range sortedKeys(byKey) {
+		e := byKey[key]
+		st.Endpoints = append(st.Endpoints, e)
+		// The cursor is saved with state.json, which an endpoint change alone does not
+		// write: keep it past every stored endpoint's id.
+		if e.EpID >= st.NextEpID {
+			st.NextEpID = e.EpID + 1
+		}
+	}
+	return st, nil
+}
+
+// loadEndpointFiles reads every endpoint file; leftover temporary files are removed.
+func loadEndpointFiles(dir string) ([]*EndpointRecord, error) {
+	ents, err := os.ReadDir(endpointDir(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading endpoint state: %w", err)
+	}
+	var out []*EndpointRecord
+	for _, ent := range ents {
+		path := filepath.Join(endpointDir(dir), ent.Name())
+		if strings.HasPrefix(ent.Name(), ".tmp") {
+			os.Remove(path) // a write cut short: the rename never happened
+			continue
+		}
+		if !strings.HasSuffix(ent.Name(), ".json") {
+			return nil, fmt.Errorf("endpoint state %s: not an endpoint file", path)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading endpoint state: %w", err)
+		}
+		var e EndpointRecord
+		if err := json.Unmarshal(b, &e); err != nil {
+			return nil, fmt.Errorf("decoding endpoint state %s: %w", path, err)
+		}
+		if endpointFile(dir, e.Namespace, e.Name) != path {
+			return nil, fmt.Errorf("endpoint state %s: holds endpoint %s", path, e.Key())
+		}
+		out = append(out, &e)
+	}
+	return out, nil
+}
+
+// stateStore writes the state directory, each part only when it changed: the endpoint
+// files of the endpoints whose record changed (records are replaced, never modified, so a
+// pointer comparison finds them) and state.json when its bytes differ from the last
+// written. A change of one endpoint so costs one file, whatever the node holds.
+type stateStore struct {
+	dir     string
+	node    []byte                     // state.json as last written, without the ep id cursor
+	written map[string]*EndpointRecord // endpoint files as last written (or read)
+}
+
+func newStateStore(dir string, loaded *stateFile) *stateStore {
+	s := &stateStore{dir: dir, written: map[string]*EndpointRecord{}}
+	for _, e := range loaded.Endpoints {
+		if loaded.fromFiles[e.Key()] {
+			s.written[e.Key()] = e
+		}
+	}
+	return s
+}
+
+// save makes the directory hold st (its Endpoints are ignored) and eps. Every file is
+// written atomically: a temporary file, fsync, rename over the old one; the directories
+// are synced once at the end. A crash leaves each file old or new, never torn.
+func (s *stateStore) save(st *stateFile, eps map[string]*EndpointRecord) error {
+	st.Version = stateVersion
+	st.Endpoints = nil
 	sort.Slice(st.Policies, func(i, j int) bool { return st.Policies[i].Key() < st.Policies[j].Key() })
-	b, err := json.MarshalIndent(st, "", "  ")
+	node, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	node = append(node, '\n')
+	// The endpoint id cursor moves with every add; alone it is not worth a write of the
+	// node's state: loadState puts it past every stored endpoint's id again.
+	cursor := st.NextEpID
+	st.NextEpID = 0
+	cmp, err := json.Marshal(st)
+	st.NextEpID = cursor
+	if err != nil {
+		return fmt.Errorf("encoding state: %w", err)
+	}
+	if err := os.MkdirAll(endpointDir(s.dir), 0o700); err != nil {
 		return fmt.Errorf("creating state directory: %w", err)
 	}
-	if err := writeFileAtomic(dir, stateFileName, append(b, '\n')); err != nil {
-		return fmt.Errorf("writing state: %w", err)
+	var epChanged bool
+	written := make(map[string]*EndpointRecord, len(eps))
+	for key, e := range eps {
+		if s.written[key] == e {
+			written[key] = e
+			continue
+		}
+		b, err := json.MarshalIndent(e, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encoding endpoint %s: %w", key, err)
+		}
+		if err := writeFileAtomic(endpointFile(s.dir, e.Namespace, e.Name), append(b, '\n')); err != nil {
+			return fmt.Errorf("writing endpoint state: %w", err)
+		}
+		written[key] = e
+		epChanged = true
+	}
+	for key, e := range s.written {
+		if _, ok := eps[key]; ok {
+			continue
+		}
+		if err := os.Remove(endpointFile(s.dir, e.Namespace, e.Name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing endpoint state: %w", err)
+		}
+		epChanged = true
+	}
+	if epChanged {
+		if err := syncDir(endpointDir(s.dir)); err != nil {
+			return err
+		}
+	}
+	s.written = written
+	if !bytes.Equal(cmp, s.node) {
+		if err := writeFileAtomic(statePath(s.dir), node); err != nil {
+			return fmt.Errorf("writing state: %w", err)
+		}
+		if err := syncDir(s.dir); err != nil {
+			return err
+		}
+		s.node = cmp
 	}
 	return nil
+}
+
+// writeFileAtomic replaces path with b: a temporary file in the same directory, fsync,
+// rename. The caller syncs the directory.
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

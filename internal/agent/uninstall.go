@@ -214,18 +214,20 @@ func undoNode(cfg Config, o *owned) []error {
 
 // Files of the instance in its state directory, besides the record and the lock.
 var (
-	// A temporary file of an atomic write (saveState, writeFileAtomic, setStore.write).
+	// A temporary file of an atomic write (stateStore.save, owned.save, setStore.write).
 	tmpFileRE = regexp.MustCompile(`^(` + regexp.QuoteMeta(stateFileName) + `|` + regexp.QuoteMeta(ownedFileName) + `)\.tmp[0-9]+$`)
+	// An endpoint's state file (endpointFile), or a temporary file of its atomic write.
+	endpointFileRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?_[a-z0-9]([-a-z0-9.]*[a-z0-9])?\.json(\.tmp[0-9]+)?$`)
 	// A CIDR set's base, journal or temporary base (cidrsetfile.go).
 	setFileRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(\.set|\.log|\.set\.tmp[0-9]+)$`)
 	// The proxy's run files (internal/proxy: sockets, bootstrap, log and its rotation).
 	proxyRunFiles = []string{"xds.sock", "admin.sock", "envoy.json", "envoy.log", "envoy.log.1"}
 )
 
-// removeStateFiles removes the instance's files from its state directory: the state,
-// temporary files of its atomic writes, the CIDR set files (recognised by name and
-// magic, so a file of someone else's that happens to end in .log stays) and the proxy's
-// run files.
+// removeStateFiles removes the instance's files from its state directory: the state, the
+// endpoint files, temporary files of its atomic writes, the CIDR set files (recognised by
+// name and magic, so a file of someone else's that happens to end in .log stays) and the
+// proxy's run files.
 func removeStateFiles(cfg Config) []error {
 	var errs []error
 	rm := func(p string) {
@@ -238,6 +240,13 @@ func removeStateFiles(cfg Config) []error {
 		for _, e := range ents {
 			if e.Type().IsRegular() && tmpFileRE.MatchString(e.Name()) {
 				rm(filepath.Join(cfg.StateDir, e.Name()))
+			}
+		}
+	}
+	if ents, err := os.ReadDir(endpointDir(cfg.StateDir)); err == nil {
+		for _, e := range ents {
+			if e.Type().IsRegular() && endpointFileRE.MatchString(e.Name()) {
+				rm(filepath.Join(endpointDir(cfg.StateDir), e.Name()))
 			}
 		}
 	}

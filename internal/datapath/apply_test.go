@@ -183,26 +183,64 @@ func TestApplyIPCacheDiff(t *testing.T) {
 		if err := d.ApplyIPCache(want); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
-		got := map[netip.Prefix]mapstate.IPCacheEntry{}
-		var (
-			k rampartIpcacheKey
-			v rampartIpcacheValue
-		)
-		it := d.objs.Ipcache.Iterate()
-		for it.Next(&k, &v) {
-			p, ok := ipcachePrefix(k)
-			if !ok {
-				t.Fatalf("bad key %+v", k)
-			}
-			got[p] = mapstate.IPCacheEntry{Identity: v.Identity, Secondary: v.CidrIdentity}
-		}
-		if err := it.Err(); err != nil {
-			t.Fatal(err)
-		}
-		if !maps.Equal(got, want) {
+		if got := pinnedIPCache(t, d); !maps.Equal(got, want) {
 			t.Errorf("step %d: map %v, want %v", i, got, want)
 		}
 	}
+}
+
+// UpdateIPCache writes a difference: the entries to add or change, then the prefixes to
+// delete; what it is not told about stays.
+func TestUpdateIPCache(t *testing.T) {
+	d := openTest(t, Config{})
+	base := map[netip.Prefix]mapstate.IPCacheEntry{
+		netip.MustParsePrefix("0.0.0.0/0"):      {Identity: identity.World},
+		netip.MustParsePrefix("198.18.0.1/32"):  {Identity: identity.Host},
+		netip.MustParsePrefix("198.18.0.10/32"): {Identity: idA, EndpointID: 3},
+	}
+	if err := d.ApplyIPCache(base); err != nil {
+		t.Fatal(err)
+	}
+	upsert := map[netip.Prefix]mapstate.IPCacheEntry{
+		netip.MustParsePrefix("198.18.0.11/32"): {Identity: idA, EndpointID: 4},
+		netip.MustParsePrefix("198.18.0.1/32"):  {Identity: identity.Host, Secondary: flagged},
+	}
+	if err := d.UpdateIPCache(upsert, []netip.Prefix{netip.MustParsePrefix("198.18.0.10/32"), netip.MustParsePrefix("198.18.0.77/32")}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[netip.Prefix]mapstate.IPCacheEntry{
+		netip.MustParsePrefix("0.0.0.0/0"):      {Identity: identity.World},
+		netip.MustParsePrefix("198.18.0.1/32"):  {Identity: identity.Host, Secondary: flagged},
+		netip.MustParsePrefix("198.18.0.11/32"): {Identity: idA, EndpointID: 4},
+	}
+	if got := pinnedIPCache(t, d); !maps.Equal(got, want) {
+		t.Errorf("map %v, want %v", got, want)
+	}
+	if got := d.InstalledIPCache(); !maps.Equal(got, want) {
+		t.Errorf("datapath copy %v, want %v", got, want)
+	}
+}
+
+// pinnedIPCache reads the ipcache map itself.
+func pinnedIPCache(t *testing.T, d *Datapath) map[netip.Prefix]mapstate.IPCacheEntry {
+	t.Helper()
+	got := map[netip.Prefix]mapstate.IPCacheEntry{}
+	var (
+		k rampartIpcacheKey
+		v rampartIpcacheValue
+	)
+	it := d.objs.Ipcache.Iterate()
+	for it.Next(&k, &v) {
+		p, ok := ipcachePrefix(k)
+		if !ok {
+			t.Fatalf("bad key %+v", k)
+		}
+		got[p] = mapstate.IPCacheEntry{Identity: v.Identity, Secondary: v.CidrIdentity, EndpointID: v.EpId}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // probe is a new flow used to observe the verdict of a policy at one moment.

@@ -38,7 +38,7 @@ func netlinkHandle(netnsPath string) (*netlink.Handle, error) {
 		return nil, fmt.Errorf("opening network namespace %s: %w", netnsPath, err)
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE) // links, addresses, routes: one socket, not one per family
 	if err != nil {
 		return nil, fmt.Errorf("opening netlink handle in %s: %w", netnsPath, err)
 	}
@@ -307,4 +307,23 @@ func (d *Datapath) Detach(netnsPath, ifname string) error {
 		}
 	}
 	return nil
+}
+
+// ReleaseLinks forgets the interface ifindex of the node namespace once it is gone (its
+// endpoint deleted): it removes the pins of its TCX links, which the kernel detached when
+// the interface went. Deleting the interface is how an endpoint's programs are removed:
+// detaching them first would cost two RCU grace periods more, each with the RTNL lock
+// held (kernel/bpf/tcx.c), for nothing. Call it only after the interface is deleted: a
+// link whose interface still exists is detached when its last pin goes.
+func (d *Datapath) ReleaseLinks(ifindex uint32) error {
+	var errs []error
+	for _, dir := range []string{"ingress", "egress"} {
+		if err := os.Remove(d.tcxPin(int(ifindex), dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing link pin: %w", err))
+		}
+	}
+	d.mu.Lock()
+	delete(d.netns, ifindex)
+	d.mu.Unlock()
+	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -335,20 +336,19 @@ func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
 	return nil
 }
 
-// purgeByEndpoint deletes every entry of m whose key belongs to epID.
+// purgeBatch is how many entries purgeByEndpoint reads per system call.
+const purgeBatch = 4096
+
+// purgeByEndpoint deletes every entry of m whose key belongs to epID. It reads the map in
+// batches: the conntrack map holds up to 65,536 entries, and reading them one by one costs
+// two system calls each, on every endpoint delete. Where the kernel cannot batch (or a
+// batch does not fit a hash bucket) it reads them one by one.
 func purgeByEndpoint[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) error {
-	var (
-		k    K
-		v    V
-		keys []K
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if ep(&k) == epID {
-			keys = append(keys, k)
-		}
+	keys, err := batchKeysOf[K, V](m, epID, ep)
+	if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.ENOSPC) {
+		keys, err = iterKeysOf[K, V](m, epID, ep)
 	}
-	if err := it.Err(); err != nil {
+	if err != nil {
 		return fmt.Errorf("listing %s: %w", m, err)
 	}
 	for i := range keys {
@@ -357,6 +357,46 @@ func purgeByEndpoint[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) err
 		}
 	}
 	return nil
+}
+
+// batchKeysOf returns the keys of m that belong to epID, read in batches.
+func batchKeysOf[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) ([]K, error) {
+	var (
+		out    []K
+		cursor ebpf.MapBatchCursor
+		keys   = make([]K, purgeBatch)
+		vals   = make([]V, purgeBatch)
+	)
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			if ep(&keys[i]) == epID {
+				out = append(out, keys[i])
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil // the end
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// iterKeysOf returns the keys of m that belong to epID, read one by one.
+func iterKeysOf[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) ([]K, error) {
+	var (
+		k   K
+		v   V
+		out []K
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if ep(&k) == epID {
+			out = append(out, k)
+		}
+	}
+	return out, it.Err()
 }
 
 // putEndpoint writes the endpoint info of ifindex, and the same info by ep_id (which

@@ -26,30 +26,65 @@ func (d *Datapath) ApplyIPCache(desired map[netip.Prefix]mapstate.IPCacheEntry) 
 		}
 		want[canonicalPrefix(p)] = e
 	}
-	for p, e := range want {
+	var remove []netip.Prefix
+	for p := range d.ipcache {
+		if _, ok := want[p]; !ok {
+			remove = append(remove, p)
+		}
+	}
+	if err := d.updateIPCache(want, remove); err != nil {
+		return fmt.Errorf("applying ipcache: %w", err)
+	}
+	return nil
+}
+
+// UpdateIPCache is ApplyIPCache for a known difference: it writes the entries of upsert
+// that differ from what the map holds, then deletes the prefixes of remove. Its cost
+// follows the difference, not the size of the map.
+func (d *Datapath) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.updateIPCache(upsert, remove); err != nil {
+		return fmt.Errorf("updating ipcache: %w", err)
+	}
+	return nil
+}
+
+// updateIPCache writes upsert's entries that differ from d.ipcache, then deletes remove's
+// prefixes; d.mu must be held.
+func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
+	for p, e := range upsert {
+		if !p.IsValid() {
+			return fmt.Errorf("invalid prefix %v", p)
+		}
+		p = canonicalPrefix(p)
 		if cur, ok := d.ipcache[p]; ok && cur == e {
 			continue
 		}
 		k, err := ipcacheKey(p)
 		if err != nil {
-			return fmt.Errorf("applying ipcache: %w", err)
+			return err
 		}
 		v := rampartIpcacheValue{Identity: e.Identity, CidrIdentity: e.Secondary, EpId: e.EndpointID}
 		if err := d.objs.Ipcache.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("applying ipcache: writing %v: %w", p, err)
+			return fmt.Errorf("writing %v: %w", p, err)
 		}
 		d.ipcache[p] = e
 	}
-	for p := range d.ipcache {
-		if _, ok := want[p]; ok {
+	for _, p := range remove {
+		if !p.IsValid() {
+			return fmt.Errorf("invalid prefix %v", p)
+		}
+		p = canonicalPrefix(p)
+		if _, ok := d.ipcache[p]; !ok {
 			continue
 		}
 		k, err := ipcacheKey(p)
 		if err != nil {
-			return fmt.Errorf("applying ipcache: %w", err)
+			return err
 		}
 		if err := d.objs.Ipcache.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("applying ipcache: deleting %v: %w", p, err)
+			return fmt.Errorf("deleting %v: %w", p, err)
 		}
 		delete(d.ipcache, p)
 	}

@@ -108,7 +108,7 @@ func (n Node) handle() (*netlink.Handle, error) {
 		return nil, fmt.Errorf("opening node network namespace: %w", err)
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE) // links, addresses, routes: one socket, not one per family
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in node network namespace: %w", err)
 	}
@@ -129,6 +129,15 @@ type Endpoint struct {
 // Create makes the endpoint's namespace and veth pair and configures addresses and routes.
 // On error everything created so far is removed.
 func (n Node) Create(namespace, name string, ip netip.Addr) (ep Endpoint, err error) {
+	return n.CreateAttached(namespace, name, ip, nil)
+}
+
+// CreateAttached is Create with attach, which puts the dataplane's programs on the
+// host-side veth (named by its argument), run right after the veth is made, while both its
+// ends are down (a veth has carrier only when both are up) and the endpoint has no route:
+// no packet ever passes the veth before the programs are on it. If attach fails, Create
+// fails and removes everything.
+func (n Node) CreateAttached(namespace, name string, ip netip.Addr, attach func(hostIfName string) error) (ep Endpoint, err error) {
 	if !n.PodCIDR.Contains(ip) || ip == n.Router() {
 		return Endpoint{}, fmt.Errorf("address %v: not a usable address of %v", ip, n.PodCIDR)
 	}
@@ -168,7 +177,7 @@ func (n Node) Create(namespace, name string, ip netip.Addr) (ep Endpoint, err er
 		return ep, fmt.Errorf("opening endpoint network namespace: %w", err)
 	}
 	defer podNs.Close()
-	pod, err := netlink.NewHandleAt(podNs)
+	pod, err := netlink.NewHandleAt(podNs, unix.NETLINK_ROUTE)
 	if err != nil {
 		return ep, fmt.Errorf("netlink handle in endpoint network namespace: %w", err)
 	}
@@ -183,6 +192,11 @@ func (n Node) Create(namespace, name string, ip netip.Addr) (ep Endpoint, err er
 	}
 	if err := node.LinkAdd(veth); err != nil {
 		return ep, fmt.Errorf("creating veth %s: %w", ep.HostIfName, err)
+	}
+	if attach != nil {
+		if err := attach(ep.HostIfName); err != nil {
+			return ep, fmt.Errorf("attaching to %s: %w", ep.HostIfName, err)
+		}
 	}
 	if err := n.configurePod(pod, ep); err != nil {
 		return ep, err

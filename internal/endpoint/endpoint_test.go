@@ -1,8 +1,11 @@
 package endpoint_test
 
 import (
+	"errors"
+	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,16 +87,7 @@ func TestCreateConnectDelete(t *testing.T) {
 	if _, err := netlink.LinkByName(a.HostIfName); err == nil {
 		t.Fatalf("%s found in the root namespace", a.HostIfName)
 	}
-	nodeNs, err := netns.GetFromPath(n.NetnsPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nodeNs.Close()
-	h, err := netlink.NewHandleAt(nodeNs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := nodeHandle(t, n)
 	if l, err := h.LinkByName(a.HostIfName); err != nil || l.Attrs().Index != a.HostIfIndex {
 		t.Fatalf("host veth in node ns: %v %v", l, err)
 	}
@@ -150,4 +144,68 @@ func TestCreateRejectsBadAddress(t *testing.T) {
 	if endpoint.NetnsExists(n.EndpointNetns("x", "bad")) {
 		t.Fatal("failed create left a namespace behind")
 	}
+}
+
+// CreateAttached runs attach while the veth cannot carry a packet: its host side is down
+// and the node has no route to the endpoint. A failed attach fails the create and leaves
+// nothing behind.
+func TestCreateAttachedRunsBeforeTheVethCarriesPackets(t *testing.T) {
+	n := newNode(t)
+	ip := netip.MustParseAddr("198.18.0.20")
+	h := nodeHandle(t, n)
+	calls := 0
+	ep, err := n.CreateAttached("x", "a", ip, func(hostIf string) error {
+		calls++
+		l, err := h.LinkByName(hostIf)
+		if err != nil {
+			return err
+		}
+		if l.Attrs().Flags&net.FlagUp != 0 || l.Attrs().OperState == netlink.OperUp {
+			t.Errorf("attach: %s is up (flags %v, oper %v)", hostIf, l.Attrs().Flags, l.Attrs().OperState)
+		}
+		routes, err := h.RouteGet(ip.AsSlice())
+		if err == nil && len(routes) > 0 && routes[0].LinkIndex == l.Attrs().Index {
+			t.Errorf("attach: the node already routes %v to %s", ip, hostIf)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { n.Delete("x", "a") })
+	if calls != 1 {
+		t.Fatalf("attach called %d times, want 1", calls)
+	}
+	if l, err := h.LinkByName(ep.HostIfName); err != nil || l.Attrs().OperState != netlink.OperUp {
+		t.Fatalf("after create: %s not up (%v)", ep.HostIfName, err)
+	}
+
+	_, err = n.CreateAttached("x", "b", netip.MustParseAddr("198.18.0.21"), func(string) error {
+		return errors.New("injected attach failure")
+	})
+	if err == nil || !strings.Contains(err.Error(), "injected attach failure") {
+		t.Fatalf("create with a failing attach: %v", err)
+	}
+	if endpoint.NetnsExists(n.EndpointNetns("x", "b")) {
+		t.Fatal("failed attach left the namespace behind")
+	}
+	if _, err := h.LinkByName(n.HostIfName("x", "b")); err == nil {
+		t.Fatal("failed attach left the veth behind")
+	}
+}
+
+// nodeHandle is a netlink handle in n's node namespace, closed when the test ends.
+func nodeHandle(t *testing.T, n endpoint.Node) *netlink.Handle {
+	t.Helper()
+	nodeNs, err := netns.GetFromPath(n.NetnsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nodeNs.Close()
+	h, err := netlink.NewHandleAt(nodeNs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
 }

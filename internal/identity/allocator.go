@@ -65,6 +65,10 @@ func (a *Allocator) init() {
 	}
 }
 
+// LabelsKey is an unambiguous encoding of a label set: equal sets, equal keys, and only
+// they. ForLabels allocates one identity per key.
+func LabelsKey(l labels.Labels) string { return labelsKey(l) }
+
 // labelsKey is an unambiguous encoding of a label set. labels.Labels.String is not: values may
 // contain ',' and '=' ("a=b,c=d" could be one label or two).
 func labelsKey(l labels.Labels) string {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sort"
 
 	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
@@ -247,14 +249,18 @@ type computer struct {
 	// identity; allPorts over all endpoints. Egress named ports resolve against the peer's.
 	portsByID map[identity.Identity]namedPortSet
 	allPorts  namedPortSet
+	// labelsByID holds the distinct label sets of the endpoints of each identity: one,
+	// when the identities come from an allocator (an identity stands for a label set).
+	labelsByID map[identity.Identity][]labels.Labels
 }
 
 func newComputer(in *Input) *computer {
 	c := &computer{
-		in:        in,
-		prefixes:  newPrefixTable(in.CIDRIdentities),
-		portsByID: map[identity.Identity]namedPortSet{},
-		allPorts:  namedPortSet{},
+		in:         in,
+		prefixes:   newPrefixTable(in.CIDRIdentities),
+		portsByID:  map[identity.Identity]namedPortSet{},
+		allPorts:   namedPortSet{},
+		labelsByID: map[identity.Identity][]labels.Labels{},
 	}
 	for _, ep := range in.Endpoints {
 		if !validEndpointIdentity(ep.Identity) {
@@ -265,6 +271,9 @@ func newComputer(in *Input) *computer {
 			set = namedPortSet{}
 			c.portsByID[ep.Identity] = set
 			c.endpointIDs = append(c.endpointIDs, ep.Identity)
+		}
+		if sets := c.labelsByID[ep.Identity]; !slices.ContainsFunc(sets, func(l labels.Labels) bool { return sameLabels(l, ep.Labels) }) {
+			c.labelsByID[ep.Identity] = append(sets, ep.Labels)
 		}
 		set.add(ep.NamedPorts)
 		c.allPorts.add(ep.NamedPorts)
@@ -304,9 +313,10 @@ func (c *computer) peerIdentities(r *policy.Rule) []identity.Identity {
 	for _, p := range r.Peers {
 		switch p.Kind {
 		case policy.PeerEndpoints:
-			for _, ep := range c.in.Endpoints {
-				if validEndpointIdentity(ep.Identity) && p.Selector.Matches(ep.Labels) {
-					set[ep.Identity] = true
+			// Match label sets, not endpoints: replicas share theirs.
+			for _, id := range c.endpointIDs {
+				if slices.ContainsFunc(c.labelsByID[id], p.Selector.Matches) {
+					set[id] = true
 				}
 			}
 		case policy.PeerCIDR:
@@ -408,22 +418,93 @@ func (c *computer) entityPeer(entity string, set map[identity.Identity]bool) {
 // L7 rules (so a plain allow that meets a redirect keeps allowing everything, now through
 // the proxy).
 func Compute(in Input) State {
+	st, _ := ComputeWith(in, nil)
+	return st
+}
+
+// Memo is what ComputeWith keeps of one computation to spare the next one work. It is
+// never modified once returned, so an older one stays valid.
+type Memo struct {
+	env  memoEnv
+	byID map[uint32]memoEndpoint
+}
+
+// memoEnv is everything besides the endpoint itself that an endpoint's policy depends
+// on: the rules, the peer identities each selects, the named ports of those identities,
+// the CIDR identities and sets.
+type memoEnv struct {
+	rules     []policy.Rule
+	peers     [][]identity.Identity
+	portsByID map[identity.Identity]namedPortSet
+	allPorts  namedPortSet
+	cidrIDs   map[netip.Prefix]identity.Identity
+	cidrSets  map[string]uint8
+	hostIPs   []netip.Addr
+}
+
+// memoEndpoint is the policy computed for an endpoint, with what it was computed from.
+type memoEndpoint struct {
+	labels labels.Labels
+	ports  map[string]NamedPort
+	pol    EndpointPolicy
+	l7     []L7Rule
+}
+
+// ComputeWith is Compute, reusing what memo (from an earlier ComputeWith; nil: none)
+// computed where nothing it depends on changed, and returns the memo for the next call.
+// When the environment (rules, the identities their peers select and the named ports of
+// those, CIDR identities and sets, host addresses) is as before, an endpoint with the same
+// ID, labels and named ports gets its earlier policy, the same map, without computing it
+// again. So a change of one endpoint that brings no new identity or named port computes
+// one endpoint's policy, not the node's.
+func ComputeWith(in Input, memo *Memo) (State, *Memo) {
 	c := newComputer(&in)
 	rules := make([]preparedRule, len(in.Rules))
+	env := memoEnv{
+		rules: in.Rules, peers: make([][]identity.Identity, len(in.Rules)),
+		portsByID: c.portsByID, allPorts: c.allPorts,
+		cidrIDs: in.CIDRIdentities, cidrSets: in.CIDRSets, hostIPs: in.HostIPs,
+	}
 	for i := range in.Rules {
 		rules[i] = c.prepare(&in.Rules[i])
+		env.peers[i] = rules[i].peers
 	}
+	reuse := memo != nil && memo.env.equal(&env)
+	next := &Memo{env: env, byID: make(map[uint32]memoEndpoint, len(in.Endpoints))}
 	st := State{
 		Endpoints: make(map[uint32]EndpointPolicy, len(in.Endpoints)),
 		IPCache:   c.ipcache(),
 	}
 	for _, ep := range in.Endpoints {
-		pol := c.endpointPolicy(ep, rules)
-		st.Endpoints[ep.ID] = pol
-		st.L7 = append(st.L7, c.l7Rules(ep, rules, pol)...)
+		me, ok := memoEndpoint{}, false
+		if reuse {
+			me, ok = memo.byID[ep.ID]
+			ok = ok && sameLabels(me.labels, ep.Labels) && maps.Equal(me.ports, ep.NamedPorts)
+		}
+		if !ok {
+			pol := c.endpointPolicy(ep, rules)
+			me = memoEndpoint{labels: ep.Labels, ports: ep.NamedPorts, pol: pol, l7: c.l7Rules(ep, rules, pol)}
+		}
+		next.byID[ep.ID] = me
+		st.Endpoints[ep.ID] = me.pol
+		st.L7 = append(st.L7, me.l7...)
 	}
 	sortL7(st.L7)
-	return st
+	return st, next
+}
+
+// sameLabels compares two label sets, at once when they are one map: callers that give
+// the endpoints of one label set the same map (the agent does) spare the comparison.
+func sameLabels(a, b labels.Labels) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() || maps.Equal(a, b)
+}
+
+// equal compares two environments. The rules are plain data, compared deeply: their count
+// does not grow with the endpoints.
+func (e *memoEnv) equal(o *memoEnv) bool {
+	return reflect.DeepEqual(e.rules, o.rules) && reflect.DeepEqual(e.peers, o.peers) &&
+		reflect.DeepEqual(e.portsByID, o.portsByID) && reflect.DeepEqual(e.allPorts, o.allPorts) &&
+		maps.Equal(e.cidrIDs, o.cidrIDs) && maps.Equal(e.cidrSets, o.cidrSets) && slices.Equal(e.hostIPs, o.hostIPs)
 }
 
 // ruleKeys returns a function giving the keys rule pr yields at endpoint ep for a peer

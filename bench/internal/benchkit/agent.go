@@ -30,9 +30,12 @@ type Agent struct {
 	// (and the proxy it runs as its child, which inherits the CPU mask).
 	Wrap []string
 	// Flags are rampartd flags for the agent only (not for --uninstall).
-	Flags     []string
-	proc      *Daemon
-	endpoints map[string]api.Endpoint // by namespace/name
+	Flags []string
+	// UninstallTimeout bounds --uninstall in Stop (0: one minute). An agent with
+	// thousands of endpoints takes longer.
+	UninstallTimeout time.Duration
+	proc             *Daemon
+	endpoints        map[string]api.Endpoint // by namespace/name
 }
 
 // NewAgent describes an agent for instance; its state and socket go into workDir.
@@ -124,9 +127,11 @@ func (a *Agent) Stop() error {
 	if a.proc != nil {
 		errs = append(errs, a.proc.Stop(10*time.Second))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := RunOutput(ctx, time.Minute, func(ctx context.Context) *exec.Cmd {
+	timeout := a.UninstallTimeout
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	if _, err := RunOutput(context.Background(), timeout, func(ctx context.Context) *exec.Cmd {
 		return OwnGroup(exec.CommandContext(ctx, a.Rampartd, append(append([]string{}, a.Args...), "--uninstall")...))
 	}); err != nil {
 		errs = append(errs, fmt.Errorf("uninstalling the benchmark agent: %w", err))
