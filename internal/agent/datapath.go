@@ -154,6 +154,18 @@ func flowFlags(ev datapath.FlowEvent) uint8 {
 	return f
 }
 
+func (r *realDatapath) MapMemory() ([]api.MapMemory, error) {
+	us, err := datapath.MapMemory(r.dp.PinDir())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.MapMemory, len(us))
+	for i, u := range us {
+		out[i] = api.MapMemory(u)
+	}
+	return out, nil
+}
+
 // ReplaceCIDRSets, AddCIDRs, RemoveCIDRs and CIDRSetMembership pass through to the
 // dataplane's CIDR set tables.
 func (r *realDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetStats, error) {

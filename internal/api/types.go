@@ -37,6 +37,35 @@ type Status struct {
 	// SendSide is the send-side L7 verdict's (nil when rampartd runs without
 	// --l7-send-side).
 	SendSide *SendSideStatus `json:"sendSide,omitempty"`
+	// Memory is what the agent and its dataplane hold.
+	Memory *MemoryStatus `json:"memory,omitempty"`
+}
+
+// MemoryStatus is the memory of the agent's BPF maps, as the kernel accounts it, and of
+// the agent process.
+type MemoryStatus struct {
+	// Maps lists every map of the dataplane (pinned in the BPF directory) and the tables
+	// inside its map-in-maps (named OUTER[i]), by name.
+	Maps []MapMemory `json:"maps"`
+	// MapBytes is the sum of Maps' bytes.
+	MapBytes uint64 `json:"mapBytes"`
+	// RSSBytes is the agent's resident memory (VmRSS); mmapped BPF arrays count in it (as
+	// file pages) while it maps them. RSSAnonBytes is its anonymous part (RssAnon: the Go
+	// heap and stacks).
+	RSSBytes     uint64 `json:"rssBytes"`
+	RSSAnonBytes uint64 `json:"rssAnonBytes"`
+}
+
+// MapMemory is one BPF map's memory.
+type MapMemory struct {
+	Name       string `json:"name"`
+	ID         uint32 `json:"id"`
+	Type       string `json:"type"` // the kernel's map type: Array, Hash, LRUHash, LPMTrie...
+	MaxEntries uint32 `json:"maxEntries"`
+	// Bytes is the map's memlock in /proc/PID/fdinfo: exact for arrays and preallocated
+	// hashes; for an LPM trie it counts only its nodes' keys and values (the kernel's real
+	// memory is several times that).
+	Bytes uint64 `json:"bytes"`
 }
 
 // SendSideStatus counts what the send-side L7 verdict did since it was loaded (its

@@ -94,7 +94,7 @@ func TestHeaderConstants(t *testing.T) {
 		"RAMPART_CIDR_SETS":        identity.MaxCIDRSets,
 		"CIDR_MAX_PROBE":           cidrMaxProbe,
 		"CIDR_TOP_ROWS":            cidrTopRows,
-		"RAMPART_CIDR_HOST_SLOTS":  DefaultCIDRHostSlots,
+		"CIDR_HOST_MIN_SLOTS":      MinCIDRHostSlots,
 		"RAMPART_CIDR6_MAX":        DefaultCIDR6MaxEntries,
 	}
 	if cidrSetFirst != identity.FirstCIDRSet || cidrSets != identity.MaxCIDRSets {
