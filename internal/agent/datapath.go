@@ -155,7 +155,9 @@ func flowFlags(ev datapath.FlowEvent) uint8 {
 }
 
 func (r *realDatapath) MapMemory() ([]api.MapMemory, error) {
-	us, err := datapath.MapMemory(r.dp.PinDir())
+	r.side.mu.Lock()
+	us, err := r.dp.MapMemory(r.side.sv)
+	r.side.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +177,7 @@ func (r *realDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetSt
 	}
 	return CIDRSetStats{
 		Prefixes: st.Prefixes, IPv4: st.IPv4, IPv6: st.IPv6, HostEntries: st.HostEntries,
-		MemoryBytes: st.MemoryBytes, Build: st.Build, Write: st.Write,
+		MemoryBytes: st.MemoryBytes, KernelBytes: st.KernelBytes, Build: st.Build, Write: st.Write,
 	}, nil
 }
 

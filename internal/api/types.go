@@ -409,10 +409,15 @@ type CIDRSetLoad struct {
 	TotalPrefixes int `json:"totalPrefixes"`
 	// HostEntries are the addresses of /25../32 IPv4 prefixes in the host table.
 	HostEntries int `json:"hostEntries"`
-	// DataplaneBytes is the memory of the dataplane's set tables (both banks), shared by all
-	// sets; BytesPerPrefix divides it by TotalPrefixes.
-	DataplaneBytes uint64  `json:"dataplaneBytes"`
-	BytesPerPrefix float64 `json:"bytesPerPrefix"`
+	// DataplaneBytes is the memory of the dataplane's set tables, shared by all sets: the
+	// tables in the kernel (KernelBytes: the IPv4 tables of the active bank as the kernel
+	// accounts them, and the IPv6 trie, estimated) and the dataplane's copy of the
+	// prefixes in the agent (8 bytes per IPv4 prefix). BytesPerPrefix and
+	// KernelBytesPerPrefix divide them by TotalPrefixes.
+	DataplaneBytes       uint64  `json:"dataplaneBytes"`
+	BytesPerPrefix       float64 `json:"bytesPerPrefix"`
+	KernelBytes          uint64  `json:"kernelBytes"`
+	KernelBytesPerPrefix float64 `json:"kernelBytesPerPrefix"`
 	// Build: computing the tables; Write: writing them and switching; Agent: the rest of
 	// the request up to the switch and the policy update (sorting, waiting, policy). Total
 	// is from the decoded request to the tables and policy in place, before the files are

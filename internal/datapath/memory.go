@@ -38,9 +38,59 @@ func mapUsage(m *ebpf.Map, name string) MapUsage {
 	return u
 }
 
-// MapMemory returns the memory of every map pinned in pinDir (the dataplane's, and the
-// send-side verdict's when it is loaded) and of the maps inside its map-in-maps, sorted by
-// name. Pins of programs and links are skipped.
+// MapMemory returns the memory of the dataplane's maps: every map pinned in its directory
+// (the send-side verdict's too, when it is loaded), the maps inside its map-in-maps, and the
+// maps its programs (and sv's, when not nil) use without pinning them (the flow cache, the
+// programs' constants, scratch space), sorted by name.
+func (d *Datapath) MapMemory(sv *SockVerdict) ([]MapUsage, error) {
+	out, err := MapMemory(d.pinDir)
+	if err != nil {
+		return nil, err
+	}
+	progs := []*ebpf.Program{d.objs.RampartFromEp, d.objs.RampartToEp}
+	if sv != nil {
+		o := &sv.objs.sockverdictPrograms
+		progs = append(progs, o.SvSockops, o.SvRequest, o.SvResponse)
+	}
+	seen := map[uint32]bool{}
+	for _, u := range out {
+		seen[u.ID] = true
+	}
+	for _, p := range progs {
+		if p == nil {
+			continue
+		}
+		info, err := p.Info()
+		if err != nil {
+			return nil, fmt.Errorf("reading program %s: %w", p, err)
+		}
+		ids, _ := info.MapIDs()
+		for _, id := range ids {
+			if seen[uint32(id)] {
+				continue
+			}
+			seen[uint32(id)] = true
+			m, err := ebpf.NewMapFromID(id)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("opening map %d of program %s: %w", id, p, err)
+			}
+			name := ""
+			if mi, err := m.Info(); err == nil {
+				name = mi.Name
+			}
+			out = append(out, mapUsage(m, name))
+			m.Close()
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// MapMemory returns the memory of every map pinned in pinDir and of the maps inside its
+// map-in-maps, sorted by name. Pins of programs and links are skipped.
 func MapMemory(pinDir string) ([]MapUsage, error) {
 	ents, err := os.ReadDir(pinDir)
 	if err != nil {
