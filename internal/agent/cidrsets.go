@@ -340,6 +340,9 @@ func (a *Agent) changeSets(start time.Time, tm *changeTiming, mutate func(m *mod
 			return fmt.Errorf("loading CIDR sets into the dataplane: %w", err)
 		}
 		stats = &st
+		if st.Prefixes >= releaseAfter || totalPrefixes(old.cidrsets) >= releaseAfter {
+			a.releaseMemory()
+		}
 		return nil
 	}
 	restoreSets := func() {

@@ -3,8 +3,10 @@ package agent
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/rampartnet/rampart/internal/api"
 )
@@ -48,4 +50,37 @@ func processRSS() (rss, anon uint64, err error) {
 		}
 	}
 	return rss, anon, nil
+}
+
+// releaseAfter is the size of a CIDR set change (prefixes of all sets, before or after)
+// after which the agent gives its free heap back to the kernel.
+const releaseAfter = 100_000
+
+var releasing atomic.Bool
+
+// releaseMemory returns the heap a large CIDR set change left behind (the request, sort
+// buffers, the replaced sets' prefixes: hundreds of MiB for ten million prefixes) to the
+// kernel in the background, so that the agent's RSS follows the sets it holds rather than
+// its largest load. Go's scavenger would return it only minutes later. It waits for the
+// change (which holds a.mu) to finish, when nothing refers to the old sets any more. One
+// at a time.
+func (a *Agent) releaseMemory() {
+	if !releasing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer releasing.Store(false)
+		a.mu.Lock()
+		a.mu.Unlock() // only waits for the change in progress to finish
+		debug.FreeOSMemory()
+	}()
+}
+
+// totalPrefixes counts the prefixes of all sets.
+func totalPrefixes(sets map[string]*cidrSet) int {
+	n := 0
+	for _, s := range sets {
+		n += s.prefixes.Len()
+	}
+	return n
 }
