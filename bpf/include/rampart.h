@@ -31,9 +31,10 @@
 #define RAMPART_FRAG_MAX 8192
 #endif
 /* CIDR sets (see cidrset.h). Slots of the smallest IPv4 host table: the agent creates each
- * bank's table at the size its load needs (datapath.Config.CIDRHostSlots bounds it); this
- * is the size of the template the outer map is created with. */
+ * bank's table at the size its load needs (datapath.Config.CIDRHostSlots bounds it), in
+ * buckets of CIDR_HOST_BUCKET slots (one array element each). */
 #define CIDR_HOST_MIN_SLOTS 64
+#define CIDR_HOST_BUCKET 64
 /* Most IPv6 prefixes in all CIDR sets together (LPM trie, allocated as used). */
 #ifndef RAMPART_CIDR6_MAX
 #define RAMPART_CIDR6_MAX 1048576

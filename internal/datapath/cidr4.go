@@ -20,6 +20,8 @@ const (
 	cidrSets     = 32
 	cidrMaxProbe = 32
 	cidrTopRows  = 1 << 24
+	// cidrHostBucket is the number of host table slots per element of its map.
+	cidrHostBucket = 64
 	// cidrTopBits is the longest prefix that goes into the top table.
 	cidrTopBits = 24
 )

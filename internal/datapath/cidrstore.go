@@ -90,7 +90,7 @@ func (s *mapStore) create(kind int, b, entries uint32) ([]byte, error) {
 	if s.maps[kind][b] != nil {
 		return nil, fmt.Errorf("creating %s[%d]: the bank still has one", tableNames[kind], b)
 	}
-	size := fmt.Sprintf("%d entries, %.1f MiB", entries, float64(entries)*8/(1<<20))
+	size := fmt.Sprintf("%d entries, %.1f MiB", entries, float64(entries)*float64(s.inner[kind].ValueSize)/(1<<20))
 	if s.fail != nil {
 		if err := s.fail(tableNames[kind], entries); err != nil {
 			return nil, fmt.Errorf("creating %s[%d] (%s): %w", tableNames[kind], b, size, err)
@@ -127,7 +127,7 @@ func (s *mapStore) newTop(b uint32) ([]uint32, error) {
 }
 
 func (s *mapStore) newHost(b, slots uint32) ([]uint64, error) {
-	mem, err := s.create(tableHost, b, slots)
+	mem, err := s.create(tableHost, b, (slots+cidrHostBucket-1)/cidrHostBucket)
 	if err != nil {
 		return nil, err
 	}
@@ -143,10 +143,10 @@ func (s *mapStore) tables(b uint32) (top []uint32, host []uint64, err error) {
 		top = unsafe.Slice((*uint32)(unsafe.Pointer(&s.mem[tableTop][b][0])), cidrTopRows)
 	}
 	if m := s.maps[tableHost][b]; m != nil {
-		if m.ValueSize() != 8 {
-			return nil, nil, fmt.Errorf("%s[%d] has values of %d bytes, want 8", tableNames[tableHost], b, m.ValueSize())
+		if m.ValueSize() != 8*cidrHostBucket {
+			return nil, nil, fmt.Errorf("%s[%d] has values of %d bytes, want %d", tableNames[tableHost], b, m.ValueSize(), 8*cidrHostBucket)
 		}
-		host = unsafe.Slice((*uint64)(unsafe.Pointer(&s.mem[tableHost][b][0])), m.MaxEntries())
+		host = unsafe.Slice((*uint64)(unsafe.Pointer(&s.mem[tableHost][b][0])), uint64(m.MaxEntries())*cidrHostBucket)
 	}
 	return top, host, nil
 }

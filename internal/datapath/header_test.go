@@ -95,6 +95,7 @@ func TestHeaderConstants(t *testing.T) {
 		"CIDR_MAX_PROBE":           cidrMaxProbe,
 		"CIDR_TOP_ROWS":            cidrTopRows,
 		"CIDR_HOST_MIN_SLOTS":      MinCIDRHostSlots,
+		"CIDR_HOST_BUCKET":         cidrHostBucket,
 		"RAMPART_CIDR6_MAX":        DefaultCIDR6MaxEntries,
 	}
 	if cidrSetFirst != identity.FirstCIDRSet || cidrSets != identity.MaxCIDRSets {

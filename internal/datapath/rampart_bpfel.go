@@ -237,6 +237,7 @@ const (
 	rampartVarCtTimeoutTcpSyn         = "ct_timeout_tcp_syn"
 	rampartVarFlowCacheOffset         = "flow_cache_offset"
 	rampartVarFlowCacheWindow         = "flow_cache_window"
+	rampartVarUnusedCidrHostBucket    = "unused_cidr_host_bucket"
 	rampartVarUnusedFlowEvent         = "unused_flow_event"
 )
 
@@ -321,6 +322,7 @@ type rampartVariableSpecs struct {
 	CtTimeoutTcpSyn         *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_syn"`
 	FlowCacheOffset         *ebpf.VariableSpec `ebpf:"flow_cache_offset"`
 	FlowCacheWindow         *ebpf.VariableSpec `ebpf:"flow_cache_window"`
+	UnusedCidrHostBucket    *ebpf.VariableSpec `ebpf:"unused_cidr_host_bucket"`
 	UnusedFlowEvent         *ebpf.VariableSpec `ebpf:"unused_flow_event"`
 }
 
@@ -399,6 +401,7 @@ type rampartVariables struct {
 	CtTimeoutTcpSyn         *ebpf.Variable `ebpf:"ct_timeout_tcp_syn"`
 	FlowCacheOffset         *ebpf.Variable `ebpf:"flow_cache_offset"`
 	FlowCacheWindow         *ebpf.Variable `ebpf:"flow_cache_window"`
+	UnusedCidrHostBucket    *ebpf.Variable `ebpf:"unused_cidr_host_bucket"`
 	UnusedFlowEvent         *ebpf.Variable `ebpf:"unused_flow_event"`
 }
 
