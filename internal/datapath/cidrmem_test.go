@@ -290,6 +290,23 @@ func TestCIDRTableAllocFailure(t *testing.T) {
 	f.expectDrop("listed address after the failed load", f.udpOut(listed, 53), ReasonPolicyDeny)
 	f.expectPass("the /24 the failed load would have listed", f.udpOut(addr("198.51.100.1"), 53))
 
+	// The top table is made, the host table fails: the top table is freed again.
+	store.fail = func(kind string, entries uint32) error {
+		if kind == "cidr4_host" {
+			return syscall.ENOMEM
+		}
+		return nil
+	}
+	_, err = f.d.ReplaceCIDRSets(map[uint8][]netip.Prefix{2: {netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("192.0.2.9/32")}})
+	if !errors.Is(err, syscall.ENOMEM) {
+		t.Fatalf("load whose host table cannot be made: %v", err)
+	}
+	if got := tableNamesOf(cidrTables(t, f.d)); !slices.Equal(got, before) {
+		t.Errorf("tables after the load that failed half way: %v, want %v", got, before)
+	}
+	f.expectDrop("listed address after the load that failed half way", f.udpOut(listed, 53), ReasonPolicyDeny)
+	store.fail = func(kind string, entries uint32) error { return syscall.ENOMEM }
+
 	// A /24 added in place needs a top table: rebuilt, which fails; the tables in force
 	// still list the address.
 	err = f.d.AddCIDRs(2, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")})

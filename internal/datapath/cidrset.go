@@ -103,7 +103,9 @@ type cidrState struct {
 	// flipped: the banks switched and the inactive bank's tables may still be read by
 	// program runs that started before; wait for an RCU grace period before freeing them.
 	flipped bool
-	last    CIDRSetStats // timings and probe length of the last rebuild
+	// stale[b]: freeing bank b's tables failed part way; the store may still hold some.
+	stale [2]bool
+	last  CIDRSetStats // timings and probe length of the last rebuild
 }
 
 // sizeCIDRMaps checks cfg.CIDRHostSlots (the bound on a host table's size) and sizes the
@@ -205,7 +207,7 @@ func (c *cidrState) close() {
 // freeBank frees bank b's tables (the inactive bank's), after an RCU grace period if the
 // banks switched since the last one.
 func (c *cidrState) freeBank(b uint32) error {
-	if c.t.top[b] == nil && c.t.host[b] == nil {
+	if c.t.top[b] == nil && c.t.host[b] == nil && !c.stale[b] {
 		return nil
 	}
 	if c.flipped {
@@ -215,8 +217,10 @@ func (c *cidrState) freeBank(b uint32) error {
 	atomic.StoreUint32(&c.t.cfg.HostSlots[b], 0)
 	c.t.top[b], c.t.host[b] = nil, nil
 	if err := c.store.free(b); err != nil {
+		c.stale[b] = true // tried again before the bank is used
 		return fmt.Errorf("freeing the CIDR tables of bank %d: %w", b, err)
 	}
+	c.stale[b] = false
 	return nil
 }
 
@@ -344,7 +348,8 @@ func (c *cidrState) prepareBank(sets *[cidrSets][]uint64, p v4Plan) error {
 		host, err = c.store.newHost(bank, p.size)
 	}
 	if err != nil {
-		if ferr := c.store.free(bank); ferr != nil {
+		c.stale[bank] = true // a table may have been made before the failure
+		if ferr := c.freeBank(bank); ferr != nil {
 			err = errors.Join(err, ferr)
 		}
 		return fmt.Errorf("allocating the new CIDR tables (the previous tables stay in force): %w", err)

@@ -252,22 +252,14 @@ func newMemCIDR(t *testing.T, capacity uint32) (*cidrState, *memTrie) {
 type memStore struct {
 	top  [2][]uint32
 	host [2][]uint64
-	// fail, when set, makes table creation fail with its error.
-	fail error
 }
 
 func (s *memStore) newTop(b uint32) ([]uint32, error) {
-	if s.fail != nil {
-		return nil, s.fail
-	}
 	s.top[b] = make([]uint32, cidrTopRows)
 	return s.top[b], nil
 }
 
 func (s *memStore) newHost(b, slots uint32) ([]uint64, error) {
-	if s.fail != nil {
-		return nil, s.fail
-	}
 	s.host[b] = make([]uint64, slots)
 	return s.host[b], nil
 }
