@@ -79,7 +79,7 @@ func TestDaemonMemory(t *testing.T) {
 		t.Helper()
 		out, errs, code := run(bin, sockDir, "status", "-o", "json")
 		var st api.Status
-		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Memory == nil {
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Memory == nil || st.Memory.Error != "" {
 			t.Fatalf("status: exit %d, %q %q", code, out, errs)
 		}
 		return st

@@ -11,20 +11,24 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 )
 
-// memoryStatus reads the dataplane maps' memory (from the kernel) and the agent's RSS.
-func (a *Agent) memoryStatus() (*api.MemoryStatus, error) {
+// memoryStatus reads the dataplane maps' memory (from the kernel) and the agent's RSS. What
+// cannot be read is said in its Error: the rest of the status is worth having anyway.
+func (a *Agent) memoryStatus() *api.MemoryStatus {
+	mem := &api.MemoryStatus{}
+	var errs []string
 	maps, err := a.dp.MapMemory()
 	if err != nil {
-		return nil, fmt.Errorf("reading the dataplane's map memory: %w", err)
+		errs = append(errs, fmt.Sprintf("reading the dataplane's map memory: %v", err))
 	}
-	mem := &api.MemoryStatus{Maps: maps}
+	mem.Maps = maps
 	for _, m := range maps {
 		mem.MapBytes += m.Bytes
 	}
 	if mem.RSSBytes, mem.RSSAnonBytes, err = processRSS(); err != nil {
-		return nil, err
+		errs = append(errs, err.Error())
 	}
-	return mem, nil
+	mem.Error = strings.Join(errs, "; ")
+	return mem
 }
 
 // processRSS returns the agent process's resident memory and its anonymous part (VmRSS

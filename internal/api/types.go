@@ -54,6 +54,8 @@ type MemoryStatus struct {
 	// heap and stacks).
 	RSSBytes     uint64 `json:"rssBytes"`
 	RSSAnonBytes uint64 `json:"rssAnonBytes"`
+	// Error says why the memory could not be read (the rest of the status stands).
+	Error string `json:"error,omitempty"`
 }
 
 // MapMemory is one BPF map's memory.

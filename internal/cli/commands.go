@@ -399,6 +399,9 @@ func (a *app) statusCommand() *cobra.Command {
 			if m := st.Memory; m != nil {
 				fmt.Fprintf(w, "Memory:\tagent RSS %s (anonymous %s); BPF maps %s in %d maps\n",
 					bytesString(m.RSSBytes), bytesString(m.RSSAnonBytes), bytesString(m.MapBytes), len(m.Maps))
+				if m.Error != "" {
+					fmt.Fprintf(w, "Memory error:\t%s\n", m.Error)
+				}
 			}
 			if err := w.Flush(); err != nil {
 				return err

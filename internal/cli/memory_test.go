@@ -80,8 +80,8 @@ func statusJSON(t *testing.T, e *testenv.Env) api.Status {
 	if err := json.Unmarshal([]byte(e.MustCLI("status", "-o", "json")), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Memory == nil {
-		t.Fatal("status has no memory")
+	if st.Memory == nil || st.Memory.Error != "" {
+		t.Fatalf("status memory: %+v", st.Memory)
 	}
 	return st
 }

@@ -101,7 +101,8 @@ func MapMemory(pinDir string) ([]MapUsage, error) {
 		if e.IsDir() {
 			continue
 		}
-		obj, err := pin.Load(filepath.Join(pinDir, e.Name()), &ebpf.LoadPinOptions{ReadOnly: true})
+		// No read-only flag: the kernel refuses it for pins of programs and links (EINVAL).
+		obj, err := pin.Load(filepath.Join(pinDir, e.Name()), nil)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // unpinned meanwhile
 		}
