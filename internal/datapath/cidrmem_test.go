@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -320,4 +321,37 @@ func TestCIDRTableAllocFailure(t *testing.T) {
 		t.Fatalf("load once memory is back: %v", err)
 	}
 	f.expectDrop("the /24 once memory is back", f.udpOut(addr("198.51.100.1"), 53), ReasonPolicyDeny)
+}
+
+// TestCIDRLegacyPinsRemoved: the tables of versions that allocated both banks in full
+// (cidr_banks, cidr_top, cidr_host) are unpinned when a datapath opens the directory, so
+// their hundreds of MiB go once the old programs are replaced; the new maps start empty
+// and take sets.
+func TestCIDRLegacyPinsRemoved(t *testing.T) {
+	dir := newPinDir(t)
+	var pins []string
+	for _, name := range []string{"cidr_banks", "cidr_top", "cidr_host"} {
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 64, Flags: unix.BPF_F_MMAPABLE})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := dir + "/" + name
+		if err := m.Pin(p); err != nil {
+			t.Fatal(err)
+		}
+		m.Close()
+		pins = append(pins, p)
+	}
+	d := openTest(t, Config{PinDir: dir})
+	for _, p := range pins {
+		if _, err := ebpf.LoadPinnedMap(p, nil); err == nil {
+			t.Errorf("legacy pin %s still there after Open", p)
+		}
+	}
+	if _, err := d.ReplaceCIDRSets(map[uint8][]netip.Prefix{1: {netip.MustParsePrefix("192.0.2.0/24")}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := d.CIDRSetMembership(addr("192.0.2.5")); m != 1<<1 {
+		t.Errorf("192.0.2.5 in %b, want set 1", m)
+	}
 }
