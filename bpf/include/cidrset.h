@@ -5,15 +5,20 @@
  * whatever the number of prefixes:
  *
  *   IPv4: top[bank][a >> 8] | host_lookup(bank, a)
- *     top   one u32 per /24 (2^24 rows per bank): prefixes /0../24 are expanded into the
- *           rows they cover;
+ *     top   one u32 per /24 (2^24 rows): prefixes /0../24 are expanded into the rows they
+ *           cover;
  *     host  open-addressing hash table of {addr, mask} slots: prefixes /25../32 expanded
  *           to addresses; linear probing, at most CIDR_MAX_PROBE slots (the agent places
  *           every entry that close to its home slot); a slot of 0 is empty, a slot with an
  *           address and mask 0 is a removed entry that probes continue past.
- *   Two banks of both tables: the agent builds a new content into the inactive bank and
- *   then switches cidr_banks.bank, so a reload never has a moment in which the tables are
- *   half written. Single additions and removals change the active bank in place.
+ *   Each table of each bank is its own array map, reached through the map-in-map arrays
+ *   cidr4_top and cidr4_host (index: the bank), and exists only when the bank's content
+ *   needs it: no top table when no set has a prefix of /24 or shorter, no host table when
+ *   none has a longer one, and the host table sized to its addresses. The agent creates
+ *   the tables of the inactive bank, fills them, then switches cidr4_config.bank, so a
+ *   reload never has a moment in which the tables are half written; after an RCU grace
+ *   period it frees the old bank's tables. Single additions and removals change the
+ *   active bank in place.
  *
  *   IPv6: the LPM trie cidr6 (see struct cidr6_key), one lookup. The IPv6 packet path is
  *   not enforced yet (IPv6 packets are dropped as unsupported), so only the agent reads it.
@@ -33,31 +38,60 @@ struct {
 	__type(key, __u32);
 	__type(value, struct cidr_config);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} cidr_banks SEC(".maps");
+} cidr4_config SEC(".maps");
 
-/* Top table, both banks: u32 row r of bank b is the (b * CIDR_TOP_ROWS + r)-th u32. Rows
- * are packed in pairs into u64 elements because an ARRAY rounds every value up to 8
- * bytes: 2 x 2^24 rows x 4 bytes = 128 MiB. */
-struct {
+/* One bank's top table: u32 row r is the r-th u32. Rows are packed in pairs into u64
+ * elements because an ARRAY rounds every value up to 8 bytes: 2^24 rows x 4 bytes =
+ * 64 MiB. Every top table has this size, so lookups in it are inlined array reads. */
+struct cidr_top_bank {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, CIDR_TOP_ROWS);
+	__uint(max_entries, CIDR_TOP_ROWS / 2);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} cidr_top SEC(".maps");
+};
 
-/* Host table, both banks: slot s of bank b is element b * host_capacity + s, a u64 with
- * the address (host order) in the low 32 bits and the set mask in the high 32 bits. The
- * agent sizes it at load time (max_entries = 2 x Config.CIDRHostSlots). */
+/* The top table of bank b at index b (empty: no set has a prefix of /24 or shorter). */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, 2 * RAMPART_CIDR_HOST_SLOTS);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
 	__type(key, __u32);
-	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} cidr_host SEC(".maps");
+	__array(values, struct cidr_top_bank);
+} cidr4_top SEC(".maps");
+
+/* A bucket of host table slots: slot s of a table is slot[s % CIDR_HOST_BUCKET] of
+ * element s / CIDR_HOST_BUCKET, a u64 with the address (host order) in the low 32 bits and
+ * the set mask in the high 32 bits; through mmap the table is one array of slots. A probe
+ * reads slots within a bucket through one element pointer: a table of variable size
+ * (BPF_F_INNER_MAP) is looked up by a helper call, not inlined, so one call per bucket
+ * rather than per slot. */
+struct cidr_host_bucket {
+	__u64 slot[CIDR_HOST_BUCKET];
+};
+/* A global of the type makes clang emit the bucket's full BTF (a type reached only from an
+ * inner map's definition is emitted as a forward declaration, which has no size). */
+const struct cidr_host_bucket *unused_cidr_host_bucket __attribute__((unused));
+
+/* One bank's host table. The agent creates it with as many buckets as the bank's
+ * addresses need (BPF_F_INNER_MAP: tables of any size can take the place of this
+ * template). */
+struct cidr_host_bank {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE | BPF_F_INNER_MAP);
+	__uint(max_entries, CIDR_HOST_MIN_SLOTS / CIDR_HOST_BUCKET);
+	__type(key, __u32);
+	__type(value, struct cidr_host_bucket);
+};
+
+/* The host table of bank b at index b (empty: no set has a prefix longer than /24). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__array(values, struct cidr_host_bank);
+} cidr4_host SEC(".maps");
 
 /* IPv6 prefixes -> set mask (longest match). */
 struct {
@@ -85,67 +119,71 @@ static __always_inline __u32 cidr_hash(__u32 a, __u32 seed)
 	return x;
 }
 
-struct host_probe {
-	__u32 a;     /* address looked up (host order) */
-	__u32 base;  /* first element of the bank */
-	__u32 slot;  /* next slot to read */
-	__u32 slots; /* table size */
-	__u32 mask;  /* result */
-};
-
-/* host_probe_step reads one slot of the probe sequence (a bpf_loop step). */
-static long host_probe_step(__u64 i, void *arg)
+/* host_lookup returns the set mask of address a (host order, not 0) in the host table
+ * of slots slots (at most CIDR_MAX_PROBE slot reads, one helper call per bucket). */
+static __always_inline __u32 host_lookup(void *table, __u32 a, __u32 slot, __u32 slots)
 {
-	struct host_probe *p = arg;
-	__u32 k = p->base + p->slot;
-	__u64 *sp, v;
+	struct cidr_host_bucket *b;
+	__u32 i, k = slot / CIDR_HOST_BUCKET;
+	__u64 v;
 
-	sp = bpf_map_lookup_elem(&cidr_host, &k);
-	if (!sp)
-		return 1; /* outside the map: a corrupt configuration, nothing found */
-	v = *(volatile __u64 *)sp;
-	if (!v)
-		return 1; /* empty slot: the address has no host entry */
-	if ((__u32)v == p->a) {
-		p->mask = (__u32)(v >> 32);
-		return 1;
+	b = bpf_map_lookup_elem(table, &k);
+	for (i = 0; i < CIDR_MAX_PROBE; i++) {
+		if (!b)
+			return 0; /* outside the table: a corrupt configuration, nothing found */
+		v = *(volatile __u64 *)&b->slot[slot & (CIDR_HOST_BUCKET - 1)];
+		if (!v)
+			return 0; /* empty slot: the address has no host entry */
+		if ((__u32)v == a)
+			return (__u32)(v >> 32);
+		if (++slot >= slots) {
+			slot = 0;
+			k = 0;
+			b = bpf_map_lookup_elem(table, &k);
+		} else if (!(slot & (CIDR_HOST_BUCKET - 1))) {
+			k = slot / CIDR_HOST_BUCKET;
+			b = bpf_map_lookup_elem(table, &k);
+		}
 	}
-	if (++p->slot >= p->slots)
-		p->slot = 0;
 	return 0;
 }
 
 /* cidr_sets4 returns the mask of the CIDR sets containing addr (IPv4, network order):
- * 3 array reads and at most CIDR_MAX_PROBE slot reads. A global function, so the verifier
- * checks it once on its own rather than at every call site, and the probe loop runs
- * through bpf_loop, whose step is checked once rather than per iteration. */
+ * the config, the bank's two tables (map-in-map), a top row and at most CIDR_MAX_PROBE
+ * slot reads. A global function, so the verifier checks it (and its probe loop) once on
+ * its own rather than at every call site. */
 __attribute__((noinline)) __u32 cidr_sets4(__be32 addr)
 {
 	struct cidr_config *cfg;
-	struct host_probe p = { .a = bpf_ntohl(addr) };
-	__u32 zero = 0, bank, idx, mask = 0;
+	__u32 zero = 0, bank, mask = 0, a = bpf_ntohl(addr), slots, slot;
+	void *table;
 	__u64 *top;
 
-	cfg = bpf_map_lookup_elem(&cidr_banks, &zero);
+	cfg = bpf_map_lookup_elem(&cidr4_config, &zero);
 	if (!cfg)
 		return 0;
 	bank = *(volatile __u32 *)&cfg->bank & 1;
 
-	idx = (bank << 24) | (p.a >> 8);
-	top = bpf_map_lookup_elem(&cidr_top, &(__u32){ idx >> 1 });
-	if (top)
-		mask = (__u32)(*(volatile __u64 *)top >> ((idx & 1) * 32));
+	/* The outer maps' keys are copies: bank itself is not address-taken, so it stays a
+	 * bounded register the verifier accepts as an index into cfg's arrays. */
+	table = bpf_map_lookup_elem(&cidr4_top, &(__u32){ bank });
+	if (table) {
+		top = bpf_map_lookup_elem(table, &(__u32){ a >> 9 });
+		if (top)
+			mask = (__u32)(*(volatile __u64 *)top >> (((a >> 8) & 1) * 32));
+	}
 
-	if (p.a == 0)
+	if (a == 0)
 		return mask | *(volatile __u32 *)&cfg->zero_mask[bank];
-	p.slots = *(volatile __u32 *)&cfg->host_slots[bank];
-	if (!p.slots)
+	slots = *(volatile __u32 *)&cfg->host_slots[bank];
+	if (!slots)
 		return mask;
-	p.base = bank * *(volatile __u32 *)&cfg->host_capacity;
+	table = bpf_map_lookup_elem(&cidr4_host, &(__u32){ bank });
+	if (!table)
+		return mask;
 	/* Home slot: the hash scaled to [0, slots) (multiply-shift, no division). */
-	p.slot = (__u32)(((__u64)cidr_hash(p.a, *(volatile __u32 *)&cfg->seed[bank]) * p.slots) >> 32);
-	bpf_loop(CIDR_MAX_PROBE, host_probe_step, &p, 0);
-	return mask | p.mask;
+	slot = (__u32)(((__u64)cidr_hash(a, *(volatile __u32 *)&cfg->seed[bank]) * slots) >> 32);
+	return mask | host_lookup(table, a, slot, slots);
 }
 
 #endif /* __RAMPART_CIDRSET_H */

@@ -30,12 +30,11 @@
 #ifndef RAMPART_FRAG_MAX
 #define RAMPART_FRAG_MAX 8192
 #endif
-/* CIDR sets (see cidrset.h). Slots per bank of the IPv4 host table: the agent sets the real
- * size at load time (datapath.Config.CIDRHostSlots); this default holds 10M+ host entries
- * at load factor 0.5 and costs 2 banks x 8 bytes x slots = 320 MiB. */
-#ifndef RAMPART_CIDR_HOST_SLOTS
-#define RAMPART_CIDR_HOST_SLOTS 20971520
-#endif
+/* CIDR sets (see cidrset.h). Slots of the smallest IPv4 host table: the agent creates each
+ * bank's table at the size its load needs (datapath.Config.CIDRHostSlots bounds it), in
+ * buckets of CIDR_HOST_BUCKET slots (one array element each). */
+#define CIDR_HOST_MIN_SLOTS 64
+#define CIDR_HOST_BUCKET 64
 /* Most IPv6 prefixes in all CIDR sets together (LPM trie, allocated as used). */
 #ifndef RAMPART_CIDR6_MAX
 #define RAMPART_CIDR6_MAX 1048576
@@ -335,11 +334,12 @@ struct flow_event {
 };
 
 /* CIDR sets: which bank of the IPv4 tables is active and how each bank is laid out. One
- * entry (index 0) in the mmapable array cidr_banks, written by the agent through mmap
- * with 4-byte stores: a bank's fields are written before bank switches to it. */
+ * entry (index 0) in the mmapable array cidr4_config, written by the agent through mmap
+ * with 4-byte stores: a bank's fields (and its tables in cidr4_top and cidr4_host) are
+ * written before bank switches to it. */
 struct cidr_config {
 	__u32 bank;          /* active bank, 0 or 1 */
-	__u32 host_capacity; /* slots per bank in cidr_host (bank b starts at b * capacity) */
+	__u32 ready;         /* 1 once the agent set the maps up (0: maps just created) */
 	__u32 host_slots[2]; /* hash table size used in each bank; 0: no host entries */
 	__u32 seed[2];       /* hash seed of each bank */
 	__u32 zero_mask[2];  /* set mask of the host entry 0.0.0.0 (0 marks an empty slot) */

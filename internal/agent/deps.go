@@ -70,6 +70,9 @@ type Datapath interface {
 	// SockStatus returns the send-side verdict's pairs and counters (zero counters while
 	// it is not loaded).
 	SockStatus() (api.SendSideStatus, error)
+
+	// MapMemory returns the memory of the dataplane's maps, by name.
+	MapMemory() ([]api.MapMemory, error)
 }
 
 // SockPair is a pair of local endpoints with L7 rules on Port, and what the send-side

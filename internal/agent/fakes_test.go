@@ -441,6 +441,10 @@ func (d *fakeDatapath) SockStatus() (api.SendSideStatus, error) {
 	return api.SendSideStatus{Pairs: n}, nil
 }
 
+func (d *fakeDatapath) MapMemory() ([]api.MapMemory, error) {
+	return []api.MapMemory{{Name: "fake", Type: "Array", MaxEntries: 1, Bytes: 4096}}, nil
+}
+
 func (d *fakeDatapath) Close() error {
 	d.closeOnce.Do(func() { close(d.closed) })
 	return nil

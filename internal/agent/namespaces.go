@@ -116,6 +116,8 @@ func (a *Agent) ListIdentities(ctx context.Context) ([]api.Identity, error) {
 
 // Status reports the agent's state.
 func (a *Agent) Status(ctx context.Context) (api.Status, error) {
+	// Before the lock: reading the maps' and the process's memory needs no agent state.
+	mem := a.memoryStatus()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	seen, lost := a.flows.stats()
@@ -146,5 +148,6 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		Degraded:   a.degraded,
 		Proxy:      a.proxyStatus(),
 		SendSide:   sendSide,
+		Memory:     mem,
 	}, nil
 }

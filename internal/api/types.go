@@ -39,6 +39,37 @@ type Status struct {
 	// SendSide is the send-side L7 verdict's (nil when rampartd runs without
 	// --l7-send-side).
 	SendSide *SendSideStatus `json:"sendSide,omitempty"`
+	// Memory is what the agent and its dataplane hold.
+	Memory *MemoryStatus `json:"memory,omitempty"`
+}
+
+// MemoryStatus is the memory of the agent's BPF maps, as the kernel accounts it, and of
+// the agent process.
+type MemoryStatus struct {
+	// Maps lists every map of the dataplane (pinned in the BPF directory) and the tables
+	// inside its map-in-maps (named OUTER[i]), by name.
+	Maps []MapMemory `json:"maps"`
+	// MapBytes is the sum of Maps' bytes.
+	MapBytes uint64 `json:"mapBytes"`
+	// RSSBytes is the agent's resident memory (VmRSS); mmapped BPF arrays count in it (as
+	// file pages) while it maps them. RSSAnonBytes is its anonymous part (RssAnon: the Go
+	// heap and stacks).
+	RSSBytes     uint64 `json:"rssBytes"`
+	RSSAnonBytes uint64 `json:"rssAnonBytes"`
+	// Error says why the memory could not be read (the rest of the status stands).
+	Error string `json:"error,omitempty"`
+}
+
+// MapMemory is one BPF map's memory.
+type MapMemory struct {
+	Name       string `json:"name"`
+	ID         uint32 `json:"id"`
+	Type       string `json:"type"` // the kernel's map type: Array, Hash, LRUHash, LPMTrie...
+	MaxEntries uint32 `json:"maxEntries"`
+	// Bytes is the map's memlock in /proc/PID/fdinfo: exact for arrays and preallocated
+	// hashes; for an LPM trie it counts only its nodes' keys and values (the kernel's real
+	// memory is several times that).
+	Bytes uint64 `json:"bytes"`
 }
 
 // SendSideStatus counts what the send-side L7 verdict did since it was loaded (its
@@ -382,10 +413,15 @@ type CIDRSetLoad struct {
 	TotalPrefixes int `json:"totalPrefixes"`
 	// HostEntries are the addresses of /25../32 IPv4 prefixes in the host table.
 	HostEntries int `json:"hostEntries"`
-	// DataplaneBytes is the memory of the dataplane's set tables (both banks), shared by all
-	// sets; BytesPerPrefix divides it by TotalPrefixes.
-	DataplaneBytes uint64  `json:"dataplaneBytes"`
-	BytesPerPrefix float64 `json:"bytesPerPrefix"`
+	// DataplaneBytes is the memory of the dataplane's set tables, shared by all sets: the
+	// tables in the kernel (KernelBytes: the IPv4 tables of the active bank as the kernel
+	// accounts them, and the IPv6 trie, estimated) and the dataplane's copy of the
+	// prefixes in the agent (8 bytes per IPv4 prefix). BytesPerPrefix and
+	// KernelBytesPerPrefix divide them by TotalPrefixes.
+	DataplaneBytes       uint64  `json:"dataplaneBytes"`
+	BytesPerPrefix       float64 `json:"bytesPerPrefix"`
+	KernelBytes          uint64  `json:"kernelBytes"`
+	KernelBytesPerPrefix float64 `json:"kernelBytesPerPrefix"`
 	// Build: computing the tables; Write: writing them and switching; Agent: the rest of
 	// the request up to the switch and the policy update (sorting, waiting, policy). Total
 	// is from the decoded request to the tables and policy in place, before the files are

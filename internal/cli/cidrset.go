@@ -230,9 +230,18 @@ func (a *app) printChange(res api.CIDRSetChange, took, parsed time.Duration) {
 		}
 	}
 	if l := s.LastLoad; l != nil && res.Action != "unchanged" && !res.InPlace {
-		fmt.Fprintf(&b, "; dataplane %s for %d prefixes (%.1f B/prefix)", bytesString(l.DataplaneBytes), l.TotalPrefixes, l.BytesPerPrefix)
+		fmt.Fprintf(&b, "; dataplane %s for %d prefixes (%.1f B/prefix%s)", bytesString(l.DataplaneBytes), l.TotalPrefixes, l.BytesPerPrefix, kernelPart(l))
 	}
 	a.printf("%s\n", b.String())
+}
+
+// kernelPart says what of a load's dataplane memory is in the kernel's tables, e.g.
+// "; kernel tables 20.9 B/prefix" ("" from an agent that does not say).
+func kernelPart(l *api.CIDRSetLoad) string {
+	if l.KernelBytes == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; kernel tables %s, %.1f B/prefix", bytesString(l.KernelBytes), l.KernelBytesPerPrefix)
 }
 
 func (a *app) printCIDRSet(s api.CIDRSet) {
@@ -248,7 +257,7 @@ func (a *app) printCIDRSet(s api.CIDRSet) {
 	fmt.Fprintf(w, "By length:\t%s\n", lengthString(s.ByLength))
 	fmt.Fprintf(w, "Agent memory:\t%s\n", bytesString(s.AgentBytes))
 	if l := s.LastLoad; l != nil {
-		fmt.Fprintf(w, "Dataplane:\t%s for %d prefixes of all sets (%.1f B/prefix), %d host entries\n", bytesString(l.DataplaneBytes), l.TotalPrefixes, l.BytesPerPrefix, l.HostEntries)
+		fmt.Fprintf(w, "Dataplane:\t%s for %d prefixes of all sets (%.1f B/prefix%s), %d host entries\n", bytesString(l.DataplaneBytes), l.TotalPrefixes, l.BytesPerPrefix, kernelPart(l), l.HostEntries)
 		fmt.Fprintf(w, "Last load:\t%.0f ms (agent %.0f ms, build %.0f ms, write %.0f ms)\n", l.TotalMs, l.AgentMs, l.BuildMs, l.WriteMs)
 	}
 	refs := strings.Join(s.ReferencedBy, ", ")

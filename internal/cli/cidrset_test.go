@@ -64,7 +64,7 @@ func (f *fakeSets) DeleteCIDRSet(_ context.Context, name string, force bool) (ap
 func (f *fakeSets) GetCIDRSet(_ context.Context, name string) (api.CIDRSet, error) {
 	return api.CIDRSet{Name: name, Index: 3, Identity: 0x7FFFFF03, Source: "file t.txt", Prefixes: 3, IPv4: 2, IPv6: 1,
 		ByLength: map[string]int{"v4/8": 1, "v4/32": 1, "v6/32": 1}, AgentBytes: 48, ReferencedBy: []string{"CiliumNetworkPolicy/x/block"},
-		LastLoad: &api.CIDRSetLoad{TotalPrefixes: 3, DataplaneBytes: 1 << 20, BytesPerPrefix: 349525.3, TotalMs: 12}}, nil
+		LastLoad: &api.CIDRSetLoad{TotalPrefixes: 3, DataplaneBytes: 1 << 20, BytesPerPrefix: 349525.3, KernelBytes: 3 << 18, KernelBytesPerPrefix: 262144, TotalMs: 12}}, nil
 }
 
 func (f *fakeSets) ListCIDRSets(context.Context) ([]api.CIDRSet, error) {
@@ -150,7 +150,7 @@ func TestCIDRSetOtherCommands(t *testing.T) {
 	}
 	out, _, code = runFake(t, f, "", "cidrset", "get", "threats")
 	for _, want := range []string{"Index:        3 (identity 2147483395)", "Prefixes:     3 (IPv4 2, IPv6 1)", "By length:    v4/8:1 v4/32:1 v6/32:1",
-		"Dataplane:    1.0 MiB for 3 prefixes of all sets (349525.3 B/prefix)", "Policies:     CiliumNetworkPolicy/x/block"} {
+		"Dataplane:    1.0 MiB for 3 prefixes of all sets (349525.3 B/prefix; kernel tables 768.0 KiB, 262144.0 B/prefix)", "Policies:     CiliumNetworkPolicy/x/block"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("get output lacks %q:\n%s", want, out)
 		}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -437,11 +439,45 @@ func (a *app) statusCommand() *cobra.Command {
 			if st.Degraded != "" {
 				fmt.Fprintf(w, "DEGRADED:\t%s\n", st.Degraded)
 			}
-			return w.Flush()
+			if m := st.Memory; m != nil {
+				fmt.Fprintf(w, "Memory:\tagent RSS %s (anonymous %s); BPF maps %s in %d maps\n",
+					bytesString(m.RSSBytes), bytesString(m.RSSAnonBytes), bytesString(m.MapBytes), len(m.Maps))
+				if m.Error != "" {
+					fmt.Fprintf(w, "Memory error:\t%s\n", m.Error)
+				}
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if st.Memory != nil {
+				return printMaps(a.io.Out, st.Memory)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
+}
+
+// printMaps prints the dataplane's maps, largest first, and their total.
+func printMaps(out io.Writer, m *api.MemoryStatus) error {
+	maps := slices.Clone(m.Maps)
+	sort.SliceStable(maps, func(i, j int) bool { return maps[i].Bytes > maps[j].Bytes })
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  MAP\tTYPE\tENTRIES\tBYTES")
+	trie := false
+	for _, mm := range maps {
+		fmt.Fprintf(w, "  %s\t%s\t%d\t%s\n", mm.Name, mm.Type, mm.MaxEntries, bytesString(mm.Bytes))
+		trie = trie || mm.Type == "LPMTrie"
+	}
+	fmt.Fprintf(w, "  total\t\t\t%s\n", bytesString(m.MapBytes))
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if trie {
+		fmt.Fprintln(out, "  (bytes: the kernel's memlock; for an LPMTrie it counts keys and values only, its real memory is several times that)")
+	}
+	return nil
 }
 
 // proxyLine summarises the L7 proxy's status, e.g. "running (pid 123, 0 restarts, config

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
 	"math/bits"
 	"slices"
 	"sync/atomic"
@@ -19,6 +20,8 @@ const (
 	cidrSets     = 32
 	cidrMaxProbe = 32
 	cidrTopRows  = 1 << 24
+	// cidrHostBucket is the number of host table slots per element of its map.
+	cidrHostBucket = 64
 	// cidrTopBits is the longest prefix that goes into the top table.
 	cidrTopBits = 24
 )
@@ -84,34 +87,34 @@ func cidrUnhash(h, seed uint32) uint32 {
 // cidrHome is a hash's home slot in a table of size slots (multiply-shift, as in BPF).
 func cidrHome(h, size uint32) uint32 { return uint32(uint64(h) * uint64(size) >> 32) }
 
-// v4Tables is the IPv4 part of the dataplane's CIDR set state: cidr_banks[0], and both
-// banks of cidr_top and cidr_host.
+// v4Tables is the IPv4 part of the dataplane's CIDR set state: cidr4_config[0], and the
+// tables of both banks (those of cidr4_top and cidr4_host, mapped into memory). A bank has
+// a top table only when some set has a prefix of /24 or shorter, and a host table only
+// when some set has a longer one.
 type v4Tables struct {
-	cfg      *rampartCidrConfig
-	top      []uint32 // bank b: top[b*cidrTopRows:][:cidrTopRows]
-	host     []uint64 // bank b: host[b*capacity:][:capacity]
-	capacity uint32
+	cfg  *rampartCidrConfig
+	top  [2][]uint32 // bank b's top table (cidrTopRows rows), nil if it has none
+	host [2][]uint64 // bank b's host table, nil if it has none
 }
 
 func (t *v4Tables) active() uint32 { return atomic.LoadUint32(&t.cfg.Bank) & 1 }
 
-func (t *v4Tables) topBank(b uint32) []uint32 {
-	return t.top[b*cidrTopRows : (b+1)*cidrTopRows]
-}
+func (t *v4Tables) topBank(b uint32) []uint32 { return t.top[b] }
 
-func (t *v4Tables) hostBank(b uint32) []uint64 {
-	return t.host[uint64(b)*uint64(t.capacity) : uint64(b+1)*uint64(t.capacity)]
-}
+func (t *v4Tables) hostBank(b uint32) []uint64 { return t.host[b] }
 
 // lookup is cidr_sets4 of the BPF program: the sets containing address a (host order).
 func (t *v4Tables) lookup(a uint32) uint32 {
 	b := t.active()
-	mask := atomic.LoadUint32(&t.topBank(b)[a>>8])
+	var mask uint32
+	if top := t.topBank(b); top != nil {
+		mask = atomic.LoadUint32(&top[a>>8])
+	}
 	if a == 0 {
 		return mask | atomic.LoadUint32(&t.cfg.ZeroMask[b])
 	}
 	size := atomic.LoadUint32(&t.cfg.HostSlots[b])
-	if size == 0 {
+	if size == 0 || uint64(size) > uint64(len(t.hostBank(b))) {
 		return mask
 	}
 	if i, v := t.find(b, a, size); i >= 0 {
@@ -140,9 +143,14 @@ func (t *v4Tables) find(b, a, size uint32) (int, uint64) {
 	return -1, 0
 }
 
-// errHostProbe: an address found no free slot within cidrMaxProbe of its home slot (in
-// place); the caller rebuilds the table.
-var errHostProbe = errors.New("host table: no free slot within the probe bound")
+// errNeedRebuild: an in-place addition does not fit the active bank (an address found no
+// free slot within cidrMaxProbe of its home slot, or the bank has no table of the class the
+// prefix needs); the caller rebuilds the tables instead.
+var (
+	errNeedRebuild = errors.New("the active tables cannot take the addition in place")
+	errHostProbe   = fmt.Errorf("host table: no free slot within the probe bound: %w", errNeedRebuild)
+	errNoTop       = fmt.Errorf("no top table in the active bank: %w", errNeedRebuild)
+)
 
 // hostAdd adds set bit to address a's entry in the active bank, creating the entry in the
 // first removed or empty slot of its probe sequence. One aligned 8-byte store makes it
@@ -154,10 +162,10 @@ func (t *v4Tables) hostAdd(a, bit uint32) error {
 		return nil
 	}
 	size := atomic.LoadUint32(&t.cfg.HostSlots[b])
-	if size == 0 {
+	host := t.hostBank(b)
+	if size == 0 || uint64(size) > uint64(len(host)) {
 		return errHostProbe
 	}
-	host := t.hostBank(b)
 	slot := cidrHome(cidrHash(a, atomic.LoadUint32(&t.cfg.Seed[b])), size)
 	free := -1
 	for range cidrMaxProbe {
@@ -192,7 +200,7 @@ func (t *v4Tables) hostClear(a, bit uint32) {
 		return
 	}
 	size := atomic.LoadUint32(&t.cfg.HostSlots[b])
-	if size == 0 {
+	if size == 0 || uint64(size) > uint64(len(t.hostBank(b))) {
 		return
 	}
 	if i, v := t.find(b, a, size); i >= 0 {
@@ -200,9 +208,16 @@ func (t *v4Tables) hostClear(a, bit uint32) {
 	}
 }
 
-// topSet sets (on) or clears set bit in rows [r0, r1) of the active bank's top table.
-func (t *v4Tables) topSet(r0, r1 uint64, bit uint32, on bool) {
+// topSet sets (on) or clears set bit in rows [r0, r1) of the active bank's top table. A
+// bank without a top table has no bit to clear, and cannot take one (errNoTop).
+func (t *v4Tables) topSet(r0, r1 uint64, bit uint32, on bool) error {
 	top := t.topBank(t.active())
+	if top == nil {
+		if on {
+			return errNoTop
+		}
+		return nil
+	}
 	for r := r0; r < r1; r++ {
 		if on {
 			atomic.OrUint32(&top[r], bit)
@@ -210,6 +225,7 @@ func (t *v4Tables) topSet(r0, r1 uint64, bit uint32, on bool) {
 			atomic.AndUint32(&top[r], ^bit)
 		}
 	}
+	return nil
 }
 
 // hasAncestor reports whether sorted list holds a prefix of length lo..min(hi, bits(e)-1)
@@ -244,7 +260,9 @@ func (t *v4Tables) addV4(index uint8, list, adds []uint64) error {
 		start, end := v4range(e)
 		if v4bits(e) <= cidrTopBits {
 			if !hasAncestor(list, e, 0, cidrTopBits) {
-				t.topSet(start>>8, end>>8, bit, true)
+				if err := t.topSet(start>>8, end>>8, bit, true); err != nil {
+					return err
+				}
 			}
 			continue
 		}
@@ -295,7 +313,7 @@ func (t *v4Tables) clearRange(start, end uint64, bit uint32, top bool) {
 		return
 	}
 	if top {
-		t.topSet(start>>8, end>>8, bit, false)
+		t.topSet(start>>8, end>>8, bit, false) // clearing never fails
 		return
 	}
 	for a := start; a < end; a++ {
@@ -303,11 +321,11 @@ func (t *v4Tables) clearRange(start, end uint64, bit uint32, top bool) {
 	}
 }
 
-// buildTop writes the top table of sets into bank top (cleared first): each row gets the
-// bits of the sets with a /0../24 prefix covering it. Each set's prefixes are sorted, so
-// a prefix inside an earlier one is skipped and each row is written once per set.
+// buildTop writes the top table of sets into top (zeroed, as a new table is): each row
+// gets the bits of the sets with a /0../24 prefix covering it. Each set's prefixes are
+// sorted, so a prefix inside an earlier one is skipped and each row is written once per
+// set.
 func buildTop(top []uint32, sets *[cidrSets][]uint64) {
-	clear(top)
 	for i, list := range sets {
 		bit := uint32(1) << i
 		var covered uint64
@@ -326,6 +344,18 @@ func buildTop(top []uint32, sets *[cidrSets][]uint64) {
 			}
 		}
 	}
+}
+
+// needsTop reports whether some set has a prefix of the top class (/0../24).
+func needsTop(sets *[cidrSets][]uint64) bool {
+	for _, list := range sets {
+		for _, e := range list {
+			if v4bits(e) <= cidrTopBits {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hostKeys returns one key per (address, set) of the host class (/25../32 prefixes,

@@ -19,16 +19,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CIDR set sizes. The host table is two banks of CIDRHostSlots slots of 8 bytes each; the
-// top table is two banks of 2^24 rows of 4 bytes (128 MiB, fixed). Both are allocated when
-// the maps are created, whether sets are used or not.
+// CIDR set sizes. A bank's top table is 2^24 rows of 4 bytes (64 MiB), created only when
+// some set has a prefix of /24 or shorter; its host table has 8 bytes per slot, about two
+// slots per address of the /25../32 prefixes, created only when there are some. Only while
+// a reload builds the new bank beside the active one are there two of each.
 const (
-	// DefaultCIDRHostSlots holds 10M host addresses at load factor 0.5: 2 x 160 MiB.
-	DefaultCIDRHostSlots = 20 << 20
-	// MaxCIDRHostSlots bounds Config.CIDRHostSlots (2 x 1 GiB); the builder's sort key
-	// needs the slot number to fit 27 bits.
+	// DefaultCIDRHostSlots is the default bound on a host table's size (Config.CIDRHostSlots):
+	// MaxCIDRHostSlots, 1 GiB, about 67M addresses.
+	DefaultCIDRHostSlots = MaxCIDRHostSlots
+	// MaxCIDRHostSlots bounds Config.CIDRHostSlots (1 GiB per table); the builder's sort
+	// key needs the slot number to fit 27 bits.
 	MaxCIDRHostSlots = 1 << 27
-	// MinCIDRHostSlots is the smallest Config.CIDRHostSlots accepted.
+	// MinCIDRHostSlots is the smallest host table (CIDR_HOST_MIN_SLOTS), and the smallest
+	// Config.CIDRHostSlots accepted.
 	MinCIDRHostSlots = 64
 	// DefaultCIDR6MaxEntries is the default capacity of the IPv6 trie (entries are
 	// allocated as used, about 160 bytes each).
@@ -63,15 +66,19 @@ type CIDRSetStats struct {
 	// time it spent writing them (both IPv4 banks' content, the bank switch, the IPv6 trie).
 	Build, Write time.Duration
 
-	// HostSlots is the host table size of the active bank, HostCapacity the slots per bank
-	// (Config.CIDRHostSlots, or the size of maps pinned before).
+	// HostSlots is the host table size of the active bank, HostCapacity the most slots a
+	// host table may have (Config.CIDRHostSlots).
 	HostSlots, HostCapacity int
 	// MaxProbe is the longest probe sequence of the last rebuilt host table (at most 32).
 	MaxProbe int
-	// KernelBytes: both banks of the top and host arrays (allocated in full when the maps
-	// are created) and the IPv6 trie (estimated per entry). UserBytes: the datapath's copy
-	// of the prefixes (8 bytes per IPv4 prefix, 32 per IPv6 trie entry).
+	// KernelBytes: the IPv4 tables (the kernel's memlock of the config and of each table
+	// there is: a 64 MiB top table when some set has a prefix of /24 or shorter, a host
+	// table of 8 bytes per slot when some set has a longer one) and the IPv6 trie
+	// (estimated per entry). UserBytes: the datapath's copy of the prefixes (8 bytes per
+	// IPv4 prefix, 32 per IPv6 trie entry).
 	KernelBytes, UserBytes uint64
+	// TableBytes is the IPv4 tables' part of KernelBytes.
+	TableBytes uint64
 	// V6Writes is the number of IPv6 trie writes and deletions of the last reload.
 	V6Writes int
 }
@@ -79,119 +86,142 @@ type CIDRSetStats struct {
 // cidrState is the datapath's CIDR set state: the mmapped IPv4 tables and the sets' prefixes
 // (needed to recompute rows and addresses when a prefix is removed, and to rebuild).
 type cidrState struct {
-	mu    sync.Mutex
-	mmaps [][]byte
-	t     v4Tables
-	m6    *ebpf.Map  // the IPv6 trie, for reads
-	w6    trieWriter // the same, for writes
-	v6max int
+	mu      sync.Mutex
+	cfgMem  []byte // cidr4_config, mapped (nil over Go memory)
+	cfgMap  *ebpf.Map
+	t       v4Tables
+	store   v4Store
+	maxHost uint32     // Config.CIDRHostSlots: the largest host table a load may have
+	m6      *ebpf.Map  // the IPv6 trie, for reads
+	w6      trieWriter // the same, for writes
+	v6max   int
 	// v4[i]: set i's IPv4 prefixes, sorted and unique, encoded by v4enc.
 	v4 [cidrSets][]uint64
 	v6 v6State
 	// loaded: the sets' prefixes are known (a fresh map, or a ReplaceCIDRSets since Open).
 	loaded bool
-	// flipped: the banks switched since the inactive bank was last known unused by the
-	// programs; wait for an RCU grace period before writing it.
+	// flipped: the banks switched and the inactive bank's tables may still be read by
+	// program runs that started before; wait for an RCU grace period before freeing them.
 	flipped bool
-	last    CIDRSetStats // timings and probe length of the last rebuild
-	topMem  uint64
-	hostMem uint64
+	// stale[b]: freeing bank b's tables failed part way; the store may still hold some.
+	stale [2]bool
+	last  CIDRSetStats // timings and probe length of the last rebuild
 }
 
-// sizeCIDRMaps sets the sizes of the CIDR set maps in spec: the host table from
-// cfg.CIDRHostSlots and the IPv6 trie from cfg.CIDR6MaxEntries, unless maps are pinned
-// already, whose sizes are kept (a map cannot be resized under the programs using it; a new
-// size takes effect once the pins are removed).
-func sizeCIDRMaps(spec *ebpf.CollectionSpec, cfg Config) error {
+// sizeCIDRMaps checks cfg.CIDRHostSlots (the bound on a host table's size) and sizes the
+// IPv6 trie in spec from cfg.CIDR6MaxEntries, unless it is pinned already, whose size is
+// kept (a map cannot be resized under the programs using it; a new size takes effect once
+// the pins are removed). It returns the host table bound.
+func sizeCIDRMaps(spec *ebpf.CollectionSpec, cfg Config) (uint32, error) {
 	slots := cfg.CIDRHostSlots
 	if slots == 0 {
 		slots = DefaultCIDRHostSlots
 	}
 	if slots < MinCIDRHostSlots || slots > MaxCIDRHostSlots {
-		return fmt.Errorf("CIDR host slots %d: out of range %d..%d", slots, MinCIDRHostSlots, MaxCIDRHostSlots)
+		return 0, fmt.Errorf("CIDR host slots %d: out of range %d..%d", slots, MinCIDRHostSlots, MaxCIDRHostSlots)
 	}
 	v6 := cfg.CIDR6MaxEntries
 	if v6 == 0 {
 		v6 = DefaultCIDR6MaxEntries
 	}
-	hostEntries := 2 * slots
-	for name, n := range map[string]*uint32{rampartMapCidrHost: &hostEntries, rampartMapCidr6: &v6} {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(cfg.PinDir, name), nil)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("opening pinned map %s: %w", name, err)
-		}
-		*n = m.MaxEntries()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(cfg.PinDir, rampartMapCidr6), nil)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return 0, fmt.Errorf("opening pinned map %s: %w", rampartMapCidr6, err)
+	default:
+		v6 = m.MaxEntries()
 		m.Close()
 	}
-	for name, n := range map[string]uint32{rampartMapCidrHost: hostEntries, rampartMapCidr6: v6} {
-		ms, ok := spec.Maps[name]
-		if !ok {
-			return fmt.Errorf("sizing map %s: not in the BPF object", name)
+	ms, ok := spec.Maps[rampartMapCidr6]
+	if !ok {
+		return 0, fmt.Errorf("sizing map %s: not in the BPF object", rampartMapCidr6)
+	}
+	ms.MaxEntries = v6
+	for _, name := range []string{rampartMapCidr4Top, rampartMapCidr4Host} {
+		if ms, ok := spec.Maps[name]; !ok || ms.InnerMap == nil {
+			return 0, fmt.Errorf("map %s: not a map-in-map of the BPF object", name)
 		}
-		ms.MaxEntries = n
 	}
-	return nil
+	return slots, nil
 }
 
-// mmapArray maps a BPF_F_MMAPABLE array's values into memory, shared with the programs.
-func mmapArray(m *ebpf.Map) ([]byte, error) {
-	size := int(m.MaxEntries()) * int((m.ValueSize()+7)&^7)
-	page := os.Getpagesize()
-	size = (size + page - 1) &^ (page - 1)
-	b, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+// openCIDR maps the CIDR set config and the tables the outer maps hold, and reads their
+// state. spec is the loaded collection's (for the tables' layout); maxHost bounds a host
+// table's size.
+func openCIDR(objs *rampartObjects, spec *ebpf.CollectionSpec, maxHost uint32) (*cidrState, error) {
+	c := &cidrState{m6: objs.Cidr6, w6: objs.Cidr6, v6max: int(objs.Cidr6.MaxEntries()), maxHost: maxHost, cfgMap: objs.Cidr4Config}
+	cfg, err := mmapArray(objs.Cidr4Config)
 	if err != nil {
-		return nil, fmt.Errorf("mapping %s into memory: %w", m, err)
+		return nil, err
 	}
-	return b, nil
-}
-
-// openCIDR maps the CIDR set arrays and reads their state.
-func openCIDR(objs *rampartObjects) (*cidrState, error) {
-	c := &cidrState{m6: objs.Cidr6, w6: objs.Cidr6, v6max: int(objs.Cidr6.MaxEntries())}
-	for _, m := range []*ebpf.Map{objs.CidrBanks, objs.CidrTop, objs.CidrHost} {
-		b, err := mmapArray(m)
-		if err != nil {
+	c.cfgMem = cfg
+	c.t.cfg = (*rampartCidrConfig)(unsafe.Pointer(&cfg[0]))
+	store, err := openMapStore(objs.Cidr4Top, objs.Cidr4Host,
+		spec.Maps[rampartMapCidr4Top].InnerMap, spec.Maps[rampartMapCidr4Host].InnerMap)
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	c.store = store
+	for b := range uint32(2) {
+		if c.t.top[b], c.t.host[b], err = store.tables(b); err != nil {
 			c.close()
 			return nil, err
 		}
-		c.mmaps = append(c.mmaps, b)
 	}
-	cfg, top, host := c.mmaps[0], c.mmaps[1], c.mmaps[2]
-	c.t = v4Tables{
-		cfg:      (*rampartCidrConfig)(unsafe.Pointer(&cfg[0])),
-		top:      unsafe.Slice((*uint32)(unsafe.Pointer(&top[0])), 2*cidrTopRows),
-		host:     unsafe.Slice((*uint64)(unsafe.Pointer(&host[0])), objs.CidrHost.MaxEntries()),
-		capacity: objs.CidrHost.MaxEntries() / 2,
-	}
-	if objs.CidrTop.MaxEntries()*2 != 2*cidrTopRows {
-		c.close()
-		return nil, fmt.Errorf("CIDR top table has %d entries, want %d", objs.CidrTop.MaxEntries(), cidrTopRows)
-	}
-	c.topMem, c.hostMem = uint64(len(top)), uint64(len(host))
-	switch got := atomic.LoadUint32(&c.t.cfg.HostCapacity); got {
-	case 0:
+	if atomic.LoadUint32(&c.t.cfg.Ready) == 0 {
 		// New maps: empty sets, known.
-		atomic.StoreUint32(&c.t.cfg.HostCapacity, c.t.capacity)
+		atomic.StoreUint32(&c.t.cfg.Ready, 1)
 		c.loaded, c.v6.known = true, true
-	case c.t.capacity:
-		// Pinned maps of an earlier run: they keep enforcing; the sets come with the next
-		// ReplaceCIDRSets.
-	default:
+		return c, nil
+	}
+	// Pinned maps of an earlier run: they keep enforcing; the sets come with the next
+	// ReplaceCIDRSets. A crash between a switch and the freeing of the old bank leaves
+	// tables in the inactive bank: free them once no program run can read them.
+	b := c.t.active()
+	if size := atomic.LoadUint32(&c.t.cfg.HostSlots[b]); uint64(size) > uint64(len(c.t.host[b])) {
 		c.close()
-		return nil, fmt.Errorf("CIDR set configuration says %d host slots per bank, the map has %d", got, c.t.capacity)
+		return nil, fmt.Errorf("CIDR set configuration says %d host slots in bank %d, its table has %d", size, b, len(c.t.host[b]))
+	}
+	c.flipped = true
+	if err := c.freeBank(b ^ 1); err != nil {
+		c.close()
+		return nil, err
 	}
 	return c, nil
 }
 
 func (c *cidrState) close() {
-	for _, b := range c.mmaps {
-		unix.Munmap(b)
+	if c.store != nil {
+		c.store.close()
+		c.store = nil
 	}
-	c.mmaps = nil
+	if c.cfgMem != nil {
+		unix.Munmap(c.cfgMem)
+		c.cfgMem = nil
+	}
 	c.t = v4Tables{}
+}
+
+// freeBank frees bank b's tables (the inactive bank's), after an RCU grace period if the
+// banks switched since the last one.
+func (c *cidrState) freeBank(b uint32) error {
+	if c.t.top[b] == nil && c.t.host[b] == nil && !c.stale[b] {
+		return nil
+	}
+	if c.flipped {
+		rcuGrace()
+		c.flipped = false
+	}
+	atomic.StoreUint32(&c.t.cfg.HostSlots[b], 0)
+	c.t.top[b], c.t.host[b] = nil, nil
+	if err := c.store.free(b); err != nil {
+		c.stale[b] = true // tried again before the bank is used
+		return fmt.Errorf("freeing the CIDR tables of bank %d: %w", b, err)
+	}
+	c.stale[b] = false
+	return nil
 }
 
 // rcuGrace waits until every program run that may have read the bank switched away from has
@@ -297,38 +327,72 @@ func planHost(sets *[cidrSets][]uint64, capacity uint32) (v4Plan, error) {
 	return v4Plan{}, fmt.Errorf("CIDR sets: %d host addresses do not fit the host table of %d slots within %d probes (datapath.Config.CIDRHostSlots)", n, capacity, cidrMaxProbe)
 }
 
-// writeBank writes sets and the host plan p into the inactive bank and switches to it.
-func (c *cidrState) writeBank(sets *[cidrSets][]uint64, p v4Plan) {
-	if c.flipped {
-		rcuGrace()
-		c.flipped = false
-	}
+// prepareBank creates the inactive bank's tables at the sizes sets and the host plan p
+// need (none where they need none) and writes them; commitBank then switches to them. If
+// a table cannot be created (the kernel is out of memory, say), the bank is left empty,
+// the active bank stays in force, and the error says so.
+func (c *cidrState) prepareBank(sets *[cidrSets][]uint64, p v4Plan) error {
 	bank := c.t.active() ^ 1
-	buildTop(c.t.topBank(bank), sets)
-	host := c.t.hostBank(bank)
-	clear(host[:max(p.size, atomic.LoadUint32(&c.t.cfg.HostSlots[bank]))])
-	if p.size > 0 {
+	if err := c.freeBank(bank); err != nil {
+		return err
+	}
+	var (
+		top  []uint32
+		host []uint64
+		err  error
+	)
+	if needsTop(sets) {
+		top, err = c.store.newTop(bank)
+	}
+	if err == nil && p.size > 0 {
+		host, err = c.store.newHost(bank, p.size)
+	}
+	if err != nil {
+		c.stale[bank] = true // a table may have been made before the failure
+		if ferr := c.freeBank(bank); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		return fmt.Errorf("allocating the new CIDR tables (the previous tables stay in force): %w", err)
+	}
+	c.t.top[bank], c.t.host[bank] = top, host
+	if top != nil {
+		buildTop(top, sets)
+	}
+	if host != nil {
 		placeHost(p.keys, p.size, p.seed, host)
 	}
 	cfg := c.t.cfg
 	atomic.StoreUint32(&cfg.Seed[bank], p.seed)
 	atomic.StoreUint32(&cfg.HostSlots[bank], p.size)
 	atomic.StoreUint32(&cfg.ZeroMask[bank], p.zero)
+	return nil
+}
+
+// commitBank switches to the bank prepareBank wrote, then frees the old bank's tables once
+// no program run can read them any more.
+func (c *cidrState) commitBank() {
+	old := c.t.active()
 	// The switch: one 4-byte store. Program runs that read the old bank number finish on
-	// the old bank, which stays intact until the next rebuild (after rcuGrace).
-	atomic.StoreUint32(&cfg.Bank, bank)
+	// the old bank, which stays intact until an RCU grace period has passed.
+	atomic.StoreUint32(&c.t.cfg.Bank, old^1)
 	c.flipped = true
+	// A failure leaves the old tables installed but unused (flipped stays set): the next
+	// rebuild frees them before it creates its own, or fails without switching.
+	_ = c.freeBank(old)
 }
 
 // rebuildV4 rebuilds the IPv4 tables from c.v4 into the inactive bank and switches.
 func (c *cidrState) rebuildV4() error {
 	t0 := time.Now()
-	p, err := planHost(&c.v4, c.t.capacity)
+	p, err := planHost(&c.v4, c.maxHost)
 	if err != nil {
 		return err
 	}
 	t1 := time.Now()
-	c.writeBank(&c.v4, p)
+	if err := c.prepareBank(&c.v4, p); err != nil {
+		return err
+	}
+	c.commitBank()
 	c.last.Build, c.last.Write, c.last.MaxProbe = t1.Sub(t0), time.Since(t1), p.maxProbe
 	return nil
 }
@@ -369,27 +433,34 @@ func (c *cidrState) replace(sets map[uint8][]netip.Prefix) (CIDRSetStats, error)
 		}
 	}
 	next6 := buildV6(&v6)
-	p, err := planHost(&v4, c.t.capacity)
+	p, err := planHost(&v4, c.maxHost)
 	if err != nil {
 		return CIDRSetStats{}, err
 	}
 	t1 := time.Now()
 
+	// The new IPv4 tables first: if they cannot be allocated, nothing has changed.
+	if err := c.prepareBank(&v4, p); err != nil {
+		return CIDRSetStats{}, err
+	}
 	if !c.v6.known {
 		old, err := readV6(c.m6)
 		if err != nil {
+			c.freeBank(c.t.active() ^ 1)
 			return CIDRSetStats{}, err
 		}
 		c.v6.reset(old, false)
 	}
 	writes, err := writeV6Diff(c.w6, c.v6max, c.v6.entries, next6)
 	if err != nil {
-		// The trie is between the old and the new sets; read it back next time.
+		// The trie is between the old and the new sets; read it back next time. The IPv4
+		// tables stay as they are.
 		c.v6.known, c.loaded = false, false
+		c.freeBank(c.t.active() ^ 1)
 		return CIDRSetStats{}, err
 	}
 	c.v6.reset(next6, true)
-	c.writeBank(&v4, p)
+	c.commitBank()
 	c.v4 = v4
 	c.loaded = true
 	c.last = CIDRSetStats{Build: t1.Sub(t0), Write: time.Since(t1), MaxProbe: p.maxProbe, V6Writes: writes}
@@ -445,7 +516,7 @@ func (c *cidrState) change(index uint8, prefixes []netip.Prefix, add bool) error
 		if add {
 			c.v4[index] = mergeSorted(list, todo)
 			if err := c.t.addV4(index, c.v4[index], todo); err != nil {
-				if !errors.Is(err, errHostProbe) {
+				if !errors.Is(err, errNeedRebuild) {
 					return fmt.Errorf("%s CIDRs to set %d: %w", what, index, err)
 				}
 				if err := c.rebuildV4(); err != nil {
@@ -579,6 +650,21 @@ func (d *Datapath) CIDRSetMembership(addr netip.Addr) (uint32, error) {
 	return lookupV6(c.m6, addr)
 }
 
+// tableUsage describes the IPv4 config and the tables of both banks (the inactive bank has
+// tables only while a rebuild runs).
+func (c *cidrState) tableUsage() []MapUsage {
+	var out []MapUsage
+	if c.cfgMap != nil {
+		out = append(out, mapUsage(c.cfgMap, rampartMapCidr4Config))
+	}
+	if c.store != nil {
+		for b := range uint32(2) {
+			out = append(out, c.store.usage(b)...)
+		}
+	}
+	return out
+}
+
 // CIDRSetUsage returns the current CIDR set statistics (Build and Write of the last full
 // rebuild).
 func (d *Datapath) CIDRSetUsage() CIDRSetStats {
@@ -600,7 +686,7 @@ func (c *cidrState) usage() CIDRSetStats {
 	}
 	s.Prefixes = s.IPv4 + s.IPv6
 	b := c.t.active()
-	size := atomic.LoadUint32(&c.t.cfg.HostSlots[b])
+	size := min(uint64(atomic.LoadUint32(&c.t.cfg.HostSlots[b])), uint64(len(c.t.hostBank(b))))
 	for _, v := range c.t.hostBank(b)[:size] {
 		if v>>32 != 0 {
 			s.HostEntries++
@@ -609,8 +695,11 @@ func (c *cidrState) usage() CIDRSetStats {
 	if atomic.LoadUint32(&c.t.cfg.ZeroMask[b]) != 0 {
 		s.HostEntries++
 	}
-	s.HostSlots, s.HostCapacity = int(size), int(c.t.capacity)
-	s.KernelBytes = c.topMem + c.hostMem + uint64(len(c.v6.entries))*v6NodeBytes
+	s.HostSlots, s.HostCapacity = int(size), int(c.maxHost)
+	for _, u := range c.tableUsage() {
+		s.TableBytes += u.Bytes
+	}
+	s.KernelBytes = s.TableBytes + uint64(len(c.v6.entries))*v6NodeBytes
 	s.UserBytes = uint64(s.IPv4)*8 + uint64(len(c.v6.entries))*uint64(unsafe.Sizeof(v6entry{}))
 	s.MemoryBytes = s.KernelBytes + s.UserBytes
 	return s

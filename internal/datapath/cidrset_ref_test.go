@@ -232,24 +232,55 @@ func (t *memTrie) lookup(a netip.Addr) uint32 {
 }
 
 // newMemCIDR returns CIDR set state over Go memory (the same code as over the mmapped
-// maps) with a recording trie.
+// maps) with a recording trie; host tables have at most capacity slots.
 func newMemCIDR(t *testing.T, capacity uint32) (*cidrState, *memTrie) {
 	t.Helper()
 	trie := newMemTrie()
 	c := &cidrState{
-		t: v4Tables{
-			cfg:      &rampartCidrConfig{HostCapacity: capacity},
-			top:      make([]uint32, 2*cidrTopRows),
-			host:     make([]uint64, 2*capacity),
-			capacity: capacity,
-		},
-		w6:     trie,
-		v6max:  1 << 20,
-		loaded: true,
+		t:       v4Tables{cfg: &rampartCidrConfig{Ready: 1}},
+		store:   &memStore{},
+		maxHost: capacity,
+		w6:      trie,
+		v6max:   1 << 20,
+		loaded:  true,
 	}
 	c.v6.known = true
 	return c, trie
 }
+
+// memStore keeps the tables in Go memory.
+type memStore struct {
+	top  [2][]uint32
+	host [2][]uint64
+}
+
+func (s *memStore) newTop(b uint32) ([]uint32, error) {
+	s.top[b] = make([]uint32, cidrTopRows)
+	return s.top[b], nil
+}
+
+func (s *memStore) newHost(b, slots uint32) ([]uint64, error) {
+	s.host[b] = make([]uint64, slots)
+	return s.host[b], nil
+}
+
+func (s *memStore) free(b uint32) error {
+	s.top[b], s.host[b] = nil, nil
+	return nil
+}
+
+func (s *memStore) usage(b uint32) []MapUsage {
+	var out []MapUsage
+	if s.top[b] != nil {
+		out = append(out, MapUsage{Name: "top", Bytes: uint64(len(s.top[b])) * 4})
+	}
+	if s.host[b] != nil {
+		out = append(out, MapUsage{Name: "host", Bytes: uint64(len(s.host[b])) * 8})
+	}
+	return out
+}
+
+func (s *memStore) close() {}
 
 // memMembership is CIDRSetMembership over newMemCIDR's state.
 func memMembership(c *cidrState, trie *memTrie, a netip.Addr) uint32 {

@@ -310,9 +310,10 @@ func errString(err error) string {
 	return " (" + err.Error() + ")"
 }
 
-// TestCIDRSetReopen: a datapath reopened on pinned maps keeps enforcing the sets, refuses
-// in-place changes until the sets are given again, keeps the pinned table size, and a
-// reload after reopening keeps IPv6 addresses listed before and after listed.
+// TestCIDRSetReopen: a datapath reopened on pinned maps finds the tables in force and keeps
+// enforcing the sets, refuses in-place changes until the sets are given again, takes a new
+// host table bound, and a reload after reopening keeps IPv6 addresses listed before and
+// after listed.
 func TestCIDRSetReopen(t *testing.T) {
 	d := openTest(t, Config{})
 	v4, v6 := netip.MustParsePrefix("192.0.2.0/25"), netip.MustParsePrefix("2001:db8::/48")
@@ -339,8 +340,8 @@ func TestCIDRSetReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.HostCapacity != testHostSlots {
-		t.Errorf("host capacity %d after reopening with another size, want the pinned %d", st.HostCapacity, testHostSlots)
+	if st.HostCapacity != 2*testHostSlots {
+		t.Errorf("host table bound %d after reopening with another, want the new %d", st.HostCapacity, 2*testHostSlots)
 	}
 	for a, want := range map[string]uint32{"192.0.2.1": 1 << 3, "2001:db8::5": 1 << 2, "2001:db8:0:1::": 1 << 2, "2001:db9::": 0} {
 		if m, err := d2.CIDRSetMembership(addr(a)); err != nil || m != want {

@@ -87,7 +87,7 @@ func TestPlaceHost(t *testing.T) {
 			}
 			continue
 		}
-		tb := v4Tables{cfg: &rampartCidrConfig{HostSlots: [2]uint32{c.size}, Seed: [2]uint32{seed}}, host: table, capacity: c.size}
+		tb := v4Tables{cfg: &rampartCidrConfig{HostSlots: [2]uint32{c.size}, Seed: [2]uint32{seed}}, host: [2][]uint64{table}}
 		longest := 0
 		for a, m := range addrs {
 			i, v := tb.find(0, a, c.size)

@@ -24,11 +24,10 @@ type Config struct {
 	PinDir string
 	// CTTimeouts overrides the conntrack idle timeouts; zero fields keep the defaults.
 	CTTimeouts CTTimeouts
-	// CIDRHostSlots is the size of each of the two banks of the IPv4 CIDR set host table
-	// (0: DefaultCIDRHostSlots, 10M+ addresses from /25../32 prefixes). The maps take
-	// 16 bytes per slot plus 128 MiB for the top table, allocated when they are created;
-	// tests and small installations choose fewer slots (MinCIDRHostSlots at least). Maps
-	// pinned before keep their size.
+	// CIDRHostSlots bounds the size of the IPv4 CIDR set host table (0:
+	// DefaultCIDRHostSlots). Each load creates a table of about two slots (8 bytes each)
+	// per address of its /25../32 prefixes; a load that needs more slots than this is
+	// refused.
 	CIDRHostSlots uint32
 	// CIDR6MaxEntries is the capacity of the IPv6 CIDR set trie (0:
 	// DefaultCIDR6MaxEntries); a reload needs room for the old and new prefixes together.
@@ -105,7 +104,8 @@ func Open(cfg Config) (*Datapath, error) {
 	if err := setFlowCache(spec, tick); err != nil {
 		return nil, err
 	}
-	if err := sizeCIDRMaps(spec, cfg); err != nil {
+	maxHost, err := sizeCIDRMaps(spec, cfg)
+	if err != nil {
 		return nil, err
 	}
 	for name, n := range cfg.maxEntries {
@@ -156,7 +156,7 @@ func Open(cfg Config) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
-	if d.cidr, err = openCIDR(&d.objs); err != nil {
+	if d.cidr, err = openCIDR(&d.objs, spec, maxHost); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -238,7 +238,7 @@ func (d *Datapath) Remove() error {
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
 	return []*ebpf.Map{m.EndpointCounters, m.IfaceBase, m.Conntrack4Jiffies, m.Endpoints, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
-		m.CidrBanks, m.CidrTop, m.CidrHost, m.Cidr6, m.SvPairs, m.SvFlows}
+		m.Cidr4Config, m.Cidr4Top, m.Cidr4Host, m.Cidr6, m.SvPairs, m.SvFlows}
 }
 
 // closeCIDR unmaps the CIDR set tables (once; later CIDR set calls would fault, as any

@@ -20,7 +20,8 @@
 // its linear mapping, so its lookup costs no page-table walk, where a hash or a large
 // array lives in vmalloc memory), ipcache,
 // policy, ct, frags, counters, proxy (the L7 proxy's address), events (ring buffer),
-// events_lost, and the CIDR set tables cidr_banks, cidr_top, cidr_host and cidr6. A new Datapath on the same PinDir reuses them, so a
+// events_lost, and the CIDR set maps cidr4_config, cidr4_top, cidr4_host (map-in-maps that
+// hold each bank's tables) and cidr6. A new Datapath on the same PinDir reuses them, so a
 // restarted agent sees the same state, and the pinned TCX links (which hold the programs)
 // keep enforcing while no agent runs.
 //
@@ -35,12 +36,15 @@
 // # CIDR sets
 //
 // Up to 32 named prefix lists (identity.CIDRSet(i)) whose membership the programs compute in
-// constant time per packet: IPv4 from two banks of mmapped arrays (cidr_top: a mask per /24;
-// cidr_host: a hash table of /25../32 addresses), IPv6 from the trie cidr6. ReplaceCIDRSets
-// rebuilds the inactive bank and switches banks with one store; AddCIDRs and RemoveCIDRs
-// change the active bank in place. The datapath keeps each set's prefixes (8 bytes per IPv4
-// prefix) to recompute what a removal changes. Config.CIDRHostSlots sizes the host table
-// (16 bytes per slot, allocated up front). See docs/architecture.md, "CIDR sets".
+// constant time per packet: IPv4 from two banks of mmapped arrays (a top table: a mask per
+// /24; a host table: a hash table of /25../32 addresses), IPv6 from the trie cidr6. Each
+// bank's tables are maps of their own, held by the map-in-maps cidr4_top and cidr4_host and
+// created only when a load needs them, at the size it needs. ReplaceCIDRSets builds the
+// inactive bank's tables, switches banks with one store, and frees the old bank's tables
+// after an RCU grace period; AddCIDRs and RemoveCIDRs change the active bank in place. The
+// datapath keeps each set's prefixes (8 bytes per IPv4 prefix) to recompute what a removal
+// changes. Config.CIDRHostSlots bounds the host table. MapMemory reports every map's
+// memory as the kernel accounts it. See docs/architecture.md, "CIDR sets".
 //
 // # L7 steering
 //

@@ -96,7 +96,8 @@ func TestHeaderConstants(t *testing.T) {
 		"RAMPART_CIDR_SETS":        identity.MaxCIDRSets,
 		"CIDR_MAX_PROBE":           cidrMaxProbe,
 		"CIDR_TOP_ROWS":            cidrTopRows,
-		"RAMPART_CIDR_HOST_SLOTS":  DefaultCIDRHostSlots,
+		"CIDR_HOST_MIN_SLOTS":      MinCIDRHostSlots,
+		"CIDR_HOST_BUCKET":         cidrHostBucket,
 		"RAMPART_CIDR6_MAX":        DefaultCIDR6MaxEntries,
 	}
 	if cidrSetFirst != identity.FirstCIDRSet || cidrSets != identity.MaxCIDRSets {

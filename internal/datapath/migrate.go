@@ -122,8 +122,10 @@ func moveFlows[K any](old, ct *ebpf.Map, key func(*K, *rampartCtValue) rampartCt
 }
 
 // legacyPins are maps of earlier versions that nothing reads any more: endpoints_ifx, the
-// array by interface index that endpoint_slots replaced.
-var legacyPins = []string{"endpoints_ifx"}
+// array by interface index that endpoint_slots replaced, and the CIDR set tables allocated
+// in full for both banks (cidr_banks, cidr_top, cidr_host), which cidr4_config, cidr4_top
+// and cidr4_host replaced.
+var legacyPins = []string{"endpoints_ifx", "cidr_banks", "cidr_top", "cidr_host"}
 
 // removeLegacyPins unpins legacyPins from pinDir. The programs of the earlier version
 // still hold their maps until their links take the new programs; the pins only kept the

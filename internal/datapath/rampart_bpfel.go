@@ -20,12 +20,12 @@ type rampartCidr6Key struct {
 }
 
 type rampartCidrConfig struct {
-	_            structs.HostLayout
-	Bank         uint32
-	HostCapacity uint32
-	HostSlots    [2]uint32
-	Seed         [2]uint32
-	ZeroMask     [2]uint32
+	_         structs.HostLayout
+	Bank      uint32
+	Ready     uint32
+	HostSlots [2]uint32
+	Seed      [2]uint32
+	ZeroMask  [2]uint32
 }
 
 type rampartCt4Key struct {
@@ -211,10 +211,10 @@ type rampartSvPairKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	rampartMapCidr4Config             = "cidr4_config"
+	rampartMapCidr4Host               = "cidr4_host"
+	rampartMapCidr4Top                = "cidr4_top"
 	rampartMapCidr6                   = "cidr6"
-	rampartMapCidrBanks               = "cidr_banks"
-	rampartMapCidrHost                = "cidr_host"
-	rampartMapCidrTop                 = "cidr_top"
 	rampartMapConntrack4Jiffies       = "conntrack4_jiffies"
 	rampartMapEndpointCounters        = "endpoint_counters"
 	rampartMapEndpointSlots           = "endpoint_slots"
@@ -238,6 +238,7 @@ const (
 	rampartVarCtTimeoutTcpSyn         = "ct_timeout_tcp_syn"
 	rampartVarFlowCacheOffset         = "flow_cache_offset"
 	rampartVarFlowCacheWindow         = "flow_cache_window"
+	rampartVarUnusedCidrHostBucket    = "unused_cidr_host_bucket"
 	rampartVarUnusedFlowEvent         = "unused_flow_event"
 )
 
@@ -291,10 +292,10 @@ type rampartProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartMapSpecs struct {
+	Cidr4Config       *ebpf.MapSpec `ebpf:"cidr4_config"`
+	Cidr4Host         *ebpf.MapSpec `ebpf:"cidr4_host"`
+	Cidr4Top          *ebpf.MapSpec `ebpf:"cidr4_top"`
 	Cidr6             *ebpf.MapSpec `ebpf:"cidr6"`
-	CidrBanks         *ebpf.MapSpec `ebpf:"cidr_banks"`
-	CidrHost          *ebpf.MapSpec `ebpf:"cidr_host"`
-	CidrTop           *ebpf.MapSpec `ebpf:"cidr_top"`
 	Conntrack4Jiffies *ebpf.MapSpec `ebpf:"conntrack4_jiffies"`
 	EndpointCounters  *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointSlots     *ebpf.MapSpec `ebpf:"endpoint_slots"`
@@ -322,6 +323,7 @@ type rampartVariableSpecs struct {
 	CtTimeoutTcpSyn         *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_syn"`
 	FlowCacheOffset         *ebpf.VariableSpec `ebpf:"flow_cache_offset"`
 	FlowCacheWindow         *ebpf.VariableSpec `ebpf:"flow_cache_window"`
+	UnusedCidrHostBucket    *ebpf.VariableSpec `ebpf:"unused_cidr_host_bucket"`
 	UnusedFlowEvent         *ebpf.VariableSpec `ebpf:"unused_flow_event"`
 }
 
@@ -345,10 +347,10 @@ func (o *rampartObjects) Close() error {
 //
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartMaps struct {
+	Cidr4Config       *ebpf.Map `ebpf:"cidr4_config"`
+	Cidr4Host         *ebpf.Map `ebpf:"cidr4_host"`
+	Cidr4Top          *ebpf.Map `ebpf:"cidr4_top"`
 	Cidr6             *ebpf.Map `ebpf:"cidr6"`
-	CidrBanks         *ebpf.Map `ebpf:"cidr_banks"`
-	CidrHost          *ebpf.Map `ebpf:"cidr_host"`
-	CidrTop           *ebpf.Map `ebpf:"cidr_top"`
 	Conntrack4Jiffies *ebpf.Map `ebpf:"conntrack4_jiffies"`
 	EndpointCounters  *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointSlots     *ebpf.Map `ebpf:"endpoint_slots"`
@@ -368,10 +370,10 @@ type rampartMaps struct {
 
 func (m *rampartMaps) Close() error {
 	return _RampartClose(
+		m.Cidr4Config,
+		m.Cidr4Host,
+		m.Cidr4Top,
 		m.Cidr6,
-		m.CidrBanks,
-		m.CidrHost,
-		m.CidrTop,
 		m.Conntrack4Jiffies,
 		m.EndpointCounters,
 		m.EndpointSlots,
@@ -400,6 +402,7 @@ type rampartVariables struct {
 	CtTimeoutTcpSyn         *ebpf.Variable `ebpf:"ct_timeout_tcp_syn"`
 	FlowCacheOffset         *ebpf.Variable `ebpf:"flow_cache_offset"`
 	FlowCacheWindow         *ebpf.Variable `ebpf:"flow_cache_window"`
+	UnusedCidrHostBucket    *ebpf.Variable `ebpf:"unused_cidr_host_bucket"`
 	UnusedFlowEvent         *ebpf.Variable `ebpf:"unused_flow_event"`
 }
 

@@ -28,9 +28,8 @@ type Options struct {
 	TCPPorts, UDPPorts []uint16
 	// NoServers: AddEndpoint starts no servers.
 	NoServers bool
-	// CIDRHostSlots sizes the agent's CIDR host table (0: 1<<16, enough for the thousands
-	// of addresses most tests load; the agent's default, for 10M+ addresses, would lock
-	// hundreds of MiB per test agent). Tests that load millions of prefixes ask for more.
+	// CIDRHostSlots bounds the agent's CIDR host table (0: 1<<16, enough for the thousands
+	// of addresses most tests load). Tests that load millions of prefixes ask for more.
 	CIDRHostSlots uint32
 	// ProxyEnvoyOnly runs the agent without its HTTP/1.1 fast path: Envoy checks every L7
 	// connection.
