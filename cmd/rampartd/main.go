@@ -28,17 +28,18 @@ NetworkPolicy and CiliumNetworkPolicy) for endpoints on this host with eBPF prog
 serves the rampart CLI on a root-only Unix socket, /run/rampart/<instance>.sock unless
 --socket says otherwise (the CLI finds it with rampart --instance <instance>).
 
-It needs root, a Linux kernel with BPF and TCX (6.6 or later), and a bpf filesystem at
+It needs root, a Linux kernel with BPF (6.6 or later), and a bpf filesystem at
 /sys/fs/bpf (it mounts one there if none is); L7 (HTTP) rules also need Envoy.
 
 What it changes on the host, in its node network namespace (--node-netns, else its own):
   - per endpoint: a network namespace rp-<instance>-<namespace>-<name>, a veth pair, the
-    endpoint's address and a /32 route to it
+    endpoint's address, a /32 route to it and (--attach=tc) a clsact qdisc with the two
+    programs as cls_bpf filters on the host-side veth
   - the router address (the first address of --pod-cidr) on lo
   - sysctls: net.ipv4.ip_forward=1, net.ipv4.tcp_max_tw_buckets=0 and
     net.ipv4.ip_local_port_range="61000 65535"
   - with L7 rules: a policy routing rule (fwmark 0x1, pref 100) and a local route in table 101
-  - BPF maps and programs pinned in --bpf-dir (TCX links on the endpoints' veths; with
+  - BPF maps and programs pinned in --bpf-dir (with --attach=tcx also the TCX links on the endpoints' veths; with
     --l7-send-side a sockops link on the root cgroup)
   - its state in --state-dir, with a record of what it created (owned.json)
 Stopping it (SIGTERM) removes nothing: the pinned programs keep enforcing the last policy.
@@ -79,6 +80,7 @@ func run(args []string) int {
 	fs.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
 	fs.BoolVar(&cfg.ProxyEnvoyOnly, "l7-envoy-only", false, "check every L7 connection in Envoy (no HTTP/1.1 fast path in the agent)")
 	fs.BoolVar(&cfg.L7SendSide, "l7-send-side", false, "check the L7 rules of connections between local endpoints on the client's socket, with no proxy hop, where the kernel can match them (requests outside its HTTP/1.1 subset get 400; see docs/design-l7-send-side.md)")
+	fs.StringVar((*string)(&cfg.Attach), "attach", string(agent.DefaultAttach), "how the programs go on each endpoint's host-side veth: tc = clsact qdisc with cls_bpf filters (endpoint add and delete cost what the veth costs); tcx = pinned TCX links (no qdisc layer: about 2 % more UDP sender throughput, but each add and delete waits for two RCU grace periods). Switching moves every endpoint at start, with no window without a program")
 	fs.StringVar((*string)(&cfg.HostTraffic), "host-traffic", string(agent.HostTrafficAllow), "what the host (this node, identity host) may send to local endpoints: allow = admitted into every endpoint whatever its ingress allow rules (deny and L7 rules still apply), as Kubernetes expects for kubelet probes; policy = an ordinary peer, admitted only by rules that select it (fromEntities: [host])")
 	fs.BoolVar(&uninstall, "uninstall", false, "remove what this instance made (endpoints, pins, state, node set-up; see above), then exit")
 	fs.BoolVar(&debug, "debug", false, "debug logging")

@@ -7,8 +7,13 @@ import (
 	"path/filepath"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
+
+// DefaultAttach is Config.Attach unless configured otherwise: cls_bpf filters, whose attach
+// and removal cost no RCU grace period (endpoint churn; docs/architecture.md).
+const DefaultAttach = datapath.AttachTC
 
 // DefaultPodCIDR is the endpoint address range unless configured otherwise (inside
 // 198.18.0.0/15, the range set aside for benchmarking).
@@ -54,6 +59,11 @@ type Config struct {
 	// (about 16 bytes per address of /25../32 prefixes); a load that needs more slots is
 	// refused.
 	CIDRHostSlots uint32
+	// Attach is how the endpoint programs go on each endpoint's host-side veth
+	// (datapath.AttachTC, the default: clsact qdisc with cls_bpf filters; or
+	// datapath.AttachTCX: pinned TCX links). Starting with another mode than the last run
+	// moves every endpoint over, the new programs on before the old go.
+	Attach datapath.AttachMode
 	// HostTraffic is what the host (the node: the router address, identity host) may send
 	// to local endpoints: HostTrafficAllow (the default) admits it into every endpoint
 	// whatever its ingress policy, as Kubernetes expects for the kubelet's probes;
@@ -112,6 +122,9 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.HostTraffic == "" {
 		cfg.HostTraffic = HostTrafficAllow
 	}
+	if cfg.Attach == "" {
+		cfg.Attach = DefaultAttach
+	}
 	return cfg
 }
 
@@ -124,6 +137,9 @@ func (cfg Config) validate() error {
 	}
 	if !cfg.ProxyListen.Addr().Is4() || cfg.ProxyListen.Port() == 0 {
 		return fmt.Errorf("proxy listener %v: want an IPv4 address and port", cfg.ProxyListen)
+	}
+	if _, err := datapath.ParseAttachMode(string(cfg.Attach)); err != nil {
+		return err
 	}
 	if cfg.HostTraffic != HostTrafficAllow && cfg.HostTraffic != HostTrafficPolicy {
 		return fmt.Errorf("host traffic %q: want %q or %q", cfg.HostTraffic, HostTrafficAllow, HostTrafficPolicy)

@@ -23,7 +23,7 @@ type realDatapath struct {
 }
 
 func openDatapath(cfg Config) (Datapath, error) {
-	dp, err := datapath.Open(datapath.Config{PinDir: cfg.BPFDir, CIDRHostSlots: cfg.CIDRHostSlots})
+	dp, err := datapath.Open(datapath.Config{PinDir: cfg.BPFDir, Attach: cfg.Attach, CIDRHostSlots: cfg.CIDRHostSlots})
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The tc cls_bpf filters earlier versions attached (identified by priority and handle),
-// which Attach and Detach remove; the program names also identify Rampart's TCX links.
+// The tc cls_bpf filters of AttachTC are identified by priority and handle, so the agent
+// finds and replaces its own; the program names also identify Rampart's TCX links.
 const (
 	filterPriority = 1
 	filterHandle   = 1
@@ -80,17 +80,46 @@ func bpfFilter(linkIndex int, parent uint32, name string, prog *ebpf.Program) *n
 	return f
 }
 
+// AttachMode is how the endpoint programs are attached to an endpoint's host-side veth.
+type AttachMode string
+
+const (
+	// AttachTC (the default) attaches them as tc cls_bpf filters (direct action) under a
+	// clsact qdisc. The filters live as long as the veth, so they need no pins, and
+	// attaching or removing them costs no RCU grace period: an endpoint add or delete
+	// costs what the veth costs (docs/benchmarks.md, "Endpoint churn").
+	AttachTC AttachMode = "tc"
+	// AttachTCX attaches them as TCX links pinned in the pin directory (tcx/). The hook
+	// runs the program without the qdisc and classifier layers (about 2 % of a UDP
+	// sender's throughput in one run; docs/benchmarks.md, "Egress filtering"), but every
+	// attach and detach waits for an RCU grace period with the RTNL lock held
+	// (kernel/bpf/tcx.c): about 25 ms more per endpoint add and 20 ms per delete.
+	AttachTCX AttachMode = "tcx"
+)
+
+// ParseAttachMode checks an attach mode's name ("" is AttachTC).
+func ParseAttachMode(s string) (AttachMode, error) {
+	switch AttachMode(s) {
+	case "", AttachTC:
+		return AttachTC, nil
+	case AttachTCX:
+		return AttachTCX, nil
+	}
+	return "", fmt.Errorf("attach mode %q: want %q or %q", s, AttachTC, AttachTCX)
+}
+
 // Attach installs the programs on ifname, the host-side veth of an endpoint, in the
-// network namespace at netnsPath ("" = the caller's): rampart_from_ep on its TCX ingress and
-// rampart_to_ep on its TCX egress, as BPF links pinned in the pin directory (tcx/), so they
-// stay after the process exits. Attaching again (a restarted agent with freshly loaded
-// programs) updates the pinned links in place: the kernel swaps the program atomically,
-// so no packet meets a hook without one. Filters an earlier version left as tc cls_bpf
-// (clsact) are removed once the links are in place.
-//
-// TCX rather than a clsact qdisc with cls_bpf filters: the hook runs the program directly,
-// without the qdisc and classifier layers (about 2 % of a UDP sender's throughput here; see
-// docs/benchmarks.md, "Egress filtering").
+// network namespace at netnsPath ("" = the caller's): rampart_from_ep on its ingress and
+// rampart_to_ep on its egress, as the Datapath's attach mode says (Config.Attach). Both
+// modes outlive the process: tc filters live as long as the veth, TCX links are pinned.
+// Attaching again (a restarted agent with freshly loaded programs) swaps the programs in
+// place, atomically for the packet path: a cls_bpf filter is replaced (same parent,
+// priority and handle) with the new program, a pinned TCX link is updated. Programs the
+// other mode attached (an agent started with another --attach, or an earlier version's
+// filters) are removed only once the new ones are on, so no packet meets the veth
+// without a program. With both on, the TCX program runs first and its verdict (our
+// programs return TC_ACT_OK or TC_ACT_SHOT, never TCX_NEXT) ends the hook: the cls_bpf
+// filter does not see the packet (tested).
 //
 // Attach before ApplyEndpoint is safe: until the endpoint has its info, every packet on
 // the interface is dropped.
@@ -105,11 +134,58 @@ func (d *Datapath) Attach(netnsPath, ifname string) error {
 		return fmt.Errorf("attaching to %s: finding interface: %w", ifname, err)
 	}
 	idx := lnk.Attrs().Index
-	if err := os.MkdirAll(filepath.Join(d.pinDir, tcxPinDir), 0o700); err != nil {
+	if d.attach == AttachTCX {
+		err = d.attachTCXLinks(netnsPath, h, lnk)
+	} else {
+		err = d.attachClsBPF(netnsPath, h, lnk)
+	}
+	if err != nil {
 		return fmt.Errorf("attaching to %s: %w", ifname, err)
 	}
+	d.mu.Lock()
+	d.netns[uint32(idx)] = netnsPath
+	d.mu.Unlock()
+	return nil
+}
+
+// attachClsBPF is Attach in AttachTC mode: a clsact qdisc and the two filters, replaced in
+// place when they are there; then the TCX links of an agent that ran with AttachTCX are
+// detached and their pins removed.
+func (d *Datapath) attachClsBPF(netnsPath string, h *netlink.Handle, lnk netlink.Link) error {
+	idx := lnk.Attrs().Index
+	if err := h.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("adding clsact qdisc: %w", err)
+	}
+	// The kernel replaces a filter of the same parent, priority and handle atomically
+	// (cls_bpf_change swaps the program under RCU).
+	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_EGRESS, filterToEp, d.objs.RampartToEp)); err != nil {
+		return fmt.Errorf("tc egress filter: %w", err)
+	}
+	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromEp, d.objs.RampartFromEp)); err != nil {
+		return fmt.Errorf("tc ingress filter: %w", err)
+	}
+	err := runInNetns(netnsPath, func() error {
+		return errors.Join(detachTCX(idx, ebpf.AttachTCXIngress, 0), detachTCX(idx, ebpf.AttachTCXEgress, 0))
+	})
+	if err != nil {
+		return fmt.Errorf("detaching the TCX links of an earlier run: %w", err)
+	}
+	if err := d.removeLinkPins(idx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// attachTCXLinks is Attach in AttachTCX mode: pinned TCX links, updated in place when they
+// are there; then the cls_bpf filters of an agent that ran with AttachTC (or an earlier
+// version) are removed.
+func (d *Datapath) attachTCXLinks(netnsPath string, h *netlink.Handle, lnk netlink.Link) error {
+	idx := lnk.Attrs().Index
+	if err := os.MkdirAll(filepath.Join(d.pinDir, tcxPinDir), 0o700); err != nil {
+		return err
+	}
 	// The link's interface index is resolved in the calling thread's namespace.
-	err = runInNetns(netnsPath, func() error {
+	err := runInNetns(netnsPath, func() error {
 		for _, hk := range []tcxHook{
 			{ebpf.AttachTCXEgress, "egress", d.objs.RampartToEp},
 			{ebpf.AttachTCXIngress, "ingress", d.objs.RampartFromEp},
@@ -121,14 +197,11 @@ func (d *Datapath) Attach(netnsPath, ifname string) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("attaching to %s: %w", ifname, err)
+		return err
 	}
 	if err := removeClsBPF(h, lnk); err != nil {
-		return fmt.Errorf("attaching to %s: removing the tc filters of an earlier version: %w", ifname, err)
+		return fmt.Errorf("removing the tc filters of an earlier run: %w", err)
 	}
-	d.mu.Lock()
-	d.netns[uint32(idx)] = netnsPath
-	d.mu.Unlock()
 	return nil
 }
 
@@ -221,9 +294,9 @@ func rampartProgram(id ebpf.ProgramID) bool {
 	return info.Name == filterFromEp || info.Name == filterToEp
 }
 
-// Detach removes the Rampart programs from ifname in the network namespace at netnsPath:
-// its TCX links, and tc filters (with their clsact qdisc, when no other filter uses it) an
-// earlier version attached. A missing interface or program is not an error (already
+// Detach removes the Rampart programs from ifname in the network namespace at netnsPath,
+// whatever the mode that attached them: its TCX links, and its tc filters (with their
+// clsact qdisc, when no other filter uses it). A missing interface or program is not an error (already
 // detached). The links' pins, if any, are left to Datapath.Detach (or to the removal of
 // the pin directory); a detached link's pin holds nothing.
 func Detach(netnsPath, ifname string) error {
@@ -258,7 +331,19 @@ func detach(netnsPath, ifname string) (ifindex int, err error) {
 	return idx, nil
 }
 
-// removeClsBPF removes the tc cls_bpf filters of earlier versions from lnk, and the clsact
+// clsact is interface idx's clsact qdisc, the parent of the tc filters.
+func clsact(idx int) *netlink.GenericQdisc {
+	return &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{
+			LinkIndex: idx,
+			Handle:    netlink.MakeHandle(0xffff, 0),
+			Parent:    netlink.HANDLE_CLSACT,
+		},
+		QdiscType: "clsact",
+	}
+}
+
+// removeClsBPF removes Rampart's tc cls_bpf filters from lnk, and the clsact
 // qdisc when no other filter uses it.
 func removeClsBPF(h *netlink.Handle, lnk netlink.Link) error {
 	idx := lnk.Attrs().Index
@@ -280,15 +365,7 @@ func removeClsBPF(h *netlink.Handle, lnk netlink.Link) error {
 		remaining += len(fs)
 	}
 	if remaining == 0 {
-		qdisc := &netlink.GenericQdisc{
-			QdiscAttrs: netlink.QdiscAttrs{
-				LinkIndex: idx,
-				Handle:    netlink.MakeHandle(0xffff, 0),
-				Parent:    netlink.HANDLE_CLSACT,
-			},
-			QdiscType: "clsact",
-		}
-		if err := h.QdiscDel(qdisc); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		if err := h.QdiscDel(clsact(idx)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 			return fmt.Errorf("deleting clsact qdisc: %w", err)
 		}
 	}
@@ -301,29 +378,34 @@ func (d *Datapath) Detach(netnsPath, ifname string) error {
 	if err != nil || idx == 0 {
 		return err
 	}
-	for _, dir := range []string{"ingress", "egress"} {
-		if err := os.Remove(d.tcxPin(idx, dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("detaching from %s: removing link pin: %w", ifname, err)
-		}
+	if err := d.removeLinkPins(idx); err != nil {
+		return fmt.Errorf("detaching from %s: %w", ifname, err)
 	}
 	return nil
 }
 
+// removeLinkPins removes the pins of interface ifindex's TCX links (none in AttachTC mode,
+// unless an agent ran with AttachTCX before).
+func (d *Datapath) removeLinkPins(ifindex int) error {
+	var errs []error
+	for _, dir := range []string{"ingress", "egress"} {
+		if err := os.Remove(d.tcxPin(ifindex, dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing link pin: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // ReleaseLinks forgets the interface ifindex of the node namespace once it is gone (its
-// endpoint deleted): it removes the pins of its TCX links, which the kernel detached when
-// the interface went. Deleting the interface is how an endpoint's programs are removed:
+// endpoint deleted): it removes the pins of its TCX links (AttachTCX), which the kernel
+// detached when the interface went; tc filters went with the interface. Deleting the interface is how an endpoint's programs are removed:
 // detaching them first would cost two RCU grace periods more, each with the RTNL lock
 // held (kernel/bpf/tcx.c), for nothing. Call it only after the interface is deleted: a
 // link whose interface still exists is detached when its last pin goes.
 func (d *Datapath) ReleaseLinks(ifindex uint32) error {
-	var errs []error
-	for _, dir := range []string{"ingress", "egress"} {
-		if err := os.Remove(d.tcxPin(int(ifindex), dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("removing link pin: %w", err))
-		}
-	}
+	err := d.removeLinkPins(int(ifindex))
 	d.mu.Lock()
 	delete(d.netns, ifindex)
 	d.mu.Unlock()
-	return errors.Join(errs...)
+	return err
 }

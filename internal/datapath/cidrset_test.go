@@ -2,9 +2,7 @@ package datapath
 
 import (
 	"errors"
-	"io"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -419,27 +417,7 @@ func TestCIDRSetTraffic(t *testing.T) {
 	ev := eventsOf(t, d)
 
 	const port = 8080
-	var ln net.Listener
-	if err := inNetns(b.ns, func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(netip.IPv4Unspecified(), port).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	echoServer(t, b.ns, netip.AddrPortFrom(netip.IPv4Unspecified(), port))
 
 	reach := func(dst netip.Addr, timeout time.Duration) error {
 		c, err := dial(a.ns, netip.AddrPortFrom(dst, port), timeout)

@@ -22,6 +22,8 @@ type Config struct {
 	// PinDir is the directory on a bpffs where the maps are pinned, for example
 	// /sys/fs/bpf/rampart/<instance>. Required. Created if missing.
 	PinDir string
+	// Attach is how Attach puts the programs on an endpoint's veth ("": AttachTC).
+	Attach AttachMode
 	// CTTimeouts overrides the conntrack idle timeouts; zero fields keep the defaults.
 	CTTimeouts CTTimeouts
 	// CIDRHostSlots bounds the size of the IPv4 CIDR set host table (0:
@@ -49,6 +51,7 @@ type CTTimeouts struct {
 // concurrent use.
 type Datapath struct {
 	pinDir string
+	attach AttachMode // Config.Attach, checked
 	objs   rampartObjects
 
 	mu sync.Mutex
@@ -77,6 +80,10 @@ type Datapath struct {
 func Open(cfg Config) (*Datapath, error) {
 	if cfg.PinDir == "" {
 		return nil, errors.New("opening datapath: no pin directory")
+	}
+	attach, err := ParseAttachMode(string(cfg.Attach))
+	if err != nil {
+		return nil, fmt.Errorf("opening datapath: %w", err)
 	}
 	if err := ensureBPFFS(); err != nil {
 		return nil, err
@@ -119,7 +126,7 @@ func Open(cfg Config) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Datapath{pinDir: cfg.PinDir}
+	d := &Datapath{pinDir: cfg.PinDir, attach: attach}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {

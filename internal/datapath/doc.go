@@ -10,7 +10,9 @@
 //
 // rampart_from_ep runs at tc ingress of an endpoint's host-side veth (packets the endpoint
 // sends: egress policy); rampart_to_ep runs at tc egress (packets the endpoint receives:
-// ingress policy). Both are attached as TCX links pinned under Config.PinDir (see Attach). Both look the endpoint up by skb->ifindex in the endpoints map.
+// ingress policy). Both are attached as Config.Attach says (see Attach): as tc cls_bpf filters under a
+// clsact qdisc (AttachTC, the default) or as TCX links pinned under Config.PinDir
+// (AttachTCX). Both look the endpoint up by skb->ifindex in the endpoints map.
 //
 // # Maps
 //
@@ -22,8 +24,8 @@
 // policy, ct, frags, counters, proxy (the L7 proxy's address), events (ring buffer),
 // events_lost, and the CIDR set maps cidr4_config, cidr4_top, cidr4_host (map-in-maps that
 // hold each bank's tables) and cidr6. A new Datapath on the same PinDir reuses them, so a
-// restarted agent sees the same state, and the pinned TCX links (which hold the programs)
-// keep enforcing while no agent runs.
+// restarted agent sees the same state, and the attached programs (held by the tc filters or
+// the pinned TCX links) keep enforcing while no agent runs.
 //
 // # The send-side L7 verdict
 //

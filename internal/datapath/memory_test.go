@@ -12,7 +12,7 @@ import (
 // failing the listing, and the maps the programs use unpinned are listed by the
 // Datapath's MapMemory.
 func TestMapMemory(t *testing.T) {
-	d := openTest(t, Config{})
+	d := openTest(t, Config{Attach: AttachTCX}) // for a link to pin
 	// A program pin and a link pin in the directory, as the send-side verdict pins its
 	// sockops link there (the kernel refuses to open a link pin read-only). The link: the
 	// programs' TCX link on the loopback of a namespace of the test's, pinned again.

@@ -3,10 +3,12 @@ package datapath
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -171,9 +173,16 @@ func waitEvent(t *testing.T, r *EventReader, what string, match func(FlowEvent) 
 }
 
 // TestRealTraffic runs TCP between two endpoint namespaces through a node namespace with
-// the programs attached on the node-side veths: allowed, then denied for new connections
-// after a policy change while the established one keeps working.
+// the programs attached on the node-side veths, in each attach mode: allowed, then denied
+// for new connections after a policy change while the established one keeps working, and
+// enforced while the agent is stopped and after its restart replaced the programs.
 func TestRealTraffic(t *testing.T) {
+	for _, mode := range []AttachMode{AttachTC, AttachTCX} {
+		t.Run(string(mode), func(t *testing.T) { testRealTraffic(t, mode) })
+	}
+}
+
+func testRealTraffic(t *testing.T, mode AttachMode) {
 	requirePrivileged(t)
 	suffix := randSuffix(t)
 	node := newNetns(t, "rpt-"+suffix+"-node")
@@ -185,7 +194,7 @@ func TestRealTraffic(t *testing.T) {
 	b := addEndpoint(t, node, "rpt-"+suffix+"-b", "rpb"+suffix, addr("198.18.20.2"), addr("198.18.20.1"))
 
 	pinDir := "/sys/fs/bpf/rampart-test-" + suffix
-	d, err := Open(Config{PinDir: pinDir, CIDRHostSlots: testHostSlots})
+	d, err := Open(Config{PinDir: pinDir, Attach: mode, CIDRHostSlots: testHostSlots})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,27 +205,19 @@ func TestRealTraffic(t *testing.T) {
 			t.Errorf("Remove: %v", err)
 		}
 	})
-	// a has the cls_bpf filters an earlier version attached: Attach replaces them with TCX
-	// links (checkFilters below finds no tc filter).
-	attachClsBPF(t, d, node, a.hostIf)
+	// a has the programs as the other mode attaches them (an agent that ran with the other
+	// --attach, or an earlier version's filters): Attach replaces them (checkFilters below
+	// finds them in mode only).
+	attachOther(t, d, node, a.hostIf, mode)
 	attachAll(t, d, node, a, b)
-	// Attaching again replaces the filters in place (what a restarted agent does).
+	// Attaching again replaces the programs in place (what a restarted agent does).
 	if err := d.Attach(node, a.hostIf); err != nil {
 		t.Fatalf("re-attach: %v", err)
 	}
-	checkFilters(t, node, a.hostIf, 1)
+	checkFilters(t, node, a.hostIf, mode, 1)
 
 	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
-	err = d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
-		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
-		netip.PrefixFrom(a.ip, 32):         {Identity: idEpA},
-		netip.PrefixFrom(b.ip, 32):         {Identity: idEpB},
-		netip.PrefixFrom(a.gw, 32):         {Identity: identity.Host},
-		netip.PrefixFrom(b.gw, 32):         {Identity: identity.Host},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	twoEndpointIPCache(t, d, a, b, idEpA, idEpB)
 	const port = 8080
 	polA := mapstate.EndpointPolicy{EnforceEgress: true, Entries: entries(e(allow(idEpB, out, tcp, port, 16, 1)))}
 	polB := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(idEpA, in, tcp, port, 16, 2)))}
@@ -228,30 +229,8 @@ func TestRealTraffic(t *testing.T) {
 	}
 	ev := eventsOf(t, d)
 
-	// Echo server in b.
-	var ln net.Listener
-	if err := inNetns(b.ns, func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(b.ip, port).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
-
 	server := netip.AddrPortFrom(b.ip, port)
+	echoServer(t, b.ns, server)
 	c1, err := dial(a.ns, server, 5*time.Second)
 	if err != nil {
 		t.Fatalf("allowed connection: %v", err)
@@ -295,7 +274,7 @@ func TestRealTraffic(t *testing.T) {
 		c2.Close()
 		t.Fatal("new connection allowed while the agent is stopped")
 	}
-	d, err = Open(Config{PinDir: pinDir, CIDRHostSlots: testHostSlots})
+	d, err = Open(Config{PinDir: pinDir, Attach: mode, CIDRHostSlots: testHostSlots})
 	if err != nil {
 		t.Fatalf("reopening: %v", err)
 	}
@@ -307,7 +286,7 @@ func TestRealTraffic(t *testing.T) {
 		if err := d.Attach(node, ep.hostIf); err != nil {
 			t.Fatalf("re-attaching after restart: %v", err)
 		}
-		checkFilters(t, node, ep.hostIf, 1)
+		checkFilters(t, node, ep.hostIf, mode, 1)
 	}
 	ev = eventsOf(t, d)
 	if err := roundTrip(c1, "new programs"); err != nil {
@@ -349,19 +328,40 @@ func TestRealTraffic(t *testing.T) {
 		t.Errorf("counters of b: %+v", cb)
 	}
 
-	// Detach removes the filters and the qdisc.
+	// Detach removes the programs, and the link pins.
 	if err := d.Detach(node, a.hostIf); err != nil {
 		t.Fatal(err)
 	}
-	checkFilters(t, node, a.hostIf, 0)
+	checkFilters(t, node, a.hostIf, mode, 0)
+	if pins, _ := filepath.Glob(filepath.Join(pinDir, tcxPinDir, fmt.Sprintf("%d-*", a.ifindex))); len(pins) != 0 {
+		t.Errorf("link pins left after Detach: %v", pins)
+	}
 	if err := d.Detach(node, a.hostIf); err != nil {
 		t.Errorf("second detach: %v", err)
 	}
 }
 
-// attachClsBPF attaches the programs as earlier versions did: clsact and direct-action
-// cls_bpf filters.
-func attachClsBPF(t *testing.T, d *Datapath, ns, ifname string) {
+// attachOther attaches d's programs to ifname as the attach mode other than mode does.
+func attachOther(t *testing.T, d *Datapath, ns, ifname string, mode AttachMode) {
+	t.Helper()
+	if mode == AttachTCX {
+		attachClsBPF(t, ns, ifname, d.objs.RampartFromEp, d.objs.RampartToEp)
+		return
+	}
+	h := nlHandle(t, ns)
+	lnk, err := h.LinkByName(ifname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.attachTCXLinks(ns, h, lnk); err != nil {
+		t.Fatal(err)
+	}
+	checkFilters(t, ns, ifname, AttachTCX, 1)
+}
+
+// attachClsBPF attaches fromEp and toEp as AttachTC does (and earlier versions did): a
+// clsact qdisc and direct-action cls_bpf filters.
+func attachClsBPF(t *testing.T, ns, ifname string, fromEp, toEp *ebpf.Program) {
 	t.Helper()
 	h := nlHandle(t, ns)
 	lnk, err := h.LinkByName(ifname)
@@ -369,16 +369,12 @@ func attachClsBPF(t *testing.T, d *Datapath, ns, ifname string) {
 		t.Fatal(err)
 	}
 	idx := lnk.Attrs().Index
-	qdisc := &netlink.GenericQdisc{
-		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
-		QdiscType:  "clsact",
-	}
-	if err := h.QdiscAdd(qdisc); err != nil {
+	if err := h.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
 		t.Fatal(err)
 	}
 	for _, f := range []*netlink.BpfFilter{
-		bpfFilter(idx, netlink.HANDLE_MIN_EGRESS, filterToEp, d.objs.RampartToEp),
-		bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromEp, d.objs.RampartFromEp),
+		bpfFilter(idx, netlink.HANDLE_MIN_EGRESS, filterToEp, toEp),
+		bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromEp, fromEp),
 	} {
 		if err := h.FilterReplace(f); err != nil {
 			t.Fatal(err)
@@ -386,18 +382,32 @@ func attachClsBPF(t *testing.T, d *Datapath, ns, ifname string) {
 	}
 }
 
-// checkFilters checks that ifname has want Rampart programs on each TCX hook (and no tc
-// filter of an earlier version).
-func checkFilters(t *testing.T, ns, ifname string, want int) {
+// checkFilters checks that ifname has want Rampart programs on each of its hooks as mode
+// attaches them (tc filters or TCX links), and none attached the other way.
+func checkFilters(t *testing.T, ns, ifname string, mode AttachMode, want int) {
 	t.Helper()
 	h := nlHandle(t, ns)
 	lnk, err := h.LinkByName(ifname)
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantTC, wantTCX := want, 0
+	if mode == AttachTCX {
+		wantTC, wantTCX = 0, want
+	}
 	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-		if fs, err := h.FilterList(lnk, parent); err == nil && len(fs) != 0 {
-			t.Errorf("%s parent %x: %d tc filters, want none (TCX only)", ifname, parent, len(fs))
+		fs, err := h.FilterList(lnk, parent)
+		if err != nil {
+			fs = nil // no clsact qdisc
+		}
+		n := 0
+		for _, f := range fs {
+			if bf, ok := f.(*netlink.BpfFilter); ok && rampartProgram(ebpf.ProgramID(bf.Id)) {
+				n++
+			}
+		}
+		if n != wantTC || len(fs) != n {
+			t.Errorf("%s parent %x: %d tc filters, %d of them Rampart's, want %d", ifname, parent, len(fs), n, wantTC)
 		}
 	}
 	err = inNetns(ns, func() error {
@@ -412,8 +422,8 @@ func checkFilters(t *testing.T, ns, ifname string, want int) {
 					n++
 				}
 			}
-			if n != want {
-				t.Errorf("%s %v: %d Rampart programs, want %d", ifname, a, n, want)
+			if n != wantTCX {
+				t.Errorf("%s %v: %d Rampart programs, want %d", ifname, a, n, wantTCX)
 			}
 		}
 		return nil
