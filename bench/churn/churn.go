@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
@@ -154,6 +155,28 @@ type Report struct {
 	AgentCPUPerChange map[int]float64 `json:"agent_cpu_ms_per_change"`
 	Idle              *Idle           `json:"idle,omitempty"`
 	Checks            []Check         `json:"checks"`
+	// AgentFlags are the agent's extra rampartd flags; AttachBaseline is the baseline that
+	// attaches as the agent does (its --attach), against which the agent's own share of a
+	// change is read ("": baseline-tcx, reports from before the field).
+	AgentFlags     []string `json:"agent_flags,omitempty"`
+	AttachBaseline string   `json:"attach_baseline,omitempty"`
+}
+
+// attachBaseline returns the baseline method that attaches as an agent with flags does.
+func attachBaseline(flags []string) string {
+	mode := "tc" // rampartd's default
+	for i, f := range flags {
+		f = strings.TrimLeft(f, "-")
+		if v, ok := strings.CutPrefix(f, "attach="); ok {
+			mode = v
+		} else if f == "attach" && i+1 < len(flags) {
+			mode = flags[i+1]
+		}
+	}
+	if mode == "tcx" {
+		return MethodBaselineTCX
+	}
+	return MethodBaselineClsBPF
 }
 
 // Find returns the series of size, method and op, or nil.
@@ -185,6 +208,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep = &Report{
 		Started: time.Now().UTC(), Kernel: benchkit.Kernel(), CPUs: runtime.NumCPU(), Load: benchkit.LoadAverage(),
 		Rounds: cfg.Rounds, Sizes: sizes, AgentCPUPerChange: map[int]float64{},
+		AgentFlags: cfg.AgentFlags, AttachBaseline: attachBaseline(cfg.AgentFlags),
 	}
 	logf := cfg.Log
 	if logf == nil {

@@ -86,7 +86,11 @@ func Table(rep *Report) string {
 			fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %.1f | %.1f |\n", size, m, a.P50, a.P99, d.P50, d.P99)
 		}
 	}
-	b.WriteString("\n| endpoints present | A/A: baseline-aa / baseline, add p50 | A/A delete p50 | agent's share of an add: api - baseline-tcx p50, ms | of a delete, ms | agent CPU ms per change |\n|---|---|---|---|---|---|\n")
+	attach := rep.AttachBaseline
+	if attach == "" {
+		attach = MethodBaselineTCX
+	}
+	fmt.Fprintf(&b, "\n| endpoints present | A/A: baseline-aa / baseline, add p50 | A/A delete p50 | agent's share of an add: api - %s p50, ms | of a delete, ms | agent CPU ms per change |\n|---|---|---|---|---|---|\n", attach)
 	for _, size := range rep.Sizes {
 		p50 := func(m, op string) float64 {
 			if s := rep.Find(size, m, op); s != nil {
@@ -96,7 +100,7 @@ func Table(rep *Report) string {
 		}
 		fmt.Fprintf(&b, "| %d | %.2f | %.2f | %.1f | %.1f | %.1f |\n", size,
 			p50(MethodBaselineAA, OpAdd)/p50(MethodBaseline, OpAdd), p50(MethodBaselineAA, OpDelete)/p50(MethodBaseline, OpDelete),
-			p50(MethodAPI, OpAdd)-p50(MethodBaselineTCX, OpAdd), p50(MethodAPI, OpDelete)-p50(MethodBaselineTCX, OpDelete),
+			p50(MethodAPI, OpAdd)-p50(attach, OpAdd), p50(MethodAPI, OpDelete)-p50(attach, OpDelete),
 			rep.AgentCPUPerChange[size])
 	}
 	b.WriteString("\n| endpoints present | method | target | value | limit | |\n|---|---|---|---|---|---|\n")
