@@ -96,6 +96,33 @@ func TestCreateConnectDelete(t *testing.T) {
 		t.Fatalf("Lookup = %+v, %v; want %+v", got, err, a)
 	}
 
+	// The endpoint side has no IPv6 address and makes none (IPv6 is kept quiet; see
+	// configurePod).
+	err = endpoint.Do(a.NetnsPath, func() error {
+		mode, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + endpoint.PodIfName + "/addr_gen_mode")
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(mode)) != "1" {
+			t.Errorf("%s addr_gen_mode = %q, want 1 (none)", endpoint.PodIfName, mode)
+		}
+		eth, err := netlink.LinkByName(endpoint.PodIfName)
+		if err != nil {
+			return err
+		}
+		addrs, err := netlink.AddrList(eth, netlink.FAMILY_V6)
+		if err != nil {
+			return err
+		}
+		if len(addrs) != 0 {
+			t.Errorf("%s has IPv6 addresses: %v", endpoint.PodIfName, addrs)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	srv, err := testenv.Serve(b.NetnsPath, []uint16{80}, []uint16{81})
 	if err != nil {
 		t.Fatal(err)
