@@ -97,6 +97,10 @@ func (f *agentEmptyFilter) Version(ctx context.Context) string {
 // linkDirs are the hooks of the agent's links, in the order clientLinkPins returns them.
 var linkDirs = []string{"ingress", "egress"}
 
+// agentEmptyFlags are the rampartd flags of the agent-empty filter's agent: its programs
+// go on as TCX links, whose programs Install swaps.
+var agentEmptyFlags = []string{"--attach=tcx"}
+
 // clientLinkPins returns the pin paths of the agent's TCX links on the client's host-side
 // veth (ingress: rampart_from_ep, egress: rampart_to_ep). The agent pins its links as
 // <pin dir>/tcx/<ifindex>-<ingress|egress>.

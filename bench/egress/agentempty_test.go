@@ -30,7 +30,7 @@ func TestAgentEmptyFilter(t *testing.T) {
 	server := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, third + 1, 0}), 24)
 	cfg := &Config{Rampartd: filepath.Join(dir, "rampartd"), Rampart: filepath.Join(dir, "rampart"), Budget: time.Minute}
 	daemons := &benchkit.Daemons{}
-	rf, stop, err := startRampart(ctx, cfg, daemons, "ae"+benchkit.Suffix(), dir, cidrs[0], server, world)
+	rf, stop, err := startRampart(ctx, cfg, daemons, "ae"+benchkit.Suffix(), dir, cidrs[0], server, world, agentEmptyFlags)
 	t.Cleanup(func() {
 		if err := stop(); err != nil {
 			t.Error(err)

@@ -57,11 +57,13 @@ func (f *rampartFilter) Name() string        { return FilterRampart }
 func (f *rampartFilter) daemonPid() int      { return f.agent.Pid() }
 func (f *rampartFilter) Topology() *topology { return f.topo }
 
-// startRampart starts an agent for instance with the client endpoint, and the server (in
-// serverCIDR) and world namespaces behind its node namespace, and returns the filter. The
+// startRampart starts an agent for instance, with rampartd flags besides the benchmark's
+// own, with the client endpoint, and the server (in serverCIDR) and world namespaces
+// behind its node namespace, and returns the filter. The
 // agent is stopped and uninstalled by stop, also after a partial failure.
-func startRampart(ctx context.Context, cfg *Config, daemons *benchkit.Daemons, instance, workDir string, podCIDR, serverCIDR, worldCIDR netip.Prefix) (f *rampartFilter, stop func() error, err error) {
+func startRampart(ctx context.Context, cfg *Config, daemons *benchkit.Daemons, instance, workDir string, podCIDR, serverCIDR, worldCIDR netip.Prefix, flags []string) (f *rampartFilter, stop func() error, err error) {
 	agent := benchkit.NewAgent(cfg.Rampartd, cfg.Rampart, instance, workDir, podCIDR)
+	agent.Flags = append(agent.Flags, flags...)
 	f = &rampartFilter{agent: agent, timeout: cfg.Budget, policyPath: filepath.Join(workDir, "egress-policy.yaml")}
 	f.topo = &topology{Name: "agent"}
 	stop = func() error {
@@ -158,9 +160,13 @@ func (f *rampartFilter) Remove(ctx context.Context) error {
 }
 
 func (f *rampartFilter) Version(ctx context.Context) string {
+	v := "rampart (this checkout)"
 	out, _ := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output()
-	if v := strings.TrimSpace(string(out)); v != "" {
-		return "rampart " + v
+	if d := strings.TrimSpace(string(out)); d != "" {
+		v = "rampart " + d
 	}
-	return "rampart (this checkout)"
+	if len(f.agent.Flags) > 0 {
+		v += ", rampartd " + strings.Join(f.agent.Flags, " ") // e.g. the attach mode
+	}
+	return v
 }

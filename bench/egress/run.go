@@ -59,6 +59,10 @@ type Config struct {
 	ClientCPUs, ServerCPUs string
 	Iptables               string // "legacy" or "nft"
 	Rampartd, Rampart      string // agent and CLI binaries
+	// AgentFlags are extra rampartd flags of the rampart filter's agent (e.g.
+	// --attach=tcx). The agent-empty filter's agent always runs with --attach=tcx: it swaps
+	// the programs of the agent's TCX links.
+	AgentFlags []string
 	// Self is a binary that runs the rr-server and rr-client subcommands (see Subcommand).
 	Self   string
 	OutDir string
@@ -326,7 +330,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		case FilterAgentEmpty:
 			// An agent of its own (its namespaces are its own, so it can share the
 			// addresses of the rampart filter's agent).
-			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"e", filepath.Join(r.work, "agent-empty"), cidrs[2], serverCIDR, worldCIDR)
+			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"e", filepath.Join(r.work, "agent-empty"), cidrs[2], serverCIDR, worldCIDR, agentEmptyFlags)
 			cleanups = append(cleanups, stop)
 			if err != nil {
 				return fail(fmt.Errorf("starting the agent of %s: %w", name, err))
@@ -341,7 +345,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 				fmt.Fprintf(r.log, "rampart: not available: %s\n", why)
 				continue
 			}
-			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"a", filepath.Join(r.work, "agent"), cidrs[2], serverCIDR, worldCIDR)
+			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"a", filepath.Join(r.work, "agent"), cidrs[2], serverCIDR, worldCIDR, r.cfg.AgentFlags)
 			cleanups = append(cleanups, stop)
 			if err != nil {
 				return fail(fmt.Errorf("starting the Rampart agent: %w", err))

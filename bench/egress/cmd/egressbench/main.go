@@ -62,6 +62,7 @@ func run() int {
 		iptables   = flag.String("iptables", def.Iptables, "iptables backend of the iptables and ipset peers: legacy or nft")
 		clientCPUs = flag.String("client-cpus", cpuFlag(def.ClientCPUs), "CPUs of iperf3, ping and the request/response client, or none")
 		serverCPUs = flag.String("server-cpus", cpuFlag(def.ServerCPUs), "CPUs of the iperf3 and request/response servers, or none")
+		agentFlags = flag.String("agent-flags", "", "extra rampartd flags of the rampart filter's agent, space-separated (e.g. --attach=tcx)")
 		binDir     = flag.String("bin-dir", "", "directory with rampartd and rampart (default: build them from this module into a temporary directory)")
 		outDir     = flag.String("out", def.OutDir, "directory for the JSON report, markdown table and PNG plot")
 		noPlot     = flag.Bool("no-plot", false, "do not write the PNG plot")
@@ -84,6 +85,7 @@ func run() int {
 		}
 	}
 	cfg.Filters = splitList(*filters)
+	cfg.AgentFlags = strings.Fields(*agentFlags)
 	if *blocks != 0 {
 		cfg.Blocks = *blocks
 	}
