@@ -147,6 +147,20 @@ type attached struct {
 	start *ebpf.ProgramStats
 }
 
+// openAttached opens program id, found on a hook, with its name.
+func openAttached(id ebpf.ProgramID) (attached, error) {
+	p, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return attached{}, fmt.Errorf("opening program %d: %w", id, err)
+	}
+	info, err := p.Info()
+	if err != nil {
+		p.Close()
+		return attached{}, fmt.Errorf("reading program %d: %w", id, err)
+	}
+	return attached{name: info.Name, prog: p}, nil
+}
+
 // measure attaches the empty program ahead of Rampart's on both hooks of the endpoint's
 // host-side veth, pings the router and returns the programs' cost per run over the pings.
 func measure(ctx context.Context, cfg Config, nodeNetns, hostIf string, client *benchkit.Endpoint, router netip.Addr) (Sample, error) {
@@ -179,22 +193,37 @@ func measure(ctx context.Context, cfg Config, nodeNetns, hostIf string, client *
 			return fmt.Errorf("finding the endpoint's veth %s: %w", hostIf, err)
 		}
 		ifc := l.Attrs().Index
+		// Rampart's programs are cls_bpf filters (rampartd --attach=tc, the default) or
+		// TCX links (--attach=tcx, and builds before the flag): the empty TCX program at
+		// the head returns "next", so the filters run after it too.
+		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+			fs, err := netlink.FilterList(l, parent)
+			if err != nil {
+				continue // no clsact qdisc: TCX
+			}
+			for _, f := range fs {
+				bf, ok := f.(*netlink.BpfFilter)
+				if !ok {
+					continue
+				}
+				p, err := openAttached(ebpf.ProgramID(bf.Id))
+				if err != nil {
+					return err
+				}
+				progs = append(progs, p)
+			}
+		}
 		for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
 			res, err := link.QueryPrograms(link.QueryOptions{Target: ifc, Attach: at})
 			if err != nil {
 				return fmt.Errorf("listing the programs on %s: %w", hostIf, err)
 			}
 			for _, ap := range res.Programs {
-				p, err := ebpf.NewProgramFromID(ap.ID)
+				p, err := openAttached(ap.ID)
 				if err != nil {
-					return fmt.Errorf("opening program %d: %w", ap.ID, err)
+					return err
 				}
-				info, err := p.Info()
-				if err != nil {
-					p.Close()
-					return fmt.Errorf("reading program %d: %w", ap.ID, err)
-				}
-				progs = append(progs, attached{name: info.Name, prog: p})
+				progs = append(progs, p)
 			}
 			l, err := link.AttachTCX(link.TCXOptions{Interface: ifc, Program: empty, Attach: at, Anchor: link.Head()})
 			if err != nil {
