@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -662,5 +663,25 @@ func TestEndpointKeysFollowsChanges(t *testing.T) {
 			d.identities[k] = 1
 		}
 		prev = d
+	}
+}
+
+// TestConfigAttach: the attach mode defaults to cls_bpf filters (tc), and an unknown one is
+// refused, naming it.
+func TestConfigAttach(t *testing.T) {
+	cfg := Config{}.WithDefaults()
+	if cfg.Attach != datapath.AttachTC {
+		t.Errorf("default attach mode %q, want %q", cfg.Attach, datapath.AttachTC)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+	cfg.Attach = datapath.AttachTCX
+	if err := cfg.validate(); err != nil {
+		t.Errorf("--attach=tcx: %v", err)
+	}
+	cfg.Attach = "xdp"
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), `attach mode "xdp"`) {
+		t.Errorf("--attach=xdp: %v", err)
 	}
 }
