@@ -34,7 +34,8 @@
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 /* flow_event is only used through a ring buffer pointer, which leaves no BTF for it; this
- * unused global keeps the type in BTF so bpf2go can export it to Go. */
+ * unused global keeps the type in BTF so bpf2go can export it to Go, and with it the enums
+ * of its fields (the flow vocabulary, rampart.h). */
 const struct flow_event *unused_flow_event __attribute__((unused));
 
 static __always_inline void frag_key_fill(struct frag_key *k, const struct pkt *p, __u32 ep_id,
@@ -98,7 +99,7 @@ static __noinline int handle_later_fragment(struct __sk_buff *skb, struct pkt *p
 	if (!v)
 		/* Drop: first fragment never seen here (lost, reordered past it, or a crafted
 		 * fragment that would bypass the port check). */
-		return drop(skb, p, d, REASON_FRAG_UNKNOWN);
+		return drop(skb, p, d, REASON_FRAGMENT_UNKNOWN);
 	/* Drop: the first fragment of this datagram was dropped. */
 	p->t.sport = v->sport;
 	p->t.dport = v->dport;
@@ -142,7 +143,7 @@ static __noinline int sv_established(struct __sk_buff *skb, struct pkt *p, struc
 		return pass();
 unchecked:
 	/* Drop: data on a send-side verdict flow that the verdict did not see. */
-	d->ev_flags |= FLOW_F_SOCKVERDICT;
+	d->ev_flags |= FLOW_F_SEND_SIDE;
 	return drop(skb, p, d, REASON_L7_UNCHECKED);
 }
 
@@ -358,7 +359,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 		ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, 0, revision, now);
 		if (p->frag == FRAG_FIRST)
 			frag_record(p, d, 1);
-		emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
+		emit_event(skb, p, d, EVENT_NEW, VERDICT_FORWARDED);
 		return pass();
 	}
 
@@ -376,7 +377,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 			.ev_flags = d->ev_flags,
 		};
 
-		d->reason = dres.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT;
+		d->reason = dres.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY;
 		if (p->frag == FRAG_FIRST)
 			frag_record(p, d, 0);
 		return drop(skb, p, &dd, d->reason);
@@ -392,9 +393,9 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 	if (peer->ep_id && sv_pair(p)) {
 		/* Both ends are local and the send-side verdict checks this pair's requests on
 		 * the client's socket: no proxy hop (sv_established pins the data to it). */
-		d->ev_flags |= FLOW_F_SOCKVERDICT;
+		d->ev_flags |= FLOW_F_SEND_SIDE;
 		ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, CT_F_SOCKVERDICT, revision, now);
-		emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
+		emit_event(skb, p, d, EVENT_NEW, VERDICT_FORWARDED);
 		return pass();
 	}
 	if (proxy_assign(skb, p, 1) < 0)
@@ -403,7 +404,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
 	ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, CT_F_TO_PROXY, revision, now);
 	count_proxy(d->ep_id, 1);
-	emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_REDIRECTED);
+	emit_event(skb, p, d, EVENT_NEW, VERDICT_REDIRECTED);
 	return pass();
 }
 
@@ -421,9 +422,9 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 		if (!proxied && p->frag == FRAG_NONE && sv_pair(p)) {
 			/* Checked by the send-side verdict at the client, whose veth let it
 			 * through for that reason (a pair of local endpoints). */
-			d->ev_flags |= FLOW_F_SOCKVERDICT;
+			d->ev_flags |= FLOW_F_SEND_SIDE;
 			ct_create(p, d->ep_id, DIR_INGRESS, d->rule_id, CT_F_SOCKVERDICT, revision, now);
-			emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
+			emit_event(skb, p, d, EVENT_NEW, VERDICT_FORWARDED);
 			return pass();
 		}
 		if (!proxied || p->t.proto != IPPROTO_TCP) {
@@ -446,7 +447,7 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 	ct_create(p, d->ep_id, DIR_INGRESS, d->rule_id, ct_flags, revision, now);
 	if (p->frag == FRAG_FIRST)
 		frag_record(p, d, 1);
-	emit_event(skb, p, d, EVENT_NEW_FLOW, VERDICT_FORWARDED);
+	emit_event(skb, p, d, EVENT_NEW, VERDICT_FORWARDED);
 	return pass();
 }
 
@@ -487,10 +488,10 @@ static __noinline int handle_new(struct __sk_buff *skb, struct pkt *p, struct de
 	if (res.action != POLICY_ALLOW && res.action != POLICY_REDIRECT &&
 	    (ep->flags & (dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS))) {
 		/* Drop: the endpoint enforces this direction and nothing allows the flow. */
-		d->reason = REASON_POLICY_DEFAULT;
+		d->reason = REASON_POLICY_DEFAULT_DENY;
 		if (p->frag == FRAG_FIRST)
 			frag_record(p, d, 0);
-		return drop(skb, p, d, REASON_POLICY_DEFAULT);
+		return drop(skb, p, d, REASON_POLICY_DEFAULT_DENY);
 	}
 
 	if (dir == DIR_EGRESS)

@@ -66,44 +66,66 @@
 /* Rows of one bank of the top table: one per /24 of the IPv4 space. */
 #define CIDR_TOP_ROWS (1u << 24)
 
-/* Directions, from the endpoint's point of view. */
-#define DIR_INGRESS 1 /* into the endpoint: tc egress on its host-side veth */
-#define DIR_EGRESS 2  /* out of the endpoint: tc ingress on its host-side veth */
+/* The flow vocabulary: the codes of struct flow_event, as enums so that they reach BTF and
+ * bpf2go exports them (-type) to Go, where internal/flow generates its types and names from
+ * them (a code's name is its enumerator without the prefix, in lower case with '-' for '_';
+ * verdicts in upper case). Each enum has the fixed underlying type __u8 (a clang extension
+ * in C) so that it is one byte, like the flow_event field it types: that field puts the enum
+ * in BTF through the existing unused_flow_event anchor (rampart.c), with no new map or
+ * variable and no instruction changed. Rename an enumerator and its name changes for users
+ * (observe output, the API). */
+
+/* Directions, from the endpoint's point of view (policy.Direction in Go). */
+enum flow_direction : __u8 {
+	DIR_INGRESS = 1, /* into the endpoint: tc egress on its host-side veth */
+	DIR_EGRESS = 2,  /* out of the endpoint: tc ingress on its host-side veth */
+};
 
 /* endpoint_info.flags */
 #define EP_ENFORCE_INGRESS (1u << 0)
 #define EP_ENFORCE_EGRESS (1u << 1)
 
 /* Verdicts in flow events. */
-#define VERDICT_FORWARDED 1
-#define VERDICT_DROPPED 2
-#define VERDICT_REDIRECTED 3 /* new flow steered to the L7 proxy */
+enum flow_verdict : __u8 {
+	VERDICT_FORWARDED = 1,
+	VERDICT_DROPPED = 2,
+	VERDICT_REDIRECTED = 3, /* new flow steered to the L7 proxy */
+};
 
-/* Drop reasons (flow_event.reason). Keep in sync with the Go names in datapath. */
-#define REASON_NONE 0
-#define REASON_POLICY_DENY 1      /* matched a deny rule */
-#define REASON_POLICY_DEFAULT 2   /* enforcement on, no rule allows */
-#define REASON_MALFORMED 3        /* truncated or invalid header */
-#define REASON_FRAG_UNKNOWN 4     /* non-first fragment whose first fragment was not seen */
-#define REASON_UNKNOWN_ENDPOINT 5 /* packet on an interface with no endpoint_info (fail closed) */
-#define REASON_UNSUPPORTED_L3 6   /* not IPv4/ARP (IPv6 not enforced yet: dropped) */
-#define REASON_PROXY_UNAVAILABLE 7 /* L7 policy applies, but no proxy socket to hand it to */
-#define REASON_PROXY_BYPASS 8      /* L7 policy applies, but the packet did not come from the proxy */
-#define REASON_L7_UNCHECKED 9      /* send-side verdict flow: data from a socket it does not check */
-#define REASON_SPOOFED_SOURCE 10   /* source (IPv4 or ARP sender) not the sending endpoint's own
-                                    * address, or a local endpoint's address that did not come
-                                    * from that endpoint's interface */
+/* Drop reasons (flow_event.reason). REASON_NONE: no drop, the only code 0 of the
+ * vocabulary (named "none"). */
+enum drop_reason : __u8 {
+	REASON_NONE = 0,
+	REASON_POLICY_DENY = 1,         /* matched a deny rule */
+	REASON_POLICY_DEFAULT_DENY = 2, /* enforcement on, no rule allows */
+	REASON_MALFORMED = 3,           /* truncated or invalid header */
+	REASON_FRAGMENT_UNKNOWN = 4,    /* non-first fragment whose first fragment was not seen */
+	REASON_UNKNOWN_ENDPOINT = 5,    /* packet on an interface with no endpoint_info (fail closed) */
+	REASON_UNSUPPORTED_L3 = 6,      /* not IPv4/ARP (IPv6 not enforced yet: dropped) */
+	REASON_PROXY_UNAVAILABLE = 7,   /* L7 policy applies, but no proxy socket to hand it to */
+	REASON_PROXY_BYPASS = 8,        /* L7 policy applies, but the packet did not come from the proxy */
+	REASON_L7_UNCHECKED = 9,        /* send-side verdict flow: data from a socket it does not check */
+	REASON_SPOOFED_SOURCE = 10,     /* source (IPv4 or ARP sender) not the sending endpoint's own
+	                                 * address, or a local endpoint's address that did not come
+	                                 * from that endpoint's interface */
+};
 
 /* Flow event types. */
-#define EVENT_NEW_FLOW 1 /* first packet of a connection, allowed */
-#define EVENT_DROP 2
+enum flow_event_type : __u8 {
+	EVENT_NEW = 1, /* first packet of a connection, allowed */
+	EVENT_DROP = 2,
+};
 
-/* flow_event.flags: how the L7 proxy is involved in the flow. */
-#define FLOW_F_L7_EGRESS (1u << 0)  /* the source endpoint's egress policy redirects it */
-#define FLOW_F_L7_INGRESS (1u << 1) /* the destination endpoint's ingress policy redirects it */
-#define FLOW_F_FROM_PROXY (1u << 2) /* the proxy's upstream connection (socket mark) */
-#define FLOW_F_SOCKVERDICT (1u << 3) /* L7 checked by the send-side verdict, not the proxy */
-#define FLOW_F_ARP (1u << 4)         /* an ARP frame (addresses: sender and target IP) */
+/* flow_event.flags, a bit mask: how the L7 proxy or the send-side verdict is involved in
+ * the flow, and whether it is an ARP frame. */
+enum flow_flag : __u8 {
+	FLOW_F_NONE = 0,
+	FLOW_F_L7_EGRESS = 1 << 0,  /* the source endpoint's egress policy redirects it */
+	FLOW_F_L7_INGRESS = 1 << 1, /* the destination endpoint's ingress policy redirects it */
+	FLOW_F_FROM_PROXY = 1 << 2, /* the proxy's upstream connection (socket mark) */
+	FLOW_F_SEND_SIDE = 1 << 3,  /* L7 checked by the send-side verdict, not the proxy */
+	FLOW_F_ARP = 1 << 4,        /* an ARP frame (addresses: sender and target IP) */
+};
 
 /* endpoints map: key = ifindex of the host-side veth (u32). */
 struct endpoint_info {
@@ -320,14 +342,14 @@ struct flow_event {
 	__u32 rule_id;
 	__u32 ifindex;
 	__u32 length;
-	__u8 type;      /* EVENT_* */
-	__u8 verdict;   /* VERDICT_* */
-	__u8 reason;    /* REASON_* */
-	__u8 direction; /* DIR_* */
+	enum flow_event_type type;
+	enum flow_verdict verdict;
+	enum drop_reason reason;
+	enum flow_direction direction;
 	__u8 protocol;
 	__u8 family;
 	__u8 icmp_type; /* for ICMP */
-	__u8 flags;     /* FLOW_F_* */
+	enum flow_flag flags; /* FLOW_F_* bits */
 	/* The identity whose policy entry decided (peer, any = 0, flagged CIDR, or a CIDR set
 	 * identity); 0 also when nothing matched (rule_id 0). */
 	__u32 match_identity;

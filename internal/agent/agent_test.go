@@ -9,12 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -392,10 +394,10 @@ func TestObserveDecoratesAndFilters(t *testing.T) {
 	defer cancel()
 	got := follow(ctx, h.a, api.FlowFilter{Verdict: "forwarded"})
 	ipA, ipB := netip.MustParseAddr(a.IP), netip.MustParseAddr(b.IP)
-	h.dp.events <- FlowEvent{Time: time.Now(), Src: ipA, Dst: ipB, SrcPort: 40000, DstPort: 80, EpID: b.EpID,
-		SrcIdentity: a.Identity, DstIdentity: b.Identity, Type: EventDrop, Verdict: VerdictDropped, Reason: 2, Direction: DirIngress, Protocol: 6}
-	h.dp.events <- FlowEvent{Time: time.Now(), Src: ipA, Dst: ipB, SrcPort: 40001, DstPort: 80, EpID: b.EpID, RuleID: ruleID,
-		SrcIdentity: a.Identity, DstIdentity: b.Identity, Type: EventNewFlow, Verdict: VerdictForwarded, Direction: DirIngress, Protocol: 6}
+	h.dp.events <- flow.Event{Time: time.Now(), Source: ipA, Destination: ipB, SourcePort: 40000, DestinationPort: 80, EpID: b.EpID,
+		SrcIdentity: a.Identity, DstIdentity: b.Identity, Type: flow.EventDrop, Verdict: flow.VerdictDropped, Reason: flow.ReasonPolicyDefaultDeny, Direction: policy.Ingress, Protocol: 6}
+	h.dp.events <- flow.Event{Time: time.Now(), Source: ipA, Destination: ipB, SourcePort: 40001, DestinationPort: 80, EpID: b.EpID, RuleID: ruleID,
+		SrcIdentity: a.Identity, DstIdentity: b.Identity, Type: flow.EventNew, Verdict: flow.VerdictForwarded, Direction: policy.Ingress, Protocol: 6}
 	var f api.Flow
 	select {
 	case f = <-got:
@@ -423,6 +425,19 @@ func TestObserveDecoratesAndFilters(t *testing.T) {
 	})
 	if len(hist) != 1 || hist[0].Verdict != "FORWARDED" {
 		t.Fatalf("last 1: %+v", hist)
+	}
+
+	// A flow the send-side verdict checks keeps its flags, by name.
+	h.dp.events <- flow.Event{Time: time.Now(), Source: ipA, Destination: ipB, SourcePort: 40002, DestinationPort: 80, EpID: b.EpID, RuleID: ruleID,
+		SrcIdentity: a.Identity, DstIdentity: b.Identity, Type: flow.EventNew, Verdict: flow.VerdictForwarded, Direction: policy.Ingress, Protocol: 6,
+		Flags: flow.FlagL7Ingress | flow.FlagSendSide}
+	select {
+	case f = <-got:
+	case <-ctx.Done():
+		t.Fatal("send-side flow not observed")
+	}
+	if f.Type != "new" || f.Source.Port != 40002 || !slices.Equal(f.Flags, []string{"l7-ingress", "send-side"}) || f.FromProxy || f.Reason != "" {
+		t.Fatalf("send-side flow: %+v", f)
 	}
 }
 

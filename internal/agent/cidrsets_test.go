@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -485,9 +486,9 @@ func TestCIDRSetFlowsAndIdentities(t *testing.T) {
 	}
 	pols, _ := h.a.ListPolicies(bg)
 	ruleID := pols[0].Rules[0].ID
-	h.dp.events <- FlowEvent{Time: time.Now(), Src: netip.MustParseAddr(a.IP), Dst: netip.MustParseAddr("203.0.113.9"), SrcPort: 40000, DstPort: 443,
+	h.dp.events <- flow.Event{Time: time.Now(), Source: netip.MustParseAddr(a.IP), Destination: netip.MustParseAddr("203.0.113.9"), SourcePort: 40000, DestinationPort: 443,
 		EpID: a.EpID, SrcIdentity: a.Identity, DstIdentity: identity.World, RuleID: ruleID, MatchIdentity: identity.CIDRSet(1),
-		Type: EventDrop, Verdict: VerdictDropped, Reason: 1, Direction: DirEgress, Protocol: 6}
+		Type: flow.EventDrop, Verdict: flow.VerdictDropped, Reason: flow.ReasonPolicyDeny, Direction: policy.Egress, Protocol: 6}
 	var f api.Flow
 	if !waitFor(func() bool {
 		var flows []api.Flow

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
 
@@ -99,33 +100,7 @@ func (r *realDatapath) Counters(netnsPath string, ifindex int, epID uint32) (api
 
 func (r *realDatapath) EventsDrained() uint64 { return r.events.Drained() }
 
-func (r *realDatapath) ReadEvent() (FlowEvent, error) {
-	ev, err := r.events.Read()
-	if err != nil {
-		return FlowEvent{}, err
-	}
-	return FlowEvent{
-		Time:          ev.Time,
-		Src:           ev.Source,
-		Dst:           ev.Destination,
-		SrcPort:       ev.SourcePort,
-		DstPort:       ev.DestinationPort,
-		EpID:          ev.EpID,
-		SrcIdentity:   ev.SrcIdentity,
-		DstIdentity:   ev.DstIdentity,
-		RuleID:        ev.RuleID,
-		MatchIdentity: ev.MatchIdentity,
-		Ifindex:       ev.IfIndex,
-		Length:        ev.Length,
-		Type:          uint8(ev.Type),
-		Verdict:       uint8(ev.Verdict),
-		Reason:        uint8(ev.Reason),
-		Direction:     uint8(ev.Direction),
-		Protocol:      uint8(ev.Protocol),
-		ICMPType:      ev.ICMPType,
-		Flags:         flowFlags(ev),
-	}, nil
-}
+func (r *realDatapath) ReadEvent() (flow.Event, error) { return r.events.Read() }
 
 func (r *realDatapath) Close() error {
 	var err error
@@ -135,23 +110,6 @@ func (r *realDatapath) Close() error {
 		err = errors.Join(r.side.close(), r.dp.Close())
 	})
 	return err
-}
-
-func flowFlags(ev datapath.FlowEvent) uint8 {
-	var f uint8
-	if ev.L7Egress {
-		f |= FlowFlagL7Egress
-	}
-	if ev.L7Ingress {
-		f |= FlowFlagL7Ingress
-	}
-	if ev.FromProxy {
-		f |= FlowFlagFromProxy
-	}
-	if ev.ARP {
-		f |= FlowFlagARP
-	}
-	return f
 }
 
 func (r *realDatapath) MapMemory() ([]api.MapMemory, error) {

@@ -3,10 +3,10 @@ package agent
 import (
 	"context"
 	"net/netip"
-	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -43,7 +43,7 @@ type Datapath interface {
 	// node namespace netnsPath counts its forwarded packets.
 	Counters(netnsPath string, ifindex int, epID uint32) (api.Counters, error)
 	// ReadEvent blocks until the next flow event; it fails once Close was called.
-	ReadEvent() (FlowEvent, error)
+	ReadEvent() (flow.Event, error)
 	// EventsDrained counts the times ReadEvent found no event waiting (it looks at least
 	// every datapath.EventPoll): once it has grown by two, every event written before has
 	// been read.
@@ -95,68 +95,8 @@ type EndpointInfo struct {
 	Addr     netip.Addr // the only source address the endpoint may send from
 }
 
-// FlowEvent is one event from the dataplane, with its time already converted to wall time.
-type FlowEvent struct {
-	Time        time.Time
-	Src, Dst    netip.Addr
-	SrcPort     uint16
-	DstPort     uint16
-	EpID        uint32
-	SrcIdentity identity.Identity
-	DstIdentity identity.Identity
-	RuleID      uint32
-	// MatchIdentity is the identity of the deciding policy entry (a CIDR set's when a
-	// cidrGroupRef peer decided).
-	MatchIdentity identity.Identity
-	Ifindex       uint32
-	Length        uint32
-	Type          uint8 // EVENT_* in rampart.h
-	Verdict       uint8 // VERDICT_*
-	Reason        uint8 // REASON_*
-	Direction     uint8 // DIR_*
-	Protocol      uint8
-	ICMPType      uint8
-	Flags         uint8 // FLOW_F_*: how the L7 proxy is involved
-}
-
-// Values of FlowEvent fields (bpf/include/rampart.h).
-const (
-	EventNewFlow = 1
-	EventDrop    = 2
-
-	VerdictForwarded  = 1
-	VerdictDropped    = 2
-	VerdictRedirected = 3 // a new connection steered to the L7 proxy
-
-	FlowFlagL7Egress  = 1 << 0 // the source endpoint's egress policy redirects the flow
-	FlowFlagL7Ingress = 1 << 1 // the destination endpoint's ingress policy redirects it
-	FlowFlagFromProxy = 1 << 2 // the proxy's upstream connection
-	FlowFlagSendSide  = 1 << 3 // L7 checked by the send-side verdict, not the proxy
-	FlowFlagARP       = 1 << 4 // an ARP frame (addresses: sender and target)
-
-	DirIngress = 1
-	DirEgress  = 2
-
-	// ReasonSpoofedSource (REASON_SPOOFED_SOURCE): the source address is not the sender's.
-	ReasonSpoofedSource = 10
-)
-
-// ReasonNames names the drop reasons of rampart.h.
-var ReasonNames = map[uint8]string{
-	0:  "",
-	1:  "policy-deny",
-	2:  "policy-default-deny",
-	3:  "malformed",
-	4:  "fragment-unknown",
-	5:  "unknown-endpoint",
-	6:  "unsupported-l3",
-	7:  "proxy-unavailable", // L7 rules apply but no proxy listens (fail closed)
-	8:  "proxy-bypass",      // L7 rules apply but the packet did not come through the proxy
-	9:  "l7-unchecked",      // send-side verdict flow: data from a socket the verdict does not check
-	10: "spoofed-source",    // source (IPv4 or ARP sender) not the sending endpoint's address
-}
-
-// Reasons of L7 flows (api.Flow type l7).
+// Reasons of L7 flows (api.Flow type l7), decided by the agent from the proxy's records,
+// not codes of the dataplane (those are flow.Reason's).
 const (
 	ReasonL7Denied = "l7-denied" // the proxy refused the request (no L7 rule matches)
 	ReasonL7Error  = "l7-error"  // the proxy answered itself: malformed request, upstream failure...

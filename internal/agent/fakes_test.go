@@ -13,6 +13,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
@@ -107,7 +108,7 @@ type fakeDatapath struct {
 	// applied records, for each ApplyEndpoint, the sequence number (see seq) and whether
 	// the policy had redirect entries.
 	applied   []appliedEP
-	events    chan FlowEvent
+	events    chan flow.Event
 	closed    chan struct{}
 	closeOnce sync.Once
 
@@ -144,7 +145,7 @@ func newFakeDatapath() *fakeDatapath {
 		attached:          map[string]int{},
 		nextIf:            10,
 		failEndpointAfter: -1,
-		events:            make(chan FlowEvent, 16),
+		events:            make(chan flow.Event, 16),
 		closed:            make(chan struct{}),
 	}
 }
@@ -408,12 +409,12 @@ func (d *fakeDatapath) Counters(_ string, _ int, epID uint32) (api.Counters, err
 // with nothing left behind in a ring.
 func (d *fakeDatapath) EventsDrained() uint64 { return d.drained.Add(1) }
 
-func (d *fakeDatapath) ReadEvent() (FlowEvent, error) {
+func (d *fakeDatapath) ReadEvent() (flow.Event, error) {
 	select {
 	case ev := <-d.events:
 		return ev, nil
 	case <-d.closed:
-		return FlowEvent{}, errors.New("closed")
+		return flow.Event{}, errors.New("closed")
 	}
 }
 

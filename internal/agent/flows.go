@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
 
@@ -88,54 +90,38 @@ func (a *Agent) readFlows() {
 	}
 }
 
-func (a *Agent) decorate(ev FlowEvent) api.Flow {
+func (a *Agent) decorate(ev flow.Event) api.Flow {
 	v := a.view.Load()
 	f := api.Flow{
 		Time:     ev.Time,
-		Protocol: protocolName(ev.Protocol),
+		Type:     ev.Type.String(),
+		Verdict:  ev.Verdict.String(),
+		Protocol: protocolName(uint8(ev.Protocol)),
 		Length:   ev.Length,
-		Reason:   ReasonNames[ev.Reason],
+		Flags:    ev.Flags.Names(),
 	}
-	switch ev.Type {
-	case EventNewFlow:
-		f.Type = "new"
-	case EventDrop:
-		f.Type = "drop"
-	default:
-		f.Type = "unknown"
+	if ev.Reason != flow.ReasonNone {
+		f.Reason = ev.Reason.String()
 	}
-	switch ev.Verdict {
-	case VerdictForwarded:
-		f.Verdict = "FORWARDED"
-	case VerdictDropped:
-		f.Verdict = "DROPPED"
-	case VerdictRedirected:
-		f.Verdict = "REDIRECTED"
-	default:
-		f.Verdict = "UNKNOWN"
+	if ev.Direction == policy.Ingress || ev.Direction == policy.Egress {
+		f.Direction = ev.Direction.String()
 	}
-	switch ev.Direction {
-	case DirIngress:
-		f.Direction = "ingress"
-	case DirEgress:
-		f.Direction = "egress"
-	}
-	if ev.Protocol == 1 {
+	if ev.Protocol == policy.ProtoICMP {
 		t := ev.ICMPType
 		f.ICMPType = &t
 	}
-	f.FromProxy = ev.Flags&FlowFlagFromProxy != 0
-	if ev.Flags&FlowFlagARP != 0 {
+	f.FromProxy = ev.Flags.Has(flow.FlagFromProxy)
+	if ev.Flags.Has(flow.FlagARP) {
 		f.Protocol = "ARP"
 	}
-	f.Source = v.peer(ev.Src, ev.SrcPort, ev.SrcIdentity)
-	f.Dest = v.peer(ev.Dst, ev.DstPort, ev.DstIdentity)
-	if ev.Reason == ReasonSpoofedSource {
+	f.Source = v.peer(ev.Source, ev.SourcePort, ev.SrcIdentity)
+	f.Dest = v.peer(ev.Destination, ev.DestinationPort, ev.DstIdentity)
+	if ev.Reason == flow.ReasonSpoofedSource {
 		// The source address is forged: the sender is who the dataplane found (its
 		// identity is in the event), never the endpoint whose address it claims. Leaving
 		// an endpoint, that is the endpoint itself.
 		f.Source.Namespace, f.Source.Name = "", ""
-		if e, ok := v.byEpID[ev.EpID]; ok && ev.Direction == DirEgress {
+		if e, ok := v.byEpID[ev.EpID]; ok && ev.Direction == policy.Egress {
 			f.Source.Namespace, f.Source.Name = e.Namespace, e.Name
 		}
 	}
@@ -245,7 +231,7 @@ func (h *flowHub) publish(f api.Flow) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.seen++
-	if f.Verdict == "DROPPED" {
+	if f.Verdict == flow.VerdictDropped.String() {
 		h.dropped.add(flowEntry{flow: f}, h.seen)
 	} else {
 		h.other.add(flowEntry{flow: f}, h.seen)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -246,11 +247,15 @@ func decorateL7(v *view, l proxy.AccessLog) api.Flow {
 	}
 	switch {
 	case l.Denied:
-		f.Verdict, f.Reason = "DROPPED", ReasonL7Denied
+		f.Verdict, f.Reason = flow.VerdictDropped.String(), ReasonL7Denied
 	case l.Upstream:
-		f.Verdict = "FORWARDED"
+		f.Verdict = flow.VerdictForwarded.String()
 	default:
-		f.Verdict, f.Reason = "DROPPED", ReasonL7Error
+		f.Verdict, f.Reason = flow.VerdictDropped.String(), ReasonL7Error
+	}
+	// The send-side verdict's records name their chain after it (sockAccessLog).
+	if l.Chain == flow.FlagSendSide.String() {
+		f.Flags = []string{flow.FlagSendSide.String()}
 	}
 	// The side that decided: the one that refused; else the one whose L7 rule let the
 	// request through (ingress first); else whichever ran.

@@ -319,15 +319,20 @@ type FlowPeer struct {
 // Flow is one flow event: a new allowed connection, a drop, or (type l7) one HTTP request
 // the L7 proxy handled.
 type Flow struct {
-	Time      time.Time `json:"time"`
-	Type      string    `json:"type"`    // new, drop, l7
-	Verdict   string    `json:"verdict"` // FORWARDED, DROPPED, REDIRECTED (new connection steered to the L7 proxy)
-	Reason    string    `json:"reason,omitempty"`
-	Direction string    `json:"direction"` // ingress, egress (at Endpoint)
-	Protocol  string    `json:"protocol"`  // TCP, UDP, ICMP, ... (ARP: a dropped ARP frame, sender and target address)
-	ICMPType  *uint8    `json:"icmpType,omitempty"`
-	Source    FlowPeer  `json:"source"`
-	Dest      FlowPeer  `json:"destination"`
+	Time time.Time `json:"time"`
+	// Type, Verdict and Reason are the names of flow.EventType (new, drop; or l7, a
+	// request the L7 proxy or the send-side verdict handled), flow.Verdict (FORWARDED,
+	// DROPPED, REDIRECTED: a new connection steered to the L7 proxy) and flow.Reason (or
+	// l7-denied, l7-error for l7 flows); Reason is empty when there is none
+	// (flow.ReasonNone).
+	Type      string   `json:"type"`
+	Verdict   string   `json:"verdict"`
+	Reason    string   `json:"reason,omitempty"`
+	Direction string   `json:"direction"` // ingress, egress (at Endpoint)
+	Protocol  string   `json:"protocol"`  // TCP, UDP, ICMP, ... (ARP: a dropped ARP frame, sender and target address)
+	ICMPType  *uint8   `json:"icmpType,omitempty"`
+	Source    FlowPeer `json:"source"`
+	Dest      FlowPeer `json:"destination"`
 	// Endpoint is the endpoint whose veth saw the packet (ns/name).
 	Endpoint string   `json:"endpoint"`
 	Length   uint32   `json:"length"`
@@ -338,6 +343,10 @@ type Flow struct {
 	// FromProxy: the L7 proxy's upstream connection (it carries the client's address),
 	// admitted at the destination because the proxy applied the L7 rules.
 	FromProxy bool `json:"fromProxy,omitempty"`
+	// Flags are the names of the event's flow.Flags: how the L7 proxy or the send-side
+	// verdict is involved (l7-egress, l7-ingress, from-proxy, send-side) and arp. An l7
+	// flow the send-side verdict decided has send-side.
+	Flags []string `json:"flags,omitempty"`
 	// L7 is the request, for flows of type l7. Endpoint, Direction and Rule are then the
 	// side whose L7 policy decided (for a denial, the side that refused).
 	L7 *L7Flow `json:"l7,omitempty"`

@@ -61,3 +61,25 @@ func TestFormatCIDRSetFlow(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+// A flow whose L7 rules the send-side verdict checks says so, both the dataplane's new
+// flow and the requests; other flows do not.
+func TestFormatSendSideFlow(t *testing.T) {
+	d := api.Flow{Time: time.Now(), Type: "new", Verdict: "FORWARDED", Direction: "egress", Protocol: "TCP",
+		Source: api.FlowPeer{IP: "198.18.0.9", Port: 40002, Identity: 262, Namespace: "x", Name: "a"},
+		Dest:   api.FlowPeer{IP: "198.18.0.7", Port: 80, Identity: 261, Namespace: "y", Name: "b"},
+		Flags:  []string{"l7-egress", "send-side"}}
+	if got := FormatFlow(d); !strings.HasSuffix(got, "198.18.0.9:40002 -> 198.18.0.7:80 egress FORWARDED (L7 send-side verdict)") {
+		t.Fatalf("send-side new flow: %q", got)
+	}
+	l := d
+	l.Type, l.Flags = api.FlowTypeL7, []string{"send-side"}
+	l.L7 = &api.L7Flow{Protocol: "HTTP/1.1", Method: "GET", Path: "/v1", Host: "b", Status: 200, LatencyMs: 0.2}
+	if got := FormatFlow(l); !strings.HasSuffix(got, "egress FORWARDED GET b /v1 200 0.2ms (L7 send-side verdict)") {
+		t.Fatalf("send-side request: %q", got)
+	}
+	d.Flags = []string{"l7-egress"}
+	if got := FormatFlow(d); strings.Contains(got, "send-side") {
+		t.Fatalf("flow without the send-side flag: %q", got)
+	}
+}

@@ -3,11 +3,13 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/flow"
 )
 
 func (a *app) observeCommand() *cobra.Command {
@@ -36,11 +38,12 @@ func (a *app) observeCommand() *cobra.Command {
 			if len(l) > 0 {
 				req.Filter.Labels = l
 			}
-			switch v := strings.ToLower(verdict); v {
-			case "", "forwarded", "dropped", "redirected":
-				req.Filter.Verdict = v
-			default:
-				return fmt.Errorf("--verdict %q: want forwarded, dropped or redirected", verdict)
+			if verdict != "" {
+				v, err := flow.ParseVerdict(verdict)
+				if err != nil {
+					return fmt.Errorf("--verdict: %w", err)
+				}
+				req.Filter.Verdict = v.String()
 			}
 			switch t := strings.ToLower(typ); t {
 			case "", "all":
@@ -78,7 +81,7 @@ func (a *app) observeCommand() *cobra.Command {
 	f.StringVar(&req.Filter.Endpoint, "endpoint", "", "only flows from or to endpoint NS/NAME")
 	f.StringVar(&req.Filter.Namespace, "namespace", "", "only flows from or to endpoints of namespace NS")
 	f.StringArrayVar(&lbls, "label", nil, "only flows where a side's identity has label k=v (repeatable)")
-	f.StringVar(&verdict, "verdict", "", "forwarded, dropped or redirected")
+	f.StringVar(&verdict, "verdict", "", "only flows with this verdict: "+strings.ToLower(strings.Join(flow.VerdictNames(), ", ")))
 	f.StringVar(&typ, "type", "all", "l7 (HTTP requests through the L7 proxy), l3l4 (dataplane connections and drops) or all")
 	f.Uint16Var(&req.Filter.Port, "port", 0, "only flows with this source or destination port")
 	f.StringVar(&protocol, "protocol", "", "tcp, udp, icmp or sctp")
@@ -89,6 +92,7 @@ func (a *app) observeCommand() *cobra.Command {
 // FormatFlow renders a flow on one line, e.g.
 //
 //	12:00:01.123 x/a (id 260) -> y/b (id 261) TCP 198.18.0.5:40000 -> 198.18.0.7:80 egress FORWARDED rule=NetworkPolicy/y/allow-x ingress[0]
+//	12:00:01.234 x/a (id 260) -> y/b (id 261) TCP 198.18.0.5:40002 -> 198.18.0.7:80 egress FORWARDED (L7 send-side verdict) rule=CiliumNetworkPolicy/y/l7 ingress[0]
 //	12:00:01.456 sw/xwing (id 262) -> sw/deathstar (id 261) HTTP/1.1 198.18.0.9:40002 -> 198.18.0.7:80 ingress DROPPED PUT deathstar /v1/exhaust-port 403 0.8ms reason=l7-denied
 func FormatFlow(f api.Flow) string {
 	var b strings.Builder
@@ -114,13 +118,16 @@ func FormatFlow(f api.Flow) string {
 		}
 		fmt.Fprintf(&b, " %s %s %s %d %.1fms", orDash(l.Method), host, orDash(l.Path), l.Status, l.LatencyMs)
 	}
-	if f.Verdict == "REDIRECTED" {
+	if f.Verdict == flow.VerdictRedirected.String() {
 		b.WriteString(" to L7 proxy")
 	}
 	if f.FromProxy {
 		b.WriteString(" (from L7 proxy)")
 	}
-	if f.Verdict != "FORWARDED" && f.Verdict != "REDIRECTED" && f.Reason != "" {
+	if slices.Contains(f.Flags, flow.FlagSendSide.String()) {
+		b.WriteString(" (L7 send-side verdict)")
+	}
+	if f.Verdict != flow.VerdictForwarded.String() && f.Verdict != flow.VerdictRedirected.String() && f.Reason != "" {
 		fmt.Fprintf(&b, " reason=%s", f.Reason)
 	}
 	if f.Rule != nil {

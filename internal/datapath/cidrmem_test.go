@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/policy"
 )
@@ -288,7 +289,7 @@ func TestCIDRTableAllocFailure(t *testing.T) {
 	if got := tableNamesOf(cidrTables(t, f.d)); !slices.Equal(got, before) {
 		t.Errorf("tables after the failed load: %v, want %v", got, before)
 	}
-	f.expectDrop("listed address after the failed load", f.udpOut(listed, 53), ReasonPolicyDeny)
+	f.expectDrop("listed address after the failed load", f.udpOut(listed, 53), flow.ReasonPolicyDeny)
 	f.expectPass("the /24 the failed load would have listed", f.udpOut(addr("198.51.100.1"), 53))
 
 	// The top table is made, the host table fails: the top table is freed again.
@@ -305,7 +306,7 @@ func TestCIDRTableAllocFailure(t *testing.T) {
 	if got := tableNamesOf(cidrTables(t, f.d)); !slices.Equal(got, before) {
 		t.Errorf("tables after the load that failed half way: %v, want %v", got, before)
 	}
-	f.expectDrop("listed address after the load that failed half way", f.udpOut(listed, 53), ReasonPolicyDeny)
+	f.expectDrop("listed address after the load that failed half way", f.udpOut(listed, 53), flow.ReasonPolicyDeny)
 	store.fail = func(kind string, entries uint32) error { return syscall.ENOMEM }
 
 	// A /24 added in place needs a top table: rebuilt, which fails; the tables in force
@@ -314,13 +315,13 @@ func TestCIDRTableAllocFailure(t *testing.T) {
 	if !errors.Is(err, syscall.ENOMEM) {
 		t.Fatalf("in-place addition that needs a new table: %v", err)
 	}
-	f.expectDrop("listed address after the failed addition", f.udpOut(listed, 53), ReasonPolicyDeny)
+	f.expectDrop("listed address after the failed addition", f.udpOut(listed, 53), flow.ReasonPolicyDeny)
 
 	store.fail = nil
 	if _, err := f.d.ReplaceCIDRSets(map[uint8][]netip.Prefix{2: {netip.PrefixFrom(listed, 32), netip.MustParsePrefix("198.51.100.0/24")}}); err != nil {
 		t.Fatalf("load once memory is back: %v", err)
 	}
-	f.expectDrop("the /24 once memory is back", f.udpOut(addr("198.51.100.1"), 53), ReasonPolicyDeny)
+	f.expectDrop("the /24 once memory is back", f.udpOut(addr("198.51.100.1"), 53), flow.ReasonPolicyDeny)
 }
 
 // TestCIDRLegacyPinsRemoved: the tables of versions that allocated both banks in full

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -66,7 +67,7 @@ func TestCIDRSetPolicy(t *testing.T) {
 		t.Fatalf("listed destination: verdict %d, want drop", ret)
 	}
 	ev := nextEvent(t, f.ev)
-	if ev.Reason != ReasonPolicyDeny || ev.RuleID != 33 || ev.MatchIdentity != identity.CIDRSet(3) ||
+	if ev.Reason != flow.ReasonPolicyDeny || ev.RuleID != 33 || ev.MatchIdentity != identity.CIDRSet(3) ||
 		ev.DstIdentity != identity.World || ev.Destination != listed {
 		t.Errorf("drop event: %+v", ev)
 	}
@@ -80,22 +81,22 @@ func TestCIDRSetPolicy(t *testing.T) {
 		t.Fatalf("allowed by set 7: verdict %d", ret)
 	}
 	ev = nextEvent(t, f.ev)
-	if ev.Type != EventNewFlow || ev.RuleID != 77 || ev.MatchIdentity != identity.CIDRSet(7) {
+	if ev.Type != flow.EventNew || ev.RuleID != 77 || ev.MatchIdentity != identity.CIDRSet(7) {
 		t.Errorf("new flow event: %+v", ev)
 	}
-	f.expectDrop("not in set 7", f.udpOut(listed, 53), ReasonPolicyDefault)
+	f.expectDrop("not in set 7", f.udpOut(listed, 53), flow.ReasonPolicyDefaultDeny)
 
 	// Deny wins across lookups: the peer's own identity allows, a set denies; and a deny of
 	// one set beats the allow of another set the address is also in.
 	f.apply(false, true, e(allow(identity.World, out, udp, 0, 0, 2)),
 		e(allow(identity.CIDRSet(7), out, udp, 0, 0, 3)), e(deny(identity.CIDRSet(3), out, udp, 0, 0, 4)))
-	f.expectDrop("world allowed, set 3 denies", f.udpOut(both, 9), ReasonPolicyDeny)
+	f.expectDrop("world allowed, set 3 denies", f.udpOut(both, 9), flow.ReasonPolicyDeny)
 	f.expectPass("only set 7", f.udpOut(host, 9))
 
 	// Ingress: the source address's sets.
 	f.apply(true, false, e(allow(identity.Any, in, policy.ProtoAny, 0, 0, 5)),
 		e(deny(identity.CIDRSet(7), in, tcp, 22, 16, 6)))
-	f.expectDrop("ingress from a listed source", f.toEp(f.synIn(host, 22)), ReasonPolicyDeny)
+	f.expectDrop("ingress from a listed source", f.toEp(f.synIn(host, 22)), flow.ReasonPolicyDeny)
 	f.expectPass("ingress from an unlisted source", f.toEp(f.synIn(outside, 22)))
 }
 
@@ -433,10 +434,10 @@ func TestCIDRSetTraffic(t *testing.T) {
 	if err := reach(denied, time.Second); err == nil {
 		t.Fatalf("listed %v reachable", denied)
 	}
-	drop := waitEvent(t, ev, "drop of the listed destination", func(e FlowEvent) bool {
-		return e.Type == EventDrop && e.Destination == denied
+	drop := waitEvent(t, ev, "drop of the listed destination", func(e flow.Event) bool {
+		return e.Type == flow.EventDrop && e.Destination == denied
 	})
-	if drop.Reason != ReasonPolicyDeny || drop.RuleID != 9 || drop.MatchIdentity != identity.CIDRSet(0) || drop.EpID != 1 {
+	if drop.Reason != flow.ReasonPolicyDeny || drop.RuleID != 9 || drop.MatchIdentity != identity.CIDRSet(0) || drop.EpID != 1 {
 		t.Errorf("drop event: %+v", drop)
 	}
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
@@ -147,7 +148,7 @@ func TestFlowCacheServesEstablishedFlows(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // waiting for the kernel's tick, not for a result
 	}
-	f.expectDrop("answer after the window, flow gone from conntrack", f.toEp(a), ReasonPolicyDefault)
+	f.expectDrop("answer after the window, flow gone from conntrack", f.toEp(a), flow.ReasonPolicyDefaultDeny)
 }
 
 // A policy change reaches a cached flow on its next packet: the entry carries the revision
@@ -171,8 +172,8 @@ func TestFlowCachePolicyChange(t *testing.T) {
 	f.expectPass("data, from the cache", f.toEp(ack))
 
 	f.apply(true, true, e(deny(idA, in, tcp, 80, 16, 2)))
-	f.expectDrop("data after a deny", f.toEp(ack), ReasonPolicyDeny)
-	f.expectDrop("data after a deny, again", f.toEp(ack), ReasonPolicyDeny)
+	f.expectDrop("data after a deny", f.toEp(ack), flow.ReasonPolicyDeny)
+	f.expectDrop("data after a deny, again", f.toEp(ack), flow.ReasonPolicyDeny)
 }
 
 // An RST clears its flow's slot, and a SYN reusing the tuple is checked against policy.
@@ -197,7 +198,7 @@ func TestFlowCacheForgetsClosingFlows(t *testing.T) {
 	}
 	// The endpoint reusing the tuple opens a new connection, checked again: now refused.
 	f.apply(true, true)
-	f.expectDrop("syn reusing the tuple", f.fromEp(syn), ReasonPolicyDefault)
+	f.expectDrop("syn reusing the tuple", f.fromEp(syn), flow.ReasonPolicyDefaultDeny)
 }
 
 // An endpoint removed and installed again on the same interface, with the same id, gets
@@ -220,8 +221,8 @@ func TestFlowCacheEndpointReinstalled(t *testing.T) {
 	if rev := f.revision(); rev <= ce.Revision {
 		t.Errorf("reinstalled at revision %d, not above the cached %d", rev, ce.Revision)
 	}
-	f.expectDrop("answer to the removed endpoint's flow", f.toEp(a), ReasonPolicyDefault)
-	f.expectDrop("query of the removed endpoint's flow", f.fromEp(q), ReasonPolicyDefault)
+	f.expectDrop("answer to the removed endpoint's flow", f.toEp(a), flow.ReasonPolicyDefaultDeny)
+	f.expectDrop("query of the removed endpoint's flow", f.fromEp(q), flow.ReasonPolicyDefaultDeny)
 }
 
 // A restarted agent hands out revisions above those pinned.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -249,7 +250,7 @@ func eventsOf(t *testing.T, d *Datapath) *EventReader {
 }
 
 // nextEvent waits (bounded) for the next event.
-func nextEvent(t *testing.T, r *EventReader) FlowEvent {
+func nextEvent(t *testing.T, r *EventReader) flow.Event {
 	t.Helper()
 	r.SetDeadline(time.Now().Add(2 * time.Second))
 	e, err := r.Read()

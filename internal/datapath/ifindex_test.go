@@ -5,6 +5,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
 
@@ -59,7 +60,7 @@ func TestProgRunIfindex(t *testing.T) {
 	}
 	for _, want := range []uint32{if1, 1} {
 		e := nextEvent(t, ev)
-		if e.Reason != ReasonUnknownEndpoint || e.IfIndex != want || e.EpID != 0 {
+		if e.Reason != flow.ReasonUnknownEndpoint || e.IfIndex != want || e.EpID != 0 {
 			t.Errorf("event %+v, want unknown-endpoint on ifindex %d", e, want)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
@@ -187,5 +188,5 @@ func TestMigrateEndpointsWithoutAddress(t *testing.T) {
 	}
 	f.expectPass("own address after the migration", f.fromEp(packet{src: epIP, dst: ipB, proto: uint8(udp), sport: f.port(), dport: 53}))
 	f.expectSpoofed("other address after the migration", f.fromEp(packet{src: ipA, dst: ipB, proto: uint8(udp), sport: f.port(), dport: 53}), ipA, false)
-	f.expectDrop("enforcement kept", f.toEp(f.synIn(ipB, 80)), ReasonPolicyDefault)
+	f.expectDrop("enforcement kept", f.toEp(f.synIn(ipB, 80)), flow.ReasonPolicyDefaultDeny)
 }

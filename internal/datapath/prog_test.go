@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -122,7 +123,7 @@ func (f *fixture) drain() {
 }
 
 // expectDrop checks a drop verdict and its event's reason.
-func (f *fixture) expectDrop(name string, ret uint32, reason DropReason) {
+func (f *fixture) expectDrop(name string, ret uint32, reason flow.Reason) {
 	f.t.Helper()
 	if ret != actShot {
 		f.t.Errorf("%s: verdict %d, want drop", name, ret)
@@ -130,7 +131,7 @@ func (f *fixture) expectDrop(name string, ret uint32, reason DropReason) {
 		return
 	}
 	ev := nextEvent(f.t, f.ev)
-	if ev.Type != EventDrop || ev.Verdict != VerdictDropped || ev.Reason != reason {
+	if ev.Type != flow.EventDrop || ev.Verdict != flow.VerdictDropped || ev.Reason != reason {
 		f.t.Errorf("%s: event %v/%v/%v, want drop/dropped/%v", name, ev.Type, ev.Verdict, ev.Reason, reason)
 	}
 }
@@ -148,18 +149,18 @@ func TestTCPByIdentityAndPort(t *testing.T) {
 	f.apply(true, false, e(allow(idA, in, tcp, 80, 16, 11)))
 
 	f.expectPass("A:80", f.toEp(f.synIn(ipA, 80)))
-	f.expectDrop("A:81", f.toEp(f.synIn(ipA, 81)), ReasonPolicyDefault)
-	f.expectDrop("B:80", f.toEp(f.synIn(ipB, 80)), ReasonPolicyDefault)
-	f.expectDrop("world:80", f.toEp(f.synIn(ipOut, 80)), ReasonPolicyDefault)
+	f.expectDrop("A:81", f.toEp(f.synIn(ipA, 81)), flow.ReasonPolicyDefaultDeny)
+	f.expectDrop("B:80", f.toEp(f.synIn(ipB, 80)), flow.ReasonPolicyDefaultDeny)
+	f.expectDrop("world:80", f.toEp(f.synIn(ipOut, 80)), flow.ReasonPolicyDefaultDeny)
 	// UDP to the same port is another protocol.
-	f.expectDrop("A:80/udp", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 80}), ReasonPolicyDefault)
+	f.expectDrop("A:80/udp", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 80}), flow.ReasonPolicyDefaultDeny)
 
 	// Egress is not enforced: anything leaving passes.
 	f.expectPass("egress unenforced", f.fromEp(packet{src: epIP, dst: ipOut, proto: uint8(tcp), sport: f.port(), dport: 443, tcpFlags: 0x02}))
 
 	// Deny entries beat the unenforced default too.
 	f.apply(false, false, e(deny(idA, in, tcp, 80, 16, 12)))
-	f.expectDrop("deny without enforcement", f.toEp(f.synIn(ipA, 80)), ReasonPolicyDeny)
+	f.expectDrop("deny without enforcement", f.toEp(f.synIn(ipA, 80)), flow.ReasonPolicyDeny)
 	f.expectPass("no entry without enforcement", f.toEp(f.synIn(ipB, 80)))
 }
 
@@ -175,13 +176,13 @@ func TestPortRangePrefix(t *testing.T) {
 		if c.pass {
 			f.expectPass("port", ret)
 		} else {
-			f.expectDrop("port", ret, ReasonPolicyDefault)
+			f.expectDrop("port", ret, flow.ReasonPolicyDefaultDeny)
 		}
 	}
 	// Any port of a protocol (prefix length 0) and any protocol.
 	f.apply(true, false, e(allow(idA, in, udp, 0, 0, 2)), e(allow(idB, in, policy.ProtoAny, 0, 0, 3)))
 	f.expectPass("udp any port", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 9999}))
-	f.expectDrop("tcp not allowed for A", f.toEp(f.synIn(ipA, 9999)), ReasonPolicyDefault)
+	f.expectDrop("tcp not allowed for A", f.toEp(f.synIn(ipA, 9999)), flow.ReasonPolicyDefaultDeny)
 	f.expectPass("any proto B tcp", f.toEp(f.synIn(ipB, 1)))
 	f.expectPass("any proto B sctp", f.toEp(packet{src: ipB, dst: epIP, proto: uint8(policy.ProtoSCTP), sport: f.port(), dport: 5}))
 	f.expectPass("any proto B icmp", f.toEp(packet{src: ipB, dst: epIP, proto: uint8(icmp), icmpType: 13}))
@@ -197,9 +198,9 @@ func TestAnyAndSecondaryIdentity(t *testing.T) {
 	f.expectPass("any identity, A", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 53}))
 	f.expectPass("any identity, world", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 53}))
 	f.expectPass("flagged CIDR identity of a pod", f.toEp(f.synIn(ipPod, 443)))
-	f.expectDrop("plain address in CIDR is not a pod", f.toEp(f.synIn(ipCIDR, 443)), ReasonPolicyDefault)
+	f.expectDrop("plain address in CIDR is not a pod", f.toEp(f.synIn(ipCIDR, 443)), flow.ReasonPolicyDefaultDeny)
 	f.expectPass("plain CIDR identity", f.toEp(f.synIn(ipCIDR, 8443)))
-	f.expectDrop("pod does not carry the plain CIDR identity", f.toEp(f.synIn(ipPod, 8443)), ReasonPolicyDefault)
+	f.expectDrop("pod does not carry the plain CIDR identity", f.toEp(f.synIn(ipPod, 8443)), flow.ReasonPolicyDefaultDeny)
 }
 
 func TestDenyWinsAcrossLookups(t *testing.T) {
@@ -227,7 +228,7 @@ func TestDenyWinsAcrossLookups(t *testing.T) {
 			return
 		}
 		ev := nextEvent(t, f.ev)
-		if ev.Reason != ReasonPolicyDeny || ev.RuleID != rule {
+		if ev.Reason != flow.ReasonPolicyDeny || ev.RuleID != rule {
 			t.Errorf("%s: reason %v rule %d, want policy-deny rule %d", name, ev.Reason, ev.RuleID, rule)
 		}
 	}
@@ -235,7 +236,7 @@ func TestDenyWinsAcrossLookups(t *testing.T) {
 	check("peer deny over any allow", ipA, 81, 4)
 	check("flagged deny over peer allow", ipPod, 22, 6)
 	check("peer deny over flagged allow", ipPod, 23, 8)
-	f.expectDrop("B:80 denied by any", f.toEp(f.synIn(ipB, 80)), ReasonPolicyDeny)
+	f.expectDrop("B:80 denied by any", f.toEp(f.synIn(ipB, 80)), flow.ReasonPolicyDeny)
 	f.expectPass("B:81 allowed by any", f.toEp(f.synIn(ipB, 81)))
 }
 
@@ -255,20 +256,20 @@ func TestConntrackEstablishedAndReply(t *testing.T) {
 	f.expectPass("established after removal", f.toEp(ack))
 	reply.tcpFlags = 0x10
 	f.expectPass("reply after removal", f.fromEp(reply))
-	f.expectDrop("new flow after removal", f.toEp(f.synIn(ipA, 80)), ReasonPolicyDefault)
+	f.expectDrop("new flow after removal", f.toEp(f.synIn(ipA, 80)), flow.ReasonPolicyDefaultDeny)
 	// A packet from the endpoint with the flow's forward tuple in the other direction is
 	// no reply either: its source is not the endpoint's address.
-	f.expectDrop("same tuple, other direction", f.fromEp(packet{src: ipA, dst: epIP, proto: uint8(tcp), sport: syn.sport, dport: 80, tcpFlags: 0x02}), ReasonSpoofedSource)
+	f.expectDrop("same tuple, other direction", f.fromEp(packet{src: ipA, dst: epIP, proto: uint8(tcp), sport: syn.sport, dport: 80, tcpFlags: 0x02}), flow.ReasonSpoofedSource)
 
 	// RST then a fresh SYN on the same tuple: evaluated again (and dropped).
 	rst := syn
 	rst.tcpFlags = 0x04
 	f.expectPass("rst", f.toEp(rst))
-	f.expectDrop("syn reusing a closed tuple", f.toEp(syn), ReasonPolicyDefault)
+	f.expectDrop("syn reusing a closed tuple", f.toEp(syn), flow.ReasonPolicyDefaultDeny)
 	// So is a SYN from the other side reusing it reversed: a new connection, not a reply
 	// of the closed one (the endpoint's egress allows nothing).
 	f.expectDrop("syn from the endpoint reusing the closed tuple reversed",
-		f.fromEp(packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: 80, dport: syn.sport, tcpFlags: 0x02}), ReasonPolicyDefault)
+		f.fromEp(packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: 80, dport: syn.sport, tcpFlags: 0x02}), flow.ReasonPolicyDefaultDeny)
 }
 
 func TestConntrackTimeout(t *testing.T) {
@@ -296,7 +297,7 @@ func TestConntrackTimeout(t *testing.T) {
 		runtime.Gosched()
 	}
 	a := packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: q.sport}
-	f.expectDrop("answer after the entry expired", f.toEp(a), ReasonPolicyDefault)
+	f.expectDrop("answer after the entry expired", f.toEp(a), flow.ReasonPolicyDefaultDeny)
 }
 
 // Conntrack times are kernel ticks: with a 1 s timeout, a flow last seen half a second ago
@@ -328,7 +329,7 @@ func TestConntrackTimeoutTicks(t *testing.T) {
 		if c.live {
 			f.expectPass(fmt.Sprintf("answer, flow last seen %v ago", c.ago), f.toEp(a))
 		} else {
-			f.expectDrop(fmt.Sprintf("answer, flow last seen %v ago", c.ago), f.toEp(a), ReasonPolicyDefault)
+			f.expectDrop(fmt.Sprintf("answer, flow last seen %v ago", c.ago), f.toEp(a), flow.ReasonPolicyDefaultDeny)
 		}
 	}
 }
@@ -340,9 +341,9 @@ func TestUDP(t *testing.T) {
 	f.expectPass("query", f.fromEp(q))
 	f.expectPass("answer", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: q.sport}))
 	f.expectPass("second query, same flow", f.fromEp(q))
-	f.expectDrop("answer from another port", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 54, dport: q.sport}), ReasonPolicyDefault)
-	f.expectDrop("query to another port", f.fromEp(packet{src: epIP, dst: ipA, proto: uint8(udp), sport: f.port(), dport: 54}), ReasonPolicyDefault)
-	f.expectDrop("query to another peer", f.fromEp(packet{src: epIP, dst: ipB, proto: uint8(udp), sport: f.port(), dport: 53}), ReasonPolicyDefault)
+	f.expectDrop("answer from another port", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 54, dport: q.sport}), flow.ReasonPolicyDefaultDeny)
+	f.expectDrop("query to another port", f.fromEp(packet{src: epIP, dst: ipA, proto: uint8(udp), sport: f.port(), dport: 54}), flow.ReasonPolicyDefaultDeny)
+	f.expectDrop("query to another peer", f.fromEp(packet{src: epIP, dst: ipB, proto: uint8(udp), sport: f.port(), dport: 53}), flow.ReasonPolicyDefaultDeny)
 }
 
 func TestICMP(t *testing.T) {
@@ -354,11 +355,11 @@ func TestICMP(t *testing.T) {
 	req := packet{src: epIP, dst: ipA, proto: uint8(icmp), icmpType: 8, icmpID: 77}
 	f.expectPass("echo request", f.fromEp(req))
 	f.expectPass("echo reply", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(icmp), icmpType: 0, icmpID: 77}))
-	f.expectDrop("echo reply, other id", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(icmp), icmpType: 0, icmpID: 78}), ReasonPolicyDefault)
-	f.expectDrop("echo request from A, same id", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(icmp), icmpType: 8, icmpID: 77}), ReasonPolicyDefault)
-	f.expectDrop("echo request to B", f.fromEp(packet{src: epIP, dst: ipB, proto: uint8(icmp), icmpType: 8, icmpID: 77}), ReasonPolicyDefault)
+	f.expectDrop("echo reply, other id", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(icmp), icmpType: 0, icmpID: 78}), flow.ReasonPolicyDefaultDeny)
+	f.expectDrop("echo request from A, same id", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(icmp), icmpType: 8, icmpID: 77}), flow.ReasonPolicyDefaultDeny)
+	f.expectDrop("echo request to B", f.fromEp(packet{src: epIP, dst: ipB, proto: uint8(icmp), icmpType: 8, icmpID: 77}), flow.ReasonPolicyDefaultDeny)
 	// Port in the policy key is the ICMP type: timestamp (13) is not echo (8).
-	f.expectDrop("timestamp request to A", f.fromEp(packet{src: epIP, dst: ipA, proto: uint8(icmp), icmpType: 13}), ReasonPolicyDefault)
+	f.expectDrop("timestamp request to A", f.fromEp(packet{src: epIP, dst: ipA, proto: uint8(icmp), icmpType: 13}), flow.ReasonPolicyDefaultDeny)
 
 	// ICMP errors are related to the flow they quote.
 	syn := packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: f.port(), dport: 80, tcpFlags: 0x02}
@@ -367,8 +368,8 @@ func TestICMP(t *testing.T) {
 	f.expectPass("unreachable about the flow", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(icmp), icmpType: 3, quoted: quoted}))
 	other := syn
 	other.sport++
-	f.expectDrop("unreachable about another flow", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(icmp), icmpType: 3, quoted: other.ipv4()[:28]}), ReasonPolicyDefault)
-	f.expectDrop("unreachable quoting too little", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(icmp), icmpType: 3, quoted: quoted[:22]}), ReasonPolicyDefault)
+	f.expectDrop("unreachable about another flow", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(icmp), icmpType: 3, quoted: other.ipv4()[:28]}), flow.ReasonPolicyDefaultDeny)
+	f.expectDrop("unreachable quoting too little", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(icmp), icmpType: 3, quoted: quoted[:22]}), flow.ReasonPolicyDefaultDeny)
 }
 
 func TestIPOptions(t *testing.T) {
@@ -381,7 +382,7 @@ func TestIPOptions(t *testing.T) {
 	f.expectPass("options, allowed port", f.toEp(p))
 	p = f.synIn(ipA, 81)
 	p.ipOptions = opts
-	f.expectDrop("options, other port", f.toEp(p), ReasonPolicyDefault)
+	f.expectDrop("options, other port", f.toEp(p), flow.ReasonPolicyDefaultDeny)
 	// Maximum header (ihl 15, 40 bytes of options).
 	p = f.synIn(ipA, 80)
 	p.ipOptions = make([]byte, 40)
@@ -461,8 +462,8 @@ func TestMalformedAndOtherL3(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Logf("case %s (%d bytes)", c.name, len(c.data))
-		f.expectDrop(c.name, run(t, f.d.objs.RampartToEp, c.data, epIfindex), ReasonMalformed)
-		f.expectDrop(c.name+" (egress)", run(t, f.d.objs.RampartFromEp, c.data, epIfindex), ReasonMalformed)
+		f.expectDrop(c.name, run(t, f.d.objs.RampartToEp, c.data, epIfindex), flow.ReasonMalformed)
+		f.expectDrop(c.name+" (egress)", run(t, f.d.objs.RampartFromEp, c.data, epIfindex), flow.ReasonMalformed)
 	}
 
 	// Ethernet padding after tot_len is fine.
@@ -470,9 +471,9 @@ func TestMalformedAndOtherL3(t *testing.T) {
 	f.expectPass("trailing padding", run(t, f.d.objs.RampartToEp, padded, epIfindex))
 
 	f.expectPass("ARP", f.toEp(arpFrame(1, ipRouter, epIP)))
-	f.expectDrop("ARP for no protocol", f.toEp(packet{ethType: 0x0806, payload: make([]byte, 28)}), ReasonMalformed)
-	f.expectDrop("IPv6", f.toEp(packet{ethType: 0x86dd, payload: make([]byte, 60)}), ReasonUnsupportedL3)
-	f.expectDrop("VLAN", f.toEp(packet{ethType: 0x8100, payload: make([]byte, 60)}), ReasonUnsupportedL3)
+	f.expectDrop("ARP for no protocol", f.toEp(packet{ethType: 0x0806, payload: make([]byte, 28)}), flow.ReasonMalformed)
+	f.expectDrop("IPv6", f.toEp(packet{ethType: 0x86dd, payload: make([]byte, 60)}), flow.ReasonUnsupportedL3)
+	f.expectDrop("VLAN", f.toEp(packet{ethType: 0x8100, payload: make([]byte, 60)}), flow.ReasonUnsupportedL3)
 	// Other IP protocols have no ports and pass when not enforced.
 	f.expectPass("GRE", f.toEp(packet{src: ipA, dst: epIP, proto: 47, payload: make([]byte, 8)}))
 }
@@ -491,23 +492,23 @@ func TestFragments(t *testing.T) {
 	f.expectPass("middle fragment of allowed", f.toEp(later(100, true)))
 	f.expectPass("last fragment of allowed", f.toEp(later(100, false)))
 
-	f.expectDrop("first fragment, denied", f.toEp(first(101, 54)), ReasonPolicyDefault)
+	f.expectDrop("first fragment, denied", f.toEp(first(101, 54)), flow.ReasonPolicyDefaultDeny)
 	ret := f.toEp(later(101, false))
 	if ret != actShot {
 		t.Fatalf("later fragment of denied datagram: verdict %d", ret)
 	}
 	ev := nextEvent(t, f.ev)
-	if ev.Reason != ReasonPolicyDefault || ev.DestinationPort != 54 || ev.SourcePort != 5353 {
+	if ev.Reason != flow.ReasonPolicyDefaultDeny || ev.DestinationPort != 54 || ev.SourcePort != 5353 {
 		t.Errorf("later fragment of denied datagram: event %+v, want default deny with the first fragment's ports", ev)
 	}
 
-	f.expectDrop("unknown later fragment", f.toEp(later(102, false)), ReasonFragUnknown)
+	f.expectDrop("unknown later fragment", f.toEp(later(102, false)), flow.ReasonFragmentUnknown)
 	// Same IP id from another source is another datagram.
 	other := later(100, false)
 	other.src = ipB
-	f.expectDrop("later fragment, other source", f.toEp(other), ReasonFragUnknown)
+	f.expectDrop("later fragment, other source", f.toEp(other), flow.ReasonFragmentUnknown)
 	// The same fragment leaving the endpoint does not carry its address.
-	f.expectDrop("later fragment, other direction", f.fromEp(later(100, false)), ReasonSpoofedSource)
+	f.expectDrop("later fragment, other direction", f.fromEp(later(100, false)), flow.ReasonSpoofedSource)
 
 	// Allowed later fragments pass even after the policy is removed (they belong to a
 	// datagram already allowed).
@@ -516,20 +517,20 @@ func TestFragments(t *testing.T) {
 	f.expectPass("later fragment after removal", f.toEp(later(103, false)))
 	fresh := first(104, 53)
 	fresh.sport = 5354 // not the conntrack flow of the datagrams above
-	f.expectDrop("new first fragment after removal", f.toEp(fresh), ReasonPolicyDefault)
+	f.expectDrop("new first fragment after removal", f.toEp(fresh), flow.ReasonPolicyDefaultDeny)
 }
 
 func TestUnknownEndpoint(t *testing.T) {
 	f := newFixture(t, Config{})
 	// No ApplyEndpoint yet: ifindex 1 has no endpoint info.
-	f.expectDrop("before apply", f.toEp(f.synIn(ipA, 80)), ReasonUnknownEndpoint)
-	f.expectDrop("ARP before apply", f.fromEp(packet{ethType: 0x0806, payload: make([]byte, 28)}), ReasonUnknownEndpoint)
+	f.expectDrop("before apply", f.toEp(f.synIn(ipA, 80)), flow.ReasonUnknownEndpoint)
+	f.expectDrop("ARP before apply", f.fromEp(packet{ethType: 0x0806, payload: make([]byte, 28)}), flow.ReasonUnknownEndpoint)
 	f.apply(false, false)
 	f.expectPass("after apply", f.toEp(f.synIn(ipA, 80)))
 	if err := f.d.RemoveEndpoint(epIfindex, epID); err != nil {
 		t.Fatal(err)
 	}
-	f.expectDrop("after remove", f.toEp(f.synIn(ipA, 80)), ReasonUnknownEndpoint)
+	f.expectDrop("after remove", f.toEp(f.synIn(ipA, 80)), flow.ReasonUnknownEndpoint)
 }
 
 func TestEventsAndCounters(t *testing.T) {
@@ -541,8 +542,8 @@ func TestEventsAndCounters(t *testing.T) {
 		t.Fatalf("syn: %d", ret)
 	}
 	ev := nextEvent(t, f.ev)
-	want := FlowEvent{
-		Type: EventNewFlow, Verdict: VerdictForwarded, Reason: ReasonNone, Direction: in,
+	want := flow.Event{
+		Type: flow.EventNew, Verdict: flow.VerdictForwarded, Reason: flow.ReasonNone, Direction: in,
 		Protocol: tcp, Source: ipA, Destination: epIP, SourcePort: syn.sport, DestinationPort: 80,
 		EpID: epID, SrcIdentity: idA, DstIdentity: epIdent, RuleID: 41, MatchIdentity: idA,
 		IfIndex: epIfindex, Length: uint32(len(syn.bytes())),
@@ -568,8 +569,8 @@ func TestEventsAndCounters(t *testing.T) {
 	}
 	ev = nextEvent(t, f.ev)
 	ev.Time, ev.Monotonic = time.Time{}, 0
-	want = FlowEvent{
-		Type: EventDrop, Verdict: VerdictDropped, Reason: ReasonPolicyDeny, Direction: out,
+	want = flow.Event{
+		Type: flow.EventDrop, Verdict: flow.VerdictDropped, Reason: flow.ReasonPolicyDeny, Direction: out,
 		Protocol: udp, Source: epIP, Destination: ipB, SourcePort: 1234, DestinationPort: 53,
 		EpID: epID, SrcIdentity: epIdent, DstIdentity: idB, RuleID: 42, MatchIdentity: idB,
 		IfIndex: epIfindex, Length: uint32(len(q.bytes())),
@@ -577,7 +578,7 @@ func TestEventsAndCounters(t *testing.T) {
 	if ev != want {
 		t.Errorf("drop event\n got %+v\nwant %+v", ev, want)
 	}
-	if ev.Reason.String() != "policy-deny" || ev.Verdict.String() != "dropped" || ev.Type.String() != "drop" {
+	if ev.Reason.String() != "policy-deny" || ev.Verdict.String() != "DROPPED" || ev.Type.String() != "drop" {
 		t.Errorf("names: %v %v %v", ev.Reason, ev.Verdict, ev.Type)
 	}
 
@@ -591,7 +592,7 @@ func TestEventsAndCounters(t *testing.T) {
 		t.Errorf("counters %+v, want %+v", c, want)
 	}
 	synB := f.synIn(ipB, 22)
-	f.expectDrop("ingress default deny", f.toEp(synB), ReasonPolicyDefault)
+	f.expectDrop("ingress default deny", f.toEp(synB), flow.ReasonPolicyDefaultDeny)
 	c, _ = f.d.drops(epID)
 	if c.ingress != 1 || c.ingressBytes != uint64(len(synB.bytes())) {
 		t.Errorf("ingress drops %d (%d bytes), want 1 (%d)", c.ingress, c.ingressBytes, len(synB.bytes()))
@@ -732,7 +733,7 @@ func TestEndpointSlots(t *testing.T) {
 		}
 	}
 
-	f.expectDrop("unknown", runOn(b), ReasonUnknownEndpoint)
+	f.expectDrop("unknown", runOn(b), flow.ReasonUnknownEndpoint)
 	apply(a, epID)
 	apply(b, epID+1)
 	slotHolds(a)
@@ -742,7 +743,7 @@ func TestEndpointSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	slotHolds(b)
-	f.expectDrop("removed", runOn(a), ReasonUnknownEndpoint)
+	f.expectDrop("removed", runOn(a), flow.ReasonUnknownEndpoint)
 	f.expectPass("moved into the freed slot", runOn(b))
 
 	// Only the hash entry, as pins from before the slots have it.
@@ -773,5 +774,5 @@ func TestEndpointSlots(t *testing.T) {
 	if err := f.d.RemoveEndpoint(b, epID+1); err != nil {
 		t.Fatal(err)
 	}
-	f.expectDrop("both removed", runOn(b), ReasonUnknownEndpoint)
+	f.expectDrop("both removed", runOn(b), flow.ReasonUnknownEndpoint)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -15,7 +16,7 @@ import (
 
 // L7 steering under BPF_PROG_RUN. bpf_sk_assign refuses to work there (EOPNOTSUPP: the
 // test skb is not at tc ingress), and the fixture has no proxy listener anyway, so a flow
-// the program decides to steer shows up as a drop with ReasonProxyUnavailable: that is how
+// the program decides to steer shows up as a drop with flow.ReasonProxyUnavailable: that is how
 // these tests tell "steered" from "forwarded" and from a policy drop. Real steering is
 // tested with traffic in TestProxySteering.
 
@@ -67,11 +68,11 @@ func (f *fixture) synOut(dst netip.Addr, proto policy.Protocol, dport uint16) pa
 // want describes the expected outcome of one packet.
 type want struct {
 	pass      bool
-	reason    DropReason
+	reason    flow.Reason
 	epID      uint32           // of the event (0: the fixture's endpoint)
 	dir       policy.Direction // of the event (0: egress)
 	rule      uint32
-	verdict   Verdict // of a pass event (0: forwarded)
+	verdict   flow.Verdict // of a pass event (0: forwarded)
 	l7Egress  bool
 	l7Ingress bool
 	fromProxy bool
@@ -96,19 +97,19 @@ func (f *fixture) check(name string, ret uint32, w want) {
 	if w.dir == 0 {
 		w.dir = out
 	}
-	wantType, wantVerdict := EventDrop, VerdictDropped
+	wantType, wantVerdict := flow.EventDrop, flow.VerdictDropped
 	if w.pass {
-		wantType, wantVerdict = EventNewFlow, VerdictForwarded
+		wantType, wantVerdict = flow.EventNew, flow.VerdictForwarded
 		if w.verdict != 0 {
 			wantVerdict = w.verdict
 		}
 	}
 	if ev.Type != wantType || ev.Verdict != wantVerdict || ev.Reason != w.reason || ev.EpID != w.epID ||
-		ev.Direction != w.dir || ev.RuleID != w.rule || ev.L7Egress != w.l7Egress ||
-		ev.L7Ingress != w.l7Ingress || ev.FromProxy != w.fromProxy {
+		ev.Direction != w.dir || ev.RuleID != w.rule || ev.Flags.Has(flow.FlagL7Egress) != w.l7Egress ||
+		ev.Flags.Has(flow.FlagL7Ingress) != w.l7Ingress || ev.Flags.Has(flow.FlagFromProxy) != w.fromProxy {
 		f.t.Errorf("%s: event %v/%v/%v ep %d dir %v rule %d l7egress %v l7ingress %v fromproxy %v; "+
 			"want %v/%v/%v ep %d dir %v rule %d l7egress %v l7ingress %v fromproxy %v", name,
-			ev.Type, ev.Verdict, ev.Reason, ev.EpID, ev.Direction, ev.RuleID, ev.L7Egress, ev.L7Ingress, ev.FromProxy,
+			ev.Type, ev.Verdict, ev.Reason, ev.EpID, ev.Direction, ev.RuleID, ev.Flags.Has(flow.FlagL7Egress), ev.Flags.Has(flow.FlagL7Ingress), ev.Flags.Has(flow.FlagFromProxy),
 			wantType, wantVerdict, w.reason, w.epID, w.dir, w.rule, w.l7Egress, w.l7Ingress, w.fromProxy)
 	}
 	f.drain()
@@ -119,7 +120,7 @@ func (f *fixture) check(name string, ret uint32, w want) {
 func TestL7VerdictCombination(t *testing.T) {
 	f := newProxyFixture(t)
 	steered := func(rule uint32, egress, ingress bool) want {
-		return want{reason: ReasonProxyUnavailable, rule: rule, l7Egress: egress, l7Ingress: ingress}
+		return want{reason: flow.ReasonProxyUnavailable, rule: rule, l7Egress: egress, l7Ingress: ingress}
 	}
 
 	for _, c := range []struct {
@@ -166,13 +167,13 @@ func TestL7VerdictCombination(t *testing.T) {
 			name:   "egress redirect + destination deny: dropped as the destination's ingress",
 			egress: []entry{e(redirect(dstIdent, out, tcp, 80, 16, 1))}, enforceOut: true,
 			dst: []entry{e(allow(epIdent, in, tcp, 0, 0, 2)), e(deny(epIdent, in, tcp, 80, 16, 3))}, dstEnforce: true,
-			w: want{reason: ReasonPolicyDeny, epID: dstEpID, dir: in, rule: 3, l7Egress: true},
+			w: want{reason: flow.ReasonPolicyDeny, epID: dstEpID, dir: in, rule: 3, l7Egress: true},
 		},
 		{
 			name:   "egress redirect + destination default deny: dropped as the destination's ingress",
 			egress: []entry{e(redirect(dstIdent, out, tcp, 80, 16, 1))}, enforceOut: true,
 			dst: []entry{e(allow(epIdent, in, tcp, 81, 16, 2))}, dstEnforce: true,
-			w: want{reason: ReasonPolicyDefault, epID: dstEpID, dir: in, l7Egress: true},
+			w: want{reason: flow.ReasonPolicyDefaultDeny, epID: dstEpID, dir: in, l7Egress: true},
 		},
 		{
 			name:   "egress redirect + destination not enforcing: steered",
@@ -184,13 +185,13 @@ func TestL7VerdictCombination(t *testing.T) {
 			name:   "egress deny + destination redirect: dropped by egress",
 			egress: []entry{e(allow(dstIdent, out, tcp, 0, 0, 1)), e(deny(dstIdent, out, tcp, 80, 16, 4))}, enforceOut: true,
 			dst: []entry{e(redirect(epIdent, in, tcp, 80, 16, 2))}, dstEnforce: true,
-			w: want{reason: ReasonPolicyDeny, rule: 4},
+			w: want{reason: flow.ReasonPolicyDeny, rule: 4},
 		},
 		{
 			name:   "egress default deny + destination redirect: dropped by egress",
 			egress: []entry{e(allow(dstIdent, out, tcp, 81, 16, 1))}, enforceOut: true,
 			dst: []entry{e(redirect(epIdent, in, tcp, 80, 16, 2))}, dstEnforce: true,
-			w: want{reason: ReasonPolicyDefault},
+			w: want{reason: flow.ReasonPolicyDefaultDeny},
 		},
 		{
 			// Not steered: the destination's own veth decides, as without L7.
@@ -225,7 +226,7 @@ func TestL7VerdictCombination(t *testing.T) {
 		{
 			name:   "egress deny for any identity beats the peer's redirect",
 			egress: []entry{e(redirect(dstIdent, out, tcp, 80, 16, 1)), e(deny(identity.Any, out, tcp, 80, 16, 8))}, enforceOut: true,
-			w: want{reason: ReasonPolicyDeny, rule: 8},
+			w: want{reason: flow.ReasonPolicyDeny, rule: 8},
 		},
 		{
 			name:   "egress redirect of UDP: dropped, the proxy takes TCP only",
@@ -252,7 +253,7 @@ func TestL7VerdictCombination(t *testing.T) {
 			name:   "egress redirect to an endpoint without info: dropped",
 			egress: []entry{e(redirect(dstIdent, out, tcp, 80, 16, 1))}, enforceOut: true,
 			pkt: func() packet { return f.synOut(ipUnknown, tcp, 80) },
-			w:   want{reason: ReasonPolicyDefault, epID: unknownEp, dir: in, l7Egress: true},
+			w:   want{reason: flow.ReasonPolicyDefaultDeny, epID: unknownEp, dir: in, l7Egress: true},
 		},
 		{
 			name:   "first fragment of a steered flow: dropped",
@@ -277,7 +278,7 @@ func TestL7VerdictCombination(t *testing.T) {
 
 	// The later fragment of a dropped steered first fragment is dropped too.
 	later := packet{src: epIP, dst: ipDst, proto: uint8(tcp), ipID: 4242, fragOffset: 3, payload: make([]byte, 16)}
-	f.check("later fragment of a steered flow", f.fromEp(later), want{reason: ReasonProxyUnavailable, rule: 1})
+	f.check("later fragment of a steered flow", f.fromEp(later), want{reason: flow.ReasonProxyUnavailable, rule: 1})
 }
 
 // TestL7EstablishedSteering: established packets of a steered flow are steered too, and
@@ -289,18 +290,18 @@ func TestL7EstablishedSteering(t *testing.T) {
 	f.applyDst(true, e(redirect(epIdent, in, tcp, 80, 16, 2)), e(allow(epIdent, in, tcp, 8080, 16, 3)))
 
 	// A conntrack entry as a successful steering leaves it (BPF_PROG_RUN cannot assign).
-	flow := f.synOut(ipDst, tcp, 80)
-	putCT(t, f.d, flow, epID, out, ctFToProxy)
-	ack := flow
+	steered := f.synOut(ipDst, tcp, 80)
+	putCT(t, f.d, steered, epID, out, ctFToProxy)
+	ack := steered
 	ack.tcpFlags = 0x10
 	ret, mark := runCtx(t, f.d.objs.RampartFromEp, ack.bytes(), skbContext{})
 	f.check("established packet of a steered flow without its socket", ret,
-		want{reason: ReasonProxyUnavailable})
+		want{reason: flow.ReasonProxyUnavailable})
 	if mark != 0 {
 		t.Errorf("dropped packet carries mark %#x", mark)
 	}
 	// A reply to the client of a steered flow (from the proxy's accepted socket) passes.
-	reply := packet{src: ipDst, dst: epIP, proto: uint8(tcp), sport: 80, dport: flow.sport, tcpFlags: 0x12}
+	reply := packet{src: ipDst, dst: epIP, proto: uint8(tcp), sport: 80, dport: steered.sport, tcpFlags: 0x12}
 	f.check("reply of a steered flow to the client", f.toEp(reply), want{pass: true, noEvent: true})
 
 	// Without the flag, the established packet is forwarded as usual.
@@ -341,11 +342,11 @@ func TestL7UpstreamMark(t *testing.T) {
 	f.drain()
 
 	f.check("redirect without mark: bypass", toEpMark(f.synIn(ipA, 80), 0),
-		want{reason: ReasonProxyBypass, dir: in, rule: 1, l7Ingress: true})
+		want{reason: flow.ReasonProxyBypass, dir: in, rule: 1, l7Ingress: true})
 	f.check("redirect with the steer mark only: bypass", toEpMark(f.synIn(ipA, 80), ProxySteerMark),
-		want{reason: ReasonProxyBypass, dir: in, rule: 1, l7Ingress: true})
+		want{reason: flow.ReasonProxyBypass, dir: in, rule: 1, l7Ingress: true})
 	f.check("redirect with another mark: bypass", toEpMark(f.synIn(ipA, 80), 0x100),
-		want{reason: ReasonProxyBypass, dir: in, rule: 1, l7Ingress: true})
+		want{reason: flow.ReasonProxyBypass, dir: in, rule: 1, l7Ingress: true})
 
 	up := f.synIn(ipA, 80)
 	f.check("redirect with the upstream mark: admitted", toEpMark(up, ProxyUpstreamMark|0x100),
@@ -356,18 +357,18 @@ func TestL7UpstreamMark(t *testing.T) {
 	// The server's reply belongs to the proxy's upstream socket: steered, and without that
 	// socket here, dropped (never sent on to the real client).
 	synAck := packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: 80, dport: up.sport, tcpFlags: 0x12}
-	f.check("reply to the upstream connection", fromEpMark(synAck, 0), want{reason: ReasonProxyUnavailable})
+	f.check("reply to the upstream connection", fromEpMark(synAck, 0), want{reason: flow.ReasonProxyUnavailable})
 
 	f.check("deny beats the upstream mark", toEpMark(f.synIn(ipB, 80), ProxyUpstreamMark),
-		want{reason: ReasonPolicyDeny, dir: in, rule: 3})
+		want{reason: flow.ReasonPolicyDeny, dir: in, rule: 3})
 	f.check("default deny with the upstream mark", toEpMark(f.synIn(ipB, 9999), ProxyUpstreamMark),
-		want{reason: ReasonPolicyDefault, dir: in})
+		want{reason: flow.ReasonPolicyDefaultDeny, dir: in})
 	f.check("redirect for any identity, from the proxy", toEpMark(f.synIn(ipOut, 81), ProxyUpstreamMark),
 		want{pass: true, dir: in, rule: 4, l7Ingress: true, fromProxy: true})
 	f.check("redirect for any identity, direct", toEpMark(f.synIn(ipOut, 81), 0),
-		want{reason: ReasonProxyBypass, dir: in, rule: 4, l7Ingress: true})
+		want{reason: flow.ReasonProxyBypass, dir: in, rule: 4, l7Ingress: true})
 	f.check("UDP to a redirect for any protocol", toEpMark(packet{src: ipA, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 81}, ProxyUpstreamMark),
-		want{reason: ReasonPolicyDefault, dir: in})
+		want{reason: flow.ReasonPolicyDefaultDeny, dir: in})
 
 	// A plain allow with the upstream mark (the client's egress rules were the L7 ones):
 	// admitted, and its replies go back to the proxy too.
@@ -375,7 +376,7 @@ func TestL7UpstreamMark(t *testing.T) {
 	f.check("allow with the upstream mark", toEpMark(up2, ProxyUpstreamMark),
 		want{pass: true, dir: in, rule: 2, fromProxy: true})
 	f.check("reply to it", fromEpMark(packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: 8080, dport: up2.sport, tcpFlags: 0x12}, 0),
-		want{reason: ReasonProxyUnavailable})
+		want{reason: flow.ReasonProxyUnavailable})
 	// The same allow without the mark: an ordinary flow whose replies pass.
 	direct := f.synIn(ipA, 8080)
 	f.check("allow without mark", toEpMark(direct, 0), want{pass: true, dir: in, rule: 2})

@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
@@ -105,17 +106,17 @@ func TestProxySteering(t *testing.T) {
 		if !srv.sawPeer(pc.Upstream) {
 			t.Errorf("port %d: server did not see %v", port, pc.Upstream)
 		}
-		red := evs.wait(t, "redirect at a", func(e FlowEvent) bool {
-			return e.EpID == epA && e.Type == EventNewFlow && e.SourcePort == client.Port() && e.DestinationPort == port
+		red := evs.wait(t, "redirect at a", func(e flow.Event) bool {
+			return e.EpID == epA && e.Type == flow.EventNew && e.SourcePort == client.Port() && e.DestinationPort == port
 		})
-		if red.Verdict != VerdictRedirected || red.L7Egress != l7Egress || red.L7Ingress != l7Ingress || red.FromProxy ||
+		if red.Verdict != flow.VerdictRedirected || red.Flags.Has(flow.FlagL7Egress) != l7Egress || red.Flags.Has(flow.FlagL7Ingress) != l7Ingress || red.Flags.Has(flow.FlagFromProxy) ||
 			red.Source != a.ip || red.Destination != b.ip {
 			t.Errorf("port %d: event at a %+v", port, red)
 		}
-		upstream := evs.wait(t, "upstream flow at b", func(e FlowEvent) bool {
-			return e.EpID == epB && e.Type == EventNewFlow && e.SourcePort == pc.Upstream.Port() && e.DestinationPort == port
+		upstream := evs.wait(t, "upstream flow at b", func(e flow.Event) bool {
+			return e.EpID == epB && e.Type == flow.EventNew && e.SourcePort == pc.Upstream.Port() && e.DestinationPort == port
 		})
-		if upstream.Verdict != VerdictForwarded || !upstream.FromProxy || upstream.L7Ingress != l7Ingress ||
+		if upstream.Verdict != flow.VerdictForwarded || !upstream.Flags.Has(flow.FlagFromProxy) || upstream.Flags.Has(flow.FlagL7Ingress) != l7Ingress ||
 			upstream.Source != a.ip || upstream.SrcIdentity != idEpA {
 			t.Errorf("port %d: event at b %+v", port, upstream)
 		}
@@ -142,10 +143,10 @@ func TestProxySteering(t *testing.T) {
 		if !srv.sawPeer(client) {
 			t.Errorf("%s: server did not see the client's own address and port %v", what, client)
 		}
-		ev := evs.wait(t, "plain flow at a", func(e FlowEvent) bool {
-			return e.EpID == epA && e.Type == EventNewFlow && e.SourcePort == client.Port()
+		ev := evs.wait(t, "plain flow at a", func(e flow.Event) bool {
+			return e.EpID == epA && e.Type == flow.EventNew && e.SourcePort == client.Port()
 		})
-		if ev.Verdict != VerdictForwarded || ev.L7Egress || ev.L7Ingress {
+		if ev.Verdict != flow.VerdictForwarded || ev.Flags.Has(flow.FlagL7Egress) || ev.Flags.Has(flow.FlagL7Ingress) {
 			t.Errorf("%s: plain flow event at a %+v", what, ev)
 		}
 	}
@@ -184,8 +185,8 @@ func TestProxySteering(t *testing.T) {
 		}
 	}
 	refused(node, portIngressL7, 0)
-	evs.wait(t, "bypass drop at b", func(e FlowEvent) bool {
-		return e.EpID == epB && e.Type == EventDrop && e.Reason == ReasonProxyBypass && e.Source == b.gw && e.L7Ingress
+	evs.wait(t, "bypass drop at b", func(e flow.Event) bool {
+		return e.EpID == epB && e.Type == flow.EventDrop && e.Reason == flow.ReasonProxyBypass && e.Source == b.gw && e.Flags.Has(flow.FlagL7Ingress)
 	})
 
 	// Stop the proxy: its connections end, and L7 ports fail closed while the plain port
@@ -201,14 +202,14 @@ func TestProxySteering(t *testing.T) {
 	refused(a.ns, portEgressL7, 0)
 	// A client cannot claim to be the proxy: the mark does not cross into the node.
 	refused(a.ns, portIngressL7, ProxyUpstreamMark)
-	evs.wait(t, "proxy-unavailable drop at a (ingress L7)", func(e FlowEvent) bool {
-		return e.EpID == epA && e.Type == EventDrop && e.Reason == ReasonProxyUnavailable && e.DestinationPort == portIngressL7 && e.L7Ingress
+	evs.wait(t, "proxy-unavailable drop at a (ingress L7)", func(e flow.Event) bool {
+		return e.EpID == epA && e.Type == flow.EventDrop && e.Reason == flow.ReasonProxyUnavailable && e.DestinationPort == portIngressL7 && e.Flags.Has(flow.FlagL7Ingress)
 	})
-	evs.wait(t, "proxy-unavailable drop at a (egress L7)", func(e FlowEvent) bool {
-		return e.EpID == epA && e.Type == EventDrop && e.Reason == ReasonProxyUnavailable && e.DestinationPort == portEgressL7 && e.L7Egress
+	evs.wait(t, "proxy-unavailable drop at a (egress L7)", func(e flow.Event) bool {
+		return e.EpID == epA && e.Type == flow.EventDrop && e.Reason == flow.ReasonProxyUnavailable && e.DestinationPort == portEgressL7 && e.Flags.Has(flow.FlagL7Egress)
 	})
-	evs.none(t, "L7 traffic at b without the proxy", func(e FlowEvent) bool {
-		return e.EpID == epB && e.Type == EventNewFlow && e.DestinationPort != portPlain && !e.FromProxy
+	evs.none(t, "L7 traffic at b without the proxy", func(e flow.Event) bool {
+		return e.EpID == epB && e.Type == flow.EventNew && e.DestinationPort != portPlain && !e.Flags.Has(flow.FlagFromProxy)
 	})
 	plain("proxy stopped")
 	if n := len(proxy.connections()); n != before {
@@ -231,10 +232,10 @@ func TestProxySteering(t *testing.T) {
 	checkProxyRouting(t, node, false)
 	from := evs.count()
 	refused(a.ns, portIngressL7, 0)
-	evs.waitFrom(t, from, "redirect at a without routing", func(e FlowEvent) bool {
-		return e.EpID == epA && e.Type == EventNewFlow && e.Verdict == VerdictRedirected && e.DestinationPort == portIngressL7
+	evs.waitFrom(t, from, "redirect at a without routing", func(e flow.Event) bool {
+		return e.EpID == epA && e.Type == flow.EventNew && e.Verdict == flow.VerdictRedirected && e.DestinationPort == portIngressL7
 	})
-	evs.noneFrom(t, from, "a flow at b without routing", func(e FlowEvent) bool { return e.EpID == epB })
+	evs.noneFrom(t, from, "a flow at b without routing", func(e flow.Event) bool { return e.EpID == epB })
 	plain("routing removed")
 }
 

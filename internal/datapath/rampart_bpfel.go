@@ -50,6 +50,22 @@ type rampartCtValue struct {
 	Pad       [3]uint8
 }
 
+type rampartDropReason uint8
+
+const (
+	rampartDropReasonREASON_NONE                rampartDropReason = 0
+	rampartDropReasonREASON_POLICY_DENY         rampartDropReason = 1
+	rampartDropReasonREASON_POLICY_DEFAULT_DENY rampartDropReason = 2
+	rampartDropReasonREASON_MALFORMED           rampartDropReason = 3
+	rampartDropReasonREASON_FRAGMENT_UNKNOWN    rampartDropReason = 4
+	rampartDropReasonREASON_UNKNOWN_ENDPOINT    rampartDropReason = 5
+	rampartDropReasonREASON_UNSUPPORTED_L3      rampartDropReason = 6
+	rampartDropReasonREASON_PROXY_UNAVAILABLE   rampartDropReason = 7
+	rampartDropReasonREASON_PROXY_BYPASS        rampartDropReason = 8
+	rampartDropReasonREASON_L7UNCHECKED         rampartDropReason = 9
+	rampartDropReasonREASON_SPOOFED_SOURCE      rampartDropReason = 10
+)
+
 type rampartEndpointInfo struct {
 	_        structs.HostLayout
 	EpId     uint32
@@ -93,6 +109,13 @@ type rampartFlowCacheSlot struct {
 	Bytes [64]uint8
 }
 
+type rampartFlowDirection uint8
+
+const (
+	rampartFlowDirectionDIR_INGRESS rampartFlowDirection = 1
+	rampartFlowDirectionDIR_EGRESS  rampartFlowDirection = 2
+)
+
 type rampartFlowEvent struct {
 	_             structs.HostLayout
 	TimestampNs   uint64
@@ -106,16 +129,42 @@ type rampartFlowEvent struct {
 	RuleId        uint32
 	Ifindex       uint32
 	Length        uint32
-	Type          uint8
-	Verdict       uint8
-	Reason        uint8
-	Direction     uint8
+	Type          rampartFlowEventType
+	Verdict       rampartFlowVerdict
+	Reason        rampartDropReason
+	Direction     rampartFlowDirection
 	Protocol      uint8
 	Family        uint8
 	IcmpType      uint8
-	Flags         uint8
+	Flags         rampartFlowFlag
 	MatchIdentity uint32
 }
+
+type rampartFlowEventType uint8
+
+const (
+	rampartFlowEventTypeEVENT_NEW  rampartFlowEventType = 1
+	rampartFlowEventTypeEVENT_DROP rampartFlowEventType = 2
+)
+
+type rampartFlowFlag uint8
+
+const (
+	rampartFlowFlagFLOW_F_NONE       rampartFlowFlag = 0
+	rampartFlowFlagFLOW_F_L7EGRESS   rampartFlowFlag = 1
+	rampartFlowFlagFLOW_F_L7INGRESS  rampartFlowFlag = 2
+	rampartFlowFlagFLOW_F_FROM_PROXY rampartFlowFlag = 4
+	rampartFlowFlagFLOW_F_SEND_SIDE  rampartFlowFlag = 8
+	rampartFlowFlagFLOW_F_ARP        rampartFlowFlag = 16
+)
+
+type rampartFlowVerdict uint8
+
+const (
+	rampartFlowVerdictVERDICT_FORWARDED  rampartFlowVerdict = 1
+	rampartFlowVerdictVERDICT_DROPPED    rampartFlowVerdict = 2
+	rampartFlowVerdictVERDICT_REDIRECTED rampartFlowVerdict = 3
+)
 
 type rampartFragKey struct {
 	_         structs.HostLayout

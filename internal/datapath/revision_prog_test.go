@@ -1,6 +1,10 @@
 package datapath
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/rampartnet/rampart/internal/flow"
+)
 
 // endpointRevision reads the policy revision the programs see for the fixture's endpoint.
 func endpointRevision(t *testing.T, d *Datapath) uint32 {
@@ -61,12 +65,12 @@ func TestPolicyChangeEstablished(t *testing.T) {
 
 	for range 2 { // the flow stays refused, not only its first packet
 		f.check("established flow, port now redirect", f.toEp(ack(flows[0])),
-			want{reason: ReasonProxyBypass, dir: in, rule: 11, l7Ingress: true})
+			want{reason: flow.ReasonProxyBypass, dir: in, rule: 11, l7Ingress: true})
 	}
 	f.check("established flow, port now denied", f.toEp(ack(flows[1])),
-		want{reason: ReasonPolicyDeny, dir: in, rule: 12})
+		want{reason: flow.ReasonPolicyDeny, dir: in, rule: 12})
 	f.check("established flow, allow removed", f.toEp(ack(flows[2])), want{pass: true, noEvent: true})
-	f.check("new flow, allow removed", f.toEp(f.synIn(ipA, 82)), want{reason: ReasonPolicyDefault, dir: in})
+	f.check("new flow, allow removed", f.toEp(f.synIn(ipA, 82)), want{reason: flow.ReasonPolicyDefaultDeny, dir: in})
 	f.check("established flow, allow kept", f.toEp(ack(flows[3])), want{pass: true, noEvent: true})
 	// Replies follow their flow: the endpoint's answer on the now-redirected port passes
 	// (the flow's own packets are what the change stops).
@@ -74,11 +78,11 @@ func TestPolicyChangeEstablished(t *testing.T) {
 	f.check("reply of the redirected flow", f.fromEp(synAck), want{pass: true, noEvent: true})
 
 	f.check("egress flow, port now redirect, not steered", f.fromEp(ack(toRedirect)),
-		want{reason: ReasonProxyBypass, rule: 15, l7Egress: true})
+		want{reason: flow.ReasonProxyBypass, rule: 15, l7Egress: true})
 	// The steered flow is not refused by the check: it goes on to its proxy socket (none
 	// here, so the steering drop, not a bypass).
 	f.check("egress flow, port redirect, steered", f.fromEp(ack(steered)),
-		want{reason: ReasonProxyUnavailable})
+		want{reason: flow.ReasonProxyUnavailable})
 
 	// Flows that passed the check took the new revision; refused ones kept the old one.
 	cur := endpointRevision(t, f.d)

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -69,7 +70,7 @@ func TestSockVerdictSteering(t *testing.T) {
 		c.Close()
 		t.Fatalf("connected to the L7 port with no proxy and no send-side verdict")
 	}
-	evs.wait(t, "proxy-unavailable drop", func(e FlowEvent) bool { return e.Reason == ReasonProxyUnavailable })
+	evs.wait(t, "proxy-unavailable drop", func(e flow.Event) bool { return e.Reason == flow.ReasonProxyUnavailable })
 
 	// The verdict's tables and targets, then the pair for tc.
 	sv := openTestSockVerdict(t, d.PinDir())
@@ -111,8 +112,8 @@ func TestSockVerdictSteering(t *testing.T) {
 		t.Fatalf("connecting to a listed pair: %v", err)
 	}
 	defer c.Close()
-	evs.wait(t, "the new flow, checked by the send-side verdict", func(e FlowEvent) bool {
-		return e.Type == EventNewFlow && e.SockVerdict && e.Verdict == VerdictForwarded && e.DestinationPort == port
+	evs.wait(t, "the new flow, checked by the send-side verdict", func(e flow.Event) bool {
+		return e.Type == flow.EventNew && e.Flags.Has(flow.FlagSendSide) && e.Verdict == flow.VerdictForwarded && e.DestinationPort == port
 	})
 	r := bufio.NewReader(c)
 	exchange := func(req string) (int, string) {
@@ -160,8 +161,8 @@ func TestSockVerdictSteering(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("raw socket: %v", err)
 	}
-	evs.waitFrom(t, from, "the forged segment's drop", func(e FlowEvent) bool {
-		return e.Type == EventDrop && e.Reason == ReasonL7Unchecked && e.SourcePort == client.Port()
+	evs.waitFrom(t, from, "the forged segment's drop", func(e flow.Event) bool {
+		return e.Type == flow.EventDrop && e.Reason == flow.ReasonL7Unchecked && e.SourcePort == client.Port()
 	})
 	// The connection itself goes on.
 	if st, _ := exchange("GET /v1 HTTP/1.1\r\nHost: b\r\n\r\n"); st != 200 {
@@ -185,7 +186,7 @@ func TestSockVerdictSteering(t *testing.T) {
 	if n, err := c2.Read(make([]byte, 64)); err == nil {
 		t.Fatalf("unchecked connection got %d bytes of answer", n)
 	}
-	evs.wait(t, "the unchecked data's drop", func(e FlowEvent) bool {
-		return e.Type == EventDrop && e.Reason == ReasonL7Unchecked && e.SourcePort == c2.LocalAddr().(*net.TCPAddr).AddrPort().Port()
+	evs.wait(t, "the unchecked data's drop", func(e flow.Event) bool {
+		return e.Type == flow.EventDrop && e.Reason == flow.ReasonL7Unchecked && e.SourcePort == c2.LocalAddr().(*net.TCPAddr).AddrPort().Port()
 	})
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -40,8 +41,8 @@ func (f *fixture) expectSpoofed(name string, ret uint32, src netip.Addr, arp boo
 		return
 	}
 	ev := nextEvent(f.t, f.ev)
-	if ev.Type != EventDrop || ev.Reason != ReasonSpoofedSource || ev.EpID != epID ||
-		ev.SrcIdentity != epIdent || ev.Direction != policy.Egress || ev.Source != src || ev.ARP != arp {
+	if ev.Type != flow.EventDrop || ev.Reason != flow.ReasonSpoofedSource || ev.EpID != epID ||
+		ev.SrcIdentity != epIdent || ev.Direction != policy.Egress || ev.Source != src || ev.Flags.Has(flow.FlagARP) != arp {
 		f.t.Errorf("%s: event %+v, want a spoofed-source drop of endpoint %d (identity %d) from %v",
 			name, ev, epID, epIdent, src)
 	}
@@ -107,10 +108,10 @@ func TestSpoofedSource(t *testing.T) {
 	f.expectSpoofed("ARP reply from 0.0.0.0", f.fromEp(arpFrame(2, netip.IPv4Unspecified(), ipRouter)), netip.IPv4Unspecified(), true)
 	short := arpFrame(1, epIP, ipRouter)
 	short.payload = short.payload[:20]
-	f.expectDrop("truncated ARP", f.fromEp(short), ReasonMalformed)
+	f.expectDrop("truncated ARP", f.fromEp(short), flow.ReasonMalformed)
 	other := arpFrame(1, epIP, ipRouter)
 	other.payload[5] = 16 // protocol address length of IPv6
-	f.expectDrop("ARP of another address size", f.fromEp(other), ReasonMalformed)
+	f.expectDrop("ARP of another address size", f.fromEp(other), flow.ReasonMalformed)
 	// Towards the endpoint, the node's ARP passes (only senders are checked).
 	f.expectPass("ARP from the node", f.toEp(arpFrame(1, ipRouter, epIP)))
 
@@ -158,7 +159,7 @@ func TestIngressSourceOrigin(t *testing.T) {
 		t.Fatalf("A's address from another interface: verdict %d, want drop", ret)
 	}
 	ev := nextEvent(t, f.ev)
-	if ev.Reason != ReasonSpoofedSource || ev.EpID != epID || ev.Direction != policy.Ingress ||
+	if ev.Reason != flow.ReasonSpoofedSource || ev.EpID != epID || ev.Direction != policy.Ingress ||
 		ev.SrcIdentity != identity.World || ev.Source != ipA {
 		t.Errorf("A's address from another interface: event %+v", ev)
 	}
@@ -167,7 +168,7 @@ func TestIngressSourceOrigin(t *testing.T) {
 	if ret != actShot {
 		t.Fatalf("A's address from the endpoint's own interface: verdict %d, want drop", ret)
 	}
-	if ev := nextEvent(t, f.ev); ev.Reason != ReasonSpoofedSource || ev.SrcIdentity != epIdent {
+	if ev := nextEvent(t, f.ev); ev.Reason != flow.ReasonSpoofedSource || ev.SrcIdentity != epIdent {
 		t.Errorf("A's address from the endpoint's own interface: event %+v", ev)
 	}
 
@@ -183,7 +184,7 @@ func TestIngressSourceOrigin(t *testing.T) {
 	if ret != actShot {
 		t.Fatalf("A's established flow from another interface after a policy change: verdict %d, want drop", ret)
 	}
-	if ev := nextEvent(t, f.ev); ev.Reason != ReasonSpoofedSource || ev.SrcIdentity != identity.World {
+	if ev := nextEvent(t, f.ev); ev.Reason != flow.ReasonSpoofedSource || ev.SrcIdentity != identity.World {
 		t.Errorf("A's established flow from another interface: event %+v", ev)
 	}
 	f.expectPass("A's established flow from its interface", f.runFrom(ack, aIfindex))
@@ -193,7 +194,7 @@ func TestIngressSourceOrigin(t *testing.T) {
 	if ret != actShot {
 		t.Fatalf("router address received from outside: verdict %d, want drop", ret)
 	}
-	if ev := nextEvent(t, f.ev); ev.Reason != ReasonPolicyDefault || ev.SrcIdentity != identity.World {
+	if ev := nextEvent(t, f.ev); ev.Reason != flow.ReasonPolicyDefaultDeny || ev.SrcIdentity != identity.World {
 		t.Errorf("router address received from outside: event %+v, want the default deny of world", ev)
 	}
 }

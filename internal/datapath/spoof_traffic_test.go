@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
@@ -124,12 +125,12 @@ func fromAddr(frame []byte, src netip.Addr) bool {
 }
 
 // findEvent reads events until match returns true (ok) or timeout passes (not ok).
-func findEvent(r *EventReader, timeout time.Duration, match func(FlowEvent) bool) (FlowEvent, bool) {
+func findEvent(r *EventReader, timeout time.Duration, match func(flow.Event) bool) (flow.Event, bool) {
 	r.SetDeadline(time.Now().Add(timeout))
 	for {
 		e, err := r.Read()
 		if err != nil {
-			return FlowEvent{}, false
+			return flow.Event{}, false
 		}
 		if match(e) {
 			return e, true
@@ -231,13 +232,13 @@ func TestSpoofedSourceTraffic(t *testing.T) {
 		if n, from, err := svc.ReadFromUDPAddrPort(make([]byte, 64)); err == nil {
 			t.Errorf("%s: the UDP service received %d bytes from %v", name, n, from)
 		}
-		drop, ok := findEvent(ev, 2*time.Second, func(e FlowEvent) bool {
-			return e.Type == EventDrop && e.Reason == ReasonSpoofedSource
+		drop, ok := findEvent(ev, 2*time.Second, func(e flow.Event) bool {
+			return e.Type == flow.EventDrop && e.Reason == flow.ReasonSpoofedSource
 		})
 		if !ok {
 			t.Errorf("%s: no spoofed-source drop event", name)
 		} else if drop.EpID != 1 || drop.SrcIdentity != idA || drop.Source != b.ip || drop.Direction != out ||
-			drop.IfIndex != a.ifindex || drop.ARP != arp {
+			drop.IfIndex != a.ifindex || drop.Flags.Has(flow.FlagARP) != arp {
 			t.Errorf("%s: drop event %+v, want a's (endpoint 1, identity %d) from %v", name, drop, idA, b.ip)
 		}
 		after, err := d.drops(1)

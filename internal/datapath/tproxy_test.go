@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rampartnet/rampart/internal/flow"
 )
 
 // testProxy is a stand-in for Envoy in the node namespace: a transparent TCP proxy that
@@ -273,7 +275,7 @@ func (s *testServer) sawPeer(peer netip.AddrPort) bool {
 // eventLog collects flow events in the background so tests can wait for any of them.
 type eventLog struct {
 	mu     sync.Mutex
-	events []FlowEvent
+	events []flow.Event
 	err    error
 }
 
@@ -310,7 +312,7 @@ func collectEvents(t *testing.T, d *Datapath) *eventLog {
 }
 
 // wait returns the first event matching match, waiting up to 5s for it.
-func (l *eventLog) wait(t *testing.T, what string, match func(FlowEvent) bool) FlowEvent {
+func (l *eventLog) wait(t *testing.T, what string, match func(flow.Event) bool) flow.Event {
 	t.Helper()
 	return l.waitFrom(t, 0, what, match)
 }
@@ -323,7 +325,7 @@ func (l *eventLog) count() int {
 }
 
 // waitFrom is wait for events after the first from.
-func (l *eventLog) waitFrom(t *testing.T, from int, what string, match func(FlowEvent) bool) FlowEvent {
+func (l *eventLog) waitFrom(t *testing.T, from int, what string, match func(flow.Event) bool) flow.Event {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -344,13 +346,13 @@ func (l *eventLog) waitFrom(t *testing.T, from int, what string, match func(Flow
 }
 
 // none fails if an event matching match has been seen.
-func (l *eventLog) none(t *testing.T, what string, match func(FlowEvent) bool) {
+func (l *eventLog) none(t *testing.T, what string, match func(flow.Event) bool) {
 	t.Helper()
 	l.noneFrom(t, 0, what, match)
 }
 
 // noneFrom is none for events after the first from.
-func (l *eventLog) noneFrom(t *testing.T, from int, what string, match func(FlowEvent) bool) {
+func (l *eventLog) noneFrom(t *testing.T, from int, what string, match func(flow.Event) bool) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()

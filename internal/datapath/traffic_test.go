@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
@@ -157,7 +158,7 @@ func roundTrip(c net.Conn, msg string) error {
 }
 
 // waitEvent reads events until match returns true or the deadline passes.
-func waitEvent(t *testing.T, r *EventReader, what string, match func(FlowEvent) bool) FlowEvent {
+func waitEvent(t *testing.T, r *EventReader, what string, match func(flow.Event) bool) flow.Event {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	r.SetDeadline(deadline)
@@ -239,7 +240,7 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 	if err := roundTrip(c1, "hello"); err != nil {
 		t.Fatalf("allowed connection: %v", err)
 	}
-	nf := waitEvent(t, ev, "new flow at b", func(e FlowEvent) bool { return e.Type == EventNewFlow && e.EpID == 2 })
+	nf := waitEvent(t, ev, "new flow at b", func(e flow.Event) bool { return e.Type == flow.EventNew && e.EpID == 2 })
 	if nf.Source != a.ip || nf.Destination != b.ip || nf.DestinationPort != port || nf.SrcIdentity != idEpA ||
 		nf.DstIdentity != idEpB || nf.RuleID != 2 || nf.IfIndex != b.ifindex {
 		t.Errorf("new flow event at b: %+v", nf)
@@ -253,8 +254,8 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 		c2.Close()
 		t.Fatal("connection allowed after the allow was removed")
 	}
-	drop := waitEvent(t, ev, "drop at b", func(e FlowEvent) bool { return e.Type == EventDrop && e.EpID == 2 })
-	if drop.Reason != ReasonPolicyDefault || drop.Source != a.ip || drop.DestinationPort != port || drop.Direction != in {
+	drop := waitEvent(t, ev, "drop at b", func(e flow.Event) bool { return e.Type == flow.EventDrop && e.EpID == 2 })
+	if drop.Reason != flow.ReasonPolicyDefaultDeny || drop.Source != a.ip || drop.DestinationPort != port || drop.Direction != in {
 		t.Errorf("drop event: %+v", drop)
 	}
 	if err := roundTrip(c1, "still there"); err != nil {
@@ -306,10 +307,10 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 
 	// A frame with a truncated IPv4 header from a is dropped as malformed at its veth.
 	sendRaw(t, a.ns, "eth0", 0x0800, make([]byte, 10))
-	mal := waitEvent(t, ev, "malformed drop at a", func(e FlowEvent) bool {
-		return e.Type == EventDrop && e.EpID == 1 && e.Direction == out
+	mal := waitEvent(t, ev, "malformed drop at a", func(e flow.Event) bool {
+		return e.Type == flow.EventDrop && e.EpID == 1 && e.Direction == out
 	})
-	if mal.Reason != ReasonMalformed || mal.Direction != out {
+	if mal.Reason != flow.ReasonMalformed || mal.Direction != out {
 		t.Errorf("malformed drop event: %+v", mal)
 	}
 
