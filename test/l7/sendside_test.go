@@ -2,6 +2,7 @@ package l7
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"syscall"
@@ -127,6 +128,31 @@ func testNoProxyHop(t *testing.T, e *env) {
 	}) {
 		t.Fatalf("no send-side L7 flows in:\n%s", flows)
 	}
+	// observe says the send-side verdict checked them: the dataplane's new flow from the
+	// client to the server, and the requests.
+	newFlow := fmt.Sprintf("%s:%d egress FORWARDED (L7 send-side verdict)", e.server.IP, httpPort)
+	var l3, l7 string
+	if !testenv.Eventually(5*time.Second, func() bool {
+		l3, _, _ = e.CLI("observe", "--since-start", "--type", "l3l4", "--endpoint", e.clientKey)
+		l7, _, _ = e.CLI("observe", "--since-start", "--type", "l7", "--endpoint", e.clientKey)
+		return hasLine(l3, newFlow) && hasLine(l7, "GET", " /v1 200 ", "(L7 send-side verdict)")
+	}) {
+		t.Fatalf("observe does not show the send-side flows as such:\n%s\n%s", l3, l7)
+	}
+}
+
+// hasLine reports whether one line of out contains every part.
+func hasLine(out string, parts ...string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 // A rule that is neither a literal nor a literal prefix: the pair goes through the proxy.
