@@ -1,19 +1,18 @@
-package proxy
+package l7plan
 
 import (
 	"net/netip"
 	"regexp"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
-// The fast path's matchers: an Authz's grants compiled once per plan, with the semantics
-// of httpMatches (which the Envoy configuration has), so that a request costs string
+// Compiled matchers: a plan's authorisations compiled once, with the semantics of
+// Authz.Allows (which the Envoy configuration has), so that a request costs string
 // comparisons for rules that are plain literals (most are: GET, /v1) and one RE2 match
-// for the others, and nothing per request is looked up under a lock.
+// for the others, and nothing per request is looked up under a lock. The proxy's fast
+// path decides with them.
 
 type strMatcher struct {
 	any     bool   // "" matches anything
@@ -65,14 +64,15 @@ type grantMatcher struct {
 	rules []ruleMatcher // nil: every request
 }
 
-// compiledAuthz is an Authz ready for the fast path.
-type compiledAuthz struct {
+// CompiledAuthz is an Authz with its matchers compiled.
+type CompiledAuthz struct {
 	z      *Authz
 	grants []grantMatcher
 }
 
-func compileAuthz(z *Authz) *compiledAuthz {
-	c := &compiledAuthz{z: z}
+// CompileAuthz compiles z's grants.
+func CompileAuthz(z *Authz) *CompiledAuthz {
+	c := &CompiledAuthz{z: z}
 	for i := range z.Grants {
 		g := &z.Grants[i]
 		gm := grantMatcher{g: g}
@@ -88,8 +88,8 @@ func compileAuthz(z *Authz) *compiledAuthz {
 	return c
 }
 
-// allows is Authz.Allows with compiled matchers.
-func (c *compiledAuthz) allows(r *Request) (bool, *Grant) {
+// Allows is Authz.Allows with compiled matchers.
+func (c *CompiledAuthz) Allows(r *Request) (bool, *Grant) {
 	peer := r.Src
 	if c.z.Direction == policy.Egress {
 		peer = r.Dst
@@ -127,40 +127,32 @@ func (gm *grantMatcher) matches(r *Request) bool {
 	return false
 }
 
-// compiledPlan holds the compiled authorisations of one plan.
-type compiledPlan struct {
+// CompiledPlan holds the compiled authorisations of one plan.
+type CompiledPlan struct {
 	plan  *Plan
-	authz map[*Authz]*compiledAuthz
+	authz map[*Authz]*CompiledAuthz
 }
 
-// planMatchers compiles each plan once, when the fast path first meets it.
-type planMatchers struct {
-	mu  sync.Mutex // serialises compiling
-	cur atomic.Pointer[compiledPlan]
-}
-
-func (pm *planMatchers) get(p *Plan) *compiledPlan {
-	if c := pm.cur.Load(); c != nil && c.plan == p {
-		return c
-	}
-	pm.mu.Lock()
-	defer pm.mu.Unlock()
-	if c := pm.cur.Load(); c != nil && c.plan == p {
-		return c
-	}
-	cp := &compiledPlan{plan: p, authz: map[*Authz]*compiledAuthz{}}
+// Compile compiles every authorisation of p. p must not change afterwards.
+func Compile(p *Plan) *CompiledPlan {
+	cp := &CompiledPlan{plan: p, authz: map[*Authz]*CompiledAuthz{}}
 	for i := range p.Chains {
 		for _, z := range []*Authz{p.Chains[i].Egress, p.Chains[i].Ingress} {
 			if z != nil && cp.authz[z] == nil {
-				cp.authz[z] = compileAuthz(z)
+				cp.authz[z] = CompileAuthz(z)
 			}
 		}
 	}
-	pm.cur.Store(cp)
 	return cp
 }
 
-// chainFor is Plan.Chain for a connection's addresses.
-func (cp *compiledPlan) chainFor(src, dst netip.AddrPort) *Chain {
+// Plan returns the plan it was compiled from.
+func (cp *CompiledPlan) Plan() *Plan { return cp.plan }
+
+// Authz returns the compiled form of z, one of the plan's authorisations (nil for others).
+func (cp *CompiledPlan) Authz(z *Authz) *CompiledAuthz { return cp.authz[z] }
+
+// ChainFor is Plan.Chain for a connection's addresses.
+func (cp *CompiledPlan) ChainFor(src, dst netip.AddrPort) *Chain {
 	return cp.plan.Chain(src.Addr(), dst.Addr(), dst.Port())
 }

@@ -1,4 +1,4 @@
-package proxy
+package l7plan
 
 import (
 	"net/netip"
@@ -7,7 +7,7 @@ import (
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
-// The fast path's compiled matchers decide every request as Authz.Allows (the semantics
+// Compiled matchers decide every request as Authz.Allows (the semantics
 // the Envoy configuration has) does, grant included.
 func TestCompiledAuthzAgreesWithAllows(t *testing.T) {
 	client := netip.MustParseAddr("198.18.0.10")
@@ -27,7 +27,7 @@ func TestCompiledAuthzAgreesWithAllows(t *testing.T) {
 			HTTP: []policy.HTTPRule{{Method: "DELETE", Path: "/.*"}}},
 		{Name: GrantL3L4, Peers: AddrSet{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}},
 	}}
-	c := compileAuthz(z)
+	c := CompileAuthz(z)
 	var reqs []Request
 	for _, src := range []netip.Addr{client, other, netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("192.0.2.1")} {
 		for _, m := range []string{"GET", "HEAD", "POST", "PUT", "put", "DELETE", "GETX", ""} {
@@ -43,7 +43,7 @@ func TestCompiledAuthzAgreesWithAllows(t *testing.T) {
 	allowed := 0
 	for _, r := range reqs {
 		want, wg := z.Allows(r)
-		got, gg := c.allows(&r)
+		got, gg := c.Allows(&r)
 		if got != want || gg != wg {
 			t.Errorf("%+v: compiled %v %v, Allows %v %v", r, got, gg, want, wg)
 		}

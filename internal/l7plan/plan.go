@@ -1,4 +1,4 @@
-package proxy
+package l7plan
 
 import (
 	"cmp"

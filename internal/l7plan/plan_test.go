@@ -1,72 +1,15 @@
-package proxy
+package l7plan
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
 
-	"github.com/rampartnet/rampart/internal/identity"
-	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/l7plan/l7plantest"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 )
-
-func sel(t testing.TB, kv ...string) labels.Selector {
-	t.Helper()
-	var s labels.Selector
-	for i := 0; i+1 < len(kv); i += 2 {
-		r, err := labels.NewRequirement(kv[i], "In", []string{kv[i+1]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s = s.With(r)
-	}
-	return s
-}
-
-type testWorld struct {
-	alloc *identity.Allocator
-	in    mapstate.Input
-}
-
-func newTestWorld() *testWorld {
-	w := &testWorld{alloc: identity.NewAllocator()}
-	w.in.HostIPs = []netip.Addr{netip.MustParseAddr("198.18.0.1")}
-	// Endpoints: two empire ships, the deathstar, an alliance ship, and a storage server.
-	for i, e := range []struct{ name, ip, org, class string }{
-		{"tiefighter", "198.18.0.10", "empire", "tiefighter"},
-		{"tiefighter2", "198.18.0.11", "empire", "tiefighter"},
-		{"deathstar", "198.18.0.20", "empire", "deathstar"},
-		{"xwing", "198.18.0.30", "alliance", "xwing"},
-		{"storage", "198.18.0.40", "empire", "storage"},
-	} {
-		l := labels.Labels{
-			labels.KeyNamespace: "sw", labels.KeyNamespaceLabelPrefix + labels.KeyNamespaceName: "sw",
-			labels.KeyCluster: "default", "org": e.org, "class": e.class,
-		}
-		w.in.Endpoints = append(w.in.Endpoints, mapstate.Endpoint{
-			ID: uint32(i + 1), Namespace: "sw", Name: e.name, Labels: l,
-			Identity: w.alloc.ForLabels(l), IP: netip.MustParseAddr(e.ip),
-		})
-	}
-	return w
-}
-
-func (w *testWorld) compute(t testing.TB, rules ...policy.Rule) mapstate.State {
-	t.Helper()
-	for i := range rules {
-		rules[i].ID = uint32(i + 1)
-		rules[i].Description = fmt.Sprintf("rule %d", i+1)
-	}
-	w.in.Rules = rules
-	w.in.CIDRIdentities = map[netip.Prefix]identity.Identity{}
-	for _, p := range mapstate.Prefixes(rules) {
-		w.in.CIDRIdentities[p] = w.alloc.ForCIDR(p)
-	}
-	return mapstate.Compute(w.in)
-}
 
 var testRequests = []Request{
 	{Method: "GET", Path: "/v1", Host: "deathstar"},
@@ -150,20 +93,16 @@ func checkPlan(t *testing.T, st mapstate.State, eps []mapstate.Endpoint, plan Pl
 	return steeredSeen
 }
 
-func l7port(port uint16, http ...policy.HTTPRule) []policy.PortRule {
-	return []policy.PortRule{{Protocol: policy.ProtoTCP, Port: port, HTTP: http}}
-}
-
 func TestBuildPlanStarwars(t *testing.T) {
-	w := newTestWorld()
-	st := w.compute(t,
+	w := l7plantest.NewWorld()
+	st := w.Compute(t,
 		// deathstar ingress: tiefighters may GET /v1 and POST /v1/request-landing.
-		policy.Rule{Subject: sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: sel(t, "class", "tiefighter")}},
-			Ports: l7port(80, policy.HTTPRule{Method: "GET", Path: "/v1"}, policy.HTTPRule{Method: "POST", Path: "/v1/request-landing"})},
+		policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
+			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "tiefighter")}},
+			Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET", Path: "/v1"}, policy.HTTPRule{Method: "POST", Path: "/v1/request-landing"})},
 		// The storage endpoint may reach the deathstar on port 80 without L7 rules.
-		policy.Rule{Subject: sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: sel(t, "class", "storage")}},
+		policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
+			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "storage")}},
 			Ports: []policy.PortRule{{Protocol: policy.ProtoTCP, Port: 80}}},
 	)
 	plan := BuildPlan(st, nil)
@@ -200,29 +139,29 @@ func TestBuildPlanStarwars(t *testing.T) {
 	if ok, _ := z.Allows(xw); ok {
 		t.Fatal("xwing (no rule) allowed by the proxy")
 	}
-	if n := checkPlan(t, st, w.in.Endpoints, plan); n == 0 {
+	if n := checkPlan(t, st, w.In.Endpoints, plan); n == 0 {
 		t.Fatal("nothing steered: the test checks nothing")
 	}
 }
 
 func TestBuildPlanPairsAndEgress(t *testing.T) {
-	w := newTestWorld()
-	st := w.compute(t,
-		policy.Rule{Subject: sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: sel(t, "org", "empire")}},
-			Ports: l7port(80, policy.HTTPRule{Method: "GET|PUT", Path: "/v1.*"})},
+	w := l7plantest.NewWorld()
+	st := w.Compute(t,
+		policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
+			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "org", "empire")}},
+			Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET|PUT", Path: "/v1.*"})},
 		// tiefighter egress: to the deathstar only GET, with a header, to the world only
 		// on the storage path; everything else on port 80 plainly allowed to storage.
-		policy.Rule{Subject: sel(t, "class", "tiefighter"), Direction: policy.Egress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: sel(t, "class", "deathstar")}},
-			Ports: l7port(80, policy.HTTPRule{Method: "GET", Headers: []policy.HeaderMatch{{Name: "X-Token", Value: "vader"}}}, policy.HTTPRule{Method: "PUT", Host: "deathstar"})},
-		policy.Rule{Subject: sel(t, "class", "tiefighter"), Direction: policy.Egress, EnableDefaultDeny: true,
+		policy.Rule{Subject: l7plantest.Sel(t, "class", "tiefighter"), Direction: policy.Egress, EnableDefaultDeny: true,
+			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "deathstar")}},
+			Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET", Headers: []policy.HeaderMatch{{Name: "X-Token", Value: "vader"}}}, policy.HTTPRule{Method: "PUT", Host: "deathstar"})},
+		policy.Rule{Subject: l7plantest.Sel(t, "class", "tiefighter"), Direction: policy.Egress, EnableDefaultDeny: true,
 			Peers: []policy.Peer{{Kind: policy.PeerCIDR, CIDR: netip.MustParsePrefix("192.0.2.0/24")}},
-			Ports: l7port(80, policy.HTTPRule{Path: "/storage/.*"})},
-		policy.Rule{Subject: sel(t, "class", "tiefighter"), Direction: policy.Egress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: sel(t, "class", "storage")}}},
+			Ports: l7plantest.L7Port(80, policy.HTTPRule{Path: "/storage/.*"})},
+		policy.Rule{Subject: l7plantest.Sel(t, "class", "tiefighter"), Direction: policy.Egress, EnableDefaultDeny: true,
+			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "storage")}}},
 		// A deny beats everything: no tiefighter2 to the deathstar.
-		policy.Rule{Subject: sel(t, "class", "deathstar"), Direction: policy.Ingress, Deny: true,
+		policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, Deny: true,
 			Peers: []policy.Peer{{Kind: policy.PeerCIDR, CIDR: netip.MustParsePrefix("198.18.0.11/32")}}},
 	)
 	plan := BuildPlan(st, nil)
@@ -240,7 +179,7 @@ func TestBuildPlanPairsAndEgress(t *testing.T) {
 	if pair == nil || pair.Egress == nil || pair.Ingress == nil {
 		t.Fatalf("pair chain: %+v", pair)
 	}
-	if n := checkPlan(t, st, w.in.Endpoints, plan); n < 20 {
+	if n := checkPlan(t, st, w.In.Endpoints, plan); n < 20 {
 		t.Fatalf("only %d steered requests: the test checks too little", n)
 	}
 }
@@ -248,65 +187,19 @@ func TestBuildPlanPairsAndEgress(t *testing.T) {
 // TestBuildPlanRandom compares plans with the reference on random rule sets.
 func TestBuildPlanRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	classes := []string{"tiefighter", "deathstar", "xwing", "storage"}
-	httpRules := [][]policy.HTTPRule{
-		nil,
-		{{}},
-		{{Method: "GET", Path: "/v1"}},
-		{{Method: "POST|PUT", Path: "/v1/.*"}, {Host: "storage"}},
-		{{Headers: []policy.HeaderMatch{{Name: "x-token"}}}},
-		{{Path: "/storage/log", Headers: []policy.HeaderMatch{{Name: "X-Token", Value: "luke"}}}},
-	}
-	cidrs := []string{"0.0.0.0/0", "198.18.0.0/24", "198.18.0.16/28", "192.0.2.0/24", "198.18.0.30/32"}
 	steered := 0
 	for iter := range 300 {
-		w := newTestWorld()
-		var rules []policy.Rule
-		for range 1 + rng.IntN(6) {
-			r := policy.Rule{
-				Subject:           sel(t, "class", classes[rng.IntN(len(classes))]),
-				Direction:         policy.Direction(1 + rng.IntN(2)),
-				EnableDefaultDeny: rng.IntN(4) != 0,
-			}
-			switch rng.IntN(4) {
-			case 0:
-				r.AllPeers = true
-			case 1:
-				r.Peers = []policy.Peer{{Kind: policy.PeerCIDR, CIDR: netip.MustParsePrefix(cidrs[rng.IntN(len(cidrs))]).Masked()}}
-			default:
-				r.Peers = []policy.Peer{{Kind: policy.PeerEndpoints, Selector: sel(t, "class", classes[rng.IntN(len(classes))])}}
-			}
-			port := []uint16{80, 8080}[rng.IntN(2)]
-			switch rng.IntN(5) {
-			case 0:
-				r.Deny = true
-				r.Ports = []policy.PortRule{{Protocol: policy.ProtoTCP, Port: port}}
-			case 1:
-				// all ports
-			case 2:
-				r.Ports = []policy.PortRule{{Protocol: policy.ProtoTCP, Port: port}}
-			default:
-				h := httpRules[rng.IntN(len(httpRules))]
-				if h == nil {
-					h = []policy.HTTPRule{{}}
-				}
-				r.Ports = l7port(port, h...)
-			}
-			rules = append(rules, r)
-		}
-		st := w.compute(t, rules...)
+		w := l7plantest.NewWorld()
+		rules := l7plantest.RandomRules(t, rng)
+		st := w.Compute(t, rules...)
 		plan := BuildPlan(st, nil)
 		before := steered
-		steered += checkPlan(t, st, w.in.Endpoints, plan)
+		steered += checkPlan(t, st, w.In.Endpoints, plan)
 		if t.Failed() {
 			for _, r := range rules {
 				t.Logf("rule: %s", policy.FormatRule(r))
 			}
 			t.Fatalf("iteration %d failed (%d steered)", iter, steered-before)
-		}
-		// Every plan translates to valid Envoy configuration.
-		if _, err := BuildResources(plan, Options{AccessLog: true}); err != nil {
-			t.Fatalf("iteration %d: %v", iter, err)
 		}
 	}
 	if steered < 1000 {
@@ -318,14 +211,14 @@ func TestBuildPlanRandom(t *testing.T) {
 // Chains of the state being replaced stay, with decisions from the new state, until the
 // dataplane stops steering to them.
 func TestBuildPlanKeepsOldChains(t *testing.T) {
-	w := newTestWorld()
-	l7 := policy.Rule{Subject: sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
-		Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: sel(t, "class", "tiefighter")}},
-		Ports: l7port(80, policy.HTTPRule{Method: "GET"})}
-	old := w.compute(t, l7)
+	w := l7plantest.NewWorld()
+	l7 := policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
+		Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "tiefighter")}},
+		Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET"})}
+	old := w.Compute(t, l7)
 	plain := l7
 	plain.Ports = []policy.PortRule{{Protocol: policy.ProtoTCP, Port: 80}}
-	next := w.compute(t, plain)
+	next := w.Compute(t, plain)
 	if p := BuildPlan(next, nil); len(p.Chains) != 0 {
 		t.Fatalf("no L7 rules, chains %+v", p.Chains)
 	}
