@@ -12,8 +12,8 @@ import (
 )
 
 // Plan is what the proxy must enforce, derived from the desired state alone. It is the
-// pure half of the translation: BuildPlan computes it, Resources turns it into Envoy
-// configuration. Tests check its decisions against mapstate.Lookup.
+// pure half of the translation: BuildPlan computes it, proxy.BuildResources turns it into
+// Envoy configuration. Tests check its decisions against mapstate.Lookup.
 type Plan struct {
 	// Chains are the listener's filter chains, sorted by Name. A connection that matches
 	// none is closed.
