@@ -142,7 +142,7 @@ func TestPureCoreImports(t *testing.T) {
 			continue
 		}
 		for _, chain := range violations(g, root) {
-			t.Errorf("%s must stay pure, but imports %s: %s", p, short(chain[len(chain)-1:]), short(chain))
+			t.Errorf("%s must stay pure, but reaches %s: %s", p, short(chain[len(chain)-1:]), short(chain))
 		}
 	}
 }
