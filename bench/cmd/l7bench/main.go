@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/bench/l7"
 )
 
@@ -87,7 +88,7 @@ func run() int {
 	}
 	cfg.RateQPS, cfg.Connections, cfg.L7Rules = *rate, *conns, *l7Rules
 	cfg.Criterion.MinAchieved, cfg.Criterion.P99Bound = *minAchieved, *p99Bound
-	cfg.Cases = splitList(*cases)
+	cfg.Cases = benchkit.SplitList(*cases)
 	cfg.OutDir, cfg.NoPlot = *outDir, *noPlot
 	cfg.ClientCPUs, cfg.ServerCPUs, cfg.ProxyCPUs = cpuArg(*clientCPUs), cpuArg(*serverCPUs), cpuArg(*proxyCPUs)
 	cfg.EnvoyOnly = *envoyOnly
@@ -114,7 +115,7 @@ func run() int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		if err := buildAgent(ctx, dir); err != nil {
+		if err := benchkit.BuildAgent(ctx, dir); err != nil {
 			fmt.Fprintf(os.Stderr, "l7bench: %v\n", err)
 			return 1
 		}
@@ -187,30 +188,4 @@ func findFortio(flagValue string) (string, error) {
 		}
 	}
 	return "", errors.New("fortio not found: run scripts/setup.sh (or go install fortio.org/fortio@v1.68.2), or pass --fortio")
-}
-
-// buildAgent builds rampartd and rampart from the module the benchmark is run in.
-func buildAgent(ctx context.Context, dir string) error {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	gomod := strings.TrimSpace(string(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		return errors.New("not inside the rampart module: run from the repository or pass --bin-dir")
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart")
-	cmd.Dir = filepath.Dir(gomod)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building rampartd and rampart: %w", err)
-	}
-	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }

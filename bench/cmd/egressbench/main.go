@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/bench/egress"
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 func main() {
@@ -84,7 +84,7 @@ func run() int {
 			return 2
 		}
 	}
-	cfg.Filters = splitList(*filters)
+	cfg.Filters = benchkit.SplitList(*filters)
 	cfg.AgentFlags = strings.Fields(*agentFlags)
 	if *blocks != 0 {
 		cfg.Blocks = *blocks
@@ -136,7 +136,7 @@ func run() int {
 				return 1
 			}
 			defer os.RemoveAll(dir)
-			if err := buildAgent(ctx, dir); err != nil {
+			if err := benchkit.BuildAgent(ctx, dir); err != nil {
 				fmt.Fprintf(os.Stderr, "egressbench: %v\n", err)
 				return 1
 			}
@@ -197,7 +197,7 @@ func cpuArg(s string) string {
 // parseCounts parses "10,100,1k,1M".
 func parseCounts(s string) ([]int, error) {
 	var out []int
-	for _, f := range splitList(s) {
+	for _, f := range benchkit.SplitList(s) {
 		mult := 1
 		switch {
 		case strings.HasSuffix(f, "k"):
@@ -231,30 +231,4 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("size %q: want a positive number with an optional K, M or G", s)
 	}
 	return int64(v * float64(mult)), nil
-}
-
-// buildAgent builds rampartd and rampart from the module the benchmark is run in.
-func buildAgent(ctx context.Context, dir string) error {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	gomod := strings.TrimSpace(string(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		return errors.New("not inside the rampart module: run from the repository or pass --bin-dir")
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart")
-	cmd.Dir = filepath.Dir(gomod)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building rampartd and rampart: %w", err)
-	}
-	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }

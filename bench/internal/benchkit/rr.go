@@ -1,4 +1,4 @@
-package policyoverhead
+package benchkit
 
 import (
 	"context"
@@ -154,9 +154,9 @@ func summarizeRR(lat []time.Duration, elapsed time.Duration) RRResult {
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	r.TPS = float64(len(s)) / elapsed.Seconds()
 	r.MeanUs = us(sum) / float64(len(s))
-	r.P50Us = us(percentile(s, 50))
-	r.P90Us = us(percentile(s, 90))
-	r.P99Us = us(percentile(s, 99))
+	r.P50Us = us(Percentile(s, 50))
+	r.P90Us = us(Percentile(s, 90))
+	r.P99Us = us(Percentile(s, 99))
 	return r
 }
 
