@@ -60,8 +60,8 @@ func run() int {
 		memLimit   = flag.String("mem-limit", "", "memory one filter may be predicted to need at one count, e.g. 12G (default 60% of MemAvailable)")
 		seed       = flag.Uint64("seed", def.Seed, "seed of the prefix lists")
 		iptables   = flag.String("iptables", def.Iptables, "iptables backend of the iptables and ipset peers: legacy or nft")
-		clientCPUs = flag.String("client-cpus", cpuFlag(def.ClientCPUs), "CPUs of iperf3, ping and the request/response client, or none")
-		serverCPUs = flag.String("server-cpus", cpuFlag(def.ServerCPUs), "CPUs of the iperf3 and request/response servers, or none")
+		clientCPUs = flag.String("client-cpus", benchkit.CPUFlag(def.ClientCPUs), "CPUs of iperf3, ping and the request/response client, or none")
+		serverCPUs = flag.String("server-cpus", benchkit.CPUFlag(def.ServerCPUs), "CPUs of the iperf3 and request/response servers, or none")
 		agentFlags = flag.String("agent-flags", "", "extra rampartd flags of the rampart filter's agent, space-separated (e.g. --attach=tcx)")
 		binDir     = flag.String("bin-dir", "", "directory with rampartd and rampart (default: build them from this module into a temporary directory)")
 		outDir     = flag.String("out", def.OutDir, "directory for the JSON report, markdown table and PNG plot")
@@ -115,7 +115,7 @@ func run() int {
 		cfg.MemLimit = v
 	}
 	cfg.CPURate, cfg.PingInterval, cfg.ProbeInterval, cfg.Seed, cfg.Iptables = *cpuRate, *pingIntvl, *probeIntvl, *seed, *iptables
-	cfg.ClientCPUs, cfg.ServerCPUs = cpuArg(*clientCPUs), cpuArg(*serverCPUs)
+	cfg.ClientCPUs, cfg.ServerCPUs = benchkit.CPUArg(*clientCPUs), benchkit.CPUArg(*serverCPUs)
 	cfg.OutDir, cfg.NoPlot = *outDir, *noPlot
 	cfg.Log = os.Stderr
 
@@ -129,19 +129,13 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(cfg.Filters) == 0 || slices.Contains(cfg.Filters, egress.FilterRampart) {
-		if *binDir == "" {
-			dir, err := os.MkdirTemp("", "rp-bench-bin-")
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "egressbench: %v\n", err)
-				return 1
-			}
-			defer os.RemoveAll(dir)
-			if err := benchkit.BuildAgent(ctx, dir); err != nil {
-				fmt.Fprintf(os.Stderr, "egressbench: %v\n", err)
-				return 1
-			}
-			*binDir = dir
+		dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "egressbench: %v\n", err)
+			return 1
 		}
+		defer cleanup()
+		*binDir = dir
 		cfg.Rampartd = filepath.Join(*binDir, "rampartd")
 		cfg.Rampart = filepath.Join(*binDir, "rampart")
 	}
@@ -178,20 +172,6 @@ func run() int {
 		}
 	}
 	return code
-}
-
-func cpuFlag(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
-}
-
-func cpuArg(s string) string {
-	if s == "none" {
-		return ""
-	}
-	return s
 }
 
 // parseCounts parses "10,100,1k,1M".

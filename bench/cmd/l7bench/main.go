@@ -55,9 +55,9 @@ func run() int {
 		binDir      = flag.String("bin-dir", "", "directory with rampartd and rampart (default: build them from this module into a temporary directory)")
 		fortio      = flag.String("fortio", "", "fortio binary (default: fortio on PATH, then $(go env GOPATH)/bin/fortio)")
 		outDir      = flag.String("out", def.OutDir, "directory for the JSON report, markdown table and PNG plot")
-		clientCPUs  = flag.String("client-cpus", cpuFlag(def.ClientCPUs), "CPUs of the load generator, or none")
-		serverCPUs  = flag.String("server-cpus", cpuFlag(def.ServerCPUs), "CPUs of the HTTP server, or none")
-		proxyCPUs   = flag.String("proxy-cpus", cpuFlag(def.ProxyCPUs), "CPUs of the agent and the proxy it runs, or none")
+		clientCPUs  = flag.String("client-cpus", benchkit.CPUFlag(def.ClientCPUs), "CPUs of the load generator, or none")
+		serverCPUs  = flag.String("server-cpus", benchkit.CPUFlag(def.ServerCPUs), "CPUs of the HTTP server, or none")
+		proxyCPUs   = flag.String("proxy-cpus", benchkit.CPUFlag(def.ProxyCPUs), "CPUs of the agent and the proxy it runs, or none")
 		noPlot      = flag.Bool("no-plot", false, "do not write the PNG plot")
 		envoyOnly   = flag.Bool("envoy-only", false, "run the agent with --l7-envoy-only: every L7 request through Envoy, no fast path")
 		sendSide    = flag.Bool("send-side", false, "run the agent with --l7-send-side: L7 rules the kernel can match checked on the client's socket, no proxy hop")
@@ -90,7 +90,7 @@ func run() int {
 	cfg.Criterion.MinAchieved, cfg.Criterion.P99Bound = *minAchieved, *p99Bound
 	cfg.Cases = benchkit.SplitList(*cases)
 	cfg.OutDir, cfg.NoPlot = *outDir, *noPlot
-	cfg.ClientCPUs, cfg.ServerCPUs, cfg.ProxyCPUs = cpuArg(*clientCPUs), cpuArg(*serverCPUs), cpuArg(*proxyCPUs)
+	cfg.ClientCPUs, cfg.ServerCPUs, cfg.ProxyCPUs = benchkit.CPUArg(*clientCPUs), benchkit.CPUArg(*serverCPUs), benchkit.CPUArg(*proxyCPUs)
 	cfg.EnvoyOnly = *envoyOnly
 	cfg.SendSide = *sendSide
 	cfg.Log = os.Stderr
@@ -108,21 +108,14 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *binDir == "" {
-		dir, err := os.MkdirTemp("", "rp-bench-bin-")
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "l7bench: %v\n", err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		if err := benchkit.BuildAgent(ctx, dir); err != nil {
-			fmt.Fprintf(os.Stderr, "l7bench: %v\n", err)
-			return 1
-		}
-		*binDir = dir
+	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "l7bench: %v\n", err)
+		return 1
 	}
-	cfg.Rampartd = filepath.Join(*binDir, "rampartd")
-	cfg.Rampart = filepath.Join(*binDir, "rampart")
+	defer cleanup()
+	cfg.Rampartd = filepath.Join(dir, "rampartd")
+	cfg.Rampart = filepath.Join(dir, "rampart")
 
 	res, err := l7.Run(ctx, cfg)
 	if res != nil {
@@ -154,20 +147,6 @@ func run() int {
 		}
 	}
 	return code
-}
-
-func cpuFlag(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
-}
-
-func cpuArg(s string) string {
-	if s == "none" {
-		return ""
-	}
-	return s
 }
 
 // findFortio returns the fortio binary to use: the flag's, else fortio on PATH, else the

@@ -90,16 +90,12 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *binDir == "" && !(len(cfg.Cases) == 1 && cfg.Cases[0] == policyoverhead.CaseNoAgent) {
-		dir, err := os.MkdirTemp("", "rp-bench-bin-")
+		dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "policyoverhead: %v\n", err)
 			return 1
 		}
-		defer os.RemoveAll(dir)
-		if err := benchkit.BuildAgent(ctx, dir); err != nil {
-			fmt.Fprintf(os.Stderr, "policyoverhead: %v\n", err)
-			return 1
-		}
+		defer cleanup()
 		*binDir = dir
 	}
 	if *binDir != "" {

@@ -13,6 +13,24 @@ import (
 // the bench module sits in (../), so the benchmarks always measure this tree.
 const productModule = "github.com/rampartnet/rampart"
 
+// AgentBinDir returns binDir, the directory holding rampartd and rampart, or when it is
+// empty a temporary directory with both built into it by BuildAgent; cleanup removes what
+// it made.
+func AgentBinDir(ctx context.Context, binDir string) (dir string, cleanup func(), err error) {
+	if binDir != "" {
+		return binDir, func() {}, nil
+	}
+	if dir, err = os.MkdirTemp("", "rp-bench-bin-"); err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	if err := BuildAgent(ctx, dir); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return dir, cleanup, nil
+}
+
 // BuildAgent builds rampartd and rampart into dir from the product module of this checkout:
 // the bench module's replacement of it when run inside bench/, the main module when run in
 // the repository root.
