@@ -83,3 +83,11 @@ func TestFormatSendSideFlow(t *testing.T) {
 		t.Fatalf("flow without the send-side flag: %q", got)
 	}
 }
+
+// --verdict takes the verdicts' names in any case and names them when it gets another.
+func TestObserveVerdictName(t *testing.T) {
+	_, errOut, code := runFake(t, &fakeSets{}, "", "observe", "--verdict", "allowed")
+	if code != 1 || !strings.Contains(errOut, `--verdict: unknown verdict "allowed": want one of FORWARDED, DROPPED, REDIRECTED`) {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}

@@ -25,10 +25,8 @@ func ParseReason(s string) (Reason, error) {
 	return parseCode(reasonNames, reasonOrder, s, "reason")
 }
 
-// VerdictNames, ReasonNames and EventTypeNames list the names in rampart.h's order.
-func VerdictNames() []string   { return names(verdictNames, verdictOrder) }
-func ReasonNames() []string    { return names(reasonNames, reasonOrder) }
-func EventTypeNames() []string { return names(eventTypeNames, eventTypeOrder) }
+// VerdictNames lists the verdicts' names in rampart.h's order.
+func VerdictNames() []string { return names(verdictNames, verdictOrder) }
 
 // codeName is c's name; a code rampart.h does not declare (an object newer than this
 // build) is what and its number, e.g. "reason-11".

@@ -6,7 +6,7 @@
 //
 // Names follow one rule: an enumerator without its prefix, in lower case, '_' written as
 // '-' (REASON_SPOOFED_SOURCE is "spoofed-source"); verdicts keep upper case (FORWARDED), as
-// the API has always shown them. Go constants are the type's prefix and the enumerator in
+// the API shows them. Go constants are the type's prefix and the enumerator in
 // camel case (ReasonSpoofedSource).
 package main
 
