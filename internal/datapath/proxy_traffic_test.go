@@ -11,6 +11,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestProxySteering steers real connections to a transparent proxy (testProxy, a Go
@@ -169,7 +170,7 @@ func TestProxySteering(t *testing.T) {
 	refused := func(ns string, port uint16, mark int) {
 		t.Helper()
 		var c net.Conn
-		err := inNetns(ns, func() error {
+		err := testenv.InNetns(ns, func() error {
 			dl := net.Dialer{Timeout: time.Second}
 			if mark != 0 {
 				dl.Control = transparentControl(mark)

@@ -18,7 +18,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/rampartnet/rampart/internal/testenv"
-	"github.com/rampartnet/rampart/internal/testenv/root"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 // verdictRig is an HTTP server on loopback that records what it gets, with an sk_msg
@@ -41,7 +41,7 @@ func startVerdictRig(t *testing.T, program string) *verdictRig {
 // and sockops program track (which fills it) on the cgroup v2 root.
 func (r *verdictRig) start(t *testing.T, obj, m, program, track string) {
 	t.Helper()
-	root.Require(t)
+	testenv.RequireRoot(t)
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestRefusalAtSender(t *testing.T) {
 // checked: its refused-looking request reaches its own server.
 func TestVerdictStaysInItsNamespace(t *testing.T) {
 	r := startVerdictRig(t, "request_or_refuse")
-	node := testenv.NewBareNode(t)
+	node := agenttest.NewBareNode(t)
 	other := node.Add("other", netip.MustParseAddr("198.18.0.20"))
 	srv, err := testenv.ServeHTTP(other.NetnsPath, r.server.Port(), testenv.EchoHTTP())
 	if err != nil {

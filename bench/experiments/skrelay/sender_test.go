@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 // TestSenderSocket checks what a send-side L7 verdict would rely on to stop a client from
@@ -24,7 +25,7 @@ import (
 // connection's.
 func TestSenderSocket(t *testing.T) {
 	const port = 8080
-	node := testenv.NewBareNode(t)
+	node := agenttest.NewBareNode(t)
 	client := node.Add("client", netip.MustParseAddr("198.18.0.10"))
 	server := node.Add("server", netip.MustParseAddr("198.18.0.11"))
 	obj := compileBPF(t, "skcheck", t.TempDir())

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rampartnet/rampart/internal/testenv/root"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestServerSendsThroughTracker asks what the server side of a send-side design needs: with
@@ -19,7 +19,7 @@ import (
 // response_seen), do its responses still arrive whole, also one written with sendfile(2)
 // (http.ServeFile), and does the program see each response's status line?
 func TestServerSendsThroughTracker(t *testing.T) {
-	root.Require(t)
+	testenv.RequireRoot(t)
 	obj := compileBPF(t, "msg", t.TempDir())
 	content := make([]byte, 1<<20)
 	rand.Read(content)

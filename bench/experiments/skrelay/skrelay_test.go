@@ -12,14 +12,14 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
-	"github.com/rampartnet/rampart/internal/testenv/root"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestQuickRun builds the experiment, runs every path once for a second, and checks that
 // each path answered every request and that the client-side verdict saw them all. It
 // checks that the experiment works, not what it measures.
 func TestQuickRun(t *testing.T) {
-	root.Require(t)
+	testenv.RequireRoot(t)
 	fortio := benchkit.FortioForTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
