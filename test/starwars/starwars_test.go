@@ -64,7 +64,7 @@ func TestStarWarsDemo(t *testing.T) {
 	}
 
 	bin := t.TempDir()
-	build := exec.Command(testenv.GoTool(), "build", "-o", bin+"/", "./cmd/rampart", "./cmd/rampartd", "./cmd/starwars")
+	build := exec.Command(testenv.GoTool(), "build", "-o", bin+"/", "./cmd/rampart", "./cmd/rampartd", "./examples/starwars/cmd/starwars")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building: %v\n%s", err, out)

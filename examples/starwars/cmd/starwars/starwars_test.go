@@ -191,7 +191,7 @@ func startFTP(t *testing.T, name string, extra ...string) (addr, root string) {
 		testenv.SkipOrFail(t, "pyftpdlib is not installed (scripts/setup.sh installs it): %v", err)
 	}
 	root = t.TempDir()
-	args := append([]string{"../../examples/starwars/ftp-storage.py", "--name", name, "--root", root,
+	args := append([]string{"../../ftp-storage.py", "--name", name, "--root", root,
 		"--listen", "127.0.0.1", "--port", "0", "--passive-ports", "", "--user", "deathstar:pw"}, extra...)
 	cmd := exec.Command("python3", args...)
 	stdout, err := cmd.StdoutPipe()
