@@ -18,6 +18,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 var bg = context.Background()
@@ -489,7 +490,7 @@ func TestCIDRSetFlowsAndIdentities(t *testing.T) {
 		EpID: a.EpID, SrcIdentity: a.Identity, DstIdentity: identity.World, RuleID: ruleID, MatchIdentity: identity.CIDRSet(1),
 		Type: EventDrop, Verdict: VerdictDropped, Reason: 1, Direction: DirEgress, Protocol: 6}
 	var f api.Flow
-	if !waitFor(func() bool {
+	if !testenv.Eventually(5*time.Second, func() bool {
 		var flows []api.Flow
 		h.a.Observe(bg, api.ObserveRequest{SinceStart: true}, func(fl api.Flow) error { flows = append(flows, fl); return nil })
 		if len(flows) > 0 {
@@ -513,17 +514,6 @@ func TestCIDRSetFlowsAndIdentities(t *testing.T) {
 	if !slices.Equal(sets, want) {
 		t.Fatalf("set identities %v, want %v", sets, want)
 	}
-}
-
-func waitFor(cond func() bool) bool {
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return false
 }
 
 func TestCIDRSetJournal(t *testing.T) {

@@ -285,7 +285,7 @@ func (e *env) deleteYAML(t testing.TB, doc string) {
 	}
 }
 
-// proxyStatus is the agent's L7 proxy status (testenv's Env.ProxyStatus fails the test
+// proxyStatus is the agent's L7 proxy status (agenttest's Env.ProxyStatus fails the test
 // that started the agent, not the subtest calling it).
 func (e *env) proxyStatus(t testing.TB) api.ProxyStatus {
 	t.Helper()
