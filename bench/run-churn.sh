@@ -32,5 +32,6 @@ cleanup() {
 	rm -rf "$bin"
 }
 trap cleanup EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart ./bench/cmd/churn
+go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
+(cd bench && go build -o "$bin/" ./cmd/churn) # the bench module (bench/go.mod)
 "$bin/churn" --bin-dir "$bin" --instance "$instance" --work-dir "$bin/work" "$@"

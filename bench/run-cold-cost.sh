@@ -32,7 +32,8 @@ cleanup() {
 	rm -rf "$bin"
 }
 trap cleanup EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart ./bench/coldcost/cmd/coldcost
+go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
+(cd bench && go build -o "$bin/" ./cmd/coldcost) # the bench module (bench/go.mod)
 builds="head=$bin/rampartd"
 for rev in "${against[@]}"; do
 	tree="$bin/tree-$rev"

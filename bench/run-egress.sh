@@ -24,5 +24,6 @@ mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
 bin=$(mktemp -d /tmp/rp-bench-bin-XXXXXX)
 trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart ./bench/egress/cmd/egressbench
+go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
+(cd bench && go build -o "$bin/" ./cmd/egressbench) # the bench module (bench/go.mod)
 "$bin/egressbench" --bin-dir "$bin" "$@"

@@ -24,7 +24,8 @@ mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
 bin=$(mktemp -d /tmp/rp-bench-bin-XXXXXX)
 trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart ./bench/l7/cmd/l7bench
+go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
+(cd bench && go build -o "$bin/" ./cmd/l7bench) # the bench module (bench/go.mod)
 
 # fortio: on PATH, or where scripts/setup.sh installs it; else built here for this run.
 fortio=$(command -v fortio || true)

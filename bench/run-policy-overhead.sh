@@ -23,5 +23,6 @@ mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
 bin=$(mktemp -d /tmp/rp-bench-bin-XXXXXX)
 trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart ./bench/cmd/policyoverhead
+go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
+(cd bench && go build -o "$bin/" ./cmd/policyoverhead) # the bench module (bench/go.mod)
 "$bin/policyoverhead" --bin-dir "$bin" "$@"

@@ -7,7 +7,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-go generate ./internal/datapath/ ./bench/egress/
+go generate ./internal/datapath/
+(cd bench && go generate ./egress/) # the bench module (bench/go.mod)
 
 status=0
 if ! git diff --exit-code --stat -- 'internal/datapath/*_bpfel.*' 'bench/egress/*_bpfel.*'; then
@@ -26,7 +27,7 @@ if [ -n "$untracked_src" ]; then
 	status=1
 fi
 if [ "$status" -ne 0 ]; then
-	echo "check-generate: generated BPF files (or their sources) are not committed as built; run 'go generate ./internal/datapath/ ./bench/egress/' and commit bpf/, bench/egress/bpf/ and the generated files" >&2
+	echo "check-generate: generated BPF files (or their sources) are not committed as built; run 'go generate ./internal/datapath/' and '(cd bench && go generate ./egress/)' and commit bpf/, bench/egress/bpf/ and the generated files" >&2
 	exit 1
 fi
 echo "check-generate: generated BPF files are up to date"

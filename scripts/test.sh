@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the machine (scripts/setup.sh) and runs every check and test: formatting, vet,
-# generated BPF objects up to date, `go test` over all packages, then each fuzz target
+# generated BPF objects up to date, `go test` over all packages of the product module and
+# of the bench module (bench/go.mod, its own module: `./...` in the root does not reach
+# it), then each fuzz target
 # for FUZZTIME (default 15s). Privileged tests need root; with CI=true they fail instead of
 # skipping when they cannot run.
 set -euo pipefail
@@ -16,12 +18,15 @@ if [ -n "$unformatted" ]; then
 fi
 echo "== go vet"
 go vet ./...
+(cd bench && go vet ./...)
 if [ -x scripts/check-generate.sh ]; then
 	echo "== generated BPF objects up to date"
 	bash scripts/check-generate.sh
 fi
 echo "== go test"
 go test -count=1 -timeout 30m "$@" ./...
+echo "== go test (bench module: unit tests and a quick run of each benchmark)"
+(cd bench && go test -count=1 -timeout 30m "$@" ./...)
 
 # Each fuzz target runs for a short fixed time after the unit tests (which already ran its
 # seed corpus and the regression cases under testdata/fuzz). -fuzz takes one target at a

@@ -70,7 +70,8 @@ func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./bench/cmd/churn")
+	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
+	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/churn")
 	out := filepath.Join(dir, "results")
 	instance := "chq" + testenv.Suffix(5)
 	benchkit.RunForTest(t, ctx, filepath.Join(dir, "churn"), "--bin-dir", dir, "--sizes", "1,3", "--rounds", "2",

@@ -49,7 +49,8 @@ func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./bench/coldcost/cmd/coldcost")
+	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
+	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/coldcost")
 	out := filepath.Join(dir, "results")
 	rd := filepath.Join(dir, "rampartd")
 	_, cmd := benchkit.RunForTest(t, ctx, filepath.Join(dir, "coldcost"), "--builds", "x="+rd+",y="+rd,

@@ -16,5 +16,5 @@
 // and reported as such, with the prediction; one that cannot hold a list is reported as
 // failed; Rampart before CIDR sets exist is reported as not available. It is a benchmark,
 // not a test: the targets are printed (PASS/MISS), never asserted. The command is
-// bench/egress/cmd/egressbench; see docs/benchmarks.md.
+// bench/cmd/egressbench; see docs/benchmarks.md.
 package egress

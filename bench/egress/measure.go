@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
-	"github.com/rampartnet/rampart/bench/policyoverhead"
 )
 
 // Iperf is what the benchmark keeps of one iperf3 client run.
@@ -238,11 +237,11 @@ func combineIperf(blocks []Iperf) Iperf {
 
 // combineRR merges request/response blocks: counts summed, the mean weighted by
 // transactions, each percentile the median of the blocks' (the client reports no samples).
-func combineRR(blocks []policyoverhead.RRResult) policyoverhead.RRResult {
+func combineRR(blocks []benchkit.RRResult) benchkit.RRResult {
 	if len(blocks) == 1 {
 		return blocks[0]
 	}
-	var out policyoverhead.RRResult
+	var out benchkit.RRResult
 	var p50, p90, p99 []float64
 	for _, b := range blocks {
 		out.Transactions += b.Transactions

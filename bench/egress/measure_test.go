@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rampartnet/rampart/bench/policyoverhead"
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 func TestParseIperf(t *testing.T) {
@@ -152,7 +152,7 @@ func TestCombineBlocks(t *testing.T) {
 	if p.Sent != 6 || p.Received != 5 || p.MaxUs != 30 || p.P50Us != 12 || p.MeanUs != 15.2 {
 		t.Errorf("combinePing: %+v", p)
 	}
-	rr := combineRR([]policyoverhead.RRResult{
+	rr := combineRR([]benchkit.RRResult{
 		{Transactions: 100, Seconds: 1, MeanUs: 10, P50Us: 9, P90Us: 20, P99Us: 40},
 		{Transactions: 300, Seconds: 1, MeanUs: 20, P50Us: 19, P90Us: 30, P99Us: 50},
 		{Transactions: 200, Seconds: 1, MeanUs: 15, P50Us: 14, P90Us: 25, P99Us: 90},

@@ -36,7 +36,8 @@ func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./bench/egress/cmd/egressbench")
+	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
+	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/egressbench")
 
 	out := filepath.Join(dir, "results")
 	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "egressbench"), "--quick", "--bin-dir", dir, "--out", out)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
-	"github.com/rampartnet/rampart/bench/policyoverhead"
 )
 
 // Schema names the layout of the JSON report; bump it when fields change meaning.
@@ -215,7 +214,7 @@ type Metrics struct {
 	// Ping: ping -i 0.001 from the client to the server.
 	Ping Ping `json:"ping"`
 	// RR: one-byte request/response on one TCP connection (netperf TCP_RR).
-	RR policyoverhead.RRResult `json:"rr"`
+	RR benchkit.RRResult `json:"rr"`
 }
 
 // Summary is one filter at one count over its pairs: medians of the filter's samples, and

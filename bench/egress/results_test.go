@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rampartnet/rampart/bench/policyoverhead"
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // metrics builds one measurement with throughput tcp (Gbit/s) and latency lat (us).
@@ -21,7 +21,7 @@ func metrics(tcp, lat float64) *Metrics {
 		CPU:        Iperf{BitsPerSecond: 1e9, SenderBps: 1e9, HostCPU: 40 * 10 / tcp},
 		CPUPercent: 40 * 10 / tcp,
 		Ping:       Ping{P50Us: lat, P99Us: 2 * lat},
-		RR:         policyoverhead.RRResult{P50Us: lat + 10, P99Us: lat + 50},
+		RR:         benchkit.RRResult{P50Us: lat + 10, P99Us: lat + 50},
 	}
 }
 

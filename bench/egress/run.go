@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
-	"github.com/rampartnet/rampart/bench/policyoverhead"
 )
 
 // Config controls a run.
@@ -138,17 +137,17 @@ const (
 	memSettleMax   = 10 * time.Second
 )
 
-// Subcommands are the helpers the benchmark runs inside the namespaces, taken from the
-// policy overhead benchmark (the request/response server and client, and a TCP connection
-// probe), and "report", which prints the table of a saved JSON report.
+// Subcommands are the helpers the benchmark runs inside the namespaces (benchkit.Helpers:
+// the request/response server and client, and a TCP connection probe), and "report",
+// which prints the table of a saved JSON report.
 var Subcommands = []string{"rr-server", "rr-client", "probe", "report"}
 
-// Subcommand runs subcommand name with args (the helpers: see policyoverhead.Subcommand).
+// Subcommand runs subcommand name with args (the helpers: see benchkit.Helper).
 //
 //	report [--plot FILE.png] FILE.json   (prints the markdown table; redraws the plot)
 func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
 	if name != "report" {
-		return policyoverhead.Subcommand(name, args, stdout, stderr)
+		return benchkit.Helper(name, args, stdout, stderr)
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -646,7 +645,7 @@ func (r *runner) checks(ctx context.Context, t *topology, filtered bool) (map[st
 		return got, err
 	}
 	got["server TCP"] = out
-	if out != policyoverhead.ProbeConnected {
+	if out != benchkit.ProbeConnected {
 		wrong = append(wrong, "server TCP "+out)
 	}
 	if len(wrong) > 0 {
@@ -784,7 +783,7 @@ func (r *runner) pair(ctx context.Context, t *topology, round int) (Pair, error)
 	if err != nil {
 		return p, err
 	}
-	rrs := map[*topology][]policyoverhead.RRResult{}
+	rrs := map[*topology][]benchkit.RRResult{}
 	d := max(250*time.Millisecond, r.cfg.RRDuration/time.Duration(n))
 	err = alternate("request/response", func(x *topology) error {
 		res, err := r.rr(ctx, x, d)
@@ -907,13 +906,13 @@ func (r *runner) ping(ctx context.Context, t *topology, count int) (Ping, error)
 }
 
 // rr runs the request/response client in t's client namespace for d.
-func (r *runner) rr(ctx context.Context, t *topology, d time.Duration) (policyoverhead.RRResult, error) {
+func (r *runner) rr(ctx context.Context, t *topology, d time.Duration) (benchkit.RRResult, error) {
 	argv := benchkit.Taskset(r.cfg.ClientCPUs, r.cfg.Self, "rr-client", "--addr", netip.AddrPortFrom(t.Server.IP, rrPort).String(),
 		"--duration", d.String())
 	out, err := benchkit.RunOutput(ctx, d+r.cfg.Budget, func(ctx context.Context) *exec.Cmd {
 		return t.Client.Command(ctx, argv...)
 	})
-	var rr policyoverhead.RRResult
+	var rr benchkit.RRResult
 	if err != nil {
 		return rr, err
 	}
@@ -944,7 +943,7 @@ func (r *runner) startServers(t *topology) error {
 	for _, port := range []uint16{iperfPort, rrPort} {
 		for {
 			out, err := r.tcpProbe(context.Background(), t, netip.AddrPortFrom(t.Server.IP, port))
-			if err == nil && out == policyoverhead.ProbeConnected {
+			if err == nil && out == benchkit.ProbeConnected {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -10,5 +10,5 @@
 // exists) are reported as not available, with the reason, never with made-up numbers.
 //
 // It is a benchmark, not a test: targets are printed (PASS/MISS), never asserted. The
-// command is bench/l7/cmd/l7bench; see docs/benchmarks.md.
+// command is bench/cmd/l7bench; see docs/benchmarks.md.
 package l7

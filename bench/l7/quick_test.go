@@ -36,7 +36,8 @@ func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./bench/l7/cmd/l7bench")
+	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
+	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/l7bench")
 
 	out := filepath.Join(dir, "results")
 	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "l7bench"), "--quick", "--bin-dir", dir, "--out", out, "--fortio", fortio)

@@ -3,6 +3,8 @@ package policyoverhead
 import (
 	"fmt"
 	"slices"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // Case names, in report order. The baseline is always first.
@@ -24,7 +26,7 @@ type probeSpec struct {
 	Name string
 	From string // "client" or "bystander"
 	Port int
-	Want string // ProbeConnected, ProbeRefused or ProbeTimeout
+	Want string // benchkit.ProbeConnected, benchkit.ProbeRefused or benchkit.ProbeTimeout
 }
 
 // caseDef is one benchmark case.
@@ -46,8 +48,8 @@ type caseDef struct {
 // buildCases returns the cases to run: the baseline, then the agent cases, filtered by
 // names (empty: all). The baseline is always included since every ratio needs it.
 func buildCases(ports Ports, ruleCounts []int, names []string) ([]caseDef, error) {
-	bystanderDenied := probeSpec{"bystander->rr", "bystander", ports.RR, ProbeTimeout}
-	closedDropped := probeSpec{"client->closed", "client", ports.Closed, ProbeTimeout}
+	bystanderDenied := probeSpec{"bystander->rr", "bystander", ports.RR, benchkit.ProbeTimeout}
+	closedDropped := probeSpec{"client->closed", "client", ports.Closed, benchkit.ProbeTimeout}
 	all := []caseDef{
 		{Name: CaseNoAgent, Description: "no agent: same topology built without the dataplane"},
 		{
@@ -59,22 +61,22 @@ func buildCases(ports Ports, ruleCounts []int, names []string) ([]caseDef, error
 			Name: CaseNoPolicy, Description: "agent, dataplane attached, no policy (nothing enforced): the cost of the programs themselves",
 			Agent: true,
 			Probes: []probeSpec{
-				{"bystander->rr", "bystander", ports.RR, ProbeConnected},
-				{"client->closed", "client", ports.Closed, ProbeRefused},
+				{"bystander->rr", "bystander", ports.RR, benchkit.ProbeConnected},
+				{"client->closed", "client", ports.Closed, benchkit.ProbeRefused},
 			},
 		},
 		{
 			Name: CaseAllowAll, Description: "agent, server enforcing ingress with a policy allowing every peer and port",
 			Agent: true, Rules: 1, Manifest: allowAllPolicy(), Policies: 1, MinEntries: 1,
 			Probes: []probeSpec{
-				{"bystander->rr", "bystander", ports.RR, ProbeConnected},
-				{"client->closed", "client", ports.Closed, ProbeRefused},
+				{"bystander->rr", "bystander", ports.RR, benchkit.ProbeConnected},
+				{"client->closed", "client", ports.Closed, benchkit.ProbeRefused},
 			},
 		},
 		{
 			Name: CaseL3, Description: "agent, one L3 rule: ingress from the client's labels, any port",
 			Agent: true, Rules: 1, Manifest: l3Policy(), Policies: 1, MinEntries: 1,
-			Probes: []probeSpec{bystanderDenied, {"client->closed", "client", ports.Closed, ProbeRefused}},
+			Probes: []probeSpec{bystanderDenied, {"client->closed", "client", ports.Closed, benchkit.ProbeRefused}},
 		},
 		{
 			Name: CaseL4, Description: "agent, one L4 rule: ingress from the client's labels to the benchmark's TCP ports",
@@ -97,8 +99,8 @@ func buildCases(ports Ports, ruleCounts []int, names []string) ([]caseDef, error
 			// Filler rules are live in the dataplane, not only in the map: their ports are
 			// open to the peers they name (closed, so refused rather than dropped).
 			c.Probes = append(c.Probes,
-				probeSpec{"client->filler", "client", fillerPortBase, ProbeRefused},
-				probeSpec{"bystander->filler", "bystander", fillerPortBase + 1, ProbeRefused})
+				probeSpec{"client->filler", "client", fillerPortBase, benchkit.ProbeRefused},
+				probeSpec{"bystander->filler", "bystander", fillerPortBase + 1, benchkit.ProbeRefused})
 		}
 		all = append(all, c)
 	}

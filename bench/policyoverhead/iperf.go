@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // IperfResult is what the benchmark keeps of one iperf3 client run.
@@ -36,7 +38,7 @@ type iperfJSON struct {
 func parseIperf(out []byte) (IperfResult, error) {
 	var j iperfJSON
 	if err := json.Unmarshal(out, &j); err != nil {
-		return IperfResult{}, fmt.Errorf("parsing iperf3 JSON: %w (output %q)", err, truncate(string(out), 200))
+		return IperfResult{}, fmt.Errorf("parsing iperf3 JSON: %w (output %q)", err, benchkit.Truncate(string(out), 200))
 	}
 	if j.Error != "" {
 		return IperfResult{}, fmt.Errorf("iperf3: %s", j.Error)
@@ -59,11 +61,4 @@ func iperfRetryable(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, "unable to connect") || strings.Contains(s, "Connection refused") ||
 		strings.Contains(s, "the server is busy")
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

@@ -2,9 +2,12 @@ package policyoverhead
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // The agent-side endpoints all live in one Kubernetes-style namespace, so plain
@@ -127,7 +130,7 @@ func manyRulesPolicy(n int, p Ports) ([]byte, error) {
 			podPeer(&b, bystanderApp)
 			tcpPorts(&b, fillerPortBase+i)
 		case 2:
-			fmt.Fprintf(&b, "    - ipBlock:\n        cidr: %s/32\n", addAddr(base, uint32(i)))
+			fmt.Fprintf(&b, "    - ipBlock:\n        cidr: %s/32\n", benchkit.AddAddr(base, uint32(i)))
 			tcpPorts(&b, p.Iperf, p.RR)
 		}
 		b.WriteString("---\n")
@@ -137,9 +140,11 @@ func manyRulesPolicy(n int, p Ports) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// addAddr returns the IPv4 address off addresses after a.
-func addAddr(a netip.Addr, off uint32) netip.Addr {
-	b := a.As4()
-	binary.BigEndian.PutUint32(b[:], binary.BigEndian.Uint32(b[:])+off)
-	return netip.AddrFrom4(b)
+// writeFile writes a policy file into dir.
+func writeFile(dir, name string, data []byte) (string, error) {
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		return "", fmt.Errorf("writing %s: %w", name, err)
+	}
+	return p, nil
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -41,7 +42,7 @@ func computeWorld(t *testing.T, manifest []byte) world {
 			labels.KeyCluster: "default",
 		}
 		return mapstate.Endpoint{ID: id, Namespace: benchNamespace, Name: name, Labels: l,
-			Identity: alloc.ForLabels(l), IP: hostAddr(netip.MustParsePrefix("198.18.7.0/24"), n)}
+			Identity: alloc.ForLabels(l), IP: benchkit.HostAddr(netip.MustParsePrefix("198.18.7.0/24"), n)}
 	}
 	w.client = mk(1, "client", clientApp, 10)
 	w.server = mk(2, "server", serverApp, 11)
@@ -107,7 +108,7 @@ func TestManyRulesPolicyOnlyLastMatches(t *testing.T) {
 				}{
 					{"client -> filler 0", 0, w.client.IP, fillerPortBase},
 					{"bystander -> filler 1", 1, w.bystander.IP, fillerPortBase + 1},
-					{"filler CIDR peer -> iperf", 2, addAddr(fillerCIDR.Addr(), 2), benchPorts.Iperf},
+					{"filler CIDR peer -> iperf", 2, benchkit.AddAddr(fillerCIDR.Addr(), 2), benchPorts.Iperf},
 				} {
 					if c.filler >= n-1 {
 						continue
@@ -157,7 +158,7 @@ func TestCaseProbesMatchPolicies(t *testing.T) {
 				from = w.bystander.IP
 			}
 			want := mapstate.Allowed
-			if p.Want == ProbeTimeout {
+			if p.Want == benchkit.ProbeTimeout {
 				want = mapstate.Denied
 			}
 			if d := w.ingress(from, p.Port); d.Verdict != want {

@@ -33,7 +33,8 @@ func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./bench/cmd/policyoverhead")
+	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
+	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/policyoverhead")
 
 	out := filepath.Join(dir, "results")
 	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "policyoverhead"), "--quick", "--bin-dir", dir, "--out", out)

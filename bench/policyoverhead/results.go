@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // TargetThroughputRatio is the issue's target: every case keeps at least this fraction of
@@ -98,9 +100,9 @@ type Sample struct {
 	Round int `json:"round"`
 	// Pair links an agent case's sample to the baseline sample measured next to it; the
 	// baseline has one sample per pair.
-	Pair  int         `json:"pair"`
-	Iperf IperfResult `json:"iperf"`
-	RR    RRResult    `json:"rr"`
+	Pair  int               `json:"pair"`
+	Iperf IperfResult       `json:"iperf"`
+	RR    benchkit.RRResult `json:"rr"`
 	// Agent cases: time from starting `rampart apply` until it returned, and until the
 	// server's policy map held the expected entries (enforced).
 	ApplySeconds    float64 `json:"apply_seconds,omitempty"`
@@ -176,30 +178,30 @@ func summarize(cases []CaseResult) {
 				r99 = append(r99, ratio(s.RR.P99Us, b.RR.P99Us))
 			}
 		}
-		lo, hi := minMax(tput)
-		rlo, rhi := minMax(rt)
+		lo, hi := benchkit.MinMax(tput)
+		rlo, rhi := benchkit.MinMax(rt)
 		c.Summary = Summary{
 			Rounds:             len(c.Samples),
-			ThroughputBps:      median(tput),
+			ThroughputBps:      benchkit.Median(tput),
 			ThroughputMinBps:   lo,
 			ThroughputMaxBps:   hi,
-			Retransmits:        median(retr),
-			TPS:                median(tps),
-			P50Us:              median(p50),
-			P90Us:              median(p90),
-			P99Us:              median(p99),
+			Retransmits:        benchkit.Median(retr),
+			TPS:                benchkit.Median(tps),
+			P50Us:              benchkit.Median(p50),
+			P90Us:              benchkit.Median(p90),
+			P99Us:              benchkit.Median(p99),
 			MapEntries:         entries,
-			ThroughputRatio:    median(rt),
+			ThroughputRatio:    benchkit.Median(rt),
 			ThroughputRatioMin: rlo,
 			ThroughputRatioMax: rhi,
-			TPSRatio:           median(rtps),
-			P50Ratio:           median(r50),
-			P90Ratio:           median(r90),
-			P99Ratio:           median(r99),
+			TPSRatio:           benchkit.Median(rtps),
+			P50Ratio:           benchkit.Median(r50),
+			P90Ratio:           benchkit.Median(r90),
+			P99Ratio:           benchkit.Median(r99),
 		}
 		if c.Agent {
-			c.Summary.ApplySeconds = median(apply)
-			c.Summary.EnforcedSeconds = median(enforced)
+			c.Summary.ApplySeconds = benchkit.Median(apply)
+			c.Summary.EnforcedSeconds = benchkit.Median(enforced)
 		}
 		switch {
 		case len(c.Errors) > 0 || len(c.Samples) == 0 || math.IsNaN(c.Summary.ThroughputRatio):

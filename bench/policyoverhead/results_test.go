@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 func sample(pair int, gbps, tps, p50 float64) Sample {
@@ -16,7 +18,7 @@ func sample(pair int, gbps, tps, p50 float64) Sample {
 		Round: pair % 3,
 		Pair:  pair,
 		Iperf: IperfResult{BitsPerSecond: gbps * 1e9, Seconds: 3},
-		RR:    RRResult{Transactions: int64(tps), TPS: tps, P50Us: p50, P90Us: 2 * p50, P99Us: 4 * p50},
+		RR:    benchkit.RRResult{Transactions: int64(tps), TPS: tps, P50Us: p50, P90Us: 2 * p50, P99Us: 4 * p50},
 	}
 }
 

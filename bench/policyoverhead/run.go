@@ -2,13 +2,10 @@ package policyoverhead
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -89,11 +86,11 @@ const (
 type runner struct {
 	cfg     Config
 	log     io.Writer
-	daemons daemons
+	daemons benchkit.Daemons
 	base    *topology
 	agentT  *topology
 	control *topology
-	agent   *agentProc
+	agent   *benchkit.Agent
 	files   map[string]string // case name -> manifest path
 }
 
@@ -115,8 +112,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if r.log == nil {
 		r.log = io.Discard
 	}
-	sfx := suffix()
-	baseCIDR, agentCIDR := podCIDRs()
+	sfx := benchkit.Suffix()
+	cidrs := benchkit.PodCIDRs(2) // one per topology
+	baseCIDR, agentCIDR := cidrs[0], cidrs[1]
 	res = &Result{
 		Schema:  Schema,
 		Started: time.Now(),
@@ -136,7 +134,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	var cleanups []func() error
 	defer func() {
 		// Servers and clients first: nothing may still run in a namespace being removed.
-		if cerr := r.daemons.stopAll(); cerr != nil {
+		if cerr := r.daemons.StopAll(); cerr != nil {
 			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
 		}
 		for i := len(cleanups) - 1; i >= 0; i-- {
@@ -145,7 +143,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			}
 		}
 		res.Finished = time.Now()
-		res.Host.LoadEnd = loadAverage()
+		res.Host.LoadEnd = benchkit.LoadAverage()
 		summarize(res.Cases)
 		if werr := r.write(res); werr != nil && err == nil {
 			err = werr
@@ -198,23 +196,23 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if slices.ContainsFunc(cases, func(c caseDef) bool { return c.Agent }) {
 		res.Settings.PodCIDRAgent = agentCIDR.String()
 		res.Settings.AgentInstance = "ab" + sfx
-		if err := ensureBPFFS(); err != nil {
+		if err := benchkit.EnsureBPFFS(); err != nil {
 			return fail(err)
 		}
 		fmt.Fprintf(r.log, "starting the agent (instance %s, %s)\n", res.Settings.AgentInstance, agentCIDR)
-		r.agent = newAgentProc(cfg.Rampartd, cfg.Rampart, res.Settings.AgentInstance, workDir, agentCIDR)
+		r.agent = benchkit.NewAgent(cfg.Rampartd, cfg.Rampart, res.Settings.AgentInstance, workDir, agentCIDR)
 		// Registered before start, so a half-started agent is uninstalled too.
-		cleanups = append(cleanups, r.agent.stop)
-		if err := r.agent.start(ctx, &r.daemons); err != nil {
+		cleanups = append(cleanups, r.agent.Stop)
+		if err := r.agent.Start(ctx, &r.daemons); err != nil {
 			return fail(err)
 		}
 		t := &topology{Name: "agent"}
 		for _, e := range []struct {
 			name, app string
 			n         uint32
-			dst       **benchEndpoint
+			dst       **benchkit.Endpoint
 		}{{"client", clientApp, 10, &t.Client}, {"server", serverApp, 11, &t.Server}, {"bystander", bystanderApp, 12, &t.Bystander}} {
-			ep, err := r.agent.addEndpoint(ctx, e.name, e.app, hostAddr(agentCIDR, e.n))
+			ep, err := r.agent.AddEndpoint(ctx, benchNamespace, e.name, []string{"app=" + e.app}, benchkit.HostAddr(agentCIDR, e.n))
 			if err != nil {
 				return fail(err)
 			}
@@ -234,7 +232,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			}
 			r.files[c.Name] = p
 		}
-		if n, err := r.agent.policyEntries("server"); err != nil {
+		if n, err := r.agent.PolicyEntries(benchNamespace + "/server"); err != nil {
 			return fail(err)
 		} else if n != 0 {
 			return fail(fmt.Errorf("server endpoint has %d policy entries before any policy was applied", n))
@@ -333,11 +331,11 @@ func (r *runner) pin(argv ...string) []string {
 // startServers starts iperf3 and the RR server in the topology's server endpoint. They
 // run for the whole benchmark; clients retry until they answer.
 func (r *runner) startServers(t *topology) error {
-	if _, err := r.daemons.start(t.Name+" iperf3 server",
+	if _, err := r.daemons.Start(t.Name+" iperf3 server",
 		t.Server.Command(context.Background(), r.pin(r.cfg.Iperf3, "-s", "-p", strconv.Itoa(benchPorts.Iperf))...)); err != nil {
 		return err
 	}
-	_, err := r.daemons.start(t.Name+" rr server",
+	_, err := r.daemons.Start(t.Name+" rr server",
 		t.Server.Command(context.Background(), r.pin(r.cfg.Self, "rr-server",
 			"--listen", fmt.Sprintf(":%d", benchPorts.RR),
 			"--request", strconv.Itoa(r.cfg.RRRequestBytes), "--response", strconv.Itoa(r.cfg.RRResponseBytes))...))
@@ -426,7 +424,7 @@ func (r *runner) pair(ctx context.Context, c caseDef, round, pairID int, baseFir
 
 func (r *runner) applyPolicy(ctx context.Context, c caseDef, s *Sample) error {
 	t0 := time.Now()
-	if _, err := r.agent.cli(ctx, 10*time.Minute, "apply", "-f", r.files[c.Name]); err != nil {
+	if _, err := r.agent.CLI(ctx, 10*time.Minute, "apply", "-f", r.files[c.Name]); err != nil {
 		return fmt.Errorf("applying policy: %w", err)
 	}
 	s.ApplySeconds = time.Since(t0).Seconds()
@@ -436,7 +434,7 @@ func (r *runner) applyPolicy(ctx context.Context, c caseDef, s *Sample) error {
 	}
 	s.EnforcedSeconds = time.Since(t0).Seconds()
 	s.MapEntries = n
-	if s.AgentPolicies, err = r.agent.policies(ctx); err != nil {
+	if s.AgentPolicies, err = r.agent.Policies(ctx); err != nil {
 		return err
 	}
 	if s.AgentPolicies != c.Policies {
@@ -449,7 +447,7 @@ func (r *runner) deletePolicy(ctx context.Context, c caseDef, s *Sample) error {
 	// Clean-up must happen even when the run is being cancelled.
 	ctx = context.WithoutCancel(ctx)
 	t0 := time.Now()
-	if _, err := r.agent.cli(ctx, 10*time.Minute, "delete", "-f", r.files[c.Name]); err != nil {
+	if _, err := r.agent.CLI(ctx, 10*time.Minute, "delete", "-f", r.files[c.Name]); err != nil {
 		return fmt.Errorf("deleting policy: %w", err)
 	}
 	if _, err := r.waitEntries(ctx, func(n int) bool { return n == 0 }); err != nil {
@@ -463,7 +461,7 @@ func (r *runner) deletePolicy(ctx context.Context, c caseDef, s *Sample) error {
 func (r *runner) waitEntries(ctx context.Context, ok func(int) bool) (int, error) {
 	deadline := time.Now().Add(enforceTimeout)
 	for {
-		n, err := r.agent.policyEntries("server")
+		n, err := r.agent.PolicyEntries(benchNamespace + "/server")
 		if err != nil {
 			return n, err
 		}
@@ -481,8 +479,8 @@ func (r *runner) waitEntries(ctx context.Context, ok func(int) bool) (int, error
 	}
 }
 
-func (r *runner) probe(ctx context.Context, from *benchEndpoint, to netip.AddrPort) (string, error) {
-	out, err := runOutput(ctx, 30*time.Second, func(ctx context.Context) *exec.Cmd {
+func (r *runner) probe(ctx context.Context, from *benchkit.Endpoint, to netip.AddrPort) (string, error) {
+	out, err := benchkit.RunOutput(ctx, 30*time.Second, func(ctx context.Context) *exec.Cmd {
 		return from.Command(ctx, r.cfg.Self, "probe", "--addr", to.String(), "--timeout", probeTimeout.String())
 	})
 	if err != nil {
@@ -496,7 +494,7 @@ func (r *runner) probe(ctx context.Context, from *benchEndpoint, to netip.AddrPo
 func (r *runner) iperf(ctx context.Context, t *topology) (IperfResult, error) {
 	deadline := time.Now().Add(connectTimeout)
 	for {
-		out, runErr := runOutput(ctx, time.Duration(r.cfg.IperfSeconds)*time.Second+30*time.Second, func(ctx context.Context) *exec.Cmd {
+		out, runErr := benchkit.RunOutput(ctx, time.Duration(r.cfg.IperfSeconds)*time.Second+30*time.Second, func(ctx context.Context) *exec.Cmd {
 			return t.Client.Command(ctx, r.pin(r.cfg.Iperf3, "-c", t.Server.IP.String(), "-p", strconv.Itoa(benchPorts.Iperf),
 				"-t", strconv.Itoa(r.cfg.IperfSeconds), "-J")...)
 		})
@@ -515,22 +513,22 @@ func (r *runner) iperf(ctx context.Context, t *topology) (IperfResult, error) {
 }
 
 // rr runs the request/response client in the client endpoint.
-func (r *runner) rr(ctx context.Context, t *topology) (RRResult, error) {
-	out, err := runOutput(ctx, r.cfg.RRDuration+connectTimeout+30*time.Second, func(ctx context.Context) *exec.Cmd {
+func (r *runner) rr(ctx context.Context, t *topology) (benchkit.RRResult, error) {
+	out, err := benchkit.RunOutput(ctx, r.cfg.RRDuration+connectTimeout+30*time.Second, func(ctx context.Context) *exec.Cmd {
 		return t.Client.Command(ctx, r.pin(r.cfg.Self, "rr-client",
 			"--addr", netip.AddrPortFrom(t.Server.IP, uint16(benchPorts.RR)).String(),
 			"--duration", r.cfg.RRDuration.String(), "--connect-timeout", connectTimeout.String(),
 			"--request", strconv.Itoa(r.cfg.RRRequestBytes), "--response", strconv.Itoa(r.cfg.RRResponseBytes))...)
 	})
 	if err != nil {
-		return RRResult{}, fmt.Errorf("request/response %s: %w", t.Name, err)
+		return benchkit.RRResult{}, fmt.Errorf("request/response %s: %w", t.Name, err)
 	}
-	var res RRResult
+	var res benchkit.RRResult
 	if err := json.Unmarshal(out, &res); err != nil {
-		return RRResult{}, fmt.Errorf("reading request/response result: %w", err)
+		return benchkit.RRResult{}, fmt.Errorf("reading request/response result: %w", err)
 	}
 	if res.Transactions == 0 {
-		return RRResult{}, fmt.Errorf("request/response %s: no transactions", t.Name)
+		return benchkit.RRResult{}, fmt.Errorf("request/response %s: no transactions", t.Name)
 	}
 	return res, nil
 }
@@ -551,47 +549,10 @@ func (r *runner) write(res *Result) error {
 	return nil
 }
 
-// suffix returns 8 random hex digits for the names of everything the run creates.
-func suffix() string {
-	b := make([]byte, 4)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// podCIDRs picks two different random /24s of 198.18.0.0/16, one per topology; each lives
-// in its own namespaces, so even a clash with a concurrent test would be harmless.
-func podCIDRs() (netip.Prefix, netip.Prefix) {
-	pick := func() int {
-		n, _ := rand.Int(rand.Reader, big.NewInt(254))
-		return int(n.Int64()) + 1
-	}
-	a, b := pick(), pick()
-	for b == a {
-		b = pick()
-	}
-	mk := func(x int) netip.Prefix {
-		return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(x), 0}), 24)
-	}
-	return mk(a), mk(b)
-}
-
-// ensureBPFFS mounts bpffs on /sys/fs/bpf if it is not (a fresh machine has none): the
-// agent pins its maps there.
-func ensureBPFFS() error {
-	var st unix.Statfs_t
-	if err := unix.Statfs("/sys/fs/bpf", &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
-		return nil
-	}
-	if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, ""); err != nil {
-		return fmt.Errorf("mounting bpffs on /sys/fs/bpf: %w", err)
-	}
-	return nil
-}
-
 func hostInfo(iperf3 string) HostInfo {
 	h := HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version()}
 	h.Hostname, _ = os.Hostname()
-	h.LoadStart = loadAverage()
+	h.LoadStart = benchkit.LoadAverage()
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		h.Kernel = unix.ByteSliceToString(u.Release[:])
@@ -600,15 +561,4 @@ func hostInfo(iperf3 string) HostInfo {
 		h.Iperf3, _, _ = strings.Cut(string(out), "\n")
 	}
 	return h
-}
-
-// loadAverage returns the 1-minute load average (0 if unknown).
-func loadAverage() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f, _, _ := strings.Cut(string(b), " ")
-	v, _ := strconv.ParseFloat(f, 64)
-	return v
 }

@@ -1,64 +1,27 @@
 package policyoverhead
 
 import (
-	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
-// Subcommands are the helpers the benchmark runs inside endpoints (they live in the
-// benchmark's own binary so that nothing else needs installing), and "report", which prints
-// the table of a saved JSON report.
+// Subcommands are the helpers the benchmark runs inside endpoints (benchkit.Helpers), and
+// "report", which prints the table of a saved JSON report.
 var Subcommands = []string{"rr-server", "rr-client", "probe", "report"}
 
-// Subcommand runs helper subcommand name with args, writing results to stdout, and returns
-// the process exit code.
+// Subcommand runs subcommand name with args, writing results to stdout, and returns the
+// process exit code.
 func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	if name != "report" {
+		return benchkit.Helper(name, args, stdout, stderr)
+	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	req := fs.Int("request", 1, "request size in bytes")
-	resp := fs.Int("response", 1, "response size in bytes")
 	var err error
 	switch name {
-	case "rr-server":
-		listen := fs.String("listen", ":5202", "listen address")
-		if fs.Parse(args) != nil {
-			return 2
-		}
-		var ln net.Listener
-		if ln, err = net.Listen("tcp", *listen); err == nil {
-			err = ServeRR(ctx, ln, *req, *resp)
-		}
-	case "rr-client":
-		addr := fs.String("addr", "", "server address host:port")
-		dur := fs.Duration("duration", 2*time.Second, "how long to run transactions")
-		ct := fs.Duration("connect-timeout", 10*time.Second, "how long to retry connecting")
-		if fs.Parse(args) != nil {
-			return 2
-		}
-		var r RRResult
-		if r, err = RunRRClient(ctx, *addr, *req, *resp, *dur, *ct); err == nil {
-			err = json.NewEncoder(stdout).Encode(r)
-		}
-	case "probe":
-		addr := fs.String("addr", "", "address host:port")
-		timeout := fs.Duration("timeout", 500*time.Millisecond, "connection attempt timeout")
-		if fs.Parse(args) != nil {
-			return 2
-		}
-		var out string
-		if out, err = Probe(ctx, *addr, *timeout); err == nil {
-			fmt.Fprintln(stdout, out)
-		}
 	case "report":
 		// Not an endpoint helper: prints the table of a saved JSON report.
 		md := fs.Bool("markdown", false, "print a Markdown table")

@@ -7,22 +7,15 @@ import (
 	"net/netip"
 	"os/exec"
 
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/internal/endpoint"
 )
-
-// benchEndpoint is one side of the measured path.
-type benchEndpoint struct {
-	Name string
-	IP   netip.Addr
-	// Command returns a command running argv inside the endpoint's network namespace.
-	Command func(ctx context.Context, argv ...string) *exec.Cmd
-}
 
 // topology is a client and a server endpoint (and, with the agent, a bystander) joined
 // through a node network namespace.
 type topology struct {
 	Name                      string
-	Client, Server, Bystander *benchEndpoint
+	Client, Server, Bystander *benchkit.Endpoint
 }
 
 // nsenterCommand runs argv in the network namespace at path. Only the network namespace is
@@ -30,7 +23,7 @@ type topology struct {
 func nsenterCommand(path string) func(ctx context.Context, argv ...string) *exec.Cmd {
 	return func(ctx context.Context, argv ...string) *exec.Cmd {
 		args := append([]string{"--net=" + path, "--"}, argv...)
-		return ownGroup(exec.CommandContext(ctx, "nsenter", args...))
+		return benchkit.OwnGroup(exec.CommandContext(ctx, "nsenter", args...))
 	}
 }
 
@@ -57,24 +50,21 @@ func buildBaseline(instance string, podCIDR netip.Prefix) (*topology, func() err
 	if err := node.Setup(); err != nil {
 		return nil, cleanup, fmt.Errorf("setting up baseline node namespace: %w", err)
 	}
-	mk := func(name string, ip netip.Addr) (*benchEndpoint, error) {
+	mk := func(name string, ip netip.Addr) (*benchkit.Endpoint, error) {
 		created = append(created, name) // Delete copes with half-created endpoints
 		ep, err := node.Create(benchNamespace, name, ip)
 		if err != nil {
 			return nil, fmt.Errorf("creating baseline endpoint %s: %w", name, err)
 		}
-		return &benchEndpoint{Name: name, IP: ip, Command: nsenterCommand(ep.NetnsPath)}, nil
+		return &benchkit.Endpoint{Name: benchNamespace + "/" + name, IP: ip, Command: nsenterCommand(ep.NetnsPath)}, nil
 	}
-	client, err := mk("client", hostAddr(podCIDR, 10))
+	client, err := mk("client", benchkit.HostAddr(podCIDR, 10))
 	if err != nil {
 		return nil, cleanup, err
 	}
-	server, err := mk("server", hostAddr(podCIDR, 11))
+	server, err := mk("server", benchkit.HostAddr(podCIDR, 11))
 	if err != nil {
 		return nil, cleanup, err
 	}
 	return &topology{Name: "no-agent", Client: client, Server: server}, cleanup, nil
 }
-
-// hostAddr returns the n-th address of p.
-func hostAddr(p netip.Prefix, n uint32) netip.Addr { return addAddr(p.Masked().Addr(), n) }

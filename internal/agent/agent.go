@@ -343,25 +343,26 @@ func (a *Agent) applyState(old, new *desired, m *model, force bool) error {
 	// After a failed rollback the dataplane may differ from a.cur anywhere: rewrite every
 	// endpoint until a full apply succeeds.
 	force = force || a.degraded != ""
-	err := a.applyOnce(old, new, m, force)
+	pl := buildL7Plans(old, new)
+	err := a.applyOnce(old, new, pl, m, force)
 	if err == nil {
 		if force {
 			a.degraded = ""
 		}
-		a.proxyPrune(old, new)
+		a.proxyPrune(old, new, pl)
 		return nil
 	}
 	a.log.Error("applying dataplane state failed, restoring the previous state", "error", err)
-	if rerr := a.applyOnce(new, old, m, true); rerr != nil {
+	if rerr := a.applyOnce(new, old, buildL7Plans(new, old), m, true); rerr != nil {
 		a.degraded = fmt.Sprintf("restoring the previous dataplane state failed: %v", rerr)
 		a.log.Error("restoring previous dataplane state failed", "error", rerr)
 	}
 	return fmt.Errorf("applying dataplane state: %w", err)
 }
 
-func (a *Agent) applyOnce(old, new *desired, m *model, force bool) error {
+func (a *Agent) applyOnce(old, new *desired, pl l7Plans, m *model, force bool) error {
 	// The proxy first: it must know the L7 rules before the dataplane steers traffic to it.
-	if err := a.proxyUpdate(old, new); err != nil {
+	if err := a.proxyUpdate(old, new, pl); err != nil {
 		return err
 	}
 	// The ipcache: additions and changes before the endpoints, deletions after. Forced
@@ -411,7 +412,7 @@ func (a *Agent) applyOnce(old, new *desired, m *model, force bool) error {
 			return fmt.Errorf("ipcache: %w", err)
 		}
 	}
-	return a.applySendSide(m, old, new)
+	return a.applySendSide(m, pl)
 }
 
 // ipcacheDiff returns the entries of new that old lacks or holds otherwise, and the

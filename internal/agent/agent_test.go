@@ -15,11 +15,11 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
-	"github.com/rampartnet/rampart/internal/proxy"
 )
 
 type testLog struct{ t testing.TB }
@@ -37,7 +37,7 @@ type harness struct {
 	prox *fakeProxy
 	// proxyErr makes opening the proxy fail (Envoy missing).
 	proxyErr error
-	proxyLog func(proxy.AccessLog) // the agent's access log callback
+	proxyLog func(flow.AccessLog) // the agent's access log callback
 	a        *Agent
 }
 
@@ -70,7 +70,7 @@ func (h *harness) start() {
 	h.t.Helper()
 	dp := h.dp
 	h.cfg.OpenDatapath = func(Config) (Datapath, error) { return dp, nil }
-	h.cfg.OpenProxy = func(_ Config, _ string, onLog func(proxy.AccessLog)) (Proxy, error) {
+	h.cfg.OpenProxy = func(_ Config, _ string, onLog func(flow.AccessLog)) (Proxy, error) {
 		if h.proxyErr != nil {
 			return nil, h.proxyErr
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
 
@@ -77,7 +78,7 @@ type Config struct {
 	OpenDatapath func(cfg Config) (Datapath, error)
 	// OpenProxy creates the L7 proxy for Envoy running in the network namespace at
 	// netnsPath; onLog receives its access logs.
-	OpenProxy func(cfg Config, netnsPath string, onLog func(proxy.AccessLog)) (Proxy, error)
+	OpenProxy func(cfg Config, netnsPath string, onLog func(flow.AccessLog)) (Proxy, error)
 }
 
 // HostTraffic is Config.HostTraffic: what the host may send to local endpoints.

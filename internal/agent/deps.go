@@ -7,7 +7,9 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -66,7 +68,7 @@ type Datapath interface {
 	ApplySockPairs(pairs []SockPair) error
 	// ReadSockRequest blocks until the send-side verdict reports a request, as an access
 	// log record; it fails once Close was called.
-	ReadSockRequest() (proxy.AccessLog, error)
+	ReadSockRequest() (flow.AccessLog, error)
 	// SockStatus returns the send-side verdict's pairs and counters (zero counters while
 	// it is not loaded).
 	SockStatus() (api.SendSideStatus, error)
@@ -167,9 +169,9 @@ const (
 type Proxy interface {
 	// Start starts Envoy (once); it gets its configuration when it connects.
 	Start()
-	// Update makes the proxy enforce st, keeping chains for keep's L7 rules (the state
-	// being replaced) with decisions from st; it returns once a running Envoy applied it.
-	Update(ctx context.Context, st mapstate.State, keep *mapstate.State) error
+	// Update makes the proxy enforce plan (which must not change afterwards); it returns
+	// once a running Envoy applied it.
+	Update(ctx context.Context, plan *l7plan.Plan) error
 	Status() proxy.Status
 	// Close stops Envoy and the control plane.
 	Close() error

@@ -13,6 +13,8 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
@@ -300,8 +302,7 @@ type fakeProxy struct {
 
 type proxyUpdate struct {
 	seq  int64
-	st   mapstate.State
-	keep *mapstate.State
+	plan *l7plan.Plan
 }
 
 func (p *fakeProxy) Start() {
@@ -310,10 +311,10 @@ func (p *fakeProxy) Start() {
 	p.started++
 }
 
-func (p *fakeProxy) Update(ctx context.Context, st mapstate.State, keep *mapstate.State) error {
+func (p *fakeProxy) Update(ctx context.Context, plan *l7plan.Plan) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.updates = append(p.updates, proxyUpdate{seq: seq.Add(1), st: st, keep: keep})
+	p.updates = append(p.updates, proxyUpdate{seq: seq.Add(1), plan: plan})
 	if err := p.failNext; err != nil {
 		p.failNext = nil
 		return err
@@ -424,9 +425,9 @@ func (d *fakeDatapath) ApplySockPairs(pairs []SockPair) error {
 	return nil
 }
 
-func (d *fakeDatapath) ReadSockRequest() (proxy.AccessLog, error) {
+func (d *fakeDatapath) ReadSockRequest() (flow.AccessLog, error) {
 	<-d.closed
-	return proxy.AccessLog{}, errors.New("closed")
+	return flow.AccessLog{}, errors.New("closed")
 }
 
 func (d *fakeDatapath) SockStatus() (api.SendSideStatus, error) {

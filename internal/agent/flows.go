@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
-	"github.com/rampartnet/rampart/internal/proxy"
 )
 
 // view is an immutable snapshot of what flow decoration needs, swapped on every commit so
@@ -200,7 +200,7 @@ type flowEntry struct {
 // l7Record is a request the proxy handled and the agent's view when it was logged, so a
 // late decoration names what was there at the time.
 type l7Record struct {
-	log  proxy.AccessLog
+	log  flow.AccessLog
 	view *view
 }
 

@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/l7plan"
+	"github.com/rampartnet/rampart/internal/l7plan/l7plantest"
+	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
@@ -52,7 +56,7 @@ func TestL7ProxyBeforeDataplane(t *testing.T) {
 	if h.dp.proxyListen != proxy.DefaultListen || h.dp.proxyNetns != h.net.NetnsPath() {
 		t.Fatalf("dataplane proxy setup: %q %v", h.dp.proxyNetns, h.dp.proxyListen)
 	}
-	_, ds, _ := starwars(h)
+	tie, ds, _ := starwars(h)
 	if h.prox.count() != 0 {
 		t.Fatal("proxy started without L7 rules")
 	}
@@ -73,8 +77,12 @@ func TestL7ProxyBeforeDataplane(t *testing.T) {
 		t.Fatalf("proxy updates %d, started %d", h.prox.count(), h.prox.started)
 	}
 	up := h.prox.last()
-	if len(up.st.L7) != 1 || up.st.L7[0].EndpointID != ds.EpID || up.keep == nil || len(up.keep.L7) != 0 {
-		t.Fatalf("proxy update: L7 %+v keep %v", up.st.L7, up.keep)
+	// The deathstar's ingress chain, which lets the tiefighter GET /v1 only.
+	get := l7plan.Request{Src: netip.MustParseAddr(tie.IP), Dst: netip.MustParseAddr(ds.IP), Port: 80, Method: "GET", Path: "/v1"}
+	put := get
+	put.Method = "PUT"
+	if c := up.plan.Chains; len(c) != 1 || c[0].Ingress == nil || c[0].Ingress.EndpointID != ds.EpID || !up.plan.Allows(get) || up.plan.Allows(put) {
+		t.Fatalf("proxy plan: %+v", up.plan.Chains)
 	}
 	var redirectAt int64
 	for _, a := range h.dp.applied {
@@ -116,8 +124,9 @@ func TestL7ProxyBeforeDataplane(t *testing.T) {
 		t.Fatalf("%d proxy updates for the L7 removal, want 2", h.prox.count()-n)
 	}
 	first, second := h.prox.updates[n], h.prox.updates[n+1]
-	if len(first.st.L7) != 0 || first.keep == nil || len(first.keep.L7) != 1 || second.keep != nil {
-		t.Fatalf("removal updates: keep %v then %v", first.keep, second.keep)
+	// First the old chain, judging by the new (L3/L4) policy; then none.
+	if len(first.plan.Chains) != 1 || !first.plan.Allows(put) || len(second.plan.Chains) != 0 {
+		t.Fatalf("removal updates: chains %+v then %+v", first.plan.Chains, second.plan.Chains)
 	}
 	var plainAt int64
 	for _, a := range h.dp.applied {
@@ -137,6 +146,42 @@ func TestL7ProxyBeforeDataplane(t *testing.T) {
 	}
 }
 
+// The L7 plans of a change are built once, and a second one (with the old state's chains
+// kept) only when the old state has a chain the new one lacks.
+func TestL7PlansOncePerChange(t *testing.T) {
+	w := l7plantest.NewWorld()
+	sel := func(class string) labels.Selector { return l7plantest.Sel(t, "class", class) }
+	l7 := policy.Rule{Subject: sel("deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
+		Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: sel("tiefighter")}},
+		Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET"})}
+	plain := l7
+	plain.Ports = []policy.PortRule{{Protocol: policy.ProtoTCP, Port: 80}}
+	withL7, without := &desired{state: w.Compute(t, l7)}, &desired{state: w.Compute(t, plain)}
+	put := l7plan.Request{Src: netip.MustParseAddr("198.18.0.10"), Dst: netip.MustParseAddr("198.18.0.20"), Port: 80, Method: "PUT", Path: "/"}
+	for _, tc := range []struct {
+		name       string
+		old, new   *desired
+		plan, kept int  // chains
+		keptAllows bool // the kept plan lets the tiefighter PUT
+	}{
+		{"no L7", without, without, 0, 0, false},
+		{"L7 added", without, withL7, 1, 1, false},
+		{"L7 kept", withL7, withL7, 1, 1, false},
+		{"L7 removed", withL7, without, 0, 1, true},
+	} {
+		pl := buildL7Plans(tc.old, tc.new)
+		if len(pl.plan.Chains) != tc.plan || len(pl.kept.Chains) != tc.kept {
+			t.Errorf("%s: %d chains, %d kept, want %d and %d", tc.name, len(pl.plan.Chains), len(pl.kept.Chains), tc.plan, tc.kept)
+		}
+		if (pl.plan == pl.kept) != (tc.plan == tc.kept) {
+			t.Errorf("%s: plan and kept plan the same: %v, want %v", tc.name, pl.plan == pl.kept, tc.plan == tc.kept)
+		}
+		if got := pl.kept.Allows(put); got != tc.keptAllows {
+			t.Errorf("%s: kept plan allows PUT: %v, want %v", tc.name, got, tc.keptAllows)
+		}
+	}
+}
+
 func TestL7ProxyFailureRollsBack(t *testing.T) {
 	h := newHarness(t)
 	_, ds, _ := starwars(h)
@@ -150,8 +195,18 @@ func TestL7ProxyFailureRollsBack(t *testing.T) {
 		}
 	}
 	// Rolled back: the proxy was given the previous state (no L7) again.
-	if last := h.prox.last(); len(last.st.L7) != 0 {
-		t.Fatalf("proxy left with L7 rules %+v", last.st.L7)
+	// (Chains the failed state had stay, judged by the previous state: no L7 rules.)
+	for _, c := range h.prox.last().plan.Chains {
+		for _, z := range []*l7plan.Authz{c.Egress, c.Ingress} {
+			if z == nil {
+				continue
+			}
+			for _, g := range z.Grants {
+				if g.HTTP != nil {
+					t.Fatalf("proxy left with L7 rules %+v in chain %s", g.HTTP, c.Name)
+				}
+			}
+		}
 	}
 	pols, _ := h.a.ListPolicies(context.Background())
 	if len(pols) != 0 {
@@ -190,18 +245,18 @@ func TestL7AccessLogBecomesFlow(t *testing.T) {
 	pols, _ := h.a.ListPolicies(context.Background())
 	ruleID := pols[0].Rules[0].ID
 	now := time.Now()
-	h.proxyLog(proxy.AccessLog{
+	h.proxyLog(flow.AccessLog{
 		Time: now, Chain: "in:" + ds.IP + ":80",
 		Src: netip.AddrPortFrom(netip.MustParseAddr(tie.IP), 40000), Dst: netip.AddrPortFrom(netip.MustParseAddr(ds.IP), 80),
 		Protocol: "HTTP/1.1", Method: "PUT", Path: "/v1/exhaust-port", Host: "deathstar", Status: 403,
 		Latency: 1500 * time.Microsecond, Denied: true, Details: "rbac_access_denied_matched_policy[none]",
-		Ingress: &proxy.Decision{EndpointID: ds.EpID, Direction: policy.Ingress},
+		Ingress: &flow.Decision{EndpointID: ds.EpID, Direction: policy.Ingress},
 	})
-	h.proxyLog(proxy.AccessLog{
+	h.proxyLog(flow.AccessLog{
 		Time: now, Chain: "in:" + ds.IP + ":80",
 		Src: netip.AddrPortFrom(netip.MustParseAddr(tie.IP), 40000), Dst: netip.AddrPortFrom(netip.MustParseAddr(ds.IP), 80),
 		Protocol: "HTTP/1.1", Method: "GET", Path: "/v1", Host: "deathstar", Status: 200, Upstream: true, Details: "via_upstream",
-		Ingress: &proxy.Decision{EndpointID: ds.EpID, Direction: policy.Ingress, Allowed: true, Grant: "rule-x", RuleID: ruleID},
+		Ingress: &flow.Decision{EndpointID: ds.EpID, Direction: policy.Ingress, Allowed: true, Grant: "rule-x", RuleID: ruleID},
 	})
 	var got []api.Flow
 	err := h.a.Observe(context.Background(), api.ObserveRequest{Filter: api.FlowFilter{Type: "l7"}, SinceStart: true}, func(f api.Flow) error {
@@ -276,12 +331,12 @@ func TestL7FlowsDecoratedWithTheirView(t *testing.T) {
 	if _, err := h.apply("l7.yaml", l7Deathstar); err != nil {
 		t.Fatal(err)
 	}
-	request := func(path string) proxy.AccessLog {
-		return proxy.AccessLog{
+	request := func(path string) flow.AccessLog {
+		return flow.AccessLog{
 			Time: time.Now(), Chain: "in:" + ds.IP + ":80",
 			Src: netip.AddrPortFrom(netip.MustParseAddr(tie.IP), 40000), Dst: netip.AddrPortFrom(netip.MustParseAddr(ds.IP), 80),
 			Protocol: "HTTP/1.1", Method: "GET", Path: path, Status: 200, Upstream: true, Details: "via_upstream",
-			Ingress: &proxy.Decision{EndpointID: ds.EpID, Direction: policy.Ingress, Allowed: true},
+			Ingress: &flow.Decision{EndpointID: ds.EpID, Direction: policy.Ingress, Allowed: true},
 		}
 	}
 	h.proxyLog(request("/v1/before")) // nobody follows: kept undecorated
@@ -329,11 +384,11 @@ func BenchmarkL7AccessLog(b *testing.B) {
 	if _, err := h.apply("l7.yaml", l7Deathstar); err != nil {
 		b.Fatal(err)
 	}
-	l := proxy.AccessLog{
+	l := flow.AccessLog{
 		Time: time.Now(), Chain: "in:" + ds.IP + ":80",
 		Src: netip.AddrPortFrom(netip.MustParseAddr(tie.IP), 40000), Dst: netip.AddrPortFrom(netip.MustParseAddr(ds.IP), 80),
 		Protocol: "HTTP/1.1", Method: "GET", Path: "/v1", Host: "deathstar", Status: 200, Upstream: true, Details: "via_upstream",
-		Ingress: &proxy.Decision{EndpointID: ds.EpID, Direction: policy.Ingress, Allowed: true, RuleID: 1},
+		Ingress: &flow.Decision{EndpointID: ds.EpID, Direction: policy.Ingress, Allowed: true, RuleID: 1},
 	}
 	b.Run("lazy", func(b *testing.B) {
 		for b.Loop() {

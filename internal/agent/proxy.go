@@ -10,7 +10,9 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
@@ -41,7 +43,7 @@ func (cfg Config) proxyRunDir() string {
 	return filepath.Join("/run/rampart", "proxy-"+cfg.Instance)
 }
 
-func openProxy(cfg Config, netnsPath string, onLog func(proxy.AccessLog)) (Proxy, error) {
+func openProxy(cfg Config, netnsPath string, onLog func(flow.AccessLog)) (Proxy, error) {
 	bin, err := proxy.FindEnvoy(cfg.Envoy)
 	if err != nil {
 		return nil, err
@@ -82,10 +84,34 @@ func (a *Agent) ensureProxy() (Proxy, error) {
 	return p, nil
 }
 
-// proxyUpdate gives the proxy new (keeping old's chains) before the dataplane moves from old
-// to new. With L7 rules and no proxy to be had, it goes on without: the dataplane refuses
-// what needs the proxy.
-func (a *Agent) proxyUpdate(old, new *desired) error {
+// l7Plans are the L7 plans of one change from old to new, built once and handed to the
+// proxy and to the send-side verdict, so that both judge by the same values.
+type l7Plans struct {
+	plan *l7plan.Plan // new's
+	// kept is new's plan with old's chains kept (see l7plan.BuildPlan): what the proxy
+	// enforces while the dataplane moves from old to new. It is plan itself when old has
+	// no chain that new lacks.
+	kept *l7plan.Plan
+}
+
+func buildL7Plans(old, new *desired) l7Plans {
+	if len(new.state.L7) == 0 && len(old.state.L7) == 0 {
+		empty := &l7plan.Plan{}
+		return l7Plans{plan: empty, kept: empty}
+	}
+	plan := l7plan.BuildPlan(new.state, nil)
+	p := l7Plans{plan: &plan, kept: &plan}
+	if retiredChains(old.state.L7, new.state.L7) {
+		kept := l7plan.BuildPlan(new.state, &old.state)
+		p.kept = &kept
+	}
+	return p
+}
+
+// proxyUpdate gives the proxy new (keeping old's chains: pl.kept) before the dataplane
+// moves from old to new. With L7 rules and no proxy to be had, it goes on without: the
+// dataplane refuses what needs the proxy.
+func (a *Agent) proxyUpdate(old, new *desired, pl l7Plans) error {
 	if a.prox == nil && len(new.state.L7) == 0 {
 		return nil
 	}
@@ -108,7 +134,7 @@ func (a *Agent) proxyUpdate(old, new *desired) error {
 		a.log.Error("L7 rules are in force but the proxy cannot run: connections that need it are refused", "error", err)
 		return nil
 	}
-	if err := p.Update(context.Background(), new.state, &old.state); err != nil {
+	if err := p.Update(context.Background(), pl.kept); err != nil {
 		return fmt.Errorf("L7 proxy: %w", err)
 	}
 	p.Start()
@@ -118,11 +144,11 @@ func (a *Agent) proxyUpdate(old, new *desired) error {
 // proxyPrune drops the chains that only the previous state needed, once the dataplane no
 // longer steers to them. Failing is harmless (the extra chains judge by the new state), so
 // it is only logged.
-func (a *Agent) proxyPrune(old, new *desired) {
+func (a *Agent) proxyPrune(old, new *desired, pl l7Plans) {
 	if a.prox == nil || !retiredChains(old.state.L7, new.state.L7) {
 		return
 	}
-	if err := a.prox.Update(context.Background(), new.state, nil); err != nil {
+	if err := a.prox.Update(context.Background(), pl.plan); err != nil {
 		a.log.Warn("removing unused L7 proxy chains", "error", err)
 	}
 }
@@ -217,17 +243,17 @@ func (a *Agent) closeProxy() error {
 // path (the fast path calls it after each request), so the flow is kept as the proxy's
 // record with the view of this moment, and decorated only when someone reads it (see
 // flowHub.publishL7).
-func (a *Agent) onAccessLog(l proxy.AccessLog) {
+func (a *Agent) onAccessLog(l flow.AccessLog) {
 	a.flows.publishL7(&l7Record{log: l, view: a.view.Load()})
 }
 
 // l7Dropped says whether a request's flow has the verdict DROPPED (as decorateL7 sets
 // it): refused by an L7 rule, or never forwarded upstream.
-func l7Dropped(l *proxy.AccessLog) bool { return l.Denied || !l.Upstream }
+func l7Dropped(l *flow.AccessLog) bool { return l.Denied || !l.Upstream }
 
 // decorateL7 turns the proxy's record of a request into a flow, with the names, identities
 // and rules of view v.
-func decorateL7(v *view, l proxy.AccessLog) api.Flow {
+func decorateL7(v *view, l flow.AccessLog) api.Flow {
 	f := api.Flow{
 		Time:     l.Time,
 		Type:     api.FlowTypeL7,
@@ -254,7 +280,7 @@ func decorateL7(v *view, l proxy.AccessLog) api.Flow {
 	}
 	// The side that decided: the one that refused; else the one whose L7 rule let the
 	// request through (ingress first); else whichever ran.
-	var d *proxy.Decision
+	var d *flow.Decision
 	switch {
 	case l.Egress != nil && !l.Egress.Allowed:
 		d = l.Egress

@@ -12,9 +12,9 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/policy"
-	"github.com/rampartnet/rampart/internal/proxy"
 )
 
 // The send-side L7 verdict in the agent (Config.L7SendSide; docs/design-l7-send-side.md):
@@ -33,16 +33,15 @@ import (
 //   - Requests the verdict decided on become L7 flows like the proxy's access logs.
 
 // sockPairs computes, for every ordered pair of local IPv4 endpoints and port with a
-// chain in the plan of new (keeping old's chains), what the send-side verdict does: listed
-// (Listed, with the table of new) when the table compiles and restricts something;
-// otherwise the table the pair's open connections get if it was listed before (nil: refuse
-// everything).
-func sockPairs(m *model, old, new *desired, net Network) []SockPair {
-	if len(new.state.L7) == 0 && len(old.state.L7) == 0 {
+// chain in the plan of the change (pl.kept: new's, keeping old's chains), what the
+// send-side verdict does: listed (Listed, with the table of new's plan) when the table
+// compiles and restricts something; otherwise the table the pair's open connections get if
+// it was listed before (nil: refuse everything).
+func sockPairs(m *model, pl l7Plans, net Network) []SockPair {
+	plan, kept := pl.plan, pl.kept
+	if len(kept.Chains) == 0 {
 		return nil
 	}
-	plan := proxy.BuildPlan(new.state, nil)
-	kept := proxy.BuildPlan(new.state, &old.state)
 	var ports []uint16
 	for _, c := range kept.Chains {
 		if !slices.Contains(ports, c.Port) {
@@ -68,9 +67,9 @@ func sockPairs(m *model, old, new *desired, net Network) []SockPair {
 					ClientNetns: endpoint.NetnsPath(net.EndpointNetns(c.Namespace, c.Name)),
 					ServerNetns: endpoint.NetnsPath(net.EndpointNetns(s.Namespace, s.Name)),
 				}
-				if t, err := l7table.Compile(&plan, c.IP, s.IP, port); err == nil && restricts(t) {
+				if t, err := l7table.Compile(plan, c.IP, s.IP, port); err == nil && restricts(t) {
 					p.Table, p.Listed = t, true
-				} else if t, err := l7table.Compile(&kept, c.IP, s.IP, port); err == nil {
+				} else if t, err := l7table.Compile(kept, c.IP, s.IP, port); err == nil {
 					p.Table = t
 				}
 				pairs = append(pairs, p)
@@ -97,11 +96,12 @@ func restricts(t *l7table.Table) bool {
 	return some
 }
 
-// applySendSide gives the dataplane the pairs of new (none listed when the option is off).
-func (a *Agent) applySendSide(m *model, old, new *desired) error {
+// applySendSide gives the dataplane the pairs of the change's plans (none listed when the
+// option is off).
+func (a *Agent) applySendSide(m *model, pl l7Plans) error {
 	var pairs []SockPair
 	if a.cfg.L7SendSide {
-		pairs = sockPairs(m, old, new, a.net)
+		pairs = sockPairs(m, pl, a.net)
 	}
 	if err := a.dp.ApplySockPairs(pairs); err != nil {
 		return fmt.Errorf("send-side L7 verdict: %w", err)
@@ -382,16 +382,16 @@ func (ss *sendSide) cookie(netns string) (uint64, error) {
 	return c, nil
 }
 
-func (r *realDatapath) ReadSockRequest() (proxy.AccessLog, error) {
+func (r *realDatapath) ReadSockRequest() (flow.AccessLog, error) {
 	ss := r.side
 	select {
 	case <-ss.opened:
 	case <-ss.closed:
-		return proxy.AccessLog{}, errors.New("closed")
+		return flow.AccessLog{}, errors.New("closed")
 	}
 	ev, err := ss.events.Read()
 	if err != nil {
-		return proxy.AccessLog{}, err
+		return flow.AccessLog{}, err
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -444,8 +444,8 @@ const (
 // sockAccessLog turns a send-side event into the access log record the proxy would have
 // written, with each side's decision named from the table's rules (t nil: the table was
 // replaced since; st nil: the pair is gone).
-func sockAccessLog(ev datapath.SockEvent, t *l7table.Table, st *sockPairState) proxy.AccessLog {
-	l := proxy.AccessLog{
+func sockAccessLog(ev datapath.SockEvent, t *l7table.Table, st *sockPairState) flow.AccessLog {
+	l := flow.AccessLog{
 		Time: ev.Time, Chain: "send-side", Src: ev.Client, Dst: ev.Server, Protocol: "HTTP/1.1",
 		Method: ev.Method, Path: ev.Path, Host: ev.Host, Status: uint32(ev.Status), Latency: ev.Latency,
 	}
@@ -466,7 +466,7 @@ func sockAccessLog(ev datapath.SockEvent, t *l7table.Table, st *sockPairState) p
 		if t.Header.Pass[side] != 0 && len(t.Rules[side]) == 0 {
 			continue // no L7 rules on this side for this pair
 		}
-		d := &proxy.Decision{EndpointID: st.pair.ClientEpID, Direction: dir}
+		d := &flow.Decision{EndpointID: st.pair.ClientEpID, Direction: dir}
 		if side == l7table.Ingress {
 			d.EndpointID = st.pair.ServerEpID
 		}

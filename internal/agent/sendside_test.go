@@ -2,8 +2,11 @@ package agent
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/rampartnet/rampart/internal/l7table"
 )
 
 // TestSendSidePairs: with the send-side verdict on, the agent lists the pairs of local
@@ -34,6 +37,10 @@ func TestSendSidePairs(t *testing.T) {
 		if got, _ := p.Table.Allows(r.method, r.path, "deathstar"); got != r.want {
 			t.Errorf("%s %s: %v, want %v", r.method, r.path, got, r.want)
 		}
+	}
+	// The table comes from the very plan the proxy was given for this change.
+	if tab, err := l7table.Compile(h.prox.last().plan, p.Client, p.Server, 80); err != nil || !reflect.DeepEqual(tab, p.Table) {
+		t.Errorf("the proxy's plan gives table %+v (%v), the pair has %+v", tab, err, p.Table)
 	}
 	if g := p.Table.Rules[1][0]; g.HTTP.Method != "GET" || g.HTTP.Path != "/v1" || g.RuleID == 0 {
 		t.Errorf("rule 0: %+v", g)
@@ -75,6 +82,12 @@ func TestSendSidePairs(t *testing.T) {
 	p = *find(h.dp.sockPairs, tie.IP, ds.IP)
 	if p.Table == nil || p.Table.Header.Pass != [2]uint64{1, 1} {
 		t.Fatalf("tiefighter -> deathstar without L7 rules: table %+v, want every request passed", p.Table)
+	}
+	// That table comes from the plan the proxy kept the old chains in while the dataplane
+	// moved (the update before the last, which dropped them).
+	kept := h.prox.updates[h.prox.count()-2].plan
+	if tab, err := l7table.Compile(kept, p.Client, p.Server, 80); err != nil || !reflect.DeepEqual(tab, p.Table) {
+		t.Errorf("the proxy's kept plan gives table %+v (%v), the pair has %+v", tab, err, p.Table)
 	}
 	// The send-side verdict off: nothing listed.
 	h.a.Close()

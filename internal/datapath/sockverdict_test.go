@@ -19,9 +19,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/policy"
-	"github.com/rampartnet/rampart/internal/proxy"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -89,9 +89,9 @@ var svRules = []policy.HTTPRule{{Method: "GET", Path: "/v1"}, {Method: "POST", P
 
 func svTable(t *testing.T, rules []policy.HTTPRule) *l7table.Table {
 	t.Helper()
-	plan := &proxy.Plan{Chains: []proxy.Chain{{Name: "c", Port: 80, Dst: svServer, Ingress: &proxy.Authz{
+	plan := &l7plan.Plan{Chains: []l7plan.Chain{{Name: "c", Port: 80, Dst: svServer, Ingress: &l7plan.Authz{
 		Direction: policy.Ingress, Port: 80,
-		Grants: []proxy.Grant{{Name: "rule-1-0", RuleID: 1, Peers: proxy.AddrSet{{Prefix: netip.PrefixFrom(svClient, 32)}}, HTTP: rules}},
+		Grants: []l7plan.Grant{{Name: "rule-1-0", RuleID: 1, Peers: l7plan.AddrSet{{Prefix: netip.PrefixFrom(svClient, 32)}}, HTTP: rules}},
 	}}}}
 	tab, err := l7table.Compile(plan, svClient, svServer, 80)
 	if err != nil {

@@ -13,10 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
-	"github.com/rampartnet/rampart/internal/proxy"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -74,9 +74,9 @@ func TestSockVerdictSteering(t *testing.T) {
 
 	// The verdict's tables and targets, then the pair for tc.
 	sv := openTestSockVerdict(t, d.PinDir())
-	plan := &proxy.Plan{Chains: []proxy.Chain{{Name: "c", Port: port, Dst: b.ip, Ingress: &proxy.Authz{
+	plan := &l7plan.Plan{Chains: []l7plan.Chain{{Name: "c", Port: port, Dst: b.ip, Ingress: &l7plan.Authz{
 		EndpointID: epB, Direction: policy.Ingress, Port: port,
-		Grants: []proxy.Grant{{Name: "rule-11-0", RuleID: 11, Peers: proxy.AddrSet{{Prefix: netip.PrefixFrom(a.ip, 32)}},
+		Grants: []l7plan.Grant{{Name: "rule-11-0", RuleID: 11, Peers: l7plan.AddrSet{{Prefix: netip.PrefixFrom(a.ip, 32)}},
 			HTTP: []policy.HTTPRule{{Method: "GET", Path: "/v1"}}}},
 	}}}}
 	tab, err := l7table.Compile(plan, a.ip, b.ip, port)

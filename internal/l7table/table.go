@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/policy"
-	"github.com/rampartnet/rampart/internal/proxy"
 )
 
 // Limits of the kernel's tables; bpf/include/sockverdict.h has the same numbers.
@@ -108,13 +108,13 @@ type Table struct {
 // returns an error, saying why, when the kernel could not decide exactly as the plan does;
 // such connections stay on the proxy. A connection the plan has no chain for gets an error
 // too (the proxy closes those).
-func Compile(p *proxy.Plan, src, dst netip.Addr, port uint16) (*Table, error) {
+func Compile(p *l7plan.Plan, src, dst netip.Addr, port uint16) (*Table, error) {
 	c := p.Chain(src, dst, port)
 	if c == nil || (c.Egress == nil && c.Ingress == nil) {
 		return nil, fmt.Errorf("no proxy chain for %s -> %s port %d", src, dst, port)
 	}
 	t := &Table{}
-	for side, z := range []*proxy.Authz{c.Egress, c.Ingress} {
+	for side, z := range []*l7plan.Authz{c.Egress, c.Ingress} {
 		if z == nil {
 			t.Header.Pass[side] = 1
 			continue

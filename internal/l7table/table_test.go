@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/policy"
-	"github.com/rampartnet/rampart/internal/proxy"
 )
 
 var (
@@ -16,10 +16,10 @@ var (
 	other  = netip.MustParseAddr("198.18.0.30")
 )
 
-func peers(a ...netip.Addr) proxy.AddrSet {
-	var s proxy.AddrSet
+func peers(a ...netip.Addr) l7plan.AddrSet {
+	var s l7plan.AddrSet
 	for _, x := range a {
-		s = append(s, proxy.AddrRange{Prefix: netip.PrefixFrom(x, 32)})
+		s = append(s, l7plan.AddrRange{Prefix: netip.PrefixFrom(x, 32)})
 	}
 	return s
 }
@@ -44,10 +44,10 @@ func TestMatchesPlan(t *testing.T) {
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(s []string) string { return s[rng.IntN(len(s))] }
-	authz := func(dir policy.Direction, peer netip.Addr) *proxy.Authz {
-		z := &proxy.Authz{EndpointID: 1, Direction: dir, Port: 80}
+	authz := func(dir policy.Direction, peer netip.Addr) *l7plan.Authz {
+		z := &l7plan.Authz{EndpointID: 1, Direction: dir, Port: 80}
 		for g := range 1 + rng.IntN(3) {
-			gr := proxy.Grant{Name: "rule-" + string(rune('a'+g)), RuleID: uint32(g + 1)}
+			gr := l7plan.Grant{Name: "rule-" + string(rune('a'+g)), RuleID: uint32(g + 1)}
 			switch rng.IntN(4) {
 			case 0:
 				gr.Peers = peers(other)
@@ -55,7 +55,7 @@ func TestMatchesPlan(t *testing.T) {
 				gr.Peers = peers(peer)
 			}
 			if rng.IntN(8) == 0 {
-				gr.Name = proxy.GrantL3L4 // HTTP nil: every request
+				gr.Name = l7plan.GrantL3L4 // HTTP nil: every request
 			} else {
 				for range 1 + rng.IntN(4) {
 					r := policy.HTTPRule{Method: pick(methodREs), Path: pick(pathREs), Host: pick(hostREs)}
@@ -69,14 +69,14 @@ func TestMatchesPlan(t *testing.T) {
 	}
 	compiled, decisions := 0, 0
 	for range 3000 {
-		c := proxy.Chain{Name: "c", Port: 80, Src: client, Dst: server}
+		c := l7plan.Chain{Name: "c", Port: 80, Src: client, Dst: server}
 		if rng.IntN(3) > 0 {
 			c.Ingress = authz(policy.Ingress, client)
 		}
 		if rng.IntN(3) == 0 || c.Ingress == nil {
 			c.Egress = authz(policy.Egress, server)
 		}
-		plan := &proxy.Plan{Chains: []proxy.Chain{c}}
+		plan := &l7plan.Plan{Chains: []l7plan.Chain{c}}
 		tab, err := Compile(plan, client, server, 80)
 		if err != nil {
 			continue
@@ -86,7 +86,7 @@ func TestMatchesPlan(t *testing.T) {
 			for i, p := range reqPaths {
 				for j, h := range reqHosts {
 					hdr := reqHeaders[(i+j)%len(reqHeaders)]
-					want := plan.Allows(proxy.Request{Src: client, Dst: server, Port: 80, Method: m, Path: p, Host: h, Header: hdr})
+					want := plan.Allows(l7plan.Request{Src: client, Dst: server, Port: 80, Method: m, Path: p, Host: h, Header: hdr})
 					got, masks := tab.Allows(m, p, h, hdr)
 					if m == "PROPFIND" {
 						// Outside the kernel's subset: refused whatever the rules say.
@@ -135,9 +135,9 @@ func TestRefusesWhatTheKernelCannotMatch(t *testing.T) {
 		{policy.HTTPRule{Host: "(?i)deathstar"}, "literal"},
 		{policy.HTTPRule{Headers: []policy.HeaderMatch{{Name: "x-" + strings.Repeat("k", HeaderNameMax)}}}, "longer than"},
 	} {
-		plan := &proxy.Plan{Chains: []proxy.Chain{{Port: 80, Dst: server, Ingress: &proxy.Authz{
+		plan := &l7plan.Plan{Chains: []l7plan.Chain{{Port: 80, Dst: server, Ingress: &l7plan.Authz{
 			Direction: policy.Ingress, Port: 80,
-			Grants: []proxy.Grant{{Name: "rule-1-0", Peers: peers(client), HTTP: []policy.HTTPRule{tc.rule}}},
+			Grants: []l7plan.Grant{{Name: "rule-1-0", Peers: peers(client), HTTP: []policy.HTTPRule{tc.rule}}},
 		}}}}
 		_, err := Compile(plan, client, server, 80)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -148,8 +148,8 @@ func TestRefusesWhatTheKernelCannotMatch(t *testing.T) {
 	for range MaxRules + 1 {
 		many = append(many, policy.HTTPRule{Path: "/x"})
 	}
-	plan := &proxy.Plan{Chains: []proxy.Chain{{Port: 80, Dst: server, Ingress: &proxy.Authz{
-		Direction: policy.Ingress, Port: 80, Grants: []proxy.Grant{{Name: "rule-1-0", Peers: peers(client), HTTP: many}},
+	plan := &l7plan.Plan{Chains: []l7plan.Chain{{Port: 80, Dst: server, Ingress: &l7plan.Authz{
+		Direction: policy.Ingress, Port: 80, Grants: []l7plan.Grant{{Name: "rule-1-0", Peers: peers(client), HTTP: many}},
 	}}}}
 	if _, err := Compile(plan, client, server, 80); err == nil || !strings.Contains(err.Error(), "at most") {
 		t.Errorf("%d rules: error %v", len(many), err)
@@ -165,8 +165,8 @@ func TestFortyRules(t *testing.T) {
 	for i := range 40 {
 		rules = append(rules, policy.HTTPRule{Method: "GET", Path: "/api/v" + string(rune('a'+i%26)) + "/item" + string(rune('0'+i/26)) + "/.*"})
 	}
-	plan := &proxy.Plan{Chains: []proxy.Chain{{Port: 80, Dst: server, Ingress: &proxy.Authz{
-		Direction: policy.Ingress, Port: 80, Grants: []proxy.Grant{{Name: "rule-7-0", RuleID: 7, Peers: peers(client), HTTP: rules}},
+	plan := &l7plan.Plan{Chains: []l7plan.Chain{{Port: 80, Dst: server, Ingress: &l7plan.Authz{
+		Direction: policy.Ingress, Port: 80, Grants: []l7plan.Grant{{Name: "rule-7-0", RuleID: 7, Peers: peers(client), HTTP: rules}},
 	}}}}
 	tab, err := Compile(plan, client, server, 80)
 	if err != nil {

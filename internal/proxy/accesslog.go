@@ -3,54 +3,23 @@ package proxy
 import (
 	"net/netip"
 	"strings"
-	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	accesslogdata "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 
+	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/policy"
 )
-
-// AccessLog is one request the proxy handled.
-type AccessLog struct {
-	Time     time.Time
-	Chain    string         // the filter chain (route) that handled it; "" if none did
-	Src      netip.AddrPort // the client (the connection's own remote address)
-	Dst      netip.AddrPort // the original destination
-	Protocol string         // HTTP/1.0, HTTP/1.1, HTTP/2
-	Method   string
-	Path     string
-	Host     string
-	Status   uint32        // HTTP status sent to the client (0: none, e.g. reset)
-	Latency  time.Duration // from the first request byte to the last response byte
-	// Denied: an RBAC filter refused the request (403, or PERMISSION_DENIED for gRPC).
-	Denied bool
-	// Egress and Ingress are the decisions of the source endpoint's egress and the
-	// destination endpoint's ingress checks, when the chain has them and they ran.
-	Egress, Ingress *Decision
-	// Details is Envoy's response code detail (e.g. "via_upstream",
-	// "rbac_access_denied_matched_policy[none]", "http1.codec_error").
-	Details string
-	// Upstream is false when no response came from the server (local reply, error).
-	Upstream bool
-}
-
-// Decision is one side's RBAC verdict on a request.
-type Decision struct {
-	EndpointID uint32
-	Direction  policy.Direction
-	Allowed    bool
-	Grant      string // the grant that matched (GrantL3L4 or rule-<id>-<n>); "" when denied
-	RuleID     uint32 // the policy rule behind Grant (0: l3l4 or denied)
-}
 
 // rbacMetadataNS is the dynamic metadata namespace the RBAC filters write to.
 const rbacMetadataNS = "envoy.filters.http.rbac"
 
-func (m *Manager) decodeLog(e *accesslogdata.HTTPAccessLogEntry) AccessLog {
+// decodeLog turns one of Envoy's access log entries into the record of the request.
+func (m *Manager) decodeLog(e *accesslogdata.HTTPAccessLogEntry) flow.AccessLog {
 	c := e.GetCommonProperties()
 	req, resp := e.GetRequest(), e.GetResponse()
-	l := AccessLog{
+	l := flow.AccessLog{
 		Chain:   c.GetRouteName(),
 		Src:     addrPort(c.GetDownstreamRemoteAddress()),
 		Dst:     addrPort(c.GetDownstreamLocalAddress()),
@@ -96,13 +65,13 @@ func (m *Manager) decodeLog(e *accesslogdata.HTTPAccessLogEntry) AccessLog {
 	for _, side := range []struct {
 		prefix string
 		dir    policy.Direction
-		out    **Decision
+		out    **flow.Decision
 	}{{shadowPrefixEgress, policy.Egress, &l.Egress}, {shadowPrefixIngress, policy.Ingress, &l.Ingress}} {
 		res := md[side.prefix+"shadow_engine_result"].GetStringValue()
 		if res == "" {
 			continue // this side did not run (absent, or an earlier filter refused)
 		}
-		d := &Decision{Direction: side.dir, Allowed: res == "allowed"}
+		d := &flow.Decision{Direction: side.dir, Allowed: res == "allowed"}
 		if d.Allowed {
 			d.Grant = md[side.prefix+"shadow_effective_policy_id"].GetStringValue()
 		}
@@ -126,7 +95,7 @@ func (m *Manager) decodeLog(e *accesslogdata.HTTPAccessLogEntry) AccessLog {
 }
 
 // chain finds a chain of the current plan by name.
-func (m *Manager) chain(name string) *Chain {
+func (m *Manager) chain(name string) *l7plan.Chain {
 	p := m.plan.Load()
 	for i := range p.Chains {
 		if p.Chains[i].Name == name {

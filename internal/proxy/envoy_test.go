@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
@@ -53,20 +55,26 @@ func starwarsState(rules []policy.HTTPRule) mapstate.State {
 	}
 }
 
+// plan is the proxy plan of st, as the agent builds it.
+func plan(st mapstate.State) *l7plan.Plan {
+	p := l7plan.BuildPlan(st, nil)
+	return &p
+}
+
 var landingRules = []policy.HTTPRule{{Method: "GET", Path: "/v1"}, {Method: "POST", Path: "/v1/request-landing"}}
 
 type logSink struct {
 	mu   sync.Mutex
-	logs []proxy.AccessLog
+	logs []flow.AccessLog
 }
 
-func (s *logSink) add(l proxy.AccessLog) {
+func (s *logSink) add(l flow.AccessLog) {
 	s.mu.Lock()
 	s.logs = append(s.logs, l)
 	s.mu.Unlock()
 }
 
-func (s *logSink) find(fn func(proxy.AccessLog) bool) *proxy.AccessLog {
+func (s *logSink) find(fn func(flow.AccessLog) bool) *flow.AccessLog {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range s.logs {
@@ -159,7 +167,7 @@ func do(t *testing.T, c *http.Client, method, url string) (int, string, http.Hea
 
 func TestEnvoyEnforcesAndRecovers(t *testing.T) {
 	e := startProxyEnv(t)
-	if err := e.mgr.Update(context.Background(), starwarsState(landingRules), nil); err != nil {
+	if err := e.mgr.Update(context.Background(), plan(starwarsState(landingRules))); err != nil {
 		t.Fatal(err)
 	}
 	e.mgr.Start()
@@ -206,24 +214,24 @@ func TestEnvoyEnforcesAndRecovers(t *testing.T) {
 
 	// Access logs: the denial and the allowed request with the rule that let it.
 	if !testenv.Eventually(5*time.Second, func() bool {
-		return e.logs.find(func(l proxy.AccessLog) bool { return l.Method == "PUT" }) != nil &&
-			e.logs.find(func(l proxy.AccessLog) bool { return l.Method == "GET" && l.Path == "/v1" }) != nil
+		return e.logs.find(func(l flow.AccessLog) bool { return l.Method == "PUT" }) != nil &&
+			e.logs.find(func(l flow.AccessLog) bool { return l.Method == "GET" && l.Path == "/v1" }) != nil
 	}) {
 		t.Fatalf("access logs missing: %+v", e.logs.logs)
 	}
-	put := e.logs.find(func(l proxy.AccessLog) bool { return l.Method == "PUT" })
+	put := e.logs.find(func(l flow.AccessLog) bool { return l.Method == "PUT" })
 	if !put.Denied || put.Status != 403 || put.Src.Addr() != clientIP || put.Dst != netip.AddrPortFrom(serverIP, 80) ||
 		put.Ingress == nil || put.Ingress.Allowed || put.Ingress.EndpointID != 2 || put.Chain != "in:198.18.0.20:80" {
 		t.Fatalf("PUT log: %+v ingress %+v", *put, put.Ingress)
 	}
-	get := e.logs.find(func(l proxy.AccessLog) bool { return l.Method == "GET" && l.Path == "/v1" })
+	get := e.logs.find(func(l flow.AccessLog) bool { return l.Method == "GET" && l.Path == "/v1" })
 	if get.Denied || get.Status != 200 || !get.Upstream || get.Protocol != "HTTP/1.1" || get.Ingress == nil ||
 		!get.Ingress.Allowed || get.Ingress.RuleID != 7 || get.Latency <= 0 {
 		t.Fatalf("GET log: %+v ingress %+v", *get, get.Ingress)
 	}
 
 	// A rule change applies to the next request of an open connection.
-	if err := e.mgr.Update(context.Background(), starwarsState([]policy.HTTPRule{{Method: "PUT|GET"}}), nil); err != nil {
+	if err := e.mgr.Update(context.Background(), plan(starwarsState([]policy.HTTPRule{{Method: "PUT|GET"}}))); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, _ := do(t, c, "PUT", base+"/v1/exhaust-port"); code != 200 {
@@ -274,7 +282,7 @@ func TestEnvoyClosesUnknownChains(t *testing.T) {
 	st := starwarsState(landingRules)
 	st.L7[0].Port = 8080 // the steered port 80 has no chain
 	st.Endpoints[2].Entries[mapstate.Key{Identity: clientID, Direction: policy.Ingress, Protocol: policy.ProtoTCP, Port: 8080, PortPrefixLen: 16}] = mapstate.Value{RuleID: 7, Redirect: true}
-	if err := e.mgr.Update(context.Background(), st, nil); err != nil {
+	if err := e.mgr.Update(context.Background(), plan(st)); err != nil {
 		t.Fatal(err)
 	}
 	e.mgr.Start()
@@ -292,7 +300,7 @@ func TestEnvoyClosesUnknownChains(t *testing.T) {
 func TestEnvoyH2CAndGRPCDenial(t *testing.T) {
 	e := startProxyEnv(t)
 	rules := []policy.HTTPRule{{Method: "POST", Path: "/empire.Deathstar/RequestLanding"}, {Method: "GET", Path: "/v1"}}
-	if err := e.mgr.Update(context.Background(), starwarsState(rules), nil); err != nil {
+	if err := e.mgr.Update(context.Background(), plan(starwarsState(rules))); err != nil {
 		t.Fatal(err)
 	}
 	e.mgr.Start()
@@ -333,11 +341,11 @@ func TestEnvoyH2CAndGRPCDenial(t *testing.T) {
 		t.Fatalf("denied gRPC call: %d grpc-status %q, want 200 with grpc-status 7", code, st)
 	}
 	if !testenv.Eventually(5*time.Second, func() bool {
-		return e.logs.find(func(l proxy.AccessLog) bool { return l.Path == "/empire.Deathstar/ExhaustPort" }) != nil
+		return e.logs.find(func(l flow.AccessLog) bool { return l.Path == "/empire.Deathstar/ExhaustPort" }) != nil
 	}) {
 		t.Fatal("no access log for the denied gRPC call")
 	}
-	l := e.logs.find(func(l proxy.AccessLog) bool { return l.Path == "/empire.Deathstar/ExhaustPort" })
+	l := e.logs.find(func(l flow.AccessLog) bool { return l.Path == "/empire.Deathstar/ExhaustPort" })
 	if !l.Denied || l.Protocol != "HTTP/2" {
 		t.Fatalf("denied gRPC log: %+v", *l)
 	}
@@ -347,7 +355,7 @@ func TestEnvoyH2CAndGRPCDenial(t *testing.T) {
 // escaped slashes are refused (docs/architecture.md, "L7 path").
 func TestEnvoyPathNormalisation(t *testing.T) {
 	e := startProxyEnv(t)
-	if err := e.mgr.Update(context.Background(), starwarsState([]policy.HTTPRule{{Method: "GET", Path: "/v1(/public/.*)?"}}), nil); err != nil {
+	if err := e.mgr.Update(context.Background(), plan(starwarsState([]policy.HTTPRule{{Method: "GET", Path: "/v1(/public/.*)?"}}))); err != nil {
 		t.Fatal(err)
 	}
 	e.mgr.Start()

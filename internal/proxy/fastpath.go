@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/proxy/http1"
 )
 
@@ -68,6 +70,26 @@ type fastPath struct {
 	wg     sync.WaitGroup
 
 	requests, denied, handedOver atomic.Uint64
+}
+
+// planMatchers compiles each plan once, when the fast path first meets it.
+type planMatchers struct {
+	mu  sync.Mutex // serialises compiling
+	cur atomic.Pointer[l7plan.CompiledPlan]
+}
+
+func (pm *planMatchers) get(p *l7plan.Plan) *l7plan.CompiledPlan {
+	if c := pm.cur.Load(); c != nil && c.Plan() == p {
+		return c
+	}
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	if c := pm.cur.Load(); c != nil && c.Plan() == p {
+		return c
+	}
+	cp := l7plan.Compile(p)
+	pm.cur.Store(cp)
+	return cp
 }
 
 // forbiddenBody is what a refused request gets, as from Envoy's RBAC filter.
@@ -242,16 +264,16 @@ func (f *fastPath) handle(c *net.TCPConn) {
 		}
 		c.SetReadDeadline(time.Time{})
 		cp := f.matchers.get(f.m.plan.Load())
-		chain := cp.chainFor(src, dst)
+		chain := cp.ChainFor(src, dst)
 		if chain == nil {
 			return // the chain went away with the policy: as Envoy drains it
 		}
 		f.requests.Add(1)
-		l := AccessLog{
+		l := flow.AccessLog{
 			Time: start, Chain: chain.Name, Src: src, Dst: dst, Protocol: "HTTP/1.1",
 			Method: h.Method, Path: h.Target, Host: h.Host,
 		}
-		if !authorize(cp, chain, &Request{Src: src.Addr(), Dst: dst.Addr(), Port: dst.Port(), Method: h.Method,
+		if !authorize(cp, chain, &l7plan.Request{Src: src.Addr(), Dst: dst.Addr(), Port: dst.Port(), Method: h.Method,
 			Path: h.Path, Host: h.Host, Header: h.Header}, &l) {
 			f.denied.Add(1)
 			// A body the server will never see would have to be read and thrown away to
@@ -294,16 +316,16 @@ func (f *fastPath) handle(c *net.TCPConn) {
 
 // authorize runs the chain's checks as Envoy's filters do (egress, then ingress; the first
 // refusal ends it) and records each side's decision in l.
-func authorize(cp *compiledPlan, c *Chain, r *Request, l *AccessLog) bool {
+func authorize(cp *l7plan.CompiledPlan, c *l7plan.Chain, r *l7plan.Request, l *flow.AccessLog) bool {
 	for _, side := range []struct {
-		z   *Authz
-		out **Decision
+		z   *l7plan.Authz
+		out **flow.Decision
 	}{{c.Egress, &l.Egress}, {c.Ingress, &l.Ingress}} {
 		if side.z == nil {
 			continue
 		}
-		ok, g := cp.authz[side.z].allows(r)
-		d := &Decision{EndpointID: side.z.EndpointID, Direction: side.z.Direction, Allowed: ok}
+		ok, g := cp.Authz(side.z).Allows(r)
+		d := &flow.Decision{EndpointID: side.z.EndpointID, Direction: side.z.Direction, Allowed: ok}
 		if g != nil {
 			d.Grant, d.RuleID = g.Name, g.RuleID
 		}
@@ -394,7 +416,7 @@ func statusText(code int) string {
 	return "Error"
 }
 
-func (f *fastPath) logged(l AccessLog, start time.Time) {
+func (f *fastPath) logged(l flow.AccessLog, start time.Time) {
 	l.Latency = time.Since(start)
 	if cb := f.m.cfg.OnAccessLog; cb != nil {
 		cb(l)

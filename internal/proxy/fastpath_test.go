@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
@@ -27,7 +29,7 @@ type fastPathRig struct {
 	envoy  net.Listener
 	handed chan string
 	mu     sync.Mutex
-	logs   []AccessLog
+	logs   []flow.AccessLog
 }
 
 // httptest is a plain HTTP server that answers with what it got.
@@ -82,22 +84,22 @@ func startFastPathRig(t *testing.T, rules []policy.HTTPRule) *fastPathRig {
 		Listen: netip.MustParseAddrPort("127.0.0.1:0"), EnvoyListen: addrPortOf(r.envoy.Addr()),
 		UpstreamMark: DefaultUpstreamMark, FastPath: true,
 	}
-	r.m.cfg.OnAccessLog = func(l AccessLog) {
+	r.m.cfg.OnAccessLog = func(l flow.AccessLog) {
 		r.mu.Lock()
 		r.logs = append(r.logs, l)
 		r.mu.Unlock()
 	}
-	r.m.plan.Store(&Plan{})
+	r.m.plan.Store(&l7plan.Plan{})
 	if r.f, err = startFastPath(r.m); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.f.close)
 	r.f.redirect = func(netip.AddrPort) netip.AddrPort { return r.server.addr }
 	lo := netip.MustParseAddr("127.0.0.1")
-	r.m.plan.Store(&Plan{Chains: []Chain{{
+	r.m.plan.Store(&l7plan.Plan{Chains: []l7plan.Chain{{
 		Name: "in:test", Port: r.f.listen.Port(), Dst: lo,
-		Ingress: &Authz{EndpointID: 2, Direction: policy.Ingress, Port: r.f.listen.Port(), Grants: []Grant{{
-			Name: "rule-7-0", RuleID: 7, Peers: AddrSet{{Prefix: netip.PrefixFrom(lo, 32)}}, HTTP: rules,
+		Ingress: &l7plan.Authz{EndpointID: 2, Direction: policy.Ingress, Port: r.f.listen.Port(), Grants: []l7plan.Grant{{
+			Name: "rule-7-0", RuleID: 7, Peers: l7plan.AddrSet{{Prefix: netip.PrefixFrom(lo, 32)}}, HTTP: rules,
 		}}},
 	}}})
 	return r
@@ -130,10 +132,10 @@ func (r *fastPathRig) serveEnvoy() {
 }
 
 // waitLogs returns the access logs once there are n of them, or what there is after 5 s.
-func (r *fastPathRig) waitLogs(n int) []AccessLog {
+func (r *fastPathRig) waitLogs(n int) []flow.AccessLog {
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		r.mu.Lock()
-		logs := append([]AccessLog(nil), r.logs...)
+		logs := append([]flow.AccessLog(nil), r.logs...)
 		r.mu.Unlock()
 		if len(logs) >= n || time.Now().After(deadline) {
 			return logs
@@ -259,7 +261,7 @@ func TestFastPathHandsOverToEnvoy(t *testing.T) {
 // A connection that matches no chain of the plan is closed without an answer.
 func TestFastPathNoChain(t *testing.T) {
 	r := startFastPathRig(t, []policy.HTTPRule{{Method: "GET", Path: "/v1"}})
-	r.m.plan.Store(&Plan{})
+	r.m.plan.Store(&l7plan.Plan{})
 	c, br := r.dial(t)
 	io.WriteString(c, "GET /v1 HTTP/1.1\r\nHost: server\r\n\r\n")
 	if b, err := br.ReadByte(); err == nil {

@@ -21,7 +21,8 @@ import (
 
 	accesslogdata "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 
-	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/l7plan"
 )
 
 // Config configures a Manager.
@@ -47,7 +48,7 @@ type Config struct {
 	// OnAccessLog receives every request the proxy logged. It runs on the control plane's
 	// goroutine (Envoy's logs) and on the fast path's connection goroutines, concurrently:
 	// it must be safe for that and must not block for long.
-	OnAccessLog func(AccessLog)
+	OnAccessLog func(flow.AccessLog)
 }
 
 // Status describes the proxy for `rampart status`.
@@ -85,7 +86,7 @@ type Manager struct {
 
 	update sync.Mutex // serialises Update
 	ver    atomic.Uint64
-	plan   atomic.Pointer[Plan]
+	plan   atomic.Pointer[l7plan.Plan]
 	fast   *fastPath // nil unless Options.FastPath
 
 	mu        sync.Mutex
@@ -167,7 +168,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	// An empty configuration first: an Envoy that connects before the first Update gets
 	// no listener (fail closed) rather than waiting.
-	m.plan.Store(&Plan{})
+	m.plan.Store(&l7plan.Plan{})
 	if err := m.cp.set(m.ver.Add(1), Resources{}); err != nil {
 		m.cp.close()
 		return nil, err
@@ -193,14 +194,13 @@ func (m *Manager) baseID() uint32 {
 	return 1 + h.Sum32()%1_000_000
 }
 
-// Update makes the proxy enforce st (with chains kept for keep's L7 rules, see BuildPlan).
+// Update makes the proxy enforce plan (l7plan.BuildPlan; it must not change afterwards).
 // When an Envoy is connected it waits until Envoy applied the configuration (or rejected it,
 // which is an error), so that the dataplane can steer traffic to it afterwards. With no
 // Envoy connected it returns at once: an Envoy that connects later gets this configuration
 // before it has any listener.
-func (m *Manager) Update(ctx context.Context, st mapstate.State, keep *mapstate.State) error {
-	plan := BuildPlan(st, keep)
-	res, err := BuildResources(plan, m.cfg.Options)
+func (m *Manager) Update(ctx context.Context, plan *l7plan.Plan) error {
+	res, err := BuildResources(*plan, m.cfg.Options)
 	if err != nil {
 		return fmt.Errorf("translating L7 policy: %w", err)
 	}
@@ -209,7 +209,7 @@ func (m *Manager) Update(ctx context.Context, st mapstate.State, keep *mapstate.
 	v := m.ver.Add(1)
 	// Publish the plan first: access logs for the new chains may arrive as soon as Envoy
 	// has them.
-	m.plan.Store(&plan)
+	m.plan.Store(plan)
 	if err := m.cp.set(v, res); err != nil {
 		return err
 	}
@@ -227,7 +227,7 @@ func (m *Manager) Update(ctx context.Context, st mapstate.State, keep *mapstate.
 }
 
 // Plan returns the plan of the latest Update.
-func (m *Manager) Plan() Plan { return *m.plan.Load() }
+func (m *Manager) Plan() l7plan.Plan { return *m.plan.Load() }
 
 // Start starts supervising Envoy. It returns at once; Envoy gets its configuration when it
 // connects. Calling it again does nothing.

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
@@ -114,7 +115,7 @@ type Resources struct {
 // to the next request of connections already open, instead of draining them. The filters'
 // own configuration denies everything: a request for which no route applies is refused.
 // Connections that match no chain are closed by the default chain.
-func BuildResources(plan Plan, opts Options) (Resources, error) {
+func BuildResources(plan l7plan.Plan, opts Options) (Resources, error) {
 	opts = opts.withDefaults()
 	var res Resources
 	if len(plan.Chains) == 0 {
@@ -185,7 +186,7 @@ func BuildResources(plan Plan, opts Options) (Resources, error) {
 	return res, nil
 }
 
-func filterChain(c Chain, opts Options) (*listener.FilterChain, error) {
+func filterChain(c l7plan.Chain, opts Options) (*listener.FilterChain, error) {
 	m := &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(uint32(c.Port))}
 	if c.Dst.IsValid() {
 		m.PrefixRanges = []*core.CidrRange{cidr(netip.PrefixFrom(c.Dst, c.Dst.BitLen()))}
@@ -267,7 +268,7 @@ func filterChain(c Chain, opts Options) (*listener.FilterChain, error) {
 	}, nil
 }
 
-func routeConfig(c Chain) (*route.RouteConfiguration, error) {
+func routeConfig(c l7plan.Chain) (*route.RouteConfiguration, error) {
 	perFilter := map[string]*anypb.Any{}
 	if c.Egress != nil {
 		perFilter[FilterEgress] = mustAny(&rbachttp.RBACPerRoute{Rbac: rbacFilter(c.Egress, shadowPrefixEgress)})
@@ -300,7 +301,7 @@ func routeConfig(c Chain) (*route.RouteConfiguration, error) {
 // rbacFilter is the RBAC filter configuration for one authorisation: an ALLOW policy per
 // grant. The same policies are also shadow rules, whose dynamic metadata names the grant
 // that matched (the enforcing engine does not report it) for the access log.
-func rbacFilter(z *Authz, shadowPrefix string) *rbachttp.RBAC {
+func rbacFilter(z *l7plan.Authz, shadowPrefix string) *rbachttp.RBAC {
 	rules := &rbacconfig.RBAC{Action: rbacconfig.RBAC_ALLOW, Policies: map[string]*rbacconfig.Policy{}}
 	for _, g := range z.Grants {
 		rules.Policies[g.Name] = grantPolicy(z.Direction, g)
@@ -312,7 +313,7 @@ func rbacFilter(z *Authz, shadowPrefix string) *rbachttp.RBAC {
 	}
 }
 
-func grantPolicy(dir policy.Direction, g Grant) *rbacconfig.Policy {
+func grantPolicy(dir policy.Direction, g l7plan.Grant) *rbacconfig.Policy {
 	perm := httpPermission(g.HTTP)
 	if dir == policy.Ingress {
 		// The peer is the client: the connection's remote address (use_remote_address
@@ -331,7 +332,7 @@ func grantPolicy(dir policy.Direction, g Grant) *rbacconfig.Policy {
 	}
 }
 
-func addrPrincipal(s AddrSet) *rbacconfig.Principal {
+func addrPrincipal(s l7plan.AddrSet) *rbacconfig.Principal {
 	ip := func(p netip.Prefix) *rbacconfig.Principal {
 		return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_RemoteIp{RemoteIp: cidr(p)}}
 	}
@@ -360,7 +361,7 @@ func orPrincipal(ids []*rbacconfig.Principal) *rbacconfig.Principal {
 	return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_OrIds{OrIds: &rbacconfig.Principal_Set{Ids: ids}}}
 }
 
-func addrPermission(s AddrSet) *rbacconfig.Permission {
+func addrPermission(s l7plan.AddrSet) *rbacconfig.Permission {
 	ip := func(p netip.Prefix) *rbacconfig.Permission {
 		return &rbacconfig.Permission{Rule: &rbacconfig.Permission_DestinationIp{DestinationIp: cidr(p)}}
 	}

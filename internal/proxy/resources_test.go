@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -13,20 +14,22 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rampartnet/rampart/internal/l7plan"
+	"github.com/rampartnet/rampart/internal/l7plan/l7plantest"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
-func testPlan() Plan {
-	in := &Authz{EndpointID: 3, Direction: policy.Ingress, Port: 80, Grants: []Grant{{
+func testPlan() l7plan.Plan {
+	in := &l7plan.Authz{EndpointID: 3, Direction: policy.Ingress, Port: 80, Grants: []l7plan.Grant{{
 		Name: "rule-4-0", RuleID: 4,
-		Peers: AddrSet{{Prefix: netip.MustParsePrefix("198.18.0.10/32")}},
+		Peers: l7plan.AddrSet{{Prefix: netip.MustParsePrefix("198.18.0.10/32")}},
 		HTTP:  []policy.HTTPRule{{Method: "GET", Path: "/v1", Host: "deathstar", Headers: []policy.HeaderMatch{{Name: "X-Token"}, {Name: "X-Org", Value: "empire"}}}},
 	}}}
-	out := &Authz{EndpointID: 1, Direction: policy.Egress, Port: 80, Grants: []Grant{{
-		Name:  GrantL3L4,
-		Peers: AddrSet{{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Except: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}}},
+	out := &l7plan.Authz{EndpointID: 1, Direction: policy.Egress, Port: 80, Grants: []l7plan.Grant{{
+		Name:  l7plan.GrantL3L4,
+		Peers: l7plan.AddrSet{{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Except: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}}},
 	}}}
-	return Plan{Chains: []Chain{
+	return l7plan.Plan{Chains: []l7plan.Chain{
 		{Name: "in:198.18.0.20:80", Port: 80, Dst: netip.MustParseAddr("198.18.0.20"), Ingress: in},
 		{Name: "out:198.18.0.10:80", Port: 80, Src: netip.MustParseAddr("198.18.0.10"), Egress: out},
 	}}
@@ -127,7 +130,7 @@ func compactJSON(t *testing.T, m proto.Message) string {
 }
 
 func TestBuildResourcesEmpty(t *testing.T) {
-	res, err := BuildResources(Plan{}, Options{})
+	res, err := BuildResources(l7plan.Plan{}, Options{})
 	if err != nil || len(res.Listeners) != 0 || len(res.Routes) != 0 {
 		t.Fatalf("empty plan: %+v %v", res, err)
 	}
@@ -147,5 +150,27 @@ func TestBuildResourcesFastPath(t *testing.T) {
 	f := l.GetListenerFilters()
 	if len(f) != 2 || f[0].GetName() != "envoy.filters.listener.proxy_protocol" || f[1].GetName() != "envoy.filters.listener.original_src" {
 		t.Fatalf("listener filters: %v", f)
+	}
+}
+
+// Every plan translates to valid Envoy configuration: the plans of random rule sets (those
+// l7plan's TestBuildPlanRandom checks against the dataplane's decisions).
+func TestBuildResourcesRandomPlans(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	chains := 0
+	for iter := range 300 {
+		st := l7plantest.NewWorld().Compute(t, l7plantest.RandomRules(t, rng)...)
+		plan := l7plan.BuildPlan(st, nil)
+		res, err := BuildResources(plan, Options{AccessLog: true})
+		if err != nil {
+			t.Fatalf("iteration %d: %v", iter, err)
+		}
+		if len(res.Routes) != len(plan.Chains) {
+			t.Fatalf("iteration %d: %d routes for %d chains", iter, len(res.Routes), len(plan.Chains))
+		}
+		chains += len(plan.Chains)
+	}
+	if chains < 100 {
+		t.Fatalf("only %d chains translated", chains)
 	}
 }

@@ -4,8 +4,8 @@
 // the last matches. It prints every case as a ratio to the no-agent baseline of the same
 // run, and writes a JSON report and a PNG plot. Run it as root from the repository:
 //
-//	go run ./bench/cmd/policyoverhead            # full run, about three minutes
-//	go run ./bench/cmd/policyoverhead --quick    # smoke run, under a minute
+//	bench/run-policy-overhead.sh            # full run, about three minutes
+//	bench/run-policy-overhead.sh --quick    # smoke run, under a minute
 //
 // See docs/benchmarks.md.
 package main

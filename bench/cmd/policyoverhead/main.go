@@ -2,19 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/bench/policyoverhead"
 )
 
@@ -66,7 +64,7 @@ func run() int {
 		cfg.RRDuration = *rrDuration
 	}
 	cfg.RuleCounts = nil
-	for _, f := range splitList(*rules) {
+	for _, f := range benchkit.SplitList(*rules) {
 		n, err := strconv.Atoi(f)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "policyoverhead: --rules: %v\n", err)
@@ -74,7 +72,7 @@ func run() int {
 		}
 		cfg.RuleCounts = append(cfg.RuleCounts, n)
 	}
-	cfg.Cases = splitList(*cases)
+	cfg.Cases = benchkit.SplitList(*cases)
 	cfg.RRRequestBytes, cfg.RRResponseBytes = *reqSize, *respSize
 	cfg.OutDir, cfg.Iperf3, cfg.NoPlot = *outDir, *iperf3, *noPlot
 	if *cpu != -2 {
@@ -92,16 +90,12 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *binDir == "" && !(len(cfg.Cases) == 1 && cfg.Cases[0] == policyoverhead.CaseNoAgent) {
-		dir, err := os.MkdirTemp("", "rp-bench-bin-")
+		dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "policyoverhead: %v\n", err)
 			return 1
 		}
-		defer os.RemoveAll(dir)
-		if err := buildAgent(ctx, dir); err != nil {
-			fmt.Fprintf(os.Stderr, "policyoverhead: %v\n", err)
-			return 1
-		}
+		defer cleanup()
 		*binDir = dir
 	}
 	if *binDir != "" {
@@ -139,30 +133,4 @@ func run() int {
 		code = 1
 	}
 	return code
-}
-
-// buildAgent builds rampartd and rampart from the module the benchmark is run in.
-func buildAgent(ctx context.Context, dir string) error {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	gomod := strings.TrimSpace(string(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		return errors.New("not inside the rampart module: run from the repository or pass --bin-dir")
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart")
-	cmd.Dir = filepath.Dir(gomod)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building rampartd and rampart: %w", err)
-	}
-	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }

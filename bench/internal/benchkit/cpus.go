@@ -35,3 +35,19 @@ func ParseCPUList(s string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// CPUFlag is how a CPU list is shown as a flag value: "none" for no pinning ("").
+func CPUFlag(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// CPUArg is the CPU list a flag value means: "none" is no pinning ("").
+func CPUArg(s string) string {
+	if s == "none" {
+		return ""
+	}
+	return s
+}

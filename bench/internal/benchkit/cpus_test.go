@@ -15,3 +15,14 @@ func TestParseCPUList(t *testing.T) {
 		}
 	}
 }
+
+func TestCPUFlagRoundTrip(t *testing.T) {
+	for _, cpus := range []string{"", "0", "0,1"} {
+		if got := CPUArg(CPUFlag(cpus)); got != cpus {
+			t.Errorf("CPUArg(CPUFlag(%q)) = %q", cpus, got)
+		}
+	}
+	if CPUFlag("") != "none" || CPUArg("none") != "" {
+		t.Error(`no pinning is not shown as "none"`)
+	}
+}

@@ -12,8 +12,10 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
-// BuildForTest builds the module's packages pkgs (relative to the module root, root) into
-// dir, for the tests that run a benchmark command in quick mode; a build failure fails t.
+// BuildForTest builds the packages pkgs of the module at root into dir, for the tests that
+// run a benchmark command in quick mode; a build failure fails t. From a benchmark's package
+// the product module (rampartd, rampart) is at ../.. and the bench module at ..: each binary
+// is built by its own module, as bench/run-*.sh do.
 func BuildForTest(t testing.TB, ctx context.Context, root, dir string, pkgs ...string) {
 	t.Helper()
 	build := exec.CommandContext(ctx, "go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)

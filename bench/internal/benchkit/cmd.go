@@ -1,0 +1,61 @@
+package benchkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// productModule is the product's module path: bench/go.mod replaces it with the checkout
+// the bench module sits in (../), so the benchmarks always measure this tree.
+const productModule = "github.com/rampartnet/rampart"
+
+// AgentBinDir returns binDir, the directory holding rampartd and rampart, or when it is
+// empty a temporary directory with both built into it by BuildAgent; cleanup removes what
+// it made.
+func AgentBinDir(ctx context.Context, binDir string) (dir string, cleanup func(), err error) {
+	if binDir != "" {
+		return binDir, func() {}, nil
+	}
+	if dir, err = os.MkdirTemp("", "rp-bench-bin-"); err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	if err := BuildAgent(ctx, dir); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return dir, cleanup, nil
+}
+
+// BuildAgent builds rampartd and rampart into dir from the product module of this checkout:
+// the bench module's replacement of it when run inside bench/, the main module when run in
+// the repository root.
+func BuildAgent(ctx context.Context, dir string) error {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", productModule).Output()
+	root := strings.TrimSpace(string(out))
+	if err != nil || root == "" {
+		return errors.New("not inside the rampart repository: run from it or pass --bin-dir")
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart")
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building rampartd and rampart: %w", err)
+	}
+	return nil
+}
+
+// SplitList splits a comma-separated flag value, dropping empty items and blanks.
+func SplitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

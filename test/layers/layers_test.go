@@ -1,0 +1,182 @@
+// Package layers checks the import rules of docs/architecture.md ("Layers"): the pure core
+// (policy, labels, identity, map state, the L7 plan and tables, the flow vocabulary) is
+// plain Go that can be read, changed and tested without a kernel, Envoy or root. A pure
+// package that reaches the kernel edge, Envoy or gRPC, even through another package, fails
+// the test, which names the chain of imports that leads there.
+package layers
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rampartnet/rampart/internal/testenv"
+)
+
+const module = "github.com/rampartnet/rampart"
+
+// pure are the packages of the pure core.
+var pure = []string{
+	"internal/labels",
+	"internal/policy",
+	"internal/identity",
+	"internal/mapstate",
+	"internal/l7plan",
+	"internal/l7table",
+	"internal/flow",
+}
+
+// forbiddenPrefixes are the import paths a pure package must not depend on: the kernel
+// (BPF, netlink, raw system calls), Envoy and gRPC.
+var forbiddenPrefixes = []string{
+	"github.com/cilium/ebpf",
+	"github.com/vishvananda/netlink",
+	"golang.org/x/sys/unix",
+	"github.com/envoyproxy/",
+	"google.golang.org/grpc",
+}
+
+// forbiddenInternal are the project's kernel-edge and agent packages (with their
+// subpackages).
+var forbiddenInternal = []string{
+	"internal/datapath",
+	"internal/proxy",
+	"internal/endpoint",
+	"internal/agent",
+	"internal/api",
+	"internal/cli",
+	"internal/netns",
+	"internal/cidrtable",
+	"internal/sockverdict",
+}
+
+func forbidden(path string) bool {
+	for _, p := range forbiddenPrefixes {
+		if path == strings.TrimSuffix(p, "/") || strings.HasPrefix(path, strings.TrimSuffix(p, "/")+"/") {
+			return true
+		}
+	}
+	for _, p := range forbiddenInternal {
+		p = module + "/" + p
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// importGraph runs go list -deps on pkgs and returns every package's direct imports.
+func importGraph(t *testing.T, pkgs ...string) map[string][]string {
+	t.Helper()
+	args := []string{"list", "-deps", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}"}
+	for _, p := range pkgs {
+		args = append(args, module+"/"+p)
+	}
+	cmd := exec.Command(testenv.GoTool(), args...)
+	cmd.Dir = testenv.ModuleRoot(t)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, stderr.Bytes())
+	}
+	g := map[string][]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 0 {
+			g[f[0]] = f[1:]
+		}
+	}
+	return g
+}
+
+// violations returns, for each forbidden package that root reaches without going through
+// another forbidden package, the shortest chain of imports from root to it.
+func violations(g map[string][]string, root string) [][]string {
+	prev := map[string]string{root: ""}
+	queue := []string{root}
+	var found [][]string
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p != root && forbidden(p) {
+			var chain []string
+			for q := p; q != ""; q = prev[q] {
+				chain = append(chain, q)
+			}
+			slices.Reverse(chain)
+			found = append(found, chain)
+			continue // what it imports in turn is its own business
+		}
+		imports := slices.Clone(g[p])
+		slices.Sort(imports)
+		for _, q := range imports {
+			if _, seen := prev[q]; !seen {
+				prev[q] = p
+				queue = append(queue, q)
+			}
+		}
+	}
+	return found
+}
+
+func short(chain []string) string {
+	out := make([]string, len(chain))
+	for i, p := range chain {
+		out[i] = strings.TrimPrefix(p, module+"/")
+	}
+	return strings.Join(out, " -> ")
+}
+
+func TestPureCoreImports(t *testing.T) {
+	g := importGraph(t, pure...)
+	for _, p := range pure {
+		root := module + "/" + p
+		if _, ok := g[root]; !ok {
+			t.Errorf("%s: not in go list's output", p)
+			continue
+		}
+		for _, chain := range violations(g, root) {
+			t.Errorf("%s must stay pure, but reaches %s: %s", p, short(chain[len(chain)-1:]), short(chain))
+		}
+	}
+}
+
+// The check itself finds what it looks for: the proxy (Envoy, gRPC) and the agent (the
+// whole kernel edge) are reported, with chains that start at the package and follow real
+// imports.
+func TestImpurePackagesAreReported(t *testing.T) {
+	for _, tc := range []struct {
+		pkg  string
+		want string // a forbidden package among those reported
+	}{
+		{"internal/proxy", "github.com/envoyproxy/go-control-plane"},
+		{"internal/agent", module + "/internal/datapath"},
+	} {
+		root := module + "/" + tc.pkg
+		g := importGraph(t, tc.pkg)
+		found := violations(g, root)
+		hit := false
+		for _, chain := range found {
+			if chain[0] != root {
+				t.Errorf("%s: chain %s does not start at the package", tc.pkg, short(chain))
+			}
+			for i := 1; i < len(chain); i++ {
+				if !slices.Contains(g[chain[i-1]], chain[i]) {
+					t.Errorf("%s: chain %s: %s does not import %s", tc.pkg, short(chain), chain[i-1], chain[i])
+				}
+			}
+			if strings.HasPrefix(chain[len(chain)-1], tc.want) {
+				hit = true
+			}
+		}
+		if !hit {
+			t.Errorf("%s: want a chain to %s, found %s", tc.pkg, tc.want, fmt.Sprint(found))
+		}
+	}
+}
