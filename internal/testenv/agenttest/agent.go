@@ -60,7 +60,7 @@ type Env struct {
 	servers map[string]*testenv.Servers // by ns/name
 }
 
-// StartAgent starts an agent for the test. It needs root (RequireRoot is called).
+// StartAgent starts an agent for the test. It needs root (testenv.RequireRoot is called).
 func StartAgent(t testing.TB, opts Options) *Env {
 	t.Helper()
 	testenv.RequireRoot(t)
