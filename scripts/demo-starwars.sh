@@ -26,7 +26,7 @@ if [ -n "${RAMPART_BIN:-}" ]; then
 	BIN=$(cd "$RAMPART_BIN" && pwd)
 else
 	echo "== building bin/rampart, bin/rampartd, bin/starwars (about a minute on a fresh machine)"
-	go build -o bin/ ./cmd/...
+	go build -o bin/ ./cmd/... ./examples/starwars/cmd/starwars
 	BIN=$(pwd)/bin
 fi
 if ! python3 -c 'import pyftpdlib' 2>/dev/null; then

@@ -22,7 +22,7 @@ if [ -n "${RAMPART_BIN:-}" ]; then
 	BIN=$(cd "$RAMPART_BIN" && pwd)
 else
 	echo "== building bin/rampart, bin/rampartd (about a minute on a fresh machine)"
-	go build -o bin/ ./cmd/...
+	go build -o bin/ ./cmd/... ./test/rampart-testserver
 	BIN=$(pwd)/bin
 fi
 

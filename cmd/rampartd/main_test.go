@@ -186,7 +186,7 @@ func TestHelpAndVersion(t *testing.T) {
 // bins are rampartd, rampart and rampart-testserver, with a version and revision given at
 // link time.
 var bins = testenv.Binaries{
-	Packages: []string{"./cmd/rampartd", "./cmd/rampart", "./cmd/rampart-testserver"},
+	Packages: []string{"./cmd/rampartd", "./cmd/rampart", "./test/rampart-testserver"},
 	LDFlags:  "-X github.com/rampartnet/rampart/internal/version.Version=vtest-1.2.3 -X github.com/rampartnet/rampart/internal/version.Revision=feedbeef",
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 var bg = context.Background()
@@ -490,7 +491,7 @@ func TestCIDRSetFlowsAndIdentities(t *testing.T) {
 		EpID: a.EpID, SrcIdentity: a.Identity, DstIdentity: identity.World, RuleID: ruleID, MatchIdentity: identity.CIDRSet(1),
 		Type: flow.EventDrop, Verdict: flow.VerdictDropped, Reason: flow.ReasonPolicyDeny, Direction: policy.Egress, Protocol: 6}
 	var f api.Flow
-	if !waitFor(func() bool {
+	if !testenv.Eventually(5*time.Second, func() bool {
 		var flows []api.Flow
 		h.a.Observe(bg, api.ObserveRequest{SinceStart: true}, func(fl api.Flow) error { flows = append(flows, fl); return nil })
 		if len(flows) > 0 {
@@ -514,17 +515,6 @@ func TestCIDRSetFlowsAndIdentities(t *testing.T) {
 	if !slices.Equal(sets, want) {
 		t.Fatalf("set identities %v, want %v", sets, want)
 	}
-}
-
-func waitFor(cond func() bool) bool {
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return false
 }
 
 func TestCIDRSetJournal(t *testing.T) {

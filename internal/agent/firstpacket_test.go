@@ -10,6 +10,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 const clientEgressOnlyToAllowed = `apiVersion: networking.k8s.io/v1
@@ -56,7 +57,7 @@ func firstDatagram(t *testing.T, nsPath string, to netip.AddrPort, timeout time.
 // is dropped for policy (the endpoint was not forwarding unfiltered either). Repeated on
 // fresh endpoints, as pods come and go.
 func TestEndpointEnforcesWhenAddReturns(t *testing.T) {
-	e := testenv.StartAgent(t, testenv.Options{PodCIDR: netip.MustParsePrefix("198.19.64.0/24")})
+	e := agenttest.StartAgent(t, agenttest.Options{PodCIDR: netip.MustParsePrefix("198.19.64.0/24")})
 	allowed := e.AddEndpoint("s", "allowed", map[string]string{"app": "allowed"})
 	denied := e.AddEndpoint("s", "denied", map[string]string{"app": "denied"})
 	if _, err := e.Client.Apply(context.Background(), api.ApplyRequest{Documents: []api.Document{{Source: "client-egress.yaml", Data: clientEgressOnlyToAllowed}}}); err != nil {
@@ -106,7 +107,7 @@ func TestEndpointEnforcesWhenAddReturns(t *testing.T) {
 }
 
 // lastDrop returns the reason of the first dropped flow of endpoint ref, or "".
-func lastDrop(t *testing.T, e *testenv.Env, ref string) string {
+func lastDrop(t *testing.T, e *agenttest.Env, ref string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -22,6 +22,7 @@ import (
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 const uninstallL7 = `apiVersion: cilium.io/v2
@@ -366,7 +367,7 @@ func dirNames(t *testing.T, dir string) []string {
 // TestUninstallAfterNodeNamespaceGone: when the node namespace the instance made is gone
 // (as after a reboot), uninstall still removes the endpoints' namespaces and the state.
 func TestUninstallAfterNodeNamespaceGone(t *testing.T) {
-	e := testenv.StartAgent(t, testenv.Options{NoServers: true})
+	e := agenttest.StartAgent(t, agenttest.Options{NoServers: true})
 	e.MustCLI("endpoint", "add", "x/a")
 	e.Stop()
 	if err := endpoint.DeleteNetns(e.Config.NodeNetns); err != nil {
@@ -375,7 +376,7 @@ func TestUninstallAfterNodeNamespaceGone(t *testing.T) {
 	if err := agent.Uninstall(e.Config); err != nil {
 		t.Fatalf("uninstall: %v", err)
 	}
-	for _, p := range []string{testenv.NetnsPathOf(e.Config.Instance, "x", "a"), e.Config.StateDir, e.Config.BPFDir} {
+	for _, p := range []string{agenttest.NetnsPathOf(e.Config.Instance, "x", "a"), e.Config.StateDir, e.Config.BPFDir} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left after uninstall (%v)", p, err)
 		}

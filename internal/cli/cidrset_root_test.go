@@ -14,6 +14,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 // The world behind the node: a namespace with a veth into the agent's node namespace and
@@ -29,13 +30,13 @@ const (
 var worldAddrs = []string{listed, neighbour, added}
 
 // setUpWorld creates the world namespace and serves TCP 80 on all its addresses.
-func setUpWorld(t *testing.T, e *testenv.Env) {
+func setUpWorld(t *testing.T, e *agenttest.Env) {
 	t.Helper()
 	addrs := make([]netip.Addr, len(worldAddrs))
 	for i, a := range worldAddrs {
 		addrs[i] = netip.MustParseAddr(a)
 	}
-	testenv.AddWorld(t, e, netip.MustParseAddr(worldGW), addrs, []uint16{80}, nil)
+	agenttest.AddWorld(t, e, netip.MustParseAddr(worldGW), addrs, []uint16{80}, nil)
 }
 
 const blockThreats = `apiVersion: cilium.io/v2
@@ -81,13 +82,13 @@ func writeList(t testing.TB, dir string, n int, seed int64, extra ...string) str
 	return p
 }
 
-func probeWorld(e *testenv.Env, addr string) bool {
+func probeWorld(e *agenttest.Env, addr string) bool {
 	return e.Probe("x/a", netip.MustParseAddr(addr), 80, "tcp", probeTimeout)
 }
 
 // wantReach checks reachability from x/a; a probe expected to pass is retried once, so a
 // packet lost on a loaded machine does not read as a block (a leak is a leak at once).
-func wantReach(t *testing.T, e *testenv.Env, when string, reach map[string]bool) {
+func wantReach(t *testing.T, e *agenttest.Env, when string, reach map[string]bool) {
 	t.Helper()
 	for addr, want := range reach {
 		got := probeWorld(e, addr)
@@ -101,7 +102,7 @@ func wantReach(t *testing.T, e *testenv.Env, when string, reach map[string]bool)
 }
 
 func TestCIDRSetEnforcedWithRealTraffic(t *testing.T) {
-	e := testenv.StartAgent(t, testenv.Options{})
+	e := agenttest.StartAgent(t, agenttest.Options{})
 	e.AddEndpoint("x", "a", map[string]string{"pod": "a"})
 	setUpWorld(t, e)
 	wantReach(t, e, "no policy", map[string]bool{listed: true, neighbour: true, added: true})
@@ -166,7 +167,7 @@ func TestCIDRSetEnforcedWithRealTraffic(t *testing.T) {
 }
 
 func TestCIDRGroupManifestWithRealTraffic(t *testing.T) {
-	e := testenv.StartAgent(t, testenv.Options{})
+	e := agenttest.StartAgent(t, agenttest.Options{})
 	e.AddEndpoint("x", "a", map[string]string{"pod": "a"})
 	setUpWorld(t, e)
 	group := `apiVersion: cilium.io/v2alpha1
@@ -196,7 +197,7 @@ spec:
 // connecting to a listed address (which must never answer) and to an unlisted neighbour
 // (which must keep answering).
 func TestCIDRSetReloadUnderTraffic(t *testing.T) {
-	e := testenv.StartAgent(t, testenv.Options{CIDRHostSlots: 1 << 22})
+	e := agenttest.StartAgent(t, agenttest.Options{CIDRHostSlots: 1 << 22})
 	e.AddEndpoint("x", "a", map[string]string{"pod": "a"})
 	setUpWorld(t, e)
 	dir := t.TempDir()
@@ -263,7 +264,7 @@ func TestCIDRSetReloadUnderTraffic(t *testing.T) {
 // 100k and 1M prefixes (and 10M with RAMPART_CIDRSET_10M=1): the command's own time, then
 // a probe to a listed address must fail at once.
 func TestCIDRSetLoadTimes(t *testing.T) {
-	e := testenv.StartAgent(t, testenv.Options{CIDRHostSlots: datapath.DefaultCIDRHostSlots})
+	e := agenttest.StartAgent(t, agenttest.Options{CIDRHostSlots: datapath.DefaultCIDRHostSlots})
 	e.AddEndpoint("x", "a", map[string]string{"pod": "a"})
 	setUpWorld(t, e)
 	e.MustCLI("apply", "-f", writeFile(t, "block.yaml", blockThreats))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 const probeTimeout = 500 * time.Millisecond
@@ -48,9 +49,9 @@ func writeFile(t *testing.T, name, content string) string {
 	return p
 }
 
-func setupXY(t *testing.T) *testenv.Env {
+func setupXY(t *testing.T) *agenttest.Env {
 	t.Helper()
-	e := testenv.StartAgent(t, testenv.Options{})
+	e := agenttest.StartAgent(t, agenttest.Options{})
 	e.MustCLI("namespace", "label", "x", "ns=x")
 	e.MustCLI("namespace", "label", "y", "ns=y")
 	e.AddEndpoint("x", "a", map[string]string{"pod": "a"})

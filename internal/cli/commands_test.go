@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/rampartnet/rampart/internal/api"
-	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 func TestExecIdentityNamespaceStatus(t *testing.T) {
-	e := testenv.StartAgent(t, testenv.Options{NoServers: true})
+	e := agenttest.StartAgent(t, agenttest.Options{NoServers: true})
 	e.MustCLI("endpoint", "add", "x/a", "--labels", "app=web,tier=front", "--port", "http=8080/TCP", "--service-account", "sa1")
 	e.MustCLI("endpoint", "add", "x/a2", "--labels", "tier=front,app=web", "--port", "http=8080/TCP", "--service-account", "sa1")
 	e.MustCLI("endpoint", "add", "y/b", "--labels", "app=db", "--ip", "198.18.3.3")

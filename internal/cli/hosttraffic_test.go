@@ -13,6 +13,7 @@ import (
 	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 // onlyBToA admits only pod=b of namespace x into pod=a, on TCP 80.
@@ -82,7 +83,7 @@ func TestHostTraffic(t *testing.T) {
 			name = "default"
 		}
 		t.Run(name, func(t *testing.T) {
-			e := testenv.StartAgent(t, testenv.Options{HostTraffic: mode})
+			e := agenttest.StartAgent(t, agenttest.Options{HostTraffic: mode})
 			e.AddEndpoint("x", "a", map[string]string{"pod": "a"})
 			e.AddEndpoint("x", "b", map[string]string{"pod": "b"})
 			e.AddEndpoint("x", "c", map[string]string{"pod": "c"})
@@ -136,7 +137,7 @@ func TestHostTraffic(t *testing.T) {
 			// x/c sends from the router address with a raw socket, to pass as the host.
 			router := endpoint.Node{PodCIDR: e.Config.PodCIDR}.Router()
 			const sport = 40404
-			err := testenv.InNetns(testenv.NetnsPathOf(e.Config.Instance, "x", "c"), func() error {
+			err := testenv.InNetns(agenttest.NetnsPathOf(e.Config.Instance, "x", "c"), func() error {
 				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
 				if err != nil {
 					return err

@@ -10,7 +10,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/cli"
-	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 // rampart runs the CLI in-process with exactly args.
@@ -24,9 +24,9 @@ func rampart(args ...string) (string, string, int) {
 // each on its default socket, and the CLI reaches each by --instance (or
 // RAMPART_INSTANCE); --socket still wins.
 func TestInstancesHaveTheirOwnSockets(t *testing.T) {
-	one := testenv.StartAgent(t, testenv.Options{NoServers: true, DefaultSocket: true})
-	two := testenv.StartAgent(t, testenv.Options{NoServers: true, DefaultSocket: true, PodCIDR: one.Config.PodCIDR})
-	for _, e := range []*testenv.Env{one, two} {
+	one := agenttest.StartAgent(t, agenttest.Options{NoServers: true, DefaultSocket: true})
+	two := agenttest.StartAgent(t, agenttest.Options{NoServers: true, DefaultSocket: true, PodCIDR: one.Config.PodCIDR})
+	for _, e := range []*agenttest.Env{one, two} {
 		if want := "/run/rampart/" + e.Config.Instance + ".sock"; e.Socket() != want {
 			t.Fatalf("instance %s listens on %s, want %s", e.Config.Instance, e.Socket(), want)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 const l7Deathstar = `apiVersion: cilium.io/v2
@@ -44,8 +45,8 @@ func request(c *http.Client, method, url string) (int, string, string, error) {
 // agent's Envoy, 403 for requests no rule allows, the client's address at the server, l7
 // flows, trace and status, Envoy killed and restarted, and the agent stopped (fail closed).
 func TestL7ThroughAgent(t *testing.T) {
-	testenv.RequireEnvoy(t)
-	e := testenv.StartAgent(t, testenv.Options{NoServers: true})
+	agenttest.RequireEnvoy(t)
+	e := agenttest.StartAgent(t, agenttest.Options{NoServers: true})
 	tie := e.AddEndpoint("sw", "tiefighter", map[string]string{"org": "empire", "class": "tiefighter"})
 	ds := e.AddEndpoint("sw", "deathstar", map[string]string{"org": "empire", "class": "deathstar"})
 	e.AddEndpoint("sw", "xwing", map[string]string{"org": "alliance", "class": "xwing"})

@@ -15,7 +15,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
-	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 // idleMapLimit is what an agent with no CIDR sets may hold in BPF maps.
@@ -74,7 +74,7 @@ func pinnedMemlock(t *testing.T, dir string) (sum uint64, names []string) {
 	return sum, names
 }
 
-func statusJSON(t *testing.T, e *testenv.Env) api.Status {
+func statusJSON(t *testing.T, e *agenttest.Env) api.Status {
 	t.Helper()
 	var st api.Status
 	if err := json.Unmarshal([]byte(e.MustCLI("status", "-o", "json")), &st); err != nil {
@@ -91,7 +91,7 @@ func statusJSON(t *testing.T, e *testenv.Env) api.Status {
 // `rampart status` reports them); a set of /32s and a /24 adds a host table and the 64 MiB
 // top table, which status lists by map; deleting the set gives the memory back.
 func TestStatusMemoryFollowsSets(t *testing.T) {
-	e := testenv.StartAgent(t, testenv.Options{NoServers: true, CIDRHostSlots: datapath.DefaultCIDRHostSlots})
+	e := agenttest.StartAgent(t, agenttest.Options{NoServers: true, CIDRHostSlots: datapath.DefaultCIDRHostSlots})
 
 	idle, pins := pinnedMemlock(t, e.Config.BPFDir)
 	if idle >= idleMapLimit {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 // echo sends a line on an established connection and checks it comes back.
@@ -33,7 +34,7 @@ func TestRestartKeepsEnforcementAndConnections(t *testing.T) {
 	bIP := e.IP("y/b")
 	e.MustCLI("apply", "-f", writeFile(t, "allow.yaml", allowXAtoB))
 
-	conn, err := testenv.Dial(testenv.NetnsPathOf(e.Config.Instance, "x", "a"), "tcp", netip.AddrPortFrom(bIP, 80), 2*time.Second)
+	conn, err := testenv.Dial(agenttest.NetnsPathOf(e.Config.Instance, "x", "a"), "tcp", netip.AddrPortFrom(bIP, 80), 2*time.Second)
 	if err != nil {
 		t.Fatalf("opening long connection x/a -> y/b:80: %v", err)
 	}
@@ -80,7 +81,7 @@ func TestRestartKeepsEnforcementAndConnections(t *testing.T) {
 }
 
 func TestSecondAgentRefusesSocket(t *testing.T) {
-	e := testenv.StartAgent(t, testenv.Options{NoServers: true})
+	e := agenttest.StartAgent(t, agenttest.Options{NoServers: true})
 	cfg := e.Config
 	cfg.Instance = "other" + testenv.Suffix(6)
 	cfg.StateDir = t.TempDir()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 func TestParseAttachMode(t *testing.T) {
@@ -211,7 +212,7 @@ func TestAttachModeSwitch(t *testing.T) {
 func echoServer(t *testing.T, ns string, at netip.AddrPort) {
 	t.Helper()
 	var ln net.Listener
-	if err := inNetns(ns, func() error {
+	if err := testenv.InNetns(ns, func() error {
 		var err error
 		ln, err = net.Listen("tcp", at.String())
 		return err
@@ -255,7 +256,7 @@ func udpFlow(t *testing.T, from, to *trafficEndpoint, port uint16, got *atomic.I
 	t.Helper()
 	at := netip.AddrPortFrom(to.ip, port)
 	var pc net.PacketConn
-	if err := inNetns(to.ns, func() error {
+	if err := testenv.InNetns(to.ns, func() error {
 		var err error
 		pc, err = net.ListenPacket("udp4", at.String())
 		return err
@@ -273,7 +274,7 @@ func udpFlow(t *testing.T, from, to *trafficEndpoint, port uint16, got *atomic.I
 		}
 	}()
 	var c net.Conn
-	if err := inNetns(from.ns, func() error {
+	if err := testenv.InNetns(from.ns, func() error {
 		var err error
 		c, err = net.Dial("udp4", at.String())
 		return err

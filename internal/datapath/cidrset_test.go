@@ -16,6 +16,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // CIDR set tests through the kernel: the maps read back (CIDRSetMembership), the BPF
@@ -362,9 +363,9 @@ func TestCIDRSetReopen(t *testing.T) {
 // prefixes that the client's egress policy denies is unreachable, its neighbour address on
 // the same server is reachable; removing and adding prefixes in place takes effect.
 func TestCIDRSetTraffic(t *testing.T) {
-	requirePrivileged(t)
-	suffix := randSuffix(t)
-	node := newNetns(t, "rpc-"+suffix+"-node")
+	testenv.RequireRoot(t)
+	suffix := testenv.Suffix(8)
+	node := testenv.NewNetns(t, "rpc-"+suffix+"-node")
 	if err := writeSysctl(node, "net/ipv4/ip_forward", "1"); err != nil {
 		t.Fatal(err)
 	}

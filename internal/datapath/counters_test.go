@@ -13,6 +13,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestCountersFromInterface: an endpoint's forwarded packets and bytes are what its
@@ -202,7 +203,7 @@ func pinNeighbours(t *testing.T, node string, eps ...*trafficEndpoint) {
 func listenUDP(t *testing.T, ns string, addr netip.AddrPort) *net.UDPConn {
 	t.Helper()
 	var c *net.UDPConn
-	if err := inNetns(ns, func() error {
+	if err := testenv.InNetns(ns, func() error {
 		var err error
 		c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(addr))
 		return err

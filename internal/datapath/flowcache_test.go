@@ -13,6 +13,7 @@ import (
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 func TestFlowCacheSlotOffset(t *testing.T) {
@@ -227,7 +228,7 @@ func TestFlowCacheEndpointReinstalled(t *testing.T) {
 
 // A restarted agent hands out revisions above those pinned.
 func TestRevisionsContinueAcrossOpen(t *testing.T) {
-	requirePrivileged(t)
+	testenv.RequireRoot(t)
 	pins := newPinDir(t)
 	d, err := Open(Config{PinDir: pins, CIDRHostSlots: testHostSlots})
 	if err != nil {

@@ -1,9 +1,7 @@
 package datapath
 
 import (
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"net/netip"
 	"os"
@@ -17,7 +15,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
-	"github.com/rampartnet/rampart/internal/testenv/root"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // tc verdicts.
@@ -26,28 +24,12 @@ const (
 	actShot = 2
 )
 
-// requirePrivileged skips tests that need root, or fails them when CI=true (CI runs as
-// root and must not silently skip the kernel tests).
-func requirePrivileged(t testing.TB) {
-	t.Helper()
-	root.Require(t)
-}
-
-func randSuffix(t testing.TB) string {
-	t.Helper()
-	b := make([]byte, 4)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
 // newPinDir makes a fresh pin directory on bpffs, removed at cleanup, for tests that pin
 // maps of their own before a Datapath opens there.
 func newPinDir(t *testing.T) string {
 	t.Helper()
-	requirePrivileged(t)
-	pin := filepath.Join(BPFFSRoot, "rampart-test-"+randSuffix(t))
+	testenv.RequireRoot(t)
+	pin := filepath.Join(BPFFSRoot, "rampart-test-"+testenv.Suffix(8))
 	if err := os.MkdirAll(pin, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +43,9 @@ const testHostSlots = 1 << 16
 // openTest opens a Datapath pinned in a fresh directory and removes it at cleanup.
 func openTest(t testing.TB, cfg Config) *Datapath {
 	t.Helper()
-	requirePrivileged(t)
+	testenv.RequireRoot(t)
 	if cfg.PinDir == "" {
-		cfg.PinDir = filepath.Join(BPFFSRoot, "rampart-test-"+randSuffix(t))
+		cfg.PinDir = filepath.Join(BPFFSRoot, "rampart-test-"+testenv.Suffix(8))
 	}
 	if cfg.CIDRHostSlots == 0 {
 		cfg.CIDRHostSlots = testHostSlots // the default allocates 320 MiB per datapath

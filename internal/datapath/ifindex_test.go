@@ -7,6 +7,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestProgRunIfindex shows how fixtures choose skb->ifindex: BPF_PROG_RUN takes it from the
@@ -14,8 +15,8 @@ import (
 // the device must exist there); without a context the packet is on loopback (ifindex 1).
 func TestProgRunIfindex(t *testing.T) {
 	d := openTest(t, Config{})
-	suffix := randSuffix(t)
-	nsPath := newNetns(t, "rpt-"+suffix+"-ifx")
+	suffix := testenv.Suffix(8)
+	nsPath := testenv.NewNetns(t, "rpt-"+suffix+"-ifx")
 	h := nlHandle(t, nsPath)
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "v0"}, PeerName: "v1"}
 	if err := h.LinkAdd(veth); err != nil {
@@ -40,7 +41,7 @@ func TestProgRunIfindex(t *testing.T) {
 	data := packet{src: ipA, dst: epIP, proto: uint8(tcp), sport: 1, dport: 80, tcpFlags: 0x02}.bytes()
 
 	var r0, r1, rlo uint32
-	err = inNetns(nsPath, func() error {
+	err = testenv.InNetns(nsPath, func() error {
 		r0 = run(t, d.objs.RampartToEp, data, if0)
 		r1 = run(t, d.objs.RampartToEp, data, if1)
 		rlo = run(t, d.objs.RampartToEp, data, 0)

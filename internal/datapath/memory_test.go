@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf/link"
+
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestMapMemory: every pinned map is listed with the kernel's figures, pins of programs
@@ -20,7 +22,7 @@ func TestMapMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.objs.RampartFromEp.Unpin() })
-	ns := newNetns(t, "rpt-mem-"+randSuffix(t))
+	ns := testenv.NewNetns(t, "rpt-mem-"+testenv.Suffix(8))
 	if err := d.Attach(ns, "lo"); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // The fixture world. The endpoint under test sits on ifindex 1: BPF_PROG_RUN runs a tc
@@ -689,10 +690,10 @@ func TestLostEvents(t *testing.T) {
 // second Open on the same pins fills its slot.
 func TestEndpointSlots(t *testing.T) {
 	f := newFixture(t, Config{})
-	ns := newNetns(t, "rp-slot-"+randSuffix(t))
+	ns := testenv.NewNetns(t, "rp-slot-"+testenv.Suffix(8))
 	n := f.d.objs.EndpointSlots.MaxEntries()
 	a, b := uint32(3*n+5), uint32(70*n+5) // the same slot; b beyond any array of old
-	err := inNetns(ns, func() error {
+	err := testenv.InNetns(ns, func() error {
 		for _, idx := range []uint32{a, b} {
 			name := fmt.Sprintf("slot%d", idx)
 			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Index: int(idx)}, PeerName: name + "p"}); err != nil {
@@ -707,7 +708,7 @@ func TestEndpointSlots(t *testing.T) {
 	syn := f.synIn(ipA, 80)
 	runOn := func(idx uint32) uint32 {
 		var ret uint32
-		if err := inNetns(ns, func() error {
+		if err := testenv.InNetns(ns, func() error {
 			ret, _ = runCtx(t, f.d.objs.RampartToEp, syn.bytes(), skbContext{Ifindex: idx})
 			return nil
 		}); err != nil {

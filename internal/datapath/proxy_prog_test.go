@@ -12,6 +12,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // L7 steering under BPF_PROG_RUN. bpf_sk_assign refuses to work there (EOPNOTSUPP: the
@@ -409,8 +410,8 @@ func putCT(t *testing.T, d *Datapath, p packet, ep uint32, dir policy.Direction,
 }
 
 func TestSetProxy(t *testing.T) {
-	requirePrivileged(t)
-	pin := filepath.Join(BPFFSRoot, "rampart-test-"+randSuffix(t))
+	testenv.RequireRoot(t)
+	pin := filepath.Join(BPFFSRoot, "rampart-test-"+testenv.Suffix(8))
 	d := openTest(t, Config{PinDir: pin})
 	got, err := d.Proxy()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestProxySteering steers real connections to a transparent proxy (testProxy, a Go
@@ -170,7 +171,7 @@ func TestProxySteering(t *testing.T) {
 	refused := func(ns string, port uint16, mark int) {
 		t.Helper()
 		var c net.Conn
-		err := inNetns(ns, func() error {
+		err := testenv.InNetns(ns, func() error {
 			dl := net.Dialer{Timeout: time.Second}
 			if mark != 0 {
 				dl.Control = transparentControl(mark)

@@ -22,6 +22,7 @@ import (
 	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // The send-side verdict, with real sockets: a client and a server in a namespace of the
@@ -102,7 +103,7 @@ func svTable(t *testing.T, rules []policy.HTTPRule) *l7table.Table {
 // svNetns makes a namespace with the client's and the server's addresses on its loopback.
 func svNetns(t *testing.T) string {
 	t.Helper()
-	ns := newNetns(t, "rsv-"+randSuffix(t))
+	ns := testenv.NewNetns(t, "rsv-"+testenv.Suffix(8))
 	h := nlHandle(t, ns)
 	lo, err := h.LinkByName("lo")
 	if err != nil {
@@ -148,10 +149,10 @@ func newSVWorld(t *testing.T) *svWorld {
 // newSVWorldOn is newSVWorld with the server listening on network and address.
 func newSVWorldOn(t *testing.T, network, address string) *svWorld {
 	t.Helper()
-	requirePrivileged(t)
+	testenv.RequireRoot(t)
 	w := &svWorld{t: t, ns: svNetns(t), srv: &svServerRec{}}
 	var ln net.Listener
-	if err := inNetns(w.ns, func() (err error) {
+	if err := testenv.InNetns(w.ns, func() (err error) {
 		ln, err = net.Listen(network, address)
 		return err
 	}); err != nil {
@@ -181,7 +182,7 @@ func newSVWorldOn(t *testing.T, network, address string) *svWorld {
 	go server.Serve(countingListener{ln, w.srv})
 	t.Cleanup(func() { server.Close() })
 
-	w.sv = openTestSockVerdict(t, filepath.Join(BPFFSRoot, "rampart-test-"+randSuffix(t)))
+	w.sv = openTestSockVerdict(t, filepath.Join(BPFFSRoot, "rampart-test-"+testenv.Suffix(8)))
 	var err error
 	if w.cookie, err = NetnsCookie(w.ns); err != nil {
 		t.Fatal(err)
@@ -204,7 +205,7 @@ func newSVWorldOn(t *testing.T, network, address string) *svWorld {
 func (w *svWorld) dial() *svConn {
 	w.t.Helper()
 	var c net.Conn
-	if err := inNetns(w.ns, func() (err error) {
+	if err := testenv.InNetns(w.ns, func() (err error) {
 		d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: svClient.AsSlice()}}
 		c, err = d.Dial("tcp4", netip.AddrPortFrom(svServer, w.port).String())
 		return err
@@ -574,7 +575,7 @@ func TestSockVerdictOtherNamespace(t *testing.T) {
 	w := newSVWorld(t)
 	other := &svWorld{t: t, ns: svNetns(t), srv: &svServerRec{}}
 	var ln net.Listener
-	if err := inNetns(other.ns, func() (err error) {
+	if err := testenv.InNetns(other.ns, func() (err error) {
 		ln, err = net.Listen("tcp4", netip.AddrPortFrom(svServer, w.port).String())
 		return err
 	}); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestSockVerdictSteering: the dataplane and the send-side verdict together, between two
@@ -56,7 +57,7 @@ func TestSockVerdictSteering(t *testing.T) {
 	server := netip.AddrPortFrom(b.ip, port)
 
 	var ln net.Listener
-	if err := inNetns(b.ns, func() (err error) { ln, err = net.Listen("tcp4", server.String()); return err }); err != nil {
+	if err := testenv.InNetns(b.ns, func() (err error) { ln, err = net.Listen("tcp4", server.String()); return err }); err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -142,7 +143,7 @@ func TestSockVerdictSteering(t *testing.T) {
 	// A data segment forged on a raw socket, on the checked connection's addresses and
 	// ports: tc drops it, because it does not come from the socket the verdict checks.
 	from := evs.count()
-	if err := inNetns(a.ns, func() error {
+	if err := testenv.InNetns(a.ns, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_TCP)
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // checksum is the Internet checksum of b (RFC 1071) added to sum.
@@ -51,7 +52,7 @@ func forgedDatagram(p packet) []byte {
 // as a process with CAP_NET_RAW inside an endpoint can.
 func sendIPRaw(t *testing.T, ns string, b []byte, dst netip.Addr) {
 	t.Helper()
-	err := inNetns(ns, func() error {
+	err := testenv.InNetns(ns, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
 		if err != nil {
 			return err
@@ -70,7 +71,7 @@ type sniffer struct{ fd int }
 func newSniffer(t *testing.T, ns string) *sniffer {
 	t.Helper()
 	s := &sniffer{fd: -1}
-	err := inNetns(ns, func() error {
+	err := testenv.InNetns(ns, func() error {
 		link, err := netlink.LinkByName("eth0")
 		if err != nil {
 			return err
@@ -188,7 +189,7 @@ func TestSpoofedSourceTraffic(t *testing.T) {
 	// The server: a TCP listener, the UDP service that admits only b, a UDP port for a's
 	// own datagrams, and a capture of everything that reaches its eth0.
 	var ln net.Listener
-	if err := inNetns(c.ns, func() error {
+	if err := testenv.InNetns(c.ns, func() error {
 		var err error
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(c.ip, tcpPort).String())
 		return err

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // testProxy is a stand-in for Envoy in the node namespace: a transparent TCP proxy that
@@ -69,7 +70,7 @@ func transparentControl(mark int) func(network, address string, c syscall.RawCon
 func startTestProxy(t *testing.T, node string, addr netip.AddrPort) *testProxy {
 	t.Helper()
 	p := &testProxy{t: t, node: node, conns: make(map[net.Conn]struct{})}
-	err := inNetns(node, func() error {
+	err := testenv.InNetns(node, func() error {
 		lc := net.ListenConfig{Control: transparentControl(0)}
 		var err error
 		p.ln, err = lc.Listen(context.Background(), "tcp4", addr.String())
@@ -127,7 +128,7 @@ func (p *testProxy) serve(down net.Conn) {
 	}
 	var up net.Conn
 	// The upstream socket must be created in the node namespace.
-	pc.Err = inNetns(p.node, func() error {
+	pc.Err = testenv.InNetns(p.node, func() error {
 		d := net.Dialer{
 			LocalAddr: &net.TCPAddr{IP: net.IP(pc.Client.Addr().AsSlice())},
 			Timeout:   5 * time.Second,
@@ -205,7 +206,7 @@ func startTestServer(t *testing.T, ns string, addrs ...netip.AddrPort) *testServ
 	s := &testServer{}
 	for _, a := range addrs {
 		var ln net.Listener
-		if err := inNetns(ns, func() error {
+		if err := testenv.InNetns(ns, func() error {
 			var err error
 			ln, err = net.Listen("tcp4", a.String())
 			return err

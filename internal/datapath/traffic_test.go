@@ -21,6 +21,7 @@ import (
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // trafficEndpoint is a network namespace joined to the node namespace by a veth pair.
@@ -36,7 +37,7 @@ type trafficEndpoint struct {
 // host side hostIf (gw/24) in the node namespace.
 func addEndpoint(t *testing.T, node, name, hostIf string, ip, gw netip.Addr) *trafficEndpoint {
 	t.Helper()
-	ep := &trafficEndpoint{ns: newNetns(t, name), hostIf: hostIf, ip: ip, gw: gw}
+	ep := &trafficEndpoint{ns: testenv.NewNetns(t, name), hostIf: hostIf, ip: ip, gw: gw}
 	disableIPv6(t, ep.ns)
 	hn := nlHandle(t, node)
 	he := nlHandle(t, ep.ns)
@@ -89,9 +90,9 @@ func addEndpoint(t *testing.T, node, name, hostIf string, ip, gw netip.Addr) *tr
 // returns it with the random suffix for the test's other names.
 func newNode(t *testing.T, prefix string) (node, suffix string) {
 	t.Helper()
-	requirePrivileged(t)
-	suffix = randSuffix(t)
-	node = newNetns(t, prefix+"-"+suffix+"-node")
+	testenv.RequireRoot(t)
+	suffix = testenv.Suffix(8)
+	node = testenv.NewNetns(t, prefix+"-"+suffix+"-node")
 	if err := writeSysctl(node, "net/ipv4/ip_forward", "1"); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func prefixNet(p netip.Prefix) *net.IPNet {
 // dial connects from inside ns, bounded by timeout.
 func dial(ns string, to netip.AddrPort, timeout time.Duration) (net.Conn, error) {
 	var c net.Conn
-	err := inNetns(ns, func() error {
+	err := testenv.InNetns(ns, func() error {
 		var err error
 		c, err = net.DialTimeout("tcp", to.String(), timeout)
 		return err
@@ -184,9 +185,9 @@ func TestRealTraffic(t *testing.T) {
 }
 
 func testRealTraffic(t *testing.T, mode AttachMode) {
-	requirePrivileged(t)
-	suffix := randSuffix(t)
-	node := newNetns(t, "rpt-"+suffix+"-node")
+	testenv.RequireRoot(t)
+	suffix := testenv.Suffix(8)
+	node := testenv.NewNetns(t, "rpt-"+suffix+"-node")
 	if err := writeSysctl(node, "net/ipv4/ip_forward", "1"); err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +412,7 @@ func checkFilters(t *testing.T, ns, ifname string, mode AttachMode, want int) {
 			t.Errorf("%s parent %x: %d tc filters, %d of them Rampart's, want %d", ifname, parent, len(fs), n, wantTC)
 		}
 	}
-	err = inNetns(ns, func() error {
+	err = testenv.InNetns(ns, func() error {
 		for _, a := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
 			res, err := link.QueryPrograms(link.QueryOptions{Target: lnk.Attrs().Index, Attach: a})
 			if err != nil {
@@ -437,7 +438,7 @@ func checkFilters(t *testing.T, ns, ifname string, mode AttachMode, want int) {
 // sendRaw sends an Ethernet frame with the given ethertype and payload out of ifname in ns.
 func sendRaw(t *testing.T, ns, ifname string, ethType uint16, payload []byte) {
 	t.Helper()
-	err := inNetns(ns, func() error {
+	err := testenv.InNetns(ns, func() error {
 		link, err := netlink.LinkByName(ifname)
 		if err != nil {
 			return err

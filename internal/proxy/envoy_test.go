@@ -22,6 +22,7 @@ import (
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 var (
@@ -88,15 +89,15 @@ func (s *logSink) find(fn func(flow.AccessLog) bool) *flow.AccessLog {
 // proxyEnv is a bare node with a client and a server endpoint, TPROXY steering of the
 // client's port-80 connections, an HTTP server in the server endpoint, and a Manager.
 type proxyEnv struct {
-	node   *testenv.BareNode
+	node   *agenttest.BareNode
 	client string // client netns path
 	mgr    *proxy.Manager
 	logs   *logSink
 }
 
 func startProxyEnv(t *testing.T) *proxyEnv {
-	envoy := testenv.RequireEnvoy(t)
-	n := testenv.NewBareNode(t)
+	envoy := agenttest.RequireEnvoy(t)
+	n := agenttest.NewBareNode(t)
 	c := n.Add("client", clientIP)
 	s := n.Add("server", serverIP)
 	srv, err := testenv.ServeHTTP(s.NetnsPath, 80, testenv.EchoHTTP())

@@ -16,7 +16,7 @@ import (
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/policy"
-	"github.com/rampartnet/rampart/internal/testenv/root"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // fastPathRig is a fast path on loopback: its listener, a server its upstream connections
@@ -71,7 +71,7 @@ func (h *httptest) requests() []string {
 }
 
 func startFastPathRig(t *testing.T, rules []policy.HTTPRule) *fastPathRig {
-	root.Require(t) // transparent sockets and socket marks
+	testenv.RequireRoot(t) // transparent sockets and socket marks
 	r := &fastPathRig{server: startHTTPTest(t), handed: make(chan string, 4)}
 	var err error
 	if r.envoy, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {

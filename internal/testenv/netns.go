@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -23,6 +25,43 @@ func InNetns(nsPath string, fn func() error) error {
 		return fmt.Errorf("opening network namespace %s: %w", nsPath, err)
 	}
 	defer target.Close()
+	return onOwnThread(func() error {
+		if err := netns.Set(target); err != nil {
+			return fmt.Errorf("entering %s: %w", nsPath, err)
+		}
+		return fn()
+	})
+}
+
+// NewNetns creates the named network namespace (bind-mounted under /run/netns, loopback
+// down as the kernel makes it) and deletes it when the test ends, which also destroys the
+// interfaces inside it. It returns the namespace's path. Name it with Suffix.
+func NewNetns(t testing.TB, name string) string {
+	t.Helper()
+	// NewNamed switches the calling thread into the new namespace.
+	err := onOwnThread(func() error {
+		ns, err := netns.NewNamed(name)
+		if err != nil {
+			return err
+		}
+		return ns.Close()
+	})
+	if err != nil {
+		t.Fatalf("creating network namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := netns.DeleteNamed(name); err != nil {
+			t.Errorf("deleting network namespace %s: %v", name, err)
+		}
+	})
+	return filepath.Join("/run/netns", name)
+}
+
+// onOwnThread runs fn, which may switch its thread's network namespace, on a locked OS
+// thread, and switches the thread back afterwards. If that fails the thread stays locked,
+// so the runtime destroys it with the goroutine instead of reusing it in the wrong
+// namespace. No goroutine of the caller changes namespace.
+func onOwnThread(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -32,11 +71,6 @@ func InNetns(nsPath string, fn func() error) error {
 			return
 		}
 		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("entering %s: %w", nsPath, err)
-			return
-		}
 		ferr := fn()
 		if err := netns.Set(orig); err != nil {
 			errc <- errors.Join(ferr, err)

@@ -3,17 +3,8 @@ package testenv
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"testing"
-
-	"github.com/rampartnet/rampart/internal/testenv/root"
+	"time"
 )
-
-// RequireRoot skips the test when not running as root, or fails it when CI=true (CI must
-// run every privileged test).
-func RequireRoot(t testing.TB) {
-	t.Helper()
-	root.Require(t)
-}
 
 // Suffix returns n random hex characters for unique names of namespaces, links and pins.
 func Suffix(n int) string {
@@ -22,4 +13,18 @@ func Suffix(n int) string {
 		panic(err)
 	}
 	return hex.EncodeToString(b)[:n]
+}
+
+// Eventually polls cond until it holds or timeout passes.
+func Eventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
-var bins = testenv.Binaries{Packages: []string{"./cmd/rampart", "./cmd/rampartd", "./cmd/rampart-testserver"}}
+var bins = testenv.Binaries{Packages: []string{"./cmd/rampart", "./cmd/rampartd", "./test/rampart-testserver"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()

@@ -13,6 +13,7 @@ import (
 	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 // The truth-table suite: for each case a fresh agent (own node namespace, pins and state),
@@ -40,7 +41,7 @@ const (
 
 type harness struct {
 	t     *testing.T
-	env   *testenv.Env
+	env   *agenttest.Env
 	world string // world namespace path
 	node  string // node namespace path
 	dir   string
@@ -128,13 +129,13 @@ func (h *harness) nsPath(p peer) string {
 	case "world":
 		return h.world
 	}
-	return testenv.NetnsPathOf(h.env.Config.Instance, p.ns, p.pod)
+	return agenttest.NetnsPathOf(h.env.Config.Instance, p.ns, p.pod)
 }
 
 // setUpWorld creates a namespace outside the pod range, linked to the node namespace, with
 // echo servers; and starts echo servers in the node namespace (the host).
 func (h *harness) setUpWorld() {
-	w := testenv.AddWorld(h.t, h.env, netip.MustParseAddr(worldGateway), []netip.Addr{netip.MustParseAddr(worldAddr)}, []uint16{80, 81}, []uint16{80, 81})
+	w := agenttest.AddWorld(h.t, h.env, netip.MustParseAddr(worldGateway), []netip.Addr{netip.MustParseAddr(worldAddr)}, []uint16{80, 81}, []uint16{80, 81})
 	h.world = w.Path
 	s, err := testenv.Serve(h.node, []uint16{80, 81}, []uint16{80, 81})
 	if err != nil {
@@ -147,7 +148,7 @@ func newHarness(t *testing.T) *harness {
 	// The host is judged by policy like any peer (the cases probe it as a source and
 	// select it with fromEntities host); the default, which admits it into every endpoint,
 	// is tested in internal/cli (TestHostTraffic).
-	env := testenv.StartAgent(t, testenv.Options{HostTraffic: agent.HostTrafficPolicy})
+	env := agenttest.StartAgent(t, agenttest.Options{HostTraffic: agent.HostTrafficPolicy})
 	h := &harness{t: t, env: env, dir: t.TempDir(), node: endpoint.NetnsPath(env.Config.NodeNetns)}
 	for _, ns := range namespaces {
 		if err := h.labelNamespace(ns, map[string]string{"ns": ns}); err != nil {

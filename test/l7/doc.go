@@ -1,5 +1,5 @@
 // Package l7 tests L7 (HTTP and gRPC) policy through the whole real path: an agent
-// (testenv.StartAgent) in its own node namespace, BPF steering at the client's veth, the
+// (agenttest.StartAgent) in its own node namespace, BPF steering at the client's veth, the
 // agent's Envoy with its RBAC rules, and servers that record every request and every byte
 // they receive, so that a test can assert not only what the client got but that a refused
 // request never reached the server.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 // echoTraffic checks the non-L7 echo port all the time, on one kept-alive connection and on
@@ -97,7 +98,7 @@ func (et *echoTraffic) Stop() (int, []string) {
 func TestL7EnvoyKilled(t *testing.T) {
 	// Envoy alone: with the fast path, plain HTTP/1.1 never needs Envoy (see
 	// TestL7FastPathWithoutEnvoy).
-	e := startEnvWith(t, testenv.Options{ProxyEnvoyOnly: true})
+	e := startEnvWith(t, agenttest.Options{ProxyEnvoyOnly: true})
 	e.policy(t, l7Rule{role: "client", port: httpPort, http: []map[string]any{httpRule("method", "GET", "path", "/v1")}})
 	before := e.waitProxy(t, 30*time.Second)
 	workers := e.clientsFor(t, e.clientNS, 1500*time.Millisecond)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 const (
@@ -193,7 +194,7 @@ func (c *teeConn) Read(p []byte) (int, error) {
 // "base" lets both clients reach echoPort (no L7) and makes the server enforce ingress;
 // each test adds its own L7 policy.
 type env struct {
-	*testenv.Env
+	*agenttest.Env
 	server, client, other        api.Endpoint
 	serverIP                     netip.Addr
 	rec                          *recorder
@@ -226,15 +227,15 @@ spec:
 
 func startEnv(t *testing.T) *env {
 	t.Helper()
-	return startEnvWith(t, testenv.Options{})
+	return startEnvWith(t, agenttest.Options{})
 }
 
 // startEnvWith is startEnv with agent options (the echo port is always served).
-func startEnvWith(t *testing.T, opts testenv.Options) *env {
+func startEnvWith(t *testing.T, opts agenttest.Options) *env {
 	t.Helper()
-	testenv.RequireEnvoy(t)
+	agenttest.RequireEnvoy(t)
 	opts.TCPPorts = []uint16{echoPort}
-	te := testenv.StartAgent(t, opts)
+	te := agenttest.StartAgent(t, opts)
 	e := &env{Env: te, serverKey: ns + "/server", clientKey: ns + "/client", otherKey: ns + "/other", sendSide: opts.L7SendSide}
 	e.server = te.AddEndpoint(ns, "server", map[string]string{"app": "server"})
 	e.client = te.AddEndpoint(ns, "client", map[string]string{"role": "client"})
@@ -284,7 +285,7 @@ func (e *env) deleteYAML(t testing.TB, doc string) {
 	}
 }
 
-// proxyStatus is the agent's L7 proxy status (testenv's Env.ProxyStatus fails the test
+// proxyStatus is the agent's L7 proxy status (agenttest's Env.ProxyStatus fails the test
 // that started the agent, not the subtest calling it).
 func (e *env) proxyStatus(t testing.TB) api.ProxyStatus {
 	t.Helper()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
 // TestL7SendSide runs the agent with the send-side L7 verdict (--l7-send-side): requests
@@ -19,7 +20,7 @@ import (
 // subset (their h2c cases are left out: HTTP/2 is not); the others state the send-side's
 // own answers (docs/design-l7-send-side.md, "Requests outside the subset").
 func TestL7SendSide(t *testing.T) {
-	e := startEnvWith(t, testenv.Options{L7SendSide: true})
+	e := startEnvWith(t, agenttest.Options{L7SendSide: true})
 	t.Run("no-proxy-hop", func(t *testing.T) { testNoProxyHop(t, e) })
 	t.Run("fallback-to-proxy", func(t *testing.T) { testSendSideFallback(t, e) })
 	t.Run("matching", func(t *testing.T) {

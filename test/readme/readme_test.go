@@ -61,10 +61,7 @@ func TestUsingItRunsAsWritten(t *testing.T) {
 	// address, routes and sysctls there, not in the machine's root namespace. nsenter
 	// enters only the network namespace, so /sys/fs/bpf stays visible.
 	ns := "rd-" + testenv.Suffix(8)
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	testenv.NewNetns(t, ns)
 	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("lo up: %v: %s", err, out)
 	}

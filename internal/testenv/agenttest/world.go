@@ -1,4 +1,4 @@
-package testenv
+package agenttest
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // World is a namespace that stands for the outside world: it is linked to an agent's node
@@ -37,10 +38,10 @@ func AddWorld(t testing.TB, e *Env, gw netip.Addr, addrs []netip.Addr, tcp, udp 
 	t.Cleanup(func() { endpoint.DeleteNetns(name) })
 	w := &World{Path: path, Gateway: gw, Addrs: addrs}
 	nodePath := endpoint.NetnsPath(e.Config.NodeNetns)
-	if err := linkWorld(nodePath, w, Suffix(6)); err != nil {
+	if err := linkWorld(nodePath, w, testenv.Suffix(6)); err != nil {
 		t.Fatalf("linking the world namespace: %v", err)
 	}
-	s, err := Serve(path, tcp, udp)
+	s, err := testenv.Serve(path, tcp, udp)
 	if err != nil {
 		t.Fatalf("serving in the world namespace: %v", err)
 	}
@@ -48,7 +49,7 @@ func AddWorld(t testing.TB, e *Env, gw netip.Addr, addrs []netip.Addr, tcp, udp 
 	if len(tcp) > 0 {
 		for _, a := range addrs {
 			to := netip.AddrPortFrom(a, tcp[0])
-			if !Eventually(5*time.Second, func() bool { return Probe(nodePath, to, "tcp", 200*time.Millisecond) }) {
+			if !testenv.Eventually(5*time.Second, func() bool { return testenv.Probe(nodePath, to, "tcp", 200*time.Millisecond) }) {
 				t.Fatalf("world address %v not reachable from the node namespace", to)
 			}
 		}

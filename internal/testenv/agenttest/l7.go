@@ -1,4 +1,4 @@
-package testenv
+package agenttest
 
 import (
 	"context"
@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // Helpers for L7 tests against an agent (StartAgent with NoServers, so that an HTTP server
 // can take port 80).
 
 // ServeHTTP starts h on port in endpoint key (ns/name); it stops when the test ends.
-func (e *Env) ServeHTTP(key string, port uint16, h http.Handler) *HTTPServer {
+func (e *Env) ServeHTTP(key string, port uint16, h http.Handler) *testenv.HTTPServer {
 	e.T.Helper()
-	s, err := ServeHTTP(e.Endpoint(key).Netns, port, h)
+	s, err := testenv.ServeHTTP(e.Endpoint(key).Netns, port, h)
 	if err != nil {
 		e.T.Fatalf("serving HTTP in %s: %v", key, err)
 	}
@@ -26,7 +27,7 @@ func (e *Env) ServeHTTP(key string, port uint16, h http.Handler) *HTTPServer {
 // HTTPClient returns an HTTP/1.1 client whose connections start in endpoint from (ns/name).
 func (e *Env) HTTPClient(from string, timeout time.Duration) *http.Client {
 	e.T.Helper()
-	c := HTTPClient(e.nsPath(from), timeout)
+	c := testenv.HTTPClient(e.nsPath(from), timeout)
 	e.T.Cleanup(c.CloseIdleConnections)
 	return c
 }
@@ -34,7 +35,7 @@ func (e *Env) HTTPClient(from string, timeout time.Duration) *http.Client {
 // H2CClient is HTTPClient speaking HTTP/2 with prior knowledge (gRPC's h2c).
 func (e *Env) H2CClient(from string, timeout time.Duration) *http.Client {
 	e.T.Helper()
-	c := H2CClient(e.nsPath(from), timeout)
+	c := testenv.H2CClient(e.nsPath(from), timeout)
 	e.T.Cleanup(c.CloseIdleConnections)
 	return c
 }
@@ -58,7 +59,7 @@ func (e *Env) ProxyStatus() api.ProxyStatus {
 func (e *Env) WaitProxy(timeout time.Duration) api.ProxyStatus {
 	e.T.Helper()
 	var p api.ProxyStatus
-	if !Eventually(timeout, func() bool {
+	if !testenv.Eventually(timeout, func() bool {
 		p = e.ProxyStatus()
 		return p.State == "running" && p.AckedVersion == p.Version && p.Version > 0
 	}) {

@@ -1,10 +1,11 @@
-package testenv
+package agenttest
 
 import (
 	"net/netip"
 	"testing"
 
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // BareNode is a node network namespace with endpoint namespaces and veths but no agent and
@@ -19,8 +20,8 @@ type BareNode struct {
 // NewBareNode creates a node namespace with pod range 198.18.0.0/24 (router 198.18.0.1).
 func NewBareNode(t testing.TB) *BareNode {
 	t.Helper()
-	RequireRoot(t)
-	inst := "b" + Suffix(8)
+	testenv.RequireRoot(t)
+	inst := "b" + testenv.Suffix(8)
 	n := &BareNode{
 		Node: endpoint.Node{Instance: inst, Netns: "rp-" + inst + "-node", PodCIDR: netip.MustParsePrefix("198.18.0.0/24")},
 		t:    t,

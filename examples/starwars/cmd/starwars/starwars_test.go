@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // syncBuffer is a process log the tests can read while the uploader writes it.
@@ -186,13 +188,10 @@ func TestParseFTPURL(t *testing.T) {
 func startFTP(t *testing.T, name string, extra ...string) (addr, root string) {
 	t.Helper()
 	if err := exec.Command("python3", "-c", "import pyftpdlib").Run(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("pyftpdlib is not installed (scripts/setup.sh installs it): %v", err)
-		}
-		t.Skip("pyftpdlib is not installed: run scripts/setup.sh")
+		testenv.SkipOrFail(t, "pyftpdlib is not installed (scripts/setup.sh installs it): %v", err)
 	}
 	root = t.TempDir()
-	args := append([]string{"../../examples/starwars/ftp-storage.py", "--name", name, "--root", root,
+	args := append([]string{"../../ftp-storage.py", "--name", name, "--root", root,
 		"--listen", "127.0.0.1", "--port", "0", "--passive-ports", "", "--user", "deathstar:pw"}, extra...)
 	cmd := exec.Command("python3", args...)
 	stdout, err := cmd.StdoutPipe()

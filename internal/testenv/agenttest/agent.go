@@ -1,4 +1,4 @@
-package testenv
+package agenttest
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/cli"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // Options configure StartAgent.
@@ -56,13 +57,13 @@ type Env struct {
 	agent   *agent.Agent
 	cancel  context.CancelFunc
 	done    chan error
-	servers map[string]*Servers // by ns/name
+	servers map[string]*testenv.Servers // by ns/name
 }
 
-// StartAgent starts an agent for the test. It needs root (RequireRoot is called).
+// StartAgent starts an agent for the test. It needs root (testenv.RequireRoot is called).
 func StartAgent(t testing.TB, opts Options) *Env {
 	t.Helper()
-	RequireRoot(t)
+	testenv.RequireRoot(t)
 	if !opts.PodCIDR.IsValid() {
 		opts.PodCIDR = netip.MustParsePrefix("198.18.0.0/16")
 	}
@@ -73,7 +74,7 @@ func StartAgent(t testing.TB, opts Options) *Env {
 		opts.TCPPorts = []uint16{80, 81}
 		opts.UDPPorts = []uint16{80, 81}
 	}
-	instance := "t" + Suffix(8)
+	instance := "t" + testenv.Suffix(8)
 	// Unix socket paths are limited to 108 bytes: keep the socket out of the (long)
 	// per-test temporary directory.
 	sockDir, err := os.MkdirTemp("", "rp-sock-")
@@ -96,7 +97,7 @@ func StartAgent(t testing.TB, opts Options) *Env {
 			HostTraffic:    opts.HostTraffic,
 			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		},
-		servers: map[string]*Servers{},
+		servers: map[string]*testenv.Servers{},
 	}
 	if opts.DefaultSocket {
 		e.Config.Socket = ""
@@ -107,7 +108,7 @@ func StartAgent(t testing.TB, opts Options) *Env {
 		for _, s := range e.servers {
 			s.Close()
 		}
-		e.servers = map[string]*Servers{}
+		e.servers = map[string]*testenv.Servers{}
 		e.mu.Unlock()
 		e.Stop()
 		e.Client.Close()
@@ -217,7 +218,7 @@ func (e *Env) AddEndpoint(ns, name string, labels map[string]string, extra ...st
 	e.MustCLI(append(args, extra...)...)
 	ep := e.Endpoint(ns + "/" + name)
 	if !e.opts.NoServers {
-		s, err := Serve(ep.Netns, e.opts.TCPPorts, e.opts.UDPPorts)
+		s, err := testenv.Serve(ep.Netns, e.opts.TCPPorts, e.opts.UDPPorts)
 		if err != nil {
 			e.T.Fatalf("starting servers in %s/%s: %v", ns, name, err)
 		}
@@ -262,24 +263,10 @@ func (e *Env) IP(key string) netip.Addr {
 func (e *Env) Probe(from string, to netip.Addr, port uint16, proto string, timeout time.Duration) bool {
 	e.T.Helper()
 	ns, name, _ := strings.Cut(from, "/")
-	return Probe(NetnsPathOf(e.Config.Instance, ns, name), netip.AddrPortFrom(to, port), proto, timeout)
+	return testenv.Probe(NetnsPathOf(e.Config.Instance, ns, name), netip.AddrPortFrom(to, port), proto, timeout)
 }
 
 // NetnsPathOf is the network namespace path of an endpoint of an instance.
 func NetnsPathOf(instance, ns, name string) string {
 	return endpoint.NetnsPath(endpoint.Node{Instance: instance}.EndpointNetns(ns, name))
-}
-
-// Eventually polls cond until it holds or timeout passes.
-func Eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
