@@ -22,10 +22,13 @@ if ! command -v go >/dev/null 2>&1; then
 	exit 1
 fi
 # Said only when something is missing from the module cache (a fresh machine: the slow step).
-if ! GOPROXY=off go mod download >/dev/null 2>&1; then
-	echo "setup: downloading Go modules"
-	go mod download
-fi
+# The benchmark lab is its own module (bench/go.mod).
+for mod in . bench; do
+	if ! (cd "$mod" && GOPROXY=off go mod download >/dev/null 2>&1); then
+		echo "setup: downloading Go modules ($mod)"
+		(cd "$mod" && go mod download)
+	fi
+done
 
 # bpffs is not mounted on a fresh machine; the agent pins its maps there.
 if ! mountpoint -q /sys/fs/bpf; then
