@@ -21,6 +21,7 @@ import (
 	"github.com/rampartnet/rampart/internal/cli"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/netns"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -316,7 +317,7 @@ func (w testLog) Write(p []byte) (int, error) {
 
 func inNode(t *testing.T, nsPath string, fn func(h *netlink.Handle) error) {
 	t.Helper()
-	if err := endpoint.Do(nsPath, func() error {
+	if err := netns.Do(nsPath, func() error {
 		h, err := netlink.NewHandle()
 		if err != nil {
 			return err

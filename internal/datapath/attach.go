@@ -11,6 +11,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	rnetns "github.com/rampartnet/rampart/internal/netns"
 )
 
 // The tc cls_bpf filters of AttachTC are identified by priority and handle, so the agent
@@ -164,7 +166,7 @@ func (d *Datapath) attachClsBPF(netnsPath string, h *netlink.Handle, lnk netlink
 	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromEp, d.objs.RampartFromEp)); err != nil {
 		return fmt.Errorf("tc ingress filter: %w", err)
 	}
-	err := runInNetns(netnsPath, func() error {
+	err := rnetns.Do(netnsPath, func() error {
 		return errors.Join(detachTCX(idx, ebpf.AttachTCXIngress, 0), detachTCX(idx, ebpf.AttachTCXEgress, 0))
 	})
 	if err != nil {
@@ -185,7 +187,7 @@ func (d *Datapath) attachTCXLinks(netnsPath string, h *netlink.Handle, lnk netli
 		return err
 	}
 	// The link's interface index is resolved in the calling thread's namespace.
-	err := runInNetns(netnsPath, func() error {
+	err := rnetns.Do(netnsPath, func() error {
 		for _, hk := range []tcxHook{
 			{ebpf.AttachTCXEgress, "egress", d.objs.RampartToEp},
 			{ebpf.AttachTCXIngress, "ingress", d.objs.RampartFromEp},
@@ -319,7 +321,7 @@ func detach(netnsPath, ifname string) (ifindex int, err error) {
 		return 0, fmt.Errorf("detaching from %s: finding interface: %w", ifname, err)
 	}
 	idx := lnk.Attrs().Index
-	err = runInNetns(netnsPath, func() error {
+	err = rnetns.Do(netnsPath, func() error {
 		return errors.Join(detachTCX(idx, ebpf.AttachTCXIngress, 0), detachTCX(idx, ebpf.AttachTCXEgress, 0))
 	})
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	rnetns "github.com/rampartnet/rampart/internal/netns"
 )
 
 // newNetns creates a named network namespace (bind-mounted under /run/netns) and deletes it
@@ -52,7 +54,7 @@ func newNetns(t *testing.T, name string) string {
 // inNetns runs fn on an OS thread switched into the network namespace at path. Sockets
 // created by fn stay in that namespace after it returns.
 func inNetns(path string, fn func() error) error {
-	return runInNetns(path, fn)
+	return rnetns.Do(path, fn)
 }
 
 // nlHandle opens a netlink handle in the namespace at path, closed at cleanup.

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/l7table"
+	"github.com/rampartnet/rampart/internal/netns"
 )
 
 // SockVerdict is the send-side L7 verdict (bpf/sockverdict.c, docs/design-l7-send-side.md):
@@ -247,7 +248,7 @@ func (s *SockVerdict) Close() error {
 // which the sockops program compares targets with.
 func NetnsCookie(nsPath string) (uint64, error) {
 	var cookie uint64
-	err := runInNetns(nsPath, func() error {
+	err := netns.Do(nsPath, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err
