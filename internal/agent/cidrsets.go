@@ -34,7 +34,7 @@ import (
 const maxCIDRSets = identity.MaxCIDRSets
 
 // CIDRSetStats is what a full rebuild of the dataplane's set tables cost
-// (datapath.CIDRSetStats).
+// (cidrtable.Stats).
 type CIDRSetStats struct {
 	Prefixes, IPv4, IPv6, HostEntries int
 	// MemoryBytes is KernelBytes (the tables in the kernel) plus the dataplane's copy of

@@ -54,7 +54,7 @@ type Config struct {
 	// outside its HTTP/1.1 subset with 400 and shuts the connection, where the proxy would
 	// have handed them to Envoy.
 	L7SendSide bool
-	// CIDRHostSlots bounds the CIDR sets' host-address table (0: the datapath default,
+	// CIDRHostSlots bounds the CIDR sets' host-address table (0: the tables' default,
 	// 2^27 slots, about 67M addresses). The table is created at the size each load needs
 	// (about 16 bytes per address of /25../32 prefixes); a load that needs more slots is
 	// refused.

@@ -7,13 +7,15 @@ import (
 	"sync"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/cidrtable"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
 
 // realDatapath adapts *datapath.Datapath to the agent's Datapath interface.
 type realDatapath struct {
-	dp *datapath.Datapath
+	dp   *datapath.Datapath
+	cidr *cidrtable.Tables
 
 	once   sync.Once
 	events *datapath.EventReader
@@ -23,14 +25,20 @@ type realDatapath struct {
 }
 
 func openDatapath(cfg Config) (Datapath, error) {
-	dp, err := datapath.Open(datapath.Config{PinDir: cfg.BPFDir, Attach: cfg.Attach, CIDRHostSlots: cfg.CIDRHostSlots})
+	dp, err := datapath.Open(datapath.Config{PinDir: cfg.BPFDir, Attach: cfg.Attach})
 	if err != nil {
 		return nil, err
 	}
-	r := &realDatapath{dp: dp, side: newSendSide()}
+	tables, err := cidrtable.Open(cidrtable.Maps(dp.CIDRMaps()), cfg.CIDRHostSlots)
+	if err != nil {
+		dp.Close()
+		return nil, err
+	}
+	r := &realDatapath{dp: dp, cidr: tables, side: newSendSide()}
 	// Open the reader now so that events emitted from here on are not lost to nobody.
 	r.events, r.evErr = dp.Events()
 	if r.evErr != nil {
+		tables.Close()
 		dp.Close()
 		return nil, r.evErr
 	}
@@ -131,6 +139,7 @@ func (r *realDatapath) Close() error {
 	var err error
 	r.once.Do(func() {
 		r.events.Close()
+		r.cidr.Close()
 		// The send-side verdict's programs stay (pinned), like the tc programs.
 		err = errors.Join(r.side.close(), r.dp.Close())
 	})
@@ -171,7 +180,7 @@ func (r *realDatapath) MapMemory() ([]api.MapMemory, error) {
 // ReplaceCIDRSets, AddCIDRs, RemoveCIDRs and CIDRSetMembership pass through to the
 // dataplane's CIDR set tables.
 func (r *realDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetStats, error) {
-	st, err := r.dp.ReplaceCIDRSets(sets)
+	st, err := r.cidr.ReplaceCIDRSets(sets)
 	if err != nil {
 		return CIDRSetStats{}, err
 	}
@@ -182,13 +191,13 @@ func (r *realDatapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetSt
 }
 
 func (r *realDatapath) AddCIDRs(index uint8, prefixes []netip.Prefix) error {
-	return r.dp.AddCIDRs(index, prefixes)
+	return r.cidr.AddCIDRs(index, prefixes)
 }
 
 func (r *realDatapath) RemoveCIDRs(index uint8, prefixes []netip.Prefix) error {
-	return r.dp.RemoveCIDRs(index, prefixes)
+	return r.cidr.RemoveCIDRs(index, prefixes)
 }
 
 func (r *realDatapath) CIDRSetMembership(addr netip.Addr) (uint32, error) {
-	return r.dp.CIDRSetMembership(addr)
+	return r.cidr.CIDRSetMembership(addr)
 }

@@ -42,7 +42,7 @@ func TestAttachModeSwitch(t *testing.T) {
 	pinDir := newPinDir(t)
 	open := func(mode AttachMode) *Datapath {
 		t.Helper()
-		d, err := Open(Config{PinDir: pinDir, Attach: mode, CIDRHostSlots: testHostSlots})
+		d, err := Open(Config{PinDir: pinDir, Attach: mode})
 		if err != nil {
 			t.Fatalf("opening with --attach=%s: %v", mode, err)
 		}

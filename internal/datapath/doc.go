@@ -37,16 +37,11 @@
 //
 // # CIDR sets
 //
-// Up to 32 named prefix lists (identity.CIDRSet(i)) whose membership the programs compute in
-// constant time per packet: IPv4 from two banks of mmapped arrays (a top table: a mask per
-// /24; a host table: a hash table of /25../32 addresses), IPv6 from the trie cidr6. Each
-// bank's tables are maps of their own, held by the map-in-maps cidr4_top and cidr4_host and
-// created only when a load needs them, at the size it needs. ReplaceCIDRSets builds the
-// inactive bank's tables, switches banks with one store, and frees the old bank's tables
-// after an RCU grace period; AddCIDRs and RemoveCIDRs change the active bank in place. The
-// datapath keeps each set's prefixes (8 bytes per IPv4 prefix) to recompute what a removal
-// changes. Config.CIDRHostSlots bounds the host table. MapMemory reports every map's
-// memory as the kernel accounts it. See docs/architecture.md, "CIDR sets".
+// The programs compute the CIDR sets containing a peer from the maps cidr4_config,
+// cidr4_top, cidr4_host (map-in-maps that hold each bank's tables) and cidr6. Open sizes
+// cidr6 (Config.CIDR6MaxEntries); CIDRMaps hands the maps to internal/cidrtable, which
+// builds and switches the tables. MapMemory reports every map's memory as the kernel
+// accounts it.
 //
 // # L7 steering
 //

@@ -194,7 +194,7 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 	b := addEndpoint(t, node, "rpt-"+suffix+"-b", "rpb"+suffix, addr("198.18.20.2"), addr("198.18.20.1"))
 
 	pinDir := "/sys/fs/bpf/rampart-test-" + suffix
-	d, err := Open(Config{PinDir: pinDir, Attach: mode, CIDRHostSlots: testHostSlots})
+	d, err := Open(Config{PinDir: pinDir, Attach: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 		c2.Close()
 		t.Fatal("new connection allowed while the agent is stopped")
 	}
-	d, err = Open(Config{PinDir: pinDir, Attach: mode, CIDRHostSlots: testHostSlots})
+	d, err = Open(Config{PinDir: pinDir, Attach: mode})
 	if err != nil {
 		t.Fatalf("reopening: %v", err)
 	}
