@@ -1,5 +1,6 @@
 #!/bin/sh
-# Regenerates the bpf2go output (internal/datapath/rampart_bpfel.{go,o}) from bpf/, and the
+# Regenerates the bpf2go output (internal/datapath/rampart_bpfel.{go,o} and
+# internal/sockverdict/sockverdict_bpfel.{go,o}) from bpf/, and the
 # egress benchmark's raw LPM peer (bench/egress/lpm_bpfel.{go,o}) from bench/egress/bpf/,
 # into the tree and fails if anything differs from what is committed: the committed object
 # must be what the committed C source builds to. Needs clang and llvm-strip (the object
@@ -7,13 +8,13 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-go generate ./internal/datapath/ ./bench/egress/
+go generate ./internal/datapath/ ./internal/sockverdict/ ./bench/egress/
 
 status=0
-if ! git diff --exit-code --stat -- 'internal/datapath/*_bpfel.*' 'bench/egress/*_bpfel.*'; then
+if ! git diff --exit-code --stat -- 'internal/datapath/*_bpfel.*' 'internal/sockverdict/*_bpfel.*' 'bench/egress/*_bpfel.*'; then
 	status=1
 fi
-untracked=$(git ls-files --others --exclude-standard -- 'internal/datapath/*_bpfel.*' 'bench/egress/*_bpfel.*')
+untracked=$(git ls-files --others --exclude-standard -- 'internal/datapath/*_bpfel.*' 'internal/sockverdict/*_bpfel.*' 'bench/egress/*_bpfel.*')
 if [ -n "$untracked" ]; then
 	echo "untracked generated files: $untracked"
 	status=1
@@ -26,7 +27,7 @@ if [ -n "$untracked_src" ]; then
 	status=1
 fi
 if [ "$status" -ne 0 ]; then
-	echo "check-generate: generated BPF files (or their sources) are not committed as built; run 'go generate ./internal/datapath/ ./bench/egress/' and commit bpf/, bench/egress/bpf/ and the generated files" >&2
+	echo "check-generate: generated BPF files (or their sources) are not committed as built; run 'go generate ./internal/datapath/ ./internal/sockverdict/ ./bench/egress/' and commit bpf/, bench/egress/bpf/ and the generated files" >&2
 	exit 1
 fi
 echo "check-generate: generated BPF files are up to date"

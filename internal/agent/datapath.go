@@ -10,6 +10,8 @@ import (
 	"github.com/rampartnet/rampart/internal/cidrtable"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/proxy"
+	"github.com/rampartnet/rampart/internal/sockverdict"
 )
 
 // realDatapath adapts *datapath.Datapath to the agent's Datapath interface.
@@ -21,7 +23,7 @@ type realDatapath struct {
 	events *datapath.EventReader
 	evErr  error
 
-	side *sendSide // the send-side L7 verdict (sendside.go)
+	side *sockverdict.Manager // the send-side L7 verdict
 }
 
 func openDatapath(cfg Config) (Datapath, error) {
@@ -34,7 +36,13 @@ func openDatapath(cfg Config) (Datapath, error) {
 		dp.Close()
 		return nil, err
 	}
-	r := &realDatapath{dp: dp, cidr: tables, side: newSendSide()}
+	side, err := sockverdict.NewManager(dp.PinDir(), dp.SockPairsMap())
+	if err != nil {
+		tables.Close()
+		dp.Close()
+		return nil, err
+	}
+	r := &realDatapath{dp: dp, cidr: tables, side: side}
 	// Open the reader now so that events emitted from here on are not lost to nobody.
 	r.events, r.evErr = dp.Events()
 	if r.evErr != nil {
@@ -141,7 +149,7 @@ func (r *realDatapath) Close() error {
 		r.events.Close()
 		r.cidr.Close()
 		// The send-side verdict's programs stay (pinned), like the tc programs.
-		err = errors.Join(r.side.close(), r.dp.Close())
+		err = errors.Join(r.side.Close(), r.dp.Close())
 	})
 	return err
 }
@@ -164,9 +172,7 @@ func flowFlags(ev datapath.FlowEvent) uint8 {
 }
 
 func (r *realDatapath) MapMemory() ([]api.MapMemory, error) {
-	r.side.mu.Lock()
-	us, err := r.dp.MapMemory(r.side.sv)
-	r.side.mu.Unlock()
+	us, err := r.dp.MapMemory(r.side.Programs()...)
 	if err != nil {
 		return nil, err
 	}
@@ -200,4 +206,13 @@ func (r *realDatapath) RemoveCIDRs(index uint8, prefixes []netip.Prefix) error {
 
 func (r *realDatapath) CIDRSetMembership(addr netip.Addr) (uint32, error) {
 	return r.cidr.CIDRSetMembership(addr)
+}
+
+func (r *realDatapath) ApplySockPairs(pairs []SockPair) error { return r.side.ApplySockPairs(pairs) }
+
+func (r *realDatapath) ReadSockRequest() (proxy.AccessLog, error) { return r.side.ReadSockRequest() }
+
+func (r *realDatapath) SockStatus() (api.SendSideStatus, error) {
+	st, err := r.side.SockStatus()
+	return api.SendSideStatus(st), err
 }

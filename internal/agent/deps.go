@@ -8,10 +8,10 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/identity"
-	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
+	"github.com/rampartnet/rampart/internal/sockverdict"
 )
 
 // Datapath is what the agent needs from the BPF dataplane (internal/datapath). It is an
@@ -75,18 +75,9 @@ type Datapath interface {
 	MapMemory() ([]api.MapMemory, error)
 }
 
-// SockPair is a pair of local endpoints with L7 rules on Port, and what the send-side
-// verdict (Config.L7SendSide) does with it: Listed, it checks the pair's requests on the
-// client's socket against Table; not listed, the pair's connections go to the proxy, and
-// Table (nil: refuse everything) is for the open connections of a pair listed before.
-type SockPair struct {
-	Listed                   bool
-	Client, Server           netip.Addr
-	ClientEpID, ServerEpID   uint32
-	ClientNetns, ServerNetns string // network namespace paths
-	Port                     uint16
-	Table                    *l7table.Table
-}
+// SockPair is a pair of local endpoints with L7 rules and what the send-side verdict
+// (Config.L7SendSide) does with it.
+type SockPair = sockverdict.Pair
 
 // EndpointInfo is an endpoint's dataplane identity.
 type EndpointInfo struct {

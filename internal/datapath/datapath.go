@@ -262,3 +262,7 @@ func isBPFFS(path string) (bool, error) {
 	}
 	return uint32(st.Type) == unix.BPF_FS_MAGIC, nil
 }
+
+// SockPairsMap returns sv_pairs, the pairs of local endpoints whose new connections skip
+// the proxy because the send-side verdict checks them (internal/sockverdict fills it).
+func (d *Datapath) SockPairsMap() *ebpf.Map { return d.objs.SvPairs }

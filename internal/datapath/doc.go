@@ -29,11 +29,10 @@
 //
 // # The send-side L7 verdict
 //
-// SockVerdict loads bpf/sockverdict.c (a second object, bpf2go too): sockops and sk_msg
-// programs that check HTTP/1.1 requests between local endpoints on the client's socket
-// (docs/architecture.md, "The send-side verdict"). Its maps and sockops link are pinned in
-// the same directory; SetSockPair lists a pair for tc (sv_pairs), whose new connections
-// then skip the proxy.
+// The tc programs send the new connections of the pairs listed in sv_pairs straight to the
+// server, whose requests the send-side verdict checks on the client's socket
+// (internal/sockverdict, which fills sv_pairs: SockPairsMap). Its maps and sockops link are
+// pinned in the same directory.
 //
 // # CIDR sets
 //

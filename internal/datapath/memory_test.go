@@ -42,7 +42,7 @@ func TestMapMemory(t *testing.T) {
 	if err != nil {
 		t.Fatalf("MapMemory with a program pinned beside the maps: %v", err)
 	}
-	all, err := d.MapMemory(nil)
+	all, err := d.MapMemory()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,9 @@
-package datapath
+package sockverdict
 
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -18,10 +19,14 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/l7table"
+	"github.com/rampartnet/rampart/internal/netns"
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
+	"github.com/rampartnet/rampart/internal/testenv/root"
 )
 
 // The send-side verdict, with real sockets: a client and a server in a namespace of the
@@ -36,7 +41,7 @@ var (
 type svWorld struct {
 	t      *testing.T
 	ns     string
-	sv     *SockVerdict
+	sv     *Verdict
 	port   uint16
 	cookie uint64
 	srv    *svServerRec
@@ -102,8 +107,21 @@ func svTable(t *testing.T, rules []policy.HTTPRule) *l7table.Table {
 // svNetns makes a namespace with the client's and the server's addresses on its loopback.
 func svNetns(t *testing.T) string {
 	t.Helper()
-	ns := newNetns(t, "rsv-"+randSuffix(t))
-	h := nlHandle(t, ns)
+	ns := filepath.Join(t.TempDir(), "rsv")
+	if err := netns.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(ns, unix.MNT_DETACH) })
+	nsh, err := vnetns.GetFromPath(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsh.Close()
+	h, err := netlink.NewHandleAt(nsh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
 	lo, err := h.LinkByName("lo")
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +138,7 @@ func svNetns(t *testing.T) string {
 }
 
 // openTestSockVerdict opens the verdict pinned in pinDir and removes it at cleanup.
-func openTestSockVerdict(t *testing.T, pinDir string) *SockVerdict {
+func openTestSockVerdict(t *testing.T, pinDir string) *Verdict {
 	t.Helper()
 	cg, err := Cgroup2Root()
 	if err != nil {
@@ -128,7 +146,7 @@ func openTestSockVerdict(t *testing.T, pinDir string) *SockVerdict {
 	}
 	// The pins go whatever happens: a load that fails halfway leaves maps pinned.
 	t.Cleanup(func() { os.RemoveAll(pinDir) })
-	sv, err := OpenSockVerdict(cg, pinDir)
+	sv, err := Open(cg, pinDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +166,10 @@ func newSVWorld(t *testing.T) *svWorld {
 // newSVWorldOn is newSVWorld with the server listening on network and address.
 func newSVWorldOn(t *testing.T, network, address string) *svWorld {
 	t.Helper()
-	requirePrivileged(t)
+	root.Require(t)
 	w := &svWorld{t: t, ns: svNetns(t), srv: &svServerRec{}}
 	var ln net.Listener
-	if err := inNetns(w.ns, func() (err error) {
+	if err := netns.Do(w.ns, func() (err error) {
 		ln, err = net.Listen(network, address)
 		return err
 	}); err != nil {
@@ -181,7 +199,7 @@ func newSVWorldOn(t *testing.T, network, address string) *svWorld {
 	go server.Serve(countingListener{ln, w.srv})
 	t.Cleanup(func() { server.Close() })
 
-	w.sv = openTestSockVerdict(t, filepath.Join(BPFFSRoot, "rampart-test-"+randSuffix(t)))
+	w.sv = openTestSockVerdict(t, filepath.Join("/sys/fs/bpf", "rampart-test-"+rand.Text()[:8]))
 	var err error
 	if w.cookie, err = NetnsCookie(w.ns); err != nil {
 		t.Fatal(err)
@@ -204,7 +222,7 @@ func newSVWorldOn(t *testing.T, network, address string) *svWorld {
 func (w *svWorld) dial() *svConn {
 	w.t.Helper()
 	var c net.Conn
-	if err := inNetns(w.ns, func() (err error) {
+	if err := netns.Do(w.ns, func() (err error) {
 		d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: svClient.AsSlice()}}
 		c, err = d.Dial("tcp4", netip.AddrPortFrom(svServer, w.port).String())
 		return err
@@ -265,7 +283,7 @@ func (w *svWorld) wantSeen(want ...string) {
 	}
 }
 
-func (w *svWorld) counts() SockVerdictCounts {
+func (w *svWorld) counts() Counts {
 	w.t.Helper()
 	c, err := w.sv.Counts()
 	if err != nil {
@@ -323,7 +341,7 @@ func TestSockVerdictKeepAlive(t *testing.T) {
 	got := w.counts()
 	// One failed send counted: after a drop the kernel keeps the verdict for the
 	// socket's later sends without running the program.
-	if got != (SockVerdictCounts{Passed: 6, Refused: 3, SendFailed: 1}) {
+	if got != (Counts{Passed: 6, Refused: 3, SendFailed: 1}) {
 		t.Fatalf("counters %+v, want 6 passed, 3 refused, 1 failed send", got)
 	}
 }
@@ -422,7 +440,7 @@ func TestSockVerdictDualStackServer(t *testing.T) {
 			t.Fatalf("%q: %d, want %d", step.req, st, step.want)
 		}
 	}
-	if got := w.counts(); got != (SockVerdictCounts{Passed: 2, Refused: 2}) {
+	if got := w.counts(); got != (Counts{Passed: 2, Refused: 2}) {
 		t.Fatalf("counters %+v", got)
 	}
 }
@@ -440,7 +458,7 @@ func TestSockVerdictEvents(t *testing.T) {
 	c.roundTrip("DELETE /v1 HTTP/1.1\r\nHost: deathstar\r\n\r\n")
 	c.roundTrip(get("/v1"))
 	c.c.Close() // the last passed request is reported when its response is seen
-	var evs []SockEvent
+	var evs []Event
 	rd.SetDeadline(time.Now().Add(5 * time.Second))
 	for len(evs) < 3 {
 		e, err := rd.Read()
@@ -451,16 +469,16 @@ func TestSockVerdictEvents(t *testing.T) {
 	}
 	want := []struct {
 		method  string
-		verdict SockVerdictKind
+		verdict Kind
 		status  int
-	}{{"GET", SockPassed, 200}, {"DELETE", SockRefused, 403}, {"GET", SockPassed, 200}}
+	}{{"GET", Passed, 200}, {"DELETE", Refused, 403}, {"GET", Passed, 200}}
 	for i, e := range evs {
 		wt := want[i]
 		if e.Method != wt.method || e.Verdict != wt.verdict || e.Status != wt.status || e.Path != "/v1" ||
 			e.Host != "deathstar" || e.Client.Addr() != svClient || e.Server != netip.AddrPortFrom(svServer, w.port) {
 			t.Errorf("event %d: %+v, want %+v", i, e, wt)
 		}
-		if wt.verdict == SockPassed && (e.Latency <= 0 || e.Rules[l7table.Ingress] != 1) {
+		if wt.verdict == Passed && (e.Latency <= 0 || e.Rules[l7table.Ingress] != 1) {
 			t.Errorf("event %d: latency %v, rules %#x", i, e.Latency, e.Rules)
 		}
 	}
@@ -574,7 +592,7 @@ func TestSockVerdictOtherNamespace(t *testing.T) {
 	w := newSVWorld(t)
 	other := &svWorld{t: t, ns: svNetns(t), srv: &svServerRec{}}
 	var ln net.Listener
-	if err := inNetns(other.ns, func() (err error) {
+	if err := netns.Do(other.ns, func() (err error) {
 		ln, err = net.Listen("tcp4", netip.AddrPortFrom(svServer, w.port).String())
 		return err
 	}); err != nil {
@@ -588,7 +606,7 @@ func TestSockVerdictOtherNamespace(t *testing.T) {
 	if st, body := c.roundTrip("DELETE /v1 HTTP/1.1\r\nHost: deathstar\r\n\r\n"); st != 200 || body != "other" {
 		t.Fatalf("DELETE in the other namespace: %d %q", st, body)
 	}
-	if got := w.counts(); got != (SockVerdictCounts{}) {
+	if got := w.counts(); got != (Counts{}) {
 		t.Fatalf("the verdict counted %+v", got)
 	}
 }
