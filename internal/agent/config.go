@@ -72,9 +72,9 @@ type Config struct {
 	HostTraffic HostTraffic
 
 	// Hooks for tests; nil means the real implementation.
-	Engine       Engine
-	Network      Network
-	OpenDatapath func(cfg Config) (Datapath, error)
+	Engine     Engine
+	Network    Network
+	OpenKernel func(cfg Config) (Kernel, error)
 	// OpenProxy creates the L7 proxy for Envoy running in the network namespace at
 	// netnsPath; onLog receives its access logs.
 	OpenProxy func(cfg Config, netnsPath string, onLog func(proxy.AccessLog)) (Proxy, error)

@@ -124,16 +124,16 @@ func ParseAttachMode(s string) (AttachMode, error) {
 // filter does not see the packet (tested).
 //
 // Attach before ApplyEndpoint is safe: until the endpoint has its info, every packet on
-// the interface is dropped.
-func (d *Datapath) Attach(netnsPath, ifname string) error {
+// the interface is dropped. It returns the interface's index (0 on error).
+func (d *Datapath) Attach(netnsPath, ifname string) (uint32, error) {
 	h, err := netlinkHandle(netnsPath)
 	if err != nil {
-		return fmt.Errorf("attaching to %s: %w", ifname, err)
+		return 0, fmt.Errorf("attaching to %s: %w", ifname, err)
 	}
 	defer h.Close()
 	lnk, err := h.LinkByName(ifname)
 	if err != nil {
-		return fmt.Errorf("attaching to %s: finding interface: %w", ifname, err)
+		return 0, fmt.Errorf("attaching to %s: finding interface: %w", ifname, err)
 	}
 	idx := lnk.Attrs().Index
 	if d.attach == AttachTCX {
@@ -142,12 +142,12 @@ func (d *Datapath) Attach(netnsPath, ifname string) error {
 		err = d.attachClsBPF(netnsPath, h, lnk)
 	}
 	if err != nil {
-		return fmt.Errorf("attaching to %s: %w", ifname, err)
+		return 0, fmt.Errorf("attaching to %s: %w", ifname, err)
 	}
 	d.mu.Lock()
 	d.netns[uint32(idx)] = netnsPath
 	d.mu.Unlock()
-	return nil
+	return uint32(idx), nil
 }
 
 // attachClsBPF is Attach in AttachTC mode: a clsact qdisc and the two filters, replaced in

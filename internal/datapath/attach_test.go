@@ -167,7 +167,7 @@ func TestAttachModeSwitch(t *testing.T) {
 		d = open(mode)
 		current = d
 		for _, ep := range []*trafficEndpoint{a, b} {
-			if err := d.Attach(node, ep.hostIf); err != nil {
+			if _, err := d.Attach(node, ep.hostIf); err != nil {
 				t.Fatalf("%s: attaching to %s: %v", step, ep.hostIf, err)
 			}
 			checkFilters(t, node, ep.hostIf, mode, 1)

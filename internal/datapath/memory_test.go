@@ -21,7 +21,7 @@ func TestMapMemory(t *testing.T) {
 	}
 	t.Cleanup(func() { d.objs.RampartFromEp.Unpin() })
 	ns := newNetns(t, "rpt-mem-"+randSuffix(t))
-	if err := d.Attach(ns, "lo"); err != nil {
+	if _, err := d.Attach(ns, "lo"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Detach(ns, "lo") })

@@ -157,6 +157,20 @@ func loUp(h *netlink.Handle) (int, error) {
 	return lo.Attrs().Index, nil
 }
 
+// SetupProxy prepares the node namespace at netnsPath for the proxy
+// (PrepareProxyNamespace) and tells the programs where its transparent listener is
+// (SetProxy). Idempotent.
+func (d *Datapath) SetupProxy(netnsPath string, listen netip.AddrPort) error {
+	if err := PrepareProxyNamespace(netnsPath); err != nil {
+		return err
+	}
+	return d.SetProxy(listen)
+}
+
+// RouteToProxy is SetupProxyRouting: the node namespace at netnsPath delivers locally the
+// packets the programs hand to the proxy.
+func (d *Datapath) RouteToProxy(netnsPath string) error { return SetupProxyRouting(netnsPath) }
+
 // SetupProxyRouting prepares the node network namespace at netnsPath ("" = the caller's)
 // for L7 steering: PrepareProxyNamespace, then `ip rule add fwmark 0x1/0x1 lookup 101 pref
 // 100` and `ip route add local 0.0.0.0/0 dev lo table 101`, so packets the dataplane
