@@ -3,12 +3,11 @@ package datapath
 import (
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
+	"github.com/rampartnet/rampart/internal/endpoint"
 	rnetns "github.com/rampartnet/rampart/internal/netns"
 )
 
@@ -16,39 +15,16 @@ import (
 // at cleanup, which also destroys the interfaces inside it. It returns the path.
 func newNetns(t *testing.T, name string) string {
 	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		// NewNamed switches the calling thread into the new namespace: do it on a thread
-		// of our own and never give that thread back to the scheduler unless restored.
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.NewNamed(name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		ns.Close()
-		if err := netns.Set(orig); err != nil {
-			errc <- err // thread stays locked and exits with the goroutine
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- nil
-	}()
-	if err := <-errc; err != nil {
+	path, err := endpoint.CreateNetns(name)
+	if err != nil {
 		t.Fatalf("creating netns %s: %v", name, err)
 	}
 	t.Cleanup(func() {
-		if err := netns.DeleteNamed(name); err != nil {
+		if err := endpoint.DeleteNetns(name); err != nil {
 			t.Errorf("deleting netns %s: %v", name, err)
 		}
 	})
-	return filepath.Join("/run/netns", name)
+	return path
 }
 
 // inNetns runs fn on an OS thread switched into the network namespace at path. Sockets
