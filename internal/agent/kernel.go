@@ -52,6 +52,16 @@ func openKernel(cfg Config) (Kernel, error) {
 	}, nil
 }
 
+// FindPins returns the paths of the dataplane's pins in the pin directory dir: the tc
+// object's and those of the send-side verdict, which shares the directory.
+func FindPins(dir string) ([]string, error) {
+	sv, err := sockverdict.PinNames()
+	if err != nil {
+		return nil, err
+	}
+	return datapath.FindPins(dir, sv...)
+}
+
 // flowEvents reads the datapath's flow events as the agent's FlowEvent.
 type flowEvents struct {
 	r *datapath.EventReader

@@ -168,7 +168,7 @@ func instancePins(cfg Config, o *owned) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("--bpf-dir %s: not on a bpf filesystem, so no Rampart pins", cfg.BPFDir)
 	}
-	pins, err := datapath.FindPins(cfg.BPFDir)
+	pins, err := FindPins(cfg.BPFDir)
 	if err != nil {
 		return nil, fmt.Errorf("--bpf-dir %s: %w", cfg.BPFDir, err)
 	}
