@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
@@ -28,7 +29,7 @@ type Agent struct {
 	log     *slog.Logger
 	eng     Engine
 	net     Network
-	dp      Datapath
+	dp      Kernel
 	started time.Time
 
 	listener net.Listener
@@ -42,7 +43,7 @@ type Agent struct {
 	mu       sync.Mutex
 	model    *model
 	cur      *desired
-	ifindex  map[uint32]int // ep id -> host veth ifindex
+	ifindex  map[uint32]uint32 // ep id -> host veth ifindex
 	degraded string
 	prox     Proxy       // the L7 proxy, nil until some state has L7 rules (see proxy.go)
 	sets     *setStore   // the CIDR set files
@@ -79,7 +80,7 @@ func New(cfg Config) (*Agent, error) {
 		log:        cfg.Logger.With("instance", cfg.Instance),
 		eng:        eng,
 		net:        cfg.Network,
-		ifindex:    map[uint32]int{},
+		ifindex:    map[uint32]uint32{},
 		started:    time.Now(),
 		flows:      newFlowHub(cfg.FlowHistory),
 		readerDone: make(chan struct{}),
@@ -88,9 +89,9 @@ func New(cfg Config) (*Agent, error) {
 	if a.net == nil {
 		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR}
 	}
-	open := cfg.OpenDatapath
+	open := cfg.OpenKernel
 	if open == nil {
-		open = openDatapath
+		open = openKernel
 	}
 
 	// What the agent creates of its directories is recorded (owned.go).
@@ -105,7 +106,7 @@ func New(cfg Config) (*Agent, error) {
 	defer func() {
 		if !ok {
 			a.listener.Close()
-			if a.dp != nil {
+			if a.dp.Close != nil {
 				a.dp.Close()
 			}
 			if a.unlock != nil {
@@ -117,7 +118,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	// The host is the agent's own unless tests stand in for it.
-	a.host = cfg.Network == nil && cfg.OpenDatapath == nil
+	a.host = cfg.Network == nil && cfg.OpenKernel == nil
 	if a.own, err = openOwned(cfg, missing, a.host); err != nil {
 		return nil, err
 	}
@@ -238,14 +239,14 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 
 // reattach finds a stored endpoint's veth (recreating the endpoint if its namespace is gone,
 // e.g. after a reboot) and attaches the programs, replacing the old ones in place.
-func (a *Agent) reattach(rec *EndpointRecord) (int, error) {
+func (a *Agent) reattach(rec *EndpointRecord) (uint32, error) {
 	ep, err := a.net.Lookup(rec.Namespace, rec.Name, rec.IP)
 	if err != nil {
 		a.log.Warn("endpoint missing, recreating it", "endpoint", rec.Key(), "error", err)
 		if derr := a.net.Delete(rec.Namespace, rec.Name); derr != nil {
 			return 0, fmt.Errorf("cleaning up endpoint %s: %w", rec.Key(), derr)
 		}
-		var ifindex int
+		var ifindex uint32
 		_, err = a.net.CreateAttached(rec.Namespace, rec.Name, rec.IP, func(hostIf string) error {
 			var aerr error
 			ifindex, aerr = a.dp.Attach(a.net.NetnsPath(), hostIf)
@@ -270,14 +271,15 @@ func (a *Agent) reattach(rec *EndpointRecord) (int, error) {
 // the agent was down, or a crash in the middle of a delete), so their policy and identity do
 // not linger on a reused interface index.
 func (a *Agent) removeStale() {
-	known := map[int]bool{}
+	known := map[uint32]bool{}
 	for _, idx := range a.ifindex {
 		known[idx] = true
 	}
-	for idx, epID := range a.dp.Installed() {
+	for idx, ep := range a.dp.InstalledEndpoints() {
 		if known[idx] {
 			continue
 		}
+		epID := ep.EpID
 		if err := a.dp.RemoveEndpoint(idx, epID); err != nil {
 			a.log.Warn("removing stale dataplane endpoint", "ifindex", idx, "ep_id", epID, "error", err)
 		}
@@ -398,7 +400,7 @@ func (a *Agent) applyOnce(old, new *desired, pl l7Plans, m *model, force bool) e
 	sort.Strings(changed)
 	for _, key := range changed {
 		rec := m.endpoints[key]
-		info := EndpointInfo{EpID: rec.EpID, Identity: new.identities[key], Addr: rec.IP}
+		info := datapath.EndpointInfo{EpID: rec.EpID, Identity: new.identities[key], Addr: rec.IP}
 		if err := a.dp.ApplyEndpoint(a.ifindex[rec.EpID], info, new.state.Endpoints[rec.EpID]); err != nil {
 			return fmt.Errorf("endpoint %s: %w", key, err)
 		}

@@ -34,7 +34,7 @@ type harness struct {
 	t    testing.TB
 	cfg  Config
 	net  *fakeNetwork
-	dp   *fakeDatapath
+	dp   *fakeKernel
 	prox *fakeProxy
 	// proxyErr makes opening the proxy fail (Envoy missing).
 	proxyErr error
@@ -49,7 +49,7 @@ func newHarness(t testing.TB) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sock) })
-	h := &harness{t: t, net: newFakeNetwork("unit", DefaultPodCIDR), dp: newFakeDatapath(), prox: &fakeProxy{}}
+	h := &harness{t: t, net: newFakeNetwork("unit", DefaultPodCIDR), dp: newFakeKernel(), prox: &fakeProxy{}}
 	h.cfg = Config{
 		Instance: "unit",
 		StateDir: filepath.Join(t.TempDir(), "state"),
@@ -70,7 +70,7 @@ func newHarness(t testing.TB) *harness {
 func (h *harness) start() {
 	h.t.Helper()
 	dp := h.dp
-	h.cfg.OpenDatapath = func(Config) (Datapath, error) { return dp, nil }
+	h.cfg.OpenKernel = func(Config) (Kernel, error) { return dp.kernel(), nil }
 	h.cfg.OpenProxy = func(_ Config, _ string, onLog func(flow.AccessLog)) (Proxy, error) {
 		if h.proxyErr != nil {
 			return nil, h.proxyErr
@@ -363,11 +363,11 @@ func TestRuleIDsAndRestart(t *testing.T) {
 		t.Fatalf("after restart: %+v", got)
 	}
 	// A dataplane endpoint the state does not know is removed on start.
-	h.dp.mu.Lock()
-	h.dp.eps[9999] = fakeEP{info: EndpointInfo{EpID: 77, Identity: 300}}
-	h.dp.mu.Unlock()
+	h.dp.fakeEndpoints.mu.Lock()
+	h.dp.eps[9999] = fakeEP{info: datapath.EndpointInfo{EpID: 77, Identity: 300}}
+	h.dp.fakeEndpoints.mu.Unlock()
 	h.restart()
-	if _, ok := h.dp.Installed()[9999]; ok {
+	if _, ok := h.dp.InstalledEndpoints()[9999]; ok {
 		t.Fatal("stale dataplane endpoint kept across restart")
 	}
 	// New endpoint ids do not reuse a deleted one's.

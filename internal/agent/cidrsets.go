@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/cidrtable"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -33,17 +34,7 @@ import (
 
 const maxCIDRSets = identity.MaxCIDRSets
 
-// CIDRSetStats is what a full rebuild of the dataplane's set tables cost
-// (datapath.CIDRSetStats).
-type CIDRSetStats struct {
-	Prefixes, IPv4, IPv6, HostEntries int
-	// MemoryBytes is KernelBytes (the tables in the kernel) plus the dataplane's copy of
-	// the prefixes.
-	MemoryBytes, KernelBytes uint64
-	Build, Write             time.Duration
-}
-
-// datapathSets converts the model's sets to what Datapath.ReplaceCIDRSets takes.
+// datapathSets converts the model's sets to what CIDRSets.ReplaceCIDRSets takes.
 func datapathSets(sets map[string]*cidrSet) map[uint8][]netip.Prefix {
 	out := make(map[uint8][]netip.Prefix, len(sets))
 	for _, s := range sets {
@@ -312,7 +303,7 @@ func diffCounts(a, b *api.PrefixList) (added, removed int) {
 // sets added); (3) removed sets are emptied; (4) set files are written or removed and the
 // state file saved. Any failure moves the dataplane back to the previous sets and policy
 // state.
-func (a *Agent) changeSets(start time.Time, tm *changeTiming, mutate func(m *model) error) (*CIDRSetStats, error) {
+func (a *Agent) changeSets(start time.Time, tm *changeTiming, mutate func(m *model) error) (*cidrtable.Stats, error) {
 	old := a.model
 	m := old.clone()
 	if err := mutate(m); err != nil {
@@ -332,7 +323,7 @@ func (a *Agent) changeSets(start time.Time, tm *changeTiming, mutate func(m *mod
 	sort.Strings(changed)
 	sort.Strings(removed)
 
-	var stats *CIDRSetStats
+	var stats *cidrtable.Stats
 	replace := func(sets map[string]*cidrSet) error {
 		defer tm.stage(&tm.dataplane, time.Now())
 		st, err := a.dp.ReplaceCIDRSets(datapathSets(sets))
@@ -584,7 +575,7 @@ func (a *Agent) finishInPlace(name string, old *cidrSet, content, added, removed
 	return res, nil
 }
 
-func loadStats(st *CIDRSetStats, start time.Time) *api.CIDRSetLoad {
+func loadStats(st *cidrtable.Stats, start time.Time) *api.CIDRSetLoad {
 	load := &api.CIDRSetLoad{
 		TotalPrefixes:  st.Prefixes,
 		HostEntries:    st.HostEntries,

@@ -97,9 +97,9 @@ func (h *harness) egressEntries(epID uint32, id identity.Identity) []mapstate.Va
 func TestCIDRSetChangeTiming(t *testing.T) {
 	h := newHarness(t)
 	const decode, rebuild = 30 * time.Millisecond, 20 * time.Millisecond
-	h.dp.mu.Lock()
+	h.dp.fakeCIDRSets.mu.Lock()
 	h.dp.replaceDelay = rebuild
-	h.dp.mu.Unlock()
+	h.dp.fakeCIDRSets.mu.Unlock()
 	check := func(what string, tm *api.CIDRSetTiming, minReceive, minDataplane, maxDataplane time.Duration) {
 		t.Helper()
 		if tm == nil {
@@ -468,7 +468,7 @@ func TestCIDRSetDamagedFileStopsStart(t *testing.T) {
 	os.WriteFile(path, b[:len(b)-2], 0o600)
 	h.dp = h.dp.reopen()
 	dp := h.dp
-	h.cfg.OpenDatapath = func(Config) (Datapath, error) { return dp, nil }
+	h.cfg.OpenKernel = func(Config) (Kernel, error) { return dp.kernel(), nil }
 	if a, err := New(h.cfg); err == nil {
 		a.Close()
 		t.Fatal("agent started with a damaged set file")

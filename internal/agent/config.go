@@ -55,7 +55,7 @@ type Config struct {
 	// outside its HTTP/1.1 subset with 400 and shuts the connection, where the proxy would
 	// have handed them to Envoy.
 	L7SendSide bool
-	// CIDRHostSlots bounds the CIDR sets' host-address table (0: the datapath default,
+	// CIDRHostSlots bounds the CIDR sets' host-address table (0: the tables' default,
 	// 2^27 slots, about 67M addresses). The table is created at the size each load needs
 	// (about 16 bytes per address of /25../32 prefixes); a load that needs more slots is
 	// refused.
@@ -73,9 +73,9 @@ type Config struct {
 	HostTraffic HostTraffic
 
 	// Hooks for tests; nil means the real implementation.
-	Engine       Engine
-	Network      Network
-	OpenDatapath func(cfg Config) (Datapath, error)
+	Engine     Engine
+	Network    Network
+	OpenKernel func(cfg Config) (Kernel, error)
 	// OpenProxy creates the L7 proxy for Envoy running in the network namespace at
 	// netnsPath; onLog receives its access logs.
 	OpenProxy func(cfg Config, netnsPath string, onLog func(flow.AccessLog)) (Proxy, error)

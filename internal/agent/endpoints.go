@@ -78,7 +78,7 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 	}
 	// The programs go on the veth before it can carry a packet, and drop everything
 	// until the endpoint's info is in the map (applyState below).
-	var ifindex int
+	var ifindex uint32
 	ep, err := a.net.CreateAttached(rec.Namespace, rec.Name, ip, func(hostIf string) error {
 		var aerr error
 		ifindex, aerr = a.dp.Attach(a.net.NetnsPath(), hostIf)
@@ -115,7 +115,7 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 // deleteNetwork deletes an endpoint's veth and namespace, and then the pins of the links of
 // its programs on interface ifindex (0: unknown). If the veth could not be deleted its
 // programs stay attached, dropping everything.
-func (a *Agent) deleteNetwork(rec *EndpointRecord, ifindex int) error {
+func (a *Agent) deleteNetwork(rec *EndpointRecord, ifindex uint32) error {
 	if err := a.net.Delete(rec.Namespace, rec.Name); err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func (a *Agent) deleteNetwork(rec *EndpointRecord, ifindex int) error {
 
 // releaseLinks forgets the programs of a deleted interface; a pin left behind holds a
 // detached link only, which a later attach to the same index replaces.
-func (a *Agent) releaseLinks(key string, ifindex int) {
+func (a *Agent) releaseLinks(key string, ifindex uint32) {
 	if err := a.dp.ReleaseLinks(ifindex); err != nil {
 		a.log.Warn("releasing the links of a deleted endpoint", "endpoint", key, "error", err)
 	}
@@ -308,7 +308,8 @@ func (a *Agent) endpointView(rec *EndpointRecord, counters bool) api.Endpoint {
 	}
 	if ifindex, ok := a.ifindex[rec.EpID]; counters && ok {
 		if c, err := a.dp.Counters(a.net.NetnsPath(), ifindex, rec.EpID); err == nil {
-			ep.Counters = &c
+			ac := api.Counters(c)
+			ep.Counters = &ac
 		} else {
 			a.log.Warn("reading counters", "endpoint", key, "error", err)
 		}

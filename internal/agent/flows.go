@@ -81,7 +81,7 @@ func policyRefString(r mapstate.PolicyRef) string {
 func (a *Agent) readFlows() {
 	defer close(a.readerDone)
 	for {
-		ev, err := a.dp.ReadEvent()
+		ev, err := a.dp.Read()
 		if err != nil {
 			return
 		}
@@ -377,9 +377,9 @@ func (a *Agent) Observe(ctx context.Context, req api.ObserveRequest, send func(a
 // programs do not wake the reader for each event; it polls every datapath.EventPoll). At
 // most a second: a reader busy with a burst of events does not hold the caller up longer.
 func (a *Agent) awaitEvents(ctx context.Context) {
-	want := a.dp.EventsDrained() + 2
+	want := a.dp.Drained() + 2
 	deadline := time.Now().Add(time.Second)
-	for a.dp.EventsDrained() < want && time.Now().Before(deadline) && ctx.Err() == nil {
+	for a.dp.Drained() < want && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -16,12 +16,14 @@ import (
 func (a *Agent) memoryStatus() *api.MemoryStatus {
 	mem := &api.MemoryStatus{}
 	var errs []string
-	maps, err := a.dp.MapMemory()
+	// The send-side verdict's programs too, when it is loaded: their maps are the
+	// dataplane's.
+	maps, err := a.dp.MapMemory(a.dp.Programs()...)
 	if err != nil {
 		errs = append(errs, fmt.Sprintf("reading the dataplane's map memory: %v", err))
 	}
-	mem.Maps = maps
 	for _, m := range maps {
+		mem.Maps = append(mem.Maps, api.MapMemory(m))
 		mem.MapBytes += m.Bytes
 	}
 	if mem.RSSBytes, mem.RSSAnonBytes, err = processRSS(); err != nil {

@@ -127,7 +127,8 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		if err != nil {
 			return api.Status{}, fmt.Errorf("send-side L7 verdict status: %w", err)
 		}
-		sendSide = &st
+		ss := api.SendSideStatus(st)
+		sendSide = &ss
 	}
 	return api.Status{
 		Version:    version.Get().String(),

@@ -24,7 +24,7 @@ const ownedVersion = 1
 // changed. Each is recorded before it is made (a crash in between leaves a record of
 // something missing, which uninstall skips, never something made and not recorded).
 // Endpoint namespaces and veths follow from the endpoint records, pins from the BPF
-// objects' pin names (datapath.FindPins) and state files from their names, so none of
+// objects' pin names (FindPins) and state files from their names, so none of
 // those are listed. Uninstall removes what is recorded and nothing else.
 type owned struct {
 	Version  int    `json:"version"`
@@ -206,7 +206,7 @@ func legacyOwned(cfg Config, host bool) (*owned, error) {
 	if !host {
 		return o, nil
 	}
-	if pins, err := datapath.FindPins(cfg.BPFDir); err != nil {
+	if pins, err := FindPins(cfg.BPFDir); err != nil {
 		return nil, err
 	} else if len(pins) > 0 {
 		o.addDirs(o.BPFDir)

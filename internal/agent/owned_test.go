@@ -74,7 +74,7 @@ func TestAgentStaysWhereItsRecordSays(t *testing.T) {
 	} {
 		cfg := h.cfg
 		c.change(&cfg)
-		cfg.OpenDatapath = func(Config) (Datapath, error) { return h.dp, nil }
+		cfg.OpenKernel = func(Config) (Kernel, error) { return h.dp.kernel(), nil }
 		if a, err := New(cfg); err == nil {
 			a.Close()
 			t.Fatalf("agent started with a changed place; want %q", c.want)

@@ -155,7 +155,7 @@ func findInstance(cfg Config) (*owned, *stateFile, error) {
 // record does not name it (an earlier version's instance): nothing says it is the
 // instance's.
 func instancePins(cfg Config, o *owned) ([]string, error) {
-	if cfg.Network != nil || cfg.OpenDatapath != nil {
+	if cfg.Network != nil || cfg.OpenKernel != nil {
 		return nil, nil // tests standing in for the dataplane: no pins
 	}
 	if _, err := os.Stat(cfg.BPFDir); errors.Is(err, os.ErrNotExist) {
@@ -168,7 +168,7 @@ func instancePins(cfg Config, o *owned) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("--bpf-dir %s: not on a bpf filesystem, so no Rampart pins", cfg.BPFDir)
 	}
-	pins, err := datapath.FindPins(cfg.BPFDir)
+	pins, err := FindPins(cfg.BPFDir)
 	if err != nil {
 		return nil, fmt.Errorf("--bpf-dir %s: %w", cfg.BPFDir, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/rampartnet/rampart/internal/cli"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/netns"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
@@ -182,7 +183,7 @@ func TestUninstallRemovesOnlyWhatTheInstanceMade(t *testing.T) {
 	if v, _ := endpoint.ReadSysctl(nodePath, "net/ipv4/ip_forward"); v != "1" {
 		t.Fatalf("ip_forward in the node namespace = %q, want 1 while the agent runs", v)
 	}
-	pins, err := datapath.FindPins(bpfDir)
+	pins, err := agent.FindPins(bpfDir)
 	if err != nil || len(pins) < 10 {
 		t.Fatalf("the instance's pins: %d, %v", len(pins), err)
 	}
@@ -209,7 +210,7 @@ func TestUninstallRemovesOnlyWhatTheInstanceMade(t *testing.T) {
 	if err := agent.Uninstall(wrong); err == nil || !strings.Contains(err.Error(), "--bpf-dir /sys/fs/bpf") {
 		t.Fatalf("uninstall with --bpf-dir /sys/fs/bpf: %v, want a refusal naming it", err)
 	}
-	if now, _ := datapath.FindPins(bpfDir); len(now) != len(pins) {
+	if now, _ := agent.FindPins(bpfDir); len(now) != len(pins) {
 		t.Fatalf("refused uninstalls removed pins: %d left of %d", len(now), len(pins))
 	}
 	if _, err := os.Stat(filepath.Join(stateDir, "state.json")); err != nil {
@@ -227,7 +228,7 @@ func TestUninstallRemovesOnlyWhatTheInstanceMade(t *testing.T) {
 	uninstalled = true
 
 	// Everything the instance made is gone.
-	if left, err := datapath.FindPins(bpfDir); err != nil || len(left) > 0 {
+	if left, err := agent.FindPins(bpfDir); err != nil || len(left) > 0 {
 		t.Errorf("pins left: %v (%v)", left, err)
 	}
 	for _, ns := range epNetns {
@@ -317,7 +318,7 @@ func (w testLog) Write(p []byte) (int, error) {
 
 func inNode(t *testing.T, nsPath string, fn func(h *netlink.Handle) error) {
 	t.Helper()
-	if err := endpoint.Do(nsPath, func() error {
+	if err := netns.Do(nsPath, func() error {
 		h, err := netlink.NewHandle()
 		if err != nil {
 			return err

@@ -141,7 +141,7 @@ const (
 	// PrefixContentType is the media type of the wire form in API requests.
 	PrefixContentType = "application/x-rampart-prefixes"
 	// MaxPrefixes bounds the IPv4 prefixes of one list on the wire: the largest host table
-	// a node can be given (datapath.MaxCIDRHostSlots, 2^27 addresses from /25../32
+	// a node can be given (cidrtable.MaxHostSlots, 2^27 addresses from /25../32
 	// prefixes); shorter prefixes take at most 2^25 more, which this leaves out.
 	MaxPrefixes = 1 << 27
 	// MaxPrefixesV6 bounds the IPv6 prefixes of one list: the capacity of the dataplane's

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/cidrtable"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
@@ -264,7 +264,7 @@ func TestCIDRSetReloadUnderTraffic(t *testing.T) {
 // 100k and 1M prefixes (and 10M with RAMPART_CIDRSET_10M=1): the command's own time, then
 // a probe to a listed address must fail at once.
 func TestCIDRSetLoadTimes(t *testing.T) {
-	e := agenttest.StartAgent(t, agenttest.Options{CIDRHostSlots: datapath.DefaultCIDRHostSlots})
+	e := agenttest.StartAgent(t, agenttest.Options{CIDRHostSlots: cidrtable.DefaultHostSlots})
 	e.AddEndpoint("x", "a", map[string]string{"pod": "a"})
 	setUpWorld(t, e)
 	e.MustCLI("apply", "-f", writeFile(t, "block.yaml", blockThreats))

@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf/pin"
 
 	"github.com/rampartnet/rampart/internal/api"
-	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/cidrtable"
 	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
@@ -91,7 +91,7 @@ func statusJSON(t *testing.T, e *agenttest.Env) api.Status {
 // `rampart status` reports them); a set of /32s and a /24 adds a host table and the 64 MiB
 // top table, which status lists by map; deleting the set gives the memory back.
 func TestStatusMemoryFollowsSets(t *testing.T) {
-	e := agenttest.StartAgent(t, agenttest.Options{NoServers: true, CIDRHostSlots: datapath.DefaultCIDRHostSlots})
+	e := agenttest.StartAgent(t, agenttest.Options{NoServers: true, CIDRHostSlots: cidrtable.DefaultHostSlots})
 
 	idle, pins := pinnedMemlock(t, e.Config.BPFDir)
 	if idle >= idleMapLimit {

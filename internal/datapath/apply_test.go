@@ -105,7 +105,7 @@ func TestApplyEndpointDiff(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	d2, err := Open(Config{PinDir: d.PinDir(), CIDRHostSlots: testHostSlots})
+	d2, err := Open(Config{PinDir: d.PinDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

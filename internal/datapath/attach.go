@@ -11,6 +11,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	rnetns "github.com/rampartnet/rampart/internal/netns"
 )
 
 // The tc cls_bpf filters of AttachTC are identified by priority and handle, so the agent
@@ -122,16 +124,16 @@ func ParseAttachMode(s string) (AttachMode, error) {
 // filter does not see the packet (tested).
 //
 // Attach before ApplyEndpoint is safe: until the endpoint has its info, every packet on
-// the interface is dropped.
-func (d *Datapath) Attach(netnsPath, ifname string) error {
+// the interface is dropped. It returns the interface's index (0 on error).
+func (d *Datapath) Attach(netnsPath, ifname string) (uint32, error) {
 	h, err := netlinkHandle(netnsPath)
 	if err != nil {
-		return fmt.Errorf("attaching to %s: %w", ifname, err)
+		return 0, fmt.Errorf("attaching to %s: %w", ifname, err)
 	}
 	defer h.Close()
 	lnk, err := h.LinkByName(ifname)
 	if err != nil {
-		return fmt.Errorf("attaching to %s: finding interface: %w", ifname, err)
+		return 0, fmt.Errorf("attaching to %s: finding interface: %w", ifname, err)
 	}
 	idx := lnk.Attrs().Index
 	if d.attach == AttachTCX {
@@ -140,12 +142,12 @@ func (d *Datapath) Attach(netnsPath, ifname string) error {
 		err = d.attachClsBPF(netnsPath, h, lnk)
 	}
 	if err != nil {
-		return fmt.Errorf("attaching to %s: %w", ifname, err)
+		return 0, fmt.Errorf("attaching to %s: %w", ifname, err)
 	}
 	d.mu.Lock()
 	d.netns[uint32(idx)] = netnsPath
 	d.mu.Unlock()
-	return nil
+	return uint32(idx), nil
 }
 
 // attachClsBPF is Attach in AttachTC mode: a clsact qdisc and the two filters, replaced in
@@ -164,7 +166,7 @@ func (d *Datapath) attachClsBPF(netnsPath string, h *netlink.Handle, lnk netlink
 	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromEp, d.objs.RampartFromEp)); err != nil {
 		return fmt.Errorf("tc ingress filter: %w", err)
 	}
-	err := runInNetns(netnsPath, func() error {
+	err := rnetns.Do(netnsPath, func() error {
 		return errors.Join(detachTCX(idx, ebpf.AttachTCXIngress, 0), detachTCX(idx, ebpf.AttachTCXEgress, 0))
 	})
 	if err != nil {
@@ -185,7 +187,7 @@ func (d *Datapath) attachTCXLinks(netnsPath string, h *netlink.Handle, lnk netli
 		return err
 	}
 	// The link's interface index is resolved in the calling thread's namespace.
-	err := runInNetns(netnsPath, func() error {
+	err := rnetns.Do(netnsPath, func() error {
 		for _, hk := range []tcxHook{
 			{ebpf.AttachTCXEgress, "egress", d.objs.RampartToEp},
 			{ebpf.AttachTCXIngress, "ingress", d.objs.RampartFromEp},
@@ -319,7 +321,7 @@ func detach(netnsPath, ifname string) (ifindex int, err error) {
 		return 0, fmt.Errorf("detaching from %s: finding interface: %w", ifname, err)
 	}
 	idx := lnk.Attrs().Index
-	err = runInNetns(netnsPath, func() error {
+	err = rnetns.Do(netnsPath, func() error {
 		return errors.Join(detachTCX(idx, ebpf.AttachTCXIngress, 0), detachTCX(idx, ebpf.AttachTCXEgress, 0))
 	})
 	if err != nil {

@@ -43,7 +43,7 @@ func TestAttachModeSwitch(t *testing.T) {
 	pinDir := newPinDir(t)
 	open := func(mode AttachMode) *Datapath {
 		t.Helper()
-		d, err := Open(Config{PinDir: pinDir, Attach: mode, CIDRHostSlots: testHostSlots})
+		d, err := Open(Config{PinDir: pinDir, Attach: mode})
 		if err != nil {
 			t.Fatalf("opening with --attach=%s: %v", mode, err)
 		}
@@ -168,7 +168,7 @@ func TestAttachModeSwitch(t *testing.T) {
 		d = open(mode)
 		current = d
 		for _, ep := range []*trafficEndpoint{a, b} {
-			if err := d.Attach(node, ep.hostIf); err != nil {
+			if _, err := d.Attach(node, ep.hostIf); err != nil {
 				t.Fatalf("%s: attaching to %s: %v", step, ep.hostIf, err)
 			}
 			checkFilters(t, node, ep.hostIf, mode, 1)

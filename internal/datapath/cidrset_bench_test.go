@@ -1,59 +1,19 @@
 package datapath
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/rampartnet/rampart/internal/cidrtable"
+	"github.com/rampartnet/rampart/internal/cidrtable/cidrtest"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 )
-
-// benchPrefixes draws n IPv4 prefixes as the egress filtering benchmark does: about 10 %
-// /24, 1 % /16, the rest /32, from a seeded generator.
-func benchPrefixes(n int, seed uint64) []netip.Prefix {
-	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	out := make([]netip.Prefix, n)
-	for i := range out {
-		bits := 32
-		switch x := r.IntN(100); {
-		case x < 1:
-			bits = 16
-		case x < 11:
-			bits = 24
-		}
-		p, _ := v4addrOf(r.Uint32()).Prefix(bits)
-		out[i] = p
-	}
-	return out
-}
-
-// benchPrefixes6 draws n IPv6 prefixes: 10 % /48, 1 % /32, the rest /128.
-func benchPrefixes6(n int, seed uint64) []netip.Prefix {
-	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	out := make([]netip.Prefix, n)
-	for i := range out {
-		bits := 128
-		switch x := r.IntN(100); {
-		case x < 1:
-			bits = 32
-		case x < 11:
-			bits = 48
-		}
-		var a [16]byte
-		binary.BigEndian.PutUint64(a[:8], 0x2000000000000000|r.Uint64()>>4)
-		binary.BigEndian.PutUint64(a[8:], r.Uint64())
-		p, _ := netip.AddrFrom16(a).Prefix(bits)
-		out[i] = p
-	}
-	return out
-}
 
 // BenchmarkReplaceCIDRSets loads 1M and 10M prefixes into one set of a datapath with the
 // default host table bound and reports the build and write times and the memory per
@@ -70,20 +30,21 @@ func BenchmarkReplaceCIDRSets(b *testing.B) {
 		v6   bool
 	}{{"1M", 1_000_000, false}, {"10M", 10_000_000, false}, {"v6-1M", 1_000_000, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			d := openTest(b, Config{CIDRHostSlots: DefaultCIDRHostSlots, CIDR6MaxEntries: 2 << 20})
-			ps := benchPrefixes(c.n, 1)
+			d := openTest(b, Config{CIDR6MaxEntries: 2 << 20})
+			ct := cidrOf(b, d, cidrtable.DefaultHostSlots)
+			ps := cidrtest.BenchPrefixes(c.n, 1)
 			if c.v6 {
-				ps = benchPrefixes6(c.n, 1)
+				ps = cidrtest.BenchPrefixes6(c.n, 1)
 			}
 			sets := map[uint8][]netip.Prefix{0: ps}
 			runtime.GC()
-			var st CIDRSetStats
+			var st cidrtable.Stats
 			var total time.Duration
 			b.ResetTimer()
 			for range b.N {
 				t0 := time.Now()
 				var err error
-				if st, err = d.ReplaceCIDRSets(sets); err != nil {
+				if st, err = ct.ReplaceCIDRSets(sets); err != nil {
 					b.Fatal(err)
 				}
 				total += time.Since(t0)
@@ -106,7 +67,8 @@ func BenchmarkReplaceCIDRSets(b *testing.B) {
 //
 //	go test -run '^$' -bench CIDRSetPacket ./internal/datapath/
 func BenchmarkCIDRSetPacket(b *testing.B) {
-	d := openTest(b, Config{CIDRHostSlots: DefaultCIDRHostSlots})
+	d := openTest(b, Config{})
+	ct := cidrOf(b, d, cidrtable.DefaultHostSlots)
 	if err := d.ApplyIPCache(fixtureIPCache()); err != nil {
 		b.Fatal(err)
 	}
@@ -120,9 +82,9 @@ func BenchmarkCIDRSetPacket(b *testing.B) {
 	}
 	listed, unlisted := addr("192.0.2.1"), addr("192.0.2.2")
 	for _, n := range []int{10, 1_000_000, 10_000_000} {
-		ps := append(benchPrefixes(n, 2), netip.PrefixFrom(listed, 32))
+		ps := append(cidrtest.BenchPrefixes(n, 2), netip.PrefixFrom(listed, 32))
 		ps = slices.DeleteFunc(ps, func(p netip.Prefix) bool { return p.Contains(unlisted) })
-		if _, err := d.ReplaceCIDRSets(map[uint8][]netip.Prefix{0: ps}); err != nil {
+		if _, err := ct.ReplaceCIDRSets(map[uint8][]netip.Prefix{0: ps}); err != nil {
 			b.Fatal(err)
 		}
 		for _, c := range []struct {

@@ -12,6 +12,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
+	"github.com/rampartnet/rampart/internal/cidrtable"
+	"github.com/rampartnet/rampart/internal/cidrtable/cidrtest"
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -47,11 +49,12 @@ func (f *fixture) udpOut(dst netip.Addr, port uint16) uint32 {
 // identity that decided in flow events, and deny precedence across set and peer lookups.
 func TestCIDRSetPolicy(t *testing.T) {
 	f := newFixture(t, Config{})
+	ct := cidrOf(t, f.d, 0)
 	listed := addr("203.0.113.9")  // ipOut, world, in set 3 through its /24
 	host := addr("192.0.2.77")     // in set 7 through a /32
 	both := addr("192.0.2.200")    // in sets 3 and 7
 	outside := addr("192.0.2.202") // in no set
-	_, err := f.d.ReplaceCIDRSets(map[uint8][]netip.Prefix{
+	_, err := ct.ReplaceCIDRSets(map[uint8][]netip.Prefix{
 		3: {netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("192.0.2.200/31")},
 		7: {netip.MustParsePrefix("192.0.2.77/32"), netip.MustParsePrefix("192.0.2.200/32")},
 	})
@@ -105,24 +108,25 @@ func TestCIDRSetPolicy(t *testing.T) {
 // for IPv4, the program (one denied port per set).
 func TestCIDRSetEdgesKernel(t *testing.T) {
 	f := newFixture(t, Config{})
+	ct := cidrOf(t, f.d, 0)
 	used := []uint8{0, 1, 2, 3, 5, 31}
 	f.applySetDenies(used)
-	cidrEdges(t, cidrBackend{
-		replace: func(sets map[uint8][]netip.Prefix) error { _, err := f.d.ReplaceCIDRSets(sets); return err },
-		change: func(i uint8, ps []netip.Prefix, add bool) error {
+	cidrtest.Edges(t, cidrtest.Backend{
+		Replace: func(sets map[uint8][]netip.Prefix) error { _, err := ct.ReplaceCIDRSets(sets); return err },
+		Change: func(i uint8, ps []netip.Prefix, add bool) error {
 			if add {
-				return f.d.AddCIDRs(i, ps)
+				return ct.AddCIDRs(i, ps)
 			}
-			return f.d.RemoveCIDRs(i, ps)
+			return ct.RemoveCIDRs(i, ps)
 		},
-		member: func(a netip.Addr) uint32 {
-			m, err := f.d.CIDRSetMembership(a)
+		Member: func(a netip.Addr) uint32 {
+			m, err := ct.CIDRSetMembership(a)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return m
 		},
-		packets: func(a netip.Addr, want uint32) {
+		Packets: func(a netip.Addr, want uint32) {
 			for _, i := range used {
 				if dropped := f.udpOut(a, setPort(i)) == actShot; dropped != (want&(1<<i) != 0) {
 					t.Errorf("packet to %v:%d dropped=%v, want in set %d = %v", a, setPort(i), dropped, i, !dropped)
@@ -137,27 +141,28 @@ func TestCIDRSetEdgesKernel(t *testing.T) {
 // the program with one denied port per set.
 func TestCIDRSetKernelMembership(t *testing.T) {
 	f := newFixture(t, Config{})
+	ct := cidrOf(t, f.d, 0)
 	r := rand.New(rand.NewPCG(21, 22))
 	used := []uint8{0, 1, 5, 31}
 	f.applySetDenies(used)
-	ref := refSets{}
+	ref := cidrtest.Sets{}
 	for step := range 25 {
 		switch op := r.IntN(3); {
 		case op == 0 || step == 0:
-			ref = refSets{}
+			ref = cidrtest.Sets{}
 			for _, i := range used {
 				if r.IntN(4) == 0 {
 					continue
 				}
 				for range r.IntN(400) {
 					if r.IntN(5) == 0 {
-						ref.add(i, randPrefix6(r))
+						ref.Add(i, cidrtest.RandPrefix6(r))
 					} else {
-						ref.add(i, randPrefix4(r))
+						ref.Add(i, cidrtest.RandPrefix4(r))
 					}
 				}
 			}
-			if _, err := f.d.ReplaceCIDRSets(ref.lists()); err != nil {
+			if _, err := ct.ReplaceCIDRSets(ref.Lists()); err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
 		default:
@@ -166,13 +171,13 @@ func TestCIDRSetKernelMembership(t *testing.T) {
 			if op == 1 {
 				for range 1 + r.IntN(30) {
 					if r.IntN(4) == 0 {
-						ps = append(ps, randPrefix6(r))
+						ps = append(ps, cidrtest.RandPrefix6(r))
 					} else {
-						ps = append(ps, randPrefix4(r))
+						ps = append(ps, cidrtest.RandPrefix4(r))
 					}
 				}
-				ref.add(i, ps...)
-				if err := f.d.AddCIDRs(i, ps); err != nil {
+				ref.Add(i, ps...)
+				if err := ct.AddCIDRs(i, ps); err != nil {
 					t.Fatalf("step %d: %v", step, err)
 				}
 			} else {
@@ -181,19 +186,19 @@ func TestCIDRSetKernelMembership(t *testing.T) {
 						ps = append(ps, p)
 					}
 				}
-				ref.remove(i, ps...)
-				if err := f.d.RemoveCIDRs(i, ps); err != nil {
+				ref.Remove(i, ps...)
+				if err := ct.RemoveCIDRs(i, ps); err != nil {
 					t.Fatalf("step %d: %v", step, err)
 				}
 			}
 		}
-		addrs := samples(ref, r, 100)
+		addrs := cidrtest.Samples(ref, r, 100)
 		for _, a := range addrs {
-			got, err := f.d.CIDRSetMembership(a)
+			got, err := ct.CIDRSetMembership(a)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := ref.mask(a); got != want {
+			if want := ref.Mask(a); got != want {
 				t.Fatalf("step %d: %v in %032b, want %032b", step, a, got, want)
 			}
 		}
@@ -205,7 +210,7 @@ func TestCIDRSetKernelMembership(t *testing.T) {
 				continue
 			}
 			checked++
-			want := ref.mask(a)
+			want := ref.Mask(a)
 			for _, i := range used {
 				dropped := f.udpOut(a, setPort(i)) == actShot
 				if dropped != (want&(1<<i) != 0) {
@@ -221,7 +226,8 @@ func TestCIDRSetKernelMembership(t *testing.T) {
 // one through a /24 in the top table) are always dropped and packets to their unlisted
 // neighbours always pass.
 func TestCIDRSetReloadNoLeak(t *testing.T) {
-	f := newFixture(t, Config{CIDRHostSlots: 1 << 17})
+	f := newFixture(t, Config{})
+	ct := cidrOf(t, f.d, 1<<17)
 	f.apply(false, true, e(allow(identity.Any, out, policy.ProtoAny, 0, 0, 1)),
 		e(deny(identity.CIDRSet(4), out, policy.ProtoAny, 0, 0, 2)))
 	listedHost, neighbourHost := addr("203.0.113.7"), addr("203.0.113.8")
@@ -229,14 +235,14 @@ func TestCIDRSetReloadNoLeak(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	load := func() []netip.Prefix {
 		ps := []netip.Prefix{netip.MustParsePrefix("203.0.113.7/32"), netip.MustParsePrefix("198.51.100.0/24")}
-		for _, p := range benchPrefixes(20000+r.IntN(20000), r.Uint64()) {
+		for _, p := range cidrtest.BenchPrefixes(20000+r.IntN(20000), r.Uint64()) {
 			if !p.Contains(neighbourHost) && !p.Contains(neighbourTop) {
 				ps = append(ps, p)
 			}
 		}
 		return ps
 	}
-	if _, err := f.d.ReplaceCIDRSets(map[uint8][]netip.Prefix{4: load()}); err != nil {
+	if _, err := ct.ReplaceCIDRSets(map[uint8][]netip.Prefix{4: load()}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -269,14 +275,14 @@ func TestCIDRSetReloadNoLeak(t *testing.T) {
 	})
 	for range 15 {
 		before := probes.Load()
-		if _, err := f.d.ReplaceCIDRSets(map[uint8][]netip.Prefix{4: load()}); err != nil {
+		if _, err := ct.ReplaceCIDRSets(map[uint8][]netip.Prefix{4: load()}); err != nil {
 			t.Fatal(err)
 		}
 		extra := load()[2:100]
-		if err := f.d.AddCIDRs(4, extra); err != nil {
+		if err := ct.AddCIDRs(4, extra); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.d.RemoveCIDRs(4, extra); err != nil {
+		if err := ct.RemoveCIDRs(4, extra); err != nil {
 			t.Fatal(err)
 		}
 		// Keep the reloads and the probes overlapping: wait for some probes each round.
@@ -316,14 +322,21 @@ func errString(err error) string {
 // after listed.
 func TestCIDRSetReopen(t *testing.T) {
 	d := openTest(t, Config{})
+	ct := cidrOf(t, d, 0)
 	v4, v6 := netip.MustParsePrefix("192.0.2.0/25"), netip.MustParsePrefix("2001:db8::/48")
-	if _, err := d.ReplaceCIDRSets(map[uint8][]netip.Prefix{2: {v4, v6}}); err != nil {
+	if _, err := ct.ReplaceCIDRSets(map[uint8][]netip.Prefix{2: {v4, v6}}); err != nil {
 		t.Fatal(err)
 	}
+	ct.Close()
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	d2, err := Open(Config{PinDir: d.PinDir(), CIDRHostSlots: 2 * testHostSlots})
+	dd, err := Open(Config{PinDir: d.PinDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dd.Close()
+	d2, err := cidrtable.Open(cidrtable.Maps(dd.CIDRMaps()), 2*testHostSlots)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +346,7 @@ func TestCIDRSetReopen(t *testing.T) {
 			t.Errorf("after reopening: %s in %b (%v), want set 2", a, m, err)
 		}
 	}
-	if err := d2.AddCIDRs(2, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}); !errors.Is(err, ErrCIDRSetsNotLoaded) {
+	if err := d2.AddCIDRs(2, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}); !errors.Is(err, cidrtable.ErrCIDRSetsNotLoaded) {
 		t.Errorf("add before reload: %v, want ErrCIDRSetsNotLoaded", err)
 	}
 	st, err := d2.ReplaceCIDRSets(map[uint8][]netip.Prefix{2: {v6, netip.MustParsePrefix("2001:db8::/64")}, 3: {v4}})
@@ -384,7 +397,8 @@ func TestCIDRSetTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	d := openTest(t, Config{CIDRHostSlots: 1 << 20})
+	d := openTest(t, Config{})
+	ct := cidrOf(t, d, 1<<20)
 	attachAll(t, d, node, a)
 	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
 	if err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
@@ -406,12 +420,12 @@ func TestCIDRSetTraffic(t *testing.T) {
 
 	// A threat list of 100k prefixes (as the benchmark draws them) with the denied address.
 	list := []netip.Prefix{netip.PrefixFrom(denied, 32)}
-	for _, p := range benchPrefixes(100000, 7) {
+	for _, p := range cidrtest.BenchPrefixes(100000, 7) {
 		if !p.Contains(neighbour) && !p.Contains(a.ip) && !p.Contains(denied) {
 			list = append(list, p)
 		}
 	}
-	st, err := d.ReplaceCIDRSets(map[uint8][]netip.Prefix{0: list})
+	st, err := ct.ReplaceCIDRSets(map[uint8][]netip.Prefix{0: list})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,14 +457,14 @@ func TestCIDRSetTraffic(t *testing.T) {
 	}
 
 	// Unlisted in place: reachable.
-	if err := d.RemoveCIDRs(0, []netip.Prefix{netip.PrefixFrom(denied, 32)}); err != nil {
+	if err := ct.RemoveCIDRs(0, []netip.Prefix{netip.PrefixFrom(denied, 32)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := reach(denied, 5*time.Second); err != nil {
 		t.Fatalf("%v unreachable after its removal: %v", denied, err)
 	}
 	// The server's /24 listed in place: both addresses unreachable (the top table).
-	if err := d.AddCIDRs(0, []netip.Prefix{netip.MustParsePrefix("198.18.50.0/24")}); err != nil {
+	if err := ct.AddCIDRs(0, []netip.Prefix{netip.MustParsePrefix("198.18.50.0/24")}); err != nil {
 		t.Fatal(err)
 	}
 	for _, dst := range []netip.Addr{denied, neighbour} {

@@ -104,7 +104,7 @@ func TestCountersFromInterface(t *testing.T) {
 
 	// A restarted agent (a second Open on the same pins, no Attach) counts from the same
 	// base.
-	d2, err := Open(Config{PinDir: d.PinDir(), CIDRHostSlots: testHostSlots})
+	d2, err := Open(Config{PinDir: d.PinDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,11 +26,6 @@ type Config struct {
 	Attach AttachMode
 	// CTTimeouts overrides the conntrack idle timeouts; zero fields keep the defaults.
 	CTTimeouts CTTimeouts
-	// CIDRHostSlots bounds the size of the IPv4 CIDR set host table (0:
-	// DefaultCIDRHostSlots). Each load creates a table of about two slots (8 bytes each)
-	// per address of its /25../32 prefixes; a load that needs more slots than this is
-	// refused.
-	CIDRHostSlots uint32
 	// CIDR6MaxEntries is the capacity of the IPv6 CIDR set trie (0:
 	// DefaultCIDR6MaxEntries); a reload needs room for the old and new prefixes together.
 	CIDR6MaxEntries uint32
@@ -66,9 +61,9 @@ type Datapath struct {
 	// revision is the last policy revision handed out (nextRevision).
 	revision uint32
 
-	// cidr is the CIDR set state, with its own lock: a reload of millions of prefixes does
-	// not hold up endpoint and policy changes.
-	cidr *cidrState
+	// cidrInner is the layout of the CIDR set tables cidr4_top and cidr4_host hold
+	// (CIDRMaps).
+	cidrInner [2]*ebpf.MapSpec
 
 	// stepHook, when set (tests), runs after each ordered step of ApplyEndpoint.
 	stepHook func(step string)
@@ -111,7 +106,7 @@ func Open(cfg Config) (*Datapath, error) {
 	if err := setFlowCache(spec, tick); err != nil {
 		return nil, err
 	}
-	maxHost, err := sizeCIDRMaps(spec, cfg)
+	cidrInner, err := sizeCIDRMaps(spec, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +121,7 @@ func Open(cfg Config) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Datapath{pinDir: cfg.PinDir, attach: attach}
+	d := &Datapath{pinDir: cfg.PinDir, attach: attach, cidrInner: cidrInner}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
@@ -160,10 +155,6 @@ func Open(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	if err := d.initProxy(); err != nil {
-		d.objs.Close()
-		return nil, err
-	}
-	if d.cidr, err = openCIDR(&d.objs, spec, maxHost); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -211,7 +202,6 @@ func (d *Datapath) PinDir() string { return d.pinDir }
 func (d *Datapath) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.closeCIDR()
 	if err := d.objs.Close(); err != nil {
 		return fmt.Errorf("closing datapath: %w", err)
 	}
@@ -230,7 +220,6 @@ func (d *Datapath) Remove() error {
 			errs = append(errs, fmt.Errorf("unpinning map %s: %w", m, err))
 		}
 	}
-	d.closeCIDR()
 	if err := d.objs.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("closing datapath: %w", err))
 	}
@@ -246,17 +235,6 @@ func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
 	return []*ebpf.Map{m.EndpointCounters, m.IfaceBase, m.Conntrack4Jiffies, m.Endpoints, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
 		m.Cidr4Config, m.Cidr4Top, m.Cidr4Host, m.Cidr6, m.SvPairs, m.SvFlows}
-}
-
-// closeCIDR unmaps the CIDR set tables (once; later CIDR set calls would fault, as any
-// call on a closed Datapath fails).
-func (d *Datapath) closeCIDR() {
-	if d.cidr == nil {
-		return
-	}
-	d.cidr.mu.Lock()
-	defer d.cidr.mu.Unlock()
-	d.cidr.close()
 }
 
 // ensureBPFFS mounts bpffs at /sys/fs/bpf unless one is mounted there already.
@@ -284,3 +262,7 @@ func isBPFFS(path string) (bool, error) {
 	}
 	return uint32(st.Type) == unix.BPF_FS_MAGIC, nil
 }
+
+// SockPairsMap returns sv_pairs, the pairs of local endpoints whose new connections skip
+// the proxy because the send-side verdict checks them (internal/sockverdict fills it).
+func (d *Datapath) SockPairsMap() *ebpf.Map { return d.objs.SvPairs }

@@ -29,24 +29,18 @@
 //
 // # The send-side L7 verdict
 //
-// SockVerdict loads bpf/sockverdict.c (a second object, bpf2go too): sockops and sk_msg
-// programs that check HTTP/1.1 requests between local endpoints on the client's socket
-// (docs/architecture.md, "The send-side verdict"). Its maps and sockops link are pinned in
-// the same directory; SetSockPair lists a pair for tc (sv_pairs), whose new connections
-// then skip the proxy.
+// The tc programs send the new connections of the pairs listed in sv_pairs straight to the
+// server, whose requests the send-side verdict checks on the client's socket
+// (internal/sockverdict, which fills sv_pairs: SockPairsMap). Its maps and sockops link are
+// pinned in the same directory.
 //
 // # CIDR sets
 //
-// Up to 32 named prefix lists (identity.CIDRSet(i)) whose membership the programs compute in
-// constant time per packet: IPv4 from two banks of mmapped arrays (a top table: a mask per
-// /24; a host table: a hash table of /25../32 addresses), IPv6 from the trie cidr6. Each
-// bank's tables are maps of their own, held by the map-in-maps cidr4_top and cidr4_host and
-// created only when a load needs them, at the size it needs. ReplaceCIDRSets builds the
-// inactive bank's tables, switches banks with one store, and frees the old bank's tables
-// after an RCU grace period; AddCIDRs and RemoveCIDRs change the active bank in place. The
-// datapath keeps each set's prefixes (8 bytes per IPv4 prefix) to recompute what a removal
-// changes. Config.CIDRHostSlots bounds the host table. MapMemory reports every map's
-// memory as the kernel accounts it. See docs/architecture.md, "CIDR sets".
+// The programs compute the CIDR sets containing a peer from the maps cidr4_config,
+// cidr4_top, cidr4_host (map-in-maps that hold each bank's tables) and cidr6. Open sizes
+// cidr6 (Config.CIDR6MaxEntries); CIDRMaps hands the maps to internal/cidrtable, which
+// builds and switches the tables. MapMemory reports every map's memory as the kernel
+// accounts it.
 //
 // # L7 steering
 //

@@ -230,7 +230,7 @@ func TestFlowCacheEndpointReinstalled(t *testing.T) {
 func TestRevisionsContinueAcrossOpen(t *testing.T) {
 	testenv.RequireRoot(t)
 	pins := newPinDir(t)
-	d, err := Open(Config{PinDir: pins, CIDRHostSlots: testHostSlots})
+	d, err := Open(Config{PinDir: pins})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/rampartnet/rampart/internal/cidrtable"
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -37,8 +38,23 @@ func newPinDir(t *testing.T) string {
 	return pin
 }
 
-// testHostSlots is the CIDR host table size of test datapaths.
+// testHostSlots is the CIDR host table bound of test CIDR set tables.
 const testHostSlots = 1 << 16
+
+// cidrOf opens CIDR set tables over d's maps, host tables bounded by slots (0:
+// testHostSlots), closed at cleanup (before d, opened earlier).
+func cidrOf(t testing.TB, d *Datapath, slots uint32) *cidrtable.Tables {
+	t.Helper()
+	if slots == 0 {
+		slots = testHostSlots
+	}
+	ct, err := cidrtable.Open(cidrtable.Maps(d.CIDRMaps()), slots)
+	if err != nil {
+		t.Fatalf("opening CIDR set tables: %v", err)
+	}
+	t.Cleanup(ct.Close)
+	return ct
+}
 
 // openTest opens a Datapath pinned in a fresh directory and removes it at cleanup.
 func openTest(t testing.TB, cfg Config) *Datapath {
@@ -46,9 +62,6 @@ func openTest(t testing.TB, cfg Config) *Datapath {
 	testenv.RequireRoot(t)
 	if cfg.PinDir == "" {
 		cfg.PinDir = filepath.Join(BPFFSRoot, "rampart-test-"+testenv.Suffix(8))
-	}
-	if cfg.CIDRHostSlots == 0 {
-		cfg.CIDRHostSlots = testHostSlots // the default allocates 320 MiB per datapath
 	}
 	d, err := Open(cfg)
 	if err != nil {

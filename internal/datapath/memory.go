@@ -40,18 +40,15 @@ func mapUsage(m *ebpf.Map, name string) MapUsage {
 
 // MapMemory returns the memory of the dataplane's maps: every map pinned in its directory
 // (the send-side verdict's too, when it is loaded), the maps inside its map-in-maps, and the
-// maps its programs (and sv's, when not nil) use without pinning them (the flow cache, the
-// programs' constants, scratch space), sorted by name.
-func (d *Datapath) MapMemory(sv *SockVerdict) ([]MapUsage, error) {
+// maps its programs and extra (the send-side verdict's, sockverdict.(*Verdict).Programs)
+// use without pinning them (the flow cache, the programs' constants, scratch space),
+// sorted by name.
+func (d *Datapath) MapMemory(extra ...*ebpf.Program) ([]MapUsage, error) {
 	out, err := MapMemory(d.pinDir)
 	if err != nil {
 		return nil, err
 	}
-	progs := []*ebpf.Program{d.objs.RampartFromEp, d.objs.RampartToEp}
-	if sv != nil {
-		o := &sv.objs.sockverdictPrograms
-		progs = append(progs, o.SvSockops, o.SvRequest, o.SvResponse)
-	}
+	progs := append([]*ebpf.Program{d.objs.RampartFromEp, d.objs.RampartToEp}, extra...)
 	seen := map[uint32]bool{}
 	for _, u := range out {
 		seen[u.ID] = true

@@ -23,7 +23,7 @@ func TestMapMemory(t *testing.T) {
 	}
 	t.Cleanup(func() { d.objs.RampartFromEp.Unpin() })
 	ns := testenv.NewNetns(t, "rpt-mem-"+testenv.Suffix(8))
-	if err := d.Attach(ns, "lo"); err != nil {
+	if _, err := d.Attach(ns, "lo"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Detach(ns, "lo") })
@@ -44,7 +44,7 @@ func TestMapMemory(t *testing.T) {
 	if err != nil {
 		t.Fatalf("MapMemory with a program pinned beside the maps: %v", err)
 	}
-	all, err := d.MapMemory(nil)
+	all, err := d.MapMemory()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,23 +18,22 @@ const LinkPinDir = tcxPinDir
 var tcxPinRE = regexp.MustCompile(`^[0-9]+-(ingress|egress)$`)
 
 // PinNames returns the names of the pins a dataplane makes directly in its pin directory:
-// every map the BPF objects pin by name (read from the objects, so a map added to the C
-// code is known here without a list to keep), the send-side verdict's sockops link, and
-// the pins of earlier versions that Open migrates or removes.
-func PinNames() ([]string, error) {
-	names := map[string]bool{sockopsLinkPin: true, legacyCountersPin: true, legacyCT4Pin: true, nsConntrackPin: true}
-	for _, n := range legacyPins {
+// every map the tc object pins by name (read from the object, so a map added to the C
+// code is known here without a list to keep), the pins of earlier versions that Open
+// migrates or removes, and extra: the pins of the objects that share the directory (the
+// send-side verdict's, sockverdict.PinNames).
+func PinNames(extra ...string) ([]string, error) {
+	names := map[string]bool{legacyCountersPin: true, legacyCT4Pin: true, nsConntrackPin: true}
+	for _, n := range append(legacyPins, extra...) {
 		names[n] = true
 	}
-	for _, load := range []func() (*ebpf.CollectionSpec, error){loadRampart, loadSockverdict} {
-		spec, err := load()
-		if err != nil {
-			return nil, fmt.Errorf("reading the BPF objects' pins: %w", err)
-		}
-		for name, m := range spec.Maps {
-			if m.Pinning == ebpf.PinByName {
-				names[name] = true
-			}
+	spec, err := loadRampart()
+	if err != nil {
+		return nil, fmt.Errorf("reading the BPF object's pins: %w", err)
+	}
+	for name, m := range spec.Maps {
+		if m.Pinning == ebpf.PinByName {
+			names[name] = true
 		}
 	}
 	out := make([]string, 0, len(names))
@@ -45,10 +44,11 @@ func PinNames() ([]string, error) {
 	return out, nil
 }
 
-// FindPins returns the paths of the dataplane's pins that exist in dir: the PinNames, and
-// the TCX link pins in dir/LinkPinDir. Anything else in dir is not the dataplane's.
-func FindPins(dir string) ([]string, error) {
-	names, err := PinNames()
+// FindPins returns the paths of the dataplane's pins that exist in dir: the PinNames (with
+// extra), and the TCX link pins in dir/LinkPinDir. Anything else in dir is not the
+// dataplane's.
+func FindPins(dir string, extra ...string) ([]string, error) {
+	names, err := PinNames(extra...)
 	if err != nil {
 		return nil, err
 	}

@@ -763,7 +763,7 @@ func TestEndpointSlots(t *testing.T) {
 	if err := legacy.Pin(legacyPin); err != nil {
 		t.Fatal(err)
 	}
-	again, err := Open(Config{PinDir: f.d.pinDir, CIDRHostSlots: testHostSlots})
+	again, err := Open(Config{PinDir: f.d.pinDir})
 	if err != nil {
 		t.Fatalf("second Open on the same pins: %v", err)
 	}

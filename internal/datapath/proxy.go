@@ -6,13 +6,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/rampartnet/rampart/internal/netns"
 )
 
 // The L7 proxy's place in the dataplane (see bpf/README.md, "L7 steering"). The marks and
@@ -156,6 +156,20 @@ func loUp(h *netlink.Handle) (int, error) {
 	}
 	return lo.Attrs().Index, nil
 }
+
+// SetupProxy prepares the node namespace at netnsPath for the proxy
+// (PrepareProxyNamespace) and tells the programs where its transparent listener is
+// (SetProxy). Idempotent.
+func (d *Datapath) SetupProxy(netnsPath string, listen netip.AddrPort) error {
+	if err := PrepareProxyNamespace(netnsPath); err != nil {
+		return err
+	}
+	return d.SetProxy(listen)
+}
+
+// RouteToProxy is SetupProxyRouting: the node namespace at netnsPath delivers locally the
+// packets the programs hand to the proxy.
+func (d *Datapath) RouteToProxy(netnsPath string) error { return SetupProxyRouting(netnsPath) }
 
 // SetupProxyRouting prepares the node network namespace at netnsPath ("" = the caller's)
 // for L7 steering: PrepareProxyNamespace, then `ip rule add fwmark 0x1/0x1 lookup 101 pref
@@ -309,45 +323,5 @@ func writeNetnsSysctl(netnsPath, path, value string) error {
 		return nil
 	}
 	// /proc/sys/net shows the network namespace of the calling thread.
-	return runInNetns(netnsPath, write)
-}
-
-// runInNetns runs fn on a locked thread in the network namespace at netnsPath ("" = the
-// caller's) and switches back. A thread that cannot switch back stays locked and is ended
-// with its goroutine, so no other goroutine runs in the wrong namespace.
-func runInNetns(netnsPath string, fn func() error) error {
-	if netnsPath == "" {
-		return fn()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("opening the current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromPath(netnsPath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("opening network namespace %s: %w", netnsPath, err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("entering network namespace %s: %w", netnsPath, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("returning from network namespace %s: %w", netnsPath, err))
-			return // the thread stays locked: Go ends it with this goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	return netns.Do(netnsPath, write)
 }

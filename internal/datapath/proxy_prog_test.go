@@ -430,7 +430,7 @@ func TestSetProxy(t *testing.T) {
 		}
 	}
 	// A reopened datapath (restarted agent) keeps the setting.
-	d2, err := Open(Config{PinDir: pin, CIDRHostSlots: testHostSlots})
+	d2, err := Open(Config{PinDir: pin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +504,7 @@ func TestEndpointsByID(t *testing.T) {
 	if err := d.objs.EndpointsById.Update(&stale, &staleInfo, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
-	d2, err := Open(Config{PinDir: d.PinDir(), CIDRHostSlots: testHostSlots})
+	d2, err := Open(Config{PinDir: d.PinDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +547,7 @@ func TestRedirectEntriesRoundTrip(t *testing.T) {
 	}
 	check(d, want)
 	// Read back from the maps by a new Datapath.
-	d2, err := Open(Config{PinDir: d.PinDir(), CIDRHostSlots: testHostSlots})
+	d2, err := Open(Config{PinDir: d.PinDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

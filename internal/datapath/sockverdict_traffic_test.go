@@ -18,6 +18,7 @@ import (
 	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/sockverdict"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -74,7 +75,7 @@ func TestSockVerdictSteering(t *testing.T) {
 	evs.wait(t, "proxy-unavailable drop", func(e flow.Event) bool { return e.Reason == flow.ReasonProxyUnavailable })
 
 	// The verdict's tables and targets, then the pair for tc.
-	sv := openTestSockVerdict(t, d.PinDir())
+	sv := openSockVerdict(t, d.PinDir())
 	plan := &l7plan.Plan{Chains: []l7plan.Chain{{Name: "c", Port: port, Dst: b.ip, Ingress: &l7plan.Authz{
 		EndpointID: epB, Direction: policy.Ingress, Port: port,
 		Grants: []l7plan.Grant{{Name: "rule-11-0", RuleID: 11, Peers: l7plan.AddrSet{{Prefix: netip.PrefixFrom(a.ip, 32)}},
@@ -92,10 +93,10 @@ func TestSockVerdictSteering(t *testing.T) {
 		local, remote netip.Addr
 		side          int
 	}
-	targets := []target{{a.ns, a.ip, b.ip, SideClient}, {b.ns, b.ip, a.ip, SideServer}}
+	targets := []target{{a.ns, a.ip, b.ip, sockverdict.SideClient}, {b.ns, b.ip, a.ip, sockverdict.SideServer}}
 	cookies := map[string]uint64{}
 	for _, tg := range targets {
-		cookie, err := NetnsCookie(tg.ns)
+		cookie, err := sockverdict.NetnsCookie(tg.ns)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +105,11 @@ func TestSockVerdictSteering(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := d.SetSockPair(a.ip, b.ip, port, 1); err != nil {
+	pairs, err := sockverdict.NewPairs(d.SockPairsMap())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pairs.Set(a.ip, b.ip, port, 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -190,4 +195,24 @@ func TestSockVerdictSteering(t *testing.T) {
 	evs.wait(t, "the unchecked data's drop", func(e flow.Event) bool {
 		return e.Type == flow.EventDrop && e.Reason == flow.ReasonL7Unchecked && e.SourcePort == c2.LocalAddr().(*net.TCPAddr).AddrPort().Port()
 	})
+}
+
+// openSockVerdict opens the send-side verdict pinned in pinDir (beside the dataplane's
+// maps, as the agent does) and removes it at cleanup.
+func openSockVerdict(t *testing.T, pinDir string) *sockverdict.Verdict {
+	t.Helper()
+	cg, err := sockverdict.Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv, err := sockverdict.Open(cg, pinDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sv.Remove(); err != nil {
+			t.Errorf("removing the send-side verdict: %v", err)
+		}
+	})
+	return sv
 }

@@ -104,8 +104,12 @@ func newNode(t *testing.T, prefix string) (node, suffix string) {
 func attachAll(t *testing.T, d *Datapath, node string, eps ...*trafficEndpoint) {
 	t.Helper()
 	for _, ep := range eps {
-		if err := d.Attach(node, ep.hostIf); err != nil {
+		idx, err := d.Attach(node, ep.hostIf)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if idx != ep.ifindex {
+			t.Fatalf("Attach(%s) returned ifindex %d, the interface has %d", ep.hostIf, idx, ep.ifindex)
 		}
 		hostIf := ep.hostIf
 		t.Cleanup(func() {
@@ -196,7 +200,7 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 	b := addEndpoint(t, node, "rpt-"+suffix+"-b", "rpb"+suffix, addr("198.18.20.2"), addr("198.18.20.1"))
 
 	pinDir := "/sys/fs/bpf/rampart-test-" + suffix
-	d, err := Open(Config{PinDir: pinDir, Attach: mode, CIDRHostSlots: testHostSlots})
+	d, err := Open(Config{PinDir: pinDir, Attach: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +217,7 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 	attachOther(t, d, node, a.hostIf, mode)
 	attachAll(t, d, node, a, b)
 	// Attaching again replaces the programs in place (what a restarted agent does).
-	if err := d.Attach(node, a.hostIf); err != nil {
+	if _, err := d.Attach(node, a.hostIf); err != nil {
 		t.Fatalf("re-attach: %v", err)
 	}
 	checkFilters(t, node, a.hostIf, mode, 1)
@@ -276,7 +280,7 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 		c2.Close()
 		t.Fatal("new connection allowed while the agent is stopped")
 	}
-	d, err = Open(Config{PinDir: pinDir, Attach: mode, CIDRHostSlots: testHostSlots})
+	d, err = Open(Config{PinDir: pinDir, Attach: mode})
 	if err != nil {
 		t.Fatalf("reopening: %v", err)
 	}
@@ -285,7 +289,7 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 		t.Fatalf("reopened endpoints: %+v", got)
 	}
 	for _, ep := range []*trafficEndpoint{a, b} {
-		if err := d.Attach(node, ep.hostIf); err != nil {
+		if _, err := d.Attach(node, ep.hostIf); err != nil {
 			t.Fatalf("re-attaching after restart: %v", err)
 		}
 		checkFilters(t, node, ep.hostIf, mode, 1)

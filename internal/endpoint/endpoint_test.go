@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/rampartnet/rampart/internal/endpoint"
+	rnetns "github.com/rampartnet/rampart/internal/netns"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -98,7 +99,7 @@ func TestCreateConnectDelete(t *testing.T) {
 
 	// The endpoint side has no IPv6 address and makes none (IPv6 is kept quiet; see
 	// configurePod).
-	err = endpoint.Do(a.NetnsPath, func() error {
+	err = rnetns.Do(a.NetnsPath, func() error {
 		mode, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + endpoint.PodIfName + "/addr_gen_mode")
 		if err != nil {
 			return err

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	rnetns "github.com/rampartnet/rampart/internal/netns"
 )
 
 // NetnsDir is where named network namespaces are bind-mounted, as iproute2 does.
@@ -18,45 +19,9 @@ const NetnsDir = "/run/netns"
 // NetnsPath returns the path of the named network namespace.
 func NetnsPath(name string) string { return filepath.Join(NetnsDir, name) }
 
-// Do runs fn on a dedicated OS thread switched into the network namespace at nsPath. The
-// calling goroutine never changes namespace. If the thread cannot be switched back it is
-// left locked, so the runtime destroys it when the goroutine exits instead of reusing a
-// thread in the wrong namespace.
-func Do(nsPath string, fn func() error) error {
-	target, err := netns.GetFromPath(nsPath)
-	if err != nil {
-		return fmt.Errorf("opening network namespace %s: %w", nsPath, err)
-	}
-	defer target.Close()
-	return doIn(target, fn)
-}
-
-func doIn(target netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("getting current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("entering network namespace: %w", err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			// Thread stays locked: it dies with this goroutine.
-			errc <- errors.Join(ferr, fmt.Errorf("restoring network namespace: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+// Do runs fn on a dedicated OS thread switched into the network namespace at nsPath
+// (netns.Do).
+func Do(nsPath string, fn func() error) error { return rnetns.Do(nsPath, fn) }
 
 // ensureNetnsDir creates /run/netns as a shared mount point, as `ip netns add` does, so
 // namespaces mounted there are visible in mount namespaces created later.
@@ -94,43 +59,10 @@ func CreateNetns(name string) (string, error) {
 		return "", err
 	}
 	path := NetnsPath(name)
-	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
-	if err != nil {
+	if err := rnetns.Create(path); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return "", fmt.Errorf("%s: %w", path, ErrNetnsExists)
 		}
-		return "", fmt.Errorf("creating %s: %w", path, err)
-	}
-	f.Close()
-
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("getting current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unsharing network namespace: %w", err)
-			return
-		}
-		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-		merr := unix.Mount(self, path, "none", unix.MS_BIND, "")
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(merr, fmt.Errorf("restoring network namespace: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		if merr != nil {
-			merr = fmt.Errorf("bind-mounting network namespace to %s: %w", path, merr)
-		}
-		errc <- merr
-	}()
-	if err := <-errc; err != nil {
-		os.Remove(path)
 		return "", err
 	}
 	return path, nil

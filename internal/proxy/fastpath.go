@@ -16,9 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/l7plan"
+	"github.com/rampartnet/rampart/internal/netns"
 	"github.com/rampartnet/rampart/internal/proxy/http1"
 )
 
@@ -120,10 +120,7 @@ func startFastPath(m *Manager) (*fastPath, error) {
 }
 
 func (f *fastPath) inNetns(fn func() error) error {
-	if f.netns == "" {
-		return fn()
-	}
-	return endpoint.Do(f.netns, fn)
+	return netns.Do(f.netns, fn)
 }
 
 // sockopt is one integer socket option: level, name, value.

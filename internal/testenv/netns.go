@@ -6,31 +6,24 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	rnetns "github.com/rampartnet/rampart/internal/netns"
 )
 
-// InNetns runs fn on a locked OS thread switched into the network namespace at nsPath.
-// Sockets that fn creates stay in that namespace after it returns. The thread is discarded
-// if it cannot be switched back.
+// InNetns runs fn on a locked OS thread switched into the network namespace at nsPath
+// (internal/netns.Do). Sockets that fn creates stay in that namespace after it returns.
 func InNetns(nsPath string, fn func() error) error {
-	target, err := netns.GetFromPath(nsPath)
-	if err != nil {
-		return fmt.Errorf("opening network namespace %s: %w", nsPath, err)
-	}
-	defer target.Close()
-	return onOwnThread(func() error {
-		if err := netns.Set(target); err != nil {
-			return fmt.Errorf("entering %s: %w", nsPath, err)
-		}
-		return fn()
-	})
+	return rnetns.Do(nsPath, fn)
 }
 
 // NewNetns creates the named network namespace (bind-mounted under /run/netns, loopback
@@ -38,48 +31,40 @@ func InNetns(nsPath string, fn func() error) error {
 // interfaces inside it. It returns the namespace's path. Name it with Suffix.
 func NewNetns(t testing.TB, name string) string {
 	t.Helper()
-	// NewNamed switches the calling thread into the new namespace.
-	err := onOwnThread(func() error {
-		ns, err := netns.NewNamed(name)
-		if err != nil {
-			return err
-		}
-		return ns.Close()
-	})
-	if err != nil {
+	if err := os.MkdirAll("/run/netns", 0o755); err != nil {
+		t.Fatalf("creating network namespace %s: %v", name, err)
+	}
+	path := filepath.Join("/run/netns", name)
+	if err := rnetns.Create(path); err != nil {
 		t.Fatalf("creating network namespace %s: %v", name, err)
 	}
 	t.Cleanup(func() {
-		if err := netns.DeleteNamed(name); err != nil {
+		err := unix.Unmount(path, unix.MNT_DETACH)
+		if rerr := os.Remove(path); err == nil {
+			err = rerr
+		}
+		if err != nil {
 			t.Errorf("deleting network namespace %s: %v", name, err)
 		}
 	})
-	return filepath.Join("/run/netns", name)
+	return path
 }
 
-// onOwnThread runs fn, which may switch its thread's network namespace, on a locked OS
-// thread, and switches the thread back afterwards. If that fails the thread stays locked,
-// so the runtime destroys it with the goroutine instead of reusing it in the wrong
-// namespace. No goroutine of the caller changes namespace.
-func onOwnThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+// NetlinkHandle returns a netlink handle into the network namespace at nsPath, closed
+// when the test ends.
+func NetlinkHandle(t testing.TB, nsPath string) *netlink.Handle {
+	t.Helper()
+	ns, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		t.Fatalf("opening network namespace %s: %v", nsPath, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatalf("netlink handle in %s: %v", nsPath, err)
+	}
+	t.Cleanup(h.Close)
+	return h
 }
 
 // Servers are TCP and UDP echo servers listening inside one network namespace.

@@ -1,4 +1,4 @@
-package datapath
+package cidrtable
 
 import (
 	"runtime"

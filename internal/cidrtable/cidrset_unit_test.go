@@ -1,4 +1,4 @@
-package datapath
+package cidrtable
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rampartnet/rampart/internal/cidrtable/cidrtest"
 )
 
 // Tests of the CIDR set tables over Go memory (no root needed): the code that writes the
@@ -87,7 +89,7 @@ func TestPlaceHost(t *testing.T) {
 			}
 			continue
 		}
-		tb := v4Tables{cfg: &rampartCidrConfig{HostSlots: [2]uint32{c.size}, Seed: [2]uint32{seed}}, host: [2][]uint64{table}}
+		tb := v4Tables{cfg: &config{HostSlots: [2]uint32{c.size}, Seed: [2]uint32{seed}}, host: [2][]uint64{table}}
 		longest := 0
 		for a, m := range addrs {
 			i, v := tb.find(0, a, c.size)
@@ -106,126 +108,14 @@ func TestPlaceHost(t *testing.T) {
 	}
 }
 
-// cidrBackend is what cidrEdges runs against: the tables over Go memory, or a datapath.
-type cidrBackend struct {
-	replace func(map[uint8][]netip.Prefix) error
-	change  func(i uint8, ps []netip.Prefix, add bool) error
-	member  func(netip.Addr) uint32
-	// packets, if set, checks an address's membership through the program too.
-	packets func(a netip.Addr, want uint32)
-}
-
 // TestCIDRSetsEdges: the edges named in the design, one by one, over Go memory.
 func TestCIDRSetsEdges(t *testing.T) {
 	c, trie := newMemCIDR(t, 1024)
-	cidrEdges(t, cidrBackend{
-		replace: func(sets map[uint8][]netip.Prefix) error { _, err := c.replace(sets); return err },
-		change:  c.change,
-		member:  func(a netip.Addr) uint32 { return memMembership(c, trie, a) },
+	cidrtest.Edges(t, cidrtest.Backend{
+		Replace: func(sets map[uint8][]netip.Prefix) error { _, err := c.replace(sets); return err },
+		Change:  c.change,
+		Member:  func(a netip.Addr) uint32 { return memMembership(c, trie, a) },
 	})
-}
-
-func cidrEdges(t *testing.T, b cidrBackend) {
-	pp := func(ss ...string) []netip.Prefix {
-		var out []netip.Prefix
-		for _, s := range ss {
-			if strings.Contains(s, "/") {
-				out = append(out, netip.MustParsePrefix(s))
-			} else {
-				a := netip.MustParseAddr(s)
-				out = append(out, netip.PrefixFrom(a, a.BitLen()))
-			}
-		}
-		return out
-	}
-	ref := refSets{}
-	check := func(step string, addrs ...string) {
-		t.Helper()
-		for _, s := range addrs {
-			a := netip.MustParseAddr(s)
-			want := ref.mask(a)
-			if got := b.member(a); got != want {
-				t.Errorf("%s: %s in %032b, want %032b", step, s, got, want)
-			}
-			if b.packets != nil && a.Unmap().Is4() {
-				b.packets(a.Unmap(), want)
-			}
-		}
-	}
-	all := []string{"0.0.0.0", "0.0.0.1", "9.255.255.255", "10.0.0.0", "10.1.2.3", "10.1.2.4", "10.1.2.127",
-		"10.1.2.128", "10.255.255.255", "11.0.0.0", "192.0.2.0", "192.0.2.1", "192.0.2.2", "192.0.2.3",
-		"192.0.2.255", "192.0.3.0", "255.255.255.255", "::ffff:10.1.2.3", "2001:db8::1", "2001:db8:1::1", "2001:db9::"}
-
-	sets := map[uint8][]netip.Prefix{
-		0:  pp("10.0.0.0/8", "10.1.2.3", "192.0.2.0/31"),
-		1:  pp("10.1.2.0/24", "10.1.2.0/25", "0.0.0.0/32", "2001:db8::/32"),
-		31: pp("192.0.2.2/31", "255.255.255.255/32", "2001:db8::/48", "2001:db8::1/128"),
-	}
-	for i, l := range sets {
-		ref.add(i, l...)
-	}
-	if err := b.replace(sets); err != nil {
-		t.Fatal(err)
-	}
-	check("replace", all...)
-
-	// Removing one of two overlapping prefixes of a set keeps the other's addresses.
-	must(t, b.change(0, pp("10.0.0.0/8"), false))
-	ref.remove(0, pp("10.0.0.0/8")...)
-	check("remove /8 over a /32", all...)
-	must(t, b.change(1, pp("10.1.2.0/24"), false))
-	ref.remove(1, pp("10.1.2.0/24")...)
-	check("remove /24 over a /25", all...)
-	must(t, b.change(1, pp("10.1.2.0/25"), false))
-	ref.remove(1, pp("10.1.2.0/25")...)
-	check("remove the /25", all...)
-	// Overlap across sets: set 0's /32 stays when set 1 gets and loses the same address.
-	must(t, b.change(1, pp("10.1.2.3/32", "10.1.2.0/31"), true))
-	ref.add(1, pp("10.1.2.3/32", "10.1.2.0/31")...)
-	check("add to set 1", all...)
-	must(t, b.change(1, pp("10.1.2.3/32"), false))
-	ref.remove(1, pp("10.1.2.3/32")...)
-	check("remove from set 1", all...)
-	// /0 in a set, then removed: the other sets' rows stay.
-	must(t, b.change(5, pp("0.0.0.0/0", "::/0"), true))
-	ref.add(5, pp("0.0.0.0/0", "::/0")...)
-	check("add /0", all...)
-	must(t, b.change(5, pp("0.0.0.0/0", "::/0"), false))
-	ref.remove(5, pp("0.0.0.0/0", "::/0")...)
-	check("remove /0", all...)
-	// IPv6: removing the /32 keeps the longer prefixes of other sets.
-	must(t, b.change(1, pp("2001:db8::/32"), false))
-	ref.remove(1, pp("2001:db8::/32")...)
-	check("remove v6 /32", all...)
-	// A 4in6 spelling is the IPv4 prefix.
-	must(t, b.change(2, pp("::ffff:10.1.2.0/120"), true))
-	ref.add(2, pp("10.1.2.0/24")...)
-	check("4in6 add", all...)
-	// Sets absent from a replace are emptied.
-	ref = refSets{}
-	ref.add(3, pp("10.1.2.4")...)
-	if err := b.replace(map[uint8][]netip.Prefix{3: pp("10.1.2.4")}); err != nil {
-		t.Fatal(err)
-	}
-	check("replace with one set", all...)
-
-	if err := b.replace(map[uint8][]netip.Prefix{32: pp("10.0.0.0/8")}); err == nil {
-		t.Error("set index 32 accepted")
-	}
-	if err := b.change(32, pp("10.0.0.0/8"), true); err == nil {
-		t.Error("set index 32 accepted by add")
-	}
-	if err := b.change(3, []netip.Prefix{{}}, true); err == nil {
-		t.Error("invalid prefix accepted")
-	}
-	check("after errors", all...)
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestCIDRSetsRandom: random sequences of reloads, additions and removals on random
@@ -233,22 +123,22 @@ func must(t *testing.T, err error) {
 func TestCIDRSetsRandom(t *testing.T) {
 	c, trie := newMemCIDR(t, 1<<14)
 	r := rand.New(rand.NewPCG(7, 8))
-	ref := refSets{}
+	ref := cidrtest.Sets{}
 	for step := range 60 {
 		switch op := r.IntN(4); {
 		case op == 0 || step == 0:
-			ref = refSets{}
+			ref = cidrtest.Sets{}
 			for range 1 + r.IntN(5) {
 				i := uint8(r.IntN(cidrSets))
 				for range r.IntN(300) {
 					if r.IntN(5) == 0 {
-						ref.add(i, randPrefix6(r))
+						ref.Add(i, cidrtest.RandPrefix6(r))
 					} else {
-						ref.add(i, randPrefix4(r))
+						ref.Add(i, cidrtest.RandPrefix4(r))
 					}
 				}
 			}
-			if _, err := c.replace(ref.lists()); err != nil {
+			if _, err := c.replace(ref.Lists()); err != nil {
 				t.Fatalf("step %d: replace: %v", step, err)
 			}
 		case op == 1 || op == 2:
@@ -263,32 +153,32 @@ func TestCIDRSetsRandom(t *testing.T) {
 			if op == 1 {
 				for range 1 + r.IntN(40) {
 					if r.IntN(4) == 0 {
-						ps = append(ps, randPrefix6(r))
+						ps = append(ps, cidrtest.RandPrefix6(r))
 					} else {
-						ps = append(ps, randPrefix4(r))
+						ps = append(ps, cidrtest.RandPrefix4(r))
 					}
 				}
-				ref.add(i, ps...)
+				ref.Add(i, ps...)
 			} else {
 				for p := range ref[i] {
 					if r.IntN(3) == 0 {
 						ps = append(ps, p)
 					}
 				}
-				ps = append(ps, randPrefix4(r)) // most likely not in the set
-				ref.remove(i, ps...)
+				ps = append(ps, cidrtest.RandPrefix4(r)) // most likely not in the set
+				ref.Remove(i, ps...)
 			}
 			if err := c.change(i, ps, op == 1); err != nil {
 				t.Fatalf("step %d: change: %v", step, err)
 			}
 		default:
 			// A reload with the same content changes nothing visible.
-			if _, err := c.replace(ref.lists()); err != nil {
+			if _, err := c.replace(ref.Lists()); err != nil {
 				t.Fatalf("step %d: reload: %v", step, err)
 			}
 		}
-		for _, a := range samples(ref, r, 200) {
-			if got, want := memMembership(c, trie, a), ref.mask(a); got != want {
+		for _, a := range cidrtest.Samples(ref, r, 200) {
+			if got, want := memMembership(c, trie, a), ref.Mask(a); got != want {
 				t.Fatalf("step %d: %v in %032b, want %032b", step, a, got, want)
 			}
 		}
@@ -313,10 +203,10 @@ func TestCIDRSetsRandom(t *testing.T) {
 // more addresses than the capacity are refused with the old sets intact.
 func TestCIDRHostOverflow(t *testing.T) {
 	c, trie := newMemCIDR(t, 512)
-	ref := refSets{}
+	ref := cidrtest.Sets{}
 	base := netip.MustParsePrefix("198.18.0.0/25")
-	ref.add(0, base)
-	if _, err := c.replace(ref.lists()); err != nil {
+	ref.Add(0, base)
+	if _, err := c.replace(ref.Lists()); err != nil {
 		t.Fatal(err)
 	}
 	if st := c.usage(); st.HostSlots != 256 || st.HostEntries != 128 {
@@ -324,7 +214,7 @@ func TestCIDRHostOverflow(t *testing.T) {
 	}
 	// Three more /25s: 512 addresses, beyond the 256-slot table: rebuilt to the capacity.
 	more := []netip.Prefix{netip.MustParsePrefix("198.18.1.0/25"), netip.MustParsePrefix("198.18.2.128/25"), netip.MustParsePrefix("198.18.3.0/26")}
-	ref.add(0, more...)
+	ref.Add(0, more...)
 	bank := c.t.active()
 	if err := c.change(0, more, true); err != nil {
 		t.Fatal(err)
@@ -337,8 +227,8 @@ func TestCIDRHostOverflow(t *testing.T) {
 		t.Errorf("after growing: %+v", st)
 	}
 	r := rand.New(rand.NewPCG(9, 10))
-	for _, a := range samples(ref, r, 0) {
-		if got, want := memMembership(c, trie, a), ref.mask(a); got != want {
+	for _, a := range cidrtest.Samples(ref, r, 0) {
+		if got, want := memMembership(c, trie, a), ref.Mask(a); got != want {
 			t.Fatalf("%v in %b, want %b", a, got, want)
 		}
 	}
@@ -350,7 +240,7 @@ func TestCIDRHostOverflow(t *testing.T) {
 	if err := c.change(0, more[:1], false); !errors.Is(err, ErrCIDRSetsNotLoaded) {
 		t.Fatalf("in-place change after a failed addition: %v, want ErrCIDRSetsNotLoaded", err)
 	}
-	if _, err := c.replace(ref.lists()); err != nil {
+	if _, err := c.replace(ref.Lists()); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.change(0, more[:1], true); err != nil {
@@ -366,8 +256,8 @@ func TestCIDRHostOverflow(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "CIDRHostSlots") {
 		t.Fatalf("overfull table: err %v", err)
 	}
-	for _, a := range samples(ref, r, 0) {
-		if got, want := memMembership(c, trie, a), ref.mask(a); got != want {
+	for _, a := range cidrtest.Samples(ref, r, 0) {
+		if got, want := memMembership(c, trie, a), ref.Mask(a); got != want {
 			t.Fatalf("after the refused reload: %v in %b, want %b", a, got, want)
 		}
 	}
@@ -378,38 +268,38 @@ func TestCIDRHostOverflow(t *testing.T) {
 func TestV6Order(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	c, trie := newMemCIDR(t, 64)
-	ref := refSets{}
+	ref := cidrtest.Sets{}
 	for step := range 25 {
-		old := ref.clone()
+		old := ref.Clone()
 		var apply func() error
 		switch r.IntN(3) {
 		case 0:
 			// A reload that keeps most of the sets (as reloading a list usually does), moves
 			// some prefixes to other sets and adds new ones.
-			next := refSets{}
+			next := cidrtest.Sets{}
 			for i, set := range ref {
 				for p := range set {
 					switch r.IntN(6) {
 					case 0:
 					case 1:
-						next.add(uint8(r.IntN(4)), p)
+						next.Add(uint8(r.IntN(4)), p)
 					default:
-						next.add(i, p)
+						next.Add(i, p)
 					}
 				}
 			}
 			for range r.IntN(150) {
-				next.add(uint8(r.IntN(4)), randPrefix6(r))
+				next.Add(uint8(r.IntN(4)), cidrtest.RandPrefix6(r))
 			}
 			ref = next
-			apply = func() error { _, err := c.replace(ref.lists()); return err }
+			apply = func() error { _, err := c.replace(ref.Lists()); return err }
 		case 1:
 			i := uint8(r.IntN(4))
 			var ps []netip.Prefix
 			for range 1 + r.IntN(20) {
-				ps = append(ps, randPrefix6(r))
+				ps = append(ps, cidrtest.RandPrefix6(r))
 			}
-			ref.add(i, ps...)
+			ref.Add(i, ps...)
 			apply = func() error { return c.change(i, ps, true) }
 		default:
 			i := uint8(r.IntN(4))
@@ -419,11 +309,11 @@ func TestV6Order(t *testing.T) {
 					ps = append(ps, p)
 				}
 			}
-			ref.remove(i, ps...)
+			ref.Remove(i, ps...)
 			apply = func() error { return c.change(i, ps, false) }
 		}
-		addrs := samples(old, r, 0)
-		addrs = append(addrs, samples(ref, r, 0)...)
+		addrs := cidrtest.Samples(old, r, 0)
+		addrs = append(addrs, cidrtest.Samples(ref, r, 0)...)
 		type probe struct {
 			a             netip.Addr
 			before, after uint32
@@ -431,7 +321,7 @@ func TestV6Order(t *testing.T) {
 		var probes []probe
 		for _, a := range addrs {
 			if a.Is6() && !a.Is4In6() {
-				probes = append(probes, probe{a, old.mask(a), ref.mask(a)})
+				probes = append(probes, probe{a, old.Mask(a), ref.Mask(a)})
 			}
 		}
 		r.Shuffle(len(probes), func(i, j int) { probes[i], probes[j] = probes[j], probes[i] })
@@ -454,7 +344,7 @@ func TestV6Order(t *testing.T) {
 			if a.Is4() || a.Is4In6() {
 				continue
 			}
-			if got, want := trie.lookup(a), ref.mask(a); got != want {
+			if got, want := trie.lookup(a), ref.Mask(a); got != want {
 				t.Fatalf("step %d: %v in %b, want %b", step, a, got, want)
 			}
 		}
@@ -468,9 +358,9 @@ func TestV6Order(t *testing.T) {
 		}
 		return out
 	}
-	ref = refSets{}
-	ref.add(0, pfx("2001:db8:aa::/48")...)
-	if _, err := c.replace(ref.lists()); err != nil {
+	ref = cidrtest.Sets{}
+	ref.Add(0, pfx("2001:db8:aa::/48")...)
+	if _, err := c.replace(ref.Lists()); err != nil {
 		t.Fatal(err)
 	}
 	a := netip.MustParseAddr("2001:db8:aa::1")
@@ -479,10 +369,10 @@ func TestV6Order(t *testing.T) {
 			t.Fatalf("%v unlisted from set 0 during the reload (mask %b)", a, got)
 		}
 	}
-	ref = refSets{}
-	ref.add(0, pfx("2001:db8:aa::/64")...)
-	ref.add(1, pfx("2001:db8:aa::/56")...)
-	if _, err := c.replace(ref.lists()); err != nil {
+	ref = cidrtest.Sets{}
+	ref.Add(0, pfx("2001:db8:aa::/64")...)
+	ref.Add(1, pfx("2001:db8:aa::/56")...)
+	if _, err := c.replace(ref.Lists()); err != nil {
 		t.Fatal(err)
 	}
 	trie.check = nil
@@ -491,7 +381,7 @@ func TestV6Order(t *testing.T) {
 	}
 
 	// A reload with the same content writes nothing.
-	if st, err := c.replace(ref.lists()); err != nil || st.V6Writes != 0 {
+	if st, err := c.replace(ref.Lists()); err != nil || st.V6Writes != 0 {
 		t.Fatalf("same-content reload: %d writes, %v", st.V6Writes, err)
 	}
 }

@@ -1,4 +1,4 @@
-package datapath
+package sockverdict
 
 import (
 	"bufio"
@@ -37,7 +37,7 @@ var (
 type svWorld struct {
 	t      *testing.T
 	ns     string
-	sv     *SockVerdict
+	sv     *Verdict
 	port   uint16
 	cookie uint64
 	srv    *svServerRec
@@ -104,7 +104,7 @@ func svTable(t *testing.T, rules []policy.HTTPRule) *l7table.Table {
 func svNetns(t *testing.T) string {
 	t.Helper()
 	ns := testenv.NewNetns(t, "rsv-"+testenv.Suffix(8))
-	h := nlHandle(t, ns)
+	h := testenv.NetlinkHandle(t, ns)
 	lo, err := h.LinkByName("lo")
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func svNetns(t *testing.T) string {
 }
 
 // openTestSockVerdict opens the verdict pinned in pinDir and removes it at cleanup.
-func openTestSockVerdict(t *testing.T, pinDir string) *SockVerdict {
+func openTestSockVerdict(t *testing.T, pinDir string) *Verdict {
 	t.Helper()
 	cg, err := Cgroup2Root()
 	if err != nil {
@@ -129,7 +129,7 @@ func openTestSockVerdict(t *testing.T, pinDir string) *SockVerdict {
 	}
 	// The pins go whatever happens: a load that fails halfway leaves maps pinned.
 	t.Cleanup(func() { os.RemoveAll(pinDir) })
-	sv, err := OpenSockVerdict(cg, pinDir)
+	sv, err := Open(cg, pinDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func newSVWorldOn(t *testing.T, network, address string) *svWorld {
 	go server.Serve(countingListener{ln, w.srv})
 	t.Cleanup(func() { server.Close() })
 
-	w.sv = openTestSockVerdict(t, filepath.Join(BPFFSRoot, "rampart-test-"+testenv.Suffix(8)))
+	w.sv = openTestSockVerdict(t, filepath.Join("/sys/fs/bpf", "rampart-test-"+testenv.Suffix(8)))
 	var err error
 	if w.cookie, err = NetnsCookie(w.ns); err != nil {
 		t.Fatal(err)
@@ -266,7 +266,7 @@ func (w *svWorld) wantSeen(want ...string) {
 	}
 }
 
-func (w *svWorld) counts() SockVerdictCounts {
+func (w *svWorld) counts() Counts {
 	w.t.Helper()
 	c, err := w.sv.Counts()
 	if err != nil {
@@ -324,7 +324,7 @@ func TestSockVerdictKeepAlive(t *testing.T) {
 	got := w.counts()
 	// One failed send counted: after a drop the kernel keeps the verdict for the
 	// socket's later sends without running the program.
-	if got != (SockVerdictCounts{Passed: 6, Refused: 3, SendFailed: 1}) {
+	if got != (Counts{Passed: 6, Refused: 3, SendFailed: 1}) {
 		t.Fatalf("counters %+v, want 6 passed, 3 refused, 1 failed send", got)
 	}
 }
@@ -423,7 +423,7 @@ func TestSockVerdictDualStackServer(t *testing.T) {
 			t.Fatalf("%q: %d, want %d", step.req, st, step.want)
 		}
 	}
-	if got := w.counts(); got != (SockVerdictCounts{Passed: 2, Refused: 2}) {
+	if got := w.counts(); got != (Counts{Passed: 2, Refused: 2}) {
 		t.Fatalf("counters %+v", got)
 	}
 }
@@ -441,7 +441,7 @@ func TestSockVerdictEvents(t *testing.T) {
 	c.roundTrip("DELETE /v1 HTTP/1.1\r\nHost: deathstar\r\n\r\n")
 	c.roundTrip(get("/v1"))
 	c.c.Close() // the last passed request is reported when its response is seen
-	var evs []SockEvent
+	var evs []Event
 	rd.SetDeadline(time.Now().Add(5 * time.Second))
 	for len(evs) < 3 {
 		e, err := rd.Read()
@@ -452,16 +452,16 @@ func TestSockVerdictEvents(t *testing.T) {
 	}
 	want := []struct {
 		method  string
-		verdict SockVerdictKind
+		verdict Kind
 		status  int
-	}{{"GET", SockPassed, 200}, {"DELETE", SockRefused, 403}, {"GET", SockPassed, 200}}
+	}{{"GET", Passed, 200}, {"DELETE", Refused, 403}, {"GET", Passed, 200}}
 	for i, e := range evs {
 		wt := want[i]
 		if e.Method != wt.method || e.Verdict != wt.verdict || e.Status != wt.status || e.Path != "/v1" ||
 			e.Host != "deathstar" || e.Client.Addr() != svClient || e.Server != netip.AddrPortFrom(svServer, w.port) {
 			t.Errorf("event %d: %+v, want %+v", i, e, wt)
 		}
-		if wt.verdict == SockPassed && (e.Latency <= 0 || e.Rules[l7table.Ingress] != 1) {
+		if wt.verdict == Passed && (e.Latency <= 0 || e.Rules[l7table.Ingress] != 1) {
 			t.Errorf("event %d: latency %v, rules %#x", i, e.Latency, e.Rules)
 		}
 	}
@@ -589,7 +589,7 @@ func TestSockVerdictOtherNamespace(t *testing.T) {
 	if st, body := c.roundTrip("DELETE /v1 HTTP/1.1\r\nHost: deathstar\r\n\r\n"); st != 200 || body != "other" {
 		t.Fatalf("DELETE in the other namespace: %d %q", st, body)
 	}
-	if got := w.counts(); got != (SockVerdictCounts{}) {
+	if got := w.counts(); got != (Counts{}) {
 		t.Fatalf("the verdict counted %+v", got)
 	}
 }

@@ -1,4 +1,4 @@
-package datapath
+package cidrtable
 
 import (
 	"crypto/rand"
@@ -7,9 +7,8 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
+	"structs"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,18 +23,15 @@ import (
 // slots per address of the /25../32 prefixes, created only when there are some. Only while
 // a reload builds the new bank beside the active one are there two of each.
 const (
-	// DefaultCIDRHostSlots is the default bound on a host table's size (Config.CIDRHostSlots):
-	// MaxCIDRHostSlots, 1 GiB, about 67M addresses.
-	DefaultCIDRHostSlots = MaxCIDRHostSlots
-	// MaxCIDRHostSlots bounds Config.CIDRHostSlots (1 GiB per table); the builder's sort
-	// key needs the slot number to fit 27 bits.
-	MaxCIDRHostSlots = 1 << 27
-	// MinCIDRHostSlots is the smallest host table (CIDR_HOST_MIN_SLOTS), and the smallest
-	// Config.CIDRHostSlots accepted.
-	MinCIDRHostSlots = 64
-	// DefaultCIDR6MaxEntries is the default capacity of the IPv6 trie (entries are
-	// allocated as used, about 160 bytes each).
-	DefaultCIDR6MaxEntries = 1 << 20
+	// DefaultHostSlots is the default bound on a host table's size (Open's hostSlots):
+	// MaxHostSlots, 1 GiB, about 67M addresses.
+	DefaultHostSlots = MaxHostSlots
+	// MaxHostSlots bounds Open's hostSlots (1 GiB per table); the builder's sort key needs
+	// the slot number to fit 27 bits.
+	MaxHostSlots = 1 << 27
+	// MinHostSlots is the smallest host table (CIDR_HOST_MIN_SLOTS), and the smallest
+	// hostSlots accepted.
+	MinHostSlots = 64
 
 	// cidrLoadFactor is the host table fill a rebuild aims for (lower when the table has
 	// room): with the sorted (Robin Hood) layout, 10M addresses at 0.5 need at most 13-14
@@ -49,13 +45,13 @@ const (
 	v6BulkThreshold = 1024
 )
 
-// ErrCIDRSetsNotLoaded is returned by AddCIDRs and RemoveCIDRs on a Datapath that reopened
+// ErrCIDRSetsNotLoaded is returned by AddCIDRs and RemoveCIDRs on Tables opened over
 // pinned maps: it does not know the sets' prefixes until ReplaceCIDRSets gives them again
 // (the maps keep enforcing the old content meanwhile).
-var ErrCIDRSetsNotLoaded = errors.New("CIDR sets not loaded since the datapath was opened: call ReplaceCIDRSets first")
+var ErrCIDRSetsNotLoaded = errors.New("CIDR sets not loaded since the tables were opened: call ReplaceCIDRSets first")
 
-// CIDRSetStats describes the CIDR sets in the dataplane.
-type CIDRSetStats struct {
+// Stats describes the CIDR sets in the dataplane.
+type Stats struct {
 	Prefixes    int // prefixes in all sets (a prefix listed by two sets counts twice)
 	IPv4        int // IPv4 prefixes among them
 	IPv6        int // IPv6 prefixes among them
@@ -67,14 +63,14 @@ type CIDRSetStats struct {
 	Build, Write time.Duration
 
 	// HostSlots is the host table size of the active bank, HostCapacity the most slots a
-	// host table may have (Config.CIDRHostSlots).
+	// host table may have (Open's hostSlots).
 	HostSlots, HostCapacity int
 	// MaxProbe is the longest probe sequence of the last rebuilt host table (at most 32).
 	MaxProbe int
 	// KernelBytes: the IPv4 tables (the kernel's memlock of the config and of each table
 	// there is: a 64 MiB top table when some set has a prefix of /24 or shorter, a host
 	// table of 8 bytes per slot when some set has a longer one) and the IPv6 trie
-	// (estimated per entry). UserBytes: the datapath's copy of the prefixes (8 bytes per
+	// (estimated per entry). UserBytes: the Tables' copy of the prefixes (8 bytes per
 	// IPv4 prefix, 32 per IPv6 trie entry).
 	KernelBytes, UserBytes uint64
 	// TableBytes is the IPv4 tables' part of KernelBytes.
@@ -83,7 +79,27 @@ type CIDRSetStats struct {
 	V6Writes int
 }
 
-// cidrState is the datapath's CIDR set state: the mmapped IPv4 tables and the sets' prefixes
+// Maps are the tc object's CIDR set maps (bpf/rampart.c), which the programs read and
+// Tables fill; datapath.(*Datapath).CIDRMaps hands them out. Tables do not own them: they
+// stay open until the datapath closes, after the Tables.
+type Maps struct {
+	// Config is cidr4_config: one BPF_F_MMAPABLE element, struct cidr_config.
+	Config *ebpf.Map
+	// Top and Host are cidr4_top and cidr4_host: the map-in-maps that hold each bank's
+	// tables; TopInner and HostInner the layout of the tables they take.
+	Top, Host           *ebpf.Map
+	TopInner, HostInner *ebpf.MapSpec
+	// V6 is cidr6, the IPv6 LPM trie.
+	V6 *ebpf.Map
+}
+
+// Tables are the CIDR set tables of one dataplane. Their methods are safe for concurrent
+// use.
+type Tables struct {
+	c *cidrState
+}
+
+// cidrState is the CIDR set state: the mmapped IPv4 tables and the sets' prefixes
 // (needed to recompute rows and addresses when a prefix is removed, and to rebuild).
 type cidrState struct {
 	mu      sync.Mutex
@@ -91,7 +107,7 @@ type cidrState struct {
 	cfgMap  *ebpf.Map
 	t       v4Tables
 	store   v4Store
-	maxHost uint32     // Config.CIDRHostSlots: the largest host table a load may have
+	maxHost uint32     // Open's hostSlots: the largest host table a load may have
 	m6      *ebpf.Map  // the IPv6 trie, for reads
 	w6      trieWriter // the same, for writes
 	v6max   int
@@ -105,60 +121,66 @@ type cidrState struct {
 	flipped bool
 	// stale[b]: freeing bank b's tables failed part way; the store may still hold some.
 	stale [2]bool
-	last  CIDRSetStats // timings and probe length of the last rebuild
+	last  Stats // timings and probe length of the last rebuild
 }
 
-// sizeCIDRMaps checks cfg.CIDRHostSlots (the bound on a host table's size) and sizes the
-// IPv6 trie in spec from cfg.CIDR6MaxEntries, unless it is pinned already, whose size is
-// kept (a map cannot be resized under the programs using it; a new size takes effect once
-// the pins are removed). It returns the host table bound.
-func sizeCIDRMaps(spec *ebpf.CollectionSpec, cfg Config) (uint32, error) {
-	slots := cfg.CIDRHostSlots
-	if slots == 0 {
-		slots = DefaultCIDRHostSlots
+// config is struct cidr_config (bpf/include), as bpf2go writes it for the tc object;
+// Open checks its size against the map's value.
+type config struct {
+	_         structs.HostLayout
+	Bank      uint32
+	Ready     uint32
+	HostSlots [2]uint32
+	Seed      [2]uint32
+	ZeroMask  [2]uint32
+}
+
+// Open maps the CIDR set config and the tables the outer maps hold, and reads their state:
+// fresh maps start with empty sets; maps of an earlier run keep enforcing what they hold
+// until the next ReplaceCIDRSets gives the sets again. hostSlots bounds a host table's size
+// (0: DefaultHostSlots).
+func Open(m Maps, hostSlots uint32) (*Tables, error) {
+	if hostSlots == 0 {
+		hostSlots = DefaultHostSlots
 	}
-	if slots < MinCIDRHostSlots || slots > MaxCIDRHostSlots {
-		return 0, fmt.Errorf("CIDR host slots %d: out of range %d..%d", slots, MinCIDRHostSlots, MaxCIDRHostSlots)
+	if hostSlots < MinHostSlots || hostSlots > MaxHostSlots {
+		return nil, fmt.Errorf("CIDR host slots %d: out of range %d..%d", hostSlots, MinHostSlots, MaxHostSlots)
 	}
-	v6 := cfg.CIDR6MaxEntries
-	if v6 == 0 {
-		v6 = DefaultCIDR6MaxEntries
+	if m.Config == nil || m.Top == nil || m.Host == nil || m.V6 == nil || m.TopInner == nil || m.HostInner == nil {
+		return nil, errors.New("opening CIDR set tables: maps missing")
 	}
-	m, err := ebpf.LoadPinnedMap(filepath.Join(cfg.PinDir, rampartMapCidr6), nil)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return 0, fmt.Errorf("opening pinned map %s: %w", rampartMapCidr6, err)
-	default:
-		v6 = m.MaxEntries()
-		m.Close()
+	if got, want := m.Config.ValueSize(), uint32(unsafe.Sizeof(config{})); got != want {
+		return nil, fmt.Errorf("opening CIDR set tables: cidr4_config values have %d bytes, want %d", got, want)
 	}
-	ms, ok := spec.Maps[rampartMapCidr6]
-	if !ok {
-		return 0, fmt.Errorf("sizing map %s: not in the BPF object", rampartMapCidr6)
+	if got, want := m.V6.KeySize(), uint32(unsafe.Sizeof(v6MapKey{})); got != want {
+		return nil, fmt.Errorf("opening CIDR set tables: cidr6 keys have %d bytes, want %d", got, want)
 	}
-	ms.MaxEntries = v6
-	for _, name := range []string{rampartMapCidr4Top, rampartMapCidr4Host} {
-		if ms, ok := spec.Maps[name]; !ok || ms.InnerMap == nil {
-			return 0, fmt.Errorf("map %s: not a map-in-map of the BPF object", name)
-		}
+	c, err := openCIDR(m, hostSlots)
+	if err != nil {
+		return nil, err
 	}
-	return slots, nil
+	return &Tables{c: c}, nil
+}
+
+// Close unmaps the tables; later calls fail. The maps and the tables they hold stay, so
+// the programs keep enforcing the sets.
+func (t *Tables) Close() {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	t.c.close()
 }
 
 // openCIDR maps the CIDR set config and the tables the outer maps hold, and reads their
-// state. spec is the loaded collection's (for the tables' layout); maxHost bounds a host
-// table's size.
-func openCIDR(objs *rampartObjects, spec *ebpf.CollectionSpec, maxHost uint32) (*cidrState, error) {
-	c := &cidrState{m6: objs.Cidr6, w6: objs.Cidr6, v6max: int(objs.Cidr6.MaxEntries()), maxHost: maxHost, cfgMap: objs.Cidr4Config}
-	cfg, err := mmapArray(objs.Cidr4Config)
+// state. maxHost bounds a host table's size.
+func openCIDR(m Maps, maxHost uint32) (*cidrState, error) {
+	c := &cidrState{m6: m.V6, w6: m.V6, v6max: int(m.V6.MaxEntries()), maxHost: maxHost, cfgMap: m.Config}
+	cfg, err := mmapArray(m.Config)
 	if err != nil {
 		return nil, err
 	}
 	c.cfgMem = cfg
-	c.t.cfg = (*rampartCidrConfig)(unsafe.Pointer(&cfg[0]))
-	store, err := openMapStore(objs.Cidr4Top, objs.Cidr4Host,
-		spec.Maps[rampartMapCidr4Top].InnerMap, spec.Maps[rampartMapCidr4Host].InnerMap)
+	c.t.cfg = (*config)(unsafe.Pointer(&cfg[0]))
+	store, err := openMapStore(m.Top, m.Host, m.TopInner, m.HostInner)
 	if err != nil {
 		c.close()
 		return nil, err
@@ -309,10 +331,10 @@ func planHost(sets *[cidrSets][]uint64, capacity uint32) (v4Plan, error) {
 			return p, nil
 		}
 		if uint64(p.distinct) > uint64(capacity) {
-			return v4Plan{}, fmt.Errorf("CIDR sets: %d host addresses (from /25../32 prefixes) do not fit the host table of %d slots (datapath.Config.CIDRHostSlots)", p.distinct, capacity)
+			return v4Plan{}, fmt.Errorf("CIDR sets: %d host addresses (from /25../32 prefixes) do not fit the host table of %d slots (agent CIDRHostSlots, rampartd --cidr-host-slots)", p.distinct, capacity)
 		}
 		size := uint64(float64(p.distinct) / cidrLoadFactor)
-		size = min(max(size, MinCIDRHostSlots), uint64(capacity))
+		size = min(max(size, MinHostSlots), uint64(capacity))
 		for {
 			if mp, ok := placeHost(sorted, uint32(size), seed, nil); ok {
 				p.size, p.maxProbe = uint32(size), mp
@@ -324,7 +346,7 @@ func planHost(sets *[cidrSets][]uint64, capacity uint32) (v4Plan, error) {
 			size = min(size+size/4, uint64(capacity))
 		}
 	}
-	return v4Plan{}, fmt.Errorf("CIDR sets: %d host addresses do not fit the host table of %d slots within %d probes (datapath.Config.CIDRHostSlots)", n, capacity, cidrMaxProbe)
+	return v4Plan{}, fmt.Errorf("CIDR sets: %d host addresses do not fit the host table of %d slots within %d probes (agent CIDRHostSlots, rampartd --cidr-host-slots)", n, capacity, cidrMaxProbe)
 }
 
 // prepareBank creates the inactive bank's tables at the sizes sets and the host plan p
@@ -403,19 +425,19 @@ func (c *cidrState) rebuildV4() error {
 // the new ones, never a mix. IPv6 entries change in an order that keeps every address
 // listed by a set before and after listed throughout. On error the old IPv4 content stays
 // active.
-func (d *Datapath) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (CIDRSetStats, error) {
-	st, err := d.cidr.replace(sets)
+func (t *Tables) ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (Stats, error) {
+	st, err := t.c.replace(sets)
 	if err != nil {
-		return CIDRSetStats{}, fmt.Errorf("replacing CIDR sets: %w", err)
+		return Stats{}, fmt.Errorf("replacing CIDR sets: %w", err)
 	}
 	return st, nil
 }
 
-func (c *cidrState) replace(sets map[uint8][]netip.Prefix) (CIDRSetStats, error) {
+func (c *cidrState) replace(sets map[uint8][]netip.Prefix) (Stats, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.t.cfg == nil {
-		return CIDRSetStats{}, errors.New("datapath closed")
+		return Stats{}, errors.New("CIDR set tables closed")
 	}
 
 	t0 := time.Now()
@@ -425,29 +447,29 @@ func (c *cidrState) replace(sets map[uint8][]netip.Prefix) (CIDRSetStats, error)
 	)
 	for idx, ps := range sets {
 		if idx >= cidrSets {
-			return CIDRSetStats{}, fmt.Errorf("set index %d out of range 0..%d", idx, cidrSets-1)
+			return Stats{}, fmt.Errorf("set index %d out of range 0..%d", idx, cidrSets-1)
 		}
 		var err error
 		if v4[idx], v6[idx], err = splitPrefixes(ps); err != nil {
-			return CIDRSetStats{}, fmt.Errorf("set %d: %w", idx, err)
+			return Stats{}, fmt.Errorf("set %d: %w", idx, err)
 		}
 	}
 	next6 := buildV6(&v6)
 	p, err := planHost(&v4, c.maxHost)
 	if err != nil {
-		return CIDRSetStats{}, err
+		return Stats{}, err
 	}
 	t1 := time.Now()
 
 	// The new IPv4 tables first: if they cannot be allocated, nothing has changed.
 	if err := c.prepareBank(&v4, p); err != nil {
-		return CIDRSetStats{}, err
+		return Stats{}, err
 	}
 	if !c.v6.known {
 		old, err := readV6(c.m6)
 		if err != nil {
 			c.freeBank(c.t.active() ^ 1)
-			return CIDRSetStats{}, err
+			return Stats{}, err
 		}
 		c.v6.reset(old, false)
 	}
@@ -457,13 +479,13 @@ func (c *cidrState) replace(sets map[uint8][]netip.Prefix) (CIDRSetStats, error)
 		// tables stay as they are.
 		c.v6.known, c.loaded = false, false
 		c.freeBank(c.t.active() ^ 1)
-		return CIDRSetStats{}, err
+		return Stats{}, err
 	}
 	c.v6.reset(next6, true)
 	c.commitBank()
 	c.v4 = v4
 	c.loaded = true
-	c.last = CIDRSetStats{Build: t1.Sub(t0), Write: time.Since(t1), MaxProbe: p.maxProbe, V6Writes: writes}
+	c.last = Stats{Build: t1.Sub(t0), Write: time.Since(t1), MaxProbe: p.maxProbe, V6Writes: writes}
 	return c.usage(), nil
 }
 
@@ -473,15 +495,15 @@ func (c *cidrState) replace(sets map[uint8][]netip.Prefix) (CIDRSetStats, error)
 // are ignored. Additions never unlist anything. If it fails part way (the rebuild does not
 // fit, a trie write fails), the tables may list part of the additions, and AddCIDRs and
 // RemoveCIDRs return ErrCIDRSetsNotLoaded until a ReplaceCIDRSets.
-func (d *Datapath) AddCIDRs(index uint8, prefixes []netip.Prefix) error {
-	return d.cidr.change(index, prefixes, true)
+func (t *Tables) AddCIDRs(index uint8, prefixes []netip.Prefix) error {
+	return t.c.change(index, prefixes, true)
 }
 
 // RemoveCIDRs removes prefixes from set index in place. Addresses still covered by another
 // prefix of the set stay listed; other sets are untouched. Prefixes not in the set are
 // ignored. Removals only unlist.
-func (d *Datapath) RemoveCIDRs(index uint8, prefixes []netip.Prefix) error {
-	return d.cidr.change(index, prefixes, false)
+func (t *Tables) RemoveCIDRs(index uint8, prefixes []netip.Prefix) error {
+	return t.c.change(index, prefixes, false)
 }
 
 func (c *cidrState) change(index uint8, prefixes []netip.Prefix, add bool) error {
@@ -495,7 +517,7 @@ func (c *cidrState) change(index uint8, prefixes []netip.Prefix, add bool) error
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.t.cfg == nil {
-		return fmt.Errorf("%s CIDRs: datapath closed", what)
+		return fmt.Errorf("%s CIDRs: CIDR set tables closed", what)
 	}
 	if !c.loaded {
 		return fmt.Errorf("%s CIDRs: %w", what, ErrCIDRSetsNotLoaded)
@@ -632,15 +654,15 @@ func subtractSorted(a, b []uint64) []uint64 {
 
 // CIDRSetMembership returns the mask of the CIDR sets containing addr, read from the
 // dataplane's tables the way the programs read them (bit i: set i).
-func (d *Datapath) CIDRSetMembership(addr netip.Addr) (uint32, error) {
+func (t *Tables) CIDRSetMembership(addr netip.Addr) (uint32, error) {
 	if !addr.IsValid() {
 		return 0, fmt.Errorf("CIDR set membership: invalid address")
 	}
-	c := d.cidr
+	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.t.cfg == nil {
-		return 0, errors.New("CIDR set membership: datapath closed")
+		return 0, errors.New("CIDR set membership: CIDR set tables closed")
 	}
 	addr = addr.Unmap()
 	if addr.Is4() {
@@ -650,30 +672,30 @@ func (d *Datapath) CIDRSetMembership(addr netip.Addr) (uint32, error) {
 	return lookupV6(c.m6, addr)
 }
 
-// tableUsage describes the IPv4 config and the tables of both banks (the inactive bank has
-// tables only while a rebuild runs).
-func (c *cidrState) tableUsage() []MapUsage {
-	var out []MapUsage
+// tableBytes is the memlock of the IPv4 config and the tables of both banks (the inactive
+// bank has tables only while a rebuild runs).
+func (c *cidrState) tableBytes() uint64 {
+	var n uint64
 	if c.cfgMap != nil {
-		out = append(out, mapUsage(c.cfgMap, rampartMapCidr4Config))
+		n += memlockOf(c.cfgMap)
 	}
 	if c.store != nil {
 		for b := range uint32(2) {
-			out = append(out, c.store.usage(b)...)
+			n += c.store.memlock(b)
 		}
 	}
-	return out
+	return n
 }
 
 // CIDRSetUsage returns the current CIDR set statistics (Build and Write of the last full
 // rebuild).
-func (d *Datapath) CIDRSetUsage() CIDRSetStats {
-	d.cidr.mu.Lock()
-	defer d.cidr.mu.Unlock()
-	return d.cidr.usage()
+func (t *Tables) CIDRSetUsage() Stats {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	return t.c.usage()
 }
 
-func (c *cidrState) usage() CIDRSetStats {
+func (c *cidrState) usage() Stats {
 	s := c.last
 	if c.t.cfg == nil {
 		return s
@@ -696,9 +718,7 @@ func (c *cidrState) usage() CIDRSetStats {
 		s.HostEntries++
 	}
 	s.HostSlots, s.HostCapacity = int(size), int(c.maxHost)
-	for _, u := range c.tableUsage() {
-		s.TableBytes += u.Bytes
-	}
+	s.TableBytes = c.tableBytes()
 	s.KernelBytes = s.TableBytes + uint64(len(c.v6.entries))*v6NodeBytes
 	s.UserBytes = uint64(s.IPv4)*8 + uint64(len(c.v6.entries))*uint64(unsafe.Sizeof(v6entry{}))
 	s.MemoryBytes = s.KernelBytes + s.UserBytes

@@ -1,4 +1,4 @@
-package datapath
+package cidrtable
 
 import (
 	"errors"
@@ -92,7 +92,7 @@ func cidrHome(h, size uint32) uint32 { return uint32(uint64(h) * uint64(size) >>
 // a top table only when some set has a prefix of /24 or shorter, and a host table only
 // when some set has a longer one.
 type v4Tables struct {
-	cfg  *rampartCidrConfig
+	cfg  *config
 	top  [2][]uint32 // bank b's top table (cidrTopRows rows), nil if it has none
 	host [2][]uint64 // bank b's host table, nil if it has none
 }

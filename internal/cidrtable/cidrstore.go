@@ -1,4 +1,4 @@
-package datapath
+package cidrtable
 
 import (
 	"errors"
@@ -26,8 +26,9 @@ type v4Store interface {
 	// free uninstalls and releases bank b's tables. The caller makes sure that no program
 	// run still reads them (bank b is inactive and an RCU grace period has passed since).
 	free(b uint32) error
-	// usage describes bank b's tables (nil entries for tables it does not have).
-	usage(b uint32) []MapUsage
+	// memlock returns the kernel's memlock of bank b's tables (0 for tables it does not
+	// have).
+	memlock(b uint32) uint64
 	// close releases the store's handles (the installed tables stay with the outer maps).
 	close()
 }
@@ -169,14 +170,24 @@ func (s *mapStore) free(b uint32) error {
 	return errors.Join(errs...)
 }
 
-func (s *mapStore) usage(b uint32) []MapUsage {
-	var out []MapUsage
+func (s *mapStore) memlock(b uint32) uint64 {
+	var n uint64
 	for kind := range s.maps {
 		if m := s.maps[kind][b]; m != nil {
-			out = append(out, mapUsage(m, fmt.Sprintf("%s[%d]", tableNames[kind], b)))
+			n += memlockOf(m)
 		}
 	}
-	return out
+	return n
+}
+
+// memlockOf returns m's memlock in /proc/PID/fdinfo (0 if the kernel does not say).
+func memlockOf(m *ebpf.Map) uint64 {
+	info, err := m.Info()
+	if err != nil {
+		return 0
+	}
+	n, _ := info.Memlock()
+	return n
 }
 
 func (s *mapStore) close() {

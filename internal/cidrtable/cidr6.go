@@ -1,4 +1,4 @@
-package datapath
+package cidrtable
 
 import (
 	"cmp"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
@@ -40,8 +41,16 @@ func (k v6key) prefix() netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom16(b), int(k.bits))
 }
 
-func (k v6key) mapKey() rampartCidr6Key {
-	out := rampartCidr6Key{Prefixlen: uint32(k.bits)}
+// v6MapKey is struct cidr6_key (bpf/include), the trie's key as bpf2go writes it for the tc
+// object; Open checks its size against the map's key.
+type v6MapKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      [16]uint8
+}
+
+func (k v6key) mapKey() v6MapKey {
+	out := v6MapKey{Prefixlen: uint32(k.bits)}
 	for i := range 8 {
 		out.Addr[i] = byte(k.hi >> (56 - 8*i))
 		out.Addr[8+i] = byte(k.lo >> (56 - 8*i))
@@ -49,7 +58,7 @@ func (k v6key) mapKey() rampartCidr6Key {
 	return out
 }
 
-func v6fromMapKey(m rampartCidr6Key) v6key {
+func v6fromMapKey(m v6MapKey) v6key {
 	var k v6key
 	for i := range 8 {
 		k.hi |= uint64(m.Addr[i]) << (56 - 8*i)
@@ -95,7 +104,7 @@ type v6entry struct {
 	own, eff uint32
 }
 
-// v6State is the datapath's copy of the trie.
+// v6State is the Tables' copy of the trie.
 type v6State struct {
 	entries []v6entry // sorted by cmpV6
 	// known is false after Open until the first ReplaceCIDRSets: entries were read back
@@ -182,7 +191,7 @@ type trieWriter interface {
 
 // v6Batch collects trie writes.
 type v6Batch struct {
-	keys []rampartCidr6Key
+	keys []v6MapKey
 	vals []uint32
 }
 
@@ -364,7 +373,7 @@ func (s *v6State) v6Change(m trieWriter, maxEntries int, index uint8, ks []v6key
 // readV6 reads the trie back (after Open): entries with their effective masks.
 func readV6(m *ebpf.Map) ([]v6entry, error) {
 	var (
-		k   rampartCidr6Key
+		k   v6MapKey
 		v   uint32
 		out []v6entry
 	)
@@ -381,7 +390,7 @@ func readV6(m *ebpf.Map) ([]v6entry, error) {
 
 // lookupV6 is the trie's longest-prefix lookup of one address.
 func lookupV6(m *ebpf.Map, a netip.Addr) (uint32, error) {
-	k := rampartCidr6Key{Prefixlen: 128, Addr: a.As16()}
+	k := v6MapKey{Prefixlen: 128, Addr: a.As16()}
 	var v uint32
 	if err := m.Lookup(&k, &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {

@@ -1,4 +1,4 @@
-package datapath
+package sockverdict
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,14 +20,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/l7table"
+	"github.com/rampartnet/rampart/internal/netns"
 )
 
-// SockVerdict is the send-side L7 verdict (bpf/sockverdict.c, docs/design-l7-send-side.md):
+// Verdict is the send-side L7 verdict (bpf/sockverdict.c, docs/design-l7-send-side.md):
 // requests between two local endpoints checked on the client's own socket. The agent lists
 // the pairs of sockets it takes (SetTarget) and the rule table each pair is checked against
 // (SetSlot); the programs do the rest. Its maps and the sockops link are pinned beside the
 // dataplane's, so the verdict outlives the agent's process, like the tc programs.
-type SockVerdict struct {
+type Verdict struct {
 	objs   sockverdictObjects
 	link   link.Link
 	pinDir string
@@ -43,24 +45,21 @@ const (
 	SideServer = 1
 )
 
-// SockVerdictSlots is how many pairs of endpoints can have a table at once.
-const SockVerdictSlots = 16384
+// SlotCount is how many pairs of endpoints can have a table at once.
+const SlotCount = 16384
 
 const sockopsLinkPin = "sv_sockops_link"
 
-// OpenSockVerdict loads the programs with their maps pinned in pinDir (the dataplane's
+// Open loads the programs with their maps pinned in pinDir (the dataplane's
 // pin directory, whose sv_flows map tc reads), attaches the sockops program to the cgroup
 // v2 directory cgroup (the root, so that it sees the sockets of every endpoint) through a
 // pinned link, updating the link of an earlier run in place, and the two sk_msg programs
 // to their sockhashes (replacing an earlier run's).
-func OpenSockVerdict(cgroup, pinDir string) (*SockVerdict, error) {
-	if err := ensureBPFFS(); err != nil {
-		return nil, err
-	}
+func Open(cgroup, pinDir string) (*Verdict, error) {
 	if err := os.MkdirAll(pinDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating pin directory: %w", err)
 	}
-	s := &SockVerdict{pinDir: pinDir, slots: map[uint32]uint32{}, tables: map[uint32]*l7table.Table{}}
+	s := &Verdict{pinDir: pinDir, slots: map[uint32]uint32{}, tables: map[uint32]*l7table.Table{}}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinDir}}
 	if err := loadSockverdictObjects(&s.objs, opts); err != nil {
 		var ve *ebpf.VerifierError
@@ -108,7 +107,7 @@ func OpenSockVerdict(cgroup, pinDir string) (*SockVerdict, error) {
 
 // readState learns from the pinned maps which tables an earlier run left, so that
 // replacing them deletes all their entries.
-func (s *SockVerdict) readState() error {
+func (s *Verdict) readState() error {
 	var slot, id uint32
 	it := s.objs.SvSlots.Iterate()
 	for it.Next(&slot, &id) {
@@ -171,7 +170,7 @@ func int8String(b []int8) string {
 	return string(out)
 }
 
-func (s *SockVerdict) tableOf(id uint32) *l7table.Table {
+func (s *Verdict) tableOf(id uint32) *l7table.Table {
 	t := s.tables[id]
 	if t == nil {
 		t = &l7table.Table{}
@@ -182,7 +181,7 @@ func (s *SockVerdict) tableOf(id uint32) *l7table.Table {
 }
 
 // Slots returns the slots that have a table now.
-func (s *SockVerdict) Slots() []uint32 {
+func (s *Verdict) Slots() []uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]uint32, 0, len(s.slots))
@@ -193,7 +192,7 @@ func (s *SockVerdict) Slots() []uint32 {
 }
 
 // SlotsInUse returns the slots that open connections hold.
-func (s *SockVerdict) SlotsInUse() (map[uint32]bool, error) {
+func (s *Verdict) SlotsInUse() (map[uint32]bool, error) {
 	used := map[uint32]bool{}
 	var k sockverdictSvConnKey
 	var c sockverdictSvConn
@@ -209,7 +208,7 @@ func (s *SockVerdict) SlotsInUse() (map[uint32]bool, error) {
 
 // Table returns the table written under id (nil if none now): events name the table that
 // decided, and its Rules name the rules of their masks.
-func (s *SockVerdict) Table(id uint32) *l7table.Table {
+func (s *Verdict) Table(id uint32) *l7table.Table {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tables[id]
@@ -217,7 +216,7 @@ func (s *SockVerdict) Table(id uint32) *l7table.Table {
 
 // Remove detaches the sockops program and deletes the pins (uninstall). Connections it
 // took are released when the sockhashes go.
-func (s *SockVerdict) Remove() error {
+func (s *Verdict) Remove() error {
 	var errs []error
 	if err := s.link.Unpin(); err != nil {
 		errs = append(errs, fmt.Errorf("unpinning the sockops link: %w", err))
@@ -234,7 +233,7 @@ func (s *SockVerdict) Remove() error {
 
 // Close releases the process's handles; the pinned link and maps stay, and so does the
 // verdict.
-func (s *SockVerdict) Close() error {
+func (s *Verdict) Close() error {
 	var errs []error
 	if s.link != nil {
 		errs = append(errs, s.link.Close())
@@ -247,7 +246,7 @@ func (s *SockVerdict) Close() error {
 // which the sockops program compares targets with.
 func NetnsCookie(nsPath string) (uint64, error) {
 	var cookie uint64
-	err := runInNetns(nsPath, func() error {
+	err := netns.Do(nsPath, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err
@@ -284,7 +283,7 @@ func ip4(a netip.Addr) uint32 {
 
 // SetTarget lists one side of a pair: the socket in the namespace with netnsCookie whose
 // own address is local, talking to remote on the server port, is checked against slot.
-func (s *SockVerdict) SetTarget(netnsCookie uint64, local, remote netip.Addr, port uint16, side int, slot uint32) error {
+func (s *Verdict) SetTarget(netnsCookie uint64, local, remote netip.Addr, port uint16, side int, slot uint32) error {
 	if !local.Is4() || !remote.Is4() {
 		return fmt.Errorf("setting send-side target %s-%s: IPv4 only", local, remote)
 	}
@@ -296,7 +295,7 @@ func (s *SockVerdict) SetTarget(netnsCookie uint64, local, remote netip.Addr, po
 }
 
 // DeleteTarget removes what SetTarget wrote; connections already taken keep their slot.
-func (s *SockVerdict) DeleteTarget(netnsCookie uint64, local, remote netip.Addr, port uint16, side int) error {
+func (s *Verdict) DeleteTarget(netnsCookie uint64, local, remote netip.Addr, port uint16, side int) error {
 	k := sockverdictSvTargetKey{NetnsCookie: netnsCookie, LocalIp4: ip4(local), RemoteIp4: ip4(remote), Port: uint32(port), Side: uint32(side)}
 	if err := s.objs.SvTargets.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("deleting send-side target %s-%s port %d: %w", local, remote, port, err)
@@ -307,8 +306,8 @@ func (s *SockVerdict) DeleteTarget(netnsCookie uint64, local, remote netip.Addr,
 // SetSlot makes t the table of slot's connections (nil: none, every request refused). The
 // new table is written whole under a new id before the slot switches to it, and the old
 // one is deleted after, so that no request meets a table half written.
-func (s *SockVerdict) SetSlot(slot uint32, t *l7table.Table) error {
-	if slot == 0 || slot >= SockVerdictSlots {
+func (s *Verdict) SetSlot(slot uint32, t *l7table.Table) error {
+	if slot == 0 || slot >= SlotCount {
 		return fmt.Errorf("send-side slot %d out of range", slot)
 	}
 	s.mu.Lock()
@@ -341,7 +340,7 @@ func (s *SockVerdict) SetSlot(slot uint32, t *l7table.Table) error {
 	return nil
 }
 
-func (s *SockVerdict) newID() uint32 {
+func (s *Verdict) newID() uint32 {
 	for {
 		s.nextID++
 		if s.nextID == 0 {
@@ -381,7 +380,7 @@ func headerKey(id uint32, e l7table.HeaderEntry) sockverdictSvHeaderKey {
 	return k
 }
 
-func (s *SockVerdict) writeTable(id uint32, t *l7table.Table) error {
+func (s *Verdict) writeTable(id uint32, t *l7table.Table) error {
 	h := sockverdictSvTable{Pass: masks(t.Header.Pass), AnyPath: masks(t.Header.AnyPath), AnyHost: masks(t.Header.AnyHost),
 		HeaderRules: masks(t.Header.HeaderRules)}
 	for i, m := range t.Header.Method {
@@ -414,7 +413,7 @@ func (s *SockVerdict) writeTable(id uint32, t *l7table.Table) error {
 	return nil
 }
 
-func (s *SockVerdict) deleteTable(id uint32, t *l7table.Table) {
+func (s *Verdict) deleteTable(id uint32, t *l7table.Table) {
 	s.objs.SvTables.Delete(id)
 	if t == nil {
 		return
@@ -433,14 +432,14 @@ func (s *SockVerdict) deleteTable(id uint32, t *l7table.Table) {
 	}
 }
 
-// SockVerdictCounts are the verdicts given since load, summed over CPUs.
-type SockVerdictCounts struct {
+// Counts are the verdicts given since load, summed over CPUs.
+type Counts struct {
 	Passed, Refused, Malformed, SendFailed, EventsLost uint64
 }
 
 // Counts reads the verdict counters.
-func (s *SockVerdict) Counts() (SockVerdictCounts, error) {
-	var c SockVerdictCounts
+func (s *Verdict) Counts() (Counts, error) {
+	var c Counts
 	for i, dst := range []*uint64{&c.Passed, &c.Refused, &c.Malformed, &c.SendFailed, &c.EventsLost} {
 		var per []uint64
 		if err := s.objs.SvCounts.Lookup(uint32(i), &per); err != nil {
@@ -453,32 +452,32 @@ func (s *SockVerdict) Counts() (SockVerdictCounts, error) {
 	return c, nil
 }
 
-// SockVerdictKind is what the verdict did with a request (SV_V_*).
-type SockVerdictKind uint8
+// Kind is what the verdict did with a request (SV_V_*).
+type Kind uint8
 
 const (
-	SockPassed     SockVerdictKind = 0
-	SockRefused    SockVerdictKind = 1 // no rule matched: 403 from the client's own socket
-	SockMalformed  SockVerdictKind = 2 // outside the kernel's subset: 400, connection shut
-	SockSendFailed SockVerdictKind = 3 // refused, but no answer could go in order: send failed
+	Passed     Kind = 0
+	Refused    Kind = 1 // no rule matched: 403 from the client's own socket
+	Malformed  Kind = 2 // outside the kernel's subset: 400, connection shut
+	SendFailed Kind = 3 // refused, but no answer could go in order: send failed
 )
 
-func (k SockVerdictKind) String() string {
+func (k Kind) String() string {
 	switch k {
-	case SockPassed:
+	case Passed:
 		return "passed"
-	case SockRefused:
+	case Refused:
 		return "refused"
-	case SockMalformed:
+	case Malformed:
 		return "malformed"
-	case SockSendFailed:
+	case SendFailed:
 		return "send-failed"
 	}
 	return fmt.Sprintf("verdict-%d", uint8(k))
 }
 
-// SockEvent is one request the send-side verdict decided on.
-type SockEvent struct {
+// Event is one request the send-side verdict decided on.
+type Event struct {
 	Time    time.Time // when the event was written (boot clock converted to wall time)
 	Latency time.Duration
 	Client  netip.AddrPort
@@ -487,24 +486,30 @@ type SockEvent struct {
 	Rules   l7table.Masks
 	Status  int    // 0: unknown
 	Method  string // "" when the request had none the kernel knows
-	Verdict SockVerdictKind
+	Verdict Kind
 	Path    string // at most 64 bytes
 	Host    string // at most 32 bytes
 }
 
-// SockEventReader reads the send-side verdict's events.
-type SockEventReader struct {
-	ring polledRing
-	boot time.Time
+// EventReader reads the send-side verdict's events.
+type EventReader struct {
+	rd       *ringbuf.Reader
+	rec      ringbuf.Record
+	deadline time.Time // the caller's (zero: none)
+	boot     time.Time
 }
 
+// EventPoll is how late an event may be read: the programs wake the reader only when an
+// event fills a quarter of its ring (bpf/sockverdict.c, emit), so Read polls.
+const EventPoll = 50 * time.Millisecond
+
 // Events opens a reader of the event ring. One reader at a time.
-func (s *SockVerdict) Events() (*SockEventReader, error) {
+func (s *Verdict) Events() (*EventReader, error) {
 	rd, err := ringbuf.NewReader(s.objs.SvEvents)
 	if err != nil {
 		return nil, fmt.Errorf("opening send-side events: %w", err)
 	}
-	return &SockEventReader{ring: polledRing{rd: rd}, boot: bootTime()}, nil
+	return &EventReader{rd: rd, boot: bootTime()}, nil
 }
 
 // bootTime is the wall time of CLOCK_MONOTONIC's zero (what bpf_ktime_get_ns counts from).
@@ -517,30 +522,39 @@ func bootTime() time.Time {
 }
 
 // SetDeadline makes Read return os.ErrDeadlineExceeded after t (zero: none).
-func (r *SockEventReader) SetDeadline(t time.Time) { r.ring.deadline = t }
+func (r *EventReader) SetDeadline(t time.Time) { r.deadline = t }
 
 // Close stops the reader.
-func (r *SockEventReader) Close() error { return r.ring.rd.Close() }
+func (r *EventReader) Close() error { return r.rd.Close() }
 
 // Read waits for the next event.
-func (r *SockEventReader) Read() (SockEvent, error) {
-	raw, err := r.ring.next()
-	if err != nil {
-		return SockEvent{}, fmt.Errorf("reading send-side event: %w", err)
+func (r *EventReader) Read() (Event, error) {
+	for {
+		wake := time.Now().Add(EventPoll)
+		if !r.deadline.IsZero() && r.deadline.Before(wake) {
+			wake = r.deadline
+		}
+		r.rd.SetDeadline(wake)
+		err := r.rd.ReadInto(&r.rec)
+		if err == nil {
+			return r.decode(r.rec.RawSample)
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) || (!r.deadline.IsZero() && !time.Now().Before(r.deadline)) {
+			return Event{}, fmt.Errorf("reading send-side event: %w", err)
+		}
 	}
-	return r.decode(raw)
 }
 
 // decode reads a struct sv_event (field by field: binary.Read's reflection cost more than
 // the verdict itself at these rates).
-func (r *SockEventReader) decode(b []byte) (SockEvent, error) {
+func (r *EventReader) decode(b []byte) (Event, error) {
 	var e sockverdictSvEvent
 	if len(b) < int(unsafe.Sizeof(e)) {
-		return SockEvent{}, fmt.Errorf("decoding send-side event: %d bytes", len(b))
+		return Event{}, fmt.Errorf("decoding send-side event: %d bytes", len(b))
 	}
 	ne := binary.NativeEndian
 	addr := func(off int) netip.Addr { return netip.AddrFrom4([4]byte(b[off : off+4])) }
-	ev := SockEvent{
+	ev := Event{
 		Time:    r.boot.Add(time.Duration(ne.Uint64(b[0:]))),
 		Latency: time.Duration(ne.Uint64(b[8:])),
 		Rules:   l7table.Masks{ne.Uint64(b[16:]), ne.Uint64(b[24:])},
@@ -548,7 +562,7 @@ func (r *SockEventReader) decode(b []byte) (SockEvent, error) {
 		Server:  netip.AddrPortFrom(addr(36), ne.Uint16(b[42:])),
 		Table:   ne.Uint32(b[44:]),
 		Status:  int(ne.Uint16(b[48:])),
-		Verdict: SockVerdictKind(b[51]),
+		Verdict: Kind(b[51]),
 		Path:    cBytes(b[56 : 56+64]),
 		Host:    cBytes(b[120 : 120+32]),
 	}
@@ -565,56 +579,26 @@ func cBytes(b []byte) string {
 	return string(b)
 }
 
-// SetSockPair tells tc that connections from client to server's port are checked by the
-// send-side verdict (slot: the pair's slot, for diagnostics): they go straight to the
-// server, and their data must come from the socket the verdict checks. Write the pair's
-// table and targets first.
-func (d *Datapath) SetSockPair(client, server netip.Addr, port uint16, slot uint32) error {
-	k := svPairKey(client, server, port)
-	if err := d.objs.SvPairs.Put(&k, slot); err != nil {
-		return fmt.Errorf("setting send-side pair %s-%s port %d: %w", client, server, port, err)
+// PinNames returns the names of the pins the verdict makes in the dataplane's pin
+// directory: every map the object pins by name (read from the object) and the sockops link.
+func PinNames() ([]string, error) {
+	spec, err := loadSockverdict()
+	if err != nil {
+		return nil, fmt.Errorf("reading the send-side verdict's pins: %w", err)
 	}
-	return nil
+	names := []string{sockopsLinkPin}
+	for name, m := range spec.Maps {
+		if m.Pinning == ebpf.PinByName {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
-// DeleteSockPair sends the pair's new connections to the proxy again.
-func (d *Datapath) DeleteSockPair(client, server netip.Addr, port uint16) error {
-	k := svPairKey(client, server, port)
-	if err := d.objs.SvPairs.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("deleting send-side pair %s-%s port %d: %w", client, server, port, err)
-	}
-	return nil
-}
-
-func svPairKey(client, server netip.Addr, port uint16) rampartSvPairKey {
-	var p [2]byte
-	binary.BigEndian.PutUint16(p[:], port)
-	return rampartSvPairKey{Saddr: ip4(client), Daddr: ip4(server), Dport: binary.NativeEndian.Uint16(p[:])}
-}
-
-// SockPairKey is a pair of local endpoints and the server port, as tc lists it.
-type SockPairKey struct {
-	Client, Server netip.Addr
-	Port           uint16
-}
-
-// SockPairs returns the pairs tc lists now, with their slots (a restarted agent keeps
-// them: open connections hold their slots).
-func (d *Datapath) SockPairs() (map[SockPairKey]uint32, error) {
-	out := map[SockPairKey]uint32{}
-	var k rampartSvPairKey
-	var slot uint32
-	it := d.objs.SvPairs.Iterate()
-	for it.Next(&k, &slot) {
-		var c, s [4]byte
-		binary.NativeEndian.PutUint32(c[:], k.Saddr)
-		binary.NativeEndian.PutUint32(s[:], k.Daddr)
-		var p [2]byte
-		binary.NativeEndian.PutUint16(p[:], k.Dport)
-		out[SockPairKey{netip.AddrFrom4(c), netip.AddrFrom4(s), binary.BigEndian.Uint16(p[:])}] = slot
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("reading send-side pairs: %w", err)
-	}
-	return out, nil
+// Programs returns the verdict's programs (for the memory of the maps they use without
+// pinning them: datapath.(*Datapath).MapMemory).
+func (s *Verdict) Programs() []*ebpf.Program {
+	o := &s.objs.sockverdictPrograms
+	return []*ebpf.Program{o.SvSockops, o.SvRequest, o.SvResponse}
 }

@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"maps"
+	"net/netip"
+	"sync"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/mapstate"
+)
+
+// fakeKernel stands in for the kernel packages: one fake per interface of Kernel, which
+// keeps what it was given as the maps would and can fail on demand. Their fields are
+// reached through it (h.dp.ipcache, h.dp.sets...).
+type fakeKernel struct {
+	*fakeEndpoints
+	*fakeIPCache
+	*fakeProxyRouting
+	*fakeEvents
+	*fakeCIDRSets
+	*fakeSendSide
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Close: Read and ReadSockRequest fail
+}
+
+func newFakeKernel() *fakeKernel {
+	closed := make(chan struct{})
+	return &fakeKernel{
+		fakeEndpoints:    newFakeEndpoints(),
+		fakeIPCache:      &fakeIPCache{ipcache: map[netip.Prefix]mapstate.IPCacheEntry{}},
+		fakeProxyRouting: &fakeProxyRouting{},
+		fakeEvents:       &fakeEvents{events: make(chan flow.Event, 16), closed: closed},
+		fakeCIDRSets:     &fakeCIDRSets{},
+		fakeSendSide:     &fakeSendSide{closed: closed},
+		closed:           closed,
+	}
+}
+
+// kernel returns the Kernel the agent gets.
+func (k *fakeKernel) kernel() Kernel {
+	return Kernel{
+		EndpointTables: k.fakeEndpoints, IPCache: k.fakeIPCache, ProxyRouting: k.fakeProxyRouting,
+		FlowEvents: k.fakeEvents, CIDRSets: k.fakeCIDRSets, SendSide: k.fakeSendSide, MapMemories: fakeMemory{},
+		Close: k.Close,
+	}
+}
+
+// reopen returns a kernel sharing the "pinned" state, as opening the kernel packages
+// again does.
+func (k *fakeKernel) reopen() *fakeKernel {
+	n := newFakeKernel()
+	k.fakeEndpoints.mu.Lock()
+	n.eps = maps.Clone(k.eps)
+	n.attached = maps.Clone(k.attached)
+	n.nextIf = k.nextIf
+	k.fakeEndpoints.mu.Unlock()
+	k.fakeIPCache.mu.Lock()
+	n.ipcache = maps.Clone(k.ipcache)
+	k.fakeIPCache.mu.Unlock()
+	k.fakeCIDRSets.mu.Lock()
+	n.sets = maps.Clone(k.sets)
+	k.fakeCIDRSets.mu.Unlock()
+	return n
+}
+
+func (k *fakeKernel) Close() error {
+	k.closeOnce.Do(func() { close(k.closed) })
+	return nil
+}
+
+// snapshot returns a deep enough copy to compare states.
+func (k *fakeKernel) snapshot() (map[netip.Prefix]mapstate.IPCacheEntry, map[uint32]fakeEP) {
+	k.fakeIPCache.mu.Lock()
+	ipc := maps.Clone(k.ipcache)
+	k.fakeIPCache.mu.Unlock()
+	k.fakeEndpoints.mu.Lock()
+	defer k.fakeEndpoints.mu.Unlock()
+	return ipc, maps.Clone(k.eps)
+}
+
+// fakeMemory reports one map.
+type fakeMemory struct{}
+
+func (fakeMemory) MapMemory(...*ebpf.Program) ([]datapath.MapUsage, error) {
+	return []datapath.MapUsage{{Name: "fake", Type: "Array", MaxEntries: 1, Bytes: 4096}}, nil
+}

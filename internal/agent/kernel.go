@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/rampartnet/rampart/internal/cidrtable"
+	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/sockverdict"
+)
+
+// openKernel opens the kernel packages and wires them as the agent's Kernel: the tc
+// dataplane, the CIDR set tables over its maps, the send-side verdict (loaded on first
+// use) and the flow event reader.
+func openKernel(cfg Config) (Kernel, error) {
+	dp, err := datapath.Open(datapath.Config{PinDir: cfg.BPFDir, Attach: cfg.Attach})
+	if err != nil {
+		return Kernel{}, err
+	}
+	tables, err := cidrtable.Open(cidrtable.Maps(dp.CIDRMaps()), cfg.CIDRHostSlots)
+	if err != nil {
+		dp.Close()
+		return Kernel{}, err
+	}
+	side, err := sockverdict.NewManager(dp.PinDir(), dp.SockPairsMap())
+	if err != nil {
+		tables.Close()
+		dp.Close()
+		return Kernel{}, err
+	}
+	// Open the reader now so that events emitted from here on are not lost to nobody.
+	events, err := dp.Events()
+	if err != nil {
+		tables.Close()
+		dp.Close()
+		return Kernel{}, err
+	}
+	var once sync.Once
+	var closeErr error
+	return Kernel{
+		EndpointTables: dp, IPCache: dp, ProxyRouting: dp, MapMemories: dp,
+		CIDRSets: tables, SendSide: side, FlowEvents: events,
+		Close: func() error {
+			once.Do(func() {
+				events.Close()
+				tables.Close()
+				// The send-side verdict's programs stay (pinned), like the tc programs.
+				closeErr = errors.Join(side.Close(), dp.Close())
+			})
+			return closeErr
+		},
+	}, nil
+}
+
+// FindPins returns the paths of the dataplane's pins in the pin directory dir: the tc
+// object's and those of the send-side verdict, which shares the directory.
+func FindPins(dir string) ([]string, error) {
+	sv, err := sockverdict.PinNames()
+	if err != nil {
+		return nil, err
+	}
+	return datapath.FindPins(dir, sv...)
+}
