@@ -180,3 +180,105 @@ func TestImpurePackagesAreReported(t *testing.T) {
 		}
 	}
 }
+
+// layers ranks every package of the module, from the bottom (docs/architecture.md,
+// "Layers"). A package may import only packages of a lower rank: the ranks are the drawing
+// in the docs, and a new package must be given one before it builds a test run green.
+var layers = []struct {
+	name string
+	pkgs []string
+}{
+	{"leaves", []string{"internal/version", "internal/labels", "internal/netns", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest"}},
+	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
+	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
+	{"core: L7 plan", []string{"internal/l7plan"}},
+	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
+	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy"}},
+	{"API contract", []string{"internal/api"}},
+	{"agent; CLI input parsers", []string{"internal/agent", "internal/cidrlist"}},
+	{"CLI", []string{"internal/cli"}},
+	{"binaries and test harness", []string{"cmd/rampartd", "cmd/rampart", "internal/testenv/agenttest"}},
+	{"tests and examples", []string{"test/...", "examples/...", "internal/flow/internal/gen"}},
+}
+
+// rankOf returns the rank of module package p (its path without the module prefix), or -1.
+func rankOf(p string) int {
+	for i, l := range layers {
+		for _, q := range l.pkgs {
+			if q == p || strings.HasSuffix(q, "/...") && strings.HasPrefix(p, strings.TrimSuffix(q, "...")) {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+func TestLayers(t *testing.T) {
+	cmd := exec.Command(testenv.GoTool(), "list", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", "./...")
+	cmd.Dir = testenv.ModuleRoot(t)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list ./...: %v\n%s", err, stderr.Bytes())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 20 {
+		t.Fatalf("go list ./... listed %d packages; want the whole module", len(lines))
+	}
+	for _, v := range layerViolations(lines) {
+		t.Error(v)
+	}
+}
+
+// layerViolations checks go list lines ("package import import ...") against layers.
+func layerViolations(lines []string) []string {
+	var out []string
+	for _, line := range lines {
+		f := strings.Fields(line)
+		p := strings.TrimPrefix(f[0], module+"/")
+		r := rankOf(p)
+		if r < 0 {
+			out = append(out, fmt.Sprintf("%s has no layer: give it one in this file and in docs/architecture.md", p))
+			continue
+		}
+		for _, imp := range f[1:] {
+			q, ok := strings.CutPrefix(imp, module+"/")
+			if !ok {
+				continue
+			}
+			if rq := rankOf(q); rq >= r {
+				out = append(out, fmt.Sprintf("%s (%s) imports %s (%s): a package may import only layers below its own", p, layers[r].name, q, layerName(rq)))
+			}
+		}
+	}
+	return out
+}
+
+func layerName(r int) string {
+	if r < 0 {
+		return "no layer"
+	}
+	return layers[r].name
+}
+
+// The check reports an upward import, an import within a layer and a package without a
+// layer, and passes a downward import.
+func TestLayerViolationsReported(t *testing.T) {
+	m := module + "/"
+	got := layerViolations([]string{
+		m + "internal/agent " + m + "internal/datapath fmt",
+		m + "internal/datapath " + m + "internal/agent",
+		m + "internal/proxy " + m + "internal/endpoint",
+		m + "internal/newthing fmt",
+	})
+	want := []string{"internal/datapath (kernel edge and proxy) imports internal/agent", "internal/proxy (kernel edge and proxy) imports internal/endpoint", "internal/newthing has no layer"}
+	if len(got) != len(want) {
+		t.Fatalf("got %d violations %q, want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("violation %d: %q, want it to start with %q", i, got[i], want[i])
+		}
+	}
+}
