@@ -16,6 +16,19 @@ import (
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
+// CIDRSets are the CIDR set tables.
+type CIDRSets interface {
+	// ReplaceCIDRSets makes the tables hold exactly sets (index -> prefixes; sets absent are
+	// emptied): the new tables are built aside and switched to at once.
+	ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (cidrtable.Stats, error)
+	// AddCIDRs and RemoveCIDRs change one set in the live tables. Adding never unlists
+	// anything; removing clears the set's bit for every address of the prefixes.
+	AddCIDRs(index uint8, prefixes []netip.Prefix) error
+	RemoveCIDRs(index uint8, prefixes []netip.Prefix) error
+	// CIDRSetMembership returns the set mask the dataplane computes for addr.
+	CIDRSetMembership(addr netip.Addr) (uint32, error)
+}
+
 // CIDR sets in the agent (docs/cidrsets.md):
 //
 //   - A set has a name (a CiliumCIDRGroup's, or the one given to `rampart cidrset`), a

@@ -4,121 +4,14 @@ import (
 	"context"
 	"net/netip"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/rampartnet/rampart/internal/api"
-	"github.com/rampartnet/rampart/internal/cidrtable"
-	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
-	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
 	"github.com/rampartnet/rampart/internal/sockverdict"
 )
-
-// The agent's kernel edge is one small interface per concern, each satisfied directly by
-// the kernel package that owns the concept; Kernel gathers them, and openKernel (kernel.go)
-// wires the real ones. They are interfaces so that the agent's transactions can be tested
-// without the kernel (fakes_test.go and its companions).
-
-// Kernel is what the agent needs below it. Its interfaces are embedded so that the agent
-// calls their methods directly (a.dp.Attach, a.dp.ReplaceCIDRSets...).
-type Kernel struct {
-	EndpointTables // *datapath.Datapath
-	IPCache        // *datapath.Datapath
-	ProxyRouting   // *datapath.Datapath
-	FlowEvents     // the datapath's event reader
-	CIDRSets       // *cidrtable.Tables
-	SendSide       // *sockverdict.Manager
-	MapMemories    // *datapath.Datapath
-	// Close releases the agent's handles; pinned maps and attached programs stay.
-	Close func() error
-}
-
-// EndpointTables attach the tc programs to endpoints and hold each endpoint's info and
-// policy (endpoints.go, agent.go).
-type EndpointTables interface {
-	// Attach loads (or replaces in place) the tc programs on the host-side veth ifname in
-	// the network namespace at netnsPath and returns its ifindex.
-	Attach(netnsPath, ifname string) (uint32, error)
-	// ReleaseLinks forgets the programs of interface ifindex once the interface is deleted
-	// (deleting it removed them).
-	ReleaseLinks(ifindex uint32) error
-	ApplyEndpoint(ifindex uint32, info datapath.EndpointInfo, pol mapstate.EndpointPolicy) error
-	RemoveEndpoint(ifindex, epID uint32) error
-	// InstalledEndpoints returns the endpoints in the dataplane by ifindex, so a restarted
-	// agent can remove the ones it no longer has (e.g. deleted while it crashed).
-	InstalledEndpoints() map[uint32]datapath.InstalledEndpoint
-	// Counters returns endpoint epID's counters; its host-side interface ifindex in the
-	// node namespace netnsPath counts its forwarded packets.
-	Counters(netnsPath string, ifindex, epID uint32) (datapath.Counters, error)
-}
-
-// IPCache is the dataplane's address -> identity table (agent.go, applyState).
-type IPCache interface {
-	// ApplyIPCache makes the ipcache equal to entries.
-	ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error
-	// UpdateIPCache writes upsert's entries, then deletes remove's prefixes.
-	UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error
-}
-
-// ProxyRouting hands connections to the L7 proxy (agent.go, proxy.go).
-type ProxyRouting interface {
-	// SetupProxy prepares the node namespace at netnsPath for the L7 proxy and tells the
-	// dataplane where the proxy's transparent listener is. Idempotent.
-	SetupProxy(netnsPath string, listen netip.AddrPort) error
-	// RouteToProxy makes the node namespace at netnsPath deliver locally the packets the
-	// dataplane hands to the proxy (a policy route, which costs all forwarded traffic a
-	// little, so the agent adds it only once L7 rules are in force). Idempotent.
-	RouteToProxy(netnsPath string) error
-}
-
-// FlowEvents are the dataplane's flow events (flows.go).
-type FlowEvents interface {
-	// Read blocks until the next flow event; it fails once the Kernel was closed.
-	Read() (flow.Event, error)
-	// Drained counts the times Read found no event waiting (it looks at least
-	// every datapath.EventPoll): once it has grown by two, every event written before has
-	// been read.
-	Drained() uint64
-}
-
-// CIDRSets are the CIDR set tables (cidrsets.go).
-type CIDRSets interface {
-	// ReplaceCIDRSets makes the tables hold exactly sets (index -> prefixes; sets absent are
-	// emptied): the new tables are built aside and switched to at once.
-	ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (cidrtable.Stats, error)
-	// AddCIDRs and RemoveCIDRs change one set in the live tables. Adding never unlists
-	// anything; removing clears the set's bit for every address of the prefixes.
-	AddCIDRs(index uint8, prefixes []netip.Prefix) error
-	RemoveCIDRs(index uint8, prefixes []netip.Prefix) error
-	// CIDRSetMembership returns the set mask the dataplane computes for addr.
-	CIDRSetMembership(addr netip.Addr) (uint32, error)
-}
-
-// SendSide is the send-side L7 verdict (sendside.go, namespaces.go, memory.go).
-type SendSide interface {
-	// ApplySockPairs makes the pairs whose L7 rules the verdict checks exactly the listed
-	// ones of pairs (nil: none; their new connections go to the proxy again).
-	ApplySockPairs(pairs []SockPair) error
-	// ReadSockRequest blocks until the verdict reports a request, as an access log record;
-	// it fails once the Kernel was closed.
-	ReadSockRequest() (flow.AccessLog, error)
-	// SockStatus returns the verdict's pairs and counters (zero counters while it is not
-	// loaded).
-	SockStatus() (sockverdict.Status, error)
-	// Programs returns the verdict's programs while it is loaded (for MapMemory).
-	Programs() []*ebpf.Program
-}
-
-// MapMemories report the memory of the dataplane's maps (memory.go).
-type MapMemories interface {
-	// MapMemory returns the memory of the dataplane's maps, by name, with those that the
-	// programs extra use without pinning them.
-	MapMemory(extra ...*ebpf.Program) ([]datapath.MapUsage, error)
-}
 
 // SockPair is a pair of local endpoints with L7 rules and what the send-side verdict
 // (Config.L7SendSide) does with it.

@@ -10,9 +10,30 @@ import (
 	"strings"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/mapstate"
 )
+
+// EndpointTables attach the tc programs to endpoints and hold each endpoint's info and
+// policy (also used by agent.go).
+type EndpointTables interface {
+	// Attach loads (or replaces in place) the tc programs on the host-side veth ifname in
+	// the network namespace at netnsPath and returns its ifindex.
+	Attach(netnsPath, ifname string) (uint32, error)
+	// ReleaseLinks forgets the programs of interface ifindex once the interface is deleted
+	// (deleting it removed them).
+	ReleaseLinks(ifindex uint32) error
+	ApplyEndpoint(ifindex uint32, info datapath.EndpointInfo, pol mapstate.EndpointPolicy) error
+	RemoveEndpoint(ifindex, epID uint32) error
+	// InstalledEndpoints returns the endpoints in the dataplane by ifindex, so a restarted
+	// agent can remove the ones it no longer has (e.g. deleted while it crashed).
+	InstalledEndpoints() map[uint32]datapath.InstalledEndpoint
+	// Counters returns endpoint epID's counters; its host-side interface ifindex in the
+	// node namespace netnsPath counts its forwarded packets.
+	Counters(netnsPath string, ifindex, epID uint32) (datapath.Counters, error)
+}
 
 // AddEndpoint creates an endpoint: namespace, veth, address, programs, identity, policy.
 func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.Endpoint, error) {

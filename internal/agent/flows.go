@@ -13,6 +13,16 @@ import (
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
+// FlowEvents are the dataplane's flow events.
+type FlowEvents interface {
+	// Read blocks until the next flow event; it fails once the Kernel was closed.
+	Read() (flow.Event, error)
+	// Drained counts the times Read found no event waiting (it looks at least
+	// every datapath.EventPoll): once it has grown by two, every event written before has
+	// been read.
+	Drained() uint64
+}
+
 // view is an immutable snapshot of what flow decoration needs, swapped on every commit so
 // the event reader never waits for a change in progress.
 type view struct {

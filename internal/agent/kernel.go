@@ -9,6 +9,27 @@ import (
 	"github.com/rampartnet/rampart/internal/sockverdict"
 )
 
+// The agent's kernel edge is one small interface per concern, declared in the file that
+// uses it (EndpointTables in endpoints.go, IPCache in agent.go, ProxyRouting in proxy.go,
+// FlowEvents in flows.go, CIDRSets in cidrsets.go, SendSide in sendside.go, MapMemories in
+// memory.go) and satisfied directly by the kernel package that owns the concept; Kernel
+// gathers them, and openKernel wires the real ones. They are interfaces so that the
+// agent's transactions can be tested without the kernel (the fake*_test.go files).
+
+// Kernel is what the agent needs below it. Its interfaces are embedded so that the agent
+// calls their methods directly (a.dp.Attach, a.dp.ReplaceCIDRSets...).
+type Kernel struct {
+	EndpointTables // *datapath.Datapath
+	IPCache        // *datapath.Datapath
+	ProxyRouting   // *datapath.Datapath
+	FlowEvents     // the datapath's event reader
+	CIDRSets       // *cidrtable.Tables
+	SendSide       // *sockverdict.Manager
+	MapMemories    // *datapath.Datapath
+	// Close releases the agent's handles; pinned maps and attached programs stay.
+	Close func() error
+}
+
 // openKernel opens the kernel packages and wires them as the agent's Kernel: the tc
 // dataplane, the CIDR set tables over its maps, the send-side verdict (loaded on first
 // use) and the flow event reader.

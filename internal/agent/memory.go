@@ -8,8 +8,18 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/datapath"
 )
+
+// MapMemories report the memory of the dataplane's maps.
+type MapMemories interface {
+	// MapMemory returns the memory of the dataplane's maps, by name, with those that the
+	// programs extra use without pinning them.
+	MapMemory(extra ...*ebpf.Program) ([]datapath.MapUsage, error)
+}
 
 // memoryStatus reads the dataplane maps' memory (from the kernel) and the agent's RSS. What
 // cannot be read is said in its Error: the rest of the status is worth having anyway.

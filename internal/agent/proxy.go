@@ -18,6 +18,17 @@ import (
 	"github.com/rampartnet/rampart/internal/proxy"
 )
 
+// ProxyRouting hands connections to the L7 proxy.
+type ProxyRouting interface {
+	// SetupProxy prepares the node namespace at netnsPath for the L7 proxy and tells the
+	// dataplane where the proxy's transparent listener is. Idempotent.
+	SetupProxy(netnsPath string, listen netip.AddrPort) error
+	// RouteToProxy makes the node namespace at netnsPath deliver locally the packets the
+	// dataplane hands to the proxy (a policy route, which costs all forwarded traffic a
+	// little, so the agent adds it only once L7 rules are in force). Idempotent.
+	RouteToProxy(netnsPath string) error
+}
+
 // The L7 proxy's life in the agent:
 //
 //   - The dataplane is told where the proxy listens when the agent starts (SetupProxy),

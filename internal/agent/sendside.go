@@ -4,9 +4,28 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/l7table"
+	"github.com/rampartnet/rampart/internal/sockverdict"
 )
+
+// SendSide is the send-side L7 verdict (also used by namespaces.go and memory.go).
+type SendSide interface {
+	// ApplySockPairs makes the pairs whose L7 rules the verdict checks exactly the listed
+	// ones of pairs (nil: none; their new connections go to the proxy again).
+	ApplySockPairs(pairs []SockPair) error
+	// ReadSockRequest blocks until the verdict reports a request, as an access log record;
+	// it fails once the Kernel was closed.
+	ReadSockRequest() (flow.AccessLog, error)
+	// SockStatus returns the verdict's pairs and counters (zero counters while it is not
+	// loaded).
+	SockStatus() (sockverdict.Status, error)
+	// Programs returns the verdict's programs while it is loaded (for MapMemory).
+	Programs() []*ebpf.Program
+}
 
 // The send-side L7 verdict in the agent (Config.L7SendSide; docs/design-l7-send-side.md):
 //
