@@ -23,14 +23,6 @@ import (
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
 
-// IPCache is the dataplane's address -> identity table.
-type IPCache interface {
-	// ApplyIPCache makes the ipcache equal to entries.
-	ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error
-	// UpdateIPCache writes upsert's entries, then deletes remove's prefixes.
-	UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error
-}
-
 // Agent is a running rampartd core. Create it with New, serve with Run.
 type Agent struct {
 	cfg     Config
@@ -342,6 +334,14 @@ func (a *Agent) persist(m *model, d *desired) error {
 		return fmt.Errorf("persisting state: %w", err)
 	}
 	return nil
+}
+
+// IPCache is the dataplane's address -> identity table.
+type IPCache interface {
+	// ApplyIPCache makes the ipcache equal to entries.
+	ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error
+	// UpdateIPCache writes upsert's entries, then deletes remove's prefixes.
+	UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error
 }
 
 // applyState moves the dataplane from old to new: the L7 proxy's rules first, then ipcache

@@ -16,19 +16,6 @@ import (
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
-// CIDRSets are the CIDR set tables.
-type CIDRSets interface {
-	// ReplaceCIDRSets makes the tables hold exactly sets (index -> prefixes; sets absent are
-	// emptied): the new tables are built aside and switched to at once.
-	ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (cidrtable.Stats, error)
-	// AddCIDRs and RemoveCIDRs change one set in the live tables. Adding never unlists
-	// anything; removing clears the set's bit for every address of the prefixes.
-	AddCIDRs(index uint8, prefixes []netip.Prefix) error
-	RemoveCIDRs(index uint8, prefixes []netip.Prefix) error
-	// CIDRSetMembership returns the set mask the dataplane computes for addr.
-	CIDRSetMembership(addr netip.Addr) (uint32, error)
-}
-
 // CIDR sets in the agent (docs/cidrsets.md):
 //
 //   - A set has a name (a CiliumCIDRGroup's, or the one given to `rampart cidrset`), a
@@ -44,6 +31,19 @@ type CIDRSets interface {
 //     sets' prefixes too, so a removal leaves addresses that another prefix of the set
 //     still covers listed. If the dataplane refuses an in-place change (a full host table)
 //     the tables are rebuilt instead.
+
+// CIDRSets are the CIDR set tables.
+type CIDRSets interface {
+	// ReplaceCIDRSets makes the tables hold exactly sets (index -> prefixes; sets absent are
+	// emptied): the new tables are built aside and switched to at once.
+	ReplaceCIDRSets(sets map[uint8][]netip.Prefix) (cidrtable.Stats, error)
+	// AddCIDRs and RemoveCIDRs change one set in the live tables. Adding never unlists
+	// anything; removing clears the set's bit for every address of the prefixes.
+	AddCIDRs(index uint8, prefixes []netip.Prefix) error
+	RemoveCIDRs(index uint8, prefixes []netip.Prefix) error
+	// CIDRSetMembership returns the set mask the dataplane computes for addr.
+	CIDRSetMembership(addr netip.Addr) (uint32, error)
+}
 
 const maxCIDRSets = identity.MaxCIDRSets
 

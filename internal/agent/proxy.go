@@ -18,17 +18,6 @@ import (
 	"github.com/rampartnet/rampart/internal/proxy"
 )
 
-// ProxyRouting hands connections to the L7 proxy.
-type ProxyRouting interface {
-	// SetupProxy prepares the node namespace at netnsPath for the L7 proxy and tells the
-	// dataplane where the proxy's transparent listener is. Idempotent.
-	SetupProxy(netnsPath string, listen netip.AddrPort) error
-	// RouteToProxy makes the node namespace at netnsPath deliver locally the packets the
-	// dataplane hands to the proxy (a policy route, which costs all forwarded traffic a
-	// little, so the agent adds it only once L7 rules are in force). Idempotent.
-	RouteToProxy(netnsPath string) error
-}
-
 // The L7 proxy's life in the agent:
 //
 //   - The dataplane is told where the proxy listens when the agent starts (SetupProxy),
@@ -43,6 +32,17 @@ type ProxyRouting interface {
 //     one; once the dataplane moved, chains no longer needed go.
 //   - The agent stops Envoy when it stops: L7 connections are then refused until it is
 //     back, while L3/L4 enforcement carries on from the pinned maps.
+
+// ProxyRouting hands connections to the L7 proxy.
+type ProxyRouting interface {
+	// SetupProxy prepares the node namespace at netnsPath for the L7 proxy and tells the
+	// dataplane where the proxy's transparent listener is. Idempotent.
+	SetupProxy(netnsPath string, listen netip.AddrPort) error
+	// RouteToProxy makes the node namespace at netnsPath deliver locally the packets the
+	// dataplane hands to the proxy (a policy route, which costs all forwarded traffic a
+	// little, so the agent adds it only once L7 rules are in force). Idempotent.
+	RouteToProxy(netnsPath string) error
+}
 
 // proxyRunDir is where the proxy's sockets, bootstrap and log live: in the state
 // directory, unless that path is too long for Unix sockets.

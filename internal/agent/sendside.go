@@ -12,21 +12,6 @@ import (
 	"github.com/rampartnet/rampart/internal/sockverdict"
 )
 
-// SendSide is the send-side L7 verdict (also used by namespaces.go and memory.go).
-type SendSide interface {
-	// ApplySockPairs makes the pairs whose L7 rules the verdict checks exactly the listed
-	// ones of pairs (nil: none; their new connections go to the proxy again).
-	ApplySockPairs(pairs []SockPair) error
-	// ReadSockRequest blocks until the verdict reports a request, as an access log record;
-	// it fails once the Kernel was closed.
-	ReadSockRequest() (flow.AccessLog, error)
-	// SockStatus returns the verdict's pairs and counters (zero counters while it is not
-	// loaded).
-	SockStatus() (sockverdict.Status, error)
-	// Programs returns the verdict's programs while it is loaded (for MapMemory).
-	Programs() []*ebpf.Program
-}
-
 // The send-side L7 verdict in the agent (Config.L7SendSide; docs/design-l7-send-side.md):
 //
 //   - After every change, sockPairs goes through each pair of local endpoints and port
@@ -41,6 +26,21 @@ type SendSide interface {
 //     nothing allows them or the new rules cannot be matched in the kernel). Such a
 //     retired slot is not given to another pair while connections hold it.
 //   - Requests the verdict decided on become L7 flows like the proxy's access logs.
+
+// SendSide is the send-side L7 verdict (also used by namespaces.go and memory.go).
+type SendSide interface {
+	// ApplySockPairs makes the pairs whose L7 rules the verdict checks exactly the listed
+	// ones of pairs (nil: none; their new connections go to the proxy again).
+	ApplySockPairs(pairs []SockPair) error
+	// ReadSockRequest blocks until the verdict reports a request, as an access log record;
+	// it fails once the Kernel was closed.
+	ReadSockRequest() (flow.AccessLog, error)
+	// SockStatus returns the verdict's pairs and counters (zero counters while it is not
+	// loaded).
+	SockStatus() (sockverdict.Status, error)
+	// Programs returns the verdict's programs while it is loaded (for MapMemory).
+	Programs() []*ebpf.Program
+}
 
 // sockPairs computes, for every ordered pair of local IPv4 endpoints and port with a
 // chain in the plan of the change (pl.kept: new's, keeping old's chains), what the
