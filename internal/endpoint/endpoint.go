@@ -124,6 +124,11 @@ type Endpoint struct {
 	NetnsPath   string
 	HostIfName  string
 	HostIfIndex int // in the node namespace
+	// PodIfName is the endpoint side of the veth in its namespace (PodIfName, or the
+	// attachment's).
+	PodIfName string
+	// HostMAC and PodMAC are the veth ends' hardware addresses (set by create).
+	HostMAC, PodMAC string
 }
 
 // Create makes the endpoint's namespace and veth pair and configures addresses and routes.
@@ -132,12 +137,33 @@ func (n Node) Create(namespace, name string, ip netip.Addr) (ep Endpoint, err er
 	return n.CreateAttached(namespace, name, ip, nil)
 }
 
+// Attachment is where a runtime-made endpoint lives (a CNI ADD): a network namespace that
+// the container runtime created and owns, and the name of the endpoint's interface in it.
+type Attachment struct {
+	NetnsPath string
+	IfName    string
+}
+
 // CreateAttached is Create with attach, which puts the dataplane's programs on the
 // host-side veth (named by its argument), run right after the veth is made, while both its
 // ends are down (a veth has carrier only when both are up) and the endpoint has no route:
 // no packet ever passes the veth before the programs are on it. If attach fails, Create
 // fails and removes everything.
 func (n Node) CreateAttached(namespace, name string, ip netip.Addr, attach func(hostIfName string) error) (ep Endpoint, err error) {
+	return n.create(namespace, name, ip, nil, attach)
+}
+
+// CreateIn is CreateAttached for an endpoint in an existing network namespace (at): the
+// veth's endpoint side goes into it under at.IfName. The namespace is the runtime's: on
+// error only the veth is removed, never the namespace.
+func (n Node) CreateIn(namespace, name string, ip netip.Addr, at Attachment, attach func(hostIfName string) error) (Endpoint, error) {
+	if at.NetnsPath == "" || at.IfName == "" {
+		return Endpoint{}, fmt.Errorf("endpoint %s/%s: attachment needs a network namespace path and an interface name", namespace, name)
+	}
+	return n.create(namespace, name, ip, &at, attach)
+}
+
+func (n Node) create(namespace, name string, ip netip.Addr, at *Attachment, attach func(hostIfName string) error) (ep Endpoint, err error) {
 	if !n.PodCIDR.Contains(ip) || ip == n.Router() {
 		return Endpoint{}, fmt.Errorf("address %v: not a usable address of %v", ip, n.PodCIDR)
 	}
@@ -147,8 +173,11 @@ func (n Node) CreateAttached(namespace, name string, ip netip.Addr, attach func(
 		IP:         ip,
 		NetnsName:  n.EndpointNetns(namespace, name),
 		HostIfName: n.HostIfName(namespace, name),
+		PodIfName:  PodIfName,
 	}
-	if len(ep.NetnsName) > 255 {
+	if at != nil {
+		ep.NetnsName, ep.NetnsPath, ep.PodIfName = "", at.NetnsPath, at.IfName
+	} else if len(ep.NetnsName) > 255 {
 		return Endpoint{}, fmt.Errorf("endpoint %s/%s: name too long", namespace, name)
 	}
 	node, err := n.handle()
@@ -160,21 +189,27 @@ func (n Node) CreateAttached(namespace, name string, ip netip.Addr, attach func(
 		return Endpoint{}, fmt.Errorf("host interface %s already exists", ep.HostIfName)
 	}
 
-	ep.NetnsPath, err = CreateNetns(ep.NetnsName)
-	if err != nil {
-		return Endpoint{}, err
+	if at == nil {
+		ep.NetnsPath, err = CreateNetns(ep.NetnsName)
+		if err != nil {
+			return Endpoint{}, err
+		}
 	}
 	defer func() {
 		if err != nil {
+			// Deleting the host side deletes the endpoint side, also in the runtime's
+			// namespace, which stays.
 			if l, lerr := node.LinkByName(ep.HostIfName); lerr == nil {
 				node.LinkDel(l)
 			}
-			DeleteNetns(ep.NetnsName)
+			if at == nil {
+				DeleteNetns(ep.NetnsName)
+			}
 		}
 	}()
 	podNs, err := netns.GetFromPath(ep.NetnsPath)
 	if err != nil {
-		return ep, fmt.Errorf("opening endpoint network namespace: %w", err)
+		return ep, fmt.Errorf("opening endpoint network namespace %s: %w", ep.NetnsPath, err)
 	}
 	defer podNs.Close()
 	pod, err := netlink.NewHandleAt(podNs, unix.NETLINK_ROUTE)
@@ -182,12 +217,17 @@ func (n Node) CreateAttached(namespace, name string, ip netip.Addr, attach func(
 		return ep, fmt.Errorf("netlink handle in endpoint network namespace: %w", err)
 	}
 	defer pod.Close()
+	if at != nil {
+		if _, err := pod.LinkByName(ep.PodIfName); err == nil {
+			return ep, fmt.Errorf("interface %s already exists in %s", ep.PodIfName, ep.NetnsPath)
+		}
+	}
 
-	// The peer is created directly inside the endpoint namespace, named eth0 there, so no
-	// temporary name can collide in the node namespace.
+	// The peer is created directly inside the endpoint namespace under its final name, so
+	// no temporary name can collide in the node namespace.
 	veth := &netlink.Veth{
 		LinkAttrs:     netlink.LinkAttrs{Name: ep.HostIfName},
-		PeerName:      PodIfName,
+		PeerName:      ep.PodIfName,
 		PeerNamespace: netlink.NsFd(int(podNs)),
 	}
 	if err := node.LinkAdd(veth); err != nil {
@@ -216,7 +256,7 @@ func (n Node) CreateAttached(namespace, name string, ip netip.Addr, attach func(
 	if err := WaitOperUp(node, ep.HostIfName, linkUpTimeout); err != nil {
 		return ep, err
 	}
-	if err := WaitOperUp(pod, PodIfName, linkUpTimeout); err != nil {
+	if err := WaitOperUp(pod, ep.PodIfName, linkUpTimeout); err != nil {
 		return ep, fmt.Errorf("endpoint side: %w", err)
 	}
 	route := &netlink.Route{
@@ -228,6 +268,10 @@ func (n Node) CreateAttached(namespace, name string, ip netip.Addr, attach func(
 	if err := node.RouteReplace(route); err != nil {
 		return ep, fmt.Errorf("adding route to %v via %s: %w", ip, ep.HostIfName, err)
 	}
+	if l, err := pod.LinkByName(ep.PodIfName); err == nil {
+		ep.PodMAC = l.Attrs().HardwareAddr.String()
+	}
+	ep.HostMAC = host.Attrs().HardwareAddr.String()
 	return ep, nil
 }
 
@@ -243,9 +287,9 @@ func (n Node) configurePod(pod *netlink.Handle, ep Endpoint) error {
 	if err := pod.LinkSetUp(lo); err != nil {
 		return fmt.Errorf("setting endpoint lo up: %w", err)
 	}
-	eth, err := pod.LinkByName(PodIfName)
+	eth, err := pod.LinkByName(ep.PodIfName)
 	if err != nil {
-		return fmt.Errorf("finding endpoint %s: %w", PodIfName, err)
+		return fmt.Errorf("finding endpoint %s: %w", ep.PodIfName, err)
 	}
 	// IPv6 is not enforced yet and is dropped by the dataplane: no IPv6 address on the
 	// endpoint side keeps it quiet (no link-local address, so no neighbour discovery or
@@ -255,10 +299,10 @@ func (n Node) configurePod(pod *netlink.Handle, ep Endpoint) error {
 	// 1,000 endpoints. An error (a kernel without IPv6) leaves nothing to quiet.
 	_ = pod.LinkSetIP6AddrGenMode(eth, in6AddrGenModeNone)
 	if err := pod.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(ep.IP, 32))}); err != nil {
-		return fmt.Errorf("adding %v to endpoint %s: %w", ep.IP, PodIfName, err)
+		return fmt.Errorf("adding %v to endpoint %s: %w", ep.IP, ep.PodIfName, err)
 	}
 	if err := pod.LinkSetUp(eth); err != nil {
-		return fmt.Errorf("setting endpoint %s up: %w", PodIfName, err)
+		return fmt.Errorf("setting endpoint %s up: %w", ep.PodIfName, err)
 	}
 	router := n.Router()
 	if err := pod.RouteReplace(&netlink.Route{
@@ -304,6 +348,84 @@ func (n Node) Lookup(namespace, name string, ip netip.Addr) (Endpoint, error) {
 	}
 	ep.HostIfIndex = l.Attrs().Index
 	return ep, nil
+}
+
+// LookupIn finds an endpoint made by CreateIn: its host-side veth in the node namespace,
+// and in the runtime's namespace its interface, a veth, up, with the endpoint's address.
+// It fails, saying what is wrong, if any of that is missing.
+func (n Node) LookupIn(namespace, name string, ip netip.Addr, at Attachment) (Endpoint, error) {
+	ep := Endpoint{
+		Namespace:  namespace,
+		Name:       name,
+		IP:         ip,
+		NetnsPath:  at.NetnsPath,
+		HostIfName: n.HostIfName(namespace, name),
+		PodIfName:  at.IfName,
+	}
+	node, err := n.handle()
+	if err != nil {
+		return ep, err
+	}
+	defer node.Close()
+	host, err := node.LinkByName(ep.HostIfName)
+	if err != nil {
+		return ep, fmt.Errorf("endpoint %s/%s: host interface %s: %w", namespace, name, ep.HostIfName, err)
+	}
+	ep.HostIfIndex = host.Attrs().Index
+	ep.HostMAC = host.Attrs().HardwareAddr.String()
+	podNs, err := netns.GetFromPath(at.NetnsPath)
+	if err != nil {
+		return ep, fmt.Errorf("endpoint %s/%s: network namespace %s: %w", namespace, name, at.NetnsPath, err)
+	}
+	defer podNs.Close()
+	pod, err := netlink.NewHandleAt(podNs, unix.NETLINK_ROUTE)
+	if err != nil {
+		return ep, fmt.Errorf("netlink handle in endpoint network namespace: %w", err)
+	}
+	defer pod.Close()
+	l, err := pod.LinkByName(at.IfName)
+	if err != nil {
+		return ep, fmt.Errorf("endpoint %s/%s: interface %s in %s: %w", namespace, name, at.IfName, at.NetnsPath, err)
+	}
+	if l.Type() != "veth" {
+		return ep, fmt.Errorf("endpoint %s/%s: interface %s in %s is a %s, not a veth", namespace, name, at.IfName, at.NetnsPath, l.Type())
+	}
+	if l.Attrs().Flags&net.FlagUp == 0 {
+		return ep, fmt.Errorf("endpoint %s/%s: interface %s in %s is down", namespace, name, at.IfName, at.NetnsPath)
+	}
+	ep.PodMAC = l.Attrs().HardwareAddr.String()
+	addrs, err := pod.AddrList(l, unix.AF_INET)
+	if err != nil {
+		return ep, fmt.Errorf("endpoint %s/%s: listing addresses of %s: %w", namespace, name, at.IfName, err)
+	}
+	for _, a := range addrs {
+		if got, ok := netip.AddrFromSlice(a.IP); ok && got.Unmap() == ip {
+			return ep, nil
+		}
+	}
+	return ep, fmt.Errorf("endpoint %s/%s: interface %s in %s does not have address %v", namespace, name, at.IfName, at.NetnsPath, ip)
+}
+
+// DeleteLink removes an endpoint's veth pair and nothing else: for an endpoint made by
+// CreateIn, whose namespace belongs to the runtime. A missing veth is not an error.
+func (n Node) DeleteLink(namespace, name string) error {
+	node, err := n.handle()
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	l, err := node.LinkByName(n.HostIfName(namespace, name))
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("finding %s: %w", n.HostIfName(namespace, name), err)
+	}
+	if err := node.LinkDel(l); err != nil {
+		return fmt.Errorf("deleting %s: %w", l.Attrs().Name, err)
+	}
+	return nil
 }
 
 // Delete removes an endpoint's veth pair and network namespace. Missing parts are not an

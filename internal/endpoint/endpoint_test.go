@@ -237,3 +237,97 @@ func nodeHandle(t *testing.T, n endpoint.Node) *netlink.Handle {
 	t.Cleanup(h.Close)
 	return h
 }
+
+// CreateIn puts an endpoint into a namespace the runtime made, under the runtime's
+// interface name; LookupIn finds it and notices what is wrong; DeleteLink removes the veth
+// and leaves the runtime's namespace; a failed create also leaves that namespace.
+func TestCreateInExistingNamespace(t *testing.T) {
+	n := newNode(t)
+	ip := netip.MustParseAddr("198.18.0.30")
+	sandbox := testenv.NewNetns(t, "rp-eptest-sb-"+testenv.Suffix(6))
+	at := endpoint.Attachment{NetnsPath: sandbox, IfName: "net1"}
+	ep, err := n.CreateIn("x", "c", ip, at, nil)
+	if err != nil {
+		t.Fatalf("CreateIn: %v", err)
+	}
+	t.Cleanup(func() { n.DeleteLink("x", "c") })
+	if ep.PodIfName != "net1" || ep.NetnsPath != sandbox || ep.PodMAC == "" || ep.HostMAC == "" {
+		t.Fatalf("CreateIn returned %+v", ep)
+	}
+	if endpoint.NetnsExists(n.EndpointNetns("x", "c")) {
+		t.Fatal("CreateIn made a namespace of its own")
+	}
+	sb := testenv.NetlinkHandle(t, sandbox)
+	l, err := sb.LinkByName("net1")
+	if err != nil {
+		t.Fatalf("net1 in the sandbox: %v", err)
+	}
+	addrs, _ := sb.AddrList(l, netlink.FAMILY_V4)
+	if len(addrs) != 1 || !addrs[0].IP.Equal(ip.AsSlice()) {
+		t.Fatalf("net1 addresses %v, want %v", addrs, ip)
+	}
+	if _, err := n.LookupIn("x", "c", ip, at); err != nil {
+		t.Fatalf("LookupIn: %v", err)
+	}
+	if _, err := n.LookupIn("x", "c", netip.MustParseAddr("198.18.0.31"), at); err == nil || !strings.Contains(err.Error(), "does not have address") {
+		t.Fatalf("LookupIn with another address: %v", err)
+	}
+	if _, err := n.LookupIn("x", "c", ip, endpoint.Attachment{NetnsPath: sandbox, IfName: "net2"}); err == nil {
+		t.Fatal("LookupIn found a missing interface")
+	}
+	// The same interface name again in the same namespace: refused, and the first stays.
+	if _, err := n.CreateIn("x", "d", netip.MustParseAddr("198.18.0.31"), at, nil); err == nil {
+		n.DeleteLink("x", "d")
+		t.Fatal("CreateIn over an existing interface succeeded")
+	}
+	h := nodeHandle(t, n)
+	if _, err := h.LinkByName(n.HostIfName("x", "d")); err == nil {
+		t.Fatal("failed CreateIn left its veth behind")
+	}
+	if _, err := n.LookupIn("x", "c", ip, at); err != nil {
+		t.Fatalf("LookupIn after a refused create: %v", err)
+	}
+
+	if err := n.DeleteLink("x", "c"); err != nil {
+		t.Fatalf("DeleteLink: %v", err)
+	}
+	if _, err := h.LinkByName(ep.HostIfName); err == nil {
+		t.Fatal("host veth still there after DeleteLink")
+	}
+	if _, err := sb.LinkByName("net1"); err == nil {
+		t.Fatal("sandbox interface still there after DeleteLink")
+	}
+	if !netnsAlive(sandbox) {
+		t.Fatal("DeleteLink removed the runtime's namespace")
+	}
+	if err := n.DeleteLink("x", "c"); err != nil {
+		t.Fatalf("second DeleteLink: %v", err)
+	}
+	if _, err := n.LookupIn("x", "c", ip, at); err == nil {
+		t.Fatal("LookupIn found a deleted endpoint")
+	}
+
+	// A failed attach removes the veth, never the runtime's namespace.
+	_, err = n.CreateIn("x", "e", netip.MustParseAddr("198.18.0.32"), at, func(string) error {
+		return errors.New("injected attach failure")
+	})
+	if err == nil || !strings.Contains(err.Error(), "injected attach failure") {
+		t.Fatalf("CreateIn with a failing attach: %v", err)
+	}
+	if _, err := h.LinkByName(n.HostIfName("x", "e")); err == nil {
+		t.Fatal("failed attach left the veth behind")
+	}
+	if !netnsAlive(sandbox) {
+		t.Fatal("failed CreateIn removed the runtime's namespace")
+	}
+}
+
+// netnsAlive reports whether the namespace mounted at path is still a namespace.
+func netnsAlive(path string) bool {
+	h, err := netns.GetFromPath(path)
+	if err != nil {
+		return false
+	}
+	h.Close()
+	return true
+}
