@@ -173,6 +173,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("re-applying stored CIDR sets: %w", err)
 		}
 	}
+	a.dropGoneCNIEndpoints(m)
 	for _, key := range sortedKeys(m.endpoints) {
 		rec := m.endpoints[key]
 		ifindex, err := a.reattach(rec)
@@ -237,17 +238,40 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 	return m, alloc, nil
 }
 
+// dropGoneCNIEndpoints removes from m the CNI endpoints whose runtime namespace is gone
+// (the container ended while the agent was down): there is nothing to reattach, and the
+// runtime's DEL, when it comes, finds nothing and succeeds. Their veths went with the
+// namespace; a host side left over is deleted.
+func (a *Agent) dropGoneCNIEndpoints(m *model) {
+	for key, rec := range m.endpoints {
+		if rec.CNI == nil || endpoint.IsNetns(rec.CNI.Netns) {
+			continue
+		}
+		a.log.Warn("CNI endpoint's network namespace is gone, deleting the endpoint", "endpoint", key, "container", rec.CNI.ContainerID, "netns", rec.CNI.Netns)
+		if err := a.net.DeleteLink(rec.Namespace, rec.Name); err != nil {
+			a.log.Warn("deleting the veth of a gone CNI endpoint", "endpoint", key, "error", err)
+		}
+		delete(m.endpoints, key)
+	}
+}
+
 // reattach finds a stored endpoint's veth (recreating the endpoint if its namespace is gone,
-// e.g. after a reboot) and attaches the programs, replacing the old ones in place.
+// e.g. after a reboot; a CNI endpoint's veth only, in the runtime's namespace) and attaches the programs, replacing the old ones in place.
 func (a *Agent) reattach(rec *EndpointRecord) (uint32, error) {
-	ep, err := a.net.Lookup(rec.Namespace, rec.Name, rec.IP)
+	var ep endpoint.Endpoint
+	var err error
+	if rec.CNI != nil {
+		ep, err = a.net.LookupIn(rec.Namespace, rec.Name, rec.IP, rec.CNI.attachment())
+	} else {
+		ep, err = a.net.Lookup(rec.Namespace, rec.Name, rec.IP)
+	}
 	if err != nil {
 		a.log.Warn("endpoint missing, recreating it", "endpoint", rec.Key(), "error", err)
-		if derr := a.net.Delete(rec.Namespace, rec.Name); derr != nil {
+		if derr := a.deleteLinks(rec); derr != nil {
 			return 0, fmt.Errorf("cleaning up endpoint %s: %w", rec.Key(), derr)
 		}
 		var ifindex uint32
-		_, err = a.net.CreateAttached(rec.Namespace, rec.Name, rec.IP, func(hostIf string) error {
+		_, err = a.create(rec, func(hostIf string) error {
 			var aerr error
 			ifindex, aerr = a.dp.Attach(a.net.NetnsPath(), hostIf)
 			return aerr

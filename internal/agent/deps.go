@@ -49,6 +49,12 @@ type Network interface {
 	CreateAttached(namespace, name string, ip netip.Addr, attach func(hostIfName string) error) (endpoint.Endpoint, error)
 	Lookup(namespace, name string, ip netip.Addr) (endpoint.Endpoint, error)
 	Delete(namespace, name string) error
+	// CreateIn, LookupIn and DeleteLink are CreateAttached, Lookup and Delete for an
+	// endpoint in a namespace a container runtime owns (CNI): they never create or delete
+	// that namespace.
+	CreateIn(namespace, name string, ip netip.Addr, at endpoint.Attachment, attach func(hostIfName string) error) (endpoint.Endpoint, error)
+	LookupIn(namespace, name string, ip netip.Addr, at endpoint.Attachment) (endpoint.Endpoint, error)
+	DeleteLink(namespace, name string) error
 }
 
 var _ Network = endpoint.Node{}

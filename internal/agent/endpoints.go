@@ -57,50 +57,62 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	key := spec.Namespace + "/" + spec.Name
-	if _, ok := a.model.endpoints[key]; ok {
-		return api.Endpoint{}, api.Conflict("endpoint %s already exists", key)
-	}
-	m := a.model.clone()
-	ip, err := a.chooseIP(m, spec.IP)
-	if err != nil {
-		return api.Endpoint{}, err
-	}
-	epID, err := m.allocEpID()
-	if err != nil {
-		return api.Endpoint{}, api.Conflict("%v", err)
-	}
 	rec := &EndpointRecord{
 		Namespace:      spec.Namespace,
 		Name:           spec.Name,
 		Labels:         lbls,
-		IP:             ip,
 		Ports:          ports,
 		ServiceAccount: spec.ServiceAccount,
-		EpID:           epID,
 	}
-	m.ensureNamespace(spec.Namespace)
+	rec, _, err = a.addRecord(rec, spec.IP)
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+	return a.endpointView(rec, false), nil
+}
+
+// addRecord adds the endpoint rec describes (its address and endpoint id chosen here; an
+// address wantIP if not ""): in a namespace of its own, or with rec.CNI in the runtime's.
+// It returns the record as committed. a.mu must be held.
+func (a *Agent) addRecord(spec *EndpointRecord, wantIP string) (*EndpointRecord, endpoint.Endpoint, error) {
+	key := spec.Key()
+	if _, ok := a.model.endpoints[key]; ok {
+		return nil, endpoint.Endpoint{}, api.Conflict("endpoint %s already exists", key)
+	}
+	m := a.model.clone()
+	ip, err := a.chooseIP(m, wantIP)
+	if err != nil {
+		return nil, endpoint.Endpoint{}, err
+	}
+	epID, err := m.allocEpID()
+	if err != nil {
+		return nil, endpoint.Endpoint{}, api.Conflict("%v", err)
+	}
+	r := *spec
+	rec := &r
+	rec.IP, rec.EpID = ip, epID
+	m.ensureNamespace(rec.Namespace)
 	m.endpoints[key] = rec
 	alloc, err := cloneAllocator(a.cur.alloc)
 	if err != nil {
-		return api.Endpoint{}, err
+		return nil, endpoint.Endpoint{}, err
 	}
 	d, err := a.eng.compute(m, alloc, a.net.Router(), a.cur)
 	if err != nil {
-		return api.Endpoint{}, err
+		return nil, endpoint.Endpoint{}, err
 	}
 
 	// Kernel side. The programs drop everything until the endpoint's info is in the map,
 	// so the endpoint is never reachable without policy.
 	// Leftovers under this endpoint's names can only be this instance's, from an add or
 	// delete cut short by a crash: clear them so the add does not fail on them.
-	if err := a.net.Delete(rec.Namespace, rec.Name); err != nil {
-		return api.Endpoint{}, fmt.Errorf("clearing leftovers of endpoint %s: %w", key, err)
+	if err := a.deleteLinks(rec); err != nil {
+		return nil, endpoint.Endpoint{}, fmt.Errorf("clearing leftovers of endpoint %s: %w", key, err)
 	}
 	// The programs go on the veth before it can carry a packet, and drop everything
 	// until the endpoint's info is in the map (applyState below).
 	var ifindex uint32
-	ep, err := a.net.CreateAttached(rec.Namespace, rec.Name, ip, func(hostIf string) error {
+	ep, err := a.create(rec, func(hostIf string) error {
 		var aerr error
 		ifindex, aerr = a.dp.Attach(a.net.NetnsPath(), hostIf)
 		return aerr
@@ -109,7 +121,7 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 		if ifindex != 0 {
 			a.releaseLinks(key, ifindex)
 		}
-		return api.Endpoint{}, fmt.Errorf("creating endpoint %s: %w", key, err)
+		return nil, endpoint.Endpoint{}, fmt.Errorf("creating endpoint %s: %w", key, err)
 	}
 	rec.HostInterface = ep.HostIfName
 	undo := func() {
@@ -122,22 +134,40 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 	if err := a.applyState(a.cur, d, m, false); err != nil {
 		a.dp.RemoveEndpoint(ifindex, epID)
 		undo()
-		return api.Endpoint{}, err
+		return nil, endpoint.Endpoint{}, err
 	}
 	if err := a.commit(m, d); err != nil {
 		a.dp.RemoveEndpoint(ifindex, epID)
 		undo()
-		return api.Endpoint{}, err
+		return nil, endpoint.Endpoint{}, err
 	}
 	a.log.Info("endpoint added", "endpoint", key, "ip", ip, "identity", d.identities[key], "interface", ep.HostIfName)
-	return a.endpointView(rec, false), nil
+	return rec, ep, nil
 }
 
-// deleteNetwork deletes an endpoint's veth and namespace, and then the pins of the links of
+// create makes an endpoint's network: its own namespace, or its veth in the runtime's.
+func (a *Agent) create(rec *EndpointRecord, attach func(hostIf string) error) (endpoint.Endpoint, error) {
+	if rec.CNI != nil {
+		return a.net.CreateIn(rec.Namespace, rec.Name, rec.IP, rec.CNI.attachment(), attach)
+	}
+	return a.net.CreateAttached(rec.Namespace, rec.Name, rec.IP, attach)
+}
+
+// deleteLinks deletes an endpoint's veth and, unless the namespace is a runtime's (CNI),
+// its namespace. Missing parts are no error.
+func (a *Agent) deleteLinks(rec *EndpointRecord) error {
+	if rec.CNI != nil {
+		return a.net.DeleteLink(rec.Namespace, rec.Name)
+	}
+	return a.net.Delete(rec.Namespace, rec.Name)
+}
+
+// deleteNetwork deletes an endpoint's veth and namespace (only the veth in a runtime's
+// namespace), and then the pins of the links of
 // its programs on interface ifindex (0: unknown). If the veth could not be deleted its
 // programs stay attached, dropping everything.
 func (a *Agent) deleteNetwork(rec *EndpointRecord, ifindex uint32) error {
-	if err := a.net.Delete(rec.Namespace, rec.Name); err != nil {
+	if err := a.deleteLinks(rec); err != nil {
 		return err
 	}
 	if ifindex != 0 {
@@ -200,6 +230,12 @@ func (a *Agent) DeleteEndpoint(ctx context.Context, namespace, name string) erro
 	if !ok {
 		return api.NotFound("endpoint %s not found", key)
 	}
+	return a.deleteRecord(rec)
+}
+
+// deleteRecord deletes an endpoint of the model; a.mu must be held.
+func (a *Agent) deleteRecord(rec *EndpointRecord) error {
+	key := rec.Key()
 	m := a.model.clone()
 	delete(m.endpoints, key)
 	alloc, err := cloneAllocator(a.cur.alloc)
@@ -314,7 +350,7 @@ func (a *Agent) endpointView(rec *EndpointRecord, counters bool) api.Endpoint {
 		EpID:           rec.EpID,
 		Identity:       id,
 		HostInterface:  rec.HostInterface,
-		Netns:          endpoint.NetnsPath(a.net.EndpointNetns(rec.Namespace, rec.Name)),
+		Netns:          endpointNetnsPath(a.net, rec),
 		EnforceIngress: pol.EnforceIngress,
 		EnforceEgress:  pol.EnforceEgress,
 	}
@@ -336,6 +372,15 @@ func (a *Agent) endpointView(rec *EndpointRecord, counters bool) api.Endpoint {
 		}
 	}
 	return ep
+}
+
+// endpointNetnsPath is the path of an endpoint's network namespace: its own, or the
+// runtime's.
+func endpointNetnsPath(net Network, rec *EndpointRecord) string {
+	if rec.CNI != nil {
+		return rec.CNI.Netns
+	}
+	return endpoint.NetnsPath(net.EndpointNetns(rec.Namespace, rec.Name))
 }
 
 // labelList renders labels as sorted k=v strings (a bare key for reserved labels).

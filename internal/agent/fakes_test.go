@@ -20,6 +20,9 @@ type fakeNetwork struct {
 	eps     map[string]endpoint.Endpoint
 	next    int
 	failAdd bool
+	// netnsDeleted lists the endpoints (ns/name) whose namespace Delete removed: never a
+	// CNI endpoint's, which is the runtime's.
+	netnsDeleted []string
 }
 
 func newFakeNetwork(instance string, cidr netip.Prefix) *fakeNetwork {
@@ -71,6 +74,42 @@ func (f *fakeNetwork) Lookup(ns, name string, ip netip.Addr) (endpoint.Endpoint,
 }
 
 func (f *fakeNetwork) Delete(ns, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.eps, ns+"/"+name)
+	f.netnsDeleted = append(f.netnsDeleted, ns+"/"+name)
+	return nil
+}
+
+func (f *fakeNetwork) CreateIn(ns, name string, ip netip.Addr, at endpoint.Attachment, attach func(string) error) (endpoint.Endpoint, error) {
+	ep, err := f.create(ns, name, ip)
+	if err != nil {
+		return ep, err
+	}
+	f.mu.Lock()
+	ep.NetnsPath, ep.PodIfName, ep.PodMAC = at.NetnsPath, at.IfName, "02:00:00:00:00:01"
+	f.eps[ns+"/"+name] = ep
+	f.mu.Unlock()
+	if attach != nil {
+		if err := attach(ep.HostIfName); err != nil {
+			f.DeleteLink(ns, name)
+			return endpoint.Endpoint{}, err
+		}
+	}
+	return ep, nil
+}
+
+func (f *fakeNetwork) LookupIn(ns, name string, ip netip.Addr, at endpoint.Attachment) (endpoint.Endpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ep, ok := f.eps[ns+"/"+name]
+	if !ok || ep.NetnsPath != at.NetnsPath || ep.PodIfName != at.IfName || ep.IP != ip {
+		return ep, errors.New("missing")
+	}
+	return ep, nil
+}
+
+func (f *fakeNetwork) DeleteLink(ns, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.eps, ns+"/"+name)

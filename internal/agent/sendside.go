@@ -6,7 +6,6 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/l7table"
 	"github.com/rampartnet/rampart/internal/sockverdict"
@@ -74,8 +73,8 @@ func sockPairs(m *model, pl l7Plans, net Network) []SockPair {
 				}
 				p := SockPair{
 					Client: c.IP, Server: s.IP, ClientEpID: c.EpID, ServerEpID: s.EpID, Port: port,
-					ClientNetns: endpoint.NetnsPath(net.EndpointNetns(c.Namespace, c.Name)),
-					ServerNetns: endpoint.NetnsPath(net.EndpointNetns(s.Namespace, s.Name)),
+					ClientNetns: endpointNetnsPath(net, c),
+					ServerNetns: endpointNetnsPath(net, s),
 				}
 				if t, err := l7table.Compile(plan, c.IP, s.IP, port); err == nil && restricts(t) {
 					p.Table, p.Listed = t, true

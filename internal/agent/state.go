@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/policy"
 )
@@ -36,6 +37,20 @@ type EndpointRecord struct {
 	ServiceAccount string        `json:"serviceAccount,omitempty"`
 	EpID           uint32        `json:"epID"`
 	HostInterface  string        `json:"hostInterface"`
+	// CNI is set for an endpoint a CNI ADD made in a container runtime's namespace.
+	CNI *CNIRecord `json:"cni,omitempty"`
+}
+
+// CNIRecord is where a CNI endpoint lives: the runtime's namespace (never the agent's to
+// delete) and the container and interface that key it.
+type CNIRecord struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+	Netns       string `json:"netns"`
+}
+
+func (c *CNIRecord) attachment() endpoint.Attachment {
+	return endpoint.Attachment{NetnsPath: c.Netns, IfName: c.IfName}
 }
 
 // Key is "namespace/name".

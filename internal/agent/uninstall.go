@@ -62,9 +62,14 @@ func Uninstall(cfg Config) error {
 	nodeGone := cfg.Network == nil && cfg.NodeNetns != "" && !endpoint.NetnsExists(cfg.NodeNetns)
 	for _, e := range st.Endpoints {
 		var err error
-		if nodeGone {
+		switch {
+		case e.CNI != nil && nodeGone:
+			// The runtime's namespace is the runtime's; its veth went with the node.
+		case e.CNI != nil:
+			err = netw.DeleteLink(e.Namespace, e.Name)
+		case nodeGone:
 			err = endpoint.DeleteNetns(netw.EndpointNetns(e.Namespace, e.Name))
-		} else {
+		default:
 			err = netw.Delete(e.Namespace, e.Name)
 		}
 		if err != nil {

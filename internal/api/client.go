@@ -295,4 +295,27 @@ func (c *Client) prefixes(ctx context.Context, method, path string, req CIDRSetR
 	return v, nil
 }
 
+// CNIAdd makes an endpoint in a runtime's network namespace.
+func (c *Client) CNIAdd(ctx context.Context, req CNIAddRequest) (CNIResult, error) {
+	var out CNIResult
+	return out, c.do(ctx, "POST", "/v1/cni/add", req, &out)
+}
+
+// CNIDel deletes an attachment's endpoint; one the agent does not have is no error.
+func (c *Client) CNIDel(ctx context.Context, req CNIAttachment) error {
+	return c.do(ctx, "POST", "/v1/cni/del", req, nil)
+}
+
+// CNICheck checks an attachment's endpoint against what the agent recorded.
+func (c *Client) CNICheck(ctx context.Context, req CNICheckRequest) (CNIResult, error) {
+	var out CNIResult
+	return out, c.do(ctx, "POST", "/v1/cni/check", req, &out)
+}
+
+// CNIGC deletes the endpoints of CNI attachments not in req.Valid.
+func (c *Client) CNIGC(ctx context.Context, req CNIGCRequest) (CNIGCResult, error) {
+	var out CNIGCResult
+	return out, c.do(ctx, "POST", "/v1/cni/gc", req, &out)
+}
+
 var _ Service = (*Client)(nil)

@@ -51,6 +51,12 @@ type Service interface {
 	RemoveCIDRs(ctx context.Context, req CIDRSetRequest) (CIDRSetChange, error)
 	// DeleteCIDRSet deletes a set; one that policies name only with force.
 	DeleteCIDRSet(ctx context.Context, name string, force bool) (CIDRSetChange, error)
+	// CNIAdd, CNIDel, CNICheck and CNIGC serve the CNI plugin (cmd/rampart-cni). CNIDel
+	// of an attachment the agent does not have succeeds.
+	CNIAdd(ctx context.Context, req CNIAddRequest) (CNIResult, error)
+	CNIDel(ctx context.Context, req CNIAttachment) error
+	CNICheck(ctx context.Context, req CNICheckRequest) (CNIResult, error)
+	CNIGC(ctx context.Context, req CNIGCRequest) (CNIGCResult, error)
 }
 
 // CIDRSetRequest carries prefixes for a set. On the wire the prefixes are the request body
@@ -118,6 +124,22 @@ func NewHandler(svc Service) http.Handler {
 	}
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.Status(r.Context()) })
+	})
+	mux.HandleFunc("POST /v1/cni/add", func(w http.ResponseWriter, r *http.Request) {
+		var req CNIAddRequest
+		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return svc.CNIAdd(r.Context(), req) })
+	})
+	mux.HandleFunc("POST /v1/cni/del", func(w http.ResponseWriter, r *http.Request) {
+		var req CNIAttachment
+		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return struct{}{}, svc.CNIDel(r.Context(), req) })
+	})
+	mux.HandleFunc("POST /v1/cni/check", func(w http.ResponseWriter, r *http.Request) {
+		var req CNICheckRequest
+		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return svc.CNICheck(r.Context(), req) })
+	})
+	mux.HandleFunc("POST /v1/cni/gc", func(w http.ResponseWriter, r *http.Request) {
+		var req CNIGCRequest
+		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return svc.CNIGC(r.Context(), req) })
 	})
 	mux.HandleFunc("GET /v1/endpoints", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.ListEndpoints(r.Context()) })

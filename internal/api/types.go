@@ -471,3 +471,63 @@ type CIDRSetTiming struct {
 	PersistMs   float64 `json:"persistMs"`   // writing the set's file and the state file (fsync)
 	TotalMs     float64 `json:"totalMs"`
 }
+
+// CNIAddRequest asks the agent to make an endpoint in a network namespace a container
+// runtime made (a CNI ADD). The runtime owns the namespace: the agent adds its veth there
+// and never deletes the namespace.
+type CNIAddRequest struct {
+	// ContainerID is CNI_CONTAINERID; the endpoint is keyed by it and IfName.
+	ContainerID string `json:"containerID"`
+	// Netns is CNI_NETNS, the path of the namespace.
+	Netns string `json:"netns"`
+	// IfName is CNI_IFNAME, the endpoint's interface in the namespace.
+	IfName string `json:"ifName"`
+	// PodNamespace and PodName are K8S_POD_NAMESPACE and K8S_POD_NAME from CNI_ARGS: the
+	// endpoint's namespace and name. Without them the endpoint is default/cni-<hash of
+	// the container ID>.
+	PodNamespace string `json:"podNamespace,omitempty"`
+	PodName      string `json:"podName,omitempty"`
+}
+
+// CNIAttachment names one CNI attachment: a container's interface.
+type CNIAttachment struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+}
+
+// CNICheckRequest asks whether an attachment is as the agent made it (a CNI CHECK).
+type CNICheckRequest struct {
+	CNIAttachment
+	Netns string `json:"netns"`
+}
+
+// CNIResult is an attachment as the agent made it: what a CNI result reports.
+type CNIResult struct {
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	ContainerID string `json:"containerID"`
+	Netns       string `json:"netns"`
+	IfName      string `json:"ifName"`
+	MAC         string `json:"mac,omitempty"`
+	// HostInterface and HostMAC are the veth's node side.
+	HostInterface string `json:"hostInterface"`
+	HostMAC       string `json:"hostMAC,omitempty"`
+	// IP is the endpoint's address with its prefix length (a /32).
+	IP string `json:"ip"`
+	// Gateway is the node's router address; Routes are the destinations routed through
+	// it.
+	Gateway  string   `json:"gateway"`
+	Routes   []string `json:"routes"`
+	Identity uint32   `json:"identity"`
+}
+
+// CNIGCRequest lists the attachments the runtime still has (a CNI GC): the agent deletes
+// every other endpoint made through CNI, and no endpoint made otherwise.
+type CNIGCRequest struct {
+	Valid []CNIAttachment `json:"valid"`
+}
+
+// CNIGCResult lists the attachments a GC deleted.
+type CNIGCResult struct {
+	Deleted []CNIAttachment `json:"deleted"`
+}

@@ -81,8 +81,12 @@ func DeleteNetns(name string) error {
 }
 
 // NetnsExists reports whether /run/netns/name is a mounted network namespace.
-func NetnsExists(name string) bool {
-	h, err := netns.GetFromPath(NetnsPath(name))
+func NetnsExists(name string) bool { return IsNetns(NetnsPath(name)) }
+
+// IsNetns reports whether path is a network namespace (a bind mount of one, or a
+// /proc/PID/ns/net link).
+func IsNetns(path string) bool {
+	h, err := netns.GetFromPath(path)
 	if err != nil {
 		return false
 	}
