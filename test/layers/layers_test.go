@@ -197,7 +197,7 @@ var layers = []struct {
 	{"API contract", []string{"internal/api"}},
 	{"agent; CLI input parsers", []string{"internal/agent", "internal/cidrlist"}},
 	{"CLI", []string{"internal/cli"}},
-	{"binaries and test harness", []string{"cmd/rampartd", "cmd/rampart", "internal/testenv/agenttest"}},
+	{"binaries and test harness", []string{"cmd/rampartd", "cmd/rampart", "cmd/rampart-cni", "internal/testenv/agenttest"}},
 	{"tests and examples", []string{"test/...", "examples/...", "internal/flow/internal/gen"}},
 }
 

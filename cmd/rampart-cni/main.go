@@ -1,0 +1,287 @@
+// Command rampart-cni is Rampart's CNI plugin (CNI spec 1.0 and 1.1): a container runtime
+// runs it for ADD, CHECK, DEL, GC, STATUS and VERSION, and it hands each to the node's
+// agent (rampartd) over the agent's API socket. The agent does the work and keeps the
+// state; the plugin translates the runtime's environment and configuration into API
+// requests and the agent's answers into CNI results and errors.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/rampartnet/rampart/internal/api"
+	rversion "github.com/rampartnet/rampart/internal/version"
+)
+
+// supportedVersions are the CNI spec versions the plugin speaks: 1.1.0 adds GC and
+// STATUS.
+var supportedVersions = []string{"1.0.0", "1.1.0"}
+
+// requestTimeout bounds one request to the agent. An ADD waits for the agent's lock
+// behind other changes; a minute is far beyond a healthy agent's time.
+const requestTimeout = time.Minute
+
+// Error codes of the plugin's own (the spec leaves 100 and above to plugins).
+const (
+	// errAgentRefused: the agent refused the request for a reason of its own (an
+	// attachment that exists already, a full pod range); the message says which.
+	errAgentRefused uint = 100
+)
+
+// netConf is the plugin's entry of the network configuration list.
+type netConf struct {
+	types.PluginConf
+	// Socket is the agent's API socket; Instance names an agent instance whose default
+	// socket (/run/rampart/<instance>.sock) is used. At most one of them; neither means
+	// the default instance.
+	Socket   string `json:"socket,omitempty"`
+	Instance string `json:"instance,omitempty"`
+}
+
+// parseConf decodes the plugin's configuration (stdin) and returns it with the agent's
+// socket.
+func parseConf(data []byte) (*netConf, string, *types.Error) {
+	var c netConf
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, "", types.NewError(types.ErrDecodingFailure, "decoding network configuration", err.Error())
+	}
+	if !slices.Contains(supportedVersions, c.CNIVersion) {
+		return nil, "", types.NewError(types.ErrIncompatibleCNIVersion, "network configuration: incompatible CNI version",
+			fmt.Sprintf("cniVersion %q: rampart-cni supports %s", c.CNIVersion, strings.Join(supportedVersions, ", ")))
+	}
+	switch {
+	case c.Socket != "" && c.Instance != "":
+		return nil, "", types.NewError(types.ErrInvalidNetworkConfig, "invalid network configuration",
+			"socket and instance: give one of them, not both")
+	case c.Socket != "":
+		if !filepath.IsAbs(c.Socket) {
+			return nil, "", types.NewError(types.ErrInvalidNetworkConfig, "invalid network configuration",
+				fmt.Sprintf("socket %q: want an absolute path", c.Socket))
+		}
+		return &c, c.Socket, nil
+	case c.Instance != "":
+		if err := api.CheckInstance(c.Instance); err != nil {
+			return nil, "", types.NewError(types.ErrInvalidNetworkConfig, "invalid network configuration",
+				fmt.Sprintf("instance: %v", err))
+		}
+		return &c, api.SocketFor(c.Instance), nil
+	}
+	return &c, api.SocketFor(api.DefaultInstance), nil
+}
+
+// podArgs reads K8S_POD_NAMESPACE and K8S_POD_NAME from CNI_ARGS ("K=V;K=V"); other keys
+// are the runtime's business and ignored.
+func podArgs(args string) (namespace, name string, _ *types.Error) {
+	if args == "" {
+		return "", "", nil
+	}
+	for _, kv := range strings.Split(args, ";") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return "", "", types.NewError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS",
+				fmt.Sprintf("%q: want KEY=VALUE pairs separated by ';'", kv))
+		}
+		switch k {
+		case "K8S_POD_NAMESPACE":
+			namespace = v
+		case "K8S_POD_NAME":
+			name = v
+		}
+	}
+	return namespace, name, nil
+}
+
+// agentError turns an error of a request to the agent into a CNI error.
+func agentError(socket, what string, err error) *types.Error {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		// No answer: the agent is not running (yet), or restarting.
+		return types.NewError(types.ErrTryAgainLater, "the Rampart agent is not reachable",
+			fmt.Sprintf("%s: agent socket %s: %v", what, socket, err))
+	}
+	switch ae.Status {
+	case http.StatusBadRequest:
+		return types.NewError(types.ErrInvalidEnvironmentVariables, what+": the agent refused the request", ae.Message)
+	case http.StatusNotFound:
+		return types.NewError(types.ErrUnknownContainer, what+": unknown container", ae.Message)
+	case http.StatusConflict:
+		return types.NewError(errAgentRefused, what+": the agent refused the request", ae.Message)
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+		return types.NewError(types.ErrTryAgainLater, what+": the agent is busy", ae.Message)
+	}
+	return types.NewError(types.ErrInternal, what+": the agent failed", ae.Message)
+}
+
+// plugin runs the commands against the agent.
+type plugin struct{}
+
+func (plugin) client(stdin []byte) (*netConf, *api.Client, string, *types.Error) {
+	c, socket, terr := parseConf(stdin)
+	if terr != nil {
+		return nil, nil, "", terr
+	}
+	return c, api.NewClient(socket), socket, nil
+}
+
+func ctxTimeout() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), requestTimeout)
+}
+
+func (p plugin) add(args *skel.CmdArgs) error {
+	conf, cl, socket, terr := p.client(args.StdinData)
+	if terr != nil {
+		return terr
+	}
+	defer cl.Close()
+	ns, name, terr := podArgs(args.Args)
+	if terr != nil {
+		return terr
+	}
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	r, err := cl.CNIAdd(ctx, api.CNIAddRequest{ContainerID: args.ContainerID, Netns: args.Netns, IfName: args.IfName, PodNamespace: ns, PodName: name})
+	if err != nil {
+		return agentError(socket, "ADD", err)
+	}
+	res, err := cniResult(conf.CNIVersion, r)
+	if err != nil {
+		return types.NewError(types.ErrInternal, "ADD: the agent's answer", err.Error())
+	}
+	return types.PrintResult(res, conf.CNIVersion)
+}
+
+// cniResult renders the agent's answer as a result of the spec's 1.x format: the host
+// side and the container side of the veth, the address on the container side, and the
+// default route through the node's router.
+func cniResult(cniVersion string, r api.CNIResult) (*types100.Result, error) {
+	ip, err := types.ParseCIDR(r.IP)
+	if err != nil {
+		return nil, fmt.Errorf("address %q: %w", r.IP, err)
+	}
+	gw := net.ParseIP(r.Gateway)
+	if gw == nil {
+		return nil, fmt.Errorf("gateway %q: not an IP address", r.Gateway)
+	}
+	res := &types100.Result{
+		CNIVersion: cniVersion,
+		Interfaces: []*types100.Interface{
+			{Name: r.HostInterface, Mac: r.HostMAC},
+			{Name: r.IfName, Mac: r.MAC, Sandbox: r.Netns},
+		},
+		IPs: []*types100.IPConfig{{Address: *ip, Gateway: gw, Interface: types100.Int(1)}},
+	}
+	for _, d := range r.Routes {
+		_, dst, err := net.ParseCIDR(d)
+		if err != nil {
+			return nil, fmt.Errorf("route %q: %w", d, err)
+		}
+		res.Routes = append(res.Routes, &types.Route{Dst: *dst, GW: gw})
+	}
+	return res, nil
+}
+
+func (p plugin) del(args *skel.CmdArgs) error {
+	_, cl, socket, terr := p.client(args.StdinData)
+	if terr != nil {
+		return terr
+	}
+	defer cl.Close()
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	if err := cl.CNIDel(ctx, api.CNIAttachment{ContainerID: args.ContainerID, IfName: args.IfName}); err != nil {
+		return agentError(socket, "DEL", err)
+	}
+	return nil
+}
+
+func (p plugin) check(args *skel.CmdArgs) error {
+	conf, cl, socket, terr := p.client(args.StdinData)
+	if terr != nil {
+		return terr
+	}
+	defer cl.Close()
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	r, err := cl.CNICheck(ctx, api.CNICheckRequest{CNIAttachment: api.CNIAttachment{ContainerID: args.ContainerID, IfName: args.IfName}, Netns: args.Netns})
+	if err != nil {
+		return agentError(socket, "CHECK", err)
+	}
+	// The runtime's record of the ADD (prevResult) must name the address the agent has.
+	if conf.RawPrevResult != nil {
+		if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+			return types.NewError(types.ErrDecodingFailure, "CHECK: decoding prevResult", err.Error())
+		}
+		prev, err := types100.NewResultFromResult(conf.PrevResult)
+		if err != nil {
+			return types.NewError(types.ErrDecodingFailure, "CHECK: converting prevResult", err.Error())
+		}
+		found := false
+		for _, ipc := range prev.IPs {
+			if ipc.Address.String() == r.IP {
+				found = true
+			}
+		}
+		if !found {
+			return types.NewError(errAgentRefused, "CHECK: prevResult does not match the endpoint",
+				fmt.Sprintf("endpoint %s/%s has address %s, not in prevResult", r.Namespace, r.Name, r.IP))
+		}
+	}
+	return nil
+}
+
+func (p plugin) gc(args *skel.CmdArgs) error {
+	conf, cl, socket, terr := p.client(args.StdinData)
+	if terr != nil {
+		return terr
+	}
+	defer cl.Close()
+	req := api.CNIGCRequest{Valid: []api.CNIAttachment{}}
+	for _, a := range conf.ValidAttachments {
+		req.Valid = append(req.Valid, api.CNIAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
+	}
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	if _, err := cl.CNIGC(ctx, req); err != nil {
+		return agentError(socket, "GC", err)
+	}
+	return nil
+}
+
+func (p plugin) status(args *skel.CmdArgs) error {
+	_, cl, socket, terr := p.client(args.StdinData)
+	if terr != nil {
+		return terr
+	}
+	defer cl.Close()
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	if _, err := cl.Status(ctx); err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, "the Rampart agent is not available",
+			fmt.Sprintf("agent socket %s: %v", socket, err))
+	}
+	return nil
+}
+
+func main() {
+	p := plugin{}
+	skel.PluginMainFuncs(skel.CNIFuncs{
+		Add:    p.add,
+		Del:    p.del,
+		Check:  p.check,
+		GC:     p.gc,
+		Status: p.status,
+	}, version.PluginSupports(supportedVersions...), "rampart-cni "+rversion.Get().String()+": Rampart's CNI plugin, served by the node's rampartd")
+}
