@@ -168,3 +168,23 @@ func TestCNIValidation(t *testing.T) {
 		t.Fatal("a refused ADD made an endpoint")
 	}
 }
+
+// Uninstall deletes a CNI endpoint's veth and leaves its namespace to the runtime; a plain
+// endpoint's namespace is the agent's and goes.
+func TestUninstallLeavesCNINamespaces(t *testing.T) {
+	h := newHarness(t)
+	h.add("x", "plain", nil)
+	cniAdd(t, h, "c1", "eth0", "shop", "web")
+	h.a.Close()
+	h.a = nil
+	h.net.netnsDeleted = nil
+	if err := Uninstall(h.cfg); err != nil {
+		t.Fatalf("uninstall: %v", err)
+	}
+	if h.net.count() != 0 {
+		t.Fatalf("%d endpoints left after uninstall", h.net.count())
+	}
+	if !slices.Equal(h.net.netnsDeleted, []string{"x/plain"}) {
+		t.Fatalf("uninstall deleted the namespaces of %v, want x/plain only", h.net.netnsDeleted)
+	}
+}
