@@ -357,6 +357,9 @@ func (a *Agent) endpointView(rec *EndpointRecord, counters bool) api.Endpoint {
 	if ep.Labels == nil {
 		ep.Labels = map[string]string{}
 	}
+	if rec.CNI != nil {
+		ep.CNI = &api.CNIAttachment{ContainerID: rec.CNI.ContainerID, IfName: rec.CNI.IfName}
+	}
 	for _, p := range rec.Ports {
 		ep.Ports = append(ep.Ports, api.NamedPort{Name: p.Name, Port: p.Port, Protocol: p.Protocol})
 	}

@@ -155,12 +155,15 @@ type Endpoint struct {
 	Identity       uint32            `json:"identity"`
 	// IdentityLabels is the full label set the identity stands for (own labels plus
 	// namespace, namespace labels, cluster and service account), sorted k=v.
-	IdentityLabels []string  `json:"identityLabels,omitempty"`
-	HostInterface  string    `json:"hostInterface"`
-	Netns          string    `json:"netns"` // path, for nsenter --net
-	EnforceIngress bool      `json:"enforceIngress"`
-	EnforceEgress  bool      `json:"enforceEgress"`
-	Counters       *Counters `json:"counters,omitempty"` // only from Get
+	IdentityLabels []string `json:"identityLabels,omitempty"`
+	HostInterface  string   `json:"hostInterface"`
+	Netns          string   `json:"netns"` // path, for nsenter --net
+	// CNI is set for an endpoint a CNI ADD made: in the runtime's namespace Netns, under
+	// the runtime's interface name.
+	CNI            *CNIAttachment `json:"cni,omitempty"`
+	EnforceIngress bool           `json:"enforceIngress"`
+	EnforceEgress  bool           `json:"enforceEgress"`
+	Counters       *Counters      `json:"counters,omitempty"` // only from Get
 }
 
 // Key returns "namespace/name".

@@ -174,6 +174,9 @@ func (a *app) endpointGet() *cobra.Command {
 			fmt.Fprintf(w, "Endpoint id:\t%d\n", ep.EpID)
 			fmt.Fprintf(w, "Host interface:\t%s\n", ep.HostInterface)
 			fmt.Fprintf(w, "Network namespace:\t%s\n", ep.Netns)
+			if ep.CNI != nil {
+				fmt.Fprintf(w, "CNI attachment:\tcontainer %s, interface %s\n", ep.CNI.ContainerID, ep.CNI.IfName)
+			}
 			if c := ep.Counters; c != nil {
 				fmt.Fprintf(w, "Ingress:\t%d packets, %d bytes, %d dropped\n", c.IngressPackets, c.IngressBytes, c.IngressDrops)
 				fmt.Fprintf(w, "Egress:\t%d packets, %d bytes, %d dropped\n", c.EgressPackets, c.EgressBytes, c.EgressDrops)

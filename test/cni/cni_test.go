@@ -230,6 +230,13 @@ func TestCNIThroughLibcni(t *testing.T) {
 	if keys := endpointKeys(t, env); !slices.Equal(keys, []string{"shop/client", "store/server"}) {
 		t.Fatalf("agent endpoints %v", keys)
 	}
+	// The agent shows the attachment, and `rampart endpoint get` with it.
+	if ep := env.Endpoint("store/server"); ep.CNI == nil || ep.CNI.ContainerID != server.id || ep.CNI.IfName != "eth0" || ep.Netns != server.netns || len(ep.Labels) != 0 {
+		t.Fatalf("agent's view of the server: %+v (CNI %+v)", ep, ep.CNI)
+	}
+	if out := env.MustCLI("endpoint", "get", "store/server"); !strings.Contains(out, "container "+server.id+", interface eth0") {
+		t.Fatalf("endpoint get:\n%s", out)
+	}
 
 	// Traffic between the pods passes with no policy and is dropped after a policy that
 	// denies the server's ingress.
