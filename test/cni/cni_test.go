@@ -322,7 +322,31 @@ func TestCNIThroughLibcni(t *testing.T) {
 	if _, err := testenv.NetlinkHandle(t, other.netns).LinkByName("eth0"); err == nil {
 		t.Fatal("eth0 still in a collected pod's namespace")
 	}
+
+	// CHECK notices an attachment changed behind the agent's back: the address taken
+	// off the pod's interface.
+	h := testenv.NetlinkHandle(t, server.netns)
+	l, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := &netlink.Addr{IPNet: &resS.IPs[0].Address}
+	if err := h.AddrDel(l, addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.check(server); err == nil || !strings.Contains(err.Error(), "does not have address") {
+		t.Fatalf("CHECK without the address: %v", err)
+	}
+	if err := h.AddrAdd(l, addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.check(server); err != nil {
+		t.Fatalf("CHECK with the address back: %v", err)
+	}
 	if err := rt.del(server); err != nil {
 		t.Fatalf("DEL server: %v", err)
+	}
+	if keys := endpointKeys(t, env); !slices.Equal(keys, []string{"shop/plain"}) {
+		t.Fatalf("agent endpoints after the last DEL %v", keys)
 	}
 }
