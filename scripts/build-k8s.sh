@@ -33,7 +33,7 @@ if complete; then
 fi
 
 # The go.mod files are what is built; versions.env is what the tests look for. They must agree.
-modver() { (cd "$root/tools/k8s/$1" && GOFLAGS=-mod=mod go list -m -f '{{.Version}}' "$2"); }
+modver() { (cd "$root/tools/k8s/$1" && go list -m -f '{{.Version}}' "$2"); }
 [ "$(modver kube k8s.io/kubernetes)" = "$K8S_VERSION" ] ||
 	{ echo "build-k8s: tools/k8s/kube/go.mod does not require k8s.io/kubernetes $K8S_VERSION" >&2; exit 1; }
 [ "$(modver etcd go.etcd.io/etcd/server/v3)" = "$ETCD_VERSION" ] ||
