@@ -82,11 +82,13 @@ func Start(t testing.TB) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	began := time.Now()
 	cp, err := controlplane.Start(ctx, controlplane.Config{BinDir: bin, Dir: dir})
 	if err != nil {
 		os.RemoveAll(dir)
 		t.Fatalf("starting the control plane: %v", err)
 	}
+	t.Logf("control plane ready in %v (%s)", time.Since(began).Round(time.Millisecond), cp.Server)
 	c := &Cluster{ControlPlane: cp, BinDir: bin}
 	t.Cleanup(func() {
 		if err := cp.Stop(); err != nil {

@@ -1,0 +1,64 @@
+package controlplane
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A component that dies at start ends Start at once with an error that names it and quotes
+// its log, and nothing is left running; without the binaries Start says how to build them.
+func TestStartReportsComponentFailure(t *testing.T) {
+	bin := t.TempDir()
+	for name, script := range map[string]string{
+		"etcd":           "#!/bin/sh\necho 'etcd: unknown flag --bogus' >&2\nexit 3\n",
+		"kube-apiserver": "#!/bin/sh\nexit 0\n",
+	} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := Start(ctx, Config{BinDir: bin, Dir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "etcd exited before it was ready") || !strings.Contains(err.Error(), "unknown flag --bogus") {
+		t.Fatalf("Start: %v; want etcd's exit and its log", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Start took %v to notice etcd exited", d)
+	}
+
+	_, err = Start(ctx, Config{BinDir: t.TempDir(), Dir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "scripts/build-k8s.sh") {
+		t.Errorf("Start without binaries: %v; want it to name scripts/build-k8s.sh", err)
+	}
+}
+
+// The credentials are written before anything starts: a kubeconfig that names the server,
+// the CA file and the token, the token file, and the service-account key pair.
+func TestWriteCredentials(t *testing.T) {
+	c := &ControlPlane{cfg: Config{Dir: t.TempDir()}, Server: "https://127.0.0.1:6443"}
+	c.Kubeconfig = c.path("kubeconfig")
+	if err := c.writeCredentials(); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := os.ReadFile(c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"server: https://127.0.0.1:6443", "certificate-authority: " + c.CAFile, "token: " + c.Token} {
+		if !strings.Contains(string(kc), want) {
+			t.Errorf("kubeconfig lacks %q:\n%s", want, kc)
+		}
+	}
+	for _, f := range []string{"tokens.csv", "sa.key", "sa.pub", "apiserver.crt", "apiserver.key"} {
+		b, err := os.ReadFile(c.path(f))
+		if err != nil || len(b) == 0 {
+			t.Errorf("%s: %v (%d bytes)", f, err, len(b))
+		}
+	}
+}
