@@ -115,27 +115,41 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 			c.Stop()
 		}
 	}()
+	// The ports are free when chosen, but another process may bind one before the component
+	// does: then start again on new ports, a few times.
+	for attempt := 1; ; attempt++ {
+		err = c.startOnFreePorts(ctx)
+		if err == nil {
+			return c, nil
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
+		c.Stop()
+		if err := os.RemoveAll(c.path("etcd")); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (c *ControlPlane) startOnFreePorts(ctx context.Context) error {
 	ports, err := freePorts(3)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	c.etcdPeerURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
 	c.Server = "https://127.0.0.1:" + strconv.Itoa(ports[2])
 	if err := c.writeCredentials(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := c.StartEtcd(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	if err := c.startAPIServer(ctx, ports[2]); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return c.startAPIServer(ctx, ports[2])
 }
 
-// freePorts returns n distinct ports free on 127.0.0.1 now. Another process may take one
-// before the component binds it; the component then fails to start and says so in its log.
+// freePorts returns n distinct ports free on 127.0.0.1 now.
 func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {

@@ -38,6 +38,33 @@ func TestStartReportsComponentFailure(t *testing.T) {
 	}
 }
 
+// A port taken between choosing and binding it makes Start try again on new ports, three
+// times in all.
+func TestStartRetriesTakenPort(t *testing.T) {
+	bin := t.TempDir()
+	count := filepath.Join(t.TempDir(), "count")
+	for name, script := range map[string]string{
+		"etcd":           "#!/bin/sh\necho x >> " + count + "\necho 'listen tcp 127.0.0.1:2379: bind: address already in use' >&2\nexit 1\n",
+		"kube-apiserver": "#!/bin/sh\nexit 0\n",
+	} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := Start(ctx, Config{BinDir: bin, Dir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("Start: %v; want etcd's bind error", err)
+	}
+	b, err := os.ReadFile(count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "x"); n != 3 {
+		t.Errorf("etcd started %d times, want 3", n)
+	}
+}
+
 // The credentials are written before anything starts: a kubeconfig that names the server,
 // the CA file and the token, the token file, and the service-account key pair.
 func TestWriteCredentials(t *testing.T) {
