@@ -119,10 +119,16 @@ func TestCRDs(t *testing.T) {
 			t.Errorf("CRDs %q: want %s", out, want)
 		}
 	}
-	out = kubectl(t, c, "api-resources", "--api-group=cilium.io", "-o", "wide")
-	for _, want := range []string{"cnp", "ccnp", "ccg"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("api-resources lacks short name %s:\n%s", want, out)
+	out = kubectl(t, c, "api-resources", "--api-group=cilium.io", "--no-headers")
+	shortNames := map[string]string{} // resource name -> short names
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) == 5 { // NAME SHORTNAMES APIVERSION NAMESPACED KIND
+			shortNames[f[0]] = f[1]
+		}
+	}
+	for name, want := range map[string]string{"ciliumnetworkpolicies": "cnp,ciliumnp", "ciliumclusterwidenetworkpolicies": "ccnp", "ciliumcidrgroups": "ccg"} {
+		if shortNames[name] != want {
+			t.Errorf("api-resources: %s short names %q, want %q:\n%s", name, shortNames[name], want, out)
 		}
 	}
 
