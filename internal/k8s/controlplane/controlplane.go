@@ -487,11 +487,24 @@ func stopPid(pid int, name string) error {
 	syscall.Kill(pid, syscall.SIGTERM)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if err := syscall.Kill(pid, 0); err != nil {
+		if !Alive(pid) {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	return fmt.Errorf("%s (pid %d) did not stop on SIGTERM within 10 s: killed", name, pid)
+}
+
+// Alive reports whether pid is a running process: it exists and is not a zombie (a
+// detached component's parent has exited, and whether anyone reaps it depends on the
+// machine's init).
+func Alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
 }

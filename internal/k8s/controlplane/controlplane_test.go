@@ -3,10 +3,13 @@ package controlplane
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // A component that dies at start ends Start at once with an error that names it and quotes
@@ -87,5 +90,24 @@ func TestWriteCredentials(t *testing.T) {
 		if err != nil || len(b) == 0 {
 			t.Errorf("%s: %v (%d bytes)", f, err, len(b))
 		}
+	}
+}
+
+// Alive tells a running process from an ended one, zombies included.
+func TestAlive(t *testing.T) {
+	if !Alive(os.Getpid()) {
+		t.Error("this process not alive")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Not waited for yet: once it has exited it is a zombie.
+	if !testenv.Eventually(5*time.Second, func() bool { return !Alive(cmd.Process.Pid) }) {
+		t.Error("exited, unreaped child still alive")
+	}
+	cmd.Wait()
+	if Alive(cmd.Process.Pid) {
+		t.Error("reaped child alive")
 	}
 }
