@@ -78,3 +78,7 @@ if [ ! -x "$fortio_bin" ] || [ "$("$fortio_bin" version 2>/dev/null)" != "$forti
 	(cd / && GOFLAGS=-mod=mod go install "fortio.org/fortio@v$fortio_version")
 	[ "$("$fortio_bin" version)" = "$fortio_version" ] || { echo "setup: fortio $fortio_version did not install" >&2; exit 1; }
 fi
+
+# --- Kubernetes control plane (test/cluster, scripts/cluster.sh): etcd, kube-apiserver and
+# kubectl built from the Go module proxy into a cache keyed by version; nothing when cached.
+bash scripts/build-k8s.sh

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes control plane the cluster tests and scripts/cluster.sh start: etcd
+# (go.etcd.io/etcd/server/v3, tools/k8s/etcd), kube-apiserver and kubectl (k8s.io/kubernetes,
+# tools/k8s/kube), from the Go module proxy. No package carries kube-apiserver, and Debian's
+# etcd and kubectl are years older than the API the agent watches.
+#
+# The binaries go to $RAMPART_CACHE/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/ (RAMPART_CACHE
+# defaults to /var/cache/rampart). Idempotent: when that directory is complete it does nothing;
+# a build lands in a temporary directory renamed into place at the end, so an interrupted build
+# is never taken for a finished one. The first build takes about 7 minutes on 2 cores.
+#
+#   scripts/build-k8s.sh          build if missing
+#   scripts/build-k8s.sh --dir    print the directory (building nothing)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=../tools/k8s/versions.env
+. "$root/tools/k8s/versions.env"
+cache="${RAMPART_CACHE:-/var/cache/rampart}"
+dir="$cache/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
+
+if [ "${1:-}" = "--dir" ]; then
+	echo "$dir"
+	exit 0
+fi
+
+bins=(etcd kube-apiserver kubectl)
+complete() {
+	local b
+	for b in "${bins[@]}"; do [ -x "$dir/$b" ] || return 1; done
+}
+if complete; then
+	exit 0
+fi
+
+# The go.mod files are what is built; versions.env is what the tests look for. They must agree.
+modver() { (cd "$root/tools/k8s/$1" && go list -m -f '{{.Version}}' "$2"); }
+[ "$(modver kube k8s.io/kubernetes)" = "$K8S_VERSION" ] ||
+	{ echo "build-k8s: tools/k8s/kube/go.mod does not require k8s.io/kubernetes $K8S_VERSION" >&2; exit 1; }
+[ "$(modver etcd go.etcd.io/etcd/server/v3)" = "$ETCD_VERSION" ] ||
+	{ echo "build-k8s: tools/k8s/etcd/go.mod does not require go.etcd.io/etcd/server/v3 $ETCD_VERSION" >&2; exit 1; }
+
+echo "setup: building etcd $ETCD_VERSION, kube-apiserver and kubectl $K8S_VERSION into $dir (about 7 minutes the first time)"
+mkdir -p "$cache"
+tmp="$(mktemp -d "$cache/.k8s-build.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+
+# Two packages compiled at a time (-p=2), whatever the core count: some of kube-apiserver's
+# packages take several hundred MB each to compile, and CI builds this on a fresh machine.
+# CGO off, as upstream builds them.
+export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -p=2 -trimpath"
+minor="${K8S_VERSION#v1.}"
+minor="${minor%%.*}"
+# The version Kubernetes' release build stamps in (hack/lib/version.sh): without it the server
+# reports v0.0.0-master and kubectl cannot parse it.
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+	ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+
+(cd "$root/tools/k8s/etcd" && go build -ldflags "-s -w" -o "$tmp/etcd" .)
+(cd "$root/tools/k8s/kube" && go build -ldflags "$ldflags" -o "$tmp/" \
+	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl)
+
+# Read whole, then compared: `| grep -q` can fail with SIGPIPE under pipefail (setup.sh).
+v="$("$tmp/kube-apiserver" --version)"
+[ "$v" = "Kubernetes $K8S_VERSION" ] ||
+	{ echo "build-k8s: kube-apiserver reports $v, want Kubernetes $K8S_VERSION" >&2; exit 1; }
+rm -rf "$dir"
+mv "$tmp" "$dir"
+chmod 755 "$dir"
+trap - EXIT
+echo "setup: control plane binaries in $dir"
