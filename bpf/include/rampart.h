@@ -192,7 +192,8 @@ struct ipcache_value {
 	                      * identity of the longest policy prefix containing it, or 0 */
 	__u32 ep_id;         /* for a local endpoint's /32: its ep_id (its ingress policy is
 	                      * evaluated at the sender's veth for L7 steering), else 0 */
-	__u32 pad;
+	__be32 tunnel_endpoint; /* for a pod on another node: that node's IPv4 address, where
+	                         * the overlay sends its packets; 0: local, or no tunnel */
 };
 
 /* policy: LPM trie. Exact match on ep_id, identity and direction; then protocol; then the

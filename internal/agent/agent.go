@@ -215,6 +215,16 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 		m.endpoints[e.Key()] = e
 		m.ensureNamespace(e.Namespace)
 	}
+	for _, n := range st.Nodes {
+		m.nodes[n.Name] = n
+	}
+	for _, r := range st.Remotes {
+		if _, ok := m.nodes[r.Node]; !ok {
+			return nil, nil, fmt.Errorf("remote endpoint %s: node %q is not in the state", r.Key(), r.Node)
+		}
+		m.remotes[r.Key()] = r
+		m.ensureNamespace(r.Namespace)
+	}
 	for _, rec := range st.Policies {
 		rec.Raw = compactJSON(rec.Raw) // the state file is indented
 		p, err := a.eng.parseRecord(rec)
@@ -348,6 +358,12 @@ func (a *Agent) persist(m *model, d *desired) error {
 	}
 	for _, p := range m.policies {
 		st.Policies = append(st.Policies, p.rec)
+	}
+	for _, name := range sortedKeys(m.nodes) {
+		st.Nodes = append(st.Nodes, m.nodes[name])
+	}
+	for _, key := range sortedKeys(m.remotes) {
+		st.Remotes = append(st.Remotes, m.remotes[key])
 	}
 	ids, err := d.alloc.MarshalJSON()
 	if err != nil {

@@ -20,7 +20,9 @@ type model struct {
 	namespaces map[string]labels.Labels // user labels plus kubernetes.io/metadata.name
 	endpoints  map[string]*EndpointRecord
 	policies   map[string]*storedPolicy
-	cidrsets   map[string]*cidrSet // by name; persisted as files of their own (cidrsetfile.go)
+	cidrsets   map[string]*cidrSet              // by name; persisted as files of their own (cidrsetfile.go)
+	nodes      map[string]*NodeRecord           // other nodes, by name (remote.go)
+	remotes    map[string]*RemoteEndpointRecord // pods on other nodes, by namespace/name
 	nextRuleID uint32
 	nextEpID   uint32
 }
@@ -36,6 +38,8 @@ func newModel() *model {
 		endpoints:  map[string]*EndpointRecord{},
 		policies:   map[string]*storedPolicy{},
 		cidrsets:   map[string]*cidrSet{},
+		nodes:      map[string]*NodeRecord{},
+		remotes:    map[string]*RemoteEndpointRecord{},
 		nextRuleID: 1,
 		nextEpID:   1,
 	}
@@ -47,6 +51,8 @@ func (m *model) clone() *model {
 		endpoints:  maps.Clone(m.endpoints),
 		policies:   maps.Clone(m.policies),
 		cidrsets:   maps.Clone(m.cidrsets),
+		nodes:      maps.Clone(m.nodes),
+		remotes:    maps.Clone(m.remotes),
 		nextRuleID: m.nextRuleID,
 		nextEpID:   m.nextEpID,
 	}
@@ -216,6 +222,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 			NamedPorts: de.named,
 		})
 	}
+	used = append(used, remoteInput(m, alloc, &d.input)...)
 	alloc.Retain(used, prefixes)
 	d.input.Rules = rules
 	d.input.HostIPs = []netip.Addr{router}

@@ -534,3 +534,39 @@ type CNIGCRequest struct {
 type CNIGCResult struct {
 	Deleted []CNIAttachment `json:"deleted"`
 }
+
+// NodeSpec declares another node of the cluster: its address on the fabric (where the
+// overlay sends packets for its pods, and the only outer source the overlay accepts) and
+// its pod CIDR.
+type NodeSpec struct {
+	Address string `json:"address"`
+	PodCIDR string `json:"podCIDR,omitempty"`
+}
+
+// Node is another node as the agent knows it.
+type Node struct {
+	Name            string `json:"name"`
+	Address         string `json:"address"`
+	PodCIDR         string `json:"podCIDR,omitempty"`
+	RemoteEndpoints int    `json:"remoteEndpoints"`
+}
+
+// RemoteEndpointSpec declares a pod on another node: its address, the node that hosts it,
+// and its labels, from which the agent derives its identity as for a local endpoint
+// (namespace labels included), so that policy selects it by labels.
+type RemoteEndpointSpec struct {
+	Node           string            `json:"node"`
+	IP             string            `json:"ip"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	ServiceAccount string            `json:"serviceAccount,omitempty"`
+}
+
+// RemoteEndpoint is a pod on another node as the agent knows it.
+type RemoteEndpoint struct {
+	Namespace string            `json:"namespace"`
+	Name      string            `json:"name"`
+	Node      string            `json:"node"`
+	IP        string            `json:"ip"`
+	Labels    map[string]string `json:"labels"`
+	Identity  uint32            `json:"identity"`
+}

@@ -206,11 +206,11 @@ type rampartIpcacheKey struct {
 }
 
 type rampartIpcacheValue struct {
-	_            structs.HostLayout
-	Identity     uint32
-	CidrIdentity uint32
-	EpId         uint32
-	Pad          uint32
+	_              structs.HostLayout
+	Identity       uint32
+	CidrIdentity   uint32
+	EpId           uint32
+	TunnelEndpoint uint32
 }
 
 type rampartPolicyKey struct {
