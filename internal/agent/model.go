@@ -194,7 +194,10 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 	// shares in the input (the computation compares shared maps at once).
 	byKey := map[string]identity.Identity{}
 	canon := map[string]labels.Labels{}
-	var used []labels.Labels
+	used, err := remoteInput(m, alloc, &d.input)
+	if err != nil {
+		return nil, err
+	}
 	d.input.Endpoints = make([]mapstate.Endpoint, 0, len(m.endpoints))
 	for _, key := range keys {
 		rec := m.endpoints[key]
@@ -222,7 +225,6 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 			NamedPorts: de.named,
 		})
 	}
-	used = append(used, remoteInput(m, alloc, &d.input)...)
 	alloc.Retain(used, prefixes)
 	d.input.Rules = rules
 	d.input.HostIPs = []netip.Addr{router}

@@ -32,6 +32,9 @@ type RemoteEndpointRecord struct {
 	IP             netip.Addr    `json:"ip"`
 	Labels         labels.Labels `json:"labels"`
 	ServiceAccount string        `json:"serviceAccount,omitempty"`
+	// Identity is the number its node gave its labels (0: allocated here); see
+	// api.RemoteEndpointSpec.Identity.
+	Identity identity.Identity `json:"identity,omitempty"`
 }
 
 // Key is "namespace/name".
@@ -43,8 +46,12 @@ func (r *RemoteEndpointRecord) fullLabels(nsLabels labels.Labels) labels.Labels 
 }
 
 // remoteInput adds m's other nodes and remote pods to the computation's input: their
-// identities come from alloc (ForLabels) and are returned so that Retain keeps them.
-func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input) []labels.Labels {
+// identities come from alloc (pinned to the number their node gave them, else ForLabels)
+// and their label sets are returned so that Retain keeps them. compute calls it before it
+// allocates for local endpoints, so that a new local label set cannot take a number a
+// remote pod's node has given. A pin that conflicts fails the computation: the change is
+// refused with a conflict.
+func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input) ([]labels.Labels, error) {
 	var used []labels.Labels
 	for _, name := range sortedKeys(m.nodes) {
 		in.NodeIPs = append(in.NodeIPs, m.nodes[name].Address)
@@ -57,12 +64,17 @@ func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input) []labe
 		}
 		full := r.fullLabels(m.namespaces[r.Namespace])
 		used = append(used, full)
+		if r.Identity != 0 {
+			if err := alloc.Pin(full, r.Identity); err != nil {
+				return nil, api.Conflict("remote endpoint %s: %v", r.Key(), err)
+			}
+		}
 		in.Remote = append(in.Remote, mapstate.RemoteEndpoint{
 			Namespace: r.Namespace, Name: r.Name, Labels: full,
 			Identity: alloc.ForLabels(full), IP: r.IP, Node: node.Address,
 		})
 	}
-	return used
+	return used, nil
 }
 
 // ListNodes lists the other nodes.
@@ -185,7 +197,8 @@ func (a *Agent) PutRemoteEndpoint(ctx context.Context, namespace, name string, s
 	if err != nil || !ip.Is4() || ip.IsUnspecified() {
 		return api.RemoteEndpoint{}, api.BadRequest("remote endpoint %s/%s: ip %q: want the pod's IPv4 address", namespace, name, spec.IP)
 	}
-	rec := &RemoteEndpointRecord{Namespace: namespace, Name: name, Node: spec.Node, IP: ip, Labels: l, ServiceAccount: spec.ServiceAccount}
+	rec := &RemoteEndpointRecord{Namespace: namespace, Name: name, Node: spec.Node, IP: ip, Labels: l,
+		ServiceAccount: spec.ServiceAccount, Identity: identity.Identity(spec.Identity)}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	node, ok := a.model.nodes[spec.Node]

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"reflect"
 	"testing"
@@ -88,6 +89,20 @@ func TestRemoteEndpointsSelectedByLabels(t *testing.T) {
 	}
 	check("after restart")
 
+	// The number the pod's own node gave its labels is used here, so the identity carried
+	// in the overlay means the same labels; a number these labels or others already have
+	// here is refused.
+	pinned, err := h.a.PutRemoteEndpoint(ctx, "x", "c", api.RemoteEndpointSpec{Node: "n2", IP: "10.2.0.6",
+		Labels: map[string]string{"pod": "c"}, Identity: 70000})
+	if err != nil || pinned.Identity != 70000 {
+		t.Fatalf("pinned remote endpoint: %+v %v", pinned, err)
+	}
+	_, err = h.a.PutRemoteEndpoint(ctx, "x", "d", api.RemoteEndpointSpec{Node: "n2", IP: "10.2.0.7",
+		Labels: map[string]string{"pod": "d"}, Identity: uint32(local.Identity)})
+	if !isStatus(err, 409) {
+		t.Errorf("remote endpoint pinned to a local endpoint's identity: %v, want a conflict", err)
+	}
+
 	if err := h.a.DeleteNode(ctx, "n2"); err != nil {
 		t.Fatal(err)
 	}
@@ -98,4 +113,9 @@ func TestRemoteEndpointsSelectedByLabels(t *testing.T) {
 	if rs, _ := h.a.ListRemoteEndpoints(ctx); len(rs) != 0 {
 		t.Errorf("remote endpoints after deleting their node: %+v", rs)
 	}
+}
+
+func isStatus(err error, status int) bool {
+	var e *api.Error
+	return errors.As(err, &e) && e.Status == status
 }

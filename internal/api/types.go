@@ -559,6 +559,10 @@ type RemoteEndpointSpec struct {
 	IP             string            `json:"ip"`
 	Labels         map[string]string `json:"labels,omitempty"`
 	ServiceAccount string            `json:"serviceAccount,omitempty"`
+	// Identity is the number the pod's own node gave its labels (0: this agent allocates
+	// one). The overlay carries the sender's number, so both nodes must agree on it until
+	// identities are allocated cluster-wide.
+	Identity uint32 `json:"identity,omitempty"`
 }
 
 // RemoteEndpoint is a pod on another node as the agent knows it.
