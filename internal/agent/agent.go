@@ -21,6 +21,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/overlay"
 )
 
 // Agent is a running rampartd core. Create it with New, serve with Run.
@@ -87,7 +88,7 @@ func New(cfg Config) (*Agent, error) {
 		sockDone:   make(chan struct{}),
 	}
 	if a.net == nil {
-		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR}
+		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, MTU: overlay.PodMTU(cfg.Tunnel)}
 	}
 	open := cfg.OpenKernel
 	if open == nil {
@@ -164,6 +165,15 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.dp.SetupProxy(a.net.NetnsPath(), cfg.ProxyListen); err != nil {
 		return nil, fmt.Errorf("setting up L7 proxy steering: %w", err)
 	}
+	if a.host && cfg.Tunnel == overlay.VXLAN && !a.own.OverlayDevice {
+		a.own.OverlayDevice = true
+		if err := a.own.save(); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.dp.SetupOverlay(a.net.NetnsPath(), cfg.Tunnel); err != nil {
+		return nil, err
+	}
 	if len(m.cidrsets) > 0 {
 		// The pinned tables still hold the sets; loading them again makes them equal to
 		// the files, which are the record (a crash may have come between the two). Before
@@ -192,6 +202,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.model, a.cur = m, d
 	if err := a.persist(m, d); err != nil {
+		return nil, err
+	}
+	if err := a.syncRoutes(m); err != nil {
 		return nil, err
 	}
 	a.publishView()

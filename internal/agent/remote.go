@@ -9,6 +9,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/overlay"
 )
 
 // Other nodes and the pods on them. Until the Kubernetes informers feed them, they are
@@ -16,6 +17,31 @@ import (
 // derived from its labels and namespace labels exactly as a local endpoint's, so policy
 // selects it by labels; the ipcache maps its address to that identity and to its node's
 // address, the tunnel endpoint the overlay sends its packets to.
+
+// Overlay is the network between nodes in the node namespace: the VXLAN device and its
+// programs, and the routes to the other nodes' pod CIDRs.
+type Overlay interface {
+	// SetupOverlay prepares mode (VXLAN: the device and its programs; otherwise none).
+	SetupOverlay(netnsPath string, mode overlay.Mode) error
+	// SyncNodeRoutes makes the routes to the other nodes' pod CIDRs those of nodes.
+	SyncNodeRoutes(netnsPath string, mode overlay.Mode, src netip.Addr, nodes []overlay.Node) error
+}
+
+// syncRoutes makes the node's routes to the other nodes' pod CIDRs follow m's nodes.
+func (a *Agent) syncRoutes(m *model) error {
+	nodes := make([]overlay.Node, 0, len(m.nodes))
+	for _, name := range sortedKeys(m.nodes) {
+		n := m.nodes[name]
+		nodes = append(nodes, overlay.Node{Address: n.Address, PodCIDR: n.PodCIDR})
+	}
+	if a.host && !a.own.OverlayRoutes {
+		a.own.OverlayRoutes = true
+		if err := a.own.save(); err != nil {
+			return err
+		}
+	}
+	return a.dp.SyncNodeRoutes(a.net.NetnsPath(), a.cfg.Tunnel, a.net.Router(), nodes)
+}
 
 // NodeRecord is another node as persisted.
 type NodeRecord struct {
@@ -137,6 +163,9 @@ func (a *Agent) PutNode(ctx context.Context, name string, spec api.NodeSpec) (ap
 	if err != nil {
 		return api.Node{}, err
 	}
+	if err := a.syncRoutes(m); err != nil {
+		return api.Node{}, err
+	}
 	return nodeView(m, rec), nil
 }
 
@@ -147,7 +176,7 @@ func (a *Agent) DeleteNode(ctx context.Context, name string) error {
 	if _, ok := a.model.nodes[name]; !ok {
 		return api.NotFound("node %s not found", name)
 	}
-	_, _, err := a.change(func(m *model) error {
+	m, _, err := a.change(func(m *model) error {
 		m.nodes = maps.Clone(m.nodes)
 		delete(m.nodes, name)
 		m.remotes = maps.Clone(m.remotes)
@@ -158,7 +187,10 @@ func (a *Agent) DeleteNode(ctx context.Context, name string) error {
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	return a.syncRoutes(m)
 }
 
 // ListRemoteEndpoints lists the pods on other nodes with their identities.

@@ -10,6 +10,7 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
@@ -77,6 +78,12 @@ func TestRemoteEndpointsSelectedByLabels(t *testing.T) {
 		}
 	}
 	check("declared")
+	h.dp.fakeOverlay.mu.Lock()
+	routes := h.dp.fakeOverlay.routes
+	h.dp.fakeOverlay.mu.Unlock()
+	if want := []overlay.Node{{Address: netip.MustParseAddr("198.19.0.2"), PodCIDR: netip.MustParsePrefix("10.2.0.0/24")}}; !reflect.DeepEqual(routes, want) {
+		t.Errorf("routes to other nodes %+v, want %+v", routes, want)
+	}
 
 	before, _ := h.a.ListRemoteEndpoints(ctx)
 	nodes, _ := h.a.ListNodes(ctx)
@@ -109,6 +116,12 @@ func TestRemoteEndpointsSelectedByLabels(t *testing.T) {
 	ipc, _ := h.dp.snapshot()
 	if _, ok := ipc[netip.MustParsePrefix("10.2.0.5/32")]; ok {
 		t.Error("deleted node's pod still in the ipcache")
+	}
+	h.dp.fakeOverlay.mu.Lock()
+	routes = h.dp.fakeOverlay.routes
+	h.dp.fakeOverlay.mu.Unlock()
+	if len(routes) != 0 {
+		t.Errorf("routes after deleting the node: %+v", routes)
 	}
 	if rs, _ := h.a.ListRemoteEndpoints(ctx); len(rs) != 0 {
 		t.Errorf("remote endpoints after deleting their node: %+v", rs)
