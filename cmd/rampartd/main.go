@@ -17,8 +17,8 @@ import (
 	"syscall"
 
 	"github.com/rampartnet/rampart/internal/agent"
-	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/version"
 )
 
