@@ -273,4 +273,3 @@ func ipChecksum(h []byte) uint16 {
 	}
 	return ^uint16(sum)
 }
-
