@@ -39,12 +39,29 @@ func startTwoNodes(t *testing.T, mode overlay.Mode) *twoNodes {
 
 // declare declares endpoint key of from as a remote endpoint on to, with its labels and
 // the identity its node gave it.
-func declare(t *testing.T, from, to *agenttest.Env, node, key string, labels string) api.Endpoint {
+func declare(t *testing.T, from, to *agenttest.Env, node, key string, labels string) {
 	t.Helper()
 	ep := from.Endpoint(key)
 	to.MustCLI("remote", "add", key, "--node", node, "--ip", ep.IP, "--labels", labels,
 		"--identity", strconv.FormatUint(uint64(ep.Identity), 10))
-	return ep
+}
+
+// pods creates x/a and x/c on node A and x/b on node B, declares each on the other node,
+// and applies allowAToB80 on node B.
+func (n *twoNodes) pods(t *testing.T) (a, c, b api.Endpoint) {
+	t.Helper()
+	a = n.a.AddEndpoint("x", "a", map[string]string{"pod": "a"})
+	c = n.a.AddEndpoint("x", "c", map[string]string{"pod": "c"})
+	// Remote pods are declared before node B allocates for its own, so that both nodes
+	// can use the numbers node A gave (until identities are allocated cluster-wide).
+	declare(t, n.a, n.b, "node-a", "x/a", "pod=a")
+	declare(t, n.a, n.b, "node-a", "x/c", "pod=c")
+	b = n.b.AddEndpoint("x", "b", map[string]string{"pod": "b"})
+	declare(t, n.b, n.a, "node-b", "x/b", "pod=b")
+	if _, errs, code := n.b.CLIStdin(allowAToB80, "apply", "-f", "-"); code != 0 {
+		t.Fatalf("apply: %s", errs)
+	}
+	return a, c, b
 }
 
 const allowAToB80 = `apiVersion: networking.k8s.io/v1
@@ -81,17 +98,7 @@ func flowsOf(t *testing.T, e *agenttest.Env) []api.Flow {
 // than the pod MTU (fragments) pass when policy allows them.
 func TestOverlayVXLAN(t *testing.T) {
 	n := startTwoNodes(t, overlay.VXLAN)
-	a := n.a.AddEndpoint("x", "a", map[string]string{"pod": "a"})
-	c := n.a.AddEndpoint("x", "c", map[string]string{"pod": "c"})
-	// Remote pods are declared before node B allocates for its own, so that both nodes
-	// can use the numbers node A gave (until identities are allocated cluster-wide).
-	declare(t, n.a, n.b, "node-a", "x/a", "pod=a")
-	declare(t, n.a, n.b, "node-a", "x/c", "pod=c")
-	b := n.b.AddEndpoint("x", "b", map[string]string{"pod": "b"})
-	declare(t, n.b, n.a, "node-b", "x/b", "pod=b")
-	if _, errs, code := n.b.CLIStdin(allowAToB80, "apply", "-f", "-"); code != 0 {
-		t.Fatalf("apply: %s", errs)
-	}
+	a, c, b := n.pods(t)
 	bIP := netip.MustParseAddr(b.IP)
 
 	// The overlay's MTU on the pods.
@@ -207,15 +214,7 @@ func TestOverlayVXLAN(t *testing.T) {
 // pairs, with no overlay device.
 func TestOverlayNative(t *testing.T) {
 	n := startTwoNodes(t, overlay.Native)
-	n.a.AddEndpoint("x", "a", map[string]string{"pod": "a"})
-	n.a.AddEndpoint("x", "c", map[string]string{"pod": "c"})
-	declare(t, n.a, n.b, "node-a", "x/a", "pod=a")
-	declare(t, n.a, n.b, "node-a", "x/c", "pod=c")
-	b := n.b.AddEndpoint("x", "b", map[string]string{"pod": "b"})
-	declare(t, n.b, n.a, "node-b", "x/b", "pod=b")
-	if _, errs, code := n.b.CLIStdin(allowAToB80, "apply", "-f", "-"); code != 0 {
-		t.Fatalf("apply: %s", errs)
-	}
+	_, _, b := n.pods(t)
 	bIP := netip.MustParseAddr(b.IP)
 	if !n.a.Probe("x/a", bIP, 80, "tcp", 3*time.Second) {
 		t.Error("x/a -> node B x/b 80/tcp: not connected")
