@@ -136,6 +136,16 @@ func TestOverlayVXLAN(t *testing.T) {
 		}
 	}
 
+	// A restarted agent keeps the overlay: device, programs, routes and remote pods.
+	n.b.Restart()
+	n.a.Restart()
+	if !n.a.Probe("x/a", bIP, 80, "tcp", 3*time.Second) {
+		t.Error("x/a -> node B x/b 80/tcp after both agents restarted: not connected")
+	}
+	if n.a.Probe("x/c", bIP, 80, "tcp", 700*time.Millisecond) {
+		t.Error("x/c -> node B x/b 80/tcp after both agents restarted: connected, want denied")
+	}
+
 	// Node B judged x/a on the identity that arrived in the VNI.
 	var tunnelled, denied bool
 	for _, f := range flowsOf(t, n.b) {
