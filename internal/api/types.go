@@ -317,6 +317,8 @@ type FlowPeer struct {
 	Namespace string   `json:"namespace,omitempty"`
 	Name      string   `json:"name,omitempty"`
 	Labels    []string `json:"labels,omitempty"` // identity labels, sorted k=v (reserved:x for reserved)
+	// Node is the node that hosts a remote endpoint (a pod on another node).
+	Node string `json:"node,omitempty"`
 }
 
 // Flow is one flow event: a new allowed connection, a drop, or (type l7) one HTTP request

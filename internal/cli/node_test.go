@@ -72,3 +72,17 @@ func TestNodeAndRemoteCommands(t *testing.T) {
 		t.Errorf("remote add without namespace/name: exit %d, stderr %q", code, errs)
 	}
 }
+
+// A pod on another node is named with its node in observe's output.
+func TestPeerNameOfRemotePod(t *testing.T) {
+	cases := map[string]api.FlowPeer{
+		"x/a@node-a":   {Namespace: "x", Name: "a", Node: "node-a", IP: "198.18.16.2"},
+		"x/b":          {Namespace: "x", Name: "b", IP: "198.18.32.2"},
+		"198.18.16.99": {IP: "198.18.16.99"},
+	}
+	for want, p := range cases {
+		if got := peerName(p); got != want {
+			t.Errorf("peerName(%+v) = %q, want %q", p, got, want)
+		}
+	}
+}

@@ -152,7 +152,8 @@ func TestOverlayVXLAN(t *testing.T) {
 		if f.Endpoint != "x/b" || f.Direction != "ingress" || !slices.Contains(f.Flags, "tunnel") {
 			continue
 		}
-		if f.Type == "new" && f.Source.IP == a.IP && f.Source.Identity == uint32(a.Identity) {
+		if f.Type == "new" && f.Source.IP == a.IP && f.Source.Identity == uint32(a.Identity) &&
+			f.Source.Name == "a" && f.Source.Node == "node-a" {
 			tunnelled = true
 		}
 		if f.Type == "drop" && f.Source.IP == c.IP && f.Source.Identity == uint32(c.Identity) {
@@ -198,7 +199,7 @@ func TestOverlayVXLAN(t *testing.T) {
 	forged := vxlanPacket(uint32(a.Identity), netip.MustParseAddr(a.IP), bIP, 40999, 80, []byte("forged"))
 	sawForged := func() bool {
 		for _, f := range flowsOf(t, n.b) {
-			if f.Type == "drop" && f.Reason == "tunnel-untrusted-source" && f.Source.Identity == uint32(a.Identity) {
+			if f.Type == "drop" && f.Reason == "tunnel-untrusted-source" && f.Source.Identity == uint32(a.Identity) && f.Source.Name == "" {
 				return true
 			}
 		}
