@@ -4,6 +4,9 @@
  *   rampart_from_ep  tc ingress: packets leaving the endpoint  (DIR_EGRESS policy)
  *   rampart_to_ep    tc egress:  packets entering the endpoint (DIR_INGRESS policy)
  *
+ * and on the node's VXLAN device, the overlay between nodes (tunnel.h):
+ *   rampart_to_tunnel / rampart_from_tunnel  tc egress / ingress of the device
+ *
  * Per packet: endpoint -> parse -> source check (leaving the endpoint) -> fragments
  * -> conntrack -> ipcache -> policy -> verdict
  * -> for new flows and drops, a flow event (and drops a counter; forwarded packets are
@@ -30,6 +33,7 @@
 #include "policy.h"
 #include "events.h"
 #include "proxy.h"
+#include "tunnel.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -286,6 +290,8 @@ static __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p,
 			frag_record(p, d, 0);
 		return drop(skb, p, d, REASON_SPOOFED_SOURCE);
 	}
+	if (d->dir == DIR_INGRESS)
+		tunnel_source(skb, &peer, d);
 	set_identities(d, ep, peer.identity);
 	policy_decide(d->ep_id, d->dir, &peer, p->t.proto, p->policy_port, &res);
 	if (res.action == POLICY_DENY) {
@@ -472,6 +478,7 @@ static __noinline int handle_new(struct __sk_buff *skb, struct pkt *p, struct de
 				frag_record(p, d, 0);
 			return drop(skb, p, d, REASON_SPOOFED_SOURCE);
 		}
+		tunnel_source(skb, &peer, d);
 	}
 	set_identities(d, ep, peer.identity);
 	policy_decide(d->ep_id, dir, &peer, p->t.proto, p->policy_port, &res);
@@ -644,4 +651,18 @@ SEC("tc")
 int rampart_to_ep(struct __sk_buff *skb)
 {
 	return handle(skb, DIR_INGRESS);
+}
+
+/* tc egress on the VXLAN device: into the overlay (tunnel.h). */
+SEC("tc")
+int rampart_to_tunnel(struct __sk_buff *skb)
+{
+	return tunnel_egress(skb);
+}
+
+/* tc ingress on the VXLAN device: out of the overlay (tunnel.h). */
+SEC("tc")
+int rampart_from_tunnel(struct __sk_buff *skb)
+{
+	return tunnel_ingress(skb);
 }

@@ -108,6 +108,10 @@ enum drop_reason : __u8 {
 	REASON_SPOOFED_SOURCE = 10,     /* source (IPv4 or ARP sender) not the sending endpoint's own
 	                                 * address, or a local endpoint's address that did not come
 	                                 * from that endpoint's interface */
+	REASON_TUNNEL_UNTRUSTED_SOURCE = 11, /* overlay packet whose outer source is not a known
+	                                      * node's address: its VNI (identity) is not believed */
+	REASON_TUNNEL_NO_ENDPOINT = 12,      /* sent into the overlay to an address no known node
+	                                      * hosts (no tunnel endpoint in the ipcache) */
 };
 
 /* Flow event types. */
@@ -125,6 +129,7 @@ enum flow_flag : __u8 {
 	FLOW_F_FROM_PROXY = 1 << 2, /* the proxy's upstream connection (socket mark) */
 	FLOW_F_SEND_SIDE = 1 << 3,  /* L7 checked by the send-side verdict, not the proxy */
 	FLOW_F_ARP = 1 << 4,        /* an ARP frame (addresses: sender and target IP) */
+	FLOW_F_TUNNEL = 1 << 5,     /* arrived through the overlay: the source identity is the VNI's */
 };
 
 /* endpoints map: key = ifindex of the host-side veth (u32). */
@@ -192,7 +197,8 @@ struct ipcache_value {
 	                      * identity of the longest policy prefix containing it, or 0 */
 	__u32 ep_id;         /* for a local endpoint's /32: its ep_id (its ingress policy is
 	                      * evaluated at the sender's veth for L7 steering), else 0 */
-	__u32 pad;
+	__be32 tunnel_endpoint; /* for a pod on another node: that node's IPv4 address, where
+	                         * the overlay sends its packets; 0: local, or no tunnel */
 };
 
 /* policy: LPM trie. Exact match on ep_id, identity and direction; then protocol; then the
@@ -328,6 +334,14 @@ struct proxy_config {
 #define PROXY_DEFAULT_PORT 15001
 #define PROXY_STEER_MARK 0x1
 #define PROXY_UPSTREAM_MARK 0x2
+
+/* The overlay (tunnel.h): the node's VXLAN device. One entry (index 0) in the map
+ * tunnel, written by the agent when it attaches the tunnel programs; ifindex 0: no
+ * overlay. */
+struct tunnel_config {
+	__u32 ifindex; /* the VXLAN device, in the node namespace */
+	__u32 pad;
+};
 
 /* Flow events, sent through the ring buffer. */
 struct flow_event {

@@ -21,6 +21,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/overlay"
 )
 
 // Agent is a running rampartd core. Create it with New, serve with Run.
@@ -87,7 +88,7 @@ func New(cfg Config) (*Agent, error) {
 		sockDone:   make(chan struct{}),
 	}
 	if a.net == nil {
-		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR}
+		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, MTU: overlay.PodMTU(cfg.Tunnel)}
 	}
 	open := cfg.OpenKernel
 	if open == nil {
@@ -164,6 +165,15 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.dp.SetupProxy(a.net.NetnsPath(), cfg.ProxyListen); err != nil {
 		return nil, fmt.Errorf("setting up L7 proxy steering: %w", err)
 	}
+	if a.host && cfg.Tunnel == overlay.VXLAN && !a.own.OverlayDevice {
+		a.own.OverlayDevice = true
+		if err := a.own.save(); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.dp.SetupOverlay(a.net.NetnsPath(), cfg.Tunnel); err != nil {
+		return nil, err
+	}
 	if len(m.cidrsets) > 0 {
 		// The pinned tables still hold the sets; loading them again makes them equal to
 		// the files, which are the record (a crash may have come between the two). Before
@@ -194,6 +204,9 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.persist(m, d); err != nil {
 		return nil, err
 	}
+	if err := a.syncRoutes(m); err != nil {
+		return nil, err
+	}
 	a.publishView()
 	go a.readFlows()
 	go a.readSockRequests(a.sockDone)
@@ -214,6 +227,16 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 	for _, e := range st.Endpoints {
 		m.endpoints[e.Key()] = e
 		m.ensureNamespace(e.Namespace)
+	}
+	for _, n := range st.Nodes {
+		m.nodes[n.Name] = n
+	}
+	for _, r := range st.Remotes {
+		if _, ok := m.nodes[r.Node]; !ok {
+			return nil, nil, fmt.Errorf("remote endpoint %s: node %q is not in the state", r.Key(), r.Node)
+		}
+		m.remotes[r.Key()] = r
+		m.ensureNamespace(r.Namespace)
 	}
 	for _, rec := range st.Policies {
 		rec.Raw = compactJSON(rec.Raw) // the state file is indented
@@ -348,6 +371,12 @@ func (a *Agent) persist(m *model, d *desired) error {
 	}
 	for _, p := range m.policies {
 		st.Policies = append(st.Policies, p.rec)
+	}
+	for _, name := range sortedKeys(m.nodes) {
+		st.Nodes = append(st.Nodes, m.nodes[name])
+	}
+	for _, key := range sortedKeys(m.remotes) {
+		st.Remotes = append(st.Remotes, m.remotes[key])
 	}
 	ids, err := d.alloc.MarshalJSON()
 	if err != nil {

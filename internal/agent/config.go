@@ -9,6 +9,7 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
 
@@ -71,6 +72,10 @@ type Config struct {
 	// HostTrafficPolicy makes it an ordinary peer, admitted only by rules that select it
 	// (fromEntities: [host]).
 	HostTraffic HostTraffic
+	// Tunnel is how packets reach pods on other nodes: overlay.Native (default: routes to
+	// the nodes' addresses) or overlay.VXLAN (the VXLAN device, identity in the VNI; pods
+	// created with the overlay's MTU).
+	Tunnel overlay.Mode
 
 	// Hooks for tests; nil means the real implementation.
 	Engine     Engine
@@ -97,6 +102,9 @@ const (
 func (cfg Config) WithDefaults() Config {
 	if cfg.Instance == "" {
 		cfg.Instance = api.DefaultInstance
+	}
+	if cfg.Tunnel == "" {
+		cfg.Tunnel = overlay.Native
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join("/var/lib/rampart", cfg.Instance)
@@ -131,6 +139,9 @@ func (cfg Config) WithDefaults() Config {
 
 func (cfg Config) validate() error {
 	if err := api.CheckInstance(cfg.Instance); err != nil {
+		return err
+	}
+	if _, err := overlay.ParseMode(string(cfg.Tunnel)); err != nil {
 		return err
 	}
 	if !cfg.PodCIDR.Addr().Is4() || cfg.PodCIDR.Bits() > 28 || cfg.PodCIDR.Bits() < 8 {

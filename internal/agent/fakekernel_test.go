@@ -3,6 +3,7 @@ package agent
 import (
 	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -10,6 +11,7 @@ import (
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/overlay"
 )
 
 // fakeKernel stands in for the kernel packages: one fake per interface of Kernel, which
@@ -22,6 +24,7 @@ type fakeKernel struct {
 	*fakeEvents
 	*fakeCIDRSets
 	*fakeSendSide
+	*fakeOverlay
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close: Read and ReadSockRequest fail
 }
@@ -35,6 +38,7 @@ func newFakeKernel() *fakeKernel {
 		fakeEvents:       &fakeEvents{events: make(chan flow.Event, 16), closed: closed},
 		fakeCIDRSets:     &fakeCIDRSets{},
 		fakeSendSide:     &fakeSendSide{closed: closed},
+		fakeOverlay:      &fakeOverlay{},
 		closed:           closed,
 	}
 }
@@ -44,7 +48,7 @@ func (k *fakeKernel) kernel() Kernel {
 	return Kernel{
 		EndpointTables: k.fakeEndpoints, IPCache: k.fakeIPCache, ProxyRouting: k.fakeProxyRouting,
 		FlowEvents: k.fakeEvents, CIDRSets: k.fakeCIDRSets, SendSide: k.fakeSendSide, MapMemories: fakeMemory{},
-		Close: k.Close,
+		Overlay: k.fakeOverlay, Close: k.Close,
 	}
 }
 
@@ -86,4 +90,25 @@ type fakeMemory struct{}
 
 func (fakeMemory) MapMemory(...*ebpf.Program) ([]datapath.MapUsage, error) {
 	return []datapath.MapUsage{{Name: "fake", Type: "Array", MaxEntries: 1, Bytes: 4096}}, nil
+}
+
+// fakeOverlay records the overlay's mode and the routes to other nodes.
+type fakeOverlay struct {
+	mu     sync.Mutex
+	mode   overlay.Mode
+	routes []overlay.Node
+}
+
+func (o *fakeOverlay) SetupOverlay(_ string, mode overlay.Mode) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.mode = mode
+	return nil
+}
+
+func (o *fakeOverlay) SyncNodeRoutes(_ string, _ overlay.Mode, _ netip.Addr, nodes []overlay.Node) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.routes = slices.Clone(nodes)
+	return nil
 }

@@ -28,6 +28,7 @@ type FlowEvents interface {
 type view struct {
 	byEpID map[uint32]*EndpointRecord
 	byIP   map[netip.Addr]*EndpointRecord
+	remote map[netip.Addr]*RemoteEndpointRecord // pods on other nodes, by address
 	alloc  *identityLabeler
 	rules  map[uint32]api.RuleRef
 	// ipcache is the current desired ipcache (read only), for the identities of L7 flows'
@@ -57,6 +58,10 @@ func (a *Agent) publishView() {
 	for _, e := range a.model.endpoints {
 		v.byEpID[e.EpID] = e
 		v.byIP[e.IP] = e
+	}
+	v.remote = make(map[netip.Addr]*RemoteEndpointRecord, len(a.model.remotes))
+	for _, r := range a.model.remotes {
+		v.remote[r.IP] = r
 	}
 	for _, sp := range a.model.policies {
 		ref := mapstate.PolicyRef{Kind: sp.pol.Kind, Namespace: sp.pol.Namespace, Name: sp.pol.Name}
@@ -125,6 +130,10 @@ func (a *Agent) decorate(ev flow.Event) api.Flow {
 	}
 	f.Source = v.peer(ev.Source, ev.SourcePort, ev.SrcIdentity)
 	f.Dest = v.peer(ev.Destination, ev.DestinationPort, ev.DstIdentity)
+	if ev.Reason == flow.ReasonTunnelUntrustedSource {
+		// Not from a node: whatever pod the inner source address names did not send it.
+		f.Source.Namespace, f.Source.Name, f.Source.Node = "", "", ""
+	}
 	if ev.Reason == flow.ReasonSpoofedSource {
 		// The source address is forged: the sender is who the dataplane found (its
 		// identity is in the event), never the endpoint whose address it claims. Leaving
@@ -157,6 +166,8 @@ func (v *view) peer(ip netip.Addr, port uint16, id identity.Identity) api.FlowPe
 	}
 	if e, ok := v.byIP[ip]; ok {
 		p.Namespace, p.Name = e.Namespace, e.Name
+	} else if r, ok := v.remote[ip]; ok {
+		p.Namespace, p.Name, p.Node = r.Namespace, r.Name, r.Node
 	}
 	if l, ok := v.alloc.labels(id); ok {
 		p.Labels = l

@@ -2,10 +2,13 @@ package agent
 
 import (
 	"errors"
+	"fmt"
+	"net/netip"
 	"sync"
 
 	"github.com/rampartnet/rampart/internal/cidrtable"
 	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/sockverdict"
 )
 
@@ -26,6 +29,7 @@ type Kernel struct {
 	CIDRSets       // *cidrtable.Tables
 	SendSide       // *sockverdict.Manager
 	MapMemories    // *datapath.Datapath
+	Overlay        // overlayKernel: internal/overlay and the datapath's tunnel programs
 	// Close releases the agent's handles; pinned maps and attached programs stay.
 	Close func() error
 }
@@ -59,7 +63,7 @@ func openKernel(cfg Config) (Kernel, error) {
 	var once sync.Once
 	var closeErr error
 	return Kernel{
-		EndpointTables: dp, IPCache: dp, ProxyRouting: dp, MapMemories: dp,
+		EndpointTables: dp, IPCache: dp, ProxyRouting: dp, MapMemories: dp, Overlay: overlayKernel{dp},
 		CIDRSets: tables, SendSide: side, FlowEvents: events,
 		Close: func() error {
 			once.Do(func() {
@@ -81,4 +85,32 @@ func FindPins(dir string) ([]string, error) {
 		return nil, err
 	}
 	return datapath.FindPins(dir, sv...)
+}
+
+// overlayKernel is Overlay over internal/overlay (the device, the routes) and the
+// datapath's tunnel programs.
+type overlayKernel struct{ dp *datapath.Datapath }
+
+func (k overlayKernel) SetupOverlay(netnsPath string, mode overlay.Mode) error {
+	if mode != overlay.VXLAN {
+		// No device: a mark left on a packet means nothing (rampart_to_ep).
+		if err := k.dp.ClearTunnel(); err != nil {
+			return err
+		}
+		return overlay.DeleteDevice(netnsPath)
+	}
+	if _, err := overlay.EnsureDevice(netnsPath); err != nil {
+		return fmt.Errorf("setting up the overlay: %w", err)
+	}
+	if _, err := k.dp.AttachTunnel(netnsPath, overlay.DeviceName); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (k overlayKernel) SyncNodeRoutes(netnsPath string, mode overlay.Mode, src netip.Addr, nodes []overlay.Node) error {
+	if err := overlay.SyncRoutes(netnsPath, mode, src, nodes); err != nil {
+		return fmt.Errorf("routes to the other nodes: %w", err)
+	}
+	return nil
 }

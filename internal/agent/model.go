@@ -20,7 +20,9 @@ type model struct {
 	namespaces map[string]labels.Labels // user labels plus kubernetes.io/metadata.name
 	endpoints  map[string]*EndpointRecord
 	policies   map[string]*storedPolicy
-	cidrsets   map[string]*cidrSet // by name; persisted as files of their own (cidrsetfile.go)
+	cidrsets   map[string]*cidrSet              // by name; persisted as files of their own (cidrsetfile.go)
+	nodes      map[string]*NodeRecord           // other nodes, by name (remote.go)
+	remotes    map[string]*RemoteEndpointRecord // pods on other nodes, by namespace/name
 	nextRuleID uint32
 	nextEpID   uint32
 }
@@ -36,6 +38,8 @@ func newModel() *model {
 		endpoints:  map[string]*EndpointRecord{},
 		policies:   map[string]*storedPolicy{},
 		cidrsets:   map[string]*cidrSet{},
+		nodes:      map[string]*NodeRecord{},
+		remotes:    map[string]*RemoteEndpointRecord{},
 		nextRuleID: 1,
 		nextEpID:   1,
 	}
@@ -47,6 +51,8 @@ func (m *model) clone() *model {
 		endpoints:  maps.Clone(m.endpoints),
 		policies:   maps.Clone(m.policies),
 		cidrsets:   maps.Clone(m.cidrsets),
+		nodes:      maps.Clone(m.nodes),
+		remotes:    maps.Clone(m.remotes),
 		nextRuleID: m.nextRuleID,
 		nextEpID:   m.nextEpID,
 	}
@@ -188,7 +194,10 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 	// shares in the input (the computation compares shared maps at once).
 	byKey := map[string]identity.Identity{}
 	canon := map[string]labels.Labels{}
-	var used []labels.Labels
+	used, err := remoteInput(m, alloc, &d.input)
+	if err != nil {
+		return nil, err
+	}
 	d.input.Endpoints = make([]mapstate.Endpoint, 0, len(m.endpoints))
 	for _, key := range keys {
 		rec := m.endpoints[key]

@@ -45,6 +45,10 @@ type owned struct {
 	// ProxyRouting: the instance added the proxy's fwmark rule and local route
 	// (datapath.SetupProxyRouting).
 	ProxyRouting bool `json:"proxyRouting,omitempty"`
+	// OverlayDevice and OverlayRoutes: the instance made the VXLAN device, and routes to
+	// other nodes' pod CIDRs (internal/overlay, recognised by their route protocol).
+	OverlayDevice bool `json:"overlayDevice,omitempty"`
+	OverlayRoutes bool `json:"overlayRoutes,omitempty"`
 	// Sysctls are the node namespace's settings the instance changed, in the order it
 	// changed them, with the values they had before.
 	Sysctls []sysctlChange `json:"sysctls,omitempty"`

@@ -86,6 +86,8 @@ type stateFile struct {
 	Namespaces map[string]labels.Labels `json:"namespaces"`
 	Endpoints  []*EndpointRecord        `json:"endpoints,omitempty"`
 	Policies   []*PolicyRecord          `json:"policies"`
+	Nodes      []*NodeRecord            `json:"nodes,omitempty"`
+	Remotes    []*RemoteEndpointRecord  `json:"remoteEndpoints,omitempty"`
 	NextRuleID uint32                   `json:"nextRuleID"`
 	NextEpID   uint32                   `json:"nextEpID"`
 	Identities json.RawMessage          `json:"identities"`

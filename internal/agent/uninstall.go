@@ -13,6 +13,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/overlay"
 	"golang.org/x/sys/unix"
 )
 
@@ -198,6 +199,16 @@ func undoNode(cfg Config, o *owned) []error {
 		return nil // someone else's namespace, gone with what the instance did in it
 	}
 	var errs []error
+	if o.OverlayRoutes {
+		if err := overlay.RemoveRoutes(node.NetnsPath()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.OverlayDevice {
+		if err := overlay.DeleteDevice(node.NetnsPath()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if o.ProxyRouting {
 		if err := datapath.TeardownProxyRouting(node.NetnsPath()); err != nil {
 			errs = append(errs, err)

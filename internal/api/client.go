@@ -318,4 +318,38 @@ func (c *Client) CNIGC(ctx context.Context, req CNIGCRequest) (CNIGCResult, erro
 	return out, c.do(ctx, "POST", "/v1/cni/gc", req, &out)
 }
 
+// ListNodes lists the other nodes the agent knows.
+func (c *Client) ListNodes(ctx context.Context) ([]Node, error) {
+	var v []Node
+	return v, c.do(ctx, "GET", "/v1/nodes", nil, &v)
+}
+
+// PutNode declares or changes another node.
+func (c *Client) PutNode(ctx context.Context, name string, spec NodeSpec) (Node, error) {
+	var v Node
+	return v, c.do(ctx, "PUT", "/v1/nodes/"+esc(name), spec, &v)
+}
+
+// DeleteNode removes another node and its remote endpoints.
+func (c *Client) DeleteNode(ctx context.Context, name string) error {
+	return c.do(ctx, "DELETE", "/v1/nodes/"+esc(name), nil, nil)
+}
+
+// ListRemoteEndpoints lists the pods on other nodes the agent knows.
+func (c *Client) ListRemoteEndpoints(ctx context.Context) ([]RemoteEndpoint, error) {
+	var v []RemoteEndpoint
+	return v, c.do(ctx, "GET", "/v1/remote-endpoints", nil, &v)
+}
+
+// PutRemoteEndpoint declares or changes a pod on another node.
+func (c *Client) PutRemoteEndpoint(ctx context.Context, namespace, name string, spec RemoteEndpointSpec) (RemoteEndpoint, error) {
+	var v RemoteEndpoint
+	return v, c.do(ctx, "PUT", "/v1/remote-endpoints/"+esc(namespace)+"/"+esc(name), spec, &v)
+}
+
+// DeleteRemoteEndpoint removes a pod on another node.
+func (c *Client) DeleteRemoteEndpoint(ctx context.Context, namespace, name string) error {
+	return c.do(ctx, "DELETE", "/v1/remote-endpoints/"+esc(namespace)+"/"+esc(name), nil, nil)
+}
+
 var _ Service = (*Client)(nil)

@@ -57,6 +57,14 @@ type Service interface {
 	CNIDel(ctx context.Context, req CNIAttachment) error
 	CNICheck(ctx context.Context, req CNICheckRequest) (CNIResult, error)
 	CNIGC(ctx context.Context, req CNIGCRequest) (CNIGCResult, error)
+	// PutNode declares or changes another node; DeleteNode removes it with its remote
+	// endpoints. PutRemoteEndpoint declares or changes a pod on another node.
+	ListNodes(ctx context.Context) ([]Node, error)
+	PutNode(ctx context.Context, name string, spec NodeSpec) (Node, error)
+	DeleteNode(ctx context.Context, name string) error
+	ListRemoteEndpoints(ctx context.Context) ([]RemoteEndpoint, error)
+	PutRemoteEndpoint(ctx context.Context, namespace, name string, spec RemoteEndpointSpec) (RemoteEndpoint, error)
+	DeleteRemoteEndpoint(ctx context.Context, namespace, name string) error
 }
 
 // CIDRSetRequest carries prefixes for a set. On the wire the prefixes are the request body
@@ -160,6 +168,30 @@ func NewHandler(svc Service) http.Handler {
 		var c LabelChange
 		withBody(w, r, MaxBodyBytes, &c, func() (any, error) {
 			return svc.LabelEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"), c)
+		})
+	})
+	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.ListNodes(r.Context()) })
+	})
+	mux.HandleFunc("PUT /v1/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
+		var spec NodeSpec
+		withBody(w, r, MaxBodyBytes, &spec, func() (any, error) { return svc.PutNode(r.Context(), r.PathValue("name"), spec) })
+	})
+	mux.HandleFunc("DELETE /v1/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return struct{}{}, svc.DeleteNode(r.Context(), r.PathValue("name")) })
+	})
+	mux.HandleFunc("GET /v1/remote-endpoints", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.ListRemoteEndpoints(r.Context()) })
+	})
+	mux.HandleFunc("PUT /v1/remote-endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		var spec RemoteEndpointSpec
+		withBody(w, r, MaxBodyBytes, &spec, func() (any, error) {
+			return svc.PutRemoteEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"), spec)
+		})
+	})
+	mux.HandleFunc("DELETE /v1/remote-endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) {
+			return struct{}{}, svc.DeleteRemoteEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"))
 		})
 	})
 	mux.HandleFunc("GET /v1/namespaces", func(w http.ResponseWriter, r *http.Request) {

@@ -317,6 +317,8 @@ type FlowPeer struct {
 	Namespace string   `json:"namespace,omitempty"`
 	Name      string   `json:"name,omitempty"`
 	Labels    []string `json:"labels,omitempty"` // identity labels, sorted k=v (reserved:x for reserved)
+	// Node is the node that hosts a remote endpoint (a pod on another node).
+	Node string `json:"node,omitempty"`
 }
 
 // Flow is one flow event: a new allowed connection, a drop, or (type l7) one HTTP request
@@ -533,4 +535,44 @@ type CNIGCRequest struct {
 // CNIGCResult lists the attachments a GC deleted.
 type CNIGCResult struct {
 	Deleted []CNIAttachment `json:"deleted"`
+}
+
+// NodeSpec declares another node of the cluster: its address on the fabric (where the
+// overlay sends packets for its pods, and the only outer source the overlay accepts) and
+// its pod CIDR.
+type NodeSpec struct {
+	Address string `json:"address"`
+	PodCIDR string `json:"podCIDR,omitempty"`
+}
+
+// Node is another node as the agent knows it.
+type Node struct {
+	Name            string `json:"name"`
+	Address         string `json:"address"`
+	PodCIDR         string `json:"podCIDR,omitempty"`
+	RemoteEndpoints int    `json:"remoteEndpoints"`
+}
+
+// RemoteEndpointSpec declares a pod on another node: its address, the node that hosts it,
+// and its labels, from which the agent derives its identity as for a local endpoint
+// (namespace labels included), so that policy selects it by labels.
+type RemoteEndpointSpec struct {
+	Node           string            `json:"node"`
+	IP             string            `json:"ip"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	ServiceAccount string            `json:"serviceAccount,omitempty"`
+	// Identity is the number the pod's own node gave its labels (0: this agent allocates
+	// one). The overlay carries the sender's number, so both nodes must agree on it until
+	// identities are allocated cluster-wide.
+	Identity uint32 `json:"identity,omitempty"`
+}
+
+// RemoteEndpoint is a pod on another node as the agent knows it.
+type RemoteEndpoint struct {
+	Namespace string            `json:"namespace"`
+	Name      string            `json:"name"`
+	Node      string            `json:"node"`
+	IP        string            `json:"ip"`
+	Labels    map[string]string `json:"labels"`
+	Identity  uint32            `json:"identity"`
 }

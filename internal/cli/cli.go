@@ -103,6 +103,8 @@ func NewCommand(stdio IO) *cobra.Command {
 	root.AddCommand(
 		a.endpointCommand(),
 		a.namespaceCommand(),
+		a.nodeCommand(),
+		a.remoteCommand(),
 		a.identityCommand(),
 		a.applyCommand(),
 		a.deleteCommand(),

@@ -146,9 +146,12 @@ func orDash(s string) string {
 	return s
 }
 
-// peerName is ns/name for endpoints, the reserved or CIDR label for other identities, else
-// the address.
+// peerName is ns/name for endpoints (ns/name@node for pods on other nodes), the reserved
+// or CIDR label for other identities, else the address.
 func peerName(p api.FlowPeer) string {
+	if p.Name != "" && p.Node != "" {
+		return p.Namespace + "/" + p.Name + "@" + p.Node
+	}
 	if p.Name != "" {
 		return p.Namespace + "/" + p.Name
 	}

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -102,8 +103,21 @@ func TestApplyEndpointDiff(t *testing.T) {
 	if err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("198.18.0.0/15"): {Identity: cidrID},
 		netip.MustParsePrefix("198.18.1.5/32"): {Identity: idPod, Secondary: flagged},
+		// A pod on another node: its node's address is the tunnel endpoint.
+		netip.MustParsePrefix("198.18.2.7/32"): {Identity: idPod, TunnelEndpoint: addr("198.19.0.2")},
 	}); err != nil {
 		t.Fatal(err)
+	}
+	var tv rampartIpcacheValue
+	tk, err := ipcacheKey(netip.MustParsePrefix("198.18.2.7/32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.objs.Ipcache.Lookup(&tk, &tv); err != nil {
+		t.Fatal(err)
+	}
+	if want := [4]byte{198, 19, 0, 2}; tv.TunnelEndpoint != binary.NativeEndian.Uint32(want[:]) {
+		t.Errorf("tunnel_endpoint %#x, want 198.19.0.2 in network order", tv.TunnelEndpoint)
 	}
 	d2, err := Open(Config{PinDir: d.PinDir()})
 	if err != nil {
@@ -123,7 +137,8 @@ func TestApplyEndpointDiff(t *testing.T) {
 	if got := d2.InstalledEndpoints(); !maps.Equal(got, wantEps) {
 		t.Errorf("reopened: endpoints %v", got)
 	}
-	if got := d2.InstalledIPCache(); !maps.Equal(got, d.InstalledIPCache()) || len(got) != 2 {
+	if got := d2.InstalledIPCache(); !maps.Equal(got, d.InstalledIPCache()) || len(got) != 3 ||
+		got[netip.MustParsePrefix("198.18.2.7/32")].TunnelEndpoint != addr("198.19.0.2") {
 		t.Errorf("reopened: ipcache %v", got)
 	}
 

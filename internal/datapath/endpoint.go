@@ -631,7 +631,7 @@ func (d *Datapath) readState() error {
 		if !ok {
 			continue
 		}
-		d.ipcache[p] = mapstate.IPCacheEntry{Identity: iv.Identity, Secondary: iv.CidrIdentity, EndpointID: iv.EpId}
+		d.ipcache[p] = ipcacheEntryOf(iv)
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading ipcache map: %w", err)

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -66,6 +67,13 @@ func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, 
 			return err
 		}
 		v := rampartIpcacheValue{Identity: e.Identity, CidrIdentity: e.Secondary, EpId: e.EndpointID}
+		if e.TunnelEndpoint.IsValid() {
+			if !e.TunnelEndpoint.Is4() {
+				return fmt.Errorf("writing %v: tunnel endpoint %v is not IPv4", p, e.TunnelEndpoint)
+			}
+			b := e.TunnelEndpoint.As4()
+			v.TunnelEndpoint = binary.NativeEndian.Uint32(b[:])
+		}
 		if err := d.objs.Ipcache.Update(&k, &v, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("writing %v: %w", p, err)
 		}
@@ -100,4 +108,15 @@ func (d *Datapath) InstalledIPCache() map[netip.Prefix]mapstate.IPCacheEntry {
 		out[p] = e
 	}
 	return out
+}
+
+// ipcacheEntryOf is the entry an ipcache map value holds (read back on Open).
+func ipcacheEntryOf(v rampartIpcacheValue) mapstate.IPCacheEntry {
+	e := mapstate.IPCacheEntry{Identity: v.Identity, Secondary: v.CidrIdentity, EndpointID: v.EpId}
+	if v.TunnelEndpoint != 0 {
+		var b [4]byte
+		binary.NativeEndian.PutUint32(b[:], v.TunnelEndpoint)
+		e.TunnelEndpoint = netip.AddrFrom4(b)
+	}
+	return e
 }

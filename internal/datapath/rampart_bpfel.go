@@ -53,17 +53,19 @@ type rampartCtValue struct {
 type rampartDropReason uint8
 
 const (
-	rampartDropReasonREASON_NONE                rampartDropReason = 0
-	rampartDropReasonREASON_POLICY_DENY         rampartDropReason = 1
-	rampartDropReasonREASON_POLICY_DEFAULT_DENY rampartDropReason = 2
-	rampartDropReasonREASON_MALFORMED           rampartDropReason = 3
-	rampartDropReasonREASON_FRAGMENT_UNKNOWN    rampartDropReason = 4
-	rampartDropReasonREASON_UNKNOWN_ENDPOINT    rampartDropReason = 5
-	rampartDropReasonREASON_UNSUPPORTED_L3      rampartDropReason = 6
-	rampartDropReasonREASON_PROXY_UNAVAILABLE   rampartDropReason = 7
-	rampartDropReasonREASON_PROXY_BYPASS        rampartDropReason = 8
-	rampartDropReasonREASON_L7UNCHECKED         rampartDropReason = 9
-	rampartDropReasonREASON_SPOOFED_SOURCE      rampartDropReason = 10
+	rampartDropReasonREASON_NONE                    rampartDropReason = 0
+	rampartDropReasonREASON_POLICY_DENY             rampartDropReason = 1
+	rampartDropReasonREASON_POLICY_DEFAULT_DENY     rampartDropReason = 2
+	rampartDropReasonREASON_MALFORMED               rampartDropReason = 3
+	rampartDropReasonREASON_FRAGMENT_UNKNOWN        rampartDropReason = 4
+	rampartDropReasonREASON_UNKNOWN_ENDPOINT        rampartDropReason = 5
+	rampartDropReasonREASON_UNSUPPORTED_L3          rampartDropReason = 6
+	rampartDropReasonREASON_PROXY_UNAVAILABLE       rampartDropReason = 7
+	rampartDropReasonREASON_PROXY_BYPASS            rampartDropReason = 8
+	rampartDropReasonREASON_L7UNCHECKED             rampartDropReason = 9
+	rampartDropReasonREASON_SPOOFED_SOURCE          rampartDropReason = 10
+	rampartDropReasonREASON_TUNNEL_UNTRUSTED_SOURCE rampartDropReason = 11
+	rampartDropReasonREASON_TUNNEL_NO_ENDPOINT      rampartDropReason = 12
 )
 
 type rampartEndpointInfo struct {
@@ -156,6 +158,7 @@ const (
 	rampartFlowFlagFLOW_F_FROM_PROXY rampartFlowFlag = 4
 	rampartFlowFlagFLOW_F_SEND_SIDE  rampartFlowFlag = 8
 	rampartFlowFlagFLOW_F_ARP        rampartFlowFlag = 16
+	rampartFlowFlagFLOW_F_TUNNEL     rampartFlowFlag = 32
 )
 
 type rampartFlowVerdict uint8
@@ -206,11 +209,11 @@ type rampartIpcacheKey struct {
 }
 
 type rampartIpcacheValue struct {
-	_            structs.HostLayout
-	Identity     uint32
-	CidrIdentity uint32
-	EpId         uint32
-	Pad          uint32
+	_              structs.HostLayout
+	Identity       uint32
+	CidrIdentity   uint32
+	EpId           uint32
+	TunnelEndpoint uint32
 }
 
 type rampartPolicyKey struct {
@@ -256,6 +259,12 @@ type rampartSvPairKey struct {
 	Pad   uint16
 }
 
+type rampartTunnelConfig struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Pad     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -279,8 +288,11 @@ const (
 	rampartMapProxy                   = "proxy"
 	rampartMapSvFlows                 = "sv_flows"
 	rampartMapSvPairs                 = "sv_pairs"
+	rampartMapTunnel                  = "tunnel"
 	rampartProgRampartFromEp          = "rampart_from_ep"
+	rampartProgRampartFromTunnel      = "rampart_from_tunnel"
 	rampartProgRampartToEp            = "rampart_to_ep"
+	rampartProgRampartToTunnel        = "rampart_to_tunnel"
 	rampartVarCtTimeoutOther          = "ct_timeout_other"
 	rampartVarCtTimeoutTcpClosing     = "ct_timeout_tcp_closing"
 	rampartVarCtTimeoutTcpEstablished = "ct_timeout_tcp_established"
@@ -333,8 +345,10 @@ type rampartSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartProgramSpecs struct {
-	RampartFromEp *ebpf.ProgramSpec `ebpf:"rampart_from_ep"`
-	RampartToEp   *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
+	RampartFromEp     *ebpf.ProgramSpec `ebpf:"rampart_from_ep"`
+	RampartFromTunnel *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel"`
+	RampartToEp       *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
+	RampartToTunnel   *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
 }
 
 // rampartMapSpecs contains maps before they are loaded into the kernel.
@@ -360,6 +374,7 @@ type rampartMapSpecs struct {
 	Proxy             *ebpf.MapSpec `ebpf:"proxy"`
 	SvFlows           *ebpf.MapSpec `ebpf:"sv_flows"`
 	SvPairs           *ebpf.MapSpec `ebpf:"sv_pairs"`
+	Tunnel            *ebpf.MapSpec `ebpf:"tunnel"`
 }
 
 // rampartVariableSpecs contains global variables before they are loaded into the kernel.
@@ -415,6 +430,7 @@ type rampartMaps struct {
 	Proxy             *ebpf.Map `ebpf:"proxy"`
 	SvFlows           *ebpf.Map `ebpf:"sv_flows"`
 	SvPairs           *ebpf.Map `ebpf:"sv_pairs"`
+	Tunnel            *ebpf.Map `ebpf:"tunnel"`
 }
 
 func (m *rampartMaps) Close() error {
@@ -438,6 +454,7 @@ func (m *rampartMaps) Close() error {
 		m.Proxy,
 		m.SvFlows,
 		m.SvPairs,
+		m.Tunnel,
 	)
 }
 
@@ -459,14 +476,18 @@ type rampartVariables struct {
 //
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartPrograms struct {
-	RampartFromEp *ebpf.Program `ebpf:"rampart_from_ep"`
-	RampartToEp   *ebpf.Program `ebpf:"rampart_to_ep"`
+	RampartFromEp     *ebpf.Program `ebpf:"rampart_from_ep"`
+	RampartFromTunnel *ebpf.Program `ebpf:"rampart_from_tunnel"`
+	RampartToEp       *ebpf.Program `ebpf:"rampart_to_ep"`
+	RampartToTunnel   *ebpf.Program `ebpf:"rampart_to_tunnel"`
 }
 
 func (p *rampartPrograms) Close() error {
 	return _RampartClose(
 		p.RampartFromEp,
+		p.RampartFromTunnel,
 		p.RampartToEp,
+		p.RampartToTunnel,
 	)
 }
 

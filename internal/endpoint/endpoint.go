@@ -26,6 +26,9 @@ type Node struct {
 	Netns string
 	// PodCIDR is the endpoint address range; its first address is the router.
 	PodCIDR netip.Prefix
+	// MTU is the MTU of endpoints' veths (both ends) when they are created; 0 keeps the
+	// kernel's default. An overlay sets it to leave room for its headers.
+	MTU int
 }
 
 // Router returns the router address: the first address after the network address of the
@@ -226,7 +229,7 @@ func (n Node) create(namespace, name string, ip netip.Addr, at *Attachment, atta
 	// The peer is created directly inside the endpoint namespace under its final name, so
 	// no temporary name can collide in the node namespace.
 	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: ep.HostIfName},
+		LinkAttrs:     netlink.LinkAttrs{Name: ep.HostIfName, MTU: n.MTU},
 		PeerName:      ep.PodIfName,
 		PeerNamespace: netlink.NsFd(int(podNs)),
 	}

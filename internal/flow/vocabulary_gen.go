@@ -45,36 +45,40 @@ var verdictOrder = []Verdict{VerdictForwarded, VerdictDropped, VerdictRedirected
 type Reason uint8
 
 const (
-	ReasonNone              Reason = 0  // REASON_NONE
-	ReasonPolicyDeny        Reason = 1  // REASON_POLICY_DENY
-	ReasonPolicyDefaultDeny Reason = 2  // REASON_POLICY_DEFAULT_DENY
-	ReasonMalformed         Reason = 3  // REASON_MALFORMED
-	ReasonFragmentUnknown   Reason = 4  // REASON_FRAGMENT_UNKNOWN
-	ReasonUnknownEndpoint   Reason = 5  // REASON_UNKNOWN_ENDPOINT
-	ReasonUnsupportedL3     Reason = 6  // REASON_UNSUPPORTED_L3
-	ReasonProxyUnavailable  Reason = 7  // REASON_PROXY_UNAVAILABLE
-	ReasonProxyBypass       Reason = 8  // REASON_PROXY_BYPASS
-	ReasonL7Unchecked       Reason = 9  // REASON_L7_UNCHECKED
-	ReasonSpoofedSource     Reason = 10 // REASON_SPOOFED_SOURCE
+	ReasonNone                  Reason = 0  // REASON_NONE
+	ReasonPolicyDeny            Reason = 1  // REASON_POLICY_DENY
+	ReasonPolicyDefaultDeny     Reason = 2  // REASON_POLICY_DEFAULT_DENY
+	ReasonMalformed             Reason = 3  // REASON_MALFORMED
+	ReasonFragmentUnknown       Reason = 4  // REASON_FRAGMENT_UNKNOWN
+	ReasonUnknownEndpoint       Reason = 5  // REASON_UNKNOWN_ENDPOINT
+	ReasonUnsupportedL3         Reason = 6  // REASON_UNSUPPORTED_L3
+	ReasonProxyUnavailable      Reason = 7  // REASON_PROXY_UNAVAILABLE
+	ReasonProxyBypass           Reason = 8  // REASON_PROXY_BYPASS
+	ReasonL7Unchecked           Reason = 9  // REASON_L7_UNCHECKED
+	ReasonSpoofedSource         Reason = 10 // REASON_SPOOFED_SOURCE
+	ReasonTunnelUntrustedSource Reason = 11 // REASON_TUNNEL_UNTRUSTED_SOURCE
+	ReasonTunnelNoEndpoint      Reason = 12 // REASON_TUNNEL_NO_ENDPOINT
 )
 
 // reasonNames are the names of the Reason codes, by value.
 var reasonNames = map[Reason]string{
-	ReasonNone:              "none",
-	ReasonPolicyDeny:        "policy-deny",
-	ReasonPolicyDefaultDeny: "policy-default-deny",
-	ReasonMalformed:         "malformed",
-	ReasonFragmentUnknown:   "fragment-unknown",
-	ReasonUnknownEndpoint:   "unknown-endpoint",
-	ReasonUnsupportedL3:     "unsupported-l3",
-	ReasonProxyUnavailable:  "proxy-unavailable",
-	ReasonProxyBypass:       "proxy-bypass",
-	ReasonL7Unchecked:       "l7-unchecked",
-	ReasonSpoofedSource:     "spoofed-source",
+	ReasonNone:                  "none",
+	ReasonPolicyDeny:            "policy-deny",
+	ReasonPolicyDefaultDeny:     "policy-default-deny",
+	ReasonMalformed:             "malformed",
+	ReasonFragmentUnknown:       "fragment-unknown",
+	ReasonUnknownEndpoint:       "unknown-endpoint",
+	ReasonUnsupportedL3:         "unsupported-l3",
+	ReasonProxyUnavailable:      "proxy-unavailable",
+	ReasonProxyBypass:           "proxy-bypass",
+	ReasonL7Unchecked:           "l7-unchecked",
+	ReasonSpoofedSource:         "spoofed-source",
+	ReasonTunnelUntrustedSource: "tunnel-untrusted-source",
+	ReasonTunnelNoEndpoint:      "tunnel-no-endpoint",
 }
 
 // reasonOrder lists the Reason codes as rampart.h declares them.
-var reasonOrder = []Reason{ReasonNone, ReasonPolicyDeny, ReasonPolicyDefaultDeny, ReasonMalformed, ReasonFragmentUnknown, ReasonUnknownEndpoint, ReasonUnsupportedL3, ReasonProxyUnavailable, ReasonProxyBypass, ReasonL7Unchecked, ReasonSpoofedSource}
+var reasonOrder = []Reason{ReasonNone, ReasonPolicyDeny, ReasonPolicyDefaultDeny, ReasonMalformed, ReasonFragmentUnknown, ReasonUnknownEndpoint, ReasonUnsupportedL3, ReasonProxyUnavailable, ReasonProxyBypass, ReasonL7Unchecked, ReasonSpoofedSource, ReasonTunnelUntrustedSource, ReasonTunnelNoEndpoint}
 
 // Flags is a set of enum flow_flag bits: how the L7 proxy or the send-side verdict is
 // involved in a flow, and whether it is an ARP frame.
@@ -87,6 +91,7 @@ const (
 	FlagFromProxy Flags = 4  // FLOW_F_FROM_PROXY
 	FlagSendSide  Flags = 8  // FLOW_F_SEND_SIDE
 	FlagARP       Flags = 16 // FLOW_F_ARP
+	FlagTunnel    Flags = 32 // FLOW_F_TUNNEL
 )
 
 // flagsNames are the names of the Flags codes, by value.
@@ -97,10 +102,11 @@ var flagsNames = map[Flags]string{
 	FlagFromProxy: "from-proxy",
 	FlagSendSide:  "send-side",
 	FlagARP:       "arp",
+	FlagTunnel:    "tunnel",
 }
 
 // flagsOrder lists the Flags codes as rampart.h declares them.
-var flagsOrder = []Flags{FlagNone, FlagL7Egress, FlagL7Ingress, FlagFromProxy, FlagSendSide, FlagARP}
+var flagsOrder = []Flags{FlagNone, FlagL7Egress, FlagL7Ingress, FlagFromProxy, FlagSendSide, FlagARP, FlagTunnel}
 
 // policy.Direction has the values of enum flow_direction; this fails to compile if one differs.
 func _() {

@@ -123,6 +123,32 @@ func (a *Allocator) ForLabels(l labels.Labels) Identity {
 	return id
 }
 
+// Pin gives label set l the endpoint identity id, which another allocator chose (the node
+// that hosts a remote pod), so that the identity carried in the overlay means the same
+// labels here. It fails when l already has another number or id belongs to another label
+// set: the two nodes disagree, and guessing would make policy judge the wrong peer.
+func (a *Allocator) Pin(l labels.Labels, id Identity) error {
+	if id < FirstEndpoint || id > lastEndpoint {
+		return fmt.Errorf("identity %d is not an endpoint identity (%d-%d)", id, FirstEndpoint, lastEndpoint)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.init()
+	key := labelsKey(l)
+	if cur, ok := a.byLabels[key]; ok {
+		if cur != id {
+			return fmt.Errorf("labels %s have identity %d here, not %d", l, cur, id)
+		}
+		return nil
+	}
+	if other, ok := a.labels[id]; ok {
+		return fmt.Errorf("identity %d belongs to labels %s here", id, other)
+	}
+	a.byLabels[key] = id
+	a.labels[id] = copyLabels(l)
+	return nil
+}
+
 // ForCIDR returns the identity of a prefix (masked first), allocating one (>= FirstCIDR, <
 // FirstCIDRSet) if it has none yet.
 //

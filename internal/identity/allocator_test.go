@@ -315,3 +315,33 @@ func TestConcurrentAllocationSharesNumbers(t *testing.T) {
 		}
 	}
 }
+
+// Pin gives a label set the number another node chose, and refuses when the numbers
+// disagree; a pinned number is not handed to other labels.
+func TestPin(t *testing.T) {
+	a := NewAllocator()
+	mine := labels.Labels{"pod": "a"}
+	theirs := labels.Labels{"pod": "b"}
+	idA := a.ForLabels(mine)
+	if err := a.Pin(theirs, idA); err == nil {
+		t.Fatalf("pinned labels to identity %d, which other labels have", idA)
+	}
+	if err := a.Pin(theirs, idA+1); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.ForLabels(theirs); got != idA+1 {
+		t.Fatalf("pinned labels got %d, want %d", got, idA+1)
+	}
+	if err := a.Pin(theirs, idA+1); err != nil {
+		t.Errorf("pinning again to the same number: %v", err)
+	}
+	if err := a.Pin(theirs, idA+2); err == nil {
+		t.Error("pinned labels to a second number")
+	}
+	if got := a.ForLabels(labels.Labels{"pod": "c"}); got == idA+1 || got == idA {
+		t.Errorf("new labels got a taken number %d", got)
+	}
+	if err := a.Pin(labels.Labels{"pod": "d"}, Host); err == nil {
+		t.Error("pinned labels to a reserved identity")
+	}
+}

@@ -97,6 +97,19 @@ func (in Input) Check() error {
 			errs = append(errs, fmt.Errorf("endpoint %s has no address", name))
 		}
 	}
+	for _, ep := range in.Remote {
+		name := "remote endpoint " + ep.Namespace + "/" + ep.Name
+		if other, dup := epAddrs[ep.IP.Unmap()]; dup && ep.IP.IsValid() {
+			errs = append(errs, fmt.Errorf("endpoints %s and %s share address %v", other, name, ep.IP))
+		}
+		epAddrs[ep.IP.Unmap()] = name
+		if !validEndpointIdentity(ep.Identity) {
+			errs = append(errs, fmt.Errorf("%s has invalid identity %d", name, ep.Identity))
+		}
+		if !ep.IP.IsValid() || !ep.Node.Is4() {
+			errs = append(errs, fmt.Errorf("%s needs an address and an IPv4 node address", name))
+		}
+	}
 	setNames := map[uint8]string{}
 	for _, name := range slices.Sorted(maps.Keys(in.CIDRSets)) {
 		idx := in.CIDRSets[name]
@@ -277,6 +290,20 @@ func newComputer(in *Input) *computer {
 		}
 		set.add(ep.NamedPorts)
 		c.allPorts.add(ep.NamedPorts)
+	}
+	// Remote pods are peers like local endpoints (selected by their labels); their named
+	// ports are not known here.
+	for _, ep := range in.Remote {
+		if !validEndpointIdentity(ep.Identity) {
+			continue
+		}
+		if _, ok := c.portsByID[ep.Identity]; !ok {
+			c.portsByID[ep.Identity] = namedPortSet{}
+			c.endpointIDs = append(c.endpointIDs, ep.Identity)
+		}
+		if sets := c.labelsByID[ep.Identity]; !slices.ContainsFunc(sets, func(l labels.Labels) bool { return sameLabels(l, ep.Labels) }) {
+			c.labelsByID[ep.Identity] = append(sets, ep.Labels)
+		}
 	}
 	slices.Sort(c.endpointIDs)
 	return c
@@ -671,7 +698,20 @@ func (c *computer) ipcache() map[netip.Prefix]IPCacheEntry {
 			m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: identity.Host, Secondary: c.secondary(a)}
 		}
 	}
-	// Endpoints after hosts: an address that is both is an endpoint's.
+	for _, a := range c.in.NodeIPs {
+		if a.IsValid() {
+			a = a.Unmap()
+			m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: identity.RemoteNode, Secondary: c.secondary(a)}
+		}
+	}
+	for _, ep := range c.in.Remote {
+		if ep.IP.IsValid() {
+			a := ep.IP.Unmap()
+			m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: ep.Identity, Secondary: c.secondary(a), TunnelEndpoint: ep.Node.Unmap()}
+		}
+	}
+	// Local endpoints after hosts and remote pods: an address that is both is a local
+	// endpoint's.
 	for _, ep := range c.in.Endpoints {
 		if ep.IP.IsValid() {
 			a := ep.IP.Unmap()

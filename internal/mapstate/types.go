@@ -25,11 +25,27 @@ type Endpoint struct {
 	NamedPorts map[string]NamedPort
 }
 
+// RemoteEndpoint is a pod on another node: policy selects it by its labels like a local
+// endpoint, and the ipcache maps its address to its identity and to the address of the
+// node that hosts it (the tunnel endpoint). It has no policy of its own here.
+type RemoteEndpoint struct {
+	Namespace string
+	Name      string
+	Labels    labels.Labels // full label set, as a local endpoint's
+	Identity  identity.Identity
+	IP        netip.Addr
+	Node      netip.Addr // the hosting node's address
+}
+
 // Input is everything the desired state depends on. Compute is a pure function of it.
 type Input struct {
 	Endpoints []Endpoint
-	Rules     []policy.Rule // rule IDs filled in
-	HostIPs   []netip.Addr  // addresses with the host identity
+	// Remote lists the pods on other nodes; NodeIPs the other nodes' addresses (identity
+	// remote-node in the ipcache).
+	Remote  []RemoteEndpoint
+	NodeIPs []netip.Addr
+	Rules   []policy.Rule // rule IDs filled in
+	HostIPs []netip.Addr  // addresses with the host identity
 	// AllowHost admits the host (identity.Host) into every endpoint that enforces ingress,
 	// whatever its allow rules say (rampartd --host-traffic=allow, as Kubernetes expects
 	// for the kubelet's probes): an allow entry for the host, any protocol, with rule ID
@@ -118,6 +134,9 @@ type IPCacheEntry struct {
 	// EndpointID is, for a local endpoint's /32, its ep_id (else 0): the dataplane evaluates
 	// that endpoint's ingress policy at the sender's veth to decide L7 steering.
 	EndpointID uint32
+	// TunnelEndpoint is, for a remote pod's address, the address of the node that hosts it
+	// (where the overlay sends its packets); the zero Addr for everything else.
+	TunnelEndpoint netip.Addr
 }
 
 // State is the whole desired dataplane state.

@@ -52,6 +52,7 @@ var forbiddenInternal = []string{
 	"internal/netns",
 	"internal/cidrtable",
 	"internal/sockverdict",
+	"internal/overlay",
 }
 
 func forbidden(path string) bool {
@@ -193,7 +194,7 @@ var layers = []struct {
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
 	{"core: L7 plan", []string{"internal/l7plan"}},
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
-	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/testenv/k8stest"}},
+	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/overlay", "internal/testenv/k8stest"}},
 	{"API contract", []string{"internal/api"}},
 	{"agent; CLI input parsers", []string{"internal/agent", "internal/cidrlist"}},
 	{"CLI", []string{"internal/cli"}},

@@ -17,6 +17,7 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/cli"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -42,6 +43,8 @@ type Options struct {
 	DefaultSocket bool
 	// HostTraffic is agent.Config.HostTraffic ("": the agent's default, allow).
 	HostTraffic agent.HostTraffic
+	// Tunnel is agent.Config.Tunnel ("": native routing).
+	Tunnel overlay.Mode
 }
 
 // Env is an agent running in-process in a fresh node network namespace, with its own
@@ -95,6 +98,7 @@ func StartAgent(t testing.TB, opts Options) *Env {
 			ProxyEnvoyOnly: opts.ProxyEnvoyOnly,
 			L7SendSide:     opts.L7SendSide,
 			HostTraffic:    opts.HostTraffic,
+			Tunnel:         opts.Tunnel,
 			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		},
 		servers: map[string]*testenv.Servers{},

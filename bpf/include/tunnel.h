@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The overlay: packets between pods of different nodes travel in VXLAN through the node's
+ * collect_md ("external") VXLAN device, whose tunnel key the programs set and read per
+ * packet. The VNI carries the sender's security identity (as in Cilium), so the receiving
+ * node judges ingress policy on the identity the sending node gave the packet, without an
+ * address lookup.
+ *
+ *   rampart_to_tunnel   tc egress of the VXLAN device: the node routes the other nodes'
+ *                       pod CIDRs to the device; the program sets the tunnel key: the
+ *                       destination's node address (ipcache tunnel_endpoint) and, as VNI,
+ *                       the source's identity.
+ *   rampart_from_tunnel tc ingress of the VXLAN device: accepts only packets whose outer
+ *                       source is a known node's address (ipcache identity remote-node),
+ *                       and hands the VNI's identity to rampart_to_ep in skb->mark.
+ *
+ * Why tc egress of the device and not a redirect from rampart_from_ep: the sender's egress
+ * policy has already been applied at its veth when the packet reaches the device, and the
+ * packets of established local flows (flow cache) keep their path unchanged: no tunnel
+ * field is read for them. Only packets routed into the overlay pay its two lookups.
+ *
+ * Why skb->mark to pass the identity to rampart_to_ep, and not a per-CPU scratch map: the
+ * mark travels with the packet from the device's ingress through forwarding to the
+ * endpoint's veth in the same namespace, where a scratch slot could be left by a packet
+ * dropped on the way and read for the next one. It cannot be forged: rampart_to_ep
+ * believes it only for a packet the node received on the VXLAN device
+ * (skb->ingress_ifindex, set by the kernel; tunnel_config), whose ingress program
+ * overwrites every packet's mark; a pod's own packets enter the node namespace through its
+ * veth, which clears the mark, and arrive with that veth as ingress interface. The mark's
+ * low byte is TUNNEL_MARK_MAGIC, whose bits 0 and 1 are clear so that the L7 proxy's
+ * marks (0x1 steer, 0x2 upstream, proxy.h) never match; the identity is in the upper 24
+ * bits, as wide as the VNI. */
+#ifndef __RAMPART_TUNNEL_H
+#define __RAMPART_TUNNEL_H
+
+#include "common.h"
+#include "maps.h"
+#include "parse.h"
+#include "policy.h"
+#include "events.h"
+
+#define TUNNEL_MARK_MAGIC 0xA0u
+#define TUNNEL_MARK_MASK 0xFFu
+#define TUNNEL_VNI_MAX 0xFFFFFFu
+#define TUNNEL_TTL 64
+
+#ifndef PACKET_HOST
+#define PACKET_HOST 0
+#endif
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tunnel_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tunnel SEC(".maps");
+
+/* ipcache_value_of returns the ipcache entry of the longest prefix containing addr. */
+static __always_inline struct ipcache_value *ipcache_value_of(__be32 addr)
+{
+	struct ipcache_key k;
+
+	__builtin_memset(&k, 0, sizeof(k));
+	k.prefixlen = 32 + 32;
+	k.family = RAMPART_FAMILY_V4;
+	__builtin_memcpy(k.addr, &addr, 4);
+	return bpf_map_lookup_elem(&ipcache, &k);
+}
+
+/* tunnel_source gives a packet that entered the endpoint from the overlay the identity its
+ * VNI carried (see the mark above): peer's identity is replaced, its address-derived CIDR
+ * identities stay (ipBlock rules select addresses). Out of line and only for packets with
+ * the mark's magic: local traffic pays one load and compare. */
+static __noinline void tunnel_source_slow(struct __sk_buff *skb, struct peer_identity *peer,
+					  struct decision *d)
+{
+	__u32 zero = 0;
+	struct tunnel_config *cfg = bpf_map_lookup_elem(&tunnel, &zero);
+
+	if (!cfg || !cfg->ifindex || skb->ingress_ifindex != cfg->ifindex)
+		return; /* not received on the VXLAN device: the mark means nothing */
+	peer->identity = skb->mark >> 8;
+	peer->ep_id = 0;
+	d->ev_flags |= FLOW_F_TUNNEL;
+}
+
+static __always_inline void tunnel_source(struct __sk_buff *skb, struct peer_identity *peer,
+					  struct decision *d)
+{
+	if (unlikely((skb->mark & TUNNEL_MARK_MASK) == TUNNEL_MARK_MAGIC))
+		tunnel_source_slow(skb, peer, d);
+}
+
+/* tunnel_drop_unparsed drops a frame in the overlay that is not an IPv4 packet. */
+static __always_inline int tunnel_drop_unparsed(struct __sk_buff *skb, struct pkt *p,
+						struct decision *d, int ret)
+{
+	return drop(skb, p, d, ret == PARSE_MALFORMED ? REASON_MALFORMED : REASON_UNSUPPORTED_L3);
+}
+
+/* tunnel_egress sets the tunnel key of a packet the node routed into the VXLAN device. */
+static __always_inline int tunnel_egress(struct __sk_buff *skb)
+{
+	struct decision d = {.dir = DIR_EGRESS};
+	struct bpf_tunnel_key key = {};
+	struct ipcache_value *dst, *src;
+	struct pkt p = {};
+	__u32 id = ID_WORLD;
+	int ret;
+
+	ret = parse_packet(skb, &p);
+	if (ret != PARSE_IPV4)
+		return tunnel_drop_unparsed(skb, &p, &d, ret);
+	dst = ipcache_value_of(p.t.daddr);
+	if (!dst || !dst->tunnel_endpoint) {
+		d.dst_identity = dst ? dst->identity : ID_WORLD;
+		/* Drop: no known node hosts the destination (fail closed: never sent to a
+		 * guessed node). */
+		return drop(skb, &p, &d, REASON_TUNNEL_NO_ENDPOINT);
+	}
+	src = ipcache_value_of(p.t.saddr);
+	/* The source's identity: a local endpoint's (its veth let only its own address out),
+	 * the host's (the node itself; the receiver sees remote-node), else world: a packet
+	 * the node forwards from elsewhere claims nothing. */
+	if (src && (src->ep_id || src->identity == ID_HOST) && src->identity <= TUNNEL_VNI_MAX)
+		id = src->identity;
+	key.remote_ipv4 = bpf_ntohl(dst->tunnel_endpoint);
+	key.tunnel_id = id;
+	key.tunnel_ttl = TUNNEL_TTL;
+	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX) < 0) {
+		d.src_identity = id;
+		d.dst_identity = dst->identity;
+		return drop(skb, &p, &d, REASON_MALFORMED);
+	}
+	return TC_ACT_OK;
+}
+
+/* tunnel_ingress admits a packet the VXLAN device decapsulated: from a known node only, with
+ * the VNI's identity in its mark for rampart_to_ep. */
+static __always_inline int tunnel_ingress(struct __sk_buff *skb)
+{
+	struct decision d = {.dir = DIR_INGRESS};
+	struct bpf_tunnel_key key = {};
+	struct peer_identity node;
+	struct pkt p = {};
+	__u32 id;
+	int ret;
+
+	ret = parse_packet(skb, &p);
+	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
+		/* Drop: no tunnel metadata (not from the VXLAN receive path). */
+		return drop(skb, &p, &d, REASON_MALFORMED);
+	d.src_identity = key.tunnel_id; /* the claimed identity, for the event */
+	ipcache_resolve(bpf_htonl(key.remote_ipv4), &node);
+	if (node.identity != ID_REMOTE_NODE)
+		/* Drop: the outer source is not a node (e.g. a pod sending its own VXLAN
+		 * packets): the identity it put in the VNI is not believed. */
+		return drop(skb, &p, &d, REASON_TUNNEL_UNTRUSTED_SOURCE);
+	if (ret != PARSE_IPV4)
+		return tunnel_drop_unparsed(skb, &p, &d, ret);
+	id = key.tunnel_id;
+	if (id == ID_HOST)
+		id = ID_REMOTE_NODE; /* the sending node itself */
+	else if (id == ID_UNKNOWN)
+		id = ID_WORLD;
+	skb->mark = (id << 8) | TUNNEL_MARK_MAGIC;
+	/* The inner frame is addressed to the sending device's MAC (the device does no ARP):
+	 * make it this host's, so the IP layer routes it to the endpoint. */
+	bpf_skb_change_type(skb, PACKET_HOST);
+	return TC_ACT_OK;
+}
+
+#endif /* __RAMPART_TUNNEL_H */

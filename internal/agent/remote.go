@@ -1,0 +1,285 @@
+package agent
+
+import (
+	"context"
+	"maps"
+	"net/netip"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/overlay"
+)
+
+// Other nodes and the pods on them. Until the Kubernetes informers feed them, they are
+// declared through the API (rampart node, rampart remote). A remote pod's identity is
+// derived from its labels and namespace labels exactly as a local endpoint's, so policy
+// selects it by labels; the ipcache maps its address to that identity and to its node's
+// address, the tunnel endpoint the overlay sends its packets to.
+
+// Overlay is the network between nodes in the node namespace: the VXLAN device and its
+// programs, and the routes to the other nodes' pod CIDRs.
+type Overlay interface {
+	// SetupOverlay prepares mode (VXLAN: the device and its programs; otherwise none).
+	SetupOverlay(netnsPath string, mode overlay.Mode) error
+	// SyncNodeRoutes makes the routes to the other nodes' pod CIDRs those of nodes.
+	SyncNodeRoutes(netnsPath string, mode overlay.Mode, src netip.Addr, nodes []overlay.Node) error
+}
+
+// syncRoutes makes the node's routes to the other nodes' pod CIDRs follow m's nodes.
+func (a *Agent) syncRoutes(m *model) error {
+	nodes := make([]overlay.Node, 0, len(m.nodes))
+	for _, name := range sortedKeys(m.nodes) {
+		n := m.nodes[name]
+		nodes = append(nodes, overlay.Node{Address: n.Address, PodCIDR: n.PodCIDR})
+	}
+	if a.host && !a.own.OverlayRoutes {
+		a.own.OverlayRoutes = true
+		if err := a.own.save(); err != nil {
+			return err
+		}
+	}
+	return a.dp.SyncNodeRoutes(a.net.NetnsPath(), a.cfg.Tunnel, a.net.Router(), nodes)
+}
+
+// NodeRecord is another node as persisted.
+type NodeRecord struct {
+	Name    string       `json:"name"`
+	Address netip.Addr   `json:"address"`
+	PodCIDR netip.Prefix `json:"podCIDR,omitzero"`
+}
+
+// RemoteEndpointRecord is a pod on another node as persisted. Immutable once in a model.
+type RemoteEndpointRecord struct {
+	Namespace      string        `json:"namespace"`
+	Name           string        `json:"name"`
+	Node           string        `json:"node"`
+	IP             netip.Addr    `json:"ip"`
+	Labels         labels.Labels `json:"labels"`
+	ServiceAccount string        `json:"serviceAccount,omitempty"`
+	// Identity is the number its node gave its labels (0: allocated here); see
+	// api.RemoteEndpointSpec.Identity.
+	Identity identity.Identity `json:"identity,omitempty"`
+}
+
+// Key is "namespace/name".
+func (r *RemoteEndpointRecord) Key() string { return r.Namespace + "/" + r.Name }
+
+// fullLabels is the label set the remote pod's identity is made of (as a local one's).
+func (r *RemoteEndpointRecord) fullLabels(nsLabels labels.Labels) labels.Labels {
+	return fullLabels(&EndpointRecord{Namespace: r.Namespace, Labels: r.Labels, ServiceAccount: r.ServiceAccount}, nsLabels)
+}
+
+// remoteInput adds m's other nodes and remote pods to the computation's input: their
+// identities come from alloc (pinned to the number their node gave them, else ForLabels)
+// and their label sets are returned so that Retain keeps them. compute calls it before it
+// allocates for local endpoints, so that a new local label set cannot take a number a
+// remote pod's node has given. A pin that conflicts fails the computation: the change is
+// refused with a conflict.
+func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input) ([]labels.Labels, error) {
+	var used []labels.Labels
+	for _, name := range sortedKeys(m.nodes) {
+		in.NodeIPs = append(in.NodeIPs, m.nodes[name].Address)
+	}
+	for _, key := range sortedKeys(m.remotes) {
+		r := m.remotes[key]
+		node, ok := m.nodes[r.Node]
+		if !ok {
+			continue // cannot happen: DeleteNode removes its pods
+		}
+		full := r.fullLabels(m.namespaces[r.Namespace])
+		used = append(used, full)
+		if r.Identity != 0 {
+			if err := alloc.Pin(full, r.Identity); err != nil {
+				return nil, api.Conflict("remote endpoint %s: %v", r.Key(), err)
+			}
+		}
+		in.Remote = append(in.Remote, mapstate.RemoteEndpoint{
+			Namespace: r.Namespace, Name: r.Name, Labels: full,
+			Identity: alloc.ForLabels(full), IP: r.IP, Node: node.Address,
+		})
+	}
+	return used, nil
+}
+
+// ListNodes lists the other nodes.
+func (a *Agent) ListNodes(ctx context.Context) ([]api.Node, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []api.Node{}
+	for _, name := range sortedKeys(a.model.nodes) {
+		out = append(out, nodeView(a.model, a.model.nodes[name]))
+	}
+	return out, nil
+}
+
+func nodeView(m *model, n *NodeRecord) api.Node {
+	v := api.Node{Name: n.Name, Address: n.Address.String()}
+	if n.PodCIDR.IsValid() {
+		v.PodCIDR = n.PodCIDR.String()
+	}
+	for _, r := range m.remotes {
+		if r.Node == n.Name {
+			v.RemoteEndpoints++
+		}
+	}
+	return v
+}
+
+// PutNode declares another node or changes its address or pod CIDR.
+func (a *Agent) PutNode(ctx context.Context, name string, spec api.NodeSpec) (api.Node, error) {
+	if err := validateNodeName(name); err != nil {
+		return api.Node{}, err
+	}
+	rec := &NodeRecord{Name: name}
+	addr, err := netip.ParseAddr(spec.Address)
+	if err != nil || !addr.Is4() || addr.IsUnspecified() || addr.IsMulticast() {
+		return api.Node{}, api.BadRequest("node %s: address %q: want the node's IPv4 unicast address", name, spec.Address)
+	}
+	rec.Address = addr
+	if spec.PodCIDR != "" {
+		p, err := netip.ParsePrefix(spec.PodCIDR)
+		if err != nil || !p.Addr().Is4() || p != p.Masked() {
+			return api.Node{}, api.BadRequest("node %s: podCIDR %q: want an IPv4 prefix such as 10.1.2.0/24", name, spec.PodCIDR)
+		}
+		rec.PodCIDR = p
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, n := range a.model.nodes {
+		if n.Name != name && n.Address == addr {
+			return api.Node{}, api.Conflict("node %s: address %v is node %s's", name, addr, n.Name)
+		}
+	}
+	if addr == a.net.Router() {
+		return api.Node{}, api.Conflict("node %s: address %v is this node's router address", name, addr)
+	}
+	m, _, err := a.change(func(m *model) error {
+		m.nodes = maps.Clone(m.nodes)
+		m.nodes[name] = rec
+		return nil
+	})
+	if err != nil {
+		return api.Node{}, err
+	}
+	if err := a.syncRoutes(m); err != nil {
+		return api.Node{}, err
+	}
+	return nodeView(m, rec), nil
+}
+
+// DeleteNode removes another node and every remote pod on it.
+func (a *Agent) DeleteNode(ctx context.Context, name string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.model.nodes[name]; !ok {
+		return api.NotFound("node %s not found", name)
+	}
+	m, _, err := a.change(func(m *model) error {
+		m.nodes = maps.Clone(m.nodes)
+		delete(m.nodes, name)
+		m.remotes = maps.Clone(m.remotes)
+		for k, r := range m.remotes {
+			if r.Node == name {
+				delete(m.remotes, k)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return a.syncRoutes(m)
+}
+
+// ListRemoteEndpoints lists the pods on other nodes with their identities.
+func (a *Agent) ListRemoteEndpoints(ctx context.Context) ([]api.RemoteEndpoint, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []api.RemoteEndpoint{}
+	for _, key := range sortedKeys(a.model.remotes) {
+		out = append(out, a.remoteView(a.model, a.cur, a.model.remotes[key]))
+	}
+	return out, nil
+}
+
+func (a *Agent) remoteView(m *model, d *desired, r *RemoteEndpointRecord) api.RemoteEndpoint {
+	v := api.RemoteEndpoint{Namespace: r.Namespace, Name: r.Name, Node: r.Node, IP: r.IP.String(),
+		Labels: map[string]string(maps.Clone(r.Labels))}
+	if e, ok := d.state.IPCache[netip.PrefixFrom(r.IP, r.IP.BitLen())]; ok {
+		v.Identity = uint32(e.Identity)
+	}
+	return v
+}
+
+// PutRemoteEndpoint declares a pod on another node, or changes its node, address or labels.
+func (a *Agent) PutRemoteEndpoint(ctx context.Context, namespace, name string, spec api.RemoteEndpointSpec) (api.RemoteEndpoint, error) {
+	if err := validateNamespace(namespace); err != nil {
+		return api.RemoteEndpoint{}, err
+	}
+	if err := validateName(name); err != nil {
+		return api.RemoteEndpoint{}, err
+	}
+	l, err := validateLabels(spec.Labels)
+	if err != nil {
+		return api.RemoteEndpoint{}, err
+	}
+	ip, err := netip.ParseAddr(spec.IP)
+	if err != nil || !ip.Is4() || ip.IsUnspecified() {
+		return api.RemoteEndpoint{}, api.BadRequest("remote endpoint %s/%s: ip %q: want the pod's IPv4 address", namespace, name, spec.IP)
+	}
+	rec := &RemoteEndpointRecord{Namespace: namespace, Name: name, Node: spec.Node, IP: ip, Labels: l,
+		ServiceAccount: spec.ServiceAccount, Identity: identity.Identity(spec.Identity)}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	node, ok := a.model.nodes[spec.Node]
+	if !ok {
+		return api.RemoteEndpoint{}, api.BadRequest("remote endpoint %s/%s: node %q: no such node (rampart node add)", namespace, name, spec.Node)
+	}
+	if node.PodCIDR.IsValid() && !node.PodCIDR.Contains(ip) {
+		return api.RemoteEndpoint{}, api.BadRequest("remote endpoint %s/%s: ip %v is outside node %s's pod CIDR %v", namespace, name, ip, node.Name, node.PodCIDR)
+	}
+	if a.cfg.PodCIDR.Contains(ip) {
+		return api.RemoteEndpoint{}, api.BadRequest("remote endpoint %s/%s: ip %v is inside this node's pod CIDR %v", namespace, name, ip, a.cfg.PodCIDR)
+	}
+	for _, r := range a.model.remotes {
+		if r.IP == ip && r.Key() != rec.Key() {
+			return api.RemoteEndpoint{}, api.Conflict("remote endpoint %s/%s: ip %v is remote endpoint %s's", namespace, name, ip, r.Key())
+		}
+	}
+	m, d, err := a.change(func(m *model) error {
+		m.ensureNamespace(namespace)
+		m.remotes = maps.Clone(m.remotes)
+		m.remotes[rec.Key()] = rec
+		return nil
+	})
+	if err != nil {
+		return api.RemoteEndpoint{}, err
+	}
+	return a.remoteView(m, d, rec), nil
+}
+
+// DeleteRemoteEndpoint removes a pod on another node.
+func (a *Agent) DeleteRemoteEndpoint(ctx context.Context, namespace, name string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	key := namespace + "/" + name
+	if _, ok := a.model.remotes[key]; !ok {
+		return api.NotFound("remote endpoint %s not found", key)
+	}
+	_, _, err := a.change(func(m *model) error {
+		m.remotes = maps.Clone(m.remotes)
+		delete(m.remotes, key)
+		return nil
+	})
+	return err
+}
+
+// validateNodeName checks a node name (a DNS subdomain, as in Kubernetes).
+func validateNodeName(name string) error {
+	if len(name) > 253 || !dnsSubdomainRE.MatchString(name) {
+		return api.BadRequest("node name %q: want a DNS subdomain (lowercase letters, digits, '-', '.')", name)
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package datapath
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// tunnelMark is the mark rampart_from_tunnel leaves on a packet whose VNI carried id
+// (bpf/include/tunnel.h).
+func tunnelMark(id identity.Identity) uint32 { return uint32(id)<<8 | 0xA0 }
+
+// runTunneled runs the fixture endpoint's rampart_to_ep on p with mark and ingress
+// interface iif, as forwarding from the VXLAN device delivers it.
+func (f *fixture) runTunneled(p packet, mark, iif uint32) uint32 {
+	f.t.Helper()
+	c := skbContext{Mark: mark}
+	c.Fields[6] = iif // ingress_ifindex
+	ret, _ := runCtx(f.t, f.d.objs.RampartToEp, p.bytes(), c)
+	return ret
+}
+
+// A packet that arrived through the overlay is judged on the identity its VNI carried
+// (rampart_from_tunnel's mark), not on its source address, and the flow says so; the
+// same mark on a packet not received on the VXLAN device (a node process's SO_MARK) or
+// with the overlay off is ignored: the address decides.
+func TestTunnelIdentityAtEndpoint(t *testing.T) {
+	f := newFixture(t, Config{})
+	const vxlanIfindex = 42
+	remote := addr("10.2.0.5") // a remote pod: world by address here
+	f.apply(true, false, e(allow(idA, in, udp, 53, 16, 1)))
+	if err := f.d.setTunnel(vxlanIfindex); err != nil {
+		t.Fatal(err)
+	}
+	udpIn := func() packet {
+		return packet{src: remote, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 53}
+	}
+
+	if ret := f.runTunneled(udpIn(), tunnelMark(idA), vxlanIfindex); ret != actOK {
+		t.Fatalf("tunnelled packet of an allowed identity: verdict %d, want pass", ret)
+	}
+	ev := nextEvent(t, f.ev)
+	if ev.Type != flow.EventNew || ev.SrcIdentity != idA || !ev.Flags.Has(flow.FlagTunnel) || ev.Direction != policy.Ingress {
+		t.Errorf("tunnelled flow event %+v, want a new flow from identity %d flagged tunnel", ev, idA)
+	}
+	f.expectDrop("tunnelled packet of another identity", f.runTunneled(udpIn(), tunnelMark(idB), vxlanIfindex), flow.ReasonPolicyDefaultDeny)
+	f.expectDrop("the mark on a packet the node sent itself", f.runTunneled(udpIn(), tunnelMark(idA), 0), flow.ReasonPolicyDefaultDeny)
+	f.expectDrop("the mark on a packet from another interface", f.runTunneled(udpIn(), tunnelMark(idA), 7), flow.ReasonPolicyDefaultDeny)
+	if err := f.d.ClearTunnel(); err != nil {
+		t.Fatal(err)
+	}
+	f.expectDrop("the mark with the overlay off", f.runTunneled(udpIn(), tunnelMark(idA), vxlanIfindex), flow.ReasonPolicyDefaultDeny)
+	if got, err := f.d.TunnelIfindex(); err != nil || got != 0 {
+		t.Errorf("tunnel ifindex after ClearTunnel: %d %v", got, err)
+	}
+}
+
+// rampart_to_tunnel sends a packet into the overlay only when the ipcache names the node
+// that hosts its destination; rampart_from_tunnel drops a packet without tunnel metadata
+// (one that did not come out of the VXLAN receive path).
+func TestTunnelPrograms(t *testing.T) {
+	f := newFixture(t, Config{})
+	ipc := fixtureIPCache()
+	remote := addr("10.2.0.5")
+	ipc[netip.PrefixFrom(remote, 32)] = mapstate.IPCacheEntry{Identity: idB, TunnelEndpoint: addr("198.19.0.2")}
+	if err := f.d.ApplyIPCache(ipc); err != nil {
+		t.Fatal(err)
+	}
+	toTunnel := func(dst netip.Addr) uint32 {
+		p := packet{src: epIP, dst: dst, proto: uint8(udp), sport: f.port(), dport: 53}
+		return run(t, f.d.objs.RampartToTunnel, p.bytes(), 0)
+	}
+	f.expectPass("to a remote pod", toTunnel(remote))
+	f.expectDrop("to an address no node hosts", toTunnel(ipOut), flow.ReasonTunnelNoEndpoint)
+
+	p := packet{src: remote, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 53}
+	f.expectDrop("decapsulated without tunnel metadata", run(t, f.d.objs.RampartFromTunnel, p.bytes(), 0), flow.ReasonMalformed)
+}

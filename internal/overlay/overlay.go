@@ -1,0 +1,226 @@
+package overlay
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Mode is how packets between pods of different nodes travel.
+type Mode string
+
+const (
+	// Native routes the other nodes' pod CIDRs to the nodes' addresses over the fabric;
+	// the receiving node derives the source's identity from its address (ipcache).
+	Native Mode = "native"
+	// VXLAN encapsulates them in the node's VXLAN device, the VNI carrying the source's
+	// security identity. (IP-in-IP is not implemented yet.)
+	VXLAN Mode = "vxlan"
+)
+
+// ParseMode checks a mode's name ("" is Native).
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case "", Native:
+		return Native, nil
+	case VXLAN:
+		return VXLAN, nil
+	}
+	return "", fmt.Errorf("tunnel %q: want %q or %q (ipip is not supported yet)", s, VXLAN, Native)
+}
+
+const (
+	// DeviceName is the VXLAN device in the node's namespace.
+	DeviceName = "rampart_vxlan"
+	// Port is the VXLAN UDP port (IANA).
+	Port = 4789
+	// VXLANOverhead is what VXLAN adds to a packet: outer IPv4 (20), UDP (8), VXLAN (8)
+	// and the inner Ethernet header (14). Pods on a VXLAN overlay get the fabric's MTU less
+	// this, so their packets are never fragmented once encapsulated.
+	VXLANOverhead = 50
+	// FabricMTU is the fabric's MTU the pod MTU is derived from.
+	FabricMTU = 1500
+	// routeProtocol marks the routes this package installs (rtm_protocol), so that Sync
+	// finds and replaces its own and leaves everyone else's alone. 0xb7 is unassigned in
+	// /etc/iproute2/rt_protos.
+	routeProtocol netlink.RouteProtocol = 0xb7
+)
+
+// PodMTU returns the MTU of pods' interfaces in mode (0: the default, no change).
+func PodMTU(mode Mode) int {
+	if mode == VXLAN {
+		return FabricMTU - VXLANOverhead
+	}
+	return 0
+}
+
+// Node is another node as the routes need it.
+type Node struct {
+	Address netip.Addr
+	PodCIDR netip.Prefix
+}
+
+func handle(netnsPath string) (*netlink.Handle, error) {
+	ns, err := netns.GetFromPath(netnsPath)
+	if err != nil {
+		return nil, fmt.Errorf("opening network namespace %s: %w", netnsPath, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle in %s: %w", netnsPath, err)
+	}
+	return h, nil
+}
+
+// EnsureDevice creates the VXLAN device in the namespace at netnsPath if it is missing
+// (collect_md: no VNI or remote of its own, the dataplane sets them per packet; no ARP:
+// the routes point into it and the receiving program delivers the inner packet whatever
+// its MAC) and sets it up. It returns the device's index.
+func EnsureDevice(netnsPath string) (int, error) {
+	h, err := handle(netnsPath)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	lnk, err := h.LinkByName(DeviceName)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if !errors.As(err, &nf) {
+			return 0, fmt.Errorf("finding %s: %w", DeviceName, err)
+		}
+		dev := &netlink.Vxlan{
+			LinkAttrs: netlink.LinkAttrs{Name: DeviceName, MTU: FabricMTU - VXLANOverhead},
+			FlowBased: true,
+			Port:      Port,
+			Learning:  false,
+		}
+		if err := h.LinkAdd(dev); err != nil {
+			return 0, fmt.Errorf("creating VXLAN device %s: %w", DeviceName, err)
+		}
+		if lnk, err = h.LinkByName(DeviceName); err != nil {
+			return 0, fmt.Errorf("finding %s: %w", DeviceName, err)
+		}
+	} else if vx, ok := lnk.(*netlink.Vxlan); !ok || !vx.FlowBased {
+		return 0, fmt.Errorf("interface %s exists and is not a collect_md VXLAN device", DeviceName)
+	}
+	if err := h.LinkSetARPOff(lnk); err != nil {
+		return 0, fmt.Errorf("setting %s noarp: %w", DeviceName, err)
+	}
+	if err := h.LinkSetUp(lnk); err != nil {
+		return 0, fmt.Errorf("setting %s up: %w", DeviceName, err)
+	}
+	return lnk.Attrs().Index, nil
+}
+
+// DeleteDevice removes the VXLAN device (and with it its routes); a missing one is not an
+// error.
+func DeleteDevice(netnsPath string) error {
+	h, err := handle(netnsPath)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	lnk, err := h.LinkByName(DeviceName)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("finding %s: %w", DeviceName, err)
+	}
+	if err := h.LinkDel(lnk); err != nil {
+		return fmt.Errorf("deleting %s: %w", DeviceName, err)
+	}
+	return nil
+}
+
+// SyncRoutes makes this package's routes in the namespace at netnsPath equal to one per
+// node with a pod CIDR: through the VXLAN device with source src (VXLAN), or via the
+// node's address (Native). Routes it installed before that are no longer wanted are
+// deleted; other routes are not touched.
+func SyncRoutes(netnsPath string, mode Mode, src netip.Addr, nodes []Node) error {
+	h, err := handle(netnsPath)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	want := map[netip.Prefix]*netlink.Route{}
+	var devIndex int
+	if mode == VXLAN {
+		lnk, err := h.LinkByName(DeviceName)
+		if err != nil {
+			return fmt.Errorf("finding %s: %w", DeviceName, err)
+		}
+		devIndex = lnk.Attrs().Index
+	}
+	for _, n := range nodes {
+		if !n.PodCIDR.IsValid() {
+			continue
+		}
+		r := &netlink.Route{Dst: ipNet(n.PodCIDR), Protocol: routeProtocol}
+		if mode == VXLAN {
+			r.LinkIndex, r.Scope, r.Src = devIndex, netlink.SCOPE_LINK, src.AsSlice()
+		} else {
+			r.Gw = n.Address.AsSlice()
+		}
+		want[n.PodCIDR.Masked()] = r
+	}
+	for _, r := range want {
+		if err := h.RouteReplace(r); err != nil {
+			return fmt.Errorf("adding route to %v: %w", r.Dst, err)
+		}
+	}
+	have, err := Routes(netnsPath)
+	if err != nil {
+		return err
+	}
+	for _, r := range have {
+		if _, ok := want[r]; ok {
+			continue
+		}
+		if err := h.RouteDel(&netlink.Route{Dst: ipNet(r), Protocol: routeProtocol}); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("deleting route to %v: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// Routes lists the destinations of the routes this package installed in the namespace at
+// netnsPath.
+func Routes(netnsPath string) ([]netip.Prefix, error) {
+	h, err := handle(netnsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	rs, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: routeProtocol, Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("listing routes: %w", err)
+	}
+	var out []netip.Prefix
+	for _, r := range rs {
+		if r.Dst == nil {
+			continue
+		}
+		a, _ := netip.AddrFromSlice(r.Dst.IP)
+		ones, _ := r.Dst.Mask.Size()
+		out = append(out, netip.PrefixFrom(a.Unmap(), ones))
+	}
+	return out, nil
+}
+
+// RemoveRoutes deletes every route this package installed in the namespace at netnsPath.
+func RemoveRoutes(netnsPath string) error {
+	return SyncRoutes(netnsPath, Native, netip.Addr{}, nil)
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
