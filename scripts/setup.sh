@@ -79,6 +79,6 @@ if [ ! -x "$fortio_bin" ] || [ "$("$fortio_bin" version 2>/dev/null)" != "$forti
 	[ "$("$fortio_bin" version)" = "$fortio_version" ] || { echo "setup: fortio $fortio_version did not install" >&2; exit 1; }
 fi
 
-# --- Kubernetes control plane (test/cluster, scripts/cluster.sh): etcd, kube-apiserver and
-# kubectl built from the Go module proxy into a cache keyed by version; nothing when cached.
-bash scripts/build-k8s.sh
+# The Kubernetes control plane (etcd, kube-apiserver, kubectl; minutes to build on a fresh
+# machine) is built by scripts/build-k8s.sh, which scripts/test.sh and scripts/cluster.sh
+# call: the demos do not need it.

@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
 bash scripts/setup.sh
+# The cluster tests' etcd, kube-apiserver and kubectl (cached by version; minutes on a fresh
+# machine).
+bash scripts/build-k8s.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
