@@ -197,8 +197,8 @@ var layers = []struct {
 	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/overlay", "internal/testenv/k8stest"}},
 	{"API contract", []string{"internal/api"}},
 	{"agent; CLI input parsers", []string{"internal/agent", "internal/cidrlist"}},
-	{"CLI", []string{"internal/cli"}},
-	{"binaries and test harness", []string{"cmd/rampartd", "cmd/rampart", "cmd/rampart-cni", "internal/testenv/agenttest"}},
+	{"CLI; Kubernetes watcher", []string{"internal/cli", "internal/k8s/watcher"}},
+	{"binaries and test harness", []string{"cmd/rampartd", "cmd/rampart", "cmd/rampart-cni", "internal/testenv/agenttest", "internal/testenv/clustertest"}},
 	{"tests and examples", []string{"test/...", "examples/...", "internal/flow/internal/gen"}},
 }
 

@@ -86,7 +86,7 @@ type Watcher struct {
 	trigger chan struct{}
 
 	mu       sync.Mutex
-	agent    Agent // set by Run
+	agent    Agent             // set by Run
 	reported map[string]string // object key -> resourceVersion of its last refusal event
 }
 
