@@ -336,6 +336,7 @@ func (w *Watcher) Run(ctx context.Context, a Agent) error {
 	}
 	w.log.Info("kubernetes informers synced")
 	w.poke()
+	go w.checkHealth(ctx, a)
 	backoff := time.Duration(0)
 	var retry <-chan time.Time
 	for {
@@ -370,6 +371,37 @@ func (w *Watcher) Run(ctx context.Context, a Agent) error {
 		w.log.Warn("syncing with the Kubernetes API", "error", err)
 		backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
 		retry = time.After(backoff)
+	}
+}
+
+// healthInterval is how often the watcher asks the API server whether it is ready. The
+// informers retry a refused connection silently, so this is how status learns of an
+// outage.
+const healthInterval = 2 * time.Second
+
+// checkHealth reports the API server unreachable to the agent while it is, and asks for a
+// sync when it is back (a successful sync clears the error in status).
+func (w *Watcher) checkHealth(ctx context.Context, a Agent) {
+	tick := time.NewTicker(healthInterval)
+	defer tick.Stop()
+	down := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, healthInterval)
+		_, err := w.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			down = true
+			a.ReportSyncError(fmt.Errorf("API server not ready: %w", err))
+		case err == nil && down:
+			down = false
+			w.poke()
+		}
 	}
 }
 
