@@ -561,7 +561,7 @@ func (a *Allocator) renumber(ctx context.Context, s *setObj) (*setObj, error) {
 	u.SetUID(types.UID(s.uid))
 	u.SetResourceVersion(s.rv)
 	if s.marked {
-		u.SetAnnotations(map[string]string{UnusedSinceAnnotation: s.unusedSince.Format(time.RFC3339)})
+		u.SetAnnotations(map[string]string{UnusedSinceAnnotation: s.unusedSince.UTC().Format(time.RFC3339Nano)})
 	}
 	u, err = a.client.Resource(IdentityResource).Update(ctx, u, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {

@@ -292,6 +292,8 @@ func TestAllocator(t *testing.T) {
 		}
 	})
 
+	t.Run("CollectionLosesToAllocate", func(t *testing.T) { testCollectorLosesToAllocate(t, c, d) })
+
 	// Objects that the protocol would never write (made by hand) are logged, ignored, and
 	// never used; the API server's schema refuses what it can.
 	t.Run("BadObjects", func(t *testing.T) {

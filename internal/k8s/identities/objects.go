@@ -29,7 +29,7 @@ var (
 )
 
 // UnusedSinceAnnotation marks a SecurityIdentity that the collector found unused, with the
-// time (RFC 3339) it first did. Allocate and the collector remove it when the identity is in
+// time (RFC 3339, with nanoseconds) it first did. Allocate and the collector remove it when the identity is in
 // use again; the collector deletes the identity when the mark is older than its grace.
 const UnusedSinceAnnotation = "rampart.io/unused-since"
 
@@ -99,7 +99,7 @@ func parseSet(u *unstructured.Unstructured) (*setObj, error) {
 		s.marked = true
 		// An unparsable mark counts as made now: the collector rewrites it, so a bad
 		// value delays collection rather than hastening it.
-		s.unusedSince, _ = time.Parse(time.RFC3339, v)
+		s.unusedSince, _ = time.Parse(time.RFC3339Nano, v)
 	}
 	return s, nil
 }
