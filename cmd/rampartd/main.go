@@ -21,6 +21,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/k8s/identities"
 	"github.com/rampartnet/rampart/internal/k8s/watcher"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/version"
@@ -180,11 +181,30 @@ func startWatcher(ctx context.Context, cfg *agent.Config, kubeconfig, nodeName s
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
 	kcfg.Timeout = 30 * time.Second
-	w, err := watcher.New(kcfg, watcher.Options{NodeName: nodeName, Logger: cfg.Logger})
+	logf := func(format string, args ...any) { cfg.Logger.Warn(fmt.Sprintf(format, args...)) }
+	// Cluster-wide identities: every node gives a label set the number the API holds for
+	// it, which the VXLAN overlay carries.
+	ids, err := identities.NewAllocator(kcfg, identities.Options{Logf: logf})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("starting the identity allocator")
+	if err := ids.Start(ctx); err != nil {
+		return nil, fmt.Errorf("identity allocator: %w", err)
+	}
+	w, err := watcher.New(kcfg, watcher.Options{NodeName: nodeName, Allocator: ids, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	w.Start(ctx)
+	// Unused identities are collected by one agent at a time, from what the pod and
+	// namespace caches say is in use.
+	go func() {
+		err := identities.RunCollector(ctx, kcfg, identities.CollectorOptions{Holder: nodeName, InUse: w.InUse, Logf: logf})
+		if err != nil {
+			cfg.Logger.Error("identity collector stopped", "error", err)
+		}
+	}()
 	cfg.Logger.Info("waiting for this node's Node object", "node", nodeName)
 	own, err := w.WaitOwnNode(ctx)
 	if err != nil {

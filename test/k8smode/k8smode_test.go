@@ -3,13 +3,14 @@
 package k8smode
 
 import (
+	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
 )
@@ -130,8 +131,16 @@ func threePods(t *testing.T, c *clustertest.Cluster) (a, cc, b *clustertest.Pod)
 // kubectl apply of a NetworkPolicy and of a CiliumNetworkPolicy selecting pods across
 // two nodes: the allowed pairs connect, the denied ones do not; kubectl delete brings the
 // pairs back to allowed.
+// Both with native routing (the receiver takes the source's identity from its address)
+// and VXLAN (the identity travels in the VNI: the nodes must agree on the numbers).
 func TestKubectlPolicyAcrossNodes(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	for _, mode := range []overlay.Mode{overlay.Native, overlay.VXLAN} {
+		t.Run(string(mode), func(t *testing.T) { kubectlPolicyAcrossNodes(t, mode) })
+	}
+}
+
+func kubectlPolicyAcrossNodes(t *testing.T, mode overlay.Mode) {
+	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: mode})
 	a, cc, b := threePods(t, c)
 
 	check(t, "no policy", []probe{{a, b, 80, "tcp", true}, {cc, b, 80, "tcp", true}, {b, a, 81, "tcp", true}})
@@ -161,7 +170,7 @@ func TestKubectlPolicyAcrossNodes(t *testing.T) {
 // A pod relabelled with kubectl label gets a new identity on every node, and enforcement
 // follows its new labels.
 func TestRelabelPod(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
 	a, cc, b := threePods(t, c)
 	c.KubectlApply(allowAToB80)
 	waitFor(t, "NetworkPolicy applied", probe{cc, b, 80, "tcp", false})
@@ -183,8 +192,14 @@ func TestRelabelPod(t *testing.T) {
 	if ra.Identity != rc.Identity {
 		t.Errorf("node %s: x/a identity %d, x/c (same labels now) %d", n2.Name, ra.Identity, rc.Identity)
 	}
-	_ = n1
+	// Its number is the cluster's: the same on its own node and on the other.
+	ep, err := n1.Client.GetEndpoint(context.Background(), "x", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint32(ep.Identity) != rc.Identity {
+		t.Errorf("x/c: identity %d on its node %s, %d on node %s", ep.Identity, n1.Name, rc.Identity, n2.Name)
+	}
 	check(t, "after relabel", []probe{{a, b, 80, "tcp", true}, {cc, b, 80, "tcp", true}, {cc, b, 81, "tcp", false}})
 }
 
-var _ = netip.Addr{}
