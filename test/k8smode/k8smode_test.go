@@ -202,4 +202,3 @@ func TestRelabelPod(t *testing.T) {
 	}
 	check(t, "after relabel", []probe{{a, b, 80, "tcp", true}, {cc, b, 80, "tcp", true}, {cc, b, 81, "tcp", false}})
 }
-
