@@ -27,8 +27,9 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 )
 
-// Bins builds rampartd for the clusters; call Bins.Remove from TestMain.
-var Bins = &testenv.Binaries{Packages: []string{"./cmd/rampartd"}}
+// Bins builds rampartd (and the rampart CLI) for the clusters; call Bins.Remove from
+// TestMain.
+var Bins = &testenv.Binaries{Packages: []string{"./cmd/rampartd", "./cmd/rampart"}}
 
 // Options configure Start.
 type Options struct {
@@ -56,6 +57,7 @@ type Node struct {
 
 	c        *Cluster
 	flags    []string
+	socket   string
 	instance string
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -102,7 +104,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 		stateDir := filepath.Join(t.TempDir(), "state")
 		n.flags = []string{"--instance", n.instance, "--state-dir", stateDir, "--socket", filepath.Join(sockDir, "r.sock"),
 			"--bpf-dir", "/sys/fs/bpf/rampart/" + n.instance, "--node-netns", n.Netns, "--tunnel", string(opts.Tunnel)}
-		n.Client = api.NewClient(filepath.Join(sockDir, "r.sock"))
+		n.socket = filepath.Join(sockDir, "r.sock")
+		n.Client = api.NewClient(n.socket)
 		t.Cleanup(func() {
 			n.Stop()
 			n.Client.Close()
@@ -209,6 +212,18 @@ func (n *Node) Status() api.Status {
 		n.c.T.Fatalf("node %s status: %v", n.Name, err)
 	}
 	return st
+}
+
+// CLI runs the rampart CLI against the node's agent and returns its output; it fails the
+// test on a non-zero exit.
+func (n *Node) CLI(args ...string) string {
+	n.c.T.Helper()
+	cmd := exec.Command(filepath.Join(Bins.Dir(n.c.T), "rampart"), append([]string{"--socket", n.socket}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		n.c.T.Fatalf("rampart %s on node %s: %v\n%s", strings.Join(args, " "), n.Name, err, out)
+	}
+	return string(out)
 }
 
 // Log is what the node's rampartd wrote so far.
