@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/overlay"
+	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
 )
 
@@ -107,5 +109,39 @@ func TestOperationsView(t *testing.T) {
 	}
 	if _, ok := n2.Remote("x", "a"); !ok {
 		t.Error("x/a left node 2's remote pods")
+	}
+}
+
+// A CNI ADD for a pod the API does not have fails after a bounded wait, and leaves no
+// endpoint: never an endpoint without the labels policy selects on.
+func TestCNIAddWithoutPodFails(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	n := c.Nodes[0]
+	c.EnsureNamespace("x", nil)
+	netns := testenv.NewNetns(t, "rp-"+testenv.Suffix(6)+"-ghost")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	began := time.Now()
+	_, err := n.Client.CNIAdd(ctx, api.CNIAddRequest{ContainerID: "ghost" + testenv.Suffix(6), IfName: "eth0", Netns: netns,
+		PodNamespace: "x", PodName: "ghost"})
+	took := time.Since(began)
+	ae, ok := err.(*api.Error)
+	if !ok || ae.Status != 503 || !strings.Contains(ae.Message, "x/ghost") {
+		t.Fatalf("CNI ADD of a pod the API does not have: %v, want 503 naming x/ghost", err)
+	}
+	if took < agent.CNIPodWait || took > agent.CNIPodWait+10*time.Second {
+		t.Errorf("CNI ADD failed after %v, want about %v", took, agent.CNIPodWait)
+	}
+	eps, err := n.Client.ListEndpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eps) != 0 {
+		t.Errorf("endpoints after a failed CNI ADD: %+v", eps)
+	}
+	// Without the pod's name the ADD is refused at once.
+	_, err = n.Client.CNIAdd(ctx, api.CNIAddRequest{ContainerID: "anon" + testenv.Suffix(6), IfName: "eth0", Netns: netns})
+	if ae, ok := err.(*api.Error); !ok || ae.Status != 400 {
+		t.Errorf("CNI ADD naming no pod in Kubernetes mode: %v, want 400", err)
 	}
 }
