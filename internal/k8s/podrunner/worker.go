@@ -68,8 +68,15 @@ func newWorker(r *Runner, uid types.UID, pod *corev1.Pod, sb *sandbox) *worker {
 		startTime:  metav1.Now(),
 		conditions: map[corev1.PodConditionType]corev1.PodCondition{},
 	}
-	if pod != nil && pod.Status.StartTime != nil {
-		w.startTime = *pod.Status.StartTime
+	if pod != nil {
+		// What an earlier runner reported stays: start time, and the conditions'
+		// transition times while their status holds.
+		if pod.Status.StartTime != nil {
+			w.startTime = *pod.Status.StartTime
+		}
+		for _, c := range pod.Status.Conditions {
+			w.conditions[c.Type] = c
+		}
 	}
 	w.changed <- struct{}{}
 	return w
@@ -218,7 +225,17 @@ func (w *worker) step(ctx context.Context) {
 // adopt takes over a sandbox of an earlier runner: the process, if it still runs, and the
 // network, if CNI CHECK passes (otherwise it is detached and attached again).
 func (w *worker) adopt(ctx context.Context) {
+	var before corev1.ContainerStatus
+	if cs := w.pod.Status.ContainerStatuses; len(cs) == 1 {
+		before = cs[0]
+	}
+	if before.LastTerminationState.Terminated != nil {
+		w.lastExit = before.LastTerminationState.Terminated
+	}
 	if p, ok := adoptProcess(w.sb.PID, w.sb.PIDStart); ok {
+		if before.State.Running != nil {
+			p.started = before.State.Running.StartedAt.Time
+		}
 		w.proc = p
 		w.r.log.Info("adopted process", append(w.logf(), "pid", p.pid)...)
 	} else if w.sb.PID != 0 {
@@ -227,8 +244,11 @@ func (w *worker) adopt(ctx context.Context) {
 		w.lastExit = &corev1.ContainerStateTerminated{ExitCode: -1, Reason: "Unknown", Message: "the process ended while the pod runner was not running", FinishedAt: metav1.Now()}
 		w.afterExit(time.Now(), 0)
 	}
-	if p := w.pod; p != nil && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
+	if p := w.pod; w.proc == nil && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
 		w.terminal = p.Status.Phase
+		if before.State.Terminated != nil {
+			w.lastExit = before.State.Terminated
+		}
 	}
 	if !w.sb.Attached || !netnsExists(w.sb.Netns) {
 		return
@@ -606,6 +626,9 @@ func (w *worker) status() corev1.PodStatus {
 		st.Phase = corev1.PodRunning
 	case w.terminal != "":
 		cs.State.Terminated = w.lastExit
+		if cs.State.Terminated == nil {
+			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: -1, Reason: "Unknown"}
+		}
 		cs.LastTerminationState = corev1.ContainerState{}
 		st.Phase = w.terminal
 	case w.configErr != nil:
