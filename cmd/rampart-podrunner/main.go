@@ -114,6 +114,8 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "rampart-podrunner: kubeconfig: %v\n", err)
 		return 1
 	}
+	// A kubelet's default rate limits: pods starting together each write their status.
+	rc.QPS, rc.Burst = 50, 100
 	if cfg.Client, err = kubernetes.NewForConfig(rc); err != nil {
 		fmt.Fprintf(os.Stderr, "rampart-podrunner: API client: %v\n", err)
 		return 1

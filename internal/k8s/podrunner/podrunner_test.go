@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/testenv"
@@ -58,11 +60,18 @@ func newNode(t *testing.T) *node {
 	if err := os.WriteFile(filepath.Join(confDir, "10-rampart.conflist"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The runner's own client, with a kubelet's rate limits (rampart-podrunner's too).
+	rc := rest.CopyConfig(cluster.Config)
+	rc.QPS, rc.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := &node{
 		t: t, cluster: cluster, agent: env, bin: bin,
 		ns: "pr-" + testenv.Suffix(6),
 		cfg: Config{
-			Client:     cluster.Client,
+			Client:     client,
 			NodeName:   "node-" + testenv.Suffix(6),
 			Address:    netip.MustParseAddr("198.19.0.1"),
 			PodCIDR:    podCIDR,
