@@ -351,6 +351,17 @@ func TestPodLifecycle(t *testing.T) {
 		t.Fatal("pod a's log still there")
 	}
 
+	// Deleted by force (gone from the API at once): the sandbox goes all the same.
+	if err := n.cluster.Client.CoreV1().Pods(n.ns).Delete(ctx, "b", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	if !testenv.Eventually(20*time.Second, func() bool {
+		_, err := os.Stat(sbB.Netns)
+		return err != nil && !alive(sbB.PID) && !n.hasEndpoint("b")
+	}) {
+		t.Fatalf("pod b deleted by force: namespace, process %d or endpoint stay", sbB.PID)
+	}
+
 	// Restart policies. Never: the exit code decides Succeeded or Failed. Always: the
 	// process comes back, counted. The environment holds literal and downward-API values.
 	n.create(n.shellPod("fails", `echo "$GREETING $MY_IP"; exit 3`, corev1.RestartPolicyNever))

@@ -327,7 +327,8 @@ func (r *Runner) heartbeat(ctx context.Context) error {
 }
 
 // Cleanup removes every sandbox of the state directory without the API server: stops the
-// processes, detaches them (CNI DEL) and deletes their namespaces. Tests call it at the
+// processes, detaches them (CNI DEL) and deletes their namespaces and state, also when a
+// DEL fails (reported in the error). Tests call it at the
 // end, also after a failure; `rampart-podrunner --cleanup` runs it.
 func Cleanup(cfg Config) error {
 	if cfg.StateDir == "" || cfg.CNIConfDir == "" || len(cfg.CNIBinDirs) == 0 {
@@ -350,13 +351,14 @@ func Cleanup(cfg Config) error {
 				errs = append(errs, err)
 			}
 		}
+		// Everything goes even when DEL fails (the plugin gone, its agent gone): the
+		// namespace's end takes the pod's side of any veth with it, and an agent drops
+		// CNI endpoints whose namespace is gone.
 		if err := r.cniDel(ctx, sb); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox of %s/%s: %w", sb.PodNamespace, sb.PodName, err))
-			continue
 		}
 		if err := removeNetns(sb.Netns); err != nil {
 			errs = append(errs, err)
-			continue
 		}
 		if err := r.forget(sb); err != nil {
 			errs = append(errs, err)
