@@ -5,7 +5,8 @@
 # with its own rampartd in Kubernetes mode and rampart-podrunner, running in the background.
 # State and logs in $RAMPART_CLUSTER_DIR (default /run/rampart-cluster). Builds what it
 # needs first (scripts/build-k8s.sh; the Rampart binaries into bin/ unless RAMPART_BIN
-# names a directory holding them). Needs root. docs/cluster.md, "Starting a cluster here".
+# names a directory holding them, and clusterctl too if it is there). Needs root.
+# docs/cluster.md, "Starting a cluster here".
 #
 #   scripts/cluster.sh start [--nodes N] [--tunnel vxlan|native] [--name NAME]
 #                                       start; prints the kubeconfig path last
@@ -18,6 +19,13 @@ dir="${RAMPART_CLUSTER_DIR:-/run/rampart-cluster}"
 bin="$("$root/scripts/build-k8s.sh" --dir)"
 export PATH="$PATH:/usr/local/go/bin"
 
+clusterctl() { # RAMPART_BIN's build if it has one (the demo's), else built from this tree
+	if [ -n "${RAMPART_BIN:-}" ] && [ -x "$RAMPART_BIN/clusterctl" ]; then
+		"$RAMPART_BIN/clusterctl" "$@"
+	else
+		(cd "$root" && go run ./test/cluster/clusterctl "$@")
+	fi
+}
 bin_dir() { # the Rampart binaries the running cluster uses
 	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["binDir"])' "$dir/cluster.json"
 }
@@ -53,12 +61,11 @@ start)
 		fi
 	fi
 	rm -rf "$dir"
-	(cd "$root" && go run ./test/cluster/clusterctl start -bin "$bin" -dir "$dir" \
-		-nodes "$nodes" -tunnel "$tunnel" -name "$name" -rampart-bin "$rbin")
+	clusterctl start -bin "$bin" -dir "$dir" -nodes "$nodes" -tunnel "$tunnel" -name "$name" -rampart-bin "$rbin"
 	;;
 stop)
 	if [ -d "$dir" ]; then
-		(cd "$root" && go run ./test/cluster/clusterctl stop -dir "$dir")
+		clusterctl stop -dir "$dir"
 		rm -rf "$dir"
 	fi
 	;;
