@@ -351,6 +351,17 @@ func TestPodLifecycle(t *testing.T) {
 		t.Fatal("pod a's log still there")
 	}
 
+	// Ready waits for the readiness probe: a process that listens 2 s after it starts is
+	// Running and not Ready first.
+	slow := n.serverPod("slow")
+	slow.Spec.Containers[0].Command = []string{"sh", "-c", "sleep 2; exec " + filepath.Join(n.bin, "rampart-testserver") + ` serve "$@"`, "sh"}
+	n.create(slow)
+	n.waitPod("slow", 30*time.Second, "Running and not Ready", func(p *corev1.Pod) bool {
+		c := podCondition(p, corev1.PodReady)
+		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && c != nil && c.Status == corev1.ConditionFalse && c.Reason == "ContainersNotReady"
+	})
+	n.waitReady("slow")
+
 	// Deleted by force (gone from the API at once): the sandbox goes all the same.
 	if err := n.cluster.Client.CoreV1().Pods(n.ns).Delete(ctx, "b", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
@@ -558,5 +569,69 @@ func TestManyPods(t *testing.T) {
 		if !n.reach(n.nodeNetns(), p) {
 			t.Fatalf("pod %s (%s) does not answer", p.Name, p.Status.PodIP)
 		}
+	}
+}
+
+// Status the API server could not take (etcd stopped) is written once it can again, with
+// no event to wake the pod's worker: a process without readiness probe, killed and
+// restarted during the outage.
+func TestStatusAfterAPIOutage(t *testing.T) {
+	n := newNode(t)
+	n.start()
+	p := n.create(n.shellPod("sleeper", "exec sleep 3600", corev1.RestartPolicyAlways))
+	n.waitReady("sleeper")
+	sb := n.sandboxOf(p.UID)
+	if err := n.cluster.StopEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			n.cluster.StartEtcd(context.Background())
+		}
+	})
+	if err := syscall.Kill(sb.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !testenv.Eventually(20*time.Second, func() bool {
+		now := n.sandboxOf(p.UID)
+		return now.PID != 0 && now.PID != sb.PID && now.Restarts == 1
+	}) {
+		t.Fatal("killed process not restarted while the API server is away")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.cluster.StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	n.waitPod("sleeper", 30*time.Second, "Ready with one restart", func(p *corev1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return isReady(p) && len(cs) == 1 && cs[0].RestartCount == 1 && cs[0].LastTerminationState.Terminated != nil
+	})
+}
+
+// A Node that exists with another pod CIDR cannot be this runner's: Run fails and says
+// why instead of retrying.
+func TestWrongPodCIDR(t *testing.T) {
+	n := newNode(t)
+	stop := n.start()
+	if !testenv.Eventually(10*time.Second, func() bool {
+		_, err := n.cluster.Client.CoreV1().Nodes().Get(context.Background(), n.cfg.NodeName, metav1.GetOptions{})
+		return err == nil
+	}) {
+		t.Fatal("node not registered")
+	}
+	stop()
+	cfg := n.cfg
+	cfg.PodCIDR = netip.MustParsePrefix("198.18.128.0/24")
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Run(ctx); err == nil || !strings.Contains(err.Error(), "cannot change") || ctx.Err() != nil {
+		t.Fatalf("Run with another pod CIDR: %v (context: %v)", err, ctx.Err())
 	}
 }

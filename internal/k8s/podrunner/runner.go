@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/version"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,15 +105,42 @@ func New(cfg Config) (*Runner, error) {
 	if err := os.MkdirAll(r.sandboxDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
-	r.cni = libcni.NewCNIConfigWithCacheDir(cfg.CNIBinDirs, filepath.Join(cfg.StateDir, "cni-cache"), nil)
+	r.cni = newCNI(cfg)
 	return r, nil
+}
+
+// newCNI is libcni with the result cache in the state directory. Its executor is given,
+// not left to libcni, which makes its default on first use without a lock (a race between
+// pods attached together).
+func newCNI(cfg Config) *libcni.CNIConfig {
+	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
+	return libcni.NewCNIConfigWithCacheDir(cfg.CNIBinDirs, filepath.Join(cfg.StateDir, "cni-cache"), exec)
 }
 
 // Run registers the node, re-adopts the sandboxes of an earlier run, and runs the node's
 // pods until ctx ends. It leaves pods running when it returns: a later Run adopts them.
 func (r *Runner) Run(ctx context.Context) error {
-	if err := r.registerNode(ctx); err != nil {
-		return err
+	// The API server may not answer yet (started together, or restarting): registration
+	// is retried, except for a Node that cannot be this one.
+	for backoff := time.Duration(0); ; {
+		err := r.registerNode(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		var wrong *wrongNodeError
+		if errors.As(err, &wrong) {
+			return err
+		}
+		backoff = min(max(2*backoff, time.Second), r.cfg.RetryMax)
+		r.log.Warn("registering node: retrying", "err", err, "retry", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
 	}
 	saved, err := loadSandboxes(r.sandboxDir())
 	if err != nil {
@@ -146,7 +175,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.wg.Wait()
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return fmt.Errorf("watching pods: %w", context.Cause(ctx))
+		return nil // ctx ended
 	}
 	r.log.Info("pods synced", "pods", len(inf.GetStore().ListKeys()))
 
@@ -265,7 +294,7 @@ func (r *Runner) registerNode(ctx context.Context) error {
 			return err
 		}
 		if n.Spec.PodCIDR != "" && n.Spec.PodCIDR != cidr {
-			return fmt.Errorf("node %s has pod CIDR %s, not %s (the field cannot change)", r.cfg.NodeName, n.Spec.PodCIDR, cidr)
+			return &wrongNodeError{fmt.Sprintf("node %s has pod CIDR %s, not %s (the field cannot change)", r.cfg.NodeName, n.Spec.PodCIDR, cidr)}
 		}
 		if n.Spec.PodCIDR == "" {
 			n.Spec.PodCIDR, n.Spec.PodCIDRs = cidr, []string{cidr}
@@ -282,6 +311,11 @@ func (r *Runner) registerNode(ctx context.Context) error {
 	}
 	return nil
 }
+
+// wrongNodeError: the Node exists with fields the runner cannot make its own.
+type wrongNodeError struct{ msg string }
+
+func (e *wrongNodeError) Error() string { return e.msg }
 
 // setNodeStatus sets the node's addresses and a fresh Ready condition.
 func (r *Runner) setNodeStatus(n *corev1.Node) {
@@ -334,7 +368,7 @@ func Cleanup(cfg Config) error {
 	if cfg.StateDir == "" || cfg.CNIConfDir == "" || len(cfg.CNIBinDirs) == 0 {
 		return errors.New("cleanup needs the state, CNI configuration and plugin directories")
 	}
-	r := &Runner{cfg: cfg, cni: libcni.NewCNIConfigWithCacheDir(cfg.CNIBinDirs, filepath.Join(cfg.StateDir, "cni-cache"), nil)}
+	r := &Runner{cfg: cfg, cni: newCNI(cfg)}
 	if _, err := os.Stat(r.sandboxDir()); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

@@ -59,6 +59,9 @@ type worker struct {
 	startTime  metav1.Time
 	conditions map[corev1.PodConditionType]corev1.PodCondition
 	reported   *corev1.PodStatus
+	// reportFailed: the last status write failed (the API server away); retried on a
+	// timer, since no event may come to wake the worker.
+	reportFailed bool
 }
 
 func newWorker(r *Runner, uid types.UID, pod *corev1.Pod, sb *sandbox) *worker {
@@ -167,6 +170,9 @@ func (w *worker) nextWake() time.Time {
 	}
 	if w.proc != nil && readinessPort(w.pod) != nil {
 		earliest(w.probeAt)
+	}
+	if w.reportFailed {
+		earliest(time.Now().Add(2 * time.Second))
 	}
 	return wake
 }
@@ -573,10 +579,11 @@ func (w *worker) report(ctx context.Context) {
 	if err != nil {
 		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			w.r.log.Warn("reporting pod status", append(w.logf(), "err", err)...)
+			w.reportFailed = true
 		}
 		return
 	}
-	w.reported = &st
+	w.reported, w.reportFailed = &st, false
 }
 
 // condition sets a condition, keeping its transition time while its status holds.
