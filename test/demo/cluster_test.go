@@ -1,9 +1,7 @@
 package demo
 
 import (
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -91,23 +89,7 @@ func TestClusterDemoRunsToTheEnd(t *testing.T) {
 // must stop, say so, exit 130 and remove the whole cluster.
 func TestClusterDemoInterrupted(t *testing.T) {
 	d := startClusterDemo(t)
-	if !d.out.waitFor("== scenario b-to-a", 4*time.Minute) {
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		d.cmd.Wait()
-		t.Fatalf("the cluster demo never reached its first scenario:\n%s", d.out.String())
-	}
-	if err := syscall.Kill(-d.cmd.Process.Pid, syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	err := d.cmd.Wait()
-	out := d.out.String()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-		t.Errorf("interrupted cluster demo: exit %v, want status 130", err)
-	}
-	if !strings.Contains(out, "demo-cluster: interrupted; cleaning up") {
-		t.Errorf("the cluster demo did not say it was interrupted")
-	}
+	out := d.interrupt(t, "== scenario b-to-a", 4*time.Minute, "demo-cluster: interrupted; cleaning up")
 	if strings.Contains(out, "== scenario a-to-b") {
 		t.Errorf("the cluster demo went on after Ctrl-C")
 	}

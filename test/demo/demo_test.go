@@ -92,10 +92,26 @@ func TestDemoRunsToTheEnd(t *testing.T) {
 // WRONG (an interrupted probe is not a denied connection), exit 130 and clean up.
 func TestDemoInterrupted(t *testing.T) {
 	d := startDemo(t)
-	if !d.out.waitFor("== with policy", 2*time.Minute) {
+	out := d.interrupt(t, "== with policy", 2*time.Minute, "demo: interrupted; cleaning up")
+	if strings.Contains(out, "WRONG") {
+		t.Errorf("the interrupted demo reported a WRONG outcome")
+	}
+	if strings.Contains(out, "== why can't the visitor") {
+		t.Errorf("the demo went on after Ctrl-C")
+	}
+	if t.Failed() {
+		t.Logf("demo output:\n%s", out)
+	}
+}
+
+// interrupt waits for a line starting with at, then presses Ctrl-C (SIGINT to the process
+// group); the demo must exit 130 and say said. It returns the demo's output.
+func (d *demo) interrupt(t *testing.T, at string, timeout time.Duration, said string) string {
+	t.Helper()
+	if !d.out.waitFor(at, timeout) {
 		d.cmd.Process.Signal(syscall.SIGTERM)
 		d.cmd.Wait()
-		t.Fatalf("the demo never reached its checks with policy:\n%s", d.out.String())
+		t.Fatalf("the demo never reached %q:\n%s", at, d.out.String())
 	}
 	if err := syscall.Kill(-d.cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -106,18 +122,10 @@ func TestDemoInterrupted(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
 		t.Errorf("interrupted demo: exit %v, want status 130", err)
 	}
-	if !strings.Contains(out, "demo: interrupted; cleaning up") {
-		t.Errorf("the demo did not say it was interrupted")
+	if !strings.Contains(out, said) {
+		t.Errorf("the demo did not say it was interrupted (%q)", said)
 	}
-	if strings.Contains(out, "WRONG") {
-		t.Errorf("the interrupted demo reported a WRONG outcome")
-	}
-	if strings.Contains(out, "== why can't the visitor") {
-		t.Errorf("the demo went on after Ctrl-C")
-	}
-	if t.Failed() {
-		t.Logf("demo output:\n%s", out)
-	}
+	return out
 }
 
 // safetyNet fails the test when the demo left anything of its instance behind, and
