@@ -363,7 +363,9 @@ func (c *containerd) runPod(namespace, name string) pod {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		c.t.Fatal(err)
 	}
+	began := time.Now()
 	id := strings.TrimSpace(c.crictl("runp", path))
+	c.t.Logf("crictl runp %s/%s: %v", namespace, name, time.Since(began).Round(time.Millisecond))
 	if id == "" {
 		c.t.Fatalf("crictl runp %s/%s printed no pod ID", namespace, name)
 	}
