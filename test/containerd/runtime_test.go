@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -66,8 +67,11 @@ type containerd struct {
 	tools tools
 	dir   string
 	sock  string
-	cmd   *exec.Cmd
-	done  chan struct{}
+	// cgroup is the parent cgroup of the test's pods, named after dir: without one
+	// containerd puts them under /k8s.io, a cgroup it leaves behind in every hierarchy.
+	cgroup string
+	cmd    *exec.Cmd
+	done   chan struct{}
 }
 
 // newContainerd writes the configuration of a containerd whose CRI plugin runs the CNI
@@ -81,7 +85,7 @@ func newContainerd(t *testing.T, tl tools, conflist string, plugins ...string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &containerd{t: t, tools: tl, dir: dir, sock: filepath.Join(dir, "containerd.sock")}
+	c := &containerd{t: t, tools: tl, dir: dir, sock: filepath.Join(dir, "containerd.sock"), cgroup: "/" + filepath.Base(dir)}
 	t.Cleanup(c.cleanup)
 	for _, d := range []string{"cni/bin", "cni/conf", "logs"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -247,6 +251,14 @@ func (c *containerd) cleanup() {
 	if err := os.RemoveAll(c.dir); err != nil {
 		c.t.Errorf("removing containerd's directory: %v", err)
 	}
+	// The pods' parent cgroup, in each hierarchy (cgroup v1) or the one (v2); runc
+	// removed the pods' own.
+	hier, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range append(hier, "/sys/fs/cgroup") {
+		if err := os.Remove(filepath.Join(h, c.cgroup)); err != nil && !os.IsNotExist(err) && !errors.Is(err, unix.ENOTDIR) {
+			c.t.Errorf("removing the pods' cgroup: %v", err)
+		}
+	}
 }
 
 // shims lists the shim processes serving this containerd.
@@ -353,7 +365,7 @@ func (c *containerd) runPod(namespace, name string) pod {
 			"name": name, "namespace": namespace, "uid": name + "-" + testenv.Suffix(8), "attempt": 0,
 		},
 		"log_directory": filepath.Join(c.dir, "logs", namespace+"_"+name),
-		"linux":         map[string]any{},
+		"linux":         map[string]any{"cgroup_parent": c.cgroup},
 	}
 	data, err := json.Marshal(cfg)
 	if err != nil {
