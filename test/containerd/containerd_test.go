@@ -104,7 +104,8 @@ func serve(t *testing.T, netns string) *testenv.Servers {
 // network from rampart-cni and the agent: each sandbox is an endpoint named after its pod,
 // with an address of the pod range on eth0 in the sandbox's namespace, carrying real
 // traffic under the agent's policy. Stopping a pod (CNI DEL) deletes its endpoint; pods
-// survive a containerd restart, after which new pods are attached as before.
+// survive a containerd restart, after which new pods are attached as before, and an
+// agent restart.
 func TestPodsFromContainerd(t *testing.T) {
 	testenv.RequireRoot(t)
 	tl := findTools(t)
@@ -174,8 +175,18 @@ func TestPodsFromContainerd(t *testing.T) {
 		t.Fatalf("second pod has the client's address %s", ep2.IP)
 	}
 	serve(t, epC.Netns)
-	if !testenv.Probe(ep2.Netns, netip.AddrPortFrom(netip.MustParseAddr(epC.IP), 80), "tcp", 5*time.Second) {
+	toC := netip.AddrPortFrom(netip.MustParseAddr(epC.IP), 80)
+	if !testenv.Probe(ep2.Netns, toC, "tcp", 5*time.Second) {
 		t.Fatal("the second pod cannot reach the client pod")
+	}
+
+	// The agent restarted under running pods: it still has their endpoints, the pods
+	// still talk, and containerd's DELs below reach it.
+	env.Restart()
+	checkPod(t, c, env, client)
+	checkPod(t, c, env, second)
+	if !testenv.Probe(ep2.Netns, toC, "tcp", 5*time.Second) {
+		t.Fatal("the second pod cannot reach the client pod after the agent's restart")
 	}
 
 	// Every pod stopped and removed: the agent has no endpoint left.
