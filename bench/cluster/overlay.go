@@ -13,7 +13,6 @@ type overlayPath struct {
 	c       *OverlayCase
 	client  *Pod
 	server  *Pod
-	close   func() error // the cluster's or the bare fabric's
 	servers []*benchkit.Daemon
 }
 
@@ -28,21 +27,21 @@ func (r *runner) overlay(ctx context.Context, res *OverlayResult) (err error) {
 		}
 	}
 	var paths []*overlayPath
+	var fabric *bareFabric
 	defer func() {
-		for i := len(paths) - 1; i >= 0; i-- {
-			p := paths[i]
+		for _, p := range paths {
 			err = errors.Join(err, stopAll(p.servers))
-			if p.close != nil {
-				err = errors.Join(err, p.close())
-			}
+		}
+		if fabric != nil {
+			err = errors.Join(err, fabric.Close())
 		}
 	}()
 	for _, name := range names {
 		oc := OverlayCase{Name: name, Mode: name}
-		if name == CaseNativeControl {
+		switch name {
+		case CaseNativeControl:
 			oc.Mode = CaseNative
-		}
-		if name == CaseFabric {
+		case CaseFabric:
 			oc.Mode = ""
 		}
 		res.Cases = append(res.Cases, oc)
@@ -51,30 +50,17 @@ func (r *runner) overlay(ctx context.Context, res *OverlayResult) (err error) {
 		oc := &res.Cases[i]
 		p := &overlayPath{c: oc}
 		if oc.Name == CaseFabric {
-			f, err := newBareFabric(fmt.Sprintf("%sf-", r.prefix))
-			if err != nil {
+			if fabric, err = newBareFabric(r.prefix + "f-"); err != nil {
 				return err
 			}
-			p.close = f.Close
-			p.client, p.server = f.pods[0], f.pods[1]
+			p.client, p.server = fabric.pods[0], fabric.pods[1]
 		} else {
-			c, err := r.newCluster(ctx, oc.Mode)
-			if errors.Is(err, ErrModeUnavailable) {
-				oc.Reason = err.Error()
-				fmt.Fprintf(r.log, "overlay: %s not available: %v\n", oc.Name, err)
+			lc := r.clusters[oc.Name]
+			if lc.c == nil {
+				oc.Reason = lc.err.Error()
 				continue
 			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", oc.Name, err)
-			}
-			p.close = c.Close
-			pods, err := c.AddPods(ctx, pairSpecs(1))
-			if err != nil {
-				paths = append(paths, p)
-				return fmt.Errorf("%s: %w", oc.Name, err)
-			}
-			p.client, p.server = pods[0], pods[1]
-			r.modeInfo(oc.Mode, true, "", p.client.MTU)
+			p.client, p.server = lc.clients[0], lc.servers[0]
 		}
 		oc.Available, oc.PodMTU = true, p.client.MTU
 		paths = append(paths, p)

@@ -14,16 +14,15 @@ import (
 // then in each round, for each pair count and traffic, the first n pairs at once with the
 // pairs' allow policy and (NoPolicy) without, in alternating order.
 func (r *runner) pods(ctx context.Context, res *PodsResult) error {
-	maxPairs := slices.Max(r.cfg.Pairs)
 	for _, mode := range r.cfg.Modes {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := r.podsMode(ctx, res, mode, maxPairs); err != nil {
-			if errors.Is(err, ErrModeUnavailable) {
-				fmt.Fprintf(r.log, "pods: %s not available: %v\n", mode, err)
-				continue
-			}
+		lc := r.clusters[mode]
+		if lc.c == nil {
+			continue // not available: the mode's report says why
+		}
+		if err := r.podsMode(ctx, res, lc); err != nil {
 			res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", mode, err))
 			fmt.Fprintf(r.log, "pods: %s: %v\n", mode, err)
 		}
@@ -31,18 +30,8 @@ func (r *runner) pods(ctx context.Context, res *PodsResult) error {
 	return nil
 }
 
-func (r *runner) podsMode(ctx context.Context, res *PodsResult, mode string, maxPairs int) (err error) {
-	c, err := r.newCluster(ctx, mode)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, c.Close()) }()
-	pods, err := c.AddPods(ctx, pairSpecs(maxPairs))
-	if err != nil {
-		return err
-	}
-	clients, servers := pods[:maxPairs], pods[maxPairs:]
-	r.modeInfo(mode, true, "", clients[0].MTU)
+func (r *runner) podsMode(ctx context.Context, res *PodsResult, lc *liveCluster) (err error) {
+	c, mode, clients, servers := lc.c, lc.name, lc.clients, lc.servers
 	ds, err := r.startServers(servers, false, false)
 	defer func() { err = errors.Join(err, stopAll(ds)) }()
 	if err != nil {

@@ -29,7 +29,7 @@ const fillerPortBase = 20000
 // MaxPolicies is the most policies policiesManifest makes (ports up to 60,000).
 const MaxPolicies = 20000
 
-func header(b *bytes.Buffer, name string) {
+func header(b *bytes.Buffer, name, server, client string) {
 	fmt.Fprintf(b, `apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
@@ -46,7 +46,7 @@ spec:
         matchLabels:
           app: %s
     ports:
-`, name, benchNamespace, serverApp, clientApp)
+`, name, benchNamespace, server, client)
 }
 
 func port(b *bytes.Buffer, proto string, p int) {
@@ -57,13 +57,13 @@ func port(b *bytes.Buffer, proto string, p int) {
 // the pod scalability experiment measures with.
 func pairsPolicy() []byte {
 	var b bytes.Buffer
-	header(&b, "bench-pairs")
+	header(&b, "bench-pairs", serverApp, clientApp)
 	port(&b, "TCP", iperfPort)
 	port(&b, "UDP", iperfPort)
 	return b.Bytes()
 }
 
-// policiesManifest returns n NetworkPolicies selecting the server, as the paper builds
+// policiesManifest returns n NetworkPolicies selecting the policy experiment's server, as the paper builds
 // them (seeds/001, Fig. 4): they differ by port only, and the traffic matches the last.
 // The n-1 before it admit the client to port fillerPortBase+2i, where nothing listens;
 // the last admits it to the iperf3 and request/response ports. Each yields one policy
@@ -74,11 +74,11 @@ func policiesManifest(n int) ([]byte, error) {
 	}
 	var b bytes.Buffer
 	for i := range n - 1 {
-		header(&b, fmt.Sprintf("bench-policy-%05d", i))
+		header(&b, fmt.Sprintf("bench-policy-%05d", i), policyServerApp, policyClientApp)
 		port(&b, "TCP", fillerPortBase+2*i)
 		b.WriteString("---\n")
 	}
-	header(&b, fmt.Sprintf("bench-policy-%05d", n-1))
+	header(&b, fmt.Sprintf("bench-policy-%05d", n-1), policyServerApp, policyClientApp)
 	port(&b, "TCP", iperfPort)
 	port(&b, "TCP", rrPort)
 	return b.Bytes(), nil

@@ -24,17 +24,11 @@ func (r *runner) policies(ctx context.Context, res *PoliciesResult) (err error) 
 			return err
 		}
 	}
-	c, err := r.newCluster(ctx, r.cfg.PolicyTunnel)
-	if err != nil {
-		return err
+	lc := r.clusters[r.cfg.PolicyTunnel]
+	if lc.c == nil {
+		return fmt.Errorf("tunnel %s: %w", r.cfg.PolicyTunnel, lc.err)
 	}
-	defer func() { err = errors.Join(err, c.Close()) }()
-	pods, err := c.AddPods(ctx, pairSpecs(1))
-	if err != nil {
-		return err
-	}
-	client, server := pods[0], pods[1]
-	r.modeInfo(r.cfg.PolicyTunnel, true, "", client.MTU)
+	c, client, server := lc.c, lc.policyClient, lc.policyServer
 	ds, err := r.startServers([]*Pod{server}, true, true)
 	defer func() { err = errors.Join(err, stopAll(ds)) }()
 	if err != nil {

@@ -110,8 +110,9 @@ type runner struct {
 	daemons benchkit.Daemons
 	workDir string
 	prefix  string
-	n       int // clusters made, for their names
 	rep     *Report
+	// clusters by name: a mode, or CaseNativeControl
+	clusters map[string]*liveCluster
 }
 
 // Run runs the experiments and returns the report (also written to cfg.OutDir, with its
@@ -130,7 +131,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			return NewAgentCluster(ctx, bin, mode, prefix, d)
 		}
 	}
-	r := &runner{cfg: cfg, log: cfg.Log, prefix: "cb" + benchkit.Suffix()[:5]}
+	r := &runner{cfg: cfg, log: cfg.Log, prefix: "cb" + benchkit.Suffix()[:5], clusters: map[string]*liveCluster{}}
 	if r.log == nil {
 		r.log = io.Discard
 	}
@@ -145,6 +146,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	r.rep = rep
 	defer func() {
+		// The experiments stop their servers; the agents go with their clusters.
+		if cerr := r.tearDown(); cerr != nil {
+			rep.Errors = append(rep.Errors, "clean-up: "+cerr.Error())
+		}
 		if cerr := r.daemons.StopAll(); cerr != nil {
 			rep.Errors = append(rep.Errors, "clean-up: "+cerr.Error())
 		}
@@ -161,6 +166,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return rep, err
 	}
 	if r.workDir, err = os.MkdirTemp("", "rp-clusterbench-"); err != nil {
+		return rep, err
+	}
+	if err := r.setUp(ctx); err != nil {
+		rep.Errors = append(rep.Errors, err.Error())
 		return rep, err
 	}
 	for _, e := range cfg.Experiments {
@@ -231,20 +240,6 @@ func (c *Config) validate() error {
 		}
 	}
 	return nil
-}
-
-// newCluster makes the next cluster; an unavailable mode is recorded in the report once.
-func (r *runner) newCluster(ctx context.Context, mode string) (Cluster, error) {
-	r.n++
-	fmt.Fprintf(r.log, "starting a two-node cluster, tunnel %s\n", mode)
-	c, err := r.cfg.NewCluster(ctx, mode, fmt.Sprintf("%s%d", r.prefix, r.n), &r.daemons)
-	if err != nil {
-		if errors.Is(err, ErrModeUnavailable) {
-			r.modeInfo(mode, false, err.Error(), 0)
-		}
-		return nil, err
-	}
-	return c, nil
 }
 
 func (r *runner) modeInfo(mode string, ok bool, reason string, mtu int) {

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -123,7 +124,7 @@ func run() int {
 	if *cpu != -2 {
 		cfg.CPU = *cpu
 	}
-	cfg.OutDir, cfg.Iperf3, cfg.NoPlot, cfg.Log = *outDir, *iperf3, *noPlot, os.Stderr
+	cfg.OutDir, cfg.Iperf3, cfg.NoPlot, cfg.Log = *outDir, *iperf3, *noPlot, stampWriter{os.Stderr}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "clusterbench: finding own binary: %v\n", err)
@@ -223,4 +224,14 @@ func missed(rep *cluster.Report) bool {
 		}
 	}
 	return false
+}
+
+// stampWriter prefixes each progress line with the time of day.
+type stampWriter struct{ w io.Writer }
+
+func (s stampWriter) Write(p []byte) (int, error) {
+	if _, err := fmt.Fprintf(s.w, "%s %s", time.Now().UTC().Format("15:04:05"), p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
