@@ -1,9 +1,7 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,24 +39,8 @@ func TestQuickRun(t *testing.T) {
 	if !strings.Contains(stdout, "## Published") {
 		t.Error("no table printed")
 	}
-	jsons, _ := filepath.Glob(filepath.Join(out, "cluster-*.json"))
-	pngs, _ := filepath.Glob(filepath.Join(out, "cluster-*.png"))
-	if len(jsons) != 1 || len(pngs) != 1 {
-		t.Fatalf("want one JSON report and one plot, got %v and %v", jsons, pngs)
-	}
-	if png, err := os.ReadFile(pngs[0]); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
-		t.Errorf("plot is not a PNG (err %v)", err)
-	}
-	b, err := os.ReadFile(jsons[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var rep Report
-	if err := dec.Decode(&rep); err != nil {
-		t.Fatalf("report is not well-formed: %v", err)
-	}
+	benchkit.ReadReportForTest(t, out, "cluster", &rep)
 	if rep.Schema != Schema || !rep.Settings.Quick || rep.Incomplete || len(rep.Errors) > 0 {
 		t.Fatalf("schema %q, quick %v, incomplete %v, errors %v", rep.Schema, rep.Settings.Quick, rep.Incomplete, rep.Errors)
 	}
