@@ -100,13 +100,13 @@ func iperfRetryable(err error) bool {
 		strings.Contains(s, "the server is busy")
 }
 
-// iperfArgs is the client's command line.
-func iperfArgs(iperf3 string, server *Pod, port int, t Traffic, seconds int) []string {
+// iperfArgs is the client's command line. A UDP client sends udpBps bits/s, or with 0
+// as fast as it can (every sender offers what its CPU allows, and the receivers' rate and
+// loss show what the path carried).
+func iperfArgs(iperf3 string, server *Pod, port int, t Traffic, seconds int, udpBps float64) []string {
 	args := []string{iperf3, "-c", server.IP.String(), "-p", strconv.Itoa(port), "-t", strconv.Itoa(seconds), "-J"}
 	if t.UDP {
-		// Unlimited: every sender offers what its CPU can, and the receivers' rate and
-		// loss show what the path carried.
-		args = append(args, "-u", "-b", "0", "-l", strconv.Itoa(t.Len))
+		args = append(args, "-u", "-b", strconv.FormatInt(int64(udpBps), 10), "-l", strconv.Itoa(t.Len))
 	}
 	return args
 }

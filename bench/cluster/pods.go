@@ -141,7 +141,8 @@ func (r *runner) podSample(ctx context.Context, clients, servers []*Pod, t Traff
 	t0 := time.Now()
 	for i := range clients {
 		wg.Go(func() {
-			argv := iperfArgs(r.cfg.Iperf3, servers[i], iperfPort, t, r.cfg.PodSeconds)
+			// The offered UDP load is shared: the pairs together offer UDPRate.
+			argv := iperfArgs(r.cfg.Iperf3, servers[i], iperfPort, t, r.cfg.PodSeconds, r.cfg.UDPRate/float64(len(clients)))
 			flows[i], errs[i] = runIperf(ctx, argv, clients[i], t.UDP, r.cfg.PodSeconds)
 		})
 	}

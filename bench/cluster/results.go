@@ -64,6 +64,7 @@ type Settings struct {
 	Pairs        []int     `json:"pairs"`
 	Traffic      []Traffic `json:"traffic"`
 	NoPolicy     bool      `json:"no_policy"`
+	UDPBps       float64   `json:"udp_offered_bits_per_second"` // all pairs together; 0: unlimited
 	PodRepeats   int       `json:"pod_repeats"`
 	PodSeconds   int       `json:"pod_seconds"`
 	Repeats      int       `json:"repeats"` // overlay and policy experiments

@@ -38,7 +38,10 @@ type Config struct {
 	Pairs   []int     // pod scalability: pair counts; the first is the reference (1)
 	Traffic []Traffic // pod scalability: tcp, udp-N
 	// NoPolicy measures the pod scalability also without the pairs' allow policy.
-	NoPolicy   bool
+	NoPolicy bool
+	// UDPRate is the UDP load all pairs together offer, in bits/s, shared equally; 0:
+	// each sender as fast as it can.
+	UDPRate    float64
 	PodRepeats int // rounds of the pod scalability experiment
 	PodSeconds int // iperf3 -t there
 	// Repeats and Seconds are the rounds and iperf3 -t of the overlay and policy
@@ -139,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		Schema: Schema, Started: time.Now().UTC(), Host: hostInfo(cfg.Iperf3), Published: published,
 		Settings: Settings{
 			Quick: cfg.Quick, Experiments: cfg.Experiments, Modes: cfg.Modes, Pairs: cfg.Pairs,
-			Traffic: cfg.Traffic, NoPolicy: cfg.NoPolicy, PodRepeats: cfg.PodRepeats, PodSeconds: cfg.PodSeconds,
+			Traffic: cfg.Traffic, NoPolicy: cfg.NoPolicy, UDPBps: cfg.UDPRate, PodRepeats: cfg.PodRepeats, PodSeconds: cfg.PodSeconds,
 			Repeats: cfg.Repeats, Seconds: cfg.Seconds, RRSeconds: cfg.RRDuration.Seconds(),
 			PolicyCounts: cfg.PolicyCounts, PolicyTunnel: cfg.PolicyTunnel, CPU: cfg.CPU, Prefix: r.prefix,
 		},
@@ -210,6 +213,8 @@ func (c *Config) validate() error {
 		return errors.New("repeats must be at least 1")
 	case c.PodSeconds < 1 || c.Seconds < 1:
 		return errors.New("iperf3 durations must be at least 1 s (iperf3 -t takes whole seconds; 0 means forever)")
+	case c.UDPRate < 0:
+		return errors.New("UDP rate must not be negative")
 	case c.RRDuration <= 0:
 		return errors.New("request/response duration must be positive")
 	case c.CPU >= runtime.NumCPU():
@@ -393,7 +398,7 @@ func (r *runner) rr(ctx context.Context, client, server *Pod, pinned bool) (benc
 
 // measurePath runs one pair's TCP iperf3, then its request/response test.
 func (r *runner) measurePath(ctx context.Context, client, server *Pod) (s PathSample, err error) {
-	argv := r.pin(true, iperfArgs(r.cfg.Iperf3, server, iperfPort, Traffic{Name: "tcp"}, r.cfg.Seconds)...)
+	argv := r.pin(true, iperfArgs(r.cfg.Iperf3, server, iperfPort, Traffic{Name: "tcp"}, r.cfg.Seconds, 0)...)
 	if s.Flow, err = runIperf(ctx, argv, client, false, r.cfg.Seconds); err != nil {
 		return s, err
 	}

@@ -47,8 +47,12 @@ func Table(rep *Report) string {
 		fmt.Fprintf(&b, "| %s | %s | %d |\n", m.Name, avail, m.PodMTU)
 	}
 	if p := rep.Pods; p != nil {
-		fmt.Fprintf(&b, "\n## Pod scalability\n\nAll pairs at once, %d s, %d round(s); aggregate of the receivers' rates; ratio to 1 pair of the same round; target at %d pairs >= %.2f.\n\n",
-			rep.Settings.PodSeconds, rep.Settings.PodRepeats, maxInt(rep.Settings.Pairs), TargetPodRatio)
+		offered := "as fast as each sender can"
+		if rep.Settings.UDPBps > 0 {
+			offered = fmt.Sprintf("%.2f Gbit/s offered by all pairs together", rep.Settings.UDPBps/1e9)
+		}
+		fmt.Fprintf(&b, "\n## Pod scalability\n\nAll pairs at once, %d s, %d round(s); aggregate of the receivers' rates; ratio to 1 pair of the same round; UDP %s; target at %d pairs >= %.2f.\n\n",
+			rep.Settings.PodSeconds, rep.Settings.PodRepeats, offered, maxInt(rep.Settings.Pairs), TargetPodRatio)
 		b.WriteString("| mode | traffic | policy | pairs | Gbit/s | ratio to 1 pair | slowest pair Gbit/s | fastest pair Gbit/s | UDP loss % | verdict |\n|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, s := range p.Summary {
 			pol := "allow"

@@ -56,6 +56,7 @@ func run() int {
 		modes       = flag.String("modes", "", "tunnel modes (default native,vxlan,ipip; a mode the agent refuses is reported as not available)")
 		pairs       = flag.String("pairs", "", "pod scalability: pair counts, the smallest is the reference (default 1,2,5,10,20,40)")
 		traffic     = flag.String("traffic", "", "pod scalability: tcp and udp-N, N the datagram payload in bytes (default tcp,udp-1400,udp-8000)")
+		udpMbps     = flag.Float64("udp-mbps", 0, "pod scalability: UDP load all pairs together offer, Mbit/s, shared equally (0: every sender as fast as it can)")
 		noNoPolicy  = flag.Bool("policy-only", false, "pod scalability: measure with the pairs' allow policy only, not also without policy")
 		podRepeats  = flag.Int("pod-repeats", 0, "pod scalability: rounds (default 1)")
 		podDuration = flag.Duration("pod-duration", 0, "pod scalability: iperf3 duration, whole seconds (default 5s, quick 1s)")
@@ -99,6 +100,7 @@ func run() int {
 		return 2
 	}
 	cfg.NoPolicy = !*noNoPolicy
+	cfg.UDPRate = *udpMbps * 1e6
 	if *podRepeats != 0 {
 		cfg.PodRepeats = *podRepeats
 	}
