@@ -115,9 +115,9 @@ func podsPlot(rep *Report) (*plot.Plot, error) {
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	hline(p, TargetPodRatio, fmt.Sprintf("target %.1f", TargetPodRatio), true)
 	hline(p, 0.5, "paper: Cilium, Calico at 40 pods (about 0.5)", false)
-	p.Y.Min, p.Y.Max = 0, top
-	p.Legend.Top = false
-	p.Legend.Left = true
+	// Room above the lines for the legend.
+	p.Y.Min, p.Y.Max = 0, top+0.15*float64(i+2)
+	p.Legend.Top = true
 	return p, nil
 }
 
