@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // pods runs the pod scalability experiment: for each mode a cluster with the most pairs,
@@ -138,6 +140,8 @@ func (r *runner) podSample(ctx context.Context, clients, servers []*Pod, t Traff
 	flows := make([]Flow, len(clients))
 	errs := make([]error, len(clients))
 	var wg sync.WaitGroup
+	// How busy the CPUs were says whether the aggregate is CPU-bound (both near 100 %).
+	cpu0, cpuErr := benchkit.ReadCPUTimes()
 	t0 := time.Now()
 	for i := range clients {
 		wg.Go(func() {
@@ -148,6 +152,9 @@ func (r *runner) podSample(ctx context.Context, clients, servers []*Pod, t Traff
 	}
 	wg.Wait()
 	s.WallSeconds = time.Since(t0).Seconds()
+	if cpu1, err := benchkit.ReadCPUTimes(); err == nil && cpuErr == nil {
+		s.CPUBusy = benchkit.BusyPercent(cpu0, cpu1)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return s, err
 	}
@@ -191,7 +198,7 @@ func summarizePods(res *PodsResult, pairs []int) {
 	}
 	maxPairs := slices.Max(pairs)
 	for _, c := range combos {
-		var bps, ratios, lo, hi, loss []float64
+		var bps, ratios, lo, hi, loss, busy []float64
 		for _, s := range res.Samples {
 			if s.Mode != c.Mode || s.Traffic != c.Traffic || s.Policy != c.Policy || s.Pairs != c.Pairs {
 				continue
@@ -200,11 +207,15 @@ func summarizePods(res *PodsResult, pairs []int) {
 			l, h := minMax(s.PairBps)
 			lo, hi = append(lo, float64(l)), append(hi, float64(h))
 			loss = append(loss, s.LossPercent)
+			if len(s.CPUBusy) > 0 {
+				busy = append(busy, mean(s.CPUBusy))
+			}
 			if one, ok := byKey[key{s.Mode, s.Traffic, s.Policy, pairs[0], s.Round}]; ok && one.Bps > 0 {
 				ratios = append(ratios, s.Bps/one.Bps)
 			}
 		}
 		c.Bps, c.Ratio, c.MinPairBps, c.MaxPairBps, c.LossPercent = median(bps), median(ratios), median(lo), median(hi), median(loss)
+		c.CPUBusy = median(busy)
 		if c.Pairs == maxPairs && c.Pairs != pairs[0] {
 			c.Verdict = VerdictMiss
 			if c.Ratio.Valid() && c.Ratio >= TargetPodRatio {
@@ -236,4 +247,12 @@ func boolRank(b bool) int {
 		return 0
 	}
 	return 1
+}
+
+func mean(xs []float64) float64 {
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }

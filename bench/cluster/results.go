@@ -108,6 +108,9 @@ type PodSample struct {
 	// WallSeconds is from the first client's start to the last one's end: above the iperf3
 	// duration by the start-up skew.
 	WallSeconds float64 `json:"wall_seconds"`
+	// CPUBusy is how busy each CPU was over the sample, in percent (everything on the
+	// machine: both nodes, all pods, and any other work).
+	CPUBusy []float64 `json:"cpu_busy_percent"`
 }
 
 // PodSummary is one mode, traffic, policy variant and pair count over the rounds.
@@ -121,6 +124,7 @@ type PodSummary struct {
 	MinPairBps  benchkit.Float `json:"min_pair_bits_per_second"`  // median over rounds
 	MaxPairBps  benchkit.Float `json:"max_pair_bits_per_second"`
 	LossPercent benchkit.Float `json:"loss_percent"`
+	CPUBusy     benchkit.Float `json:"cpu_busy_percent"`  // mean over CPUs, median over rounds
 	Verdict     string         `json:"verdict,omitempty"` // at the most pairs
 }
 

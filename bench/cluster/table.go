@@ -53,7 +53,7 @@ func Table(rep *Report) string {
 		}
 		fmt.Fprintf(&b, "\n## Pod scalability\n\nAll pairs at once, %d s, %d round(s); aggregate of the receivers' rates; ratio to 1 pair of the same round; UDP %s; target at %d pairs >= %.2f.\n\n",
 			rep.Settings.PodSeconds, rep.Settings.PodRepeats, offered, maxInt(rep.Settings.Pairs), TargetPodRatio)
-		b.WriteString("| mode | traffic | policy | pairs | Gbit/s | ratio to 1 pair | slowest pair Gbit/s | fastest pair Gbit/s | UDP loss % | verdict |\n|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+		b.WriteString("| mode | traffic | policy | pairs | Gbit/s | ratio to 1 pair | slowest pair Gbit/s | fastest pair Gbit/s | UDP loss % | CPUs busy % | verdict |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, s := range p.Summary {
 			pol := "allow"
 			if !s.Policy {
@@ -63,8 +63,8 @@ func Table(rep *Report) string {
 			if strings.HasPrefix(s.Traffic, "udp") {
 				loss = f1(s.LossPercent)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", s.Mode, s.Traffic, pol, s.Pairs,
-				gbps(s.Bps), f3(s.Ratio), gbps(s.MinPairBps), gbps(s.MaxPairBps), loss, s.Verdict)
+			fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", s.Mode, s.Traffic, pol, s.Pairs,
+				gbps(s.Bps), f3(s.Ratio), gbps(s.MinPairBps), gbps(s.MaxPairBps), loss, f1(s.CPUBusy), s.Verdict)
 		}
 		for _, e := range p.Errors {
 			fmt.Fprintf(&b, "\nerror: %s\n", e)
