@@ -3,7 +3,7 @@
 # namespaces joined by a fabric veth), pod scalability over each tunnel mode, the overlay's
 # cost against native routing and the bare fabric, and policy scalability across nodes.
 # Builds rampartd, rampart and the benchmark from this checkout and runs it as root:
-#   bench/run-cluster.sh                                  # full run, about fifteen minutes
+#   bench/run-cluster.sh                                  # full run, about twenty minutes
 #   bench/run-cluster.sh --quick                          # smoke run (CI)
 #   bench/run-cluster.sh --experiments pods --modes vxlan --pairs 1,40
 # Results: bench/results/cluster-<timestamp>.{json,md,png}

@@ -66,7 +66,7 @@ type Config struct {
 	NewCluster func(ctx context.Context, mode, prefix string, d *benchkit.Daemons) (Cluster, error)
 }
 
-// DefaultConfig is the full run: about fifteen minutes on a 2-CPU VM.
+// DefaultConfig is the full run: about twenty minutes on a 2-CPU VM.
 func DefaultConfig() Config {
 	return Config{
 		Experiments:  Experiments,
