@@ -80,14 +80,14 @@ func (r *runner) podsMode(ctx context.Context, res *PodsResult, lc *liveCluster)
 	if err := setPolicy(true); err != nil {
 		return err
 	}
-	if _, err := r.expectProbes(ctx, clients[0], servers[0], map[int]string{iperfPort: "connected", closedPort: "timeout"}); err != nil {
+	if _, err := r.expectProbes(ctx, clients[0], servers[0], map[int]string{iperfPort: benchkit.ProbeConnected, closedPort: benchkit.ProbeTimeout}); err != nil {
 		return fmt.Errorf("enforcement check with policy: %w", err)
 	}
 	if r.cfg.NoPolicy {
 		if err := setPolicy(false); err != nil {
 			return err
 		}
-		if _, err := r.expectProbes(ctx, clients[0], servers[0], map[int]string{closedPort: "refused"}); err != nil {
+		if _, err := r.expectProbes(ctx, clients[0], servers[0], map[int]string{closedPort: benchkit.ProbeRefused}); err != nil {
 			return fmt.Errorf("enforcement check without policy: %w", err)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // policies runs the policy scalability experiment on one cluster and one pair: each
@@ -42,7 +44,7 @@ func (r *runner) policies(ctx context.Context, res *PoliciesResult) (err error) 
 
 	// baseline measures the no-policy state, after checking it: the closed port refuses.
 	baseline := func() (PathSample, error) {
-		p, err := r.expectProbes(ctx, client, server, map[int]string{closedPort: "refused"})
+		p, err := r.expectProbes(ctx, client, server, map[int]string{closedPort: benchkit.ProbeRefused})
 		if err != nil {
 			return PathSample{}, fmt.Errorf("no-policy check: %w", err)
 		}
@@ -72,7 +74,7 @@ func (r *runner) policies(ctx context.Context, res *PoliciesResult) (err error) 
 		}
 		s.EnforcedSeconds = time.Since(t0).Seconds()
 		// The last policy admits the request/response port; the closed port is dropped.
-		p, err := r.expectProbes(ctx, client, server, map[int]string{rrPort: "connected", closedPort: "timeout"})
+		p, err := r.expectProbes(ctx, client, server, map[int]string{rrPort: benchkit.ProbeConnected, closedPort: benchkit.ProbeTimeout})
 		if err != nil {
 			return s, fmt.Errorf("enforcement check: %w", err)
 		}
