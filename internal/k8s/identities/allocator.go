@@ -7,6 +7,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,6 +61,10 @@ type Allocator struct {
 	claims map[identity.Identity]*claimObj
 	freed  map[identity.Identity]time.Time // numbers whose claim was deleted, and when
 	cursor identity.Identity               // where the search for a free number starts
+
+	// taken counts the numbers this allocator tried that another set's claim held (its
+	// cache did not know yet): how often the API server's guard was needed.
+	taken atomic.Int64
 }
 
 // NewAllocator returns an allocator using cfg. It makes no request before Start.
@@ -202,23 +207,19 @@ func (a *Allocator) stateLocked(id identity.Identity) string {
 	return ""
 }
 
-// change runs f under the lock and calls OnChange if the meaning of any number f touches
-// (as returned by f, before and after) changed.
+// change runs f under the lock and calls OnChange if the meaning of any number that f may
+// touch (ids, computed under the lock before f) changed.
 func (a *Allocator) change(ids func() []identity.Identity, f func()) {
 	a.mu.Lock()
-	before := map[identity.Identity]string{}
-	for _, id := range ids() {
-		before[id] = a.stateLocked(id)
+	touched := ids()
+	before := make([]string, len(touched))
+	for i, id := range touched {
+		before[i] = a.stateLocked(id)
 	}
 	f()
 	changed := false
-	for _, id := range ids() {
-		if b, ok := before[id]; !ok || b != a.stateLocked(id) {
-			changed = true
-		}
-	}
-	for id, b := range before {
-		if b != a.stateLocked(id) {
+	for i, id := range touched {
+		if before[i] != a.stateLocked(id) {
 			changed = true
 		}
 	}
@@ -229,7 +230,7 @@ func (a *Allocator) change(ids func() []identity.Identity, f func()) {
 }
 
 func (a *Allocator) upsertSet(s *setObj) {
-	a.change(func() []identity.Identity { return a.setIDsLocked(s.name) }, func() { a.sets[s.name] = s })
+	a.change(func() []identity.Identity { return append(a.setIDsLocked(s.name), s.id) }, func() { a.sets[s.name] = s })
 }
 
 func (a *Allocator) setIDsLocked(name string) []identity.Identity {
@@ -401,6 +402,7 @@ func (a *Allocator) Allocate(ctx context.Context, l labels.Labels) (identity.Ide
 			return 0, fmt.Errorf("allocating an identity for %s: %w", l, err)
 		}
 		if !ours {
+			a.taken.Add(1)
 			// Another set holds the number: move to another, if nobody changed the
 			// object meanwhile (then read it again).
 			next, err := a.renumber(ctx, cur)

@@ -78,18 +78,18 @@ func dyn(t testing.TB, c *k8stest.Cluster) dynamic.Interface {
 	return d
 }
 
-// claimsOf returns the numbers of the claims that name the SecurityIdentity name.
-func claimsOf(t testing.TB, d dynamic.Interface, name string) []identity.Identity {
+// claimsBySet returns the numbers of the claims in the API, by the SecurityIdentity they
+// name.
+func claimsBySet(t testing.TB, d dynamic.Interface) map[string][]identity.Identity {
 	t.Helper()
 	list, err := d.Resource(ClaimResource).List(ctxT(t, 10*time.Second), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []identity.Identity
+	out := map[string][]identity.Identity{}
 	for i := range list.Items {
-		c, err := parseClaim(&list.Items[i])
-		if err == nil && c.setName == name {
-			out = append(out, c.id)
+		if c, err := parseClaim(&list.Items[i]); err == nil {
+			out[c.setName] = append(out[c.setName], c.id)
 		}
 	}
 	return out
@@ -147,7 +147,7 @@ func TestAllocator(t *testing.T) {
 		if err != nil || s.id != ids[0] || !s.labels.Equal(l) {
 			t.Errorf("SecurityIdentity %s: %+v, %v; want number %d, labels %s", name, s, err, ids[0], l)
 		}
-		if got := claimsOf(t, d, name); len(got) != 1 || got[0] != ids[0] {
+		if got := claimsBySet(t, d)[name]; len(got) != 1 || got[0] != ids[0] {
 			t.Errorf("claims naming %s: %v, want just %d", name, got, ids[0])
 		}
 		// Every agent's cache agrees, and allocating again asks nothing new.
@@ -184,8 +184,16 @@ func TestAllocator(t *testing.T) {
 		began := time.Now()
 		close(start)
 		wg.Wait()
-		t.Logf("%d sets from %d agents racing for numbers: %v", n, len(allocs), time.Since(began).Round(time.Millisecond))
+		var taken int64
+		for _, a := range allocs {
+			taken += a.taken.Load()
+		}
+		t.Logf("%d sets from %d agents racing for numbers: %v, %d numbers found taken", n, len(allocs), time.Since(began).Round(time.Millisecond), taken)
+		if taken == 0 {
+			t.Error("no agent ever found its number taken: the test did not make them race")
+		}
 		seen := map[identity.Identity]int{}
+		claims := claimsBySet(t, d)
 		for i := range n {
 			if errs[i] != nil {
 				t.Fatalf("set %d: %v", i, errs[i])
@@ -195,7 +203,7 @@ func TestAllocator(t *testing.T) {
 			}
 			seen[ids[i]] = i
 			name := SetName(identity.LabelsKey(podLabels(ns, fmt.Sprint("app-", i))))
-			if got := claimsOf(t, d, name); len(got) != 1 || got[0] != ids[i] {
+			if got := claims[name]; len(got) != 1 || got[0] != ids[i] {
 				t.Errorf("set %d: claims %v, want just %d", i, got, ids[i])
 			}
 		}
