@@ -447,42 +447,48 @@ func (a *Allocator) Allocate(ctx context.Context, l labels.Labels) (identity.Ide
 // not exist. It returns nil if the object vanished between a failed create and the read.
 func (a *Allocator) getOrCreate(ctx context.Context, l labels.Labels, name, key string) (*setObj, error) {
 	sets := a.client.Resource(IdentityResource)
-	if _, _, known := a.cachedUsable(name, key); !known {
-		id, err := a.candidate()
-		if err != nil {
-			return nil, err
-		}
-		u, err := sets.Create(ctx, newSet(l, id), metav1.CreateOptions{})
-		if err == nil {
-			s, err := parseSet(u)
+	// Known in memory: read first. Memory may be behind a deletion, so a read that finds
+	// nothing leads to a create.
+	_, _, known := a.cachedUsable(name, key)
+	for try := 0; try < 2; try++ {
+		if !known || try > 0 {
+			id, err := a.candidate()
 			if err != nil {
 				return nil, err
 			}
-			a.upsertSet(s)
-			return s, nil
+			u, err := sets.Create(ctx, newSet(l, id), metav1.CreateOptions{})
+			if err == nil {
+				s, err := parseSet(u)
+				if err != nil {
+					return nil, err
+				}
+				a.upsertSet(s)
+				return s, nil
+			}
+			if !apierrors.IsAlreadyExists(err) {
+				return nil, fmt.Errorf("creating SecurityIdentity %s: %w", name, err)
+			}
 		}
-		if !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating SecurityIdentity %s: %w", name, err)
+		u, err := sets.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
 		}
+		if err != nil {
+			return nil, fmt.Errorf("reading SecurityIdentity %s: %w", name, err)
+		}
+		s, err := parseSet(u)
+		if err != nil {
+			// Fail closed: a malformed object in the place of this set's identity is
+			// not overwritten or guessed around; the error names it.
+			return nil, err
+		}
+		if s.key != key {
+			return nil, fmt.Errorf("SecurityIdentity %s holds labels %s (a name collision)", name, s.labels)
+		}
+		a.upsertSet(s)
+		return s, nil
 	}
-	u, err := sets.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading SecurityIdentity %s: %w", name, err)
-	}
-	s, err := parseSet(u)
-	if err != nil {
-		// Fail closed: a malformed object in the place of this set's identity is not
-		// overwritten or guessed around; the error names it.
-		return nil, err
-	}
-	if s.key != key {
-		return nil, fmt.Errorf("SecurityIdentity %s holds labels %s (a name collision)", name, s.labels)
-	}
-	a.upsertSet(s)
-	return s, nil
+	return nil, nil
 }
 
 // unmark removes the unused mark from s, conditional on its resourceVersion. It returns the

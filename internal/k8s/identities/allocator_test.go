@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/rampartnet/rampart/internal/identity"
@@ -301,6 +302,48 @@ func TestAllocator(t *testing.T) {
 	})
 
 	t.Run("CollectionLosesToAllocate", func(t *testing.T) { testCollectorLosesToAllocate(t, c, d) })
+
+	// The collector deleted an identity (marked, as it always is first) and this agent's
+	// informer has not told it yet: Allocate finds it gone and creates it anew.
+	t.Run("DeletedBehindMemory", func(t *testing.T) {
+		a := startAllocator(t, c, Options{})
+		ctx := ctxT(t, 30*time.Second)
+		l := podLabels("behind-"+testenv.Suffix(6), "x")
+		id, err := a.Allocate(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := SetName(identity.LabelsKey(l))
+		a.mu.Lock()
+		stale := *a.sets[name]
+		a.mu.Unlock()
+		stale.marked, stale.unusedSince = true, time.Now().Add(-time.Hour)
+		for _, del := range []struct {
+			res  schema.GroupVersionResource
+			name string
+		}{{IdentityResource, name}, {ClaimResource, ClaimName(id)}} {
+			if err := d.Resource(del.res).Delete(ctx, del.name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !testenv.Eventually(10*time.Second, func() bool { _, ok := a.Lookup(l); return !ok }) {
+			t.Fatal("the informer never reports the deletion")
+		}
+		// Memory behind: the marked object as it was before the deletion.
+		a.mu.Lock()
+		a.sets[name] = &stale
+		a.mu.Unlock()
+		got, err := a.Allocate(ctx, l)
+		if err != nil {
+			t.Fatalf("Allocate after the deletion: %v", err)
+		}
+		if got == id {
+			t.Errorf("the deleted number %d handed out again at once", id)
+		}
+		if lg, ok := a.LabelsOf(got); !ok || !lg.Equal(l) {
+			t.Errorf("LabelsOf(%d) = %s %v, want %s", got, lg, ok, l)
+		}
+	})
 
 	// Objects that the protocol would never write (made by hand) are logged, ignored, and
 	// never used; the API server's schema refuses what it can.
