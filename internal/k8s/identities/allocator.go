@@ -65,6 +65,9 @@ type Allocator struct {
 	// taken counts the numbers this allocator tried that another set's claim held (its
 	// cache did not know yet): how often the API server's guard was needed.
 	taken atomic.Int64
+	// beforeClaim, if set (by tests), runs before each claim is created: the window in
+	// which another agent may move the SecurityIdentity.
+	beforeClaim func(s *setObj)
 }
 
 // NewAllocator returns an allocator using cfg. It makes no request before Start.
@@ -396,6 +399,9 @@ func (a *Allocator) Allocate(ctx context.Context, l labels.Labels) (identity.Ide
 			}
 			cur = next
 			continue
+		}
+		if a.beforeClaim != nil {
+			a.beforeClaim(cur)
 		}
 		ours, created, err := a.claim(ctx, cur)
 		if err != nil {

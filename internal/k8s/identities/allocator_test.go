@@ -303,6 +303,53 @@ func TestAllocator(t *testing.T) {
 
 	t.Run("CollectionLosesToAllocate", func(t *testing.T) { testCollectorLosesToAllocate(t, c, d) })
 
+	// Another agent moves the SecurityIdentity to another number (and claims it) between
+	// this agent's read and its claim, and the old number happens to be free: the claim
+	// succeeds, the read that follows sees the move, the stale claim is taken back, and
+	// Allocate returns the number the object holds.
+	t.Run("MovedBeforeClaim", func(t *testing.T) {
+		a, err := NewAllocator(c.Config, Options{Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxT(t, 30*time.Second)
+		const stale, moved = 11000, 11500
+		a.cursor = stale
+		l := podLabels("moved-"+testenv.Suffix(6), "m")
+		name := SetName(identity.LabelsKey(l))
+		a.beforeClaim = func(s *setObj) {
+			if s.id != stale {
+				return
+			}
+			u, err := d.Resource(IdentityResource).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := unstructured.SetNestedField(u.Object, int64(moved), "spec", "identity"); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := d.Resource(IdentityResource).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := d.Resource(ClaimResource).Create(ctx, newClaim(moved, name, u.GetUID()), metav1.CreateOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+		id, err := a.Allocate(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id != moved {
+			t.Errorf("Allocate returned %d, want %d, the number the SecurityIdentity holds", id, moved)
+		}
+		if got := claimsBySet(t, d)[name]; len(got) != 1 || got[0] != moved {
+			t.Errorf("claims naming the set: %v, want just %d (the stale one taken back)", got, moved)
+		}
+	})
+
 	// The collector deleted an identity (marked, as it always is first) and this agent's
 	// informer has not told it yet: Allocate finds it gone and creates it anew.
 	t.Run("DeletedBehindMemory", func(t *testing.T) {
