@@ -118,19 +118,23 @@ func (a *Allocator) Start(ctx context.Context) error {
 	}
 	setInf := a.factory.ForResource(IdentityResource).Informer()
 	claimInf := a.factory.ForResource(ClaimResource).Informer()
-	setReg, err := setInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { a.setEvent(o, false) },
-		UpdateFunc: func(_, o any) { a.setEvent(o, false) },
-		DeleteFunc: func(o any) { a.setEvent(o, true) },
-	})
+	setReg, err := setInf.AddEventHandler(a.handlers(func(u *unstructured.Unstructured) error {
+		s, err := parseSet(u)
+		if err == nil {
+			a.upsertSet(s)
+		}
+		return err
+	}, a.removeSet))
 	if err != nil {
 		return fmt.Errorf("watching SecurityIdentities: %w", err)
 	}
-	claimReg, err := claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { a.claimEvent(o, false) },
-		UpdateFunc: func(_, o any) { a.claimEvent(o, false) },
-		DeleteFunc: func(o any) { a.claimEvent(o, true) },
-	})
+	claimReg, err := claimInf.AddEventHandler(a.handlers(func(u *unstructured.Unstructured) error {
+		c, err := parseClaim(u)
+		if err == nil {
+			a.upsertClaim(c)
+		}
+		return err
+	}, a.removeClaim))
 	if err != nil {
 		return fmt.Errorf("watching SecurityIdentityClaims: %w", err)
 	}
@@ -151,41 +155,29 @@ func unwrap(o any) (*unstructured.Unstructured, bool) {
 	return u, ok
 }
 
-func (a *Allocator) setEvent(o any, deleted bool) {
-	u, ok := unwrap(o)
-	if !ok {
-		return
+// handlers returns informer handlers that keep one kind in memory: apply parses and stores
+// an object, remove forgets an incarnation (name, UID).
+func (a *Allocator) handlers(apply func(*unstructured.Unstructured) error, remove func(name, uid string)) cache.ResourceEventHandlerFuncs {
+	on := func(o any, deleted bool) {
+		u, ok := unwrap(o)
+		if !ok {
+			return
+		}
+		if !deleted {
+			err := apply(u)
+			if err == nil {
+				return
+			}
+			a.opts.Logf("identities: ignoring %v", err)
+			// What it said before it became malformed no longer holds.
+		}
+		remove(u.GetName(), string(u.GetUID()))
 	}
-	if deleted {
-		a.removeSet(u.GetName(), string(u.GetUID()))
-		return
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { on(o, false) },
+		UpdateFunc: func(_, o any) { on(o, false) },
+		DeleteFunc: func(o any) { on(o, true) },
 	}
-	s, err := parseSet(u)
-	if err != nil {
-		a.opts.Logf("identities: ignoring %v", err)
-		// What it said before it became malformed no longer holds.
-		a.removeSet(u.GetName(), string(u.GetUID()))
-		return
-	}
-	a.upsertSet(s)
-}
-
-func (a *Allocator) claimEvent(o any, deleted bool) {
-	u, ok := unwrap(o)
-	if !ok {
-		return
-	}
-	if deleted {
-		a.removeClaim(u.GetName(), string(u.GetUID()))
-		return
-	}
-	c, err := parseClaim(u)
-	if err != nil {
-		a.opts.Logf("identities: ignoring %v", err)
-		a.removeClaim(u.GetName(), string(u.GetUID()))
-		return
-	}
-	a.upsertClaim(c)
 }
 
 // validLocked returns the SecurityIdentity that validly holds number id: the claim of id
@@ -500,7 +492,7 @@ func (a *Allocator) getOrCreate(ctx context.Context, l labels.Labels, name, key 
 // unmark removes the unused mark from s, conditional on its resourceVersion. It returns the
 // updated object, or nil (read again) if s changed or was deleted meanwhile.
 func (a *Allocator) unmark(ctx context.Context, s *setObj) (*setObj, error) {
-	u, err := a.client.Resource(IdentityResource).Get(ctx, s.name, metav1.GetOptions{ResourceVersion: ""})
+	u, err := a.client.Resource(IdentityResource).Get(ctx, s.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -513,14 +505,20 @@ func (a *Allocator) unmark(ctx context.Context, s *setObj) (*setObj, error) {
 	ann := u.GetAnnotations()
 	delete(ann, UnusedSinceAnnotation)
 	u.SetAnnotations(ann)
-	u, err = a.client.Resource(IdentityResource).Update(ctx, u, metav1.UpdateOptions{})
+	return a.updateSet(ctx, u, "unmarking")
+}
+
+// updateSet writes u, which carries the resourceVersion it was read at, and returns what
+// the server stored, or nil (read again) if the object changed or was deleted meanwhile.
+func (a *Allocator) updateSet(ctx context.Context, u *unstructured.Unstructured, doing string) (*setObj, error) {
+	stored, err := a.client.Resource(IdentityResource).Update(ctx, u, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("unmarking SecurityIdentity %s: %w", s.name, err)
+		return nil, fmt.Errorf("%s SecurityIdentity %s: %w", doing, u.GetName(), err)
 	}
-	next, err := parseSet(u)
+	next, err := parseSet(stored)
 	if err != nil {
 		return nil, err
 	}
@@ -577,19 +575,7 @@ func (a *Allocator) renumber(ctx context.Context, s *setObj) (*setObj, error) {
 	if s.marked {
 		u.SetAnnotations(map[string]string{UnusedSinceAnnotation: s.unusedSince.UTC().Format(time.RFC3339Nano)})
 	}
-	u, err = a.client.Resource(IdentityResource).Update(ctx, u, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("renumbering SecurityIdentity %s: %w", s.name, err)
-	}
-	next, err := parseSet(u)
-	if err != nil {
-		return nil, err
-	}
-	a.upsertSet(next)
-	return next, nil
+	return a.updateSet(ctx, u, "renumbering")
 }
 
 // deleteClaim deletes claim c if it is still that incarnation. Failing is harmless: a
