@@ -33,7 +33,7 @@ func TestTunnelIdentityAtEndpoint(t *testing.T) {
 	const vxlanIfindex = 42
 	remote := addr("10.2.0.5") // a remote pod: world by address here
 	f.apply(true, false, e(allow(idA, in, udp, 53, 16, 1)))
-	if err := f.d.setTunnel(vxlanIfindex); err != nil {
+	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
 		t.Fatal(err)
 	}
 	udpIn := func() packet {
