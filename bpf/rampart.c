@@ -100,8 +100,11 @@ static __noinline int handle_later_fragment(struct __sk_buff *skb, struct pkt *p
 	if (v && v->allowed)
 		return pass(); /* allowed datagram: no new evaluation, no event */
 
-	/* Dropped below: resolve the peer only now, for the event. */
+	/* Dropped below: resolve the peer only now, for the event (arrived through the
+	 * VXLAN overlay: the identity its VNI carried, as for its first fragment). */
 	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
+	if (d->dir == DIR_INGRESS)
+		tunnel_source(skb, &peer, d);
 	set_identities(d, ep, peer.identity);
 	if (!v)
 		/* Drop: first fragment never seen here (lost, reordered past it, or a crafted
