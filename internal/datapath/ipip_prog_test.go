@@ -80,7 +80,7 @@ func TestIPIPPrograms(t *testing.T) {
 		ret, out := runOut(t, f.d.objs.RampartToIpip, tc.p.bytes())
 		want := ipipFrame(tc.p.bytes(), local, nodeB)
 		binary.BigEndian.PutUint16(want[14+4:], tc.p.ipID) // the outer id is the inner one
-		binary.BigEndian.PutUint16(want[14+10:], ipChecksum(want[14:34]))
+		binary.BigEndian.PutUint16(want[14+10:], checksum(0, want[14:34]))
 		if ret != actOK || !bytes.Equal(out, want) {
 			t.Errorf("%s: verdict %d, packet\n% x\nwant\n% x", tc.name, ret, out, want)
 		}
@@ -139,15 +139,4 @@ func TestIPIPPrograms(t *testing.T) {
 	if ret, out := runOut(t, f.d.objs.RampartFromIpip, in); ret != actOK || !bytes.Equal(out, in) {
 		t.Errorf("IP-in-IP packet with the overlay off: verdict %d, changed %v", ret, !bytes.Equal(out, in))
 	}
-}
-
-func ipChecksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
 }
