@@ -94,7 +94,7 @@ type overlayKernel struct{ dp *datapath.Datapath }
 func (k overlayKernel) SetupOverlay(netnsPath string, mode overlay.Mode) error {
 	if mode != overlay.IPIP {
 		// Programs left on the fabric by an IP-in-IP run of this node.
-		if _, err := datapath.DetachIPIP(netnsPath); err != nil {
+		if err := k.dp.StopIPIP(netnsPath); err != nil {
 			return err
 		}
 	}
@@ -104,7 +104,7 @@ func (k overlayKernel) SetupOverlay(netnsPath string, mode overlay.Mode) error {
 		// does not drop the remote pods' packets meanwhile.
 		if idx, err := k.dp.TunnelIfindex(); err != nil {
 			return err
-		} else if idx != 0 || mode != overlay.IPIP {
+		} else if idx != 0 {
 			if err := k.dp.ClearTunnel(); err != nil {
 				return err
 			}
@@ -133,14 +133,7 @@ func (k overlayKernel) SyncNodeRoutes(netnsPath string, mode overlay.Mode, src n
 		return fmt.Errorf("the IP-in-IP overlay's interfaces: %w", err)
 	}
 	if len(fabric) == 0 {
-		if _, err := datapath.DetachIPIP(netnsPath); err != nil {
-			return err
-		}
-		return k.dp.ClearTunnel()
+		return k.dp.StopIPIP(netnsPath)
 	}
-	if err := k.dp.AttachIPIP(netnsPath, local, fabric); err != nil {
-		return err
-	}
-	_, err = datapath.DetachIPIP(netnsPath, fabric...)
-	return err
+	return k.dp.AttachIPIP(netnsPath, local, fabric)
 }

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // runOut runs a tc program on data (received on loopback) and returns its verdict and the
@@ -65,7 +68,8 @@ func TestIPIPPrograms(t *testing.T) {
 	ret, _ := runOut(t, f.d.objs.RampartToIpip, toRemote.bytes())
 	f.expectDrop("to a remote pod without the node's address", ret, flow.ReasonTunnelNoEndpoint)
 
-	if err := f.d.AttachIPIP("", local, nil); err != nil {
+	l4 := local.As4()
+	if err := f.d.setTunnel(rampartTunnelConfig{IpipLocal: binary.NativeEndian.Uint32(l4[:])}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -138,5 +142,76 @@ func TestIPIPPrograms(t *testing.T) {
 	in := ipipFrame(fromRemote.bytes(), nodeB, local)
 	if ret, out := runOut(t, f.d.objs.RampartFromIpip, in); ret != actOK || !bytes.Equal(out, in) {
 		t.Errorf("IP-in-IP packet with the overlay off: verdict %d, changed %v", ret, !bytes.Equal(out, in))
+	}
+}
+
+// AttachIPIP puts the programs on the fabric interfaces it is given and takes them off
+// those it no longer is; StopIPIP takes them off everywhere and forgets the node address.
+// Someone else's filter on a fabric interface stays.
+func TestIPIPAttach(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := openTest(t, Config{})
+	ns := testenv.NewNetns(t, "rpip-"+testenv.Suffix(6))
+	h := testenv.NetlinkHandle(t, ns)
+	for _, pair := range [][2]string{{"fab0", "peer0"}, {"fab1", "peer1"}} {
+		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: pair[0]}, PeerName: pair[1]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	filters := func(name string) []string {
+		t.Helper()
+		l, err := h.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+			fs, _ := h.FilterList(l, parent)
+			for _, f := range fs {
+				if bf, ok := f.(*netlink.BpfFilter); ok {
+					out = append(out, bf.Name)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	// Someone else's program on fab1's ingress, at the endpoints' priority.
+	fab1, _ := h.LinkByName("fab1")
+	if err := h.QdiscAdd(clsact(fab1.Attrs().Index)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.FilterAdd(bpfFilter(fab1.Attrs().Index, netlink.HANDLE_MIN_INGRESS, "theirs", d.objs.RampartToEp)); err != nil {
+		t.Fatal(err)
+	}
+	ours := []string{filterFromIPIP, filterToIPIP}
+	local := addr("198.19.0.1")
+	if err := d.AttachIPIP(ns, local, []string{"fab0", "fab1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := filters("fab0"); !slices.Equal(got, ours) {
+		t.Errorf("fab0: filters %v, want %v", got, ours)
+	}
+	if got, want := filters("fab1"), []string{filterFromIPIP, filterToIPIP, "theirs"}; !slices.Equal(got, want) {
+		t.Errorf("fab1: filters %v, want %v", got, want)
+	}
+	var cfg rampartTunnelConfig
+	if err := d.objs.Tunnel.Lookup(uint32(0), &cfg); err != nil || cfg.IpipLocal != binary.NativeEndian.Uint32(local.AsSlice()) || cfg.Ifindex != 0 {
+		t.Errorf("tunnel map %+v (%v), want the node address and no VXLAN device", cfg, err)
+	}
+	if err := d.AttachIPIP(ns, local, []string{"fab1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := filters("fab0"); len(got) != 0 {
+		t.Errorf("fab0 after it left the fabric: filters %v", got)
+	}
+	if err := d.StopIPIP(ns); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := filters("fab1"), []string{"theirs"}; !slices.Equal(got, want) {
+		t.Errorf("fab1 after StopIPIP: filters %v, want %v", got, want)
+	}
+	if err := d.objs.Tunnel.Lookup(uint32(0), &cfg); err != nil || cfg != (rampartTunnelConfig{}) {
+		t.Errorf("tunnel map after StopIPIP %+v (%v), want empty", cfg, err)
 	}
 }

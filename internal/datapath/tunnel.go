@@ -102,11 +102,62 @@ func fabricFilter(idx int, parent uint32, name string, prog *ebpf.Program) *netl
 // becomes the outer source of what it encapsulates and the only outer destination it
 // decapsulates, and the programs go on the fabric interfaces ifnames (those the routes to
 // the other nodes leave through) in the network namespace at netnsPath: rampart_to_ipip on
-// egress, rampart_from_ipip on ingress, replaced in place on a restart. The tunnel map's
+// egress, rampart_from_ipip on ingress, replaced in place on a restart. They leave the
+// interfaces they were on before and that are not in ifnames (the first call in a process
+// looks at every interface, later ones at those of the call before). The tunnel map's
 // VXLAN index is 0, so no packet's mark is taken for an identity: the inner source address
 // gives it. The address is written first: programs attached without it would drop the
 // remote pods' packets.
 func (d *Datapath) AttachIPIP(netnsPath string, local netip.Addr, ifnames []string) error {
+	if err := d.attachIPIP(netnsPath, local, ifnames); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	before := d.ipipFabric
+	d.mu.Unlock()
+	var err error
+	if before == nil {
+		_, err = DetachIPIP(netnsPath, ifnames...)
+	} else {
+		for _, name := range before {
+			if !slices.Contains(ifnames, name) {
+				err = errors.Join(err, detachIPIPFrom(netnsPath, name))
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.ipipFabric = append([]string{}, ifnames...)
+	d.mu.Unlock()
+	return nil
+}
+
+// StopIPIP ends the IP-in-IP overlay if this node runs it (the tunnel map holds a node
+// address, which AttachIPIP writes before it attaches anything and which only StopIPIP
+// clears, after the programs are gone): the programs leave every interface and the address
+// is cleared. Otherwise it changes nothing and looks at no interface.
+func (d *Datapath) StopIPIP(netnsPath string) error {
+	var cfg rampartTunnelConfig
+	if err := d.objs.Tunnel.Lookup(uint32(0), &cfg); err != nil {
+		return fmt.Errorf("reading the tunnel map: %w", err)
+	}
+	if cfg.IpipLocal != 0 {
+		if _, err := DetachIPIP(netnsPath); err != nil {
+			return err
+		}
+		if err := d.ClearTunnel(); err != nil {
+			return err
+		}
+	}
+	d.mu.Lock()
+	d.ipipFabric = []string{}
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *Datapath) attachIPIP(netnsPath string, local netip.Addr, ifnames []string) error {
 	if !local.Is4() {
 		return fmt.Errorf("attaching the IP-in-IP overlay: node address %v is not IPv4", local)
 	}
@@ -153,40 +204,66 @@ func DetachIPIP(netnsPath string, keep ...string) ([]string, error) {
 	}
 	var done []string
 	for _, lnk := range links {
-		name, idx := lnk.Attrs().Name, lnk.Attrs().Index
-		if slices.Contains(keep, name) {
+		if slices.Contains(keep, lnk.Attrs().Name) {
 			continue
 		}
-		removed, others := false, false
-		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-			fs, err := h.FilterList(lnk, parent)
-			if err != nil {
-				if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-					continue // no clsact qdisc
-				}
-				return done, fmt.Errorf("detaching the IP-in-IP overlay from %s: listing filters: %w", name, err)
-			}
-			for _, f := range fs {
-				bf, ok := f.(*netlink.BpfFilter)
-				if !ok || bf.Priority != fabricFilterPrio || (bf.Name != filterToIPIP && bf.Name != filterFromIPIP) {
-					others = true
-					continue
-				}
-				if err := h.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
-					return done, fmt.Errorf("detaching the IP-in-IP overlay from %s: %w", name, err)
-				}
-				removed = true
-			}
+		removed, err := detachIPIPLink(h, lnk)
+		if err != nil {
+			return done, err
 		}
-		if !removed {
-			continue
-		}
-		done = append(done, name)
-		if !others {
-			if err := h.QdiscDel(clsact(idx)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
-				return done, fmt.Errorf("detaching the IP-in-IP overlay from %s: removing clsact qdisc: %w", name, err)
-			}
+		if removed {
+			done = append(done, lnk.Attrs().Name)
 		}
 	}
 	return done, nil
+}
+
+// detachIPIPFrom removes the IP-in-IP programs from the interface ifname, if it still exists.
+func detachIPIPFrom(netnsPath, ifname string) error {
+	h, err := netlinkHandle(netnsPath)
+	if err != nil {
+		return fmt.Errorf("detaching the IP-in-IP overlay: %w", err)
+	}
+	defer h.Close()
+	lnk, err := h.LinkByName(ifname)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil // gone, and its filters with it
+		}
+		return fmt.Errorf("detaching the IP-in-IP overlay from %s: %w", ifname, err)
+	}
+	_, err = detachIPIPLink(h, lnk)
+	return err
+}
+
+func detachIPIPLink(h *netlink.Handle, lnk netlink.Link) (bool, error) {
+	name, idx := lnk.Attrs().Name, lnk.Attrs().Index
+	removed, others := false, false
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		fs, err := h.FilterList(lnk, parent)
+		if err != nil {
+			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+				continue // no clsact qdisc
+			}
+			return false, fmt.Errorf("detaching the IP-in-IP overlay from %s: listing filters: %w", name, err)
+		}
+		for _, f := range fs {
+			bf, ok := f.(*netlink.BpfFilter)
+			if !ok || bf.Priority != fabricFilterPrio || (bf.Name != filterToIPIP && bf.Name != filterFromIPIP) {
+				others = true
+				continue
+			}
+			if err := h.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
+				return false, fmt.Errorf("detaching the IP-in-IP overlay from %s: %w", name, err)
+			}
+			removed = true
+		}
+	}
+	if removed && !others {
+		if err := h.QdiscDel(clsact(idx)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+			return removed, fmt.Errorf("detaching the IP-in-IP overlay from %s: removing clsact qdisc: %w", name, err)
+		}
+	}
+	return removed, nil
 }
