@@ -130,7 +130,6 @@ static __always_inline int ipip_ingress(struct __sk_buff *skb)
 	if (outer.ihl != 5 || (outer.frag_off & bpf_htons(IP_MF | IP_OFFMASK)))
 		return drop(skb, &p, &d, REASON_MALFORMED);
 	ret = parse_ipv4_at(skb, &p, ETH_HLEN + IPIP_HLEN);
-	p.len = skb->len;
 	ipcache_resolve(p.t.saddr, &src);
 	d.src_identity = src.identity; /* the identity the inner source would get */
 	ipcache_resolve(outer.saddr, &node);

@@ -153,7 +153,7 @@ func DeleteDevice(netnsPath string) error {
 
 // SyncRoutes makes this package's routes in the namespace at netnsPath equal to one per
 // node with a pod CIDR: through the VXLAN device with source src (VXLAN), or via the
-// node's address (Native, IPIP). Routes it installed before that are no longer wanted are
+// node's address (Native; IPIP with the pod MTU as the route's). Routes it installed before that are no longer wanted are
 // deleted; other routes are not touched.
 func SyncRoutes(netnsPath string, mode Mode, src netip.Addr, nodes []Node) error {
 	h, err := handle(netnsPath)
@@ -175,9 +175,16 @@ func SyncRoutes(netnsPath string, mode Mode, src netip.Addr, nodes []Node) error
 			continue
 		}
 		r := &netlink.Route{Dst: ipNet(n.PodCIDR), Protocol: routeProtocol}
-		if mode == VXLAN {
+		switch mode {
+		case VXLAN:
 			r.LinkIndex, r.Scope, r.Src = devIndex, netlink.SCOPE_LINK, src.AsSlice()
-		} else {
+		case IPIP:
+			// The route's MTU leaves room for the outer header the dataplane adds after
+			// routing: the node's own packets to remote pods are sized for it, and a
+			// forwarded packet too large for it gets "fragmentation needed" (DF) or is
+			// fragmented here, instead of being lost on the fabric once encapsulated.
+			r.Gw, r.MTU = n.Address.AsSlice(), PodMTU(IPIP)
+		default:
 			r.Gw = n.Address.AsSlice()
 		}
 		want[n.PodCIDR.Masked()] = r

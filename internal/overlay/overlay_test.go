@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"net"
 	"net/netip"
 	"slices"
 	"testing"
@@ -70,5 +71,21 @@ func TestFabric(t *testing.T) {
 	}
 	if _, _, err := Fabric(ns, []Node{{Address: netip.MustParseAddr("198.19.99.1")}}); err == nil {
 		t.Error("Fabric with a node it has no route to: no error")
+	}
+
+	// IP-in-IP routes the pod CIDRs via the nodes, with room for the outer header.
+	nodes[1].PodCIDR = netip.MustParsePrefix("198.18.32.0/20")
+	if err := SyncRoutes(ns, IPIP, netip.Addr{}, nodes); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := h.RouteGet(net.ParseIP("198.18.32.9"))
+	if err != nil || len(rs) != 1 || !rs[0].Gw.Equal(net.ParseIP("198.19.250.2")) || rs[0].MTU != FabricMTU-IPIPOverhead {
+		t.Errorf("route to a pod of node 198.19.250.2: %+v (%v), want via it with MTU %d", rs, err, FabricMTU-IPIPOverhead)
+	}
+	if err := RemoveRoutes(ns); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Routes(ns); err != nil || len(got) != 0 {
+		t.Errorf("routes left: %v (%v)", got, err)
 	}
 }
