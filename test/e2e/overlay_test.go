@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/api"
@@ -423,4 +424,69 @@ func ipChecksum(h []byte) uint16 {
 		sum = sum&0xffff + sum>>16
 	}
 	return ^uint16(sum)
+}
+
+// An agent restarted in another mode leaves nothing of the previous one: switching from
+// IP-in-IP to native routing takes the programs off the fabric, to VXLAN makes the device,
+// and back to IP-in-IP removes the device and encapsulates again. Policy holds throughout.
+func TestOverlayModeSwitch(t *testing.T) {
+	n := startTwoNodes(t, overlay.IPIP)
+	_, _, b := n.pods(t)
+	bIP := netip.MustParseAddr(b.IP)
+	type node struct {
+		env  *agenttest.Env
+		peer netip.Addr
+	}
+	nodes := []node{{n.a, n.addrB}, {n.b, n.addrA}}
+	fabricFilters := func(nd node) []string {
+		path := endpoint.NetnsPath(nd.env.Config.NodeNetns)
+		fabric, _, err := overlay.Fabric(path, []overlay.Node{{Address: nd.peer}})
+		if err != nil || len(fabric) != 1 {
+			t.Fatalf("fabric interface: %v %v", fabric, err)
+		}
+		h := testenv.NetlinkHandle(t, path)
+		l, err := h.LinkByName(fabric[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+			fs, _ := h.FilterList(l, parent)
+			for _, f := range fs {
+				if bf, ok := f.(*netlink.BpfFilter); ok {
+					names = append(names, bf.Name)
+				}
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	for _, mode := range []overlay.Mode{overlay.IPIP, overlay.Native, overlay.VXLAN, overlay.IPIP} {
+		if mode != n.a.Config.Tunnel {
+			for _, nd := range nodes {
+				nd.env.Stop()
+				nd.env.Config.Tunnel = mode
+				nd.env.Start()
+			}
+		}
+		for _, nd := range nodes {
+			want := []string(nil)
+			if mode == overlay.IPIP {
+				want = []string{"rampart_from_ipip", "rampart_to_ipip"}
+			}
+			if got := fabricFilters(nd); !slices.Equal(got, want) {
+				t.Errorf("%s: filters on %s's fabric interface %v, want %v", mode, nd.env.Config.Instance, got, want)
+			}
+			h := testenv.NetlinkHandle(t, endpoint.NetnsPath(nd.env.Config.NodeNetns))
+			if _, err := h.LinkByName(overlay.DeviceName); (err == nil) != (mode == overlay.VXLAN) {
+				t.Errorf("%s: %s exists %v on %s", mode, overlay.DeviceName, err == nil, nd.env.Config.Instance)
+			}
+		}
+		if !n.a.Probe("x/a", bIP, 80, "tcp", 3*time.Second) {
+			t.Errorf("%s: x/a -> node B x/b 80/tcp: not connected", mode)
+		}
+		if n.a.Probe("x/c", bIP, 80, "tcp", 700*time.Millisecond) {
+			t.Errorf("%s: x/c -> node B x/b 80/tcp: connected, want denied", mode)
+		}
+	}
 }
