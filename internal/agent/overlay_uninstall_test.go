@@ -72,22 +72,7 @@ func testUninstallRemovesOverlay(t *testing.T, mode overlay.Mode) {
 		a, _ := netlink.ParseAddr("198.19.255.1/24")
 		return h.AddrAdd(f, a)
 	})
-	fabricFilters := func(h *netlink.Handle) []string {
-		l, err := h.LinkByName("fabric0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-			fs, _ := h.FilterList(l, parent)
-			for _, f := range fs {
-				if bf, ok := f.(*netlink.BpfFilter); ok {
-					names = append(names, bf.Name)
-				}
-			}
-		}
-		return names
-	}
+	fabricFilters := func(h *netlink.Handle) []string { return testenv.BPFFilterNames(t, h, "fabric0") }
 	sockDir, err := os.MkdirTemp("", "rp-sock-")
 	if err != nil {
 		t.Fatal(err)

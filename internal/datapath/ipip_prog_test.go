@@ -158,24 +158,7 @@ func TestIPIPAttach(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	filters := func(name string) []string {
-		t.Helper()
-		l, err := h.LinkByName(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-			fs, _ := h.FilterList(l, parent)
-			for _, f := range fs {
-				if bf, ok := f.(*netlink.BpfFilter); ok {
-					out = append(out, bf.Name)
-				}
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
+	filters := func(name string) []string { return testenv.BPFFilterNames(t, h, name) }
 	// Someone else's program on fab1's ingress, at the endpoints' priority.
 	fab1, _ := h.LinkByName("fab1")
 	if err := h.QdiscAdd(clsact(fab1.Attrs().Index)); err != nil {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/api"
@@ -444,22 +443,7 @@ func TestOverlayModeSwitch(t *testing.T) {
 		if err != nil || len(fabric) != 1 {
 			t.Fatalf("fabric interface: %v %v", fabric, err)
 		}
-		h := testenv.NetlinkHandle(t, path)
-		l, err := h.LinkByName(fabric[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-			fs, _ := h.FilterList(l, parent)
-			for _, f := range fs {
-				if bf, ok := f.(*netlink.BpfFilter); ok {
-					names = append(names, bf.Name)
-				}
-			}
-		}
-		slices.Sort(names)
-		return names
+		return testenv.BPFFilterNames(t, testenv.NetlinkHandle(t, path), fabric[0])
 	}
 	for _, mode := range []overlay.Mode{overlay.IPIP, overlay.Native, overlay.VXLAN, overlay.IPIP} {
 		if mode != n.a.Config.Tunnel {
