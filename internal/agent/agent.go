@@ -165,7 +165,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.dp.SetupProxy(a.net.NetnsPath(), cfg.ProxyListen); err != nil {
 		return nil, fmt.Errorf("setting up L7 proxy steering: %w", err)
 	}
-	if a.host && cfg.Tunnel == overlay.VXLAN && !a.own.OverlayDevice {
+	if a.host && cfg.Tunnel != overlay.Native && !a.own.OverlayDevice {
 		a.own.OverlayDevice = true
 		if err := a.own.save(); err != nil {
 			return nil, err

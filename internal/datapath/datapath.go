@@ -65,6 +65,10 @@ type Datapath struct {
 	// (CIDRMaps).
 	cidrInner [2]*ebpf.MapSpec
 
+	// ipipFabric is where AttachIPIP last put the IP-in-IP programs (nil: not known in
+	// this process, so the next AttachIPIP looks at every interface). Guarded by mu.
+	ipipFabric []string
+
 	// stepHook, when set (tests), runs after each ordered step of ApplyEndpoint.
 	stepHook func(step string)
 }
