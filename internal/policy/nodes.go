@@ -61,12 +61,25 @@ func (d *docParser) unsupported(e entry) *ParseError {
 	return d.fail(e.key, e.path, ReasonNotSupported)
 }
 
-var identRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+// isIdent reports whether key matches ^[A-Za-z0-9_-]+$: a path element written plain.
+// (A loop, not a regexp: it runs for every node of a manifest.)
+func isIdent(key string) bool {
+	if key == "" {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // fieldPath appends a mapping key to a path. Keys that are not plain identifiers (label
 // keys such as app.kubernetes.io/name) are written as ["key"] so the path stays readable.
 func fieldPath(parent, key string) string {
-	if !identRE.MatchString(key) {
+	if !isIdent(key) {
 		return parent + "[" + strconv.Quote(key) + "]"
 	}
 	if parent == "" {
@@ -199,11 +212,29 @@ func (d *docParser) integer(n *yaml.Node, path string) (int64, error) {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
 		return 0, d.fail(n, path, "must be an integer, not %s", describe(n))
 	}
-	var v int64
-	if err := n.Decode(&v); err != nil {
+	v, err := decodeInt(n)
+	if err != nil {
 		return 0, d.fail(n, path, "integer %s out of range", n.Value)
 	}
 	return v, nil
+}
+
+// decodeInt is the value of an !!int scalar. A plain decimal (an optional minus, no
+// leading zero) is read directly; anything else (0x1F, 0o17, 017, +5, 1_000) as YAML
+// decodes it, which costs a decoder per node.
+func decodeInt(n *yaml.Node) (int64, error) {
+	s := n.Value
+	digits := strings.TrimPrefix(s, "-")
+	plain := len(digits) > 0 && len(digits) <= 18 && (digits[0] != '0' || digits == "0")
+	for i := 0; plain && i < len(digits); i++ {
+		plain = '0' <= digits[i] && digits[i] <= '9'
+	}
+	if plain {
+		return strconv.ParseInt(s, 10, 64)
+	}
+	var v int64
+	err := n.Decode(&v)
+	return v, err
 }
 
 // boolean returns a boolean scalar.
@@ -496,8 +527,8 @@ func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string) error 
 			}
 			b.WriteString(strconv.FormatBool(v))
 		case "!!int":
-			var v int64
-			if err := n.Decode(&v); err != nil {
+			v, err := decodeInt(n)
+			if err != nil {
 				return d.fail(n, path, "integer %s out of range", n.Value)
 			}
 			b.WriteString(strconv.FormatInt(v, 10))
@@ -520,6 +551,19 @@ func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string) error 
 }
 
 func writeJSONString(b *bytes.Buffer, s string) {
+	// Most strings of a manifest need no escaping: write those as they are, byte for byte
+	// what json.Marshal writes for them (it also escapes <, > and &).
+	plain := true
+	for i := 0; plain && i < len(s); i++ {
+		c := s[i]
+		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	if plain {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
 	enc, _ := json.Marshal(s) // marshalling a string cannot fail
 	b.Write(enc)
 }
