@@ -66,12 +66,14 @@ type PortRecord struct {
 // PolicyRecord is a policy as persisted: the document as read, where it came from, and the
 // rule ids given to its rules (kept so ids stay stable across restarts and updates).
 type PolicyRecord struct {
-	Kind      policy.Kind     `json:"kind"`
-	Namespace string          `json:"namespace,omitempty"`
-	Name      string          `json:"name"`
-	Source    string          `json:"source"`
-	Raw       json.RawMessage `json:"raw"`
-	RuleIDs   []uint32        `json:"ruleIDs"`
+	Kind      policy.Kind `json:"kind"`
+	Namespace string      `json:"namespace,omitempty"`
+	Name      string      `json:"name"`
+	Source    string      `json:"source"`
+	// Raw is compact JSON: the parser writes it so, and restore compacts what an older,
+	// indented state file held; so equal documents have equal bytes.
+	Raw     json.RawMessage `json:"raw"`
+	RuleIDs []uint32        `json:"ruleIDs"`
 }
 
 // Key matches policy.Policy.Key.
@@ -214,7 +216,10 @@ func (s *stateStore) save(st *stateFile, eps map[string]*EndpointRecord) error {
 	st.Version = stateVersion
 	st.Endpoints = nil
 	sort.Slice(st.Policies, func(i, j int) bool { return st.Policies[i].Key() < st.Policies[j].Key() })
-	node, err := json.MarshalIndent(st, "", "  ")
+	// Compact, not indented: indenting re-indents every policy's raw document too, which
+	// for a 10,000-rule policy took longer than the kernel needed to enforce it
+	// (docs/benchmarks.md, "Apply to enforcement").
+	node, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}
