@@ -19,7 +19,7 @@ func Table(rep *Report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "apply to enforcement, %s, kernel %s, %d CPUs, %d rounds, probes every %.1f ms, load average %.2f at start, %.2f at end\n\n",
 		rep.Started.Format("2006-01-02 15:04 MST"), rep.Kernel, rep.CPUs, rep.Rounds, rep.IntervalMs, rep.LoadStart, rep.LoadEnd)
-	b.WriteString("| build | rules | series | map entries | enforced p50 ms | p95 ms | API answer p50 ms | p95 ms | revert p50 ms | invalid |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| build | rules | series | map entries | enforced p50 ms | p95 ms | API answer p50 ms | p95 ms | agent CPU p50 ms | revert p50 ms | invalid |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range rep.Sizes {
 		for _, bd := range rep.Builds {
 			for _, c := range []bool{false, true} {
@@ -31,8 +31,8 @@ func Table(rep *Report) string {
 				if c {
 					name = "A' (control)"
 				}
-				fmt.Fprintf(&b, "| %s | %d | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %d/%d |\n", bd, n, name, s.Entries,
-					s.EnfP50, s.EnfP95, s.APIP50, s.APIP95, s.Revert, s.Invalid, len(s.Samples))
+				fmt.Fprintf(&b, "| %s | %d | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %d/%d |\n", bd, n, name, s.Entries,
+					s.EnfP50, s.EnfP95, s.APIP50, s.APIP95, s.CPUP50, s.Revert, s.Invalid, len(s.Samples))
 			}
 		}
 	}

@@ -54,7 +54,10 @@ type Sample struct {
 	AllowedMs  float64 `json:"allowed_ms"`  // to the first connection admitted by the last rule
 	DeniedMs   float64 `json:"denied_ms"`   // to the first attempt of the old-only flow from which on all are dropped
 	RevertMs   float64 `json:"revert_ms"`   // applying the one-rule policy back (API answer)
-	Attempts   int     `json:"attempts"`    // connection attempts of both probers
+	// AgentCPUMs is the CPU time the agent used from the call to its answer: what the
+	// apply costs whatever else the machine runs.
+	AgentCPUMs float64 `json:"agent_cpu_ms"`
+	Attempts   int     `json:"attempts"` // connection attempts of both probers
 	Valid      bool    `json:"valid"`
 	Note       string  `json:"note,omitempty"` // why a sample is not valid
 }
@@ -65,14 +68,15 @@ type Series struct {
 	Build   string   `json:"build"`
 	Rules   int      `json:"rules"`
 	Control bool     `json:"control"`
-	Entries int      `json:"entries"`         // server's policy map entries with the large policy
+	Entries int      `json:"entries"` // server's policy map entries with the large policy
 	Samples []Sample `json:"samples"`
-	Invalid int      `json:"invalid"`         // samples whose probes did not show a clean change
+	Invalid int      `json:"invalid"` // samples whose probes did not show a clean change
 	APIP50  float64  `json:"api_p50_ms"`
 	APIP95  float64  `json:"api_p95_ms"`
 	EnfP50  float64  `json:"enforced_p50_ms"`
 	EnfP95  float64  `json:"enforced_p95_ms"`
 	Revert  float64  `json:"revert_p50_ms"`
+	CPUP50  float64  `json:"agent_cpu_p50_ms"`
 }
 
 // Check is one target evaluated.
@@ -321,9 +325,11 @@ func (b *bench) measure(ctx context.Context, cfg Config, doc string) (Sample, er
 	}
 	// Lead-in: attempts before the call show the old policy in force.
 	time.Sleep(30 * time.Millisecond)
+	cpu0, cerr := cpuTime(b.agent.Pid())
 	t0 := time.Now()
 	_, err := b.client.Apply(ctx, api.ApplyRequest{Documents: []api.Document{{Source: "applylatency", Data: doc}}})
 	t1 := time.Now()
+	cpu1, cerr1 := cpuTime(b.agent.Pid())
 	// The agent answers only after the dataplane holds the new policy: attempts started
 	// shortly after the answer must all show it.
 	time.Sleep(30 * time.Millisecond)
@@ -340,6 +346,10 @@ func (b *bench) measure(ctx context.Context, cfg Config, doc string) (Sample, er
 		return Sample{}, err
 	}
 	s := analyze(t0, t1, atts[0], atts[1])
+	if cerr != nil || cerr1 != nil {
+		return Sample{}, fmt.Errorf("agent CPU time: %v %v", cerr, cerr1)
+	}
+	s.AgentCPUMs = ms(cpu1 - cpu0)
 	rev, err := b.apply(ctx, OldPolicy())
 	if err != nil {
 		return Sample{}, fmt.Errorf("applying the one-rule policy back: %w", err)
@@ -410,9 +420,10 @@ func analyze(t0, t1 time.Time, newAtt, oldAtt []Attempt) Sample {
 }
 
 func summarize(s *Series) {
-	var api, enf, rev []float64
+	var api, enf, rev, cpu []float64
 	for _, x := range s.Samples {
 		rev = append(rev, x.RevertMs)
+		cpu = append(cpu, x.AgentCPUMs)
 		if !x.Valid {
 			s.Invalid++
 			continue
@@ -423,6 +434,7 @@ func summarize(s *Series) {
 	s.APIP50, s.APIP95 = percentile(api, 50), percentile(api, 95)
 	s.EnfP50, s.EnfP95 = percentile(enf, 50), percentile(enf, 95)
 	s.Revert = percentile(rev, 50)
+	s.CPUP50 = percentile(cpu, 50)
 }
 
 // percentile is the nearest-rank percentile (NaN for no values).
