@@ -287,14 +287,20 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node) er
 	if err := checkSize(source, len(data)); err != nil {
 		return err
 	}
-	if isJSON(source, data) {
+	if isJSON, valid := jsonInput(source, data); isJSON {
 		if len(data) > MaxDocumentBytes {
 			return &LimitError{Source: source, Document: 1, Line: 1, Limit: LimitDocumentSize, Value: int64(len(data)), Max: MaxDocumentBytes}
 		}
 		if err := jsonDepth(source, data); err != nil {
 			return err
 		}
-		n, err := readJSON(data)
+		var n *yaml.Node
+		var err error
+		if valid {
+			n, err = readValidJSON(data)
+		} else {
+			n, err = readJSON(data) // for its errors
+		}
 		if err != nil {
 			return err
 		}
@@ -328,12 +334,17 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node) er
 	}
 }
 
-func isJSON(source string, data []byte) bool {
+// jsonInput reports whether data is to be read as JSON (a .json source, or a text that
+// is valid JSON and starts like an object or array), and whether it is valid JSON.
+func jsonInput(source string, data []byte) (isJSON, valid bool) {
 	if strings.HasSuffix(strings.ToLower(source), ".json") {
-		return true
+		return true, json.Valid(data)
 	}
 	t := bytes.TrimLeft(data, " \t\r\n")
-	return len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(data)
+	if len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(data) {
+		return true, true
+	}
+	return false, false
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
