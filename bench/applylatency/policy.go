@@ -37,8 +37,52 @@ var fillerCIDR = netip.MustParsePrefix("198.19.128.0/17")
 // MaxRules bounds the rule count: filler i uses ports fillerPortBase+4i and +4i+2.
 const MaxRules = (65535 - fillerPortBase) / 4
 
-func header(b *bytes.Buffer) {
-	fmt.Fprintf(b, `apiVersion: networking.k8s.io/v1
+// Format is how the benchmark writes the policy document.
+type Format string
+
+const (
+	// YAML, as a user writes a manifest for rampart apply.
+	YAML Format = "yaml"
+	// JSON, as the Kubernetes watcher hands policy objects to the agent in cluster mode,
+	// and as kubectl sends them.
+	JSON Format = "json"
+)
+
+// ruleSpec is one ingress rule: a peer (an app label, or a /32) and TCP ports.
+type ruleSpec struct {
+	app   string
+	cidr  netip.Prefix
+	ports []int
+}
+
+// document renders rules as one NetworkPolicy named policyName selecting the server.
+func document(rules []ruleSpec, f Format) []byte {
+	var b bytes.Buffer
+	b.Grow(len(rules) * 130)
+	if f == JSON {
+		fmt.Fprintf(&b, `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":%q,"namespace":%q},`+
+			`"spec":{"podSelector":{"matchLabels":{"app":%q}},"policyTypes":["Ingress"],"ingress":[`, policyName, benchNamespace, serverApp)
+		for i, r := range rules {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if r.cidr.IsValid() {
+				fmt.Fprintf(&b, `{"from":[{"ipBlock":{"cidr":%q}}],"ports":[`, r.cidr.String())
+			} else {
+				fmt.Fprintf(&b, `{"from":[{"podSelector":{"matchLabels":{"app":%q}}}],"ports":[`, r.app)
+			}
+			for j, p := range r.ports {
+				if j > 0 {
+					b.WriteByte(',')
+				}
+				fmt.Fprintf(&b, `{"protocol":"TCP","port":%d}`, p)
+			}
+			b.WriteString("]}")
+		}
+		b.WriteString("]}}\n")
+		return b.Bytes()
+	}
+	fmt.Fprintf(&b, `apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
   name: %s
@@ -50,28 +94,25 @@ spec:
   policyTypes: [Ingress]
   ingress:
 `, policyName, benchNamespace, serverApp)
-}
-
-func rule(b *bytes.Buffer, from string, ports ...int) {
-	b.WriteString("  - from:\n")
-	b.WriteString(from)
-	b.WriteString("    ports:\n")
-	for _, p := range ports {
-		fmt.Fprintf(b, "    - protocol: TCP\n      port: %d\n", p)
+	for _, r := range rules {
+		b.WriteString("  - from:\n")
+		if r.cidr.IsValid() {
+			fmt.Fprintf(&b, "    - ipBlock:\n        cidr: %s\n", r.cidr)
+		} else {
+			fmt.Fprintf(&b, "    - podSelector:\n        matchLabels:\n          app: %s\n", r.app)
+		}
+		b.WriteString("    ports:\n")
+		for _, p := range r.ports {
+			fmt.Fprintf(&b, "    - protocol: TCP\n      port: %d\n", p)
+		}
 	}
-}
-
-func podPeer(app string) string {
-	return fmt.Sprintf("    - podSelector:\n        matchLabels:\n          app: %s\n", app)
+	return b.Bytes()
 }
 
 // OldPolicy is the one-rule policy the measured apply replaces: the client may reach the
 // server on OldPort only.
-func OldPolicy() []byte {
-	var b bytes.Buffer
-	header(&b)
-	rule(&b, podPeer(clientApp), OldPort)
-	return b.Bytes()
+func OldPolicy(f Format) []byte {
+	return document([]ruleSpec{{app: clientApp, ports: []int{OldPort}}}, f)
 }
 
 // LargePolicy is one NetworkPolicy (the same name as OldPolicy, so applying it replaces
@@ -85,28 +126,26 @@ func OldPolicy() []byte {
 //	          TCP port +4i
 //
 // Ports of one peer are two or more apart, so they never merge into one port prefix.
-// Each filler yields two policy map entries of the server (a CIDR peer one for the /32
-// and one for the world identity's part of it): 10,000 rules give about 20,000 entries,
-// the issue's "10,000-rule policy, 20,000 map entries" (see the test).
-func LargePolicy(n int) ([]byte, error) {
+// Each filler yields two policy map entries of the server (the CIDR peer's one port also
+// two: the /32's identity has a second one): 10,000 rules give 19,999 entries, the
+// issue's "10,000-rule policy, 20,000 map entries" (checked by the test).
+func LargePolicy(n int, f Format) ([]byte, error) {
 	if n < 1 || n > MaxRules {
 		return nil, fmt.Errorf("rule count %d: want 1..%d", n, MaxRules)
 	}
-	var b bytes.Buffer
-	b.Grow(n * 120)
-	header(&b)
+	rules := make([]ruleSpec, 0, n)
 	base := fillerCIDR.Addr()
 	for i := range n - 1 {
 		port := fillerPortBase + 4*i
 		switch i % 3 {
 		case 0:
-			rule(&b, podPeer(clientApp), port, port+2)
+			rules = append(rules, ruleSpec{app: clientApp, ports: []int{port, port + 2}})
 		case 1:
-			rule(&b, podPeer(bystanderApp), port, port+2)
+			rules = append(rules, ruleSpec{app: bystanderApp, ports: []int{port, port + 2}})
 		case 2:
-			rule(&b, fmt.Sprintf("    - ipBlock:\n        cidr: %s/32\n", benchkit.AddAddr(base, uint32(i))), port)
+			rules = append(rules, ruleSpec{cidr: netip.PrefixFrom(benchkit.AddAddr(base, uint32(i)), 32), ports: []int{port}})
 		}
 	}
-	rule(&b, podPeer(clientApp), NewPort)
-	return b.Bytes(), nil
+	rules = append(rules, ruleSpec{app: clientApp, ports: []int{NewPort}})
+	return document(rules, f), nil
 }

@@ -17,8 +17,8 @@ import (
 // Table renders the report as markdown.
 func Table(rep *Report) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "apply to enforcement, %s, kernel %s, %d CPUs, %d rounds, probes every %.1f ms, load average %.2f at start, %.2f at end\n\n",
-		rep.Started.Format("2006-01-02 15:04 MST"), rep.Kernel, rep.CPUs, rep.Rounds, rep.IntervalMs, rep.LoadStart, rep.LoadEnd)
+	fmt.Fprintf(&b, "apply to enforcement, %s, kernel %s, %d CPUs, %s documents, %d rounds, probes every %.1f ms, load average %.2f at start, %.2f at end\n\n",
+		rep.Started.Format("2006-01-02 15:04 MST"), rep.Kernel, rep.CPUs, rep.Format, rep.Rounds, rep.IntervalMs, rep.LoadStart, rep.LoadEnd)
 	b.WriteString("| build | rules | series | map entries | enforced p50 ms | p95 ms | API answer p50 ms | p95 ms | agent CPU p50 ms | revert p50 ms | invalid |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range rep.Sizes {
 		for _, bd := range rep.Builds {

@@ -34,6 +34,7 @@ type Build struct {
 type Config struct {
 	Builds []Build
 	Sizes  []int // rule counts
+	Format Format
 	Rounds int   // samples per series
 	// Instance prefixes the agents' instance names (one agent per build: Instance + index).
 	Instance string
@@ -97,6 +98,7 @@ type Report struct {
 	LoadEnd    float64   `json:"load_end"`
 	Rounds     int       `json:"rounds"`
 	Sizes      []int     `json:"sizes"`
+	Format     Format    `json:"format"`
 	Builds     []string  `json:"builds"`
 	IntervalMs float64   `json:"probe_interval_ms"`
 	Series     []Series  `json:"series"`
@@ -117,6 +119,7 @@ func (r *Report) Find(build string, rules int, control bool) *Series {
 // bench is one build's agent and endpoints.
 type bench struct {
 	build                     Build
+	format                    Format
 	agent                     *benchkit.Agent
 	client                    *api.Client
 	clientEp, server, bystand *benchkit.Endpoint
@@ -129,6 +132,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.Rounds < 1 || len(cfg.Sizes) == 0 || len(cfg.Builds) == 0 {
 		return nil, errors.New("applylatency: need rounds, sizes and builds")
 	}
+	if cfg.Format == "" {
+		cfg.Format = YAML
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Millisecond
 	}
@@ -140,14 +146,14 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	docs := map[int]string{}
 	for _, n := range cfg.Sizes {
-		b, err := LargePolicy(n)
+		b, err := LargePolicy(n, cfg.Format)
 		if err != nil {
 			return nil, err
 		}
 		docs[n] = string(b)
 	}
 	rep = &Report{Started: time.Now().UTC(), Kernel: benchkit.Kernel(), CPUs: runtime.NumCPU(),
-		LoadStart: benchkit.LoadAverage(), Rounds: cfg.Rounds, Sizes: cfg.Sizes,
+		LoadStart: benchkit.LoadAverage(), Rounds: cfg.Rounds, Sizes: cfg.Sizes, Format: cfg.Format,
 		IntervalMs: float64(cfg.Interval) / float64(time.Millisecond)}
 
 	var daemons benchkit.Daemons
@@ -175,7 +181,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		if err := os.MkdirAll(work, 0o755); err != nil {
 			return nil, err
 		}
-		b := &bench{build: bd, agent: benchkit.NewAgent(bd.Rampartd, bd.Rampart, fmt.Sprintf("%s%d", cfg.Instance, i), work, pods)}
+		b := &bench{build: bd, format: cfg.Format, agent: benchkit.NewAgent(bd.Rampartd, bd.Rampart, fmt.Sprintf("%s%d", cfg.Instance, i), work, pods)}
 		b.agent.Flags = cfg.AgentFlags
 		benches = append(benches, b)
 		if err := b.setUp(ctx, &daemons, pods); err != nil {
@@ -274,7 +280,7 @@ func (b *bench) setUp(ctx context.Context, d *benchkit.Daemons, pods netip.Prefi
 		b.listeners = append(b.listeners, ln)
 	}
 	b.client = api.NewClient(b.agent.Socket)
-	if _, err := b.apply(ctx, OldPolicy()); err != nil {
+	if _, err := b.apply(ctx, OldPolicy(b.format)); err != nil {
 		return fmt.Errorf("applying the one-rule policy: %w", err)
 	}
 	return nil
@@ -298,7 +304,7 @@ func (b *bench) entriesAfter(ctx context.Context, doc string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := b.apply(ctx, OldPolicy()); err != nil {
+	if _, err := b.apply(ctx, OldPolicy(b.format)); err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -350,7 +356,7 @@ func (b *bench) measure(ctx context.Context, cfg Config, doc string) (Sample, er
 		return Sample{}, fmt.Errorf("agent CPU time: %v %v", cerr, cerr1)
 	}
 	s.AgentCPUMs = ms(cpu1 - cpu0)
-	rev, err := b.apply(ctx, OldPolicy())
+	rev, err := b.apply(ctx, OldPolicy(b.format))
 	if err != nil {
 		return Sample{}, fmt.Errorf("applying the one-rule policy back: %w", err)
 	}

@@ -26,6 +26,7 @@ func main() {
 		builds     = flag.String("builds", "", "comma-separated name=DIR, each DIR holding rampartd and rampart; measured in turns, the first is the one the target is checked on")
 		sizes      = flag.String("sizes", "100,1000,10000", "comma-separated rule counts")
 		rounds     = flag.Int("rounds", 10, "samples per series")
+		format     = flag.String("format", "yaml", "the policy document's format: yaml (as rampart apply -f sends a manifest) or json (as the Kubernetes watcher and kubectl hand it over)")
 		instance   = flag.String("instance", "", "agent instance name prefix (default alN with N from the process id)")
 		podCIDR    = flag.String("pod-cidr", "198.19.64.0/20", "endpoint range, one /24 per build")
 		interval   = flag.Duration("interval", time.Millisecond, "time between connection attempts of a prober")
@@ -53,6 +54,12 @@ func main() {
 		Log: func(f string, a ...any) {
 			fmt.Fprintf(os.Stderr, "%s applylatency: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(f, a...))
 		},
+	}
+	switch f := applylatency.Format(*format); f {
+	case applylatency.YAML, applylatency.JSON:
+		cfg.Format = f
+	default:
+		fail(fmt.Errorf("--format: %q is not yaml or json", *format))
 	}
 	if *builds == "" {
 		fail(fmt.Errorf("--builds: needed"))
