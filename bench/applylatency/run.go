@@ -35,7 +35,7 @@ type Config struct {
 	Builds []Build
 	Sizes  []int // rule counts
 	Format Format
-	Rounds int   // samples per series
+	Rounds int // samples per series
 	// Instance prefixes the agents' instance names (one agent per build: Instance + index).
 	Instance string
 	// PodCIDR is split into one /24 per build, for its endpoints.
