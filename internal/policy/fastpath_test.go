@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
@@ -101,5 +102,32 @@ spec:
 				t.Errorf("%s: Raw is not compact:\n%s", src, p.Raw)
 			}
 		}
+	}
+}
+
+// TestDuplicateKeysFound: duplicates are found both by the scan of small mappings and by
+// the set of large ones (JSON reaches the check; YAML's decoder refuses them itself).
+func TestDuplicateKeysFound(t *testing.T) {
+	var labels bytes.Buffer
+	for i := range 20 {
+		fmt.Fprintf(&labels, `"k%d":"v",`, i)
+	}
+	for name, doc := range map[string]string{
+		"small": `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"a","name":"b"},"spec":{"podSelector":{}}}`,
+		"large": `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"a"},"spec":{"podSelector":{"matchLabels":{` +
+			labels.String() + `"k7":"v"}}}}`,
+	} {
+		_, err := ParseDocuments("d.json", []byte(doc))
+		if err == nil || !strings.Contains(err.Error(), "duplicate field") {
+			t.Errorf("%s: %v, want a duplicate field error", name, err)
+		}
+	}
+	var ok bytes.Buffer
+	for i := range 20 {
+		fmt.Fprintf(&ok, `,"k%d":"v"`, i)
+	}
+	doc := `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"a"},"spec":{"podSelector":{"matchLabels":{"x":"y"` + ok.String() + `}}}}`
+	if _, err := ParseDocuments("d.json", []byte(doc)); err != nil {
+		t.Errorf("20 distinct labels: %v", err)
 	}
 }

@@ -150,7 +150,13 @@ func (d *docParser) mapping(n *yaml.Node, path string) ([]entry, error) {
 	if n.Kind != yaml.MappingNode {
 		return nil, d.fail(n, path, "must be a mapping, not %s", describe(n))
 	}
-	seen := make(map[string]bool, len(n.Content)/2)
+	// Duplicates are found by scanning the entries so far while there are few (a
+	// manifest's mappings mostly have one to four keys), with a set beyond that.
+	const scanUpTo = 16
+	var seen map[string]bool
+	if len(n.Content)/2 > scanUpTo {
+		seen = make(map[string]bool, len(n.Content)/2)
+	}
 	out := make([]entry, 0, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
@@ -161,10 +167,17 @@ func (d *docParser) mapping(n *yaml.Node, path string) ([]entry, error) {
 			return nil, d.fail(k, path, "mapping keys must be strings, not %s", describe(k))
 		}
 		p := fieldPath(path, k.Value)
-		if seen[k.Value] {
+		dup := seen[k.Value]
+		if seen == nil {
+			for _, e := range out {
+				dup = dup || e.name == k.Value
+			}
+		} else {
+			seen[k.Value] = true
+		}
+		if dup {
 			return nil, d.fail(k, p, "duplicate field")
 		}
-		seen[k.Value] = true
 		if err := d.noAlias(v, p); err != nil {
 			return nil, err
 		}
@@ -489,13 +502,21 @@ func (r *jsonReader) valueFrom(tok json.Token, line int) (*yaml.Node, error) {
 // toJSON renders a document node as JSON, keeping the order of mapping keys.
 func (d *docParser) toJSON(n *yaml.Node) ([]byte, error) {
 	var b bytes.Buffer
-	if err := d.writeJSON(&b, n, ""); err != nil {
+	// Field paths only name the field of an error: render without them, and only on an
+	// error render again with them (building a path for every node of a large document
+	// cost more than rendering it).
+	if d.writeJSON(&b, n, "", false) == nil {
+		return b.Bytes(), nil
+	}
+	b.Reset()
+	if err := d.writeJSON(&b, n, "", true); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
 }
 
-func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string) error {
+// writeJSON renders n into b; path is n's field path if paths is set.
+func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string, paths bool) error {
 	switch n.Kind {
 	case yaml.AliasNode:
 		return d.noAlias(n, path)
@@ -511,7 +532,11 @@ func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string) error 
 			}
 			writeJSONString(b, k.Value)
 			b.WriteByte(':')
-			if err := d.writeJSON(b, n.Content[i+1], fieldPath(path, k.Value)); err != nil {
+			child := ""
+			if paths {
+				child = fieldPath(path, k.Value)
+			}
+			if err := d.writeJSON(b, n.Content[i+1], child, paths); err != nil {
 				return err
 			}
 		}
@@ -522,7 +547,11 @@ func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string) error 
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			if err := d.writeJSON(b, c, indexPath(path, i)); err != nil {
+			child := ""
+			if paths {
+				child = indexPath(path, i)
+			}
+			if err := d.writeJSON(b, c, child, paths); err != nil {
 				return err
 			}
 		}
