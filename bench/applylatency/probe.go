@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -27,6 +28,10 @@ type prober struct {
 	dst      netip.AddrPort
 	interval time.Duration
 	timeout  time.Duration // an attempt unanswered for this long counts as dropped
+	// last is when the latest attempt started (UnixNano), for the caller to wait until
+	// the prober has tried after some moment: on a loaded machine its thread may not run
+	// for tens of milliseconds.
+	last atomic.Int64
 }
 
 type pending struct {
@@ -99,6 +104,7 @@ func (p *prober) run(stop <-chan struct{}) ([]Attempt, error) {
 				return nil, fmt.Errorf("prober: socket: %w", err)
 			}
 			pd := pending{fd: fd, start: time.Now()}
+			p.last.Store(pd.start.UnixNano())
 			switch err := unix.Connect(fd, sa); {
 			case err == nil:
 				finish(pd, true)

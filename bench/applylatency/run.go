@@ -230,6 +230,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			if err != nil {
 				return nil, fmt.Errorf("build %s, %d rules, round %d: %w", k.b.build.Name, k.rules, round+1, err)
 			}
+			if !s.Valid {
+				cfg.Log("build %s, %d rules: sample not counted: %s", k.b.build.Name, k.rules, s.Note)
+			}
 			se := series[k]
 			se.Samples = append(se.Samples, s)
 		}
@@ -320,10 +323,12 @@ func (b *bench) measure(ctx context.Context, cfg Config, doc string) (Sample, er
 	}
 	stop := make(chan struct{})
 	results := make([]chan result, 2)
+	probers := make([]*prober, 2)
 	for i, port := range []uint16{NewPort, OldPort} {
 		results[i] = make(chan result, 1)
 		p := &prober{nsPath: b.clientEp.API.Netns, dst: netip.AddrPortFrom(b.server.IP, port),
 			interval: cfg.Interval, timeout: cfg.AttemptTimeout}
+		probers[i] = p
 		go func(ch chan result) {
 			att, err := p.run(stop)
 			ch <- result{att, err}
@@ -337,8 +342,15 @@ func (b *bench) measure(ctx context.Context, cfg Config, doc string) (Sample, er
 	t1 := time.Now()
 	cpu1, cerr1 := cpuTime(b.agent.Pid())
 	// The agent answers only after the dataplane holds the new policy: attempts started
-	// shortly after the answer must all show it.
-	time.Sleep(30 * time.Millisecond)
+	// after the answer must all show it. Wait until both probers have tried for a while
+	// past the answer (their threads may not have run meanwhile on a loaded machine).
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		after := t1.Add(20 * time.Millisecond).UnixNano()
+		if probers[0].last.Load() >= after && probers[1].last.Load() >= after {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	close(stop)
 	var atts [2][]Attempt
 	for i, ch := range results {
@@ -387,7 +399,13 @@ func analyze(t0, t1 time.Time, newAtt, oldAtt []Attempt) Sample {
 		}
 	}
 	if allowed.IsZero() {
-		bad("the last rule's flow never connected")
+		after := 0
+		for _, a := range newAtt {
+			if !a.Start.Before(t1) {
+				after++
+			}
+		}
+		bad(fmt.Sprintf("the last rule's flow never connected (%d attempts, %d after the answer)", len(newAtt), after))
 	} else {
 		for _, a := range newAtt {
 			if a.Start.After(allowed) && !a.OK {
@@ -413,7 +431,14 @@ func analyze(t0, t1 time.Time, newAtt, oldAtt []Attempt) Sample {
 	if lastOK+1 < len(oldAtt) {
 		denied = oldAtt[lastOK+1].Start
 	} else {
-		bad("the old flow still connects after the apply")
+		okAfter := 0
+		for _, a := range oldAtt {
+			if a.OK && !a.Start.Before(t1) {
+				okAfter++
+			}
+		}
+		bad(fmt.Sprintf("the old flow still connects after the apply (%d of %d attempts after the answer, the last %.1f ms after it)",
+			okAfter, len(oldAtt), ms(oldAtt[len(oldAtt)-1].Start.Sub(t1))))
 	}
 	if !allowed.IsZero() {
 		s.AllowedMs = ms(allowed.Sub(t0))
