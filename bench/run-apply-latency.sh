@@ -56,7 +56,7 @@ for rev in "${against[@]}"; do
 		tree="$rev"
 	else
 		tree="$bin/tree-$name"
-		git worktree add --detach "$tree" "$rev" >/dev/null
+		git worktree add -q --detach "$tree" "$rev"
 		trees+=("$tree")
 	fi
 	mkdir -p "$bin/$name"

@@ -127,7 +127,8 @@ func OldPolicy(f Format) []byte {
 //
 // Ports of one peer are two or more apart, so they never merge into one port prefix.
 // Each filler yields two policy map entries of the server (the CIDR peer's one port also
-// two: the /32's identity has a second one): 10,000 rules compute to 19,999 entries, and
+// two: its entry is written for two forms of the /32's identity): 10,000 rules compute to
+// 19,999 entries, and
 // with the agent's entry for the host (--host-traffic=allow) the server's map holds
 // 20,000, the "10,000-rule policy, 20,000 map entries" (checked by the tests).
 func LargePolicy(n int, f Format) ([]byte, error) {
