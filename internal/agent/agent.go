@@ -239,7 +239,7 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 		m.ensureNamespace(r.Namespace)
 	}
 	for _, rec := range st.Policies {
-		rec.Raw = compactJSON(rec.Raw) // the state file is indented
+		rec.Raw = compactJSON(rec.Raw) // older agents wrote the state file indented
 		p, err := a.eng.parseRecord(rec)
 		if err != nil {
 			return nil, nil, err

@@ -71,6 +71,9 @@ type Datapath struct {
 
 	// stepHook, when set (tests), runs after each ordered step of ApplyEndpoint.
 	stepHook func(step string)
+	// wrapWriter, when set (tests), wraps the maps ApplyEndpoint and the ipcache write, to
+	// fail a batch part-way.
+	wrapWriter func(m *ebpf.Map) batchWriter
 }
 
 // Open mounts bpffs at /sys/fs/bpf if needed, loads the programs and maps (reusing maps
