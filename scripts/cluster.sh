@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts or stops a simulated Kubernetes cluster on this machine for people: etcd and
-# kube-apiserver on 127.0.0.1 (free ports), Rampart's Cilium CRDs installed, and with
+# kube-apiserver on 127.0.0.1 (free ports), Rampart's CRDs installed, and with
 # --nodes N, N nodes: network namespaces joined by a bridged fabric (198.19.254.0/24), each
 # with its own rampartd in Kubernetes mode and rampart-podrunner, running in the background.
 # State and logs in $RAMPART_CLUSTER_DIR (default /run/rampart-cluster). Builds what it
@@ -8,7 +8,7 @@
 # names a directory holding them, and clusterctl too if it is there). Needs root.
 # docs/cluster.md, "Starting a cluster here".
 #
-#   scripts/cluster.sh start [--nodes N] [--tunnel vxlan|native] [--name NAME]
+#   scripts/cluster.sh start [--nodes N] [--tunnel native|vxlan|ipip] [--name NAME]
 #                                       start; prints the kubeconfig path last
 #   scripts/cluster.sh stop             stop everything and remove the state directory
 #   scripts/cluster.sh kubectl ARGS...  the built kubectl with the cluster's kubeconfig
@@ -87,7 +87,7 @@ rampart)
 	exec "$(bin_dir)/rampart" --socket "$dir/nodes/$node/rampart.sock" "$@"
 	;;
 *)
-	echo "usage: scripts/cluster.sh start [--nodes N] [--tunnel vxlan|native] [--name NAME] | stop | kubectl ARGS... | rampart NODE ARGS..." >&2
+	echo "usage: scripts/cluster.sh start [--nodes N] [--tunnel native|vxlan|ipip] [--name NAME] | stop | kubectl ARGS... | rampart NODE ARGS..." >&2
 	exit 2
 	;;
 esac
