@@ -17,6 +17,7 @@
 #   DEMO_SKIP_SETUP=1   do not run scripts/setup.sh
 #   DEMO_INSTANCE=NAME  the cluster's name: agent instances NAMEn1, NAMEn2 (default mkt<pid>;
 #                       1 to 12 lowercase letters and digits)
+#   DEMO_TUNNEL=MODE    the agents' --tunnel between the nodes (default vxlan; ipip, native)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -37,6 +38,7 @@ fi
 export RAMPART_BIN=$BIN
 
 name="${DEMO_INSTANCE:-mkt$$}"
+tunnel="${DEMO_TUNNEL:-vxlan}"
 work=$(mktemp -d /tmp/rampart-demo-cluster.XXXXXX)
 export RAMPART_CLUSTER_DIR="$work/cluster"
 ex=examples/marketplace
@@ -62,8 +64,8 @@ trap 'echo >&3; echo "demo-cluster: interrupted; cleaning up" >&3; exit 130' INT
 trap 'echo "demo-cluster: terminated; cleaning up" >&3; exit 143' TERM
 
 echo
-echo "== starting a two-node cluster (VXLAN between the nodes; state and logs in $RAMPART_CLUSTER_DIR)"
-bash scripts/cluster.sh start --nodes 2 --tunnel vxlan --name "$name" >/dev/null
+echo "== starting a two-node cluster (--tunnel $tunnel between the nodes; state and logs in $RAMPART_CLUSTER_DIR)"
+bash scripts/cluster.sh start --nodes 2 --tunnel "$tunnel" --name "$name" >/dev/null
 kubectl get nodes -o wide
 
 echo
