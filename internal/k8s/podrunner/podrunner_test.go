@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -472,17 +473,31 @@ func (n *node) startBinary() (stop func()) {
 }
 
 // The runner binary stopped and started again: pods that still exist keep their process
-// (not restarted), network and Ready; a pod deleted by force meanwhile loses its sandbox;
-// a pod created meanwhile starts; an attachment no sandbox names is collected.
+// (not restarted), network and Ready; one whose attachment changed (CHECK fails) is
+// attached again under its running process; a pod deleted by force meanwhile loses its
+// sandbox; a pod created meanwhile starts; an attachment no sandbox names is collected.
 func TestRunnerRestartAdopts(t *testing.T) {
 	n := newNode(t)
 	stop := n.startBinary()
 	keep := n.create(n.serverPod("keep"))
 	gone := n.create(n.serverPod("gone"))
 	keep = n.waitReady("keep")
+	broken := n.create(n.serverPod("broken"))
 	n.waitReady("gone")
-	sbKeep, sbGone := n.sandboxOf(keep.UID), n.sandboxOf(gone.UID)
+	broken = n.waitReady("broken")
+	sbKeep, sbGone, sbBroken := n.sandboxOf(keep.UID), n.sandboxOf(gone.UID), n.sandboxOf(broken.UID)
 	stop()
+
+	// An attachment changed while no runner watched: CNI CHECK fails on adoption, and the
+	// runner attaches the sandbox again (DEL, ADD) under the running process.
+	h := testenv.NetlinkHandle(t, sbBroken.Netns)
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.AddrDel(eth0, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(broken.Status.PodIP), Mask: net.CIDRMask(32, 32)}}); err != nil {
+		t.Fatal(err)
+	}
 
 	if !alive(sbKeep.PID) || !alive(sbGone.PID) {
 		t.Fatal("the runner's stop ended its pods' processes")
@@ -509,6 +524,15 @@ func TestRunnerRestartAdopts(t *testing.T) {
 
 	n.startBinary()
 	n.waitReady("late")
+	if !testenv.Eventually(30*time.Second, func() bool {
+		p, err := n.get("broken")
+		return err == nil && isReady(p) && n.reach(n.nodeNetns(), p)
+	}) {
+		t.Fatal("the pod whose address was taken is not attached again")
+	}
+	if sb := n.sandboxOf(broken.UID); sb.PID != sbBroken.PID || sb.Restarts != 0 {
+		t.Fatalf("re-attached pod's process %d (restarts %d), was %d", sb.PID, sb.Restarts, sbBroken.PID)
+	}
 	if !testenv.Eventually(30*time.Second, func() bool {
 		_, err := os.Stat(sbGone.Netns)
 		return err != nil && !alive(sbGone.PID) && !n.hasEndpoint("gone") && !n.hasEndpoint("stale")
