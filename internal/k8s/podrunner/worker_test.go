@@ -153,3 +153,25 @@ func TestStatusWithoutNetwork(t *testing.T) {
 type errTest string
 
 func (e errTest) Error() string { return string(e) }
+
+// A process that cannot start leaves the pod Pending with the reason; one that ran and
+// waits for its restart leaves it Running.
+func TestStatusOfRestarts(t *testing.T) {
+	w := testWorker(corev1.RestartPolicyAlways)
+	w.netReady = true
+	w.sb.PodIP = "198.18.0.7"
+	w.lastExit = &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError", Message: "starting /bin/server: no such file"}
+	st := w.status()
+	if st.Phase != corev1.PodPending || st.ContainerStatuses[0].State.Waiting == nil || !strings.Contains(st.ContainerStatuses[0].State.Waiting.Message, "no such file") {
+		t.Errorf("never started: phase %s, state %+v", st.Phase, st.ContainerStatuses[0].State)
+	}
+	w.everRan = true
+	w.lastExit = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}
+	st = w.status()
+	if cs := st.ContainerStatuses[0]; st.Phase != corev1.PodRunning || cs.State.Waiting == nil || cs.State.Waiting.Reason != "CrashLoopBackOff" || cs.LastTerminationState.Terminated == nil || cs.Ready {
+		t.Errorf("restarting: phase %s, status %+v", st.Phase, cs)
+	}
+	if st.PodIP != "198.18.0.7" {
+		t.Errorf("podIP %q", st.PodIP)
+	}
+}
