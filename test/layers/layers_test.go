@@ -1,8 +1,9 @@
 // Package layers checks the import rules of docs/architecture.md ("Layers"): the pure core
 // (policy, labels, identity, map state, the L7 plan and tables, the flow vocabulary) is
-// plain Go that can be read, changed and tested without a kernel, Envoy or root. A pure
-// package that reaches the kernel edge, Envoy or gRPC, even through another package, fails
-// the test, which names the chain of imports that leads there.
+// plain Go that can be read, changed and tested without a kernel, Envoy, an API server or
+// root. A pure package that reaches the kernel edge, Envoy, gRPC or the Kubernetes client,
+// even through another package, fails the test, which names the chain of imports that
+// leads there.
 package layers
 
 import (
@@ -31,8 +32,9 @@ var pure = []string{
 }
 
 // forbiddenPrefixes are the import paths a pure package must not depend on: the kernel
-// (BPF, netlink, raw system calls), Envoy and gRPC.
+// (BPF, netlink, raw system calls), Envoy, gRPC and the Kubernetes client.
 var forbiddenPrefixes = []string{
+	"k8s.io/client-go",
 	"github.com/cilium/ebpf",
 	"github.com/vishvananda/netlink",
 	"golang.org/x/sys/unix",
@@ -158,6 +160,7 @@ func TestImpurePackagesAreReported(t *testing.T) {
 	}{
 		{"internal/proxy", "github.com/envoyproxy/go-control-plane"},
 		{"internal/agent", module + "/internal/datapath"},
+		{"internal/k8s/identities", "k8s.io/client-go"},
 	} {
 		root := module + "/" + tc.pkg
 		g := importGraph(t, tc.pkg)
@@ -194,7 +197,7 @@ var layers = []struct {
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
 	{"core: L7 plan", []string{"internal/l7plan"}},
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
-	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/podrunner"}},
+	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities", "internal/k8s/podrunner"}},
 	{"API contract", []string{"internal/api"}},
 	{"agent; CLI input parsers", []string{"internal/agent", "internal/cidrlist"}},
 	{"CLI", []string{"internal/cli"}},

@@ -7,8 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// The embedded definitions are the three Cilium policy kinds, with the scopes, versions and
-// storage version Rampart serves; installing them against a real API server is tested in
+// The embedded definitions are the three Cilium policy kinds and Rampart's two identity
+// kinds, with the scopes, versions and storage version Rampart serves; installing them against a real API server is tested in
 // test/cluster.
 func TestObjects(t *testing.T) {
 	objs, err := Objects()
@@ -22,6 +22,8 @@ func TestObjects(t *testing.T) {
 		"ciliumcidrgroups.cilium.io":                 {"CiliumCIDRGroup", "Cluster", "v2", []string{"v2", "v2alpha1"}},
 		"ciliumclusterwidenetworkpolicies.cilium.io": {"CiliumClusterwideNetworkPolicy", "Cluster", "v2", []string{"v2"}},
 		"ciliumnetworkpolicies.cilium.io":            {"CiliumNetworkPolicy", "Namespaced", "v2", []string{"v2"}},
+		"securityidentities.rampart.io":              {"SecurityIdentity", "Cluster", "v1alpha1", []string{"v1alpha1"}},
+		"securityidentityclaims.rampart.io":          {"SecurityIdentityClaim", "Cluster", "v1alpha1", []string{"v1alpha1"}},
 	}
 	if len(objs) != len(want) {
 		t.Fatalf("%d definitions, want %d", len(objs), len(want))

@@ -113,8 +113,8 @@ func Start(t testing.TB) *Cluster {
 	return c
 }
 
-// InstallCRDs installs Rampart's Cilium CRDs (internal/k8s/crds) and waits until they are
-// Established.
+// InstallCRDs installs Rampart's CRDs (internal/k8s/crds: the Cilium policy kinds and the
+// identity kinds) and waits until they are Established.
 func (c *Cluster) InstallCRDs(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
