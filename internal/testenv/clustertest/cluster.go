@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
@@ -37,6 +38,8 @@ type Options struct {
 	Nodes int
 	// Tunnel is every agent's --tunnel ("": native routing).
 	Tunnel overlay.Mode
+	// AgentFlags are more flags for every rampartd.
+	AgentFlags []string
 }
 
 // Cluster is a control plane and its nodes.
@@ -104,6 +107,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		stateDir := filepath.Join(t.TempDir(), "state")
 		n.flags = []string{"--instance", n.instance, "--state-dir", stateDir, "--socket", filepath.Join(sockDir, "r.sock"),
 			"--bpf-dir", "/sys/fs/bpf/rampart/" + n.instance, "--node-netns", n.Netns, "--tunnel", string(opts.Tunnel)}
+		n.flags = append(n.flags, opts.AgentFlags...)
 		n.socket = filepath.Join(sockDir, "r.sock")
 		n.Client = api.NewClient(n.socket)
 		t.Cleanup(func() {
@@ -399,4 +403,14 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Dynamic is a dynamic client for the cluster (custom resources).
+func (c *Cluster) Dynamic(t testing.TB) dynamic.Interface {
+	t.Helper()
+	d, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -22,6 +22,7 @@ type Pod struct {
 	Node            *Node
 	IP              netip.Addr
 	Netns           string // path
+	attachment      api.CNIAttachment
 	Identity        uint32 // as the CNI ADD answered
 }
 
@@ -75,7 +76,7 @@ func (c *Cluster) AddPod(n *Node, ns, name string, labels map[string]string) *Po
 	if err != nil {
 		t.Fatalf("CNI ADD of pod %s/%s: ip %q: %v", ns, name, res.IP, err)
 	}
-	p.IP, p.Identity = pfx.Addr(), uint32(res.Identity)
+	p.IP, p.Identity, p.attachment = pfx.Addr(), uint32(res.Identity), at
 	obj.Status.Phase = corev1.PodRunning
 	obj.Status.PodIP = p.IP.String()
 	obj.Status.PodIPs = []corev1.PodIP{{IP: p.IP.String()}}
@@ -103,4 +104,19 @@ func (p *Pod) Key() string { return p.Namespace + "/" + p.Name }
 func (c *Cluster) Label(p *Pod, kv ...string) {
 	c.T.Helper()
 	c.MustKubectl(append([]string{"label", "--overwrite", "-n", p.Namespace, "pod", p.Name}, kv...)...)
+}
+
+// Delete deletes the pod as the kubelet would once its containers ended: the CNI DEL,
+// then the Pod object with no grace period (a graceful delete waits for a kubelet).
+func (c *Cluster) Delete(p *Pod) {
+	c.T.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Node.Client.CNIDel(ctx, p.attachment); err != nil {
+		c.T.Fatalf("CNI DEL of pod %s: %v", p.Key(), err)
+	}
+	zero := int64(0)
+	if err := c.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		c.T.Fatalf("deleting pod %s: %v", p.Key(), err)
+	}
 }
