@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 need_pkgs=()
 # iptables: the proxy's own tests steer with TPROXY (internal/testenv.TPROXY).
 # ipset, nftables, iputils-ping: the egress filtering benchmark's peers and its ping latency.
+# iperf3 (Debian 12: 3.12): the policy overhead and cluster benchmarks' throughput, one
+# client and server per pod pair.
 for p in clang llvm libbpf-dev bpftool iperf3 iproute2 util-linux ethtool iptables ipset nftables iputils-ping; do
 	dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done

@@ -13,6 +13,8 @@ bash scripts/setup.sh
 # The cluster tests' etcd, kube-apiserver and kubectl (cached by version; minutes on a fresh
 # machine).
 bash scripts/build-k8s.sh
+# containerd (apt), crictl, the CNI loopback plugin and the sandbox image for test/containerd.
+bash scripts/build-cri.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)

@@ -1,9 +1,7 @@
 package policyoverhead
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,24 +37,8 @@ func TestQuickRun(t *testing.T) {
 	out := filepath.Join(dir, "results")
 	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "policyoverhead"), "--quick", "--bin-dir", dir, "--out", out)
 
-	jsons, _ := filepath.Glob(filepath.Join(out, "policy-overhead-*.json"))
-	pngs, _ := filepath.Glob(filepath.Join(out, "policy-overhead-*.png"))
-	if len(jsons) != 1 || len(pngs) != 1 {
-		t.Fatalf("want one JSON report and one plot, got %v and %v", jsons, pngs)
-	}
-	if png, err := os.ReadFile(pngs[0]); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
-		t.Errorf("plot is not a PNG (err %v)", err)
-	}
-	b, err := os.ReadFile(jsons[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var res Result
-	if err := dec.Decode(&res); err != nil {
-		t.Fatalf("report is not well-formed: %v", err)
-	}
+	benchkit.ReadReportForTest(t, out, "policy-overhead", &res)
 	if res.Schema != Schema || !res.Settings.Quick || res.Incomplete || len(res.Errors) > 0 {
 		t.Errorf("schema %q, quick %v, incomplete %v, errors %v", res.Schema, res.Settings.Quick, res.Incomplete, res.Errors)
 	}

@@ -3,6 +3,7 @@ package benchkit
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,4 +64,28 @@ func FortioForTest(t testing.TB) string {
 	}
 	SkipOrFail(t, "fortio not found (scripts/setup.sh installs it)")
 	return ""
+}
+
+// ReadReportForTest checks that a quick run wrote exactly one <name>-*.json report and one
+// <name>-*.png plot into dir, that the plot is a PNG, and decodes the report into report,
+// refusing fields report does not have (a renamed or misspelt field fails the test).
+func ReadReportForTest(t testing.TB, dir, name string, report any) {
+	t.Helper()
+	jsons, _ := filepath.Glob(filepath.Join(dir, name+"-*.json"))
+	pngs, _ := filepath.Glob(filepath.Join(dir, name+"-*.png"))
+	if len(jsons) != 1 || len(pngs) != 1 {
+		t.Fatalf("want one JSON report and one plot, got %v and %v", jsons, pngs)
+	}
+	if png, err := os.ReadFile(pngs[0]); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Errorf("plot is not a PNG (err %v)", err)
+	}
+	b, err := os.ReadFile(jsons[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(report); err != nil {
+		t.Fatalf("report is not well-formed: %v", err)
+	}
 }

@@ -1,0 +1,239 @@
+// Command clusterbench measures Rampart between two nodes (package cluster): pod
+// scalability over each tunnel mode, the overlay's cost against native routing and the
+// bare fabric, and policy scalability across nodes. It prints a table, and writes a JSON
+// report, a markdown table and a PNG plot. Run it as root from the repository:
+//
+//	bench/run-cluster.sh            # full run, about twenty minutes
+//	bench/run-cluster.sh --quick    # smoke run (CI)
+//
+// See docs/benchmarks.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rampartnet/rampart/bench/cluster"
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
+)
+
+func main() {
+	// Helpers started inside pods: `clusterbench rr-server|rr-client|probe ...`.
+	if len(os.Args) > 1 && slices.Contains(benchkit.Helpers, os.Args[1]) {
+		os.Exit(benchkit.Helper(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
+	}
+	os.Exit(run())
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range benchkit.SplitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+func run() int {
+	var (
+		quick       = flag.Bool("quick", false, "smoke run for CI: 1 and 2 pairs, tcp and udp-8000, 1 s samples, one round, 1 and 1,000 policies")
+		experiments = flag.String("experiments", "", "comma-separated experiments: pods,overlay,policies (default all)")
+		modes       = flag.String("modes", "", "tunnel modes (default native,vxlan,ipip; a mode the agent refuses is reported as not available)")
+		pairs       = flag.String("pairs", "", "pod scalability: pair counts, the smallest is the reference (default 1,2,5,10,20,40)")
+		traffic     = flag.String("traffic", "", "pod scalability: tcp and udp-N, N the datagram payload in bytes (default tcp,udp-1400,udp-8000)")
+		udpMbps     = flag.Float64("udp-mbps", 0, "pod scalability: UDP load all pairs together offer, Mbit/s, shared equally (0: every sender as fast as it can)")
+		noNoPolicy  = flag.Bool("policy-only", false, "pod scalability: measure with the pairs' allow policy only, not also without policy")
+		podRepeats  = flag.Int("pod-repeats", 0, "pod scalability: rounds (default 1)")
+		podDuration = flag.Duration("pod-duration", 0, "pod scalability: iperf3 duration, whole seconds (default 5s, quick 1s)")
+		repeats     = flag.Int("repeats", 0, "overlay and policies: rounds (default 5, quick 1)")
+		duration    = flag.Duration("duration", 0, "overlay and policies: iperf3 duration per sample, whole seconds (default 3s, quick 1s)")
+		rrDuration  = flag.Duration("rr-duration", 0, "overlay and policies: request/response duration per sample (default 1s, quick 200ms)")
+		policies    = flag.String("policies", "", "policies: policy counts (default 1,10,100,1000,10000)")
+		policyMode  = flag.String("policy-tunnel", "", "policies: the cluster's tunnel mode (default vxlan)")
+		cpu         = flag.Int("cpu", -2, "overlay and policies: pin the measured processes to this CPU, -1 for none (default: the last CPU)")
+		binDir      = flag.String("bin-dir", "", "directory with rampartd and rampart (default: build them from this checkout into a temporary directory)")
+		outDir      = flag.String("out", "bench/results", "directory for the JSON report, markdown table and PNG plot")
+		iperf3      = flag.String("iperf3", "iperf3", "iperf3 binary")
+		noPlot      = flag.Bool("no-plot", false, "do not write the PNG plot")
+		replot      = flag.String("replot", "", "only write the PNG plot and markdown table of this JSON report again (next to it)")
+		failOnMiss  = flag.Bool("fail-on-miss", false, "exit 3 if a target is missed")
+	)
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "clusterbench: unexpected arguments %v\n", flag.Args())
+		return 2
+	}
+	if *replot != "" {
+		var rep cluster.Report
+		if err := benchkit.Replot(*replot, &rep, func(path string) error {
+			if err := os.WriteFile(strings.TrimSuffix(path, ".png")+".md", []byte(cluster.Table(&rep)), 0o644); err != nil {
+				return err
+			}
+			return cluster.Plot(&rep, path)
+		}); err != nil {
+			fmt.Fprintf(os.Stderr, "clusterbench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	cfg := cluster.DefaultConfig()
+	if *quick {
+		cfg = cluster.QuickConfig()
+	}
+	if err := apply(&cfg, *experiments, *modes, *pairs, *traffic, *policies, *policyMode); err != nil {
+		fmt.Fprintf(os.Stderr, "clusterbench: %v\n", err)
+		return 2
+	}
+	cfg.NoPolicy = !*noNoPolicy
+	cfg.UDPRate = *udpMbps * 1e6
+	if *podRepeats != 0 {
+		cfg.PodRepeats = *podRepeats
+	}
+	if *repeats != 0 {
+		cfg.Repeats = *repeats
+	}
+	for _, d := range []struct {
+		v   time.Duration
+		dst *int
+	}{{*podDuration, &cfg.PodSeconds}, {*duration, &cfg.Seconds}} {
+		if d.v == 0 {
+			continue
+		}
+		if d.v%time.Second != 0 {
+			fmt.Fprintln(os.Stderr, "clusterbench: iperf3 durations must be whole seconds (iperf3 -t)")
+			return 2
+		}
+		*d.dst = int(d.v / time.Second)
+	}
+	if *rrDuration != 0 {
+		cfg.RRDuration = *rrDuration
+	}
+	if *cpu != -2 {
+		cfg.CPU = *cpu
+	}
+	cfg.OutDir, cfg.Iperf3, cfg.NoPlot, cfg.Log = *outDir, *iperf3, *noPlot, stampWriter{os.Stderr}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "clusterbench: finding own binary: %v\n", err)
+		return 1
+	}
+	cfg.Self = self
+
+	// Interrupts cancel the run, which then removes what it made.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "clusterbench: %v\n", err)
+		return 1
+	}
+	defer cleanup()
+	cfg.Bin = cluster.AgentBinaries{Rampartd: filepath.Join(dir, "rampartd"), Rampart: filepath.Join(dir, "rampart")}
+
+	rep, runErr := cluster.Run(ctx, cfg)
+	if rep == nil {
+		fmt.Fprintf(os.Stderr, "clusterbench: %v\n", runErr)
+		return 1
+	}
+	table := cluster.Table(rep)
+	plot := func(path string) error { return cluster.Plot(rep, path) }
+	if cfg.NoPlot {
+		plot = func(string) error { return nil }
+	}
+	base, err := benchkit.WriteReport(cfg.OutDir, "cluster-"+rep.Started.Format("20060102T150405Z"), rep, table, plot)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "clusterbench: writing the report: %v\n", err)
+		return 1
+	}
+	fmt.Print(table)
+	fmt.Printf("\nresults: %s.{json,md,png}\n", base)
+	if runErr != nil || len(rep.Errors) > 0 {
+		fmt.Fprintf(os.Stderr, "clusterbench: %v\n", errors.Join(runErr, errors.New(strings.Join(rep.Errors, "; "))))
+		return 1
+	}
+	if *failOnMiss && missed(rep) {
+		return 3
+	}
+	return 0
+}
+
+func apply(cfg *cluster.Config, experiments, modes, pairs, traffic, policies, policyMode string) error {
+	if experiments != "" {
+		cfg.Experiments = benchkit.SplitList(experiments)
+	}
+	if modes != "" {
+		cfg.Modes = benchkit.SplitList(modes)
+	}
+	if pairs != "" {
+		p, err := ints(pairs)
+		if err != nil {
+			return fmt.Errorf("--pairs: %w", err)
+		}
+		cfg.Pairs = p
+	}
+	if traffic != "" {
+		cfg.Traffic = nil
+		for _, s := range benchkit.SplitList(traffic) {
+			t, err := cluster.ParseTraffic(s)
+			if err != nil {
+				return fmt.Errorf("--traffic: %w", err)
+			}
+			cfg.Traffic = append(cfg.Traffic, t)
+		}
+	}
+	if policies != "" {
+		p, err := ints(policies)
+		if err != nil {
+			return fmt.Errorf("--policies: %w", err)
+		}
+		cfg.PolicyCounts = p
+	}
+	if policyMode != "" {
+		cfg.PolicyTunnel = policyMode
+	}
+	return nil
+}
+
+// missed says whether any verdict is a MISS or INVALID.
+func missed(rep *cluster.Report) bool {
+	if rep.Pods != nil {
+		for _, s := range rep.Pods.Summary {
+			if s.Verdict == cluster.VerdictMiss {
+				return true
+			}
+		}
+	}
+	if rep.Policies != nil {
+		for _, c := range rep.Policies.Cases {
+			if c.Summary.Verdict == cluster.VerdictMiss || c.Summary.Verdict == cluster.VerdictInvalid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// stampWriter prefixes each progress line with the time of day.
+type stampWriter struct{ w io.Writer }
+
+func (s stampWriter) Write(p []byte) (int, error) {
+	if _, err := fmt.Fprintf(s.w, "%s %s", time.Now().UTC().Format("15:04:05"), p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

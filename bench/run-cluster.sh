@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs the cluster benchmark (see docs/benchmarks.md, "Cluster"): two nodes (agents in node
+# namespaces joined by a fabric veth), pod scalability over each tunnel mode, the overlay's
+# cost against native routing and the bare fabric, and policy scalability across nodes.
+# Builds rampartd, rampart and the benchmark from this checkout and runs it as root:
+#   bench/run-cluster.sh                                  # full run, about twenty minutes
+#   bench/run-cluster.sh --quick                          # smoke run (CI)
+#   bench/run-cluster.sh --experiments pods --modes vxlan --pairs 1,40
+# Results: bench/results/cluster-<timestamp>.{json,md,png}
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+	echo "run-cluster: needs root (network namespaces, BPF)" >&2
+	exit 1
+fi
+for tool in go iperf3 nsenter taskset ip; do
+	if ! command -v "$tool" >/dev/null 2>&1; then
+		echo "run-cluster: $tool not found (scripts/setup.sh installs what is needed)" >&2
+		exit 1
+	fi
+done
+# bpffs is not mounted on a fresh machine; the agents pin their maps there.
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+
+bin=$(mktemp -d /tmp/rp-cluster-bin-XXXXXX)
+trap 'rm -rf "$bin"' EXIT
+go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
+(cd bench && go build -o "$bin/" ./cmd/clusterbench) # the bench module (bench/go.mod)
+"$bin/clusterbench" --bin-dir "$bin" "$@"

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds what the containerd test (test/containerd) needs besides containerd itself: crictl
+# (sigs.k8s.io/cri-tools, tools/cri/crictl), the CNI loopback plugin containerd's CRI plugin
+# runs for every pod's lo (github.com/containernetworking/plugins, tools/cri/plugins), and
+# the sandbox ("pause") image: tools/cri/pause built static and packed here into a Docker
+# image archive that `ctr images import` loads, since no image registry is reachable. Debian
+# has containerd (1.6) but no cri-tools package; containerd is installed from apt when
+# missing.
+#
+# The results go to $RAMPART_CACHE/cri-crictl-$CRICTL_VERSION-plugins-$CNI_PLUGINS_VERSION-
+# pause-$PAUSE_VERSION/ (RAMPART_CACHE defaults to /var/cache/rampart): crictl, loopback,
+# pause and pause.tar, whose image is named in pause.ref. Idempotent: when that directory is
+# complete it does nothing; a build lands in a temporary directory renamed into place at the
+# end, so an interrupted build is never taken for a finished one.
+#
+#   scripts/build-cri.sh          install and build what is missing
+#   scripts/build-cri.sh --dir    print the directory (building nothing)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=../tools/cri/versions.env
+. "$root/tools/cri/versions.env"
+cache="${RAMPART_CACHE:-/var/cache/rampart}"
+dir="$cache/cri-crictl-$CRICTL_VERSION-plugins-$CNI_PLUGINS_VERSION-pause-$PAUSE_VERSION"
+
+if [ "${1:-}" = "--dir" ]; then
+	echo "$dir"
+	exit 0
+fi
+
+# containerd brings runc and the runc shim with it. The package's service is not started
+# here: the test runs a containerd of its own.
+if ! command -v containerd >/dev/null 2>&1 || ! command -v ctr >/dev/null 2>&1; then
+	echo "setup: installing containerd"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends containerd >/dev/null
+fi
+
+files=(crictl loopback pause pause.tar pause.ref)
+complete() {
+	local f
+	for f in "${files[@]}"; do [ -s "$dir/$f" ] || return 1; done
+}
+if complete; then
+	exit 0
+fi
+
+# The go.mod files are what is built; versions.env is what the directory is named after.
+modver() { (cd "$root/tools/cri/$1" && go list -m -f '{{.Version}}' "$2"); }
+[ "$(modver crictl sigs.k8s.io/cri-tools)" = "$CRICTL_VERSION" ] ||
+	{ echo "build-cri: tools/cri/crictl/go.mod does not require sigs.k8s.io/cri-tools $CRICTL_VERSION" >&2; exit 1; }
+[ "$(modver plugins github.com/containernetworking/plugins)" = "$CNI_PLUGINS_VERSION" ] ||
+	{ echo "build-cri: tools/cri/plugins/go.mod does not require github.com/containernetworking/plugins $CNI_PLUGINS_VERSION" >&2; exit 1; }
+
+echo "setup: building crictl $CRICTL_VERSION, loopback $CNI_PLUGINS_VERSION and the pause image into $dir"
+mkdir -p "$cache"
+tmp="$(mktemp -d "$cache/.cri-build.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+
+export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -trimpath"
+(cd "$root/tools/cri/crictl" && go build -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
+	-o "$tmp/crictl" sigs.k8s.io/cri-tools/cmd/crictl)
+(cd "$root/tools/cri/plugins" && go build -ldflags "-s -w" -o "$tmp/loopback" \
+	github.com/containernetworking/plugins/plugins/main/loopback)
+(cd "$root/tools/cri/pause" && go build -ldflags "-s -w" -o "$tmp/pause" .)
+
+# The image: one layer holding /pause, a config whose entrypoint it is, and the archive's
+# manifest naming the image. The .invalid domain says the image comes from no registry.
+ref="rampart.invalid/pause:$PAUSE_VERSION"
+arch="$(go env GOARCH)"
+img="$tmp/image"
+mkdir -p "$img/rootfs"
+cp "$tmp/pause" "$img/rootfs/pause"
+chmod 755 "$img/rootfs/pause"
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$img/rootfs" -cf "$img/layer.tar" pause
+layer="$(sha256sum "$img/layer.tar" | cut -d' ' -f1)"
+mkdir "$img/$layer"
+mv "$img/layer.tar" "$img/$layer/layer.tar"
+printf '{"architecture":"%s","os":"linux","created":"1970-01-01T00:00:00Z","config":{"Entrypoint":["/pause"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+	"$arch" "$layer" >"$img/config.json"
+config="$(sha256sum "$img/config.json" | cut -d' ' -f1)"
+mv "$img/config.json" "$img/$config.json"
+printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]' "$config" "$ref" "$layer" >"$img/manifest.json"
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$img" -cf "$tmp/pause.tar" \
+	manifest.json "$config.json" "$layer"
+rm -rf "$img"
+echo "$ref" >"$tmp/pause.ref"
+
+"$tmp/crictl" --version >/dev/null
+rm -rf "$dir"
+mv "$tmp" "$dir"
+chmod 755 "$dir"
+trap - EXIT
+echo "setup: crictl, loopback and the pause image ($ref) in $dir"
