@@ -1,7 +1,6 @@
 package clustertest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -65,7 +64,7 @@ type Node struct {
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	done     chan struct{}
-	log      *syncBuffer
+	log      *testenv.SyncBuffer
 }
 
 // Start starts a control plane with the CRDs, a fabric, the nodes' Node objects and one
@@ -94,7 +93,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 			Netns:    fabric.nodes[i],
 			instance: "k" + suffix + fmt.Sprint(i+1),
 			c:        c,
-			log:      &syncBuffer{},
+			log:      &testenv.SyncBuffer{},
 		}
 		if i >= 14 {
 			n.PodCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(i), 0}), 24)
@@ -386,23 +385,6 @@ func newNetns(t testing.TB, name string) string {
 func handleAt(t testing.TB, path string) *netlink.Handle {
 	t.Helper()
 	return testenv.NetlinkHandle(t, path)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Dynamic is a dynamic client for the cluster (custom resources).
