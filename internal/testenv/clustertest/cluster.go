@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
@@ -27,9 +28,9 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 )
 
-// Bins builds rampartd (and the rampart CLI) for the clusters; call Bins.Remove from
-// TestMain.
-var Bins = &testenv.Binaries{Packages: []string{"./cmd/rampartd", "./cmd/rampart"}}
+// Bins builds rampartd, the rampart CLI and the CNI plugin for the clusters; call
+// Bins.Remove from TestMain.
+var Bins = &testenv.Binaries{Packages: []string{"./cmd/rampartd", "./cmd/rampart", "./cmd/rampart-cni"}}
 
 // Options configure Start.
 type Options struct {
@@ -58,6 +59,8 @@ type Node struct {
 	Client  *api.Client
 
 	c        *Cluster
+	cni      *libcni.CNIConfig
+	cniList  *libcni.NetworkConfigList
 	flags    []string
 	socket   string
 	instance string
@@ -109,6 +112,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		n.flags = append(n.flags, opts.AgentFlags...)
 		n.socket = filepath.Join(sockDir, "r.sock")
 		n.Client = api.NewClient(n.socket)
+		n.cni, n.cniList = cniRuntime(t, bin, n.socket)
 		t.Cleanup(func() {
 			n.Stop()
 			n.Client.Close()
@@ -395,4 +399,16 @@ func (c *Cluster) Dynamic(t testing.TB) dynamic.Interface {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// cniRuntime is libcni as a container runtime uses it, with a network configuration list
+// that runs rampart-cni against the node's agent.
+func cniRuntime(t testing.TB, binDir, socket string) (*libcni.CNIConfig, *libcni.NetworkConfigList) {
+	t.Helper()
+	list, err := libcni.ConfListFromBytes([]byte(`{"cniVersion": "1.1.0", "name": "rampart",
+  "plugins": [{"type": "rampart-cni", "socket": "` + socket + `"}]}`))
+	if err != nil {
+		t.Fatalf("CNI configuration: %v", err)
+	}
+	return libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil), list
 }
