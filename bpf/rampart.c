@@ -6,6 +6,8 @@
  *
  * and on the node's VXLAN device, the overlay between nodes (tunnel.h):
  *   rampart_to_tunnel / rampart_from_tunnel  tc egress / ingress of the device
+ * or, for the IP-in-IP overlay, on the node's fabric interfaces (ipip.h):
+ *   rampart_to_ipip / rampart_from_ipip      tc egress / ingress
  *
  * Per packet: endpoint -> parse -> source check (leaving the endpoint) -> fragments
  * -> conntrack -> ipcache -> policy -> verdict
@@ -34,6 +36,7 @@
 #include "events.h"
 #include "proxy.h"
 #include "tunnel.h"
+#include "ipip.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -97,8 +100,11 @@ static __noinline int handle_later_fragment(struct __sk_buff *skb, struct pkt *p
 	if (v && v->allowed)
 		return pass(); /* allowed datagram: no new evaluation, no event */
 
-	/* Dropped below: resolve the peer only now, for the event. */
+	/* Dropped below: resolve the peer only now, for the event (arrived through the
+	 * VXLAN overlay: the identity its VNI carried, as for its first fragment). */
 	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
+	if (d->dir == DIR_INGRESS)
+		tunnel_source(skb, &peer, d);
 	set_identities(d, ep, peer.identity);
 	if (!v)
 		/* Drop: first fragment never seen here (lost, reordered past it, or a crafted
@@ -665,4 +671,18 @@ SEC("tc")
 int rampart_from_tunnel(struct __sk_buff *skb)
 {
 	return tunnel_ingress(skb);
+}
+
+/* tc egress on a fabric interface: into the IP-in-IP overlay (ipip.h). */
+SEC("tc")
+int rampart_to_ipip(struct __sk_buff *skb)
+{
+	return ipip_egress(skb);
+}
+
+/* tc ingress on a fabric interface: out of the IP-in-IP overlay (ipip.h). */
+SEC("tc")
+int rampart_from_ipip(struct __sk_buff *skb)
+{
+	return ipip_ingress(skb);
 }

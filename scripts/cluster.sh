@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts or stops a Kubernetes control plane on this machine for people to use: etcd and
-# kube-apiserver on 127.0.0.1 (free ports), Rampart's Cilium CRDs installed, state in
+# kube-apiserver on 127.0.0.1 (free ports), Rampart's CRDs installed, state in
 # $RAMPART_CLUSTER_DIR (default /run/rampart-cluster). Builds the binaries first if needed
 # (scripts/build-k8s.sh). docs/cluster.md.
 #

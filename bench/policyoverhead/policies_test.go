@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
-	"github.com/rampartnet/rampart/internal/identity"
-	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 )
@@ -22,42 +20,10 @@ type world struct {
 
 func computeWorld(t *testing.T, manifest []byte) world {
 	t.Helper()
-	pols, err := policy.ParseDocuments("generated", manifest)
-	if err != nil {
-		t.Fatalf("generated manifest does not parse: %v", err)
-	}
-	var w world
-	for _, p := range pols {
-		for _, r := range p.Rules {
-			r.ID = uint32(len(w.rules) + 1)
-			w.rules = append(w.rules, r)
-		}
-	}
-	alloc := identity.NewAllocator()
-	mk := func(id uint32, name, app string, n uint32) mapstate.Endpoint {
-		l := labels.Labels{
-			"app":               app,
-			labels.KeyNamespace: benchNamespace,
-			labels.KeyNamespaceLabelPrefix + labels.KeyNamespaceName: benchNamespace,
-			labels.KeyCluster: "default",
-		}
-		return mapstate.Endpoint{ID: id, Namespace: benchNamespace, Name: name, Labels: l,
-			Identity: alloc.ForLabels(l), IP: benchkit.HostAddr(netip.MustParsePrefix("198.18.7.0/24"), n)}
-	}
-	w.client = mk(1, "client", clientApp, 10)
-	w.server = mk(2, "server", serverApp, 11)
-	w.bystander = mk(3, "bystander", bystanderApp, 12)
-	in := mapstate.Input{
-		Endpoints:      []mapstate.Endpoint{w.client, w.server, w.bystander},
-		Rules:          w.rules,
-		HostIPs:        []netip.Addr{netip.MustParseAddr("198.18.7.1")},
-		CIDRIdentities: map[netip.Prefix]identity.Identity{},
-	}
-	for _, p := range mapstate.Prefixes(w.rules) {
-		in.CIDRIdentities[p] = alloc.ForCIDR(p)
-	}
-	w.state = mapstate.Compute(in)
-	return w
+	pw := benchkit.ComputePolicyWorld(t, "generated", manifest, benchNamespace,
+		netip.MustParsePrefix("198.18.7.0/24"), clientApp, serverApp, bystanderApp)
+	return world{state: pw.State, rules: pw.Rules, client: pw.Endpoints[clientApp],
+		server: pw.Endpoints[serverApp], bystander: pw.Endpoints[bystanderApp]}
 }
 
 func (w world) ingress(from netip.Addr, port int) mapstate.Decision {

@@ -41,6 +41,7 @@ enum icmp_kind {
 #define ICMP_T_TIME_EXCEEDED 11
 #define ICMP_T_PARAMETERPROB 12
 
+#define IP_DF 0x4000
 #define IP_MF 0x2000
 #define IP_OFFMASK 0x1fff
 
@@ -311,31 +312,16 @@ static __always_inline int parse_l4(struct __sk_buff *skb, __u32 off, __u32 end,
 	}
 }
 
-/* parse_packet classifies the frame and, for IPv4, fills p. */
-static __always_inline int parse_packet(struct __sk_buff *skb, struct pkt *p)
+/* parse_ipv4_at fills p from the IPv4 header at offset l3 (ETH_HLEN, or past an outer
+ * header) and what follows it. l3 is a compile-time constant at every call. */
+static __always_inline int parse_ipv4_at(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
 {
-	struct eth_type eth;
 	struct iphdr ip;
 	__u32 hlen, tot, off, end;
 	__u16 frag_off;
 
-	p->len = skb->len;
-	/* Drop: shorter than an Ethernet header (the type field is its last two bytes). */
-	if (hdr_load(skb, ETH_HLEN - sizeof(eth), &eth) < 0)
-		return PARSE_MALFORMED;
-	switch (eth.proto) {
-	case bpf_htons(ETH_P_IP):
-		break;
-	case bpf_htons(ETH_P_ARP):
-		return parse_arp(skb, p);
-	case bpf_htons(ETH_P_IPV6):
-		return PARSE_IPV6;
-	default:
-		return PARSE_OTHER_L3;
-	}
-
 	/* Drop: IPv4 header truncated. */
-	if (hdr_load(skb, ETH_HLEN, &ip) < 0)
+	if (hdr_load(skb, l3, &ip) < 0)
 		return PARSE_MALFORMED;
 	/* Drop: not version 4, or header length below the 20-byte minimum. */
 	if (ip.version != 4 || ip.ihl < 5)
@@ -345,7 +331,7 @@ static __always_inline int parse_packet(struct __sk_buff *skb, struct pkt *p)
 	/* Drop: total length shorter than the header (options included), or longer than what
 	 * was received (truncated datagram). Trailing bytes after tot_len (Ethernet padding)
 	 * are fine. */
-	if (tot < hlen || (__u64)ETH_HLEN + tot > skb->len)
+	if (tot < hlen || (__u64)l3 + tot > skb->len)
 		return PARSE_MALFORMED;
 
 	p->family = RAMPART_FAMILY_V4;
@@ -363,9 +349,31 @@ static __always_inline int parse_packet(struct __sk_buff *skb, struct pkt *p)
 	if (frag_off & IP_MF)
 		p->frag = FRAG_FIRST;
 
-	off = ETH_HLEN + hlen;
-	end = ETH_HLEN + tot;
+	off = l3 + hlen;
+	end = l3 + tot;
 	return parse_l4(skb, off, end, p);
+}
+
+/* parse_packet classifies the frame and, for IPv4, fills p. */
+static __always_inline int parse_packet(struct __sk_buff *skb, struct pkt *p)
+{
+	struct eth_type eth;
+
+	p->len = skb->len;
+	/* Drop: shorter than an Ethernet header (the type field is its last two bytes). */
+	if (hdr_load(skb, ETH_HLEN - sizeof(eth), &eth) < 0)
+		return PARSE_MALFORMED;
+	switch (eth.proto) {
+	case bpf_htons(ETH_P_IP):
+		break;
+	case bpf_htons(ETH_P_ARP):
+		return parse_arp(skb, p);
+	case bpf_htons(ETH_P_IPV6):
+		return PARSE_IPV6;
+	default:
+		return PARSE_OTHER_L3;
+	}
+	return parse_ipv4_at(skb, p, ETH_HLEN);
 }
 
 #endif /* __RAMPART_PARSE_H */

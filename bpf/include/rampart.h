@@ -335,12 +335,13 @@ struct proxy_config {
 #define PROXY_STEER_MARK 0x1
 #define PROXY_UPSTREAM_MARK 0x2
 
-/* The overlay (tunnel.h): the node's VXLAN device. One entry (index 0) in the map
- * tunnel, written by the agent when it attaches the tunnel programs; ifindex 0: no
- * overlay. */
+/* The overlay (tunnel.h, ipip.h). One entry (index 0) in the map tunnel, written by the
+ * agent when it attaches the overlay's programs; both 0: no overlay. */
 struct tunnel_config {
-	__u32 ifindex; /* the VXLAN device, in the node namespace */
-	__u32 pad;
+	__u32 ifindex;      /* the VXLAN device, in the node namespace (0: not VXLAN) */
+	__be32 ipip_local;  /* IP-in-IP: this node's address on the fabric, the outer source
+	                     * of the packets it encapsulates and the outer destination of
+	                     * those it decapsulates (0: not IP-in-IP) */
 };
 
 /* Flow events, sent through the ring buffer. */

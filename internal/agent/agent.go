@@ -170,7 +170,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.dp.SetupProxy(a.net.NetnsPath(), cfg.ProxyListen); err != nil {
 		return nil, fmt.Errorf("setting up L7 proxy steering: %w", err)
 	}
-	if a.host && cfg.Tunnel == overlay.VXLAN && !a.own.OverlayDevice {
+	if a.host && cfg.Tunnel != overlay.Native && !a.own.OverlayDevice {
 		a.own.OverlayDevice = true
 		if err := a.own.save(); err != nil {
 			return nil, err
@@ -244,7 +244,7 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 		m.ensureNamespace(r.Namespace)
 	}
 	for _, rec := range st.Policies {
-		rec.Raw = compactJSON(rec.Raw) // the state file is indented
+		rec.Raw = compactJSON(rec.Raw) // older agents wrote the state file indented
 		p, err := a.eng.parseRecord(rec)
 		if err != nil {
 			return nil, nil, err

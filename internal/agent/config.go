@@ -73,8 +73,9 @@ type Config struct {
 	// (fromEntities: [host]).
 	HostTraffic HostTraffic
 	// Tunnel is how packets reach pods on other nodes: overlay.Native (default: routes to
-	// the nodes' addresses) or overlay.VXLAN (the VXLAN device, identity in the VNI; pods
-	// created with the overlay's MTU).
+	// the nodes' addresses), overlay.VXLAN (the VXLAN device, identity in the VNI) or
+	// overlay.IPIP (IP-in-IP on the fabric interfaces, identity from the inner source
+	// address); pods are created with the overlay's MTU.
 	Tunnel overlay.Mode
 	// Kubernetes turns Kubernetes mode on (nil: off): nodes, remote pods, namespaces and
 	// policies come from the Kubernetes API through SyncCluster (cluster.go).

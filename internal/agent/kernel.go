@@ -92,10 +92,22 @@ func FindPins(dir string) ([]string, error) {
 type overlayKernel struct{ dp *datapath.Datapath }
 
 func (k overlayKernel) SetupOverlay(netnsPath string, mode overlay.Mode) error {
-	if mode != overlay.VXLAN {
-		// No device: a mark left on a packet means nothing (rampart_to_ep).
-		if err := k.dp.ClearTunnel(); err != nil {
+	if mode != overlay.IPIP {
+		// Programs left on the fabric by an IP-in-IP run of this node.
+		if err := k.dp.StopIPIP(netnsPath); err != nil {
 			return err
+		}
+	}
+	if mode != overlay.VXLAN {
+		// No device: a mark left on a packet means nothing (rampart_to_ep). IP-in-IP
+		// keeps its node address until SyncNodeRoutes writes it again, so that a restart
+		// does not drop the remote pods' packets meanwhile.
+		if idx, err := k.dp.TunnelIfindex(); err != nil {
+			return err
+		} else if idx != 0 {
+			if err := k.dp.ClearTunnel(); err != nil {
+				return err
+			}
 		}
 		return overlay.DeleteDevice(netnsPath)
 	}
@@ -112,5 +124,16 @@ func (k overlayKernel) SyncNodeRoutes(netnsPath string, mode overlay.Mode, src n
 	if err := overlay.SyncRoutes(netnsPath, mode, src, nodes); err != nil {
 		return fmt.Errorf("routes to the other nodes: %w", err)
 	}
-	return nil
+	if mode != overlay.IPIP {
+		return nil
+	}
+	// IP-in-IP: the programs go on the interfaces the routes to the nodes leave through.
+	fabric, local, err := overlay.Fabric(netnsPath, nodes)
+	if err != nil {
+		return fmt.Errorf("the IP-in-IP overlay's interfaces: %w", err)
+	}
+	if len(fabric) == 0 {
+		return k.dp.StopIPIP(netnsPath)
+	}
+	return k.dp.AttachIPIP(netnsPath, local, fabric)
 }

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -278,15 +277,7 @@ func deriveEndpoint(rec *EndpointRecord, nsLabels labels.Labels) derivedEndpoint
 }
 
 func cloneAllocator(a *identity.Allocator) (*identity.Allocator, error) {
-	b, err := json.Marshal(a)
-	if err != nil {
-		return nil, fmt.Errorf("copying identity allocator: %w", err)
-	}
-	c := identity.NewAllocator()
-	if err := json.Unmarshal(b, c); err != nil {
-		return nil, fmt.Errorf("copying identity allocator: %w", err)
-	}
-	return c, nil
+	return a.Clone(), nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -20,10 +20,17 @@ import (
 )
 
 // In a node namespace the instance did not create (the root namespace of a real host),
-// the VXLAN device and the routes to other nodes are the instance's own: uninstall
-// removes them and leaves a route of someone else's to the same kind of prefix.
+// the VXLAN device, the IP-in-IP programs on the fabric interface and the routes to other
+// nodes are the instance's own: uninstall removes them and leaves a route of someone
+// else's to the same kind of prefix, and the fabric interface.
 func TestUninstallRemovesOverlay(t *testing.T) {
 	testenv.RequireRoot(t)
+	for _, mode := range []overlay.Mode{overlay.VXLAN, overlay.IPIP} {
+		t.Run(string(mode), func(t *testing.T) { testUninstallRemovesOverlay(t, mode) })
+	}
+}
+
+func testUninstallRemovesOverlay(t *testing.T, mode overlay.Mode) {
 	inst := "o" + testenv.Suffix(8)
 	nodeNs := "rp-" + inst + "-node"
 	if _, err := endpoint.CreateNetns(nodeNs); err != nil {
@@ -40,8 +47,32 @@ func TestUninstallRemovesOverlay(t *testing.T) {
 		if err := h.LinkSetUp(lo); err != nil {
 			return err
 		}
-		return h.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Dst: &net.IPNet{IP: userRoute.Addr().AsSlice(), Mask: net.CIDRMask(24, 32)}})
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Dst: &net.IPNet{IP: userRoute.Addr().AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
+			return err
+		}
+		// The fabric: an interface with the node's address, through which node B's
+		// address is reached (its peer stays in the namespace, which is all a route
+		// needs).
+		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "fabric0"}, PeerName: "fabric1"}); err != nil {
+			return err
+		}
+		for _, name := range []string{"fabric0", "fabric1"} {
+			l, err := h.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			if err := h.LinkSetUp(l); err != nil {
+				return err
+			}
+		}
+		f, err := h.LinkByName("fabric0")
+		if err != nil {
+			return err
+		}
+		a, _ := netlink.ParseAddr("198.19.255.1/24")
+		return h.AddrAdd(f, a)
 	})
+	fabricFilters := func(h *netlink.Handle) []string { return testenv.BPFFilterNames(t, h, "fabric0") }
 	sockDir, err := os.MkdirTemp("", "rp-sock-")
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +81,7 @@ func TestUninstallRemovesOverlay(t *testing.T) {
 	cfg := agent.Config{
 		Instance: inst, StateDir: filepath.Join(t.TempDir(), "state"), Socket: filepath.Join(sockDir, "r.sock"),
 		BPFDir: filepath.Join("/sys/fs/bpf/rampart", inst), NodeNetns: nodeNs,
-		PodCIDR: netip.MustParsePrefix("198.18.16.0/20"), CIDRHostSlots: 1 << 16, Tunnel: overlay.VXLAN,
+		PodCIDR: netip.MustParsePrefix("198.18.16.0/20"), CIDRHostSlots: 1 << 16, Tunnel: mode,
 		Logger: slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	uninstalled := false
@@ -74,10 +105,20 @@ func TestUninstallRemovesOverlay(t *testing.T) {
 	}
 	inNode(t, nodePath, func(h *netlink.Handle) error {
 		l, err := h.LinkByName(overlay.DeviceName)
-		if err != nil {
+		switch {
+		case mode != overlay.VXLAN:
+			if err == nil {
+				t.Errorf("%s: %s exists", mode, overlay.DeviceName)
+			}
+			if got, want := fabricFilters(h), []string{"rampart_from_ipip", "rampart_to_ipip"}; !slices.Equal(got, want) {
+				t.Errorf("filters on the fabric interface %v, want %v", got, want)
+			}
+		case err != nil:
 			t.Errorf("VXLAN device: %v", err)
-		} else if vx, ok := l.(*netlink.Vxlan); !ok || !vx.FlowBased || vx.Port != overlay.Port {
-			t.Errorf("%s is %+v, want a collect_md VXLAN device on port %d", overlay.DeviceName, l, overlay.Port)
+		default:
+			if vx, ok := l.(*netlink.Vxlan); !ok || !vx.FlowBased || vx.Port != overlay.Port {
+				t.Errorf("%s is %+v, want a collect_md VXLAN device on port %d", overlay.DeviceName, l, overlay.Port)
+			}
 		}
 		return nil
 	})
@@ -94,10 +135,25 @@ func TestUninstallRemovesOverlay(t *testing.T) {
 		if _, err := h.LinkByName(overlay.DeviceName); err == nil {
 			t.Errorf("%s left in the node namespace", overlay.DeviceName)
 		}
+		if got := fabricFilters(h); len(got) != 0 {
+			t.Errorf("filters left on the fabric interface: %v", got)
+		}
+		if qs, err := h.QdiscList(mustLink(t, h, "fabric0")); err != nil || slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" }) {
+			t.Errorf("clsact qdisc left on the fabric interface (%v)", err)
+		}
 		rs, err := h.RouteGet(userRoute.Addr().AsSlice())
 		if err != nil || len(rs) == 0 {
 			t.Errorf("the user's route to %v was removed (%v)", userRoute, err)
 		}
 		return nil
 	})
+}
+
+func mustLink(t *testing.T, h *netlink.Handle, name string) netlink.Link {
+	t.Helper()
+	l, err := h.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -45,7 +45,8 @@ type owned struct {
 	// ProxyRouting: the instance added the proxy's fwmark rule and local route
 	// (datapath.SetupProxyRouting).
 	ProxyRouting bool `json:"proxyRouting,omitempty"`
-	// OverlayDevice and OverlayRoutes: the instance made the VXLAN device, and routes to
+	// OverlayDevice and OverlayRoutes: the instance ran an overlay (made the VXLAN
+	// device, or put the IP-in-IP programs on the fabric interfaces), and routes to
 	// other nodes' pod CIDRs (internal/overlay, recognised by their route protocol).
 	OverlayDevice bool `json:"overlayDevice,omitempty"`
 	OverlayRoutes bool `json:"overlayRoutes,omitempty"`

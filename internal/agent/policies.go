@@ -132,7 +132,9 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 			if prev, ok := m.policies[key]; ok {
 				action = "configured"
 				prevIDs = prev.rec.RuleIDs
-				if bytes.Equal(compactJSON(prev.rec.Raw), compactJSON(p.Raw)) {
+				// Both compact (PolicyRecord.Raw, policy.Policy.Raw): no need to
+				// compact a large document again to compare it.
+				if bytes.Equal(prev.rec.Raw, p.Raw) {
 					action = "unchanged"
 				}
 			}
@@ -143,7 +145,7 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 					Namespace: p.Namespace,
 					Name:      p.Name,
 					Source:    p.Source,
-					Raw:       json.RawMessage(compactJSON(p.Raw)),
+					Raw:       json.RawMessage(p.Raw),
 					RuleIDs:   ids,
 				},
 				pol: p,

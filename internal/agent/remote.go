@@ -21,9 +21,11 @@ import (
 // Overlay is the network between nodes in the node namespace: the VXLAN device and its
 // programs, and the routes to the other nodes' pod CIDRs.
 type Overlay interface {
-	// SetupOverlay prepares mode (VXLAN: the device and its programs; otherwise none).
+	// SetupOverlay prepares mode (VXLAN: the device and its programs; otherwise none, and
+	// the programs of another mode go).
 	SetupOverlay(netnsPath string, mode overlay.Mode) error
-	// SyncNodeRoutes makes the routes to the other nodes' pod CIDRs those of nodes.
+	// SyncNodeRoutes makes the routes to the other nodes' pod CIDRs those of nodes (and
+	// with IP-in-IP puts its programs on the interfaces those routes leave through).
 	SyncNodeRoutes(netnsPath string, mode overlay.Mode, src netip.Addr, nodes []overlay.Node) error
 }
 

@@ -69,6 +69,9 @@ type PortRecord struct {
 
 // PolicyRecord is a policy as persisted: the document as read, where it came from, and the
 // rule ids given to its rules (kept so ids stay stable across restarts and updates).
+//
+// Raw is compact JSON: the parser writes it so, and restore compacts what an older,
+// indented state file held; so equal documents have equal bytes.
 type PolicyRecord struct {
 	Kind      policy.Kind     `json:"kind"`
 	Namespace string          `json:"namespace,omitempty"`
@@ -218,7 +221,10 @@ func (s *stateStore) save(st *stateFile, eps map[string]*EndpointRecord) error {
 	st.Version = stateVersion
 	st.Endpoints = nil
 	sort.Slice(st.Policies, func(i, j int) bool { return st.Policies[i].Key() < st.Policies[j].Key() })
-	node, err := json.MarshalIndent(st, "", "  ")
+	// Compact, not indented: indenting re-indents every policy's raw document too, which
+	// for a 10,000-rule policy cost more CPU than the kernel writes that enforce it
+	// (docs/benchmarks.md, "Apply to enforcement").
+	node, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}

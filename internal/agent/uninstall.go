@@ -208,6 +208,10 @@ func undoNode(cfg Config, o *owned) []error {
 		if err := overlay.DeleteDevice(node.NetnsPath()); err != nil {
 			errs = append(errs, err)
 		}
+		// The IP-in-IP programs on the fabric interfaces, which are not the instance's.
+		if _, err := datapath.DetachIPIP(node.NetnsPath()); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if o.ProxyRouting {
 		if err := datapath.TeardownProxyRouting(node.NetnsPath()); err != nil {

@@ -65,8 +65,15 @@ type Datapath struct {
 	// (CIDRMaps).
 	cidrInner [2]*ebpf.MapSpec
 
+	// ipipFabric is where AttachIPIP last put the IP-in-IP programs (nil: not known in
+	// this process, so the next AttachIPIP looks at every interface). Guarded by mu.
+	ipipFabric []string
+
 	// stepHook, when set (tests), runs after each ordered step of ApplyEndpoint.
 	stepHook func(step string)
+	// wrapWriter, when set (tests), wraps the maps ApplyEndpoint and the ipcache write, to
+	// fail a batch part-way.
+	wrapWriter func(m *ebpf.Map) batchWriter
 }
 
 // Open mounts bpffs at /sys/fs/bpf if needed, loads the programs and maps (reusing maps

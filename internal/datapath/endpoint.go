@@ -151,60 +151,86 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 		d.policies[ep.EpID] = have
 	}
 	// changed also covers a write that failed half-way in an earlier call (have is only
-	// updated on success, so the retry writes the entry again).
+	// updated for what the kernel completed, so the retry writes the rest again).
 	changed := false
-	put := func(kind string, k rampartPolicyKey, v rampartPolicyValue) error {
-		changed = true
-		if err := d.objs.Policy.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("applying endpoint %d: writing %s entry %s: %w", ep.EpID, kind, keyString(k), err)
+	pm := d.writer(d.objs.Policy)
+	// Each step is one batch (batch.go): on failure exactly a prefix of it is done, which
+	// have records before the error is returned.
+	put := func(kind string, kv batch) error {
+		keys, vals := kv.keys, kv.vals
+		if len(keys) == 0 {
+			return nil
 		}
-		have[k] = v
+		changed = true
+		n, err := batchPut(pm, keys, vals)
+		for i := range n {
+			have[keys[i]] = vals[i]
+		}
+		if err != nil {
+			return fmt.Errorf("applying endpoint %d: writing %s entry %s: %w", ep.EpID, kind, keyString(keys[min(n, len(keys)-1)]), err)
+		}
 		return nil
 	}
-	del := func(kind string, k rampartPolicyKey) error {
-		changed = true
-		if err := d.objs.Policy.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("applying endpoint %d: deleting %s entry %s: %w", ep.EpID, kind, keyString(k), err)
+	del := func(kind string, keys []rampartPolicyKey) error {
+		if len(keys) == 0 {
+			return nil
 		}
-		delete(have, k)
+		changed = true
+		n, err := batchDelete(pm, keys)
+		for _, k := range keys[:n] {
+			delete(have, k)
+		}
+		if err != nil {
+			return fmt.Errorf("applying endpoint %d: deleting %s entry %s: %w", ep.EpID, kind, keyString(keys[min(n, len(keys)-1)]), err)
+		}
 		return nil
+	}
+	var (
+		keys []rampartPolicyKey
+		vals []rampartPolicyValue
+	)
+	// writes collects the entries of want that have lacks or holds otherwise, denies or
+	// the others.
+	writes := func(denies bool) batch {
+		keys, vals = keys[:0], vals[:0]
+		for k, v := range want {
+			if (v.Action == policyDeny) == denies && have[k] != v {
+				keys = append(keys, k)
+				vals = append(vals, v)
+			}
+		}
+		return batch{keys, vals}
+	}
+	// stale collects the entries of have that want lacks, denies or the others.
+	stale := func(denies bool) []rampartPolicyKey {
+		keys = keys[:0]
+		for k, v := range have {
+			if _, ok := want[k]; !ok && (v.Action == policyDeny) == denies {
+				keys = append(keys, k)
+			}
+		}
+		return keys
 	}
 
 	// Step 1: new and changed deny entries.
-	for k, v := range want {
-		if v.Action == policyDeny && have[k] != v {
-			if err := put("deny", k, v); err != nil {
-				return err
-			}
-		}
+	if err := put("deny", writes(true)); err != nil {
+		return err
 	}
 	d.step(stepWriteDenies)
 	// Step 2: allow and redirect entries no longer wanted (changed ones were overwritten
 	// by step 1 if they became denies, or are rewritten by step 3).
-	for k, v := range have {
-		if _, ok := want[k]; !ok && v.Action != policyDeny {
-			if err := del("allow", k); err != nil {
-				return err
-			}
-		}
+	if err := del("allow", stale(false)); err != nil {
+		return err
 	}
 	d.step(stepDeleteAllows)
 	// Step 3: new and changed allow and redirect entries.
-	for k, v := range want {
-		if v.Action != policyDeny && have[k] != v {
-			if err := put("allow", k, v); err != nil {
-				return err
-			}
-		}
+	if err := put("allow", writes(false)); err != nil {
+		return err
 	}
 	d.step(stepWriteAllows)
 	// Step 4: deny entries no longer wanted.
-	for k, v := range have {
-		if _, ok := want[k]; !ok && v.Action == policyDeny {
-			if err := del("deny", k); err != nil {
-				return err
-			}
-		}
+	if err := del("deny", stale(true)); err != nil {
+		return err
 	}
 	if len(have) == 0 {
 		delete(d.policies, ep.EpID)
@@ -569,6 +595,21 @@ func (d *Datapath) resyncByID() error {
 		}
 	}
 	return nil
+}
+
+// batch is the policy map entries of one step of ApplyEndpoint.
+type batch struct {
+	keys []rampartPolicyKey
+	vals []rampartPolicyValue
+}
+
+// writer is how ApplyEndpoint and the ipcache write m: m itself, or what a test wraps it
+// in (wrapWriter).
+func (d *Datapath) writer(m *ebpf.Map) batchWriter {
+	if d.wrapWriter != nil {
+		return d.wrapWriter(m)
+	}
+	return m
 }
 
 func (d *Datapath) step(name string) {

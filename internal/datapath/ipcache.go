@@ -2,11 +2,8 @@ package datapath
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
-
-	"github.com/cilium/ebpf"
 
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
@@ -52,8 +49,15 @@ func (d *Datapath) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, 
 }
 
 // updateIPCache writes upsert's entries that differ from d.ipcache, then deletes remove's
-// prefixes; d.mu must be held.
+// prefixes, each in one batch (batch.go); d.mu must be held. On failure d.ipcache holds
+// what the kernel completed.
 func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
+	var (
+		prefixes []netip.Prefix
+		entries  []mapstate.IPCacheEntry
+		keys     []rampartIpcacheKey
+		vals     []rampartIpcacheValue
+	)
 	for p, e := range upsert {
 		if !p.IsValid() {
 			return fmt.Errorf("invalid prefix %v", p)
@@ -74,11 +78,18 @@ func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, 
 			b := e.TunnelEndpoint.As4()
 			v.TunnelEndpoint = binary.NativeEndian.Uint32(b[:])
 		}
-		if err := d.objs.Ipcache.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("writing %v: %w", p, err)
-		}
-		d.ipcache[p] = e
+		prefixes, entries = append(prefixes, p), append(entries, e)
+		keys, vals = append(keys, k), append(vals, v)
 	}
+	m := d.writer(d.objs.Ipcache)
+	n, err := batchPut(m, keys, vals)
+	for i, p := range prefixes[:n] {
+		d.ipcache[p] = entries[i]
+	}
+	if err != nil {
+		return fmt.Errorf("writing %v: %w", prefixes[min(n, len(prefixes)-1)], err)
+	}
+	prefixes, keys = prefixes[:0], keys[:0]
 	for _, p := range remove {
 		if !p.IsValid() {
 			return fmt.Errorf("invalid prefix %v", p)
@@ -91,10 +102,14 @@ func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, 
 		if err != nil {
 			return err
 		}
-		if err := d.objs.Ipcache.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("deleting %v: %w", p, err)
-		}
+		prefixes, keys = append(prefixes, p), append(keys, k)
+	}
+	n, err = batchDelete(m, keys)
+	for _, p := range prefixes[:n] {
 		delete(d.ipcache, p)
+	}
+	if err != nil {
+		return fmt.Errorf("deleting %v: %w", prefixes[min(n, len(prefixes)-1)], err)
 	}
 	return nil
 }

@@ -260,9 +260,9 @@ type rampartSvPairKey struct {
 }
 
 type rampartTunnelConfig struct {
-	_       structs.HostLayout
-	Ifindex uint32
-	Pad     uint32
+	_         structs.HostLayout
+	Ifindex   uint32
+	IpipLocal uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -290,8 +290,10 @@ const (
 	rampartMapSvPairs                 = "sv_pairs"
 	rampartMapTunnel                  = "tunnel"
 	rampartProgRampartFromEp          = "rampart_from_ep"
+	rampartProgRampartFromIpip        = "rampart_from_ipip"
 	rampartProgRampartFromTunnel      = "rampart_from_tunnel"
 	rampartProgRampartToEp            = "rampart_to_ep"
+	rampartProgRampartToIpip          = "rampart_to_ipip"
 	rampartProgRampartToTunnel        = "rampart_to_tunnel"
 	rampartVarCtTimeoutOther          = "ct_timeout_other"
 	rampartVarCtTimeoutTcpClosing     = "ct_timeout_tcp_closing"
@@ -346,8 +348,10 @@ type rampartSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartProgramSpecs struct {
 	RampartFromEp     *ebpf.ProgramSpec `ebpf:"rampart_from_ep"`
+	RampartFromIpip   *ebpf.ProgramSpec `ebpf:"rampart_from_ipip"`
 	RampartFromTunnel *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel"`
 	RampartToEp       *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
+	RampartToIpip     *ebpf.ProgramSpec `ebpf:"rampart_to_ipip"`
 	RampartToTunnel   *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
 }
 
@@ -477,16 +481,20 @@ type rampartVariables struct {
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartPrograms struct {
 	RampartFromEp     *ebpf.Program `ebpf:"rampart_from_ep"`
+	RampartFromIpip   *ebpf.Program `ebpf:"rampart_from_ipip"`
 	RampartFromTunnel *ebpf.Program `ebpf:"rampart_from_tunnel"`
 	RampartToEp       *ebpf.Program `ebpf:"rampart_to_ep"`
+	RampartToIpip     *ebpf.Program `ebpf:"rampart_to_ipip"`
 	RampartToTunnel   *ebpf.Program `ebpf:"rampart_to_tunnel"`
 }
 
 func (p *rampartPrograms) Close() error {
 	return _RampartClose(
 		p.RampartFromEp,
+		p.RampartFromIpip,
 		p.RampartFromTunnel,
 		p.RampartToEp,
+		p.RampartToIpip,
 		p.RampartToTunnel,
 	)
 }

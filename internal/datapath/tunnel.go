@@ -1,15 +1,18 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// The overlay's programs on the node's VXLAN device (bpf/include/tunnel.h).
+// The VXLAN overlay's programs on the node's VXLAN device (bpf/include/tunnel.h).
 const (
 	filterToTunnel   = "rampart_to_tunnel"
 	filterFromTunnel = "rampart_from_tunnel"
@@ -45,17 +48,18 @@ func (d *Datapath) AttachTunnel(netnsPath, ifname string) (uint32, error) {
 	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_EGRESS, filterToTunnel, d.objs.RampartToTunnel)); err != nil {
 		return 0, fmt.Errorf("attaching the overlay to %s: tc egress filter: %w", ifname, err)
 	}
-	if err := d.setTunnel(uint32(idx)); err != nil {
+	if err := d.setTunnel(rampartTunnelConfig{Ifindex: uint32(idx)}); err != nil {
 		return 0, fmt.Errorf("attaching the overlay to %s: %w", ifname, err)
 	}
 	return uint32(idx), nil
 }
 
-// ClearTunnel forgets the VXLAN device (the overlay is off): from then on no packet's mark
-// is taken for an identity that arrived in the overlay. The device's filters go with the
-// device.
+// ClearTunnel forgets the overlay (VXLAN device, IP-in-IP address): from then on no
+// packet's mark is taken for an identity that arrived in the overlay, and the IP-in-IP
+// programs, where still attached, open and encapsulate nothing. The VXLAN device's filters
+// go with the device; DetachIPIP removes the IP-in-IP ones.
 func (d *Datapath) ClearTunnel() error {
-	if err := d.setTunnel(0); err != nil {
+	if err := d.setTunnel(rampartTunnelConfig{}); err != nil {
 		return fmt.Errorf("clearing the overlay: %w", err)
 	}
 	return nil
@@ -70,10 +74,196 @@ func (d *Datapath) TunnelIfindex() (uint32, error) {
 	return cfg.Ifindex, nil
 }
 
-func (d *Datapath) setTunnel(ifindex uint32) error {
-	cfg := rampartTunnelConfig{Ifindex: ifindex}
+func (d *Datapath) setTunnel(cfg rampartTunnelConfig) error {
 	if err := d.objs.Tunnel.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("writing the tunnel map: %w", err)
 	}
 	return nil
+}
+
+// The IP-in-IP overlay's programs on the fabric interfaces (bpf/include/ipip.h). Their
+// priority differs from the endpoints' filters': a fabric interface is not Rampart's (on a
+// real host it is eth0), and a filter of someone else's at priority 1 must not be
+// replaced.
+const (
+	filterToIPIP       = "rampart_to_ipip"
+	filterFromIPIP     = "rampart_from_ipip"
+	fabricFilterPrio   = 0xb7
+	fabricFilterHandle = 1
+)
+
+func fabricFilter(idx int, parent uint32, name string, prog *ebpf.Program) *netlink.BpfFilter {
+	f := bpfFilter(idx, parent, name, prog)
+	f.Priority, f.Handle = fabricFilterPrio, fabricFilterHandle
+	return f
+}
+
+// AttachIPIP makes the node an IP-in-IP overlay node: local, its address on the fabric,
+// becomes the outer source of what it encapsulates and the only outer destination it
+// decapsulates, and the programs go on the fabric interfaces ifnames (those the routes to
+// the other nodes leave through) in the network namespace at netnsPath: rampart_to_ipip on
+// egress, rampart_from_ipip on ingress, replaced in place on a restart. They leave the
+// interfaces they were on before and that are not in ifnames (the first call in a process
+// looks at every interface, later ones at those of the call before). The tunnel map's
+// VXLAN index is 0, so no packet's mark is taken for an identity: the inner source address
+// gives it. The address is written first: programs attached without it would drop the
+// remote pods' packets.
+func (d *Datapath) AttachIPIP(netnsPath string, local netip.Addr, ifnames []string) error {
+	if err := d.attachIPIP(netnsPath, local, ifnames); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	before := d.ipipFabric
+	d.mu.Unlock()
+	var err error
+	if before == nil {
+		_, err = DetachIPIP(netnsPath, ifnames...)
+	} else {
+		for _, name := range before {
+			if !slices.Contains(ifnames, name) {
+				err = errors.Join(err, detachIPIPFrom(netnsPath, name))
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.ipipFabric = append([]string{}, ifnames...)
+	d.mu.Unlock()
+	return nil
+}
+
+// StopIPIP ends the IP-in-IP overlay if this node runs it (the tunnel map holds a node
+// address, which AttachIPIP writes before it attaches anything and which only StopIPIP
+// clears, after the programs are gone): the programs leave every interface and the address
+// is cleared. Otherwise it changes nothing and looks at no interface.
+func (d *Datapath) StopIPIP(netnsPath string) error {
+	var cfg rampartTunnelConfig
+	if err := d.objs.Tunnel.Lookup(uint32(0), &cfg); err != nil {
+		return fmt.Errorf("reading the tunnel map: %w", err)
+	}
+	if cfg.IpipLocal != 0 {
+		if _, err := DetachIPIP(netnsPath); err != nil {
+			return err
+		}
+		if err := d.ClearTunnel(); err != nil {
+			return err
+		}
+	}
+	d.mu.Lock()
+	d.ipipFabric = []string{}
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *Datapath) attachIPIP(netnsPath string, local netip.Addr, ifnames []string) error {
+	if !local.Is4() {
+		return fmt.Errorf("attaching the IP-in-IP overlay: node address %v is not IPv4", local)
+	}
+	a := local.As4()
+	if err := d.setTunnel(rampartTunnelConfig{IpipLocal: binary.NativeEndian.Uint32(a[:])}); err != nil {
+		return fmt.Errorf("attaching the IP-in-IP overlay: %w", err)
+	}
+	h, err := netlinkHandle(netnsPath)
+	if err != nil {
+		return fmt.Errorf("attaching the IP-in-IP overlay: %w", err)
+	}
+	defer h.Close()
+	for _, ifname := range ifnames {
+		lnk, err := h.LinkByName(ifname)
+		if err != nil {
+			return fmt.Errorf("attaching the IP-in-IP overlay to %s: finding interface: %w", ifname, err)
+		}
+		idx := lnk.Attrs().Index
+		if err := h.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("attaching the IP-in-IP overlay to %s: adding clsact qdisc: %w", ifname, err)
+		}
+		if err := h.FilterReplace(fabricFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromIPIP, d.objs.RampartFromIpip)); err != nil {
+			return fmt.Errorf("attaching the IP-in-IP overlay to %s: tc ingress filter: %w", ifname, err)
+		}
+		if err := h.FilterReplace(fabricFilter(idx, netlink.HANDLE_MIN_EGRESS, filterToIPIP, d.objs.RampartToIpip)); err != nil {
+			return fmt.Errorf("attaching the IP-in-IP overlay to %s: tc egress filter: %w", ifname, err)
+		}
+	}
+	return nil
+}
+
+// DetachIPIP removes the IP-in-IP programs from every interface of the network namespace
+// at netnsPath, except those in keep, and returns the interfaces it removed them from. A
+// clsact qdisc left without filters is removed too; one that holds someone else's stays.
+func DetachIPIP(netnsPath string, keep ...string) ([]string, error) {
+	h, err := netlinkHandle(netnsPath)
+	if err != nil {
+		return nil, fmt.Errorf("detaching the IP-in-IP overlay: %w", err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("detaching the IP-in-IP overlay: listing interfaces: %w", err)
+	}
+	var done []string
+	for _, lnk := range links {
+		if slices.Contains(keep, lnk.Attrs().Name) {
+			continue
+		}
+		removed, err := detachIPIPLink(h, lnk)
+		if err != nil {
+			return done, err
+		}
+		if removed {
+			done = append(done, lnk.Attrs().Name)
+		}
+	}
+	return done, nil
+}
+
+// detachIPIPFrom removes the IP-in-IP programs from the interface ifname, if it still exists.
+func detachIPIPFrom(netnsPath, ifname string) error {
+	h, err := netlinkHandle(netnsPath)
+	if err != nil {
+		return fmt.Errorf("detaching the IP-in-IP overlay: %w", err)
+	}
+	defer h.Close()
+	lnk, err := h.LinkByName(ifname)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil // gone, and its filters with it
+		}
+		return fmt.Errorf("detaching the IP-in-IP overlay from %s: %w", ifname, err)
+	}
+	_, err = detachIPIPLink(h, lnk)
+	return err
+}
+
+func detachIPIPLink(h *netlink.Handle, lnk netlink.Link) (bool, error) {
+	name, idx := lnk.Attrs().Name, lnk.Attrs().Index
+	removed, others := false, false
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		fs, err := h.FilterList(lnk, parent)
+		if err != nil {
+			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+				continue // no clsact qdisc
+			}
+			return false, fmt.Errorf("detaching the IP-in-IP overlay from %s: listing filters: %w", name, err)
+		}
+		for _, f := range fs {
+			bf, ok := f.(*netlink.BpfFilter)
+			if !ok || bf.Priority != fabricFilterPrio || (bf.Name != filterToIPIP && bf.Name != filterFromIPIP) {
+				others = true
+				continue
+			}
+			if err := h.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
+				return false, fmt.Errorf("detaching the IP-in-IP overlay from %s: %w", name, err)
+			}
+			removed = true
+		}
+	}
+	if removed && !others {
+		if err := h.QdiscDel(clsact(idx)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+			return removed, fmt.Errorf("detaching the IP-in-IP overlay from %s: removing clsact qdisc: %w", name, err)
+		}
+	}
+	return removed, nil
 }

@@ -33,7 +33,7 @@ func TestTunnelIdentityAtEndpoint(t *testing.T) {
 	const vxlanIfindex = 42
 	remote := addr("10.2.0.5") // a remote pod: world by address here
 	f.apply(true, false, e(allow(idA, in, udp, 53, 16, 1)))
-	if err := f.d.setTunnel(vxlanIfindex); err != nil {
+	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
 		t.Fatal(err)
 	}
 	udpIn := func() packet {
@@ -79,4 +79,37 @@ func TestTunnelPrograms(t *testing.T) {
 
 	p := packet{src: remote, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 53}
 	f.expectDrop("decapsulated without tunnel metadata", run(t, f.d.objs.RampartFromTunnel, p.bytes(), 0), flow.ReasonMalformed)
+}
+
+// The fragments of a datagram that arrived through the VXLAN overlay follow the verdict
+// its first fragment got on the VNI's identity: the later fragments of an allowed one
+// pass, those of a denied one are dropped with the first fragment's ports and the VNI's
+// identity (not the source address's).
+func TestTunnelFragments(t *testing.T) {
+	f := newFixture(t, Config{})
+	const vxlanIfindex = 42
+	remote := addr("10.2.0.5") // world by address here
+	f.apply(true, false, e(allow(idA, in, udp, 53, 16, 1)))
+	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
+		t.Fatal(err)
+	}
+	// Each datagram from its own port: another flow, judged anew.
+	first := func(id, dport uint16) packet {
+		return packet{src: remote, dst: epIP, proto: uint8(udp), sport: 5350 + id, dport: dport, ipID: id, mf: true, payload: make([]byte, 1400)}
+	}
+	later := func(id uint16) packet {
+		return packet{src: remote, dst: epIP, proto: uint8(udp), ipID: id, fragOffset: 176, payload: make([]byte, 600)}
+	}
+	f.expectPass("first fragment from identity A", f.runTunneled(first(1, 53), tunnelMark(idA), vxlanIfindex))
+	f.expectPass("later fragment from identity A", f.runTunneled(later(1), tunnelMark(idA), vxlanIfindex))
+
+	f.expectDrop("first fragment from identity B", f.runTunneled(first(2, 53), tunnelMark(idB), vxlanIfindex), flow.ReasonPolicyDefaultDeny)
+	if ret := f.runTunneled(later(2), tunnelMark(idB), vxlanIfindex); ret != actShot {
+		t.Fatalf("later fragment from identity B: verdict %d, want drop", ret)
+	}
+	ev := nextEvent(t, f.ev)
+	if ev.Reason != flow.ReasonPolicyDefaultDeny || ev.SrcIdentity != idB || !ev.Flags.Has(flow.FlagTunnel) || ev.DestinationPort != 53 || ev.SourcePort != 5352 {
+		t.Errorf("later fragment from identity B: event %+v, want default deny from identity %d, flagged tunnel, with ports 5352 -> 53", ev, idB)
+	}
+	f.expectDrop("later fragment without its first", f.runTunneled(later(3), tunnelMark(idA), vxlanIfindex), flow.ReasonFragmentUnknown)
 }

@@ -3,6 +3,7 @@ package identity
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -296,6 +297,27 @@ type allocatorJSON struct {
 	NextCIDR     Identity        `json:"nextCIDR"`
 	Endpoints    []endpointJSON  `json:"endpoints"`
 	CIDRs        []cidrEntryJSON `json:"cidrs"`
+}
+
+// Clone returns an independent copy of the allocator: what MarshalJSON and UnmarshalJSON
+// would give, without encoding every allocation (the agent copies the allocator for every
+// change it computes).
+func (a *Allocator) Clone() *Allocator {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.init()
+	c := &Allocator{
+		byLabels:     maps.Clone(a.byLabels),
+		labels:       make(map[Identity]labels.Labels, len(a.labels)),
+		byPrefix:     maps.Clone(a.byPrefix),
+		prefixes:     maps.Clone(a.prefixes),
+		nextEndpoint: a.nextEndpoint,
+		nextCIDR:     a.nextCIDR,
+	}
+	for id, l := range a.labels {
+		c.labels[id] = copyLabels(l)
+	}
+	return c
 }
 
 type endpointJSON struct {

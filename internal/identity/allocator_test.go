@@ -345,3 +345,31 @@ func TestPin(t *testing.T) {
 		t.Error("pinned labels to a reserved identity")
 	}
 }
+
+// TestCloneIsIndependentAndEqual: a clone saves as the original does, and allocating or
+// releasing in either leaves the other as it was.
+func TestCloneIsIndependentAndEqual(t *testing.T) {
+	a := NewAllocator()
+	x := labels.Labels{"app": "x"}
+	a.ForLabels(x)
+	a.ForLabels(labels.Labels{"app": "y"})
+	a.ForCIDR(netip.MustParsePrefix("198.18.0.0/24"))
+	a.ForCIDR(netip.MustParsePrefix("198.18.1.0/24"))
+	c := a.Clone()
+	want, _ := a.MarshalJSON()
+	got, _ := c.MarshalJSON()
+	if string(got) != string(want) {
+		t.Fatalf("clone saves as\n%s\nthe original as\n%s", got, want)
+	}
+	c.ForLabels(labels.Labels{"app": "z"})
+	c.ForCIDR(netip.MustParsePrefix("198.18.2.0/24"))
+	c.Retain([]labels.Labels{x}, nil)
+	x["app"] = "changed" // a caller's map: neither allocator may share it
+	if after, _ := a.MarshalJSON(); string(after) != string(want) {
+		t.Errorf("changing the clone changed the original:\n%s", after)
+	}
+	zc := c.ForLabels(labels.Labels{"app": "z"})
+	if l, ok := a.Labels(zc); ok {
+		t.Errorf("the original knows the clone's new identity %d (%v)", zc, l)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -19,8 +20,13 @@ const (
 	// the receiving node derives the source's identity from its address (ipcache).
 	Native Mode = "native"
 	// VXLAN encapsulates them in the node's VXLAN device, the VNI carrying the source's
-	// security identity. (IP-in-IP is not implemented yet.)
+	// security identity.
 	VXLAN Mode = "vxlan"
+	// IPIP encapsulates them in an outer IPv4 header (protocol 4) from node address to
+	// node address, which the dataplane adds and removes on the fabric interfaces
+	// (bpf/include/ipip.h); the routes are native routing's. There is no field for an
+	// identity: the receiving node takes it from the inner source address (ipcache).
+	IPIP Mode = "ipip"
 )
 
 // ParseMode checks a mode's name ("" is Native).
@@ -28,10 +34,10 @@ func ParseMode(s string) (Mode, error) {
 	switch Mode(s) {
 	case "", Native:
 		return Native, nil
-	case VXLAN:
-		return VXLAN, nil
+	case VXLAN, IPIP:
+		return Mode(s), nil
 	}
-	return "", fmt.Errorf("tunnel %q: want %q or %q (ipip is not supported yet)", s, VXLAN, Native)
+	return "", fmt.Errorf("tunnel %q: want %q, %q or %q", s, VXLAN, IPIP, Native)
 }
 
 const (
@@ -43,6 +49,8 @@ const (
 	// and the inner Ethernet header (14). Pods on a VXLAN overlay get the fabric's MTU less
 	// this, so their packets are never fragmented once encapsulated.
 	VXLANOverhead = 50
+	// IPIPOverhead is what IP-in-IP adds: the outer IPv4 header.
+	IPIPOverhead = 20
 	// FabricMTU is the fabric's MTU the pod MTU is derived from.
 	FabricMTU = 1500
 	// routeProtocol marks the routes this package installs (rtm_protocol), so that Sync
@@ -53,8 +61,11 @@ const (
 
 // PodMTU returns the MTU of pods' interfaces in mode (0: the default, no change).
 func PodMTU(mode Mode) int {
-	if mode == VXLAN {
+	switch mode {
+	case VXLAN:
 		return FabricMTU - VXLANOverhead
+	case IPIP:
+		return FabricMTU - IPIPOverhead
 	}
 	return 0
 }
@@ -142,7 +153,7 @@ func DeleteDevice(netnsPath string) error {
 
 // SyncRoutes makes this package's routes in the namespace at netnsPath equal to one per
 // node with a pod CIDR: through the VXLAN device with source src (VXLAN), or via the
-// node's address (Native). Routes it installed before that are no longer wanted are
+// node's address (Native; IPIP with the pod MTU as the route's). Routes it installed before that are no longer wanted are
 // deleted; other routes are not touched.
 func SyncRoutes(netnsPath string, mode Mode, src netip.Addr, nodes []Node) error {
 	h, err := handle(netnsPath)
@@ -164,9 +175,16 @@ func SyncRoutes(netnsPath string, mode Mode, src netip.Addr, nodes []Node) error
 			continue
 		}
 		r := &netlink.Route{Dst: ipNet(n.PodCIDR), Protocol: routeProtocol}
-		if mode == VXLAN {
+		switch mode {
+		case VXLAN:
 			r.LinkIndex, r.Scope, r.Src = devIndex, netlink.SCOPE_LINK, src.AsSlice()
-		} else {
+		case IPIP:
+			// The route's MTU leaves room for the outer header the dataplane adds after
+			// routing: the node's own packets to remote pods are sized for it, and a
+			// forwarded packet too large for it gets "fragmentation needed" (DF) or is
+			// fragmented here, instead of being lost on the fabric once encapsulated.
+			r.Gw, r.MTU = n.Address.AsSlice(), PodMTU(IPIP)
+		default:
 			r.Gw = n.Address.AsSlice()
 		}
 		want[n.PodCIDR.Masked()] = r
@@ -223,4 +241,39 @@ func RemoveRoutes(netnsPath string) error {
 
 func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// Fabric returns the interfaces through which the namespace at netnsPath reaches the
+// nodes' addresses (sorted, without duplicates), and the source address of the first
+// node's route: the node's own address on the fabric, which IP-in-IP uses as the outer
+// source and accepts as the only outer destination.
+func Fabric(netnsPath string, nodes []Node) ([]string, netip.Addr, error) {
+	h, err := handle(netnsPath)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	defer h.Close()
+	var names []string
+	var local netip.Addr
+	for _, n := range nodes {
+		rs, err := h.RouteGet(n.Address.AsSlice())
+		if err != nil || len(rs) == 0 {
+			return nil, netip.Addr{}, fmt.Errorf("route to node %v: %w", n.Address, err)
+		}
+		lnk, err := h.LinkByIndex(rs[0].LinkIndex)
+		if err != nil {
+			return nil, netip.Addr{}, fmt.Errorf("interface to node %v: %w", n.Address, err)
+		}
+		if !slices.Contains(names, lnk.Attrs().Name) {
+			names = append(names, lnk.Attrs().Name)
+		}
+		if src, ok := netip.AddrFromSlice(rs[0].Src); ok && !local.IsValid() {
+			local = src.Unmap()
+		}
+	}
+	if len(nodes) > 0 && !local.IsValid() {
+		return nil, netip.Addr{}, fmt.Errorf("no source address for the route to node %v", nodes[0].Address)
+	}
+	slices.Sort(names)
+	return names, local, nil
 }

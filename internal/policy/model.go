@@ -58,7 +58,8 @@ type Policy struct {
 	Name      string
 	Source    string // file (or "-") and document index it was read from, for messages
 	Rules     []Rule
-	// Raw is the document as read (JSON), kept so the agent can persist and show it.
+	// Raw is the document as read, as compact JSON, kept so the agent can persist and
+	// show it (and compare it byte for byte).
 	// Parsing Raw again yields the same policy. (A Cilium JSON rule array is kept as the
 	// equivalent CiliumNetworkPolicy with its rules under specs, so that its name, which
 	// may come from the file name, survives.)

@@ -61,12 +61,25 @@ func (d *docParser) unsupported(e entry) *ParseError {
 	return d.fail(e.key, e.path, ReasonNotSupported)
 }
 
-var identRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+// isIdent reports whether key matches ^[A-Za-z0-9_-]+$: a path element written plain.
+// (A loop, not a regexp: it runs for every node of a manifest.)
+func isIdent(key string) bool {
+	if key == "" {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // fieldPath appends a mapping key to a path. Keys that are not plain identifiers (label
 // keys such as app.kubernetes.io/name) are written as ["key"] so the path stays readable.
 func fieldPath(parent, key string) string {
-	if !identRE.MatchString(key) {
+	if !isIdent(key) {
 		return parent + "[" + strconv.Quote(key) + "]"
 	}
 	if parent == "" {
@@ -137,7 +150,13 @@ func (d *docParser) mapping(n *yaml.Node, path string) ([]entry, error) {
 	if n.Kind != yaml.MappingNode {
 		return nil, d.fail(n, path, "must be a mapping, not %s", describe(n))
 	}
-	seen := make(map[string]bool, len(n.Content)/2)
+	// Duplicates are found by scanning the entries so far while there are few (a
+	// manifest's mappings mostly have one to four keys), with a set beyond that.
+	const scanUpTo = 16
+	var seen map[string]bool
+	if len(n.Content)/2 > scanUpTo {
+		seen = make(map[string]bool, len(n.Content)/2)
+	}
 	out := make([]entry, 0, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
@@ -148,10 +167,17 @@ func (d *docParser) mapping(n *yaml.Node, path string) ([]entry, error) {
 			return nil, d.fail(k, path, "mapping keys must be strings, not %s", describe(k))
 		}
 		p := fieldPath(path, k.Value)
-		if seen[k.Value] {
+		dup := seen[k.Value]
+		if seen == nil {
+			for _, e := range out {
+				dup = dup || e.name == k.Value
+			}
+		} else {
+			seen[k.Value] = true
+		}
+		if dup {
 			return nil, d.fail(k, p, "duplicate field")
 		}
-		seen[k.Value] = true
 		if err := d.noAlias(v, p); err != nil {
 			return nil, err
 		}
@@ -199,11 +225,29 @@ func (d *docParser) integer(n *yaml.Node, path string) (int64, error) {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
 		return 0, d.fail(n, path, "must be an integer, not %s", describe(n))
 	}
-	var v int64
-	if err := n.Decode(&v); err != nil {
+	v, err := decodeInt(n)
+	if err != nil {
 		return 0, d.fail(n, path, "integer %s out of range", n.Value)
 	}
 	return v, nil
+}
+
+// decodeInt is the value of an !!int scalar. A plain decimal (an optional minus, no
+// leading zero) is read directly; anything else (0x1F, 0o17, 017, +5, 1_000) as YAML
+// decodes it, which costs a decoder per node.
+func decodeInt(n *yaml.Node) (int64, error) {
+	s := n.Value
+	digits := strings.TrimPrefix(s, "-")
+	plain := len(digits) > 0 && len(digits) <= 18 && (digits[0] != '0' || digits == "0")
+	for i := 0; plain && i < len(digits); i++ {
+		plain = '0' <= digits[i] && digits[i] <= '9'
+	}
+	if plain {
+		return strconv.ParseInt(s, 10, 64)
+	}
+	var v int64
+	err := n.Decode(&v)
+	return v, err
 }
 
 // boolean returns a boolean scalar.
@@ -256,14 +300,20 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node) er
 	if err := checkSize(source, len(data)); err != nil {
 		return err
 	}
-	if isJSON(source, data) {
+	if isJSON, valid := jsonInput(source, data); isJSON {
 		if len(data) > MaxDocumentBytes {
 			return &LimitError{Source: source, Document: 1, Line: 1, Limit: LimitDocumentSize, Value: int64(len(data)), Max: MaxDocumentBytes}
 		}
 		if err := jsonDepth(source, data); err != nil {
 			return err
 		}
-		n, err := readJSON(data)
+		var n *yaml.Node
+		var err error
+		if valid {
+			n, err = readValidJSON(data)
+		} else {
+			n, err = readJSON(data) // for its errors
+		}
 		if err != nil {
 			return err
 		}
@@ -297,12 +347,17 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node) er
 	}
 }
 
-func isJSON(source string, data []byte) bool {
+// jsonInput reports whether data is to be read as JSON (a .json source, or a text that
+// is valid JSON and starts like an object or array), and whether it is valid JSON.
+func jsonInput(source string, data []byte) (isJSON, valid bool) {
 	if strings.HasSuffix(strings.ToLower(source), ".json") {
-		return true
+		return true, json.Valid(data)
 	}
 	t := bytes.TrimLeft(data, " \t\r\n")
-	return len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(data)
+	if len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(data) {
+		return true, true
+	}
+	return false, false
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -447,13 +502,21 @@ func (r *jsonReader) valueFrom(tok json.Token, line int) (*yaml.Node, error) {
 // toJSON renders a document node as JSON, keeping the order of mapping keys.
 func (d *docParser) toJSON(n *yaml.Node) ([]byte, error) {
 	var b bytes.Buffer
-	if err := d.writeJSON(&b, n, ""); err != nil {
+	// Field paths only name the field of an error: render without them, and only on an
+	// error render again with them (building a path for every node of a large document
+	// cost more than rendering it).
+	if d.writeJSON(&b, n, "", false) == nil {
+		return b.Bytes(), nil
+	}
+	b.Reset()
+	if err := d.writeJSON(&b, n, "", true); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
 }
 
-func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string) error {
+// writeJSON renders n into b; path is n's field path if paths is set.
+func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string, paths bool) error {
 	switch n.Kind {
 	case yaml.AliasNode:
 		return d.noAlias(n, path)
@@ -469,7 +532,11 @@ func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string) error 
 			}
 			writeJSONString(b, k.Value)
 			b.WriteByte(':')
-			if err := d.writeJSON(b, n.Content[i+1], fieldPath(path, k.Value)); err != nil {
+			child := ""
+			if paths {
+				child = fieldPath(path, k.Value)
+			}
+			if err := d.writeJSON(b, n.Content[i+1], child, paths); err != nil {
 				return err
 			}
 		}
@@ -480,7 +547,11 @@ func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string) error 
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			if err := d.writeJSON(b, c, indexPath(path, i)); err != nil {
+			child := ""
+			if paths {
+				child = indexPath(path, i)
+			}
+			if err := d.writeJSON(b, c, child, paths); err != nil {
 				return err
 			}
 		}
@@ -496,8 +567,8 @@ func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string) error 
 			}
 			b.WriteString(strconv.FormatBool(v))
 		case "!!int":
-			var v int64
-			if err := n.Decode(&v); err != nil {
+			v, err := decodeInt(n)
+			if err != nil {
 				return d.fail(n, path, "integer %s out of range", n.Value)
 			}
 			b.WriteString(strconv.FormatInt(v, 10))
@@ -520,6 +591,19 @@ func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string) error 
 }
 
 func writeJSONString(b *bytes.Buffer, s string) {
+	// Most strings of a manifest need no escaping: write those as they are, byte for byte
+	// what json.Marshal writes for them (it also escapes <, > and &).
+	plain := true
+	for i := 0; plain && i < len(s); i++ {
+		c := s[i]
+		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	if plain {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
 	enc, _ := json.Marshal(s) // marshalling a string cannot fail
 	b.Write(enc)
 }

@@ -1,15 +1,17 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
@@ -95,22 +97,42 @@ func flowsOf(t *testing.T, e *agenttest.Env) []api.Flow {
 // selects the remote pod by labels and is judged on the identity the VNI carried (flows
 // flagged tunnel); denied pairs are dropped; a pod that sends its own VXLAN packets with
 // an identity of its choice is dropped (not from a node address); UDP datagrams larger
-// than the pod MTU (fragments) pass when policy allows them.
-func TestOverlayVXLAN(t *testing.T) {
-	n := startTwoNodes(t, overlay.VXLAN)
+// than the pod MTU (fragments) pass when policy allows them and are dropped when it does
+// not.
+func TestOverlayVXLAN(t *testing.T) { testOverlay(t, overlay.VXLAN) }
+
+// The same through IP-in-IP: the packets between the nodes are encapsulated (protocol 4 on
+// the fabric), the receiving node takes the source's identity from the inner source
+// address (not flagged tunnel), and a pod's own IP-in-IP packet claiming another pod's
+// address is dropped.
+func TestOverlayIPIP(t *testing.T) { testOverlay(t, overlay.IPIP) }
+
+// With native routing the receiving node takes the source's identity from its address
+// (the remote pod declared in its ipcache): the same policy allows and denies the same
+// pairs and fragments, with no overlay device.
+func TestOverlayNative(t *testing.T) { testOverlay(t, overlay.Native) }
+
+func testOverlay(t *testing.T, mode overlay.Mode) {
+	n := startTwoNodes(t, mode)
 	a, c, b := n.pods(t)
 	bIP := netip.MustParseAddr(b.IP)
 
 	// The overlay's MTU on the pods.
-	for _, ep := range []api.Endpoint{a, c} {
-		h := testenv.NetlinkHandle(t, ep.Netns)
-		l, err := h.LinkByName(endpoint.PodIfName)
-		if err != nil {
-			t.Fatal(err)
+	if mtu := overlay.PodMTU(mode); mtu != 0 {
+		for _, ep := range []api.Endpoint{a, c} {
+			h := testenv.NetlinkHandle(t, ep.Netns)
+			l, err := h.LinkByName(endpoint.PodIfName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Attrs().MTU != mtu {
+				t.Errorf("%s: pod MTU %d, want %d", ep.Name, l.Attrs().MTU, mtu)
+			}
 		}
-		if l.Attrs().MTU != overlay.FabricMTU-overlay.VXLANOverhead {
-			t.Errorf("%s: pod MTU %d, want %d", ep.Name, l.Attrs().MTU, overlay.FabricMTU-overlay.VXLANOverhead)
-		}
+	}
+	h := testenv.NetlinkHandle(t, endpoint.NetnsPath(n.a.Config.NodeNetns))
+	if _, err := h.LinkByName(overlay.DeviceName); (err == nil) != (mode == overlay.VXLAN) {
+		t.Errorf("%s: %s exists %v", mode, overlay.DeviceName, err == nil)
 	}
 
 	probes := []struct {
@@ -135,8 +157,20 @@ func TestOverlayVXLAN(t *testing.T) {
 			t.Errorf("%s -> node B x/b %d/%s: connected %v, want %v", p.from, p.port, p.proto, got, p.want)
 		}
 	}
+	if mode == overlay.IPIP {
+		// The packets between the nodes are IP-in-IP, not natively routed.
+		fabric, _, err := overlay.Fabric(endpoint.NetnsPath(n.b.Config.NodeNetns), []overlay.Node{{Address: n.addrA}})
+		if err != nil || len(fabric) != 1 {
+			t.Fatalf("node B's fabric interface: %v %v", fabric, err)
+		}
+		if !sawIPIP(t, endpoint.NetnsPath(n.b.Config.NodeNetns), fabric[0], n.addrA, n.addrB, bIP, func() {
+			n.a.Probe("x/a", bIP, 80, "tcp", 3*time.Second)
+		}) {
+			t.Errorf("no IP-in-IP packet from node A to node B for x/b on %s", fabric[0])
+		}
+	}
 
-	// A restarted agent keeps the overlay: device, programs, routes and remote pods.
+	// A restarted agent keeps the overlay: device or programs, routes and remote pods.
 	n.b.Restart()
 	n.a.Restart()
 	if !n.a.Probe("x/a", bIP, 80, "tcp", 3*time.Second) {
@@ -146,103 +180,206 @@ func TestOverlayVXLAN(t *testing.T) {
 		t.Error("x/c -> node B x/b 80/tcp after both agents restarted: connected, want denied")
 	}
 
-	// Node B judged x/a on the identity that arrived in the VNI.
-	var tunnelled, denied bool
+	// Node B judged x/a on the identity that arrived in the VNI (VXLAN), or that its
+	// ipcache gives x/a's address (IP-in-IP, native): the same number, which only the
+	// tunnel flag tells apart.
+	var allowed, denied bool
 	for _, f := range flowsOf(t, n.b) {
-		if f.Endpoint != "x/b" || f.Direction != "ingress" || !slices.Contains(f.Flags, "tunnel") {
+		if f.Endpoint != "x/b" || f.Direction != "ingress" || slices.Contains(f.Flags, "tunnel") != (mode == overlay.VXLAN) {
 			continue
 		}
 		if f.Type == "new" && f.Source.IP == a.IP && f.Source.Identity == uint32(a.Identity) &&
 			f.Source.Name == "a" && f.Source.Node == "node-a" {
-			tunnelled = true
+			allowed = true
 		}
 		if f.Type == "drop" && f.Source.IP == c.IP && f.Source.Identity == uint32(c.Identity) {
 			denied = true
 		}
 	}
-	if !tunnelled || !denied {
-		t.Errorf("node B's flows: allowed flow from x/a with its tunnel identity %v, denied flow from x/c %v", tunnelled, denied)
+	if !allowed || !denied {
+		t.Errorf("node B's flows (%s): allowed flow from x/a with its identity %v, denied flow from x/c %v", mode, allowed, denied)
 	}
 
-	// Fragments: a UDP datagram larger than the pod MTU passes both ways.
-	big := make([]byte, 4000)
-	for i := range big {
-		big[i] = byte(i)
-	}
-	conn, err := testenv.Dial(a.Netns, "udp", netip.AddrPortFrom(bIP, 80), 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	echoed := false
-	buf := make([]byte, 8000)
-	for try := 0; try < 5 && !echoed; try++ {
-		if _, err := conn.Write(big); err != nil {
+	checkFragments(t, n, a, c, b)
+
+	switch mode {
+	case overlay.VXLAN:
+		// x/c sends its own VXLAN packet to node B claiming x/a's identity in the VNI,
+		// with an inner UDP datagram from x/a's address to x/b port 80 (which x/a may
+		// reach).
+		vc, err := testenv.Dial(c.Netns, "udp", netip.AddrPortFrom(n.addrB, overlay.Port), 2*time.Second)
+		if err != nil {
 			t.Fatal(err)
 		}
-		conn.SetReadDeadline(time.Now().Add(time.Second))
-		if k, err := conn.Read(buf); err == nil && k == len(big) && string(buf[:k]) == string(big) {
-			echoed = true
+		defer vc.Close()
+		forged := vxlanPacket(uint32(a.Identity), netip.MustParseAddr(a.IP), bIP, 40999, 80, []byte("forged"))
+		checkForged(t, n, a, "VXLAN", func() error { _, err := vc.Write(forged); return err })
+	case overlay.IPIP:
+		// x/c sends its own IP-in-IP packet (protocol 4) to node B whose inner datagram
+		// comes from x/a's address to x/b port 80, so as to be judged as x/a.
+		var rc net.PacketConn
+		if err := testenv.InNetns(c.Netns, func() (err error) {
+			rc, err = net.ListenPacket("ip4:4", "0.0.0.0")
+			return err
+		}); err != nil {
+			t.Fatal(err)
 		}
+		defer rc.Close()
+		inner := ipv4UDP(netip.MustParseAddr(a.IP), bIP, 40999, 80, []byte("forged"))
+		checkForged(t, n, a, "IP-in-IP", func() error {
+			_, err := rc.WriteTo(inner, &net.IPAddr{IP: n.addrB.AsSlice()})
+			return err
+		})
 	}
-	if !echoed {
-		t.Error("a 4000-byte UDP datagram (fragments) from x/a to x/b was not echoed")
-	}
+}
 
-	// x/c sends its own VXLAN packet to node B claiming x/a's identity in the VNI, with an
-	// inner UDP datagram from x/a's address to x/b port 80 (which x/a may reach).
-	vc, err := testenv.Dial(c.Netns, "udp", netip.AddrPortFrom(n.addrB, overlay.Port), 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vc.Close()
-	forged := vxlanPacket(uint32(a.Identity), netip.MustParseAddr(a.IP), bIP, 40999, 80, []byte("forged"))
+// checkForged sends x/c's own encapsulated packet (send) claiming x/a's identity until node
+// B reports it dropped as tunnel-untrusted-source, and checks that it never reached x/b.
+func checkForged(t *testing.T, n *twoNodes, a api.Endpoint, kind string, send func() error) {
+	t.Helper()
 	sawForged := func() bool {
 		for _, f := range flowsOf(t, n.b) {
-			if f.Type == "drop" && f.Reason == "tunnel-untrusted-source" && f.Source.Identity == uint32(a.Identity) && f.Source.Name == "" {
+			if f.Type == "drop" && f.Reason == "tunnel-untrusted-source" && f.Source.Identity == uint32(a.Identity) &&
+				f.Source.Port == 40999 && f.Endpoint == "" {
 				return true
 			}
 		}
 		return false
 	}
 	if !testenv.Eventually(5*time.Second, func() bool {
-		if _, err := vc.Write(forged); err != nil {
+		if err := send(); err != nil {
 			t.Fatal(err)
 		}
 		return sawForged()
 	}) {
-		t.Error("node B did not drop the pod's own VXLAN packet as tunnel-untrusted-source")
+		t.Errorf("node B did not drop the pod's own %s packet as tunnel-untrusted-source", kind)
 	}
 	for _, f := range flowsOf(t, n.b) {
 		if f.Endpoint == "x/b" && f.Source.Port == 40999 {
-			t.Errorf("the pod's own VXLAN packet reached x/b's veth: %+v", f)
+			t.Errorf("the pod's own %s packet reached x/b's veth: %+v", kind, f)
 		}
 	}
 }
 
-// With native routing the receiving node takes the source's identity from its address
-// (the remote pod declared in its ipcache): the same policy allows and denies the same
-// pairs, with no overlay device.
-func TestOverlayNative(t *testing.T) {
-	n := startTwoNodes(t, overlay.Native)
-	_, _, b := n.pods(t)
+// checkFragments sends UDP datagrams larger than the pod MTU, which leave the pod in
+// fragments, from node A's pods to x/b on node B: those policy allows (x/a to port 80) are
+// echoed whole, those it denies (x/a to port 81, x/c to port 80) are not, and node B's
+// flows show the denied datagram's fragments dropped by policy with its ports, never as
+// fragments whose first fragment it did not see.
+func checkFragments(t *testing.T, n *twoNodes, a, c, b api.Endpoint) {
+	t.Helper()
 	bIP := netip.MustParseAddr(b.IP)
-	if !n.a.Probe("x/a", bIP, 80, "tcp", 3*time.Second) {
-		t.Error("x/a -> node B x/b 80/tcp: not connected")
+	for _, tc := range []struct {
+		from api.Endpoint
+		port uint16
+		size int
+		want bool
+	}{
+		{a, 80, 4000, true},
+		{a, 80, 8000, true},
+		{a, 81, 8000, false},
+		{c, 80, 4000, false},
+	} {
+		if got := echoUDP(t, tc.from.Netns, netip.AddrPortFrom(bIP, tc.port), tc.size, tc.want); got != tc.want {
+			t.Errorf("%d-byte UDP datagram (fragments) from x/%s to x/b port %d: echoed %v, want %v", tc.size, tc.from.Name, tc.port, got, tc.want)
+		}
 	}
-	if !n.a.Probe("x/a", bIP, 80, "udp", 3*time.Second) {
-		t.Error("x/a -> node B x/b 80/udp: not connected")
+	var deniedFrags int
+	for _, f := range flowsOf(t, n.b) {
+		if f.Endpoint != "x/b" || f.Source.IP != a.IP || f.Protocol != "UDP" {
+			continue
+		}
+		if f.Reason == "fragment-unknown" {
+			t.Errorf("node B dropped a fragment of x/a's whose first fragment it did not see: %+v", f)
+		}
+		// Full-size fragments (the probes to port 81 above sent small datagrams).
+		if f.Type == "drop" && f.Reason == "policy-default-deny" && f.Dest.Port == 81 && f.Length >= 1000 {
+			deniedFrags++
+		}
 	}
-	if n.a.Probe("x/c", bIP, 80, "tcp", 700*time.Millisecond) {
-		t.Error("x/c -> node B x/b 80/tcp: connected, want denied")
-	}
-	h := testenv.NetlinkHandle(t, endpoint.NetnsPath(n.a.Config.NodeNetns))
-	if _, err := h.LinkByName(overlay.DeviceName); err == nil {
-		t.Errorf("native routing: %s exists", overlay.DeviceName)
-	} else if _, ok := err.(netlink.LinkNotFoundError); !ok {
-		t.Fatal(err)
+	// The 8000-byte datagram is six fragments at a 1450 or 1480 MTU, five at 1500.
+	if deniedFrags < 5 {
+		t.Errorf("node B's drops of x/a's 8000-byte datagram to port 81: %d, want one per fragment (at least 5)", deniedFrags)
 	}
 }
+
+// echoUDP sends a size-byte datagram from the namespace at nsPath to to and reports whether
+// it came back whole (a few tries when it is expected to, one short one when not).
+func echoUDP(t *testing.T, nsPath string, to netip.AddrPort, size int, want bool) bool {
+	t.Helper()
+	conn, err := testenv.Dial(nsPath, "udp", to, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	msg := make([]byte, size)
+	for i := range msg {
+		msg[i] = byte(i * 7)
+	}
+	buf := make([]byte, 2*size)
+	tries, wait := 1, 700*time.Millisecond
+	if want {
+		tries, wait = 5, time.Second
+	}
+	for range tries {
+		if _, err := conn.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(wait))
+		if k, err := conn.Read(buf); err == nil && k == size && bytes.Equal(buf[:k], msg) {
+			return true
+		}
+	}
+	return false
+}
+
+// sawIPIP reports whether, while traffic runs, the interface ifname in the namespace at
+// nsPath receives an IP-in-IP packet from node address from to node address to whose
+// inner destination is inner.
+func sawIPIP(t *testing.T, nsPath, ifname string, from, to, inner netip.Addr, traffic func()) bool {
+	t.Helper()
+	var fd int
+	err := testenv.InNetns(nsPath, func() error {
+		l, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		// ETH_P_ALL: such a socket sees a received packet before tc ingress, where the
+		// dataplane takes the outer header off (a socket for ETH_P_IP sees it after).
+		proto := int(htons(unix.ETH_P_ALL))
+		if fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM, proto); err != nil {
+			return err
+		}
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: uint16(proto), Ifindex: l.Index})
+	})
+	if err != nil {
+		t.Fatalf("packet socket on %s: %v", ifname, err)
+	}
+	defer unix.Close(fd)
+	tv := unix.Timeval{Usec: 200000}
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); traffic() }()
+	defer func() { <-done }()
+	f4, t4, i4 := from.As4(), to.As4(), inner.As4()
+	buf := make([]byte, 2048)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		k, sa, err := unix.Recvfrom(fd, buf, 0)
+		ll, ok := sa.(*unix.SockaddrLinklayer)
+		if err != nil || k < 40 || !ok || ll.Protocol != htons(unix.ETH_P_IP) {
+			continue
+		}
+		if buf[0] == 0x45 && buf[9] == 4 && bytes.Equal(buf[12:16], f4[:]) && bytes.Equal(buf[16:20], t4[:]) && bytes.Equal(buf[36:40], i4[:]) {
+			return true
+		}
+	}
+	return false
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // vxlanPacket builds a VXLAN payload (RFC 7348: flags with the VNI bit, VNI) carrying an
 // Ethernet frame with an IPv4/UDP datagram from src:sport to dst:dport.
@@ -254,7 +391,13 @@ func vxlanPacket(vni uint32, src, dst netip.Addr, sport, dport uint16, payload [
 	copy(eth[0:6], []byte{0x02, 0, 0, 0, 0, 1})
 	copy(eth[6:12], []byte{0x02, 0, 0, 0, 0, 2})
 	binary.BigEndian.PutUint16(eth[12:], 0x0800)
-	ip := make([]byte, 20)
+	b = append(b, eth...)
+	return append(b, ipv4UDP(src, dst, sport, dport, payload)...)
+}
+
+// ipv4UDP builds an IPv4/UDP datagram from src:sport to dst:dport.
+func ipv4UDP(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	ip := make([]byte, 20, 20+8+len(payload))
 	ip[0] = 0x45
 	binary.BigEndian.PutUint16(ip[2:], uint16(20+8+len(payload)))
 	ip[8] = 64
@@ -267,10 +410,8 @@ func vxlanPacket(vni uint32, src, dst netip.Addr, sport, dport uint16, payload [
 	binary.BigEndian.PutUint16(udp[0:], sport)
 	binary.BigEndian.PutUint16(udp[2:], dport)
 	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
-	b = append(b, eth...)
-	b = append(b, ip...)
-	b = append(b, udp...)
-	return append(b, payload...)
+	ip = append(ip, udp...)
+	return append(ip, payload...)
 }
 
 func ipChecksum(h []byte) uint16 {
@@ -282,4 +423,54 @@ func ipChecksum(h []byte) uint16 {
 		sum = sum&0xffff + sum>>16
 	}
 	return ^uint16(sum)
+}
+
+// An agent restarted in another mode leaves nothing of the previous one: switching from
+// IP-in-IP to native routing takes the programs off the fabric, to VXLAN makes the device,
+// and back to IP-in-IP removes the device and encapsulates again. Policy holds throughout.
+func TestOverlayModeSwitch(t *testing.T) {
+	n := startTwoNodes(t, overlay.IPIP)
+	_, _, b := n.pods(t)
+	bIP := netip.MustParseAddr(b.IP)
+	type node struct {
+		env  *agenttest.Env
+		peer netip.Addr
+	}
+	nodes := []node{{n.a, n.addrB}, {n.b, n.addrA}}
+	fabricFilters := func(nd node) []string {
+		path := endpoint.NetnsPath(nd.env.Config.NodeNetns)
+		fabric, _, err := overlay.Fabric(path, []overlay.Node{{Address: nd.peer}})
+		if err != nil || len(fabric) != 1 {
+			t.Fatalf("fabric interface: %v %v", fabric, err)
+		}
+		return testenv.BPFFilterNames(t, testenv.NetlinkHandle(t, path), fabric[0])
+	}
+	for _, mode := range []overlay.Mode{overlay.IPIP, overlay.Native, overlay.VXLAN, overlay.IPIP} {
+		if mode != n.a.Config.Tunnel {
+			for _, nd := range nodes {
+				nd.env.Stop()
+				nd.env.Config.Tunnel = mode
+				nd.env.Start()
+			}
+		}
+		for _, nd := range nodes {
+			want := []string(nil)
+			if mode == overlay.IPIP {
+				want = []string{"rampart_from_ipip", "rampart_to_ipip"}
+			}
+			if got := fabricFilters(nd); !slices.Equal(got, want) {
+				t.Errorf("%s: filters on %s's fabric interface %v, want %v", mode, nd.env.Config.Instance, got, want)
+			}
+			h := testenv.NetlinkHandle(t, endpoint.NetnsPath(nd.env.Config.NodeNetns))
+			if _, err := h.LinkByName(overlay.DeviceName); (err == nil) != (mode == overlay.VXLAN) {
+				t.Errorf("%s: %s exists %v on %s", mode, overlay.DeviceName, err == nil, nd.env.Config.Instance)
+			}
+		}
+		if !n.a.Probe("x/a", bIP, 80, "tcp", 3*time.Second) {
+			t.Errorf("%s: x/a -> node B x/b 80/tcp: not connected", mode)
+		}
+		if n.a.Probe("x/c", bIP, 80, "tcp", 700*time.Millisecond) {
+			t.Errorf("%s: x/c -> node B x/b 80/tcp: connected, want denied", mode)
+		}
+	}
 }

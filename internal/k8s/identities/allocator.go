@@ -7,6 +7,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,6 +61,13 @@ type Allocator struct {
 	claims map[identity.Identity]*claimObj
 	freed  map[identity.Identity]time.Time // numbers whose claim was deleted, and when
 	cursor identity.Identity               // where the search for a free number starts
+
+	// taken counts the numbers this allocator tried that another set's claim held (its
+	// cache did not know yet): how often the API server's guard was needed.
+	taken atomic.Int64
+	// beforeClaim, if set (by tests), runs before each claim is created: the window in
+	// which another agent may move the SecurityIdentity.
+	beforeClaim func(s *setObj)
 }
 
 // NewAllocator returns an allocator using cfg. It makes no request before Start.
@@ -110,19 +118,23 @@ func (a *Allocator) Start(ctx context.Context) error {
 	}
 	setInf := a.factory.ForResource(IdentityResource).Informer()
 	claimInf := a.factory.ForResource(ClaimResource).Informer()
-	setReg, err := setInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { a.setEvent(o, false) },
-		UpdateFunc: func(_, o any) { a.setEvent(o, false) },
-		DeleteFunc: func(o any) { a.setEvent(o, true) },
-	})
+	setReg, err := setInf.AddEventHandler(a.handlers(func(u *unstructured.Unstructured) error {
+		s, err := parseSet(u)
+		if err == nil {
+			a.upsertSet(s)
+		}
+		return err
+	}, a.removeSet))
 	if err != nil {
 		return fmt.Errorf("watching SecurityIdentities: %w", err)
 	}
-	claimReg, err := claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { a.claimEvent(o, false) },
-		UpdateFunc: func(_, o any) { a.claimEvent(o, false) },
-		DeleteFunc: func(o any) { a.claimEvent(o, true) },
-	})
+	claimReg, err := claimInf.AddEventHandler(a.handlers(func(u *unstructured.Unstructured) error {
+		c, err := parseClaim(u)
+		if err == nil {
+			a.upsertClaim(c)
+		}
+		return err
+	}, a.removeClaim))
 	if err != nil {
 		return fmt.Errorf("watching SecurityIdentityClaims: %w", err)
 	}
@@ -143,41 +155,29 @@ func unwrap(o any) (*unstructured.Unstructured, bool) {
 	return u, ok
 }
 
-func (a *Allocator) setEvent(o any, deleted bool) {
-	u, ok := unwrap(o)
-	if !ok {
-		return
+// handlers returns informer handlers that keep one kind in memory: apply parses and stores
+// an object, remove forgets an incarnation (name, UID).
+func (a *Allocator) handlers(apply func(*unstructured.Unstructured) error, remove func(name, uid string)) cache.ResourceEventHandlerFuncs {
+	on := func(o any, deleted bool) {
+		u, ok := unwrap(o)
+		if !ok {
+			return
+		}
+		if !deleted {
+			err := apply(u)
+			if err == nil {
+				return
+			}
+			a.opts.Logf("identities: ignoring %v", err)
+			// What it said before it became malformed no longer holds.
+		}
+		remove(u.GetName(), string(u.GetUID()))
 	}
-	if deleted {
-		a.removeSet(u.GetName(), string(u.GetUID()))
-		return
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { on(o, false) },
+		UpdateFunc: func(_, o any) { on(o, false) },
+		DeleteFunc: func(o any) { on(o, true) },
 	}
-	s, err := parseSet(u)
-	if err != nil {
-		a.opts.Logf("identities: ignoring %v", err)
-		// What it said before it became malformed no longer holds.
-		a.removeSet(u.GetName(), string(u.GetUID()))
-		return
-	}
-	a.upsertSet(s)
-}
-
-func (a *Allocator) claimEvent(o any, deleted bool) {
-	u, ok := unwrap(o)
-	if !ok {
-		return
-	}
-	if deleted {
-		a.removeClaim(u.GetName(), string(u.GetUID()))
-		return
-	}
-	c, err := parseClaim(u)
-	if err != nil {
-		a.opts.Logf("identities: ignoring %v", err)
-		a.removeClaim(u.GetName(), string(u.GetUID()))
-		return
-	}
-	a.upsertClaim(c)
 }
 
 // validLocked returns the SecurityIdentity that validly holds number id: the claim of id
@@ -202,23 +202,19 @@ func (a *Allocator) stateLocked(id identity.Identity) string {
 	return ""
 }
 
-// change runs f under the lock and calls OnChange if the meaning of any number f touches
-// (as returned by f, before and after) changed.
+// change runs f under the lock and calls OnChange if the meaning of any number that f may
+// touch (ids, computed under the lock before f) changed.
 func (a *Allocator) change(ids func() []identity.Identity, f func()) {
 	a.mu.Lock()
-	before := map[identity.Identity]string{}
-	for _, id := range ids() {
-		before[id] = a.stateLocked(id)
+	touched := ids()
+	before := make([]string, len(touched))
+	for i, id := range touched {
+		before[i] = a.stateLocked(id)
 	}
 	f()
 	changed := false
-	for _, id := range ids() {
-		if b, ok := before[id]; !ok || b != a.stateLocked(id) {
-			changed = true
-		}
-	}
-	for id, b := range before {
-		if b != a.stateLocked(id) {
+	for i, id := range touched {
+		if before[i] != a.stateLocked(id) {
 			changed = true
 		}
 	}
@@ -229,7 +225,7 @@ func (a *Allocator) change(ids func() []identity.Identity, f func()) {
 }
 
 func (a *Allocator) upsertSet(s *setObj) {
-	a.change(func() []identity.Identity { return a.setIDsLocked(s.name) }, func() { a.sets[s.name] = s })
+	a.change(func() []identity.Identity { return append(a.setIDsLocked(s.name), s.id) }, func() { a.sets[s.name] = s })
 }
 
 func (a *Allocator) setIDsLocked(name string) []identity.Identity {
@@ -396,11 +392,15 @@ func (a *Allocator) Allocate(ctx context.Context, l labels.Labels) (identity.Ide
 			cur = next
 			continue
 		}
+		if a.beforeClaim != nil {
+			a.beforeClaim(cur)
+		}
 		ours, created, err := a.claim(ctx, cur)
 		if err != nil {
 			return 0, fmt.Errorf("allocating an identity for %s: %w", l, err)
 		}
 		if !ours {
+			a.taken.Add(1)
 			// Another set holds the number: move to another, if nobody changed the
 			// object meanwhile (then read it again).
 			next, err := a.renumber(ctx, cur)
@@ -445,48 +445,54 @@ func (a *Allocator) Allocate(ctx context.Context, l labels.Labels) (identity.Ide
 // not exist. It returns nil if the object vanished between a failed create and the read.
 func (a *Allocator) getOrCreate(ctx context.Context, l labels.Labels, name, key string) (*setObj, error) {
 	sets := a.client.Resource(IdentityResource)
-	if _, _, known := a.cachedUsable(name, key); !known {
-		id, err := a.candidate()
-		if err != nil {
-			return nil, err
-		}
-		u, err := sets.Create(ctx, newSet(l, id), metav1.CreateOptions{})
-		if err == nil {
-			s, err := parseSet(u)
+	// Known in memory: read first. Memory may be behind a deletion, so a read that finds
+	// nothing leads to a create.
+	_, _, known := a.cachedUsable(name, key)
+	for try := 0; try < 2; try++ {
+		if !known || try > 0 {
+			id, err := a.candidate()
 			if err != nil {
 				return nil, err
 			}
-			a.upsertSet(s)
-			return s, nil
+			u, err := sets.Create(ctx, newSet(l, id), metav1.CreateOptions{})
+			if err == nil {
+				s, err := parseSet(u)
+				if err != nil {
+					return nil, err
+				}
+				a.upsertSet(s)
+				return s, nil
+			}
+			if !apierrors.IsAlreadyExists(err) {
+				return nil, fmt.Errorf("creating SecurityIdentity %s: %w", name, err)
+			}
 		}
-		if !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating SecurityIdentity %s: %w", name, err)
+		u, err := sets.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
 		}
+		if err != nil {
+			return nil, fmt.Errorf("reading SecurityIdentity %s: %w", name, err)
+		}
+		s, err := parseSet(u)
+		if err != nil {
+			// Fail closed: a malformed object in the place of this set's identity is
+			// not overwritten or guessed around; the error names it.
+			return nil, err
+		}
+		if s.key != key {
+			return nil, fmt.Errorf("SecurityIdentity %s holds labels %s (a name collision)", name, s.labels)
+		}
+		a.upsertSet(s)
+		return s, nil
 	}
-	u, err := sets.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading SecurityIdentity %s: %w", name, err)
-	}
-	s, err := parseSet(u)
-	if err != nil {
-		// Fail closed: a malformed object in the place of this set's identity is not
-		// overwritten or guessed around; the error names it.
-		return nil, err
-	}
-	if s.key != key {
-		return nil, fmt.Errorf("SecurityIdentity %s holds labels %s (a name collision)", name, s.labels)
-	}
-	a.upsertSet(s)
-	return s, nil
+	return nil, nil
 }
 
 // unmark removes the unused mark from s, conditional on its resourceVersion. It returns the
 // updated object, or nil (read again) if s changed or was deleted meanwhile.
 func (a *Allocator) unmark(ctx context.Context, s *setObj) (*setObj, error) {
-	u, err := a.client.Resource(IdentityResource).Get(ctx, s.name, metav1.GetOptions{ResourceVersion: ""})
+	u, err := a.client.Resource(IdentityResource).Get(ctx, s.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -499,14 +505,20 @@ func (a *Allocator) unmark(ctx context.Context, s *setObj) (*setObj, error) {
 	ann := u.GetAnnotations()
 	delete(ann, UnusedSinceAnnotation)
 	u.SetAnnotations(ann)
-	u, err = a.client.Resource(IdentityResource).Update(ctx, u, metav1.UpdateOptions{})
+	return a.updateSet(ctx, u, "unmarking")
+}
+
+// updateSet writes u, which carries the resourceVersion it was read at, and returns what
+// the server stored, or nil (read again) if the object changed or was deleted meanwhile.
+func (a *Allocator) updateSet(ctx context.Context, u *unstructured.Unstructured, doing string) (*setObj, error) {
+	stored, err := a.client.Resource(IdentityResource).Update(ctx, u, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("unmarking SecurityIdentity %s: %w", s.name, err)
+		return nil, fmt.Errorf("%s SecurityIdentity %s: %w", doing, u.GetName(), err)
 	}
-	next, err := parseSet(u)
+	next, err := parseSet(stored)
 	if err != nil {
 		return nil, err
 	}
@@ -563,19 +575,7 @@ func (a *Allocator) renumber(ctx context.Context, s *setObj) (*setObj, error) {
 	if s.marked {
 		u.SetAnnotations(map[string]string{UnusedSinceAnnotation: s.unusedSince.UTC().Format(time.RFC3339Nano)})
 	}
-	u, err = a.client.Resource(IdentityResource).Update(ctx, u, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("renumbering SecurityIdentity %s: %w", s.name, err)
-	}
-	next, err := parseSet(u)
-	if err != nil {
-		return nil, err
-	}
-	a.upsertSet(next)
-	return next, nil
+	return a.updateSet(ctx, u, "renumbering")
 }
 
 // deleteClaim deletes claim c if it is still that incarnation. Failing is harmless: a

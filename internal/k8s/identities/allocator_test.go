@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/rampartnet/rampart/internal/identity"
@@ -78,18 +79,18 @@ func dyn(t testing.TB, c *k8stest.Cluster) dynamic.Interface {
 	return d
 }
 
-// claimsOf returns the numbers of the claims that name the SecurityIdentity name.
-func claimsOf(t testing.TB, d dynamic.Interface, name string) []identity.Identity {
+// claimsBySet returns the numbers of the claims in the API, by the SecurityIdentity they
+// name.
+func claimsBySet(t testing.TB, d dynamic.Interface) map[string][]identity.Identity {
 	t.Helper()
 	list, err := d.Resource(ClaimResource).List(ctxT(t, 10*time.Second), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []identity.Identity
+	out := map[string][]identity.Identity{}
 	for i := range list.Items {
-		c, err := parseClaim(&list.Items[i])
-		if err == nil && c.setName == name {
-			out = append(out, c.id)
+		if c, err := parseClaim(&list.Items[i]); err == nil {
+			out[c.setName] = append(out[c.setName], c.id)
 		}
 	}
 	return out
@@ -147,7 +148,7 @@ func TestAllocator(t *testing.T) {
 		if err != nil || s.id != ids[0] || !s.labels.Equal(l) {
 			t.Errorf("SecurityIdentity %s: %+v, %v; want number %d, labels %s", name, s, err, ids[0], l)
 		}
-		if got := claimsOf(t, d, name); len(got) != 1 || got[0] != ids[0] {
+		if got := claimsBySet(t, d)[name]; len(got) != 1 || got[0] != ids[0] {
 			t.Errorf("claims naming %s: %v, want just %d", name, got, ids[0])
 		}
 		// Every agent's cache agrees, and allocating again asks nothing new.
@@ -184,8 +185,16 @@ func TestAllocator(t *testing.T) {
 		began := time.Now()
 		close(start)
 		wg.Wait()
-		t.Logf("%d sets from %d agents racing for numbers: %v", n, len(allocs), time.Since(began).Round(time.Millisecond))
+		var taken int64
+		for _, a := range allocs {
+			taken += a.taken.Load()
+		}
+		t.Logf("%d sets from %d agents racing for numbers: %v, %d numbers found taken", n, len(allocs), time.Since(began).Round(time.Millisecond), taken)
+		if taken == 0 {
+			t.Error("no agent ever found its number taken: the test did not make them race")
+		}
 		seen := map[identity.Identity]int{}
+		claims := claimsBySet(t, d)
 		for i := range n {
 			if errs[i] != nil {
 				t.Fatalf("set %d: %v", i, errs[i])
@@ -195,7 +204,7 @@ func TestAllocator(t *testing.T) {
 			}
 			seen[ids[i]] = i
 			name := SetName(identity.LabelsKey(podLabels(ns, fmt.Sprint("app-", i))))
-			if got := claimsOf(t, d, name); len(got) != 1 || got[0] != ids[i] {
+			if got := claims[name]; len(got) != 1 || got[0] != ids[i] {
 				t.Errorf("set %d: claims %v, want just %d", i, got, ids[i])
 			}
 		}
@@ -293,6 +302,95 @@ func TestAllocator(t *testing.T) {
 	})
 
 	t.Run("CollectionLosesToAllocate", func(t *testing.T) { testCollectorLosesToAllocate(t, c, d) })
+
+	// Another agent moves the SecurityIdentity to another number (and claims it) between
+	// this agent's read and its claim, and the old number happens to be free: the claim
+	// succeeds, the read that follows sees the move, the stale claim is taken back, and
+	// Allocate returns the number the object holds.
+	t.Run("MovedBeforeClaim", func(t *testing.T) {
+		a, err := NewAllocator(c.Config, Options{Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxT(t, 30*time.Second)
+		const stale, moved = 11000, 11500
+		a.cursor = stale
+		l := podLabels("moved-"+testenv.Suffix(6), "m")
+		name := SetName(identity.LabelsKey(l))
+		a.beforeClaim = func(s *setObj) {
+			if s.id != stale {
+				return
+			}
+			u, err := d.Resource(IdentityResource).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := unstructured.SetNestedField(u.Object, int64(moved), "spec", "identity"); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := d.Resource(IdentityResource).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := d.Resource(ClaimResource).Create(ctx, newClaim(moved, name, u.GetUID()), metav1.CreateOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+		id, err := a.Allocate(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id != moved {
+			t.Errorf("Allocate returned %d, want %d, the number the SecurityIdentity holds", id, moved)
+		}
+		if got := claimsBySet(t, d)[name]; len(got) != 1 || got[0] != moved {
+			t.Errorf("claims naming the set: %v, want just %d (the stale one taken back)", got, moved)
+		}
+	})
+
+	// The collector deleted an identity (marked, as it always is first) and this agent's
+	// informer has not told it yet: Allocate finds it gone and creates it anew.
+	t.Run("DeletedBehindMemory", func(t *testing.T) {
+		a := startAllocator(t, c, Options{})
+		ctx := ctxT(t, 30*time.Second)
+		l := podLabels("behind-"+testenv.Suffix(6), "x")
+		id, err := a.Allocate(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := SetName(identity.LabelsKey(l))
+		a.mu.Lock()
+		stale := *a.sets[name]
+		a.mu.Unlock()
+		stale.marked, stale.unusedSince = true, time.Now().Add(-time.Hour)
+		for _, del := range []struct {
+			res  schema.GroupVersionResource
+			name string
+		}{{IdentityResource, name}, {ClaimResource, ClaimName(id)}} {
+			if err := d.Resource(del.res).Delete(ctx, del.name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !testenv.Eventually(10*time.Second, func() bool { _, ok := a.Lookup(l); return !ok }) {
+			t.Fatal("the informer never reports the deletion")
+		}
+		// Memory behind: the marked object as it was before the deletion.
+		a.mu.Lock()
+		a.sets[name] = &stale
+		a.mu.Unlock()
+		got, err := a.Allocate(ctx, l)
+		if err != nil {
+			t.Fatalf("Allocate after the deletion: %v", err)
+		}
+		if got == id {
+			t.Errorf("the deleted number %d handed out again at once", id)
+		}
+		if lg, ok := a.LabelsOf(got); !ok || !lg.Equal(l) {
+			t.Errorf("LabelsOf(%d) = %s %v, want %s", got, lg, ok, l)
+		}
+	})
 
 	// Objects that the protocol would never write (made by hand) are logged, ignored, and
 	// never used; the API server's schema refuses what it can.

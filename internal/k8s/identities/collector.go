@@ -130,6 +130,21 @@ func RunCollector(ctx context.Context, cfg *rest.Config, opts CollectorOptions) 
 type collector struct {
 	client dynamic.Interface
 	opts   CollectorOptions
+	// logged holds the objects logged as malformed, kind/name -> resourceVersion, so
+	// that each version is logged once rather than every pass.
+	logged map[string]string
+}
+
+// ignoring logs a malformed object once per version.
+func (c *collector) ignoring(kind, name, rv string, err error) {
+	if c.logged == nil {
+		c.logged = map[string]string{}
+	}
+	if c.logged[kind+"/"+name] == rv {
+		return
+	}
+	c.logged[kind+"/"+name] = rv
+	c.opts.Logf("identities: collector ignoring %v", err)
 }
 
 // run makes a pass every Interval until ctx (the leadership) ends.
@@ -174,7 +189,7 @@ func (c *collector) pass(ctx context.Context) error {
 		s, err := parseSet(u)
 		if err != nil {
 			// Not ours to judge: left alone (and never used by an allocator).
-			c.opts.Logf("identities: collector ignoring %v", err)
+			c.ignoring("SecurityIdentity", u.GetName(), u.GetResourceVersion(), err)
 			live[u.GetName()] = string(u.GetUID())
 			continue
 		}
@@ -214,7 +229,7 @@ func (c *collector) pass(ctx context.Context) error {
 	for i := range claimList.Items {
 		cl, err := parseClaim(&claimList.Items[i])
 		if err != nil {
-			c.opts.Logf("identities: collector ignoring %v", err)
+			c.ignoring("SecurityIdentityClaim", claimList.Items[i].GetName(), claimList.Items[i].GetResourceVersion(), err)
 			continue
 		}
 		if uid, ok := live[cl.setName]; ok && uid == cl.setUID {

@@ -105,9 +105,21 @@ func TestCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A SecurityIdentity made by hand whose name is not its labels' hash: the collector
+	// logs it and leaves it alone.
+	bad := newSet(podLabels(ns, "handmade"), 9100)
+	bad.SetName("handmade")
+	if _, err := d.Resource(IdentityResource).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	pods := &inUse{}
 	pods.set(false)
-	runCollector(t, c, fastLease(CollectorOptions{Holder: "node-1", InUse: pods.get, Grace: shortGrace, Interval: 200 * time.Millisecond}))
+	logs := &logBuf{}
+	runCollector(t, c, fastLease(CollectorOptions{Holder: "node-1", InUse: pods.get, Grace: shortGrace, Interval: 200 * time.Millisecond, Logf: func(f string, args ...any) {
+		logs.Logf(f, args...)
+		t.Logf(f, args...)
+	}}))
 
 	get := func(l labels.Labels) (*setObj, bool) {
 		u, err := d.Resource(IdentityResource).Get(ctx, SetName(identity.LabelsKey(l)), metav1.GetOptions{})
@@ -214,6 +226,12 @@ func TestCollector(t *testing.T) {
 	}
 	if changes.Load() == 0 {
 		t.Error("OnChange never called")
+	}
+	if !logs.has("collector ignoring SecurityIdentity handmade") {
+		t.Error("the collector did not log the hand-made object")
+	}
+	if _, err := d.Resource(IdentityResource).Get(ctx, "handmade", metav1.GetOptions{}); err != nil {
+		t.Errorf("the hand-made object: %v, want left alone", err)
 	}
 }
 

@@ -1,0 +1,112 @@
+package policy
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// jsonSeeds are JSON texts that probe the fast reader's corners: escapes, non-ASCII and
+// invalid UTF-8, numbers, empty containers, whitespace and line breaks everywhere.
+var jsonSeeds = []string{
+	`{}`, `[]`, `{"a":1}`, ` [ 1 , -2 , 3.5 , 1e5 , -0 , 1.5E-3 , 12345678901234567890 ] `,
+	`{"s":"plain","e":"quo\"te","u":"\u00e9\u2028","b":"back\\slash","n":null,"t":true,"f":false}`,
+	"{\n  \"a\": [\n    {\"b\": \"c\"},\n    {}\n  ],\n  \"d\":\n  [ ]\n}\n",
+	"{\"k\u00e9y\":\"v\xff\xfe\",\"x\":\"caf\xc3\xa9\"}",
+	`{"dup":1,"dup":2}`, `[[[[[]]]]]`, `"top"`, `17`, `null`,
+	"\r\n\t{ \"a\" :\r\n\"b\" }\r\n",
+}
+
+func compareReaders(t *testing.T, data []byte) {
+	t.Helper()
+	if !json.Valid(data) {
+		return
+	}
+	want, werr := readJSON(data)
+	got, gerr := readValidJSON(data)
+	if (werr != nil) != (gerr != nil) {
+		t.Fatalf("%q: readJSON error %v, readValidJSON error %v", data, werr, gerr)
+	}
+	if werr == nil && !sameTree(want, got) {
+		t.Fatalf("%q: the readers build different trees", data)
+	}
+}
+
+// sameTree compares what the parser reads of a node.
+func sameTree(a, b *yaml.Node) bool {
+	if a.Kind != b.Kind || a.Tag != b.Tag || a.Value != b.Value || a.Style != b.Style ||
+		a.Line != b.Line || a.Column != b.Column || len(a.Content) != len(b.Content) {
+		return false
+	}
+	for i := range a.Content {
+		if !sameTree(a.Content[i], b.Content[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestValidJSONReaderMatchesDecoder holds the fast reader to the token decoder's trees on
+// the seeds and on every corpus manifest written as JSON, compact and indented.
+func TestValidJSONReaderMatchesDecoder(t *testing.T) {
+	for _, s := range jsonSeeds {
+		compareReaders(t, []byte(s))
+	}
+	var files []string
+	err := filepath.WalkDir("testdata/manifests", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && (strings.HasSuffix(path, ".json") || strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no corpus manifests: %v", err)
+	}
+	n := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(f, ".json") {
+			compareReaders(t, data)
+			n++
+			continue
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(data)))
+		for {
+			var v any
+			if dec.Decode(&v) != nil {
+				break
+			}
+			b, err := json.Marshal(v)
+			if err != nil {
+				continue // not representable in JSON (say a map with non-string keys)
+			}
+			compareReaders(t, b)
+			ind, _ := json.MarshalIndent(v, "", "  ")
+			compareReaders(t, ind)
+			n++
+		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d corpus documents compared", n)
+	}
+}
+
+// FuzzValidJSONReader: on any valid JSON the fast reader builds the decoder's tree.
+func FuzzValidJSONReader(f *testing.F) {
+	for _, s := range jsonSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1<<16 {
+			return
+		}
+		compareReaders(t, data)
+	})
+}
