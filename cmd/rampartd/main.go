@@ -76,6 +76,7 @@ func run(args []string) int {
 		showVersion bool
 		kubeconfig  string
 		nodeName    string
+		idGrace     time.Duration
 	)
 	fs := flag.NewFlagSet("rampartd", flag.ContinueOnError)
 	// Parse errors are reported below; --help goes to stdout.
@@ -96,6 +97,7 @@ func run(args []string) int {
 	fs.StringVar((*string)(&cfg.Tunnel), "tunnel", string(overlay.Native), "how packets reach pods on other nodes: native = routes to the nodes' addresses over the fabric, the receiver takes the source's identity from its address; vxlan = a VXLAN overlay whose VNI carries the source's identity, pods created with an MTU 50 bytes below the fabric's; ipip = IP-in-IP between the node addresses, added and removed by the dataplane on the fabric interfaces, accepted only from node addresses, the receiver takes the identity from the inner source address, pods created with an MTU 20 bytes below the fabric's")
 	fs.StringVar((*string)(&cfg.HostTraffic), "host-traffic", string(agent.HostTrafficAllow), "what the host (this node, identity host) may send to local endpoints: allow = admitted into every endpoint whatever its ingress allow rules (deny and L7 rules still apply), as Kubernetes expects for kubelet probes; policy = an ordinary peer, admitted only by rules that select it (fromEntities: [host])")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubernetes mode: the API server's client configuration; nodes, pods, namespaces and policies then come from the API (docs/cluster.md), and --pod-cidr from this node's Node object")
+	fs.DurationVar(&idGrace, "identity-grace", 0, "Kubernetes mode: how long a cluster identity no pod uses is kept before it is collected (0: 5m)")
 	fs.StringVar(&nodeName, "node-name", "", "Kubernetes mode: this node's Node object (default: the host name)")
 	fs.BoolVar(&uninstall, "uninstall", false, "remove what this instance made (endpoints, pins, state, node set-up; see above), then exit")
 	fs.BoolVar(&debug, "debug", false, "debug logging")
@@ -144,7 +146,7 @@ func run(args []string) int {
 	defer stop()
 	var w *watcher.Watcher
 	if kubeconfig != "" {
-		if w, err = startWatcher(ctx, &cfg, kubeconfig, nodeName); err != nil {
+		if w, err = startWatcher(ctx, &cfg, kubeconfig, nodeName, idGrace); err != nil {
 			fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
 			return 1
 		}
@@ -170,7 +172,7 @@ func run(args []string) int {
 
 // startWatcher starts Kubernetes mode: the informers, then this node's Node object, whose
 // pod CIDR and address the agent takes.
-func startWatcher(ctx context.Context, cfg *agent.Config, kubeconfig, nodeName string) (*watcher.Watcher, error) {
+func startWatcher(ctx context.Context, cfg *agent.Config, kubeconfig, nodeName string, idGrace time.Duration) (*watcher.Watcher, error) {
 	if nodeName == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -202,7 +204,7 @@ func startWatcher(ctx context.Context, cfg *agent.Config, kubeconfig, nodeName s
 	// Unused identities are collected by one agent at a time, from what the pod and
 	// namespace caches say is in use.
 	go func() {
-		err := identities.RunCollector(ctx, kcfg, identities.CollectorOptions{Holder: nodeName, InUse: w.InUse, Logf: logf})
+		err := identities.RunCollector(ctx, kcfg, identities.CollectorOptions{Holder: nodeName, InUse: w.InUse, Grace: idGrace, Logf: logf})
 		if err != nil {
 			cfg.Logger.Error("identity collector stopped", "error", err)
 		}

@@ -131,10 +131,10 @@ func threePods(t *testing.T, c *clustertest.Cluster) (a, cc, b *clustertest.Pod)
 // kubectl apply of a NetworkPolicy and of a CiliumNetworkPolicy selecting pods across
 // two nodes: the allowed pairs connect, the denied ones do not; kubectl delete brings the
 // pairs back to allowed.
-// Both with native routing (the receiver takes the source's identity from its address)
-// and VXLAN (the identity travels in the VNI: the nodes must agree on the numbers).
+// With native routing and IP-in-IP (the receiver takes the source's identity from its
+// address) and VXLAN (the identity travels in the VNI: the nodes must agree on numbers).
 func TestKubectlPolicyAcrossNodes(t *testing.T) {
-	for _, mode := range []overlay.Mode{overlay.Native, overlay.VXLAN} {
+	for _, mode := range []overlay.Mode{overlay.Native, overlay.VXLAN, overlay.IPIP} {
 		t.Run(string(mode), func(t *testing.T) { kubectlPolicyAcrossNodes(t, mode) })
 	}
 }

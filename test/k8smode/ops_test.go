@@ -7,8 +7,13 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/k8s/identities"
+	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
@@ -143,5 +148,33 @@ func TestCNIAddWithoutPodFails(t *testing.T) {
 	_, err = n.Client.CNIAdd(ctx, api.CNIAddRequest{ContainerID: "anon" + testenv.Suffix(6), IfName: "eth0", Netns: netns})
 	if ae, ok := err.(*api.Error); !ok || ae.Status != 400 {
 		t.Errorf("CNI ADD naming no pod in Kubernetes mode: %v, want 400", err)
+	}
+}
+
+// A pod's identity is collected once no pod uses its label set for the grace period, and
+// not before: the collector's InUse comes from the agents' pod and namespace caches.
+func TestUnusedIdentityCollected(t *testing.T) {
+	const grace = 3 * time.Second
+	c := clustertest.Start(t, clustertest.Options{Nodes: 2, AgentFlags: []string{"--identity-grace", grace.String()}})
+	c.EnsureNamespace("x", nil)
+	keep := c.AddPod(c.Nodes[0], "x", "keep", map[string]string{"pod": "keep"})
+	gone := c.AddPod(c.Nodes[1], "x", "gone", map[string]string{"pod": "gone"})
+	setOf := func(p *clustertest.Pod, l map[string]string) string {
+		return identities.SetName(identity.LabelsKey(labels.ForPod(p.Namespace, l, labels.Labels{labels.KeyNamespaceName: p.Namespace}, "")))
+	}
+	exists := func(name string) bool {
+		_, err := c.Dynamic(t).Resource(identities.IdentityResource).Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil
+	}
+	keepSet, goneSet := setOf(keep, map[string]string{"pod": "keep"}), setOf(gone, map[string]string{"pod": "gone"})
+	if !exists(keepSet) || !exists(goneSet) {
+		t.Fatalf("SecurityIdentities of the two pods: %v %v", exists(keepSet), exists(goneSet))
+	}
+	c.Delete(gone)
+	if !testenv.Eventually(grace+time.Minute, func() bool { return !exists(goneSet) }) {
+		t.Fatal("the identity of the deleted pod's label set was not collected")
+	}
+	if !exists(keepSet) {
+		t.Error("the identity of a pod still running was collected")
 	}
 }

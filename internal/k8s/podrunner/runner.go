@@ -340,25 +340,9 @@ func (r *Runner) setNodeStatus(n *corev1.Node) {
 	n.Status.Conditions = append(n.Status.Conditions, ready)
 }
 
-func (r *Runner) heartbeat(ctx context.Context) error {
-	nodes := r.cfg.Client.CoreV1().Nodes()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := nodes.Get(ctx, r.cfg.NodeName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return r.registerNode(ctx) // deleted behind the runner's back: register again
-		}
-		if err != nil {
-			return err
-		}
-		r.setNodeStatus(n)
-		_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("updating node %s: %w", r.cfg.NodeName, err)
-	}
-	return nil
-}
+// heartbeat refreshes the Node's Ready condition: registration again, which also brings
+// back a Node deleted behind the runner's back.
+func (r *Runner) heartbeat(ctx context.Context) error { return r.registerNode(ctx) }
 
 // Cleanup removes every sandbox of the state directory without the API server: stops the
 // processes, detaches them (CNI DEL) and deletes their namespaces and state, also when a

@@ -45,7 +45,9 @@ type worker struct {
 	netRetryAt time.Time
 	netBackoff time.Duration
 
-	proc       *process
+	proc *process
+	// everRan: a process of the pod has run (the phase is Pending until then).
+	everRan    bool
 	lastExit   *corev1.ContainerStateTerminated
 	restartAt  time.Time
 	runBackoff time.Duration
@@ -242,10 +244,10 @@ func (w *worker) adopt(ctx context.Context) {
 		if before.State.Running != nil {
 			p.started = before.State.Running.StartedAt.Time
 		}
-		w.proc = p
+		w.proc, w.everRan = p, true
 		w.r.log.Info("adopted process", append(w.logf(), "pid", p.pid)...)
 	} else if w.sb.PID != 0 {
-		w.sb.PID, w.sb.PIDStart = 0, 0
+		w.sb.PID, w.sb.PIDStart, w.everRan = 0, 0, true
 		// It ended while no runner watched: its exit code is lost.
 		w.lastExit = &corev1.ContainerStateTerminated{ExitCode: -1, Reason: "Unknown", Message: "the process ended while the pod runner was not running", FinishedAt: metav1.Now()}
 		w.afterExit(time.Now(), 0)
@@ -311,7 +313,7 @@ func (w *worker) start(now time.Time) {
 	if w.lastExit != nil {
 		w.sb.Restarts++
 	}
-	w.proc = p
+	w.proc, w.everRan = p, true
 	w.sb.PID, w.sb.PIDStart = p.pid, p.start
 	if err := w.r.save(w.sb); err != nil {
 		w.r.log.Warn("saving sandbox", append(w.logf(), "err", err)...)
@@ -642,7 +644,12 @@ func (w *worker) status() corev1.PodStatus {
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: w.configErr.Error()}
 	case w.lastExit != nil:
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: fmt.Sprintf("back-off restarting the process (exit code %d)", w.lastExit.ExitCode)}
-		st.Phase = corev1.PodRunning
+		if w.lastExit.Reason == "StartError" {
+			cs.State.Waiting.Message = w.lastExit.Message
+		}
+		if w.everRan {
+			st.Phase = corev1.PodRunning
+		}
 	default:
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
 	}

@@ -1,7 +1,6 @@
 package clustertest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -14,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
@@ -25,9 +26,9 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 )
 
-// Bins builds rampartd (and the rampart CLI) for the clusters; call Bins.Remove from
-// TestMain.
-var Bins = &testenv.Binaries{Packages: []string{"./cmd/rampartd", "./cmd/rampart"}}
+// Bins builds rampartd, the rampart CLI and the CNI plugin for the clusters; call
+// Bins.Remove from TestMain.
+var Bins = &testenv.Binaries{Packages: []string{"./cmd/rampartd", "./cmd/rampart", "./cmd/rampart-cni"}}
 
 // Options configure Start.
 type Options struct {
@@ -35,6 +36,8 @@ type Options struct {
 	Nodes int
 	// Tunnel is every agent's --tunnel ("": native routing).
 	Tunnel overlay.Mode
+	// AgentFlags are more flags for every rampartd.
+	AgentFlags []string
 }
 
 // Cluster is a control plane and its nodes.
@@ -54,13 +57,15 @@ type Node struct {
 	Client  *api.Client
 
 	c        *Cluster
+	cni      *libcni.CNIConfig
+	cniList  *libcni.NetworkConfigList
 	flags    []string
 	socket   string
 	instance string
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	done     chan struct{}
-	log      *syncBuffer
+	log      *testenv.SyncBuffer
 }
 
 // Start starts a control plane with the CRDs, a fabric, the nodes' Node objects and one
@@ -89,7 +94,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 			Netns:    fabric.nodes[i],
 			instance: "k" + suffix + fmt.Sprint(i+1),
 			c:        c,
-			log:      &syncBuffer{},
+			log:      &testenv.SyncBuffer{},
 		}
 		c.createNodeObject(n)
 		sockDir, err := os.MkdirTemp("", "rp-sock-")
@@ -99,8 +104,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 		stateDir := filepath.Join(t.TempDir(), "state")
 		n.flags = []string{"--instance", n.instance, "--state-dir", stateDir, "--socket", filepath.Join(sockDir, "r.sock"),
 			"--bpf-dir", "/sys/fs/bpf/rampart/" + n.instance, "--node-netns", n.Netns, "--tunnel", string(opts.Tunnel)}
+		n.flags = append(n.flags, opts.AgentFlags...)
 		n.socket = filepath.Join(sockDir, "r.sock")
 		n.Client = api.NewClient(n.socket)
+		n.cni, n.cniList = cniRuntime(t, bin, n.socket)
 		t.Cleanup(func() {
 			n.Stop()
 			n.Client.Close()
@@ -335,19 +342,24 @@ func newNetns(t testing.TB, name string) string {
 	return path
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// Dynamic is a dynamic client for the cluster (custom resources).
+func (c *Cluster) Dynamic(t testing.TB) dynamic.Interface {
+	t.Helper()
+	d, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// cniRuntime is libcni as a container runtime uses it, with a network configuration list
+// that runs rampart-cni against the node's agent.
+func cniRuntime(t testing.TB, binDir, socket string) (*libcni.CNIConfig, *libcni.NetworkConfigList) {
+	t.Helper()
+	list, err := libcni.ConfListFromBytes([]byte(`{"cniVersion": "1.1.0", "name": "rampart",
+  "plugins": [{"type": "rampart-cni", "socket": "` + socket + `"}]}`))
+	if err != nil {
+		t.Fatalf("CNI configuration: %v", err)
+	}
+	return libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil), list
 }

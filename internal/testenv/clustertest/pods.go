@@ -6,22 +6,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // Pod is a pod on a node: its Pod object, and the network part a runtime makes (a network
-// namespace, the CNI ADD through the node's agent, status.podIP), with echo servers on
-// TCP and UDP 80 and 81.
+// namespace, the CNI ADD through libcni and rampart-cni, status.podIP), with echo servers
+// on TCP and UDP 80 and 81.
 type Pod struct {
 	Namespace, Name string
 	Node            *Node
 	IP              netip.Addr
 	Netns           string // path
+	rt              *libcni.RuntimeConf
 	Identity        uint32 // as the CNI ADD answered
 }
 
@@ -60,22 +62,31 @@ func (c *Cluster) AddPod(n *Node, ns, name string, labels map[string]string) *Po
 	}
 	p := &Pod{Namespace: ns, Name: name, Node: n}
 	p.Netns = newNetns(t, "rp-"+testenv.Suffix(6)+"-pod")
-	at := api.CNIAttachment{ContainerID: "c" + testenv.Suffix(12), IfName: "eth0"}
-	res, err := n.Client.CNIAdd(ctx, api.CNIAddRequest{ContainerID: at.ContainerID, IfName: at.IfName, Netns: p.Netns,
-		PodNamespace: ns, PodName: name})
+	// The runtime's ADD: libcni runs rampart-cni, which asks the node's agent.
+	p.rt = &libcni.RuntimeConf{ContainerID: "c" + testenv.Suffix(12), NetNS: p.Netns, IfName: "eth0",
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", ns}, {"K8S_POD_NAME", name}}}
+	res, err := n.cni.AddNetworkList(ctx, n.cniList, p.rt)
 	if err != nil {
 		t.Fatalf("CNI ADD of pod %s/%s on %s: %v", ns, name, n.Name, err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		n.Client.CNIDel(ctx, at) // the agent may be gone already: its uninstall removes it then
+		n.cni.DelNetworkList(ctx, n.cniList, p.rt) // the agent may be gone already: its uninstall removes it then
 	})
-	pfx, err := netip.ParsePrefix(res.IP)
-	if err != nil {
-		t.Fatalf("CNI ADD of pod %s/%s: ip %q: %v", ns, name, res.IP, err)
+	r, err := types100.NewResultFromResult(res)
+	if err != nil || len(r.IPs) != 1 {
+		t.Fatalf("CNI ADD of pod %s/%s: result %v: %v", ns, name, res, err)
 	}
-	p.IP, p.Identity = pfx.Addr(), uint32(res.Identity)
+	ip, ok := netip.AddrFromSlice(r.IPs[0].Address.IP.To4())
+	if !ok {
+		t.Fatalf("CNI ADD of pod %s/%s: address %v", ns, name, r.IPs[0].Address)
+	}
+	ep, err := n.Client.GetEndpoint(ctx, ns, name)
+	if err != nil {
+		t.Fatalf("pod %s/%s's endpoint: %v", ns, name, err)
+	}
+	p.IP, p.Identity = ip, uint32(ep.Identity)
 	obj.Status.Phase = corev1.PodRunning
 	obj.Status.PodIP = p.IP.String()
 	obj.Status.PodIPs = []corev1.PodIP{{IP: p.IP.String()}}
@@ -103,4 +114,19 @@ func (p *Pod) Key() string { return p.Namespace + "/" + p.Name }
 func (c *Cluster) Label(p *Pod, kv ...string) {
 	c.T.Helper()
 	c.MustKubectl(append([]string{"label", "--overwrite", "-n", p.Namespace, "pod", p.Name}, kv...)...)
+}
+
+// Delete deletes the pod as the kubelet would once its containers ended: the CNI DEL,
+// then the Pod object with no grace period (a graceful delete waits for a kubelet).
+func (c *Cluster) Delete(p *Pod) {
+	c.T.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Node.cni.DelNetworkList(ctx, p.Node.cniList, p.rt); err != nil {
+		c.T.Fatalf("CNI DEL of pod %s: %v", p.Key(), err)
+	}
+	zero := int64(0)
+	if err := c.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		c.T.Fatalf("deleting pod %s: %v", p.Key(), err)
+	}
 }
