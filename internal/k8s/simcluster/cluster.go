@@ -201,9 +201,6 @@ func Start(ctx context.Context, cfg Config) (_ *State, err error) {
 		if err := startNode(s, n); err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
-		if err := s.save(); err != nil {
-			return nil, err
-		}
 	}
 	for i := range s.Nodes {
 		if err := waitSynced(ctx, &s.Nodes[i]); err != nil {
@@ -232,6 +229,8 @@ func runnerFlags(s *State, n *NodeState) []string {
 		"--state-dir", filepath.Join(n.Dir, "podrunner"), "--node-netns", n.Netns}
 }
 
+// startNode starts n's pod runner and agent, recording each process in the state file as
+// soon as it runs, so that Stop finds it whenever Start is interrupted.
 func startNode(s *State, n *NodeState) error {
 	if err := os.MkdirAll(filepath.Join(n.Dir, "cni"), 0o700); err != nil {
 		return err
@@ -247,13 +246,16 @@ func startNode(s *State, n *NodeState) error {
 		return err
 	}
 	n.RunnerPID = pid
+	if err := s.save(); err != nil {
+		return err
+	}
 	pid, err = startDetached(filepath.Join(s.BinDir, "rampartd"), filepath.Join(n.Dir, "rampartd.log"),
 		append(agentFlags(s, n), "--kubeconfig", s.Kubeconfig, "--node-name", n.Name)...)
 	if err != nil {
 		return err
 	}
 	n.AgentPID = pid
-	return nil
+	return s.save()
 }
 
 // startDetached starts binary in its own session, stdout and stderr appended to logPath,

@@ -2,6 +2,7 @@ package simcluster
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -136,5 +137,26 @@ func TestStartFailureCleansUp(t *testing.T) {
 	}
 	if left := leftovers(cfg); len(left) > 0 {
 		t.Errorf("a failed Start left: %s", strings.Join(left, "; "))
+	}
+}
+
+// Start interrupted (its context cancelled, as clusterctl does on Ctrl-C) once both
+// nodes' processes run: it returns the cancellation and leaves nothing behind.
+func TestStartInterrupted(t *testing.T) {
+	cfg := config(t, 2, "vxlan")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg.Logf = func(format string, args ...any) {
+		t.Logf(format, args...)
+		if strings.HasPrefix(format, "starting %s") && args[0] == "node-2" {
+			cancel()
+		}
+	}
+	_, err := Start(ctx, cfg)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted Start: %v, want context.Canceled", err)
+	}
+	if left := leftovers(cfg); len(left) > 0 {
+		t.Errorf("an interrupted Start left: %s", strings.Join(left, "; "))
 	}
 }

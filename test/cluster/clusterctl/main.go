@@ -9,9 +9,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/internal/k8s/simcluster"
@@ -39,11 +42,16 @@ func main() {
 	switch os.Args[1] {
 	case "start":
 		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "clusterctl: "+format+"\n", args...) }
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		// Ctrl-C or SIGTERM during start: Start stops what it started and returns.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
 		var s *simcluster.State
 		if s, err = simcluster.Start(ctx, cfg); err == nil {
 			fmt.Println(s.Kubeconfig)
+		} else if errors.Is(err, context.Canceled) {
+			err = errors.New("interrupted; what was started is stopped again")
 		}
 	case "stop":
 		err = simcluster.Stop(cfg.Dir)
