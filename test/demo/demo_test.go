@@ -17,7 +17,10 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
-var bins = testenv.Binaries{Packages: []string{"./cmd/rampart", "./cmd/rampartd", "./test/rampart-testserver"}}
+// bins are the binaries of both demos: the cluster demo's driver, pod runner and CNI
+// plugin besides the agent, the CLI and the test server.
+var bins = testenv.Binaries{Packages: []string{"./cmd/rampart", "./cmd/rampartd", "./cmd/rampart-cni", "./cmd/rampart-podrunner",
+	"./test/rampart-testserver", "./test/cluster/clusterctl", "./examples/marketplace/cmd/marketplace"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -25,22 +28,35 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// demo is one run of scripts/demo.sh in its own process group.
+// demo is one run of a demo script in its own process group.
 type demo struct {
 	cmd  *exec.Cmd
 	inst string
 	bin  string
 	out  *lockedBuffer
+	// leftovers lists what the run left behind of its instance; remove removes it.
+	leftovers func() []string
+	remove    func()
 }
 
 func startDemo(t *testing.T) *demo {
+	inst := "dm" + testenv.Suffix(6)
+	d := startScript(t, "scripts/demo.sh", inst, 3*time.Minute)
+	d.leftovers = func() []string { return testenv.InstanceLeftovers(inst) }
+	d.remove = func() { testenv.RemoveInstanceLeftovers(inst) }
+	return d
+}
+
+// startScript runs script with DEMO_INSTANCE=inst; the caller sets leftovers and remove,
+// which the test's end checks and runs.
+func startScript(t *testing.T, script, inst string, timeout time.Duration) *demo {
 	testenv.RequireRoot(t)
 	root := testenv.ModuleRoot(t)
 	bin := bins.Dir(t)
-	d := &demo{inst: "dm" + testenv.Suffix(6), bin: bin, out: &lockedBuffer{}}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	d := &demo{inst: inst, bin: bin, out: &lockedBuffer{}}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	d.cmd = exec.CommandContext(ctx, "bash", "scripts/demo.sh")
+	d.cmd = exec.CommandContext(ctx, "bash", script)
 	d.cmd.Dir = root
 	d.cmd.Env = append(os.Environ(), "RAMPART_BIN="+bin, "DEMO_SKIP_SETUP=1", "DEMO_INSTANCE="+d.inst)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
@@ -76,23 +92,7 @@ func TestDemoRunsToTheEnd(t *testing.T) {
 // WRONG (an interrupted probe is not a denied connection), exit 130 and clean up.
 func TestDemoInterrupted(t *testing.T) {
 	d := startDemo(t)
-	if !d.out.waitFor("== with policy", 2*time.Minute) {
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		d.cmd.Wait()
-		t.Fatalf("the demo never reached its checks with policy:\n%s", d.out.String())
-	}
-	if err := syscall.Kill(-d.cmd.Process.Pid, syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	err := d.cmd.Wait()
-	out := d.out.String()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-		t.Errorf("interrupted demo: exit %v, want status 130", err)
-	}
-	if !strings.Contains(out, "demo: interrupted; cleaning up") {
-		t.Errorf("the demo did not say it was interrupted")
-	}
+	out := d.interrupt(t, "== with policy", 2*time.Minute, "demo: interrupted; cleaning up")
 	if strings.Contains(out, "WRONG") {
 		t.Errorf("the interrupted demo reported a WRONG outcome")
 	}
@@ -104,6 +104,30 @@ func TestDemoInterrupted(t *testing.T) {
 	}
 }
 
+// interrupt waits for a line starting with at, then presses Ctrl-C (SIGINT to the process
+// group); the demo must exit 130 and say said. It returns the demo's output.
+func (d *demo) interrupt(t *testing.T, at string, timeout time.Duration, said string) string {
+	t.Helper()
+	if !d.out.waitFor(at, timeout) {
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		d.cmd.Wait()
+		t.Fatalf("the demo never reached %q:\n%s", at, d.out.String())
+	}
+	if err := syscall.Kill(-d.cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := d.cmd.Wait()
+	out := d.out.String()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("interrupted demo: exit %v, want status 130", err)
+	}
+	if !strings.Contains(out, said) {
+		t.Errorf("the demo did not say it was interrupted (%q)", said)
+	}
+	return out
+}
+
 // safetyNet fails the test when the demo left anything of its instance behind, and
 // removes it.
 func (d *demo) safetyNet(t *testing.T) {
@@ -112,9 +136,9 @@ func (d *demo) safetyNet(t *testing.T) {
 			t.Errorf("the demo left processes running (killed)")
 		}
 	}
-	if left := testenv.InstanceLeftovers(d.inst); len(left) > 0 {
+	if left := d.leftovers(); len(left) > 0 {
 		t.Errorf("the demo did not clean up: %s", strings.Join(left, ", "))
-		testenv.RemoveInstanceLeftovers(d.inst)
+		d.remove()
 	}
 }
 

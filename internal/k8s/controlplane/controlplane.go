@@ -533,7 +533,7 @@ func StopDetached(dir string) error {
 			errs = append(errs, fmt.Errorf("%s: %w", pidFile, err))
 			continue
 		}
-		if err := stopPid(pid, name); err != nil {
+		if err := StopPid(pid, name); err != nil {
 			errs = append(errs, err)
 		}
 		os.Remove(pidFile)
@@ -541,8 +541,8 @@ func StopDetached(dir string) error {
 	return errors.Join(errs...)
 }
 
-// stopPid stops pid if it is still the named binary (a pid file may be stale).
-func stopPid(pid int, name string) error {
+// StopPid stops pid if it is still the named binary (a pid file may be stale).
+func StopPid(pid int, name string) error {
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil || filepath.Base(exe) != name {
 		return nil // gone, or the pid now belongs to someone else

@@ -3,7 +3,6 @@ package clustertest
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -15,14 +14,13 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/k8s/simcluster"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
@@ -92,14 +90,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 		n := &Node{
 			Name:     fmt.Sprintf("node-%d", i+1),
 			Address:  fabric.addrs[i],
-			PodCIDR:  netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(16 * (i + 1)), 0}), 20),
+			PodCIDR:  simcluster.NodePodCIDR(i),
 			Netns:    fabric.nodes[i],
 			instance: "k" + suffix + fmt.Sprint(i+1),
 			c:        c,
 			log:      &testenv.SyncBuffer{},
-		}
-		if i >= 14 {
-			n.PodCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(i), 0}), 24)
 		}
 		c.createNodeObject(n)
 		sockDir, err := os.MkdirTemp("", "rp-sock-")
@@ -307,64 +302,25 @@ type fabric struct {
 }
 
 // linkFabric makes the fabric namespace with its bridge and n node namespaces joined to
-// it, node i at 198.19.254.(i+1)/24. Everything is deleted when the test ends.
+// it, node i at 198.19.254.(i+1)/24 (simcluster.LinkFabric, as scripts/cluster.sh's nodes).
+// Everything is deleted when the test ends.
 func linkFabric(t testing.TB, suffix string, n int) fabric {
 	t.Helper()
-	if n > 200 {
-		t.Fatalf("%d nodes: at most 200", n)
-	}
-	var f fabric
-	fabPath := newNetns(t, "rp-"+suffix+"-fab")
-	hf := handleAt(t, fabPath)
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "fabric"}}
-	if err := hf.LinkAdd(br); err != nil {
-		t.Fatalf("fabric bridge: %v", err)
-	}
-	if err := hf.LinkSetUp(br); err != nil {
-		t.Fatal(err)
-	}
+	f := fabric{}
+	fab := "rp-" + suffix + "-fab"
 	for i := range n {
-		name := fmt.Sprintf("rp-%s-n%d", suffix, i+1)
-		path := newNetns(t, name)
-		addr := netip.AddrFrom4([4]byte{198, 19, 254, byte(i + 1)})
-		hn := handleAt(t, path)
-		ns, err := netns.GetFromPath(fabPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := fmt.Sprintf("fab%d", i+1)
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: port, PeerNamespace: netlink.NsFd(int(ns))}
-		err = hn.LinkAdd(veth)
-		ns.Close()
-		if err != nil {
-			t.Fatalf("fabric veth of node %d: %v", i+1, err)
-		}
-		p, err := hf.LinkByName(port)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := hf.LinkSetMaster(p, br); err != nil {
-			t.Fatal(err)
-		}
-		if err := hf.LinkSetUp(p); err != nil {
-			t.Fatal(err)
-		}
-		l, err := hn.LinkByName("eth0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := hn.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
-			t.Fatalf("fabric address %v: %v", addr, err)
-		}
-		if err := hn.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-		if err := endpoint.WaitOperUp(hn, "eth0", 5*time.Second); err != nil {
-			t.Fatal(fmt.Errorf("fabric: %w", err))
-		}
-		f.nodes = append(f.nodes, name)
-		f.addrs = append(f.addrs, addr)
+		f.nodes = append(f.nodes, fmt.Sprintf("rp-%s-n%d", suffix, i+1))
 	}
+	t.Cleanup(func() {
+		if err := simcluster.DeleteNetns(append([]string{fab}, f.nodes...)...); err != nil {
+			t.Error(err)
+		}
+	})
+	addrs, err := simcluster.LinkFabric(fab, f.nodes)
+	if err != nil {
+		t.Fatalf("fabric: %v", err)
+	}
+	f.addrs = addrs
 	return f
 }
 
@@ -384,11 +340,6 @@ func newNetns(t testing.TB, name string) string {
 		}
 	})
 	return path
-}
-
-func handleAt(t testing.TB, path string) *netlink.Handle {
-	t.Helper()
-	return testenv.NetlinkHandle(t, path)
 }
 
 // Dynamic is a dynamic client for the cluster (custom resources).

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/k8s/simcluster"
+)
+
+const usage = `usage:
+  marketplace pods -cluster DIR -server PATH
+      print the six pods (one per organisation and node) as a manifest for kubectl apply
+  marketplace check -cluster DIR -expected FILE -scenario NAME [-timeout 10s]
+      probe every ordered pod pair until the matrix is the expected one twice in a row or
+      the timeout passes; print it; exit 1 if it is not the expected one
+  marketplace explain -cluster DIR -expected FILE -scenario NAME
+      rampart policy trace, on both nodes, of a cross-node pair the scenario denies,
+      and the destination's recent flows`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	dir := fs.String("cluster", "", "the cluster's directory (scripts/cluster.sh's RAMPART_CLUSTER_DIR)")
+	server := fs.String("server", "", "pods: the rampart-testserver binary the pods run")
+	expected := fs.String("expected", "", "check, explain: the table of allowed pairs (expected.txt)")
+	scenario := fs.String("scenario", "", "check, explain: the scenario's name in the table")
+	timeout := fs.Duration("timeout", 10*time.Second, "check: how long the matrix may take to become the expected one")
+	fs.Parse(os.Args[2:])
+	if *dir == "" {
+		fmt.Fprintln(os.Stderr, "marketplace: -cluster is required")
+		os.Exit(2)
+	}
+	s, err := simcluster.Load(*dir)
+	if err != nil {
+		fail(err)
+	}
+	switch os.Args[1] {
+	case "pods":
+		if *server == "" {
+			fail(fmt.Errorf("-server is required"))
+		}
+		fmt.Print(podsManifest(s, *server))
+		return
+	case "check", "explain":
+	default:
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	table, err := readExpected(*expected)
+	if err != nil {
+		fail(err)
+	}
+	allowed, ok := table[*scenario]
+	if !ok {
+		fail(fmt.Errorf("scenario %q is not in %s", *scenario, *expected))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout+time.Minute)
+	defer cancel()
+	pods, err := findPods(ctx, s)
+	if err != nil {
+		fail(err)
+	}
+	if os.Args[1] == "explain" {
+		if err := explain(s, pods, allowed); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if !check(pods, allowed, *timeout) {
+		os.Exit(1)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "marketplace:", err)
+	os.Exit(1)
+}
+
+// orgs are the organisations: namespace org-<x>, pod label id.pod: Organization<X>.
+var orgs = []string{"a", "b", "c"}
+
+func podName(org, node string) string {
+	return org + "-" + strings.TrimPrefix(node, "node-")
+}
+
+// podsManifest is one pod of each organisation on each node, running the test server on
+// 8080/TCP, Ready once the port answers.
+func podsManifest(s *simcluster.State, server string) string {
+	var b strings.Builder
+	for _, o := range orgs {
+		for _, n := range s.Nodes {
+			fmt.Fprintf(&b, `---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: org-%s
+  labels: {id.pod: Organization%s}
+spec:
+  nodeName: %s
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: server
+    image: none
+    command: [%q, serve, --tcp, "8080"]
+    readinessProbe:
+      tcpSocket: {port: 8080}
+      periodSeconds: 1
+`, podName(o, n.Name), o, strings.ToUpper(o), n.Name, server)
+		}
+	}
+	return b.String()
+}
+
+// pod is one marketplace pod as the probes need it.
+type pod struct {
+	Org   string // a, b, c
+	Name  string // pod name
+	Node  string
+	IP    string
+	Netns string // its network namespace, from its node's agent
+}
+
+func (p pod) Key() string   { return "org-" + p.Org + "/" + p.Name }
+func (p pod) Label() string { return strings.ToUpper(p.Org) + "@" + p.Node }
+
+// findPods lists the pods of the three namespaces from the API (node, podIP) and asks
+// each node's agent for the pod's network namespace (the endpoint the CNI ADD made).
+func findPods(ctx context.Context, s *simcluster.State) ([]pod, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	netns := map[string]string{} // ns/name -> netns path
+	for _, n := range s.Nodes {
+		c := api.NewClient(n.Socket)
+		eps, err := c.ListEndpoints(ctx)
+		c.Close()
+		if err != nil {
+			return nil, fmt.Errorf("endpoints of node %s: %w", n.Name, err)
+		}
+		for _, e := range eps {
+			netns[e.Key()] = e.Netns
+		}
+	}
+	var pods []pod
+	for _, o := range orgs {
+		list, err := cs.CoreV1().Pods("org-"+o).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing pods of org-%s: %w", o, err)
+		}
+		for _, p := range list.Items {
+			if p.Status.PodIP == "" || !ready(&p) {
+				return nil, fmt.Errorf("pod %s/%s is not ready", p.Namespace, p.Name)
+			}
+			q := pod{Org: o, Name: p.Name, Node: p.Spec.NodeName, IP: p.Status.PodIP, Netns: netns[p.Namespace+"/"+p.Name]}
+			if q.Netns == "" {
+				return nil, fmt.Errorf("node %s's agent has no endpoint for pod %s", q.Node, q.Key())
+			}
+			pods = append(pods, q)
+		}
+	}
+	if len(pods) != len(orgs)*len(s.Nodes) {
+		return nil, fmt.Errorf("%d pods in org-a, org-b, org-c; want %d (one of each organisation per node)", len(pods), len(orgs)*len(s.Nodes))
+	}
+	return pods, nil
+}
+
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// explain runs rampart policy trace for a cross-node pair the scenario denies, on the
+// source's node (its egress) and the destination's (its ingress): a pod on the other node
+// is known to an agent by its address. Then the destination's recent flows, which name
+// the pods of the other node with their node. It prefers a pair whose source may reach
+// some pod and whose destination may be reached by some: a denial that depends on who
+// the peer is, not a pod that accepts or sends nothing.
+func explain(s *simcluster.State, pods []pod, allowed map[[2]string]bool) error {
+	sends, receives := map[string]bool{}, map[string]bool{}
+	for k, v := range allowed {
+		if v {
+			sends[k[0]], receives[k[1]] = true, true
+		}
+	}
+	var pick *[2]pod
+	for _, from := range pods {
+		for _, to := range pods {
+			if from.Node == to.Node || allowed[[2]string{from.Org, to.Org}] {
+				continue
+			}
+			if pick == nil || sends[from.Org] && receives[to.Org] && !(sends[pick[0].Org] && receives[pick[1].Org]) {
+				pick = &[2]pod{from, to}
+			}
+		}
+	}
+	if pick == nil {
+		return fmt.Errorf("the scenario denies no cross-node pair")
+	}
+	from, to := pick[0], pick[1]
+	fmt.Printf("%s (%s) -> %s (%s), 8080/TCP: denied\n", from.Key(), from.Label(), to.Key(), to.Label())
+	for _, side := range []struct{ node, from, to string }{
+		{from.Node, from.Key(), to.IP},
+		{to.Node, from.IP, to.Key()},
+	} {
+		if err := rampart(s, side.node, "policy", "trace", "--from", side.from, "--to", side.to, "--port", "8080/TCP"); err != nil {
+			return err
+		}
+	}
+	return rampart(s, to.Node, "observe", "--endpoint", to.Key(), "--last", "6")
+}
+
+// rampart runs the CLI against node's agent, showing the command.
+func rampart(s *simcluster.State, node string, args ...string) error {
+	n, ok := s.Node(node)
+	if !ok {
+		return fmt.Errorf("no node %s", node)
+	}
+	fmt.Printf("\n$ rampart %s   # on %s\n", strings.Join(args, " "), node)
+	cmd := exec.Command(filepath.Join(s.BinDir, "rampart"), append([]string{"--socket", n.Socket}, args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("rampart %s on %s: %w", strings.Join(args, " "), node, err)
+	}
+	return nil
+}

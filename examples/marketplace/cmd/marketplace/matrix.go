@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/netns"
+)
+
+// readExpected reads the table of allowed organisation pairs: per line a scenario name,
+// then its allowed "x->y" pairs, or "*" for all; '#' starts a comment.
+func readExpected(path string) (map[string]map[[2]string]bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the expected table: %w", err)
+	}
+	defer f.Close()
+	table := map[string]map[[2]string]bool{}
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		text, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.Fields(text)
+		if len(fields) == 0 {
+			continue
+		}
+		pairs := map[[2]string]bool{}
+		for _, p := range fields[1:] {
+			if p == "*" {
+				for _, x := range orgs {
+					for _, y := range orgs {
+						pairs[[2]string{x, y}] = true
+					}
+				}
+				continue
+			}
+			x, y, ok := strings.Cut(p, "->")
+			if !ok || !slices.Contains(orgs, x) || !slices.Contains(orgs, y) {
+				return nil, fmt.Errorf("%s:%d: %q: want x->y with x, y in a, b, c, or *", path, line, p)
+			}
+			pairs[[2]string{x, y}] = true
+		}
+		table[fields[0]] = pairs
+	}
+	return table, sc.Err()
+}
+
+// probeTimeout bounds one connection attempt: a denied SYN is dropped, not refused, so a
+// denied pair costs this much per round.
+const probeTimeout = 700 * time.Millisecond
+
+// probe connects from the source pod's network namespace to the destination's podIP:8080.
+func probe(from, to pod) bool {
+	var conn net.Conn
+	err := netns.Do(from.Netns, func() error {
+		var err error
+		// The socket is created on this thread, in the pod's namespace, and stays there.
+		conn, err = net.DialTimeout("tcp", net.JoinHostPort(to.IP, "8080"), probeTimeout)
+		return err
+	})
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// round probes every ordered pair of distinct pods at once.
+func round(pods []pod) map[[2]int]bool {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	got := map[[2]int]bool{}
+	for i := range pods {
+		for j := range pods {
+			if i == j {
+				continue
+			}
+			wg.Go(func() {
+				ok := probe(pods[i], pods[j])
+				mu.Lock()
+				got[[2]int{i, j}] = ok
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	return got
+}
+
+// check probes rounds until two in a row give the expected matrix (once could be a moment
+// between two policies that happens to match) or the timeout passes, prints the last
+// round, and reports whether it was the expected one.
+func check(pods []pod, allowed map[[2]string]bool, timeout time.Duration) bool {
+	want := func(i, j int) bool { return allowed[[2]string{pods[i].Org, pods[j].Org}] }
+	matches := func(got map[[2]int]bool) bool {
+		for k, v := range got {
+			if v != want(k[0], k[1]) {
+				return false
+			}
+		}
+		return true
+	}
+	start := time.Now()
+	var got map[[2]int]bool
+	var enforced time.Duration
+	inRow := 0
+	for rounds := 1; ; rounds++ {
+		got = round(pods)
+		if matches(got) {
+			if inRow == 0 {
+				enforced = time.Since(start)
+			}
+			inRow++
+		} else {
+			inRow = 0
+		}
+		if inRow == 2 || time.Since(start) > timeout {
+			break
+		}
+	}
+	ok := inRow > 0
+	printMatrix(pods, got, want)
+	var same, cross, wrong int
+	for k, v := range got {
+		if pods[k[0]].Node == pods[k[1]].Node {
+			same++
+		} else {
+			cross++
+		}
+		if v != want(k[0], k[1]) {
+			wrong++
+		}
+	}
+	if ok {
+		fmt.Printf("all %d pairs as expected (%d same-node, %d cross-node), first in the round that ended %.1f s after the probes began (a round takes up to %.1f s)\n",
+			len(got), same, cross, enforced.Seconds(), probeTimeout.Seconds())
+		return true
+	}
+	fmt.Printf("%d of %d pairs differ from the expected table after %v:\n", wrong, len(got), timeout)
+	for i := range pods {
+		for j := range pods {
+			if v, probed := got[[2]int{i, j}]; probed && v != want(i, j) {
+				where := "cross-node"
+				if pods[i].Node == pods[j].Node {
+					where = "same-node"
+				}
+				fmt.Printf("  WRONG %s -> %s (%s, %s -> %s:8080): %s, expected %s\n", pods[i].Key(), pods[j].Key(), where,
+					pods[i].Label(), pods[j].Label(), verdict(v), verdict(want(i, j)))
+			}
+		}
+	}
+	return false
+}
+
+func verdict(allowed bool) string {
+	if allowed {
+		return "allowed"
+	}
+	return "denied"
+}
+
+// printMatrix prints sources as rows and destinations as columns. A cell is "allow" or
+// "deny" when the probe did what the table expects, "ALLOW!" or "DENY!" when it did not;
+// cross-node cells are marked with '*'.
+func printMatrix(pods []pod, got map[[2]int]bool, want func(i, j int) bool) {
+	const w = 10
+	fmt.Printf("%-*s", w+6, "from \\ to")
+	for _, p := range pods {
+		fmt.Printf("%-*s", w, p.Label())
+	}
+	fmt.Println()
+	for i, p := range pods {
+		fmt.Printf("%-*s", w+6, p.Label())
+		for j, q := range pods {
+			cell := "-"
+			if i != j {
+				v := got[[2]int{i, j}]
+				cell = map[bool]string{true: "allow", false: "deny"}[v]
+				if v != want(i, j) {
+					cell = strings.ToUpper(cell) + "!"
+				}
+				if p.Node != q.Node {
+					cell += "*"
+				}
+			}
+			fmt.Printf("%-*s", w, cell)
+		}
+		fmt.Println()
+	}
+	fmt.Println("(* cross-node; ALLOW!/DENY!: differs from the expected table)")
+}

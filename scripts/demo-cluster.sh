@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The cluster demo: the digital marketplace of examples/marketplace/ on a simulated
+# two-node cluster (scripts/cluster.sh: a real API server and etcd, a rampartd in
+# Kubernetes mode and a pod runner per node, VXLAN between the nodes). Organisations A, B
+# and C are namespaces with one pod on each node; with no policy and then in each sharing
+# scenario, applied with kubectl, it probes every ordered pod pair (30: same node and
+# across nodes) and compares the matrix with examples/marketplace/expected.txt; it traces
+# one denied cross-node pair and shows flows naming the pods of the other node. Exits
+# non-zero if any pair differs from the table, 130 when interrupted. The cluster (processes,
+# namespaces, links, pins, state) is removed at the end, also on failure or interruption.
+# Needs root. docs/cluster.md, "The marketplace demo".
+#
+# Environment (used by test/democluster; none is needed to run the demo by hand):
+#   RAMPART_BIN=DIR     use the binaries in DIR (rampartd, rampart, rampart-cni,
+#                       rampart-podrunner, rampart-testserver, marketplace, clusterctl)
+#                       instead of building them into bin/
+#   DEMO_SKIP_SETUP=1   do not run scripts/setup.sh
+#   DEMO_INSTANCE=NAME  the cluster's name: agent instances NAMEn1, NAMEn2 (default mkt<pid>;
+#                       1 to 12 lowercase letters and digits)
+#   DEMO_TUNNEL=MODE    the agents' --tunnel between the nodes (default vxlan; ipip, native)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+
+if [ "${DEMO_SKIP_SETUP:-}" != 1 ]; then
+	echo "== setting up this machine (scripts/setup.sh: apt packages, Envoy, Go modules; a few minutes on a fresh machine)"
+	bash scripts/setup.sh
+fi
+echo "== the Kubernetes control plane's binaries (scripts/build-k8s.sh: about ten minutes the first time)"
+bash scripts/build-k8s.sh
+if [ -n "${RAMPART_BIN:-}" ]; then
+	BIN=$(cd "$RAMPART_BIN" && pwd)
+else
+	echo "== building bin/rampartd, bin/rampart, bin/rampart-cni, bin/rampart-podrunner, bin/marketplace (about a minute on a fresh machine)"
+	go build -o bin/ ./cmd/... ./test/rampart-testserver ./test/cluster/clusterctl ./examples/marketplace/cmd/marketplace
+	BIN=$(pwd)/bin
+fi
+export RAMPART_BIN=$BIN
+
+name="${DEMO_INSTANCE:-mkt$$}"
+tunnel="${DEMO_TUNNEL:-vxlan}"
+work=$(mktemp -d /tmp/rampart-demo-cluster.XXXXXX)
+export RAMPART_CLUSTER_DIR="$work/cluster"
+ex=examples/marketplace
+
+kubectl() { bash scripts/cluster.sh kubectl "$@"; }
+rampart() { bash scripts/cluster.sh rampart "$@"; }
+marketplace() { "$BIN/marketplace" "$1" -cluster "$RAMPART_CLUSTER_DIR" -expected "$ex/expected.txt" "${@:2}"; }
+
+# fd 3: the demo's stdout, for messages from traps (a trap runs under the redirections of
+# the command it interrupted).
+exec 3>&1
+cleanup() {
+	set +e
+	echo "== stopping the cluster" >&3
+	if ! bash scripts/cluster.sh stop >"$work/stop.log" 2>&1; then
+		echo "demo-cluster: stopping the cluster failed:" >&3
+		cat "$work/stop.log" >&3
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'echo >&3; echo "demo-cluster: interrupted; cleaning up" >&3; exit 130' INT
+trap 'echo "demo-cluster: terminated; cleaning up" >&3; exit 143' TERM
+
+echo
+echo "== starting a two-node cluster (--tunnel $tunnel between the nodes; state and logs in $RAMPART_CLUSTER_DIR)"
+bash scripts/cluster.sh start --nodes 2 --tunnel "$tunnel" --name "$name" >/dev/null
+kubectl get nodes -o wide
+
+echo
+echo "== the organisations (namespaces org-a, org-b, org-c) and a pod of each on each node"
+kubectl apply -f "$ex/00-organisations.yaml"
+marketplace pods -server "$BIN/rampart-testserver" | kubectl apply -f -
+for ns in org-a org-b org-c; do
+	kubectl wait --for=condition=Ready pods --all -n "$ns" --timeout=90s >/dev/null
+done
+kubectl get pods -A -l id.pod -L id.pod -o wide
+rampart node-1 remote list
+
+failures=0
+# check NAME: probe every pair until the matrix is scenario NAME's or 10 s have passed.
+check() {
+	if ! marketplace check -scenario "$1" -timeout 10s; then
+		failures=$((failures + 1))
+	fi
+}
+
+echo
+echo "== no policy: every organisation reaches every other"
+check none
+
+prev=""
+for f in "$ex"/0[1-9]-scenario-*.yaml; do
+	scenario=$(basename "$f" .yaml)
+	scenario=${scenario#*-scenario-}
+	echo
+	echo "== scenario $scenario ($f)"
+	grep '^#' "$f" | sed 's/^# \{0,1\}/   /'
+	if [ -n "$prev" ]; then
+		kubectl delete -f "$prev" --wait
+	fi
+	kubectl apply -f "$f"
+	check "$scenario"
+	if [ "$scenario" = b-to-a ]; then
+		echo
+		echo "== why is a pod of the other node denied? (the policy trace on each node, the destination's flows)"
+		marketplace explain -scenario "$scenario"
+	fi
+	prev=$f
+done
+
+echo
+if [ "$failures" -ne 0 ]; then
+	echo "demo-cluster: $failures scenario(s) differ from $ex/expected.txt"
+	exit 1
+fi
+echo "demo-cluster: every pair of every scenario as expected"
