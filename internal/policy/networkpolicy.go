@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"slices"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/rampartnet/rampart/internal/labels"
@@ -98,6 +100,9 @@ func (d *docParser) networkPolicy(doc *yaml.Node, top []entry) ([]Rule, error) {
 			if err != nil {
 				return nil, err
 			}
+			// Sized up front: a large policy's rules would otherwise be copied as the
+			// list grows.
+			rules[dir] = slices.Grow(rules[dir], len(items))
 			for i, it := range items {
 				r, err := d.npRule(it, indexPath(e.path, i), dir)
 				if err != nil {
@@ -121,7 +126,7 @@ func (d *docParser) networkPolicy(doc *yaml.Node, top []entry) ([]Rule, error) {
 	}
 	subject = inNamespace(subject, d.namespace)
 
-	var out []Rule
+	out := make([]Rule, 0, max(1, len(rules[Ingress]))+max(1, len(rules[Egress])))
 	for _, dir := range []Direction{Ingress, Egress} {
 		typePath, enforced := types[dir]
 		if !enforced {
