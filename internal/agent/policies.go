@@ -82,6 +82,7 @@ func compactJSON(b []byte) []byte {
 // failure while applying puts the previous state back. CIDR groups become CIDR sets of
 // their name; they are loaded before the policies that may name them (see changeSets).
 func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResult, error) {
+	defer relaxGC(requestBytes(req.Documents))()
 	parsed, groups, err := a.parseDocuments(req.Documents)
 	if err != nil {
 		return api.ChangeResult{}, err
