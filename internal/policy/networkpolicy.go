@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"slices"
-
 	"gopkg.in/yaml.v3"
 
 	"github.com/rampartnet/rampart/internal/labels"
@@ -100,16 +98,13 @@ func (d *docParser) networkPolicy(doc *yaml.Node, top []entry) ([]Rule, error) {
 			if err != nil {
 				return nil, err
 			}
-			// Sized up front: a large policy's rules would otherwise be copied as the
-			// list grows.
-			rules[dir] = slices.Grow(rules[dir], len(items))
-			for i, it := range items {
-				r, err := d.npRule(it, indexPath(e.path, i), dir)
-				if err != nil {
-					return nil, err
-				}
-				rules[dir] = append(rules[dir], r)
+			rs, err := parseEach(len(items), func(i int) (npRule, error) {
+				return d.npRule(items[i], indexPath(e.path, i), dir)
+			})
+			if err != nil {
+				return nil, err
 			}
+			rules[dir] = rs // mapping refused a second ingress or egress field
 		default:
 			return nil, d.unknown(e)
 		}
