@@ -67,3 +67,37 @@ func TestLargePolicyErrorNamesFirstBadRule(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeCiliumPolicyErrorNamesFirstBadRule: the same for a CiliumNetworkPolicy's
+// ingress list.
+func TestLargeCiliumPolicyErrorNamesFirstBadRule(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	const n = 3 * parallelFrom
+	var rules []string
+	for i := range n {
+		proto := "TCP"
+		if i == n-1 || i == n/3 {
+			proto = "BOGUS"
+		}
+		rules = append(rules, `{"fromEndpoints":[{"matchLabels":{"app":"c"}}],"toPorts":[{"ports":[{"port":"`+fmt.Sprint(1000+i)+`","protocol":"`+proto+`"}]}]}`)
+	}
+	doc := `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy","metadata":{"name":"big","namespace":"ns"},` +
+		`"spec":{"endpointSelector":{},"ingress":[` + strings.Join(rules, ",") + `]}}`
+	_, err := Parse("big.json", []byte(doc))
+	var pe *ParseError
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v, want a *ParseError", err)
+	}
+	if want := fmt.Sprintf("spec.ingress[%d].toPorts[0].ports[0].protocol", n/3); pe.Source != "big.json" || pe.Field != want || pe.Reason == "" {
+		t.Fatalf("error %+v, want source big.json, field %s and a reason", pe, want)
+	}
+	docs, err := Parse("big.json", []byte(strings.ReplaceAll(doc, `"BOGUS"`, `"UDP"`)))
+	if err != nil || len(docs.Policies) != 1 || len(docs.Policies[0].Rules) != n {
+		t.Fatalf("valid policy: error %v", err)
+	}
+	for i, r := range docs.Policies[0].Rules {
+		if want := fmt.Sprintf("spec.ingress[%d]", i); r.Description != want || r.Index != i {
+			t.Fatalf("rule %d: description %q, index %d", i, r.Description, r.Index)
+		}
+	}
+}
