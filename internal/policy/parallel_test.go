@@ -32,32 +32,28 @@ func TestParseEachKeepsOrderAndFirstError(t *testing.T) {
 	}
 }
 
-// TestLargePolicyErrorNamesFirstBadRule: a policy long enough to be parsed on several
-// cores reports the first bad rule by file, field and reason, as a short one does.
-func TestLargePolicyErrorNamesFirstBadRule(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
-	const n = 3 * parallelFrom
-	var rules []string
+// largeRules is n rules made by rule(i, bad), bad for the two rules given.
+func largeRules(n, bad1, bad2 int, rule func(i int, bad bool) string) string {
+	rules := make([]string, n)
 	for i := range n {
-		port := fmt.Sprint(1000 + i)
-		if i == n-10 || i == n/2 {
-			port = "70000" // out of range
-		}
-		rules = append(rules, `{"from":[{"podSelector":{"matchLabels":{"app":"c"}}}],"ports":[{"port":`+port+`}]}`)
+		rules[i] = rule(i, i == bad1 || i == bad2)
 	}
-	doc := `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"big","namespace":"ns"},` +
-		`"spec":{"podSelector":{},"ingress":[` + strings.Join(rules, ",") + `]}}`
+	return strings.Join(rules, ",")
+}
+
+// checkLargePolicy parses doc, which must fail at wantField, and doc with bad replaced by
+// good, which must parse to n rules, spec.ingress[i] each, in order.
+func checkLargePolicy(t *testing.T, doc, bad, good, wantField string, n int) {
+	t.Helper()
 	_, err := Parse("big.json", []byte(doc))
 	var pe *ParseError
 	if !errors.As(err, &pe) {
 		t.Fatalf("error %v, want a *ParseError", err)
 	}
-	if want := fmt.Sprintf("spec.ingress[%d].ports[0].port", n/2); pe.Source != "big.json" || pe.Field != want || pe.Reason == "" {
-		t.Fatalf("error %+v, want source big.json, field %s and a reason", pe, want)
+	if pe.Source != "big.json" || pe.Field != wantField || pe.Reason == "" {
+		t.Fatalf("error %+v, want source big.json, field %s and a reason", pe, wantField)
 	}
-	// Valid, it parses to one rule per entry in order.
-	ok := strings.ReplaceAll(doc, `"port":70000`, `"port":7000`)
-	docs, err := Parse("big.json", []byte(ok))
+	docs, err := Parse("big.json", []byte(strings.ReplaceAll(doc, bad, good)))
 	if err != nil || len(docs.Policies) != 1 || len(docs.Policies[0].Rules) != n {
 		t.Fatalf("valid policy: error %v", err)
 	}
@@ -68,36 +64,36 @@ func TestLargePolicyErrorNamesFirstBadRule(t *testing.T) {
 	}
 }
 
+// TestLargePolicyErrorNamesFirstBadRule: a policy long enough to be parsed on several
+// cores reports the first bad rule by file, field and reason, as a short one does.
+func TestLargePolicyErrorNamesFirstBadRule(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	const n = 3 * parallelFrom
+	rules := largeRules(n, n/2, n-10, func(i int, bad bool) string {
+		port := fmt.Sprint(1000 + i)
+		if bad {
+			port = "70000" // out of range
+		}
+		return `{"from":[{"podSelector":{"matchLabels":{"app":"c"}}}],"ports":[{"port":` + port + `}]}`
+	})
+	doc := `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"big","namespace":"ns"},` +
+		`"spec":{"podSelector":{},"ingress":[` + rules + `]}}`
+	checkLargePolicy(t, doc, `"port":70000`, `"port":7000`, fmt.Sprintf("spec.ingress[%d].ports[0].port", n/2), n)
+}
+
 // TestLargeCiliumPolicyErrorNamesFirstBadRule: the same for a CiliumNetworkPolicy's
 // ingress list.
 func TestLargeCiliumPolicyErrorNamesFirstBadRule(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	const n = 3 * parallelFrom
-	var rules []string
-	for i := range n {
+	rules := largeRules(n, n/3, n-1, func(i int, bad bool) string {
 		proto := "TCP"
-		if i == n-1 || i == n/3 {
+		if bad {
 			proto = "BOGUS"
 		}
-		rules = append(rules, `{"fromEndpoints":[{"matchLabels":{"app":"c"}}],"toPorts":[{"ports":[{"port":"`+fmt.Sprint(1000+i)+`","protocol":"`+proto+`"}]}]}`)
-	}
+		return `{"fromEndpoints":[{"matchLabels":{"app":"c"}}],"toPorts":[{"ports":[{"port":"` + fmt.Sprint(1000+i) + `","protocol":"` + proto + `"}]}]}`
+	})
 	doc := `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy","metadata":{"name":"big","namespace":"ns"},` +
-		`"spec":{"endpointSelector":{},"ingress":[` + strings.Join(rules, ",") + `]}}`
-	_, err := Parse("big.json", []byte(doc))
-	var pe *ParseError
-	if !errors.As(err, &pe) {
-		t.Fatalf("error %v, want a *ParseError", err)
-	}
-	if want := fmt.Sprintf("spec.ingress[%d].toPorts[0].ports[0].protocol", n/3); pe.Source != "big.json" || pe.Field != want || pe.Reason == "" {
-		t.Fatalf("error %+v, want source big.json, field %s and a reason", pe, want)
-	}
-	docs, err := Parse("big.json", []byte(strings.ReplaceAll(doc, `"BOGUS"`, `"UDP"`)))
-	if err != nil || len(docs.Policies) != 1 || len(docs.Policies[0].Rules) != n {
-		t.Fatalf("valid policy: error %v", err)
-	}
-	for i, r := range docs.Policies[0].Rules {
-		if want := fmt.Sprintf("spec.ingress[%d]", i); r.Description != want || r.Index != i {
-			t.Fatalf("rule %d: description %q, index %d", i, r.Description, r.Index)
-		}
-	}
+		`"spec":{"endpointSelector":{},"ingress":[` + rules + `]}}`
+	checkLargePolicy(t, doc, `"BOGUS"`, `"UDP"`, fmt.Sprintf("spec.ingress[%d].toPorts[0].ports[0].protocol", n/3), n)
 }
