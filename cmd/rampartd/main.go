@@ -15,9 +15,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/k8s/identities"
+	"github.com/rampartnet/rampart/internal/k8s/watcher"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/version"
 )
@@ -69,6 +74,9 @@ func run(args []string) int {
 		uninstall   bool
 		debug       bool
 		showVersion bool
+		kubeconfig  string
+		nodeName    string
+		idGrace     time.Duration
 	)
 	fs := flag.NewFlagSet("rampartd", flag.ContinueOnError)
 	// Parse errors are reported below; --help goes to stdout.
@@ -88,6 +96,9 @@ func run(args []string) int {
 	fs.StringVar((*string)(&cfg.Attach), "attach", string(agent.DefaultAttach), "how the programs go on each endpoint's host-side veth: tc = clsact qdisc with cls_bpf filters (endpoint add and delete cost what the veth costs); tcx = pinned TCX links (no qdisc layer: about 2 % more UDP sender throughput, but each add and delete waits for two RCU grace periods). Switching moves every endpoint at start, with no window without a program")
 	fs.StringVar((*string)(&cfg.Tunnel), "tunnel", string(overlay.Native), "how packets reach pods on other nodes: native = routes to the nodes' addresses over the fabric, the receiver takes the source's identity from its address; vxlan = a VXLAN overlay whose VNI carries the source's identity, pods created with an MTU 50 bytes below the fabric's; ipip = IP-in-IP between the node addresses, added and removed by the dataplane on the fabric interfaces, accepted only from node addresses, the receiver takes the identity from the inner source address, pods created with an MTU 20 bytes below the fabric's")
 	fs.StringVar((*string)(&cfg.HostTraffic), "host-traffic", string(agent.HostTrafficAllow), "what the host (this node, identity host) may send to local endpoints: allow = admitted into every endpoint whatever its ingress allow rules (deny and L7 rules still apply), as Kubernetes expects for kubelet probes; policy = an ordinary peer, admitted only by rules that select it (fromEntities: [host])")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubernetes mode: the API server's client configuration; nodes, pods, namespaces and policies then come from the API (docs/cluster.md), and --pod-cidr from this node's Node object")
+	fs.DurationVar(&idGrace, "identity-grace", 0, "Kubernetes mode: how long a cluster identity no pod uses is kept before it is collected (0: 5m)")
+	fs.StringVar(&nodeName, "node-name", "", "Kubernetes mode: this node's Node object (default: the host name)")
 	fs.BoolVar(&uninstall, "uninstall", false, "remove what this instance made (endpoints, pins, state, node set-up; see above), then exit")
 	fs.BoolVar(&debug, "debug", false, "debug logging")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
@@ -133,14 +144,77 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var w *watcher.Watcher
+	if kubeconfig != "" {
+		if w, err = startWatcher(ctx, &cfg, kubeconfig, nodeName, idGrace); err != nil {
+			fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
+			return 1
+		}
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
 		return 1
+	}
+	if w != nil {
+		go func() {
+			if err := w.Run(ctx, a); err != nil {
+				cfg.Logger.Error("kubernetes watcher stopped", "error", err)
+			}
+		}()
 	}
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// startWatcher starts Kubernetes mode: the informers, then this node's Node object, whose
+// pod CIDR and address the agent takes.
+func startWatcher(ctx context.Context, cfg *agent.Config, kubeconfig, nodeName string, idGrace time.Duration) (*watcher.Watcher, error) {
+	if nodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("--node-name: %w", err)
+		}
+		nodeName = h
+	}
+	kcfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig: %w", err)
+	}
+	kcfg.Timeout = 30 * time.Second
+	logf := func(format string, args ...any) { cfg.Logger.Warn(fmt.Sprintf(format, args...)) }
+	// Cluster-wide identities: every node gives a label set the number the API holds for
+	// it, which the VXLAN overlay carries.
+	ids, err := identities.NewAllocator(kcfg, identities.Options{Logf: logf})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("starting the identity allocator")
+	if err := ids.Start(ctx); err != nil {
+		return nil, fmt.Errorf("identity allocator: %w", err)
+	}
+	w, err := watcher.New(kcfg, watcher.Options{NodeName: nodeName, Allocator: ids, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	w.Start(ctx)
+	// Unused identities are collected by one agent at a time, from what the pod and
+	// namespace caches say is in use.
+	go func() {
+		err := identities.RunCollector(ctx, kcfg, identities.CollectorOptions{Holder: nodeName, InUse: w.InUse, Grace: idGrace, Logf: logf})
+		if err != nil {
+			cfg.Logger.Error("identity collector stopped", "error", err)
+		}
+	}()
+	cfg.Logger.Info("waiting for this node's Node object", "node", nodeName)
+	own, err := w.WaitOwnNode(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg.PodCIDR = own.PodCIDR
+	cfg.Kubernetes = &agent.Kubernetes{NodeName: nodeName, NodeAddress: own.Address, Pods: w}
+	return w, nil
 }

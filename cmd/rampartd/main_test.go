@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -86,7 +85,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	// A server in y/b, run with endpoint exec (it lives until killed).
 	srv := exec.Command(bin+"/rampart", "--socket", filepath.Join(sockDir, "r.sock"), "endpoint", "exec", "y/b", "--",
 		bin+"/rampart-testserver", "serve", "--tcp", "80")
-	srvOut := &syncBuffer{}
+	srvOut := &testenv.SyncBuffer{}
 	srv.Stdout = srvOut
 	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := srv.Start(); err != nil {
@@ -215,22 +214,4 @@ func runBin(path string, args ...string) (string, string, int) {
 
 func run(bin, sockDir string, args ...string) (string, string, int) {
 	return runBin(bin+"/rampart", append([]string{"--socket", filepath.Join(sockDir, "r.sock")}, args...)...)
-}
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutine of exec and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -56,7 +56,7 @@ func TestDaemonMemory(t *testing.T) {
 	flags := []string{"--instance", inst, "--state-dir", filepath.Join(t.TempDir(), "state"),
 		"--socket", filepath.Join(sockDir, "r.sock"), "--bpf-dir", "/sys/fs/bpf/rampart/" + inst,
 		"--node-netns", "rp-" + inst + "-node", "--pod-cidr", "198.18.0.0/24"}
-	var log syncBuffer
+	var log testenv.SyncBuffer
 	daemon := exec.Command(bin+"/rampartd", flags...)
 	daemon.Stderr = &log
 	if err := daemon.Start(); err != nil {

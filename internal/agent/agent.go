@@ -53,6 +53,8 @@ type Agent struct {
 	// proxyRouted: the node namespace routes steered packets to the proxy (RouteToProxy).
 	proxyRouted bool
 
+	k8s *k8sState // Kubernetes mode's record (cluster.go); nil outside it
+
 	view  atomic.Pointer[view] // read by the flow decorator without mu
 	flows *flowHub
 
@@ -86,6 +88,9 @@ func New(cfg Config) (*Agent, error) {
 		flows:      newFlowHub(cfg.FlowHistory),
 		readerDone: make(chan struct{}),
 		sockDone:   make(chan struct{}),
+	}
+	if cfg.Kubernetes != nil {
+		a.k8s = &k8sState{parsed: map[string]parsedObject{}}
 	}
 	if a.net == nil {
 		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, MTU: overlay.PodMTU(cfg.Tunnel)}

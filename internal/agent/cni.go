@@ -83,6 +83,24 @@ func (a *Agent) CNIAdd(ctx context.Context, req api.CNIAddRequest) (api.CNIResul
 	if err := validateName(name); err != nil {
 		return api.CNIResult{}, err
 	}
+	// Kubernetes mode: the pod's labels, service account and identity come from the API,
+	// before the endpoint exists (fail closed: never an endpoint without its labels).
+	var pod *PodInfo
+	if a.cfg.Kubernetes != nil {
+		if req.PodNamespace == "" {
+			return api.CNIResult{}, api.BadRequest("Kubernetes mode: the runtime must name the pod (K8S_POD_NAMESPACE, K8S_POD_NAME)")
+		}
+		p, err := a.cniPod(ctx, ns, name)
+		if err != nil {
+			return api.CNIResult{}, err
+		}
+		l, err := validateLabels(p.Labels)
+		if err != nil {
+			return api.CNIResult{}, err
+		}
+		p.Labels = l
+		pod = &p
+	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -99,6 +117,9 @@ func (a *Agent) CNIAdd(ctx context.Context, req api.CNIAddRequest) (api.CNIResul
 		Name:      name,
 		Labels:    labels.Labels{},
 		CNI:       &CNIRecord{ContainerID: at.ContainerID, IfName: at.IfName, Netns: req.Netns},
+	}
+	if pod != nil {
+		spec.Labels, spec.ServiceAccount, spec.Identity = pod.Labels, pod.ServiceAccount, pod.Identity
 	}
 	rec, ep, err := a.addRecord(spec, "")
 	if err != nil {

@@ -77,6 +77,9 @@ type Config struct {
 	// overlay.IPIP (IP-in-IP on the fabric interfaces, identity from the inner source
 	// address); pods are created with the overlay's MTU.
 	Tunnel overlay.Mode
+	// Kubernetes turns Kubernetes mode on (nil: off): nodes, remote pods, namespaces and
+	// policies come from the Kubernetes API through SyncCluster (cluster.go).
+	Kubernetes *Kubernetes
 
 	// Hooks for tests; nil means the real implementation.
 	Engine     Engine
@@ -144,6 +147,9 @@ func (cfg Config) validate() error {
 	}
 	if _, err := overlay.ParseMode(string(cfg.Tunnel)); err != nil {
 		return err
+	}
+	if k := cfg.Kubernetes; k != nil && (k.NodeName == "" || k.Pods == nil) {
+		return fmt.Errorf("Kubernetes mode: want the node name and a pod lookup")
 	}
 	if !cfg.PodCIDR.Addr().Is4() || cfg.PodCIDR.Bits() > 28 || cfg.PodCIDR.Bits() < 8 {
 		return fmt.Errorf("pod CIDR %v: want an IPv4 prefix between /8 and /28", cfg.PodCIDR)

@@ -290,8 +290,13 @@ func (a *Agent) LabelEndpoint(ctx context.Context, namespace, name string, chang
 		if !ok {
 			return api.NotFound("endpoint %s not found", key)
 		}
+		if rec.Identity != 0 && a.cfg.Kubernetes != nil {
+			// The cluster's number belongs to the labels the Kubernetes API gave.
+			return a.errManaged("the labels of pod " + key)
+		}
 		c := *rec
 		c.Labels = applyLabelChange(rec.Labels, set, change.Remove)
+		c.Identity = 0 // a number pinned for other labels (an earlier Kubernetes mode) is not theirs
 		nrec = &c
 		m.endpoints[key] = nrec
 		return nil

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -102,20 +103,9 @@ func (m *model) allocRuleIDs(p *policy.Policy, prev []uint32) []uint32 {
 	return ids
 }
 
-// fullLabels is the label set an endpoint's identity is made of (docs/architecture.md).
+// fullLabels is the label set an endpoint's identity is made of (labels.ForPod).
 func fullLabels(e *EndpointRecord, nsLabels labels.Labels) labels.Labels {
-	l := make(labels.Labels, len(e.Labels)+len(nsLabels)+4)
-	maps.Copy(l, e.Labels)
-	l[labels.KeyNamespace] = e.Namespace
-	l[labels.KeyNamespaceLabelPrefix+labels.KeyNamespaceName] = e.Namespace
-	for k, v := range nsLabels {
-		l[labels.KeyNamespaceLabelPrefix+k] = v
-	}
-	l[labels.KeyCluster] = "default"
-	if e.ServiceAccount != "" {
-		l[labels.KeyServiceAccount] = e.ServiceAccount
-	}
-	return l
+	return labels.ForPod(e.Namespace, e.Labels, nsLabels, e.ServiceAccount)
 }
 
 // desired is the outcome of computing a model: the mapstate input and state, and what the
@@ -206,6 +196,17 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 			de = deriveEndpoint(rec, nsLabels)
 		}
 		d.derived[rec] = de
+		// Pinned identities (the cluster's, in Kubernetes mode) before any endpoint
+		// without one is given a number, which must not be one of them.
+		if rec.Identity != 0 {
+			if err := alloc.Pin(de.full, rec.Identity); err != nil {
+				return nil, api.Conflict("endpoint %s: %v", key, err)
+			}
+		}
+	}
+	for _, key := range keys {
+		rec := m.endpoints[key]
+		de := d.derived[rec]
 		id, ok := byKey[de.key]
 		if !ok {
 			id = alloc.ForLabels(de.full)

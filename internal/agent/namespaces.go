@@ -15,6 +15,9 @@ import (
 // LabelNamespace sets and removes namespace labels, creating the namespace if needed. The
 // identities of the namespace's endpoints follow.
 func (a *Agent) LabelNamespace(ctx context.Context, namespace string, change api.LabelChange) (api.Namespace, error) {
+	if err := a.errManaged("namespaces"); err != nil {
+		return api.Namespace{}, err
+	}
 	if err := validateNamespace(namespace); err != nil {
 		return api.Namespace{}, err
 	}
@@ -150,5 +153,6 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		Proxy:      a.proxyStatus(),
 		SendSide:   sendSide,
 		Memory:     mem,
+		Kubernetes: a.kubernetesStatus(),
 	}, nil
 }

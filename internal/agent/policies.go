@@ -82,6 +82,9 @@ func compactJSON(b []byte) []byte {
 // failure while applying puts the previous state back. CIDR groups become CIDR sets of
 // their name; they are loaded before the policies that may name them (see changeSets).
 func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResult, error) {
+	if err := a.errManaged("policies"); err != nil {
+		return api.ChangeResult{}, err
+	}
 	defer relaxGC(requestBytes(req.Documents))()
 	parsed, groups, err := a.parseDocuments(req.Documents)
 	if err != nil {
@@ -184,6 +187,9 @@ func appendChange(cs []api.PolicyChange, c api.PolicyChange) []api.PolicyChange 
 // remaining policy names is not deleted (the request fails): the policy's peer would
 // silently select nothing. Policies go before the sets (see changeSets).
 func (a *Agent) Delete(ctx context.Context, req api.DeleteRequest) (api.ChangeResult, error) {
+	if err := a.errManaged("policies"); err != nil {
+		return api.ChangeResult{}, err
+	}
 	parsed, groups, err := a.parseDocuments(req.Documents)
 	if err != nil {
 		return api.ChangeResult{}, err

@@ -131,6 +131,9 @@ func nodeView(m *model, n *NodeRecord) api.Node {
 
 // PutNode declares another node or changes its address or pod CIDR.
 func (a *Agent) PutNode(ctx context.Context, name string, spec api.NodeSpec) (api.Node, error) {
+	if err := a.errManaged("nodes"); err != nil {
+		return api.Node{}, err
+	}
 	if err := validateNodeName(name); err != nil {
 		return api.Node{}, err
 	}
@@ -173,6 +176,9 @@ func (a *Agent) PutNode(ctx context.Context, name string, spec api.NodeSpec) (ap
 
 // DeleteNode removes another node and every remote pod on it.
 func (a *Agent) DeleteNode(ctx context.Context, name string) error {
+	if err := a.errManaged("nodes"); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, ok := a.model.nodes[name]; !ok {
@@ -217,6 +223,9 @@ func (a *Agent) remoteView(m *model, d *desired, r *RemoteEndpointRecord) api.Re
 
 // PutRemoteEndpoint declares a pod on another node, or changes its node, address or labels.
 func (a *Agent) PutRemoteEndpoint(ctx context.Context, namespace, name string, spec api.RemoteEndpointSpec) (api.RemoteEndpoint, error) {
+	if err := a.errManaged("remote endpoints"); err != nil {
+		return api.RemoteEndpoint{}, err
+	}
 	if err := validateNamespace(namespace); err != nil {
 		return api.RemoteEndpoint{}, err
 	}
@@ -264,6 +273,9 @@ func (a *Agent) PutRemoteEndpoint(ctx context.Context, namespace, name string, s
 
 // DeleteRemoteEndpoint removes a pod on another node.
 func (a *Agent) DeleteRemoteEndpoint(ctx context.Context, namespace, name string) error {
+	if err := a.errManaged("remote endpoints"); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	key := namespace + "/" + name

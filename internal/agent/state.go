@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rampartnet/rampart/internal/identity"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -39,6 +40,9 @@ type EndpointRecord struct {
 	HostInterface  string        `json:"hostInterface"`
 	// CNI is set for an endpoint a CNI ADD made in a container runtime's namespace.
 	CNI *CNIRecord `json:"cni,omitempty"`
+	// Identity is the cluster-wide identity of its full label set (Kubernetes mode: the
+	// cluster's allocator gave it), pinned in the agent's allocator; 0: allocated here.
+	Identity identity.Identity `json:"identity,omitempty"`
 }
 
 // CNIRecord is where a CNI endpoint lives: the runtime's namespace (never the agent's to

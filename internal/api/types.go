@@ -41,6 +41,33 @@ type Status struct {
 	SendSide *SendSideStatus `json:"sendSide,omitempty"`
 	// Memory is what the agent and its dataplane hold.
 	Memory *MemoryStatus `json:"memory,omitempty"`
+	// Kubernetes is the node's view of the cluster in Kubernetes mode (nil outside it).
+	Kubernetes *KubernetesStatus `json:"kubernetes,omitempty"`
+}
+
+// KubernetesStatus is an agent's view of the cluster in Kubernetes mode.
+type KubernetesStatus struct {
+	NodeName        string `json:"nodeName"`
+	NodeAddress     string `json:"nodeAddress,omitempty"`
+	Nodes           int    `json:"nodes"`           // other nodes
+	RemoteEndpoints int    `json:"remoteEndpoints"` // pods on other nodes
+	// Synced: the informers have synced and a view has been applied since the start.
+	Synced   bool      `json:"synced"`
+	Syncs    uint64    `json:"syncs"`
+	LastSync time.Time `json:"lastSync,omitzero"`
+	// LastError is the last sync's or watch's error ("" once a sync succeeded after it).
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	// Refused are the policy objects the parser refused.
+	Refused []RefusedObject `json:"refused,omitempty"`
+	// Problems are the objects left out of the view, and why.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// RefusedObject is a policy object the agent did not apply.
+type RefusedObject struct {
+	Object string `json:"object"`
+	Error  string `json:"error"`
 }
 
 // MemoryStatus is the memory of the agent's BPF maps, as the kernel accounts it, and of

@@ -439,6 +439,9 @@ func (a *app) statusCommand() *cobra.Command {
 			if st.Degraded != "" {
 				fmt.Fprintf(w, "DEGRADED:\t%s\n", st.Degraded)
 			}
+			if k := st.Kubernetes; k != nil {
+				printKubernetes(w, k)
+			}
 			if m := st.Memory; m != nil {
 				fmt.Fprintf(w, "Memory:\tagent RSS %s (anonymous %s); BPF maps %s in %d maps\n",
 					bytesString(m.RSSBytes), bytesString(m.RSSAnonBytes), bytesString(m.MapBytes), len(m.Maps))
@@ -457,6 +460,30 @@ func (a *app) statusCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
+}
+
+// printKubernetes prints the node's view of the cluster in Kubernetes mode.
+func printKubernetes(w io.Writer, k *api.KubernetesStatus) {
+	node := k.NodeName
+	if k.NodeAddress != "" {
+		node += " (" + k.NodeAddress + ")"
+	}
+	fmt.Fprintf(w, "Kubernetes node:\t%s\n", node)
+	fmt.Fprintf(w, "Cluster:\t%d other nodes, %d remote pods\n", k.Nodes, k.RemoteEndpoints)
+	sync := "informers not synced yet"
+	if k.Synced {
+		sync = fmt.Sprintf("synced, %d syncs, last %s", k.Syncs, k.LastSync.Local().Format(time.RFC3339))
+	}
+	fmt.Fprintf(w, "Sync:\t%s\n", sync)
+	if k.LastError != "" {
+		fmt.Fprintf(w, "Last error:\t%s: %s\n", k.LastErrorAt.Local().Format(time.RFC3339), k.LastError)
+	}
+	for _, r := range k.Refused {
+		fmt.Fprintf(w, "Refused:\t%s: %s\n", r.Object, r.Error)
+	}
+	for _, p := range k.Problems {
+		fmt.Fprintf(w, "Left out:\t%s\n", p)
+	}
 }
 
 // printMaps prints the dataplane's maps, largest first, and their total.

@@ -197,11 +197,11 @@ var layers = []struct {
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
 	{"core: L7 plan", []string{"internal/l7plan"}},
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
-	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities"}},
+	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities", "internal/k8s/podrunner"}},
 	{"API contract", []string{"internal/api"}},
 	{"agent; CLI input parsers", []string{"internal/agent", "internal/cidrlist"}},
-	{"CLI", []string{"internal/cli"}},
-	{"binaries and test harness", []string{"cmd/rampartd", "cmd/rampart", "cmd/rampart-cni", "internal/testenv/agenttest"}},
+	{"CLI; Kubernetes watcher", []string{"internal/cli", "internal/k8s/watcher"}},
+	{"binaries and test harness", []string{"cmd/rampartd", "cmd/rampart", "cmd/rampart-cni", "cmd/rampart-podrunner", "internal/testenv/agenttest", "internal/testenv/clustertest"}},
 	{"tests and examples", []string{"test/...", "examples/...", "internal/flow/internal/gen"}},
 }
 

@@ -72,8 +72,10 @@ type ControlPlane struct {
 	EtcdURL string
 
 	etcdPeerURL string
+	apiPort     int
 	etcd        *Process
 	apiserver   *Process
+	extra       []*Process // AddAPIServer's
 }
 
 // Process is one started component.
@@ -308,33 +310,89 @@ func (c *ControlPlane) StopEtcd() error {
 	return c.etcd.stop()
 }
 
+// StopAPIServer kills the API server (SIGKILL: an outage, not a graceful shutdown, which
+// waits for open watches); etcd keeps running.
+func (c *ControlPlane) StopAPIServer() error {
+	if c.apiserver == nil || c.apiserver.Exited() {
+		return nil
+	}
+	c.apiserver.Cmd.Process.Kill()
+	<-c.apiserver.done
+	return nil
+}
+
+// StartAPIServer starts the API server again after StopAPIServer, on the same port and
+// credentials, and waits until it is ready.
+func (c *ControlPlane) StartAPIServer(ctx context.Context) error {
+	if c.apiserver != nil && !c.apiserver.Exited() {
+		return errors.New("kube-apiserver is already running")
+	}
+	return c.startAPIServer(ctx, c.apiPort)
+}
+
 func (c *ControlPlane) startAPIServer(ctx context.Context, port int) error {
-	p, err := c.start("kube-apiserver",
-		"--etcd-servers="+c.EtcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--endpoint-reconciler-type=none",
-		"--authorization-mode=AlwaysAllow",
-		"--token-auth-file="+c.path("tokens.csv"),
-		"--tls-cert-file="+c.CAFile,
-		"--tls-private-key-file="+c.path("apiserver.key"),
-		"--cert-dir="+c.path("certs"),
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+c.path("sa.pub"),
-		"--service-account-signing-key-file="+c.path("sa.key"),
-		"--service-cluster-ip-range="+ServiceCIDR,
-		// No controller manager runs here to create each namespace's "default" service
-		// account, which this admission plugin would require of every pod.
-		"--disable-admission-plugins=ServiceAccount",
-		"--allow-privileged=true",
-		"--profiling=false",
-	)
+	c.apiPort = port
+	p, err := c.start("kube-apiserver", c.apiServerArgs(port)...)
 	if err != nil {
 		return err
 	}
 	c.apiserver = p
 	return c.waitReady(ctx, p, c.Ready)
+}
+
+func (c *ControlPlane) apiServerArgs(port int) []string {
+	return []string{
+		"--etcd-servers=" + c.EtcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--endpoint-reconciler-type=none",
+		"--authorization-mode=AlwaysAllow",
+		"--token-auth-file=" + c.path("tokens.csv"),
+		"--tls-cert-file=" + c.CAFile,
+		"--tls-private-key-file=" + c.path("apiserver.key"),
+		"--cert-dir=" + c.path("certs"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + c.path("sa.pub"),
+		"--service-account-signing-key-file=" + c.path("sa.key"),
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		// No controller manager runs here to create each namespace's "default" service
+		// account, which this admission plugin would require of every pod.
+		"--disable-admission-plugins=ServiceAccount",
+		"--allow-privileged=true",
+		"--profiling=false",
+	}
+}
+
+// AddAPIServer starts a second API server on the same etcd (on a free port) and returns
+// its URL and a kubeconfig for it: clients of the first one do not see it, so a test can
+// change the cluster while the first is stopped. It is stopped with the control plane.
+func (c *ControlPlane) AddAPIServer(ctx context.Context) (server, kubeconfig string, err error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return "", "", err
+	}
+	p, err := c.startBinary("kube-apiserver-2", "kube-apiserver", c.apiServerArgs(ports[0])...)
+	if err != nil {
+		return "", "", err
+	}
+	c.extra = append(c.extra, p)
+	server = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	kc, err := os.ReadFile(c.Kubeconfig)
+	if err != nil {
+		return "", "", err
+	}
+	kubeconfig = c.path("kubeconfig-2")
+	if err := writeFile(kubeconfig, strings.ReplaceAll(string(kc), c.Server, server)); err != nil {
+		return "", "", err
+	}
+	saved := c.Server
+	ready := func() bool {
+		c.Server = server
+		defer func() { c.Server = saved }()
+		return c.Ready()
+	}
+	return server, kubeconfig, c.waitReady(ctx, p, ready)
 }
 
 // Ready reports whether the API server's /readyz answers ok now (one request, 1 s timeout).
@@ -394,13 +452,18 @@ func LogTail(path string, n int) string {
 }
 
 func (c *ControlPlane) start(name string, args ...string) (*Process, error) {
+	return c.startBinary(name, name, args...)
+}
+
+// startBinary starts binary as the component name (its log and pid files).
+func (c *ControlPlane) startBinary(name, binary string, args ...string) (*Process, error) {
 	logPath := c.path(name + ".log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(filepath.Join(c.cfg.BinDir, name), args...)
+	cmd := exec.Command(filepath.Join(c.cfg.BinDir, binary), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = c.cfg.Dir
 	if c.cfg.Detach {
@@ -443,7 +506,7 @@ func (p *Process) stop() error {
 // Stop stops the API server, then etcd. The state directory stays.
 func (c *ControlPlane) Stop() error {
 	var errs []error
-	for _, p := range []*Process{c.apiserver, c.etcd} {
+	for _, p := range append(append([]*Process{}, c.extra...), c.apiserver, c.etcd) {
 		if p != nil {
 			errs = append(errs, p.stop())
 		}

@@ -13,33 +13,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
-// syncBuffer is a process log the tests can read while the uploader writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestDeathstarAPI(t *testing.T) {
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	d := newDeathstar(&out, nil)
 	exited := -1
 	d.exit = func(code int) { exited = code }
@@ -294,7 +275,7 @@ func TestUploaderReports(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	d := newDeathstar(&out, stores)
 	d.uploadTimeout = 5 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())

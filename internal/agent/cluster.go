@@ -1,0 +1,433 @@
+package agent
+
+// Kubernetes mode (docs/cluster.md): the cluster's nodes, the pods on them, namespaces'
+// labels and policies come from the Kubernetes API. The watcher (internal/k8s/watcher)
+// holds the informers and hands the agent the whole desired view (SyncCluster), which the
+// agent applies as one change transaction; the agent itself knows nothing of client-go.
+// What Kubernetes owns cannot be written through the local API (409).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// Kubernetes configures Kubernetes mode (Config.Kubernetes).
+type Kubernetes struct {
+	// NodeName is this node's Node object.
+	NodeName string
+	// NodeAddress is this node's address (the Node's InternalIP), for status.
+	NodeAddress netip.Addr
+	// Pods answers the CNI ADD: the pod's labels, service account and identity.
+	Pods PodLookup
+}
+
+// PodLookup finds a pod of this node in the cluster's view.
+type PodLookup interface {
+	// LocalPod returns the pod namespace/name, waiting (bounded by ctx) for it to appear
+	// in the cache; an error when it does not.
+	LocalPod(ctx context.Context, namespace, name string) (PodInfo, error)
+}
+
+// PodInfo is what the Kubernetes API says of a pod: its labels, service account and the
+// cluster-wide identity of its full label set (0: none, allocated on the node).
+type PodInfo struct {
+	Labels         labels.Labels
+	ServiceAccount string
+	Identity       identity.Identity
+}
+
+// ClusterView is the cluster as the Kubernetes API shows it: everything the agent takes
+// from it, in full, so a sync after a restart or an outage needs nothing else.
+type ClusterView struct {
+	// Namespaces' user labels, by name (the name label is added by the agent).
+	Namespaces map[string]labels.Labels
+	// Nodes are the other nodes.
+	Nodes []NodeRecord
+	// Remotes are the pods on other nodes with an address.
+	Remotes []RemoteEndpointRecord
+	// Objects are the policy objects (NetworkPolicy, CiliumNetworkPolicy,
+	// CiliumClusterwideNetworkPolicy, CiliumCIDRGroup), by a key of the watcher's.
+	Objects map[string]PolicyObject
+	// LocalPods are the pods of this node, by namespace/name.
+	LocalPods map[string]PodInfo
+	// Problems are objects the watcher could not turn into the view (reported in status).
+	Problems []string
+}
+
+// PolicyObject is a policy object as a document for the parser (the same one `rampart
+// apply` uses), and its resourceVersion: an object whose version did not change since the
+// last sync is not parsed again.
+type PolicyObject struct {
+	Kind            string
+	Namespace, Name string
+	ResourceVersion string
+	Document        []byte // JSON with apiVersion and kind
+}
+
+// SyncResult says what a sync did not apply.
+type SyncResult struct {
+	// Refused are the policy objects the parser refused, by key, with its message.
+	Refused map[string]string
+	// Problems are nodes, pods and namespaces left out, and why.
+	Problems []string
+}
+
+// k8sState is the agent's record of Kubernetes mode; guarded by a.mu.
+type k8sState struct {
+	parsed    map[string]parsedObject // by object key
+	lastSync  time.Time
+	lastErr   string
+	lastErrAt time.Time
+	syncs     uint64
+	refused   map[string]string
+	problems  []string
+	synced    bool
+}
+
+type parsedObject struct {
+	rv       string
+	policies []*policy.Policy
+	groups   []*policy.CIDRGroup
+}
+
+// errManaged answers the local API's writes to what the Kubernetes API owns.
+func (a *Agent) errManaged(what string) error {
+	if a.cfg.Kubernetes == nil {
+		return nil
+	}
+	return api.Conflict("%s: managed by the Kubernetes API (rampartd runs in Kubernetes mode)", what)
+}
+
+// ReportSyncError records an error of the watcher (e.g. the API server unreachable) for
+// status; enforcement goes on with the last view.
+func (a *Agent) ReportSyncError(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.k8s == nil {
+		return
+	}
+	a.k8s.lastErr = err.Error()
+	a.k8s.lastErrAt = time.Now()
+}
+
+// SyncCluster makes the model's namespaces, nodes, remote pods, policies, CIDR groups and
+// local pods' labels those of v, as one change: computed in full before anything is
+// touched, nothing changed if any step fails. Policy objects the parser refuses are left
+// out (an earlier accepted version of the same object stays) and reported; the others
+// apply. Remote pods and nodes that are not valid are left out and reported.
+func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, error) {
+	if a.cfg.Kubernetes == nil {
+		return SyncResult{}, errors.New("not in Kubernetes mode")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	res, err := a.syncCluster(v)
+	if err != nil {
+		a.k8s.lastErr = err.Error()
+		a.k8s.lastErrAt = time.Now()
+		a.log.Error("applying the Kubernetes view failed", "error", err)
+		return res, err
+	}
+	a.k8s.synced = true
+	a.k8s.lastSync = time.Now()
+	a.k8s.lastErr = ""
+	a.k8s.syncs++
+	a.k8s.refused = res.Refused
+	a.k8s.problems = append(append([]string(nil), v.Problems...), res.Problems...)
+	return res, nil
+}
+
+func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
+	res := SyncResult{Refused: map[string]string{}}
+	var problems []string
+
+	// Policy objects: parse what changed, reuse what did not.
+	parsed := make(map[string]parsedObject, len(v.Objects))
+	for _, key := range sortedKeys(v.Objects) {
+		o := v.Objects[key]
+		if prev, ok := a.k8s.parsed[key]; ok && prev.rv == o.ResourceVersion {
+			parsed[key] = prev
+			continue
+		}
+		source := fmt.Sprintf("%s %s", o.Kind, objectName(o.Namespace, o.Name))
+		docs, err := a.eng.Parse(source, o.Document)
+		if err == nil && len(docs.Policies)+len(docs.CIDRGroups) == 0 {
+			err = fmt.Errorf("%s: no policy in the object", source)
+		}
+		if err != nil {
+			res.Refused[key] = err.Error()
+			if prev, ok := a.k8s.parsed[key]; ok {
+				parsed[key] = prev // the last accepted version stays
+				res.Refused[key] += " (its last accepted version stays in force)"
+			}
+			continue
+		}
+		po := parsedObject{rv: o.ResourceVersion, policies: docs.Policies, groups: docs.CIDRGroups}
+		if err := a.requireProxy(po.policies); err != nil {
+			res.Refused[key] = err.Error()
+			continue
+		}
+		parsed[key] = po
+	}
+
+	// Nodes and remote pods: what is valid.
+	nodes := map[string]*NodeRecord{}
+	byAddr := map[netip.Addr]string{}
+	for i := range v.Nodes {
+		n := v.Nodes[i]
+		switch {
+		case validateNodeName(n.Name) != nil:
+			problems = append(problems, fmt.Sprintf("node %q: invalid name", n.Name))
+			continue
+		case !n.Address.Is4() || n.Address.IsUnspecified() || n.Address == a.net.Router():
+			problems = append(problems, fmt.Sprintf("node %s: address %v: want an IPv4 unicast address", n.Name, n.Address))
+			continue
+		case byAddr[n.Address] != "":
+			problems = append(problems, fmt.Sprintf("node %s: address %v is node %s's", n.Name, n.Address, byAddr[n.Address]))
+			continue
+		case n.PodCIDR.IsValid() && n.PodCIDR.Overlaps(a.cfg.PodCIDR):
+			problems = append(problems, fmt.Sprintf("node %s: pod CIDR %v overlaps this node's %v", n.Name, n.PodCIDR, a.cfg.PodCIDR))
+			continue
+		}
+		byAddr[n.Address] = n.Name
+		nodes[n.Name] = &n
+	}
+	remotes := map[string]*RemoteEndpointRecord{}
+	byIP := map[netip.Addr]string{}
+	for i := range v.Remotes {
+		r := v.Remotes[i]
+		node, ok := nodes[r.Node]
+		switch {
+		case !ok:
+			continue // its node is not (yet) known: nothing routes to it
+		case !r.IP.Is4() || a.cfg.PodCIDR.Contains(r.IP) || node.PodCIDR.IsValid() && !node.PodCIDR.Contains(r.IP):
+			problems = append(problems, fmt.Sprintf("pod %s on node %s: address %v is outside the node's pod CIDR %v", r.Key(), r.Node, r.IP, node.PodCIDR))
+			continue
+		case byIP[r.IP] != "":
+			problems = append(problems, fmt.Sprintf("pod %s: address %v is pod %s's", r.Key(), r.IP, byIP[r.IP]))
+			continue
+		}
+		if _, err := validateLabels(r.Labels); err != nil {
+			problems = append(problems, fmt.Sprintf("pod %s: %v", r.Key(), err))
+			continue
+		}
+		byIP[r.IP] = r.Key()
+		remotes[r.Key()] = &r
+	}
+
+	mutate := func(m *model) error {
+		m.namespaces = map[string]labels.Labels{}
+		for ns, l := range v.Namespaces {
+			if validateNamespace(ns) != nil {
+				continue
+			}
+			nl := maps.Clone(l)
+			if nl == nil {
+				nl = labels.Labels{}
+			}
+			delete(nl, labels.KeyNamespaceName)
+			if _, err := validateLabels(nl); err != nil {
+				problems = append(problems, fmt.Sprintf("namespace %s: %v", ns, err))
+				nl = labels.Labels{}
+			}
+			nl[labels.KeyNamespaceName] = ns
+			if old, ok := a.model.namespaces[ns]; ok && maps.Equal(old, nl) {
+				nl = old // the same map: endpoints' derived labels stay valid
+			}
+			m.namespaces[ns] = nl
+		}
+		m.nodes = make(map[string]*NodeRecord, len(nodes))
+		for name, n := range nodes {
+			if old, ok := a.model.nodes[name]; ok && *old == *n {
+				n = old
+			}
+			m.nodes[name] = n
+		}
+		m.remotes = make(map[string]*RemoteEndpointRecord, len(remotes))
+		for key, r := range remotes {
+			if old, ok := a.model.remotes[key]; ok && remoteEqual(old, r) {
+				r = old
+			}
+			m.remotes[key] = r
+			m.ensureNamespace(r.Namespace)
+		}
+		// Local pods: labels and identity from the API; an endpoint whose pod is not in
+		// the view keeps what it has (its DEL comes from the runtime).
+		m.endpoints = maps.Clone(m.endpoints)
+		for key, rec := range m.endpoints {
+			p, ok := v.LocalPods[key]
+			m.ensureNamespace(rec.Namespace)
+			if !ok || rec.CNI == nil {
+				continue
+			}
+			if maps.Equal(rec.Labels, p.Labels) && rec.ServiceAccount == p.ServiceAccount && rec.Identity == p.Identity {
+				continue
+			}
+			l, err := validateLabels(p.Labels)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("pod %s: %v", key, err))
+				continue
+			}
+			c := *rec
+			c.Labels, c.ServiceAccount, c.Identity = l, p.ServiceAccount, p.Identity
+			m.endpoints[key] = &c
+		}
+		// Policies: those of the parsed objects, rule ids kept where they were.
+		m.policies = map[string]*storedPolicy{}
+		groups := map[string]*policy.CIDRGroup{}
+		for _, key := range sortedKeys(parsed) {
+			po := parsed[key]
+			for _, g := range po.groups {
+				groups[g.Name] = g
+			}
+			for _, p := range po.policies {
+				pk := p.Key()
+				if old, ok := a.model.policies[pk]; ok && old.pol == p {
+					m.policies[pk] = old
+					continue
+				}
+				var prevIDs []uint32
+				if old, ok := a.model.policies[pk]; ok {
+					prevIDs = old.rec.RuleIDs
+				}
+				ids := m.allocRuleIDs(p, prevIDs)
+				m.policies[pk] = &storedPolicy{
+					rec: &PolicyRecord{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Source: p.Source,
+						Raw: compactJSON(p.Raw), RuleIDs: ids},
+					pol: p,
+				}
+			}
+		}
+		// CIDR groups become CIDR sets of their name; sets the local API loaded stay.
+		now := time.Now()
+		m.cidrsets = maps.Clone(m.cidrsets)
+		for name, s := range m.cidrsets {
+			if _, ok := groups[name]; !ok && strings.HasPrefix(s.meta.Source, string(policy.KindCiliumCIDRGroup)) {
+				delete(m.cidrsets, name)
+			}
+		}
+		for _, name := range sortedKeys(groups) {
+			g := groups[name]
+			content := groupSet(g)
+			old := m.cidrsets[name]
+			if old != nil && prefixListsEqual(old.prefixes, content) {
+				continue
+			}
+			meta := cidrSetMeta{Name: name, Source: string(policy.KindCiliumCIDRGroup) + " " + g.Source, LoadedAt: now, ChangedAt: now}
+			if old != nil {
+				meta.Index = old.meta.Index
+			} else {
+				idx, ok := freeIndex(m.cidrsets, a.model.cidrsets)
+				if !ok {
+					problems = append(problems, fmt.Sprintf("%s %s: all %d CIDR sets are in use", policy.KindCiliumCIDRGroup, name, maxCIDRSets))
+					continue
+				}
+				meta.Index = idx
+			}
+			m.cidrsets[name] = &cidrSet{meta: meta, prefixes: content}
+		}
+		return nil
+	}
+	setsChanged := false
+	probe := a.model.clone()
+	if err := mutate(probe); err != nil {
+		return res, err
+	}
+	if len(probe.cidrsets) != len(a.model.cidrsets) {
+		setsChanged = true
+	}
+	for name, s := range probe.cidrsets {
+		if a.model.cidrsets[name] != s {
+			setsChanged = true
+		}
+	}
+	problems = nil // mutate runs again below
+	var m *model
+	var err error
+	if setsChanged {
+		if _, err = a.changeSets(time.Now(), &changeTiming{}, func(nm *model) error { return mutate(nm) }); err == nil {
+			m = a.model
+		}
+	} else {
+		m, _, err = a.change(mutate)
+	}
+	if err != nil {
+		return res, fmt.Errorf("applying the cluster view: %w", err)
+	}
+	a.k8s.parsed = parsed
+	if err := a.syncRoutes(m); err != nil {
+		return res, fmt.Errorf("routes to the other nodes: %w", err)
+	}
+	for key, msg := range res.Refused {
+		a.log.Warn("policy object refused", "object", key, "error", msg)
+	}
+	sort.Strings(problems)
+	res.Problems = problems
+	return res, nil
+}
+
+func remoteEqual(a, b *RemoteEndpointRecord) bool {
+	return a.Namespace == b.Namespace && a.Name == b.Name && a.Node == b.Node && a.IP == b.IP &&
+		a.ServiceAccount == b.ServiceAccount && a.Identity == b.Identity && maps.Equal(a.Labels, b.Labels)
+}
+
+func objectName(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+// kubernetesStatus is the Kubernetes part of status; a.mu must be held.
+func (a *Agent) kubernetesStatus() *api.KubernetesStatus {
+	if a.cfg.Kubernetes == nil || a.k8s == nil {
+		return nil
+	}
+	k := a.cfg.Kubernetes
+	st := &api.KubernetesStatus{
+		NodeName:        k.NodeName,
+		Nodes:           len(a.model.nodes),
+		RemoteEndpoints: len(a.model.remotes),
+		Synced:          a.k8s.synced,
+		Syncs:           a.k8s.syncs,
+		LastSync:        a.k8s.lastSync,
+		LastError:       a.k8s.lastErr,
+		LastErrorAt:     a.k8s.lastErrAt,
+		Problems:        a.k8s.problems,
+	}
+	if k.NodeAddress.IsValid() {
+		st.NodeAddress = k.NodeAddress.String()
+	}
+	for _, key := range sortedKeys(a.k8s.refused) {
+		st.Refused = append(st.Refused, api.RefusedObject{Object: key, Error: a.k8s.refused[key]})
+	}
+	return st
+}
+
+// cniPod asks the Kubernetes view for the pod of a CNI ADD, waiting a bounded time for it:
+// without its labels the endpoint would have an identity no policy selects, so the ADD
+// fails instead (the runtime retries).
+func (a *Agent) cniPod(ctx context.Context, ns, name string) (PodInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, CNIPodWait)
+	defer cancel()
+	p, err := a.cfg.Kubernetes.Pods.LocalPod(ctx, ns, name)
+	if err != nil {
+		return PodInfo{}, api.Errorf(http.StatusServiceUnavailable, "pod %s/%s: %v", ns, name, err)
+	}
+	return p, nil
+}
+
+// CNIPodWait bounds how long a CNI ADD waits for its pod to be in the Kubernetes view.
+const CNIPodWait = 5 * time.Second

@@ -1,0 +1,108 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/labels"
+)
+
+type noPods struct{}
+
+func (noPods) LocalPod(ctx context.Context, ns, name string) (PodInfo, error) {
+	return PodInfo{}, errors.New("no such pod")
+}
+
+const refusedFQDN = `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy","metadata":{"name":"fqdn","namespace":"x"},
+"spec":{"endpointSelector":{"matchLabels":{"pod":"a"}},"egress":[{"toFQDNs":[{"matchName":"example.com"}]}]}}`
+
+func clusterView(remoteID identity.Identity, objects map[string]PolicyObject, remotes ...RemoteEndpointRecord) ClusterView {
+	return ClusterView{
+		Namespaces: map[string]labels.Labels{"x": {"team": "t"}},
+		Nodes:      []NodeRecord{{Name: "n2", Address: netip.MustParseAddr("198.19.0.2"), PodCIDR: netip.MustParsePrefix("10.2.0.0/24")}},
+		Remotes: append([]RemoteEndpointRecord{{Namespace: "x", Name: "b", Node: "n2", IP: netip.MustParseAddr("10.2.0.5"),
+			Labels: labels.Labels{"pod": "b"}, Identity: remoteID}}, remotes...),
+		Objects: objects,
+	}
+}
+
+// SyncCluster applies a whole view as one change: the policies the parser accepts (the
+// refused one reported, an accepted version kept when a newer one is refused), nodes and
+// remote pods with their pinned identities; a view that cannot be applied changes nothing.
+func TestSyncCluster(t *testing.T) {
+	h := newHarness(t)
+	h.a.Close()
+	h.cfg.Kubernetes = &Kubernetes{NodeName: "n1", Pods: noPods{}}
+	h.start()
+	ctx := context.Background()
+	h.add("x", "a", map[string]string{"pod": "a"})
+
+	objects := map[string]PolicyObject{
+		"np": {Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", Document: []byte(allowFromRemoteB)},
+		"fq": {Kind: "CiliumNetworkPolicy", Namespace: "x", Name: "fqdn", ResourceVersion: "1", Document: []byte(refusedFQDN)},
+	}
+	res, err := h.a.SyncCluster(ctx, clusterView(5000, objects))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Refused) != 1 || !strings.Contains(res.Refused["fq"], "toFQDNs") {
+		t.Errorf("refused %v, want fq for toFQDNs", res.Refused)
+	}
+	ps, _ := h.a.ListPolicies(ctx)
+	if len(ps) != 1 || ps[0].Name != "from-b" {
+		t.Fatalf("policies %+v, want only from-b", ps)
+	}
+	rs, _ := h.a.ListRemoteEndpoints(ctx)
+	if len(rs) != 1 || rs[0].Identity != 5000 {
+		t.Fatalf("remote endpoints %+v, want x/b with identity 5000", rs)
+	}
+	st, _ := h.a.Status(ctx)
+	if k := st.Kubernetes; k == nil || !k.Synced || k.Nodes != 1 || k.RemoteEndpoints != 1 || len(k.Refused) != 1 {
+		t.Errorf("status %+v", st.Kubernetes)
+	}
+
+	// Two label sets with one number: refused as a whole, nothing changes.
+	clash := RemoteEndpointRecord{Namespace: "x", Name: "c", Node: "n2", IP: netip.MustParseAddr("10.2.0.6"),
+		Labels: labels.Labels{"pod": "c"}, Identity: 5000}
+	if _, err := h.a.SyncCluster(ctx, clusterView(5000, objects, clash)); err == nil {
+		t.Fatal("a view giving one identity to two label sets was applied")
+	}
+	if rs, _ := h.a.ListRemoteEndpoints(ctx); len(rs) != 1 {
+		t.Errorf("remote endpoints after a failed sync: %+v", rs)
+	}
+	if st, _ := h.a.Status(ctx); st.Kubernetes.LastError == "" {
+		t.Error("status has no error after a failed sync")
+	}
+
+	// A newer version of an accepted policy that the parser refuses: the accepted stays.
+	objects["np"] = PolicyObject{Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "2",
+		Document: []byte(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))}
+	res, err = h.a.SyncCluster(ctx, clusterView(5000, objects))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Refused["np"], "last accepted version stays") {
+		t.Errorf("refused %v", res.Refused)
+	}
+	if ps, _ := h.a.ListPolicies(ctx); len(ps) != 1 || ps[0].Name != "from-b" {
+		t.Errorf("policies %+v, want from-b kept", ps)
+	}
+	if st, _ := h.a.Status(ctx); st.Kubernetes.LastError != "" {
+		t.Errorf("last error %q after a successful sync", st.Kubernetes.LastError)
+	}
+
+	// The local API does not write what Kubernetes owns; the state survives a restart.
+	var ae *api.Error
+	if _, err := h.apply("p.yaml", allowFromRemoteB); !errors.As(err, &ae) || ae.Status != 409 {
+		t.Errorf("apply in Kubernetes mode: %v, want 409", err)
+	}
+	h.restart()
+	if rs, _ := h.a.ListRemoteEndpoints(ctx); len(rs) != 1 || rs[0].Identity != 5000 {
+		t.Errorf("remote endpoints after restart: %+v", rs)
+	}
+}

@@ -1,0 +1,584 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	listersnetv1 "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/rampartnet/rampart/internal/agent"
+	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/labels"
+)
+
+// The Cilium kinds, served as CRDs (internal/k8s/crds).
+var (
+	cnpResource  = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
+	ccnpResource = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumclusterwidenetworkpolicies"}
+	ccgResource  = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumcidrgroups"}
+)
+
+// Agent is what the watcher needs of the agent.
+type Agent interface {
+	// SyncCluster applies the whole desired view as one change.
+	SyncCluster(ctx context.Context, v agent.ClusterView) (agent.SyncResult, error)
+	// ReportSyncError records a watch error for status.
+	ReportSyncError(err error)
+}
+
+// Allocator gives a full label set its cluster-wide identity (internal/k8s/identities).
+type Allocator interface {
+	Allocate(ctx context.Context, l labels.Labels) (identity.Identity, error)
+}
+
+// Options configure a Watcher.
+type Options struct {
+	// NodeName is this node's Node object.
+	NodeName string
+	// Allocator gives pods their cluster-wide identities; nil: every node numbers label
+	// sets itself (enough for native routing, where the receiver takes the identity from
+	// the address, not for VXLAN, which carries the number).
+	Allocator Allocator
+	// Coalesce is how long a burst of events is gathered into one sync (default 50 ms).
+	Coalesce time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Watcher watches the Kubernetes API for one node.
+type Watcher struct {
+	opts   Options
+	client kubernetes.Interface
+	log    *slog.Logger
+
+	factory  informers.SharedInformerFactory
+	dfactory dynamicinformer.DynamicSharedInformerFactory
+	synced   []cache.InformerSynced
+
+	nodes      listerscorev1.NodeLister
+	namespaces listerscorev1.NamespaceLister
+	pods       listerscorev1.PodLister
+	netpols    listersnetv1.NetworkPolicyLister
+	cnps       cache.GenericLister
+	ccnps      cache.GenericLister
+	ccgs       cache.GenericLister
+
+	trigger chan struct{}
+
+	mu       sync.Mutex
+	agent    Agent             // set by Run
+	reported map[string]string // object key -> resourceVersion of its last refusal event
+}
+
+// New creates a watcher on the API server of cfg; Start starts its informers.
+func New(cfg *rest.Config, opts Options) (*Watcher, error) {
+	if opts.NodeName == "" {
+		return nil, errors.New("watcher: want the node name")
+	}
+	if opts.Coalesce <= 0 {
+		opts.Coalesce = 50 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	w := &Watcher{
+		opts:     opts,
+		client:   client,
+		log:      opts.Logger.With("node", opts.NodeName),
+		factory:  informers.NewSharedInformerFactory(client, 0),
+		dfactory: dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0),
+		trigger:  make(chan struct{}, 1),
+		reported: map[string]string{},
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.poke() },
+		UpdateFunc: func(any, any) { w.poke() },
+		DeleteFunc: func(any) { w.poke() },
+	}
+	add := func(inf cache.SharedIndexInformer, what string) error {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return fmt.Errorf("watching %s: %w", what, err)
+		}
+		if err := inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+			w.reportErr(fmt.Errorf("watching %s: %w", what, err))
+		}); err != nil {
+			return fmt.Errorf("watching %s: %w", what, err)
+		}
+		w.synced = append(w.synced, inf.HasSynced)
+		return nil
+	}
+	core := w.factory.Core().V1()
+	w.nodes, w.namespaces, w.pods = core.Nodes().Lister(), core.Namespaces().Lister(), core.Pods().Lister()
+	w.netpols = w.factory.Networking().V1().NetworkPolicies().Lister()
+	for _, x := range []struct {
+		inf  cache.SharedIndexInformer
+		what string
+	}{
+		{core.Nodes().Informer(), "nodes"},
+		{core.Namespaces().Informer(), "namespaces"},
+		{core.Pods().Informer(), "pods"},
+		{w.factory.Networking().V1().NetworkPolicies().Informer(), "network policies"},
+	} {
+		if err := add(x.inf, x.what); err != nil {
+			return nil, err
+		}
+	}
+	for _, x := range []struct {
+		gvr    schema.GroupVersionResource
+		lister *cache.GenericLister
+	}{{cnpResource, &w.cnps}, {ccnpResource, &w.ccnps}, {ccgResource, &w.ccgs}} {
+		gi := w.dfactory.ForResource(x.gvr)
+		if err := add(gi.Informer(), x.gvr.Resource); err != nil {
+			return nil, err
+		}
+		*x.lister = gi.Lister()
+	}
+	return w, nil
+}
+
+// Start starts the informers; they stop with ctx.
+func (w *Watcher) Start(ctx context.Context) {
+	w.factory.Start(ctx.Done())
+	w.dfactory.Start(ctx.Done())
+}
+
+func (w *Watcher) poke() {
+	select {
+	case w.trigger <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) reportErr(err error) {
+	w.log.Warn("kubernetes watch", "error", err)
+	w.mu.Lock()
+	a := w.agent
+	w.mu.Unlock()
+	if a != nil {
+		a.ReportSyncError(err)
+	}
+}
+
+// OwnNode is this node as its Node object says.
+type OwnNode struct {
+	Address netip.Addr   // status.addresses' InternalIP
+	PodCIDR netip.Prefix // spec.podCIDR
+}
+
+// WaitOwnNode waits for this node's Node object with an InternalIP and a pod CIDR.
+func (w *Watcher) WaitOwnNode(ctx context.Context) (OwnNode, error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		n, err := w.nodes.Get(w.opts.NodeName)
+		if err == nil {
+			own, err := ownNode(n)
+			if err == nil {
+				return own, nil
+			}
+			last = err
+		} else {
+			last = fmt.Errorf("node %s: %w", w.opts.NodeName, err)
+		}
+		select {
+		case <-ctx.Done():
+			return OwnNode{}, fmt.Errorf("waiting for this node's Node object: %w (%v)", ctx.Err(), last)
+		case <-tick.C:
+		}
+	}
+}
+
+func ownNode(n *corev1.Node) (OwnNode, error) {
+	addr, ok := internalIP(n)
+	if !ok {
+		return OwnNode{}, fmt.Errorf("node %s: no InternalIP in status.addresses", n.Name)
+	}
+	p, err := netip.ParsePrefix(n.Spec.PodCIDR)
+	if err != nil {
+		return OwnNode{}, fmt.Errorf("node %s: spec.podCIDR %q: %v", n.Name, n.Spec.PodCIDR, err)
+	}
+	return OwnNode{Address: addr, PodCIDR: p.Masked()}, nil
+}
+
+func internalIP(n *corev1.Node) (netip.Addr, bool) {
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// LocalPod returns pod namespace/name of this node once the cache holds it (and its
+// namespace), with the cluster-wide identity of its labels; it waits until ctx ends.
+func (w *Watcher) LocalPod(ctx context.Context, namespace, name string) (agent.PodInfo, error) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		info, err := w.localPod(ctx, namespace, name)
+		if err == nil {
+			return info, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return agent.PodInfo{}, fmt.Errorf("not in the Kubernetes view: %v", last)
+		case <-tick.C:
+		}
+	}
+}
+
+func (w *Watcher) localPod(ctx context.Context, namespace, name string) (agent.PodInfo, error) {
+	for _, s := range w.synced {
+		if !s() {
+			return agent.PodInfo{}, errors.New("informers not synced yet")
+		}
+	}
+	pod, err := w.pods.Pods(namespace).Get(name)
+	if err != nil {
+		return agent.PodInfo{}, err
+	}
+	if pod.Spec.NodeName != w.opts.NodeName {
+		return agent.PodInfo{}, fmt.Errorf("pod is bound to node %q, not %s", pod.Spec.NodeName, w.opts.NodeName)
+	}
+	ns, err := w.namespaces.Get(namespace)
+	if err != nil {
+		return agent.PodInfo{}, err
+	}
+	info := agent.PodInfo{Labels: labels.Labels(pod.Labels), ServiceAccount: pod.Spec.ServiceAccountName}
+	if info.Labels == nil {
+		info.Labels = labels.Labels{}
+	}
+	info.Identity, err = w.allocate(ctx, namespace, pod, ns.Labels)
+	if err != nil {
+		return agent.PodInfo{}, err
+	}
+	return info, nil
+}
+
+func (w *Watcher) allocate(ctx context.Context, namespace string, pod *corev1.Pod, nsLabels map[string]string) (identity.Identity, error) {
+	if w.opts.Allocator == nil {
+		return 0, nil
+	}
+	full := labels.ForPod(namespace, labels.Labels(pod.Labels), labels.Labels(nsLabels), pod.Spec.ServiceAccountName)
+	id, err := w.opts.Allocator.Allocate(ctx, full)
+	if err != nil {
+		return 0, fmt.Errorf("identity of pod %s/%s: %w", namespace, pod.Name, err)
+	}
+	return id, nil
+}
+
+// InUse returns the identity label-set keys (identity.LabelsKey) of every pod in the
+// cache, and whether the caches have synced (an unsynced cache must not free anything).
+func (w *Watcher) InUse() (map[string]bool, bool) {
+	for _, s := range w.synced {
+		if !s() {
+			return nil, false
+		}
+	}
+	pods, err := w.pods.List(k8slabels.Everything())
+	if err != nil {
+		return nil, false
+	}
+	used := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		ns, err := w.namespaces.Get(p.Namespace)
+		if err != nil {
+			continue
+		}
+		used[identity.LabelsKey(labels.ForPod(p.Namespace, labels.Labels(p.Labels), labels.Labels(ns.Labels), p.Spec.ServiceAccountName))] = true
+	}
+	return used, true
+}
+
+// Run syncs the agent with the cluster until ctx ends: once the informers have synced,
+// then after every burst of events (gathered for Options.Coalesce), and again after a
+// failed sync (backing off up to 10 s).
+func (w *Watcher) Run(ctx context.Context, a Agent) error {
+	w.mu.Lock()
+	w.agent = a
+	w.mu.Unlock()
+	if !cache.WaitForCacheSync(ctx.Done(), w.synced...) {
+		return fmt.Errorf("waiting for the informers to sync: %w", ctx.Err())
+	}
+	w.log.Info("kubernetes informers synced")
+	w.poke()
+	go w.checkHealth(ctx, a)
+	backoff := time.Duration(0)
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.trigger:
+		case <-retry:
+		}
+		retry = nil
+		// Gather the rest of the burst.
+		t := time.NewTimer(w.opts.Coalesce)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		select {
+		case <-w.trigger:
+		default:
+		}
+		err := w.sync(ctx, a)
+		if err == nil {
+			backoff = 0
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		a.ReportSyncError(err)
+		w.log.Warn("syncing with the Kubernetes API", "error", err)
+		backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
+		retry = time.After(backoff)
+	}
+}
+
+// healthInterval is how often the watcher asks the API server whether it is ready. The
+// informers retry a refused connection silently, so this is how status learns of an
+// outage.
+const healthInterval = 2 * time.Second
+
+// checkHealth reports the API server unreachable to the agent while it is, and asks for a
+// sync when it is back (a successful sync clears the error in status).
+func (w *Watcher) checkHealth(ctx context.Context, a Agent) {
+	tick := time.NewTicker(healthInterval)
+	defer tick.Stop()
+	down := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, healthInterval)
+		_, err := w.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			down = true
+			a.ReportSyncError(fmt.Errorf("API server not ready: %w", err))
+		case err == nil && down:
+			down = false
+			w.poke()
+		}
+	}
+}
+
+func (w *Watcher) sync(ctx context.Context, a Agent) error {
+	v, err := w.View(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := a.SyncCluster(ctx, v)
+	if err != nil {
+		return err
+	}
+	w.reportRefused(ctx, v, res)
+	return nil
+}
+
+// View builds the desired view from the caches.
+func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
+	v := agent.ClusterView{
+		Namespaces: map[string]labels.Labels{},
+		Objects:    map[string]agent.PolicyObject{},
+		LocalPods:  map[string]agent.PodInfo{},
+	}
+	nss, err := w.namespaces.List(k8slabels.Everything())
+	if err != nil {
+		return v, fmt.Errorf("listing namespaces: %w", err)
+	}
+	nsLabels := map[string]map[string]string{}
+	for _, ns := range nss {
+		v.Namespaces[ns.Name] = labels.Labels(ns.Labels)
+		nsLabels[ns.Name] = ns.Labels
+	}
+	nodes, err := w.nodes.List(k8slabels.Everything())
+	if err != nil {
+		return v, fmt.Errorf("listing nodes: %w", err)
+	}
+	for _, n := range nodes {
+		if n.Name == w.opts.NodeName {
+			continue
+		}
+		addr, ok := internalIP(n)
+		if !ok {
+			v.Problems = append(v.Problems, fmt.Sprintf("node %s: no InternalIP", n.Name))
+			continue
+		}
+		rec := agent.NodeRecord{Name: n.Name, Address: addr}
+		if n.Spec.PodCIDR != "" {
+			p, err := netip.ParsePrefix(n.Spec.PodCIDR)
+			if err != nil {
+				v.Problems = append(v.Problems, fmt.Sprintf("node %s: spec.podCIDR %q: %v", n.Name, n.Spec.PodCIDR, err))
+				continue
+			}
+			rec.PodCIDR = p.Masked()
+		}
+		v.Nodes = append(v.Nodes, rec)
+	}
+	pods, err := w.pods.List(k8slabels.Everything())
+	if err != nil {
+		return v, fmt.Errorf("listing pods: %w", err)
+	}
+	for _, p := range pods {
+		if p.Spec.HostNetwork || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		key := p.Namespace + "/" + p.Name
+		l := labels.Labels(p.Labels)
+		if l == nil {
+			l = labels.Labels{}
+		}
+		if p.Spec.NodeName == w.opts.NodeName {
+			id, err := w.allocate(ctx, p.Namespace, p, nsLabels[p.Namespace])
+			if err != nil {
+				return v, err
+			}
+			v.LocalPods[key] = agent.PodInfo{Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id}
+			continue
+		}
+		if p.Status.PodIP == "" {
+			continue
+		}
+		ip, err := netip.ParseAddr(p.Status.PodIP)
+		if err != nil || !ip.Is4() {
+			v.Problems = append(v.Problems, fmt.Sprintf("pod %s: podIP %q: want IPv4", key, p.Status.PodIP))
+			continue
+		}
+		id, err := w.allocate(ctx, p.Namespace, p, nsLabels[p.Namespace])
+		if err != nil {
+			return v, err
+		}
+		v.Remotes = append(v.Remotes, agent.RemoteEndpointRecord{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
+			IP: ip, Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id})
+	}
+	nps, err := w.netpols.List(k8slabels.Everything())
+	if err != nil {
+		return v, fmt.Errorf("listing network policies: %w", err)
+	}
+	for _, np := range nps {
+		key, o, err := networkPolicyObject(np)
+		if err != nil {
+			v.Problems = append(v.Problems, err.Error())
+			continue
+		}
+		v.Objects[key] = o
+	}
+	for _, x := range []struct {
+		lister cache.GenericLister
+		kind   string
+	}{{w.cnps, "CiliumNetworkPolicy"}, {w.ccnps, "CiliumClusterwideNetworkPolicy"}, {w.ccgs, "CiliumCIDRGroup"}} {
+		objs, err := x.lister.List(k8slabels.Everything())
+		if err != nil {
+			return v, fmt.Errorf("listing %s: %w", x.kind, err)
+		}
+		for _, obj := range objs {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			key, o, err := customObject(x.kind, u)
+			if err != nil {
+				v.Problems = append(v.Problems, err.Error())
+				continue
+			}
+			v.Objects[key] = o
+		}
+	}
+	return v, nil
+}
+
+// objectKey keys a policy object in the view: kind/namespace/name.
+func objectKey(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
+
+// document is the object as a manifest for the parser: apiVersion, kind, metadata with
+// its name, namespace and labels only (the rest is the API server's bookkeeping), and the
+// object's other top-level fields (spec, specs, ...).
+func document(apiVersion, kind string, meta metav1.Object, body map[string]any) ([]byte, error) {
+	doc := map[string]any{}
+	for k, v := range body {
+		switch k {
+		case "apiVersion", "kind", "metadata", "status":
+		default:
+			doc[k] = v
+		}
+	}
+	md := map[string]any{"name": meta.GetName()}
+	if ns := meta.GetNamespace(); ns != "" {
+		md["namespace"] = ns
+	}
+	if l := meta.GetLabels(); len(l) > 0 {
+		md["labels"] = l
+	}
+	doc["apiVersion"], doc["kind"], doc["metadata"] = apiVersion, kind, md
+	return json.Marshal(doc)
+}
+
+func networkPolicyObject(np *networkingv1.NetworkPolicy) (string, agent.PolicyObject, error) {
+	const kind = "NetworkPolicy"
+	body, err := runtime.DefaultUnstructuredConverter.ToUnstructured(np)
+	if err != nil {
+		return "", agent.PolicyObject{}, fmt.Errorf("%s %s/%s: %w", kind, np.Namespace, np.Name, err)
+	}
+	data, err := document("networking.k8s.io/v1", kind, np, body)
+	if err != nil {
+		return "", agent.PolicyObject{}, fmt.Errorf("%s %s/%s: %w", kind, np.Namespace, np.Name, err)
+	}
+	return objectKey(kind, np.Namespace, np.Name), agent.PolicyObject{Kind: kind, Namespace: np.Namespace, Name: np.Name,
+		ResourceVersion: np.ResourceVersion, Document: data}, nil
+}
+
+func customObject(kind string, u *unstructured.Unstructured) (string, agent.PolicyObject, error) {
+	apiVersion := u.GetAPIVersion()
+	if apiVersion == "" {
+		apiVersion = "cilium.io/v2"
+	}
+	data, err := document(apiVersion, kind, u, u.Object)
+	if err != nil {
+		return "", agent.PolicyObject{}, fmt.Errorf("%s %s/%s: %w", kind, u.GetNamespace(), u.GetName(), err)
+	}
+	return objectKey(kind, u.GetNamespace(), u.GetName()), agent.PolicyObject{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(),
+		ResourceVersion: u.GetResourceVersion(), Document: data}, nil
+}

@@ -1,0 +1,106 @@
+package watcher
+
+import (
+	"encoding/json"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// A NetworkPolicy as the informer holds it (no TypeMeta, the server's metadata, defaults
+// filled in) becomes a manifest the parser takes, with the same rules as the manifest
+// written by hand.
+func TestNetworkPolicyDocument(t *testing.T) {
+	tcp := corev1.ProtocolTCP
+	port := intstr.FromInt32(80)
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "b-from-a", Namespace: "x", ResourceVersion: "42", UID: "u",
+			Generation: 1, Labels: map[string]string{"team": "t"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}, Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pod": "b"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pod": "a"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+			}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		},
+	}
+	key, o, err := networkPolicyObject(np)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "NetworkPolicy/x/b-from-a" || o.ResourceVersion != "42" {
+		t.Errorf("key %q, resourceVersion %q", key, o.ResourceVersion)
+	}
+	got := parse(t, o.Document)
+	want := parse(t, []byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: b-from-a, namespace: x}
+spec:
+  podSelector: {matchLabels: {pod: b}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {pod: a}}}]
+    ports: [{port: 80, protocol: TCP}]
+`))
+	if got != want {
+		t.Errorf("rules from the object:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// A CRD object keeps its own apiVersion and every top-level field but status; the
+// server's metadata is dropped.
+func TestCustomObjectDocument(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cilium.io/v2",
+		"kind":       "CiliumNetworkPolicy",
+		"metadata": map[string]any{"name": "p", "namespace": "x", "resourceVersion": "7", "uid": "u",
+			"managedFields": []any{map[string]any{"manager": "kubectl"}}, "finalizers": []any{"f"}},
+		"spec": map[string]any{
+			"endpointSelector": map[string]any{"matchLabels": map[string]any{"pod": "b"}},
+			"ingress":          []any{map[string]any{"fromEndpoints": []any{map[string]any{"matchLabels": map[string]any{"pod": "c"}}}}},
+		},
+		"status": map[string]any{"nodes": map[string]any{}},
+	}}
+	key, o, err := customObject("CiliumNetworkPolicy", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "CiliumNetworkPolicy/x/p" || o.ResourceVersion != "7" {
+		t.Errorf("key %q, resourceVersion %q", key, o.ResourceVersion)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(o.Document, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := doc["status"]; ok {
+		t.Error("status kept in the document")
+	}
+	if md := doc["metadata"].(map[string]any); len(md) != 2 {
+		t.Errorf("metadata %v, want only name and namespace", md)
+	}
+	parse(t, o.Document)
+}
+
+func parse(t *testing.T, data []byte) string {
+	t.Helper()
+	docs, err := policy.Parse("test", data)
+	if err != nil {
+		t.Fatalf("parsing %s: %v", data, err)
+	}
+	if len(docs.Policies) != 1 {
+		t.Fatalf("%d policies", len(docs.Policies))
+	}
+	var s string
+	for _, r := range docs.Policies[0].Rules {
+		s += policy.FormatRule(r)
+	}
+	return s
+}

@@ -1,0 +1,208 @@
+package k8smode
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/clustertest"
+)
+
+// corpusFiles are manifests of the policy corpus (published examples) that kubectl
+// applies as they are: their policies, as the agent got them from the API, must be the
+// policies `rampart apply -f` of the same file parses (rule for rule).
+var corpusFiles = []string{
+	"k8s-docs/networkpolicy.yaml",
+	"k8s-docs/network-policy-default-deny-ingress.yaml",
+	"k8s-docs/networkpolicy-multiport-egress.yaml",
+	"cilium-examples/policies/l4/l4.yaml",
+	"cilium-examples/policies/l3/match-expressions/and-statement.yaml",
+	"cilium-examples/policies/kubernetes/clusterwide/clusterscope-policy.yaml",
+	"cilium-examples/policies/l3/cidr/cidr.yaml",
+}
+
+func policies(t *testing.T, n *clustertest.Node) []api.Policy {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ps, err := n.Client.ListPolicies(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+// kubectl apply -f X and rampart apply -f X give the same policies.
+func TestKubectlApplyMatchesRampartApply(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	root := filepath.Join(testenv.ModuleRoot(t), "internal", "policy", "testdata", "manifests")
+	want := map[string]string{} // kind/ns/name -> formatted rules
+	for _, f := range corpusFiles {
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs, err := policy.Parse(f, data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, p := range docs.Policies {
+			want[string(p.Kind)+"/"+p.Namespace+"/"+p.Name] = rulesOf(p)
+			if p.Namespace != "" {
+				c.EnsureNamespace(p.Namespace, nil)
+			}
+		}
+		c.KubectlApply(string(data))
+	}
+	for _, n := range c.Nodes {
+		var got map[string]string
+		ok := testenv.Eventually(propagate, func() bool {
+			got = map[string]string{}
+			for _, ap := range policies(t, n) {
+				docs, err := policy.Parse("agent", ap.Raw)
+				if err != nil || len(docs.Policies) != 1 {
+					t.Fatalf("node %s: policy %s/%s as stored does not parse: %v", n.Name, ap.Namespace, ap.Name, err)
+				}
+				got[ap.Kind+"/"+ap.Namespace+"/"+ap.Name] = rulesOf(docs.Policies[0])
+			}
+			return len(got) == len(want)
+		})
+		if !ok {
+			t.Fatalf("node %s has %d policies, want %d", n.Name, len(got), len(want))
+		}
+		for key, w := range want {
+			if got[key] != w {
+				t.Errorf("node %s: %s from the API:\n%s\nwant (rampart apply):\n%s", n.Name, key, got[key], w)
+			}
+		}
+	}
+}
+
+func rulesOf(p *policy.Policy) string {
+	var b strings.Builder
+	for _, r := range p.Rules {
+		b.WriteString(policy.FormatRule(r))
+	}
+	return b.String()
+}
+
+// A policy object the parser refuses (a CRD the API server accepts, with a field Rampart
+// does not support) is not applied and is reported in status and as an Event; the other
+// objects apply, and the agents keep running.
+func TestRefusedPolicyReported(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	a, cc, b := threePods(t, c)
+	const refused = `apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: fqdn, namespace: x}
+spec:
+  endpointSelector: {matchLabels: {pod: a}}
+  egress:
+  - toFQDNs: [{matchName: example.com}]
+`
+	c.KubectlApply(refused)
+	c.KubectlApply(allowAToB80)
+	waitFor(t, "NetworkPolicy applied beside a refused one", probe{cc, b, 80, "tcp", false})
+	// The refused policy would make x/a default-deny for egress: x/a still reaches x/b.
+	check(t, "refused CiliumNetworkPolicy not applied", []probe{{a, b, 80, "tcp", true}, {a, cc, 81, "tcp", true}})
+	for _, n := range c.Nodes {
+		var st api.Status
+		if !testenv.Eventually(propagate, func() bool {
+			st = n.Status()
+			return st.Kubernetes != nil && len(st.Kubernetes.Refused) == 1
+		}) {
+			t.Fatalf("node %s: status does not report the refused policy: %+v", n.Name, st.Kubernetes)
+		}
+		r := st.Kubernetes.Refused[0]
+		if !strings.Contains(r.Object, "CiliumNetworkPolicy/x/fqdn") || !strings.Contains(r.Error, "toFQDNs") {
+			t.Errorf("node %s: refused %+v, want CiliumNetworkPolicy x/fqdn for toFQDNs", n.Name, r)
+		}
+		for _, p := range policies(t, n) {
+			if p.Name == "fqdn" {
+				t.Errorf("node %s applied the refused policy", n.Name)
+			}
+		}
+	}
+	if !testenv.Eventually(propagate, func() bool {
+		evs, err := c.Client.CoreV1().Events("x").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		return slices.ContainsFunc(evs.Items, func(e corev1.Event) bool {
+			return e.Reason == "PolicyRefused" && e.InvolvedObject.Name == "fqdn" && strings.Contains(e.Message, "toFQDNs")
+		})
+	}) {
+		t.Error("no PolicyRefused event on CiliumNetworkPolicy x/fqdn")
+	}
+	// The local API cannot change what Kubernetes owns.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.Nodes[0].Client.Apply(ctx, api.ApplyRequest{Documents: []api.Document{{Source: "x.yaml", Data: allowAToB80}}})
+	if ae, ok := err.(*api.Error); !ok || ae.Status != 409 || !strings.Contains(ae.Message, "managed by the Kubernetes API") {
+		t.Errorf("rampart apply in Kubernetes mode: %v, want 409 managed by the Kubernetes API", err)
+	}
+}
+
+// A CiliumCIDRGroup referenced by a CiliumNetworkPolicy: x/b admits the addresses of the
+// group (x/a's) on port 81 and nothing else there.
+func TestCIDRGroupReference(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	a, cc, b := threePods(t, c)
+	manifest := `apiVersion: cilium.io/v2
+kind: CiliumCIDRGroup
+metadata: {name: trusted}
+spec:
+  externalCIDRs: [` + a.IP.String() + `/32]
+---
+apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: b-from-trusted, namespace: x}
+spec:
+  endpointSelector: {matchLabels: {pod: b}}
+  ingress:
+  - fromCIDRSet: [{cidrGroupRef: trusted}]
+    toPorts: [{ports: [{port: "81", protocol: TCP}]}]
+`
+	c.KubectlApply(manifest)
+	waitFor(t, "CIDR group policy applied", probe{cc, b, 81, "tcp", false})
+	check(t, "CIDR group", []probe{{a, b, 81, "tcp", true}, {a, b, 80, "tcp", false}, {cc, b, 81, "tcp", false}})
+}
+
+// A Node deleted from the API: its pods leave every other node's ipcache, and the pods
+// there no longer reach them.
+func TestNodeDeleted(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Nodes: 3})
+	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
+	p1 := c.AddPod(n1, "x", "p1", map[string]string{"pod": "p1"})
+	p2 := c.AddPod(n2, "x", "p2", map[string]string{"pod": "p2"})
+	p3 := c.AddPod(n3, "x", "p3", map[string]string{"pod": "p3"})
+	waitRemote(t, c, p1, p2, p3)
+	check(t, "three nodes", []probe{{p1, p3, 80, "tcp", true}, {p2, p3, 80, "tcp", true}, {p1, p2, 80, "tcp", true}})
+
+	n3.Stop() // its agent goes with it, as a real node's would
+	if err := c.Client.CoreV1().Nodes().Delete(context.Background(), n3.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*clustertest.Node{n1, n2} {
+		if !testenv.Eventually(propagate, func() bool { _, ok := n.Remote("x", "p3"); return !ok }) {
+			t.Errorf("node %s still has x/p3 of the deleted node", n.Name)
+		}
+		if !testenv.Eventually(propagate, func() bool {
+			ns, err := n.Client.ListNodes(context.Background())
+			return err == nil && !slices.ContainsFunc(ns, func(x api.Node) bool { return x.Name == n3.Name })
+		}) {
+			t.Errorf("node %s still lists node %s", n.Name, n3.Name)
+		}
+	}
+	check(t, "node 3 deleted", []probe{{p1, p3, 80, "tcp", false}, {p2, p3, 80, "tcp", false}, {p1, p2, 80, "tcp", true}})
+}
