@@ -8,7 +8,8 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 )
 
-// The garbage collector during large applies. Parsing a 1.5 MB policy allocates about
+// The garbage collector during large applies (an API apply, or a Kubernetes view whose
+// changed policy objects are that large). Parsing a 1.5 MB policy allocates about
 // 50 MB of short-lived trees and lists; with the default GOGC=100 the collector runs
 // several times during one apply, marking the agent's whole live state each time, and
 // takes a fifth of the apply's CPU before the dataplane holds the new policy. While a
@@ -56,6 +57,18 @@ func relaxGC(size int) func() {
 			debug.SetGCPercent(applyGC.prev)
 		}
 	}
+}
+
+// changedObjectBytes is the size of the policy objects of v that syncCluster parses anew
+// (a.mu held).
+func (a *Agent) changedObjectBytes(v ClusterView) int {
+	n := 0
+	for key, o := range v.Objects {
+		if prev, ok := a.k8s.parsed[key]; !ok || prev.rv != o.ResourceVersion {
+			n += len(o.Document)
+		}
+	}
+	return n
 }
 
 // requestBytes is the size of an apply request's documents.
