@@ -133,6 +133,7 @@ func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	defer relaxGC(a.changedObjectBytes(v))()
 	res, err := a.syncCluster(v)
 	if err != nil {
 		a.k8s.lastErr = err.Error()

@@ -85,6 +85,7 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 	if err := a.errManaged("policies"); err != nil {
 		return api.ChangeResult{}, err
 	}
+	defer relaxGC(requestBytes(req.Documents))()
 	parsed, groups, err := a.parseDocuments(req.Documents)
 	if err != nil {
 		return api.ChangeResult{}, err

@@ -232,13 +232,13 @@ func (d *docParser) ciliumRule(n *yaml.Node, path string) ([]Rule, ruleLabelInfo
 			if err != nil {
 				return nil, lbl, err
 			}
-			for j, it := range items {
-				r, err := d.ciliumPeerRule(it, indexPath(e.path, j), dir, deny)
-				if err != nil {
-					return nil, lbl, err
-				}
-				st.rules = append(st.rules, r)
+			rs, err := parseEach(len(items), func(j int) (Rule, error) {
+				return d.ciliumPeerRule(items[j], indexPath(e.path, j), dir, deny)
+			})
+			if err != nil {
+				return nil, lbl, err
 			}
+			st.rules = append(st.rules, rs...)
 		case "enableDefaultDeny":
 			dd, err := d.mapping(e.val, e.path)
 			if err != nil {

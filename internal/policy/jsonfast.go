@@ -14,13 +14,22 @@ import (
 //
 // Strings without escapes and non-ASCII bytes are taken as they are; the others are
 // decoded by encoding/json, as readJSON's decoder does (invalid UTF-8 becomes U+FFFD).
-func readValidJSON(data []byte) (*yaml.Node, error) {
-	s := &jsonScanner{data: data, line: 1}
+//
+// It also returns the document's compact JSON when writeJSON would render the tree to the
+// same bytes (see canon), else nil: then the whitespace between tokens is all that differs,
+// and dropping it while scanning costs far less than walking the tree again. A large
+// policy's rendering is otherwise a tenth of an apply's work.
+func readValidJSON(data []byte) (*yaml.Node, []byte, error) {
+	s := &jsonScanner{data: data, line: 1, canon: true, raw: make([]byte, 0, len(data))}
 	n, err := s.value()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return n, nil
+	if !s.canon {
+		return n, nil, nil
+	}
+	s.raw = append(s.raw, data[s.run:s.i]...)
+	return n, s.raw, nil
 }
 
 type jsonScanner struct {
@@ -29,6 +38,12 @@ type jsonScanner struct {
 	line int
 	// nodes is a slab the tree's nodes are taken from: one allocation per 256 nodes.
 	nodes []yaml.Node
+	// raw is the compact text so far: data up to run without the whitespace between
+	// tokens. canon is false once a token was seen that writeJSON renders otherwise
+	// (escapes, non-ASCII, HTML characters, numbers not in the form FormatInt writes).
+	raw   []byte
+	run   int
+	canon bool
 }
 
 func (s *jsonScanner) node(kind yaml.Kind, tag, value string, style yaml.Style, line int) *yaml.Node {
@@ -42,16 +57,19 @@ func (s *jsonScanner) node(kind yaml.Kind, tag, value string, style yaml.Style, 
 }
 
 func (s *jsonScanner) space() {
-	for s.i < len(s.data) {
-		switch s.data[s.i] {
-		case '\n':
+	if s.i < len(s.data) && !isJSONSpace(s.data[s.i]) {
+		return
+	}
+	if s.canon {
+		s.raw = append(s.raw, s.data[s.run:s.i]...)
+	}
+	for s.i < len(s.data) && isJSONSpace(s.data[s.i]) {
+		if s.data[s.i] == '\n' {
 			s.line++
-		case ' ', '\t', '\r':
-		default:
-			return
 		}
 		s.i++
 	}
+	s.run = s.i
 }
 
 func (s *jsonScanner) value() (*yaml.Node, error) {
@@ -125,11 +143,44 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 				tag = "!!float"
 			case '-', '+', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 			default:
-				return s.node(yaml.ScalarNode, tag, string(s.data[start:s.i]), 0, line), nil
+				return s.number(tag, start, line), nil
 			}
 		}
-		return s.node(yaml.ScalarNode, tag, string(s.data[start:s.i]), 0, line), nil
+		return s.number(tag, start, line), nil
 	}
+}
+
+func isJSONSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n'
+}
+
+// canonInt reports whether writeJSON writes the integer text v as it is: what decodeInt
+// takes without yaml.v3 and FormatInt writes back the same.
+func canonInt(v []byte) bool {
+	digits := v
+	if len(v) > 0 && v[0] == '-' {
+		digits = v[1:]
+		if len(digits) > 0 && digits[0] == '0' {
+			return false // -0
+		}
+	}
+	if len(digits) == 0 || len(digits) > 18 || digits[0] == '0' && len(digits) > 1 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *jsonScanner) number(tag string, start, line int) *yaml.Node {
+	v := s.data[start:s.i]
+	if tag != "!!int" || !canonInt(v) {
+		s.canon = false // writeJSON formats it anew
+	}
+	return s.node(yaml.ScalarNode, tag, string(v), 0, line)
 }
 
 // str reads the string at s.i (its opening quote).
@@ -152,9 +203,14 @@ func (s *jsonScanner) str() (string, error) {
 			return v, nil
 		case c == '\\':
 			plain = false
+			s.canon = false
 			s.i += 2
 		case c >= 0x80:
 			plain = false
+			s.canon = false
+			s.i++
+		case c == '<' || c == '>' || c == '&':
+			s.canon = false // writeJSONString escapes them
 			s.i++
 		default:
 			s.i++

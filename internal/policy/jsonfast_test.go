@@ -19,6 +19,8 @@ var jsonSeeds = []string{
 	"{\"k\u00e9y\":\"v\xff\xfe\",\"x\":\"caf\xc3\xa9\"}",
 	`{"dup":1,"dup":2}`, `[[[[[]]]]]`, `"top"`, `17`, `null`,
 	"\r\n\t{ \"a\" :\r\n\"b\" }\r\n",
+	`{"h":"<a&b>"}`, ` { "z" : 0 , "m" : -5 , "i" : 123456789012345678 , "j" : 1234567890123456789 } `,
+	`{"neg":[-0,-1,0]}`,
 }
 
 func compareReaders(t *testing.T, data []byte) {
@@ -27,12 +29,43 @@ func compareReaders(t *testing.T, data []byte) {
 		return
 	}
 	want, werr := readJSON(data)
-	got, gerr := readValidJSON(data)
+	got, raw, gerr := readValidJSON(data)
 	if (werr != nil) != (gerr != nil) {
 		t.Fatalf("%q: readJSON error %v, readValidJSON error %v", data, werr, gerr)
 	}
 	if werr == nil && !sameTree(want, got) {
 		t.Fatalf("%q: the readers build different trees", data)
+	}
+	if raw != nil {
+		// The compact text stands in for toJSON's rendering: it must be that rendering.
+		d := &docParser{source: "x", doc: 1}
+		rendered, err := d.toJSON(want)
+		if err != nil || string(rendered) != string(raw) {
+			t.Fatalf("%q: compact text %q, rendering %q (error %v)", data, raw, rendered, err)
+		}
+	}
+}
+
+// TestValidJSONReaderCompactText: the reader keeps the compact text of the documents whose
+// rendering it is, and of no other.
+func TestValidJSONReaderCompactText(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want string // "" for none
+	}{
+		{" {\n \"a\" : [ 1 , \"b c\" , null , true , false , { } ] }\n", `{"a":[1,"b c",null,true,false,{}]}`},
+		{`{"a":"\u0041"}`, ""},
+		{`{"a":"<"}`, ""},
+		{`{"a":1.5}`, ""},
+		{`{"a":-0}`, ""},
+		{`{"a":1234567890123456789}`, ""},
+		{"{\"a\":\"\u00e9\"}", ""},
+	} {
+		_, raw, err := readValidJSON([]byte(c.in))
+		if err != nil || string(raw) != c.want || (raw == nil) != (c.want == "") {
+			t.Errorf("%q: compact text %q (error %v), want %q", c.in, raw, err, c.want)
+		}
+		compareReaders(t, []byte(c.in))
 	}
 }
 

@@ -98,13 +98,13 @@ func (d *docParser) networkPolicy(doc *yaml.Node, top []entry) ([]Rule, error) {
 			if err != nil {
 				return nil, err
 			}
-			for i, it := range items {
-				r, err := d.npRule(it, indexPath(e.path, i), dir)
-				if err != nil {
-					return nil, err
-				}
-				rules[dir] = append(rules[dir], r)
+			rs, err := parseEach(len(items), func(i int) (npRule, error) {
+				return d.npRule(items[i], indexPath(e.path, i), dir)
+			})
+			if err != nil {
+				return nil, err
 			}
+			rules[dir] = rs // mapping refused a second ingress or egress field
 		default:
 			return nil, d.unknown(e)
 		}
@@ -121,7 +121,7 @@ func (d *docParser) networkPolicy(doc *yaml.Node, top []entry) ([]Rule, error) {
 	}
 	subject = inNamespace(subject, d.namespace)
 
-	var out []Rule
+	out := make([]Rule, 0, max(1, len(rules[Ingress]))+max(1, len(rules[Egress])))
 	for _, dir := range []Direction{Ingress, Egress} {
 		typePath, enforced := types[dir]
 		if !enforced {

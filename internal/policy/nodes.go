@@ -30,6 +30,10 @@ type docParser struct {
 	namespace string
 	name      string
 	groups    bool // CiliumCIDRGroup documents are accepted (Parse, not ParseDocuments)
+	// root and rootJSON: the document's node and, when the reader had it, its JSON
+	// rendering, which toJSON returns instead of rendering root again.
+	root     *yaml.Node
+	rootJSON []byte
 }
 
 func (d *docParser) fail(n *yaml.Node, path, format string, args ...any) *ParseError {
@@ -296,7 +300,10 @@ func (d *docParser) stringMap(n *yaml.Node, path string) error {
 // valid JSON (escapes such as \/); everything else is read as a YAML stream. The limits of
 // limits.go are checked before anything is decoded that they bound, and a document's tree
 // is dropped once fn returns, so memory follows the largest document, not the stream.
-func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node) error) error {
+//
+// raw, when not nil, is the document's JSON rendering as toJSON would write it (see
+// readValidJSON).
+func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, raw []byte) error) error {
 	if err := checkSize(source, len(data)); err != nil {
 		return err
 	}
@@ -308,16 +315,17 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node) er
 			return err
 		}
 		var n *yaml.Node
+		var raw []byte
 		var err error
 		if valid {
-			n, err = readValidJSON(data)
+			n, raw, err = readValidJSON(data)
 		} else {
 			n, err = readJSON(data) // for its errors
 		}
 		if err != nil {
 			return err
 		}
-		return fn(1, n)
+		return fn(1, n, raw)
 	}
 	if err := yamlDocumentSizes(source, data); err != nil {
 		return err
@@ -341,7 +349,7 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node) er
 		if err := nodeDepth(source, doc, n.Content[0]); err != nil {
 			return err
 		}
-		if err := fn(doc, n.Content[0]); err != nil {
+		if err := fn(doc, n.Content[0], nil); err != nil {
 			return err
 		}
 	}
@@ -501,6 +509,9 @@ func (r *jsonReader) valueFrom(tok json.Token, line int) (*yaml.Node, error) {
 
 // toJSON renders a document node as JSON, keeping the order of mapping keys.
 func (d *docParser) toJSON(n *yaml.Node) ([]byte, error) {
+	if n == d.root && d.rootJSON != nil {
+		return d.rootJSON, nil
+	}
 	var b bytes.Buffer
 	// Field paths only name the field of an error: render without them, and only on an
 	// error render again with them (building a path for every node of a large document

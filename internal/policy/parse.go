@@ -68,8 +68,8 @@ var bom = []byte("\xef\xbb\xbf")
 func parseAll(source string, data []byte, groups bool) (*Documents, error) {
 	data = bytes.TrimPrefix(data, bom)
 	out := &Documents{}
-	err := readDocuments(source, data, func(doc int, n *yaml.Node) error {
-		d := &docParser{source: source, doc: doc, groups: groups}
+	err := readDocuments(source, data, func(doc int, n *yaml.Node, raw []byte) error {
+		d := &docParser{source: source, doc: doc, groups: groups, root: n, rootJSON: raw}
 		return d.document(n, out)
 	})
 	var se *syntaxError
@@ -297,21 +297,35 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, error) {
 		return nil, g, err
 	}
 	p := &Policy{Kind: d.kind, Namespace: d.namespace, Name: d.name, Source: d.sourceName()}
+	// The rendering only reads the tree: done alongside the rules, a large YAML policy's
+	// rendering costs no time of its own. The rules' error, if any, comes first, as it
+	// would in sequence.
+	type rendering struct {
+		raw []byte
+		err error
+	}
+	rendered := make(chan rendering, 1)
+	go func() {
+		raw, err := d.toJSON(n)
+		rendered <- rendering{raw, err}
+	}()
 	switch d.kind {
 	case KindNetworkPolicy:
 		p.Rules, err = d.networkPolicy(n, entries)
 	default:
 		p.Rules, err = d.ciliumPolicy(n, entries)
 	}
+	r := <-rendered
 	if err != nil {
 		return nil, nil, err
 	}
 	for i := range p.Rules {
 		p.Rules[i].Index = i
 	}
-	if p.Raw, err = d.toJSON(n); err != nil {
-		return nil, nil, err
+	if r.err != nil {
+		return nil, nil, r.err
 	}
+	p.Raw = r.raw
 	return p, nil, nil
 }
 
