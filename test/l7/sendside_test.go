@@ -49,6 +49,9 @@ func testSendSideRestart(t *testing.T, e *env) {
 	exchange := func(when, method string, want int) {
 		t.Helper()
 		m := marker()
+		// Each exchange gets its own deadline: the connection outlives an agent stop and
+		// start, which take longer than one exchange's budget on a loaded machine.
+		c.Conn.SetDeadline(time.Now().Add(10 * time.Second))
 		if err := c.Send(rawReq(method, "/v1", "server", m)); err != nil {
 			t.Fatalf("%s: %s /v1: %v", when, method, err)
 		}
