@@ -12,8 +12,9 @@ import (
 	"github.com/rampartnet/rampart/internal/overlay"
 )
 
-// Other nodes and the pods on them. Until the Kubernetes informers feed them, they are
-// declared through the API (rampart node, rampart remote). A remote pod's identity is
+// Other nodes and the pods on them. In Kubernetes mode the watcher feeds them with the
+// rest of the cluster view (cluster.go); standalone, they are declared through the API
+// (rampart node, rampart remote). A remote pod's identity is
 // derived from its labels and namespace labels exactly as a local endpoint's, so policy
 // selects it by labels; the ipcache maps its address to that identity and to its node's
 // address, the tunnel endpoint the overlay sends its packets to.
