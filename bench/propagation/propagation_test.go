@@ -208,6 +208,19 @@ func TestPropagation(t *testing.T) {
 	t.Logf("report: %s.{json,md,png}\n%s", base, rep.Table())
 }
 
+// TestReplot redraws the plot of the report RAMPART_PROP_REPLOT names (a .json file; a
+// relative path is from the repository root, the tests' working directory).
+func TestReplot(t *testing.T) {
+	path := os.Getenv("RAMPART_PROP_REPLOT")
+	if path == "" {
+		t.Skip("RAMPART_PROP_REPLOT not set")
+	}
+	r := &Report{}
+	if err := benchkit.Replot(path, r, r.Plot); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func loadavg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	return strings.TrimSpace(string(b))

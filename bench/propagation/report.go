@@ -160,7 +160,11 @@ func (r *Report) Plot(path string) error {
 		p.Add(l)
 		p.Legend.Add(s.name, l)
 	}
-	p.Y.Min = 0
+	// Room above the target line for the legend.
+	p.Y.Min, p.Y.Max = 0, 1.35*r.Target
+	for _, w := range r.Propagation.PerWrite {
+		p.Y.Max = max(p.Y.Max, 1.1*w.Endpoints.Max)
+	}
 	p.Legend.Top = true
 	img := vgimg.New(8*vg.Inch, 4.5*vg.Inch)
 	p.Draw(draw.New(img))
