@@ -2,7 +2,6 @@ package propagation
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -10,8 +9,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
@@ -166,15 +163,8 @@ func (r *Report) Plot(path string) error {
 		p.Y.Max = max(p.Y.Max, 1.1*w.Endpoints.Max)
 	}
 	p.Legend.Top = true
-	img := vgimg.New(8*vg.Inch, 4.5*vg.Inch)
-	p.Draw(draw.New(img))
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	if _, err := (&vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
+	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, path); err != nil {
 		return fmt.Errorf("writing plot %s: %w", path, err)
 	}
-	return f.Close()
+	return nil
 }
