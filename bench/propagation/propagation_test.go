@@ -547,17 +547,17 @@ func waitEnforced(watch []nodeWatch, t0 time.Time, port, old int) ([]nodeLat, er
 					}
 				}
 				now := time.Now()
-				if err := it.Err(); err != nil {
-					// An iteration racing with the agent's writes can stop early: read again.
-					continue
-				}
-				for i := range nw.eps {
-					if lat[i] == 0 && hasNew[i] && !hasOld[i] {
-						lat[i] = now.Sub(t0)
-						left--
+				// An iteration racing with the agent's writes can stop early (an error):
+				// then this read counts for nothing, and the next one decides.
+				if it.Err() == nil {
+					for i := range nw.eps {
+						if lat[i] == 0 && hasNew[i] && !hasOld[i] {
+							lat[i] = now.Sub(t0)
+							left--
+						}
 					}
 				}
-				if now.After(deadline) {
+				if left > 0 && now.After(deadline) {
 					errs[ni] = fmt.Errorf("node %s: %d of %d selected endpoints without the rule for port %d after %v", nw.name, left, len(nw.eps), port, enforceTimeout)
 					return
 				}
