@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
+	"github.com/rampartnet/rampart/internal/k8s/identities"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
@@ -169,8 +170,8 @@ func TestPropagation(t *testing.T) {
 	distinct := distinctSpecs(cfg.Pods, cfg.Nodes)
 	dPods, dCase := createPods(t, c, ns, "distinct", distinct, cfg.Parallel)
 	dCase.LabelSets = cfg.Pods
-	if dCase.Identities != cfg.Pods {
-		t.Errorf("distinct label sets: %d identities for %d pods", dCase.Identities, cfg.Pods)
+	if dCase.Identities != cfg.Pods || dCase.Allocated != cfg.Pods {
+		t.Errorf("distinct label sets: %d identities (%d allocated) for %d pods", dCase.Identities, dCase.Allocated, cfg.Pods)
 	}
 	rep.Identity = append(rep.Identity, dCase)
 	pods, specs := dPods, distinct
@@ -178,8 +179,8 @@ func TestPropagation(t *testing.T) {
 		shared := sharedSpecs(cfg.Shared, cfg.SharedSets, cfg.Nodes)
 		sPods, sCase := createPods(t, c, ns, "shared", shared, cfg.Parallel)
 		sCase.LabelSets = min(cfg.SharedSets, (cfg.Shared+cfg.Nodes-1)/cfg.Nodes)
-		if sCase.Identities != sCase.LabelSets {
-			t.Errorf("shared label sets: %d identities for %d sets", sCase.Identities, sCase.LabelSets)
+		if sCase.Identities != sCase.LabelSets || sCase.Allocated != sCase.LabelSets {
+			t.Errorf("shared label sets: %d identities (%d allocated) for %d sets", sCase.Identities, sCase.Allocated, sCase.LabelSets)
 		}
 		rep.Identity = append(rep.Identity, sCase)
 		pods, specs = append(pods, sPods...), append(specs, shared...)
@@ -291,6 +292,7 @@ func createPods(t *testing.T, c *clustertest.Cluster, ns, name string, specs []p
 		}
 	})
 
+	before := countIdentities(t, c)
 	work := make(chan int)
 	var wg sync.WaitGroup
 	first := time.Now()
@@ -352,9 +354,23 @@ func createPods(t *testing.T, c *clustertest.Cluster, ns, name string, specs []p
 	ic := IdentityCase{Name: name, Pods: len(specs), Identities: len(ids), CreateSeconds: created.Seconds(),
 		TotalSeconds: last.Sub(first).Seconds(), PerPod: dist(perPod), AddPod: dist(addPod), PollRounds: rounds}
 	ic.PodsPerSecond = float64(len(specs)) / ic.TotalSeconds
-	t.Logf("%s: %d pods, %d identities: all known everywhere %.2fs after the first create (creates took %.2fs); per pod %v",
-		name, ic.Pods, ic.Identities, ic.TotalSeconds, ic.CreateSeconds, ic.PerPod)
+	ic.Allocated = countIdentities(t, c) - before
+	t.Logf("%s: %d pods, %d identities (%d SecurityIdentities created): all known everywhere %.2fs after the first create (creates took %.2fs); per pod %v",
+		name, ic.Pods, ic.Identities, ic.Allocated, ic.TotalSeconds, ic.CreateSeconds, ic.PerPod)
 	return pods, ic
+}
+
+// countIdentities is the number of SecurityIdentity objects in the API: the cluster
+// identities allocated so far.
+func countIdentities(t *testing.T, c *clustertest.Cluster) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.Dynamic(t).Resource(identities.IdentityResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("listing SecurityIdentities: %v", err)
+	}
+	return len(l.Items)
 }
 
 // allSeen reports whether every pod was seen on every node (the observer's own view).

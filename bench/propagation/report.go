@@ -63,6 +63,8 @@ type IdentityCase struct {
 	Pods       int    `json:"pods"`
 	LabelSets  int    `json:"label_sets"`
 	Identities int    `json:"identities"` // distinct cluster identities the agents report
+	// Allocated is how many SecurityIdentity objects the batch added to the API.
+	Allocated int `json:"allocated"`
 	// CreateSeconds: from the first Pod create until the last AddPod returned (Pod object,
 	// CNI ADD, status.podIP), Parallel at a time.
 	CreateSeconds float64 `json:"create_seconds"`
@@ -110,9 +112,9 @@ func (r *Report) Table() string {
 	c := r.Config
 	fmt.Fprintf(&b, "policy propagation (%s run), %d nodes (%s), kernel %s, %d CPUs; load average (/proc/loadavg) at start %q, after the pods %q, at end %q\n\n",
 		r.Mode, c.Nodes, r.Tunnel, r.Kernel, r.CPUs, r.Load.Start, r.Load.AfterPods, r.Load.End)
-	b.WriteString("| identity allocation | pods | label sets | identities | all known on every node | pods/s | per pod p50 | p99 | max | AddPod p50 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| identity allocation | pods | label sets | identities | allocated | all known on every node | pods/s | per pod p50 | p99 | max | AddPod p50 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, ic := range r.Identity {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.2f s | %.1f | %.3f s | %.3f s | %.3f s | %.3f s |\n", ic.Name, ic.Pods, ic.LabelSets, ic.Identities,
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %.2f s | %.1f | %.3f s | %.3f s | %.3f s | %.3f s |\n", ic.Name, ic.Pods, ic.LabelSets, ic.Identities, ic.Allocated,
 			ic.TotalSeconds, ic.PodsPerSecond, ic.PerPod.P50, ic.PerPod.P99, ic.PerPod.Max, ic.AddPod.P50)
 	}
 	p := r.Propagation
