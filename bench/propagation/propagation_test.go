@@ -299,6 +299,9 @@ func createPods(t *testing.T, c *clustertest.Cluster, ns, name string, specs []p
 	for range parallel {
 		wg.Go(func() {
 			for i := range work {
+				if t.Failed() {
+					continue // a pod failed: make no more, the run ends after this batch
+				}
 				s := specs[i]
 				start[i] = time.Now()
 				// AddPod fails the test with FailNow, which ends only this goroutine.
