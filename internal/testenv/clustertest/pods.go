@@ -61,7 +61,8 @@ func (c *Cluster) AddPod(n *Node, ns, name string, labels map[string]string) *Po
 		t.Fatalf("creating pod %s/%s: %v", ns, name, err)
 	}
 	p := &Pod{Namespace: ns, Name: name, Node: n}
-	p.Netns = newNetns(t, "rp-"+testenv.Suffix(6)+"-pod")
+	// 12 hex digits: with thousands of pods (bench/propagation makes 2,000) six collided.
+	p.Netns = newNetns(t, "rp-"+testenv.Suffix(12)+"-pod")
 	// The runtime's ADD: libcni runs rampart-cni, which asks the node's agent.
 	p.rt = &libcni.RuntimeConf{ContainerID: "c" + testenv.Suffix(12), NetNS: p.Netns, IfName: "eth0",
 		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", ns}, {"K8S_POD_NAME", name}}}
