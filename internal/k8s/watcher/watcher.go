@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,11 +70,28 @@ type Options struct {
 type Watcher struct {
 	opts   Options
 	client kubernetes.Interface
+	dyn    dynamic.Interface
 	log    *slog.Logger
 
+	// cur is the informers' caches in use. After an outage of the API server a new set
+	// replaces it (see checkHealth); readers load it once per use.
+	cur atomic.Pointer[caches]
+	// startCtx is the context Start was given: replacement sets run under it too.
+	startCtx context.Context
+
+	trigger chan struct{}
+
+	mu       sync.Mutex
+	agent    Agent             // set by Run
+	reported map[string]string // object key -> resourceVersion of its last refusal event
+}
+
+// caches is one set of informers and their listers.
+type caches struct {
 	factory  informers.SharedInformerFactory
 	dfactory dynamicinformer.DynamicSharedInformerFactory
 	synced   []cache.InformerSynced
+	stop     context.CancelFunc // set by start
 
 	nodes      listerscorev1.NodeLister
 	namespaces listerscorev1.NamespaceLister
@@ -82,12 +100,24 @@ type Watcher struct {
 	cnps       cache.GenericLister
 	ccnps      cache.GenericLister
 	ccgs       cache.GenericLister
+}
 
-	trigger chan struct{}
+// hasSynced says whether every informer of the set has synced.
+func (c *caches) hasSynced() bool {
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
 
-	mu       sync.Mutex
-	agent    Agent             // set by Run
-	reported map[string]string // object key -> resourceVersion of its last refusal event
+// start runs the set's informers until parent ends or stop is called.
+func (c *caches) start(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	c.stop = cancel
+	c.factory.Start(ctx.Done())
+	c.dfactory.Start(ctx.Done())
 }
 
 // New creates a watcher on the API server of cfg; Start starts its informers.
@@ -112,11 +142,25 @@ func New(cfg *rest.Config, opts Options) (*Watcher, error) {
 	w := &Watcher{
 		opts:     opts,
 		client:   client,
+		dyn:      dyn,
 		log:      opts.Logger.With("node", opts.NodeName),
-		factory:  informers.NewSharedInformerFactory(client, 0),
-		dfactory: dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0),
 		trigger:  make(chan struct{}, 1),
 		reported: map[string]string{},
+	}
+	c, err := w.newCaches()
+	if err != nil {
+		return nil, err
+	}
+	w.cur.Store(c)
+	return w, nil
+}
+
+// newCaches makes a set of informers on every kind the view is made of, each event of
+// which asks for a sync.
+func (w *Watcher) newCaches() (*caches, error) {
+	c := &caches{
+		factory:  informers.NewSharedInformerFactory(w.client, 0),
+		dfactory: dynamicinformer.NewDynamicSharedInformerFactory(w.dyn, 0),
 	}
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { w.poke() },
@@ -132,12 +176,12 @@ func New(cfg *rest.Config, opts Options) (*Watcher, error) {
 		}); err != nil {
 			return fmt.Errorf("watching %s: %w", what, err)
 		}
-		w.synced = append(w.synced, inf.HasSynced)
+		c.synced = append(c.synced, inf.HasSynced)
 		return nil
 	}
-	core := w.factory.Core().V1()
-	w.nodes, w.namespaces, w.pods = core.Nodes().Lister(), core.Namespaces().Lister(), core.Pods().Lister()
-	w.netpols = w.factory.Networking().V1().NetworkPolicies().Lister()
+	core := c.factory.Core().V1()
+	c.nodes, c.namespaces, c.pods = core.Nodes().Lister(), core.Namespaces().Lister(), core.Pods().Lister()
+	c.netpols = c.factory.Networking().V1().NetworkPolicies().Lister()
 	for _, x := range []struct {
 		inf  cache.SharedIndexInformer
 		what string
@@ -145,7 +189,7 @@ func New(cfg *rest.Config, opts Options) (*Watcher, error) {
 		{core.Nodes().Informer(), "nodes"},
 		{core.Namespaces().Informer(), "namespaces"},
 		{core.Pods().Informer(), "pods"},
-		{w.factory.Networking().V1().NetworkPolicies().Informer(), "network policies"},
+		{c.factory.Networking().V1().NetworkPolicies().Informer(), "network policies"},
 	} {
 		if err := add(x.inf, x.what); err != nil {
 			return nil, err
@@ -154,20 +198,20 @@ func New(cfg *rest.Config, opts Options) (*Watcher, error) {
 	for _, x := range []struct {
 		gvr    schema.GroupVersionResource
 		lister *cache.GenericLister
-	}{{cnpResource, &w.cnps}, {ccnpResource, &w.ccnps}, {ccgResource, &w.ccgs}} {
-		gi := w.dfactory.ForResource(x.gvr)
+	}{{cnpResource, &c.cnps}, {ccnpResource, &c.ccnps}, {ccgResource, &c.ccgs}} {
+		gi := c.dfactory.ForResource(x.gvr)
 		if err := add(gi.Informer(), x.gvr.Resource); err != nil {
 			return nil, err
 		}
 		*x.lister = gi.Lister()
 	}
-	return w, nil
+	return c, nil
 }
 
 // Start starts the informers; they stop with ctx.
 func (w *Watcher) Start(ctx context.Context) {
-	w.factory.Start(ctx.Done())
-	w.dfactory.Start(ctx.Done())
+	w.startCtx = ctx
+	w.cur.Load().start(ctx)
 }
 
 func (w *Watcher) poke() {
@@ -199,7 +243,7 @@ func (w *Watcher) WaitOwnNode(ctx context.Context) (OwnNode, error) {
 	defer tick.Stop()
 	var last error
 	for {
-		n, err := w.nodes.Get(w.opts.NodeName)
+		n, err := w.cur.Load().nodes.Get(w.opts.NodeName)
 		if err == nil {
 			own, err := ownNode(n)
 			if err == nil {
@@ -262,19 +306,18 @@ func (w *Watcher) LocalPod(ctx context.Context, namespace, name string) (agent.P
 }
 
 func (w *Watcher) localPod(ctx context.Context, namespace, name string) (agent.PodInfo, error) {
-	for _, s := range w.synced {
-		if !s() {
-			return agent.PodInfo{}, errors.New("informers not synced yet")
-		}
+	c := w.cur.Load()
+	if !c.hasSynced() {
+		return agent.PodInfo{}, errors.New("informers not synced yet")
 	}
-	pod, err := w.pods.Pods(namespace).Get(name)
+	pod, err := c.pods.Pods(namespace).Get(name)
 	if err != nil {
 		return agent.PodInfo{}, err
 	}
 	if pod.Spec.NodeName != w.opts.NodeName {
 		return agent.PodInfo{}, fmt.Errorf("pod is bound to node %q, not %s", pod.Spec.NodeName, w.opts.NodeName)
 	}
-	ns, err := w.namespaces.Get(namespace)
+	ns, err := c.namespaces.Get(namespace)
 	if err != nil {
 		return agent.PodInfo{}, err
 	}
@@ -304,18 +347,17 @@ func (w *Watcher) allocate(ctx context.Context, namespace string, pod *corev1.Po
 // InUse returns the identity label-set keys (identity.LabelsKey) of every pod in the
 // cache, and whether the caches have synced (an unsynced cache must not free anything).
 func (w *Watcher) InUse() (map[string]bool, bool) {
-	for _, s := range w.synced {
-		if !s() {
-			return nil, false
-		}
+	c := w.cur.Load()
+	if !c.hasSynced() {
+		return nil, false
 	}
-	pods, err := w.pods.List(k8slabels.Everything())
+	pods, err := c.pods.List(k8slabels.Everything())
 	if err != nil {
 		return nil, false
 	}
 	used := make(map[string]bool, len(pods))
 	for _, p := range pods {
-		ns, err := w.namespaces.Get(p.Namespace)
+		ns, err := c.namespaces.Get(p.Namespace)
 		if err != nil {
 			continue
 		}
@@ -331,7 +373,7 @@ func (w *Watcher) Run(ctx context.Context, a Agent) error {
 	w.mu.Lock()
 	w.agent = a
 	w.mu.Unlock()
-	if !cache.WaitForCacheSync(ctx.Done(), w.synced...) {
+	if !cache.WaitForCacheSync(ctx.Done(), w.cur.Load().synced...) {
 		return fmt.Errorf("waiting for the informers to sync: %w", ctx.Err())
 	}
 	w.log.Info("kubernetes informers synced")
@@ -379,8 +421,9 @@ func (w *Watcher) Run(ctx context.Context, a Agent) error {
 // outage.
 const healthInterval = 2 * time.Second
 
-// checkHealth reports the API server unreachable to the agent while it is, and asks for a
-// sync when it is back (a successful sync clears the error in status).
+// checkHealth reports the API server unreachable to the agent while it is, and when it is
+// back renews the informers and asks for a sync (a successful sync clears the error in
+// status).
 func (w *Watcher) checkHealth(ctx context.Context, a Agent) {
 	tick := time.NewTicker(healthInterval)
 	defer tick.Stop()
@@ -400,9 +443,43 @@ func (w *Watcher) checkHealth(ctx context.Context, a Agent) {
 			a.ReportSyncError(fmt.Errorf("API server not ready: %w", err))
 		case err == nil && down:
 			down = false
+			w.renewCaches(ctx)
 			w.poke()
 		}
 	}
+}
+
+// renewWait bounds how long a new set of informers may take to list everything.
+const renewWait = 30 * time.Second
+
+// renewCaches replaces the informers after an outage of the API server. client-go's
+// reflectors retry a refused watch with a backoff that grows to 30 s with as much again
+// of jitter, so after an outage of a minute the old informers may see the changes made
+// meanwhile only a minute after the server is back; a new set lists everything at once.
+// The old set serves the views until the new one has synced; if the new one cannot sync
+// in time it is dropped and the old one goes on.
+func (w *Watcher) renewCaches(ctx context.Context) {
+	if w.startCtx == nil {
+		return
+	}
+	c, err := w.newCaches()
+	if err != nil {
+		w.log.Warn("renewing the informers", "error", err)
+		return
+	}
+	c.start(w.startCtx)
+	wctx, cancel := context.WithTimeout(ctx, renewWait)
+	defer cancel()
+	if !cache.WaitForCacheSync(wctx.Done(), c.synced...) {
+		c.stop()
+		w.log.Warn("renewing the informers: they did not sync in time; keeping the old ones")
+		return
+	}
+	old := w.cur.Swap(c)
+	if old.stop != nil {
+		old.stop()
+	}
+	w.log.Info("kubernetes informers renewed after the API server returned")
 }
 
 func (w *Watcher) sync(ctx context.Context, a Agent) error {
@@ -425,7 +502,8 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		Objects:    map[string]agent.PolicyObject{},
 		LocalPods:  map[string]agent.PodInfo{},
 	}
-	nss, err := w.namespaces.List(k8slabels.Everything())
+	c := w.cur.Load()
+	nss, err := c.namespaces.List(k8slabels.Everything())
 	if err != nil {
 		return v, fmt.Errorf("listing namespaces: %w", err)
 	}
@@ -434,7 +512,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		v.Namespaces[ns.Name] = labels.Labels(ns.Labels)
 		nsLabels[ns.Name] = ns.Labels
 	}
-	nodes, err := w.nodes.List(k8slabels.Everything())
+	nodes, err := c.nodes.List(k8slabels.Everything())
 	if err != nil {
 		return v, fmt.Errorf("listing nodes: %w", err)
 	}
@@ -458,7 +536,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		}
 		v.Nodes = append(v.Nodes, rec)
 	}
-	pods, err := w.pods.List(k8slabels.Everything())
+	pods, err := c.pods.List(k8slabels.Everything())
 	if err != nil {
 		return v, fmt.Errorf("listing pods: %w", err)
 	}
@@ -494,7 +572,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		v.Remotes = append(v.Remotes, agent.RemoteEndpointRecord{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
 			IP: ip, Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id})
 	}
-	nps, err := w.netpols.List(k8slabels.Everything())
+	nps, err := c.netpols.List(k8slabels.Everything())
 	if err != nil {
 		return v, fmt.Errorf("listing network policies: %w", err)
 	}
@@ -509,7 +587,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 	for _, x := range []struct {
 		lister cache.GenericLister
 		kind   string
-	}{{w.cnps, "CiliumNetworkPolicy"}, {w.ccnps, "CiliumClusterwideNetworkPolicy"}, {w.ccgs, "CiliumCIDRGroup"}} {
+	}{{c.cnps, "CiliumNetworkPolicy"}, {c.ccnps, "CiliumClusterwideNetworkPolicy"}, {c.ccgs, "CiliumCIDRGroup"}} {
 		objs, err := x.lister.List(k8slabels.Everything())
 		if err != nil {
 			return v, fmt.Errorf("listing %s: %w", x.kind, err)
