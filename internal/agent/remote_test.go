@@ -78,6 +78,19 @@ func TestRemoteEndpointsSelectedByLabels(t *testing.T) {
 		}
 	}
 	check("declared")
+	// policy trace names the remote pod as it names a local endpoint.
+	for _, req := range []api.TraceRequest{
+		{From: "x/b", To: "x/a", Port: 80, Protocol: "TCP"},
+		{From: "10.2.0.5", To: "x/a", Port: 80, Protocol: "TCP"},
+	} {
+		tr, err := h.a.Trace(ctx, req)
+		if err != nil || !tr.Allowed {
+			t.Errorf("trace %s -> %s: %+v %v, want allowed by the policy", req.From, req.To, tr, err)
+		}
+	}
+	if _, err := h.a.Trace(ctx, api.TraceRequest{From: "x/nobody", To: "x/a", Port: 80, Protocol: "TCP"}); !isStatus(err, 404) {
+		t.Errorf("trace from an unknown pod: %v, want not found", err)
+	}
 	h.dp.fakeOverlay.mu.Lock()
 	routes := h.dp.fakeOverlay.routes
 	h.dp.fakeOverlay.mu.Unlock()

@@ -72,14 +72,17 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 	return res, nil
 }
 
-// tracePeer resolves "ns/name" or an address.
+// tracePeer resolves "ns/name" (a local endpoint, or a pod on another node: its address,
+// which the ipcache maps to its identity) or an address.
 func (a *Agent) tracePeer(s string) (TracePeer, error) {
 	if strings.Contains(s, "/") {
-		rec, ok := a.model.endpoints[s]
-		if !ok {
-			return TracePeer{}, api.NotFound("endpoint %s not found", s)
+		if rec, ok := a.model.endpoints[s]; ok {
+			return TracePeer{Endpoint: a.mapstateEndpoint(rec), IP: rec.IP}, nil
 		}
-		return TracePeer{Endpoint: a.mapstateEndpoint(rec), IP: rec.IP}, nil
+		if r, ok := a.model.remotes[s]; ok {
+			return TracePeer{IP: r.IP}, nil
+		}
+		return TracePeer{}, api.NotFound("endpoint %s not found, on this node or another", s)
 	}
 	ip, err := netip.ParseAddr(s)
 	if err != nil {
