@@ -13,6 +13,10 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
+// probeSlackMs is how much later than the API answer a probe may first see the change: a
+// probe that began its connection before the kernel held the policy reports after it.
+const probeSlackMs = 25
+
 // TestQuickRun runs the benchmark at small sizes, two builds (this checkout twice), and
 // checks its outputs, that every sample saw the change in packets, and that it left
 // nothing behind.
@@ -58,9 +62,11 @@ func TestQuickRun(t *testing.T) {
 				s.Build, s.Rules, s.Control, len(s.Samples), s.Invalid, s.Entries, 2*s.Rules)
 		}
 		for _, x := range s.Samples {
-			// The agent answers after the kernel holds the policy: packets show it by then
-			// (within the probes' interval) and never before the call.
-			if x.EnforcedMs <= 0 || x.EnforcedMs > x.APIMs+2*rep.IntervalMs || x.AgentCPUMs <= 0 {
+			// The agent answers after the kernel holds the policy: packets show it by then,
+			// and never before the call. "By then" is within the probes' interval plus
+			// the time one probe's connection takes, which on a 2-core machine running
+			// the agent, the probers and the test can be several milliseconds.
+			if x.EnforcedMs <= 0 || x.EnforcedMs > x.APIMs+2*rep.IntervalMs+probeSlackMs || x.AgentCPUMs <= 0 {
 				t.Errorf("%s %d rules: sample %+v", s.Build, s.Rules, x)
 			}
 		}
