@@ -29,6 +29,7 @@ var pure = []string{
 	"internal/l7plan",
 	"internal/l7table",
 	"internal/flow",
+	"internal/tappolicy",
 }
 
 // forbiddenPrefixes are the import paths a pure package must not depend on: the kernel
@@ -195,7 +196,7 @@ var layers = []struct {
 	{"leaves", []string{"internal/version", "internal/labels", "internal/netns", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
-	{"core: L7 plan", []string{"internal/l7plan"}},
+	{"core: L7 plan, tap policy", []string{"internal/l7plan", "internal/tappolicy"}},
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
 	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities", "internal/k8s/podrunner"}},
 	{"API contract", []string{"internal/api"}},
