@@ -18,6 +18,17 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
+# The DVD rental demo's message broker (mosquitto, MQTT) and database (PostgreSQL). The
+# broker's and the database's own services stay stopped: the demo runs its own instances
+# inside its endpoints.
+for p in mosquitto postgresql; do
+	if ! dpkg -s "$p" >/dev/null 2>&1; then
+		echo "setup: installing $p"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null ||
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null; }
+		systemctl disable --now "$p" >/dev/null 2>&1 || true
+	fi
+done
 
 if ! command -v go >/dev/null 2>&1; then
 	echo "setup: Go toolchain not found on PATH (expected /usr/local/go/bin/go)" >&2
