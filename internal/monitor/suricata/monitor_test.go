@@ -1,0 +1,384 @@
+package suricata_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/monitor/suricata"
+	"github.com/rampartnet/rampart/internal/testenv"
+)
+
+// requireSuricata skips (fails under CI=true) a test that needs root and Suricata.
+func requireSuricata(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if _, err := suricata.Binary(""); err != nil {
+		testenv.SkipOrFail(t, "%v", err)
+	}
+}
+
+// sh runs a command in the caller's namespace or, with ns set, in ns.
+func sh(t *testing.T, ns string, args ...string) {
+	t.Helper()
+	if ns == "" {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return
+	}
+	if _, err := testenv.Shell(ns, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// vethPair creates a veth pair with one end in each namespace (by name under /run/netns),
+// up; addr (a prefix, may be empty) goes on the first end.
+func vethPair(t *testing.T, nsA, ifA, nsB, ifB, addr string) {
+	t.Helper()
+	sh(t, "", "ip", "link", "add", ifA, "netns", filepath.Base(nsA), "type", "veth", "peer", "name", ifB, "netns", filepath.Base(nsB))
+	if addr != "" {
+		sh(t, nsA, "ip", "addr", "add", addr, "dev", ifA)
+	}
+	sh(t, nsA, "ip", "link", "set", ifA, "up")
+	sh(t, nsB, "ip", "link", "set", ifB, "up")
+}
+
+// recordingServer accepts TCP connections in a namespace, records each line it receives
+// and echoes it back: what the destination really got, whatever the client saw.
+type recordingServer struct {
+	l     net.Listener
+	mu    sync.Mutex
+	lines []string
+	wg    sync.WaitGroup
+}
+
+func serve(t *testing.T, ns string, port uint16) *recordingServer {
+	t.Helper()
+	s := &recordingServer{}
+	err := testenv.InNetns(ns, func() error {
+		var err error
+		s.l, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("listening in %s: %v", ns, err)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := s.l.Accept()
+			if err != nil {
+				return
+			}
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					s.mu.Lock()
+					s.lines = append(s.lines, line)
+					s.mu.Unlock()
+					if _, err := c.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { s.l.Close(); s.wg.Wait() })
+	return s
+}
+
+func (s *recordingServer) received(sub string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.lines {
+		if strings.Contains(l, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// exchange connects from ns to `to`, sends msg (one line) and reads the echo. It returns
+// the connection's 5-tuple, and whether the echo came back within timeout.
+func exchange(t *testing.T, ns string, to netip.AddrPort, msg string, timeout time.Duration) (suricata.FiveTuple, bool) {
+	t.Helper()
+	c, err := testenv.Dial(ns, "tcp", to, timeout)
+	if err != nil {
+		t.Fatalf("connecting to %s: %v", to, err)
+	}
+	defer c.Close()
+	tuple := suricata.FiveTuple{Proto: "TCP", Src: c.LocalAddr().(*net.TCPAddr).AddrPort(), Dst: to}
+	c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte(msg + "\n")); err != nil {
+		return tuple, false
+	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	return tuple, err == nil && got == msg+"\n"
+}
+
+func startMonitor(t *testing.T, cfg suricata.Config) *suricata.Monitor {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := suricata.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Logf("suricata (%s) started in %s", cfg.Mode, m.StartupTime())
+	return m
+}
+
+// waitEvent waits up to timeout for an event that satisfies match and returns it with
+// every event read on the way.
+func waitEvent(t *testing.T, m *suricata.Monitor, timeout time.Duration, what string, match func(suricata.Event) bool) (suricata.Event, []suricata.Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ev, seen, err := m.WaitEvent(ctx, match)
+	if err != nil {
+		var b strings.Builder
+		for _, e := range seen {
+			b.WriteString("\n  " + e.String())
+		}
+		t.Fatalf("%s: %v; events read:%s", what, err, b.String())
+	}
+	return ev, seen
+}
+
+func sameFlow(ev suricata.Event, f suricata.FiveTuple) bool {
+	return ev.Tuple == f || ev.Tuple == f.Reverse()
+}
+
+const attackRule = `%s tcp any any -> any 5432 (msg:"rampart attack to postgres"; flow:to_server; content:"rampart-attack"; sid:1000001; rev:1;)`
+
+// A passive monitor receives a copy of a connection's packets (tc mirred on the client's
+// interface stands in for the tap) and alerts on the attack payload with the attacked
+// connection's 5-tuple; the benign connection before it raises no alert, and both reach
+// the server, as a mirror never stops traffic.
+func TestPassiveAlert(t *testing.T) {
+	requireSuricata(t)
+	sfx := testenv.Suffix(6)
+	nsA := testenv.NewNetns(t, "rsa-a-"+sfx)
+	nsB := testenv.NewNetns(t, "rsa-b-"+sfx)
+	nsM := testenv.NewNetns(t, "rsa-m-"+sfx)
+	vethPair(t, nsA, "ra"+sfx, nsB, "rb"+sfx, "198.18.10.1/24")
+	sh(t, nsB, "ip", "addr", "add", "198.18.10.2/24", "dev", "rb"+sfx)
+	vethPair(t, nsA, "rx"+sfx, nsM, "rm"+sfx, "")
+	// The copy path: every frame leaving or entering the client's interface is copied to
+	// the monitor's veth.
+	sh(t, nsA, "tc", "qdisc", "add", "dev", "ra"+sfx, "clsact")
+	for _, dir := range []string{"egress", "ingress"} {
+		sh(t, nsA, "tc", "filter", "add", "dev", "ra"+sfx, dir, "protocol", "all", "u32", "match", "u32", "0", "0",
+			"action", "mirred", "egress", "mirror", "dev", "rx"+sfx)
+	}
+	srv := serve(t, nsB, 5432)
+
+	m := startMonitor(t, suricata.Config{
+		Mode: suricata.Passive, Netns: nsM, Interface: "rm" + sfx, Dir: t.TempDir(),
+		Rules: []string{fmt.Sprintf(attackRule, "alert")},
+	})
+
+	server := netip.MustParseAddrPort("198.18.10.2:5432")
+	benign, ok := exchange(t, nsA, server, "hello from a benign client", 3*time.Second)
+	if !ok {
+		t.Fatalf("benign exchange %s failed", benign)
+	}
+	attack, ok := exchange(t, nsA, server, "GET rampart-attack", 3*time.Second)
+	if !ok {
+		t.Fatalf("attack exchange %s failed: a mirror must not stop traffic", attack)
+	}
+	if !srv.received("rampart-attack") {
+		t.Fatal("the server did not receive the attack payload: a mirror must not stop traffic")
+	}
+
+	alert, _ := waitEvent(t, m, 10*time.Second, "alert on the attack", func(ev suricata.Event) bool {
+		return ev.Type == suricata.TypeAlert
+	})
+	if alert.Tuple != attack {
+		t.Errorf("alert's 5-tuple %s, want the attack's %s", alert.Tuple, attack)
+	}
+	if alert.Alert.SignatureID != 1000001 || alert.Alert.Signature != "rampart attack to postgres" || alert.Alert.Action != suricata.Allowed {
+		t.Errorf("alert %+v, want sid 1000001, its msg, action allowed", *alert.Alert)
+	}
+	if alert.Direction != "to_server" || alert.Interface != "rm"+sfx {
+		t.Errorf("alert direction %q interface %q, want to_server on rm%s", alert.Direction, alert.Interface, sfx)
+	}
+	if d := time.Since(alert.Time); d < 0 || d > time.Minute {
+		t.Errorf("alert time %s is not now", alert.Time)
+	}
+
+	// Suricata reports a flow when it is done with it: once both flow records are in, no
+	// alert for the benign flow can come any more.
+	var events []suricata.Event
+	var flows = map[suricata.FiveTuple]*suricata.Flow{}
+	waitEvent(t, m, 20*time.Second, "flow records of both connections", func(ev suricata.Event) bool {
+		events = append(events, ev)
+		if ev.Type == suricata.TypeFlow {
+			flows[ev.Tuple] = ev.Flow
+		}
+		return flows[benign] != nil && flows[attack] != nil
+	})
+	for _, ev := range events {
+		if ev.Type == suricata.TypeAlert && sameFlow(ev, benign) {
+			t.Errorf("benign flow raised an alert: %s", ev)
+		}
+	}
+	if flows[benign].Alerted || !flows[attack].Alerted {
+		t.Errorf("flow records: benign alerted %v, attack alerted %v; want false, true", flows[benign].Alerted, flows[attack].Alerted)
+	}
+	if flows[attack].PktsToServer == 0 || flows[attack].PktsToClient == 0 {
+		t.Errorf("attack flow record %+v: want packets both ways (the copy path carries both directions)", *flows[attack])
+	}
+	st, err := m.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.KernelPackets == 0 || st.KernelDrops != 0 {
+		t.Errorf("capture counters %+v: want packets and no drops", st)
+	}
+	t.Logf("capture counters %+v", st)
+}
+
+// An inline (AF_PACKET IPS) monitor between a client and a server, at layer 2: nothing
+// passes while it is not running, benign traffic passes through it, and the connection
+// that carries the attack payload is stopped before the payload reaches the server, with
+// alert and drop records naming that connection.
+func TestIPSDrop(t *testing.T) {
+	requireSuricata(t)
+	sfx := testenv.Suffix(6)
+	nsA := testenv.NewNetns(t, "rsi-a-"+sfx)
+	nsB := testenv.NewNetns(t, "rsi-b-"+sfx)
+	nsM := testenv.NewNetns(t, "rsi-m-"+sfx)
+	in, out := "ri"+sfx, "ro"+sfx
+	vethPair(t, nsA, "ra"+sfx, nsM, in, "198.18.11.1/24")
+	vethPair(t, nsB, "rb"+sfx, nsM, out, "198.18.11.2/24")
+	// Suricata copies frames as it captured them; a veth sender's checksum offload
+	// leaves the checksum to be completed later, which no one does on that copy: the
+	// senders compute checksums themselves (ipsLinks in the docs).
+	for _, x := range [][2]string{{nsA, "ra" + sfx}, {nsB, "rb" + sfx}} {
+		sh(t, x[0], "ethtool", "-K", x[1], "tx", "off")
+	}
+	srv := serve(t, nsB, 5432)
+	server := netip.MustParseAddrPort("198.18.11.2:5432")
+
+	// The two sides share no link: without the monitor nothing passes.
+	if testenv.Probe(nsA, server, "tcp", 500*time.Millisecond) {
+		t.Fatal("the server answered with no monitor running: the test's topology is wrong")
+	}
+
+	m := startMonitor(t, suricata.Config{
+		Mode: suricata.IPS, Netns: nsM, Interface: in, PeerInterface: out, Dir: t.TempDir(),
+		Rules: []string{fmt.Sprintf(attackRule, "drop")},
+	})
+
+	var benign suricata.FiveTuple
+	if !testenv.Eventually(5*time.Second, func() bool {
+		var ok bool
+		benign, ok = exchange(t, nsA, server, "hello from a benign client", time.Second)
+		return ok
+	}) {
+		t.Fatal("benign traffic does not pass through the inline monitor")
+	}
+	attack, ok := exchange(t, nsA, server, "GET rampart-attack", 2*time.Second)
+	if ok {
+		t.Fatalf("attack exchange %s got its echo: the drop rule did not stop it", attack)
+	}
+	if srv.received("rampart-attack") {
+		t.Fatal("the server received the attack payload")
+	}
+	alert, seen := waitEvent(t, m, 10*time.Second, "alert on the attack", func(ev suricata.Event) bool {
+		return ev.Type == suricata.TypeAlert
+	})
+	if alert.Tuple != attack || alert.Alert.SignatureID != 1000001 || alert.Alert.Action != suricata.Blocked {
+		t.Errorf("alert %s, want sid 1000001 blocked on %s", alert, attack)
+	}
+	drop := alert
+	for _, ev := range seen {
+		if ev.Type == suricata.TypeDrop {
+			drop = ev
+		}
+	}
+	if drop.Type != suricata.TypeDrop {
+		drop, _ = waitEvent(t, m, 10*time.Second, "drop record", func(ev suricata.Event) bool { return ev.Type == suricata.TypeDrop })
+	}
+	if !sameFlow(drop, attack) || drop.Drop.Len == 0 || drop.FlowID != alert.FlowID {
+		t.Errorf("drop record %s (flow %d), want the attack's %s (flow %d)", drop, drop.FlowID, attack, alert.FlowID)
+	}
+	for _, ev := range seen {
+		if ev.Type == suricata.TypeAlert && sameFlow(ev, benign) {
+			t.Errorf("benign flow raised an alert: %s", ev)
+		}
+	}
+	// Traffic after the attack still passes: the drop is the flow's, not the path's.
+	if _, ok := exchange(t, nsA, server, "hello again", 2*time.Second); !ok {
+		t.Error("benign traffic after the attack does not pass")
+	}
+
+	// Fail closed: with the monitor gone, the path is gone.
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if testenv.Probe(nsA, server, "tcp", 500*time.Millisecond) {
+		t.Error("traffic passes with the inline monitor stopped")
+	}
+}
+
+// Start's errors say what failed: a missing interface names it and the namespace; a rule
+// Suricata cannot load stops the start, with Suricata's own error.
+func TestStartErrors(t *testing.T) {
+	requireSuricata(t)
+	sfx := testenv.Suffix(6)
+	nsM := testenv.NewNetns(t, "rse-m-"+sfx)
+	start := func(cfg suricata.Config) error {
+		m, err := suricata.Start(context.Background(), cfg)
+		if err == nil {
+			m.Stop()
+		}
+		return err
+	}
+	err := start(suricata.Config{
+		Mode: suricata.Passive, Netns: nsM, Interface: "nope" + sfx, Dir: t.TempDir(),
+	})
+	if err == nil || !strings.Contains(err.Error(), "interface nope"+sfx) || !strings.Contains(err.Error(), nsM) {
+		t.Errorf("missing interface: got %v, want an error naming the interface and namespace", err)
+	}
+	sh(t, nsM, "ip", "link", "set", "lo", "up")
+	err = start(suricata.Config{
+		Mode: suricata.Passive, Netns: nsM, Interface: "lo", Dir: t.TempDir(),
+		Rules: []string{`alert tcp any any -> any 5432 (msg:"broken"; contnet:"x"; sid:1;)`},
+	})
+	if err == nil || !strings.Contains(err.Error(), "exited while starting") || !strings.Contains(err.Error(), "unknown rule keyword 'contnet'") {
+		t.Errorf("bad rule: got %v, want an error saying a rule failed, with Suricata's message", err)
+	} else {
+		t.Logf("bad rule: %v", err)
+	}
+	err = start(suricata.Config{
+		Mode: suricata.IPS, Netns: nsM, Interface: "lo", PeerInterface: "lo", Dir: t.TempDir(),
+	})
+	if err == nil || !strings.Contains(err.Error(), "two distinct interfaces") {
+		t.Errorf("IPS on one interface: got %v, want it refused", err)
+	}
+}
