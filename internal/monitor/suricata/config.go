@@ -236,7 +236,7 @@ type yamlFlowTOs struct {
 type yamlFlowTO struct {
 	New                  int `yaml:"new"`
 	Established          int `yaml:"established"`
-	Closed               int `yaml:"closed,omitempty"`
+	Closed               int `yaml:"closed"`
 	Bypassed             int `yaml:"bypassed"`
 	EmergencyNew         int `yaml:"emergency-new"`
 	EmergencyEstablished int `yaml:"emergency-established"`
@@ -312,7 +312,7 @@ func (c *Config) Rendered() ([]byte, error) {
 		FlowTimeouts:      yamlFlowTOs{Default: to, TCP: to, UDP: to, ICMP: to},
 		MaxPendingPackets: 1024,
 		Detect:            yamlDetect{Profile: "low"},
-		Stats:             yamlEnabledIv{Enabled: true, Interval: 8},
+		Stats:             yamlEnabledIv{Enabled: true, Interval: 1},
 	}
 	switch c.Mode {
 	case Passive:

@@ -34,8 +34,9 @@ type Monitor struct {
 	stopOnce sync.Once
 	stopErr  error
 
-	mu     sync.Mutex
-	reader *Reader
+	mu      sync.Mutex
+	reader  *Reader
+	pending []Event // read from the file, not yet returned (WaitEvent stopped before them)
 }
 
 // Binary returns the Suricata executable Start would run for binary ("" = PATH).
@@ -295,44 +296,65 @@ func (m *Monitor) Stop() error {
 	return m.stopErr
 }
 
-// Events returns the EVE events written since the previous call (the first call: since
-// the start).
+// Events returns the EVE events written since the previous call of Events or WaitEvent
+// (the first call: since the start).
 func (m *Monitor) Events() ([]Event, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.reader.Next()
+	evs, err := m.reader.Next()
+	evs = append(m.pending, evs...)
+	m.pending = nil
+	return evs, err
+}
+
+// next returns the first unreturned event that satisfies match, with the events before
+// it; the events after it stay for the next call.
+func (m *Monitor) next(match func(Event) bool) (ev Event, before []Event, found bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	evs, err := m.reader.Next()
+	evs = append(m.pending, evs...)
+	m.pending = nil
+	for i, e := range evs {
+		if match(e) {
+			m.pending = append(m.pending, evs[i+1:]...)
+			return e, evs[:i], true, err
+		}
+	}
+	return Event{}, evs, false, err
 }
 
 // WaitEvent reads events until one satisfies match and returns it, with every event read
-// on the way (match's included), or an error when ctx ends or Suricata exits first.
+// on the way (match's included), or an error when ctx ends or Suricata exits first. Events
+// after the match are left for the next call.
 func (m *Monitor) WaitEvent(ctx context.Context, match func(Event) bool) (Event, []Event, error) {
 	var seen []Event
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		evs, err := m.Events()
+		// Checked before reading: the events Suricata flushed as it exited are read once
+		// more below.
+		var exited bool
+		select {
+		case <-m.exited:
+			exited = true
+		default:
+		}
+		ev, before, found, err := m.next(match)
+		seen = append(seen, before...)
+		if found {
+			return ev, append(seen, ev), err
+		}
 		if err != nil {
 			return Event{}, seen, err
 		}
-		for _, ev := range evs {
-			seen = append(seen, ev)
-			if match(ev) {
-				return ev, seen, nil
-			}
+		if exited {
+			return Event{}, seen, fmt.Errorf("waiting for a suricata event: suricata exited: %v", m.waitErr)
 		}
 		select {
 		case <-ctx.Done():
 			return Event{}, seen, fmt.Errorf("waiting for a suricata event: %w", ctx.Err())
 		case <-m.exited:
-			// A last read: Suricata flushes its events as it exits.
-			evs, err := m.Events()
-			for _, ev := range evs {
-				seen = append(seen, ev)
-				if match(ev) {
-					return ev, seen, nil
-				}
-			}
-			return Event{}, seen, errors.Join(err, fmt.Errorf("waiting for a suricata event: suricata exited: %v", m.waitErr))
 		case <-tick.C:
 		}
 	}
