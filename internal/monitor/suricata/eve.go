@@ -119,13 +119,15 @@ type HTTP struct {
 type PgSQL struct {
 	TxID        uint64
 	SimpleQuery string // the request's simple query (SQL text), if it was one
-	User        string // startup message's user, for the session's first transaction
+	// User and Database are the startup message's, in the session's first transaction.
+	User, Database string
 	// CommandCompleted is the response's completion tag ("INSERT 0 1", "SELECT 3").
 	CommandCompleted string
 	DataRows         int
-	ErrorMessage     string // the response's error message, if it was an error
-	Request          json.RawMessage
-	Response         json.RawMessage
+	// ErrorCode (SQLSTATE) and ErrorMessage are set when the response was an error.
+	ErrorCode, ErrorMessage string
+	Request                 json.RawMessage
+	Response                json.RawMessage
 }
 
 // eveTime is EVE's timestamp layout (microseconds, numeric zone without colon).
@@ -254,7 +256,8 @@ func decodePgSQL(txID uint64, req, resp json.RawMessage) (*PgSQL, error) {
 		var r struct {
 			SimpleQuery string `json:"simple_query"`
 			Startup     *struct {
-				User string `json:"user"`
+				User     string              `json:"user"`
+				Optional []map[string]string `json:"optional_parameters"`
 			} `json:"startup_parameters"`
 		}
 		if err := json.Unmarshal(req, &r); err != nil {
@@ -263,18 +266,29 @@ func decodePgSQL(txID uint64, req, resp json.RawMessage) (*PgSQL, error) {
 		p.SimpleQuery = r.SimpleQuery
 		if r.Startup != nil {
 			p.User = r.Startup.User
+			for _, o := range r.Startup.Optional {
+				if db, ok := o["database"]; ok {
+					p.Database = db
+				}
+			}
 		}
 	}
 	if len(resp) > 0 {
+		// "message" is the kind of a response without fields of its own
+		// ("authentication_ok"), or an error's text: an error has a code.
 		var r struct {
 			CommandCompleted string `json:"command_completed"`
 			DataRows         int    `json:"data_rows"`
+			Code             string `json:"code"`
 			Message          string `json:"message"`
 		}
 		if err := json.Unmarshal(resp, &r); err != nil {
 			return nil, fmt.Errorf("pgsql response: %w", err)
 		}
-		p.CommandCompleted, p.DataRows, p.ErrorMessage = r.CommandCompleted, r.DataRows, r.Message
+		p.CommandCompleted, p.DataRows = r.CommandCompleted, r.DataRows
+		if r.Code != "" {
+			p.ErrorCode, p.ErrorMessage = r.Code, r.Message
+		}
 	}
 	return p, nil
 }
