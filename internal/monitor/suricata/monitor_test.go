@@ -400,3 +400,63 @@ func TestStartErrors(t *testing.T) {
 		t.Errorf("IPS on one interface: got %v, want it refused", err)
 	}
 }
+
+// An NFQUEUE monitor in a namespace that routes between client and server: netfilter
+// queues every forwarded packet to Suricata, which accepts the benign connection and drops
+// the attack's payload. With no Suricata on the queue the kernel drops what it queues, so
+// the path fails closed before the start and after the stop.
+func TestNFQueueDrop(t *testing.T) {
+	requireSuricata(t)
+	sfx := testenv.Suffix(6)
+	nsA := testenv.NewNetns(t, "rsn-a-"+sfx)
+	nsB := testenv.NewNetns(t, "rsn-b-"+sfx)
+	nsM := testenv.NewNetns(t, "rsn-m-"+sfx)
+	vethPair(t, nsA, "ra"+sfx, nsM, "ri"+sfx, "198.18.13.1/24")
+	vethPair(t, nsB, "rb"+sfx, nsM, "ro"+sfx, "198.18.14.1/24")
+	sh(t, nsM, "ip", "addr", "add", "198.18.13.254/24", "dev", "ri"+sfx)
+	sh(t, nsM, "ip", "addr", "add", "198.18.14.254/24", "dev", "ro"+sfx)
+	sh(t, nsA, "ip", "route", "add", "default", "via", "198.18.13.254")
+	sh(t, nsB, "ip", "route", "add", "default", "via", "198.18.14.254")
+	sh(t, nsM, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+	const queue = 7
+	sh(t, nsM, "iptables", "-A", "FORWARD", "-j", "NFQUEUE", "--queue-num", fmt.Sprint(queue))
+	srv := serve(t, nsB, 5432)
+	server := netip.MustParseAddrPort("198.18.14.1:5432")
+
+	if testenv.Probe(nsA, server, "tcp", 500*time.Millisecond) {
+		t.Fatal("the server answered with nothing on the queue: the path must fail closed")
+	}
+	m := startMonitor(t, suricata.Config{
+		Mode: suricata.NFQueue, Netns: nsM, Queue: queue, Dir: t.TempDir(),
+		Rules: []string{fmt.Sprintf(attackRule, "drop")},
+	})
+	var benign suricata.FiveTuple
+	if !testenv.Eventually(5*time.Second, func() bool {
+		var ok bool
+		benign, ok = exchange(t, nsA, server, "hello from a benign client", time.Second)
+		return ok
+	}) {
+		t.Fatal("benign traffic does not pass through the NFQUEUE monitor")
+	}
+	attack, ok := exchange(t, nsA, server, "GET rampart-attack", 2*time.Second)
+	if ok || srv.received("rampart-attack") {
+		t.Fatalf("attack %s: echo %v, server received it %v; want it dropped", attack, ok, srv.received("rampart-attack"))
+	}
+	alert, seen := waitEvent(t, m, 10*time.Second, "alert on the attack", func(ev suricata.Event) bool {
+		return ev.Type == suricata.TypeAlert
+	})
+	if alert.Tuple != attack || alert.Alert.SignatureID != 1000001 || alert.Alert.Action != suricata.Blocked {
+		t.Errorf("alert %s, want sid 1000001 blocked on %s", alert, attack)
+	}
+	for _, ev := range seen {
+		if ev.Type == suricata.TypeAlert && sameFlow(ev, benign) {
+			t.Errorf("benign flow raised an alert: %s", ev)
+		}
+	}
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if testenv.Probe(nsA, server, "tcp", 500*time.Millisecond) {
+		t.Error("traffic passes with the NFQUEUE monitor stopped")
+	}
+}
