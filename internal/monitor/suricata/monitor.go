@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -232,7 +233,7 @@ func (m *Monitor) logExcerpt() string {
 		}
 		tail := lines[max(0, len(lines)-5):]
 		for _, l := range tail {
-			if !contains(keep, l) {
+			if !slices.Contains(keep, l) {
 				keep = append(keep, l)
 			}
 		}
@@ -242,15 +243,6 @@ func (m *Monitor) logExcerpt() string {
 		fmt.Fprintf(&b, "\n%s:\n  %s", filepath.Join(m.cfg.Dir, n), strings.Join(keep, "\n  "))
 	}
 	return b.String()
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // StartupTime is how long Suricata took from exec to "Engine started".
@@ -404,16 +396,20 @@ func (m *Monitor) Command(ctx context.Context, command string) (json.RawMessage,
 	return msg, nil
 }
 
-// CaptureStats are Suricata's capture counters: packets the kernel handed it and packets
-// the kernel dropped because Suricata did not take them in time (a monitor falling
-// behind).
+// CaptureStats are Suricata's counters that a tap reports: packets the kernel handed it
+// (AF_PACKET) and packets the kernel dropped because
+// Suricata did not take them in time (copies a mirror monitor lost), the inline verdicts
+// (IPS and NFQueue: packets passed on and dropped) and alerts.
 type CaptureStats struct {
 	KernelPackets uint64
 	KernelDrops   uint64
+	Accepted      uint64
+	Blocked       uint64
 	Alerts        uint64
 }
 
-// Stats reads the capture counters through the command socket.
+// Stats reads the counters through the command socket. Suricata publishes them once a
+// second; before the first time the command fails ("stats not yet synchronized").
 func (m *Monitor) Stats(ctx context.Context) (CaptureStats, error) {
 	msg, err := m.Command(ctx, "dump-counters")
 	if err != nil {
@@ -424,6 +420,10 @@ func (m *Monitor) Stats(ctx context.Context) (CaptureStats, error) {
 			KernelPackets uint64 `json:"kernel_packets"`
 			KernelDrops   uint64 `json:"kernel_drops"`
 		} `json:"capture"`
+		IPS struct {
+			Accepted uint64 `json:"accepted"`
+			Blocked  uint64 `json:"blocked"`
+		} `json:"ips"`
 		Detect struct {
 			Alert uint64 `json:"alert"`
 		} `json:"detect"`
@@ -431,5 +431,6 @@ func (m *Monitor) Stats(ctx context.Context) (CaptureStats, error) {
 	if err := json.Unmarshal(msg, &c); err != nil {
 		return CaptureStats{}, fmt.Errorf("decoding suricata counters: %w", err)
 	}
-	return CaptureStats{KernelPackets: c.Capture.KernelPackets, KernelDrops: c.Capture.KernelDrops, Alerts: c.Detect.Alert}, nil
+	return CaptureStats{KernelPackets: c.Capture.KernelPackets, KernelDrops: c.Capture.KernelDrops,
+		Accepted: c.IPS.Accepted, Blocked: c.IPS.Blocked, Alerts: c.Detect.Alert}, nil
 }

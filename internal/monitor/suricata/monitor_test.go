@@ -354,6 +354,7 @@ func TestIPSDrop(t *testing.T) {
 	if _, ok := exchange(t, nsA, server, "hello again", 2*time.Second); !ok {
 		t.Error("benign traffic after the attack does not pass")
 	}
+	checkInlineCounters(t, m)
 
 	// Fail closed: with the monitor gone, the path is gone.
 	if err := m.Stop(); err != nil {
@@ -453,10 +454,27 @@ func TestNFQueueDrop(t *testing.T) {
 			t.Errorf("benign flow raised an alert: %s", ev)
 		}
 	}
+	checkInlineCounters(t, m)
 	if err := m.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if testenv.Probe(nsA, server, "tcp", 500*time.Millisecond) {
 		t.Error("traffic passes with the NFQUEUE monitor stopped")
 	}
+}
+
+// checkInlineCounters waits until an inline monitor's counters (published once a second)
+// show the alert, packets passed on and at least the attack's packet blocked.
+func checkInlineCounters(t *testing.T, m *suricata.Monitor) {
+	t.Helper()
+	var st suricata.CaptureStats
+	var err error
+	if !testenv.Eventually(5*time.Second, func() bool {
+		st, err = m.Stats(context.Background())
+		return err == nil && st.Alerts >= 1 && st.Blocked >= 1 && st.Accepted > 0
+	}) {
+		t.Errorf("inline counters %+v (%v): want the alert, accepted and blocked packets", st, err)
+		return
+	}
+	t.Logf("inline counters %+v", st)
 }
