@@ -397,9 +397,9 @@ func (m *Monitor) Command(ctx context.Context, command string) (json.RawMessage,
 }
 
 // CaptureStats are Suricata's counters that a tap reports: packets the kernel handed it
-// (AF_PACKET) and packets the kernel dropped because
-// Suricata did not take them in time (copies a mirror monitor lost), the inline verdicts
-// (IPS and NFQueue: packets passed on and dropped) and alerts.
+// over AF_PACKET and packets the kernel dropped because Suricata did not take them in time
+// (copies a mirror monitor lost), the inline verdicts (IPS and NFQueue: packets passed on
+// and dropped) and alerts.
 type CaptureStats struct {
 	KernelPackets uint64
 	KernelDrops   uint64
