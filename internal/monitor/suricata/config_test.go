@@ -1,6 +1,7 @@
 package suricata
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,4 +138,23 @@ func TestSuricataAcceptsConfig(t *testing.T) {
 			t.Errorf("%s mode: suricata -T: %v\n%s%s", c.Mode, err, out, log)
 		}
 	}
+}
+
+// A missing executable is ErrNotInstalled (tests turn it into a skip, or a failure under
+// CI=true); the installed one is Suricata 7, which the pgsql parser needs.
+func TestBinaryAndVersion(t *testing.T) {
+	if _, err := Binary("rampart-no-such-suricata"); !errors.Is(err, ErrNotInstalled) {
+		t.Errorf("missing binary: got %v, want ErrNotInstalled", err)
+	}
+	if _, err := Binary(""); err != nil {
+		testenv.SkipOrFail(t, "%v", err)
+	}
+	v, err := Version("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(v, "7.") {
+		t.Errorf("suricata %s, want 7.x (scripts/install-suricata.sh)", v)
+	}
+	t.Logf("suricata %s", v)
 }
