@@ -40,6 +40,14 @@ func sh(t *testing.T, ns string, args ...string) {
 	}
 }
 
+// namespaces creates a test's client (a), server (b) and monitor (m) namespaces, named
+// with prefix and a random suffix, which it also returns for the test's interface names.
+func namespaces(t *testing.T, prefix string) (a, b, m, sfx string) {
+	t.Helper()
+	sfx = testenv.Suffix(6)
+	return testenv.NewNetns(t, prefix+"-a-"+sfx), testenv.NewNetns(t, prefix+"-b-"+sfx), testenv.NewNetns(t, prefix+"-m-"+sfx), sfx
+}
+
 // vethPair creates a veth pair with one end in each namespace (by name under /run/netns),
 // up; addr (a prefix, may be empty) goes on the first end.
 func vethPair(t *testing.T, nsA, ifA, nsB, ifB, addr string) {
@@ -193,10 +201,7 @@ const attackRule = `%s tcp any any -> any 5432 (msg:"rampart attack to postgres"
 // the server, as a mirror never stops traffic.
 func TestPassiveAlert(t *testing.T) {
 	requireSuricata(t)
-	sfx := testenv.Suffix(6)
-	nsA := testenv.NewNetns(t, "rsa-a-"+sfx)
-	nsB := testenv.NewNetns(t, "rsa-b-"+sfx)
-	nsM := testenv.NewNetns(t, "rsa-m-"+sfx)
+	nsA, nsB, nsM, sfx := namespaces(t, "rsa")
 	vethPair(t, nsA, "ra"+sfx, nsB, "rb"+sfx, "198.18.10.1/24")
 	sh(t, nsB, "ip", "addr", "add", "198.18.10.2/24", "dev", "rb"+sfx)
 	vethPair(t, nsA, "rx"+sfx, nsM, "rm"+sfx, "")
@@ -280,47 +285,39 @@ func TestPassiveAlert(t *testing.T) {
 	t.Logf("capture counters %+v", st)
 }
 
-// An inline (AF_PACKET IPS) monitor between a client and a server, at layer 2: nothing
-// passes while it is not running, benign traffic passes through it, and the connection
-// that carries the attack payload is stopped before the payload reaches the server, with
-// alert and drop records naming that connection.
-func TestIPSDrop(t *testing.T) {
-	requireSuricata(t)
-	sfx := testenv.Suffix(6)
-	nsA := testenv.NewNetns(t, "rsi-a-"+sfx)
-	nsB := testenv.NewNetns(t, "rsi-b-"+sfx)
-	nsM := testenv.NewNetns(t, "rsi-m-"+sfx)
-	in, out := "ri"+sfx, "ro"+sfx
-	vethPair(t, nsA, "ra"+sfx, nsM, in, "198.18.11.1/24")
-	vethPair(t, nsB, "rb"+sfx, nsM, out, "198.18.11.2/24")
-	// Suricata copies frames as it captured them; a veth sender's checksum offload
-	// leaves the checksum to be completed later, which no one does on that copy: the
-	// senders compute checksums themselves (ipsLinks in the docs).
-	for _, x := range [][2]string{{nsA, "ra" + sfx}, {nsB, "rb" + sfx}} {
-		sh(t, x[0], "ethtool", "-K", x[1], "tx", "off")
-	}
-	srv := serve(t, nsB, 5432)
-	server := netip.MustParseAddrPort("198.18.11.2:5432")
+// ipsPath builds the layer-2 path of an AF_PACKET IPS monitor: a client namespace (a,
+// 198.18.<net>.1/24) and a server namespace (b, .2) each with a veth to the monitor's
+// namespace (m: interfaces in and out), and no other link between them. Suricata copies
+// frames as it captured them, and a veth sender's checksum offload leaves the TCP
+// checksum to be completed later, which nobody does on that copy: the senders compute
+// their checksums themselves (docs/taps.md, "Checksums on the IPS path").
+func ipsPath(t *testing.T, prefix string, net int) (a, b, m, in, out string) {
+	t.Helper()
+	a, b, m, sfx := namespaces(t, prefix)
+	in, out = "ri"+sfx, "ro"+sfx
+	vethPair(t, a, "ra"+sfx, m, in, fmt.Sprintf("198.18.%d.1/24", net))
+	vethPair(t, b, "rb"+sfx, m, out, fmt.Sprintf("198.18.%d.2/24", net))
+	sh(t, a, "ethtool", "-K", "ra"+sfx, "tx", "off")
+	sh(t, b, "ethtool", "-K", "rb"+sfx, "tx", "off")
+	return a, b, m, in, out
+}
 
-	// The two sides share no link: without the monitor nothing passes.
-	if testenv.Probe(nsA, server, "tcp", 500*time.Millisecond) {
-		t.Fatal("the server answered with no monitor running: the test's topology is wrong")
-	}
-
-	m := startMonitor(t, suricata.Config{
-		Mode: suricata.IPS, Netns: nsM, Interface: in, PeerInterface: out, Dir: t.TempDir(),
-		Rules: []string{fmt.Sprintf(attackRule, "drop")},
-	})
-
+// inlineAttack checks an inline monitor running attackRule's drop rule between the
+// client namespace and server: a benign exchange passes (retried while the path comes
+// up), the attack's payload does not reach the server and its client gets no echo, the
+// alert says blocked on the attack's 5-tuple, and the benign flow raised none. It returns
+// the alert and the events read up to it.
+func inlineAttack(t *testing.T, m *suricata.Monitor, client string, srv *recordingServer, server netip.AddrPort) (suricata.FiveTuple, suricata.Event, []suricata.Event) {
+	t.Helper()
 	var benign suricata.FiveTuple
 	if !testenv.Eventually(5*time.Second, func() bool {
 		var ok bool
-		benign, ok = exchange(t, nsA, server, "hello from a benign client", time.Second)
+		benign, ok = exchange(t, client, server, "hello from a benign client", time.Second)
 		return ok
 	}) {
 		t.Fatal("benign traffic does not pass through the inline monitor")
 	}
-	attack, ok := exchange(t, nsA, server, "GET rampart-attack", 2*time.Second)
+	attack, ok := exchange(t, client, server, "GET rampart-attack", 2*time.Second)
 	if ok {
 		t.Fatalf("attack exchange %s got its echo: the drop rule did not stop it", attack)
 	}
@@ -333,6 +330,34 @@ func TestIPSDrop(t *testing.T) {
 	if alert.Tuple != attack || alert.Alert.SignatureID != 1000001 || alert.Alert.Action != suricata.Blocked {
 		t.Errorf("alert %s, want sid 1000001 blocked on %s", alert, attack)
 	}
+	for _, ev := range seen {
+		if ev.Type == suricata.TypeAlert && sameFlow(ev, benign) {
+			t.Errorf("benign flow raised an alert: %s", ev)
+		}
+	}
+	return attack, alert, seen
+}
+
+// An inline (AF_PACKET IPS) monitor between a client and a server, at layer 2: nothing
+// passes while it is not running, benign traffic passes through it, and the connection
+// that carries the attack payload is stopped before the payload reaches the server, with
+// alert and drop records naming that connection.
+func TestIPSDrop(t *testing.T) {
+	requireSuricata(t)
+	nsA, nsB, nsM, in, out := ipsPath(t, "rsi", 11)
+	srv := serve(t, nsB, 5432)
+	server := netip.MustParseAddrPort("198.18.11.2:5432")
+
+	// The two sides share no link: without the monitor nothing passes.
+	if testenv.Probe(nsA, server, "tcp", 500*time.Millisecond) {
+		t.Fatal("the server answered with no monitor running: the test's topology is wrong")
+	}
+
+	m := startMonitor(t, suricata.Config{
+		Mode: suricata.IPS, Netns: nsM, Interface: in, PeerInterface: out, Dir: t.TempDir(),
+		Rules: []string{fmt.Sprintf(attackRule, "drop")},
+	})
+	attack, alert, seen := inlineAttack(t, m, nsA, srv, server)
 	drop := alert
 	for _, ev := range seen {
 		if ev.Type == suricata.TypeDrop {
@@ -344,11 +369,6 @@ func TestIPSDrop(t *testing.T) {
 	}
 	if !sameFlow(drop, attack) || drop.Drop.Len == 0 || drop.FlowID != alert.FlowID {
 		t.Errorf("drop record %s (flow %d), want the attack's %s (flow %d)", drop, drop.FlowID, attack, alert.FlowID)
-	}
-	for _, ev := range seen {
-		if ev.Type == suricata.TypeAlert && sameFlow(ev, benign) {
-			t.Errorf("benign flow raised an alert: %s", ev)
-		}
 	}
 	// Traffic after the attack still passes: the drop is the flow's, not the path's.
 	if _, ok := exchange(t, nsA, server, "hello again", 2*time.Second); !ok {
@@ -408,10 +428,7 @@ func TestStartErrors(t *testing.T) {
 // the path fails closed before the start and after the stop.
 func TestNFQueueDrop(t *testing.T) {
 	requireSuricata(t)
-	sfx := testenv.Suffix(6)
-	nsA := testenv.NewNetns(t, "rsn-a-"+sfx)
-	nsB := testenv.NewNetns(t, "rsn-b-"+sfx)
-	nsM := testenv.NewNetns(t, "rsn-m-"+sfx)
+	nsA, nsB, nsM, sfx := namespaces(t, "rsn")
 	vethPair(t, nsA, "ra"+sfx, nsM, "ri"+sfx, "198.18.13.1/24")
 	vethPair(t, nsB, "rb"+sfx, nsM, "ro"+sfx, "198.18.14.1/24")
 	sh(t, nsM, "ip", "addr", "add", "198.18.13.254/24", "dev", "ri"+sfx)
@@ -431,29 +448,7 @@ func TestNFQueueDrop(t *testing.T) {
 		Mode: suricata.NFQueue, Netns: nsM, Queue: queue, Dir: t.TempDir(),
 		Rules: []string{fmt.Sprintf(attackRule, "drop")},
 	})
-	var benign suricata.FiveTuple
-	if !testenv.Eventually(5*time.Second, func() bool {
-		var ok bool
-		benign, ok = exchange(t, nsA, server, "hello from a benign client", time.Second)
-		return ok
-	}) {
-		t.Fatal("benign traffic does not pass through the NFQUEUE monitor")
-	}
-	attack, ok := exchange(t, nsA, server, "GET rampart-attack", 2*time.Second)
-	if ok || srv.received("rampart-attack") {
-		t.Fatalf("attack %s: echo %v, server received it %v; want it dropped", attack, ok, srv.received("rampart-attack"))
-	}
-	alert, seen := waitEvent(t, m, 10*time.Second, "alert on the attack", func(ev suricata.Event) bool {
-		return ev.Type == suricata.TypeAlert
-	})
-	if alert.Tuple != attack || alert.Alert.SignatureID != 1000001 || alert.Alert.Action != suricata.Blocked {
-		t.Errorf("alert %s, want sid 1000001 blocked on %s", alert, attack)
-	}
-	for _, ev := range seen {
-		if ev.Type == suricata.TypeAlert && sameFlow(ev, benign) {
-			t.Errorf("benign flow raised an alert: %s", ev)
-		}
-	}
+	inlineAttack(t, m, nsA, srv, server)
 	checkInlineCounters(t, m)
 	if err := m.Stop(); err != nil {
 		t.Fatal(err)

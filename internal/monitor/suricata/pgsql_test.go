@@ -137,16 +137,7 @@ func psql(ns string, host netip.Addr, timeout time.Duration, stmts ...string) (s
 // it.
 func TestIPSPgSQL(t *testing.T) {
 	requireSuricata(t)
-	sfx := testenv.Suffix(6)
-	nsA := testenv.NewNetns(t, "rsp-a-"+sfx)
-	nsB := testenv.NewNetns(t, "rsp-b-"+sfx)
-	nsM := testenv.NewNetns(t, "rsp-m-"+sfx)
-	in, out := "ri"+sfx, "ro"+sfx
-	vethPair(t, nsA, "ra"+sfx, nsM, in, "198.18.12.1/24")
-	vethPair(t, nsB, "rb"+sfx, nsM, out, "198.18.12.2/24")
-	for _, x := range [][2]string{{nsA, "ra" + sfx}, {nsB, "rb" + sfx}} {
-		sh(t, x[0], "ethtool", "-K", x[1], "tx", "off")
-	}
+	nsA, nsB, nsM, in, out := ipsPath(t, "rsp", 12)
 	db := netip.MustParseAddr("198.18.12.2")
 	// The readiness check connects from the server's own namespace, over its loopback.
 	sh(t, nsB, "ip", "link", "set", "lo", "up")
