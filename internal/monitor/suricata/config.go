@@ -188,7 +188,7 @@ type yamlAFP struct {
 	CopyMode    string `yaml:"copy-mode,omitempty"`
 	CopyIface   string `yaml:"copy-iface,omitempty"`
 	UseMmap     bool   `yaml:"use-mmap"`
-	// The default snaplen follows the MTU; the checksum is not checked (below).
+	// Packets from veths carry partial checksums: not checked (see Rendered).
 	ChecksumChecks string `yaml:"checksum-checks"`
 }
 

@@ -26,7 +26,6 @@ var ErrNotInstalled = errors.New("suricata not installed (scripts/install-surica
 // Monitor is one running Suricata.
 type Monitor struct {
 	cfg     Config
-	bin     string
 	cmd     *exec.Cmd
 	started time.Duration
 	exited  chan struct{}
@@ -111,7 +110,7 @@ func Start(ctx context.Context, cfg Config) (*Monitor, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting suricata (%s): %w", cmd, err)
 	}
-	m := &Monitor{cfg: cfg, bin: bin, cmd: cmd, exited: make(chan struct{}), reader: NewReader(eveFile(cfg))}
+	m := &Monitor{cfg: cfg, cmd: cmd, exited: make(chan struct{}), reader: NewReader(eveFile(cfg))}
 	go func() {
 		m.waitErr = cmd.Wait()
 		close(m.exited)
