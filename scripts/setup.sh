@@ -9,9 +9,7 @@ need_pkgs=()
 # ipset, nftables, iputils-ping: the egress filtering benchmark's peers and its ping latency.
 # iperf3 (Debian 12: 3.12): the policy overhead and cluster benchmarks' throughput, one
 # client and server per pod pair.
-# postgresql (server and psql): the Suricata monitor's pgsql test (internal/monitor/suricata)
-# runs a real database behind an inline monitor.
-for p in clang llvm libbpf-dev bpftool iperf3 iproute2 util-linux ethtool iptables ipset nftables iputils-ping postgresql; do
+for p in clang llvm libbpf-dev bpftool iperf3 iproute2 util-linux ethtool iptables ipset nftables iputils-ping; do
 	dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
