@@ -92,6 +92,11 @@ if [ ! -x "$fortio_bin" ] || [ "$("$fortio_bin" version 2>/dev/null)" != "$forti
 	[ "$("$fortio_bin" version)" = "$fortio_version" ] || { echo "setup: fortio $fortio_version did not install" >&2; exit 1; }
 fi
 
+# --- Flow taps' monitor (internal/monitor/suricata): Suricata 7 from bookworm-backports
+# (Debian 12 itself ships 6, without the pgsql parser). scripts/install-suricata.sh adds the
+# backports source and does nothing when Suricata 7 is already there.
+bash scripts/install-suricata.sh
+
 # The Kubernetes control plane (etcd, kube-apiserver, kubectl; minutes to build on a fresh
 # machine) is built by scripts/build-k8s.sh, which scripts/test.sh and scripts/cluster.sh
 # call: the demos do not need it.
