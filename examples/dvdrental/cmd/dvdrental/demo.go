@@ -40,7 +40,8 @@ type demo struct {
 	pgBin    string
 	eps      map[string]api.Endpoint // by app
 	customer api.Endpoint
-	procs    []*exec.Cmd
+	procs    map[string]*exec.Cmd // by endpoint (app)
+	serving  map[string][]string  // each service's serve arguments, for a restart
 	failures int
 }
 
@@ -58,7 +59,8 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	d := &demo{api: api.NewClient(*socket), self: self, work: *work, pgBin: *pgBin, eps: map[string]api.Endpoint{}}
+	d := &demo{api: api.NewClient(*socket), self: self, work: *work, pgBin: *pgBin, eps: map[string]api.Endpoint{},
+		procs: map[string]*exec.Cmd{}, serving: map[string][]string{}}
 	defer d.api.Close()
 	defer d.stop()
 	ctx, stop := signalContext()
@@ -84,6 +86,16 @@ func runDemo(args []string) error {
 		d.expect(from+" -> db:5432 blocked", code == 3, true)
 	}
 	d.expect("user-update -> db:5432 connects (control)", d.probeDB(ctx, "user-update") == 0, true)
+
+	step("request integrity, no monitor: a compromised contract-update bills bob for alice's rental")
+	if err := d.compromise(ctx, "contract-update", "bill-other"); err != nil {
+		return err
+	}
+	d.expect("rental r2 accepted", d.customerDo(ctx, "rent", "contract-update", "r2", "alice", "d2") == nil, true)
+	d.expect("bob billed for alice's r2: the attack goes unseen", d.chargesFor(ctx, "r2") == "r2 bob 399", true)
+	if err := d.compromise(ctx, "contract-update", ""); err != nil {
+		return err
+	}
 
 	if d.failures > 0 {
 		return fmt.Errorf("%d outcome(s) differ from what the policies say", d.failures)
@@ -176,7 +188,6 @@ func (d *demo) start(ctx context.Context) error {
 	}
 
 	mq := net.JoinHostPort(d.ip("mq"), fmt.Sprint(mqttPort))
-	listen := func(app string) string { return net.JoinHostPort(d.ip(app), fmt.Sprint(httpPort)) }
 	for _, s := range []struct {
 		app  string
 		args []string
@@ -188,15 +199,30 @@ func (d *demo) start(ctx context.Context) error {
 		{"contract-update", []string{"--mqtt", mq, "--user-update", d.url("user-update")}},
 		{"dvd-return", []string{"--mqtt", mq}},
 	} {
-		args := append([]string{"serve", s.app, "--listen", listen(s.app)}, s.args...)
-		if err := d.run(s.app, s.app+".log", append([]string{d.self}, args...)...); err != nil {
-			return err
-		}
-		if err := d.waitListening(ctx, s.app, httpPort); err != nil {
+		d.serving[s.app] = append([]string{"serve", s.app, "--listen", net.JoinHostPort(d.ip(s.app), fmt.Sprint(httpPort))}, s.args...)
+		if err := d.serve(ctx, s.app); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// serve starts service app with its arguments and extra ones, and waits until it listens.
+func (d *demo) serve(ctx context.Context, app string, extra ...string) error {
+	if err := d.run(app, app+".log", append(append([]string{d.self}, d.serving[app]...), extra...)...); err != nil {
+		return err
+	}
+	return d.waitListening(ctx, app, httpPort)
+}
+
+// compromise restarts service app as the attacker runs it (--compromised mode), or as
+// built when mode is empty.
+func (d *demo) compromise(ctx context.Context, app, mode string) error {
+	d.stopOne(app)
+	if mode == "" {
+		return d.serve(ctx, app)
+	}
+	return d.serve(ctx, app, "--compromised", mode)
 }
 
 // inEndpoint is a command run in app's network namespace (only the network namespace:
@@ -209,10 +235,10 @@ func (d *demo) inEndpoint(ctx context.Context, app string, argv ...string) *exec
 	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + ns, "--"}, argv...)...)
 }
 
-// run starts a long-running process in app's endpoint, its output to a log in the work
-// directory; stop ends it.
+// run starts a long-running process in app's endpoint, its output appended to a log in
+// the work directory; stop ends it.
 func (d *demo) run(app, log string, argv ...string) error {
-	f, err := os.Create(filepath.Join(d.work, log))
+	f, err := os.OpenFile(filepath.Join(d.work, log), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
@@ -223,25 +249,32 @@ func (d *demo) run(app, log string, argv ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s in %s: %w", argv[0], app, err)
 	}
-	d.procs = append(d.procs, cmd)
+	d.procs[app] = cmd
 	return nil
 }
 
+// stopOne ends app's process group: SIGTERM, then SIGKILL after 5 s.
+func (d *demo) stopOne(app string) {
+	p, ok := d.procs[app]
+	if !ok {
+		return
+	}
+	delete(d.procs, app)
+	syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { p.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
 func (d *demo) stop() {
-	for _, p := range d.procs {
-		syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
+	for app := range d.procs {
+		d.stopOne(app)
 	}
-	for _, p := range d.procs {
-		done := make(chan struct{})
-		go func() { p.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	}
-	d.procs = nil
 }
 
 // waitListening polls, from inside app's endpoint, until its port accepts connections

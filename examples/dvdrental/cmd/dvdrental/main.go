@@ -19,7 +19,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	_ "github.com/lib/pq"
+	"github.com/lib/pq"
 )
 
 func main() {
@@ -385,7 +385,16 @@ func initDB(args []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = admin.Exec("CREATE DATABASE dvd")
+	// The server listens before it accepts queries ("the database system is starting
+	// up", SQLSTATE 57P03): poll until it does.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		_, err = admin.Exec("CREATE DATABASE dvd")
+		var pe *pq.Error
+		if err == nil || !errors.As(err, &pe) || pe.Code != "57P03" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	admin.Close()
 	if err != nil {
 		return fmt.Errorf("creating database dvd: %w", err)
