@@ -282,6 +282,9 @@ type Contract struct {
 	Action  Action
 	// FailMode applies to Redirect (a mirror never blocks the original traffic).
 	FailMode FailMode
+	// Raw is the manifest as compact JSON, when the contract was read from one; parsing
+	// it again yields the same contract.
+	Raw []byte
 }
 
 // FieldError is an invalid field of a contract. Field is the manifest's path
