@@ -104,7 +104,11 @@ func (a *Agent) putTaps(m *model, taps []*tap.Contract, res *api.ChangeResult) e
 		changed = append(changed, c.Name)
 		res.Changes = appendChange(res.Changes, api.PolicyChange{Kind: c.Kind, Name: c.Name, Action: action})
 	}
-	if err := tap.CheckChanged(resolveTaps(m), changed); err != nil {
+	all := make([]*tap.Contract, 0, len(m.taps))
+	for _, st := range m.taps {
+		all = append(all, st.c)
+	}
+	if err := tap.CheckChanged(resolveTaps(m), all, changed); err != nil {
 		return api.Conflict("%v", err)
 	}
 	return nil
@@ -122,6 +126,10 @@ func checkMonitor(m *model, c *tap.Contract) error {
 	}
 	if exists && !isMonitor {
 		return api.BadRequest("%s %s (%s): spec.monitor: endpoint %s is not a monitor (create it with --monitor)", c.Kind, c.Name, c.Origin, c.Monitor)
+	}
+	// Monitors are never tapped: a contract naming one as its source would tap nothing.
+	if e, ok := m.endpoints[c.Source.Endpoint]; ok && e.Monitor {
+		return api.BadRequest("%s %s (%s): spec.source.endpoint: %s is a monitor, and monitors are not tapped", c.Kind, c.Name, c.Origin, c.Source.Endpoint)
 	}
 	return nil
 }

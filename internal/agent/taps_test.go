@@ -197,6 +197,17 @@ func TestTapsOverlapRefused(t *testing.T) {
 	if _, err := h.addTaps(bad); err == nil || !strings.Contains(err.Error(), "endpoint shop/web-1 is not a monitor") {
 		t.Errorf("a non-monitor as monitor: %v", err)
 	}
+	// Two contracts on one endpoint that does not exist yet.
+	ghost := strings.NewReplacer("name: db-in", "name: ghost-1", "endpoint: shop/db", "endpoint: shop/ghost").Replace(tapDB)
+	ghost2 := strings.Replace(ghost, "name: ghost-1", "name: ghost-2", 1)
+	if _, err := h.addTaps(ghost, ghost2); err == nil || !strings.Contains(err.Error(), "tap contracts ghost-1 and ghost-2 overlap on endpoint shop/ghost") {
+		t.Errorf("overlap on an endpoint to come: %v", err)
+	}
+	// A monitor as source.
+	monSrc := strings.NewReplacer("endpoint: shop/db", "endpoint: sec/ids", "monitor: sec/ids", "monitor: sec/other").Replace(tapDB)
+	if _, err := h.addTaps(monSrc); err == nil || !strings.Contains(err.Error(), "sec/ids is a monitor, and monitors are not tapped") {
+		t.Errorf("a monitor as source: %v", err)
+	}
 	// A policy through the tap API.
 	if _, err := h.addTaps(denyAllIngressY); err == nil || !strings.Contains(err.Error(), "only TapContract and TrafficControl") {
 		t.Errorf("a policy through AddTaps: %v", err)

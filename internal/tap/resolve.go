@@ -267,13 +267,37 @@ func plural(n int) string {
 	return "s"
 }
 
-// CheckChanged returns an *OverlapError for the conflicts of res that involve a contract
-// named in changed, nil if there is none. Conflicts between contracts that were both
-// accepted before (a relabel made them meet) do not refuse an unrelated change.
-func CheckChanged(res Resolution, changed []string) error {
+// NamedConflicts are the overlaps of contracts that name the same source endpoint,
+// whether or not it exists: such contracts will meet whenever it does, so they can be
+// refused before it exists. Sorted like Resolution.Conflicts.
+func NamedConflicts(contracts []*Contract) []Conflict {
+	cs := slices.Clone(contracts)
+	sort.Slice(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
 	var out []Conflict
-	for _, c := range res.Conflicts {
-		if slices.Contains(changed, c.A) || slices.Contains(changed, c.B) {
+	for i, a := range cs {
+		for _, b := range cs[i+1:] {
+			if a.Source.Endpoint != "" && mustKey(a.Source.Endpoint) == mustKey(b.Source.Endpoint) && Overlaps(a.Match, b.Match) {
+				out = append(out, Conflict{Endpoint: mustKey(a.Source.Endpoint), A: a.Name, B: b.Name})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Endpoint != out[j].Endpoint {
+			return out[i].Endpoint < out[j].Endpoint
+		}
+		return out[i].A < out[j].A || out[i].A == out[j].A && out[i].B < out[j].B
+	})
+	return out
+}
+
+// CheckChanged returns an *OverlapError for the conflicts of res and of
+// NamedConflicts(contracts) that involve a contract named in changed, nil if there is
+// none. Conflicts between contracts that were both accepted before (a relabel made them
+// meet) do not refuse an unrelated change.
+func CheckChanged(res Resolution, contracts []*Contract, changed []string) error {
+	var out []Conflict
+	for _, c := range append(slices.Clone(res.Conflicts), NamedConflicts(contracts)...) {
+		if (slices.Contains(changed, c.A) || slices.Contains(changed, c.B)) && !slices.Contains(out, c) {
 			out = append(out, c)
 		}
 	}

@@ -173,12 +173,12 @@ func TestResolveConflicts(t *testing.T) {
 	if !slices.Equal(res.Conflicts, want) {
 		t.Errorf("conflicts %v, want %v", res.Conflicts, want)
 	}
-	err := CheckChanged(res, []string{"mq"})
+	err := CheckChanged(res, []*Contract{http, mq}, []string{"mq"})
 	var oe *OverlapError
 	if !errors.As(err, &oe) || !strings.Contains(err.Error(), "tap contracts http and mq overlap on endpoint shop/web-1") || !strings.Contains(err.Error(), "1 more") {
 		t.Errorf("CheckChanged = %v", err)
 	}
-	if err := CheckChanged(res, []string{"other"}); err != nil {
+	if err := CheckChanged(res, []*Contract{http, mq}, []string{"other"}); err != nil {
 		t.Errorf("CheckChanged of an unrelated change = %v", err)
 	}
 
@@ -228,5 +228,26 @@ func TestResolveDeterministic(t *testing.T) {
 	per := PerContract(r1, counts)
 	if per["a"] != (Counters{MirroredPackets: 3, MirroredBytes: 300}) || per["b"] != (Counters{RedirectedPackets: 5, DroppedByMonitor: 1}) {
 		t.Errorf("per contract %+v", per)
+	}
+}
+
+// Contracts naming one endpoint conflict before it exists; different endpoints or
+// disjoint matches do not.
+func TestNamedConflicts(t *testing.T) {
+	mk := func(name, ep string, d Direction) *Contract {
+		return &Contract{Kind: KindTapContract, Name: name, Source: Source{Endpoint: ep}, Monitor: "sec/ids", Match: Match{Direction: d}, Action: Mirror}
+	}
+	cs := []*Contract{mk("b", "shop/db", Ingress), mk("a", "shop/db", Both), mk("c", "shop/db", Egress), mk("d", "shop/web", Both)}
+	want := []Conflict{{"shop/db", "a", "b"}, {"shop/db", "a", "c"}}
+	if got := NamedConflicts(cs); !slices.Equal(got, want) {
+		t.Errorf("NamedConflicts = %v, want %v", got, want)
+	}
+	// No endpoint exists: the resolution has nothing, the check still refuses.
+	err := CheckChanged(Resolve(cs, nil, ""), cs, []string{"c"})
+	if err == nil || !strings.Contains(err.Error(), "tap contracts a and c overlap on endpoint shop/db") {
+		t.Errorf("CheckChanged = %v", err)
+	}
+	if err := CheckChanged(Resolve(cs, nil, ""), cs, []string{"d"}); err != nil {
+		t.Errorf("CheckChanged(d) = %v", err)
 	}
 }
