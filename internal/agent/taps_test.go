@@ -331,3 +331,27 @@ func TestTapCounters(t *testing.T) {
 		t.Errorf("counters %+v, want %+v", got.Counters, want)
 	}
 }
+
+// An agent whose state holds contracts does not start on a dataplane without taps: it
+// would leave redirected traffic unmonitored.
+func TestStoredTapsNeedTapTable(t *testing.T) {
+	h := newTapHarness(t)
+	h.addMonitor("sec", "ids")
+	h.add("shop", "db", nil)
+	if _, err := h.addTaps(tapDB); err != nil {
+		t.Fatal(err)
+	}
+	h.a.Close()
+	dp := h.dp.reopen()
+	dp.taps = nil
+	h.cfg.OpenKernel = func(Config) (Kernel, error) { return dp.kernel(), nil }
+	a, err := New(h.cfg)
+	if err == nil {
+		a.Close()
+		t.Fatal("the agent started with stored tap contracts and no tap table")
+	}
+	if !strings.Contains(err.Error(), "the dataplane has no taps yet") {
+		t.Errorf("New: %v", err)
+	}
+	h.a = nil
+}
