@@ -44,6 +44,20 @@ spec:
   targetPort: {device: {name: sec/ids}}
 `
 
+// webTapped is an agent with taps, a monitor sec/ids, endpoints shop/web-1 (app=web) and
+// shop/db, and contract web-http.
+func webTapped(t *testing.T) (*harness, *fakeTaps) {
+	t.Helper()
+	h := newTapHarness(t)
+	h.addMonitor("sec", "ids")
+	h.add("shop", "web-1", map[string]string{"app": "web"})
+	h.add("shop", "db", nil)
+	if _, err := h.addTaps(tapWeb); err != nil {
+		t.Fatal(err)
+	}
+	return h, h.dp.taps
+}
+
 func newTapHarness(t *testing.T) *harness {
 	t.Helper()
 	h := newHarness(t)
@@ -159,14 +173,7 @@ func TestTapsFollowEndpoints(t *testing.T) {
 // Overlapping contracts are refused as one transaction naming both; a non-monitor as
 // monitor is refused; nothing of the request is applied.
 func TestTapsOverlapRefused(t *testing.T) {
-	h := newTapHarness(t)
-	f := h.dp.taps
-	h.addMonitor("sec", "ids")
-	h.add("shop", "web-1", map[string]string{"app": "web"})
-	h.add("shop", "db", nil)
-	if _, err := h.addTaps(tapWeb); err != nil {
-		t.Fatal(err)
-	}
+	h, f := webTapped(t)
 	before := f.installed()
 	stateBefore, _ := os.ReadFile(statePath(h.cfg.StateDir))
 
@@ -276,14 +283,7 @@ func TestTapsOverlapRefused(t *testing.T) {
 // A dataplane that fails to take the rules leaves everything as it was: contracts,
 // rules and state.
 func TestTapsDataplaneFailureRollsBack(t *testing.T) {
-	h := newTapHarness(t)
-	f := h.dp.taps
-	h.addMonitor("sec", "ids")
-	h.add("shop", "web-1", map[string]string{"app": "web"})
-	h.add("shop", "db", nil)
-	if _, err := h.addTaps(tapWeb); err != nil {
-		t.Fatal(err)
-	}
+	h, f := webTapped(t)
 	f.mu.Lock()
 	f.fail = errors.New("tap map full")
 	f.mu.Unlock()

@@ -24,9 +24,8 @@ type fakeTapAgent struct {
 	applied  []string // kinds applied through apply
 }
 
-func (f *fakeTapAgent) AddTaps(_ context.Context, req api.ApplyRequest) (api.ChangeResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// parseTapDocs parses the documents as the agent does and calls keep with each contract.
+func parseTapDocs(req api.ApplyRequest, keep func(c *tap.Contract)) (api.ChangeResult, error) {
 	var res api.ChangeResult
 	for _, d := range req.Documents {
 		docs, err := policy.Parse(d.Source, []byte(d.Data))
@@ -34,28 +33,23 @@ func (f *fakeTapAgent) AddTaps(_ context.Context, req api.ApplyRequest) (api.Cha
 			return res, api.BadRequest("%v", err)
 		}
 		for _, c := range docs.Taps {
-			f.contract[c.Name] = c
+			keep(c)
 			res.Changes = append(res.Changes, api.PolicyChange{Kind: c.Kind, Name: c.Name, Action: "created"})
 		}
 	}
 	return res, nil
 }
 
+func (f *fakeTapAgent) AddTaps(_ context.Context, req api.ApplyRequest) (api.ChangeResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return parseTapDocs(req, func(c *tap.Contract) { f.contract[c.Name] = c })
+}
+
 func (f *fakeTapAgent) Apply(_ context.Context, req api.ApplyRequest) (api.ChangeResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var res api.ChangeResult
-	for _, d := range req.Documents {
-		docs, err := policy.Parse(d.Source, []byte(d.Data))
-		if err != nil {
-			return res, api.BadRequest("%v", err)
-		}
-		for _, c := range docs.Taps {
-			f.applied = append(f.applied, c.Kind+"/"+c.Name)
-			res.Changes = append(res.Changes, api.PolicyChange{Kind: c.Kind, Name: c.Name, Action: "created"})
-		}
-	}
-	return res, nil
+	return parseTapDocs(req, func(c *tap.Contract) { f.applied = append(f.applied, c.Kind+"/"+c.Name) })
 }
 
 func (f *fakeTapAgent) DeleteTap(_ context.Context, name string) (api.ChangeResult, error) {

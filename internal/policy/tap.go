@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -198,20 +199,11 @@ func (d *docParser) tapSource(e entry, tp *tapParse) (tap.Source, error) {
 			if src.Endpoint, err = d.endpointKey(se.val, se.path); err != nil {
 				return src, err
 			}
-		case "selector":
+		case "selector", "namespaceSelector":
 			selE = &entries[i]
-			s, err := d.selector(se.val, se.path, selectorSyntax{})
-			if err != nil {
+			if err := d.andSelector(&src, se, se.name == "namespaceSelector"); err != nil {
 				return src, err
 			}
-			src.Selector = src.Selector.And(s)
-		case "namespaceSelector":
-			selE = &entries[i]
-			s, err := d.selector(se.val, se.path, selectorSyntax{keyPrefix: labels.KeyNamespaceLabelPrefix})
-			if err != nil {
-				return src, err
-			}
-			src.Selector = src.Selector.And(s)
 		default:
 			return src, d.unknown(se)
 		}
@@ -223,6 +215,22 @@ func (d *docParser) tapSource(e entry, tp *tapParse) (tap.Source, error) {
 		return src, d.fail(e.val, e.path, "%s: give endpoint, or selector and/or namespaceSelector", ReasonRequired)
 	}
 	return src, nil
+}
+
+// andSelector parses a selector of endpoint labels, or of namespace labels (which
+// endpoints carry under labels.KeyNamespaceLabelPrefix, as for a NetworkPolicy's
+// namespaceSelector), and adds it to src's.
+func (d *docParser) andSelector(src *tap.Source, e entry, namespace bool) error {
+	var syn selectorSyntax
+	if namespace {
+		syn.keyPrefix = labels.KeyNamespaceLabelPrefix
+	}
+	s, err := d.selector(e.val, e.path, syn)
+	if err != nil {
+		return err
+	}
+	src.Selector = src.Selector.And(s)
+	return nil
 }
 
 // tapMatch parses a TapContract's match into m (which holds the defaults).
@@ -395,29 +403,18 @@ func (d *docParser) trafficControl(doc *yaml.Node, top []entry) (*tap.Contract, 
 			appliedE = &entries[i]
 		case "direction":
 			dirE = &entries[i]
-			s, err := d.str(e.val, e.path)
+			s, err := d.enum(e, "direction", "Ingress", "Egress", "Both")
 			if err != nil {
 				return nil, err
 			}
-			// Antrea's enum is exact: Ingress, Egress, Both.
-			switch s {
-			case "Ingress", "Egress", "Both":
-				c.Match.Direction, _ = tap.ParseDirection(s)
-			default:
-				return nil, d.fail(e.val, e.path, "unknown direction %q (want Ingress, Egress or Both)", s)
-			}
+			c.Match.Direction, _ = tap.ParseDirection(s)
 		case "action":
 			actionE = &entries[i]
-			s, err := d.str(e.val, e.path)
+			s, err := d.enum(e, "action", "Mirror", "Redirect")
 			if err != nil {
 				return nil, err
 			}
-			switch s {
-			case "Mirror", "Redirect":
-				c.Action, _ = tap.ParseAction(s)
-			default:
-				return nil, d.fail(e.val, e.path, "unknown action %q (want Mirror or Redirect)", s)
-			}
+			c.Action, _ = tap.ParseAction(s)
 		case "targetPort":
 			targetE = &entries[i]
 		case "returnPort":
@@ -455,6 +452,18 @@ func (d *docParser) trafficControl(doc *yaml.Node, top []entry) (*tap.Contract, 
 	return c, d.finishTap(doc, c, tp)
 }
 
+// enum reads a string that must be one of values exactly, as Antrea's schema enums are.
+func (d *docParser) enum(e entry, what string, values ...string) (string, error) {
+	s, err := d.str(e.val, e.path)
+	if err != nil {
+		return "", err
+	}
+	if !slices.Contains(values, s) {
+		return "", d.fail(e.val, e.path, "unknown %s %q (want %s)", what, s, strings.Join(values, ", "))
+	}
+	return s, nil
+}
+
 // appliedTo parses a TrafficControl's appliedTo: podSelector selects pods of every
 // namespace, or of the namespaces namespaceSelector selects when both are given.
 func (d *docParser) appliedTo(e entry, tp *tapParse) (tap.Source, error) {
@@ -466,11 +475,8 @@ func (d *docParser) appliedTo(e entry, tp *tapParse) (tap.Source, error) {
 	found := false
 	for _, ae := range entries {
 		tp.at(ae)
-		var syn selectorSyntax
 		switch ae.name {
-		case "podSelector":
-		case "namespaceSelector":
-			syn.keyPrefix = labels.KeyNamespaceLabelPrefix
+		case "podSelector", "namespaceSelector":
 		case "groups":
 			return src, d.fail(ae.key, ae.path, "%s: ClusterGroups have no Rampart equivalent (select the pods with podSelector and namespaceSelector)", ReasonNotSupported)
 		default:
@@ -479,11 +485,9 @@ func (d *docParser) appliedTo(e entry, tp *tapParse) (tap.Source, error) {
 		if isNull(ae.val) {
 			continue
 		}
-		s, err := d.selector(ae.val, ae.path, syn)
-		if err != nil {
+		if err := d.andSelector(&src, ae, ae.name == "namespaceSelector"); err != nil {
 			return src, err
 		}
-		src.Selector = src.Selector.And(s)
 		found = true
 	}
 	if !found {
