@@ -57,7 +57,11 @@ func (a *app) endpointAdd() *cobra.Command {
 			if output == "json" {
 				return a.printJSON(ep)
 			}
-			a.printf("endpoint %s created: ip %s, identity %d, interface %s\n", ep.Key(), ep.IP, ep.Identity, ep.HostInterface)
+			kind := "endpoint"
+			if ep.Monitor {
+				kind = "monitor endpoint"
+			}
+			a.printf("%s %s created: ip %s, identity %d, interface %s\n", kind, ep.Key(), ep.IP, ep.Identity, ep.HostInterface)
 			return nil
 		},
 	}
@@ -178,6 +182,9 @@ func (a *app) endpointGet() *cobra.Command {
 			fmt.Fprintf(w, "Network namespace:\t%s\n", ep.Netns)
 			if ep.CNI != nil {
 				fmt.Fprintf(w, "CNI attachment:\tcontainer %s, interface %s\n", ep.CNI.ContainerID, ep.CNI.IfName)
+			}
+			if ep.Monitor {
+				fmt.Fprintf(w, "Monitor:\tyes (tap contracts may name it; it is never tapped)\n")
 			}
 			if c := ep.Counters; c != nil {
 				fmt.Fprintf(w, "Ingress:\t%d packets, %d bytes, %d dropped\n", c.IngressPackets, c.IngressBytes, c.IngressDrops)

@@ -21,6 +21,9 @@ func TestTapsOnDataplaneWithoutTaps(t *testing.T) {
 	if err := json.Unmarshal([]byte(e.MustCLI("endpoint", "get", "sec/ids", "-o", "json")), &ep); err != nil || !ep.Monitor {
 		t.Fatalf("sec/ids is not a monitor: %+v, %v", ep, err)
 	}
+	if out := e.MustCLI("endpoint", "get", "sec/ids"); !strings.Contains(out, "Monitor:") {
+		t.Errorf("endpoint get does not say sec/ids is a monitor:\n%s", out)
+	}
 	_, errs, code := e.CLI("tap", "add", "web", "--selector", "app=web", "--monitor", "sec/ids", "--action", "mirror")
 	if code == 0 || !strings.Contains(errs, "the dataplane has no taps yet") {
 		t.Errorf("tap add: exit %d, stderr %q", code, errs)
