@@ -463,6 +463,12 @@ func (a *Agent) applyOnce(old, new *desired, pl l7Plans, m *model, force bool) e
 			}
 		}
 	}
+	// Tap rules before the endpoints: a new endpoint's programs drop everything until its
+	// info is written below, so a fail-closed redirect is in place before its first packet
+	// passes; a relabel taps a moment early rather than late.
+	if err := a.applyTaps(old, new, force); err != nil {
+		return err
+	}
 	// The endpoints whose identity or policy changed, in key order.
 	var changed []string
 	for key, rec := range m.endpoints {
@@ -489,10 +495,6 @@ func (a *Agent) applyOnce(old, new *desired, pl l7Plans, m *model, force bool) e
 		if err := a.dp.UpdateIPCache(nil, removed); err != nil {
 			return fmt.Errorf("ipcache: %w", err)
 		}
-	}
-	// Tap rules once every endpoint they name has its identity and policy.
-	if err := a.applyTaps(old, new, force); err != nil {
-		return err
 	}
 	return a.applySendSide(m, pl)
 }

@@ -15,6 +15,8 @@ type fakeTaps struct {
 	replaces int
 	fail     error
 	counters map[tap.RuleKey]tap.Counters
+	// onReplace, when set, runs at each successful replacement with the new rules.
+	onReplace func(rules []tap.Rule)
 }
 
 func (f *fakeTaps) ReplaceTaps(rules []tap.Rule) error {
@@ -25,6 +27,9 @@ func (f *fakeTaps) ReplaceTaps(rules []tap.Rule) error {
 	}
 	f.rules = slices.Clone(rules)
 	f.replaces++
+	if f.onReplace != nil {
+		f.onReplace(rules)
+	}
 	return nil
 }
 

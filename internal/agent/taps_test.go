@@ -355,3 +355,31 @@ func TestStoredTapsNeedTapTable(t *testing.T) {
 	}
 	h.a = nil
 }
+
+// A new endpoint's tap rules are installed before its info: its programs drop everything
+// until then, so no packet of it passes before a fail-closed redirect is in place.
+func TestTapsInstalledBeforeEndpoint(t *testing.T) {
+	h, f := webTapped(t)
+	var written []uint32 // endpoint ids whose info the dataplane had at the replacement
+	f.onReplace = func([]tap.Rule) {
+		_, eps := h.dp.snapshot()
+		for _, ep := range eps {
+			written = append(written, ep.info.EpID)
+		}
+	}
+	web2 := h.add("shop", "web-2", map[string]string{"app": "web"})
+	if slices.Contains(written, web2.EpID) {
+		t.Errorf("web-2's info (endpoint id %d) was written before its tap rules", web2.EpID)
+	}
+	if len(written) == 0 {
+		t.Error("the tap rules were not replaced for the new endpoint")
+	}
+	_, eps := h.dp.snapshot()
+	found := false
+	for _, ep := range eps {
+		found = found || ep.info.EpID == web2.EpID
+	}
+	if !found {
+		t.Error("web-2's info was never written")
+	}
+}
