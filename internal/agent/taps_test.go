@@ -383,3 +383,36 @@ func TestTapsInstalledBeforeEndpoint(t *testing.T) {
 		t.Error("web-2's info was never written")
 	}
 }
+
+// A monitor on another node: the rules name its node; a remote pod that is no monitor is
+// refused as one.
+func TestTapsRemoteMonitor(t *testing.T) {
+	h := newTapHarness(t)
+	ctx := context.Background()
+	h.add("shop", "db", nil)
+	if _, err := h.a.PutNode(ctx, "n2", api.NodeSpec{Address: "198.19.0.2", PodCIDR: "10.2.0.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.a.PutRemoteEndpoint(ctx, "sec", "ids", api.RemoteEndpointSpec{Node: "n2", IP: "10.2.0.9", Monitor: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.a.PutRemoteEndpoint(ctx, "sec", "app", api.RemoteEndpointSpec{Node: "n2", IP: "10.2.0.10"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.addTaps(tapDB); err != nil {
+		t.Fatal(err)
+	}
+	wantInstalled(t, h.dp.taps, "shop/db[0] db-in ingress TCP ports 5432 redirect -> sec/ids@n2")
+	if got, _ := h.a.GetTap(ctx, "db-in"); got.MonitorNode != "n2" {
+		t.Errorf("monitor node %q, want n2", got.MonitorNode)
+	}
+	bad := strings.Replace(tapWeb, "monitor: sec/ids", "monitor: sec/app", 1)
+	if _, err := h.addTaps(bad); err == nil || !strings.Contains(err.Error(), "endpoint sec/app is not a monitor") {
+		t.Errorf("a remote non-monitor as monitor: %v", err)
+	}
+	// The monitor's node goes away with its pods: the redirect fails closed.
+	if err := h.a.DeleteNode(ctx, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	wantInstalled(t, h.dp.taps, "shop/db[0] db-in ingress TCP ports 5432 drop")
+}

@@ -180,3 +180,14 @@ func TestTapListAndGet(t *testing.T) {
 		t.Errorf("tap get -o json: %d %q", code, out)
 	}
 }
+
+// remote add --monitor declares a monitor on another node.
+func TestRemoteMonitorFlag(t *testing.T) {
+	f := &fakeNodes{nodes: map[string]api.NodeSpec{}, remotes: map[string]api.RemoteEndpointSpec{}}
+	if _, errs, code := runFake(t, f, "", "remote", "add", "sec/ids", "--node", "node-b", "--ip", "198.18.32.9", "--monitor"); code != 0 {
+		t.Fatalf("remote add --monitor: %d %q", code, errs)
+	}
+	if !f.remotes["sec/ids"].Monitor {
+		t.Errorf("remote sent %+v, want a monitor", f.remotes["sec/ids"])
+	}
+}
