@@ -23,6 +23,7 @@ const module = "github.com/rampartnet/rampart"
 // pure are the packages of the pure core.
 var pure = []string{
 	"internal/labels",
+	"internal/tap",
 	"internal/policy",
 	"internal/identity",
 	"internal/mapstate",
@@ -195,6 +196,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"leaves", []string{"internal/version", "internal/labels", "internal/netns", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds"}},
+	{"core: tap contracts", []string{"internal/tap"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
 	{"core: L7 plan, tap policy", []string{"internal/l7plan", "internal/tappolicy"}},
