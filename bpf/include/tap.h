@@ -43,6 +43,7 @@
 #include "events.h"
 #include "conntrack.h"
 #include "tunnel.h"
+#include "proxy.h"
 
 #ifndef PACKET_HOST
 #define PACKET_HOST 0
@@ -249,6 +250,15 @@ static __always_inline int tap_unavailable(struct __sk_buff *skb, struct pkt *p,
 	return drop(skb, p, &d, REASON_TAP_MONITOR_UNAVAILABLE);
 }
 
+/* tap_steered says whether the endpoint's packet was just handed to the L7 proxy's socket
+ * (proxy_assign marks it; a packet arrives from the endpoint's namespace with no mark). */
+static __always_inline int tap_steered(struct __sk_buff *skb)
+{
+	const struct proxy_config *cfg = proxy_cfg();
+
+	return cfg && cfg->steer_mark && (skb->mark & cfg->steer_mark) == cfg->steer_mark;
+}
+
 /* tap_apply runs the endpoint's first matching tap rule on a packet its policy point
  * passes; returns the tc verdict. */
 static __noinline int tap_apply(struct __sk_buff *skb, struct pkt *p, const struct endpoint_info *ep,
@@ -284,7 +294,7 @@ static __noinline int tap_apply(struct __sk_buff *skb, struct pkt *p, const stru
 	}
 	if (r->action != TAP_ACTION_REDIRECT)
 		return TC_ACT_OK;
-	if (dir == DIR_EGRESS && skb->sk)
+	if (dir == DIR_EGRESS && tap_steered(skb))
 		/* Handed to the L7 proxy's socket (bpf_sk_assign): it goes to the proxy, which
 		 * the monitor cannot sit in front of. */
 		return TC_ACT_OK;
