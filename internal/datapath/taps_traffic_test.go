@@ -93,11 +93,11 @@ func newTapWorld(t *testing.T, cfg Config) *tapWorld {
 		disableIPv6(t, ns)
 	}
 	err = w.d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
-		netip.MustParsePrefix("0.0.0.0/0"):   {Identity: identity.World},
-		netip.PrefixFrom(w.n.Router(), 32):   {Identity: identity.Host},
-		netip.PrefixFrom(w.a.IP, 32):         {Identity: tapIDA, EndpointID: tapEpA},
-		netip.PrefixFrom(w.b.IP, 32):         {Identity: tapIDB, EndpointID: tapEpB},
-		netip.PrefixFrom(w.s.IP, 32):         {Identity: tapIDS, EndpointID: tapEpS},
+		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
+		netip.PrefixFrom(w.n.Router(), 32): {Identity: identity.Host},
+		netip.PrefixFrom(w.a.IP, 32):       {Identity: tapIDA, EndpointID: tapEpA},
+		netip.PrefixFrom(w.b.IP, 32):       {Identity: tapIDB, EndpointID: tapEpB},
+		netip.PrefixFrom(w.s.IP, 32):       {Identity: tapIDS, EndpointID: tapEpS},
 	})
 	if err != nil {
 		t.Fatal(err)
