@@ -20,8 +20,8 @@ import (
 
 // tapWorld is a node namespace with two application endpoints a and b and a monitor
 // endpoint s (with its receive and return veths), made as the agent makes them
-// (endpoint.Node), the programs attached, a allowed to reach b's TCP port tapPort and
-// tapPort+1.
+// (endpoint.Node), the programs attached, a allowed to reach b's TCP ports tapPort to
+// tapPort+3 (echo servers on the first two).
 type tapWorld struct {
 	t       *testing.T
 	d       *Datapath
@@ -103,10 +103,10 @@ func newTapWorld(t *testing.T, cfg Config) *tapWorld {
 		t.Fatal(err)
 	}
 	polA := mapstate.EndpointPolicy{EnforceEgress: true, Entries: entries(
-		e(allow(tapIDB, out, tcp, tapPort, 15, 1)), // tapPort and tapPort+1
+		e(allow(tapIDB, out, tcp, tapPort, 14, 1)), // tapPort .. tapPort+3
 		e(allow(tapIDS, out, tcp, tapPort, 16, 2)),
 	)}
-	polB := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(tapIDA, in, tcp, tapPort, 15, 3)))}
+	polB := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(tapIDA, in, tcp, tapPort, 14, 3)))}
 	// The monitor's own policy would admit a: the monitor flag refuses it anyway.
 	polS := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(tapIDA, in, tcp, tapPort, 16, 4)))}
 	for _, x := range []struct {
@@ -182,7 +182,7 @@ func (w *tapWorld) converse(port uint16, n int, timeout time.Duration) error {
 }
 
 // capture reads what arrives on ifname inside ns (an AF_PACKET socket, as a passive
-// monitor such as Suricata reads it) until stop is closed.
+// monitor such as Suricata reads it), the first snap bytes of each frame, until stop.
 type capture struct {
 	mu     sync.Mutex
 	frames [][]byte
@@ -191,7 +191,7 @@ type capture struct {
 	stopFn func()
 }
 
-func startCapture(t *testing.T, ns, ifname string) *capture {
+func startCapture(t *testing.T, ns, ifname string, snap int) *capture {
 	t.Helper()
 	c := &capture{done: make(chan struct{}), fd: -1}
 	err := testenv.InNetns(ns, func() error {
@@ -219,7 +219,7 @@ func startCapture(t *testing.T, ns, ifname string) *capture {
 	stopped := make(chan struct{})
 	go func() {
 		defer close(c.done)
-		buf := make([]byte, 1<<16)
+		buf := make([]byte, snap)
 		for {
 			select {
 			case <-stopped:
@@ -276,7 +276,7 @@ func frameTuple(f []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16
 func TestTapMirrorTraffic(t *testing.T) {
 	w := newTapWorld(t, Config{})
 	w.replace(w.rules(TapMirror, true, false))
-	capt := startCapture(t, w.s.NetnsPath, endpoint.MonitorRxIfName)
+	capt := startCapture(t, w.s.NetnsPath, endpoint.MonitorRxIfName, 1<<16)
 	if err := w.converse(tapPort, 20, 5*time.Second); err != nil {
 		t.Fatalf("mirrored connection: %v", err)
 	}
