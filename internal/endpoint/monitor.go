@@ -55,9 +55,10 @@ func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) 
 		return ml, fmt.Errorf("netlink handle in monitor network namespace: %w", err)
 	}
 	defer pod.Close()
+	var created []string // only these are removed on error, never links that were there
 	defer func() {
 		if err != nil {
-			for _, name := range []string{ml.HostRx, ml.HostTx} {
+			for _, name := range created {
 				if l, lerr := node.LinkByName(name); lerr == nil {
 					node.LinkDel(l)
 				}
@@ -77,6 +78,7 @@ func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) 
 		if err := node.LinkAdd(veth); err != nil {
 			return ml, fmt.Errorf("creating veth %s: %w", p.host, err)
 		}
+		created = append(created, p.host)
 	}
 	if attach != nil {
 		if err := attach(ml.HostRx, ml.HostTx); err != nil {
