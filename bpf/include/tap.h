@@ -120,7 +120,7 @@ static __noinline int tap_find(__u32 ep_id, const struct pkt *p, __u8 dir)
 	struct tap_set *s = bpf_map_lookup_elem(&tap_sets, &ep_id);
 	int i;
 
-	if (!s || !p)
+	if (!s)
 		return -1;
 	for (i = 0; i < RAMPART_TAP_RULES; i++) {
 		if (i >= s->count)
@@ -175,7 +175,7 @@ static __noinline int tap_returned_source(struct __sk_buff *skb, const struct pk
 	__u32 iif = skb->ingress_ifindex;
 	struct tap_flow_value *v;
 
-	if (!p || !peer || !bpf_map_lookup_elem(&tap_ifaces, &iif))
+	if (!bpf_map_lookup_elem(&tap_ifaces, &iif))
 		return 0;
 	v = tap_record_of(p, iif);
 	if (!v)
@@ -270,7 +270,7 @@ static __noinline int tap_apply(struct __sk_buff *skb, struct pkt *p, const stru
 	__u32 ep_id, rx;
 	int i;
 
-	if (!p || !ep || p->frag == FRAG_LATER || tap_from_monitor(skb))
+	if (p->frag == FRAG_LATER || tap_from_monitor(skb))
 		return TC_ACT_OK;
 	ep_id = ep->ep_id;
 	i = tap_find(ep_id, p, dir);
