@@ -2,9 +2,7 @@ package datapath
 
 import (
 	"encoding/binary"
-	"errors"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -181,78 +179,6 @@ func (w *tapWorld) converse(port uint16, n int, timeout time.Duration) error {
 	return nil
 }
 
-// capture reads what arrives on ifname inside ns (an AF_PACKET socket, as a passive
-// monitor such as Suricata reads it), the first snap bytes of each frame, until stop.
-type capture struct {
-	mu     sync.Mutex
-	frames [][]byte
-	done   chan struct{}
-	fd     int
-	stopFn func()
-}
-
-func startCapture(t *testing.T, ns, ifname string, snap int) *capture {
-	t.Helper()
-	c := &capture{done: make(chan struct{}), fd: -1}
-	err := testenv.InNetns(ns, func() error {
-		l, err := netlink.LinkByName(ifname)
-		if err != nil {
-			return err
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return err
-		}
-		c.fd = fd
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: l.Attrs().Index}); err != nil {
-			return err
-		}
-		tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
-		return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	})
-	if err != nil {
-		if c.fd >= 0 {
-			unix.Close(c.fd)
-		}
-		t.Fatalf("capturing on %s: %v", ifname, err)
-	}
-	stopped := make(chan struct{})
-	go func() {
-		defer close(c.done)
-		buf := make([]byte, snap)
-		for {
-			select {
-			case <-stopped:
-				return
-			default:
-			}
-			n, _, err := unix.Recvfrom(c.fd, buf, 0)
-			if err != nil {
-				if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-					continue
-				}
-				return
-			}
-			c.mu.Lock()
-			c.frames = append(c.frames, append([]byte(nil), buf[:n]...))
-			c.mu.Unlock()
-		}
-	}()
-	var once sync.Once
-	stop := func() { once.Do(func() { close(stopped); <-c.done; unix.Close(c.fd) }) }
-	t.Cleanup(stop)
-	c.stopFn = stop
-	return c
-}
-
-// stop ends the capture and returns the frames.
-func (c *capture) stop() [][]byte {
-	c.stopFn()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.frames
-}
-
 // frameTuple reads an Ethernet/IPv4/TCP-or-UDP frame's addresses and ports.
 func frameTuple(f []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, ok bool) {
 	if len(f) < 14+20 || binary.BigEndian.Uint16(f[12:]) != unix.ETH_P_IP {
@@ -276,7 +202,7 @@ func frameTuple(f []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16
 func TestTapMirrorTraffic(t *testing.T) {
 	w := newTapWorld(t, Config{})
 	w.replace(w.rules(TapMirror, true, false))
-	capt := startCapture(t, w.s.NetnsPath, endpoint.MonitorRxIfName, 1<<16)
+	capt := newSniffer(t, w.s.NetnsPath, endpoint.MonitorRxIfName)
 	if err := w.converse(tapPort, 20, 5*time.Second); err != nil {
 		t.Fatalf("mirrored connection: %v", err)
 	}
@@ -291,14 +217,11 @@ func TestTapMirrorTraffic(t *testing.T) {
 	// The copies are counted as sent: wait until the monitor has read that many.
 	var frames [][]byte
 	eventually(t, 5*time.Second, "monitor read every copy", func() bool {
-		capt.mu.Lock()
-		n := len(capt.frames)
-		capt.mu.Unlock()
+		frames = append(frames, capt.frames(t)...)
 		c = w.counters()
-		return uint64(n) >= c.MirroredPackets
+		return uint64(len(frames)) >= c.MirroredPackets
 	})
-	frames = capt.stop()
-	c = w.counters()
+	frames = append(frames, capt.frames(t)...)
 	if uint64(len(frames)) != c.MirroredPackets || c.CopiesLost != 0 {
 		t.Errorf("monitor read %d frames; counters %+v", len(frames), c)
 	}
