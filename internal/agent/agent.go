@@ -323,6 +323,11 @@ func (a *Agent) reattach(rec *EndpointRecord) (uint32, error) {
 	if err != nil {
 		return 0, fmt.Errorf("attaching to endpoint %s: %w", rec.Key(), err)
 	}
+	if rec.Monitor {
+		if err := a.monitorLinks(rec, ep); err != nil {
+			return ifindex, err
+		}
+	}
 	return ifindex, nil
 }
 

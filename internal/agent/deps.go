@@ -55,6 +55,11 @@ type Network interface {
 	CreateIn(namespace, name string, ip netip.Addr, at endpoint.Attachment, attach func(hostIfName string) error) (endpoint.Endpoint, error)
 	LookupIn(namespace, name string, ip netip.Addr, at endpoint.Attachment) (endpoint.Endpoint, error)
 	DeleteLink(namespace, name string) error
+	// CreateMonitorLinks gives a monitor endpoint its receive and return veths (kept when
+	// they exist), running attach on their host sides before they can carry a packet;
+	// DeleteMonitorLinks deletes them (none is no error).
+	CreateMonitorLinks(ep endpoint.Endpoint, attach func(rx, tx string) error) (endpoint.MonitorLinks, error)
+	DeleteMonitorLinks(namespace, name string) error
 }
 
 var _ Network = endpoint.Node{}

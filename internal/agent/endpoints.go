@@ -148,15 +148,48 @@ func (a *Agent) addRecord(spec *EndpointRecord, wantIP string) (*EndpointRecord,
 
 // create makes an endpoint's network: its own namespace, or its veth in the runtime's.
 func (a *Agent) create(rec *EndpointRecord, attach func(hostIf string) error) (endpoint.Endpoint, error) {
+	var ep endpoint.Endpoint
+	var err error
 	if rec.CNI != nil {
-		return a.net.CreateIn(rec.Namespace, rec.Name, rec.IP, rec.CNI.attachment(), attach)
+		ep, err = a.net.CreateIn(rec.Namespace, rec.Name, rec.IP, rec.CNI.attachment(), attach)
+	} else {
+		ep, err = a.net.CreateAttached(rec.Namespace, rec.Name, rec.IP, attach)
 	}
-	return a.net.CreateAttached(rec.Namespace, rec.Name, rec.IP, attach)
+	if err != nil || !rec.Monitor {
+		return ep, err
+	}
+	return ep, a.monitorLinks(rec, ep)
+}
+
+// monitorLinks gives monitor endpoint rec its receive and return interfaces, registered
+// with the dataplane before they can carry a packet (existing ones are kept, as after a
+// restart).
+func (a *Agent) monitorLinks(rec *EndpointRecord, ep endpoint.Endpoint) error {
+	if a.dp.Monitors == nil {
+		return errNoTaps
+	}
+	_, err := a.net.CreateMonitorLinks(ep, func(rx, tx string) error {
+		return a.dp.Monitors.AttachMonitor(a.net.NetnsPath(), rx, tx, rec.EpID)
+	})
+	if err != nil {
+		return fmt.Errorf("monitor interfaces of endpoint %s: %w", rec.Key(), err)
+	}
+	return nil
 }
 
 // deleteLinks deletes an endpoint's veth and, unless the namespace is a runtime's (CNI),
 // its namespace. Missing parts are no error.
 func (a *Agent) deleteLinks(rec *EndpointRecord) error {
+	if rec.Monitor {
+		if a.dp.Monitors != nil {
+			if err := a.dp.Monitors.DetachMonitor(rec.EpID); err != nil {
+				a.log.Warn("detaching a monitor's interfaces", "endpoint", rec.Key(), "error", err)
+			}
+		}
+		if err := a.net.DeleteMonitorLinks(rec.Namespace, rec.Name); err != nil {
+			return err
+		}
+	}
 	if rec.CNI != nil {
 		return a.net.DeleteLink(rec.Namespace, rec.Name)
 	}

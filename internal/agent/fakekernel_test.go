@@ -53,7 +53,7 @@ func (k *fakeKernel) kernel() Kernel {
 		Overlay: k.fakeOverlay, Close: k.Close,
 	}
 	if k.taps != nil {
-		kern.Taps = k.taps
+		kern.Taps, kern.Monitors = k.taps, k.taps
 	}
 	return kern
 }

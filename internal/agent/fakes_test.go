@@ -29,6 +29,19 @@ func newFakeNetwork(instance string, cidr netip.Prefix) *fakeNetwork {
 	return &fakeNetwork{Node: endpoint.Node{Instance: instance, PodCIDR: cidr}, eps: map[string]endpoint.Endpoint{}, next: 100}
 }
 
+// CreateMonitorLinks attaches "rx" and "tx" and makes nothing: the fake's endpoints have
+// no interfaces.
+func (f *fakeNetwork) CreateMonitorLinks(ep endpoint.Endpoint, attach func(rx, tx string) error) (endpoint.MonitorLinks, error) {
+	if attach != nil {
+		if err := attach("rx", "tx"); err != nil {
+			return endpoint.MonitorLinks{}, err
+		}
+	}
+	return endpoint.MonitorLinks{HostRx: "rx", HostTx: "tx"}, nil
+}
+
+func (f *fakeNetwork) DeleteMonitorLinks(namespace, name string) error { return nil }
+
 func (f *fakeNetwork) Setup() error    { return nil }
 func (f *fakeNetwork) Teardown() error { return nil }
 func (f *fakeNetwork) NetnsPath() string {

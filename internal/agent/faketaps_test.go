@@ -17,6 +17,8 @@ type fakeTaps struct {
 	counters map[tap.RuleKey]tap.Counters
 	// onReplace, when set, runs at each successful replacement with the new rules.
 	onReplace func(rules []tap.Rule)
+	// monitors are the monitor endpoints whose interfaces are attached.
+	monitors map[uint32]bool
 }
 
 func (f *fakeTaps) ReplaceTaps(rules []tap.Rule) error {
@@ -30,6 +32,24 @@ func (f *fakeTaps) ReplaceTaps(rules []tap.Rule) error {
 	if f.onReplace != nil {
 		f.onReplace(rules)
 	}
+	return nil
+}
+
+// AttachMonitor and DetachMonitor record the monitors whose interfaces are attached.
+func (f *fakeTaps) AttachMonitor(_, _, _ string, epID uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.monitors == nil {
+		f.monitors = map[uint32]bool{}
+	}
+	f.monitors[epID] = true
+	return nil
+}
+
+func (f *fakeTaps) DetachMonitor(epID uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.monitors, epID)
 	return nil
 }
 

@@ -33,6 +33,8 @@ type Kernel struct {
 	// Taps is the dataplane's tap rules (taps.go); nil while the dataplane has none, and
 	// then tap contracts are refused.
 	Taps TapTable
+	// Monitors attaches monitor endpoints' interfaces (tapkernel.go); nil with Taps.
+	Monitors Monitors
 	// Close releases the agent's handles; pinned maps and attached programs stay.
 	Close func() error
 }
@@ -65,8 +67,10 @@ func openKernel(cfg Config) (Kernel, error) {
 	}
 	var once sync.Once
 	var closeErr error
+	taps := newTapKernel(dp)
 	return Kernel{
 		EndpointTables: dp, IPCache: dp, ProxyRouting: dp, MapMemories: dp, Overlay: overlayKernel{dp},
+		Taps: taps, Monitors: taps,
 		CIDRSets: tables, SendSide: side, FlowEvents: events,
 		Close: func() error {
 			once.Do(func() {

@@ -114,19 +114,22 @@ func tapRuleOf(r TapRule) (rampartTapRule, error) {
 		return out, fmt.Errorf("contract ID %d: out of range 1..%d", r.ContractID, MaxTapContracts-1)
 	}
 	switch r.Action {
-	case TapMirror:
-	case TapRedirect:
-		if r.MonitorTx == 0 {
-			return out, errors.New("redirect needs the monitor's return interface")
-		}
-		if r.MonitorTx == r.MonitorRx {
-			return out, errors.New("redirect needs distinct receive and return interfaces")
-		}
+	case TapMirror, TapRedirect:
 	default:
 		return out, fmt.Errorf("action %d: want mirror or redirect", r.Action)
 	}
-	if r.MonitorRx == 0 {
-		return out, errors.New("no monitor receive interface")
+	// A monitor that is down needs no interfaces: its rule drops (or, failing open,
+	// passes) what it matches, and a mirror counts its copies as lost.
+	if r.MonitorUp {
+		if r.MonitorRx == 0 {
+			return out, errors.New("no monitor receive interface")
+		}
+		if r.Action == TapRedirect && r.MonitorTx == 0 {
+			return out, errors.New("redirect needs the monitor's return interface")
+		}
+		if r.Action == TapRedirect && r.MonitorTx == r.MonitorRx {
+			return out, errors.New("redirect needs distinct receive and return interfaces")
+		}
 	}
 	ports := r.SourcePorts != (PortRange{}) || r.DestinationPorts != (PortRange{})
 	switch r.Protocol {
@@ -293,6 +296,18 @@ func (d *Datapath) ReplaceTaps(rules []TapRule) error {
 		}
 	}
 	return nil
+}
+
+// EndpointIfindex returns the host-side interface endpoint epID is installed on.
+func (d *Datapath) EndpointIfindex(epID uint32) (uint32, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for ifindex, info := range d.endpoints {
+		if info.EpId == epID {
+			return ifindex, true
+		}
+	}
+	return 0, false
 }
 
 // TapCounters is what the dataplane counted for one tap contract (summed over CPUs).

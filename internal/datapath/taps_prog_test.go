@@ -246,12 +246,12 @@ func TestTapRules(t *testing.T) {
 		"no endpoint":       {{Ifindex: 999, Direction: out, Action: TapMirror, MonitorRx: f.rx, ContractID: 1}},
 		"no direction":      {{Ifindex: epIfindex, Action: TapMirror, MonitorRx: f.rx, ContractID: 1}},
 		"contract 0":        {{Ifindex: epIfindex, Direction: out, Action: TapMirror, MonitorRx: f.rx}},
-		"redirect, no tx":   {{Ifindex: epIfindex, Direction: out, Action: TapRedirect, MonitorRx: f.rx, ContractID: 1}},
+		"redirect, no tx":   {{Ifindex: epIfindex, Direction: out, Action: TapRedirect, MonitorRx: f.rx, MonitorUp: true, ContractID: 1}},
 		"ports, any proto":  {{Ifindex: epIfindex, Direction: out, DestinationPorts: PortRange{80, 80}, Action: TapMirror, MonitorRx: f.rx, ContractID: 1}},
 		"icmp type on tcp":  {{Ifindex: epIfindex, Direction: out, Protocol: tcp, ICMPType: u8(8), Action: TapMirror, MonitorRx: f.rx, ContractID: 1}},
 		"empty port range":  {{Ifindex: epIfindex, Direction: out, Protocol: tcp, DestinationPorts: PortRange{90, 80}, Action: TapMirror, MonitorRx: f.rx, ContractID: 1}},
 		"ipv6 source":       {{Ifindex: epIfindex, Direction: out, Source: netip.MustParsePrefix("2001:db8::/32"), Action: TapMirror, MonitorRx: f.rx, ContractID: 1}},
-		"no monitor rx":     {{Ifindex: epIfindex, Direction: out, Action: TapMirror, ContractID: 1}},
+		"no monitor rx":     {{Ifindex: epIfindex, Direction: out, Action: TapMirror, MonitorUp: true, ContractID: 1}},
 		"contract too high": {{Ifindex: epIfindex, Direction: out, Action: TapMirror, MonitorRx: f.rx, ContractID: MaxTapContracts}},
 	} {
 		if err := f.d.ReplaceTaps(r); err == nil {
@@ -262,6 +262,10 @@ func TestTapRules(t *testing.T) {
 	}
 	if f.d.endpoints[epIfindex].Flags&epTapMask != 0 {
 		t.Errorf("refused rules turned taps on")
+	}
+	// A monitor that is down needs no interfaces: the rule drops or passes, or loses copies.
+	if err := f.d.ReplaceTaps([]TapRule{{Ifindex: epIfindex, Direction: out, Action: TapRedirect, ContractID: 1}}); err != nil {
+		t.Errorf("redirect to a monitor that is down: %v", err)
 	}
 	if err := f.d.ReplaceTaps(many[:MaxTapRules]); err != nil {
 		t.Errorf("%d rules: %v", MaxTapRules, err)

@@ -3,6 +3,8 @@ package endpoint
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -55,6 +57,27 @@ func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) 
 		return ml, fmt.Errorf("netlink handle in monitor network namespace: %w", err)
 	}
 	defer pod.Close()
+	// A restarted agent finds the links of a monitor it made before: it keeps them (the
+	// monitor may be reading them) and attaches again. One of the two alone is a
+	// leftover of an interrupted creation: it goes, and both are made anew.
+	rxLink, rxErr := node.LinkByName(ml.HostRx)
+	txLink, txErr := node.LinkByName(ml.HostTx)
+	if rxErr == nil && txErr == nil {
+		if attach != nil {
+			if err := attach(ml.HostRx, ml.HostTx); err != nil {
+				return ml, fmt.Errorf("attaching to %s and %s: %w", ml.HostRx, ml.HostTx, err)
+			}
+		}
+		ml.HostRxIndex, ml.HostTxIndex = rxLink.Attrs().Index, txLink.Attrs().Index
+		return ml, nil
+	}
+	for _, l := range []netlink.Link{rxLink, txLink} {
+		if l != nil {
+			if err := node.LinkDel(l); err != nil {
+				return ml, fmt.Errorf("deleting leftover %s: %w", l.Attrs().Name, err)
+			}
+		}
+	}
 	var created []string // only these are removed on error, never links that were there
 	defer func() {
 		if err != nil {
@@ -92,7 +115,15 @@ func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) 
 		} {
 			_ = writeSysctl(k, "1") // a kernel without IPv6 has nothing to quiet
 		}
-		return writeSysctl("net/ipv4/conf/"+ml.HostTx+"/rp_filter", "0")
+		if err := writeSysctl("net/ipv4/conf/"+ml.HostTx+"/rp_filter", "0"); err != nil {
+			return err
+		}
+		// What the node sends the monitor leaves with its checksums complete and in
+		// packets of the MTU: an inline monitor (AF_PACKET IPS) writes out the frames it
+		// read as they are, and a partial checksum (left for the NIC that a veth never
+		// reaches) or a GSO frame larger than the MTU would not arrive. Without transmit
+		// checksum offload the kernel completes both before the frame enters the veth.
+		return setTxChecksum(ml.HostRx, false)
 	})
 	if err != nil {
 		return ml, err
@@ -154,4 +185,30 @@ func (n Node) DeleteMonitorLinks(namespace, name string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// setTxChecksum turns transmit checksum offload of interface ifname (in the calling
+// thread's network namespace) on or off, as `ethtool -K ifname tx on|off` does; turning it
+// off also turns off the segmentation offloads that depend on it.
+func setTxChecksum(ifname string, on bool) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("ethtool socket: %w", err)
+	}
+	defer unix.Close(fd)
+	// struct ethtool_value {cmd, data}, ETHTOOL_STXCSUM, through struct ifreq's ifr_data.
+	const ethtoolSTXCSUM = 0x17
+	v := struct{ cmd, data uint32 }{cmd: ethtoolSTXCSUM}
+	if on {
+		v.data = 1
+	}
+	var ifr [unix.IFNAMSIZ + 24]byte
+	copy(ifr[:unix.IFNAMSIZ-1], ifname)
+	*(*unsafe.Pointer)(unsafe.Pointer(&ifr[unix.IFNAMSIZ])) = unsafe.Pointer(&v)
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr[0])))
+	runtime.KeepAlive(&v)
+	if errno != 0 {
+		return fmt.Errorf("turning transmit checksum offload of %s %s: %w", ifname, map[bool]string{true: "on", false: "off"}[on], errno)
+	}
+	return nil
 }

@@ -1,0 +1,201 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/tap"
+)
+
+// Monitors gives monitor endpoints their receive and return interfaces in the dataplane
+// (docs/taps.md): the tap table needs them to send copies and diverted packets, and to take
+// back only what it diverted.
+type Monitors interface {
+	// AttachMonitor registers the host sides rx and tx (in the node namespace at netnsPath)
+	// of monitor endpoint epID's veths.
+	AttachMonitor(netnsPath, rx, tx string, epID uint32) error
+	// DetachMonitor forgets monitor epID's interfaces and the flows diverted to it.
+	DetachMonitor(epID uint32) error
+}
+
+// tapKernel is TapTable and Monitors over the datapath: it turns the resolution's rules
+// (tap.Rule, per endpoint and contract) into the dataplane's (datapath.TapRule, per
+// direction, peer prefix and port range) and keeps the monitors' interfaces.
+type tapKernel struct {
+	dp *datapath.Datapath
+
+	mu       sync.Mutex
+	monitors map[uint32][2]uint32   // monitor epID -> rx, tx ifindex
+	ids      map[uint32]tap.RuleKey // the dataplane's contract ID -> the rule it counts
+	rules    map[tap.RuleKey]uint32 // and back
+}
+
+func newTapKernel(dp *datapath.Datapath) *tapKernel {
+	return &tapKernel{dp: dp, monitors: map[uint32][2]uint32{}, ids: map[uint32]tap.RuleKey{}, rules: map[tap.RuleKey]uint32{}}
+}
+
+func (k *tapKernel) AttachMonitor(netnsPath, rx, tx string, epID uint32) error {
+	rxi, txi, err := k.dp.AttachMonitor(netnsPath, rx, tx, epID)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.monitors[epID] = [2]uint32{rxi, txi}
+	k.mu.Unlock()
+	return nil
+}
+
+func (k *tapKernel) DetachMonitor(epID uint32) error {
+	k.mu.Lock()
+	ifs, ok := k.monitors[epID]
+	delete(k.monitors, epID)
+	k.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return k.dp.DetachMonitor(ifs[0], ifs[1])
+}
+
+// ReplaceTaps installs rules. Each gets a contract ID of its own in the dataplane (kept
+// while the rule stays, so its counters go on), and expands into one dataplane rule per
+// direction, peer prefix and port range. A monitor that is not on this node, or not
+// attached, is down: a redirect to it drops (fails open only by its contract's setting),
+// a mirror loses its copies.
+func (k *tapKernel) ReplaceTaps(rules []tap.Rule) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	ids := map[uint32]tap.RuleKey{}
+	back := map[tap.RuleKey]uint32{}
+	next := uint32(1)
+	// Rules that stay keep their IDs; new ones take free IDs.
+	for _, r := range rules {
+		key := tap.RuleKey{EndpointID: r.EndpointID, Index: r.Index}
+		if id, ok := k.rules[key]; ok {
+			ids[id], back[key] = key, id
+		}
+	}
+	var out []datapath.TapRule
+	var fresh []uint32
+	for _, r := range rules {
+		key := tap.RuleKey{EndpointID: r.EndpointID, Index: r.Index}
+		id, ok := back[key]
+		if !ok {
+			for ; ; next++ {
+				if next >= datapath.MaxTapContracts {
+					return fmt.Errorf("installing taps: more than %d tap rules", datapath.MaxTapContracts-1)
+				}
+				if _, used := ids[next]; !used {
+					break
+				}
+			}
+			id = next
+			ids[id], back[key] = key, id
+			fresh = append(fresh, id)
+		}
+		ifindex, ok := k.dp.EndpointIfindex(r.EndpointID)
+		if !ok {
+			return fmt.Errorf("installing taps: contract %s: endpoint %s is not installed", r.Contract, r.Endpoint)
+		}
+		base := datapath.TapRule{Ifindex: ifindex, ContractID: id, FailOpen: r.FailMode == tap.FailOpen}
+		switch r.Action {
+		case tap.Mirror:
+			base.Action = datapath.TapMirror
+		default:
+			base.Action = datapath.TapRedirect
+		}
+		if m := r.Monitor; m != nil && m.Node == "" && (r.Effect == tap.EffectMirror || r.Effect == tap.EffectRedirect) {
+			if ifs, ok := k.monitors[m.ID]; ok {
+				base.MonitorRx, base.MonitorTx, base.MonitorUp = ifs[0], ifs[1], true
+			}
+		}
+		out = append(out, expandTapRule(base, r.Match)...)
+	}
+	// A new rule starts from zero, not from the counts of a rule that had its ID before.
+	for _, id := range fresh {
+		if err := k.dp.ResetTapCounters(id); err != nil {
+			return err
+		}
+	}
+	if err := k.dp.ReplaceTaps(out); err != nil {
+		return err
+	}
+	k.ids, k.rules = ids, back
+	return nil
+}
+
+// expandTapRule is match as dataplane rules: one per direction, peer prefix and pair of
+// port ranges (the model's lists are alternatives; a dataplane rule holds one of each).
+// The endpoint's own side is the destination of what it receives and the source of what
+// it sends.
+func expandTapRule(base datapath.TapRule, m tap.Match) []datapath.TapRule {
+	peers := m.PeerCIDRs
+	if len(peers) == 0 {
+		peers = []netip.Prefix{{}}
+	}
+	own, peer := portRanges(m.Ports), portRanges(m.PeerPorts)
+	var out []datapath.TapRule
+	for _, dir := range []tap.Direction{tap.Ingress, tap.Egress} {
+		if m.Direction&dir == 0 {
+			continue
+		}
+		for _, p := range peers {
+			for _, o := range own {
+				for _, q := range peer {
+					r := base
+					r.Protocol = policy.Protocol(m.Protocol)
+					r.ICMPType, r.ICMPCode = m.ICMPType, m.ICMPCode
+					if dir == tap.Ingress {
+						r.Direction = policy.Ingress
+						r.Source, r.SourcePorts, r.DestinationPorts = p, q, o
+					} else {
+						r.Direction = policy.Egress
+						r.Destination, r.SourcePorts, r.DestinationPorts = p, o, q
+					}
+					out = append(out, r)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// portRanges is ranges as the dataplane's, the zero range (any port) when there are none.
+func portRanges(ranges []tap.PortRange) []datapath.PortRange {
+	if len(ranges) == 0 {
+		return []datapath.PortRange{{}}
+	}
+	out := make([]datapath.PortRange, len(ranges))
+	for i, r := range ranges {
+		out[i] = datapath.PortRange{Lo: r.First, Hi: r.Last}
+	}
+	return out
+}
+
+// TapCounters reads the installed rules' counters.
+func (k *tapKernel) TapCounters() (map[tap.RuleKey]tap.Counters, error) {
+	k.mu.Lock()
+	ids := make([]uint32, 0, len(k.ids))
+	keys := make(map[uint32]tap.RuleKey, len(k.ids))
+	for id, key := range k.ids {
+		ids = append(ids, id)
+		keys[id] = key
+	}
+	k.mu.Unlock()
+	got, err := k.dp.TapCounters(ids...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[tap.RuleKey]tap.Counters, len(got))
+	for id, c := range got {
+		notBack := c.NotReturned()
+		out[keys[id]] = tap.Counters{
+			MirroredPackets: c.MirroredPackets, MirroredBytes: c.MirroredBytes,
+			RedirectedPackets: c.RedirectedPackets, RedirectedBytes: c.RedirectedBytes,
+			DroppedByMonitor: notBack, CopiesLost: c.CopiesLost, DroppedUnavailable: c.UnavailableDrops,
+		}
+	}
+	return out, nil
+}
