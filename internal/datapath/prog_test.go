@@ -323,7 +323,7 @@ func TestConntrackTimeoutTicks(t *testing.T) {
 		k := ct4Key(q, epID, uint8(policy.Egress))
 		then := now - toJiffies(c.ago, tick)
 		v := rampartCtValue{Created: then, LastSeen: then, Flags: ctFSeenReply, Direction: uint8(policy.Egress)}
-		if err := f.d.objs.Conntrack4Jiffies.Update(&k, &v, ebpf.UpdateAny); err != nil {
+		if err := f.d.objs.Conntrack4Peer.Update(&k, &v, ebpf.UpdateAny); err != nil {
 			t.Fatal(err)
 		}
 		a := packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: q.sport}

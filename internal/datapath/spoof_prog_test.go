@@ -88,7 +88,7 @@ func TestSpoofedSource(t *testing.T) {
 	}
 	v := rampartCtValue{Created: now, LastSeen: now, Flags: ctFSeenReply, Direction: uint8(policy.Egress),
 		Revision: f.d.endpoints[epIfindex].Revision}
-	if err := f.d.objs.Conntrack4Jiffies.Update(&k, &v, ebpf.UpdateAny); err != nil {
+	if err := f.d.objs.Conntrack4Peer.Update(&k, &v, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // twice: the second would be a flow cache hit if the first filled it

@@ -58,6 +58,7 @@ const (
 	ReasonSpoofedSource         Reason = 10 // REASON_SPOOFED_SOURCE
 	ReasonTunnelUntrustedSource Reason = 11 // REASON_TUNNEL_UNTRUSTED_SOURCE
 	ReasonTunnelNoEndpoint      Reason = 12 // REASON_TUNNEL_NO_ENDPOINT
+	ReasonPeerIdentityChanged   Reason = 13 // REASON_PEER_IDENTITY_CHANGED
 )
 
 // reasonNames are the names of the Reason codes, by value.
@@ -75,10 +76,11 @@ var reasonNames = map[Reason]string{
 	ReasonSpoofedSource:         "spoofed-source",
 	ReasonTunnelUntrustedSource: "tunnel-untrusted-source",
 	ReasonTunnelNoEndpoint:      "tunnel-no-endpoint",
+	ReasonPeerIdentityChanged:   "peer-identity-changed",
 }
 
 // reasonOrder lists the Reason codes as rampart.h declares them.
-var reasonOrder = []Reason{ReasonNone, ReasonPolicyDeny, ReasonPolicyDefaultDeny, ReasonMalformed, ReasonFragmentUnknown, ReasonUnknownEndpoint, ReasonUnsupportedL3, ReasonProxyUnavailable, ReasonProxyBypass, ReasonL7Unchecked, ReasonSpoofedSource, ReasonTunnelUntrustedSource, ReasonTunnelNoEndpoint}
+var reasonOrder = []Reason{ReasonNone, ReasonPolicyDeny, ReasonPolicyDefaultDeny, ReasonMalformed, ReasonFragmentUnknown, ReasonUnknownEndpoint, ReasonUnsupportedL3, ReasonProxyUnavailable, ReasonProxyBypass, ReasonL7Unchecked, ReasonSpoofedSource, ReasonTunnelUntrustedSource, ReasonTunnelNoEndpoint, ReasonPeerIdentityChanged}
 
 // Flags is a set of enum flow_flag bits: how the L7 proxy or the send-side verdict is
 // involved in a flow, and whether it is an ARP frame.
