@@ -82,7 +82,7 @@ func TestMapMemory(t *testing.T) {
 		}
 	}
 	ct := p["conntrack4_peer"]
-	if ct.Type != "LRUHash" || ct.MaxEntries != d.objs.Conntrack4Peer.MaxEntries() || ct.Bytes < uint64(ct.MaxEntries)*32 {
+	if ct.Type != "LRUHash" || ct.MaxEntries != d.objs.Conntrack4Peer.MaxEntries() || ct.Bytes < uint64(ct.MaxEntries)*40 {
 		t.Errorf("conntrack: %+v", ct)
 	}
 	if fc, ok := a["flow_cache"]; !ok || fc.Type != "Array" || fc.Bytes == 0 {
