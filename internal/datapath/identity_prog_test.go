@@ -223,3 +223,35 @@ func TestPeerIdentityChangeFragments(t *testing.T) {
 	}
 	f.check("later fragment, address still B after another ipcache change", f.toEp(later(ipPeer, 3)), want{pass: true, noEvent: true})
 }
+
+// ctFSockverdict is CT_F_SOCKVERDICT (bpf/include/rampart.h).
+const ctFSockverdict = 1 << 6
+
+// A flow through the L7 proxy or the send-side verdict had its L7 decisions taken for its
+// peer's identity: when the peer has another identity, which policy redirects too, the
+// flow is dropped rather than handed on; a flow whose peer kept its identity goes on to
+// its proxy socket (none here: the steering drop).
+func TestPeerIdentityChangeSteered(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.setPeerIdentity(idA)
+	f.apply(false, true, e(redirect(idA, out, tcp, 8080, 16, 1)), e(redirect(idB, out, tcp, 8080, 16, 2)))
+	// A flow as steering leaves it (BPF_PROG_RUN cannot assign sockets), admitted for peer.
+	steered := func(peer identity.Identity, flags uint32) packet {
+		p := f.synOut(ipPeer, tcp, 8080)
+		p.tcpFlags = 0x10
+		putCT(t, f.d, p, epID, out, flags)
+		k, v := ct4Key(p, epID, uint8(out)), f.ctEntry(p, uint8(out))
+		v.PeerIdentity = uint32(peer)
+		if err := f.d.objs.Conntrack4Peer.Update(&k, &v, 0); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fromA, fromB, svFromA := steered(idA, ctFToProxy), steered(idB, ctFToProxy), steered(idA, ctFSockverdict)
+	f.setPeerIdentity(idB)
+	f.check("steered flow, peer now B", f.fromEp(fromA),
+		want{reason: flow.ReasonPeerIdentityChanged, rule: 2, l7Egress: true})
+	f.check("send-side verdict flow, peer now B", f.fromEp(svFromA),
+		want{reason: flow.ReasonPeerIdentityChanged, rule: 2, l7Egress: true})
+	f.check("steered flow admitted for B", f.fromEp(fromB), want{reason: flow.ReasonProxyUnavailable})
+}
