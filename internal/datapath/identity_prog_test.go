@@ -40,12 +40,10 @@ func (f *fixture) ctEntry(p packet, dir uint8) rampartCtValue {
 // whose peer now has identity src (the event's source, ingress) and rule.
 func (f *fixture) expectIdentityDrop(name string, ret uint32, src identity.Identity, rule uint32) {
 	f.t.Helper()
-	if ret != actShot {
-		f.t.Errorf("%s: verdict %d, want drop", name, ret)
-		f.drain()
+	ev, ok := f.dropped(name, ret)
+	if !ok {
 		return
 	}
-	ev := nextEvent(f.t, f.ev)
 	if ev.Type != flow.EventDrop || ev.Reason != flow.ReasonPeerIdentityChanged || ev.SrcIdentity != src || ev.RuleID != rule {
 		f.t.Errorf("%s: event %v/%v from %d rule %d, want a %v drop from %d rule %d", name,
 			ev.Type, ev.Reason, ev.SrcIdentity, ev.RuleID, flow.ReasonPeerIdentityChanged, src, rule)
@@ -107,9 +105,7 @@ func TestPeerIdentityChangeEstablished(t *testing.T) {
 	f.expectIdentityDrop("established flow, peer now B, denied", f.toEp(ack81), idB, 2)
 	egressAck := egressSyn
 	egressAck.tcpFlags = 0x10
-	if ret := f.fromEp(egressAck); ret != actShot {
-		t.Errorf("egress flow to a peer now B: verdict %d, want drop", ret)
-	} else if ev := nextEvent(t, f.ev); ev.Reason != flow.ReasonPeerIdentityChanged || ev.DstIdentity != idB {
+	if ev, ok := f.dropped("egress flow to a peer now B", f.fromEp(egressAck)); ok && (ev.Reason != flow.ReasonPeerIdentityChanged || ev.DstIdentity != idB) {
 		t.Errorf("egress flow to a peer now B: event %v to %d, want %v to %d", ev.Reason, ev.DstIdentity, flow.ReasonPeerIdentityChanged, idB)
 	}
 	// A's own flows are untouched: its entries are still there.
@@ -140,13 +136,8 @@ func TestPeerIdentityChangeEstablished(t *testing.T) {
 // whose packets now carry B is dropped while B is not allowed, from the flow cache too;
 // once B is allowed, it passes and the entry records B.
 func TestPeerIdentityChangeTunnel(t *testing.T) {
-	f := newFixture(t, Config{})
-	const vxlanIfindex = 42
-	remote := addr("10.2.0.5") // a remote pod: world by address here
-	f.apply(true, false, e(allow(idA, in, udp, 53, 16, 1)))
-	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
-		t.Fatal(err)
-	}
+	f := newTunnelFixture(t, e(allow(idA, in, udp, 53, 16, 1)))
+	remote := tunnelRemote
 	gen, err := f.d.ipcacheGeneration()
 	if err != nil {
 		t.Fatal(err)
@@ -163,11 +154,8 @@ func TestPeerIdentityChangeTunnel(t *testing.T) {
 	f.drain()
 
 	for range 2 {
-		if ret := f.runTunneled(udpIn, tunnelMark(idB), vxlanIfindex); ret != actShot {
-			t.Fatalf("established flow, VNI now B: verdict %d, want drop", ret)
-		}
-		ev := nextEvent(t, f.ev)
-		if ev.Reason != flow.ReasonPeerIdentityChanged || ev.SrcIdentity != idB || !ev.Flags.Has(flow.FlagTunnel) {
+		ev, ok := f.dropped("established flow, VNI now B", f.runTunneled(udpIn, tunnelMark(idB), vxlanIfindex))
+		if ok && (ev.Reason != flow.ReasonPeerIdentityChanged || ev.SrcIdentity != idB || !ev.Flags.Has(flow.FlagTunnel)) {
 			t.Errorf("established flow, VNI now B: event %v from %d (flags %v), want %v from %d flagged tunnel",
 				ev.Reason, ev.SrcIdentity, ev.Flags, flow.ReasonPeerIdentityChanged, idB)
 		}
@@ -188,14 +176,9 @@ func TestPeerIdentityChangeTunnel(t *testing.T) {
 // identity the first fragment passed with: a later fragment whose peer has another
 // identity, by its VNI or by the ipcache, is dropped.
 func TestPeerIdentityChangeFragments(t *testing.T) {
-	f := newFixture(t, Config{})
-	const vxlanIfindex = 42
-	remote := addr("10.2.0.5")
+	f := newTunnelFixture(t, e(allow(idA, in, udp, 53, 16, 1)), e(allow(idB, in, udp, 54, 16, 2)))
+	remote := tunnelRemote
 	f.setPeerIdentity(idA)
-	f.apply(true, false, e(allow(idA, in, udp, 53, 16, 1)), e(allow(idB, in, udp, 54, 16, 2)))
-	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
-		t.Fatal(err)
-	}
 	first := func(src netip.Addr, id uint16) packet {
 		return packet{src: src, dst: epIP, proto: uint8(udp), sport: 5350 + id, dport: 53, ipID: id, mf: true, payload: make([]byte, 1400)}
 	}

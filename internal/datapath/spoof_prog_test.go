@@ -35,12 +35,10 @@ func arpFrame(op uint16, sender, target netip.Addr) packet {
 // however the packet's source address resolves) with source src.
 func (f *fixture) expectSpoofed(name string, ret uint32, src netip.Addr, arp bool) {
 	f.t.Helper()
-	if ret != actShot {
-		f.t.Errorf("%s: verdict %d, want drop", name, ret)
-		f.drain()
+	ev, ok := f.dropped(name, ret)
+	if !ok {
 		return
 	}
-	ev := nextEvent(f.t, f.ev)
 	if ev.Type != flow.EventDrop || ev.Reason != flow.ReasonSpoofedSource || ev.EpID != epID ||
 		ev.SrcIdentity != epIdent || ev.Direction != policy.Egress || ev.Source != src || ev.Flags.Has(flow.FlagARP) != arp {
 		f.t.Errorf("%s: event %+v, want a spoofed-source drop of endpoint %d (identity %d) from %v",
