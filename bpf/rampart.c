@@ -24,8 +24,8 @@
  * (sockverdict.c) checks its requests on the client's socket, so its connections go
  * straight to the server, and tc only makes sure their data comes from that socket.
  *
- * Policy changes reach established flows through the endpoint's policy revision (see
- * recheck_established). */
+ * Policy changes, and changes of a peer's identity, reach established flows through the
+ * check revision their conntrack entries record (see recheck_established). */
 
 #include "common.h"
 #include "maps.h"
@@ -59,7 +59,8 @@ static __always_inline void frag_key_fill(struct frag_key *k, const struct pkt *
 	k->direction = dir;
 }
 
-/* frag_record remembers the first fragment's ports and verdict for the later fragments. */
+/* frag_record remembers the first fragment's ports and verdict for the later fragments,
+ * and what it was judged as: its peer identity (d's), VNI identity and ipcache generation. */
 static __noinline void frag_record(const struct pkt *p, const struct decision *d,
 					int allowed)
 {
@@ -72,7 +73,33 @@ static __noinline void frag_record(const struct pkt *p, const struct decision *d
 	v.allowed = allowed ? 1 : 0;
 	v.reason = d->reason;
 	v.rule_id = d->rule_id;
-	bpf_map_update_elem(&frags, &k, &v, BPF_ANY);
+	v.peer_identity = ct_peer_identity(d);
+	v.tunnel_id = p->tunnel_id;
+	v.ipcache_gen = p->ipcache_gen;
+	bpf_map_update_elem(&frags_peer, &k, &v, BPF_ANY);
+}
+
+/* frag_record_established records the verdict of a first fragment that passed as a packet of
+ * an established flow: its peer identity is the one the flow's conntrack entry (entry, or
+ * looked up when the flow cache served the packet) was last checked with. Out of line:
+ * fragments are rare. */
+static __noinline void frag_record_established(const struct pkt *p, struct decision *d,
+						    const struct ct_value *entry)
+{
+	struct ct4_key k;
+	__u32 peer = ID_UNKNOWN;
+
+	if (!entry) {
+		ct_key_fill(&k, &p->t, d->ep_id, d->dir);
+		entry = bpf_map_lookup_elem(&conntrack4_peer, &k);
+	}
+	if (entry)
+		peer = entry->peer_identity;
+	if (d->dir == DIR_EGRESS)
+		d->dst_identity = peer;
+	else
+		d->src_identity = peer;
+	frag_record(p, d, 1);
 }
 
 static __always_inline void set_identities(struct decision *d, const struct endpoint_info *ep,
@@ -87,7 +114,12 @@ static __always_inline void set_identities(struct decision *d, const struct endp
 	}
 }
 
-/* handle_later_fragment gives a non-first fragment its first fragment's verdict. */
+/* handle_later_fragment gives a non-first fragment its first fragment's verdict, as long as
+ * it comes from the same peer identity: a later fragment of an allowed datagram passes
+ * without a new evaluation when it carries the same VNI identity and no ipcache change
+ * came in between, else when its peer's identity (derived as for a new flow) is the one
+ * the first fragment passed with. One datagram has one sender: a later fragment from
+ * another identity (its address now another pod's, its pod relabelled) is dropped. */
 static __noinline int handle_later_fragment(struct __sk_buff *skb, struct pkt *p,
 						 struct decision *d,
 						 const struct endpoint_info *ep)
@@ -97,12 +129,12 @@ static __noinline int handle_later_fragment(struct __sk_buff *skb, struct pkt *p
 	struct peer_identity peer;
 
 	frag_key_fill(&k, p, d->ep_id, d->dir);
-	v = bpf_map_lookup_elem(&frags, &k);
-	if (v && v->allowed)
+	v = bpf_map_lookup_elem(&frags_peer, &k);
+	if (v && v->allowed && v->tunnel_id == p->tunnel_id && v->ipcache_gen == p->ipcache_gen)
 		return pass(); /* allowed datagram: no new evaluation, no event */
 
-	/* Dropped below: resolve the peer only now, for the event (arrived through the
-	 * VXLAN overlay: the identity its VNI carried, as for its first fragment). */
+	/* Resolve the peer only now (arrived through the VXLAN overlay: the identity its VNI
+	 * carried, as for its first fragment). */
 	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
 	if (d->dir == DIR_INGRESS)
 		tunnel_source(skb, &peer, d);
@@ -111,10 +143,16 @@ static __noinline int handle_later_fragment(struct __sk_buff *skb, struct pkt *p
 		/* Drop: first fragment never seen here (lost, reordered past it, or a crafted
 		 * fragment that would bypass the port check). */
 		return drop(skb, p, d, REASON_FRAGMENT_UNKNOWN);
-	/* Drop: the first fragment of this datagram was dropped. */
 	p->t.sport = v->sport;
 	p->t.dport = v->dport;
 	d->rule_id = v->rule_id;
+	if (v->allowed) {
+		if (peer.identity == v->peer_identity)
+			return pass();
+		/* Drop: the first fragment passed as another peer identity. */
+		return drop(skb, p, d, REASON_PEER_IDENTITY_CHANGED);
+	}
+	/* Drop: the first fragment of this datagram was dropped. */
 	return drop(skb, p, d, v->reason ? v->reason : REASON_POLICY_DENY);
 }
 
@@ -270,30 +308,58 @@ static __always_inline int judge_local_source(struct __sk_buff *skb, const struc
 	return 1;
 }
 
-/* recheck_established applies a policy change to an established flow: its conntrack entry v
- * was last checked against another policy revision than the endpoint's current one. The
- * packet is evaluated against the endpoint's policy in its direction as a new flow would
- * be (peer and res are scratch space of the caller), and
+/* recheck_drop drops a packet of an established flow that recheck_established refused with
+ * verdict res. */
+static __always_inline int recheck_drop(struct __sk_buff *skb, struct pkt *p, struct decision *d,
+					const struct verdict *res, __u8 reason)
+{
+	d->rule_id = res->rule_id;
+	d->match_identity = res->identity;
+	d->reason = reason;
+	if (p->frag == FRAG_FIRST)
+		frag_record(p, d, 0);
+	return drop(skb, p, d, reason);
+}
+
+/* recheck_established applies a change to an established flow: its conntrack entry v was
+ * last checked with another check word than the packet's (conntrack.h): the endpoint's
+ * policy changed, an ipcache change may have given the peer's address another identity, or
+ * the packet's VNI carries another identity. The packet's peer identity is derived as for a
+ * new flow (peer and res are scratch space of the caller) and its policy evaluated in the
+ * packet's direction.
+ *
+ * The same peer identity as the entry's (a policy change):
  *   - deny: dropped (REASON_POLICY_DENY): a deny rule ends live flows too;
  *   - redirect while the flow does not go through the proxy (egress: not steered to it;
  *     ingress: not the proxy's upstream connection): dropped (REASON_PROXY_BYPASS), since
  *     an L7 rule must not be bypassed by a connection opened before it; the client's
  *     connection stalls, and the connection it opens instead is steered;
  *   - anything else (allow; redirect of a proxied flow; nothing, that is an allow removed
- *     without a deny, which stops only new flows, as in Cilium): the entry takes the
- *     current revision and the packet goes on.
- * A dropped flow's entry keeps its old revision, so each of its later packets is checked
- * (and dropped) again. Only established packets are checked: replies and related ICMP
- * errors follow their flow, whose own packets are checked. Returns -1 to go on, else the
- * tc verdict. */
-static __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p,
-					  struct decision *d, const struct endpoint_info *ep,
-					  struct ct_value *v)
+ *     without a deny, which stops only new flows, as in Cilium): the packet goes on.
+ * Another peer identity (the principle that an endpoint never speaks with another's
+ * identity: the flow was admitted for its old one) is judged as a new flow would be:
+ *   - deny, or nothing while the endpoint enforces the direction: dropped
+ *     (REASON_PEER_IDENTITY_CHANGED);
+ *   - redirect: as above when the flow does not pass the proxy (REASON_PROXY_BYPASS);
+ *     dropped too when it does (REASON_PEER_IDENTITY_CHANGED): the proxy, or the send-side
+ *     verdict, took the connection's L7 decisions for the old identity;
+ *   - allow, or nothing in an unenforced direction: the packet goes on.
+ * A packet that goes on updates the entry to its check word and peer identity (so the flow
+ * cache may serve the flow again). A dropped flow's entry keeps its old ones, so each of
+ * its later packets is checked (and dropped) again. Only established packets are checked:
+ * replies and related ICMP errors follow their flow, whose own packets are checked.
+ * Returns -1 to go on, else the tc verdict. */
+__noinline int recheck_established(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
+				   struct decision *d __arg_nonnull,
+				   const struct endpoint_info *ep __arg_nonnull,
+				   struct ct_value *v __arg_nonnull)
 {
 	__u32 via_proxy = v->flags & (CT_F_SOCKVERDICT | (d->dir == DIR_EGRESS ? CT_F_TO_PROXY : CT_F_FROM_PROXY));
+	__u32 enforce = d->dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS;
 	struct peer_identity peer;
 	struct verdict res;
 	__u32 sender = 0;
+	int changed;
 
 	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
 	if (d->dir == DIR_INGRESS && judge_local_source(skb, p, &peer, &sender)) {
@@ -306,27 +372,26 @@ static __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p,
 	if (d->dir == DIR_INGRESS)
 		tunnel_source(skb, &peer, d);
 	set_identities(d, ep, peer.identity);
+	/* ID_UNKNOWN: an entry of an earlier version, which recorded none: it takes this one. */
+	changed = v->peer_identity != ID_UNKNOWN && v->peer_identity != peer.identity;
 	policy_decide(d->ep_id, d->dir, &peer, p->t.proto, p->policy_port, &res);
-	if (res.action == POLICY_DENY) {
+	if (res.action == POLICY_DENY)
 		/* Drop: a deny entry now matches this established flow. */
-		d->rule_id = res.rule_id;
-		d->match_identity = res.identity;
-		d->reason = REASON_POLICY_DENY;
-		if (p->frag == FRAG_FIRST)
-			frag_record(p, d, 0);
-		return drop(skb, p, d, REASON_POLICY_DENY);
-	}
-	if (res.action == POLICY_REDIRECT && !via_proxy) {
-		/* Drop: L7 rules now apply to this flow, which does not pass the proxy. */
-		d->rule_id = res.rule_id;
-		d->match_identity = res.identity;
+		return recheck_drop(skb, p, d, &res,
+				    changed ? REASON_PEER_IDENTITY_CHANGED : REASON_POLICY_DENY);
+	if (res.action == POLICY_REDIRECT && (!via_proxy || changed)) {
+		/* Drop: L7 rules now apply to this flow, which does not pass the proxy, or
+		 * whose L7 decisions were taken for another peer identity. */
 		d->ev_flags |= d->dir == DIR_EGRESS ? FLOW_F_L7_EGRESS : FLOW_F_L7_INGRESS;
-		d->reason = REASON_PROXY_BYPASS;
-		if (p->frag == FRAG_FIRST)
-			frag_record(p, d, 0);
-		return drop(skb, p, d, REASON_PROXY_BYPASS);
+		return recheck_drop(skb, p, d, &res,
+				    via_proxy ? REASON_PEER_IDENTITY_CHANGED : REASON_PROXY_BYPASS);
 	}
-	v->revision = ep->revision;
+	if (changed && res.action != POLICY_ALLOW && res.action != POLICY_REDIRECT &&
+	    (ep->flags & enforce))
+		/* Drop: nothing allows the flow's new peer identity. */
+		return recheck_drop(skb, p, d, &res, REASON_PEER_IDENTITY_CHANGED);
+	v->peer_identity = peer.identity;
+	ct_set_checked(v, ct_check_word(ct_check_revision(ep, p), p));
 	return -1;
 }
 
@@ -375,7 +440,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 		}
 	}
 	if (!steer) {
-		ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, 0, revision, now);
+		ct_create(p, d, 0, revision, now);
 		if (p->frag == FRAG_FIRST)
 			frag_record(p, d, 1);
 		emit_event(skb, p, d, EVENT_NEW, VERDICT_FORWARDED);
@@ -413,7 +478,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 		/* Both ends are local and the send-side verdict checks this pair's requests on
 		 * the client's socket: no proxy hop (sv_established pins the data to it). */
 		d->ev_flags |= FLOW_F_SEND_SIDE;
-		ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, CT_F_SOCKVERDICT, revision, now);
+		ct_create(p, d, CT_F_SOCKVERDICT, revision, now);
 		emit_event(skb, p, d, EVENT_NEW, VERDICT_FORWARDED);
 		return pass();
 	}
@@ -421,7 +486,7 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 		/* Drop: no proxy listener (not running, not configured) or no socket for this
 		 * packet: L7 policy cannot be checked, so the connection is refused. */
 		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
-	ct_create(p, d->ep_id, DIR_EGRESS, d->rule_id, CT_F_TO_PROXY, revision, now);
+	ct_create(p, d, CT_F_TO_PROXY, revision, now);
 	count_proxy(d->ep_id, 1);
 	emit_event(skb, p, d, EVENT_NEW, VERDICT_REDIRECTED);
 	return pass();
@@ -442,7 +507,7 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 			/* Checked by the send-side verdict at the client, whose veth let it
 			 * through for that reason (a pair of local endpoints). */
 			d->ev_flags |= FLOW_F_SEND_SIDE;
-			ct_create(p, d->ep_id, DIR_INGRESS, d->rule_id, CT_F_SOCKVERDICT, revision, now);
+			ct_create(p, d, CT_F_SOCKVERDICT, revision, now);
 			emit_event(skb, p, d, EVENT_NEW, VERDICT_FORWARDED);
 			return pass();
 		}
@@ -463,7 +528,7 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 		ct_flags = CT_F_FROM_PROXY;
 		count_proxy(d->ep_id, 0);
 	}
-	ct_create(p, d->ep_id, DIR_INGRESS, d->rule_id, ct_flags, revision, now);
+	ct_create(p, d, ct_flags, revision, now);
 	if (p->frag == FRAG_FIRST)
 		frag_record(p, d, 1);
 	emit_event(skb, p, d, EVENT_NEW, VERDICT_FORWARDED);
@@ -473,8 +538,9 @@ static __always_inline int new_ingress(struct __sk_buff *skb, struct pkt *p, str
 /* handle_new evaluates a new flow against the endpoint's policy in direction d->dir:
  * identities, policy, verdict, conntrack entry and event. Out of line: the packets of
  * established flows, nearly all packets, never get here (see likely). */
-static __noinline int handle_new(struct __sk_buff *skb, struct pkt *p, struct decision *d,
-				 const struct endpoint_info *ep, __u64 now)
+__noinline int handle_new(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
+			  struct decision *d __arg_nonnull, const struct endpoint_info *ep __arg_nonnull,
+			  __u64 now)
 {
 	struct peer_identity peer;
 	struct verdict res;
@@ -522,8 +588,8 @@ static __noinline int handle_new(struct __sk_buff *skb, struct pkt *p, struct de
 	}
 
 	if (dir == DIR_EGRESS)
-		return new_egress(skb, p, d, &peer, &res, ep->revision, now);
-	return new_ingress(skb, p, d, &res, from_proxy(skb), ep->revision, now);
+		return new_egress(skb, p, d, &peer, &res, ct_check_revision(ep, p), now);
+	return new_ingress(skb, p, d, &res, from_proxy(skb), ct_check_revision(ep, p), now);
 }
 
 /* handle_unparsed decides a frame that is not a whole IPv4 packet (parse_packet's result
@@ -582,16 +648,20 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 	struct decision d = { .dir = dir };
 	struct flow_cache_entry want, *fc = 0;
 	struct endpoint_info *ep;
-	struct ct_value *entry;
+	struct ct_value *entry = 0;
 	__u32 ifindex = skb->ifindex;
-	__u32 ct_flags;
+	__u32 ct_flags, check;
 	__u64 now, fc_w0 = 1;
 	int ret, status;
 
 	/* Parsed first: the flow cache slot's address depends only on the packet, so its
 	 * load goes out before the endpoint slot's and the two misses overlap. */
 	ret = parse_packet(skb, pp);
+	/* Read before any ipcache lookup of this packet (see struct pkt). */
+	pp->ipcache_gen = ipcache_generation();
 	if (likely(ret == PARSE_IPV4)) {
+		if (dir == DIR_INGRESS)
+			pp->tunnel_id = tunnel_id_of(skb);
 		flow_cache_want(&want, pp, ifindex, dir);
 		fc = flow_cache_slot_of(&want);
 		if (likely(fc))
@@ -623,17 +693,19 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 	/* Conntrack times only need to be good to a tick against timeouts of seconds: the
 	 * tick counter is one load (inlined), where even the coarse clock is a helper call. */
 	now = bpf_jiffies64();
+	check = ct_check_revision(ep, pp);
 	if (likely(fc) && flow_cache_eligible(pp) &&
-	    flow_cache_hit(fc, fc_w0, &want, ep->revision, now))
+	    flow_cache_hit(fc, fc_w0, &want, check, now))
 		goto established;
 	status = ct_lookup(pp, d.ep_id, dir, now, &ct_flags, &entry);
 	if (unlikely(status == CT_NEW))
 		return handle_new(skb, pp, &d, ep, now);
 
 	/* Established, reply or related: allowed when the flow was created (or last checked,
-	 * see recheck_established). Packets of steered flows still have to reach their proxy
-	 * socket. */
-	if (unlikely(status == CT_ESTABLISHED && entry && entry->revision != ep->revision)) {
+	 * see recheck_established: one 8-byte compare of the check word, conntrack.h).
+	 * Packets of steered flows still have to reach their proxy socket. */
+	if (unlikely(status == CT_ESTABLISHED && entry &&
+		     ct_checked(entry) != ct_check_word(check, pp))) {
 		ret = recheck_established(skb, pp, &d, ep, entry);
 		if (ret >= 0)
 			return ret;
@@ -649,8 +721,9 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 	if (likely(fc) && entry) {
 		/* The conntrack path ran for this packet: let the cache serve the flow's next
 		 * packets, or forget the flow when this packet changes its state. */
-		if (flow_cache_eligible(pp) && flow_cache_cacheable(entry, ep->revision))
-			flow_cache_fill(fc, &want, ep->revision, now);
+		if (flow_cache_eligible(pp) &&
+		    flow_cache_cacheable(entry, pp, check, status == CT_ESTABLISHED))
+			flow_cache_fill(fc, &want, check, now);
 		else if (pp->t.proto == IPPROTO_TCP && (pp->tcp_flags & (TCP_F_FIN | TCP_F_RST)))
 			flow_cache_forget(fc, &want);
 	}
@@ -659,7 +732,7 @@ established:
 		count_proxy(d.ep_id, 0);
 	}
 	if (unlikely(pp->frag == FRAG_FIRST))
-		frag_record(pp, &d, 1);
+		frag_record_established(pp, &d, entry);
 	return pass();
 }
 

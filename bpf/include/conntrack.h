@@ -20,16 +20,25 @@
  * Expired entries are ignored and deleted on lookup. A SYN that hits a closing entry is a
  * new connection reusing the tuple and is evaluated against policy again.
  *
- * Policy changes: every entry records the endpoint's policy revision (endpoint_info
- * .revision) its flow was last checked against. The caller (rampart.c, recheck_established)
- * checks an established packet again when the revisions differ, so a policy change reaches
- * live flows on their next packet at the cost of one comparison per packet otherwise. */
+ * Policy and identity changes: every entry records the peer identity its flow was
+ * admitted with and the check revision it was last checked against: the endpoint's policy
+ * revision (endpoint_info.revision) plus the ipcache generation (ipcache_gen, which the
+ * agent bumps after every change of the ipcache map), and, for a flow entering the
+ * endpoint from the overlay, the VNI's identity of its packets (pkt.tunnel_id). The caller
+ * (rampart.c, recheck_established) checks an established packet again when its check word
+ * (ct_check_word: the check revision and the packet's tunnel_id) differs from the entry's,
+ * so a policy change, an address that now maps to another identity (a relabelled pod, an
+ * address reused by another pod) and a VNI that now carries another identity reach live
+ * flows on their next packet, at the cost of one 8-byte comparison per packet otherwise.
+ * Why a generation and not the peer's identity itself: that takes an ipcache lookup (an
+ * LPM trie walk) per packet; the generation is one load. */
 #ifndef __RAMPART_CONNTRACK_H
 #define __RAMPART_CONNTRACK_H
 
 #include "common.h"
 #include "maps.h"
 #include "parse.h"
+#include "events.h"
 #include "flowcache.h"
 
 /* In jiffies, set at load time from datapath.Config.CTTimeouts and the kernel's tick (see
@@ -38,6 +47,44 @@ const volatile __u64 ct_timeout_tcp_syn = CT_TIMEOUT_TCP_SYN_S * RAMPART_DEFAULT
 const volatile __u64 ct_timeout_tcp_established = CT_TIMEOUT_TCP_ESTABLISHED_S * RAMPART_DEFAULT_HZ;
 const volatile __u64 ct_timeout_tcp_closing = CT_TIMEOUT_TCP_CLOSING_S * RAMPART_DEFAULT_HZ;
 const volatile __u64 ct_timeout_other = CT_TIMEOUT_OTHER_S * RAMPART_DEFAULT_HZ;
+
+/* ipcache_generation reads the ipcache generation (see ipcache_gen in maps.h). */
+static __always_inline __u32 ipcache_generation(void)
+{
+	__u32 zero = 0;
+	__u32 *g = bpf_map_lookup_elem(&ipcache_gen, &zero);
+
+	return g ? *g : 0;
+}
+
+/* ct_check_revision is the check revision of a packet at endpoint ep: a policy change
+ * raises the endpoint's revision, an ipcache change the generation, and both only grow
+ * (the agent hands out revisions from one counter), so their sum differs from every
+ * earlier one whenever either changed. */
+static __always_inline __u32 ct_check_revision(const struct endpoint_info *ep, const struct pkt *p)
+{
+	return ep->revision + p->ipcache_gen;
+}
+
+/* ct_check_word is what an established packet with check revision rev is compared with:
+ * struct ct_value's revision and tunnel_id, read as one 8-byte word (little endian, as the
+ * BPF target is). */
+static __always_inline __u64 ct_check_word(__u32 rev, const struct pkt *p)
+{
+	return (__u64)rev | ((__u64)p->tunnel_id << 32);
+}
+
+static __always_inline __u64 ct_checked(const struct ct_value *v)
+{
+	return *(const __u64 *)&v->revision;
+}
+
+/* ct_set_checked records that entry v's flow was checked with check word w: one 8-byte
+ * store, so a packet on another CPU never sees the new revision with the old tunnel_id. */
+static __always_inline void ct_set_checked(struct ct_value *v, __u64 w)
+{
+	*(volatile __u64 *)&v->revision = w;
+}
 
 enum ct_status {
 	CT_NEW = 0,
@@ -89,7 +136,7 @@ static __always_inline __u64 ct_timeout(const struct ct_value *v, __u8 proto)
  * deleted so it cannot be mistaken for a live one later. */
 static __always_inline struct ct_value *ct_live(struct ct4_key *k, __u8 proto, __u64 now)
 {
-	struct ct_value *v = bpf_map_lookup_elem(&conntrack4_jiffies, k);
+	struct ct_value *v = bpf_map_lookup_elem(&conntrack4_peer, k);
 	__u64 timeout;
 
 	if (!v)
@@ -102,7 +149,7 @@ static __always_inline struct ct_value *ct_live(struct ct4_key *k, __u8 proto, _
 	/* Signed: an entry the agent wrote (converted from an earlier version's nanoseconds)
 	 * may be a tick newer than now; it is live, not expired. */
 	if ((__s64)(now - v->last_seen) > (__s64)timeout) {
-		bpf_map_delete_elem(&conntrack4_jiffies, k);
+		bpf_map_delete_elem(&conntrack4_peer, k);
 		return 0;
 	}
 	return v;
@@ -191,27 +238,37 @@ static __always_inline int ct_lookup(const struct pkt *p, __u32 ep_id, __u8 dir,
 	return reply ? CT_REPLY : CT_ESTABLISHED;
 }
 
-/* ct_create records an allowed new flow with the given CT_F_* flags (the proxy flags),
- * checked against the endpoint's policy revision. Failure (not expected with an LRU map)
- * only means the next packet is evaluated against policy again. */
-static __always_inline void ct_create(const struct pkt *p, __u32 ep_id, __u8 dir, __u32 rule_id,
-				      __u32 flags, __u32 revision, __u64 now)
+/* ct_peer_identity is the identity of decision d's peer: the destination's for a packet
+ * leaving the endpoint, the source's for one entering it. */
+static __always_inline __u32 ct_peer_identity(const struct decision *d)
+{
+	return d->dir == DIR_EGRESS ? d->dst_identity : d->src_identity;
+}
+
+/* ct_create records a new flow that decision d allowed (its endpoint, direction, rule and
+ * peer identity) with the given CT_F_* flags (the proxy flags), checked against check
+ * revision revision. Failure (not expected with an LRU map) only means the next packet is
+ * evaluated against policy again. */
+static __always_inline void ct_create(const struct pkt *p, const struct decision *d, __u32 flags,
+				      __u32 revision, __u64 now)
 {
 	struct ct4_key k;
 	struct ct_value v = {};
 
 	if (p->icmp_kind == ICMP_K_ERROR || p->icmp_kind == ICMP_K_OTHER)
 		return;
-	ct_key_fill(&k, &p->t, ep_id, dir);
-	v.direction = dir;
+	ct_key_fill(&k, &p->t, d->ep_id, d->dir);
+	v.direction = d->dir;
 	v.created = now;
 	v.last_seen = now;
-	v.rule_id = rule_id;
+	v.rule_id = d->rule_id;
 	v.flags = flags;
 	v.revision = revision;
+	v.tunnel_id = p->tunnel_id;
+	v.peer_identity = ct_peer_identity(d);
 	if (p->t.proto == IPPROTO_TCP && (p->tcp_flags & TCP_F_RST))
 		v.flags |= CT_F_CLOSING;
-	bpf_map_update_elem(&conntrack4_jiffies, &k, &v, BPF_ANY);
+	bpf_map_update_elem(&conntrack4_peer, &k, &v, BPF_ANY);
 }
 
 #endif /* __RAMPART_CONNTRACK_H */

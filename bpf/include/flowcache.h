@@ -12,11 +12,13 @@
  * slot's miss overlaps the endpoint slot's; and a hit reads one cache line.
  *
  * What an entry says: at jiffy `synced`, conntrack held a live entry for this flow at the
- * policy point of interface `ifindex`, checked against policy revision `revision`, in a
- * state no packet without SYN, FIN or RST can change (reply seen; no FIN, no RST, no proxy
- * or send-side verdict flag). A packet that
+ * policy point of interface `ifindex`, checked against check revision `revision` (policy
+ * revision plus ipcache generation, conntrack.h) and, for packets that entered from the
+ * overlay, the VNI's identity in `proto_tunnel`, in a state no packet without SYN, FIN or
+ * RST can change (reply seen; no FIN, no RST, no proxy or send-side verdict flag). A
+ * packet that
  *   - finds its flow's entry, synced less than flow_cache_window jiffies ago,
- *   - with its endpoint's current policy revision,
+ *   - with its packet's check revision and VNI identity (pkt.tunnel_id),
  *   - and is not a TCP segment with SYN, FIN or RST, nor an ICMP error or non-echo ICMP,
  * is a packet the conntrack lookup would pass without changing anything, and it passes
  * without that lookup. Every other packet takes the conntrack path, which refills the
@@ -27,14 +29,18 @@
  *   - Policy changes: the agent bumps the endpoint's revision, which no entry checked
  *     against the old policy carries; the flow's next packet is checked again
  *     (recheck_established) before its slot is refilled.
+ *   - Identity changes: an address whose ipcache identity changes bumps the ipcache
+ *     generation, part of the check revision; a packet whose VNI carries another identity
+ *     than the one its flow was checked with is another entry. Either way the packet
+ *     takes the conntrack path, where its flow is checked again on the peer's identity.
  *   - Expiry: the window is at most a sixteenth of the shortest conntrack timeout (the
  *     agent sets it; 0 turns the cache off), and ct_live gives entries with a reply seen a
  *     window of slack, so a flow served from the cache always still has its conntrack entry
  *     (whose last_seen may lag its last packet by up to a window).
  *   - Endpoint removal: its interface's endpoint slot goes first, and its packets drop
  *     before they reach the cache. The agent hands out revisions from one counter, never
- *     twice, so an endpoint installed later on the same interface never matches the
- *     entries of the one before.
+ *     twice, and the ipcache generation only grows, so the check revision of an endpoint
+ *     installed later on the same interface never matches the entries of the one before.
  *   - Restarts: the map is not pinned; each load of the programs starts with an empty
  *     cache that only those programs write.
  *   - RST or FIN: such packets take the conntrack path and clear the flow's slot
@@ -69,7 +75,8 @@ const volatile __u32 flow_cache_offset = 0;
 #define fc_barrier() asm volatile("" ::: "memory")
 
 /* The entry's words, as the reader compares them: the entry is read as four 8-byte
- * words (seq and synced; ifindex and revision; the addresses; the ports and protocol). */
+ * words (seq and synced; ifindex and revision; the addresses; the ports, protocol and VNI
+ * identity). */
 struct fc_words {
 	__u64 w[4];
 };
@@ -93,7 +100,7 @@ static __always_inline void flow_cache_want(struct flow_cache_entry *want, const
 		want->lport = p->t.dport;
 		want->rport = p->t.sport;
 	}
-	want->protocol = p->t.proto;
+	want->proto_tunnel = p->t.proto | (p->tunnel_id << 8);
 }
 
 /* flow_cache_slot_of returns the entry the flow in want maps to. Its address depends only
@@ -107,7 +114,7 @@ static __always_inline struct flow_cache_entry *flow_cache_slot_of(const struct 
 	h = want->laddr * 0x9E3779B1u;
 	h ^= want->raddr * 0x85EBCA77u;
 	h ^= (((__u32)want->lport << 16) | want->rport) * 0xC2B2AE3Du;
-	h ^= (want->ifindex ^ (want->protocol << 24)) * 0x27D4EB2Fu;
+	h ^= (want->ifindex ^ (want->proto_tunnel << 24)) * 0x27D4EB2Fu;
 	h ^= h >> 15;
 	/* Range reduction by multiplication: any slot count, no modulo. */
 	idx = (__u32)(((__u64)h * RAMPART_FLOW_CACHE_SLOTS) >> 32);
@@ -185,7 +192,7 @@ static __noinline void flow_cache_fill(struct flow_cache_entry *e, const struct 
 	FC_WRITE(e->raddr, want->raddr);
 	FC_WRITE(e->lport, want->lport);
 	FC_WRITE(e->rport, want->rport);
-	FC_WRITE(e->protocol, want->protocol);
+	FC_WRITE(e->proto_tunnel, want->proto_tunnel);
 	fc_barrier();
 	FC_WRITE(e->seq, seq + 2);
 }
@@ -205,11 +212,15 @@ static __noinline void flow_cache_forget(struct flow_cache_entry *e, const struc
 	FC_WRITE(e->seq, seq + 2);
 }
 
-/* flow_cache_cacheable says whether conntrack entry v, just found live for packet p and
- * checked against the endpoint's current revision, may be cached. */
-static __always_inline int flow_cache_cacheable(const struct ct_value *v, __u32 revision)
+/* flow_cache_cacheable says whether conntrack entry v, just found live for packet p, may be
+ * cached: checked against the packet's check revision, and, for a packet in the flow's own
+ * direction (established), with the packet's tunnel_id. Replies are not checked (they
+ * follow their flow), so theirs does not matter. */
+static __always_inline int flow_cache_cacheable(const struct ct_value *v, const struct pkt *p,
+						__u32 revision, int established)
 {
-	return v->flags == CT_F_SEEN_REPLY && v->revision == revision;
+	return v->flags == CT_F_SEEN_REPLY && v->revision == revision &&
+	       (!established || v->tunnel_id == p->tunnel_id);
 }
 
 #endif /* __RAMPART_FLOWCACHE_H */

@@ -70,17 +70,30 @@ struct {
 
 /* Connection tracking. LRU: when full, the least recently used flow is evicted; its next
  * packet is then evaluated against policy again (never allowed without a check). Its key
- * is the endpoint's side first, its times are in jiffies (conntrack.h). Earlier versions'
- * maps are migrated into it when the agent opens the datapath: conntrack4 (the same
- * layout, times in nanoseconds) and ct4 (one entry per direction and tuple); see
- * datapath.migrateConntrack. */
+ * is the endpoint's side first, its times are in jiffies (conntrack.h), and each entry
+ * records the peer identity its flow was admitted with. Earlier versions' maps are
+ * migrated into it when the agent opens the datapath: conntrack4_jiffies (no peer
+ * identity), conntrack4 (also times in nanoseconds) and ct4 (also one entry per direction
+ * and tuple); see datapath.migrateConntrack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, RAMPART_CT_MAX);
 	__type(key, struct ct4_key);
 	__type(value, struct ct_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} conntrack4_jiffies SEC(".maps");
+} conntrack4_peer SEC(".maps");
+
+/* The ipcache generation (index 0): the agent adds one after every change of the ipcache
+ * map, so that a conntrack entry checked before an address's identity changed no longer
+ * matches (see ct_check_revision). Pinned: it only grows, across restarts too, because the
+ * conntrack entries that recorded it outlive the programs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} ipcache_gen SEC(".maps");
 
 /* The flow cache in front of conntrack (flowcache.h). Not pinned: each load of the
  * programs starts with an empty one, written only by those programs. */
@@ -91,14 +104,16 @@ struct {
 	__type(value, struct flow_cache_slot);
 } flow_cache SEC(".maps");
 
-/* First-fragment verdicts, for the later fragments of the same datagram. */
+/* First-fragment verdicts, for the later fragments of the same datagram. It replaced
+ * frags, whose values did not record the peer identity (unpinned on upgrade: only the
+ * fragments in flight then are lost). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, RAMPART_FRAG_MAX);
 	__type(key, struct frag_key);
 	__type(value, struct frag_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} frags SEC(".maps");
+} frags_peer SEC(".maps");
 
 /* Per-endpoint, per-CPU drop and proxy counters, indexed by ep_id (struct ep_counters:
  * forwarded packets come from the interface's statistics). It replaced the map counters,

@@ -76,6 +76,13 @@ struct pkt {
 	__u8 family; /* RAMPART_FAMILY_V4 once an IPv4 header (or an ARP frame) was read */
 	__u8 arp_op; /* PARSE_ARP: the ARP opcode (t.saddr: sender IP, t.daddr: target IP) */
 	__u8 icmp_code; /* for ICMP (tap rules match it) */
+	/* Entering an endpoint from the overlay: the identity the VNI carried, as the mark of
+	 * rampart_from_tunnel says (tunnel_id_of); else 0. Part of what an established flow's
+	 * packets are checked against (conntrack.h), not parsed from the packet. */
+	__u32 tunnel_id;
+	/* The ipcache generation read before any of the packet's ipcache lookups (conntrack.h):
+	 * what a conntrack or fragment entry recorded from them is recorded with it. */
+	__u32 ipcache_gen;
 };
 
 /* Minimum L4 header sizes required to accept a packet (or a first fragment). */

@@ -124,6 +124,9 @@ enum drop_reason : __u8 {
 	                                      * dataplane diverted to it on that interface (tap.h) */
 	REASON_TAP_MONITOR_DESTINATION = 15, /* a new flow addressed to a monitor endpoint, which
 	                                      * is not a destination (tap.h) */
+	REASON_PEER_IDENTITY_CHANGED = 16,   /* packet of an established flow (or a later
+	                                      * fragment) whose peer now has another identity,
+	                                      * which policy does not allow */
 };
 
 /* Flow event types. */
@@ -183,12 +186,15 @@ struct flow_cache_entry {
 	__u32 seq;      /* even: stable; odd: being written (flowcache.h) */
 	__u32 synced;   /* low 32 bits of the jiffy when conntrack last confirmed the flow */
 	__u32 ifindex;  /* interface of the policy point; 0: empty */
-	__u32 revision; /* endpoint_info.revision the flow was last checked against */
+	__u32 revision; /* the check revision the flow was last checked against (ct_value) */
 	__be32 laddr;   /* the flow, oriented as in struct ct4_key */
 	__be32 raddr;
 	__be16 lport;
 	__be16 rport;
-	__u32 protocol;
+	/* The protocol (low 8 bits) and, for a packet that entered the endpoint from the
+	 * overlay, the identity its VNI carried (upper 24 bits, pkt.tunnel_id): a packet
+	 * with another VNI is another entry. */
+	__u32 proto_tunnel;
 };
 
 struct flow_cache_slot {
@@ -266,7 +272,18 @@ struct ct_value {
 	__u64 last_seen;
 	__u32 rule_id;
 	__u32 flags;    /* CT_F_* */
-	__u32 revision; /* endpoint_info.revision the flow was last checked against */
+	/* The check revision the flow was last checked against: the endpoint's policy
+	 * revision (endpoint_info.revision) plus the ipcache generation (ipcache_gen), so
+	 * that a policy change and an address's identity changing both differ from it. */
+	__u32 revision;
+	/* The VNI's identity of the flow's packets when last checked (pkt.tunnel_id; 0: not
+	 * from the overlay). revision and tunnel_id are compared as one 8-byte word. */
+	__u32 tunnel_id;
+	/* The peer's identity the flow was admitted with (last checked with), as the new
+	 * flow path derived it: the destination's for a flow leaving the endpoint, the
+	 * source's (the VNI's through the overlay) for one entering it. 0: not recorded (a
+	 * flow migrated from an earlier version): taken on the next check. */
+	__u32 peer_identity;
 	__u8 direction; /* DIR_* of the flow's first packet */
 	__u8 pad[3];
 };
@@ -307,6 +324,13 @@ struct frag_value {
 	__u8 reason;  /* REASON_* of the first fragment when it was dropped */
 	__u8 pad[2];
 	__u32 rule_id; /* rule that decided the first fragment */
+	/* What the first fragment was judged as: its peer's identity, the VNI's identity it
+	 * carried (pkt.tunnel_id) and the ipcache generation then. A later fragment of an
+	 * allowed datagram with the same tunnel_id and generation passes; any other is
+	 * judged on its own peer identity, which must be peer_identity. */
+	__u32 peer_identity;
+	__u32 tunnel_id;
+	__u32 ipcache_gen;
 };
 
 /* Per-endpoint counters of what only the programs know: PERCPU_ARRAY endpoint_counters,

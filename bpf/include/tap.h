@@ -42,6 +42,14 @@
 #include "policy.h"
 #include "events.h"
 #include "conntrack.h"
+
+/* The tap functions are global subprograms: the verifier checks each once, whatever
+ * state the endpoint program reaches them in, instead of at every call path (the tc
+ * programs' verification stays under its 1M instruction limit). Their pointer
+ * arguments are never NULL (the kernel reads the tag). */
+#ifndef __arg_nonnull
+#define __arg_nonnull __attribute__((btf_decl_tag("arg:nonnull")))
+#endif
 #include "tunnel.h"
 #include "proxy.h"
 
@@ -115,7 +123,7 @@ static __always_inline int tap_rule_match(const struct tap_rule *r, const struct
 
 /* tap_find returns the index of the first of endpoint ep_id's rules that matches p in
  * direction dir, or -1. Out of line: one copy of the bounded loop for both callers. */
-static __noinline int tap_find(__u32 ep_id, const struct pkt *p, __u8 dir)
+__noinline int tap_find(__u32 ep_id, const struct pkt *p __arg_nonnull, __u8 dir)
 {
 	struct tap_set *s = bpf_map_lookup_elem(&tap_sets, &ep_id);
 	int i;
@@ -261,8 +269,8 @@ static __always_inline int tap_steered(struct __sk_buff *skb)
 
 /* tap_apply runs the endpoint's first matching tap rule on a packet its policy point
  * passes; returns the tc verdict. */
-static __noinline int tap_apply(struct __sk_buff *skb, struct pkt *p, const struct endpoint_info *ep,
-				__u8 dir)
+__noinline int tap_apply(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
+			 const struct endpoint_info *ep __arg_nonnull, __u8 dir)
 {
 	struct tap_stats *c;
 	struct tap_set *s;

@@ -91,6 +91,18 @@ static __always_inline void tunnel_source(struct __sk_buff *skb, struct peer_ide
 		tunnel_source_slow(skb, peer, d);
 }
 
+/* tunnel_id_of is the identity the mark of a packet entering an endpoint says its VNI
+ * carried, 0 without the mark's magic (pkt.tunnel_id). Unlike tunnel_source it does not
+ * check where the packet was received: it only tells an established flow's packets apart
+ * (conntrack.h), and a packet with another value than its flow was checked with is
+ * checked again, by tunnel_source. The mark is set by the node only (see above). */
+static __always_inline __u32 tunnel_id_of(struct __sk_buff *skb)
+{
+	__u32 mark = skb->mark;
+
+	return unlikely((mark & TUNNEL_MARK_MASK) == TUNNEL_MARK_MAGIC) ? mark >> 8 : 0;
+}
+
 /* tunnel_drop_unparsed drops a frame in the overlay that is not an IPv4 packet. */
 static __always_inline int tunnel_drop_unparsed(struct __sk_buff *skb, struct pkt *p,
 						struct decision *d, int ret)

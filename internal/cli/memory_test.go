@@ -112,12 +112,12 @@ func TestStatusMemoryFollowsSets(t *testing.T) {
 	if sum != m.MapBytes {
 		t.Errorf("maps sum to %d, total says %d", sum, m.MapBytes)
 	}
-	for _, name := range []string{"conntrack4_jiffies", "cidr4_config", "cidr4_top", "cidr4_host", "policy", "ipcache"} {
+	for _, name := range []string{"conntrack4_peer", "cidr4_config", "cidr4_top", "cidr4_host", "policy", "ipcache"} {
 		if _, ok := byName[name]; !ok {
 			t.Errorf("status lacks map %s: %+v", name, m.Maps)
 		}
 	}
-	if ct := byName["conntrack4_jiffies"]; ct.Type != "LRUHash" || ct.MaxEntries == 0 || ct.Bytes == 0 {
+	if ct := byName["conntrack4_peer"]; ct.Type != "LRUHash" || ct.MaxEntries == 0 || ct.Bytes == 0 {
 		t.Errorf("conntrack map: %+v", ct)
 	}
 	if m.RSSBytes == 0 || m.RSSAnonBytes == 0 || m.RSSAnonBytes > m.RSSBytes {
@@ -125,7 +125,7 @@ func TestStatusMemoryFollowsSets(t *testing.T) {
 	}
 	out := e.MustCLI("status")
 	for _, re := range []string{`Memory:\s+agent RSS [0-9.]+ MiB \(anonymous [0-9.]+ MiB\); BPF maps [0-9.]+ MiB in \d+ maps`,
-		`(?m)^\s+MAP\s+TYPE\s+ENTRIES\s+BYTES$`, `(?m)^\s+conntrack4_jiffies\s+LRUHash\s+\d+\s+[0-9.]+ MiB$`, `(?m)^\s+total\s+[0-9.]+ MiB$`} {
+		`(?m)^\s+MAP\s+TYPE\s+ENTRIES\s+BYTES$`, `(?m)^\s+conntrack4_peer\s+LRUHash\s+\d+\s+[0-9.]+ MiB$`, `(?m)^\s+total\s+[0-9.]+ MiB$`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("status output does not match %q:\n%s", re, out)
 		}

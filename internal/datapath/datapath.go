@@ -141,7 +141,7 @@ func Open(cfg Config) (*Datapath, error) {
 		}
 		return nil, fmt.Errorf("loading dataplane: %w", err)
 	}
-	if _, err := migrateConntrack(cfg.PinDir, d.objs.Conntrack4Jiffies, tick); err != nil {
+	if _, err := migrateConntrack(cfg.PinDir, d.objs.Conntrack4Peer, d.objs.Ipcache, tick); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -240,7 +240,7 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
-	return []*ebpf.Map{m.EndpointCounters, m.IfaceBase, m.Conntrack4Jiffies, m.Endpoints, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
+	return []*ebpf.Map{m.EndpointCounters, m.IfaceBase, m.Conntrack4Peer, m.Endpoints, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.FragsPeer, m.Ipcache, m.IpcacheGen, m.Policy, m.Proxy,
 		m.Cidr4Config, m.Cidr4Top, m.Cidr4Host, m.Cidr6, m.SvPairs, m.SvFlows, m.TapSets, m.TapFlows, m.TapCounters, m.TapIfaces}
 }
 

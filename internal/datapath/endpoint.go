@@ -360,10 +360,10 @@ func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
 		}
 		delete(d.netns, ifindex)
 	}
-	if err := purgeByEndpoint[rampartCt4Key, rampartCtValue](d.objs.Conntrack4Jiffies, epID, func(k *rampartCt4Key) uint32 { return k.EpId }); err != nil {
+	if err := purgeByEndpoint[rampartCt4Key, rampartCtValue](d.objs.Conntrack4Peer, epID, func(k *rampartCt4Key) uint32 { return k.EpId }); err != nil {
 		errs = append(errs, fmt.Errorf("purging conntrack: %w", err))
 	}
-	if err := purgeByEndpoint[rampartFragKey, rampartFragValue](d.objs.Frags, epID, func(k *rampartFragKey) uint32 { return k.EpId }); err != nil {
+	if err := purgeByEndpoint[rampartFragKey, rampartFragValue](d.objs.FragsPeer, epID, func(k *rampartFragKey) uint32 { return k.EpId }); err != nil {
 		errs = append(errs, fmt.Errorf("purging fragments: %w", err))
 	}
 	if len(errs) > 0 {

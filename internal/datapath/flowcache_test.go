@@ -74,20 +74,26 @@ func cachedFlow(t *testing.T, d *Datapath, p packet, leaving bool) (rampartFlowC
 	be16 := func(v uint16) uint16 { return v<<8 | v>>8 }
 	for _, e := range cachedFlows(t, d) {
 		if e.Ifindex == epIfindex && e.Laddr == be32(l) && e.Raddr == be32(r) &&
-			e.Lport == be16(lp) && e.Rport == be16(rp) && e.Protocol == uint32(p.proto) {
+			e.Lport == be16(lp) && e.Rport == be16(rp) && e.ProtoTunnel&0xff == uint32(p.proto) {
 			return e, true
 		}
 	}
 	return rampartFlowCacheEntry{}, false
 }
 
+// revision is the check revision of the fixture's endpoint: its policy revision plus the
+// ipcache generation (bpf/include/conntrack.h).
 func (f *fixture) revision() uint32 {
 	f.t.Helper()
 	info, ok := f.d.endpoints[epIfindex]
 	if !ok {
 		f.t.Fatal("no endpoint on the fixture's interface")
 	}
-	return info.Revision
+	gen, err := f.d.ipcacheGeneration()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return info.Revision + gen
 }
 
 // A flow's packets are served from the cache once conntrack has seen its reply, for at
@@ -122,16 +128,16 @@ func TestFlowCacheServesEstablishedFlows(t *testing.T) {
 		t.Fatal("the answered flow was not cached")
 	}
 	if ce.Revision != f.revision() {
-		t.Errorf("cached at revision %d, want the endpoint's %d", ce.Revision, f.revision())
+		t.Errorf("cached at revision %d, want the endpoint's check revision %d", ce.Revision, f.revision())
 	}
 
 	k := ct4Key(q, epID, uint8(out))
-	if err := f.d.objs.Conntrack4Jiffies.Delete(&k); err != nil {
+	if err := f.d.objs.Conntrack4Peer.Delete(&k); err != nil {
 		t.Fatal(err)
 	}
 	f.expectPass("answer served from the cache", f.toEp(a))
 	var v rampartCtValue
-	if err := f.d.objs.Conntrack4Jiffies.Lookup(&k, &v); !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := f.d.objs.Conntrack4Peer.Lookup(&k, &v); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("conntrack entry after a cache hit: %v, want none", err)
 	}
 

@@ -2,8 +2,11 @@ package datapath
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
@@ -50,8 +53,15 @@ func (d *Datapath) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, 
 
 // updateIPCache writes upsert's entries that differ from d.ipcache, then deletes remove's
 // prefixes, each in one batch (batch.go); d.mu must be held. On failure d.ipcache holds
-// what the kernel completed.
-func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
+// what the kernel completed. Any change, even a partial one, bumps the ipcache generation
+// afterwards (bumpIPCacheGeneration).
+func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) (err error) {
+	changed := false
+	defer func() {
+		if changed {
+			err = errors.Join(err, d.bumpIPCacheGeneration())
+		}
+	}()
 	var (
 		prefixes []netip.Prefix
 		entries  []mapstate.IPCacheEntry
@@ -83,6 +93,7 @@ func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, 
 	}
 	m := d.writer(d.objs.Ipcache)
 	n, err := batchPut(m, keys, vals)
+	changed = n > 0
 	for i, p := range prefixes[:n] {
 		d.ipcache[p] = entries[i]
 	}
@@ -105,6 +116,7 @@ func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, 
 		prefixes, keys = append(prefixes, p), append(keys, k)
 	}
 	n, err = batchDelete(m, keys)
+	changed = changed || n > 0
 	for _, p := range prefixes[:n] {
 		delete(d.ipcache, p)
 	}
@@ -112,6 +124,32 @@ func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, 
 		return fmt.Errorf("deleting %v: %w", prefixes[min(n, len(prefixes)-1)], err)
 	}
 	return nil
+}
+
+// bumpIPCacheGeneration adds one to the ipcache generation (map ipcache_gen), after the
+// ipcache map changed: an address may now have another identity, so every established
+// flow is checked again on its next packet, on the identity its peer has now
+// (recheck_established in bpf/rampart.c). After the change, never before: a packet that
+// reads the new generation then finds the new identities. d.mu must be held.
+func (d *Datapath) bumpIPCacheGeneration() error {
+	gen, err := d.ipcacheGeneration()
+	if err != nil {
+		return err
+	}
+	zero := uint32(0)
+	if err := d.objs.IpcacheGen.Update(&zero, gen+1, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("bumping the ipcache generation: %w", err)
+	}
+	return nil
+}
+
+// ipcacheGeneration reads the ipcache generation.
+func (d *Datapath) ipcacheGeneration() (uint32, error) {
+	var gen, zero uint32
+	if err := d.objs.IpcacheGen.Lookup(&zero, &gen); err != nil {
+		return 0, fmt.Errorf("reading the ipcache generation: %w", err)
+	}
+	return gen, nil
 }
 
 // InstalledIPCache returns the ipcache entries as last written (or read back on Open).

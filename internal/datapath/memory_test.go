@@ -81,8 +81,8 @@ func TestMapMemory(t *testing.T) {
 			t.Errorf("pinned map %s not listed", m)
 		}
 	}
-	ct := p["conntrack4_jiffies"]
-	if ct.Type != "LRUHash" || ct.MaxEntries != d.objs.Conntrack4Jiffies.MaxEntries() || ct.Bytes < uint64(ct.MaxEntries)*32 {
+	ct := p["conntrack4_peer"]
+	if ct.Type != "LRUHash" || ct.MaxEntries != d.objs.Conntrack4Peer.MaxEntries() || ct.Bytes < uint64(ct.MaxEntries)*40 {
 		t.Errorf("conntrack: %+v", ct)
 	}
 	if fc, ok := a["flow_cache"]; !ok || fc.Type != "Array" || fc.Bytes == 0 {

@@ -4,12 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/cilium/ebpf"
 
+	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
@@ -29,18 +31,35 @@ type legacyCT4Key struct {
 }
 
 // nsConntrackPin is the conntrack map of versions that kept conntrack times in
-// nanoseconds of the coarse monotonic clock: the layout of conntrack4_jiffies otherwise.
+// nanoseconds of the coarse monotonic clock: the layout of jiffiesConntrackPin otherwise.
 const nsConntrackPin = "conntrack4"
 
+// jiffiesConntrackPin is the conntrack map of versions whose entries did not record the
+// peer identity of their flow (legacyCtValue, times in jiffies).
+const jiffiesConntrackPin = "conntrack4_jiffies"
+
+// legacyCtValue is the value layout of the conntrack maps before conntrack4_peer (struct
+// ct_value without tunnel_id and peer_identity).
+type legacyCtValue struct {
+	Created, LastSeen uint64
+	RuleID, Flags     uint32
+	Revision          uint32
+	Direction         uint8
+	_                 [3]uint8
+}
+
 // migrateConntrack moves the flows of the conntrack maps of earlier versions pinned in
-// pinDir into ct (the current map: keyed from the endpoint's side, times in jiffies), then
-// unpins them: conntrack4 (times in nanoseconds) and ct4 (also one entry per direction and
+// pinDir into ct (the current map: keyed from the endpoint's side, times in jiffies, the
+// peer identity recorded), then unpins them: conntrack4_jiffies (no peer identity),
+// conntrack4 (also times in nanoseconds) and ct4 (also one entry per direction and
 // tuple). Without it, an upgrade would make every open flow new again: re-evaluated, so
 // never allowed beyond policy, but replies to an endpoint that enforces ingress would be
 // dropped and its open connections broken. Times keep their age: an entry last seen a
-// minute ago is last seen a minute ago in jiffies. The old programs keep their maps alive
-// until their links take the new ones. Returns the number of flows moved.
-func migrateConntrack(pinDir string, ct *ebpf.Map, tick time.Duration) (int, error) {
+// minute ago is last seen a minute ago in jiffies. A moved flow's peer identity is its
+// peer address's in ipcache now (peerIdentity), so that a later change of it is seen. The
+// old programs keep their maps alive until their links take the new ones. Returns the
+// number of flows moved.
+func migrateConntrack(pinDir string, ct, ipcache *ebpf.Map, tick time.Duration) (int, error) {
 	var conv *nsToJiffies
 	converter := func() (nsToJiffies, error) {
 		if conv == nil {
@@ -53,7 +72,8 @@ func migrateConntrack(pinDir string, ct *ebpf.Map, tick time.Duration) (int, err
 		return *conv, nil
 	}
 	moved := 0
-	for _, pin := range []string{nsConntrackPin, legacyCT4Pin} {
+	peer := func(k *rampartCt4Key) uint32 { return peerIdentity(ipcache, k.Raddr) }
+	for _, pin := range []string{jiffiesConntrackPin, nsConntrackPin, legacyCT4Pin} {
 		path := filepath.Join(pinDir, pin)
 		old, err := ebpf.LoadPinnedMap(path, nil)
 		if errors.Is(err, os.ErrNotExist) {
@@ -63,10 +83,14 @@ func migrateConntrack(pinDir string, ct *ebpf.Map, tick time.Duration) (int, err
 			return moved, fmt.Errorf("opening earlier conntrack map %s: %w", path, err)
 		}
 		var n int
-		if pin == legacyCT4Pin {
-			n, err = moveFlows(old, ct, legacyKey, converter)
-		} else {
-			n, err = moveFlows(old, ct, func(k *rampartCt4Key, _ *rampartCtValue) rampartCt4Key { return *k }, converter)
+		same := func(k *rampartCt4Key, _ *legacyCtValue) rampartCt4Key { return *k }
+		switch pin {
+		case legacyCT4Pin:
+			n, err = moveFlows(old, ct, legacyKey, converter, peer)
+		case nsConntrackPin:
+			n, err = moveFlows(old, ct, same, converter, peer)
+		default: // times in jiffies already
+			n, err = moveFlows(old, ct, same, nil, peer)
 		}
 		old.Close()
 		moved += n
@@ -82,7 +106,7 @@ func migrateConntrack(pinDir string, ct *ebpf.Map, tick time.Duration) (int, err
 
 // legacyKey converts a ct4 key (the tuple as the packet carried it, with its direction)
 // to the current key, from the endpoint's side, and moves the direction into the value.
-func legacyKey(k *legacyCT4Key, v *rampartCtValue) rampartCt4Key {
+func legacyKey(k *legacyCT4Key, v *legacyCtValue) rampartCt4Key {
 	nk := rampartCt4Key{Laddr: k.Saddr, Raddr: k.Daddr, Lport: k.Sport, Rport: k.Dport, EpId: k.EpID, Protocol: k.Protocol}
 	if policy.Direction(k.Direction) != policy.Egress {
 		nk.Laddr, nk.Raddr, nk.Lport, nk.Rport = k.Daddr, k.Saddr, k.Dport, k.Sport
@@ -91,27 +115,36 @@ func legacyKey(k *legacyCT4Key, v *rampartCtValue) rampartCt4Key {
 	return nk
 }
 
-// moveFlows copies the entries of old (keys of type K, converted by key; values of the
-// current layout with times in nanoseconds) into ct. A map of another layout moves
-// nothing: its flows are evaluated again.
-func moveFlows[K any](old, ct *ebpf.Map, key func(*K, *rampartCtValue) rampartCt4Key,
-	converter func() (nsToJiffies, error)) (int, error) {
-	var k K
-	if old.KeySize() != uint32(binary.Size(&k)) || old.ValueSize() != ct.ValueSize() {
+// moveFlows copies the entries of old (keys of type K, converted by key; values of
+// legacyCtValue's layout, with times in nanoseconds converted by converter, or in jiffies
+// when it is nil) into ct, each with the peer identity peer gives its key. A map of
+// another layout moves nothing: its flows are evaluated again.
+func moveFlows[K any](old, ct *ebpf.Map, key func(*K, *legacyCtValue) rampartCt4Key,
+	converter func() (nsToJiffies, error), peer func(*rampartCt4Key) uint32) (int, error) {
+	var (
+		k  K
+		ov legacyCtValue
+	)
+	if old.KeySize() != uint32(binary.Size(&k)) || old.ValueSize() != uint32(binary.Size(&ov)) {
 		return 0, nil
 	}
-	conv, err := converter()
-	if err != nil {
-		return 0, err
+	var conv *nsToJiffies
+	if converter != nil {
+		c, err := converter()
+		if err != nil {
+			return 0, err
+		}
+		conv = &c
 	}
-	var (
-		v     rampartCtValue
-		moved int
-	)
+	moved := 0
 	it := old.Iterate()
-	for it.Next(&k, &v) {
-		nk := key(&k, &v)
-		v.Created, v.LastSeen = conv.jiffies(v.Created), conv.jiffies(v.LastSeen)
+	for it.Next(&k, &ov) {
+		nk := key(&k, &ov)
+		v := rampartCtValue{Created: ov.Created, LastSeen: ov.LastSeen, RuleId: ov.RuleID, Flags: ov.Flags,
+			Revision: ov.Revision, PeerIdentity: peer(&nk), Direction: ov.Direction}
+		if conv != nil {
+			v.Created, v.LastSeen = conv.jiffies(v.Created), conv.jiffies(v.LastSeen)
+		}
 		// NoExist: a flow the new programs created meanwhile is newer than its old entry.
 		if err := ct.Update(&nk, &v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 			return moved, fmt.Errorf("moving a flow into %s: %w", ct, err)
@@ -121,11 +154,34 @@ func moveFlows[K any](old, ct *ebpf.Map, key func(*K, *rampartCtValue) rampartCt
 	return moved, it.Err()
 }
 
+// peerIdentity is the identity the programs give peer address raddr (network order) from
+// ipcache: its longest prefix's, world without one (as ipcache_resolve). The host's
+// identity gives 0, not recorded, which the flow's next check fills in: a packet from the
+// host's address is judged as the host or as world depending on where it came from
+// (judge_local_source), which the address alone does not say.
+func peerIdentity(ipcache *ebpf.Map, raddr uint32) uint32 {
+	var a [4]byte
+	binary.NativeEndian.PutUint32(a[:], raddr)
+	k, err := ipcacheKey(netip.PrefixFrom(netip.AddrFrom4(a), 32))
+	if err != nil {
+		return uint32(identity.World)
+	}
+	var v rampartIpcacheValue
+	if err := ipcache.Lookup(&k, &v); err != nil {
+		return uint32(identity.World)
+	}
+	if v.Identity == uint32(identity.Host) {
+		return 0
+	}
+	return v.Identity
+}
+
 // legacyPins are maps of earlier versions that nothing reads any more: endpoints_ifx, the
-// array by interface index that endpoint_slots replaced, and the CIDR set tables allocated
+// array by interface index that endpoint_slots replaced, the CIDR set tables allocated
 // in full for both banks (cidr_banks, cidr_top, cidr_host), which cidr4_config, cidr4_top
-// and cidr4_host replaced.
-var legacyPins = []string{"endpoints_ifx", "cidr_banks", "cidr_top", "cidr_host"}
+// and cidr4_host replaced, and frags, whose first-fragment verdicts did not record the
+// peer identity (frags_peer replaced it; the fragments in flight at the upgrade are lost).
+var legacyPins = []string{"endpoints_ifx", "cidr_banks", "cidr_top", "cidr_host", "frags"}
 
 // removeLegacyPins unpins legacyPins from pinDir. The programs of the earlier version
 // still hold their maps until their links take the new programs; the pins only kept the

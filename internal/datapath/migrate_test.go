@@ -12,15 +12,26 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
 // TestMigrateEarlierConntrack: flows in the conntrack maps of earlier versions are moved
-// into conntrack4_jiffies when the datapath opens, and their pins removed: ct4 (one entry
+// into conntrack4_peer when the datapath opens, and their pins removed: ct4 (one entry
 // per direction and tuple) keyed from the endpoint's side with their direction, conntrack4
-// as it was; both with times in nanoseconds, which keep their age in jiffies.
+// and conntrack4_jiffies as they were; those of the first two with times in nanoseconds,
+// which keep their age in jiffies; all with their peer's identity in the ipcache.
 func TestMigrateEarlierConntrack(t *testing.T) {
 	pin := newPinDir(t)
+	ep, peer := netip.MustParseAddr("198.18.7.10"), netip.MustParseAddr("198.19.7.20")
+	// The ipcache the earlier version left pinned.
+	first := openTest(t, Config{PinDir: pin})
+	if err := first.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{netip.PrefixFrom(peer, 32): {Identity: idA}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
 	earlier := func(name string) *ebpf.Map {
 		m, err := ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: ebpf.LRUHash, KeySize: 20, ValueSize: 32, MaxEntries: 16})
 		if err != nil {
@@ -32,19 +43,19 @@ func TestMigrateEarlierConntrack(t *testing.T) {
 		}
 		return m
 	}
-	legacy, nsMap := earlier(legacyCT4Pin), earlier(nsConntrackPin)
+	legacy, nsMap, jMap := earlier(legacyCT4Pin), earlier(nsConntrackPin), earlier(jiffiesConntrackPin)
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		t.Fatal(err)
 	}
 	nowNs := uint64(ts.Nano())
-	ep, peer := netip.MustParseAddr("198.18.7.10"), netip.MustParseAddr("198.19.7.20")
 	out := packet{src: ep, dst: peer, proto: 6, sport: 40000, dport: 443} // the endpoint connects
 	in := packet{src: peer, dst: ep, proto: 17, sport: 5353, dport: 53}   // a peer connects to it
 	later := packet{src: ep, dst: peer, proto: 6, sport: 40001, dport: 443}
-	value := func(rule uint32) rampartCtValue {
+	jiffiesFlow := packet{src: ep, dst: peer, proto: 6, sport: 40002, dport: 443}
+	value := func(rule uint32) legacyCtValue {
 		// Created 5 s ago, last seen 1 s ago.
-		return rampartCtValue{Created: nowNs - 5e9, LastSeen: nowNs - 1e9, RuleId: rule, Flags: ctFSeenReply, Revision: 4}
+		return legacyCtValue{Created: nowNs - 5e9, LastSeen: nowNs - 1e9, RuleID: rule, Flags: ctFSeenReply, Revision: 4}
 	}
 	put := func(p packet, dir policy.Direction, rule uint32) {
 		s, d := p.src.As4(), p.dst.As4()
@@ -61,6 +72,15 @@ func TestMigrateEarlierConntrack(t *testing.T) {
 	v := value(13)
 	v.Direction = uint8(policy.Egress)
 	if err := nsMap.Update(&k, &v, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	jiffiesBefore, err := jiffiesNow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k = ct4Key(jiffiesFlow, 3, uint8(policy.Egress))
+	v = legacyCtValue{Created: jiffiesBefore - 7, LastSeen: jiffiesBefore - 3, RuleID: 14, Flags: ctFSeenReply, Revision: 4, Direction: uint8(policy.Egress)}
+	if err := jMap.Update(&k, &v, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
 
@@ -88,6 +108,7 @@ func TestMigrateEarlierConntrack(t *testing.T) {
 		{"ct4 egress flow", out, policy.Egress, 11},
 		{"ct4 ingress flow", in, policy.Ingress, 12},
 		{"conntrack4 flow", later, policy.Egress, 13},
+		{"conntrack4_jiffies flow", jiffiesFlow, policy.Egress, 14},
 	} {
 		var v rampartCtValue
 		// The key a reply of the flow builds is the same: look it up from that side.
@@ -97,12 +118,18 @@ func TestMigrateEarlierConntrack(t *testing.T) {
 			replyDir = policy.Egress
 		}
 		k := ct4Key(reply, 3, uint8(replyDir))
-		if err := d.objs.Conntrack4Jiffies.Lookup(&k, &v); err != nil {
-			t.Errorf("%s: not in conntrack4_jiffies under its reply's key: %v", c.name, err)
+		if err := d.objs.Conntrack4Peer.Lookup(&k, &v); err != nil {
+			t.Errorf("%s: not in conntrack4_peer under its reply's key: %v", c.name, err)
 			continue
 		}
-		if v.Direction != uint8(c.dir) || v.RuleId != c.rule || v.Revision != 4 {
-			t.Errorf("%s: migrated entry %+v, want direction %d, rule %d, revision 4", c.name, v, c.dir, c.rule)
+		if v.Direction != uint8(c.dir) || v.RuleId != c.rule || v.Revision != 4 || v.PeerIdentity != uint32(idA) {
+			t.Errorf("%s: migrated entry %+v, want direction %d, rule %d, revision 4, peer identity %d", c.name, v, c.dir, c.rule, idA)
+		}
+		if c.rule == 14 { // in jiffies already: unchanged
+			if v.Created != jiffiesBefore-7 || v.LastSeen != jiffiesBefore-3 {
+				t.Errorf("%s: times %d, %d, want %d, %d (unchanged)", c.name, v.Created, v.LastSeen, jiffiesBefore-7, jiffiesBefore-3)
+			}
+			continue
 		}
 		// Ages kept, to a few ticks (the test's own time between the clock readings).
 		if want := jiffyAt(nowNs - 1e9); !near(v.LastSeen, want) {
@@ -112,7 +139,7 @@ func TestMigrateEarlierConntrack(t *testing.T) {
 			t.Errorf("%s: created at jiffy %d, want about %d", c.name, v.Created, want)
 		}
 	}
-	for _, name := range []string{legacyCT4Pin, nsConntrackPin} {
+	for _, name := range []string{legacyCT4Pin, nsConntrackPin, jiffiesConntrackPin} {
 		if _, err := os.Stat(filepath.Join(pin, name)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("earlier pin %s still there after migration (stat: %v)", name, err)
 		}

@@ -23,7 +23,7 @@ var tcxPinRE = regexp.MustCompile(`^[0-9]+-(ingress|egress)$`)
 // migrates or removes, and extra: the pins of the objects that share the directory (the
 // send-side verdict's, sockverdict.PinNames).
 func PinNames(extra ...string) ([]string, error) {
-	names := map[string]bool{legacyCountersPin: true, legacyCT4Pin: true, nsConntrackPin: true}
+	names := map[string]bool{legacyCountersPin: true, legacyCT4Pin: true, nsConntrackPin: true, jiffiesConntrackPin: true}
 	for _, n := range append(legacyPins, extra...) {
 		names[n] = true
 	}

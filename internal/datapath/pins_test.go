@@ -12,7 +12,7 @@ func TestPinNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"policy", "conntrack4_jiffies", "endpoints", "cidr_top", "sv_flows", "sv_conns", "sv_sockops_link", legacyCT4Pin} {
+	for _, want := range []string{"policy", "conntrack4_peer", "ipcache_gen", "frags_peer", "endpoints", "cidr_top", "sv_flows", "sv_conns", "sv_sockops_link", legacyCT4Pin, jiffiesConntrackPin, "frags"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("PinNames() lacks %q: %v", want, names)
 		}

@@ -123,15 +123,25 @@ func (f *fixture) drain() {
 	}
 }
 
-// expectDrop checks a drop verdict and its event's reason.
-func (f *fixture) expectDrop(name string, ret uint32, reason flow.Reason) {
+// dropped checks a drop verdict and returns its event (ok false, reported, when ret is
+// not a drop).
+func (f *fixture) dropped(name string, ret uint32) (ev flow.Event, ok bool) {
 	f.t.Helper()
 	if ret != actShot {
 		f.t.Errorf("%s: verdict %d, want drop", name, ret)
 		f.drain()
+		return ev, false
+	}
+	return nextEvent(f.t, f.ev), true
+}
+
+// expectDrop checks a drop verdict and its event's reason.
+func (f *fixture) expectDrop(name string, ret uint32, reason flow.Reason) {
+	f.t.Helper()
+	ev, ok := f.dropped(name, ret)
+	if !ok {
 		return
 	}
-	ev := nextEvent(f.t, f.ev)
 	if ev.Type != flow.EventDrop || ev.Verdict != flow.VerdictDropped || ev.Reason != reason {
 		f.t.Errorf("%s: event %v/%v/%v, want drop/dropped/%v", name, ev.Type, ev.Verdict, ev.Reason, reason)
 	}
@@ -323,7 +333,7 @@ func TestConntrackTimeoutTicks(t *testing.T) {
 		k := ct4Key(q, epID, uint8(policy.Egress))
 		then := now - toJiffies(c.ago, tick)
 		v := rampartCtValue{Created: then, LastSeen: then, Flags: ctFSeenReply, Direction: uint8(policy.Egress)}
-		if err := f.d.objs.Conntrack4Jiffies.Update(&k, &v, ebpf.UpdateAny); err != nil {
+		if err := f.d.objs.Conntrack4Peer.Update(&k, &v, ebpf.UpdateAny); err != nil {
 			t.Fatal(err)
 		}
 		a := packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: q.sport}

@@ -404,7 +404,7 @@ func putCT(t *testing.T, d *Datapath, p packet, ep uint32, dir policy.Direction,
 		t.Fatal(err)
 	}
 	v := rampartCtValue{Created: now, LastSeen: now, Flags: flags | ctFSeenReply, Direction: uint8(dir)}
-	if err := d.objs.Conntrack4Jiffies.Update(&k, &v, ebpf.UpdateAny); err != nil {
+	if err := d.objs.Conntrack4Peer.Update(&k, &v, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
 }

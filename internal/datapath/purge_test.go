@@ -20,7 +20,7 @@ func TestRemoveEndpointPurgesOnlyItsConntrack(t *testing.T) {
 			vals = append(vals, v)
 		}
 	}
-	if _, err := d.objs.Conntrack4Jiffies.BatchUpdate(keys, vals, &ebpf.BatchOptions{}); err != nil {
+	if _, err := d.objs.Conntrack4Peer.BatchUpdate(keys, vals, &ebpf.BatchOptions{}); err != nil {
 		t.Fatalf("filling conntrack: %v", err)
 	}
 	if err := d.RemoveEndpoint(0, 1); err != nil {
@@ -31,7 +31,7 @@ func TestRemoveEndpointPurgesOnlyItsConntrack(t *testing.T) {
 		k  rampartCt4Key
 		cv rampartCtValue
 	)
-	it := d.objs.Conntrack4Jiffies.Iterate()
+	it := d.objs.Conntrack4Peer.Iterate()
 	for it.Next(&k, &cv) {
 		count[k.EpId]++
 	}

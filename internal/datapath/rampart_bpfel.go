@@ -40,14 +40,16 @@ type rampartCt4Key struct {
 }
 
 type rampartCtValue struct {
-	_         structs.HostLayout
-	Created   uint64
-	LastSeen  uint64
-	RuleId    uint32
-	Flags     uint32
-	Revision  uint32
-	Direction uint8
-	Pad       [3]uint8
+	_            structs.HostLayout
+	Created      uint64
+	LastSeen     uint64
+	RuleId       uint32
+	Flags        uint32
+	Revision     uint32
+	TunnelId     uint32
+	PeerIdentity uint32
+	Direction    uint8
+	Pad          [3]uint8
 }
 
 type rampartDropReason uint8
@@ -69,6 +71,7 @@ const (
 	rampartDropReasonREASON_TAP_MONITOR_UNAVAILABLE rampartDropReason = 13
 	rampartDropReasonREASON_TAP_NOT_DIVERTED        rampartDropReason = 14
 	rampartDropReasonREASON_TAP_MONITOR_DESTINATION rampartDropReason = 15
+	rampartDropReasonREASON_PEER_IDENTITY_CHANGED   rampartDropReason = 16
 )
 
 type rampartEndpointInfo struct {
@@ -97,16 +100,16 @@ type rampartEpCounters struct {
 }
 
 type rampartFlowCacheEntry struct {
-	_        structs.HostLayout
-	Seq      uint32
-	Synced   uint32
-	Ifindex  uint32
-	Revision uint32
-	Laddr    uint32
-	Raddr    uint32
-	Lport    uint16
-	Rport    uint16
-	Protocol uint32
+	_           structs.HostLayout
+	Seq         uint32
+	Synced      uint32
+	Ifindex     uint32
+	Revision    uint32
+	Laddr       uint32
+	Raddr       uint32
+	Lport       uint16
+	Rport       uint16
+	ProtoTunnel uint32
 }
 
 type rampartFlowCacheSlot struct {
@@ -186,13 +189,16 @@ type rampartFragKey struct {
 }
 
 type rampartFragValue struct {
-	_       structs.HostLayout
-	Sport   uint16
-	Dport   uint16
-	Allowed uint8
-	Reason  uint8
-	Pad     [2]uint8
-	RuleId  uint32
+	_            structs.HostLayout
+	Sport        uint16
+	Dport        uint16
+	Allowed      uint8
+	Reason       uint8
+	Pad          [2]uint8
+	RuleId       uint32
+	PeerIdentity uint32
+	TunnelId     uint32
+	IpcacheGen   uint32
 }
 
 type rampartIfaceStats struct {
@@ -350,7 +356,7 @@ const (
 	rampartMapCidr4Host               = "cidr4_host"
 	rampartMapCidr4Top                = "cidr4_top"
 	rampartMapCidr6                   = "cidr6"
-	rampartMapConntrack4Jiffies       = "conntrack4_jiffies"
+	rampartMapConntrack4Peer          = "conntrack4_peer"
 	rampartMapEndpointCounters        = "endpoint_counters"
 	rampartMapEndpointSlots           = "endpoint_slots"
 	rampartMapEndpoints               = "endpoints"
@@ -358,9 +364,10 @@ const (
 	rampartMapEvents                  = "events"
 	rampartMapEventsLost              = "events_lost"
 	rampartMapFlowCache               = "flow_cache"
-	rampartMapFrags                   = "frags"
+	rampartMapFragsPeer               = "frags_peer"
 	rampartMapIfaceBase               = "iface_base"
 	rampartMapIpcache                 = "ipcache"
+	rampartMapIpcacheGen              = "ipcache_gen"
 	rampartMapPolicy                  = "policy"
 	rampartMapProxy                   = "proxy"
 	rampartMapSvFlows                 = "sv_flows"
@@ -442,30 +449,31 @@ type rampartProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartMapSpecs struct {
-	Cidr4Config       *ebpf.MapSpec `ebpf:"cidr4_config"`
-	Cidr4Host         *ebpf.MapSpec `ebpf:"cidr4_host"`
-	Cidr4Top          *ebpf.MapSpec `ebpf:"cidr4_top"`
-	Cidr6             *ebpf.MapSpec `ebpf:"cidr6"`
-	Conntrack4Jiffies *ebpf.MapSpec `ebpf:"conntrack4_jiffies"`
-	EndpointCounters  *ebpf.MapSpec `ebpf:"endpoint_counters"`
-	EndpointSlots     *ebpf.MapSpec `ebpf:"endpoint_slots"`
-	Endpoints         *ebpf.MapSpec `ebpf:"endpoints"`
-	EndpointsById     *ebpf.MapSpec `ebpf:"endpoints_by_id"`
-	Events            *ebpf.MapSpec `ebpf:"events"`
-	EventsLost        *ebpf.MapSpec `ebpf:"events_lost"`
-	FlowCache         *ebpf.MapSpec `ebpf:"flow_cache"`
-	Frags             *ebpf.MapSpec `ebpf:"frags"`
-	IfaceBase         *ebpf.MapSpec `ebpf:"iface_base"`
-	Ipcache           *ebpf.MapSpec `ebpf:"ipcache"`
-	Policy            *ebpf.MapSpec `ebpf:"policy"`
-	Proxy             *ebpf.MapSpec `ebpf:"proxy"`
-	SvFlows           *ebpf.MapSpec `ebpf:"sv_flows"`
-	SvPairs           *ebpf.MapSpec `ebpf:"sv_pairs"`
-	TapCounters       *ebpf.MapSpec `ebpf:"tap_counters"`
-	TapFlows          *ebpf.MapSpec `ebpf:"tap_flows"`
-	TapIfaces         *ebpf.MapSpec `ebpf:"tap_ifaces"`
-	TapSets           *ebpf.MapSpec `ebpf:"tap_sets"`
-	Tunnel            *ebpf.MapSpec `ebpf:"tunnel"`
+	Cidr4Config      *ebpf.MapSpec `ebpf:"cidr4_config"`
+	Cidr4Host        *ebpf.MapSpec `ebpf:"cidr4_host"`
+	Cidr4Top         *ebpf.MapSpec `ebpf:"cidr4_top"`
+	Cidr6            *ebpf.MapSpec `ebpf:"cidr6"`
+	Conntrack4Peer   *ebpf.MapSpec `ebpf:"conntrack4_peer"`
+	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
+	EndpointSlots    *ebpf.MapSpec `ebpf:"endpoint_slots"`
+	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	EndpointsById    *ebpf.MapSpec `ebpf:"endpoints_by_id"`
+	Events           *ebpf.MapSpec `ebpf:"events"`
+	EventsLost       *ebpf.MapSpec `ebpf:"events_lost"`
+	FlowCache        *ebpf.MapSpec `ebpf:"flow_cache"`
+	FragsPeer        *ebpf.MapSpec `ebpf:"frags_peer"`
+	IfaceBase        *ebpf.MapSpec `ebpf:"iface_base"`
+	Ipcache          *ebpf.MapSpec `ebpf:"ipcache"`
+	IpcacheGen       *ebpf.MapSpec `ebpf:"ipcache_gen"`
+	Policy           *ebpf.MapSpec `ebpf:"policy"`
+	Proxy            *ebpf.MapSpec `ebpf:"proxy"`
+	SvFlows          *ebpf.MapSpec `ebpf:"sv_flows"`
+	SvPairs          *ebpf.MapSpec `ebpf:"sv_pairs"`
+	TapCounters      *ebpf.MapSpec `ebpf:"tap_counters"`
+	TapFlows         *ebpf.MapSpec `ebpf:"tap_flows"`
+	TapIfaces        *ebpf.MapSpec `ebpf:"tap_ifaces"`
+	TapSets          *ebpf.MapSpec `ebpf:"tap_sets"`
+	Tunnel           *ebpf.MapSpec `ebpf:"tunnel"`
 }
 
 // rampartVariableSpecs contains global variables before they are loaded into the kernel.
@@ -502,30 +510,31 @@ func (o *rampartObjects) Close() error {
 //
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartMaps struct {
-	Cidr4Config       *ebpf.Map `ebpf:"cidr4_config"`
-	Cidr4Host         *ebpf.Map `ebpf:"cidr4_host"`
-	Cidr4Top          *ebpf.Map `ebpf:"cidr4_top"`
-	Cidr6             *ebpf.Map `ebpf:"cidr6"`
-	Conntrack4Jiffies *ebpf.Map `ebpf:"conntrack4_jiffies"`
-	EndpointCounters  *ebpf.Map `ebpf:"endpoint_counters"`
-	EndpointSlots     *ebpf.Map `ebpf:"endpoint_slots"`
-	Endpoints         *ebpf.Map `ebpf:"endpoints"`
-	EndpointsById     *ebpf.Map `ebpf:"endpoints_by_id"`
-	Events            *ebpf.Map `ebpf:"events"`
-	EventsLost        *ebpf.Map `ebpf:"events_lost"`
-	FlowCache         *ebpf.Map `ebpf:"flow_cache"`
-	Frags             *ebpf.Map `ebpf:"frags"`
-	IfaceBase         *ebpf.Map `ebpf:"iface_base"`
-	Ipcache           *ebpf.Map `ebpf:"ipcache"`
-	Policy            *ebpf.Map `ebpf:"policy"`
-	Proxy             *ebpf.Map `ebpf:"proxy"`
-	SvFlows           *ebpf.Map `ebpf:"sv_flows"`
-	SvPairs           *ebpf.Map `ebpf:"sv_pairs"`
-	TapCounters       *ebpf.Map `ebpf:"tap_counters"`
-	TapFlows          *ebpf.Map `ebpf:"tap_flows"`
-	TapIfaces         *ebpf.Map `ebpf:"tap_ifaces"`
-	TapSets           *ebpf.Map `ebpf:"tap_sets"`
-	Tunnel            *ebpf.Map `ebpf:"tunnel"`
+	Cidr4Config      *ebpf.Map `ebpf:"cidr4_config"`
+	Cidr4Host        *ebpf.Map `ebpf:"cidr4_host"`
+	Cidr4Top         *ebpf.Map `ebpf:"cidr4_top"`
+	Cidr6            *ebpf.Map `ebpf:"cidr6"`
+	Conntrack4Peer   *ebpf.Map `ebpf:"conntrack4_peer"`
+	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
+	EndpointSlots    *ebpf.Map `ebpf:"endpoint_slots"`
+	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	EndpointsById    *ebpf.Map `ebpf:"endpoints_by_id"`
+	Events           *ebpf.Map `ebpf:"events"`
+	EventsLost       *ebpf.Map `ebpf:"events_lost"`
+	FlowCache        *ebpf.Map `ebpf:"flow_cache"`
+	FragsPeer        *ebpf.Map `ebpf:"frags_peer"`
+	IfaceBase        *ebpf.Map `ebpf:"iface_base"`
+	Ipcache          *ebpf.Map `ebpf:"ipcache"`
+	IpcacheGen       *ebpf.Map `ebpf:"ipcache_gen"`
+	Policy           *ebpf.Map `ebpf:"policy"`
+	Proxy            *ebpf.Map `ebpf:"proxy"`
+	SvFlows          *ebpf.Map `ebpf:"sv_flows"`
+	SvPairs          *ebpf.Map `ebpf:"sv_pairs"`
+	TapCounters      *ebpf.Map `ebpf:"tap_counters"`
+	TapFlows         *ebpf.Map `ebpf:"tap_flows"`
+	TapIfaces        *ebpf.Map `ebpf:"tap_ifaces"`
+	TapSets          *ebpf.Map `ebpf:"tap_sets"`
+	Tunnel           *ebpf.Map `ebpf:"tunnel"`
 }
 
 func (m *rampartMaps) Close() error {
@@ -534,7 +543,7 @@ func (m *rampartMaps) Close() error {
 		m.Cidr4Host,
 		m.Cidr4Top,
 		m.Cidr6,
-		m.Conntrack4Jiffies,
+		m.Conntrack4Peer,
 		m.EndpointCounters,
 		m.EndpointSlots,
 		m.Endpoints,
@@ -542,9 +551,10 @@ func (m *rampartMaps) Close() error {
 		m.Events,
 		m.EventsLost,
 		m.FlowCache,
-		m.Frags,
+		m.FragsPeer,
 		m.IfaceBase,
 		m.Ipcache,
+		m.IpcacheGen,
 		m.Policy,
 		m.Proxy,
 		m.SvFlows,

@@ -84,13 +84,18 @@ func TestPolicyChangeEstablished(t *testing.T) {
 	f.check("egress flow, port redirect, steered", f.fromEp(ack(steered)),
 		want{reason: flow.ReasonProxyUnavailable})
 
-	// Flows that passed the check took the new revision; refused ones kept the old one.
-	cur := endpointRevision(t, f.d)
+	// Flows that passed the check took the new check revision (the policy revision plus
+	// the ipcache generation, unchanged here); refused ones kept the old one.
+	gen, err := f.d.ipcacheGeneration()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, rev := endpointRevision(t, f.d)+gen, rev+gen
 	ctRev := func(p packet, dir uint8) uint32 {
 		t.Helper()
 		k := ct4Key(p, epID, dir)
 		var v rampartCtValue
-		if err := f.d.objs.Conntrack4Jiffies.Lookup(&k, &v); err != nil {
+		if err := f.d.objs.Conntrack4Peer.Lookup(&k, &v); err != nil {
 			t.Fatalf("conntrack entry of %v: %v", p, err)
 		}
 		return v.Revision

@@ -14,6 +14,24 @@ import (
 // (bpf/include/tunnel.h).
 func tunnelMark(id identity.Identity) uint32 { return uint32(id)<<8 | 0xA0 }
 
+// vxlanIfindex is the VXLAN device the tunnel tests name to the programs (tunnel_config),
+// and tunnelRemote a remote pod's address, world by address in the fixture's ipcache.
+const vxlanIfindex = 42
+
+var tunnelRemote = addr("10.2.0.5")
+
+// newTunnelFixture is a fixture whose endpoint enforces ingress with entries es, on a node
+// with the VXLAN overlay on vxlanIfindex.
+func newTunnelFixture(t *testing.T, es ...entry) *fixture {
+	t.Helper()
+	f := newFixture(t, Config{})
+	f.apply(true, false, es...)
+	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // runTunneled runs the fixture endpoint's rampart_to_ep on p with mark and ingress
 // interface iif, as forwarding from the VXLAN device delivers it.
 func (f *fixture) runTunneled(p packet, mark, iif uint32) uint32 {
@@ -29,13 +47,8 @@ func (f *fixture) runTunneled(p packet, mark, iif uint32) uint32 {
 // same mark on a packet not received on the VXLAN device (a node process's SO_MARK) or
 // with the overlay off is ignored: the address decides.
 func TestTunnelIdentityAtEndpoint(t *testing.T) {
-	f := newFixture(t, Config{})
-	const vxlanIfindex = 42
-	remote := addr("10.2.0.5") // a remote pod: world by address here
-	f.apply(true, false, e(allow(idA, in, udp, 53, 16, 1)))
-	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
-		t.Fatal(err)
-	}
+	f := newTunnelFixture(t, e(allow(idA, in, udp, 53, 16, 1)))
+	remote := tunnelRemote
 	udpIn := func() packet {
 		return packet{src: remote, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 53}
 	}
@@ -86,13 +99,8 @@ func TestTunnelPrograms(t *testing.T) {
 // pass, those of a denied one are dropped with the first fragment's ports and the VNI's
 // identity (not the source address's).
 func TestTunnelFragments(t *testing.T) {
-	f := newFixture(t, Config{})
-	const vxlanIfindex = 42
-	remote := addr("10.2.0.5") // world by address here
-	f.apply(true, false, e(allow(idA, in, udp, 53, 16, 1)))
-	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
-		t.Fatal(err)
-	}
+	f := newTunnelFixture(t, e(allow(idA, in, udp, 53, 16, 1)))
+	remote := tunnelRemote
 	// Each datagram from its own port: another flow, judged anew.
 	first := func(id, dport uint16) packet {
 		return packet{src: remote, dst: epIP, proto: uint8(udp), sport: 5350 + id, dport: dport, ipID: id, mf: true, payload: make([]byte, 1400)}

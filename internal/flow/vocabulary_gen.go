@@ -61,6 +61,7 @@ const (
 	ReasonTapMonitorUnavailable Reason = 13 // REASON_TAP_MONITOR_UNAVAILABLE
 	ReasonTapNotDiverted        Reason = 14 // REASON_TAP_NOT_DIVERTED
 	ReasonTapMonitorDestination Reason = 15 // REASON_TAP_MONITOR_DESTINATION
+	ReasonPeerIdentityChanged   Reason = 16 // REASON_PEER_IDENTITY_CHANGED
 )
 
 // reasonNames are the names of the Reason codes, by value.
@@ -81,10 +82,11 @@ var reasonNames = map[Reason]string{
 	ReasonTapMonitorUnavailable: "tap-monitor-unavailable",
 	ReasonTapNotDiverted:        "tap-not-diverted",
 	ReasonTapMonitorDestination: "tap-monitor-destination",
+	ReasonPeerIdentityChanged:   "peer-identity-changed",
 }
 
 // reasonOrder lists the Reason codes as rampart.h declares them.
-var reasonOrder = []Reason{ReasonNone, ReasonPolicyDeny, ReasonPolicyDefaultDeny, ReasonMalformed, ReasonFragmentUnknown, ReasonUnknownEndpoint, ReasonUnsupportedL3, ReasonProxyUnavailable, ReasonProxyBypass, ReasonL7Unchecked, ReasonSpoofedSource, ReasonTunnelUntrustedSource, ReasonTunnelNoEndpoint, ReasonTapMonitorUnavailable, ReasonTapNotDiverted, ReasonTapMonitorDestination}
+var reasonOrder = []Reason{ReasonNone, ReasonPolicyDeny, ReasonPolicyDefaultDeny, ReasonMalformed, ReasonFragmentUnknown, ReasonUnknownEndpoint, ReasonUnsupportedL3, ReasonProxyUnavailable, ReasonProxyBypass, ReasonL7Unchecked, ReasonSpoofedSource, ReasonTunnelUntrustedSource, ReasonTunnelNoEndpoint, ReasonTapMonitorUnavailable, ReasonTapNotDiverted, ReasonTapMonitorDestination, ReasonPeerIdentityChanged}
 
 // Flags is a set of enum flow_flag bits: how the L7 proxy or the send-side verdict is
 // involved in a flow, and whether it is an ARP frame.
