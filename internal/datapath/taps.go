@@ -205,6 +205,9 @@ func tapPrefix(p netip.Prefix) (addr, mask uint32, err error) {
 // its endpoint_info turns its taps on, and an endpoint that loses all its rules has its
 // taps turned off before the set is deleted. Rules are checked first: an invalid rule, an
 // endpoint that is not installed or one with more than MaxTapRules rules changes nothing.
+// A map write that fails stops where it is, each endpoint with either its old or its new
+// taps; calling again with the same rules finishes the job. An endpoint whose veth is
+// recreated (another ifindex) gets its taps from the next call.
 func (d *Datapath) ReplaceTaps(rules []TapRule) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -270,6 +271,15 @@ func TestTapRules(t *testing.T) {
 	f.apply(true, false)
 	if f.d.endpoints[epIfindex].Flags&epTapEgress == 0 {
 		t.Errorf("ApplyEndpoint turned the taps off")
+	}
+	// RemoveEndpoint removes its rules: an endpoint reusing the ID does not find them.
+	if err := f.d.RemoveEndpoint(epIfindex, epID); err != nil {
+		t.Fatal(err)
+	}
+	var set rampartTapSet
+	id := uint32(epID)
+	if err := f.d.objs.TapSets.Lookup(&id, &set); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("tap rules of a removed endpoint: %v", err)
 	}
 }
 
