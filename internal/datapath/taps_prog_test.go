@@ -461,7 +461,7 @@ func TestTapReturnedSource(t *testing.T) {
 		t.Fatalf("destination: verdict %d, want pass", got)
 	}
 	ev := nextEvent(t, f.ev)
-	if ev.Type != flow.EventNew || ev.SrcIdentity != idPod || ev.EpID != epID {
+	if ev.Type != flow.EventNew || ev.SrcIdentity != idPod || ev.EpID != epID || !ev.Flags.Has(flow.FlagTapped) {
 		t.Errorf("destination event %+v", ev)
 	}
 	// A packet of a flow never diverted, with the sender's address, on the return

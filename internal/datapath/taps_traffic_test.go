@@ -288,8 +288,8 @@ func TestTapRedirectTraffic(t *testing.T) {
 	nb := waitEvent(t, w.ev, "new flow at b", func(e flow.Event) bool {
 		return e.Type == flow.EventNew && e.EpID == tapEpB && e.DestinationPort == tapPort
 	})
-	if nb.SrcIdentity != tapIDA || nb.Source != w.a.IP {
-		t.Errorf("new flow at b: %+v, want source a with identity %d", nb, tapIDA)
+	if nb.SrcIdentity != tapIDA || nb.Source != w.a.IP || !nb.Flags.Has(flow.FlagTapped) {
+		t.Errorf("new flow at b: %+v, want source a with identity %d, flagged tapped", nb, tapIDA)
 	}
 	// The untapped port does not go through the monitor.
 	before := w.counters()
