@@ -180,6 +180,10 @@ func TestTapMatch(t *testing.T) {
 		{"dns answer from A", packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: 5353}, true, actOK, 3},
 		{"udp from A, port 54", packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 54, dport: 5353}, true, actOK, 0},
 		{"dns answer from B", packet{src: ipB, dst: epIP, proto: uint8(udp), sport: 53, dport: 5353}, true, actOK, 0},
+		// A fragmented datagram: its first fragment is tapped by its ports, the later
+		// ones (no ports) pass untapped.
+		{"first fragment", packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: 40010, dport: 8080, tcpFlags: 0x02, ipID: 9, mf: true, payload: make([]byte, 16)}, false, actOK, 1},
+		{"later fragment", packet{src: epIP, dst: ipA, proto: uint8(tcp), ipID: 9, fragOffset: 5, payload: make([]byte, 16)}, false, actOK, 0},
 	}
 	want := map[uint32]uint64{}
 	var copies uint64
