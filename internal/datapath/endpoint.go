@@ -426,6 +426,11 @@ func batchKeysOf[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) ([]K, e
 
 // iterKeysOf returns the keys of m that belong to epID, read one by one.
 func iterKeysOf[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) ([]K, error) {
+	return keysWhere[K, V](m, func(k *K) bool { return ep(k) == epID })
+}
+
+// keysWhere returns the keys of m for which want holds, read one by one.
+func keysWhere[K, V any](m *ebpf.Map, want func(*K) bool) ([]K, error) {
 	var (
 		k   K
 		v   V
@@ -433,7 +438,7 @@ func iterKeysOf[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) ([]K, er
 	)
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		if ep(&k) == epID {
+		if want(&k) {
 			out = append(out, k)
 		}
 	}
