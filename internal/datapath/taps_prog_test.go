@@ -474,3 +474,39 @@ func TestTapReturnedSource(t *testing.T) {
 	other.sport = 43001
 	f.expectDrop("no record", f.runProgFrom(f.d.objs.RampartToEp, other, epIfindex, f.tx), flow.ReasonSpoofedSource)
 }
+
+// TestTapRestart: tap rules and the endpoints' tap bits are pinned, so a restarted agent's
+// freshly loaded programs tap as before, and its ReplaceTaps (state read back from the
+// maps) turns them off.
+func TestTapRestart(t *testing.T) {
+	f := newTapFixture(t)
+	f.apply(false, false)
+	f.taps(TapRule{Direction: out, Protocol: udp, Action: TapMirror, MonitorUp: true, ContractID: 7})
+	d2, err := Open(Config{PinDir: f.d.PinDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d2.Close() })
+	dgram := packet{src: epIP, dst: ipA, proto: uint8(udp), sport: 5000, dport: 53}
+	if got := f.runProg(d2.objs.RampartFromEp, dgram, epIfindex); got != actOK {
+		t.Fatalf("verdict %d", got)
+	}
+	f.drain()
+	c, err := d2.TapCounters(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[7].MirroredPackets != 1 {
+		t.Errorf("after the restart: %+v, want 1 mirrored", c[7])
+	}
+	if err := d2.ReplaceTaps(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.runProg(d2.objs.RampartFromEp, dgram, epIfindex); got != actOK {
+		t.Fatalf("verdict %d", got)
+	}
+	f.drain()
+	if c, _ := d2.TapCounters(7); c[7].MirroredPackets != 1 {
+		t.Errorf("tapped after the restarted agent removed the taps: %+v", c[7])
+	}
+}
