@@ -285,15 +285,20 @@ static __noinline int handle_spoofed(struct __sk_buff *skb, struct pkt *p, struc
  * interface index is set by the kernel and cannot be forged, costs nothing on the sender's
  * path, and leaves skb->mark to the L7 proxy (proxy.h) and to the node's routing rules. */
 static __always_inline int judge_local_source(struct __sk_buff *skb, const struct pkt *p,
-					      struct peer_identity *peer, __u32 *sender)
+					      struct decision *d, struct peer_identity *peer,
+					      __u32 *sender)
 {
 	__u32 iif = skb->ingress_ifindex;
 	struct endpoint_info *from;
 
 	if (!iif)
 		return 0; /* sent by the node itself */
-	if (tap_returned_source(skb, p, peer))
-		return 0; /* back from a monitor: the identity it was diverted with */
+	if (tap_returned_source(skb, p, peer)) {
+		/* Back from a monitor: the identity it was diverted with; its event says it
+		 * was tapped. */
+		d->ev_flags |= FLOW_F_TAPPED;
+		return 0;
+	}
 	if (peer->identity == ID_HOST) {
 		/* The address's CIDR identities stay: ipBlock and CIDR rules select addresses. */
 		peer->identity = ID_WORLD;
@@ -362,7 +367,7 @@ __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p __arg_no
 	int changed;
 
 	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
-	if (d->dir == DIR_INGRESS && judge_local_source(skb, p, &peer, &sender)) {
+	if (d->dir == DIR_INGRESS && judge_local_source(skb, p, d, &peer, &sender)) {
 		/* Drop: a local endpoint's address that did not come from its interface. */
 		set_identities(d, ep, sender);
 		if (p->frag == FRAG_FIRST)
@@ -550,7 +555,7 @@ __noinline int handle_new(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
 	if (dir == DIR_INGRESS) {
 		__u32 sender = 0;
 
-		if (judge_local_source(skb, p, &peer, &sender)) {
+		if (judge_local_source(skb, p, d, &peer, &sender)) {
 			/* Drop: a local endpoint's address that did not come from its interface. */
 			set_identities(d, ep, sender);
 			if (p->frag == FRAG_FIRST)

@@ -308,8 +308,8 @@ func infoAddr(info rampartEndpointInfo) netip.Addr {
 
 // RemoveEndpoint removes the endpoint: first its endpoint_info on ifindex and on any other
 // interface it was installed on (from then on its interfaces drop everything, fail closed),
-// then its policy entries, counters, conntrack and fragment entries (so a later endpoint
-// reusing the ID starts clean). Pass ifindex 0 to clean up an endpoint ID whose interface is
+// then its policy entries, counters, conntrack and fragment entries and tap rules (so a
+// later endpoint reusing the ID starts clean). Pass ifindex 0 to clean up an endpoint ID whose interface is
 // unknown.
 func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
 	d.mu.Lock()
@@ -366,6 +366,11 @@ func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
 	if err := purgeByEndpoint[rampartFragKey, rampartFragValue](d.objs.FragsPeer, epID, func(k *rampartFragKey) uint32 { return k.EpId }); err != nil {
 		errs = append(errs, fmt.Errorf("purging fragments: %w", err))
 	}
+	// Its tap rules: an endpoint reusing the ID must not find them (ReplaceTaps gives it
+	// its own).
+	if err := d.objs.TapSets.Delete(&epID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		errs = append(errs, fmt.Errorf("deleting tap rules: %w", err))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("removing endpoint %d: %w", epID, errors.Join(errs...))
 	}
@@ -421,6 +426,11 @@ func batchKeysOf[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) ([]K, e
 
 // iterKeysOf returns the keys of m that belong to epID, read one by one.
 func iterKeysOf[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) ([]K, error) {
+	return keysWhere[K, V](m, func(k *K) bool { return ep(k) == epID })
+}
+
+// keysWhere returns the keys of m for which want holds, read one by one.
+func keysWhere[K, V any](m *ebpf.Map, want func(*K) bool) ([]K, error) {
 	var (
 		k   K
 		v   V
@@ -428,7 +438,7 @@ func iterKeysOf[K, V any](m *ebpf.Map, epID uint32, ep func(*K) uint32) ([]K, er
 	)
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		if ep(&k) == epID {
+		if want(&k) {
 			out = append(out, k)
 		}
 	}

@@ -208,6 +208,9 @@ func tapPrefix(p netip.Prefix) (addr, mask uint32, err error) {
 // its endpoint_info turns its taps on, and an endpoint that loses all its rules has its
 // taps turned off before the set is deleted. Rules are checked first: an invalid rule, an
 // endpoint that is not installed or one with more than MaxTapRules rules changes nothing.
+// A map write that fails stops where it is, each endpoint with either its old or its new
+// taps; calling again with the same rules finishes the job. An endpoint whose veth is
+// recreated (another ifindex) gets its taps from the next call.
 func (d *Datapath) ReplaceTaps(rules []TapRule) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -276,18 +279,11 @@ func (d *Datapath) ReplaceTaps(rules []TapRule) error {
 			return fmt.Errorf("replacing taps: %w", err)
 		}
 	}
-	var (
-		id  uint32
-		set rampartTapSet
-		del []uint32
-	)
-	it := d.objs.TapSets.Iterate()
-	for it.Next(&id, &set) {
-		if _, keep := byEp[id]; !keep {
-			del = append(del, id)
-		}
-	}
-	if err := it.Err(); err != nil {
+	del, err := keysWhere[uint32, rampartTapSet](d.objs.TapSets, func(id *uint32) bool {
+		_, keep := byEp[*id]
+		return !keep
+	})
+	if err != nil {
 		return fmt.Errorf("replacing taps: reading tap sets: %w", err)
 	}
 	for _, id := range del {
@@ -429,18 +425,10 @@ func (d *Datapath) DetachMonitor(rx, tx uint32) error {
 			return fmt.Errorf("detaching monitor: forgetting interface %d: %w", idx, err)
 		}
 	}
-	var (
-		k    rampartTapFlowKey
-		v    rampartTapFlowValue
-		keys []rampartTapFlowKey
-	)
-	it := d.objs.TapFlows.Iterate()
-	for it.Next(&k, &v) {
-		if k.Ifindex == tx || k.Ifindex == rx {
-			keys = append(keys, k)
-		}
-	}
-	if err := it.Err(); err != nil {
+	keys, err := keysWhere[rampartTapFlowKey, rampartTapFlowValue](d.objs.TapFlows, func(k *rampartTapFlowKey) bool {
+		return k.Ifindex == tx || k.Ifindex == rx
+	})
+	if err != nil {
 		return fmt.Errorf("detaching monitor: reading diverted flows: %w", err)
 	}
 	for i := range keys {

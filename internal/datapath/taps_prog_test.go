@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -179,6 +180,10 @@ func TestTapMatch(t *testing.T) {
 		{"dns answer from A", packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 53, dport: 5353}, true, actOK, 3},
 		{"udp from A, port 54", packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 54, dport: 5353}, true, actOK, 0},
 		{"dns answer from B", packet{src: ipB, dst: epIP, proto: uint8(udp), sport: 53, dport: 5353}, true, actOK, 0},
+		// A fragmented datagram: its first fragment is tapped by its ports, the later
+		// ones (no ports) pass untapped.
+		{"first fragment", packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: 40010, dport: 8080, tcpFlags: 0x02, ipID: 9, mf: true, payload: make([]byte, 16)}, false, actOK, 1},
+		{"later fragment", packet{src: epIP, dst: ipA, proto: uint8(tcp), ipID: 9, fragOffset: 5, payload: make([]byte, 16)}, false, actOK, 0},
 	}
 	want := map[uint32]uint64{}
 	var copies uint64
@@ -274,6 +279,15 @@ func TestTapRules(t *testing.T) {
 	f.apply(true, false)
 	if f.d.endpoints[epIfindex].Flags&epTapEgress == 0 {
 		t.Errorf("ApplyEndpoint turned the taps off")
+	}
+	// RemoveEndpoint removes its rules: an endpoint reusing the ID does not find them.
+	if err := f.d.RemoveEndpoint(epIfindex, epID); err != nil {
+		t.Fatal(err)
+	}
+	var set rampartTapSet
+	id := uint32(epID)
+	if err := f.d.objs.TapSets.Lookup(&id, &set); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("tap rules of a removed endpoint: %v", err)
 	}
 }
 
@@ -455,7 +469,7 @@ func TestTapReturnedSource(t *testing.T) {
 		t.Fatalf("destination: verdict %d, want pass", got)
 	}
 	ev := nextEvent(t, f.ev)
-	if ev.Type != flow.EventNew || ev.SrcIdentity != idPod || ev.EpID != epID {
+	if ev.Type != flow.EventNew || ev.SrcIdentity != idPod || ev.EpID != epID || !ev.Flags.Has(flow.FlagTapped) {
 		t.Errorf("destination event %+v", ev)
 	}
 	// A packet of a flow never diverted, with the sender's address, on the return
@@ -463,4 +477,40 @@ func TestTapReturnedSource(t *testing.T) {
 	other := syn
 	other.sport = 43001
 	f.expectDrop("no record", f.runProgFrom(f.d.objs.RampartToEp, other, epIfindex, f.tx), flow.ReasonSpoofedSource)
+}
+
+// TestTapRestart: tap rules and the endpoints' tap bits are pinned, so a restarted agent's
+// freshly loaded programs tap as before, and its ReplaceTaps (state read back from the
+// maps) turns them off.
+func TestTapRestart(t *testing.T) {
+	f := newTapFixture(t)
+	f.apply(false, false)
+	f.taps(TapRule{Direction: out, Protocol: udp, Action: TapMirror, MonitorUp: true, ContractID: 7})
+	d2, err := Open(Config{PinDir: f.d.PinDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d2.Close() })
+	dgram := packet{src: epIP, dst: ipA, proto: uint8(udp), sport: 5000, dport: 53}
+	if got := f.runProg(d2.objs.RampartFromEp, dgram, epIfindex); got != actOK {
+		t.Fatalf("verdict %d", got)
+	}
+	f.drain()
+	c, err := d2.TapCounters(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[7].MirroredPackets != 1 {
+		t.Errorf("after the restart: %+v, want 1 mirrored", c[7])
+	}
+	if err := d2.ReplaceTaps(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.runProg(d2.objs.RampartFromEp, dgram, epIfindex); got != actOK {
+		t.Fatalf("verdict %d", got)
+	}
+	f.drain()
+	if c, _ := d2.TapCounters(7); c[7].MirroredPackets != 1 {
+		t.Errorf("tapped after the restarted agent removed the taps: %+v", c[7])
+	}
 }

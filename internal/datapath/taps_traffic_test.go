@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -248,8 +250,8 @@ func TestTapMirrorTraffic(t *testing.T) {
 // which plays an inline IPS by forwarding from its receive to its return interface (tc
 // mirred). The connection works through it, keeps its identity at b, and stops when the
 // monitor drops, is marked down (fail closed) or loses its interfaces; with fail-open it
-// passes untapped. A packet the monitor injects or rewrites is dropped, and no application
-// endpoint can open a flow to the monitor.
+// passes untapped. A packet the monitor injects, or whose port it rewrites (a tc program
+// in the monitor), is dropped, and no application endpoint can open a flow to the monitor.
 func TestTapRedirectTraffic(t *testing.T) {
 	w := newTapWorld(t, Config{})
 	sh := nlHandle(t, w.s.NetnsPath)
@@ -288,8 +290,8 @@ func TestTapRedirectTraffic(t *testing.T) {
 	nb := waitEvent(t, w.ev, "new flow at b", func(e flow.Event) bool {
 		return e.Type == flow.EventNew && e.EpID == tapEpB && e.DestinationPort == tapPort
 	})
-	if nb.SrcIdentity != tapIDA || nb.Source != w.a.IP {
-		t.Errorf("new flow at b: %+v, want source a with identity %d", nb, tapIDA)
+	if nb.SrcIdentity != tapIDA || nb.Source != w.a.IP || !nb.Flags.Has(flow.FlagTapped) {
+		t.Errorf("new flow at b: %+v, want source a with identity %d, flagged tapped", nb, tapIDA)
 	}
 	// The untapped port does not go through the monitor.
 	before := w.counters()
@@ -379,6 +381,25 @@ func TestTapRedirectTraffic(t *testing.T) {
 		t.Errorf("rejected: %d, want %d", got, r0+1)
 	}
 
+	// A monitor that rewrites the destination port of what it passes back: the packet
+	// finds no record and is dropped, so the connection cannot be made.
+	if err := sh.FilterDel(ips); err != nil {
+		t.Fatal(err)
+	}
+	rewrite := rewritingMonitor(t, tapPort+3, txp.Attrs().Index)
+	if err := sh.FilterReplace(bpfFilter(rxp.Attrs().Index, netlink.HANDLE_MIN_INGRESS, "monitor_rewrite", rewrite)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.converse(tapPort, 1, time.Second); err == nil {
+		t.Error("connection made through a monitor that rewrites the port")
+	}
+	rw := waitEvent(t, w.ev, "rewritten packet dropped", func(e flow.Event) bool {
+		return e.Type == flow.EventDrop && e.Reason == flow.ReasonTapNotDiverted
+	})
+	if rw.Source != w.a.IP || rw.Destination != w.b.IP || rw.DestinationPort != tapPort+3 {
+		t.Errorf("rewritten packet's drop event: %+v", rw)
+	}
+
 	// The monitor's own address is no destination for a.
 	if c, err := dial(w.a.NetnsPath, netip.AddrPortFrom(w.s.IP, tapPort), time.Second); err == nil {
 		c.Close()
@@ -410,4 +431,35 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	if !testenv.Eventually(timeout, cond) {
 		t.Fatalf("timed out waiting: %s", what)
 	}
+}
+
+// rewritingMonitor is a tc program for a monitor's receive interface that sets the TCP
+// destination port of each packet (IPv4 without options) to port and sends it out of
+// interface tx: a monitor that tampers with what it passes back.
+func rewritingMonitor(t *testing.T, port uint16, tx int) *ebpf.Program {
+	t.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:    ebpf.SchedCLS,
+		License: "Dual BSD/GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Reg(asm.R6, asm.R1),
+			asm.StoreImm(asm.RFP, -8, int64(htons(port)), asm.Half),
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.Mov.Imm(asm.R2, 14+20+2), // past Ethernet, IPv4 and the TCP source port
+			asm.Mov.Reg(asm.R3, asm.RFP),
+			asm.Add.Imm(asm.R3, -8),
+			asm.Mov.Imm(asm.R4, 2),
+			asm.Mov.Imm(asm.R5, 0),
+			asm.FnSkbStoreBytes.Call(),
+			asm.Mov.Imm(asm.R1, int32(tx)),
+			asm.Mov.Imm(asm.R2, 0),
+			asm.FnRedirect.Call(),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		t.Fatalf("loading the rewriting monitor: %v", err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	return prog
 }
