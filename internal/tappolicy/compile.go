@@ -455,7 +455,7 @@ func (c *compilation) explain(a ast.Atom, depth int) []Derivation {
 			d := Derivation{Rule: r.clause.String(), Line: r.line}
 			for _, p := range r.clause.Premises {
 				g := p.ApplySubst(subst)
-				d.Facts = append(d.Facts, g.String())
+				d.Facts = append(d.Facts, grounded(g))
 				if ga, ok := g.(ast.Atom); ok && depth < maxExplainDepth && c.derived(ga.Predicate) {
 					d.Derived = append(d.Derived, Premise{Fact: ga.String(), Why: c.explain(ga, depth+1)})
 				}
@@ -476,4 +476,25 @@ func (c *compilation) derived(pred ast.PredicateSym) bool {
 		}
 	}
 	return false
+}
+
+// grounded renders a premise after substitution: a wildcard, which matched anything and is
+// bound to nothing, prints as "_" (substitution leaves an empty constant in its place).
+func grounded(t ast.Term) string {
+	render := func(a ast.Atom) string {
+		args := make([]string, len(a.Args))
+		for i, x := range a.Args {
+			if args[i] = x.String(); args[i] == "" {
+				args[i] = "_"
+			}
+		}
+		return a.Predicate.Symbol + "(" + strings.Join(args, ",") + ")"
+	}
+	switch a := t.(type) {
+	case ast.Atom:
+		return render(a)
+	case ast.NegAtom:
+		return "!" + render(a.Atom)
+	}
+	return t.String()
 }

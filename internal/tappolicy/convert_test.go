@@ -65,3 +65,27 @@ func TestTapContractsFromResult(t *testing.T) {
 		t.Errorf("a bad direction: %v", err)
 	}
 }
+
+func TestFactsAtoms(t *testing.T) {
+	atoms, err := rental().Atoms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`endpoint("dvd/db","dvd","n1").`, `port("dvd/db","TCP",5432).`, `exposed("dvd/user-update").`,
+		`inspects("dvd/ids-1","pgsql").`, `monitor_load("dvd/ids-2",0).`, `node("n2",20).`, `talks("dvd/user-update","dvd/db","TCP",5432).`} {
+		if !contains(atoms, want) {
+			t.Errorf("facts lack %s: %v", want, atoms)
+		}
+	}
+	if atoms[0] != `endpoint("dvd/contract-update","dvd","n1").` {
+		t.Errorf("first fact %s, want the endpoints first, sorted", atoms[0])
+	}
+}
+
+// A wildcard premise is shown as "_", not as an empty argument.
+func TestExplainWildcard(t *testing.T) {
+	res := compile(t, `tap(S, M, "ingress", "TCP", 5432, "mirror") :- label(S, "app", "db"), monitor(M, _), inspects(M, "http").`, rental())
+	if len(res.Contracts) != 1 || !contains(res.Contracts[0].Why[0].Facts, `monitor("dvd/ids-1",_)`) {
+		t.Fatalf("contracts %+v", res.Contracts)
+	}
+}

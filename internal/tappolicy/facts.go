@@ -126,3 +126,29 @@ func (f Facts) store() (factstore.SimpleInMemoryStore, error) {
 	}
 	return st, nil
 }
+
+// Atoms renders the facts as the policy sees them, one Datalog fact each, in a
+// deterministic order (endpoints in the order given, then nodes, then talks), so a user
+// can see what a policy is evaluated over (`rampart tap compile --facts`).
+func (f Facts) Atoms() ([]string, error) {
+	st, err := f.store()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, pred := range []string{"endpoint", "label", "port", "exposed", "monitor", "inspects", "monitor_load", "node", "talks"} {
+		var atoms []string
+		for _, p := range st.ListPredicates() {
+			if p.Symbol != pred {
+				continue
+			}
+			st.GetFacts(ast.NewQuery(p), func(a ast.Atom) error {
+				atoms = append(atoms, a.String()+".")
+				return nil
+			})
+		}
+		sort.Strings(atoms)
+		out = append(out, atoms...)
+	}
+	return out, nil
+}
