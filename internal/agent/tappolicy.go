@@ -31,6 +31,9 @@ const InspectsLabelPrefix = "inspects.rampart.io/"
 // square of the endpoints, and a compilation must stay bounded whatever the node holds.
 const MaxTalksFacts = 100_000
 
+// maxTalksFacts is MaxTalksFacts; tests lower it.
+var maxTalksFacts = MaxTalksFacts
+
 // localNodeName names this node in the facts outside Kubernetes mode.
 const localNodeName = "local"
 
@@ -338,8 +341,8 @@ func localTalks(m *model, d *desired) ([]tappolicy.Talk, error) {
 					!allowed(mapstate.Lookup(d.state, dst.EpID, policy.Ingress, src.IP, proto, p.Port)) {
 					continue
 				}
-				if len(out) == MaxTalksFacts {
-					return nil, fmt.Errorf("tap policy facts: more than %d talks facts (endpoint pairs and ports policy allows): the limit bounds a compilation", MaxTalksFacts)
+				if len(out) == maxTalksFacts {
+					return nil, fmt.Errorf("tap policy facts: more than %d talks facts (endpoint pairs and ports policy allows): the limit bounds a compilation", maxTalksFacts)
 				}
 				out = append(out, tappolicy.Talk{From: sk, To: dk, Protocol: strings.ToUpper(p.Protocol), Port: p.Port})
 			}

@@ -290,3 +290,30 @@ func TestTapPolicyCompileDryRun(t *testing.T) {
 		t.Errorf("an oversized policy: %v", err)
 	}
 }
+
+// The talks facts are bounded: past the limit the policy is refused, naming the limit;
+// a recompilation past it keeps the last good contracts.
+func TestTapPolicyTalksBounded(t *testing.T) {
+	maxTalksFacts = 4
+	t.Cleanup(func() { maxTalksFacts = MaxTalksFacts })
+	h := newTapHarness(t)
+	ctx := context.Background()
+	h.addInspector("sec", "ids", "pgsql")
+	h.addServer("shop", "db", "db", 5432)
+	h.addServer("shop", "a", "a", 80)
+	// 3 endpoints that all admit each other: sec/ids, shop/a, shop/db -> talks to a (2)
+	// and to db (2); the limit of 4 holds.
+	src := `tap(S, "sec/ids", "ingress", "TCP", 5432, "redirect") :- label(S, "app", "db").`
+	if _, err := h.applyTapPolicy(src); err != nil {
+		t.Fatal(err)
+	}
+	h.addServer("shop", "b", "b", 80) // now 3 + 3 + 3 talks
+	st, _ := h.a.Status(ctx)
+	if st.TapPolicy == nil || !strings.Contains(st.TapPolicy.Error, "more than 4 talks facts") || st.TapPolicy.Contracts != 1 {
+		t.Fatalf("status %+v", st.TapPolicy)
+	}
+	wantRules(t, h.dp.taps, "shop/db[0] tp ingress TCP ports 5432 redirect -> sec/ids")
+	if _, err := h.applyTapPolicy(src + "\n"); err == nil || !strings.Contains(err.Error(), "more than 4 talks facts") {
+		t.Errorf("a new policy past the limit: %v", err)
+	}
+}
