@@ -84,7 +84,9 @@ func (e Engine) compileTapPolicy(m *model, d, prev *desired) (*compiledTaps, err
 	if prev != nil && prev.tapPolicy != nil && prev.tapPolicy.rec == rec {
 		last = prev.tapPolicy
 	}
-	facts, err := e.tapFacts(m, d)
+	// The talks facts cost a lookup per endpoint pair and port: derived only for a policy
+	// that can read them (one that does not name the predicate cannot).
+	facts, err := e.tapFacts(m, d, strings.Contains(rec.Source, "talks"))
 	if err == nil && last != nil && reflect.DeepEqual(facts, last.facts) {
 		return last, nil
 	}
@@ -144,8 +146,9 @@ func compileChecked(rec *TapPolicyRecord, facts tappolicy.Facts, m *model) (*tap
 	return res, cs, nil
 }
 
-// tapFacts derives the facts a tap policy reads from m and d's computed policy state.
-func (e Engine) tapFacts(m *model, d *desired) (tappolicy.Facts, error) {
+// tapFacts derives the facts a tap policy reads from m and d's computed policy state; the
+// talks facts only withTalks.
+func (e Engine) tapFacts(m *model, d *desired, withTalks bool) (tappolicy.Facts, error) {
 	node := e.nodeName
 	if node == "" {
 		node = localNodeName
@@ -193,6 +196,9 @@ func (e Engine) tapFacts(m *model, d *desired) (tappolicy.Facts, error) {
 	f.Nodes = append(f.Nodes, tappolicy.Node{Name: node, Load: int64(len(m.endpoints))})
 	for _, name := range sortedKeys(m.nodes) {
 		f.Nodes = append(f.Nodes, tappolicy.Node{Name: name, Load: perNode[name]})
+	}
+	if !withTalks {
+		return f, nil
 	}
 	talks, err := localTalks(m, d)
 	if err != nil {
@@ -488,7 +494,7 @@ func (a *Agent) CompileTapPolicy(ctx context.Context, req api.TapPolicyRequest) 
 	a.mu.Lock()
 	m := a.model.clone()
 	m.tapPolicy = &TapPolicyRecord{File: req.File, Source: req.Source}
-	facts, err := a.eng.tapFacts(m, a.cur)
+	facts, err := a.eng.tapFacts(m, a.cur, true)
 	a.mu.Unlock()
 	if err != nil {
 		return api.TapPolicy{}, badTapPolicy(err)

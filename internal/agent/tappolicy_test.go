@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -303,7 +304,7 @@ func TestTapPolicyTalksBounded(t *testing.T) {
 	h.addServer("shop", "a", "a", 80)
 	// 3 endpoints that all admit each other: sec/ids, shop/a, shop/db -> talks to a (2)
 	// and to db (2); the limit of 4 holds.
-	src := `tap(S, "sec/ids", "ingress", "TCP", 5432, "redirect") :- label(S, "app", "db").`
+	src := `tap(S, "sec/ids", "ingress", "TCP", 5432, "redirect") :- label(S, "app", "db"), talks(_, S, "TCP", 5432).`
 	if _, err := h.applyTapPolicy(src); err != nil {
 		t.Fatal(err)
 	}
@@ -315,5 +316,45 @@ func TestTapPolicyTalksBounded(t *testing.T) {
 	wantRules(t, h.dp.taps, "shop/db[0] tp ingress TCP ports 5432 redirect -> sec/ids")
 	if _, err := h.applyTapPolicy(src + "\n"); err == nil || !strings.Contains(err.Error(), "more than 4 talks facts") {
 		t.Errorf("a new policy past the limit: %v", err)
+	}
+	// A policy that does not read talks is not given them, nor bounded by them.
+	if _, err := h.applyTapPolicy(`tap(S, "sec/ids", "ingress", "TCP", 5432, "redirect") :- label(S, "app", "db").`); err != nil {
+		t.Errorf("a policy without talks: %v", err)
+	}
+}
+
+// BenchmarkTapPolicyRelabel is the cost of a relabel on a node of 200 endpoints that all
+// admit each other (39,800 talks facts) with a tap policy, against without one.
+func BenchmarkTapPolicyRelabel(b *testing.B) {
+	for _, withPolicy := range []bool{false, true} {
+		name := "without"
+		if withPolicy {
+			name = "with"
+		}
+		b.Run(name, func(b *testing.B) {
+			h := newHarness(b)
+			h.dp.taps = &fakeTaps{}
+			h.restart()
+			h.addInspector("sec", "ids", "http")
+			for i := range 200 {
+				spec := api.EndpointSpec{Namespace: "shop", Name: "w" + strconv.Itoa(i), Labels: map[string]string{"app": "web"},
+					Ports: []api.NamedPort{{Name: "http", Port: 80, Protocol: "TCP"}}}
+				if _, err := h.a.AddEndpoint(context.Background(), spec); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if withPolicy {
+				if _, err := h.applyTapPolicy(`inspect(S, "http", "ingress", "TCP", 80, "mirror") :- label(S, "app", "web"), talks(_, S, "TCP", 80).`); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				v := "a" + strconv.Itoa(i%2)
+				if _, err := h.a.LabelEndpoint(context.Background(), "shop", "w0", api.LabelChange{Set: map[string]string{"tier": v}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

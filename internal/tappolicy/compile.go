@@ -231,7 +231,7 @@ func shiftLines(msg string) string {
 
 type compilation struct {
 	file  string
-	store factstore.SimpleInMemoryStore
+	store factstore.FactStore
 	rules []rule
 	facts Facts
 	memo  map[string][]Derivation

@@ -80,9 +80,12 @@ Decl node(Node, Load) descr [extensional(), doc("a node and its load")].
 // errors name the policy's line numbers.
 var schemaLines = strings.Count(schema, "\n")
 
-// store puts the facts into a fact store, in a deterministic order.
-func (f Facts) store() (factstore.SimpleInMemoryStore, error) {
-	st := factstore.NewSimpleInMemoryStore()
+// store puts the facts into a fact store, in a deterministic order. The store indexes
+// every argument: a premise with a bound argument (talks(_, S, ...) once S is known) then
+// reads the facts that have it, not all of them, which keeps a join over a node's talks
+// facts from costing the product of the relations.
+func (f Facts) store() (factstore.FactStore, error) {
+	st := factstore.NewMultiIndexedArrayInMemoryStore()
 	add := func(pred string, args ...ast.BaseTerm) { st.Add(ast.NewAtom(pred, args...)) }
 	s, n := ast.String, func(v int64) ast.BaseTerm { return ast.Number(v) }
 	seen := map[string]bool{}
