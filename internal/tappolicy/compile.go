@@ -439,7 +439,7 @@ func (c *compilation) explain(a ast.Atom, depth int) []Derivation {
 		if r.clause.Head.Predicate != a.Predicate || r.why.Symbol == "" || len(out) >= maxDerivations {
 			continue
 		}
-		c.store.GetFacts(ast.NewQuery(r.why), func(w ast.Atom) error {
+		c.store.GetFacts(whyQuery(r, a), func(w ast.Atom) error {
 			if len(out) >= maxDerivations {
 				return nil
 			}
@@ -497,4 +497,26 @@ func grounded(t ast.Term) string {
 		return "!" + render(a.Atom)
 	}
 	return t.String()
+}
+
+// whyQuery is the query for the provenance facts of rule r that can give back fact a: the
+// variables of r's head bound to a's values, so the store reads the facts of those values
+// (it indexes every argument) and not every derivation of the rule.
+func whyQuery(r rule, a ast.Atom) ast.Atom {
+	bind := map[ast.Variable]ast.BaseTerm{}
+	for i, h := range r.clause.Head.Args {
+		if v, ok := h.(ast.Variable); ok && v.Symbol != "_" && i < len(a.Args) {
+			if k, ok := a.Args[i].(ast.Constant); ok {
+				bind[v] = k
+			}
+		}
+	}
+	args := make([]ast.BaseTerm, len(r.vars))
+	for i, v := range r.vars {
+		args[i] = v
+		if k, ok := bind[v]; ok {
+			args[i] = k
+		}
+	}
+	return ast.Atom{Predicate: r.why, Args: args}
 }
