@@ -359,3 +359,40 @@ func BenchmarkTapPolicyRelabel(b *testing.B) {
 		})
 	}
 }
+
+// Pods on other nodes are facts too: a monitor there serves its application (per-app
+// placement), and the contract names its node.
+func TestTapPolicyRemoteMonitor(t *testing.T) {
+	h := newTapHarness(t)
+	ctx := context.Background()
+	h.addServer("shop", "db", "db", 5432)
+	if _, err := h.a.PutNode(ctx, "n2", api.NodeSpec{Address: "198.19.0.2", PodCIDR: "10.2.0.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	src := `placement(/per_app).
+inspect(S, "pgsql", "ingress", "TCP", 5432, "redirect") :- label(S, "app", "db").
+`
+	if _, err := h.applyTapPolicy(src); err != nil {
+		t.Fatal(err)
+	}
+	wantRules(t, h.dp.taps)
+	if pol, _ := h.a.GetTapPolicy(ctx); len(pol.Unplaced) != 1 || !strings.Contains(pol.Unplaced[0].Reason, `no monitors of application "db"`) {
+		t.Errorf("unplaced %+v", pol.Unplaced)
+	}
+	spec := api.RemoteEndpointSpec{Node: "n2", IP: "10.2.0.9", Monitor: true,
+		Labels: map[string]string{tappolicy.MonitorForLabel: "db", InspectsLabelPrefix + "pgsql": "true"}}
+	if _, err := h.a.PutRemoteEndpoint(ctx, "sec", "ids", spec); err != nil {
+		t.Fatal(err)
+	}
+	wantRules(t, h.dp.taps, "shop/db[0] tp ingress TCP ports 5432 redirect -> sec/ids@n2")
+	res, err := h.a.CompileTapPolicy(ctx, api.TapPolicyRequest{File: "taps.mg", Source: src, Facts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := strings.Join(res.Facts, "\n")
+	for _, f := range []string{`endpoint("sec/ids","sec","n2").`, `monitor("sec/ids","n2").`, `node("n2",1).`, `node("local",1).`} {
+		if !strings.Contains(facts, f) {
+			t.Errorf("facts lack %s:\n%s", f, facts)
+		}
+	}
+}
