@@ -480,7 +480,7 @@ func (a *Agent) GetTapPolicy(ctx context.Context) (api.TapPolicy, error) {
 	if c == nil {
 		return api.TapPolicy{}, api.NotFound("no tap policy")
 	}
-	v := tapPolicyView(c.rec.File, c.result, true)
+	v := TapPolicyView(c.rec.File, c.result, true)
 	v.Source, v.Error, v.ErrorAt = c.rec.Source, c.err, c.errAt
 	return v, nil
 }
@@ -508,7 +508,7 @@ func (a *Agent) CompileTapPolicy(ctx context.Context, req api.TapPolicyRequest) 
 	if _, err := res.TapContracts(req.File); err != nil {
 		return api.TapPolicy{}, badTapPolicy(err)
 	}
-	v := tapPolicyView(req.File, res, req.Explain)
+	v := TapPolicyView(req.File, res, req.Explain)
 	if req.Facts {
 		if v.Facts, err = facts.Atoms(); err != nil {
 			return api.TapPolicy{}, badTapPolicy(err)
@@ -517,7 +517,9 @@ func (a *Agent) CompileTapPolicy(ctx context.Context, req api.TapPolicyRequest) 
 	return v, nil
 }
 
-func tapPolicyView(file string, res *tappolicy.Result, explain bool) api.TapPolicy {
+// TapPolicyView renders a compilation of the policy file for the API: its contracts with
+// the tap contracts each became, its unplaced requests, and with explain the derivations.
+func TapPolicyView(file string, res *tappolicy.Result, explain bool) api.TapPolicy {
 	v := api.TapPolicy{File: file, Strategy: res.Strategy, Contracts: []api.CompiledTap{}}
 	for _, k := range res.Contracts {
 		ct := api.CompiledTap{Name: k.Name, Source: k.Source, Monitor: k.Monitor, Direction: k.Direction,

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/tappolicy"
 )
@@ -37,36 +38,10 @@ func (f *fakePolicyAgent) compile(req api.TapPolicyRequest) (api.TapPolicy, erro
 	if err != nil {
 		return api.TapPolicy{}, api.BadRequest("%v", err)
 	}
-	v := api.TapPolicy{File: req.File, Strategy: res.Strategy}
-	var conv func(ds []tappolicy.Derivation) []api.TapDerivation
-	conv = func(ds []tappolicy.Derivation) []api.TapDerivation {
-		var out []api.TapDerivation
-		for _, d := range ds {
-			td := api.TapDerivation{Rule: d.Rule, Line: d.Line, Facts: d.Facts}
-			for _, p := range d.Derived {
-				td.Derived = append(td.Derived, api.TapPremise{Fact: p.Fact, Why: conv(p.Why)})
-			}
-			out = append(out, td)
-		}
-		return out
+	if _, err := res.TapContracts(req.File); err != nil {
+		return api.TapPolicy{}, api.BadRequest("%v", err)
 	}
-	for _, k := range res.Contracts {
-		cs, err := k.TapContracts(req.File)
-		if err != nil {
-			return api.TapPolicy{}, api.BadRequest("%v", err)
-		}
-		ct := api.CompiledTap{Name: k.Name, Source: k.Source, Monitor: k.Monitor, Direction: k.Direction, Protocol: k.Protocol, Port: k.Port, Action: k.Action, Placement: k.Placement}
-		for _, c := range cs {
-			ct.Taps = append(ct.Taps, c.Name)
-		}
-		if req.Explain {
-			ct.Why = conv(k.Why)
-		}
-		v.Contracts = append(v.Contracts, ct)
-	}
-	for _, u := range res.Unplaced {
-		v.Unplaced = append(v.Unplaced, api.UnplacedTap{Request: u.Request, Reason: u.Reason})
-	}
+	v := agent.TapPolicyView(req.File, res, req.Explain)
 	if req.Facts {
 		v.Facts, _ = policyFacts().Atoms()
 	}
