@@ -78,6 +78,10 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	eng.allowHost = cfg.HostTraffic == HostTrafficAllow
+	eng.podCIDR = cfg.PodCIDR
+	if cfg.Kubernetes != nil {
+		eng.nodeName = cfg.Kubernetes.NodeName
+	}
 	a := &Agent{
 		cfg:        cfg,
 		log:        cfg.Logger.With("instance", cfg.Instance),
@@ -250,6 +254,7 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 		}
 		m.taps[rec.Name] = &storedTap{rec: rec, c: c}
 	}
+	m.tapPolicy = st.TapPolicy
 	for _, rec := range st.Policies {
 		rec.Raw = compactJSON(rec.Raw) // older agents wrote the state file indented
 		p, err := a.eng.parseRecord(rec)
@@ -398,6 +403,7 @@ func (a *Agent) persist(m *model, d *desired) error {
 	for _, name := range sortedKeys(m.taps) {
 		st.Taps = append(st.Taps, m.taps[name].rec)
 	}
+	st.TapPolicy = tapPolicyRecord(d.tapPolicy)
 	ids, err := d.alloc.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("saving identities: %w", err)
@@ -547,6 +553,7 @@ func (a *Agent) commit(m *model, d *desired) error {
 		}
 		return err
 	}
+	a.logTapPolicy(a.cur.tapPolicy, d.tapPolicy)
 	a.model, a.cur = m, d
 	a.publishView()
 	return nil

@@ -93,4 +93,7 @@ type Engine struct {
 	// allowHost is Config.HostTraffic == HostTrafficAllow (mapstate.Input.AllowHost), set
 	// by New.
 	allowHost bool
+	// nodeName and podCIDR place this node in a tap policy's facts (tappolicy.go).
+	nodeName string
+	podCIDR  netip.Prefix
 }

@@ -25,6 +25,7 @@ type model struct {
 	nodes      map[string]*NodeRecord           // other nodes, by name (remote.go)
 	remotes    map[string]*RemoteEndpointRecord // pods on other nodes, by namespace/name
 	taps       map[string]*storedTap            // tap contracts, by name (taps.go)
+	tapPolicy  *TapPolicyRecord                 // the tap policy, nil: none (tappolicy.go)
 	nextRuleID uint32
 	nextEpID   uint32
 }
@@ -57,6 +58,7 @@ func (m *model) clone() *model {
 		nodes:      maps.Clone(m.nodes),
 		remotes:    maps.Clone(m.remotes),
 		taps:       maps.Clone(m.taps),
+		tapPolicy:  m.tapPolicy,
 		nextRuleID: m.nextRuleID,
 		nextEpID:   m.nextEpID,
 	}
@@ -121,6 +123,8 @@ type desired struct {
 	alloc      *identity.Allocator          // the allocator after this computation
 	// taps is the tap contracts resolved against the endpoints (taps.go).
 	taps tap.Resolution
+	// tapPolicy is the tap policy's compilation (tappolicy.go); nil without a policy.
+	tapPolicy *compiledTaps
 
 	// What the next computation may reuse (see compute).
 	memo    *mapstate.Memo
@@ -242,7 +246,10 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 	if d.state.Endpoints == nil {
 		d.state.Endpoints = map[uint32]mapstate.EndpointPolicy{}
 	}
-	d.taps = resolveTaps(m)
+	if d.tapPolicy, err = e.compileTapPolicy(m, d, prev); err != nil {
+		return nil, err
+	}
+	d.taps = resolveTaps(m, d.tapPolicy.tapContracts())
 	return d, nil
 }
 

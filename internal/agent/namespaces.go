@@ -154,5 +154,6 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		SendSide:   sendSide,
 		Memory:     mem,
 		Kubernetes: a.kubernetesStatus(),
+		TapPolicy:  a.tapPolicyStatus(),
 	}, nil
 }

@@ -98,6 +98,7 @@ type stateFile struct {
 	Nodes      []*NodeRecord            `json:"nodes,omitempty"`
 	Remotes    []*RemoteEndpointRecord  `json:"remoteEndpoints,omitempty"`
 	Taps       []*TapRecord             `json:"taps,omitempty"`
+	TapPolicy  *TapPolicyRecord         `json:"tapPolicy,omitempty"`
 	NextRuleID uint32                   `json:"nextRuleID"`
 	NextEpID   uint32                   `json:"nextEpID"`
 	Identities json.RawMessage          `json:"identities"`

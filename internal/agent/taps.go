@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -63,17 +64,18 @@ func tapEndpoints(m *model) []tap.Endpoint {
 	return out
 }
 
-// resolveTaps resolves m's contracts against m's endpoints; nothing when there is no
-// contract, so that nodes without taps pay nothing for them.
-func resolveTaps(m *model) tap.Resolution {
-	if len(m.taps) == 0 {
+// resolveTaps resolves m's contracts and the tap policy's (compiled) against m's
+// endpoints; nothing when there is no contract, so that nodes without taps pay nothing
+// for them.
+func resolveTaps(m *model, compiled []*tap.Contract) tap.Resolution {
+	if len(m.taps)+len(compiled) == 0 {
 		return tap.Resolution{}
 	}
-	cs := make([]*tap.Contract, 0, len(m.taps))
+	cs := make([]*tap.Contract, 0, len(m.taps)+len(compiled))
 	for _, st := range m.taps {
 		cs = append(cs, st.c)
 	}
-	return tap.Resolve(cs, tapEndpoints(m), "")
+	return tap.Resolve(append(cs, compiled...), tapEndpoints(m), "")
 }
 
 // putTaps creates or replaces contracts in m, and checks them as one: a dataplane with
@@ -104,11 +106,21 @@ func (a *Agent) putTaps(m *model, taps []*tap.Contract, res *api.ChangeResult) e
 		changed = append(changed, c.Name)
 		res.Changes = appendChange(res.Changes, api.PolicyChange{Kind: c.Kind, Name: c.Name, Action: action})
 	}
-	all := make([]*tap.Contract, 0, len(m.taps))
+	// The tap policy's contracts as they stand: a user contract that overlaps one is
+	// refused, naming both (the policy is compiled again after this change, and a
+	// compilation that would overlap keeps these).
+	compiled := a.cur.tapPolicy.tapContracts()
+	all := make([]*tap.Contract, 0, len(m.taps)+len(compiled))
 	for _, st := range m.taps {
 		all = append(all, st.c)
 	}
-	if err := tap.CheckChanged(resolveTaps(m), all, changed); err != nil {
+	for _, c := range compiled {
+		if _, ok := m.taps[c.Name]; ok {
+			return api.Conflict("%s %s: the tap policy derives a contract of that name", c.Kind, c.Name)
+		}
+	}
+	all = append(all, compiled...)
+	if err := tap.CheckChanged(resolveTaps(m, compiled), all, changed); err != nil {
 		return api.Conflict("%v", err)
 	}
 	return nil
@@ -145,6 +157,8 @@ func deleteTaps(m *model, names []string, kinds []string, ignoreNotFound bool, r
 			return api.NotFound("%s %q not found (%q is a %s)", kinds[i], name, name, st.rec.Kind)
 		case ok:
 			c.Kind = st.rec.Kind
+		case !ignoreNotFound && compiledName(name):
+			return api.NotFound("tap contract %q not found among the contracts you added (names tp-... are the tap policy's: change or delete the policy)", name)
 		case !ignoreNotFound:
 			kind := kinds[i]
 			if kind == "" {
@@ -232,17 +246,35 @@ func (a *Agent) ListTaps(ctx context.Context) ([]api.Tap, error) {
 		return nil, err
 	}
 	out := []api.Tap{}
-	for _, name := range sortedKeys(a.model.taps) {
-		out = append(out, a.tapView(a.model.taps[name], per))
+	all := a.allTaps()
+	for _, name := range sortedKeys(all) {
+		out = append(out, a.tapView(all[name], per))
 	}
 	return out, nil
+}
+
+// allTaps is the user's contracts and the tap policy's, by name; the tap policy's carry
+// their origin ("tap policy FILE") as their source.
+func (a *Agent) allTaps() map[string]*storedTap {
+	compiled := a.cur.tapPolicy.tapContracts()
+	if len(compiled) == 0 {
+		return a.model.taps
+	}
+	all := make(map[string]*storedTap, len(a.model.taps)+len(compiled))
+	for name, st := range a.model.taps {
+		all[name] = st
+	}
+	for _, c := range compiled {
+		all[c.Name] = &storedTap{rec: &TapRecord{Kind: c.Kind, Name: c.Name, Source: c.Origin}, c: c}
+	}
+	return all
 }
 
 // GetTap shows one contract.
 func (a *Agent) GetTap(ctx context.Context, name string) (api.Tap, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st, ok := a.model.taps[name]
+	st, ok := a.allTaps()[name]
 	if !ok {
 		return api.Tap{}, api.NotFound("tap contract %q not found", name)
 	}
@@ -299,3 +331,6 @@ func (a *Agent) tapView(st *storedTap, per map[string]tap.Counters) api.Tap {
 	}
 	return v
 }
+
+// compiledName says whether name has the form of a tap policy's contracts.
+func compiledName(name string) bool { return strings.HasPrefix(name, "tp-") }

@@ -212,6 +212,30 @@ func (c *Client) DeleteTap(ctx context.Context, name string) (ChangeResult, erro
 	return v, c.do(ctx, "DELETE", "/v1/taps/"+esc(name), nil, &v)
 }
 
+// ApplyTapPolicy makes a tap policy the agent's.
+func (c *Client) ApplyTapPolicy(ctx context.Context, req TapPolicyRequest) (ChangeResult, error) {
+	var v ChangeResult
+	return v, c.do(ctx, "PUT", "/v1/tappolicy", req, &v)
+}
+
+// GetTapPolicy shows the tap policy and the contracts it yields.
+func (c *Client) GetTapPolicy(ctx context.Context) (TapPolicy, error) {
+	var v TapPolicy
+	return v, c.do(ctx, "GET", "/v1/tappolicy", nil, &v)
+}
+
+// DeleteTapPolicy removes the tap policy and its contracts.
+func (c *Client) DeleteTapPolicy(ctx context.Context) (ChangeResult, error) {
+	var v ChangeResult
+	return v, c.do(ctx, "DELETE", "/v1/tappolicy", nil, &v)
+}
+
+// CompileTapPolicy compiles a tap policy against the agent's facts, applying nothing.
+func (c *Client) CompileTapPolicy(ctx context.Context, req TapPolicyRequest) (TapPolicy, error) {
+	var v TapPolicy
+	return v, c.do(ctx, "POST", "/v1/tappolicy/compile", req, &v)
+}
+
 // Delete deletes the policies the manifests name, all or none.
 func (c *Client) Delete(ctx context.Context, req DeleteRequest) (ChangeResult, error) {
 	var v ChangeResult

@@ -72,6 +72,14 @@ type Service interface {
 	GetTap(ctx context.Context, name string) (Tap, error)
 	AddTaps(ctx context.Context, req ApplyRequest) (ChangeResult, error)
 	DeleteTap(ctx context.Context, name string) (ChangeResult, error)
+	// ApplyTapPolicy makes a Datalog tap policy the agent's (one per agent), compiled
+	// against the agent's facts, its contracts checked with the others: all or nothing.
+	// GetTapPolicy shows it and its contracts; DeleteTapPolicy removes it and them.
+	// CompileTapPolicy is a dry run against the current facts: nothing is applied.
+	ApplyTapPolicy(ctx context.Context, req TapPolicyRequest) (ChangeResult, error)
+	GetTapPolicy(ctx context.Context) (TapPolicy, error)
+	DeleteTapPolicy(ctx context.Context) (ChangeResult, error)
+	CompileTapPolicy(ctx context.Context, req TapPolicyRequest) (TapPolicy, error)
 }
 
 // CIDRSetRequest carries prefixes for a set. On the wire the prefixes are the request body
@@ -97,6 +105,9 @@ const (
 	// MaxManifestBodyBytes bounds the body of apply and delete: 8 MiB of manifests
 	// (policy.MaxManifestBytes), which JSON may escape to six times their size at worst.
 	MaxManifestBodyBytes = 64 << 20
+	// MaxTapPolicyBodyBytes bounds a tap policy request: a 1 MiB policy
+	// (tappolicy.MaxSourceBytes) escaped by JSON at worst.
+	MaxTapPolicyBodyBytes = 8 << 20
 	// MaxBodyDepth bounds the nesting of a JSON request body (the API's own types nest 3
 	// levels).
 	MaxBodyDepth = 16
@@ -238,6 +249,20 @@ func NewHandler(svc Service) http.Handler {
 	})
 	mux.HandleFunc("DELETE /v1/taps/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.DeleteTap(r.Context(), r.PathValue("name")) })
+	})
+	mux.HandleFunc("GET /v1/tappolicy", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.GetTapPolicy(r.Context()) })
+	})
+	mux.HandleFunc("PUT /v1/tappolicy", func(w http.ResponseWriter, r *http.Request) {
+		var req TapPolicyRequest
+		withBody(w, r, MaxTapPolicyBodyBytes, &req, func() (any, error) { return svc.ApplyTapPolicy(r.Context(), req) })
+	})
+	mux.HandleFunc("DELETE /v1/tappolicy", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.DeleteTapPolicy(r.Context()) })
+	})
+	mux.HandleFunc("POST /v1/tappolicy/compile", func(w http.ResponseWriter, r *http.Request) {
+		var req TapPolicyRequest
+		withBody(w, r, MaxTapPolicyBodyBytes, &req, func() (any, error) { return svc.CompileTapPolicy(r.Context(), req) })
 	})
 	mux.HandleFunc("POST /v1/trace", func(w http.ResponseWriter, r *http.Request) {
 		var req TraceRequest

@@ -43,6 +43,18 @@ type Status struct {
 	Memory *MemoryStatus `json:"memory,omitempty"`
 	// Kubernetes is the node's view of the cluster in Kubernetes mode (nil outside it).
 	Kubernetes *KubernetesStatus `json:"kubernetes,omitempty"`
+	// TapPolicy is the tap policy's state (nil without one).
+	TapPolicy *TapPolicyStatus `json:"tapPolicy,omitempty"`
+}
+
+// TapPolicyStatus is the tap policy's state in the agent's status.
+type TapPolicyStatus struct {
+	File      string `json:"file"`
+	Contracts int    `json:"contracts"` // compiled contracts installed
+	Unplaced  int    `json:"unplaced"`
+	// Error is why the last recompilation failed (the last good contracts stand).
+	Error   string    `json:"error,omitempty"`
+	ErrorAt time.Time `json:"errorAt,omitzero"`
 }
 
 // KubernetesStatus is an agent's view of the cluster in Kubernetes mode.
@@ -647,4 +659,66 @@ type TapCounters struct {
 	DroppedByMonitor   uint64 `json:"droppedByMonitor"`
 	CopiesLost         uint64 `json:"copiesLost"`
 	DroppedUnavailable uint64 `json:"droppedUnavailable"`
+}
+
+// TapPolicyRequest carries a tap policy (Datalog, docs/taps.md "Tap policy (Datalog)") to
+// apply or to compile as a dry run.
+type TapPolicyRequest struct {
+	File   string `json:"file"`   // the file name, for messages and contract origins
+	Source string `json:"source"` // the policy's text
+	// Explain (compile) adds each contract's derivations; Facts the facts compiled against.
+	Explain bool `json:"explain,omitempty"`
+	Facts   bool `json:"facts,omitempty"`
+}
+
+// TapPolicy is a tap policy and what it yields: the agent's policy (`tap policy get`) or
+// a dry run's (`tap compile`).
+type TapPolicy struct {
+	File      string        `json:"file"`
+	Source    string        `json:"source,omitempty"`
+	Strategy  string        `json:"strategy"` // per-node or per-app
+	Contracts []CompiledTap `json:"contracts"`
+	Unplaced  []UnplacedTap `json:"unplaced,omitempty"`
+	Facts     []string      `json:"facts,omitempty"`
+	// Error is why the last compilation against a changed model failed; Contracts are
+	// then those of the last good compilation, which stay installed.
+	Error   string    `json:"error,omitempty"`
+	ErrorAt time.Time `json:"errorAt,omitzero"`
+}
+
+// CompiledTap is a contract a tap policy derived and the tap contracts it became (two for
+// direction both with a port: see docs/taps.md).
+type CompiledTap struct {
+	Name      string          `json:"name"`
+	Source    string          `json:"source"`
+	Monitor   string          `json:"monitor"`
+	Direction string          `json:"direction"`
+	Protocol  string          `json:"protocol"`
+	Port      uint16          `json:"port"` // 0: any
+	Action    string          `json:"action"`
+	Taps      []string        `json:"taps"` // the tap contracts' names
+	Placement string          `json:"placement,omitempty"`
+	Why       []TapDerivation `json:"why,omitempty"`
+}
+
+// TapDerivation is one way a fact was derived: the rule, its line, the facts its premises
+// matched, and the derived premises explained in turn.
+type TapDerivation struct {
+	Rule    string       `json:"rule"`
+	Line    int          `json:"line"`
+	Facts   []string     `json:"facts"`
+	Derived []TapPremise `json:"derived,omitempty"`
+}
+
+// TapPremise is a derived premise of a derivation and its own derivations.
+type TapPremise struct {
+	Fact string          `json:"fact"`
+	Why  []TapDerivation `json:"why,omitempty"`
+}
+
+// UnplacedTap is an inspect request no monitor could take, and why.
+type UnplacedTap struct {
+	Request string          `json:"request"`
+	Reason  string          `json:"reason"`
+	Why     []TapDerivation `json:"why,omitempty"`
 }

@@ -442,6 +442,12 @@ func (a *app) statusCommand() *cobra.Command {
 			if k := st.Kubernetes; k != nil {
 				printKubernetes(w, k)
 			}
+			if tp := st.TapPolicy; tp != nil {
+				fmt.Fprintf(w, "Tap policy:\t%s: %d contracts, %d requests unplaced\n", tp.File, tp.Contracts, tp.Unplaced)
+				if tp.Error != "" {
+					fmt.Fprintf(w, "TAP POLICY ERROR:\t%s (since %s; its last good contracts stay installed)\n", tp.Error, tp.ErrorAt.Format("2006-01-02T15:04:05Z07:00"))
+				}
+			}
 			if m := st.Memory; m != nil {
 				fmt.Fprintf(w, "Memory:\tagent RSS %s (anonymous %s); BPF maps %s in %d maps\n",
 					bytesString(m.RSSBytes), bytesString(m.RSSAnonBytes), bytesString(m.MapBytes), len(m.Maps))

@@ -19,7 +19,7 @@ func (a *app) tapCommand() *cobra.Command {
 		Aliases: []string{"taps"},
 		Short:   "Add, list, inspect and delete tap contracts: flows copied or diverted to a monitor endpoint",
 	}
-	cmd.AddCommand(a.tapAdd(), a.tapList(), a.tapGet(), a.tapDelete())
+	cmd.AddCommand(a.tapAdd(), a.tapList(), a.tapGet(), a.tapDelete(), a.tapPolicyCommand(), a.tapCompile())
 	return cmd
 }
 
@@ -167,14 +167,14 @@ func (a *app) tapList() *cobra.Command {
 				return a.printJSON(ts)
 			}
 			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAME\tKIND\tACTION\tMONITOR\tENDPOINTS\tMATCH\tMIRRORED\tREDIRECTED\tMONITOR DROPS\tCOPIES LOST")
+			fmt.Fprintln(w, "NAME\tKIND\tACTION\tMONITOR\tENDPOINTS\tMATCH\tMIRRORED\tREDIRECTED\tMONITOR DROPS\tCOPIES LOST\tORIGIN")
 			for _, t := range ts {
 				c := t.Counters
 				if c == nil {
 					c = &api.TapCounters{}
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\n", t.Name, t.Kind, actionString(t), monitorString(t), len(t.Endpoints), t.Match,
-					packetsBytes(c.MirroredPackets, c.MirroredBytes), packetsBytes(c.RedirectedPackets, c.RedirectedBytes), c.DroppedByMonitor, c.CopiesLost)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", t.Name, t.Kind, actionString(t), monitorString(t), len(t.Endpoints), t.Match,
+					packetsBytes(c.MirroredPackets, c.MirroredBytes), packetsBytes(c.RedirectedPackets, c.RedirectedBytes), c.DroppedByMonitor, c.CopiesLost, t.Source)
 			}
 			if err := w.Flush(); err != nil {
 				return err

@@ -231,7 +231,7 @@ func shiftLines(msg string) string {
 
 type compilation struct {
 	file  string
-	store factstore.SimpleInMemoryStore
+	store factstore.FactStore
 	rules []rule
 	facts Facts
 	memo  map[string][]Derivation
@@ -439,7 +439,7 @@ func (c *compilation) explain(a ast.Atom, depth int) []Derivation {
 		if r.clause.Head.Predicate != a.Predicate || r.why.Symbol == "" || len(out) >= maxDerivations {
 			continue
 		}
-		c.store.GetFacts(ast.NewQuery(r.why), func(w ast.Atom) error {
+		c.store.GetFacts(whyQuery(r, a), func(w ast.Atom) error {
 			if len(out) >= maxDerivations {
 				return nil
 			}
@@ -455,7 +455,7 @@ func (c *compilation) explain(a ast.Atom, depth int) []Derivation {
 			d := Derivation{Rule: r.clause.String(), Line: r.line}
 			for _, p := range r.clause.Premises {
 				g := p.ApplySubst(subst)
-				d.Facts = append(d.Facts, g.String())
+				d.Facts = append(d.Facts, grounded(g))
 				if ga, ok := g.(ast.Atom); ok && depth < maxExplainDepth && c.derived(ga.Predicate) {
 					d.Derived = append(d.Derived, Premise{Fact: ga.String(), Why: c.explain(ga, depth+1)})
 				}
@@ -476,4 +476,47 @@ func (c *compilation) derived(pred ast.PredicateSym) bool {
 		}
 	}
 	return false
+}
+
+// grounded renders a premise after substitution: a wildcard, which matched anything and is
+// bound to nothing, prints as "_" (substitution leaves an empty constant in its place).
+func grounded(t ast.Term) string {
+	render := func(a ast.Atom) string {
+		args := make([]string, len(a.Args))
+		for i, x := range a.Args {
+			if args[i] = x.String(); args[i] == "" {
+				args[i] = "_"
+			}
+		}
+		return a.Predicate.Symbol + "(" + strings.Join(args, ",") + ")"
+	}
+	switch a := t.(type) {
+	case ast.Atom:
+		return render(a)
+	case ast.NegAtom:
+		return "!" + render(a.Atom)
+	}
+	return t.String()
+}
+
+// whyQuery is the query for the provenance facts of rule r that can give back fact a: the
+// variables of r's head bound to a's values, so the store reads the facts of those values
+// (it indexes every argument) and not every derivation of the rule.
+func whyQuery(r rule, a ast.Atom) ast.Atom {
+	bind := map[ast.Variable]ast.BaseTerm{}
+	for i, h := range r.clause.Head.Args {
+		if v, ok := h.(ast.Variable); ok && v.Symbol != "_" && i < len(a.Args) {
+			if k, ok := a.Args[i].(ast.Constant); ok {
+				bind[v] = k
+			}
+		}
+	}
+	args := make([]ast.BaseTerm, len(r.vars))
+	for i, v := range r.vars {
+		args[i] = v
+		if k, ok := bind[v]; ok {
+			args[i] = k
+		}
+	}
+	return ast.Atom{Predicate: r.why, Args: args}
 }

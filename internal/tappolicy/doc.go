@@ -13,6 +13,12 @@
 // its premises matched (a provenance rule is added beside each rule of the policy), and for
 // a placed request why that monitor was chosen.
 //
+// A compiled contract becomes tap contracts (Contract.TapContracts). Its port is the server
+// side's: for ingress the endpoint's own port (tap.Match.Ports), for egress the peer's
+// (tap.Match.PeerPorts); direction both with a port becomes two contracts, the ingress one
+// and the egress one (names suffixed -in and -out); port 0 is any port. Every one is a
+// TapContract with origin "tap policy <file>" that fails closed.
+//
 // The package is pure: it reads facts and source text and returns contracts; the agent
 // feeds it its model and hands the contracts to the tap layer, which checks them for
 // overlap like any other contract. Evaluation is bounded by a limit on derived facts, so no

@@ -80,9 +80,12 @@ Decl node(Node, Load) descr [extensional(), doc("a node and its load")].
 // errors name the policy's line numbers.
 var schemaLines = strings.Count(schema, "\n")
 
-// store puts the facts into a fact store, in a deterministic order.
-func (f Facts) store() (factstore.SimpleInMemoryStore, error) {
-	st := factstore.NewSimpleInMemoryStore()
+// store puts the facts into a fact store, in a deterministic order. The store indexes
+// every argument: a premise with a bound argument (talks(_, S, ...) once S is known) then
+// reads the facts that have it, not all of them, which keeps a join over a node's talks
+// facts from costing the product of the relations.
+func (f Facts) store() (factstore.FactStore, error) {
+	st := factstore.NewMultiIndexedArrayInMemoryStore()
 	add := func(pred string, args ...ast.BaseTerm) { st.Add(ast.NewAtom(pred, args...)) }
 	s, n := ast.String, func(v int64) ast.BaseTerm { return ast.Number(v) }
 	seen := map[string]bool{}
@@ -125,4 +128,30 @@ func (f Facts) store() (factstore.SimpleInMemoryStore, error) {
 		add("talks", s(t.From), s(t.To), s(strings.ToUpper(t.Protocol)), n(int64(t.Port)))
 	}
 	return st, nil
+}
+
+// Atoms renders the facts as the policy sees them, one Datalog fact each, in a
+// deterministic order (endpoints in the order given, then nodes, then talks), so a user
+// can see what a policy is evaluated over (`rampart tap compile --facts`).
+func (f Facts) Atoms() ([]string, error) {
+	st, err := f.store()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, pred := range []string{"endpoint", "label", "port", "exposed", "monitor", "inspects", "monitor_load", "node", "talks"} {
+		var atoms []string
+		for _, p := range st.ListPredicates() {
+			if p.Symbol != pred {
+				continue
+			}
+			st.GetFacts(ast.NewQuery(p), func(a ast.Atom) error {
+				atoms = append(atoms, a.String()+".")
+				return nil
+			})
+		}
+		sort.Strings(atoms)
+		out = append(out, atoms...)
+	}
+	return out, nil
 }
