@@ -70,18 +70,7 @@ func TestValidJSONReaderCompactText(t *testing.T) {
 }
 
 // sameTree compares what the parser reads of a node.
-func sameTree(a, b *yaml.Node) bool {
-	if a.Kind != b.Kind || a.Tag != b.Tag || a.Value != b.Value || a.Style != b.Style ||
-		a.Line != b.Line || a.Column != b.Column || len(a.Content) != len(b.Content) {
-		return false
-	}
-	for i := range a.Content {
-		if !sameTree(a.Content[i], b.Content[i]) {
-			return false
-		}
-	}
-	return true
-}
+func sameTree(a, b *yaml.Node) bool { return treeDiff("", a, b) == "" }
 
 // TestValidJSONReaderMatchesDecoder holds the fast reader to the token decoder's trees on
 // the seeds and on every corpus manifest written as JSON, compact and indented.

@@ -330,6 +330,42 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, ra
 	if err := yamlDocumentSizes(source, data); err != nil {
 		return err
 	}
+	first := 1
+	if fastYAMLEnabled && fastYAMLOK(data) {
+		// A document goes to fn once the reader has read the next one too: yaml.v3 finds
+		// some errors of a document only while reading into the next one, so when the
+		// fast reader gives up, yaml.v3 reads again from the document before.
+		y := newFastYAML(data)
+		var pending *yaml.Node
+		for {
+			n, done, ok := y.next()
+			stop := y.docs + 1 // the document the fast reader did not take
+			if ok && !done && y.docs > MaxDocuments {
+				// Over the limit: yaml.v3's error names its line.
+				ok, stop = false, y.docs
+			}
+			if !ok {
+				first = max(1, stop-1)
+				break
+			}
+			if pending != nil {
+				doc := y.docs - 1
+				if done {
+					doc = y.docs
+				}
+				if err := nodeDepth(source, doc, pending); err != nil {
+					return err
+				}
+				if err := fn(doc, pending, nil); err != nil {
+					return err
+				}
+			}
+			if done {
+				return nil
+			}
+			pending = n
+		}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for doc := 1; ; doc++ {
 		var n yaml.Node
@@ -339,6 +375,10 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, ra
 		}
 		if err != nil {
 			return yamlSyntaxError(source, doc, err)
+		}
+		if doc < first {
+			// Read by the fast reader already.
+			continue
 		}
 		if doc > MaxDocuments {
 			return &LimitError{Source: source, Document: doc, Line: n.Line, Limit: LimitDocuments, Value: int64(doc), Max: MaxDocuments}
