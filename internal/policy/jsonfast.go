@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 
 	"gopkg.in/yaml.v3"
 )
@@ -9,8 +11,10 @@ import (
 // readValidJSON builds the same tree as readJSON for a text that json.Valid accepts, in
 // one pass over the bytes instead of one json.Decoder token at a time: the decoder's
 // tokens cost as much as YAML parsing, and JSON is how Kubernetes objects reach the
-// parser (docs/benchmarks.md, "Apply to enforcement"). Invalid input must go to readJSON,
-// whose errors name the problem; this scanner assumes valid syntax.
+// parser (docs/benchmarks.md, "Apply to enforcement"). It checks the syntax as it reads,
+// as json.Valid does (the tests hold it to json.Valid), and returns errNotValidJSON for
+// a text that json.Valid refuses: readJSON's errors name the problem, and a source not
+// named .json is then read as YAML.
 //
 // Strings without escapes and non-ASCII bytes are taken as they are; the others are
 // decoded by encoding/json, as readJSON's decoder does (invalid UTF-8 becomes U+FFFD).
@@ -25,12 +29,19 @@ func readValidJSON(data []byte) (*yaml.Node, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	s.space()
+	if s.i != len(data) {
+		return nil, nil, errNotValidJSON
+	}
 	if !s.canon {
 		return n, nil, nil
 	}
 	s.raw = append(s.raw, data[s.run:s.i]...)
 	return n, s.raw, nil
 }
+
+// errNotValidJSON is readValidJSON's answer to a text that json.Valid refuses.
+var errNotValidJSON = errors.New("not valid JSON")
 
 type jsonScanner struct {
 	data []byte
@@ -72,22 +83,30 @@ func (s *jsonScanner) space() {
 	s.run = s.i
 }
 
+// peek is the byte at s.i, or 0 at the end (never valid where a token is expected).
+func (s *jsonScanner) peek() byte {
+	if s.i < len(s.data) {
+		return s.data[s.i]
+	}
+	return 0
+}
+
 func (s *jsonScanner) value() (*yaml.Node, error) {
 	s.space()
 	line := s.line
-	switch c := s.data[s.i]; c {
+	switch c := s.peek(); c {
 	case '{':
 		n := s.node(yaml.MappingNode, "!!map", "", yaml.FlowStyle, line)
 		s.i++
+		s.space()
+		if s.peek() == '}' {
+			s.i++
+			return n, nil
+		}
 		for {
 			s.space()
-			switch s.data[s.i] {
-			case '}':
-				s.i++
-				return n, nil
-			case ',':
-				s.i++
-				s.space()
+			if s.peek() != '"' {
+				return nil, errNotValidJSON
 			}
 			kline := s.line
 			k, err := s.str()
@@ -95,30 +114,50 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 				return nil, err
 			}
 			s.space()
-			s.i++ // ':'
+			if s.peek() != ':' {
+				return nil, errNotValidJSON
+			}
+			s.i++
 			v, err := s.value()
 			if err != nil {
 				return nil, err
 			}
 			n.Content = append(n.Content, s.node(yaml.ScalarNode, "!!str", k, yaml.DoubleQuotedStyle, kline), v)
+			s.space()
+			switch s.peek() {
+			case ',':
+				s.i++
+			case '}':
+				s.i++
+				return n, nil
+			default:
+				return nil, errNotValidJSON
+			}
 		}
 	case '[':
 		n := s.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, line)
 		s.i++
+		s.space()
+		if s.peek() == ']' {
+			s.i++
+			return n, nil
+		}
 		for {
-			s.space()
-			switch s.data[s.i] {
-			case ']':
-				s.i++
-				return n, nil
-			case ',':
-				s.i++
-			}
 			v, err := s.value()
 			if err != nil {
 				return nil, err
 			}
 			n.Content = append(n.Content, v)
+			s.space()
+			switch s.peek() {
+			case ',':
+				s.i++
+			case ']':
+				s.i++
+				return n, nil
+			default:
+				return nil, errNotValidJSON
+			}
 		}
 	case '"':
 		v, err := s.str()
@@ -127,27 +166,21 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 		}
 		return s.node(yaml.ScalarNode, "!!str", v, yaml.DoubleQuotedStyle, line), nil
 	case 't':
-		s.i += len("true")
-		return s.node(yaml.ScalarNode, "!!bool", "true", 0, line), nil
+		return s.literal("true", "!!bool", line)
 	case 'f':
-		s.i += len("false")
-		return s.node(yaml.ScalarNode, "!!bool", "false", 0, line), nil
+		return s.literal("false", "!!bool", line)
 	case 'n':
-		s.i += len("null")
-		return s.node(yaml.ScalarNode, "!!null", "null", 0, line), nil
-	default: // a number
-		start, tag := s.i, "!!int"
-		for ; s.i < len(s.data); s.i++ {
-			switch s.data[s.i] {
-			case '.', 'e', 'E':
-				tag = "!!float"
-			case '-', '+', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-			default:
-				return s.number(tag, start, line), nil
-			}
-		}
-		return s.number(tag, start, line), nil
+		return s.literal("null", "!!null", line)
 	}
+	return s.number(line)
+}
+
+func (s *jsonScanner) literal(word, tag string, line int) (*yaml.Node, error) {
+	if !bytes.HasPrefix(s.data[s.i:], []byte(word)) {
+		return nil, errNotValidJSON
+	}
+	s.i += len(word)
+	return s.node(yaml.ScalarNode, tag, word, 0, line), nil
 }
 
 func isJSONSpace(c byte) bool {
@@ -175,12 +208,49 @@ func canonInt(v []byte) bool {
 	return true
 }
 
-func (s *jsonScanner) number(tag string, start, line int) *yaml.Node {
+// number reads a number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *jsonScanner) number(line int) (*yaml.Node, error) {
+	start, tag := s.i, "!!int"
+	digits := func() bool {
+		from := s.i
+		for s.i < len(s.data) && '0' <= s.data[s.i] && s.data[s.i] <= '9' {
+			s.i++
+		}
+		return s.i > from
+	}
+	if s.peek() == '-' {
+		s.i++
+	}
+	switch c := s.peek(); {
+	case c == '0':
+		s.i++
+	case '1' <= c && c <= '9':
+		digits()
+	default:
+		return nil, errNotValidJSON
+	}
+	if s.peek() == '.' {
+		tag = "!!float"
+		s.i++
+		if !digits() {
+			return nil, errNotValidJSON
+		}
+	}
+	if c := s.peek(); c == 'e' || c == 'E' {
+		tag = "!!float"
+		s.i++
+		if c := s.peek(); c == '+' || c == '-' {
+			s.i++
+		}
+		if !digits() {
+			return nil, errNotValidJSON
+		}
+	}
 	v := s.data[start:s.i]
 	if tag != "!!int" || !canonInt(v) {
 		s.canon = false // writeJSON formats it anew
 	}
-	return s.node(yaml.ScalarNode, tag, string(v), 0, line)
+	return s.node(yaml.ScalarNode, tag, string(v), 0, line), nil
 }
 
 // str reads the string at s.i (its opening quote).
@@ -188,7 +258,7 @@ func (s *jsonScanner) str() (string, error) {
 	start := s.i
 	s.i++
 	plain := true
-	for {
+	for s.i < len(s.data) {
 		c := s.data[s.i]
 		switch {
 		case c == '"':
@@ -204,7 +274,27 @@ func (s *jsonScanner) str() (string, error) {
 		case c == '\\':
 			plain = false
 			s.canon = false
-			s.i += 2
+			if s.i+1 >= len(s.data) {
+				return "", errNotValidJSON
+			}
+			switch s.data[s.i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i += 2
+			case 'u':
+				if s.i+6 > len(s.data) {
+					return "", errNotValidJSON
+				}
+				for _, h := range s.data[s.i+2 : s.i+6] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return "", errNotValidJSON
+					}
+				}
+				s.i += 6
+			default:
+				return "", errNotValidJSON
+			}
+		case c < 0x20:
+			return "", errNotValidJSON
 		case c >= 0x80:
 			plain = false
 			s.canon = false
@@ -216,4 +306,5 @@ func (s *jsonScanner) str() (string, error) {
 			s.i++
 		}
 	}
+	return "", errNotValidJSON
 }

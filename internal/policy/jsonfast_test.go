@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,10 +22,19 @@ var jsonSeeds = []string{
 	"\r\n\t{ \"a\" :\r\n\"b\" }\r\n",
 	`{"h":"<a&b>"}`, ` { "z" : 0 , "m" : -5 , "i" : 123456789012345678 , "j" : 1234567890123456789 } `,
 	`{"neg":[-0,-1,0]}`,
+	// Invalid: the fast reader must refuse each as json.Valid does.
+	``, ` `, `{`, `}`, `[1,]`, `{"a":1,}`, `{"a" 1}`, `{a:1}`, `[01]`, `[-]`, `[1.]`, `[.5]`, `[1e]`, `[1e+]`,
+	`[+1]`, `[tru]`, `[nul]`, `"\x"`, `"\u12G4"`, `"\u12"`, "\"a\tb\"", `"abc`, `[1] 2`, `{"a":1}}`,
+	`[1 2]`, `{"a":1 "b":2}`, `[NaN]`, `[Infinity]`, "\u00a0[]", `[,1]`, `{,}`,
 }
 
 func compareReaders(t *testing.T, data []byte) {
 	t.Helper()
+	// The fast reader checks the syntax itself: it takes what json.Valid accepts, and
+	// nothing else.
+	if _, _, err := readValidJSON(data); (err == nil) != json.Valid(data) || err != nil && !errors.Is(err, errNotValidJSON) {
+		t.Fatalf("%q: readValidJSON error %v, json.Valid %v", data, err, json.Valid(data))
+	}
 	if !json.Valid(data) {
 		return
 	}

@@ -307,6 +307,28 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, ra
 	if err := checkSize(source, len(data)); err != nil {
 		return err
 	}
+	if jsonName(source) || jsonStart(data) {
+		// Within the limits, the fast reader checks the syntax as it reads (a text that
+		// json.Valid accepts is JSON whatever its name); over one, whether the limit's
+		// error is JSON's or YAML's depends on the syntax alone.
+		if len(data) <= MaxDocumentBytes {
+			if depth, _ := JSONDepth(data, MaxDepth); depth <= MaxDepth {
+				n, raw, err := readValidJSON(data)
+				if err == nil {
+					return fn(1, n, raw)
+				}
+				if !errors.Is(err, errNotValidJSON) {
+					return err
+				}
+				if jsonName(source) {
+					if n, err = readJSON(data); err != nil { // for its errors
+						return err
+					}
+					return fn(1, n, nil)
+				}
+			}
+		}
+	}
 	if isJSON, valid := jsonInput(source, data); isJSON {
 		if len(data) > MaxDocumentBytes {
 			return &LimitError{Source: source, Document: 1, Line: 1, Limit: LimitDocumentSize, Value: int64(len(data)), Max: MaxDocumentBytes}
@@ -398,14 +420,22 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, ra
 // jsonInput reports whether data is to be read as JSON (a .json source, or a text that
 // is valid JSON and starts like an object or array), and whether it is valid JSON.
 func jsonInput(source string, data []byte) (isJSON, valid bool) {
-	if strings.HasSuffix(strings.ToLower(source), ".json") {
+	if jsonName(source) {
 		return true, json.Valid(data)
 	}
-	t := bytes.TrimLeft(data, " \t\r\n")
-	if len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(data) {
+	if jsonStart(data) && json.Valid(data) {
 		return true, true
 	}
 	return false, false
+}
+
+// jsonName reports whether source names a JSON file.
+func jsonName(source string) bool { return strings.HasSuffix(strings.ToLower(source), ".json") }
+
+// jsonStart reports whether data starts like a JSON object or array.
+func jsonStart(data []byte) bool {
+	t := bytes.TrimLeft(data, " \t\r\n")
+	return len(t) > 0 && (t[0] == '{' || t[0] == '[')
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
