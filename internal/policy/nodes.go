@@ -375,9 +375,8 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, ra
 				if done {
 					doc = y.docs
 				}
-				if err := nodeDepth(source, doc, pending); err != nil {
-					return err
-				}
+				// No nodeDepth: the fast reader leaves a document deeper than MaxDepth
+				// to yaml.v3.
 				if err := fn(doc, pending, nil); err != nil {
 					return err
 				}

@@ -261,6 +261,32 @@ func TestFastYAMLCases(t *testing.T) {
 	}
 }
 
+// TestPlainTagMatchesYAMLv3: the tags decided without yaml.v3 are its tags.
+func TestPlainTagMatchesYAMLv3(t *testing.T) {
+	vals := []string{"0", "00", "01", "017", "09", "1", "9", "10", "1_000", "-1", "+1", "1.5", ".5", ".inf", "-.inf",
+		"2001-12-14", "2001", "20011214", "123456789012345678", "1234567890123456789", "99999999999999999999",
+		"0x1F", "0o17", "0b101", "1e3", "1:20", "1.2.3", "12a", "yes", "Yes", "no", "No", "on", "off", "y", "n", "o",
+		"TCP", "UDP", "true", "True", "TRUE", "tRue", "false", "False", "FALSE", "null", "Null", "NULL", "nUll",
+		"~", "~x", "Ingress", "Egress", "app", "k8s:app", "a b", "_x", "/path", "x.y", "Z", "zebra", "<<", "=",
+		"198.19.0.1/32", "10.0.0.0/8", "fe80::1", "5201", "65535", "65536"}
+	var y fastYAML
+	for _, v := range vals {
+		want := (&yaml.Node{Kind: yaml.ScalarNode, Value: v}).ShortTag()
+		if got := y.plainTag(v); got != want {
+			t.Errorf("%q: tag %s, yaml.v3 %s", v, got, want)
+		}
+	}
+	// Every one- and two-byte printable scalar, and each starting byte before digits.
+	for a := byte(0x21); a < 0x7f; a++ {
+		for _, v := range []string{string(a), string(a) + "1", string(a) + "0", string(a) + "a", string(a) + "12345", string(a) + "rue"} {
+			want := (&yaml.Node{Kind: yaml.ScalarNode, Value: v}).ShortTag()
+			if got := y.plainTag(v); got != want {
+				t.Errorf("%q: tag %s, yaml.v3 %s", v, got, want)
+			}
+		}
+	}
+}
+
 func FuzzFastYAML(f *testing.F) {
 	for _, c := range []string{"a: 1\n", "a:\n- b: [x, y]\n  c: 'd'\n", "---\na: {k: v}\n---\n- 1\n"} {
 		f.Add([]byte(c))
