@@ -47,24 +47,13 @@ type jsonScanner struct {
 	data []byte
 	i    int
 	line int
-	// nodes is a slab the tree's nodes are taken from: one allocation per 256 nodes.
-	nodes []yaml.Node
 	// raw is the compact text so far: data up to run without the whitespace between
 	// tokens. canon is false once a token was seen that writeJSON renders otherwise
 	// (escapes, non-ASCII, HTML characters, numbers not in the form FormatInt writes).
 	raw   []byte
 	run   int
 	canon bool
-}
-
-func (s *jsonScanner) node(kind yaml.Kind, tag, value string, style yaml.Style, line int) *yaml.Node {
-	if len(s.nodes) == 0 {
-		s.nodes = make([]yaml.Node, 256)
-	}
-	n := &s.nodes[0]
-	s.nodes = s.nodes[1:]
-	n.Kind, n.Tag, n.Value, n.Style, n.Line = kind, tag, value, style, line
-	return n
+	treeBuilder
 }
 
 func (s *jsonScanner) space() {
@@ -96,13 +85,14 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 	line := s.line
 	switch c := s.peek(); c {
 	case '{':
-		n := s.node(yaml.MappingNode, "!!map", "", yaml.FlowStyle, line)
+		n := s.node(yaml.MappingNode, "!!map", "", yaml.FlowStyle, line, 0)
 		s.i++
 		s.space()
 		if s.peek() == '}' {
 			s.i++
 			return n, nil
 		}
+		from := len(s.kids)
 		for {
 			s.space()
 			if s.peek() != '"' {
@@ -113,6 +103,9 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 			if err != nil {
 				return nil, err
 			}
+			// The key's node before the value's: the checker reads them together, and
+			// nodes taken in that order share cache lines.
+			kn := s.node(yaml.ScalarNode, "!!str", k, yaml.DoubleQuotedStyle, kline, 0)
 			s.space()
 			if s.peek() != ':' {
 				return nil, errNotValidJSON
@@ -122,38 +115,41 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 			if err != nil {
 				return nil, err
 			}
-			n.Content = append(n.Content, s.node(yaml.ScalarNode, "!!str", k, yaml.DoubleQuotedStyle, kline), v)
+			s.kids = append(s.kids, kn, v)
 			s.space()
 			switch s.peek() {
 			case ',':
 				s.i++
 			case '}':
 				s.i++
+				n.Content = s.content(from)
 				return n, nil
 			default:
 				return nil, errNotValidJSON
 			}
 		}
 	case '[':
-		n := s.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, line)
+		n := s.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, line, 0)
 		s.i++
 		s.space()
 		if s.peek() == ']' {
 			s.i++
 			return n, nil
 		}
+		from := len(s.kids)
 		for {
 			v, err := s.value()
 			if err != nil {
 				return nil, err
 			}
-			n.Content = append(n.Content, v)
+			s.kids = append(s.kids, v)
 			s.space()
 			switch s.peek() {
 			case ',':
 				s.i++
 			case ']':
 				s.i++
+				n.Content = s.content(from)
 				return n, nil
 			default:
 				return nil, errNotValidJSON
@@ -164,7 +160,7 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		return s.node(yaml.ScalarNode, "!!str", v, yaml.DoubleQuotedStyle, line), nil
+		return s.node(yaml.ScalarNode, "!!str", v, yaml.DoubleQuotedStyle, line, 0), nil
 	case 't':
 		return s.literal("true", "!!bool", line)
 	case 'f':
@@ -180,7 +176,7 @@ func (s *jsonScanner) literal(word, tag string, line int) (*yaml.Node, error) {
 		return nil, errNotValidJSON
 	}
 	s.i += len(word)
-	return s.node(yaml.ScalarNode, tag, word, 0, line), nil
+	return s.node(yaml.ScalarNode, tag, word, 0, line, 0), nil
 }
 
 func isJSONSpace(c byte) bool {
@@ -250,7 +246,7 @@ func (s *jsonScanner) number(line int) (*yaml.Node, error) {
 	if tag != "!!int" || !canonInt(v) {
 		s.canon = false // writeJSON formats it anew
 	}
-	return s.node(yaml.ScalarNode, tag, string(v), 0, line), nil
+	return s.node(yaml.ScalarNode, tag, string(v), 0, line, 0), nil
 }
 
 // str reads the string at s.i (its opening quote).

@@ -31,11 +31,10 @@ type fastYAML struct {
 	docStart bool
 	// docs counts the documents read so far.
 	docs int
-	// nodes is a slab the trees' nodes are taken from, as in jsonScanner.
-	nodes []yaml.Node
 	// probe resolves plain scalars' tags as yaml.v3 does (yaml.Node.ShortTag of an
 	// untagged scalar), without allocating a node per scalar.
 	probe yaml.Node
+	treeBuilder
 }
 
 // fastYAMLEnabled lets the tests compare Parse with and without the fast reader.
@@ -148,16 +147,6 @@ func (y *fastYAML) advance() {
 	y.start, y.end, y.col = len(y.data), len(y.data), 0
 }
 
-func (y *fastYAML) node(kind yaml.Kind, tag, value string, style yaml.Style, line, col int) *yaml.Node {
-	if len(y.nodes) == 0 {
-		y.nodes = make([]yaml.Node, 256)
-	}
-	n := &y.nodes[0]
-	y.nodes = y.nodes[1:]
-	n.Kind, n.Tag, n.Value, n.Style, n.Line, n.Column = kind, tag, value, style, line, col+1
-	return n
-}
-
 // block reads the block node that starts on the current line (at its content), which must
 // be indented more than parent. depth counts the collections around it.
 func (y *fastYAML) block(parent, depth int) *yaml.Node {
@@ -181,7 +170,7 @@ func (y *fastYAML) block(parent, depth int) *yaml.Node {
 
 // null makes the node of an empty value.
 func (y *fastYAML) null(line, col int) *yaml.Node {
-	return y.node(yaml.ScalarNode, "!!null", "", 0, line, col)
+	return y.node(yaml.ScalarNode, "!!null", "", 0, line, col+1)
 }
 
 // isItem reports whether the current content is a list item: "-" then a space or the
@@ -195,7 +184,10 @@ func (y *fastYAML) isItem() bool {
 func (y *fastYAML) sequence(depth int) *yaml.Node {
 	y.deep(depth)
 	col := y.col
-	n := y.node(yaml.SequenceNode, "!!seq", "", 0, y.line, col)
+	n := y.node(yaml.SequenceNode, "!!seq", "", 0, y.line, col+1)
+	from := len(y.kids)
+	// item adds a child; each is read before it is added, as reading it uses kids too.
+	item := func(c *yaml.Node) { y.kids = append(y.kids, c) }
 	for !y.eof && y.col == col && y.isItem() {
 		// The item's content: after "-" and its spaces, on this line, or the lines below.
 		i := y.start + 1
@@ -206,24 +198,24 @@ func (y *fastYAML) sequence(depth int) *yaml.Node {
 			line := y.line
 			y.advance()
 			if y.eof || y.docStart || y.col <= col {
-				n.Content = append(n.Content, y.null(line, col+1))
+				item(y.null(line, col+1))
 				continue
 			}
-			n.Content = append(n.Content, y.block(col, depth+1))
+			item(y.block(col, depth+1))
 			continue
 		}
 		// The rest of the line is read as if it were a line indented to where it starts.
 		y.col += i - y.start
 		y.start = i
 		if y.isItem() {
-			n.Content = append(n.Content, y.sequence(depth+1))
+			item(y.sequence(depth + 1))
 			continue
 		}
 		if _, _, ok := y.keyEnd(); ok {
-			n.Content = append(n.Content, y.mapping(depth+1))
+			item(y.mapping(depth + 1))
 			continue
 		}
-		n.Content = append(n.Content, y.inlineValue(depth+1))
+		item(y.inlineValue(depth + 1))
 		y.advance()
 		if !y.eof && !y.docStart && y.col > col {
 			// A continuation line.
@@ -233,6 +225,7 @@ func (y *fastYAML) sequence(depth int) *yaml.Node {
 	if !y.eof && !y.docStart && y.col > col {
 		y.bail()
 	}
+	n.Content = y.content(from)
 	return n
 }
 
@@ -323,13 +316,13 @@ func (y *fastYAML) quoted(i, j int) *yaml.Node {
 	d := y.data
 	line, col := y.line, y.col+i-y.start
 	if d[i] == '"' {
-		return y.node(yaml.ScalarNode, "!!str", string(d[i+1:j-1]), yaml.DoubleQuotedStyle, line, col)
+		return y.node(yaml.ScalarNode, "!!str", string(d[i+1:j-1]), yaml.DoubleQuotedStyle, line, col+1)
 	}
 	v := string(d[i+1 : j-1])
 	if strings.Contains(v, "''") {
 		v = strings.ReplaceAll(v, "''", "'")
 	}
-	return y.node(yaml.ScalarNode, "!!str", v, yaml.SingleQuotedStyle, line, col)
+	return y.node(yaml.ScalarNode, "!!str", v, yaml.SingleQuotedStyle, line, col+1)
 }
 
 // plain makes the node of the plain scalar v that starts at offset i of the current line.
@@ -338,7 +331,7 @@ func (y *fastYAML) plain(v string, i int) *yaml.Node {
 		// A merge key.
 		y.bail()
 	}
-	return y.node(yaml.ScalarNode, y.plainTag(v), v, 0, y.line, y.col+i-y.start)
+	return y.node(yaml.ScalarNode, y.plainTag(v), v, 0, y.line, y.col+i-y.start+1)
 }
 
 // plainTag is the tag yaml.v3 resolves for the plain scalar v. The common cases are
@@ -380,7 +373,11 @@ func (y *fastYAML) plainTag(v string) string {
 func (y *fastYAML) mapping(depth int) *yaml.Node {
 	y.deep(depth)
 	col := y.col
-	n := y.node(yaml.MappingNode, "!!map", "", 0, y.line, col)
+	n := y.node(yaml.MappingNode, "!!map", "", 0, y.line, col+1)
+	from := len(y.kids)
+	// pair adds a key and its value; the value is read before it is added, as reading
+	// it uses kids too.
+	pair := func(k, v *yaml.Node) { y.kids = append(y.kids, k, v) }
 	for !y.eof && !y.docStart && y.col == col {
 		kEnd, colon, ok := y.keyEnd()
 		if !ok {
@@ -404,13 +401,13 @@ func (y *fastYAML) mapping(depth int) *yaml.Node {
 			y.advance()
 			switch {
 			case y.eof || y.docStart || y.col < col:
-				n.Content = append(n.Content, k, y.null(line, ccol+1))
+				pair(k, y.null(line, ccol+1))
 			case y.col > col:
-				n.Content = append(n.Content, k, y.block(col, depth+1))
+				pair(k, y.block(col, depth+1))
 			case y.isItem():
-				n.Content = append(n.Content, k, y.sequence(depth+1))
+				pair(k, y.sequence(depth+1))
 			default:
-				n.Content = append(n.Content, k, y.null(line, ccol+1))
+				pair(k, y.null(line, ccol+1))
 			}
 			continue
 		}
@@ -418,7 +415,7 @@ func (y *fastYAML) mapping(depth int) *yaml.Node {
 		y.start = i
 		v := y.inlineValue(depth + 1)
 		y.col = col
-		n.Content = append(n.Content, k, v)
+		pair(k, v)
 		y.advance()
 		if !y.eof && !y.docStart && y.col > col {
 			// A continuation line, or a mapping under a scalar.
@@ -428,6 +425,7 @@ func (y *fastYAML) mapping(depth int) *yaml.Node {
 	if !y.eof && !y.docStart && y.col > col {
 		y.bail()
 	}
+	n.Content = y.content(from)
 	return n
 }
 
@@ -484,7 +482,7 @@ func (y *fastYAML) flow(i, depth int) (*yaml.Node, int) {
 	d := y.data[:y.end]
 	open := d[i]
 	closer := byte(']')
-	n := y.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, y.line, y.col+i-y.start)
+	n := y.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, y.line, y.col+i-y.start+1)
 	if open == '{' {
 		closer = '}'
 		n.Kind, n.Tag = yaml.MappingNode, "!!map"
@@ -544,6 +542,7 @@ func (y *fastYAML) flow(i, depth int) (*yaml.Node, int) {
 	if j < len(d) && d[j] == closer {
 		return n, j + 1
 	}
+	from := len(y.kids)
 	for {
 		k := item(open == '{')
 		if open == '{' {
@@ -553,9 +552,9 @@ func (y *fastYAML) flow(i, depth int) (*yaml.Node, int) {
 			}
 			j++
 			v := item(false)
-			n.Content = append(n.Content, k, v)
+			y.kids = append(y.kids, k, v)
 		} else {
-			n.Content = append(n.Content, k)
+			y.kids = append(y.kids, k)
 		}
 		skip()
 		if j >= len(d) {
@@ -563,6 +562,7 @@ func (y *fastYAML) flow(i, depth int) (*yaml.Node, int) {
 		}
 		switch d[j] {
 		case closer:
+			n.Content = y.content(from)
 			return n, j + 1
 		case ',':
 			j++
