@@ -12,9 +12,9 @@ import (
 // one pass over the bytes instead of one json.Decoder token at a time: the decoder's
 // tokens cost as much as YAML parsing, and JSON is how Kubernetes objects reach the
 // parser (docs/benchmarks.md, "Apply to enforcement"). It checks the syntax as it reads,
-// as json.Valid does (the tests hold it to json.Valid), and returns errNotValidJSON for
-// a text that json.Valid refuses: readJSON's errors name the problem, and a source not
-// named .json is then read as YAML.
+// as json.Valid does (the tests hold it to json.Valid), and the nesting, and returns
+// errNotValidJSON for a text that json.Valid refuses or that nests deeper than MaxDepth:
+// readDocuments then checks the limits and the syntax again to say which.
 //
 // Strings without escapes and non-ASCII bytes are taken as they are; the others are
 // decoded by encoding/json, as readJSON's decoder does (invalid UTF-8 becomes U+FFFD).
@@ -40,13 +40,17 @@ func readValidJSON(data []byte) (*yaml.Node, []byte, error) {
 	return n, s.raw, nil
 }
 
-// errNotValidJSON is readValidJSON's answer to a text that json.Valid refuses.
+// errNotValidJSON is readValidJSON's answer to a text that json.Valid refuses or that
+// nests too deep.
 var errNotValidJSON = errors.New("not valid JSON")
 
 type jsonScanner struct {
 	data []byte
 	i    int
 	line int
+	// depth counts the collections open around s.i (error returns leave it: the scanner
+	// is dropped then).
+	depth int
 	// raw is the compact text so far: data up to run without the whitespace between
 	// tokens. canon is false once a token was seen that writeJSON renders otherwise
 	// (escapes, non-ASCII, HTML characters, numbers not in the form FormatInt writes).
@@ -86,10 +90,14 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 	switch c := s.peek(); c {
 	case '{':
 		n := s.node(yaml.MappingNode, "!!map", "", yaml.FlowStyle, line, 0)
+		if s.depth++; s.depth > MaxDepth {
+			return nil, errNotValidJSON
+		}
 		s.i++
 		s.space()
 		if s.peek() == '}' {
 			s.i++
+			s.depth--
 			return n, nil
 		}
 		from := len(s.kids)
@@ -123,6 +131,7 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 			case '}':
 				s.i++
 				n.Content = s.content(from)
+				s.depth--
 				return n, nil
 			default:
 				return nil, errNotValidJSON
@@ -130,10 +139,14 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 		}
 	case '[':
 		n := s.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, line, 0)
+		if s.depth++; s.depth > MaxDepth {
+			return nil, errNotValidJSON
+		}
 		s.i++
 		s.space()
 		if s.peek() == ']' {
 			s.i++
+			s.depth--
 			return n, nil
 		}
 		from := len(s.kids)
@@ -150,6 +163,7 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 			case ']':
 				s.i++
 				n.Content = s.content(from)
+				s.depth--
 				return n, nil
 			default:
 				return nil, errNotValidJSON

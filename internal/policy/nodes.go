@@ -307,26 +307,17 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, ra
 	if err := checkSize(source, len(data)); err != nil {
 		return err
 	}
-	if jsonName(source) || jsonStart(data) {
-		// Within the limits, the fast reader checks the syntax as it reads (a text that
-		// json.Valid accepts is JSON whatever its name); over one, whether the limit's
-		// error is JSON's or YAML's depends on the syntax alone.
-		if len(data) <= MaxDocumentBytes {
-			if depth, _ := JSONDepth(data, MaxDepth); depth <= MaxDepth {
-				n, raw, err := readValidJSON(data)
-				if err == nil {
-					return fn(1, n, raw)
-				}
-				if !errors.Is(err, errNotValidJSON) {
-					return err
-				}
-				if jsonName(source) {
-					if n, err = readJSON(data); err != nil { // for its errors
-						return err
-					}
-					return fn(1, n, nil)
-				}
-			}
+	if (jsonName(source) || jsonStart(data)) && len(data) <= MaxDocumentBytes {
+		// The fast reader checks the syntax and the depth as it reads (a text that
+		// json.Valid accepts is JSON whatever its name). A text it does not take, invalid
+		// or too deep, goes the way below, whose checks say what is wrong in the order
+		// the limits promise.
+		n, raw, err := readValidJSON(data)
+		if err == nil {
+			return fn(1, n, raw)
+		}
+		if !errors.Is(err, errNotValidJSON) {
+			return err
 		}
 	}
 	if isJSON, valid := jsonInput(source, data); isJSON {
