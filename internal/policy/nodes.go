@@ -182,8 +182,8 @@ func (d *docParser) mapping(n *yaml.Node, path string) ([]entry, error) {
 		if dup {
 			return nil, d.fail(k, p, "duplicate field")
 		}
-		if err := d.noAlias(v, p); err != nil {
-			return nil, err
+		if v.Kind == yaml.AliasNode {
+			return nil, d.noAlias(v, p)
 		}
 		out = append(out, entry{name: k.Value, key: k, val: v, path: p})
 	}
@@ -202,8 +202,10 @@ func (d *docParser) sequence(n *yaml.Node, path string) ([]*yaml.Node, error) {
 		return nil, d.fail(n, path, "must be a list, not %s", describe(n))
 	}
 	for i, c := range n.Content {
-		if err := d.noAlias(c, indexPath(path, i)); err != nil {
-			return nil, err
+		if c.Kind == yaml.AliasNode {
+			// The item's path only for the error: built for every item, it cost more
+			// than the check.
+			return nil, d.noAlias(c, indexPath(path, i))
 		}
 	}
 	return n.Content, nil
