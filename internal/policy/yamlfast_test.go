@@ -151,24 +151,8 @@ func yamlFiles(t *testing.T) map[string][]byte {
 		}
 		out[p] = []byte(s)
 	}
-	out["large"] = largeYAML(3000)
+	out["large"] = benchPolicy(3000, false)
 	return out
-}
-
-// largeYAML is a NetworkPolicy of n rules as bench/applylatency writes it.
-func largeYAML(n int) []byte {
-	var b bytes.Buffer
-	b.WriteString("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: bench-apply\n  namespace: bench\nspec:\n  podSelector:\n    matchLabels:\n      app: bench-server\n  policyTypes: [Ingress]\n  ingress:\n")
-	for i := range n {
-		b.WriteString("  - from:\n")
-		if i%3 == 2 {
-			fmt.Fprintf(&b, "    - ipBlock:\n        cidr: 198.19.%d.%d/32\n", 128+i/256%128, i%256)
-		} else {
-			fmt.Fprintf(&b, "    - podSelector:\n        matchLabels:\n          app: bench-client-%d\n", i%2)
-		}
-		fmt.Fprintf(&b, "    ports:\n    - protocol: TCP\n      port: %d\n", 10000+4*i)
-	}
-	return b.Bytes()
 }
 
 func TestFastYAMLMatchesYAMLv3(t *testing.T) {
