@@ -124,17 +124,9 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 				return nil, err
 			}
 			s.kids = append(s.kids, kn, v)
-			s.space()
-			switch s.peek() {
-			case ',':
-				s.i++
-			case '}':
-				s.i++
+			if closed, err := s.next('}'); err != nil || closed {
 				n.Content = s.content(from)
-				s.depth--
-				return n, nil
-			default:
-				return nil, errNotValidJSON
+				return n, err
 			}
 		}
 	case '[':
@@ -156,17 +148,9 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 				return nil, err
 			}
 			s.kids = append(s.kids, v)
-			s.space()
-			switch s.peek() {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
+			if closed, err := s.next(']'); err != nil || closed {
 				n.Content = s.content(from)
-				s.depth--
-				return n, nil
-			default:
-				return nil, errNotValidJSON
+				return n, err
 			}
 		}
 	case '"':
@@ -183,6 +167,21 @@ func (s *jsonScanner) value() (*yaml.Node, error) {
 		return s.literal("null", "!!null", line)
 	}
 	return s.number(line)
+}
+
+// next takes the ',' after an item of a collection, or its closer: closed says which.
+func (s *jsonScanner) next(closer byte) (closed bool, err error) {
+	s.space()
+	switch s.peek() {
+	case ',':
+		s.i++
+		return false, nil
+	case closer:
+		s.i++
+		s.depth--
+		return true, nil
+	}
+	return false, errNotValidJSON
 }
 
 func (s *jsonScanner) literal(word, tag string, line int) (*yaml.Node, error) {

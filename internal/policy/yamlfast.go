@@ -161,10 +161,7 @@ func (y *fastYAML) block(parent, depth int) *yaml.Node {
 	}
 	// A scalar or flow collection on a line of its own, which must end there.
 	n := y.inlineValue(depth)
-	y.advance()
-	if !y.eof && !y.docStart && y.col > parent {
-		y.bail()
-	}
+	y.afterValue(parent)
 	return n
 }
 
@@ -216,15 +213,9 @@ func (y *fastYAML) sequence(depth int) *yaml.Node {
 			continue
 		}
 		item(y.inlineValue(depth + 1))
-		y.advance()
-		if !y.eof && !y.docStart && y.col > col {
-			// A continuation line.
-			y.bail()
-		}
+		y.afterValue(col)
 	}
-	if !y.eof && !y.docStart && y.col > col {
-		y.bail()
-	}
+	y.noDeeper(col)
 	n.Content = y.content(from)
 	return n
 }
@@ -416,17 +407,25 @@ func (y *fastYAML) mapping(depth int) *yaml.Node {
 		v := y.inlineValue(depth + 1)
 		y.col = col
 		pair(k, v)
-		y.advance()
-		if !y.eof && !y.docStart && y.col > col {
-			// A continuation line, or a mapping under a scalar.
-			y.bail()
-		}
+		y.afterValue(col)
 	}
+	y.noDeeper(col)
+	n.Content = y.content(from)
+	return n
+}
+
+// afterValue moves past a value that ended on its line, whose collection or key is at
+// column col: a next line indented more would continue it (or nest under a scalar).
+func (y *fastYAML) afterValue(col int) {
+	y.advance()
+	y.noDeeper(col)
+}
+
+// noDeeper gives up when the current line is indented more than col where nothing may be.
+func (y *fastYAML) noDeeper(col int) {
 	if !y.eof && !y.docStart && y.col > col {
 		y.bail()
 	}
-	n.Content = y.content(from)
-	return n
 }
 
 // inlineValue reads a value that starts at the current content and must end on its line:
