@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the cluster benchmark (see docs/benchmarks.md, "Cluster"): two nodes (agents in node
-# namespaces joined by a fabric veth), pod scalability over each tunnel mode, the overlay's
-# cost against native routing and the bare fabric, and policy scalability across nodes.
-# Builds rampartd, rampart and the benchmark from this checkout and runs it as root:
+# Runs the cluster benchmark (see docs/benchmarks.md, "Cluster"): two-node clusters on a
+# kube-apiserver and etcd (each node a namespace with rampartd --kubeconfig and a pod runner,
+# joined by a fabric), pod scalability over each tunnel mode, the overlay's cost against
+# native routing and the bare fabric, and policy scalability across nodes. Builds the agent,
+# CLI, CNI plugin, pod runner and the benchmark from this checkout and runs it as root:
 #   bench/run-cluster.sh                                  # full run, about twenty minutes
 #   bench/run-cluster.sh --quick                          # smoke run (CI)
 #   bench/run-cluster.sh --experiments pods --modes vxlan --pairs 1,40
@@ -25,6 +26,9 @@ mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
 bin=$(mktemp -d /tmp/rp-cluster-bin-XXXXXX)
 trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
+go build -o "$bin/" ./cmd/rampartd ./cmd/rampart ./cmd/rampart-cni ./cmd/rampart-podrunner
 (cd bench && go build -o "$bin/" ./cmd/clusterbench) # the bench module (bench/go.mod)
-"$bin/clusterbench" --bin-dir "$bin" "$@"
+# The clusters run on a real kube-apiserver and etcd (the default --control-plane k8s):
+# built once per machine and cached (about ten minutes the first time).
+bash scripts/build-k8s.sh
+"$bin/clusterbench" --bin-dir "$bin" --k8s-bin-dir "$(bash scripts/build-k8s.sh --dir)" "$@"

@@ -37,6 +37,7 @@
 #include "proxy.h"
 #include "tunnel.h"
 #include "ipip.h"
+#include "tap.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -238,17 +239,23 @@ static __noinline int handle_spoofed(struct __sk_buff *skb, struct pkt *p, struc
  * (recheck_established), so a flow is judged as the same peer both times.
  * Returns 1 when the packet must be dropped (*sender: the identity to report as source).
  *
+ * A packet that a monitor sent back (tap.h) was received on the monitor's return interface:
+ * when it belongs to a flow the dataplane diverted, it is judged with the source identity
+ * it had when diverted (tap_returned_source), else as any other packet.
+ *
  * Why the interface and not a mark carrying the sender's identity (as Cilium does): the
  * interface index is set by the kernel and cannot be forged, costs nothing on the sender's
  * path, and leaves skb->mark to the L7 proxy (proxy.h) and to the node's routing rules. */
-static __always_inline int judge_local_source(struct __sk_buff *skb, struct peer_identity *peer,
-					      __u32 *sender)
+static __always_inline int judge_local_source(struct __sk_buff *skb, const struct pkt *p,
+					      struct peer_identity *peer, __u32 *sender)
 {
 	__u32 iif = skb->ingress_ifindex;
 	struct endpoint_info *from;
 
 	if (!iif)
 		return 0; /* sent by the node itself */
+	if (tap_returned_source(skb, p, peer))
+		return 0; /* back from a monitor: the identity it was diverted with */
 	if (peer->identity == ID_HOST) {
 		/* The address's CIDR identities stay: ipBlock and CIDR rules select addresses. */
 		peer->identity = ID_WORLD;
@@ -289,7 +296,7 @@ static __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p,
 	__u32 sender = 0;
 
 	ipcache_resolve(d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
-	if (d->dir == DIR_INGRESS && judge_local_source(skb, &peer, &sender)) {
+	if (d->dir == DIR_INGRESS && judge_local_source(skb, p, &peer, &sender)) {
 		/* Drop: a local endpoint's address that did not come from its interface. */
 		set_identities(d, ep, sender);
 		if (p->frag == FRAG_FIRST)
@@ -477,7 +484,7 @@ static __noinline int handle_new(struct __sk_buff *skb, struct pkt *p, struct de
 	if (dir == DIR_INGRESS) {
 		__u32 sender = 0;
 
-		if (judge_local_source(skb, &peer, &sender)) {
+		if (judge_local_source(skb, p, &peer, &sender)) {
 			/* Drop: a local endpoint's address that did not come from its interface. */
 			set_identities(d, ep, sender);
 			if (p->frag == FRAG_FIRST)
@@ -487,6 +494,13 @@ static __noinline int handle_new(struct __sk_buff *skb, struct pkt *p, struct de
 		tunnel_source(skb, &peer, d);
 	}
 	set_identities(d, ep, peer.identity);
+	if (dir == DIR_INGRESS && (ep->flags & EP_MONITOR) && skb->ingress_ifindex)
+		/* Drop: a monitor endpoint is not a destination (only the node itself may open
+		 * a flow to it); it sees traffic through taps only. */
+		return drop(skb, p, d, REASON_TAP_MONITOR_DESTINATION);
+	if (unlikely(ep->flags & (dir == DIR_EGRESS ? EP_TAP_EGRESS : EP_TAP_INGRESS)) &&
+	    tap_find(d->ep_id, p, dir) >= 0)
+		d->ev_flags |= FLOW_F_TAPPED; /* its event says so; tap_apply acts after the verdict */
 	policy_decide(d->ep_id, dir, &peer, p->t.proto, p->policy_port, &res);
 	d->rule_id = res.rule_id;
 	d->match_identity = res.identity;
@@ -558,12 +572,14 @@ static __noinline int handle_unknown_endpoint(struct __sk_buff *skb, struct pkt 
 	return drop(skb, p, d, REASON_UNKNOWN_ENDPOINT);
 }
 
-/* handle is the packet path. Its inline part is what a packet of an established flow
- * needs (parse, flow cache, endpoint, conntrack); everything else is out of line. */
-static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
+/* handle_policy is the policy path. Its inline part is what a packet of an established flow
+ * needs (parse, flow cache, endpoint, conntrack); everything else is out of line. *tapped
+ * is set to the endpoint when it is an IPv4 packet of an endpoint with tap rules in its
+ * direction (handle runs them after the verdict). */
+static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct pkt *pp,
+					 struct endpoint_info **tapped)
 {
 	struct decision d = { .dir = dir };
-	struct pkt p = {};
 	struct flow_cache_entry want, *fc = 0;
 	struct endpoint_info *ep;
 	struct ct_value *entry;
@@ -574,9 +590,9 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 
 	/* Parsed first: the flow cache slot's address depends only on the packet, so its
 	 * load goes out before the endpoint slot's and the two misses overlap. */
-	ret = parse_packet(skb, &p);
+	ret = parse_packet(skb, pp);
 	if (likely(ret == PARSE_IPV4)) {
-		flow_cache_want(&want, &p, ifindex, dir);
+		flow_cache_want(&want, pp, ifindex, dir);
 		fc = flow_cache_slot_of(&want);
 		if (likely(fc))
 			fc_w0 = FC_READ(*(__u64 *)fc);
@@ -584,65 +600,81 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	ep = endpoint_of(ifindex);
 	if (unlikely(!ep))
 		/* Drop: no endpoint on this interface (see handle_unknown_endpoint). */
-		return handle_unknown_endpoint(skb, &p, &d);
+		return handle_unknown_endpoint(skb, pp, &d);
 	d.ep_id = ep->ep_id;
 	d.src_identity = dir == DIR_EGRESS ? ep->identity : 0;
 	d.dst_identity = dir == DIR_INGRESS ? ep->identity : 0;
 
 	if (unlikely(ret != PARSE_IPV4))
-		return handle_unparsed(skb, &p, &d, ep, ret);
+		return handle_unparsed(skb, pp, &d, ep, ret);
+	if (unlikely(ep->flags & (dir == DIR_EGRESS ? EP_TAP_EGRESS : EP_TAP_INGRESS)))
+		*tapped = ep;
 	/* Anti-spoofing: a packet leaving the endpoint must carry the endpoint's own address
 	 * as source, whatever flow it seems to belong to, so it is checked before the flow
 	 * cache and conntrack (a forged packet matching an established flow gets no pass).
 	 * One compare with the endpoint info loaded above. Only the sending side checks: a
 	 * packet that got past it is the endpoint's, so the destination's identity lookup of
 	 * a local source address is truthful (see judge_local_source for everything else). */
-	if (dir == DIR_EGRESS && unlikely(p.t.saddr != ep->addr))
-		return handle_spoofed(skb, &p, &d);
-	if (unlikely(p.frag == FRAG_LATER))
-		return handle_later_fragment(skb, &p, &d, ep);
+	if (dir == DIR_EGRESS && unlikely(pp->t.saddr != ep->addr))
+		return handle_spoofed(skb, pp, &d);
+	if (unlikely(pp->frag == FRAG_LATER))
+		return handle_later_fragment(skb, pp, &d, ep);
 
 	/* Conntrack times only need to be good to a tick against timeouts of seconds: the
 	 * tick counter is one load (inlined), where even the coarse clock is a helper call. */
 	now = bpf_jiffies64();
-	if (likely(fc) && flow_cache_eligible(&p) &&
+	if (likely(fc) && flow_cache_eligible(pp) &&
 	    flow_cache_hit(fc, fc_w0, &want, ep->revision, now))
 		goto established;
-	status = ct_lookup(&p, d.ep_id, dir, now, &ct_flags, &entry);
+	status = ct_lookup(pp, d.ep_id, dir, now, &ct_flags, &entry);
 	if (unlikely(status == CT_NEW))
-		return handle_new(skb, &p, &d, ep, now);
+		return handle_new(skb, pp, &d, ep, now);
 
 	/* Established, reply or related: allowed when the flow was created (or last checked,
 	 * see recheck_established). Packets of steered flows still have to reach their proxy
 	 * socket. */
 	if (unlikely(status == CT_ESTABLISHED && entry && entry->revision != ep->revision)) {
-		ret = recheck_established(skb, &p, &d, ep, entry);
+		ret = recheck_established(skb, pp, &d, ep, entry);
 		if (ret >= 0)
 			return ret;
 	}
 	if (dir == DIR_EGRESS &&
 	    unlikely(ct_flags & (CT_F_TO_PROXY | CT_F_FROM_PROXY | CT_F_SOCKVERDICT))) {
 		if ((ct_flags & CT_F_SOCKVERDICT) && status == CT_ESTABLISHED)
-			return sv_established(skb, &p, &d);
-		ret = steer_established(skb, &p, &d, status, ct_flags);
+			return sv_established(skb, pp, &d);
+		ret = steer_established(skb, pp, &d, status, ct_flags);
 		if (ret >= 0)
 			return ret;
 	}
 	if (likely(fc) && entry) {
 		/* The conntrack path ran for this packet: let the cache serve the flow's next
 		 * packets, or forget the flow when this packet changes its state. */
-		if (flow_cache_eligible(&p) && flow_cache_cacheable(entry, ep->revision))
+		if (flow_cache_eligible(pp) && flow_cache_cacheable(entry, ep->revision))
 			flow_cache_fill(fc, &want, ep->revision, now);
-		else if (p.t.proto == IPPROTO_TCP && (p.tcp_flags & (TCP_F_FIN | TCP_F_RST)))
+		else if (pp->t.proto == IPPROTO_TCP && (pp->tcp_flags & (TCP_F_FIN | TCP_F_RST)))
 			flow_cache_forget(fc, &want);
 	}
 established:
 	if (dir == DIR_INGRESS && unlikely(from_proxy(skb))) {
 		count_proxy(d.ep_id, 0);
 	}
-	if (unlikely(p.frag == FRAG_FIRST))
-		frag_record(&p, &d, 1);
+	if (unlikely(pp->frag == FRAG_FIRST))
+		frag_record(pp, &d, 1);
 	return pass();
+}
+
+/* handle runs the policy path and then, for a packet it passes, the endpoint's tap rules
+ * (tap.h): a packet policy drops is never tapped. */
+static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
+{
+	struct endpoint_info *tapped = 0;
+	struct pkt p = {};
+	int ret;
+
+	ret = handle_policy(skb, dir, &p, &tapped);
+	if (unlikely(tapped != 0) && ret == TC_ACT_OK)
+		return tap_apply(skb, &p, tapped, dir);
+	return ret;
 }
 
 /* tc ingress on the host-side veth: the endpoint is sending. */
@@ -671,6 +703,13 @@ SEC("tc")
 int rampart_from_tunnel(struct __sk_buff *skb)
 {
 	return tunnel_ingress(skb);
+}
+
+/* tc ingress on the host side of a monitor's veths: what the monitor sends back (tap.h). */
+SEC("tc")
+int rampart_from_monitor(struct __sk_buff *skb)
+{
+	return tap_return(skb);
 }
 
 /* tc egress on a fabric interface: into the IP-in-IP overlay (ipip.h). */

@@ -18,6 +18,17 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
+# The DVD rental demo's message broker (mosquitto, MQTT) and database (PostgreSQL). The
+# broker's and the database's own services stay stopped: the demo runs its own instances
+# inside its endpoints.
+for p in mosquitto postgresql; do
+	if ! dpkg -s "$p" >/dev/null 2>&1; then
+		echo "setup: installing $p"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null ||
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null; }
+		systemctl disable --now "$p" >/dev/null 2>&1 || true
+	fi
+done
 
 if ! command -v go >/dev/null 2>&1; then
 	echo "setup: Go toolchain not found on PATH (expected /usr/local/go/bin/go)" >&2
@@ -80,6 +91,11 @@ if [ ! -x "$fortio_bin" ] || [ "$("$fortio_bin" version 2>/dev/null)" != "$forti
 	(cd / && GOFLAGS=-mod=mod go install "fortio.org/fortio@v$fortio_version")
 	[ "$("$fortio_bin" version)" = "$fortio_version" ] || { echo "setup: fortio $fortio_version did not install" >&2; exit 1; }
 fi
+
+# --- Flow taps' monitor (internal/monitor/suricata): Suricata 7 from bookworm-backports
+# (Debian 12 itself ships 6, without the pgsql parser). scripts/install-suricata.sh adds the
+# backports source and does nothing when Suricata 7 is already there.
+bash scripts/install-suricata.sh
 
 # The Kubernetes control plane (etcd, kube-apiserver, kubectl; minutes to build on a fresh
 # machine) is built by scripts/build-k8s.sh, which scripts/test.sh and scripts/cluster.sh

@@ -31,18 +31,27 @@ func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
+	// Where scripts/build-k8s.sh keeps the control plane (CI builds it before the tests).
+	dirOut, err := exec.Command("bash", "../../scripts/build-k8s.sh", "--dir").Output()
+	if err != nil {
+		t.Fatalf("scripts/build-k8s.sh --dir: %v", err)
+	}
+	k8sBin := strings.TrimSpace(string(dirOut))
+	if _, err := os.Stat(filepath.Join(k8sBin, "kube-apiserver")); err != nil {
+		testenv.SkipOrFail(t, "control plane not built (scripts/build-k8s.sh): %v", err)
+	}
+	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./cmd/rampart-cni", "./cmd/rampart-podrunner")
 	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/clusterbench")
 
 	out := filepath.Join(dir, "results")
-	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "clusterbench"), "--quick", "--bin-dir", dir, "--out", out)
+	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "clusterbench"), "--quick", "--bin-dir", dir, "--k8s-bin-dir", k8sBin, "--out", out)
 	if !strings.Contains(stdout, "## Published") {
 		t.Error("no table printed")
 	}
 	var rep Report
 	benchkit.ReadReportForTest(t, out, "cluster", &rep)
-	if rep.Schema != Schema || !rep.Settings.Quick || rep.Incomplete || len(rep.Errors) > 0 {
-		t.Fatalf("schema %q, quick %v, incomplete %v, errors %v", rep.Schema, rep.Settings.Quick, rep.Incomplete, rep.Errors)
+	if rep.Schema != Schema || !rep.Settings.Quick || rep.Incomplete || len(rep.Errors) > 0 || rep.Settings.Control != ControlK8s {
+		t.Fatalf("schema %q, quick %v, incomplete %v, errors %v, control plane %q", rep.Schema, rep.Settings.Quick, rep.Incomplete, rep.Errors, rep.Settings.Control)
 	}
 
 	available := map[string]bool{}

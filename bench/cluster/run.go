@@ -54,15 +54,19 @@ type Config struct {
 	// CPU pins the measured processes of the overlay and policy experiments (one pair:
 	// iperf3 and the request/response ends, both sides) to this CPU; -1 leaves them
 	// unpinned. The pod scalability experiment is never pinned: its pairs share the CPUs.
-	CPU    int
-	Bin    AgentBinaries
-	Self   string // this benchmark's binary: the rr-server, rr-client and probe helpers
-	Iperf3 string
-	OutDir string
-	NoPlot bool
-	Log    io.Writer
-	// NewCluster makes a two-node cluster in mode (default: NewAgentCluster); prefix
-	// starts its instance and namespace names.
+	CPU int
+	// Control is the control plane of the clusters: ControlK8s (the default: an API
+	// server, etcd and each node's pod runner, as users run it) or ControlAgent.
+	Control string
+	Bin     AgentBinaries
+	K8s     K8sBinaries // ControlK8s
+	Self    string      // this benchmark's binary: the rr-server, rr-client and probe helpers
+	Iperf3  string
+	OutDir  string
+	NoPlot  bool
+	Log     io.Writer
+	// NewCluster makes a two-node cluster in mode (default: NewK8sCluster or
+	// NewAgentCluster, by Control); prefix starts its instance and namespace names.
 	NewCluster func(ctx context.Context, mode, prefix string, d *benchkit.Daemons) (Cluster, error)
 }
 
@@ -82,6 +86,7 @@ func DefaultConfig() Config {
 		PolicyCounts: []int{1, 10, 100, 1000, 10000},
 		PolicyTunnel: "vxlan",
 		CPU:          runtime.NumCPU() - 1,
+		Control:      ControlK8s,
 		Iperf3:       "iperf3",
 		OutDir:       "bench/results",
 	}
@@ -129,9 +134,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, errors.New("the benchmark needs root (network namespaces, BPF)")
 	}
 	if cfg.NewCluster == nil {
-		bin := cfg.Bin
+		bin, k8s := cfg.Bin, cfg.K8s
 		cfg.NewCluster = func(ctx context.Context, mode, prefix string, d *benchkit.Daemons) (Cluster, error) {
-			return NewAgentCluster(ctx, bin, mode, prefix, d)
+			if cfg.Control == ControlAgent {
+				return NewAgentCluster(ctx, bin, mode, prefix, d)
+			}
+			return NewK8sCluster(ctx, k8s, mode, prefix)
 		}
 	}
 	r := &runner{cfg: cfg, log: cfg.Log, prefix: "cb" + benchkit.Suffix()[:5], clusters: map[string]*liveCluster{}}
@@ -145,6 +153,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			Traffic: cfg.Traffic, NoPolicy: cfg.NoPolicy, UDPBps: cfg.UDPRate, PodRepeats: cfg.PodRepeats, PodSeconds: cfg.PodSeconds,
 			Repeats: cfg.Repeats, Seconds: cfg.Seconds, RRSeconds: cfg.RRDuration.Seconds(),
 			PolicyCounts: cfg.PolicyCounts, PolicyTunnel: cfg.PolicyTunnel, CPU: cfg.CPU, Prefix: r.prefix,
+			Control: cfg.Control,
 		},
 	}
 	r.rep = rep
@@ -221,8 +230,12 @@ func (c *Config) validate() error {
 		return fmt.Errorf("CPU %d: this machine has %d", c.CPU, runtime.NumCPU())
 	case c.Self == "":
 		return errors.New("no helper binary (Self) for the request/response server and client and the probe")
-	case c.NewCluster == nil && (c.Bin.Rampartd == "" || c.Bin.Rampart == ""):
+	case c.Control != ControlK8s && c.Control != ControlAgent:
+		return fmt.Errorf("control plane %q: want %s or %s", c.Control, ControlK8s, ControlAgent)
+	case c.NewCluster == nil && c.Control == ControlAgent && (c.Bin.Rampartd == "" || c.Bin.Rampart == ""):
 		return errors.New("the agent cluster needs the rampartd and rampart binaries")
+	case c.NewCluster == nil && c.Control == ControlK8s && (c.K8s.BinDir == "" || c.K8s.K8sBinDir == ""):
+		return errors.New("the Kubernetes cluster needs the agent, CNI and pod runner binaries and the control plane's")
 	}
 	for _, e := range c.Experiments {
 		if !slices.Contains(Experiments, e) {

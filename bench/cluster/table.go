@@ -38,6 +38,12 @@ func Table(rep *Report) string {
 		b.WriteString(", quick mode")
 	}
 	b.WriteString(".\n\n")
+	switch rep.Settings.Control {
+	case ControlK8s:
+		b.WriteString("Clusters on a kube-apiserver and etcd: rampartd --kubeconfig and a pod runner per node; pods are Pod objects, policies NetworkPolicy objects written to the API.\n\n")
+	default:
+		b.WriteString("Clusters without a control plane: nodes, pods and policies declared through each agent's API.\n\n")
+	}
 	b.WriteString("| tunnel mode | available | pod MTU |\n|---|---|---:|\n")
 	for _, m := range rep.Modes {
 		avail := "yes"

@@ -57,17 +57,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// config is one run's size.
-type config struct {
-	Full       bool `json:"full"`
-	Nodes      int  `json:"nodes"`
-	Pods       int  `json:"pods"`        // pods with distinct label sets
-	Shared     int  `json:"shared_pods"` // pods sharing SharedSets label sets
-	SharedSets int  `json:"shared_sets"`
-	Writes     int  `json:"writes"`
-	Parallel   int  `json:"parallel"` // pods created at once
-}
-
 // configFromEnv is the quick run (CI: under a minute), or the full one with
 // RAMPART_BENCH_FULL=1; RAMPART_PROP_{NODES,PODS,SHARED,WRITES,PARALLEL} override a size.
 func configFromEnv(t *testing.T) config {

@@ -170,3 +170,14 @@ func (r *Report) Plot(path string) error {
 	}
 	return nil
 }
+
+// config is one run's size.
+type config struct {
+	Full       bool `json:"full"`
+	Nodes      int  `json:"nodes"`
+	Pods       int  `json:"pods"`        // pods with distinct label sets
+	Shared     int  `json:"shared_pods"` // pods sharing SharedSets label sets
+	SharedSets int  `json:"shared_sets"`
+	Writes     int  `json:"writes"`
+	Parallel   int  `json:"parallel"` // pods created at once
+}

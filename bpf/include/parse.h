@@ -75,7 +75,7 @@ struct pkt {
 	__u8 inner_valid;
 	__u8 family; /* RAMPART_FAMILY_V4 once an IPv4 header (or an ARP frame) was read */
 	__u8 arp_op; /* PARSE_ARP: the ARP opcode (t.saddr: sender IP, t.daddr: target IP) */
-	__u8 pad;
+	__u8 icmp_code; /* for ICMP (tap rules match it) */
 };
 
 /* Minimum L4 header sizes required to accept a packet (or a first fragment). */
@@ -291,6 +291,7 @@ static __always_inline int parse_l4(struct __sk_buff *skb, __u32 off, __u32 end,
 		if (hdr_load(skb, off, &ih) < 0)
 			return PARSE_MALFORMED;
 		p->icmp_type = ih.type;
+		p->icmp_code = ih.code;
 		p->policy_port = bpf_htons((__u16)ih.type);
 		if (ih.type == ICMP_T_ECHO) {
 			p->icmp_kind = ICMP_K_ECHO;

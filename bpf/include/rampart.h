@@ -84,6 +84,12 @@ enum flow_direction : __u8 {
 /* endpoint_info.flags */
 #define EP_ENFORCE_INGRESS (1u << 0)
 #define EP_ENFORCE_EGRESS (1u << 1)
+/* The endpoint has tap rules for packets entering (EP_TAP_INGRESS) or leaving
+ * (EP_TAP_EGRESS) it in tap_sets (tap.h): endpoints without them pay no tap lookup. */
+#define EP_TAP_INGRESS (1u << 2)
+#define EP_TAP_EGRESS (1u << 3)
+/* A monitor endpoint: no new flow may enter it (REASON_TAP_MONITOR_DESTINATION). */
+#define EP_MONITOR (1u << 4)
 
 /* Verdicts in flow events. */
 enum flow_verdict : __u8 {
@@ -112,6 +118,12 @@ enum drop_reason : __u8 {
 	                                      * node's address: its VNI (identity) is not believed */
 	REASON_TUNNEL_NO_ENDPOINT = 12,      /* sent into the overlay to an address no known node
 	                                      * hosts (no tunnel endpoint in the ipcache) */
+	REASON_TAP_MONITOR_UNAVAILABLE = 13, /* a redirect tap matched, but its monitor is down or
+	                                      * its interface gone (fail closed, tap.h) */
+	REASON_TAP_NOT_DIVERTED = 14,        /* sent by a monitor, but not a packet of a flow the
+	                                      * dataplane diverted to it on that interface (tap.h) */
+	REASON_TAP_MONITOR_DESTINATION = 15, /* a new flow addressed to a monitor endpoint, which
+	                                      * is not a destination (tap.h) */
 };
 
 /* Flow event types. */
@@ -130,6 +142,7 @@ enum flow_flag : __u8 {
 	FLOW_F_SEND_SIDE = 1 << 3,  /* L7 checked by the send-side verdict, not the proxy */
 	FLOW_F_ARP = 1 << 4,        /* an ARP frame (addresses: sender and target IP) */
 	FLOW_F_TUNNEL = 1 << 5,     /* arrived through the overlay: the source identity is the VNI's */
+	FLOW_F_TAPPED = 1 << 6,     /* a tap rule matched: mirrored to or diverted through a monitor */
 };
 
 /* endpoints map: key = ifindex of the host-side veth (u32). */
@@ -388,6 +401,105 @@ struct cidr_config {
 struct cidr6_key {
 	__u32 prefixlen;
 	__u8 addr[16];
+};
+
+/* Flow taps (tap.h): per endpoint, up to RAMPART_TAP_RULES rules in the hash tap_sets
+ * (by ep_id), first match wins. A small fixed array keeps the per-packet cost (and the
+ * verifier's) bounded; the agent refuses more rules per endpoint. */
+#ifndef RAMPART_TAP_RULES
+#define RAMPART_TAP_RULES 16
+#endif
+/* Contract IDs index tap_counters: 1 .. RAMPART_TAP_CONTRACTS-1 (0: packets a monitor
+ * returned that belong to no diverted flow). */
+#ifndef RAMPART_TAP_CONTRACTS
+#define RAMPART_TAP_CONTRACTS 4096
+#endif
+#ifndef RAMPART_TAP_FLOWS_MAX
+#define RAMPART_TAP_FLOWS_MAX 65536
+#endif
+
+#define TAP_ACTION_MIRROR 1   /* a copy to the monitor, the original goes on */
+#define TAP_ACTION_REDIRECT 2 /* the packet goes through the monitor */
+
+/* tap_rule.flags */
+#define TAP_F_MONITOR_UP (1u << 0) /* the agent says the monitor is ready */
+#define TAP_F_FAIL_OPEN (1u << 1)  /* redirect, monitor unavailable: pass untapped */
+#define TAP_F_ICMP_TYPE (1u << 2)  /* match icmp_type (ICMP only) */
+#define TAP_F_ICMP_CODE (1u << 3)  /* match icmp_code (ICMP only) */
+
+struct tap_rule {
+	__be32 src_addr; /* the packet's source within src_addr/src_mask (network order) */
+	__be32 src_mask;
+	__be32 dst_addr; /* the packet's destination within dst_addr/dst_mask */
+	__be32 dst_mask;
+	__u16 sport_lo; /* port ranges, host order, inclusive (TCP, UDP, SCTP; 0-65535: any) */
+	__u16 sport_hi;
+	__u16 dport_lo;
+	__u16 dport_hi;
+	__u32 contract_id; /* index of tap_counters */
+	__u32 rx_ifindex;  /* host side of the monitor's receive veth: copies and diverted
+	                    * packets leave through it into the monitor */
+	__u32 tx_ifindex;  /* host side of the monitor's return veth (redirect) */
+	__u8 direction;    /* DIR_*: packets entering or leaving the endpoint */
+	__u8 protocol;     /* 0: any */
+	__u8 action;       /* TAP_ACTION_* */
+	__u8 flags;        /* TAP_F_* */
+	__u8 icmp_type;
+	__u8 icmp_code;
+	__u8 pad[2];
+};
+
+struct tap_set {
+	__u32 count; /* rules in use, from the first */
+	__u32 pad;
+	struct tap_rule rules[RAMPART_TAP_RULES];
+};
+
+/* tap_flows: a packet diverted to a monitor, by its own 5-tuple and the monitor's return
+ * interface. Only a packet that comes back on that interface with the same tuple finds it. */
+struct tap_flow_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u32 ifindex; /* tap_rule.tx_ifindex */
+	__u8 protocol;
+	__u8 pad[3];
+};
+
+struct tap_flow_value {
+	__u64 last_seen;        /* jiffies of the last divert */
+	__u32 src_identity;     /* the packet's source identity at the policy point */
+	__u32 ep_id;            /* the endpoint whose tap diverted it */
+	__u32 deliver_ifindex;  /* ingress taps: the endpoint's veth, where it goes back to;
+	                         * 0 (egress taps): the node routes it as it would have */
+	__u32 contract_id;
+	__u8 direction;         /* DIR_* of the tap */
+	__u8 verdict;           /* VERDICT_FORWARDED: what the policy point decided */
+	__u8 pad[2];
+};
+
+/* Per contract, per CPU (tap_counters). */
+struct tap_stats {
+	__u64 mirrored_packets;
+	__u64 mirrored_bytes;
+	__u64 copies_lost;       /* copies the monitor's interface did not take (or monitor down) */
+	__u64 redirected_packets;
+	__u64 redirected_bytes;
+	__u64 returned_packets;  /* came back from the monitor and went on */
+	__u64 returned_bytes;
+	__u64 unavailable_drops; /* redirect with the monitor unavailable: dropped */
+	__u64 unavailable_passed; /* the same with fail-open: passed untapped */
+	__u64 rejected;          /* contract 0: sent by a monitor, not diverted (dropped) */
+};
+
+/* tap_ifaces: the host sides of monitors' veths, by ifindex. */
+#define TAP_IF_RX 1
+#define TAP_IF_TX 2
+
+struct tap_iface {
+	__u32 role;          /* TAP_IF_* */
+	__u32 monitor_ep_id; /* the monitor endpoint, for drop counters and events (0: none) */
 };
 
 #endif /* __RAMPART_H */

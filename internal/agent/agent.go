@@ -216,7 +216,7 @@ func New(cfg Config) (*Agent, error) {
 	go a.readFlows()
 	go a.readSockRequests(a.sockDone)
 	ok = true
-	a.log.Info("agent started", "socket", cfg.Socket, "endpoints", len(m.endpoints), "policies", len(m.policies), "cidrSets", len(m.cidrsets))
+	a.log.Info("agent started", "socket", cfg.Socket, "endpoints", len(m.endpoints), "policies", len(m.policies), "cidrSets", len(m.cidrsets), "taps", len(m.taps))
 	return a, nil
 }
 
@@ -242,6 +242,13 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 		}
 		m.remotes[r.Key()] = r
 		m.ensureNamespace(r.Namespace)
+	}
+	for _, rec := range st.Taps {
+		c, err := a.eng.parseTapRecord(rec)
+		if err != nil {
+			return nil, nil, err
+		}
+		m.taps[rec.Name] = &storedTap{rec: rec, c: c}
 	}
 	for _, rec := range st.Policies {
 		rec.Raw = compactJSON(rec.Raw) // older agents wrote the state file indented
@@ -383,6 +390,9 @@ func (a *Agent) persist(m *model, d *desired) error {
 	for _, key := range sortedKeys(m.remotes) {
 		st.Remotes = append(st.Remotes, m.remotes[key])
 	}
+	for _, name := range sortedKeys(m.taps) {
+		st.Taps = append(st.Taps, m.taps[name].rec)
+	}
 	ids, err := d.alloc.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("saving identities: %w", err)
@@ -452,6 +462,12 @@ func (a *Agent) applyOnce(old, new *desired, pl l7Plans, m *model, force bool) e
 				return fmt.Errorf("ipcache: %w", err)
 			}
 		}
+	}
+	// Tap rules before the endpoints: a new endpoint's programs drop everything until its
+	// info is written below, so a fail-closed redirect is in place before its first packet
+	// passes; a relabel taps a moment early rather than late.
+	if err := a.applyTaps(old, new, force); err != nil {
+		return err
 	}
 	// The endpoints whose identity or policy changed, in key order.
 	var changed []string

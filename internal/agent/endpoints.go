@@ -63,6 +63,7 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 		Labels:         lbls,
 		Ports:          ports,
 		ServiceAccount: spec.ServiceAccount,
+		Monitor:        spec.Monitor,
 	}
 	rec, _, err = a.addRecord(rec, spec.IP)
 	if err != nil {
@@ -355,6 +356,7 @@ func (a *Agent) endpointView(rec *EndpointRecord, counters bool) api.Endpoint {
 		EpID:           rec.EpID,
 		Identity:       id,
 		HostInterface:  rec.HostInterface,
+		Monitor:        rec.Monitor,
 		Netns:          endpointNetnsPath(a.net, rec),
 		EnforceIngress: pol.EnforceIngress,
 		EnforceEgress:  pol.EnforceEgress,

@@ -25,6 +25,8 @@ type fakeKernel struct {
 	*fakeCIDRSets
 	*fakeSendSide
 	*fakeOverlay
+	// taps is the tap table; nil: the dataplane has no taps (Kernel.Taps nil).
+	taps      *fakeTaps
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close: Read and ReadSockRequest fail
 }
@@ -45,11 +47,15 @@ func newFakeKernel() *fakeKernel {
 
 // kernel returns the Kernel the agent gets.
 func (k *fakeKernel) kernel() Kernel {
-	return Kernel{
+	kern := Kernel{
 		EndpointTables: k.fakeEndpoints, IPCache: k.fakeIPCache, ProxyRouting: k.fakeProxyRouting,
 		FlowEvents: k.fakeEvents, CIDRSets: k.fakeCIDRSets, SendSide: k.fakeSendSide, MapMemories: fakeMemory{},
 		Overlay: k.fakeOverlay, Close: k.Close,
 	}
+	if k.taps != nil {
+		kern.Taps = k.taps
+	}
+	return kern
 }
 
 // reopen returns a kernel sharing the "pinned" state, as opening the kernel packages
@@ -67,6 +73,7 @@ func (k *fakeKernel) reopen() *fakeKernel {
 	k.fakeCIDRSets.mu.Lock()
 	n.sets = maps.Clone(k.sets)
 	k.fakeCIDRSets.mu.Unlock()
+	n.taps = k.taps // pinned like the maps
 	return n
 }
 

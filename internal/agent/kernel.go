@@ -15,7 +15,7 @@ import (
 // The agent's kernel edge is one small interface per concern, declared in the file that
 // uses it (EndpointTables in endpoints.go, IPCache in agent.go, ProxyRouting in proxy.go,
 // FlowEvents in flows.go, CIDRSets in cidrsets.go, SendSide in sendside.go, MapMemories in
-// memory.go) and satisfied directly by the kernel package that owns the concept; Kernel
+// memory.go, TapTable in taps.go) and satisfied directly by the kernel package that owns the concept; Kernel
 // gathers them, and openKernel wires the real ones. They are interfaces so that the
 // agent's transactions can be tested without the kernel (the fake*_test.go files).
 
@@ -30,6 +30,9 @@ type Kernel struct {
 	SendSide       // *sockverdict.Manager
 	MapMemories    // *datapath.Datapath
 	Overlay        // overlayKernel: internal/overlay and the datapath's tunnel programs
+	// Taps is the dataplane's tap rules (taps.go); nil while the dataplane has none, and
+	// then tap contracts are refused.
+	Taps TapTable
 	// Close releases the agent's handles; pinned maps and attached programs stay.
 	Close func() error
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/tap"
 )
 
 // model is the agent's configuration: what the user asked for. It is copied for every
@@ -23,6 +24,7 @@ type model struct {
 	cidrsets   map[string]*cidrSet              // by name; persisted as files of their own (cidrsetfile.go)
 	nodes      map[string]*NodeRecord           // other nodes, by name (remote.go)
 	remotes    map[string]*RemoteEndpointRecord // pods on other nodes, by namespace/name
+	taps       map[string]*storedTap            // tap contracts, by name (taps.go)
 	nextRuleID uint32
 	nextEpID   uint32
 }
@@ -40,6 +42,7 @@ func newModel() *model {
 		cidrsets:   map[string]*cidrSet{},
 		nodes:      map[string]*NodeRecord{},
 		remotes:    map[string]*RemoteEndpointRecord{},
+		taps:       map[string]*storedTap{},
 		nextRuleID: 1,
 		nextEpID:   1,
 	}
@@ -53,6 +56,7 @@ func (m *model) clone() *model {
 		cidrsets:   maps.Clone(m.cidrsets),
 		nodes:      maps.Clone(m.nodes),
 		remotes:    maps.Clone(m.remotes),
+		taps:       maps.Clone(m.taps),
 		nextRuleID: m.nextRuleID,
 		nextEpID:   m.nextEpID,
 	}
@@ -115,6 +119,8 @@ type desired struct {
 	state      mapstate.State
 	identities map[string]identity.Identity // endpoint key -> identity
 	alloc      *identity.Allocator          // the allocator after this computation
+	// taps is the tap contracts resolved against the endpoints (taps.go).
+	taps tap.Resolution
 
 	// What the next computation may reuse (see compute).
 	memo    *mapstate.Memo
@@ -236,6 +242,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 	if d.state.Endpoints == nil {
 		d.state.Endpoints = map[uint32]mapstate.EndpointPolicy{}
 	}
+	d.taps = resolveTaps(m)
 	return d, nil
 }
 

@@ -12,52 +12,56 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/tap"
 )
 
-// parseDocuments parses every document of a request: policies and CIDR groups. Any error
+// parseDocuments parses every document of a request: policies, CIDR groups and tap
+// contracts. Any error
 // refuses the whole request: the parser's message names the file, the document and the
 // field. The limits of package policy bound each source, and here the request as a whole
 // (its sources' bytes together, and the policies and groups they hold), so that no request
 // costs more than one source may.
-func (a *Agent) parseDocuments(docs []api.Document) ([]*policy.Policy, []*policy.CIDRGroup, error) {
+func (a *Agent) parseDocuments(docs []api.Document) ([]*policy.Policy, []*policy.CIDRGroup, []*tap.Contract, error) {
 	if len(docs) == 0 {
-		return nil, nil, api.BadRequest("no manifests given")
+		return nil, nil, nil, api.BadRequest("no manifests given")
 	}
 	if len(docs) > policy.MaxSources {
-		return nil, nil, limitError(&policy.LimitError{Source: "request", Limit: policy.LimitSources, Value: int64(len(docs)), Max: policy.MaxSources})
+		return nil, nil, nil, limitError(&policy.LimitError{Source: "request", Limit: policy.LimitSources, Value: int64(len(docs)), Max: policy.MaxSources})
 	}
 	total := 0
 	for i, doc := range docs {
 		// Checked as the CLI checks, so that both give the same message.
 		if len(doc.Data) > policy.MaxManifestBytes {
-			return nil, nil, limitError(&policy.LimitError{Source: doc.Source, Limit: policy.LimitSize, Value: int64(len(doc.Data)), Max: policy.MaxManifestBytes})
+			return nil, nil, nil, limitError(&policy.LimitError{Source: doc.Source, Limit: policy.LimitSize, Value: int64(len(doc.Data)), Max: policy.MaxManifestBytes})
 		}
 		if total += len(doc.Data); total > policy.MaxManifestBytes {
-			return nil, nil, limitError(&policy.LimitError{Source: fmt.Sprintf("request (%d manifests)", i+1), Limit: policy.LimitSize, Value: int64(total), Max: policy.MaxManifestBytes})
+			return nil, nil, nil, limitError(&policy.LimitError{Source: fmt.Sprintf("request (%d manifests)", i+1), Limit: policy.LimitSize, Value: int64(total), Max: policy.MaxManifestBytes})
 		}
 	}
 	var out []*policy.Policy
 	var groups []*policy.CIDRGroup
+	var taps []*tap.Contract
 	var sources []string
 	for _, doc := range docs {
 		parsed, err := a.eng.Parse(doc.Source, []byte(doc.Data))
 		if errors.Is(err, policy.ErrLimit) {
-			return nil, nil, limitError(err)
+			return nil, nil, nil, limitError(err)
 		}
 		if err != nil {
-			return nil, nil, api.BadRequest("%v", err)
+			return nil, nil, nil, api.BadRequest("%v", err)
 		}
 		out = append(out, parsed.Policies...)
 		groups = append(groups, parsed.CIDRGroups...)
+		taps = append(taps, parsed.Taps...)
 		sources = append(sources, doc.Source)
-		if n := len(out) + len(groups); n > policy.MaxDocuments {
-			return nil, nil, limitError(&policy.LimitError{Source: doc.Source, Limit: policy.LimitPolicies, Value: int64(n), Max: policy.MaxDocuments})
+		if n := len(out) + len(groups) + len(taps); n > policy.MaxDocuments {
+			return nil, nil, nil, limitError(&policy.LimitError{Source: doc.Source, Limit: policy.LimitPolicies, Value: int64(n), Max: policy.MaxDocuments})
 		}
 	}
-	if len(out) == 0 && len(groups) == 0 {
-		return nil, nil, api.BadRequest("%s: no policies found", strings.Join(sources, ", "))
+	if len(out) == 0 && len(groups) == 0 && len(taps) == 0 {
+		return nil, nil, nil, api.BadRequest("%s: no policies found", strings.Join(sources, ", "))
 	}
-	return out, groups, nil
+	return out, groups, taps, nil
 }
 
 // limitError is a manifest over a limit of package policy: 413 for sizes, 400 otherwise.
@@ -77,7 +81,8 @@ func compactJSON(b []byte) []byte {
 	return buf.Bytes()
 }
 
-// Apply creates or replaces every policy and CIDR group in the request, or none of them:
+// Apply creates or replaces every policy, CIDR group and tap contract in the request, or
+// none of them:
 // the new policy set is parsed and computed in full before the dataplane is touched, and a
 // failure while applying puts the previous state back. CIDR groups become CIDR sets of
 // their name; they are loaded before the policies that may name them (see changeSets).
@@ -86,7 +91,7 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 		return api.ChangeResult{}, err
 	}
 	defer relaxGC(requestBytes(req.Documents))()
-	parsed, groups, err := a.parseDocuments(req.Documents)
+	parsed, groups, taps, err := a.parseDocuments(req.Documents)
 	if err != nil {
 		return api.ChangeResult{}, err
 	}
@@ -153,7 +158,7 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 			}
 			res.Changes = appendChange(res.Changes, api.PolicyChange{Kind: string(p.Kind), Namespace: p.Namespace, Name: p.Name, Action: action})
 		}
-		return nil
+		return a.putTaps(m, taps, &res)
 	}
 	if len(groups) > 0 {
 		_, err = a.changeSets(now, &changeTiming{}, mutate)
@@ -182,7 +187,8 @@ func appendChange(cs []api.PolicyChange, c api.PolicyChange) []api.PolicyChange 
 	return append(cs, c)
 }
 
-// Delete removes the policies and CIDR groups the documents name, or none of them: unless
+// Delete removes the policies, CIDR groups and tap contracts the documents name, or none
+// of them: unless
 // IgnoreNotFound, one that does not exist fails the whole request. A CIDR group that a
 // remaining policy names is not deleted (the request fails): the policy's peer would
 // silently select nothing. Policies go before the sets (see changeSets).
@@ -190,7 +196,7 @@ func (a *Agent) Delete(ctx context.Context, req api.DeleteRequest) (api.ChangeRe
 	if err := a.errManaged("policies"); err != nil {
 		return api.ChangeResult{}, err
 	}
-	parsed, groups, err := a.parseDocuments(req.Documents)
+	parsed, groups, taps, err := a.parseDocuments(req.Documents)
 	if err != nil {
 		return api.ChangeResult{}, err
 	}
@@ -198,6 +204,11 @@ func (a *Agent) Delete(ctx context.Context, req api.DeleteRequest) (api.ChangeRe
 	defer a.mu.Unlock()
 	var res api.ChangeResult
 	mutate := func(m *model) error {
+		for _, c := range taps {
+			if err := deleteTaps(m, []string{c.Name}, []string{c.Kind}, req.IgnoreNotFound, &res); err != nil {
+				return err
+			}
+		}
 		for _, p := range parsed {
 			key := p.Key()
 			c := api.PolicyChange{Kind: string(p.Kind), Namespace: p.Namespace, Name: p.Name, Action: "deleted"}

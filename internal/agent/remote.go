@@ -64,6 +64,8 @@ type RemoteEndpointRecord struct {
 	// Identity is the number its node gave its labels (0: allocated here); see
 	// api.RemoteEndpointSpec.Identity.
 	Identity identity.Identity `json:"identity,omitempty"`
+	// Monitor: a monitor endpoint on its node, which this node's tap contracts may name.
+	Monitor bool `json:"monitor,omitempty"`
 }
 
 // Key is "namespace/name".
@@ -215,7 +217,7 @@ func (a *Agent) ListRemoteEndpoints(ctx context.Context) ([]api.RemoteEndpoint, 
 
 func (a *Agent) remoteView(m *model, d *desired, r *RemoteEndpointRecord) api.RemoteEndpoint {
 	v := api.RemoteEndpoint{Namespace: r.Namespace, Name: r.Name, Node: r.Node, IP: r.IP.String(),
-		Labels: map[string]string(maps.Clone(r.Labels))}
+		Labels: map[string]string(maps.Clone(r.Labels)), Monitor: r.Monitor}
 	if e, ok := d.state.IPCache[netip.PrefixFrom(r.IP, r.IP.BitLen())]; ok {
 		v.Identity = uint32(e.Identity)
 	}
@@ -242,7 +244,7 @@ func (a *Agent) PutRemoteEndpoint(ctx context.Context, namespace, name string, s
 		return api.RemoteEndpoint{}, api.BadRequest("remote endpoint %s/%s: ip %q: want the pod's IPv4 address", namespace, name, spec.IP)
 	}
 	rec := &RemoteEndpointRecord{Namespace: namespace, Name: name, Node: spec.Node, IP: ip, Labels: l,
-		ServiceAccount: spec.ServiceAccount, Identity: identity.Identity(spec.Identity)}
+		ServiceAccount: spec.ServiceAccount, Identity: identity.Identity(spec.Identity), Monitor: spec.Monitor}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	node, ok := a.model.nodes[spec.Node]

@@ -43,6 +43,8 @@ type EndpointRecord struct {
 	// Identity is the cluster-wide identity of its full label set (Kubernetes mode: the
 	// cluster's allocator gave it), pinned in the agent's allocator; 0: allocated here.
 	Identity identity.Identity `json:"identity,omitempty"`
+	// Monitor: a monitor endpoint for tap contracts (taps.go), never tapped itself.
+	Monitor bool `json:"monitor,omitempty"`
 }
 
 // CNIRecord is where a CNI endpoint lives: the runtime's namespace (never the agent's to
@@ -95,6 +97,7 @@ type stateFile struct {
 	Policies   []*PolicyRecord          `json:"policies"`
 	Nodes      []*NodeRecord            `json:"nodes,omitempty"`
 	Remotes    []*RemoteEndpointRecord  `json:"remoteEndpoints,omitempty"`
+	Taps       []*TapRecord             `json:"taps,omitempty"`
 	NextRuleID uint32                   `json:"nextRuleID"`
 	Identities json.RawMessage          `json:"identities"`
 	// NextEpID is the last field: save writes the file as the encoding without it

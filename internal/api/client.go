@@ -188,6 +188,30 @@ func (c *Client) Apply(ctx context.Context, req ApplyRequest) (ChangeResult, err
 	return v, c.do(ctx, "POST", "/v1/policies/apply", req, &v)
 }
 
+// ListTaps lists the tap contracts with their state and counters.
+func (c *Client) ListTaps(ctx context.Context) ([]Tap, error) {
+	var v []Tap
+	return v, c.do(ctx, "GET", "/v1/taps", nil, &v)
+}
+
+// GetTap shows one tap contract.
+func (c *Client) GetTap(ctx context.Context, name string) (Tap, error) {
+	var v Tap
+	return v, c.do(ctx, "GET", "/v1/taps/"+esc(name), nil, &v)
+}
+
+// AddTaps creates or replaces the tap contracts of the documents, all or none.
+func (c *Client) AddTaps(ctx context.Context, req ApplyRequest) (ChangeResult, error) {
+	var v ChangeResult
+	return v, c.do(ctx, "POST", "/v1/taps", req, &v)
+}
+
+// DeleteTap deletes a tap contract.
+func (c *Client) DeleteTap(ctx context.Context, name string) (ChangeResult, error) {
+	var v ChangeResult
+	return v, c.do(ctx, "DELETE", "/v1/taps/"+esc(name), nil, &v)
+}
+
 // Delete deletes the policies the manifests name, all or none.
 func (c *Client) Delete(ctx context.Context, req DeleteRequest) (ChangeResult, error) {
 	var v ChangeResult

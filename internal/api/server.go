@@ -65,6 +65,13 @@ type Service interface {
 	ListRemoteEndpoints(ctx context.Context) ([]RemoteEndpoint, error)
 	PutRemoteEndpoint(ctx context.Context, namespace, name string, spec RemoteEndpointSpec) (RemoteEndpoint, error)
 	DeleteRemoteEndpoint(ctx context.Context, namespace, name string) error
+	// ListTaps and GetTap show tap contracts with their state and counters; AddTaps
+	// creates or replaces the contracts of TapContract and TrafficControl documents, all
+	// or none; DeleteTap deletes one by name.
+	ListTaps(ctx context.Context) ([]Tap, error)
+	GetTap(ctx context.Context, name string) (Tap, error)
+	AddTaps(ctx context.Context, req ApplyRequest) (ChangeResult, error)
+	DeleteTap(ctx context.Context, name string) (ChangeResult, error)
 }
 
 // CIDRSetRequest carries prefixes for a set. On the wire the prefixes are the request body
@@ -218,6 +225,19 @@ func NewHandler(svc Service) http.Handler {
 			var req DeleteRequest
 			withBody(w, r, MaxManifestBodyBytes, &req, func() (any, error) { return svc.Delete(r.Context(), req) })
 		})
+	})
+	mux.HandleFunc("GET /v1/taps", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.ListTaps(r.Context()) })
+	})
+	mux.HandleFunc("GET /v1/taps/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.GetTap(r.Context(), r.PathValue("name")) })
+	})
+	mux.HandleFunc("POST /v1/taps", func(w http.ResponseWriter, r *http.Request) {
+		var req ApplyRequest
+		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return svc.AddTaps(r.Context(), req) })
+	})
+	mux.HandleFunc("DELETE /v1/taps/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.DeleteTap(r.Context(), r.PathValue("name")) })
 	})
 	mux.HandleFunc("POST /v1/trace", func(w http.ResponseWriter, r *http.Request) {
 		var req TraceRequest

@@ -158,6 +158,9 @@ type EndpointSpec struct {
 	IP             string            `json:"ip,omitempty"` // "" = next free address
 	Ports          []NamedPort       `json:"ports,omitempty"`
 	ServiceAccount string            `json:"serviceAccount,omitempty"`
+	// Monitor makes the endpoint a monitor for tap contracts (docs/taps.md): it is never
+	// tapped itself, and only a monitor can be a contract's monitor.
+	Monitor bool `json:"monitor,omitempty"`
 }
 
 // Counters are an endpoint's dataplane counters (ingress = into the endpoint).
@@ -188,6 +191,7 @@ type Endpoint struct {
 	// CNI is set for an endpoint a CNI ADD made: in the runtime's namespace Netns, under
 	// the runtime's interface name.
 	CNI            *CNIAttachment `json:"cni,omitempty"`
+	Monitor        bool           `json:"monitor,omitempty"`
 	EnforceIngress bool           `json:"enforceIngress"`
 	EnforceEgress  bool           `json:"enforceEgress"`
 	Counters       *Counters      `json:"counters,omitempty"` // only from Get
@@ -592,6 +596,9 @@ type RemoteEndpointSpec struct {
 	// one). The overlay carries the sender's number, so both nodes must agree on it until
 	// identities are allocated cluster-wide.
 	Identity uint32 `json:"identity,omitempty"`
+	// Monitor: the pod is a monitor endpoint of its node, which tap contracts of this
+	// node may name (its copies go through the overlay).
+	Monitor bool `json:"monitor,omitempty"`
 }
 
 // RemoteEndpoint is a pod on another node as the agent knows it.
@@ -602,4 +609,42 @@ type RemoteEndpoint struct {
 	IP        string            `json:"ip"`
 	Labels    map[string]string `json:"labels"`
 	Identity  uint32            `json:"identity"`
+	Monitor   bool              `json:"monitor,omitempty"`
+}
+
+// Tap is a tap contract as the agent holds it (docs/taps.md).
+type Tap struct {
+	Kind   string `json:"kind"` // TapContract or TrafficControl
+	Name   string `json:"name"`
+	Source string `json:"source"` // where it was read from
+	// Tapped is what the contract taps: an endpoint (namespace/name) or a selector.
+	Tapped   string `json:"tapped"`
+	Monitor  string `json:"monitor"`
+	Match    string `json:"match"`
+	Action   string `json:"action"`             // mirror or redirect
+	FailMode string `json:"failMode,omitempty"` // closed or open (redirect only)
+	// Endpoints are the local endpoints it taps now.
+	Endpoints []string `json:"endpoints"`
+	// MonitorNode is the node of the monitor when it is on another node.
+	MonitorNode string `json:"monitorNode,omitempty"`
+	// MonitorProblem says why the monitor is unavailable: a redirect then drops what it
+	// matches (fail closed) or passes it untapped (fail open); a mirror's copies are lost.
+	MonitorProblem string `json:"monitorProblem,omitempty"`
+	// Conflicts name the contracts this one overlaps on some endpoint (a relabel can make
+	// accepted contracts meet; the first by name takes the packet).
+	Conflicts []string        `json:"conflicts,omitempty"`
+	Counters  *TapCounters    `json:"counters,omitempty"`
+	Raw       json.RawMessage `json:"raw,omitempty"`
+}
+
+// TapCounters are a contract's packet counts over its endpoints' rules, from the
+// dataplane.
+type TapCounters struct {
+	MirroredPackets    uint64 `json:"mirroredPackets"`
+	MirroredBytes      uint64 `json:"mirroredBytes"`
+	RedirectedPackets  uint64 `json:"redirectedPackets"`
+	RedirectedBytes    uint64 `json:"redirectedBytes"`
+	DroppedByMonitor   uint64 `json:"droppedByMonitor"`
+	CopiesLost         uint64 `json:"copiesLost"`
+	DroppedUnavailable uint64 `json:"droppedUnavailable"`
 }

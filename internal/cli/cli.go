@@ -111,6 +111,7 @@ func NewCommand(stdio IO) *cobra.Command {
 		a.getCommand(),
 		a.policyCommand(),
 		a.cidrsetCommand(),
+		a.tapCommand(),
 		a.observeCommand(),
 		a.statusCommand(),
 		a.versionCommand(),

@@ -214,7 +214,7 @@ func (a *app) applyCommand() *cobra.Command {
 	var files []string
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|- [-f ...]",
-		Short: "Create or update policies and CIDR groups (CiliumCIDRGroup) from manifests (all of them or none)",
+		Short: "Create or update policies, CIDR groups (CiliumCIDRGroup) and tap contracts (TapContract, TrafficControl) from manifests (all of them or none)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			docs, err := a.readManifests(files)
@@ -238,7 +238,7 @@ func (a *app) deleteCommand() *cobra.Command {
 	var ignore bool
 	cmd := &cobra.Command{
 		Use:   "delete -f FILE|DIR|- [-f ...]",
-		Short: "Delete the policies and CIDR groups named in manifests (all of them or none)",
+		Short: "Delete the policies, CIDR groups and tap contracts named in manifests (all of them or none)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			docs, err := a.readManifests(files)

@@ -28,8 +28,9 @@ func (a *app) endpointCommand() *cobra.Command {
 func (a *app) endpointAdd() *cobra.Command {
 	var lbls, ports []string
 	var ip, sa, output string
+	var monitor bool
 	cmd := &cobra.Command{
-		Use:   "add NAMESPACE/NAME [--labels k=v,...] [--ip ADDR] [--port NAME=PORT/PROTO ...] [--service-account SA]",
+		Use:   "add NAMESPACE/NAME [--labels k=v,...] [--ip ADDR] [--port NAME=PORT/PROTO ...] [--service-account SA] [--monitor]",
 		Short: "Create an endpoint: network namespace, veth, address, identity, policy",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -41,7 +42,7 @@ func (a *app) endpointAdd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			spec := api.EndpointSpec{Namespace: ns, Name: name, Labels: l, IP: ip, ServiceAccount: sa}
+			spec := api.EndpointSpec{Namespace: ns, Name: name, Labels: l, IP: ip, ServiceAccount: sa, Monitor: monitor}
 			for _, p := range ports {
 				np, err := parseNamedPort(p)
 				if err != nil {
@@ -56,7 +57,11 @@ func (a *app) endpointAdd() *cobra.Command {
 			if output == "json" {
 				return a.printJSON(ep)
 			}
-			a.printf("endpoint %s created: ip %s, identity %d, interface %s\n", ep.Key(), ep.IP, ep.Identity, ep.HostInterface)
+			kind := "endpoint"
+			if ep.Monitor {
+				kind = "monitor endpoint"
+			}
+			a.printf("%s %s created: ip %s, identity %d, interface %s\n", kind, ep.Key(), ep.IP, ep.Identity, ep.HostInterface)
 			return nil
 		},
 	}
@@ -64,6 +69,7 @@ func (a *app) endpointAdd() *cobra.Command {
 	cmd.Flags().StringVar(&ip, "ip", "", "a specific free address of the pod range")
 	cmd.Flags().StringArrayVar(&ports, "port", nil, "named port NAME=PORT/PROTO (repeatable)")
 	cmd.Flags().StringVar(&sa, "service-account", "", "service account")
+	cmd.Flags().BoolVar(&monitor, "monitor", false, "make it a monitor for tap contracts (never tapped itself; see docs/taps.md)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
 }
@@ -176,6 +182,9 @@ func (a *app) endpointGet() *cobra.Command {
 			fmt.Fprintf(w, "Network namespace:\t%s\n", ep.Netns)
 			if ep.CNI != nil {
 				fmt.Fprintf(w, "CNI attachment:\tcontainer %s, interface %s\n", ep.CNI.ContainerID, ep.CNI.IfName)
+			}
+			if ep.Monitor {
+				fmt.Fprintf(w, "Monitor:\tyes (tap contracts may name it; it is never tapped)\n")
 			}
 			if c := ep.Counters; c != nil {
 				fmt.Fprintf(w, "Ingress:\t%d packets, %d bytes, %d dropped\n", c.IngressPackets, c.IngressBytes, c.IngressDrops)

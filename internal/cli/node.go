@@ -82,8 +82,9 @@ func (a *app) remoteCommand() *cobra.Command {
 	var lbls []string
 	var node, ip, sa, output string
 	var id uint32
+	var monitor bool
 	add := &cobra.Command{
-		Use:   "add NAMESPACE/NAME --node NODE --ip ADDR [--labels k=v,...] [--identity ID] [--service-account SA]",
+		Use:   "add NAMESPACE/NAME --node NODE --ip ADDR [--labels k=v,...] [--identity ID] [--service-account SA] [--monitor]",
 		Short: "Declare a pod on another node (or change it); its identity follows its labels",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -95,7 +96,7 @@ func (a *app) remoteCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := a.client.PutRemoteEndpoint(contextOf(cmd), ns, name, api.RemoteEndpointSpec{Node: node, IP: ip, Labels: l, ServiceAccount: sa, Identity: id})
+			r, err := a.client.PutRemoteEndpoint(contextOf(cmd), ns, name, api.RemoteEndpointSpec{Node: node, IP: ip, Labels: l, ServiceAccount: sa, Identity: id, Monitor: monitor})
 			if err != nil {
 				return err
 			}
@@ -108,6 +109,7 @@ func (a *app) remoteCommand() *cobra.Command {
 	add.Flags().StringSliceVar(&lbls, "labels", nil, "labels k=v,k2=v2")
 	add.Flags().StringVar(&sa, "service-account", "", "the pod's service account")
 	add.Flags().Uint32Var(&id, "identity", 0, "the identity its own node gave the pod's labels (0: allocate here)")
+	add.Flags().BoolVar(&monitor, "monitor", false, "the pod is a monitor endpoint of its node (tap contracts here may name it)")
 	_ = add.MarkFlagRequired("node")
 	_ = add.MarkFlagRequired("ip")
 	list := &cobra.Command{

@@ -241,7 +241,7 @@ func (d *Datapath) Remove() error {
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
 	return []*ebpf.Map{m.EndpointCounters, m.IfaceBase, m.Conntrack4Jiffies, m.Endpoints, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.Frags, m.Ipcache, m.Policy, m.Proxy,
-		m.Cidr4Config, m.Cidr4Top, m.Cidr4Host, m.Cidr6, m.SvPairs, m.SvFlows}
+		m.Cidr4Config, m.Cidr4Top, m.Cidr4Host, m.Cidr6, m.SvPairs, m.SvFlows, m.TapSets, m.TapFlows, m.TapCounters, m.TapIfaces}
 }
 
 // ensureBPFFS mounts bpffs at /sys/fs/bpf unless one is mounted there already.

@@ -20,6 +20,9 @@ type EndpointInfo struct {
 	// Addr is the endpoint's IPv4 address: the only source address its packets and ARP
 	// frames may carry (anything else is dropped, ReasonSpoofedSource). Required.
 	Addr netip.Addr
+	// Monitor marks a monitor endpoint (flow taps): no new flow may enter it except from
+	// the node itself (flow.ReasonTapMonitorDestination).
+	Monitor bool
 }
 
 // InstalledEndpoint is an endpoint as found in the endpoints map.
@@ -51,7 +54,7 @@ func (d *Datapath) InstalledEndpoints() map[uint32]InstalledEndpoint {
 	out := make(map[uint32]InstalledEndpoint, len(d.endpoints))
 	for ifindex, info := range d.endpoints {
 		out[ifindex] = InstalledEndpoint{
-			EndpointInfo:   EndpointInfo{EpID: info.EpId, Identity: info.Identity, Addr: infoAddr(info)},
+			EndpointInfo:   EndpointInfo{EpID: info.EpId, Identity: info.Identity, Addr: infoAddr(info), Monitor: info.Flags&epMonitor != 0},
 			EnforceIngress: info.Flags&enforceIngress != 0,
 			EnforceEgress:  info.Flags&enforceEgress != 0,
 		}
@@ -124,9 +127,16 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 	if desired.EnforceEgress {
 		newFlags |= enforceEgress
 	}
+	if ep.Monitor {
+		newFlags |= epMonitor
+	}
 
 	// Step 0: make the endpoint at least as strict as both policies while entries change.
 	old, known := d.endpoints[ifindex]
+	if known && old.EpId == ep.EpID {
+		// The tap bits are ReplaceTaps's: kept as they are.
+		newFlags |= old.Flags & epTapMask
+	}
 	switch {
 	case known && old.EpId == ep.EpID:
 		if tightened := old.Flags | newFlags; tightened != old.Flags {

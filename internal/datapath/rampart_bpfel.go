@@ -66,6 +66,9 @@ const (
 	rampartDropReasonREASON_SPOOFED_SOURCE          rampartDropReason = 10
 	rampartDropReasonREASON_TUNNEL_UNTRUSTED_SOURCE rampartDropReason = 11
 	rampartDropReasonREASON_TUNNEL_NO_ENDPOINT      rampartDropReason = 12
+	rampartDropReasonREASON_TAP_MONITOR_UNAVAILABLE rampartDropReason = 13
+	rampartDropReasonREASON_TAP_NOT_DIVERTED        rampartDropReason = 14
+	rampartDropReasonREASON_TAP_MONITOR_DESTINATION rampartDropReason = 15
 )
 
 type rampartEndpointInfo struct {
@@ -159,6 +162,7 @@ const (
 	rampartFlowFlagFLOW_F_SEND_SIDE  rampartFlowFlag = 8
 	rampartFlowFlagFLOW_F_ARP        rampartFlowFlag = 16
 	rampartFlowFlagFLOW_F_TUNNEL     rampartFlowFlag = 32
+	rampartFlowFlagFLOW_F_TAPPED     rampartFlowFlag = 64
 )
 
 type rampartFlowVerdict uint8
@@ -259,6 +263,79 @@ type rampartSvPairKey struct {
 	Pad   uint16
 }
 
+type rampartTapFlowKey struct {
+	_        structs.HostLayout
+	Saddr    uint32
+	Daddr    uint32
+	Sport    uint16
+	Dport    uint16
+	Ifindex  uint32
+	Protocol uint8
+	Pad      [3]uint8
+}
+
+type rampartTapFlowValue struct {
+	_              structs.HostLayout
+	LastSeen       uint64
+	SrcIdentity    uint32
+	EpId           uint32
+	DeliverIfindex uint32
+	ContractId     uint32
+	Direction      uint8
+	Verdict        uint8
+	Pad            [2]uint8
+	_              [4]byte
+}
+
+type rampartTapIface struct {
+	_           structs.HostLayout
+	Role        uint32
+	MonitorEpId uint32
+}
+
+type rampartTapRule struct {
+	_          structs.HostLayout
+	SrcAddr    uint32
+	SrcMask    uint32
+	DstAddr    uint32
+	DstMask    uint32
+	SportLo    uint16
+	SportHi    uint16
+	DportLo    uint16
+	DportHi    uint16
+	ContractId uint32
+	RxIfindex  uint32
+	TxIfindex  uint32
+	Direction  uint8
+	Protocol   uint8
+	Action     uint8
+	Flags      uint8
+	IcmpType   uint8
+	IcmpCode   uint8
+	Pad        [2]uint8
+}
+
+type rampartTapSet struct {
+	_     structs.HostLayout
+	Count uint32
+	Pad   uint32
+	Rules [16]rampartTapRule
+}
+
+type rampartTapStats struct {
+	_                 structs.HostLayout
+	MirroredPackets   uint64
+	MirroredBytes     uint64
+	CopiesLost        uint64
+	RedirectedPackets uint64
+	RedirectedBytes   uint64
+	ReturnedPackets   uint64
+	ReturnedBytes     uint64
+	UnavailableDrops  uint64
+	UnavailablePassed uint64
+	Rejected          uint64
+}
+
 type rampartTunnelConfig struct {
 	_         structs.HostLayout
 	Ifindex   uint32
@@ -288,9 +365,14 @@ const (
 	rampartMapProxy                   = "proxy"
 	rampartMapSvFlows                 = "sv_flows"
 	rampartMapSvPairs                 = "sv_pairs"
+	rampartMapTapCounters             = "tap_counters"
+	rampartMapTapFlows                = "tap_flows"
+	rampartMapTapIfaces               = "tap_ifaces"
+	rampartMapTapSets                 = "tap_sets"
 	rampartMapTunnel                  = "tunnel"
 	rampartProgRampartFromEp          = "rampart_from_ep"
 	rampartProgRampartFromIpip        = "rampart_from_ipip"
+	rampartProgRampartFromMonitor     = "rampart_from_monitor"
 	rampartProgRampartFromTunnel      = "rampart_from_tunnel"
 	rampartProgRampartToEp            = "rampart_to_ep"
 	rampartProgRampartToIpip          = "rampart_to_ipip"
@@ -347,12 +429,13 @@ type rampartSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartProgramSpecs struct {
-	RampartFromEp     *ebpf.ProgramSpec `ebpf:"rampart_from_ep"`
-	RampartFromIpip   *ebpf.ProgramSpec `ebpf:"rampart_from_ipip"`
-	RampartFromTunnel *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel"`
-	RampartToEp       *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
-	RampartToIpip     *ebpf.ProgramSpec `ebpf:"rampart_to_ipip"`
-	RampartToTunnel   *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
+	RampartFromEp      *ebpf.ProgramSpec `ebpf:"rampart_from_ep"`
+	RampartFromIpip    *ebpf.ProgramSpec `ebpf:"rampart_from_ipip"`
+	RampartFromMonitor *ebpf.ProgramSpec `ebpf:"rampart_from_monitor"`
+	RampartFromTunnel  *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel"`
+	RampartToEp        *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
+	RampartToIpip      *ebpf.ProgramSpec `ebpf:"rampart_to_ipip"`
+	RampartToTunnel    *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
 }
 
 // rampartMapSpecs contains maps before they are loaded into the kernel.
@@ -378,6 +461,10 @@ type rampartMapSpecs struct {
 	Proxy             *ebpf.MapSpec `ebpf:"proxy"`
 	SvFlows           *ebpf.MapSpec `ebpf:"sv_flows"`
 	SvPairs           *ebpf.MapSpec `ebpf:"sv_pairs"`
+	TapCounters       *ebpf.MapSpec `ebpf:"tap_counters"`
+	TapFlows          *ebpf.MapSpec `ebpf:"tap_flows"`
+	TapIfaces         *ebpf.MapSpec `ebpf:"tap_ifaces"`
+	TapSets           *ebpf.MapSpec `ebpf:"tap_sets"`
 	Tunnel            *ebpf.MapSpec `ebpf:"tunnel"`
 }
 
@@ -434,6 +521,10 @@ type rampartMaps struct {
 	Proxy             *ebpf.Map `ebpf:"proxy"`
 	SvFlows           *ebpf.Map `ebpf:"sv_flows"`
 	SvPairs           *ebpf.Map `ebpf:"sv_pairs"`
+	TapCounters       *ebpf.Map `ebpf:"tap_counters"`
+	TapFlows          *ebpf.Map `ebpf:"tap_flows"`
+	TapIfaces         *ebpf.Map `ebpf:"tap_ifaces"`
+	TapSets           *ebpf.Map `ebpf:"tap_sets"`
 	Tunnel            *ebpf.Map `ebpf:"tunnel"`
 }
 
@@ -458,6 +549,10 @@ func (m *rampartMaps) Close() error {
 		m.Proxy,
 		m.SvFlows,
 		m.SvPairs,
+		m.TapCounters,
+		m.TapFlows,
+		m.TapIfaces,
+		m.TapSets,
 		m.Tunnel,
 	)
 }
@@ -480,18 +575,20 @@ type rampartVariables struct {
 //
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartPrograms struct {
-	RampartFromEp     *ebpf.Program `ebpf:"rampart_from_ep"`
-	RampartFromIpip   *ebpf.Program `ebpf:"rampart_from_ipip"`
-	RampartFromTunnel *ebpf.Program `ebpf:"rampart_from_tunnel"`
-	RampartToEp       *ebpf.Program `ebpf:"rampart_to_ep"`
-	RampartToIpip     *ebpf.Program `ebpf:"rampart_to_ipip"`
-	RampartToTunnel   *ebpf.Program `ebpf:"rampart_to_tunnel"`
+	RampartFromEp      *ebpf.Program `ebpf:"rampart_from_ep"`
+	RampartFromIpip    *ebpf.Program `ebpf:"rampart_from_ipip"`
+	RampartFromMonitor *ebpf.Program `ebpf:"rampart_from_monitor"`
+	RampartFromTunnel  *ebpf.Program `ebpf:"rampart_from_tunnel"`
+	RampartToEp        *ebpf.Program `ebpf:"rampart_to_ep"`
+	RampartToIpip      *ebpf.Program `ebpf:"rampart_to_ipip"`
+	RampartToTunnel    *ebpf.Program `ebpf:"rampart_to_tunnel"`
 }
 
 func (p *rampartPrograms) Close() error {
 	return _RampartClose(
 		p.RampartFromEp,
 		p.RampartFromIpip,
+		p.RampartFromMonitor,
 		p.RampartFromTunnel,
 		p.RampartToEp,
 		p.RampartToIpip,

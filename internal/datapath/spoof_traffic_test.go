@@ -65,14 +65,15 @@ func sendIPRaw(t *testing.T, ns string, b []byte, dst netip.Addr) {
 	}
 }
 
-// sniffer captures every frame that arrives on eth0 of a namespace.
+// sniffer captures every frame that arrives on an interface of a namespace (an AF_PACKET
+// socket, as a passive monitor such as Suricata reads one).
 type sniffer struct{ fd int }
 
-func newSniffer(t *testing.T, ns string) *sniffer {
+func newSniffer(t *testing.T, ns, ifname string) *sniffer {
 	t.Helper()
 	s := &sniffer{fd: -1}
 	err := testenv.InNetns(ns, func() error {
-		link, err := netlink.LinkByName("eth0")
+		link, err := netlink.LinkByName(ifname)
 		if err != nil {
 			return err
 		}
@@ -199,7 +200,7 @@ func TestSpoofedSourceTraffic(t *testing.T) {
 	t.Cleanup(func() { ln.Close() })
 	svc := listenUDP(t, c.ns, netip.AddrPortFrom(c.ip, udpPort))
 	ownSrv := listenUDP(t, c.ns, netip.AddrPortFrom(c.ip, ownPort))
-	capture := newSniffer(t, c.ns)
+	capture := newSniffer(t, c.ns, "eth0")
 	ownCli := listenUDP(t, a.ns, netip.AddrPortFrom(a.ip, 0))
 
 	// The policy works as meant: b itself reaches the UDP service.

@@ -58,6 +58,9 @@ const (
 	ReasonSpoofedSource         Reason = 10 // REASON_SPOOFED_SOURCE
 	ReasonTunnelUntrustedSource Reason = 11 // REASON_TUNNEL_UNTRUSTED_SOURCE
 	ReasonTunnelNoEndpoint      Reason = 12 // REASON_TUNNEL_NO_ENDPOINT
+	ReasonTapMonitorUnavailable Reason = 13 // REASON_TAP_MONITOR_UNAVAILABLE
+	ReasonTapNotDiverted        Reason = 14 // REASON_TAP_NOT_DIVERTED
+	ReasonTapMonitorDestination Reason = 15 // REASON_TAP_MONITOR_DESTINATION
 )
 
 // reasonNames are the names of the Reason codes, by value.
@@ -75,10 +78,13 @@ var reasonNames = map[Reason]string{
 	ReasonSpoofedSource:         "spoofed-source",
 	ReasonTunnelUntrustedSource: "tunnel-untrusted-source",
 	ReasonTunnelNoEndpoint:      "tunnel-no-endpoint",
+	ReasonTapMonitorUnavailable: "tap-monitor-unavailable",
+	ReasonTapNotDiverted:        "tap-not-diverted",
+	ReasonTapMonitorDestination: "tap-monitor-destination",
 }
 
 // reasonOrder lists the Reason codes as rampart.h declares them.
-var reasonOrder = []Reason{ReasonNone, ReasonPolicyDeny, ReasonPolicyDefaultDeny, ReasonMalformed, ReasonFragmentUnknown, ReasonUnknownEndpoint, ReasonUnsupportedL3, ReasonProxyUnavailable, ReasonProxyBypass, ReasonL7Unchecked, ReasonSpoofedSource, ReasonTunnelUntrustedSource, ReasonTunnelNoEndpoint}
+var reasonOrder = []Reason{ReasonNone, ReasonPolicyDeny, ReasonPolicyDefaultDeny, ReasonMalformed, ReasonFragmentUnknown, ReasonUnknownEndpoint, ReasonUnsupportedL3, ReasonProxyUnavailable, ReasonProxyBypass, ReasonL7Unchecked, ReasonSpoofedSource, ReasonTunnelUntrustedSource, ReasonTunnelNoEndpoint, ReasonTapMonitorUnavailable, ReasonTapNotDiverted, ReasonTapMonitorDestination}
 
 // Flags is a set of enum flow_flag bits: how the L7 proxy or the send-side verdict is
 // involved in a flow, and whether it is an ARP frame.
@@ -92,6 +98,7 @@ const (
 	FlagSendSide  Flags = 8  // FLOW_F_SEND_SIDE
 	FlagARP       Flags = 16 // FLOW_F_ARP
 	FlagTunnel    Flags = 32 // FLOW_F_TUNNEL
+	FlagTapped    Flags = 64 // FLOW_F_TAPPED
 )
 
 // flagsNames are the names of the Flags codes, by value.
@@ -103,10 +110,11 @@ var flagsNames = map[Flags]string{
 	FlagSendSide:  "send-side",
 	FlagARP:       "arp",
 	FlagTunnel:    "tunnel",
+	FlagTapped:    "tapped",
 }
 
 // flagsOrder lists the Flags codes as rampart.h declares them.
-var flagsOrder = []Flags{FlagNone, FlagL7Egress, FlagL7Ingress, FlagFromProxy, FlagSendSide, FlagARP, FlagTunnel}
+var flagsOrder = []Flags{FlagNone, FlagL7Egress, FlagL7Ingress, FlagFromProxy, FlagSendSide, FlagARP, FlagTunnel, FlagTapped}
 
 // policy.Direction has the values of enum flow_direction; this fails to compile if one differs.
 func _() {

@@ -29,7 +29,7 @@ type docParser struct {
 	kind      Kind
 	namespace string
 	name      string
-	groups    bool // CiliumCIDRGroup documents are accepted (Parse, not ParseDocuments)
+	groups    bool // CiliumCIDRGroup, TapContract and TrafficControl documents are accepted (Parse, not ParseDocuments)
 	// root and rootJSON: the document's node and, when the reader had it, its JSON
 	// rendering, which toJSON returns instead of rendering root again.
 	root     *yaml.Node

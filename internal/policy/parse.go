@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/rampartnet/rampart/internal/tap"
 )
 
 // API versions served for each kind.
@@ -28,11 +30,12 @@ const (
 // kubectl does.
 const defaultNamespace = "default"
 
-// Documents is what a manifest stream holds: policies and CIDR groups, each in document
-// order.
+// Documents is what a manifest stream holds: policies, CIDR groups and tap contracts, each
+// in document order.
 type Documents struct {
 	Policies   []*Policy
 	CIDRGroups []*CIDRGroup
+	Taps       []*tap.Contract
 }
 
 // Parse parses every document of data, which was read from source (a file name, or "-"
@@ -52,8 +55,8 @@ func Parse(source string, data []byte) (*Documents, error) {
 	return parseAll(source, data, true)
 }
 
-// ParseDocuments is Parse for callers that only take policies: a CiliumCIDRGroup document
-// is an error (a *ParseError naming it).
+// ParseDocuments is Parse for callers that only take policies: a CiliumCIDRGroup, a
+// TapContract or a TrafficControl document is an error (a *ParseError naming it).
 func ParseDocuments(source string, data []byte) ([]*Policy, error) {
 	docs, err := parseAll(source, data, false)
 	if err != nil {
@@ -186,13 +189,15 @@ func manifestFiles(dir string) ([]string, error) {
 func (d *docParser) document(n *yaml.Node, out *Documents) error {
 	switch n.Kind {
 	case yaml.MappingNode:
-		p, g, err := d.manifest(n)
-		if err != nil {
+		p, g, c, err := d.manifest(n)
+		switch {
+		case err != nil:
 			return err
-		}
-		if g != nil {
+		case g != nil:
 			out.CIDRGroups = append(out.CIDRGroups, g)
-		} else {
+		case c != nil:
+			out.Taps = append(out.Taps, c)
+		default:
 			out.Policies = append(out.Policies, p)
 		}
 		return nil
@@ -213,9 +218,9 @@ func (d *docParser) sourceName() string {
 	return fmt.Sprintf("%s: document %d", d.source, d.doc)
 }
 
-// manifest parses a document with apiVersion, kind, metadata and a spec: a policy, or a
-// CIDR group.
-func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, error) {
+// manifest parses a document with apiVersion, kind, metadata and a spec: a policy, a CIDR
+// group or a tap contract.
+func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, error) {
 	// Learn what the document claims to be before checking anything, so that every error
 	// can name the policy.
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -239,7 +244,7 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, error) {
 	}
 	entries, err := d.mapping(n, "")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var kindE, apiE, metaE *entry
 	for i := range entries {
@@ -254,47 +259,61 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, error) {
 	}
 
 	if kindE == nil {
-		return nil, nil, d.fail(n, "kind", ReasonRequired)
+		return nil, nil, nil, d.fail(n, "kind", ReasonRequired)
 	}
 	kind, err := d.str(kindE.val, "kind")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	wantAPI := []string{apiCilium}
 	switch Kind(kind) {
 	case KindNetworkPolicy:
 		wantAPI = []string{apiNetworking}
 	case KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy:
-	case KindCiliumCIDRGroup:
+	case KindCiliumCIDRGroup, KindTapContract, KindTrafficControl:
 		if !d.groups {
-			return nil, nil, d.fail(kindE.val, "kind", "a %s is not a policy and cannot be given here", kind)
+			return nil, nil, nil, d.fail(kindE.val, "kind", "a %s is not a policy and cannot be given here", kind)
 		}
-		// Cilium served it as v2alpha1 first and as v2 since; both are the same schema.
-		wantAPI = []string{apiCiliumAlpha, apiCilium}
+		switch Kind(kind) {
+		case KindCiliumCIDRGroup:
+			// Cilium served it as v2alpha1 first and as v2 since; both are the same schema.
+			wantAPI = []string{apiCiliumAlpha, apiCilium}
+		case KindTapContract:
+			wantAPI = []string{tap.APIVersion}
+		default:
+			wantAPI = []string{tap.AntreaAPIVersion}
+		}
 	default:
-		return nil, nil, d.fail(kindE.val, "kind", "unknown kind %q (want %s, %s, %s or %s)", kind,
-			KindNetworkPolicy, KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy, KindCiliumCIDRGroup)
+		return nil, nil, nil, d.fail(kindE.val, "kind", "unknown kind %q (want %s, %s, %s, %s, %s or %s)", kind,
+			KindNetworkPolicy, KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy, KindCiliumCIDRGroup, KindTapContract, KindTrafficControl)
 	}
 	if apiE == nil {
-		return nil, nil, d.fail(n, "apiVersion", ReasonRequired)
+		return nil, nil, nil, d.fail(n, "apiVersion", ReasonRequired)
 	}
 	api, err := d.str(apiE.val, "apiVersion")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if !slices.Contains(wantAPI, api) {
-		return nil, nil, d.fail(apiE.val, "apiVersion", "apiVersion %q does not serve kind %s (want %s)", api, kind, strings.Join(wantAPI, " or "))
+		return nil, nil, nil, d.fail(apiE.val, "apiVersion", "apiVersion %q does not serve kind %s (want %s)", api, kind, strings.Join(wantAPI, " or "))
 	}
 	if metaE == nil {
-		return nil, nil, d.fail(n, "metadata", ReasonRequired)
+		return nil, nil, nil, d.fail(n, "metadata", ReasonRequired)
 	}
 	if err := d.metadata(metaE.val, metaE.path); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 
-	if d.kind == KindCiliumCIDRGroup {
+	switch d.kind {
+	case KindCiliumCIDRGroup:
 		g, err := d.cidrGroup(n, entries)
-		return nil, g, err
+		return nil, g, nil, err
+	case KindTapContract:
+		c, err := d.tapContract(n, entries)
+		return nil, nil, c, err
+	case KindTrafficControl:
+		c, err := d.trafficControl(n, entries)
+		return nil, nil, c, err
 	}
 	p := &Policy{Kind: d.kind, Namespace: d.namespace, Name: d.name, Source: d.sourceName()}
 	// The rendering only reads the tree: done alongside the rules, a large YAML policy's
@@ -317,16 +336,16 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, error) {
 	}
 	r := <-rendered
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for i := range p.Rules {
 		p.Rules[i].Index = i
 	}
 	if r.err != nil {
-		return nil, nil, r.err
+		return nil, nil, nil, r.err
 	}
 	p.Raw = r.raw
-	return p, nil, nil
+	return p, nil, nil, nil
 }
 
 var (
@@ -396,6 +415,11 @@ func (d *docParser) metadata(n *yaml.Node, path string) error {
 	case KindCiliumCIDRGroup:
 		if nsE != nil {
 			return d.fail(nsE.key, nsE.path, "a CIDR group is cluster-scoped and has no namespace")
+		}
+		return nil
+	case KindTapContract, KindTrafficControl:
+		if nsE != nil {
+			return d.fail(nsE.key, nsE.path, "a %s is cluster-scoped and has no namespace (its endpoints are named NAMESPACE/NAME)", d.kind)
 		}
 		return nil
 	}

@@ -17,10 +17,11 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
-// bins are the binaries of both demos: the cluster demo's driver, pod runner and CNI
-// plugin besides the agent, the CLI and the test server.
+// bins are the binaries of the demos: the cluster demo's driver, pod runner and CNI
+// plugin and the DVD rental store besides the agent, the CLI and the test server.
 var bins = testenv.Binaries{Packages: []string{"./cmd/rampart", "./cmd/rampartd", "./cmd/rampart-cni", "./cmd/rampart-podrunner",
-	"./test/rampart-testserver", "./test/cluster/clusterctl", "./examples/marketplace/cmd/marketplace"}}
+	"./test/rampart-testserver", "./test/cluster/clusterctl", "./examples/marketplace/cmd/marketplace",
+	"./examples/dvdrental/cmd/dvdrental"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()

@@ -151,6 +151,21 @@ spec:
 	if ae, ok := err.(*api.Error); !ok || ae.Status != 409 || !strings.Contains(ae.Message, "managed by the Kubernetes API") {
 		t.Errorf("rampart apply in Kubernetes mode: %v, want 409 managed by the Kubernetes API", err)
 	}
+	// Both nodes refused the same version for the same reason: one Event says so, not one
+	// per node.
+	evs, err := c.Client.CoreV1().Events("x").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs.Items {
+		if e.Reason == "PolicyRefused" && e.InvolvedObject.Name == "fqdn" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d PolicyRefused events on x/fqdn from %d nodes, want 1", n, len(c.Nodes))
+	}
 }
 
 // A CiliumCIDRGroup referenced by a CiliumNetworkPolicy: x/b admits the addresses of the

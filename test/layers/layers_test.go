@@ -23,12 +23,14 @@ const module = "github.com/rampartnet/rampart"
 // pure are the packages of the pure core.
 var pure = []string{
 	"internal/labels",
+	"internal/tap",
 	"internal/policy",
 	"internal/identity",
 	"internal/mapstate",
 	"internal/l7plan",
 	"internal/l7table",
 	"internal/flow",
+	"internal/tappolicy",
 }
 
 // forbiddenPrefixes are the import paths a pure package must not depend on: the kernel
@@ -55,6 +57,7 @@ var forbiddenInternal = []string{
 	"internal/cidrtable",
 	"internal/sockverdict",
 	"internal/overlay",
+	"internal/monitor",
 }
 
 func forbidden(path string) bool {
@@ -193,11 +196,12 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"leaves", []string{"internal/version", "internal/labels", "internal/netns", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds"}},
+	{"core: tap contracts", []string{"internal/tap"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
-	{"core: L7 plan", []string{"internal/l7plan"}},
+	{"core: L7 plan, tap policy", []string{"internal/l7plan", "internal/tappolicy"}},
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
-	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities", "internal/k8s/podrunner"}},
+	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities", "internal/k8s/podrunner", "internal/monitor/suricata"}},
 	{"API contract", []string{"internal/api"}},
 	{"agent; CLI input parsers", []string{"internal/agent", "internal/cidrlist"}},
 	{"CLI; Kubernetes watcher; simulated cluster", []string{"internal/cli", "internal/k8s/watcher", "internal/k8s/simcluster"}},

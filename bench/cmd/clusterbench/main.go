@@ -66,7 +66,9 @@ func run() int {
 		policies    = flag.String("policies", "", "policies: policy counts (default 1,10,100,1000,10000)")
 		policyMode  = flag.String("policy-tunnel", "", "policies: the cluster's tunnel mode (default vxlan)")
 		cpu         = flag.Int("cpu", -2, "overlay and policies: pin the measured processes to this CPU, -1 for none (default: the last CPU)")
-		binDir      = flag.String("bin-dir", "", "directory with rampartd and rampart (default: build them from this checkout into a temporary directory)")
+		binDir      = flag.String("bin-dir", "", "directory with rampartd, rampart, rampart-cni and rampart-podrunner (default: build them from this checkout into a temporary directory)")
+		control     = flag.String("control-plane", cluster.ControlK8s, "the clusters' control plane: k8s (kube-apiserver, etcd, a pod runner per node) or agent (nodes, pods and policies through each agent's API)")
+		k8sBinDir   = flag.String("k8s-bin-dir", "", "directory with etcd and kube-apiserver (default: scripts/build-k8s.sh --dir of this checkout)")
 		outDir      = flag.String("out", "bench/results", "directory for the JSON report, markdown table and PNG plot")
 		iperf3      = flag.String("iperf3", "iperf3", "iperf3 binary")
 		noPlot      = flag.Bool("no-plot", false, "do not write the PNG plot")
@@ -137,13 +139,21 @@ func run() int {
 	// Interrupts cancel the run, which then removes what it made.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
+	cfg.Control = *control
+	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir, "./cmd/rampart-cni", "./cmd/rampart-podrunner")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "clusterbench: %v\n", err)
 		return 1
 	}
 	defer cleanup()
 	cfg.Bin = cluster.AgentBinaries{Rampartd: filepath.Join(dir, "rampartd"), Rampart: filepath.Join(dir, "rampart")}
+	cfg.K8s = cluster.K8sBinaries{BinDir: dir, K8sBinDir: *k8sBinDir}
+	if cfg.Control == cluster.ControlK8s && cfg.K8s.K8sBinDir == "" {
+		if cfg.K8s.K8sBinDir, err = benchkit.K8sBinDir(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "clusterbench: %v\n", err)
+			return 1
+		}
+	}
 
 	rep, runErr := cluster.Run(ctx, cfg)
 	if rep == nil {

@@ -209,7 +209,12 @@ func (a *Agent) PolicyEntries(ref string) (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("unknown endpoint %s", ref)
 	}
-	m, err := ebpf.LoadPinnedMap(filepath.Join(a.BPFDir, "policy"), &ebpf.LoadPinOptions{ReadOnly: true})
+	return PolicyEntries(a.BPFDir, ep.EpID)
+}
+
+// PolicyEntries counts the entries of endpoint epID in the policy map pinned in bpfDir.
+func PolicyEntries(bpfDir string, epID uint32) (int, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(bpfDir, "policy"), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
 		return 0, fmt.Errorf("opening pinned policy map: %w", err)
 	}
@@ -224,7 +229,7 @@ func (a *Agent) PolicyEntries(ref string) (int, error) {
 	n := 0
 	it := m.Iterate()
 	for it.Next(&key, &val) {
-		if binary.NativeEndian.Uint32(key[4:8]) == ep.EpID {
+		if binary.NativeEndian.Uint32(key[4:8]) == epID {
 			n++
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -13,10 +14,10 @@ import (
 // the bench module sits in (../), so the benchmarks always measure this tree.
 const productModule = "github.com/rampartnet/rampart"
 
-// AgentBinDir returns binDir, the directory holding rampartd and rampart, or when it is
-// empty a temporary directory with both built into it by BuildAgent; cleanup removes what
-// it made.
-func AgentBinDir(ctx context.Context, binDir string) (dir string, cleanup func(), err error) {
+// AgentBinDir returns binDir, the directory holding rampartd and rampart (and the extra
+// commands' binaries), or when it is empty a temporary directory with them built into it
+// by BuildAgent; cleanup removes what it made.
+func AgentBinDir(ctx context.Context, binDir string, extra ...string) (dir string, cleanup func(), err error) {
 	if binDir != "" {
 		return binDir, func() {}, nil
 	}
@@ -24,27 +25,29 @@ func AgentBinDir(ctx context.Context, binDir string) (dir string, cleanup func()
 		return "", nil, err
 	}
 	cleanup = func() { os.RemoveAll(dir) }
-	if err := BuildAgent(ctx, dir); err != nil {
+	if err := BuildAgent(ctx, dir, extra...); err != nil {
 		cleanup()
 		return "", nil, err
 	}
 	return dir, cleanup, nil
 }
 
-// BuildAgent builds rampartd and rampart into dir from the product module of this checkout:
+// BuildAgent builds rampartd, rampart and the extra commands (package paths such as
+// ./cmd/rampart-cni) into dir from the product module of this checkout:
 // the bench module's replacement of it when run inside bench/, the main module when run in
 // the repository root.
-func BuildAgent(ctx context.Context, dir string) error {
+func BuildAgent(ctx context.Context, dir string, extra ...string) error {
 	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", productModule).Output()
 	root := strings.TrimSpace(string(out))
 	if err != nil || root == "" {
 		return errors.New("not inside the rampart repository: run from it or pass --bin-dir")
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/rampartd", "./cmd/rampart")
+	args := append([]string{"build", "-o", dir + "/", "./cmd/rampartd", "./cmd/rampart"}, extra...)
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building rampartd and rampart: %w", err)
+		return fmt.Errorf("building rampartd, rampart %v: %w", extra, err)
 	}
 	return nil
 }
@@ -58,4 +61,25 @@ func SplitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// K8sBinDir is where scripts/build-k8s.sh of this checkout keeps etcd and kube-apiserver
+// (it builds them if missing: about ten minutes once per machine).
+func K8sBinDir(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", productModule).Output()
+	root := strings.TrimSpace(string(out))
+	if err != nil || root == "" {
+		return "", errors.New("not inside the rampart repository: run from it or pass --k8s-bin-dir")
+	}
+	script := filepath.Join(root, "scripts", "build-k8s.sh")
+	build := exec.CommandContext(ctx, "bash", script)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("building the control plane (%s): %w", script, err)
+	}
+	dir, err := exec.CommandContext(ctx, "bash", script, "--dir").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --dir: %w", script, err)
+	}
+	return strings.TrimSpace(string(dir)), nil
 }

@@ -2,9 +2,12 @@ package watcher
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rampartnet/rampart/internal/agent"
@@ -12,7 +15,10 @@ import (
 
 // reportRefused posts a Warning Event on each policy object the agent refused, once per
 // resourceVersion, so that `kubectl describe` and `kubectl get events` show why it is not
-// enforced. Posting is best effort: the refusal is in the agent's status and log anyway.
+// enforced. Every node refuses the same object for the same reason (one parser), so the
+// Event's name is derived from the object's version: the first node to post creates it and
+// the others find it there, and users see one Event per refusal, not one per node. Posting
+// is best effort: the refusal is in the agent's status and log anyway.
 func (w *Watcher) reportRefused(ctx context.Context, v agent.ClusterView, res agent.SyncResult) {
 	w.mu.Lock()
 	var post []agent.PolicyObject
@@ -43,7 +49,7 @@ func (w *Watcher) reportRefused(ctx context.Context, v agent.ClusterView, res ag
 		}
 		now := metav1.NewTime(time.Now())
 		ev := &corev1.Event{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: o.Name + ".", Namespace: ns},
+			ObjectMeta: metav1.ObjectMeta{Name: refusedEventName(o), Namespace: ns},
 			InvolvedObject: corev1.ObjectReference{APIVersion: apiVersion, Kind: o.Kind, Namespace: o.Namespace,
 				Name: o.Name, ResourceVersion: o.ResourceVersion},
 			Reason:         "PolicyRefused",
@@ -57,10 +63,22 @@ func (w *Watcher) reportRefused(ctx context.Context, v agent.ClusterView, res ag
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := w.client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
 		cancel()
-		if err != nil {
+		if err != nil && !apierrors.IsAlreadyExists(err) {
 			w.log.Warn("posting an event on a refused policy", "object", o.Kind+" "+o.Namespace+"/"+o.Name, "error", err)
 		}
 	}
+}
+
+// refusedEventName names the Event on the refusal of o at its resourceVersion: the
+// object's name (cut so the whole stays a valid name) and a hash of kind, namespace, name
+// and version.
+func refusedEventName(o agent.PolicyObject) string {
+	sum := sha256.Sum256([]byte(o.Kind + "/" + o.Namespace + "/" + o.Name + "@" + o.ResourceVersion))
+	name := o.Name
+	if len(name) > 200 {
+		name = name[:200]
+	}
+	return name + ".refused-" + hex.EncodeToString(sum[:8])
 }
 
 func truncate(s string, n int) string {

@@ -1,0 +1,358 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Flow taps: chosen flows of an endpoint are copied to (mirror) or diverted through
+ * (redirect) a security monitor, an endpoint with two extra veth pairs: it receives on
+ * one (rx) and, for redirect, sends what it lets through back on the other (tx).
+ *
+ * Taps run at the endpoint's policy point after the policy verdict, and only for packets
+ * it passes: a packet policy denies is never tapped, a monitor never sees it. The rules
+ * of an endpoint (tap_sets, by ep_id, at most RAMPART_TAP_RULES, first match wins) are
+ * looked at only when its endpoint_info has EP_TAP_INGRESS/EP_TAP_EGRESS for the
+ * packet's direction, so untapped endpoints pay nothing.
+ *
+ *   mirror:   bpf_clone_redirect of the packet to the egress of the rx veth's host side
+ *             (so it enters the monitor); the original goes on unchanged. A copy the
+ *             monitor's interface does not take (gone, down, backlog full) is counted in
+ *             copies_lost and changes nothing for the original.
+ *   redirect: the packet is recorded in tap_flows (its own 5-tuple and the monitor's tx
+ *             interface -> where it came from) and sent to the monitor instead of its
+ *             destination. What the monitor sends back on tx goes through tap_return
+ *             (rampart_from_monitor, tc ingress of the rx and tx host sides): a packet
+ *             with no record for that tuple on that interface is dropped
+ *             (REASON_TAP_NOT_DIVERTED), so a monitor can neither inject flows nor
+ *             rewrite addresses or ports of a diverted one. A recorded packet continues
+ *             as the original would have: an egress tap's packet is routed by the node
+ *             (to a local destination's veth, whose ingress policy judges it with the
+ *             source identity of the record, or into the overlay); an ingress tap's goes
+ *             back to the endpoint's veth, whose conntrack entry admits it.
+ *   fail closed: a redirect whose monitor the agent marked down (TAP_F_MONITOR_UP clear)
+ *             or whose rx interface refuses the packet drops it
+ *             (REASON_TAP_MONITOR_UNAVAILABLE), unless the rule has TAP_F_FAIL_OPEN: then
+ *             it passes untapped.
+ *
+ * A packet that came back from a monitor (skb->ingress_ifindex a monitor's tx interface)
+ * is not tapped again. Packets handed to the L7 proxy socket at the client's veth are
+ * mirrored but not diverted: they go to the proxy, not to their destination. Later
+ * fragments (no ports) are not tapped. */
+#ifndef __RAMPART_TAP_H
+#define __RAMPART_TAP_H
+
+#include "common.h"
+#include "maps.h"
+#include "parse.h"
+#include "policy.h"
+#include "events.h"
+#include "conntrack.h"
+#include "tunnel.h"
+#include "proxy.h"
+
+#ifndef PACKET_HOST
+#define PACKET_HOST 0
+#endif
+
+/* ep_id -> the endpoint's tap rules. A hash, not an array: the agent replaces a set with
+ * one update, which a program sees whole (an array value would be rewritten in place
+ * under a reader). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RAMPART_MAX_ENDPOINTS);
+	__type(key, __u32);
+	__type(value, struct tap_set);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tap_sets SEC(".maps");
+
+/* Diverted flows (struct tap_flow_key). LRU: a record evicted while its packets are in the
+ * monitor only makes those packets drop on return (fail closed). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RAMPART_TAP_FLOWS_MAX);
+	__type(key, struct tap_flow_key);
+	__type(value, struct tap_flow_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tap_flows SEC(".maps");
+
+/* Per contract counters (struct tap_stats), indexed by contract ID. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RAMPART_TAP_CONTRACTS);
+	__type(key, __u32);
+	__type(value, struct tap_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tap_counters SEC(".maps");
+
+/* ifindex of a monitor veth's host side -> its role. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2 * RAMPART_MAX_ENDPOINTS);
+	__type(key, __u32);
+	__type(value, struct tap_iface);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tap_ifaces SEC(".maps");
+
+static __always_inline int tap_rule_match(const struct tap_rule *r, const struct pkt *p, __u8 dir)
+{
+	__u16 sport, dport;
+
+	if (r->direction != dir)
+		return 0;
+	if ((p->t.saddr & r->src_mask) != r->src_addr || (p->t.daddr & r->dst_mask) != r->dst_addr)
+		return 0;
+	if (!r->protocol)
+		return 1;
+	if (r->protocol != p->t.proto)
+		return 0;
+	if (p->t.proto == IPPROTO_ICMP) {
+		if ((r->flags & TAP_F_ICMP_TYPE) && r->icmp_type != p->icmp_type)
+			return 0;
+		if ((r->flags & TAP_F_ICMP_CODE) && r->icmp_code != p->icmp_code)
+			return 0;
+		return 1;
+	}
+	sport = bpf_ntohs(p->t.sport);
+	dport = bpf_ntohs(p->t.dport);
+	return sport >= r->sport_lo && sport <= r->sport_hi && dport >= r->dport_lo &&
+	       dport <= r->dport_hi;
+}
+
+/* tap_find returns the index of the first of endpoint ep_id's rules that matches p in
+ * direction dir, or -1. Out of line: one copy of the bounded loop for both callers. */
+static __noinline int tap_find(__u32 ep_id, const struct pkt *p, __u8 dir)
+{
+	struct tap_set *s = bpf_map_lookup_elem(&tap_sets, &ep_id);
+	int i;
+
+	if (!s)
+		return -1;
+	for (i = 0; i < RAMPART_TAP_RULES; i++) {
+		if (i >= s->count)
+			break;
+		if (tap_rule_match(&s->rules[i], p, dir))
+			return i;
+	}
+	return -1;
+}
+
+/* tap_from_monitor says whether the packet came back from a monitor (the interface the
+ * node received it on is a monitor's). */
+static __always_inline int tap_from_monitor(struct __sk_buff *skb)
+{
+	__u32 iif = skb->ingress_ifindex;
+
+	return iif && bpf_map_lookup_elem(&tap_ifaces, &iif) != NULL;
+}
+
+static __always_inline void tap_flow_key_of(struct tap_flow_key *k, const struct pkt *p, __u32 ifindex)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	k->saddr = p->t.saddr;
+	k->daddr = p->t.daddr;
+	k->sport = p->t.sport;
+	k->dport = p->t.dport;
+	k->ifindex = ifindex;
+	k->protocol = p->t.proto;
+}
+
+/* tap_record_of returns the record of a packet that a monitor sent back on ifindex, if the
+ * dataplane diverted a packet with the same tuple to that monitor recently enough. */
+static __always_inline struct tap_flow_value *tap_record_of(const struct pkt *p, __u32 ifindex)
+{
+	struct tap_flow_key k;
+	struct tap_flow_value *v;
+
+	tap_flow_key_of(&k, p, ifindex);
+	v = bpf_map_lookup_elem(&tap_flows, &k);
+	if (!v || bpf_jiffies64() - v->last_seen > ct_timeout_other)
+		return NULL;
+	return v;
+}
+
+/* tap_returned_source: for a new flow entering an endpoint whose packet came back from a
+ * monitor (judge_local_source), the identity the packet had when it was diverted. Returns
+ * 1 (and sets peer's identity) when the packet has a record, else 0. Out of line: only for
+ * new flows received on some interface. */
+static __noinline int tap_returned_source(struct __sk_buff *skb, const struct pkt *p,
+					  struct peer_identity *peer)
+{
+	__u32 iif = skb->ingress_ifindex;
+	struct tap_flow_value *v;
+
+	if (!bpf_map_lookup_elem(&tap_ifaces, &iif))
+		return 0;
+	v = tap_record_of(p, iif);
+	if (!v)
+		return 0;
+	peer->identity = v->src_identity;
+	return 1;
+}
+
+static __always_inline struct tap_stats *tap_counters_of(__u32 contract_id)
+{
+	return bpf_map_lookup_elem(&tap_counters, &contract_id);
+}
+
+/* tap_peer_identity resolves the identity at the other end of the packet (for records and
+ * events): the destination's when it leaves the endpoint, else the source's. */
+static __always_inline __u32 tap_peer_identity(struct __sk_buff *skb, const struct pkt *p, __u8 dir)
+{
+	struct peer_identity peer;
+	struct decision scratch = {};
+
+	ipcache_resolve(dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &peer);
+	if (dir == DIR_INGRESS)
+		tunnel_source(skb, &peer, &scratch);
+	return peer.identity;
+}
+
+/* tap_record writes (or refreshes, at most every tick) the record of a diverted packet. */
+static __always_inline void tap_record(struct __sk_buff *skb, const struct pkt *p,
+				       const struct endpoint_info *ep, __u8 dir,
+				       const struct tap_rule *r)
+{
+	struct tap_flow_key k;
+	struct tap_flow_value v = {}, *old;
+	__u64 now = bpf_jiffies64();
+	__u32 deliver = dir == DIR_INGRESS ? skb->ifindex : 0;
+
+	tap_flow_key_of(&k, p, r->tx_ifindex);
+	old = bpf_map_lookup_elem(&tap_flows, &k);
+	if (old && old->last_seen == now && old->ep_id == ep->ep_id &&
+	    old->deliver_ifindex == deliver && old->contract_id == r->contract_id)
+		return;
+	v.last_seen = now;
+	v.src_identity = dir == DIR_EGRESS ? ep->identity : tap_peer_identity(skb, p, dir);
+	v.ep_id = ep->ep_id;
+	v.deliver_ifindex = deliver;
+	v.contract_id = r->contract_id;
+	v.direction = dir;
+	v.verdict = VERDICT_FORWARDED;
+	bpf_map_update_elem(&tap_flows, &k, &v, BPF_ANY);
+}
+
+/* tap_unavailable handles a redirect whose monitor cannot take the packet. */
+static __always_inline int tap_unavailable(struct __sk_buff *skb, struct pkt *p,
+					   const struct endpoint_info *ep, __u8 dir, int fail_open,
+					   struct tap_stats *c)
+{
+	struct decision d = {.ep_id = ep->ep_id, .dir = dir, .ev_flags = FLOW_F_TAPPED};
+	__u32 peer;
+
+	if (fail_open) {
+		if (c)
+			c->unavailable_passed++;
+		return TC_ACT_OK;
+	}
+	if (c)
+		c->unavailable_drops++;
+	peer = tap_peer_identity(skb, p, dir);
+	d.src_identity = dir == DIR_EGRESS ? ep->identity : peer;
+	d.dst_identity = dir == DIR_EGRESS ? peer : ep->identity;
+	/* Drop: the redirect tap's monitor is down or gone; the flow must not pass unchecked
+	 * (fail closed). */
+	return drop(skb, p, &d, REASON_TAP_MONITOR_UNAVAILABLE);
+}
+
+/* tap_steered says whether the endpoint's packet was just handed to the L7 proxy's socket
+ * (proxy_assign marks it; a packet arrives from the endpoint's namespace with no mark). */
+static __always_inline int tap_steered(struct __sk_buff *skb)
+{
+	const struct proxy_config *cfg = proxy_cfg();
+
+	return cfg && cfg->steer_mark && (skb->mark & cfg->steer_mark) == cfg->steer_mark;
+}
+
+/* tap_apply runs the endpoint's first matching tap rule on a packet its policy point
+ * passes; returns the tc verdict. */
+static __noinline int tap_apply(struct __sk_buff *skb, struct pkt *p, const struct endpoint_info *ep,
+				__u8 dir)
+{
+	struct tap_stats *c;
+	struct tap_set *s;
+	struct tap_rule *r;
+	__u32 ep_id, rx;
+	int i;
+
+	if (p->frag == FRAG_LATER || tap_from_monitor(skb))
+		return TC_ACT_OK;
+	ep_id = ep->ep_id;
+	i = tap_find(ep_id, p, dir);
+	if (i < 0 || i >= RAMPART_TAP_RULES)
+		return TC_ACT_OK;
+	s = bpf_map_lookup_elem(&tap_sets, &ep_id);
+	if (!s)
+		return TC_ACT_OK;
+	r = &s->rules[i];
+	rx = r->rx_ifindex;
+	c = tap_counters_of(r->contract_id);
+	if (r->action == TAP_ACTION_MIRROR) {
+		if (!(r->flags & TAP_F_MONITOR_UP) || bpf_clone_redirect(skb, rx, 0)) {
+			if (c)
+				c->copies_lost++;
+		} else if (c) {
+			c->mirrored_packets++;
+			c->mirrored_bytes += p->len;
+		}
+		return TC_ACT_OK;
+	}
+	if (r->action != TAP_ACTION_REDIRECT)
+		return TC_ACT_OK;
+	if (dir == DIR_EGRESS && tap_steered(skb))
+		/* Handed to the L7 proxy's socket (bpf_sk_assign): it goes to the proxy, which
+		 * the monitor cannot sit in front of. */
+		return TC_ACT_OK;
+	if (r->flags & TAP_F_MONITOR_UP) {
+		tap_record(skb, p, ep, dir, r);
+		/* A clone and the original consumed, rather than bpf_redirect: the clone's
+		 * transmit reports at once whether the monitor's interface took the packet,
+		 * so a gone or down monitor fails closed here, with an event. */
+		if (!bpf_clone_redirect(skb, rx, 0)) {
+			if (c) {
+				c->redirected_packets++;
+				c->redirected_bytes += p->len;
+			}
+			return TC_ACT_STOLEN;
+		}
+	}
+	return tap_unavailable(skb, p, ep, dir, r->flags & TAP_F_FAIL_OPEN, c);
+}
+
+/* tap_return admits a packet a monitor sent out of one of its veths (tc ingress of the
+ * host side): only a packet of a diverted flow, on the monitor's return interface, goes
+ * on, where the original would have gone. */
+static __always_inline int tap_return(struct __sk_buff *skb)
+{
+	struct decision d = {.dir = DIR_EGRESS};
+	__u32 ifindex = skb->ifindex;
+	struct tap_flow_value *v = NULL;
+	struct tap_stats *c;
+	struct tap_iface *iface;
+	struct pkt p = {};
+	int ret;
+
+	ret = parse_packet(skb, &p);
+	iface = bpf_map_lookup_elem(&tap_ifaces, &ifindex);
+	if (iface)
+		d.ep_id = iface->monitor_ep_id;
+	if (ret == PARSE_IPV4 && p.frag != FRAG_LATER)
+		v = tap_record_of(&p, ifindex);
+	if (!iface || !v) {
+		c = tap_counters_of(0);
+		if (c)
+			c->rejected++;
+		/* Drop: not a packet of a flow diverted to this monitor on this interface (an
+		 * injected packet, a rewritten one, the receive interface, or not IPv4). */
+		return drop(skb, &p, &d, REASON_TAP_NOT_DIVERTED);
+	}
+	c = tap_counters_of(v->contract_id);
+	if (c) {
+		c->returned_packets++;
+		c->returned_bytes += p.len;
+	}
+	if (v->deliver_ifindex)
+		/* An ingress tap's packet: back to the endpoint's veth, to enter it. */
+		return bpf_redirect(v->deliver_ifindex, 0);
+	/* An egress tap's packet: the node routes it as it would have the original. It is
+	 * addressed to the MAC its sender used, not this interface's: make it the host's. */
+	bpf_skb_change_type(skb, PACKET_HOST);
+	return TC_ACT_OK;
+}
+
+#endif /* __RAMPART_TAP_H */

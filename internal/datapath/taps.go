@@ -1,0 +1,437 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/rampartnet/rampart/internal/policy"
+)
+
+// Constants mirrored from bpf/include/rampart.h (checked by TestHeaderConstants).
+const (
+	epTapIngress = 1 << 2
+	epTapEgress  = 1 << 3
+	epMonitor    = 1 << 4
+	epTapMask    = epTapIngress | epTapEgress
+
+	tapActionMirror   = 1
+	tapActionRedirect = 2
+
+	tapFMonitorUp = 1 << 0
+	tapFFailOpen  = 1 << 1
+	tapFICMPType  = 1 << 2
+	tapFICMPCode  = 1 << 3
+
+	tapIfRx = 1
+	tapIfTx = 2
+
+	// MaxTapRules is how many tap rules one endpoint may have (RAMPART_TAP_RULES): the
+	// dataplane tries them in order on every packet of a tapped endpoint, so the number
+	// is small and fixed, which bounds both the per-packet cost and the verifier's.
+	MaxTapRules = 16
+	// MaxTapContracts bounds contract IDs (RAMPART_TAP_CONTRACTS): 1 .. MaxTapContracts-1.
+	MaxTapContracts = 4096
+)
+
+// TapAction is what a tap does with the packets it matches.
+type TapAction uint8
+
+const (
+	// TapMirror sends a copy to the monitor; the original is delivered unchanged.
+	TapMirror TapAction = tapActionMirror
+	// TapRedirect sends the packet through the monitor, which sends what it passes back
+	// on its return interface; only then does the packet go on to its destination.
+	TapRedirect TapAction = tapActionRedirect
+)
+
+func (a TapAction) String() string {
+	switch a {
+	case TapMirror:
+		return "mirror"
+	case TapRedirect:
+		return "redirect"
+	}
+	return fmt.Sprintf("tap-action-%d", uint8(a))
+}
+
+// PortRange is an inclusive range of ports; the zero value means any port.
+type PortRange struct{ Lo, Hi uint16 }
+
+func (r PortRange) bounds() (uint16, uint16) {
+	if r == (PortRange{}) {
+		return 0, 0xffff
+	}
+	return r.Lo, r.Hi
+}
+
+// TapRule is one tap of one endpoint as the dataplane holds it: which of the endpoint's
+// packets (in one direction, after its policy passed them) go to which monitor, and how.
+// An endpoint's rules are tried in the order ReplaceTaps gets them; the first that matches
+// decides.
+type TapRule struct {
+	// Ifindex is the source endpoint's host-side veth (ApplyEndpoint's key). The endpoint
+	// must be installed.
+	Ifindex uint32
+	// Direction is policy.Egress for packets the endpoint sends, policy.Ingress for those
+	// it receives.
+	Direction policy.Direction
+	// Protocol: policy.ProtoAny matches every protocol (and then no ports or ICMP fields).
+	Protocol policy.Protocol
+	// Source and Destination are the packet's addresses; the zero Prefix matches any.
+	Source, Destination netip.Prefix
+	// SourcePorts and DestinationPorts are the packet's ports (TCP, UDP, SCTP).
+	SourcePorts, DestinationPorts PortRange
+	// ICMPType and ICMPCode (ICMP only): nil matches any.
+	ICMPType, ICMPCode *uint8
+	Action             TapAction
+	// MonitorRx is the host side of the monitor's receive veth (AttachMonitor): copies and
+	// diverted packets leave the node through it. MonitorTx is the host side of its return
+	// veth, required for TapRedirect.
+	MonitorRx, MonitorTx uint32
+	// MonitorUp says the monitor is ready. A redirect whose monitor is not up drops what it
+	// matches (flow.ReasonTapMonitorUnavailable) unless FailOpen, when it passes untapped;
+	// a mirror with the monitor down counts its copies as lost.
+	MonitorUp bool
+	FailOpen  bool
+	// ContractID names the contract in TapCounters: 1 .. MaxTapContracts-1.
+	ContractID uint32
+}
+
+// tapRuleOf converts r to its map form.
+func tapRuleOf(r TapRule) (rampartTapRule, error) {
+	var out rampartTapRule
+	if r.Direction != policy.Ingress && r.Direction != policy.Egress {
+		return out, fmt.Errorf("direction %d: want ingress or egress", r.Direction)
+	}
+	if r.ContractID == 0 || r.ContractID >= MaxTapContracts {
+		return out, fmt.Errorf("contract ID %d: out of range 1..%d", r.ContractID, MaxTapContracts-1)
+	}
+	switch r.Action {
+	case TapMirror:
+	case TapRedirect:
+		if r.MonitorTx == 0 {
+			return out, errors.New("redirect needs the monitor's return interface")
+		}
+		if r.MonitorTx == r.MonitorRx {
+			return out, errors.New("redirect needs distinct receive and return interfaces")
+		}
+	default:
+		return out, fmt.Errorf("action %d: want mirror or redirect", r.Action)
+	}
+	if r.MonitorRx == 0 {
+		return out, errors.New("no monitor receive interface")
+	}
+	ports := r.SourcePorts != (PortRange{}) || r.DestinationPorts != (PortRange{})
+	switch r.Protocol {
+	case policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP:
+		if r.ICMPType != nil || r.ICMPCode != nil {
+			return out, fmt.Errorf("ICMP type or code with protocol %d", r.Protocol)
+		}
+	case policy.ProtoICMP:
+		if ports {
+			return out, errors.New("ports with protocol ICMP")
+		}
+	default:
+		if ports || r.ICMPType != nil || r.ICMPCode != nil {
+			return out, fmt.Errorf("ports or ICMP fields with protocol %d (want TCP, UDP, SCTP or ICMP)", r.Protocol)
+		}
+		if r.Protocol > 255 {
+			return out, fmt.Errorf("protocol %d: not an IP protocol number", r.Protocol)
+		}
+	}
+	for _, pr := range []PortRange{r.SourcePorts, r.DestinationPorts} {
+		if lo, hi := pr.bounds(); lo > hi {
+			return out, fmt.Errorf("port range %d-%d: empty", pr.Lo, pr.Hi)
+		}
+	}
+	var err error
+	if out.SrcAddr, out.SrcMask, err = tapPrefix(r.Source); err != nil {
+		return out, fmt.Errorf("source %w", err)
+	}
+	if out.DstAddr, out.DstMask, err = tapPrefix(r.Destination); err != nil {
+		return out, fmt.Errorf("destination %w", err)
+	}
+	out.SportLo, out.SportHi = r.SourcePorts.bounds()
+	out.DportLo, out.DportHi = r.DestinationPorts.bounds()
+	out.ContractId = r.ContractID
+	out.RxIfindex, out.TxIfindex = r.MonitorRx, r.MonitorTx
+	out.Direction = uint8(r.Direction)
+	out.Protocol = uint8(r.Protocol)
+	out.Action = uint8(r.Action)
+	if r.MonitorUp {
+		out.Flags |= tapFMonitorUp
+	}
+	if r.FailOpen {
+		out.Flags |= tapFFailOpen
+	}
+	if r.ICMPType != nil {
+		out.Flags |= tapFICMPType
+		out.IcmpType = *r.ICMPType
+	}
+	if r.ICMPCode != nil {
+		out.Flags |= tapFICMPCode
+		out.IcmpCode = *r.ICMPCode
+	}
+	return out, nil
+}
+
+// tapPrefix is an IPv4 prefix as address and mask in network order (the zero Prefix: any).
+func tapPrefix(p netip.Prefix) (addr, mask uint32, err error) {
+	if !p.IsValid() {
+		return 0, 0, nil
+	}
+	if !p.Addr().Unmap().Is4() {
+		return 0, 0, fmt.Errorf("prefix %v: only IPv4 is tapped", p)
+	}
+	p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked()
+	a := p.Addr().As4()
+	var m [4]byte
+	binary.BigEndian.PutUint32(m[:], ^uint32(0)<<(32-p.Bits()))
+	if p.Bits() == 0 {
+		m = [4]byte{}
+	}
+	return binary.NativeEndian.Uint32(a[:]), binary.NativeEndian.Uint32(m[:]), nil
+}
+
+// ReplaceTaps makes rules the dataplane's complete set of tap rules. Each endpoint's rules
+// are written as one tap set (a single map update, which the programs see whole) before
+// its endpoint_info turns its taps on, and an endpoint that loses all its rules has its
+// taps turned off before the set is deleted. Rules are checked first: an invalid rule, an
+// endpoint that is not installed or one with more than MaxTapRules rules changes nothing.
+func (d *Datapath) ReplaceTaps(rules []TapRule) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	type epTaps struct {
+		ifindex uint32
+		set     rampartTapSet
+		flags   uint32
+	}
+	byEp := make(map[uint32]*epTaps) // by ep_id
+	for i, r := range rules {
+		info, ok := d.endpoints[r.Ifindex]
+		if !ok {
+			return fmt.Errorf("replacing taps: rule %d (contract %d): no endpoint installed on ifindex %d", i, r.ContractID, r.Ifindex)
+		}
+		mr, err := tapRuleOf(r)
+		if err != nil {
+			return fmt.Errorf("replacing taps: rule %d (contract %d): %w", i, r.ContractID, err)
+		}
+		et := byEp[info.EpId]
+		if et == nil {
+			et = &epTaps{ifindex: r.Ifindex}
+			byEp[info.EpId] = et
+		}
+		if et.ifindex != r.Ifindex {
+			return fmt.Errorf("replacing taps: endpoint %d: rules on two interfaces (%d, %d)", info.EpId, et.ifindex, r.Ifindex)
+		}
+		if et.set.Count == MaxTapRules {
+			return fmt.Errorf("replacing taps: endpoint %d (ifindex %d): more than %d tap rules", info.EpId, r.Ifindex, MaxTapRules)
+		}
+		et.set.Rules[et.set.Count] = mr
+		et.set.Count++
+		if r.Direction == policy.Ingress {
+			et.flags |= epTapIngress
+		} else {
+			et.flags |= epTapEgress
+		}
+	}
+
+	// Rules first, then the flags that make the programs look at them.
+	ids := make([]uint32, 0, len(byEp))
+	for id := range byEp {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		et := byEp[id]
+		if err := d.objs.TapSets.Update(&id, &et.set, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("replacing taps: writing the rules of endpoint %d: %w", id, err)
+		}
+		info := d.endpoints[et.ifindex]
+		if info.Flags&epTapMask != et.flags {
+			info.Flags = info.Flags&^epTapMask | et.flags
+			if err := d.putEndpoint(et.ifindex, info); err != nil {
+				return fmt.Errorf("replacing taps: %w", err)
+			}
+		}
+	}
+	// Endpoints that no longer have taps: flags off first.
+	for ifindex, info := range d.endpoints {
+		if _, keep := byEp[info.EpId]; keep || info.Flags&epTapMask == 0 {
+			continue
+		}
+		info.Flags &^= epTapMask
+		if err := d.putEndpoint(ifindex, info); err != nil {
+			return fmt.Errorf("replacing taps: %w", err)
+		}
+	}
+	var (
+		id  uint32
+		set rampartTapSet
+		del []uint32
+	)
+	it := d.objs.TapSets.Iterate()
+	for it.Next(&id, &set) {
+		if _, keep := byEp[id]; !keep {
+			del = append(del, id)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("replacing taps: reading tap sets: %w", err)
+	}
+	for _, id := range del {
+		if err := d.objs.TapSets.Delete(&id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("replacing taps: deleting the rules of endpoint %d: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// TapCounters is what the dataplane counted for one tap contract (summed over CPUs).
+type TapCounters struct {
+	MirroredPackets, MirroredBytes     uint64
+	CopiesLost                         uint64 // copies the monitor's interface did not take, or monitor down
+	RedirectedPackets, RedirectedBytes uint64 // sent into the monitor
+	ReturnedPackets, ReturnedBytes     uint64 // came back from the monitor and went on
+	// UnavailableDrops are packets a redirect dropped because its monitor was down or
+	// gone; UnavailablePassed the same with FailOpen, passed untapped.
+	UnavailableDrops, UnavailablePassed uint64
+	// Rejected (contract 0 only) counts packets monitors sent that belong to no flow
+	// diverted to them on that interface: dropped.
+	Rejected uint64
+}
+
+// NotReturned is how many diverted packets have not come back (yet): those the monitor
+// dropped, and those still in it.
+func (c TapCounters) NotReturned() uint64 {
+	if c.ReturnedPackets >= c.RedirectedPackets {
+		return 0
+	}
+	return c.RedirectedPackets - c.ReturnedPackets
+}
+
+// TapCounters returns the counters of the given contracts (0: packets monitors sent
+// back that were not diverted to them).
+func (d *Datapath) TapCounters(contracts ...uint32) (map[uint32]TapCounters, error) {
+	out := make(map[uint32]TapCounters, len(contracts))
+	var per []rampartTapStats
+	for _, id := range contracts {
+		if id >= MaxTapContracts {
+			return nil, fmt.Errorf("reading tap counters: contract ID %d out of range", id)
+		}
+		if err := d.objs.TapCounters.Lookup(&id, &per); err != nil {
+			return nil, fmt.Errorf("reading tap counters of contract %d: %w", id, err)
+		}
+		var c TapCounters
+		for _, s := range per {
+			c.MirroredPackets += s.MirroredPackets
+			c.MirroredBytes += s.MirroredBytes
+			c.CopiesLost += s.CopiesLost
+			c.RedirectedPackets += s.RedirectedPackets
+			c.RedirectedBytes += s.RedirectedBytes
+			c.ReturnedPackets += s.ReturnedPackets
+			c.ReturnedBytes += s.ReturnedBytes
+			c.UnavailableDrops += s.UnavailableDrops
+			c.UnavailablePassed += s.UnavailablePassed
+			c.Rejected += s.Rejected
+		}
+		out[id] = c
+	}
+	return out, nil
+}
+
+// ResetTapCounters zeroes a contract's counters (before its ID is given to another one).
+func (d *Datapath) ResetTapCounters(contract uint32) error {
+	if contract >= MaxTapContracts {
+		return fmt.Errorf("resetting tap counters: contract ID %d out of range", contract)
+	}
+	zero := make([]rampartTapStats, ebpf.MustPossibleCPU())
+	if err := d.objs.TapCounters.Update(&contract, zero, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("resetting tap counters of contract %d: %w", contract, err)
+	}
+	return nil
+}
+
+const filterFromMonitor = "rampart_from_monitor"
+
+// AttachMonitor puts rampart_from_monitor on the tc ingress of rxName and txName, the host
+// sides (in the network namespace at netnsPath) of a monitor endpoint's receive and return
+// veths, and registers them as the monitor's (monitorEpID: its endpoint, whose drop
+// counters and events the interfaces' drops go to; 0 for none). From then on the node
+// takes back from the monitor only packets of flows diverted to it, on txName; everything
+// else the monitor sends is dropped. Returns the interfaces' indexes (TapRule.MonitorRx,
+// MonitorTx). Attach it before the monitor's veths are up, so that nothing it sends
+// passes unchecked.
+func (d *Datapath) AttachMonitor(netnsPath, rxName, txName string, monitorEpID uint32) (rx, tx uint32, err error) {
+	h, err := netlinkHandle(netnsPath)
+	if err != nil {
+		return 0, 0, fmt.Errorf("attaching monitor: %w", err)
+	}
+	defer h.Close()
+	var idx [2]uint32
+	for i, name := range []string{rxName, txName} {
+		lnk, err := h.LinkByName(name)
+		if err != nil {
+			return 0, 0, fmt.Errorf("attaching monitor: finding %s: %w", name, err)
+		}
+		idx[i] = uint32(lnk.Attrs().Index)
+		// Registered before the program runs on it, so its first packet finds the role.
+		role := rampartTapIface{Role: tapIfRx, MonitorEpId: monitorEpID}
+		if i == 1 {
+			role.Role = tapIfTx
+		}
+		if err := d.objs.TapIfaces.Update(&idx[i], &role, ebpf.UpdateAny); err != nil {
+			return 0, 0, fmt.Errorf("attaching monitor: registering %s: %w", name, err)
+		}
+		if err := h.QdiscAdd(clsact(lnk.Attrs().Index)); err != nil && !errors.Is(err, unix.EEXIST) {
+			return 0, 0, fmt.Errorf("attaching monitor: adding clsact qdisc to %s: %w", name, err)
+		}
+		f := bpfFilter(lnk.Attrs().Index, netlink.HANDLE_MIN_INGRESS, filterFromMonitor, d.objs.RampartFromMonitor)
+		if err := h.FilterReplace(f); err != nil {
+			return 0, 0, fmt.Errorf("attaching monitor: attaching to %s: %w", name, err)
+		}
+	}
+	return idx[0], idx[1], nil
+}
+
+// DetachMonitor forgets a monitor's interfaces (by index; their veths may be gone already)
+// and the flows diverted to it. The program stays on interfaces still there: with no role
+// it drops everything they bring (fail closed), until the veths go with the monitor.
+func (d *Datapath) DetachMonitor(rx, tx uint32) error {
+	for _, idx := range []uint32{rx, tx} {
+		if idx == 0 {
+			continue
+		}
+		if err := d.objs.TapIfaces.Delete(&idx); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("detaching monitor: forgetting interface %d: %w", idx, err)
+		}
+	}
+	var (
+		k    rampartTapFlowKey
+		v    rampartTapFlowValue
+		keys []rampartTapFlowKey
+	)
+	it := d.objs.TapFlows.Iterate()
+	for it.Next(&k, &v) {
+		if k.Ifindex == tx || k.Ifindex == rx {
+			keys = append(keys, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("detaching monitor: reading diverted flows: %w", err)
+	}
+	for i := range keys {
+		if err := d.objs.TapFlows.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("detaching monitor: forgetting a diverted flow: %w", err)
+		}
+	}
+	return nil
+}

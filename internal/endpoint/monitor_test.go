@@ -1,0 +1,85 @@
+package endpoint_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/testenv"
+)
+
+// TestMonitorLinks: a monitor endpoint gets its receive and return veths, up, with no
+// address on either side, attach running while they are down; DeleteMonitorLinks removes
+// them, and a second delete is no error.
+func TestMonitorLinks(t *testing.T) {
+	n := newNode(t)
+	s, err := n.Create("mon", "ids", netip.MustParseAddr("198.18.0.40"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Delete("mon", "ids") })
+	node := testenv.NetlinkHandle(t, n.NetnsPath())
+	var attached []string
+	ml, err := n.CreateMonitorLinks(s, func(rx, tx string) error {
+		for _, name := range []string{rx, tx} {
+			l, err := node.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			if l.Attrs().Flags&unix.IFF_UP != 0 {
+				t.Errorf("%s up when attach ran", name)
+			}
+		}
+		attached = []string{rx, tx}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx, tx := n.MonitorHostIfNames("mon", "ids")
+	if ml.HostRx != rx || ml.HostTx != tx || len(attached) != 2 || attached[0] != rx || attached[1] != tx {
+		t.Fatalf("links %+v, attach saw %v", ml, attached)
+	}
+	pod := testenv.NetlinkHandle(t, s.NetnsPath)
+	for _, c := range []struct {
+		h     *netlink.Handle
+		name  string
+		index int
+	}{{node, ml.HostRx, ml.HostRxIndex}, {node, ml.HostTx, ml.HostTxIndex}, {pod, endpoint.MonitorRxIfName, 0}, {pod, endpoint.MonitorTxIfName, 0}} {
+		l, err := c.h.LinkByName(c.name)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.index != 0 && l.Attrs().Index != c.index {
+			t.Errorf("%s: index %d, reported %d", c.name, l.Attrs().Index, c.index)
+		}
+		if l.Attrs().OperState != netlink.OperUp {
+			t.Errorf("%s: %v, want up", c.name, l.Attrs().OperState)
+		}
+		addrs, err := c.h.AddrList(l, unix.AF_UNSPEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(addrs) != 0 {
+			t.Errorf("%s has addresses %v", c.name, addrs)
+		}
+	}
+	if _, err := n.CreateMonitorLinks(s, nil); err == nil {
+		t.Error("second CreateMonitorLinks succeeded")
+	}
+	if _, err := node.LinkByName(ml.HostTx); err != nil {
+		t.Errorf("the failed second CreateMonitorLinks removed the links: %v", err)
+	}
+	if err := n.DeleteMonitorLinks("mon", "ids"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.LinkByName(ml.HostRx); err == nil {
+		t.Error("receive veth left")
+	}
+	if err := n.DeleteMonitorLinks("mon", "ids"); err != nil {
+		t.Errorf("second delete: %v", err)
+	}
+}
