@@ -473,6 +473,23 @@ func TestStateFileIsAtomicAndComplete(t *testing.T) {
 	if len(st.Endpoints) != 1 || len(st.Policies) != 1 || len(st.Identities) == 0 || st.Namespaces["x"][labels.KeyNamespaceName] != "x" {
 		t.Fatalf("state: %+v", st)
 	}
+	// save writes the encoding it compares with the cursor put back: the file is what
+	// encoding/json writes for the state, cursor included.
+	if st.NextEpID < 2 {
+		t.Fatalf("endpoint id cursor %d after an endpoint was added", st.NextEpID)
+	}
+	file, err := os.ReadFile(statePath(h.cfg.StateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Endpoints = nil
+	want, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(file) != string(want)+"\n" {
+		t.Fatalf("state.json is\n%s\nwant\n%s", file, want)
+	}
 	// The state file, the endpoint directory, the instance lock and the ownership record,
 	// no temporary files.
 	if got := dirNames(t, h.cfg.StateDir); got != lockName+" endpoints "+ownedFileName+" state.json" {

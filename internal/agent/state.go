@@ -100,8 +100,10 @@ type stateFile struct {
 	Taps       []*TapRecord             `json:"taps,omitempty"`
 	TapPolicy  *TapPolicyRecord         `json:"tapPolicy,omitempty"`
 	NextRuleID uint32                   `json:"nextRuleID"`
-	NextEpID   uint32                   `json:"nextEpID"`
 	Identities json.RawMessage          `json:"identities"`
+	// NextEpID is the last field: save writes the file as the encoding without it
+	// (which it compares) with the cursor put back at the end.
+	NextEpID uint32 `json:"nextEpID"`
 
 	fromFiles map[string]bool // endpoints loaded from their own files, by key
 }
@@ -228,11 +230,6 @@ func (s *stateStore) save(st *stateFile, eps map[string]*EndpointRecord) error {
 	// Compact, not indented: indenting re-indents every policy's raw document too, which
 	// for a 10,000-rule policy cost more CPU than the kernel writes that enforce it
 	// (docs/benchmarks.md, "Apply to enforcement").
-	node, err := json.Marshal(st)
-	if err != nil {
-		return fmt.Errorf("encoding state: %w", err)
-	}
-	node = append(node, '\n')
 	// The endpoint id cursor moves with every add; alone it is not worth a write of the
 	// node's state: loadState puts it past every stored endpoint's id again.
 	cursor := st.NextEpID
@@ -242,6 +239,17 @@ func (s *stateStore) save(st *stateFile, eps map[string]*EndpointRecord) error {
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}
+	// The file is cmp with the cursor: its last field, so the encoding is not done twice
+	// (it compacts every policy's raw document again, a large part of a large apply).
+	var node []byte
+	if zero := []byte(`,"nextEpID":0}`); bytes.HasSuffix(cmp, zero) {
+		node = make([]byte, 0, len(cmp)+16)
+		node = append(node, cmp[:len(cmp)-len(zero)]...)
+		node = fmt.Appendf(node, `,"nextEpID":%d}`, cursor)
+	} else if node, err = json.Marshal(st); err != nil {
+		return fmt.Errorf("encoding state: %w", err)
+	}
+	node = append(node, '\n')
 	if err := os.MkdirAll(endpointDir(s.dir), 0o700); err != nil {
 		return fmt.Errorf("creating state directory: %w", err)
 	}

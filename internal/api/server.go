@@ -396,6 +396,9 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if depth, off := policy.JSONDepth(b, MaxBodyDepth); depth > MaxBodyDepth {
 		return BadRequest("request body of %s %s: nesting depth %d (at byte %d) exceeds the limit of %d", r.Method, r.URL.Path, depth, off, MaxBodyDepth)
 	}
+	if req, ok := v.(*ApplyRequest); ok && decodeDocumentsFast(b, req) {
+		return nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

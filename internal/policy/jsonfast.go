@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 
 	"gopkg.in/yaml.v3"
 )
@@ -9,8 +11,10 @@ import (
 // readValidJSON builds the same tree as readJSON for a text that json.Valid accepts, in
 // one pass over the bytes instead of one json.Decoder token at a time: the decoder's
 // tokens cost as much as YAML parsing, and JSON is how Kubernetes objects reach the
-// parser (docs/benchmarks.md, "Apply to enforcement"). Invalid input must go to readJSON,
-// whose errors name the problem; this scanner assumes valid syntax.
+// parser (docs/benchmarks.md, "Apply to enforcement"). It checks the syntax as it reads,
+// as json.Valid does (the tests hold it to json.Valid), and the nesting, and returns
+// errNotValidJSON for a text that json.Valid refuses or that nests deeper than MaxDepth:
+// readDocuments then checks the limits and the syntax again to say which.
 //
 // Strings without escapes and non-ASCII bytes are taken as they are; the others are
 // decoded by encoding/json, as readJSON's decoder does (invalid UTF-8 becomes U+FFFD).
@@ -25,6 +29,10 @@ func readValidJSON(data []byte) (*yaml.Node, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	s.space()
+	if s.i != len(data) {
+		return nil, nil, errNotValidJSON
+	}
 	if !s.canon {
 		return n, nil, nil
 	}
@@ -32,28 +40,24 @@ func readValidJSON(data []byte) (*yaml.Node, []byte, error) {
 	return n, s.raw, nil
 }
 
+// errNotValidJSON is readValidJSON's answer to a text that json.Valid refuses or that
+// nests too deep.
+var errNotValidJSON = errors.New("not valid JSON")
+
 type jsonScanner struct {
 	data []byte
 	i    int
 	line int
-	// nodes is a slab the tree's nodes are taken from: one allocation per 256 nodes.
-	nodes []yaml.Node
+	// depth counts the collections open around s.i (error returns leave it: the scanner
+	// is dropped then).
+	depth int
 	// raw is the compact text so far: data up to run without the whitespace between
 	// tokens. canon is false once a token was seen that writeJSON renders otherwise
 	// (escapes, non-ASCII, HTML characters, numbers not in the form FormatInt writes).
 	raw   []byte
 	run   int
 	canon bool
-}
-
-func (s *jsonScanner) node(kind yaml.Kind, tag, value string, style yaml.Style, line int) *yaml.Node {
-	if len(s.nodes) == 0 {
-		s.nodes = make([]yaml.Node, 256)
-	}
-	n := &s.nodes[0]
-	s.nodes = s.nodes[1:]
-	n.Kind, n.Tag, n.Value, n.Style, n.Line = kind, tag, value, style, line
-	return n
+	treeBuilder
 }
 
 func (s *jsonScanner) space() {
@@ -72,82 +76,120 @@ func (s *jsonScanner) space() {
 	s.run = s.i
 }
 
+// peek is the byte at s.i, or 0 at the end (never valid where a token is expected).
+func (s *jsonScanner) peek() byte {
+	if s.i < len(s.data) {
+		return s.data[s.i]
+	}
+	return 0
+}
+
 func (s *jsonScanner) value() (*yaml.Node, error) {
 	s.space()
 	line := s.line
-	switch c := s.data[s.i]; c {
+	switch c := s.peek(); c {
 	case '{':
-		n := s.node(yaml.MappingNode, "!!map", "", yaml.FlowStyle, line)
+		n := s.node(yaml.MappingNode, "!!map", "", yaml.FlowStyle, line, 0)
+		if s.depth++; s.depth > MaxDepth {
+			return nil, errNotValidJSON
+		}
 		s.i++
+		s.space()
+		if s.peek() == '}' {
+			s.i++
+			s.depth--
+			return n, nil
+		}
+		from := len(s.kids)
 		for {
 			s.space()
-			switch s.data[s.i] {
-			case '}':
-				s.i++
-				return n, nil
-			case ',':
-				s.i++
-				s.space()
+			if s.peek() != '"' {
+				return nil, errNotValidJSON
 			}
 			kline := s.line
 			k, err := s.str()
 			if err != nil {
 				return nil, err
 			}
+			// The key's node before the value's: the checker reads them together, and
+			// nodes taken in that order share cache lines.
+			kn := s.node(yaml.ScalarNode, "!!str", k, yaml.DoubleQuotedStyle, kline, 0)
 			s.space()
-			s.i++ // ':'
+			if s.peek() != ':' {
+				return nil, errNotValidJSON
+			}
+			s.i++
 			v, err := s.value()
 			if err != nil {
 				return nil, err
 			}
-			n.Content = append(n.Content, s.node(yaml.ScalarNode, "!!str", k, yaml.DoubleQuotedStyle, kline), v)
+			s.kids = append(s.kids, kn, v)
+			if closed, err := s.next('}'); err != nil || closed {
+				n.Content = s.content(from)
+				return n, err
+			}
 		}
 	case '[':
-		n := s.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, line)
+		n := s.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, line, 0)
+		if s.depth++; s.depth > MaxDepth {
+			return nil, errNotValidJSON
+		}
 		s.i++
+		s.space()
+		if s.peek() == ']' {
+			s.i++
+			s.depth--
+			return n, nil
+		}
+		from := len(s.kids)
 		for {
-			s.space()
-			switch s.data[s.i] {
-			case ']':
-				s.i++
-				return n, nil
-			case ',':
-				s.i++
-			}
 			v, err := s.value()
 			if err != nil {
 				return nil, err
 			}
-			n.Content = append(n.Content, v)
+			s.kids = append(s.kids, v)
+			if closed, err := s.next(']'); err != nil || closed {
+				n.Content = s.content(from)
+				return n, err
+			}
 		}
 	case '"':
 		v, err := s.str()
 		if err != nil {
 			return nil, err
 		}
-		return s.node(yaml.ScalarNode, "!!str", v, yaml.DoubleQuotedStyle, line), nil
+		return s.node(yaml.ScalarNode, "!!str", v, yaml.DoubleQuotedStyle, line, 0), nil
 	case 't':
-		s.i += len("true")
-		return s.node(yaml.ScalarNode, "!!bool", "true", 0, line), nil
+		return s.literal("true", "!!bool", line)
 	case 'f':
-		s.i += len("false")
-		return s.node(yaml.ScalarNode, "!!bool", "false", 0, line), nil
+		return s.literal("false", "!!bool", line)
 	case 'n':
-		s.i += len("null")
-		return s.node(yaml.ScalarNode, "!!null", "null", 0, line), nil
-	default: // a number
-		start, tag := s.i, "!!int"
-		for ; s.i < len(s.data); s.i++ {
-			switch s.data[s.i] {
-			case '.', 'e', 'E':
-				tag = "!!float"
-			case '-', '+', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-			default:
-				return s.number(tag, start, line), nil
-			}
-		}
-		return s.number(tag, start, line), nil
+		return s.literal("null", "!!null", line)
 	}
+	return s.number(line)
+}
+
+// next takes the ',' after an item of a collection, or its closer: closed says which.
+func (s *jsonScanner) next(closer byte) (closed bool, err error) {
+	s.space()
+	switch s.peek() {
+	case ',':
+		s.i++
+		return false, nil
+	case closer:
+		s.i++
+		s.depth--
+		return true, nil
+	}
+	return false, errNotValidJSON
+}
+
+func (s *jsonScanner) literal(word, tag string, line int) (*yaml.Node, error) {
+	if !bytes.HasPrefix(s.data[s.i:], []byte(word)) {
+		return nil, errNotValidJSON
+	}
+	s.i += len(word)
+	return s.node(yaml.ScalarNode, tag, word, 0, line, 0), nil
 }
 
 func isJSONSpace(c byte) bool {
@@ -175,12 +217,49 @@ func canonInt(v []byte) bool {
 	return true
 }
 
-func (s *jsonScanner) number(tag string, start, line int) *yaml.Node {
+// number reads a number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *jsonScanner) number(line int) (*yaml.Node, error) {
+	start, tag := s.i, "!!int"
+	digits := func() bool {
+		from := s.i
+		for s.i < len(s.data) && '0' <= s.data[s.i] && s.data[s.i] <= '9' {
+			s.i++
+		}
+		return s.i > from
+	}
+	if s.peek() == '-' {
+		s.i++
+	}
+	switch c := s.peek(); {
+	case c == '0':
+		s.i++
+	case '1' <= c && c <= '9':
+		digits()
+	default:
+		return nil, errNotValidJSON
+	}
+	if s.peek() == '.' {
+		tag = "!!float"
+		s.i++
+		if !digits() {
+			return nil, errNotValidJSON
+		}
+	}
+	if c := s.peek(); c == 'e' || c == 'E' {
+		tag = "!!float"
+		s.i++
+		if c := s.peek(); c == '+' || c == '-' {
+			s.i++
+		}
+		if !digits() {
+			return nil, errNotValidJSON
+		}
+	}
 	v := s.data[start:s.i]
 	if tag != "!!int" || !canonInt(v) {
 		s.canon = false // writeJSON formats it anew
 	}
-	return s.node(yaml.ScalarNode, tag, string(v), 0, line)
+	return s.node(yaml.ScalarNode, tag, string(v), 0, line, 0), nil
 }
 
 // str reads the string at s.i (its opening quote).
@@ -188,7 +267,7 @@ func (s *jsonScanner) str() (string, error) {
 	start := s.i
 	s.i++
 	plain := true
-	for {
+	for s.i < len(s.data) {
 		c := s.data[s.i]
 		switch {
 		case c == '"':
@@ -204,7 +283,27 @@ func (s *jsonScanner) str() (string, error) {
 		case c == '\\':
 			plain = false
 			s.canon = false
-			s.i += 2
+			if s.i+1 >= len(s.data) {
+				return "", errNotValidJSON
+			}
+			switch s.data[s.i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i += 2
+			case 'u':
+				if s.i+6 > len(s.data) {
+					return "", errNotValidJSON
+				}
+				for _, h := range s.data[s.i+2 : s.i+6] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return "", errNotValidJSON
+					}
+				}
+				s.i += 6
+			default:
+				return "", errNotValidJSON
+			}
+		case c < 0x20:
+			return "", errNotValidJSON
 		case c >= 0x80:
 			plain = false
 			s.canon = false
@@ -216,4 +315,5 @@ func (s *jsonScanner) str() (string, error) {
 			s.i++
 		}
 	}
+	return "", errNotValidJSON
 }

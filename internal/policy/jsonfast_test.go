@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,11 +22,24 @@ var jsonSeeds = []string{
 	"\r\n\t{ \"a\" :\r\n\"b\" }\r\n",
 	`{"h":"<a&b>"}`, ` { "z" : 0 , "m" : -5 , "i" : 123456789012345678 , "j" : 1234567890123456789 } `,
 	`{"neg":[-0,-1,0]}`,
+	// Invalid: the fast reader must refuse each as json.Valid does.
+	``, ` `, `{`, `}`, `[1,]`, `{"a":1,}`, `{"a" 1}`, `{a:1}`, `[01]`, `[-]`, `[1.]`, `[.5]`, `[1e]`, `[1e+]`,
+	`[+1]`, `[tru]`, `[nul]`, `"\x"`, `"\u12G4"`, `"\u12"`, "\"a\tb\"", `"abc`, `[1] 2`, `{"a":1}}`,
+	`[1 2]`, `{"a":1 "b":2}`, `[NaN]`, `[Infinity]`, "\u00a0[]", `[,1]`, `{,}`,
 }
 
 func compareReaders(t *testing.T, data []byte) {
 	t.Helper()
-	if !json.Valid(data) {
+	// The fast reader checks the syntax itself: it takes what json.Valid accepts, and
+	// nothing else, but for what nests deeper than MaxDepth.
+	valid := json.Valid(data)
+	if depth, _ := JSONDepth(data, MaxDepth); depth > MaxDepth {
+		valid = false
+	}
+	if _, _, err := readValidJSON(data); (err == nil) != valid || err != nil && !errors.Is(err, errNotValidJSON) {
+		t.Fatalf("%q: readValidJSON error %v, json.Valid %v", data, err, json.Valid(data))
+	}
+	if !valid {
 		return
 	}
 	want, werr := readJSON(data)
@@ -70,18 +84,7 @@ func TestValidJSONReaderCompactText(t *testing.T) {
 }
 
 // sameTree compares what the parser reads of a node.
-func sameTree(a, b *yaml.Node) bool {
-	if a.Kind != b.Kind || a.Tag != b.Tag || a.Value != b.Value || a.Style != b.Style ||
-		a.Line != b.Line || a.Column != b.Column || len(a.Content) != len(b.Content) {
-		return false
-	}
-	for i := range a.Content {
-		if !sameTree(a.Content[i], b.Content[i]) {
-			return false
-		}
-	}
-	return true
-}
+func sameTree(a, b *yaml.Node) bool { return treeDiff("", a, b) == "" }
 
 // TestValidJSONReaderMatchesDecoder holds the fast reader to the token decoder's trees on
 // the seeds and on every corpus manifest written as JSON, compact and indented.

@@ -182,8 +182,8 @@ func (d *docParser) mapping(n *yaml.Node, path string) ([]entry, error) {
 		if dup {
 			return nil, d.fail(k, p, "duplicate field")
 		}
-		if err := d.noAlias(v, p); err != nil {
-			return nil, err
+		if v.Kind == yaml.AliasNode {
+			return nil, d.noAlias(v, p)
 		}
 		out = append(out, entry{name: k.Value, key: k, val: v, path: p})
 	}
@@ -202,8 +202,10 @@ func (d *docParser) sequence(n *yaml.Node, path string) ([]*yaml.Node, error) {
 		return nil, d.fail(n, path, "must be a list, not %s", describe(n))
 	}
 	for i, c := range n.Content {
-		if err := d.noAlias(c, indexPath(path, i)); err != nil {
-			return nil, err
+		if c.Kind == yaml.AliasNode {
+			// The item's path only for the error: built for every item, it cost more
+			// than the check.
+			return nil, d.noAlias(c, indexPath(path, i))
 		}
 	}
 	return n.Content, nil
@@ -307,6 +309,19 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, ra
 	if err := checkSize(source, len(data)); err != nil {
 		return err
 	}
+	if (jsonName(source) || jsonStart(data)) && len(data) <= MaxDocumentBytes {
+		// The fast reader checks the syntax and the depth as it reads (a text that
+		// json.Valid accepts is JSON whatever its name). A text it does not take, invalid
+		// or too deep, goes the way below, whose checks say what is wrong in the order
+		// the limits promise.
+		n, raw, err := readValidJSON(data)
+		if err == nil {
+			return fn(1, n, raw)
+		}
+		if !errors.Is(err, errNotValidJSON) {
+			return err
+		}
+	}
 	if isJSON, valid := jsonInput(source, data); isJSON {
 		if len(data) > MaxDocumentBytes {
 			return &LimitError{Source: source, Document: 1, Line: 1, Limit: LimitDocumentSize, Value: int64(len(data)), Max: MaxDocumentBytes}
@@ -330,6 +345,41 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, ra
 	if err := yamlDocumentSizes(source, data); err != nil {
 		return err
 	}
+	first := 1
+	if fastYAMLEnabled && fastYAMLOK(data) {
+		// A document goes to fn once the reader has read the next one too: yaml.v3 finds
+		// some errors of a document only while reading into the next one, so when the
+		// fast reader gives up, yaml.v3 reads again from the document before.
+		y := newFastYAML(data)
+		var pending *yaml.Node
+		for {
+			n, done, ok := y.next()
+			stop := y.docs + 1 // the document the fast reader did not take
+			if ok && !done && y.docs > MaxDocuments {
+				// Over the limit: yaml.v3's error names its line.
+				ok, stop = false, y.docs
+			}
+			if !ok {
+				first = max(1, stop-1)
+				break
+			}
+			if pending != nil {
+				doc := y.docs - 1
+				if done {
+					doc = y.docs
+				}
+				// No nodeDepth: the fast reader leaves a document deeper than MaxDepth
+				// to yaml.v3.
+				if err := fn(doc, pending, nil); err != nil {
+					return err
+				}
+			}
+			if done {
+				return nil
+			}
+			pending = n
+		}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for doc := 1; ; doc++ {
 		var n yaml.Node
@@ -339,6 +389,10 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, ra
 		}
 		if err != nil {
 			return yamlSyntaxError(source, doc, err)
+		}
+		if doc < first {
+			// Read by the fast reader already.
+			continue
 		}
 		if doc > MaxDocuments {
 			return &LimitError{Source: source, Document: doc, Line: n.Line, Limit: LimitDocuments, Value: int64(doc), Max: MaxDocuments}
@@ -358,14 +412,22 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, ra
 // jsonInput reports whether data is to be read as JSON (a .json source, or a text that
 // is valid JSON and starts like an object or array), and whether it is valid JSON.
 func jsonInput(source string, data []byte) (isJSON, valid bool) {
-	if strings.HasSuffix(strings.ToLower(source), ".json") {
+	if jsonName(source) {
 		return true, json.Valid(data)
 	}
-	t := bytes.TrimLeft(data, " \t\r\n")
-	if len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(data) {
+	if jsonStart(data) && json.Valid(data) {
 		return true, true
 	}
 	return false, false
+}
+
+// jsonName reports whether source names a JSON file.
+func jsonName(source string) bool { return strings.HasSuffix(strings.ToLower(source), ".json") }
+
+// jsonStart reports whether data starts like a JSON object or array.
+func jsonStart(data []byte) bool {
+	t := bytes.TrimLeft(data, " \t\r\n")
+	return len(t) > 0 && (t[0] == '{' || t[0] == '[')
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
