@@ -10,7 +10,7 @@ import (
 )
 
 func startDVDRental(t *testing.T) *demo {
-	for _, tool := range []string{"mosquitto", "/usr/lib/postgresql/15/bin/postgres", "runuser"} {
+	for _, tool := range []string{"mosquitto", "/usr/lib/postgresql/15/bin/postgres", "runuser", "suricata"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			testenv.SkipOrFail(t, "%s not installed (scripts/setup.sh installs it): %v", tool, err)
 		}
@@ -44,7 +44,7 @@ func TestDVDRentalDemoRunsToTheEnd(t *testing.T) {
 	if strings.Contains(out, "FAIL") || !strings.Contains(out, "every outcome as expected") {
 		t.Fatalf("demo did not report every outcome as expected:\n%s", out)
 	}
-	if n := strings.Count(out, "  ok "); n != 8 {
-		t.Errorf("demo reported %d ok outcomes, want 8:\n%s", n, out)
+	if n := strings.Count(out, "  ok "); n != 14 {
+		t.Errorf("demo reported %d ok outcomes, want 14:\n%s", n, out)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/monitor/suricata"
 	"github.com/rampartnet/rampart/internal/netns"
 )
 
@@ -41,7 +42,10 @@ type demo struct {
 	eps      map[string]api.Endpoint // by app
 	customer api.Endpoint
 	procs    map[string]*exec.Cmd // by endpoint (app)
-	serving  map[string][]string  // each service's serve arguments, for a restart
+	monitors []*suricata.Monitor
+	rampart  string // the CLI, for the commands the demo shows
+	socket   string
+	serving  map[string][]string // each service's serve arguments, for a restart
 	failures int
 }
 
@@ -51,6 +55,7 @@ func runDemo(args []string) error {
 	work := fs.String("work", "", "work directory (database, broker configuration, logs)")
 	pgBin := fs.String("pg-bin", "/usr/lib/postgresql/15/bin", "PostgreSQL's server binaries")
 	examples := fs.String("examples", "examples/dvdrental", "the demo's manifests")
+	rampart := fs.String("rampart", "", "the rampart CLI (default: next to this binary)")
 	fs.Parse(args)
 	if *socket == "" || *work == "" {
 		return errors.New("--socket and --work are required")
@@ -59,8 +64,11 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
+	if *rampart == "" {
+		*rampart = filepath.Join(filepath.Dir(self), "rampart")
+	}
 	d := &demo{api: api.NewClient(*socket), self: self, work: *work, pgBin: *pgBin, eps: map[string]api.Endpoint{},
-		procs: map[string]*exec.Cmd{}, serving: map[string][]string{}}
+		procs: map[string]*exec.Cmd{}, serving: map[string][]string{}, rampart: *rampart, socket: *socket}
 	defer d.api.Close()
 	defer d.stop()
 	ctx, stop := signalContext()
@@ -94,6 +102,46 @@ func runDemo(args []string) error {
 	d.expect("rental r2 accepted", d.customerDo(ctx, "rent", "contract-update", "r2", "alice", "d2") == nil, true)
 	d.expect("bob billed for alice's r2: the attack goes unseen", d.chargesFor(ctx, "r2") == "r2 bob 399", true)
 	if err := d.compromise(ctx, "contract-update", ""); err != nil {
+		return err
+	}
+
+	step("request-specific connection policy, no monitor: a compromised user-create reads a customer's record")
+	if err := d.compromise(ctx, "user-create", "read-user"); err != nil {
+		return err
+	}
+	d.expect("carol created", d.customerDo(ctx, "create-user", "user-create", "", "carol", "") == nil, true)
+	d.expect("user-create read alice's balance: the leak goes unseen", d.logContains("user-create.log", "read alice's balance"), true)
+
+	step("monitors: dvd/ids-pg (PostgreSQL, inline) running Suricata 7")
+	pg, err := d.addMonitor(ctx, "ids-pg", "pgsql")
+	if err != nil {
+		return err
+	}
+	pgMon, err := d.runSuricata(ctx, pg, suricata.IPS, fmt.Sprintf(
+		`drop tcp %s any -> %s %d (msg:"request-specific: user-create may insert customers, not read them"; flow:to_server,established; content:"SELECT"; nocase; sid:2000001; rev:1;)`,
+		d.ip("user-create"), d.ip("db"), pgPort))
+	if err != nil {
+		return err
+	}
+	policy := filepath.Join(*examples, "02-tap-policy.mg")
+	step("tap policy (" + policy + "): what it derives, and why")
+	if err := d.cli("tap", "compile", "-f", policy, "--explain"); err != nil {
+		return err
+	}
+	if err := d.cli("tap", "policy", "apply", "-f", policy); err != nil {
+		return err
+	}
+
+	step("request-specific connection policy, inline monitor: the compromised user-create inserts dave, its query is dropped")
+	d.expect("dave's creation fails at the read", d.customerDo(ctx, "create-user", "user-create", "", "dave", "") != nil, true)
+	d.expect("dave exists: the insert passed the monitor", strings.Contains(d.customers(ctx), "dave"), true)
+	d.expect("the monitor dropped user-create's SELECT", d.waitAlert(ctx, pgMon, 2000001, suricata.Blocked), true)
+	if err := d.compromise(ctx, "user-create", ""); err != nil {
+		return err
+	}
+	d.expect("an honest rental through the PostgreSQL monitor: alice billed for r3",
+		d.customerDo(ctx, "rent", "contract-update", "r3", "alice", "d3") == nil && d.chargesFor(ctx, "r3") == "r3 alice 399", true)
+	if err := d.cli("tap", "list"); err != nil {
 		return err
 	}
 
@@ -272,6 +320,9 @@ func (d *demo) stopOne(app string) {
 }
 
 func (d *demo) stop() {
+	for _, m := range d.monitors {
+		m.Stop()
+	}
 	for app := range d.procs {
 		d.stopOne(app)
 	}
@@ -370,4 +421,72 @@ func (d *demo) probeDB(ctx context.Context, from string) int {
 		return -1
 	}
 	return cmd.ProcessState.ExitCode()
+}
+
+// logContains says whether a log of the work directory contains s.
+func (d *demo) logContains(log, s string) bool {
+	b, _ := os.ReadFile(filepath.Join(d.work, log))
+	return strings.Contains(string(b), s)
+}
+
+// customers lists the customers, read from user-update's endpoint.
+func (d *demo) customers(ctx context.Context) string {
+	out, err := d.inEndpoint(ctx, "user-update", d.self, "customers", "--db", net.JoinHostPort(d.ip("db"), fmt.Sprint(pgPort))).Output()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	fmt.Printf("        customers: %s\n", strings.Join(strings.Fields(string(out)), ", "))
+	return string(out)
+}
+
+// addMonitor makes monitor endpoint dvd/name, labelled with what it inspects.
+func (d *demo) addMonitor(ctx context.Context, name string, inspects ...string) (api.Endpoint, error) {
+	labels := map[string]string{"role": "monitor"}
+	for _, w := range inspects {
+		labels["inspects.rampart.io/"+w] = "true"
+	}
+	ep, err := d.api.AddEndpoint(ctx, api.EndpointSpec{Namespace: storeNS, Name: name, Labels: labels, Monitor: true})
+	if err != nil {
+		return ep, fmt.Errorf("monitor endpoint %s/%s: %w", storeNS, name, err)
+	}
+	fmt.Printf("  monitor endpoint %s/%s (inspects %s)\n", storeNS, name, strings.Join(inspects, ", "))
+	return ep, nil
+}
+
+// runSuricata runs Suricata in monitor ep: passive on its receive interface, or inline
+// between its receive and return interfaces. It stops with the demo.
+func (d *demo) runSuricata(ctx context.Context, ep api.Endpoint, mode suricata.Mode, rules ...string) (*suricata.Monitor, error) {
+	m, err := suricata.Start(ctx, suricata.Config{Mode: mode, Netns: ep.Netns, Interface: "tap-rx", PeerInterface: "tap-tx",
+		Dir: filepath.Join(d.work, "suricata-"+ep.Name), Rules: rules})
+	if err != nil {
+		return nil, fmt.Errorf("Suricata in %s: %w", ep.Name, err)
+	}
+	d.monitors = append(d.monitors, m)
+	fmt.Printf("  Suricata %s in %s/%s, started in %v\n", mode, ep.Namespace, ep.Name, m.StartupTime().Round(time.Millisecond))
+	return m, nil
+}
+
+// waitAlert waits up to 15 s for the monitor's alert sid with action, and prints it.
+func (d *demo) waitAlert(ctx context.Context, m *suricata.Monitor, sid int, action suricata.Action) bool {
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	ev, _, err := m.WaitEvent(wctx, func(e suricata.Event) bool {
+		return e.Alert != nil && e.Alert.SignatureID == sid && e.Alert.Action == action
+	})
+	if err != nil {
+		return false
+	}
+	fmt.Printf("        monitor: %s %q on %s\n", ev.Alert.Action, ev.Alert.Signature, ev.Tuple)
+	return true
+}
+
+// cli runs the rampart CLI against the agent, showing the command and its output.
+func (d *demo) cli(args ...string) error {
+	fmt.Printf("\n$ rampart %s\n", strings.Join(args, " "))
+	cmd := exec.Command(d.rampart, append([]string{"--socket", d.socket}, args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("rampart %s: %w", strings.Join(args, " "), err)
+	}
+	return nil
 }

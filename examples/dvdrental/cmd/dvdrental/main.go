@@ -38,6 +38,8 @@ func main() {
 		os.Exit(probeDB(os.Args[2:]))
 	case "charges":
 		err = charges(os.Args[2:])
+	case "customers":
+		err = customers(os.Args[2:])
 	case "demo":
 		err = runDemo(os.Args[2:])
 	default:
@@ -58,6 +60,7 @@ func usage() {
   dvdrental create-user --url URL --user U
   dvdrental probe-db --db HOST:PORT          exit 0: connected and read; 3: no connection (timeout)
   dvdrental charges --db HOST:PORT           the charges table, one "rental user amount" per line
+  dvdrental customers --db HOST:PORT         the customers, one name per line
   dvdrental demo --socket SOCK --work DIR    the demo's driver (scripts/demo-dvdrental.sh runs it)
 `)
 	os.Exit(2)
@@ -159,7 +162,9 @@ func serve(args []string) error {
 			if c.compromised == "read-user" {
 				// The attack: a service that may only create customers reads one.
 				var balance int
-				err := db.QueryRowContext(r.Context(), "SELECT balance FROM users WHERE name = 'alice'").Scan(&balance)
+				qctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+				defer cancel()
+				err := db.QueryRowContext(qctx, "SELECT balance FROM users WHERE name = 'alice'").Scan(&balance)
 				if err != nil {
 					http.Error(w, "reading alice: "+err.Error(), http.StatusBadGateway)
 					return
@@ -466,6 +471,30 @@ func charges(args []string) error {
 			return err
 		}
 		fmt.Println(r, u, a)
+	}
+	return rows.Err()
+}
+
+func customers(args []string) error {
+	fs := flag.NewFlagSet("customers", flag.ExitOnError)
+	addr := fs.String("db", "", "PostgreSQL HOST:PORT")
+	fs.Parse(args)
+	db, err := openDB(*addr)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rows, err := db.Query("SELECT name FROM users ORDER BY name")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return err
+		}
+		fmt.Println(n)
 	}
 	return rows.Err()
 }
