@@ -81,6 +81,7 @@ func waitAlert(t *testing.T, out *lockedBuffer, sid int) join.Alert {
 		for _, line := range strings.Split(out.String(), "\n") {
 			var a join.Alert
 			if json.Unmarshal([]byte(line), &a) == nil && a.Event == "alert" && a.SignatureID == sid {
+				t.Logf("joined alert: %s", line)
 				found = a
 				return true
 			}
