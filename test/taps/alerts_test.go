@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -196,5 +197,53 @@ func TestMonitorRunRefuses(t *testing.T) {
 	}
 	if _, errs, code := s.e.CLI("monitor", "run", "sec/ids", "--mode", "tap"); code == 0 || !strings.Contains(errs, "want passive or inline") {
 		t.Errorf("an unknown mode: exit %d, %s", code, errs)
+	}
+}
+
+// A Lua rule keeps state across flows: the script remembers the first user a rental names
+// and alerts when a later connection names another. monitor run --lua-allow loads it, and
+// the one capture thread gives the script both connections.
+func TestMonitorRunLuaAcrossFlows(t *testing.T) {
+	s := newShop(t)
+	dir := t.TempDir()
+	script := `function init(args)
+  local needs = {}
+  needs["payload"] = tostring(true)
+  return needs
+end
+local first = nil
+function match(args)
+  local user = string.match(tostring(args["payload"]), "user=(%a+)")
+  if user == nil then return 0 end
+  if first == nil then
+    first = user
+    return 0
+  end
+  if user ~= first then return 1 end
+  return 0
+end
+`
+	rules := fmt.Sprintf(`alert tcp any any -> any %d (msg:"one rental, two users"; flow:to_server,established; content:"user="; lua:rental.lua; sid:1000013; rev:1;)`, webPort)
+	lua, ruleFile := dir+"/rental.lua", dir+"/rental.rules"
+	for p, body := range map[string]string{lua: script, ruleFile: rules + "\n"} {
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, errs, code := s.e.CLI("monitor", "run", "sec/ids", "--mode", "passive", "--rules", ruleFile, "--lua", lua); code == 0 || !strings.Contains(errs, "--lua-allow") {
+		t.Fatalf("a Lua script without --lua-allow: exit %d, %s", code, errs)
+	}
+	out, _, _ := s.runMonitor(t, "sec/ids", "--mode", "passive", "--lua-allow", "--lua", lua, "--rules", ruleFile)
+	s.e.MustCLI("tap", "add", "web-mirror", "--endpoint", "shop/web", "--monitor", "sec/ids", "--action", "mirror",
+		"--protocol", "TCP", "--port", fmt.Sprint(webPort))
+	for _, body := range []string{"rental 7 user=alice", "rental 7 user=alice", "rental 7 user=bob"} {
+		if got, err := s.post(t, body, 5*time.Second); err != nil || got != "ok" {
+			t.Fatalf("request %q: %q, %v", body, got, err)
+		}
+	}
+	a := waitAlert(t, out, 1000013)
+	s.checkJoined(t, a, "web-mirror", "mirror")
+	if n := strings.Count(out.String(), `"signatureID":1000013`); n != 1 {
+		t.Errorf("%d alerts for the rental, want 1 (the third connection's):\n%s", n, out)
 	}
 }
