@@ -302,6 +302,8 @@ func (a *Agent) tapView(st *storedTap, per map[string]tap.Counters) api.Tap {
 		Kind: c.Kind, Name: c.Name, Source: st.rec.Source, Tapped: c.Source.String(), Monitor: c.Monitor,
 		Match: c.Match.String(), Action: c.Action.String(), Endpoints: []string{}, Raw: st.rec.Raw,
 	}
+	spec := api.TapMatchOf(c.Match)
+	v.MatchSpec = &spec
 	if c.Action == tap.Redirect {
 		v.FailMode = c.FailMode.String()
 	}

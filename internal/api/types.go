@@ -630,11 +630,13 @@ type Tap struct {
 	Name   string `json:"name"`
 	Source string `json:"source"` // where it was read from
 	// Tapped is what the contract taps: an endpoint (namespace/name) or a selector.
-	Tapped   string `json:"tapped"`
-	Monitor  string `json:"monitor"`
-	Match    string `json:"match"`
-	Action   string `json:"action"`             // mirror or redirect
-	FailMode string `json:"failMode,omitempty"` // closed or open (redirect only)
+	Tapped  string `json:"tapped"`
+	Monitor string `json:"monitor"`
+	Match   string `json:"match"`
+	// MatchSpec is Match as data.
+	MatchSpec *TapMatch `json:"matchSpec,omitempty"`
+	Action    string    `json:"action"`             // mirror or redirect
+	FailMode  string    `json:"failMode,omitempty"` // closed or open (redirect only)
 	// Endpoints are the local endpoints it taps now.
 	Endpoints []string `json:"endpoints"`
 	// MonitorNode is the node of the monitor when it is on another node.

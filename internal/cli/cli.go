@@ -112,6 +112,7 @@ func NewCommand(stdio IO) *cobra.Command {
 		a.policyCommand(),
 		a.cidrsetCommand(),
 		a.tapCommand(),
+		a.monitorCommand(),
 		a.observeCommand(),
 		a.statusCommand(),
 		a.versionCommand(),

@@ -91,3 +91,18 @@ func TestObserveVerdictName(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 }
+
+// A flow a tap rule matched says "tapped" (its JSON has the flag), others do not.
+func TestFormatTappedFlow(t *testing.T) {
+	f := api.Flow{Time: time.Now(), Type: "new", Verdict: "FORWARDED", Direction: "ingress", Protocol: "TCP",
+		Source: api.FlowPeer{IP: "198.18.0.5", Port: 40004, Identity: 263, Namespace: "shop", Name: "client"},
+		Dest:   api.FlowPeer{IP: "198.18.0.6", Port: 8080, Identity: 264, Namespace: "shop", Name: "web"},
+		Flags:  []string{"tapped"}}
+	if got := FormatFlow(f); !strings.HasSuffix(got, "198.18.0.5:40004 -> 198.18.0.6:8080 ingress FORWARDED tapped") {
+		t.Fatalf("tapped flow: %q", got)
+	}
+	f.Flags = nil
+	if got := FormatFlow(f); strings.Contains(got, "tapped") {
+		t.Fatalf("untapped flow: %q", got)
+	}
+}

@@ -93,6 +93,7 @@ func (a *app) observeCommand() *cobra.Command {
 //
 //	12:00:01.123 x/a (id 260) -> y/b (id 261) TCP 198.18.0.5:40000 -> 198.18.0.7:80 egress FORWARDED rule=NetworkPolicy/y/allow-x ingress[0]
 //	12:00:01.234 x/a (id 260) -> y/b (id 261) TCP 198.18.0.5:40002 -> 198.18.0.7:80 egress FORWARDED (L7 send-side verdict) rule=CiliumNetworkPolicy/y/l7 ingress[0]
+//	12:00:01.300 shop/client (id 263) -> shop/web (id 264) TCP 198.18.0.5:40004 -> 198.18.0.6:8080 ingress FORWARDED tapped
 //	12:00:01.456 sw/xwing (id 262) -> sw/deathstar (id 261) HTTP/1.1 198.18.0.9:40002 -> 198.18.0.7:80 ingress DROPPED PUT deathstar /v1/exhaust-port 403 0.8ms reason=l7-denied
 func FormatFlow(f api.Flow) string {
 	var b strings.Builder
@@ -126,6 +127,11 @@ func FormatFlow(f api.Flow) string {
 	}
 	if slices.Contains(f.Flags, flow.FlagSendSide.String()) {
 		b.WriteString(" (L7 send-side verdict)")
+	}
+	if slices.Contains(f.Flags, flow.FlagTapped.String()) {
+		// A tap rule matched the flow's first packet: mirrored to or diverted through a
+		// monitor (or, its monitor unavailable, dropped or passed as its contract says).
+		b.WriteString(" tapped")
 	}
 	if f.Verdict != flow.VerdictForwarded.String() && f.Verdict != flow.VerdictRedirected.String() && f.Reason != "" {
 		fmt.Fprintf(&b, " reason=%s", f.Reason)

@@ -203,7 +203,7 @@ var layers = []struct {
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
 	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities", "internal/k8s/podrunner", "internal/monitor/suricata"}},
 	{"API contract", []string{"internal/api"}},
-	{"agent; CLI input parsers", []string{"internal/agent", "internal/cidrlist"}},
+	{"agent; CLI input parsers; monitor alert join", []string{"internal/agent", "internal/cidrlist", "internal/monitor/join"}},
 	{"CLI; Kubernetes watcher; simulated cluster", []string{"internal/cli", "internal/k8s/watcher", "internal/k8s/simcluster"}},
 	{"binaries and test harness", []string{"cmd/rampartd", "cmd/rampart", "cmd/rampart-cni", "cmd/rampart-podrunner", "internal/testenv/agenttest", "internal/testenv/clustertest"}},
 	{"tests and examples", []string{"test/...", "examples/...", "internal/flow/internal/gen"}},

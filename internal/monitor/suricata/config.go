@@ -62,8 +62,21 @@ type Config struct {
 	// HomeNet is $HOME_NET (CIDRs); empty means any. $EXTERNAL_NET is always any, so that
 	// rules written for either direction match tapped flows.
 	HomeNet []string
-	// Threads is the number of capture (worker) threads per interface; 0 means 1.
+	// Threads is the number of capture (worker) threads per interface; 0 means 1. With
+	// LuaRules it must stay 1 (see LuaRules).
 	Threads int
+	// LuaScripts are Lua scripts (absolute paths) copied into Dir, where Suricata looks up
+	// the scripts that rules name (lua:NAME.lua; Dir is the default rule path).
+	LuaScripts []string
+	// LuaRules lets rules run Lua scripts (the lua keyword). Suricata 7 refuses such rules unless the
+	// configuration allows them (security.lua.allow-rules). A script's global state
+	// belongs to one worker thread, and cluster_flow gives each thread some of the flows:
+	// a script that relates flows to one another (say the requests of one rental through
+	// several services) sees them all only when one thread captures them all, so a
+	// monitor with Lua rules runs one worker per interface. In IPS mode that is still one
+	// thread for the tapped traffic: a redirect tap sends both directions of its flows in
+	// through the receive interface, and nothing enters through the return one.
+	LuaRules bool
 	// Binary is the Suricata executable; "" looks up "suricata" on PATH.
 	Binary string
 	// StartTimeout bounds the wait for the engine to start; 0 means 30s.
@@ -112,9 +125,24 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("unknown mode %v", c.Mode)
 	}
+	if c.LuaRules && c.Threads > 1 {
+		return fmt.Errorf("%d threads with Lua rules: a Lua script's state is per thread, so a monitor with Lua rules runs one", c.Threads)
+	}
 	for _, f := range c.RuleFiles {
 		if !filepath.IsAbs(f) {
 			return fmt.Errorf("rule file %q: want an absolute path", f)
+		}
+	}
+	for _, f := range c.LuaScripts {
+		if !filepath.IsAbs(f) {
+			return fmt.Errorf("lua script %q: want an absolute path", f)
+		}
+		if !c.LuaRules {
+			return fmt.Errorf("lua script %s: Lua rules are not allowed (LuaRules)", f)
+		}
+		switch filepath.Base(f) {
+		case configName, rulesName, eveName, logName, outputName, socketName, pidName, className, refName, threshName:
+			return fmt.Errorf("lua script %s: its name is one of the monitor's own files", f)
 		}
 	}
 	for _, r := range c.Rules {
@@ -155,6 +183,15 @@ type yamlConfig struct {
 	MaxPendingPackets int           `yaml:"max-pending-packets"`
 	Detect            yamlDetect    `yaml:"detect"`
 	Stats             yamlEnabledIv `yaml:"stats"`
+	Security          *yamlSecurity `yaml:"security,omitempty"`
+}
+
+type yamlSecurity struct {
+	Lua yamlLua `yaml:"lua"`
+}
+
+type yamlLua struct {
+	AllowRules bool `yaml:"allow-rules"`
 }
 
 type yamlVars struct {
@@ -313,6 +350,9 @@ func (c *Config) Rendered() ([]byte, error) {
 		MaxPendingPackets: 1024,
 		Detect:            yamlDetect{Profile: "low"},
 		Stats:             yamlEnabledIv{Enabled: true, Interval: 1},
+	}
+	if c.LuaRules {
+		y.Security = &yamlSecurity{Lua: yamlLua{AllowRules: true}}
 	}
 	switch c.Mode {
 	case Passive:

@@ -1,6 +1,7 @@
 package suricata
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -108,6 +109,9 @@ func TestConfigRefused(t *testing.T) {
 		{Config{Mode: Passive, Interface: "a", Dir: "/d", RuleFiles: []string{"x.rules"}}, "rule file"},
 		{Config{Mode: Passive, Interface: "a", Dir: "/d", Rules: []string{"alert ip any any -> any any (sid:1;)\nalert"}}, "one rule per line"},
 		{Config{Mode: Mode(9), Dir: "/d"}, "unknown mode"},
+		{Config{Mode: Passive, Interface: "a", Dir: "/d", LuaScripts: []string{"/s/x.lua"}}, "not allowed"},
+		{Config{Mode: Passive, Interface: "a", Dir: "/d", LuaRules: true, LuaScripts: []string{"x.lua"}}, "absolute path"},
+		{Config{Mode: Passive, Interface: "a", Dir: "/d", LuaRules: true, LuaScripts: []string{"/s/eve.json"}}, "monitor's own files"},
 	} {
 		if _, err := c.cfg.Rendered(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want an error with %q", c.cfg, err, c.want)
@@ -157,4 +161,62 @@ func TestBinaryAndVersion(t *testing.T) {
 		t.Errorf("suricata %s, want 7.x (scripts/install-suricata.sh)", v)
 	}
 	t.Logf("suricata %s", v)
+}
+
+// Suricata 7 loads a Lua rule only when the configuration allows Lua rules: without
+// LuaRules the start fails naming the rule, with it the rule loads, its script found beside
+// the monitor's directory, where the configuration copies it. More than one thread with Lua rules is refused.
+func TestLuaRules(t *testing.T) {
+	bin, err := Binary("")
+	if err != nil {
+		testenv.SkipOrFail(t, "%v", err)
+	}
+	if _, err := (&Config{Mode: Passive, Interface: "a", Dir: "/d", LuaRules: true, Threads: 2}).Rendered(); err == nil || !strings.Contains(err.Error(), "Lua") {
+		t.Errorf("two threads with Lua rules: got %v, want a refusal", err)
+	}
+	rules := t.TempDir()
+	script := `function init(args)
+  local needs = {}
+  needs["payload"] = tostring(true)
+  return needs
+end
+function match(args)
+  return 0
+end
+`
+	if err := os.WriteFile(filepath.Join(rules, "check.lua"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ruleFile := filepath.Join(rules, "lua.rules")
+	if err := os.WriteFile(ruleFile, []byte(`alert tcp any any -> any any (msg:"lua"; lua:check.lua; sid:9;)`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, allow := range []bool{false, true} {
+		c := Config{Mode: Passive, Interface: "lo", Dir: filepath.Join(t.TempDir(), "mon"), RuleFiles: []string{ruleFile}, LuaRules: allow}
+		if allow {
+			c.LuaScripts = []string{filepath.Join(rules, "check.lua")}
+		}
+		if get(rendered(t, c), "security", "lua", "allow-rules") != (map[bool]any{true: true, false: nil})[allow] {
+			t.Errorf("allow %v: security section %v", allow, get(rendered(t, c), "security"))
+		}
+		if err := writeFiles(&c); err != nil {
+			t.Fatal(err)
+		}
+		if !allow { // the script is there: only the setting is missing
+			if err := os.WriteFile(filepath.Join(c.Dir, "check.lua"), []byte(script), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := exec.Command(bin, append([]string{"-T"}, c.args()...)...).CombinedOutput()
+		log, _ := os.ReadFile(filepath.Join(c.Dir, logName))
+		if allow && err != nil {
+			t.Errorf("Lua rules allowed: suricata -T: %v\n%s%s", err, out, log)
+		}
+		if !allow && err == nil {
+			t.Errorf("Lua rules not allowed: suricata -T accepted the Lua rule\n%s", log)
+		}
+		if !allow && !bytes.Contains(log, []byte("security.lua.allow-rules")) {
+			t.Errorf("Lua rules not allowed: the refusal does not name security.lua.allow-rules:\n%s", log)
+		}
+	}
 }

@@ -194,6 +194,13 @@ func writeFiles(cfg *Config) error {
 		rules += "\n"
 	}
 	files := map[string]string{configName: string(y), rulesName: rules, className: "", refName: "", threshName: ""}
+	for _, f := range cfg.LuaScripts {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("reading lua script: %w", err)
+		}
+		files[filepath.Base(f)] = string(b)
+	}
 	for n, body := range files {
 		if err := os.WriteFile(filepath.Join(cfg.Dir, n), []byte(body), 0o600); err != nil {
 			return fmt.Errorf("writing %s: %w", n, err)

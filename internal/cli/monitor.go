@@ -1,0 +1,323 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/monitor/join"
+	"github.com/rampartnet/rampart/internal/monitor/suricata"
+)
+
+func (a *app) monitorCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "monitor",
+		Aliases: []string{"monitors"},
+		Short:   "Run Suricata in a monitor endpoint and read its alerts joined to Rampart's flows, endpoints, identities and tap contracts",
+	}
+	cmd.AddCommand(a.monitorRun(), a.monitorAlerts())
+	return cmd
+}
+
+// monitorPollInterval is how often a running or followed monitor's EVE file is read.
+const monitorPollInterval = 100 * time.Millisecond
+
+// monitorDir is a monitor endpoint's own directory: its Suricata configuration, rules,
+// logs and EVE file, under the agent's state directory, so that `monitor alerts` finds
+// what `monitor run` wrote.
+func (a *app) monitorDir(ctx context.Context, dir, ns, name string) (string, error) {
+	if dir != "" {
+		return filepath.Abs(dir)
+	}
+	st, err := a.client.Status(ctx)
+	if err != nil {
+		return "", err
+	}
+	if st.StateDir == "" {
+		return "", errors.New("the agent reports no state directory: give --dir")
+	}
+	return filepath.Join(st.StateDir, "monitors", ns, name), nil
+}
+
+type monitorOutput struct {
+	json bool
+	enc  *json.Encoder
+}
+
+func (a *app) newMonitorOutput(format string) (*monitorOutput, error) {
+	if format != "text" && format != "json" {
+		return nil, fmt.Errorf("-o %q: want text or json", format)
+	}
+	return &monitorOutput{json: format == "json", enc: json.NewEncoder(a.io.Out)}, nil
+}
+
+// emit joins the alert and drop records among evs to the agent's view of now and prints
+// them.
+func (a *app) emit(ctx context.Context, out *monitorOutput, monitor string, evs []suricata.Event) error {
+	var v *join.View
+	for _, ev := range evs {
+		if ev.Type != suricata.TypeAlert && ev.Type != suricata.TypeDrop {
+			continue
+		}
+		if v == nil { // read once per batch, and only when there is something to join
+			var err error
+			if v, err = a.monitorView(ctx, monitor); err != nil {
+				return err
+			}
+		}
+		flows, err := a.flowsOf(ctx, ev)
+		if err != nil {
+			return err
+		}
+		v.Flows = flows
+		al, ok := join.Join(v, ev)
+		if !ok {
+			continue
+		}
+		if out.json {
+			err = out.enc.Encode(al)
+		} else {
+			_, err = fmt.Fprintln(a.io.Out, join.Format(al))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// monitorView reads what the join needs from the agent.
+func (a *app) monitorView(ctx context.Context, monitor string) (*join.View, error) {
+	v := &join.View{Monitor: monitor}
+	var err error
+	if v.Endpoints, err = a.client.ListEndpoints(ctx); err != nil {
+		return nil, fmt.Errorf("listing endpoints: %w", err)
+	}
+	if v.Remotes, err = a.client.ListRemoteEndpoints(ctx); err != nil {
+		return nil, fmt.Errorf("listing remote endpoints: %w", err)
+	}
+	if v.Nodes, err = a.client.ListNodes(ctx); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	if v.Identities, err = a.client.ListIdentities(ctx); err != nil {
+		return nil, fmt.Errorf("listing identities: %w", err)
+	}
+	if v.Taps, err = a.client.ListTaps(ctx); err != nil {
+		return nil, fmt.Errorf("listing tap contracts: %w", err)
+	}
+	return v, nil
+}
+
+// flowsOf reads the agent's recent flow events of the record's protocol and ports: the
+// join picks the connection's among them.
+func (a *app) flowsOf(ctx context.Context, ev suricata.Event) ([]api.Flow, error) {
+	var flows []api.Flow
+	req := api.ObserveRequest{Filter: api.FlowFilter{Port: ev.Tuple.Dst.Port(), Type: "l3l4"}, SinceStart: true}
+	if p := strings.ToLower(ev.Tuple.Proto); p == "tcp" || p == "udp" || p == "icmp" || p == "sctp" {
+		req.Filter.Protocol = p
+	}
+	err := a.client.Observe(ctx, req, func(f api.Flow) error {
+		flows = append(flows, f)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading flows: %w", err)
+	}
+	return flows, nil
+}
+
+// monitorEndpoint checks that NS/NAME is a monitor endpoint of this node.
+func (a *app) monitorEndpoint(ctx context.Context, key string) (api.Endpoint, error) {
+	ns, name, err := splitKey(key)
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+	ep, err := a.client.GetEndpoint(ctx, ns, name)
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+	if !ep.Monitor {
+		return api.Endpoint{}, fmt.Errorf("endpoint %s is not a monitor (rampart endpoint add %s --monitor)", key, key)
+	}
+	return ep, nil
+}
+
+func (a *app) monitorRun() *cobra.Command {
+	var (
+		mode, dir, output     string
+		ruleFiles, rules, lua []string
+		luaAllow              bool
+		homeNet               []string
+		startTimeout          time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "run NAMESPACE/NAME --mode passive|inline [--rules FILE]... [--rule RULE]... [--lua-allow [--lua SCRIPT]...] [-o text|json]",
+		Short: "Run Suricata in a monitor endpoint until interrupted, printing its alerts joined to Rampart's view",
+		Long: `Run Suricata 7 in the monitor endpoint's network namespace, in its own directory
+(the agent's state directory, monitors/NAMESPACE/NAME, or --dir), and print each alert and
+drop joined to Rampart's view: the flow, its endpoints and identities, and the tap contracts
+that sent it to this monitor. passive reads the copies of mirror taps (tap-rx); inline sits
+between tap-rx and tap-tx (AF_PACKET IPS) on the path of redirect taps: while it does not
+run, redirected traffic stops. Ctrl-C stops Suricata and the command.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := contextOf(cmd)
+			out, err := a.newMonitorOutput(output)
+			if err != nil {
+				return err
+			}
+			cfg := suricata.Config{Interface: endpoint.MonitorRxIfName, LuaRules: luaAllow, HomeNet: homeNet, Rules: rules, StartTimeout: startTimeout}
+			switch strings.ToLower(mode) {
+			case "passive":
+				cfg.Mode = suricata.Passive
+			case "inline":
+				cfg.Mode, cfg.PeerInterface = suricata.IPS, endpoint.MonitorTxIfName
+			default:
+				return fmt.Errorf("--mode %q: want passive or inline", mode)
+			}
+			for _, list := range []struct {
+				from []string
+				to   *[]string
+			}{{ruleFiles, &cfg.RuleFiles}, {lua, &cfg.LuaScripts}} {
+				for _, f := range list.from {
+					p, err := filepath.Abs(f)
+					if err != nil {
+						return err
+					}
+					*list.to = append(*list.to, p)
+				}
+			}
+			if len(lua) > 0 && !luaAllow {
+				return errors.New("--lua needs --lua-allow: Suricata refuses Lua rules unless allowed")
+			}
+			ep, err := a.monitorEndpoint(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if cfg.Netns = ep.Netns; cfg.Netns == "" {
+				return fmt.Errorf("endpoint %s has no network namespace on this node", args[0])
+			}
+			if cfg.Dir, err = a.monitorDir(ctx, dir, ep.Namespace, ep.Name); err != nil {
+				return err
+			}
+			m, err := suricata.Start(ctx, cfg)
+			if err != nil {
+				return fmt.Errorf("starting the monitor %s: %w", args[0], err)
+			}
+			defer m.Stop()
+			status := a.io.Out
+			if out.json {
+				status = a.io.Err
+			}
+			fmt.Fprintf(status, "monitor %s running: suricata %s mode, pid %d, directory %s (Ctrl-C stops it)\n", ep.Key(), cfg.Mode, m.Pid(), cfg.Dir)
+			tick := time.NewTicker(monitorPollInterval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					// Suricata flushes what it holds as it stops: those records too.
+					stopErr := m.Stop()
+					evs, err := m.Events()
+					// The API calls of the join need a context that is not done.
+					ctx2, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					if err != nil {
+						fmt.Fprintf(a.io.Err, "warning: reading the monitor's events: %v\n", err)
+					}
+					if err := a.emit(ctx2, out, ep.Key(), evs); err != nil {
+						return err
+					}
+					fmt.Fprintf(status, "monitor %s stopped\n", ep.Key())
+					return stopErr
+				case <-m.Exited():
+					evs, _ := m.Events()
+					a.emit(context.Background(), out, ep.Key(), evs)
+					return fmt.Errorf("the monitor %s exited: %w", ep.Key(), m.Stop())
+				case <-tick.C:
+				}
+				evs, err := m.Events()
+				if err != nil {
+					// A record that does not parse is skipped, the rest are still joined.
+					fmt.Fprintf(a.io.Err, "warning: reading the monitor's events: %v\n", err)
+				}
+				if err := a.emit(ctx, out, ep.Key(), evs); err != nil && ctx.Err() == nil {
+					return err
+				}
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&mode, "mode", "", "passive (mirror taps: alerts) or inline (redirect taps: alerts and drops)")
+	f.StringArrayVar(&ruleFiles, "rules", nil, "a Suricata rule file (repeatable)")
+	f.StringArrayVar(&rules, "rule", nil, "one Suricata rule (repeatable)")
+	f.BoolVar(&luaAllow, "lua-allow", false, "allow Lua rules (security.lua.allow-rules); Suricata then runs one capture thread, so that a script's state sees every flow")
+	f.StringArrayVar(&lua, "lua", nil, "a Lua script that rules name (lua:FILE), copied into the monitor's directory (repeatable)")
+	f.StringArrayVar(&homeNet, "home-net", nil, "$HOME_NET CIDRs (default any)")
+	f.StringVar(&dir, "dir", "", "the monitor's directory (default STATE_DIR/monitors/NAMESPACE/NAME)")
+	f.DurationVar(&startTimeout, "start-timeout", 30*time.Second, "how long Suricata may take to start")
+	f.StringVarP(&output, "output", "o", "text", "output format: text or json (one joined alert per line)")
+	cmd.MarkFlagRequired("mode")
+	return cmd
+}
+
+func (a *app) monitorAlerts() *cobra.Command {
+	var (
+		dir, output string
+		follow      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "alerts NAMESPACE/NAME [--follow] [-o text|json]",
+		Short: "Show a monitor's alerts and drops joined to Rampart's view: flow, endpoints, identities, tap contracts",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := contextOf(cmd)
+			out, err := a.newMonitorOutput(output)
+			if err != nil {
+				return err
+			}
+			ep, err := a.monitorEndpoint(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if dir, err = a.monitorDir(ctx, dir, ep.Namespace, ep.Name); err != nil {
+				return err
+			}
+			r := suricata.NewReader(filepath.Join(dir, "eve.json"))
+			tick := time.NewTicker(monitorPollInterval)
+			defer tick.Stop()
+			for {
+				evs, err := r.Next()
+				if err != nil {
+					fmt.Fprintf(a.io.Err, "warning: reading the monitor's events: %v\n", err)
+				}
+				if err := a.emit(ctx, out, ep.Key(), evs); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				if !follow {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-tick.C:
+				}
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&follow, "follow", "f", false, "keep printing new alerts")
+	f.StringVar(&dir, "dir", "", "the monitor's directory (default STATE_DIR/monitors/NAMESPACE/NAME, where monitor run writes)")
+	f.StringVarP(&output, "output", "o", "text", "output format: text or json (one joined alert per line)")
+	return cmd
+}
