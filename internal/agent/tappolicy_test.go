@@ -104,8 +104,8 @@ func TestTapPolicyFollowsModel(t *testing.T) {
 	// No ingress policy: web-1 admits everything, so it is exposed. "both" with a port is
 	// two contracts, the server's own port in and the peer's out.
 	web := []string{
-		"shop/web-1[0] tp-in ingress TCP ports 80 mirror -> sec/ids",
-		"shop/web-1[1] tp-out egress TCP peer-ports 80 mirror -> sec/ids",
+		"shop/web-1[0] tp-in both TCP ports 80 mirror -> sec/ids",
+		"shop/web-1[1] tp-out both TCP ports 1-79,81-65535 peer-ports 80 mirror -> sec/ids",
 	}
 	wantRules(t, h.dp.taps, web...)
 	pol, err := h.a.GetTapPolicy(ctx)
@@ -143,7 +143,7 @@ func TestTapPolicyFollowsModel(t *testing.T) {
 
 	// A PostgreSQL monitor added later takes the database's request.
 	h.addInspector("sec", "pg", "pgsql")
-	withDB := append([]string{"shop/db[0] tp ingress TCP ports 5432 redirect -> sec/pg"}, web2...)
+	withDB := append([]string{"shop/db[0] tp both TCP ports 5432 redirect -> sec/pg"}, web2...)
 	wantRules(t, h.dp.taps, withDB...)
 	if pol, _ := h.a.GetTapPolicy(ctx); len(pol.Unplaced) != 0 || len(pol.Contracts) != 2 {
 		t.Errorf("after the monitor: %+v", pol)
@@ -220,20 +220,20 @@ func TestTapPolicyRecompileFailureKeepsLastGood(t *testing.T) {
 	if _, err := h.applyTapPolicy(`tap(S, "sec/ids", "ingress", "TCP", 5432, "redirect") :- label(S, "app", "db").`); err != nil {
 		t.Fatal(err)
 	}
-	want := "shop/db[0] tp ingress TCP ports 5432 redirect -> sec/ids"
+	want := "shop/db[0] tp both TCP ports 5432 redirect -> sec/ids"
 	wantRules(t, h.dp.taps, want)
 	if err := h.a.DeleteEndpoint(ctx, "sec", "ids"); err != nil {
 		t.Fatal(err)
 	}
 	// The redirect stays, failing closed while its monitor is gone.
-	wantRules(t, h.dp.taps, "shop/db[0] tp ingress TCP ports 5432 drop")
+	wantRules(t, h.dp.taps, "shop/db[0] tp both TCP ports 5432 drop")
 	st, _ := h.a.Status(ctx)
 	if st.TapPolicy == nil || !strings.Contains(st.TapPolicy.Error, `"sec/ids" is not an endpoint`) || st.TapPolicy.Contracts != 1 {
 		t.Fatalf("status %+v", st.TapPolicy)
 	}
 	// Also across a restart: the last good contracts are persisted.
 	h.restart()
-	wantRules(t, h.dp.taps, "shop/db[0] tp ingress TCP ports 5432 drop")
+	wantRules(t, h.dp.taps, "shop/db[0] tp both TCP ports 5432 drop")
 	if st, _ := h.a.Status(ctx); st.TapPolicy == nil || st.TapPolicy.Error == "" {
 		t.Errorf("status after restart %+v", st.TapPolicy)
 	}
@@ -313,7 +313,7 @@ func TestTapPolicyTalksBounded(t *testing.T) {
 	if st.TapPolicy == nil || !strings.Contains(st.TapPolicy.Error, "more than 4 talks facts") || st.TapPolicy.Contracts != 1 {
 		t.Fatalf("status %+v", st.TapPolicy)
 	}
-	wantRules(t, h.dp.taps, "shop/db[0] tp ingress TCP ports 5432 redirect -> sec/ids")
+	wantRules(t, h.dp.taps, "shop/db[0] tp both TCP ports 5432 redirect -> sec/ids")
 	if _, err := h.applyTapPolicy(src + "\n"); err == nil || !strings.Contains(err.Error(), "more than 4 talks facts") {
 		t.Errorf("a new policy past the limit: %v", err)
 	}
@@ -384,7 +384,7 @@ inspect(S, "pgsql", "ingress", "TCP", 5432, "redirect") :- label(S, "app", "db")
 	if _, err := h.a.PutRemoteEndpoint(ctx, "sec", "ids", spec); err != nil {
 		t.Fatal(err)
 	}
-	wantRules(t, h.dp.taps, "shop/db[0] tp ingress TCP ports 5432 redirect -> sec/ids@n2")
+	wantRules(t, h.dp.taps, "shop/db[0] tp both TCP ports 5432 redirect -> sec/ids@n2")
 	res, err := h.a.CompileTapPolicy(ctx, api.TapPolicyRequest{File: "taps.mg", Source: src, Facts: true})
 	if err != nil {
 		t.Fatal(err)

@@ -19,13 +19,19 @@ const (
 // (Kind TapContract, Origin "tap policy <file>", failing closed), each checked by
 // tap.Contract.Validate.
 //
-// A policy's port is the server side's port of the flows, the way a policy names a service
-// (port("dvd/db", "TCP", 5432)); a contract's ports are per side (tap.Match). So:
-//   - ingress, port P: packets arriving at the endpoint on its own port P (Match.Ports);
-//   - egress, port P: packets the endpoint sends to a peer's port P (Match.PeerPorts);
+// A policy's port is the server side's port of the connections, the way a policy names a
+// service (port("dvd/db", "TCP", 5432)), and its direction says who opens them; a
+// contract's ports are per side and its direction per packet (tap.Match). A monitor needs
+// both directions of a connection to follow its stream, so a contract with a port takes
+// every packet of the connections it names:
+//   - ingress, port P: the connections to the endpoint's own port P, both ways
+//     (Match.Ports, direction both);
+//   - egress, port P: the connections the endpoint opens to a peer's port P, both ways
+//     (Match.PeerPorts, direction both);
 //   - both, port P: two contracts, the ingress one (name suffixed "-in") and the egress
-//     one ("-out"); their directions are disjoint, so they never overlap each other;
-//   - port 0: any port, one contract in the given direction.
+//     one ("-out"), the egress one leaving out the endpoint's own port P so that the two
+//     never overlap (a packet between port P and port P belongs to the ingress one);
+//   - port 0: any port, one contract for the packets of the given direction.
 func (k Contract) TapContracts(file string) ([]*tap.Contract, error) {
 	dir, err := tap.ParseDirection(k.Direction)
 	if err != nil {
@@ -57,16 +63,16 @@ func (k Contract) TapContracts(file string) ([]*tap.Contract, error) {
 		out = append(out, &c)
 	case dir == tap.Ingress:
 		c := base
-		c.Match.Ports = port
+		c.Match.Direction, c.Match.Ports = tap.Both, port
 		out = append(out, &c)
 	case dir == tap.Egress:
 		c := base
-		c.Match.PeerPorts = port
+		c.Match.Direction, c.Match.PeerPorts = tap.Both, port
 		out = append(out, &c)
 	default:
 		in, eg := base, base
-		in.Name, in.Match.Direction, in.Match.Ports = k.Name+SuffixIngress, tap.Ingress, port
-		eg.Name, eg.Match.Direction, eg.Match.PeerPorts = k.Name+SuffixEgress, tap.Egress, port
+		in.Name, in.Match.Ports = k.Name+SuffixIngress, port
+		eg.Name, eg.Match.PeerPorts, eg.Match.Ports = k.Name+SuffixEgress, port, allBut(k.Port)
 		out = append(out, &in, &eg)
 	}
 	for _, c := range out {
@@ -92,4 +98,16 @@ func (r *Result) TapContracts(file string) ([]*tap.Contract, error) {
 		out = append(out, cs...)
 	}
 	return out, nil
+}
+
+// allBut is every port but p (p > 0).
+func allBut(p uint16) []tap.PortRange {
+	var out []tap.PortRange
+	if p > 1 {
+		out = append(out, tap.PortRange{First: 1, Last: p - 1})
+	}
+	if p < 65535 {
+		out = append(out, tap.PortRange{First: p + 1, Last: 65535})
+	}
+	return out
 }

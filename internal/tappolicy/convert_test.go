@@ -8,7 +8,7 @@ import (
 )
 
 // The port is the server side's: the endpoint's own for ingress, the peer's for egress,
-// and both split in two.
+// and both split in two; a contract with a port takes both directions of the connections.
 func TestTapContractsPortSides(t *testing.T) {
 	base := Contract{Name: "tp-0123456789", Source: "dvd/db", Monitor: "dvd/ids-1", Protocol: "TCP", Action: "redirect"}
 	for _, tc := range []struct {
@@ -16,9 +16,10 @@ func TestTapContractsPortSides(t *testing.T) {
 		port uint16
 		want []string // name and match
 	}{
-		{"ingress", 5432, []string{"tp-0123456789 ingress TCP ports 5432"}},
-		{"egress", 5432, []string{"tp-0123456789 egress TCP peer-ports 5432"}},
-		{"both", 5432, []string{"tp-0123456789-in ingress TCP ports 5432", "tp-0123456789-out egress TCP peer-ports 5432"}},
+		{"ingress", 5432, []string{"tp-0123456789 both TCP ports 5432"}},
+		{"egress", 5432, []string{"tp-0123456789 both TCP peer-ports 5432"}},
+		{"both", 5432, []string{"tp-0123456789-in both TCP ports 5432", "tp-0123456789-out both TCP ports 1-5431,5433-65535 peer-ports 5432"}},
+		{"both", 1, []string{"tp-0123456789-in both TCP ports 1", "tp-0123456789-out both TCP ports 2-65535 peer-ports 1"}},
 		{"both", 0, []string{"tp-0123456789 both TCP"}},
 		{"ingress", 0, []string{"tp-0123456789 ingress TCP"}},
 	} {
