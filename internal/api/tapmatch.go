@@ -11,8 +11,8 @@ import (
 // client needs to decide itself whether a flow is in the contract, with tap.Match.Matches,
 // for every contract, including the tap policy's, which have no manifest.
 type TapMatch struct {
-	Direction string   `json:"direction"`          // ingress, egress, both
-	Protocol  string   `json:"protocol"`           // TCP, UDP, ICMP, any
+	Direction string   `json:"direction"`           // ingress, egress, both
+	Protocol  string   `json:"protocol"`            // TCP, UDP, ICMP, any
 	PeerCIDRs []string `json:"peerCIDRs,omitempty"` // prefixes
 	Ports     []string `json:"ports,omitempty"`     // "80", "8000-8080"
 	PeerPorts []string `json:"peerPorts,omitempty"`

@@ -13,7 +13,7 @@ func TestTapMatchRoundTrip(t *testing.T) {
 	typ := uint8(3)
 	for _, m := range []tap.Match{
 		{Direction: tap.Both},
-		{Direction: tap.Ingress, Protocol: tap.ProtoTCP, Ports: []tap.PortRange{{80, 80}, {8000, 8080}}, PeerPorts: []tap.PortRange{{1024, 65535}},
+		{Direction: tap.Ingress, Protocol: tap.ProtoTCP, Ports: []tap.PortRange{{First: 80, Last: 80}, {First: 8000, Last: 8080}}, PeerPorts: []tap.PortRange{{First: 1024, Last: 65535}},
 			PeerCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}},
 		{Direction: tap.Egress, Protocol: tap.ProtoICMP, ICMPType: &typ},
 	} {

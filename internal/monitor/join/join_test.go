@@ -16,7 +16,7 @@ func spec(m tap.Match) *api.TapMatch { s := api.TapMatchOf(m); return &s }
 var t0 = time.Date(2026, 11, 28, 0, 1, 2, 0, time.UTC)
 
 func view() *View {
-	web := tap.Match{Direction: tap.Both, Protocol: tap.ProtoTCP, Ports: []tap.PortRange{{8080, 8080}}}
+	web := tap.Match{Direction: tap.Both, Protocol: tap.ProtoTCP, Ports: []tap.PortRange{{First: 8080, Last: 8080}}}
 	return &View{
 		Monitor: "sec/ids",
 		Endpoints: []api.Endpoint{
@@ -37,7 +37,7 @@ func view() *View {
 			{Name: "web-mirror", Monitor: "sec/ids", Action: "mirror", Endpoints: []string{"shop/web"}, MatchSpec: spec(web)},
 			// Only the client's requests: an alert on web's answer is still its flow.
 			{Name: "client-out", Monitor: "sec/ids", Action: "mirror", Endpoints: []string{"shop/client"},
-				MatchSpec: spec(tap.Match{Direction: tap.Egress, Protocol: tap.ProtoTCP, PeerPorts: []tap.PortRange{{8080, 8080}}})},
+				MatchSpec: spec(tap.Match{Direction: tap.Egress, Protocol: tap.ProtoTCP, PeerPorts: []tap.PortRange{{First: 8080, Last: 8080}}})},
 			{Name: "other-monitor", Monitor: "sec/other", Action: "mirror", Endpoints: []string{"shop/web"}, MatchSpec: spec(web)},
 			{Name: "web-udp", Monitor: "sec/ids", Action: "redirect", Endpoints: []string{"shop/web"},
 				MatchSpec: spec(tap.Match{Direction: tap.Both, Protocol: tap.ProtoUDP})},

@@ -103,6 +103,7 @@ const (
 	className  = "classification.config"
 	refName    = "reference.config"
 	threshName = "threshold.config"
+	lockName   = "monitor.lock"
 )
 
 func (c *Config) validate() error {
@@ -141,7 +142,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("lua script %s: Lua rules are not allowed (LuaRules)", f)
 		}
 		switch filepath.Base(f) {
-		case configName, rulesName, eveName, logName, outputName, socketName, pidName, className, refName, threshName:
+		case configName, rulesName, eveName, logName, outputName, socketName, pidName, className, refName, threshName, lockName:
 			return fmt.Errorf("lua script %s: its name is one of the monitor's own files", f)
 		}
 	}

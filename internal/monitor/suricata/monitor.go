@@ -85,6 +85,16 @@ func Start(ctx context.Context, cfg Config) (*Monitor, error) {
 	if err := checkInterfaces(&cfg); err != nil {
 		return nil, err
 	}
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started { // after the start, the lock goes when Suricata exits
+			lock.Close()
+		}
+	}()
 	if err := writeFiles(&cfg); err != nil {
 		return nil, err
 	}
@@ -111,8 +121,10 @@ func Start(ctx context.Context, cfg Config) (*Monitor, error) {
 		return nil, fmt.Errorf("starting suricata (%s): %w", cmd, err)
 	}
 	m := &Monitor{cfg: cfg, cmd: cmd, exited: make(chan struct{}), reader: NewReader(eveFile(cfg))}
+	started = true
 	go func() {
 		m.waitErr = cmd.Wait()
+		lock.Close()
 		close(m.exited)
 	}()
 
@@ -170,6 +182,30 @@ func checkInterfaces(cfg *Config) error {
 		}
 		return nil
 	})
+}
+
+// lockDir takes the monitor directory's lock, which a monitor holds until Suricata
+// exits: a second Suricata started in the same directory would delete the first one's
+// EVE file and pid file, and two inline ones on the same interfaces would each pass on
+// every frame, so the second start is refused.
+func lockDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating monitor directory: %w", err)
+	}
+	// O_CLOEXEC (Go's default): Suricata does not inherit the lock, whose holder is this
+	// process until Suricata exits.
+	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the monitor's lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("a monitor already runs in %s", dir)
+		}
+		return nil, fmt.Errorf("locking the monitor directory %s: %w", dir, err)
+	}
+	return f, nil
 }
 
 // writeFiles creates the monitor's directory with its configuration, its rules and the

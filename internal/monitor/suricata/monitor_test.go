@@ -420,6 +420,24 @@ func TestStartErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "two distinct interfaces") {
 		t.Errorf("IPS on one interface: got %v, want it refused", err)
 	}
+	// One Suricata per directory: a second start while the first runs is refused, and
+	// the directory is free again once the first stopped.
+	dir := t.TempDir()
+	cfg := suricata.Config{Mode: suricata.Passive, Netns: nsM, Interface: "lo", Dir: dir}
+	first, err := suricata.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { first.Stop() })
+	if err := start(cfg); err == nil || !strings.Contains(err.Error(), "a monitor already runs in "+dir) {
+		t.Errorf("second monitor in one directory: got %v, want it refused", err)
+	}
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(cfg); err != nil {
+		t.Errorf("start after the first monitor stopped: %v", err)
+	}
 }
 
 // An NFQUEUE monitor in a namespace that routes between client and server: netfilter
