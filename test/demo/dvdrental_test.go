@@ -44,7 +44,7 @@ func TestDVDRentalDemoRunsToTheEnd(t *testing.T) {
 	if strings.Contains(out, "FAIL") || !strings.Contains(out, "every outcome as expected") {
 		t.Fatalf("demo did not report every outcome as expected:\n%s", out)
 	}
-	if n := strings.Count(out, "  ok "); n != 14 {
-		t.Errorf("demo reported %d ok outcomes, want 14:\n%s", n, out)
+	if n := strings.Count(out, "  ok "); n != 23 {
+		t.Errorf("demo reported %d ok outcomes, want 23:\n%s", n, out)
 	}
 }

@@ -185,6 +185,7 @@ type yamlConfig struct {
 	Detect            yamlDetect    `yaml:"detect"`
 	Stats             yamlEnabledIv `yaml:"stats"`
 	Security          *yamlSecurity `yaml:"security,omitempty"`
+	ExceptionPolicy   string        `yaml:"exception-policy"`
 }
 
 type yamlSecurity struct {
@@ -342,6 +343,11 @@ func (c *Config) Rendered() ([]byte, error) {
 		// Checksums are not checked: packets from veths carry partial checksums that the
 		// kernel completes only on the way out of the machine.
 		Stream: yamlStream{ChecksumValidation: false, Inline: "auto", Midstream: true},
+		// Suricata 7's exception policies default, inline, to dropping a flow whose
+		// stream or application protocol it cannot follow: a connection a tap starts to
+		// redirect after it opened (picked up midstream, its parser lost) would be cut.
+		// What passes is the rules' decision, not the engine's.
+		ExceptionPolicy: "ignore",
 		// Suricata switches off its capture interfaces' receive offloads (GRO, LRO), which
 		// would merge packets into ones larger than its capture frames, and restores them
 		// on exit.

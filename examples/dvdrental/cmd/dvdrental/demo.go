@@ -44,6 +44,7 @@ type demo struct {
 	procs    map[string]*exec.Cmd // by endpoint (app)
 	monitors []*suricata.Monitor
 	rampart  string // the CLI, for the commands the demo shows
+	lua      string // the integrity monitor's Lua script
 	socket   string
 	serving  map[string][]string // each service's serve arguments, for a restart
 	failures int
@@ -69,6 +70,9 @@ func runDemo(args []string) error {
 	}
 	d := &demo{api: api.NewClient(*socket), self: self, work: *work, pgBin: *pgBin, eps: map[string]api.Endpoint{},
 		procs: map[string]*exec.Cmd{}, serving: map[string][]string{}, rampart: *rampart, socket: *socket}
+	if d.lua, err = filepath.Abs(filepath.Join(*examples, "monitor", "integrity.lua")); err != nil {
+		return err
+	}
 	defer d.api.Close()
 	defer d.stop()
 	ctx, stop := signalContext()
@@ -112,7 +116,7 @@ func runDemo(args []string) error {
 	d.expect("carol created", d.customerDo(ctx, "create-user", "user-create", "", "carol", "") == nil, true)
 	d.expect("user-create read alice's balance: the leak goes unseen", d.logContains("user-create.log", "read alice's balance"), true)
 
-	step("monitors: dvd/ids-pg (PostgreSQL, inline) running Suricata 7")
+	step("monitors: dvd/ids-pg (PostgreSQL, inline) and dvd/ids-http (HTTP, passive), each running Suricata 7")
 	pg, err := d.addMonitor(ctx, "ids-pg", "pgsql")
 	if err != nil {
 		return err
@@ -120,6 +124,17 @@ func runDemo(args []string) error {
 	pgMon, err := d.runSuricata(ctx, pg, suricata.IPS, fmt.Sprintf(
 		`drop tcp %s any -> %s %d (msg:"request-specific: user-create may insert customers, not read them"; flow:to_server,established; content:"SELECT"; nocase; sid:2000001; rev:1;)`,
 		d.ip("user-create"), d.ip("db"), pgPort))
+	if err != nil {
+		return err
+	}
+	web, err := d.addMonitor(ctx, "ids-http", "http")
+	if err != nil {
+		return err
+	}
+	integrity := func(action string) string {
+		return fmt.Sprintf(`%s http any any -> any %d (msg:"request integrity: a rental billed to another customer than the renter"; flow:to_server,established; lua:integrity.lua; sid:2000002; rev:1;)`, action, httpPort)
+	}
+	webMon, err := d.runSuricata(ctx, web, suricata.Passive, integrity("alert"))
 	if err != nil {
 		return err
 	}
@@ -141,6 +156,41 @@ func runDemo(args []string) error {
 	}
 	d.expect("an honest rental through the PostgreSQL monitor: alice billed for r3",
 		d.customerDo(ctx, "rent", "contract-update", "r3", "alice", "d3") == nil && d.chargesFor(ctx, "r3") == "r3 alice 399", true)
+
+	step("request integrity, mirror: the compromised contract-update bills bob for alice's rental, the monitor sees it")
+	if err := d.compromise(ctx, "contract-update", "bill-other"); err != nil {
+		return err
+	}
+	d.expect("rental r4 accepted", d.customerDo(ctx, "rent", "contract-update", "r4", "alice", "d1") == nil, true)
+	d.expect("bob billed for r4: a mirror only watches", d.chargesFor(ctx, "r4") == "r4 bob 399", true)
+	d.expect("the monitor raised the integrity alert", d.waitAlert(ctx, webMon, 2000002, suricata.Allowed), true)
+
+	inline := filepath.Join(*examples, "03-tap-policy-inline.mg")
+	step("request integrity, inline (" + inline + "): the billing request for another customer is dropped")
+	if err := d.stopMonitor(webMon); err != nil {
+		return err
+	}
+	if webMon, err = d.runSuricata(ctx, web, suricata.IPS, integrity("drop")); err != nil {
+		return err
+	}
+	if err := d.cli("tap", "policy", "apply", "-f", inline); err != nil {
+		return err
+	}
+	d.expect("rental r5 refused: its billing never reached user-update", d.customerDo(ctx, "rent", "contract-update", "r5", "alice", "d2") != nil, true)
+	d.expect("nobody billed for r5", d.chargesFor(ctx, "r5") == "", true)
+	d.expect("the monitor dropped the billing request", d.waitAlert(ctx, webMon, 2000002, suricata.Blocked), true)
+	if err := d.compromise(ctx, "contract-update", ""); err != nil {
+		return err
+	}
+	d.expect("an honest rental through both inline monitors: alice billed for r6",
+		d.customerDo(ctx, "rent", "contract-update", "r6", "alice", "d3") == nil && d.chargesFor(ctx, "r6") == "r6 alice 399", true)
+
+	step("fail closed: the inline HTTP monitor stops")
+	if err := d.stopMonitor(webMon); err != nil {
+		return err
+	}
+	d.expect("rental r7 refused while its monitor is down: no way around it", d.customerDo(ctx, "rent", "contract-update", "r7", "alice", "d1") != nil, true)
+	d.expect("nobody billed for r7", d.chargesFor(ctx, "r7") == "", true)
 	if err := d.cli("tap", "list"); err != nil {
 		return err
 	}
@@ -456,14 +506,28 @@ func (d *demo) addMonitor(ctx context.Context, name string, inspects ...string) 
 // runSuricata runs Suricata in monitor ep: passive on its receive interface, or inline
 // between its receive and return interfaces. It stops with the demo.
 func (d *demo) runSuricata(ctx context.Context, ep api.Endpoint, mode suricata.Mode, rules ...string) (*suricata.Monitor, error) {
-	m, err := suricata.Start(ctx, suricata.Config{Mode: mode, Netns: ep.Netns, Interface: "tap-rx", PeerInterface: "tap-tx",
-		Dir: filepath.Join(d.work, "suricata-"+ep.Name), Rules: rules})
+	cfg := suricata.Config{Mode: mode, Netns: ep.Netns, Interface: "tap-rx", PeerInterface: "tap-tx",
+		Dir: filepath.Join(d.work, fmt.Sprintf("suricata-%s-%d", ep.Name, len(d.monitors))), Rules: rules}
+	if strings.Contains(strings.Join(rules, "\n"), "lua:") {
+		cfg.LuaRules = true
+		cfg.LuaScripts = []string{d.lua}
+	}
+	m, err := suricata.Start(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("Suricata in %s: %w", ep.Name, err)
 	}
 	d.monitors = append(d.monitors, m)
 	fmt.Printf("  Suricata %s in %s/%s, started in %v\n", mode, ep.Namespace, ep.Name, m.StartupTime().Round(time.Millisecond))
 	return m, nil
+}
+
+// stopMonitor stops a monitor's Suricata.
+func (d *demo) stopMonitor(m *suricata.Monitor) error {
+	if err := m.Stop(); err != nil {
+		return fmt.Errorf("stopping Suricata: %w", err)
+	}
+	fmt.Printf("  Suricata in %s stopped\n", m.Dir())
+	return nil
 }
 
 // waitAlert waits up to 15 s for the monitor's alert sid with action, and prints it.
