@@ -333,7 +333,7 @@ func (r *Result) Table() string {
 			}
 			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s | %s |\n", c.Name, p.Round+1, p.Counters.MirroredPackets,
 				p.Counters.CopiesLost, p.Monitor.KernelPackets, p.Monitor.KernelDrops,
-				c.format(benchkit.Float(metric(c, p.Tap)), 0, 0), c.format(benchkit.Float(metric(c, p.Base)), 0, 0))
+				c.text(p.Tap), c.text(p.Base))
 		}
 	}
 	if len(r.Errors) > 0 {
@@ -354,6 +354,14 @@ func (r *Result) find(name string) *CaseResult {
 		}
 	}
 	return nil
+}
+
+// text renders one measurement in the case's unit.
+func (c *CaseResult) text(m Measurement) string {
+	if c.Metric == metricLatency && m.Web != nil {
+		return c.format(benchkit.Float(m.Web.P50Us), benchkit.Float(m.Web.P90Us), benchkit.Float(m.Web.P99Us))
+	}
+	return c.format(benchkit.Float(metric(c, m)), 0, 0)
 }
 
 // format renders a case's value in its unit (latency: p50/p90/p99).

@@ -234,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 				}
 				out.Samples = append(out.Samples, s)
 				fmt.Fprintf(r.log, "round %d/%d %-22s %s vs %s%s\n", round+1, r.cfg.Repeats, c.Name,
-					out.format(benchkit.Float(metric(out, s.Tap)), 0, 0), out.format(benchkit.Float(metric(out, s.Base)), 0, 0), lostNote(s))
+					out.text(s.Tap), out.text(s.Base), lostNote(s))
 			}
 		}
 		ci += len(ph.cases)
