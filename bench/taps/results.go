@@ -17,6 +17,7 @@ const Schema = "rampart.bench.taps/v1"
 // Case names.
 const (
 	CaseAAThroughput       = "aa-throughput"       // no tap vs no tap, iperf3
+	CaseMirrorNoReader     = "mirror-no-reader"    // the copies' cost alone: nothing reads them
 	CaseMirrorThroughput   = "mirror-throughput"   // Table II, A, B and S on one node
 	CaseAAWeb              = "aa-web"              // no tap vs no tap, web server at its maximum rate
 	CaseMirrorWeb          = "mirror-web"          // Table III
@@ -328,11 +329,15 @@ func (r *Result) Table() string {
 			continue
 		}
 		for _, p := range c.Samples {
-			if p.Counters == nil || p.Monitor == nil {
+			if p.Counters == nil {
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s | %s |\n", c.Name, p.Round+1, p.Counters.MirroredPackets,
-				p.Counters.CopiesLost, p.Monitor.KernelPackets, p.Monitor.KernelDrops,
+			mp, md := "-", "-"
+			if p.Monitor != nil {
+				mp, md = fmt.Sprint(p.Monitor.KernelPackets), fmt.Sprint(p.Monitor.KernelDrops)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %s | %s |\n", c.Name, p.Round+1, p.Counters.MirroredPackets,
+				p.Counters.CopiesLost, mp, md,
 				c.text(p.Tap), c.text(p.Base))
 		}
 	}

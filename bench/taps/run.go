@@ -98,10 +98,12 @@ type caseDef struct {
 
 // phase is a monitor configuration and the cases measured with it running.
 type phase struct {
-	name  string
-	mode  suricata.Mode
-	rules []string
-	cases []*caseDef
+	name string
+	// noMonitor runs the phase with nothing reading S's interfaces.
+	noMonitor bool
+	mode      suricata.Mode
+	rules     []string
+	cases     []*caseDef
 }
 
 type runner struct {
@@ -212,8 +214,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	pairID := 0
 	ci := 0
 	for _, ph := range phases {
-		if err := r.startMonitor(ctx, ph); err != nil {
-			return fail(err)
+		if !ph.noMonitor {
+			if err := r.startMonitor(ctx, ph); err != nil {
+				return fail(err)
+			}
 		}
 		for round := range r.cfg.Repeats {
 			for k := range ph.cases {
@@ -238,20 +242,27 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			}
 		}
 		ci += len(ph.cases)
-		if err := r.mon.Stop(); err != nil {
-			return fail(fmt.Errorf("stopping suricata (%s): %w", ph.name, err))
+		if r.mon != nil {
+			if err := r.mon.Stop(); err != nil {
+				return fail(fmt.Errorf("stopping suricata (%s): %w", ph.name, err))
+			}
+			r.mon = nil
 		}
-		r.mon = nil
 	}
 	return res, nil
 }
 
 func lostNote(s Sample) string {
-	if s.Counters == nil || s.Monitor == nil {
+	switch {
+	case s.Counters == nil:
 		return ""
+	case s.Counters.RedirectedPackets > 0 && s.Monitor != nil:
+		return fmt.Sprintf("  redirected %d, monitor passed %d dropped %d", s.Counters.RedirectedPackets, s.Monitor.Accepted, s.Monitor.Blocked)
+	case s.Monitor == nil:
+		return fmt.Sprintf("  mirrored %d, copies lost %d", s.Counters.MirroredPackets, s.Counters.CopiesLost)
 	}
-	return fmt.Sprintf("  mirrored %d redirected %d, copies lost %d, monitor kernel drops %d of %d",
-		s.Counters.MirroredPackets, s.Counters.RedirectedPackets, s.Counters.CopiesLost, s.Monitor.KernelDrops, s.Monitor.KernelPackets)
+	return fmt.Sprintf("  mirrored %d, copies lost %d, monitor kernel drops %d of %d",
+		s.Counters.MirroredPackets, s.Counters.CopiesLost, s.Monitor.KernelDrops, s.Monitor.KernelPackets)
 }
 
 func (c *Config) validate() error {
@@ -293,6 +304,10 @@ func (r *runner) phases() []phase {
 	// outgoing traffic of A": all of it, which also lets flushStats's probe through.
 	tableII := []string{"--endpoint", "bench/a", "--monitor", monitorRef, "--action", "mirror", "--direction", "egress"}
 	return []phase{
+		{name: "no reader", noMonitor: true, cases: []*caseDef{
+			mk(CaseMirrorNoReader, "iperf3 A -> B, A's outgoing traffic mirrored to S with nothing reading the copies: "+
+				"the dataplane's share of the mirror's cost", metricThroughput, "mirror", "", 0, nil, tableII, r.iperf),
+		}},
 		{name: "passive", mode: suricata.Passive,
 			rules: []string{`alert tcp any any -> any any (msg:"rampart-attack"; content:"rampart-attack"; sid:1000001; rev:1;)`},
 			cases: []*caseDef{
@@ -448,9 +463,11 @@ func (r *runner) pair(ctx context.Context, c *caseDef, round, pairID int, tapFir
 // deletes the contract again. A run whose tap did not act (nothing mirrored or redirected)
 // is an error, not a sample: the tap must have been in the path it claims to measure.
 func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) (err error) {
-	before, err := r.mon.Stats(ctx)
-	if err != nil {
-		return fmt.Errorf("reading suricata counters: %w", err)
+	var before, after suricata.CaptureStats
+	if r.mon != nil {
+		if before, err = r.mon.Stats(ctx); err != nil {
+			return fmt.Errorf("reading suricata counters: %w", err)
+		}
 	}
 	name := fmt.Sprintf("%s-%d", c.Name, pairID)
 	if _, err := r.agent.CLI(ctx, time.Minute, append([]string{"tap", "add", name}, c.tapArgs...)...); err != nil {
@@ -468,9 +485,10 @@ func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) 
 	if s.Tap, err = c.measure(ctx); err != nil {
 		return err
 	}
-	after, err := r.flushStats(ctx, before)
-	if err != nil {
-		return err
+	if r.mon != nil {
+		if after, err = r.flushStats(ctx, before); err != nil {
+			return err
+		}
 	}
 	out, err := r.agent.CLI(ctx, time.Minute, "tap", "get", name, "-o", "json")
 	if err != nil {
@@ -488,6 +506,12 @@ func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) 
 	deleted = true
 	if _, err := r.agent.CLI(ctx, time.Minute, "tap", "delete", name); err != nil {
 		return fmt.Errorf("deleting tap: %w", err)
+	}
+	if r.mon == nil {
+		if s.Counters.MirroredPackets+s.Counters.RedirectedPackets == 0 {
+			return fmt.Errorf("tap %s mirrored and redirected nothing: the tap was not in the path", name)
+		}
+		return nil
 	}
 	s.Monitor = &MonitorRun{KernelPackets: after.KernelPackets - before.KernelPackets, KernelDrops: after.KernelDrops - before.KernelDrops,
 		Accepted: after.Accepted - before.Accepted, Blocked: after.Blocked - before.Blocked}
