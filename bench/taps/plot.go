@@ -18,7 +18,7 @@ func WritePlot(res *Result, path string) error {
 	p := plot.New()
 	p.Title.Text = "flow taps: with tap / no tap (latency: no tap / tap)"
 	p.Y.Label.Text = "ratio"
-	p.Y.Min, p.Y.Max = 0, 1.2
+	p.Y.Min, p.Y.Max = 0, 1.4 // room for the legend above the bars
 	var vals plotter.Values
 	var errs plotter.YErrors
 	var names []string
@@ -81,8 +81,7 @@ func WritePlot(res *Result, path string) error {
 		p.Legend.Add(m.label, sc)
 	}
 	p.NominalX(names...)
-	p.Legend.Top, p.Legend.Left = false, true
-	p.Legend.YOffs = -vg.Points(4)
+	p.Legend.Top, p.Legend.Left = true, false
 	img := vgimg.New(10*vg.Inch, 4.5*vg.Inch)
 	p.Draw(draw.New(img))
 	f, err := os.Create(path)

@@ -50,11 +50,20 @@ func run() int {
 		cpu        = flag.Int("cpu", -2, "pin iperf3, fortio and the web server to this CPU, -1 for no pinning (default: the last CPU); Suricata runs on the others")
 		noPlot     = flag.Bool("no-plot", false, "do not write the PNG plot")
 		failOnMiss = flag.Bool("fail-on-miss", false, "exit 3 if a case misses its target")
+		replot     = flag.String("replot", "", "draw the plot of a saved JSON report next to it, and exit")
 	)
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "tapbench: unexpected arguments %v\n", flag.Args())
 		return 2
+	}
+	if *replot != "" {
+		var res taps.Result
+		if err := benchkit.Replot(*replot, &res, func(path string) error { return taps.WritePlot(&res, path) }); err != nil {
+			fmt.Fprintf(os.Stderr, "tapbench: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	cfg := taps.DefaultConfig()
 	if *quick {
