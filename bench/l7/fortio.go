@@ -72,6 +72,10 @@ type fortioJSON struct {
 	SocketCount int
 }
 
+// ParseFortio reads fortio's JSON report (`fortio load -json -`), for the benchmarks
+// that run fortio too.
+func ParseFortio(b []byte) (LoadRun, error) { return parseFortio(b) }
+
 // parseFortio reads fortio's JSON report.
 func parseFortio(b []byte) (LoadRun, error) {
 	var f fortioJSON

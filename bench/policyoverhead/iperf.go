@@ -33,6 +33,13 @@ type iperfJSON struct {
 	} `json:"end"`
 }
 
+// ParseIperf reads iperf3's JSON report (`iperf3 -J`), for the benchmarks that run
+// iperf3 too.
+func ParseIperf(out []byte) (IperfResult, error) { return parseIperf(out) }
+
+// IperfRetryable says whether an iperf3 failure means the server is not reachable yet.
+func IperfRetryable(err error) bool { return iperfRetryable(err) }
+
 // parseIperf reads iperf3's JSON report. iperf3 reports failures inside the JSON (with a
 // non-zero exit), so an "error" field is returned as an error.
 func parseIperf(out []byte) (IperfResult, error) {

@@ -1,0 +1,685 @@
+package taps
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
+	"github.com/rampartnet/rampart/bench/l7"
+	"github.com/rampartnet/rampart/bench/policyoverhead"
+	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/monitor/suricata"
+)
+
+// Config controls a run.
+type Config struct {
+	Quick bool
+	// Repeats is the number of rounds; a round measures every case of a monitor phase once,
+	// each as a pair with a no-tap sample right next to it.
+	Repeats        int
+	IperfSeconds   int           // iperf3 -t
+	WebDuration    time.Duration // each fortio run
+	WebConnections int           // fortio -c of the maximum-rate runs
+	LatencyQPS     float64       // fortio -qps of the fixed-rate (latency) runs
+	// SlowRules is the size of the slowed monitor's rule set: rules without a fast
+	// pattern, so Suricata evaluates every one of them on every packet.
+	SlowRules int
+	Rampartd  string
+	Rampart   string
+	// Self runs the web server subcommand (see Subcommand) inside the server endpoint.
+	Self     string
+	Iperf3   string
+	Fortio   string
+	Suricata string // "" looks suricata up on PATH
+	// CPU pins the measured processes (iperf3 and fortio, both ends) to this CPU; -1 for
+	// no pinning. Suricata then runs on the other CPUs, as a monitor with CPUs of its own.
+	CPU    int
+	OutDir string
+	NoPlot bool
+	Log    io.Writer
+}
+
+// DefaultConfig is the full run: about five minutes on a 2-core VM.
+func DefaultConfig() Config {
+	return Config{
+		Repeats:        5,
+		IperfSeconds:   2,
+		WebDuration:    3 * time.Second,
+		WebConnections: 8,
+		LatencyQPS:     1000,
+		SlowRules:      30,
+		Iperf3:         "iperf3",
+		Fortio:         "fortio",
+		CPU:            runtime.NumCPU() - 1,
+		OutDir:         "bench/results",
+	}
+}
+
+// QuickConfig is the smoke run for CI: every case once, short runs.
+func QuickConfig() Config {
+	c := DefaultConfig()
+	c.Quick = true
+	c.Repeats = 1
+	c.IperfSeconds = 1
+	c.WebDuration = time.Second
+	return c
+}
+
+const (
+	benchNamespace = "bench"
+	monitorRef     = "sec/s"
+	iperfPort      = 5201
+	webPort        = 8080
+	webPath        = "/v1" // what l7.ServeHTTP answers
+	connectTimeout = 10 * time.Second
+	statsTimeout   = 30 * time.Second
+	flushTimeout   = 60 * time.Second // a monitor far behind works through its ring first
+	flushSlack     = 50               // packets of flushStats's probes in one second
+	latencyConns   = 4
+)
+
+// caseDef is a case: how to measure it and which tap it adds for the measurement (none:
+// the A/A control).
+type caseDef struct {
+	CaseResult
+	tapArgs []string // rampart tap add arguments after the name; nil: no tap
+	measure func(ctx context.Context) (Measurement, error)
+}
+
+// phase is a monitor configuration and the cases measured with it running.
+type phase struct {
+	name string
+	// noMonitor runs the phase with nothing reading S's interfaces.
+	noMonitor bool
+	mode      suricata.Mode
+	rules     []string
+	cases     []*caseDef
+}
+
+type runner struct {
+	cfg         Config
+	log         io.Writer
+	daemons     benchkit.Daemons
+	agent       *benchkit.Agent
+	a, b        *benchkit.Endpoint
+	monitorNS   string
+	mon         *suricata.Monitor
+	monitorCPUs []int
+	workDir     string
+}
+
+// Run measures every case and returns the report (also written to cfg.OutDir).
+// Everything it creates is removed before it returns, also on error.
+func Run(ctx context.Context, cfg Config) (res *Result, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the benchmark needs root (network namespaces, BPF)")
+	}
+	suricataBin, err := suricata.Binary(cfg.Suricata)
+	if err != nil {
+		return nil, fmt.Errorf("the monitor: %w", err)
+	}
+	cfg.Suricata = suricataBin
+	r := &runner{cfg: cfg, log: cfg.Log}
+	if r.log == nil {
+		r.log = io.Discard
+	}
+	if cfg.CPU >= 0 {
+		for c := range runtime.NumCPU() {
+			if c != cfg.CPU {
+				r.monitorCPUs = append(r.monitorCPUs, c)
+			}
+		}
+	}
+	cidr := benchkit.PodCIDRs(1)[0]
+	res = &Result{
+		Schema:  Schema,
+		Started: time.Now(),
+		Host:    hostInfo(cfg),
+		Settings: Settings{
+			Quick: cfg.Quick, Repeats: cfg.Repeats, IperfSeconds: cfg.IperfSeconds, WebSeconds: cfg.WebDuration.Seconds(),
+			WebConnections: cfg.WebConnections, LatencyQPS: cfg.LatencyQPS, CPU: cfg.CPU, MonitorCPUs: r.monitorCPUs,
+			Instance: "tb" + benchkit.Suffix(), PodCIDR: cidr.String(),
+			Monitor: "Suricata in passive mode (AF_PACKET on the monitor endpoint's tap-rx, one worker thread, " +
+				"one content rule); inline cases: Suricata in AF_PACKET IPS mode between tap-rx and tap-tx",
+			SlowMonitor: fmt.Sprintf("the same passive Suricata with %d pcre rules without a fast pattern, "+
+				"evaluated on every packet", cfg.SlowRules),
+			SlowRules: cfg.SlowRules,
+		},
+		Placements: placements(),
+	}
+	phases := r.phases()
+	for _, ph := range phases {
+		for _, c := range ph.cases {
+			res.Cases = append(res.Cases, c.CaseResult)
+		}
+	}
+	var cleanups []func() error
+	defer func() {
+		if r.mon != nil {
+			if cerr := r.mon.Stop(); cerr != nil {
+				res.Errors = append(res.Errors, "clean-up: stopping suricata: "+cerr.Error())
+			}
+		}
+		if cerr := r.daemons.StopAll(); cerr != nil {
+			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
+		}
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			if cerr := cleanups[i](); cerr != nil {
+				res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
+			}
+		}
+		res.Finished = time.Now()
+		res.Host.LoadEnd = benchkit.LoadAverage()
+		summarize(res.Cases)
+		if werr := r.write(res); werr != nil && err == nil {
+			err = werr
+		}
+	}()
+	fail := func(e error) (*Result, error) {
+		res.Errors = append(res.Errors, e.Error())
+		return res, e
+	}
+	stats, restoreStats, err := benchkit.BPFStatsOff()
+	if err != nil {
+		return fail(err)
+	}
+	res.Host.BPFStats = stats
+	cleanups = append(cleanups, restoreStats)
+	if r.workDir, err = os.MkdirTemp("", "rp-bench-taps-"); err != nil {
+		return fail(fmt.Errorf("creating work directory: %w", err))
+	}
+	cleanups = append(cleanups, func() error { return os.RemoveAll(r.workDir) })
+	if err := benchkit.EnsureBPFFS(); err != nil {
+		return fail(err)
+	}
+	if err := r.setup(ctx, res.Settings.Instance, cidr, &cleanups); err != nil {
+		return fail(err)
+	}
+
+	// The cases of a phase share a monitor; the no-tap side of every pair runs with that
+	// monitor idle, so a pair differs only by the tap.
+	pairID := 0
+	ci := 0
+	for _, ph := range phases {
+		if !ph.noMonitor {
+			if err := r.startMonitor(ctx, ph); err != nil {
+				return fail(err)
+			}
+		}
+		for round := range r.cfg.Repeats {
+			for k := range ph.cases {
+				// Rotate the order each round so no case always follows the same other one.
+				idx := (k + round) % len(ph.cases)
+				c := ph.cases[idx]
+				if ctx.Err() != nil {
+					res.Incomplete = true
+					return fail(fmt.Errorf("interrupted in round %d: %w", round+1, ctx.Err()))
+				}
+				out := &res.Cases[ci+idx]
+				s, err := r.pair(ctx, c, round, pairID, pairID%2 == 1)
+				pairID++
+				if err != nil {
+					out.Errors = append(out.Errors, fmt.Sprintf("round %d: %v", round+1, err))
+					fmt.Fprintf(r.log, "round %d/%d %-22s error: %v\n", round+1, r.cfg.Repeats, c.Name, err)
+					continue
+				}
+				out.Samples = append(out.Samples, s)
+				fmt.Fprintf(r.log, "round %d/%d %-22s %s vs %s%s\n", round+1, r.cfg.Repeats, c.Name,
+					out.text(s.Tap), out.text(s.Base), lostNote(s))
+			}
+		}
+		ci += len(ph.cases)
+		if r.mon != nil {
+			if err := r.mon.Stop(); err != nil {
+				return fail(fmt.Errorf("stopping suricata (%s): %w", ph.name, err))
+			}
+			r.mon = nil
+		}
+	}
+	return res, nil
+}
+
+func lostNote(s Sample) string {
+	switch {
+	case s.Counters == nil:
+		return ""
+	case s.Counters.RedirectedPackets > 0 && s.Monitor != nil:
+		return fmt.Sprintf("  redirected %d, monitor passed %d dropped %d", s.Counters.RedirectedPackets, s.Monitor.Accepted, s.Monitor.Blocked)
+	case s.Monitor == nil:
+		return fmt.Sprintf("  mirrored %d, copies lost %d", s.Counters.MirroredPackets, s.Counters.CopiesLost)
+	}
+	return fmt.Sprintf("  mirrored %d, copies lost %d, monitor kernel drops %d of %d",
+		s.Counters.MirroredPackets, s.Counters.CopiesLost, s.Monitor.KernelDrops, s.Monitor.KernelPackets)
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Repeats < 1:
+		return errors.New("repeats must be at least 1")
+	case c.IperfSeconds < 1:
+		return errors.New("iperf3 duration must be at least 1 s")
+	case c.WebDuration < time.Second:
+		return errors.New("web duration must be at least 1 s")
+	case c.WebConnections < 1 || c.LatencyQPS <= 0:
+		return errors.New("web connections and latency rate must be positive")
+	case c.SlowRules < 1:
+		return errors.New("the slowed monitor needs at least one rule")
+	case c.CPU >= runtime.NumCPU():
+		return fmt.Errorf("CPU %d: this machine has %d", c.CPU, runtime.NumCPU())
+	case c.Rampartd == "" || c.Rampart == "" || c.Self == "":
+		return errors.New("need the rampartd, rampart and benchmark binaries")
+	case c.Fortio == "" || c.Iperf3 == "":
+		return errors.New("need iperf3 and fortio")
+	}
+	return nil
+}
+
+// phases are the monitor configurations with their cases, in order.
+func (r *runner) phases() []phase {
+	// B's web traffic: --port is the tapped endpoint's own port (docs/taps.md).
+	webTap := func(action string) []string {
+		return []string{"--endpoint", "bench/b", "--monitor", monitorRef, "--action", action,
+			"--protocol", "TCP", "--port", strconv.Itoa(webPort)}
+	}
+	const passive = "Suricata, passive"
+	mk := func(name, desc, metric, action, monitor string, target float64, pub *Published, tapArgs []string,
+		measure func(context.Context) (Measurement, error)) *caseDef {
+		return &caseDef{CaseResult: CaseResult{Name: name, Description: desc, Metric: metric, Action: action,
+			Monitor: monitor, Target: target, Published: pub}, tapArgs: tapArgs, measure: measure}
+	}
+	// Table II mirrors A's outgoing traffic, as the paper's S "passively monitor[s]
+	// outgoing traffic of A": all of it, which also lets flushStats's probe through.
+	tableII := []string{"--endpoint", "bench/a", "--monitor", monitorRef, "--action", "mirror", "--direction", "egress"}
+	return []phase{
+		{name: "no reader", noMonitor: true, cases: []*caseDef{
+			mk(CaseMirrorNoReader, "iperf3 A -> B, A's outgoing traffic mirrored to S with nothing reading the copies: "+
+				"the dataplane's share of the mirror's cost", metricThroughput, "mirror", "", 0, nil, tableII, r.iperf),
+		}},
+		{name: "passive", mode: suricata.Passive,
+			rules: []string{`alert tcp any any -> any any (msg:"rampart-attack"; content:"rampart-attack"; sid:1000001; rev:1;)`},
+			cases: []*caseDef{
+				mk(CaseAAThroughput, "A/A control: iperf3 A -> B, no tap on both sides of the pair", metricThroughput, "none", "", 0, nil, nil, r.iperf),
+				mk(CaseMirrorThroughput, "Table II, A, B and S on one node: iperf3 A -> B, A's outgoing traffic mirrored to S",
+					metricThroughput, "mirror", passive, TargetMirrorThroughput,
+					&Published{Source: "FlowTap Table II, A, B, S on one node", Baseline: 12000, Tap: 9100, Unit: "Mbit/s", Ratio: 9100.0 / 12000},
+					tableII, r.iperf),
+				mk(CaseAAWeb, "A/A control: web server B at its maximum rate (fortio in A), no tap on both sides", metricRate, "none", "", 0, nil, nil, r.webMax),
+				mk(CaseMirrorWeb, "Table III: web server B at its maximum rate, its traffic mirrored to S", metricRate, "mirror", passive,
+					TargetMirrorWeb, &Published{Source: "FlowTap Table III", Baseline: 3195, Tap: 3004, Unit: "req/s", Ratio: 3004.0 / 3195},
+					webTap("mirror"), r.webMax),
+			}},
+		{name: "slow", mode: suricata.Passive, rules: slowRules(r.cfg.SlowRules),
+			cases: []*caseDef{
+				mk(CaseMirrorSlow, "iperf3 A -> B mirrored to a monitor that falls behind (heavy rule set): copies lost", metricThroughput,
+					"mirror", "Suricata, passive, heavy rules", 0, nil, tableII, r.iperf),
+			}},
+		{name: "inline", mode: suricata.IPS,
+			rules: []string{`drop tcp any any -> any any (msg:"rampart-attack"; content:"rampart-attack"; sid:1000002; rev:1;)`},
+			cases: []*caseDef{
+				mk(CaseRedirectThroughput, "iperf3 A -> B redirected through Suricata inline (IPS) in S", metricThroughput, "redirect",
+					"Suricata, IPS", 0, nil, []string{"--endpoint", "bench/a", "--monitor", monitorRef, "--action", "redirect"}, r.iperf),
+				mk(CaseRedirectLatency, fmt.Sprintf("requests to web server B at %.0f/s redirected through Suricata inline: p50/p90/p99", r.cfg.LatencyQPS),
+					metricLatency, "redirect", "Suricata, IPS", 0, nil, webTap("redirect"), r.webFixed),
+			}},
+	}
+}
+
+// slowRules are n rules without a content (so no fast pattern prefilters them): each runs
+// its regular expression over every packet's payload.
+func slowRules(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf(`alert tcp any any -> any any (msg:"slow %d"; pcre:"/z%04d[a-f]{8}/"; sid:%d; rev:1;)`, i, i, 2000000+i)
+	}
+	return out
+}
+
+// setup starts the agent with endpoints A (client), B (servers) and the monitor endpoint S.
+func (r *runner) setup(ctx context.Context, instance string, cidr netip.Prefix, cleanups *[]func() error) error {
+	fmt.Fprintf(r.log, "starting the agent (instance %s, %s)\n", instance, cidr)
+	r.agent = benchkit.NewAgent(r.cfg.Rampartd, r.cfg.Rampart, instance, r.workDir, cidr)
+	*cleanups = append(*cleanups, r.agent.Stop)
+	if err := r.agent.Start(ctx, &r.daemons); err != nil {
+		return err
+	}
+	var err error
+	if r.a, err = r.agent.AddEndpoint(ctx, benchNamespace, "a", []string{"app=a"}, benchkit.HostAddr(cidr, 10)); err != nil {
+		return err
+	}
+	if r.b, err = r.agent.AddEndpoint(ctx, benchNamespace, "b", []string{"app=b"}, benchkit.HostAddr(cidr, 11)); err != nil {
+		return err
+	}
+	out, err := r.agent.CLI(ctx, time.Minute, "endpoint", "add", monitorRef, "--monitor", "--ip", benchkit.HostAddr(cidr, 12).String(), "-o", "json")
+	if err != nil {
+		return fmt.Errorf("adding the monitor endpoint: %w", err)
+	}
+	var s api.Endpoint
+	if err := json.Unmarshal(out, &s); err != nil {
+		return fmt.Errorf("reading the monitor endpoint: %w", err)
+	}
+	if s.Netns == "" {
+		return fmt.Errorf("monitor endpoint %s has no network namespace", monitorRef)
+	}
+	r.monitorNS = s.Netns
+	if _, err := r.daemons.Start("iperf3 server", r.b.Command(context.Background(),
+		r.pin(r.cfg.Iperf3, "-s", "-p", strconv.Itoa(iperfPort))...)); err != nil {
+		return err
+	}
+	if _, err := r.daemons.Start("web server", r.b.Command(context.Background(),
+		r.pin(r.cfg.Self, "http-server", "--listen", fmt.Sprintf(":%d", webPort))...)); err != nil {
+		return err
+	}
+	return r.waitServer(ctx, netip.AddrPortFrom(r.b.IP, webPort))
+}
+
+// waitServer polls until the server accepts a connection from A.
+func (r *runner) waitServer(ctx context.Context, addr netip.AddrPort) error {
+	deadline := time.Now().Add(connectTimeout)
+	for {
+		out, err := benchkit.RunOutput(ctx, 30*time.Second, func(ctx context.Context) *exec.Cmd {
+			return r.a.Command(ctx, r.cfg.Self, "probe", "--addr", addr.String())
+		})
+		if err == nil && strings.TrimSpace(string(out)) == benchkit.ProbeConnected {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("web server %s not reachable from A: %s %v", addr, out, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// startMonitor starts the phase's Suricata in S on the CPUs the measured processes do not
+// use.
+func (r *runner) startMonitor(ctx context.Context, ph phase) error {
+	dir, err := os.MkdirTemp(r.workDir, "suricata-"+ph.name+"-")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(r.log, "starting suricata (%s, %d rules)\n", ph.name, len(ph.rules))
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	m, err := suricata.Start(sctx, suricata.Config{Mode: ph.mode, Netns: r.monitorNS, Interface: "tap-rx",
+		PeerInterface: "tap-tx", Dir: dir, Rules: ph.rules, Binary: r.cfg.Suricata, StartTimeout: 90 * time.Second})
+	if err != nil {
+		return fmt.Errorf("starting suricata (%s): %w", ph.name, err)
+	}
+	r.mon = m
+	if len(r.monitorCPUs) > 0 {
+		if err := benchkit.PinProcess(m.Pid(), r.monitorCPUs); err != nil {
+			return fmt.Errorf("pinning suricata: %w", err)
+		}
+	}
+	// Its counters are published once a second: wait for the first.
+	_, err = r.settledStats(ctx)
+	return err
+}
+
+// pair measures case c with its tap and without, back to back, in the order tapFirst says.
+func (r *runner) pair(ctx context.Context, c *caseDef, round, pairID int, tapFirst bool) (s Sample, err error) {
+	s.Round, s.Pair, s.TapFirst = round, pairID, tapFirst
+	base := func() (err error) {
+		s.Base, err = c.measure(ctx)
+		return err
+	}
+	withTap := func() error {
+		if c.tapArgs == nil {
+			var err error
+			s.Tap, err = c.measure(ctx)
+			return err
+		}
+		return r.tapped(ctx, c, pairID, &s)
+	}
+	steps := []func() error{base, withTap}
+	if tapFirst {
+		steps[0], steps[1] = steps[1], steps[0]
+	}
+	for _, f := range steps {
+		if err := f(); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// tapped adds the case's tap contract, measures, reads its counters and the monitor's, and
+// deletes the contract again. A run whose tap did not act (nothing mirrored or redirected)
+// is an error, not a sample: the tap must have been in the path it claims to measure.
+func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) (err error) {
+	var before, after suricata.CaptureStats
+	if r.mon != nil {
+		if before, err = r.mon.Stats(ctx); err != nil {
+			return fmt.Errorf("reading suricata counters: %w", err)
+		}
+	}
+	name := fmt.Sprintf("%s-%d", c.Name, pairID)
+	if _, err := r.agent.CLI(ctx, time.Minute, append([]string{"tap", "add", name}, c.tapArgs...)...); err != nil {
+		return fmt.Errorf("adding tap: %w", err)
+	}
+	deleted := false
+	defer func() {
+		if deleted {
+			return
+		}
+		if _, derr := r.agent.CLI(context.WithoutCancel(ctx), time.Minute, "tap", "delete", name); derr != nil {
+			err = errors.Join(err, fmt.Errorf("deleting tap: %w", derr))
+		}
+	}()
+	if s.Tap, err = c.measure(ctx); err != nil {
+		return err
+	}
+	if r.mon != nil {
+		if after, err = r.flushStats(ctx, before); err != nil {
+			return err
+		}
+	}
+	out, err := r.agent.CLI(ctx, time.Minute, "tap", "get", name, "-o", "json")
+	if err != nil {
+		return fmt.Errorf("reading tap: %w", err)
+	}
+	var tp api.Tap
+	if err := json.Unmarshal(out, &tp); err != nil {
+		return fmt.Errorf("reading tap: %w", err)
+	}
+	if tp.Counters == nil {
+		return fmt.Errorf("tap %s has no counters (monitor problem: %q)", name, tp.MonitorProblem)
+	}
+	s.Counters = &TapCounters{MirroredPackets: tp.Counters.MirroredPackets, RedirectedPackets: tp.Counters.RedirectedPackets,
+		DroppedByMonitor: tp.Counters.DroppedByMonitor, CopiesLost: tp.Counters.CopiesLost}
+	deleted = true
+	if _, err := r.agent.CLI(ctx, time.Minute, "tap", "delete", name); err != nil {
+		return fmt.Errorf("deleting tap: %w", err)
+	}
+	if r.mon == nil {
+		if s.Counters.MirroredPackets+s.Counters.RedirectedPackets == 0 {
+			return fmt.Errorf("tap %s mirrored and redirected nothing: the tap was not in the path", name)
+		}
+		return nil
+	}
+	s.Monitor = &MonitorRun{KernelPackets: after.KernelPackets - before.KernelPackets, KernelDrops: after.KernelDrops - before.KernelDrops,
+		Accepted: after.Accepted - before.Accepted, Blocked: after.Blocked - before.Blocked}
+	switch c.Action {
+	case "mirror":
+		if s.Counters.MirroredPackets == 0 || s.Monitor.KernelPackets+s.Monitor.KernelDrops == 0 {
+			return fmt.Errorf("tap %s mirrored %d packets, monitor saw %d: the tap was not in the path", name,
+				s.Counters.MirroredPackets, s.Monitor.KernelPackets)
+		}
+	case "redirect":
+		// Inline, Suricata counts what it passed on (ips.accepted) and dropped.
+		if s.Counters.RedirectedPackets == 0 || s.Monitor.Accepted+s.Monitor.Blocked == 0 {
+			return fmt.Errorf("tap %s redirected %d packets, monitor passed %d: the tap was not in the path", name,
+				s.Counters.RedirectedPackets, s.Monitor.Accepted)
+		}
+	}
+	return nil
+}
+
+// settledStats waits for Suricata's first published counters after it starts.
+func (r *runner) settledStats(ctx context.Context) (suricata.CaptureStats, error) {
+	deadline := time.Now().Add(statsTimeout)
+	for {
+		cur, err := r.mon.Stats(ctx)
+		if err == nil {
+			return cur, nil
+		}
+		if time.Now().After(deadline) {
+			return cur, fmt.Errorf("reading suricata counters: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return cur, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// flushStats returns Suricata's counters once they include a run that just ended. Its
+// capture thread publishes them only while packets arrive (once a second), so the last
+// second of a run shows up only with later traffic: flushStats sends some, a connection
+// from A to B's web port through the tap still in place, once a second until the
+// counters have moved past before and then stopped moving but for that probe traffic.
+// The probes' few packets are counted with the run.
+func (r *runner) flushStats(ctx context.Context, before suricata.CaptureStats) (suricata.CaptureStats, error) {
+	total := func(c suricata.CaptureStats) uint64 { return c.KernelPackets + c.KernelDrops + c.Accepted + c.Blocked }
+	deadline := time.Now().Add(flushTimeout)
+	prev := before
+	for {
+		if _, err := benchkit.RunOutput(ctx, 10*time.Second, func(ctx context.Context) *exec.Cmd {
+			return r.a.Command(ctx, r.cfg.Self, "probe", "--addr", netip.AddrPortFrom(r.b.IP, webPort).String())
+		}); err != nil {
+			return prev, fmt.Errorf("flushing suricata counters: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return prev, ctx.Err()
+		case <-time.After(1100 * time.Millisecond):
+		}
+		cur, err := r.mon.Stats(ctx)
+		if err != nil {
+			return prev, fmt.Errorf("reading suricata counters: %w", err)
+		}
+		if total(cur) > total(before) && total(cur)-total(prev) <= flushSlack && prev != before {
+			return cur, nil
+		}
+		if time.Now().After(deadline) {
+			return cur, fmt.Errorf("suricata counters still moving %v after the run (%d packets in the last second)",
+				flushTimeout, total(cur)-total(prev))
+		}
+		prev = cur
+	}
+}
+
+// pin prefixes argv with taskset when the measured processes are pinned.
+func (r *runner) pin(argv ...string) []string {
+	if r.cfg.CPU < 0 {
+		return argv
+	}
+	return append([]string{"taskset", "-c", strconv.Itoa(r.cfg.CPU)}, argv...)
+}
+
+// iperf runs one iperf3 client in A against B, retrying while the server is starting.
+func (r *runner) iperf(ctx context.Context) (Measurement, error) {
+	deadline := time.Now().Add(connectTimeout)
+	for {
+		out, runErr := benchkit.RunOutput(ctx, time.Duration(r.cfg.IperfSeconds)*time.Second+30*time.Second, func(ctx context.Context) *exec.Cmd {
+			return r.a.Command(ctx, r.pin(r.cfg.Iperf3, "-c", r.b.IP.String(), "-p", strconv.Itoa(iperfPort),
+				"-t", strconv.Itoa(r.cfg.IperfSeconds), "-J")...)
+		})
+		res, err := policyoverhead.ParseIperf(out)
+		if err == nil {
+			return Measurement{Iperf: &res}, nil
+		}
+		if runErr != nil && len(out) == 0 {
+			err = runErr
+		}
+		if !policyoverhead.IperfRetryable(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return Measurement{}, fmt.Errorf("iperf3: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return Measurement{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// webMax runs fortio in A against B's web server as fast as its connections go.
+func (r *runner) webMax(ctx context.Context) (Measurement, error) {
+	return r.web(ctx, 0, r.cfg.WebConnections)
+}
+
+// webFixed runs fortio at the fixed latency rate.
+func (r *runner) webFixed(ctx context.Context) (Measurement, error) {
+	return r.web(ctx, r.cfg.LatencyQPS, latencyConns)
+}
+
+func (r *runner) web(ctx context.Context, qps float64, conns int) (Measurement, error) {
+	url := fmt.Sprintf("http://%s%s", netip.AddrPortFrom(r.b.IP, webPort), webPath)
+	argv := r.pin(r.cfg.Fortio, "load", "-qps", strconv.FormatFloat(qps, 'f', 0, 64), "-c", strconv.Itoa(conns),
+		"-t", r.cfg.WebDuration.String(), "-uniform", "-r", "0.00001", "-p", "50,90,99",
+		"-loglevel", "Error", "-log-errors=false", "-json", "-", url)
+	out, err := benchkit.RunOutput(ctx, r.cfg.WebDuration+time.Minute, func(ctx context.Context) *exec.Cmd {
+		return r.a.Command(ctx, argv...)
+	})
+	if err != nil {
+		return Measurement{}, fmt.Errorf("fortio: %w", err)
+	}
+	run, err := l7.ParseFortio(out)
+	if err != nil {
+		return Measurement{}, err
+	}
+	if run.Errors > 0 {
+		return Measurement{}, fmt.Errorf("fortio: %d of %d responses not 200 (%v)", run.Errors, run.Requests, run.RetCodes)
+	}
+	run.Histogram = nil // the percentiles are kept; the buckets would only bloat the report
+	return Measurement{Web: &run}, nil
+}
+
+// write stores the JSON report, the markdown table and the plot.
+func (r *runner) write(res *Result) error {
+	plot := func(path string) error {
+		if r.cfg.NoPlot {
+			return nil
+		}
+		res.PlotPath = path
+		return WritePlot(res, path)
+	}
+	base, err := benchkit.WriteReport(r.cfg.OutDir, res.baseName(), res, res.Table(), plot)
+	if err != nil {
+		return err
+	}
+	res.JSONPath = base + ".json"
+	return nil
+}
+
+func hostInfo(cfg Config) HostInfo {
+	h := HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Kernel: benchkit.Kernel(), LoadStart: benchkit.LoadAverage()}
+	h.Hostname, _ = os.Hostname()
+	if out, err := exec.Command(cfg.Iperf3, "--version").Output(); err == nil {
+		h.Iperf3, _, _ = strings.Cut(string(out), "\n")
+	}
+	if out, err := exec.Command(cfg.Fortio, "version").Output(); err == nil {
+		h.Fortio = "fortio " + strings.TrimSpace(string(out))
+	}
+	if v, err := suricata.Version(cfg.Suricata); err == nil {
+		h.Suricata = v
+	}
+	return h
+}
