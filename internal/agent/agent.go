@@ -41,15 +41,18 @@ type Agent struct {
 	host bool
 
 	// mu serialises changes and guards the fields below it.
-	mu       sync.Mutex
-	model    *model
-	cur      *desired
-	ifindex  map[uint32]uint32 // ep id -> host veth ifindex
-	degraded string
-	prox     Proxy       // the L7 proxy, nil until some state has L7 rules (see proxy.go)
-	sets     *setStore   // the CIDR set files
-	store    *stateStore // the state directory
-	proxyErr string      // why the proxy could not be started
+	mu      sync.Mutex
+	model   *model
+	cur     *desired
+	ifindex map[uint32]uint32 // ep id -> host veth ifindex
+	// inlineMonitors are the local monitors the installed tap rules name, and whether one
+	// redirects through each (applyTaps); nil until the first installation.
+	inlineMonitors map[string]bool
+	degraded       string
+	prox           Proxy       // the L7 proxy, nil until some state has L7 rules (see proxy.go)
+	sets           *setStore   // the CIDR set files
+	store          *stateStore // the state directory
+	proxyErr       string      // why the proxy could not be started
 	// proxyRouted: the node namespace routes steered packets to the proxy (RouteToProxy).
 	proxyRouted bool
 

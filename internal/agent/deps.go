@@ -60,6 +60,9 @@ type Network interface {
 	// DeleteMonitorLinks deletes them (none is no error).
 	CreateMonitorLinks(ep endpoint.Endpoint, attach func(rx, tx string) error) (endpoint.MonitorLinks, error)
 	DeleteMonitorLinks(namespace, name string) error
+	// SetMonitorInline prepares a monitor's receive veth for an inline monitor (complete
+	// checksums, frames of the MTU) or for copies only.
+	SetMonitorInline(namespace, name string, inline bool) error
 }
 
 var _ Network = endpoint.Node{}

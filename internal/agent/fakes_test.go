@@ -42,6 +42,8 @@ func (f *fakeNetwork) CreateMonitorLinks(ep endpoint.Endpoint, attach func(rx, t
 
 func (f *fakeNetwork) DeleteMonitorLinks(namespace, name string) error { return nil }
 
+func (f *fakeNetwork) SetMonitorInline(namespace, name string, inline bool) error { return nil }
+
 func (f *fakeNetwork) Setup() error    { return nil }
 func (f *fakeNetwork) Teardown() error { return nil }
 func (f *fakeNetwork) NetnsPath() string {

@@ -185,8 +185,47 @@ func (a *Agent) applyTaps(old, new *desired, force bool) error {
 		}
 		return errNoTaps
 	}
+	// Monitors that turn inline are prepared before a packet is redirected to them; those
+	// that no longer are, once nothing is.
+	inline := inlineMonitors(new.taps.Rules)
+	for key, on := range inline {
+		if on && !a.inlineMonitors[key] {
+			if err := a.setMonitorInline(key, true); err != nil {
+				return err
+			}
+		}
+	}
 	if err := a.dp.Taps.ReplaceTaps(new.taps.Rules); err != nil {
 		return fmt.Errorf("tap rules: %w", err)
+	}
+	for key, on := range inline {
+		if !on && (a.inlineMonitors == nil || a.inlineMonitors[key]) {
+			if err := a.setMonitorInline(key, false); err != nil {
+				a.log.Warn("preparing a monitor for copies only", "monitor", key, "error", err)
+			}
+		}
+	}
+	a.inlineMonitors = inline
+	return nil
+}
+
+// inlineMonitors maps each local monitor the rules name to whether some rule redirects
+// through it.
+func inlineMonitors(rules []tap.Rule) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range rules {
+		if m := r.Monitor; m != nil && m.Node == "" {
+			key := m.Namespace + "/" + m.Name
+			out[key] = out[key] || r.Effect == tap.EffectRedirect
+		}
+	}
+	return out
+}
+
+func (a *Agent) setMonitorInline(key string, on bool) error {
+	ns, name, _ := strings.Cut(key, "/")
+	if err := a.net.SetMonitorInline(ns, name, on); err != nil {
+		return fmt.Errorf("monitor %s: %w", key, err)
 	}
 	return nil
 }

@@ -115,15 +115,7 @@ func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) 
 		} {
 			_ = writeSysctl(k, "1") // a kernel without IPv6 has nothing to quiet
 		}
-		if err := writeSysctl("net/ipv4/conf/"+ml.HostTx+"/rp_filter", "0"); err != nil {
-			return err
-		}
-		// What the node sends the monitor leaves with its checksums complete and in
-		// packets of the MTU: an inline monitor (AF_PACKET IPS) writes out the frames it
-		// read as they are, and a partial checksum (left for the NIC that a veth never
-		// reaches) or a GSO frame larger than the MTU would not arrive. Without transmit
-		// checksum offload the kernel completes both before the frame enters the veth.
-		return setTxChecksum(ml.HostRx, false)
+		return writeSysctl("net/ipv4/conf/"+ml.HostTx+"/rp_filter", "0")
 	})
 	if err != nil {
 		return ml, err
@@ -185,6 +177,19 @@ func (n Node) DeleteMonitorLinks(namespace, name string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SetMonitorInline prepares the receive veth of monitor endpoint namespace/name for an
+// inline monitor, or back for copies only. An inline monitor (AF_PACKET IPS) writes out the
+// frames it read as they are: a partial checksum (left for a NIC that a veth never
+// reaches) or a GSO frame larger than the MTU would not arrive, so for it the node sends
+// with checksums complete and in packets of the MTU (transmit checksum offload off, and
+// with it segmentation offload). That costs the sender a checksum and a segmentation per
+// packet, which copies alone do not need: a passive monitor reads large frames and does
+// not check checksums.
+func (n Node) SetMonitorInline(namespace, name string, inline bool) error {
+	rx, _ := n.MonitorHostIfNames(namespace, name)
+	return Do(n.NetnsPath(), func() error { return setTxChecksum(rx, !inline) })
 }
 
 // setTxChecksum turns transmit checksum offload of interface ifname (in the calling
