@@ -454,32 +454,17 @@ func probeDB(args []string) int {
 }
 
 func charges(args []string) error {
-	fs := flag.NewFlagSet("charges", flag.ExitOnError)
-	addr := fs.String("db", "", "PostgreSQL HOST:PORT")
-	fs.Parse(args)
-	db, err := openDB(*addr)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	rows, err := db.Query("SELECT rental, username, amount FROM charges ORDER BY rental, username")
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r, u string
-		var a int
-		if err := rows.Scan(&r, &u, &a); err != nil {
-			return err
-		}
-		fmt.Println(r, u, a)
-	}
-	return rows.Err()
+	return printRows("charges", args, "SELECT rental, username, amount::text FROM charges ORDER BY rental, username")
 }
 
 func customers(args []string) error {
-	fs := flag.NewFlagSet("customers", flag.ExitOnError)
+	return printRows("customers", args, "SELECT name FROM users ORDER BY name")
+}
+
+// printRows prints the rows of query (text columns), one line each, from the database
+// the --db flag of args names.
+func printRows(cmd string, args []string, query string) error {
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
 	addr := fs.String("db", "", "PostgreSQL HOST:PORT")
 	fs.Parse(args)
 	db, err := openDB(*addr)
@@ -487,17 +472,25 @@ func customers(args []string) error {
 		return err
 	}
 	defer db.Close()
-	rows, err := db.Query("SELECT name FROM users ORDER BY name")
+	rows, err := db.Query(query)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return err
+	}
+	vals := make([]string, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
 	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
+		if err := rows.Scan(ptrs...); err != nil {
 			return err
 		}
-		fmt.Println(n)
+		fmt.Println(strings.Join(vals, " "))
 	}
 	return rows.Err()
 }
