@@ -142,7 +142,7 @@ func (a *app) tapCompile() *cobra.Command {
 // printCompiled prints a tap policy's contracts and unplaced requests, with their
 // derivations when explain.
 func (a *app) printCompiled(p api.TapPolicy, explain bool) {
-	a.printf("%d contracts:\n", len(p.Contracts))
+	a.printf("%s:\n", count(len(p.Contracts), "contract"))
 	for _, c := range p.Contracts {
 		port := "any port"
 		if c.Port != 0 {
@@ -158,7 +158,7 @@ func (a *app) printCompiled(p api.TapPolicy, explain bool) {
 		a.printDerivations(c.Why, "    ")
 	}
 	if len(p.Unplaced) > 0 {
-		a.printf("%d requests no monitor could take:\n", len(p.Unplaced))
+		a.printf("%s no monitor could take:\n", count(len(p.Unplaced), "request"))
 	}
 	for _, u := range p.Unplaced {
 		a.printf("  %s: %s\n", u.Request, u.Reason)
@@ -185,4 +185,12 @@ func (a *app) printDerivations(ds []api.TapDerivation, indent string) {
 			a.printDerivations(p.Why, indent+"    ")
 		}
 	}
+}
+
+// count is "1 thing" or "n things".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

@@ -105,7 +105,7 @@ func TestTapCompileCommand(t *testing.T) {
 		`placed: per-node: the least loaded of the monitors on node local that inspect "pgsql"`,
 		"by rule at line 2: inspect(", `  critical("dvd/db"), derived:`, `by rule at line 1: critical(S) :- label(S,"app","db").`,
 		`label("dvd/db","app","db")`,
-		"1 requests no monitor could take:",
+		"1 request no monitor could take:",
 		"      critical(\"dvd/db\"), derived:\n", `inspect("dvd/web","http"`, `no monitors on node local inspect "http"`,
 	} {
 		if !strings.Contains(out, want) {
@@ -143,7 +143,7 @@ func TestTapPolicyCommands(t *testing.T) {
 		t.Fatalf("apply: %d %s %s", code, out, errOut)
 	}
 	out, _, code = runFake(t, f, "", "tap", "policy", "get")
-	for _, want := range []string{"tap policy taps.mg", "error: the last recompilation failed", "monitor gone", "1 contracts:", "---\n" + cliPolicy} {
+	for _, want := range []string{"tap policy taps.mg", "error: the last recompilation failed", "monitor gone", "1 contract:", "---\n" + cliPolicy} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("policy get lacks %q:\n%s", want, out)
 		}
