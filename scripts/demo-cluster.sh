@@ -51,7 +51,14 @@ marketplace() { "$BIN/marketplace" "$1" -cluster "$RAMPART_CLUSTER_DIR" -expecte
 # the command it interrupted).
 exec 3>&1
 cleanup() {
+	local rc=$?
 	set +e
+	# By exit status rather than in the INT trap: when the foreground child handles SIGINT
+	# and exits 130 itself, bash never runs the INT trap, and set -e ends the script here.
+	case $rc in
+	130) echo >&3; echo "demo-cluster: interrupted; cleaning up" >&3 ;;
+	143) echo "demo-cluster: terminated; cleaning up" >&3 ;;
+	esac
 	echo "== stopping the cluster" >&3
 	if ! bash scripts/cluster.sh stop >"$work/stop.log" 2>&1; then
 		echo "demo-cluster: stopping the cluster failed:" >&3
@@ -60,8 +67,10 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-trap 'echo >&3; echo "demo-cluster: interrupted; cleaning up" >&3; exit 130' INT
-trap 'echo "demo-cluster: terminated; cleaning up" >&3; exit 143' TERM
+# The handlers ignore the signal before exiting: otherwise bash 5.2 can take the pending
+# interrupt as a second one and quit in the middle of the EXIT trap, leaving everything.
+trap 'trap "" INT; exit 130' INT
+trap 'trap "" TERM; exit 143' TERM
 
 echo
 echo "== starting a two-node cluster (--tunnel $tunnel between the nodes; state and logs in $RAMPART_CLUSTER_DIR)"

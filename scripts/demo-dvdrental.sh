@@ -45,8 +45,10 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
+# The handlers ignore the signal before exiting: otherwise bash 5.2 can take the pending
+# interrupt as a second one and quit in the middle of the EXIT trap, leaving everything.
+trap 'trap "" TERM; exit 143' TERM
+trap 'trap "" INT; exit 130' INT
 
 echo "== starting the agent (instance $inst, node namespace $node)"
 "$BIN/rampartd" --instance "$inst" --state-dir "$work/state" --socket "$sock" --node-netns "$node" \

@@ -65,8 +65,10 @@ cleanup() {
 }
 trap cleanup EXIT
 # Make SIGTERM and SIGINT run the EXIT trap (the test harness stops the demo with SIGTERM).
-trap 'exit 143' TERM
-trap 'exit 130' INT
+# The handlers ignore the signal before exiting: otherwise bash 5.2 can take the pending
+# interrupt as a second one and quit in the middle of the EXIT trap, leaving everything.
+trap 'trap "" TERM; exit 143' TERM
+trap 'trap "" INT; exit 130' INT
 
 # ---- outcome bookkeeping -------------------------------------------------------------
 results=()
