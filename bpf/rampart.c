@@ -790,6 +790,13 @@ int rampart_from_monitor(struct __sk_buff *skb)
 	return tap_return(skb);
 }
 
+/* tc ingress on the tap tunnel device: copies from other nodes for local monitors (tap.h). */
+SEC("tc")
+int rampart_from_tap_tunnel(struct __sk_buff *skb)
+{
+	return tap_tunnel_ingress(skb);
+}
+
 /* tc egress on a fabric interface: into the IP-in-IP overlay (ipip.h). */
 SEC("tc")
 int rampart_to_ipip(struct __sk_buff *skb)

@@ -450,6 +450,9 @@ struct cidr6_key {
 #define TAP_F_FAIL_OPEN (1u << 1)  /* redirect, monitor unavailable: pass untapped */
 #define TAP_F_ICMP_TYPE (1u << 2)  /* match icmp_type (ICMP only) */
 #define TAP_F_ICMP_CODE (1u << 3)  /* match icmp_code (ICMP only) */
+#define TAP_F_REMOTE (1u << 4)     /* mirror to a monitor on another node: rx_ifindex is
+                                    * the tap tunnel device, remote_node and monitor_key
+                                    * the copy's tunnel key */
 
 struct tap_rule {
 	__be32 src_addr; /* the packet's source within src_addr/src_mask (network order) */
@@ -471,6 +474,9 @@ struct tap_rule {
 	__u8 icmp_type;
 	__u8 icmp_code;
 	__u8 pad[2];
+	__be32 remote_node; /* TAP_F_REMOTE: the monitor's node address (network order) */
+	__u32 monitor_key;  /* TAP_F_REMOTE: the VNI naming the monitor on its node (the low
+	                     * 24 bits of its address; tap_monitor_keys there) */
 };
 
 struct tap_set {
@@ -515,6 +521,9 @@ struct tap_stats {
 	__u64 unavailable_drops; /* redirect with the monitor unavailable: dropped */
 	__u64 unavailable_passed; /* the same with fail-open: passed untapped */
 	__u64 rejected;          /* contract 0: sent by a monitor, not diverted (dropped) */
+	__u64 remote_delivered;  /* contract 0: copies from other nodes given to a monitor */
+	__u64 remote_lost;       /* contract 0: copies from other nodes for no monitor here, or
+	                          * that its interface did not take */
 };
 
 /* tap_ifaces: the host sides of monitors' veths, by ifindex. */

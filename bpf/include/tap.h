@@ -29,6 +29,18 @@
  *             (REASON_TAP_MONITOR_UNAVAILABLE), unless the rule has TAP_F_FAIL_OPEN: then
  *             it passes untapped.
  *
+ * Monitors on other nodes receive copies only (mirror): a rule with TAP_F_REMOTE gives the
+ * packet a tunnel key (the monitor's node, and as VNI the monitor's key, the low 24 bits
+ * of its address) and clones it into the node's tap tunnel device, a collect_md VXLAN
+ * device of its own port with no program on its egress, so the key stays the rule's. On
+ * the monitor's node rampart_from_tap_tunnel (tap_tunnel_ingress) takes what that device
+ * decapsulates from known nodes only and hands it to the monitor the key names
+ * (tap_monitor_keys), or drops it: a copy is never delivered anywhere but into a
+ * monitor. A redirect is never sent to another node: its packets would have to come back
+ * with their identity, which the tunnel key has no room for; such a rule is unavailable
+ * (fails closed). The original keeps the tunnel key it was given; it is harmless: the
+ * node's routing and the VXLAN overlay replace it, and a veth drops it.
+ *
  * A packet that came back from a monitor (skb->ingress_ifindex a monitor's tx interface)
  * is not tapped again. Packets handed to the L7 proxy socket at the client's veth are
  * mirrored but not diverted: they go to the proxy, not to their destination. Later
@@ -95,6 +107,16 @@ struct {
 	__type(value, struct tap_iface);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tap_ifaces SEC(".maps");
+
+/* The low 24 bits of a local monitor's address (tap_rule.monitor_key on the sending node)
+ * -> the host side of its receive veth. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RAMPART_MAX_ENDPOINTS);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tap_monitor_keys SEC(".maps");
 
 static __always_inline int tap_rule_match(const struct tap_rule *r, const struct pkt *p, __u8 dir)
 {
@@ -267,6 +289,17 @@ static __always_inline int tap_steered(struct __sk_buff *skb)
 	return cfg && cfg->steer_mark && (skb->mark & cfg->steer_mark) == cfg->steer_mark;
 }
 
+/* tap_remote_key gives the packet the tunnel key of a copy for a monitor on another node. */
+static __always_inline int tap_remote_key(struct __sk_buff *skb, const struct tap_rule *r)
+{
+	struct bpf_tunnel_key key = {};
+
+	key.remote_ipv4 = bpf_ntohl(r->remote_node);
+	key.tunnel_id = r->monitor_key;
+	key.tunnel_ttl = TUNNEL_TTL;
+	return bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX);
+}
+
 /* tap_apply runs the endpoint's first matching tap rule on a packet its policy point
  * passes; returns the tc verdict. */
 __noinline int tap_apply(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
@@ -291,7 +324,9 @@ __noinline int tap_apply(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
 	rx = r->rx_ifindex;
 	c = tap_counters_of(r->contract_id);
 	if (r->action == TAP_ACTION_MIRROR) {
-		if (!(r->flags & TAP_F_MONITOR_UP) || bpf_clone_redirect(skb, rx, 0)) {
+		if (!(r->flags & TAP_F_MONITOR_UP) ||
+		    ((r->flags & TAP_F_REMOTE) && tap_remote_key(skb, r) < 0) ||
+		    bpf_clone_redirect(skb, rx, 0)) {
 			if (c)
 				c->copies_lost++;
 		} else if (c) {
@@ -306,7 +341,7 @@ __noinline int tap_apply(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
 		/* Handed to the L7 proxy's socket (bpf_sk_assign): it goes to the proxy, which
 		 * the monitor cannot sit in front of. */
 		return TC_ACT_OK;
-	if (r->flags & TAP_F_MONITOR_UP) {
+	if ((r->flags & (TAP_F_MONITOR_UP | TAP_F_REMOTE)) == TAP_F_MONITOR_UP) {
 		tap_record(skb, p, ep, dir, r);
 		/* A clone and the original consumed, rather than bpf_redirect: the clone's
 		 * transmit reports at once whether the monitor's interface took the packet,
@@ -361,6 +396,42 @@ static __always_inline int tap_return(struct __sk_buff *skb)
 	 * addressed to the MAC its sender used, not this interface's: make it the host's. */
 	bpf_skb_change_type(skb, PACKET_HOST);
 	return TC_ACT_OK;
+}
+
+/* tap_tunnel_ingress takes a copy another node mirrored to a monitor of this one (tc
+ * ingress of the tap tunnel device): from a known node only, and only into the monitor its
+ * key names. */
+static __always_inline int tap_tunnel_ingress(struct __sk_buff *skb)
+{
+	struct decision d = {.dir = DIR_INGRESS};
+	struct bpf_tunnel_key key = {};
+	struct tap_stats *c = tap_counters_of(0);
+	struct peer_identity node;
+	struct pkt p = {};
+	__u32 vni, *rx;
+
+	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0) {
+		parse_packet(skb, &p);
+		/* Drop: no tunnel metadata (not from the VXLAN receive path). */
+		return drop(skb, &p, &d, REASON_MALFORMED);
+	}
+	ipcache_resolve(bpf_htonl(key.remote_ipv4), &node);
+	if (node.identity != ID_REMOTE_NODE) {
+		parse_packet(skb, &p);
+		/* Drop: the outer source is not a node; only nodes send copies. */
+		return drop(skb, &p, &d, REASON_TUNNEL_UNTRUSTED_SOURCE);
+	}
+	vni = key.tunnel_id;
+	rx = bpf_map_lookup_elem(&tap_monitor_keys, &vni);
+	if (!rx || bpf_redirect(*rx, 0) != TC_ACT_REDIRECT) {
+		if (c)
+			c->remote_lost++;
+		/* Drop: a copy for a monitor that is not (or no longer) here. */
+		return TC_ACT_SHOT;
+	}
+	if (c)
+		c->remote_delivered++;
+	return TC_ACT_REDIRECT;
 }
 
 #endif /* __RAMPART_TAP_H */

@@ -177,8 +177,9 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.dp.SetupProxy(a.net.NetnsPath(), cfg.ProxyListen); err != nil {
 		return nil, fmt.Errorf("setting up L7 proxy steering: %w", err)
 	}
-	if a.host && cfg.Tunnel != overlay.Native && !a.own.OverlayDevice {
-		a.own.OverlayDevice = true
+	if a.host && (cfg.Tunnel != overlay.Native && !a.own.OverlayDevice || !a.own.TapDevice) {
+		a.own.OverlayDevice = a.own.OverlayDevice || cfg.Tunnel != overlay.Native
+		a.own.TapDevice = true
 		if err := a.own.save(); err != nil {
 			return nil, err
 		}

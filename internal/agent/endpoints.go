@@ -169,7 +169,7 @@ func (a *Agent) monitorLinks(rec *EndpointRecord, ep endpoint.Endpoint) error {
 		return errNoTaps
 	}
 	_, err := a.net.CreateMonitorLinks(ep, func(rx, tx string) error {
-		return a.dp.Monitors.AttachMonitor(a.net.NetnsPath(), rx, tx, rec.EpID)
+		return a.dp.Monitors.AttachMonitor(a.net.NetnsPath(), rx, tx, rec.EpID, rec.IP)
 	})
 	if err != nil {
 		return fmt.Errorf("monitor interfaces of endpoint %s: %w", rec.Key(), err)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"net/netip"
 	"slices"
 	"sync"
 
@@ -36,7 +37,7 @@ func (f *fakeTaps) ReplaceTaps(rules []tap.Rule) error {
 }
 
 // AttachMonitor and DetachMonitor record the monitors whose interfaces are attached.
-func (f *fakeTaps) AttachMonitor(_, _, _ string, epID uint32) error {
+func (f *fakeTaps) AttachMonitor(_, _, _ string, epID uint32, _ netip.Addr) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.monitors == nil {

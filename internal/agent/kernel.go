@@ -99,6 +99,20 @@ func FindPins(dir string) ([]string, error) {
 type overlayKernel struct{ dp *datapath.Datapath }
 
 func (k overlayKernel) SetupOverlay(netnsPath string, mode overlay.Mode) error {
+	if err := k.setupOverlay(netnsPath, mode); err != nil {
+		return err
+	}
+	// In every mode: copies for monitors on other nodes travel in a tunnel of their own.
+	if _, err := overlay.EnsureTapDevice(netnsPath); err != nil {
+		return fmt.Errorf("setting up the tap tunnel: %w", err)
+	}
+	if _, err := k.dp.AttachTapTunnel(netnsPath, overlay.TapDeviceName); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (k overlayKernel) setupOverlay(netnsPath string, mode overlay.Mode) error {
 	if mode != overlay.IPIP {
 		// Programs left on the fabric by an IP-in-IP run of this node.
 		if err := k.dp.StopIPIP(netnsPath); err != nil {

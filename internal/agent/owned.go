@@ -50,6 +50,9 @@ type owned struct {
 	// other nodes' pod CIDRs (internal/overlay, recognised by their route protocol).
 	OverlayDevice bool `json:"overlayDevice,omitempty"`
 	OverlayRoutes bool `json:"overlayRoutes,omitempty"`
+	// TapDevice: the instance made the tap tunnel device (copies for monitors on other
+	// nodes).
+	TapDevice bool `json:"tapDevice,omitempty"`
 	// Sysctls are the node namespace's settings the instance changed, in the order it
 	// changed them, with the values they had before.
 	Sysctls []sysctlChange `json:"sysctls,omitempty"`

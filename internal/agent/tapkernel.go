@@ -15,9 +15,11 @@ import (
 // back only what it diverted.
 type Monitors interface {
 	// AttachMonitor registers the host sides rx and tx (in the node namespace at netnsPath)
-	// of monitor endpoint epID's veths.
-	AttachMonitor(netnsPath, rx, tx string, epID uint32) error
-	// DetachMonitor forgets monitor epID's interfaces and the flows diverted to it.
+	// of monitor endpoint epID's veths, and its address addr, by which other nodes send
+	// it copies.
+	AttachMonitor(netnsPath, rx, tx string, epID uint32, addr netip.Addr) error
+	// DetachMonitor forgets monitor epID's interfaces, its address and the flows diverted
+	// to it.
 	DetachMonitor(epID uint32) error
 }
 
@@ -28,42 +30,59 @@ type tapKernel struct {
 	dp *datapath.Datapath
 
 	mu       sync.Mutex
-	monitors map[uint32][2]uint32   // monitor epID -> rx, tx ifindex
-	ids      map[uint32]tap.RuleKey // the dataplane's contract ID -> the rule it counts
-	rules    map[tap.RuleKey]uint32 // and back
+	monitors map[uint32]attachedMonitor // by monitor epID
+	ids      map[uint32]tap.RuleKey     // the dataplane's contract ID -> the rule it counts
+	rules    map[tap.RuleKey]uint32     // and back
+}
+
+// attachedMonitor is a local monitor's receive and return interfaces and its address.
+type attachedMonitor struct {
+	rx, tx uint32
+	addr   netip.Addr
 }
 
 func newTapKernel(dp *datapath.Datapath) *tapKernel {
-	return &tapKernel{dp: dp, monitors: map[uint32][2]uint32{}, ids: map[uint32]tap.RuleKey{}, rules: map[tap.RuleKey]uint32{}}
+	return &tapKernel{dp: dp, monitors: map[uint32]attachedMonitor{}, ids: map[uint32]tap.RuleKey{}, rules: map[tap.RuleKey]uint32{}}
 }
 
-func (k *tapKernel) AttachMonitor(netnsPath, rx, tx string, epID uint32) error {
+func (k *tapKernel) AttachMonitor(netnsPath, rx, tx string, epID uint32, addr netip.Addr) error {
 	rxi, txi, err := k.dp.AttachMonitor(netnsPath, rx, tx, epID)
 	if err != nil {
 		return err
 	}
+	if addr.IsValid() {
+		if err := k.dp.SetMonitorKey(addr, rxi); err != nil {
+			return err
+		}
+	}
 	k.mu.Lock()
-	k.monitors[epID] = [2]uint32{rxi, txi}
+	k.monitors[epID] = attachedMonitor{rx: rxi, tx: txi, addr: addr}
 	k.mu.Unlock()
 	return nil
 }
 
 func (k *tapKernel) DetachMonitor(epID uint32) error {
 	k.mu.Lock()
-	ifs, ok := k.monitors[epID]
+	m, ok := k.monitors[epID]
 	delete(k.monitors, epID)
 	k.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	return k.dp.DetachMonitor(ifs[0], ifs[1])
+	if m.addr.IsValid() {
+		if err := k.dp.DeleteMonitorKey(m.addr); err != nil {
+			return err
+		}
+	}
+	return k.dp.DetachMonitor(m.rx, m.tx)
 }
 
 // ReplaceTaps installs rules. Each gets a contract ID of its own in the dataplane (kept
 // while the rule stays, so its counters go on), and expands into one dataplane rule per
 // direction, peer prefix and port range. A monitor that is not on this node, or not
 // attached, is down: a redirect to it drops (fails open only by its contract's setting),
-// a mirror loses its copies.
+// a mirror loses its copies. A mirror's monitor on another node gets its copies through
+// the tap tunnel (datapath.AttachTapTunnel), addressed to its node and key.
 func (k *tapKernel) ReplaceTaps(rules []tap.Rule) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -106,9 +125,16 @@ func (k *tapKernel) ReplaceTaps(rules []tap.Rule) error {
 		default:
 			base.Action = datapath.TapRedirect
 		}
-		if m := r.Monitor; m != nil && m.Node == "" && (r.Effect == tap.EffectMirror || r.Effect == tap.EffectRedirect) {
-			if ifs, ok := k.monitors[m.ID]; ok {
-				base.MonitorRx, base.MonitorTx, base.MonitorUp = ifs[0], ifs[1], true
+		switch m := r.Monitor; {
+		case m == nil || (r.Effect != tap.EffectMirror && r.Effect != tap.EffectRedirect):
+		case m.Node == "":
+			if at, ok := k.monitors[m.ID]; ok {
+				base.MonitorRx, base.MonitorTx, base.MonitorUp = at.rx, at.tx, true
+			}
+		case r.Effect == tap.EffectMirror && m.NodeAddr.IsValid() && len(m.Addrs) > 0:
+			if rx := k.dp.TapTunnelIfindex(); rx != 0 {
+				base.MonitorRx, base.MonitorUp = rx, true
+				base.RemoteNode, base.MonitorKey = m.NodeAddr, datapath.MonitorKeyOf(m.Addrs[0])
 			}
 		}
 		out = append(out, expandTapRule(base, r.Match)...)

@@ -361,7 +361,8 @@ func BenchmarkTapPolicyRelabel(b *testing.B) {
 }
 
 // Pods on other nodes are facts too: a monitor there serves its application (per-app
-// placement), and the contract names its node.
+// placement) for copies, and the contract names its node; a redirect is placed on a
+// monitor of the source's node only.
 func TestTapPolicyRemoteMonitor(t *testing.T) {
 	h := newTapHarness(t)
 	ctx := context.Background()
@@ -370,7 +371,7 @@ func TestTapPolicyRemoteMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := `placement(/per_app).
-inspect(S, "pgsql", "ingress", "TCP", 5432, "redirect") :- label(S, "app", "db").
+inspect(S, "pgsql", "ingress", "TCP", 5432, "mirror") :- label(S, "app", "db").
 `
 	if _, err := h.applyTapPolicy(src); err != nil {
 		t.Fatal(err)
@@ -384,7 +385,15 @@ inspect(S, "pgsql", "ingress", "TCP", 5432, "redirect") :- label(S, "app", "db")
 	if _, err := h.a.PutRemoteEndpoint(ctx, "sec", "ids", spec); err != nil {
 		t.Fatal(err)
 	}
-	wantRules(t, h.dp.taps, "shop/db[0] tp both TCP ports 5432 redirect -> sec/ids@n2")
+	wantRules(t, h.dp.taps, "shop/db[0] tp both TCP ports 5432 mirror -> sec/ids@n2")
+	redirect := strings.Replace(src, `"mirror"`, `"redirect"`, 1)
+	if _, err := h.applyTapPolicy(redirect); err != nil {
+		t.Fatal(err)
+	}
+	wantRules(t, h.dp.taps)
+	if pol, _ := h.a.GetTapPolicy(ctx); len(pol.Unplaced) != 1 || !strings.Contains(pol.Unplaced[0].Reason, "on node local inspect \"pgsql\" (a redirect's monitor runs on its source's node)") {
+		t.Errorf("a redirect placed on another node's monitor: unplaced %+v", pol.Unplaced)
+	}
 	res, err := h.a.CompileTapPolicy(ctx, api.TapPolicyRequest{File: "taps.mg", Source: src, Facts: true})
 	if err != nil {
 		t.Fatal(err)

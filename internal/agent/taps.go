@@ -56,8 +56,12 @@ func tapEndpoints(m *model) []tap.Endpoint {
 		})
 	}
 	for _, r := range m.remotes {
+		var nodeAddr netip.Addr
+		if n, ok := m.nodes[r.Node]; ok {
+			nodeAddr = n.Address
+		}
 		out = append(out, tap.Endpoint{
-			Namespace: r.Namespace, Name: r.Name, Node: r.Node, Monitor: r.Monitor,
+			Namespace: r.Namespace, Name: r.Name, Node: r.Node, NodeAddr: nodeAddr, Monitor: r.Monitor,
 			Labels: r.fullLabels(nsLabelsOf(m, r.Namespace)), Addrs: []netip.Addr{r.IP},
 		})
 	}

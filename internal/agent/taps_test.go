@@ -384,8 +384,8 @@ func TestTapsInstalledBeforeEndpoint(t *testing.T) {
 	}
 }
 
-// A monitor on another node: the rules name its node; a remote pod that is no monitor is
-// refused as one.
+// A monitor on another node: a mirror's rules name its node; a redirect through it fails
+// closed, saying why; a remote pod that is no monitor is refused as one.
 func TestTapsRemoteMonitor(t *testing.T) {
 	h := newTapHarness(t)
 	ctx := context.Background()
@@ -402,7 +402,14 @@ func TestTapsRemoteMonitor(t *testing.T) {
 	if _, err := h.addTaps(tapDB); err != nil {
 		t.Fatal(err)
 	}
-	wantInstalled(t, h.dp.taps, "shop/db[0] db-in ingress TCP ports 5432 redirect -> sec/ids@n2")
+	wantInstalled(t, h.dp.taps, "shop/db[0] db-in ingress TCP ports 5432 drop")
+	if got, _ := h.a.GetTap(ctx, "db-in"); !strings.Contains(got.MonitorProblem, "runs on node n2: a redirect goes through a monitor on its source's node only") {
+		t.Errorf("a redirect through another node's monitor: problem %q", got.MonitorProblem)
+	}
+	if _, err := h.addTaps(strings.Replace(tapDB, "action: Redirect", "action: Mirror", 1)); err != nil {
+		t.Fatal(err)
+	}
+	wantInstalled(t, h.dp.taps, "shop/db[0] db-in ingress TCP ports 5432 mirror -> sec/ids@n2")
 	if got, _ := h.a.GetTap(ctx, "db-in"); got.MonitorNode != "n2" {
 		t.Errorf("monitor node %q, want n2", got.MonitorNode)
 	}
@@ -410,9 +417,9 @@ func TestTapsRemoteMonitor(t *testing.T) {
 	if _, err := h.addTaps(bad); err == nil || !strings.Contains(err.Error(), "endpoint sec/app is not a monitor") {
 		t.Errorf("a remote non-monitor as monitor: %v", err)
 	}
-	// The monitor's node goes away with its pods: the redirect fails closed.
+	// The monitor's node goes away with its pods: the mirror's copies stop.
 	if err := h.a.DeleteNode(ctx, "n2"); err != nil {
 		t.Fatal(err)
 	}
-	wantInstalled(t, h.dp.taps, "shop/db[0] db-in ingress TCP ports 5432 drop")
+	wantInstalled(t, h.dp.taps, "shop/db[0] db-in ingress TCP ports 5432 pass")
 }

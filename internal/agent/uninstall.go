@@ -213,6 +213,11 @@ func undoNode(cfg Config, o *owned) []error {
 			errs = append(errs, err)
 		}
 	}
+	if o.TapDevice {
+		if err := overlay.DeleteTapDevice(node.NetnsPath()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if o.ProxyRouting {
 		if err := datapath.TeardownProxyRouting(node.NetnsPath()); err != nil {
 			errs = append(errs, err)

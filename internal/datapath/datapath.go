@@ -68,6 +68,9 @@ type Datapath struct {
 	// ipipFabric is where AttachIPIP last put the IP-in-IP programs (nil: not known in
 	// this process, so the next AttachIPIP looks at every interface). Guarded by mu.
 	ipipFabric []string
+	// tapTunnel is the tap tunnel device's index (AttachTapTunnel; 0: none in this
+	// process). Guarded by mu.
+	tapTunnel uint32
 
 	// stepHook, when set (tests), runs after each ordered step of ApplyEndpoint.
 	stepHook func(step string)

@@ -76,6 +76,7 @@ func TestHeaderConstants(t *testing.T) {
 		"TAP_F_FAIL_OPEN":       tapFFailOpen,
 		"TAP_F_ICMP_TYPE":       tapFICMPType,
 		"TAP_F_ICMP_CODE":       tapFICMPCode,
+		"TAP_F_REMOTE":          tapFRemote,
 		"TAP_IF_RX":             tapIfRx,
 		"TAP_IF_TX":             tapIfTx,
 		"RAMPART_TAP_RULES":     MaxTapRules,

@@ -319,6 +319,8 @@ type rampartTapRule struct {
 	IcmpType   uint8
 	IcmpCode   uint8
 	Pad        [2]uint8
+	RemoteNode uint32
+	MonitorKey uint32
 }
 
 type rampartTapSet struct {
@@ -340,6 +342,8 @@ type rampartTapStats struct {
 	UnavailableDrops  uint64
 	UnavailablePassed uint64
 	Rejected          uint64
+	RemoteDelivered   uint64
+	RemoteLost        uint64
 }
 
 type rampartTunnelConfig struct {
@@ -375,11 +379,13 @@ const (
 	rampartMapTapCounters             = "tap_counters"
 	rampartMapTapFlows                = "tap_flows"
 	rampartMapTapIfaces               = "tap_ifaces"
+	rampartMapTapMonitorKeys          = "tap_monitor_keys"
 	rampartMapTapSets                 = "tap_sets"
 	rampartMapTunnel                  = "tunnel"
 	rampartProgRampartFromEp          = "rampart_from_ep"
 	rampartProgRampartFromIpip        = "rampart_from_ipip"
 	rampartProgRampartFromMonitor     = "rampart_from_monitor"
+	rampartProgRampartFromTapTunnel   = "rampart_from_tap_tunnel"
 	rampartProgRampartFromTunnel      = "rampart_from_tunnel"
 	rampartProgRampartToEp            = "rampart_to_ep"
 	rampartProgRampartToIpip          = "rampart_to_ipip"
@@ -436,13 +442,14 @@ type rampartSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartProgramSpecs struct {
-	RampartFromEp      *ebpf.ProgramSpec `ebpf:"rampart_from_ep"`
-	RampartFromIpip    *ebpf.ProgramSpec `ebpf:"rampart_from_ipip"`
-	RampartFromMonitor *ebpf.ProgramSpec `ebpf:"rampart_from_monitor"`
-	RampartFromTunnel  *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel"`
-	RampartToEp        *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
-	RampartToIpip      *ebpf.ProgramSpec `ebpf:"rampart_to_ipip"`
-	RampartToTunnel    *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
+	RampartFromEp        *ebpf.ProgramSpec `ebpf:"rampart_from_ep"`
+	RampartFromIpip      *ebpf.ProgramSpec `ebpf:"rampart_from_ipip"`
+	RampartFromMonitor   *ebpf.ProgramSpec `ebpf:"rampart_from_monitor"`
+	RampartFromTapTunnel *ebpf.ProgramSpec `ebpf:"rampart_from_tap_tunnel"`
+	RampartFromTunnel    *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel"`
+	RampartToEp          *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
+	RampartToIpip        *ebpf.ProgramSpec `ebpf:"rampart_to_ipip"`
+	RampartToTunnel      *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
 }
 
 // rampartMapSpecs contains maps before they are loaded into the kernel.
@@ -472,6 +479,7 @@ type rampartMapSpecs struct {
 	TapCounters      *ebpf.MapSpec `ebpf:"tap_counters"`
 	TapFlows         *ebpf.MapSpec `ebpf:"tap_flows"`
 	TapIfaces        *ebpf.MapSpec `ebpf:"tap_ifaces"`
+	TapMonitorKeys   *ebpf.MapSpec `ebpf:"tap_monitor_keys"`
 	TapSets          *ebpf.MapSpec `ebpf:"tap_sets"`
 	Tunnel           *ebpf.MapSpec `ebpf:"tunnel"`
 }
@@ -533,6 +541,7 @@ type rampartMaps struct {
 	TapCounters      *ebpf.Map `ebpf:"tap_counters"`
 	TapFlows         *ebpf.Map `ebpf:"tap_flows"`
 	TapIfaces        *ebpf.Map `ebpf:"tap_ifaces"`
+	TapMonitorKeys   *ebpf.Map `ebpf:"tap_monitor_keys"`
 	TapSets          *ebpf.Map `ebpf:"tap_sets"`
 	Tunnel           *ebpf.Map `ebpf:"tunnel"`
 }
@@ -562,6 +571,7 @@ func (m *rampartMaps) Close() error {
 		m.TapCounters,
 		m.TapFlows,
 		m.TapIfaces,
+		m.TapMonitorKeys,
 		m.TapSets,
 		m.Tunnel,
 	)
@@ -585,13 +595,14 @@ type rampartVariables struct {
 //
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartPrograms struct {
-	RampartFromEp      *ebpf.Program `ebpf:"rampart_from_ep"`
-	RampartFromIpip    *ebpf.Program `ebpf:"rampart_from_ipip"`
-	RampartFromMonitor *ebpf.Program `ebpf:"rampart_from_monitor"`
-	RampartFromTunnel  *ebpf.Program `ebpf:"rampart_from_tunnel"`
-	RampartToEp        *ebpf.Program `ebpf:"rampart_to_ep"`
-	RampartToIpip      *ebpf.Program `ebpf:"rampart_to_ipip"`
-	RampartToTunnel    *ebpf.Program `ebpf:"rampart_to_tunnel"`
+	RampartFromEp        *ebpf.Program `ebpf:"rampart_from_ep"`
+	RampartFromIpip      *ebpf.Program `ebpf:"rampart_from_ipip"`
+	RampartFromMonitor   *ebpf.Program `ebpf:"rampart_from_monitor"`
+	RampartFromTapTunnel *ebpf.Program `ebpf:"rampart_from_tap_tunnel"`
+	RampartFromTunnel    *ebpf.Program `ebpf:"rampart_from_tunnel"`
+	RampartToEp          *ebpf.Program `ebpf:"rampart_to_ep"`
+	RampartToIpip        *ebpf.Program `ebpf:"rampart_to_ipip"`
+	RampartToTunnel      *ebpf.Program `ebpf:"rampart_to_tunnel"`
 }
 
 func (p *rampartPrograms) Close() error {
@@ -599,6 +610,7 @@ func (p *rampartPrograms) Close() error {
 		p.RampartFromEp,
 		p.RampartFromIpip,
 		p.RampartFromMonitor,
+		p.RampartFromTapTunnel,
 		p.RampartFromTunnel,
 		p.RampartToEp,
 		p.RampartToIpip,

@@ -2,7 +2,6 @@ package datapath
 
 import (
 	"encoding/binary"
-	"errors"
 	"net"
 	"net/netip"
 	"testing"
@@ -62,52 +61,6 @@ func sendIPRaw(t *testing.T, ns string, b []byte, dst netip.Addr) {
 	})
 	if err != nil {
 		t.Fatalf("sending from a raw socket: %v", err)
-	}
-}
-
-// sniffer captures every frame that arrives on an interface of a namespace (an AF_PACKET
-// socket, as a passive monitor such as Suricata reads one).
-type sniffer struct{ fd int }
-
-func newSniffer(t *testing.T, ns, ifname string) *sniffer {
-	t.Helper()
-	s := &sniffer{fd: -1}
-	err := testenv.InNetns(ns, func() error {
-		link, err := netlink.LinkByName(ifname)
-		if err != nil {
-			return err
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return err
-		}
-		s.fd = fd
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: link.Attrs().Index, Protocol: htons(unix.ETH_P_ALL)})
-	})
-	if s.fd >= 0 {
-		fd := s.fd
-		t.Cleanup(func() { unix.Close(fd) })
-	}
-	if err != nil {
-		t.Fatalf("sniffer: %v", err)
-	}
-	return s
-}
-
-// frames returns the frames captured since the last call.
-func (s *sniffer) frames(t *testing.T) [][]byte {
-	t.Helper()
-	var out [][]byte
-	for {
-		buf := make([]byte, 2048)
-		n, _, err := unix.Recvfrom(s.fd, buf, unix.MSG_DONTWAIT)
-		if errors.Is(err, unix.EAGAIN) {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("sniffer: %v", err)
-		}
-		out = append(out, buf[:n])
 	}
 }
 
@@ -200,7 +153,7 @@ func TestSpoofedSourceTraffic(t *testing.T) {
 	t.Cleanup(func() { ln.Close() })
 	svc := listenUDP(t, c.ns, netip.AddrPortFrom(c.ip, udpPort))
 	ownSrv := listenUDP(t, c.ns, netip.AddrPortFrom(c.ip, ownPort))
-	capture := newSniffer(t, c.ns, "eth0")
+	capture := testenv.NewSniffer(t, c.ns, "eth0")
 	ownCli := listenUDP(t, a.ns, netip.AddrPortFrom(a.ip, 0))
 
 	// The policy works as meant: b itself reaches the UDP service.
@@ -211,7 +164,7 @@ func TestSpoofedSourceTraffic(t *testing.T) {
 	sport := uint16(41000)
 	check := func(name string, arp bool, send func()) {
 		t.Helper()
-		capture.frames(t)
+		capture.Frames(t)
 		before, err := d.drops(1)
 		if err != nil {
 			t.Fatal(err)
@@ -221,7 +174,7 @@ func TestSpoofedSourceTraffic(t *testing.T) {
 		// once it is in, the forged one would be in too.
 		sendUDP(t, ownCli, netip.AddrPortFrom(c.ip, ownPort), 1, 8)
 		recvUDP(t, ownSrv, 1)
-		for _, f := range capture.frames(t) {
+		for _, f := range capture.Frames(t) {
 			if fromAddr(f, b.ip) {
 				t.Errorf("%s: the server's namespace received a frame from %v: % x", name, b.ip, f)
 			}

@@ -28,6 +28,7 @@ const (
 	tapFFailOpen  = 1 << 1
 	tapFICMPType  = 1 << 2
 	tapFICMPCode  = 1 << 3
+	tapFRemote    = 1 << 4
 
 	tapIfRx = 1
 	tapIfTx = 2
@@ -102,6 +103,19 @@ type TapRule struct {
 	FailOpen  bool
 	// ContractID names the contract in TapCounters: 1 .. MaxTapContracts-1.
 	ContractID uint32
+	// RemoteNode, when valid, is the address of the node the monitor runs on (TapMirror
+	// only): copies go there through the tap tunnel device (AttachTapTunnel), which is
+	// then MonitorRx, with MonitorKeyOf(the monitor's address) as VNI.
+	RemoteNode netip.Addr
+	MonitorKey uint32
+}
+
+// MonitorKeyOf is the key that names a monitor on its node to the other nodes' copies: the
+// low 24 bits of its address, which are unique among a node's pods as long as the node's
+// pod CIDR is no wider than a /8.
+func MonitorKeyOf(addr netip.Addr) uint32 {
+	a := addr.Unmap().As4()
+	return uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
 }
 
 // tapRuleOf converts r to its map form.
@@ -130,6 +144,21 @@ func tapRuleOf(r TapRule) (rampartTapRule, error) {
 		if r.Action == TapRedirect && r.MonitorTx == r.MonitorRx {
 			return out, errors.New("redirect needs distinct receive and return interfaces")
 		}
+	}
+	if r.RemoteNode.IsValid() {
+		if r.Action != TapMirror {
+			return out, errors.New("only a mirror sends to a monitor on another node")
+		}
+		if !r.RemoteNode.Unmap().Is4() {
+			return out, fmt.Errorf("monitor node %v: not IPv4", r.RemoteNode)
+		}
+		if r.MonitorKey > 0xffffff {
+			return out, fmt.Errorf("monitor key %#x: wider than a VNI", r.MonitorKey)
+		}
+		a := r.RemoteNode.Unmap().As4()
+		out.RemoteNode = binary.NativeEndian.Uint32(a[:])
+		out.MonitorKey = r.MonitorKey
+		out.Flags |= tapFRemote
 	}
 	ports := r.SourcePorts != (PortRange{}) || r.DestinationPorts != (PortRange{})
 	switch r.Protocol {
@@ -318,6 +347,10 @@ type TapCounters struct {
 	// Rejected (contract 0 only) counts packets monitors sent that belong to no flow
 	// diverted to them on that interface: dropped.
 	Rejected uint64
+	// RemoteDelivered and RemoteLost (contract 0 only) count the copies other nodes sent
+	// to this node's monitors: handed to the monitor, or dropped because no monitor here
+	// has their key.
+	RemoteDelivered, RemoteLost uint64
 }
 
 // NotReturned is how many diverted packets have not come back (yet): those the monitor
@@ -353,6 +386,8 @@ func (d *Datapath) TapCounters(contracts ...uint32) (map[uint32]TapCounters, err
 			c.UnavailableDrops += s.UnavailableDrops
 			c.UnavailablePassed += s.UnavailablePassed
 			c.Rejected += s.Rejected
+			c.RemoteDelivered += s.RemoteDelivered
+			c.RemoteLost += s.RemoteLost
 		}
 		out[id] = c
 	}
@@ -435,6 +470,62 @@ func (d *Datapath) DetachMonitor(rx, tx uint32) error {
 		if err := d.objs.TapFlows.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("detaching monitor: forgetting a diverted flow: %w", err)
 		}
+	}
+	return nil
+}
+
+const filterFromTapTunnel = "rampart_from_tap_tunnel"
+
+// AttachTapTunnel puts rampart_from_tap_tunnel on the tc ingress of ifname, the node's tap
+// tunnel device (a collect_md VXLAN device of its own port, in the namespace at
+// netnsPath), through which copies for monitors on other nodes leave and those for this
+// node's monitors arrive. It returns the device's index (TapRule.MonitorRx of remote
+// rules).
+func (d *Datapath) AttachTapTunnel(netnsPath, ifname string) (uint32, error) {
+	h, err := netlinkHandle(netnsPath)
+	if err != nil {
+		return 0, fmt.Errorf("attaching the tap tunnel to %s: %w", ifname, err)
+	}
+	defer h.Close()
+	lnk, err := h.LinkByName(ifname)
+	if err != nil {
+		return 0, fmt.Errorf("attaching the tap tunnel to %s: finding interface: %w", ifname, err)
+	}
+	idx := lnk.Attrs().Index
+	if err := h.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
+		return 0, fmt.Errorf("attaching the tap tunnel to %s: adding clsact qdisc: %w", ifname, err)
+	}
+	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromTapTunnel, d.objs.RampartFromTapTunnel)); err != nil {
+		return 0, fmt.Errorf("attaching the tap tunnel to %s: tc ingress filter: %w", ifname, err)
+	}
+	d.mu.Lock()
+	d.tapTunnel = uint32(idx)
+	d.mu.Unlock()
+	return uint32(idx), nil
+}
+
+// TapTunnelIfindex is the tap tunnel device's index, 0 when AttachTapTunnel has not run.
+func (d *Datapath) TapTunnelIfindex() uint32 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.tapTunnel
+}
+
+// SetMonitorKey lets copies from other nodes with addr's key (MonitorKeyOf) reach the
+// monitor whose receive veth's host side is rx.
+func (d *Datapath) SetMonitorKey(addr netip.Addr, rx uint32) error {
+	key := MonitorKeyOf(addr)
+	if err := d.objs.TapMonitorKeys.Update(&key, &rx, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("registering monitor %v for copies from other nodes: %w", addr, err)
+	}
+	return nil
+}
+
+// DeleteMonitorKey stops copies from other nodes with addr's key; missing is not an error.
+func (d *Datapath) DeleteMonitorKey(addr netip.Addr) error {
+	key := MonitorKeyOf(addr)
+	if err := d.objs.TapMonitorKeys.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("forgetting monitor %v for copies from other nodes: %w", addr, err)
 	}
 	return nil
 }

@@ -53,9 +53,9 @@ func TestTapMirrorThroughput(t *testing.T) {
 	var read atomic.Int64
 	stopReader := func() {}
 	if os.Getenv("RAMPART_TAP_BENCH_READER") != "0" {
-		capt := newSniffer(t, w.s.NetnsPath, endpoint.MonitorRxIfName)
+		capt := testenv.NewSniffer(t, w.s.NetnsPath, endpoint.MonitorRxIfName)
 		tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
-		if err := unix.SetsockoptTimeval(capt.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		if err := unix.SetsockoptTimeval(capt.FD(), unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 			t.Fatal(err)
 		}
 		stop := make(chan struct{})
@@ -69,7 +69,7 @@ func TestTapMirrorThroughput(t *testing.T) {
 					return
 				default:
 				}
-				if _, _, err := unix.Recvfrom(capt.fd, buf, 0); err == nil {
+				if _, _, err := unix.Recvfrom(capt.FD(), buf, 0); err == nil {
 					read.Add(1)
 				}
 			}

@@ -204,7 +204,7 @@ func frameTuple(f []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16
 func TestTapMirrorTraffic(t *testing.T) {
 	w := newTapWorld(t, Config{})
 	w.replace(w.rules(TapMirror, true, false))
-	capt := newSniffer(t, w.s.NetnsPath, endpoint.MonitorRxIfName)
+	capt := testenv.NewSniffer(t, w.s.NetnsPath, endpoint.MonitorRxIfName)
 	if err := w.converse(tapPort, 20, 5*time.Second); err != nil {
 		t.Fatalf("mirrored connection: %v", err)
 	}
@@ -219,11 +219,11 @@ func TestTapMirrorTraffic(t *testing.T) {
 	// The copies are counted as sent: wait until the monitor has read that many.
 	var frames [][]byte
 	eventually(t, 5*time.Second, "monitor read every copy", func() bool {
-		frames = append(frames, capt.frames(t)...)
+		frames = append(frames, capt.Frames(t)...)
 		c = w.counters()
 		return uint64(len(frames)) >= c.MirroredPackets
 	})
-	frames = append(frames, capt.frames(t)...)
+	frames = append(frames, capt.Frames(t)...)
 	if uint64(len(frames)) != c.MirroredPackets || c.CopiesLost != 0 {
 		t.Errorf("monitor read %d frames; counters %+v", len(frames), c)
 	}

@@ -45,6 +45,12 @@ const (
 	DeviceName = "rampart_vxlan"
 	// Port is the VXLAN UDP port (IANA).
 	Port = 4789
+	// TapDeviceName is the tap tunnel device: copies of tapped packets for monitors on
+	// other nodes (docs/taps.md).
+	TapDeviceName = "rampart_tap"
+	// TapPort is the tap tunnel's UDP port, apart from the overlay's so that a copy is
+	// never taken for a packet to deliver (unassigned by IANA).
+	TapPort = 8479
 	// VXLANOverhead is what VXLAN adds to a packet: outer IPv4 (20), UDP (8), VXLAN (8)
 	// and the inner Ethernet header (14). Pods on a VXLAN overlay get the fabric's MTU less
 	// this, so their packets are never fragmented once encapsulated.
@@ -94,37 +100,49 @@ func handle(netnsPath string) (*netlink.Handle, error) {
 // the routes point into it and the receiving program delivers the inner packet whatever
 // its MAC) and sets it up. It returns the device's index.
 func EnsureDevice(netnsPath string) (int, error) {
+	return ensureVXLAN(netnsPath, DeviceName, Port)
+}
+
+// EnsureTapDevice creates the tap tunnel device in the namespace at netnsPath if it is
+// missing: a collect_md VXLAN device like the overlay's, on a port of its own (TapPort),
+// which carries copies of tapped packets to monitors on other nodes in every overlay mode.
+// It has no routes: the dataplane clones copies into it. It returns the device's index.
+func EnsureTapDevice(netnsPath string) (int, error) {
+	return ensureVXLAN(netnsPath, TapDeviceName, TapPort)
+}
+
+func ensureVXLAN(netnsPath, name string, port int) (int, error) {
 	h, err := handle(netnsPath)
 	if err != nil {
 		return 0, err
 	}
 	defer h.Close()
-	lnk, err := h.LinkByName(DeviceName)
+	lnk, err := h.LinkByName(name)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if !errors.As(err, &nf) {
-			return 0, fmt.Errorf("finding %s: %w", DeviceName, err)
+			return 0, fmt.Errorf("finding %s: %w", name, err)
 		}
 		dev := &netlink.Vxlan{
-			LinkAttrs: netlink.LinkAttrs{Name: DeviceName, MTU: FabricMTU - VXLANOverhead},
+			LinkAttrs: netlink.LinkAttrs{Name: name, MTU: FabricMTU - VXLANOverhead},
 			FlowBased: true,
-			Port:      Port,
+			Port:      port,
 			Learning:  false,
 		}
 		if err := h.LinkAdd(dev); err != nil {
-			return 0, fmt.Errorf("creating VXLAN device %s: %w", DeviceName, err)
+			return 0, fmt.Errorf("creating VXLAN device %s: %w", name, err)
 		}
-		if lnk, err = h.LinkByName(DeviceName); err != nil {
-			return 0, fmt.Errorf("finding %s: %w", DeviceName, err)
+		if lnk, err = h.LinkByName(name); err != nil {
+			return 0, fmt.Errorf("finding %s: %w", name, err)
 		}
-	} else if vx, ok := lnk.(*netlink.Vxlan); !ok || !vx.FlowBased {
-		return 0, fmt.Errorf("interface %s exists and is not a collect_md VXLAN device", DeviceName)
+	} else if vx, ok := lnk.(*netlink.Vxlan); !ok || !vx.FlowBased || vx.Port != port {
+		return 0, fmt.Errorf("interface %s exists and is not a collect_md VXLAN device on port %d", name, port)
 	}
 	if err := h.LinkSetARPOff(lnk); err != nil {
-		return 0, fmt.Errorf("setting %s noarp: %w", DeviceName, err)
+		return 0, fmt.Errorf("setting %s noarp: %w", name, err)
 	}
 	if err := h.LinkSetUp(lnk); err != nil {
-		return 0, fmt.Errorf("setting %s up: %w", DeviceName, err)
+		return 0, fmt.Errorf("setting %s up: %w", name, err)
 	}
 	return lnk.Attrs().Index, nil
 }
@@ -132,21 +150,30 @@ func EnsureDevice(netnsPath string) (int, error) {
 // DeleteDevice removes the VXLAN device (and with it its routes); a missing one is not an
 // error.
 func DeleteDevice(netnsPath string) error {
+	return deleteLink(netnsPath, DeviceName)
+}
+
+// DeleteTapDevice removes the tap tunnel device; a missing one is not an error.
+func DeleteTapDevice(netnsPath string) error {
+	return deleteLink(netnsPath, TapDeviceName)
+}
+
+func deleteLink(netnsPath, name string) error {
 	h, err := handle(netnsPath)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	lnk, err := h.LinkByName(DeviceName)
+	lnk, err := h.LinkByName(name)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
 			return nil
 		}
-		return fmt.Errorf("finding %s: %w", DeviceName, err)
+		return fmt.Errorf("finding %s: %w", name, err)
 	}
 	if err := h.LinkDel(lnk); err != nil {
-		return fmt.Errorf("deleting %s: %w", DeviceName, err)
+		return fmt.Errorf("deleting %s: %w", name, err)
 	}
 	return nil
 }

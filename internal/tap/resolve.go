@@ -20,8 +20,10 @@ type Endpoint struct {
 	// Monitor: the endpoint was made a monitor (it receives and returns tapped traffic on
 	// interfaces of its own, and is never tapped itself).
 	Monitor bool
-	// Node is the node it runs on; "" is this node.
-	Node string
+	// Node is the node it runs on; "" is this node. NodeAddr is that node's address
+	// (remote endpoints: where copies for a monitor go).
+	Node     string
+	NodeAddr netip.Addr
 	// ID is the dataplane's endpoint id (local endpoints), carried into rules as is.
 	ID uint32
 }
@@ -63,8 +65,9 @@ func (e Effect) String() string {
 type MonitorRef struct {
 	Namespace string
 	Name      string
-	Node      string // "" this node
-	ID        uint32 // the dataplane's endpoint id when local
+	Node      string     // "" this node
+	NodeAddr  netip.Addr // the node's address (another node)
+	ID        uint32     // the dataplane's endpoint id when local
 	Addrs     []netip.Addr
 }
 
@@ -132,7 +135,7 @@ func ruleEqual(a, b Rule) bool {
 		return true
 	}
 	m, n := a.Monitor, b.Monitor
-	return m.Namespace == n.Namespace && m.Name == n.Name && m.Node == n.Node && m.ID == n.ID && slices.Equal(m.Addrs, n.Addrs)
+	return m.Namespace == n.Namespace && m.Name == n.Name && m.Node == n.Node && m.NodeAddr == n.NodeAddr && m.ID == n.ID && slices.Equal(m.Addrs, n.Addrs)
 }
 
 func matchEqual(a, b Match) bool {
@@ -190,12 +193,16 @@ func Resolve(contracts []*Contract, endpoints []Endpoint, node string) Resolutio
 			st.MonitorProblem = fmt.Sprintf("monitor %s does not exist", key)
 		case !m.Monitor:
 			st.MonitorProblem = fmt.Sprintf("endpoint %s is not a monitor", key)
+		case m.Node != node && c.Action == Redirect:
+			// Diverted packets come back from the monitor with the identity they left
+			// with; only the source's node knows it (the copy's tunnel key has no room).
+			st.MonitorProblem = fmt.Sprintf("monitor %s runs on node %s: a redirect goes through a monitor on its source's node only", key, m.Node)
 		default:
-			monitors[i] = &MonitorRef{Namespace: m.Namespace, Name: m.Name, Node: m.Node, ID: m.ID, Addrs: slices.Clone(m.Addrs)}
+			monitors[i] = &MonitorRef{Namespace: m.Namespace, Name: m.Name, Node: m.Node, NodeAddr: m.NodeAddr, ID: m.ID, Addrs: slices.Clone(m.Addrs)}
 			if m.Node != node {
 				monitors[i].ID = 0 // another node's number means nothing here
 			} else {
-				monitors[i].Node = ""
+				monitors[i].Node, monitors[i].NodeAddr = "", netip.Addr{}
 			}
 		}
 		st.Monitor = monitors[i]

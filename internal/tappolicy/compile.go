@@ -293,7 +293,7 @@ func (c *compilation) result() (*Result, error) {
 			continue
 		}
 		why := c.explain(a, 0)
-		monitor, reason, ok := p.place(endpoints[k.Source], k.Monitor) // Monitor holds What here
+		monitor, reason, ok := p.place(endpoints[k.Source], k.Monitor, k.Action == "redirect") // Monitor holds What here
 		if !ok {
 			res.Unplaced = append(res.Unplaced, Unplaced{Request: a.String(), Reason: reason, Why: why})
 			continue

@@ -166,10 +166,11 @@ func TestPerApp(t *testing.T) {
 	f := rental()
 	f.Endpoints = append(f.Endpoints, Endpoint{Namespace: "sec", Name: "db-ids", Node: "n2",
 		Labels: map[string]string{MonitorForLabel: "db"}, Monitor: &Monitor{Inspects: []string{"pgsql"}}})
-	res := compile(t, `placement(/per_app).
-inspect(S, "pgsql", "ingress", "TCP", 5432, "redirect") :- port(S, "TCP", 5432).
+	src := `placement(/per_app).
+inspect(S, "pgsql", "ingress", "TCP", 5432, "mirror") :- port(S, "TCP", 5432).
 inspect(S, "amqp", "ingress", "TCP", 5672, "mirror") :- port(S, "TCP", 5672).
-`, f)
+`
+	res := compile(t, src, f)
 	if res.Strategy != PerApp {
 		t.Fatalf("strategy %s", res.Strategy)
 	}
@@ -180,6 +181,12 @@ inspect(S, "amqp", "ingress", "TCP", 5672, "mirror") :- port(S, "TCP", 5672).
 	if len(res.Unplaced) != 1 || !strings.Contains(res.Unplaced[0].Request, "dvd/mq") ||
 		!strings.Contains(res.Unplaced[0].Reason, `no monitors of application "mq"`) || len(res.Unplaced[0].Why) != 1 {
 		t.Errorf("unplaced %+v", res.Unplaced)
+	}
+	// A redirect needs a monitor on its source's node: the db's is not.
+	res = compile(t, strings.Replace(src, `5432, "mirror"`, `5432, "redirect"`, 1), f)
+	if len(res.Contracts) != 0 || len(res.Unplaced) != 2 ||
+		!strings.Contains(res.Unplaced[0].Reason, `no monitors of application "db" (label rampart.io/monitor-for=db) on node n1 inspect "pgsql" (a redirect's monitor runs on its source's node)`) {
+		t.Errorf("a redirect through another node's monitor: contracts %+v, unplaced %+v", res.Contracts, res.Unplaced)
 	}
 }
 

@@ -29,8 +29,9 @@ func newPlacer(strategy string, f Facts) *placer {
 }
 
 // place returns the monitor for a request to inspect what on src's flows, and the reason
-// (why this one, or why none).
-func (p *placer) place(src Endpoint, what string) (string, string, bool) {
+// (why this one, or why none). A redirect's monitor runs on src's node: diverted packets
+// return there with the identity they left with, which only that node knows.
+func (p *placer) place(src Endpoint, what string, redirect bool) (string, string, bool) {
 	var cands []Endpoint
 	var scope string
 	switch p.strategy {
@@ -40,8 +41,11 @@ func (p *placer) place(src Endpoint, what string) (string, string, bool) {
 			return "", fmt.Sprintf("%s: %s has no app label", PerApp, src.Key()), false
 		}
 		scope = fmt.Sprintf("monitors of application %q (label %s=%s)", app, MonitorForLabel, app)
+		if redirect {
+			scope = fmt.Sprintf("monitors of application %q (label %s=%s) on node %s", app, MonitorForLabel, app, src.Node)
+		}
 		for _, m := range p.monitors {
-			if m.Labels[MonitorForLabel] == app && inspects(m, what) {
+			if m.Labels[MonitorForLabel] == app && inspects(m, what) && (!redirect || m.Node == src.Node) {
 				cands = append(cands, m)
 			}
 		}
@@ -54,7 +58,11 @@ func (p *placer) place(src Endpoint, what string) (string, string, bool) {
 		}
 	}
 	if len(cands) == 0 {
-		return "", fmt.Sprintf("%s: no %s inspect %q", p.strategy, scope, what), false
+		why := fmt.Sprintf("%s: no %s inspect %q", p.strategy, scope, what)
+		if redirect && p.strategy == PerApp {
+			why += " (a redirect's monitor runs on its source's node)"
+		}
+		return "", why, false
 	}
 	best := cands[0]
 	var loads []string
