@@ -106,3 +106,91 @@ func TestSyncCluster(t *testing.T) {
 		t.Errorf("remote endpoints after restart: %+v", rs)
 	}
 }
+
+// tapObject is a tap manifest as the watcher hands it over.
+func tapObject(kind, name, rv, doc string) PolicyObject {
+	return PolicyObject{Kind: kind, Name: name, ResourceVersion: rv, Document: []byte(doc)}
+}
+
+// Tap contracts of the Kubernetes API: each sync replaces the set the API brought (the
+// local API's contracts stay), each object is admitted or refused on its own, naming its
+// field, the two contracts that overlap, or the monitor that is not one; the local API
+// cannot change or delete them; remote pods carry their monitor mark.
+func TestSyncClusterTaps(t *testing.T) {
+	h := newTapHarness(t)
+	h.a.Close()
+	h.cfg.Kubernetes = &Kubernetes{NodeName: "n1", Pods: noPods{}}
+	h.start()
+	ctx := context.Background()
+	h.addMonitor("sec", "ids")
+	h.add("shop", "web-1", map[string]string{"app": "web"})
+	if _, err := h.addTaps(tapDB); err != nil { // the local API's, kept by every sync
+		t.Fatal(err)
+	}
+	badPorts := strings.Replace(strings.Replace(tapWeb, "web-http", "bad-ports", 1), "protocol: TCP, ", "", 1)
+	notMonitor := strings.Replace(strings.Replace(tapWeb, "web-http", "to-b", 1), "monitor: sec/ids", "monitor: x/b", 1)
+	objects := map[string]PolicyObject{
+		"TapContract//web-http":   tapObject("TapContract", "web-http", "1", tapWeb),
+		"TrafficControl//all-web": tapObject("TrafficControl", "all-web", "1", tapAll),
+		"TapContract//bad-ports":  tapObject("TapContract", "bad-ports", "1", badPorts),
+		"TapContract//to-b":       tapObject("TapContract", "to-b", "1", notMonitor),
+	}
+	res, err := h.a.SyncCluster(ctx, clusterView(5000, objects))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{
+		"TrafficControl//all-web": "tap contracts all-web and web-http overlap on endpoint shop/web-1",
+		"TapContract//bad-ports":  "spec.match.ports",
+		"TapContract//to-b":       "endpoint x/b is not a monitor",
+	} {
+		if !strings.Contains(res.Refused[key], want) {
+			t.Errorf("refused %s: %q, want %q", key, res.Refused[key], want)
+		}
+	}
+	if len(res.Refused) != 3 {
+		t.Errorf("refused %v, want 3", res.Refused)
+	}
+	wantInstalled(t, h.dp.taps, "shop/web-1[0] web-http both TCP ports 80 mirror -> sec/ids")
+	ts, _ := h.a.ListTaps(ctx)
+	if len(ts) != 2 || ts[0].Name != "db-in" || ts[1].Name != "web-http" || !strings.HasPrefix(ts[1].Source, "Kubernetes TapContract web-http") {
+		t.Errorf("taps %+v", ts)
+	}
+
+	// The local API cannot change or delete what Kubernetes owns.
+	var ae *api.Error
+	if _, err := h.addTaps(tapWeb); !errors.As(err, &ae) || ae.Status != 409 || !strings.Contains(err.Error(), "managed by the Kubernetes API") {
+		t.Errorf("tap add over a Kubernetes contract: %v, want 409", err)
+	}
+	if _, err := h.a.DeleteTap(ctx, "web-http"); !errors.As(err, &ae) || ae.Status != 409 {
+		t.Errorf("tap delete of a Kubernetes contract: %v, want 409", err)
+	}
+
+	// x/b made a monitor on its node: to-b is admitted at the next sync (same version).
+	v := clusterView(5000, objects)
+	v.Remotes[0].Monitor = true
+	if res, err = h.a.SyncCluster(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := res.Refused["TapContract//to-b"]; ok {
+		t.Errorf("to-b refused with x/b a monitor: %v", res.Refused)
+	}
+	if rs, _ := h.a.ListRemoteEndpoints(ctx); len(rs) != 1 || !rs[0].Monitor {
+		t.Errorf("remote endpoints %+v, want x/b a monitor", rs)
+	}
+
+	// Deleted from the API: gone at the next sync; the local contract stays, and so after
+	// a restart.
+	delete(objects, "TapContract//web-http")
+	delete(objects, "TapContract//to-b")
+	if _, err := h.a.SyncCluster(ctx, clusterView(5000, objects)); err != nil {
+		t.Fatal(err)
+	}
+	// all-web no longer overlaps anything: admitted.
+	wantInstalled(t, h.dp.taps, "shop/web-1[0] all-web ingress any mirror -> sec/ids")
+	h.restart()
+	ts, _ = h.a.ListTaps(ctx)
+	if len(ts) != 2 || ts[0].Name != "all-web" || ts[1].Name != "db-in" {
+		t.Errorf("taps after restart %+v", ts)
+	}
+}

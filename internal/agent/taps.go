@@ -38,6 +38,9 @@ type TapRecord struct {
 	Name   string          `json:"name"`
 	Source string          `json:"source"`
 	Raw    json.RawMessage `json:"raw"`
+	// Cluster: the contract is an object of the Kubernetes API (cluster.go), which every
+	// sync replaces; the local API cannot change or delete it.
+	Cluster bool `json:"cluster,omitempty"`
 }
 
 type storedTap struct {
@@ -91,6 +94,9 @@ func (a *Agent) putTaps(m *model, taps []*tap.Contract, res *api.ChangeResult) e
 	for _, c := range taps {
 		action := "created"
 		if prev, ok := m.taps[c.Name]; ok {
+			if prev.rec.Cluster {
+				return a.errManaged(c.Kind + " " + c.Name)
+			}
 			if prev.rec.Kind != c.Kind {
 				return api.Conflict("%s %s: a %s of that name exists (tap contracts of both kinds share one space of names)", c.Kind, c.Name, prev.rec.Kind)
 			}
@@ -153,6 +159,8 @@ func deleteTaps(m *model, names []string, kinds []string, ignoreNotFound bool, r
 		c := api.PolicyChange{Kind: kinds[i], Name: name, Action: "deleted"}
 		st, ok := m.taps[name]
 		switch {
+		case ok && st.rec.Cluster:
+			return api.Conflict("%s %s: managed by the Kubernetes API (delete the object there)", st.rec.Kind, name)
 		case ok && kinds[i] != "" && st.rec.Kind != kinds[i]:
 			return api.NotFound("%s %q not found (%q is a %s)", kinds[i], name, name, st.rec.Kind)
 		case ok:
