@@ -119,7 +119,8 @@ func listTaps(t *testing.T, n *clustertest.Node) []api.Tap {
 // makes the monitor with its tap interfaces, the other node knows it as a remote monitor.
 // A TapContract applied with kubectl mirrors shop/b's TCP 80 into the monitor's tap-rx
 // (and nothing of port 81); deleted, the copies stop. A TapContract the parser refuses
-// is reported with a PolicyRefused Event naming the field, and nothing of it applies.
+// is reported with a PolicyRefused Event naming the field, and nothing of it applies. A
+// TrafficControl applied with kubectl mirrors as well.
 func TestTapContractFromAPI(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
@@ -212,4 +213,34 @@ func TestTapContractFromAPI(t *testing.T) {
 	if n := capt.count(t, a.IP, b.IP, 80); n != 0 {
 		t.Errorf("the monitor received %d copies after the TapContract's deletion", n)
 	}
+
+	// Antrea's TrafficControl, served as a CRD too: all of shop/b's ingress.
+	c.KubectlApply(trafficControl)
+	if !testenv.Eventually(propagate, func() bool {
+		ts := listTaps(t, n1)
+		return len(ts) == 1 && ts[0].Kind == "TrafficControl" && slices.Equal(ts[0].Endpoints, []string{"shop/b"}) && ts[0].MonitorProblem == ""
+	}) {
+		t.Fatalf("node %s did not take TrafficControl web-in: %+v", n1.Name, listTaps(t, n1))
+	}
+	copies = 0
+	if !testenv.Eventually(propagate, func() bool {
+		if !a.Probe(b.IP, 81, "tcp", allowWait) {
+			t.Fatalf("%s -> %s:81 failed with a mirror tap", a.Key(), b.Key())
+		}
+		copies += capt.count(t, a.IP, b.IP, 81)
+		return copies > 0
+	}) {
+		t.Fatalf("the monitor received no copy of %s -> %s:81 with the TrafficControl", a.Key(), b.Key())
+	}
 }
+
+// trafficControl mirrors what pods app=web receive to sec/ids.
+const trafficControl = `apiVersion: crd.antrea.io/v1alpha2
+kind: TrafficControl
+metadata: {name: web-in}
+spec:
+  appliedTo: {podSelector: {matchLabels: {app: web}}}
+  direction: Ingress
+  action: Mirror
+  targetPort: {device: {name: sec/ids}}
+`
