@@ -18,6 +18,15 @@ func (noPods) LocalPod(ctx context.Context, ns, name string) (PodInfo, error) {
 	return PodInfo{}, errors.New("no such pod")
 }
 
+// kubernetesMode starts h's agent again in Kubernetes mode, as node n1.
+func kubernetesMode(h *harness) *harness {
+	h.t.Helper()
+	h.a.Close()
+	h.cfg.Kubernetes = &Kubernetes{NodeName: "n1", Pods: noPods{}}
+	h.start()
+	return h
+}
+
 const refusedFQDN = `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy","metadata":{"name":"fqdn","namespace":"x"},
 "spec":{"endpointSelector":{"matchLabels":{"pod":"a"}},"egress":[{"toFQDNs":[{"matchName":"example.com"}]}]}}`
 
@@ -35,10 +44,7 @@ func clusterView(remoteID identity.Identity, objects map[string]PolicyObject, re
 // refused one reported, an accepted version kept when a newer one is refused), nodes and
 // remote pods with their pinned identities; a view that cannot be applied changes nothing.
 func TestSyncCluster(t *testing.T) {
-	h := newHarness(t)
-	h.a.Close()
-	h.cfg.Kubernetes = &Kubernetes{NodeName: "n1", Pods: noPods{}}
-	h.start()
+	h := kubernetesMode(newHarness(t))
 	ctx := context.Background()
 	h.add("x", "a", map[string]string{"pod": "a"})
 
@@ -117,10 +123,7 @@ func tapObject(kind, name, rv, doc string) PolicyObject {
 // field, the two contracts that overlap, or the monitor that is not one; the local API
 // cannot change or delete them; remote pods carry their monitor mark.
 func TestSyncClusterTaps(t *testing.T) {
-	h := newTapHarness(t)
-	h.a.Close()
-	h.cfg.Kubernetes = &Kubernetes{NodeName: "n1", Pods: noPods{}}
-	h.start()
+	h := kubernetesMode(newTapHarness(t))
 	ctx := context.Background()
 	h.addMonitor("sec", "ids")
 	h.add("shop", "web-1", map[string]string{"app": "web"})

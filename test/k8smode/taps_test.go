@@ -104,6 +104,23 @@ func (c *capture) count(t *testing.T, x, y netip.Addr, port uint16) int {
 	}
 }
 
+// waitCopies connects from to to's port until the monitor has received copies of a
+// connection, and returns how many it received.
+func (c *capture) waitCopies(t *testing.T, from, to *clustertest.Pod, port uint16) int {
+	t.Helper()
+	copies := 0
+	if !testenv.Eventually(propagate, func() bool {
+		if !from.Probe(to.IP, port, "tcp", allowWait) {
+			t.Fatalf("%s -> %s:%d failed with a mirror tap", from.Key(), to.Key(), port)
+		}
+		copies += c.count(t, from.IP, to.IP, port)
+		return copies > 0
+	}) {
+		t.Fatalf("the monitor received no copy of %s -> %s:%d", from.Key(), to.Key(), port)
+	}
+	return copies
+}
+
 func listTaps(t *testing.T, n *clustertest.Node) []api.Tap {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -149,16 +166,7 @@ func TestTapContractFromAPI(t *testing.T) {
 		t.Fatalf("node %s did not take TapContract web: %+v\n%s", n1.Name, listTaps(t, n1), n1.Log())
 	}
 	capt.count(t, a.IP, b.IP, 80)
-	copies := 0
-	if !testenv.Eventually(propagate, func() bool {
-		if !a.Probe(b.IP, 80, "tcp", allowWait) {
-			t.Fatalf("%s -> %s:80 failed with a mirror tap", a.Key(), b.Key())
-		}
-		copies += capt.count(t, a.IP, b.IP, 80)
-		return copies > 0
-	}) {
-		t.Fatalf("the monitor received no copy of %s -> %s:80", a.Key(), b.Key())
-	}
+	copies := capt.waitCopies(t, a, b, 80)
 	t.Logf("the monitor received %d copies of %s -> %s:80", copies, a.Key(), b.Key())
 	// A connect, the echo and the close: both ways, several packets.
 	if copies < 4 {
@@ -222,16 +230,7 @@ func TestTapContractFromAPI(t *testing.T) {
 	}) {
 		t.Fatalf("node %s did not take TrafficControl web-in: %+v", n1.Name, listTaps(t, n1))
 	}
-	copies = 0
-	if !testenv.Eventually(propagate, func() bool {
-		if !a.Probe(b.IP, 81, "tcp", allowWait) {
-			t.Fatalf("%s -> %s:81 failed with a mirror tap", a.Key(), b.Key())
-		}
-		copies += capt.count(t, a.IP, b.IP, 81)
-		return copies > 0
-	}) {
-		t.Fatalf("the monitor received no copy of %s -> %s:81 with the TrafficControl", a.Key(), b.Key())
-	}
+	capt.waitCopies(t, a, b, 81)
 }
 
 // trafficControl mirrors what pods app=web receive to sec/ids.
