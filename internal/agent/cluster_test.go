@@ -197,3 +197,43 @@ func TestSyncClusterTaps(t *testing.T) {
 		t.Errorf("taps after restart %+v", ts)
 	}
 }
+
+// pods is a PodLookup of fixed pods, by namespace/name.
+type pods map[string]PodInfo
+
+func (p pods) LocalPod(ctx context.Context, ns, name string) (PodInfo, error) {
+	if info, ok := p[ns+"/"+name]; ok {
+		return info, nil
+	}
+	return PodInfo{}, errors.New("no such pod")
+}
+
+// A pod the API marks as a monitor is made a monitor endpoint by the CNI ADD (its tap
+// interfaces with it), which a contract of the API can then name; the mark changed
+// afterwards is reported, not applied.
+func TestCNIMonitorPod(t *testing.T) {
+	h := newTapHarness(t)
+	h.a.Close()
+	lookup := pods{"sec/ids": {Labels: labels.Labels{"app": "ids"}, Monitor: true}, "shop/web-1": {Labels: labels.Labels{"app": "web"}}}
+	h.cfg.Kubernetes = &Kubernetes{NodeName: "n1", Pods: lookup}
+	h.start()
+	ctx := context.Background()
+	cniAdd(t, h, "c1", "eth0", "sec", "ids")
+	cniAdd(t, h, "c2", "eth0", "shop", "web-1")
+	if ep, err := h.a.GetEndpoint(ctx, "sec", "ids"); err != nil || !ep.Monitor {
+		t.Fatalf("sec/ids: %+v, %v; want a monitor", ep, err)
+	}
+	if ep, _ := h.a.GetEndpoint(ctx, "shop", "web-1"); ep.Monitor {
+		t.Error("shop/web-1, not marked, is a monitor")
+	}
+	v := clusterView(5000, map[string]PolicyObject{"TapContract//web-http": tapObject("TapContract", "web-http", "1", tapWeb)})
+	v.LocalPods = map[string]PodInfo{"sec/ids": {Labels: labels.Labels{"app": "ids"}}, "shop/web-1": lookup["shop/web-1"]}
+	res, err := h.a.SyncCluster(ctx, v)
+	if err != nil || len(res.Refused) != 0 {
+		t.Fatalf("sync: %v, refused %v", err, res.Refused)
+	}
+	wantInstalled(t, h.dp.taps, "shop/web-1[0] web-http both TCP ports 80 mirror -> sec/ids")
+	if len(res.Problems) != 1 || !strings.Contains(res.Problems[0], "pod sec/ids: annotation rampart.io/monitor=false differs") {
+		t.Errorf("problems %q, want the changed monitor mark of sec/ids", res.Problems)
+	}
+}
