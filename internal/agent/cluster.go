@@ -409,17 +409,18 @@ func remoteEqual(a, b *RemoteEndpointRecord) bool {
 		a.ServiceAccount == b.ServiceAccount && a.Identity == b.Identity && a.Monitor == b.Monitor && maps.Equal(a.Labels, b.Labels)
 }
 
-// syncTaps makes m's tap contracts from the Kubernetes API those of parsed, in the order
-// of their objects' keys; the local API's contracts stay. It returns the objects whose
-// contracts it refused, by key, with why: on a dataplane without taps, a name another
-// contract has, a monitor that is a pod but not a monitor, an overlap with a contract
-// accepted before it. A contract accepted by an earlier sync (the same parse) is kept
-// without these checks: a relabel or an annotation removed later does not undo it (the
-// overlap is reported on the contracts, a monitor that is no longer one is unavailable),
-// as with the local API.
+// syncTaps makes m's tap contracts from the Kubernetes API those of parsed; the local
+// API's contracts stay. It returns the objects whose contracts it refused, by key, with
+// why: on a dataplane without taps, a name another contract has, a monitor that is a pod
+// but not a monitor, an overlap with a contract admitted before it.
 //
-// Overlaps are checked on every pod of the cluster, not only this node's, so that every
-// node refuses the same objects and the one Event posted for a refusal holds for all.
+// A contract accepted by an earlier sync (the same parse) stays without these checks: a
+// relabel or an annotation removed later does not undo it (the overlap is reported on
+// the contracts, a monitor that is no longer one is unavailable), as with the local API.
+// The new and changed ones are admitted after those, in the order of their objects' keys,
+// each against the contracts admitted so far. Overlaps are checked on every pod of the
+// cluster, not only this node's, so that every node refuses the same objects and the one
+// Event posted for a refusal holds for all.
 func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]string {
 	refused := map[string]string{}
 	for name, st := range m.taps {
@@ -427,50 +428,90 @@ func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]st
 			delete(m.taps, name)
 		}
 	}
-	compiled := a.cur.tapPolicy.tapContracts()
+	type candidate struct {
+		key string
+		c   *tap.Contract
+	}
+	var fresh []candidate
 	for _, key := range sortedKeys(parsed) {
 		for _, c := range parsed[key].taps {
-			if err := a.admitClusterTap(m, c, compiled); err != nil {
-				refused[key] = err.Error()
+			if prev, ok := a.model.taps[c.Name]; ok && prev.c == c && prev.rec.Cluster {
+				m.taps[c.Name] = prev
+				continue
 			}
+			fresh = append(fresh, candidate{key, c})
 		}
 	}
-	return refused
-}
-
-// admitClusterTap adds contract c of the Kubernetes API to m, or says why not.
-func (a *Agent) admitClusterTap(m *model, c *tap.Contract, compiled []*tap.Contract) error {
-	if a.dp.Taps == nil {
-		return errNoTaps
+	if len(fresh) == 0 {
+		return refused
 	}
-	if prev, ok := m.taps[c.Name]; ok {
-		return fmt.Errorf("%s %s: a %s of that name exists (%s; tap contracts of both kinds share one space of names)", c.Kind, c.Name, prev.rec.Kind, prev.rec.Source)
+	compiled := a.cur.tapPolicy.tapContracts()
+	taken := map[string]bool{} // names of m.taps, the tap policy's and the candidates kept
+	for name := range m.taps {
+		taken[name] = true
 	}
-	for _, pc := range compiled {
-		if pc.Name == c.Name {
-			return fmt.Errorf("%s %s: the tap policy derives a contract of that name", c.Kind, c.Name)
+	for _, c := range compiled {
+		taken[c.Name] = true
+	}
+	var pending []candidate
+	for _, cd := range fresh {
+		if err := a.clusterTapError(m, cd.c, taken); err != nil {
+			refused[cd.key] = err.Error()
+			continue
 		}
+		taken[cd.c.Name] = true
+		pending = append(pending, cd)
 	}
-	if prev, ok := a.model.taps[c.Name]; ok && prev.c == c {
-		m.taps[c.Name] = prev
-		return nil
-	}
-	if err := checkMonitor(m, c); err != nil {
-		return fmt.Errorf("%w (in Kubernetes mode a monitor is a pod annotated %s: \"true\")", err, MonitorAnnotation)
-	}
-	m.taps[c.Name] = &storedTap{rec: &TapRecord{Kind: c.Kind, Name: c.Name, Source: c.Origin, Raw: json.RawMessage(c.Raw), Cluster: true}, c: c}
-	all := make([]*tap.Contract, 0, len(m.taps)+len(compiled))
+	// One resolution of everything against every pod gives each pair that can meet.
+	all := make([]*tap.Contract, 0, len(m.taps)+len(compiled)+len(pending))
 	for _, st := range m.taps {
 		all = append(all, st.c)
 	}
 	all = append(all, compiled...)
+	for _, cd := range pending {
+		all = append(all, cd.c)
+	}
 	eps := tapEndpoints(m)
 	for i := range eps {
 		eps[i].Node = "" // every pod as if local: overlaps anywhere in the cluster
 	}
-	if err := tap.CheckChanged(tap.Resolve(all, eps, ""), all, []string{c.Name}); err != nil {
-		delete(m.taps, c.Name)
-		return err
+	conflicts := append(tap.Resolve(all, eps, "").Conflicts, tap.NamedConflicts(all)...)
+	admitted := map[string]bool{}
+	for name := range m.taps {
+		admitted[name] = true
+	}
+	for _, c := range compiled {
+		admitted[c.Name] = true
+	}
+	for _, cd := range pending {
+		c := cd.c
+		var mine []tap.Conflict
+		for _, cf := range conflicts {
+			if cf.A == c.Name && admitted[cf.B] || cf.B == c.Name && admitted[cf.A] {
+				mine = append(mine, cf)
+			}
+		}
+		if len(mine) > 0 {
+			refused[cd.key] = (&tap.OverlapError{Conflicts: mine}).Error()
+			continue
+		}
+		admitted[c.Name] = true
+		m.taps[c.Name] = &storedTap{rec: &TapRecord{Kind: c.Kind, Name: c.Name, Source: c.Origin, Raw: json.RawMessage(c.Raw), Cluster: true}, c: c}
+	}
+	return refused
+}
+
+// clusterTapError says why contract c of the Kubernetes API cannot be admitted whatever
+// the other contracts' matches are; taken holds the names in use.
+func (a *Agent) clusterTapError(m *model, c *tap.Contract, taken map[string]bool) error {
+	if a.dp.Taps == nil {
+		return errNoTaps
+	}
+	if taken[c.Name] {
+		return fmt.Errorf("%s %s: another tap contract has that name (one of the local API, the tap policy's, or an object of the other tap kind: both kinds share one space of names)", c.Kind, c.Name)
+	}
+	if err := checkMonitor(m, c); err != nil {
+		return errors.New(strings.Replace(err.Error(), monitorHint, "a monitor is a pod annotated "+MonitorAnnotation+`: "true"`, 1))
 	}
 	return nil
 }

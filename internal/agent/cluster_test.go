@@ -131,7 +131,7 @@ func TestSyncClusterTaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	badPorts := strings.Replace(strings.Replace(tapWeb, "web-http", "bad-ports", 1), "protocol: TCP, ", "", 1)
-	notMonitor := strings.Replace(strings.Replace(tapWeb, "web-http", "to-b", 1), "monitor: sec/ids", "monitor: x/b", 1)
+	notMonitor := strings.NewReplacer("web-http", "to-b", "monitor: sec/ids", "monitor: x/b", "ports: [80]", "ports: [81]").Replace(tapWeb)
 	objects := map[string]PolicyObject{
 		"TapContract//web-http":   tapObject("TapContract", "web-http", "1", tapWeb),
 		"TrafficControl//all-web": tapObject("TrafficControl", "all-web", "1", tapAll),
@@ -170,6 +170,9 @@ func TestSyncClusterTaps(t *testing.T) {
 	}
 
 	// x/b made a monitor on its node: to-b is admitted at the next sync (same version).
+	// A new contract overlapping web-http, which stays, is refused though its name comes
+	// first.
+	objects["TapContract//a-web"] = tapObject("TapContract", "a-web", "1", strings.Replace(tapWeb, "web-http", "a-web", 1))
 	v := clusterView(5000, objects)
 	v.Remotes[0].Monitor = true
 	if res, err = h.a.SyncCluster(ctx, v); err != nil {
@@ -178,6 +181,12 @@ func TestSyncClusterTaps(t *testing.T) {
 	if _, ok := res.Refused["TapContract//to-b"]; ok {
 		t.Errorf("to-b refused with x/b a monitor: %v", res.Refused)
 	}
+	if !strings.Contains(res.Refused["TapContract//a-web"], "tap contracts a-web and web-http overlap") {
+		t.Errorf("a-web: refused %q, want its overlap with web-http", res.Refused["TapContract//a-web"])
+	}
+	wantInstalled(t, h.dp.taps,
+		"shop/web-1[0] to-b both TCP ports 81 mirror -> x/b@n2",
+		"shop/web-1[1] web-http both TCP ports 80 mirror -> sec/ids")
 	if rs, _ := h.a.ListRemoteEndpoints(ctx); len(rs) != 1 || !rs[0].Monitor {
 		t.Errorf("remote endpoints %+v, want x/b a monitor", rs)
 	}
@@ -186,6 +195,7 @@ func TestSyncClusterTaps(t *testing.T) {
 	// a restart.
 	delete(objects, "TapContract//web-http")
 	delete(objects, "TapContract//to-b")
+	delete(objects, "TapContract//a-web")
 	if _, err := h.a.SyncCluster(ctx, clusterView(5000, objects)); err != nil {
 		t.Fatal(err)
 	}

@@ -132,6 +132,10 @@ func (a *Agent) putTaps(m *model, taps []*tap.Contract, res *api.ChangeResult) e
 	return nil
 }
 
+// monitorHint says how a monitor is made, in checkMonitor's refusal (cluster.go puts
+// Kubernetes mode's way in its place).
+const monitorHint = "create it with --monitor"
+
 // checkMonitor refuses a contract whose monitor is an endpoint that is not a monitor. A
 // monitor that does not exist (yet) is accepted: the contract then resolves as "monitor
 // unavailable", and a redirect drops what it matches until the monitor is there.
@@ -143,7 +147,7 @@ func checkMonitor(m *model, c *tap.Contract) error {
 		isMonitor, exists = r.Monitor, true
 	}
 	if exists && !isMonitor {
-		return api.BadRequest("%s %s (%s): spec.monitor: endpoint %s is not a monitor (create it with --monitor)", c.Kind, c.Name, c.Origin, c.Monitor)
+		return api.BadRequest("%s %s (%s): spec.monitor: endpoint %s is not a monitor (%s)", c.Kind, c.Name, c.Origin, c.Monitor, monitorHint)
 	}
 	// Monitors are never tapped: a contract naming one as its source would tap nothing.
 	if e, ok := m.endpoints[c.Source.Endpoint]; ok && e.Monitor {
