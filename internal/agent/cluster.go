@@ -8,6 +8,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -21,7 +22,15 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/tap"
 )
+
+// MonitorAnnotation marks a pod as a monitor endpoint for tap contracts (docs/taps.md),
+// with the value "true": on its node the CNI ADD gives it the monitor's receive and
+// return interfaces (as `rampart endpoint add --monitor`), and every other node records
+// it as a remote monitor. The watcher reads it into PodInfo.Monitor and
+// RemoteEndpointRecord.Monitor.
+const MonitorAnnotation = "rampart.io/monitor"
 
 // Kubernetes configures Kubernetes mode (Config.Kubernetes).
 type Kubernetes struct {
@@ -40,12 +49,14 @@ type PodLookup interface {
 	LocalPod(ctx context.Context, namespace, name string) (PodInfo, error)
 }
 
-// PodInfo is what the Kubernetes API says of a pod: its labels, service account and the
-// cluster-wide identity of its full label set (0: none, allocated on the node).
+// PodInfo is what the Kubernetes API says of a pod: its labels, service account, the
+// cluster-wide identity of its full label set (0: none, allocated on the node), and
+// whether it is a monitor (MonitorAnnotation).
 type PodInfo struct {
 	Labels         labels.Labels
 	ServiceAccount string
 	Identity       identity.Identity
+	Monitor        bool
 }
 
 // ClusterView is the cluster as the Kubernetes API shows it: everything the agent takes
@@ -58,7 +69,8 @@ type ClusterView struct {
 	// Remotes are the pods on other nodes with an address.
 	Remotes []RemoteEndpointRecord
 	// Objects are the policy objects (NetworkPolicy, CiliumNetworkPolicy,
-	// CiliumClusterwideNetworkPolicy, CiliumCIDRGroup), by a key of the watcher's.
+	// CiliumClusterwideNetworkPolicy, CiliumCIDRGroup) and tap contracts (TapContract,
+	// TrafficControl), by a key of the watcher's.
 	Objects map[string]PolicyObject
 	// LocalPods are the pods of this node, by namespace/name.
 	LocalPods map[string]PodInfo
@@ -100,6 +112,7 @@ type parsedObject struct {
 	rv       string
 	policies []*policy.Policy
 	groups   []*policy.CIDRGroup
+	taps     []*tap.Contract
 }
 
 // errManaged answers the local API's writes to what the Kubernetes API owns.
@@ -122,11 +135,12 @@ func (a *Agent) ReportSyncError(err error) {
 	a.k8s.lastErrAt = time.Now()
 }
 
-// SyncCluster makes the model's namespaces, nodes, remote pods, policies, CIDR groups and
-// local pods' labels those of v, as one change: computed in full before anything is
-// touched, nothing changed if any step fails. Policy objects the parser refuses are left
-// out (an earlier accepted version of the same object stays) and reported; the others
-// apply. Remote pods and nodes that are not valid are left out and reported.
+// SyncCluster makes the model's namespaces, nodes, remote pods, policies, CIDR groups, tap
+// contracts and local pods' labels those of v, as one change: computed in full before
+// anything is touched, nothing changed if any step fails. Objects the parser refuses are
+// left out (an earlier accepted version of the same object stays) and reported, and so
+// are tap contracts that cannot be enforced (see syncTaps); the others apply. Remote pods
+// and nodes that are not valid are left out and reported.
 func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, error) {
 	if a.cfg.Kubernetes == nil {
 		return SyncResult{}, errors.New("not in Kubernetes mode")
@@ -164,7 +178,7 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 		}
 		source := fmt.Sprintf("%s %s", o.Kind, objectName(o.Namespace, o.Name))
 		docs, err := a.eng.Parse(source, o.Document)
-		if err == nil && len(docs.Policies)+len(docs.CIDRGroups) == 0 {
+		if err == nil && len(docs.Policies)+len(docs.CIDRGroups)+len(docs.Taps) == 0 {
 			err = fmt.Errorf("%s: no policy in the object", source)
 		}
 		if err != nil {
@@ -175,7 +189,10 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			}
 			continue
 		}
-		po := parsedObject{rv: o.ResourceVersion, policies: docs.Policies, groups: docs.CIDRGroups}
+		for _, c := range docs.Taps {
+			c.Origin = "Kubernetes " + source
+		}
+		po := parsedObject{rv: o.ResourceVersion, policies: docs.Policies, groups: docs.CIDRGroups, taps: docs.Taps}
 		if err := a.requireProxy(po.policies); err != nil {
 			res.Refused[key] = err.Error()
 			continue
@@ -228,6 +245,7 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 		remotes[r.Key()] = &r
 	}
 
+	var tapRefused map[string]string
 	mutate := func(m *model) error {
 		m.namespaces = map[string]labels.Labels{}
 		for ns, l := range v.Namespaces {
@@ -272,6 +290,11 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			m.ensureNamespace(rec.Namespace)
 			if !ok || rec.CNI == nil {
 				continue
+			}
+			if p.Monitor != rec.Monitor {
+				// A monitor's interfaces are made with its endpoint, by the CNI ADD.
+				problems = append(problems, fmt.Sprintf("pod %s: annotation %s=%v differs from what the pod was created with (%v); it takes effect when the pod is created again",
+					key, MonitorAnnotation, p.Monitor, rec.Monitor))
 			}
 			if maps.Equal(rec.Labels, p.Labels) && rec.ServiceAccount == p.ServiceAccount && rec.Identity == p.Identity {
 				continue
@@ -339,6 +362,7 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			}
 			m.cidrsets[name] = &cidrSet{meta: meta, prefixes: content}
 		}
+		tapRefused = a.syncTaps(m, parsed)
 		return nil
 	}
 	setsChanged := false
@@ -368,11 +392,12 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 		return res, fmt.Errorf("applying the cluster view: %w", err)
 	}
 	a.k8s.parsed = parsed
+	maps.Copy(res.Refused, tapRefused)
 	if err := a.syncRoutes(m); err != nil {
 		return res, fmt.Errorf("routes to the other nodes: %w", err)
 	}
 	for key, msg := range res.Refused {
-		a.log.Warn("policy object refused", "object", key, "error", msg)
+		a.log.Warn("object refused", "object", key, "error", msg)
 	}
 	sort.Strings(problems)
 	res.Problems = problems
@@ -381,7 +406,114 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 
 func remoteEqual(a, b *RemoteEndpointRecord) bool {
 	return a.Namespace == b.Namespace && a.Name == b.Name && a.Node == b.Node && a.IP == b.IP &&
-		a.ServiceAccount == b.ServiceAccount && a.Identity == b.Identity && maps.Equal(a.Labels, b.Labels)
+		a.ServiceAccount == b.ServiceAccount && a.Identity == b.Identity && a.Monitor == b.Monitor && maps.Equal(a.Labels, b.Labels)
+}
+
+// syncTaps makes m's tap contracts from the Kubernetes API those of parsed; the local
+// API's contracts stay. It returns the objects whose contracts it refused, by key, with
+// why: on a dataplane without taps, a name another contract has, a monitor that is a pod
+// but not a monitor, an overlap with a contract admitted before it.
+//
+// A contract accepted by an earlier sync (the same parse) stays without these checks: a
+// relabel or an annotation removed later does not undo it (the overlap is reported on
+// the contracts, a monitor that is no longer one is unavailable), as with the local API.
+// The new and changed ones are admitted after those, in the order of their objects' keys,
+// each against the contracts admitted so far. Overlaps are checked on every pod of the
+// cluster, not only this node's, so that every node refuses the same objects and the one
+// Event posted for a refusal holds for all.
+func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]string {
+	refused := map[string]string{}
+	for name, st := range m.taps {
+		if st.rec.Cluster {
+			delete(m.taps, name)
+		}
+	}
+	type candidate struct {
+		key string
+		c   *tap.Contract
+	}
+	var fresh []candidate
+	for _, key := range sortedKeys(parsed) {
+		for _, c := range parsed[key].taps {
+			if prev, ok := a.model.taps[c.Name]; ok && prev.c == c && prev.rec.Cluster {
+				m.taps[c.Name] = prev
+				continue
+			}
+			fresh = append(fresh, candidate{key, c})
+		}
+	}
+	if len(fresh) == 0 {
+		return refused
+	}
+	compiled := a.cur.tapPolicy.tapContracts()
+	taken := map[string]bool{} // names of m.taps, the tap policy's and the candidates kept
+	for name := range m.taps {
+		taken[name] = true
+	}
+	for _, c := range compiled {
+		taken[c.Name] = true
+	}
+	var pending []candidate
+	for _, cd := range fresh {
+		if err := a.clusterTapError(m, cd.c, taken); err != nil {
+			refused[cd.key] = err.Error()
+			continue
+		}
+		taken[cd.c.Name] = true
+		pending = append(pending, cd)
+	}
+	// One resolution of everything against every pod gives each pair that can meet.
+	all := make([]*tap.Contract, 0, len(m.taps)+len(compiled)+len(pending))
+	for _, st := range m.taps {
+		all = append(all, st.c)
+	}
+	all = append(all, compiled...)
+	for _, cd := range pending {
+		all = append(all, cd.c)
+	}
+	eps := tapEndpoints(m)
+	for i := range eps {
+		eps[i].Node = "" // every pod as if local: overlaps anywhere in the cluster
+	}
+	conflicts := append(tap.Resolve(all, eps, "").Conflicts, tap.NamedConflicts(all)...)
+	admitted := map[string]bool{}
+	for name := range m.taps {
+		admitted[name] = true
+	}
+	for _, c := range compiled {
+		admitted[c.Name] = true
+	}
+	for _, cd := range pending {
+		c := cd.c
+		var mine []tap.Conflict
+		for _, cf := range conflicts {
+			if cf.A == c.Name && admitted[cf.B] || cf.B == c.Name && admitted[cf.A] {
+				mine = append(mine, cf)
+			}
+		}
+		if len(mine) > 0 {
+			refused[cd.key] = (&tap.OverlapError{Conflicts: mine}).Error()
+			continue
+		}
+		admitted[c.Name] = true
+		m.taps[c.Name] = &storedTap{rec: &TapRecord{Kind: c.Kind, Name: c.Name, Source: c.Origin, Raw: json.RawMessage(c.Raw), Cluster: true}, c: c}
+	}
+	return refused
+}
+
+// clusterTapError says why contract c of the Kubernetes API cannot be admitted whatever
+// the other contracts' matches are; taken holds the names in use.
+func (a *Agent) clusterTapError(m *model, c *tap.Contract, taken map[string]bool) error {
+	if a.dp.Taps == nil {
+		return errNoTaps
+	}
+	if taken[c.Name] {
+		return fmt.Errorf("%s %s: another tap contract has that name (one of the local API, the tap policy's, or an object of the other tap kind: both kinds share one space of names)", c.Kind, c.Name)
+	}
+	if err := checkMonitor(m, c); err != nil {
+		return errors.New(strings.Replace(err.Error(), monitorHint, "a monitor is a pod annotated "+MonitorAnnotation+`: "true"`, 1))
+	}
+	return nil
 }
 
 func objectName(ns, name string) string {

@@ -18,6 +18,15 @@ func (noPods) LocalPod(ctx context.Context, ns, name string) (PodInfo, error) {
 	return PodInfo{}, errors.New("no such pod")
 }
 
+// kubernetesMode starts h's agent again in Kubernetes mode, as node n1.
+func kubernetesMode(h *harness) *harness {
+	h.t.Helper()
+	h.a.Close()
+	h.cfg.Kubernetes = &Kubernetes{NodeName: "n1", Pods: noPods{}}
+	h.start()
+	return h
+}
+
 const refusedFQDN = `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy","metadata":{"name":"fqdn","namespace":"x"},
 "spec":{"endpointSelector":{"matchLabels":{"pod":"a"}},"egress":[{"toFQDNs":[{"matchName":"example.com"}]}]}}`
 
@@ -35,10 +44,7 @@ func clusterView(remoteID identity.Identity, objects map[string]PolicyObject, re
 // refused one reported, an accepted version kept when a newer one is refused), nodes and
 // remote pods with their pinned identities; a view that cannot be applied changes nothing.
 func TestSyncCluster(t *testing.T) {
-	h := newHarness(t)
-	h.a.Close()
-	h.cfg.Kubernetes = &Kubernetes{NodeName: "n1", Pods: noPods{}}
-	h.start()
+	h := kubernetesMode(newHarness(t))
 	ctx := context.Background()
 	h.add("x", "a", map[string]string{"pod": "a"})
 
@@ -104,5 +110,140 @@ func TestSyncCluster(t *testing.T) {
 	h.restart()
 	if rs, _ := h.a.ListRemoteEndpoints(ctx); len(rs) != 1 || rs[0].Identity != 5000 {
 		t.Errorf("remote endpoints after restart: %+v", rs)
+	}
+}
+
+// tapObject is a tap manifest as the watcher hands it over.
+func tapObject(kind, name, rv, doc string) PolicyObject {
+	return PolicyObject{Kind: kind, Name: name, ResourceVersion: rv, Document: []byte(doc)}
+}
+
+// Tap contracts of the Kubernetes API: each sync replaces the set the API brought (the
+// local API's contracts stay), each object is admitted or refused on its own, naming its
+// field, the two contracts that overlap, or the monitor that is not one; the local API
+// cannot change or delete them; remote pods carry their monitor mark.
+func TestSyncClusterTaps(t *testing.T) {
+	h := kubernetesMode(newTapHarness(t))
+	ctx := context.Background()
+	h.addMonitor("sec", "ids")
+	h.add("shop", "web-1", map[string]string{"app": "web"})
+	if _, err := h.addTaps(tapDB); err != nil { // the local API's, kept by every sync
+		t.Fatal(err)
+	}
+	badPorts := strings.Replace(strings.Replace(tapWeb, "web-http", "bad-ports", 1), "protocol: TCP, ", "", 1)
+	notMonitor := strings.NewReplacer("web-http", "to-b", "monitor: sec/ids", "monitor: x/b", "ports: [80]", "ports: [81]").Replace(tapWeb)
+	objects := map[string]PolicyObject{
+		"TapContract//web-http":   tapObject("TapContract", "web-http", "1", tapWeb),
+		"TrafficControl//all-web": tapObject("TrafficControl", "all-web", "1", tapAll),
+		"TapContract//bad-ports":  tapObject("TapContract", "bad-ports", "1", badPorts),
+		"TapContract//to-b":       tapObject("TapContract", "to-b", "1", notMonitor),
+	}
+	res, err := h.a.SyncCluster(ctx, clusterView(5000, objects))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{
+		"TrafficControl//all-web": "tap contracts all-web and web-http overlap on endpoint shop/web-1",
+		"TapContract//bad-ports":  "spec.match.ports",
+		"TapContract//to-b":       "endpoint x/b is not a monitor",
+	} {
+		if !strings.Contains(res.Refused[key], want) {
+			t.Errorf("refused %s: %q, want %q", key, res.Refused[key], want)
+		}
+	}
+	if len(res.Refused) != 3 {
+		t.Errorf("refused %v, want 3", res.Refused)
+	}
+	wantInstalled(t, h.dp.taps, "shop/web-1[0] web-http both TCP ports 80 mirror -> sec/ids")
+	ts, _ := h.a.ListTaps(ctx)
+	if len(ts) != 2 || ts[0].Name != "db-in" || ts[1].Name != "web-http" || !strings.HasPrefix(ts[1].Source, "Kubernetes TapContract web-http") {
+		t.Errorf("taps %+v", ts)
+	}
+
+	// The local API cannot change or delete what Kubernetes owns.
+	var ae *api.Error
+	if _, err := h.addTaps(tapWeb); !errors.As(err, &ae) || ae.Status != 409 || !strings.Contains(err.Error(), "managed by the Kubernetes API") {
+		t.Errorf("tap add over a Kubernetes contract: %v, want 409", err)
+	}
+	if _, err := h.a.DeleteTap(ctx, "web-http"); !errors.As(err, &ae) || ae.Status != 409 {
+		t.Errorf("tap delete of a Kubernetes contract: %v, want 409", err)
+	}
+
+	// x/b made a monitor on its node: to-b is admitted at the next sync (same version).
+	// A new contract overlapping web-http, which stays, is refused though its name comes
+	// first.
+	objects["TapContract//a-web"] = tapObject("TapContract", "a-web", "1", strings.Replace(tapWeb, "web-http", "a-web", 1))
+	v := clusterView(5000, objects)
+	v.Remotes[0].Monitor = true
+	if res, err = h.a.SyncCluster(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := res.Refused["TapContract//to-b"]; ok {
+		t.Errorf("to-b refused with x/b a monitor: %v", res.Refused)
+	}
+	if !strings.Contains(res.Refused["TapContract//a-web"], "tap contracts a-web and web-http overlap") {
+		t.Errorf("a-web: refused %q, want its overlap with web-http", res.Refused["TapContract//a-web"])
+	}
+	wantInstalled(t, h.dp.taps,
+		"shop/web-1[0] to-b both TCP ports 81 mirror -> x/b@n2",
+		"shop/web-1[1] web-http both TCP ports 80 mirror -> sec/ids")
+	if rs, _ := h.a.ListRemoteEndpoints(ctx); len(rs) != 1 || !rs[0].Monitor {
+		t.Errorf("remote endpoints %+v, want x/b a monitor", rs)
+	}
+
+	// Deleted from the API: gone at the next sync; the local contract stays, and so after
+	// a restart.
+	delete(objects, "TapContract//web-http")
+	delete(objects, "TapContract//to-b")
+	delete(objects, "TapContract//a-web")
+	if _, err := h.a.SyncCluster(ctx, clusterView(5000, objects)); err != nil {
+		t.Fatal(err)
+	}
+	// all-web no longer overlaps anything: admitted.
+	wantInstalled(t, h.dp.taps, "shop/web-1[0] all-web ingress any mirror -> sec/ids")
+	h.restart()
+	ts, _ = h.a.ListTaps(ctx)
+	if len(ts) != 2 || ts[0].Name != "all-web" || ts[1].Name != "db-in" {
+		t.Errorf("taps after restart %+v", ts)
+	}
+}
+
+// pods is a PodLookup of fixed pods, by namespace/name.
+type pods map[string]PodInfo
+
+func (p pods) LocalPod(ctx context.Context, ns, name string) (PodInfo, error) {
+	if info, ok := p[ns+"/"+name]; ok {
+		return info, nil
+	}
+	return PodInfo{}, errors.New("no such pod")
+}
+
+// A pod the API marks as a monitor is made a monitor endpoint by the CNI ADD (its tap
+// interfaces with it), which a contract of the API can then name; the mark changed
+// afterwards is reported, not applied.
+func TestCNIMonitorPod(t *testing.T) {
+	h := newTapHarness(t)
+	h.a.Close()
+	lookup := pods{"sec/ids": {Labels: labels.Labels{"app": "ids"}, Monitor: true}, "shop/web-1": {Labels: labels.Labels{"app": "web"}}}
+	h.cfg.Kubernetes = &Kubernetes{NodeName: "n1", Pods: lookup}
+	h.start()
+	ctx := context.Background()
+	cniAdd(t, h, "c1", "eth0", "sec", "ids")
+	cniAdd(t, h, "c2", "eth0", "shop", "web-1")
+	if ep, err := h.a.GetEndpoint(ctx, "sec", "ids"); err != nil || !ep.Monitor {
+		t.Fatalf("sec/ids: %+v, %v; want a monitor", ep, err)
+	}
+	if ep, _ := h.a.GetEndpoint(ctx, "shop", "web-1"); ep.Monitor {
+		t.Error("shop/web-1, not marked, is a monitor")
+	}
+	v := clusterView(5000, map[string]PolicyObject{"TapContract//web-http": tapObject("TapContract", "web-http", "1", tapWeb)})
+	v.LocalPods = map[string]PodInfo{"sec/ids": {Labels: labels.Labels{"app": "ids"}}, "shop/web-1": lookup["shop/web-1"]}
+	res, err := h.a.SyncCluster(ctx, v)
+	if err != nil || len(res.Refused) != 0 {
+		t.Fatalf("sync: %v, refused %v", err, res.Refused)
+	}
+	wantInstalled(t, h.dp.taps, "shop/web-1[0] web-http both TCP ports 80 mirror -> sec/ids")
+	if len(res.Problems) != 1 || !strings.Contains(res.Problems[0], "pod sec/ids: annotation rampart.io/monitor=false differs") {
+		t.Errorf("problems %q, want the changed monitor mark of sec/ids", res.Problems)
 	}
 }

@@ -120,6 +120,9 @@ func (a *Agent) CNIAdd(ctx context.Context, req api.CNIAddRequest) (api.CNIResul
 	}
 	if pod != nil {
 		spec.Labels, spec.ServiceAccount, spec.Identity = pod.Labels, pod.ServiceAccount, pod.Identity
+		// A monitor pod gets its receive and return interfaces with its endpoint, as
+		// `rampart endpoint add --monitor` makes them.
+		spec.Monitor = pod.Monitor
 	}
 	rec, ep, err := a.addRecord(spec, "")
 	if err != nil {

@@ -38,6 +38,9 @@ type TapRecord struct {
 	Name   string          `json:"name"`
 	Source string          `json:"source"`
 	Raw    json.RawMessage `json:"raw"`
+	// Cluster: the contract is an object of the Kubernetes API (cluster.go), which every
+	// sync replaces; the local API cannot change or delete it.
+	Cluster bool `json:"cluster,omitempty"`
 }
 
 type storedTap struct {
@@ -95,6 +98,9 @@ func (a *Agent) putTaps(m *model, taps []*tap.Contract, res *api.ChangeResult) e
 	for _, c := range taps {
 		action := "created"
 		if prev, ok := m.taps[c.Name]; ok {
+			if prev.rec.Cluster {
+				return a.errManaged(c.Kind + " " + c.Name)
+			}
 			if prev.rec.Kind != c.Kind {
 				return api.Conflict("%s %s: a %s of that name exists (tap contracts of both kinds share one space of names)", c.Kind, c.Name, prev.rec.Kind)
 			}
@@ -130,6 +136,10 @@ func (a *Agent) putTaps(m *model, taps []*tap.Contract, res *api.ChangeResult) e
 	return nil
 }
 
+// monitorHint says how a monitor is made, in checkMonitor's refusal (cluster.go puts
+// Kubernetes mode's way in its place).
+const monitorHint = "create it with --monitor"
+
 // checkMonitor refuses a contract whose monitor is an endpoint that is not a monitor. A
 // monitor that does not exist (yet) is accepted: the contract then resolves as "monitor
 // unavailable", and a redirect drops what it matches until the monitor is there.
@@ -141,7 +151,7 @@ func checkMonitor(m *model, c *tap.Contract) error {
 		isMonitor, exists = r.Monitor, true
 	}
 	if exists && !isMonitor {
-		return api.BadRequest("%s %s (%s): spec.monitor: endpoint %s is not a monitor (create it with --monitor)", c.Kind, c.Name, c.Origin, c.Monitor)
+		return api.BadRequest("%s %s (%s): spec.monitor: endpoint %s is not a monitor (%s)", c.Kind, c.Name, c.Origin, c.Monitor, monitorHint)
 	}
 	// Monitors are never tapped: a contract naming one as its source would tap nothing.
 	if e, ok := m.endpoints[c.Source.Endpoint]; ok && e.Monitor {
@@ -157,6 +167,8 @@ func deleteTaps(m *model, names []string, kinds []string, ignoreNotFound bool, r
 		c := api.PolicyChange{Kind: kinds[i], Name: name, Action: "deleted"}
 		st, ok := m.taps[name]
 		switch {
+		case ok && st.rec.Cluster:
+			return api.Conflict("%s %s: managed by the Kubernetes API (delete the object there)", st.rec.Kind, name)
 		case ok && kinds[i] != "" && st.rec.Kind != kinds[i]:
 			return api.NotFound("%s %q not found (%q is a %s)", kinds[i], name, name, st.rec.Kind)
 		case ok:

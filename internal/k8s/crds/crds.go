@@ -1,7 +1,8 @@
 // Package crds holds the CustomResourceDefinitions of the Cilium policy kinds Rampart
 // serves in Kubernetes mode (CiliumNetworkPolicy, CiliumClusterwideNetworkPolicy,
-// CiliumCIDRGroup) and of its cluster-wide identities (SecurityIdentity,
-// SecurityIdentityClaim), and installs them. The YAML files beside this one are the definitions;
+// CiliumCIDRGroup), of its cluster-wide identities (SecurityIdentity,
+// SecurityIdentityClaim) and of the flow tap kinds (TapContract, Antrea's TrafficControl),
+// and installs them. The YAML files beside this one are the definitions;
 // `kubectl apply -f internal/k8s/crds/` installs the same.
 package crds
 

@@ -7,9 +7,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// The embedded definitions are the three Cilium policy kinds and Rampart's two identity
-// kinds, with the scopes, versions and storage version Rampart serves; installing them against a real API server is tested in
-// test/cluster.
+// The embedded definitions are the three Cilium policy kinds, Rampart's two identity
+// kinds and the two tap kinds (TapContract, Antrea's TrafficControl), with the scopes,
+// versions and storage version Rampart serves; installing them against a real API server
+// is tested in test/cluster.
 func TestObjects(t *testing.T) {
 	objs, err := Objects()
 	if err != nil {
@@ -24,6 +25,8 @@ func TestObjects(t *testing.T) {
 		"ciliumnetworkpolicies.cilium.io":            {"CiliumNetworkPolicy", "Namespaced", "v2", []string{"v2"}},
 		"securityidentities.rampart.io":              {"SecurityIdentity", "Cluster", "v1alpha1", []string{"v1alpha1"}},
 		"securityidentityclaims.rampart.io":          {"SecurityIdentityClaim", "Cluster", "v1alpha1", []string{"v1alpha1"}},
+		"tapcontracts.rampart.io":                    {"TapContract", "Cluster", "v1alpha1", []string{"v1alpha1"}},
+		"trafficcontrols.crd.antrea.io":              {"TrafficControl", "Cluster", "v1alpha2", []string{"v1alpha2"}},
 	}
 	if len(objs) != len(want) {
 		t.Fatalf("%d definitions, want %d", len(objs), len(want))

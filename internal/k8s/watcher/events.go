@@ -13,7 +13,7 @@ import (
 	"github.com/rampartnet/rampart/internal/agent"
 )
 
-// reportRefused posts a Warning Event on each policy object the agent refused, once per
+// reportRefused posts a Warning Event on each policy object (and tap contract) the agent refused, once per
 // resourceVersion, so that `kubectl describe` and `kubectl get events` show why it is not
 // enforced. Every node refuses the same object for the same reason (one parser), so the
 // Event's name is derived from the object's version: the first node to post creates it and
@@ -43,10 +43,7 @@ func (w *Watcher) reportRefused(ctx context.Context, v agent.ClusterView, res ag
 		if ns == "" {
 			ns = metav1.NamespaceDefault
 		}
-		apiVersion := "cilium.io/v2"
-		if o.Kind == "NetworkPolicy" {
-			apiVersion = "networking.k8s.io/v1"
-		}
+		apiVersion := apiVersionOf(o.Kind)
 		now := metav1.NewTime(time.Now())
 		ev := &corev1.Event{
 			ObjectMeta: metav1.ObjectMeta{Name: refusedEventName(o), Namespace: ns},

@@ -32,12 +32,17 @@ import (
 	"github.com/rampartnet/rampart/internal/labels"
 )
 
-// The Cilium kinds, served as CRDs (internal/k8s/crds).
+// The Cilium kinds and the tap kinds, served as CRDs (internal/k8s/crds).
 var (
 	cnpResource  = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
 	ccnpResource = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumclusterwidenetworkpolicies"}
 	ccgResource  = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumcidrgroups"}
+	tapResource  = schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "tapcontracts"}
+	tcResource   = schema.GroupVersionResource{Group: "crd.antrea.io", Version: "v1alpha2", Resource: "trafficcontrols"}
 )
+
+// isMonitor says whether pod p is a monitor (annotation agent.MonitorAnnotation "true").
+func isMonitor(p *corev1.Pod) bool { return p.Annotations[agent.MonitorAnnotation] == "true" }
 
 // Agent is what the watcher needs of the agent.
 type Agent interface {
@@ -100,6 +105,8 @@ type caches struct {
 	cnps       cache.GenericLister
 	ccnps      cache.GenericLister
 	ccgs       cache.GenericLister
+	taps       cache.GenericLister
+	tcs        cache.GenericLister
 }
 
 // hasSynced says whether every informer of the set has synced.
@@ -198,7 +205,7 @@ func (w *Watcher) newCaches() (*caches, error) {
 	for _, x := range []struct {
 		gvr    schema.GroupVersionResource
 		lister *cache.GenericLister
-	}{{cnpResource, &c.cnps}, {ccnpResource, &c.ccnps}, {ccgResource, &c.ccgs}} {
+	}{{cnpResource, &c.cnps}, {ccnpResource, &c.ccnps}, {ccgResource, &c.ccgs}, {tapResource, &c.taps}, {tcResource, &c.tcs}} {
 		gi := c.dfactory.ForResource(x.gvr)
 		if err := add(gi.Informer(), x.gvr.Resource); err != nil {
 			return nil, err
@@ -321,7 +328,7 @@ func (w *Watcher) localPod(ctx context.Context, namespace, name string) (agent.P
 	if err != nil {
 		return agent.PodInfo{}, err
 	}
-	info := agent.PodInfo{Labels: labels.Labels(pod.Labels), ServiceAccount: pod.Spec.ServiceAccountName}
+	info := agent.PodInfo{Labels: labels.Labels(pod.Labels), ServiceAccount: pod.Spec.ServiceAccountName, Monitor: isMonitor(pod)}
 	if info.Labels == nil {
 		info.Labels = labels.Labels{}
 	}
@@ -554,7 +561,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 			if err != nil {
 				return v, err
 			}
-			v.LocalPods[key] = agent.PodInfo{Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id}
+			v.LocalPods[key] = agent.PodInfo{Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id, Monitor: isMonitor(p)}
 			continue
 		}
 		if p.Status.PodIP == "" {
@@ -570,7 +577,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 			return v, err
 		}
 		v.Remotes = append(v.Remotes, agent.RemoteEndpointRecord{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
-			IP: ip, Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id})
+			IP: ip, Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id, Monitor: isMonitor(p)})
 	}
 	nps, err := c.netpols.List(k8slabels.Everything())
 	if err != nil {
@@ -587,7 +594,8 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 	for _, x := range []struct {
 		lister cache.GenericLister
 		kind   string
-	}{{c.cnps, "CiliumNetworkPolicy"}, {c.ccnps, "CiliumClusterwideNetworkPolicy"}, {c.ccgs, "CiliumCIDRGroup"}} {
+	}{{c.cnps, "CiliumNetworkPolicy"}, {c.ccnps, "CiliumClusterwideNetworkPolicy"}, {c.ccgs, "CiliumCIDRGroup"},
+		{c.taps, "TapContract"}, {c.tcs, "TrafficControl"}} {
 		objs, err := x.lister.List(k8slabels.Everything())
 		if err != nil {
 			return v, fmt.Errorf("listing %s: %w", x.kind, err)
@@ -651,7 +659,7 @@ func networkPolicyObject(np *networkingv1.NetworkPolicy) (string, agent.PolicyOb
 func customObject(kind string, u *unstructured.Unstructured) (string, agent.PolicyObject, error) {
 	apiVersion := u.GetAPIVersion()
 	if apiVersion == "" {
-		apiVersion = "cilium.io/v2"
+		apiVersion = apiVersionOf(kind)
 	}
 	data, err := document(apiVersion, kind, u, u.Object)
 	if err != nil {
@@ -659,4 +667,17 @@ func customObject(kind string, u *unstructured.Unstructured) (string, agent.Poli
 	}
 	return objectKey(kind, u.GetNamespace(), u.GetName()), agent.PolicyObject{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(),
 		ResourceVersion: u.GetResourceVersion(), Document: data}, nil
+}
+
+// apiVersionOf is the group/version the watcher serves kind at.
+func apiVersionOf(kind string) string {
+	switch kind {
+	case "NetworkPolicy":
+		return "networking.k8s.io/v1"
+	case "TapContract":
+		return tapResource.GroupVersion().String()
+	case "TrafficControl":
+		return tcResource.GroupVersion().String()
+	}
+	return "cilium.io/v2"
 }

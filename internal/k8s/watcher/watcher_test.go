@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
@@ -103,4 +104,57 @@ func parse(t *testing.T, data []byte) string {
 		s += policy.FormatRule(r)
 	}
 	return s
+}
+
+// A TapContract object (cluster-scoped) becomes a manifest the parser takes as the
+// contract written; one whose apiVersion the object lacks gets the CRD's. Refusal Events
+// name the kind at the version the watcher serves it.
+func TestTapContractDocument(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"kind":     "TapContract",
+		"metadata": map[string]any{"name": "web-http", "resourceVersion": "9", "uid": "u"},
+		"spec": map[string]any{
+			"source":  map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}}},
+			"monitor": "sec/ids",
+			"match":   map[string]any{"protocol": "TCP", "ports": []any{int64(80), "8000-8080"}},
+			"action":  "Mirror",
+		},
+	}}
+	key, o, err := customObject("TapContract", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "TapContract//web-http" || o.ResourceVersion != "9" {
+		t.Errorf("key %q, resourceVersion %q", key, o.ResourceVersion)
+	}
+	docs, err := policy.Parse("test", o.Document)
+	if err != nil {
+		t.Fatalf("parsing %s: %v", o.Document, err)
+	}
+	if len(docs.Taps) != 1 {
+		t.Fatalf("%d tap contracts in %s", len(docs.Taps), o.Document)
+	}
+	c := docs.Taps[0]
+	if c.Name != "web-http" || c.Monitor != "sec/ids" || c.Match.String() != "both TCP ports 80,8000-8080" {
+		t.Errorf("contract %s monitor %s match %s", c.Name, c.Monitor, c.Match)
+	}
+	for kind, want := range map[string]string{"TapContract": "rampart.io/v1alpha1", "TrafficControl": "crd.antrea.io/v1alpha2",
+		"NetworkPolicy": "networking.k8s.io/v1", "CiliumNetworkPolicy": "cilium.io/v2"} {
+		if got := apiVersionOf(kind); got != want {
+			t.Errorf("apiVersionOf(%s) = %s, want %s", kind, got, want)
+		}
+	}
+}
+
+// A pod is a monitor only with the annotation's value "true".
+func TestIsMonitor(t *testing.T) {
+	for v, want := range map[string]bool{"true": true, "false": false, "": false, "yes": false} {
+		p := &corev1.Pod{}
+		if v != "" {
+			p.Annotations = map[string]string{agent.MonitorAnnotation: v}
+		}
+		if got := isMonitor(p); got != want {
+			t.Errorf("annotation %q: monitor %v, want %v", v, got, want)
+		}
+	}
 }

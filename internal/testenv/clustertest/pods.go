@@ -44,13 +44,19 @@ func (c *Cluster) EnsureNamespace(ns string, labels map[string]string) {
 // AddPod creates pod ns/name with labels on node n and plays the runtime's network part
 // for it. This is the one place pods are made (a pod runner may replace it).
 func (c *Cluster) AddPod(n *Node, ns, name string, labels map[string]string) *Pod {
+	c.T.Helper()
+	return c.AddAnnotatedPod(n, ns, name, labels, nil)
+}
+
+// AddAnnotatedPod is AddPod for a pod with annotations (a monitor's, say).
+func (c *Cluster) AddAnnotatedPod(n *Node, ns, name string, labels, annotations map[string]string) *Pod {
 	t := c.T
 	t.Helper()
 	c.EnsureNamespace(ns, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	obj := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			NodeName:   n.Name,
 			Containers: []corev1.Container{{Name: "main", Image: "rampart.local/pause"}},
