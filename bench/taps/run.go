@@ -422,6 +422,15 @@ func (r *runner) startMonitor(ctx context.Context, ph phase) error {
 		return fmt.Errorf("starting suricata (%s): %w", ph.name, err)
 	}
 	r.mon = m
+	if os.Getenv("RPS_EXP") != "" && len(r.monitorCPUs) > 0 {
+		mask := 0
+		for _, c := range r.monitorCPUs {
+			mask |= 1 << c
+		}
+		name := r.monitorNS[strings.LastIndex(r.monitorNS, "/")+1:]
+		out, err := exec.Command("ip", "netns", "exec", name, "sh", "-c", fmt.Sprintf("echo %x > /sys/class/net/tap-rx/queues/rx-0/rps_cpus && cat /sys/class/net/tap-rx/queues/rx-0/rps_cpus", mask)).CombinedOutput()
+		fmt.Fprintf(r.log, "RPS on tap-rx: %s %v\n", out, err)
+	}
 	if len(r.monitorCPUs) > 0 {
 		if err := benchkit.PinProcess(m.Pid(), r.monitorCPUs); err != nil {
 			return fmt.Errorf("pinning suricata: %w", err)

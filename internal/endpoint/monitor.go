@@ -3,7 +3,11 @@ package endpoint
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/vishvananda/netlink"
@@ -216,4 +220,108 @@ func setTxChecksum(ifname string, on bool) error {
 		return fmt.Errorf("turning transmit checksum offload of %s %s: %w", ifname, map[bool]string{true: "on", false: "off"}[on], errno)
 	}
 	return nil
+}
+
+// SteerMonitorCopies hands what arrives on the monitor's MonitorRxIfName (in the
+// namespace at netnsPath) to cpus, the CPUs the monitor runs on (receive packet steering,
+// the interface's rps_cpus): the copy of each packet into the monitor's capture ring is
+// then made there, not on the CPU of the tapped application. It costs an
+// inter-processor interrupt per batch of packets, which small-packet traffic feels (the
+// flow tap benchmark measures both, docs/benchmarks.md). No cpus hands them back to the
+// sending CPU.
+func SteerMonitorCopies(netnsPath string, cpus []int) error {
+	mask, err := cpuMask(cpus)
+	if err != nil {
+		return err
+	}
+	return inSysfsOf(netnsPath, func() error {
+		p := "/sys/class/net/" + MonitorRxIfName + "/queues/rx-0/rps_cpus"
+		if err := os.WriteFile(p, []byte(mask), 0); err != nil {
+			return fmt.Errorf("steering the monitor's copies to CPUs %v: %w", cpus, err)
+		}
+		return nil
+	})
+}
+
+// cpuMask is cpus as sysfs writes a CPU mask: hexadecimal words of 32 CPUs, the highest
+// first, separated by commas.
+func cpuMask(cpus []int) (string, error) {
+	online, err := OnlineCPUs()
+	if err != nil {
+		return "", err
+	}
+	words := []uint32{0}
+	for _, c := range cpus {
+		if !slices.Contains(online, c) {
+			return "", fmt.Errorf("CPU %d: not one of this machine's online CPUs %v", c, online)
+		}
+		for len(words) <= c/32 {
+			words = append(words, 0)
+		}
+		words[c/32] |= 1 << (c % 32)
+	}
+	parts := make([]string, len(words))
+	for i, w := range words {
+		parts[len(words)-1-i] = fmt.Sprintf("%08x", w)
+	}
+	return strings.Join(parts, ","), nil
+}
+
+// OnlineCPUs lists the machine's online CPUs (/sys/devices/system/cpu/online), whatever
+// this process's affinity (runtime.NumCPU counts only the CPUs it may use).
+func OnlineCPUs() ([]int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, fmt.Errorf("reading the online CPUs: %w", err)
+	}
+	var cpus []int
+	for _, r := range strings.Split(strings.TrimSpace(string(b)), ",") {
+		lo, hi, isRange := strings.Cut(r, "-")
+		first, err1 := strconv.Atoi(lo)
+		last := first
+		var err2 error
+		if isRange {
+			last, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || last < first {
+			return nil, fmt.Errorf("reading the online CPUs: %q is not a CPU list", b)
+		}
+		for c := first; c <= last; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
+}
+
+// inSysfsOf runs fn where /sys shows the network namespace at netnsPath's interfaces, as
+// `ip netns exec` does: on a thread of its own with a private mount namespace and a sysfs
+// mounted there. The thread is never given back to the runtime, so it dies with both
+// namespaces when fn returns.
+func inSysfsOf(netnsPath string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		errc <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+				return fmt.Errorf("a private mount namespace: %w", err)
+			}
+			// Mounts made here stay here.
+			if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+				return fmt.Errorf("making mounts private: %w", err)
+			}
+			ns, err := netns.GetFromPath(netnsPath)
+			if err != nil {
+				return fmt.Errorf("opening network namespace %s: %w", netnsPath, err)
+			}
+			defer ns.Close()
+			if err := netns.Set(ns); err != nil {
+				return fmt.Errorf("entering network namespace %s: %w", netnsPath, err)
+			}
+			if err := unix.Mount("sysfs", "/sys", "sysfs", 0, ""); err != nil {
+				return fmt.Errorf("mounting sysfs for %s: %w", netnsPath, err)
+			}
+			return fn()
+		}()
+	}()
+	return <-errc
 }

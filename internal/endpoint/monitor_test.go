@@ -3,6 +3,7 @@ package endpoint_test
 import (
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -93,6 +94,29 @@ func TestMonitorLinks(t *testing.T) {
 	}
 	// A restarted agent creates them again: the same links are kept and attached again.
 	attached = nil
+	// Copies steered to CPU 0 and back: the interface's rps_cpus as `ip netns exec` reads it.
+	rps := func() string {
+		out, err := exec.Command("ip", "netns", "exec", filepath.Base(s.NetnsPath), "cat", "/sys/class/net/"+endpoint.MonitorRxIfName+"/queues/rx-0/rps_cpus").CombinedOutput()
+		if err != nil {
+			t.Fatalf("reading rps_cpus: %v: %s", err, out)
+		}
+		return strings.TrimLeft(strings.TrimSpace(string(out)), "0,")
+	}
+	if err := endpoint.SteerMonitorCopies(s.NetnsPath, []int{0}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rps(); got != "1" {
+		t.Errorf("rps_cpus after steering to CPU 0: %q, want 1", got)
+	}
+	if err := endpoint.SteerMonitorCopies(s.NetnsPath, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := rps(); got != "" {
+		t.Errorf("rps_cpus after steering back: %q, want 0", got)
+	}
+	if err := endpoint.SteerMonitorCopies(s.NetnsPath, []int{4096}); err == nil || !strings.Contains(err.Error(), "CPU 4096") {
+		t.Errorf("steering to a CPU this machine lacks: %v", err)
+	}
 	again, err := n.CreateMonitorLinks(s, func(rx, tx string) error { attached = []string{rx, tx}; return nil })
 	if err != nil || again != ml || len(attached) != 2 {
 		t.Errorf("second CreateMonitorLinks: %+v, %v, attach saw %v; want %+v kept and attached", again, err, attached, ml)
