@@ -3,8 +3,6 @@ package k8smode
 import (
 	"context"
 	"encoding/binary"
-	"errors"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
 )
@@ -47,48 +46,19 @@ spec:
 
 // capture counts the IPv4 TCP packets between two addresses that a monitor receives on
 // its tap-rx, read with an AF_PACKET socket in the monitor pod's namespace.
-type capture struct{ fd int }
+type capture struct{ s *testenv.Sniffer }
 
 func newCapture(t *testing.T, netnsPath string) *capture {
 	t.Helper()
-	c := &capture{fd: -1}
-	err := testenv.InNetns(netnsPath, func() error {
-		ifc, err := net.InterfaceByName(endpoint.MonitorRxIfName)
-		if err != nil {
-			return err
-		}
-		proto := int(htons(unix.ETH_P_ALL))
-		if c.fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto); err != nil {
-			return err
-		}
-		return unix.Bind(c.fd, &unix.SockaddrLinklayer{Ifindex: ifc.Index, Protocol: htons(unix.ETH_P_ALL)})
-	})
-	if c.fd >= 0 {
-		t.Cleanup(func() { unix.Close(c.fd) })
-	}
-	if err != nil {
-		t.Fatalf("capturing on the monitor's %s: %v", endpoint.MonitorRxIfName, err)
-	}
-	return c
+	return &capture{s: testenv.NewSniffer(t, netnsPath, endpoint.MonitorRxIfName)}
 }
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // count reads what arrived since the last call and counts the TCP packets between x and
 // y (either way) with port on either side.
 func (c *capture) count(t *testing.T, x, y netip.Addr, port uint16) int {
 	t.Helper()
 	n := 0
-	buf := make([]byte, 65536)
-	for {
-		size, _, err := unix.Recvfrom(c.fd, buf, unix.MSG_DONTWAIT)
-		if errors.Is(err, unix.EAGAIN) {
-			return n
-		}
-		if err != nil {
-			t.Fatalf("reading the capture: %v", err)
-		}
-		f := buf[:size]
+	for _, f := range c.s.Frames(t) {
 		if len(f) < 14+20 || binary.BigEndian.Uint16(f[12:]) != 0x0800 || f[14+9] != unix.IPPROTO_TCP {
 			continue
 		}
@@ -102,6 +72,7 @@ func (c *capture) count(t *testing.T, x, y netip.Addr, port uint16) int {
 			n++
 		}
 	}
+	return n
 }
 
 // waitCopies connects from to to's port until the monitor has received copies of a
@@ -243,3 +214,68 @@ spec:
   action: Mirror
   targetPort: {device: {name: sec/ids}}
 `
+
+// tapRemote mirrors shop/d's TCP port 80, both ways, to the monitor pod sec/ids, which runs
+// on another node.
+const tapRemote = `apiVersion: rampart.io/v1alpha1
+kind: TapContract
+metadata: {name: remote}
+spec:
+  source: {endpoint: shop/d}
+  monitor: sec/ids
+  match: {protocol: TCP, ports: [80]}
+  action: Mirror
+`
+
+// A monitor pod on one node receives the copies of a pod on another through the tap
+// tunnel (VXLAN between the nodes): the contract names the monitor's node on the source's
+// node, the copies are those of the source's connection, and they stop with the contract.
+// A redirect through that monitor is not installed: its traffic stops (fail closed) and
+// the contract says why.
+func TestTapContractMonitorOnAnotherNode(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	ids := c.AddAnnotatedPod(n1, "sec", "ids", map[string]string{"app": "ids"}, map[string]string{agent.MonitorAnnotation: "true"})
+	a := c.AddPod(n1, "shop", "a", map[string]string{"app": "client"})
+	d := c.AddPod(n2, "shop", "d", map[string]string{"app": "web"})
+	capt := newCapture(t, ids.Netns)
+
+	c.KubectlApply(tapRemote)
+	if !testenv.Eventually(propagate, func() bool {
+		ts := listTaps(t, n2)
+		return len(ts) == 1 && slices.Equal(ts[0].Endpoints, []string{"shop/d"}) && ts[0].MonitorNode == n1.Name && ts[0].MonitorProblem == ""
+	}) {
+		t.Fatalf("node %s did not take TapContract remote with its monitor on %s: %+v", n2.Name, n1.Name, listTaps(t, n2))
+	}
+	copies := capt.waitCopies(t, a, d, 80)
+	t.Logf("the monitor on %s received %d copies of %s -> %s:80 tapped on %s", n1.Name, copies, a.Key(), d.Key(), n2.Name)
+	if copies < 4 {
+		t.Errorf("the monitor received %d copies of a connection, want both directions", copies)
+	}
+	if ts := listTaps(t, n2); ts[0].Counters == nil || ts[0].Counters.MirroredPackets == 0 || ts[0].Counters.CopiesLost != 0 {
+		t.Errorf("tap remote's counters on %s: %+v", n2.Name, ts[0].Counters)
+	}
+
+	c.KubectlApply(strings.Replace(tapRemote, "action: Mirror", "action: Redirect", 1))
+	if !testenv.Eventually(propagate, func() bool {
+		ts := listTaps(t, n2)
+		return len(ts) == 1 && strings.Contains(ts[0].MonitorProblem, "a redirect goes through a monitor on its source's node only")
+	}) {
+		t.Fatalf("node %s: a redirect through a monitor on %s: %+v", n2.Name, n1.Name, listTaps(t, n2))
+	}
+	if a.Probe(d.IP, 80, "tcp", allowWait) {
+		t.Errorf("a redirect whose monitor is on another node let %s -> %s:80 pass", a.Key(), d.Key())
+	}
+
+	c.KubectlDelete(tapRemote)
+	if !testenv.Eventually(propagate, func() bool { return len(listTaps(t, n2)) == 0 }) {
+		t.Fatalf("node %s still has TapContract remote: %+v", n2.Name, listTaps(t, n2))
+	}
+	capt.count(t, a.IP, d.IP, 80)
+	if !a.Probe(d.IP, 80, "tcp", allowWait) {
+		t.Fatalf("%s -> %s:80 failed after the tap's deletion", a.Key(), d.Key())
+	}
+	if n := capt.count(t, a.IP, d.IP, 80); n != 0 {
+		t.Errorf("the monitor received %d copies after the TapContract's deletion", n)
+	}
+}
