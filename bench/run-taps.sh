@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the flow tap benchmark (see docs/benchmarks.md): builds rampartd, rampart and the
 # benchmark from this checkout and runs it as root. Arguments go to the benchmark:
-#   bench/run-taps.sh              # full run, about five minutes
-#   bench/run-taps.sh --quick      # smoke run, under a minute
+#   bench/run-taps.sh              # full run, about eight minutes
+#   bench/run-taps.sh --quick      # smoke run, about a minute and a half
 #   bench/run-taps.sh --repeats 9 --duration 3s
 # Results: bench/results/taps-<timestamp>.{json,md,png}
 set -euo pipefail

@@ -17,5 +17,7 @@
 // pods through the agent API (`rampart node add`, `rampart remote add --identity`), as
 // test/e2e/overlay_test.go does. The benchmark reaches the nodes and pods only through
 // the Cluster interface, so a cluster whose pods Kubernetes creates can replace it.
+// NewAgentNodes makes the same agent cluster with more nodes, and monitor pods: the flow
+// tap benchmark's (bench/taps).
 // bench/run-cluster.sh runs it; docs/benchmarks.md describes the method.
 package cluster

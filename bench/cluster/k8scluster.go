@@ -94,6 +94,11 @@ func (c *k8sCluster) Mode() string { return c.mode }
 // makes the sandbox and calls the CNI; then it waits until every pod is Ready with an
 // address, and asks each node's agent for its pods' network namespaces.
 func (c *k8sCluster) AddPods(ctx context.Context, specs []PodSpec) ([]*Pod, error) {
+	for _, s := range specs {
+		if s.Monitor {
+			return nil, fmt.Errorf("pod %s/%s: monitor pods are made by agent clusters only", s.Namespace, s.Name)
+		}
+	}
 	for _, ns := range namespacesOf(specs) {
 		_, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -156,7 +161,7 @@ func (c *k8sCluster) AddPods(ctx context.Context, specs []PodSpec) ([]*Pod, erro
 		c.mu.Lock()
 		c.epIDs[key] = e.EpID
 		c.mu.Unlock()
-		out[i] = &Pod{Name: key, Node: s.Node, IP: ips[key], MTU: mtu, Command: nsenterCommand(e.Netns)}
+		out[i] = &Pod{Name: key, Node: s.Node, IP: ips[key], MTU: mtu, Netns: e.Netns, Command: nsenterCommand(e.Netns)}
 	}
 	return out, nil
 }

@@ -25,21 +25,26 @@ const (
 	NodeB = 1 // the servers' node: policy is applied here
 )
 
-var nodeNames = [2]string{"node-a", "node-b"}
+// NodeName is the name of node i (0: node-a, 1: node-b, ...).
+func NodeName(i int) string { return "node-" + string(rune('a'+i)) }
 
 // PodSpec is a pod to create.
 type PodSpec struct {
-	Node            int // NodeA or NodeB
+	Node            int // NodeA, NodeB, or another node of an agent cluster
 	Namespace, Name string
 	Labels          []string // k=v
+	// Monitor makes the pod a tap monitor endpoint (`rampart endpoint add --monitor`),
+	// declared as one on the other nodes (agent clusters only).
+	Monitor bool
 }
 
 // Pod is a pod the benchmark created.
 type Pod struct {
-	Name string // namespace/name
-	Node int
-	IP   netip.Addr
-	MTU  int // of the pod's interface
+	Name  string // namespace/name
+	Node  int
+	IP    netip.Addr
+	MTU   int    // of the pod's interface
+	Netns string // path of the pod's network namespace
 	// Command returns a command running argv in the pod's network namespace, in its own
 	// process group (benchkit.OwnGroup).
 	Command func(ctx context.Context, argv ...string) *exec.Cmd
@@ -65,20 +70,26 @@ type Cluster interface {
 	Close() error
 }
 
-// Fabric addresses of the two nodes, in one /24 on the fabric veth.
-var fabricAddrs = [2]netip.Addr{netip.MustParseAddr("198.19.255.1"), netip.MustParseAddr("198.19.255.2")}
+// fabricAddr is node i's address on its fabric veth to node j: each pair of nodes has a
+// veth and a /24 of its own, 198.19.255.0/24 for nodes 0 and 1 (198.19.255.1 and .2),
+// 198.19.254.0/24 for 0 and 2, and so on down.
+func fabricAddr(i, j int) netip.Addr {
+	lo, hi := min(i, j), max(i, j)
+	link := hi*(hi-1)/2 + lo // 0: (0,1), 1: (0,2), 2: (1,2), ...
+	return netip.AddrFrom4([4]byte{198, 19, byte(255 - link), byte(i + 1)})
+}
 
 // ErrModeUnavailable wraps an agent's refusal of a tunnel mode it does not implement.
 var ErrModeUnavailable = errors.New("tunnel mode not available")
 
-// agentCluster is two rampartd in node namespaces joined by a fabric veth.
-type agentCluster struct {
+// AgentCluster is rampartd in node namespaces, every two joined by a fabric veth.
+type AgentCluster struct {
 	mode     string
-	agents   [2]*benchkit.Agent
-	cidrs    [2]netip.Prefix
+	agents   []*benchkit.Agent
+	cidrs    []netip.Prefix
 	daemons  *benchkit.Daemons
 	workDir  string
-	next     [2]uint32 // next host number per node
+	next     []uint32 // next host number per node
 	byName   map[string]*benchkit.Endpoint
 	cleanups []func() error
 }
@@ -89,8 +100,20 @@ type AgentBinaries struct{ Rampartd, Rampart string }
 // NewAgentCluster starts two agents with --tunnel=mode, each in its own node namespace
 // (instance names prefix+"a" and prefix+"b"), joins the namespaces with a fabric veth and
 // declares each node on the other. A mode the agent refuses gives ErrModeUnavailable.
-func NewAgentCluster(ctx context.Context, bin AgentBinaries, mode, prefix string, d *benchkit.Daemons) (_ Cluster, err error) {
-	c := &agentCluster{mode: mode, daemons: d, byName: map[string]*benchkit.Endpoint{}}
+func NewAgentCluster(ctx context.Context, bin AgentBinaries, mode, prefix string, d *benchkit.Daemons) (Cluster, error) {
+	c, err := NewAgentNodes(ctx, bin, mode, prefix, 2, d)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// NewAgentNodes is NewAgentCluster with n nodes (instance names prefix+"a", +"b", ...),
+// every two joined by a fabric veth of their own and declared on each other: the flow tap
+// benchmark's three nodes.
+func NewAgentNodes(ctx context.Context, bin AgentBinaries, mode, prefix string, n int, d *benchkit.Daemons) (_ *AgentCluster, err error) {
+	c := &AgentCluster{mode: mode, daemons: d, byName: map[string]*benchkit.Endpoint{},
+		agents: make([]*benchkit.Agent, n), next: make([]uint32, n)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.Close())
@@ -100,15 +123,14 @@ func NewAgentCluster(ctx context.Context, bin AgentBinaries, mode, prefix string
 		return nil, err
 	}
 	c.cleanups = append(c.cleanups, func() error { return os.RemoveAll(c.workDir) })
-	cidrs := benchkit.PodCIDRs(2)
-	for i := range 2 {
-		c.cidrs[i] = cidrs[i]
+	c.cidrs = benchkit.PodCIDRs(n)
+	for i := range n {
 		inst := prefix + string(rune('a'+i))
 		dir := filepath.Join(c.workDir, inst)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, err
 		}
-		a := benchkit.NewAgent(bin.Rampartd, bin.Rampart, inst, dir, cidrs[i])
+		a := benchkit.NewAgent(bin.Rampartd, bin.Rampart, inst, dir, c.cidrs[i])
 		a.Flags = []string{"--tunnel", mode}
 		c.agents[i] = a
 		// Registered before the start, so a half-started agent is uninstalled too.
@@ -121,18 +143,26 @@ func NewAgentCluster(ctx context.Context, bin AgentBinaries, mode, prefix string
 				c.cleanups = c.cleanups[:len(c.cleanups)-1]
 				return nil, fmt.Errorf("%w: %v", ErrModeUnavailable, lastLine(err.Error()))
 			}
-			return nil, fmt.Errorf("starting the agent of %s: %w", nodeNames[i], err)
+			return nil, fmt.Errorf("starting the agent of %s: %w", NodeName(i), err)
 		}
 		c.next[i] = 10
 	}
-	if err := linkFabric(c.agents[0].NodeNetns(), c.agents[1].NodeNetns()); err != nil {
-		return nil, err
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			if err := linkFabric(c.agents[i].NodeNetns(), c.agents[j].NodeNetns(), fabricAddr(i, j), fabricAddr(j, i)); err != nil {
+				return nil, err
+			}
+		}
 	}
-	for i := range 2 {
-		o := 1 - i
-		if _, err := c.agents[i].CLI(ctx, time.Minute, "node", "add", nodeNames[o],
-			"--address", fabricAddrs[o].String(), "--pod-cidr", c.cidrs[o].String()); err != nil {
-			return nil, fmt.Errorf("declaring %s on %s: %w", nodeNames[o], nodeNames[i], err)
+	for i := range n {
+		for o := range n {
+			if o == i {
+				continue
+			}
+			if _, err := c.agents[i].CLI(ctx, time.Minute, "node", "add", NodeName(o),
+				"--address", fabricAddr(o, i).String(), "--pod-cidr", c.cidrs[o].String()); err != nil {
+				return nil, fmt.Errorf("declaring %s on %s: %w", NodeName(o), NodeName(i), err)
+			}
 		}
 	}
 	return c, nil
@@ -146,26 +176,33 @@ func lastLine(s string) string {
 	return s
 }
 
-func (c *agentCluster) Mode() string { return c.mode }
+func (c *AgentCluster) Mode() string { return c.mode }
 
-// AddPods creates node A's pods and declares them on node B with the identities node A
-// gave them, then node B's, declared on node A: each node allocates identities on its
-// own until identities are allocated cluster-wide, and a node allocates around the
-// identities already declared to it (as test/e2e/overlay_test.go does).
-func (c *agentCluster) AddPods(ctx context.Context, specs []PodSpec) ([]*Pod, error) {
+// Agent is node i's agent (for commands the Cluster interface does not have).
+func (c *AgentCluster) Agent(i int) *benchkit.Agent { return c.agents[i] }
+
+// AddPods creates node A's pods and declares them on the other nodes with the identities
+// node A gave them, then node B's, and so on: each node allocates identities on its own
+// until identities are allocated cluster-wide, and a node allocates around the identities
+// already declared to it (as test/e2e/overlay_test.go does).
+func (c *AgentCluster) AddPods(ctx context.Context, specs []PodSpec) ([]*Pod, error) {
 	out := make([]*Pod, len(specs))
-	for node := range 2 {
+	for node := range c.agents {
 		var made []int
 		for i, s := range specs {
 			if s.Node != node {
 				continue
 			}
 			if c.next[node] >= 250 {
-				return nil, fmt.Errorf("%s: more pods than its /24 holds", nodeNames[node])
+				return nil, fmt.Errorf("%s: more pods than its /24 holds", NodeName(node))
 			}
 			ip := benchkit.HostAddr(c.cidrs[node], c.next[node])
 			c.next[node]++
-			ep, err := c.agents[node].AddEndpoint(ctx, s.Namespace, s.Name, s.Labels, ip)
+			var extra []string
+			if s.Monitor {
+				extra = []string{"--monitor"}
+			}
+			ep, err := c.agents[node].AddEndpoint(ctx, s.Namespace, s.Name, s.Labels, ip, extra...)
 			if err != nil {
 				return nil, err
 			}
@@ -174,43 +211,51 @@ func (c *agentCluster) AddPods(ctx context.Context, specs []PodSpec) ([]*Pod, er
 				return nil, err
 			}
 			path := ep.API.Netns
-			out[i] = &Pod{Name: ep.Name, Node: node, IP: ip, MTU: mtu, Command: nsenterCommand(path)}
+			out[i] = &Pod{Name: ep.Name, Node: node, IP: ip, MTU: mtu, Netns: path, Command: nsenterCommand(path)}
 			c.byName[ep.Name] = ep
 			made = append(made, i)
 		}
-		other := c.agents[1-node]
-		for _, i := range made {
-			s, p := specs[i], out[i]
-			ep := c.byName[p.Name]
-			if _, err := other.CLI(ctx, time.Minute, "remote", "add", p.Name, "--node", nodeNames[node],
-				"--ip", p.IP.String(), "--labels", strings.Join(s.Labels, ","),
-				"--identity", strconv.FormatUint(uint64(ep.API.Identity), 10)); err != nil {
-				return nil, fmt.Errorf("declaring %s on %s: %w", p.Name, nodeNames[1-node], err)
+		for o, other := range c.agents {
+			if o == node {
+				continue
+			}
+			for _, i := range made {
+				s, p := specs[i], out[i]
+				ep := c.byName[p.Name]
+				args := []string{"remote", "add", p.Name, "--node", NodeName(node),
+					"--ip", p.IP.String(), "--labels", strings.Join(s.Labels, ","),
+					"--identity", strconv.FormatUint(uint64(ep.API.Identity), 10)}
+				if s.Monitor {
+					args = append(args, "--monitor")
+				}
+				if _, err := other.CLI(ctx, time.Minute, args...); err != nil {
+					return nil, fmt.Errorf("declaring %s on %s: %w", p.Name, NodeName(o), err)
+				}
 			}
 		}
 	}
 	return out, nil
 }
 
-func (c *agentCluster) Apply(ctx context.Context, node int, file string) error {
+func (c *AgentCluster) Apply(ctx context.Context, node int, file string) error {
 	if _, err := c.agents[node].CLI(ctx, 10*time.Minute, "apply", "-f", file); err != nil {
-		return fmt.Errorf("applying %s on %s: %w", filepath.Base(file), nodeNames[node], err)
+		return fmt.Errorf("applying %s on %s: %w", filepath.Base(file), NodeName(node), err)
 	}
 	return nil
 }
 
-func (c *agentCluster) Delete(ctx context.Context, node int, file string) error {
+func (c *AgentCluster) Delete(ctx context.Context, node int, file string) error {
 	if _, err := c.agents[node].CLI(ctx, 10*time.Minute, "delete", "-f", file); err != nil {
-		return fmt.Errorf("deleting %s on %s: %w", filepath.Base(file), nodeNames[node], err)
+		return fmt.Errorf("deleting %s on %s: %w", filepath.Base(file), NodeName(node), err)
 	}
 	return nil
 }
 
-func (c *agentCluster) PolicyEntries(p *Pod) (int, error) {
+func (c *AgentCluster) PolicyEntries(p *Pod) (int, error) {
 	return c.agents[p.Node].PolicyEntries(p.Name)
 }
 
-func (c *agentCluster) Close() error {
+func (c *AgentCluster) Close() error {
 	var errs []error
 	for i := len(c.cleanups) - 1; i >= 0; i-- {
 		errs = append(errs, c.cleanups[i]())
@@ -257,15 +302,15 @@ func ip(args ...string) error {
 }
 
 // linkFabric joins two network namespaces (names under /run/netns) with a veth, the
-// fabric between nodes: fabricAddrs[0] on the first side, [1] on the second. The veth goes
-// with the namespaces.
-func linkFabric(nsA, nsB string) error {
+// fabric between two nodes: addrA (in a /24) on the first side, addrB on the second. The
+// veth goes with the namespaces.
+func linkFabric(nsA, nsB string, addrA, addrB netip.Addr) error {
 	sfx := benchkit.Suffix()[:6]
 	a, b := "rpf"+sfx, "rpg"+sfx
 	steps := [][]string{
 		{"-n", nsA, "link", "add", a, "type", "veth", "peer", "name", b, "netns", nsB},
-		{"-n", nsA, "addr", "add", fabricAddrs[0].String() + "/24", "dev", a},
-		{"-n", nsB, "addr", "add", fabricAddrs[1].String() + "/24", "dev", b},
+		{"-n", nsA, "addr", "add", addrA.String() + "/24", "dev", a},
+		{"-n", nsB, "addr", "add", addrB.String() + "/24", "dev", b},
 		{"-n", nsA, "link", "set", a, "up"},
 		{"-n", nsB, "link", "set", b, "up"},
 	}
@@ -302,12 +347,13 @@ func newBareFabric(prefix string) (_ *bareFabric, err error) {
 			return nil, err
 		}
 	}
-	if err := linkFabric(f.ns[0], f.ns[1]); err != nil {
+	if err := linkFabric(f.ns[0], f.ns[1], fabricAddr(0, 1), fabricAddr(1, 0)); err != nil {
 		return nil, err
 	}
 	for i := range 2 {
-		f.pods[i] = &Pod{Name: "fabric/" + f.ns[i], Node: i, IP: fabricAddrs[i], MTU: 1500,
-			Command: nsenterCommand(filepath.Join("/run/netns", f.ns[i]))}
+		path := filepath.Join("/run/netns", f.ns[i])
+		f.pods[i] = &Pod{Name: "fabric/" + f.ns[i], Node: i, IP: fabricAddr(i, 1-i), MTU: 1500, Netns: path,
+			Command: nsenterCommand(path)}
 	}
 	return f, nil
 }

@@ -97,3 +97,16 @@ func TestSummarizeOverlay(t *testing.T) {
 		t.Errorf("table:\n%s", md)
 	}
 }
+
+// Every two nodes share a /24 of their own on their fabric veth; nodes 0 and 1 keep the
+// two-node cluster's addresses.
+func TestFabricAddr(t *testing.T) {
+	for _, c := range []struct {
+		i, j int
+		want string
+	}{{0, 1, "198.19.255.1"}, {1, 0, "198.19.255.2"}, {0, 2, "198.19.254.1"}, {2, 0, "198.19.254.3"}, {1, 2, "198.19.253.2"}, {2, 1, "198.19.253.3"}} {
+		if got := fabricAddr(c.i, c.j).String(); got != c.want {
+			t.Errorf("fabricAddr(%d, %d) = %s, want %s", c.i, c.j, got, c.want)
+		}
+	}
+}

@@ -82,7 +82,7 @@ func WritePlot(res *Result, path string) error {
 	}
 	p.NominalX(names...)
 	p.Legend.Top, p.Legend.Left = true, false
-	img := vgimg.New(10*vg.Inch, 4.5*vg.Inch)
+	img := vgimg.New(vg.Length(max(10, 1.4*float64(len(names))))*vg.Inch, 4.5*vg.Inch)
 	p.Draw(draw.New(img))
 	f, err := os.Create(path)
 	if err != nil {

@@ -15,13 +15,14 @@ import (
 
 // TestQuickRun runs the benchmark command in quick mode, as CI's smoke test, and checks
 // that it produced a well-formed report with a pair for every case, that every tap run
-// had its tap in the path (copies or redirected packets, counted by the monitor too), that
-// the slowed monitor lost copies and the loss is reported, and that it left nothing
+// had its tap in the path (copies or redirected packets, counted by the monitor too, and
+// by the monitor's node when it is another), that every Table II placement was measured,
+// that the slowed monitor lost copies and the loss is reported, and that it left nothing
 // behind. It asserts no speed: targets belong in the benchmark's output.
 func TestQuickRun(t *testing.T) {
 	testenv.RequireRoot(t)
 	if testing.Short() {
-		t.Skip("builds three binaries and runs the benchmark for about a minute")
+		t.Skip("builds three binaries and runs the benchmark for about a minute and a half")
 	}
 	for _, tool := range []string{"iperf3", "nsenter", "taskset", "go", "suricata"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -30,7 +31,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	fortio := benchkit.FortioForTest(t)
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
 	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/tapbench")
@@ -43,7 +44,8 @@ func TestQuickRun(t *testing.T) {
 	if res.Schema != Schema || !res.Settings.Quick || res.Incomplete || len(res.Errors) > 0 {
 		t.Errorf("schema %q, quick %v, incomplete %v, errors %v", res.Schema, res.Settings.Quick, res.Incomplete, res.Errors)
 	}
-	want := []string{CaseMirrorNoReader, CaseAAThroughput, CaseMirrorThroughput, CaseAAWeb, CaseMirrorWeb, CaseMirrorSlow, CaseRedirectThroughput, CaseRedirectLatency}
+	want := []string{CaseMirrorNoReader, CaseAAThroughput, CaseMirrorThroughput, CaseMirrorBRemote, CaseAAWeb, CaseMirrorWeb,
+		CaseMirrorSRemote, CaseMirrorThreeNodes, CaseMirrorSlow, CaseRedirectThroughput, CaseRedirectLatency}
 	if len(res.Cases) != len(want) {
 		t.Fatalf("%d cases, want %v", len(res.Cases), want)
 	}
@@ -74,6 +76,11 @@ func TestQuickRun(t *testing.T) {
 			if s.Counters == nil || s.Monitor == nil || s.Counters.MirroredPackets == 0 || s.Monitor.KernelPackets == 0 {
 				t.Errorf("%s: no copies reached the monitor: %+v %+v", c.Name, s.Counters, s.Monitor)
 			}
+			// A monitor on another node gets its copies through that node's tap tunnel.
+			remote := c.Name == CaseMirrorSRemote || c.Name == CaseMirrorThreeNodes
+			if remote != (s.Remote != nil) || (remote && s.Remote.Delivered == 0) {
+				t.Errorf("%s: counters of the monitor's node %+v", c.Name, s.Remote)
+			}
 		case "redirect":
 			if s.Counters == nil || s.Monitor == nil || s.Counters.RedirectedPackets == 0 || s.Monitor.Accepted == 0 {
 				t.Errorf("%s: nothing went through the monitor: %+v %+v", c.Name, s.Counters, s.Monitor)
@@ -84,17 +91,17 @@ func TestQuickRun(t *testing.T) {
 	if slow.Summary.KernelDrops+slow.Summary.CopiesLost == 0 {
 		t.Errorf("the slowed monitor lost no copies: %+v", slow.Summary)
 	}
-	na := 0
+	if len(res.Placements) != 4 {
+		t.Errorf("placements %+v: want Table II's four", res.Placements)
+	}
 	for _, p := range res.Placements {
-		if p.Status == placementNotAvailable && p.Reason != "" {
-			na++
+		if c := res.find(p.Case); c == nil || !c.Summary.Ratio.Valid() || p.Published == nil {
+			t.Errorf("placement %q not measured (case %q)", p.Name, p.Case)
 		}
 	}
-	if len(res.Placements) != 4 || na != 3 {
-		t.Errorf("placements %+v: want four, three not available with a reason", res.Placements)
-	}
-	if !strings.Contains(stdout, "| case |") || !strings.Contains(stdout, CaseMirrorSlow+" | 1 |") {
-		t.Errorf("no table with the copies lost per run printed")
+	if !strings.Contains(stdout, "| case |") || !strings.Contains(stdout, CaseMirrorSlow+" | 1 |") ||
+		!strings.Contains(stdout, "| A, B and S on three nodes | node-b | node-c |") {
+		t.Errorf("no table with the placements and the copies lost per run printed")
 	}
 
 	// Nothing left behind: namespaces and pins carry the run's instance name.
@@ -108,7 +115,9 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("network namespace %s left behind", e.Name())
 		}
 	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", inst)); !os.IsNotExist(err) {
-		t.Errorf("pin directory of %s left behind (stat: %v)", inst, err)
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", inst+n)); !os.IsNotExist(err) {
+			t.Errorf("pin directory of %s left behind (stat: %v)", inst+n, err)
+		}
 	}
 }

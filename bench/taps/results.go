@@ -12,13 +12,16 @@ import (
 )
 
 // Schema names the JSON report's format.
-const Schema = "rampart.bench.taps/v1"
+const Schema = "rampart.bench.taps/v2"
 
 // Case names.
 const (
 	CaseAAThroughput       = "aa-throughput"       // no tap vs no tap, iperf3
 	CaseMirrorNoReader     = "mirror-no-reader"    // the copies' cost alone: nothing reads them
 	CaseMirrorThroughput   = "mirror-throughput"   // Table II, A, B and S on one node
+	CaseMirrorBRemote      = "mirror-b-remote"     // Table II, A and S on one node, B on another
+	CaseMirrorSRemote      = "mirror-s-remote"     // Table II, A and B on one node, S on another
+	CaseMirrorThreeNodes   = "mirror-three-nodes"  // Table II, A, B and S on three nodes
 	CaseAAWeb              = "aa-web"              // no tap vs no tap, web server at its maximum rate
 	CaseMirrorWeb          = "mirror-web"          // Table III
 	CaseMirrorSlow         = "mirror-slow-monitor" // mirror to a monitor that falls behind
@@ -31,9 +34,6 @@ const (
 	verdictMiss            = "MISS"                // below the target
 	verdictReport          = "REPORT"              // no target: the number is reported
 	verdictInvalid         = "INVALID"             // no valid pair
-	placementMeasured      = "measured"            // Table II placement measured here
-	placementNotAvailable  = "not available"       // Table II placement not measurable
-	notAvailableReason     = "cross-node taps are not built: the dataplane delivers copies only to a monitor endpoint on the tapped endpoint's node (docs/taps.md)"
 )
 
 // Targets of issue 18 (ratios to no tap).
@@ -51,7 +51,7 @@ type Result struct {
 	Settings Settings  `json:"settings"`
 	// Cases are the measured cases, each a list of pairs (with the tap, without).
 	Cases []CaseResult `json:"cases"`
-	// Placements are the rows of the paper's Table II: measured here, or why not.
+	// Placements are the rows of the paper's Table II, each measured by a case.
 	Placements []Placement `json:"placements"`
 	Errors     []string    `json:"errors,omitempty"`
 	Incomplete bool        `json:"incomplete,omitempty"`
@@ -83,14 +83,26 @@ type Settings struct {
 	LatencyQPS     float64 `json:"latency_qps"`
 	// CPU is where the measured processes (iperf3, fortio, the web server) run; MonitorCPUs
 	// where Suricata runs (empty: not pinned).
-	CPU         int    `json:"cpu"`
-	MonitorCPUs []int  `json:"monitor_cpus,omitempty"`
-	Instance    string `json:"instance"`
-	PodCIDR     string `json:"pod_cidr"`
+	CPU         int   `json:"cpu"`
+	MonitorCPUs []int `json:"monitor_cpus,omitempty"`
+	// Instance starts the nodes' instance names (Instance+"a", +"b", +"c"); Nodes agents
+	// run, joined by Tunnel.
+	Instance  string         `json:"instance"`
+	Nodes     int            `json:"nodes"`
+	Tunnel    string         `json:"tunnel"`
+	Endpoints []EndpointInfo `json:"endpoints"`
 	// Monitor says what S runs: what reads the copies, and how it was slowed.
 	Monitor     string `json:"monitor"`
 	SlowMonitor string `json:"slow_monitor"`
 	SlowRules   int    `json:"slow_rules"`
+}
+
+// EndpointInfo is an endpoint of the run and its node.
+type EndpointInfo struct {
+	Name string `json:"name"`
+	Node string `json:"node"`
+	IP   string `json:"ip"`
+	MTU  int    `json:"mtu"`
 }
 
 // CaseResult is one case: its pairs and their summary.
@@ -128,6 +140,17 @@ type Sample struct {
 	// the run and deleted after it), Monitor the monitor's capture counters over the run.
 	Counters *TapCounters `json:"counters,omitempty"`
 	Monitor  *MonitorRun  `json:"monitor,omitempty"`
+	// Remote is what the monitor's node counted of the copies over the run, when the
+	// monitor is on another node than A.
+	Remote *RemoteCounters `json:"remote,omitempty"`
+}
+
+// RemoteCounters are the copies that arrived at the monitor's node through the tap tunnel
+// during a run (its dataplane's counters of copies from other nodes): handed to the
+// monitor, and dropped there for no monitor with their key.
+type RemoteCounters struct {
+	Delivered uint64 `json:"delivered"`
+	Lost      uint64 `json:"lost"`
 }
 
 // Measurement is one side of a pair: iperf3 or fortio.
@@ -179,29 +202,44 @@ type Summary struct {
 	// KernelPackets are the packets the monitor's socket received (dropped ones included):
 	// more than Mirrored when the copies of large (GSO) packets arrive segmented.
 	KernelPackets uint64 `json:"kernel_packets"`
-	Verdict       string `json:"verdict"`
+	// RemoteDelivered and RemoteLost total Sample.Remote (monitor on another node).
+	RemoteDelivered uint64 `json:"remote_delivered,omitempty"`
+	RemoteLost      uint64 `json:"remote_lost,omitempty"`
+	Verdict         string `json:"verdict"`
 }
 
-// Placement is a row of Table II.
+// Placement is a row of Table II: where B and S are (A is on node-a), the case that
+// measures it, and the paper's figures.
 type Placement struct {
-	Name      string `json:"name"`
-	Status    string `json:"status"` // measured, not available
-	Case      string `json:"case,omitempty"`
-	Reason    string `json:"reason,omitempty"`
-	Published string `json:"published"`
+	Name      string     `json:"name"`
+	BNode     string     `json:"b_node"`
+	SNode     string     `json:"s_node"`
+	Case      string     `json:"case"`
+	Published *Published `json:"published"`
 }
 
-// placements are Table II's four scenarios; only the one-node one is measurable here.
+// placements are Table II's four rows, in the paper's order.
 func placements() []Placement {
-	na := func(name, pub string) Placement {
-		return Placement{Name: name, Status: placementNotAvailable, Reason: notAvailableReason, Published: pub}
+	row := func(name, b, s, c string, base, tap float64) Placement {
+		return Placement{Name: name, BNode: b, SNode: s, Case: c, Published: &Published{
+			Source: "FlowTap Table II, " + name, Baseline: base, Tap: tap, Unit: "Mbit/s", Ratio: tap / base}}
 	}
 	return []Placement{
-		na("A, B, S on three nodes", "2600 -> 2100 Mbit/s (0.81)"),
-		na("A and S on one node, B on another", "no drop (tunnel A-B dominates)"),
-		na("A and B on one node, S on another", "baseline -> 5100 Mbit/s (copies dropped on the way to S)"),
-		{Name: "A, B, S on one node", Status: placementMeasured, Case: CaseMirrorThroughput, Published: "12000 -> 9100 Mbit/s (0.76)"},
+		row("A, B and S on three nodes", "node-b", "node-c", CaseMirrorThreeNodes, 2600, 2100),
+		row("A and S on one node, B on another", "node-b", "node-a", CaseMirrorBRemote, 2600, 2600),
+		row("A and B on one node, S on another", "node-a", "node-c", CaseMirrorSRemote, 12000, 5100),
+		row("A, B and S on one node", "node-a", "node-a", CaseMirrorThroughput, 12000, 9100),
 	}
+}
+
+// placementOf is the Table II row measured by case name.
+func placementOf(name string) Placement {
+	for _, p := range placements() {
+		if p.Case == name {
+			return p
+		}
+	}
+	panic("no Table II placement for case " + name)
 }
 
 // metric returns the case's value of a measurement: bit/s, requests/s, or p50 latency.
@@ -243,6 +281,10 @@ func summarizeCase(c *CaseResult) Summary {
 		if p.Counters != nil {
 			s.CopiesLost += p.Counters.CopiesLost
 			s.Mirrored += p.Counters.MirroredPackets
+		}
+		if p.Remote != nil {
+			s.RemoteDelivered += p.Remote.Delivered
+			s.RemoteLost += p.Remote.Lost
 		}
 		if p.Monitor != nil {
 			s.KernelDrops += p.Monitor.KernelDrops
@@ -290,6 +332,11 @@ func (r *Result) Table() string {
 		r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Host.Kernel, r.Host.CPUs, r.Host.Suricata, r.Settings.Repeats, quick,
 		r.Host.LoadStart, r.Host.LoadEnd)
 	fmt.Fprintf(&b, "Monitor S: %s. Slowed monitor: %s.\n\n", r.Settings.Monitor, r.Settings.SlowMonitor)
+	fmt.Fprintf(&b, "Nodes: %d agents (instances %sa...), tunnel %s;", r.Settings.Nodes, r.Settings.Instance, r.Settings.Tunnel)
+	for _, e := range r.Settings.Endpoints {
+		fmt.Fprintf(&b, " %s on %s (MTU %d)", e.Name, e.Node, e.MTU)
+	}
+	b.WriteString(".\n\n")
 	b.WriteString("| case | metric | with tap | no tap | ratio (min-max) | target | published (FlowTap) | copies lost (tap) / monitor kernel drops | verdict |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---|---:|---|\n")
 	for i := range r.Cases {
@@ -310,19 +357,26 @@ func (r *Result) Table() string {
 			c.format(s.Value, s.P90Us, s.P99Us), c.format(s.Baseline, s.BaseP90Us, s.BaseP99Us),
 			num(s.Ratio, 3), num(s.RatioMin, 2), num(s.RatioMax, 2), target, pub, lost, s.Verdict)
 	}
-	b.WriteString("\nTable II placements (raw TCP throughput, mirror of A's outgoing traffic to S):\n\n")
-	b.WriteString("| placement | status | published (FlowTap) | here |\n|---|---|---|---|\n")
+	b.WriteString("\nTable II placements (raw TCP throughput, mirror of A's outgoing traffic to S; A on node-a; " +
+		"copies: mirrored and lost on A's node, delivered and lost on S's node when it is another):\n\n")
+	b.WriteString("| placement | B | S | case | published (FlowTap) | no tap | with tap | ratio | copies mirrored | copies lost | S's node: delivered / lost |\n")
+	b.WriteString("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Placements {
-		here := p.Reason
-		if p.Status == placementMeasured {
-			if c := r.find(p.Case); c != nil {
-				here = fmt.Sprintf("%s -> %s (%s)", c.format(c.Summary.Baseline, 0, 0), c.format(c.Summary.Value, 0, 0), num(c.Summary.Ratio, 3))
-			}
+		c := r.find(p.Case)
+		if c == nil {
+			continue
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", p.Name, p.Status, p.Published, here)
+		s := c.Summary
+		remote := "-"
+		if p.SNode != "node-a" {
+			remote = fmt.Sprintf("%d / %d", s.RemoteDelivered, s.RemoteLost)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %g -> %g %s (%.2f) | %s | %s | %s | %d | %d | %s |\n", p.Name, p.BNode, p.SNode, p.Case,
+			p.Published.Baseline, p.Published.Tap, p.Published.Unit, p.Published.Ratio,
+			c.format(s.Baseline, 0, 0), c.format(s.Value, 0, 0), num(s.Ratio, 3), s.Mirrored, s.CopiesLost, remote)
 	}
 	b.WriteString("\nCopies lost per run (mirror cases): tap counter copiesLost, Suricata capture.kernel_drops, of the copies mirrored:\n\n")
-	b.WriteString("| case | round | mirrored | copies lost | monitor kernel packets | monitor kernel drops | with tap | no tap |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| case | round | mirrored | copies lost | S's node: delivered / lost | monitor kernel packets | monitor kernel drops | with tap | no tap |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i := range r.Cases {
 		c := &r.Cases[i]
 		if c.Action != "mirror" {
@@ -332,12 +386,15 @@ func (r *Result) Table() string {
 			if p.Counters == nil {
 				continue
 			}
-			mp, md := "-", "-"
+			mp, md, rm := "-", "-", "-"
 			if p.Monitor != nil {
 				mp, md = fmt.Sprint(p.Monitor.KernelPackets), fmt.Sprint(p.Monitor.KernelDrops)
 			}
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %s | %s |\n", c.Name, p.Round+1, p.Counters.MirroredPackets,
-				p.Counters.CopiesLost, mp, md,
+			if p.Remote != nil {
+				rm = fmt.Sprintf("%d / %d", p.Remote.Delivered, p.Remote.Lost)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %s | %s | %s |\n", c.Name, p.Round+1, p.Counters.MirroredPackets,
+				p.Counters.CopiesLost, rm, mp, md,
 				c.text(p.Tap), c.text(p.Base))
 		}
 	}

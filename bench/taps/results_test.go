@@ -19,7 +19,8 @@ func TestSummarize(t *testing.T) {
 	cases := []CaseResult{
 		{Name: CaseMirrorThroughput, Metric: metricThroughput, Action: "mirror", Target: 0.9, Samples: []Sample{
 			{Tap: iperfM(9e9), Base: iperfM(10e9), Counters: &TapCounters{MirroredPackets: 10, CopiesLost: 1}, Monitor: &MonitorRun{KernelPackets: 100, KernelDrops: 5}},
-			{Tap: iperfM(8e9), Base: iperfM(10e9), Counters: &TapCounters{MirroredPackets: 20, CopiesLost: 2}, Monitor: &MonitorRun{KernelPackets: 200, KernelDrops: 7}},
+			{Tap: iperfM(8e9), Base: iperfM(10e9), Counters: &TapCounters{MirroredPackets: 20, CopiesLost: 2}, Monitor: &MonitorRun{KernelPackets: 200, KernelDrops: 7},
+				Remote: &RemoteCounters{Delivered: 19, Lost: 1}},
 			{Tap: iperfM(9.5e9), Base: iperfM(10e9)},
 			{Tap: Measurement{}, Base: iperfM(10e9)}, // a broken pair
 		}},
@@ -31,7 +32,7 @@ func TestSummarize(t *testing.T) {
 	summarize(cases)
 	s := cases[0].Summary
 	if s.Pairs != 3 || math.Abs(float64(s.Ratio)-0.9) > 1e-9 || s.Verdict != verdictPass || float64(s.RatioMin) != 0.8 ||
-		s.CopiesLost != 3 || s.KernelDrops != 12 || s.Mirrored != 30 || s.KernelPackets != 300 {
+		s.CopiesLost != 3 || s.KernelDrops != 12 || s.Mirrored != 30 || s.KernelPackets != 300 || s.RemoteDelivered != 19 || s.RemoteLost != 1 {
 		t.Errorf("mirror summary %+v", s)
 	}
 	l := cases[1].Summary
@@ -51,8 +52,9 @@ func TestSummarize(t *testing.T) {
 		t.Error("exit codes")
 	}
 	tbl := res.Table()
-	for _, want := range []string{"| mirror-throughput | throughput | 8000 Mbit/s | 10000 Mbit/s | 0.800", "| A and B on one node, S on another | not available |",
-		"| mirror-throughput | 1 | 20 | 2 | 200 | 7 |", "200/300/900 us"} {
+	for _, want := range []string{"| mirror-throughput | throughput | 8000 Mbit/s | 10000 Mbit/s | 0.800",
+		"| A, B and S on one node | node-a | node-a | mirror-throughput | 12000 -> 9100 Mbit/s (0.76) | 10000 Mbit/s | 8000 Mbit/s | 0.800 | 20 | 2 | - |",
+		"| mirror-throughput | 1 | 20 | 2 | 19 / 1 | 200 | 7 |", "200/300/900 us"} {
 		if !strings.Contains(tbl, want) {
 			t.Errorf("table lacks %q:\n%s", want, tbl)
 		}

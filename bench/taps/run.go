@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rampartnet/rampart/bench/cluster"
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/bench/l7"
 	"github.com/rampartnet/rampart/bench/policyoverhead"
@@ -49,7 +50,7 @@ type Config struct {
 	Log    io.Writer
 }
 
-// DefaultConfig is the full run: about five minutes on a 2-core VM.
+// DefaultConfig is the full run: about eight minutes on a 2-core VM.
 func DefaultConfig() Config {
 	return Config{
 		Repeats:        5,
@@ -77,7 +78,8 @@ func QuickConfig() Config {
 
 const (
 	benchNamespace = "bench"
-	monitorRef     = "sec/s"
+	monitorNS      = "sec"
+	tunnel         = "vxlan" // the overlay between the nodes
 	iperfPort      = 5201
 	webPort        = 8080
 	webPath        = "/v1" // what l7.ServeHTTP answers
@@ -86,6 +88,15 @@ const (
 	flushTimeout   = 60 * time.Second // a monitor far behind works through its ring first
 	flushSlack     = 50               // packets of flushStats's probes in one second
 	latencyConns   = 4
+)
+
+// The nodes: A's (the tapped endpoint's, where every contract is added), the other B's,
+// the other S's. Table II's placements put B and S on A's node or on these.
+const (
+	nodeA = cluster.NodeA
+	nodeB = cluster.NodeB
+	nodeS = 2
+	nodes = 3
 )
 
 // caseDef is a case: how to measure it and which tap it adds for the measurement (none:
@@ -99,7 +110,9 @@ type caseDef struct {
 // phase is a monitor configuration and the cases measured with it running.
 type phase struct {
 	name string
-	// noMonitor runs the phase with nothing reading S's interfaces.
+	// monitor is the monitor endpoint the phase's cases tap to; noMonitor runs the phase
+	// with nothing reading its interfaces.
+	monitor   *cluster.Pod
 	noMonitor bool
 	mode      suricata.Mode
 	rules     []string
@@ -107,15 +120,17 @@ type phase struct {
 }
 
 type runner struct {
-	cfg         Config
-	log         io.Writer
-	daemons     benchkit.Daemons
-	agent       *benchkit.Agent
-	a, b        *benchkit.Endpoint
-	monitorNS   string
-	mon         *suricata.Monitor
-	monitorCPUs []int
-	workDir     string
+	cfg     Config
+	log     io.Writer
+	daemons benchkit.Daemons
+	nodes   *cluster.AgentCluster
+	// a is the client and b the servers, on A's node; bFar an iperf3 server on node B;
+	// s and sFar the monitor endpoints on A's node and on node S.
+	a, b, bFar, s, sFar *cluster.Pod
+	monitor             *cluster.Pod // the running phase's
+	mon                 *suricata.Monitor
+	monitorCPUs         []int
+	workDir             string
 }
 
 // Run measures every case and returns the report (also written to cfg.OutDir).
@@ -143,7 +158,6 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			}
 		}
 	}
-	cidr := benchkit.PodCIDRs(1)[0]
 	res = &Result{
 		Schema:  Schema,
 		Started: time.Now(),
@@ -151,7 +165,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		Settings: Settings{
 			Quick: cfg.Quick, Repeats: cfg.Repeats, IperfSeconds: cfg.IperfSeconds, WebSeconds: cfg.WebDuration.Seconds(),
 			WebConnections: cfg.WebConnections, LatencyQPS: cfg.LatencyQPS, CPU: cfg.CPU, MonitorCPUs: r.monitorCPUs,
-			Instance: "tb" + benchkit.Suffix(), PodCIDR: cidr.String(),
+			Instance: "tb" + benchkit.Suffix(), Nodes: nodes, Tunnel: tunnel,
 			Monitor: "Suricata in passive mode (AF_PACKET on the monitor endpoint's tap-rx, one worker thread, " +
 				"one content rule); inline cases: Suricata in AF_PACKET IPS mode between tap-rx and tap-tx",
 			SlowMonitor: fmt.Sprintf("the same passive Suricata with %d pcre rules without a fast pattern, "+
@@ -159,12 +173,6 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			SlowRules: cfg.SlowRules,
 		},
 		Placements: placements(),
-	}
-	phases := r.phases()
-	for _, ph := range phases {
-		for _, c := range ph.cases {
-			res.Cases = append(res.Cases, c.CaseResult)
-		}
 	}
 	var cleanups []func() error
 	defer func() {
@@ -175,6 +183,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 		if cerr := r.daemons.StopAll(); cerr != nil {
 			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
+		}
+		// The agents stopped with the daemons; this uninstalls them.
+		if r.nodes != nil {
+			if cerr := r.nodes.Close(); cerr != nil {
+				res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
+			}
 		}
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			if cerr := cleanups[i](); cerr != nil {
@@ -205,8 +219,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := benchkit.EnsureBPFFS(); err != nil {
 		return fail(err)
 	}
-	if err := r.setup(ctx, res.Settings.Instance, cidr, &cleanups); err != nil {
+	if err := r.setup(ctx, res); err != nil {
 		return fail(err)
+	}
+	phases := r.phases()
+	for _, ph := range phases {
+		for _, c := range ph.cases {
+			res.Cases = append(res.Cases, c.CaseResult)
+		}
 	}
 
 	// The cases of a phase share a monitor; the no-tap side of every pair runs with that
@@ -214,6 +234,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	pairID := 0
 	ci := 0
 	for _, ph := range phases {
+		r.monitor = ph.monitor
 		if !ph.noMonitor {
 			if err := r.startMonitor(ctx, ph); err != nil {
 				return fail(err)
@@ -261,8 +282,12 @@ func lostNote(s Sample) string {
 	case s.Monitor == nil:
 		return fmt.Sprintf("  mirrored %d, copies lost %d", s.Counters.MirroredPackets, s.Counters.CopiesLost)
 	}
-	return fmt.Sprintf("  mirrored %d, copies lost %d, monitor kernel drops %d of %d",
-		s.Counters.MirroredPackets, s.Counters.CopiesLost, s.Monitor.KernelDrops, s.Monitor.KernelPackets)
+	remote := ""
+	if s.Remote != nil {
+		remote = fmt.Sprintf(", monitor's node delivered %d lost %d", s.Remote.Delivered, s.Remote.Lost)
+	}
+	return fmt.Sprintf("  mirrored %d, copies lost %d%s, monitor kernel drops %d of %d",
+		s.Counters.MirroredPackets, s.Counters.CopiesLost, remote, s.Monitor.KernelDrops, s.Monitor.KernelPackets)
 }
 
 func (c *Config) validate() error {
@@ -291,10 +316,11 @@ func (c *Config) validate() error {
 func (r *runner) phases() []phase {
 	// B's web traffic: --port is the tapped endpoint's own port (docs/taps.md).
 	webTap := func(action string) []string {
-		return []string{"--endpoint", "bench/b", "--monitor", monitorRef, "--action", action,
+		return []string{"--endpoint", r.b.Name, "--monitor", r.s.Name, "--action", action,
 			"--protocol", "TCP", "--port", strconv.Itoa(webPort)}
 	}
 	const passive = "Suricata, passive"
+	passiveRules := []string{`alert tcp any any -> any any (msg:"rampart-attack"; content:"rampart-attack"; sid:1000001; rev:1;)`}
 	mk := func(name, desc, metric, action, monitor string, target float64, pub *Published, tapArgs []string,
 		measure func(context.Context) (Measurement, error)) *caseDef {
 		return &caseDef{CaseResult: CaseResult{Name: name, Description: desc, Metric: metric, Action: action,
@@ -302,35 +328,46 @@ func (r *runner) phases() []phase {
 	}
 	// Table II mirrors A's outgoing traffic, as the paper's S "passively monitor[s]
 	// outgoing traffic of A": all of it, which also lets flushStats's probe through.
-	tableII := []string{"--endpoint", "bench/a", "--monitor", monitorRef, "--action", "mirror", "--direction", "egress"}
+	tableII := func(s *cluster.Pod) []string {
+		return []string{"--endpoint", r.a.Name, "--monitor", s.Name, "--action", "mirror", "--direction", "egress"}
+	}
+	// placement is the case of a Table II row: iperf3 from A to its B, mirrored to its S.
+	placement := func(name string, b, s *cluster.Pod, target float64) *caseDef {
+		p := placementOf(name)
+		return mk(name, "Table II, "+p.Name+": iperf3 A -> B, A's outgoing traffic mirrored to S", metricThroughput,
+			"mirror", passive, target, p.Published, tableII(s), r.iperfTo(b))
+	}
 	return []phase{
-		{name: "no reader", noMonitor: true, cases: []*caseDef{
+		{name: "no reader", monitor: r.s, noMonitor: true, cases: []*caseDef{
 			mk(CaseMirrorNoReader, "iperf3 A -> B, A's outgoing traffic mirrored to S with nothing reading the copies: "+
-				"the dataplane's share of the mirror's cost", metricThroughput, "mirror", "", 0, nil, tableII, r.iperf),
+				"the dataplane's share of the mirror's cost", metricThroughput, "mirror", "", 0, nil, tableII(r.s), r.iperfTo(r.b)),
 		}},
-		{name: "passive", mode: suricata.Passive,
-			rules: []string{`alert tcp any any -> any any (msg:"rampart-attack"; content:"rampart-attack"; sid:1000001; rev:1;)`},
+		{name: "passive", monitor: r.s, mode: suricata.Passive, rules: passiveRules,
 			cases: []*caseDef{
-				mk(CaseAAThroughput, "A/A control: iperf3 A -> B, no tap on both sides of the pair", metricThroughput, "none", "", 0, nil, nil, r.iperf),
-				mk(CaseMirrorThroughput, "Table II, A, B and S on one node: iperf3 A -> B, A's outgoing traffic mirrored to S",
-					metricThroughput, "mirror", passive, TargetMirrorThroughput,
-					&Published{Source: "FlowTap Table II, A, B, S on one node", Baseline: 12000, Tap: 9100, Unit: "Mbit/s", Ratio: 9100.0 / 12000},
-					tableII, r.iperf),
+				mk(CaseAAThroughput, "A/A control: iperf3 A -> B, no tap on both sides of the pair", metricThroughput, "none", "", 0, nil, nil, r.iperfTo(r.b)),
+				placement(CaseMirrorThroughput, r.b, r.s, TargetMirrorThroughput),
+				placement(CaseMirrorBRemote, r.bFar, r.s, 0),
 				mk(CaseAAWeb, "A/A control: web server B at its maximum rate (fortio in A), no tap on both sides", metricRate, "none", "", 0, nil, nil, r.webMax),
 				mk(CaseMirrorWeb, "Table III: web server B at its maximum rate, its traffic mirrored to S", metricRate, "mirror", passive,
 					TargetMirrorWeb, &Published{Source: "FlowTap Table III", Baseline: 3195, Tap: 3004, Unit: "req/s", Ratio: 3004.0 / 3195},
 					webTap("mirror"), r.webMax),
 			}},
-		{name: "slow", mode: suricata.Passive, rules: slowRules(r.cfg.SlowRules),
+		// The same passive Suricata in the monitor on node S: copies cross the overlay.
+		{name: "remote", monitor: r.sFar, mode: suricata.Passive, rules: passiveRules,
+			cases: []*caseDef{
+				placement(CaseMirrorSRemote, r.b, r.sFar, 0),
+				placement(CaseMirrorThreeNodes, r.bFar, r.sFar, 0),
+			}},
+		{name: "slow", monitor: r.s, mode: suricata.Passive, rules: slowRules(r.cfg.SlowRules),
 			cases: []*caseDef{
 				mk(CaseMirrorSlow, "iperf3 A -> B mirrored to a monitor that falls behind (heavy rule set): copies lost", metricThroughput,
-					"mirror", "Suricata, passive, heavy rules", 0, nil, tableII, r.iperf),
+					"mirror", "Suricata, passive, heavy rules", 0, nil, tableII(r.s), r.iperfTo(r.b)),
 			}},
-		{name: "inline", mode: suricata.IPS,
+		{name: "inline", monitor: r.s, mode: suricata.IPS,
 			rules: []string{`drop tcp any any -> any any (msg:"rampart-attack"; content:"rampart-attack"; sid:1000002; rev:1;)`},
 			cases: []*caseDef{
 				mk(CaseRedirectThroughput, "iperf3 A -> B redirected through Suricata inline (IPS) in S", metricThroughput, "redirect",
-					"Suricata, IPS", 0, nil, []string{"--endpoint", "bench/a", "--monitor", monitorRef, "--action", "redirect"}, r.iperf),
+					"Suricata, IPS", 0, nil, []string{"--endpoint", r.a.Name, "--monitor", r.s.Name, "--action", "redirect"}, r.iperfTo(r.b)),
 				mk(CaseRedirectLatency, fmt.Sprintf("requests to web server B at %.0f/s redirected through Suricata inline: p50/p90/p99", r.cfg.LatencyQPS),
 					metricLatency, "redirect", "Suricata, IPS", 0, nil, webTap("redirect"), r.webFixed),
 			}},
@@ -347,42 +384,49 @@ func slowRules(n int) []string {
 	return out
 }
 
-// setup starts the agent with endpoints A (client), B (servers) and the monitor endpoint S.
-func (r *runner) setup(ctx context.Context, instance string, cidr netip.Prefix, cleanups *[]func() error) error {
-	fmt.Fprintf(r.log, "starting the agent (instance %s, %s)\n", instance, cidr)
-	r.agent = benchkit.NewAgent(r.cfg.Rampartd, r.cfg.Rampart, instance, r.workDir, cidr)
-	*cleanups = append(*cleanups, r.agent.Stop)
-	if err := r.agent.Start(ctx, &r.daemons); err != nil {
-		return err
-	}
+// setup starts the nodes (agents in node namespaces joined by a fabric, VXLAN between
+// them, as the cluster benchmark's agent control plane makes them) with endpoints A
+// (client), B (servers) and monitor S on node A, a second B on node B and a second S on
+// node S, each declared on the other nodes.
+func (r *runner) setup(ctx context.Context, res *Result) error {
+	inst := res.Settings.Instance
+	fmt.Fprintf(r.log, "starting %d nodes (instances %sa..., tunnel %s)\n", nodes, inst, tunnel)
 	var err error
-	if r.a, err = r.agent.AddEndpoint(ctx, benchNamespace, "a", []string{"app=a"}, benchkit.HostAddr(cidr, 10)); err != nil {
-		return err
-	}
-	if r.b, err = r.agent.AddEndpoint(ctx, benchNamespace, "b", []string{"app=b"}, benchkit.HostAddr(cidr, 11)); err != nil {
-		return err
-	}
-	out, err := r.agent.CLI(ctx, time.Minute, "endpoint", "add", monitorRef, "--monitor", "--ip", benchkit.HostAddr(cidr, 12).String(), "-o", "json")
+	r.nodes, err = cluster.NewAgentNodes(ctx, cluster.AgentBinaries{Rampartd: r.cfg.Rampartd, Rampart: r.cfg.Rampart},
+		tunnel, inst, nodes, &r.daemons)
 	if err != nil {
-		return fmt.Errorf("adding the monitor endpoint: %w", err)
+		return fmt.Errorf("starting the nodes: %w", err)
 	}
-	var s api.Endpoint
-	if err := json.Unmarshal(out, &s); err != nil {
-		return fmt.Errorf("reading the monitor endpoint: %w", err)
-	}
-	if s.Netns == "" {
-		return fmt.Errorf("monitor endpoint %s has no network namespace", monitorRef)
-	}
-	r.monitorNS = s.Netns
-	if _, err := r.daemons.Start("iperf3 server", r.b.Command(context.Background(),
-		r.pin(r.cfg.Iperf3, "-s", "-p", strconv.Itoa(iperfPort))...)); err != nil {
+	pods, err := r.nodes.AddPods(ctx, []cluster.PodSpec{
+		{Node: nodeA, Namespace: benchNamespace, Name: "a", Labels: []string{"app=a"}},
+		{Node: nodeA, Namespace: benchNamespace, Name: "b", Labels: []string{"app=b"}},
+		{Node: nodeB, Namespace: benchNamespace, Name: "b-far", Labels: []string{"app=b"}},
+		{Node: nodeA, Namespace: monitorNS, Name: "s", Labels: []string{"app=s"}, Monitor: true},
+		{Node: nodeS, Namespace: monitorNS, Name: "s-far", Labels: []string{"app=s"}, Monitor: true},
+	})
+	if err != nil {
 		return err
+	}
+	r.a, r.b, r.bFar, r.s, r.sFar = pods[0], pods[1], pods[2], pods[3], pods[4]
+	for _, p := range pods {
+		res.Settings.Endpoints = append(res.Settings.Endpoints, EndpointInfo{Name: p.Name, Node: cluster.NodeName(p.Node), IP: p.IP.String(), MTU: p.MTU})
+	}
+	for _, b := range []*cluster.Pod{r.b, r.bFar} {
+		if _, err := r.daemons.Start("iperf3 server", b.Command(context.Background(),
+			r.pin(r.cfg.Iperf3, "-s", "-p", strconv.Itoa(iperfPort))...)); err != nil {
+			return err
+		}
 	}
 	if _, err := r.daemons.Start("web server", r.b.Command(context.Background(),
 		r.pin(r.cfg.Self, "http-server", "--listen", fmt.Sprintf(":%d", webPort))...)); err != nil {
 		return err
 	}
 	return r.waitServer(ctx, netip.AddrPortFrom(r.b.IP, webPort))
+}
+
+// cli runs the CLI against the agent of A's node, where every contract is added.
+func (r *runner) cli(ctx context.Context, args ...string) ([]byte, error) {
+	return r.nodes.Agent(nodeA).CLI(ctx, time.Minute, args...)
 }
 
 // waitServer polls until the server accepts a connection from A.
@@ -413,10 +457,10 @@ func (r *runner) startMonitor(ctx context.Context, ph phase) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(r.log, "starting suricata (%s, %d rules)\n", ph.name, len(ph.rules))
+	fmt.Fprintf(r.log, "starting suricata (%s, %d rules) in %s on %s\n", ph.name, len(ph.rules), ph.monitor.Name, cluster.NodeName(ph.monitor.Node))
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	m, err := suricata.Start(sctx, suricata.Config{Mode: ph.mode, Netns: r.monitorNS, Interface: "tap-rx",
+	m, err := suricata.Start(sctx, suricata.Config{Mode: ph.mode, Netns: ph.monitor.Netns, Interface: "tap-rx",
 		PeerInterface: "tap-tx", Dir: dir, Rules: ph.rules, Binary: r.cfg.Suricata, StartTimeout: 90 * time.Second})
 	if err != nil {
 		return fmt.Errorf("starting suricata (%s): %w", ph.name, err)
@@ -468,9 +512,10 @@ func (r *runner) pair(ctx context.Context, c *caseDef, round, pairID int, tapFir
 	return s, nil
 }
 
-// tapped adds the case's tap contract, measures, reads its counters and the monitor's, and
-// deletes the contract again. A run whose tap did not act (nothing mirrored or redirected)
-// is an error, not a sample: the tap must have been in the path it claims to measure.
+// tapped adds the case's tap contract, measures, reads its counters and the monitor's (and
+// those of the monitor's node, when it is another), and deletes the contract again. A run
+// whose tap did not act (nothing mirrored or redirected) is an error, not a sample: the
+// tap must have been in the path it claims to measure.
 func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) (err error) {
 	var before, after suricata.CaptureStats
 	if r.mon != nil {
@@ -478,8 +523,15 @@ func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) 
 			return fmt.Errorf("reading suricata counters: %w", err)
 		}
 	}
+	remote := r.monitor.Node != nodeA
+	var delivered, lost uint64
+	if remote {
+		if delivered, lost, err = r.nodes.Agent(r.monitor.Node).TapRemoteCounters(); err != nil {
+			return err
+		}
+	}
 	name := fmt.Sprintf("%s-%d", c.Name, pairID)
-	if _, err := r.agent.CLI(ctx, time.Minute, append([]string{"tap", "add", name}, c.tapArgs...)...); err != nil {
+	if _, err := r.cli(ctx, append([]string{"tap", "add", name}, c.tapArgs...)...); err != nil {
 		return fmt.Errorf("adding tap: %w", err)
 	}
 	deleted := false
@@ -487,7 +539,7 @@ func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) 
 		if deleted {
 			return
 		}
-		if _, derr := r.agent.CLI(context.WithoutCancel(ctx), time.Minute, "tap", "delete", name); derr != nil {
+		if _, derr := r.cli(context.WithoutCancel(ctx), "tap", "delete", name); derr != nil {
 			err = errors.Join(err, fmt.Errorf("deleting tap: %w", derr))
 		}
 	}()
@@ -499,7 +551,7 @@ func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) 
 			return err
 		}
 	}
-	out, err := r.agent.CLI(ctx, time.Minute, "tap", "get", name, "-o", "json")
+	out, err := r.cli(ctx, "tap", "get", name, "-o", "json")
 	if err != nil {
 		return fmt.Errorf("reading tap: %w", err)
 	}
@@ -512,8 +564,19 @@ func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) 
 	}
 	s.Counters = &TapCounters{MirroredPackets: tp.Counters.MirroredPackets, RedirectedPackets: tp.Counters.RedirectedPackets,
 		DroppedByMonitor: tp.Counters.DroppedByMonitor, CopiesLost: tp.Counters.CopiesLost}
+	if remote {
+		// The contract must have found its monitor on the other node, not a namesake here.
+		if want := cluster.NodeName(r.monitor.Node); tp.MonitorNode != want {
+			return fmt.Errorf("tap %s: monitor node %q, want %q (monitor problem: %q)", name, tp.MonitorNode, want, tp.MonitorProblem)
+		}
+		d, l, err := r.nodes.Agent(r.monitor.Node).TapRemoteCounters()
+		if err != nil {
+			return err
+		}
+		s.Remote = &RemoteCounters{Delivered: d - delivered, Lost: l - lost}
+	}
 	deleted = true
-	if _, err := r.agent.CLI(ctx, time.Minute, "tap", "delete", name); err != nil {
+	if _, err := r.cli(ctx, "tap", "delete", name); err != nil {
 		return fmt.Errorf("deleting tap: %w", err)
 	}
 	if r.mon == nil {
@@ -526,9 +589,10 @@ func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) 
 		Accepted: after.Accepted - before.Accepted, Blocked: after.Blocked - before.Blocked}
 	switch c.Action {
 	case "mirror":
-		if s.Counters.MirroredPackets == 0 || s.Monitor.KernelPackets+s.Monitor.KernelDrops == 0 {
-			return fmt.Errorf("tap %s mirrored %d packets, monitor saw %d: the tap was not in the path", name,
-				s.Counters.MirroredPackets, s.Monitor.KernelPackets)
+		if s.Counters.MirroredPackets == 0 || s.Monitor.KernelPackets+s.Monitor.KernelDrops == 0 ||
+			(s.Remote != nil && s.Remote.Delivered == 0) {
+			return fmt.Errorf("tap %s mirrored %d packets, monitor saw %d (%+v on its node): the tap was not in the path", name,
+				s.Counters.MirroredPackets, s.Monitor.KernelPackets, s.Remote)
 		}
 	case "redirect":
 		// Inline, Suricata counts what it passed on (ips.accepted) and dropped.
@@ -603,12 +667,17 @@ func (r *runner) pin(argv ...string) []string {
 	return append([]string{"taskset", "-c", strconv.Itoa(r.cfg.CPU)}, argv...)
 }
 
-// iperf runs one iperf3 client in A against B, retrying while the server is starting.
-func (r *runner) iperf(ctx context.Context) (Measurement, error) {
+// iperfTo measures one iperf3 client in A against server b, retrying while the server is
+// starting.
+func (r *runner) iperfTo(b *cluster.Pod) func(context.Context) (Measurement, error) {
+	return func(ctx context.Context) (Measurement, error) { return r.iperf(ctx, b) }
+}
+
+func (r *runner) iperf(ctx context.Context, b *cluster.Pod) (Measurement, error) {
 	deadline := time.Now().Add(connectTimeout)
 	for {
 		out, runErr := benchkit.RunOutput(ctx, time.Duration(r.cfg.IperfSeconds)*time.Second+30*time.Second, func(ctx context.Context) *exec.Cmd {
-			return r.a.Command(ctx, r.pin(r.cfg.Iperf3, "-c", r.b.IP.String(), "-p", strconv.Itoa(iperfPort),
+			return r.a.Command(ctx, r.pin(r.cfg.Iperf3, "-c", b.IP.String(), "-p", strconv.Itoa(iperfPort),
 				"-t", strconv.Itoa(r.cfg.IperfSeconds), "-J")...)
 		})
 		res, err := policyoverhead.ParseIperf(out)

@@ -1,11 +1,12 @@
 // Command tapbench is Rampart's flow tap benchmark: throughput and web request rate with a
-// mirror tap to a Suricata monitor against no tap (the FlowTap paper's Tables II and III),
+// mirror tap to a Suricata monitor against no tap (the FlowTap paper's Tables II and III;
+// Table II's four placements of the endpoints and the monitor on up to three nodes),
 // redirect through Suricata inline, and the copies lost when the monitor falls behind.
 // It writes a JSON report, a markdown table and a PNG plot. Run it as root from the
 // repository:
 //
-//	bench/run-taps.sh            # full run, about five minutes
-//	bench/run-taps.sh --quick    # smoke run, under a minute
+//	bench/run-taps.sh            # full run, about eight minutes
+//	bench/run-taps.sh --quick    # smoke run, about a minute and a half
 //
 // See docs/benchmarks.md.
 package main

@@ -175,10 +175,12 @@ type Endpoint struct {
 	Command func(ctx context.Context, argv ...string) *exec.Cmd
 }
 
-// AddEndpoint creates endpoint namespace/name with labels ("k=v") and a fixed address.
-func (a *Agent) AddEndpoint(ctx context.Context, namespace, name string, labels []string, ip netip.Addr) (*Endpoint, error) {
+// AddEndpoint creates endpoint namespace/name with labels ("k=v") and a fixed address;
+// extra are more `rampart endpoint add` flags (--monitor).
+func (a *Agent) AddEndpoint(ctx context.Context, namespace, name string, labels []string, ip netip.Addr, extra ...string) (*Endpoint, error) {
 	ref := namespace + "/" + name
-	out, err := a.CLI(ctx, time.Minute, "endpoint", "add", ref, "--labels", strings.Join(labels, ","), "--ip", ip.String(), "-o", "json")
+	args := append([]string{"endpoint", "add", ref, "--labels", strings.Join(labels, ","), "--ip", ip.String(), "-o", "json"}, extra...)
+	out, err := a.CLI(ctx, time.Minute, args...)
 	if err != nil {
 		return nil, fmt.Errorf("adding endpoint %s: %w", ref, err)
 	}
@@ -237,4 +239,30 @@ func PolicyEntries(bpfDir string, epID uint32) (int, error) {
 		return 0, fmt.Errorf("iterating policy map: %w", err)
 	}
 	return n, nil
+}
+
+// TapRemoteCounters reads what the agent's dataplane counted of the copies other nodes
+// mirrored to its monitors, from the pinned map itself (contract 0 of tap_counters, summed
+// over CPUs): copies handed to a monitor here, and copies dropped for no monitor here.
+func (a *Agent) TapRemoteCounters() (delivered, lost uint64, err error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(a.BPFDir, "tap_counters"), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return 0, 0, fmt.Errorf("opening pinned tap counters: %w", err)
+	}
+	defer m.Close()
+	// struct tap_stats (bpf/include/rampart.h): twelve u64, remote_delivered and
+	// remote_lost the last two.
+	type tapStats struct{ C [12]uint64 }
+	if m.ValueSize() != 96 {
+		return 0, 0, fmt.Errorf("tap counters value size %d, want 96 (struct tap_stats changed?)", m.ValueSize())
+	}
+	var per []tapStats
+	if err := m.Lookup(uint32(0), &per); err != nil {
+		return 0, 0, fmt.Errorf("reading tap counters: %w", err)
+	}
+	for _, s := range per {
+		delivered += s.C[10]
+		lost += s.C[11]
+	}
+	return delivered, lost, nil
 }
