@@ -45,7 +45,7 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("schema %q, quick %v, incomplete %v, errors %v", res.Schema, res.Settings.Quick, res.Incomplete, res.Errors)
 	}
 	want := []string{CaseMirrorNoReader, CaseAAThroughput, CaseMirrorThroughput, CaseMirrorBRemote, CaseAAWeb, CaseMirrorWeb,
-		CaseMirrorSRemote, CaseMirrorThreeNodes, CaseMirrorSlow, CaseRedirectThroughput, CaseRedirectLatency}
+		CaseMirrorThroughputSteered, CaseMirrorWebSteered, CaseMirrorSRemote, CaseMirrorThreeNodes, CaseMirrorSlow, CaseRedirectThroughput, CaseRedirectLatency}
 	if len(res.Cases) != len(want) {
 		t.Fatalf("%d cases, want %v", len(res.Cases), want)
 	}

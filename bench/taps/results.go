@@ -16,24 +16,27 @@ const Schema = "rampart.bench.taps/v2"
 
 // Case names.
 const (
-	CaseAAThroughput       = "aa-throughput"       // no tap vs no tap, iperf3
-	CaseMirrorNoReader     = "mirror-no-reader"    // the copies' cost alone: nothing reads them
-	CaseMirrorThroughput   = "mirror-throughput"   // Table II, A, B and S on one node
-	CaseMirrorBRemote      = "mirror-b-remote"     // Table II, A and S on one node, B on another
-	CaseMirrorSRemote      = "mirror-s-remote"     // Table II, A and B on one node, S on another
-	CaseMirrorThreeNodes   = "mirror-three-nodes"  // Table II, A, B and S on three nodes
-	CaseAAWeb              = "aa-web"              // no tap vs no tap, web server at its maximum rate
-	CaseMirrorWeb          = "mirror-web"          // Table III
-	CaseMirrorSlow         = "mirror-slow-monitor" // mirror to a monitor that falls behind
-	CaseRedirectThroughput = "redirect-throughput" // inline Suricata (IPS), iperf3
-	CaseRedirectLatency    = "redirect-latency"    // inline Suricata (IPS), fortio at a fixed rate
-	metricThroughput       = "throughput"          // iperf3 receiver rate, bit/s
-	metricRate             = "request rate"        // fortio closed loop, requests/s
-	metricLatency          = "latency"             // fortio at a fixed rate, p50/p90/p99
-	verdictPass            = "PASS"                // ratio at or above the target
-	verdictMiss            = "MISS"                // below the target
-	verdictReport          = "REPORT"              // no target: the number is reported
-	verdictInvalid         = "INVALID"             // no valid pair
+	CaseAAThroughput     = "aa-throughput"      // no tap vs no tap, iperf3
+	CaseMirrorNoReader   = "mirror-no-reader"   // the copies' cost alone: nothing reads them
+	CaseMirrorThroughput = "mirror-throughput"  // Table II, A, B and S on one node
+	CaseMirrorBRemote    = "mirror-b-remote"    // Table II, A and S on one node, B on another
+	CaseMirrorSRemote    = "mirror-s-remote"    // Table II, A and B on one node, S on another
+	CaseMirrorThreeNodes = "mirror-three-nodes" // Table II, A, B and S on three nodes
+	CaseAAWeb            = "aa-web"             // no tap vs no tap, web server at its maximum rate
+	CaseMirrorWeb        = "mirror-web"         // Table III
+	// The same two with the copies steered to the monitor's CPU (monitor run --steer-copies).
+	CaseMirrorThroughputSteered = "mirror-throughput-steered"
+	CaseMirrorWebSteered        = "mirror-web-steered"
+	CaseMirrorSlow              = "mirror-slow-monitor" // mirror to a monitor that falls behind
+	CaseRedirectThroughput      = "redirect-throughput" // inline Suricata (IPS), iperf3
+	CaseRedirectLatency         = "redirect-latency"    // inline Suricata (IPS), fortio at a fixed rate
+	metricThroughput            = "throughput"          // iperf3 receiver rate, bit/s
+	metricRate                  = "request rate"        // fortio closed loop, requests/s
+	metricLatency               = "latency"             // fortio at a fixed rate, p50/p90/p99
+	verdictPass                 = "PASS"                // ratio at or above the target
+	verdictMiss                 = "MISS"                // below the target
+	verdictReport               = "REPORT"              // no target: the number is reported
+	verdictInvalid              = "INVALID"             // no valid pair
 )
 
 // Targets of issue 18 (ratios to no tap).

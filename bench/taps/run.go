@@ -19,6 +19,7 @@ import (
 	"github.com/rampartnet/rampart/bench/l7"
 	"github.com/rampartnet/rampart/bench/policyoverhead"
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/monitor/suricata"
 )
 
@@ -105,6 +106,9 @@ type caseDef struct {
 	CaseResult
 	tapArgs []string // rampart tap add arguments after the name; nil: no tap
 	measure func(ctx context.Context) (Measurement, error)
+	// steer hands the copies arriving in the monitor to its CPUs during the pair, as
+	// `rampart monitor run --steer-copies` does (endpoint.SteerMonitorCopies).
+	steer bool
 }
 
 // phase is a monitor configuration and the cases measured with it running.
@@ -250,7 +254,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 					return fail(fmt.Errorf("interrupted in round %d: %w", round+1, ctx.Err()))
 				}
 				out := &res.Cases[ci+idx]
-				s, err := r.pair(ctx, c, round, pairID, pairID%2 == 1)
+				s, err := r.steeredPair(ctx, c, round, pairID, pairID%2 == 1)
 				pairID++
 				if err != nil {
 					out.Errors = append(out.Errors, fmt.Sprintf("round %d: %v", round+1, err))
@@ -337,6 +341,15 @@ func (r *runner) phases() []phase {
 		return mk(name, "Table II, "+p.Name+": iperf3 A -> B, A's outgoing traffic mirrored to S", metricThroughput,
 			"mirror", passive, target, p.Published, tableII(s), r.iperfTo(b))
 	}
+	onNode := placementOf(CaseMirrorThroughput)
+	tableIII := &Published{Source: "FlowTap Table III", Baseline: 3195, Tap: 3004, Unit: "req/s", Ratio: 3004.0 / 3195}
+	// steered is c with S's copies handed to S's CPUs (Suricata's).
+	steered := func(c *caseDef) *caseDef {
+		c.steer = true
+		c.Description += "; the copies steered to the monitor's CPU (monitor run --steer-copies)"
+		c.Monitor += ", copies steered to its CPU"
+		return c
+	}
 	return []phase{
 		{name: "no reader", monitor: r.s, noMonitor: true, cases: []*caseDef{
 			mk(CaseMirrorNoReader, "iperf3 A -> B, A's outgoing traffic mirrored to S with nothing reading the copies: "+
@@ -349,8 +362,11 @@ func (r *runner) phases() []phase {
 				placement(CaseMirrorBRemote, r.bFar, r.s, 0),
 				mk(CaseAAWeb, "A/A control: web server B at its maximum rate (fortio in A), no tap on both sides", metricRate, "none", "", 0, nil, nil, r.webMax),
 				mk(CaseMirrorWeb, "Table III: web server B at its maximum rate, its traffic mirrored to S", metricRate, "mirror", passive,
-					TargetMirrorWeb, &Published{Source: "FlowTap Table III", Baseline: 3195, Tap: 3004, Unit: "req/s", Ratio: 3004.0 / 3195},
-					webTap("mirror"), r.webMax),
+					TargetMirrorWeb, tableIII, webTap("mirror"), r.webMax),
+				steered(mk(CaseMirrorThroughputSteered, "Table II, "+onNode.Name+": iperf3 A -> B, A's outgoing traffic mirrored to S", metricThroughput,
+					"mirror", passive, TargetMirrorThroughput, onNode.Published, tableII(r.s), r.iperfTo(r.b))),
+				steered(mk(CaseMirrorWebSteered, "Table III: web server B at its maximum rate, its traffic mirrored to S", metricRate, "mirror", passive,
+					TargetMirrorWeb, tableIII, webTap("mirror"), r.webMax)),
 			}},
 		// The same passive Suricata in the monitor on node S: copies cross the overlay.
 		{name: "remote", monitor: r.sFar, mode: suricata.Passive, rules: passiveRules,
@@ -466,15 +482,6 @@ func (r *runner) startMonitor(ctx context.Context, ph phase) error {
 		return fmt.Errorf("starting suricata (%s): %w", ph.name, err)
 	}
 	r.mon = m
-	if os.Getenv("RPS_EXP") != "" && len(r.monitorCPUs) > 0 {
-		mask := 0
-		for _, c := range r.monitorCPUs {
-			mask |= 1 << c
-		}
-		name := r.monitorNS[strings.LastIndex(r.monitorNS, "/")+1:]
-		out, err := exec.Command("ip", "netns", "exec", name, "sh", "-c", fmt.Sprintf("echo %x > /sys/class/net/tap-rx/queues/rx-0/rps_cpus && cat /sys/class/net/tap-rx/queues/rx-0/rps_cpus", mask)).CombinedOutput()
-		fmt.Fprintf(r.log, "RPS on tap-rx: %s %v\n", out, err)
-	}
 	if len(r.monitorCPUs) > 0 {
 		if err := benchkit.PinProcess(m.Pid(), r.monitorCPUs); err != nil {
 			return fmt.Errorf("pinning suricata: %w", err)
@@ -483,6 +490,22 @@ func (r *runner) startMonitor(ctx context.Context, ph phase) error {
 	// Its counters are published once a second: wait for the first.
 	_, err = r.settledStats(ctx)
 	return err
+}
+
+// steeredPair is pair with the monitor's copies steered to its CPUs while it runs, when
+// case c says so.
+func (r *runner) steeredPair(ctx context.Context, c *caseDef, round, pairID int, tapFirst bool) (Sample, error) {
+	if !c.steer {
+		return r.pair(ctx, c, round, pairID, tapFirst)
+	}
+	if len(r.monitorCPUs) == 0 {
+		return Sample{}, errors.New("steering the copies needs the monitor on CPUs of its own (--cpu)")
+	}
+	if err := endpoint.SteerMonitorCopies(r.monitor.Netns, r.monitorCPUs); err != nil {
+		return Sample{}, err
+	}
+	s, err := r.pair(ctx, c, round, pairID, tapFirst)
+	return s, errors.Join(err, endpoint.SteerMonitorCopies(r.monitor.Netns, nil))
 }
 
 // pair measures case c with its tap and without, back to back, in the order tapFirst says.
