@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -234,13 +235,11 @@ func SteerMonitorCopies(netnsPath string, cpus []int) error {
 	if err != nil {
 		return err
 	}
-	return inSysfsOf(netnsPath, func() error {
-		p := "/sys/class/net/" + MonitorRxIfName + "/queues/rx-0/rps_cpus"
-		if err := os.WriteFile(p, []byte(mask), 0); err != nil {
-			return fmt.Errorf("steering the monitor's copies to CPUs %v: %w", cpus, err)
-		}
-		return nil
-	})
+	p := "/sys/class/net/" + MonitorRxIfName + "/queues/rx-0/rps_cpus"
+	if err := writeSysfsOf(netnsPath, p, mask); err != nil {
+		return fmt.Errorf("steering the monitor's copies to CPUs %v: %w", cpus, err)
+	}
+	return nil
 }
 
 // cpuMask is cpus as sysfs writes a CPU mask: hexadecimal words of 32 CPUs, the highest
@@ -293,35 +292,17 @@ func OnlineCPUs() ([]int, error) {
 	return cpus, nil
 }
 
-// inSysfsOf runs fn where /sys shows the network namespace at netnsPath's interfaces, as
-// `ip netns exec` does: on a thread of its own with a private mount namespace and a sysfs
-// mounted there. The thread is never given back to the runtime, so it dies with both
-// namespaces when fn returns.
-func inSysfsOf(netnsPath string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		errc <- func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-				return fmt.Errorf("a private mount namespace: %w", err)
-			}
-			// Mounts made here stay here.
-			if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-				return fmt.Errorf("making mounts private: %w", err)
-			}
-			ns, err := netns.GetFromPath(netnsPath)
-			if err != nil {
-				return fmt.Errorf("opening network namespace %s: %w", netnsPath, err)
-			}
-			defer ns.Close()
-			if err := netns.Set(ns); err != nil {
-				return fmt.Errorf("entering network namespace %s: %w", netnsPath, err)
-			}
-			if err := unix.Mount("sysfs", "/sys", "sysfs", 0, ""); err != nil {
-				return fmt.Errorf("mounting sysfs for %s: %w", netnsPath, err)
-			}
-			return fn()
-		}()
-	}()
-	return <-errc
+// writeSysfsOf writes value to the sysfs file at path as the network namespace at
+// netnsPath shows it, as `ip netns exec` would: in a child process (nsenter, unshare) with
+// a mount namespace of its own and a sysfs mounted there. A child rather than a thread of
+// this process: a thread that changed its mount namespace cannot be given back to the Go
+// runtime and would have to end, and a thread's end sends their parent-death signal to
+// the processes it started (Suricata, Envoy).
+func writeSysfsOf(netnsPath, path, value string) error {
+	out, err := exec.Command("nsenter", "--net="+netnsPath, "--", "unshare", "--mount", "--propagation", "slave", "--",
+		"sh", "-c", `mount -t sysfs sysfs /sys && printf '%s' "$1" > "$2"`, "sh", value, path).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("writing %s in %s: %w: %s", path, netnsPath, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
