@@ -60,6 +60,9 @@ func (f *fakeTaps) TapCounters() (map[tap.RuleKey]tap.Counters, error) {
 	return f.counters, nil
 }
 
+// NodeTapCounters: the fake counts nothing outside rules.
+func (f *fakeTaps) NodeTapCounters() (tap.NodeCounters, error) { return tap.NodeCounters{}, nil }
+
 // installed renders the installed rules.
 func (f *fakeTaps) installed() []string {
 	f.mu.Lock()

@@ -155,5 +155,30 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		Memory:     mem,
 		Kubernetes: a.kubernetesStatus(),
 		TapPolicy:  a.tapPolicyStatus(),
+		Monitors:   a.monitorsStatus(),
 	}, nil
+}
+
+// monitorsStatus counts this node's monitors and reads the tap counts of no contract; nil
+// when there is no monitor here and nothing was counted.
+func (a *Agent) monitorsStatus() *api.MonitorsStatus {
+	if a.dp.Taps == nil {
+		return nil
+	}
+	st := &api.MonitorsStatus{}
+	for _, rec := range a.model.endpoints {
+		if rec.Monitor {
+			st.Monitors++
+		}
+	}
+	c, err := a.dp.Taps.NodeTapCounters()
+	if err != nil {
+		st.Error = err.Error()
+		return st
+	}
+	st.CopiesFromOtherNodes, st.CopiesFromOtherNodesLost, st.NotDiverted = c.RemoteDelivered, c.RemoteLost, c.Rejected
+	if *st == (api.MonitorsStatus{}) {
+		return nil
+	}
+	return st
 }

@@ -225,3 +225,14 @@ func (k *tapKernel) TapCounters() (map[tap.RuleKey]tap.Counters, error) {
 	}
 	return out, nil
 }
+
+// NodeTapCounters reads contract 0's counters: what monitors sent that was not diverted to
+// them, and the copies other nodes sent to this node's monitors.
+func (k *tapKernel) NodeTapCounters() (tap.NodeCounters, error) {
+	got, err := k.dp.TapCounters(0)
+	if err != nil {
+		return tap.NodeCounters{}, err
+	}
+	c := got[0]
+	return tap.NodeCounters{Rejected: c.Rejected, RemoteDelivered: c.RemoteDelivered, RemoteLost: c.RemoteLost}, nil
+}

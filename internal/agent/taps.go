@@ -26,6 +26,8 @@ type TapTable interface {
 	ReplaceTaps(rules []tap.Rule) error
 	// TapCounters returns the counters of the installed rules.
 	TapCounters() (map[tap.RuleKey]tap.Counters, error)
+	// NodeTapCounters returns the node's counts that belong to no rule.
+	NodeTapCounters() (tap.NodeCounters, error)
 }
 
 // errNoTaps is the answer to a tap contract on a dataplane without taps.

@@ -45,6 +45,23 @@ type Status struct {
 	Kubernetes *KubernetesStatus `json:"kubernetes,omitempty"`
 	// TapPolicy is the tap policy's state (nil without one).
 	TapPolicy *TapPolicyStatus `json:"tapPolicy,omitempty"`
+	// Monitors is what this node's monitors received and sent outside any contract's
+	// counters (nil when the node has no monitor and counted nothing).
+	Monitors *MonitorsStatus `json:"monitors,omitempty"`
+}
+
+// MonitorsStatus is the node's monitor endpoints and the tap counts of no contract.
+type MonitorsStatus struct {
+	Monitors int `json:"monitors"` // monitor endpoints on this node
+	// CopiesFromOtherNodes: copies other nodes' mirror taps sent to monitors here, handed
+	// to the monitor; CopiesFromOtherNodesLost: dropped, no monitor here has their key.
+	CopiesFromOtherNodes     uint64 `json:"copiesFromOtherNodes"`
+	CopiesFromOtherNodesLost uint64 `json:"copiesFromOtherNodesLost"`
+	// NotDiverted: packets monitors sent back that belong to no flow diverted to them
+	// (dropped: a monitor cannot inject traffic).
+	NotDiverted uint64 `json:"notDiverted"`
+	// Error is why the counters could not be read.
+	Error string `json:"error,omitempty"`
 }
 
 // TapPolicyStatus is the tap policy's state in the agent's status.

@@ -448,6 +448,13 @@ func (a *app) statusCommand() *cobra.Command {
 					fmt.Fprintf(w, "TAP POLICY ERROR:\t%s (since %s; its last good contracts stay installed)\n", tp.Error, tp.ErrorAt.Format("2006-01-02T15:04:05Z07:00"))
 				}
 			}
+			if m := st.Monitors; m != nil {
+				fmt.Fprintf(w, "Monitors:\t%d here; copies from other nodes: %d delivered, %d lost; packets monitors sent that were not diverted to them: %d dropped\n",
+					m.Monitors, m.CopiesFromOtherNodes, m.CopiesFromOtherNodesLost, m.NotDiverted)
+				if m.Error != "" {
+					fmt.Fprintf(w, "Monitors error:\t%s\n", m.Error)
+				}
+			}
 			if m := st.Memory; m != nil {
 				fmt.Fprintf(w, "Memory:\tagent RSS %s (anonymous %s); BPF maps %s in %d maps\n",
 					bytesString(m.RSSBytes), bytesString(m.RSSAnonBytes), bytesString(m.MapBytes), len(m.Maps))

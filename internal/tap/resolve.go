@@ -314,6 +314,16 @@ func CheckChanged(res Resolution, contracts []*Contract, changed []string) error
 	return &OverlapError{Conflicts: out}
 }
 
+// NodeCounters are a node's tap counts that belong to no contract.
+type NodeCounters struct {
+	// Rejected: packets monitors here sent that were not of a flow diverted to them
+	// (dropped).
+	Rejected uint64
+	// RemoteDelivered and RemoteLost: copies other nodes sent to monitors here, handed to
+	// the monitor or dropped (no monitor here has their key).
+	RemoteDelivered, RemoteLost uint64
+}
+
 // Counters are a rule's or a contract's packet counts, as the dataplane keeps them.
 type Counters struct {
 	MirroredPackets   uint64

@@ -186,6 +186,17 @@ func testTapPlacements(t *testing.T, mode overlay.Mode) {
 		}
 	}
 
+	// S's node counted the copies it handed to s3, and lost none.
+	st, err := c.n[2].Client.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := st.Monitors; m == nil || m.Monitors != 1 || m.CopiesFromOtherNodes == 0 || m.CopiesFromOtherNodesLost != 0 {
+		t.Errorf("node 3's monitors status: %+v, want one monitor with copies from other nodes, none lost", m)
+	} else {
+		t.Logf("node 3: %+v", *m)
+	}
+
 	// A pod cannot feed a monitor: b2 sends its own tap tunnel packet to s3's node with
 	// s3's key, an inner packet as from a to b1. Node 3 drops it (its outer source is no
 	// node) and s3 reads nothing of it.
