@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -117,16 +118,27 @@ func Start(ctx context.Context, cfg Config) (*Monitor, error) {
 	// judging a path that nobody reads the alerts of.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	begin := time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting suricata (%s): %w", cmd, err)
-	}
 	m := &Monitor{cfg: cfg, cmd: cmd, exited: make(chan struct{}), reader: NewReader(eveFile(cfg))}
-	started = true
+	// The parent-death signal follows the thread that forked Suricata, not the process:
+	// fork from a goroutine that holds its thread until Suricata exits, so that no thread
+	// ending elsewhere in this process (one that changed namespaces) stops the monitor.
+	startErr := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			startErr <- err
+			return
+		}
+		startErr <- nil
 		m.waitErr = cmd.Wait()
 		lock.Close()
 		close(m.exited)
 	}()
+	if err := <-startErr; err != nil {
+		return nil, fmt.Errorf("starting suricata (%s): %w", cmd, err)
+	}
+	started = true
 
 	timeout := cfg.StartTimeout
 	if timeout == 0 {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -490,4 +491,39 @@ func checkInlineCounters(t *testing.T, m *suricata.Monitor) {
 		return
 	}
 	t.Logf("inline counters %+v", st)
+}
+
+// A monitor started from a goroutine whose thread then ends (one that changed namespaces
+// and could not be given back) keeps running: the parent-death signal, which follows the
+// forking thread, must not reach it.
+func TestMonitorOutlivesStartingThread(t *testing.T) {
+	requireSuricata(t)
+	_, _, nsM, sfx := namespaces(t, "rst")
+	vethPair(t, nsM, "rm"+sfx, nsM, "rn"+sfx, "")
+	type result struct {
+		m   *suricata.Monitor
+		err error
+	}
+	started := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		m, err := suricata.Start(context.Background(), suricata.Config{Mode: suricata.Passive, Netns: nsM,
+			Interface: "rm" + sfx, Dir: t.TempDir(), Rules: []string{fmt.Sprintf(attackRule, "alert")}})
+		started <- result{m, err}
+	}()
+	r := <-started
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	m := r.m
+	t.Cleanup(func() { m.Stop() })
+	// Without the fix Suricata receives SIGTERM within milliseconds of the thread's end.
+	select {
+	case <-m.Exited():
+		t.Fatalf("suricata exited after the thread that started it ended: %v", m.Stop())
+	case <-time.After(2 * time.Second):
+	}
+	if _, err := m.Stats(context.Background()); err != nil {
+		t.Errorf("suricata does not answer after the starting thread ended: %v", err)
+	}
 }
