@@ -549,7 +549,7 @@ func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) 
 	remote := r.monitor.Node != nodeA
 	var delivered, lost uint64
 	if remote {
-		if delivered, lost, err = r.nodes.Agent(r.monitor.Node).TapRemoteCounters(); err != nil {
+		if delivered, lost, err = r.nodes.Agent(r.monitor.Node).TapRemoteCounters(ctx); err != nil {
 			return err
 		}
 	}
@@ -592,7 +592,7 @@ func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) 
 		if want := cluster.NodeName(r.monitor.Node); tp.MonitorNode != want {
 			return fmt.Errorf("tap %s: monitor node %q, want %q (monitor problem: %q)", name, tp.MonitorNode, want, tp.MonitorProblem)
 		}
-		d, l, err := r.nodes.Agent(r.monitor.Node).TapRemoteCounters()
+		d, l, err := r.nodes.Agent(r.monitor.Node).TapRemoteCounters(ctx)
 		if err != nil {
 			return err
 		}

@@ -241,28 +241,19 @@ func PolicyEntries(bpfDir string, epID uint32) (int, error) {
 	return n, nil
 }
 
-// TapRemoteCounters reads what the agent's dataplane counted of the copies other nodes
-// mirrored to its monitors, from the pinned map itself (contract 0 of tap_counters, summed
-// over CPUs): copies handed to a monitor here, and copies dropped for no monitor here.
-func (a *Agent) TapRemoteCounters() (delivered, lost uint64, err error) {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(a.BPFDir, "tap_counters"), &ebpf.LoadPinOptions{ReadOnly: true})
+// TapRemoteCounters reads what the agent counted of the copies other nodes mirrored to its
+// monitors (rampart status, monitors): copies handed to a monitor here, and copies dropped
+// for no monitor here.
+func (a *Agent) TapRemoteCounters(ctx context.Context) (delivered, lost uint64, err error) {
+	st, err := a.Status(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("opening pinned tap counters: %w", err)
+		return 0, 0, err
 	}
-	defer m.Close()
-	// struct tap_stats (bpf/include/rampart.h): twelve u64, remote_delivered and
-	// remote_lost the last two.
-	type tapStats struct{ C [12]uint64 }
-	if m.ValueSize() != 96 {
-		return 0, 0, fmt.Errorf("tap counters value size %d, want 96 (struct tap_stats changed?)", m.ValueSize())
+	if m := st.Monitors; m != nil {
+		if m.Error != "" {
+			return 0, 0, fmt.Errorf("reading the monitors' counters: %s", m.Error)
+		}
+		return m.CopiesFromOtherNodes, m.CopiesFromOtherNodesLost, nil
 	}
-	var per []tapStats
-	if err := m.Lookup(uint32(0), &per); err != nil {
-		return 0, 0, fmt.Errorf("reading tap counters: %w", err)
-	}
-	for _, s := range per {
-		delivered += s.C[10]
-		lost += s.C[11]
-	}
-	return delivered, lost, nil
+	return 0, 0, nil
 }
