@@ -56,7 +56,8 @@ func TestClusterScript(t *testing.T) {
 		}
 		pids = append(pids, pid)
 	}
-	if out, err := script("kubectl", "get", "crd", "-o", "name"); err != nil || strings.Count(out, ".cilium.io") != 3 || strings.Count(out, ".rampart.io") != 2 {
+	if out, err := script("kubectl", "get", "crd", "-o", "name"); err != nil || strings.Count(out, ".cilium.io") != 3 || strings.Count(out, ".rampart.io") != 3 ||
+		!strings.Contains(out, "trafficcontrols.crd.antrea.io") {
 		t.Errorf("cluster.sh kubectl get crd: %v\n%s", err, out)
 	}
 
