@@ -251,14 +251,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if r.work, err = os.MkdirTemp("", "rp-egress-"); err != nil {
 		return nil, err
 	}
-	var cleanups []func() error
+	var cleanups benchkit.Cleanups
 	defer func() {
 		// Clean-up must happen even when the run is being cancelled; servers first.
 		var errs []error
 		errs = append(errs, r.daemons.StopAll())
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			errs = append(errs, cleanups[i]())
-		}
+		errs = append(errs, cleanups.Run()...)
 		errs = append(errs, os.RemoveAll(r.work))
 		if cerr := errors.Join(errs...); cerr != nil {
 			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
@@ -280,14 +278,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return fail(err)
 	}
 	res.Host.BPFStats = stats
-	cleanups = append(cleanups, restoreStats)
+	cleanups.Add(restoreStats)
 	res.Host.Versions["iperf3"] = version(ctx, "iperf3", "--version")
 	res.Host.Versions["ping"] = version(ctx, "ping", "-V")
 
 	if r.base, err = buildPlain("none", instance+"n", cidrs[0], worldCIDR); err != nil {
 		return fail(err)
 	}
-	cleanups = append(cleanups, r.base.Close)
+	cleanups.Add(r.base.Close)
 	if err := r.startServers(r.base); err != nil {
 		return fail(err)
 	}
@@ -303,7 +301,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 				if peers, err = buildPlain("peers", instance+"p", cidrs[1], worldCIDR); err != nil {
 					return fail(err)
 				}
-				cleanups = append(cleanups, peers.Close)
+				cleanups.Add(peers.Close)
 				if err := r.startServers(peers); err != nil {
 					return fail(err)
 				}
@@ -330,7 +328,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			// An agent of its own (its namespaces are its own, so it can share the
 			// addresses of the rampart filter's agent).
 			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"e", filepath.Join(r.work, "agent-empty"), cidrs[2], serverCIDR, worldCIDR, agentEmptyFlags)
-			cleanups = append(cleanups, stop)
+			cleanups.Add(stop)
 			if err != nil {
 				return fail(fmt.Errorf("starting the agent of %s: %w", name, err))
 			}
@@ -345,7 +343,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 				continue
 			}
 			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"a", filepath.Join(r.work, "agent"), cidrs[2], serverCIDR, worldCIDR, r.cfg.AgentFlags)
-			cleanups = append(cleanups, stop)
+			cleanups.Add(stop)
 			if err != nil {
 				return fail(fmt.Errorf("starting the Rampart agent: %w", err))
 			}

@@ -164,12 +164,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		res.Cases = append(res.Cases, cr)
 	}
 
-	var cleanups []func() error
+	var cleanups benchkit.Cleanups
 	defer func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			if cerr := cleanups[i](); cerr != nil {
-				res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
-			}
+		for _, cerr := range cleanups.Run() {
+			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
 		}
 		res.Finished = time.Now()
 		res.Host.LoadEnd = benchkit.LoadAverage()
@@ -188,14 +186,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return fail(err)
 	}
 	res.Host.BPFStats = stats
-	cleanups = append(cleanups, restoreStats)
-	cleanups = append(cleanups, r.daemons.StopAll)
+	cleanups.Add(restoreStats)
+	cleanups.Add(r.daemons.StopAll)
 
 	workDir, err := os.MkdirTemp("", "rp-bench-l7-")
 	if err != nil {
 		return fail(fmt.Errorf("creating work directory: %w", err))
 	}
-	cleanups = append(cleanups, func() error { return os.RemoveAll(workDir) })
+	cleanups.Add(func() error { return os.RemoveAll(workDir) })
 	if err := benchkit.EnsureBPFFS(); err != nil {
 		return fail(err)
 	}
@@ -212,7 +210,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	// Registered before start, so a half-started agent is uninstalled too. The server
 	// inside its endpoint (and the agent) are stopped first, newest first.
-	cleanups = append(cleanups, func() error {
+	cleanups.Add(func() error {
 		return errors.Join(r.daemons.StopAll(), r.agent.Stop())
 	})
 	if err := r.agent.Start(ctx, &r.daemons); err != nil {

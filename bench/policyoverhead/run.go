@@ -131,16 +131,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		res.Cases = append(res.Cases, CaseResult{Name: c.Name, Description: c.Description, Agent: c.Agent, Control: c.Control, Rules: c.Rules})
 	}
 
-	var cleanups []func() error
+	var cleanups benchkit.Cleanups
 	defer func() {
 		// Servers and clients first: nothing may still run in a namespace being removed.
 		if cerr := r.daemons.StopAll(); cerr != nil {
 			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
 		}
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			if cerr := cleanups[i](); cerr != nil {
-				res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
-			}
+		for _, cerr := range cleanups.Run() {
+			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
 		}
 		res.Finished = time.Now()
 		res.Host.LoadEnd = benchkit.LoadAverage()
@@ -158,17 +156,17 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return fail(err)
 	}
 	res.Host.BPFStats = stats
-	cleanups = append(cleanups, restoreStats)
+	cleanups.Add(restoreStats)
 
 	workDir, err := os.MkdirTemp("", "rp-bench-")
 	if err != nil {
 		return fail(fmt.Errorf("creating work directory: %w", err))
 	}
-	cleanups = append(cleanups, func() error { return os.RemoveAll(workDir) })
+	cleanups.Add(func() error { return os.RemoveAll(workDir) })
 
 	fmt.Fprintf(r.log, "building the no-agent topology (%s)\n", baseCIDR)
 	base, cleanBase, err := buildBaseline(res.Settings.BaselineInstance, baseCIDR)
-	cleanups = append(cleanups, cleanBase)
+	cleanups.Add(cleanBase)
 	if err != nil {
 		return fail(err)
 	}
@@ -182,7 +180,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		fmt.Fprintf(r.log, "building the control topology (%s)\n", baseCIDR)
 		// Same addresses as the baseline: it lives in namespaces of its own.
 		ctl, cleanCtl, err := buildBaseline(res.Settings.ControlInstance, baseCIDR)
-		cleanups = append(cleanups, cleanCtl)
+		cleanups.Add(cleanCtl)
 		if err != nil {
 			return fail(err)
 		}
@@ -202,7 +200,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		fmt.Fprintf(r.log, "starting the agent (instance %s, %s)\n", res.Settings.AgentInstance, agentCIDR)
 		r.agent = benchkit.NewAgent(cfg.Rampartd, cfg.Rampart, res.Settings.AgentInstance, workDir, agentCIDR)
 		// Registered before start, so a half-started agent is uninstalled too.
-		cleanups = append(cleanups, r.agent.Stop)
+		cleanups.Add(r.agent.Stop)
 		if err := r.agent.Start(ctx, &r.daemons); err != nil {
 			return fail(err)
 		}

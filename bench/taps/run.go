@@ -178,7 +178,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		},
 		Placements: placements(),
 	}
-	var cleanups []func() error
+	var cleanups benchkit.Cleanups
 	defer func() {
 		if r.mon != nil {
 			if cerr := r.mon.Stop(); cerr != nil {
@@ -194,10 +194,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 				res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
 			}
 		}
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			if cerr := cleanups[i](); cerr != nil {
-				res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
-			}
+		for _, cerr := range cleanups.Run() {
+			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
 		}
 		res.Finished = time.Now()
 		res.Host.LoadEnd = benchkit.LoadAverage()
@@ -215,11 +213,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return fail(err)
 	}
 	res.Host.BPFStats = stats
-	cleanups = append(cleanups, restoreStats)
+	cleanups.Add(restoreStats)
 	if r.workDir, err = os.MkdirTemp("", "rp-bench-taps-"); err != nil {
 		return fail(fmt.Errorf("creating work directory: %w", err))
 	}
-	cleanups = append(cleanups, func() error { return os.RemoveAll(r.workDir) })
+	cleanups.Add(func() error { return os.RemoveAll(r.workDir) })
 	if err := benchkit.EnsureBPFFS(); err != nil {
 		return fail(err)
 	}
