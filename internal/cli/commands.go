@@ -397,11 +397,14 @@ func ruleString(r *api.RuleRef) string {
 	return r.Policy + " " + r.Rule
 }
 
+// statusCommand prints what matters first (the agent, whether it is degraded, the
+// cluster sync and its errors), then what it manages; the map table only with --maps.
 func (a *app) statusCommand() *cobra.Command {
 	var output string
+	var maps bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show whether the agent is up, and what it manages",
+		Short: "Show whether the agent is up and in sync, its errors, and what it manages",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := a.client.Status(contextOf(cmd))
@@ -416,6 +419,21 @@ func (a *app) statusCommand() *cobra.Command {
 			fmt.Fprintf(w, "Instance:\t%s\n", st.Instance)
 			if st.Version != "" {
 				fmt.Fprintf(w, "Version:\t%s\n", st.Version)
+			}
+			if st.Degraded != "" {
+				fmt.Fprintf(w, "DEGRADED:\t%s\n", st.Degraded)
+			}
+			if k := st.Kubernetes; k != nil {
+				printKubernetes(w, k)
+			}
+			if tp := st.TapPolicy; tp != nil && tp.Error != "" {
+				fmt.Fprintf(w, "TAP POLICY ERROR:\t%s (since %s; its last good contracts stay installed)\n", tp.Error, tp.ErrorAt.Format("2006-01-02T15:04:05Z07:00"))
+			}
+			if m := st.Monitors; m != nil && m.Error != "" {
+				fmt.Fprintf(w, "Monitors error:\t%s\n", m.Error)
+			}
+			if m := st.Memory; m != nil && m.Error != "" {
+				fmt.Fprintf(w, "Memory error:\t%s\n", m.Error)
 			}
 			node := st.NodeNetns
 			if node == "" {
@@ -436,42 +454,32 @@ func (a *app) statusCommand() *cobra.Command {
 				fmt.Fprintf(w, "L7 send-side:\t%d pairs; requests: %d passed, %d refused (403), %d outside the subset (400), %d failed sends; %d events lost\n",
 					s.Pairs, s.Passed, s.Refused, s.OutsideSubset, s.SendFailed, s.EventsLost)
 			}
-			if st.Degraded != "" {
-				fmt.Fprintf(w, "DEGRADED:\t%s\n", st.Degraded)
-			}
-			if k := st.Kubernetes; k != nil {
-				printKubernetes(w, k)
-			}
 			if tp := st.TapPolicy; tp != nil {
 				fmt.Fprintf(w, "Tap policy:\t%s: %d contracts, %d requests unplaced\n", tp.File, tp.Contracts, tp.Unplaced)
-				if tp.Error != "" {
-					fmt.Fprintf(w, "TAP POLICY ERROR:\t%s (since %s; its last good contracts stay installed)\n", tp.Error, tp.ErrorAt.Format("2006-01-02T15:04:05Z07:00"))
-				}
 			}
 			if m := st.Monitors; m != nil {
 				fmt.Fprintf(w, "Monitors:\t%d here; copies from other nodes: %d delivered, %d lost; packets monitors sent that were not diverted to them: %d dropped\n",
 					m.Monitors, m.CopiesFromOtherNodes, m.CopiesFromOtherNodesLost, m.NotDiverted)
-				if m.Error != "" {
-					fmt.Fprintf(w, "Monitors error:\t%s\n", m.Error)
-				}
 			}
 			if m := st.Memory; m != nil {
-				fmt.Fprintf(w, "Memory:\tagent RSS %s (anonymous %s); BPF maps %s in %d maps\n",
-					bytesString(m.RSSBytes), bytesString(m.RSSAnonBytes), bytesString(m.MapBytes), len(m.Maps))
-				if m.Error != "" {
-					fmt.Fprintf(w, "Memory error:\t%s\n", m.Error)
+				hint := " (--maps lists them)"
+				if maps {
+					hint = ":"
 				}
+				fmt.Fprintf(w, "Memory:\tagent RSS %s (anonymous %s); BPF maps %s in %d maps%s\n",
+					bytesString(m.RSSBytes), bytesString(m.RSSAnonBytes), bytesString(m.MapBytes), len(m.Maps), hint)
 			}
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			if st.Memory != nil {
+			if maps && st.Memory != nil {
 				return printMaps(a.io.Out, st.Memory)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().BoolVar(&maps, "maps", false, "also list the dataplane's maps and their memory")
 	return cmd
 }
 
