@@ -276,6 +276,9 @@ type PolicyChange struct {
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name"`
 	Action    string `json:"action"` // created, configured, unchanged, deleted, not found
+	// Source is the manifest (file and document) that named the object, in the answer
+	// to delete: a "not found" names where the object was asked for.
+	Source string `json:"source,omitempty"`
 }
 
 // ChangeResult is the answer to apply and delete. A CiliumCIDRGroup shows as a change of
