@@ -701,7 +701,9 @@ type TapPolicy struct {
 	Strategy  string        `json:"strategy"` // per-node or per-app
 	Contracts []CompiledTap `json:"contracts"`
 	Unplaced  []UnplacedTap `json:"unplaced,omitempty"`
-	Facts     []string      `json:"facts,omitempty"`
+	// Missing says why the policy yields nothing: the premises no fact matches.
+	Missing []string `json:"missing,omitempty"`
+	Facts   []string `json:"facts,omitempty"`
 	// Error is why the last compilation against a changed model failed; Contracts are
 	// then those of the last good compilation, which stay installed.
 	Error   string    `json:"error,omitempty"`
