@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/netns"
 	rversion "github.com/rampartnet/rampart/internal/version"
 )
 
@@ -104,6 +106,20 @@ func podArgs(args string) (namespace, name string, _ *types.Error) {
 	return namespace, name, nil
 }
 
+// checkNetns refuses a CNI_NETNS that is the plugin's own network namespace (the
+// runtime's: the node's) or the host's, before the agent is asked: the pod's interface,
+// address and default route would go there. skel's own check of this runs only after ADD
+// has done its work. The agent checks again, and also refuses a namespace in use (another
+// pod's, another node's). A path that cannot be read is the agent's to judge.
+func checkNetns(path string) *types.Error {
+	what, err := netns.Reserved(path)
+	if err != nil || what == "" {
+		return nil
+	}
+	return types.NewError(types.ErrInvalidNetNS, "invalid CNI_NETNS",
+		fmt.Sprintf("network namespace %s is %s (the plugin runs in the runtime's), not a pod's", path, what))
+}
+
 // agentError turns an error of a request to the agent into a CNI error.
 func agentError(socket, what string, err error) *types.Error {
 	var ae *api.Error
@@ -148,6 +164,9 @@ func (p plugin) add(args *skel.CmdArgs) error {
 	defer cl.Close()
 	ns, name, terr := podArgs(args.Args)
 	if terr != nil {
+		return terr
+	}
+	if terr := checkNetns(args.Netns); terr != nil {
 		return terr
 	}
 	ctx, cancel := ctxTimeout()
@@ -275,7 +294,27 @@ func (p plugin) status(args *skel.CmdArgs) error {
 	return nil
 }
 
+// about is what the plugin prints on stderr when run by hand.
+var about = "rampart-cni " + rversion.Get().String() + ": Rampart's CNI plugin, served by the node's rampartd"
+
+// checkCommand refuses a missing CNI_COMMAND, which skel answers with exit 0 and no
+// output: a runtime (or a script) that forgot it would read that as success.
+func checkCommand(cmd string) *types.Error {
+	if cmd != "" {
+		return nil
+	}
+	return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_COMMAND is not set",
+		"want one of ADD, DEL, CHECK, GC, STATUS, VERSION")
+}
+
 func main() {
+	if terr := checkCommand(os.Getenv("CNI_COMMAND")); terr != nil {
+		fmt.Fprintln(os.Stderr, about)
+		if err := terr.Print(); err != nil {
+			fmt.Fprintf(os.Stderr, "writing the error: %v\n", err)
+		}
+		os.Exit(1)
+	}
 	p := plugin{}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    p.add,
@@ -283,5 +322,5 @@ func main() {
 		Check:  p.check,
 		GC:     p.gc,
 		Status: p.status,
-	}, version.PluginSupports(supportedVersions...), "rampart-cni "+rversion.Get().String()+": Rampart's CNI plugin, served by the node's rampartd")
+	}, version.PluginSupports(supportedVersions...), about)
 }

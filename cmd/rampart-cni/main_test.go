@@ -152,7 +152,10 @@ func TestBinaryOutput(t *testing.T) {
 	if !ok || json.Unmarshal([]byte(out), &v) != nil || v.CNIVersion != "1.1.0" || strings.Join(v.SupportedVersions, ",") != "1.0.0,1.1.0" {
 		t.Fatalf("VERSION: ok %v, %s", ok, out)
 	}
-	add := []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/proc/self/ns/net", "CNI_IFNAME=eth0"}
+	add := []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/nonexistent/netns", "CNI_IFNAME=eth0"}
+	addIn := func(netns string) []string {
+		return []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=" + netns, "CNI_IFNAME=eth0"}
+	}
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -165,6 +168,12 @@ func TestBinaryOutput(t *testing.T) {
 		{"ADD with bad CNI_ARGS", append(add, "CNI_ARGS=nonsense"), conf, types.ErrInvalidEnvironmentVariables},
 		{"ADD with socket and instance", add, `{"cniVersion":"1.1.0","name":"n","type":"rampart-cni","socket":"/x","instance":"y"}`, types.ErrInvalidNetworkConfig},
 		{"ADD of version 0.4.0", add, `{"cniVersion":"0.4.0","name":"n","type":"rampart-cni"}`, types.ErrIncompatibleCNIVersion},
+		// No command, or one the spec does not have: an error, never a silent success.
+		{"no CNI_COMMAND", []string{"CNI_CONTAINERID=c1", "CNI_NETNS=/nonexistent/netns", "CNI_IFNAME=eth0"}, conf, types.ErrInvalidEnvironmentVariables},
+		{"unknown CNI_COMMAND", []string{"CNI_COMMAND=ATTACH", "CNI_CONTAINERID=c1", "CNI_IFNAME=eth0"}, conf, types.ErrInvalidEnvironmentVariables},
+		// The runtime's own namespace (the node's): refused before the agent is asked
+		// (none runs here, which would answer ErrTryAgainLater).
+		{"ADD into the plugin's own namespace", addIn("/proc/self/ns/net"), conf, types.ErrInvalidNetNS},
 	} {
 		out, ok := runPlugin(t, tc.env, tc.conf)
 		var e types.Error

@@ -125,6 +125,10 @@ func (a *Agent) CNIAdd(ctx context.Context, req api.CNIAddRequest) (api.CNIResul
 		spec.Monitor = pod.Monitor
 	}
 	rec, ep, err := a.addRecord(spec, "")
+	if errors.Is(err, endpoint.ErrNotPodNetns) {
+		// The runtime's mistake (or an attempt on the node's network), not the agent's.
+		return api.CNIResult{}, api.BadRequest("%v", err)
+	}
 	if err != nil {
 		return api.CNIResult{}, err
 	}

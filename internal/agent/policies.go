@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
@@ -15,53 +13,22 @@ import (
 	"github.com/rampartnet/rampart/internal/tap"
 )
 
-// parseDocuments parses every document of a request: policies, CIDR groups and tap
-// contracts. Any error
-// refuses the whole request: the parser's message names the file, the document and the
-// field. The limits of package policy bound each source, and here the request as a whole
-// (its sources' bytes together, and the policies and groups they hold), so that no request
-// costs more than one source may.
+// parseDocuments parses every document of a request (policy.ParseRequest): any error
+// refuses the whole request, with the parser's message naming the file, the document and
+// the field; over a limit 413 or 400 (limitError).
 func (a *Agent) parseDocuments(docs []api.Document) ([]*policy.Policy, []*policy.CIDRGroup, []*tap.Contract, error) {
-	if len(docs) == 0 {
-		return nil, nil, nil, api.BadRequest("no manifests given")
+	ms := make([]policy.Manifest, len(docs))
+	for i, d := range docs {
+		ms[i] = policy.Manifest{Source: d.Source, Data: []byte(d.Data)}
 	}
-	if len(docs) > policy.MaxSources {
-		return nil, nil, nil, limitError(&policy.LimitError{Source: "request", Limit: policy.LimitSources, Value: int64(len(docs)), Max: policy.MaxSources})
+	d, err := policy.ParseRequest(a.eng.Parse, ms)
+	if errors.Is(err, policy.ErrLimit) {
+		return nil, nil, nil, limitError(err)
 	}
-	total := 0
-	for i, doc := range docs {
-		// Checked as the CLI checks, so that both give the same message.
-		if len(doc.Data) > policy.MaxManifestBytes {
-			return nil, nil, nil, limitError(&policy.LimitError{Source: doc.Source, Limit: policy.LimitSize, Value: int64(len(doc.Data)), Max: policy.MaxManifestBytes})
-		}
-		if total += len(doc.Data); total > policy.MaxManifestBytes {
-			return nil, nil, nil, limitError(&policy.LimitError{Source: fmt.Sprintf("request (%d manifests)", i+1), Limit: policy.LimitSize, Value: int64(total), Max: policy.MaxManifestBytes})
-		}
+	if err != nil {
+		return nil, nil, nil, api.BadRequest("%v", err)
 	}
-	var out []*policy.Policy
-	var groups []*policy.CIDRGroup
-	var taps []*tap.Contract
-	var sources []string
-	for _, doc := range docs {
-		parsed, err := a.eng.Parse(doc.Source, []byte(doc.Data))
-		if errors.Is(err, policy.ErrLimit) {
-			return nil, nil, nil, limitError(err)
-		}
-		if err != nil {
-			return nil, nil, nil, api.BadRequest("%v", err)
-		}
-		out = append(out, parsed.Policies...)
-		groups = append(groups, parsed.CIDRGroups...)
-		taps = append(taps, parsed.Taps...)
-		sources = append(sources, doc.Source)
-		if n := len(out) + len(groups) + len(taps); n > policy.MaxDocuments {
-			return nil, nil, nil, limitError(&policy.LimitError{Source: doc.Source, Limit: policy.LimitPolicies, Value: int64(n), Max: policy.MaxDocuments})
-		}
-	}
-	if len(out) == 0 && len(groups) == 0 && len(taps) == 0 {
-		return nil, nil, nil, api.BadRequest("%s: no policies found", strings.Join(sources, ", "))
-	}
-	return out, groups, taps, nil
+	return d.Policies, d.CIDRGroups, d.Taps, nil
 }
 
 // limitError is a manifest over a limit of package policy: 413 for sizes, 400 otherwise.
@@ -94,6 +61,9 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 	parsed, groups, taps, err := a.parseDocuments(req.Documents)
 	if err != nil {
 		return api.ChangeResult{}, err
+	}
+	if err := policy.CheckUnique(&policy.Documents{Policies: parsed, CIDRGroups: groups, Taps: taps}); err != nil {
+		return api.ChangeResult{}, api.BadRequest("%v", err)
 	}
 	contents := make([]*api.PrefixList, len(groups))
 	for i, g := range groups {
@@ -172,8 +142,8 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 	return res, nil
 }
 
-// appendChange records a change, replacing an earlier entry for the same policy (a policy
-// given twice in one request: the last one wins, as with kubectl).
+// appendChange records a change, replacing an earlier entry for the same object (a delete
+// may name one twice; Apply refuses that, checkUnique).
 func appendChange(cs []api.PolicyChange, c api.PolicyChange) []api.PolicyChange {
 	for i := range cs {
 		if cs[i].Kind == c.Kind && cs[i].Namespace == c.Namespace && cs[i].Name == c.Name {
@@ -247,7 +217,31 @@ func (a *Agent) Delete(ctx context.Context, req api.DeleteRequest) (api.ChangeRe
 	if err != nil {
 		return api.ChangeResult{}, err
 	}
+	setSources(res.Changes, parsed, groups, taps)
 	return res, nil
+}
+
+// setSources names in each change the manifest that asked for it.
+func setSources(cs []api.PolicyChange, pols []*policy.Policy, groups []*policy.CIDRGroup, taps []*tap.Contract) {
+	src := map[[3]string]string{}
+	for _, p := range pols {
+		src[[3]string{string(p.Kind), p.Namespace, p.Name}] = p.Source
+	}
+	for _, g := range groups {
+		src[[3]string{string(policy.KindCiliumCIDRGroup), "", g.Name}] = g.Source
+	}
+	// A tap contract's change carries its stored kind, which the manifest may not give.
+	tapSrc := map[string]string{}
+	for _, c := range taps {
+		tapSrc[c.Name] = c.Origin
+	}
+	for i, c := range cs {
+		if s, ok := src[[3]string{c.Kind, c.Namespace, c.Name}]; ok {
+			cs[i].Source = s
+		} else if s, ok := tapSrc[c.Name]; ok && c.Namespace == "" {
+			cs[i].Source = s
+		}
+	}
 }
 
 func inNamespace(ns string) string {

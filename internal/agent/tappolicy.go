@@ -520,7 +520,7 @@ func (a *Agent) CompileTapPolicy(ctx context.Context, req api.TapPolicyRequest) 
 // TapPolicyView renders a compilation of the policy file for the API: its contracts with
 // the tap contracts each became, its unplaced requests, and with explain the derivations.
 func TapPolicyView(file string, res *tappolicy.Result, explain bool) api.TapPolicy {
-	v := api.TapPolicy{File: file, Strategy: res.Strategy, Contracts: []api.CompiledTap{}}
+	v := api.TapPolicy{File: file, Strategy: res.Strategy, Contracts: []api.CompiledTap{}, Missing: res.Missing}
 	for _, k := range res.Contracts {
 		ct := api.CompiledTap{Name: k.Name, Source: k.Source, Monitor: k.Monitor, Direction: k.Direction,
 			Protocol: k.Protocol, Port: k.Port, Action: k.Action, Placement: k.Placement}

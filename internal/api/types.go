@@ -276,6 +276,9 @@ type PolicyChange struct {
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name"`
 	Action    string `json:"action"` // created, configured, unchanged, deleted, not found
+	// Source is the manifest (file and document) that named the object, in the answer
+	// to delete: a "not found" names where the object was asked for.
+	Source string `json:"source,omitempty"`
 }
 
 // ChangeResult is the answer to apply and delete. A CiliumCIDRGroup shows as a change of
@@ -698,7 +701,9 @@ type TapPolicy struct {
 	Strategy  string        `json:"strategy"` // per-node or per-app
 	Contracts []CompiledTap `json:"contracts"`
 	Unplaced  []UnplacedTap `json:"unplaced,omitempty"`
-	Facts     []string      `json:"facts,omitempty"`
+	// Missing says why the policy yields nothing: the premises no fact matches.
+	Missing []string `json:"missing,omitempty"`
+	Facts   []string `json:"facts,omitempty"`
 	// Error is why the last compilation against a changed model failed; Contracts are
 	// then those of the last good compilation, which stay installed.
 	Error   string    `json:"error,omitempty"`

@@ -203,17 +203,44 @@ func contextOf(cmd *cobra.Command) context.Context {
 	return context.Background()
 }
 
+// versionJSON is `rampart version -o json`: the CLI's build and what the agent said.
+type versionJSON struct {
+	Client version.Info `json:"client"`
+	Agent  agentVersion `json:"agent"`
+}
+
+type agentVersion struct {
+	Socket   string `json:"socket"`
+	Answered bool   `json:"answered"`
+	Instance string `json:"instance,omitempty"`
+	Version  string `json:"version,omitempty"` // "" from an agent older than the field
+	Error    string `json:"error,omitempty"`   // why none answered
+}
+
 // versionCommand prints the CLI's build and, when an agent answers, the agent's.
 func (a *app) versionCommand() *cobra.Command {
-	return &cobra.Command{
+	var output string
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Show the CLI's version and, if it answers, the agent's",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a.printf("rampart %s\n", version.Get())
+			if output != "text" && output != "json" {
+				return fmt.Errorf("--output %q: want text or json", output)
+			}
 			ctx, cancel := context.WithTimeout(contextOf(cmd), 2*time.Second)
 			defer cancel()
 			st, err := a.client.Status(ctx)
+			v := versionJSON{Client: version.Get(), Agent: agentVersion{Socket: a.where}}
+			if err != nil {
+				v.Agent.Error = err.Error()
+			} else {
+				v.Agent.Answered, v.Agent.Instance, v.Agent.Version = true, st.Instance, st.Version
+			}
+			if output == "json" {
+				return a.printJSON(v)
+			}
+			a.printf("rampart %s\n", v.Client)
 			switch {
 			case err != nil:
 				a.printf("agent: none answers at %s (%v)\n", a.where, err)
@@ -225,4 +252,6 @@ func (a *app) versionCommand() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
 }

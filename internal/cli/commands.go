@@ -210,8 +210,18 @@ func (a *app) printChanges(res api.ChangeResult) {
 	}
 }
 
+// changeString names a change's object: kind/name, with its namespace.
+func changeString(c api.PolicyChange) string {
+	s := strings.ToLower(c.Kind) + "/" + c.Name
+	if c.Namespace != "" {
+		s += " (namespace " + c.Namespace + ")"
+	}
+	return s
+}
+
 func (a *app) applyCommand() *cobra.Command {
 	var files []string
+	var dryRun bool
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|- [-f ...]",
 		Short: "Create or update policies, CIDR groups (CiliumCIDRGroup) and tap contracts (TapContract, TrafficControl) from manifests (all of them or none)",
@@ -220,6 +230,9 @@ func (a *app) applyCommand() *cobra.Command {
 			docs, err := a.readManifests(files)
 			if err != nil {
 				return err
+			}
+			if dryRun {
+				return a.checkManifests(docs)
 			}
 			res, err := a.client.Apply(contextOf(cmd), api.ApplyRequest{Documents: docs})
 			if err != nil {
@@ -230,7 +243,36 @@ func (a *app) applyCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "check the manifests with the agent's parser and rules, here, and apply nothing (no agent needed)")
 	return cmd
+}
+
+// checkManifests is `apply --dry-run`: the agent's parser and its checks of a request
+// before it looks at its state (policy.ParseRequest, policy.CheckUnique), here, with no
+// agent; it prints each object and where it was read.
+func (a *app) checkManifests(docs []api.Document) error {
+	ms := make([]policy.Manifest, len(docs))
+	for i, d := range docs {
+		ms[i] = policy.Manifest{Source: d.Source, Data: []byte(d.Data)}
+	}
+	d, err := policy.ParseRequest(policy.Parse, ms)
+	if err == nil {
+		err = policy.CheckUnique(d)
+	}
+	if err != nil {
+		return err
+	}
+	for _, p := range d.Policies {
+		a.printf("%s valid (%s)\n", changeString(api.PolicyChange{Kind: string(p.Kind), Namespace: p.Namespace, Name: p.Name}), p.Source)
+	}
+	for _, g := range d.CIDRGroups {
+		a.printf("%s valid (%s)\n", changeString(api.PolicyChange{Kind: string(policy.KindCiliumCIDRGroup), Name: g.Name}), g.Source)
+	}
+	for _, c := range d.Taps {
+		a.printf("%s valid (%s)\n", changeString(api.PolicyChange{Kind: c.Kind, Name: c.Name}), c.Origin)
+	}
+	a.printf("dry run: %d objects checked, nothing applied\n", len(d.Policies)+len(d.CIDRGroups)+len(d.Taps))
+	return nil
 }
 
 func (a *app) deleteCommand() *cobra.Command {
@@ -238,23 +280,34 @@ func (a *app) deleteCommand() *cobra.Command {
 	var ignore bool
 	cmd := &cobra.Command{
 		Use:   "delete -f FILE|DIR|- [-f ...]",
-		Short: "Delete the policies, CIDR groups and tap contracts named in manifests (all of them or none)",
+		Short: "Delete the policies, CIDR groups and tap contracts named in manifests; fails naming those that do not exist, after deleting the rest",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			docs, err := a.readManifests(files)
 			if err != nil {
 				return err
 			}
-			res, err := a.client.Delete(contextOf(cmd), api.DeleteRequest{Documents: docs, IgnoreNotFound: ignore})
+			// The agent deletes what exists and lists what does not; one object that is
+			// gone already must not keep the others.
+			res, err := a.client.Delete(contextOf(cmd), api.DeleteRequest{Documents: docs, IgnoreNotFound: true})
 			if err != nil {
 				return err
 			}
 			a.printChanges(res)
+			var missing []string
+			for _, c := range res.Changes {
+				if c.Action == "not found" {
+					missing = append(missing, changeString(c)+" (in "+c.Source+")")
+				}
+			}
+			if len(missing) > 0 && !ignore {
+				return fmt.Errorf("not found, the rest deleted: %s", strings.Join(missing, "; "))
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for stdin (repeatable)")
-	cmd.Flags().BoolVar(&ignore, "ignore-not-found", false, "do not fail on policies that do not exist")
+	cmd.Flags().BoolVar(&ignore, "ignore-not-found", false, "exit 0 when some of the objects do not exist")
 	return cmd
 }
 
@@ -397,11 +450,14 @@ func ruleString(r *api.RuleRef) string {
 	return r.Policy + " " + r.Rule
 }
 
+// statusCommand prints what matters first (the agent, whether it is degraded, the
+// cluster sync and its errors), then what it manages; the map table only with --maps.
 func (a *app) statusCommand() *cobra.Command {
 	var output string
+	var maps bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show whether the agent is up, and what it manages",
+		Short: "Show whether the agent is up and in sync, its errors, and what it manages",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := a.client.Status(contextOf(cmd))
@@ -416,6 +472,21 @@ func (a *app) statusCommand() *cobra.Command {
 			fmt.Fprintf(w, "Instance:\t%s\n", st.Instance)
 			if st.Version != "" {
 				fmt.Fprintf(w, "Version:\t%s\n", st.Version)
+			}
+			if st.Degraded != "" {
+				fmt.Fprintf(w, "DEGRADED:\t%s\n", st.Degraded)
+			}
+			if k := st.Kubernetes; k != nil {
+				printKubernetes(w, k)
+			}
+			if tp := st.TapPolicy; tp != nil && tp.Error != "" {
+				fmt.Fprintf(w, "TAP POLICY ERROR:\t%s (since %s; its last good contracts stay installed)\n", tp.Error, tp.ErrorAt.Format("2006-01-02T15:04:05Z07:00"))
+			}
+			if m := st.Monitors; m != nil && m.Error != "" {
+				fmt.Fprintf(w, "Monitors error:\t%s\n", m.Error)
+			}
+			if m := st.Memory; m != nil && m.Error != "" {
+				fmt.Fprintf(w, "Memory error:\t%s\n", m.Error)
 			}
 			node := st.NodeNetns
 			if node == "" {
@@ -436,42 +507,32 @@ func (a *app) statusCommand() *cobra.Command {
 				fmt.Fprintf(w, "L7 send-side:\t%d pairs; requests: %d passed, %d refused (403), %d outside the subset (400), %d failed sends; %d events lost\n",
 					s.Pairs, s.Passed, s.Refused, s.OutsideSubset, s.SendFailed, s.EventsLost)
 			}
-			if st.Degraded != "" {
-				fmt.Fprintf(w, "DEGRADED:\t%s\n", st.Degraded)
-			}
-			if k := st.Kubernetes; k != nil {
-				printKubernetes(w, k)
-			}
 			if tp := st.TapPolicy; tp != nil {
 				fmt.Fprintf(w, "Tap policy:\t%s: %d contracts, %d requests unplaced\n", tp.File, tp.Contracts, tp.Unplaced)
-				if tp.Error != "" {
-					fmt.Fprintf(w, "TAP POLICY ERROR:\t%s (since %s; its last good contracts stay installed)\n", tp.Error, tp.ErrorAt.Format("2006-01-02T15:04:05Z07:00"))
-				}
 			}
 			if m := st.Monitors; m != nil {
 				fmt.Fprintf(w, "Monitors:\t%d here; copies from other nodes: %d delivered, %d lost; packets monitors sent that were not diverted to them: %d dropped\n",
 					m.Monitors, m.CopiesFromOtherNodes, m.CopiesFromOtherNodesLost, m.NotDiverted)
-				if m.Error != "" {
-					fmt.Fprintf(w, "Monitors error:\t%s\n", m.Error)
-				}
 			}
 			if m := st.Memory; m != nil {
-				fmt.Fprintf(w, "Memory:\tagent RSS %s (anonymous %s); BPF maps %s in %d maps\n",
-					bytesString(m.RSSBytes), bytesString(m.RSSAnonBytes), bytesString(m.MapBytes), len(m.Maps))
-				if m.Error != "" {
-					fmt.Fprintf(w, "Memory error:\t%s\n", m.Error)
+				hint := " (--maps lists them)"
+				if maps {
+					hint = ":"
 				}
+				fmt.Fprintf(w, "Memory:\tagent RSS %s (anonymous %s); BPF maps %s in %d maps%s\n",
+					bytesString(m.RSSBytes), bytesString(m.RSSAnonBytes), bytesString(m.MapBytes), len(m.Maps), hint)
 			}
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			if st.Memory != nil {
+			if maps && st.Memory != nil {
 				return printMaps(a.io.Out, st.Memory)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().BoolVar(&maps, "maps", false, "also list the dataplane's maps and their memory")
 	return cmd
 }
 

@@ -94,3 +94,28 @@ func TestInstanceFlagChecked(t *testing.T) {
 		t.Errorf("rampart version with no agent: exit %d\n%s%s", code, out, errs)
 	}
 }
+
+// rampart version -o json: the CLI's build, and the agent's answer or why none came.
+func TestVersionJSON(t *testing.T) {
+	out, errs, code := rampart("--socket", "/nonexistent/r.sock", "version", "-o", "json")
+	var v struct {
+		Client struct {
+			Version   string `json:"version"`
+			GoVersion string `json:"goVersion"`
+		} `json:"client"`
+		Agent struct {
+			Socket   string `json:"socket"`
+			Answered bool   `json:"answered"`
+			Error    string `json:"error"`
+		} `json:"agent"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
+		t.Fatalf("version -o json: exit %d, %s%s", code, out, errs)
+	}
+	if v.Client.Version == "" || v.Client.GoVersion != runtime.Version() || v.Agent.Socket != "/nonexistent/r.sock" || v.Agent.Answered || v.Agent.Error == "" {
+		t.Errorf("version -o json without an agent: %+v", v)
+	}
+	if _, errs, code := rampart("version", "-o", "yaml"); code == 0 || !strings.Contains(errs, `"yaml"`) {
+		t.Errorf("version -o yaml: exit %d, %s", code, errs)
+	}
+}

@@ -123,7 +123,12 @@ func TestStatusMemoryFollowsSets(t *testing.T) {
 	if m.RSSBytes == 0 || m.RSSAnonBytes == 0 || m.RSSAnonBytes > m.RSSBytes {
 		t.Errorf("agent RSS %d, anonymous %d", m.RSSBytes, m.RSSAnonBytes)
 	}
-	out := e.MustCLI("status")
+	// Plain status: the sync state and errors first, the total only, no table.
+	if out := e.MustCLI("status"); strings.Contains(out, "MAP") || !strings.Contains(out, "in "+fmt.Sprint(len(m.Maps))+" maps (--maps lists them)") ||
+		!regexp.MustCompile(`^Agent:.*\nInstance:.*\n(Version:.*\n)?(DEGRADED:.*\n)?Node namespace:`).MatchString(out) {
+		t.Errorf("status without --maps:\n%s", out)
+	}
+	out := e.MustCLI("status", "--maps")
 	for _, re := range []string{`Memory:\s+agent RSS [0-9.]+ MiB \(anonymous [0-9.]+ MiB\); BPF maps [0-9.]+ MiB in \d+ maps`,
 		`(?m)^\s+MAP\s+TYPE\s+ENTRIES\s+BYTES$`, `(?m)^\s+conntrack4_peer\s+LRUHash\s+\d+\s+[0-9.]+ MiB$`, `(?m)^\s+total\s+[0-9.]+ MiB$`} {
 		if !regexp.MustCompile(re).MatchString(out) {
@@ -157,7 +162,7 @@ func TestStatusMemoryFollowsSets(t *testing.T) {
 	if top == nil || top.Bytes < 64<<20 || host == nil || host.MaxEntries*64 < 2000 || host.MaxEntries*64 > 4096 {
 		t.Errorf("tables after the load: top %+v, host %+v", top, host)
 	}
-	if out := e.MustCLI("status"); !regexp.MustCompile(`(?m)^\s+cidr4_top\[[01]\]\s+Array\s+8388608\s+64\.0 MiB$`).MatchString(out) {
+	if out := e.MustCLI("status", "--maps"); !regexp.MustCompile(`(?m)^\s+cidr4_top\[[01]\]\s+Array\s+8388608\s+64\.0 MiB$`).MatchString(out) {
 		t.Errorf("status does not list the top table:\n%s", out)
 	}
 

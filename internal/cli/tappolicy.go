@@ -157,6 +157,12 @@ func (a *app) printCompiled(p api.TapPolicy, explain bool) {
 		}
 		a.printDerivations(c.Why, "    ")
 	}
+	if len(p.Missing) > 0 {
+		a.printf("nothing derived; what the rules toward tap and inspect need (the facts: --facts):\n")
+		for _, m := range p.Missing {
+			a.printf("  %s\n", m)
+		}
+	}
 	if len(p.Unplaced) > 0 {
 		a.printf("%s no monitor could take:\n", count(len(p.Unplaced), "request"))
 	}

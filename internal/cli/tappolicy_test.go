@@ -129,6 +129,12 @@ func TestTapCompileCommand(t *testing.T) {
 	if _, errOut, code := runFake(t, f, "", "tap", "compile"); code == 0 || !strings.Contains(errOut, "-f FILE") {
 		t.Errorf("no file: %d %s", code, errOut)
 	}
+	// A policy that matches nothing says which facts its rules lacked.
+	none := "inspect(S, \"pgsql\", \"both\", \"TCP\", 5432, \"redirect\") :- label(S, \"app\", \"postgres\").\n"
+	out, errOut, code = runFake(t, f, none, "tap", "compile", "-f", "-")
+	if code != 0 || !strings.Contains(out, "0 contracts:\n") || !strings.Contains(out, `  label(S,"app","postgres") (line 1): no fact matches`) {
+		t.Errorf("a policy matching nothing: exit %d\n%s%s", code, out, errOut)
+	}
 }
 
 func TestTapPolicyCommands(t *testing.T) {

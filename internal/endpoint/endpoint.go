@@ -221,6 +221,9 @@ func (n Node) create(namespace, name string, ip netip.Addr, at *Attachment, atta
 	}
 	defer pod.Close()
 	if at != nil {
+		if err := n.checkPodNetns(pod, ep.NetnsPath); err != nil {
+			return ep, err
+		}
 		if _, err := pod.LinkByName(ep.PodIfName); err == nil {
 			return ep, fmt.Errorf("interface %s already exists in %s", ep.PodIfName, ep.NetnsPath)
 		}

@@ -3,10 +3,12 @@ package endpoint
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -107,4 +109,55 @@ func writeSysctl(key, value string) error {
 		return fmt.Errorf("setting %s: %w", key, err)
 	}
 	return nil
+}
+
+// ErrNotPodNetns is returned when a runtime names a network namespace that is not a new
+// pod's: putting a pod interface, address and default route there would change a node's,
+// the host's or another pod's network.
+var ErrNotPodNetns = errors.New("not a new pod network namespace")
+
+// checkPodNetns refuses a runtime's namespace (pod is a handle in it) that is the node
+// namespace, the agent's own or the host's, or that is already in use: an interface
+// other than lo is up, or it has a default route. A runtime's new sandbox has neither
+// (the kernel's fallback tunnel devices, tunl0 and the like, are down), while every
+// node, the host and every pod Rampart or another plugin has set up has both.
+func (n Node) checkPodNetns(pod *netlink.Handle, path string) error {
+	id, err := rnetns.Identify(path)
+	if err != nil {
+		return err
+	}
+	if nid, err := rnetns.Identify(n.NetnsPath()); err == nil && nid == id {
+		return fmt.Errorf("network namespace %s is the node's network namespace: %w", path, ErrNotPodNetns)
+	}
+	what, err := rnetns.Reserved(path)
+	if err != nil {
+		return err
+	}
+	if what != "" {
+		return fmt.Errorf("network namespace %s is %s: %w", path, what, ErrNotPodNetns)
+	}
+	links, err := pod.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing interfaces in %s: %w", path, err)
+	}
+	for _, l := range links {
+		if l.Attrs().Flags&net.FlagLoopback == 0 && l.Attrs().Flags&net.FlagUp != 0 {
+			return fmt.Errorf("network namespace %s has interface %s up already (another pod's, a node's or the host's?): %w", path, l.Attrs().Name, ErrNotPodNetns)
+		}
+	}
+	routes, err := pod.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("listing routes in %s: %w", path, err)
+	}
+	for _, r := range routes {
+		if r.Dst == nil || r.Dst.IP.IsUnspecified() && isZeroMask(r.Dst.Mask) {
+			return fmt.Errorf("network namespace %s has a default route already (another pod's, a node's or the host's?): %w", path, ErrNotPodNetns)
+		}
+	}
+	return nil
+}
+
+func isZeroMask(m net.IPMask) bool {
+	ones, _ := m.Size()
+	return ones == 0
 }

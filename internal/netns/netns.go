@@ -91,3 +91,36 @@ func onThread(enter, fn func() error) error {
 	}()
 	return <-errc
 }
+
+// ID identifies a network namespace: the device and inode of its nsfs file, the same for
+// every path that names it (a bind mount under /run/netns, /proc/PID/ns/net).
+type ID struct{ Dev, Ino uint64 }
+
+// Identify returns the identity of the network namespace at path.
+func Identify(path string) (ID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return ID{}, fmt.Errorf("network namespace %s: %w", path, err)
+	}
+	return ID{Dev: st.Dev, Ino: st.Ino}, nil
+}
+
+// Reserved names the network namespaces that are never a pod's: the caller's own
+// (/proc/self/ns/net) and the host's, which PID 1 lives in (/proc/1/ns/net). It returns
+// which of them path is, or "" when it is neither. A namespace
+// that cannot be read (PID 1 hidden by hidepid) is skipped: it cannot be compared.
+func Reserved(path string) (string, error) {
+	id, err := Identify(path)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range []struct{ path, what string }{
+		{"/proc/self/ns/net", "this process's own network namespace"},
+		{"/proc/1/ns/net", "the host's network namespace (PID 1's)"},
+	} {
+		if rid, err := Identify(r.path); err == nil && rid == id {
+			return r.what, nil
+		}
+	}
+	return "", nil
+}

@@ -72,6 +72,10 @@ type Result struct {
 	Strategy  string // the placement strategy used: per-node or per-app
 	Contracts []Contract
 	Unplaced  []Unplaced
+	// Missing says why a policy yields nothing (no contract, no request): each premise
+	// of the rules toward tap and inspect that no fact matches, with its rule's line, or
+	// why none could be named. Empty when the policy yields something.
+	Missing []string
 }
 
 // Placement strategies (seeds/002, section III-C).
@@ -307,6 +311,9 @@ func (c *compilation) result() (*Result, error) {
 	for _, k := range byName {
 		res.Contracts = append(res.Contracts, *k)
 	}
+	if len(res.Contracts) == 0 && len(res.Unplaced) == 0 {
+		res.Missing = c.missing()
+	}
 	sort.Slice(res.Contracts, func(i, j int) bool {
 		a, b := res.Contracts[i], res.Contracts[j]
 		if a.Source != b.Source {
@@ -465,6 +472,62 @@ func (c *compilation) explain(a ast.Atom, depth int) []Derivation {
 		})
 	}
 	c.memo[key] = out
+	return out
+}
+
+// errFound stops a store lookup at its first fact.
+var errFound = errors.New("found")
+
+// has says whether some fact matches premise a as the rule writes it: its constants
+// bound, its variables free.
+func (c *compilation) has(a ast.Atom) bool {
+	return errors.Is(c.store.GetFacts(a, func(ast.Atom) error { return errFound }), errFound)
+}
+
+// missing names why nothing was derived: walking down from the rules that derive tap and
+// inspect, each premise no fact matches (a premise the policy derives is followed into its
+// own rules), as "premise (line N): no fact matches".
+func (c *compilation) missing() []string {
+	var out []string
+	seen := map[string]bool{}
+	visited := map[ast.PredicateSym]bool{}
+	rules := 0
+	var walk func(pred ast.PredicateSym, depth int)
+	walk = func(pred ast.PredicateSym, depth int) {
+		if visited[pred] || depth > maxExplainDepth {
+			return
+		}
+		visited[pred] = true
+		for _, r := range c.rules {
+			if r.clause.Head.Predicate != pred {
+				continue
+			}
+			rules++
+			for _, p := range r.clause.Premises {
+				a, ok := p.(ast.Atom)
+				if !ok || c.has(a) {
+					continue
+				}
+				if c.derived(a.Predicate) {
+					walk(a.Predicate, depth+1)
+					continue
+				}
+				m := fmt.Sprintf("%s (line %d): no fact matches", grounded(a), r.line)
+				if !seen[m] {
+					seen[m] = true
+					out = append(out, m)
+				}
+			}
+		}
+	}
+	walk(tapSym, 0)
+	walk(inspectSym, 0)
+	switch {
+	case rules == 0:
+		return []string{"no rule derives " + tapSym.Symbol + " or " + inspectSym.Symbol}
+	case len(out) == 0:
+		return []string{"every premise matches some fact, but no facts match together (their shared variables disagree, or a negation or comparison excludes them)"}
+	}
 	return out
 }
 

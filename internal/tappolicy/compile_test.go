@@ -235,3 +235,29 @@ func TestBadFacts(t *testing.T) {
 		t.Errorf("duplicate endpoint: %v", err)
 	}
 }
+
+// A policy that yields nothing says which premises matched no fact, following premises
+// the policy derives into their own rules; one that yields something says nothing.
+func TestMissingFacts(t *testing.T) {
+	if res := compile(t, rentalPolicy, rental()); len(res.Contracts) == 0 || res.Missing != nil {
+		t.Fatalf("rental: %d contracts, missing %v", len(res.Contracts), res.Missing)
+	}
+	src := `front(S) :- label(S, "app", "shop-front").
+tap(S, M, /ingress, /TCP, 80, /mirror) :- front(S), monitor(M, N), endpoint(S, _, N), inspects(M, "http").
+inspect(S, "pgsql", "ingress", "TCP", 5432, "redirect") :- label(S, "app", "postgres").
+`
+	res := compile(t, src, rental())
+	want := []string{`label(S,"app","shop-front") (line 1): no fact matches`, `label(S,"app","postgres") (line 3): no fact matches`}
+	if len(res.Contracts) != 0 || !reflect.DeepEqual(res.Missing, want) {
+		t.Fatalf("missing %q, want %q", res.Missing, want)
+	}
+	// Every premise has facts, but not together.
+	res = compile(t, `tap(S, M, /ingress, /TCP, 80, /mirror) :- label(S, "app", "db"), monitor(M, "n9").`, rental())
+	if len(res.Missing) != 1 || !strings.Contains(res.Missing[0], `monitor(M,"n9")`) {
+		t.Fatalf("missing %q", res.Missing)
+	}
+	res = compile(t, `tap(S, M, /ingress, /TCP, 80, /mirror) :- label(S, "app", "db"), label(M, "app", "mq"), endpoint(M, _, "n1").`, rental())
+	if len(res.Missing) != 1 || !strings.Contains(res.Missing[0], "no facts match together") {
+		t.Fatalf("missing %q", res.Missing)
+	}
+}

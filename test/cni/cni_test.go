@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
@@ -348,5 +349,102 @@ func TestCNIThroughLibcni(t *testing.T) {
 	}
 	if keys := endpointKeys(t, env); !slices.Equal(keys, []string{"shop/plain"}) {
 		t.Fatalf("agent endpoints after the last DEL %v", keys)
+	}
+}
+
+// addErr runs ADD of sb and returns its error (nil if it succeeded).
+func (r *runtime) addErr(sb *sandbox) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := r.cni.AddNetworkList(ctx, r.list, sb.rt)
+	return err
+}
+
+// linkNames lists the interfaces of the namespace at path.
+func linkNames(t *testing.T, path string) []string {
+	t.Helper()
+	links, err := testenv.NetlinkHandle(t, path).LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range links {
+		names = append(names, l.Attrs().Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// A CNI_NETNS that is not a new pod's namespace is refused, and nothing changes in it:
+// the node's namespace, the runtime's own (where the plugin runs), another pod's, and one
+// in use the way another node's is (an interface up). A new namespace whose only other
+// interface is down (as the kernel's fallback tunnel devices are) is a pod's.
+func TestCNIRefusesNamespacesInUse(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := agenttest.StartAgent(t, agenttest.Options{NoServers: true})
+	rt := newRuntime(t, env.Socket())
+	nodePath := endpoint.NetnsPath(env.Config.NodeNetns)
+
+	first := newSandbox(t, "shop", "first")
+	resFirst := rt.add(first)
+
+	inUse := newSandbox(t, "shop", "in-use")
+	h := testenv.NetlinkHandle(t, inUse.netns)
+	up := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "fabric0"}, PeerName: "fabric1"}
+	if err := h.LinkAdd(up); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkSetUp(up); err != nil {
+		t.Fatal(err)
+	}
+
+	nodeLinks := linkNames(t, nodePath)
+	for _, tc := range []struct {
+		name, netns, reason string
+		code                uint
+	}{
+		{"the node's namespace", nodePath, "is the node's network namespace", types.ErrInvalidEnvironmentVariables},
+		{"the runtime's own namespace", "/proc/self/ns/net", "own network namespace", types.ErrInvalidNetNS},
+		{"another pod's namespace", first.netns, "has interface eth0 up already", types.ErrInvalidEnvironmentVariables},
+		{"a namespace in use", inUse.netns, "has interface fabric0 up already", types.ErrInvalidEnvironmentVariables},
+	} {
+		sb := newSandbox(t, "shop", "intruder")
+		sb.rt.NetNS = tc.netns
+		before := linkNames(t, tc.netns)
+		err := rt.addErr(sb)
+		if err == nil {
+			rt.del(sb)
+			t.Fatalf("ADD into %s succeeded", tc.name)
+		}
+		if cniCode(err) != tc.code || !strings.Contains(err.Error(), tc.reason) {
+			t.Errorf("ADD into %s: %v; want code %d saying %q", tc.name, err, tc.code, tc.reason)
+		}
+		if after := linkNames(t, tc.netns); !slices.Equal(after, before) {
+			t.Errorf("ADD into %s changed its interfaces from %v to %v", tc.name, before, after)
+		}
+	}
+	if after := linkNames(t, nodePath); !slices.Equal(after, nodeLinks) {
+		t.Errorf("refused ADDs changed the node's interfaces from %v to %v", nodeLinks, after)
+	}
+	if keys := endpointKeys(t, env); !slices.Equal(keys, []string{"shop/first"}) {
+		t.Fatalf("agent endpoints after the refused ADDs %v", keys)
+	}
+	if err := rt.check(first); err != nil {
+		t.Fatalf("CHECK of the first pod after the refused ADDs: %v", err)
+	}
+
+	// An interface that is down does not make a namespace in use.
+	quiet := newSandbox(t, "shop", "quiet")
+	if err := testenv.NetlinkHandle(t, quiet.netns).LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "down0"}, PeerName: "down1"}); err != nil {
+		t.Fatal(err)
+	}
+	if res := rt.add(quiet); podAddr(t, res) == podAddr(t, resFirst) {
+		t.Fatalf("second pod got the first pod's address %v", podAddr(t, res))
+	}
+	if err := rt.del(quiet); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.del(first); err != nil {
+		t.Fatal(err)
 	}
 }
