@@ -94,6 +94,14 @@ type SyncResult struct {
 	Refused map[string]string
 	// Problems are nodes, pods and namespaces left out, and why.
 	Problems []string
+	// Unresolved are the pods (namespace/name) whose cluster identity disagrees with
+	// another pod's: a local one is denied everything, a remote one is left out.
+	Unresolved map[string]string
+}
+
+// Clean says whether the sync applied the whole view.
+func (r SyncResult) Clean() bool {
+	return len(r.Refused)+len(r.Problems)+len(r.Unresolved) == 0
 }
 
 // k8sState is the agent's record of Kubernetes mode; guarded by a.mu.
@@ -106,6 +114,9 @@ type k8sState struct {
 	refused   map[string]string
 	problems  []string
 	synced    bool
+	// failing: the last view could not be applied at all (synced is false then); the
+	// dataplane enforces the last one applied.
+	failing bool
 }
 
 type parsedObject struct {
@@ -152,10 +163,16 @@ func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, err
 	if err != nil {
 		a.k8s.lastErr = err.Error()
 		a.k8s.lastErrAt = time.Now()
+		// Never shown as synced: status and the Node's condition say the view failed.
+		a.k8s.synced, a.k8s.failing = false, true
 		a.log.Error("applying the Kubernetes view failed", "error", err)
 		return res, err
 	}
-	a.k8s.synced = true
+	res.Unresolved = a.unresolvedPods()
+	for key, why := range res.Unresolved {
+		a.log.Warn("pod's identity unresolved", "pod", key, "error", why)
+	}
+	a.k8s.synced, a.k8s.failing = true, false
 	a.k8s.lastSync = time.Now()
 	a.k8s.lastErr = ""
 	a.k8s.syncs++
@@ -543,10 +560,36 @@ func (a *Agent) kubernetesStatus() *api.KubernetesStatus {
 	if k.NodeAddress.IsValid() {
 		st.NodeAddress = k.NodeAddress.String()
 	}
+	st.Failing = a.k8s.failing
+	unresolved := a.unresolvedPods()
+	for _, key := range sortedKeys(unresolved) {
+		st.Unresolved = append(st.Unresolved, api.RefusedObject{Object: key, Error: unresolved[key]})
+	}
+	st.Clean = st.Synced && len(a.k8s.refused)+len(a.k8s.problems)+len(unresolved) == 0
 	for _, key := range sortedKeys(a.k8s.refused) {
 		st.Refused = append(st.Refused, api.RefusedObject{Object: key, Error: a.k8s.refused[key]})
 	}
 	return st
+}
+
+// unresolvedPods are the pods of the current state whose identity is unresolved
+// (claims.go), by namespace/name, with why and what was done; a.mu must be held.
+func (a *Agent) unresolvedPods() map[string]string {
+	if a.cur == nil {
+		return nil
+	}
+	u := a.cur.unresolved
+	if len(u.endpoints)+len(u.remotes) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(u.endpoints)+len(u.remotes))
+	for key, why := range u.endpoints {
+		out[key] = why + "; the pod is denied all traffic until it is resolved"
+	}
+	for key, why := range u.remotes {
+		out[key] = why + "; the pod's address is left out (no policy admits it) until it is resolved"
+	}
+	return out
 }
 
 // cniPod asks the Kubernetes view for the pod of a CNI ADD, waiting a bounded time for it:
