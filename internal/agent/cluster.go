@@ -161,11 +161,7 @@ func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, err
 	defer relaxGC(a.changedObjectBytes(v))()
 	res, err := a.syncCluster(v)
 	if err != nil {
-		a.k8s.lastErr = err.Error()
-		a.k8s.lastErrAt = time.Now()
-		// Never shown as synced: status and the Node's condition say the view failed.
-		a.k8s.synced, a.k8s.failing = false, true
-		a.log.Error("applying the Kubernetes view failed", "error", err)
+		a.failSync(err)
 		return res, err
 	}
 	res.Unresolved = a.unresolvedPods()
@@ -179,6 +175,25 @@ func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, err
 	a.k8s.refused = res.Refused
 	a.k8s.problems = append(append([]string(nil), v.Problems...), res.Problems...)
 	return res, nil
+}
+
+// FailSync records that the watcher could not build a view of the cluster (an identity
+// it could not allocate, say): status shows the sync failing, and never synced, until a
+// view applies. The dataplane enforces the last view applied.
+func (a *Agent) FailSync(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.k8s != nil {
+		a.failSync(err)
+	}
+}
+
+// failSync records a failed sync; a.mu must be held.
+func (a *Agent) failSync(err error) {
+	a.k8s.lastErr = err.Error()
+	a.k8s.lastErrAt = time.Now()
+	a.k8s.synced, a.k8s.failing = false, true
+	a.log.Error("applying the Kubernetes view failed", "error", err)
 }
 
 func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
