@@ -151,7 +151,9 @@ func (a *Agent) ReportSyncError(err error) {
 // anything is touched, nothing changed if any step fails. Objects the parser refuses are
 // left out (an earlier accepted version of the same object stays) and reported, and so
 // are tap contracts that cannot be enforced (see syncTaps); the others apply. Remote pods
-// and nodes that are not valid are left out and reported.
+// and nodes that are not valid are left out and reported, and so are pods whose cluster
+// identity disagrees with another's (claims.go: a local one is denied everything). A view
+// that fails whole leaves status failing, never synced.
 func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, error) {
 	if a.cfg.Kubernetes == nil {
 		return SyncResult{}, errors.New("not in Kubernetes mode")
