@@ -355,6 +355,12 @@ func TestUnresolvedEndpointDenied(t *testing.T) {
 	if ep := installed[a.EpID]; ep.info.Identity != 7000 || ep.pol.EnforceIngress || ep.pol.EnforceEgress {
 		t.Errorf("x/a in the dataplane: %+v, want identity 7000, open (no policy selects it)", ep)
 	}
+	for _, q := range []api.TraceRequest{{From: "x/z", To: "x/a"}, {From: "x/a", To: z.IP}} {
+		q.Protocol, q.Port = "TCP", 80
+		if res, err := h.a.Trace(ctx, q); err != nil || res.Allowed || !strings.Contains(res.Diagnostic, "x/z is denied all traffic") {
+			t.Errorf("trace %s -> %s: %+v, %v; want denied, x/z unresolved", q.From, q.To, res, err)
+		}
+	}
 	if k := mustStatus(t, h).Kubernetes; k.Clean || len(k.Unresolved) != 1 || k.Unresolved[0].Object != "x/z" ||
 		!strings.Contains(k.Unresolved[0].Error, "denied all traffic") {
 		t.Errorf("status %+v, want x/z unresolved", k)
