@@ -94,6 +94,14 @@ type SyncResult struct {
 	Refused map[string]string
 	// Problems are nodes, pods and namespaces left out, and why.
 	Problems []string
+	// Unresolved are the pods (namespace/name) whose cluster identity disagrees with
+	// another pod's: a local one is denied everything, a remote one is left out.
+	Unresolved map[string]string
+}
+
+// Clean says whether the sync applied the whole view.
+func (r SyncResult) Clean() bool {
+	return len(r.Refused)+len(r.Problems)+len(r.Unresolved) == 0
 }
 
 // k8sState is the agent's record of Kubernetes mode; guarded by a.mu.
@@ -106,6 +114,9 @@ type k8sState struct {
 	refused   map[string]string
 	problems  []string
 	synced    bool
+	// failing: the last view could not be applied at all (synced is false then); the
+	// dataplane enforces the last one applied.
+	failing bool
 }
 
 type parsedObject struct {
@@ -140,7 +151,9 @@ func (a *Agent) ReportSyncError(err error) {
 // anything is touched, nothing changed if any step fails. Objects the parser refuses are
 // left out (an earlier accepted version of the same object stays) and reported, and so
 // are tap contracts that cannot be enforced (see syncTaps); the others apply. Remote pods
-// and nodes that are not valid are left out and reported.
+// and nodes that are not valid are left out and reported, and so are pods whose cluster
+// identity disagrees with another's (claims.go: a local one is denied everything). A view
+// that fails whole leaves status failing, never synced.
 func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, error) {
 	if a.cfg.Kubernetes == nil {
 		return SyncResult{}, errors.New("not in Kubernetes mode")
@@ -150,18 +163,39 @@ func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, err
 	defer relaxGC(a.changedObjectBytes(v))()
 	res, err := a.syncCluster(v)
 	if err != nil {
-		a.k8s.lastErr = err.Error()
-		a.k8s.lastErrAt = time.Now()
-		a.log.Error("applying the Kubernetes view failed", "error", err)
+		a.failSync(err)
 		return res, err
 	}
-	a.k8s.synced = true
+	res.Unresolved = a.unresolvedPods()
+	for key, why := range res.Unresolved {
+		a.log.Warn("pod's identity unresolved", "pod", key, "error", why)
+	}
+	a.k8s.synced, a.k8s.failing = true, false
 	a.k8s.lastSync = time.Now()
 	a.k8s.lastErr = ""
 	a.k8s.syncs++
 	a.k8s.refused = res.Refused
 	a.k8s.problems = append(append([]string(nil), v.Problems...), res.Problems...)
 	return res, nil
+}
+
+// FailSync records that the watcher could not build a view of the cluster (an identity
+// it could not allocate, say): status shows the sync failing, and never synced, until a
+// view applies. The dataplane enforces the last view applied.
+func (a *Agent) FailSync(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.k8s != nil {
+		a.failSync(err)
+	}
+}
+
+// failSync records a failed sync; a.mu must be held.
+func (a *Agent) failSync(err error) {
+	a.k8s.lastErr = err.Error()
+	a.k8s.lastErrAt = time.Now()
+	a.k8s.synced, a.k8s.failing = false, true
+	a.log.Error("applying the Kubernetes view failed", "error", err)
 }
 
 func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
@@ -543,10 +577,36 @@ func (a *Agent) kubernetesStatus() *api.KubernetesStatus {
 	if k.NodeAddress.IsValid() {
 		st.NodeAddress = k.NodeAddress.String()
 	}
+	st.Failing = a.k8s.failing
+	unresolved := a.unresolvedPods()
+	for _, key := range sortedKeys(unresolved) {
+		st.Unresolved = append(st.Unresolved, api.RefusedObject{Object: key, Error: unresolved[key]})
+	}
+	st.Clean = st.Synced && len(a.k8s.refused)+len(a.k8s.problems)+len(unresolved) == 0
 	for _, key := range sortedKeys(a.k8s.refused) {
 		st.Refused = append(st.Refused, api.RefusedObject{Object: key, Error: a.k8s.refused[key]})
 	}
 	return st
+}
+
+// unresolvedPods are the pods of the current state whose identity is unresolved
+// (claims.go), by namespace/name, with why and what was done; a.mu must be held.
+func (a *Agent) unresolvedPods() map[string]string {
+	if a.cur == nil {
+		return nil
+	}
+	u := a.cur.unresolved
+	if len(u.endpoints)+len(u.remotes) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(u.endpoints)+len(u.remotes))
+	for key, why := range u.endpoints {
+		out[key] = why + "; the pod is denied all traffic until it is resolved"
+	}
+	for key, why := range u.remotes {
+		out[key] = why + "; the pod's address is left out (no policy admits it) until it is resolved"
+	}
+	return out
 }
 
 // cniPod asks the Kubernetes view for the pod of a CNI ADD, waiting a bounded time for it:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,18 +73,37 @@ func TestSyncCluster(t *testing.T) {
 		t.Errorf("status %+v", st.Kubernetes)
 	}
 
-	// Two label sets with one number: refused as a whole, nothing changes.
+	// Two label sets with one number: the one this node had keeps it, the newcomer is
+	// left out (its address maps to the init identity, which nothing admits) and
+	// reported; the rest of the view applies.
 	clash := RemoteEndpointRecord{Namespace: "x", Name: "c", Node: "n2", IP: netip.MustParseAddr("10.2.0.6"),
 		Labels: labels.Labels{"pod": "c"}, Identity: 5000}
-	if _, err := h.a.SyncCluster(ctx, clusterView(5000, objects, clash)); err == nil {
-		t.Fatal("a view giving one identity to two label sets was applied")
+	res, err = h.a.SyncCluster(ctx, clusterView(5000, objects, clash))
+	if err != nil {
+		t.Fatalf("a view with one unresolved pod was not applied: %v", err)
 	}
-	if rs, _ := h.a.ListRemoteEndpoints(ctx); len(rs) != 1 {
-		t.Errorf("remote endpoints after a failed sync: %+v", rs)
+	if len(res.Unresolved) != 1 || !strings.Contains(res.Unresolved["x/c"], "identity 5000") {
+		t.Errorf("unresolved %v, want x/c", res.Unresolved)
 	}
-	if st, _ := h.a.Status(ctx); st.Kubernetes.LastError == "" {
-		t.Error("status has no error after a failed sync")
+	ipc, _ := h.dp.snapshot()
+	if e := ipc[netip.MustParsePrefix("10.2.0.5/32")]; e.Identity != 5000 {
+		t.Errorf("ipcache of x/b: %+v, want identity 5000", e)
 	}
+	if e := ipc[netip.MustParsePrefix("10.2.0.6/32")]; e.Identity != identity.Init {
+		t.Errorf("ipcache of x/c: %+v, want the init identity", e)
+	}
+	if k := mustStatus(t, h).Kubernetes; !k.Synced || k.Clean || len(k.Unresolved) != 1 || k.Unresolved[0].Object != "x/c" {
+		t.Errorf("status after a sync with an unresolved pod: %+v", k)
+	}
+	// A view that cannot be applied at all is never shown as synced.
+	h.dp.fakeIPCache.failUpdate = errors.New("map full")
+	if _, err := h.a.SyncCluster(ctx, clusterView(5001, objects)); err == nil {
+		t.Fatal("sync succeeded with a failing ipcache")
+	}
+	if k := mustStatus(t, h).Kubernetes; k.Synced || !k.Failing || k.Clean || k.LastError == "" {
+		t.Errorf("status after a failed sync: %+v", k)
+	}
+	h.dp.fakeIPCache.failUpdate = nil
 
 	// A newer version of an accepted policy that the parser refuses: the accepted stays.
 	objects["np"] = PolicyObject{Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "2",
@@ -245,5 +265,104 @@ func TestCNIMonitorPod(t *testing.T) {
 	wantInstalled(t, h.dp.taps, "shop/web-1[0] web-http both TCP ports 80 mirror -> sec/ids")
 	if len(res.Problems) != 1 || !strings.Contains(res.Problems[0], "pod sec/ids: annotation rampart.io/monitor=false differs") {
 		t.Errorf("problems %q, want the changed monitor mark of sec/ids", res.Problems)
+	}
+}
+
+func mustStatus(t *testing.T, h *harness) api.Status {
+	t.Helper()
+	st, err := h.a.Status(context.Background())
+	if err != nil || st.Kubernetes == nil {
+		t.Fatalf("status: %+v, %v", st, err)
+	}
+	return st
+}
+
+const denyClientIngress = `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"client","namespace":"nc"},
+"spec":{"podSelector":{"matchLabels":{"pod":"client"}},"policyTypes":["Ingress"]}}`
+
+// A pod whose cluster identity was allocated from its namespace's labels before this node
+// applied them (the watcher's cache ahead of the last view: a labelled Namespace applied
+// together with its pods) gets that identity at its CNI ADD; the next view brings the
+// labels, and the node converges: the identity stands for the full label set, the view
+// applies, policy is enforced.
+func TestSyncClusterConvergesWhenNamespaceLabelsArriveLate(t *testing.T) {
+	h := newHarness(t)
+	h.a.Close()
+	client := PodInfo{Labels: labels.Labels{"pod": "client"}, Identity: 7000}
+	h.cfg.Kubernetes = &Kubernetes{NodeName: "n1", Pods: pods{"nc/client": client}}
+	h.start()
+	ctx := context.Background()
+	early := clusterView(5000, nil)
+	early.Namespaces["nc"] = nil // the namespace, its labels not yet seen
+	if _, err := h.a.SyncCluster(ctx, early); err != nil {
+		t.Fatal(err)
+	}
+	cniAdd(t, h, "c1", "eth0", "nc", "client")
+
+	late := clusterView(5000, map[string]PolicyObject{
+		"np": {Kind: "NetworkPolicy", Namespace: "nc", Name: "client", ResourceVersion: "1", Document: []byte(denyClientIngress)}})
+	late.Namespaces["nc"] = labels.Labels{"team": "t"}
+	late.LocalPods = map[string]PodInfo{"nc/client": client}
+	for i := range 2 { // the first sync converges, the second changes nothing
+		res, err := h.a.SyncCluster(ctx, late)
+		if err != nil {
+			t.Fatalf("sync %d with the namespace's labels: %v", i, err)
+		}
+		if len(res.Refused)+len(res.Problems) != 0 {
+			t.Errorf("sync %d: %+v", i, res)
+		}
+	}
+	ep, err := h.a.GetEndpoint(ctx, "nc", "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep.Identity != 7000 || !slices.Contains(ep.IdentityLabels, labels.KeyNamespaceLabelPrefix+"team=t") || !ep.EnforceIngress {
+		t.Errorf("nc/client: identity %d, labels %v, ingress enforced %v; want 7000 with the namespace's label, enforced",
+			ep.Identity, ep.IdentityLabels, ep.EnforceIngress)
+	}
+	if k := mustStatus(t, h).Kubernetes; !k.Synced || k.LastError != "" || len(k.Problems) != 0 {
+		t.Errorf("status %+v, want synced with no problem", k)
+	}
+}
+
+// Two pods of this node that the cluster gives one number for two label sets: the one
+// the node had keeps it, the other's policy cannot be computed and it is denied all
+// traffic (not left open), and status says so.
+func TestUnresolvedEndpointDenied(t *testing.T) {
+	h := newHarness(t)
+	h.a.Close()
+	h.cfg.Kubernetes = &Kubernetes{NodeName: "n1", Pods: pods{
+		"x/a": {Labels: labels.Labels{"pod": "a"}, Identity: 7000},
+		"x/z": {Labels: labels.Labels{"pod": "z"}, Identity: 7000},
+	}}
+	h.start()
+	ctx := context.Background()
+	cniAdd(t, h, "c1", "eth0", "x", "a")
+	cniAdd(t, h, "c2", "eth0", "x", "z")
+	a, _ := h.a.GetEndpoint(ctx, "x", "a")
+	z, _ := h.a.GetEndpoint(ctx, "x", "z")
+	if a.Identity != 7000 || z.Identity != identity.Init {
+		t.Errorf("identities x/a %d, x/z %d; want 7000 and init", a.Identity, z.Identity)
+	}
+	_, eps := h.dp.snapshot()
+	installed := map[uint32]fakeEP{}
+	for _, ep := range eps {
+		installed[ep.info.EpID] = ep
+	}
+	if ep := installed[z.EpID]; ep.info.Identity != identity.Init || !ep.pol.EnforceIngress || !ep.pol.EnforceEgress || len(ep.pol.Entries) != 0 {
+		t.Errorf("x/z in the dataplane: %+v, want the init identity, everything denied", ep)
+	}
+	if ep := installed[a.EpID]; ep.info.Identity != 7000 || ep.pol.EnforceIngress || ep.pol.EnforceEgress {
+		t.Errorf("x/a in the dataplane: %+v, want identity 7000, open (no policy selects it)", ep)
+	}
+	for _, q := range []api.TraceRequest{{From: "x/z", To: "x/a"}, {From: "x/a", To: z.IP}} {
+		q.Protocol, q.Port = "TCP", 80
+		if res, err := h.a.Trace(ctx, q); err != nil || res.Allowed || !strings.Contains(res.Diagnostic, "x/z is denied all traffic") {
+			t.Errorf("trace %s -> %s: %+v, %v; want denied, x/z unresolved", q.From, q.To, res, err)
+		}
+	}
+	if k := mustStatus(t, h).Kubernetes; k.Clean || len(k.Unresolved) != 1 || k.Unresolved[0].Object != "x/z" ||
+		!strings.Contains(k.Unresolved[0].Error, "denied all traffic") {
+		t.Errorf("status %+v, want x/z unresolved", k)
 	}
 }

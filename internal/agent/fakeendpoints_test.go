@@ -107,6 +107,8 @@ func (d *fakeEndpoints) Counters(_ string, _, epID uint32) (datapath.Counters, e
 type fakeIPCache struct {
 	mu      sync.Mutex
 	ipcache map[netip.Prefix]mapstate.IPCacheEntry
+	// failUpdate, when set, is UpdateIPCache's error (a full map, say).
+	failUpdate error
 }
 
 func (d *fakeIPCache) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntry) error {
@@ -119,6 +121,9 @@ func (d *fakeIPCache) ApplyIPCache(entries map[netip.Prefix]mapstate.IPCacheEntr
 func (d *fakeIPCache) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.failUpdate != nil {
+		return d.failUpdate
+	}
 	if d.ipcache == nil {
 		d.ipcache = map[netip.Prefix]mapstate.IPCacheEntry{}
 	}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -121,6 +120,9 @@ type desired struct {
 	state      mapstate.State
 	identities map[string]identity.Identity // endpoint key -> identity
 	alloc      *identity.Allocator          // the allocator after this computation
+	// unresolved are the endpoints (denied everything) and remote pods (left out) whose
+	// cluster identity disagrees with another record's (claims.go).
+	unresolved unresolved
 	// taps is the tap contracts resolved against the endpoints (taps.go).
 	taps tap.Resolution
 	// tapPolicy is the tap policy's compilation (tappolicy.go); nil without a policy.
@@ -193,11 +195,6 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 	// shares in the input (the computation compares shared maps at once).
 	byKey := map[string]identity.Identity{}
 	canon := map[string]labels.Labels{}
-	used, err := remoteInput(m, alloc, &d.input)
-	if err != nil {
-		return nil, err
-	}
-	d.input.Endpoints = make([]mapstate.Endpoint, 0, len(m.endpoints))
 	for _, key := range keys {
 		rec := m.endpoints[key]
 		nsLabels := m.namespaces[rec.Namespace]
@@ -206,17 +203,19 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 			de = deriveEndpoint(rec, nsLabels)
 		}
 		d.derived[rec] = de
-		// Pinned identities (the cluster's, in Kubernetes mode) before any endpoint
-		// without one is given a number, which must not be one of them.
-		if rec.Identity != 0 {
-			if err := alloc.Pin(de.full, rec.Identity); err != nil {
-				return nil, api.Conflict("endpoint %s: %v", key, err)
-			}
-		}
 	}
+	// Claimed identities (the cluster's, in Kubernetes mode) before any endpoint without
+	// one is given a number, which must not be one of them.
+	d.unresolved = claimIdentities(m, keys, d.derived, alloc)
+	used := remoteInput(m, alloc, &d.input, d.unresolved.remotes)
+	d.input.Endpoints = make([]mapstate.Endpoint, 0, len(m.endpoints))
 	for _, key := range keys {
 		rec := m.endpoints[key]
 		de := d.derived[rec]
+		if _, ok := d.unresolved.endpoints[key]; ok {
+			d.identities[key] = identity.Init // denied below: no peer's policy may select it
+			continue
+		}
 		id, ok := byKey[de.key]
 		if !ok {
 			id = alloc.ForLabels(de.full)
@@ -246,6 +245,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 	if d.state.Endpoints == nil {
 		d.state.Endpoints = map[uint32]mapstate.EndpointPolicy{}
 	}
+	denyUnresolved(m, d)
 	if d.tapPolicy, err = e.compileTapPolicy(m, d, prev); err != nil {
 		return nil, err
 	}

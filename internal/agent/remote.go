@@ -77,12 +77,11 @@ func (r *RemoteEndpointRecord) fullLabels(nsLabels labels.Labels) labels.Labels 
 }
 
 // remoteInput adds m's other nodes and remote pods to the computation's input: their
-// identities come from alloc (pinned to the number their node gave them, else ForLabels)
-// and their label sets are returned so that Retain keeps them. compute calls it before it
-// allocates for local endpoints, so that a new local label set cannot take a number a
-// remote pod's node has given. A pin that conflicts fails the computation: the change is
-// refused with a conflict.
-func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input) ([]labels.Labels, error) {
+// identities come from alloc (claimed for the number the cluster gave them by
+// claimIdentities, else ForLabels) and their label sets are returned so that Retain keeps
+// them. Remote pods in skip (their identity unresolved) are left out: their addresses
+// have no identity here, so no policy that selects a pod admits them.
+func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input, skip map[string]string) []labels.Labels {
 	var used []labels.Labels
 	for _, name := range sortedKeys(m.nodes) {
 		in.NodeIPs = append(in.NodeIPs, m.nodes[name].Address)
@@ -93,19 +92,17 @@ func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input) ([]lab
 		if !ok {
 			continue // cannot happen: DeleteNode removes its pods
 		}
+		if _, ok := skip[key]; ok {
+			continue
+		}
 		full := r.fullLabels(m.namespaces[r.Namespace])
 		used = append(used, full)
-		if r.Identity != 0 {
-			if err := alloc.Pin(full, r.Identity); err != nil {
-				return nil, api.Conflict("remote endpoint %s: %v", r.Key(), err)
-			}
-		}
 		in.Remote = append(in.Remote, mapstate.RemoteEndpoint{
 			Namespace: r.Namespace, Name: r.Name, Labels: full,
 			Identity: alloc.ForLabels(full), IP: r.IP, Node: node.Address,
 		})
 	}
-	return used, nil
+	return used
 }
 
 // ListNodes lists the other nodes.
@@ -260,6 +257,14 @@ func (a *Agent) PutRemoteEndpoint(ctx context.Context, namespace, name string, s
 	for _, r := range a.model.remotes {
 		if r.IP == ip && r.Key() != rec.Key() {
 			return api.RemoteEndpoint{}, api.Conflict("remote endpoint %s/%s: ip %v is remote endpoint %s's", namespace, name, ip, r.Key())
+		}
+	}
+	if rec.Identity != 0 {
+		// The local API's caller chooses the number: one that other labels have here is
+		// refused, rather than taken from them as the cluster's numbers are.
+		full := rec.fullLabels(nsLabelsOf(a.model, namespace))
+		if have, ok := a.cur.alloc.Labels(rec.Identity); ok && identity.LabelsKey(have) != identity.LabelsKey(full) {
+			return api.RemoteEndpoint{}, api.Conflict("remote endpoint %s/%s: identity %d belongs to labels %s here", namespace, name, rec.Identity, have)
 		}
 	}
 	m, d, err := a.change(func(m *model) error {

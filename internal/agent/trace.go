@@ -30,6 +30,10 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 	if err != nil {
 		return api.TraceResult{}, err
 	}
+	if key, why := a.unresolvedPeer(req.From, req.To); key != "" {
+		// Its policy could not be computed: the dataplane denies it both ways.
+		return api.TraceResult{Diagnostic: fmt.Sprintf("endpoint %s is denied all traffic: %s", key, why)}, nil
+	}
 	if from.Endpoint == nil && to.Endpoint == nil {
 		return api.TraceResult{}, api.BadRequest("neither %s nor %s is an endpoint: no policy applies", req.From, req.To)
 	}
@@ -94,6 +98,19 @@ func (a *Agent) tracePeer(s string) (TracePeer, error) {
 		}
 	}
 	return TracePeer{IP: ip}, nil
+}
+
+// unresolvedPeer returns the first of the peers (namespace/name or address) that is a
+// local endpoint whose identity is unresolved, and why; "" if none is.
+func (a *Agent) unresolvedPeer(peers ...string) (key, why string) {
+	for _, s := range peers {
+		for k, w := range a.cur.unresolved.endpoints {
+			if rec := a.model.endpoints[k]; rec != nil && (s == k || s == rec.IP.String()) {
+				return k, w
+			}
+		}
+	}
+	return "", ""
 }
 
 func (a *Agent) mapstateEndpoint(rec *EndpointRecord) *mapstate.Endpoint {

@@ -80,8 +80,12 @@ type KubernetesStatus struct {
 	NodeAddress     string `json:"nodeAddress,omitempty"`
 	Nodes           int    `json:"nodes"`           // other nodes
 	RemoteEndpoints int    `json:"remoteEndpoints"` // pods on other nodes
-	// Synced: the informers have synced and a view has been applied since the start.
-	Synced   bool      `json:"synced"`
+	// Synced: the informers have synced and the last view was applied (Failing: it could
+	// not be, and the dataplane enforces the last one that was).
+	Synced  bool `json:"synced"`
+	Failing bool `json:"failing,omitempty"`
+	// Clean: synced, and nothing of the view refused, left out or unresolved.
+	Clean    bool      `json:"clean"`
 	Syncs    uint64    `json:"syncs"`
 	LastSync time.Time `json:"lastSync,omitzero"`
 	// LastError is the last sync's or watch's error ("" once a sync succeeded after it).
@@ -91,6 +95,9 @@ type KubernetesStatus struct {
 	Refused []RefusedObject `json:"refused,omitempty"`
 	// Problems are the objects left out of the view, and why.
 	Problems []string `json:"problems,omitempty"`
+	// Unresolved are the pods whose cluster identity disagrees with another pod's: this
+	// node's own are denied all traffic, the others' addresses are left out.
+	Unresolved []RefusedObject `json:"unresolved,omitempty"`
 }
 
 // RefusedObject is a policy object the agent did not apply.

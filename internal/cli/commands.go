@@ -545,7 +545,16 @@ func printKubernetes(w io.Writer, k *api.KubernetesStatus) {
 	fmt.Fprintf(w, "Kubernetes node:\t%s\n", node)
 	fmt.Fprintf(w, "Cluster:\t%d other nodes, %d remote pods\n", k.Nodes, k.RemoteEndpoints)
 	sync := "informers not synced yet"
-	if k.Synced {
+	switch {
+	case k.Failing:
+		sync = "FAILING: the cluster's view cannot be applied (Last error); the dataplane enforces the last view applied"
+		if !k.LastSync.IsZero() {
+			sync += fmt.Sprintf(" (applied %s)", k.LastSync.Local().Format(time.RFC3339))
+		}
+	case k.Synced && !k.Clean:
+		sync = fmt.Sprintf("synced with problems: %d refused, %d left out, %d unresolved (below); %d syncs, last %s",
+			len(k.Refused), len(k.Problems), len(k.Unresolved), k.Syncs, k.LastSync.Local().Format(time.RFC3339))
+	case k.Synced:
 		sync = fmt.Sprintf("synced, %d syncs, last %s", k.Syncs, k.LastSync.Local().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "Sync:\t%s\n", sync)
@@ -557,6 +566,9 @@ func printKubernetes(w io.Writer, k *api.KubernetesStatus) {
 	}
 	for _, p := range k.Problems {
 		fmt.Fprintf(w, "Left out:\t%s\n", p)
+	}
+	for _, u := range k.Unresolved {
+		fmt.Fprintf(w, "Unresolved:\t%s: %s\n", u.Object, u.Error)
 	}
 }
 

@@ -124,11 +124,15 @@ func (a *Allocator) ForLabels(l labels.Labels) Identity {
 	return id
 }
 
-// Pin gives label set l the endpoint identity id, which another allocator chose (the node
-// that hosts a remote pod), so that the identity carried in the overlay means the same
-// labels here. It fails when l already has another number or id belongs to another label
-// set: the two nodes disagree, and guessing would make policy judge the wrong peer.
-func (a *Allocator) Pin(l labels.Labels, id Identity) error {
+// Claim gives label set l the endpoint identity id, which another allocator chose (the
+// cluster's, for a pod of any node), so that the identity carried in the overlay means
+// the same labels here. What this allocator held before yields: another number of l, and
+// another label set's hold on id, are dropped (that label set gets a new number from
+// ForLabels if it is still in use). The cluster's allocator is the authority on numbers;
+// a mapping made here earlier (a label set seen with its namespace's labels of the time,
+// say) must not keep the cluster's mapping out, or the node would never converge. The
+// caller checks that one computation does not claim one number for two label sets.
+func (a *Allocator) Claim(l labels.Labels, id Identity) error {
 	if id < FirstEndpoint || id > lastEndpoint {
 		return fmt.Errorf("identity %d is not an endpoint identity (%d-%d)", id, FirstEndpoint, lastEndpoint)
 	}
@@ -137,13 +141,13 @@ func (a *Allocator) Pin(l labels.Labels, id Identity) error {
 	a.init()
 	key := labelsKey(l)
 	if cur, ok := a.byLabels[key]; ok {
-		if cur != id {
-			return fmt.Errorf("labels %s have identity %d here, not %d", l, cur, id)
+		if cur == id {
+			return nil
 		}
-		return nil
+		delete(a.labels, cur)
 	}
 	if other, ok := a.labels[id]; ok {
-		return fmt.Errorf("identity %d belongs to labels %s here", id, other)
+		delete(a.byLabels, labelsKey(other))
 	}
 	a.byLabels[key] = id
 	a.labels[id] = copyLabels(l)

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"encoding/json"
+	"maps"
 	"net/netip"
 	"strings"
 	"sync"
@@ -316,33 +317,41 @@ func TestConcurrentAllocationSharesNumbers(t *testing.T) {
 	}
 }
 
-// Pin gives a label set the number another node chose, and refuses when the numbers
-// disagree; a pinned number is not handed to other labels.
-func TestPin(t *testing.T) {
+// Claim gives a label set the number the cluster chose: what the allocator held for the
+// number or for the labels yields, a claimed number is not handed to other labels, and a
+// reserved number is refused.
+func TestClaim(t *testing.T) {
 	a := NewAllocator()
 	mine := labels.Labels{"pod": "a"}
 	theirs := labels.Labels{"pod": "b"}
 	idA := a.ForLabels(mine)
-	if err := a.Pin(theirs, idA); err == nil {
-		t.Fatalf("pinned labels to identity %d, which other labels have", idA)
-	}
-	if err := a.Pin(theirs, idA+1); err != nil {
+	if err := a.Claim(theirs, idA+1); err != nil {
 		t.Fatal(err)
 	}
 	if got := a.ForLabels(theirs); got != idA+1 {
-		t.Fatalf("pinned labels got %d, want %d", got, idA+1)
+		t.Fatalf("claimed labels got %d, want %d", got, idA+1)
 	}
-	if err := a.Pin(theirs, idA+1); err != nil {
-		t.Errorf("pinning again to the same number: %v", err)
-	}
-	if err := a.Pin(theirs, idA+2); err == nil {
-		t.Error("pinned labels to a second number")
+	if err := a.Claim(theirs, idA+1); err != nil {
+		t.Errorf("claiming again the same number: %v", err)
 	}
 	if got := a.ForLabels(labels.Labels{"pod": "c"}); got == idA+1 || got == idA {
 		t.Errorf("new labels got a taken number %d", got)
 	}
-	if err := a.Pin(labels.Labels{"pod": "d"}, Host); err == nil {
-		t.Error("pinned labels to a reserved identity")
+	// The number of other labels here: theirs now, mine get another.
+	if err := a.Claim(theirs, idA); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := a.Labels(idA); !ok || !maps.Equal(l, theirs) {
+		t.Errorf("identity %d has labels %v, want %v", idA, l, theirs)
+	}
+	if _, ok := a.Labels(idA + 1); ok {
+		t.Errorf("identity %d still held after its labels claimed %d", idA+1, idA)
+	}
+	if got := a.ForLabels(mine); got == idA || got == idA+1 {
+		t.Errorf("labels whose number was claimed got %d again", got)
+	}
+	if err := a.Claim(labels.Labels{"pod": "d"}, Host); err == nil {
+		t.Error("claimed a reserved identity")
 	}
 }
 

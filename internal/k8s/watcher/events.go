@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,26 +44,32 @@ func (w *Watcher) reportRefused(ctx context.Context, v agent.ClusterView, res ag
 		if ns == "" {
 			ns = metav1.NamespaceDefault
 		}
-		apiVersion := apiVersionOf(o.Kind)
-		now := metav1.NewTime(time.Now())
-		ev := &corev1.Event{
-			ObjectMeta: metav1.ObjectMeta{Name: refusedEventName(o), Namespace: ns},
-			InvolvedObject: corev1.ObjectReference{APIVersion: apiVersion, Kind: o.Kind, Namespace: o.Namespace,
-				Name: o.Name, ResourceVersion: o.ResourceVersion},
-			Reason:         "PolicyRefused",
-			Message:        truncate(msgs[i], 1024),
-			Type:           corev1.EventTypeWarning,
-			Source:         corev1.EventSource{Component: "rampartd", Host: w.opts.NodeName},
-			FirstTimestamp: now,
-			LastTimestamp:  now,
-			Count:          1,
-		}
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := w.client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
-		cancel()
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			w.log.Warn("posting an event on a refused policy", "object", o.Kind+" "+o.Namespace+"/"+o.Name, "error", err)
-		}
+		w.postWarning(ctx, refusedEventName(o), ns, corev1.ObjectReference{APIVersion: apiVersionOf(o.Kind), Kind: o.Kind,
+			Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion}, "PolicyRefused", msgs[i])
+	}
+}
+
+// postWarning posts a Warning Event of this node's agent named name in namespace ns on
+// object obj; one of that name posted already (by another node) is no error. Best
+// effort: a failure is logged.
+func (w *Watcher) postWarning(ctx context.Context, name, ns string, obj corev1.ObjectReference, reason, msg string) {
+	now := metav1.NewTime(time.Now())
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: name, Namespace: ns},
+		InvolvedObject: obj,
+		Reason:         reason,
+		Message:        truncate(msg, 1024),
+		Type:           corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "rampartd", Host: w.opts.NodeName},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := w.client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		w.log.Warn("posting an event", "reason", reason, "object", obj.Kind+" "+obj.Namespace+"/"+obj.Name, "error", err)
 	}
 }
 
@@ -83,4 +90,35 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
+}
+
+// reportUnresolved posts a Warning Event (IdentityUnresolved) on each pod whose identity
+// the agent could not resolve, once per message: on its own node the pod is denied all
+// traffic, on the others it is left out, so each node posts its own (the name holds the
+// node). Best effort, as reportRefused.
+func (w *Watcher) reportUnresolved(ctx context.Context, res agent.SyncResult) {
+	w.mu.Lock()
+	post := map[string]string{}
+	for key, msg := range res.Unresolved {
+		if w.unresolved[key] != msg {
+			w.unresolved[key] = msg
+			post[key] = msg
+		}
+	}
+	for key := range w.unresolved {
+		if _, ok := res.Unresolved[key]; !ok {
+			delete(w.unresolved, key)
+		}
+	}
+	w.mu.Unlock()
+	for key, msg := range post {
+		ns, name, _ := strings.Cut(key, "/")
+		sum := sha256.Sum256([]byte(key + "@" + w.opts.NodeName + ":" + msg))
+		evName := name
+		if len(evName) > 200 {
+			evName = evName[:200]
+		}
+		w.postWarning(ctx, evName+".unresolved-"+hex.EncodeToString(sum[:8]), ns,
+			corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: name}, "IdentityUnresolved", "node "+w.opts.NodeName+": "+msg)
+	}
 }

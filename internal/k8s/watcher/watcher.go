@@ -50,6 +50,8 @@ type Agent interface {
 	SyncCluster(ctx context.Context, v agent.ClusterView) (agent.SyncResult, error)
 	// ReportSyncError records a watch error for status.
 	ReportSyncError(err error)
+	// FailSync records that no view could be built (status: failing, not synced).
+	FailSync(err error)
 }
 
 // Allocator gives a full label set its cluster-wide identity (internal/k8s/identities).
@@ -86,9 +88,11 @@ type Watcher struct {
 
 	trigger chan struct{}
 
-	mu       sync.Mutex
-	agent    Agent             // set by Run
-	reported map[string]string // object key -> resourceVersion of its last refusal event
+	mu         sync.Mutex
+	agent      Agent                 // set by Run
+	reported   map[string]string     // object key -> resourceVersion of its last refusal event
+	unresolved map[string]string     // pod key -> the message of its last Event
+	condition  *corev1.NodeCondition // the last one written on this node's Node
 }
 
 // caches is one set of informers and their listers.
@@ -147,12 +151,13 @@ func New(cfg *rest.Config, opts Options) (*Watcher, error) {
 		return nil, fmt.Errorf("kubernetes dynamic client: %w", err)
 	}
 	w := &Watcher{
-		opts:     opts,
-		client:   client,
-		dyn:      dyn,
-		log:      opts.Logger.With("node", opts.NodeName),
-		trigger:  make(chan struct{}, 1),
-		reported: map[string]string{},
+		opts:       opts,
+		client:     client,
+		dyn:        dyn,
+		log:        opts.Logger.With("node", opts.NodeName),
+		trigger:    make(chan struct{}, 1),
+		reported:   map[string]string{},
+		unresolved: map[string]string{},
 	}
 	c, err := w.newCaches()
 	if err != nil {
@@ -416,7 +421,6 @@ func (w *Watcher) Run(ctx context.Context, a Agent) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		a.ReportSyncError(err)
 		w.log.Warn("syncing with the Kubernetes API", "error", err)
 		backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
 		retry = time.After(backoff)
@@ -489,16 +493,22 @@ func (w *Watcher) renewCaches(ctx context.Context) {
 	w.log.Info("kubernetes informers renewed after the API server returned")
 }
 
+// sync builds the view and has the agent apply it, then says how that went on this
+// node's Node (a condition) and on each object not applied (an Event).
 func (w *Watcher) sync(ctx context.Context, a Agent) error {
 	v, err := w.View(ctx)
 	if err != nil {
+		a.FailSync(err)
+		w.setCondition(ctx, syncCondition(v, agent.SyncResult{}, err))
 		return err
 	}
 	res, err := a.SyncCluster(ctx, v)
+	w.setCondition(ctx, syncCondition(v, res, err))
 	if err != nil {
 		return err
 	}
 	w.reportRefused(ctx, v, res)
+	w.reportUnresolved(ctx, res)
 	return nil
 }
 
@@ -514,6 +524,8 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 	if err != nil {
 		return v, fmt.Errorf("listing namespaces: %w", err)
 	}
+	// A pod's identity is allocated from its namespace's labels as they are in this
+	// view, the same labels the agent puts in the pod's label set: both come from nsLabels.
 	nsLabels := map[string]map[string]string{}
 	for _, ns := range nss {
 		v.Namespaces[ns.Name] = labels.Labels(ns.Labels)
@@ -552,6 +564,12 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 			continue
 		}
 		key := p.Namespace + "/" + p.Name
+		if _, ok := nsLabels[p.Namespace]; !ok {
+			// Its Namespace is not in the cache yet (the informers deliver kinds in no
+			// set order): an identity allocated now would lack the namespace's labels.
+			// Left out until it arrives; a local endpoint keeps what it has.
+			continue
+		}
 		l := labels.Labels(p.Labels)
 		if l == nil {
 			l = labels.Labels{}

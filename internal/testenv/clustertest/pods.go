@@ -66,6 +66,30 @@ func (c *Cluster) AddAnnotatedPod(n *Node, ns, name string, labels, annotations 
 	if err != nil {
 		t.Fatalf("creating pod %s/%s: %v", ns, name, err)
 	}
+	return c.runPod(ctx, n, obj)
+}
+
+// RunPod plays the runtime's network part for pod ns/name, which exists already (made
+// with kubectl, say) and is bound to node n: the CNI ADD, status.podIP, echo servers.
+func (c *Cluster) RunPod(n *Node, ns, name string) *Pod {
+	t := c.T
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	obj, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("pod %s/%s: %v", ns, name, err)
+	}
+	if obj.Spec.NodeName != n.Name {
+		t.Fatalf("pod %s/%s is bound to %q, not %s", ns, name, obj.Spec.NodeName, n.Name)
+	}
+	return c.runPod(ctx, n, obj)
+}
+
+func (c *Cluster) runPod(ctx context.Context, n *Node, obj *corev1.Pod) *Pod {
+	t := c.T
+	t.Helper()
+	ns, name := obj.Namespace, obj.Name
 	p := &Pod{Namespace: ns, Name: name, Node: n}
 	// 12 hex digits: with thousands of pods (bench/propagation makes 2,000) six collided.
 	p.Netns = newNetns(t, "rp-"+testenv.Suffix(12)+"-pod")
