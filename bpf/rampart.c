@@ -46,19 +46,6 @@ char __license[] SEC("license") = "Dual BSD/GPL";
  * of its fields (the flow vocabulary, rampart.h). */
 const struct flow_event *unused_flow_event __attribute__((unused));
 
-static __always_inline void frag_key_fill(struct frag_key *k, const struct pkt *p, __u32 ep_id,
-					  __u8 dir)
-{
-	__builtin_memset(k, 0, sizeof(*k));
-	__builtin_memcpy(k->saddr, &p->t.saddr, 4);
-	__builtin_memcpy(k->daddr, &p->t.daddr, 4);
-	k->id = p->ip_id;
-	k->ep_id = ep_id;
-	k->protocol = p->t.proto;
-	k->family = RAMPART_FAMILY_V4;
-	k->direction = dir;
-}
-
 /* frag_record remembers the first fragment's ports and verdict for the later fragments,
  * and what it was judged as: its peer identity (d's), VNI identity and ipcache generation. */
 static __noinline void frag_record(const struct pkt *p, const struct decision *d,

@@ -203,7 +203,7 @@ type Summary struct {
 	KernelDrops uint64 `json:"kernel_drops"`
 	Mirrored    uint64 `json:"mirrored"`
 	// KernelPackets are the packets the monitor's socket received (dropped ones included):
-	// more than Mirrored when the copies of large (GSO) packets arrive segmented.
+	// Mirrored plus the flush probes' packets (a GSO copy arrives whole, one packet).
 	KernelPackets uint64 `json:"kernel_packets"`
 	// RemoteDelivered and RemoteLost total Sample.Remote (monitor on another node).
 	RemoteDelivered uint64 `json:"remote_delivered,omitempty"`

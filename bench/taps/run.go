@@ -21,6 +21,8 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/monitor/suricata"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // Config controls a run.
@@ -87,7 +89,6 @@ const (
 	connectTimeout = 10 * time.Second
 	statsTimeout   = 30 * time.Second
 	flushTimeout   = 60 * time.Second // a monitor far behind works through its ring first
-	flushSlack     = 50               // packets of flushStats's probes in one second
 	latencyConns   = 4
 )
 
@@ -539,7 +540,13 @@ func (r *runner) pair(ctx context.Context, c *caseDef, round, pairID int, tapFir
 // tap must have been in the path it claims to measure.
 func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) (err error) {
 	var before, after suricata.CaptureStats
+	var rxBefore uint64
 	if r.mon != nil {
+		// What arrived on its interfaces first: Suricata's counters then include at
+		// least that.
+		if rxBefore, err = monitorRx(r.monitor.Netns); err != nil {
+			return err
+		}
 		if before, err = r.mon.Stats(ctx); err != nil {
 			return fmt.Errorf("reading suricata counters: %w", err)
 		}
@@ -568,7 +575,7 @@ func (r *runner) tapped(ctx context.Context, c *caseDef, pairID int, s *Sample) 
 		return err
 	}
 	if r.mon != nil {
-		if after, err = r.flushStats(ctx, before); err != nil {
+		if after, err = r.flushStats(ctx, before, rxBefore); err != nil {
 			return err
 		}
 	}
@@ -644,40 +651,79 @@ func (r *runner) settledStats(ctx context.Context) (suricata.CaptureStats, error
 	}
 }
 
-// flushStats returns Suricata's counters once they include a run that just ended. Its
-// capture thread publishes them only while packets arrive (once a second), so the last
-// second of a run shows up only with later traffic: flushStats sends some, a connection
-// from A to B's web port through the tap still in place, once a second until the
-// counters have moved past before and then stopped moving but for that probe traffic.
+// flushStats returns Suricata's counters once they count every packet that arrived on the
+// monitor's interfaces since rxBefore (their kernel counters, monitorRx). Its capture
+// thread publishes them only while packets arrive (once a second), so the last second of a
+// run shows up only with later traffic: flushStats sends some, a connection from A to B's
+// web port through the tap still in place, once a second until the counters have caught
+// up with what had arrived before that probe (statsCaughtUp), for at most flushTimeout.
 // The probes' few packets are counted with the run.
-func (r *runner) flushStats(ctx context.Context, before suricata.CaptureStats) (suricata.CaptureStats, error) {
-	total := func(c suricata.CaptureStats) uint64 { return c.KernelPackets + c.KernelDrops + c.Accepted + c.Blocked }
+func (r *runner) flushStats(ctx context.Context, before suricata.CaptureStats, rxBefore uint64) (suricata.CaptureStats, error) {
 	deadline := time.Now().Add(flushTimeout)
-	prev := before
 	for {
+		rx, err := monitorRx(r.monitor.Netns)
+		if err != nil {
+			return before, err
+		}
 		if _, err := benchkit.RunOutput(ctx, 10*time.Second, func(ctx context.Context) *exec.Cmd {
 			return r.a.Command(ctx, r.cfg.Self, "probe", "--addr", netip.AddrPortFrom(r.b.IP, webPort).String())
 		}); err != nil {
-			return prev, fmt.Errorf("flushing suricata counters: %w", err)
+			return before, fmt.Errorf("flushing suricata counters: %w", err)
 		}
 		select {
 		case <-ctx.Done():
-			return prev, ctx.Err()
+			return before, ctx.Err()
 		case <-time.After(1100 * time.Millisecond):
 		}
 		cur, err := r.mon.Stats(ctx)
 		if err != nil {
-			return prev, fmt.Errorf("reading suricata counters: %w", err)
+			return before, fmt.Errorf("reading suricata counters: %w", err)
 		}
-		if total(cur) > total(before) && total(cur)-total(prev) <= flushSlack && prev != before {
+		if statsCaughtUp(before, cur, rxBefore, rx) {
 			return cur, nil
 		}
 		if time.Now().After(deadline) {
-			return cur, fmt.Errorf("suricata counters still moving %v after the run (%d packets in the last second)",
-				flushTimeout, total(cur)-total(prev))
+			return cur, fmt.Errorf("suricata counted %d packets %v after the run, %d arrived on its interfaces",
+				captured(cur)-captured(before), flushTimeout, rx-rxBefore)
 		}
-		prev = cur
 	}
+}
+
+// captured is what arrived at Suricata's capture sockets: kernel_packets, the sockets'
+// PACKET_STATISTICS tp_packets, which includes what they dropped for want of room
+// (kernel_drops).
+func captured(c suricata.CaptureStats) uint64 { return c.KernelPackets }
+
+// statsCaughtUp says whether Suricata's counters cur, since before, count every packet
+// that arrived on the monitor's interfaces between their readings rxBefore and rx.
+func statsCaughtUp(before, cur suricata.CaptureStats, rxBefore, rx uint64) bool {
+	return captured(cur) >= captured(before) && captured(cur)-captured(before) >= rx-rxBefore
+}
+
+// monitorRx is how many packets arrived on the monitor's interfaces (tap-rx and tap-tx in
+// its namespace at nsPath), from their kernel counters.
+func monitorRx(nsPath string) (uint64, error) {
+	ns, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return 0, fmt.Errorf("opening the monitor's namespace: %w", err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return 0, fmt.Errorf("netlink in the monitor's namespace: %w", err)
+	}
+	defer h.Close()
+	var n uint64
+	for _, name := range []string{"tap-rx", "tap-tx"} {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			return 0, fmt.Errorf("reading the monitor's %s: %w", name, err)
+		}
+		if st := l.Attrs().Statistics; st != nil {
+			n += st.RxPackets
+		}
+	}
+	return n, nil
 }
 
 // pin prefixes argv with taskset when the measured processes are pinned.

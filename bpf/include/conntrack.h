@@ -101,6 +101,21 @@ static __always_inline __u8 dir_opposite(__u8 dir)
 /* ct_key_fill writes the whole key of tuple t travelling in direction dir at endpoint
  * ep_id (zeroed first: padding is part of the hash). Leaving the endpoint (egress), the
  * source is the endpoint's side; entering it, the destination. */
+/* frag_key_fill is the key of p's datagram at policy point (ep_id, dir), for frags_peer and
+ * tap_frags. */
+static __always_inline void frag_key_fill(struct frag_key *k, const struct pkt *p, __u32 ep_id,
+					  __u8 dir)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	__builtin_memcpy(k->saddr, &p->t.saddr, 4);
+	__builtin_memcpy(k->daddr, &p->t.daddr, 4);
+	k->id = p->ip_id;
+	k->ep_id = ep_id;
+	k->protocol = p->t.proto;
+	k->family = RAMPART_FAMILY_V4;
+	k->direction = dir;
+}
+
 static __always_inline void ct_key_fill(struct ct4_key *k, const struct tuple *t, __u32 ep_id,
 					__u8 dir)
 {

@@ -490,11 +490,12 @@ struct tap_set {
 struct tap_flow_key {
 	__be32 saddr;
 	__be32 daddr;
-	__be16 sport;
-	__be16 dport;
+	__be16 sport; /* fragment: the datagram's IP ID */
+	__be16 dport; /* fragment: 0 */
 	__u32 ifindex; /* tap_rule.tx_ifindex */
 	__u8 protocol;
-	__u8 pad[3];
+	__u8 fragment; /* 1: a later fragment of a diverted datagram (no ports: by IP ID) */
+	__u8 pad[2];
 };
 
 struct tap_flow_value {
@@ -524,6 +525,14 @@ struct tap_stats {
 	__u64 remote_delivered;  /* contract 0: copies from other nodes given to a monitor */
 	__u64 remote_lost;       /* contract 0: copies from other nodes for no monitor here, or
 	                          * that its interface did not take */
+};
+
+/* tap_frags: what the tap of a first fragment did, for the datagram's later fragments
+ * (which carry no ports to match rules with), by the frag_key of the policy point. */
+struct tap_frag_value {
+	struct tap_rule rule; /* the rule the first fragment matched, as it was then */
+	__u8 tapped;          /* 0: no rule matched the first fragment */
+	__u8 pad[3];
 };
 
 /* tap_ifaces: the host sides of monitors' veths, by ifindex. */

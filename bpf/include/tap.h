@@ -43,8 +43,17 @@
  *
  * A packet that came back from a monitor (skb->ingress_ifindex a monitor's tx interface)
  * is not tapped again. Packets handed to the L7 proxy socket at the client's veth are
- * mirrored but not diverted: they go to the proxy, not to their destination. Later
- * fragments (no ports) are not tapped. */
+ * mirrored but not diverted: they go to the proxy, not to their destination.
+ *
+ * Fragments: a later fragment has no ports to match rules with, so it goes where its
+ * datagram's first fragment went. The tap of a first fragment is recorded in tap_frags (the
+ * rule it matched, or none), and its later fragments, which the policy point passes by the
+ * first fragment's verdict, are mirrored or diverted by that rule. A diverted later
+ * fragment's record in tap_flows is keyed by the datagram's IP ID (tap_flow_key.fragment),
+ * so the monitor can send it back. A monitor thus gets every fragment of a tapped datagram
+ * and reassembles it (Suricata does); an inline monitor that drops one fragment keeps the
+ * datagram from its destination. A later fragment whose first fragment's tap decision is
+ * forgotten is dropped when a redirect rule could have diverted its datagram. */
 #ifndef __RAMPART_TAP_H
 #define __RAMPART_TAP_H
 
@@ -89,6 +98,18 @@ struct {
 	__type(value, struct tap_flow_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tap_flows SEC(".maps");
+
+/* The tap decision of first fragments (struct tap_frag_value), for their datagrams' later
+ * fragments; written for every first fragment at a policy point with tap rules in its
+ * direction, so that a missing entry means "not known" rather than "not tapped". LRU, as
+ * frags_peer. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RAMPART_FRAG_MAX);
+	__type(key, struct frag_key);
+	__type(value, struct tap_frag_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tap_frags SEC(".maps");
 
 /* Per contract counters (struct tap_stats), indexed by contract ID. */
 struct {
@@ -170,13 +191,20 @@ static __always_inline int tap_from_monitor(struct __sk_buff *skb)
 	return iif && bpf_map_lookup_elem(&tap_ifaces, &iif) != NULL;
 }
 
+/* tap_flow_key_of is the key of p's record on the monitor's return interface ifindex: its
+ * 5-tuple, or for a later fragment (no ports) its datagram's IP ID. */
 static __always_inline void tap_flow_key_of(struct tap_flow_key *k, const struct pkt *p, __u32 ifindex)
 {
 	__builtin_memset(k, 0, sizeof(*k));
 	k->saddr = p->t.saddr;
 	k->daddr = p->t.daddr;
-	k->sport = p->t.sport;
-	k->dport = p->t.dport;
+	if (p->frag == FRAG_LATER) {
+		k->sport = p->ip_id;
+		k->fragment = 1;
+	} else {
+		k->sport = p->t.sport;
+		k->dport = p->t.dport;
+	}
 	k->ifindex = ifindex;
 	k->protocol = p->t.proto;
 }
@@ -300,29 +328,15 @@ static __always_inline int tap_remote_key(struct __sk_buff *skb, const struct ta
 	return bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX);
 }
 
-/* tap_apply runs the endpoint's first matching tap rule on a packet its policy point
- * passes; returns the tc verdict. */
-__noinline int tap_apply(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
-			 const struct endpoint_info *ep __arg_nonnull, __u8 dir)
+/* tap_send runs rule r on a packet its policy point passes (r: the first rule the packet,
+ * or its datagram's first fragment, matched); returns the tc verdict. Out of line: the
+ * stack of tap_apply's caller is deep. */
+static __noinline int tap_send(struct __sk_buff *skb, struct pkt *p,
+			       const struct endpoint_info *ep, __u8 dir, const struct tap_rule *r)
 {
-	struct tap_stats *c;
-	struct tap_set *s;
-	struct tap_rule *r;
-	__u32 ep_id, rx;
-	int i;
+	struct tap_stats *c = tap_counters_of(r->contract_id);
+	__u32 rx = r->rx_ifindex;
 
-	if (p->frag == FRAG_LATER || tap_from_monitor(skb))
-		return TC_ACT_OK;
-	ep_id = ep->ep_id;
-	i = tap_find(ep_id, p, dir);
-	if (i < 0 || i >= RAMPART_TAP_RULES)
-		return TC_ACT_OK;
-	s = bpf_map_lookup_elem(&tap_sets, &ep_id);
-	if (!s)
-		return TC_ACT_OK;
-	r = &s->rules[i];
-	rx = r->rx_ifindex;
-	c = tap_counters_of(r->contract_id);
 	if (r->action == TAP_ACTION_MIRROR) {
 		if (!(r->flags & TAP_F_MONITOR_UP) ||
 		    ((r->flags & TAP_F_REMOTE) && tap_remote_key(skb, r) < 0) ||
@@ -357,6 +371,109 @@ __noinline int tap_apply(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
 	return tap_unavailable(skb, p, ep, dir, r->flags & TAP_F_FAIL_OPEN, c);
 }
 
+/* tap_frag_remember records what the tap did with a first fragment (r: the rule it
+ * matched, NULL: none) for the datagram's later fragments. Out of line: fragments are
+ * rare. */
+static __noinline void tap_frag_remember(const struct pkt *p, __u32 ep_id, __u8 dir,
+					 const struct tap_rule *r)
+{
+	struct frag_key k;
+	struct tap_frag_value v = {};
+
+	frag_key_fill(&k, p, ep_id, dir);
+	if (r) {
+		v.rule = *r;
+		v.tapped = 1;
+	}
+	bpf_map_update_elem(&tap_frags, &k, &v, BPF_ANY);
+}
+
+/* tap_redirects_datagram says whether one of endpoint ep_id's redirect rules in direction
+ * dir that does not fail open could match a datagram of p's addresses and protocol,
+ * whatever its ports. */
+static __always_inline int tap_redirects_datagram(__u32 ep_id, const struct pkt *p, __u8 dir)
+{
+	struct tap_set *s = bpf_map_lookup_elem(&tap_sets, &ep_id);
+	struct tap_rule *r;
+	int i;
+
+	if (!s)
+		return 0;
+	for (i = 0; i < RAMPART_TAP_RULES; i++) {
+		if (i >= s->count)
+			break;
+		r = &s->rules[i];
+		if (r->direction != dir || r->action != TAP_ACTION_REDIRECT ||
+		    (r->flags & TAP_F_FAIL_OPEN))
+			continue;
+		if ((p->t.saddr & r->src_mask) != r->src_addr ||
+		    (p->t.daddr & r->dst_mask) != r->dst_addr)
+			continue;
+		if (!r->protocol || r->protocol == p->t.proto)
+			return 1;
+	}
+	return 0;
+}
+
+/* tap_frag_unknown handles a later fragment whose first fragment's tap decision is not
+ * known, although the policy point passed it (so it saw the first fragment): the decision
+ * was evicted, or the endpoint got its tap rules in between. A datagram a redirect could
+ * divert must not reach its destination uninspected. Out of line: rare. */
+static __noinline int tap_frag_unknown(struct __sk_buff *skb, struct pkt *p,
+				       const struct endpoint_info *ep, __u8 dir)
+{
+	struct decision d = {.ep_id = ep->ep_id, .dir = dir, .ev_flags = FLOW_F_TAPPED};
+	__u32 peer;
+
+	if (!tap_redirects_datagram(ep->ep_id, p, dir))
+		return TC_ACT_OK;
+	peer = tap_peer_identity(skb, p, dir);
+	d.src_identity = dir == DIR_EGRESS ? ep->identity : peer;
+	d.dst_identity = dir == DIR_EGRESS ? peer : ep->identity;
+	/* Drop: a later fragment whose first fragment's tap decision is not known, at an
+	 * endpoint whose redirect taps could have diverted its datagram (fail closed). */
+	return drop(skb, p, &d, REASON_FRAGMENT_UNKNOWN);
+}
+
+/* tap_apply runs the endpoint's first matching tap rule on a packet its policy point
+ * passes; returns the tc verdict. A later fragment (no ports to match rules with) goes
+ * where its datagram's first fragment went: the same rule, so a monitor sees every
+ * fragment of what it taps and can reassemble the datagram, and an inline one can keep it
+ * from its destination. */
+__noinline int tap_apply(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
+			 const struct endpoint_info *ep __arg_nonnull, __u8 dir)
+{
+	struct tap_rule *r = NULL;
+	__u32 ep_id = ep->ep_id;
+
+	if (tap_from_monitor(skb))
+		return TC_ACT_OK;
+	if (p->frag == FRAG_LATER) {
+		struct tap_frag_value *v;
+		struct frag_key k;
+
+		frag_key_fill(&k, p, ep_id, dir);
+		v = bpf_map_lookup_elem(&tap_frags, &k);
+		if (!v)
+			return tap_frag_unknown(skb, p, ep, dir);
+		if (!v->tapped)
+			return TC_ACT_OK;
+		r = &v->rule;
+	} else {
+		struct tap_set *s;
+		int i = tap_find(ep_id, p, dir);
+
+		s = bpf_map_lookup_elem(&tap_sets, &ep_id);
+		if (s && i >= 0 && i < RAMPART_TAP_RULES)
+			r = &s->rules[i];
+		if (p->frag == FRAG_FIRST)
+			tap_frag_remember(p, ep_id, dir, r);
+		if (!r)
+			return TC_ACT_OK;
+	}
+	return tap_send(skb, p, ep, dir, r);
+}
+
 /* tap_return admits a packet a monitor sent out of one of its veths (tc ingress of the
  * host side): only a packet of a diverted flow, on the monitor's return interface, goes
  * on, where the original would have gone. */
@@ -374,7 +491,7 @@ static __always_inline int tap_return(struct __sk_buff *skb)
 	iface = bpf_map_lookup_elem(&tap_ifaces, &ifindex);
 	if (iface)
 		d.ep_id = iface->monitor_ep_id;
-	if (ret == PARSE_IPV4 && p.frag != FRAG_LATER)
+	if (ret == PARSE_IPV4)
 		v = tap_record_of(&p, ifindex);
 	if (!iface || !v) {
 		c = tap_counters_of(0);

@@ -27,12 +27,25 @@ type Monitors interface {
 // (tap.Rule, per endpoint and contract) into the dataplane's (datapath.TapRule, per
 // direction, peer prefix and port range) and keeps the monitors' interfaces.
 type tapKernel struct {
-	dp *datapath.Datapath
+	dp tapDataplane
 
 	mu       sync.Mutex
 	monitors map[uint32]attachedMonitor // by monitor epID
 	ids      map[uint32]tap.RuleKey     // the dataplane's contract ID -> the rule it counts
 	rules    map[tap.RuleKey]uint32     // and back
+}
+
+// tapDataplane is what tapKernel needs of the datapath (*datapath.Datapath).
+type tapDataplane interface {
+	AttachMonitor(netnsPath, rx, tx string, epID uint32) (rxIndex, txIndex uint32, err error)
+	DetachMonitor(rx, tx uint32) error
+	SetMonitorKey(addr netip.Addr, rx uint32) error
+	DeleteMonitorKey(addr netip.Addr) error
+	EndpointIfindex(epID uint32) (uint32, bool)
+	TapTunnelIfindex() uint32
+	ReplaceTaps(rules []datapath.TapRule) error
+	ResetTapCounters(contract uint32) error
+	TapCounters(contracts ...uint32) (map[uint32]datapath.TapCounters, error)
 }
 
 // attachedMonitor is a local monitor's receive and return interfaces and its address.
@@ -41,7 +54,7 @@ type attachedMonitor struct {
 	addr   netip.Addr
 }
 
-func newTapKernel(dp *datapath.Datapath) *tapKernel {
+func newTapKernel(dp tapDataplane) *tapKernel {
 	return &tapKernel{dp: dp, monitors: map[uint32]attachedMonitor{}, ids: map[uint32]tap.RuleKey{}, rules: map[tap.RuleKey]uint32{}}
 }
 
@@ -78,7 +91,8 @@ func (k *tapKernel) DetachMonitor(epID uint32) error {
 }
 
 // ReplaceTaps installs rules. Each gets a contract ID of its own in the dataplane (kept
-// while the rule stays, so its counters go on), and expands into one dataplane rule per
+// while its contract stays on its endpoint, whatever other contracts come and go, so its
+// counters go on), and expands into one dataplane rule per
 // direction, peer prefix and port range. A monitor that is not on this node, or not
 // attached, is down: a redirect to it drops (fails open only by its contract's setting),
 // a mirror loses its copies. A mirror's monitor on another node gets its copies through
@@ -91,7 +105,7 @@ func (k *tapKernel) ReplaceTaps(rules []tap.Rule) error {
 	next := uint32(1)
 	// Rules that stay keep their IDs; new ones take free IDs.
 	for _, r := range rules {
-		key := tap.RuleKey{EndpointID: r.EndpointID, Index: r.Index}
+		key := r.Key()
 		if id, ok := k.rules[key]; ok {
 			ids[id], back[key] = key, id
 		}
@@ -99,7 +113,7 @@ func (k *tapKernel) ReplaceTaps(rules []tap.Rule) error {
 	var out []datapath.TapRule
 	var fresh []uint32
 	for _, r := range rules {
-		key := tap.RuleKey{EndpointID: r.EndpointID, Index: r.Index}
+		key := r.Key()
 		id, ok := back[key]
 		if !ok {
 			for ; ; next++ {

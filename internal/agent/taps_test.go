@@ -318,8 +318,8 @@ func TestTapCounters(t *testing.T) {
 	}
 	f.mu.Lock()
 	f.counters = map[tap.RuleKey]tap.Counters{
-		{EndpointID: w1.EpID, Index: 0}: {MirroredPackets: 3, MirroredBytes: 300, CopiesLost: 1},
-		{EndpointID: w2.EpID, Index: 0}: {MirroredPackets: 4, MirroredBytes: 400},
+		{EndpointID: w1.EpID, Contract: "web-http"}: {MirroredPackets: 3, MirroredBytes: 300, CopiesLost: 1},
+		{EndpointID: w2.EpID, Contract: "web-http"}: {MirroredPackets: 4, MirroredBytes: 400},
 	}
 	f.mu.Unlock()
 	got, err := h.a.GetTap(context.Background(), "web-http")

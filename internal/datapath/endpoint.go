@@ -366,6 +366,9 @@ func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
 	if err := purgeByEndpoint[rampartFragKey, rampartFragValue](d.objs.FragsPeer, epID, func(k *rampartFragKey) uint32 { return k.EpId }); err != nil {
 		errs = append(errs, fmt.Errorf("purging fragments: %w", err))
 	}
+	if err := purgeByEndpoint[rampartFragKey, rampartTapFragValue](d.objs.TapFrags, epID, func(k *rampartFragKey) uint32 { return k.EpId }); err != nil {
+		errs = append(errs, fmt.Errorf("purging fragment taps: %w", err))
+	}
 	// Its tap rules: an endpoint reusing the ID must not find them (ReplaceTaps gives it
 	// its own).
 	if err := d.objs.TapSets.Delete(&epID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

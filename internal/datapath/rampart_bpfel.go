@@ -277,7 +277,8 @@ type rampartTapFlowKey struct {
 	Dport    uint16
 	Ifindex  uint32
 	Protocol uint8
-	Pad      [3]uint8
+	Fragment uint8
+	Pad      [2]uint8
 }
 
 type rampartTapFlowValue struct {
@@ -291,6 +292,13 @@ type rampartTapFlowValue struct {
 	Verdict        uint8
 	Pad            [2]uint8
 	_              [4]byte
+}
+
+type rampartTapFragValue struct {
+	_      structs.HostLayout
+	Rule   rampartTapRule
+	Tapped uint8
+	Pad    [3]uint8
 }
 
 type rampartTapIface struct {
@@ -378,6 +386,7 @@ const (
 	rampartMapSvPairs                 = "sv_pairs"
 	rampartMapTapCounters             = "tap_counters"
 	rampartMapTapFlows                = "tap_flows"
+	rampartMapTapFrags                = "tap_frags"
 	rampartMapTapIfaces               = "tap_ifaces"
 	rampartMapTapMonitorKeys          = "tap_monitor_keys"
 	rampartMapTapSets                 = "tap_sets"
@@ -478,6 +487,7 @@ type rampartMapSpecs struct {
 	SvPairs          *ebpf.MapSpec `ebpf:"sv_pairs"`
 	TapCounters      *ebpf.MapSpec `ebpf:"tap_counters"`
 	TapFlows         *ebpf.MapSpec `ebpf:"tap_flows"`
+	TapFrags         *ebpf.MapSpec `ebpf:"tap_frags"`
 	TapIfaces        *ebpf.MapSpec `ebpf:"tap_ifaces"`
 	TapMonitorKeys   *ebpf.MapSpec `ebpf:"tap_monitor_keys"`
 	TapSets          *ebpf.MapSpec `ebpf:"tap_sets"`
@@ -540,6 +550,7 @@ type rampartMaps struct {
 	SvPairs          *ebpf.Map `ebpf:"sv_pairs"`
 	TapCounters      *ebpf.Map `ebpf:"tap_counters"`
 	TapFlows         *ebpf.Map `ebpf:"tap_flows"`
+	TapFrags         *ebpf.Map `ebpf:"tap_frags"`
 	TapIfaces        *ebpf.Map `ebpf:"tap_ifaces"`
 	TapMonitorKeys   *ebpf.Map `ebpf:"tap_monitor_keys"`
 	TapSets          *ebpf.Map `ebpf:"tap_sets"`
@@ -570,6 +581,7 @@ func (m *rampartMaps) Close() error {
 		m.SvPairs,
 		m.TapCounters,
 		m.TapFlows,
+		m.TapFrags,
 		m.TapIfaces,
 		m.TapMonitorKeys,
 		m.TapSets,

@@ -471,6 +471,27 @@ func (d *Datapath) DetachMonitor(rx, tx uint32) error {
 			return fmt.Errorf("detaching monitor: forgetting a diverted flow: %w", err)
 		}
 	}
+	// The datagrams whose later fragments would follow their first to it: they find no
+	// decision and are dropped where a redirect could have diverted them.
+	var (
+		k     rampartFragKey
+		v     rampartTapFragValue
+		frags []rampartFragKey
+	)
+	it := d.objs.TapFrags.Iterate()
+	for it.Next(&k, &v) {
+		if v.Tapped != 0 && ((rx != 0 && v.Rule.RxIfindex == rx) || (tx != 0 && v.Rule.TxIfindex == tx)) {
+			frags = append(frags, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("detaching monitor: reading fragment taps: %w", err)
+	}
+	for i := range frags {
+		if err := d.objs.TapFrags.Delete(&frags[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("detaching monitor: forgetting a fragment tap: %w", err)
+		}
+	}
 	return nil
 }
 

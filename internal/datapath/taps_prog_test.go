@@ -181,9 +181,9 @@ func TestTapMatch(t *testing.T) {
 		{"udp from A, port 54", packet{src: ipA, dst: epIP, proto: uint8(udp), sport: 54, dport: 5353}, true, actOK, 0},
 		{"dns answer from B", packet{src: ipB, dst: epIP, proto: uint8(udp), sport: 53, dport: 5353}, true, actOK, 0},
 		// A fragmented datagram: its first fragment is tapped by its ports, the later
-		// ones (no ports) pass untapped.
+		// ones (no ports) go where it went (TestTapFragments).
 		{"first fragment", packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: 40010, dport: 8080, tcpFlags: 0x02, ipID: 9, mf: true, payload: make([]byte, 16)}, false, actOK, 1},
-		{"later fragment", packet{src: epIP, dst: ipA, proto: uint8(tcp), ipID: 9, fragOffset: 5, payload: make([]byte, 16)}, false, actOK, 0},
+		{"later fragment", packet{src: epIP, dst: ipA, proto: uint8(tcp), ipID: 9, fragOffset: 5, payload: make([]byte, 16)}, false, actOK, 1},
 	}
 	want := map[uint32]uint64{}
 	var copies uint64
@@ -513,4 +513,87 @@ func TestTapRestart(t *testing.T) {
 	if c, _ := d2.TapCounters(7); c[7].MirroredPackets != 1 {
 		t.Errorf("tapped after the restarted agent removed the taps: %+v", c[7])
 	}
+}
+
+// TestTapFragments: the later fragments of a datagram go where the tap sent its first
+// fragment (they carry no ports to match): copied to a mirror's monitor, diverted through
+// a redirect's (and admitted back by their IP ID), and not tapped when the first fragment
+// was not. A later fragment whose first fragment's tap decision is unknown is dropped where
+// a redirect could have diverted its datagram.
+func TestTapFragments(t *testing.T) {
+	f := newTapFixture(t)
+	f.apply(true, true, e(allow(0, out, policy.ProtoAny, 0, 0, 1)), e(allow(0, in, policy.ProtoAny, 0, 0, 2)))
+	f.taps(
+		TapRule{Direction: out, Protocol: udp, DestinationPorts: PortRange{5000, 5000}, Action: TapMirror, MonitorUp: true, ContractID: 8},
+		TapRule{Direction: out, Protocol: udp, DestinationPorts: PortRange{6000, 6000}, Action: TapRedirect, MonitorUp: true, ContractID: 9},
+	)
+	first := func(id, dport uint16) packet {
+		return packet{src: epIP, dst: ipA, proto: uint8(udp), sport: 4000, dport: dport, ipID: id, mf: true, payload: make([]byte, 16)}
+	}
+	later := func(id uint16, more bool) packet {
+		return packet{src: epIP, dst: ipA, proto: uint8(udp), ipID: id, mf: more, fragOffset: 3, payload: make([]byte, 24)}
+	}
+
+	// Mirror: every fragment is copied and goes on.
+	before := f.txPackets(f.rxName)
+	for i, p := range []packet{first(200, 5000), later(200, true), later(200, false)} {
+		if got := f.from(p); got != actOK {
+			t.Errorf("mirrored fragment %d: verdict %d, want pass", i, got)
+		}
+	}
+	f.drain()
+	if got := f.counters(8).MirroredPackets; got != 3 {
+		t.Errorf("mirrored fragments counted: %d, want 3", got)
+	}
+	if got := f.txPackets(f.rxName) - before; got != 3 {
+		t.Errorf("monitor receive interface sent %d packets, want 3", got)
+	}
+
+	// A datagram no rule matched: its later fragments are not tapped either.
+	before = f.txPackets(f.rxName)
+	if got := f.from(first(201, 7000)); got != actOK {
+		t.Errorf("untapped first fragment: verdict %d", got)
+	}
+	if got := f.from(later(201, false)); got != actOK {
+		t.Errorf("untapped later fragment: verdict %d", got)
+	}
+	f.drain()
+	if got := f.txPackets(f.rxName) - before; got != 0 {
+		t.Errorf("untapped datagram: %d packets to the monitor", got)
+	}
+
+	// Redirect: every fragment is diverted, and comes back by its record.
+	before = f.txPackets(f.rxName)
+	for i, p := range []packet{first(202, 6000), later(202, false)} {
+		if got := f.from(p); got != actStolen {
+			t.Errorf("diverted fragment %d: verdict %d, want stolen", i, got)
+		}
+	}
+	f.drain()
+	if got := f.txPackets(f.rxName) - before; got != 2 {
+		t.Errorf("monitor receive interface sent %d packets, want 2", got)
+	}
+	if got := f.counters(9).RedirectedPackets; got != 2 {
+		t.Errorf("diverted fragments counted: %d, want 2", got)
+	}
+	if got := f.back(first(202, 6000), f.tx); got != actOK {
+		t.Errorf("returned first fragment: verdict %d, want pass", got)
+	}
+	if got := f.back(later(202, false), f.tx); got != actOK {
+		t.Errorf("returned later fragment: verdict %d, want pass", got)
+	}
+	// A later fragment of a datagram never diverted is refused on return.
+	if got := f.back(later(203, false), f.tx); got != actShot {
+		t.Errorf("later fragment never diverted, returned: verdict %d, want drop", got)
+	}
+	f.drain()
+
+	// The tap decision forgotten (evicted): fail closed where a redirect could apply.
+	k := rampartFragKey{Id: 202, EpId: epID, Protocol: uint8(udp), Family: 4, Direction: uint8(out)}
+	copy(k.Saddr[:], epIP.AsSlice())
+	copy(k.Daddr[:], ipA.AsSlice())
+	if err := f.d.objs.TapFrags.Delete(&k); err != nil {
+		t.Fatalf("deleting the fragment tap record: %v", err)
+	}
+	f.expectDrop("later fragment, tap decision forgotten", f.from(later(202, false)), flow.ReasonFragmentUnknown)
 }

@@ -351,18 +351,23 @@ func (c *Counters) Add(o Counters) {
 	c.DroppedUnavailable += o.DroppedUnavailable
 }
 
-// RuleKey names a rule in the dataplane's counters: the endpoint's id and the rule's index.
+// RuleKey names a rule in the dataplane's counters: the endpoint's id and the rule's
+// contract (one rule per contract and endpoint). Not the rule's index, which a contract
+// whose name sorts earlier shifts: counters belong to their contract.
 type RuleKey struct {
 	EndpointID uint32
-	Index      int
+	Contract   string
 }
+
+// Key is the rule's RuleKey.
+func (r Rule) Key() RuleKey { return RuleKey{EndpointID: r.EndpointID, Contract: r.Contract} }
 
 // PerContract sums rule counters into contract counters, by the rules of res.
 func PerContract(res Resolution, rules map[RuleKey]Counters) map[string]Counters {
 	out := map[string]Counters{}
 	for _, r := range res.Rules {
 		c := out[r.Contract]
-		c.Add(rules[RuleKey{EndpointID: r.EndpointID, Index: r.Index}])
+		c.Add(rules[r.Key()])
 		out[r.Contract] = c
 	}
 	return out

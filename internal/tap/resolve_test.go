@@ -220,10 +220,10 @@ func TestResolveDeterministic(t *testing.T) {
 		t.Errorf("the monitor's new address left the rules equal: %v", rulesOf(r3))
 	}
 	counts := map[RuleKey]Counters{
-		{1, 0}: {MirroredPackets: 1, MirroredBytes: 100},
-		{2, 0}: {MirroredPackets: 2, MirroredBytes: 200},
-		{1, 1}: {RedirectedPackets: 5, DroppedByMonitor: 1},
-		{7, 0}: {MirroredPackets: 1000}, // no rule: not counted
+		{1, "a"}: {MirroredPackets: 1, MirroredBytes: 100},
+		{2, "a"}: {MirroredPackets: 2, MirroredBytes: 200},
+		{1, "b"}: {RedirectedPackets: 5, DroppedByMonitor: 1},
+		{7, "a"}: {MirroredPackets: 1000}, // no rule: not counted
 	}
 	per := PerContract(r1, counts)
 	if per["a"] != (Counters{MirroredPackets: 3, MirroredBytes: 300}) || per["b"] != (Counters{RedirectedPackets: 5, DroppedByMonitor: 1}) {
