@@ -313,6 +313,33 @@ static __always_inline int judge_local_source(struct __sk_buff *skb, const struc
 	return 1;
 }
 
+/* related_from_node says whether an ICMP error that quotes a packet of a live flow of the
+ * endpoint, but does not travel between the flow's two ends (conntrack.h, ct_related),
+ * comes from a node: the routers on the paths of the node's endpoints. That is this node
+ * (the host identity, sent by the node itself as judge_local_source has it; e.g.
+ * fragmentation needed for the overlay's MTU) or another node (remote-node: by address,
+ * or through the overlay), and the error must enter the endpoint, addressed to the flow's
+ * own side. Such an error passes as related. Anything else (another endpoint, a world
+ * address, an endpoint sending an error about its own flow to a third party) is what it
+ * looks like, a packet from its sender to its destination, and the caller judges it by
+ * policy as such (handle_new: dropped with policy's reason when policy does not allow
+ * it), so that a pod denied by policy cannot end, or feed bytes to, another pod's flow by
+ * quoting it. Out of line: rare. */
+static __noinline int related_from_node(struct __sk_buff *skb, const struct pkt *p,
+					struct decision *d)
+{
+	struct peer_identity peer;
+	__u32 sender = 0;
+
+	if (d->dir != DIR_INGRESS || p->t.daddr != p->inner.saddr)
+		return 0;
+	ipcache_resolve(p->t.saddr, &peer);
+	if (judge_local_source(skb, p, d, &peer, &sender))
+		return 0;
+	tunnel_source(skb, &peer, d);
+	return peer.identity == ID_HOST || peer.identity == ID_REMOTE_NODE;
+}
+
 /* recheck_drop drops a packet of an established flow that recheck_established refused with
  * verdict res. */
 static __always_inline int recheck_drop(struct __sk_buff *skb, struct pkt *p, struct decision *d,
@@ -703,6 +730,8 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 	    flow_cache_hit(fc, fc_w0, &want, check, now))
 		goto established;
 	status = ct_lookup(pp, d.ep_id, dir, now, &ct_flags, &entry);
+	if (unlikely(status == CT_RELATED_FOREIGN) && !related_from_node(skb, pp, &d))
+		status = CT_NEW; /* judged as what it is: a packet from its sender */
 	if (unlikely(status == CT_NEW))
 		return handle_new(skb, pp, &d, ep, now);
 
