@@ -300,6 +300,33 @@ static __always_inline int judge_local_source(struct __sk_buff *skb, const struc
 	return 1;
 }
 
+/* related_from_node says whether an ICMP error that quotes a packet of a live flow of the
+ * endpoint, but does not travel between the flow's two ends (conntrack.h, ct_related),
+ * comes from a node: the routers on the paths of the node's endpoints. That is this node
+ * (the host identity, sent by the node itself as judge_local_source has it; e.g.
+ * fragmentation needed for the overlay's MTU) or another node (remote-node: by address,
+ * or through the overlay), and the error must enter the endpoint, addressed to the flow's
+ * own side. Such an error passes as related. Anything else (another endpoint, a world
+ * address, an endpoint sending an error about its own flow to a third party) is what it
+ * looks like, a packet from its sender to its destination, and the caller judges it by
+ * policy as such (handle_new: dropped with policy's reason when policy does not allow
+ * it), so that a pod denied by policy cannot end, or feed bytes to, another pod's flow by
+ * quoting it. Out of line: rare. */
+static __noinline int related_from_node(struct __sk_buff *skb, const struct pkt *p,
+					struct decision *d)
+{
+	struct peer_identity peer;
+	__u32 sender = 0;
+
+	if (d->dir != DIR_INGRESS || p->t.daddr != p->inner.saddr)
+		return 0;
+	ipcache_resolve(p->t.saddr, &peer);
+	if (judge_local_source(skb, p, d, &peer, &sender))
+		return 0;
+	tunnel_source(skb, &peer, d);
+	return peer.identity == ID_HOST || peer.identity == ID_REMOTE_NODE;
+}
+
 /* recheck_drop drops a packet of an established flow that recheck_established refused with
  * verdict res. */
 static __always_inline int recheck_drop(struct __sk_buff *skb, struct pkt *p, struct decision *d,
@@ -621,6 +648,23 @@ static __noinline int handle_unparsed(struct __sk_buff *skb, struct pkt *p, stru
 	}
 }
 
+/* handle_related_foreign passes an ICMP error that quotes a live flow from a third
+ * address when related_from_node admits it (what the established path does with a
+ * related error: nothing to steer, no flow cache entry), and otherwise judges it by
+ * policy as a packet from its sender (handle_new). Out of line and a tail of the policy
+ * path, so that nothing of the inline path stays live across it: the inline path's stack
+ * is what the deepest call chain (through handle_new and the taps) adds up to. */
+static __noinline int handle_related_foreign(struct __sk_buff *skb, struct pkt *p,
+					     struct decision *d, const struct endpoint_info *ep,
+					     __u64 now)
+{
+	if (!related_from_node(skb, p, d))
+		return handle_new(skb, p, d, ep, now);
+	if (unlikely(p->frag == FRAG_FIRST))
+		frag_record_established(p, d, 0);
+	return pass();
+}
+
 /* handle_unknown_endpoint drops a packet on an interface the agent does not (or no
  * longer) know, e.g. between endpoint removal and detach: fail closed. p is the packet as
  * far as it parsed, for the event. Out of line: rare. */
@@ -690,6 +734,8 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 	    flow_cache_hit(fc, fc_w0, &want, check, now))
 		goto established;
 	status = ct_lookup(pp, d.ep_id, dir, now, &ct_flags, &entry);
+	if (unlikely(status == CT_RELATED_FOREIGN))
+		return handle_related_foreign(skb, pp, &d, ep, now);
 	if (unlikely(status == CT_NEW))
 		return handle_new(skb, pp, &d, ep, now);
 

@@ -6,7 +6,9 @@
  * A packet is
  *   - established when its flow has a live entry created in the packet's direction,
  *   - a reply when its flow has a live entry created in the opposite direction,
- *   - related (ICMP errors only) when the quoted packet belongs to a live entry,
+ *   - related (ICMP errors only) when the quoted packet belongs to a live entry and the
+ *     error travels between the flow's two ends (see ct_related for one from a third
+ *     address),
  *   - new otherwise: it is evaluated against policy, and an allowed new flow creates an
  *     entry (except stateless ICMP: errors and non-echo types are evaluated every time).
  *
@@ -91,6 +93,7 @@ enum ct_status {
 	CT_ESTABLISHED,
 	CT_REPLY,
 	CT_RELATED,
+	CT_RELATED_FOREIGN, /* an ICMP error quoting a live flow, not between its two ends */
 };
 
 static __always_inline __u8 dir_opposite(__u8 dir)
@@ -199,20 +202,31 @@ static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, in
 		__sync_fetch_and_or(&v->flags, add);
 }
 
-/* ct_related says whether the ICMP error p, travelling in direction dir, quotes a packet
- * of a live flow at endpoint ep_id (CT_RELATED) or not (CT_NEW). The quoted packet
- * travelled the opposite way, as a forward packet or a reply of its flow. Out of line:
- * errors are rare. */
+/* ct_related classifies the ICMP error p, travelling in direction dir at endpoint ep_id:
+ *   - CT_NEW: it quotes no packet of a live flow here;
+ *   - CT_RELATED: it quotes one (the quoted packet travelled the opposite way, as a forward
+ *     packet or a reply of its flow) and travels between the flow's two ends: entering the
+ *     endpoint from the flow's peer, or leaving it for the peer (its addresses are the
+ *     quoted packet's, swapped). It passes as the flow's replies do, with their trust: its
+ *     sender may send on the flow anyway, so the bytes after the quote (which the socket's
+ *     error queue delivers) carry nothing the flow would not;
+ *   - CT_RELATED_FOREIGN: it quotes one but comes from, or goes to, a third address: a
+ *     router on the path, or anyone forging an error about another's flow to end it or to
+ *     feed its socket. The caller decides (rampart.c, handle_related_foreign).
+ * Out of line: errors are rare. */
 static __noinline int ct_related(const struct pkt *p, __u32 ep_id, __u8 dir, __u64 now)
 {
-	struct ct4_key k;
+	struct ct4_key k, outer;
 
 	if (!p->inner_valid)
 		return CT_NEW;
 	ct_key_fill(&k, &p->inner, ep_id, dir_opposite(dir));
-	if (ct_live(&k, p->inner.proto, now))
+	if (!ct_live(&k, p->inner.proto, now))
+		return CT_NEW;
+	ct_key_fill(&outer, &p->t, ep_id, dir);
+	if (outer.laddr == k.laddr && outer.raddr == k.raddr)
 		return CT_RELATED;
-	return CT_NEW;
+	return CT_RELATED_FOREIGN;
 }
 
 /* ct_lookup classifies p at endpoint ep_id in direction dir. For established packets and

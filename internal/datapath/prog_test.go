@@ -372,11 +372,12 @@ func TestICMP(t *testing.T) {
 	// Port in the policy key is the ICMP type: timestamp (13) is not echo (8).
 	f.expectDrop("timestamp request to A", f.fromEp(packet{src: epIP, dst: ipA, proto: uint8(icmp), icmpType: 13}), flow.ReasonPolicyDefaultDeny)
 
-	// ICMP errors are related to the flow they quote.
+	// ICMP errors are related to the flow they quote (who may send them:
+	// TestICMPErrorSender).
 	syn := packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: f.port(), dport: 80, tcpFlags: 0x02}
 	f.expectPass("syn to A", f.fromEp(syn))
 	quoted := syn.ipv4()[:28]
-	f.expectPass("unreachable about the flow", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(icmp), icmpType: 3, quoted: quoted}))
+	f.expectPass("unreachable about the flow", f.toEp(packet{src: ipA, dst: epIP, proto: uint8(icmp), icmpType: 3, quoted: quoted}))
 	other := syn
 	other.sport++
 	f.expectDrop("unreachable about another flow", f.toEp(packet{src: ipOut, dst: epIP, proto: uint8(icmp), icmpType: 3, quoted: other.ipv4()[:28]}), flow.ReasonPolicyDefaultDeny)

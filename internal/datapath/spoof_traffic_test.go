@@ -111,17 +111,7 @@ func TestSpoofedSourceTraffic(t *testing.T) {
 	d := openTest(t, Config{})
 	attachAll(t, d, node, a, b, c)
 	const idA, idB, idC = identity.Identity(1001), identity.Identity(1002), identity.Identity(1003)
-	if err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
-		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
-		netip.PrefixFrom(a.ip, 32):         {Identity: idA, EndpointID: 1},
-		netip.PrefixFrom(b.ip, 32):         {Identity: idB, EndpointID: 2},
-		netip.PrefixFrom(c.ip, 32):         {Identity: idC, EndpointID: 3},
-		netip.PrefixFrom(a.gw, 32):         {Identity: identity.Host},
-		netip.PrefixFrom(b.gw, 32):         {Identity: identity.Host},
-		netip.PrefixFrom(c.gw, 32):         {Identity: identity.Host},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	applyEndpointIPCache(t, d, []*trafficEndpoint{a, b, c}, []identity.Identity{idA, idB, idC})
 	const tcpPort, udpPort, ownPort = 8080, 5353, 7000
 	polC := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(
 		e(allow(idB, in, tcp, tcpPort, 16, 1)),
