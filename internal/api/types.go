@@ -628,6 +628,9 @@ type RemoteEndpointSpec struct {
 	// Monitor: the pod is a monitor endpoint of its node, which tap contracts of this
 	// node may name (its copies go through the overlay).
 	Monitor bool `json:"monitor,omitempty"`
+	// Ports are the pod's named ports: this node's egress rules that name a port resolve
+	// it against them when the pod is the peer.
+	Ports []NamedPort `json:"ports,omitempty"`
 }
 
 // RemoteEndpoint is a pod on another node as the agent knows it.
@@ -639,6 +642,7 @@ type RemoteEndpoint struct {
 	Labels    map[string]string `json:"labels"`
 	Identity  uint32            `json:"identity"`
 	Monitor   bool              `json:"monitor,omitempty"`
+	Ports     []NamedPort       `json:"ports,omitempty"`
 }
 
 // Tap is a tap contract as the agent holds it (docs/taps.md).
