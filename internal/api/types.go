@@ -327,12 +327,16 @@ type RuleRef struct {
 // TraceSide is the verdict at one enforcement point: the source's egress or the
 // destination's ingress.
 type TraceSide struct {
-	Direction string   `json:"direction"` // egress (at From) or ingress (at To)
-	Endpoint  string   `json:"endpoint"`  // ns/name
-	Enforced  bool     `json:"enforced"`  // default deny in this direction
-	Allowed   bool     `json:"allowed"`
-	Reason    string   `json:"reason"` // e.g. "allowed by rule", "denied by rule", "no rule allows (default deny)", "not enforced"
-	Rule      *RuleRef `json:"rule,omitempty"`
+	Direction string `json:"direction"` // egress (at From) or ingress (at To)
+	Endpoint  string `json:"endpoint"`  // ns/name
+	// Node names the node that decides this side when it is not the answering one (a pod
+	// on another node): the decision is computed from what the answering node knows of
+	// the cluster (every policy, the pods' labels and named ports). Empty: this node.
+	Node     string   `json:"node,omitempty"`
+	Enforced bool     `json:"enforced"` // default deny in this direction
+	Allowed  bool     `json:"allowed"`
+	Reason   string   `json:"reason"` // e.g. "allowed by rule", "denied by rule", "no rule allows (default deny)", "not enforced"
+	Rule     *RuleRef `json:"rule,omitempty"`
 	// Redirected: allowed only through the L7 proxy, where each request must match one of
 	// the HTTP rules of L7 (Allowed is true).
 	Redirected bool      `json:"redirected,omitempty"`
