@@ -14,6 +14,7 @@ import (
 	"maps"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -50,13 +51,15 @@ type PodLookup interface {
 }
 
 // PodInfo is what the Kubernetes API says of a pod: its labels, service account, the
-// cluster-wide identity of its full label set (0: none, allocated on the node), and
-// whether it is a monitor (MonitorAnnotation).
+// cluster-wide identity of its full label set (0: none, allocated on the node), whether
+// it is a monitor (MonitorAnnotation), and its named ports (its containers' ports that
+// have a name, as NetworkPolicy resolves a port given by name).
 type PodInfo struct {
 	Labels         labels.Labels
 	ServiceAccount string
 	Identity       identity.Identity
 	Monitor        bool
+	Ports          []PortRecord
 }
 
 // ClusterView is the cluster as the Kubernetes API shows it: everything the agent takes
@@ -275,6 +278,10 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			problems = append(problems, fmt.Sprintf("pod %s: %v", r.Key(), err))
 			continue
 		}
+		if _, err := validPortRecords(r.Ports); err != nil {
+			problems = append(problems, fmt.Sprintf("pod %s: %v", r.Key(), err))
+			continue
+		}
 		byIP[r.IP] = r.Key()
 		remotes[r.Key()] = &r
 	}
@@ -330,7 +337,7 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 				problems = append(problems, fmt.Sprintf("pod %s: annotation %s=%v differs from what the pod was created with (%v); it takes effect when the pod is created again",
 					key, MonitorAnnotation, p.Monitor, rec.Monitor))
 			}
-			if maps.Equal(rec.Labels, p.Labels) && rec.ServiceAccount == p.ServiceAccount && rec.Identity == p.Identity {
+			if maps.Equal(rec.Labels, p.Labels) && rec.ServiceAccount == p.ServiceAccount && rec.Identity == p.Identity && slices.Equal(rec.Ports, p.Ports) {
 				continue
 			}
 			l, err := validateLabels(p.Labels)
@@ -338,8 +345,13 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 				problems = append(problems, fmt.Sprintf("pod %s: %v", key, err))
 				continue
 			}
+			ports, err := validPortRecords(p.Ports)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("pod %s: %v", key, err))
+				continue
+			}
 			c := *rec
-			c.Labels, c.ServiceAccount, c.Identity = l, p.ServiceAccount, p.Identity
+			c.Labels, c.ServiceAccount, c.Identity, c.Ports = l, p.ServiceAccount, p.Identity, ports
 			m.endpoints[key] = &c
 		}
 		// Policies: those of the parsed objects, rule ids kept where they were.
@@ -440,7 +452,8 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 
 func remoteEqual(a, b *RemoteEndpointRecord) bool {
 	return a.Namespace == b.Namespace && a.Name == b.Name && a.Node == b.Node && a.IP == b.IP &&
-		a.ServiceAccount == b.ServiceAccount && a.Identity == b.Identity && a.Monitor == b.Monitor && maps.Equal(a.Labels, b.Labels)
+		a.ServiceAccount == b.ServiceAccount && a.Identity == b.Identity && a.Monitor == b.Monitor && maps.Equal(a.Labels, b.Labels) &&
+		slices.Equal(a.Ports, b.Ports)
 }
 
 // syncTaps makes m's tap contracts from the Kubernetes API those of parsed; the local

@@ -99,6 +99,9 @@ func (a *Agent) CNIAdd(ctx context.Context, req api.CNIAddRequest) (api.CNIResul
 			return api.CNIResult{}, err
 		}
 		p.Labels = l
+		if p.Ports, err = validPortRecords(p.Ports); err != nil {
+			return api.CNIResult{}, api.BadRequest("pod %s/%s: %v", ns, name, err)
+		}
 		pod = &p
 	}
 
@@ -119,7 +122,7 @@ func (a *Agent) CNIAdd(ctx context.Context, req api.CNIAddRequest) (api.CNIResul
 		CNI:       &CNIRecord{ContainerID: at.ContainerID, IfName: at.IfName, Netns: req.Netns},
 	}
 	if pod != nil {
-		spec.Labels, spec.ServiceAccount, spec.Identity = pod.Labels, pod.ServiceAccount, pod.Identity
+		spec.Labels, spec.ServiceAccount, spec.Identity, spec.Ports = pod.Labels, pod.ServiceAccount, pod.Identity, pod.Ports
 		// A monitor pod gets its receive and return interfaces with its endpoint, as
 		// `rampart endpoint add --monitor` makes them.
 		spec.Monitor = pod.Monitor

@@ -71,6 +71,8 @@ var _ Network = endpoint.Node{}
 type TracePeer struct {
 	Endpoint *mapstate.Endpoint // nil when the address is not a managed endpoint
 	IP       netip.Addr
+	// Node names the node of a pod on another node (a remote endpoint); "" otherwise.
+	Node string
 }
 
 // TraceQuery asks how a new connection From -> To on Protocol/Port is decided.

@@ -400,9 +400,7 @@ func (a *Agent) endpointView(rec *EndpointRecord, counters bool) api.Endpoint {
 	if rec.CNI != nil {
 		ep.CNI = &api.CNIAttachment{ContainerID: rec.CNI.ContainerID, IfName: rec.CNI.IfName}
 	}
-	for _, p := range rec.Ports {
-		ep.Ports = append(ep.Ports, api.NamedPort{Name: p.Name, Port: p.Port, Protocol: p.Protocol})
-	}
+	ep.Ports = apiPorts(rec.Ports)
 	if l, ok := a.cur.alloc.Labels(id); ok {
 		ep.IdentityLabels = labelList(l)
 	}

@@ -68,6 +68,9 @@ func mapstateTrace(in mapstate.Input, st mapstate.State, q TraceQuery) (api.Trac
 			Reason:     string(c.Decision.Reason),
 			CIDRGroup:  c.CIDRGroup,
 		}
+		if c.Node.IsValid() {
+			side.Node = c.Node.String() // the agent names the node
+		}
 		if c.Rule != nil {
 			side.Rule = &api.RuleRef{ID: c.Rule.ID, Policy: policyRefString(c.Rule.Policy), Rule: c.Rule.Description}
 		}

@@ -280,14 +280,22 @@ func endpointKeys(m *model, prev *desired) []string {
 func deriveEndpoint(rec *EndpointRecord, nsLabels labels.Labels) derivedEndpoint {
 	de := derivedEndpoint{nsLabels: nsLabels, full: fullLabels(rec, nsLabels)}
 	de.key = identity.LabelsKey(de.full)
-	if len(rec.Ports) > 0 {
-		de.named = make(map[string]mapstate.NamedPort, len(rec.Ports))
-		for _, p := range rec.Ports {
-			proto, _ := parseProtocol(p.Protocol)
-			de.named[p.Name] = mapstate.NamedPort{Port: p.Port, Protocol: proto}
-		}
-	}
+	de.named = namedPorts(rec.Ports)
 	return de
+}
+
+// namedPorts is the computation's form of an endpoint's (or a remote pod's) named ports;
+// nil without any.
+func namedPorts(ports []PortRecord) map[string]mapstate.NamedPort {
+	if len(ports) == 0 {
+		return nil
+	}
+	named := make(map[string]mapstate.NamedPort, len(ports))
+	for _, p := range ports {
+		proto, _ := parseProtocol(p.Protocol)
+		named[p.Name] = mapstate.NamedPort{Port: p.Port, Protocol: proto}
+	}
+	return named
 }
 
 func cloneAllocator(a *identity.Allocator) (*identity.Allocator, error) {

@@ -66,6 +66,9 @@ type RemoteEndpointRecord struct {
 	Identity identity.Identity `json:"identity,omitempty"`
 	// Monitor: a monitor endpoint on its node, which this node's tap contracts may name.
 	Monitor bool `json:"monitor,omitempty"`
+	// Ports are its named ports (Kubernetes: its containers' ports), against which this
+	// node's egress rules that name a port resolve when the pod is the peer.
+	Ports []PortRecord `json:"ports,omitempty"`
 }
 
 // Key is "namespace/name".
@@ -100,6 +103,7 @@ func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input, skip m
 		in.Remote = append(in.Remote, mapstate.RemoteEndpoint{
 			Namespace: r.Namespace, Name: r.Name, Labels: full,
 			Identity: alloc.ForLabels(full), IP: r.IP, Node: node.Address,
+			NamedPorts: namedPorts(r.Ports),
 		})
 	}
 	return used
@@ -214,7 +218,7 @@ func (a *Agent) ListRemoteEndpoints(ctx context.Context) ([]api.RemoteEndpoint, 
 
 func (a *Agent) remoteView(m *model, d *desired, r *RemoteEndpointRecord) api.RemoteEndpoint {
 	v := api.RemoteEndpoint{Namespace: r.Namespace, Name: r.Name, Node: r.Node, IP: r.IP.String(),
-		Labels: map[string]string(maps.Clone(r.Labels)), Monitor: r.Monitor}
+		Labels: map[string]string(maps.Clone(r.Labels)), Monitor: r.Monitor, Ports: apiPorts(r.Ports)}
 	if e, ok := d.state.IPCache[netip.PrefixFrom(r.IP, r.IP.BitLen())]; ok {
 		v.Identity = uint32(e.Identity)
 	}
@@ -240,8 +244,12 @@ func (a *Agent) PutRemoteEndpoint(ctx context.Context, namespace, name string, s
 	if err != nil || !ip.Is4() || ip.IsUnspecified() {
 		return api.RemoteEndpoint{}, api.BadRequest("remote endpoint %s/%s: ip %q: want the pod's IPv4 address", namespace, name, spec.IP)
 	}
+	ports, err := validatePorts(spec.Ports)
+	if err != nil {
+		return api.RemoteEndpoint{}, api.BadRequest("remote endpoint %s/%s: %v", namespace, name, err)
+	}
 	rec := &RemoteEndpointRecord{Namespace: namespace, Name: name, Node: spec.Node, IP: ip, Labels: l,
-		ServiceAccount: spec.ServiceAccount, Identity: identity.Identity(spec.Identity), Monitor: spec.Monitor}
+		ServiceAccount: spec.ServiceAccount, Identity: identity.Identity(spec.Identity), Monitor: spec.Monitor, Ports: ports}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	node, ok := a.model.nodes[spec.Node]

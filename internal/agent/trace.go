@@ -34,7 +34,7 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 		// Its policy could not be computed: the dataplane denies it both ways.
 		return api.TraceResult{Diagnostic: fmt.Sprintf("endpoint %s is denied all traffic: %s", key, why)}, nil
 	}
-	if from.Endpoint == nil && to.Endpoint == nil {
+	if from.Endpoint == nil && from.Node == "" && to.Endpoint == nil && to.Node == "" {
 		return api.TraceResult{}, api.BadRequest("neither %s nor %s is an endpoint: no policy applies", req.From, req.To)
 	}
 	in := a.cur.input
@@ -45,7 +45,15 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 		return api.TraceResult{}, err
 	}
 	v := a.view.Load()
+	var elsewhere []string
+	ingressRedirected := false
 	for i := range res.Sides {
+		s := &res.Sides[i]
+		ingressRedirected = ingressRedirected || s.Direction == policy.Ingress.String() && s.Redirected
+		if s.Node != "" {
+			s.Node = a.nodeNamed(s.Node)
+			elsewhere = append(elsewhere, fmt.Sprintf("%s at %s by node %s", s.Direction, s.Endpoint, s.Node))
+		}
 		if r := res.Sides[i].Rule; r != nil {
 			if full, ok := v.rules[r.ID]; ok {
 				res.Sides[i].Rule = &full
@@ -59,11 +67,16 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 			}
 		}
 	}
-	if from.Endpoint == nil && res.Redirected {
+	if from.Endpoint == nil && ingressRedirected {
 		// Only endpoint veths steer connections to the proxy: one from elsewhere reaches
 		// the destination without the proxy's mark and is dropped there.
 		res.Allowed, res.Redirected = false, false
 		res.Diagnostic = "L7 rules apply, but only connections from endpoints are steered to the L7 proxy: the dataplane drops this one (proxy-bypass)"
+	}
+	if len(elsewhere) > 0 {
+		// Say plainly which decisions are not this node's own.
+		res.Diagnostic = strings.TrimSpace(res.Diagnostic + " Decided on another node, judged here from the policies and pods this node knows: " +
+			strings.Join(elsewhere, ", ") + ".")
 	}
 	if *note != "" {
 		res.Diagnostic = strings.TrimSpace(res.Diagnostic + " " + *note)
@@ -84,7 +97,7 @@ func (a *Agent) tracePeer(s string) (TracePeer, error) {
 			return TracePeer{Endpoint: a.mapstateEndpoint(rec), IP: rec.IP}, nil
 		}
 		if r, ok := a.model.remotes[s]; ok {
-			return TracePeer{IP: r.IP}, nil
+			return TracePeer{IP: r.IP, Node: r.Node}, nil
 		}
 		return TracePeer{}, api.NotFound("endpoint %s not found, on this node or another", s)
 	}
@@ -95,6 +108,11 @@ func (a *Agent) tracePeer(s string) (TracePeer, error) {
 	for _, rec := range a.model.endpoints {
 		if rec.IP == ip {
 			return TracePeer{Endpoint: a.mapstateEndpoint(rec), IP: ip}, nil
+		}
+	}
+	for _, r := range a.model.remotes {
+		if r.IP == ip {
+			return TracePeer{IP: ip, Node: r.Node}, nil
 		}
 	}
 	return TracePeer{IP: ip}, nil
@@ -111,6 +129,16 @@ func (a *Agent) unresolvedPeer(peers ...string) (key, why string) {
 		}
 	}
 	return "", ""
+}
+
+// nodeNamed names the other node with address addr (addr itself if none has it).
+func (a *Agent) nodeNamed(addr string) string {
+	for _, n := range a.model.nodes {
+		if n.Address.String() == addr {
+			return n.Name
+		}
+	}
+	return addr
 }
 
 func (a *Agent) mapstateEndpoint(rec *EndpointRecord) *mapstate.Endpoint {

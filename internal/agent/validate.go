@@ -120,3 +120,21 @@ func validatePorts(in []api.NamedPort) ([]PortRecord, error) {
 	}
 	return out, nil
 }
+
+// validPortRecords checks named ports that did not come through the API (a pod's
+// container ports, from the Kubernetes view) as validatePorts does; nil for none.
+func validPortRecords(in []PortRecord) ([]PortRecord, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	return validatePorts(apiPorts(in))
+}
+
+// apiPorts is the API's form of named ports; nil for none.
+func apiPorts(in []PortRecord) []api.NamedPort {
+	var out []api.NamedPort
+	for _, p := range in {
+		out = append(out, api.NamedPort{Name: p.Name, Port: p.Port, Protocol: p.Protocol})
+	}
+	return out
+}

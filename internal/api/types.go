@@ -337,12 +337,16 @@ type RuleRef struct {
 // TraceSide is the verdict at one enforcement point: the source's egress or the
 // destination's ingress.
 type TraceSide struct {
-	Direction string   `json:"direction"` // egress (at From) or ingress (at To)
-	Endpoint  string   `json:"endpoint"`  // ns/name
-	Enforced  bool     `json:"enforced"`  // default deny in this direction
-	Allowed   bool     `json:"allowed"`
-	Reason    string   `json:"reason"` // e.g. "allowed by rule", "denied by rule", "no rule allows (default deny)", "not enforced"
-	Rule      *RuleRef `json:"rule,omitempty"`
+	Direction string `json:"direction"` // egress (at From) or ingress (at To)
+	Endpoint  string `json:"endpoint"`  // ns/name
+	// Node names the node that decides this side when it is not the answering one (a pod
+	// on another node): the decision is computed from what the answering node knows of
+	// the cluster (every policy, the pods' labels and named ports). Empty: this node.
+	Node     string   `json:"node,omitempty"`
+	Enforced bool     `json:"enforced"` // default deny in this direction
+	Allowed  bool     `json:"allowed"`
+	Reason   string   `json:"reason"` // e.g. "allowed by rule", "denied by rule", "no rule allows (default deny)", "not enforced"
+	Rule     *RuleRef `json:"rule,omitempty"`
 	// Redirected: allowed only through the L7 proxy, where each request must match one of
 	// the HTTP rules of L7 (Allowed is true).
 	Redirected bool      `json:"redirected,omitempty"`
@@ -638,6 +642,9 @@ type RemoteEndpointSpec struct {
 	// Monitor: the pod is a monitor endpoint of its node, which tap contracts of this
 	// node may name (its copies go through the overlay).
 	Monitor bool `json:"monitor,omitempty"`
+	// Ports are the pod's named ports: this node's egress rules that name a port resolve
+	// it against them when the pod is the peer.
+	Ports []NamedPort `json:"ports,omitempty"`
 }
 
 // RemoteEndpoint is a pod on another node as the agent knows it.
@@ -649,6 +656,7 @@ type RemoteEndpoint struct {
 	Labels    map[string]string `json:"labels"`
 	Identity  uint32            `json:"identity"`
 	Monitor   bool              `json:"monitor,omitempty"`
+	Ports     []NamedPort       `json:"ports,omitempty"`
 }
 
 // Tap is a tap contract as the agent holds it (docs/taps.md).

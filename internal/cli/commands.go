@@ -410,7 +410,11 @@ func (a *app) policyCommand() *cobra.Command {
 					}
 					rule += " " + field + " cidrGroupRef=" + s.CIDRGroup
 				}
-				a.printf("  %-7s at %s: %s%s (%s)\n", s.Direction, s.Endpoint, v, rule, s.Reason)
+				at := s.Endpoint
+				if s.Node != "" {
+					at += " (node " + s.Node + ")"
+				}
+				a.printf("  %-7s at %s: %s%s (%s)\n", s.Direction, at, v, rule, s.Reason)
 				for _, l := range s.L7 {
 					from := ""
 					if l.Rule != nil {

@@ -43,12 +43,8 @@ func (a *app) endpointAdd() *cobra.Command {
 				return err
 			}
 			spec := api.EndpointSpec{Namespace: ns, Name: name, Labels: l, IP: ip, ServiceAccount: sa, Monitor: monitor}
-			for _, p := range ports {
-				np, err := parseNamedPort(p)
-				if err != nil {
-					return err
-				}
-				spec.Ports = append(spec.Ports, np)
+			if spec.Ports, err = parseNamedPorts(ports); err != nil {
+				return err
 			}
 			ep, err := a.client.AddEndpoint(contextOf(cmd), spec)
 			if err != nil {
@@ -72,6 +68,19 @@ func (a *app) endpointAdd() *cobra.Command {
 	cmd.Flags().BoolVar(&monitor, "monitor", false, "make it a monitor for tap contracts (never tapped itself; see docs/taps.md)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
+}
+
+// parseNamedPorts reads the values of --port flags.
+func parseNamedPorts(in []string) ([]api.NamedPort, error) {
+	var out []api.NamedPort
+	for _, s := range in {
+		np, err := parseNamedPort(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, np)
+	}
+	return out, nil
 }
 
 // parseNamedPort reads NAME=PORT/PROTO.

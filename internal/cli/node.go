@@ -79,12 +79,12 @@ func (a *app) remoteCommand() *cobra.Command {
 		Aliases: []string{"remotes"},
 		Short:   "Declare, list and delete pods on other nodes (remote endpoints)",
 	}
-	var lbls []string
+	var lbls, ports []string
 	var node, ip, sa, output string
 	var id uint32
 	var monitor bool
 	add := &cobra.Command{
-		Use:   "add NAMESPACE/NAME --node NODE --ip ADDR [--labels k=v,...] [--identity ID] [--service-account SA] [--monitor]",
+		Use:   "add NAMESPACE/NAME --node NODE --ip ADDR [--labels k=v,...] [--port NAME=PORT/PROTO] [--identity ID] [--service-account SA] [--monitor]",
 		Short: "Declare a pod on another node (or change it); its identity follows its labels",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -96,7 +96,11 @@ func (a *app) remoteCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := a.client.PutRemoteEndpoint(contextOf(cmd), ns, name, api.RemoteEndpointSpec{Node: node, IP: ip, Labels: l, ServiceAccount: sa, Identity: id, Monitor: monitor})
+			spec := api.RemoteEndpointSpec{Node: node, IP: ip, Labels: l, ServiceAccount: sa, Identity: id, Monitor: monitor}
+			if spec.Ports, err = parseNamedPorts(ports); err != nil {
+				return err
+			}
+			r, err := a.client.PutRemoteEndpoint(contextOf(cmd), ns, name, spec)
 			if err != nil {
 				return err
 			}
@@ -107,6 +111,7 @@ func (a *app) remoteCommand() *cobra.Command {
 	add.Flags().StringVar(&node, "node", "", "the node that hosts the pod (required)")
 	add.Flags().StringVar(&ip, "ip", "", "the pod's IPv4 address (required)")
 	add.Flags().StringSliceVar(&lbls, "labels", nil, "labels k=v,k2=v2")
+	add.Flags().StringArrayVar(&ports, "port", nil, "the pod's named port NAME=PORT/PROTO (repeatable), for egress rules that name a port")
 	add.Flags().StringVar(&sa, "service-account", "", "the pod's service account")
 	add.Flags().Uint32Var(&id, "identity", 0, "the identity its own node gave the pod's labels (0: allocate here)")
 	add.Flags().BoolVar(&monitor, "monitor", false, "the pod is a monitor endpoint of its node (tap contracts here may name it)")

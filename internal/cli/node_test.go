@@ -57,11 +57,12 @@ func TestNodeAndRemoteCommands(t *testing.T) {
 		t.Errorf("node list: %d %q", code, out)
 	}
 
-	out, errs, code = runFake(t, f, "", "remote", "add", "x/b", "--node", "node-b", "--ip", "198.18.32.2", "--labels", "pod=b,app=web", "--identity", "258")
+	out, errs, code = runFake(t, f, "", "remote", "add", "x/b", "--node", "node-b", "--ip", "198.18.32.2", "--labels", "pod=b,app=web", "--identity", "258", "--port", "http=8080/TCP")
 	if code != 0 || !strings.Contains(out, "remote endpoint x/b: node node-b, ip 198.18.32.2, identity 258") {
 		t.Fatalf("remote add: %d %q %q", code, out, errs)
 	}
-	want := api.RemoteEndpointSpec{Node: "node-b", IP: "198.18.32.2", Labels: map[string]string{"pod": "b", "app": "web"}, Identity: 258}
+	want := api.RemoteEndpointSpec{Node: "node-b", IP: "198.18.32.2", Labels: map[string]string{"pod": "b", "app": "web"}, Identity: 258,
+		Ports: []api.NamedPort{{Name: "http", Port: 8080, Protocol: "TCP"}}}
 	if got := f.remotes["x/b"]; !reflect.DeepEqual(got, want) {
 		t.Errorf("remote sent %+v, want %+v", got, want)
 	}

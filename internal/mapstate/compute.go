@@ -291,19 +291,23 @@ func newComputer(in *Input) *computer {
 		set.add(ep.NamedPorts)
 		c.allPorts.add(ep.NamedPorts)
 	}
-	// Remote pods are peers like local endpoints (selected by their labels); their named
-	// ports are not known here.
+	// Remote pods are peers like local endpoints (selected by their labels, and an egress
+	// rule's named port resolves against theirs as against a local peer's).
 	for _, ep := range in.Remote {
 		if !validEndpointIdentity(ep.Identity) {
 			continue
 		}
-		if _, ok := c.portsByID[ep.Identity]; !ok {
-			c.portsByID[ep.Identity] = namedPortSet{}
+		set, ok := c.portsByID[ep.Identity]
+		if !ok {
+			set = namedPortSet{}
+			c.portsByID[ep.Identity] = set
 			c.endpointIDs = append(c.endpointIDs, ep.Identity)
 		}
 		if sets := c.labelsByID[ep.Identity]; !slices.ContainsFunc(sets, func(l labels.Labels) bool { return sameLabels(l, ep.Labels) }) {
 			c.labelsByID[ep.Identity] = append(sets, ep.Labels)
 		}
+		set.add(ep.NamedPorts)
+		c.allPorts.add(ep.NamedPorts)
 	}
 	slices.Sort(c.endpointIDs)
 	return c

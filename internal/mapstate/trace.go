@@ -3,6 +3,7 @@ package mapstate
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -35,12 +36,15 @@ type Query struct {
 
 // TraceEnd is a resolved end of the flow.
 type TraceEnd struct {
-	Endpoint   bool              `json:"endpoint"` // an endpoint of this agent
-	EndpointID uint32            `json:"endpointID,omitempty"`
-	Namespace  string            `json:"namespace,omitempty"`
-	Name       string            `json:"name,omitempty"`
-	Addr       netip.Addr        `json:"addr"`
-	Identity   identity.Identity `json:"identity"` // as the ipcache resolves Addr
+	Endpoint   bool   `json:"endpoint"` // an endpoint of this agent
+	EndpointID uint32 `json:"endpointID,omitempty"`
+	// Node is the address of the node that hosts the end when it is a pod on another node
+	// (Input.Remote); invalid otherwise.
+	Node      netip.Addr        `json:"node,omitzero"`
+	Namespace string            `json:"namespace,omitempty"`
+	Name      string            `json:"name,omitempty"`
+	Addr      netip.Addr        `json:"addr"`
+	Identity  identity.Identity `json:"identity"` // as the ipcache resolves Addr
 	// CIDRGroups names the CIDR sets Addr is in (Input.CIDRSetMembership), sorted.
 	CIDRGroups []string `json:"cidrGroups,omitempty"`
 }
@@ -58,8 +62,13 @@ type TraceCheck struct {
 	Direction policy.Direction `json:"direction"`
 	Endpoint  string           `json:"endpoint"` // namespace/name of the deciding endpoint
 	Enforced  bool             `json:"enforced"` // whether the endpoint enforces Direction
-	Decision  Decision         `json:"decision"`
-	Rule      *RuleInfo        `json:"rule,omitempty"`
+	// Node is, for a pod on another node, that node's address: the check is the one that
+	// node makes, computed here from the rules, the pod's labels and named ports, and the
+	// identities this node knows (as this node's own, with the host's and the nodes'
+	// addresses seen from there). Invalid for an endpoint of this node.
+	Node     netip.Addr `json:"node,omitzero"`
+	Decision Decision   `json:"decision"`
+	Rule     *RuleInfo  `json:"rule,omitempty"`
 	// CIDRGroup names the CIDR set whose identity the deciding entry has, when a
 	// cidrGroupRef peer decided (e.g. an egressDeny toCIDRSet cidrGroupRef).
 	CIDRGroup string `json:"cidrGroup,omitempty"`
@@ -75,7 +84,8 @@ type TraceL7 struct {
 	HTTP []policy.HTTPRule `json:"http"`
 }
 
-// TraceResult explains a flow. A check is present for each end that is an endpoint. The
+// TraceResult explains a flow. A check is present for each end that is an endpoint of
+// this node or a pod on another node (Input.Remote), whose check is computed here. The
 // verdict is Denied if a check denies the flow, else Redirected if a check redirects it to
 // the L7 proxy (the flow passes the dataplane; each request must pass the proxy's L7
 // rules), else Allowed.
@@ -89,8 +99,8 @@ type TraceResult struct {
 	Verdict  Verdict         `json:"verdict"`
 }
 
-// ErrNoEndpoint is returned by Trace when neither end is an endpoint: no policy of this agent
-// applies to such a flow.
+// ErrNoEndpoint is returned by Trace when neither end is an endpoint nor a pod on another
+// node: no policy applies to such a flow.
 var ErrNoEndpoint = errors.New("neither end of the flow is an endpoint")
 
 // Trace explains the verdict for q from st, the state computed from in (the dataplane's own
@@ -112,14 +122,50 @@ func Trace(in Input, st State, q Query) (TraceResult, error) {
 	}
 	res.Verdict = Allowed
 	if fromEP != nil {
-		res.Egress = check(in, st, fromEP, policy.Egress, to.Addr, q)
+		res.Egress = checkEnd(in, st, from, fromEP, policy.Egress, to.Addr, q)
 		res.Verdict = combine(res.Verdict, res.Egress.Decision.Verdict)
 	}
 	if toEP != nil {
-		res.Ingress = check(in, st, toEP, policy.Ingress, from.Addr, q)
+		res.Ingress = checkEnd(in, st, to, toEP, policy.Ingress, from.Addr, q)
 		res.Verdict = combine(res.Verdict, res.Ingress.Decision.Verdict)
 	}
 	return res, nil
+}
+
+// checkEnd is check at one end: an endpoint of this node in st, or a pod on another node
+// (end.Node valid), whose policy is computed here as its node computes it.
+func checkEnd(in Input, st State, end TraceEnd, ep *Endpoint, dir policy.Direction, peer netip.Addr, q Query) *TraceCheck {
+	if !end.Node.IsValid() {
+		return check(in, st, ep, dir, peer, q)
+	}
+	c := check(in, remoteState(in, st, *ep, end.Node), ep, dir, peer, q)
+	c.Node = end.Node
+	return c
+}
+
+// remoteState is the state the node at address node gives its pod ep, as far as a trace
+// of ep needs it: ep's policy computed from the same rules and identities, and the
+// ipcache as that node sees it (this node's host addresses are a remote node there, its
+// own address its host). Pod identities are the cluster's, so the rest is the same.
+func remoteState(in Input, st State, ep Endpoint, node netip.Addr) State {
+	c := newComputer(&in)
+	rules := make([]preparedRule, len(in.Rules))
+	for i := range in.Rules {
+		rules[i] = c.prepare(&in.Rules[i])
+	}
+	pol := c.endpointPolicy(ep, rules)
+	ipc := maps.Clone(st.IPCache)
+	for _, a := range in.HostIPs {
+		p := netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		e := ipc[p]
+		e.Identity = identity.RemoteNode
+		ipc[p] = e
+	}
+	p := netip.PrefixFrom(node, node.BitLen())
+	e := ipc[p]
+	e.Identity = identity.Host
+	ipc[p] = e
+	return State{Endpoints: map[uint32]EndpointPolicy{ep.ID: pol}, IPCache: ipc, L7: c.l7Rules(ep, rules, pol)}
 }
 
 // combine returns the verdict of a flow that must pass checks with verdicts a and b.
@@ -213,6 +259,9 @@ func resolveRef(in Input, st State, r TraceRef) (TraceEnd, *Endpoint, error) {
 			}
 		}
 		if ep == nil {
+			if rem := remoteRef(in, r); rem != nil {
+				return resolveRef(in, st, TraceRef{Addr: rem.IP})
+			}
 			return TraceEnd{}, nil, fmt.Errorf("endpoint %s/%s not found", r.Namespace, r.Name)
 		}
 		if r.Addr.IsValid() && r.Addr.Unmap() != ep.IP.Unmap() {
@@ -231,9 +280,26 @@ func resolveRef(in Input, st State, r TraceRef) (TraceEnd, *Endpoint, error) {
 	end := TraceEnd{Addr: r.Addr.Unmap()}
 	if ep != nil {
 		end = TraceEnd{Endpoint: true, EndpointID: ep.ID, Namespace: ep.Namespace, Name: ep.Name, Addr: ep.IP.Unmap()}
+	} else if rem := remoteRef(in, r); rem != nil {
+		ep = &Endpoint{Namespace: rem.Namespace, Name: rem.Name, Labels: rem.Labels, Identity: rem.Identity,
+			IP: rem.IP, NamedPorts: rem.NamedPorts}
+		end = TraceEnd{Namespace: rem.Namespace, Name: rem.Name, Addr: rem.IP.Unmap(), Node: rem.Node}
 	}
 	e, _ := LookupIPCache(st.IPCache, end.Addr)
 	end.Identity = e.Identity
 	end.CIDRGroups = setNames(in, membership(in, end.Addr))
 	return end, ep, nil
+}
+
+// remoteRef returns the pod on another node that r names (by name, else by address); nil
+// if none.
+func remoteRef(in Input, r TraceRef) *RemoteEndpoint {
+	for i := range in.Remote {
+		rem := &in.Remote[i]
+		if r.Name != "" && rem.Namespace == r.Namespace && rem.Name == r.Name ||
+			r.Name == "" && rem.IP.Unmap() == r.Addr.Unmap() {
+			return rem
+		}
+	}
+	return nil
 }

@@ -27,14 +27,16 @@ type Endpoint struct {
 
 // RemoteEndpoint is a pod on another node: policy selects it by its labels like a local
 // endpoint, and the ipcache maps its address to its identity and to the address of the
-// node that hosts it (the tunnel endpoint). It has no policy of its own here.
+// node that hosts it (the tunnel endpoint). It has no policy of its own here; its named
+// ports are what an egress rule naming a port resolves against when it is the peer.
 type RemoteEndpoint struct {
-	Namespace string
-	Name      string
-	Labels    labels.Labels // full label set, as a local endpoint's
-	Identity  identity.Identity
-	IP        netip.Addr
-	Node      netip.Addr // the hosting node's address
+	Namespace  string
+	Name       string
+	Labels     labels.Labels // full label set, as a local endpoint's
+	Identity   identity.Identity
+	IP         netip.Addr
+	Node       netip.Addr // the hosting node's address
+	NamedPorts map[string]NamedPort
 }
 
 // Input is everything the desired state depends on. Compute is a pure function of it.

@@ -78,7 +78,7 @@ func TestOperationsView(t *testing.T) {
 	if !named(a, "new") || !named(cc, "drop") {
 		t.Errorf("node 2's flows do not name x/a (allowed) and x/c (dropped) with node %s and their identities", n1.Name)
 	}
-	// Trace from a pod of the other node (by address: trace names only local endpoints).
+	// Trace from a pod of the other node, by address.
 	for _, tc := range []struct {
 		from  *clustertest.Pod
 		allow bool

@@ -333,7 +333,7 @@ func (w *Watcher) localPod(ctx context.Context, namespace, name string) (agent.P
 	if err != nil {
 		return agent.PodInfo{}, err
 	}
-	info := agent.PodInfo{Labels: labels.Labels(pod.Labels), ServiceAccount: pod.Spec.ServiceAccountName, Monitor: isMonitor(pod)}
+	info := agent.PodInfo{Labels: labels.Labels(pod.Labels), ServiceAccount: pod.Spec.ServiceAccountName, Monitor: isMonitor(pod), Ports: podPorts(pod)}
 	if info.Labels == nil {
 		info.Labels = labels.Labels{}
 	}
@@ -342,6 +342,41 @@ func (w *Watcher) localPod(ctx context.Context, namespace, name string) (agent.P
 		return agent.PodInfo{}, err
 	}
 	return info, nil
+}
+
+// podPorts returns the pod's named ports as Kubernetes resolves a port given by name
+// (FindPort): the named ports of its containers, then of its sidecars (init containers
+// with restartPolicy Always), the first declaration of a name winning. The protocol
+// defaults to TCP. A number outside 1-65535 is passed as 0, which the agent refuses.
+func podPorts(p *corev1.Pod) []agent.PortRecord {
+	var out []agent.PortRecord
+	seen := map[string]bool{}
+	add := func(c *corev1.Container) {
+		for _, cp := range c.Ports {
+			if cp.Name == "" || seen[cp.Name] {
+				continue
+			}
+			seen[cp.Name] = true
+			proto := string(cp.Protocol)
+			if proto == "" {
+				proto = string(corev1.ProtocolTCP)
+			}
+			var port uint16
+			if cp.ContainerPort > 0 && cp.ContainerPort <= 65535 {
+				port = uint16(cp.ContainerPort)
+			}
+			out = append(out, agent.PortRecord{Name: cp.Name, Port: port, Protocol: proto})
+		}
+	}
+	for i := range p.Spec.Containers {
+		add(&p.Spec.Containers[i])
+	}
+	for i := range p.Spec.InitContainers {
+		if c := &p.Spec.InitContainers[i]; c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			add(c)
+		}
+	}
+	return out
 }
 
 func (w *Watcher) allocate(ctx context.Context, namespace string, pod *corev1.Pod, nsLabels map[string]string) (identity.Identity, error) {
@@ -579,7 +614,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 			if err != nil {
 				return v, err
 			}
-			v.LocalPods[key] = agent.PodInfo{Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id, Monitor: isMonitor(p)}
+			v.LocalPods[key] = agent.PodInfo{Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id, Monitor: isMonitor(p), Ports: podPorts(p)}
 			continue
 		}
 		if p.Status.PodIP == "" {
@@ -595,7 +630,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 			return v, err
 		}
 		v.Remotes = append(v.Remotes, agent.RemoteEndpointRecord{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
-			IP: ip, Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id, Monitor: isMonitor(p)})
+			IP: ip, Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id, Monitor: isMonitor(p), Ports: podPorts(p)})
 	}
 	nps, err := c.netpols.List(k8slabels.Everything())
 	if err != nil {

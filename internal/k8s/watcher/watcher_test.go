@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -156,5 +157,44 @@ func TestIsMonitor(t *testing.T) {
 		if got := isMonitor(p); got != want {
 			t.Errorf("annotation %q: monitor %v, want %v", v, got, want)
 		}
+	}
+}
+
+// A pod's named ports are its containers' named ports, then its sidecars' (init
+// containers with restartPolicy Always, not the others), the first of a name winning, the
+// protocol TCP unless given.
+func TestPodPorts(t *testing.T) {
+	always, onFailure := corev1.ContainerRestartPolicyAlways, corev1.ContainerRestartPolicy("OnFailure")
+	p := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{
+			{Name: "setup", RestartPolicy: &onFailure, Ports: []corev1.ContainerPort{{Name: "init-port", ContainerPort: 9000}}},
+			{Name: "proxy", RestartPolicy: &always, Ports: []corev1.ContainerPort{
+				{Name: "proxy-admin", ContainerPort: 15000}, {Name: "serve-80-tcp", ContainerPort: 8080}}},
+		},
+		Containers: []corev1.Container{
+			{Name: "main", Ports: []corev1.ContainerPort{
+				{Name: "serve-80-tcp", ContainerPort: 80},
+				{Name: "serve-80-udp", ContainerPort: 80, Protocol: corev1.ProtocolUDP},
+				{ContainerPort: 81}, // no name: never named
+			}},
+			{Name: "side", Ports: []corev1.ContainerPort{
+				{Name: "serve-80-tcp", ContainerPort: 8081}, // taken by main
+				{Name: "sctp", ContainerPort: 9, Protocol: corev1.ProtocolSCTP},
+				{Name: "bad", ContainerPort: 70000},
+			}},
+		},
+	}}
+	want := []agent.PortRecord{
+		{Name: "serve-80-tcp", Port: 80, Protocol: "TCP"},
+		{Name: "serve-80-udp", Port: 80, Protocol: "UDP"},
+		{Name: "sctp", Port: 9, Protocol: "SCTP"},
+		{Name: "bad", Port: 0, Protocol: "TCP"},
+		{Name: "proxy-admin", Port: 15000, Protocol: "TCP"},
+	}
+	if got := podPorts(p); !reflect.DeepEqual(got, want) {
+		t.Errorf("podPorts = %+v\nwant %+v", got, want)
+	}
+	if got := podPorts(&corev1.Pod{}); got != nil {
+		t.Errorf("a pod without ports: %+v", got)
 	}
 }

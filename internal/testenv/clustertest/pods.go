@@ -50,17 +50,40 @@ func (c *Cluster) AddPod(n *Node, ns, name string, labels map[string]string) *Po
 
 // AddAnnotatedPod is AddPod for a pod with annotations (a monitor's, say).
 func (c *Cluster) AddAnnotatedPod(n *Node, ns, name string, labels, annotations map[string]string) *Pod {
+	c.T.Helper()
+	return c.AddPodWith(n, ns, name, PodOptions{Labels: labels, Annotations: annotations})
+}
+
+// PodOptions describe the Pod object AddPodWith creates.
+type PodOptions struct {
+	Labels, Annotations map[string]string
+	// Ports are the main container's ports (named ports for policy); the pod's servers
+	// listen on PodPorts whatever they say.
+	Ports []corev1.ContainerPort
+	// InitContainers are added as they are (a sidecar has restartPolicy Always); their
+	// image is the pause image unless given.
+	InitContainers []corev1.Container
+}
+
+// AddPodWith is AddPod for a pod described by o.
+func (c *Cluster) AddPodWith(n *Node, ns, name string, o PodOptions) *Pod {
 	t := c.T
 	t.Helper()
 	c.EnsureNamespace(ns, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	obj := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: o.Labels, Annotations: o.Annotations},
 		Spec: corev1.PodSpec{
 			NodeName:   n.Name,
-			Containers: []corev1.Container{{Name: "main", Image: "rampart.local/pause"}},
+			Containers: []corev1.Container{{Name: "main", Image: "rampart.local/pause", Ports: o.Ports}},
 		},
+	}
+	for _, ic := range o.InitContainers {
+		if ic.Image == "" {
+			ic.Image = "rampart.local/pause"
+		}
+		obj.Spec.InitContainers = append(obj.Spec.InitContainers, ic)
 	}
 	obj, err := c.Client.CoreV1().Pods(ns).Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
