@@ -15,6 +15,8 @@
 #   STARWARS_WORK=DIR      work directory (state, logs, stored files; default a new one
 #                          under /tmp); removed at the end like everything else
 set -euo pipefail
+# -h, --help: print the comment above and exit (what the README's check of its commands runs).
+case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 

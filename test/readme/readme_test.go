@@ -15,40 +15,45 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
-// usingIt returns the first ```sh block after the "## Using it" heading of README.md.
-func usingIt(t *testing.T, readme string) string {
+// shBlock returns the lines of the first ```sh block of a Markdown file after the line
+// heading (a "## " or "### " heading of its own), or of the whole file when heading is "".
+func shBlock(t *testing.T, path, heading string) []string {
 	t.Helper()
-	f, err := os.Open(readme)
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	var block []string
-	state := 0 // 0: before the section, 1: in it, 2: in its block
+	level := strings.SplitAfter(heading, " ")[0] // "## ", "### " or ""
+	state := 0                                   // 0: before the section, 1: in it, 2: in its block
+	if heading == "" {
+		state = 1
+	}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
-		case state == 0 && line == "## Using it":
+		case state == 0 && line == heading:
 			state = 1
-		case state == 1 && strings.HasPrefix(line, "## "):
-			t.Fatal(`README.md: the "Using it" section has no sh block`)
+		case state == 1 && heading != "" && strings.HasPrefix(line, level):
+			t.Fatalf("%s: the section %q has no sh block", path, heading)
 		case state == 1 && line == "```sh":
 			state = 2
 		case state == 2 && line == "```":
-			return strings.Join(block, "\n") + "\n"
+			return block
 		case state == 2:
 			block = append(block, line)
 		}
 	}
-	t.Fatalf(`README.md: no "## Using it" section with a closed sh block`)
-	return ""
+	t.Fatalf("%s: no section %q with a closed sh block", path, heading)
+	return nil
 }
 
 func TestUsingItRunsAsWritten(t *testing.T) {
 	testenv.RequireRoot(t)
 	root := testenv.ModuleRoot(t)
-	block := usingIt(t, filepath.Join(root, "README.md"))
+	block := strings.Join(shBlock(t, filepath.Join(root, "README.md"), "## Using it"), "\n") + "\n"
 	if !strings.Contains(block, "--instance quickstart") {
 		t.Fatalf("the README block no longer names its instance quickstart; this test renames it:\n%s", block)
 	}
