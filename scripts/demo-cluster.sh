@@ -19,6 +19,8 @@
 #                       1 to 12 lowercase letters and digits)
 #   DEMO_TUNNEL=MODE    the agents' --tunnel between the nodes (default vxlan; ipip, native)
 set -euo pipefail
+# -h, --help: print the comment above and exit (what the README's check of its commands runs).
+case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 

@@ -12,6 +12,8 @@
 #   DEMO_SKIP_SETUP=1      do not run scripts/setup.sh
 #   DEMO_INSTANCE=NAME     agent instance name (default dvd<pid>)
 set -euo pipefail
+# -h, --help: print the comment above and exit (what the README's check of its commands runs).
+case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 

@@ -15,6 +15,8 @@
 #   STARWARS_WORK=DIR      work directory (state, logs, stored files; default a new one
 #                          under /tmp); removed at the end like everything else
 set -euo pipefail
+# -h, --help: print the comment above and exit (what the README's check of its commands runs).
+case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
@@ -259,9 +261,9 @@ ship xwing POST /v1/request-landing 2s
 check 2.xwing-refused "the xwing requests landing" "$GOT" timeout
 ship tiefighter POST /v1/request-landing
 check 2.tiefighter-lands "the tiefighter requests landing" "$GOT" 200
-flows "the xwing's SYN is dropped by rule1, the tiefighter's connection is allowed by it" --last 8 --endpoint default/deathstar --port 80
-flow_shown "default/xwing .* -> default/deathstar .*:80 ingress DROPPED"
-check 2.flow-xwing-dropped "a flow of the xwing dropped at the deathstar's ingress" "$GOT" shown
+flows "rule1 selects the deathstar, so its ingress now admits only what a rule allows: the xwing's SYN matches no rule and is dropped by default deny (reason=policy-default-deny); the tiefighter's connection is allowed by rule1" --last 8 --endpoint default/deathstar --port 80
+flow_shown "default/xwing .* -> default/deathstar .*:80 ingress DROPPED .*reason=policy-default-deny"
+check 2.flow-xwing-dropped "a flow of the xwing dropped at the deathstar's ingress by default deny" "$GOT" shown
 flow_shown "default/tiefighter .* -> default/deathstar .*:80 ingress FORWARDED rule=CiliumNetworkPolicy/default/rule1"
 check 2.flow-tiefighter-allowed-by-rule1 "a flow of the tiefighter allowed by rule1" "$GOT" shown
 echo "  But ports cannot tell API calls apart: a tiefighter (or a rebel who took one) can still fire."
@@ -298,9 +300,9 @@ else
 	GOT=stale
 fi
 check 3.legacy-gets-nothing-new "request #$n in the log the rebels read from storage-legacy" "$GOT" stale
-flows "the deathstar's connections to storage-legacy are dropped by its egress policy, to storage-secure (21 and a passive port) allowed" \
+flows "deathstar-egress makes the deathstar's egress default deny: its connections to storage-legacy match no rule and are dropped (reason=policy-default-deny), to storage-secure (21 and a passive port) allowed by the policy" \
 	--last 10 --endpoint default/deathstar --protocol tcp
-flow_shown "default/deathstar .* -> default/storage-legacy .*:21 egress DROPPED"
+flow_shown "default/deathstar .* -> default/storage-legacy .*:21 egress DROPPED .*reason=policy-default-deny"
 check 3.flow-legacy-dropped "a flow of the deathstar dropped on its way to storage-legacy" "$GOT" shown
 flow_shown "default/deathstar .* -> default/storage-secure .*:21 egress FORWARDED rule=CiliumNetworkPolicy/default/deathstar-egress"
 check 3.flow-secure-allowed "a flow of the deathstar to storage-secure allowed by deathstar-egress" "$GOT" shown

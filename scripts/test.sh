@@ -6,6 +6,8 @@
 # for FUZZTIME (default 15s). Privileged tests need root; with CI=true they fail instead of
 # skipping when they cannot run.
 set -euo pipefail
+# -h, --help: print the comment above and exit (what the README's check of its commands runs).
+case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 

@@ -42,8 +42,10 @@
  * node's routing and the VXLAN overlay replace it, and a veth drops it.
  *
  * A packet that came back from a monitor (skb->ingress_ifindex a monitor's tx interface)
- * is not tapped again. Packets handed to the L7 proxy socket at the client's veth are
- * mirrored but not diverted: they go to the proxy, not to their destination.
+ * is not tapped again, and a packet that a local sender's egress rule mirrored is not
+ * mirrored to the same monitor again as it enters its destination
+ * (tap_mirrored_by_sender). Packets handed to the L7 proxy socket at the client's veth
+ * are mirrored but not diverted: they go to the proxy, not to their destination.
  *
  * Fragments: a later fragment has no ports to match rules with, so it goes where its
  * datagram's first fragment went. The tap of a first fragment is recorded in tap_frags (the
@@ -180,6 +182,51 @@ __noinline int tap_find(__u32 ep_id, const struct pkt *p __arg_nonnull, __u8 dir
 			return i;
 	}
 	return -1;
+}
+
+/* tap_mirrored_by_sender says whether a packet entering an endpoint, to be mirrored to
+ * receive interface rx (and, for a monitor on another node, key), was mirrored to the same
+ * monitor as it left its sender, a local endpoint: a contract whose source is both ends of
+ * a connection (a selector that matches both) would otherwise hand the monitor every
+ * packet twice, and the monitor would raise each alert twice. The packet entered the node
+ * through the sender's veth (skb->ingress_ifindex), so that endpoint's egress tap rules
+ * ran on this very tuple; its copy is the one kept (or counted lost there). Out of line:
+ * only mirrored packets entering a tapped endpoint get here. */
+static __noinline int tap_mirrored_by_sender(struct __sk_buff *skb, const struct pkt *p __arg_nonnull,
+					     __u32 rx, __u32 key)
+{
+	__u32 iif = skb->ingress_ifindex, ep_id;
+	struct endpoint_info *src;
+	struct tap_set *s;
+	struct tap_rule *r;
+	int i;
+
+	if (!iif)
+		return 0;
+	src = bpf_map_lookup_elem(&endpoints, &iif);
+	if (!src || !(src->flags & EP_TAP_EGRESS))
+		return 0;
+	ep_id = src->ep_id;
+	if (p->frag == FRAG_LATER) {
+		/* The sender's rule for a later fragment is its first fragment's. */
+		struct tap_frag_value *v;
+		struct frag_key k;
+
+		frag_key_fill(&k, p, ep_id, DIR_EGRESS);
+		v = bpf_map_lookup_elem(&tap_frags, &k);
+		if (!v || !v->tapped)
+			return 0;
+		r = &v->rule;
+	} else {
+		i = tap_find(ep_id, p, DIR_EGRESS);
+		if (i < 0 || i >= RAMPART_TAP_RULES)
+			return 0;
+		s = bpf_map_lookup_elem(&tap_sets, &ep_id);
+		if (!s)
+			return 0;
+		r = &s->rules[i];
+	}
+	return r->action == TAP_ACTION_MIRROR && r->rx_ifindex == rx && r->monitor_key == key;
 }
 
 /* tap_from_monitor says whether the packet came back from a monitor (the interface the
@@ -471,6 +518,10 @@ __noinline int tap_apply(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
 		if (!r)
 			return TC_ACT_OK;
 	}
+	/* Here rather than in tap_send: the call chain through tap_send is the deepest. */
+	if (dir == DIR_INGRESS && r->action == TAP_ACTION_MIRROR &&
+	    tap_mirrored_by_sender(skb, p, r->rx_ifindex, r->monitor_key))
+		return TC_ACT_OK;
 	return tap_send(skb, p, ep, dir, r);
 }
 

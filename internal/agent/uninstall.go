@@ -11,15 +11,17 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/monitor/suricata"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"golang.org/x/sys/unix"
 )
 
 // Uninstall removes what an agent with this configuration made, and nothing else: every
 // endpoint's veth and network namespace, the dataplane's pins, the state files, the proxy's
-// run files, and what its ownership record (owned.go) lists: the node namespace or the
+// run files, the monitors' directories that `rampart monitor run` wrote, and what its ownership record (owned.go) lists: the node namespace or the
 // router address, the proxy's policy routing, the sysctls it changed (restored to their
 // previous values) and the directories it created (each only if empty once the
 // instance's own files are gone). It refuses, before removing anything, a state
@@ -286,7 +288,61 @@ func removeStateFiles(cfg Config) []error {
 	for _, f := range proxyRunFiles {
 		rm(filepath.Join(cfg.proxyRunDir(), f))
 	}
+	errs = append(errs, removeMonitorDirs(cfg)...)
 	return errs
+}
+
+// removeMonitorDirs removes the monitors' directories that `rampart monitor run` made
+// in the state directory (api.MonitorsDirName/NAMESPACE/NAME): what Suricata and the
+// command wrote there, then each directory once empty. A file that is not a monitor's
+// keeps its directory.
+func removeMonitorDirs(cfg Config) []error {
+	var errs []error
+	top := filepath.Join(cfg.StateDir, api.MonitorsDirName)
+	nss, err := os.ReadDir(top)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return []error{fmt.Errorf("reading monitor directories: %w", err)}
+	}
+	for _, ns := range nss {
+		if !ns.IsDir() {
+			continue
+		}
+		nsDir := filepath.Join(top, ns.Name())
+		names, err := os.ReadDir(nsDir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reading monitor directories: %w", err))
+			continue
+		}
+		for _, n := range names {
+			if !n.IsDir() {
+				continue
+			}
+			dir := filepath.Join(nsDir, n.Name())
+			if gone, err := suricata.RemoveDir(dir); err != nil {
+				errs = append(errs, fmt.Errorf("monitor directory %s: %w", dir, err))
+			} else if !gone {
+				cfg.Logger.Info("directory kept: it holds files the instance did not make", "dir", dir)
+			}
+		}
+		removeIfEmpty(cfg, nsDir, &errs)
+	}
+	removeIfEmpty(cfg, top, &errs)
+	return errs
+}
+
+// removeIfEmpty removes dir unless it holds something.
+func removeIfEmpty(cfg Config, dir string, errs *[]error) {
+	err := os.Remove(dir)
+	switch {
+	case err == nil, errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST):
+		cfg.Logger.Info("directory kept: it holds files the instance did not make", "dir", dir)
+	default:
+		*errs = append(*errs, fmt.Errorf("removing directory %s: %w", dir, err))
+	}
 }
 
 // isSetFile reports whether the file at p is a CIDR set base or journal (by its magic),

@@ -13,6 +13,11 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
+// MonitorsDirName is the directory of the agent's state directory where `rampart monitor
+// run` keeps each monitor's files (MonitorsDirName/NAMESPACE/NAME), and which the agent's
+// uninstall removes with the rest of its state.
+const MonitorsDirName = "monitors"
+
 // Status describes the running agent.
 type Status struct {
 	// Version is the agent's build (version.Info's one line); empty from agents before it.

@@ -45,7 +45,7 @@ func (a *app) monitorDir(ctx context.Context, dir, ns, name string) (string, err
 	if st.StateDir == "" {
 		return "", errors.New("the agent reports no state directory: give --dir")
 	}
-	return filepath.Join(st.StateDir, "monitors", ns, name), nil
+	return filepath.Join(st.StateDir, api.MonitorsDirName, ns, name), nil
 }
 
 type monitorOutput struct {

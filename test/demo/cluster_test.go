@@ -3,6 +3,7 @@ package demo
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,6 +83,44 @@ func TestClusterDemoRunsToTheEnd(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the cluster demo's output lacks %q:\n%s", want, out)
 		}
+	}
+	checkExplanation(t, out)
+}
+
+// checkExplanation checks that the demo's explanation of a pair it announces as denied
+// shows what it says: the first trace under the announcement denies it, each trace says
+// which sides it judged, and a trace that allows says where the pair is denied instead.
+func checkExplanation(t *testing.T, out string) {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	at := slices.IndexFunc(lines, func(l string) bool { return strings.HasSuffix(l, ", 8080/TCP: denied") })
+	if at < 0 {
+		t.Errorf("the cluster demo announces no denied pair:\n%s", out)
+		return
+	}
+	verdicts, judges, conclusions := 0, 0, 0
+	for _, l := range lines[at+1:] {
+		switch {
+		case strings.HasPrefix(l, "$ rampart policy trace "):
+			judges++
+			if !strings.Contains(l, ", which judges the ") {
+				t.Errorf("a trace that does not say which side it judges: %q", l)
+			}
+		case strings.Contains(l, " 8080/TCP: ALLOWED") || strings.Contains(l, " 8080/TCP: DENIED"):
+			if verdicts == 0 && !strings.Contains(l, "DENIED") {
+				t.Errorf("the pair is announced as denied, and the first trace under it reads %q", l)
+			}
+			verdicts++
+		case strings.HasPrefix(l, "=> "):
+			conclusions++
+			if strings.Contains(l, " allows ") && !strings.Contains(l, "the pair is denied on ") {
+				t.Errorf("a trace that allows, with no word on where the pair is denied: %q", l)
+			}
+		}
+	}
+	if verdicts != 2 || judges != 2 || conclusions != 2 {
+		t.Errorf("the explanation shows %d traces (%d saying what they judge, %d concluded), want 2 of each:\n%s",
+			verdicts, judges, conclusions, strings.Join(lines[at:], "\n"))
 	}
 }
 

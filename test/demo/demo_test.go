@@ -57,7 +57,9 @@ func startScript(t *testing.T, script, inst string, timeout time.Duration) *demo
 	d := &demo{inst: inst, bin: bin, out: &lockedBuffer{}}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	d.cmd = exec.CommandContext(ctx, "bash", script)
+	// By its path, as the README writes it (a script that is not executable fails here),
+	// relative to the repository.
+	d.cmd = exec.CommandContext(ctx, script)
 	d.cmd.Dir = root
 	d.cmd.Env = append(os.Environ(), "RAMPART_BIN="+bin, "DEMO_SKIP_SETUP=1", "DEMO_INSTANCE="+d.inst)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -245,5 +247,69 @@ end
 	s.checkJoined(t, a, "web-mirror", "mirror")
 	if n := strings.Count(out.String(), `"signatureID":1000013`); n != 1 {
 		t.Errorf("%d alerts for the rental, want 1 (the third connection's):\n%s", n, out)
+	}
+}
+
+// What monitor run writes in the agent's state directory (the monitor's configuration,
+// rules, Lua scripts, logs and EVE file under monitors/NS/NAME) is the instance's: its
+// uninstall removes it, and with it the state directory.
+func TestUninstallRemovesMonitorFiles(t *testing.T) {
+	s := newShop(t)
+	lua := writeFile(t, "rental.lua", "function init(args)\n  return {payload = tostring(true)}\nend\nfunction match(args)\n  return 0\nend\n")
+	rule := fmt.Sprintf(`alert tcp any any -> any %d (msg:"seen"; flow:to_server,established; content:"x"; lua:rental.lua; sid:1000014; rev:1;)`, webPort)
+	_, _, stop := s.runMonitor(t, "sec/ids", "--mode", "passive", "--lua-allow", "--lua", lua, "--rule", rule)
+	if code := stop(); code != 0 {
+		t.Fatalf("monitor run exited %d after its interrupt", code)
+	}
+	stateDir := s.e.Config.StateDir
+	monDir := filepath.Join(stateDir, "monitors", "sec", "ids")
+	for _, f := range []string{"suricata.yaml", "eve.json", "rental.lua"} {
+		if _, err := os.Stat(filepath.Join(monDir, f)); err != nil {
+			t.Fatalf("monitor run did not write %s in %s: %v", f, monDir, err)
+		}
+	}
+	if err := s.e.Uninstall(); err != nil {
+		t.Fatalf("uninstall: %v", err)
+	}
+	if _, err := os.Stat(stateDir); !errors.Is(err, os.ErrNotExist) {
+		var left []string
+		filepath.WalkDir(stateDir, func(p string, _ os.DirEntry, _ error) error {
+			left = append(left, p)
+			return nil
+		})
+		t.Errorf("uninstall kept the state directory (%v): %v", err, left)
+	}
+}
+
+// A mirror contract whose source is both ends of a connection (a selector that matches
+// the client and web) copies each packet once, not once as it leaves the client and again
+// as it enters web: one marked request raises one alert, printed once by monitor run and
+// written once to the monitor's EVE file.
+func TestMirrorOfBothEndsAlertsOnce(t *testing.T) {
+	s := newShop(t)
+	rule := fmt.Sprintf(`alert tcp any any -> any %d (msg:"%s"; flow:to_server,established; content:"%s"; sid:1000015; rev:1;)`, webPort, attack, attack)
+	out, _, stop := s.runMonitor(t, "sec/ids", "--mode", "passive", "--rule", rule)
+	s.e.MustCLI("tap", "add", "shop-mirror", "--selector", "io.kubernetes.pod.namespace=shop", "--monitor", "sec/ids",
+		"--action", "mirror", "--protocol", "TCP")
+	if got, err := s.post(t, "buy "+attack, 5*time.Second); err != nil || got != "ok" {
+		t.Fatalf("request through the mirror: %q, %v", got, err)
+	}
+	waitAlert(t, out, 1000015)
+	// Suricata flushes what it holds as it stops: every alert it will raise is out then.
+	if code := stop(); code != 0 {
+		t.Fatalf("monitor run exited %d after its interrupt", code)
+	}
+	if n := strings.Count(out.String(), `"signatureID":1000015`); n != 1 {
+		t.Errorf("monitor run printed %d alerts for one marked request, want 1:\n%s", n, out)
+	}
+	eve, err := os.ReadFile(filepath.Join(s.e.Config.StateDir, "monitors", "sec", "ids", "eve.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(eve), `"signature_id":1000015`); n != 1 {
+		t.Errorf("eve.json holds %d alerts for one marked request, want 1", n)
+	}
+	if tp := s.tap(t, "shop-mirror"); tp.Counters.MirroredPackets == 0 {
+		t.Errorf("counters %+v: no copies", tp.Counters)
 	}
 }

@@ -104,6 +104,9 @@ const (
 	refName    = "reference.config"
 	threshName = "threshold.config"
 	lockName   = "monitor.lock"
+	// scriptsName lists, one a line, the Lua scripts Start copied into the directory, so
+	// that RemoveDir tells them from files that are not the monitor's.
+	scriptsName = "lua-scripts"
 )
 
 func (c *Config) validate() error {
@@ -142,7 +145,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("lua script %s: Lua rules are not allowed (LuaRules)", f)
 		}
 		switch filepath.Base(f) {
-		case configName, rulesName, eveName, logName, outputName, socketName, pidName, className, refName, threshName, lockName:
+		case configName, rulesName, eveName, logName, outputName, socketName, pidName, className, refName, threshName, lockName, scriptsName:
 			return fmt.Errorf("lua script %s: its name is one of the monitor's own files", f)
 		}
 	}

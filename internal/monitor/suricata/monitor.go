@@ -242,13 +242,24 @@ func writeFiles(cfg *Config) error {
 		rules += "\n"
 	}
 	files := map[string]string{configName: string(y), rulesName: rules, className: "", refName: "", threshName: ""}
+	var scripts strings.Builder
 	for _, f := range cfg.LuaScripts {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return fmt.Errorf("reading lua script: %w", err)
 		}
 		files[filepath.Base(f)] = string(b)
+		scripts.WriteString(filepath.Base(f) + "\n")
 	}
+	// The scripts of this run and of earlier ones: each copy is the monitor's to remove.
+	if old, err := os.ReadFile(filepath.Join(cfg.Dir, scriptsName)); err == nil {
+		for _, n := range strings.Fields(string(old)) {
+			if _, again := files[n]; !again {
+				scripts.WriteString(n + "\n")
+			}
+		}
+	}
+	files[scriptsName] = scripts.String()
 	for n, body := range files {
 		if err := os.WriteFile(filepath.Join(cfg.Dir, n), []byte(body), 0o600); err != nil {
 			return fmt.Errorf("writing %s: %w", n, err)
@@ -487,4 +498,39 @@ func (m *Monitor) Stats(ctx context.Context) (CaptureStats, error) {
 	}
 	return CaptureStats{KernelPackets: c.Capture.KernelPackets, KernelDrops: c.Capture.KernelDrops,
 		Accepted: c.IPS.Accepted, Blocked: c.IPS.Blocked, Alerts: c.Detect.Alert}, nil
+}
+
+// RemoveDir removes what monitors wrote in dir: their configuration, rules, logs, EVE
+// file, socket, pid file, lock and the Lua scripts they copied (listed in the
+// directory), then dir itself. A file a monitor did not write stays, and so does dir,
+// which RemoveDir then reports as kept (false). A dir that does not exist is removed.
+// The caller makes sure no monitor runs there.
+func RemoveDir(dir string) (removed bool, err error) {
+	names := []string{configName, rulesName, eveName, logName, outputName, socketName, pidName, className, refName, threshName, lockName}
+	if b, err := os.ReadFile(filepath.Join(dir, scriptsName)); err == nil {
+		for _, n := range strings.Fields(string(b)) {
+			if n == filepath.Base(n) && n != "." && n != ".." {
+				names = append(names, n)
+			}
+		}
+	} else if errors.Is(err, os.ErrNotExist) {
+		if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+			return true, nil
+		}
+	}
+	names = append(names, scriptsName) // last: the list of what else to remove
+	for _, n := range names {
+		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, fmt.Errorf("removing monitor file: %w", err)
+		}
+	}
+	if err := os.Remove(dir); err != nil {
+		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+			return false, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return false, fmt.Errorf("removing monitor directory: %w", err)
+		}
+	}
+	return true, nil
 }

@@ -56,11 +56,13 @@ type Env struct {
 	Client *api.Client
 	opts   Options
 
-	mu      sync.Mutex
-	agent   *agent.Agent
-	cancel  context.CancelFunc
-	done    chan error
-	servers map[string]*testenv.Servers // by ns/name
+	// uninstalled: the test ran Uninstall; the cleanup does not run it again.
+	uninstalled bool
+	mu          sync.Mutex
+	agent       *agent.Agent
+	cancel      context.CancelFunc
+	done        chan error
+	servers     map[string]*testenv.Servers // by ns/name
 }
 
 // StartAgent starts an agent for the test. It needs root (testenv.RequireRoot is called).
@@ -116,8 +118,10 @@ func StartAgent(t testing.TB, opts Options) *Env {
 		e.mu.Unlock()
 		e.Stop()
 		e.Client.Close()
-		if err := agent.Uninstall(e.Config); err != nil {
-			t.Errorf("uninstalling test agent: %v", err)
+		if !e.uninstalled {
+			if err := agent.Uninstall(e.Config); err != nil {
+				t.Errorf("uninstalling test agent: %v", err)
+			}
 		}
 		os.RemoveAll(sockDir)
 	})
@@ -170,6 +174,14 @@ func (e *Env) Stop() {
 	}
 	e.agent = nil
 	e.Client.Close() // drop idle connections to the old socket
+}
+
+// Uninstall stops the agent and runs its uninstall, as rampartd --uninstall does, for a
+// test that checks what uninstall leaves; the test's end then has nothing to uninstall.
+func (e *Env) Uninstall() error {
+	e.Stop()
+	e.uninstalled = true
+	return agent.Uninstall(e.Config)
 }
 
 // Restart stops and starts the agent.

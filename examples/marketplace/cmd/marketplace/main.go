@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -195,11 +196,14 @@ func ready(p *corev1.Pod) bool {
 }
 
 // explain runs rampart policy trace for a cross-node pair the scenario denies, on the
-// source's node (its egress) and the destination's (its ingress): a pod on the other node
-// is known to an agent by its address. Then the destination's recent flows, which name
-// the pods of the other node with their node. It prefers a pair whose source may reach
-// some pod and whose destination may be reached by some: a denial that depends on who
-// the peer is, not a pod that accepts or sends nothing.
+// source's node and on the destination's: a pod on the other node is known to an agent by
+// its address, and each node's trace answers for the sides of the connection that node
+// judges (the source's node its egress, the destination's node its ingress). The traces of
+// the nodes that deny come first, each said with the sides it judged, so that what the
+// demo announces is what the evidence under it shows; then the destination's recent flows,
+// which name the pods of the other node with their node. It prefers a pair whose source
+// may reach some pod and whose destination may be reached by some: a denial that depends
+// on who the peer is, not a pod that accepts or sends nothing.
 func explain(s *simcluster.State, pods []pod, allowed map[[2]string]bool) error {
 	sends, receives := map[string]bool{}, map[string]bool{}
 	for k, v := range allowed {
@@ -223,28 +227,134 @@ func explain(s *simcluster.State, pods []pod, allowed map[[2]string]bool) error 
 	}
 	from, to := pick[0], pick[1]
 	fmt.Printf("%s (%s) -> %s (%s), 8080/TCP: denied\n", from.Key(), from.Label(), to.Key(), to.Label())
+	fmt.Println("A connection between nodes passes only if both allow it: the source's node judges its egress,")
+	fmt.Println("the destination's node its ingress. Each node's policy trace answers for the sides it judges.")
+	var traces []nodeTrace
 	for _, side := range []struct{ node, from, to string }{
 		{from.Node, from.Key(), to.IP},
 		{to.Node, from.IP, to.Key()},
 	} {
-		if err := rampart(s, side.node, "policy", "trace", "--from", side.from, "--to", side.to, "--port", "8080/TCP"); err != nil {
+		tr := nodeTrace{Node: side.node, Args: []string{"policy", "trace", "--from", side.from, "--to", side.to, "--port", "8080/TCP"}}
+		out, err := rampartOutput(s, side.node, append(tr.Args, "-o", "json")...)
+		if err != nil {
 			return err
 		}
+		if err := json.Unmarshal(out, &tr.Result); err != nil {
+			return fmt.Errorf("rampart policy trace -o json on %s: %w", side.node, err)
+		}
+		traces = append(traces, tr)
 	}
-	return rampart(s, to.Node, "observe", "--endpoint", to.Key(), "--last", "6")
+	ordered, err := denyingFirst(traces)
+	if err != nil {
+		return err
+	}
+	for _, tr := range ordered {
+		if err := rampart(s, tr.Node, "which judges "+judged(tr.Result), tr.Args...); err != nil {
+			return err
+		}
+		fmt.Println(conclusion(tr, ordered))
+	}
+	return rampart(s, to.Node, "the destination's node", "observe", "--endpoint", to.Key(), "--last", "6")
 }
 
-// rampart runs the CLI against node's agent, showing the command.
-func rampart(s *simcluster.State, node string, args ...string) error {
-	n, ok := s.Node(node)
-	if !ok {
-		return fmt.Errorf("no node %s", node)
+// nodeTrace is one node's policy trace of a pair.
+type nodeTrace struct {
+	Node   string
+	Args   []string // the CLI's arguments
+	Result api.TraceResult
+}
+
+// denyingFirst orders the traces of a pair that is denied: the traces that deny it first.
+// A pair that no node's trace denies has no explanation to show: that is an error, not
+// an ALLOWED under a "denied".
+func denyingFirst(ts []nodeTrace) ([]nodeTrace, error) {
+	var deny, allow []nodeTrace
+	for _, t := range ts {
+		if t.Result.Allowed {
+			allow = append(allow, t)
+		} else {
+			deny = append(deny, t)
+		}
 	}
-	fmt.Printf("\n$ rampart %s   # on %s\n", strings.Join(args, " "), node)
-	cmd := exec.Command(filepath.Join(s.BinDir, "rampart"), append([]string{"--socket", n.Socket}, args...)...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if len(deny) == 0 {
+		var nodes []string
+		for _, t := range ts {
+			nodes = append(nodes, t.Node)
+		}
+		return nil, fmt.Errorf("the pair is denied, but no node's policy trace denies it (traced on %s)", strings.Join(nodes, ", "))
+	}
+	return append(deny, allow...), nil
+}
+
+// judged names the sides a trace judged: "the egress at org-c/c-1".
+func judged(r api.TraceResult) string {
+	if len(r.Sides) == 0 {
+		return "no side of the pair"
+	}
+	var sides []string
+	for _, s := range r.Sides {
+		sides = append(sides, "the "+s.Direction+" at "+s.Endpoint)
+	}
+	return strings.Join(sides, " and ")
+}
+
+// conclusion says what a trace shows about the pair: the sides it denies and why, or,
+// for a trace that allows, that its sides allow and which node denies instead.
+func conclusion(t nodeTrace, all []nodeTrace) string {
+	if !t.Result.Allowed {
+		var denied []string
+		for _, s := range t.Result.Sides {
+			if !s.Allowed {
+				denied = append(denied, fmt.Sprintf("the %s at %s (%s)", s.Direction, s.Endpoint, s.Reason))
+			}
+		}
+		if len(denied) == 0 {
+			return fmt.Sprintf("=> %s denies the pair", t.Node)
+		}
+		return fmt.Sprintf("=> %s denies the pair: %s", t.Node, strings.Join(denied, " and "))
+	}
+	var others []string
+	for _, o := range all {
+		if !o.Result.Allowed {
+			others = append(others, o.Node)
+		}
+	}
+	return fmt.Sprintf("=> %s allows the sides it judges (%s); the pair is denied on %s", t.Node, judged(t.Result), strings.Join(others, " and "))
+}
+
+// rampart runs the CLI against node's agent, showing the command and what it answers for.
+func rampart(s *simcluster.State, node, note string, args ...string) error {
+	cmd, err := rampartCmd(s, node, args)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n$ rampart %s   # on %s, %s\n", strings.Join(args, " "), node, note)
+	cmd.Stdout = os.Stdout
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("rampart %s on %s: %w", strings.Join(args, " "), node, err)
 	}
 	return nil
+}
+
+// rampartOutput runs the CLI against node's agent and returns what it prints.
+func rampartOutput(s *simcluster.State, node string, args ...string) ([]byte, error) {
+	cmd, err := rampartCmd(s, node, args)
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("rampart %s on %s: %w", strings.Join(args, " "), node, err)
+	}
+	return out, nil
+}
+
+func rampartCmd(s *simcluster.State, node string, args []string) (*exec.Cmd, error) {
+	n, ok := s.Node(node)
+	if !ok {
+		return nil, fmt.Errorf("no node %s", node)
+	}
+	cmd := exec.Command(filepath.Join(s.BinDir, "rampart"), append([]string{"--socket", n.Socket}, args...)...)
+	cmd.Stderr = os.Stderr
+	return cmd, nil
 }
