@@ -110,6 +110,7 @@ type k8sState struct {
 
 type parsedObject struct {
 	rv       string
+	rec      *AcceptedObjectRecord // what is persisted of it (model.accepted)
 	policies []*policy.Policy
 	groups   []*policy.CIDRGroup
 	taps     []*tap.Contract
@@ -176,10 +177,9 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			parsed[key] = prev
 			continue
 		}
-		source := fmt.Sprintf("%s %s", o.Kind, objectName(o.Namespace, o.Name))
-		docs, err := a.eng.Parse(source, o.Document)
-		if err == nil && len(docs.Policies)+len(docs.CIDRGroups)+len(docs.Taps) == 0 {
-			err = fmt.Errorf("%s: no policy in the object", source)
+		po, err := a.parseObject(key, o)
+		if err == nil {
+			err = a.requireProxy(po.policies)
 		}
 		if err != nil {
 			res.Refused[key] = err.Error()
@@ -187,14 +187,6 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 				parsed[key] = prev // the last accepted version stays
 				res.Refused[key] += " (its last accepted version stays in force)"
 			}
-			continue
-		}
-		for _, c := range docs.Taps {
-			c.Origin = "Kubernetes " + source
-		}
-		po := parsedObject{rv: o.ResourceVersion, policies: docs.Policies, groups: docs.CIDRGroups, taps: docs.Taps}
-		if err := a.requireProxy(po.policies); err != nil {
-			res.Refused[key] = err.Error()
 			continue
 		}
 		parsed[key] = po
@@ -363,6 +355,10 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			m.cidrsets[name] = &cidrSet{meta: meta, prefixes: content}
 		}
 		tapRefused = a.syncTaps(m, parsed)
+		m.accepted = make(map[string]*AcceptedObjectRecord, len(parsed))
+		for key, po := range parsed {
+			m.accepted[key] = po.rec
+		}
 		return nil
 	}
 	setsChanged := false
@@ -402,6 +398,44 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 	sort.Strings(problems)
 	res.Problems = problems
 	return res, nil
+}
+
+// parseObject parses policy object o of key.
+func (a *Agent) parseObject(key string, o PolicyObject) (parsedObject, error) {
+	source := fmt.Sprintf("%s %s", o.Kind, objectName(o.Namespace, o.Name))
+	docs, err := a.eng.Parse(source, o.Document)
+	if err == nil && len(docs.Policies)+len(docs.CIDRGroups)+len(docs.Taps) == 0 {
+		err = fmt.Errorf("%s: no policy in the object", source)
+	}
+	if err != nil {
+		return parsedObject{}, err
+	}
+	for _, c := range docs.Taps {
+		c.Origin = "Kubernetes " + source
+	}
+	rec := &AcceptedObjectRecord{Key: key, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name,
+		ResourceVersion: o.ResourceVersion, Document: string(o.Document)}
+	return parsedObject{rv: o.ResourceVersion, rec: rec, policies: docs.Policies, groups: docs.CIDRGroups, taps: docs.Taps}, nil
+}
+
+// restoreAccepted parses again the accepted versions of the policy objects the state held,
+// so that the first sync after a restart keeps each in force whose current version the
+// API holds is refused, as the agent did before it stopped. One that no longer parses (an
+// agent of another version) is dropped: the next sync treats its object as new.
+func (a *Agent) restoreAccepted(m *model) map[string]parsedObject {
+	parsed := make(map[string]parsedObject, len(m.accepted))
+	for key, rec := range m.accepted {
+		po, err := a.parseObject(key, PolicyObject{Kind: rec.Kind, Namespace: rec.Namespace, Name: rec.Name,
+			ResourceVersion: rec.ResourceVersion, Document: []byte(rec.Document)})
+		if err != nil {
+			a.log.Warn("the stored accepted version of a policy object no longer parses", "object", key, "error", err)
+			delete(m.accepted, key)
+			continue
+		}
+		po.rec = rec
+		parsed[key] = po
+	}
+	return parsed
 }
 
 func remoteEqual(a, b *RemoteEndpointRecord) bool {
