@@ -266,6 +266,9 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 		for _, rec := range st.Accepted {
 			m.accepted[rec.Key] = rec
 		}
+		for _, r := range st.Quarantine {
+			m.quarantine[r.IP] = r
+		}
 	}
 	for _, rec := range st.Policies {
 		rec.Raw = compactJSON(rec.Raw) // older agents wrote the state file indented
@@ -304,6 +307,7 @@ func (a *Agent) dropGoneCNIEndpoints(m *model) {
 			a.log.Warn("deleting the veth of a gone CNI endpoint", "endpoint", key, "error", err)
 		}
 		delete(m.endpoints, key)
+		a.quarantine(m, rec)
 	}
 }
 
@@ -418,6 +422,9 @@ func (a *Agent) persist(m *model, d *desired) error {
 	st.TapPolicy = tapPolicyRecord(d.tapPolicy)
 	for _, key := range sortedKeys(m.accepted) {
 		st.Accepted = append(st.Accepted, m.accepted[key])
+	}
+	for _, ip := range sortedAddrs(m.quarantine) {
+		st.Quarantine = append(st.Quarantine, m.quarantine[ip])
 	}
 	ids, err := d.alloc.MarshalJSON()
 	if err != nil {

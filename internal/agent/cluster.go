@@ -76,6 +76,21 @@ type ClusterView struct {
 	LocalPods map[string]PodInfo
 	// Problems are objects the watcher could not turn into the view (reported in status).
 	Problems []string
+
+	// For the address quarantine (quarantine.go):
+	// PodsRV is the pods cache's resourceVersion before the view was listed (the view
+	// reflects every pod event up to it; "" unknown): the acknowledgement this node
+	// publishes once the view is applied.
+	PodsRV string
+	// PodsRVListed is the pods cache's resourceVersion after the view was listed (no pod
+	// event the view reflects is past it).
+	PodsRVListed string
+	// LocalAddresses are the addresses of this node's pods that other nodes map (as
+	// Remotes on them: with a podIP, not host network, not ended), to the pod's key.
+	LocalAddresses map[netip.Addr]string
+	// Acks are the other Node objects' acknowledgements (PodsAckAnnotation), by name; ""
+	// for a Node without one.
+	Acks map[string]string
 }
 
 // PolicyObject is a policy object as a document for the parser (the same one `rampart
@@ -94,6 +109,9 @@ type SyncResult struct {
 	Refused map[string]string
 	// Problems are nodes, pods and namespaces left out, and why.
 	Problems []string
+	// WantAck is the acknowledgement this node's quarantined addresses wait for from the
+	// others ("" none waits): published as PodsWantAnnotation.
+	WantAck string
 }
 
 // k8sState is the agent's record of Kubernetes mode; guarded by a.mu.
@@ -106,6 +124,7 @@ type k8sState struct {
 	refused   map[string]string
 	problems  []string
 	synced    bool
+	acks      map[string]string // the last applied view's ClusterView.Acks
 }
 
 type parsedObject struct {
@@ -161,6 +180,7 @@ func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, err
 	a.k8s.lastErr = ""
 	a.k8s.syncs++
 	a.k8s.refused = res.Refused
+	a.k8s.acks = v.Acks
 	a.k8s.problems = append(append([]string(nil), v.Problems...), res.Problems...)
 	return res, nil
 }
@@ -359,6 +379,7 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 		for key, po := range parsed {
 			m.accepted[key] = po.rec
 		}
+		res.WantAck = syncQuarantine(m, v)
 		return nil
 	}
 	setsChanged := false
@@ -573,6 +594,7 @@ func (a *Agent) kubernetesStatus() *api.KubernetesStatus {
 		LastError:       a.k8s.lastErr,
 		LastErrorAt:     a.k8s.lastErrAt,
 		Problems:        a.k8s.problems,
+		Quarantined:     a.quarantineStatus(),
 	}
 	if k.NodeAddress.IsValid() {
 		st.NodeAddress = k.NodeAddress.String()

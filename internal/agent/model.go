@@ -29,7 +29,10 @@ type model struct {
 	// accepted is, in Kubernetes mode, the last accepted version of each policy object,
 	// by the watcher's key (cluster.go): persisted, so that a version the agent refuses
 	// after a restart finds the accepted one still in force.
-	accepted   map[string]*AcceptedObjectRecord
+	accepted map[string]*AcceptedObjectRecord
+	// quarantine is, in Kubernetes mode, the addresses of deleted pods that are not handed
+	// out again yet (quarantine.go).
+	quarantine map[netip.Addr]*QuarantineRecord
 	nextRuleID uint32
 	nextEpID   uint32
 }
@@ -49,6 +52,7 @@ func newModel() *model {
 		remotes:    map[string]*RemoteEndpointRecord{},
 		taps:       map[string]*storedTap{},
 		accepted:   map[string]*AcceptedObjectRecord{},
+		quarantine: map[netip.Addr]*QuarantineRecord{},
 		nextRuleID: 1,
 		nextEpID:   1,
 	}
@@ -65,6 +69,7 @@ func (m *model) clone() *model {
 		taps:       maps.Clone(m.taps),
 		tapPolicy:  m.tapPolicy,
 		accepted:   maps.Clone(m.accepted),
+		quarantine: maps.Clone(m.quarantine),
 		nextRuleID: m.nextRuleID,
 		nextEpID:   m.nextEpID,
 	}

@@ -113,6 +113,7 @@ type stateFile struct {
 	Taps       []*TapRecord             `json:"taps,omitempty"`
 	TapPolicy  *TapPolicyRecord         `json:"tapPolicy,omitempty"`
 	Accepted   []*AcceptedObjectRecord  `json:"acceptedObjects,omitempty"`
+	Quarantine []*QuarantineRecord      `json:"quarantine,omitempty"`
 	NextRuleID uint32                   `json:"nextRuleID"`
 	Identities json.RawMessage          `json:"identities"`
 	// NextEpID is the last field: save writes the file as the encoding without it

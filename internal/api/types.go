@@ -91,6 +91,20 @@ type KubernetesStatus struct {
 	Refused []RefusedObject `json:"refused,omitempty"`
 	// Problems are the objects left out of the view, and why.
 	Problems []string `json:"problems,omitempty"`
+	// Quarantined are the addresses of deleted pods not handed out again yet.
+	Quarantined []QuarantinedAddress `json:"quarantined,omitempty"`
+}
+
+// QuarantinedAddress is an address of a deleted pod that is not reused until every node
+// has dropped it (docs/cluster.md, "Pod addresses").
+type QuarantinedAddress struct {
+	Address string `json:"address"`
+	Pod     string `json:"pod"`
+	// Since is the pods resourceVersion from which the API shows no pod with the address
+	// ("" while it still does).
+	Since string `json:"since,omitempty"`
+	// WaitingFor are the nodes that have not acknowledged Since yet.
+	WaitingFor []string `json:"waitingFor,omitempty"`
 }
 
 // RefusedObject is a policy object the agent did not apply.

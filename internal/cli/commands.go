@@ -497,6 +497,15 @@ func printKubernetes(w io.Writer, k *api.KubernetesStatus) {
 	for _, p := range k.Problems {
 		fmt.Fprintf(w, "Left out:\t%s\n", p)
 	}
+	for _, q := range k.Quarantined {
+		why := "its pod is still in the API"
+		if len(q.WaitingFor) > 0 {
+			why = "waiting for node(s) " + strings.Join(q.WaitingFor, ", ")
+		} else if q.Since != "" {
+			why = "released at the next sync"
+		}
+		fmt.Fprintf(w, "Quarantined:\t%s (pod %s): %s\n", q.Address, q.Pod, why)
+	}
 }
 
 // printMaps prints the dataplane's maps, largest first, and their total.
