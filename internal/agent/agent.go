@@ -148,6 +148,9 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.k8s != nil {
+		a.k8s.parsed = a.restoreAccepted(m)
+	}
 	a.sets = newSetStore(cfg.StateDir)
 	if m.cidrsets, err = loadSetFiles(a.sets); err != nil {
 		return nil, err
@@ -259,6 +262,14 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 		m.taps[rec.Name] = &storedTap{rec: rec, c: c}
 	}
 	m.tapPolicy = st.TapPolicy
+	if a.k8s != nil {
+		for _, rec := range st.Accepted {
+			m.accepted[rec.Key] = rec
+		}
+		for _, r := range st.Quarantine {
+			m.quarantine[r.IP] = r
+		}
+	}
 	for _, rec := range st.Policies {
 		rec.Raw = compactJSON(rec.Raw) // older agents wrote the state file indented
 		p, err := a.eng.parseRecord(rec)
@@ -296,6 +307,7 @@ func (a *Agent) dropGoneCNIEndpoints(m *model) {
 			a.log.Warn("deleting the veth of a gone CNI endpoint", "endpoint", key, "error", err)
 		}
 		delete(m.endpoints, key)
+		a.quarantine(m, rec)
 	}
 }
 
@@ -408,6 +420,12 @@ func (a *Agent) persist(m *model, d *desired) error {
 		st.Taps = append(st.Taps, m.taps[name].rec)
 	}
 	st.TapPolicy = tapPolicyRecord(d.tapPolicy)
+	for _, key := range sortedKeys(m.accepted) {
+		st.Accepted = append(st.Accepted, m.accepted[key])
+	}
+	for _, ip := range sortedAddrs(m.quarantine) {
+		st.Quarantine = append(st.Quarantine, m.quarantine[ip])
+	}
 	ids, err := d.alloc.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("saving identities: %w", err)

@@ -79,6 +79,21 @@ type ClusterView struct {
 	LocalPods map[string]PodInfo
 	// Problems are objects the watcher could not turn into the view (reported in status).
 	Problems []string
+
+	// For the address quarantine (quarantine.go):
+	// PodsRV is the pods cache's resourceVersion before the view was listed (the view
+	// reflects every pod event up to it; "" unknown): the acknowledgement this node
+	// publishes once the view is applied.
+	PodsRV string
+	// PodsRVListed is the pods cache's resourceVersion after the view was listed (no pod
+	// event the view reflects is past it).
+	PodsRVListed string
+	// LocalAddresses are the addresses of this node's pods that other nodes map (as
+	// Remotes on them: with a podIP, not host network, not ended), to the pod's key.
+	LocalAddresses map[netip.Addr]string
+	// Acks are the other Node objects' acknowledgements (PodsAckAnnotation), by name; ""
+	// for a Node without one.
+	Acks map[string]string
 }
 
 // PolicyObject is a policy object as a document for the parser (the same one `rampart
@@ -100,6 +115,9 @@ type SyncResult struct {
 	// Unresolved are the pods (namespace/name) whose cluster identity disagrees with
 	// another pod's: a local one is denied everything, a remote one is left out.
 	Unresolved map[string]string
+	// WantAck is the acknowledgement this node's quarantined addresses wait for from the
+	// others ("" none waits): published as PodsWantAnnotation.
+	WantAck string
 }
 
 // Clean says whether the sync applied the whole view.
@@ -120,10 +138,12 @@ type k8sState struct {
 	// failing: the last view could not be applied at all (synced is false then); the
 	// dataplane enforces the last one applied.
 	failing bool
+	acks    map[string]string // the last applied view's ClusterView.Acks
 }
 
 type parsedObject struct {
 	rv       string
+	rec      *AcceptedObjectRecord // what is persisted of it (model.accepted)
 	policies []*policy.Policy
 	groups   []*policy.CIDRGroup
 	taps     []*tap.Contract
@@ -178,6 +198,7 @@ func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, err
 	a.k8s.lastErr = ""
 	a.k8s.syncs++
 	a.k8s.refused = res.Refused
+	a.k8s.acks = v.Acks
 	a.k8s.problems = append(append([]string(nil), v.Problems...), res.Problems...)
 	return res, nil
 }
@@ -213,10 +234,9 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			parsed[key] = prev
 			continue
 		}
-		source := fmt.Sprintf("%s %s", o.Kind, objectName(o.Namespace, o.Name))
-		docs, err := a.eng.Parse(source, o.Document)
-		if err == nil && len(docs.Policies)+len(docs.CIDRGroups)+len(docs.Taps) == 0 {
-			err = fmt.Errorf("%s: no policy in the object", source)
+		po, err := a.parseObject(key, o)
+		if err == nil {
+			err = a.requireProxy(po.policies)
 		}
 		if err != nil {
 			res.Refused[key] = err.Error()
@@ -224,14 +244,6 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 				parsed[key] = prev // the last accepted version stays
 				res.Refused[key] += " (its last accepted version stays in force)"
 			}
-			continue
-		}
-		for _, c := range docs.Taps {
-			c.Origin = "Kubernetes " + source
-		}
-		po := parsedObject{rv: o.ResourceVersion, policies: docs.Policies, groups: docs.CIDRGroups, taps: docs.Taps}
-		if err := a.requireProxy(po.policies); err != nil {
-			res.Refused[key] = err.Error()
 			continue
 		}
 		parsed[key] = po
@@ -409,6 +421,11 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			m.cidrsets[name] = &cidrSet{meta: meta, prefixes: content}
 		}
 		tapRefused = a.syncTaps(m, parsed)
+		m.accepted = make(map[string]*AcceptedObjectRecord, len(parsed))
+		for key, po := range parsed {
+			m.accepted[key] = po.rec
+		}
+		res.WantAck = syncQuarantine(m, v)
 		return nil
 	}
 	setsChanged := false
@@ -448,6 +465,44 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 	sort.Strings(problems)
 	res.Problems = problems
 	return res, nil
+}
+
+// parseObject parses policy object o of key.
+func (a *Agent) parseObject(key string, o PolicyObject) (parsedObject, error) {
+	source := fmt.Sprintf("%s %s", o.Kind, objectName(o.Namespace, o.Name))
+	docs, err := a.eng.Parse(source, o.Document)
+	if err == nil && len(docs.Policies)+len(docs.CIDRGroups)+len(docs.Taps) == 0 {
+		err = fmt.Errorf("%s: no policy in the object", source)
+	}
+	if err != nil {
+		return parsedObject{}, err
+	}
+	for _, c := range docs.Taps {
+		c.Origin = "Kubernetes " + source
+	}
+	rec := &AcceptedObjectRecord{Key: key, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name,
+		ResourceVersion: o.ResourceVersion, Document: string(o.Document)}
+	return parsedObject{rv: o.ResourceVersion, rec: rec, policies: docs.Policies, groups: docs.CIDRGroups, taps: docs.Taps}, nil
+}
+
+// restoreAccepted parses again the accepted versions of the policy objects the state held,
+// so that the first sync after a restart keeps each in force whose current version the
+// API holds is refused, as the agent did before it stopped. One that no longer parses (an
+// agent of another version) is dropped: the next sync treats its object as new.
+func (a *Agent) restoreAccepted(m *model) map[string]parsedObject {
+	parsed := make(map[string]parsedObject, len(m.accepted))
+	for key, rec := range m.accepted {
+		po, err := a.parseObject(key, PolicyObject{Kind: rec.Kind, Namespace: rec.Namespace, Name: rec.Name,
+			ResourceVersion: rec.ResourceVersion, Document: []byte(rec.Document)})
+		if err != nil {
+			a.log.Warn("the stored accepted version of a policy object no longer parses", "object", key, "error", err)
+			delete(m.accepted, key)
+			continue
+		}
+		po.rec = rec
+		parsed[key] = po
+	}
+	return parsed
 }
 
 func remoteEqual(a, b *RemoteEndpointRecord) bool {
@@ -586,6 +641,7 @@ func (a *Agent) kubernetesStatus() *api.KubernetesStatus {
 		LastError:       a.k8s.lastErr,
 		LastErrorAt:     a.k8s.lastErrAt,
 		Problems:        a.k8s.problems,
+		Quarantined:     a.quarantineStatus(),
 	}
 	if k.NodeAddress.IsValid() {
 		st.NodeAddress = k.NodeAddress.String()

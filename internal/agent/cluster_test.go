@@ -11,6 +11,7 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/proxy"
 )
 
 type noPods struct{}
@@ -364,5 +365,79 @@ func TestUnresolvedEndpointDenied(t *testing.T) {
 	if k := mustStatus(t, h).Kubernetes; k.Clean || len(k.Unresolved) != 1 || k.Unresolved[0].Object != "x/z" ||
 		!strings.Contains(k.Unresolved[0].Error, "denied all traffic") {
 		t.Errorf("status %+v, want x/z unresolved", k)
+	}
+}
+
+// The last accepted version of a policy object survives a restart: after the agent
+// refused a newer version and restarted, the API's current (refused) version finds the
+// accepted one still in force, as before the restart; an object deleted from the API
+// takes its accepted version with it, restart or not.
+func TestSyncClusterRestartKeepsAccepted(t *testing.T) {
+	h := kubernetesMode(newHarness(t))
+	ctx := context.Background()
+	h.add("x", "a", map[string]string{"pod": "a"})
+	objects := map[string]PolicyObject{
+		"np": {Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", Document: []byte(allowFromRemoteB)},
+	}
+	if _, err := h.a.SyncCluster(ctx, clusterView(5000, objects)); err != nil {
+		t.Fatal(err)
+	}
+	objects["np"] = PolicyObject{Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "2",
+		Document: []byte(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))}
+	for i, what := range []string{"refused", "after a restart", "after a second restart"} {
+		if i > 0 {
+			h.restart()
+		}
+		res, err := h.a.SyncCluster(ctx, clusterView(5000, objects))
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if msg := res.Refused["np"]; !strings.Contains(msg, "bogus") || !strings.Contains(msg, "last accepted version stays") {
+			t.Errorf("%s: refused %q, want bogus refused and the accepted version kept", what, msg)
+		}
+		ps, _ := h.a.ListPolicies(ctx)
+		if len(ps) != 1 || ps[0].Name != "from-b" || strings.Contains(string(ps[0].Raw), "bogus") {
+			t.Fatalf("%s: policies %+v, want the accepted from-b", what, ps)
+		}
+	}
+	delete(objects, "np")
+	if _, err := h.a.SyncCluster(ctx, clusterView(5000, objects)); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	objects["np"] = PolicyObject{Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "3",
+		Document: []byte(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))}
+	res, err := h.a.SyncCluster(ctx, clusterView(5000, objects))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := h.a.ListPolicies(ctx); len(ps) != 0 || strings.Contains(res.Refused["np"], "last accepted") {
+		t.Errorf("deleted, then created refused: policies %+v, refused %q; want none kept", ps, res.Refused["np"])
+	}
+}
+
+// A newer version that the node cannot enforce (L7 rules, no Envoy) is refused like one
+// the parser refuses: the accepted version stays in force, not nothing.
+func TestSyncClusterUnservableKeepsAccepted(t *testing.T) {
+	h := newHarness(t)
+	h.a.Close()
+	h.proxyErr = proxy.ErrNoEnvoy
+	h = kubernetesMode(h)
+	ctx := context.Background()
+	obj := func(rv, doc string) map[string]PolicyObject {
+		return map[string]PolicyObject{"cnp": {Kind: "CiliumNetworkPolicy", Namespace: "sw", Name: "rule1", ResourceVersion: rv, Document: []byte(doc)}}
+	}
+	if _, err := h.a.SyncCluster(ctx, clusterView(5000, obj("1", l3Deathstar))); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.a.SyncCluster(ctx, clusterView(5000, obj("2", l7Deathstar)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := res.Refused["cnp"]; !strings.Contains(msg, "envoy not found") || !strings.Contains(msg, "last accepted version stays") {
+		t.Errorf("refused %q, want the L7 version refused and the accepted one kept", msg)
+	}
+	if ps, _ := h.a.ListPolicies(ctx); len(ps) != 1 || strings.Contains(string(ps[0].Raw), "http") {
+		t.Errorf("policies %+v, want the accepted L3 rule1", ps)
 	}
 }

@@ -218,7 +218,8 @@ func (a *Agent) releaseLinks(key string, ifindex uint32) {
 	}
 }
 
-// chooseIP validates a requested address or picks the lowest free one of the pod range.
+// chooseIP validates a requested address or picks the lowest free one of the pod range;
+// a quarantined address (quarantine.go) is not free.
 func (a *Agent) chooseIP(m *model, want string) (netip.Addr, error) {
 	used := make(map[netip.Addr]string, len(m.endpoints))
 	for k, e := range m.endpoints {
@@ -238,12 +239,21 @@ func (a *Agent) chooseIP(m *model, want string) (netip.Addr, error) {
 		if k, ok := used[ip]; ok {
 			return netip.Addr{}, api.Conflict("address %v is used by endpoint %s", ip, k)
 		}
+		if q, ok := m.quarantine[ip]; ok {
+			return netip.Addr{}, api.Conflict("address %v was pod %s's and is not reused until every node has dropped it", ip, q.Pod)
+		}
 		return ip, nil
 	}
 	for ip := router.Next(); ip.IsValid() && ip != last && cidr.Contains(ip); ip = ip.Next() {
-		if _, ok := used[ip]; !ok {
+		if _, ok := used[ip]; ok {
+			continue
+		}
+		if _, ok := m.quarantine[ip]; !ok {
 			return ip, nil
 		}
+	}
+	if len(m.quarantine) > 0 {
+		return netip.Addr{}, a.quarantineExhausted(cidr)
 	}
 	return netip.Addr{}, api.Conflict("no free address left in %v", cidr)
 }
@@ -272,6 +282,7 @@ func (a *Agent) deleteRecord(rec *EndpointRecord) error {
 	key := rec.Key()
 	m := a.model.clone()
 	delete(m.endpoints, key)
+	a.quarantine(m, rec)
 	alloc, err := cloneAllocator(a.cur.alloc)
 	if err != nil {
 		return err

@@ -25,6 +25,13 @@ type model struct {
 	remotes    map[string]*RemoteEndpointRecord // pods on other nodes, by namespace/name
 	taps       map[string]*storedTap            // tap contracts, by name (taps.go)
 	tapPolicy  *TapPolicyRecord                 // the tap policy, nil: none (tappolicy.go)
+	// accepted is, in Kubernetes mode, the last accepted version of each policy object,
+	// by the watcher's key (cluster.go): persisted, so that a version the agent refuses
+	// after a restart finds the accepted one still in force.
+	accepted map[string]*AcceptedObjectRecord
+	// quarantine is, in Kubernetes mode, the addresses of deleted pods that are not handed
+	// out again yet (quarantine.go).
+	quarantine map[netip.Addr]*QuarantineRecord
 	nextRuleID uint32
 	nextEpID   uint32
 }
@@ -43,6 +50,8 @@ func newModel() *model {
 		nodes:      map[string]*NodeRecord{},
 		remotes:    map[string]*RemoteEndpointRecord{},
 		taps:       map[string]*storedTap{},
+		accepted:   map[string]*AcceptedObjectRecord{},
+		quarantine: map[netip.Addr]*QuarantineRecord{},
 		nextRuleID: 1,
 		nextEpID:   1,
 	}
@@ -58,6 +67,8 @@ func (m *model) clone() *model {
 		remotes:    maps.Clone(m.remotes),
 		taps:       maps.Clone(m.taps),
 		tapPolicy:  m.tapPolicy,
+		accepted:   maps.Clone(m.accepted),
+		quarantine: maps.Clone(m.quarantine),
 		nextRuleID: m.nextRuleID,
 		nextEpID:   m.nextEpID,
 	}

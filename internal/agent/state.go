@@ -86,6 +86,19 @@ type PolicyRecord struct {
 // Key matches policy.Policy.Key.
 func (p *PolicyRecord) Key() string { return string(p.Kind) + "/" + p.Namespace + "/" + p.Name }
 
+// AcceptedObjectRecord is the last version of a Kubernetes policy object (PolicyObject)
+// the agent accepted, as persisted: the document the parser took and its
+// resourceVersion. Document is a string, not raw JSON: the watcher hands over JSON, but
+// the parser also takes YAML.
+type AcceptedObjectRecord struct {
+	Key             string `json:"key"`
+	Kind            string `json:"kind"`
+	Namespace       string `json:"namespace,omitempty"`
+	Name            string `json:"name"`
+	ResourceVersion string `json:"resourceVersion"`
+	Document        string `json:"document"`
+}
+
 // stateFile is the JSON document in the state directory. Endpoints is empty in the file
 // (version 2) and filled by loadState from the endpoint files (and from a version 1 file).
 type stateFile struct {
@@ -99,6 +112,8 @@ type stateFile struct {
 	Remotes    []*RemoteEndpointRecord  `json:"remoteEndpoints,omitempty"`
 	Taps       []*TapRecord             `json:"taps,omitempty"`
 	TapPolicy  *TapPolicyRecord         `json:"tapPolicy,omitempty"`
+	Accepted   []*AcceptedObjectRecord  `json:"acceptedObjects,omitempty"`
+	Quarantine []*QuarantineRecord      `json:"quarantine,omitempty"`
 	NextRuleID uint32                   `json:"nextRuleID"`
 	Identities json.RawMessage          `json:"identities"`
 	// NextEpID is the last field: save writes the file as the encoding without it

@@ -103,6 +103,20 @@ type KubernetesStatus struct {
 	// Unresolved are the pods whose cluster identity disagrees with another pod's: this
 	// node's own are denied all traffic, the others' addresses are left out.
 	Unresolved []RefusedObject `json:"unresolved,omitempty"`
+	// Quarantined are the addresses of deleted pods not handed out again yet.
+	Quarantined []QuarantinedAddress `json:"quarantined,omitempty"`
+}
+
+// QuarantinedAddress is an address of a deleted pod that is not reused until every node
+// has dropped it (docs/cluster.md, "Pod addresses").
+type QuarantinedAddress struct {
+	Address string `json:"address"`
+	Pod     string `json:"pod"`
+	// Since is the pods resourceVersion from which the API shows no pod with the address
+	// ("" while it still does).
+	Since string `json:"since,omitempty"`
+	// WaitingFor are the nodes that have not acknowledged Since yet.
+	WaitingFor []string `json:"waitingFor,omitempty"`
 }
 
 // RefusedObject is a policy object the agent did not apply.

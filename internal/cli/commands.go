@@ -574,6 +574,15 @@ func printKubernetes(w io.Writer, k *api.KubernetesStatus) {
 	for _, u := range k.Unresolved {
 		fmt.Fprintf(w, "Unresolved:\t%s: %s\n", u.Object, u.Error)
 	}
+	for _, q := range k.Quarantined {
+		why := "its pod is still in the API"
+		if len(q.WaitingFor) > 0 {
+			why = "waiting for node(s) " + strings.Join(q.WaitingFor, ", ")
+		} else if q.Since != "" {
+			why = "released at the next sync"
+		}
+		fmt.Fprintf(w, "Quarantined:\t%s (pod %s): %s\n", q.Address, q.Pod, why)
+	}
 }
 
 // printMaps prints the dataplane's maps, largest first, and their total.

@@ -221,3 +221,43 @@ func TestNodeDeleted(t *testing.T) {
 	}
 	check(t, "node 3 deleted", []probe{{p1, p3, 80, "tcp", false}, {p2, p3, 80, "tcp", false}, {p1, p2, 80, "tcp", true}})
 }
+
+// An invalid update of an enforced policy is refused and its last accepted version stays
+// in force, on every node and across restarts of the agents: a restarted agent does not
+// forget it (which would leave the pods it selects open).
+func TestRefusedUpdateSurvivesRestart(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	a, cc, b := threePods(t, c)
+	c.KubectlApply(cnpCToB81)
+	waitFor(t, "CiliumNetworkPolicy applied", probe{a, b, 80, "tcp", false})
+	// The API server takes it (the CRD keeps unknown fields); the agents refuse toFQDNs.
+	c.KubectlApply(cnpCToB81 + "  egress:\n  - toFQDNs: [{matchName: example.com}]\n")
+	kept := func(what string) {
+		t.Helper()
+		for _, n := range c.Nodes {
+			var st api.Status
+			if !testenv.Eventually(propagate, func() bool {
+				st = n.Status()
+				return st.Kubernetes != nil && st.Kubernetes.Synced && len(st.Kubernetes.Refused) == 1 &&
+					strings.Contains(st.Kubernetes.Refused[0].Error, "toFQDNs")
+			}) {
+				t.Fatalf("%s: node %s does not report the refused update: %+v", what, n.Name, st.Kubernetes)
+			}
+			if r := st.Kubernetes.Refused[0]; !strings.Contains(r.Error, "last accepted version stays in force") {
+				t.Errorf("%s: node %s refused %+v without keeping the accepted version", what, n.Name, r)
+			}
+			ps := policies(t, n)
+			if len(ps) != 1 || ps[0].Name != "b-from-c" || strings.Contains(string(ps[0].Raw), "toFQDNs") {
+				t.Errorf("%s: node %s enforces %+v, want the accepted b-from-c", what, n.Name, ps)
+			}
+		}
+		check(t, what, []probe{{cc, b, 81, "tcp", true}, {a, b, 80, "tcp", false}, {a, b, 81, "tcp", false}, {cc, b, 80, "tcp", false}})
+	}
+	kept("update refused")
+	for _, n := range c.Nodes {
+		n.Stop()
+		n.Start()
+		n.WaitSynced()
+		kept("node " + n.Name + "'s agent restarted")
+	}
+}

@@ -105,6 +105,7 @@ type caches struct {
 	nodes      listerscorev1.NodeLister
 	namespaces listerscorev1.NamespaceLister
 	pods       listerscorev1.PodLister
+	podStore   cache.Store // for its resourceVersion (podsRV)
 	netpols    listersnetv1.NetworkPolicyLister
 	cnps       cache.GenericLister
 	ccnps      cache.GenericLister
@@ -193,6 +194,7 @@ func (w *Watcher) newCaches() (*caches, error) {
 	}
 	core := c.factory.Core().V1()
 	c.nodes, c.namespaces, c.pods = core.Nodes().Lister(), core.Namespaces().Lister(), core.Pods().Lister()
+	c.podStore = core.Pods().Informer().GetStore()
 	c.netpols = c.factory.Networking().V1().NetworkPolicies().Lister()
 	for _, x := range []struct {
 		inf  cache.SharedIndexInformer
@@ -544,6 +546,7 @@ func (w *Watcher) sync(ctx context.Context, a Agent) error {
 	}
 	w.reportRefused(ctx, v, res)
 	w.reportUnresolved(ctx, res)
+	w.publishAck(ctx, v, res)
 	return nil
 }
 
@@ -553,6 +556,9 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		Namespaces: map[string]labels.Labels{},
 		Objects:    map[string]agent.PolicyObject{},
 		LocalPods:  map[string]agent.PodInfo{},
+		// Every other Node counts for the quarantine, whether or not it is valid here.
+		Acks:           map[string]string{},
+		LocalAddresses: map[netip.Addr]string{},
 	}
 	c := w.cur.Load()
 	nss, err := c.namespaces.List(k8slabels.Everything())
@@ -574,6 +580,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		if n.Name == w.opts.NodeName {
 			continue
 		}
+		v.Acks[n.Name] = n.Annotations[agent.PodsAckAnnotation]
 		addr, ok := internalIP(n)
 		if !ok {
 			v.Problems = append(v.Problems, fmt.Sprintf("node %s: no InternalIP", n.Name))
@@ -590,10 +597,14 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		}
 		v.Nodes = append(v.Nodes, rec)
 	}
+	// The cache's resourceVersion moves with its content: read before the listing, every
+	// pod event up to it is in the view; after, none in the view is past it.
+	v.PodsRV = c.podStore.LastStoreSyncResourceVersion()
 	pods, err := c.pods.List(k8slabels.Everything())
 	if err != nil {
 		return v, fmt.Errorf("listing pods: %w", err)
 	}
+	v.PodsRVListed = c.podStore.LastStoreSyncResourceVersion()
 	for _, p := range pods {
 		if p.Spec.HostNetwork || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
@@ -609,20 +620,25 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		if l == nil {
 			l = labels.Labels{}
 		}
+		var ip netip.Addr
+		if p.Status.PodIP != "" {
+			if ip, err = netip.ParseAddr(p.Status.PodIP); err != nil || !ip.Is4() {
+				v.Problems = append(v.Problems, fmt.Sprintf("pod %s: podIP %q: want IPv4", key, p.Status.PodIP))
+				ip = netip.Addr{}
+			}
+		}
 		if p.Spec.NodeName == w.opts.NodeName {
 			id, err := w.allocate(ctx, p.Namespace, p, nsLabels[p.Namespace])
 			if err != nil {
 				return v, err
 			}
 			v.LocalPods[key] = agent.PodInfo{Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id, Monitor: isMonitor(p), Ports: podPorts(p)}
+			if ip.IsValid() {
+				v.LocalAddresses[ip] = key
+			}
 			continue
 		}
-		if p.Status.PodIP == "" {
-			continue
-		}
-		ip, err := netip.ParseAddr(p.Status.PodIP)
-		if err != nil || !ip.Is4() {
-			v.Problems = append(v.Problems, fmt.Sprintf("pod %s: podIP %q: want IPv4", key, p.Status.PodIP))
+		if !ip.IsValid() {
 			continue
 		}
 		id, err := w.allocate(ctx, p.Namespace, p, nsLabels[p.Namespace])
