@@ -300,14 +300,23 @@ static __always_inline int judge_local_source(struct __sk_buff *skb, const struc
 	return 1;
 }
 
+/* outside_cluster says whether a resolved address is outside the cluster: world, or a CIDR
+ * identity of it (identity.FirstCIDR and above), and no endpoint's. */
+static __always_inline int outside_cluster(const struct peer_identity *peer)
+{
+	return !peer->ep_id && (peer->identity == ID_WORLD ||
+				(peer->identity >= ID_FIRST_CIDR && peer->identity < ID_CIDR_SET_FIRST));
+}
+
 /* related_from_node says whether an ICMP error that quotes a packet of a live flow of the
  * endpoint, but does not travel between the flow's two ends (conntrack.h, ct_related),
  * comes from a node: the routers on the paths of the node's endpoints. That is this node
  * (the host identity, sent by the node itself as judge_local_source has it; e.g.
  * fragmentation needed for the overlay's MTU) or another node (remote-node: by address,
- * or through the overlay), and the error must enter the endpoint, addressed to the flow's
- * own side. Such an error passes as related. Anything else (another endpoint, a world
- * address, an endpoint sending an error about its own flow to a third party) is what it
+ * or through the overlay), or, for a flow whose peer is outside the cluster, an address
+ * outside it too (a router on the way out); and the error must enter the endpoint,
+ * addressed to the flow's own side. Such an error passes as related. Anything else
+ * (another endpoint, a world address reporting on a flow inside the cluster, an endpoint sending an error about its own flow to a third party) is what it
  * looks like, a packet from its sender to its destination, and the caller judges it by
  * policy as such (handle_new: dropped with policy's reason when policy does not allow
  * it), so that a pod denied by policy cannot end, or feed bytes to, another pod's flow by
@@ -324,7 +333,16 @@ static __noinline int related_from_node(struct __sk_buff *skb, const struct pkt 
 	if (judge_local_source(skb, p, d, &peer, &sender))
 		return 0;
 	tunnel_source(skb, &peer, d);
-	return peer.identity == ID_HOST || peer.identity == ID_REMOTE_NODE;
+	if (peer.identity == ID_HOST || peer.identity == ID_REMOTE_NODE)
+		return 1;
+	/* A router beyond the node (path MTU, TTL exceeded on the way out): an address outside
+	 * the cluster may report on a flow whose peer is outside the cluster too, as any
+	 * stateful firewall admits related errors. No endpoint can send from such an address
+	 * (anti-spoofing at its veth, the tunnels' source checks), so no pod gets through. */
+	if (!outside_cluster(&peer))
+		return 0;
+	ipcache_resolve(p->inner.daddr, &peer);
+	return outside_cluster(&peer);
 }
 
 /* recheck_drop drops a packet of an established flow that recheck_established refused with

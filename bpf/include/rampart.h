@@ -52,6 +52,9 @@
 #define ID_INIT 5
 #define ID_REMOTE_NODE 6
 #define ID_KUBE_APISERVER 7
+/* The first node-local CIDR identity (identity.FirstCIDR): endpoints' identities are below
+ * it, the numbers the 24-bit VNI carries. */
+#define ID_FIRST_CIDR (1u << 24)
 /* Secondary identity flag: a CIDR identity matched against an endpoint's or the host's
  * own address (so ipBlock/toCIDR peers can select pods), distinct from the same CIDR
  * identity seen as a plain remote address. */

@@ -36,7 +36,8 @@ func (f *fixture) expectForeignDrop(name string, ret uint32, src netip.Addr, fro
 // An ICMP error that quotes a packet of a live flow passes as related only when it
 // travels between the flow's two ends (from the peer entering the endpoint, to the peer
 // leaving it), or when a node sent it (this node, received from no interface; another
-// node, by address or through the overlay). An error from anyone else (another endpoint,
+// node, by address or through the overlay), or, about a flow whose peer is outside the
+// cluster, an address outside it too (a router on the way out). An error from anyone else (another endpoint,
 // a world address, the router address received from outside) is judged by policy as a
 // packet from its sender: the endpoint's policy denies it, so it is dropped with the
 // policy's reason and a flow that names its sender; allowed by policy, it passes.
@@ -58,6 +59,7 @@ func TestICMPErrorSender(t *testing.T) {
 		e(allow(idA, out, tcp, 80, 16, 1)),
 		e(allow(idA, out, udp, 53, 16, 2)),
 		e(allow(idA, in, udp, 5000, 16, 3)),
+		e(allow(identity.World, out, tcp, 443, 16, 5)),
 	)
 	const uplink = 99
 
@@ -107,6 +109,16 @@ func TestICMPErrorSender(t *testing.T) {
 		// The flow goes on.
 		f.expectPass(q.name+": the flow's next packet", f.fromEp(q.pkt))
 	}
+
+	// A flow to an address outside the cluster: a router on the way out (an address outside
+	// the cluster too) may report on it, as path MTU discovery needs; a pod may not.
+	out443 := packet{src: epIP, dst: ipOut, proto: uint8(tcp), sport: f.port(), dport: 443, tcpFlags: 0x02}
+	f.expectPass("SYN to a world address", f.fromEp(out443))
+	wanRouter := addr("203.0.113.1")
+	f.expectPass("fragmentation needed from a router outside, about a flow outside",
+		f.toEp(icmpError(wanRouter, epIP, 3, out443, nil)))
+	f.expectForeignDrop("unreachable forged by B about a flow outside",
+		f.toEp(icmpError(ipB, epIP, 3, out443, nil)), ipB, idB, in)
 
 	// Errors about a flow the peer opened (quoting the endpoint's reply), and errors the
 	// endpoint sends about it (quoting the peer's packet).
