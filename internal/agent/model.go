@@ -25,8 +25,11 @@ type model struct {
 	remotes    map[string]*RemoteEndpointRecord // pods on other nodes, by namespace/name
 	taps       map[string]*storedTap            // tap contracts, by name (taps.go)
 	tapPolicy  *TapPolicyRecord                 // the tap policy, nil: none (tappolicy.go)
-	nextRuleID uint32
-	nextEpID   uint32
+	// monitorsDown is why local monitors are down, by namespace/name (monitorcheck.go):
+	// what the agent last saw of them, never persisted.
+	monitorsDown map[string]string
+	nextRuleID   uint32
+	nextEpID     uint32
 }
 
 type storedPolicy struct {
@@ -50,16 +53,17 @@ func newModel() *model {
 
 func (m *model) clone() *model {
 	return &model{
-		namespaces: maps.Clone(m.namespaces),
-		endpoints:  maps.Clone(m.endpoints),
-		policies:   maps.Clone(m.policies),
-		cidrsets:   maps.Clone(m.cidrsets),
-		nodes:      maps.Clone(m.nodes),
-		remotes:    maps.Clone(m.remotes),
-		taps:       maps.Clone(m.taps),
-		tapPolicy:  m.tapPolicy,
-		nextRuleID: m.nextRuleID,
-		nextEpID:   m.nextEpID,
+		namespaces:   maps.Clone(m.namespaces),
+		endpoints:    maps.Clone(m.endpoints),
+		policies:     maps.Clone(m.policies),
+		cidrsets:     maps.Clone(m.cidrsets),
+		nodes:        maps.Clone(m.nodes),
+		remotes:      maps.Clone(m.remotes),
+		taps:         maps.Clone(m.taps),
+		tapPolicy:    m.tapPolicy,
+		monitorsDown: maps.Clone(m.monitorsDown),
+		nextRuleID:   m.nextRuleID,
+		nextEpID:     m.nextEpID,
 	}
 }
 
