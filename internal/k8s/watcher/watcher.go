@@ -722,7 +722,7 @@ func networkPolicyObject(np *networkingv1.NetworkPolicy) (string, agent.PolicyOb
 		return "", agent.PolicyObject{}, fmt.Errorf("%s %s/%s: %w", kind, np.Namespace, np.Name, err)
 	}
 	return objectKey(kind, np.Namespace, np.Name), agent.PolicyObject{Kind: kind, Namespace: np.Namespace, Name: np.Name,
-		ResourceVersion: np.ResourceVersion, Document: data}, nil
+		ResourceVersion: np.ResourceVersion, UID: string(np.UID), Document: data}, nil
 }
 
 func customObject(kind string, u *unstructured.Unstructured) (string, agent.PolicyObject, error) {
@@ -735,7 +735,7 @@ func customObject(kind string, u *unstructured.Unstructured) (string, agent.Poli
 		return "", agent.PolicyObject{}, fmt.Errorf("%s %s/%s: %w", kind, u.GetNamespace(), u.GetName(), err)
 	}
 	return objectKey(kind, u.GetNamespace(), u.GetName()), agent.PolicyObject{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(),
-		ResourceVersion: u.GetResourceVersion(), Document: data}, nil
+		ResourceVersion: u.GetResourceVersion(), UID: string(u.GetUID()), Document: data}, nil
 }
 
 // apiVersionOf is the group/version the watcher serves kind at.
