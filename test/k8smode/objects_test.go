@@ -269,6 +269,18 @@ func TestRefusedUpdateSurvivesRestart(t *testing.T) {
 	n2.Start()
 	n2.WaitSynced()
 	kept("node " + n2.Name + "'s agent restarted without its accepted versions")
+	// The record goes with its object.
+	if out := c.MustKubectl("get", "acceptedpolicies", "-o", "jsonpath={.items[*].spec.name}"); out != "b-from-c" {
+		t.Errorf("accepted policies %q, want b-from-c's", out)
+	}
+	c.MustKubectl("delete", "ciliumnetworkpolicy", "-n", "x", "b-from-c")
+	var out string
+	if !testenv.Eventually(propagate, func() bool {
+		out = c.MustKubectl("get", "acceptedpolicies", "-o", "jsonpath={.items[*].spec.name}")
+		return out == ""
+	}) {
+		t.Errorf("b-from-c deleted: accepted policies %q remain", out)
+	}
 }
 
 // forgetAccepted removes the accepted versions of the policy objects from the agent
