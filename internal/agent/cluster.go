@@ -94,6 +94,12 @@ type ClusterView struct {
 	// Acks are the other Node objects' acknowledgements (PodsAckAnnotation), by name; ""
 	// for a Node without one.
 	Acks map[string]string
+	// Accepted are the cluster's records of the last accepted version of each policy
+	// object, by the key of Objects (each written by the agent that accepted it, see
+	// SyncResult.Accept). An agent that refuses an object's current version and has no
+	// accepted version of its own (a new node, a wiped state directory) enforces the
+	// record's, so that it agrees with the other nodes instead of enforcing nothing.
+	Accepted map[string]PolicyObject
 }
 
 // PolicyObject is a policy object as a document for the parser (the same one `rampart
@@ -103,7 +109,10 @@ type PolicyObject struct {
 	Kind            string
 	Namespace, Name string
 	ResourceVersion string
-	Document        []byte // JSON with apiVersion and kind
+	// UID is the object's uid: a record of Accepted holds for the object of the same
+	// uid only (not one deleted and created again under the name).
+	UID      string
+	Document []byte // JSON with apiVersion and kind
 }
 
 // SyncResult says what a sync did not apply.
@@ -118,6 +127,9 @@ type SyncResult struct {
 	// WantAck is the acknowledgement this node's quarantined addresses wait for from the
 	// others ("" none waits): published as PodsWantAnnotation.
 	WantAck string
+	// Accept are the current versions of the policy objects the agent accepted whose
+	// record in ClusterView.Accepted is missing or older: the watcher records them.
+	Accept []PolicyObject
 }
 
 // Clean says whether the sync applied the whole view.
@@ -243,10 +255,20 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			if prev, ok := a.k8s.parsed[key]; ok {
 				parsed[key] = prev // the last accepted version stays
 				res.Refused[key] += " (its last accepted version stays in force)"
+			} else if prev, ok := a.clusterAccepted(key, o, v.Accepted[key]); ok {
+				parsed[key] = prev // the version the other nodes accepted
+				res.Refused[key] += " (its last accepted version stays in force)"
 			}
 			continue
 		}
 		parsed[key] = po
+	}
+	for _, key := range sortedKeys(parsed) {
+		o := v.Objects[key]
+		rec, ok := v.Accepted[key]
+		if parsed[key].rv == o.ResourceVersion && (!ok || rec.UID != o.UID || rec.ResourceVersion != o.ResourceVersion) {
+			res.Accept = append(res.Accept, o)
+		}
 	}
 
 	// Nodes and remote pods: what is valid.
@@ -483,6 +505,25 @@ func (a *Agent) parseObject(key string, o PolicyObject) (parsedObject, error) {
 	rec := &AcceptedObjectRecord{Key: key, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name,
 		ResourceVersion: o.ResourceVersion, Document: string(o.Document)}
 	return parsedObject{rv: o.ResourceVersion, rec: rec, policies: docs.Policies, groups: docs.CIDRGroups, taps: docs.Taps}, nil
+}
+
+// clusterAccepted parses rec, the cluster's record of the last accepted version of
+// object o of key, for an agent that refuses o and has none of its own. A record of
+// another object of the name (another uid) or of no version does not hold; one that does
+// not parse (an agent of another version wrote it) is logged and left.
+func (a *Agent) clusterAccepted(key string, o, rec PolicyObject) (parsedObject, bool) {
+	if rec.ResourceVersion == "" || rec.UID != o.UID || rec.Kind != o.Kind || rec.Namespace != o.Namespace || rec.Name != o.Name {
+		return parsedObject{}, false
+	}
+	po, err := a.parseObject(key, rec)
+	if err == nil {
+		err = a.requireProxy(po.policies)
+	}
+	if err != nil {
+		a.log.Warn("the cluster's accepted version of a policy object is refused", "object", key, "error", err)
+		return parsedObject{}, false
+	}
+	return po, true
 }
 
 // restoreAccepted parses again the accepted versions of the policy objects the state held,

@@ -416,6 +416,69 @@ func TestSyncClusterRestartKeepsAccepted(t *testing.T) {
 	}
 }
 
+// An agent with no accepted version of its own (a new node, a wiped state directory)
+// that refuses an object's current version enforces the version the cluster recorded as
+// accepted, as the other nodes do, not nothing; a record of another object of the name
+// (another uid) does not hold. An accepted version is reported for the cluster to record
+// until the record has it.
+func TestSyncClusterFreshAgentTakesClusterAccepted(t *testing.T) {
+	ctx := context.Background()
+	good := PolicyObject{Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", UID: "u1", Document: []byte(allowFromRemoteB)}
+	bad := good
+	bad.ResourceVersion = "2"
+	bad.Document = []byte(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))
+
+	h := kubernetesMode(newHarness(t))
+	h.add("x", "a", map[string]string{"pod": "a"})
+	v := clusterView(5000, map[string]PolicyObject{"np": good})
+	res, err := h.a.SyncCluster(ctx, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Accept) != 1 || res.Accept[0].ResourceVersion != "1" || res.Accept[0].UID != "u1" {
+		t.Errorf("accept %+v, want version 1 of np to record", res.Accept)
+	}
+	v.Accepted = map[string]PolicyObject{"np": good}
+	if res, err = h.a.SyncCluster(ctx, v); err != nil || len(res.Accept) != 0 {
+		t.Errorf("recorded: accept %+v (%v), want nothing to record", res.Accept, err)
+	}
+
+	for _, c := range []struct {
+		uid  string
+		kept bool
+	}{{"u1", true}, {"u0", false}} {
+		fresh := kubernetesMode(newHarness(t))
+		fresh.add("x", "a", map[string]string{"pod": "a"})
+		rec := good
+		rec.UID = c.uid
+		v := clusterView(5000, map[string]PolicyObject{"np": bad})
+		v.Accepted = map[string]PolicyObject{"np": rec}
+		res, err := fresh.a.SyncCluster(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := res.Refused["np"]
+		ps, _ := fresh.a.ListPolicies(ctx)
+		if !strings.Contains(msg, "bogus") || strings.Contains(msg, "last accepted version stays") != c.kept {
+			t.Errorf("record of uid %s: refused %q, want bogus refused, accepted version kept: %v", c.uid, msg, c.kept)
+		}
+		if kept := len(ps) == 1 && ps[0].Name == "from-b" && !strings.Contains(string(ps[0].Raw), "bogus"); kept != c.kept || !c.kept && len(ps) != 0 {
+			t.Errorf("record of uid %s: policies %+v, want the accepted from-b: %v", c.uid, ps, c.kept)
+		}
+		if len(res.Accept) != 0 {
+			t.Errorf("record of uid %s: accept %+v, want nothing (the current version is refused)", c.uid, res.Accept)
+		}
+		if c.kept {
+			fresh.restart()
+			v.Accepted = nil // its own state holds the version now
+			res, err := fresh.a.SyncCluster(ctx, v)
+			if ps, _ := fresh.a.ListPolicies(ctx); err != nil || len(ps) != 1 || !strings.Contains(res.Refused["np"], "last accepted version stays") {
+				t.Errorf("after a restart without the record: policies %+v, refused %q (%v), want from-b kept", ps, res.Refused["np"], err)
+			}
+		}
+	}
+}
+
 // A newer version that the node cannot enforce (L7 rules, no Envoy) is refused like one
 // the parser refuses: the accepted version stays in force, not nothing.
 func TestSyncClusterUnservableKeepsAccepted(t *testing.T) {

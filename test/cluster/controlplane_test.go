@@ -115,7 +115,7 @@ func TestCRDs(t *testing.T) {
 
 	out := kubectl(t, c, "get", "crd", "-o", "jsonpath={range .items[*]}{.metadata.name}:{.status.conditions[?(@.type==\"Established\")].status} {end}")
 	for _, want := range []string{"ciliumnetworkpolicies.cilium.io:True", "ciliumclusterwidenetworkpolicies.cilium.io:True", "ciliumcidrgroups.cilium.io:True", "securityidentities.rampart.io:True", "securityidentityclaims.rampart.io:True",
-		"tapcontracts.rampart.io:True", "trafficcontrols.crd.antrea.io:True"} {
+		"tapcontracts.rampart.io:True", "acceptedpolicies.rampart.io:True", "trafficcontrols.crd.antrea.io:True"} {
 		if !slices.Contains(strings.Fields(out), want) {
 			t.Errorf("CRDs %q: want %s", out, want)
 		}

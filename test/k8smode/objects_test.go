@@ -2,6 +2,7 @@ package k8smode
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -259,5 +260,50 @@ func TestRefusedUpdateSurvivesRestart(t *testing.T) {
 		n.Start()
 		n.WaitSynced()
 		kept("node " + n.Name + "'s agent restarted")
+	}
+	// Node 2's agent starts again with no accepted version of its own (its state lost
+	// them: a node whose state is new): it takes the version the cluster recorded.
+	n2 := c.Nodes[1]
+	n2.Stop()
+	forgetAccepted(t, n2.StateDir)
+	n2.Start()
+	n2.WaitSynced()
+	kept("node " + n2.Name + "'s agent restarted without its accepted versions")
+	// The record goes with its object.
+	if out := c.MustKubectl("get", "acceptedpolicies", "-o", "jsonpath={.items[*].spec.name}"); out != "b-from-c" {
+		t.Errorf("accepted policies %q, want b-from-c's", out)
+	}
+	c.MustKubectl("delete", "ciliumnetworkpolicy", "-n", "x", "b-from-c")
+	var out string
+	if !testenv.Eventually(propagate, func() bool {
+		out = c.MustKubectl("get", "acceptedpolicies", "-o", "jsonpath={.items[*].spec.name}")
+		return out == ""
+	}) {
+		t.Errorf("b-from-c deleted: accepted policies %q remain", out)
+	}
+}
+
+// forgetAccepted removes the accepted versions of the policy objects from the agent
+// state in dir (the agent stopped).
+func forgetAccepted(t *testing.T, dir string) {
+	t.Helper()
+	path := filepath.Join(dir, "state.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]json.RawMessage
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatalf("decoding %s: %v", path, err)
+	}
+	if _, ok := st["acceptedObjects"]; !ok {
+		t.Fatalf("%s holds no acceptedObjects", path)
+	}
+	delete(st, "acceptedObjects")
+	if data, err = json.Marshal(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,9 +1,10 @@
 // Package crds holds the CustomResourceDefinitions of the Cilium policy kinds Rampart
 // serves in Kubernetes mode (CiliumNetworkPolicy, CiliumClusterwideNetworkPolicy,
 // CiliumCIDRGroup), of its cluster-wide identities (SecurityIdentity,
-// SecurityIdentityClaim) and of the flow tap kinds (TapContract, Antrea's TrafficControl),
-// and installs them. The YAML files beside this one are the definitions;
-// `kubectl apply -f internal/k8s/crds/` installs the same.
+// SecurityIdentityClaim), of the flow tap kinds (TapContract, Antrea's TrafficControl) and
+// of the cluster's record of accepted policy versions (AcceptedPolicy), and installs them.
+// The YAML files beside this one are the definitions; `kubectl apply -f
+// internal/k8s/crds/` installs the same.
 package crds
 
 import (

@@ -20,6 +20,7 @@ func TestObjects(t *testing.T) {
 		kind, scope, storage string
 		served               []string
 	}{
+		"acceptedpolicies.rampart.io":                {"AcceptedPolicy", "Cluster", "v1alpha1", []string{"v1alpha1"}},
 		"ciliumcidrgroups.cilium.io":                 {"CiliumCIDRGroup", "Cluster", "v2", []string{"v2", "v2alpha1"}},
 		"ciliumclusterwidenetworkpolicies.cilium.io": {"CiliumClusterwideNetworkPolicy", "Cluster", "v2", []string{"v2"}},
 		"ciliumnetworkpolicies.cilium.io":            {"CiliumNetworkPolicy", "Namespaced", "v2", []string{"v2"}},

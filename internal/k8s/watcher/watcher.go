@@ -112,6 +112,7 @@ type caches struct {
 	ccgs       cache.GenericLister
 	taps       cache.GenericLister
 	tcs        cache.GenericLister
+	accepted   cache.GenericLister
 }
 
 // hasSynced says whether every informer of the set has synced.
@@ -212,7 +213,8 @@ func (w *Watcher) newCaches() (*caches, error) {
 	for _, x := range []struct {
 		gvr    schema.GroupVersionResource
 		lister *cache.GenericLister
-	}{{cnpResource, &c.cnps}, {ccnpResource, &c.ccnps}, {ccgResource, &c.ccgs}, {tapResource, &c.taps}, {tcResource, &c.tcs}} {
+	}{{cnpResource, &c.cnps}, {ccnpResource, &c.ccnps}, {ccgResource, &c.ccgs}, {tapResource, &c.taps}, {tcResource, &c.tcs},
+		{acceptedResource, &c.accepted}} {
 		gi := c.dfactory.ForResource(x.gvr)
 		if err := add(gi.Informer(), x.gvr.Resource); err != nil {
 			return nil, err
@@ -547,6 +549,7 @@ func (w *Watcher) sync(ctx context.Context, a Agent) error {
 	w.reportRefused(ctx, v, res)
 	w.reportUnresolved(ctx, res)
 	w.publishAck(ctx, v, res)
+	w.recordAccepted(ctx, v, res)
 	return nil
 }
 
@@ -682,6 +685,9 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 			v.Objects[key] = o
 		}
 	}
+	if err := listAccepted(c, &v); err != nil {
+		return v, err
+	}
 	return v, nil
 }
 
@@ -722,7 +728,7 @@ func networkPolicyObject(np *networkingv1.NetworkPolicy) (string, agent.PolicyOb
 		return "", agent.PolicyObject{}, fmt.Errorf("%s %s/%s: %w", kind, np.Namespace, np.Name, err)
 	}
 	return objectKey(kind, np.Namespace, np.Name), agent.PolicyObject{Kind: kind, Namespace: np.Namespace, Name: np.Name,
-		ResourceVersion: np.ResourceVersion, Document: data}, nil
+		ResourceVersion: np.ResourceVersion, UID: string(np.UID), Document: data}, nil
 }
 
 func customObject(kind string, u *unstructured.Unstructured) (string, agent.PolicyObject, error) {
@@ -735,7 +741,7 @@ func customObject(kind string, u *unstructured.Unstructured) (string, agent.Poli
 		return "", agent.PolicyObject{}, fmt.Errorf("%s %s/%s: %w", kind, u.GetNamespace(), u.GetName(), err)
 	}
 	return objectKey(kind, u.GetNamespace(), u.GetName()), agent.PolicyObject{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(),
-		ResourceVersion: u.GetResourceVersion(), Document: data}, nil
+		ResourceVersion: u.GetResourceVersion(), UID: string(u.GetUID()), Document: data}, nil
 }
 
 // apiVersionOf is the group/version the watcher serves kind at.

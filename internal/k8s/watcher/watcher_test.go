@@ -38,8 +38,8 @@ func TestNetworkPolicyDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if key != "NetworkPolicy/x/b-from-a" || o.ResourceVersion != "42" {
-		t.Errorf("key %q, resourceVersion %q", key, o.ResourceVersion)
+	if key != "NetworkPolicy/x/b-from-a" || o.ResourceVersion != "42" || o.UID != "u" {
+		t.Errorf("key %q, resourceVersion %q, uid %q", key, o.ResourceVersion, o.UID)
 	}
 	got := parse(t, o.Document)
 	want := parse(t, []byte(`apiVersion: networking.k8s.io/v1
@@ -75,8 +75,8 @@ func TestCustomObjectDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if key != "CiliumNetworkPolicy/x/p" || o.ResourceVersion != "7" {
-		t.Errorf("key %q, resourceVersion %q", key, o.ResourceVersion)
+	if key != "CiliumNetworkPolicy/x/p" || o.ResourceVersion != "7" || o.UID != "u" {
+		t.Errorf("key %q, resourceVersion %q, uid %q", key, o.ResourceVersion, o.UID)
 	}
 	var doc map[string]any
 	if err := json.Unmarshal(o.Document, &doc); err != nil {

@@ -55,6 +55,8 @@ type Node struct {
 	PodCIDR netip.Prefix // the Node's spec.podCIDR
 	Netns   string       // node network namespace name
 	Client  *api.Client
+	// StateDir is the agent's --state-dir.
+	StateDir string
 
 	c        *Cluster
 	cni      *libcni.CNIConfig
@@ -102,6 +104,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 			t.Fatal(err)
 		}
 		stateDir := filepath.Join(t.TempDir(), "state")
+		n.StateDir = stateDir
 		n.flags = []string{"--instance", n.instance, "--state-dir", stateDir, "--socket", filepath.Join(sockDir, "r.sock"),
 			"--bpf-dir", "/sys/fs/bpf/rampart/" + n.instance, "--node-netns", n.Netns, "--tunnel", string(opts.Tunnel)}
 		n.flags = append(n.flags, opts.AgentFlags...)
