@@ -56,7 +56,7 @@ func TestClusterScript(t *testing.T) {
 		}
 		pids = append(pids, pid)
 	}
-	if out, err := script("kubectl", "get", "crd", "-o", "name"); err != nil || strings.Count(out, ".cilium.io") != 3 || strings.Count(out, ".rampart.io") != 3 ||
+	if out, err := script("kubectl", "get", "crd", "-o", "name"); err != nil || strings.Count(out, ".cilium.io") != 3 || strings.Count(out, ".rampart.io") != 4 ||
 		!strings.Contains(out, "trafficcontrols.crd.antrea.io") {
 		t.Errorf("cluster.sh kubectl get crd: %v\n%s", err, out)
 	}
