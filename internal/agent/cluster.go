@@ -596,10 +596,22 @@ func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]st
 	for _, c := range compiled {
 		taken[c.Name] = true
 	}
+	admitted := map[string]bool{} // names admitted so far (filled below)
+	// A refused update keeps the version admitted before it (the same object's contract of
+	// that name), as a refused policy update does: an inline tap must not stop inspecting
+	// because its new version cannot be admitted.
+	refuse := func(cd candidate, err error) {
+		refused[cd.key] = err.Error()
+		if prev, ok := a.model.taps[cd.c.Name]; ok && prev.rec.Cluster && prev.rec.Source == cd.c.Origin {
+			m.taps[cd.c.Name] = prev
+			taken[cd.c.Name], admitted[cd.c.Name] = true, true
+			refused[cd.key] += " (its last accepted version stays in force)"
+		}
+	}
 	var pending []candidate
 	for _, cd := range fresh {
 		if err := a.clusterTapError(m, cd.c, taken); err != nil {
-			refused[cd.key] = err.Error()
+			refuse(cd, err)
 			continue
 		}
 		taken[cd.c.Name] = true
@@ -619,7 +631,6 @@ func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]st
 		eps[i].Node = "" // every pod as if local: overlaps anywhere in the cluster
 	}
 	conflicts := append(tap.Resolve(all, eps, "").Conflicts, tap.NamedConflicts(all)...)
-	admitted := map[string]bool{}
 	for name := range m.taps {
 		admitted[name] = true
 	}
@@ -635,7 +646,7 @@ func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]st
 			}
 		}
 		if len(mine) > 0 {
-			refused[cd.key] = (&tap.OverlapError{Conflicts: mine}).Error()
+			refuse(cd, &tap.OverlapError{Conflicts: mine})
 			continue
 		}
 		admitted[c.Name] = true

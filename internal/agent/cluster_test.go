@@ -504,3 +504,32 @@ func TestSyncClusterUnservableKeepsAccepted(t *testing.T) {
 		t.Errorf("policies %+v, want the accepted L3 rule1", ps)
 	}
 }
+
+// A tap contract's update that cannot be admitted (its monitor is not one) keeps the
+// version admitted before it in force, as a refused policy update does, also after a
+// restart: the tapped traffic never goes uninspected because of a bad update.
+func TestSyncClusterTapRefusedUpdateKeepsAccepted(t *testing.T) {
+	h := kubernetesMode(newTapHarness(t))
+	ctx := context.Background()
+	h.addMonitor("sec", "ids")
+	h.add("shop", "web-1", map[string]string{"app": "web"})
+	objects := map[string]PolicyObject{"TapContract//web-http": tapObject("TapContract", "web-http", "1", tapWeb)}
+	if _, err := h.a.SyncCluster(ctx, clusterView(5000, objects)); err != nil {
+		t.Fatal(err)
+	}
+	wantInstalled(t, h.dp.taps, "shop/web-1[0] web-http both TCP ports 80 mirror -> sec/ids")
+
+	objects["TapContract//web-http"] = tapObject("TapContract", "web-http", "2", strings.Replace(tapWeb, "monitor: sec/ids", "monitor: x/b", 1))
+	for round := range 2 { // the refusal, then the same version again after a restart
+		res, err := h.a.SyncCluster(ctx, clusterView(5000, objects))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg := res.Refused["TapContract//web-http"]; !strings.Contains(msg, "endpoint x/b is not a monitor") ||
+			!strings.Contains(msg, "its last accepted version stays in force") {
+			t.Errorf("round %d: refused %q, want x/b not a monitor, the last accepted version kept", round, msg)
+		}
+		wantInstalled(t, h.dp.taps, "shop/web-1[0] web-http both TCP ports 80 mirror -> sec/ids")
+		h.restart()
+	}
+}
