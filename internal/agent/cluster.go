@@ -94,11 +94,12 @@ type ClusterView struct {
 	// Acks are the other Node objects' acknowledgements (PodsAckAnnotation), by name; ""
 	// for a Node without one.
 	Acks map[string]string
-	// Accepted are the cluster's records of the last accepted version of each policy
-	// object, by the key of Objects (each written by the agent that accepted it, see
-	// SyncResult.Accept). An agent that refuses an object's current version and has no
-	// accepted version of its own (a new node, a wiped state directory) enforces the
-	// record's, so that it agrees with the other nodes instead of enforcing nothing.
+	// Accepted are the cluster's records of the version in force of each policy object
+	// whose current version is refused, by the key of Objects (written by the agents that
+	// keep one, see SyncResult.Record). An agent that refuses an object's current version
+	// and has no accepted version of its own (a new node, a wiped state directory)
+	// enforces the record's, so that it agrees with the other nodes instead of enforcing
+	// nothing.
 	Accepted map[string]PolicyObject
 }
 
@@ -127,9 +128,14 @@ type SyncResult struct {
 	// WantAck is the acknowledgement this node's quarantined addresses wait for from the
 	// others ("" none waits): published as PodsWantAnnotation.
 	WantAck string
-	// Accept are the current versions of the policy objects the agent accepted whose
-	// record in ClusterView.Accepted is missing or older: the watcher records them.
-	Accept []PolicyObject
+	// Record are the versions kept in force of the policy objects whose current version
+	// is refused and whose record in ClusterView.Accepted is missing or of another
+	// object: the watcher records them. Records are written on refusal only, so that
+	// accepting a policy costs the API server no write.
+	Record []PolicyObject
+	// Unrecord are the keys of ClusterView.Accepted whose object is gone or whose current
+	// version is accepted here: the watcher deletes those records.
+	Unrecord []string
 }
 
 // Clean says whether the sync applied the whole view.
@@ -263,13 +269,7 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 		}
 		parsed[key] = po
 	}
-	for _, key := range sortedKeys(parsed) {
-		o := v.Objects[key]
-		rec, ok := v.Accepted[key]
-		if parsed[key].rv == o.ResourceVersion && (!ok || rec.UID != o.UID || rec.ResourceVersion != o.ResourceVersion) {
-			res.Accept = append(res.Accept, o)
-		}
-	}
+	res.Record, res.Unrecord = acceptedRecords(v, parsed)
 
 	// Nodes and remote pods: what is valid.
 	nodes := map[string]*NodeRecord{}
@@ -505,6 +505,29 @@ func (a *Agent) parseObject(key string, o PolicyObject) (parsedObject, error) {
 	rec := &AcceptedObjectRecord{Key: key, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name,
 		ResourceVersion: o.ResourceVersion, Document: string(o.Document)}
 	return parsedObject{rv: o.ResourceVersion, rec: rec, policies: docs.Policies, groups: docs.CIDRGroups, taps: docs.Taps}, nil
+}
+
+// acceptedRecords compares the cluster's records of kept versions with what this sync
+// keeps in force (parsed): the kept versions to record (an object refused whose record is
+// missing or of another uid) and the records to delete (an object gone, or accepted in
+// its current version).
+func acceptedRecords(v ClusterView, parsed map[string]parsedObject) (record []PolicyObject, unrecord []string) {
+	for _, key := range sortedKeys(parsed) {
+		o, po := v.Objects[key], parsed[key]
+		rec, ok := v.Accepted[key]
+		if po.rv == o.ResourceVersion || po.rec == nil || ok && rec.UID == o.UID {
+			continue
+		}
+		record = append(record, PolicyObject{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name,
+			UID: o.UID, ResourceVersion: po.rv, Document: []byte(po.rec.Document)})
+	}
+	for _, key := range sortedKeys(v.Accepted) {
+		o, ok := v.Objects[key]
+		if po, kept := parsed[key]; !ok || kept && po.rv == o.ResourceVersion {
+			unrecord = append(unrecord, key)
+		}
+	}
+	return record, unrecord
 }
 
 // clusterAccepted parses rec, the cluster's record of the last accepted version of

@@ -419,8 +419,9 @@ func TestSyncClusterRestartKeepsAccepted(t *testing.T) {
 // An agent with no accepted version of its own (a new node, a wiped state directory)
 // that refuses an object's current version enforces the version the cluster recorded as
 // accepted, as the other nodes do, not nothing; a record of another object of the name
-// (another uid) does not hold. An accepted version is reported for the cluster to record
-// until the record has it.
+// (another uid) does not hold. Only a refusal asks for a record (the version kept in
+// force, until the record has it); a record is dropped once the current version is
+// accepted or the object is gone.
 func TestSyncClusterFreshAgentTakesClusterAccepted(t *testing.T) {
 	ctx := context.Background()
 	good := PolicyObject{Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", UID: "u1", Document: []byte(allowFromRemoteB)}
@@ -435,12 +436,27 @@ func TestSyncClusterFreshAgentTakesClusterAccepted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Accept) != 1 || res.Accept[0].ResourceVersion != "1" || res.Accept[0].UID != "u1" {
-		t.Errorf("accept %+v, want version 1 of np to record", res.Accept)
+	if len(res.Record) != 0 || len(res.Unrecord) != 0 {
+		t.Errorf("accepted: record %+v, unrecord %v; want no write", res.Record, res.Unrecord)
+	}
+	v = clusterView(5000, map[string]PolicyObject{"np": bad})
+	if res, err = h.a.SyncCluster(ctx, v); err != nil || len(res.Record) != 1 || res.Record[0].ResourceVersion != "1" ||
+		res.Record[0].UID != "u1" || string(res.Record[0].Document) != allowFromRemoteB {
+		t.Errorf("refused: record %+v (%v), want version 1 of np to record", res.Record, err)
 	}
 	v.Accepted = map[string]PolicyObject{"np": good}
-	if res, err = h.a.SyncCluster(ctx, v); err != nil || len(res.Accept) != 0 {
-		t.Errorf("recorded: accept %+v (%v), want nothing to record", res.Accept, err)
+	if res, err = h.a.SyncCluster(ctx, v); err != nil || len(res.Record) != 0 || len(res.Unrecord) != 0 {
+		t.Errorf("recorded: record %+v, unrecord %v (%v), want no write", res.Record, res.Unrecord, err)
+	}
+	fixed := good
+	fixed.ResourceVersion = "3"
+	v.Objects = map[string]PolicyObject{"np": fixed}
+	if res, err = h.a.SyncCluster(ctx, v); err != nil || len(res.Record) != 0 || len(res.Unrecord) != 1 || res.Unrecord[0] != "np" {
+		t.Errorf("accepted again: record %+v, unrecord %v (%v), want the record deleted", res.Record, res.Unrecord, err)
+	}
+	v.Objects = map[string]PolicyObject{}
+	if res, err = h.a.SyncCluster(ctx, v); err != nil || len(res.Unrecord) != 1 {
+		t.Errorf("deleted: unrecord %v (%v), want the record deleted", res.Unrecord, err)
 	}
 
 	for _, c := range []struct {
@@ -465,8 +481,9 @@ func TestSyncClusterFreshAgentTakesClusterAccepted(t *testing.T) {
 		if kept := len(ps) == 1 && ps[0].Name == "from-b" && !strings.Contains(string(ps[0].Raw), "bogus"); kept != c.kept || !c.kept && len(ps) != 0 {
 			t.Errorf("record of uid %s: policies %+v, want the accepted from-b: %v", c.uid, ps, c.kept)
 		}
-		if len(res.Accept) != 0 {
-			t.Errorf("record of uid %s: accept %+v, want nothing (the current version is refused)", c.uid, res.Accept)
+		// Kept from the record: nothing to write. Of another uid: nothing of its own to keep.
+		if len(res.Record) != 0 || len(res.Unrecord) != 0 {
+			t.Errorf("record of uid %s: record %+v, unrecord %v; want no write", c.uid, res.Record, res.Unrecord)
 		}
 		if c.kept {
 			fresh.restart()

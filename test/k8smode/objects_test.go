@@ -231,6 +231,13 @@ func TestRefusedUpdateSurvivesRestart(t *testing.T) {
 	a, cc, b := threePods(t, c)
 	c.KubectlApply(cnpCToB81)
 	waitFor(t, "CiliumNetworkPolicy applied", probe{a, b, 80, "tcp", false})
+	records := func() string {
+		return c.MustKubectl("get", "acceptedpolicies", "-o", "jsonpath={.items[*].spec.name}")
+	}
+	// Accepting costs the API server no write: only a refusal records a version.
+	if out := records(); out != "" {
+		t.Errorf("policy accepted: accepted policies %q, want none", out)
+	}
 	// The API server takes it (the CRD keeps unknown fields); the agents refuse toFQDNs.
 	c.KubectlApply(cnpCToB81 + "  egress:\n  - toFQDNs: [{matchName: example.com}]\n")
 	kept := func(what string) {
@@ -269,18 +276,25 @@ func TestRefusedUpdateSurvivesRestart(t *testing.T) {
 	n2.Start()
 	n2.WaitSynced()
 	kept("node " + n2.Name + "'s agent restarted without its accepted versions")
-	// The record goes with its object.
-	if out := c.MustKubectl("get", "acceptedpolicies", "-o", "jsonpath={.items[*].spec.name}"); out != "b-from-c" {
+	if out := records(); out != "b-from-c" {
 		t.Errorf("accepted policies %q, want b-from-c's", out)
 	}
-	c.MustKubectl("delete", "ciliumnetworkpolicy", "-n", "x", "b-from-c")
-	var out string
-	if !testenv.Eventually(propagate, func() bool {
-		out = c.MustKubectl("get", "acceptedpolicies", "-o", "jsonpath={.items[*].spec.name}")
-		return out == ""
-	}) {
-		t.Errorf("b-from-c deleted: accepted policies %q remain", out)
+	// The record goes once the current version is accepted again, and with its object.
+	gone := func(what string) {
+		t.Helper()
+		var out string
+		if !testenv.Eventually(propagate, func() bool { out = records(); return out == "" }) {
+			t.Errorf("%s: accepted policies %q remain", what, out)
+		}
 	}
+	c.KubectlApply(cnpCToB81)
+	gone("b-from-c accepted again")
+	c.KubectlApply(cnpCToB81 + "  egress:\n  - toFQDNs: [{matchName: example.com}]\n")
+	if !testenv.Eventually(propagate, func() bool { return records() == "b-from-c" }) {
+		t.Errorf("b-from-c refused again: accepted policies %q, want b-from-c's", records())
+	}
+	c.MustKubectl("delete", "ciliumnetworkpolicy", "-n", "x", "b-from-c")
+	gone("b-from-c deleted")
 }
 
 // forgetAccepted removes the accepted versions of the policy objects from the agent

@@ -71,15 +71,15 @@ func listAccepted(c *caches, v *agent.ClusterView) error {
 	return nil
 }
 
-// recordAccepted writes the versions the agent accepted (res.Accept) as the cluster's
-// records and deletes the records of objects no longer in the view. Every node writes the
-// same (each runs the same parser); an update is conditional on the record's
-// resourceVersion as this node saw it, so a conflict means another node wrote first, and
-// the next sync (the record's event asks for one) compares again. Best effort: a failed
-// write is logged, the node's own state still holds the version.
-func (w *Watcher) recordAccepted(ctx context.Context, v agent.ClusterView, res agent.SyncResult) {
+// recordAccepted writes the versions the agent keeps in force of refused objects
+// (res.Record) as the cluster's records and deletes the records the agent no longer needs
+// (res.Unrecord: the object is gone or its current version is accepted). Only refusals
+// write, so a cluster whose policies all parse holds no records. A conflict means another
+// node wrote first, and the next sync (the record's event asks for one) compares again.
+// Best effort: a failed write is logged, the node's own state still holds the version.
+func (w *Watcher) recordAccepted(ctx context.Context, res agent.SyncResult) {
 	client := w.dyn.Resource(acceptedResource)
-	for _, o := range res.Accept {
+	for _, o := range res.Record {
 		key := objectKey(o.Kind, o.Namespace, o.Name)
 		u := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": acceptedResource.GroupVersion().String(),
@@ -99,13 +99,10 @@ func (w *Watcher) recordAccepted(ctx context.Context, v agent.ClusterView, res a
 			w.log.Warn("recording the accepted version of a policy object", "object", key, "error", err)
 		}
 	}
-	for key := range v.Accepted {
-		if _, ok := v.Objects[key]; ok {
-			continue
-		}
+	for _, key := range res.Unrecord {
 		err := client.Delete(ctx, acceptedName(key), metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
-			w.log.Warn("deleting the accepted version of a deleted policy object", "object", key, "error", err)
+			w.log.Warn("deleting the record of a policy object's accepted version", "object", key, "error", err)
 		}
 	}
 }

@@ -549,7 +549,7 @@ func (w *Watcher) sync(ctx context.Context, a Agent) error {
 	w.reportRefused(ctx, v, res)
 	w.reportUnresolved(ctx, res)
 	w.publishAck(ctx, v, res)
-	w.recordAccepted(ctx, v, res)
+	w.recordAccepted(ctx, res)
 	return nil
 }
 
