@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -23,6 +24,7 @@ import (
 	"github.com/rampartnet/rampart/internal/monitor/suricata"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Config controls a run.
@@ -238,10 +240,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	ci := 0
 	for _, ph := range phases {
 		r.monitor = ph.monitor
-		if !ph.noMonitor {
-			if err := r.startMonitor(ctx, ph); err != nil {
+		undo := func() {}
+		if ph.noMonitor {
+			var err error
+			if undo, err = r.discardCopies(ctx, ph.monitor); err != nil {
 				return fail(err)
 			}
+		} else if err := r.startMonitor(ctx, ph); err != nil {
+			return fail(err)
 		}
 		for round := range r.cfg.Repeats {
 			for k := range ph.cases {
@@ -266,6 +272,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			}
 		}
 		ci += len(ph.cases)
+		undo()
 		if r.mon != nil {
 			if err := r.mon.Stop(); err != nil {
 				return fail(fmt.Errorf("stopping suricata (%s): %w", ph.name, err))
@@ -351,7 +358,7 @@ func (r *runner) phases() []phase {
 	}
 	return []phase{
 		{name: "no reader", monitor: r.s, noMonitor: true, cases: []*caseDef{
-			mk(CaseMirrorNoReader, "iperf3 A -> B, A's outgoing traffic mirrored to S with nothing reading the copies: "+
+			mk(CaseMirrorNoReader, "iperf3 A -> B, A's outgoing traffic mirrored to S, whose interface discards the copies (a packet socket filter, no process): "+
 				"the dataplane's share of the mirror's cost", metricThroughput, "mirror", "", 0, nil, tableII(r.s), r.iperfTo(r.b)),
 		}},
 		{name: "passive", monitor: r.s, mode: suricata.Passive, rules: passiveRules,
@@ -465,6 +472,49 @@ func (r *runner) waitServer(ctx context.Context, addr netip.AddrPort) error {
 	}
 }
 
+// discardCopies makes monitor s read its copies without a process: a packet socket on
+// its receive interface whose filter discards each copy in the kernel. The agent counts a
+// monitor that nothing reads as down and makes no copies for it, so the dataplane's share
+// of the mirror's cost is measured with this reader that costs next to nothing. undo
+// closes the socket.
+func (r *runner) discardCopies(ctx context.Context, s *cluster.Pod) (undo func(), err error) {
+	fd := -1
+	err = endpoint.Do(s.Netns, func() error {
+		l, err := net.InterfaceByName(endpoint.MonitorRxIfName)
+		if err != nil {
+			return err
+		}
+		proto := int(htons(unix.ETH_P_ALL))
+		if fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto); err != nil {
+			return fmt.Errorf("packet socket: %w", err)
+		}
+		drop := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}} // accept 0 bytes: discard
+		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: 1, Filter: &drop[0]}); err != nil {
+			return fmt.Errorf("socket filter: %w", err)
+		}
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: uint16(proto), Ifindex: l.Index})
+	})
+	undo = func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		undo()
+		return nil, fmt.Errorf("discarding %s's copies: %w", s.Name, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := api.NewClient(r.nodes.Agent(s.Node).Socket).WaitMonitorReading(wctx, s.Name); err != nil {
+		undo()
+		return nil, fmt.Errorf("discarding %s's copies: %w", s.Name, err)
+	}
+	return undo, nil
+}
+
+// htons is v in network byte order, as the packet socket's protocol is given.
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
 // startMonitor starts the phase's Suricata in S on the CPUs the measured processes do not
 // use.
 func (r *runner) startMonitor(ctx context.Context, ph phase) error {
@@ -485,6 +535,11 @@ func (r *runner) startMonitor(ctx context.Context, ph phase) error {
 		if err := benchkit.PinProcess(m.Pid(), r.monitorCPUs); err != nil {
 			return fmt.Errorf("pinning suricata: %w", err)
 		}
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if err := api.NewClient(r.nodes.Agent(ph.monitor.Node).Socket).WaitMonitorReading(wctx, ph.monitor.Name); err != nil {
+		return fmt.Errorf("suricata (%s): %w", ph.name, err)
 	}
 	// Its counters are published once a second: wait for the first.
 	_, err = r.settledStats(ctx)

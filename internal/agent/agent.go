@@ -63,8 +63,11 @@ type Agent struct {
 
 	readerDone chan struct{}
 	sockDone   chan struct{} // readSockRequests ended
-	closeOnce  sync.Once
-	closeErr   error
+	// stopMonitors ends watchMonitors, which closes monitorsDone (nil: not started).
+	stopMonitors chan struct{}
+	monitorsDone chan struct{}
+	closeOnce    sync.Once
+	closeErr     error
 }
 
 // New starts an agent: it takes the API socket (refusing if another agent answers on it),
@@ -226,6 +229,8 @@ func New(cfg Config) (*Agent, error) {
 	a.publishView()
 	go a.readFlows()
 	go a.readSockRequests(a.sockDone)
+	a.stopMonitors, a.monitorsDone = make(chan struct{}), make(chan struct{})
+	go a.watchMonitors(a.stopMonitors, a.monitorsDone)
 	ok = true
 	a.log.Info("agent started", "socket", cfg.Socket, "endpoints", len(m.endpoints), "policies", len(m.policies), "cidrSets", len(m.cidrsets), "taps", len(m.taps))
 	return a, nil
@@ -381,6 +386,11 @@ func (a *Agent) Run(ctx context.Context) error {
 // Close stops the agent without removing anything from the dataplane.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
+		if a.monitorsDone != nil {
+			// Before the dataplane closes: a check may be applying a change to it.
+			close(a.stopMonitors)
+			<-a.monitorsDone
+		}
 		a.listener.Close()
 		// Envoy goes with the agent: nothing then listens for steered connections, and the
 		// dataplane refuses them until the agent is back.

@@ -63,6 +63,9 @@ type Network interface {
 	// SetMonitorInline prepares a monitor's receive veth for an inline monitor (complete
 	// checksums, frames of the MTU) or for copies only.
 	SetMonitorInline(namespace, name string, inline bool) error
+	// MonitorReading reports whether a monitor (its namespace at netnsPath) reads its
+	// receive interface (endpoint.MonitorReading).
+	MonitorReading(netnsPath string) (bool, error)
 }
 
 var _ Network = endpoint.Node{}

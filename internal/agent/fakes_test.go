@@ -43,6 +43,7 @@ func (f *fakeNetwork) CreateMonitorLinks(ep endpoint.Endpoint, attach func(rx, t
 func (f *fakeNetwork) DeleteMonitorLinks(namespace, name string) error { return nil }
 
 func (f *fakeNetwork) SetMonitorInline(namespace, name string, inline bool) error { return nil }
+func (f *fakeNetwork) MonitorReading(netnsPath string) (bool, error)              { return true, nil }
 
 func (f *fakeNetwork) Setup() error    { return nil }
 func (f *fakeNetwork) Teardown() error { return nil }

@@ -47,6 +47,8 @@ func (f *fakeTaps) AttachMonitor(_, _, _ string, epID uint32, _ netip.Addr) erro
 	return nil
 }
 
+func (f *fakeTaps) SetMonitorReading(uint32, bool) error { return nil }
+
 func (f *fakeTaps) DetachMonitor(epID uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

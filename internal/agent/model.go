@@ -32,8 +32,11 @@ type model struct {
 	// quarantine is, in Kubernetes mode, the addresses of deleted pods that are not handed
 	// out again yet (quarantine.go).
 	quarantine map[netip.Addr]*QuarantineRecord
-	nextRuleID uint32
-	nextEpID   uint32
+	// monitorsDown is why local monitors are down, by namespace/name (monitorcheck.go):
+	// what the agent last saw of them, never persisted.
+	monitorsDown map[string]string
+	nextRuleID   uint32
+	nextEpID     uint32
 }
 
 type storedPolicy struct {
@@ -59,18 +62,19 @@ func newModel() *model {
 
 func (m *model) clone() *model {
 	return &model{
-		namespaces: maps.Clone(m.namespaces),
-		endpoints:  maps.Clone(m.endpoints),
-		policies:   maps.Clone(m.policies),
-		cidrsets:   maps.Clone(m.cidrsets),
-		nodes:      maps.Clone(m.nodes),
-		remotes:    maps.Clone(m.remotes),
-		taps:       maps.Clone(m.taps),
-		tapPolicy:  m.tapPolicy,
-		accepted:   maps.Clone(m.accepted),
-		quarantine: maps.Clone(m.quarantine),
-		nextRuleID: m.nextRuleID,
-		nextEpID:   m.nextEpID,
+		namespaces:   maps.Clone(m.namespaces),
+		endpoints:    maps.Clone(m.endpoints),
+		policies:     maps.Clone(m.policies),
+		cidrsets:     maps.Clone(m.cidrsets),
+		nodes:        maps.Clone(m.nodes),
+		remotes:      maps.Clone(m.remotes),
+		taps:         maps.Clone(m.taps),
+		tapPolicy:    m.tapPolicy,
+		accepted:     maps.Clone(m.accepted),
+		quarantine:   maps.Clone(m.quarantine),
+		monitorsDown: maps.Clone(m.monitorsDown),
+		nextRuleID:   m.nextRuleID,
+		nextEpID:     m.nextEpID,
 	}
 }
 

@@ -121,6 +121,7 @@ func (a *Agent) ListIdentities(ctx context.Context) ([]api.Identity, error) {
 func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 	// Before the lock: reading the maps' and the process's memory needs no agent state.
 	mem := a.memoryStatus()
+	a.refreshMonitors()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	seen, lost := a.flows.stats()
@@ -171,13 +172,16 @@ func (a *Agent) monitorsStatus() *api.MonitorsStatus {
 			st.Monitors++
 		}
 	}
+	for _, key := range sortedKeys(a.model.monitorsDown) {
+		st.Down = append(st.Down, key+": "+a.model.monitorsDown[key])
+	}
 	c, err := a.dp.Taps.NodeTapCounters()
 	if err != nil {
 		st.Error = err.Error()
 		return st
 	}
 	st.CopiesFromOtherNodes, st.CopiesFromOtherNodesLost, st.NotDiverted = c.RemoteDelivered, c.RemoteLost, c.Rejected
-	if *st == (api.MonitorsStatus{}) {
+	if st.Monitors == 0 && st.CopiesFromOtherNodes+st.CopiesFromOtherNodesLost+st.NotDiverted == 0 {
 		return nil
 	}
 	return st

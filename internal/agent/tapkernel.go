@@ -21,6 +21,10 @@ type Monitors interface {
 	// DetachMonitor forgets monitor epID's interfaces, its address and the flows diverted
 	// to it.
 	DetachMonitor(epID uint32) error
+	// SetMonitorReading says whether monitor epID reads its receive interface: copies
+	// other nodes send to one that does not are dropped and counted lost on arrival
+	// (NodeCounters.RemoteLost) rather than handed to an interface nothing reads.
+	SetMonitorReading(epID uint32, reading bool) error
 }
 
 // tapKernel is TapTable and Monitors over the datapath: it turns the resolution's rules
@@ -52,6 +56,7 @@ type tapDataplane interface {
 type attachedMonitor struct {
 	rx, tx uint32
 	addr   netip.Addr
+	down   bool // not reading (SetMonitorReading): its key is withdrawn
 }
 
 func newTapKernel(dp tapDataplane) *tapKernel {
@@ -71,6 +76,29 @@ func (k *tapKernel) AttachMonitor(netnsPath, rx, tx string, epID uint32, addr ne
 	k.mu.Lock()
 	k.monitors[epID] = attachedMonitor{rx: rxi, tx: txi, addr: addr}
 	k.mu.Unlock()
+	return nil
+}
+
+func (k *tapKernel) SetMonitorReading(epID uint32, reading bool) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m, ok := k.monitors[epID]
+	if !ok || m.down == !reading {
+		return nil
+	}
+	if m.addr.IsValid() {
+		var err error
+		if reading {
+			err = k.dp.SetMonitorKey(m.addr, m.rx)
+		} else {
+			err = k.dp.DeleteMonitorKey(m.addr)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	m.down = !reading
+	k.monitors[epID] = m
 	return nil
 }
 

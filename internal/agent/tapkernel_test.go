@@ -13,14 +13,27 @@ import (
 type countingDataplane struct {
 	installed []datapath.TapRule
 	counts    map[uint32]datapath.TapCounters
+	keys      map[netip.Addr]uint32 // monitor keys set, by address
+	keyWrites int                   // SetMonitorKey and DeleteMonitorKey calls
 }
 
 func (d *countingDataplane) AttachMonitor(string, string, string, uint32) (uint32, uint32, error) {
 	return 0, 0, nil
 }
-func (d *countingDataplane) DetachMonitor(uint32, uint32) error         { return nil }
-func (d *countingDataplane) SetMonitorKey(netip.Addr, uint32) error     { return nil }
-func (d *countingDataplane) DeleteMonitorKey(netip.Addr) error          { return nil }
+func (d *countingDataplane) DetachMonitor(uint32, uint32) error { return nil }
+func (d *countingDataplane) SetMonitorKey(addr netip.Addr, rx uint32) error {
+	d.keyWrites++
+	if d.keys == nil {
+		d.keys = map[netip.Addr]uint32{}
+	}
+	d.keys[addr] = rx
+	return nil
+}
+func (d *countingDataplane) DeleteMonitorKey(addr netip.Addr) error {
+	d.keyWrites++
+	delete(d.keys, addr)
+	return nil
+}
 func (d *countingDataplane) EndpointIfindex(epID uint32) (uint32, bool) { return epID + 100, true }
 func (d *countingDataplane) TapTunnelIfindex() uint32                   { return 0 }
 func (d *countingDataplane) ReplaceTaps(rules []datapath.TapRule) error {
@@ -72,5 +85,31 @@ func TestTapKernelCountersFollowTheirContract(t *testing.T) {
 	b := got[tap.RuleKey{EndpointID: 7, Contract: "web-b"}].MirroredPackets
 	if a != 1 || b != 3 {
 		t.Errorf("counters: web-a %d, web-b %d; want 1 and 3 (%+v)", a, b, got)
+	}
+}
+
+// A monitor that does not read has its key withdrawn, so copies other nodes send it are
+// counted lost on arrival; reading again, the key is back. Setting the same state twice
+// writes nothing, and a monitor that is not attached is left alone.
+func TestTapKernelWithdrawsKeyOfMonitorNotReading(t *testing.T) {
+	dp := &countingDataplane{}
+	k := newTapKernel(dp)
+	addr := netip.MustParseAddr("198.18.0.9")
+	if err := k.AttachMonitor("", "rx", "tx", 9, addr); err != nil {
+		t.Fatal(err)
+	}
+	for i, step := range []struct {
+		reading, keyed bool
+		writes         int // key writes so far
+	}{{false, false, 2}, {false, false, 2}, {true, true, 3}, {true, true, 3}} {
+		if err := k.SetMonitorReading(9, step.reading); err != nil {
+			t.Fatal(err)
+		}
+		if _, keyed := dp.keys[addr]; keyed != step.keyed || dp.keyWrites != step.writes {
+			t.Errorf("step %d, reading %v: keyed %v after %d writes, want %v after %d", i, step.reading, keyed, dp.keyWrites, step.keyed, step.writes)
+		}
+	}
+	if err := k.SetMonitorReading(4, false); err != nil || dp.keyWrites != 3 {
+		t.Errorf("a monitor not attached: %v, %d writes", err, dp.keyWrites)
 	}
 }

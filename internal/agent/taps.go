@@ -56,7 +56,7 @@ func tapEndpoints(m *model) []tap.Endpoint {
 	out := make([]tap.Endpoint, 0, len(m.endpoints)+len(m.remotes))
 	for _, rec := range m.endpoints {
 		out = append(out, tap.Endpoint{
-			Namespace: rec.Namespace, Name: rec.Name, ID: rec.EpID, Monitor: rec.Monitor,
+			Namespace: rec.Namespace, Name: rec.Name, ID: rec.EpID, Monitor: rec.Monitor, Down: m.monitorsDown[rec.Key()],
 			Labels: fullLabels(rec, nsLabelsOf(m, rec.Namespace)), Addrs: []netip.Addr{rec.IP},
 		})
 	}
@@ -272,6 +272,9 @@ func (a *Agent) AddTaps(ctx context.Context, req api.ApplyRequest) (api.ChangeRe
 	if len(ps)+len(groups) > 0 {
 		return api.ChangeResult{}, api.BadRequest("only %s and %s documents are tap contracts (apply policies and CIDR groups with `rampart apply`)", policy.KindTapContract, policy.KindTrafficControl)
 	}
+	// The monitors as they are now, not at the last check: one that started reading
+	// since gets the contract's traffic at once.
+	a.refreshMonitors()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var res api.ChangeResult
@@ -296,6 +299,7 @@ func (a *Agent) DeleteTap(ctx context.Context, name string) (api.ChangeResult, e
 // ListTaps lists the contracts with their state and, when the dataplane has taps, their
 // counters.
 func (a *Agent) ListTaps(ctx context.Context) ([]api.Tap, error) {
+	a.refreshMonitors()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	per, err := a.tapCounters()
@@ -329,6 +333,7 @@ func (a *Agent) allTaps() map[string]*storedTap {
 
 // GetTap shows one contract.
 func (a *Agent) GetTap(ctx context.Context, name string) (api.Tap, error) {
+	a.refreshMonitors()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, ok := a.allTaps()[name]

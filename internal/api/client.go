@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"strings"
+	"time"
 )
 
 // DefaultInstance is the instance rampartd runs, and the CLI talks to, unless told
@@ -127,6 +129,35 @@ func esc(s string) string { return url.PathEscape(s) }
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var s Status
 	return s, c.do(ctx, "GET", "/v1/status", nil, &s)
+}
+
+// WaitMonitorReading waits until the agent no longer shows monitor key ("ns/name") down,
+// within ctx: after starting a monitor's reader (Suricata), so that what is sent after
+// it is delivered to the monitor rather than counted lost. Reading the status makes the
+// agent check its monitors at once.
+func (c *Client) WaitMonitorReading(ctx context.Context, key string) error {
+	for {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("waiting for the agent to see monitor %s read: %w", key, err)
+		}
+		down := ""
+		if st.Monitors != nil {
+			for _, d := range st.Monitors.Down {
+				if strings.HasPrefix(d, key+": ") {
+					down = d
+				}
+			}
+		}
+		if down == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the agent still shows monitor %s down: %w", down, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // ListEndpoints lists endpoints.

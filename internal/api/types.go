@@ -58,6 +58,10 @@ type Status struct {
 // MonitorsStatus is the node's monitor endpoints and the tap counts of no contract.
 type MonitorsStatus struct {
 	Monitors int `json:"monitors"` // monitor endpoints on this node
+	// Down is the monitors here that are down, "namespace/name: why" (a monitor that is
+	// not reading its receive interface): their copies are lost, and what a fail-closed
+	// redirect would divert to them is dropped.
+	Down []string `json:"down,omitempty"`
 	// CopiesFromOtherNodes: copies other nodes' mirror taps sent to monitors here, handed
 	// to the monitor; CopiesFromOtherNodesLost: dropped, no monitor here has their key.
 	CopiesFromOtherNodes     uint64 `json:"copiesFromOtherNodes"`

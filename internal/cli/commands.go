@@ -517,6 +517,9 @@ func (a *app) statusCommand() *cobra.Command {
 			if m := st.Monitors; m != nil {
 				fmt.Fprintf(w, "Monitors:\t%d here; copies from other nodes: %d delivered, %d lost; packets monitors sent that were not diverted to them: %d dropped\n",
 					m.Monitors, m.CopiesFromOtherNodes, m.CopiesFromOtherNodesLost, m.NotDiverted)
+				for _, d := range m.Down {
+					fmt.Fprintf(w, "Monitor down:\t%s\n", d)
+				}
 			}
 			if m := st.Memory; m != nil {
 				hint := " (--maps lists them)"

@@ -226,6 +226,14 @@ run, redirected traffic stops. Ctrl-C stops Suricata and the command.`,
 			if out.json {
 				status = a.io.Err
 			}
+			// "running" is printed once the agent sees Suricata read, so that copies sent
+			// after it are delivered rather than counted lost to a monitor shown down.
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err = a.client.WaitMonitorReading(wctx, ep.Key())
+			cancel()
+			if err != nil {
+				return fmt.Errorf("suricata runs: %w", err)
+			}
 			fmt.Fprintf(status, "monitor %s running: suricata %s mode, pid %d, directory %s (Ctrl-C stops it)\n", ep.Key(), cfg.Mode, m.Pid(), cfg.Dir)
 			tick := time.NewTicker(monitorPollInterval)
 			defer tick.Stop()

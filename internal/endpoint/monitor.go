@@ -306,3 +306,61 @@ func writeSysfsOf(netnsPath, path, value string) error {
 	}
 	return nil
 }
+
+// NotReadingProblem is why a monitor whose MonitorRxIfName nothing reads is down.
+const NotReadingProblem = "not reading: no socket bound to " + MonitorRxIfName
+
+// MonitorReading reports whether something in the monitor's namespace (at netnsPath)
+// reads what arrives on its MonitorRxIfName: a packet socket bound to it, or to every
+// interface, with a protocol (an IDS capturing, as Suricata's AF_PACKET does), or a tc
+// filter on its ingress (a monitor that forwards in the kernel). Copies sent to an
+// interface nothing reads are dropped there, so a monitor without either is down.
+func MonitorReading(netnsPath string) (bool, error) {
+	var reading bool
+	err := Do(netnsPath, func() error {
+		l, err := netlink.LinkByName(MonitorRxIfName)
+		if err != nil {
+			return fmt.Errorf("finding %s: %w", MonitorRxIfName, err)
+		}
+		// The thread is in the monitor's namespace: its view of /proc/net is that one's.
+		b, err := os.ReadFile("/proc/thread-self/net/packet")
+		if err != nil {
+			return fmt.Errorf("reading the packet sockets: %w", err)
+		}
+		if reading = packetSocketOn(string(b), l.Attrs().Index); reading {
+			return nil
+		}
+		filters, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+		if err != nil {
+			// No ingress qdisc: no filter.
+			return nil
+		}
+		reading = len(filters) > 0
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("checking monitor %s in %s: %w", MonitorRxIfName, netnsPath, err)
+	}
+	return reading, nil
+}
+
+// packetSocketOn says whether /proc/net/packet's table (sk RefCnt Type Proto Iface R Rmem
+// User Inode) has a socket that receives from interface ifindex: bound to it or to every
+// interface (0), and running (R 1: hooked into receive; a socket of protocol 0 is not).
+func packetSocketOn(table string, ifindex int) bool {
+	lines := strings.Split(table, "\n")
+	for _, line := range lines[min(1, len(lines)):] {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		iface, err := strconv.Atoi(f[4])
+		if err == nil && f[5] == "1" && (iface == ifindex || iface == 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// MonitorReading is MonitorReading, for the agent's Network.
+func (n Node) MonitorReading(netnsPath string) (bool, error) { return MonitorReading(netnsPath) }

@@ -26,6 +26,9 @@ type Endpoint struct {
 	NodeAddr netip.Addr
 	// ID is the dataplane's endpoint id (local endpoints), carried into rules as is.
 	ID uint32
+	// Down says why a monitor that exists cannot take what is sent to it ("" when it
+	// can), such as a monitor process that is not reading: it is then unavailable.
+	Down string
 }
 
 // Key is "namespace/name".
@@ -167,7 +170,7 @@ func (c *Contract) Selects(e *Endpoint) bool {
 // and the endpoints (local and remote, for monitors). The result depends only on its
 // input, in a deterministic order.
 //
-// A contract whose monitor is missing or is not a monitor resolves with Monitor nil: its
+// A contract whose monitor is missing, is not a monitor or is down resolves with Monitor nil: its
 // rules' Effect is EffectDrop for a redirect failing closed and EffectPass otherwise.
 func Resolve(contracts []*Contract, endpoints []Endpoint, node string) Resolution {
 	cs := slices.Clone(contracts)
@@ -193,6 +196,8 @@ func Resolve(contracts []*Contract, endpoints []Endpoint, node string) Resolutio
 			st.MonitorProblem = fmt.Sprintf("monitor %s does not exist", key)
 		case !m.Monitor:
 			st.MonitorProblem = fmt.Sprintf("endpoint %s is not a monitor", key)
+		case m.Down != "":
+			st.MonitorProblem = fmt.Sprintf("monitor %s is %s", key, m.Down)
 		case m.Node != node && c.Action == Redirect:
 			// Diverted packets come back from the monitor with the identity they left
 			// with; only the source's node knows it (the copy's tunnel key has no room).

@@ -161,11 +161,11 @@ func testTapPlacements(t *testing.T, mode overlay.Mode) {
 			tp = tapOf(t, c.n[0], "a-out")
 			return payload >= sent
 		})
-		// Every byte a sent reached the monitor, and the dataplane lost no copy. Frames
-		// are not compared one for one: a copy sent to another node may arrive in more
-		// frames than it left in (a GSO copy is segmented in the tunnel), and on a loaded
-		// machine the monitor's own receive queue may drop a copy after the dataplane
-		// handed it over (the monitor's loss, as a full AF_PACKET ring's).
+		// Every byte a sent reached the monitor, and the dataplane lost no copy. Bytes
+		// are compared, not frames with a's packets: a GSO copy arrives whole, one frame
+		// carrying many segments' payload (also across nodes), and on a loaded machine
+		// the monitor's own receive queue may drop a copy after the dataplane handed it
+		// over (the monitor's loss, as a full AF_PACKET ring's).
 		if !ok || tp.Counters.CopiesLost != 0 || tp.Counters.MirroredBytes < uint64(sent) {
 			t.Errorf("%s: monitor %s read %d copies of a -> b with %d payload bytes of %d sent; a's counters %+v",
 				pl.name, pl.s.Name, copies, payload, sent, tp.Counters)

@@ -74,6 +74,9 @@ func (s *shop) monitor(t *testing.T, mode suricata.Mode, rules ...string) *suric
 		t.Fatalf("starting Suricata (%s): %v", mode, err)
 	}
 	t.Cleanup(func() { m.Stop() })
+	if err := s.e.Client.WaitMonitorReading(ctx, s.ids.Key()); err != nil {
+		t.Fatal(err)
+	}
 	return m
 }
 

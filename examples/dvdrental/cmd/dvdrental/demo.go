@@ -517,6 +517,11 @@ func (d *demo) runSuricata(ctx context.Context, ep api.Endpoint, mode suricata.M
 		return nil, fmt.Errorf("Suricata in %s: %w", ep.Name, err)
 	}
 	d.monitors = append(d.monitors, m)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := d.api.WaitMonitorReading(wctx, ep.Key()); err != nil {
+		return nil, fmt.Errorf("Suricata in %s: %w", ep.Name, err)
+	}
 	fmt.Printf("  Suricata %s in %s/%s, started in %v\n", mode, ep.Namespace, ep.Name, m.StartupTime().Round(time.Millisecond))
 	return m, nil
 }
