@@ -250,3 +250,61 @@ func tapOf(t *testing.T, e *agenttest.Env, name string) api.Tap {
 	}
 	return tp
 }
+
+// A datagram larger than the pod's MTU leaves a fragmented; a mirror of a's UDP to b on
+// one port, to a monitor on a third node, copies every fragment (the first matches the
+// port, the later ones follow it) through the tap tunnel, in every tunnel mode: the
+// monitor reads each fragment's bytes.
+func TestTapFragmentsAcrossNodes(t *testing.T) {
+	for _, mode := range []overlay.Mode{overlay.VXLAN, overlay.Native} {
+		t.Run(string(mode), func(t *testing.T) {
+			c := startThreeNodes(t, mode)
+			a := c.add(t, 0, "app", "a")
+			b := c.add(t, 1, "app", "b")
+			s := c.add(t, 2, "sec", "s", "--monitor")
+			aIP, bIP := netip.MustParseAddr(a.IP), netip.MustParseAddr(b.IP)
+			sniff := testenv.NewSniffer(t, s.Netns, endpoint.MonitorRxIfName)
+			c.n[0].MustCLI("tap", "add", "a-udp", "--endpoint", "app/a", "--monitor", "sec/s",
+				"--action", "mirror", "--direction", "egress", "--protocol", "UDP", "--peer-port", "5353")
+			conn, err := testenv.Dial(a.Netns, "udp", netip.AddrPortFrom(bIP, 5353), 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			const size = 6000 // five fragments at the pods' MTU
+			if _, err := conn.Write(make([]byte, size)); err != nil {
+				t.Fatal(err)
+			}
+			var frags, bytes int
+			ok := testenv.Eventually(5*time.Second, func() bool {
+				n, p := fragmentsOf(sniff.Frames(t), aIP, bIP)
+				frags, bytes = frags+n, bytes+p
+				return bytes >= size+8 // the UDP header travels in the first fragment
+			})
+			if !ok || frags < 5 {
+				t.Errorf("monitor on node 3 read %d fragments with %d bytes of a's %d-byte datagram to b", frags, bytes, size)
+			}
+			if tp := tapOf(t, c.n[0], "a-udp"); tp.Counters.MirroredPackets < uint64(frags) || tp.Counters.CopiesLost != 0 {
+				t.Errorf("a's counters %+v after %d fragments read", tp.Counters, frags)
+			}
+		})
+	}
+}
+
+// fragmentsOf counts the IPv4 fragments from a to b among frames (Ethernet), and the
+// bytes they carry after their IP headers.
+func fragmentsOf(frames [][]byte, a, b netip.Addr) (n, payload int) {
+	for _, f := range frames {
+		if len(f) < 34 || binary.BigEndian.Uint16(f[12:]) != 0x0800 {
+			continue
+		}
+		ihl := int(f[14]&0x0f) * 4
+		flags := binary.BigEndian.Uint16(f[20:])
+		src, dst := netip.AddrFrom4([4]byte(f[26:30])), netip.AddrFrom4([4]byte(f[30:34]))
+		if src == a && dst == b && flags&0x3fff != 0 { // more fragments, or an offset
+			n++
+			payload += int(binary.BigEndian.Uint16(f[16:])) - ihl
+		}
+	}
+	return n, payload
+}
