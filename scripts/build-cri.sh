@@ -17,9 +17,10 @@
 #   scripts/build-cri.sh --dir    print the directory (building nothing)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=lib/build.sh
+. "$root/scripts/lib/build.sh"
 # shellcheck source=../tools/cri/versions.env
 . "$root/tools/cri/versions.env"
-cache="${RAMPART_CACHE:-/var/cache/rampart}"
 dir="$cache/cri-crictl-$CRICTL_VERSION-plugins-$CNI_PLUGINS_VERSION-pause-$PAUSE_VERSION"
 
 if [ "${1:-}" = "--dir" ]; then
@@ -36,12 +37,7 @@ if ! command -v containerd >/dev/null 2>&1 || ! command -v ctr >/dev/null 2>&1; 
 	apt-get install -y -qq --no-install-recommends containerd >/dev/null
 fi
 
-files=(crictl loopback pause pause.tar pause.ref)
-complete() {
-	local f
-	for f in "${files[@]}"; do [ -s "$dir/$f" ] || return 1; done
-}
-if complete; then
+if build_complete "$dir" crictl loopback pause pause.tar pause.ref; then
 	exit 0
 fi
 
@@ -53,9 +49,7 @@ modver() { (cd "$root/tools/cri/$1" && go list -m -f '{{.Version}}' "$2"); }
 	{ echo "build-cri: tools/cri/plugins/go.mod does not require github.com/containernetworking/plugins $CNI_PLUGINS_VERSION" >&2; exit 1; }
 
 echo "setup: building crictl $CRICTL_VERSION, loopback $CNI_PLUGINS_VERSION and the pause image into $dir"
-mkdir -p "$cache"
-tmp="$(mktemp -d "$cache/.cri-build.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+build_begin cri
 
 export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -trimpath"
 (cd "$root/tools/cri/crictl" && go build -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
@@ -64,31 +58,11 @@ export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -trimpath"
 	github.com/containernetworking/plugins/plugins/main/loopback)
 (cd "$root/tools/cri/pause" && go build -ldflags "-s -w" -o "$tmp/pause" .)
 
-# The image: one layer holding /pause, a config whose entrypoint it is, and the archive's
-# manifest naming the image. The .invalid domain says the image comes from no registry.
+# The .invalid domain says the image comes from no registry.
 ref="rampart.invalid/pause:$PAUSE_VERSION"
-arch="$(go env GOARCH)"
-img="$tmp/image"
-mkdir -p "$img/rootfs"
-cp "$tmp/pause" "$img/rootfs/pause"
-chmod 755 "$img/rootfs/pause"
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$img/rootfs" -cf "$img/layer.tar" pause
-layer="$(sha256sum "$img/layer.tar" | cut -d' ' -f1)"
-mkdir "$img/$layer"
-mv "$img/layer.tar" "$img/$layer/layer.tar"
-printf '{"architecture":"%s","os":"linux","created":"1970-01-01T00:00:00Z","config":{"Entrypoint":["/pause"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-	"$arch" "$layer" >"$img/config.json"
-config="$(sha256sum "$img/config.json" | cut -d' ' -f1)"
-mv "$img/config.json" "$img/$config.json"
-printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]' "$config" "$ref" "$layer" >"$img/manifest.json"
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$img" -cf "$tmp/pause.tar" \
-	manifest.json "$config.json" "$layer"
-rm -rf "$img"
+pack_image "$tmp/pause" "$ref" "$tmp/pause.tar"
 echo "$ref" >"$tmp/pause.ref"
 
 "$tmp/crictl" --version >/dev/null
-rm -rf "$dir"
-mv "$tmp" "$dir"
-chmod 755 "$dir"
-trap - EXIT
+build_finish "$dir"
 echo "setup: crictl, loopback and the pause image ($ref) in $dir"

@@ -13,9 +13,10 @@
 #   scripts/build-k8s.sh --dir    print the directory (building nothing)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=lib/build.sh
+. "$root/scripts/lib/build.sh"
 # shellcheck source=../tools/k8s/versions.env
 . "$root/tools/k8s/versions.env"
-cache="${RAMPART_CACHE:-/var/cache/rampart}"
 dir="$cache/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 
 if [ "${1:-}" = "--dir" ]; then
@@ -23,12 +24,7 @@ if [ "${1:-}" = "--dir" ]; then
 	exit 0
 fi
 
-bins=(etcd kube-apiserver kubectl)
-complete() {
-	local b
-	for b in "${bins[@]}"; do [ -x "$dir/$b" ] || return 1; done
-}
-if complete; then
+if build_complete "$dir" etcd kube-apiserver kubectl; then
 	exit 0
 fi
 
@@ -40,23 +36,13 @@ modver() { (cd "$root/tools/k8s/$1" && go list -m -f '{{.Version}}' "$2"); }
 	{ echo "build-k8s: tools/k8s/etcd/go.mod does not require go.etcd.io/etcd/server/v3 $ETCD_VERSION" >&2; exit 1; }
 
 echo "setup: building etcd $ETCD_VERSION, kube-apiserver and kubectl $K8S_VERSION into $dir (about 7 minutes the first time)"
-mkdir -p "$cache"
-tmp="$(mktemp -d "$cache/.k8s-build.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+build_begin k8s
 
 # Two packages compiled at a time (-p=2), whatever the core count: some of kube-apiserver's
 # packages take several hundred MB each to compile, and CI builds this on a fresh machine.
 # CGO off, as upstream builds them.
 export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -p=2 -trimpath"
-minor="${K8S_VERSION#v1.}"
-minor="${minor%%.*}"
-# The version Kubernetes' release build stamps in (hack/lib/version.sh): without it the server
-# reports v0.0.0-master and kubectl cannot parse it.
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-	ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
+ldflags="$(k8s_ldflags "$K8S_VERSION")"
 
 (cd "$root/tools/k8s/etcd" && go build -ldflags "-s -w" -o "$tmp/etcd" .)
 (cd "$root/tools/k8s/kube" && go build -ldflags "$ldflags" -o "$tmp/" \
@@ -66,8 +52,5 @@ done
 v="$("$tmp/kube-apiserver" --version)"
 [ "$v" = "Kubernetes $K8S_VERSION" ] ||
 	{ echo "build-k8s: kube-apiserver reports $v, want Kubernetes $K8S_VERSION" >&2; exit 1; }
-rm -rf "$dir"
-mv "$tmp" "$dir"
-chmod 755 "$dir"
-trap - EXIT
+build_finish "$dir"
 echo "setup: control plane binaries in $dir"

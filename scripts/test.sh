@@ -17,6 +17,9 @@ bash scripts/setup.sh
 bash scripts/build-k8s.sh
 # containerd (apt), crictl, the CNI loopback plugin and the sandbox image for test/containerd.
 bash scripts/build-cri.sh
+# kubelet, kube-proxy, kube-scheduler, kube-controller-manager, containerd 2, runc and the
+# agnhost image for the real-node tests (test/realcluster; cached; minutes on a fresh machine).
+bash scripts/build-node.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)

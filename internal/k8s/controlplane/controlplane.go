@@ -1,6 +1,6 @@
 // Package controlplane starts a real Kubernetes control plane on this machine: one etcd and
-// one kube-apiserver, both on 127.0.0.1 with free ports, their state in one directory. The
-// binaries are the ones scripts/build-k8s.sh builds (BinDir). It is what the cluster tests
+// one kube-apiserver, both on 127.0.0.1 (the API server on Config.Address if set) with free
+// ports, their state in one directory. The binaries are the ones scripts/build-k8s.sh builds (BinDir). It is what the cluster tests
 // (internal/testenv/k8stest) and scripts/cluster.sh start; it knows nothing of Rampart.
 //
 // The API server runs with what a single-machine test cluster needs and nothing else: token
@@ -27,6 +27,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +53,10 @@ type Config struct {
 	// (scripts/cluster.sh). Otherwise they are killed when the calling thread's process exits
 	// (Pdeathsig), so a crashed test leaves nothing running.
 	Detach bool
+	// Address is the API server's bind and advertise address (default 127.0.0.1): a real
+	// node's kubelet, in a network namespace of its own, reaches the API server only on an
+	// address of a link into that namespace's network. etcd stays on 127.0.0.1.
+	Address netip.Addr
 	// ReadyTimeout bounds each wait for a component to become ready (default 90 s: on a
 	// loaded 2-core machine the API server's first start takes well over its usual 3 s).
 	ReadyTimeout time.Duration
@@ -62,7 +67,7 @@ type ControlPlane struct {
 	cfg Config
 	// Kubeconfig is the path of a kubeconfig for the admin user (cluster "rampart").
 	Kubeconfig string
-	// Server is the API server's URL (https://127.0.0.1:port).
+	// Server is the API server's URL (https://127.0.0.1:port, or Config.Address).
 	Server string
 	// Token is the admin user's bearer token.
 	Token string
@@ -103,6 +108,9 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 90 * time.Second
 	}
+	if !cfg.Address.IsValid() {
+		cfg.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
 	for _, b := range []string{"etcd", "kube-apiserver"} {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("control plane binary: %w (build it with scripts/build-k8s.sh)", err)
@@ -141,7 +149,7 @@ func (c *ControlPlane) startOnFreePorts(ctx context.Context) error {
 	}
 	c.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	c.etcdPeerURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
-	c.Server = "https://127.0.0.1:" + strconv.Itoa(ports[2])
+	c.Server = "https://" + netip.AddrPortFrom(c.cfg.Address, uint16(ports[2])).String()
 	if err := c.writeCredentials(); err != nil {
 		return err
 	}
@@ -218,7 +226,7 @@ func (c *ControlPlane) writeCredentials() error {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), c.cfg.Address.AsSlice()},
 		DNSNames:              []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
@@ -257,6 +265,21 @@ current-context: rampart
 }
 
 func (c *ControlPlane) path(name string) string { return filepath.Join(c.cfg.Dir, name) }
+
+// EtcdPid and APIServerPid are the processes' ids (0 when not running).
+func (c *ControlPlane) EtcdPid() int      { return c.etcd.pid() }
+func (c *ControlPlane) APIServerPid() int { return c.apiserver.pid() }
+
+func (p *Process) pid() int {
+	if p == nil || p.Exited() {
+		return 0
+	}
+	return p.Cmd.Process.Pid
+}
+
+// ServiceAccountKey is the file of the private key service-account tokens are signed with
+// (what kube-controller-manager's --service-account-private-key-file takes).
+func (c *ControlPlane) ServiceAccountKey() string { return c.path("sa.key") }
 
 func writeFile(path, s string) error {
 	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
@@ -343,8 +366,8 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 func (c *ControlPlane) apiServerArgs(port int) []string {
 	return []string{
 		"--etcd-servers=" + c.EtcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + c.cfg.Address.String(),
+		"--advertise-address=" + c.cfg.Address.String(),
 		"--secure-port=" + strconv.Itoa(port),
 		"--endpoint-reconciler-type=none",
 		"--authorization-mode=AlwaysAllow",
@@ -360,6 +383,9 @@ func (c *ControlPlane) apiServerArgs(port int) []string {
 		// account, which this admission plugin would require of every pod.
 		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true",
+		// A node's name resolves nowhere here: exec, logs and port-forward reach the
+		// kubelet at the node's InternalIP.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--profiling=false",
 	}
 }
@@ -377,7 +403,7 @@ func (c *ControlPlane) AddAPIServer(ctx context.Context) (server, kubeconfig str
 		return "", "", err
 	}
 	c.extra = append(c.extra, p)
-	server = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	server = "https://" + netip.AddrPortFrom(c.cfg.Address, uint16(ports[0])).String()
 	kc, err := os.ReadFile(c.Kubeconfig)
 	if err != nil {
 		return "", "", err

@@ -80,7 +80,7 @@ func LinkFabric(fabricNetns string, nodeNetns []string) (_ []netip.Addr, err err
 		}
 		created = append(created, name)
 		addr := NodeAddress(i)
-		if err := linkNode(hf, fabNs, br, path, fmt.Sprintf("fab%d", i+1), addr); err != nil {
+		if err := linkNode(hf, fabNs, br, path, "eth0", fmt.Sprintf("fab%d", i+1), addr); err != nil {
 			return nil, fmt.Errorf("fabric link of node %d: %w", i+1, err)
 		}
 		addrs = append(addrs, addr)
@@ -88,14 +88,33 @@ func LinkFabric(fabricNetns string, nodeNetns []string) (_ []netip.Addr, err err
 	return addrs, nil
 }
 
-func linkNode(hf *netlink.Handle, fabNs netns.NsHandle, br *netlink.Bridge, path, port string, addr netip.Addr) error {
+// LinkHost joins the host to the fabric in fabricNetns (made by LinkFabric): a veth from
+// the host (link name) to a port of the bridge, with address addr (in FabricPrefix) on the
+// host's end. Deleting the fabric namespace deletes it.
+func LinkHost(fabricNetns, name string, addr netip.Addr) error {
+	hf, fabNs, err := handleAt("/run/netns/" + fabricNetns)
+	if err != nil {
+		return err
+	}
+	defer hf.Close()
+	defer fabNs.Close()
+	br, err := hf.LinkByName("fabric")
+	if err != nil {
+		return fmt.Errorf("fabric bridge: %w", err)
+	}
+	return linkNode(hf, fabNs, br.(*netlink.Bridge), "/proc/self/ns/net", name, "host", addr)
+}
+
+// linkNode links the namespace at path to the bridge: a veth whose end there is named
+// link, with address addr, and whose other end is the bridge's port.
+func linkNode(hf *netlink.Handle, fabNs netns.NsHandle, br *netlink.Bridge, path, link, port string, addr netip.Addr) error {
 	hn, ns, err := handleAt(path)
 	if err != nil {
 		return err
 	}
 	defer hn.Close()
 	defer ns.Close()
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: port, PeerNamespace: netlink.NsFd(int(fabNs))}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: link}, PeerName: port, PeerNamespace: netlink.NsFd(int(fabNs))}
 	if err := hn.LinkAdd(veth); err != nil {
 		return err
 	}
@@ -109,7 +128,7 @@ func linkNode(hf *netlink.Handle, fabNs netns.NsHandle, br *netlink.Bridge, path
 	if err := hf.LinkSetUp(p); err != nil {
 		return err
 	}
-	l, err := hn.LinkByName("eth0")
+	l, err := hn.LinkByName(link)
 	if err != nil {
 		return err
 	}
@@ -120,7 +139,7 @@ func linkNode(hf *netlink.Handle, fabNs netns.NsHandle, br *netlink.Bridge, path
 	if err := hn.LinkSetUp(l); err != nil {
 		return err
 	}
-	return endpoint.WaitOperUp(hn, "eth0", 5*time.Second)
+	return endpoint.WaitOperUp(hn, link, 5*time.Second)
 }
 
 // handleAt is a netlink handle in the namespace at path; the caller closes both.

@@ -79,51 +79,15 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.Nodes == 0 {
 		opts.Nodes = 2
 	}
-	if opts.Tunnel == "" {
-		opts.Tunnel = overlay.Native
-	}
-	bin := Bins.Dir(t)
 	k := k8stest.Start(t)
 	k.InstallCRDs(t)
 	c := &Cluster{Cluster: k, T: t}
 	suffix := testenv.Suffix(6)
 	fabric := linkFabric(t, suffix, opts.Nodes)
 	for i := range opts.Nodes {
-		n := &Node{
-			Name:     fmt.Sprintf("node-%d", i+1),
-			Address:  fabric.addrs[i],
-			PodCIDR:  simcluster.NodePodCIDR(i),
-			Netns:    fabric.nodes[i],
-			instance: "k" + suffix + fmt.Sprint(i+1),
-			c:        c,
-			log:      &testenv.SyncBuffer{},
-		}
+		n := c.AddNode(fmt.Sprintf("node-%d", i+1), fabric.nodes[i], fabric.addrs[i], opts)
+		n.PodCIDR = simcluster.NodePodCIDR(i)
 		c.createNodeObject(n)
-		sockDir, err := os.MkdirTemp("", "rp-sock-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		stateDir := filepath.Join(t.TempDir(), "state")
-		n.StateDir = stateDir
-		n.flags = []string{"--instance", n.instance, "--state-dir", stateDir, "--socket", filepath.Join(sockDir, "r.sock"),
-			"--bpf-dir", "/sys/fs/bpf/rampart/" + n.instance, "--node-netns", n.Netns, "--tunnel", string(opts.Tunnel)}
-		n.flags = append(n.flags, opts.AgentFlags...)
-		n.socket = filepath.Join(sockDir, "r.sock")
-		n.Client = api.NewClient(n.socket)
-		n.cni, n.cniList = cniRuntime(t, bin, n.socket)
-		t.Cleanup(func() {
-			n.Stop()
-			n.Client.Close()
-			out, err := exec.Command(filepath.Join(bin, "rampartd"), append(n.flags, "--pod-cidr", n.PodCIDR.String(), "--uninstall")...).CombinedOutput()
-			if err != nil {
-				t.Errorf("uninstalling node %s's agent: %v\n%s", n.Name, err, out)
-			}
-			os.RemoveAll(sockDir)
-			if t.Failed() {
-				t.Logf("node %s's rampartd log:\n%s", n.Name, n.log.String())
-			}
-		})
-		c.Nodes = append(c.Nodes, n)
 	}
 	for _, n := range c.Nodes {
 		n.Start()
@@ -133,6 +97,66 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	return c
 }
+
+// AddNode adds a node whose agent runs in the network namespace netns, where the node has
+// address addr, without starting the agent or creating its Node object (Start does both
+// for simulated nodes; real nodes' kubelets register themselves). The agent's state is
+// removed when the test ends; its --pod-cidr there (for --uninstall) is n.PodCIDR, set by
+// the caller once it is known.
+func (c *Cluster) AddNode(name, netns string, addr netip.Addr, opts Options) *Node {
+	t := c.T
+	t.Helper()
+	if opts.Tunnel == "" {
+		opts.Tunnel = overlay.Native
+	}
+	bin := Bins.Dir(t)
+	n := &Node{
+		Name:     name,
+		Address:  addr,
+		Netns:    netns,
+		instance: "k" + testenv.Suffix(6),
+		c:        c,
+		log:      &testenv.SyncBuffer{},
+	}
+	sockDir, err := os.MkdirTemp("", "rp-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.StateDir = filepath.Join(t.TempDir(), "state")
+	n.socket = filepath.Join(sockDir, "r.sock")
+	n.flags = []string{"--instance", n.instance, "--state-dir", n.StateDir, "--socket", n.socket,
+		"--bpf-dir", "/sys/fs/bpf/rampart/" + n.instance, "--node-netns", n.Netns, "--tunnel", string(opts.Tunnel)}
+	n.flags = append(n.flags, opts.AgentFlags...)
+	n.Client = api.NewClient(n.socket)
+	n.cni, n.cniList = cniRuntime(t, bin, n.socket)
+	t.Cleanup(func() {
+		n.Stop()
+		n.Client.Close()
+		out, err := exec.Command(filepath.Join(bin, "rampartd"), append(n.flags, "--pod-cidr", n.PodCIDR.String(), "--uninstall")...).CombinedOutput()
+		if err != nil {
+			t.Errorf("uninstalling node %s's agent: %v\n%s", n.Name, err, out)
+		}
+		os.RemoveAll(sockDir)
+		if t.Failed() {
+			t.Logf("node %s's rampartd log:\n%s", n.Name, n.log.String())
+		}
+	})
+	c.Nodes = append(c.Nodes, n)
+	return n
+}
+
+// AgentPid is the node's rampartd's process id (0 when it is not running).
+func (n *Node) AgentPid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+// Socket is the path of the node agent's API socket (what rampart-cni's configuration names).
+func (n *Node) Socket() string { return n.socket }
 
 func (c *Cluster) createNodeObject(n *Node) {
 	c.T.Helper()

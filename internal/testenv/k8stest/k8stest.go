@@ -6,6 +6,7 @@ package k8stest
 import (
 	"bufio"
 	"context"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,9 +43,28 @@ func BinDir(t testing.TB) string {
 		return d
 	}
 	env := filepath.Join(testenv.ModuleRoot(t), "tools", "k8s", "versions.env")
-	f, err := os.Open(env)
+	vers := Versions(t, env)
+	if vers["K8S_VERSION"] == "" || vers["ETCD_VERSION"] == "" {
+		t.Fatalf("%s: want K8S_VERSION and ETCD_VERSION", env)
+	}
+	return filepath.Join(Cache(), "k8s-"+vers["K8S_VERSION"]+"-etcd-"+vers["ETCD_VERSION"])
+}
+
+// Cache is the directory the build scripts cache into: $RAMPART_CACHE, default
+// /var/cache/rampart.
+func Cache() string {
+	if c := os.Getenv("RAMPART_CACHE"); c != "" {
+		return c
+	}
+	return "/var/cache/rampart"
+}
+
+// Versions reads a versions.env file of the build scripts (NAME=value lines, # comments).
+func Versions(t testing.TB, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
-		t.Fatalf("control plane versions: %v", err)
+		t.Fatalf("component versions: %v", err)
 	}
 	defer f.Close()
 	vers := map[string]string{}
@@ -55,20 +75,22 @@ func BinDir(t testing.TB) string {
 			vers[k] = v
 		}
 	}
-	if vers["K8S_VERSION"] == "" || vers["ETCD_VERSION"] == "" {
-		t.Fatalf("%s: want K8S_VERSION and ETCD_VERSION", env)
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading %s: %v", path, err)
 	}
-	cache := os.Getenv("RAMPART_CACHE")
-	if cache == "" {
-		cache = "/var/cache/rampart"
-	}
-	return filepath.Join(cache, "k8s-"+vers["K8S_VERSION"]+"-etcd-"+vers["ETCD_VERSION"])
+	return vers
 }
 
 // Start starts etcd and kube-apiserver in a temporary directory and returns when the API
 // server is ready. Without the binaries the test is skipped (failed when CI=true). Every
 // process is stopped and the directory removed when the test ends.
 func Start(t testing.TB) *Cluster {
+	t.Helper()
+	return StartOn(t, netip.Addr{})
+}
+
+// StartOn is Start with the API server on addr (127.0.0.1 if addr is the zero Addr).
+func StartOn(t testing.TB, addr netip.Addr) *Cluster {
 	t.Helper()
 	bin := BinDir(t)
 	for _, b := range []string{"etcd", "kube-apiserver", "kubectl"} {
@@ -83,7 +105,7 @@ func Start(t testing.TB) *Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	began := time.Now()
-	cp, err := controlplane.Start(ctx, controlplane.Config{BinDir: bin, Dir: dir})
+	cp, err := controlplane.Start(ctx, controlplane.Config{BinDir: bin, Dir: dir, Address: addr})
 	if err != nil {
 		os.RemoveAll(dir)
 		t.Fatalf("starting the control plane: %v", err)

@@ -1,0 +1,21 @@
+// Package nodetest starts a Kubernetes cluster of real nodes for a test: the control plane
+// (k8stest: etcd and kube-apiserver, the API server on the fabric's host address), then
+// kube-scheduler and kube-controller-manager on the host, and per node a network namespace
+// on a bridged fabric (as clustertest's) and a mount namespace of its own, in which
+// containerd (with runc) and kubelet run, and kube-proxy in nftables mode. The node's CNI
+// is Rampart: one rampartd per node on the host in Kubernetes mode (clustertest.AddNode),
+// and rampart-cni with a configuration list in the node's own /opt/cni/bin and
+// /etc/cni/net.d. The binaries are scripts/build-node.sh's and scripts/build-cri.sh's.
+//
+// A node's mount namespace puts directories of the node's own over /var/lib/kubelet,
+// /var/log/pods, /etc/cni/net.d, /opt/cni/bin, /run/containerd and /var/lib/containerd and
+// a bpffs of its own over /sys/fs/bpf, so two kubelets on one host do not share the device
+// plugin socket, state or CNI configuration. Everything else is the host's: /run/netns
+// stays shared with the host, so the pod network namespaces containerd creates are where
+// the host's rampartd opens them.
+//
+// Host-wide side effects are undone when the test ends, also on failure: the sysctls the
+// kubelet sets (kernel.panic and the others in Sysctls) are restored, each node's cgroups
+// (cgroupRoot /rampart-<suffix>-<node>) removed, every process stopped. Only one such
+// cluster runs on a host at a time (its host address is fixed); a second waits for a lock.
+package nodetest

@@ -1,0 +1,258 @@
+package nodetest
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rampartnet/rampart/internal/k8s/controlplane"
+	"github.com/rampartnet/rampart/internal/k8s/simcluster"
+	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/clustertest"
+	"github.com/rampartnet/rampart/internal/testenv/k8stest"
+)
+
+// HostAddress is the host's address on the fabric: the API server listens there, and the
+// API server reaches the kubelets (at their InternalIPs) from there. It is the fabric's
+// .254, fixed, which is why one lab runs on a host at a time.
+var HostAddress = netip.AddrFrom4([4]byte{198, 19, 254, 254})
+
+// lockFile serializes the labs on a host (HostAddress is fixed).
+const lockFile = "/run/rampart-nodetest.lock"
+
+// Options configure Start.
+type Options struct {
+	// Nodes is the number of nodes (default 2).
+	Nodes int
+}
+
+// Cluster is a control plane, the scheduler and controller manager, and real nodes.
+type Cluster struct {
+	*clustertest.Cluster
+	Bins Bins
+	// Nodes are the real nodes (the embedded clustertest.Cluster's Nodes are their agents).
+	Nodes []*Node
+	// Started is how long Start took, from nothing to every node Ready.
+	Started time.Duration
+
+	dir                          string
+	scheduler, controllerManager *proc
+}
+
+// Start starts a cluster of real nodes and returns once every node is Ready and its agent
+// has synced with the API. Everything is stopped and removed when the test ends.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if opts.Nodes == 0 {
+		opts.Nodes = 2
+	}
+	bins := FindBins(t)
+	began := time.Now()
+	lock(t)
+	dir, err := os.MkdirTemp("", "rampart-nodes-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+
+	suffix := testenv.Suffix(6)
+	fab := "rp-" + suffix + "-fab"
+	var netnsNames []string
+	for i := range opts.Nodes {
+		netnsNames = append(netnsNames, fmt.Sprintf("rp-%s-n%d", suffix, i+1))
+	}
+	t.Cleanup(func() {
+		if err := simcluster.DeleteNetns(append([]string{fab}, netnsNames...)...); err != nil {
+			t.Error(err)
+		}
+	})
+	addrs, err := simcluster.LinkFabric(fab, netnsNames)
+	if err != nil {
+		t.Fatalf("fabric: %v", err)
+	}
+	if err := simcluster.LinkHost(fab, "rph"+suffix, HostAddress); err != nil {
+		t.Fatal(err)
+	}
+
+	k := k8stest.StartOn(t, HostAddress)
+	k.InstallCRDs(t)
+	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, dir: dir}
+
+	saved, err := recordSysctls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := restoreSysctls(saved); err != nil {
+			t.Error(err)
+		}
+	})
+	mounts, err := ensureMountPoints()
+	t.Cleanup(func() {
+		if err := removeMountPoints(mounts); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() {
+		c.scheduler.stop(10 * time.Second)
+		c.controllerManager.stop(10 * time.Second)
+		if t.Failed() {
+			c.logTails("kube-scheduler.log", "kube-controller-manager.log")
+		}
+	})
+	if err := c.startControllers(); err != nil {
+		t.Fatal(err)
+	}
+
+	for i := range opts.Nodes {
+		name := fmt.Sprintf("node-%d", i+1)
+		n := &Node{
+			Node:       c.AddNode(name, netnsNames[i], addrs[i], clustertest.Options{}),
+			Dir:        filepath.Join(dir, name),
+			CgroupRoot: "/rampart-" + suffix + "-" + name,
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	// Registered after the agents' cleanups, so it runs before them: the pods' CNI DELs
+	// reach a running agent.
+	t.Cleanup(func() {
+		for _, n := range c.Nodes {
+			if err := n.stop(filepath.Join(bins.CRI, "crictl")); err != nil {
+				t.Error(err)
+			}
+			if t.Failed() {
+				c.logTails(n.Name+"/containerd.log", n.Name+"/kubelet.log", n.Name+"/kube-proxy.log")
+			}
+		}
+	})
+	cni := filepath.Join(clustertest.Bins.Dir(t), "rampart-cni")
+	for _, n := range c.Nodes {
+		if err := n.start(bins, c.Kubeconfig, cni); err != nil {
+			t.Fatalf("starting node %s: %v", n.Name, err)
+		}
+	}
+	// The agents wait for their Node's InternalIP and pod CIDR: the kubelet registers the
+	// first, kube-controller-manager allocates the second.
+	for _, n := range c.Nodes {
+		n.PodCIDR = c.waitNode(n, func(node *corev1.Node) bool { return node.Spec.PodCIDR != "" }, "registered with a pod CIDR")
+		n.Node.Start()
+	}
+	for _, n := range c.Nodes {
+		n.WaitSynced()
+	}
+	for _, n := range c.Nodes {
+		c.waitNode(n, nodeReady, "Ready")
+	}
+	c.Started = time.Since(began)
+	t.Logf("cluster of %d real nodes started in %v", opts.Nodes, c.Started.Round(time.Millisecond))
+	return c
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitNode waits up to 3 minutes for n's Node object to satisfy ok and returns its pod
+// CIDR.
+func (c *Cluster) waitNode(n *Node, ok func(*corev1.Node) bool, what string) netip.Prefix {
+	c.T.Helper()
+	var last *corev1.Node
+	if !testenv.Eventually(3*time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		last = node
+		return ok(node)
+	}) {
+		c.T.Fatalf("node %s not %s after 3 minutes (Node %+v); its kubelet log ends:\n%s", n.Name, what, last, controlplane.LogTail(n.path("kubelet.log"), 30))
+	}
+	if last.Spec.PodCIDR == "" {
+		return netip.Prefix{}
+	}
+	p, err := netip.ParsePrefix(last.Spec.PodCIDR)
+	if err != nil {
+		c.T.Fatalf("node %s: spec.podCIDR %q: %v", n.Name, last.Spec.PodCIDR, err)
+	}
+	return p
+}
+
+// lock takes the host's lab lock, waiting for another lab to end, until the test ends.
+func lock(t testing.TB) {
+	t.Helper()
+	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("locking %s: %v", lockFile, err)
+	}
+	t.Cleanup(func() { f.Close() })
+}
+
+func (c *Cluster) logTails(names ...string) {
+	for _, name := range names {
+		c.T.Logf("%s ends:\n%s", name, controlplane.LogTail(filepath.Join(c.dir, name), 30))
+	}
+}
+
+// RSS returns the resident memory (KiB) of each process of the cluster by name
+// ("node-1/kubelet"), the shims and containers not included.
+func (c *Cluster) RSS() map[string]int64 {
+	m := map[string]int64{}
+	add := func(name string, pid int) {
+		if pid > 0 {
+			m[name] = rssKiB(pid)
+		}
+	}
+	add("etcd", c.EtcdPid())
+	add("kube-apiserver", c.APIServerPid())
+	add("kube-scheduler", c.scheduler.pid())
+	add("kube-controller-manager", c.controllerManager.pid())
+	for _, n := range c.Nodes {
+		for _, p := range []*proc{n.containerd, n.kubelet, n.kubeProxy} {
+			add(n.Name+"/"+p.name, p.pid())
+		}
+		add(n.Name+"/rampartd", n.AgentPid())
+	}
+	return m
+}
+
+// RSSReport formats RSS sorted by name, one process per line.
+func (c *Cluster) RSSReport() string {
+	m := c.RSS()
+	var names []string
+	var total int64
+	for name, kib := range m {
+		names = append(names, name)
+		total += kib
+	}
+	sort.Strings(names)
+	s := ""
+	for _, name := range names {
+		s += fmt.Sprintf("%-28s %7.1f MiB\n", name, float64(m[name])/1024)
+	}
+	return s + fmt.Sprintf("%-28s %7.1f MiB\n", "total", float64(total)/1024)
+}

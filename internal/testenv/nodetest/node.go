@@ -1,0 +1,156 @@
+package nodetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/clustertest"
+)
+
+// Node is one real node: its namespaces, containerd, kubelet and kube-proxy, and (the
+// embedded clustertest.Node) its rampartd.
+type Node struct {
+	*clustertest.Node
+	// Dir holds the node's configuration, logs and the directories its mount namespace puts
+	// over the host's (Dir/var/lib/kubelet...).
+	Dir string
+	// CgroupRoot is the kubelet's cgroupRoot.
+	CgroupRoot string
+
+	holder, containerd, kubelet, kubeProxy *proc
+}
+
+// start starts the node's namespaces, containerd (with the images imported), kubelet and
+// kube-proxy.
+func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
+	var err error
+	if n.holder, err = holdNamespaces(n.Dir, n.Netns); err != nil {
+		return err
+	}
+	// Fixed now: a holder that ended would make pid() 0, which startProc takes as the host.
+	ns := n.holder.pid()
+	for _, f := range []struct{ path, text string }{
+		{"containerd.toml", containerdConfig(filepath.Join(b.Node, "runc"), b.PauseImage)},
+		{"kubelet.yaml", kubeletConfig(n.CgroupRoot)},
+		{"kube-proxy.yaml", kubeProxyConfig(kubeconfig, n.Name, ClusterCIDR)},
+		{"etc/cni/net.d/10-rampart.conflist", cniConfList(n.Socket())},
+	} {
+		if err := os.WriteFile(filepath.Join(n.Dir, f.path), []byte(f.text), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := copyFile(rampartCNI, filepath.Join(n.Dir, "opt/cni/bin/rampart-cni")); err != nil {
+		return err
+	}
+	if err := makeCgroupRoot(n.CgroupRoot); err != nil {
+		return err
+	}
+	// The shim runc-v2 containerd starts is found on PATH, next to containerd.
+	n.containerd, err = startProc("containerd", n.path("containerd.log"), ns,
+		"env", "PATH="+b.Node+":"+os.Getenv("PATH"), filepath.Join(b.Node, "containerd"), "--config", n.path("containerd.toml"))
+	if err != nil {
+		return err
+	}
+	if !testenv.Eventually(30*time.Second, func() bool {
+		_, err := os.Stat(n.path("run/containerd/containerd.sock"))
+		return err == nil || n.containerd.exited()
+	}) || n.containerd.exited() {
+		return fmt.Errorf("node %s: containerd did not start; its log %s", n.Name, n.containerd.log)
+	}
+	for _, img := range []string{filepath.Join(b.CRI, "pause.tar"), filepath.Join(b.Node, "agnhost.tar")} {
+		// --local: the archive has no platform index for the transfer service to unpack by.
+		if out, err := n.Exec(filepath.Join(b.Node, "ctr"), "--address", "/run/containerd/containerd.sock",
+			"--namespace", "k8s.io", "images", "import", "--local", img); err != nil {
+			return fmt.Errorf("node %s: importing %s: %v\n%s", n.Name, img, err, out)
+		}
+	}
+	n.kubelet, err = startProc("kubelet", n.path("kubelet.log"), ns, filepath.Join(b.Node, "kubelet"),
+		"--config", n.path("kubelet.yaml"), "--kubeconfig", kubeconfig,
+		"--node-ip", n.Address.String(), "--hostname-override", n.Name)
+	if err != nil {
+		return err
+	}
+	n.kubeProxy, err = startProc("kube-proxy", n.path("kube-proxy.log"), ns, filepath.Join(b.Node, "kube-proxy"),
+		"--config", n.path("kube-proxy.yaml"))
+	return err
+}
+
+func (n *Node) path(rel string) string { return filepath.Join(n.Dir, rel) }
+
+// Exec runs a command in the node's network and mount namespaces and returns its output.
+func (n *Node) Exec(argv ...string) (string, error) {
+	ns := n.holder.pid()
+	if ns == 0 {
+		return "", fmt.Errorf("node %s: its namespaces are gone", n.Name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--target", strconv.Itoa(ns), "--net", "--mount", "--"}, argv...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// stop stops the node: kube-proxy and the kubelet, then every pod sandbox through containerd
+// (so each pod's network is torn down by CNI DEL while the agent still runs), containerd,
+// whatever is left in the node's mount namespace (the shims) and cgroups, and the
+// namespaces' holder.
+func (n *Node) stop(crictl string) error {
+	var errs []error
+	n.kubeProxy.stop(10 * time.Second)
+	n.kubelet.stop(20 * time.Second)
+	if n.containerd != nil && !n.containerd.exited() {
+		if out, err := n.Exec(crictl, "--runtime-endpoint", "unix:///run/containerd/containerd.sock", "rmp", "--all", "--force"); err != nil {
+			errs = append(errs, fmt.Errorf("node %s: removing pods: %v\n%s", n.Name, err, out))
+		}
+	}
+	n.containerd.stop(10 * time.Second)
+	if ns := n.holder.pid(); ns != 0 {
+		killMountNamespace(ns)
+	}
+	if n.CgroupRoot != "" {
+		if err := removeCgroupRoot(n.CgroupRoot); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.holder.stop(time.Second)
+	return errors.Join(errs...)
+}
+
+// killMountNamespace kills every process but holder in holder's mount namespace.
+func killMountNamespace(holder int) {
+	ns, err := os.Readlink("/proc/" + strconv.Itoa(holder) + "/ns/mnt")
+	if err != nil {
+		return
+	}
+	testenv.Eventually(10*time.Second, func() bool {
+		found := false
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == holder {
+				continue
+			}
+			if l, err := os.Readlink("/proc/" + e.Name() + "/ns/mnt"); err == nil && l == ns {
+				syscall.Kill(pid, syscall.SIGKILL)
+				found = true
+			}
+		}
+		return !found
+	})
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
+}

@@ -1,0 +1,89 @@
+package nodetest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is one process the lab started, its output in a log file.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// startProc starts argv with its output appended to logPath. With holder > 0 it runs in
+// that process's network and mount namespaces (nsenter, which execs it: the pid is the
+// component's). It is killed if the test's process dies first (Pdeathsig).
+func startProc(name, logPath string, holder int, argv ...string) (*proc, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	defer logf.Close()
+	if holder > 0 {
+		argv = append([]string{"nsenter", "--target", strconv.Itoa(holder), "--net", "--mount", "--"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// pid is the process's id, 0 if it is not running.
+func (p *proc) pid() int {
+	if p == nil || p.exited() {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM, and SIGKILL after grace.
+func (p *proc) stop(grace time.Duration) {
+	if p == nil || p.exited() {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// rssKiB is the process's resident set (VmRSS) in KiB, 0 if it has exited.
+func rssKiB(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	var kib int64
+	for _, line := range strings.Split(string(b), "\n") {
+		if _, err := fmt.Sscanf(line, "VmRSS: %d kB", &kib); err == nil {
+			return kib
+		}
+	}
+	return 0
+}
