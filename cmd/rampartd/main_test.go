@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
+
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
@@ -182,10 +184,105 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 }
 
+// TestCNIInstall: rampartd with --cni-bin-dir and --cni-conf-dir installs the rampart-cni
+// binary beside it and its configuration list once it serves; the runtime's client (libcni)
+// then gets an answer from the installed plugin (STATUS, through the agent); stopping the
+// agent leaves both (an upgrade keeps the node ready), --uninstall removes both.
+func TestCNIInstall(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := bins.Dir(t)
+	inst := "c" + testenv.Suffix(8)
+	sockDir, err := os.MkdirTemp("", "rp-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	root := t.TempDir()
+	binDir, confDir := filepath.Join(root, "opt/cni/bin"), filepath.Join(root, "etc/cni/net.d")
+	socket := filepath.Join(sockDir, "r.sock")
+	flags := []string{"--instance", inst, "--state-dir", filepath.Join(root, "state"), "--socket", socket,
+		"--bpf-dir", "/sys/fs/bpf/rampart/" + inst, "--node-netns", "rp-" + inst + "-node", "--pod-cidr", "198.18.1.0/24",
+		"--cni-bin-dir", binDir, "--cni-conf-dir", confDir}
+	uninstalled := false
+	t.Cleanup(func() {
+		if !uninstalled {
+			exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).Run()
+		}
+	})
+	var daemonLog testenv.SyncBuffer
+	daemon := exec.Command(bin+"/rampartd", flags...)
+	daemon.Stderr = &daemonLog
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if daemon.ProcessState == nil {
+			daemon.Process.Kill()
+			daemon.Wait()
+		}
+	})
+	conflist := filepath.Join(confDir, "05-rampart.conflist")
+	if !testenv.Eventually(20*time.Second, func() bool { _, err := os.Stat(conflist); return err == nil }) {
+		t.Fatalf("no %s after 20s; agent log:\n%s", conflist, daemonLog.String())
+	}
+	want, _ := os.ReadFile(bin + "/rampart-cni")
+	got, err := os.ReadFile(filepath.Join(binDir, "rampart-cni"))
+	if err != nil || !bytes.Equal(got, want) || len(want) == 0 {
+		t.Fatalf("installed plugin: %d bytes (error %v), want the %d bytes of the built rampart-cni", len(got), err, len(want))
+	}
+	list, err := libcni.ConfListFromFile(conflist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Plugins) != 1 || !bytes.Contains(list.Plugins[0].Bytes, []byte(`"socket":"`+socket+`"`)) {
+		t.Fatalf("conflist %s does not name the agent's socket %s", list.Bytes, socket)
+	}
+	cni := libcni.NewCNIConfig([]string{binDir}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cni.GetStatusNetworkList(ctx, list); err != nil {
+		t.Fatalf("STATUS through the installed plugin: %v\nagent log:\n%s", err, daemonLog.String())
+	}
+
+	daemon.Process.Signal(syscall.SIGTERM)
+	if err := daemon.Wait(); err != nil {
+		t.Fatalf("rampartd exit after SIGTERM: %v\n%s", err, daemonLog.String())
+	}
+	for _, p := range []string{conflist, filepath.Join(binDir, "rampart-cni")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("after SIGTERM %s: %v, want it kept", p, err)
+		}
+	}
+	if err := cni.GetStatusNetworkList(ctx, list); err == nil {
+		t.Error("STATUS with the agent stopped: no error, want the plugin to report the agent down")
+	}
+	out, err := exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	uninstalled = true
+	for _, p := range []string{conflist, filepath.Join(binDir, "rampart-cni")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left after uninstall (%v)", p, err)
+		}
+	}
+
+	// The plugin missing: the agent stops with an error naming it.
+	missing := filepath.Join(root, "no-such-plugin")
+	out, err = exec.Command(bin+"/rampartd", append(flags, "--cni-plugin", missing)...).CombinedOutput()
+	exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), missing) {
+		t.Errorf("rampartd with a missing --cni-plugin: %v\n%s\nwant exit 1 and an error naming %s", err, out, missing)
+	}
+	if _, err := os.Stat(conflist); !os.IsNotExist(err) {
+		t.Errorf("with the plugin missing %s exists (%v), want none", conflist, err)
+	}
+}
+
 // bins are rampartd, rampart and rampart-testserver, with a version and revision given at
 // link time.
 var bins = testenv.Binaries{
-	Packages: []string{"./cmd/rampartd", "./cmd/rampart", "./test/rampart-testserver"},
+	Packages: []string{"./cmd/rampartd", "./cmd/rampart", "./cmd/rampart-cni", "./test/rampart-testserver"},
 	LDFlags:  "-X github.com/rampartnet/rampart/internal/version.Version=vtest-1.2.3 -X github.com/rampartnet/rampart/internal/version.Revision=feedbeef",
 }
 
