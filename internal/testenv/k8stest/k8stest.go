@@ -113,7 +113,7 @@ func Start(t testing.TB) *Cluster {
 	return c
 }
 
-// InstallCRDs installs Rampart's CRDs (internal/k8s/crds: the Cilium policy kinds and the
+// InstallCRDs installs Rampart's CRDs (deploy/crds: the Cilium policy kinds and the
 // identity kinds) and waits until they are Established.
 func (c *Cluster) InstallCRDs(t testing.TB) {
 	t.Helper()
