@@ -65,10 +65,19 @@ func BinDir(t testing.TB) string {
 	return filepath.Join(cache, "k8s-"+vers["K8S_VERSION"]+"-etcd-"+vers["ETCD_VERSION"])
 }
 
+// Option changes the control plane's configuration before it starts.
+type Option func(*controlplane.Config)
+
+// WithAuthorization sets the API server's authorization mode (e.g. "RBAC"; default
+// AlwaysAllow).
+func WithAuthorization(mode string) Option {
+	return func(c *controlplane.Config) { c.Authorization = mode }
+}
+
 // Start starts etcd and kube-apiserver in a temporary directory and returns when the API
 // server is ready. Without the binaries the test is skipped (failed when CI=true). Every
 // process is stopped and the directory removed when the test ends.
-func Start(t testing.TB) *Cluster {
+func Start(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
 	bin := BinDir(t)
 	for _, b := range []string{"etcd", "kube-apiserver", "kubectl"} {
@@ -83,7 +92,11 @@ func Start(t testing.TB) *Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	began := time.Now()
-	cp, err := controlplane.Start(ctx, controlplane.Config{BinDir: bin, Dir: dir})
+	cfg := controlplane.Config{BinDir: bin, Dir: dir}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cp, err := controlplane.Start(ctx, cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		t.Fatalf("starting the control plane: %v", err)
