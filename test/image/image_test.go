@@ -87,6 +87,23 @@ func TestBuildImage(t *testing.T) {
 		t.Errorf("envoy --version in the image: %q, want 1.40.0", out)
 	}
 
+	// What the DaemonSet runs is in the image, at the paths it names.
+	ds, err := os.ReadFile(filepath.Join(root, "deploy", "daemonset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/usr/local/bin/rampartd", "/usr/local/bin/rampart", "/usr/local/bin/envoy"} {
+		if !strings.Contains(string(ds), p) {
+			t.Errorf("deploy/daemonset.yaml does not name %s", p)
+		}
+		if fi, err := os.Stat(filepath.Join(fsDir, p)); err != nil || fi.Mode().Perm()&0o111 == 0 {
+			t.Errorf("%s in the image: %v, want an executable", p, err)
+		}
+	}
+	if !strings.Contains(string(ds), "image: rampart.io/rampart:latest") {
+		t.Error("deploy/daemonset.yaml does not run rampart.io/rampart:latest, the tag the build gives")
+	}
+
 	// Again: the same image (a clean tree is not built again; a dirty one is rebuilt to the
 	// same digest, every file having the same time).
 	if again := strings.TrimSpace(run(t, root, env, "bash", "scripts/build-image.sh")); again != archive {
