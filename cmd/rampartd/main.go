@@ -14,13 +14,16 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rampartnet/rampart/internal/agent"
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/cniinstall"
 	"github.com/rampartnet/rampart/internal/k8s/identities"
 	"github.com/rampartnet/rampart/internal/k8s/watcher"
 	"github.com/rampartnet/rampart/internal/overlay"
@@ -52,10 +55,14 @@ What it changes on the host, in its node network namespace (--node-netns, else i
   - BPF maps and programs pinned in --bpf-dir (with --attach=tcx also the TCX links on the endpoints' veths; with
     --l7-send-side a sockops link on the root cgroup)
   - its state in --state-dir, with a record of what it created (owned.json)
+  - with --cni-bin-dir and --cni-conf-dir: the rampart-cni plugin and its configuration
+    list 05-rampart.conflist there, written once the agent serves (after its first sync in
+    Kubernetes mode); the container runtime reports the node's network ready from then on
 Stopping it (SIGTERM) removes nothing: the pinned programs keep enforcing the last policy.
 rampartd --uninstall, with the same --instance, --state-dir, --bpf-dir and --node-netns,
 undoes all of it: endpoints, pins and state files go, each sysctl gets its previous value
-back, and a directory goes only if the instance created it and nothing else is left in it.
+back, and a directory goes only if the instance created it and nothing else is left in it;
+with --cni-bin-dir and --cni-conf-dir it then removes the plugin and its configuration.
 It refuses a state or pin directory that holds no such instance, removing nothing.
 
 Usage: rampartd [flags]
@@ -77,6 +84,8 @@ func run(args []string) int {
 		kubeconfig  string
 		nodeName    string
 		idGrace     time.Duration
+		inCluster   bool
+		cni         cniinstall.Options
 	)
 	fs := flag.NewFlagSet("rampartd", flag.ContinueOnError)
 	// Parse errors are reported below; --help goes to stdout.
@@ -97,6 +106,10 @@ func run(args []string) int {
 	fs.StringVar((*string)(&cfg.Tunnel), "tunnel", string(overlay.Native), "how packets reach pods on other nodes: native = routes to the nodes' addresses over the fabric, the receiver takes the source's identity from its address; vxlan = a VXLAN overlay whose VNI carries the source's identity, pods created with an MTU 50 bytes below the fabric's; ipip = IP-in-IP between the node addresses, added and removed by the dataplane on the fabric interfaces, accepted only from node addresses, the receiver takes the identity from the inner source address, pods created with an MTU 20 bytes below the fabric's")
 	fs.StringVar((*string)(&cfg.HostTraffic), "host-traffic", string(agent.HostTrafficAllow), "what the host (this node, identity host) may send to local endpoints: allow = admitted into every endpoint whatever its ingress allow rules (deny and L7 rules still apply), as Kubernetes expects for kubelet probes; policy = an ordinary peer, admitted only by rules that select it (fromEntities: [host])")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubernetes mode: the API server's client configuration; nodes, pods, namespaces and policies then come from the API (docs/cluster.md), and --pod-cidr from this node's Node object")
+	fs.BoolVar(&inCluster, "in-cluster", false, "Kubernetes mode with the pod's service account (the DaemonSet's, deploy/): the API server from $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT; instead of --kubeconfig")
+	fs.StringVar(&cni.BinDir, "cni-bin-dir", "", "install the CNI plugin: once the agent serves (in Kubernetes mode: once its first sync applied), copy --cni-plugin into this directory (the container runtime's, usually /opt/cni/bin) and write "+cniinstall.ConfName+" into --cni-conf-dir; --uninstall removes both")
+	fs.StringVar(&cni.ConfDir, "cni-conf-dir", "", "the container runtime's CNI configuration directory (usually /etc/cni/net.d), with --cni-bin-dir")
+	fs.StringVar(&cni.Plugin, "cni-plugin", "", "the rampart-cni binary --cni-bin-dir gets (default: rampart-cni beside rampartd)")
 	fs.DurationVar(&idGrace, "identity-grace", 0, "Kubernetes mode: how long a cluster identity no pod uses is kept before it is collected (0: 5m)")
 	fs.StringVar(&nodeName, "node-name", "", "Kubernetes mode: this node's Node object (default: the host name)")
 	fs.BoolVar(&uninstall, "uninstall", false, "remove what this instance made (endpoints, pins, state, node set-up; see above), then exit")
@@ -133,10 +146,25 @@ func run(args []string) int {
 	}
 	cfg.PodCIDR = p
 
+	if (cni.BinDir == "") != (cni.ConfDir == "") {
+		fmt.Fprintf(os.Stderr, "rampartd: --cni-bin-dir and --cni-conf-dir go together\n")
+		return 2
+	}
+	if inCluster && kubeconfig != "" {
+		fmt.Fprintf(os.Stderr, "rampartd: --in-cluster and --kubeconfig: give one of them\n")
+		return 2
+	}
+
 	if uninstall {
 		if err := agent.Uninstall(cfg); err != nil {
 			fmt.Fprintf(os.Stderr, "rampartd: uninstall: %v\n", err)
 			return 1
+		}
+		if cni.BinDir != "" {
+			if err := cniinstall.Uninstall(cni.BinDir, cni.ConfDir); err != nil {
+				fmt.Fprintf(os.Stderr, "rampartd: uninstall: %v\n", err)
+				return 1
+			}
 		}
 		fmt.Fprintf(os.Stderr, "rampartd: instance %s uninstalled\n", cfg.Instance)
 		return 0
@@ -145,7 +173,7 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var w *watcher.Watcher
-	if kubeconfig != "" {
+	if kubeconfig != "" || inCluster {
 		if w, err = startWatcher(ctx, &cfg, kubeconfig, nodeName, idGrace); err != nil {
 			fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
 			return 1
@@ -163,11 +191,74 @@ func run(args []string) int {
 			}
 		}()
 	}
-	if err := a.Run(ctx); err != nil {
+	var cniErr error
+	if cni.BinDir != "" {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if cni.Plugin == "" {
+			if cni.Plugin, err = besideExecutable("rampart-cni"); err != nil {
+				fmt.Fprintf(os.Stderr, "rampartd: --cni-plugin: %v\n", err)
+				return 1
+			}
+		}
+		cni.Socket = a.Socket()
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			// An agent that cannot install its plugin stops: the node stays not ready and
+			// the error (naming the path) is in the pod's log and its restarts.
+			if cniErr = installCNI(ctx, a, cni, w != nil, cfg.Logger); cniErr != nil {
+				cancel()
+			}
+		}()
+		err = a.Run(ctx)
+		cancel()
+		<-done
+		if cniErr != nil && !errors.Is(cniErr, context.Canceled) {
+			fmt.Fprintf(os.Stderr, "rampartd: %v\n", cniErr)
+			return 1
+		}
+	} else {
+		err = a.Run(ctx)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// installCNI installs the CNI plugin and its configuration once the agent can serve the
+// plugin's requests: at once (its socket listens from agent.New on), or in Kubernetes
+// mode after its first sync applied the cluster's policy, so that no pod gets a network
+// on this node before the policy that selects it is in force.
+func installCNI(ctx context.Context, a *agent.Agent, opts cniinstall.Options, kubernetes bool, log *slog.Logger) error {
+	for kubernetes {
+		st, err := a.Status(ctx)
+		if err == nil && st.Kubernetes != nil && st.Kubernetes.Synced {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := cniinstall.Install(opts); err != nil {
+		return err
+	}
+	log.Info("CNI plugin installed", "plugin", filepath.Join(opts.BinDir, cniinstall.PluginName), "conflist", filepath.Join(opts.ConfDir, cniinstall.ConfName))
+	return nil
+}
+
+// besideExecutable returns the path of name in rampartd's own directory.
+func besideExecutable(name string) (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(exe), name), nil
 }
 
 // startWatcher starts Kubernetes mode: the informers, then this node's Node object, whose
@@ -180,8 +271,13 @@ func startWatcher(ctx context.Context, cfg *agent.Config, kubeconfig, nodeName s
 		}
 		nodeName = h
 	}
-	kcfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
+	var kcfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		if kcfg, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("--in-cluster: %w", err)
+		}
+	} else if kcfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
 	kcfg.Timeout = 30 * time.Second

@@ -13,7 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 )
 
 // TestDaemonLifecycle runs the real binaries: rampartd starts, serves the CLI, keeps
@@ -182,10 +190,216 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 }
 
+// TestCNIInstall: rampartd with --cni-bin-dir and --cni-conf-dir installs the rampart-cni
+// binary beside it and its configuration list once it serves; the runtime's client (libcni)
+// then gets an answer from the installed plugin (STATUS, through the agent); stopping the
+// agent leaves both (an upgrade keeps the node ready), --uninstall removes both.
+func TestCNIInstall(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := bins.Dir(t)
+	inst := "c" + testenv.Suffix(8)
+	sockDir, err := os.MkdirTemp("", "rp-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	root := t.TempDir()
+	binDir, confDir := filepath.Join(root, "opt/cni/bin"), filepath.Join(root, "etc/cni/net.d")
+	socket := filepath.Join(sockDir, "r.sock")
+	flags := []string{"--instance", inst, "--state-dir", filepath.Join(root, "state"), "--socket", socket,
+		"--bpf-dir", "/sys/fs/bpf/rampart/" + inst, "--node-netns", "rp-" + inst + "-node", "--pod-cidr", "198.18.1.0/24",
+		"--cni-bin-dir", binDir, "--cni-conf-dir", confDir}
+	uninstalled := false
+	t.Cleanup(func() {
+		if !uninstalled {
+			exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).Run()
+		}
+	})
+	var daemonLog testenv.SyncBuffer
+	daemon := exec.Command(bin+"/rampartd", flags...)
+	daemon.Stderr = &daemonLog
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if daemon.ProcessState == nil {
+			daemon.Process.Kill()
+			daemon.Wait()
+		}
+	})
+	conflist := filepath.Join(confDir, "05-rampart.conflist")
+	if !testenv.Eventually(20*time.Second, func() bool { _, err := os.Stat(conflist); return err == nil }) {
+		t.Fatalf("no %s after 20s; agent log:\n%s", conflist, daemonLog.String())
+	}
+	want, _ := os.ReadFile(bin + "/rampart-cni")
+	got, err := os.ReadFile(filepath.Join(binDir, "rampart-cni"))
+	if err != nil || !bytes.Equal(got, want) || len(want) == 0 {
+		t.Fatalf("installed plugin: %d bytes (error %v), want the %d bytes of the built rampart-cni", len(got), err, len(want))
+	}
+	list, err := libcni.ConfListFromFile(conflist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Plugins) != 1 || !bytes.Contains(list.Plugins[0].Bytes, []byte(`"socket":"`+socket+`"`)) {
+		t.Fatalf("conflist %s does not name the agent's socket %s", list.Bytes, socket)
+	}
+	cni := libcni.NewCNIConfig([]string{binDir}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cni.GetStatusNetworkList(ctx, list); err != nil {
+		t.Fatalf("STATUS through the installed plugin: %v\nagent log:\n%s", err, daemonLog.String())
+	}
+
+	daemon.Process.Signal(syscall.SIGTERM)
+	if err := daemon.Wait(); err != nil {
+		t.Fatalf("rampartd exit after SIGTERM: %v\n%s", err, daemonLog.String())
+	}
+	for _, p := range []string{conflist, filepath.Join(binDir, "rampart-cni")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("after SIGTERM %s: %v, want it kept", p, err)
+		}
+	}
+	if err := cni.GetStatusNetworkList(ctx, list); err == nil {
+		t.Error("STATUS with the agent stopped: no error, want the plugin to report the agent down")
+	}
+	out, err := exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	uninstalled = true
+	for _, p := range []string{conflist, filepath.Join(binDir, "rampart-cni")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left after uninstall (%v)", p, err)
+		}
+	}
+
+	// The plugin missing: the agent stops with an error naming it.
+	missing := filepath.Join(root, "no-such-plugin")
+	out, err = exec.Command(bin+"/rampartd", append(flags, "--cni-plugin", missing)...).CombinedOutput()
+	exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), missing) {
+		t.Errorf("rampartd with a missing --cni-plugin: %v\n%s\nwant exit 1 and an error naming %s", err, out, missing)
+	}
+	if _, err := os.Stat(conflist); !os.IsNotExist(err) {
+		t.Errorf("with the plugin missing %s exists (%v), want none", conflist, err)
+	}
+}
+
+// TestCNIInstallAfterSync: in Kubernetes mode the agent installs its CNI configuration
+// only once it has applied the cluster's view. The real rampartd runs as deploy/'s
+// ServiceAccount (impersonated) against an API server with RBAC, first with the
+// NetworkPolicy rule taken from its ClusterRole: it serves, but cannot sync, and writes no
+// conflist; with deploy/rbac.yaml applied whole it syncs, and only then the conflist
+// appears.
+func TestCNIInstallAfterSync(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := bins.Dir(t)
+	k := k8stest.Start(t, k8stest.WithAuthorization("RBAC"))
+	k.InstallCRDs(t)
+	rbacFile := filepath.Join(testenv.ModuleRoot(t), "deploy", "rbac.yaml")
+	if out, err := k.Kubectl("apply", "-f", rbacFile); err != nil {
+		t.Fatalf("applying %s: %v\n%s", rbacFile, err, out)
+	}
+	ctx := context.Background()
+	role, err := k.Client.RbacV1().ClusterRoles().Get(ctx, "rampart", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := len(role.Rules)
+	role.Rules = slices.DeleteFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, "networkpolicies") })
+	if len(role.Rules) != full-1 {
+		t.Fatalf("deploy/rbac.yaml's ClusterRole has no networkpolicies rule")
+	}
+	if _, err := k.Client.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Spec: corev1.NodeSpec{PodCIDR: "198.18.2.0/24"}}
+	created, err := k.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.18.255.2"}}
+	if _, err := k.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := clientcmd.LoadFromFile(k.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range kc.AuthInfos {
+		u.Impersonate = "system:serviceaccount:kube-system:rampart"
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	inst := "s" + testenv.Suffix(8)
+	sockDir, err := os.MkdirTemp("", "rp-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	root := t.TempDir()
+	binDir, confDir := filepath.Join(root, "bin"), filepath.Join(root, "net.d")
+	socket := filepath.Join(sockDir, "r.sock")
+	flags := []string{"--instance", inst, "--state-dir", filepath.Join(root, "state"), "--socket", socket,
+		"--bpf-dir", "/sys/fs/bpf/rampart/" + inst, "--node-netns", "rp-" + inst + "-node", "--cni-bin-dir", binDir, "--cni-conf-dir", confDir}
+	t.Cleanup(func() {
+		exec.Command(bin+"/rampartd", append(flags, "--pod-cidr", "198.18.2.0/24", "--uninstall")...).Run()
+	})
+	var daemonLog testenv.SyncBuffer
+	daemon := exec.Command(bin+"/rampartd", append(flags, "--kubeconfig", kubeconfig, "--node-name", "node-1")...)
+	daemon.Stderr = &daemonLog
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		daemon.Process.Signal(syscall.SIGTERM)
+		daemon.Wait()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", daemonLog.String())
+		}
+	})
+	client := api.NewClient(socket)
+	defer client.Close()
+	status := func() (api.Status, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return client.Status(ctx)
+	}
+	if !testenv.Eventually(30*time.Second, func() bool { _, err := status(); return err == nil }) {
+		t.Fatal("the agent does not serve")
+	}
+	conflist := filepath.Join(confDir, "05-rampart.conflist")
+	// Serving but not synced: for a while (the informers retry the forbidden list), no
+	// conflist.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := status()
+		if err != nil || st.Kubernetes == nil || st.Kubernetes.Synced {
+			t.Fatalf("without the NetworkPolicy rule: status %+v (error %v), want serving, not synced", st.Kubernetes, err)
+		}
+		if _, err := os.Stat(conflist); err == nil {
+			t.Fatal("the conflist is written before the agent synced")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, err := k.Kubectl("apply", "-f", rbacFile); err != nil {
+		t.Fatalf("applying %s again: %v\n%s", rbacFile, err, out)
+	}
+	if !testenv.Eventually(90*time.Second, func() bool { _, err := os.Stat(conflist); return err == nil }) {
+		t.Fatalf("no conflist 90s after the ClusterRole was completed")
+	}
+	if st, err := status(); err != nil || st.Kubernetes == nil || !st.Kubernetes.Synced {
+		t.Fatalf("conflist written, status %+v (error %v), want synced", st.Kubernetes, err)
+	}
+}
+
 // bins are rampartd, rampart and rampart-testserver, with a version and revision given at
 // link time.
 var bins = testenv.Binaries{
-	Packages: []string{"./cmd/rampartd", "./cmd/rampart", "./test/rampart-testserver"},
+	Packages: []string{"./cmd/rampartd", "./cmd/rampart", "./cmd/rampart-cni", "./test/rampart-testserver"},
 	LDFlags:  "-X github.com/rampartnet/rampart/internal/version.Version=vtest-1.2.3 -X github.com/rampartnet/rampart/internal/version.Revision=feedbeef",
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -458,7 +459,7 @@ func ruleString(r *api.RuleRef) string {
 // cluster sync and its errors), then what it manages; the map table only with --maps.
 func (a *app) statusCommand() *cobra.Command {
 	var output string
-	var maps bool
+	var maps, ready bool
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show whether the agent is up and in sync, its errors, and what it manages",
@@ -467,6 +468,18 @@ func (a *app) statusCommand() *cobra.Command {
 			st, err := a.client.Status(contextOf(cmd))
 			if err != nil {
 				return err
+			}
+			if ready {
+				// A Kubernetes probe: ready once the cluster's view is applied.
+				if k := st.Kubernetes; k != nil && !k.Synced {
+					why := "the cluster's view is not applied yet"
+					if k.LastError != "" {
+						why += " (last error: " + k.LastError + ")"
+					}
+					return errors.New("not ready: " + why)
+				}
+				fmt.Fprintln(a.io.Out, "ready")
+				return nil
 			}
 			if output == "json" {
 				return a.printJSON(st)
@@ -540,6 +553,7 @@ func (a *app) statusCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	cmd.Flags().BoolVar(&maps, "maps", false, "also list the dataplane's maps and their memory")
+	cmd.Flags().BoolVar(&ready, "ready", false, "only say whether the agent is ready (exit 0: it answers and, in Kubernetes mode, has applied the cluster's view; the DaemonSet's readiness probe)")
 	return cmd
 }
 

@@ -115,7 +115,7 @@ func checkFastYAML(t *testing.T, name string, data []byte) int {
 func yamlFiles(t *testing.T) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
-	for _, dir := range []string{corpusDir, "../../examples", "../k8s/crds"} {
+	for _, dir := range []string{corpusDir, "../../examples", "../../deploy/crds"} {
 		err := filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
 			if err != nil || de.IsDir() {
 				return err

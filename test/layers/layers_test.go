@@ -195,7 +195,8 @@ var layers = []struct {
 	name string
 	pkgs []string
 }{
-	{"leaves", []string{"internal/version", "internal/labels", "internal/netns", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds"}},
+	{"manifests", []string{"deploy"}},
+	{"leaves", []string{"internal/version", "internal/labels", "internal/netns", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds", "internal/cniinstall"}},
 	{"core: tap contracts", []string{"internal/tap"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},

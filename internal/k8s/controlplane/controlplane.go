@@ -57,6 +57,10 @@ type Config struct {
 	// node's kubelet, in a network namespace of its own, reaches the API server only on an
 	// address of a link into that namespace's network. etcd stays on 127.0.0.1.
 	Address netip.Addr
+	// Authorization is the API server's --authorization-mode (default AlwaysAllow). RBAC
+	// makes it enforce roles, for tests of what an identity may do (deploy/'s ClusterRole);
+	// the admin user is in system:masters and may do everything either way.
+	Authorization string
 	// ReadyTimeout bounds each wait for a component to become ready (default 90 s: on a
 	// loaded 2-core machine the API server's first start takes well over its usual 3 s).
 	ReadyTimeout time.Duration
@@ -363,6 +367,13 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 	return c.waitReady(ctx, p, c.Ready)
 }
 
+func (c *ControlPlane) authorization() string {
+	if c.cfg.Authorization == "" {
+		return "AlwaysAllow"
+	}
+	return c.cfg.Authorization
+}
+
 func (c *ControlPlane) apiServerArgs(port int) []string {
 	return []string{
 		"--etcd-servers=" + c.EtcdURL,
@@ -370,7 +381,7 @@ func (c *ControlPlane) apiServerArgs(port int) []string {
 		"--advertise-address=" + c.cfg.Address.String(),
 		"--secure-port=" + strconv.Itoa(port),
 		"--endpoint-reconciler-type=none",
-		"--authorization-mode=AlwaysAllow",
+		"--authorization-mode=" + c.authorization(),
 		"--token-auth-file=" + c.path("tokens.csv"),
 		"--tls-cert-file=" + c.CAFile,
 		"--tls-private-key-file=" + c.path("apiserver.key"),

@@ -3,14 +3,13 @@
 // CiliumCIDRGroup), of its cluster-wide identities (SecurityIdentity,
 // SecurityIdentityClaim), of the flow tap kinds (TapContract, Antrea's TrafficControl) and
 // of the cluster's record of accepted policy versions (AcceptedPolicy), and installs them.
-// The YAML files beside this one are the definitions; `kubectl apply -f
-// internal/k8s/crds/` installs the same.
+// The definitions are deploy/crds/*.yaml (package deploy embeds them; they have no other
+// copy); `kubectl apply -f deploy/crds/` installs the same.
 package crds
 
 import (
 	"bytes"
 	"context"
-	"embed"
 	"errors"
 	"fmt"
 	"io"
@@ -24,10 +23,9 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-)
 
-//go:embed *.yaml
-var files embed.FS
+	"github.com/rampartnet/rampart/deploy"
+)
 
 // fieldManager owns the fields Install sets (server-side apply).
 const fieldManager = "rampart"
@@ -36,13 +34,17 @@ var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ver
 
 // Objects returns the CustomResourceDefinitions, sorted by name.
 func Objects() ([]*unstructured.Unstructured, error) {
+	files, err := fs.Sub(deploy.CRDs, "crds")
+	if err != nil {
+		return nil, err
+	}
 	names, err := fs.Glob(files, "*.yaml")
 	if err != nil {
 		return nil, err
 	}
 	var out []*unstructured.Unstructured
 	for _, name := range names {
-		data, err := files.ReadFile(name)
+		data, err := fs.ReadFile(files, name)
 		if err != nil {
 			return nil, err
 		}
@@ -52,14 +54,14 @@ func Objects() ([]*unstructured.Unstructured, error) {
 			if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
 				break
 			} else if err != nil {
-				return nil, fmt.Errorf("decoding %s: %w", name, err)
+				return nil, fmt.Errorf("decoding deploy/crds/%s: %w", name, err)
 			}
 			if obj == nil {
 				continue
 			}
 			u := &unstructured.Unstructured{Object: obj}
 			if u.GetKind() != "CustomResourceDefinition" || u.GetName() == "" {
-				return nil, fmt.Errorf("%s: want named CustomResourceDefinitions, found kind %q name %q", name, u.GetKind(), u.GetName())
+				return nil, fmt.Errorf("deploy/crds/%s: want named CustomResourceDefinitions, found kind %q name %q", name, u.GetKind(), u.GetName())
 			}
 			out = append(out, u)
 		}

@@ -81,16 +81,25 @@ func Versions(t testing.TB, path string) map[string]string {
 	return vers
 }
 
+// Option changes the control plane's configuration before it starts.
+type Option func(*controlplane.Config)
+
+// WithAuthorization sets the API server's authorization mode (e.g. "RBAC"; default
+// AlwaysAllow).
+func WithAuthorization(mode string) Option {
+	return func(c *controlplane.Config) { c.Authorization = mode }
+}
+
 // Start starts etcd and kube-apiserver in a temporary directory and returns when the API
 // server is ready. Without the binaries the test is skipped (failed when CI=true). Every
 // process is stopped and the directory removed when the test ends.
-func Start(t testing.TB) *Cluster {
+func Start(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
-	return StartOn(t, netip.Addr{})
+	return StartOn(t, netip.Addr{}, opts...)
 }
 
 // StartOn is Start with the API server on addr (127.0.0.1 if addr is the zero Addr).
-func StartOn(t testing.TB, addr netip.Addr) *Cluster {
+func StartOn(t testing.TB, addr netip.Addr, opts ...Option) *Cluster {
 	t.Helper()
 	bin := BinDir(t)
 	for _, b := range []string{"etcd", "kube-apiserver", "kubectl"} {
@@ -105,7 +114,11 @@ func StartOn(t testing.TB, addr netip.Addr) *Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	began := time.Now()
-	cp, err := controlplane.Start(ctx, controlplane.Config{BinDir: bin, Dir: dir, Address: addr})
+	cfg := controlplane.Config{BinDir: bin, Dir: dir, Address: addr}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cp, err := controlplane.Start(ctx, cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		t.Fatalf("starting the control plane: %v", err)
@@ -135,7 +148,7 @@ func StartOn(t testing.TB, addr netip.Addr) *Cluster {
 	return c
 }
 
-// InstallCRDs installs Rampart's CRDs (internal/k8s/crds: the Cilium policy kinds and the
+// InstallCRDs installs Rampart's CRDs (deploy/crds: the Cilium policy kinds and the
 // identity kinds) and waits until they are Established.
 func (c *Cluster) InstallCRDs(t testing.TB) {
 	t.Helper()
