@@ -31,6 +31,7 @@ var pure = []string{
 	"internal/l7table",
 	"internal/flow",
 	"internal/tappolicy",
+	"internal/service",
 }
 
 // forbiddenPrefixes are the import paths a pure package must not depend on: the kernel
@@ -196,7 +197,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"leaves", []string{"internal/version", "internal/labels", "internal/netns", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds"}},
-	{"core: tap contracts", []string{"internal/tap"}},
+	{"core: tap contracts, Services", []string{"internal/tap", "internal/service"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
 	{"core: L7 plan, tap policy", []string{"internal/l7plan", "internal/tappolicy"}},

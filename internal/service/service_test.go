@@ -1,0 +1,84 @@
+package service
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var (
+	clusterIP = netip.MustParseAddr("198.18.99.10")
+	pod1      = netip.MustParseAddr("198.18.10.2")
+	pod2      = netip.MustParseAddr("198.18.10.3")
+)
+
+func TestCompute(t *testing.T) {
+	web := Service{
+		Namespace: "shop", Name: "web", ClusterIP: clusterIP,
+		Ports: []Port{
+			{Name: "http", Protocol: TCP, Port: 80, TargetPort: 8080},
+			{Name: "dns", Protocol: UDP, Port: 53},
+		},
+		Endpoints: []Endpoint{
+			{Addr: pod2, Ports: map[string]uint16{"http": 9090}}, // names its own port
+			{Addr: pod1},
+			{Addr: pod1}, // listed twice (two slices): one backend
+		},
+	}
+	empty := Service{Namespace: "shop", Name: "empty", ClusterIP: netip.MustParseAddr("198.18.99.11"), Ports: []Port{{Protocol: TCP, Port: 80}}}
+	got, err := Compute([]Service{web, empty})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Table{
+		{clusterIP, 80, TCP}:                           {{pod1, 8080}, {pod2, 9090}},
+		{clusterIP, 53, UDP}:                           {{pod1, 53}, {pod2, 53}},
+		{netip.MustParseAddr("198.18.99.11"), 80, TCP}: {},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Compute =\n%v\nwant\n%v", got, want)
+	}
+}
+
+func TestComputeErrors(t *testing.T) {
+	ok := Service{Namespace: "a", Name: "web", ClusterIP: clusterIP, Ports: []Port{{Name: "http", Protocol: TCP, Port: 80}}}
+	mod := func(f func(*Service)) Service {
+		s := ok
+		s.Ports = append([]Port(nil), ok.Ports...)
+		f(&s)
+		return s
+	}
+	for _, tc := range []struct {
+		name     string
+		services []Service
+		want     string
+	}{
+		{"no name", []Service{mod(func(s *Service) { s.Name = "" })}, "name is empty"},
+		{"ipv6", []Service{mod(func(s *Service) { s.ClusterIP = netip.MustParseAddr("2001:db8::1") })}, "clusterIP"},
+		{"no ports", []Service{mod(func(s *Service) { s.Ports = nil })}, "ports: at least one"},
+		{"port 0", []Service{mod(func(s *Service) { s.Ports[0].Port = 0 })}, "ports[0].port"},
+		{"sctp", []Service{mod(func(s *Service) { s.Ports[0].Protocol = 132 })}, "ports[0].protocol"},
+		{"name twice", []Service{mod(func(s *Service) { s.Ports = append(s.Ports, Port{Name: "http", Protocol: UDP, Port: 81}) })}, `"http" is used twice`},
+		{"endpoint ipv6", []Service{mod(func(s *Service) { s.Endpoints = []Endpoint{{Addr: netip.MustParseAddr("2001:db8::2")}} })}, "endpoints[0].address"},
+		{"same frontend", []Service{ok, mod(func(s *Service) { s.Name = "other" })}, "also service a/web's"},
+	} {
+		_, err := Compute(tc.services)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestParseProtocol(t *testing.T) {
+	for in, want := range map[string]Protocol{"": TCP, "tcp": TCP, "UDP": UDP} {
+		if got, err := ParseProtocol(in); err != nil || got != want {
+			t.Errorf("ParseProtocol(%q) = %v, %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"SCTP", "icmp"} {
+		if _, err := ParseProtocol(in); err == nil {
+			t.Errorf("ParseProtocol(%q) succeeded", in)
+		}
+	}
+}
