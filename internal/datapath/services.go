@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 
@@ -28,6 +29,15 @@ type Services struct {
 type writtenService struct {
 	rev      uint32
 	backends []service.Backend
+}
+
+// DefaultServiceCgroup is the root of the host's cgroup v2 hierarchy: /sys/fs/cgroup on a
+// unified host, /sys/fs/cgroup/unified on a hybrid one (v1 controllers beside it).
+func DefaultServiceCgroup() string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return "/sys/fs/cgroup"
+	}
+	return "/sys/fs/cgroup/unified"
 }
 
 // OpenServices loads the translation programs and attaches them to the cgroup v2
