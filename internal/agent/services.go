@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/labels"
@@ -29,8 +30,16 @@ type ServiceRecord struct {
 	// Selector picks the backends among the endpoints, local and remote, of the Service's
 	// namespace (nil: none by label).
 	Selector labels.Labels `json:"selector,omitempty"`
-	// Addresses are backends listed by address.
-	Addresses []netip.Addr `json:"addresses,omitempty"`
+	// Endpoints are backends listed by address: the local API's addresses, or in
+	// Kubernetes mode the ready endpoints of the Service's EndpointSlices.
+	Endpoints []ServiceEndpointRecord `json:"endpoints,omitempty"`
+}
+
+// ServiceEndpointRecord is one listed backend: its address and its ports by the Service
+// port's name (an EndpointSlice's ports; a port missing uses the target port).
+type ServiceEndpointRecord struct {
+	Addr  netip.Addr        `json:"addr"`
+	Ports map[string]uint16 `json:"ports,omitempty"`
 }
 
 // ServicePortRecord is one port of a Service.
@@ -53,8 +62,8 @@ func serviceModel(m *model) []service.Service {
 		for _, p := range r.Ports {
 			s.Ports = append(s.Ports, service.Port{Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: p.TargetPort})
 		}
-		for _, a := range r.Addresses {
-			s.Endpoints = append(s.Endpoints, service.Endpoint{Addr: a})
+		for _, e := range r.Endpoints {
+			s.Endpoints = append(s.Endpoints, service.Endpoint{Addr: e.Addr, Ports: e.Ports})
 		}
 		if r.Selector != nil {
 			for _, key := range sortedKeys(m.endpoints) {
@@ -128,8 +137,8 @@ func serviceView(r *ServiceRecord, d *desired) api.ServiceEntry {
 	if r.Selector != nil {
 		v.Selector = map[string]string(maps.Clone(r.Selector))
 	}
-	for _, a := range r.Addresses {
-		v.Addresses = append(v.Addresses, a.String())
+	for _, e := range r.Endpoints {
+		v.Addresses = append(v.Addresses, e.Addr.String())
 	}
 	return v
 }
@@ -213,7 +222,42 @@ func serviceRecord(namespace, name string, spec api.ServiceSpec) (*ServiceRecord
 		if err != nil || !a.Is4() || a.IsUnspecified() {
 			return nil, api.BadRequest("service %s: addresses[%d] %q: want an IPv4 address", key, i, s)
 		}
-		rec.Addresses = append(rec.Addresses, a)
+		rec.Endpoints = append(rec.Endpoints, ServiceEndpointRecord{Addr: a})
 	}
 	return rec, nil
+}
+
+// clusterServices are the Services of a Kubernetes view that the agent can translate,
+// each checked alone and then against the others (a frontend taken by an earlier Service,
+// by key, leaves the later one out); what is left out is a problem of the view.
+func clusterServices(recs []ServiceRecord) (map[string]*ServiceRecord, []string) {
+	out := map[string]*ServiceRecord{}
+	var problems []string
+	taken := map[service.Frontend]string{}
+	slices.SortFunc(recs, func(a, b ServiceRecord) int { return strings.Compare(a.Key(), b.Key()) })
+	for i := range recs {
+		r := &recs[i]
+		one := newModel()
+		one.services[r.Key()] = r
+		t, err := service.Compute(serviceModel(one))
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		var clash string
+		for f := range t {
+			if o, ok := taken[f]; ok {
+				clash = fmt.Sprintf("service %s: port %s is also service %s's", r.Key(), f, o)
+			}
+		}
+		if clash != "" {
+			problems = append(problems, clash)
+			continue
+		}
+		for f := range t {
+			taken[f] = r.Key()
+		}
+		out[r.Key()] = r
+	}
+	return out, problems
 }

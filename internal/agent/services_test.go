@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -149,5 +151,25 @@ func TestServiceWithoutTranslation(t *testing.T) {
 	h := newHarness(t)
 	if _, err := h.a.PutService(context.Background(), "y", "web", webSpec()); err == nil || !strings.Contains(err.Error(), "no Service translation") {
 		t.Errorf("PutService without the translation: %v", err)
+	}
+}
+
+// Services from a Kubernetes view: each checked alone, a frontend taken twice leaves the
+// later Service out, and both are problems of the view, not errors of the sync.
+func TestClusterServices(t *testing.T) {
+	ip := netip.MustParseAddr("198.19.200.10")
+	port := []ServicePortRecord{{Name: "http", Protocol: service.TCP, Port: 80}}
+	recs := []ServiceRecord{
+		{Namespace: "x", Name: "web", ClusterIP: ip, Ports: port, Endpoints: []ServiceEndpointRecord{{Addr: netip.MustParseAddr("198.18.0.2")}}},
+		{Namespace: "x", Name: "again", ClusterIP: ip, Ports: port}, // sorts first: keeps the frontend
+		{Namespace: "x", Name: "noports", ClusterIP: netip.MustParseAddr("198.19.200.11")},
+	}
+	got, problems := clusterServices(recs)
+	if len(got) != 1 || got["x/again"] == nil {
+		t.Errorf("kept %v, want x/again only", slices.Collect(maps.Keys(got)))
+	}
+	joined := strings.Join(problems, "\n")
+	if len(problems) != 2 || !strings.Contains(joined, "service x/web: port 198.19.200.10:80/TCP is also service x/again's") || !strings.Contains(joined, "x/noports: ports") {
+		t.Errorf("problems %q", problems)
 	}
 }
