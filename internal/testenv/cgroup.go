@@ -16,42 +16,50 @@ import (
 // controllers under /sys/fs/cgroup, the unified hierarchy here).
 const Cgroup2Root = "/sys/fs/cgroup/unified"
 
-// cgroupMu serialises the tests of one process that move it into a cgroup of their own:
-// a process is in one cgroup at a time.
+// cgroupMu serialises the tests of one process that move it into a cgroup of their own.
 var cgroupMu sync.Mutex
 
-// JoinNewCgroup creates a cgroup v2 directory of the test's own (so that programs the
-// test attaches there touch no other process of the host) and moves the test process
-// into it; sockets created from then on belong to it. At cleanup the process goes back to
-// the cgroup it was in and the directory is removed. It returns the directory. Tests that
-// use it in one process run one at a time.
-func JoinNewCgroup(t testing.TB) string {
+// NewCgroup creates an empty cgroup v2 directory of the test's own, removed when the test
+// ends: where programs a test (or the agents it starts) attach to cgroups touch no other
+// process of the host. It returns the directory.
+func NewCgroup(t testing.TB) string {
 	t.Helper()
 	RequireRoot(t)
 	if _, err := os.Stat(filepath.Join(Cgroup2Root, "cgroup.procs")); err != nil {
 		SkipOrFail(t, "cgroup v2 is not mounted at %s: %v", Cgroup2Root, err)
 	}
+	dir := filepath.Join(Cgroup2Root, "rampart-test-"+Suffix(8))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("creating cgroup %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		// The kernel may take a moment to see the directory empty after a move.
+		var err error
+		if !Eventually(5*time.Second, func() bool { err = os.Remove(dir); return err == nil }) {
+			t.Errorf("removing cgroup %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// JoinNewCgroup creates a cgroup as NewCgroup does and moves the test process into it;
+// sockets created from then on belong to it. At cleanup the process goes back to the
+// cgroup it was in, and the directory is removed. Tests that use it in one process run one
+// at a time (a process is in one cgroup at a time).
+func JoinNewCgroup(t testing.TB) string {
+	t.Helper()
+	dir := NewCgroup(t)
 	cgroupMu.Lock()
 	from, err := ownCgroup2()
 	if err != nil {
 		cgroupMu.Unlock()
 		t.Fatal(err)
 	}
-	dir := filepath.Join(Cgroup2Root, "rampart-test-"+Suffix(8))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		cgroupMu.Unlock()
-		t.Fatalf("creating cgroup %s: %v", dir, err)
-	}
+	// Registered after NewCgroup's: runs before it, so the directory is empty by then.
 	t.Cleanup(func() {
 		defer cgroupMu.Unlock()
 		if err := moveSelf(filepath.Join(Cgroup2Root, from)); err != nil {
 			t.Errorf("leaving cgroup %s: %v", dir, err)
-			return
-		}
-		// The kernel may take a moment to see the directory empty after the move.
-		var rerr error
-		if !Eventually(5*time.Second, func() bool { rerr = os.Remove(dir); return rerr == nil }) {
-			t.Errorf("removing cgroup %s: %v", dir, rerr)
 		}
 	})
 	if err := moveSelf(dir); err != nil {
