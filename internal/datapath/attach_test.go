@@ -216,7 +216,7 @@ func echoServer(t *testing.T, ns string, at netip.AddrPort) {
 
 // serveTCP runs handle on each connection to address at in namespace ns (closing it
 // after) until the test ends.
-func serveTCP(t *testing.T, ns string, at string, handle func(net.Conn)) {
+func serveTCP(t testing.TB, ns string, at string, handle func(net.Conn)) {
 	t.Helper()
 	var ln net.Listener
 	if err := testenv.InNetns(ns, func() error {

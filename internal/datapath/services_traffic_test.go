@@ -33,7 +33,7 @@ type serviceWorld struct {
 	suffix string
 }
 
-func newServiceWorld(t *testing.T, prefix string) *serviceWorld {
+func newServiceWorld(t testing.TB, prefix string) *serviceWorld {
 	t.Helper()
 	w := &serviceWorld{cgroup: testenv.JoinNewCgroup(t)}
 	w.node, w.suffix = newNode(t, prefix)
@@ -46,7 +46,7 @@ func newServiceWorld(t *testing.T, prefix string) *serviceWorld {
 	return w
 }
 
-func openTestServices(t *testing.T, cgroup string, backendsMax uint32) *Services {
+func openTestServices(t testing.TB, cgroup string, backendsMax uint32) *Services {
 	t.Helper()
 	s, err := openServices(cgroup, backendsMax)
 	if err != nil {
@@ -61,13 +61,13 @@ func openTestServices(t *testing.T, cgroup string, backendsMax uint32) *Services
 }
 
 // whoServer answers each TCP connection on port with "<port> <peer address>\n".
-func whoServer(t *testing.T, ns string, port uint16) {
+func whoServer(t testing.TB, ns string, port uint16) {
 	t.Helper()
 	serveTCP(t, ns, fmt.Sprintf(":%d", port), func(c net.Conn) { fmt.Fprintf(c, "%d %s\n", port, c.RemoteAddr()) })
 }
 
 // whoUDPServer answers each datagram on port with "<port> <peer address>".
-func whoUDPServer(t *testing.T, ns string, port uint16) {
+func whoUDPServer(t testing.TB, ns string, port uint16) {
 	t.Helper()
 	var pc net.PacketConn
 	if err := testenv.InNetns(ns, func() (err error) {
@@ -326,4 +326,37 @@ func TestServicePolicyJudgesBackend(t *testing.T) {
 	if ans, _, err := askTCP(w.a.ns, webAt, time.Second); err == nil {
 		t.Fatalf("Service whose backend policy denies answered %q", ans)
 	}
+}
+
+// BenchmarkServiceConnect measures a TCP connect (and an RST close) from a client
+// namespace to a backend in another: directly without the programs attached, directly
+// with them attached (the frontend lookup misses), and through a Service (translated).
+func BenchmarkServiceConnect(b *testing.B) {
+	w := newServiceWorld(b, "rsb")
+	backend := netip.AddrPortFrom(w.b.ip, 8080)
+	webAt := netip.AddrPortFrom(svcAddr, 80)
+	connect := func(b *testing.B, to netip.AddrPort) {
+		err := testenv.InNetns(w.a.ns, func() error {
+			b.ResetTimer()
+			for range b.N {
+				c, err := net.Dial("tcp4", to.String())
+				if err != nil {
+					return err
+				}
+				c.(*net.TCPConn).SetLinger(0) // no TIME_WAIT: the ports do not run out
+				c.Close()
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("direct", func(b *testing.B) { connect(b, backend) })
+	s := openTestServices(b, w.cgroup, 0)
+	if err := s.Replace(service.Table{{Addr: svcAddr, Port: 80, Protocol: service.TCP}: {{Addr: w.b.ip, Port: 8080}}}); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("direct-programs-attached", func(b *testing.B) { connect(b, backend) })
+	b.Run("service", func(b *testing.B) { connect(b, webAt) })
 }
