@@ -87,6 +87,7 @@ func New(cfg Config) (*Agent, error) {
 	eng.podCIDR = cfg.PodCIDR
 	if cfg.Kubernetes != nil {
 		eng.nodeName = cfg.Kubernetes.NodeName
+		eng.nodeAddr = cfg.Kubernetes.NodeAddress
 	}
 	a := &Agent{
 		cfg:        cfg,

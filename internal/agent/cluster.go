@@ -353,7 +353,7 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			m.nodes[name] = n
 		}
 		var svcProblems []string
-		m.services, svcProblems = clusterServices(v.Services)
+		m.services, svcProblems = clusterServices(v.Services, nodeAddrs(m, a.eng.nodeAddr))
 		problems = append(problems, svcProblems...)
 		m.remotes = make(map[string]*RemoteEndpointRecord, len(remotes))
 		for key, r := range remotes {

@@ -271,7 +271,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 		return nil, err
 	}
 	d.taps = resolveTaps(m, d.tapPolicy.tapContracts())
-	if d.services, err = service.Compute(serviceModel(m)); err != nil {
+	if d.services, err = service.Compute(serviceModel(m), nodeAddrs(m, e.nodeAddr)); err != nil {
 		return nil, err
 	}
 	return d, nil

@@ -48,6 +48,7 @@ type ServicePortRecord struct {
 	Protocol   service.Protocol `json:"protocol"`
 	Port       uint16           `json:"port"`
 	TargetPort uint16           `json:"targetPort,omitempty"`
+	NodePort   uint16           `json:"nodePort,omitempty"`
 }
 
 // Key is the record's namespace/name.
@@ -60,7 +61,7 @@ func serviceModel(m *model) []service.Service {
 		r := m.services[key]
 		s := service.Service{Namespace: r.Namespace, Name: r.Name, ClusterIP: r.ClusterIP}
 		for _, p := range r.Ports {
-			s.Ports = append(s.Ports, service.Port{Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: p.TargetPort})
+			s.Ports = append(s.Ports, service.Port{Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: p.TargetPort, NodePort: p.NodePort})
 		}
 		for _, e := range r.Endpoints {
 			s.Endpoints = append(s.Endpoints, service.Endpoint{Addr: e.Addr, Ports: e.Ports})
@@ -82,6 +83,20 @@ func serviceModel(m *model) []service.Service {
 		out = append(out, s)
 	}
 	return out
+}
+
+// nodeAddrs are the addresses of the nodes, this one's (own, in Kubernetes mode) and the
+// others', sorted: the frontends of NodePort Services.
+func nodeAddrs(m *model, own netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	if own.IsValid() {
+		out = append(out, own)
+	}
+	for _, n := range m.nodes {
+		out = append(out, n.Address)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // selects reports whether every label of sel is in l (a Service selector: equality only).
@@ -127,7 +142,7 @@ func serviceView(r *ServiceRecord, d *desired) api.ServiceEntry {
 	v := api.ServiceEntry{Namespace: r.Namespace, Name: r.Name, Backends: []string{}}
 	v.ClusterIP = r.ClusterIP.String()
 	for _, p := range r.Ports {
-		v.Ports = append(v.Ports, api.ServicePort{Name: p.Name, Protocol: p.Protocol.String(), Port: p.Port, TargetPort: p.TargetPort})
+		v.Ports = append(v.Ports, api.ServicePort{Name: p.Name, Protocol: p.Protocol.String(), Port: p.Port, TargetPort: p.TargetPort, NodePort: p.NodePort})
 		for _, b := range d.services[service.Frontend{Addr: r.ClusterIP, Port: p.Port, Protocol: p.Protocol}] {
 			v.Backends = append(v.Backends, b.Addr.String())
 		}
@@ -157,7 +172,7 @@ func (a *Agent) PutService(ctx context.Context, namespace, name string, spec api
 	// Validated here, against the other Services, for an error that names the request.
 	m := a.model.clone()
 	m.services[rec.Key()] = rec
-	if _, err := service.Compute(serviceModel(m)); err != nil {
+	if _, err := service.Compute(serviceModel(m), nodeAddrs(m, a.eng.nodeAddr)); err != nil {
 		return api.ServiceEntry{}, api.BadRequest("%v", err)
 	}
 	_, d, err := a.change(func(m *model) error {
@@ -208,7 +223,7 @@ func serviceRecord(namespace, name string, spec api.ServiceSpec) (*ServiceRecord
 		if err != nil {
 			return nil, api.BadRequest("service %s: ports[%d].protocol: %v", key, i, err)
 		}
-		rec.Ports = append(rec.Ports, ServicePortRecord{Name: p.Name, Protocol: proto, Port: p.Port, TargetPort: p.TargetPort})
+		rec.Ports = append(rec.Ports, ServicePortRecord{Name: p.Name, Protocol: proto, Port: p.Port, TargetPort: p.TargetPort, NodePort: p.NodePort})
 	}
 	if spec.Selector != nil {
 		sel, err := validateLabels(spec.Selector)
@@ -230,7 +245,7 @@ func serviceRecord(namespace, name string, spec api.ServiceSpec) (*ServiceRecord
 // clusterServices are the Services of a Kubernetes view that the agent can translate,
 // each checked alone and then against the others (a frontend taken by an earlier Service,
 // by key, leaves the later one out); what is left out is a problem of the view.
-func clusterServices(recs []ServiceRecord) (map[string]*ServiceRecord, []string) {
+func clusterServices(recs []ServiceRecord, nodes []netip.Addr) (map[string]*ServiceRecord, []string) {
 	out := map[string]*ServiceRecord{}
 	var problems []string
 	taken := map[service.Frontend]string{}
@@ -239,7 +254,7 @@ func clusterServices(recs []ServiceRecord) (map[string]*ServiceRecord, []string)
 		r := &recs[i]
 		one := newModel()
 		one.services[r.Key()] = r
-		t, err := service.Compute(serviceModel(one))
+		t, err := service.Compute(serviceModel(one), nodes)
 		if err != nil {
 			problems = append(problems, err.Error())
 			continue

@@ -164,7 +164,7 @@ func TestClusterServices(t *testing.T) {
 		{Namespace: "x", Name: "again", ClusterIP: ip, Ports: port}, // sorts first: keeps the frontend
 		{Namespace: "x", Name: "noports", ClusterIP: netip.MustParseAddr("198.19.200.11")},
 	}
-	got, problems := clusterServices(recs)
+	got, problems := clusterServices(recs, nil)
 	if len(got) != 1 || got["x/again"] == nil {
 		t.Errorf("kept %v, want x/again only", slices.Collect(maps.Keys(got)))
 	}

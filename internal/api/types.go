@@ -693,12 +693,14 @@ type ServiceSpec struct {
 }
 
 // ServicePort is one port of a Service: its protocol (TCP, UDP), the port clients address
-// and the backends' port (0: the same).
+// at the cluster IP, the backends' port (0: the same) and the port clients address at
+// every node's address (0: none).
 type ServicePort struct {
 	Name       string `json:"name,omitempty"`
 	Protocol   string `json:"protocol"`
 	Port       uint16 `json:"port"`
 	TargetPort uint16 `json:"targetPort,omitempty"`
+	NodePort   uint16 `json:"nodePort,omitempty"`
 }
 
 // ServiceEntry is a Service as the agent holds it, with the backends it translates to.

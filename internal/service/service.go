@@ -81,6 +81,8 @@ type Port struct {
 	Port     uint16 // the frontend's port
 	// TargetPort is the backend's port when an endpoint does not name one (0: Port).
 	TargetPort uint16
+	// NodePort (0: none) is also a frontend on every node address.
+	NodePort uint16
 }
 
 // Endpoint is one backend pod of a Service.
@@ -131,10 +133,11 @@ func (s Service) Validate() error {
 	return nil
 }
 
-// Compute is the table of the services: every port of every Service a frontend, its
-// backends every endpoint at the port the endpoint names for it (or the target port).
-// Two Services with one frontend are an error naming both.
-func Compute(services []Service) (Table, error) {
+// Compute is the table of the services: every port of every Service a frontend (and, with
+// a node port, one on each of the nodes' addresses), its backends every endpoint at the
+// port the endpoint names for it (or the target port). Two Services with one frontend are
+// an error naming both.
+func Compute(services []Service, nodes []netip.Addr) (Table, error) {
 	t := Table{}
 	owner := map[Frontend]string{}
 	for _, s := range services {
@@ -142,11 +145,18 @@ func Compute(services []Service) (Table, error) {
 			return nil, err
 		}
 		for _, p := range s.Ports {
-			f := Frontend{Addr: s.ClusterIP, Port: p.Port, Protocol: p.Protocol}
-			if o, ok := owner[f]; ok {
-				return nil, fmt.Errorf("service %s: port %s is also service %s's", s.ID(), f, o)
+			fronts := []Frontend{{Addr: s.ClusterIP, Port: p.Port, Protocol: p.Protocol}}
+			if p.NodePort != 0 {
+				for _, n := range nodes {
+					fronts = append(fronts, Frontend{Addr: n, Port: p.NodePort, Protocol: p.Protocol})
+				}
 			}
-			owner[f] = s.ID()
+			for _, f := range fronts {
+				if o, ok := owner[f]; ok {
+					return nil, fmt.Errorf("service %s: port %s is also service %s's", s.ID(), f, o)
+				}
+				owner[f] = s.ID()
+			}
 			backends := []Backend{}
 			for _, e := range s.Endpoints {
 				port, ok := e.Ports[p.Name]
@@ -158,7 +168,10 @@ func Compute(services []Service) (Table, error) {
 			slices.SortFunc(backends, func(a, b Backend) int {
 				return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
 			})
-			t[f] = slices.Compact(backends)
+			backends = slices.Compact(backends)
+			for _, f := range fronts {
+				t[f] = backends
+			}
 		}
 	}
 	return t, nil

@@ -27,7 +27,7 @@ func TestCompute(t *testing.T) {
 		},
 	}
 	empty := Service{Namespace: "shop", Name: "empty", ClusterIP: netip.MustParseAddr("198.18.99.11"), Ports: []Port{{Protocol: TCP, Port: 80}}}
-	got, err := Compute([]Service{web, empty})
+	got, err := Compute([]Service{web, empty}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +38,27 @@ func TestCompute(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Compute =\n%v\nwant\n%v", got, want)
+	}
+}
+
+// A node port is a frontend on every node's address, with the cluster IP's backends.
+func TestComputeNodePort(t *testing.T) {
+	node1, node2 := netip.MustParseAddr("198.19.254.1"), netip.MustParseAddr("198.19.254.2")
+	s := Service{Namespace: "x", Name: "web", ClusterIP: clusterIP,
+		Ports:     []Port{{Protocol: TCP, Port: 80, TargetPort: 8080, NodePort: 30080}},
+		Endpoints: []Endpoint{{Addr: pod1}}}
+	got, err := Compute([]Service{s}, []netip.Addr{node1, node2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []Backend{{pod1, 8080}}
+	want := Table{{clusterIP, 80, TCP}: b, {node1, 30080, TCP}: b, {node2, 30080, TCP}: b}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Compute =\n%v\nwant\n%v", got, want)
+	}
+	other := Service{Namespace: "y", Name: "other", ClusterIP: netip.MustParseAddr("198.19.200.20"), Ports: []Port{{Protocol: TCP, Port: 80, NodePort: 30080}}}
+	if _, err := Compute([]Service{s, other}, []netip.Addr{node1}); err == nil || !strings.Contains(err.Error(), "198.19.254.1:30080/TCP is also service x/web's") {
+		t.Errorf("two Services on one node port: %v", err)
 	}
 }
 
@@ -63,7 +84,7 @@ func TestComputeErrors(t *testing.T) {
 		{"endpoint ipv6", []Service{mod(func(s *Service) { s.Endpoints = []Endpoint{{Addr: netip.MustParseAddr("2001:db8::2")}} })}, "endpoints[0].address"},
 		{"same frontend", []Service{ok, mod(func(s *Service) { s.Name = "other" })}, "also service a/web's"},
 	} {
-		_, err := Compute(tc.services)
+		_, err := Compute(tc.services, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
 		}

@@ -16,12 +16,13 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
 )
 
-// A ClusterIP Service from the API (its EndpointSlice written as the controller would):
-// a pod on one node reaches the backend on the other through the cluster IP, and policy
+// A NodePort Service from the API (its EndpointSlice written as the controller would): a
+// pod on one node reaches the backend on the other through the cluster IP and through
+// either node's address at the node port, and policy
 // judges the backend: an egress ipBlock of the backend's /32 admits the Service, one of
 // another pod's denies it. Both nodes' agents attach the translation to the test's cgroup
 // (simulated nodes share a host), which their idempotent translation allows.
-func TestClusterIPServiceAcrossNodes(t *testing.T) {
+func TestServiceAcrossNodes(t *testing.T) {
 	cg := testenv.JoinNewCgroup(t)
 	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN, AgentFlags: []string{"--service-cgroup", cg}})
 	a, cc, b := threePods(t, c)
@@ -32,8 +33,8 @@ func TestClusterIPServiceAcrossNodes(t *testing.T) {
 	defer cancel()
 	_, err := c.Client.CoreV1().Services("x").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{ClusterIP: clusterIP, Selector: map[string]string{"pod": "b"},
-			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080, TargetPort: intstr.FromInt32(80)}}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: clusterIP, Selector: map[string]string{"pod": "b"},
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080, TargetPort: intstr.FromInt32(80), NodePort: 30080}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -48,15 +49,26 @@ func TestClusterIPServiceAcrossNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fronts := []netip.AddrPort{svc}
+	for _, n := range c.Nodes {
+		fronts = append(fronts, netip.AddrPortFrom(n.Address, 30080))
+	}
+	// reaches reports whether every frontend answers (want) or none does (!want).
 	reaches := func(want bool) bool {
 		timeout := allowWait
 		if !want {
 			timeout = denyWait
 		}
-		return testenv.Probe(a.Netns, svc, "tcp", timeout) == want
+		for _, f := range fronts {
+			if testenv.Probe(a.Netns, f, "tcp", timeout) != want {
+				t.Logf("%s -> %v: answered=%v", a.Key(), f, !want)
+				return false
+			}
+		}
+		return true
 	}
 	if !testenv.Eventually(propagate, func() bool { return reaches(true) }) {
-		t.Fatalf("%s -> Service %v (backend %s on %s): no answer", a.Key(), svc, b.Key(), b.Node.Name)
+		t.Fatalf("%s -> Service %v (backend %s on %s): no answer", a.Key(), fronts, b.Key(), b.Node.Name)
 	}
 
 	c.KubectlApply(egressTo("x", b.IP))

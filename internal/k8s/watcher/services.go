@@ -71,7 +71,13 @@ func serviceRecord(s *corev1.Service, eps []*discoveryv1.EndpointSlice) (*agent.
 		if n := p.TargetPort.IntValue(); n > 0 && n <= 65535 {
 			target = uint16(n)
 		}
-		rec.Ports = append(rec.Ports, agent.ServicePortRecord{Name: p.Name, Protocol: proto, Port: uint16(p.Port), TargetPort: target})
+		// A node port (NodePort and LoadBalancer Services) is translated for clients of
+		// the cluster's nodes too (docs/services.md: not for clients outside them).
+		var nodePort uint16
+		if p.NodePort > 0 && p.NodePort <= 65535 {
+			nodePort = uint16(p.NodePort)
+		}
+		rec.Ports = append(rec.Ports, agent.ServicePortRecord{Name: p.Name, Protocol: proto, Port: uint16(p.Port), TargetPort: target, NodePort: nodePort})
 	}
 	if len(rec.Ports) == 0 {
 		return nil, problems

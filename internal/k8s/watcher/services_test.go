@@ -21,7 +21,7 @@ func TestServiceRecord(t *testing.T) {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "web"},
 		Spec: corev1.ServiceSpec{ClusterIP: "198.19.200.10", Ports: []corev1.ServicePort{
-			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)},
+			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080), NodePort: 30080},
 			{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromString("dns")},
 			{Name: "sig", Protocol: corev1.ProtocolSCTP, Port: 9},
 		}},
@@ -42,7 +42,7 @@ func TestServiceRecord(t *testing.T) {
 	}
 	ports := map[string]uint16{"http": 8080, "dns": 5353}
 	want := &agent.ServiceRecord{Namespace: "x", Name: "web", ClusterIP: netip.MustParseAddr("198.19.200.10"),
-		Ports:     []agent.ServicePortRecord{{Name: "http", Protocol: service.TCP, Port: 80, TargetPort: 8080}, {Name: "dns", Protocol: service.UDP, Port: 53}},
+		Ports:     []agent.ServicePortRecord{{Name: "http", Protocol: service.TCP, Port: 80, TargetPort: 8080, NodePort: 30080}, {Name: "dns", Protocol: service.UDP, Port: 53}},
 		Endpoints: []agent.ServiceEndpointRecord{{Addr: netip.MustParseAddr("198.18.0.2"), Ports: ports}, {Addr: netip.MustParseAddr("198.18.0.3"), Ports: ports}}}
 	if !reflect.DeepEqual(rec, want) {
 		t.Errorf("record\n%+v\nwant\n%+v", rec, want)
