@@ -71,7 +71,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, __u8 proto, int 
 	struct svc_value *svc;
 	struct svc_backend *be;
 	__u64 cookie;
-	__u32 pick;
+	__u32 pick, count;
 
 	key.ip4 = ctx->user_ip4;
 	key.port = (__u16)ctx->user_port;
@@ -79,7 +79,10 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, __u8 proto, int 
 	svc = bpf_map_lookup_elem(&svc_services, &key);
 	if (!svc)
 		return SYS_PROCEED; /* not a frontend: untouched */
-	if (svc->count == 0) {
+	/* svc_services is not preallocated, so an update replaces the element whole: rev and
+	 * count read here belong together. */
+	count = svc->count;
+	if (count == 0) {
 		/* No backend: refuse, as kube-proxy's reject rule does. */
 		bpf_set_retval(-ECONNREFUSED);
 		return SYS_REJECT;
@@ -87,7 +90,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, __u8 proto, int 
 	cookie = bpf_get_socket_cookie(ctx);
 	pick = by_socket ? (__u32)(cookie ^ (cookie >> 32)) : bpf_get_prandom_u32();
 	bkey.rev = svc->rev;
-	bkey.slot = pick % svc->count;
+	bkey.slot = pick % count;
 	be = bpf_map_lookup_elem(&svc_backends, &bkey);
 	if (!be) {
 		/* The set is being replaced between our two lookups (its old rev is gone): refuse
