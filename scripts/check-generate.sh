@@ -1,6 +1,7 @@
 #!/bin/sh
-# Regenerates the bpf2go output (internal/datapath/rampart_bpfel.{go,o} and
-# internal/sockverdict/sockverdict_bpfel.{go,o}) from bpf/, the flow vocabulary
+# Regenerates the bpf2go output (internal/datapath/rampart_bpfel.{go,o},
+# internal/datapath/service_bpfel.{go,o} and internal/sockverdict/sockverdict_bpfel.{go,o})
+# from bpf/, the flow vocabulary
 # (internal/flow/vocabulary_gen.go) from its enums, and the
 # egress benchmark's raw LPM peer (bench/egress/lpm_bpfel.{go,o}) from bench/egress/bpf/,
 # into the tree and fails if anything differs from what is committed: the committed object

@@ -54,6 +54,8 @@ What it changes on the host, in its node network namespace (--node-netns, else i
     routes to the other nodes leave through
   - BPF maps and programs pinned in --bpf-dir (with --attach=tcx also the TCX links on the endpoints' veths; with
     --l7-send-side a sockops link on the root cgroup)
+  - with Services declared: four cgroup sock_addr programs on --service-cgroup, held by
+    the process (not pinned: they go when it stops)
   - its state in --state-dir, with a record of what it created (owned.json)
   - with --cni-bin-dir and --cni-conf-dir: the rampart-cni plugin and its configuration
     list 05-rampart.conflist there, written once the agent serves (after its first sync in
@@ -104,6 +106,7 @@ func run(args []string) int {
 	fs.BoolVar(&cfg.L7SendSide, "l7-send-side", false, "check the L7 rules of connections between local endpoints on the client's socket, with no proxy hop, where the kernel can match them (requests outside its HTTP/1.1 subset get 400; see docs/design-l7-send-side.md)")
 	fs.StringVar((*string)(&cfg.Attach), "attach", string(agent.DefaultAttach), "how the programs go on each endpoint's host-side veth: tc = clsact qdisc with cls_bpf filters (endpoint add and delete cost what the veth costs); tcx = pinned TCX links (no qdisc layer: about 2 % more UDP sender throughput, but each add and delete waits for two RCU grace periods). Switching moves every endpoint at start, with no window without a program")
 	fs.StringVar((*string)(&cfg.Tunnel), "tunnel", string(overlay.Native), "how packets reach pods on other nodes: native = routes to the nodes' addresses over the fabric, the receiver takes the source's identity from its address; vxlan = a VXLAN overlay whose VNI carries the source's identity, pods created with an MTU 50 bytes below the fabric's; ipip = IP-in-IP between the node addresses, added and removed by the dataplane on the fabric interfaces, accepted only from node addresses, the receiver takes the identity from the inner source address, pods created with an MTU 20 bytes below the fabric's")
+	fs.StringVar(&cfg.ServiceCgroup, "service-cgroup", "", "the cgroup v2 directory whose sockets the Service translation rewrites, attached when the first Service is declared (default: the cgroup v2 root; docs/services.md)")
 	fs.StringVar((*string)(&cfg.HostTraffic), "host-traffic", string(agent.HostTrafficAllow), "what the host (this node, identity host) may send to local endpoints: allow = admitted into every endpoint whatever its ingress allow rules (deny and L7 rules still apply), as Kubernetes expects for kubelet probes; policy = an ordinary peer, admitted only by rules that select it (fromEntities: [host])")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubernetes mode: the API server's client configuration; nodes, pods, namespaces and policies then come from the API (docs/cluster.md), and --pod-cidr from this node's Node object")
 	fs.BoolVar(&inCluster, "in-cluster", false, "Kubernetes mode with the pod's service account (the DaemonSet's, deploy/): the API server from $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT; instead of --kubeconfig")

@@ -87,6 +87,7 @@ func New(cfg Config) (*Agent, error) {
 	eng.podCIDR = cfg.PodCIDR
 	if cfg.Kubernetes != nil {
 		eng.nodeName = cfg.Kubernetes.NodeName
+		eng.nodeAddr = cfg.Kubernetes.NodeAddress
 	}
 	a := &Agent{
 		cfg:        cfg,
@@ -267,6 +268,9 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 		m.taps[rec.Name] = &storedTap{rec: rec, c: c}
 	}
 	m.tapPolicy = st.TapPolicy
+	for _, r := range st.Services {
+		m.services[r.Key()] = r
+	}
 	if a.k8s != nil {
 		for _, rec := range st.Accepted {
 			m.accepted[rec.Key] = rec
@@ -430,6 +434,9 @@ func (a *Agent) persist(m *model, d *desired) error {
 		st.Taps = append(st.Taps, m.taps[name].rec)
 	}
 	st.TapPolicy = tapPolicyRecord(d.tapPolicy)
+	for _, key := range sortedKeys(m.services) {
+		st.Services = append(st.Services, m.services[key])
+	}
 	for _, key := range sortedKeys(m.accepted) {
 		st.Accepted = append(st.Accepted, m.accepted[key])
 	}
@@ -539,7 +546,12 @@ func (a *Agent) applyOnce(old, new *desired, pl l7Plans, m *model, force bool) e
 			return fmt.Errorf("ipcache: %w", err)
 		}
 	}
-	return a.applySendSide(m, pl)
+	if err := a.applySendSide(m, pl); err != nil {
+		return err
+	}
+	// Services last: a new backend's policy and identity are in place before any socket
+	// is translated to it.
+	return a.applyServices(old, new, force)
 }
 
 // ipcacheDiff returns the entries of new that old lacks or holds otherwise, and the

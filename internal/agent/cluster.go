@@ -77,6 +77,9 @@ type ClusterView struct {
 	Objects map[string]PolicyObject
 	// LocalPods are the pods of this node, by namespace/name.
 	LocalPods map[string]PodInfo
+	// Services are the cluster's Services with a cluster IP, their backends the ready
+	// endpoints of their EndpointSlices (docs/services.md).
+	Services []ServiceRecord
 	// Problems are objects the watcher could not turn into the view (reported in status).
 	Problems []string
 
@@ -349,6 +352,9 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			}
 			m.nodes[name] = n
 		}
+		var svcProblems []string
+		m.services, svcProblems = clusterServices(v.Services, nodeAddrs(m, a.eng.nodeAddr))
+		problems = append(problems, svcProblems...)
 		m.remotes = make(map[string]*RemoteEndpointRecord, len(remotes))
 		for key, r := range remotes {
 			if old, ok := a.model.remotes[key]; ok && remoteEqual(old, r) {

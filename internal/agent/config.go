@@ -72,6 +72,10 @@ type Config struct {
 	// HostTrafficPolicy makes it an ordinary peer, admitted only by rules that select it
 	// (fromEntities: [host]).
 	HostTraffic HostTraffic
+	// ServiceCgroup is the cgroup v2 directory the Service translation is attached to
+	// (docs/services.md) when the first Service is declared (default: the cgroup v2 root,
+	// datapath.DefaultServiceCgroup: every pod's sockets).
+	ServiceCgroup string
 	// Tunnel is how packets reach pods on other nodes: overlay.Native (default: routes to
 	// the nodes' addresses), overlay.VXLAN (the VXLAN device, identity in the VNI) or
 	// overlay.IPIP (IP-in-IP on the fabric interfaces, identity from the inner source
@@ -131,6 +135,9 @@ func (cfg Config) WithDefaults() Config {
 	}
 	if !cfg.ProxyListen.IsValid() {
 		cfg.ProxyListen = proxy.DefaultListen
+	}
+	if cfg.ServiceCgroup == "" {
+		cfg.ServiceCgroup = datapath.DefaultServiceCgroup()
 	}
 	if cfg.HostTraffic == "" {
 		cfg.HostTraffic = HostTrafficAllow

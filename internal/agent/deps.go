@@ -104,4 +104,7 @@ type Engine struct {
 	// nodeName and podCIDR place this node in a tap policy's facts (tappolicy.go).
 	nodeName string
 	podCIDR  netip.Prefix
+	// nodeAddr is this node's address in Kubernetes mode (invalid outside it): a frontend
+	// of every NodePort Service with the other nodes' (services.go).
+	nodeAddr netip.Addr
 }

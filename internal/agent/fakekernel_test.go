@@ -26,7 +26,9 @@ type fakeKernel struct {
 	*fakeSendSide
 	*fakeOverlay
 	// taps is the tap table; nil: the dataplane has no taps (Kernel.Taps nil).
-	taps      *fakeTaps
+	taps *fakeTaps
+	// services is the Service translation; nil: none (Kernel.Services nil).
+	services  *fakeServices
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close: Read and ReadSockRequest fail
 }
@@ -55,6 +57,9 @@ func (k *fakeKernel) kernel() Kernel {
 	if k.taps != nil {
 		kern.Taps, kern.Monitors = k.taps, k.taps
 	}
+	if k.services != nil {
+		kern.Services = k.services
+	}
 	return kern
 }
 
@@ -74,6 +79,9 @@ func (k *fakeKernel) reopen() *fakeKernel {
 	n.sets = maps.Clone(k.sets)
 	k.fakeCIDRSets.mu.Unlock()
 	n.taps = k.taps // pinned like the maps
+	if k.services != nil {
+		n.services = &fakeServices{} // not pinned: a new agent starts with empty maps
+	}
 	return n
 }
 

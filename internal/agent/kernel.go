@@ -9,6 +9,7 @@ import (
 	"github.com/rampartnet/rampart/internal/cidrtable"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/overlay"
+	"github.com/rampartnet/rampart/internal/service"
 	"github.com/rampartnet/rampart/internal/sockverdict"
 )
 
@@ -35,6 +36,9 @@ type Kernel struct {
 	Taps TapTable
 	// Monitors attaches monitor endpoints' interfaces (tapkernel.go); nil with Taps.
 	Monitors Monitors
+	// Services is the Service translation (services.go); nil: none, and Services are
+	// refused.
+	Services ServiceTable
 	// Close releases the agent's handles; pinned maps and attached programs stay.
 	Close func() error
 }
@@ -68,16 +72,18 @@ func openKernel(cfg Config) (Kernel, error) {
 	var once sync.Once
 	var closeErr error
 	taps := newTapKernel(dp)
+	services := &lazyServices{cgroup: cfg.ServiceCgroup}
 	return Kernel{
 		EndpointTables: dp, IPCache: dp, ProxyRouting: dp, MapMemories: dp, Overlay: overlayKernel{dp},
-		Taps: taps, Monitors: taps,
+		Taps: taps, Monitors: taps, Services: services,
 		CIDRSets: tables, SendSide: side, FlowEvents: events,
 		Close: func() error {
 			once.Do(func() {
 				events.Close()
 				tables.Close()
-				// The send-side verdict's programs stay (pinned), like the tc programs.
-				closeErr = errors.Join(side.Close(), dp.Close())
+				// The send-side verdict's programs stay (pinned), like the tc programs; the
+				// Service translation's go with the process (docs/services.md).
+				closeErr = errors.Join(side.Close(), services.Close(), dp.Close())
 			})
 			return closeErr
 		},
@@ -92,6 +98,35 @@ func FindPins(dir string) ([]string, error) {
 		return nil, err
 	}
 	return datapath.FindPins(dir, sv...)
+}
+
+// lazyServices is ServiceTable over datapath.Services, whose programs are attached to
+// the cgroup only when the first Service is declared: an agent without Services leaves
+// the host's sockets alone.
+type lazyServices struct {
+	cgroup string
+	s      *datapath.Services
+}
+
+func (l *lazyServices) Replace(t service.Table) error {
+	if l.s == nil {
+		if len(t) == 0 {
+			return nil
+		}
+		s, err := datapath.OpenServices(l.cgroup)
+		if err != nil {
+			return err
+		}
+		l.s = s
+	}
+	return l.s.Replace(t)
+}
+
+func (l *lazyServices) Close() error {
+	if l.s == nil {
+		return nil
+	}
+	return l.s.Close()
 }
 
 // overlayKernel is Overlay over internal/overlay (the device, the routes) and the

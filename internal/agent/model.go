@@ -11,6 +11,7 @@ import (
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
+	"github.com/rampartnet/rampart/internal/service"
 	"github.com/rampartnet/rampart/internal/tap"
 )
 
@@ -25,6 +26,7 @@ type model struct {
 	remotes    map[string]*RemoteEndpointRecord // pods on other nodes, by namespace/name
 	taps       map[string]*storedTap            // tap contracts, by name (taps.go)
 	tapPolicy  *TapPolicyRecord                 // the tap policy, nil: none (tappolicy.go)
+	services   map[string]*ServiceRecord        // by namespace/name (services.go)
 	// accepted is, in Kubernetes mode, the last accepted version of each policy object,
 	// by the watcher's key (cluster.go): persisted, so that a version the agent refuses
 	// after a restart finds the accepted one still in force.
@@ -53,6 +55,7 @@ func newModel() *model {
 		nodes:      map[string]*NodeRecord{},
 		remotes:    map[string]*RemoteEndpointRecord{},
 		taps:       map[string]*storedTap{},
+		services:   map[string]*ServiceRecord{},
 		accepted:   map[string]*AcceptedObjectRecord{},
 		quarantine: map[netip.Addr]*QuarantineRecord{},
 		nextRuleID: 1,
@@ -70,6 +73,7 @@ func (m *model) clone() *model {
 		remotes:      maps.Clone(m.remotes),
 		taps:         maps.Clone(m.taps),
 		tapPolicy:    m.tapPolicy,
+		services:     maps.Clone(m.services),
 		accepted:     maps.Clone(m.accepted),
 		quarantine:   maps.Clone(m.quarantine),
 		monitorsDown: maps.Clone(m.monitorsDown),
@@ -140,6 +144,8 @@ type desired struct {
 	unresolved unresolved
 	// taps is the tap contracts resolved against the endpoints (taps.go).
 	taps tap.Resolution
+	// services is the Service translation's table (services.go).
+	services service.Table
 	// tapPolicy is the tap policy's compilation (tappolicy.go); nil without a policy.
 	tapPolicy *compiledTaps
 
@@ -265,6 +271,9 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 		return nil, err
 	}
 	d.taps = resolveTaps(m, d.tapPolicy.tapContracts())
+	if d.services, err = service.Compute(serviceModel(m), nodeAddrs(m, e.nodeAddr)); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 

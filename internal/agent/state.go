@@ -112,6 +112,7 @@ type stateFile struct {
 	Remotes    []*RemoteEndpointRecord  `json:"remoteEndpoints,omitempty"`
 	Taps       []*TapRecord             `json:"taps,omitempty"`
 	TapPolicy  *TapPolicyRecord         `json:"tapPolicy,omitempty"`
+	Services   []*ServiceRecord         `json:"services,omitempty"`
 	Accepted   []*AcceptedObjectRecord  `json:"acceptedObjects,omitempty"`
 	Quarantine []*QuarantineRecord      `json:"quarantine,omitempty"`
 	NextRuleID uint32                   `json:"nextRuleID"`

@@ -431,4 +431,21 @@ func (c *Client) DeleteRemoteEndpoint(ctx context.Context, namespace, name strin
 	return c.do(ctx, "DELETE", "/v1/remote-endpoints/"+esc(namespace)+"/"+esc(name), nil, nil)
 }
 
+// ListServices lists the Services the agent translates.
+func (c *Client) ListServices(ctx context.Context) ([]ServiceEntry, error) {
+	var v []ServiceEntry
+	return v, c.do(ctx, "GET", "/v1/services", nil, &v)
+}
+
+// PutService declares or changes a Service.
+func (c *Client) PutService(ctx context.Context, namespace, name string, spec ServiceSpec) (ServiceEntry, error) {
+	var v ServiceEntry
+	return v, c.do(ctx, "PUT", "/v1/services/"+esc(namespace)+"/"+esc(name), spec, &v)
+}
+
+// DeleteService removes a Service.
+func (c *Client) DeleteService(ctx context.Context, namespace, name string) error {
+	return c.do(ctx, "DELETE", "/v1/services/"+esc(namespace)+"/"+esc(name), nil, nil)
+}
+
 var _ Service = (*Client)(nil)

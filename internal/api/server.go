@@ -65,6 +65,10 @@ type Service interface {
 	ListRemoteEndpoints(ctx context.Context) ([]RemoteEndpoint, error)
 	PutRemoteEndpoint(ctx context.Context, namespace, name string, spec RemoteEndpointSpec) (RemoteEndpoint, error)
 	DeleteRemoteEndpoint(ctx context.Context, namespace, name string) error
+	// PutService declares or changes a Service; DeleteService removes it.
+	ListServices(ctx context.Context) ([]ServiceEntry, error)
+	PutService(ctx context.Context, namespace, name string, spec ServiceSpec) (ServiceEntry, error)
+	DeleteService(ctx context.Context, namespace, name string) error
 	// ListTaps and GetTap show tap contracts with their state and counters; AddTaps
 	// creates or replaces the contracts of TapContract and TrafficControl documents, all
 	// or none; DeleteTap deletes one by name.
@@ -210,6 +214,20 @@ func NewHandler(svc Service) http.Handler {
 	mux.HandleFunc("DELETE /v1/remote-endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) {
 			return struct{}{}, svc.DeleteRemoteEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"))
+		})
+	})
+	mux.HandleFunc("GET /v1/services", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.ListServices(r.Context()) })
+	})
+	mux.HandleFunc("PUT /v1/services/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		var spec ServiceSpec
+		withBody(w, r, MaxBodyBytes, &spec, func() (any, error) {
+			return svc.PutService(r.Context(), r.PathValue("ns"), r.PathValue("name"), spec)
+		})
+	})
+	mux.HandleFunc("DELETE /v1/services/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) {
+			return struct{}{}, svc.DeleteService(r.Context(), r.PathValue("ns"), r.PathValue("name"))
 		})
 	})
 	mux.HandleFunc("GET /v1/namespaces", func(w http.ResponseWriter, r *http.Request) {

@@ -682,6 +682,36 @@ type RemoteEndpoint struct {
 	Ports     []NamedPort       `json:"ports,omitempty"`
 }
 
+// ServiceSpec declares a Service (docs/services.md): its cluster address and ports, and
+// its backends: the endpoints (local and remote) of its namespace whose labels match the
+// selector, and the addresses listed.
+type ServiceSpec struct {
+	ClusterIP string            `json:"clusterIP"`
+	Ports     []ServicePort     `json:"ports"`
+	Selector  map[string]string `json:"selector,omitempty"`
+	Addresses []string          `json:"addresses,omitempty"`
+}
+
+// ServicePort is one port of a Service: its protocol (TCP, UDP), the port clients address
+// at the cluster IP, the backends' port (0: the same) and the port clients address at
+// every node's address (0: none).
+type ServicePort struct {
+	Name       string `json:"name,omitempty"`
+	Protocol   string `json:"protocol"`
+	Port       uint16 `json:"port"`
+	TargetPort uint16 `json:"targetPort,omitempty"`
+	NodePort   uint16 `json:"nodePort,omitempty"`
+}
+
+// ServiceEntry is a Service as the agent holds it, with the backends it translates to.
+type ServiceEntry struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	ServiceSpec
+	// Backends are the backend pods' addresses now (sorted).
+	Backends []string `json:"backends"`
+}
+
 // Tap is a tap contract as the agent holds it (docs/taps.md).
 type Tap struct {
 	Kind   string `json:"kind"` // TapContract or TrafficControl

@@ -105,6 +105,7 @@ func NewCommand(stdio IO) *cobra.Command {
 		a.namespaceCommand(),
 		a.nodeCommand(),
 		a.remoteCommand(),
+		a.serviceCommand(),
 		a.identityCommand(),
 		a.applyCommand(),
 		a.deleteCommand(),

@@ -211,10 +211,17 @@ func TestAttachModeSwitch(t *testing.T) {
 // echoServer serves TCP echo at address at in namespace ns until the test ends.
 func echoServer(t *testing.T, ns string, at netip.AddrPort) {
 	t.Helper()
+	serveTCP(t, ns, at.String(), func(c net.Conn) { io.Copy(c, c) })
+}
+
+// serveTCP runs handle on each connection to address at in namespace ns (closing it
+// after) until the test ends.
+func serveTCP(t testing.TB, ns string, at string, handle func(net.Conn)) {
+	t.Helper()
 	var ln net.Listener
 	if err := testenv.InNetns(ns, func() error {
 		var err error
-		ln, err = net.Listen("tcp", at.String())
+		ln, err = net.Listen("tcp4", at)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -228,7 +235,7 @@ func echoServer(t *testing.T, ns string, at netip.AddrPort) {
 			}
 			go func() {
 				defer c.Close()
-				io.Copy(c, c)
+				handle(c)
 			}()
 		}
 	}()

@@ -7,3 +7,7 @@ package datapath
 // and drop_reason enums are the flow vocabulary, which internal/flow generates its types
 // from (go generate ./internal/flow/ after this).
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -target bpfel -type endpoint_info -type endpoint_slot -type ipcache_key -type ipcache_value -type policy_key -type policy_value -type ct4_key -type ct_value -type flow_cache_entry -type frag_key -type frag_value -type ep_counters -type iface_stats -type flow_event -type flow_direction -type flow_verdict -type drop_reason -type flow_event_type -type flow_flag -type proxy_config -type cidr_config -type cidr6_key -type sv_pair_key -type tunnel_config -type tap_rule -type tap_set -type tap_flow_key -type tap_flow_value -type tap_frag_value -type tap_stats -type tap_iface rampart ../../bpf/rampart.c -- -O2 -g -Wall -Werror -mcpu=v3 -I../../bpf/include -I/usr/include/x86_64-linux-gnu -I/usr/include/aarch64-linux-gnu
+
+// The socket-level Service translation (bpf/service.c) is an object of its own: cgroup
+// sock_addr programs, attached apart from the tc programs and with their own maps.
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -target bpfel -type svc_key -type svc_value -type svc_backend_key -type svc_backend -type svc_revnat_key service ../../bpf/service.c -- -O2 -g -Wall -Werror -mcpu=v3 -I../../bpf/include -I/usr/include/x86_64-linux-gnu -I/usr/include/aarch64-linux-gnu

@@ -11,7 +11,7 @@ import (
 )
 
 // nlHandle opens a netlink handle in the namespace at path, closed at cleanup.
-func nlHandle(t *testing.T, path string) *netlink.Handle {
+func nlHandle(t testing.TB, path string) *netlink.Handle {
 	t.Helper()
 	h, err := netlinkHandle(path)
 	if err != nil {

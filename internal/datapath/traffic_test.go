@@ -35,7 +35,7 @@ type trafficEndpoint struct {
 
 // addEndpoint creates an endpoint namespace with eth0 (ip/24, default route via gw) and the
 // host side hostIf (gw/24) in the node namespace.
-func addEndpoint(t *testing.T, node, name, hostIf string, ip, gw netip.Addr) *trafficEndpoint {
+func addEndpoint(t testing.TB, node, name, hostIf string, ip, gw netip.Addr) *trafficEndpoint {
 	t.Helper()
 	ep := &trafficEndpoint{ns: testenv.NewNetns(t, name), hostIf: hostIf, ip: ip, gw: gw}
 	disableIPv6(t, ep.ns)
@@ -88,7 +88,7 @@ func addEndpoint(t *testing.T, node, name, hostIf string, ip, gw netip.Addr) *tr
 
 // newNode makes the node namespace of a traffic test (forwarding on, IPv6 off) and
 // returns it with the random suffix for the test's other names.
-func newNode(t *testing.T, prefix string) (node, suffix string) {
+func newNode(t testing.TB, prefix string) (node, suffix string) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	suffix = testenv.Suffix(8)
@@ -122,7 +122,7 @@ func attachAll(t *testing.T, d *Datapath, node string, eps ...*trafficEndpoint) 
 
 // disableIPv6 keeps IPv6 neighbour discovery off the veths: the dataplane drops IPv6
 // (unsupported-l3), and those drops would only add noise to the events.
-func disableIPv6(t *testing.T, ns string) {
+func disableIPv6(t testing.TB, ns string) {
 	t.Helper()
 	for _, k := range []string{"net/ipv6/conf/all/disable_ipv6", "net/ipv6/conf/default/disable_ipv6"} {
 		if err := writeSysctl(ns, k, "1"); err != nil {

@@ -18,13 +18,20 @@ var processed = regexp.MustCompile(`processed (\d+) insns`)
 
 // TestVerifierHeadroom loads each program of the object on its own and checks the
 // verifier's work on it against verifierBudget (the tc endpoint programs carry policy,
-// conntrack, taps and the CIDR sets' global subprogram).
+// conntrack, taps and the CIDR sets' global subprogram), and those of the Service
+// translation's object.
 func TestVerifierHeadroom(t *testing.T) {
 	testenv.RequireRoot(t)
-	spec, err := loadRampart()
-	if err != nil {
-		t.Fatal(err)
+	for _, load := range []func() (*ebpf.CollectionSpec, error){loadRampart, loadService} {
+		spec, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		verifierHeadroom(t, spec)
 	}
+}
+
+func verifierHeadroom(t *testing.T, spec *ebpf.CollectionSpec) {
 	for name := range spec.Programs {
 		s := spec.Copy()
 		for _, m := range s.Maps {

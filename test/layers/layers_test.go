@@ -31,6 +31,7 @@ var pure = []string{
 	"internal/l7table",
 	"internal/flow",
 	"internal/tappolicy",
+	"internal/service",
 }
 
 // forbiddenPrefixes are the import paths a pure package must not depend on: the kernel
@@ -197,7 +198,7 @@ var layers = []struct {
 }{
 	{"manifests", []string{"deploy"}},
 	{"leaves", []string{"internal/version", "internal/labels", "internal/netns", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds", "internal/cniinstall"}},
-	{"core: tap contracts", []string{"internal/tap"}},
+	{"core: tap contracts, Services", []string{"internal/tap", "internal/service"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
 	{"core: L7 plan, tap policy", []string{"internal/l7plan", "internal/tappolicy"}},
@@ -207,6 +208,7 @@ var layers = []struct {
 	{"agent; CLI input parsers; monitor alert join", []string{"internal/agent", "internal/cidrlist", "internal/monitor/join"}},
 	{"CLI; Kubernetes watcher; simulated cluster", []string{"internal/cli", "internal/k8s/watcher", "internal/k8s/simcluster"}},
 	{"binaries and test harness", []string{"cmd/rampartd", "cmd/rampart", "cmd/rampart-cni", "cmd/rampart-podrunner", "internal/testenv/agenttest", "internal/testenv/clustertest"}},
+	{"real-node harness", []string{"internal/testenv/nodetest"}},
 	{"tests and examples", []string{"test/...", "examples/...", "internal/flow/internal/gen"}},
 }
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/k8s/crds"
 )
@@ -44,13 +45,17 @@ type Config struct {
 // State is what Start leaves in <Dir>/cluster.json for Stop and for the tools that use the
 // cluster (the CLI per node, the demo's driver).
 type State struct {
-	Name       string      `json:"name"`
-	Dir        string      `json:"dir"`
-	BinDir     string      `json:"binDir"`
-	Kubeconfig string      `json:"kubeconfig"`
-	Tunnel     string      `json:"tunnel,omitempty"`
-	Fabric     string      `json:"fabricNetns,omitempty"`
-	Nodes      []NodeState `json:"nodes"`
+	Name       string `json:"name"`
+	Dir        string `json:"dir"`
+	BinDir     string `json:"binDir"`
+	Kubeconfig string `json:"kubeconfig"`
+	Tunnel     string `json:"tunnel,omitempty"`
+	Fabric     string `json:"fabricNetns,omitempty"`
+	// Cgroup is the cgroup v2 directory the pod runners (so every pod) run in and the
+	// agents attach their Service translation to: clusters side by side on one host, whose
+	// API servers hand out the same cluster IPs, do not translate each other's pods.
+	Cgroup string      `json:"cgroup,omitempty"`
+	Nodes  []NodeState `json:"nodes"`
 }
 
 // NodeState is one node.
@@ -170,6 +175,13 @@ func Start(ctx context.Context, cfg Config) (_ *State, err error) {
 		return s, nil
 	}
 
+	s.Cgroup = filepath.Join(datapath.DefaultServiceCgroup(), "rampart-"+cfg.Name)
+	if err := s.save(); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(s.Cgroup, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("creating the cluster's cgroup: %w", err)
+	}
 	logf("linking %d node namespaces to a fabric in %s", cfg.Nodes, FabricPrefix)
 	s.Fabric = "rp-" + cfg.Name + "-fab"
 	var names []string
@@ -219,8 +231,12 @@ func tunnelName(t string) string {
 
 // agentFlags are rampartd's flags for n, the same for running and for --uninstall.
 func agentFlags(s *State, n *NodeState) []string {
-	return []string{"--instance", n.Instance, "--state-dir", filepath.Join(n.Dir, "agent"),
+	flags := []string{"--instance", n.Instance, "--state-dir", filepath.Join(n.Dir, "agent"),
 		"--socket", n.Socket, "--node-netns", n.Netns, "--tunnel", tunnelName(s.Tunnel)}
+	if s.Cgroup != "" {
+		flags = append(flags, "--service-cgroup", s.Cgroup)
+	}
+	return flags
 }
 
 // runnerFlags are rampart-podrunner's flags for n, apart from the API and the Node's.
@@ -240,7 +256,7 @@ func startNode(s *State, n *NodeState) error {
 		return err
 	}
 	// The runner first: it registers the Node object the agent waits for at start.
-	pid, err := startDetached(filepath.Join(s.BinDir, "rampart-podrunner"), filepath.Join(n.Dir, "podrunner.log"),
+	pid, err := startDetached(filepath.Join(s.BinDir, "rampart-podrunner"), filepath.Join(n.Dir, "podrunner.log"), s.Cgroup,
 		append([]string{"--kubeconfig", s.Kubeconfig, "--node-name", n.Name, "--address", n.Address, "--pod-cidr", n.PodCIDR}, runnerFlags(s, n)...)...)
 	if err != nil {
 		return err
@@ -249,7 +265,7 @@ func startNode(s *State, n *NodeState) error {
 	if err := s.save(); err != nil {
 		return err
 	}
-	pid, err = startDetached(filepath.Join(s.BinDir, "rampartd"), filepath.Join(n.Dir, "rampartd.log"),
+	pid, err = startDetached(filepath.Join(s.BinDir, "rampartd"), filepath.Join(n.Dir, "rampartd.log"), "",
 		append(agentFlags(s, n), "--kubeconfig", s.Kubeconfig, "--node-name", n.Name)...)
 	if err != nil {
 		return err
@@ -258,9 +274,10 @@ func startNode(s *State, n *NodeState) error {
 	return s.save()
 }
 
-// startDetached starts binary in its own session, stdout and stderr appended to logPath,
-// and returns its PID: nobody waits for it, it outlives the caller.
-func startDetached(binary, logPath string, args ...string) (int, error) {
+// startDetached starts binary in its own session (in the cgroup v2 directory cgroup
+// unless ""), stdout and stderr appended to logPath, and returns its PID: nobody waits for
+// it, it outlives the caller.
+func startDetached(binary, logPath, cgroup string, args ...string) (int, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
@@ -269,6 +286,14 @@ func startDetached(binary, logPath string, args ...string) (int, error) {
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if cgroup != "" {
+		cg, err := os.Open(cgroup)
+		if err != nil {
+			return 0, fmt.Errorf("opening cgroup %s: %w", cgroup, err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("starting %s: %w", filepath.Base(binary), err)
 	}
@@ -351,9 +376,28 @@ func Stop(dir string) error {
 		netns = append(netns, n.Netns)
 	}
 	errs = append(errs, DeleteNetns(append(netns, s.Fabric)...))
+	if s.Cgroup != "" {
+		errs = append(errs, removeCgroup(s.Cgroup))
+	}
 	errs = append(errs, controlplane.StopDetached(dir))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	return os.Remove(StatePath(dir))
+}
+
+// removeCgroup removes the cluster's cgroup once the processes that were in it have gone
+// (the kernel sees it empty a moment after they exit).
+func removeCgroup(dir string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("removing the cluster's cgroup: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

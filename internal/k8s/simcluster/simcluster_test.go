@@ -3,6 +3,7 @@ package simcluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 )
@@ -47,6 +49,11 @@ func config(t *testing.T, nodes int, tunnel string) Config {
 // leftovers lists what of cluster cfg still exists: its namespaces, pins, and processes
 // whose command line names its directory or namespaces (etcd, kube-apiserver, rampartd,
 // rampart-podrunner).
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 func leftovers(cfg Config) []string {
 	var left []string
 	ents, _ := os.ReadDir("/run/netns")
@@ -69,6 +76,9 @@ func leftovers(cfg Config) []string {
 	}
 	if _, err := os.Stat(StatePath(cfg.Dir)); err == nil {
 		left = append(left, StatePath(cfg.Dir))
+	}
+	if cg := filepath.Join(datapath.DefaultServiceCgroup(), "rampart-"+cfg.Name); fileExists(cg) {
+		left = append(left, "cgroup "+cg)
 	}
 	return left
 }
@@ -112,10 +122,18 @@ func TestStartStop(t *testing.T) {
 	if _, err := Start(ctx, cfg); err == nil || !strings.Contains(err.Error(), "already") {
 		t.Errorf("a second Start in the same directory: %v, want refused", err)
 	}
+	// The pod runners (so the pods) run in the cluster's cgroup, the one its agents
+	// translate Services for.
+	for _, n := range s.Nodes {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", n.RunnerPID))
+		if err != nil || !strings.Contains(string(b), "0::/rampart-"+cfg.Name+"\n") {
+			t.Errorf("%s's pod runner's cgroups: %q, %v; want the cluster's (%s)", n.Name, b, err, s.Cgroup)
+		}
+	}
 	// The check below finds a running cluster: 3 namespaces, 2 pin directories, 6
-	// processes, the state file.
-	if left := leftovers(cfg); len(left) != 12 {
-		t.Errorf("a running cluster's parts: %d, want 12: %s", len(left), strings.Join(left, "; "))
+	// processes, the state file, the cgroup.
+	if left := leftovers(cfg); len(left) != 13 {
+		t.Errorf("a running cluster's parts: %d, want 13: %s", len(left), strings.Join(left, "; "))
 	}
 	if err := Stop(cfg.Dir); err != nil {
 		t.Fatal(err)

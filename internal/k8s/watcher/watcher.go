@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	listersdiscoveryv1 "k8s.io/client-go/listers/discovery/v1"
 	listersnetv1 "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -113,6 +114,8 @@ type caches struct {
 	taps       cache.GenericLister
 	tcs        cache.GenericLister
 	accepted   cache.GenericLister
+	services   listerscorev1.ServiceLister
+	slices     listersdiscoveryv1.EndpointSliceLister
 }
 
 // hasSynced says whether every informer of the set has synced.
@@ -197,6 +200,8 @@ func (w *Watcher) newCaches() (*caches, error) {
 	c.nodes, c.namespaces, c.pods = core.Nodes().Lister(), core.Namespaces().Lister(), core.Pods().Lister()
 	c.podStore = core.Pods().Informer().GetStore()
 	c.netpols = c.factory.Networking().V1().NetworkPolicies().Lister()
+	c.services = core.Services().Lister()
+	c.slices = c.factory.Discovery().V1().EndpointSlices().Lister()
 	for _, x := range []struct {
 		inf  cache.SharedIndexInformer
 		what string
@@ -205,6 +210,8 @@ func (w *Watcher) newCaches() (*caches, error) {
 		{core.Namespaces().Informer(), "namespaces"},
 		{core.Pods().Informer(), "pods"},
 		{c.factory.Networking().V1().NetworkPolicies().Informer(), "network policies"},
+		{core.Services().Informer(), "services"},
+		{c.factory.Discovery().V1().EndpointSlices().Informer(), "endpoint slices"},
 	} {
 		if err := add(x.inf, x.what); err != nil {
 			return nil, err
@@ -686,6 +693,9 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		}
 	}
 	if err := listAccepted(c, &v); err != nil {
+		return v, err
+	}
+	if err := listServices(c, &v); err != nil {
 		return v, err
 	}
 	return v, nil

@@ -45,6 +45,9 @@ type Options struct {
 	HostTraffic agent.HostTraffic
 	// Tunnel is agent.Config.Tunnel ("": native routing).
 	Tunnel overlay.Mode
+	// ServiceCgroup is agent.Config.ServiceCgroup: tests that declare Services give the
+	// cgroup of their own (testenv.JoinNewCgroup) so that the host's sockets stay as they are.
+	ServiceCgroup string
 }
 
 // Env is an agent running in-process in a fresh node network namespace, with its own
@@ -101,6 +104,7 @@ func StartAgent(t testing.TB, opts Options) *Env {
 			L7SendSide:     opts.L7SendSide,
 			HostTraffic:    opts.HostTraffic,
 			Tunnel:         opts.Tunnel,
+			ServiceCgroup:  opts.ServiceCgroup,
 			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		},
 		servers: map[string]*testenv.Servers{},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,7 +37,10 @@ type Options struct {
 	Nodes int
 	// Tunnel is every agent's --tunnel ("": native routing).
 	Tunnel overlay.Mode
-	// AgentFlags are more flags for every rampartd.
+	// AgentFlags are more flags for every rampartd. Without --service-cgroup the agents
+	// attach their Service translation to an empty cgroup of the test's own (the API
+	// server's own "kubernetes" Service is always there), so the host's sockets stay as
+	// they are; tests of Services pass the cgroup they joined (testenv.JoinNewCgroup).
 	AgentFlags []string
 }
 
@@ -78,6 +82,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	testenv.RequireRoot(t)
 	if opts.Nodes == 0 {
 		opts.Nodes = 2
+	}
+	if !slices.Contains(opts.AgentFlags, "--service-cgroup") {
+		opts.AgentFlags = append(slices.Clip(opts.AgentFlags), "--service-cgroup", testenv.NewCgroup(t))
 	}
 	k := k8stest.Start(t)
 	k.InstallCRDs(t)
