@@ -14,14 +14,15 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=../tools/k8s/versions.env
 . "$root/tools/k8s/versions.env"
-cache="${RAMPART_CACHE:-/var/cache/rampart}"
+# shellcheck source=lib/build.sh
+. "$root/scripts/lib/build.sh"
 dir="$cache/e2e-$K8S_VERSION"
 
 if [ "${1:-}" = "--dir" ]; then
 	echo "$dir"
 	exit 0
 fi
-if [ -x "$dir/e2e.test" ]; then
+if build_complete "$dir" e2e.test; then
 	exit 0
 fi
 ver="$(cd "$root/tools/k8s/e2e" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
@@ -29,26 +30,14 @@ ver="$(cd "$root/tools/k8s/e2e" && go list -m -f '{{.Version}}' k8s.io/kubernete
 	{ echo "build-e2e: tools/k8s/e2e/go.mod requires k8s.io/kubernetes $ver, want $K8S_VERSION" >&2; exit 1; }
 
 echo "setup: building the NetworkPolicy e2e specs $K8S_VERSION into $dir (a few minutes the first time)"
-mkdir -p "$cache"
-tmp="$(mktemp -d "$cache/.e2e-build.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+build_begin e2e
 export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -p=2 -trimpath"
-minor="${K8S_VERSION#v1.}"
-minor="${minor%%.*}"
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-	ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
-(cd "$root/tools/k8s/e2e" && go test -c -ldflags "$ldflags" -o "$tmp/e2e.test" .)
+(cd "$root/tools/k8s/e2e" && go test -c -ldflags "$(k8s_ldflags "$K8S_VERSION")" -o "$tmp/e2e.test" .)
 
 v="$("$tmp/e2e.test" --version)"
 case "$v" in
 "$K8S_VERSION"*) ;;
 *) echo "build-e2e: e2e.test reports $v, want $K8S_VERSION" >&2; exit 1 ;;
 esac
-rm -rf "$dir"
-mv "$tmp" "$dir"
-chmod 755 "$dir"
-trap - EXIT
+build_finish "$dir"
 echo "setup: NetworkPolicy e2e specs in $dir"

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared by the build scripts (build-k8s.sh, build-cri.sh, build-node.sh), sourced: each
+# Shared by the build scripts (build-k8s.sh, build-cri.sh, build-node.sh, build-e2e.sh), sourced: each
 # builds into a directory of $RAMPART_CACHE (default /var/cache/rampart) named after its
 # versions, through a temporary directory renamed into place at the end, so an interrupted
 # build is never taken for a finished one.
