@@ -82,17 +82,7 @@ func TestRealNodes(t *testing.T) {
 
 	ns := "real-" + testenv.Suffix(6)
 	c.MustKubectl("create", "namespace", ns)
-	for _, d := range []struct{ name, args string }{
-		{"web", `netexec, "--http-port=8080"`},
-		{"client", "pause"},
-		{"other", "pause"},
-	} {
-		c.KubectlApply(fmt.Sprintf(workloads, d.name, ns, c.Bins.AgnhostImage, d.args))
-	}
-	pods := map[string]map[string]corev1.Pod{} // app -> node -> pod
-	for _, app := range []string{"web", "client", "other"} {
-		pods[app] = runningOnEveryNode(t, c, ns, app)
-	}
+	pods := deployWebClientOther(t, c, ns) // app -> node -> pod
 
 	out := c.MustKubectl("-n", ns, "logs", pods["web"]["node-1"].Name)
 	if !strings.Contains(out, "Started HTTP server on port 8080") {
@@ -180,4 +170,23 @@ func connects(c *nodetest.Cluster, ns, from, to string) bool {
 // eventuallyConnects polls connects until it says want (30 s at most).
 func eventuallyConnects(c *nodetest.Cluster, ns, from, to string, want bool) bool {
 	return testenv.Eventually(30*time.Second, func() bool { return connects(c, ns, from, to) == want })
+}
+
+// deployWebClientOther runs, on every node of c, a web pod (agnhost netexec on 8080), a
+// client pod and an other pod (both agnhost pause), labelled app=web, app=client and
+// app=other, and returns them by app and node once running.
+func deployWebClientOther(t *testing.T, c *nodetest.Cluster, ns string) map[string]map[string]corev1.Pod {
+	t.Helper()
+	for _, d := range []struct{ name, args string }{
+		{"web", `netexec, "--http-port=8080"`},
+		{"client", "pause"},
+		{"other", "pause"},
+	} {
+		c.KubectlApply(fmt.Sprintf(workloads, d.name, ns, c.Bins.AgnhostImage, d.args))
+	}
+	pods := map[string]map[string]corev1.Pod{}
+	for _, app := range []string{"web", "client", "other"} {
+		pods[app] = runningOnEveryNode(t, c, ns, app)
+	}
+	return pods
 }

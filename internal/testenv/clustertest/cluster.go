@@ -221,6 +221,18 @@ func (n *Node) Start() {
 	}
 }
 
+// Kill kills the node's rampartd at once (SIGKILL), as a crash or power loss would.
+func (n *Node) Kill() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return
+	}
+	n.cmd.Process.Kill()
+	<-n.done
+	n.cmd = nil
+}
+
 // Stop stops the node's rampartd (SIGTERM): its pinned programs keep enforcing.
 func (n *Node) Stop() {
 	n.mu.Lock()

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,11 +61,8 @@ func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
 	if err != nil {
 		return err
 	}
-	if !testenv.Eventually(30*time.Second, func() bool {
-		_, err := os.Stat(n.path("run/containerd/containerd.sock"))
-		return err == nil || n.containerd.exited()
-	}) || n.containerd.exited() {
-		return fmt.Errorf("node %s: containerd did not start; its log %s", n.Name, n.containerd.log)
+	if err := n.waitContainerd(); err != nil {
+		return err
 	}
 	for _, img := range []string{filepath.Join(b.CRI, "pause.tar"), filepath.Join(b.Node, "agnhost.tar")} {
 		// --local: the archive has no platform index for the transfer service to unpack by.
@@ -85,17 +84,56 @@ func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
 
 func (n *Node) path(rel string) string { return filepath.Join(n.Dir, rel) }
 
+// waitContainerd waits for containerd to accept connections on its socket (the socket
+// file of a containerd that was killed stays behind until the next one starts).
+func (n *Node) waitContainerd() error {
+	if !testenv.Eventually(30*time.Second, func() bool {
+		c, err := net.DialTimeout("unix", n.path("run/containerd/containerd.sock"), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil || n.containerd.exited()
+	}) || n.containerd.exited() {
+		return fmt.Errorf("node %s: containerd did not start; its log %s", n.Name, n.containerd.log)
+	}
+	return nil
+}
+
 // Exec runs a command in the node's network and mount namespaces and returns its output.
 func (n *Node) Exec(argv ...string) (string, error) {
-	ns := n.holder.pid()
-	if ns == 0 {
-		return "", fmt.Errorf("node %s: its namespaces are gone", n.Name)
+	cmd, cancel, err := n.command(argv)
+	if err != nil {
+		return "", err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--target", strconv.Itoa(ns), "--net", "--mount", "--"}, argv...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// Output is Exec returning the command's standard output only (its standard error goes in
+// the error, if it fails): for output to be parsed.
+func (n *Node) Output(argv ...string) (string, error) {
+	cmd, cancel, err := n.command(argv)
+	if err != nil {
+		return "", err
+	}
+	defer cancel()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w: %s", argv[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
+func (n *Node) command(argv []string) (*exec.Cmd, context.CancelFunc, error) {
+	ns := n.holder.pid()
+	if ns == 0 {
+		return nil, nil, fmt.Errorf("node %s: its namespaces are gone", n.Name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return exec.CommandContext(ctx, "nsenter", append([]string{"--target", strconv.Itoa(ns), "--net", "--mount", "--"}, argv...)...), cancel, nil
 }
 
 // stop stops the node: kube-proxy and the kubelet, then every pod sandbox through containerd

@@ -13,6 +13,7 @@ import (
 // proc is one process the lab started, its output in a log file.
 type proc struct {
 	name string
+	argv []string // as started, nsenter included: restart runs it again
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
@@ -37,9 +38,29 @@ func startProc(name, logPath string, holder int, argv ...string) (*proc, error) 
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(p.done) }()
-	return p, nil
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	return &proc{name: name, argv: argv, cmd: cmd, log: logPath, done: done}, nil
+}
+
+// restart stops the process (stop) and starts its command line again, in place.
+func (p *proc) restart(grace time.Duration) error {
+	p.stop(grace)
+	q, err := startProc(p.name, p.log, 0, p.argv...)
+	if err != nil {
+		return err
+	}
+	*p = *q
+	return nil
+}
+
+// kill kills the process at once (SIGKILL), as a power loss would.
+func (p *proc) kill() {
+	if p == nil || p.exited() {
+		return
+	}
+	p.cmd.Process.Kill()
+	<-p.done
 }
 
 // pid is the process's id, 0 if it is not running.
