@@ -76,11 +76,12 @@ registerNode: true
 `, cgroupRoot)
 }
 
-// kubeProxyConfig is the node's kube-proxy configuration: nftables mode (the kernel has no
+// KubeProxyConfig is a node's kube-proxy configuration: nftables mode (the kernel has no
 // IPVS; nf_tables NAT is built in), in the node's network namespace. It leaves the
 // conntrack sysctls alone: the table size is the host's (read-only outside the initial
-// namespace).
-func kubeProxyConfig(kubeconfig, node, clusterCIDR string) string {
+// namespace). Exported for the Service benchmark (bench/services), which measures against
+// the kube-proxy the nodes run.
+func KubeProxyConfig(kubeconfig, node, clusterCIDR string) string {
 	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: nftables

@@ -42,7 +42,7 @@ func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
 	for _, f := range []struct{ path, text string }{
 		{"containerd.toml", containerdConfig(filepath.Join(b.Node, "runc"), b.PauseImage)},
 		{"kubelet.yaml", kubeletConfig(n.CgroupRoot)},
-		{"kube-proxy.yaml", kubeProxyConfig(kubeconfig, n.Name, ClusterCIDR)},
+		{"kube-proxy.yaml", KubeProxyConfig(kubeconfig, n.Name, ClusterCIDR)},
 		{"etc/cni/net.d/10-rampart.conflist", cniConfList(n.Socket())},
 	} {
 		if err := os.WriteFile(filepath.Join(n.Dir, f.path), []byte(f.text), 0o644); err != nil {
