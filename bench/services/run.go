@@ -44,8 +44,11 @@ type Config struct {
 	ClientCPU, ServerCPU string
 	// ProgramTimeout bounds the wait for the last Service to answer after a start.
 	ProgramTimeout time.Duration
-	WorkDir        string
-	Log            func(format string, args ...any)
+	// Prefix names the run's namespaces, cgroups and agent instance (default: svb and a
+	// random suffix); at most 9 characters, as it also names a host link.
+	Prefix  string
+	WorkDir string
+	Log     func(format string, args ...any)
 }
 
 // Report is a run's result.
@@ -66,7 +69,11 @@ type Report struct {
 
 // Stage is one count of Services.
 type Stage struct {
-	Services    int           `json:"services"`
+	Services int `json:"services"`
+	// Checked is how many of the Services answered a request through each implementation
+	// before measuring (every one in the quick run), while the direct client, with no
+	// translation, got no answer from a Service address.
+	Checked     int           `json:"checked"`
 	Programming []Programming `json:"programming"`
 	Cases       []Case        `json:"cases"`
 }
@@ -127,8 +134,13 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		}
 	}()
 	nets := benchkit.PodCIDRs(2)
-	suffix := benchkit.Suffix()[:6]
-	prefix := "svb" + suffix
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = "svb" + benchkit.Suffix()[:6]
+	}
+	if len(prefix) > 9 {
+		return nil, fmt.Errorf("prefix %q: at most 9 characters", prefix)
+	}
 	topo, err := newTopology(ctx, prefix, nets[0])
 	if err != nil {
 		return nil, fmt.Errorf("building the namespaces: %w", err)
@@ -319,7 +331,10 @@ func (r *runner) stage(ctx context.Context, n int) (*Stage, error) {
 	for j := range min(r.cfg.Checked, n) {
 		checked = append(checked, ServiceAddr(j*(n/min(r.cfg.Checked, n))))
 	}
-	checked = append(checked, ServiceAddr(n-1))
+	if last := ServiceAddr(n - 1); checked[len(checked)-1] != last {
+		checked = append(checked, last)
+	}
+	st.Checked = len(checked)
 	for _, kind := range []string{Rampart, KubeProxy} {
 		res, err := r.client(ctx, kind, "check", checked)
 		if err != nil {

@@ -43,6 +43,7 @@ func run() int {
 		clientCPU = flag.String("client-cpu", "0", "CPU list for the measuring client (empty: unpinned)")
 		serverCPU = flag.String("server-cpu", "1", "CPU list for the backend's server (empty: unpinned)")
 		outDir    = flag.String("out", "bench/results", "directory for the JSON report, markdown table and PNG plot")
+		prefix    = flag.String("prefix", "", "name of the run's namespaces, cgroups and agent instance (default: svb and a random suffix)")
 		replot    = flag.String("replot", "", "write the plot and table of a saved JSON report next to it, and exit")
 	)
 	flag.Parse()
@@ -66,7 +67,7 @@ func run() int {
 		Rounds: *rounds, Connects: *connects, Duration: *duration, Workers: *workers, Spread: *spread, Checked: 100,
 		Self: self, K8sBinDir: *k8sBinDir, KubeProxy: *kubeProxy,
 		Rampartd: filepath.Join(*binDir, "rampartd"), Rampart: filepath.Join(*binDir, "rampart"),
-		ClientCPU: *clientCPU, ServerCPU: *serverCPU,
+		ClientCPU: *clientCPU, ServerCPU: *serverCPU, Prefix: *prefix,
 		Log: func(f string, a ...any) {
 			fmt.Fprintf(os.Stderr, "%s svcbench: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(f, a...))
 		},
