@@ -59,8 +59,9 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("%d Services: programming %+v, want kube-proxy and rampart", st.Services, st.Programming)
 		}
 		for _, p := range st.Programming {
-			if p.Seconds <= 0 || p.RSSBytes <= 0 || (p.Name == Rampart) != (p.MapBytes > 0) {
-				t.Errorf("%d Services: %+v, want a time, memory, and map memory for rampart only", st.Services, p)
+			if p.Seconds <= 0 || p.RSSBytes <= 0 || (p.Name == Rampart) != (p.MapBytes > 0) ||
+				(p.Name == Rampart) != (p.ServingSeconds > 0) || p.ServingSeconds > p.Seconds {
+				t.Errorf("%d Services: %+v, want a time, memory, and a start-up and map memory for rampart only", st.Services, p)
 			}
 		}
 		if len(st.Cases) != len(caseNames) {

@@ -34,15 +34,18 @@ func Table(rep *Report) string {
 				c.RPSRatio.Median, c.RPSRatio.Min, c.RPSRatio.Max)
 		}
 	}
-	b.WriteString("\n| Services | implementation | programmed in s (start to last Service answering) | process RSS MB | Service maps MB |\n")
-	b.WriteString("|---:|---|---:|---:|---:|\n")
+	b.WriteString("\n| Services | implementation | programmed in s (start to last Service answering) | of which start-up s (rampartd: until its API answers) | process RSS MB | Service maps MB |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|\n")
 	for _, st := range rep.Stages {
 		for _, p := range st.Programming {
-			maps := "-"
+			maps, up := "-", "-"
+			if p.ServingSeconds > 0 {
+				up = fmt.Sprintf("%.3f", p.ServingSeconds)
+			}
 			if p.MapBytes > 0 {
 				maps = fmt.Sprintf("%.1f", float64(p.MapBytes)/1e6)
 			}
-			fmt.Fprintf(&b, "| %d | %s | %.3f | %.1f | %s |\n", st.Services, p.Name, p.Seconds, float64(p.RSSBytes)/1e6, maps)
+			fmt.Fprintf(&b, "| %d | %s | %.3f | %s | %.1f | %s |\n", st.Services, p.Name, p.Seconds, up, float64(p.RSSBytes)/1e6, maps)
 		}
 	}
 	return b.String()

@@ -83,6 +83,10 @@ type Programming struct {
 	Name string `json:"name"`
 	// Seconds from the process start until the last Service answered a request.
 	Seconds float64 `json:"seconds"`
+	// ServingSeconds (rampartd) is from the start until the agent's API answered: its
+	// start-up (BPF programs, node namespace, identity allocator, informers) before it
+	// reads the Services; the rest of Seconds is reading and programming them.
+	ServingSeconds float64 `json:"serving_seconds,omitempty"`
 	// RSSBytes is the process's resident memory afterwards; MapBytes the kernel memory of
 	// its Service maps (Rampart; kube-proxy's nftables memory is not visible per table).
 	RSSBytes int64 `json:"rss_bytes"`
@@ -269,6 +273,7 @@ func (r *runner) program(ctx context.Context, kind string, n int) (Programming, 
 			return p, fmt.Errorf("starting rampartd: %w", err)
 		}
 		pid = r.agent.Pid()
+		p.ServingSeconds = time.Since(began).Seconds()
 	}
 	a := <-done
 	if a.err != nil {
@@ -321,8 +326,8 @@ func (r *runner) stage(ctx context.Context, n int) (*Stage, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.cfg.Log("%d Services: %s answers on the last after %.3f s (RSS %.1f MB, maps %.1f MB)",
-			n, kind, p.Seconds, float64(p.RSSBytes)/1e6, float64(p.MapBytes)/1e6)
+		r.cfg.Log("%d Services: %s answers on the last after %.3f s (serving after %.3f s; RSS %.1f MB, maps %.1f MB)",
+			n, kind, p.Seconds, p.ServingSeconds, float64(p.RSSBytes)/1e6, float64(p.MapBytes)/1e6)
 		st.Programming = append(st.Programming, p)
 	}
 	// Every checked Service answers through both, and the direct client, with no
