@@ -110,7 +110,9 @@ func Plot(rep *Report, path string) error {
 	one.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
 	p.Add(one)
 	p.NominalX(names...)
-	p.Legend.Top = true
+	// Room above the tallest bar for the legend.
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.2
+	p.Legend.Top, p.Legend.Left = true, true
 	img := vgimg.New(9*vg.Inch, 4.5*vg.Inch)
 	p.Draw(draw.New(img))
 	f, err := os.Create(path)
