@@ -93,8 +93,10 @@ type prober struct {
 
 type tally struct {
 	allowedOK, allowedFailed, deniedBlocked, deniedPassed, skipped int
-	longBroken                                                     string
-	errors                                                         []string
+	// longAnswered counts the requests answered on the long-lived connection.
+	longAnswered int
+	longBroken   string
+	errors       []string
 }
 
 func (a *tally) add(b tally) {
@@ -236,6 +238,7 @@ func (p *prober) run(long *longConn) func() tally {
 	p.seen = tally{}
 	p.mu.Unlock()
 	var broken string
+	answered := 0
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -246,6 +249,8 @@ func (p *prober) run(long *longConn) func() tally {
 			if long != nil && broken == "" {
 				if err := long.ask(); err != nil {
 					broken = err.Error()
+				} else {
+					answered++
 				}
 			}
 			select {
@@ -265,6 +270,7 @@ func (p *prober) run(long *longConn) func() tally {
 		defer p.mu.Unlock()
 		sum := p.seen
 		sum.longBroken = broken
+		sum.longAnswered = answered
 		return sum
 	}
 }
