@@ -50,8 +50,10 @@ func holdNamespaces(dir, netns string, dirs []string) (*proc, error) {
 		fmt.Fprintf(&script, "mount --bind %q %q\n", filepath.Join(dir, d), d)
 	}
 	// Shared, so that an agent pod's Bidirectional mount of it is accepted (the runtime
-	// refuses that propagation on a private mount) and its pins are the node's.
-	script.WriteString("mount -t bpf bpf /sys/fs/bpf\nmount --make-shared /sys/fs/bpf\n")
+	// refuses that propagation on a private mount) and its pins are the node's; the host's
+	// private bpffs under it is unmounted first (in this namespace only), or the runtime
+	// would judge the path by that mount.
+	script.WriteString("umount -l /sys/fs/bpf 2>/dev/null || true\nmount -t bpf bpf /sys/fs/bpf\nmount --make-shared /sys/fs/bpf\n")
 	ready := filepath.Join(dir, "namespaces-ready")
 	fmt.Fprintf(&script, "touch %q\nexec sleep infinity\n", ready)
 	p, err := startProc("namespaces", filepath.Join(dir, "namespaces.log"), 0,
