@@ -208,7 +208,8 @@ func TestInstallDaemonSet(t *testing.T) {
 }
 
 // buildImage builds (or finds, for a clean tree) the image of this tree with
-// scripts/build-image.sh and returns the archive and its versioned reference.
+// scripts/build-image.sh and returns the archive and its versioned reference (it also
+// holds rampart.io/rampart:latest, deploy/'s).
 func buildImage(t *testing.T, root string) (archive, ref string) {
 	t.Helper()
 	if out, err := exec.Command("python3", "-c", "import envoy").CombinedOutput(); err != nil {
@@ -227,7 +228,13 @@ func buildImage(t *testing.T, root string) (archive, ref string) {
 	began := time.Now()
 	archive = run()
 	t.Logf("image %s in %v", archive, time.Since(began).Round(100*time.Millisecond))
-	return archive, run("--ref")
+	// The archive's own version (rampart-<version>.tar), not the tree's now: a commit
+	// while the image builds would name a tag the archive does not hold.
+	version, ok := strings.CutPrefix(strings.TrimSuffix(filepath.Base(archive), ".tar"), "rampart-")
+	if !ok {
+		t.Fatalf("scripts/build-image.sh made %s, want rampart-<version>.tar", archive)
+	}
+	return archive, "rampart.io/rampart:" + version
 }
 
 // editedDeploy copies deploy/ into a temporary directory with its ConfigMap edited as a
