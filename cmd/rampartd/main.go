@@ -81,6 +81,8 @@ func run(args []string) int {
 		cfg         agent.Config
 		podCIDR     string
 		uninstall   bool
+		ifInstalled bool
+		idle        bool
 		debug       bool
 		showVersion bool
 		kubeconfig  string
@@ -116,6 +118,8 @@ func run(args []string) int {
 	fs.DurationVar(&idGrace, "identity-grace", 0, "Kubernetes mode: how long a cluster identity no pod uses is kept before it is collected (0: 5m)")
 	fs.StringVar(&nodeName, "node-name", "", "Kubernetes mode: this node's Node object (default: the host name)")
 	fs.BoolVar(&uninstall, "uninstall", false, "remove what this instance made (endpoints, pins, state, node set-up; see above), then exit")
+	fs.BoolVar(&ifInstalled, "if-installed", false, "with --uninstall: a node with no such instance is not an error (the CNI plugin and configuration are still removed), so one uninstall DaemonSet serves every node, whatever each holds")
+	fs.BoolVar(&idle, "idle", false, "with --uninstall: once done, sleep until stopped instead of exiting, so a DaemonSet's pod stays Running to say its node is done (deploy-uninstall/)")
 	fs.BoolVar(&debug, "debug", false, "debug logging")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -158,8 +162,16 @@ func run(args []string) int {
 		return 2
 	}
 
+	if (ifInstalled || idle) && !uninstall {
+		fmt.Fprintf(os.Stderr, "rampartd: --if-installed and --idle go with --uninstall\n")
+		return 2
+	}
 	if uninstall {
-		if err := agent.Uninstall(cfg); err != nil {
+		err := agent.Uninstall(cfg)
+		switch {
+		case ifInstalled && errors.Is(err, agent.ErrNotInstalled):
+			fmt.Fprintf(os.Stderr, "rampartd: instance %s not installed here: %v\n", cfg.Instance, err)
+		case err != nil:
 			fmt.Fprintf(os.Stderr, "rampartd: uninstall: %v\n", err)
 			return 1
 		}
@@ -170,6 +182,11 @@ func run(args []string) int {
 			}
 		}
 		fmt.Fprintf(os.Stderr, "rampartd: instance %s uninstalled\n", cfg.Instance)
+		if idle {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			<-ctx.Done()
+		}
 		return 0
 	}
 

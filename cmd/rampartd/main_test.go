@@ -273,6 +273,28 @@ func TestCNIInstall(t *testing.T) {
 		}
 	}
 
+	// Nothing of the instance left: a plain uninstall refuses; with --if-installed it
+	// succeeds and still removes a plugin and configuration found there.
+	if out, err := exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).CombinedOutput(); err == nil || !strings.Contains(string(out), "no Rampart instance") {
+		t.Errorf("second uninstall: %v\n%s\nwant an error saying no Rampart instance", err, out)
+	}
+	for _, p := range []string{conflist, filepath.Join(binDir, "rampart-cni")} {
+		if err := os.WriteFile(p, []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command(bin+"/rampartd", append(flags, "--uninstall", "--if-installed")...).CombinedOutput(); err != nil {
+		t.Errorf("uninstall --if-installed with nothing installed: %v\n%s", err, out)
+	}
+	for _, p := range []string{conflist, filepath.Join(binDir, "rampart-cni")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left after uninstall --if-installed (%v)", p, err)
+		}
+	}
+	if out, err := exec.Command(bin+"/rampartd", append(flags, "--idle")...).CombinedOutput(); err == nil {
+		t.Errorf("--idle without --uninstall: no error, want a usage error\n%s", out)
+	}
+
 	// The plugin missing: the agent stops with an error naming it.
 	missing := filepath.Join(root, "no-such-plugin")
 	out, err = exec.Command(bin+"/rampartd", append(flags, "--cni-plugin", missing)...).CombinedOutput()

@@ -19,6 +19,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ErrNotInstalled is Uninstall's error when the state directory holds no record and no
+// state of the instance: nothing says anything there is the instance's, so nothing is
+// removed. An uninstall run on every node (rampartd --uninstall --if-installed) takes it
+// as "nothing to do".
+var ErrNotInstalled = errors.New("no Rampart instance")
+
 // Uninstall removes what an agent with this configuration made, and nothing else: every
 // endpoint's veth and network namespace, the dataplane's pins, the state files, the proxy's
 // run files, the monitors' directories that `rampart monitor run` wrote, and what its ownership record (owned.go) lists: the node namespace or the
@@ -125,7 +131,7 @@ func Uninstall(cfg Config) error {
 func findInstance(cfg Config) (*owned, *stateFile, error) {
 	fi, err := os.Stat(cfg.StateDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--state-dir %s: no Rampart instance %q here (%w)", cfg.StateDir, cfg.Instance, err)
+		return nil, nil, fmt.Errorf("--state-dir %s: %w %q here (%w)", cfg.StateDir, ErrNotInstalled, cfg.Instance, err)
 	}
 	if !fi.IsDir() {
 		return nil, nil, fmt.Errorf("--state-dir %s: not a directory", cfg.StateDir)
@@ -145,8 +151,8 @@ func findInstance(cfg Config) (*owned, *stateFile, error) {
 	}
 	if o == nil {
 		if !hasState {
-			return nil, nil, fmt.Errorf("--state-dir %s: no Rampart instance %q here (no %s or %s of instance %s)",
-				cfg.StateDir, cfg.Instance, ownedFileName, stateFileName, cfg.Instance)
+			return nil, nil, fmt.Errorf("--state-dir %s: %w %q here (no %s or %s of instance %s)",
+				cfg.StateDir, ErrNotInstalled, cfg.Instance, ownedFileName, stateFileName, cfg.Instance)
 		}
 		// An earlier version's instance.
 		if o, err = legacyOwned(cfg, cfg.Network == nil); err != nil {

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,16 +24,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// decodeFile reads the one object of a deploy/ file into obj.
+// decodeFile reads the one object of a deploy/ file (or another directory's, name
+// relative to the module root with a slash) into obj.
 func decodeFile(t *testing.T, name string, obj any) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(testenv.ModuleRoot(t), "deploy", name))
+	if !strings.Contains(name, "/") {
+		name = filepath.Join("deploy", name)
+	}
+	f, err := os.Open(filepath.Join(testenv.ModuleRoot(t), name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	if err := utilyaml.NewYAMLOrJSONDecoder(f, 4096).Decode(obj); err != nil {
-		t.Fatalf("deploy/%s: %v", name, err)
+		t.Fatalf("%s: %v", name, err)
 	}
 }
 
@@ -102,5 +107,46 @@ func TestDaemonSetArgs(t *testing.T) {
 	out, err = exec.Command(filepath.Join(bin, "rampart"), append(probe.Exec.Command[1:], "--help")...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--ready") {
 		t.Errorf("rampart %v --help: %v\n%s", probe.Exec.Command[1:], err, out)
+	}
+}
+
+// The uninstall DaemonSet (deploy-uninstall/) runs a command line rampartd accepts, and
+// mounts every host path the agent's DaemonSet mounts at the same place in the container,
+// so that it finds what the agent made where the agent made it.
+func TestUninstallDaemonSet(t *testing.T) {
+	var agent, uninstall appsv1.DaemonSet
+	decodeFile(t, "daemonset.yaml", &agent)
+	decodeFile(t, "deploy-uninstall/daemonset.yaml", &uninstall)
+	c := uninstall.Spec.Template.Spec.Containers[0]
+	out, err := exec.Command(filepath.Join(bins.Dir(t), "rampartd"), append(slices.Clone(c.Args), "--version")...).CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "rampartd ") {
+		t.Errorf("rampartd %v --version: %v\n%s", c.Args, err, out)
+	}
+	for _, want := range []string{"--uninstall", "--if-installed", "--idle"} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("uninstall args %v lack %s", c.Args, want)
+		}
+	}
+	mounts := func(ds *appsv1.DaemonSet) map[string]string { // container path -> host path
+		host := map[string]string{}
+		for _, v := range ds.Spec.Template.Spec.Volumes {
+			if v.HostPath != nil {
+				host[v.Name] = v.HostPath.Path
+			}
+		}
+		m := map[string]string{}
+		for _, vm := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+			m[vm.MountPath] = host[vm.Name]
+		}
+		return m
+	}
+	got := mounts(&uninstall)
+	for path, host := range mounts(&agent) {
+		if path == "/sys/fs/cgroup" {
+			continue // the Service translation's, which the uninstall has nothing of
+		}
+		if got[path] != host {
+			t.Errorf("the agent mounts host %s at %s; the uninstall %q", host, path, got[path])
+		}
 	}
 }

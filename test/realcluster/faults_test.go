@@ -93,8 +93,10 @@ type prober struct {
 
 type tally struct {
 	allowedOK, allowedFailed, deniedBlocked, deniedPassed, skipped int
-	longBroken                                                     string
-	errors                                                         []string
+	// longAnswered counts the requests answered on the long-lived connection.
+	longAnswered int
+	longBroken   string
+	errors       []string
 }
 
 func (a *tally) add(b tally) {
@@ -228,26 +230,25 @@ func (l *longConn) ask() error {
 	return nil
 }
 
-// run probes every 300 ms (and asks on long, if not nil) until the returned function is
-// called, which returns the sum of what every round since run began saw (converged's
-// included).
+// run probes every 300 ms, and asks on long (if not nil) every 50 ms on a goroutine of its
+// own (so that a gap in its answers shorter than a round is seen), until the returned
+// function is called, which returns the sum of what every round since run began saw
+// (converged's included).
 func (p *prober) run(long *longConn) func() tally {
 	p.mu.Lock()
 	p.seen = tally{}
 	p.mu.Unlock()
 	var broken string
-	quit, done := make(chan struct{}), make(chan struct{})
+	answered := 0
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		tick := time.NewTicker(300 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			p.round()
-			if long != nil && broken == "" {
-				if err := long.ask(); err != nil {
-					broken = err.Error()
-				}
-			}
 			select {
 			case <-quit:
 				return
@@ -255,9 +256,29 @@ func (p *prober) run(long *longConn) func() tally {
 			}
 		}
 	}()
+	if long != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for broken == "" {
+				if err := long.ask(); err != nil {
+					broken = err.Error()
+				} else {
+					answered++
+				}
+				select {
+				case <-quit:
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
 	return func() tally {
 		close(quit)
-		<-done
+		wg.Wait()
 		if long != nil {
 			long.http.Close()
 		}
@@ -265,6 +286,7 @@ func (p *prober) run(long *longConn) func() tally {
 		defer p.mu.Unlock()
 		sum := p.seen
 		sum.longBroken = broken
+		sum.longAnswered = answered
 		return sum
 	}
 }

@@ -89,25 +89,7 @@ func TestRealNodes(t *testing.T) {
 		t.Errorf("kubectl logs of a web pod: %q, want netexec's start line", out)
 	}
 
-	// Cross-node pairs: node-1's clients to node-2's server.
-	web := pods["web"]["node-2"].Status.PodIP + ":8080"
-	client, other := pods["client"]["node-1"].Name, pods["other"]["node-1"].Name
-	for _, from := range []string{client, other} {
-		if !eventuallyConnects(c, ns, from, web, true) {
-			t.Fatalf("%s cannot reach %s before any policy", from, web)
-		}
-	}
-	c.KubectlApply(fmt.Sprintf(allowClients, ns))
-	if !eventuallyConnects(c, ns, other, web, false) {
-		t.Fatalf("%s still reaches %s under a policy admitting only app=client", other, web)
-	}
-	// Dropped by the policy, not refused or failed otherwise: agnhost says TIMEOUT.
-	if out, err := c.Kubectl("-n", ns, "exec", other, "--", "/agnhost", "connect", web, "--timeout=1s"); err == nil || !strings.Contains(out, "TIMEOUT") {
-		t.Errorf("%s to %s under the policy: %v, %q; want a TIMEOUT", other, web, err, out)
-	}
-	if !connects(c, ns, client, web) {
-		t.Errorf("%s cannot reach %s, which the policy admits", client, web)
-	}
+	enforcedAcrossNodes(t, c, ns, pods)
 
 	t.Logf("resident memory with 6 pods:\n%s", c.RSSReport())
 
@@ -119,6 +101,31 @@ func TestRealNodes(t *testing.T) {
 		t.Fatalf("namespace %s still exists after kubectl delete returned", ns)
 	}
 	t.Logf("namespace deleted in %v", time.Since(began).Round(time.Millisecond))
+}
+
+// enforcedAcrossNodes checks, between node-1's client and other pods and node-2's web
+// pod, that both connect before any policy, and that under allowClients (applied here)
+// the client still connects while the other is dropped (agnhost's TIMEOUT: not refused or
+// failed otherwise).
+func enforcedAcrossNodes(t *testing.T, c *nodetest.Cluster, ns string, pods map[string]map[string]corev1.Pod) {
+	t.Helper()
+	web := pods["web"]["node-2"].Status.PodIP + ":8080"
+	client, other := pods["client"]["node-1"].Name, pods["other"]["node-1"].Name
+	for _, from := range []string{client, other} {
+		if !eventuallyConnects(c, ns, from, web, true) {
+			t.Fatalf("%s cannot reach %s before any policy", from, web)
+		}
+	}
+	c.KubectlApply(fmt.Sprintf(allowClients, ns))
+	if !eventuallyConnects(c, ns, other, web, false) {
+		t.Fatalf("%s still reaches %s under a policy admitting only app=client", other, web)
+	}
+	if out, err := c.Kubectl("-n", ns, "exec", other, "--", "/agnhost", "connect", web, "--timeout=1s"); err == nil || !strings.Contains(out, "TIMEOUT") {
+		t.Errorf("%s to %s under the policy: %v, %q; want a TIMEOUT", other, web, err, out)
+	}
+	if !connects(c, ns, client, web) {
+		t.Errorf("%s cannot reach %s, which the policy admits", client, web)
+	}
 }
 
 func internalIP(n *corev1.Node) string {

@@ -61,6 +61,12 @@ type Config struct {
 	// makes it enforce roles, for tests of what an identity may do (deploy/'s ClusterRole);
 	// the admin user is in system:masters and may do everything either way.
 	Authorization string
+	// ServiceAccounts keeps the API server's ServiceAccount admission plugin on, so every
+	// pod gets its service account's token and the cluster's CA mounted (what a pod's
+	// in-cluster configuration reads, e.g. the agent's DaemonSet). It needs a
+	// kube-controller-manager with ServiceAccountKey and CAFile to create each
+	// namespace's "default" account and publish the CA: without one, pods are refused.
+	ServiceAccounts bool
 	// ReadyTimeout bounds each wait for a component to become ready (default 90 s: on a
 	// loaded 2-core machine the API server's first start takes well over its usual 3 s).
 	ReadyTimeout time.Duration
@@ -375,7 +381,7 @@ func (c *ControlPlane) authorization() string {
 }
 
 func (c *ControlPlane) apiServerArgs(port int) []string {
-	return []string{
+	args := []string{
 		"--etcd-servers=" + c.EtcdURL,
 		"--bind-address=" + c.cfg.Address.String(),
 		"--advertise-address=" + c.cfg.Address.String(),
@@ -390,15 +396,18 @@ func (c *ControlPlane) apiServerArgs(port int) []string {
 		"--service-account-key-file=" + c.path("sa.pub"),
 		"--service-account-signing-key-file=" + c.path("sa.key"),
 		"--service-cluster-ip-range=" + ServiceCIDR,
-		// No controller manager runs here to create each namespace's "default" service
-		// account, which this admission plugin would require of every pod.
-		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true",
 		// A node's name resolves nowhere here: exec, logs and port-forward reach the
 		// kubelet at the node's InternalIP.
 		"--kubelet-preferred-address-types=InternalIP",
 		"--profiling=false",
 	}
+	if !c.cfg.ServiceAccounts {
+		// Unless a controller manager runs to create each namespace's "default" service
+		// account, this admission plugin would refuse every pod.
+		args = append(args, "--disable-admission-plugins=ServiceAccount")
+	}
+	return args
 }
 
 // AddAPIServer starts a second API server on the same etcd (on a free port) and returns

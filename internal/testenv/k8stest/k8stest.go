@@ -90,6 +90,12 @@ func WithAuthorization(mode string) Option {
 	return func(c *controlplane.Config) { c.Authorization = mode }
 }
 
+// WithServiceAccounts has pods get their service account's token (controlplane
+// Config.ServiceAccounts): for clusters that run kube-controller-manager.
+func WithServiceAccounts() Option {
+	return func(c *controlplane.Config) { c.ServiceAccounts = true }
+}
+
 // Start starts etcd and kube-apiserver in a temporary directory and returns when the API
 // server is ready. Without the binaries the test is skipped (failed when CI=true). Every
 // process is stopped and the directory removed when the test ends.

@@ -6,10 +6,14 @@
 // is Rampart: one rampartd per node on the host in Kubernetes mode (clustertest.AddNode),
 // and rampart-cni with a configuration list in the node's own /opt/cni/bin and
 // /etc/cni/net.d. The binaries are scripts/build-node.sh's and scripts/build-cri.sh's.
+// With Options.WithoutAgents no rampartd runs on the host: the test installs Rampart as
+// users do, deploy/'s DaemonSet from the image (Options.Images), and the nodes are Ready
+// once its agent pods have written the CNI configuration.
 //
 // A node's mount namespace puts directories of the node's own over /var/lib/kubelet,
 // /var/log/pods, /etc/cni/net.d, /opt/cni/bin, /run/containerd and /var/lib/containerd and
-// a bpffs of its own over /sys/fs/bpf, so two kubelets on one host do not share the device
+// a shared bpffs of its own over /sys/fs/bpf (with WithoutAgents also /run/rampart and
+// /var/lib/rampart, where the agent pods' hostPath volumes point), so two kubelets on one host do not share the device
 // plugin socket, state or CNI configuration. Everything else is the host's: /run/netns
 // stays shared with the host, so the pod network namespaces containerd creates are where
 // the host's rampartd opens them.

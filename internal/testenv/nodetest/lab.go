@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"syscall"
 	"testing"
@@ -33,6 +34,17 @@ const lockFile = "/run/rampart-nodetest.lock"
 type Options struct {
 	// Nodes is the number of nodes (default 2).
 	Nodes int
+	// WithoutAgents starts the nodes with no rampartd on the host and no CNI configuration:
+	// Rampart is to be installed as users install it, from its image by deploy/'s
+	// DaemonSet, whose agent pods write the configuration. The nodes stay NotReady until
+	// then, so Start returns once they registered with a pod CIDR (WaitNodesReady waits
+	// for the rest). The API server then issues service account tokens, which the agent
+	// pods' in-cluster configuration reads, and each node has its own /run/rampart and
+	// /var/lib/rampart (the DaemonSet's hostPath volumes).
+	WithoutAgents bool
+	// Images are more image archives imported into every node's containerd, as pause and
+	// agnhost are (e.g. scripts/build-image.sh's): there is no registry to pull from.
+	Images []string
 }
 
 // Cluster is a control plane, the scheduler and controller manager, and real nodes.
@@ -46,6 +58,7 @@ type Cluster struct {
 
 	dir                          string
 	scheduler, controllerManager *proc
+	withoutAgents                bool
 }
 
 // Start starts a cluster of real nodes and returns once every node is Ready and its agent
@@ -84,9 +97,15 @@ func Start(t testing.TB, opts Options) *Cluster {
 		t.Fatal(err)
 	}
 
-	k := k8stest.StartOn(t, HostAddress)
+	var kopts []k8stest.Option
+	dirs := privateDirs
+	if opts.WithoutAgents {
+		kopts = append(kopts, k8stest.WithServiceAccounts())
+		dirs = append(slices.Clip(dirs), agentDirs...)
+	}
+	k := k8stest.StartOn(t, HostAddress, kopts...)
 	k.InstallCRDs(t)
-	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, dir: dir}
+	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, dir: dir, withoutAgents: opts.WithoutAgents}
 
 	saved, err := recordSysctls()
 	if err != nil {
@@ -97,7 +116,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 			t.Error(err)
 		}
 	})
-	mounts, err := ensureMountPoints()
+	mounts, err := ensureMountPoints(dirs)
 	t.Cleanup(func() {
 		if err := removeMountPoints(mounts); err != nil {
 			t.Error(err)
@@ -121,9 +140,16 @@ func Start(t testing.TB, opts Options) *Cluster {
 	for i := range opts.Nodes {
 		name := fmt.Sprintf("node-%d", i+1)
 		n := &Node{
-			Node:       c.AddNode(name, netnsNames[i], addrs[i], clustertest.Options{}),
 			Dir:        filepath.Join(dir, name),
 			CgroupRoot: "/rampart-" + suffix + "-" + name,
+			dirs:       dirs,
+			images:     opts.Images,
+		}
+		if opts.WithoutAgents {
+			// The node, without the agent clustertest would start on the host.
+			n.Node = &clustertest.Node{Name: name, Address: addrs[i], Netns: netnsNames[i]}
+		} else {
+			n.Node = c.AddNode(name, netnsNames[i], addrs[i], clustertest.Options{})
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
@@ -139,7 +165,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 			}
 		}
 	})
-	cni := filepath.Join(clustertest.Bins.Dir(t), "rampart-cni")
+	cni := ""
+	if !opts.WithoutAgents {
+		cni = filepath.Join(clustertest.Bins.Dir(t), "rampart-cni")
+	}
 	for _, n := range c.Nodes {
 		if err := n.start(bins, c.Kubeconfig, cni); err != nil {
 			t.Fatalf("starting node %s: %v", n.Name, err)
@@ -149,6 +178,13 @@ func Start(t testing.TB, opts Options) *Cluster {
 	// first, kube-controller-manager allocates the second.
 	for _, n := range c.Nodes {
 		n.PodCIDR = c.waitNode(n, func(node *corev1.Node) bool { return node.Spec.PodCIDR != "" }, "registered with a pod CIDR")
+	}
+	if opts.WithoutAgents {
+		c.Started = time.Since(began)
+		t.Logf("cluster of %d real nodes without agents started in %v", opts.Nodes, c.Started.Round(time.Millisecond))
+		return c
+	}
+	for _, n := range c.Nodes {
 		n.Node.Start()
 	}
 	for _, n := range c.Nodes {
@@ -160,6 +196,27 @@ func Start(t testing.TB, opts Options) *Cluster {
 	c.Started = time.Since(began)
 	t.Logf("cluster of %d real nodes started in %v", opts.Nodes, c.Started.Round(time.Millisecond))
 	return c
+}
+
+// WaitNodesReady waits up to timeout for every node to be Ready: with WithoutAgents, once
+// the agent pods installed the CNI configuration.
+func (c *Cluster) WaitNodesReady(timeout time.Duration) error {
+	notReady := func() []string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var names []string
+		for _, n := range c.Nodes {
+			node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil || !nodeReady(node) {
+				names = append(names, n.Name)
+			}
+		}
+		return names
+	}
+	if !testenv.Eventually(timeout, func() bool { return len(notReady()) == 0 }) {
+		return fmt.Errorf("nodes %v not Ready after %v", notReady(), timeout)
+	}
+	return nil
 }
 
 func nodeReady(node *corev1.Node) bool {
@@ -236,6 +293,11 @@ func (c *Cluster) RSS() map[string]int64 {
 			add(n.Name+"/"+p.name, p.pid())
 		}
 		add(n.Name+"/rampartd", n.AgentPid())
+		if c.withoutAgents {
+			if pid, err := n.agentPodPid(filepath.Join(c.Bins.CRI, "crictl")); err == nil {
+				add(n.Name+"/rampartd (pod)", pid)
+			}
+		}
 	}
 	return m
 }

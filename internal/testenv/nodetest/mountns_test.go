@@ -22,7 +22,7 @@ func TestNodeMountNamespace(t *testing.T) {
 	suffix := testenv.Suffix(6)
 	netns := "rp-" + suffix + "-mnt"
 	testenv.NewNetns(t, netns)
-	created, err := ensureMountPoints()
+	created, err := ensureMountPoints(privateDirs)
 	t.Cleanup(func() {
 		if err := removeMountPoints(created); err != nil {
 			t.Error(err)
@@ -32,7 +32,7 @@ func TestNodeMountNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	holder, err := holdNamespaces(dir, netns)
+	holder, err := holdNamespaces(dir, netns, privateDirs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,14 @@ package nodetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,29 +30,39 @@ type Node struct {
 	CgroupRoot string
 
 	holder, containerd, kubelet, kubeProxy *proc
+	// dirs are the host paths the node's mount namespace has its own directories over;
+	// images the archives imported besides pause and agnhost (Options).
+	dirs, images []string
 }
 
 // start starts the node's namespaces, containerd (with the images imported), kubelet and
-// kube-proxy.
+// kube-proxy. With rampartCNI, the node's network is the host rampartd's: the plugin and
+// a configuration naming its socket are put in place; without, the node has no CNI
+// configuration until an agent pod writes one.
 func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
 	var err error
-	if n.holder, err = holdNamespaces(n.Dir, n.Netns); err != nil {
+	if n.holder, err = holdNamespaces(n.Dir, n.Netns, n.dirs); err != nil {
 		return err
 	}
 	// Fixed now: a holder that ended would make pid() 0, which startProc takes as the host.
 	ns := n.holder.pid()
-	for _, f := range []struct{ path, text string }{
+	files := []struct{ path, text string }{
 		{"containerd.toml", containerdConfig(filepath.Join(b.Node, "runc"), b.PauseImage)},
 		{"kubelet.yaml", kubeletConfig(n.CgroupRoot)},
 		{"kube-proxy.yaml", KubeProxyConfig(kubeconfig, n.Name, ClusterCIDR)},
-		{"etc/cni/net.d/10-rampart.conflist", cniConfList(n.Socket())},
-	} {
+	}
+	if rampartCNI != "" {
+		files = append(files, struct{ path, text string }{"etc/cni/net.d/10-rampart.conflist", cniConfList(n.Socket())})
+	}
+	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(n.Dir, f.path), []byte(f.text), 0o644); err != nil {
 			return err
 		}
 	}
-	if err := copyFile(rampartCNI, filepath.Join(n.Dir, "opt/cni/bin/rampart-cni")); err != nil {
-		return err
+	if rampartCNI != "" {
+		if err := copyFile(rampartCNI, filepath.Join(n.Dir, "opt/cni/bin/rampart-cni")); err != nil {
+			return err
+		}
 	}
 	if err := makeCgroupRoot(n.CgroupRoot); err != nil {
 		return err
@@ -64,7 +76,7 @@ func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
 	if err := n.waitContainerd(); err != nil {
 		return err
 	}
-	for _, img := range []string{filepath.Join(b.CRI, "pause.tar"), filepath.Join(b.Node, "agnhost.tar")} {
+	for _, img := range append([]string{filepath.Join(b.CRI, "pause.tar"), filepath.Join(b.Node, "agnhost.tar")}, n.images...) {
 		// --local: the archive has no platform index for the transfer service to unpack by.
 		if out, err := n.Exec(filepath.Join(b.Node, "ctr"), "--address", "/run/containerd/containerd.sock",
 			"--namespace", "k8s.io", "images", "import", "--local", img); err != nil {
@@ -145,8 +157,8 @@ func (n *Node) stop(crictl string) error {
 	n.kubeProxy.stop(10 * time.Second)
 	n.kubelet.stop(20 * time.Second)
 	if n.containerd != nil && !n.containerd.exited() {
-		if out, err := n.Exec(crictl, "--runtime-endpoint", "unix:///run/containerd/containerd.sock", "rmp", "--all", "--force"); err != nil {
-			errs = append(errs, fmt.Errorf("node %s: removing pods: %v\n%s", n.Name, err, out))
+		if err := n.removeSandboxes(crictl); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	n.containerd.stop(10 * time.Second)
@@ -160,6 +172,85 @@ func (n *Node) stop(crictl string) error {
 	}
 	n.holder.stop(time.Second)
 	return errors.Join(errs...)
+}
+
+// agentLabel is the label of deploy/'s agent pods.
+const agentLabel = "app.kubernetes.io/name=rampart"
+
+// removeSandboxes removes every pod sandbox of the node through CRI. When the agent is a
+// pod (WithoutAgents), the other pods go first, while it still answers their CNI DELs,
+// and then its own; whatever is left then (the agent was gone already, or was
+// uninstalled with its configuration) is removed under a loopback-only configuration, so
+// that the runtime's network teardown can finish: the pods' endpoints went with the agent,
+// and their namespaces go with the sandboxes.
+func (n *Node) removeSandboxes(crictl string) error {
+	cri := []string{crictl, "--runtime-endpoint", "unix:///run/containerd/containerd.sock", "--timeout", "30s"}
+	rmAll := func() error {
+		if out, err := n.Exec(append(cri, "rmp", "--all", "--force")...); err != nil {
+			return fmt.Errorf("node %s: removing pods: %v\n%s", n.Name, err, out)
+		}
+		return nil
+	}
+	if n.Node.Socket() != "" {
+		return rmAll() // the host's agent outlives this
+	}
+	ids := func(args ...string) []string {
+		out, _ := n.Output(append(append(cri, "pods", "-q"), args...)...)
+		return strings.Fields(out)
+	}
+	agents := ids("--label", agentLabel)
+	var others []string
+	for _, id := range ids() {
+		if !slices.Contains(agents, id) {
+			others = append(others, id)
+		}
+	}
+	for _, group := range [][]string{others, agents} {
+		if len(group) > 0 {
+			n.Exec(append(append(cri, "rmp", "--force"), group...)...)
+		}
+	}
+	if len(ids()) == 0 {
+		return nil
+	}
+	confs, _ := filepath.Glob(n.path("etc/cni/net.d/*"))
+	for _, f := range confs {
+		os.Remove(f)
+	}
+	if err := copyFile(filepath.Join(filepath.Dir(crictl), "loopback"), n.path("opt/cni/bin/loopback")); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	lo := `{"cniVersion": "1.0.0", "name": "teardown", "plugins": [{"type": "loopback"}]}`
+	if err := os.WriteFile(n.path("etc/cni/net.d/99-loopback.conflist"), []byte(lo), 0o644); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	// The runtime reloads its configuration on a change of the directory.
+	var err error
+	testenv.Eventually(30*time.Second, func() bool { err = rmAll(); return err == nil })
+	return err
+}
+
+// agentPodPid returns the process id of the node's running agent container (deploy/'s
+// DaemonSet, WithoutAgents).
+func (n *Node) agentPodPid(crictl string) (int, error) {
+	cri := []string{crictl, "--runtime-endpoint", "unix:///run/containerd/containerd.sock", "--timeout", "5s"}
+	out, err := n.Output(append(cri, "ps", "--state", "running", "--label", "io.kubernetes.container.name=rampartd", "-q")...)
+	if err != nil {
+		return 0, err
+	}
+	ids := strings.Fields(out)
+	if len(ids) != 1 {
+		return 0, fmt.Errorf("node %s: %d running agent containers, want 1", n.Name, len(ids))
+	}
+	out, err = n.Output(append(cri, "inspect", ids[0])...)
+	if err != nil {
+		return 0, err
+	}
+	var c struct{ Info struct{ Pid int } }
+	if err := json.Unmarshal([]byte(out), &c); err != nil {
+		return 0, fmt.Errorf("node %s: reading crictl inspect: %w", n.Name, err)
+	}
+	return c.Info.Pid, nil
 }
 
 // killMountNamespace kills every process but holder in holder's mount namespace.
