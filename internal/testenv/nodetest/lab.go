@@ -33,6 +33,10 @@ const lockFile = "/run/rampart-nodetest.lock"
 type Options struct {
 	// Nodes is the number of nodes (default 2).
 	Nodes int
+	// DNS runs the cluster DNS: CoreDNS (coredns.yaml) behind the kube-dns Service at
+	// DNSServiceIP, the kubelets' clusterDNS. Start then also waits until it answers, about
+	// 10-15 s more, which tests that resolve no names need not spend.
+	DNS bool
 }
 
 // Cluster is a control plane, the scheduler and controller manager, and real nodes.
@@ -45,6 +49,7 @@ type Cluster struct {
 	Started time.Duration
 
 	dir                          string
+	hostLink                     string // the host's link into the fabric
 	scheduler, controllerManager *proc
 }
 
@@ -56,7 +61,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.Nodes == 0 {
 		opts.Nodes = 2
 	}
-	bins := FindBins(t)
+	bins := FindBins(t, opts.DNS)
 	began := time.Now()
 	lock(t)
 	dir, err := os.MkdirTemp("", "rampart-nodes-")
@@ -80,13 +85,17 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if err != nil {
 		t.Fatalf("fabric: %v", err)
 	}
-	if err := simcluster.LinkHost(fab, "rph"+suffix, HostAddress); err != nil {
+	hostLink := "rph" + suffix
+	if err := simcluster.LinkHost(fab, hostLink, HostAddress); err != nil {
 		t.Fatal(err)
 	}
 
 	k := k8stest.StartOn(t, HostAddress)
 	k.InstallCRDs(t)
-	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, dir: dir}
+	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, dir: dir, hostLink: hostLink}
+	if err := c.publishAPIServer(); err != nil {
+		t.Fatal(err)
+	}
 
 	saved, err := recordSysctls()
 	if err != nil {
@@ -125,6 +134,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 			Dir:        filepath.Join(dir, name),
 			CgroupRoot: "/rampart-" + suffix + "-" + name,
 		}
+		if opts.DNS {
+			n.ClusterDNS = DNSServiceIP
+		}
 		c.Nodes = append(c.Nodes, n)
 	}
 	// Registered after the agents' cleanups, so it runs before them: the pods' CNI DELs
@@ -149,6 +161,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	// first, kube-controller-manager allocates the second.
 	for _, n := range c.Nodes {
 		n.PodCIDR = c.waitNode(n, func(node *corev1.Node) bool { return node.Spec.PodCIDR != "" }, "registered with a pod CIDR")
+		if err := c.routePodCIDR(n); err != nil {
+			t.Fatal(err)
+		}
 		n.Node.Start()
 	}
 	for _, n := range c.Nodes {
@@ -157,8 +172,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 	for _, n := range c.Nodes {
 		c.waitNode(n, nodeReady, "Ready")
 	}
+	if opts.DNS {
+		c.startDNS()
+	}
 	c.Started = time.Since(began)
-	t.Logf("cluster of %d real nodes started in %v", opts.Nodes, c.Started.Round(time.Millisecond))
+	t.Logf("cluster of %d real nodes started in %v (DNS: %v)", opts.Nodes, c.Started.Round(time.Millisecond), opts.DNS)
 	return c
 }
 
@@ -219,7 +237,8 @@ func (c *Cluster) logTails(names ...string) {
 }
 
 // RSS returns the resident memory (KiB) of each process of the cluster by name
-// ("node-1/kubelet"), the shims and containers not included.
+// ("node-1/kubelet"), the shims and containers not included but CoreDNS's
+// ("node-1/coredns-1").
 func (c *Cluster) RSS() map[string]int64 {
 	m := map[string]int64{}
 	add := func(name string, pid int) {
@@ -236,6 +255,9 @@ func (c *Cluster) RSS() map[string]int64 {
 			add(n.Name+"/"+p.name, p.pid())
 		}
 		add(n.Name+"/rampartd", n.AgentPid())
+		for i, pid := range n.podPids("coredns") {
+			add(fmt.Sprintf("%s/coredns-%d", n.Name, i+1), pid)
+		}
 	}
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,8 @@ type Node struct {
 	Dir string
 	// CgroupRoot is the kubelet's cgroupRoot.
 	CgroupRoot string
+	// ClusterDNS is the nameserver the kubelet gives pods (none if not valid).
+	ClusterDNS netip.Addr
 
 	holder, containerd, kubelet, kubeProxy *proc
 }
@@ -41,7 +44,7 @@ func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
 	ns := n.holder.pid()
 	for _, f := range []struct{ path, text string }{
 		{"containerd.toml", containerdConfig(filepath.Join(b.Node, "runc"), b.PauseImage)},
-		{"kubelet.yaml", kubeletConfig(n.CgroupRoot)},
+		{"kubelet.yaml", kubeletConfig(n.CgroupRoot, n.ClusterDNS)},
 		{"kube-proxy.yaml", kubeProxyConfig(kubeconfig, n.Name, ClusterCIDR)},
 		{"etc/cni/net.d/10-rampart.conflist", cniConfList(n.Socket())},
 	} {
@@ -64,7 +67,11 @@ func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
 	if err := n.waitContainerd(); err != nil {
 		return err
 	}
-	for _, img := range []string{filepath.Join(b.CRI, "pause.tar"), filepath.Join(b.Node, "agnhost.tar")} {
+	images := []string{filepath.Join(b.CRI, "pause.tar"), filepath.Join(b.Node, "agnhost.tar")}
+	if b.CoreDNS != "" {
+		images = append(images, filepath.Join(b.CoreDNS, "coredns.tar"))
+	}
+	for _, img := range images {
 		// --local: the archive has no platform index for the transfer service to unpack by.
 		if out, err := n.Exec(filepath.Join(b.Node, "ctr"), "--address", "/run/containerd/containerd.sock",
 			"--namespace", "k8s.io", "images", "import", "--local", img); err != nil {
