@@ -112,6 +112,7 @@ func (c *Cluster) routePodCIDR(n *Node) error {
 func (c *Cluster) startDNS() {
 	t := c.T
 	t.Helper()
+	began := time.Now()
 	c.KubectlApply(CoreDNSManifest(c.Bins.CoreDNSImage))
 	name := "kubernetes.default.svc." + ClusterDomain
 	want := controlplane.KubernetesServiceIP().String()
@@ -128,7 +129,7 @@ func (c *Cluster) startDNS() {
 			last = fmt.Sprintf("%d of %d replicas ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
 			return false
 		}
-		addrs, err := Resolver("").LookupHost(ctx, name)
+		addrs, err := Resolver("", "").LookupHost(ctx, name)
 		if err != nil || len(addrs) != 1 || addrs[0] != want {
 			last = fmt.Sprintf("%s: %v %v", name, addrs, err)
 			return false
@@ -138,18 +139,23 @@ func (c *Cluster) startDNS() {
 		t.Fatalf("cluster DNS not ready after 2 minutes: %s\n%s", last,
 			c.MustKubectl("-n", "kube-system", "get", "pods,endpointslices,events", "-o", "wide"))
 	}
+	t.Logf("cluster DNS answering %v after applying CoreDNS", time.Since(began).Round(time.Millisecond))
 }
 
 // Resolver is a DNS resolver that asks kube-dns (DNSServiceIP) only, from the network
-// namespace at netns (the caller's own if netns is ""): what a pod's lookups send, without
-// the pod's search path. A query waits 2 seconds at most for its answer.
-func Resolver(netns string) *net.Resolver {
+// namespace at netns (the caller's own if netns is ""), over network ("udp" or "tcp"; ""
+// for what the resolver chooses): what a pod's lookups send, without the pod's search
+// path. Each exchange waits 2 seconds at most.
+func Resolver(netns, network string) *net.Resolver {
 	to := netip.AddrPortFrom(DNSServiceIP, 53)
-	return &net.Resolver{PreferGo: true, Dial: func(_ context.Context, network, _ string) (net.Conn, error) {
-		if netns == "" {
-			return net.DialTimeout(network, to.String(), 2*time.Second)
+	return &net.Resolver{PreferGo: true, Dial: func(_ context.Context, asked, _ string) (net.Conn, error) {
+		if network != "" {
+			asked = network
 		}
-		return testenv.Dial(netns, network, to, 2*time.Second)
+		if netns == "" {
+			return net.DialTimeout(asked, to.String(), 2*time.Second)
+		}
+		return testenv.Dial(netns, asked, to, 2*time.Second)
 	}}
 }
 
