@@ -6,6 +6,8 @@
 // is Rampart: one rampartd per node on the host in Kubernetes mode (clustertest.AddNode),
 // and rampart-cni with a configuration list in the node's own /opt/cni/bin and
 // /etc/cni/net.d. The binaries are scripts/build-node.sh's and scripts/build-cri.sh's.
+// With Options.DNS, CoreDNS (scripts/build-coredns.sh's image, coredns.yaml) is the cluster
+// DNS behind the kube-dns Service at DNSServiceIP, the kubelets' clusterDNS.
 //
 // A node's mount namespace puts directories of the node's own over /var/lib/kubelet,
 // /var/log/pods, /etc/cni/net.d, /opt/cni/bin, /run/containerd and /var/lib/containerd and
