@@ -42,6 +42,13 @@ import (
 // allocated; nothing on this machine routes them.
 const ServiceCIDR = "198.19.255.0/24"
 
+// KubernetesServiceIP is the cluster IP the API server gives the default/kubernetes Service:
+// the first address of ServiceCIDR. Pods reach the API server there (in-cluster
+// configuration, KUBERNETES_SERVICE_HOST), so the serving certificate names it.
+func KubernetesServiceIP() netip.Addr {
+	return netip.MustParsePrefix(ServiceCIDR).Addr().Next()
+}
+
 // Config says where the binaries are and where the control plane keeps its state.
 type Config struct {
 	// BinDir holds etcd and kube-apiserver (scripts/build-k8s.sh --dir).
@@ -236,7 +243,7 @@ func (c *ControlPlane) writeCredentials() error {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), c.cfg.Address.AsSlice()},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), c.cfg.Address.AsSlice(), KubernetesServiceIP().AsSlice()},
 		DNSNames:              []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

@@ -2,6 +2,9 @@ package controlplane
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,7 +74,7 @@ func TestStartRetriesTakenPort(t *testing.T) {
 // The credentials are written before anything starts: a kubeconfig that names the server,
 // the CA file and the token, the token file, and the service-account key pair.
 func TestWriteCredentials(t *testing.T) {
-	c := &ControlPlane{cfg: Config{Dir: t.TempDir()}, Server: "https://127.0.0.1:6443"}
+	c := &ControlPlane{cfg: Config{Dir: t.TempDir(), Address: netip.MustParseAddr("127.0.0.1")}, Server: "https://127.0.0.1:6443"}
 	c.Kubeconfig = c.path("kubeconfig")
 	if err := c.writeCredentials(); err != nil {
 		t.Fatal(err)
@@ -90,6 +93,23 @@ func TestWriteCredentials(t *testing.T) {
 		if err != nil || len(b) == 0 {
 			t.Errorf("%s: %v (%d bytes)", f, err, len(b))
 		}
+	}
+	// Pods reach the API server at the kubernetes Service's cluster IP and check the
+	// certificate against it.
+	pemBytes, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemBytes)
+	if block == nil {
+		t.Fatalf("%s holds no PEM block", c.CAFile)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cert.VerifyHostname(KubernetesServiceIP().String()); err != nil {
+		t.Errorf("serving certificate (IPs %v): %v", cert.IPAddresses, err)
 	}
 }
 

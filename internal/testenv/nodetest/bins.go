@@ -19,11 +19,15 @@ type Bins struct {
 	CRI string
 	// AgnhostImage and PauseImage are the images' names (agnhost.ref, pause.ref).
 	AgnhostImage, PauseImage string
+	// CoreDNS is scripts/build-coredns.sh's directory (coredns.tar) and CoreDNSImage its
+	// image's name (coredns.ref); both empty unless the cluster runs DNS (Options.DNS).
+	CoreDNS, CoreDNSImage string
 }
 
 // FindBins returns the build scripts' directories, named after tools/*/versions.env as the
-// scripts name them; the test is skipped (failed when CI=true) when a file is missing.
-func FindBins(t testing.TB) Bins {
+// scripts name them, CoreDNS's too if dns; the test is skipped (failed when CI=true) when a
+// file is missing.
+func FindBins(t testing.TB, dns bool) Bins {
 	t.Helper()
 	root := testenv.ModuleRoot(t)
 	k8s := k8stest.Versions(t, filepath.Join(root, "tools", "k8s", "versions.env"))
@@ -48,6 +52,9 @@ func FindBins(t testing.TB) Bins {
 	}
 	b.AgnhostImage = readRef(t, filepath.Join(b.Node, "agnhost.ref"))
 	b.PauseImage = readRef(t, filepath.Join(b.CRI, "pause.ref"))
+	if dns {
+		findCoreDNS(t, &b, node["COREDNS_VERSION"])
+	}
 	return b
 }
 

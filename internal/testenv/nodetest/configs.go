@@ -1,6 +1,9 @@
 package nodetest
 
-import "fmt"
+import (
+	"fmt"
+	"net/netip"
+)
 
 // containerdConfig is the node's containerd configuration (version 3, containerd 2.x).
 // Paths are the defaults, which the node's mount namespace makes its own. runc is the one
@@ -43,7 +46,12 @@ state = "/run/containerd"
 // pods as strays), no eviction or image garbage collection (a test machine's disk is not a
 // node's; the images came from no registry), and a kubelet API that the API server reaches
 // without client certificates (anonymous, AlwaysAllow): only the lab's fabric reaches it.
-func kubeletConfig(cgroupRoot string) string {
+// With a valid clusterDNS, pods get it as their nameserver (kube-dns's cluster IP).
+func kubeletConfig(cgroupRoot string, clusterDNS netip.Addr) string {
+	dns := ""
+	if clusterDNS.IsValid() {
+		dns = "clusterDNS: [" + clusterDNS.String() + "]\n"
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -70,10 +78,10 @@ authentication:
   webhook: {enabled: false}
 authorization:
   mode: AlwaysAllow
-clusterDomain: cluster.local
-resolvConf: /etc/resolv.conf
+clusterDomain: %s
+%sresolvConf: /etc/resolv.conf
 registerNode: true
-`, cgroupRoot)
+`, cgroupRoot, ClusterDomain, dns)
 }
 
 // KubeProxyConfig is a node's kube-proxy configuration: nftables mode (the kernel has no

@@ -9,6 +9,8 @@
 // With Options.WithoutAgents no rampartd runs on the host: the test installs Rampart as
 // users do, deploy/'s DaemonSet from the image (Options.Images), and the nodes are Ready
 // once its agent pods have written the CNI configuration.
+// With Options.DNS, CoreDNS (scripts/build-coredns.sh's image, coredns.yaml) is the cluster
+// DNS behind the kube-dns Service at DNSServiceIP, the kubelets' clusterDNS.
 //
 // A node's mount namespace puts directories of the node's own over /var/lib/kubelet,
 // /var/log/pods, /etc/cni/net.d, /opt/cni/bin, /run/containerd and /var/lib/containerd and

@@ -45,6 +45,10 @@ type Options struct {
 	// Images are more image archives imported into every node's containerd, as pause and
 	// agnhost are (e.g. scripts/build-image.sh's): there is no registry to pull from.
 	Images []string
+	// DNS runs the cluster DNS: CoreDNS (coredns.yaml) behind the kube-dns Service at
+	// DNSServiceIP, the kubelets' clusterDNS. Start then also waits until it answers, about
+	// 10-15 s more, which tests that resolve no names need not spend.
+	DNS bool
 }
 
 // Cluster is a control plane, the scheduler and controller manager, and real nodes.
@@ -57,6 +61,7 @@ type Cluster struct {
 	Started time.Duration
 
 	dir                          string
+	hostLink                     string // the host's link into the fabric
 	scheduler, controllerManager *proc
 	withoutAgents                bool
 }
@@ -69,9 +74,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.Nodes == 0 {
 		opts.Nodes = 2
 	}
-	bins := FindBins(t)
-	began := time.Now()
+	bins := FindBins(t, opts.DNS)
 	lock(t)
+	// After the lock: the wait for another lab is not the cluster's start.
+	began := time.Now()
 	dir, err := os.MkdirTemp("", "rampart-nodes-")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +99,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if err != nil {
 		t.Fatalf("fabric: %v", err)
 	}
-	if err := simcluster.LinkHost(fab, "rph"+suffix, HostAddress); err != nil {
+	hostLink := "rph" + suffix
+	if err := simcluster.LinkHost(fab, hostLink, HostAddress); err != nil {
 		t.Fatal(err)
 	}
 
@@ -105,7 +112,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	k := k8stest.StartOn(t, HostAddress, kopts...)
 	k.InstallCRDs(t)
-	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, dir: dir, withoutAgents: opts.WithoutAgents}
+	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, dir: dir, hostLink: hostLink, withoutAgents: opts.WithoutAgents}
+	if err := c.publishAPIServer(); err != nil {
+		t.Fatal(err)
+	}
 
 	saved, err := recordSysctls()
 	if err != nil {
@@ -151,6 +161,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 		} else {
 			n.Node = c.AddNode(name, netnsNames[i], addrs[i], clustertest.Options{})
 		}
+		if opts.DNS {
+			n.ClusterDNS = DNSServiceIP
+		}
 		c.Nodes = append(c.Nodes, n)
 	}
 	// Registered after the agents' cleanups, so it runs before them: the pods' CNI DELs
@@ -178,6 +191,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	// first, kube-controller-manager allocates the second.
 	for _, n := range c.Nodes {
 		n.PodCIDR = c.waitNode(n, func(node *corev1.Node) bool { return node.Spec.PodCIDR != "" }, "registered with a pod CIDR")
+		if err := c.routePodCIDR(n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if opts.WithoutAgents {
 		c.Started = time.Since(began)
@@ -193,8 +209,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 	for _, n := range c.Nodes {
 		c.waitNode(n, nodeReady, "Ready")
 	}
+	if opts.DNS {
+		c.startDNS()
+	}
 	c.Started = time.Since(began)
-	t.Logf("cluster of %d real nodes started in %v", opts.Nodes, c.Started.Round(time.Millisecond))
+	t.Logf("cluster of %d real nodes started in %v (DNS: %v)", opts.Nodes, c.Started.Round(time.Millisecond), opts.DNS)
 	return c
 }
 
@@ -276,7 +295,8 @@ func (c *Cluster) logTails(names ...string) {
 }
 
 // RSS returns the resident memory (KiB) of each process of the cluster by name
-// ("node-1/kubelet"), the shims and containers not included.
+// ("node-1/kubelet"), the shims and containers not included but CoreDNS's
+// ("node-1/coredns-1").
 func (c *Cluster) RSS() map[string]int64 {
 	m := map[string]int64{}
 	add := func(name string, pid int) {
@@ -297,6 +317,9 @@ func (c *Cluster) RSS() map[string]int64 {
 			if pid, err := n.agentPodPid(filepath.Join(c.Bins.CRI, "crictl")); err == nil {
 				add(n.Name+"/rampartd (pod)", pid)
 			}
+		}
+		for i, pid := range n.podPids("coredns") {
+			add(fmt.Sprintf("%s/coredns-%d", n.Name, i+1), pid)
 		}
 	}
 	return m

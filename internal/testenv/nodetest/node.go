@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,8 @@ type Node struct {
 	Dir string
 	// CgroupRoot is the kubelet's cgroupRoot.
 	CgroupRoot string
+	// ClusterDNS is the nameserver the kubelet gives pods (none if not valid).
+	ClusterDNS netip.Addr
 
 	holder, containerd, kubelet, kubeProxy *proc
 	// dirs are the host paths the node's mount namespace has its own directories over;
@@ -48,7 +51,7 @@ func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
 	ns := n.holder.pid()
 	files := []struct{ path, text string }{
 		{"containerd.toml", containerdConfig(filepath.Join(b.Node, "runc"), b.PauseImage)},
-		{"kubelet.yaml", kubeletConfig(n.CgroupRoot)},
+		{"kubelet.yaml", kubeletConfig(n.CgroupRoot, n.ClusterDNS)},
 		{"kube-proxy.yaml", KubeProxyConfig(kubeconfig, n.Name, ClusterCIDR)},
 	}
 	if rampartCNI != "" {
@@ -76,7 +79,11 @@ func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
 	if err := n.waitContainerd(); err != nil {
 		return err
 	}
-	for _, img := range append([]string{filepath.Join(b.CRI, "pause.tar"), filepath.Join(b.Node, "agnhost.tar")}, n.images...) {
+	images := []string{filepath.Join(b.CRI, "pause.tar"), filepath.Join(b.Node, "agnhost.tar")}
+	if b.CoreDNS != "" {
+		images = append(images, filepath.Join(b.CoreDNS, "coredns.tar"))
+	}
+	for _, img := range append(images, n.images...) {
 		// --local: the archive has no platform index for the transfer service to unpack by.
 		if out, err := n.Exec(filepath.Join(b.Node, "ctr"), "--address", "/run/containerd/containerd.sock",
 			"--namespace", "k8s.io", "images", "import", "--local", img); err != nil {

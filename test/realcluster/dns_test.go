@@ -1,0 +1,193 @@
+package realcluster
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rampartnet/rampart/internal/k8s/controlplane"
+	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/nodetest"
+)
+
+// webServices: a ClusterIP Service and a headless one for the web pods.
+const webServices = `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: %[1]s}
+spec:
+  selector: {app: web}
+  ports: [{port: 8080, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web-headless, namespace: %[1]s}
+spec:
+  clusterIP: None
+  selector: {app: web}
+  ports: [{port: 8080, protocol: TCP}]
+`
+
+// dnsPolicies: the client pods may send only DNS, to the kube-dns pods (the usual rule
+// that lets DNS through a default-deny egress policy); the other pods may send nothing.
+const dnsPolicies = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: client-dns-only, namespace: %[1]s}
+spec:
+  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+  egress:
+  - to:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}
+      podSelector: {matchLabels: {k8s-app: kube-dns}}
+    ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: other-no-egress, namespace: %[1]s}
+spec:
+  podSelector: {matchLabels: {app: other}}
+  policyTypes: [Egress]
+`
+
+// The cluster DNS on real nodes: pods on both nodes get kube-dns as their nameserver and
+// their namespace's search path from the kubelet; they resolve a Service by its full name
+// and by its short name (search path, through the pod's own resolver, agnhost connect),
+// kubernetes.default (and reach the API server through it), and a headless Service to its
+// pods' addresses. Under an egress policy that allows only DNS to the kube-dns pods
+// (namespaceSelector kube-system and podSelector k8s-app=kube-dns), a client pod still
+// resolves over UDP and TCP while its connection to the Service it resolved is dropped;
+// a pod under a policy that allows no egress cannot resolve.
+func TestClusterDNS(t *testing.T) {
+	c := nodetest.Start(t, nodetest.Options{Nodes: 2, DNS: true})
+	began := time.Now()
+	ctx := context.Background()
+	ns := "dns-" + testenv.Suffix(6)
+	c.MustKubectl("create", "namespace", ns)
+	pods := deployWebClientOther(t, c, ns) // app -> node -> pod
+	c.KubectlApply(fmt.Sprintf(webServices, ns))
+	svc, err := c.Client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var webIPs []string
+	for _, p := range pods["web"] {
+		webIPs = append(webIPs, p.Status.PodIP)
+	}
+	slices.Sort(webIPs)
+	fqdn := "web." + ns + ".svc." + nodetest.ClusterDomain
+	kubernetes := "kubernetes.default.svc." + nodetest.ClusterDomain
+	want := map[string][]string{
+		fqdn: {svc.Spec.ClusterIP},
+		"web-headless." + ns + ".svc.cluster.local": webIPs,
+		kubernetes: {controlplane.KubernetesServiceIP().String()},
+	}
+
+	for _, node := range c.Nodes {
+		client := pods["client"][node.Name]
+		out := c.MustKubectl("-n", ns, "exec", client.Name, "--", "/agnhost", "dns-server-list")
+		if strings.TrimSpace(out) != nodetest.DNSServiceIP.String() {
+			t.Errorf("%s on %s: nameservers %q, want %v", client.Name, node.Name, out, nodetest.DNSServiceIP)
+		}
+		out = c.MustKubectl("-n", ns, "exec", client.Name, "--", "/agnhost", "dns-suffix")
+		if !strings.HasPrefix(strings.TrimSpace(out), ns+".svc.cluster.local,svc.cluster.local,cluster.local") {
+			t.Errorf("%s on %s: search path %q, want %s.svc.cluster.local,svc.cluster.local,cluster.local first", client.Name, node.Name, out, ns)
+		}
+		// The pod's own resolver (Go's, in agnhost), with the search path for short names.
+		for _, to := range []string{fqdn + ":8080", "web:8080", "web." + ns + ":8080", "kubernetes.default:443"} {
+			var out string
+			if !testenv.Eventually(30*time.Second, func() bool {
+				out, err = c.Kubectl("-n", ns, "exec", client.Name, "--", "/agnhost", "connect", to, "--timeout=2s")
+				return err == nil
+			}) {
+				t.Errorf("%s on %s: agnhost connect %s: %v\n%s", client.Name, node.Name, to, err, out)
+			}
+		}
+		netns := podNetns(t, c, client)
+		for name, addrs := range want {
+			var got []string
+			// The headless Service's answer follows its EndpointSlice, which may lag.
+			if !testenv.Eventually(15*time.Second, func() bool { got = lookup(netns, "", name); return slices.Equal(got, addrs) }) {
+				t.Errorf("%s on %s: %s resolves to %v, want %v", client.Name, node.Name, name, got, addrs)
+			}
+		}
+	}
+	t.Logf("names resolved from both nodes in %v", time.Since(began).Round(time.Millisecond))
+
+	c.KubectlApply(fmt.Sprintf(dnsPolicies, ns))
+	policyApplied := time.Now()
+	for _, node := range c.Nodes {
+		client, other := pods["client"][node.Name], pods["other"][node.Name]
+		clientNetns, otherNetns := podNetns(t, c, client), podNetns(t, c, other)
+		// The other pods' lookups stop once the policy is in force; the client pods'
+		// never do.
+		var got map[string][]string
+		if !testenv.Eventually(30*time.Second, func() bool {
+			got = map[string][]string{
+				"client udp": lookup(clientNetns, "udp", fqdn), "client tcp": lookup(clientNetns, "tcp", fqdn),
+				"other udp": lookup(otherNetns, "udp", fqdn), "other tcp": lookup(otherNetns, "tcp", fqdn),
+			}
+			return slices.Equal(got["client udp"], want[fqdn]) && slices.Equal(got["client tcp"], want[fqdn]) &&
+				got["other udp"] == nil && got["other tcp"] == nil
+		}) {
+			t.Errorf("on %s under the policies, %s resolves to %v; want the client pod's answered over UDP and TCP (%v), the other pod's not", node.Name, fqdn, got, want[fqdn])
+		}
+		// The client's own resolver, search path included, still answers; the connection
+		// to what it resolved is dropped by the same policy.
+		out, err := c.Kubectl("-n", ns, "exec", client.Name, "--", "/agnhost", "connect", "web:8080", "--timeout=1s")
+		if err == nil || !strings.Contains(out, "TIMEOUT") {
+			t.Errorf("%s on %s: agnhost connect web:8080 under DNS-only egress: %v, %q; want a TIMEOUT after resolving", client.Name, node.Name, err, out)
+		}
+	}
+	t.Logf("policies judged from both nodes %v after applying them", time.Since(policyApplied).Round(time.Millisecond))
+	t.Logf("test body (after start) took %v", time.Since(began).Round(time.Millisecond))
+
+	list, err := c.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		t.Logf("CoreDNS pod %s on %s at %s", p.Name, p.Spec.NodeName, p.Status.PodIP)
+	}
+	t.Logf("resident memory with 6 pods and CoreDNS:\n%s", c.RSSReport())
+}
+
+// lookup resolves name from the network namespace at netns, asking kube-dns over network
+// ("" for UDP, TCP if truncated), and returns its IPv4 addresses sorted, nil if it fails
+// within 3 s.
+func lookup(netns, network, name string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	ips, err := nodetest.Resolver(netns, network).LookupIP(ctx, "ip4", name)
+	if err != nil {
+		return nil
+	}
+	var s []string
+	for _, ip := range ips {
+		s = append(s, ip.String())
+	}
+	slices.Sort(s)
+	return s
+}
+
+// podNetns is the network namespace of pod's sandbox, asked of its node's containerd.
+func podNetns(t *testing.T, c *nodetest.Cluster, pod corev1.Pod) string {
+	t.Helper()
+	for _, n := range c.Nodes {
+		if n.Name == pod.Spec.NodeName {
+			path, err := n.PodNetns(filepath.Join(c.Bins.CRI, "crictl"), pod.Namespace, pod.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return path
+		}
+	}
+	t.Fatalf("pod %s is on no node of the cluster", pod.Name)
+	return ""
+}
