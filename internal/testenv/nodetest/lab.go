@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/k8s/simcluster"
 	"github.com/rampartnet/rampart/internal/testenv"
@@ -120,10 +121,16 @@ func Start(t testing.TB, opts Options) *Cluster {
 
 	for i := range opts.Nodes {
 		name := fmt.Sprintf("node-%d", i+1)
+		root := "/rampart-" + suffix + "-" + name
+		// The Service translation is attached where the node's pods run: the kubelet's
+		// cgroupRoot in the cgroup2 hierarchy, which runc joins beside the v1 ones. Not
+		// the host's root, where it would rewrite every host socket (and the other
+		// node's pods twice); kube-proxy still serves NodePorts from outside.
+		opts := clustertest.Options{AgentFlags: []string{"--service-cgroup", filepath.Join(datapath.DefaultServiceCgroup(), root)}}
 		n := &Node{
-			Node:       c.AddNode(name, netnsNames[i], addrs[i], clustertest.Options{}),
+			Node:       c.AddNode(name, netnsNames[i], addrs[i], opts),
 			Dir:        filepath.Join(dir, name),
-			CgroupRoot: "/rampart-" + suffix + "-" + name,
+			CgroupRoot: root,
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
