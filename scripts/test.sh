@@ -20,6 +20,9 @@ bash scripts/build-cri.sh
 # kubelet, kube-proxy, kube-scheduler, kube-controller-manager, containerd 2, runc and the
 # agnhost image for the real-node tests (test/realcluster; cached; minutes on a fresh machine).
 bash scripts/build-node.sh
+# upstream's NetworkPolicy e2e specs and the ginkgo CLI, for the conformance subset
+# (test/conformance; cached; minutes on a fresh machine).
+bash scripts/build-e2e.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
