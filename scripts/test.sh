@@ -23,6 +23,9 @@ bash scripts/build-node.sh
 # CoreDNS, the real-node cluster's DNS, packed as an image (cached; about 4 min 45 s and
 # 79 MB on a fresh machine).
 bash scripts/build-coredns.sh
+# upstream's NetworkPolicy e2e specs and the ginkgo CLI, for the conformance subset
+# (test/conformance; cached; minutes on a fresh machine).
+bash scripts/build-e2e.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)

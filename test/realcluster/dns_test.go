@@ -17,8 +17,8 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/nodetest"
 )
 
-// webServices: a ClusterIP Service and a headless one for the web pods.
-const webServices = `apiVersion: v1
+// dnsWebServices: a ClusterIP Service and a headless one for the web pods.
+const dnsWebServices = `apiVersion: v1
 kind: Service
 metadata: {name: web, namespace: %[1]s}
 spec:
@@ -71,7 +71,7 @@ func TestClusterDNS(t *testing.T) {
 	ns := "dns-" + testenv.Suffix(6)
 	c.MustKubectl("create", "namespace", ns)
 	pods := deployWebClientOther(t, c, ns) // app -> node -> pod
-	c.KubectlApply(fmt.Sprintf(webServices, ns))
+	c.KubectlApply(fmt.Sprintf(dnsWebServices, ns))
 	svc, err := c.Client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package realcluster
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -89,6 +91,8 @@ func TestRealNodes(t *testing.T) {
 		t.Errorf("kubectl logs of a web pod: %q, want netexec's start line", out)
 	}
 
+	checkServices(t, c, ns, pods)
+
 	enforcedAcrossNodes(t, c, ns, pods)
 
 	t.Logf("resident memory with 6 pods:\n%s", c.RSSReport())
@@ -166,6 +170,117 @@ func runningOnEveryNode(t *testing.T, c *nodetest.Cluster, ns, app string) map[s
 			c.MustKubectl("-n", ns, "get", "events"))
 	}
 	return byNode
+}
+
+// webServices are a ClusterIP and a NodePort Service in front of the web pods.
+const webServices = `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: %[1]s}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web-np, namespace: %[1]s}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+`
+
+// egressTo admits app's egress to the given /32s only (TCP 8080).
+const egressTo = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: %[2]s-egress, namespace: %[1]s}
+spec:
+  podSelector: {matchLabels: {app: %[2]s}}
+  policyTypes: [Egress]
+  egress:
+  - to: [%[3]s]
+`
+
+// checkServices checks Services on the real nodes: the ClusterIP Service answers pods on
+// every node (Rampart's socket-level translation, attached to the node's cgroupRoot), the
+// NodePort Service answers at every node's address from the host (kube-proxy's nftables:
+// the host's sockets are not the pods'), and egress policy is judged on the backend after
+// translation, as upstream's e2e assumes: a pod admitted only to the backends' /32s
+// reaches the Service, and a pod admitted only to the Service's own cluster IP does not.
+// The policies are removed again before it returns.
+func checkServices(t *testing.T, c *nodetest.Cluster, ns string, pods map[string]map[string]corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	began := time.Now()
+	defer func() { t.Logf("Services checked in %v", time.Since(began).Round(time.Millisecond)) }()
+	c.KubectlApply(fmt.Sprintf(webServices, ns))
+	svc, err := c.Client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterIP := svc.Spec.ClusterIP + ":80"
+	for _, node := range c.Nodes {
+		from := pods["client"][node.Name].Name
+		if !eventuallyConnects(c, ns, from, clusterIP, true) {
+			t.Fatalf("%s on %s cannot reach the ClusterIP Service %s", from, node.Name, clusterIP)
+		}
+	}
+
+	np, err := c.Client.CoreV1().Services(ns).Get(ctx, "web-np", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	webPods := map[string]bool{}
+	for _, p := range pods["web"] {
+		webPods[p.Name] = true
+	}
+	for _, node := range c.Nodes {
+		url := fmt.Sprintf("http://%s:%d/hostname", node.Address, np.Spec.Ports[0].NodePort)
+		var got string
+		if !testenv.Eventually(30*time.Second, func() bool {
+			got = httpGet(url)
+			return webPods[got]
+		}) {
+			t.Fatalf("NodePort %s from the host answered %q; want a web pod's name", url, got)
+		}
+	}
+
+	var backends []string
+	for _, p := range pods["web"] {
+		backends = append(backends, fmt.Sprintf("{ipBlock: {cidr: %s/32}}", p.Status.PodIP))
+	}
+	allowed := fmt.Sprintf(egressTo, ns, "client", strings.Join(backends, ", "))
+	denied := fmt.Sprintf(egressTo, ns, "other", fmt.Sprintf("{ipBlock: {cidr: %s/32}}", svc.Spec.ClusterIP))
+	c.KubectlApply(allowed)
+	c.KubectlApply(denied)
+	for _, node := range c.Nodes {
+		other := pods["other"][node.Name].Name
+		if !eventuallyConnects(c, ns, other, clusterIP, false) {
+			t.Errorf("%s on %s reaches the Service %s with egress admitted to its cluster IP only", other, node.Name, clusterIP)
+		}
+		// Twice: each connection may be sent to either backend.
+		for range 2 {
+			if client := pods["client"][node.Name].Name; !connects(c, ns, client, clusterIP) {
+				t.Errorf("%s on %s cannot reach the Service %s with egress admitted to its backends' /32s", client, node.Name, clusterIP)
+			}
+		}
+	}
+	c.KubectlDelete(allowed)
+	c.KubectlDelete(denied)
+}
+
+// httpGet returns the body of a GET of url (1 s timeout), or "" on any error.
+func httpGet(url string) string {
+	client := http.Client{Timeout: time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // connects runs agnhost connect in pod from (kubectl exec, through its node's kubelet).

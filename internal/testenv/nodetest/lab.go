@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/k8s/simcluster"
 	"github.com/rampartnet/rampart/internal/testenv"
@@ -149,9 +150,15 @@ func Start(t testing.TB, opts Options) *Cluster {
 
 	for i := range opts.Nodes {
 		name := fmt.Sprintf("node-%d", i+1)
+		root := "/rampart-" + suffix + "-" + name
+		// The Service translation is attached where the node's pods run: the kubelet's
+		// cgroupRoot in the cgroup2 hierarchy, which runc joins beside the v1 ones. Not
+		// the host's root, where it would rewrite every host socket (and the other
+		// node's pods twice); kube-proxy still serves NodePorts from outside.
+		agentOpts := clustertest.Options{AgentFlags: []string{"--service-cgroup", filepath.Join(datapath.DefaultServiceCgroup(), root)}}
 		n := &Node{
 			Dir:        filepath.Join(dir, name),
-			CgroupRoot: "/rampart-" + suffix + "-" + name,
+			CgroupRoot: root,
 			dirs:       dirs,
 			images:     opts.Images,
 		}
@@ -159,7 +166,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 			// The node, without the agent clustertest would start on the host.
 			n.Node = &clustertest.Node{Name: name, Address: addrs[i], Netns: netnsNames[i]}
 		} else {
-			n.Node = c.AddNode(name, netnsNames[i], addrs[i], clustertest.Options{})
+			n.Node = c.AddNode(name, netnsNames[i], addrs[i], agentOpts)
 		}
 		if opts.DNS {
 			n.ClusterDNS = DNSServiceIP
