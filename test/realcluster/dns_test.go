@@ -113,7 +113,7 @@ func TestClusterDNS(t *testing.T) {
 		for name, addrs := range want {
 			var got []string
 			// The headless Service's answer follows its EndpointSlice, which may lag.
-			if !testenv.Eventually(15*time.Second, func() bool { got = lookup(netns, "", name); return slices.Equal(got, addrs) }) {
+			if !testenv.Eventually(15*time.Second, func() bool { got = lookup(c, netns, "", name); return slices.Equal(got, addrs) }) {
 				t.Errorf("%s on %s: %s resolves to %v, want %v", client.Name, node.Name, name, got, addrs)
 			}
 		}
@@ -130,8 +130,8 @@ func TestClusterDNS(t *testing.T) {
 		var got map[string][]string
 		if !testenv.Eventually(30*time.Second, func() bool {
 			got = map[string][]string{
-				"client udp": lookup(clientNetns, "udp", fqdn), "client tcp": lookup(clientNetns, "tcp", fqdn),
-				"other udp": lookup(otherNetns, "udp", fqdn), "other tcp": lookup(otherNetns, "tcp", fqdn),
+				"client udp": lookup(c, clientNetns, "udp", fqdn), "client tcp": lookup(c, clientNetns, "tcp", fqdn),
+				"other udp": lookup(c, otherNetns, "udp", fqdn), "other tcp": lookup(c, otherNetns, "tcp", fqdn),
 			}
 			return slices.Equal(got["client udp"], want[fqdn]) && slices.Equal(got["client tcp"], want[fqdn]) &&
 				got["other udp"] == nil && got["other tcp"] == nil
@@ -158,13 +158,17 @@ func TestClusterDNS(t *testing.T) {
 	t.Logf("resident memory with 6 pods and CoreDNS:\n%s", c.RSSReport())
 }
 
-// lookup resolves name from the network namespace at netns, asking kube-dns over network
+// lookup resolves name from the network namespace at netns, asking a CoreDNS pod over network
 // ("" for UDP, TCP if truncated), and returns its IPv4 addresses sorted, nil if it fails
 // within 3 s.
-func lookup(netns, network, name string) []string {
+func lookup(c *nodetest.Cluster, netns, network, name string) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	ips, err := nodetest.Resolver(netns, network).LookupIP(ctx, "ip4", name)
+	servers, err := c.CoreDNSAddrs(ctx)
+	if err != nil || len(servers) == 0 {
+		return nil
+	}
+	ips, err := nodetest.Resolver(netns, network, servers[0]).LookupIP(ctx, "ip4", name)
 	if err != nil {
 		return nil
 	}

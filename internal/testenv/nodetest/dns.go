@@ -129,7 +129,12 @@ func (c *Cluster) startDNS() {
 			last = fmt.Sprintf("%d of %d replicas ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
 			return false
 		}
-		addrs, err := Resolver("", "").LookupHost(ctx, name)
+		servers, err := c.CoreDNSAddrs(ctx)
+		if err != nil || len(servers) == 0 {
+			last = fmt.Sprintf("CoreDNS pods' addresses: %v %v", servers, err)
+			return false
+		}
+		addrs, err := Resolver("", "", servers[0]).LookupHost(ctx, name)
 		if err != nil || len(addrs) != 1 || addrs[0] != want {
 			last = fmt.Sprintf("%s: %v %v", name, addrs, err)
 			return false
@@ -142,12 +147,14 @@ func (c *Cluster) startDNS() {
 	t.Logf("cluster DNS answering %v after applying CoreDNS", time.Since(began).Round(time.Millisecond))
 }
 
-// Resolver is a DNS resolver that asks kube-dns (DNSServiceIP) only, from the network
-// namespace at netns (the caller's own if netns is ""), over network ("udp" or "tcp"; ""
-// for what the resolver chooses): what a pod's lookups send, without the pod's search
-// path. Each exchange waits 2 seconds at most.
-func Resolver(netns, network string) *net.Resolver {
-	to := netip.AddrPortFrom(DNSServiceIP, 53)
+// Resolver is a DNS resolver that asks server only (a CoreDNS pod's address), from the
+// network namespace at netns (the caller's own if netns is ""), over network ("udp" or
+// "tcp"; "" for what the resolver chooses): what a pod's lookups send, without the pod's
+// search path. Each exchange waits 2 seconds at most. It asks a CoreDNS pod, not the
+// kube-dns Service: the Service address is translated for the pods' own sockets (their
+// cgroup), and the caller's sockets are not the pods', even from a pod's namespace.
+func Resolver(netns, network string, server netip.Addr) *net.Resolver {
+	to := netip.AddrPortFrom(server, 53)
 	return &net.Resolver{PreferGo: true, Dial: func(_ context.Context, asked, _ string) (net.Conn, error) {
 		if network != "" {
 			asked = network
@@ -157,6 +164,25 @@ func Resolver(netns, network string) *net.Resolver {
 		}
 		return testenv.Dial(netns, asked, to, 2*time.Second)
 	}}
+}
+
+// CoreDNSAddrs are the addresses of the CoreDNS pods that are ready.
+func (c *Cluster) CoreDNSAddrs(ctx context.Context) ([]netip.Addr, error) {
+	list, err := c.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+	if err != nil {
+		return nil, fmt.Errorf("listing CoreDNS pods: %w", err)
+	}
+	var addrs []netip.Addr
+	for _, p := range list.Items {
+		ready := false
+		for _, cond := range p.Status.Conditions {
+			ready = ready || (cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue)
+		}
+		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && ready {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs, nil
 }
 
 // podPids are the pids of the processes named comm in n's pods (its cgroupRoot in the
