@@ -25,9 +25,15 @@
  * believes it only for a packet the node received on the VXLAN device
  * (skb->ingress_ifindex, set by the kernel; tunnel_config), whose ingress program
  * overwrites every packet's mark; a pod's own packets enter the node namespace through its
- * veth, which clears the mark, and arrive with that veth as ingress interface. The mark's
- * low byte is TUNNEL_MARK_MAGIC, whose bits 0 and 1 are clear so that the L7 proxy's
- * marks (0x1 steer, 0x2 upstream, proxy.h) never match; the identity is in the upper 24
+ * veth, which clears the mark, and arrive with that veth as ingress interface.
+ *
+ * The mark's layout leaves alone the bits others give a meaning on the way to the endpoint:
+ * bits 0 and 1 are the L7 proxy's (0x1 steer, 0x2 upstream, proxy.h), and bits 14 and 15
+ * kube-proxy's (0x4000: masquerade this packet in POSTROUTING, 0x8000: drop it), which a
+ * forwarded packet meets in the node's netfilter between the VXLAN device and the endpoint's
+ * veth. With the identity simply shifted into them, a pod whose identity had bit 6 set was
+ * masqueraded to the node's address and arrived as another identity. So: bits 2-5 hold
+ * TUNNEL_MARK_MAGIC, bits 6-13 the identity's low byte, bits 16-31 its upper 16 bits: 24
  * bits, as wide as the VNI. */
 #ifndef __RAMPART_TUNNEL_H
 #define __RAMPART_TUNNEL_H
@@ -38,8 +44,18 @@
 #include "policy.h"
 #include "events.h"
 
-#define TUNNEL_MARK_MAGIC 0xA0u
-#define TUNNEL_MARK_MASK 0xFFu
+#define TUNNEL_MARK_MAGIC 0x28u
+#define TUNNEL_MARK_MASK 0xC03Fu /* the magic, and the bits that must be clear */
+
+static __always_inline __u32 tunnel_mark(__u32 id)
+{
+	return (id & 0xFFu) << 6 | (id >> 8) << 16 | TUNNEL_MARK_MAGIC;
+}
+
+static __always_inline __u32 tunnel_mark_identity(__u32 mark)
+{
+	return (mark >> 6 & 0xFFu) | (mark >> 16) << 8;
+}
 #define TUNNEL_VNI_MAX 0xFFFFFFu
 #define TUNNEL_TTL 64
 
@@ -79,7 +95,7 @@ static __noinline void tunnel_source_slow(struct __sk_buff *skb, struct peer_ide
 
 	if (!cfg || !cfg->ifindex || skb->ingress_ifindex != cfg->ifindex)
 		return; /* not received on the VXLAN device: the mark means nothing */
-	peer->identity = skb->mark >> 8;
+	peer->identity = tunnel_mark_identity(skb->mark);
 	peer->ep_id = 0;
 	d->ev_flags |= FLOW_F_TUNNEL;
 }
@@ -100,7 +116,7 @@ static __always_inline __u32 tunnel_id_of(struct __sk_buff *skb)
 {
 	__u32 mark = skb->mark;
 
-	return unlikely((mark & TUNNEL_MARK_MASK) == TUNNEL_MARK_MAGIC) ? mark >> 8 : 0;
+	return unlikely((mark & TUNNEL_MARK_MASK) == TUNNEL_MARK_MAGIC) ? tunnel_mark_identity(mark) : 0;
 }
 
 /* tunnel_drop_unparsed drops a frame in the overlay that is not an IPv4 packet. */
@@ -175,7 +191,7 @@ static __always_inline int tunnel_ingress(struct __sk_buff *skb)
 		id = ID_REMOTE_NODE; /* the sending node itself */
 	else if (id == ID_UNKNOWN)
 		id = ID_WORLD;
-	skb->mark = (id << 8) | TUNNEL_MARK_MAGIC;
+	skb->mark = tunnel_mark(id);
 	/* The inner frame is addressed to the sending device's MAC (the device does no ARP):
 	 * make it this host's, so the IP layer routes it to the endpoint. */
 	bpf_skb_change_type(skb, PACKET_HOST);

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -11,8 +12,36 @@ import (
 )
 
 // tunnelMark is the mark rampart_from_tunnel leaves on a packet whose VNI carried id
-// (bpf/include/tunnel.h).
-func tunnelMark(id identity.Identity) uint32 { return uint32(id)<<8 | 0xA0 }
+// (bpf/include/tunnel.h): the magic 0x28 in bits 2-5, the identity's low byte in bits 6-13
+// and the rest from bit 16, clear of the proxy's bits 0-1 and kube-proxy's 14-15.
+func tunnelMark(id identity.Identity) uint32 { return uint32(id)&0xFF<<6 | uint32(id)>>8<<16 | 0x28 }
+
+// kubeProxyMarks are the mark bits kube-proxy gives a meaning to (0x4000 masquerade,
+// 0x8000 drop), and proxyMarks the L7 proxy's: a tunnel mark must set none of them.
+const kubeProxyMarks, proxyMarks = 0xC000, ProxySteerMark | ProxyUpstreamMark
+
+// The identity in the mark survives any value of its bits: identities whose bits 6 and 7
+// are set (which a plain shift would put on kube-proxy's bits) are judged as themselves at
+// the endpoint, and no identity's mark touches kube-proxy's or the proxy's bits.
+func TestTunnelMarkLayout(t *testing.T) {
+	for _, id := range []identity.Identity{0x40, 0x80, 0xC0, 0x65C1F9, identity.FirstCIDR - 1} {
+		if m := tunnelMark(id); m&(kubeProxyMarks|proxyMarks) != 0 {
+			t.Errorf("identity %#x: mark %#x sets kube-proxy's or the proxy's bits", id, m)
+		}
+		f := newTunnelFixture(t, e(allow(id, in, udp, 53, 16, 1)))
+		p := packet{src: tunnelRemote, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 53}
+		if ret := f.runTunneled(p, tunnelMark(id), vxlanIfindex); ret != actOK {
+			t.Errorf("identity %#x through the tunnel mark: verdict %d, want pass", id, ret)
+			continue
+		}
+		if ev := nextEvent(t, f.ev); ev.SrcIdentity != id {
+			t.Errorf("identity %#x through the tunnel mark arrived as %#x", id, ev.SrcIdentity)
+		}
+		other := id ^ 0x40
+		p.sport = f.port()
+		f.expectDrop(fmt.Sprintf("identity %#x, with only %#x allowed", other, id), f.runTunneled(p, tunnelMark(other), vxlanIfindex), flow.ReasonPolicyDefaultDeny)
+	}
+}
 
 // vxlanIfindex is the VXLAN device the tunnel tests name to the programs (tunnel_config),
 // and tunnelRemote a remote pod's address, world by address in the fixture's ipcache.
