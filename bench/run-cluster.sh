@@ -26,7 +26,7 @@ mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
 bin=$(mktemp -d /tmp/rp-cluster-bin-XXXXXX)
 trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart ./cmd/rampart-cni ./cmd/rampart-podrunner
+go build -o "$bin/" ./cmd/rampartd ./cmd/rampart ./cmd/rampart-cni ./test/rampart-podrunner
 (cd bench && go build -o "$bin/" ./cmd/clusterbench) # the bench module (bench/go.mod)
 # The clusters run on a real kube-apiserver and etcd (the default --control-plane k8s):
 # built once per machine and cached (about ten minutes the first time).

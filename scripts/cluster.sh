@@ -1,67 +1,68 @@
 #!/usr/bin/env bash
-# Starts or stops a simulated Kubernetes cluster on this machine for people: etcd and
-# kube-apiserver on 127.0.0.1 (free ports), Rampart's CRDs installed, and with
-# --nodes N, N nodes: network namespaces joined by a bridged fabric (198.19.254.0/24), each
-# with its own rampartd in Kubernetes mode and rampart-podrunner, running in the background.
-# State and logs in $RAMPART_CLUSTER_DIR (default /run/rampart-cluster). Builds what it
-# needs first (scripts/build-k8s.sh; the Rampart binaries into bin/ unless RAMPART_BIN
-# names a directory holding them, and clusterctl too if it is there). Needs root.
-# docs/cluster.md, "Starting a cluster here".
+# Starts or stops a Kubernetes cluster on this machine for people: etcd and kube-apiserver,
+# kube-scheduler and kube-controller-manager, and N real nodes (network namespaces on a
+# bridged fabric, 198.19.254.0/24), each running containerd, kubelet and kube-proxy, with
+# Rampart installed on them as users install it: `kubectl apply -R -f deploy/`, its image
+# built from this tree (scripts/build-image.sh) and imported into every node. The same
+# cluster the real-node tests start (internal/testenv/nodetest), held in the background by
+# a process of test/cluster/clusterctl until `stop`. State and logs in
+# $RAMPART_CLUSTER_DIR (default /run/rampart-cluster; clusterctl.log says what happened).
+# Builds what it needs first (cached by version: a few minutes the first time, about ten
+# for the control plane). One such cluster runs on a host at a time, and the real-node
+# tests wait for it. Needs root. docs/cluster.md, "Starting a cluster here".
 #
-#   scripts/cluster.sh start [--nodes N] [--tunnel native|vxlan|ipip] [--name NAME]
-#                                       start; prints the kubeconfig path last
+#   scripts/cluster.sh start [--nodes N] [--tunnel native|vxlan|ipip] [--dns]
+#                                       start (2 nodes by default; --nodes 0: the control
+#                                       plane alone); prints the kubeconfig path last
 #   scripts/cluster.sh stop             stop everything and remove the state directory
 #   scripts/cluster.sh kubectl ARGS...  the built kubectl with the cluster's kubeconfig
-#   scripts/cluster.sh rampart NODE ARGS...   the rampart CLI against NODE's agent (node-1, ...)
+#   scripts/cluster.sh rampart NODE ARGS...   the rampart CLI in NODE's agent pod (node-1, ...)
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${RAMPART_CLUSTER_DIR:-/run/rampart-cluster}"
-bin="$("$root/scripts/build-k8s.sh" --dir)"
 export PATH="$PATH:/usr/local/go/bin"
 
+kubectl() { "$("$root/scripts/build-k8s.sh" --dir)/kubectl" --kubeconfig "$dir/kubeconfig" "$@"; }
 clusterctl() { # RAMPART_BIN's build if it has one (the demo's), else built from this tree
 	if [ -n "${RAMPART_BIN:-}" ] && [ -x "$RAMPART_BIN/clusterctl" ]; then
 		"$RAMPART_BIN/clusterctl" "$@"
 	else
-		(cd "$root" && go run ./test/cluster/clusterctl "$@")
+		mkdir -p "$root/bin"
+		(cd "$root" && go build -o bin/clusterctl ./test/cluster/clusterctl)
+		"$root/bin/clusterctl" "$@"
 	fi
-}
-bin_dir() { # the Rampart binaries the running cluster uses
-	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["binDir"])' "$dir/cluster.json"
 }
 
 case "${1:-}" in
 start)
 	shift
-	nodes=0 tunnel="" name=""
+	nodes=2 tunnel="" dns=()
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		--nodes) nodes="$2"; shift 2 ;;
 		--nodes=*) nodes="${1#*=}"; shift ;;
 		--tunnel) tunnel="$2"; shift 2 ;;
 		--tunnel=*) tunnel="${1#*=}"; shift ;;
-		--name) name="$2"; shift 2 ;;
-		--name=*) name="${1#*=}"; shift ;;
+		--dns) dns=(-dns); shift ;;
 		*) echo "cluster.sh start: unknown argument $1" >&2; exit 2 ;;
 		esac
 	done
-	if [ -f "$dir/kube-apiserver.pid" ] || [ -f "$dir/cluster.json" ]; then
+	if [ -f "$dir/cluster.json" ]; then
 		echo "cluster.sh: a cluster runs from $dir already (scripts/cluster.sh stop first)" >&2
 		exit 1
 	fi
-	"$root/scripts/build-k8s.sh"
-	rbin=""
+	"$root/scripts/build-k8s.sh" >&2
+	image=""
 	if [ "$nodes" != 0 ]; then
-		if [ -n "${RAMPART_BIN:-}" ]; then
-			rbin=$(cd "$RAMPART_BIN" && pwd)
-		else
-			echo "cluster.sh: building bin/rampartd, bin/rampart, bin/rampart-cni, bin/rampart-podrunner" >&2
-			(cd "$root" && go build -o bin/ ./cmd/... ./test/rampart-testserver)
-			rbin="$root/bin"
-		fi
+		"$root/scripts/build-cri.sh" >&2
+		"$root/scripts/build-node.sh" >&2
+		if [ ${#dns[@]} -gt 0 ]; then "$root/scripts/build-coredns.sh" >&2; fi
+		echo "cluster.sh: Rampart's image (scripts/build-image.sh)" >&2
+		image="$("$root/scripts/build-image.sh")"
 	fi
 	rm -rf "$dir"
-	clusterctl start -bin "$bin" -dir "$dir" -nodes "$nodes" -tunnel "$tunnel" -name "$name" -rampart-bin "$rbin"
+	clusterctl start -dir "$dir" -nodes "$nodes" -tunnel "$tunnel" -image "$image" "${dns[@]}"
 	;;
 stop)
 	if [ -d "$dir" ]; then
@@ -71,7 +72,7 @@ stop)
 	;;
 kubectl)
 	shift
-	exec "$bin/kubectl" --kubeconfig "$dir/kubeconfig" "$@"
+	kubectl "$@"
 	;;
 rampart)
 	if [ $# -lt 2 ]; then
@@ -80,14 +81,15 @@ rampart)
 	fi
 	node="$2"
 	shift 2
-	if [ ! -S "$dir/nodes/$node/rampart.sock" ]; then
-		echo "cluster.sh: no agent socket for node $node in $dir/nodes" >&2
+	pod="$(kubectl -n kube-system get pods -l app.kubernetes.io/name=rampart --field-selector "spec.nodeName=$node" -o name)"
+	if [ -z "$pod" ]; then
+		echo "cluster.sh: no Rampart agent pod on node $node" >&2
 		exit 1
 	fi
-	exec "$(bin_dir)/rampart" --socket "$dir/nodes/$node/rampart.sock" "$@"
+	kubectl -n kube-system exec "$pod" -c rampartd -- /usr/local/bin/rampart "$@"
 	;;
 *)
-	echo "usage: scripts/cluster.sh start [--nodes N] [--tunnel native|vxlan|ipip] [--name NAME] | stop | kubectl ARGS... | rampart NODE ARGS..." >&2
+	echo "usage: scripts/cluster.sh start [--nodes N] [--tunnel native|vxlan|ipip] [--dns] | stop | kubectl ARGS... | rampart NODE ARGS..." >&2
 	exit 2
 	;;
 esac

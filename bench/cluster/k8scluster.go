@@ -23,7 +23,7 @@ import (
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/internal/api"
-	"github.com/rampartnet/rampart/internal/k8s/simcluster"
+	"github.com/rampartnet/rampart/internal/testenv/simcluster"
 )
 
 // K8sBinaries are what a Kubernetes-mode cluster runs: rampartd, rampart-cni and

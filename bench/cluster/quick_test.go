@@ -40,7 +40,7 @@ func TestQuickRun(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(k8sBin, "kube-apiserver")); err != nil {
 		testenv.SkipOrFail(t, "control plane not built (scripts/build-k8s.sh): %v", err)
 	}
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./cmd/rampart-cni", "./cmd/rampart-podrunner")
+	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./cmd/rampart-cni", "./test/rampart-podrunner")
 	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/clusterbench")
 
 	out := filepath.Join(dir, "results")

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +15,10 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 )
 
-// scripts/cluster.sh, for people: start prints a kubeconfig that the built kubectl uses to
-// reach a server with the CRDs installed; stop ends both processes and removes the state.
+// scripts/cluster.sh, for people, with the control plane alone (--nodes 0; the cluster
+// demo in test/demo starts real nodes with it): start prints a kubeconfig that the built
+// kubectl uses to reach a server with the CRDs installed, while a clusterctl process holds
+// the cluster; stop ends that process and its etcd and kube-apiserver and removes the state.
 func TestClusterScript(t *testing.T) {
 	bin := k8stest.BinDir(t)
 	if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); err != nil {
@@ -37,7 +40,7 @@ func TestClusterScript(t *testing.T) {
 		}
 	})
 
-	out, err := script("start")
+	out, err := script("start", "--nodes", "0")
 	if err != nil {
 		t.Fatalf("cluster.sh start: %v\n%s", err, out)
 	}
@@ -45,14 +48,15 @@ func TestClusterScript(t *testing.T) {
 	if kc := lines[len(lines)-1]; kc != filepath.Join(dir, "kubeconfig") {
 		t.Errorf("cluster.sh start printed %q last, want the kubeconfig path", kc)
 	}
+	var st struct{ PID int }
+	if b, err := os.ReadFile(filepath.Join(dir, "cluster.json")); err != nil || json.Unmarshal(b, &st) != nil || st.PID == 0 {
+		t.Fatalf("cluster.json: %v %s", err, b)
+	}
+	pids = append(pids, st.PID)
 	for _, name := range []string{"etcd", "kube-apiserver"} {
-		b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			t.Fatal(err)
+		pid := child(st.PID, name)
+		if pid == 0 {
+			t.Fatalf("no %s under the cluster's holder (pid %d)", name, st.PID)
 		}
 		pids = append(pids, pid)
 	}
@@ -72,4 +76,30 @@ func TestClusterScript(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("state directory after stop: %v", err)
 	}
+}
+
+// child is the pid of parent's child process named comm, 0 if there is none.
+func child(parent int, comm string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(b)
+		lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if lp < 0 || rp < lp || s[lp+1:rp] != comm {
+			continue
+		}
+		f := strings.Fields(s[rp+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(parent) {
+			return pid
+		}
+	}
+	return 0
 }

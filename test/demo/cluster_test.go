@@ -12,42 +12,44 @@ import (
 
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
+	"github.com/rampartnet/rampart/internal/testenv/nodetest"
 )
 
-// startClusterDemo runs scripts/demo-cluster.sh: a cluster named dc<suffix>, whose
-// agents are dc<suffix>n1 and n2 and whose namespaces start with rp-dc<suffix>.
+// startClusterDemo runs scripts/demo-cluster.sh: a cluster whose state directory is
+// /run/rampart-demo-dc<suffix>, held by a clusterctl process whose command line names it.
 func startClusterDemo(t *testing.T) *demo {
 	testenv.RequireRoot(t)
 	if _, err := os.Stat(filepath.Join(k8stest.BinDir(t), "kube-apiserver")); err != nil {
 		testenv.SkipOrFail(t, "control plane binaries missing (scripts/build-k8s.sh): %v", err)
 	}
+	nodetest.FindBins(t, false)
 	inst := "dc" + testenv.Suffix(6)
-	insts := []string{inst, inst + "n1", inst + "n2"}
-	d := startScript(t, "scripts/demo-cluster.sh", inst, 5*time.Minute)
+	dir := "/run/rampart-demo-" + inst
+	// Real nodes: a few minutes, plus the wait for another real-node test's cluster.
+	d := startScript(t, "scripts/demo-cluster.sh", inst, 20*time.Minute)
 	d.leftovers = func() []string {
 		var left []string
-		for _, i := range insts {
-			left = append(left, testenv.InstanceLeftovers(i)...)
+		if _, err := os.Stat(dir); err == nil {
+			left = append(left, dir)
 		}
-		for _, pid := range clusterProcesses(inst) {
+		for _, pid := range holders(dir) {
 			left = append(left, "process "+strconv.Itoa(pid))
 		}
 		return left
 	}
 	d.remove = func() {
-		for _, pid := range clusterProcesses(inst) {
-			syscall.Kill(pid, syscall.SIGKILL)
+		// The holder removes the cluster on SIGTERM, as scripts/cluster.sh stop asks.
+		for _, pid := range holders(dir) {
+			syscall.Kill(pid, syscall.SIGTERM)
 		}
-		for _, i := range insts {
-			testenv.RemoveInstanceLeftovers(i)
-		}
+		testenv.Eventually(3*time.Minute, func() bool { return len(holders(dir)) == 0 })
+		os.RemoveAll(dir)
 	}
 	return d
 }
 
-// clusterProcesses are the running rampartd and rampart-podrunner of cluster inst: their
-// command lines name its node namespaces (rp-<inst>n1-node, ...).
-func clusterProcesses(inst string) []int {
+// holders are the running clusterctl processes holding the cluster of state directory dir.
+func holders(dir string) []int {
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -56,7 +58,7 @@ func clusterProcesses(inst string) []int {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(b), "rp-"+inst+"n") {
+		if err == nil && strings.Contains(string(b), "clusterctl\x00hold") && strings.Contains(string(b), dir+"\x00") {
 			pids = append(pids, pid)
 		}
 	}
@@ -128,7 +130,7 @@ func checkExplanation(t *testing.T, out string) {
 // must stop, say so, exit 130 and remove the whole cluster.
 func TestClusterDemoInterrupted(t *testing.T) {
 	d := startClusterDemo(t)
-	out := d.interrupt(t, "== scenario b-to-a", 4*time.Minute, "demo-cluster: interrupted; cleaning up")
+	out := d.interrupt(t, "== scenario b-to-a", 15*time.Minute, "demo-cluster: interrupted; cleaning up")
 	if strings.Contains(out, "== scenario a-to-b") {
 		t.Errorf("the cluster demo went on after Ctrl-C")
 	}

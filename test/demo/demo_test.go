@@ -17,9 +17,10 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
-// bins are the binaries of the demos: the cluster demo's driver, pod runner and CNI
-// plugin and the DVD rental store besides the agent, the CLI and the test server.
-var bins = testenv.Binaries{Packages: []string{"./cmd/rampart", "./cmd/rampartd", "./cmd/rampart-cni", "./cmd/rampart-podrunner",
+// bins are the binaries of the demos: the cluster demo's driver and cluster holder (its
+// nodes run Rampart's image) and the DVD rental store besides the agent, the CLI and the
+// test server.
+var bins = testenv.Binaries{Packages: []string{"./cmd/rampart", "./cmd/rampartd",
 	"./test/rampart-testserver", "./test/cluster/clusterctl", "./examples/marketplace/cmd/marketplace",
 	"./examples/dvdrental/cmd/dvdrental"}}
 

@@ -3,7 +3,6 @@ package realcluster
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,7 +42,7 @@ var installed = []string{
 func TestInstallDaemonSet(t *testing.T) {
 	testenv.RequireRoot(t)
 	root := testenv.ModuleRoot(t)
-	archive, ref := buildImage(t, root)
+	archive, ref := nodetest.BuildImage(t)
 	c := nodetest.Start(t, nodetest.Options{Nodes: 2, WithoutAgents: true, Images: []string{archive}})
 	ctx := context.Background()
 
@@ -60,13 +59,7 @@ func TestInstallDaemonSet(t *testing.T) {
 		}
 	}
 
-	manifests := editedDeploy(t, root, c.Server, testenv.NewCgroup(t))
-	applied := time.Now()
-	c.MustKubectl("apply", "-R", "-f", manifests)
-	if err := c.WaitNodesReady(3 * time.Minute); err != nil {
-		t.Fatalf("after kubectl apply -R -f deploy/: %v\n%s", err, c.MustKubectl("-n", "kube-system", "get", "pods", "-o", "wide"))
-	}
-	readyAfter := time.Since(applied)
+	readyAfter := c.InstallRampart(nil)
 	agents := agentPods(t, c)
 	for node, p := range agents {
 		if !podReady(&p) {
@@ -205,90 +198,6 @@ func TestInstallDaemonSet(t *testing.T) {
 		t.Errorf("nodes still Ready a minute after the uninstall")
 	}
 	c.MustKubectl("-n", "kube-system", "delete", "daemonset", "rampart-uninstall", "--timeout=50s")
-}
-
-// buildImage builds (or finds, for a clean tree) the image of this tree with
-// scripts/build-image.sh and returns the archive and its versioned reference (it also
-// holds rampart.io/rampart:latest, deploy/'s).
-func buildImage(t *testing.T, root string) (archive, ref string) {
-	t.Helper()
-	if out, err := exec.Command("python3", "-c", "import envoy").CombinedOutput(); err != nil {
-		testenv.SkipOrFail(t, "no Envoy for the image (scripts/setup.sh installs it): %v %s", err, out)
-	}
-	run := func(args ...string) string {
-		cmd := exec.Command("bash", append([]string{filepath.Join(root, "scripts", "build-image.sh")}, args...)...)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "PATH=/usr/local/go/bin:"+os.Getenv("PATH"))
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("scripts/build-image.sh %v: %v", args, err)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	began := time.Now()
-	archive = run()
-	t.Logf("image %s in %v", archive, time.Since(began).Round(100*time.Millisecond))
-	// The archive's own version (rampart-<version>.tar), not the tree's now: a commit
-	// while the image builds would name a tag the archive does not hold.
-	version, ok := strings.CutPrefix(strings.TrimSuffix(filepath.Base(archive), ".tar"), "rampart-")
-	if !ok {
-		t.Fatalf("scripts/build-image.sh made %s, want rampart-<version>.tar", archive)
-	}
-	return archive, "rampart.io/rampart:" + version
-}
-
-// editedDeploy copies deploy/ into a temporary directory with its ConfigMap edited as a
-// user edits it for this cluster: the agents reach the API server at its address (no
-// kube-proxy route to the kubernetes Service before a CNI exists) and attach the Service
-// translation to cgroup (the test's own, so the host's sockets stay as they are).
-func editedDeploy(t *testing.T, root, server, cgroup string) string {
-	t.Helper()
-	dir := t.TempDir()
-	src := filepath.Join(root, "deploy")
-	err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dir, rel), 0o755)
-		}
-		if !strings.HasSuffix(path, ".yaml") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dir, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(dir, "config.yaml")
-	b, err := os.ReadFile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	for _, r := range [][2]string{
-		{`service-cgroup: ""`, "service-cgroup: " + cgroup},
-		{"# k8s-service-host: 10.0.0.1", "k8s-service-host: " + u.Hostname()},
-		{`# k8s-service-port: "6443"`, fmt.Sprintf("k8s-service-port: %q", u.Port())},
-	} {
-		if !strings.Contains(s, r[0]) {
-			t.Fatalf("deploy/config.yaml has no %q to edit", r[0])
-		}
-		s = strings.Replace(s, r[0], r[1], 1)
-	}
-	if err := os.WriteFile(cfg, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // agentPods waits for one running agent pod per node and returns them by node.

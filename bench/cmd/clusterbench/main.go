@@ -140,7 +140,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg.Control = *control
-	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir, "./cmd/rampart-cni", "./cmd/rampart-podrunner")
+	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir, "./cmd/rampart-cni", "./test/rampart-podrunner")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "clusterbench: %v\n", err)
 		return 1

@@ -21,10 +21,10 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
-	"github.com/rampartnet/rampart/internal/k8s/simcluster"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
+	"github.com/rampartnet/rampart/internal/testenv/simcluster"
 )
 
 // Bins builds rampartd, the rampart CLI and the CNI plugin for the clusters; call

@@ -17,10 +17,10 @@ import (
 
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/k8s/controlplane"
-	"github.com/rampartnet/rampart/internal/k8s/simcluster"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
+	"github.com/rampartnet/rampart/internal/testenv/simcluster"
 )
 
 // HostAddress is the host's address on the fabric: the API server listens there, and the
@@ -48,7 +48,8 @@ type Options struct {
 	Images []string
 	// DNS runs the cluster DNS: CoreDNS (coredns.yaml) behind the kube-dns Service at
 	// DNSServiceIP, the kubelets' clusterDNS. Start then also waits until it answers, about
-	// 10-15 s more, which tests that resolve no names need not spend.
+	// 10-15 s more, which tests that resolve no names need not spend. With WithoutAgents,
+	// InstallRampart starts it once the nodes are Ready.
 	DNS bool
 }
 
@@ -64,7 +65,7 @@ type Cluster struct {
 	dir                          string
 	hostLink                     string // the host's link into the fabric
 	scheduler, controllerManager *proc
-	withoutAgents                bool
+	withoutAgents, dns           bool
 }
 
 // Start starts a cluster of real nodes and returns once every node is Ready and its agent
@@ -113,7 +114,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	k := k8stest.StartOn(t, HostAddress, kopts...)
 	k.InstallCRDs(t)
-	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, dir: dir, hostLink: hostLink, withoutAgents: opts.WithoutAgents}
+	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, dir: dir, hostLink: hostLink, withoutAgents: opts.WithoutAgents, dns: opts.DNS}
 	if err := c.publishAPIServer(); err != nil {
 		t.Fatal(err)
 	}
@@ -293,6 +294,9 @@ func lock(t testing.TB) {
 		t.Fatalf("locking %s: %v", lockFile, err)
 	}
 	t.Cleanup(func() { f.Close() })
+	if err := removeStaleHostLinks(t.Logf); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (c *Cluster) logTails(names ...string) {

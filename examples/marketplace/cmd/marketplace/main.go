@@ -1,13 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,18 +17,19 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rampartnet/rampart/internal/api"
-	"github.com/rampartnet/rampart/internal/k8s/simcluster"
 )
 
 const usage = `usage:
-  marketplace pods -cluster DIR -server PATH
-      print the six pods (one per organisation and node) as a manifest for kubectl apply
-  marketplace check -cluster DIR -expected FILE -scenario NAME [-timeout 10s]
-      probe every ordered pod pair until the matrix is the expected one twice in a row or
-      the timeout passes; print it; exit 1 if it is not the expected one
-  marketplace explain -cluster DIR -expected FILE -scenario NAME
-      rampart policy trace, on both nodes, of a cross-node pair the scenario denies,
-      and the destination's recent flows`
+  marketplace pods -kubeconfig FILE -image AGNHOST
+      print the marketplace's pods (one per organisation and node, agnhost netexec on
+      8080/TCP) as a manifest for kubectl apply
+  marketplace check -kubeconfig FILE -expected FILE -scenario NAME [-timeout 30s]
+      probe every ordered pod pair (kubectl exec SOURCE -- /agnhost connect) until the
+      matrix is the expected one twice in a row or the timeout passes; print it; exit 1 if
+      it is not the expected one
+  marketplace explain -kubeconfig FILE -expected FILE -scenario NAME
+      rampart policy trace, in the Rampart agent pod of both nodes, of a cross-node pair
+      the scenario denies, and the destination's recent flows`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -36,26 +37,33 @@ func main() {
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	dir := fs.String("cluster", "", "the cluster's directory (scripts/cluster.sh's RAMPART_CLUSTER_DIR)")
-	server := fs.String("server", "", "pods: the rampart-testserver binary the pods run")
+	kubeconfig := fs.String("kubeconfig", "", "the cluster's kubeconfig (scripts/cluster.sh start prints its path)")
+	kubectl := fs.String("kubectl", "kubectl", "the kubectl binary")
+	image := fs.String("image", "", "pods: the agnhost image the pods run")
 	expected := fs.String("expected", "", "check, explain: the table of allowed pairs (expected.txt)")
 	scenario := fs.String("scenario", "", "check, explain: the scenario's name in the table")
-	timeout := fs.Duration("timeout", 10*time.Second, "check: how long the matrix may take to become the expected one")
+	timeout := fs.Duration("timeout", 30*time.Second, "check: how long the matrix may take to become the expected one")
 	fs.Parse(os.Args[2:])
-	if *dir == "" {
-		fmt.Fprintln(os.Stderr, "marketplace: -cluster is required")
+	if *kubeconfig == "" {
+		fmt.Fprintln(os.Stderr, "marketplace: -kubeconfig is required")
 		os.Exit(2)
 	}
-	s, err := simcluster.Load(*dir)
+	c, err := connect(*kubeconfig, *kubectl)
 	if err != nil {
 		fail(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout+2*time.Minute)
+	defer cancel()
 	switch os.Args[1] {
 	case "pods":
-		if *server == "" {
-			fail(fmt.Errorf("-server is required"))
+		if *image == "" {
+			fail(fmt.Errorf("-image is required"))
 		}
-		fmt.Print(podsManifest(s, *server))
+		m, err := podsManifest(ctx, c, *image)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Print(m)
 		return
 	case "check", "explain":
 	default:
@@ -70,21 +78,45 @@ func main() {
 	if !ok {
 		fail(fmt.Errorf("scenario %q is not in %s", *scenario, *expected))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout+time.Minute)
-	defer cancel()
-	pods, err := findPods(ctx, s)
+	pods, err := findPods(ctx, c)
 	if err != nil {
 		fail(err)
 	}
 	if os.Args[1] == "explain" {
-		if err := explain(s, pods, allowed); err != nil {
+		if err := explain(c, pods, allowed); err != nil {
 			fail(err)
 		}
 		return
 	}
-	if !check(pods, allowed, *timeout) {
+	if !check(c, pods, allowed, *timeout) {
 		os.Exit(1)
 	}
+}
+
+// cluster is how the driver reaches the cluster: the API for pods and nodes, kubectl for
+// what a user runs in pods.
+type cluster struct {
+	kubeconfig, kubectl string
+	client              *kubernetes.Clientset
+}
+
+func connect(kubeconfig, kubectl string) (*cluster, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	rc.Timeout = 10 * time.Second
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return &cluster{kubeconfig: kubeconfig, kubectl: kubectl, client: cs}, nil
+}
+
+// command is kubectl with the cluster's kubeconfig, bounded by timeout.
+func (c *cluster) command(timeout time.Duration, args ...string) (*exec.Cmd, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	return exec.CommandContext(ctx, c.kubectl, append([]string{"--kubeconfig", c.kubeconfig}, args...)...), cancel
 }
 
 func fail(err error) {
@@ -99,12 +131,16 @@ func podName(org, node string) string {
 	return org + "-" + strings.TrimPrefix(node, "node-")
 }
 
-// podsManifest is one pod of each organisation on each node, running the test server on
-// 8080/TCP, Ready once the port answers.
-func podsManifest(s *simcluster.State, server string) string {
+// podsManifest is one pod of each organisation on each node, running agnhost netexec
+// (an HTTP server) on 8080/TCP, Ready once the port answers.
+func podsManifest(ctx context.Context, c *cluster, image string) (string, error) {
+	nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("listing nodes: %w", err)
+	}
 	var b strings.Builder
 	for _, o := range orgs {
-		for _, n := range s.Nodes {
+		for _, n := range nodes.Items {
 			fmt.Fprintf(&b, `---
 apiVersion: v1
 kind: Pod
@@ -114,58 +150,42 @@ metadata:
   labels: {id.pod: Organization%s}
 spec:
   nodeName: %s
-  terminationGracePeriodSeconds: 2
+  terminationGracePeriodSeconds: 1
   containers:
   - name: server
-    image: none
-    command: [%q, serve, --tcp, "8080"]
+    image: %s
+    imagePullPolicy: Never
+    args: [netexec, --http-port=8080, --udp-port=-1]
     readinessProbe:
       tcpSocket: {port: 8080}
       periodSeconds: 1
-`, podName(o, n.Name), o, strings.ToUpper(o), n.Name, server)
+`, podName(o, n.Name), o, strings.ToUpper(o), n.Name, image)
 		}
 	}
-	return b.String()
+	return b.String(), nil
 }
 
 // pod is one marketplace pod as the probes need it.
 type pod struct {
-	Org   string // a, b, c
-	Name  string // pod name
-	Node  string
-	IP    string
-	Netns string // its network namespace, from its node's agent
+	Org  string // a, b, c
+	Name string // pod name
+	Node string
+	IP   string
 }
 
 func (p pod) Key() string   { return "org-" + p.Org + "/" + p.Name }
 func (p pod) Label() string { return strings.ToUpper(p.Org) + "@" + p.Node }
 
-// findPods lists the pods of the three namespaces from the API (node, podIP) and asks
-// each node's agent for the pod's network namespace (the endpoint the CNI ADD made).
-func findPods(ctx context.Context, s *simcluster.State) ([]pod, error) {
-	rc, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+// findPods lists the pods of the three namespaces from the API (node, podIP): one of each
+// organisation on each node, all Ready.
+func findPods(ctx context.Context, c *cluster) ([]pod, error) {
+	nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
-	netns := map[string]string{} // ns/name -> netns path
-	for _, n := range s.Nodes {
-		c := api.NewClient(n.Socket)
-		eps, err := c.ListEndpoints(ctx)
-		c.Close()
-		if err != nil {
-			return nil, fmt.Errorf("endpoints of node %s: %w", n.Name, err)
-		}
-		for _, e := range eps {
-			netns[e.Key()] = e.Netns
-		}
+		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	var pods []pod
 	for _, o := range orgs {
-		list, err := cs.CoreV1().Pods("org-"+o).List(ctx, metav1.ListOptions{})
+		list, err := c.client.CoreV1().Pods("org-"+o).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("listing pods of org-%s: %w", o, err)
 		}
@@ -173,15 +193,11 @@ func findPods(ctx context.Context, s *simcluster.State) ([]pod, error) {
 			if p.Status.PodIP == "" || !ready(&p) {
 				return nil, fmt.Errorf("pod %s/%s is not ready", p.Namespace, p.Name)
 			}
-			q := pod{Org: o, Name: p.Name, Node: p.Spec.NodeName, IP: p.Status.PodIP, Netns: netns[p.Namespace+"/"+p.Name]}
-			if q.Netns == "" {
-				return nil, fmt.Errorf("node %s's agent has no endpoint for pod %s", q.Node, q.Key())
-			}
-			pods = append(pods, q)
+			pods = append(pods, pod{Org: o, Name: p.Name, Node: p.Spec.NodeName, IP: p.Status.PodIP})
 		}
 	}
-	if len(pods) != len(orgs)*len(s.Nodes) {
-		return nil, fmt.Errorf("%d pods in org-a, org-b, org-c; want %d (one of each organisation per node)", len(pods), len(orgs)*len(s.Nodes))
+	if len(pods) != len(orgs)*len(nodes.Items) {
+		return nil, fmt.Errorf("%d pods in org-a, org-b, org-c; want %d (one of each organisation per node)", len(pods), len(orgs)*len(nodes.Items))
 	}
 	return pods, nil
 }
@@ -204,7 +220,7 @@ func ready(p *corev1.Pod) bool {
 // which name the pods of the other node with their node. It prefers a pair whose source
 // may reach some pod and whose destination may be reached by some: a denial that depends
 // on who the peer is, not a pod that accepts or sends nothing.
-func explain(s *simcluster.State, pods []pod, allowed map[[2]string]bool) error {
+func explain(c *cluster, pods []pod, allowed map[[2]string]bool) error {
 	sends, receives := map[string]bool{}, map[string]bool{}
 	for k, v := range allowed {
 		if v {
@@ -235,7 +251,7 @@ func explain(s *simcluster.State, pods []pod, allowed map[[2]string]bool) error 
 		{to.Node, from.IP, to.Key()},
 	} {
 		tr := nodeTrace{Node: side.node, Args: []string{"policy", "trace", "--from", side.from, "--to", side.to, "--port", "8080/TCP"}}
-		out, err := rampartOutput(s, side.node, append(tr.Args, "-o", "json")...)
+		out, err := rampartOutput(c, side.node, append(tr.Args, "-o", "json")...)
 		if err != nil {
 			return err
 		}
@@ -249,12 +265,12 @@ func explain(s *simcluster.State, pods []pod, allowed map[[2]string]bool) error 
 		return err
 	}
 	for _, tr := range ordered {
-		if err := rampart(s, tr.Node, "which judges "+judged(tr.Result), tr.Args...); err != nil {
+		if err := rampart(c, tr.Node, "which judges "+judged(tr.Result), tr.Args...); err != nil {
 			return err
 		}
 		fmt.Println(conclusion(tr, ordered))
 	}
-	return rampart(s, to.Node, "the destination's node", "observe", "--endpoint", to.Key(), "--last", "6")
+	return rampart(c, to.Node, "the destination's node", "observe", "--endpoint", to.Key(), "--last", "6")
 }
 
 // nodeTrace is one node's policy trace of a pair.
@@ -322,39 +338,32 @@ func conclusion(t nodeTrace, all []nodeTrace) string {
 	return fmt.Sprintf("=> %s allows the sides it judges (%s); the pair is denied on %s", t.Node, judged(t.Result), strings.Join(others, " and "))
 }
 
-// rampart runs the CLI against node's agent, showing the command and what it answers for.
-func rampart(s *simcluster.State, node, note string, args ...string) error {
-	cmd, err := rampartCmd(s, node, args)
-	if err != nil {
-		return err
-	}
+// rampart runs the CLI in node's agent pod, showing the command and what it answers for.
+func rampart(c *cluster, node, note string, args ...string) error {
 	fmt.Printf("\n$ rampart %s   # on %s, %s\n", strings.Join(args, " "), node, note)
-	cmd.Stdout = os.Stdout
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("rampart %s on %s: %w", strings.Join(args, " "), node, err)
-	}
-	return nil
+	out, err := rampartOutput(c, node, args...)
+	os.Stdout.Write(out)
+	return err
 }
 
-// rampartOutput runs the CLI against node's agent and returns what it prints.
-func rampartOutput(s *simcluster.State, node string, args ...string) ([]byte, error) {
-	cmd, err := rampartCmd(s, node, args)
-	if err != nil {
-		return nil, err
+// rampartOutput runs the CLI in node's agent pod (kubectl exec, as a user asks an agent)
+// and returns what it prints.
+func rampartOutput(c *cluster, node string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	agents, err := c.client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=rampart", FieldSelector: "spec.nodeName=" + node})
+	if err != nil || len(agents.Items) != 1 {
+		return nil, fmt.Errorf("the Rampart agent pod of %s: %d pods, %v", node, len(agents.Items), err)
 	}
+	cmd, cancel := c.command(30*time.Second, append([]string{"-n", "kube-system", "exec", agents.Items[0].Name, "-c", "rampartd", "--",
+		"/usr/local/bin/rampart"}, args...)...)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("rampart %s on %s: %w", strings.Join(args, " "), node, err)
+		return out, fmt.Errorf("rampart %s on %s: %w: %s", strings.Join(args, " "), node, err, stderr.String())
 	}
 	return out, nil
-}
-
-func rampartCmd(s *simcluster.State, node string, args []string) (*exec.Cmd, error) {
-	n, ok := s.Node(node)
-	if !ok {
-		return nil, fmt.Errorf("no node %s", node)
-	}
-	cmd := exec.Command(filepath.Join(s.BinDir, "rampart"), append([]string{"--socket", n.Socket}, args...)...)
-	cmd.Stderr = os.Stderr
-	return cmd, nil
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 )
 
-var bins = testenv.Binaries{Packages: []string{"./cmd/rampartd", "./cmd/rampart-cni", "./cmd/rampart-podrunner"}}
+var bins = testenv.Binaries{Packages: []string{"./cmd/rampartd", "./cmd/rampart-cni", "./test/rampart-podrunner"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()

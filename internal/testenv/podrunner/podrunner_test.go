@@ -32,7 +32,7 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 )
 
-var bins = testenv.Binaries{Packages: []string{"./cmd/rampart-cni", "./cmd/rampart-podrunner", "./test/rampart-testserver"}}
+var bins = testenv.Binaries{Packages: []string{"./cmd/rampart-cni", "./test/rampart-podrunner", "./test/rampart-testserver"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()

@@ -1,5 +1,5 @@
 // Command rampart-podrunner plays the network part of a kubelet for one node
-// (internal/k8s/podrunner): it registers the Node, and runs the Pods bound to it as host
+// (internal/testenv/podrunner): it registers the Node, and runs the Pods bound to it as host
 // processes in sandbox network namespaces attached through the node's CNI plugin. It is
 // for tests, demos and benchmarks on simulated nodes, not a kubelet: no images, volumes or
 // scheduler. `rampart-podrunner --help` says more.
@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/rampartnet/rampart/internal/k8s/podrunner"
+	"github.com/rampartnet/rampart/internal/testenv/podrunner"
 )
 
 const usage = `rampart-podrunner runs the pods of one node, as the network part of a kubelet does.
