@@ -20,17 +20,18 @@
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 root="$(cd "$(dirname "$0")/.." && pwd)"
-dir="${RAMPART_CLUSTER_DIR:-/run/rampart-cluster}"
+dir="$(realpath -m "${RAMPART_CLUSTER_DIR:-/run/rampart-cluster}")"
 export PATH="$PATH:/usr/local/go/bin"
 
 kubectl() { "$("$root/scripts/build-k8s.sh" --dir)/kubectl" --kubeconfig "$dir/kubeconfig" "$@"; }
 clusterctl() { # RAMPART_BIN's build if it has one (the demo's), else built from this tree
 	if [ -n "${RAMPART_BIN:-}" ] && [ -x "$RAMPART_BIN/clusterctl" ]; then
-		"$RAMPART_BIN/clusterctl" "$@"
+		(cd "$root" && "$RAMPART_BIN/clusterctl" "$@")
 	else
 		mkdir -p "$root/bin"
 		(cd "$root" && go build -o bin/clusterctl ./test/cluster/clusterctl)
-		"$root/bin/clusterctl" "$@"
+		# From the repository: the cluster's holder finds the build scripts' caches there.
+		(cd "$root" && "$root/bin/clusterctl" "$@")
 	fi
 }
 

@@ -65,8 +65,8 @@ func GoTool() string {
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
-// ModuleRoot is the repository's root: the nearest directory above the test's working
-// directory that holds go.mod.
+// ModuleRoot is the repository's root: the nearest directory above the working directory
+// whose go.mod is the product module's (not bench/'s, which is a module of its own).
 func ModuleRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
@@ -74,15 +74,25 @@ func ModuleRoot(t testing.TB) string {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(b) == "github.com/rampartnet/rampart" {
 			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
+			t.Fatal("no go.mod of github.com/rampartnet/rampart above the working directory")
 		}
 		dir = parent
 	}
+}
+
+// modulePath is the module path a go.mod declares.
+func modulePath(gomod []byte) string {
+	for _, l := range strings.Split(string(gomod), "\n") {
+		if m, ok := strings.CutPrefix(strings.TrimSpace(l), "module "); ok {
+			return strings.Trim(strings.TrimSpace(m), `"`)
+		}
+	}
+	return ""
 }
 
 // InstanceLeftovers lists what an agent instance inst may have left on this machine at
