@@ -240,10 +240,6 @@ func TestNetworkPolicyTruthTables(t *testing.T) {
 	for _, c := range all {
 		c := c
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
-			// Each case has an agent, node namespace, pins and world of its own (named
-			// after its instance), so cases run side by side (go test's -parallel, the
-			// number of CPUs): most of a case is waiting for denied probes to time out.
-			t.Parallel()
 			h := newHarness(t)
 			for i, s := range c.steps {
 				if err := s(h); err != nil {
