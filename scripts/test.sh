@@ -39,10 +39,33 @@ if [ -x scripts/check-generate.sh ]; then
 	echo "== generated BPF objects up to date"
 	bash scripts/check-generate.sh
 fi
+# go test runs GOTEST_P packages at once (default 2, one per core; 3 is measured in
+# docs/testing.md) and starts them in the order given: the long packages first, so none of
+# them starts last and makes the tail. test/realcluster and test/conformance take the
+# real-node host lock: they are far apart, so that one does not hold a slot waiting for
+# the other.
+slow_root="test/k8smode internal/datapath test/e2e test/realcluster internal/cli test/demo
+	test/l7 test/deploy test/taps internal/k8s/podrunner test/cluster cmd/rampartd
+	internal/k8s/identities internal/monitor/suricata test/conformance"
+slow_bench="bench/egress bench/cluster bench/taps bench/l7 bench/policyoverhead
+	bench/coldcost bench/propagation bench/services bench/applylatency"
+# packages_longest_first SLOW...: the packages of the module here (go list ./...), the
+# listed ones first in their order, then the rest in go list's order; a listed package
+# that no longer exists is left out.
+packages_longest_first() {
+	local all p
+	all=$(go list ./...)
+	for p in "$@"; do
+		grep -qxF "github.com/rampartnet/rampart/$p" <<<"$all" && echo "github.com/rampartnet/rampart/$p"
+	done
+	grep -vxF -f <(for p in "$@"; do echo "github.com/rampartnet/rampart/$p"; done) <<<"$all" || true
+}
 echo "== go test"
-go test -count=1 -timeout 30m "$@" ./...
+# shellcheck disable=SC2086,SC2046
+go test -count=1 -timeout 30m -p "${GOTEST_P:-2}" "$@" $(packages_longest_first $slow_root)
 echo "== go test (bench module: unit tests and a quick run of each benchmark)"
-(cd bench && go test -count=1 -timeout 30m "$@" ./...)
+# shellcheck disable=SC2086,SC2046
+(cd bench && go test -count=1 -timeout 30m -p "${GOTEST_P:-2}" "$@" $(packages_longest_first $slow_bench))
 
 # Each fuzz target runs for a short fixed time after the unit tests (which already ran its
 # seed corpus and the regression cases under testdata/fuzz). -fuzz takes one target at a
