@@ -45,7 +45,7 @@ fi
 # real-node host lock: they are far apart, so that one does not hold a slot waiting for
 # the other.
 slow_root="test/k8smode internal/datapath test/e2e test/realcluster internal/cli test/demo
-	test/l7 test/deploy test/taps internal/k8s/podrunner test/cluster cmd/rampartd
+	test/l7 test/deploy test/taps internal/testenv/podrunner test/cluster cmd/rampartd
 	internal/k8s/identities internal/monitor/suricata test/conformance"
 slow_bench="bench/egress bench/cluster bench/taps bench/l7 bench/policyoverhead
 	bench/coldcost bench/propagation bench/services bench/applylatency"

@@ -33,6 +33,7 @@ type K8sBinaries struct{ BinDir, K8sBinDir string }
 
 // Control planes a run can use.
 const (
+	ControlNodes = "nodes" // real nodes: kubelet, containerd and kube-proxy each (NewNodesCluster)
 	ControlK8s   = "k8s"   // a Kubernetes API server and etcd; pods made by the pod runner
 	ControlAgent = "agent" // nodes, pods and policies declared through each agent's API
 )
@@ -43,11 +44,21 @@ const (
 // NetworkPolicy objects written to the API; identities are the cluster's.
 type k8sCluster struct {
 	mode  string
-	dir   string
-	state *simcluster.State
-	cs    kubernetes.Interface
-	mu    sync.Mutex
-	epIDs map[string]uint32 // namespace/name -> the endpoint's ID on its node
+	nodes []k8sNode
+	// container is the pods' only container: its process only holds the sandbox; the
+	// benchmark runs its servers and clients in the pod's network namespace.
+	container corev1.Container
+	close     func() error
+	cs        kubernetes.Interface
+	mu        sync.Mutex
+	epIDs     map[string]uint32 // namespace/name -> the endpoint's ID on its node
+}
+
+// k8sNode is a node of a k8sCluster as the benchmark reaches its agent.
+type k8sNode struct {
+	Name   string
+	Socket string // the agent's API socket
+	Pins   string // the agent's BPF pin directory
 }
 
 // podWait bounds the wait for every pod of AddPods to be Ready, in the API and on its node.
@@ -63,29 +74,37 @@ func NewK8sCluster(ctx context.Context, bin K8sBinaries, mode, prefix string) (_
 	if err != nil {
 		return nil, err
 	}
-	c := &k8sCluster{mode: mode, dir: dir, epIDs: map[string]uint32{}}
+	c := &k8sCluster{mode: mode, epIDs: map[string]uint32{},
+		container: corev1.Container{Name: "main", Image: "rampart.local/pause", Command: []string{"sleep", "infinity"}},
+		close:     func() error { return errors.Join(simcluster.Stop(dir), os.RemoveAll(dir)) }}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.Close())
 		}
 	}()
-	c.state, err = simcluster.Start(ctx, simcluster.Config{
+	state, err := simcluster.Start(ctx, simcluster.Config{
 		Dir: dir, K8sBinDir: bin.K8sBinDir, BinDir: bin.BinDir, Name: prefix, Nodes: 2, Tunnel: mode,
 	})
 	if err != nil {
 		return nil, err
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", c.state.Kubeconfig)
+	for _, n := range state.Nodes {
+		c.nodes = append(c.nodes, k8sNode{Name: n.Name, Socket: n.Socket, Pins: filepath.Join("/sys/fs/bpf/rampart", n.Instance)})
+	}
+	return c, c.connect(state.Kubeconfig)
+}
+
+// connect makes the cluster's API client.
+func (c *k8sCluster) connect(kubeconfig string) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	// Thousands of policies are written at once: client-go's default 5 writes/s would
 	// measure its own rate limiter.
 	rc.QPS, rc.Burst = 2000, 4000
-	if c.cs, err = kubernetes.NewForConfig(rc); err != nil {
-		return nil, err
-	}
-	return c, nil
+	c.cs, err = kubernetes.NewForConfig(rc)
+	return err
 }
 
 func (c *k8sCluster) Mode() string { return c.mode }
@@ -116,11 +135,9 @@ func (c *k8sCluster) AddPods(ctx context.Context, specs []PodSpec) ([]*Pod, erro
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, Labels: labels},
 			Spec: corev1.PodSpec{
-				NodeName:                      c.state.Nodes[s.Node].Name,
+				NodeName:                      c.nodes[s.Node].Name,
 				TerminationGracePeriodSeconds: &grace,
-				// The pod's own process only holds the sandbox; the benchmark runs its
-				// servers and clients in the pod's network namespace.
-				Containers: []corev1.Container{{Name: "main", Image: "rampart.local/pause", Command: []string{"sleep", "infinity"}}},
+				Containers:                    []corev1.Container{c.container},
 			},
 		}
 		if _, err := c.cs.CoreV1().Pods(s.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -136,7 +153,7 @@ func (c *k8sCluster) AddPods(ctx context.Context, specs []PodSpec) ([]*Pod, erro
 		return nil, err
 	}
 	netnsOf := map[string]api.Endpoint{}
-	for _, n := range c.state.Nodes {
+	for _, n := range c.nodes {
 		ac := api.NewClient(n.Socket)
 		eps, err := ac.ListEndpoints(ctx)
 		ac.Close()
@@ -152,7 +169,7 @@ func (c *k8sCluster) AddPods(ctx context.Context, specs []PodSpec) ([]*Pod, erro
 		key := s.Namespace + "/" + s.Name
 		e, ok := netnsOf[key]
 		if !ok {
-			return nil, fmt.Errorf("the agent of %s has no endpoint for pod %s", c.state.Nodes[s.Node].Name, key)
+			return nil, fmt.Errorf("the agent of %s has no endpoint for pod %s", c.nodes[s.Node].Name, key)
 		}
 		mtu, err := podMTU(e.Netns)
 		if err != nil {
@@ -331,12 +348,9 @@ func (c *k8sCluster) PolicyEntries(p *Pod) (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("unknown pod %s", p.Name)
 	}
-	return benchkit.PolicyEntries(filepath.Join("/sys/fs/bpf/rampart", c.state.Nodes[p.Node].Instance), id)
+	return benchkit.PolicyEntries(c.nodes[p.Node].Pins, id)
 }
 
 // Close stops the cluster (pods, agents, namespaces, control plane) and removes its
 // directory.
-func (c *k8sCluster) Close() error {
-	err := simcluster.Stop(c.dir)
-	return errors.Join(err, os.RemoveAll(c.dir))
-}
+func (c *k8sCluster) Close() error { return c.close() }

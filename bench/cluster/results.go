@@ -75,7 +75,8 @@ type Settings struct {
 	CPU          int       `json:"cpu"` // overlay and policy experiments; -1 unpinned
 	// Prefix starts the instance and namespace names of everything the run made.
 	Prefix string `json:"prefix"`
-	// Control is the clusters' control plane: k8s (API server, etcd, pod runners) or agent
+	// Control is the clusters' control plane: nodes (real nodes), k8s (API server, etcd,
+	// pod runners) or agent
 	// (each agent's API); empty in reports from before the Kubernetes mode: agent.
 	Control string `json:"control_plane,omitempty"`
 }

@@ -55,8 +55,9 @@ type Config struct {
 	// iperf3 and the request/response ends, both sides) to this CPU; -1 leaves them
 	// unpinned. The pod scalability experiment is never pinned: its pairs share the CPUs.
 	CPU int
-	// Control is the control plane of the clusters: ControlK8s (the default: an API
-	// server, etcd and each node's pod runner, as users run it) or ControlAgent.
+	// Control is the control plane of the clusters: ControlNodes (the default: real
+	// nodes, as users run them), ControlK8s (an API server, etcd and a pod runner per
+	// node in place of kubelet and containerd) or ControlAgent.
 	Control string
 	Bin     AgentBinaries
 	K8s     K8sBinaries // ControlK8s
@@ -86,7 +87,7 @@ func DefaultConfig() Config {
 		PolicyCounts: []int{1, 10, 100, 1000, 10000},
 		PolicyTunnel: "vxlan",
 		CPU:          runtime.NumCPU() - 1,
-		Control:      ControlK8s,
+		Control:      ControlNodes,
 		Iperf3:       "iperf3",
 		OutDir:       "bench/results",
 	}
@@ -136,8 +137,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.NewCluster == nil {
 		bin, k8s := cfg.Bin, cfg.K8s
 		cfg.NewCluster = func(ctx context.Context, mode, prefix string, d *benchkit.Daemons) (Cluster, error) {
-			if cfg.Control == ControlAgent {
+			switch cfg.Control {
+			case ControlAgent:
 				return NewAgentCluster(ctx, bin, mode, prefix, d)
+			case ControlNodes:
+				return NewNodesCluster(ctx, mode, cfg.Log)
 			}
 			return NewK8sCluster(ctx, k8s, mode, prefix)
 		}
@@ -230,8 +234,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("CPU %d: this machine has %d", c.CPU, runtime.NumCPU())
 	case c.Self == "":
 		return errors.New("no helper binary (Self) for the request/response server and client and the probe")
-	case c.Control != ControlK8s && c.Control != ControlAgent:
-		return fmt.Errorf("control plane %q: want %s or %s", c.Control, ControlK8s, ControlAgent)
+	case c.Control != ControlNodes && c.Control != ControlK8s && c.Control != ControlAgent:
+		return fmt.Errorf("control plane %q: want %s, %s or %s", c.Control, ControlNodes, ControlK8s, ControlAgent)
 	case c.NewCluster == nil && c.Control == ControlAgent && (c.Bin.Rampartd == "" || c.Bin.Rampart == ""):
 		return errors.New("the agent cluster needs the rampartd and rampart binaries")
 	case c.NewCluster == nil && c.Control == ControlK8s && (c.K8s.BinDir == "" || c.K8s.K8sBinDir == ""):

@@ -39,6 +39,8 @@ func Table(rep *Report) string {
 	}
 	b.WriteString(".\n\n")
 	switch rep.Settings.Control {
+	case ControlNodes:
+		b.WriteString("Clusters of real nodes: kubelet, containerd and kube-proxy per node, kube-scheduler and kube-controller-manager, rampartd in Kubernetes mode as the CNI; pods are Pod objects (agnhost), policies NetworkPolicy objects written to the API.\n\n")
 	case ControlK8s:
 		b.WriteString("Clusters on a kube-apiserver and etcd: rampartd --kubeconfig and a pod runner per node; pods are Pod objects, policies NetworkPolicy objects written to the API.\n\n")
 	default:

@@ -165,6 +165,9 @@ func (n *Node) AgentPid() int {
 // Socket is the path of the node agent's API socket (what rampart-cni's configuration names).
 func (n *Node) Socket() string { return n.socket }
 
+// BPFDir is the agent's BPF pin directory.
+func (n *Node) BPFDir() string { return "/sys/fs/bpf/rampart/" + n.instance }
+
 func (c *Cluster) createNodeObject(n *Node) {
 	c.T.Helper()
 	node := &corev1.Node{

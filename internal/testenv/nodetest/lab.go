@@ -17,6 +17,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/k8s/controlplane"
+	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
@@ -46,6 +47,9 @@ type Options struct {
 	// Images are more image archives imported into every node's containerd, as pause and
 	// agnhost are (e.g. scripts/build-image.sh's): there is no registry to pull from.
 	Images []string
+	// Tunnel is the agents' --tunnel (default native routing); with WithoutAgents, deploy/'s
+	// ConfigMap says it (InstallRampart's settings).
+	Tunnel overlay.Mode
 	// DNS runs the cluster DNS: CoreDNS (coredns.yaml) behind the kube-dns Service at
 	// DNSServiceIP, the kubelets' clusterDNS. Start then also waits until it answers, about
 	// 10-15 s more, which tests that resolve no names need not spend. With WithoutAgents,
@@ -156,7 +160,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 		// cgroupRoot in the cgroup2 hierarchy, which runc joins beside the v1 ones. Not
 		// the host's root, where it would rewrite every host socket (and the other
 		// node's pods twice); kube-proxy still serves NodePorts from outside.
-		agentOpts := clustertest.Options{AgentFlags: []string{"--service-cgroup", filepath.Join(datapath.DefaultServiceCgroup(), root)}}
+		agentOpts := clustertest.Options{Tunnel: opts.Tunnel,
+			AgentFlags: []string{"--service-cgroup", filepath.Join(datapath.DefaultServiceCgroup(), root)}}
 		n := &Node{
 			Dir:        filepath.Join(dir, name),
 			CgroupRoot: root,
