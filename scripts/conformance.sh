@@ -19,8 +19,8 @@
 # duration, default 2h) bounds the run (the full run only). cyclonus' log, JUnit report and
 # summary go there too (cyclonus.log, cyclonus-junit.xml, cyclonus-summary.txt);
 # RAMPART_CYCLONUS_TIMEOUT (default 100m) bounds its full run, RAMPART_CYCLONUS_INCLUDE
-# (cyclonus tags, comma-separated) narrows it, RAMPART_CYCLONUS_DESTINATION=pod-ip probes
-# pod IPs instead of Service names.
+# and RAMPART_CYCLONUS_EXCLUDE (cyclonus tags, comma-separated) narrow it,
+# RAMPART_CYCLONUS_DESTINATION=pod-ip probes pod IPs instead of Service names.
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
