@@ -9,11 +9,18 @@
 #
 #   scripts/conformance.sh           the full run (48 specs)
 #   scripts/conformance.sh --subset  the 6 specs CI runs on every change (a few minutes)
+#   scripts/conformance.sh --cyclonus         cyclonus' generated cases instead (102 that
+#                                             are not SCTP; TestCyclonus; about an hour)
+#   scripts/conformance.sh --cyclonus-subset  the 7 cyclonus cases CI runs (TestCyclonusSubset)
 #
 # The JUnit report, ginkgo's log and a summary (spec, result, seconds; the run's time) go
 # to $RAMPART_CONFORMANCE_REPORT_DIR (default /tmp/rampart-conformance). Specs run one at a
 # time; RAMPART_CONFORMANCE_NODES=N runs N at once, RAMPART_CONFORMANCE_TIMEOUT (a Go
-# duration, default 2h) bounds the run (the full run only).
+# duration, default 2h) bounds the run (the full run only). cyclonus' log, JUnit report and
+# summary go there too (cyclonus.log, cyclonus-junit.xml, cyclonus-summary.txt);
+# RAMPART_CYCLONUS_TIMEOUT (default 100m) bounds its full run, RAMPART_CYCLONUS_INCLUDE
+# and RAMPART_CYCLONUS_EXCLUDE (cyclonus tags, comma-separated) narrow it,
+# RAMPART_CYCLONUS_DESTINATION=pod-ip probes pod IPs instead of Service names.
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
@@ -22,11 +29,24 @@ export PATH="$PATH:/usr/local/go/bin"
 bash scripts/build-k8s.sh
 bash scripts/build-cri.sh
 bash scripts/build-node.sh
-bash scripts/build-e2e.sh
-
 export RAMPART_CONFORMANCE_REPORT_DIR="${RAMPART_CONFORMANCE_REPORT_DIR:-/tmp/rampart-conformance}"
-if [ "${1:-}" = "--subset" ]; then
+case "${1:-}" in
+--cyclonus | --cyclonus-subset)
+	# cyclonus probes its pods' Services by name: the cluster runs CoreDNS.
+	bash scripts/build-coredns.sh
+	bash scripts/build-cyclonus.sh
+	if [ "$1" = "--cyclonus-subset" ]; then
+		CI=true go test -count=1 -v -timeout 30m -run 'TestCyclonusSubset$' ./test/conformance/
+	else
+		CI=true RAMPART_CYCLONUS=full go test -count=1 -v -timeout 3h -run 'TestCyclonus$' ./test/conformance/
+	fi
+	;;
+--subset)
+	bash scripts/build-e2e.sh
 	CI=true go test -count=1 -v -timeout 30m -run 'TestConformanceSubset$' ./test/conformance/
-else
+	;;
+*)
+	bash scripts/build-e2e.sh
 	CI=true RAMPART_CONFORMANCE=full go test -count=1 -v -timeout 3h -run 'TestConformance$' ./test/conformance/
-fi
+	;;
+esac

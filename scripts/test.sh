@@ -26,6 +26,9 @@ bash scripts/build-coredns.sh
 # upstream's NetworkPolicy e2e specs and the ginkgo CLI, for the conformance subset
 # (test/conformance; cached; minutes on a fresh machine).
 bash scripts/build-e2e.sh
+# cyclonus, whose generated NetworkPolicy cases test/conformance's TestCyclonusSubset runs
+# (cached; about 2 min 30 s on a fresh machine).
+bash scripts/build-cyclonus.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
