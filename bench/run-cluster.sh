@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Runs the cluster benchmark (see docs/benchmarks.md, "Cluster"): two-node clusters of real
-# nodes (each a namespace with containerd, kubelet and kube-proxy, rampartd in Kubernetes
-# mode as the CNI, joined by a fabric; --control-plane k8s: a pod runner per node in place
-# of kubelet and containerd), pod scalability over each tunnel mode, the overlay's cost against
+# Runs the cluster benchmark (see docs/benchmarks.md, "Cluster"): two-node clusters on a
+# kube-apiserver and etcd (each node a namespace with rampartd --kubeconfig and a pod runner
+# in place of kubelet and containerd, joined by a fabric; --control-plane nodes: real nodes,
+# one mode at a time), pod scalability over each tunnel mode, the overlay's cost against
 # native routing and the bare fabric, and policy scalability across nodes. Builds the agent,
 # CLI, CNI plugin, pod runner and the benchmark from this checkout and runs it as root:
 #   bench/run-cluster.sh                                  # full run, about twenty minutes
@@ -29,8 +29,9 @@ bin=$(mktemp -d /tmp/rp-cluster-bin-XXXXXX)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/" ./cmd/rampartd ./cmd/rampart ./cmd/rampart-cni ./test/rampart-podrunner
 (cd bench && go build -o "$bin/" ./cmd/clusterbench) # the bench module (bench/go.mod)
-# The clusters are real nodes (the default --control-plane nodes): Kubernetes, containerd
-# and runc built once per machine and cached (about twenty minutes the first time).
+# The control plane (--control-plane k8s, the default) and the real nodes' binaries
+# (--control-plane nodes): built once per machine and cached (about twenty minutes the
+# first time).
 bash scripts/build-k8s.sh
 bash scripts/build-cri.sh
 bash scripts/build-node.sh

@@ -31,24 +31,7 @@ const (
 // pod experiment's first. A mode the agent refuses is recorded, not an error.
 func (r *runner) setUp(ctx context.Context) error {
 	exp := func(e string) bool { return slices.Contains(r.cfg.Experiments, e) }
-	var names []string
-	add := func(n string) {
-		if !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
-	if exp(ExpPods) || exp(ExpOverlay) {
-		for _, m := range r.cfg.Modes {
-			add(m)
-		}
-	}
-	if exp(ExpOverlay) {
-		add(CaseNative)
-		add(CaseNativeControl)
-	}
-	if exp(ExpPolicies) {
-		add(r.cfg.PolicyTunnel)
-	}
+	names := r.cfg.clusterNames()
 	pairs := 1
 	if exp(ExpPods) {
 		pairs = slices.Max(r.cfg.Pairs)
@@ -98,6 +81,30 @@ func (r *runner) setUp(ctx context.Context) error {
 		r.modeInfo(mode, true, "", lc.clients[0].MTU)
 	}
 	return nil
+}
+
+// clusterNames are the clusters the run needs, live at once: a mode, or CaseNativeControl.
+func (c Config) clusterNames() []string {
+	exp := func(e string) bool { return slices.Contains(c.Experiments, e) }
+	var names []string
+	add := func(n string) {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	if exp(ExpPods) || exp(ExpOverlay) {
+		for _, m := range c.Modes {
+			add(m)
+		}
+	}
+	if exp(ExpOverlay) {
+		add(CaseNative)
+		add(CaseNativeControl)
+	}
+	if exp(ExpPolicies) {
+		add(c.PolicyTunnel)
+	}
+	return names
 }
 
 // tearDown closes every cluster.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/nodetest"
 )
 
 // TestQuickRun runs the benchmark command in quick mode, as CI's smoke test, and checks
@@ -155,5 +156,63 @@ func TestQuickRun(t *testing.T) {
 		if strings.HasPrefix(e.Name(), rep.Settings.Prefix) {
 			t.Errorf("pin directory %s left behind", e.Name())
 		}
+	}
+}
+
+// TestQuickRunRealNodes runs the pod and policy experiments on one cluster of real nodes
+// (--control-plane nodes: kubelet, containerd and kube-proxy per node, pods made by the
+// kubelet), small and short: every pair carried traffic, with and without the allow
+// policy, and each policy count was enforced (entries in the map, probes) before it was
+// measured. It asserts no speed.
+func TestQuickRunRealNodes(t *testing.T) {
+	testenv.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("starts two real nodes and runs the benchmark for a few minutes")
+	}
+	for _, tool := range []string{"iperf3", "nsenter", "taskset", "ip", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testenv.SkipOrFail(t, "%s not found: %v", tool, err)
+		}
+	}
+	nodetest.FindBins(t, false)
+	dir := t.TempDir()
+	// A few minutes, plus the wait for another real-node test's cluster.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/clusterbench")
+	out := filepath.Join(dir, "results")
+	benchkit.RunForTest(t, ctx, filepath.Join(dir, "clusterbench"), "--quick", "--control-plane", "nodes",
+		"--experiments", "pods,policies", "--modes", "vxlan", "--policy-tunnel", "vxlan", "--traffic", "tcp",
+		"--policies", "1,100", "--out", out)
+	var rep Report
+	benchkit.ReadReportForTest(t, out, "cluster", &rep)
+	if rep.Incomplete || len(rep.Errors) > 0 || rep.Settings.Control != ControlNodes {
+		t.Fatalf("incomplete %v, errors %v, control plane %q", rep.Incomplete, rep.Errors, rep.Settings.Control)
+	}
+	if rep.Pods == nil || len(rep.Pods.Errors) > 0 || len(rep.Pods.Samples) != len(rep.Settings.Pairs)*2 {
+		t.Fatalf("pods: %+v", rep.Pods)
+	}
+	for _, s := range rep.Pods.Samples {
+		for _, p := range s.PairBps {
+			if len(s.PairBps) != s.Pairs || p <= 0 {
+				t.Errorf("pods %s %s %d pairs: a pair carried nothing: %v", s.Mode, s.Traffic, s.Pairs, s.PairBps)
+			}
+		}
+	}
+	if rep.Policies == nil || len(rep.Policies.Cases) != 2+len(rep.Settings.PolicyCounts) {
+		t.Fatalf("policies: %+v", rep.Policies)
+	}
+	for _, c := range rep.Policies.Cases {
+		if len(c.Errors) > 0 || c.Summary.Verdict == VerdictInvalid {
+			t.Errorf("policies %s: errors %v, verdict %s", c.Name, c.Errors, c.Summary.Verdict)
+		}
+		for _, s := range c.Samples {
+			if c.Policies > 0 && (s.MapEntries < c.Policies+1 || s.EnforcedSeconds <= 0 || s.Probes["5203"] != "timeout" || s.Probes["5202"] != "connected") {
+				t.Errorf("policies %s: %d entries, enforced %.3f s, probes %v", c.Name, s.MapEntries, s.EnforcedSeconds, s.Probes)
+			}
+		}
+	}
+	if links, err := exec.Command("ip", "-br", "addr").Output(); err != nil || strings.Contains(string(links), nodetest.HostAddress.String()+"/") {
+		t.Errorf("the real nodes' host link left behind (%v):\n%s", err, links)
 	}
 }

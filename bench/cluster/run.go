@@ -87,7 +87,7 @@ func DefaultConfig() Config {
 		PolicyCounts: []int{1, 10, 100, 1000, 10000},
 		PolicyTunnel: "vxlan",
 		CPU:          runtime.NumCPU() - 1,
-		Control:      ControlNodes,
+		Control:      ControlK8s,
 		Iperf3:       "iperf3",
 		OutDir:       "bench/results",
 	}
@@ -236,6 +236,9 @@ func (c *Config) validate() error {
 		return errors.New("no helper binary (Self) for the request/response server and client and the probe")
 	case c.Control != ControlNodes && c.Control != ControlK8s && c.Control != ControlAgent:
 		return fmt.Errorf("control plane %q: want %s, %s or %s", c.Control, ControlNodes, ControlK8s, ControlAgent)
+	case c.NewCluster == nil && c.Control == ControlNodes && len(c.clusterNames()) != 1:
+		return fmt.Errorf("real nodes: a host holds one such cluster at a time and the benchmark keeps its clusters at once; this run needs %d (%s): pass one mode (--modes, --policy-tunnel the same) without the overlay experiment, or --control-plane k8s",
+			len(c.clusterNames()), strings.Join(c.clusterNames(), ", "))
 	case c.NewCluster == nil && c.Control == ControlAgent && (c.Bin.Rampartd == "" || c.Bin.Rampart == ""):
 		return errors.New("the agent cluster needs the rampartd and rampart binaries")
 	case c.NewCluster == nil && c.Control == ControlK8s && (c.K8s.BinDir == "" || c.K8s.K8sBinDir == ""):
