@@ -11,7 +11,7 @@
 #   scripts/conformance.sh --subset  the 6 specs CI runs on every change (a few minutes)
 #   scripts/conformance.sh --cyclonus         cyclonus' generated cases instead (102 that
 #                                             are not SCTP; TestCyclonus; about an hour)
-#   scripts/conformance.sh --cyclonus-subset  the 7 cyclonus cases CI runs (TestCyclonusSubset)
+#   scripts/conformance.sh --cyclonus-subset  the 4 cyclonus cases CI runs (TestCyclonusSubset)
 #
 # The JUnit report, ginkgo's log and a summary (spec, result, seconds; the run's time) go
 # to $RAMPART_CONFORMANCE_REPORT_DIR (default /tmp/rampart-conformance). Specs run one at a
