@@ -2,6 +2,7 @@ package realcluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -29,12 +30,18 @@ var installed = []string{
 	"/sys/fs/bpf/rampart/default",
 }
 
+// previousRelease is the commit a user upgrades from in TestInstallDaemonSet: an earlier
+// build of main whose CI passed. Move it forward when deploy/ changes in a way an older
+// agent cannot run under.
+const previousRelease = "c49b1d08b37f21c0f4f8a9de8e7539dd3f396b4a"
+
 // Rampart installed as a user installs it: two real nodes start with no agent and no CNI
 // configuration (NotReady); `kubectl apply -R -f deploy/` (its ConfigMap edited for this
-// cluster) runs the agent from the image built from this tree on each, which installs the
-// plugin, and only then the nodes are Ready. A NetworkPolicy is enforced across nodes.
-// Under traffic probed every 300 ms from the pods' own network namespaces: a rolling
-// update of the DaemonSet to another tag of the image, then one agent pod deleted (the
+// cluster, the image pinned to the previous release's, built from that commit) runs the
+// agent on each, which installs the plugin, and only then the nodes are Ready. A
+// NetworkPolicy is enforced across nodes. Under traffic probed every 300 ms from the pods'
+// own network namespaces: a rolling update of the DaemonSet to the image built from this
+// tree (the agents report the new version after it), then one agent pod deleted (the
 // DaemonSet makes it again); in both, no denied connection is made, every allowed one
 // succeeds and a long-lived allowed connection keeps answering. Then the uninstall
 // (deploy-uninstall/ after deploy/'s DaemonSet is deleted) removes from every node each
@@ -42,8 +49,14 @@ var installed = []string{
 func TestInstallDaemonSet(t *testing.T) {
 	testenv.RequireRoot(t)
 	root := testenv.ModuleRoot(t)
+	previousArchive, previousRef := nodetest.BuildImageOf(t, previousRelease)
 	archive, ref := nodetest.BuildImage(t)
-	c := nodetest.Start(t, nodetest.Options{Nodes: 2, WithoutAgents: true, Images: []string{archive}})
+	if previousRef == ref {
+		t.Fatalf("the previous release and this tree are the same version %s", ref)
+	}
+	// The previous release first: both archives tag rampart.io/rampart:latest, and the
+	// last import holds it.
+	c := nodetest.Start(t, nodetest.Options{Nodes: 2, WithoutAgents: true, Images: []string{previousArchive, archive}})
 	ctx := context.Background()
 
 	for _, n := range c.Nodes {
@@ -59,8 +72,9 @@ func TestInstallDaemonSet(t *testing.T) {
 		}
 	}
 
-	readyAfter := c.InstallRampart(nil)
+	readyAfter := c.InstallRampartImage(previousRef, nil)
 	agents := agentPods(t, c)
+	agentVersions(t, c, agents, previousRef)
 	for node, p := range agents {
 		if !podReady(&p) {
 			t.Errorf("node %s is Ready but its agent pod %s is not", node, p.Name)
@@ -113,7 +127,7 @@ func TestInstallDaemonSet(t *testing.T) {
 		}
 	}
 
-	// The upgrade: another tag, as a new version is rolled out (docs/install.md).
+	// The upgrade to this tree's build, as a new version is rolled out (docs/install.md).
 	underTraffic("rolling update to "+ref, func() error {
 		if _, err := c.Kubectl("-n", "kube-system", "set", "image", "daemonset/rampart", "rampartd="+ref); err != nil {
 			return err
@@ -123,6 +137,7 @@ func TestInstallDaemonSet(t *testing.T) {
 		})
 	})
 	upgraded := agentPods(t, c)
+	agentVersions(t, c, upgraded, ref)
 
 	// One agent pod deleted: the DaemonSet makes it again.
 	var replacedIn time.Duration
@@ -259,4 +274,27 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// agentVersions checks that each agent pod's rampartd reports the version of image ref
+// (rampart.io/rampart:<version>), asked with the image's own CLI in the pod.
+func agentVersions(t *testing.T, c *nodetest.Cluster, agents map[string]corev1.Pod, ref string) {
+	t.Helper()
+	want := strings.TrimPrefix(ref, "rampart.io/rampart:")
+	for node, p := range agents {
+		out, err := c.Kubectl("-n", "kube-system", "exec", p.Name, "--", "rampart", "version", "-o", "json")
+		if err != nil {
+			t.Fatalf("rampart version in %s's agent pod: %v\n%s", node, err, out)
+		}
+		var v struct {
+			Agent struct{ Version string }
+		}
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("rampart version -o json in %s's agent pod: %v\n%s", node, err, out)
+		}
+		// "<version> (revision <commit>) <go version>" (version.Info).
+		if !strings.HasPrefix(v.Agent.Version, want+" ") {
+			t.Errorf("node %s: the agent reports version %q, want %s (%s)", node, v.Agent.Version, want, ref)
+		}
+	}
 }

@@ -20,6 +20,36 @@ import (
 func BuildImage(t testing.TB) (archive, ref string) {
 	t.Helper()
 	root := testenv.ModuleRoot(t)
+	return buildImageIn(t, root)
+}
+
+// BuildImageOf builds (or finds) the image of an earlier commit of this repository, the
+// release a user upgrades from: the commit is checked out in a shared clone of the
+// repository (the working tree is left alone) and built by its own
+// scripts/build-image.sh, so the archive holds that commit's binaries. A clean commit's
+// archive is cached by version, as the tree's is. Fails when the commit is not in the
+// repository's history (a shallow clone).
+func BuildImageOf(t testing.TB, commit string) (archive, ref string) {
+	t.Helper()
+	root := testenv.ModuleRoot(t)
+	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		t.Fatalf("commit %s is not in this repository's history (a shallow clone?): %v %s", commit, err, out)
+	}
+	tree := filepath.Join(t.TempDir(), "tree")
+	for _, args := range [][]string{
+		{"clone", "-q", "--shared", "--no-checkout", root, tree},
+		{"-C", tree, "-c", "advice.detachedHead=false", "checkout", "-q", commit},
+	} {
+		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %s: %v %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return buildImageIn(t, tree)
+}
+
+// buildImageIn runs the scripts/build-image.sh of the tree at root.
+func buildImageIn(t testing.TB, root string) (archive, ref string) {
+	t.Helper()
 	if out, err := exec.Command("python3", "-c", "import envoy").CombinedOutput(); err != nil {
 		testenv.SkipOrFail(t, "no Envoy for the image (scripts/setup.sh installs it): %v %s", err, out)
 	}
@@ -30,7 +60,7 @@ func BuildImage(t testing.TB) (archive, ref string) {
 	began := time.Now()
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("scripts/build-image.sh: %v", err)
+		t.Fatalf("%s/scripts/build-image.sh: %v", root, err)
 	}
 	archive = strings.TrimSpace(string(out))
 	t.Logf("image %s in %v", archive, time.Since(began).Round(100*time.Millisecond))
@@ -125,9 +155,31 @@ func configLine(s, key string) (string, bool) {
 // pods make them once they have installed the CNI, and for a cluster with DNS until the
 // cluster DNS answers. It returns how long the nodes took to be Ready.
 func (c *Cluster) InstallRampart(settings map[string]string) time.Duration {
+	c.T.Helper()
+	return c.InstallRampartImage("", settings)
+}
+
+// InstallRampartImage is InstallRampart with the DaemonSet running image ref (a version
+// the nodes hold, e.g. BuildImageOf's) instead of deploy/'s rampart.io/rampart:latest, as
+// a user pins a version; "" keeps deploy/'s.
+func (c *Cluster) InstallRampartImage(ref string, settings map[string]string) time.Duration {
 	t := c.T
 	t.Helper()
 	manifests := c.DeployManifests(settings)
+	if ref != "" {
+		ds := filepath.Join(manifests, "daemonset.yaml")
+		b, err := os.ReadFile(ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const latest = "image: rampart.io/rampart:latest"
+		if strings.Count(string(b), latest) != 1 {
+			t.Fatalf("deploy/daemonset.yaml: want one %q to pin", latest)
+		}
+		if err := os.WriteFile(ds, []byte(strings.Replace(string(b), latest, "image: "+ref, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	applied := time.Now()
 	c.MustKubectl("apply", "-R", "-f", manifests)
 	if err := c.WaitNodesReady(3 * time.Minute); err != nil {
