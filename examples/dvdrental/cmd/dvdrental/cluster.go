@@ -60,7 +60,7 @@ func runCluster(args []string) error {
 		}
 		d.ips[app] = out
 	}
-	step("the store's pods (namespace dvd) and the customer's (namespace customers)")
+	step("the store's pods (namespace dvd)")
 	if err := d.show("get", "pods", "-n", storeNS, "-o", "wide"); err != nil {
 		return err
 	}
@@ -208,6 +208,10 @@ func (d *clusterDemo) show(args ...string) error {
 // the command's exit code (-1: kubectl failed otherwise).
 func (d *clusterDemo) in(ns, pod string, args ...string) (string, int) {
 	out, err := d.kube(nil, append([]string{"-n", ns, "exec", pod, "--", "/usr/local/bin/dvdrental"}, args...)...)
+	// kubectl's own line about the exit code: the code is returned.
+	if i := strings.LastIndex(out, "command terminated with exit code"); i >= 0 {
+		out = strings.TrimSpace(out[:i])
+	}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:

@@ -373,7 +373,8 @@ func waitAlert(args []string) error {
 	for {
 		evs, err := r.Next()
 		if err != nil {
-			return err
+			// A record it cannot parse is skipped; the reader goes on after it.
+			fmt.Fprintln(os.Stderr, "wait-alert:", err)
 		}
 		for _, e := range evs {
 			if e.Alert != nil && e.Alert.SignatureID == *sid && string(e.Alert.Action) == *action {
