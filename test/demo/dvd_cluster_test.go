@@ -14,10 +14,10 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/nodetest"
 )
 
-// The DVD rental demo's cluster form (scripts/demo-dvdrental.sh --cluster) plays the
-// one-node story on two real nodes, every part a pod of the store's image, and every
-// outcome is the one the policies say; the cluster is gone afterwards.
-func TestDVDRentalClusterDemoRunsToTheEnd(t *testing.T) {
+// startDVDClusterDemo runs scripts/demo-dvdrental.sh --cluster: a cluster whose state
+// directory is /run/rampart-demo-dvc<suffix>, held by a clusterctl process whose command
+// line names it.
+func startDVDClusterDemo(t *testing.T) *demo {
 	testenv.RequireRoot(t)
 	if _, err := os.Stat(filepath.Join(k8stest.BinDir(t), "kube-apiserver")); err != nil {
 		testenv.SkipOrFail(t, "control plane binaries missing (scripts/build-k8s.sh): %v", err)
@@ -30,9 +30,9 @@ func TestDVDRentalClusterDemoRunsToTheEnd(t *testing.T) {
 	}
 	inst := "dvc" + testenv.Suffix(6)
 	dir := "/run/rampart-demo-" + inst
-	// Real nodes: a few minutes, plus the wait for another real-node test's cluster.
 	// DEMO_CLUSTER=1 is --cluster: startScript runs the script with no arguments.
 	t.Setenv("DEMO_CLUSTER", "1")
+	// Real nodes: a few minutes, plus the wait for another real-node test's cluster.
 	d := startScript(t, "scripts/demo-dvdrental.sh", inst, 20*time.Minute)
 	d.leftovers = func() []string {
 		var left []string
@@ -45,12 +45,21 @@ func TestDVDRentalClusterDemoRunsToTheEnd(t *testing.T) {
 		return left
 	}
 	d.remove = func() {
+		// The holder removes the cluster on SIGTERM, as scripts/cluster.sh stop asks.
 		for _, pid := range holders(dir) {
 			syscall.Kill(pid, syscall.SIGTERM)
 		}
 		testenv.Eventually(3*time.Minute, func() bool { return len(holders(dir)) == 0 })
 		os.RemoveAll(dir)
 	}
+	return d
+}
+
+// The DVD rental demo's cluster form (scripts/demo-dvdrental.sh --cluster) plays the
+// one-node story on two real nodes, every part a pod of the store's image, and every
+// outcome is the one the policies say; the cluster is gone afterwards.
+func TestDVDRentalClusterDemoRunsToTheEnd(t *testing.T) {
+	d := startDVDClusterDemo(t)
 	err := d.cmd.Wait()
 	out := d.out.String()
 	if err != nil {
@@ -83,4 +92,17 @@ func grepLines(out string, subs ...string) string {
 		}
 	}
 	return strings.Join(keep, "\n")
+}
+
+// TestDVDRentalClusterDemoInterrupted presses Ctrl-C while the driver plays the story: the
+// demo must stop, say so, exit 130 and remove the whole cluster.
+func TestDVDRentalClusterDemoInterrupted(t *testing.T) {
+	d := startDVDClusterDemo(t)
+	out := d.interrupt(t, "== request integrity, no monitor", 15*time.Minute, "demo-dvdrental: interrupted; cleaning up")
+	if strings.Contains(out, "== request-specific connection policy, no monitor") {
+		t.Errorf("the demo went on after Ctrl-C")
+	}
+	if t.Failed() {
+		t.Logf("demo output:\n%s", out)
+	}
 }
