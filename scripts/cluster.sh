@@ -11,9 +11,11 @@
 # for the control plane). One such cluster runs on a host at a time, and the real-node
 # tests wait for it. Needs root. docs/cluster.md, "Starting a cluster here".
 #
-#   scripts/cluster.sh start [--nodes N] [--tunnel native|vxlan|ipip] [--dns]
+#   scripts/cluster.sh start [--nodes N] [--tunnel native|vxlan|ipip] [--dns] [--image ARCHIVE]...
 #                                       start (2 nodes by default; --nodes 0: the control
-#                                       plane alone); prints the kubeconfig path last
+#                                       plane alone); prints the kubeconfig path last;
+#                                       --image: another image archive imported into every
+#                                       node (scripts/build-dvd-image.sh's, say)
 #   scripts/cluster.sh stop             stop everything and remove the state directory
 #   scripts/cluster.sh kubectl ARGS...  the built kubectl with the cluster's kubeconfig
 #   scripts/cluster.sh rampart NODE ARGS...   the rampart CLI in NODE's agent pod (node-1, ...)
@@ -38,7 +40,7 @@ clusterctl() { # RAMPART_BIN's build if it has one (the demo's), else built from
 case "${1:-}" in
 start)
 	shift
-	nodes=2 tunnel="" dns=()
+	nodes=2 tunnel="" dns=() extra=()
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		--nodes) nodes="$2"; shift 2 ;;
@@ -46,6 +48,8 @@ start)
 		--tunnel) tunnel="$2"; shift 2 ;;
 		--tunnel=*) tunnel="${1#*=}"; shift ;;
 		--dns) dns=(-dns); shift ;;
+		--image) extra+=(-extra-image "$(realpath "$2")"); shift 2 ;;
+		--image=*) extra+=(-extra-image "$(realpath "${1#*=}")"); shift ;;
 		*) echo "cluster.sh start: unknown argument $1" >&2; exit 2 ;;
 		esac
 	done
@@ -63,7 +67,7 @@ start)
 		image="$("$root/scripts/build-image.sh")"
 	fi
 	rm -rf "$dir"
-	clusterctl start -dir "$dir" -nodes "$nodes" -tunnel "$tunnel" -image "$image" "${dns[@]}"
+	clusterctl start -dir "$dir" -nodes "$nodes" -tunnel "$tunnel" -image "$image" "${dns[@]}" "${extra[@]}"
 	;;
 stop)
 	if [ -d "$dir" ]; then
@@ -90,7 +94,7 @@ rampart)
 	kubectl -n kube-system exec "$pod" -c rampartd -- /usr/local/bin/rampart "$@"
 	;;
 *)
-	echo "usage: scripts/cluster.sh start [--nodes N] [--tunnel native|vxlan|ipip] [--dns] | stop | kubectl ARGS... | rampart NODE ARGS..." >&2
+	echo "usage: scripts/cluster.sh start [--nodes N] [--tunnel native|vxlan|ipip] [--dns] [--image ARCHIVE]... | stop | kubectl ARGS... | rampart NODE ARGS..." >&2
 	exit 2
 	;;
 esac

@@ -7,10 +7,22 @@
 # Everything it creates (agent, namespaces, pins, processes, files) is removed at the end,
 # also on failure or interruption. Needs root.
 #
+# --cluster: the same store and story on a two-node Kubernetes cluster (scripts/cluster.sh
+# start --nodes 2 --dns, Rampart installed from its image): every part a pod of one image
+# (scripts/build-dvd-image.sh, imported into the nodes), the manifests of
+# examples/dvdrental/cluster/, the connection policy applied with kubectl, monitor pods
+# running Suricata on the tap interfaces the CNI gives them, the tap policies applied in
+# each node's agent pod, and every request, attack and check a kubectl exec in a pod
+# (`dvdrental cluster`). The cluster is removed at the end, also on failure or
+# interruption (exit 130). docs/taps.md, "The DVD rental demo".
+#
 # Environment (used by the tests; none is needed to run the demo by hand):
-#   RAMPART_BIN=DIR       use the rampart, rampartd and dvdrental binaries in DIR
+#   RAMPART_BIN=DIR       use the rampart, rampartd and dvdrental binaries in DIR (with
+#                          --cluster: clusterctl and dvdrental)
 #   DEMO_SKIP_SETUP=1      do not run scripts/setup.sh
-#   DEMO_INSTANCE=NAME     agent instance name (default dvd<pid>)
+#   DEMO_INSTANCE=NAME     agent instance name (default dvd<pid>); with --cluster, the
+#                          cluster's state directory is /run/rampart-demo-NAME
+#   DEMO_CLUSTER=1         the same as --cluster
 set -euo pipefail
 # -h, --help: print the comment above and exit (what the README's check of its commands runs).
 case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
@@ -20,6 +32,9 @@ export PATH="$PATH:/usr/local/go/bin"
 if [ "${DEMO_SKIP_SETUP:-}" != 1 ]; then
 	echo "== setting up this machine (scripts/setup.sh: apt packages, Go modules; a few minutes on a fresh machine)"
 	bash scripts/setup.sh
+fi
+if [ "${1:-}" = --cluster ] || [ "${DEMO_CLUSTER:-}" = 1 ]; then
+	exec bash scripts/lib/dvdrental-cluster.sh
 fi
 if [ -n "${RAMPART_BIN:-}" ]; then
 	BIN=$(cd "$RAMPART_BIN" && pwd)

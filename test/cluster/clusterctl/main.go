@@ -6,9 +6,11 @@
 // process of clusterctl's own holds the cluster (what the tests do in `go test`) until
 // `clusterctl stop` asks it to remove everything.
 //
-//	clusterctl start -dir DIR [-nodes N] [-tunnel MODE] [-image ARCHIVE] [-dns]
+//	clusterctl start -dir DIR [-nodes N] [-tunnel MODE] [-image ARCHIVE] [-dns] [-extra-image ARCHIVE]...
 //	    start the cluster (-nodes 0: the control plane alone, with Rampart's CRDs) in the
-//	    background, wait until it is ready, print the kubeconfig path
+//	    background, wait until it is ready, print the kubeconfig path; -extra-image
+//	    archives (an application's, say the DVD rental demo's) are imported into every
+//	    node beside Rampart's
 //	clusterctl stop -dir DIR
 //	    stop the cluster and remove what it made
 package main
@@ -40,7 +42,15 @@ type config struct {
 	Tunnel string
 	Image  string
 	DNS    bool
+	// Extra are more image archives for the nodes (nodetest.Options.Images).
+	Extra []string
 }
+
+// archives is a repeatable flag of image archive paths.
+type archives []string
+
+func (a *archives) String() string     { return strings.Join(*a, ",") }
+func (a *archives) Set(s string) error { *a = append(*a, s); return nil }
 
 // state is DIR/cluster.json, written once the cluster is ready.
 type state struct {
@@ -61,6 +71,7 @@ func main() {
 	fs.StringVar(&cfg.Tunnel, "tunnel", "", "deploy/config.yaml's tunnel for the agents (default: the manifest's, native)")
 	fs.StringVar(&cfg.Image, "image", "", "Rampart's image archive (scripts/build-image.sh; default: build it)")
 	fs.BoolVar(&cfg.DNS, "dns", false, "run the cluster DNS (CoreDNS, scripts/build-coredns.sh)")
+	fs.Var((*archives)(&cfg.Extra), "extra-image", "another image archive imported into every node (repeatable)")
 	fs.Parse(os.Args[2:])
 	if cfg.Dir == "" {
 		fmt.Fprintln(os.Stderr, "clusterctl: -dir is required")
@@ -103,6 +114,9 @@ func start(cfg config) error {
 	args := []string{"hold", "-dir", cfg.Dir, "-nodes", fmt.Sprint(cfg.Nodes), "-tunnel", cfg.Tunnel, "-image", cfg.Image}
 	if cfg.DNS {
 		args = append(args, "-dns")
+	}
+	for _, a := range cfg.Extra {
+		args = append(args, "-extra-image", a)
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -182,7 +196,7 @@ func startCluster(t testing.TB, cfg config) state {
 		if image == "" {
 			image, _ = nodetest.BuildImage(t)
 		}
-		c := nodetest.Start(t, nodetest.Options{Nodes: cfg.Nodes, WithoutAgents: true, Images: []string{image}, DNS: cfg.DNS})
+		c := nodetest.Start(t, nodetest.Options{Nodes: cfg.Nodes, WithoutAgents: true, Images: append([]string{image}, cfg.Extra...), DNS: cfg.DNS})
 		settings := map[string]string{}
 		if cfg.Tunnel != "" {
 			settings["tunnel"] = cfg.Tunnel

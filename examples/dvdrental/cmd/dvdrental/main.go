@@ -42,6 +42,24 @@ func main() {
 		err = customers(os.Args[2:])
 	case "demo":
 		err = runDemo(os.Args[2:])
+	case "cluster":
+		err = runCluster(os.Args[2:])
+	case "db":
+		err = runDB(os.Args[2:])
+	case "mq":
+		err = runMQ(os.Args[2:])
+	case "idle":
+		err = idle()
+	case "ready":
+		err = ready(os.Args[2:])
+	case "compromise":
+		err = compromise(os.Args[2:])
+	case "monitor":
+		err = runMonitor(os.Args[2:])
+	case "monitor-ctl":
+		err = monitorCtl(os.Args[2:])
+	case "wait-alert":
+		err = waitAlert(os.Args[2:])
 	default:
 		usage()
 	}
@@ -62,6 +80,16 @@ func usage() {
   dvdrental charges --db HOST:PORT           the charges table, one "rental user amount" per line
   dvdrental customers --db HOST:PORT         the customers, one name per line
   dvdrental demo --socket SOCK --work DIR    the demo's driver (scripts/demo-dvdrental.sh runs it)
+  dvdrental cluster --kubeconfig F --kubectl K   the cluster form's driver (demo-dvdrental.sh --cluster)
+In the cluster form's pods (examples/dvdrental/cluster/):
+  dvdrental db --data DIR                    initdb, PostgreSQL, the store's tables
+  dvdrental mq                               mosquitto on :1883
+  dvdrental idle                             wait for SIGTERM (the customer's pod)
+  dvdrental ready tcp:ADDR|http://...|file:PATH   exit 0 when it answers (readiness probes)
+  dvdrental compromise [MODE]                write MODE ("" = honest) to /tmp/compromised
+  dvdrental monitor --dir DIR                run Suricata as monitor-ctl says, on tap-rx/tap-tx
+  dvdrental monitor-ctl --dir DIR --mode off|passive|ips [--rule R]... [--lua]
+  dvdrental wait-alert --dir DIR --sid N --action allowed|blocked [--timeout D]
 `)
 	os.Exit(2)
 }
@@ -78,7 +106,22 @@ type Rental struct {
 const price = 399
 
 type config struct {
-	listen, db, broker, userUpdate, shipping, record, compromised string
+	listen, db, broker, userUpdate, shipping, record, compromised, compromisedFile string
+}
+
+// mode is how the service behaves now: --compromised, or, with --compromised-file, what
+// that file says at this request (missing or empty: as built). The cluster form turns a
+// running pod into the attacker's this way, with `dvdrental compromise` in the pod,
+// where a restart would give the pod a new address and a new name to wait for.
+func (c *config) mode() string {
+	if c.compromisedFile == "" {
+		return c.compromised
+	}
+	b, err := os.ReadFile(c.compromisedFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func serve(args []string) error {
@@ -95,6 +138,7 @@ func serve(args []string) error {
 	fs.StringVar(&c.shipping, "shipping", "", "shipping's URL")
 	fs.StringVar(&c.record, "record", "", "shipping: file the shipments are appended to, one JSON line each")
 	fs.StringVar(&c.compromised, "compromised", "", "contract-update: bill-other (bill bob for every rental); user-create: read-user (also read alice's record)")
+	fs.StringVar(&c.compromisedFile, "compromised-file", "", "read the --compromised mode from this file at each request (`dvdrental compromise` writes it)")
 	fs.Parse(args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -113,7 +157,7 @@ func serve(args []string) error {
 				return
 			}
 			bill := Rental{Rental: in.Rental, User: in.User, Amount: price}
-			if c.compromised == "bill-other" {
+			if c.mode() == "bill-other" {
 				bill.User = "bob" // the attack: Alice rents, Bob pays
 			}
 			if err := post(r.Context(), c.userUpdate+"/bill", bill); err != nil {
@@ -159,7 +203,7 @@ func serve(args []string) error {
 				http.Error(w, err.Error(), http.StatusConflict)
 				return
 			}
-			if c.compromised == "read-user" {
+			if c.mode() == "read-user" {
 				// The attack: a service that may only create customers reads one.
 				var balance int
 				qctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
@@ -298,11 +342,20 @@ func connectMQTT(addr, id string) (mqtt.Client, error) {
 	}
 	o := mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
 		SetConnectTimeout(5 * time.Second).SetAutoReconnect(true).SetConnectRetry(false)
-	c := mqtt.NewClient(o)
-	if t := c.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
-		return nil, fmt.Errorf("connecting to the broker at %s: %v", addr, t.Error())
+	// Retried for 30 s: in a cluster the broker's pod, or its name, may come up after the
+	// service's.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c := mqtt.NewClient(o)
+		t := c.Connect()
+		if t.WaitTimeout(10*time.Second) && t.Error() == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("connecting to the broker at %s: %v", addr, t.Error())
+		}
+		time.Sleep(500 * time.Millisecond) // the broker is not up yet: try again
 	}
-	return c, nil
 }
 
 func openDB(addr string) (*sql.DB, error) { return openDBNamed(addr, "dvd") }

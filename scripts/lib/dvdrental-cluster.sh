@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# scripts/demo-dvdrental.sh --cluster (see there): the DVD rental store on a two-node
+# cluster. Run from the repository's root by demo-dvdrental.sh, after its setup.
+set -euo pipefail
+echo "== Kubernetes' binaries, containerd, runc, CoreDNS (scripts/build-k8s.sh, build-cri.sh, build-node.sh, build-coredns.sh: cached)"
+bash scripts/build-k8s.sh >/dev/null
+bash scripts/build-cri.sh >/dev/null
+bash scripts/build-node.sh >/dev/null
+bash scripts/build-coredns.sh >/dev/null
+echo "== the store's image (scripts/build-dvd-image.sh: PostgreSQL 15, mosquitto, Suricata 7, dvdrental)"
+image="$(bash scripts/build-dvd-image.sh)"
+echo "   $image ($(du -m "$image" | cut -f1) MB)"
+if [ -n "${RAMPART_BIN:-}" ]; then
+	BIN=$(cd "$RAMPART_BIN" && pwd)
+else
+	echo "== building bin/clusterctl and bin/dvdrental"
+	go build -o bin/ ./test/cluster/clusterctl ./examples/dvdrental/cmd/dvdrental
+	BIN=$(pwd)/bin
+fi
+export RAMPART_BIN=$BIN
+name="${DEMO_INSTANCE:-dvd$$}"
+work=$(mktemp -d /tmp/rampart-dvd-cluster.XXXXXX)
+export RAMPART_CLUSTER_DIR="/run/rampart-demo-$name"
+kubectl() { bash scripts/cluster.sh kubectl "$@"; }
+
+# fd 3: the demo's stdout, for messages from traps (a trap runs under the redirections of
+# the command it interrupted).
+exec 3>&1
+cleanup() {
+	local rc=$?
+	set +e
+	# By exit status rather than in the INT trap: when the foreground child handles SIGINT
+	# and exits 130 itself, bash never runs the INT trap, and set -e ends the script here.
+	case $rc in
+	130) echo >&3; echo "demo-dvdrental: interrupted; cleaning up" >&3 ;;
+	143) echo "demo-dvdrental: terminated; cleaning up" >&3 ;;
+	esac
+	echo "== stopping the cluster" >&3
+	if ! bash scripts/cluster.sh stop >"$work/stop.log" 2>&1; then
+		echo "demo-dvdrental: stopping the cluster failed:" >&3
+		cat "$work/stop.log" >&3
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+# The handlers ignore the signal before exiting: otherwise bash 5.2 can take the pending
+# interrupt as a second one and quit in the middle of the EXIT trap, leaving everything.
+trap 'trap "" INT; exit 130' INT
+trap 'trap "" TERM; exit 143' TERM
+
+echo
+echo "== starting a two-node cluster with CoreDNS, Rampart installed from its image, the store's image imported (state and logs in $RAMPART_CLUSTER_DIR)"
+start=$SECONDS
+bash scripts/cluster.sh start --nodes 2 --dns --image "$image" >/dev/null
+echo "   ready in $((SECONDS - start)) s"
+
+echo
+echo "== the store (examples/dvdrental/cluster/store.yaml) and its monitors (monitors.yaml)"
+start=$SECONDS
+kubectl apply -f examples/dvdrental/cluster/store.yaml -f examples/dvdrental/cluster/monitors.yaml
+for ns in dvd customers; do
+	kubectl wait --for=condition=Ready pods --all -n "$ns" --timeout=120s >/dev/null
+done
+echo "   every pod ready in $((SECONDS - start)) s"
+
+start=$SECONDS
+"$BIN/dvdrental" cluster --kubeconfig "$RAMPART_CLUSTER_DIR/kubeconfig" \
+	--kubectl "$(bash scripts/build-k8s.sh --dir)/kubectl" --examples examples/dvdrental
+echo "   the story played in $((SECONDS - start)) s"
