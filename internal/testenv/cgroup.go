@@ -24,11 +24,18 @@ var cgroupMu sync.Mutex
 // process of the host. It returns the directory.
 func NewCgroup(t testing.TB) string {
 	t.Helper()
+	return NewCgroupIn(t, Cgroup2Root)
+}
+
+// NewCgroupIn is NewCgroup for a cgroup inside parent, a cgroup v2 directory: one that
+// programs attached to parent apply to.
+func NewCgroupIn(t testing.TB, parent string) string {
+	t.Helper()
 	RequireRoot(t)
 	if _, err := os.Stat(filepath.Join(Cgroup2Root, "cgroup.procs")); err != nil {
 		SkipOrFail(t, "cgroup v2 is not mounted at %s: %v", Cgroup2Root, err)
 	}
-	dir := filepath.Join(Cgroup2Root, "rampart-test-"+Suffix(8))
+	dir := filepath.Join(parent, "rampart-test-"+Suffix(8))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatalf("creating cgroup %s: %v", dir, err)
 	}
@@ -48,7 +55,13 @@ func NewCgroup(t testing.TB) string {
 // at a time (a process is in one cgroup at a time).
 func JoinNewCgroup(t testing.TB) string {
 	t.Helper()
-	dir := NewCgroup(t)
+	return JoinNewCgroupIn(t, Cgroup2Root)
+}
+
+// JoinNewCgroupIn is JoinNewCgroup for a cgroup inside parent (NewCgroupIn).
+func JoinNewCgroupIn(t testing.TB, parent string) string {
+	t.Helper()
+	dir := NewCgroupIn(t, parent)
 	cgroupMu.Lock()
 	from, err := ownCgroup2()
 	if err != nil {

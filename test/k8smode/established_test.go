@@ -54,7 +54,7 @@ func TestRelabelCutsEstablishedConnection(t *testing.T) {
 }
 
 func relabelCutsEstablished(t *testing.T, mode overlay.Mode) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: mode})
+	c := startCluster(t, clustertest.Options{Nodes: 2, Tunnel: mode})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	// x/a and x/c share one label set, so one identity, until x/c is relabelled.
 	a := c.AddPod(n1, "x", "a", map[string]string{"pod": "a"})

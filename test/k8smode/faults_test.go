@@ -15,7 +15,7 @@ import (
 // An agent stopped on one node: its pinned programs keep enforcing while it is down, and
 // the changes made in the API meanwhile apply once it is back.
 func TestAgentRestartResyncs(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	c := startCluster(t, clustertest.Options{Nodes: 2})
 	a, cc, b := threePods(t, c)
 	n2 := c.Nodes[1]
 	c.KubectlApply(allowAToB80)
@@ -45,7 +45,7 @@ const outage = time.Minute
 // error, and changes made meanwhile (through a second API server on the same etcd, which
 // the agents do not know) apply when it returns.
 func TestAPIServerOutage(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	c := startCluster(t, clustertest.Options{Nodes: 2})
 	a, cc, b := threePods(t, c)
 	c.KubectlApply(allowAToB80)
 	waitFor(t, "NetworkPolicy applied", probe{cc, b, 80, "tcp", false})
@@ -104,7 +104,7 @@ func TestAPIServerOutage(t *testing.T) {
 // etcd restarted: nothing is lost. The policy, the pods and their identities are still
 // there and enforced, and the cluster takes changes again.
 func TestEtcdRestart(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	c := startCluster(t, clustertest.Options{Nodes: 2})
 	a, cc, b := threePods(t, c)
 	c.KubectlApply(allowAToB80)
 	waitFor(t, "NetworkPolicy applied", probe{cc, b, 80, "tcp", false})

@@ -13,7 +13,40 @@ import (
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
+	"github.com/rampartnet/rampart/internal/testenv/nodetest"
 )
+
+// nodesEnv chooses the nodes the tests run on: simulated by default (the test plays the
+// container runtime's network part, with exact control of each pod's life), or, with
+// "real", real nodes (kubelet, containerd and kube-proxy in each node's namespace:
+// nodetest), where the kubelet runs the same pods.
+const nodesEnv = "RAMPART_K8SMODE_NODES"
+
+// startCluster starts the cluster a test runs on, of the nodes nodesEnv chooses.
+func startCluster(t *testing.T, opts clustertest.Options) *clustertest.Cluster {
+	t.Helper()
+	if os.Getenv(nodesEnv) != "real" {
+		return clustertest.Start(t, opts)
+	}
+	// The Service translation's cgroup is the lab's, where its kubelets run the pods.
+	var flags []string
+	for i := 0; i < len(opts.AgentFlags); i++ {
+		if opts.AgentFlags[i] == "--service-cgroup" {
+			i++
+			continue
+		}
+		flags = append(flags, opts.AgentFlags[i])
+	}
+	return nodetest.Start(t, nodetest.Options{Nodes: opts.Nodes, Tunnel: opts.Tunnel, AgentFlags: flags}).Cluster
+}
+
+// simulatedOnly skips a test on real nodes, saying why.
+func simulatedOnly(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv(nodesEnv) == "real" {
+		t.Skipf("simulated nodes only: %s", why)
+	}
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -140,7 +173,7 @@ func TestKubectlPolicyAcrossNodes(t *testing.T) {
 }
 
 func kubectlPolicyAcrossNodes(t *testing.T, mode overlay.Mode) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: mode})
+	c := startCluster(t, clustertest.Options{Nodes: 2, Tunnel: mode})
 	a, cc, b := threePods(t, c)
 
 	check(t, "no policy", []probe{{a, b, 80, "tcp", true}, {cc, b, 80, "tcp", true}, {b, a, 81, "tcp", true}})
@@ -170,7 +203,7 @@ func kubectlPolicyAcrossNodes(t *testing.T, mode overlay.Mode) {
 // A pod relabelled with kubectl label gets a new identity on every node, and enforcement
 // follows its new labels.
 func TestRelabelPod(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
+	c := startCluster(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
 	a, cc, b := threePods(t, c)
 	c.KubectlApply(allowAToB80)
 	waitFor(t, "NetworkPolicy applied", probe{cc, b, 80, "tcp", false})

@@ -51,7 +51,7 @@ func serverPorts(tcp80, tcp81 int32) clustertest.PodOptions {
 // on the other node; they follow a pod replaced with other ports and a policy update,
 // and a trace on the destination's node shows the source node's egress verdict.
 func TestNamedPortsAcrossNodes(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
+	c := startCluster(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	a := c.AddPod(n1, "x", "a", map[string]string{"pod": "a"})
 	o := c.AddPod(n1, "x", "o", map[string]string{"pod": "o"})

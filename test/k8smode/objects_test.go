@@ -45,7 +45,7 @@ func policies(t *testing.T, n *clustertest.Node) []api.Policy {
 
 // kubectl apply -f X and rampart apply -f X give the same policies.
 func TestKubectlApplyMatchesRampartApply(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	c := startCluster(t, clustertest.Options{Nodes: 2})
 	root := filepath.Join(testenv.ModuleRoot(t), "internal", "policy", "testdata", "manifests")
 	want := map[string]string{} // kind/ns/name -> formatted rules
 	for _, f := range corpusFiles {
@@ -101,7 +101,7 @@ func rulesOf(p *policy.Policy) string {
 // does not support) is not applied and is reported in status and as an Event; the other
 // objects apply, and the agents keep running.
 func TestRefusedPolicyReported(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	c := startCluster(t, clustertest.Options{Nodes: 2})
 	a, cc, b := threePods(t, c)
 	const refused = `apiVersion: cilium.io/v2
 kind: CiliumNetworkPolicy
@@ -172,7 +172,7 @@ spec:
 // A CiliumCIDRGroup referenced by a CiliumNetworkPolicy: x/b admits the addresses of the
 // group (x/a's) on port 81 and nothing else there.
 func TestCIDRGroupReference(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	c := startCluster(t, clustertest.Options{Nodes: 2})
 	a, cc, b := threePods(t, c)
 	manifest := `apiVersion: cilium.io/v2
 kind: CiliumCIDRGroup
@@ -197,7 +197,7 @@ spec:
 // A Node deleted from the API: its pods leave every other node's ipcache, and the pods
 // there no longer reach them.
 func TestNodeDeleted(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 3})
+	c := startCluster(t, clustertest.Options{Nodes: 3})
 	n1, n2, n3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
 	p1 := c.AddPod(n1, "x", "p1", map[string]string{"pod": "p1"})
 	p2 := c.AddPod(n2, "x", "p2", map[string]string{"pod": "p2"})
@@ -227,7 +227,7 @@ func TestNodeDeleted(t *testing.T) {
 // in force, on every node and across restarts of the agents: a restarted agent does not
 // forget it (which would leave the pods it selects open).
 func TestRefusedUpdateSurvivesRestart(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	c := startCluster(t, clustertest.Options{Nodes: 2})
 	a, cc, b := threePods(t, c)
 	c.KubectlApply(cnpCToB81)
 	waitFor(t, "CiliumNetworkPolicy applied", probe{a, b, 80, "tcp", false})

@@ -23,7 +23,7 @@ import (
 // node and remote lists show what came from the API; observe and trace name the pods of
 // other nodes with their node; the local API refuses writes to what Kubernetes owns.
 func TestOperationsView(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
+	c := startCluster(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
 	a, cc, b := threePods(t, c)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	c.KubectlApply(allowAToB80)
@@ -120,7 +120,7 @@ func TestOperationsView(t *testing.T) {
 // A CNI ADD for a pod the API does not have fails after a bounded wait, and leaves no
 // endpoint: never an endpoint without the labels policy selects on.
 func TestCNIAddWithoutPodFails(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	c := startCluster(t, clustertest.Options{Nodes: 2})
 	n := c.Nodes[0]
 	c.EnsureNamespace("x", nil)
 	netns := testenv.NewNetns(t, "rp-"+testenv.Suffix(6)+"-ghost")
@@ -155,7 +155,7 @@ func TestCNIAddWithoutPodFails(t *testing.T) {
 // not before: the collector's InUse comes from the agents' pod and namespace caches.
 func TestUnusedIdentityCollected(t *testing.T) {
 	const grace = 3 * time.Second
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2, AgentFlags: []string{"--identity-grace", grace.String()}})
+	c := startCluster(t, clustertest.Options{Nodes: 2, AgentFlags: []string{"--identity-grace", grace.String()}})
 	c.EnsureNamespace("x", nil)
 	keep := c.AddPod(c.Nodes[0], "x", "keep", map[string]string{"pod": "keep"})
 	gone := c.AddPod(c.Nodes[1], "x", "gone", map[string]string{"pod": "gone"})

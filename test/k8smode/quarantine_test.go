@@ -20,7 +20,7 @@ func TestAddressNotReusedWhileNodeDown(t *testing.T) {
 }
 
 func addressNotReusedWhileNodeDown(t *testing.T, mode overlay.Mode) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: mode})
+	c := startCluster(t, clustertest.Options{Nodes: 2, Tunnel: mode})
 	a, cc, b := threePods(t, c)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	c.KubectlApply(allowAToB80)

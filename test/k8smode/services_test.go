@@ -20,12 +20,15 @@ import (
 // pod on one node reaches the backend on the other through the cluster IP and through
 // either node's address at the node port, and policy
 // judges the backend: an egress ipBlock of the backend's /32 admits the Service, one of
-// another pod's denies it. Both nodes' agents attach the translation to the test's cgroup
-// (simulated nodes share a host), which their idempotent translation allows.
+// another pod's denies it. On simulated nodes, both nodes' agents attach the translation
+// to a cgroup of the test's (simulated nodes share a host), which their idempotent
+// translation allows; on real nodes, to the kubelets' cgroup. The test's probes, made in
+// the pod's network namespace, come from a cgroup inside it, as the pods' own processes.
 func TestServiceAcrossNodes(t *testing.T) {
-	cg := testenv.JoinNewCgroup(t)
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN, AgentFlags: []string{"--service-cgroup", cg}})
+	cg := testenv.NewCgroup(t)
+	c := startCluster(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN, AgentFlags: []string{"--service-cgroup", cg}})
 	a, cc, b := threePods(t, c)
+	testenv.JoinNewCgroupIn(t, c.Nodes[0].ServiceCgroup())
 	const clusterIP = "198.19.255.200" // inside the API server's service range
 	svc := netip.AddrPortFrom(netip.MustParseAddr(clusterIP), 8080)
 

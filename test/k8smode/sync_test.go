@@ -17,8 +17,8 @@ import (
 )
 
 // nsWithPods is a labelled Namespace and its pods as one manifest: a server on the first
-// node, two clients on the second.
-func nsWithPods(ns string, nsLabels string) string {
+// node, two clients on the second, whose containers run image.
+func nsWithPods(ns, nsLabels, image string) string {
 	pod := func(name, node string) string {
 		return fmt.Sprintf(`---
 apiVersion: v1
@@ -26,8 +26,8 @@ kind: Pod
 metadata: {name: %s, namespace: %s, labels: {pod: %s}}
 spec:
   nodeName: %s
-  containers: [{name: main, image: rampart.local/pause}]
-`, name, ns, name, node)
+  containers: [{name: main, image: %s}]
+`, name, ns, name, node, image)
 	}
 	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s, labels: {%s}}\n", ns, nsLabels) +
 		pod("client-good", "node-2") + pod("client-bad", "node-2") + pod("server", "node-1")
@@ -98,7 +98,7 @@ func waitClean(t *testing.T, c *clustertest.Cluster) {
 // policy that selects by namespace label is enforced with real traffic across nodes,
 // and status and the Node's condition say so.
 func TestNamespaceAppliedWithItsPods(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
+	c := startCluster(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	for _, order := range []string{"together", "labelled-after"} {
 		ns := "nc-" + order
@@ -106,7 +106,7 @@ func TestNamespaceAppliedWithItsPods(t *testing.T) {
 		if order == "labelled-after" {
 			labelsNow = "other: o"
 		}
-		c.KubectlApply(nsWithPods(ns, labelsNow))
+		c.KubectlApply(nsWithPods(ns, labelsNow, c.PodImage()))
 		// The runtime's part at once, the clients first: their node sees the pods and
 		// the Namespace in the same moment as the view that brings them.
 		good := c.RunPod(n2, ns, "client-good")

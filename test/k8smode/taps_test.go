@@ -110,7 +110,7 @@ func listTaps(t *testing.T, n *clustertest.Node) []api.Tap {
 // is reported with a PolicyRefused Event naming the field, and nothing of it applies. A
 // TrafficControl applied with kubectl mirrors as well.
 func TestTapContractFromAPI(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2})
+	c := startCluster(t, clustertest.Options{Nodes: 2})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	ids := c.AddAnnotatedPod(n1, "sec", "ids", map[string]string{"app": "ids"}, map[string]string{agent.MonitorAnnotation: "true"})
 	a := c.AddPod(n1, "shop", "a", map[string]string{"app": "client"})
@@ -233,7 +233,7 @@ spec:
 // A redirect through that monitor is not installed: its traffic stops (fail closed) and
 // the contract says why.
 func TestTapContractMonitorOnAnotherNode(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
+	c := startCluster(t, clustertest.Options{Nodes: 2, Tunnel: overlay.VXLAN})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	ids := c.AddAnnotatedPod(n1, "sec", "ids", map[string]string{"app": "ids"}, map[string]string{agent.MonitorAnnotation: "true"})
 	a := c.AddPod(n1, "shop", "a", map[string]string{"app": "client"})

@@ -49,6 +49,8 @@ type Cluster struct {
 	*k8stest.Cluster
 	T     testing.TB
 	Nodes []*Node
+	// Runtime runs the pods on real nodes; nil on simulated ones, where the test does.
+	Runtime Runtime
 }
 
 // Node is one simulated node: a network namespace on the fabric, its Node object and its
@@ -164,6 +166,19 @@ func (n *Node) AgentPid() int {
 
 // Socket is the path of the node agent's API socket (what rampart-cni's configuration names).
 func (n *Node) Socket() string { return n.socket }
+
+// ServiceCgroup is the cgroup v2 directory the agent attaches its Service translation to
+// (its --service-cgroup): the sockets of processes in it, or in a cgroup inside it, are
+// translated at connect.
+func (n *Node) ServiceCgroup() string {
+	cg := ""
+	for i := 0; i+1 < len(n.flags); i++ {
+		if n.flags[i] == "--service-cgroup" {
+			cg = n.flags[i+1] // the last one counts, as for the flag parser
+		}
+	}
+	return cg
+}
 
 // BPFDir is the agent's BPF pin directory.
 func (n *Node) BPFDir() string { return "/sys/fs/bpf/rampart/" + n.instance }

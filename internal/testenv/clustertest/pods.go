@@ -30,6 +30,19 @@ type Pod struct {
 // PodPorts are the ports every pod serves (echo, TCP and UDP).
 var PodPorts = []uint16{80, 81}
 
+// Runtime runs the pods of a cluster whose nodes have a real kubelet and containerd
+// (nodetest sets it). Without one, the test plays the runtime's network part itself: a
+// network namespace, the CNI ADD through libcni, status.podIP.
+type Runtime interface {
+	// Image is the image of the pods' containers: one the nodes hold, since nothing pulls.
+	Image() string
+	// Started waits until pod obj, bound to node n, runs, and returns its address and
+	// the path of its network namespace.
+	Started(ctx context.Context, n *Node, obj *corev1.Pod) (ip netip.Addr, netns string, err error)
+	// Delete deletes pod p and waits until its sandbox (and so its network) is gone.
+	Delete(ctx context.Context, p *Pod) error
+}
+
 // EnsureNamespace creates namespace ns with labels if it does not exist.
 func (c *Cluster) EnsureNamespace(ns string, labels map[string]string) {
 	c.T.Helper()
@@ -65,6 +78,15 @@ type PodOptions struct {
 	InitContainers []corev1.Container
 }
 
+// PodImage is the image of the pods' containers: with a Runtime, one the nodes hold;
+// without, a name nothing runs (the test is the runtime).
+func (c *Cluster) PodImage() string {
+	if c.Runtime != nil {
+		return c.Runtime.Image()
+	}
+	return "rampart.local/pause"
+}
+
 // AddPodWith is AddPod for a pod described by o.
 func (c *Cluster) AddPodWith(n *Node, ns, name string, o PodOptions) *Pod {
 	t := c.T
@@ -72,16 +94,17 @@ func (c *Cluster) AddPodWith(n *Node, ns, name string, o PodOptions) *Pod {
 	c.EnsureNamespace(ns, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	image := c.PodImage()
 	obj := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: o.Labels, Annotations: o.Annotations},
 		Spec: corev1.PodSpec{
 			NodeName:   n.Name,
-			Containers: []corev1.Container{{Name: "main", Image: "rampart.local/pause", Ports: o.Ports}},
+			Containers: []corev1.Container{{Name: "main", Image: image, Ports: o.Ports}},
 		},
 	}
 	for _, ic := range o.InitContainers {
 		if ic.Image == "" {
-			ic.Image = "rampart.local/pause"
+			ic.Image = image
 		}
 		obj.Spec.InitContainers = append(obj.Spec.InitContainers, ic)
 	}
@@ -114,6 +137,9 @@ func (c *Cluster) runPod(ctx context.Context, n *Node, obj *corev1.Pod) *Pod {
 	t.Helper()
 	ns, name := obj.Namespace, obj.Name
 	p := &Pod{Namespace: ns, Name: name, Node: n}
+	if c.Runtime != nil {
+		return c.startedPod(n, p, obj)
+	}
 	// 12 hex digits: with thousands of pods (bench/propagation makes 2,000) six collided.
 	p.Netns = newNetns(t, "rp-"+testenv.Suffix(12)+"-pod")
 	// The runtime's ADD: libcni runs rampart-cni, which asks the node's agent.
@@ -148,12 +174,39 @@ func (c *Cluster) runPod(ctx context.Context, n *Node, obj *corev1.Pod) *Pod {
 	if _, err := c.Client.CoreV1().Pods(ns).UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("writing pod %s/%s's status: %v", ns, name, err)
 	}
+	c.serve(p)
+	return p
+}
+
+// startedPod is runPod on nodes with a Runtime: the kubelet runs the pod and writes its
+// status; the test waits for it and serves in its network namespace.
+func (c *Cluster) startedPod(n *Node, p *Pod, obj *corev1.Pod) *Pod {
+	t := c.T
+	t.Helper()
+	// Longer than a CNI ADD: the kubelet's sync, the sandbox and the containers come first.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ip, netns, err := c.Runtime.Started(ctx, n, obj)
+	if err != nil {
+		t.Fatalf("pod %s on %s: %v", p.Key(), n.Name, err)
+	}
+	ep, err := n.Client.GetEndpoint(ctx, p.Namespace, p.Name)
+	if err != nil {
+		t.Fatalf("pod %s's endpoint: %v", p.Key(), err)
+	}
+	p.IP, p.Netns, p.Identity = ip, netns, uint32(ep.Identity)
+	c.serve(p)
+	return p
+}
+
+// serve starts the pod's echo servers on PodPorts until the test ends.
+func (c *Cluster) serve(p *Pod) {
+	c.T.Helper()
 	s, err := testenv.Serve(p.Netns, PodPorts, PodPorts)
 	if err != nil {
-		t.Fatalf("servers in pod %s/%s: %v", ns, name, err)
+		c.T.Fatalf("servers in pod %s: %v", p.Key(), err)
 	}
-	t.Cleanup(s.Close)
-	return p
+	c.T.Cleanup(s.Close)
 }
 
 // Probe reports whether p reaches to:port over proto ("tcp", "udp") within timeout.
@@ -171,9 +224,18 @@ func (c *Cluster) Label(p *Pod, kv ...string) {
 }
 
 // Delete deletes the pod as the kubelet would once its containers ended: the CNI DEL,
-// then the Pod object with no grace period (a graceful delete waits for a kubelet).
+// then the Pod object with no grace period (a graceful delete waits for a kubelet); with a
+// Runtime, the kubelet does it.
 func (c *Cluster) Delete(p *Pod) {
 	c.T.Helper()
+	if c.Runtime != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Runtime.Delete(ctx, p); err != nil {
+			c.T.Fatalf("deleting pod %s: %v", p.Key(), err)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.Node.cni.DelNetworkList(ctx, p.Node.cniList, p.rt); err != nil {

@@ -50,6 +50,9 @@ type Options struct {
 	// Tunnel is the agents' --tunnel (default native routing); with WithoutAgents, deploy/'s
 	// ConfigMap says it (InstallRampart's settings).
 	Tunnel overlay.Mode
+	// AgentFlags are more flags for every rampartd on the host (not with WithoutAgents);
+	// the Service translation's --service-cgroup is the lab's own.
+	AgentFlags []string
 	// DNS runs the cluster DNS: CoreDNS (coredns.yaml) behind the kube-dns Service at
 	// DNSServiceIP, the kubelets' clusterDNS. Start then also waits until it answers, about
 	// 10-15 s more, which tests that resolve no names need not spend. With WithoutAgents,
@@ -119,6 +122,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 	k := k8stest.StartOn(t, HostAddress, kopts...)
 	k.InstallCRDs(t)
 	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, dir: dir, hostLink: hostLink, withoutAgents: opts.WithoutAgents, dns: opts.DNS}
+	// clustertest's AddPod makes Pod objects the kubelets run.
+	c.Runtime = kubeletRuntime{c}
 	if err := c.publishAPIServer(); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +166,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		// the host's root, where it would rewrite every host socket (and the other
 		// node's pods twice); kube-proxy still serves NodePorts from outside.
 		agentOpts := clustertest.Options{Tunnel: opts.Tunnel,
-			AgentFlags: []string{"--service-cgroup", filepath.Join(datapath.DefaultServiceCgroup(), root)}}
+			AgentFlags: append([]string{"--service-cgroup", filepath.Join(datapath.DefaultServiceCgroup(), root)}, opts.AgentFlags...)}
 		n := &Node{
 			Dir:        filepath.Join(dir, name),
 			CgroupRoot: root,

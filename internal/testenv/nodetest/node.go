@@ -198,23 +198,28 @@ func (n *Node) removeSandboxes(crictl string) error {
 		}
 		return nil
 	}
-	if n.Node.Socket() != "" {
-		return rmAll() // the host's agent outlives this
-	}
 	ids := func(args ...string) []string {
 		out, _ := n.Output(append(append(cri, "pods", "-q"), args...)...)
 		return strings.Fields(out)
 	}
-	agents := ids("--label", agentLabel)
-	var others []string
-	for _, id := range ids() {
-		if !slices.Contains(agents, id) {
-			others = append(others, id)
+	switch {
+	case n.Node.Socket() != "" && n.Node.AgentPid() != 0:
+		return rmAll() // the host's agent outlives this
+	case n.Node.Socket() != "":
+		// The test stopped the host's agent for good (a node gone): nothing answers the
+		// CNI DELs, as when an agent pod is gone.
+	default:
+		agents := ids("--label", agentLabel)
+		var others []string
+		for _, id := range ids() {
+			if !slices.Contains(agents, id) {
+				others = append(others, id)
+			}
 		}
-	}
-	for _, group := range [][]string{others, agents} {
-		if len(group) > 0 {
-			n.Exec(append(append(cri, "rmp", "--force"), group...)...)
+		for _, group := range [][]string{others, agents} {
+			if len(group) > 0 {
+				n.Exec(append(append(cri, "rmp", "--force"), group...)...)
+			}
 		}
 	}
 	if len(ids()) == 0 {

@@ -270,7 +270,9 @@ func explain(c *cluster, pods []pod, allowed map[[2]string]bool) error {
 		}
 		fmt.Println(conclusion(tr, ordered))
 	}
-	return rampart(c, to.Node, "the destination's node", "observe", "--endpoint", to.Key(), "--last", "6")
+	// The drops only: the kubelet's readiness probes from the node are flows to the pod
+	// every second, and would push the denied pair's out of the last few.
+	return rampart(c, to.Node, "the destination's node", "observe", "--endpoint", to.Key(), "--verdict", "dropped", "--last", "6")
 }
 
 // nodeTrace is one node's policy trace of a pair.
