@@ -40,14 +40,6 @@ func startCluster(t *testing.T, opts clustertest.Options) *clustertest.Cluster {
 	return nodetest.Start(t, nodetest.Options{Nodes: opts.Nodes, Tunnel: opts.Tunnel, AgentFlags: flags}).Cluster
 }
 
-// simulatedOnly skips a test on real nodes, saying why.
-func simulatedOnly(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv(nodesEnv) == "real" {
-		t.Skipf("simulated nodes only: %s", why)
-	}
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
 	clustertest.Bins.Remove()
