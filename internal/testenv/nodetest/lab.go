@@ -137,9 +137,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 			t.Error(err)
 		}
 	})
-	mounts, err := ensureMountPoints(dirs)
+	mounts, err := ensureMountPoints(dirs, suffix)
 	t.Cleanup(func() {
-		if err := removeMountPoints(mounts); err != nil {
+		if err := mounts.remove(); err != nil {
 			t.Error(err)
 		}
 	})
