@@ -212,7 +212,7 @@ func TestQuickRunRealNodes(t *testing.T) {
 			}
 		}
 	}
-	if links, err := exec.Command("ip", "-br", "addr").Output(); err != nil || strings.Contains(string(links), nodetest.HostAddress.String()+"/") {
-		t.Errorf("the real nodes' host link left behind (%v):\n%s", err, links)
+	if links, err := nodetest.LeftoverHostLinks(); err != nil || len(links) > 0 {
+		t.Errorf("the real nodes' host links left behind: %v (%v)", links, err)
 	}
 }

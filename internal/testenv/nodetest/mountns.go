@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -35,7 +34,7 @@ var agentDirs = []string{"/run/rampart", "/var/lib/rampart"}
 // pod network namespaces containerd mounts there are seen by the host), bind-mounts the
 // node's directories over privateDirs, sets lo up, mounts a bpffs of its own on /sys/fs/bpf, and then
 // sleeps. Everything of the node is started in its namespaces (startProc with its pid).
-// The mount points must exist on the host (ensureMountPoints).
+// The mount points must exist on the host (lease.ensureMountPoints).
 func holdNamespaces(dir, netns string, dirs []string) (*proc, error) {
 	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -70,33 +69,4 @@ func holdNamespaces(dir, netns string, dirs []string) (*proc, error) {
 		return nil, fmt.Errorf("node namespaces of %s not set up:\n%s", netns, b)
 	}
 	return p, nil
-}
-
-// ensureMountPoints creates the dirs missing on the host and returns them: empty
-// directories, removed again by removeMountPoints.
-func ensureMountPoints(dirs []string) ([]string, error) {
-	var created []string
-	for _, d := range dirs {
-		for p := d; p != "/"; p = filepath.Dir(p) {
-			if _, err := os.Stat(p); os.IsNotExist(err) {
-				created = append(created, p)
-			}
-		}
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return created, fmt.Errorf("mount point %s: %w", d, err)
-		}
-	}
-	// Deepest first, for removal in order.
-	slices.SortFunc(created, func(a, b string) int { return len(b) - len(a) })
-	return slices.Compact(created), nil
-}
-
-// removeMountPoints removes the (empty) mount points holdNamespaces created on the host.
-func removeMountPoints(dirs []string) error {
-	for _, d := range dirs {
-		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
-			return fmt.Errorf("removing mount point %s: %w", d, err)
-		}
-	}
-	return nil
 }

@@ -22,13 +22,18 @@ func TestNodeMountNamespace(t *testing.T) {
 	suffix := testenv.Suffix(6)
 	netns := "rp-" + suffix + "-mnt"
 	testenv.NewNetns(t, netns)
-	created, err := ensureMountPoints(privateDirs)
+	// The mount points are the host's labs' too: this test holds them as a lab without a
+	// slot does, so that they stay while another lab uses them.
+	l, err := theHost(t.Logf).acquire(false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		if err := removeMountPoints(created); err != nil {
+		if err := l.release(); err != nil {
 			t.Error(err)
 		}
 	})
-	if err != nil {
+	if err := l.ensureMountPoints(privateDirs); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
