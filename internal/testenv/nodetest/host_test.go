@@ -245,8 +245,29 @@ func TestHostRecordOverlap(t *testing.T) {
 			t.Errorf("mount point %s removed while a lab runs", d)
 		}
 	}
+	// Something else writes into a mount point's directory on the host (the nodes write
+	// into their own): the directory becomes its, and stays.
+	other := filepath.Join(cni, "other")
+	if err := os.WriteFile(other, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	mustRelease(t, b)
 	wantSysctls(t, h, "orig", "after the last lab ended")
+	if !exists(other) {
+		t.Errorf("%s, another program's file in a mount point, removed", other)
+	}
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(cni); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Dir(cni)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Dir(filepath.Dir(cni))); err != nil {
+		t.Fatal(err)
+	}
 	for _, d := range []string{mk, filepath.Join(root, "var"), cni, filepath.Join(root, "opt")} {
 		if exists(d) {
 			t.Errorf("mount point %s (or its ancestor the labs created) left after the last lab", d)
