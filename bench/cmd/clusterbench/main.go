@@ -3,7 +3,7 @@
 // bare fabric, and policy scalability across nodes. It prints a table, and writes a JSON
 // report, a markdown table and a PNG plot. Run it as root from the repository:
 //
-//	bench/run-cluster.sh            # full run, about twenty minutes
+//	bench/run-cluster.sh            # full run, about 45 minutes
 //	bench/run-cluster.sh --quick    # smoke run (CI)
 //
 // See docs/benchmarks.md.
