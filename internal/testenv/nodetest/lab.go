@@ -109,6 +109,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 		t.Fatalf("fabric: %v", err)
 	}
 	hostLink := "rph" + suffix
+	// Deleted by itself, before the namespaces: a namespace's links go with it only once
+	// the kernel's clean-up of the namespace has run, some time after the lab ends, and
+	// until then the slot's host address would still be on the host.
+	t.Cleanup(func() {
+		if err := deleteLink(hostLink); err != nil {
+			t.Error(err)
+		}
+	})
 	if err := simcluster.LinkHost(fab, hostLink, netip.PrefixFrom(slot.HostAddress, slot.Fabric.Bits())); err != nil {
 		t.Fatal(err)
 	}

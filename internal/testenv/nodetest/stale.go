@@ -1,8 +1,10 @@
 package nodetest
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 )
@@ -19,9 +21,25 @@ func removeStaleHostLinks(addr netip.Addr, logf func(string, ...any)) error {
 	}
 	for _, l := range links {
 		logf("removing link %s with %v, left by a lab that did not end", l.Attrs().Name, addr)
-		if err := netlink.LinkDel(l); err != nil {
-			return fmt.Errorf("removing stale link %s: %w", l.Attrs().Name, err)
+		if err := deleteLink(l.Attrs().Name); err != nil {
+			return fmt.Errorf("removing stale link: %w", err)
 		}
+	}
+	return nil
+}
+
+// deleteLink deletes the host's link name if it is there (the kernel may be deleting it
+// with its peer's namespace meanwhile).
+func deleteLink(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		if errors.As(err, &netlink.LinkNotFoundError{}) {
+			return nil
+		}
+		return fmt.Errorf("finding link %s: %w", name, err)
+	}
+	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, syscall.ENODEV) {
+		return fmt.Errorf("deleting link %s: %w", name, err)
 	}
 	return nil
 }
