@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Runs the cluster benchmark (see docs/benchmarks.md, "Cluster"): two-node clusters on a
-# kube-apiserver and etcd (each node a namespace with rampartd --kubeconfig and a pod runner
-# in place of kubelet and containerd, joined by a fabric; --control-plane nodes: real nodes,
-# one mode at a time), pod scalability over each tunnel mode, the overlay's cost against
+# Runs the cluster benchmark (see docs/benchmarks.md, "Cluster"): clusters of two real nodes
+# (kube-apiserver, etcd, kube-scheduler, kube-controller-manager; per node containerd,
+# kubelet and kube-proxy, Rampart as the CNI), one per tunnel mode and a second native one,
+# live at once in the host's lab slots (--control-plane k8s: a pod runner in place of
+# kubelet and containerd), pod scalability over each tunnel mode, the overlay's cost against
 # native routing and the bare fabric, and policy scalability across nodes. Builds the agent,
 # CLI, CNI plugin, pod runner and the benchmark from this checkout and runs it as root:
-#   bench/run-cluster.sh                                  # full run, about twenty minutes
+#   bench/run-cluster.sh                                  # full run, about 45 minutes
 #   bench/run-cluster.sh --quick                          # smoke run (CI)
 #   bench/run-cluster.sh --experiments pods --modes vxlan --pairs 1,40
 # Results: bench/results/cluster-<timestamp>.{json,md,png}

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Starts or stops a Kubernetes cluster on this machine for people: etcd and kube-apiserver,
 # kube-scheduler and kube-controller-manager, and N real nodes (network namespaces on a
-# bridged fabric, 198.19.254.0/24), each running containerd, kubelet and kube-proxy, with
+# bridged fabric, 198.19.254.0/24 in lab slot 0), each running containerd, kubelet and kube-proxy, with
 # Rampart installed on them as users install it: `kubectl apply -R -f deploy/`, its image
 # built from this tree (scripts/build-image.sh) and imported into every node. The same
 # cluster the real-node tests start (internal/testenv/nodetest), held in the background by
 # a process of test/cluster/clusterctl until `stop`. State and logs in
 # $RAMPART_CLUSTER_DIR (default /run/rampart-cluster; clusterctl.log says what happened).
 # Builds what it needs first (cached by version: a few minutes the first time, about ten
-# for the control plane). One such cluster runs on a host at a time, and the real-node
-# tests wait for it. Needs root. docs/cluster.md, "Starting a cluster here".
+# for the control plane). The cluster takes one of the host's four lab slots, as a
+# real-node test's cluster does; one cluster per state directory. Needs root.
+# docs/cluster.md, "Starting a cluster here".
 #
 #   scripts/cluster.sh start [--nodes N] [--tunnel native|vxlan|ipip] [--dns] [--image ARCHIVE]...
 #                                       start (2 nodes by default; --nodes 0: the control

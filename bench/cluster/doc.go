@@ -12,11 +12,15 @@
 //     policies selecting the server on the receiving node, differing by port, the one
 //     that admits the traffic last, against no policy.
 //
-// A node here is a network namespace with its own rampartd, joined to the other by a
-// fabric veth; pods are the agents' endpoints, and each node is told of the other and its
-// pods through the agent API (`rampart node add`, `rampart remote add --identity`), as
-// test/e2e/overlay_test.go does. The benchmark reaches the nodes and pods only through
-// the Cluster interface, so a cluster whose pods Kubernetes creates can replace it.
+// By default a cluster is two real nodes (NewNodesCluster: internal/testenv/nodetest, with
+// kubelet, containerd and kube-proxy per node, pods made by the kubelet), every cluster the
+// run needs live at once in a lab slot of the host of its own. NewK8sCluster puts a pod
+// runner in place of kubelet and containerd; NewAgentCluster has no control plane: a node
+// is a network namespace with its own rampartd, joined to the other by a fabric veth, pods
+// are the agents' endpoints, and each node is told of the other and its pods through the
+// agent API (`rampart node add`, `rampart remote add --identity`), as
+// test/e2e/overlay_test.go does. The benchmark reaches the nodes and pods only through the
+// Cluster interface.
 // NewAgentNodes makes the same agent cluster with more nodes, and monitor pods: the flow
 // tap benchmark's (bench/taps).
 // bench/run-cluster.sh runs it; docs/benchmarks.md describes the method.

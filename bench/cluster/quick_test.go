@@ -14,7 +14,9 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/nodetest"
 )
 
-// TestQuickRun runs the benchmark command in quick mode, as CI's smoke test, and checks
+// TestQuickRun runs the benchmark command in quick mode on simulated nodes
+// (--control-plane k8s: a pod runner in place of kubelet and containerd), as CI's smoke
+// test of every experiment and mode, and checks
 // that every experiment produced numbers for every mode the agent accepts (a mode it
 // refuses is reported as not available, with the reason), that the fragmenting UDP
 // datagrams crossed the nodes, that the enforcement checks passed, and that the run left
@@ -45,7 +47,7 @@ func TestQuickRun(t *testing.T) {
 	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/clusterbench")
 
 	out := filepath.Join(dir, "results")
-	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "clusterbench"), "--quick", "--bin-dir", dir, "--k8s-bin-dir", k8sBin, "--out", out)
+	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "clusterbench"), "--quick", "--control-plane", "k8s", "--bin-dir", dir, "--k8s-bin-dir", k8sBin, "--out", out)
 	if !strings.Contains(stdout, "## Published") {
 		t.Error("no table printed")
 	}
@@ -159,15 +161,17 @@ func TestQuickRun(t *testing.T) {
 	}
 }
 
-// TestQuickRunRealNodes runs the pod and policy experiments on one cluster of real nodes
-// (--control-plane nodes: kubelet, containerd and kube-proxy per node, pods made by the
-// kubelet), small and short: every pair carried traffic, with and without the allow
-// policy, and each policy count was enforced (entries in the map, probes) before it was
-// measured. It asserts no speed.
+// TestQuickRunRealNodes runs every experiment on real nodes (--control-plane nodes:
+// kubelet, containerd and kube-proxy per node, pods made by the kubelet), small and short,
+// with one tunnel mode: three clusters live at once (VXLAN, native routing and its A/A
+// control), each in a lab slot of the host. Every pair carried traffic, with and without
+// the allow policy; every overlay path was measured; each policy count was enforced
+// (entries in the map, probes) before it was measured; the labs left no host link. It
+// asserts no speed.
 func TestQuickRunRealNodes(t *testing.T) {
 	testenv.RequireRoot(t)
 	if testing.Short() {
-		t.Skip("starts two real nodes and runs the benchmark for a few minutes")
+		t.Skip("starts three clusters of two real nodes and runs the benchmark for a few minutes")
 	}
 	for _, tool := range []string{"iperf3", "nsenter", "taskset", "ip", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -176,13 +180,13 @@ func TestQuickRunRealNodes(t *testing.T) {
 	}
 	nodetest.FindBins(t, false)
 	dir := t.TempDir()
-	// A few minutes, plus the wait for another real-node test's cluster.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// A few minutes, plus the wait for slots other real-node tests hold.
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/clusterbench")
 	out := filepath.Join(dir, "results")
-	benchkit.RunForTest(t, ctx, filepath.Join(dir, "clusterbench"), "--quick", "--control-plane", "nodes",
-		"--experiments", "pods,policies", "--modes", "vxlan", "--policy-tunnel", "vxlan", "--traffic", "tcp",
+	benchkit.RunForTest(t, ctx, filepath.Join(dir, "clusterbench"), "--quick",
+		"--modes", "vxlan", "--policy-tunnel", "vxlan", "--traffic", "tcp",
 		"--policies", "1,100", "--out", out)
 	var rep Report
 	benchkit.ReadReportForTest(t, out, "cluster", &rep)
@@ -199,6 +203,20 @@ func TestQuickRunRealNodes(t *testing.T) {
 			}
 		}
 	}
+	if rep.Overlay == nil {
+		t.Fatal("no overlay result")
+	}
+	for _, c := range rep.Overlay.Cases {
+		if !c.Available {
+			if c.Mode == "vxlan" || c.Mode == "native" || c.Mode == "" {
+				t.Errorf("overlay %s not measured: %s", c.Name, c.Reason)
+			}
+			continue
+		}
+		if len(c.Errors) > 0 || len(c.Samples) != rep.Settings.Repeats || !c.Summary.VsNativeBps.Valid() {
+			t.Errorf("overlay %s: errors %v, %d samples, summary %+v", c.Name, c.Errors, len(c.Samples), c.Summary)
+		}
+	}
 	if rep.Policies == nil || len(rep.Policies.Cases) != 2+len(rep.Settings.PolicyCounts) {
 		t.Fatalf("policies: %+v", rep.Policies)
 	}
@@ -212,7 +230,7 @@ func TestQuickRunRealNodes(t *testing.T) {
 			}
 		}
 	}
-	if links, err := exec.Command("ip", "-br", "addr").Output(); err != nil || strings.Contains(string(links), nodetest.HostAddress.String()+"/") {
-		t.Errorf("the real nodes' host link left behind (%v):\n%s", err, links)
+	if links, err := nodetest.LeftoverHostLinks(); err != nil || len(links) > 0 {
+		t.Errorf("the real nodes' host links left behind: %v (%v)", links, err)
 	}
 }

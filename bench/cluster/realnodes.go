@@ -20,7 +20,9 @@ import (
 // kube-proxy, Rampart's agent in Kubernetes mode as its CNI. Pods are ordinary Pod objects
 // running the agnhost image, made by the kubelet through containerd and rampart-cni; the
 // benchmark enters their network namespaces as with the other clusters. The lab logs to
-// log. The host runs one such cluster at a time: a second waits for the first to close.
+// log. Each cluster takes a lab slot of the host (its own fabric, host address, pod and
+// service ranges), so a run keeps up to nodetest.MaxSlots of them live at once; one more
+// waits for a slot to be freed.
 func NewNodesCluster(ctx context.Context, mode string, log io.Writer) (_ Cluster, err error) {
 	s := testenv.NewSession("clusterbench", log)
 	var lab *nodetest.Cluster

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/nodetest"
 )
@@ -86,14 +85,14 @@ func TestClusterDNS(t *testing.T) {
 	want := map[string][]string{
 		fqdn: {svc.Spec.ClusterIP},
 		"web-headless." + ns + ".svc.cluster.local": webIPs,
-		kubernetes: {controlplane.KubernetesServiceIP().String()},
+		kubernetes: {c.KubernetesServiceIP().String()},
 	}
 
 	for _, node := range c.Nodes {
 		client := pods["client"][node.Name]
 		out := c.MustKubectl("-n", ns, "exec", client.Name, "--", "/agnhost", "dns-server-list")
-		if strings.TrimSpace(out) != nodetest.DNSServiceIP.String() {
-			t.Errorf("%s on %s: nameservers %q, want %v", client.Name, node.Name, out, nodetest.DNSServiceIP)
+		if strings.TrimSpace(out) != c.Slot.DNSServiceIP.String() {
+			t.Errorf("%s on %s: nameservers %q, want %v", client.Name, node.Name, out, c.Slot.DNSServiceIP)
 		}
 		out = c.MustKubectl("-n", ns, "exec", client.Name, "--", "/agnhost", "dns-suffix")
 		if !strings.HasPrefix(strings.TrimSpace(out), ns+".svc.cluster.local,svc.cluster.local,cluster.local") {

@@ -3,7 +3,7 @@
 // bare fabric, and policy scalability across nodes. It prints a table, and writes a JSON
 // report, a markdown table and a PNG plot. Run it as root from the repository:
 //
-//	bench/run-cluster.sh            # full run, about twenty minutes
+//	bench/run-cluster.sh            # full run, about 45 minutes
 //	bench/run-cluster.sh --quick    # smoke run (CI)
 //
 // See docs/benchmarks.md.
@@ -68,7 +68,7 @@ func run() int {
 		policyMode  = flag.String("policy-tunnel", "", "policies: the cluster's tunnel mode (default vxlan)")
 		cpu         = flag.Int("cpu", -2, "overlay and policies: pin the measured processes to this CPU, -1 for none (default: the last CPU)")
 		binDir      = flag.String("bin-dir", "", "directory with rampartd, rampart, rampart-cni and rampart-podrunner (default: build them from this checkout into a temporary directory)")
-		control     = flag.String("control-plane", cluster.ControlK8s, "the clusters' control plane: k8s (kube-apiserver, etcd, a pod runner per node), nodes (real nodes: kubelet, containerd, kube-proxy, scripts/build-node.sh; one mode, no overlay experiment) or agent (nodes, pods and policies through each agent's API)")
+		control     = flag.String("control-plane", cluster.ControlNodes, "the clusters' control plane: nodes (real nodes: kubelet, containerd, kube-proxy, scripts/build-node.sh; up to four clusters live at once), k8s (kube-apiserver, etcd, a pod runner per node) or agent (nodes, pods and policies through each agent's API)")
 		k8sBinDir   = flag.String("k8s-bin-dir", "", "directory with etcd and kube-apiserver (default: scripts/build-k8s.sh --dir of this checkout)")
 		outDir      = flag.String("out", "bench/results", "directory for the JSON report, markdown table and PNG plot")
 		iperf3      = flag.String("iperf3", "iperf3", "iperf3 binary")

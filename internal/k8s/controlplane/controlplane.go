@@ -6,7 +6,7 @@
 // The API server runs with what a single-machine test cluster needs and nothing else: token
 // authentication (one admin token, group system:masters), AlwaysAllow authorization, a
 // self-signed serving certificate and a service-account key pair made here in Go, a service
-// range inside 198.18.0.0/15 (the project's test range; nothing routes it), and
+// range inside 198.18.0.0/15 (the project's test range; nothing routes it; Config.ServiceCIDR), and
 // --endpoint-reconciler-type=none, without which a loopback advertise address is refused.
 package controlplane
 
@@ -37,16 +37,17 @@ import (
 	"time"
 )
 
-// ServiceCIDR is the API server's service range: the top of the project's test range
-// 198.18.0.0/15, away from the addresses tests give namespaces. Service addresses are only
-// allocated; nothing on this machine routes them.
-const ServiceCIDR = "198.19.255.0/24"
+// DefaultServiceCIDR is the API server's service range unless Config.ServiceCIDR says
+// another: the top of the project's test range 198.18.0.0/15, away from the addresses tests
+// give namespaces. Service addresses are only allocated; nothing on this machine routes
+// them.
+var DefaultServiceCIDR = netip.MustParsePrefix("198.19.255.0/24")
 
-// KubernetesServiceIP is the cluster IP the API server gives the default/kubernetes Service:
-// the first address of ServiceCIDR. Pods reach the API server there (in-cluster
-// configuration, KUBERNETES_SERVICE_HOST), so the serving certificate names it.
-func KubernetesServiceIP() netip.Addr {
-	return netip.MustParsePrefix(ServiceCIDR).Addr().Next()
+// KubernetesServiceIP is the cluster IP the API server gives the default/kubernetes Service
+// in the service range serviceCIDR: its first address. Pods reach the API server there
+// (in-cluster configuration, KUBERNETES_SERVICE_HOST), so the serving certificate names it.
+func KubernetesServiceIP(serviceCIDR netip.Prefix) netip.Addr {
+	return serviceCIDR.Masked().Addr().Next()
 }
 
 // Config says where the binaries are and where the control plane keeps its state.
@@ -64,6 +65,10 @@ type Config struct {
 	// node's kubelet, in a network namespace of its own, reaches the API server only on an
 	// address of a link into that namespace's network. etcd stays on 127.0.0.1.
 	Address netip.Addr
+	// ServiceCIDR is the API server's service range (default DefaultServiceCIDR): clusters
+	// that run side by side on one host, each with routes and a DNS address of its own in
+	// the host's network namespace, take ranges that do not overlap.
+	ServiceCIDR netip.Prefix
 	// Authorization is the API server's --authorization-mode (default AlwaysAllow). RBAC
 	// makes it enforce roles, for tests of what an identity may do (deploy/'s ClusterRole);
 	// the admin user is in system:masters and may do everything either way.
@@ -127,6 +132,9 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	}
 	if !cfg.Address.IsValid() {
 		cfg.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	if !cfg.ServiceCIDR.IsValid() {
+		cfg.ServiceCIDR = DefaultServiceCIDR
 	}
 	for _, b := range []string{"etcd", "kube-apiserver"} {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
@@ -243,7 +251,7 @@ func (c *ControlPlane) writeCredentials() error {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), c.cfg.Address.AsSlice(), KubernetesServiceIP().AsSlice()},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), c.cfg.Address.AsSlice(), c.KubernetesServiceIP().AsSlice()},
 		DNSNames:              []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
@@ -292,6 +300,15 @@ func (p *Process) pid() int {
 		return 0
 	}
 	return p.Cmd.Process.Pid
+}
+
+// ServiceCIDR is the API server's service range (Config.ServiceCIDR).
+func (c *ControlPlane) ServiceCIDR() netip.Prefix { return c.cfg.ServiceCIDR }
+
+// KubernetesServiceIP is the default/kubernetes Service's cluster IP in the API server's
+// service range.
+func (c *ControlPlane) KubernetesServiceIP() netip.Addr {
+	return KubernetesServiceIP(c.cfg.ServiceCIDR)
 }
 
 // ServiceAccountKey is the file of the private key service-account tokens are signed with
@@ -402,7 +419,7 @@ func (c *ControlPlane) apiServerArgs(port int) []string {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + c.path("sa.pub"),
 		"--service-account-signing-key-file=" + c.path("sa.key"),
-		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--service-cluster-ip-range=" + c.cfg.ServiceCIDR.String(),
 		"--allow-privileged=true",
 		// A node's name resolves nowhere here: exec, logs and port-forward reach the
 		// kubelet at the node's InternalIP.

@@ -74,7 +74,8 @@ func TestStartRetriesTakenPort(t *testing.T) {
 // The credentials are written before anything starts: a kubeconfig that names the server,
 // the CA file and the token, the token file, and the service-account key pair.
 func TestWriteCredentials(t *testing.T) {
-	c := &ControlPlane{cfg: Config{Dir: t.TempDir(), Address: netip.MustParseAddr("127.0.0.1")}, Server: "https://127.0.0.1:6443"}
+	serviceCIDR := netip.MustParsePrefix("198.19.236.0/24") // not the default: the certificate follows the option
+	c := &ControlPlane{cfg: Config{Dir: t.TempDir(), Address: netip.MustParseAddr("127.0.0.1"), ServiceCIDR: serviceCIDR}, Server: "https://127.0.0.1:6443"}
 	c.Kubeconfig = c.path("kubeconfig")
 	if err := c.writeCredentials(); err != nil {
 		t.Fatal(err)
@@ -108,7 +109,10 @@ func TestWriteCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cert.VerifyHostname(KubernetesServiceIP().String()); err != nil {
+	if got := c.KubernetesServiceIP(); got != netip.MustParseAddr("198.19.236.1") {
+		t.Errorf("kubernetes Service IP %v, want the first address of %v", got, serviceCIDR)
+	}
+	if err := cert.VerifyHostname(c.KubernetesServiceIP().String()); err != nil {
 		t.Errorf("serving certificate (IPs %v): %v", cert.IPAddresses, err)
 	}
 }

@@ -96,6 +96,12 @@ func WithServiceAccounts() Option {
 	return func(c *controlplane.Config) { c.ServiceAccounts = true }
 }
 
+// WithServiceCIDR sets the API server's service range (controlplane Config.ServiceCIDR):
+// for clusters that run beside others on one host (nodetest's slots).
+func WithServiceCIDR(p netip.Prefix) Option {
+	return func(c *controlplane.Config) { c.ServiceCIDR = p }
+}
+
 // Start starts etcd and kube-apiserver in a temporary directory and returns when the API
 // server is ready. Without the binaries the test is skipped (failed when CI=true). Every
 // process is stopped and the directory removed when the test ends.

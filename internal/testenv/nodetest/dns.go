@@ -20,27 +20,24 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 //go:embed coredns.yaml
 var corednsManifest string
 
-// DNSServiceIP is the kube-dns Service's cluster IP, which every kubelet gives its pods as
-// their nameserver (clusterDNS). It is fixed, as a kubelet's configuration needs, and in
-// the low sixteenth of controlplane.ServiceCIDR, which the API server keeps for addresses
-// asked for by name, so no Service created before it takes it by chance.
-var DNSServiceIP = netip.MustParseAddr("198.19.255.10")
-
 // ClusterDomain is the cluster's DNS domain (the kubelets' clusterDomain, CoreDNS's zone).
 const ClusterDomain = "cluster.local"
 
 // CoreDNSManifest is the cluster DNS's manifest (coredns.yaml) with image as CoreDNS's
-// image and DNSServiceIP as the kube-dns Service's cluster IP.
-func CoreDNSManifest(image string) string {
+// image and dnsIP as the kube-dns Service's cluster IP: the lab's Slot.DNSServiceIP, which
+// every kubelet gives its pods as their nameserver (clusterDNS). It is fixed, as a
+// kubelet's configuration needs, and in the low sixteenth of the service range, which the
+// API server keeps for addresses asked for by name, so no Service created before it takes
+// it by chance.
+func CoreDNSManifest(image string, dnsIP netip.Addr) string {
 	return strings.NewReplacer("image: IMAGE", "image: "+image,
-		"clusterIP: DNS_IP", "clusterIP: "+DNSServiceIP.String()).Replace(corednsManifest)
+		"clusterIP: DNS_IP", "clusterIP: "+dnsIP.String()).Replace(corednsManifest)
 }
 
 // findCoreDNS sets b's CoreDNS directory and image (scripts/build-coredns.sh's, named after
@@ -78,7 +75,7 @@ func (c *Cluster) publishAPIServer() error {
 			discoveryv1.LabelManagedBy:   "nodetest.rampart.dev",
 		}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{HostAddress.String()},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{c.Slot.HostAddress.String()},
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
 		Ports: []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port32}},
 	}
@@ -113,9 +110,9 @@ func (c *Cluster) startDNS() {
 	t := c.T
 	t.Helper()
 	began := time.Now()
-	c.KubectlApply(CoreDNSManifest(c.Bins.CoreDNSImage))
+	c.KubectlApply(CoreDNSManifest(c.Bins.CoreDNSImage, c.Slot.DNSServiceIP))
 	name := "kubernetes.default.svc." + ClusterDomain
-	want := controlplane.KubernetesServiceIP().String()
+	want := c.KubernetesServiceIP().String()
 	var last string
 	if !testenv.Eventually(2*time.Minute, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -1,6 +1,7 @@
 package nodetest
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -17,15 +18,21 @@ import (
 )
 
 // The cluster DNS manifest parses into the objects CoreDNS needs, and they fit together
-// and fit the lab: the Service's fixed cluster IP is DNSServiceIP, inside the API server's
-// service range and its band for requested addresses; it selects the Deployment's pods
+// and fit each slot's lab: the Service's fixed cluster IP is the slot's DNSServiceIP, inside
+// its service range and the band for requested addresses there; it selects the Deployment's pods
 // on DNS's ports; the pods run the given image with the Corefile answering for
 // ClusterDomain and forwarding nowhere; they mount the service account token themselves;
 // and the service account may list what the kubernetes plugin watches.
 func TestCoreDNSManifest(t *testing.T) {
+	for i := range MaxSlots {
+		t.Run(fmt.Sprintf("slot%d", i), func(t *testing.T) { testCoreDNSManifest(t, SlotAt(lockDir, i)) })
+	}
+}
+
+func testCoreDNSManifest(t *testing.T, slot Slot) {
 	const image = "registry.k8s.io/coredns/coredns:v1.15.0"
 	objs := map[string]runtime.Object{}
-	for _, doc := range strings.Split(CoreDNSManifest(image), "\n---\n") {
+	for _, doc := range strings.Split(CoreDNSManifest(image, slot.DNSServiceIP), "\n---\n") {
 		obj, gvk, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
 		if err != nil {
 			t.Fatalf("decoding %q: %v", doc, err)
@@ -48,13 +55,13 @@ func TestCoreDNSManifest(t *testing.T) {
 		}
 	}
 	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
-	if err != nil || ip != DNSServiceIP {
-		t.Errorf("kube-dns cluster IP %q (%v), want %v", svc.Spec.ClusterIP, err, DNSServiceIP)
+	if err != nil || ip != slot.DNSServiceIP {
+		t.Errorf("kube-dns cluster IP %q (%v), want %v", svc.Spec.ClusterIP, err, slot.DNSServiceIP)
 	}
 	// The API server keeps the low sixteenth of a range (at least 16 addresses) for
 	// Services that ask for an address.
-	cidr := netip.MustParsePrefix(controlplane.ServiceCIDR)
-	if low := netip.PrefixFrom(cidr.Addr(), cidr.Bits()+4); !low.Contains(ip) || ip == controlplane.KubernetesServiceIP() {
+	cidr := slot.ServiceCIDR
+	if low := netip.PrefixFrom(cidr.Addr(), cidr.Bits()+4); !low.Contains(ip) || ip == controlplane.KubernetesServiceIP(cidr) {
 		t.Errorf("kube-dns cluster IP %v outside %v (the requested band of %v) or the kubernetes Service's", ip, low, cidr)
 	}
 	if svc.Name != "kube-dns" {
@@ -135,7 +142,7 @@ func TestCoreDNSManifest(t *testing.T) {
 
 // The kubelet configuration names the cluster DNS and domain only when given one.
 func TestKubeletConfigDNS(t *testing.T) {
-	for _, dns := range []netip.Addr{DNSServiceIP, {}} {
+	for _, dns := range []netip.Addr{SlotAt(lockDir, 1).DNSServiceIP, {}} {
 		var cfg struct {
 			ClusterDNS    []string `yaml:"clusterDNS"`
 			ClusterDomain string   `yaml:"clusterDomain"`

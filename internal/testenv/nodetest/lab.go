@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,14 +22,6 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 	"github.com/rampartnet/rampart/internal/testenv/simcluster"
 )
-
-// HostAddress is the host's address on the fabric: the API server listens there, and the
-// API server reaches the kubelets (at their InternalIPs) from there. It is the fabric's
-// .254, fixed, which is why one lab runs on a host at a time.
-var HostAddress = netip.AddrFrom4([4]byte{198, 19, 254, 254})
-
-// lockFile serializes the labs on a host (HostAddress is fixed).
-const lockFile = "/run/rampart-nodetest.lock"
 
 // Options configure Start.
 type Options struct {
@@ -54,7 +45,7 @@ type Options struct {
 	// the Service translation's --service-cgroup is the lab's own.
 	AgentFlags []string
 	// DNS runs the cluster DNS: CoreDNS (coredns.yaml) behind the kube-dns Service at
-	// DNSServiceIP, the kubelets' clusterDNS. Start then also waits until it answers, about
+	// the slot's DNSServiceIP, the kubelets' clusterDNS. Start then also waits until it answers, about
 	// 10-15 s more, which tests that resolve no names need not spend. With WithoutAgents,
 	// InstallRampart starts it once the nodes are Ready.
 	DNS bool
@@ -66,8 +57,12 @@ type Cluster struct {
 	Bins Bins
 	// Nodes are the real nodes (the embedded clustertest.Cluster's Nodes are their agents).
 	Nodes []*Node
-	// Started is how long Start took, from nothing to every node Ready.
+	// Started is how long Start took, from nothing to every node Ready (the wait for a
+	// slot not counted).
 	Started time.Duration
+	// Slot is where the lab runs on the host: its fabric, the host's address there (where
+	// the API server listens and reaches the kubelets from), its pod and service ranges.
+	Slot Slot
 
 	dir                          string
 	hostLink                     string // the host's link into the fabric
@@ -76,7 +71,8 @@ type Cluster struct {
 }
 
 // Start starts a cluster of real nodes and returns once every node is Ready and its agent
-// has synced with the API. Everything is stopped and removed when the test ends.
+// has synced with the API. It runs in the first free slot of the host, waiting for one if
+// all are taken. Everything is stopped and removed when the test ends.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	testenv.RequireRoot(t)
@@ -84,8 +80,15 @@ func Start(t testing.TB, opts Options) *Cluster {
 		opts.Nodes = 2
 	}
 	bins := FindBins(t, opts.DNS)
-	lock(t)
-	// After the lock: the wait for another lab is not the cluster's start.
+	dirs := privateDirs
+	if opts.WithoutAgents {
+		dirs = append(slices.Clip(dirs), agentDirs...)
+	}
+	slot := takeSlot(t, dirs)
+	if opts.Nodes > slot.MaxNodes() {
+		t.Fatalf("%d nodes: slot %d holds %d", opts.Nodes, slot.Index, slot.MaxNodes())
+	}
+	// After the slot: the wait for other labs is not the cluster's start.
 	began := time.Now()
 	dir, err := os.MkdirTemp("", "rampart-nodes-")
 	if err != nil {
@@ -104,46 +107,33 @@ func Start(t testing.TB, opts Options) *Cluster {
 			t.Error(err)
 		}
 	})
-	addrs, err := simcluster.LinkFabric(fab, netnsNames)
+	addrs, err := simcluster.LinkFabricIn(slot.Fabric, fab, netnsNames)
 	if err != nil {
 		t.Fatalf("fabric: %v", err)
 	}
 	hostLink := "rph" + suffix
-	if err := simcluster.LinkHost(fab, hostLink, HostAddress); err != nil {
+	// Deleted by itself, before the namespaces: a namespace's links go with it only once
+	// the kernel's clean-up of the namespace has run, some time after the lab ends, and
+	// until then the slot's host address would still be on the host.
+	t.Cleanup(func() {
+		if err := deleteLink(hostLink); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := simcluster.LinkHost(fab, hostLink, netip.PrefixFrom(slot.HostAddress, slot.Fabric.Bits())); err != nil {
 		t.Fatal(err)
 	}
 
-	var kopts []k8stest.Option
-	dirs := privateDirs
+	kopts := []k8stest.Option{k8stest.WithServiceCIDR(slot.ServiceCIDR)}
 	if opts.WithoutAgents {
 		kopts = append(kopts, k8stest.WithServiceAccounts())
-		dirs = append(slices.Clip(dirs), agentDirs...)
 	}
-	k := k8stest.StartOn(t, HostAddress, kopts...)
+	k := k8stest.StartOn(t, slot.HostAddress, kopts...)
 	k.InstallCRDs(t)
-	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, dir: dir, hostLink: hostLink, withoutAgents: opts.WithoutAgents, dns: opts.DNS}
+	c := &Cluster{Cluster: &clustertest.Cluster{Cluster: k, T: t}, Bins: bins, Slot: slot, dir: dir, hostLink: hostLink, withoutAgents: opts.WithoutAgents, dns: opts.DNS}
 	// clustertest's AddPod makes Pod objects the kubelets run.
 	c.Runtime = kubeletRuntime{c}
 	if err := c.publishAPIServer(); err != nil {
-		t.Fatal(err)
-	}
-
-	saved, err := recordSysctls()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := restoreSysctls(saved); err != nil {
-			t.Error(err)
-		}
-	})
-	mounts, err := ensureMountPoints(dirs, suffix)
-	t.Cleanup(func() {
-		if err := mounts.remove(); err != nil {
-			t.Error(err)
-		}
-	})
-	if err != nil {
 		t.Fatal(err)
 	}
 
@@ -180,7 +170,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 			n.Node = c.AddNode(name, netnsNames[i], addrs[i], agentOpts)
 		}
 		if opts.DNS {
-			n.ClusterDNS = DNSServiceIP
+			n.ClusterDNS = slot.DNSServiceIP
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
@@ -201,7 +191,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		cni = filepath.Join(clustertest.Bins.Dir(t), "rampart-cni")
 	}
 	for _, n := range c.Nodes {
-		if err := n.start(bins, c.Kubeconfig, cni); err != nil {
+		if err := n.start(bins, c.Kubeconfig, slot.ClusterCIDR, cni); err != nil {
 			t.Fatalf("starting node %s: %v", n.Name, err)
 		}
 	}
@@ -292,21 +282,29 @@ func (c *Cluster) waitNode(n *Node, ok func(*corev1.Node) bool, what string) net
 	return p
 }
 
-// lock takes the host's lab lock, waiting for another lab to end, until the test ends.
-func lock(t testing.TB) {
+// takeSlot takes the host's first free lab slot (waiting for one if all are taken) and
+// the mount points dirs on the host, until the test ends: then, as the last lab to end,
+// it restores the sysctls the kubelets changed and removes the mount points labs made.
+// What a killed lab left in the slot (its host link) is removed first.
+func takeSlot(t testing.TB, dirs []string) Slot {
 	t.Helper()
-	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	l, err := theHost(t.Logf).acquire(true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		t.Fatalf("locking %s: %v", lockFile, err)
-	}
-	t.Cleanup(func() { f.Close() })
-	if err := removeStaleHostLinks(t.Logf); err != nil {
+	// Registered before every other clean-up of the lab, so it runs after them all.
+	t.Cleanup(func() {
+		if err := l.release(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := removeStaleHostLinks(l.slot.HostAddress, t.Logf); err != nil {
 		t.Fatal(err)
 	}
+	if err := l.ensureMountPoints(dirs); err != nil {
+		t.Fatal(err)
+	}
+	return l.slot
 }
 
 func (c *Cluster) logTails(names ...string) {

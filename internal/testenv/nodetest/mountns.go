@@ -1,15 +1,11 @@
 package nodetest
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/testenv"
 )
@@ -38,7 +34,7 @@ var agentDirs = []string{"/run/rampart", "/var/lib/rampart"}
 // pod network namespaces containerd mounts there are seen by the host), bind-mounts the
 // node's directories over privateDirs, sets lo up, mounts a bpffs of its own on /sys/fs/bpf, and then
 // sleeps. Everything of the node is started in its namespaces (startProc with its pid).
-// The mount points must exist on the host (ensureMountPoints).
+// The mount points must exist on the host (lease.ensureMountPoints).
 func holdNamespaces(dir, netns string, dirs []string) (*proc, error) {
 	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -73,56 +69,4 @@ func holdNamespaces(dir, netns string, dirs []string) (*proc, error) {
 		return nil, fmt.Errorf("node namespaces of %s not set up:\n%s", netns, b)
 	}
 	return p, nil
-}
-
-// mountPoints are the host directories a lab mounts over: those it created, and the pin
-// file it keeps in each while it lives.
-type mountPoints struct {
-	created, pins []string
-}
-
-// ensureMountPoints creates the dirs missing on the host and pins every dir with an empty
-// file named for owner, until remove. The pin matters because other tests share these
-// paths: an agent that found /run/rampart missing created it and removes it, when empty,
-// as it uninstalls, and removing a directory another mount namespace mounted over detaches
-// that mount, so a live node would lose its directory (or the next node its mount point).
-func ensureMountPoints(dirs []string, owner string) (mountPoints, error) {
-	var m mountPoints
-	for _, d := range dirs {
-		for p := d; p != "/"; p = filepath.Dir(p) {
-			if _, err := os.Stat(p); os.IsNotExist(err) {
-				m.created = append(m.created, p)
-			}
-		}
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return m, fmt.Errorf("mount point %s: %w", d, err)
-		}
-		pin := filepath.Join(d, ".rampart-nodetest-"+owner)
-		if err := os.WriteFile(pin, nil, 0o644); err != nil {
-			return m, fmt.Errorf("pinning mount point %s: %w", d, err)
-		}
-		m.pins = append(m.pins, pin)
-	}
-	// Deepest first, for removal in order.
-	slices.SortFunc(m.created, func(a, b string) int { return len(b) - len(a) })
-	m.created = slices.Compact(m.created)
-	return m, nil
-}
-
-// remove removes the pins and then the (empty) mount points ensureMountPoints created; a
-// directory another lab pinned meanwhile is left to that lab.
-func (m mountPoints) remove() error {
-	var errs []error
-	for _, p := range m.pins {
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
-			errs = append(errs, fmt.Errorf("removing mount point pin %s: %w", p, err))
-		}
-	}
-	for _, d := range m.created {
-		err := os.Remove(d)
-		if err != nil && !os.IsNotExist(err) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
-			errs = append(errs, fmt.Errorf("removing mount point %s: %w", d, err))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -22,13 +22,18 @@ func TestNodeMountNamespace(t *testing.T) {
 	suffix := testenv.Suffix(6)
 	netns := "rp-" + suffix + "-mnt"
 	testenv.NewNetns(t, netns)
-	mounts, err := ensureMountPoints(privateDirs, suffix)
+	// The mount points are the host's labs' too: this test holds them as a lab without a
+	// slot does, so that they stay while another lab uses them.
+	l, err := theHost(t.Logf).acquire(false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		if err := mounts.remove(); err != nil {
+		if err := l.release(); err != nil {
 			t.Error(err)
 		}
 	})
-	if err != nil {
+	if err := l.ensureMountPoints(privateDirs); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -81,49 +86,5 @@ func TestNodeMountNamespace(t *testing.T) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(pod, &st); err != nil || st.Type != unix.NSFS_MAGIC {
 		t.Fatalf("%s on the host is not a namespace (%v, type %#x)", pod, err, st.Type)
-	}
-}
-
-// A mount point stays while its lab lives, even when another user of the path (an agent
-// that created /run/rampart) removes it once it looks empty; the lab then removes only
-// what it created.
-func TestMountPointsArePinned(t *testing.T) {
-	base := t.TempDir()
-	shared := filepath.Join(base, "run", "rampart")
-	mounts, err := ensureMountPoints([]string{shared}, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(shared); err == nil {
-		t.Fatal("another user removed a mount point while the lab lives")
-	}
-	if err := mounts.remove(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(base, "run")); !os.IsNotExist(err) {
-		t.Errorf("the lab left the directories it created: %v", err)
-	}
-
-	// Two labs on one path: the first to end leaves it to the other (which did not create
-	// it, so it stays, empty).
-	first, err := ensureMountPoints([]string{shared}, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := ensureMountPoints([]string{shared}, "b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := first.remove(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(shared); err != nil {
-		t.Errorf("the first lab to end removed the other's mount point: %v", err)
-	}
-	if err := second.remove(); err != nil {
-		t.Fatal(err)
-	}
-	if entries, err := os.ReadDir(shared); err != nil || len(entries) != 0 {
-		t.Errorf("pins left behind: %v %v", entries, err)
 	}
 }

@@ -39,10 +39,10 @@ type Node struct {
 }
 
 // start starts the node's namespaces, containerd (with the images imported), kubelet and
-// kube-proxy. With rampartCNI, the node's network is the host rampartd's: the plugin and
+// kube-proxy (its clusterCIDR the lab's pod range). With rampartCNI, the node's network is the host rampartd's: the plugin and
 // a configuration naming its socket are put in place; without, the node has no CNI
 // configuration until an agent pod writes one.
-func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
+func (n *Node) start(b Bins, kubeconfig string, clusterCIDR netip.Prefix, rampartCNI string) error {
 	var err error
 	if n.holder, err = holdNamespaces(n.Dir, n.Netns, n.dirs); err != nil {
 		return err
@@ -52,7 +52,7 @@ func (n *Node) start(b Bins, kubeconfig, rampartCNI string) error {
 	files := []struct{ path, text string }{
 		{"containerd.toml", containerdConfig(filepath.Join(b.Node, "runc"), b.PauseImage)},
 		{"kubelet.yaml", kubeletConfig(n.CgroupRoot, n.ClusterDNS)},
-		{"kube-proxy.yaml", KubeProxyConfig(kubeconfig, n.Name, ClusterCIDR)},
+		{"kube-proxy.yaml", KubeProxyConfig(kubeconfig, n.Name, clusterCIDR.String())},
 	}
 	if rampartCNI != "" {
 		files = append(files, struct{ path, text string }{"etc/cni/net.d/10-rampart.conflist", cniConfList(n.Socket())})

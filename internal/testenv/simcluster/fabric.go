@@ -22,8 +22,11 @@ var FabricPrefix = netip.MustParsePrefix("198.19.254.0/24")
 const MaxNodes = 200
 
 // NodeAddress is node i's (from 0) fabric address, its Node's InternalIP.
-func NodeAddress(i int) netip.Addr {
-	a := FabricPrefix.Addr().As4()
+func NodeAddress(i int) netip.Addr { return NodeAddressIn(FabricPrefix, i) }
+
+// NodeAddressIn is node i's (from 0) address in the /24 fabric: its .(i+1).
+func NodeAddressIn(fabric netip.Prefix, i int) netip.Addr {
+	a := fabric.Masked().Addr().As4()
 	a[3] = byte(i + 1)
 	return netip.AddrFrom4(a)
 }
@@ -42,7 +45,17 @@ func NodePodCIDR(i int) netip.Prefix {
 // end is eth0 with address NodeAddress(i)/24, up. It returns the nodes' addresses. On error
 // it deletes the namespaces it created; on success the caller deletes them
 // (DeleteNetns), which removes the links too.
-func LinkFabric(fabricNetns string, nodeNetns []string) (_ []netip.Addr, err error) {
+func LinkFabric(fabricNetns string, nodeNetns []string) ([]netip.Addr, error) {
+	return LinkFabricIn(FabricPrefix, fabricNetns, nodeNetns)
+}
+
+// LinkFabricIn is LinkFabric on the /24 fabric instead of FabricPrefix: real-node labs
+// side by side on one host each link the host into a fabric of their own
+// (nodetest's slots), which must not share a subnet on the host.
+func LinkFabricIn(fabric netip.Prefix, fabricNetns string, nodeNetns []string) (_ []netip.Addr, err error) {
+	if fabric.Bits() != 24 {
+		return nil, fmt.Errorf("fabric %v: want a /24", fabric)
+	}
 	if len(nodeNetns) > MaxNodes {
 		return nil, fmt.Errorf("%d nodes: at most %d", len(nodeNetns), MaxNodes)
 	}
@@ -79,8 +92,8 @@ func LinkFabric(fabricNetns string, nodeNetns []string) (_ []netip.Addr, err err
 			return nil, fmt.Errorf("node namespace: %w", err)
 		}
 		created = append(created, name)
-		addr := NodeAddress(i)
-		if err := linkNode(hf, fabNs, br, path, "eth0", fmt.Sprintf("fab%d", i+1), addr); err != nil {
+		addr := NodeAddressIn(fabric, i)
+		if err := linkNode(hf, fabNs, br, path, "eth0", fmt.Sprintf("fab%d", i+1), netip.PrefixFrom(addr, fabric.Bits())); err != nil {
 			return nil, fmt.Errorf("fabric link of node %d: %w", i+1, err)
 		}
 		addrs = append(addrs, addr)
@@ -88,10 +101,11 @@ func LinkFabric(fabricNetns string, nodeNetns []string) (_ []netip.Addr, err err
 	return addrs, nil
 }
 
-// LinkHost joins the host to the fabric in fabricNetns (made by LinkFabric): a veth from
-// the host (link name) to a port of the bridge, with address addr (in FabricPrefix) on the
-// host's end. Deleting the fabric namespace deletes it.
-func LinkHost(fabricNetns, name string, addr netip.Addr) error {
+// LinkHost joins the host to the fabric in fabricNetns (made by LinkFabric or
+// LinkFabricIn): a veth from the host (link name) to a port of the bridge, with address
+// addr (in the fabric, with its length) on the host's end. Deleting the fabric namespace
+// deletes it.
+func LinkHost(fabricNetns, name string, addr netip.Prefix) error {
 	hf, fabNs, err := handleAt("/run/netns/" + fabricNetns)
 	if err != nil {
 		return err
@@ -107,7 +121,7 @@ func LinkHost(fabricNetns, name string, addr netip.Addr) error {
 
 // linkNode links the namespace at path to the bridge: a veth whose end there is named
 // link, with address addr, and whose other end is the bridge's port.
-func linkNode(hf *netlink.Handle, fabNs netns.NsHandle, br *netlink.Bridge, path, link, port string, addr netip.Addr) error {
+func linkNode(hf *netlink.Handle, fabNs netns.NsHandle, br *netlink.Bridge, path, link, port string, addr netip.Prefix) error {
 	hn, ns, err := handleAt(path)
 	if err != nil {
 		return err
@@ -132,8 +146,7 @@ func linkNode(hf *netlink.Handle, fabNs netns.NsHandle, br *netlink.Bridge, path
 	if err != nil {
 		return err
 	}
-	bits := FabricPrefix.Bits()
-	if err := hn.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(bits, 32)}}); err != nil {
+	if err := hn.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: addr.Addr().AsSlice(), Mask: net.CIDRMask(addr.Bits(), 32)}}); err != nil {
 		return fmt.Errorf("address %v: %w", addr, err)
 	}
 	if err := hn.LinkSetUp(l); err != nil {
