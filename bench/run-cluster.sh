@@ -6,7 +6,7 @@
 # kubelet and containerd), pod scalability over each tunnel mode, the overlay's cost against
 # native routing and the bare fabric, and policy scalability across nodes. Builds the agent,
 # CLI, CNI plugin, pod runner and the benchmark from this checkout and runs it as root:
-#   bench/run-cluster.sh                                  # full run, about 45 minutes
+#   bench/run-cluster.sh                                  # full run, 30 to 45 minutes
 #   bench/run-cluster.sh --quick                          # smoke run (CI)
 #   bench/run-cluster.sh --experiments pods --modes vxlan --pairs 1,40
 # Results: bench/results/cluster-<timestamp>.{json,md,png}

@@ -73,9 +73,9 @@ type Config struct {
 	NewCluster func(ctx context.Context, mode, prefix string, d *benchkit.Daemons) (Cluster, error)
 }
 
-// DefaultConfig is the full run: about 45 minutes on a 2-CPU VM (on real nodes, two thirds
-// of it the policy experiment, whose 10,000 policies take minutes to reach the agents
-// through the API).
+// DefaultConfig is the full run: 30 to 45 minutes on a 2-CPU VM (on real nodes, half of it
+// or more the policy experiment, whose 10,000 policies take a minute or more to reach the
+// agents through the API).
 func DefaultConfig() Config {
 	return Config{
 		Experiments:  Experiments,
