@@ -42,14 +42,14 @@ if [ -x scripts/check-generate.sh ]; then
 	echo "== generated BPF objects up to date"
 	bash scripts/check-generate.sh
 fi
-# go test runs GOTEST_P packages at once (default 2, one per core; 3 is measured in
-# docs/testing.md) and starts them in the order given: the long packages first, so none of
-# them starts last and makes the tail. test/realcluster and test/conformance take the
-# real-node host lock: they are far apart, so that one does not hold a slot waiting for
-# the other.
-slow_root="test/k8smode internal/datapath test/e2e test/realcluster internal/cli test/demo
-	test/l7 test/deploy test/taps internal/testenv/podrunner test/cluster cmd/rampartd
-	internal/k8s/identities internal/monitor/suricata test/conformance"
+# go test runs GOTEST_P packages at once (default 3: on two cores two at a time left a
+# third of the CPU idle, the tests waiting on clusters and timeouts; docs/testing.md) and
+# starts them in the order given: the long packages first, so none of them starts last and
+# makes the tail. The packages that start real nodes each take one of the host's four lab
+# slots, so none of them waits for another.
+slow_root="test/k8smode internal/datapath test/e2e test/demo test/conformance test/realcluster
+	internal/cli test/l7 test/deploy test/taps internal/testenv/podrunner test/cluster
+	cmd/rampartd internal/k8s/identities internal/monitor/suricata"
 slow_bench="bench/egress bench/cluster bench/taps bench/l7 bench/policyoverhead
 	bench/coldcost bench/propagation bench/services bench/applylatency"
 # packages_longest_first SLOW...: the packages of the module here (go list ./...), the
@@ -65,14 +65,15 @@ packages_longest_first() {
 }
 echo "== go test"
 # shellcheck disable=SC2086,SC2046
-go test -count=1 -timeout 30m -p "${GOTEST_P:-2}" "$@" $(packages_longest_first $slow_root)
+go test -count=1 -timeout 30m -p "${GOTEST_P:-3}" "$@" $(packages_longest_first $slow_root)
 echo "== go test (bench module: unit tests and a quick run of each benchmark)"
 # shellcheck disable=SC2086,SC2046
-(cd bench && go test -count=1 -timeout 30m -p "${GOTEST_P:-2}" "$@" $(packages_longest_first $slow_bench))
+(cd bench && go test -count=1 -timeout 30m -p "${GOTEST_P:-3}" "$@" $(packages_longest_first $slow_bench))
 
 # Each fuzz target runs for a short fixed time after the unit tests (which already ran its
 # seed corpus and the regression cases under testdata/fuzz). -fuzz takes one target at a
-# time (and spends at most 5s shrinking an input it found). An input that fails is written
+# time (and spends at most 5s shrinking an input it found): the three targets run side by
+# side, one fuzzing worker each. An input that fails is written
 # under the package's testdata/fuzz/ and printed below: keep it there as a regression
 # case. A run that fails with no input to blame (a fuzzing worker that did not answer in
 # time on a loaded machine) is run once more.
@@ -80,7 +81,7 @@ echo "== fuzz (${FUZZTIME:=15s} per target)"
 fuzz() { # package target
 	local out new try
 	for try in 1 2; do
-		if out=$(go test -run '^$' -fuzz "^$2\$" -fuzztime "$FUZZTIME" -fuzzminimizetime 5s "$1" 2>&1); then
+		if out=$(go test -run '^$' -fuzz "^$2\$" -fuzztime "$FUZZTIME" -fuzzminimizetime 5s -parallel 1 "$1" 2>&1); then
 			echo "$2: $(echo "$out" | grep -E '^(ok|PASS)' | tail -n 1)"
 			return
 		fi
@@ -95,6 +96,15 @@ fuzz() { # package target
 		echo "fuzz: $2 failed without a failing input; once more"
 	done
 }
-fuzz ./internal/policy FuzzParse
-fuzz ./internal/cidrlist FuzzParseCIDRList
-fuzz ./internal/proxy/http1 FuzzReadRequestHead
+fuzzers=()
+fuzz ./internal/policy FuzzParse &
+fuzzers+=($!)
+fuzz ./internal/cidrlist FuzzParseCIDRList &
+fuzzers+=($!)
+fuzz ./internal/proxy/http1 FuzzReadRequestHead &
+fuzzers+=($!)
+failed=0
+for pid in "${fuzzers[@]}"; do
+	wait "$pid" || failed=1
+done
+exit "$failed"
