@@ -1,0 +1,5 @@
+// Package fqdn holds what DNS-aware policy needs and nothing of the kernel: the selectors
+// of toFQDNs and rules.dns (matchName, matchPattern) and the cache of names learnt from
+// the DNS answers the agent's DNS proxy allowed, each address with the time it may be
+// used until. The agent turns the cache's addresses into policy peers; the proxy fills it.
+package fqdn
