@@ -118,6 +118,12 @@ func compilePattern(p string) (*regexp.Regexp, error) {
 	return regexp.Compile(b.String())
 }
 
+// MatchAll is the selector that matches every name (matchPattern "*").
+var MatchAll = Selector{MatchPattern: "*", re: regexp.MustCompile(`^.*$`)}
+
+// MatchesAll says whether the selector matches every name.
+func (s Selector) MatchesAll() bool { return s.MatchPattern == "*" }
+
 // Matches says whether the selector matches name (in any case, with or without the final
 // dot).
 func (s Selector) Matches(name string) bool {

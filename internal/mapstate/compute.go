@@ -132,7 +132,7 @@ func (in Input) Check() error {
 		}
 		ruleIDs[r.ID] = true
 		for _, pr := range r.Ports {
-			if pr.HTTP != nil && r.Deny {
+			if (pr.HTTP != nil || pr.DNS != nil) && r.Deny {
 				errs = append(errs, fmt.Errorf("rule %d (%s): a deny rule cannot have L7 rules", r.ID, r.Description))
 			} else if err := pr.CheckL7(); err != nil {
 				errs = append(errs, fmt.Errorf("rule %d (%s): %w", r.ID, r.Description, err))
@@ -479,6 +479,7 @@ type memoEndpoint struct {
 	ports  map[string]NamedPort
 	pol    EndpointPolicy
 	l7     []L7Rule
+	dns    []DNSRule
 }
 
 // ComputeWith is Compute, reusing what memo (from an earlier ComputeWith; nil: none)
@@ -514,13 +515,16 @@ func ComputeWith(in Input, memo *Memo) (State, *Memo) {
 		}
 		if !ok {
 			pol := c.endpointPolicy(ep, rules)
-			me = memoEndpoint{labels: ep.Labels, ports: ep.NamedPorts, pol: pol, l7: c.l7Rules(ep, rules, pol)}
+			me = memoEndpoint{labels: ep.Labels, ports: ep.NamedPorts, pol: pol,
+				l7: c.l7Rules(ep, rules, pol), dns: c.dnsRules(ep, rules, pol)}
 		}
 		next.byID[ep.ID] = me
 		st.Endpoints[ep.ID] = me.pol
 		st.L7 = append(st.L7, me.l7...)
+		st.DNS = append(st.DNS, me.dns...)
 	}
 	sortL7(st.L7)
+	sortDNS(st.DNS)
 	return st, next
 }
 
@@ -588,7 +592,7 @@ func (c *computer) endpointPolicy(ep Endpoint, rules []preparedRule) EndpointPol
 				addEntry(pol.Entries, Key{
 					Identity: id, Direction: r.Direction,
 					Protocol: p.proto, Port: p.port, PortPrefixLen: p.plen,
-				}, Value{Deny: r.Deny, RuleID: r.ID, Redirect: p.redirect})
+				}, Value{Deny: r.Deny, RuleID: r.ID, Redirect: p.redirect, DNS: p.redirect && p.dns != nil})
 			}
 		}
 	}
@@ -624,11 +628,20 @@ func (v Value) rank() int {
 
 // addEntry merges v into the entry for k: deny beats redirect, which beats allow, and among
 // equals the lowest rule ID is kept so the result does not depend on rule order.
+//
+// Two redirects of one key merge their proxies: DNS from either makes it DNS (see
+// mergeKey).
 func addEntry(entries map[Key]Value, k Key, v Value) {
 	if v.Deny {
-		v.Redirect = false
+		v.Redirect, v.DNS = false, false
 	}
-	if old, ok := entries[k]; ok && (old.rank() > v.rank() || old.rank() == v.rank() && old.RuleID <= v.RuleID) {
+	old, ok := entries[k]
+	if ok && old.Redirect && v.Redirect {
+		old.DNS = old.DNS || v.DNS
+		v.DNS = old.DNS
+		entries[k] = old
+	}
+	if ok && (old.rank() > v.rank() || old.rank() == v.rank() && old.RuleID <= v.RuleID) {
 		return
 	}
 	entries[k] = v

@@ -16,7 +16,7 @@ func (c *computer) l7Rules(ep Endpoint, rules []preparedRule, pol EndpointPolicy
 	// connection) denies the port. Redirect keys are always one TCP port.
 	ports := map[policy.Direction][]uint16{}
 	for k, v := range pol.Entries {
-		if v.Redirect && !slices.Contains(ports[k.Direction], k.Port) && !denied(pol, identity.Any, k.Direction, k.Port) {
+		if v.Redirect && !v.DNS && !slices.Contains(ports[k.Direction], k.Port) && !denied(pol, identity.Any, k.Direction, k.Port) {
 			ports[k.Direction] = append(ports[k.Direction], k.Port)
 		}
 	}
@@ -82,6 +82,9 @@ func httpAt(keys []portKey, port uint16) (http []policy.HTTPRule, ok bool) {
 		}
 		if !k.redirect {
 			return allowAllHTTP, true
+		}
+		if k.dns != nil {
+			continue // steered to the DNS proxy, not the HTTP proxy
 		}
 		http, ok = unionHTTP(http, k.http), true
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/rampartnet/rampart/internal/fqdn"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
@@ -73,20 +74,42 @@ type portKey struct {
 	// L7 port rules that yield the key, or allowAllHTTP when a plain port rule yields it
 	// too (that port rule allows every request).
 	http []policy.HTTPRule
+	// dns is, for redirect keys of DNS port rules, the selectors of the names the rule
+	// allows queries for (allowAllDNS when a plain port rule yields the key too): such keys
+	// steer to the DNS proxy, not the HTTP proxy.
+	dns []fqdn.Selector
 }
 
 // allowAllHTTP is the HTTP rule list that allows every request: one empty rule.
 var allowAllHTTP = []policy.HTTPRule{{}}
 
+// allowAllDNS is the DNS selector list that allows every query.
+var allowAllDNS = []fqdn.Selector{fqdn.MatchAll}
+
 // l7Port reports whether pr is an L7 port rule of an allow rule, and whether it is one the
 // dataplane can carry (one TCP port; see policy.PortRule.CheckL7). Deny rules have no L7
 // part: their HTTP rules, which Input.Check reports, are ignored and the port is denied.
 func l7Port(pr policy.PortRule, deny bool) (isL7, valid bool) {
-	if pr.HTTP == nil || deny {
+	if pr.HTTP == nil && pr.DNS == nil || deny {
 		return false, false
 	}
 	single := pr.Name != "" || pr.Port != 0 && pr.EndPort <= pr.Port
+	if pr.DNS != nil {
+		// DNS: UDP, TCP or both (ANY), one port.
+		dnsProto := pr.Protocol == policy.ProtoUDP || pr.Protocol == policy.ProtoTCP || pr.Protocol == policy.ProtoAny
+		return true, pr.HTTP == nil && dnsProto && !pr.ICMPType && single && len(pr.DNS) > 0
+	}
 	return true, pr.Protocol == policy.ProtoTCP && !pr.ICMPType && single && len(pr.HTTP) > 0
+}
+
+// l7Key makes k a redirect key carrying pr's L7 rules. A DNS port rule yields no SCTP key
+// (ANY means UDP and TCP for DNS); ok is false for a key to leave out.
+func l7Key(k l4, pr policy.PortRule) (pk portKey, ok bool) {
+	pk = portKey{l4: k, redirect: true, http: pr.HTTP, dns: pr.DNS}
+	if pr.DNS != nil && k.proto != policy.ProtoUDP && k.proto != policy.ProtoTCP {
+		return pk, false
+	}
+	return pk, true
 }
 
 // staticL4 expands the port rules that do not depend on named ports. named lists the named
@@ -106,11 +129,13 @@ func staticL4(ports []policy.PortRule, deny bool) (keys []portKey, named []polic
 			continue
 		}
 		for _, k := range expandPort(pr) {
-			pk := portKey{l4: k}
+			pk, ok := portKey{l4: k}, true
 			if isL7 {
-				pk.redirect, pk.http = true, pr.HTTP
+				pk, ok = l7Key(k, pr)
 			}
-			keys = append(keys, pk)
+			if ok {
+				keys = append(keys, pk)
+			}
 		}
 	}
 	return dedupKeys(keys), named
@@ -192,11 +217,13 @@ func resolveNamed(named []policy.PortRule, set namedPortSet, deny bool) []portKe
 			}
 		}
 		for _, k := range keys {
-			pk := portKey{l4: k}
+			pk, ok := portKey{l4: k}, true
 			if isL7 {
-				pk.redirect, pk.http = true, pr.HTTP
+				pk, ok = l7Key(k, pr)
 			}
-			out = append(out, pk)
+			if ok {
+				out = append(out, pk)
+			}
 		}
 	}
 	return out
@@ -228,14 +255,46 @@ func dedupKeys(keys []portKey) []portKey {
 	return out
 }
 
+// A key with DNS rules from any source steers to the DNS proxy; HTTP rules merged into it
+// then have no effect but to let nothing else through (the DNS proxy refuses what is not
+// DNS), so the merge fails closed.
 func mergeKey(a, b portKey) portKey {
 	switch {
 	case a.redirect && b.redirect:
-		a.http = unionHTTP(a.http, b.http)
+		if a.http != nil || b.http != nil {
+			a.http = unionHTTP(a.http, b.http)
+		}
+		if a.dns != nil || b.dns != nil {
+			a.dns = unionDNS(a.dns, b.dns)
+		}
 	case a.redirect || b.redirect:
-		a.redirect, a.http = true, allowAllHTTP
+		r := a
+		if b.redirect {
+			r = b
+		}
+		a.redirect, a.http, a.dns = true, allowAllHTTP, nil
+		if r.dns != nil {
+			a.http, a.dns = nil, allowAllDNS
+		}
 	}
 	return a
+}
+
+// unionDNS returns the selectors of a and b without repeats, in order; a selector that
+// matches every name makes the union allowAllDNS.
+func unionDNS(a, b []fqdn.Selector) []fqdn.Selector {
+	out := make([]fqdn.Selector, 0, len(a)+len(b))
+	for _, list := range [][]fqdn.Selector{a, b} {
+		for _, s := range list {
+			if s.MatchesAll() {
+				return allowAllDNS
+			}
+			if !slices.ContainsFunc(out, func(o fqdn.Selector) bool { return o.String() == s.String() }) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // unionHTTP returns the HTTP rules of a and b without repeats, in order; a rule that

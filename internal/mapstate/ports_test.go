@@ -196,17 +196,17 @@ func TestL7Keys(t *testing.T) {
 		deny  bool
 		want  []portKey
 	}{
-		{"one L7 port", []policy.PortRule{l7(80, get)}, false, []portKey{{tcp80, true, []policy.HTTPRule{get}}}},
+		{"one L7 port", []policy.PortRule{l7(80, get)}, false, []portKey{{tcp80, true, []policy.HTTPRule{get}, nil}}},
 		{"two toPorts entries on one port: union", []policy.PortRule{l7(80, get), l7(80, post, get)}, false,
-			[]portKey{{tcp80, true, []policy.HTTPRule{get, post}}}},
+			[]portKey{{tcp80, true, []policy.HTTPRule{get, post}, nil}}},
 		{"a plain port rule on the same port allows every request", []policy.PortRule{l7(80, get), tcp(80)}, false,
-			[]portKey{{tcp80, true, allowAllHTTP}}},
-		{"plain first", []policy.PortRule{tcp(80), l7(80, get)}, false, []portKey{{tcp80, true, allowAllHTTP}}},
+			[]portKey{{tcp80, true, allowAllHTTP, nil}}},
+		{"plain first", []policy.PortRule{tcp(80), l7(80, get)}, false, []portKey{{tcp80, true, allowAllHTTP, nil}}},
 		{"an empty HTTP rule allows every request", []policy.PortRule{l7(80, get), l7(80, policy.HTTPRule{})}, false,
-			[]portKey{{tcp80, true, allowAllHTTP}}},
+			[]portKey{{tcp80, true, allowAllHTTP, nil}}},
 		{"a broader plain port stays a separate key", []policy.PortRule{l7(80, get), {Protocol: policy.ProtoTCP}}, false,
-			[]portKey{{l4{policy.ProtoTCP, 0, 0}, false, nil}, {tcp80, true, []policy.HTTPRule{get}}}},
-		{"deny rules ignore HTTP", []policy.PortRule{l7(80, get)}, true, []portKey{{tcp80, false, nil}}},
+			[]portKey{{l4{policy.ProtoTCP, 0, 0}, false, nil, nil}, {tcp80, true, []policy.HTTPRule{get}, nil}}},
+		{"deny rules ignore HTTP", []policy.PortRule{l7(80, get)}, true, []portKey{{tcp80, false, nil, nil}}},
 		// Invalid L7 port rules yield nothing: fail closed.
 		{"L7 on a range", []policy.PortRule{{Protocol: policy.ProtoTCP, Port: 80, EndPort: 90, HTTP: []policy.HTTPRule{get}}}, false, nil},
 		{"L7 on ANY", []policy.PortRule{{Protocol: policy.ProtoAny, Port: 80, HTTP: []policy.HTTPRule{get}}}, false, nil},
@@ -234,8 +234,8 @@ func TestL7Keys(t *testing.T) {
 		{Protocol: policy.ProtoAny, Name: "http", HTTP: []policy.HTTPRule{post}}, // invalid: nothing
 	}, set, false))
 	want := []portKey{
-		{l4{policy.ProtoTCP, 81, 16}, true, []policy.HTTPRule{post}},
-		{l4{policy.ProtoTCP, 8080, 16}, true, []policy.HTTPRule{get}},
+		{l4{policy.ProtoTCP, 81, 16}, true, []policy.HTTPRule{post}, nil},
+		{l4{policy.ProtoTCP, 8080, 16}, true, []policy.HTTPRule{get}, nil},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("named L7 ports: got %+v, want %+v", got, want)

@@ -3,6 +3,7 @@ package mapstate
 import (
 	"net/netip"
 
+	"github.com/rampartnet/rampart/internal/fqdn"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/policy"
@@ -105,6 +106,21 @@ type Value struct {
 	// this direction and port. Deny still wins over Redirect; Redirect wins over a plain
 	// allow of the same traffic (the plain allow becomes an allow-all L7 rule for its peers).
 	Redirect bool
+	// DNS (with Redirect): the proxy is the DNS proxy, which applies the endpoint's
+	// DNSRules for this protocol and port (State.DNS); else the HTTP proxy.
+	DNS bool
+}
+
+// DNSRule is what the DNS proxy enforces for one endpoint's egress queries to one port and
+// protocol (UDP or TCP): a query to a server with one of Peers' identities passes if one
+// of Selectors matches its name. Peers containing identity.Any means every server.
+type DNSRule struct {
+	EndpointID uint32
+	Protocol   policy.Protocol
+	Port       uint16
+	Peers      []identity.Identity
+	Selectors  []fqdn.Selector
+	RuleID     uint32
 }
 
 // L7Rule is what the proxy enforces for one endpoint, direction and TCP port: a request
@@ -147,4 +163,6 @@ type State struct {
 	IPCache   map[netip.Prefix]IPCacheEntry
 	// L7 lists the proxy's rules, sorted by endpoint, direction, port, rule ID.
 	L7 []L7Rule
+	// DNS lists the DNS proxy's rules, sorted by endpoint, protocol, port, rule ID.
+	DNS []DNSRule
 }

@@ -374,6 +374,7 @@ func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, den
 	var ports, icmpPorts []PortRule
 	var groupAt *yaml.Node // the first cidrGroupRef entry, for the L7 check
 	var groupPath string
+	var fqdnAt *entry // the toFQDNs entry: no other peer field may go with it
 	peerList := func(e entry) ([]*yaml.Node, error) {
 		if isNull(e.val) {
 			return nil, d.fail(e.val, e.path, "must be a list (write [] to select no peer)")
@@ -445,8 +446,21 @@ func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, den
 				return r, d.unknown(e)
 			}
 			return r, d.unsupported(e)
-		case "toFQDNs", "authentication", "auth":
-			if (e.name == "toFQDNs" && dir != Egress) || deny {
+		case "toFQDNs":
+			if dir != Egress || deny {
+				return r, d.unknown(e)
+			}
+			hasL3 = true
+			sels, err := d.fqdnSelectors(e)
+			if err != nil {
+				return r, err
+			}
+			for _, s := range sels {
+				r.Peers = append(r.Peers, Peer{Kind: PeerFQDN, FQDN: s})
+			}
+			fqdnAt = &entries[i]
+		case "authentication", "auth":
+			if deny {
 				return r, d.unknown(e)
 			}
 			return r, d.unsupported(e)
@@ -456,7 +470,7 @@ func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, den
 				return r, err
 			}
 			for j, it := range items {
-				prs, err := d.ciliumPortRule(it, indexPath(e.path, j), deny)
+				prs, err := d.ciliumPortRule(it, indexPath(e.path, j), dir, deny)
 				if err != nil {
 					return r, err
 				}
@@ -479,11 +493,17 @@ func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, den
 			return r, d.unknown(e)
 		}
 	}
+	if fqdnAt != nil && slices.ContainsFunc(r.Peers, func(p Peer) bool { return p.Kind != PeerFQDN }) {
+		return r, d.fail(fqdnAt.key, fqdnAt.path, "toFQDNs cannot be combined with other peer fields in one rule (Cilium refuses it too; write two rules)")
+	}
+	if fqdnAt != nil && slices.ContainsFunc(ports, func(pr PortRule) bool { return pr.HTTP != nil || pr.DNS != nil }) {
+		return r, d.fail(fqdnAt.key, fqdnAt.path, "L7 rules towards toFQDNs peers "+ReasonNotSupported)
+	}
 	if len(ports) > 0 && len(icmpPorts) > 0 {
 		return r, d.fail(icmps.key, icmps.path, "icmps cannot be combined with toPorts in one rule (Cilium refuses it too; write two rules)")
 	}
 	r.Ports = append(ports, icmpPorts...)
-	if groupAt != nil && slices.ContainsFunc(r.Ports, func(pr PortRule) bool { return pr.HTTP != nil }) {
+	if groupAt != nil && slices.ContainsFunc(r.Ports, func(pr PortRule) bool { return pr.HTTP != nil || pr.DNS != nil }) {
 		// The L7 proxy matches peers by address ranges from the ipcache; the members of a
 		// CIDR group are only known to the dataplane's set tables.
 		return r, d.fail(groupAt, groupPath, "L7 rules towards a cidrGroupRef peer "+ReasonNotSupported)
@@ -564,7 +584,7 @@ func (d *docParser) cidrRule(n *yaml.Node, path string) (Peer, error) {
 
 // ciliumPortRule parses one toPorts entry. Deny rules only have ports. HTTP rules
 // (rules.http) are put on every port of the entry.
-func (d *docParser) ciliumPortRule(n *yaml.Node, path string, deny bool) ([]PortRule, error) {
+func (d *docParser) ciliumPortRule(n *yaml.Node, path string, dir Direction, deny bool) ([]PortRule, error) {
 	entries, err := d.mapping(n, path)
 	if err != nil {
 		return nil, err
@@ -572,8 +592,7 @@ func (d *docParser) ciliumPortRule(n *yaml.Node, path string, deny bool) ([]Port
 	var out []PortRule
 	var portNodes []*yaml.Node
 	var portPaths []string
-	var http []HTTPRule
-	var httpE *entry
+	var l7 l7Parsed
 	for _, e := range entries {
 		switch e.name {
 		case "ports":
@@ -596,7 +615,7 @@ func (d *docParser) ciliumPortRule(n *yaml.Node, path string, deny bool) ([]Port
 				// the connection it travels on was allowed.
 				return nil, d.unknown(e)
 			}
-			if http, httpE, err = d.l7Rules(e); err != nil {
+			if l7, err = d.l7Rules(e); err != nil {
 				return nil, err
 			}
 		case "serverNames", "listener", "originatingTLS", "terminatingTLS":
@@ -611,12 +630,23 @@ func (d *docParser) ciliumPortRule(n *yaml.Node, path string, deny bool) ([]Port
 	if len(out) == 0 {
 		return nil, d.fail(n, fieldPath(path, "ports"), "at least one port is required")
 	}
-	if httpE != nil {
+	if l7.httpE != nil {
 		if err := d.checkL7Ports(out, portNodes, portPaths); err != nil {
 			return nil, err
 		}
 		for i := range out {
-			out[i].HTTP = slices.Clone(http)
+			out[i].HTTP = slices.Clone(l7.http)
+		}
+	}
+	if l7.dnsE != nil {
+		if dir != Egress {
+			return nil, d.fail(l7.dnsE.key, l7.dnsE.path, "DNS rules apply to egress only (Cilium refuses them on ingress too)")
+		}
+		if err := d.checkDNSPorts(out, portNodes, portPaths); err != nil {
+			return nil, err
+		}
+		for i := range out {
+			out[i].DNS = slices.Clone(l7.dns)
 		}
 	}
 	return out, nil

@@ -55,12 +55,17 @@ func FormatRule(r Rule) string {
 	}
 	b.WriteString("\n")
 	for _, pr := range r.Ports {
-		if pr.HTTP == nil {
-			continue
+		if pr.HTTP != nil {
+			fmt.Fprintf(&b, "    http on %s:\n", FormatPort(pr))
+			for _, h := range pr.HTTP {
+				fmt.Fprintf(&b, "      %s\n", FormatHTTPRule(h))
+			}
 		}
-		fmt.Fprintf(&b, "    http on %s:\n", FormatPort(pr))
-		for _, h := range pr.HTTP {
-			fmt.Fprintf(&b, "      %s\n", FormatHTTPRule(h))
+		if pr.DNS != nil {
+			fmt.Fprintf(&b, "    dns on %s:\n", FormatPort(pr))
+			for _, s := range pr.DNS {
+				fmt.Fprintf(&b, "      %s\n", s)
+			}
 		}
 	}
 	return b.String()
@@ -89,7 +94,8 @@ func FormatHTTPRule(h HTTPRule) string {
 }
 
 // FormatPeer renders a peer, e.g. "endpoints app=web,io.kubernetes.pod.namespace=x",
-// "cidr 10.0.0.0/8 except 10.96.0.0/12", "entity world" or "cidrGroupRef threats".
+// "cidr 10.0.0.0/8 except 10.96.0.0/12", "entity world", "cidrGroupRef threats" or
+// "fqdn matchPattern:*.example.com".
 func FormatPeer(p Peer) string {
 	switch p.Kind {
 	case PeerEndpoints:
@@ -108,6 +114,8 @@ func FormatPeer(p Peer) string {
 		return "entity " + p.Entity
 	case PeerCIDRGroup:
 		return "cidrGroupRef " + p.Group
+	case PeerFQDN:
+		return "fqdn " + p.FQDN.String()
 	}
 	return fmt.Sprintf("peer kind %d", p.Kind)
 }

@@ -8,45 +8,69 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/rampartnet/rampart/internal/fqdn"
 )
 
 // This file holds the L7 (HTTP) part of Cilium's toPorts: rules.http, its validation, and
 // the checks shared with programs that build rules without the parser (HTTPRule.Validate,
 // PortRule.CheckL7).
 
-// l7Rules parses toPorts[].rules. It returns the HTTP rules and the entry they came from
-// (both nil when there are none: rules null or {}). kafka, dns, l7proto and l7 are refused
-// as not supported yet.
-func (d *docParser) l7Rules(e entry) ([]HTTPRule, *entry, error) {
+// l7Parsed is what toPorts[].rules holds: HTTP rules or DNS selectors (never both), and
+// the entry each came from (nil when absent).
+type l7Parsed struct {
+	http  []HTTPRule
+	httpE *entry
+	dns   []fqdn.Selector
+	dnsE  *entry
+}
+
+// l7Rules parses toPorts[].rules (rules null or {}: nothing). kafka, l7proto and l7 are
+// refused as not supported yet.
+func (d *docParser) l7Rules(e entry) (l7Parsed, error) {
+	var out l7Parsed
 	entries, err := d.mapping(e.val, e.path)
 	if err != nil {
-		return nil, nil, err
+		return out, err
 	}
-	var httpE *entry
-	var out []HTTPRule
 	for i, le := range entries {
 		switch le.name {
 		case "http", "HTTP":
 			// "HTTP" is how some published examples spell it (Cilium's JSON rule import
 			// ignores case, as Go's encoding/json does); it is the same L7 rule.
-			if httpE != nil {
-				return nil, nil, d.fail(le.key, le.path, "duplicate field (%s and %s are the same field)", httpE.name, le.name)
+			if out.httpE != nil {
+				return out, d.fail(le.key, le.path, "duplicate field (%s and %s are the same field)", out.httpE.name, le.name)
 			}
-			httpE = &entries[i]
-			if out, err = d.httpRules(le); err != nil {
-				return nil, nil, err
+			out.httpE = &entries[i]
+			if out.http, err = d.httpRules(le); err != nil {
+				return out, err
 			}
-		case "kafka", "dns", "l7proto", "l7":
-			return nil, nil, d.unsupported(le)
+		case "dns":
+			out.dnsE = &entries[i]
+			if out.dns, err = d.fqdnSelectors(le); err != nil {
+				return out, err
+			}
+			if len(out.dns) == 0 {
+				return out, d.fail(le.val, le.path, "an empty list is ambiguous (write [{matchPattern: \"*\"}] to allow every query through the DNS proxy, or remove rules)")
+			}
+		case "kafka", "l7proto", "l7":
+			return out, d.unsupported(le)
 		default:
 			switch strings.ToLower(le.name) {
 			case "http", "kafka", "dns", "l7proto", "l7":
-				return nil, nil, d.fail(le.key, le.path, "%s (field names are case-sensitive; write %s)", ReasonUnknownField, strings.ToLower(le.name))
+				return out, d.fail(le.key, le.path, "%s (field names are case-sensitive; write %s)", ReasonUnknownField, strings.ToLower(le.name))
 			}
-			return nil, nil, d.unknown(le)
+			return out, d.unknown(le)
 		}
 	}
-	return out, httpE, nil
+	if out.httpE != nil && out.dnsE != nil {
+		later := out.dnsE
+		if out.httpE.key.Line > later.key.Line {
+			later = out.httpE
+		}
+		return out, d.fail(later.key, later.path, "http and dns rules cannot be combined on one port (write two toPorts entries)")
+	}
+	return out, nil
 }
 
 // httpRules parses the list under rules.http. A null or empty list is refused: Cilium
@@ -198,14 +222,7 @@ func (d *docParser) headerMatch(n *yaml.Node, path string) (HeaderMatch, error) 
 func (d *docParser) checkL7Ports(ports []PortRule, nodes []*yaml.Node, paths []string) error {
 	for i, pr := range ports {
 		n, p := nodes[i], paths[i]
-		field := func(key string) (*yaml.Node, string) {
-			for j := 0; j+1 < len(n.Content); j += 2 {
-				if n.Content[j].Value == key && !isNull(n.Content[j+1]) {
-					return n.Content[j+1], fieldPath(p, key)
-				}
-			}
-			return n, p
-		}
+		field := func(key string) (*yaml.Node, string) { return childField(n, p, key) }
 		switch {
 		case pr.Protocol != ProtoTCP:
 			at, ap := field("protocol")
@@ -318,6 +335,9 @@ func (h HTTPRule) Validate() error {
 // nil when it has none, else an error unless it is one TCP port (a number or a name) with
 // at least one valid HTTP rule. The parser only produces port rules that pass.
 func (pr PortRule) CheckL7() error {
+	if pr.DNS != nil {
+		return pr.checkDNS()
+	}
 	if pr.HTTP == nil {
 		return nil
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"net/netip"
 
+	"github.com/rampartnet/rampart/internal/fqdn"
 	"github.com/rampartnet/rampart/internal/labels"
 )
 
@@ -104,6 +105,9 @@ const (
 	// CiliumCIDRGroup, or a set loaded with `rampart cidrset`). A group that does not exist
 	// selects nothing until it is created, as in Cilium.
 	PeerCIDRGroup PeerKind = 4
+	// PeerFQDN: the addresses the node's DNS proxy learnt, from answers it allowed, for
+	// names the selector matches (toFQDNs), while their TTL and grace last. Egress only.
+	PeerFQDN PeerKind = 5
 )
 
 // Entity names, as written in fromEntities/toEntities.
@@ -127,6 +131,7 @@ type Peer struct {
 	Except   []netip.Prefix  // PeerCIDR (masked, each inside CIDR)
 	Entity   string          // PeerEntity
 	Group    string          // PeerCIDRGroup: the group's name (cidrGroupRef)
+	FQDN     fqdn.Selector   // PeerFQDN
 }
 
 // CIDRGroup is a parsed CiliumCIDRGroup: a cluster-scoped, named list of prefixes.
@@ -155,6 +160,11 @@ type PortRule struct {
 	// L7 proxy and each request must match at least one HTTPRule (an empty HTTPRule
 	// matches every request). Only TCP single ports carry L7 rules.
 	HTTP []HTTPRule
+	// DNS, when non-nil, makes this a DNS port (Cilium's rules.dns, egress only): the
+	// endpoint's queries to it (UDP, TCP or both, one port) are steered through the agent's
+	// DNS proxy, which forwards those whose name one of the selectors matches and refuses
+	// the others; the answers it forwards are what toFQDNs peers learn from.
+	DNS []fqdn.Selector
 }
 
 // HTTPRule is one entry of Cilium's toPorts[].rules.http. Method, Path and Host are
