@@ -196,6 +196,19 @@ static __noinline int steer_established(struct __sk_buff *skb, struct pkt *p,
 
 	if (!to_proxy && !reply_to_proxy)
 		return -1;
+	if (to_proxy && (ct_flags & CT_F_DNS_PROXY)) {
+		/* A DNS flow: every datagram (or segment) goes to the DNS proxy. */
+		if (p->frag != FRAG_NONE) {
+			d->reason = REASON_PROXY_UNAVAILABLE;
+			if (p->frag == FRAG_FIRST)
+				frag_record(p, d, 0);
+			return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
+		}
+		if (dns_assign(skb, p, 1) < 0)
+			return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
+		count_proxy(d->ep_id, 1);
+		return pass();
+	}
 	if (p->t.proto != IPPROTO_TCP || p->frag != FRAG_NONE) {
 		/* Drop: only whole TCP segments can be handed to a socket (the later fragments
 		 * of a datagram could not follow the first). */
@@ -447,6 +460,61 @@ static __always_inline void dest_ingress(const struct pkt *p, __u32 dst_ep_id,
 	policy_decide(dst_ep_id, DIR_INGRESS, src, p->t.proto, p->policy_port, res);
 }
 
+/* RET_STEER_DNS: what handle_new returns for a new flow that a DNS redirect entry of the
+ * endpoint's egress policy allows; the caller finishes it with new_dns_flow. Not a tc
+ * verdict. Finishing it in handle_new would put the server's ingress check and the proxy
+ * lookup on handle_new's stack, past the verifier's limit for the longest call chain. */
+#define RET_STEER_DNS 0x7ff0
+
+/* new_dns_flow finishes a new DNS flow (RET_STEER_DNS): the DNS proxy asks the server
+ * from the node's own address, so the server's ingress verdict for the client is taken
+ * here when the server is a local endpoint (deny or default deny there drops the query, as
+ * the server's veth would; an L7 redirect there is not the DNS proxy's to honour, and the
+ * server's veth drops the proxy's query as a bypass). Then the flow is recorded and its
+ * first packet handed to the DNS proxy; steer_established hands over every later one. */
+static __noinline int new_dns_flow(struct __sk_buff *skb, struct pkt *p, struct decision *d,
+				   const struct endpoint_info *ep, __u64 now)
+{
+	struct peer_identity peer, src;
+	struct verdict dres = {};
+	int enforced = 1;
+
+	if (p->frag != FRAG_NONE) {
+		/* Drop: the later fragments of a datagram could not follow its first to the
+		 * proxy's socket; the query cannot be checked, so it does not go out. */
+		d->reason = REASON_PROXY_UNAVAILABLE;
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, d, 0);
+		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	}
+	ipcache_resolve(p->t.daddr, &peer);
+	if (peer.ep_id) {
+		dest_ingress(p, peer.ep_id, &src, &dres, &enforced);
+		if (dres.action == POLICY_DENY || (dres.action == 0 && enforced)) {
+			struct decision dd = {
+				.ep_id = peer.ep_id,
+				.src_identity = src.identity,
+				.dst_identity = peer.identity,
+				.rule_id = dres.rule_id,
+				.match_identity = dres.identity,
+				.dir = DIR_INGRESS,
+				.ev_flags = d->ev_flags,
+			};
+
+			return drop(skb, p, &dd, dres.action == POLICY_DENY ? REASON_POLICY_DENY :
+							       REASON_POLICY_DEFAULT_DENY);
+		}
+	}
+	ct_create(p, d, CT_F_TO_PROXY | CT_F_DNS_PROXY, ct_check_revision(ep, p), now);
+	if (dns_assign(skb, p, 1) < 0)
+		/* Drop: no DNS proxy socket (not running, not configured): the query cannot be
+		 * checked, so it does not go out. */
+		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	count_proxy(d->ep_id, 1);
+	emit_event(skb, p, d, EVENT_NEW, VERDICT_REDIRECTED);
+	return pass();
+}
+
 /* new_egress finishes a new flow leaving the endpoint that its own egress policy
  * allowed (res: ALLOW, REDIRECT, or nothing with egress unenforced). It decides whether
  * the flow goes through the proxy: when the egress verdict is REDIRECT, or when the
@@ -624,6 +692,10 @@ __noinline int handle_new(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
 		return drop(skb, p, d, REASON_POLICY_DEFAULT_DENY);
 	}
 
+	if (dir == DIR_EGRESS && res.action == POLICY_REDIRECT && res.proxy == PROXY_KIND_DNS) {
+		d->ev_flags |= FLOW_F_L7_EGRESS;
+		return RET_STEER_DNS;
+	}
 	if (dir == DIR_EGRESS)
 		return new_egress(skb, p, d, &peer, &res, ct_check_revision(ep, p), now);
 	return new_ingress(skb, p, d, &res, from_proxy(skb), ct_check_revision(ep, p), now);
@@ -754,8 +826,12 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 	status = ct_lookup(pp, d.ep_id, dir, now, &ct_flags, &entry);
 	if (unlikely(status == CT_RELATED_FOREIGN))
 		return handle_related_foreign(skb, pp, &d, ep, now);
-	if (unlikely(status == CT_NEW))
-		return handle_new(skb, pp, &d, ep, now);
+	if (unlikely(status == CT_NEW)) {
+		ret = handle_new(skb, pp, &d, ep, now);
+		if (unlikely(ret == RET_STEER_DNS))
+			ret = new_dns_flow(skb, pp, &d, ep, now);
+		return ret;
+	}
 
 	/* Established, reply or related: allowed when the flow was created (or last checked,
 	 * see recheck_established: one 8-byte compare of the check word, conntrack.h).

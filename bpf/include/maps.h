@@ -147,6 +147,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } proxy SEC(".maps");
 
+/* The DNS proxy: its UDP socket and TCP listener (same address and port; struct
+ * proxy_config at index 0, marks unused). A map of its own rather than a second entry of
+ * proxy, so that a pinned proxy map of an earlier version keeps its layout. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct proxy_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dns_proxy SEC(".maps");
+
 /* Flow events (struct flow_event) for new flows and drops. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

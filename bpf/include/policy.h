@@ -41,6 +41,7 @@ static __always_inline void ipcache_resolve(__be32 addr, struct peer_identity *o
 
 struct verdict {
 	__u8 action; /* POLICY_ALLOW, POLICY_DENY, POLICY_REDIRECT, or 0 when no entry matched */
+	__u8 proxy;  /* PROXY_KIND_* of a POLICY_REDIRECT */
 	__u32 rule_id;
 	__u32 identity; /* the looked-up identity whose entry gave action */
 };
@@ -74,6 +75,7 @@ static __always_inline void policy_lookup(struct policy_key *k, __u32 identity,
 		return;
 	if (action_rank(v->action) > action_rank(res->action)) {
 		res->action = v->action;
+		res->proxy = v->proxy;
 		res->rule_id = v->rule_id;
 		res->identity = identity;
 	}
@@ -129,6 +131,7 @@ static __always_inline void policy_decide(__u32 ep_id, __u8 dir, const struct pe
 	k.protocol = proto;
 	k.dport = port;
 	res->action = 0;
+	res->proxy = 0;
 	res->rule_id = 0;
 	res->identity = 0;
 

@@ -41,6 +41,13 @@ static __always_inline int from_proxy(const struct __sk_buff *skb)
 	return cfg && cfg->upstream_mark && (mark & cfg->upstream_mark);
 }
 
+static __always_inline const struct proxy_config *dns_proxy_cfg(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&dns_proxy, &zero);
+}
+
 static __always_inline int is_syn(const struct pkt *p)
 {
 	return (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN;
@@ -64,14 +71,14 @@ static __always_inline int is_syn(const struct pkt *p)
  *
  * Returns 0 when assigned, -1 when there is no such socket (the caller drops: fail
  * closed). */
-static __always_inline int proxy_assign(struct __sk_buff *skb, const struct pkt *p, int listener)
+static __always_inline int proxy_assign_to(struct __sk_buff *skb, const struct pkt *p, int listener,
+					   const struct proxy_config *cfg, const struct proxy_config *marks)
 {
-	const struct proxy_config *cfg = proxy_cfg();
 	struct bpf_sock_tuple tuple = {};
 	struct bpf_sock *sk;
 	long err;
 
-	if (!cfg || !cfg->port || !cfg->steer_mark || cfg->family != RAMPART_FAMILY_V4)
+	if (!cfg || !cfg->port || !marks || !marks->steer_mark || cfg->family != RAMPART_FAMILY_V4)
 		return -1; /* no proxy configured */
 	tuple.ipv4.saddr = p->t.saddr;
 	tuple.ipv4.daddr = p->t.daddr;
@@ -105,7 +112,49 @@ assign:
 	bpf_sk_release(sk);
 	if (err)
 		return -1;
-	skb->mark |= cfg->steer_mark;
+	skb->mark |= marks->steer_mark;
+	return 0;
+}
+
+static __always_inline int proxy_assign(struct __sk_buff *skb, const struct pkt *p, int listener)
+{
+	const struct proxy_config *cfg = proxy_cfg();
+
+	return proxy_assign_to(skb, p, listener, cfg, cfg);
+}
+
+/* dns_assign hands a DNS packet p (UDP or TCP) to the DNS proxy: TCP as proxy_assign does,
+ * to the DNS proxy's listener; UDP to its one socket, bound to the dns_proxy address and
+ * port (a UDP socket of the packet's own tuple is never looked for: the proxy answers
+ * every datagram from that one socket). The steer mark is the L7 proxy's (the node routes
+ * it to local delivery). Returns 0 when assigned, -1 when not (the caller drops). Out of
+ * line: its socket tuple would otherwise count against the stack of every caller's call
+ * chain. */
+static __noinline int dns_assign(struct __sk_buff *skb, const struct pkt *p, int listener)
+{
+	const struct proxy_config *cfg = dns_proxy_cfg();
+	const struct proxy_config *marks = proxy_cfg();
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_sock *sk;
+	long err;
+
+	if (p->t.proto == IPPROTO_TCP)
+		return proxy_assign_to(skb, p, listener, cfg, marks);
+	if (p->t.proto != IPPROTO_UDP || !cfg || !cfg->port || !marks || !marks->steer_mark ||
+	    cfg->family != RAMPART_FAMILY_V4)
+		return -1;
+	tuple.ipv4.saddr = p->t.saddr;
+	tuple.ipv4.sport = p->t.sport;
+	__builtin_memcpy(&tuple.ipv4.daddr, cfg->addr, 4);
+	tuple.ipv4.dport = cfg->port;
+	sk = bpf_sk_lookup_udp(skb, &tuple, sizeof(tuple.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return -1;
+	err = bpf_sk_assign(skb, sk, 0);
+	bpf_sk_release(sk);
+	if (err)
+		return -1;
+	skb->mark |= marks->steer_mark;
 	return 0;
 }
 

@@ -244,9 +244,14 @@ struct policy_key {
 #define POLICY_DENY 2
 #define POLICY_REDIRECT 3 /* allowed only through the L7 proxy (TCP) */
 
+/* policy_value.proxy: which proxy a POLICY_REDIRECT entry steers to. */
+#define PROXY_KIND_L7 0  /* the L7 (HTTP) proxy, map proxy */
+#define PROXY_KIND_DNS 1 /* the DNS proxy, map dns_proxy (UDP and TCP) */
+
 struct policy_value {
 	__u8 action; /* POLICY_ALLOW, POLICY_DENY or POLICY_REDIRECT */
-	__u8 pad[3];
+	__u8 proxy;  /* PROXY_KIND_*, for POLICY_REDIRECT */
+	__u8 pad[2];
 	__u32 rule_id; /* agent's rule number, for flow events and explanations */
 };
 
@@ -305,6 +310,9 @@ struct ct_value {
  * send-side verdict checks on the client's socket (sockverdict.c): it goes straight to
  * the server, and its data must come from the socket the verdict checks. */
 #define CT_F_SOCKVERDICT (1u << 6)
+/* With CT_F_TO_PROXY: the flow is steered to the DNS proxy (map dns_proxy), not the L7
+ * proxy. */
+#define CT_F_DNS_PROXY (1u << 7)
 
 /* IP fragments: the ports of the first fragment, so later fragments of an allowed
  * datagram get the same verdict. Keyed per endpoint and direction like conntrack, because

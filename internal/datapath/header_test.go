@@ -66,6 +66,7 @@ func TestHeaderConstants(t *testing.T) {
 		"ID_WORLD":              uint64(identity.World),
 		"ID_FLAG_ENDPOINT_CIDR": uint64(identity.EndpointCIDRFlag),
 		"POLICY_REDIRECT":       policyRedirect,
+		"PROXY_KIND_DNS":        proxyKindDNS,
 		"CT_F_SEEN_REPLY":       ctFSeenReply,
 		"EP_TAP_INGRESS":        epTapIngress,
 		"EP_TAP_EGRESS":         epTapEgress,

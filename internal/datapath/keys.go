@@ -19,6 +19,8 @@ const (
 	policyDeny     = 2
 	policyRedirect = 3
 
+	proxyKindDNS = 1 // PROXY_KIND_DNS: policy_value.proxy of a redirect to the DNS proxy
+
 	enforceIngress = 1 << 0
 	enforceEgress  = 1 << 1
 
@@ -91,13 +93,17 @@ func policyValue(v mapstate.Value) rampartPolicyValue {
 		out.Action = policyDeny
 	case v.Redirect:
 		out.Action = policyRedirect
+		if v.DNS {
+			out.Proxy = proxyKindDNS
+		}
 	}
 	return out
 }
 
 // mapstateValue converts a policy value read from the map back.
 func mapstateValue(v rampartPolicyValue) mapstate.Value {
-	return mapstate.Value{Deny: v.Action == policyDeny, Redirect: v.Action == policyRedirect, RuleID: v.RuleId}
+	redirect := v.Action == policyRedirect
+	return mapstate.Value{Deny: v.Action == policyDeny, Redirect: redirect, DNS: redirect && v.Proxy == proxyKindDNS, RuleID: v.RuleId}
 }
 
 // normalizeKey masks a key read back from the map so it compares equal to the key written.

@@ -96,6 +96,29 @@ func (d *Datapath) Proxy() (netip.AddrPort, error) {
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(cfg.Addr[:4])), ntohs(cfg.Port)), nil
 }
 
+// SetDNSProxy sets the address of the DNS proxy's UDP socket and TCP listener (one port) in
+// the node namespace, where the dataplane hands the queries that DNS rules apply to. Only
+// IPv4 is supported. The zero AddrPort clears it: such queries are then dropped.
+func (d *Datapath) SetDNSProxy(addr netip.AddrPort) error {
+	var cfg rampartProxyConfig
+	if addr.IsValid() {
+		a := addr.Addr().Unmap()
+		if !a.Is4() || addr.Port() == 0 {
+			return fmt.Errorf("setting DNS proxy address %v: need an IPv4 address and a port", addr)
+		}
+		cfg.Port, cfg.Family = htons(addr.Port()), familyV4
+		b := a.As4()
+		copy(cfg.Addr[:], b[:])
+	}
+	var zero uint32
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.objs.DnsProxy.Update(&zero, &cfg, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("setting DNS proxy address %v: %w", addr, err)
+	}
+	return nil
+}
+
 func proxyRule() *netlink.Rule {
 	r := netlink.NewRule()
 	mask := uint32(ProxySteerMark)

@@ -40,6 +40,12 @@ func redirect(id identity.Identity, dir policy.Direction, proto policy.Protocol,
 	return k, v
 }
 
+func dnsRedirect(id identity.Identity, dir policy.Direction, proto policy.Protocol, port uint16, rule uint32) (mapstate.Key, mapstate.Value) {
+	k, v := redirect(id, dir, proto, port, 16, rule)
+	v.DNS = true
+	return k, v
+}
+
 func newProxyFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := newFixture(t, Config{})
@@ -233,6 +239,41 @@ func TestL7VerdictCombination(t *testing.T) {
 			name:   "egress redirect of UDP: dropped, the proxy takes TCP only",
 			egress: []entry{e(redirect(dstIdent, out, udp, 53, 16, 1))}, enforceOut: true,
 			pkt: func() packet { return packet{src: epIP, dst: ipDst, proto: uint8(udp), sport: f.port(), dport: 53} },
+			w:   steered(1, true, false),
+		},
+		{
+			name:   "egress DNS redirect of UDP: steered to the DNS proxy",
+			egress: []entry{e(dnsRedirect(dstIdent, out, udp, 53, 1))}, enforceOut: true,
+			dst: []entry{e(allow(epIdent, in, udp, 53, 16, 2))}, dstEnforce: true,
+			pkt: func() packet { return packet{src: epIP, dst: ipDst, proto: uint8(udp), sport: f.port(), dport: 53} },
+			w:   steered(1, true, false),
+		},
+		{
+			name:   "egress DNS redirect of TCP: steered to the DNS proxy",
+			egress: []entry{e(dnsRedirect(dstIdent, out, tcp, 53, 1))}, enforceOut: true,
+			pkt: func() packet { return f.synOut(ipDst, tcp, 53) },
+			w:   steered(1, true, false),
+		},
+		{
+			// The DNS proxy asks the server from the node's address: the server's own
+			// ingress policy for the client is taken at the client's veth.
+			name:   "egress DNS redirect + server default deny: dropped as the server's ingress",
+			egress: []entry{e(dnsRedirect(dstIdent, out, udp, 53, 1))}, enforceOut: true,
+			dst: []entry{e(allow(epIdent, in, udp, 54, 16, 2))}, dstEnforce: true,
+			pkt: func() packet { return packet{src: epIP, dst: ipDst, proto: uint8(udp), sport: f.port(), dport: 53} },
+			w:   want{reason: flow.ReasonPolicyDefaultDeny, epID: dstEpID, dir: in, l7Egress: true},
+		},
+		{
+			name:   "egress DNS redirect + server deny: dropped as the server's ingress",
+			egress: []entry{e(dnsRedirect(dstIdent, out, udp, 53, 1))}, enforceOut: true,
+			dst: []entry{e(deny(epIdent, in, udp, 53, 16, 3))}, dstEnforce: false,
+			pkt: func() packet { return packet{src: epIP, dst: ipDst, proto: uint8(udp), sport: f.port(), dport: 53} },
+			w:   want{reason: flow.ReasonPolicyDeny, epID: dstEpID, dir: in, rule: 3, l7Egress: true},
+		},
+		{
+			name:   "egress DNS redirect to a non-endpoint server: steered",
+			egress: []entry{e(dnsRedirect(idA, out, udp, 53, 1))}, enforceOut: true,
+			pkt: func() packet { return packet{src: epIP, dst: ipA, proto: uint8(udp), sport: f.port(), dport: 53} },
 			w:   steered(1, true, false),
 		},
 		{

@@ -239,7 +239,8 @@ type rampartPolicyKey struct {
 type rampartPolicyValue struct {
 	_      structs.HostLayout
 	Action uint8
-	Pad    [3]uint8
+	Proxy  uint8
+	Pad    [2]uint8
 	RuleId uint32
 }
 
@@ -369,6 +370,7 @@ const (
 	rampartMapCidr4Top                = "cidr4_top"
 	rampartMapCidr6                   = "cidr6"
 	rampartMapConntrack4Peer          = "conntrack4_peer"
+	rampartMapDnsProxy                = "dns_proxy"
 	rampartMapEndpointCounters        = "endpoint_counters"
 	rampartMapEndpointSlots           = "endpoint_slots"
 	rampartMapEndpoints               = "endpoints"
@@ -470,6 +472,7 @@ type rampartMapSpecs struct {
 	Cidr4Top         *ebpf.MapSpec `ebpf:"cidr4_top"`
 	Cidr6            *ebpf.MapSpec `ebpf:"cidr6"`
 	Conntrack4Peer   *ebpf.MapSpec `ebpf:"conntrack4_peer"`
+	DnsProxy         *ebpf.MapSpec `ebpf:"dns_proxy"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointSlots    *ebpf.MapSpec `ebpf:"endpoint_slots"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
@@ -533,6 +536,7 @@ type rampartMaps struct {
 	Cidr4Top         *ebpf.Map `ebpf:"cidr4_top"`
 	Cidr6            *ebpf.Map `ebpf:"cidr6"`
 	Conntrack4Peer   *ebpf.Map `ebpf:"conntrack4_peer"`
+	DnsProxy         *ebpf.Map `ebpf:"dns_proxy"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointSlots    *ebpf.Map `ebpf:"endpoint_slots"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
@@ -564,6 +568,7 @@ func (m *rampartMaps) Close() error {
 		m.Cidr4Top,
 		m.Cidr6,
 		m.Conntrack4Peer,
+		m.DnsProxy,
 		m.EndpointCounters,
 		m.EndpointSlots,
 		m.Endpoints,
