@@ -203,7 +203,7 @@ var layers = []struct {
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
 	{"core: L7 plan, tap policy", []string{"internal/l7plan", "internal/tappolicy"}},
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
-	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities", "internal/testenv/podrunner", "internal/monitor/suricata"}},
+	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/dnsproxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities", "internal/testenv/podrunner", "internal/monitor/suricata"}},
 	{"API contract", []string{"internal/api"}},
 	{"agent; CLI input parsers; monitor alert join", []string{"internal/agent", "internal/cidrlist", "internal/monitor/join"}},
 	{"CLI; Kubernetes watcher; simulated cluster", []string{"internal/cli", "internal/k8s/watcher", "internal/testenv/simcluster"}},
