@@ -103,6 +103,10 @@ fuzz ./internal/cidrlist FuzzParseCIDRList &
 fuzzers+=($!)
 fuzz ./internal/proxy/http1 FuzzReadRequestHead &
 fuzzers+=($!)
+fuzz ./internal/fqdn FuzzCache &
+fuzzers+=($!)
+fuzz ./internal/dnsproxy FuzzResponse &
+fuzzers+=($!)
 failed=0
 for pid in "${fuzzers[@]}"; do
 	wait "$pid" || failed=1

@@ -50,6 +50,7 @@ type Agent struct {
 	inlineMonitors map[string]bool
 	degraded       string
 	prox           Proxy       // the L7 proxy, nil until some state has L7 rules (see proxy.go)
+	dns            *dnsState   // the DNS proxy and the learnt names (dns.go)
 	sets           *setStore   // the CIDR set files
 	store          *stateStore // the state directory
 	proxyErr       string      // why the proxy could not be started
@@ -148,6 +149,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.store = newStateStore(cfg.StateDir, st)
+	if err := a.startDNS(st.FQDN); err != nil {
+		return nil, err
+	}
 	m, alloc, err := a.restore(st)
 	if err != nil {
 		return nil, err
@@ -174,6 +178,7 @@ func New(cfg Config) (*Agent, error) {
 	defer func() {
 		if !ok {
 			a.closeProxy()
+			a.closeDNS()
 		}
 	}()
 	if a.host {
@@ -232,6 +237,9 @@ func New(cfg Config) (*Agent, error) {
 	go a.readSockRequests(a.sockDone)
 	a.stopMonitors, a.monitorsDone = make(chan struct{}), make(chan struct{})
 	go a.watchMonitors(a.stopMonitors, a.monitorsDone)
+	expiryCtx, stopExpiry := context.WithCancel(context.Background())
+	a.dns.stop = stopExpiry
+	go a.runExpiry(expiryCtx)
 	ok = true
 	a.log.Info("agent started", "socket", cfg.Socket, "endpoints", len(m.endpoints), "policies", len(m.policies), "cidrSets", len(m.cidrsets), "taps", len(m.taps))
 	return a, nil
@@ -293,6 +301,7 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 	if st.NextEpID > 0 {
 		m.nextEpID = st.NextEpID
 	}
+	m.fqdn = fqdnViewOf(a.dns.cache, m, time.Now())
 	alloc := identity.NewAllocator()
 	if len(st.Identities) > 0 {
 		if err := alloc.UnmarshalJSON(st.Identities); err != nil {
@@ -398,7 +407,7 @@ func (a *Agent) Close() error {
 		a.listener.Close()
 		// Envoy goes with the agent: nothing then listens for steered connections, and the
 		// dataplane refuses them until the agent is back.
-		perr := a.closeProxy()
+		perr := errors.Join(a.closeProxy(), a.closeDNS())
 		a.closeErr = errors.Join(a.dp.Close(), perr)
 		<-a.readerDone
 		<-a.sockDone
@@ -443,6 +452,7 @@ func (a *Agent) persist(m *model, d *desired) error {
 	for _, ip := range sortedAddrs(m.quarantine) {
 		st.Quarantine = append(st.Quarantine, m.quarantine[ip])
 	}
+	st.FQDN = a.dns.cache.Snapshot()
 	ids, err := d.alloc.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("saving identities: %w", err)
@@ -491,6 +501,9 @@ func (a *Agent) applyState(old, new *desired, m *model, force bool) error {
 func (a *Agent) applyOnce(old, new *desired, pl l7Plans, m *model, force bool) error {
 	// The proxy first: it must know the L7 rules before the dataplane steers traffic to it.
 	if err := a.proxyUpdate(old, new, pl); err != nil {
+		return err
+	}
+	if err := a.dnsProxyUpdate(new); err != nil {
 		return err
 	}
 	// The ipcache: additions and changes before the endpoints, deletions after. Forced

@@ -29,8 +29,8 @@ func kubernetesMode(h *harness) *harness {
 	return h
 }
 
-const refusedFQDN = `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy","metadata":{"name":"fqdn","namespace":"x"},
-"spec":{"endpointSelector":{"matchLabels":{"pod":"a"}},"egress":[{"toFQDNs":[{"matchName":"example.com"}]}]}}`
+const refusedServices = `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy","metadata":{"name":"services","namespace":"x"},
+"spec":{"endpointSelector":{"matchLabels":{"pod":"a"}},"egress":[{"toServices":[{"k8sService":{"serviceName":"web","namespace":"x"}}]}]}}`
 
 func clusterView(remoteID identity.Identity, objects map[string]PolicyObject, remotes ...RemoteEndpointRecord) ClusterView {
 	return ClusterView{
@@ -51,15 +51,15 @@ func TestSyncCluster(t *testing.T) {
 	h.add("x", "a", map[string]string{"pod": "a"})
 
 	objects := map[string]PolicyObject{
-		"np": {Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", Document: []byte(allowFromRemoteB)},
-		"fq": {Kind: "CiliumNetworkPolicy", Namespace: "x", Name: "fqdn", ResourceVersion: "1", Document: []byte(refusedFQDN)},
+		"np":  {Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", Document: []byte(allowFromRemoteB)},
+		"svc": {Kind: "CiliumNetworkPolicy", Namespace: "x", Name: "services", ResourceVersion: "1", Document: []byte(refusedServices)},
 	}
 	res, err := h.a.SyncCluster(ctx, clusterView(5000, objects))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Refused) != 1 || !strings.Contains(res.Refused["fq"], "toFQDNs") {
-		t.Errorf("refused %v, want fq for toFQDNs", res.Refused)
+	if len(res.Refused) != 1 || !strings.Contains(res.Refused["svc"], "toServices") {
+		t.Errorf("refused %v, want svc for toServices", res.Refused)
 	}
 	ps, _ := h.a.ListPolicies(ctx)
 	if len(ps) != 1 || ps[0].Name != "from-b" {

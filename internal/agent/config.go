@@ -8,7 +8,9 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
+	"github.com/rampartnet/rampart/internal/dnsproxy"
 	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/fqdn"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
@@ -45,6 +47,12 @@ type Config struct {
 	// ProxyListen is the proxy's transparent listener in the node namespace (default
 	// 127.0.0.1:15001).
 	ProxyListen netip.AddrPort
+	// DNSProxyListen is the DNS proxy's UDP socket and TCP listener in the node namespace
+	// (default DefaultDNSProxyListen), started when DNS rules are first in force.
+	DNSProxyListen netip.AddrPort
+	// FQDN bounds the cache of names learnt from DNS answers (toFQDNs): TTL grace and
+	// limits; zero fields take fqdn's defaults.
+	FQDN fqdn.Config
 	// ProxyConcurrency is Envoy's worker thread count (0: the CPUs the agent may run on).
 	ProxyConcurrency int
 	// ProxyEnvoyOnly turns the fast path off: Envoy checks every L7 connection, plain
@@ -92,6 +100,8 @@ type Config struct {
 	// OpenProxy creates the L7 proxy for Envoy running in the network namespace at
 	// netnsPath; onLog receives its access logs.
 	OpenProxy func(cfg Config, netnsPath string, onLog func(flow.AccessLog)) (Proxy, error)
+	// OpenDNSProxy starts the DNS proxy in the network namespace at netnsPath.
+	OpenDNSProxy func(cfg Config, netnsPath string, pol dnsproxy.Policy) (DNSProxy, error)
 }
 
 // HostTraffic is Config.HostTraffic: what the host may send to local endpoints.
@@ -135,6 +145,9 @@ func (cfg Config) WithDefaults() Config {
 	}
 	if !cfg.ProxyListen.IsValid() {
 		cfg.ProxyListen = proxy.DefaultListen
+	}
+	if !cfg.DNSProxyListen.IsValid() {
+		cfg.DNSProxyListen = DefaultDNSProxyListen
 	}
 	if cfg.ServiceCgroup == "" {
 		cfg.ServiceCgroup = datapath.DefaultServiceCgroup()

@@ -36,6 +36,8 @@ type view struct {
 	ipcache map[netip.Prefix]mapstate.IPCacheEntry
 	// setNames names the CIDR sets by index.
 	setNames map[uint8]string
+	// dns is the current DNS proxy rules, for the proxy's verdicts.
+	dns []mapstate.DNSRule
 }
 
 // identityLabeler answers identity -> labels from one allocator state.
@@ -51,6 +53,7 @@ func (a *Agent) publishView() {
 		rules:  map[uint32]api.RuleRef{},
 	}
 	v.ipcache = a.cur.state.IPCache
+	v.dns = a.cur.state.DNS
 	v.setNames = map[uint8]string{}
 	for name, s := range a.model.cidrsets {
 		v.setNames[s.meta.Index] = name

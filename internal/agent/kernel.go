@@ -39,6 +39,9 @@ type Kernel struct {
 	// Services is the Service translation (services.go); nil: none, and Services are
 	// refused.
 	Services ServiceTable
+	// DNS is the DNS proxy's place in the dataplane (dns.go); nil: DNS rules steer to no
+	// proxy, so their queries are dropped.
+	DNS DNSKernel
 	// Close releases the agent's handles; pinned maps and attached programs stay.
 	Close func() error
 }
@@ -75,7 +78,7 @@ func openKernel(cfg Config) (Kernel, error) {
 	services := &lazyServices{cgroup: cfg.ServiceCgroup}
 	return Kernel{
 		EndpointTables: dp, IPCache: dp, ProxyRouting: dp, MapMemories: dp, Overlay: overlayKernel{dp},
-		Taps: taps, Monitors: taps, Services: services,
+		Taps: taps, Monitors: taps, Services: services, DNS: dp,
 		CIDRSets: tables, SendSide: side, FlowEvents: events,
 		Close: func() error {
 			once.Do(func() {

@@ -37,8 +37,11 @@ type model struct {
 	// monitorsDown is why local monitors are down, by namespace/name (monitorcheck.go):
 	// what the agent last saw of them, never persisted.
 	monitorsDown map[string]string
-	nextRuleID   uint32
-	nextEpID     uint32
+	// fqdn is what the toFQDNs selectors select of the learnt names (dns.go); nil: no
+	// name learnt. Never persisted: the cache of names is (stateFile.FQDN).
+	fqdn       *fqdnView
+	nextRuleID uint32
+	nextEpID   uint32
 }
 
 type storedPolicy struct {
@@ -77,6 +80,7 @@ func (m *model) clone() *model {
 		accepted:     maps.Clone(m.accepted),
 		quarantine:   maps.Clone(m.quarantine),
 		monitorsDown: maps.Clone(m.monitorsDown),
+		fqdn:         m.fqdn,
 		nextRuleID:   m.nextRuleID,
 		nextEpID:     m.nextEpID,
 	}
@@ -193,7 +197,13 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 			refs[r.ID] = mapstate.PolicyRef{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name}
 		}
 	}
+	rules = expandFQDN(rules, m.fqdn)
 	prefixes := e.Prefixes(rules)
+	if z := zombiePrefixes(m.fqdn); len(z) > 0 {
+		prefixes = append(prefixes, z...)
+		slices.SortFunc(prefixes, comparePrefix)
+		prefixes = slices.Compact(prefixes)
+	}
 	cidrIDs := make(map[netip.Prefix]identity.Identity, len(prefixes))
 	for _, p := range prefixes {
 		cidrIDs[p] = alloc.ForCIDR(p)

@@ -126,19 +126,10 @@ func (a *Agent) proxyUpdate(old, new *desired, pl l7Plans) error {
 	if a.prox == nil && len(new.state.L7) == 0 {
 		return nil
 	}
-	if len(new.state.L7) > 0 && !a.proxyRouted {
-		// Before the dataplane steers anything. Without the route, steered packets would
-		// be forwarded to their destination, which drops them (proxy bypass): closed, but
-		// broken.
-		if a.host {
-			if err := a.own.recordProxyRouting(a.net.NetnsPath()); err != nil {
-				return fmt.Errorf("routing to the L7 proxy: %w", err)
-			}
-		}
-		if err := a.dp.RouteToProxy(a.net.NetnsPath()); err != nil {
+	if len(new.state.L7) > 0 {
+		if err := a.routeToProxies(); err != nil {
 			return fmt.Errorf("routing to the L7 proxy: %w", err)
 		}
-		a.proxyRouted = true
 	}
 	p, err := a.ensureProxy()
 	if err != nil {
@@ -149,6 +140,26 @@ func (a *Agent) proxyUpdate(old, new *desired, pl l7Plans) error {
 		return fmt.Errorf("L7 proxy: %w", err)
 	}
 	p.Start()
+	return nil
+}
+
+// routeToProxies makes the node namespace deliver steered packets locally, once: before
+// the dataplane steers anything to a proxy (the L7 proxy or the DNS proxy). Without the
+// route, steered packets would be forwarded to their destination, which drops them (proxy
+// bypass): closed, but broken.
+func (a *Agent) routeToProxies() error {
+	if a.proxyRouted {
+		return nil
+	}
+	if a.host {
+		if err := a.own.recordProxyRouting(a.net.NetnsPath()); err != nil {
+			return err
+		}
+	}
+	if err := a.dp.RouteToProxy(a.net.NetnsPath()); err != nil {
+		return err
+	}
+	a.proxyRouted = true
 	return nil
 }
 

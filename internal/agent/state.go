@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rampartnet/rampart/internal/fqdn"
 	"github.com/rampartnet/rampart/internal/identity"
 	"net/netip"
 	"os"
@@ -115,6 +116,7 @@ type stateFile struct {
 	Services   []*ServiceRecord         `json:"services,omitempty"`
 	Accepted   []*AcceptedObjectRecord  `json:"acceptedObjects,omitempty"`
 	Quarantine []*QuarantineRecord      `json:"quarantine,omitempty"`
+	FQDN       []fqdn.Entry             `json:"fqdn,omitempty"` // learnt names (dns.go)
 	NextRuleID uint32                   `json:"nextRuleID"`
 	Identities json.RawMessage          `json:"identities"`
 	// NextEpID is the last field: save writes the file as the encoding without it

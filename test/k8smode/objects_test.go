@@ -105,11 +105,11 @@ func TestRefusedPolicyReported(t *testing.T) {
 	a, cc, b := threePods(t, c)
 	const refused = `apiVersion: cilium.io/v2
 kind: CiliumNetworkPolicy
-metadata: {name: fqdn, namespace: x}
+metadata: {name: services, namespace: x}
 spec:
   endpointSelector: {matchLabels: {pod: a}}
   egress:
-  - toFQDNs: [{matchName: example.com}]
+  - toServices: [{k8sService: {serviceName: web, namespace: x}}]
 `
 	c.KubectlApply(refused)
 	c.KubectlApply(allowAToB80)
@@ -125,11 +125,11 @@ spec:
 			t.Fatalf("node %s: status does not report the refused policy: %+v", n.Name, st.Kubernetes)
 		}
 		r := st.Kubernetes.Refused[0]
-		if !strings.Contains(r.Object, "CiliumNetworkPolicy/x/fqdn") || !strings.Contains(r.Error, "toFQDNs") {
-			t.Errorf("node %s: refused %+v, want CiliumNetworkPolicy x/fqdn for toFQDNs", n.Name, r)
+		if !strings.Contains(r.Object, "CiliumNetworkPolicy/x/services") || !strings.Contains(r.Error, "toServices") {
+			t.Errorf("node %s: refused %+v, want CiliumNetworkPolicy x/services for toServices", n.Name, r)
 		}
 		for _, p := range policies(t, n) {
-			if p.Name == "fqdn" {
+			if p.Name == "services" {
 				t.Errorf("node %s applied the refused policy", n.Name)
 			}
 		}
@@ -140,10 +140,10 @@ spec:
 			return false
 		}
 		return slices.ContainsFunc(evs.Items, func(e corev1.Event) bool {
-			return e.Reason == "PolicyRefused" && e.InvolvedObject.Name == "fqdn" && strings.Contains(e.Message, "toFQDNs")
+			return e.Reason == "PolicyRefused" && e.InvolvedObject.Name == "services" && strings.Contains(e.Message, "toServices")
 		})
 	}) {
-		t.Error("no PolicyRefused event on CiliumNetworkPolicy x/fqdn")
+		t.Error("no PolicyRefused event on CiliumNetworkPolicy x/services")
 	}
 	// The local API cannot change what Kubernetes owns.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -23,6 +23,7 @@ const module = "github.com/rampartnet/rampart"
 // pure are the packages of the pure core.
 var pure = []string{
 	"internal/labels",
+	"internal/fqdn",
 	"internal/tap",
 	"internal/policy",
 	"internal/identity",
@@ -197,7 +198,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"manifests", []string{"deploy"}},
-	{"leaves", []string{"internal/version", "internal/labels", "internal/netns", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds", "internal/cniinstall"}},
+	{"leaves", []string{"internal/version", "internal/labels", "internal/fqdn", "internal/netns", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds", "internal/cniinstall"}},
 	{"core: tap contracts, Services", []string{"internal/tap", "internal/service"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},

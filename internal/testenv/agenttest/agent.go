@@ -17,6 +17,7 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/cli"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/fqdn"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
@@ -48,6 +49,8 @@ type Options struct {
 	// ServiceCgroup is agent.Config.ServiceCgroup: tests that declare Services give the
 	// cgroup of their own (testenv.JoinNewCgroup) so that the host's sockets stay as they are.
 	ServiceCgroup string
+	// FQDN is agent.Config.FQDN: the bounds of the learnt-name cache (toFQDNs).
+	FQDN fqdn.Config
 }
 
 // Env is an agent running in-process in a fresh node network namespace, with its own
@@ -105,6 +108,7 @@ func StartAgent(t testing.TB, opts Options) *Env {
 			HostTraffic:    opts.HostTraffic,
 			Tunnel:         opts.Tunnel,
 			ServiceCgroup:  opts.ServiceCgroup,
+			FQDN:           opts.FQDN,
 			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		},
 		servers: map[string]*testenv.Servers{},

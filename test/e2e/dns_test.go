@@ -1,0 +1,275 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/rampartnet/rampart/internal/fqdn"
+	"github.com/rampartnet/rampart/internal/netns"
+	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/agenttest"
+)
+
+// testDNS is a DNS server of the test's own in an endpoint's namespace: it answers A
+// queries from a table and counts what it was asked.
+type testDNS struct {
+	mu      sync.Mutex
+	records map[string][]dns.RR // by question name (with the final dot)
+	asked   map[string]int
+	servers []*dns.Server
+}
+
+func (s *testDNS) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	resp := new(dns.Msg)
+	resp.SetReply(req)
+	s.mu.Lock()
+	if len(req.Question) == 1 {
+		q := strings.ToLower(req.Question[0].Name)
+		s.asked[q]++
+		resp.Answer = append(resp.Answer, s.records[q]...)
+		if len(resp.Answer) == 0 {
+			resp.Rcode = dns.RcodeNameError
+		}
+	}
+	s.mu.Unlock()
+	w.WriteMsg(resp)
+}
+
+func (s *testDNS) times(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asked[name]
+}
+
+// serveDNS starts the server on port 53 (UDP and TCP) in the namespace at nsPath.
+func serveDNS(t *testing.T, nsPath string, records map[string][]dns.RR) *testDNS {
+	t.Helper()
+	s := &testDNS{records: records, asked: map[string]int{}}
+	var pc net.PacketConn
+	var l net.Listener
+	err := netns.Do(nsPath, func() (err error) {
+		if pc, err = net.ListenPacket("udp4", "0.0.0.0:53"); err != nil {
+			return err
+		}
+		l, err = net.Listen("tcp4", "0.0.0.0:53")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("starting the test's DNS server: %v", err)
+	}
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: s}, {Listener: l, Handler: s}} {
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		go srv.ActivateAndServe()
+		<-started
+		s.servers = append(s.servers, srv)
+		t.Cleanup(func() { srv.Shutdown() })
+	}
+	return s
+}
+
+func aRecord(t *testing.T, name string, ttl uint32, addr netip.Addr) dns.RR {
+	t.Helper()
+	rr, err := dns.NewRR(fmt.Sprintf("%s %d IN A %s", name, ttl, addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rr
+}
+
+// resolve asks server for name's A records from the namespace at nsPath over proto
+// ("udp" or "tcp"); it returns the answer's rcode and addresses.
+func resolve(t *testing.T, nsPath string, server netip.Addr, name, proto string) (int, []netip.Addr, error) {
+	t.Helper()
+	var resp *dns.Msg
+	err := netns.Do(nsPath, func() (err error) {
+		c := &dns.Client{Net: proto, Timeout: 2 * time.Second}
+		m := new(dns.Msg)
+		m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+		resp, _, err = c.Exchange(m, netip.AddrPortFrom(server, 53).String())
+		return err
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	var out []netip.Addr
+	for _, rr := range resp.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			ip, _ := netip.AddrFromSlice(a.A.To4())
+			out = append(out, ip)
+		}
+	}
+	return resp.Rcode, out, nil
+}
+
+// dnsScene starts an agent with endpoints x/client and x/dns (app=client, app=dns), a
+// world namespace serving TCP 80 on addrs (all in one /24, gateway .1), and the test's DNS
+// server in x/dns answering each name of ttls (in order: the i-th name resolves to
+// addrs[min(i, len(addrs)-1)]) with that TTL. It returns the DNS server, its address and
+// the client's namespace path.
+func dnsScene(t *testing.T, opts agenttest.Options, addrs []netip.Addr, ttls map[string]uint32) (*agenttest.Env, *testDNS, netip.Addr, string) {
+	t.Helper()
+	env := agenttest.StartAgent(t, opts)
+	env.AddEndpoint("x", "client", map[string]string{"app": "client"})
+	env.AddEndpoint("x", "dns", map[string]string{"app": "dns"})
+	gw := netip.AddrFrom4([4]byte{addrs[0].As4()[0], addrs[0].As4()[1], addrs[0].As4()[2], 1})
+	agenttest.AddWorld(t, env, gw, addrs, []uint16{80}, nil)
+	names := make([]string, 0, len(ttls))
+	for n := range ttls {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	records := map[string][]dns.RR{}
+	for i, n := range names {
+		records[n] = []dns.RR{aRecord(t, n, ttls[n], addrs[min(i, len(addrs)-1)])}
+	}
+	srv := serveDNS(t, agenttest.NetnsPathOf(env.Config.Instance, "x", "dns"), records)
+	return env, srv, env.IP("x/dns"), agenttest.NetnsPathOf(env.Config.Instance, "x", "client")
+}
+
+// applyDNSPolicy applies x/client's egress policy: DNS to x/dns on port 53 over proto for
+// the names of dnsSel, and TCP 80 to the addresses learnt for fqdnSel.
+func applyDNSPolicy(t *testing.T, env *agenttest.Env, proto, dnsSel, fqdnSel string) {
+	t.Helper()
+	policy := fmt.Sprintf(`apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: client-dns, namespace: x}
+spec:
+  endpointSelector: {matchLabels: {app: client}}
+  egress:
+  - toEndpoints: [{matchLabels: {app: dns}}]
+    toPorts:
+    - ports: [{port: "53", protocol: %s}]
+      rules:
+        dns: [%s]
+  - toFQDNs: [%s]
+    toPorts:
+    - ports: [{port: "80", protocol: TCP}]
+`, proto, dnsSel, fqdnSel)
+	if out, errs, code := env.CLIStdin(policy, "apply", "-f", "-"); code != 0 {
+		t.Fatalf("apply: %d %s%s", code, out, errs)
+	}
+}
+
+// A pod whose egress policy allows DNS to one server for *.example.com and TCP 80 to
+// api.example.com (toFQDNs): its queries go through the agent's DNS proxy, which refuses
+// other names before they reach the server, and the address an allowed answer carries is
+// open to the pod from its first packet, over UDP and TCP DNS alike; other addresses stay
+// closed, and the learnt address survives an agent restart.
+func TestDNSAwareEgress(t *testing.T) {
+	api, other := netip.MustParseAddr("198.19.50.10"), netip.MustParseAddr("198.19.50.11")
+	env, srv, dnsIP, clientNs := dnsScene(t, agenttest.Options{}, []netip.Addr{api, other}, map[string]uint32{
+		"api.example.com.": 300, "other.example.com.": 300, "evil.test.": 300,
+	})
+	if rc, addrs, err := resolve(t, clientNs, dnsIP, "api.example.com", "udp"); err != nil || rc != dns.RcodeSuccess || len(addrs) != 1 {
+		t.Fatalf("without policy: rcode %d %v %v", rc, addrs, err)
+	}
+
+	applyDNSPolicy(t, env, "ANY", `{matchPattern: "*.example.com"}`, `{matchName: api.example.com}`)
+	if env.Probe("x/client", api, 80, "tcp", 300*time.Millisecond) {
+		t.Fatal("api.example.com's address is open before the pod resolved it")
+	}
+
+	// A refused name never reaches the server.
+	before := srv.times("evil.test.")
+	if rc, _, err := resolve(t, clientNs, dnsIP, "evil.test", "udp"); err != nil || rc != dns.RcodeRefused {
+		t.Errorf("evil.test: rcode %d (%v), want REFUSED", rc, err)
+	}
+	if n := srv.times("evil.test."); n != before {
+		t.Errorf("the refused query reached the server (%d times)", n-before)
+	}
+
+	rc, addrs, err := resolve(t, clientNs, dnsIP, "api.example.com", "udp")
+	if err != nil || rc != dns.RcodeSuccess || len(addrs) != 1 || addrs[0] != api {
+		t.Fatalf("api.example.com through the proxy: rcode %d %v %v", rc, addrs, err)
+	}
+	// The first packet passes: the proxy answered only once the address was admitted.
+	if !env.Probe("x/client", api, 80, "tcp", time.Second) {
+		t.Error("api.example.com's address is closed right after the answer")
+	}
+	if rc, _, err := resolve(t, clientNs, dnsIP, "other.example.com", "tcp"); err != nil || rc != dns.RcodeSuccess {
+		t.Errorf("other.example.com over TCP: rcode %d %v", rc, err)
+	}
+	if env.Probe("x/client", other, 80, "tcp", 300*time.Millisecond) {
+		t.Error("other.example.com's address is open: no toFQDNs selects it")
+	}
+
+	env.Restart()
+	if !env.Probe("x/client", api, 80, "tcp", time.Second) {
+		t.Error("the learnt address is closed after an agent restart")
+	}
+	if rc, _, err := resolve(t, clientNs, dnsIP, "evil.test", "udp"); err != nil || rc != dns.RcodeRefused {
+		t.Errorf("evil.test after the restart: rcode %d (%v), want REFUSED", rc, err)
+	}
+}
+
+// An address learnt with a short TTL closes for new connections when the TTL runs out,
+// while a connection opened before keeps working (its address is kept as long as the flow
+// lives), as in Cilium.
+func TestDNSTTLExpiry(t *testing.T) {
+	api := netip.MustParseAddr("198.19.51.10")
+	env, _, dnsIP, clientNs := dnsScene(t, agenttest.Options{FQDN: fqdn.Config{Grace: -1, MinTTL: time.Second}},
+		[]netip.Addr{api}, map[string]uint32{"api.example.com.": 2})
+	applyDNSPolicy(t, env, "UDP", `{matchName: api.example.com}`, `{matchPattern: "*.example.com"}`)
+	if rc, addrs, err := resolve(t, clientNs, dnsIP, "api.example.com", "udp"); err != nil || rc != dns.RcodeSuccess || len(addrs) != 1 {
+		t.Fatalf("api.example.com: rcode %d %v %v", rc, addrs, err)
+	}
+	var conn net.Conn
+	err := netns.Do(clientNs, func() (err error) {
+		conn, err = net.DialTimeout("tcp4", netip.AddrPortFrom(api, 80).String(), time.Second)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("connecting right after the answer: %v", err)
+	}
+	defer conn.Close()
+	// Keep the connection busy while the TTL runs out, so that its flow is live.
+	var echoed atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 5)
+		tick := time.NewTicker(50 * time.Millisecond) // a packet each way this often
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-tick.C:
+			}
+			conn.SetDeadline(time.Now().Add(2 * time.Second))
+			if _, err := conn.Write([]byte("ping\n")); err != nil {
+				done <- err
+				return
+			}
+			if _, err := conn.Read(buf); err != nil {
+				done <- err
+				return
+			}
+			echoed.Add(1)
+		}
+	}()
+	if !testenv.Eventually(15*time.Second, func() bool {
+		return !env.Probe("x/client", api, 80, "tcp", 200*time.Millisecond)
+	}) {
+		t.Fatal("the address is still open for new connections 15 s after a 2 s TTL")
+	}
+	n := echoed.Load()
+	if !testenv.Eventually(5*time.Second, func() bool { return echoed.Load() > n+3 }) {
+		t.Error("the connection opened before the TTL ran out stopped working")
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Errorf("the open connection: %v", err)
+	}
+}
