@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/dnsproxy"
 	"github.com/rampartnet/rampart/internal/fqdn"
 	"github.com/rampartnet/rampart/internal/identity"
@@ -350,4 +351,28 @@ func comparePrefix(a, b netip.Prefix) int {
 		return c
 	}
 	return a.Bits() - b.Bits()
+}
+
+// dnsStatus reports the DNS proxy and the learnt names; a.mu must be held.
+func (a *Agent) dnsStatus() api.DNSStatus {
+	st := api.DNSStatus{State: "not started"}
+	switch {
+	case a.dns.proxy != nil:
+		st.State, st.Listen = "running", a.dns.proxy.Addr().String()
+		ps := a.dns.proxy.Stats()
+		st.Queries, st.Allowed, st.Refused, st.Forwarded = ps.Queries, ps.Allowed, ps.Refused, ps.Forwarded
+		st.UpstreamErrors, st.LearnErrors = ps.UpstreamErrors, ps.LearnErrors
+		for r, n := range ps.Drops {
+			if st.Drops == nil {
+				st.Drops = map[string]uint64{}
+			}
+			st.Drops[string(r)] = n
+		}
+	case a.dns.err != "":
+		st.State, st.Error = "unavailable", a.dns.err
+	}
+	cs := a.dns.cache.Stats()
+	st.Names, st.Entries, st.Addresses, st.Zombies = cs.Names, cs.Entries, cs.Addrs, cs.Zombies
+	st.Evicted = cs.EvictedNames + cs.EvictedEntries + cs.EvictedZombies
+	return st
 }

@@ -152,6 +152,7 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		FlowsLost:  lost,
 		Degraded:   a.degraded,
 		Proxy:      a.proxyStatus(),
+		DNS:        a.dnsStatus(),
 		SendSide:   sendSide,
 		Memory:     mem,
 		Kubernetes: a.kubernetesStatus(),

@@ -41,6 +41,8 @@ type Status struct {
 	Degraded string `json:"degraded,omitempty"`
 	// Proxy is the L7 proxy's state.
 	Proxy ProxyStatus `json:"proxy"`
+	// DNS is the DNS proxy's state and the learnt names (rules.dns, toFQDNs).
+	DNS DNSStatus `json:"dns"`
 	// SendSide is the send-side L7 verdict's (nil when rampartd runs without
 	// --l7-send-side).
 	SendSide *SendSideStatus `json:"sendSide,omitempty"`
@@ -53,6 +55,34 @@ type Status struct {
 	// Monitors is what this node's monitors received and sent outside any contract's
 	// counters (nil when the node has no monitor and counted nothing).
 	Monitors *MonitorsStatus `json:"monitors,omitempty"`
+}
+
+// DNSStatus is the DNS proxy's state (docs/policy-language.md, "DNS") and the cache of
+// names learnt from the answers it forwarded.
+type DNSStatus struct {
+	// State is "not started" (no DNS rules so far), "running" or "unavailable" (it cannot
+	// run: see Error). Queries that DNS rules apply to are dropped unless it is running.
+	State  string `json:"state"`
+	Listen string `json:"listen,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// The proxy's counters since it started: queries read, allowed by rules.dns, refused
+	// (answered REFUSED), forwarded (answered with the server's response), answered
+	// SERVFAIL because the server did not answer or the learnt addresses could not be
+	// applied, and dropped by named reason (malformed, oversized, in-flight-limit, ...).
+	Queries        uint64            `json:"queries"`
+	Allowed        uint64            `json:"allowed"`
+	Refused        uint64            `json:"refused"`
+	Forwarded      uint64            `json:"forwarded"`
+	UpstreamErrors uint64            `json:"upstreamErrors"`
+	LearnErrors    uint64            `json:"learnErrors"`
+	Drops          map[string]uint64 `json:"drops,omitempty"`
+	// The learnt names: names, name-address pairs, distinct addresses, addresses kept
+	// only for open connections (zombies), and what the cache's bounds evicted.
+	Names     int    `json:"names"`
+	Entries   int    `json:"entries"`
+	Addresses int    `json:"addresses"`
+	Zombies   int    `json:"zombies"`
+	Evicted   uint64 `json:"evicted"`
 }
 
 // MonitorsStatus is the node's monitor endpoints and the tap counts of no contract.

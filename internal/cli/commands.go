@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -520,6 +521,7 @@ func (a *app) statusCommand() *cobra.Command {
 			fmt.Fprintf(w, "State:\t%s\n", st.StateDir)
 			fmt.Fprintf(w, "BPF pins:\t%s\n", st.BPFDir)
 			fmt.Fprintf(w, "L7 proxy:\t%s\n", proxyLine(st.Proxy))
+			fmt.Fprintf(w, "DNS proxy:\t%s\n", dnsLine(st.DNS))
 			if s := st.SendSide; s != nil {
 				fmt.Fprintf(w, "L7 send-side:\t%d pairs; requests: %d passed, %d refused (403), %d outside the subset (400), %d failed sends; %d events lost\n",
 					s.Pairs, s.Passed, s.Refused, s.OutsideSubset, s.SendFailed, s.EventsLost)
@@ -653,4 +655,24 @@ func proxyLine(p api.ProxyStatus) string {
 		fmt.Fprintf(&b, "; error: %s", p.Error)
 	}
 	return b.String()
+}
+
+// dnsLine is the status line of the DNS proxy and the learnt names.
+func dnsLine(d api.DNSStatus) string {
+	s := d.State
+	if d.Listen != "" {
+		s += " on " + d.Listen
+	}
+	if d.Error != "" {
+		s += ": " + d.Error
+	}
+	s += fmt.Sprintf("; queries: %d allowed, %d refused, %d forwarded, %d SERVFAIL", d.Allowed, d.Refused, d.Forwarded, d.UpstreamErrors+d.LearnErrors)
+	var drops []string
+	for _, r := range slices.Sorted(maps.Keys(d.Drops)) {
+		drops = append(drops, fmt.Sprintf("%d %s", d.Drops[r], r))
+	}
+	if len(drops) > 0 {
+		s += ", dropped " + strings.Join(drops, ", ")
+	}
+	return s + fmt.Sprintf("; learnt: %d names, %d addresses, %d kept for open connections", d.Names, d.Addresses, d.Zombies)
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/fqdn"
 	"github.com/rampartnet/rampart/internal/netns"
 	"github.com/rampartnet/rampart/internal/testenv"
@@ -166,8 +168,8 @@ spec:
 // open to the pod from its first packet, over UDP and TCP DNS alike; other addresses stay
 // closed, and the learnt address survives an agent restart.
 func TestDNSAwareEgress(t *testing.T) {
-	api, other := netip.MustParseAddr("198.19.50.10"), netip.MustParseAddr("198.19.50.11")
-	env, srv, dnsIP, clientNs := dnsScene(t, agenttest.Options{}, []netip.Addr{api, other}, map[string]uint32{
+	apiAddr, other := netip.MustParseAddr("198.19.50.10"), netip.MustParseAddr("198.19.50.11")
+	env, srv, dnsIP, clientNs := dnsScene(t, agenttest.Options{}, []netip.Addr{apiAddr, other}, map[string]uint32{
 		"api.example.com.": 300, "other.example.com.": 300, "evil.test.": 300,
 	})
 	if rc, addrs, err := resolve(t, clientNs, dnsIP, "api.example.com", "udp"); err != nil || rc != dns.RcodeSuccess || len(addrs) != 1 {
@@ -175,7 +177,7 @@ func TestDNSAwareEgress(t *testing.T) {
 	}
 
 	applyDNSPolicy(t, env, "ANY", `{matchPattern: "*.example.com"}`, `{matchName: api.example.com}`)
-	if env.Probe("x/client", api, 80, "tcp", 300*time.Millisecond) {
+	if env.Probe("x/client", apiAddr, 80, "tcp", 300*time.Millisecond) {
 		t.Fatal("api.example.com's address is open before the pod resolved it")
 	}
 
@@ -189,11 +191,11 @@ func TestDNSAwareEgress(t *testing.T) {
 	}
 
 	rc, addrs, err := resolve(t, clientNs, dnsIP, "api.example.com", "udp")
-	if err != nil || rc != dns.RcodeSuccess || len(addrs) != 1 || addrs[0] != api {
+	if err != nil || rc != dns.RcodeSuccess || len(addrs) != 1 || addrs[0] != apiAddr {
 		t.Fatalf("api.example.com through the proxy: rcode %d %v %v", rc, addrs, err)
 	}
 	// The first packet passes: the proxy answered only once the address was admitted.
-	if !env.Probe("x/client", api, 80, "tcp", time.Second) {
+	if !env.Probe("x/client", apiAddr, 80, "tcp", time.Second) {
 		t.Error("api.example.com's address is closed right after the answer")
 	}
 	if rc, _, err := resolve(t, clientNs, dnsIP, "other.example.com", "tcp"); err != nil || rc != dns.RcodeSuccess {
@@ -203,8 +205,16 @@ func TestDNSAwareEgress(t *testing.T) {
 		t.Error("other.example.com's address is open: no toFQDNs selects it")
 	}
 
+	var st api.Status
+	if err := json.Unmarshal([]byte(env.MustCLI("status", "-o", "json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if d := st.DNS; d.State != "running" || d.Refused < 1 || d.Forwarded < 2 || d.Names < 2 || d.Addresses < 2 {
+		t.Errorf("status: DNS %+v, want running, 1 refused, 2 forwarded, 2 names and addresses learnt", d)
+	}
+
 	env.Restart()
-	if !env.Probe("x/client", api, 80, "tcp", time.Second) {
+	if !env.Probe("x/client", apiAddr, 80, "tcp", time.Second) {
 		t.Error("the learnt address is closed after an agent restart")
 	}
 	if rc, _, err := resolve(t, clientNs, dnsIP, "evil.test", "udp"); err != nil || rc != dns.RcodeRefused {
