@@ -3,6 +3,7 @@ package realcluster
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -145,6 +146,8 @@ func TestClusterDNS(t *testing.T) {
 		}
 	}
 	t.Logf("policies judged from both nodes %v after applying them", time.Since(policyApplied).Round(time.Millisecond))
+
+	fqdnPhase(t, c, ns, pods, fqdn, kubernetes)
 	t.Logf("test body (after start) took %v", time.Since(began).Round(time.Millisecond))
 
 	list, err := c.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
@@ -155,6 +158,77 @@ func TestClusterDNS(t *testing.T) {
 		t.Logf("CoreDNS pod %s on %s at %s", p.Name, p.Spec.NodeName, p.Status.PodIP)
 	}
 	t.Logf("resident memory with 6 pods and CoreDNS:\n%s", c.RSSReport())
+}
+
+// clientFQDN: the client pods may ask kube-dns for names in their namespace only
+// (rules.dns) and connect to the addresses learnt for the headless Service (toFQDNs).
+const clientFQDN = `apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: client-fqdn, namespace: %[1]s}
+spec:
+  endpointSelector: {matchLabels: {app: client}}
+  egress:
+  - toEndpoints: [{matchLabels: {"k8s:io.kubernetes.pod.namespace": kube-system, k8s-app: kube-dns}}]
+    toPorts:
+    - ports: [{port: "53", protocol: ANY}]
+      rules:
+        dns: [{matchPattern: "*.%[1]s.svc.cluster.local"}]
+  - toFQDNs: [{matchName: web-headless.%[1]s.svc.cluster.local}]
+    toPorts:
+    - ports: [{port: "8080", protocol: TCP}]
+`
+
+// fqdnPhase: with DNS rules and toFQDNs instead of the plain DNS allow, the client pods'
+// queries go through their node's DNS proxy on the way to CoreDNS: names outside their
+// namespace are refused, and the web pods' addresses open to a client only once that
+// client's node learnt them from an answer: each node learns from its own pods.
+func fqdnPhase(t *testing.T, c *nodetest.Cluster, ns string, pods map[string]map[string]corev1.Pod, fqdn, kubernetes string) {
+	t.Helper()
+	c.MustKubectl("-n", ns, "delete", "networkpolicy", "client-dns-only")
+	c.KubectlApply(fmt.Sprintf(clientFQDN, ns))
+	headless := "web-headless." + ns + ".svc." + nodetest.ClusterDomain
+	var webIPs []netip.AddrPort
+	for _, p := range pods["web"] {
+		webIPs = append(webIPs, netip.AddrPortFrom(netip.MustParseAddr(p.Status.PodIP), 8080))
+	}
+	opens := func(netns string) []bool {
+		var out []bool
+		for _, to := range webIPs {
+			conn, err := testenv.Dial(netns, "tcp", to, 500*time.Millisecond)
+			if err == nil {
+				conn.Close()
+			}
+			out = append(out, err == nil)
+		}
+		return out
+	}
+	first, second := c.Nodes[0], c.Nodes[1]
+	clientA, clientB := podNetns(t, c, pods["client"][first.Name]), podNetns(t, c, pods["client"][second.Name])
+	// In force on both nodes: a name outside the namespace is refused while the
+	// namespace's own still resolve, and the web pods are closed to both clients.
+	for _, netns := range []string{clientA, clientB} {
+		if !testenv.Eventually(30*time.Second, func() bool {
+			return lookup(c, netns, "", kubernetes) == nil && lookup(c, netns, "", fqdn) != nil && !slices.Contains(opens(netns), true)
+		}) {
+			t.Fatalf("the DNS policy is not in force: %s resolves to %v, %s to %v, web pods open %v",
+				kubernetes, lookup(c, netns, "", kubernetes), fqdn, lookup(c, netns, "", fqdn), opens(netns))
+		}
+	}
+	if got := lookup(c, clientA, "", headless); len(got) != len(webIPs) {
+		t.Fatalf("%s from the client on %s: %v, want the %d web pods", headless, first.Name, got, len(webIPs))
+	}
+	if got := opens(clientA); slices.Contains(got, false) {
+		t.Errorf("web pods open to the client on %s right after its answer: %v, want all", first.Name, got)
+	}
+	if got := opens(clientB); slices.Contains(got, true) {
+		t.Errorf("web pods open to the client on %s, whose node learnt nothing: %v, want none", second.Name, got)
+	}
+	if got := lookup(c, clientB, "tcp", headless); len(got) != len(webIPs) {
+		t.Fatalf("%s over TCP from the client on %s: %v", headless, second.Name, got)
+	}
+	if got := opens(clientB); slices.Contains(got, false) {
+		t.Errorf("web pods open to the client on %s after its answer: %v, want all", second.Name, got)
+	}
 }
 
 // lookup resolves name from the network namespace at netns, asking a CoreDNS pod over network
