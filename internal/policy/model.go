@@ -15,6 +15,10 @@ const (
 	KindNetworkPolicy           Kind = "NetworkPolicy"                  // networking.k8s.io/v1
 	KindCiliumNetworkPolicy     Kind = "CiliumNetworkPolicy"            // cilium.io/v2
 	KindCiliumClusterwidePolicy Kind = "CiliumClusterwideNetworkPolicy" // cilium.io/v2
+	// KindClusterNetworkPolicy is SIG Network's cluster-admin policy
+	// (policy.networking.k8s.io/v1beta1, network-policy-api v0.3.0): cluster-scoped, in
+	// the Admin or Baseline tier, with rules that Accept, Deny or Pass.
+	KindClusterNetworkPolicy Kind = "ClusterNetworkPolicy"
 	// KindCiliumCIDRGroup is not a policy: a named list of CIDRs (cilium.io/v2alpha1 or
 	// v2) that policies reference with toCIDRSet/fromCIDRSet cidrGroupRef. Parse returns
 	// it as a CIDRGroup.
@@ -51,6 +55,32 @@ const (
 	ProtoSCTP   Protocol = 132
 )
 
+// Tier says where a rule stands in the evaluation order that ClusterNetworkPolicy defines:
+// every Admin tier rule (by priority, then rule order) before the NetworkPolicy tier
+// (NetworkPolicy and the Cilium policies, whose semantics are unchanged), and the Baseline
+// tier only for traffic of endpoints that no policy of the NetworkPolicy tier isolates in
+// that direction.
+type Tier uint8
+
+const (
+	TierNetworkPolicy Tier = 0 // NetworkPolicy, CiliumNetworkPolicy, CiliumClusterwideNetworkPolicy
+	TierAdmin         Tier = 1 // ClusterNetworkPolicy tier: Admin
+	TierBaseline      Tier = 2 // ClusterNetworkPolicy tier: Baseline
+)
+
+func (t Tier) String() string {
+	switch t {
+	case TierAdmin:
+		return "Admin"
+	case TierBaseline:
+		return "Baseline"
+	}
+	return "NetworkPolicy"
+}
+
+// MaxTierPriority is the largest ClusterNetworkPolicy priority (lower values come first).
+const MaxTierPriority = 1000
+
 // Policy is one parsed manifest document (one NetworkPolicy, or one Cilium policy with all
 // of its spec/specs rules). Policies are identified by Kind, Namespace and Name.
 type Policy struct {
@@ -82,12 +112,20 @@ func (p *Policy) Key() string { return string(p.Kind) + "/" + p.Namespace + "/" 
 //   - Deny: the traffic matched is dropped, and deny wins over any allow.
 type Rule struct {
 	// ID is unique within the agent's policy set; filled by the repository, not the parser.
-	ID                uint32
-	Index             int    // rule position inside the policy, for explanations
-	Description       string // human readable, e.g. "ingress[0]" or "specs[1].egressDeny[0]"
-	Subject           labels.Selector
-	Direction         Direction
-	Deny              bool
+	ID          uint32
+	Index       int    // rule position inside the policy, for explanations
+	Description string // human readable, e.g. "ingress[0]" or "specs[1].egressDeny[0]"
+	Subject     labels.Selector
+	Direction   Direction
+	Deny        bool
+	// Tier, Priority and Pass are ClusterNetworkPolicy's: a rule of the Admin or Baseline
+	// tier decides for the traffic it matches unless a rule before it (a lower Priority,
+	// or the same policy's earlier rule: Index) matched first. Accept is !Deny && !Pass;
+	// Pass hands the traffic to the next tier. Such rules never set EnableDefaultDeny.
+	// Rules of TierNetworkPolicy have Priority 0 and Pass false.
+	Tier              Tier
+	Priority          int32
+	Pass              bool
 	EnableDefaultDeny bool
 	AllPeers          bool
 	Peers             []Peer
