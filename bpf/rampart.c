@@ -183,6 +183,12 @@ unchecked:
 	return drop(skb, p, d, REASON_L7_UNCHECKED);
 }
 
+/* ep_admin says whether endpoint ep has Admin tier entries for direction dir. */
+static __always_inline int ep_admin(const struct endpoint_info *ep, __u8 dir)
+{
+	return ep->flags & (dir == DIR_INGRESS ? EP_ADMIN_INGRESS : EP_ADMIN_EGRESS);
+}
+
 /* steer_established hands a packet of an already steered flow to its proxy socket:
  * forward packets of a client's connection to the proxy (CT_F_TO_PROXY, established at the
  * client's egress), and a server's replies to the proxy's upstream connection
@@ -424,7 +430,7 @@ __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p __arg_no
 	set_identities(d, ep, peer.identity);
 	/* ID_UNKNOWN: an entry of an earlier version, which recorded none: it takes this one. */
 	changed = v->peer_identity != ID_UNKNOWN && v->peer_identity != peer.identity;
-	policy_decide(d->ep_id, d->dir, &peer, p->t.proto, p->policy_port, &res);
+	policy_decide(d->ep_id, d->dir, ep_admin(ep, d->dir), &peer, p->t.proto, p->policy_port, &res);
 	if (res.action == POLICY_DENY)
 		/* Drop: a deny entry now matches this established flow. */
 		return recheck_drop(skb, p, d, &res,
@@ -457,7 +463,8 @@ static __always_inline void dest_ingress(const struct pkt *p, __u32 dst_ep_id,
 
 	*enforced = !dst || (dst->flags & EP_ENFORCE_INGRESS);
 	ipcache_resolve(p->t.saddr, src);
-	policy_decide(dst_ep_id, DIR_INGRESS, src, p->t.proto, p->policy_port, res);
+	policy_decide(dst_ep_id, DIR_INGRESS, dst && (dst->flags & EP_ADMIN_INGRESS), src, p->t.proto,
+		      p->policy_port, res);
 }
 
 /* RET_STEER_DNS: what handle_new returns for a new flow that a DNS redirect entry of the
@@ -672,7 +679,7 @@ __noinline int handle_new(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
 	if (unlikely(ep->flags & (dir == DIR_EGRESS ? EP_TAP_EGRESS : EP_TAP_INGRESS)) &&
 	    tap_find(d->ep_id, p, dir) >= 0)
 		d->ev_flags |= FLOW_F_TAPPED; /* its event says so; tap_apply acts after the verdict */
-	policy_decide(d->ep_id, dir, &peer, p->t.proto, p->policy_port, &res);
+	policy_decide(d->ep_id, dir, ep_admin(ep, dir), &peer, p->t.proto, p->policy_port, &res);
 	d->rule_id = res.rule_id;
 	d->match_identity = res.identity;
 

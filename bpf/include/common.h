@@ -56,4 +56,10 @@
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
+/* A global subprogram's pointer argument that is never NULL (the kernel reads the tag, so
+ * the function needs no NULL check before using it). */
+#ifndef __arg_nonnull
+#define __arg_nonnull __attribute__((btf_decl_tag("arg:nonnull")))
+#endif
+
 #endif /* __RAMPART_COMMON_H */

@@ -40,8 +40,10 @@ static __always_inline void ipcache_resolve(__be32 addr, struct peer_identity *o
 }
 
 struct verdict {
-	__u8 action; /* POLICY_ALLOW, POLICY_DENY, POLICY_REDIRECT, or 0 when no entry matched */
+	__u8 action; /* POLICY_ALLOW, POLICY_DENY, POLICY_REDIRECT, POLICY_PASS, or 0 when no
+		      * entry matched */
 	__u8 proxy;  /* PROXY_KIND_* of a POLICY_REDIRECT */
+	__u16 prec;  /* policy_value.prec of the entry that gave action */
 	__u32 rule_id;
 	__u32 identity; /* the looked-up identity whose entry gave action */
 };
@@ -59,11 +61,23 @@ static __always_inline int action_rank(__u8 action)
 	case POLICY_ALLOW:
 		return 1;
 	}
-	return 0;
+	return 0; /* POLICY_PASS, or nothing */
 }
 
-/* policy_lookup does one full-key (96-bit) LPM lookup and merges it into res: the result
- * with the higher action_rank wins; on a tie the earlier one stays. */
+/* verdict_beats says whether an entry (action, prec) replaces the verdict res: res has
+ * none, or the entry's precedence is higher (a lower prec), or equal with a higher action
+ * (on a tie the earlier lookup stays). */
+static __always_inline int verdict_beats(__u8 action, __u16 prec, const struct verdict *res)
+{
+	if (!res->action)
+		return action != 0;
+	if (prec != res->prec)
+		return prec < res->prec;
+	return action_rank(action) > action_rank(res->action);
+}
+
+/* policy_lookup does one full-key (96-bit) LPM lookup and merges it into res
+ * (verdict_beats). */
 static __always_inline void policy_lookup(struct policy_key *k, __u32 identity,
 					  struct verdict *res)
 {
@@ -73,9 +87,10 @@ static __always_inline void policy_lookup(struct policy_key *k, __u32 identity,
 	v = bpf_map_lookup_elem(&policy, k);
 	if (!v)
 		return;
-	if (action_rank(v->action) > action_rank(res->action)) {
+	if (verdict_beats(v->action, v->prec, res)) {
 		res->action = v->action;
 		res->proxy = v->proxy;
+		res->prec = v->prec;
 		res->rule_id = v->rule_id;
 		res->identity = identity;
 	}
@@ -110,38 +125,71 @@ static __always_inline void cidr_set_policy(const struct policy_key *k, __u32 se
 	struct set_policy_ctx c = { .k = *k, .sets = sets };
 
 	bpf_loop(RAMPART_CIDR_SETS, set_policy_step, &c, 0);
-	if (action_rank(c.res.action) > action_rank(res->action))
+	if (verdict_beats(c.res.action, c.res.prec, res))
 		*res = c.res;
 }
 
-/* policy_decide evaluates a new flow: the peer's identity, any identity (0), the peer's
- * flagged CIDR identity if it has one, and the identity of every CIDR set containing the
- * peer. Deny wins over redirect, redirect over allow, across all of them; the caller applies
- * default deny when nothing matched. At most 3 + RAMPART_CIDR_SETS lookups (3 plus one per
- * set the peer is in), whatever the number of rules and prefixes. */
-static __always_inline void policy_decide(__u32 ep_id, __u8 dir, const struct peer_identity *peer,
-					  __u8 proto, __be16 port, struct verdict *res)
+/* policy_round does one round of lookups: the peer's identity, any identity (0), the
+ * peer's flagged CIDR identity if it has one, and the identity of every CIDR set
+ * containing the peer, merged into res (verdict_beats). */
+static __always_inline void policy_round(struct policy_key *k, const struct peer_identity *peer,
+					 struct verdict *res)
+{
+	res->action = 0;
+	res->proxy = 0;
+	res->prec = 0;
+	res->rule_id = 0;
+	res->identity = 0;
+	policy_lookup(k, peer->identity, res);
+	policy_lookup(k, ID_UNKNOWN, res);
+	if (peer->cidr_identity)
+		policy_lookup(k, peer->cidr_identity, res);
+	if (peer->cidr_sets)
+		cidr_set_policy(k, peer->cidr_sets, res);
+}
+
+/* policy_decide evaluates a new flow. With admin set (the endpoint has Admin tier entries
+ * for the direction: EP_ADMIN_*), a first round in the Admin tier entries decides if it
+ * finds an Accept (POLICY_ALLOW) or a Deny; a Pass, or nothing, goes on to the round in the
+ * other entries (the NetworkPolicy tier, and Baseline entries for endpoints that tier does
+ * not isolate), where deny wins over redirect over allow at equal precedence; a Pass there
+ * is no decision. The caller applies default deny when nothing decided. At most
+ * 2 * (3 + RAMPART_CIDR_SETS) lookups, whatever the number of rules and prefixes. */
+/*
+ * A global function, so the verifier checks it once rather than at each of its callers,
+ * and its key and set loop state live in its own frame. Global functions take at most
+ * five arguments: how packs the direction (bits 0-6), admin (bit 7), the protocol (bits
+ * 8-15) and the port (bits 16-31, network order).
+ */
+__noinline int policy_decide_packed(__u32 ep_id, __u32 how, const struct peer_identity *peer __arg_nonnull,
+				    struct verdict *res __arg_nonnull)
 {
 	struct policy_key k;
+	__u8 dir = how & 0x7f;
 
 	__builtin_memset(&k, 0, sizeof(k));
 	k.prefixlen = 96;
 	k.ep_id = ep_id;
+	k.protocol = (how >> 8) & 0xff;
+	k.dport = how >> 16;
+	if (how & 0x80) {
+		k.direction = dir | DIR_ADMIN_FLAG;
+		policy_round(&k, peer, res);
+		if (res->action == POLICY_ALLOW || res->action == POLICY_DENY)
+			return 0;
+	}
 	k.direction = dir;
-	k.protocol = proto;
-	k.dport = port;
-	res->action = 0;
-	res->proxy = 0;
-	res->rule_id = 0;
-	res->identity = 0;
+	policy_round(&k, peer, res);
+	if (res->action == POLICY_PASS)
+		res->action = 0;
+	return 0;
+}
 
-	policy_lookup(&k, peer->identity, res);
-	policy_lookup(&k, ID_UNKNOWN, res);
-	if (peer->cidr_identity)
-		policy_lookup(&k, peer->cidr_identity, res);
-
-	if (peer->cidr_sets)
-		cidr_set_policy(&k, peer->cidr_sets, res);
+static __always_inline void policy_decide(__u32 ep_id, __u8 dir, int admin, const struct peer_identity *peer,
+					  __u8 proto, __be16 port, struct verdict *res)
+{
+	policy_decide_packed(ep_id, (__u32)dir | (admin ? 0x80 : 0) | ((__u32)proto << 8) | ((__u32)port << 16),
+			     peer, res);
 }
 
 #endif /* __RAMPART_POLICY_H */

@@ -93,6 +93,10 @@ enum flow_direction : __u8 {
 #define EP_TAP_EGRESS (1u << 3)
 /* A monitor endpoint: no new flow may enter it (REASON_TAP_MONITOR_DESTINATION). */
 #define EP_MONITOR (1u << 4)
+/* The endpoint has Admin tier entries (ClusterNetworkPolicy) for the direction: new flows
+ * are looked up in them first (policy_decide), under the direction | DIR_ADMIN_FLAG. */
+#define EP_ADMIN_INGRESS (1u << 5)
+#define EP_ADMIN_EGRESS (1u << 6)
 
 /* Verdicts in flow events. */
 enum flow_verdict : __u8 {
@@ -243,15 +247,24 @@ struct policy_key {
 #define POLICY_ALLOW 1
 #define POLICY_DENY 2
 #define POLICY_REDIRECT 3 /* allowed only through the L7 proxy (TCP) */
+#define POLICY_PASS 4     /* ClusterNetworkPolicy Pass: no decision in this tier */
+
+/* policy_key.direction | DIR_ADMIN_FLAG: an Admin tier entry (ClusterNetworkPolicy). */
+#define DIR_ADMIN_FLAG 0x10
 
 /* policy_value.proxy: which proxy a POLICY_REDIRECT entry steers to. */
 #define PROXY_KIND_L7 0  /* the L7 (HTTP) proxy, map proxy */
 #define PROXY_KIND_DNS 1 /* the DNS proxy, map dns_proxy (UDP and TCP) */
 
+/* policy_value.prec orders entries that several lookups of one packet find: the lower
+ * value wins, then the higher action (deny > redirect > allow > pass). NetworkPolicy and
+ * Cilium entries are all 0, so among them only the action counts; ClusterNetworkPolicy
+ * entries carry 1 + their rule's place in the tier's order (priority, then rule order), and
+ * Baseline entries lose to every NetworkPolicy-tier entry. */
 struct policy_value {
-	__u8 action; /* POLICY_ALLOW, POLICY_DENY or POLICY_REDIRECT */
+	__u8 action; /* POLICY_ALLOW, POLICY_DENY, POLICY_REDIRECT or POLICY_PASS */
 	__u8 proxy;  /* PROXY_KIND_*, for POLICY_REDIRECT */
-	__u8 pad[2];
+	__u16 prec;
 	__u32 rule_id; /* agent's rule number, for flow events and explanations */
 };
 

@@ -69,10 +69,7 @@
 /* The tap functions are global subprograms: the verifier checks each once, whatever
  * state the endpoint program reaches them in, instead of at every call path (the tc
  * programs' verification stays under its 1M instruction limit). Their pointer
- * arguments are never NULL (the kernel reads the tag). */
-#ifndef __arg_nonnull
-#define __arg_nonnull __attribute__((btf_decl_tag("arg:nonnull")))
-#endif
+ * arguments are never NULL (__arg_nonnull, common.h). */
 #include "tunnel.h"
 #include "proxy.h"
 

@@ -66,6 +66,7 @@ func mapstateTrace(in mapstate.Input, st mapstate.State, q TraceQuery) (api.Trac
 			Allowed:    c.Decision.Verdict == mapstate.Allowed || c.Decision.Verdict == mapstate.Redirected,
 			Redirected: c.Decision.Verdict == mapstate.Redirected,
 			Reason:     string(c.Decision.Reason),
+			Tier:       c.Decision.Tier,
 			CIDRGroup:  c.CIDRGroup,
 		}
 		if c.Node.IsValid() {

@@ -400,6 +400,9 @@ type TraceSide struct {
 	Allowed  bool     `json:"allowed"`
 	Reason   string   `json:"reason"` // e.g. "allowed by rule", "denied by rule", "no rule allows (default deny)", "not enforced"
 	Rule     *RuleRef `json:"rule,omitempty"`
+	// Tier is the ClusterNetworkPolicy tier of the rule that decided, "Admin" or
+	// "Baseline"; empty for the NetworkPolicy tier (NetworkPolicy, Cilium policies).
+	Tier string `json:"tier,omitempty"`
 	// Redirected: allowed only through the L7 proxy, where each request must match one of
 	// the HTTP rules of L7 (Allowed is true).
 	Redirected bool      `json:"redirected,omitempty"`

@@ -405,6 +405,9 @@ func (a *app) policyCommand() *cobra.Command {
 				if s.Rule != nil {
 					rule = " by " + ruleString(s.Rule)
 				}
+				if s.Tier != "" {
+					rule += " (" + s.Tier + " tier)"
+				}
 				if s.CIDRGroup != "" {
 					field := "toCIDRSet"
 					if s.Direction == "ingress" {

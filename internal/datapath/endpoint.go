@@ -11,6 +11,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/policy"
 )
 
 // EndpointInfo is what the dataplane knows of an endpoint besides its policy.
@@ -113,14 +114,20 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 		return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
 	}
 	want := make(map[rampartPolicyKey]rampartPolicyValue, len(desired.Entries))
+	var newFlags uint32
 	for k, v := range desired.Entries {
+		switch {
+		case k.Admin && k.Direction == policy.Ingress:
+			newFlags |= epAdminIngress
+		case k.Admin && k.Direction == policy.Egress:
+			newFlags |= epAdminEgress
+		}
 		pk, err := policyKey(ep.EpID, k)
 		if err != nil {
 			return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
 		}
 		want[pk] = policyValue(v)
 	}
-	var newFlags uint32
 	if desired.EnforceIngress {
 		newFlags |= enforceIngress
 	}

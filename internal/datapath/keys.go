@@ -18,6 +18,9 @@ const (
 	policyAllow    = 1
 	policyDeny     = 2
 	policyRedirect = 3
+	policyPass     = 4
+
+	dirAdminFlag = 0x10 // DIR_ADMIN_FLAG: policy_key.direction of an Admin tier entry
 
 	proxyKindDNS = 1 // PROXY_KIND_DNS: policy_value.proxy of a redirect to the DNS proxy
 
@@ -45,6 +48,9 @@ func policyKey(epID uint32, k mapstate.Key) (rampartPolicyKey, error) {
 		return rampartPolicyKey{}, fmt.Errorf("policy key %+v: invalid direction %d", k, k.Direction)
 	}
 	out := rampartPolicyKey{EpId: epID, Identity: k.Identity, Direction: uint8(k.Direction)}
+	if k.Admin {
+		out.Direction |= dirAdminFlag
+	}
 	if k.Protocol == policy.ProtoAny {
 		if k.PortPrefixLen != 0 {
 			return rampartPolicyKey{}, fmt.Errorf("policy key %+v: port prefix with any protocol", k)
@@ -68,7 +74,7 @@ func policyKey(epID uint32, k mapstate.Key) (rampartPolicyKey, error) {
 // mapstateKey converts an LPM key read from the map back; ok is false for keys this
 // package never writes.
 func mapstateKey(k rampartPolicyKey) (epID uint32, key mapstate.Key, ok bool) {
-	key = mapstate.Key{Identity: identity.Identity(k.Identity), Direction: policy.Direction(k.Direction)}
+	key = mapstate.Key{Identity: identity.Identity(k.Identity), Direction: policy.Direction(k.Direction &^ dirAdminFlag), Admin: k.Direction&dirAdminFlag != 0}
 	switch {
 	case k.Prefixlen == policyAnyProtoLen:
 		key.Protocol = policy.ProtoAny
@@ -87,10 +93,12 @@ func mapstateKey(k rampartPolicyKey) (epID uint32, key mapstate.Key, ok bool) {
 
 // policyValue converts a mapstate value. Deny wins over Redirect, as in mapstate.
 func policyValue(v mapstate.Value) rampartPolicyValue {
-	out := rampartPolicyValue{Action: policyAllow, RuleId: v.RuleID}
+	out := rampartPolicyValue{Action: policyAllow, RuleId: v.RuleID, Prec: v.Prec}
 	switch {
 	case v.Deny:
 		out.Action = policyDeny
+	case v.Pass:
+		out.Action = policyPass
 	case v.Redirect:
 		out.Action = policyRedirect
 		if v.DNS {
@@ -103,7 +111,8 @@ func policyValue(v mapstate.Value) rampartPolicyValue {
 // mapstateValue converts a policy value read from the map back.
 func mapstateValue(v rampartPolicyValue) mapstate.Value {
 	redirect := v.Action == policyRedirect
-	return mapstate.Value{Deny: v.Action == policyDeny, Redirect: redirect, DNS: redirect && v.Proxy == proxyKindDNS, RuleID: v.RuleId}
+	return mapstate.Value{Deny: v.Action == policyDeny, Redirect: redirect, DNS: redirect && v.Proxy == proxyKindDNS,
+		Pass: v.Action == policyPass, Prec: v.Prec, RuleID: v.RuleId}
 }
 
 // normalizeKey masks a key read back from the map so it compares equal to the key written.

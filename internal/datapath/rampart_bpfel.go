@@ -240,7 +240,7 @@ type rampartPolicyValue struct {
 	_      structs.HostLayout
 	Action uint8
 	Proxy  uint8
-	Pad    [2]uint8
+	Prec   uint16
 	RuleId uint32
 }
 

@@ -19,7 +19,10 @@ const (
 	epTapIngress = 1 << 2
 	epTapEgress  = 1 << 3
 	epMonitor    = 1 << 4
-	epTapMask    = epTapIngress | epTapEgress
+	// EP_ADMIN_INGRESS, EP_ADMIN_EGRESS: the endpoint has Admin tier entries.
+	epAdminIngress = 1 << 5
+	epAdminEgress  = 1 << 6
+	epTapMask      = epTapIngress | epTapEgress
 
 	tapActionMirror   = 1
 	tapActionRedirect = 2

@@ -122,6 +122,7 @@ func (in Input) Check() error {
 		setNames[idx] = name
 	}
 	ruleIDs := map[uint32]bool{}
+	tierRules := map[policy.Tier]int{}
 	for i := range in.Rules {
 		r := &in.Rules[i]
 		if ruleIDs[r.ID] {
@@ -131,12 +132,28 @@ func (in Input) Check() error {
 			errs = append(errs, fmt.Errorf("rule ID %d is reserved for host traffic", r.ID))
 		}
 		ruleIDs[r.ID] = true
+		switch {
+		case r.Tier == policy.TierNetworkPolicy && r.Pass:
+			errs = append(errs, fmt.Errorf("rule %d (%s): Pass outside the Admin and Baseline tiers", r.ID, r.Description))
+		case r.Tier != policy.TierNetworkPolicy && r.EnableDefaultDeny:
+			errs = append(errs, fmt.Errorf("rule %d (%s): a %s tier rule cannot switch on default deny", r.ID, r.Description, r.Tier))
+		case r.Pass && r.Deny:
+			errs = append(errs, fmt.Errorf("rule %d (%s): Pass and Deny at once", r.ID, r.Description))
+		}
+		if r.Tier != policy.TierNetworkPolicy {
+			tierRules[r.Tier]++
+		}
 		for _, pr := range r.Ports {
 			if (pr.HTTP != nil || pr.DNS != nil) && r.Deny {
 				errs = append(errs, fmt.Errorf("rule %d (%s): a deny rule cannot have L7 rules", r.ID, r.Description))
 			} else if err := pr.CheckL7(); err != nil {
 				errs = append(errs, fmt.Errorf("rule %d (%s): %w", r.ID, r.Description, err))
 			}
+		}
+	}
+	for t, n := range tierRules {
+		if n > MaxTierRules {
+			errs = append(errs, fmt.Errorf("%d rules in the %s tier: at most %d", n, t, MaxTierRules))
 		}
 	}
 	return errors.Join(errs...)
@@ -265,6 +282,8 @@ type computer struct {
 	// labelsByID holds the distinct label sets of the endpoints of each identity: one,
 	// when the identities come from an allocator (an identity stands for a label set).
 	labelsByID map[identity.Identity][]labels.Labels
+	// prec is the precedence of every Admin and Baseline tier rule, by rule ID (tiers.go).
+	prec map[uint32]uint16
 }
 
 func newComputer(in *Input) *computer {
@@ -274,6 +293,7 @@ func newComputer(in *Input) *computer {
 		portsByID:  map[identity.Identity]namedPortSet{},
 		allPorts:   namedPortSet{},
 		labelsByID: map[identity.Identity][]labels.Labels{},
+		prec:       tierPrecedence(in),
 	}
 	for _, ep := range in.Endpoints {
 		if !validEndpointIdentity(ep.Identity) {
@@ -573,7 +593,7 @@ func (c *computer) endpointPolicy(ep Endpoint, rules []preparedRule) EndpointPol
 	var own namedPortSet
 	for _, pr := range rules {
 		r := pr.rule
-		if !pr.applies(ep) {
+		if r.Tier != policy.TierNetworkPolicy || !pr.applies(ep) {
 			continue
 		}
 		if r.EnableDefaultDeny {
@@ -602,6 +622,7 @@ func (c *computer) endpointPolicy(ep Endpoint, rules []preparedRule) EndpointPol
 			Value{RuleID: HostTrafficRuleID})
 	}
 	applyDenyPrecedence(pol.Entries)
+	c.tierEntries(ep, rules, &pol)
 	return pol
 }
 
@@ -619,11 +640,13 @@ func (c *computer) portsFor(id identity.Identity) namedPortSet {
 func (v Value) rank() int {
 	switch {
 	case v.Deny:
-		return 2
+		return 3
 	case v.Redirect:
-		return 1
+		return 2
+	case v.Pass:
+		return 0
 	}
-	return 0
+	return 1
 }
 
 // addEntry merges v into the entry for k: deny beats redirect, which beats allow, and among

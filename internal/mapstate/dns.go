@@ -38,7 +38,9 @@ func (c *computer) dnsRules(ep Endpoint, rules []preparedRule, pol EndpointPolic
 	var own namedPortSet
 	for _, pr := range rules {
 		r := pr.rule
-		if r.Deny || r.Direction != policy.Egress || len(pr.peers) == 0 || !pr.applies(ep) {
+		// Tier rules (ClusterNetworkPolicy) never steer to a proxy: an Accept decides
+		// before the NetworkPolicy tier's redirect is looked at, a Pass hands over to it.
+		if r.Deny || r.Tier != policy.TierNetworkPolicy || r.Direction != policy.Egress || len(pr.peers) == 0 || !pr.applies(ep) {
 			continue
 		}
 		keysFor := c.ruleKeys(ep, pr, &own)

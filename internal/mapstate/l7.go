@@ -29,7 +29,7 @@ func (c *computer) l7Rules(ep Endpoint, rules []preparedRule, pol EndpointPolicy
 	for _, pr := range rules {
 		r := pr.rule
 		dirPorts := ports[r.Direction]
-		if r.Deny || len(pr.peers) == 0 || len(dirPorts) == 0 || !pr.applies(ep) {
+		if r.Deny || r.Tier != policy.TierNetworkPolicy || len(pr.peers) == 0 || len(dirPorts) == 0 || !pr.applies(ep) {
 			continue
 		}
 		keysFor := c.ruleKeys(ep, pr, &own)

@@ -36,6 +36,9 @@ type Decision struct {
 	Reason  Reason  `json:"reason"`
 	// RuleID is the rule of the deciding entry (0 when no entry decided).
 	RuleID uint32 `json:"ruleID,omitempty"`
+	// Tier is the ClusterNetworkPolicy tier of the deciding entry, "Admin" or "Baseline";
+	// "" for the NetworkPolicy tier or no entry.
+	Tier string `json:"tier,omitempty"`
 	// Entry is the deciding policy entry, nil when no entry decided.
 	Entry *Key `json:"entry,omitempty"`
 	// Identity and Secondary are the peer's identities from the ipcache; Prefix is the
@@ -73,17 +76,49 @@ func LookupIPCache(ipcache map[netip.Prefix]IPCacheEntry, a netip.Addr) (IPCache
 // lookupPolicy is one LPM lookup of the policy map for one identity: the longest entry for
 // this protocol whose port prefix matches, else the any-protocol entry.
 func lookupPolicy(entries map[Key]Value, id identity.Identity, dir policy.Direction, proto policy.Protocol, port uint16) (Key, Value, bool) {
+	return lookupRound(entries, false, id, dir, proto, port)
+}
+
+// lookupRound is lookupPolicy in the Admin tier's entries (admin) or the others.
+func lookupRound(entries map[Key]Value, admin bool, id identity.Identity, dir policy.Direction, proto policy.Protocol, port uint16) (Key, Value, bool) {
 	if proto != policy.ProtoAny {
 		for plen := 16; plen >= 0; plen-- {
-			k := Key{Identity: id, Direction: dir, Protocol: proto, Port: port & portMask(uint8(plen)), PortPrefixLen: uint8(plen)}
+			k := Key{Admin: admin, Identity: id, Direction: dir, Protocol: proto, Port: port & portMask(uint8(plen)), PortPrefixLen: uint8(plen)}
 			if v, ok := entries[k]; ok {
 				return k, v, true
 			}
 		}
 	}
-	k := Key{Identity: id, Direction: dir, Protocol: policy.ProtoAny}
+	k := Key{Admin: admin, Identity: id, Direction: dir, Protocol: policy.ProtoAny}
 	v, ok := entries[k]
 	return k, v, ok
+}
+
+// hasAdmin says whether pol has Admin tier entries for dir (the dataplane's EP_ADMIN_*
+// flags).
+func hasAdmin(pol EndpointPolicy, dir policy.Direction) bool {
+	for k := range pol.Entries {
+		if k.Admin && k.Direction == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// decideRound does one round of lookups for ids, as the dataplane's policy_round: the
+// entry that beats the others decides, ties to the earlier lookup.
+func decideRound(entries map[Key]Value, admin bool, ids []identity.Identity, dir policy.Direction, proto policy.Protocol, port uint16) (Key, Value, bool) {
+	var bestKey Key
+	var bestVal Value
+	found := false
+	for _, id := range ids {
+		k, v, ok := lookupRound(entries, admin, id, dir, proto, port)
+		if !ok || found && !v.beats(bestVal) {
+			continue
+		}
+		bestKey, bestVal, found = k, v, true
+	}
+	return bestKey, bestVal, found
 }
 
 // Lookup decides a new flow at endpoint epID exactly as the dataplane does. peer is the
@@ -92,12 +127,15 @@ func lookupPolicy(entries map[Key]Value, id identity.Identity, dir policy.Direct
 //
 // The peer's identity and secondary identity come from the ipcache (LPM). The policy map is
 // looked up for the peer identity, for Any, and for the secondary identity if there is one.
-// The three results combine as deny > redirect > allow: if any lookup yields a deny, the
-// flow is denied by the first deny in that order; else if any yields a redirect, it is
-// redirected to the L7 proxy by the first redirect in that order (Decision.L7 lists the L7
-// rules the proxy then applies); else if any yields an allow, it is allowed by the first
-// allow in that order; else it is denied if the endpoint enforces the direction and allowed
-// if not. An endpoint without state is denied (fail closed).
+// Of the results, the entry with the lowest precedence value (Value.Prec: 0 for the
+// NetworkPolicy tier) decides, and among equals deny > redirect > allow > pass: a deny
+// denies, a redirect sends the flow to the L7 proxy (Decision.L7 lists the L7 rules the
+// proxy then applies), an allow allows; ties go to the first lookup in that order. Admin
+// tier entries (ClusterNetworkPolicy) are looked up first, in a round of their own that
+// decides on an allow (Accept) or a deny; after a Pass, or no match, the other entries
+// decide, where a Pass is no decision. With no decision the flow is denied if the endpoint
+// enforces the direction and allowed if not. An endpoint without state is denied (fail
+// closed).
 func Lookup(st State, epID uint32, dir policy.Direction, peer netip.Addr, proto policy.Protocol, port uint16) Decision {
 	return LookupSets(st, epID, dir, peer, 0, proto, port)
 }
@@ -124,17 +162,22 @@ func LookupSets(st State, epID uint32, dir policy.Direction, peer netip.Addr, se
 			ids = append(ids, identity.CIDRSet(i))
 		}
 	}
-	// best is the deciding lookup so far; a later lookup replaces it only with a higher
-	// action, so ties go to the earlier lookup.
-	var bestKey Key
-	var bestVal Value
-	found := false
-	for _, id := range ids {
-		k, v, ok := lookupPolicy(ep.Entries, id, dir, proto, port)
-		if !ok || found && v.rank() <= bestVal.rank() {
-			continue
-		}
-		bestKey, bestVal, found = k, v, true
+	// With Admin tier entries, their round decides on an Accept or a Deny; a Pass or no
+	// match goes on to the other entries, where a Pass is no decision.
+	bestKey, bestVal, found := Key{}, Value{}, false
+	if hasAdmin(ep, dir) {
+		bestKey, bestVal, found = decideRound(ep.Entries, true, ids, dir, proto, port)
+		found = found && !bestVal.Pass
+	}
+	if !found {
+		bestKey, bestVal, found = decideRound(ep.Entries, false, ids, dir, proto, port)
+		found = found && !bestVal.Pass
+	}
+	switch {
+	case found && bestKey.Admin:
+		d.Tier = policy.TierAdmin.String()
+	case found && bestVal.Prec > 0:
+		d.Tier = policy.TierBaseline.String()
 	}
 	switch {
 	case found && bestVal.Deny:

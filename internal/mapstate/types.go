@@ -91,6 +91,9 @@ type PolicyRef struct {
 // port (PortPrefixLen must be 0). Otherwise the entry matches ports whose first
 // PortPrefixLen bits equal Port's (0: any port, 16: exactly Port).
 type Key struct {
+	// Admin: an Admin tier entry (ClusterNetworkPolicy), looked up in a round of its own
+	// before the others (see Lookup).
+	Admin         bool
 	Identity      identity.Identity // identity.Any for every peer
 	Direction     policy.Direction
 	Protocol      policy.Protocol
@@ -109,6 +112,13 @@ type Value struct {
 	// DNS (with Redirect): the proxy is the DNS proxy, which applies the endpoint's
 	// DNSRules for this protocol and port (State.DNS); else the HTTP proxy.
 	DNS bool
+	// Pass: a ClusterNetworkPolicy Pass: no decision in this tier (never with Deny or
+	// Redirect).
+	Pass bool
+	// Prec orders the entries one packet's lookups find: the lower wins, then the higher
+	// action (deny > redirect > allow > pass). 0 for NetworkPolicy-tier entries;
+	// ClusterNetworkPolicy entries carry 1 + their rule's place in its tier's order.
+	Prec uint16
 }
 
 // DNSRule is what the DNS proxy enforces for one endpoint's egress queries to one port and
