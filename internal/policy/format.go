@@ -8,7 +8,8 @@ import (
 
 // Format renders a policy's normalised rules as text, one block per rule, for people
 // (explanations, `rampart get policies`) and for golden tests. It shows everything a rule
-// means: subject, direction, allow or deny, default deny, peers, ports and HTTP rules.
+// means: subject, direction, tier and priority (ClusterNetworkPolicy), allow, deny or the
+// tier's accept, deny, pass, default deny, peers, ports and HTTP rules.
 func Format(p *Policy) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s (%s)\n", p.Kind, policyID(p.Namespace, p.Name), p.Source)
@@ -18,18 +19,30 @@ func Format(p *Policy) string {
 	return b.String()
 }
 
-// FormatRule renders one rule as an indented block.
+// FormatRule renders one rule as an indented block. A ClusterNetworkPolicy rule shows its
+// tier and priority after the direction, and its action as the API names it:
+// "egress Admin/10 deny", "ingress Baseline/0 accept", "egress Admin/5 pass".
 func FormatRule(r Rule) string {
 	var b strings.Builder
+	where := r.Direction.String()
 	verdict := "allow"
 	if r.Deny {
 		verdict = "deny"
+	}
+	if r.Tier != TierNetworkPolicy {
+		where = fmt.Sprintf("%s %s/%d", r.Direction, r.Tier, r.Priority)
+		switch {
+		case r.Pass:
+			verdict = "pass"
+		case !r.Deny:
+			verdict = "accept"
+		}
 	}
 	enforce := "default-deny"
 	if !r.EnableDefaultDeny {
 		enforce = "no-default-deny"
 	}
-	fmt.Fprintf(&b, "  rule %d %s: %s %s %s\n", r.Index, r.Description, r.Direction, verdict, enforce)
+	fmt.Fprintf(&b, "  rule %d %s: %s %s %s\n", r.Index, r.Description, where, verdict, enforce)
 	fmt.Fprintf(&b, "    subject: %s\n", r.Subject)
 	b.WriteString("    peers:")
 	switch {

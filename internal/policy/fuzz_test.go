@@ -8,7 +8,8 @@ import (
 )
 
 // FuzzParse feeds the manifest parser YAML and JSON (its seeds, in
-// testdata/fuzz/FuzzParse, are the corpus manifests and the limit cases of limits_test.go)
+// testdata/fuzz/FuzzParse, are the corpus manifests, the limit cases of limits_test.go and
+// ClusterNetworkPolicy examples in YAML and JSON)
 // and checks what it promises, not only that it returns:
 //   - an error is a *ParseError (naming the source and a document) or a *LimitError, and
 //     comes with no result;

@@ -113,7 +113,7 @@ func (p *Policy) Key() string { return string(p.Kind) + "/" + p.Namespace + "/" 
 type Rule struct {
 	// ID is unique within the agent's policy set; filled by the repository, not the parser.
 	ID          uint32
-	Index       int    // rule position inside the policy, for explanations
+	Index       int    // rule position inside the policy (ClusterNetworkPolicy: within its direction)
 	Description string // human readable, e.g. "ingress[0]" or "specs[1].egressDeny[0]"
 	Subject     labels.Selector
 	Direction   Direction

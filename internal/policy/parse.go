@@ -24,6 +24,8 @@ const (
 	apiCilium     = "cilium.io/v2"
 	// apiCiliumAlpha serves CiliumCIDRGroup (as does apiCilium in newer Cilium releases).
 	apiCiliumAlpha = "cilium.io/v2alpha1"
+	// apiPolicyNetworking serves ClusterNetworkPolicy (network-policy-api v0.3.0).
+	apiPolicyNetworking = "policy.networking.k8s.io/v1beta1"
 )
 
 // defaultNamespace is the namespace of a namespaced policy whose metadata names none, as
@@ -269,6 +271,8 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, 
 	switch Kind(kind) {
 	case KindNetworkPolicy:
 		wantAPI = []string{apiNetworking}
+	case KindClusterNetworkPolicy:
+		wantAPI = []string{apiPolicyNetworking}
 	case KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy:
 	case KindCiliumCIDRGroup, KindTapContract, KindTrafficControl:
 		if !d.groups {
@@ -284,8 +288,8 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, 
 			wantAPI = []string{tap.AntreaAPIVersion}
 		}
 	default:
-		return nil, nil, nil, d.fail(kindE.val, "kind", "unknown kind %q (want %s, %s, %s, %s, %s or %s)", kind,
-			KindNetworkPolicy, KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy, KindCiliumCIDRGroup, KindTapContract, KindTrafficControl)
+		return nil, nil, nil, d.fail(kindE.val, "kind", "unknown kind %q (want %s, %s, %s, %s, %s, %s or %s)", kind,
+			KindNetworkPolicy, KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy, KindClusterNetworkPolicy, KindCiliumCIDRGroup, KindTapContract, KindTrafficControl)
 	}
 	if apiE == nil {
 		return nil, nil, nil, d.fail(n, "apiVersion", ReasonRequired)
@@ -331,6 +335,9 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, 
 	switch d.kind {
 	case KindNetworkPolicy:
 		p.Rules, err = d.networkPolicy(n, entries)
+	case KindClusterNetworkPolicy:
+		// Its rules carry their index within their direction, which is their precedence.
+		p.Rules, err = d.clusterNetworkPolicy(n, entries)
 	default:
 		p.Rules, err = d.ciliumPolicy(n, entries)
 	}
@@ -338,8 +345,10 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	for i := range p.Rules {
-		p.Rules[i].Index = i
+	if d.kind != KindClusterNetworkPolicy {
+		for i := range p.Rules {
+			p.Rules[i].Index = i
+		}
 	}
 	if r.err != nil {
 		return nil, nil, nil, r.err
@@ -383,6 +392,11 @@ func (d *docParser) metadata(n *yaml.Node, path string) error {
 			if err != nil {
 				return err
 			}
+			if v == "" && d.kind == KindClusterNetworkPolicy {
+				// What a cluster-scoped object's namespace is; refused below otherwise.
+				d.namespace, nsE = v, &entries[i]
+				continue
+			}
 			if !validNamespace(v) {
 				return d.fail(e.val, e.path, "invalid namespace %q: must be lowercase alphanumerics and '-', at most 63 characters", v)
 			}
@@ -420,6 +434,11 @@ func (d *docParser) metadata(n *yaml.Node, path string) error {
 	case KindTapContract, KindTrafficControl:
 		if nsE != nil {
 			return d.fail(nsE.key, nsE.path, "a %s is cluster-scoped and has no namespace (its endpoints are named NAMESPACE/NAME)", d.kind)
+		}
+		return nil
+	case KindClusterNetworkPolicy:
+		if nsE != nil && d.namespace != "" {
+			return d.fail(nsE.key, nsE.path, "a ClusterNetworkPolicy is cluster-scoped and has no namespace (its subject selects namespaces)")
 		}
 		return nil
 	}
