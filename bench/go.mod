@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/cilium/ebpf v0.22.0
+	github.com/miekg/dns v1.1.73
 	github.com/rampartnet/rampart v0.0.0-00010101000000-000000000000
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
