@@ -20,14 +20,15 @@ func TestObjects(t *testing.T) {
 		kind, scope, storage string
 		served               []string
 	}{
-		"acceptedpolicies.rampart.io":                {"AcceptedPolicy", "Cluster", "v1alpha1", []string{"v1alpha1"}},
-		"ciliumcidrgroups.cilium.io":                 {"CiliumCIDRGroup", "Cluster", "v2", []string{"v2", "v2alpha1"}},
-		"ciliumclusterwidenetworkpolicies.cilium.io": {"CiliumClusterwideNetworkPolicy", "Cluster", "v2", []string{"v2"}},
-		"ciliumnetworkpolicies.cilium.io":            {"CiliumNetworkPolicy", "Namespaced", "v2", []string{"v2"}},
-		"securityidentities.rampart.io":              {"SecurityIdentity", "Cluster", "v1alpha1", []string{"v1alpha1"}},
-		"securityidentityclaims.rampart.io":          {"SecurityIdentityClaim", "Cluster", "v1alpha1", []string{"v1alpha1"}},
-		"tapcontracts.rampart.io":                    {"TapContract", "Cluster", "v1alpha1", []string{"v1alpha1"}},
-		"trafficcontrols.crd.antrea.io":              {"TrafficControl", "Cluster", "v1alpha2", []string{"v1alpha2"}},
+		"acceptedpolicies.rampart.io":                     {"AcceptedPolicy", "Cluster", "v1alpha1", []string{"v1alpha1"}},
+		"clusternetworkpolicies.policy.networking.k8s.io": {"ClusterNetworkPolicy", "Cluster", "v1beta1", []string{"v1alpha2", "v1beta1"}},
+		"ciliumcidrgroups.cilium.io":                      {"CiliumCIDRGroup", "Cluster", "v2", []string{"v2", "v2alpha1"}},
+		"ciliumclusterwidenetworkpolicies.cilium.io":      {"CiliumClusterwideNetworkPolicy", "Cluster", "v2", []string{"v2"}},
+		"ciliumnetworkpolicies.cilium.io":                 {"CiliumNetworkPolicy", "Namespaced", "v2", []string{"v2"}},
+		"securityidentities.rampart.io":                   {"SecurityIdentity", "Cluster", "v1alpha1", []string{"v1alpha1"}},
+		"securityidentityclaims.rampart.io":               {"SecurityIdentityClaim", "Cluster", "v1alpha1", []string{"v1alpha1"}},
+		"tapcontracts.rampart.io":                         {"TapContract", "Cluster", "v1alpha1", []string{"v1alpha1"}},
+		"trafficcontrols.crd.antrea.io":                   {"TrafficControl", "Cluster", "v1alpha2", []string{"v1alpha2"}},
 	}
 	if len(objs) != len(want) {
 		t.Fatalf("%d definitions, want %d", len(objs), len(want))

@@ -35,11 +35,12 @@ import (
 
 // The Cilium kinds and the tap kinds, served as CRDs (internal/k8s/crds).
 var (
-	cnpResource  = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
-	ccnpResource = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumclusterwidenetworkpolicies"}
-	ccgResource  = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumcidrgroups"}
-	tapResource  = schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "tapcontracts"}
-	tcResource   = schema.GroupVersionResource{Group: "crd.antrea.io", Version: "v1alpha2", Resource: "trafficcontrols"}
+	cnpResource   = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
+	ccnpResource  = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumclusterwidenetworkpolicies"}
+	ccgResource   = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumcidrgroups"}
+	tapResource   = schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "tapcontracts"}
+	tcResource    = schema.GroupVersionResource{Group: "crd.antrea.io", Version: "v1alpha2", Resource: "trafficcontrols"}
+	cnpv1Resource = schema.GroupVersionResource{Group: "policy.networking.k8s.io", Version: "v1beta1", Resource: "clusternetworkpolicies"}
 )
 
 // isMonitor says whether pod p is a monitor (annotation agent.MonitorAnnotation "true").
@@ -110,6 +111,7 @@ type caches struct {
 	netpols    listersnetv1.NetworkPolicyLister
 	cnps       cache.GenericLister
 	ccnps      cache.GenericLister
+	clusterNPs cache.GenericLister // ClusterNetworkPolicy (policy.networking.k8s.io)
 	ccgs       cache.GenericLister
 	taps       cache.GenericLister
 	tcs        cache.GenericLister
@@ -221,6 +223,7 @@ func (w *Watcher) newCaches() (*caches, error) {
 		gvr    schema.GroupVersionResource
 		lister *cache.GenericLister
 	}{{cnpResource, &c.cnps}, {ccnpResource, &c.ccnps}, {ccgResource, &c.ccgs}, {tapResource, &c.taps}, {tcResource, &c.tcs},
+		{cnpv1Resource, &c.clusterNPs},
 		{acceptedResource, &c.accepted}} {
 		gi := c.dfactory.ForResource(x.gvr)
 		if err := add(gi.Informer(), x.gvr.Resource); err != nil {
@@ -674,7 +677,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		lister cache.GenericLister
 		kind   string
 	}{{c.cnps, "CiliumNetworkPolicy"}, {c.ccnps, "CiliumClusterwideNetworkPolicy"}, {c.ccgs, "CiliumCIDRGroup"},
-		{c.taps, "TapContract"}, {c.tcs, "TrafficControl"}} {
+		{c.taps, "TapContract"}, {c.tcs, "TrafficControl"}, {c.clusterNPs, "ClusterNetworkPolicy"}} {
 		objs, err := x.lister.List(k8slabels.Everything())
 		if err != nil {
 			return v, fmt.Errorf("listing %s: %w", x.kind, err)
@@ -763,6 +766,8 @@ func apiVersionOf(kind string) string {
 		return tapResource.GroupVersion().String()
 	case "TrafficControl":
 		return tcResource.GroupVersion().String()
+	case "ClusterNetworkPolicy":
+		return cnpv1Resource.GroupVersion().String()
 	}
 	return "cilium.io/v2"
 }
