@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/rampartnet/rampart/internal/dnsproxy"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -71,6 +72,9 @@ func (h *harness) start() {
 	h.t.Helper()
 	dp := h.dp
 	h.cfg.OpenKernel = func(Config) (Kernel, error) { return dp.kernel(), nil }
+	h.cfg.OpenDNSProxy = func(cfg Config, _ string, _ dnsproxy.Policy) (DNSProxy, error) {
+		return fakeDNSProxy{cfg.DNSProxyListen}, nil
+	}
 	h.cfg.OpenProxy = func(_ Config, _ string, onLog func(flow.AccessLog)) (Proxy, error) {
 		if h.proxyErr != nil {
 			return nil, h.proxyErr

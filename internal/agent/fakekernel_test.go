@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"github.com/rampartnet/rampart/internal/dnsproxy"
 	"maps"
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -28,9 +30,12 @@ type fakeKernel struct {
 	// taps is the tap table; nil: the dataplane has no taps (Kernel.Taps nil).
 	taps *fakeTaps
 	// services is the Service translation; nil: none (Kernel.Services nil).
-	services  *fakeServices
-	closeOnce sync.Once
-	closed    chan struct{} // closed by Close: Read and ReadSockRequest fail
+	services *fakeServices
+	// conntrackPeers is what ConntrackPeers reports (the peers of live flows).
+	conntrackPeers map[netip.Addr]bool
+	dnsProxy       netip.AddrPort // what SetDNSProxy was told
+	closeOnce      sync.Once
+	closed         chan struct{} // closed by Close: Read and ReadSockRequest fail
 }
 
 func newFakeKernel() *fakeKernel {
@@ -52,7 +57,7 @@ func (k *fakeKernel) kernel() Kernel {
 	kern := Kernel{
 		EndpointTables: k.fakeEndpoints, IPCache: k.fakeIPCache, ProxyRouting: k.fakeProxyRouting,
 		FlowEvents: k.fakeEvents, CIDRSets: k.fakeCIDRSets, SendSide: k.fakeSendSide, MapMemories: fakeMemory{},
-		Overlay: k.fakeOverlay, Close: k.Close,
+		Overlay: k.fakeOverlay, Close: k.Close, DNS: fakeDNS{k},
 	}
 	if k.taps != nil {
 		kern.Taps, kern.Monitors = k.taps, k.taps
@@ -127,3 +132,19 @@ func (o *fakeOverlay) SyncNodeRoutes(_ string, _ overlay.Mode, _ netip.Addr, nod
 	o.routes = slices.Clone(nodes)
 	return nil
 }
+
+// fakeDNS is the DNS proxy's place in the fake dataplane.
+type fakeDNS struct{ k *fakeKernel }
+
+func (f fakeDNS) SetDNSProxy(addr netip.AddrPort) error { f.k.dnsProxy = addr; return nil }
+
+func (f fakeDNS) ConntrackPeers(time.Duration) (map[netip.Addr]bool, error) {
+	return maps.Clone(f.k.conntrackPeers), nil
+}
+
+// fakeDNSProxy stands in for the DNS proxy: it listens nowhere.
+type fakeDNSProxy struct{ addr netip.AddrPort }
+
+func (p fakeDNSProxy) Addr() netip.AddrPort  { return p.addr }
+func (p fakeDNSProxy) Stats() dnsproxy.Stats { return dnsproxy.Stats{} }
+func (p fakeDNSProxy) Close() error          { return nil }
