@@ -210,7 +210,7 @@ static __noinline int steer_established(struct __sk_buff *skb, struct pkt *p,
 				frag_record(p, d, 0);
 			return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
 		}
-		if (dns_assign(skb, p, 1) < 0)
+		if (dns_assign(skb, p, 1, ct_flags & CT_F_DNS_OBSERVE) < 0)
 			return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
 		count_proxy(d->ep_id, 1);
 		return pass();
@@ -468,8 +468,9 @@ static __always_inline void dest_ingress(const struct pkt *p, __u32 dst_ep_id,
 }
 
 /* RET_STEER_DNS: what handle_new returns for a new flow that a DNS redirect entry of the
- * endpoint's egress policy allows; the caller finishes it with new_dns_flow. Not a tc
- * verdict. Finishing it in handle_new would put the server's ingress check and the proxy
+ * endpoint's egress policy allows, or (FLOW_F_DNS_OBSERVE set in the decision) a DNS query
+ * of an EP_DNS_OBSERVE endpoint that policy allows; the caller finishes it with
+ * new_dns_flow. Not a tc verdict. Finishing it in handle_new would put the server's ingress check and the proxy
  * lookup on handle_new's stack, past the verifier's limit for the longest call chain. */
 #define RET_STEER_DNS 0x7ff0
 
@@ -485,6 +486,7 @@ static __noinline int new_dns_flow(struct __sk_buff *skb, struct pkt *p, struct 
 	struct peer_identity peer, src;
 	struct verdict dres = {};
 	int enforced = 1;
+	int observe;
 
 	if (p->frag != FRAG_NONE) {
 		/* Drop: the later fragments of a datagram could not follow its first to the
@@ -512,8 +514,9 @@ static __noinline int new_dns_flow(struct __sk_buff *skb, struct pkt *p, struct 
 							       REASON_POLICY_DEFAULT_DENY);
 		}
 	}
-	ct_create(p, d, CT_F_TO_PROXY | CT_F_DNS_PROXY, ct_check_revision(ep, p), now);
-	if (dns_assign(skb, p, 1) < 0)
+	observe = d->ev_flags & FLOW_F_DNS_OBSERVE;
+	ct_create(p, d, CT_F_TO_PROXY | CT_F_DNS_PROXY | (observe ? CT_F_DNS_OBSERVE : 0), ct_check_revision(ep, p), now);
+	if (dns_assign(skb, p, 1, observe) < 0)
 		/* Drop: no DNS proxy socket (not running, not configured): the query cannot be
 		 * checked, so it does not go out. */
 		return drop(skb, p, d, REASON_PROXY_UNAVAILABLE);
@@ -701,6 +704,13 @@ __noinline int handle_new(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
 
 	if (dir == DIR_EGRESS && res.action == POLICY_REDIRECT && res.proxy == PROXY_KIND_DNS) {
 		d->ev_flags |= FLOW_F_L7_EGRESS;
+		return RET_STEER_DNS;
+	}
+	if (dir == DIR_EGRESS && (ep->flags & EP_DNS_OBSERVE) && res.action != POLICY_REDIRECT &&
+	    (p->t.proto == IPPROTO_UDP || p->t.proto == IPPROTO_TCP) && p->t.dport == bpf_htons(DNS_PORT)) {
+		/* Allowed (the deny and default deny drops are above): the proxy forwards it
+		 * and learns the answer. */
+		d->ev_flags |= FLOW_F_DNS_OBSERVE;
 		return RET_STEER_DNS;
 	}
 	if (dir == DIR_EGRESS)

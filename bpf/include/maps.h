@@ -148,11 +148,12 @@ struct {
 } proxy SEC(".maps");
 
 /* The DNS proxy: its UDP socket and TCP listener (same address and port; struct
- * proxy_config at index 0, marks unused). A map of its own rather than a second entry of
- * proxy, so that a pinned proxy map of an earlier version keeps its layout. */
+ * proxy_config, marks unused): index 0 judges names (rules.dns), index 1 only observes
+ * (EP_DNS_OBSERVE). A map of its own rather than more entries of proxy, so that a pinned
+ * proxy map of an earlier version keeps its layout. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct proxy_config);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);

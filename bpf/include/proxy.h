@@ -41,11 +41,11 @@ static __always_inline int from_proxy(const struct __sk_buff *skb)
 	return cfg && cfg->upstream_mark && (mark & cfg->upstream_mark);
 }
 
-static __always_inline const struct proxy_config *dns_proxy_cfg(void)
+static __always_inline const struct proxy_config *dns_proxy_cfg(__u32 observe)
 {
-	__u32 zero = 0;
+	__u32 idx = observe ? 1 : 0;
 
-	return bpf_map_lookup_elem(&dns_proxy, &zero);
+	return bpf_map_lookup_elem(&dns_proxy, &idx);
 }
 
 static __always_inline int is_syn(const struct pkt *p)
@@ -123,16 +123,17 @@ static __always_inline int proxy_assign(struct __sk_buff *skb, const struct pkt 
 	return proxy_assign_to(skb, p, listener, cfg, cfg);
 }
 
-/* dns_assign hands a DNS packet p (UDP or TCP) to the DNS proxy: TCP as proxy_assign does,
+/* dns_assign hands a DNS packet p (UDP or TCP) to the DNS proxy (its observing sockets
+ * with observe set): TCP as proxy_assign does,
  * to the DNS proxy's listener; UDP to its one socket, bound to the dns_proxy address and
  * port (a UDP socket of the packet's own tuple is never looked for: the proxy answers
  * every datagram from that one socket). The steer mark is the L7 proxy's (the node routes
  * it to local delivery). Returns 0 when assigned, -1 when not (the caller drops). Out of
  * line: its socket tuple would otherwise count against the stack of every caller's call
  * chain. */
-static __noinline int dns_assign(struct __sk_buff *skb, const struct pkt *p, int listener)
+static __noinline int dns_assign(struct __sk_buff *skb, const struct pkt *p, int listener, int observe)
 {
-	const struct proxy_config *cfg = dns_proxy_cfg();
+	const struct proxy_config *cfg = dns_proxy_cfg(observe);
 	const struct proxy_config *marks = proxy_cfg();
 	struct bpf_sock_tuple tuple = {};
 	struct bpf_sock *sk;

@@ -97,6 +97,11 @@ enum flow_direction : __u8 {
  * are looked up in them first (policy_decide), under the direction | DIR_ADMIN_FLAG. */
 #define EP_ADMIN_INGRESS (1u << 5)
 #define EP_ADMIN_EGRESS (1u << 6)
+/* The endpoint's egress DNS queries (UDP and TCP to port 53) that policy allows go through
+ * the DNS proxy's observing socket, which forwards every name and learns the answers:
+ * ClusterNetworkPolicy domainNames peers select what it learns. */
+#define EP_DNS_OBSERVE (1u << 7)
+#define DNS_PORT 53
 
 /* Verdicts in flow events. */
 enum flow_verdict : __u8 {
@@ -153,6 +158,8 @@ enum flow_flag : __u8 {
 	FLOW_F_ARP = 1 << 4,        /* an ARP frame (addresses: sender and target IP) */
 	FLOW_F_TUNNEL = 1 << 5,     /* arrived through the overlay: the source identity is the VNI's */
 	FLOW_F_TAPPED = 1 << 6,     /* a tap rule matched: mirrored to or diverted through a monitor */
+	FLOW_F_DNS_OBSERVE = 1 << 7, /* a DNS query policy allowed, handed to the DNS proxy to learn
+				      * its answer's names (EP_DNS_OBSERVE) */
 };
 
 /* endpoints map: key = ifindex of the host-side veth (u32). */
@@ -326,6 +333,9 @@ struct ct_value {
 /* With CT_F_TO_PROXY: the flow is steered to the DNS proxy (map dns_proxy), not the L7
  * proxy. */
 #define CT_F_DNS_PROXY (1u << 7)
+/* With CT_F_DNS_PROXY: the flow goes to the DNS proxy's observing socket (dns_proxy index
+ * 1), which judges no name (policy allowed the flow at L4). */
+#define CT_F_DNS_OBSERVE (1u << 8)
 
 /* IP fragments: the ports of the first fragment, so later fragments of an allowed
  * datagram get the same verdict. Keyed per endpoint and direction like conntrack, because

@@ -586,11 +586,11 @@ func ipcacheDiff(old, new map[netip.Prefix]mapstate.IPCacheEntry) (map[netip.Pre
 }
 
 func policyEqual(a, b mapstate.EndpointPolicy) bool {
-	if a.EnforceIngress == b.EnforceIngress && a.EnforceEgress == b.EnforceEgress &&
+	if a.EnforceIngress == b.EnforceIngress && a.EnforceEgress == b.EnforceEgress && a.DNSObserve == b.DNSObserve &&
 		reflect.ValueOf(a.Entries).UnsafePointer() == reflect.ValueOf(b.Entries).UnsafePointer() {
 		return true // one map: a policy the computation reused
 	}
-	if a.EnforceIngress != b.EnforceIngress || a.EnforceEgress != b.EnforceEgress || len(a.Entries) != len(b.Entries) {
+	if a.EnforceIngress != b.EnforceIngress || a.EnforceEgress != b.EnforceEgress || a.DNSObserve != b.DNSObserve || len(a.Entries) != len(b.Entries) {
 		return false
 	}
 	for k, v := range a.Entries {

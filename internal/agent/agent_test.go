@@ -72,8 +72,8 @@ func (h *harness) start() {
 	h.t.Helper()
 	dp := h.dp
 	h.cfg.OpenKernel = func(Config) (Kernel, error) { return dp.kernel(), nil }
-	h.cfg.OpenDNSProxy = func(cfg Config, _ string, _ dnsproxy.Policy) (DNSProxy, error) {
-		return fakeDNSProxy{cfg.DNSProxyListen}, nil
+	h.cfg.OpenDNSProxy = func(_ Config, _ string, listen netip.AddrPort, _ dnsproxy.Policy) (DNSProxy, error) {
+		return fakeDNSProxy{listen}, nil
 	}
 	h.cfg.OpenProxy = func(_ Config, _ string, onLog func(flow.AccessLog)) (Proxy, error) {
 		if h.proxyErr != nil {

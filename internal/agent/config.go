@@ -48,7 +48,8 @@ type Config struct {
 	// 127.0.0.1:15001).
 	ProxyListen netip.AddrPort
 	// DNSProxyListen is the DNS proxy's UDP socket and TCP listener in the node namespace
-	// (default DefaultDNSProxyListen), started when DNS rules are first in force.
+	// (default DefaultDNSProxyListen), started when DNS rules are first in force; its
+	// observing instance (domainNames) listens on the next port.
 	DNSProxyListen netip.AddrPort
 	// FQDN bounds the cache of names learnt from DNS answers (toFQDNs): TTL grace and
 	// limits; zero fields take fqdn's defaults.
@@ -101,7 +102,7 @@ type Config struct {
 	// netnsPath; onLog receives its access logs.
 	OpenProxy func(cfg Config, netnsPath string, onLog func(flow.AccessLog)) (Proxy, error)
 	// OpenDNSProxy starts the DNS proxy in the network namespace at netnsPath.
-	OpenDNSProxy func(cfg Config, netnsPath string, pol dnsproxy.Policy) (DNSProxy, error)
+	OpenDNSProxy func(cfg Config, netnsPath string, listen netip.AddrPort, pol dnsproxy.Policy) (DNSProxy, error)
 }
 
 // HostTraffic is Config.HostTraffic: what the host may send to local endpoints.

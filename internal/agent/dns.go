@@ -27,9 +27,9 @@ import (
 
 // DNSKernel is what the DNS path needs of the dataplane (*datapath.Datapath).
 type DNSKernel interface {
-	// SetDNSProxy tells the dataplane where the DNS proxy's sockets are (zero: nowhere,
-	// so DNS flows are dropped).
-	SetDNSProxy(addr netip.AddrPort) error
+	// SetDNSProxy tells the dataplane where the DNS proxy's sockets are, the judging
+	// ones or (observe) the observing ones (zero: nowhere, so such DNS flows are dropped).
+	SetDNSProxy(addr netip.AddrPort, observe bool) error
 	// ConntrackPeers lists the peer addresses of the flows whose last packet is at most
 	// maxIdle old.
 	ConntrackPeers(maxIdle time.Duration) (map[netip.Addr]bool, error)
@@ -66,11 +66,14 @@ func (v *fqdnView) equal(o *fqdnView) bool {
 type dnsState struct {
 	cache *fqdn.Cache
 	proxy DNSProxy
-	err   string // why the proxy could not be started
-	stop  context.CancelFunc
-	wake  chan struct{} // the expiry loop looks at the cache again
-	done  chan struct{}
-	once  sync.Once
+	// observer is the proxy's observing instance: it forwards every query of endpoints
+	// with EndpointPolicy.DNSObserve (policy allowed them at L4) and learns the answers.
+	observer DNSProxy
+	err      string // why the proxy could not be started
+	stop     context.CancelFunc
+	wake     chan struct{} // the expiry loop looks at the cache again
+	done     chan struct{}
+	once     sync.Once
 }
 
 // fqdnSelectors lists the toFQDNs selectors of the model's rules, by key.
@@ -99,9 +102,10 @@ func fqdnViewOf(c *fqdn.Cache, m *model, now time.Time) *fqdnView {
 	return v
 }
 
-// expandFQDN replaces every toFQDNs peer of rules by CIDR peers of the addresses the view
-// gives its selector (none yet: the peer selects nothing). Rules without such peers are
-// kept as they are; the others are copies.
+// expandFQDN adds to every toFQDNs (and domainNames) peer of rules CIDR peers of the
+// addresses the view gives its selector (none yet: the peer selects nothing). The FQDN
+// peer stays, selecting nothing itself, so the computation still knows the rule has one.
+// Rules without such peers are kept as they are; the others are copies.
 func expandFQDN(rules []policy.Rule, v *fqdnView) []policy.Rule {
 	for i := range rules {
 		if !slices.ContainsFunc(rules[i].Peers, func(p policy.Peer) bool { return p.Kind == policy.PeerFQDN }) {
@@ -110,11 +114,8 @@ func expandFQDN(rules []policy.Rule, v *fqdnView) []policy.Rule {
 		r := rules[i]
 		peers := make([]policy.Peer, 0, len(r.Peers))
 		for _, p := range r.Peers {
-			if p.Kind != policy.PeerFQDN {
-				peers = append(peers, p)
-				continue
-			}
-			if v == nil {
+			peers = append(peers, p)
+			if p.Kind != policy.PeerFQDN || v == nil {
 				continue
 			}
 			for _, a := range v.addrs[p.FQDN.String()] {
@@ -176,6 +177,18 @@ func ruleName(v *view, id uint32) string {
 		return ref.Policy + " " + ref.Rule
 	}
 	return fmt.Sprintf("rule %d", id)
+}
+
+// dnsObserver is the agent as the observing proxy's Policy: the dataplane hands it only
+// queries that policy allowed, so it lets every one through and learns the answers.
+type dnsObserver struct{ a *Agent }
+
+func (p dnsObserver) Allow(dnsproxy.Query) (bool, string) {
+	return true, "observed: allowed by policy, learnt for domainNames"
+}
+
+func (p dnsObserver) Learn(q dnsproxy.Query, answers []dnsproxy.Answer) error {
+	return p.a.learnNames(time.Now(), answers)
 }
 
 // Learn records an allowed answer's names and addresses; when that changes what a
@@ -278,11 +291,16 @@ func (a *Agent) expireNames(now time.Time) {
 	}
 }
 
-// dnsProxyUpdate starts the DNS proxy and tells the dataplane where it is, before the
-// first state with DNS rules steers queries to it. Without it those queries are dropped
-// (fail closed), and the failure is kept for status.
+// dnsProxyUpdate starts the DNS proxy (judging, for DNS rules; observing, for endpoints
+// whose answers must be learnt) and tells the dataplane where it is, before the first
+// state that needs it steers queries to it. Without it those queries are dropped (fail
+// closed), and the failure is kept for status.
 func (a *Agent) dnsProxyUpdate(new *desired) error {
-	if len(new.state.DNS) == 0 || a.dns.proxy != nil || a.dp.DNS == nil {
+	judge, observe := len(new.state.DNS) > 0, false
+	for _, pol := range new.state.Endpoints {
+		observe = observe || pol.DNSObserve
+	}
+	if a.dp.DNS == nil || !(judge && a.dns.proxy == nil || observe && a.dns.observer == nil) {
 		return nil
 	}
 	if err := a.routeToProxies(); err != nil {
@@ -292,24 +310,44 @@ func (a *Agent) dnsProxyUpdate(new *desired) error {
 	if open == nil {
 		open = openDNSProxy
 	}
-	p, err := open(a.cfg, a.net.NetnsPath(), dnsPolicy{a})
-	if err != nil {
-		a.dns.err = err.Error()
-		a.log.Error("DNS rules are in force but the DNS proxy cannot run: their queries are refused", "error", err)
-		return nil
+	start := func(listen netip.AddrPort, pol dnsproxy.Policy, observe bool) (DNSProxy, error) {
+		p, err := open(a.cfg, a.net.NetnsPath(), listen, pol)
+		if err != nil {
+			a.dns.err = err.Error()
+			a.log.Error("DNS rules or domainNames are in force but the DNS proxy cannot run: their queries are dropped", "error", err)
+			return nil, nil
+		}
+		if err := a.dp.DNS.SetDNSProxy(p.Addr(), observe); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("DNS proxy: %w", err)
+		}
+		a.dns.err = ""
+		return p, nil
 	}
-	if err := a.dp.DNS.SetDNSProxy(p.Addr()); err != nil {
-		p.Close()
-		return fmt.Errorf("DNS proxy: %w", err)
+	var err error
+	if judge && a.dns.proxy == nil {
+		if a.dns.proxy, err = start(a.cfg.DNSProxyListen, dnsPolicy{a}, false); err != nil {
+			return err
+		}
 	}
-	a.dns.proxy, a.dns.err = p, ""
+	if observe && a.dns.observer == nil {
+		if a.dns.observer, err = start(a.cfg.dnsObserveListen(), dnsObserver{a}, true); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// openDNSProxy starts the DNS proxy in the node namespace.
-func openDNSProxy(cfg Config, netnsPath string, pol dnsproxy.Policy) (DNSProxy, error) {
+// dnsObserveListen is where the observing DNS proxy listens: the port after
+// DNSProxyListen's.
+func (cfg Config) dnsObserveListen() netip.AddrPort {
+	return netip.AddrPortFrom(cfg.DNSProxyListen.Addr(), cfg.DNSProxyListen.Port()+1)
+}
+
+// openDNSProxy starts a DNS proxy in the node namespace.
+func openDNSProxy(cfg Config, netnsPath string, listen netip.AddrPort, pol dnsproxy.Policy) (DNSProxy, error) {
 	p, err := dnsproxy.New(dnsproxy.Config{
-		ListenAddr:  cfg.DNSProxyListen,
+		ListenAddr:  listen,
 		Transparent: true,
 		Netns:       netnsPath,
 	}, pol)
@@ -335,8 +373,10 @@ func (a *Agent) closeDNS() error {
 			a.dns.stop()
 			<-a.dns.done
 		}
-		if a.dns.proxy != nil {
-			err = a.dns.proxy.Close()
+		for _, p := range []DNSProxy{a.dns.proxy, a.dns.observer} {
+			if p != nil {
+				err = errors.Join(err, p.Close())
+			}
 		}
 	})
 	return err
@@ -370,6 +410,10 @@ func (a *Agent) dnsStatus() api.DNSStatus {
 		}
 	case a.dns.err != "":
 		st.State, st.Error = "unavailable", a.dns.err
+	}
+	if a.dns.observer != nil {
+		st.Observing = a.dns.observer.Addr().String()
+		st.Observed = a.dns.observer.Stats().Queries
 	}
 	cs := a.dns.cache.Stats()
 	st.Names, st.Entries, st.Addresses, st.Zombies = cs.Names, cs.Entries, cs.Addrs, cs.Zombies

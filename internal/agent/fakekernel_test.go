@@ -136,7 +136,12 @@ func (o *fakeOverlay) SyncNodeRoutes(_ string, _ overlay.Mode, _ netip.Addr, nod
 // fakeDNS is the DNS proxy's place in the fake dataplane.
 type fakeDNS struct{ k *fakeKernel }
 
-func (f fakeDNS) SetDNSProxy(addr netip.AddrPort) error { f.k.dnsProxy = addr; return nil }
+func (f fakeDNS) SetDNSProxy(addr netip.AddrPort, observe bool) error {
+	if !observe {
+		f.k.dnsProxy = addr
+	}
+	return nil
+}
 
 func (f fakeDNS) ConntrackPeers(time.Duration) (map[netip.Addr]bool, error) {
 	return maps.Clone(f.k.conntrackPeers), nil

@@ -78,6 +78,11 @@ type DNSStatus struct {
 	Drops          map[string]uint64 `json:"drops,omitempty"`
 	// The learnt names: names, name-address pairs, distinct addresses, addresses kept
 	// only for open connections (zombies), and what the cache's bounds evicted.
+	// Observing is where the observing instance listens (domainNames peers: it forwards
+	// every query policy allowed and learns the answers), and Observed what it received;
+	// empty and 0 while no endpoint needs it.
+	Observing string `json:"observing,omitempty"`
+	Observed  uint64 `json:"observed,omitempty"`
 	Names     int    `json:"names"`
 	Entries   int    `json:"entries"`
 	Addresses int    `json:"addresses"`

@@ -677,5 +677,8 @@ func dnsLine(d api.DNSStatus) string {
 	if len(drops) > 0 {
 		s += ", dropped " + strings.Join(drops, ", ")
 	}
+	if d.Observing != "" {
+		s += fmt.Sprintf("; observing on %s: %d queries", d.Observing, d.Observed)
+	}
 	return s + fmt.Sprintf("; learnt: %d names, %d addresses, %d kept for open connections", d.Names, d.Addresses, d.Zombies)
 }

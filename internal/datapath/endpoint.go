@@ -128,6 +128,9 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 		}
 		want[pk] = policyValue(v)
 	}
+	if desired.DNSObserve {
+		newFlags |= epDNSObserve
+	}
 	if desired.EnforceIngress {
 		newFlags |= enforceIngress
 	}

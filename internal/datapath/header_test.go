@@ -14,9 +14,11 @@ import (
 
 // Conntrack flags (CT_F_* in rampart.h), used by tests that write entries directly.
 const (
-	ctFSeenReply = 1 << 0
-	ctFToProxy   = 1 << 4
-	ctFFromProxy = 1 << 5
+	ctFSeenReply  = 1 << 0
+	ctFToProxy    = 1 << 4
+	ctFFromProxy  = 1 << 5
+	ctFDNSProxy   = 1 << 7
+	ctFDNSObserve = 1 << 8
 )
 
 func mapstateKey5(proto policy.Protocol, port uint16, plen uint8) mapstate.Key {
@@ -70,6 +72,9 @@ func TestHeaderConstants(t *testing.T) {
 		"DIR_ADMIN_FLAG":        dirAdminFlag,
 		"EP_ADMIN_INGRESS":      epAdminIngress,
 		"EP_ADMIN_EGRESS":       epAdminEgress,
+		"EP_DNS_OBSERVE":        epDNSObserve,
+		"CT_F_DNS_PROXY":        ctFDNSProxy,
+		"CT_F_DNS_OBSERVE":      ctFDNSObserve,
 		"PROXY_KIND_DNS":        proxyKindDNS,
 		"CT_F_SEEN_REPLY":       ctFSeenReply,
 		"EP_TAP_INGRESS":        epTapIngress,

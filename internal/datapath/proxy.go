@@ -97,9 +97,11 @@ func (d *Datapath) Proxy() (netip.AddrPort, error) {
 }
 
 // SetDNSProxy sets the address of the DNS proxy's UDP socket and TCP listener (one port) in
-// the node namespace, where the dataplane hands the queries that DNS rules apply to. Only
-// IPv4 is supported. The zero AddrPort clears it: such queries are then dropped.
-func (d *Datapath) SetDNSProxy(addr netip.AddrPort) error {
+// the node namespace, where the dataplane hands the queries that DNS rules apply to, and
+// with observe, the address of its observing sockets, where it hands the allowed queries
+// of endpoints whose answers must be learnt (EndpointPolicy.DNSObserve). Only IPv4 is
+// supported. The zero AddrPort clears it: such queries are then dropped.
+func (d *Datapath) SetDNSProxy(addr netip.AddrPort, observe bool) error {
 	var cfg rampartProxyConfig
 	if addr.IsValid() {
 		a := addr.Addr().Unmap()
@@ -110,10 +112,13 @@ func (d *Datapath) SetDNSProxy(addr netip.AddrPort) error {
 		b := a.As4()
 		copy(cfg.Addr[:], b[:])
 	}
-	var zero uint32
+	var idx uint32
+	if observe {
+		idx = 1
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.objs.DnsProxy.Update(&zero, &cfg, ebpf.UpdateAny); err != nil {
+	if err := d.objs.DnsProxy.Update(&idx, &cfg, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("setting DNS proxy address %v: %w", addr, err)
 	}
 	return nil

@@ -158,14 +158,15 @@ const (
 type rampartFlowFlag uint8
 
 const (
-	rampartFlowFlagFLOW_F_NONE       rampartFlowFlag = 0
-	rampartFlowFlagFLOW_F_L7EGRESS   rampartFlowFlag = 1
-	rampartFlowFlagFLOW_F_L7INGRESS  rampartFlowFlag = 2
-	rampartFlowFlagFLOW_F_FROM_PROXY rampartFlowFlag = 4
-	rampartFlowFlagFLOW_F_SEND_SIDE  rampartFlowFlag = 8
-	rampartFlowFlagFLOW_F_ARP        rampartFlowFlag = 16
-	rampartFlowFlagFLOW_F_TUNNEL     rampartFlowFlag = 32
-	rampartFlowFlagFLOW_F_TAPPED     rampartFlowFlag = 64
+	rampartFlowFlagFLOW_F_NONE        rampartFlowFlag = 0
+	rampartFlowFlagFLOW_F_L7EGRESS    rampartFlowFlag = 1
+	rampartFlowFlagFLOW_F_L7INGRESS   rampartFlowFlag = 2
+	rampartFlowFlagFLOW_F_FROM_PROXY  rampartFlowFlag = 4
+	rampartFlowFlagFLOW_F_SEND_SIDE   rampartFlowFlag = 8
+	rampartFlowFlagFLOW_F_ARP         rampartFlowFlag = 16
+	rampartFlowFlagFLOW_F_TUNNEL      rampartFlowFlag = 32
+	rampartFlowFlagFLOW_F_TAPPED      rampartFlowFlag = 64
+	rampartFlowFlagFLOW_F_DNS_OBSERVE rampartFlowFlag = 128
 )
 
 type rampartFlowVerdict uint8

@@ -22,7 +22,9 @@ const (
 	// EP_ADMIN_INGRESS, EP_ADMIN_EGRESS: the endpoint has Admin tier entries.
 	epAdminIngress = 1 << 5
 	epAdminEgress  = 1 << 6
-	epTapMask      = epTapIngress | epTapEgress
+	// EP_DNS_OBSERVE: the endpoint's allowed DNS queries go to the observing DNS proxy.
+	epDNSObserve = 1 << 7
+	epTapMask    = epTapIngress | epTapEgress
 
 	tapActionMirror   = 1
 	tapActionRedirect = 2

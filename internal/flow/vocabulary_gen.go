@@ -93,30 +93,32 @@ var reasonOrder = []Reason{ReasonNone, ReasonPolicyDeny, ReasonPolicyDefaultDeny
 type Flags uint8
 
 const (
-	FlagNone      Flags = 0  // FLOW_F_NONE
-	FlagL7Egress  Flags = 1  // FLOW_F_L7_EGRESS
-	FlagL7Ingress Flags = 2  // FLOW_F_L7_INGRESS
-	FlagFromProxy Flags = 4  // FLOW_F_FROM_PROXY
-	FlagSendSide  Flags = 8  // FLOW_F_SEND_SIDE
-	FlagARP       Flags = 16 // FLOW_F_ARP
-	FlagTunnel    Flags = 32 // FLOW_F_TUNNEL
-	FlagTapped    Flags = 64 // FLOW_F_TAPPED
+	FlagNone       Flags = 0   // FLOW_F_NONE
+	FlagL7Egress   Flags = 1   // FLOW_F_L7_EGRESS
+	FlagL7Ingress  Flags = 2   // FLOW_F_L7_INGRESS
+	FlagFromProxy  Flags = 4   // FLOW_F_FROM_PROXY
+	FlagSendSide   Flags = 8   // FLOW_F_SEND_SIDE
+	FlagARP        Flags = 16  // FLOW_F_ARP
+	FlagTunnel     Flags = 32  // FLOW_F_TUNNEL
+	FlagTapped     Flags = 64  // FLOW_F_TAPPED
+	FlagDnsObserve Flags = 128 // FLOW_F_DNS_OBSERVE
 )
 
 // flagsNames are the names of the Flags codes, by value.
 var flagsNames = map[Flags]string{
-	FlagNone:      "none",
-	FlagL7Egress:  "l7-egress",
-	FlagL7Ingress: "l7-ingress",
-	FlagFromProxy: "from-proxy",
-	FlagSendSide:  "send-side",
-	FlagARP:       "arp",
-	FlagTunnel:    "tunnel",
-	FlagTapped:    "tapped",
+	FlagNone:       "none",
+	FlagL7Egress:   "l7-egress",
+	FlagL7Ingress:  "l7-ingress",
+	FlagFromProxy:  "from-proxy",
+	FlagSendSide:   "send-side",
+	FlagARP:        "arp",
+	FlagTunnel:     "tunnel",
+	FlagTapped:     "tapped",
+	FlagDnsObserve: "dns-observe",
 }
 
 // flagsOrder lists the Flags codes as rampart.h declares them.
-var flagsOrder = []Flags{FlagNone, FlagL7Egress, FlagL7Ingress, FlagFromProxy, FlagSendSide, FlagARP, FlagTunnel, FlagTapped}
+var flagsOrder = []Flags{FlagNone, FlagL7Egress, FlagL7Ingress, FlagFromProxy, FlagSendSide, FlagARP, FlagTunnel, FlagTapped, FlagDnsObserve}
 
 // policy.Direction has the values of enum flow_direction; this fails to compile if one differs.
 func _() {

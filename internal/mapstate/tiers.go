@@ -70,7 +70,15 @@ func (c *computer) tierEntries(ep Endpoint, rules []preparedRule, pol *EndpointP
 	var own namedPortSet
 	for _, pr := range rules {
 		r := pr.rule
-		if r.Tier == policy.TierNetworkPolicy || len(pr.peers) == 0 || !pr.applies(ep) {
+		if r.Tier == policy.TierNetworkPolicy || !pr.applies(ep) {
+			continue
+		}
+		if r.Direction == policy.Egress && slices.ContainsFunc(r.Peers, func(p policy.Peer) bool { return p.Kind == policy.PeerFQDN }) {
+			// domainNames: the endpoint's DNS answers must be learnt, whatever rule
+			// lets its queries out (see EndpointPolicy.DNSObserve).
+			pol.DNSObserve = true
+		}
+		if len(pr.peers) == 0 {
 			continue
 		}
 		if r.Tier == policy.TierBaseline && (r.Direction == policy.Ingress && pol.EnforceIngress || r.Direction == policy.Egress && pol.EnforceEgress) {

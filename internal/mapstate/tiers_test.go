@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/rampartnet/rampart/internal/fqdn"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
@@ -104,5 +105,24 @@ func TestTiers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An endpoint that is the subject of a tier rule with a domainNames (FQDN) egress peer has
+// its DNS observed, even before anything was learnt; others do not.
+func TestDNSObserve(t *testing.T) {
+	w := newWorld()
+	w.endpoint(1, "x", "a", "198.18.0.10", "pod", "a")
+	w.endpoint(2, "x", "b", "198.18.0.11", "pod", "b")
+	sel, err := fqdn.NewSelector("", "**.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := tierRule(t, policy.TierAdmin, 1, 0, "accept", []policy.Peer{{Kind: policy.PeerFQDN, FQDN: sel}}, tcp(443))
+	r.Direction = policy.Egress
+	w.rules(r)
+	st := w.compute(t)
+	if !st.Endpoints[1].DNSObserve || st.Endpoints[2].DNSObserve {
+		t.Errorf("DNSObserve: x/a %v, x/b %v; want true, false", st.Endpoints[1].DNSObserve, st.Endpoints[2].DNSObserve)
 	}
 }

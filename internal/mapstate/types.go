@@ -150,7 +150,11 @@ type L7Rule struct {
 type EndpointPolicy struct {
 	EnforceIngress bool
 	EnforceEgress  bool
-	Entries        map[Key]Value
+	// DNSObserve: the endpoint's egress DNS queries that policy allows go through the DNS
+	// proxy, which forwards every name and learns the answers, because a
+	// ClusterNetworkPolicy domainNames peer selects what it learns.
+	DNSObserve bool
+	Entries    map[Key]Value
 }
 
 // IPCacheEntry is the desired value for one ipcache prefix.

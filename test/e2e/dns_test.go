@@ -283,3 +283,71 @@ func TestDNSTTLExpiry(t *testing.T) {
 		t.Errorf("the open connection: %v", err)
 	}
 }
+
+// cnpDomainNames: x/client's egress in the Admin tier: DNS to x/dns accepted, TCP 80 to
+// api.example.com's addresses accepted (domainNames), everything else on TCP 80 denied.
+// No Cilium rules.dns: the client's queries reach the proxy because a domainNames peer
+// needs their answers (observing).
+const cnpDomainNames = `apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: client-domains}
+spec:
+  tier: Admin
+  priority: 10
+  subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: client}}}}
+  egress:
+  - name: dns
+    action: Accept
+    to: [{pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: dns}}}}]
+    protocols: [{udp: {destinationPort: {number: 53}}}, {tcp: {destinationPort: {number: 53}}}]
+  - name: api
+    action: Accept
+    to: [{domainNames: [api.example.com]}]
+    protocols: [{tcp: {destinationPort: {number: 80}}}]
+  - name: rest
+    action: Deny
+    to: [{networks: [0.0.0.0/0]}]
+    protocols: [{tcp: {destinationPort: {number: 80}}}]
+`
+
+// ClusterNetworkPolicy domainNames with real traffic: the Admin tier accepts the client's
+// DNS and TCP 80 to api.example.com, and denies TCP 80 elsewhere. The client's queries go
+// through the observing DNS proxy (every name forwarded: the policy allowed them), and
+// api.example.com's address opens from the first packet after the answer; a name the
+// policy does not list resolves, but its address stays closed.
+func TestClusterNetworkPolicyDomainNames(t *testing.T) {
+	apiAddr, other := netip.MustParseAddr("198.19.52.10"), netip.MustParseAddr("198.19.52.11")
+	env, srv, dnsIP, clientNs := dnsScene(t, agenttest.Options{}, []netip.Addr{apiAddr, other}, map[string]uint32{
+		"api.example.com.": 300, "other.example.com.": 300,
+	})
+	if out, errs, code := env.CLIStdin(cnpDomainNames, "apply", "-f", "-"); code != 0 {
+		t.Fatalf("apply: %d %s%s", code, out, errs)
+	}
+	if env.Probe("x/client", apiAddr, 80, "tcp", 300*time.Millisecond) {
+		t.Fatal("api.example.com's address is open before the client resolved it")
+	}
+	before := srv.times("other.example.com.")
+	if rc, addrs, err := resolve(t, clientNs, dnsIP, "other.example.com", "udp"); err != nil || rc != dns.RcodeSuccess || len(addrs) != 1 {
+		t.Fatalf("other.example.com: rcode %d %v %v (every name is forwarded)", rc, addrs, err)
+	}
+	if srv.times("other.example.com.") != before+1 {
+		t.Error("the query did not reach the server once")
+	}
+	if env.Probe("x/client", other, 80, "tcp", 300*time.Millisecond) {
+		t.Error("other.example.com's address is open: no domainNames lists it")
+	}
+	rc, addrs, err := resolve(t, clientNs, dnsIP, "api.example.com", "tcp")
+	if err != nil || rc != dns.RcodeSuccess || len(addrs) != 1 || addrs[0] != apiAddr {
+		t.Fatalf("api.example.com over TCP: rcode %d %v %v", rc, addrs, err)
+	}
+	if !env.Probe("x/client", apiAddr, 80, "tcp", time.Second) {
+		t.Error("api.example.com's address is closed right after the answer")
+	}
+	var st api.Status
+	if err := json.Unmarshal([]byte(env.MustCLI("status", "-o", "json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.DNS.Observing == "" || st.DNS.Observed < 2 {
+		t.Errorf("status: DNS %+v, want the observing proxy with 2 queries", st.DNS)
+	}
+}
