@@ -12,6 +12,12 @@
 #   scripts/conformance.sh --cyclonus         cyclonus' generated cases instead (102 that
 #                                             are not SCTP; TestCyclonus; about an hour)
 #   scripts/conformance.sh --cyclonus-subset  the 4 cyclonus cases CI runs (TestCyclonusSubset)
+#   scripts/conformance.sh --npa         SIG Network's network-policy-api v0.3.0
+#                                        ClusterNetworkPolicy conformance tests instead
+#                                        (TestNetworkPolicyAPI: 30 tests, 6 skipped, and
+#                                        6 run again without their SCTP probes; about
+#                                        25 minutes)
+#   scripts/conformance.sh --npa-subset  the 3 of them CI runs (TestNetworkPolicyAPISubset)
 #
 # The JUnit report, ginkgo's log and a summary (spec, result, seconds; the run's time) go
 # to $RAMPART_CONFORMANCE_REPORT_DIR (default /tmp/rampart-conformance). Specs run one at a
@@ -20,7 +26,11 @@
 # summary go there too (cyclonus.log, cyclonus-junit.xml, cyclonus-summary.txt);
 # RAMPART_CYCLONUS_TIMEOUT (default 100m) bounds its full run, RAMPART_CYCLONUS_INCLUDE
 # and RAMPART_CYCLONUS_EXCLUDE (cyclonus tags, comma-separated) narrow it,
-# RAMPART_CYCLONUS_DESTINATION=pod-ip probes pod IPs instead of Service names.
+# RAMPART_CYCLONUS_DESTINATION=pod-ip probes pod IPs instead of Service names. The
+# network-policy-api tests' go test -json events, log and summary (test, subtest, result,
+# seconds) go there as npa.json, npa.log and npa-summary.txt; RAMPART_NPA_TIMEOUT (default
+# 1h) bounds the full run, RAMPART_NPA_RUN (a go test -run pattern for the tests, e.g.
+# 'WithoutSCTP$') narrows it.
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
@@ -39,6 +49,13 @@ case "${1:-}" in
 		CI=true go test -count=1 -v -timeout 30m -run 'TestCyclonusSubset$' ./test/conformance/
 	else
 		CI=true RAMPART_CYCLONUS=full go test -count=1 -v -timeout 3h -run 'TestCyclonus$' ./test/conformance/
+	fi
+	;;
+--npa | --npa-subset)
+	if [ "$1" = "--npa-subset" ]; then
+		CI=true go test -count=1 -v -timeout 30m -run 'TestNetworkPolicyAPISubset$' ./test/conformance/
+	else
+		CI=true RAMPART_NPA=full go test -count=1 -v -timeout 2h -run 'TestNetworkPolicyAPI$' ./test/conformance/
 	fi
 	;;
 --subset)
