@@ -458,18 +458,19 @@ func (d *docParser) cnpPeer(n *yaml.Node, path string, dir Direction) ([]Peer, c
 	return out, info, nil
 }
 
-// cnpNetworks parses a networks list: 1 to 25 CIDRs, IPv4 or IPv6, each with a prefix
-// length and no host bits (the CRD's cidr(self) == cidr(self).masked()), no two alike.
-func (d *docParser) cnpNetworks(e entry) ([]Peer, error) {
+// cnpStringSet parses a list of 1 to max strings, no two alike (the CRD declares such
+// lists as sets), each turned into a peer by peer; what names the items in messages
+// ("CIDR", "domain name") and field the list ("networks", "domainNames").
+func (d *docParser) cnpStringSet(e entry, max int, what, field string, peer func(s string, n *yaml.Node, path string) (Peer, error)) ([]Peer, error) {
 	items, err := d.sequence(e.val, e.path)
 	if err != nil {
 		return nil, err
 	}
 	if len(items) == 0 {
-		return nil, d.fail(e.val, e.path, "at least one CIDR is required")
+		return nil, d.fail(e.val, e.path, "at least one %s is required", what)
 	}
-	if len(items) > cnpMaxNetworks {
-		return nil, d.fail(items[cnpMaxNetworks], indexPath(e.path, cnpMaxNetworks), "more than %d CIDRs (%d): the API allows at most %d", cnpMaxNetworks, len(items), cnpMaxNetworks)
+	if len(items) > max {
+		return nil, d.fail(items[max], indexPath(e.path, max), "more than %d %ss (%d): the API allows at most %d", max, what, len(items), max)
 	}
 	out := make([]Peer, 0, len(items))
 	seen := make(map[string]bool, len(items))
@@ -479,66 +480,57 @@ func (d *docParser) cnpNetworks(e entry) ([]Peer, error) {
 		if err != nil {
 			return nil, err
 		}
-		pfx, err := netip.ParsePrefix(s)
+		pe, err := peer(s, it, p)
 		if err != nil {
-			return nil, d.fail(it, p, "invalid CIDR %q (want an address and a prefix length, e.g. 10.0.0.0/8 or fd00::/8)", s)
-		}
-		if pfx != pfx.Masked() {
-			return nil, d.fail(it, p, "CIDR %q has bits set past its prefix length (write %s)", s, pfx.Masked())
+			return nil, err
 		}
 		if seen[s] {
-			return nil, d.fail(it, p, "duplicate CIDR %q (networks is a set)", s)
+			return nil, d.fail(it, p, "duplicate %s %q (%s is a set)", what, s, field)
 		}
 		seen[s] = true
-		out = append(out, Peer{Kind: PeerCIDR, CIDR: pfx})
+		out = append(out, pe)
 	}
 	return out, nil
+}
+
+// cnpNetworks parses a networks list: 1 to 25 CIDRs, IPv4 or IPv6, each with a prefix
+// length and no host bits (the CRD's cidr(self) == cidr(self).masked()), no two alike.
+func (d *docParser) cnpNetworks(e entry) ([]Peer, error) {
+	return d.cnpStringSet(e, cnpMaxNetworks, "CIDR", "networks", func(s string, n *yaml.Node, p string) (Peer, error) {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return Peer{}, d.fail(n, p, "invalid CIDR %q (want an address and a prefix length, e.g. 10.0.0.0/8 or fd00::/8)", s)
+		}
+		if pfx != pfx.Masked() {
+			return Peer{}, d.fail(n, p, "CIDR %q has bits set past its prefix length (write %s)", s, pfx.Masked())
+		}
+		return Peer{Kind: PeerCIDR, CIDR: pfx}, nil
+	})
 }
 
 // cnpDomainNames parses a domainNames list: 1 to 25 names, no two alike. "example.com"
 // matches that name only; "*.example.com" matches every name under it, however many
 // labels deep (Rampart's pattern "**.example.com"). '*' means nothing else.
 func (d *docParser) cnpDomainNames(e entry) ([]Peer, error) {
-	items, err := d.sequence(e.val, e.path)
-	if err != nil {
-		return nil, err
-	}
-	if len(items) == 0 {
-		return nil, d.fail(e.val, e.path, "at least one domain name is required")
-	}
-	if len(items) > cnpMaxDomainNames {
-		return nil, d.fail(items[cnpMaxDomainNames], indexPath(e.path, cnpMaxDomainNames), "more than %d domain names (%d): the API allows at most %d", cnpMaxDomainNames, len(items), cnpMaxDomainNames)
-	}
-	out := make([]Peer, 0, len(items))
-	seen := make(map[string]bool, len(items))
-	for i, it := range items {
-		p := indexPath(e.path, i)
-		s, err := d.str(it, p)
-		if err != nil {
-			return nil, err
-		}
+	return d.cnpStringSet(e, cnpMaxDomainNames, "domain name", "domainNames", func(s string, n *yaml.Node, p string) (Peer, error) {
 		if !cnpDomainNameRE.MatchString(s) {
 			if strings.Contains(s, "*") {
-				return nil, d.fail(it, p, "invalid domain name %q: '*' may only be the first label, as in \"*.example.com\" (one or more labels), never part of a label or the whole name", s)
+				return Peer{}, d.fail(n, p, "invalid domain name %q: '*' may only be the first label, as in \"*.example.com\" (one or more labels), never part of a label or the whole name", s)
 			}
-			return nil, d.fail(it, p, "invalid domain name %q: at least two labels of letters, digits, '-' and '_', not starting or ending with '-' or '_'", s)
+			return Peer{}, d.fail(n, p, "invalid domain name %q: at least two labels of letters, digits, '-' and '_', not starting or ending with '-' or '_'", s)
 		}
-		if seen[s] {
-			return nil, d.fail(it, p, "duplicate domain name %q (domainNames is a set)", s)
-		}
-		seen[s] = true
 		var sel fqdn.Selector
+		var err error
 		if rest, ok := strings.CutPrefix(s, "*."); ok {
 			sel, err = fqdn.NewSelector("", "**."+rest)
 		} else {
 			sel, err = fqdn.NewSelector(s, "")
 		}
 		if err != nil {
-			return nil, d.fail(it, p, "invalid domain name %q: %v", s, err)
+			return Peer{}, d.fail(n, p, "invalid domain name %q: %v", s, err)
 		}
-		out = append(out, Peer{Kind: PeerFQDN, FQDN: sel})
-	}
-	return out, nil
+		return Peer{Kind: PeerFQDN, FQDN: sel}, nil
+	})
 }
 
 // cnpProtocol parses one entry of protocols: exactly one of tcp, udp, sctp (each with an
