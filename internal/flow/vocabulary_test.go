@@ -60,7 +60,7 @@ func TestNames(t *testing.T) {
 		{(FlagL7Egress | FlagSendSide).String(), "l7-egress|send-side"},
 		{Reason(200).String(), "reason-200"},
 		{Verdict(0).String(), "verdict-0"},
-		{(FlagARP | 0x80).String(), "arp|flag-0x80"},
+		{(FlagARP | FlagDnsObserve).String(), "arp|dns-observe"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

@@ -160,12 +160,12 @@ spec:
 	}
 	n := 0
 	for _, e := range evs.Items {
-		if e.Reason == "PolicyRefused" && e.InvolvedObject.Name == "fqdn" {
+		if e.Reason == "PolicyRefused" && e.InvolvedObject.Name == "services" {
 			n++
 		}
 	}
 	if n != 1 {
-		t.Errorf("%d PolicyRefused events on x/fqdn from %d nodes, want 1", n, len(c.Nodes))
+		t.Errorf("%d PolicyRefused events on x/services from %d nodes, want 1", n, len(c.Nodes))
 	}
 }
 
@@ -238,8 +238,8 @@ func TestRefusedUpdateSurvivesRestart(t *testing.T) {
 	if out := records(); out != "" {
 		t.Errorf("policy accepted: accepted policies %q, want none", out)
 	}
-	// The API server takes it (the CRD keeps unknown fields); the agents refuse toFQDNs.
-	c.KubectlApply(cnpCToB81 + "  egress:\n  - toFQDNs: [{matchName: example.com}]\n")
+	// The API server takes it (the CRD keeps unknown fields); the agents refuse toServices.
+	c.KubectlApply(cnpCToB81 + "  egress:\n  - toServices: [{k8sService: {serviceName: web, namespace: x}}]\n")
 	kept := func(what string) {
 		t.Helper()
 		for _, n := range c.Nodes {
@@ -247,7 +247,7 @@ func TestRefusedUpdateSurvivesRestart(t *testing.T) {
 			if !testenv.Eventually(propagate, func() bool {
 				st = n.Status()
 				return st.Kubernetes != nil && st.Kubernetes.Synced && len(st.Kubernetes.Refused) == 1 &&
-					strings.Contains(st.Kubernetes.Refused[0].Error, "toFQDNs")
+					strings.Contains(st.Kubernetes.Refused[0].Error, "toServices")
 			}) {
 				t.Fatalf("%s: node %s does not report the refused update: %+v", what, n.Name, st.Kubernetes)
 			}
@@ -255,7 +255,7 @@ func TestRefusedUpdateSurvivesRestart(t *testing.T) {
 				t.Errorf("%s: node %s refused %+v without keeping the accepted version", what, n.Name, r)
 			}
 			ps := policies(t, n)
-			if len(ps) != 1 || ps[0].Name != "b-from-c" || strings.Contains(string(ps[0].Raw), "toFQDNs") {
+			if len(ps) != 1 || ps[0].Name != "b-from-c" || strings.Contains(string(ps[0].Raw), "toServices") {
 				t.Errorf("%s: node %s enforces %+v, want the accepted b-from-c", what, n.Name, ps)
 			}
 		}
@@ -289,7 +289,7 @@ func TestRefusedUpdateSurvivesRestart(t *testing.T) {
 	}
 	c.KubectlApply(cnpCToB81)
 	gone("b-from-c accepted again")
-	c.KubectlApply(cnpCToB81 + "  egress:\n  - toFQDNs: [{matchName: example.com}]\n")
+	c.KubectlApply(cnpCToB81 + "  egress:\n  - toServices: [{k8sService: {serviceName: web, namespace: x}}]\n")
 	if !testenv.Eventually(propagate, func() bool { return records() == "b-from-c" }) {
 		t.Errorf("b-from-c refused again: accepted policies %q, want b-from-c's", records())
 	}

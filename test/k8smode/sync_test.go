@@ -129,11 +129,11 @@ func TestNamespaceAppliedWithItsPods(t *testing.T) {
 	// Something not applied shows on the Node too, and goes when it is fixed.
 	const refused = `apiVersion: cilium.io/v2
 kind: CiliumNetworkPolicy
-metadata: {name: fqdn, namespace: nc-together}
+metadata: {name: services, namespace: nc-together}
 spec:
   endpointSelector: {matchLabels: {pod: server}}
   egress:
-  - toFQDNs: [{matchName: example.com}]
+  - toServices: [{k8sService: {serviceName: web, namespace: nc-together}}]
 `
 	c.KubectlApply(refused)
 	for _, n := range c.Nodes {
