@@ -11,6 +11,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	rnetns "github.com/rampartnet/rampart/internal/netns"
 )
 
 // PodIfName is the endpoint side of the veth pair.
@@ -38,7 +40,7 @@ func (n Node) Router() netip.Addr { return n.PodCIDR.Masked().Addr().Next() }
 // NetnsPath returns the path of the node namespace (the process's own if Netns is "").
 func (n Node) NetnsPath() string {
 	if n.Netns == "" {
-		return "/proc/self/ns/net"
+		return rnetns.Own()
 	}
 	return NetnsPath(n.Netns)
 }

@@ -10,6 +10,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// own names the network namespace this process started in. /proc/self/ns/net does not:
+// it is the main thread's namespace, and the main thread runs goroutines like any other,
+// so while one of them holds it inside a pod's namespace (Do), /proc/self/ns/net names the
+// pod's. The descriptor is opened during package initialisation, which runs on the main
+// thread before any goroutine can have switched it.
+var own = func() string {
+	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		// Without /proc nothing here works; Own's users then fail on the path.
+		return "/proc/thread-self/ns/net"
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", fd)
+}()
+
+// Own returns a path naming the network namespace this process started in, from any
+// thread: where the process's own namespace is meant, use it instead of /proc/self/ns/net.
+func Own() string { return own }
+
 // Do runs fn on a dedicated OS thread switched into the network namespace at path ("" =
 // the caller's: fn runs directly). Sockets fn creates stay in that namespace after it
 // returns; the calling goroutine never changes namespace. If the thread cannot be switched
@@ -105,8 +123,8 @@ func Identify(path string) (ID, error) {
 	return ID{Dev: st.Dev, Ino: st.Ino}, nil
 }
 
-// Reserved names the network namespaces that are never a pod's: the caller's own
-// (/proc/self/ns/net) and the host's, which PID 1 lives in (/proc/1/ns/net). It returns
+// Reserved names the network namespaces that are never a pod's: the caller's own (Own)
+// and the host's, which PID 1 lives in (/proc/1/ns/net). It returns
 // which of them path is, or "" when it is neither. A namespace
 // that cannot be read (PID 1 hidden by hidepid) is skipped: it cannot be compared.
 func Reserved(path string) (string, error) {
@@ -115,7 +133,7 @@ func Reserved(path string) (string, error) {
 		return "", err
 	}
 	for _, r := range []struct{ path, what string }{
-		{"/proc/self/ns/net", "this process's own network namespace"},
+		{Own(), "this process's own network namespace"},
 		{"/proc/1/ns/net", "the host's network namespace (PID 1's)"},
 	} {
 		if rid, err := Identify(r.path); err == nil && rid == id {

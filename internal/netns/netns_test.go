@@ -4,8 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -13,6 +17,64 @@ import (
 	"github.com/rampartnet/rampart/internal/netns"
 	"github.com/rampartnet/rampart/internal/testenv"
 )
+
+// mainAwayEnv, set, makes this test binary run with its main thread in a namespace of its
+// own (TestMain), as the main thread is while a goroutine of Do holds it.
+const mainAwayEnv = "RAMPART_NETNS_TEST_MAIN_AWAY"
+
+func init() {
+	if os.Getenv(mainAwayEnv) != "" {
+		// Called in init, it keeps the main goroutine (TestMain) on the main thread.
+		runtime.LockOSThread()
+	}
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainAwayEnv) != "" {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			fmt.Fprintln(os.Stderr, "moving the main thread to a new network namespace:", err)
+			os.Exit(2)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// While the main thread is in another namespace, /proc/self/ns/net names that one; Own
+// still names the namespace the process started in, and Reserved still knows it.
+func TestOwnWhileMainThreadAway(t *testing.T) {
+	if os.Getenv(mainAwayEnv) == "" {
+		testenv.RequireRoot(t)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestOwnWhileMainThreadAway$", "-test.v")
+		cmd.Env = append(os.Environ(), mainAwayEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestOwnWhileMainThreadAway") {
+			t.Fatalf("with the main thread away: %v\n%s", err, out)
+		}
+		return
+	}
+	// This goroutine's thread is not the main thread: it is in the start namespace.
+	start, err := netns.Identify("/proc/thread-self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := netns.Identify("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self == start {
+		t.Fatal("the main thread is in the start namespace: the test set nothing up")
+	}
+	own, err := netns.Identify(netns.Own())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own != start {
+		t.Errorf("Own names namespace %v, want the start namespace %v (the main thread's is %v)", own, start, self)
+	}
+	if what, err := netns.Reserved("/proc/thread-self/ns/net"); err != nil || !strings.Contains(what, "own") {
+		t.Errorf("Reserved(start namespace) = %q, %v; want this process's own", what, err)
+	}
+}
 
 // threadNetns returns the inode of the calling thread's network namespace.
 func threadNetns(t *testing.T) uint64 {

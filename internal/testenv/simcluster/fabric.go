@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/rampartnet/rampart/internal/endpoint"
+	rnetns "github.com/rampartnet/rampart/internal/netns"
 )
 
 // FabricPrefix is the fabric's subnet: node i (from 0) has address .(i+1). It is inside the
@@ -116,7 +117,7 @@ func LinkHost(fabricNetns, name string, addr netip.Prefix) error {
 	if err != nil {
 		return fmt.Errorf("fabric bridge: %w", err)
 	}
-	return linkNode(hf, fabNs, br.(*netlink.Bridge), "/proc/self/ns/net", name, "host", addr)
+	return linkNode(hf, fabNs, br.(*netlink.Bridge), rnetns.Own(), name, "host", addr)
 }
 
 // linkNode links the namespace at path to the bridge: a veth whose end there is named
