@@ -451,6 +451,97 @@ __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p __arg_no
 	return -1;
 }
 
+/* host_traffic says whether a parsed packet on a host device (an EP_HOST interface) is the
+ * node's own traffic, for host policy: IPv4 to a host address (tc ingress) or from one (tc
+ * egress). Forwarded packets (to and from pods, which their own veths judge), ARP and IPv6
+ * (host policy is IPv4's) are not; nor is the overlay between nodes (VXLAN, IP-in-IP from
+ * and to a known node's address), which host policy must never cut. */
+static __noinline int host_traffic(const struct pkt *p, __u32 dir, int parsed)
+{
+	struct peer_identity own, peer;
+
+	if (parsed != PARSE_IPV4)
+		return 0;
+	ipcache_resolve(dir == DIR_INGRESS ? p->t.daddr : p->t.saddr, &own);
+	if (own.identity != ID_HOST)
+		return 0;
+	ipcache_resolve(dir == DIR_INGRESS ? p->t.saddr : p->t.daddr, &peer);
+	if (peer.identity == ID_REMOTE_NODE &&
+	    (p->t.proto == IPPROTO_IPIP || (p->t.proto == IPPROTO_UDP && p->t.dport == bpf_htons(VXLAN_PORT))))
+		return 0;
+	return 1;
+}
+
+/* host_safe_flow says whether a new flow of the host endpoint is one host policy never
+ * cuts: to or from a host_safe peer and port (the API server). If so, *res is the allow
+ * verdict with HOST_SAFE_RULE_ID. */
+static __noinline int host_safe_flow(const struct pkt *p, __u32 dir, struct verdict *res)
+{
+	struct host_safe_key k = {
+		.addr = dir == DIR_EGRESS ? p->t.daddr : p->t.saddr,
+		.port = dir == DIR_EGRESS ? p->t.dport : p->t.sport,
+		.proto = p->t.proto,
+	};
+
+	if (!bpf_map_lookup_elem(&host_safe, &k))
+		return 0;
+	res->action = POLICY_ALLOW;
+	res->proxy = 0;
+	res->prec = 0;
+	res->rule_id = HOST_SAFE_RULE_ID;
+	res->identity = 0;
+	return 1;
+}
+
+/* host_guard judges, for a new flow of an endpoint, the node's side of it when the other
+ * side is the node itself and a host endpoint exists: a flow from the endpoint to a host
+ * address against the host's ingress policy, a flow the node sends to the endpoint (no
+ * ingress interface: the node's own) against the host's egress policy. The endpoint's own
+ * verdict is its own programs' as always. Returns TC_ACT_SHOT after reporting a drop as
+ * the host's, 0 otherwise. Out of line and called from the program's body, not from
+ * handle_new: its stack must not add to handle_new's call chain. */
+static __noinline int host_guard(struct __sk_buff *skb, struct pkt *p, __u32 dir, __u32 flags)
+{
+	__u32 host_id = HOST_EP_ID;
+	struct endpoint_info *host;
+	struct peer_identity hostside, peer;
+	struct verdict res = {};
+	__u8 hdir;
+
+	if (flags & EP_HOST)
+		return 0;
+	host = bpf_map_lookup_elem(&endpoints_by_id, &host_id);
+	if (!host)
+		return 0; /* no host policy on this node */
+	if (dir == DIR_INGRESS && skb->ingress_ifindex)
+		return 0; /* from an interface: not the node's own packet */
+	ipcache_resolve(dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &hostside);
+	if (hostside.identity != ID_HOST)
+		return 0;
+	/* The host's direction is the opposite of the endpoint's; its peer is the endpoint. */
+	hdir = dir == DIR_EGRESS ? DIR_INGRESS : DIR_EGRESS;
+	ipcache_resolve(dir == DIR_EGRESS ? p->t.saddr : p->t.daddr, &peer);
+	policy_decide(HOST_EP_ID, hdir, host->flags & (hdir == DIR_INGRESS ? EP_ADMIN_INGRESS : EP_ADMIN_EGRESS),
+		      &peer, p->t.proto, p->policy_port, &res);
+	if (res.action == POLICY_DENY ||
+	    (res.action != POLICY_ALLOW && (host->flags & (hdir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS)))) {
+		struct decision d = {
+			.ep_id = HOST_EP_ID,
+			.src_identity = hdir == DIR_INGRESS ? peer.identity : ID_HOST,
+			.dst_identity = hdir == DIR_INGRESS ? ID_HOST : peer.identity,
+			.rule_id = res.rule_id,
+			.match_identity = res.identity,
+			.dir = hdir,
+		};
+
+		/* Drop: the node's own policy refuses the flow; reported as the host's. */
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, &d, 0);
+		return drop(skb, p, &d, res.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY);
+	}
+	return 0;
+}
+
 /* dest_ingress evaluates, at the sender's veth, the ingress policy of the local endpoint
  * dst (the packet's destination) for a new TCP flow, as that endpoint's rampart_to_ep
  * would: peer is the source address's ipcache identity. *enforced says whether dst
@@ -682,7 +773,8 @@ __noinline int handle_new(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
 	if (unlikely(ep->flags & (dir == DIR_EGRESS ? EP_TAP_EGRESS : EP_TAP_INGRESS)) &&
 	    tap_find(d->ep_id, p, dir) >= 0)
 		d->ev_flags |= FLOW_F_TAPPED; /* its event says so; tap_apply acts after the verdict */
-	policy_decide(d->ep_id, dir, ep_admin(ep, dir), &peer, p->t.proto, p->policy_port, &res);
+	if (!(unlikely(ep->flags & EP_HOST) && host_safe_flow(p, dir, &res)))
+		policy_decide(d->ep_id, dir, ep_admin(ep, dir), &peer, p->t.proto, p->policy_port, &res);
 	d->rule_id = res.rule_id;
 	d->match_identity = res.identity;
 
@@ -814,6 +906,10 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 	if (unlikely(!ep))
 		/* Drop: no endpoint on this interface (see handle_unknown_endpoint). */
 		return handle_unknown_endpoint(skb, pp, &d);
+	if (unlikely(ep->flags & EP_HOST) && !host_traffic(pp, dir, ret))
+		/* Not the node's own traffic: the next program on the device (the IP-in-IP
+		 * overlay's) or the kernel has it. */
+		return TC_ACT_UNSPEC;
 	d.ep_id = ep->ep_id;
 	d.src_identity = dir == DIR_EGRESS ? ep->identity : 0;
 	d.dst_identity = dir == DIR_INGRESS ? ep->identity : 0;
@@ -828,7 +924,7 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 	 * One compare with the endpoint info loaded above. Only the sending side checks: a
 	 * packet that got past it is the endpoint's, so the destination's identity lookup of
 	 * a local source address is truthful (see judge_local_source for everything else). */
-	if (dir == DIR_EGRESS && unlikely(pp->t.saddr != ep->addr))
+	if (dir == DIR_EGRESS && unlikely(pp->t.saddr != ep->addr) && !(ep->flags & EP_HOST))
 		return handle_spoofed(skb, pp, &d);
 	if (unlikely(pp->frag == FRAG_LATER))
 		return handle_later_fragment(skb, pp, &d, ep);
@@ -844,6 +940,8 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 	if (unlikely(status == CT_RELATED_FOREIGN))
 		return handle_related_foreign(skb, pp, &d, ep, now);
 	if (unlikely(status == CT_NEW)) {
+		if (unlikely(host_guard(skb, pp, dir, ep->flags)))
+			return TC_ACT_SHOT;
 		ret = handle_new(skb, pp, &d, ep, now);
 		if (unlikely(ret == RET_STEER_DNS))
 			ret = new_dns_flow(skb, pp, &d, ep, now);
@@ -911,6 +1009,27 @@ SEC("tc")
 int rampart_to_ep(struct __sk_buff *skb)
 {
 	return handle(skb, DIR_INGRESS);
+}
+
+/* tc ingress on a host device: into the node. The node's own traffic is judged as the host
+ * endpoint's ingress (host_traffic says which); what the policy path passes goes on to the
+ * device's next program (TC_ACT_UNSPEC: the IP-in-IP overlay's, with a lower priority) or
+ * to the kernel. */
+SEC("tc")
+int rampart_to_host(struct __sk_buff *skb)
+{
+	int ret = handle(skb, DIR_INGRESS);
+
+	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
+}
+
+/* tc egress on a host device: out of the node, the host endpoint's egress. */
+SEC("tc")
+int rampart_from_host(struct __sk_buff *skb)
+{
+	int ret = handle(skb, DIR_EGRESS);
+
+	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
 }
 
 /* tc egress on the VXLAN device: into the overlay (tunnel.h). */

@@ -48,6 +48,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } endpoints_by_id SEC(".maps");
 
+/* The node's flows that host policy never cuts (struct host_safe_key -> 1): the agent
+ * writes the API server's address and port there. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct host_safe_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} host_safe SEC(".maps");
+
 /* Address -> identity (longest prefix). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);

@@ -102,6 +102,20 @@ enum flow_direction : __u8 {
  * ClusterNetworkPolicy domainNames peers select what it learns. */
 #define EP_DNS_OBSERVE (1u << 7)
 #define DNS_PORT 53
+/* The node's own endpoint (host policy): its info sits on the host devices (the fabric
+ * interfaces, rampart_to_host and rampart_from_host) and under HOST_EP_ID in
+ * endpoints_by_id, where the endpoints' veths find it for traffic between them and the
+ * node. Its address check is host_traffic's, not the endpoints' anti-spoofing. */
+#define EP_HOST (1u << 8)
+#define HOST_EP_ID 4095 /* RAMPART_MAX_ENDPOINTS - 1 */
+#if HOST_EP_ID != RAMPART_MAX_ENDPOINTS - 1
+#error "HOST_EP_ID must be the last endpoint ID"
+#endif
+/* The rule ID of a host flow that host_safe admits whatever host policy says (the API
+ * server connection): mapstate.HostSafeRuleID. */
+#define HOST_SAFE_RULE_ID 0xFFFFFFFEu
+/* The VXLAN overlay's UDP port (overlay.Port). */
+#define VXLAN_PORT 4789
 
 /* Verdicts in flow events. */
 enum flow_verdict : __u8 {
@@ -163,6 +177,15 @@ enum flow_flag : __u8 {
 };
 
 /* endpoints map: key = ifindex of the host-side veth (u32). */
+/* host_safe: a peer of the node and its port (network order) that the node's own flows
+ * reach whatever host policy says, both ways (the API server). */
+struct host_safe_key {
+	__be32 addr;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
 struct endpoint_info {
 	__u32 ep_id;    /* agent-assigned endpoint number, 1..RAMPART_MAX_ENDPOINTS-1 */
 	__u32 identity; /* security identity of the endpoint */

@@ -198,6 +198,9 @@ func retiredChains(old, new []mapstate.L7Rule) bool {
 // requireProxy refuses a change that brings L7 rules when the proxy cannot run (Envoy
 // missing, say): better to say so than to accept rules whose traffic would all be refused.
 func (a *Agent) requireProxy(ps []*policy.Policy) error {
+	if err := a.requireHostPolicy(ps); err != nil {
+		return err
+	}
 	if !hasL7(ps) {
 		return nil
 	}

@@ -21,6 +21,9 @@ type EndpointInfo struct {
 	// Addr is the endpoint's IPv4 address: the only source address its packets and ARP
 	// frames may carry (anything else is dropped, ReasonSpoofedSource). Required.
 	Addr netip.Addr
+	// Host marks the node's own endpoint (mapstate.HostEndpointID) on a host device
+	// (AttachHost): its packets' addresses are the host's, which host_traffic checks.
+	Host bool
 	// Monitor marks a monitor endpoint (flow taps): no new flow may enter it except from
 	// the node itself (flow.ReasonTapMonitorDestination).
 	Monitor bool
@@ -55,7 +58,7 @@ func (d *Datapath) InstalledEndpoints() map[uint32]InstalledEndpoint {
 	out := make(map[uint32]InstalledEndpoint, len(d.endpoints))
 	for ifindex, info := range d.endpoints {
 		out[ifindex] = InstalledEndpoint{
-			EndpointInfo:   EndpointInfo{EpID: info.EpId, Identity: info.Identity, Addr: infoAddr(info), Monitor: info.Flags&epMonitor != 0},
+			EndpointInfo:   EndpointInfo{EpID: info.EpId, Identity: info.Identity, Addr: infoAddr(info), Monitor: info.Flags&epMonitor != 0, Host: info.Flags&epHost != 0},
 			EnforceIngress: info.Flags&enforceIngress != 0,
 			EnforceEgress:  info.Flags&enforceEgress != 0,
 		}
@@ -139,6 +142,9 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 	}
 	if ep.Monitor {
 		newFlags |= epMonitor
+	}
+	if ep.Host {
+		newFlags |= epHost
 	}
 
 	// Step 0: make the endpoint at least as strict as both policies while entries change.

@@ -202,6 +202,14 @@ type rampartFragValue struct {
 	IpcacheGen   uint32
 }
 
+type rampartHostSafeKey struct {
+	_     structs.HostLayout
+	Addr  uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type rampartIfaceStats struct {
 	_         structs.HostLayout
 	RxPackets uint64
@@ -380,6 +388,7 @@ const (
 	rampartMapEventsLost              = "events_lost"
 	rampartMapFlowCache               = "flow_cache"
 	rampartMapFragsPeer               = "frags_peer"
+	rampartMapHostSafe                = "host_safe"
 	rampartMapIfaceBase               = "iface_base"
 	rampartMapIpcache                 = "ipcache"
 	rampartMapIpcacheGen              = "ipcache_gen"
@@ -395,11 +404,13 @@ const (
 	rampartMapTapSets                 = "tap_sets"
 	rampartMapTunnel                  = "tunnel"
 	rampartProgRampartFromEp          = "rampart_from_ep"
+	rampartProgRampartFromHost        = "rampart_from_host"
 	rampartProgRampartFromIpip        = "rampart_from_ipip"
 	rampartProgRampartFromMonitor     = "rampart_from_monitor"
 	rampartProgRampartFromTapTunnel   = "rampart_from_tap_tunnel"
 	rampartProgRampartFromTunnel      = "rampart_from_tunnel"
 	rampartProgRampartToEp            = "rampart_to_ep"
+	rampartProgRampartToHost          = "rampart_to_host"
 	rampartProgRampartToIpip          = "rampart_to_ipip"
 	rampartProgRampartToTunnel        = "rampart_to_tunnel"
 	rampartVarCtTimeoutOther          = "ct_timeout_other"
@@ -455,11 +466,13 @@ type rampartSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartProgramSpecs struct {
 	RampartFromEp        *ebpf.ProgramSpec `ebpf:"rampart_from_ep"`
+	RampartFromHost      *ebpf.ProgramSpec `ebpf:"rampart_from_host"`
 	RampartFromIpip      *ebpf.ProgramSpec `ebpf:"rampart_from_ipip"`
 	RampartFromMonitor   *ebpf.ProgramSpec `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.ProgramSpec `ebpf:"rampart_from_tap_tunnel"`
 	RampartFromTunnel    *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel"`
 	RampartToEp          *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
+	RampartToHost        *ebpf.ProgramSpec `ebpf:"rampart_to_host"`
 	RampartToIpip        *ebpf.ProgramSpec `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
 }
@@ -482,6 +495,7 @@ type rampartMapSpecs struct {
 	EventsLost       *ebpf.MapSpec `ebpf:"events_lost"`
 	FlowCache        *ebpf.MapSpec `ebpf:"flow_cache"`
 	FragsPeer        *ebpf.MapSpec `ebpf:"frags_peer"`
+	HostSafe         *ebpf.MapSpec `ebpf:"host_safe"`
 	IfaceBase        *ebpf.MapSpec `ebpf:"iface_base"`
 	Ipcache          *ebpf.MapSpec `ebpf:"ipcache"`
 	IpcacheGen       *ebpf.MapSpec `ebpf:"ipcache_gen"`
@@ -546,6 +560,7 @@ type rampartMaps struct {
 	EventsLost       *ebpf.Map `ebpf:"events_lost"`
 	FlowCache        *ebpf.Map `ebpf:"flow_cache"`
 	FragsPeer        *ebpf.Map `ebpf:"frags_peer"`
+	HostSafe         *ebpf.Map `ebpf:"host_safe"`
 	IfaceBase        *ebpf.Map `ebpf:"iface_base"`
 	Ipcache          *ebpf.Map `ebpf:"ipcache"`
 	IpcacheGen       *ebpf.Map `ebpf:"ipcache_gen"`
@@ -578,6 +593,7 @@ func (m *rampartMaps) Close() error {
 		m.EventsLost,
 		m.FlowCache,
 		m.FragsPeer,
+		m.HostSafe,
 		m.IfaceBase,
 		m.Ipcache,
 		m.IpcacheGen,
@@ -614,11 +630,13 @@ type rampartVariables struct {
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartPrograms struct {
 	RampartFromEp        *ebpf.Program `ebpf:"rampart_from_ep"`
+	RampartFromHost      *ebpf.Program `ebpf:"rampart_from_host"`
 	RampartFromIpip      *ebpf.Program `ebpf:"rampart_from_ipip"`
 	RampartFromMonitor   *ebpf.Program `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.Program `ebpf:"rampart_from_tap_tunnel"`
 	RampartFromTunnel    *ebpf.Program `ebpf:"rampart_from_tunnel"`
 	RampartToEp          *ebpf.Program `ebpf:"rampart_to_ep"`
+	RampartToHost        *ebpf.Program `ebpf:"rampart_to_host"`
 	RampartToIpip        *ebpf.Program `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.Program `ebpf:"rampart_to_tunnel"`
 }
@@ -626,11 +644,13 @@ type rampartPrograms struct {
 func (p *rampartPrograms) Close() error {
 	return _RampartClose(
 		p.RampartFromEp,
+		p.RampartFromHost,
 		p.RampartFromIpip,
 		p.RampartFromMonitor,
 		p.RampartFromTapTunnel,
 		p.RampartFromTunnel,
 		p.RampartToEp,
+		p.RampartToHost,
 		p.RampartToIpip,
 		p.RampartToTunnel,
 	)

@@ -86,17 +86,10 @@ func (d *Datapath) setTunnel(cfg rampartTunnelConfig) error {
 // real host it is eth0), and a filter of someone else's at priority 1 must not be
 // replaced.
 const (
-	filterToIPIP       = "rampart_to_ipip"
-	filterFromIPIP     = "rampart_from_ipip"
-	fabricFilterPrio   = 0xb7
-	fabricFilterHandle = 1
+	filterToIPIP     = "rampart_to_ipip"
+	filterFromIPIP   = "rampart_from_ipip"
+	fabricFilterPrio = 0xb7
 )
-
-func fabricFilter(idx int, parent uint32, name string, prog *ebpf.Program) *netlink.BpfFilter {
-	f := bpfFilter(idx, parent, name, prog)
-	f.Priority, f.Handle = fabricFilterPrio, fabricFilterHandle
-	return f
-}
 
 // AttachIPIP makes the node an IP-in-IP overlay node: local, its address on the fabric,
 // becomes the outer source of what it encapsulates and the only outer destination it
@@ -179,10 +172,10 @@ func (d *Datapath) attachIPIP(netnsPath string, local netip.Addr, ifnames []stri
 		if err := h.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("attaching the IP-in-IP overlay to %s: adding clsact qdisc: %w", ifname, err)
 		}
-		if err := h.FilterReplace(fabricFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromIPIP, d.objs.RampartFromIpip)); err != nil {
+		if err := h.FilterReplace(ipipFilters.filter(idx, netlink.HANDLE_MIN_INGRESS, filterFromIPIP, d.objs.RampartFromIpip)); err != nil {
 			return fmt.Errorf("attaching the IP-in-IP overlay to %s: tc ingress filter: %w", ifname, err)
 		}
-		if err := h.FilterReplace(fabricFilter(idx, netlink.HANDLE_MIN_EGRESS, filterToIPIP, d.objs.RampartToIpip)); err != nil {
+		if err := h.FilterReplace(ipipFilters.filter(idx, netlink.HANDLE_MIN_EGRESS, filterToIPIP, d.objs.RampartToIpip)); err != nil {
 			return fmt.Errorf("attaching the IP-in-IP overlay to %s: tc egress filter: %w", ifname, err)
 		}
 	}
@@ -193,77 +186,8 @@ func (d *Datapath) attachIPIP(netnsPath string, local netip.Addr, ifnames []stri
 // at netnsPath, except those in keep, and returns the interfaces it removed them from. A
 // clsact qdisc left without filters is removed too; one that holds someone else's stays.
 func DetachIPIP(netnsPath string, keep ...string) ([]string, error) {
-	h, err := netlinkHandle(netnsPath)
-	if err != nil {
-		return nil, fmt.Errorf("detaching the IP-in-IP overlay: %w", err)
-	}
-	defer h.Close()
-	links, err := h.LinkList()
-	if err != nil {
-		return nil, fmt.Errorf("detaching the IP-in-IP overlay: listing interfaces: %w", err)
-	}
-	var done []string
-	for _, lnk := range links {
-		if slices.Contains(keep, lnk.Attrs().Name) {
-			continue
-		}
-		removed, err := detachIPIPLink(h, lnk)
-		if err != nil {
-			return done, err
-		}
-		if removed {
-			done = append(done, lnk.Attrs().Name)
-		}
-	}
-	return done, nil
+	return ipipFilters.detach(netnsPath, keep)
 }
 
 // detachIPIPFrom removes the IP-in-IP programs from the interface ifname, if it still exists.
-func detachIPIPFrom(netnsPath, ifname string) error {
-	h, err := netlinkHandle(netnsPath)
-	if err != nil {
-		return fmt.Errorf("detaching the IP-in-IP overlay: %w", err)
-	}
-	defer h.Close()
-	lnk, err := h.LinkByName(ifname)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil // gone, and its filters with it
-		}
-		return fmt.Errorf("detaching the IP-in-IP overlay from %s: %w", ifname, err)
-	}
-	_, err = detachIPIPLink(h, lnk)
-	return err
-}
-
-func detachIPIPLink(h *netlink.Handle, lnk netlink.Link) (bool, error) {
-	name, idx := lnk.Attrs().Name, lnk.Attrs().Index
-	removed, others := false, false
-	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-		fs, err := h.FilterList(lnk, parent)
-		if err != nil {
-			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-				continue // no clsact qdisc
-			}
-			return false, fmt.Errorf("detaching the IP-in-IP overlay from %s: listing filters: %w", name, err)
-		}
-		for _, f := range fs {
-			bf, ok := f.(*netlink.BpfFilter)
-			if !ok || bf.Priority != fabricFilterPrio || (bf.Name != filterToIPIP && bf.Name != filterFromIPIP) {
-				others = true
-				continue
-			}
-			if err := h.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
-				return false, fmt.Errorf("detaching the IP-in-IP overlay from %s: %w", name, err)
-			}
-			removed = true
-		}
-	}
-	if removed && !others {
-		if err := h.QdiscDel(clsact(idx)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
-			return removed, fmt.Errorf("detaching the IP-in-IP overlay from %s: removing clsact qdisc: %w", name, err)
-		}
-	}
-	return removed, nil
-}
+func detachIPIPFrom(netnsPath, ifname string) error { return ipipFilters.detachFrom(netnsPath, ifname) }

@@ -90,6 +90,9 @@ func (in Input) Check() error {
 			errs = append(errs, fmt.Errorf("endpoints %s and %s share address %v", other, name, ep.IP))
 		}
 		epAddrs[ep.IP.Unmap()] = name
+		if ep.Host != (ep.ID == HostEndpointID) || ep.Host && ep.Identity != identity.Host {
+			errs = append(errs, fmt.Errorf("endpoint %s: only the host endpoint has ID %d and identity host", name, HostEndpointID))
+		}
 		if ep.Identity == identity.Any || ep.Identity&identity.EndpointCIDRFlag != 0 {
 			errs = append(errs, fmt.Errorf("endpoint %s has invalid identity %d", name, ep.Identity))
 		}
@@ -296,7 +299,7 @@ func newComputer(in *Input) *computer {
 		prec:       tierPrecedence(in),
 	}
 	for _, ep := range in.Endpoints {
-		if !validEndpointIdentity(ep.Identity) {
+		if !validEndpointIdentity(ep.Identity) || ep.Host {
 			continue
 		}
 		set, ok := c.portsByID[ep.Identity]
@@ -585,7 +588,7 @@ func (c *computer) ruleKeys(ep Endpoint, pr preparedRule, own *namedPortSet) fun
 // applies reports whether the rule has a say on ep's traffic (enforcement aside).
 func (pr preparedRule) applies(ep Endpoint) bool {
 	r := pr.rule
-	return (r.Direction == policy.Ingress || r.Direction == policy.Egress) && r.Subject.Matches(ep.Labels)
+	return (r.Direction == policy.Ingress || r.Direction == policy.Egress) && r.Host == ep.Host && r.Subject.Matches(ep.Labels)
 }
 
 func (c *computer) endpointPolicy(ep Endpoint, rules []preparedRule) EndpointPolicy {
@@ -616,7 +619,7 @@ func (c *computer) endpointPolicy(ep Endpoint, rules []preparedRule) EndpointPol
 			}
 		}
 	}
-	if c.in.AllowHost && pol.EnforceIngress {
+	if c.in.AllowHost && pol.EnforceIngress && !ep.Host {
 		// Before the deny pass: a deny rule that matches the host still wins.
 		addEntry(pol.Entries, Key{Identity: identity.Host, Direction: policy.Ingress, Protocol: policy.ProtoAny},
 			Value{RuleID: HostTrafficRuleID})
@@ -753,7 +756,7 @@ func (c *computer) ipcache() map[netip.Prefix]IPCacheEntry {
 	// Local endpoints after hosts and remote pods: an address that is both is a local
 	// endpoint's.
 	for _, ep := range c.in.Endpoints {
-		if ep.IP.IsValid() {
+		if ep.IP.IsValid() && !ep.Host {
 			a := ep.IP.Unmap()
 			m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: ep.Identity, Secondary: c.secondary(a), EndpointID: ep.ID}
 		}

@@ -17,7 +17,11 @@ type NamedPort struct {
 
 // Endpoint is what the computation needs to know of one endpoint.
 type Endpoint struct {
-	ID         uint32 // ep_id in the dataplane
+	ID uint32 // ep_id in the dataplane
+	// Host marks the node's own endpoint (HostEndpointID, identity.Host, the node's labels):
+	// only host policy rules (policy.Rule.Host) apply to it, and it is no peer of its own
+	// (the host identity is a reserved one, its addresses are Input.HostIPs).
+	Host       bool
 	Namespace  string
 	Name       string
 	Labels     labels.Labels // full label set (see docs/architecture.md)
@@ -69,6 +73,21 @@ type Input struct {
 	// any set); Trace uses it, Compute ignores it.
 	CIDRSetMembership func(netip.Addr) uint32
 }
+
+// HostEndpointID is the host endpoint's ep_id: the last one the dataplane has
+// (RAMPART_MAX_ENDPOINTS - 1), never given to a pod.
+const HostEndpointID uint32 = 4095
+
+// HostEndpointName is the host endpoint's name in flows and traces (its namespace is "").
+const HostEndpointName = "host"
+
+// HostSafeRuleID is the rule ID the dataplane reports for a flow of the host endpoint that
+// host policy never cuts (the API server connection, rampartd's host-safe flows); no
+// policy rule may have it.
+const HostSafeRuleID uint32 = 1<<32 - 2
+
+// HostSafeDescription describes the HostSafeRuleID verdict, for explanations.
+const HostSafeDescription = "always allowed by the agent: the API server connection of a node with host policy"
 
 // HostTrafficRuleID is the rule ID of the entry that Input.AllowHost adds; no policy rule
 // may have it (Check).

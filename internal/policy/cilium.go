@@ -205,9 +205,15 @@ func (d *docParser) ciliumRule(n *yaml.Node, path string) ([]Rule, ruleLabelInfo
 	dirs := map[Direction]*dirState{Ingress: {}, Egress: {}}
 	var subject labels.Selector
 	var subjectE *entry
+	// Known before the directions are parsed: a host policy refuses some of their fields.
+	d.host = slices.ContainsFunc(entries, func(e entry) bool { return e.name == "nodeSelector" })
+	defer func() { d.host = false }()
 	for i, e := range entries {
 		switch e.name {
 		case "endpointSelector":
+			if subjectE != nil {
+				return nil, lbl, d.fail(e.key, e.path, "a rule selects endpoints (endpointSelector) or nodes (nodeSelector), not both")
+			}
 			if isNull(e.val) {
 				return nil, lbl, d.fail(e.val, e.path, "must be a selector (use {} to select every endpoint)")
 			}
@@ -216,8 +222,21 @@ func (d *docParser) ciliumRule(n *yaml.Node, path string) ([]Rule, ruleLabelInfo
 			}
 			subjectE = &entries[i]
 		case "nodeSelector":
-			// Host policies select nodes, not endpoints.
-			return nil, lbl, d.unsupported(e)
+			// A host policy: it selects nodes by their labels, and applies to each selected
+			// node's own traffic (its host endpoint), never to pods.
+			if d.kind != KindCiliumClusterwidePolicy {
+				return nil, lbl, d.fail(e.key, e.path, "only a CiliumClusterwideNetworkPolicy may select nodes")
+			}
+			if subjectE != nil {
+				return nil, lbl, d.fail(e.key, e.path, "a rule selects endpoints (endpointSelector) or nodes (nodeSelector), not both")
+			}
+			if isNull(e.val) {
+				return nil, lbl, d.fail(e.val, e.path, "must be a selector (use {} to select every node)")
+			}
+			if subject, err = d.selector(e.val, e.path, ciliumSelector); err != nil {
+				return nil, lbl, err
+			}
+			subjectE = &entries[i]
 		case "ingress", "ingressDeny", "egress", "egressDeny":
 			dir := Ingress
 			if strings.HasPrefix(e.name, "egress") {
@@ -305,12 +324,13 @@ func (d *docParser) ciliumRule(n *yaml.Node, path string) ([]Rule, ruleLabelInfo
 				if st.override != nil {
 					desc = st.overPath
 				}
-				out = append(out, Rule{Description: desc, Subject: subject, Direction: dir, EnableDefaultDeny: true})
+				out = append(out, Rule{Description: desc, Subject: subject, Host: d.host, Direction: dir, EnableDefaultDeny: true})
 			}
 			continue
 		}
 		for _, r := range st.rules {
 			r.Subject = subject
+			r.Host = d.host
 			r.EnableDefaultDeny = enforced
 			out = append(out, r)
 		}
@@ -449,6 +469,9 @@ func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, den
 		case "toFQDNs":
 			if dir != Egress || deny {
 				return r, d.unknown(e)
+			}
+			if d.host {
+				return r, d.fail(e.key, e.path, "not supported in a host policy (nodeSelector): the host's DNS queries pass no DNS proxy")
 			}
 			hasL3 = true
 			sels, err := d.fqdnSelectors(e)
@@ -614,6 +637,9 @@ func (d *docParser) ciliumPortRule(n *yaml.Node, path string, dir Direction, den
 				// Cilium's deny rules have no L7 part: a request cannot be dropped after
 				// the connection it travels on was allowed.
 				return nil, d.unknown(e)
+			}
+			if d.host {
+				return nil, d.fail(e.key, e.path, "not supported in a host policy (nodeSelector): the host's connections pass no L7 proxy")
 			}
 			if l7, err = d.l7Rules(e); err != nil {
 				return nil, err

@@ -38,7 +38,7 @@ const corpusDir = "testdata/manifests"
 
 // corpus lists every file of corpusDir (README.md aside). Each rejection names
 // the first unsupported field in document order; the reason for each is in the file:
-// Kafka L7 rules, HTTP rules towards FQDN peers, services, requires, host policies (nodeSelector), SNI,
+// Kafka L7 rules, HTTP rules towards FQDN peers, services, requires, extended protocols (VRRP), SNI,
 // Envoy listeners, auth.
 var corpus = map[string]corpusWant{
 	"cilium-examples/minikube/dns_policy_with_l7.yaml":                              {field: "specs[0].egress[0].toFQDNs", reason: "L7 rules towards toFQDNs peers " + ReasonNotSupported},
@@ -50,10 +50,10 @@ var corpus = map[string]corpusWant{
 	"cilium-examples/policies/entities.yaml":                                        accepted(1),
 	"cilium-examples/policies/getting-started/dns-pattern.yaml":                     accepted(1),
 	"cilium-examples/policies/getting-started/kafka.yaml":                           rejected("spec.ingress[0].toPorts[0].rules.kafka"),
-	"cilium-examples/policies/host/allow-extended-protocols.yaml":                   rejected("spec.nodeSelector"),
-	"cilium-examples/policies/host/demo-host-policy.yaml":                           rejected("spec.nodeSelector"),
-	"cilium-examples/policies/host/lock-down-dev-vms.yaml":                          rejected("spec.nodeSelector"),
-	"cilium-examples/policies/host/lock-down-ingress.yaml":                          rejected("spec.nodeSelector"),
+	"cilium-examples/policies/host/allow-extended-protocols.yaml":                   {field: "spec.egress[0].toPorts[0].ports[5].protocol", reason: `protocol "VRRP" ` + ReasonNotSupported},
+	"cilium-examples/policies/host/demo-host-policy.yaml":                           accepted(1),
+	"cilium-examples/policies/host/lock-down-dev-vms.yaml":                          accepted(1),
+	"cilium-examples/policies/host/lock-down-ingress.yaml":                          accepted(1),
 	"cilium-examples/policies/kubernetes/clustermesh/cross-cluster-policy.yaml":     accepted(1),
 	"cilium-examples/policies/kubernetes/clusterwide/clusterscope-policy.yaml":      accepted(1),
 	"cilium-examples/policies/kubernetes/namespace/isolate-namespaces.yaml":         accepted(2),

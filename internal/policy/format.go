@@ -43,7 +43,11 @@ func FormatRule(r Rule) string {
 		enforce = "no-default-deny"
 	}
 	fmt.Fprintf(&b, "  rule %d %s: %s %s %s\n", r.Index, r.Description, where, verdict, enforce)
-	fmt.Fprintf(&b, "    subject: %s\n", r.Subject)
+	if r.Host {
+		fmt.Fprintf(&b, "    subject: nodes %s\n", r.Subject)
+	} else {
+		fmt.Fprintf(&b, "    subject: %s\n", r.Subject)
+	}
 	b.WriteString("    peers:")
 	switch {
 	case r.AllPeers:

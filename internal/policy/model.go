@@ -116,8 +116,12 @@ type Rule struct {
 	Index       int    // rule position inside the policy (ClusterNetworkPolicy: within its direction)
 	Description string // human readable, e.g. "ingress[0]" or "specs[1].egressDeny[0]"
 	Subject     labels.Selector
-	Direction   Direction
-	Deny        bool
+	// Host: Subject selects nodes by their labels (CiliumClusterwideNetworkPolicy
+	// nodeSelector), and the rule applies to the traffic of the node itself (its host
+	// endpoint), never to pods; other rules never apply to the host.
+	Host      bool
+	Direction Direction
+	Deny      bool
 	// Tier, Priority and Pass are ClusterNetworkPolicy's: a rule of the Admin or Baseline
 	// tier decides for the traffic it matches unless a rule before it (a lower Priority,
 	// or the same policy's earlier rule: Index) matched first. Accept is !Deny && !Pass;

@@ -29,7 +29,10 @@ type docParser struct {
 	kind      Kind
 	namespace string
 	name      string
-	groups    bool // CiliumCIDRGroup, TapContract and TrafficControl documents are accepted (Parse, not ParseDocuments)
+	// host: the rule being parsed has a nodeSelector (a host policy): its L7 rules and
+	// toFQDNs are refused, as the host's traffic passes no proxy.
+	host   bool
+	groups bool // CiliumCIDRGroup, TapContract and TrafficControl documents are accepted (Parse, not ParseDocuments)
 	// root and rootJSON: the document's node and, when the reader had it, its JSON
 	// rendering, which toJSON returns instead of rendering root again.
 	root     *yaml.Node
