@@ -11,10 +11,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,6 +30,7 @@ import (
 	"github.com/rampartnet/rampart/internal/cniinstall"
 	"github.com/rampartnet/rampart/internal/k8s/identities"
 	"github.com/rampartnet/rampart/internal/k8s/watcher"
+	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/version"
 )
@@ -52,6 +57,7 @@ What it changes on the host, in its node network namespace (--node-netns, else i
     --tunnel=vxlan also the VXLAN device rampart_vxlan (UDP 4789) with two programs;
     with --tunnel=ipip two programs (tc filters, priority 0xb7) on the interfaces the
     routes to the other nodes leave through
+  - with --host-firewall: two programs (tc filters, priority 0xb6) on the host devices
   - BPF maps and programs pinned in --bpf-dir (with --attach=tcx also the TCX links on the endpoints' veths; with
     --l7-send-side a sockops link on the root cgroup)
   - with Services declared: four cgroup sock_addr programs on --service-cgroup, held by
@@ -86,6 +92,8 @@ func run(args []string) int {
 		debug       bool
 		showVersion bool
 		kubeconfig  string
+		hostDevices string
+		nodeLabels  string
 		nodeName    string
 		idGrace     time.Duration
 		inCluster   bool
@@ -113,6 +121,9 @@ func run(args []string) int {
 	fs.StringVar((*string)(&cfg.Tunnel), "tunnel", string(overlay.Native), "how packets reach pods on other nodes: native = routes to the nodes' addresses over the fabric, the receiver takes the source's identity from its address; vxlan = a VXLAN overlay whose VNI carries the source's identity, pods created with an MTU 50 bytes below the fabric's; ipip = IP-in-IP between the node addresses, added and removed by the dataplane on the fabric interfaces, accepted only from node addresses, the receiver takes the identity from the inner source address, pods created with an MTU 20 bytes below the fabric's")
 	fs.StringVar(&cfg.ServiceCgroup, "service-cgroup", "", "the cgroup v2 directory whose sockets the Service translation rewrites, attached when the first Service is declared (default: the cgroup v2 root; docs/services.md)")
 	fs.StringVar((*string)(&cfg.HostTraffic), "host-traffic", string(agent.HostTrafficAllow), "what the host (this node, identity host) may send to local endpoints: allow = admitted into every endpoint whatever its ingress allow rules (deny and L7 rules still apply), as Kubernetes expects for kubelet probes; policy = an ordinary peer, admitted only by rules that select it (fromEntities: [host])")
+	fs.BoolVar(&cfg.HostFirewall, "host-firewall", false, "enforce host policy: the rules of a CiliumClusterwideNetworkPolicy with a nodeSelector matching this node's labels apply to the node's own traffic on the host devices (without it such policies are refused); the overlay between nodes and the node's connections to the API server are never cut (docs/policy-language.md, Host policy)")
+	fs.StringVar(&hostDevices, "host-devices", "", "with --host-firewall: the node's interfaces its own traffic enters and leaves by, comma-separated (default in Kubernetes mode: those holding the node's address)")
+	fs.StringVar(&nodeLabels, "node-labels", "", "outside Kubernetes mode: this node's labels for host policy's nodeSelector, k=v,... (in Kubernetes mode: the Node object's)")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubernetes mode: the API server's client configuration; nodes, pods, namespaces and policies then come from the API (docs/cluster.md), and --pod-cidr from this node's Node object")
 	fs.BoolVar(&inCluster, "in-cluster", false, "Kubernetes mode with the pod's service account (the DaemonSet's, deploy/): the API server from $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT; instead of --kubeconfig")
 	fs.StringVar(&cni.BinDir, "cni-bin-dir", "", "install the CNI plugin: once the agent serves (in Kubernetes mode: once its first sync applied), copy --cni-plugin into this directory (the container runtime's, usually /opt/cni/bin) and write "+cniinstall.ConfName+" into --cni-conf-dir; --uninstall removes both")
@@ -155,6 +166,15 @@ func run(args []string) int {
 		return 2
 	}
 	cfg.PodCIDR = p
+	if hostDevices != "" {
+		cfg.HostDevices = strings.Split(hostDevices, ",")
+	}
+	if nodeLabels != "" {
+		if cfg.NodeLabels, err = labels.Parse(nodeLabels); err != nil {
+			fmt.Fprintf(os.Stderr, "rampartd: --node-labels: %v\n", err)
+			return 2
+		}
+	}
 
 	if (cni.BinDir == "") != (cni.ConfDir == "") {
 		fmt.Fprintf(os.Stderr, "rampartd: --cni-bin-dir and --cni-conf-dir go together\n")
@@ -335,5 +355,42 @@ func startWatcher(ctx context.Context, cfg *agent.Config, kubeconfig, nodeName s
 	}
 	cfg.PodCIDR = own.PodCIDR
 	cfg.Kubernetes = &agent.Kubernetes{NodeName: nodeName, NodeAddress: own.Address, Pods: w}
+	if cfg.APIServers, err = apiServerAddrs(ctx, kcfg.Host); err != nil {
+		return nil, err
+	}
 	return w, nil
+}
+
+// apiServerAddrs are the addresses and port of the API server URL host (a client
+// configuration's Host), its name resolved: host policy never cuts them.
+func apiServerAddrs(ctx context.Context, host string) ([]netip.AddrPort, error) {
+	u, err := url.Parse(host)
+	if err != nil || u.Host == "" {
+		u, err = url.Parse("https://" + host)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the API server's address %q: %w", host, err)
+	}
+	port := uint16(443)
+	if p := u.Port(); p != "" {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("the API server's port %q: %w", p, err)
+		}
+		port = uint16(n)
+	}
+	if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
+		return []netip.AddrPort{netip.AddrPortFrom(ip.Unmap(), port)}, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupNetIP(rctx, "ip4", u.Hostname())
+	if err != nil {
+		return nil, fmt.Errorf("resolving the API server %s: %w", u.Hostname(), err)
+	}
+	var out []netip.AddrPort
+	for _, ip := range ips {
+		out = append(out, netip.AddrPortFrom(ip.Unmap(), port))
+	}
+	return out, nil
 }

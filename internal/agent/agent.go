@@ -58,6 +58,8 @@ type Agent struct {
 	proxyRouted bool
 
 	k8s *k8sState // Kubernetes mode's record (cluster.go); nil outside it
+	// hostDevs is host policy's state (host.go); nil without the host firewall.
+	hostDevs *hostState
 
 	view  atomic.Pointer[view] // read by the flow decorator without mu
 	flows *flowHub
@@ -199,6 +201,18 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.dp.SetupOverlay(a.net.NetnsPath(), cfg.Tunnel); err != nil {
 		return nil, err
 	}
+	if a.host && cfg.HostFirewall && !a.own.HostDevices {
+		a.own.HostDevices = true
+		if err := a.own.save(); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.setupHost(m); err != nil {
+		return nil, err
+	}
+	if len(cfg.NodeLabels) > 0 || a.k8s == nil {
+		m.nodeLabels = cfg.NodeLabels
+	}
 	if len(m.cidrsets) > 0 {
 		// The pinned tables still hold the sets; loading them again makes them equal to
 		// the files, which are the record (a crash may have come between the two). Before
@@ -226,6 +240,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("re-applying stored state: %w", err)
 	}
 	a.model, a.cur = m, d
+	if err := a.attachHost(); err != nil {
+		return nil, err
+	}
 	if err := a.persist(m, d); err != nil {
 		return nil, err
 	}
@@ -301,6 +318,7 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 	if st.NextEpID > 0 {
 		m.nextEpID = st.NextEpID
 	}
+	m.nodeLabels = st.NodeLabels
 	m.fqdn = fqdnViewOf(a.dns.cache, m, time.Now())
 	alloc := identity.NewAllocator()
 	if len(st.Identities) > 0 {
@@ -378,6 +396,11 @@ func (a *Agent) removeStale() {
 	for _, idx := range a.ifindex {
 		known[idx] = true
 	}
+	if a.hostDevs != nil {
+		for _, idx := range a.hostDevs.ifindexes {
+			known[idx] = true
+		}
+	}
 	for idx, ep := range a.dp.InstalledEndpoints() {
 		if known[idx] {
 			continue
@@ -427,6 +450,7 @@ func (a *Agent) persist(m *model, d *desired) error {
 		Instance:   a.cfg.Instance,
 		PodCIDR:    a.cfg.PodCIDR,
 		Namespaces: m.namespaces,
+		NodeLabels: m.nodeLabels,
 		NextRuleID: m.nextRuleID,
 		NextEpID:   m.nextEpID,
 	}
@@ -549,6 +573,9 @@ func (a *Agent) applyOnce(old, new *desired, pl l7Plans, m *model, force bool) e
 		if err := a.dp.ApplyEndpoint(a.ifindex[rec.EpID], info, new.state.Endpoints[rec.EpID]); err != nil {
 			return fmt.Errorf("endpoint %s: %w", key, err)
 		}
+	}
+	if err := a.applyHost(old, new, m, force); err != nil {
+		return err
 	}
 	if force {
 		if err := a.dp.ApplyIPCache(new.state.IPCache); err != nil {

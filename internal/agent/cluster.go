@@ -69,6 +69,9 @@ type ClusterView struct {
 	Namespaces map[string]labels.Labels
 	// Nodes are the other nodes.
 	Nodes []NodeRecord
+	// NodeLabels are this node's Node object's labels (host policy's nodeSelector
+	// matches them).
+	NodeLabels labels.Labels
 	// Remotes are the pods on other nodes with an address.
 	Remotes []RemoteEndpointRecord
 	// Objects are the policy objects (NetworkPolicy, CiliumNetworkPolicy,
@@ -325,6 +328,9 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 
 	var tapRefused map[string]string
 	mutate := func(m *model) error {
+		if !maps.Equal(m.nodeLabels, v.NodeLabels) {
+			m.nodeLabels = maps.Clone(v.NodeLabels)
+		}
 		m.namespaces = map[string]labels.Labels{}
 		for ns, l := range v.Namespaces {
 			if validateNamespace(ns) != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/rampartnet/rampart/internal/dnsproxy"
 	"github.com/rampartnet/rampart/internal/flow"
 	"github.com/rampartnet/rampart/internal/fqdn"
+	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
@@ -81,6 +82,21 @@ type Config struct {
 	// HostTrafficPolicy makes it an ordinary peer, admitted only by rules that select it
 	// (fromEntities: [host]).
 	HostTraffic HostTraffic
+	// HostFirewall turns host policy on: the rules of a CiliumClusterwideNetworkPolicy with
+	// a nodeSelector apply to this node's own traffic on HostDevices, when the selector
+	// matches NodeLabels (docs/policy-language.md, "Host policy"). Off, such policies are
+	// refused.
+	HostFirewall bool
+	// HostDevices are the node namespace's interfaces the node's own traffic enters and
+	// leaves by (read at start); empty: in Kubernetes mode, those holding the node's
+	// address.
+	HostDevices []string
+	// NodeLabels are this node's labels, which nodeSelector matches, outside Kubernetes
+	// mode; in it, the Node object's labels.
+	NodeLabels labels.Labels
+	// APIServers are the Kubernetes API server's addresses: host policy never cuts the
+	// node's connections to them.
+	APIServers []netip.AddrPort
 	// ServiceCgroup is the cgroup v2 directory the Service translation is attached to
 	// (docs/services.md) when the first Service is declared (default: the cgroup v2 root,
 	// datapath.DefaultServiceCgroup: every pod's sockets).
@@ -180,6 +196,12 @@ func (cfg Config) validate() error {
 	}
 	if _, err := datapath.ParseAttachMode(string(cfg.Attach)); err != nil {
 		return err
+	}
+	if cfg.HostFirewall && len(cfg.HostDevices) == 0 && cfg.Kubernetes == nil {
+		return fmt.Errorf("host firewall: name the host devices (outside Kubernetes mode there is no node address to find them by)")
+	}
+	if len(cfg.NodeLabels) > 0 && cfg.Kubernetes != nil {
+		return fmt.Errorf("node labels: in Kubernetes mode they are the Node object's")
 	}
 	if cfg.HostTraffic != HostTrafficAllow && cfg.HostTraffic != HostTrafficPolicy {
 		return fmt.Errorf("host traffic %q: want %q or %q", cfg.HostTraffic, HostTrafficAllow, HostTrafficPolicy)

@@ -66,6 +66,9 @@ type Network interface {
 	// MonitorReading reports whether a monitor (its namespace at netnsPath) reads its
 	// receive interface (endpoint.MonitorReading).
 	MonitorReading(netnsPath string) (bool, error)
+	// Devices finds the node namespace's interfaces by name, or, with no names, those
+	// holding the address holding (host policy's host devices).
+	Devices(names []string, holding netip.Addr) ([]endpoint.Device, error)
 }
 
 var _ Network = endpoint.Node{}
@@ -107,4 +110,10 @@ type Engine struct {
 	// nodeAddr is this node's address in Kubernetes mode (invalid outside it): a frontend
 	// of every NodePort Service with the other nodes' (services.go).
 	nodeAddr netip.Addr
+	// hostFirewall: the computation's input has the host endpoint (host.go), whose
+	// address is hostAddr; hostAddrs are the host devices' addresses, host addresses
+	// in the ipcache.
+	hostFirewall bool
+	hostAddr     netip.Addr
+	hostAddrs    []netip.Addr
 }

@@ -74,6 +74,8 @@ func (a *Agent) publishView() {
 	}
 	// The entry that admits the host (--host-traffic=allow) is the agent's, not a policy's.
 	v.rules[mapstate.HostTrafficRuleID] = api.RuleRef{ID: mapstate.HostTrafficRuleID, Policy: "rampartd", Rule: "--host-traffic=" + string(HostTrafficAllow)}
+	// So is the one that admits the node's connections to the API server (host policy).
+	v.rules[mapstate.HostSafeRuleID] = api.RuleRef{ID: mapstate.HostSafeRuleID, Policy: "rampartd", Rule: "--host-firewall: the API server connection"}
 	alloc := a.cur.alloc
 	v.alloc = &identityLabeler{labels: func(id identity.Identity) ([]string, bool) {
 		if l, ok := alloc.Labels(id); ok {
@@ -148,6 +150,8 @@ func (a *Agent) decorate(ev flow.Event) api.Flow {
 	}
 	if e, ok := v.byEpID[ev.EpID]; ok {
 		f.Endpoint = e.Key()
+	} else if ev.EpID == mapstate.HostEndpointID {
+		f.Endpoint = mapstate.HostEndpointName // the node itself (host policy)
 	}
 	if ev.RuleID != 0 {
 		if r, ok := v.rules[ev.RuleID]; ok {

@@ -42,6 +42,9 @@ type Kernel struct {
 	// DNS is the DNS proxy's place in the dataplane (dns.go); nil: DNS rules steer to no
 	// proxy, so their queries are dropped.
 	DNS DNSKernel
+	// Host is host policy's place in the dataplane (host.go); nil: the host firewall is
+	// refused.
+	Host HostDevices
 	// Close releases the agent's handles; pinned maps and attached programs stay.
 	Close func() error
 }
@@ -78,7 +81,7 @@ func openKernel(cfg Config) (Kernel, error) {
 	services := &lazyServices{cgroup: cfg.ServiceCgroup}
 	return Kernel{
 		EndpointTables: dp, IPCache: dp, ProxyRouting: dp, MapMemories: dp, Overlay: overlayKernel{dp},
-		Taps: taps, Monitors: taps, Services: services, DNS: dp,
+		Taps: taps, Monitors: taps, Services: services, DNS: dp, Host: dp,
 		CIDRSets: tables, SendSide: side, FlowEvents: events,
 		Close: func() error {
 			once.Do(func() {

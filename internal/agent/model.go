@@ -39,7 +39,10 @@ type model struct {
 	monitorsDown map[string]string
 	// fqdn is what the toFQDNs selectors select of the learnt names (dns.go); nil: no
 	// name learnt. Never persisted: the cache of names is (stateFile.FQDN).
-	fqdn       *fqdnView
+	fqdn *fqdnView
+	// nodeLabels are this node's labels: Config.NodeLabels, or the Node object's in
+	// Kubernetes mode. Host policy's nodeSelector matches them.
+	nodeLabels labels.Labels
 	nextRuleID uint32
 	nextEpID   uint32
 }
@@ -81,6 +84,7 @@ func (m *model) clone() *model {
 		quarantine:   maps.Clone(m.quarantine),
 		monitorsDown: maps.Clone(m.monitorsDown),
 		fqdn:         m.fqdn,
+		nodeLabels:   m.nodeLabels,
 		nextRuleID:   m.nextRuleID,
 		nextEpID:     m.nextEpID,
 	}
@@ -267,7 +271,10 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 	}
 	alloc.Retain(used, prefixes)
 	d.input.Rules = rules
-	d.input.HostIPs = []netip.Addr{router}
+	if e.hostFirewall {
+		d.input.Endpoints = append(d.input.Endpoints, e.hostEndpoint(m))
+	}
+	d.input.HostIPs = e.hostIPs(router)
 	d.input.AllowHost = e.allowHost
 	d.input.CIDRIdentities = cidrIDs
 	d.input.RulePolicies = refs

@@ -158,6 +158,7 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		Kubernetes: a.kubernetesStatus(),
 		TapPolicy:  a.tapPolicyStatus(),
 		Monitors:   a.monitorsStatus(),
+		Host:       a.hostStatus(),
 	}, nil
 }
 

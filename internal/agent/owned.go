@@ -53,6 +53,9 @@ type owned struct {
 	// TapDevice: the instance made the tap tunnel device (copies for monitors on other
 	// nodes).
 	TapDevice bool `json:"tapDevice,omitempty"`
+	// HostDevices: the instance put the host programs on the node's interfaces (host
+	// policy, Config.HostFirewall).
+	HostDevices bool `json:"hostDevices,omitempty"`
 	// Sysctls are the node namespace's settings the instance changed, in the order it
 	// changed them, with the values they had before.
 	Sysctls []sysctlChange `json:"sysctls,omitempty"`

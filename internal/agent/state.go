@@ -107,18 +107,22 @@ type stateFile struct {
 	Instance   string                   `json:"instance"`
 	PodCIDR    netip.Prefix             `json:"podCIDR"`
 	Namespaces map[string]labels.Labels `json:"namespaces"`
-	Endpoints  []*EndpointRecord        `json:"endpoints,omitempty"`
-	Policies   []*PolicyRecord          `json:"policies"`
-	Nodes      []*NodeRecord            `json:"nodes,omitempty"`
-	Remotes    []*RemoteEndpointRecord  `json:"remoteEndpoints,omitempty"`
-	Taps       []*TapRecord             `json:"taps,omitempty"`
-	TapPolicy  *TapPolicyRecord         `json:"tapPolicy,omitempty"`
-	Services   []*ServiceRecord         `json:"services,omitempty"`
-	Accepted   []*AcceptedObjectRecord  `json:"acceptedObjects,omitempty"`
-	Quarantine []*QuarantineRecord      `json:"quarantine,omitempty"`
-	FQDN       []fqdn.Entry             `json:"fqdn,omitempty"` // learnt names (dns.go)
-	NextRuleID uint32                   `json:"nextRuleID"`
-	Identities json.RawMessage          `json:"identities"`
+	// NodeLabels are the node's labels host policy selects by (model.nodeLabels): kept
+	// so that a restarted agent in Kubernetes mode enforces host policy before its first
+	// sync.
+	NodeLabels labels.Labels           `json:"nodeLabels,omitempty"`
+	Endpoints  []*EndpointRecord       `json:"endpoints,omitempty"`
+	Policies   []*PolicyRecord         `json:"policies"`
+	Nodes      []*NodeRecord           `json:"nodes,omitempty"`
+	Remotes    []*RemoteEndpointRecord `json:"remoteEndpoints,omitempty"`
+	Taps       []*TapRecord            `json:"taps,omitempty"`
+	TapPolicy  *TapPolicyRecord        `json:"tapPolicy,omitempty"`
+	Services   []*ServiceRecord        `json:"services,omitempty"`
+	Accepted   []*AcceptedObjectRecord `json:"acceptedObjects,omitempty"`
+	Quarantine []*QuarantineRecord     `json:"quarantine,omitempty"`
+	FQDN       []fqdn.Entry            `json:"fqdn,omitempty"` // learnt names (dns.go)
+	NextRuleID uint32                  `json:"nextRuleID"`
+	Identities json.RawMessage         `json:"identities"`
 	// NextEpID is the last field: save writes the file as the encoding without it
 	// (which it compares) with the cursor put back at the end.
 	NextEpID uint32 `json:"nextEpID"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/rampartnet/rampart/internal/api"
@@ -92,6 +93,13 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 // tracePeer resolves "ns/name" (a local endpoint, or a pod on another node: its address,
 // which the ipcache maps to its identity) or an address.
 func (a *Agent) tracePeer(s string) (TracePeer, error) {
+	host := a.hostEndpoint()
+	if s == mapstate.HostEndpointName {
+		if host == nil {
+			return TracePeer{}, api.NotFound("host: this agent enforces no host policy (rampartd --host-firewall)")
+		}
+		return TracePeer{Endpoint: host, IP: host.IP}, nil
+	}
 	if strings.Contains(s, "/") {
 		if rec, ok := a.model.endpoints[s]; ok {
 			return TracePeer{Endpoint: a.mapstateEndpoint(rec), IP: rec.IP}, nil
@@ -115,7 +123,21 @@ func (a *Agent) tracePeer(s string) (TracePeer, error) {
 			return TracePeer{IP: ip, Node: r.Node}, nil
 		}
 	}
+	if host != nil && slices.Contains(a.cur.input.HostIPs, ip) {
+		return TracePeer{Endpoint: host, IP: ip}, nil
+	}
 	return TracePeer{IP: ip}, nil
+}
+
+// hostEndpoint is the host endpoint of the current computation (nil without the host
+// firewall).
+func (a *Agent) hostEndpoint() *mapstate.Endpoint {
+	for i := range a.cur.input.Endpoints {
+		if a.cur.input.Endpoints[i].Host {
+			return &a.cur.input.Endpoints[i]
+		}
+	}
+	return nil
 }
 
 // unresolvedPeer returns the first of the peers (namespace/name or address) that is a

@@ -221,6 +221,12 @@ func undoNode(cfg Config, o *owned) []error {
 			errs = append(errs, err)
 		}
 	}
+	if o.HostDevices {
+		// The host programs on the node's interfaces, which are not the instance's.
+		if _, err := datapath.DetachHost(node.NetnsPath()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if o.TapDevice {
 		if err := overlay.DeleteTapDevice(node.NetnsPath()); err != nil {
 			errs = append(errs, err)

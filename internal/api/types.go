@@ -52,9 +52,23 @@ type Status struct {
 	Kubernetes *KubernetesStatus `json:"kubernetes,omitempty"`
 	// TapPolicy is the tap policy's state (nil without one).
 	TapPolicy *TapPolicyStatus `json:"tapPolicy,omitempty"`
+	// Host is host policy's state (nil when rampartd runs without --host-firewall).
+	Host *HostStatus `json:"host,omitempty"`
 	// Monitors is what this node's monitors received and sent outside any contract's
 	// counters (nil when the node has no monitor and counted nothing).
 	Monitors *MonitorsStatus `json:"monitors,omitempty"`
+}
+
+// HostStatus is host policy's state: the node's own endpoint.
+type HostStatus struct {
+	Devices []string          `json:"devices"` // the interfaces it is enforced on
+	Labels  map[string]string `json:"labels"`  // the node's labels nodeSelector matches
+	// EnforceIngress and EnforceEgress: a host policy selecting the node isolates it in
+	// that direction.
+	EnforceIngress bool `json:"enforceIngress"`
+	EnforceEgress  bool `json:"enforceEgress"`
+	// Safe are the peers the node's connections to are never cut (the API server).
+	Safe []string `json:"safe,omitempty"`
 }
 
 // DNSStatus is the DNS proxy's state (docs/policy-language.md, "DNS") and the cache of

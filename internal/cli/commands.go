@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
@@ -529,6 +530,9 @@ func (a *app) statusCommand() *cobra.Command {
 				fmt.Fprintf(w, "L7 send-side:\t%d pairs; requests: %d passed, %d refused (403), %d outside the subset (400), %d failed sends; %d events lost\n",
 					s.Pairs, s.Passed, s.Refused, s.OutsideSubset, s.SendFailed, s.EventsLost)
 			}
+			if h := st.Host; h != nil {
+				fmt.Fprintf(w, "Host policy:\t%s\n", hostLine(h))
+			}
 			if tp := st.TapPolicy; tp != nil {
 				fmt.Fprintf(w, "Tap policy:\t%s: %d contracts, %d requests unplaced\n", tp.File, tp.Contracts, tp.Unplaced)
 			}
@@ -661,6 +665,23 @@ func proxyLine(p api.ProxyStatus) string {
 }
 
 // dnsLine is the status line of the DNS proxy and the learnt names.
+func hostLine(h *api.HostStatus) string {
+	enforce := "open"
+	switch {
+	case h.EnforceIngress && h.EnforceEgress:
+		enforce = "ingress and egress enforced"
+	case h.EnforceIngress:
+		enforce = "ingress enforced"
+	case h.EnforceEgress:
+		enforce = "egress enforced"
+	}
+	s := fmt.Sprintf("on %s, %s (labels %s)", strings.Join(h.Devices, ","), enforce, labels.Labels(h.Labels))
+	if len(h.Safe) > 0 {
+		s += "; never cut: " + strings.Join(h.Safe, ",")
+	}
+	return s
+}
+
 func dnsLine(d api.DNSStatus) string {
 	s := d.State
 	if d.Listen != "" {

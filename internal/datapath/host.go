@@ -79,6 +79,13 @@ func DetachHost(netnsPath string, keep ...string) ([]string, error) {
 	return hostFilters.detach(netnsPath, keep)
 }
 
+// DetachHostDevices takes the host programs off every interface of the network namespace
+// at netnsPath (DetachHost).
+func (d *Datapath) DetachHostDevices(netnsPath string) error {
+	_, err := DetachHost(netnsPath)
+	return err
+}
+
 // HostSafe is a peer of the node, with its port and protocol, that the node's own flows
 // reach whatever host policy says (both ways: the flow is created on the node's side).
 type HostSafe struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -591,6 +592,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 	}
 	for _, n := range nodes {
 		if n.Name == w.opts.NodeName {
+			v.NodeLabels = labels.Labels(maps.Clone(n.Labels))
 			continue
 		}
 		v.Acks[n.Name] = n.Annotations[agent.PodsAckAnnotation]
