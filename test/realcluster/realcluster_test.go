@@ -62,9 +62,11 @@ spec:
 // kube-scheduler; kubectl exec and logs work through the kubelets; a NetworkPolicy is
 // enforced by Rampart between pods on different nodes (one pair allowed, one denied, both
 // connected before the policy); deleting the namespace completes (kube-controller-manager's
-// namespace controller, the kubelets killing the pods).
+// namespace controller, the kubelets killing the pods). The agents run with
+// --host-firewall: host policy locking the nodes down cuts neither the API server
+// connections nor the pods' traffic (hostLockedDown).
 func TestRealNodes(t *testing.T) {
-	c := nodetest.Start(t, nodetest.Options{Nodes: 2})
+	c := nodetest.Start(t, nodetest.Options{Nodes: 2, AgentFlags: []string{"--host-firewall"}})
 	t.Logf("cluster start time: %v", c.Started.Round(time.Millisecond))
 	ctx := context.Background()
 
@@ -94,6 +96,8 @@ func TestRealNodes(t *testing.T) {
 	checkServices(t, c, ns, pods)
 
 	enforcedAcrossNodes(t, c, ns, pods)
+
+	hostLockedDown(t, c, ns, pods["client"]["node-1"].Name, pods["other"]["node-1"].Name, pods["web"]["node-2"].Status.PodIP+":8080")
 
 	t.Logf("resident memory with 6 pods:\n%s", c.RSSReport())
 
