@@ -197,9 +197,6 @@ func (cfg Config) validate() error {
 	if _, err := datapath.ParseAttachMode(string(cfg.Attach)); err != nil {
 		return err
 	}
-	if cfg.HostFirewall && len(cfg.HostDevices) == 0 && cfg.Kubernetes == nil {
-		return fmt.Errorf("host firewall: name the host devices (outside Kubernetes mode there is no node address to find them by)")
-	}
 	if len(cfg.NodeLabels) > 0 && cfg.Kubernetes != nil {
 		return fmt.Errorf("node labels: in Kubernetes mode they are the Node object's")
 	}

@@ -56,9 +56,9 @@ func (a *Agent) requireHostPolicy(ps []*policy.Policy) error {
 func (a *Agent) hostFirewall() bool { return a.hostDevs != nil }
 
 // setupHost finds the host devices and their addresses (which become host addresses in
-// the ipcache), before the first computation. Without the host firewall it takes host
-// programs an earlier run left off every interface: their endpoint info goes with the
-// other stale endpoints (removeStale).
+// the ipcache), before the first computation. Without the host firewall it takes the host
+// programs an earlier run of this instance left off every interface: their endpoint info
+// goes with the other stale endpoints (removeStale).
 func (a *Agent) setupHost(m *model) error {
 	if !a.cfg.HostFirewall {
 		for _, key := range sortedKeys(m.policies) {
@@ -66,13 +66,24 @@ func (a *Agent) setupHost(m *model) error {
 				a.log.Warn("a stored host policy is not enforced: rampartd runs without --host-firewall", "policy", key)
 			}
 		}
-		if a.dp.Host != nil {
-			return a.dp.Host.DetachHostDevices(a.net.NetnsPath())
+		// Only this instance's own programs: another instance may run the host firewall in
+		// the same namespace.
+		if a.dp.Host != nil && a.own.HostDevices {
+			if err := a.dp.Host.DetachHostDevices(a.net.NetnsPath()); err != nil {
+				return err
+			}
+			a.own.HostDevices = false
+			return a.own.save()
 		}
 		return nil
 	}
 	if a.dp.Host == nil {
 		return fmt.Errorf("host firewall: this dataplane has no host programs")
+	}
+	if len(a.cfg.HostDevices) == 0 && !a.eng.nodeAddr.IsValid() {
+		// Checked here, not with the rest of the configuration: uninstall takes the
+		// same flags without Kubernetes mode.
+		return fmt.Errorf("host firewall: name the host devices (outside Kubernetes mode there is no node address to find them by)")
 	}
 	devs, err := a.net.Devices(a.cfg.HostDevices, a.eng.nodeAddr)
 	if err != nil {

@@ -38,7 +38,14 @@ func hostLockedDown(t *testing.T, c *nodetest.Cluster, ns, client, other, web st
 	t.Helper()
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	kubelet1 := netip.AddrPortFrom(n1.Address, 10250)
-	fromNode2 := func() bool { return testenv.Probe(endpoint.NetnsPath(n2.Netns), kubelet1, "tcp", time.Second) }
+	// The kubelet speaks TLS: a completed handshake is the answer.
+	fromNode2 := func() bool {
+		conn, err := testenv.Dial(endpoint.NetnsPath(n2.Netns), "tcp", kubelet1, time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	}
 	if !fromNode2() {
 		t.Fatalf("node-2 cannot reach node-1's kubelet (%v) before host policy", kubelet1)
 	}
