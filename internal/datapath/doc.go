@@ -14,6 +14,11 @@
 // clsact qdisc (AttachTC, the default) or as TCX links pinned under Config.PinDir
 // (AttachTCX). Both look the endpoint up by skb->ifindex in the endpoints map.
 //
+// rampart_to_host and rampart_from_host run on the node's own interfaces (AttachHost) for
+// host policy: the host endpoint's info sits there, and they judge only the node's own
+// traffic, passing everything else on to the next filter (the IP-in-IP overlay's, whose
+// filters and the host's are fabricFilters).
+//
 // # Maps
 //
 // All maps are pinned by name under Config.PinDir: endpoints (and the same info by ep_id in
