@@ -364,6 +364,101 @@ static __noinline int related_from_node(struct __sk_buff *skb, const struct pkt 
 	return outside_cluster(&peer);
 }
 
+/* host_traffic says whether a parsed packet on a host device (an EP_HOST interface) is the
+ * node's own traffic, for host policy: IPv4 to a host address (tc ingress) or from one (tc
+ * egress). Forwarded packets (to and from pods, which their own veths judge), ARP and IPv6
+ * (host policy is IPv4's) are not; nor is the overlay between nodes (VXLAN, IP-in-IP from
+ * and to a known node's address), which host policy must never cut. */
+static __noinline int host_traffic(const struct pkt *p, __u32 dir, int parsed)
+{
+	struct peer_identity own, peer;
+
+	if (parsed != PARSE_IPV4)
+		return 0;
+	ipcache_resolve(dir == DIR_INGRESS ? p->t.daddr : p->t.saddr, &own);
+	if (own.identity != ID_HOST)
+		return 0;
+	ipcache_resolve(dir == DIR_INGRESS ? p->t.saddr : p->t.daddr, &peer);
+	if (peer.identity == ID_REMOTE_NODE &&
+	    (p->t.proto == IPPROTO_IPIP || (p->t.proto == IPPROTO_UDP && p->t.dport == bpf_htons(VXLAN_PORT))))
+		return 0;
+	return 1;
+}
+
+/* host_safe_flow says whether a new flow of the host endpoint is one host policy never
+ * cuts: to or from a host_safe peer and port (the API server). If so, *res is the allow
+ * verdict with HOST_SAFE_RULE_ID. */
+static __noinline int host_safe_flow(const struct pkt *p, __u32 dir, struct verdict *res)
+{
+	struct host_safe_key k = {
+		.addr = dir == DIR_EGRESS ? p->t.daddr : p->t.saddr,
+		.port = dir == DIR_EGRESS ? p->t.dport : p->t.sport,
+		.proto = p->t.proto,
+	};
+
+	if (!bpf_map_lookup_elem(&host_safe, &k))
+		return 0;
+	res->action = POLICY_ALLOW;
+	res->proxy = 0;
+	res->prec = 0;
+	res->rule_id = HOST_SAFE_RULE_ID;
+	res->identity = 0;
+	return 1;
+}
+
+/* host_guard judges, for a new flow of an endpoint, the node's side of it when the other
+ * side is the node itself and a host endpoint exists: a flow from the endpoint to a host
+ * address against the host's ingress policy, a flow the node sends to the endpoint (no
+ * ingress interface: the node's own) against the host's egress policy. The endpoint's own
+ * verdict is its own programs' as always. For an established flow (established: its
+ * check word changed, recheck_established) only a deny entry drops, as for the endpoint's
+ * own policy. Returns TC_ACT_SHOT after reporting a drop as the host's, 0 otherwise. Out
+ * of line and called from the program's body, not from handle_new: its stack must not add
+ * to handle_new's call chain. */
+static __noinline int host_guard(struct __sk_buff *skb, struct pkt *p, __u32 dir, __u32 flags,
+				 __u32 established)
+{
+	__u32 host_id = HOST_EP_ID;
+	struct endpoint_info *host;
+	struct peer_identity hostside, peer;
+	struct verdict res = {};
+	__u8 hdir;
+
+	if (flags & EP_HOST)
+		return 0;
+	host = bpf_map_lookup_elem(&endpoints_by_id, &host_id);
+	if (!host)
+		return 0; /* no host policy on this node */
+	if (dir == DIR_INGRESS && skb->ingress_ifindex)
+		return 0; /* from an interface: not the node's own packet */
+	ipcache_resolve(dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &hostside);
+	if (hostside.identity != ID_HOST)
+		return 0;
+	/* The host's direction is the opposite of the endpoint's; its peer is the endpoint. */
+	hdir = dir == DIR_EGRESS ? DIR_INGRESS : DIR_EGRESS;
+	ipcache_resolve(dir == DIR_EGRESS ? p->t.saddr : p->t.daddr, &peer);
+	policy_decide(HOST_EP_ID, hdir, host->flags & (hdir == DIR_INGRESS ? EP_ADMIN_INGRESS : EP_ADMIN_EGRESS),
+		      &peer, p->t.proto, p->policy_port, &res);
+	if (res.action == POLICY_DENY ||
+	    (!established && res.action != POLICY_ALLOW &&
+	     (host->flags & (hdir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS)))) {
+		struct decision d = {
+			.ep_id = HOST_EP_ID,
+			.src_identity = hdir == DIR_INGRESS ? peer.identity : ID_HOST,
+			.dst_identity = hdir == DIR_INGRESS ? ID_HOST : peer.identity,
+			.rule_id = res.rule_id,
+			.match_identity = res.identity,
+			.dir = hdir,
+		};
+
+		/* Drop: the node's own policy refuses the flow; reported as the host's. */
+		if (p->frag == FRAG_FIRST)
+			frag_record(p, &d, 0);
+		return drop(skb, p, &d, res.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY);
+	}
+	return 0;
+}
+
 /* recheck_drop drops a packet of an established flow that recheck_established refused with
  * verdict res. */
 static __always_inline int recheck_drop(struct __sk_buff *skb, struct pkt *p, struct decision *d,
@@ -449,97 +544,6 @@ __noinline int recheck_established(struct __sk_buff *skb, struct pkt *p __arg_no
 	v->peer_identity = peer.identity;
 	ct_set_checked(v, ct_check_word(ct_check_revision(ep, p), p));
 	return -1;
-}
-
-/* host_traffic says whether a parsed packet on a host device (an EP_HOST interface) is the
- * node's own traffic, for host policy: IPv4 to a host address (tc ingress) or from one (tc
- * egress). Forwarded packets (to and from pods, which their own veths judge), ARP and IPv6
- * (host policy is IPv4's) are not; nor is the overlay between nodes (VXLAN, IP-in-IP from
- * and to a known node's address), which host policy must never cut. */
-static __noinline int host_traffic(const struct pkt *p, __u32 dir, int parsed)
-{
-	struct peer_identity own, peer;
-
-	if (parsed != PARSE_IPV4)
-		return 0;
-	ipcache_resolve(dir == DIR_INGRESS ? p->t.daddr : p->t.saddr, &own);
-	if (own.identity != ID_HOST)
-		return 0;
-	ipcache_resolve(dir == DIR_INGRESS ? p->t.saddr : p->t.daddr, &peer);
-	if (peer.identity == ID_REMOTE_NODE &&
-	    (p->t.proto == IPPROTO_IPIP || (p->t.proto == IPPROTO_UDP && p->t.dport == bpf_htons(VXLAN_PORT))))
-		return 0;
-	return 1;
-}
-
-/* host_safe_flow says whether a new flow of the host endpoint is one host policy never
- * cuts: to or from a host_safe peer and port (the API server). If so, *res is the allow
- * verdict with HOST_SAFE_RULE_ID. */
-static __noinline int host_safe_flow(const struct pkt *p, __u32 dir, struct verdict *res)
-{
-	struct host_safe_key k = {
-		.addr = dir == DIR_EGRESS ? p->t.daddr : p->t.saddr,
-		.port = dir == DIR_EGRESS ? p->t.dport : p->t.sport,
-		.proto = p->t.proto,
-	};
-
-	if (!bpf_map_lookup_elem(&host_safe, &k))
-		return 0;
-	res->action = POLICY_ALLOW;
-	res->proxy = 0;
-	res->prec = 0;
-	res->rule_id = HOST_SAFE_RULE_ID;
-	res->identity = 0;
-	return 1;
-}
-
-/* host_guard judges, for a new flow of an endpoint, the node's side of it when the other
- * side is the node itself and a host endpoint exists: a flow from the endpoint to a host
- * address against the host's ingress policy, a flow the node sends to the endpoint (no
- * ingress interface: the node's own) against the host's egress policy. The endpoint's own
- * verdict is its own programs' as always. Returns TC_ACT_SHOT after reporting a drop as
- * the host's, 0 otherwise. Out of line and called from the program's body, not from
- * handle_new: its stack must not add to handle_new's call chain. */
-static __noinline int host_guard(struct __sk_buff *skb, struct pkt *p, __u32 dir, __u32 flags)
-{
-	__u32 host_id = HOST_EP_ID;
-	struct endpoint_info *host;
-	struct peer_identity hostside, peer;
-	struct verdict res = {};
-	__u8 hdir;
-
-	if (flags & EP_HOST)
-		return 0;
-	host = bpf_map_lookup_elem(&endpoints_by_id, &host_id);
-	if (!host)
-		return 0; /* no host policy on this node */
-	if (dir == DIR_INGRESS && skb->ingress_ifindex)
-		return 0; /* from an interface: not the node's own packet */
-	ipcache_resolve(dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &hostside);
-	if (hostside.identity != ID_HOST)
-		return 0;
-	/* The host's direction is the opposite of the endpoint's; its peer is the endpoint. */
-	hdir = dir == DIR_EGRESS ? DIR_INGRESS : DIR_EGRESS;
-	ipcache_resolve(dir == DIR_EGRESS ? p->t.saddr : p->t.daddr, &peer);
-	policy_decide(HOST_EP_ID, hdir, host->flags & (hdir == DIR_INGRESS ? EP_ADMIN_INGRESS : EP_ADMIN_EGRESS),
-		      &peer, p->t.proto, p->policy_port, &res);
-	if (res.action == POLICY_DENY ||
-	    (res.action != POLICY_ALLOW && (host->flags & (hdir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS)))) {
-		struct decision d = {
-			.ep_id = HOST_EP_ID,
-			.src_identity = hdir == DIR_INGRESS ? peer.identity : ID_HOST,
-			.dst_identity = hdir == DIR_INGRESS ? ID_HOST : peer.identity,
-			.rule_id = res.rule_id,
-			.match_identity = res.identity,
-			.dir = hdir,
-		};
-
-		/* Drop: the node's own policy refuses the flow; reported as the host's. */
-		if (p->frag == FRAG_FIRST)
-			frag_record(p, &d, 0);
-		return drop(skb, p, &d, res.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY);
-	}
-	return 0;
 }
 
 /* dest_ingress evaluates, at the sender's veth, the ingress policy of the local endpoint
@@ -940,7 +944,7 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 	if (unlikely(status == CT_RELATED_FOREIGN))
 		return handle_related_foreign(skb, pp, &d, ep, now);
 	if (unlikely(status == CT_NEW)) {
-		if (unlikely(host_guard(skb, pp, dir, ep->flags)))
+		if (unlikely(host_guard(skb, pp, dir, ep->flags, 0)))
 			return TC_ACT_SHOT;
 		ret = handle_new(skb, pp, &d, ep, now);
 		if (unlikely(ret == RET_STEER_DNS))
@@ -956,6 +960,10 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 		ret = recheck_established(skb, pp, &d, ep, entry);
 		if (ret >= 0)
 			return ret;
+		/* A flow between the endpoint and the node: the host's policy too (from here,
+		 * not from recheck_established, for the call chain's stack). */
+		if (unlikely(entry->peer_identity == ID_HOST) && host_guard(skb, pp, dir, ep->flags, 1))
+			return TC_ACT_SHOT;
 	}
 	if (dir == DIR_EGRESS &&
 	    unlikely(ct_flags & (CT_F_TO_PROXY | CT_F_FROM_PROXY | CT_F_SOCKVERDICT))) {

@@ -23,6 +23,8 @@ type HostDevices interface {
 	// DetachHostDevices takes them off every interface there.
 	DetachHostDevices(netnsPath string) error
 	SetHostSafe(entries []datapath.HostSafe) error
+	// RecheckFlows has every established flow checked again on its next packet.
+	RecheckFlows() error
 }
 
 // hostState is host policy's part of the agent (Config.HostFirewall).
@@ -148,6 +150,11 @@ func (a *Agent) applyHost(old, new *desired, m *model, force bool) error {
 		if err := a.dp.ApplyEndpoint(idx, info, new.state.Endpoints[id]); err != nil {
 			return fmt.Errorf("host endpoint: %w", err)
 		}
+	}
+	// The endpoints' flows with the node were judged by the host's policy too: a deny
+	// entry it gained must reach them (the host endpoint's own flows follow its revision).
+	if err := a.dp.Host.RecheckFlows(); err != nil {
+		return fmt.Errorf("host endpoint: %w", err)
 	}
 	return nil
 }

@@ -86,6 +86,15 @@ func (d *Datapath) DetachHostDevices(netnsPath string) error {
 	return err
 }
 
+// RecheckFlows makes every established flow be checked again on its next packet (the
+// ipcache generation moves), for a change no endpoint's revision records: the host's
+// policy, which the endpoints' veths apply to flows between them and the node.
+func (d *Datapath) RecheckFlows() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.bumpIPCacheGeneration()
+}
+
 // HostSafe is a peer of the node, with its port and protocol, that the node's own flows
 // reach whatever host policy says (both ways: the flow is created on the node's side).
 type HostSafe struct {

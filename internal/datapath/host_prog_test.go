@@ -115,11 +115,23 @@ func TestHostPolicy(t *testing.T) {
 	}
 	f.apply(false, false)
 	f.applyHost(hostDev, true, true, e(allow(epIdent, in, tcp, 9100, 16, 2)), e(allow(epIdent, out, tcp, 80, 16, 3)))
-	f.expectPass("endpoint to host:9100", f.fromEp(syn(epIP, ipHost, 9100)))
+	est := syn(epIP, ipHost, 9100)
+	f.expectPass("endpoint to host:9100", f.fromEp(est))
 	f.expectHostDrop("endpoint to host:9200", f.fromEp(syn(epIP, ipHost, 9200)), flow.ReasonPolicyDefaultDeny, uint8(in))
 	f.expectPass("endpoint to the world (not the host's)", f.fromEp(syn(epIP, ipOut, 9200)))
 	f.expectPass("host to endpoint:80", f.toEp(syn(ipHost, epIP, 80)))
 	f.expectHostDrop("host to endpoint:81", f.toEp(syn(ipHost, epIP, 81)), flow.ReasonPolicyDefaultDeny, uint8(out))
+	// A deny entry the host's policy gains reaches the established flow once flows are
+	// checked again (the agent asks for it with every host policy change).
+	ack := est
+	ack.tcpFlags = 0x10
+	f.expectPass("endpoint to host:9100, established", f.fromEp(ack))
+	f.applyHost(hostDev, true, true, e(allow(epIdent, in, tcp, 9100, 16, 2)), e(allow(epIdent, out, tcp, 80, 16, 3)),
+		e(deny(epIdent, in, tcp, 9100, 16, 4)))
+	if err := f.d.RecheckFlows(); err != nil {
+		t.Fatal(err)
+	}
+	f.expectHostDrop("endpoint to host:9100, established, after a host deny", f.fromEp(ack), flow.ReasonPolicyDeny, uint8(in))
 	if err := f.d.RemoveEndpoint(hostDev, hostEpID); err != nil {
 		t.Fatal(err)
 	}
