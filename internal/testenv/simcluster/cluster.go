@@ -387,9 +387,9 @@ func Stop(dir string) error {
 }
 
 // removeCgroup removes the cluster's cgroup once the processes that were in it have gone
-// (the kernel sees it empty a moment after they exit).
+// (the kernel sees it empty a moment after they exit; on a loaded machine, seconds).
 func removeCgroup(dir string) error {
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := os.Remove(dir)
 		if err == nil || errors.Is(err, os.ErrNotExist) {

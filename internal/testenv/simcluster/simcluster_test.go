@@ -175,6 +175,6 @@ func TestStartInterrupted(t *testing.T) {
 		t.Fatalf("interrupted Start: %v, want context.Canceled", err)
 	}
 	if left := leftovers(cfg); len(left) > 0 {
-		t.Errorf("an interrupted Start left: %s", strings.Join(left, "; "))
+		t.Errorf("an interrupted Start left: %s (Start returned: %v)", strings.Join(left, "; "), err)
 	}
 }
