@@ -11,7 +11,9 @@ import (
 // image garbage collection keeps it (no registry to pull it from again); the CRI plugin sets
 // up each pod's lo itself rather than running the loopback plugin; a container's
 // oom_score_adj is not lowered below containerd's own, which this host does not allow
-// (no CAP_SYS_RESOURCE).
+// (no CAP_SYS_RESOURCE). NRI is off: nothing here uses it, and its socket is a fixed host
+// path (/var/run/nri/nri.sock) that the containerds of two nodes, or of two labs, would
+// take from each other.
 func containerdConfig(runc, pauseImage string) string {
 	return fmt.Sprintf(`version = 3
 root = "/var/lib/containerd"
@@ -19,6 +21,9 @@ state = "/run/containerd"
 
 [grpc]
   address = "/run/containerd/containerd.sock"
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
 
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = %q
