@@ -21,6 +21,11 @@ type EndpointInfo struct {
 	// Addr is the endpoint's IPv4 address: the only source address its packets and ARP
 	// frames may carry (anything else is dropped, ReasonSpoofedSource). Required.
 	Addr netip.Addr
+	// Addr6 is the endpoint's IPv6 address, and LinkLocal6 the link-local address of its
+	// interface: the only IPv6 sources its packets may carry, and the only targets its
+	// neighbour advertisements may claim. Without Addr6 every IPv6 packet to or from the
+	// endpoint is dropped (ReasonUnsupportedL3). Both or neither.
+	Addr6, LinkLocal6 netip.Addr
 	// Host marks the node's own endpoint (mapstate.HostEndpointID) on a host device
 	// (AttachHost): its packets' addresses are the host's, which host_traffic checks.
 	Host bool
