@@ -38,6 +38,7 @@
 #include "tunnel.h"
 #include "ipip.h"
 #include "tap.h"
+#include "ipv6.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -262,6 +263,27 @@ static __noinline int handle_spoofed(struct __sk_buff *skb, struct pkt *p, struc
 	return drop(skb, p, d, REASON_SPOOFED_SOURCE);
 }
 
+/* local_source_spoofed is judge_local_source's check of a packet the node received on
+ * interface iif (not 0): a source with the host identity becomes world, and a local
+ * endpoint's address must have come from that endpoint's interface. */
+static __always_inline int local_source_spoofed(__u32 iif, struct peer_identity *peer, __u32 *sender)
+{
+	struct endpoint_info *from;
+
+	if (peer->identity == ID_HOST) {
+		/* The address's CIDR identities stay: ipBlock and CIDR rules select addresses. */
+		peer->identity = ID_WORLD;
+		return 0;
+	}
+	if (!peer->ep_id)
+		return 0;
+	from = endpoint_of(iif);
+	if (from && from->ep_id == peer->ep_id)
+		return 0;
+	*sender = from ? from->identity : ID_WORLD;
+	return 1;
+}
+
 /* judge_local_source checks, for a new flow entering an endpoint, the peer identity that
  * the ipcache gave the packet's source address, against where the packet came from
  * (skb->ingress_ifindex: the interface the node received it on; 0 for a packet the node
@@ -295,7 +317,6 @@ static __always_inline int judge_local_source(struct __sk_buff *skb, const struc
 					      __u32 *sender)
 {
 	__u32 iif = skb->ingress_ifindex;
-	struct endpoint_info *from;
 
 	if (!iif)
 		return 0; /* sent by the node itself */
@@ -305,18 +326,7 @@ static __always_inline int judge_local_source(struct __sk_buff *skb, const struc
 		d->ev_flags |= FLOW_F_TAPPED;
 		return 0;
 	}
-	if (peer->identity == ID_HOST) {
-		/* The address's CIDR identities stay: ipBlock and CIDR rules select addresses. */
-		peer->identity = ID_WORLD;
-		return 0;
-	}
-	if (!peer->ep_id)
-		return 0;
-	from = endpoint_of(iif);
-	if (from && from->ep_id == peer->ep_id)
-		return 0;
-	*sender = from ? from->identity : ID_WORLD;
-	return 1;
+	return local_source_spoofed(iif, peer, sender);
 }
 
 /* outside_cluster says whether a resolved address is outside the cluster: world, or a CIDR
@@ -838,9 +848,9 @@ static __noinline int handle_unparsed(struct __sk_buff *skb, struct pkt *p, stru
 		}
 		return pass();
 	case PARSE_IPV6:
-		/* Drop: IPv6 is not enforced yet, and unenforced means not allowed. So neighbour
-		 * discovery, and with it any IPv6 address an endpoint could claim, goes nowhere;
-		 * IPv6 support must bring the same source check as IPv4 and ARP. */
+		/* Drop: an IPv6 frame the IPv6 path did not take (rampart_from_ep6,
+		 * rampart_to_ep6): its skb->protocol said otherwise, or the tail call failed.
+		 * Unenforced means not allowed. */
 		return drop(skb, p, d, REASON_UNSUPPORTED_L3);
 	case PARSE_OTHER_L3:
 		/* Drop: an ethertype other than IPv4/ARP/IPv6 (VLAN, MPLS, ...), no policy for it. */
@@ -1005,18 +1015,351 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	return ret;
 }
 
+/* ---- IPv6 (ipv6.h) ---- */
+
+/* own6 says whether addr is one of the endpoint's IPv6 addresses. */
+static __always_inline int own6(const struct endpoint6 *a, const __u8 *addr)
+{
+	return ip6_equal(addr, a->addr) || ip6_equal(addr, a->lladdr);
+}
+
+/* judge_local_source6 is judge_local_source for IPv6 (taps aside: they take no IPv6). */
+static __always_inline int judge_local_source6(struct __sk_buff *skb, struct peer_identity *peer,
+					       __u32 *sender)
+{
+	__u32 iif = skb->ingress_ifindex;
+
+	if (!iif)
+		return 0;
+	return local_source_spoofed(iif, peer, sender);
+}
+
+/* peer6 resolves the peer of an IPv6 packet in direction dir. A link-local peer is the
+ * node: on an endpoint's veth nothing else is on the link. Returns 1 when the source is
+ * spoofed (judge_local_source6; *sender: the identity to report). */
+static __always_inline int peer6(struct __sk_buff *skb, const struct pkt6 *p, __u8 dir,
+				 struct peer_identity *peer, __u32 *sender)
+{
+	const __u8 *addr = dir == DIR_EGRESS ? p->t.daddr : p->t.saddr;
+
+	if (ip6_is_link_local(addr)) {
+		__builtin_memset(peer, 0, sizeof(*peer));
+		peer->identity = ID_HOST;
+		return 0;
+	}
+	ipcache_resolve6(addr, peer);
+	if (dir == DIR_INGRESS)
+		return judge_local_source6(skb, peer, sender);
+	return 0;
+}
+
+/* handle6_nd passes a neighbour discovery or MLD message after checking what it claims, as
+ * handle_unparsed does for ARP: such messages carry no policy (the link needs them for any
+ * IPv6 traffic), so they must not claim anything of another's. Leaving the endpoint, the
+ * source is its own address, its link-local one, or unspecified (duplicate address
+ * detection, an MLD report before it has an address), and a neighbour advertisement's
+ * target one of its own: a forged one would claim another endpoint's (or the router's)
+ * address in the node's neighbour table. An endpoint is a host: router advertisements,
+ * redirects and MLD queries from it claim the router's role and drop, as spoofed. Both ways,
+ * a neighbour discovery message must have hop limit 255, that is come from the link. */
+static __noinline int handle6_nd(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+				 const struct endpoint6 *a)
+{
+	__u8 t = p->icmp_type;
+
+	/* Drop: neighbour discovery that did not come from the link. */
+	if (t >= ICMP6_T_ROUTER_SOLICIT && t <= ICMP6_T_REDIRECT && p->hop_limit != ND_HOP_LIMIT)
+		return drop6(skb, p, d, REASON_MALFORMED);
+	if (d->dir == DIR_INGRESS)
+		return pass();
+	/* Drop: router advertisement, redirect or MLD query from an endpoint. */
+	if (t == ICMP6_T_ROUTER_ADVERT || t == ICMP6_T_REDIRECT || t == ICMP6_T_MLD_QUERY)
+		return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
+	/* Drop: a source address not the endpoint's (unspecified only before it has one). */
+	if (!own6(a, p->t.saddr) && !(ip6_is_zero(p->t.saddr) && t != ICMP6_T_NEIGH_ADVERT))
+		return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
+	/* Drop: a neighbour advertisement for an address not the endpoint's. */
+	if (t == ICMP6_T_NEIGH_ADVERT && !own6(a, p->nd_target))
+		return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
+	return pass();
+}
+
+/* handle6_spoofed drops an IPv6 packet that leaves the endpoint from an address not its own
+ * (handle_spoofed). */
+static __noinline int handle6_spoofed(struct __sk_buff *skb, struct pkt6 *p, struct decision *d)
+{
+	struct peer_identity peer;
+
+	ipcache_resolve6(p->t.daddr, &peer);
+	d->dst_identity = peer.identity;
+	/* Drop: source address not the sending endpoint's. */
+	return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
+}
+
+/* handle6_later_fragment gives a non-first fragment its first fragment's verdict, for the
+ * same peer identity (handle_later_fragment). */
+static __noinline int handle6_later_fragment(struct __sk_buff *skb, struct pkt6 *p,
+					     struct decision *d, const struct endpoint_info *ep)
+{
+	struct peer_identity peer;
+	struct frag_value *v;
+	struct frag_key k;
+	__u32 sender = 0;
+
+	frag6_key_fill(&k, p, d->ep_id, d->dir);
+	v = bpf_map_lookup_elem(&frags_peer, &k);
+	if (!v)
+		/* Drop: its first fragment was not seen here. */
+		return drop6(skb, p, d, REASON_FRAGMENT_UNKNOWN);
+	p->t.sport = v->sport;
+	p->t.dport = v->dport;
+	d->rule_id = v->rule_id;
+	if (!v->allowed)
+		/* Drop: its first fragment was dropped. */
+		return drop6(skb, p, d, v->reason);
+	if (v->ipcache_gen == p->ipcache_gen)
+		return pass();
+	if (peer6(skb, p, d->dir, &peer, &sender)) {
+		set_identities(d, ep, sender);
+		return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
+	}
+	set_identities(d, ep, peer.identity);
+	if (peer.identity != v->peer_identity)
+		/* Drop: the datagram's peer has another identity now. */
+		return drop6(skb, p, d, REASON_PEER_IDENTITY_CHANGED);
+	return pass();
+}
+
+/* related6_from_node: related_from_node for IPv6 (packet too big, above all, which IPv6
+ * needs since routers do not fragment). */
+static __noinline int related6_from_node(struct __sk_buff *skb, const struct pkt6 *p, __u8 dir)
+{
+	struct peer_identity peer;
+	__u32 sender = 0;
+
+	if (dir != DIR_INGRESS || !ip6_equal(p->t.daddr, p->inner.saddr))
+		return 0;
+	if (peer6(skb, p, dir, &peer, &sender))
+		return 0;
+	if (peer.identity == ID_HOST || peer.identity == ID_REMOTE_NODE)
+		return 1;
+	if (!outside_cluster(&peer))
+		return 0;
+	ipcache_resolve6(p->inner.daddr, &peer);
+	return outside_cluster(&peer);
+}
+
+/* handle6_new evaluates a new IPv6 flow, as handle_new does an IPv4 one, with what the IPv6
+ * path does not have failing closed: a redirect verdict (L7, DNS) drops
+ * (REASON_PROXY_UNAVAILABLE: the proxies take IPv4 only). */
+static __noinline int handle6_new(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+				  const struct endpoint_info *ep, __u64 now)
+{
+	struct peer_identity peer;
+	struct verdict res;
+	__u32 sender = 0;
+	__u8 dir = d->dir;
+	__u8 reason = 0;
+
+	if (peer6(skb, p, dir, &peer, &sender)) {
+		/* Drop: a local endpoint's address that did not come from its interface. */
+		set_identities(d, ep, sender);
+		reason = REASON_SPOOFED_SOURCE;
+		goto out_drop;
+	}
+	set_identities(d, ep, peer.identity);
+	if (dir == DIR_INGRESS && (ep->flags & EP_MONITOR) && skb->ingress_ifindex) {
+		/* Drop: a monitor endpoint is not a destination. */
+		reason = REASON_TAP_MONITOR_DESTINATION;
+		goto out_drop;
+	}
+	policy_decide(d->ep_id, dir, ep_admin(ep, dir), &peer, p->t.proto, p->policy_port, &res);
+	d->rule_id = res.rule_id;
+	d->match_identity = res.identity;
+	if (res.action == POLICY_DENY) {
+		/* Drop: a deny entry matches. */
+		reason = REASON_POLICY_DENY;
+		goto out_drop;
+	}
+	if (res.action == POLICY_REDIRECT) {
+		/* Drop: L7 or DNS rules apply, and no proxy takes IPv6. */
+		d->ev_flags |= dir == DIR_EGRESS ? FLOW_F_L7_EGRESS : FLOW_F_L7_INGRESS;
+		reason = REASON_PROXY_UNAVAILABLE;
+		goto out_drop;
+	}
+	if (res.action != POLICY_ALLOW &&
+	    (ep->flags & (dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS))) {
+		/* Drop: the endpoint enforces this direction and nothing allows the flow. */
+		reason = REASON_POLICY_DEFAULT_DENY;
+		goto out_drop;
+	}
+	ct6_create(p, d, ep->revision + p->ipcache_gen, now);
+	if (p->frag == FRAG_FIRST)
+		frag6_record(p, d, 1);
+	emit_event6(skb, p, d, EVENT_NEW, VERDICT_FORWARDED);
+	return pass();
+out_drop:
+	d->reason = reason;
+	if (p->frag == FRAG_FIRST)
+		frag6_record(p, d, 0);
+	return drop6(skb, p, d, reason);
+}
+
+/* handle6_recheck applies a change to an established IPv6 flow, as recheck_established
+ * does (no proxied flows here). Returns -1 to go on, else the tc verdict. */
+static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+				      const struct endpoint_info *ep, struct ct_value *v)
+{
+	__u32 enforce = d->dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS;
+	struct peer_identity peer;
+	struct verdict res;
+	__u32 sender = 0;
+	__u8 reason = 0;
+	int changed;
+
+	if (peer6(skb, p, d->dir, &peer, &sender)) {
+		set_identities(d, ep, sender);
+		return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
+	}
+	set_identities(d, ep, peer.identity);
+	changed = v->peer_identity != ID_UNKNOWN && v->peer_identity != peer.identity;
+	policy_decide(d->ep_id, d->dir, ep_admin(ep, d->dir), &peer, p->t.proto, p->policy_port, &res);
+	d->rule_id = res.rule_id;
+	d->match_identity = res.identity;
+	if (res.action == POLICY_DENY)
+		/* Drop: a deny entry now matches this established flow. */
+		reason = changed ? REASON_PEER_IDENTITY_CHANGED : REASON_POLICY_DENY;
+	else if (res.action == POLICY_REDIRECT)
+		/* Drop: L7 rules now apply to this flow, which no proxy can take. */
+		reason = REASON_PROXY_BYPASS;
+	else if (changed && res.action != POLICY_ALLOW && (ep->flags & enforce))
+		/* Drop: nothing allows the flow's new peer identity. */
+		reason = REASON_PEER_IDENTITY_CHANGED;
+	if (reason) {
+		if (p->frag == FRAG_FIRST)
+			frag6_record(p, d, 0);
+		return drop6(skb, p, d, reason);
+	}
+	v->peer_identity = peer.identity;
+	ct_set_checked(v, ep->revision + p->ipcache_gen);
+	return -1;
+}
+
+/* handle6 is the IPv6 policy path of an endpoint's veth: endpoint -> parse -> neighbour
+ * discovery, or source check -> fragments -> conntrack -> ipcache -> policy -> verdict, with
+ * the IPv4 path's rules (handle_policy). */
+static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
+{
+	struct decision d = { .dir = dir };
+	struct pkt6 p = {};
+	struct endpoint_info *ep;
+	struct endpoint6 *a;
+	struct ct_value *entry;
+	__u64 now;
+	int ret, status;
+
+	ret = parse6(skb, &p);
+	p.ipcache_gen = ipcache_generation();
+	ep = endpoint_of(skb->ifindex);
+	if (!ep)
+		/* Drop: no endpoint on this interface. */
+		return drop6(skb, &p, &d, REASON_UNKNOWN_ENDPOINT);
+	d.ep_id = ep->ep_id;
+	d.src_identity = dir == DIR_EGRESS ? ep->identity : 0;
+	d.dst_identity = dir == DIR_INGRESS ? ep->identity : 0;
+	if (ret == PARSE_MALFORMED)
+		/* Drop: truncated or invalid IPv6 or upper-layer header. */
+		return drop6(skb, &p, &d, REASON_MALFORMED);
+	if (ret < 0)
+		/* Drop: an extension header not followed (parse6). */
+		return drop6(skb, &p, &d, REASON_IPV6_EXTENSION);
+	a = bpf_map_lookup_elem(&endpoints6, &d.ep_id);
+	if (!a)
+		/* Drop: the endpoint has no IPv6 address. */
+		return drop6(skb, &p, &d, REASON_UNSUPPORTED_L3);
+	if (p.nd)
+		return handle6_nd(skb, &p, &d, a);
+	if (dir == DIR_EGRESS && !own6(a, p.t.saddr))
+		return handle6_spoofed(skb, &p, &d);
+	if (ep->flags & (dir == DIR_EGRESS ? EP_TAP_EGRESS : EP_TAP_INGRESS))
+		/* Drop: the endpoint's traffic in this direction is tapped, and taps take IPv4
+		 * only: a packet a monitor must see does not pass unseen. */
+		return drop6(skb, &p, &d, REASON_TAP_MONITOR_UNAVAILABLE);
+	if (p.frag == FRAG_LATER)
+		return handle6_later_fragment(skb, &p, &d, ep);
+	now = bpf_jiffies64();
+	status = ct6_lookup(&p, d.ep_id, dir, now, &entry);
+	if (status == CT_RELATED_FOREIGN && related6_from_node(skb, &p, dir))
+		return pass();
+	if (status == CT_NEW || status == CT_RELATED_FOREIGN)
+		return handle6_new(skb, &p, &d, ep, now);
+	if (status == CT_ESTABLISHED && entry &&
+	    entry->revision != ep->revision + p.ipcache_gen) {
+		ret = handle6_recheck(skb, &p, &d, ep, entry);
+		if (ret >= 0)
+			return ret;
+	}
+	if (p.frag == FRAG_FIRST) {
+		set_identities(&d, ep, entry ? entry->peer_identity : 0);
+		d.rule_id = entry ? entry->rule_id : 0;
+		frag6_record(&p, &d, 1);
+	}
+	return pass();
+}
+
+/* tc ingress on an endpoint's veth, IPv6 (tail call from rampart_from_ep). */
+SEC("tc")
+int rampart_from_ep6(struct __sk_buff *skb)
+{
+	return handle6(skb, DIR_EGRESS);
+}
+
+/* tc egress on an endpoint's veth, IPv6 (tail call from rampart_to_ep). */
+SEC("tc")
+int rampart_to_ep6(struct __sk_buff *skb)
+{
+	return handle6(skb, DIR_INGRESS);
+}
+
+/* The IPv6 path by direction (DIR_*): the endpoint programs tail-call into it. Filled when
+ * the programs are loaded (not pinned: each load has its own). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__array(values, int(struct __sk_buff *));
+} ipv6_path SEC(".maps") = {
+	.values = {
+		[DIR_INGRESS] = (void *)&rampart_to_ep6,
+		[DIR_EGRESS] = (void *)&rampart_from_ep6,
+	},
+};
+
+/* handle_endpoint runs the endpoint's IPv6 path for an IPv6 frame (by the protocol the
+ * kernel read from it: handle6 checks the frame itself) and the IPv4 path for everything
+ * else. */
+static __always_inline int handle_endpoint(struct __sk_buff *skb, __u8 dir)
+{
+	if (unlikely(skb->protocol == bpf_htons(ETH_P_IPV6))) {
+		bpf_tail_call(skb, &ipv6_path, dir);
+		/* Not reached unless the program is missing: the IPv4 path drops the frame
+		 * (REASON_UNSUPPORTED_L3, handle_unparsed). */
+	}
+	return handle(skb, dir);
+}
+
 /* tc ingress on the host-side veth: the endpoint is sending. */
 SEC("tc")
 int rampart_from_ep(struct __sk_buff *skb)
 {
-	return handle(skb, DIR_EGRESS);
+	return handle_endpoint(skb, DIR_EGRESS);
 }
 
 /* tc egress on the host-side veth: the packet is about to enter the endpoint. */
 SEC("tc")
 int rampart_to_ep(struct __sk_buff *skb)
 {
-	return handle(skb, DIR_INGRESS);
+	return handle_endpoint(skb, DIR_INGRESS);
 }
 
 /* tc ingress on a host device: into the node. The node's own traffic is judged as the host

@@ -173,9 +173,10 @@ static __always_inline struct ct_value *ct_live(struct ct4_key *k, __u8 proto, _
 	return v;
 }
 
-/* ct_touch refreshes an entry for a packet of its flow (reply: from the other side). */
-static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, int reply,
-				     __u64 now)
+/* ct_touch_flags refreshes an entry for a packet of its flow (reply: from the other side)
+ * of protocol proto with TCP flags tcp_flags. */
+static __always_inline void ct_touch_flags(struct ct_value *v, __u8 proto, __u8 tcp_flags,
+					   int reply, __u64 now)
 {
 	__u32 add = 0;
 
@@ -186,10 +187,10 @@ static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, in
 		v->last_seen = now;
 	if (reply && !(v->flags & CT_F_SEEN_REPLY))
 		add |= CT_F_SEEN_REPLY;
-	if (p->t.proto == IPPROTO_TCP) {
-		if (p->tcp_flags & TCP_F_RST)
+	if (proto == IPPROTO_TCP) {
+		if (tcp_flags & TCP_F_RST)
 			add |= CT_F_CLOSING;
-		if (p->tcp_flags & TCP_F_FIN) {
+		if (tcp_flags & TCP_F_FIN) {
 			__u32 fin = reply ? CT_F_FIN_REV : CT_F_FIN_FWD;
 			__u32 other = reply ? CT_F_FIN_FWD : CT_F_FIN_REV;
 
@@ -200,6 +201,13 @@ static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, in
 	}
 	if (add & ~v->flags)
 		__sync_fetch_and_or(&v->flags, add);
+}
+
+/* ct_touch refreshes an entry for packet p of its flow. */
+static __always_inline void ct_touch(struct ct_value *v, const struct pkt *p, int reply,
+				     __u64 now)
+{
+	ct_touch_flags(v, p->t.proto, p->tcp_flags, reply, now);
 }
 
 /* ct_related classifies the ICMP error p, travelling in direction dir at endpoint ep_id:
@@ -274,6 +282,25 @@ static __always_inline __u32 ct_peer_identity(const struct decision *d)
 	return d->dir == DIR_EGRESS ? d->dst_identity : d->src_identity;
 }
 
+/* ct_value_init fills the entry of a new flow that decision d allowed: its direction,
+ * rule and peer identity, CT_F_* flags, the check revision and VNI identity it was checked
+ * with; a TCP segment with RST opens it closing. */
+static __always_inline void ct_value_init(struct ct_value *v, const struct decision *d, __u32 flags,
+					  __u32 revision, __u32 tunnel_id, __u8 proto, __u8 tcp_flags,
+					  __u64 now)
+{
+	v->direction = d->dir;
+	v->created = now;
+	v->last_seen = now;
+	v->rule_id = d->rule_id;
+	v->flags = flags;
+	v->revision = revision;
+	v->tunnel_id = tunnel_id;
+	v->peer_identity = ct_peer_identity(d);
+	if (proto == IPPROTO_TCP && (tcp_flags & TCP_F_RST))
+		v->flags |= CT_F_CLOSING;
+}
+
 /* ct_create records a new flow that decision d allowed (its endpoint, direction, rule and
  * peer identity) with the given CT_F_* flags (the proxy flags), checked against check
  * revision revision. Failure (not expected with an LRU map) only means the next packet is
@@ -287,16 +314,7 @@ static __always_inline void ct_create(const struct pkt *p, const struct decision
 	if (p->icmp_kind == ICMP_K_ERROR || p->icmp_kind == ICMP_K_OTHER)
 		return;
 	ct_key_fill(&k, &p->t, d->ep_id, d->dir);
-	v.direction = d->dir;
-	v.created = now;
-	v.last_seen = now;
-	v.rule_id = d->rule_id;
-	v.flags = flags;
-	v.revision = revision;
-	v.tunnel_id = p->tunnel_id;
-	v.peer_identity = ct_peer_identity(d);
-	if (p->t.proto == IPPROTO_TCP && (p->tcp_flags & TCP_F_RST))
-		v.flags |= CT_F_CLOSING;
+	ct_value_init(&v, d, flags, revision, p->tunnel_id, p->t.proto, p->tcp_flags, now);
 	bpf_map_update_elem(&conntrack4_peer, &k, &v, BPF_ANY);
 }
 

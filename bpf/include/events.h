@@ -64,41 +64,9 @@ static __always_inline void count_lost_event(void)
 		(*lost)++;
 }
 
-/* emit_event sends a flow event; when the ring buffer is full the loss is counted in
- * events_lost instead (the packet's verdict does not depend on it). Out of line: events
- * are for new flows and drops, not for the packets of established flows. */
-static __noinline void emit_event(struct __sk_buff *skb, const struct pkt *p,
-				       const struct decision *d, __u8 type, __u8 verdict)
+/* events_submit sends the reserved flow event e. */
+static __always_inline void events_submit(struct flow_event *e)
 {
-	struct flow_event *e;
-	__u64 avail;
-
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count_lost_event();
-		return;
-	}
-	__builtin_memset(e, 0, sizeof(*e));
-	e->timestamp_ns = bpf_ktime_get_ns();
-	__builtin_memcpy(e->saddr, &p->t.saddr, 4);
-	__builtin_memcpy(e->daddr, &p->t.daddr, 4);
-	e->sport = p->t.sport;
-	e->dport = p->t.dport;
-	e->ep_id = d->ep_id;
-	e->src_identity = d->src_identity;
-	e->dst_identity = d->dst_identity;
-	e->rule_id = d->rule_id;
-	e->match_identity = d->match_identity;
-	e->ifindex = skb->ifindex;
-	e->length = p->len;
-	e->type = type;
-	e->verdict = verdict;
-	e->reason = d->reason;
-	e->direction = d->dir;
-	e->protocol = p->t.proto;
-	e->family = p->family;
-	e->icmp_type = p->icmp_type;
-	e->flags = d->ev_flags;
 	/* No wakeup per event. A wakeup is an interrupt to this CPU and makes the agent
 	 * runnable here, where it would run before the packet's own receiver: the first packet
 	 * of every new flow waited for the agent to read its event (a ping's first round trip
@@ -107,9 +75,55 @@ static __noinline void emit_event(struct __sk_buff *skb, const struct pkt *p,
 	 * a quarter of the ring wakes the reader (once: a lagging reader is not woken again and
 	 * again); otherwise the agent polls (datapath.EventPoll), as for the send-side verdict's
 	 * events. */
-	avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+
 	bpf_ringbuf_submit(e, avail >= RAMPART_EVENTS_WAKE && avail < RAMPART_EVENTS_WAKE + 2 * sizeof(*e) ?
 				      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
+/* event_fill zeroes flow event e and fills what the decision d, the verdict and the
+ * interface say; the packet's own fields are the caller's (emit_event, emit_event6). */
+static __always_inline void event_fill(struct flow_event *e, struct __sk_buff *skb,
+				       const struct decision *d, __u8 type, __u8 verdict)
+{
+	__builtin_memset(e, 0, sizeof(*e));
+	e->timestamp_ns = bpf_ktime_get_ns();
+	e->ep_id = d->ep_id;
+	e->src_identity = d->src_identity;
+	e->dst_identity = d->dst_identity;
+	e->rule_id = d->rule_id;
+	e->match_identity = d->match_identity;
+	e->ifindex = skb->ifindex;
+	e->type = type;
+	e->verdict = verdict;
+	e->reason = d->reason;
+	e->direction = d->dir;
+	e->flags = d->ev_flags;
+}
+
+/* emit_event sends a flow event; when the ring buffer is full the loss is counted in
+ * events_lost instead (the packet's verdict does not depend on it). Out of line: events
+ * are for new flows and drops, not for the packets of established flows. */
+static __noinline void emit_event(struct __sk_buff *skb, const struct pkt *p,
+				       const struct decision *d, __u8 type, __u8 verdict)
+{
+	struct flow_event *e;
+
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_lost_event();
+		return;
+	}
+	event_fill(e, skb, d, type, verdict);
+	__builtin_memcpy(e->saddr, &p->t.saddr, 4);
+	__builtin_memcpy(e->daddr, &p->t.daddr, 4);
+	e->sport = p->t.sport;
+	e->dport = p->t.dport;
+	e->length = p->len;
+	e->protocol = p->t.proto;
+	e->family = p->family;
+	e->icmp_type = p->icmp_type;
+	events_submit(e);
 }
 
 /* drop counts, reports and drops the packet. Every drop in the dataplane goes through here

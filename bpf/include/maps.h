@@ -93,6 +93,27 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } conntrack4_peer SEC(".maps");
 
+/* Connection tracking of IPv6 flows: conntrack4_peer's twin with 16-byte addresses (a key
+ * of their size would cost every IPv4 packet more hashing). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RAMPART_CT_MAX);
+	__type(key, struct ct6_key);
+	__type(value, struct ct_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} conntrack6 SEC(".maps");
+
+/* ep_id -> the endpoint's IPv6 addresses (struct endpoint6). Apart from endpoint_info, so
+ * that IPv4 packets load no more than before and endpoint_slots stays in the kernel's
+ * linear mapping (maps.h, endpoint_slots). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RAMPART_MAX_ENDPOINTS);
+	__type(key, __u32);
+	__type(value, struct endpoint6);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} endpoints6 SEC(".maps");
+
 /* The ipcache generation (index 0): the agent adds one after every change of the ipcache
  * map, so that a conntrack entry checked before an address's identity changed no longer
  * matches (see ct_check_revision). Pinned: it only grows, across restarts too, because the

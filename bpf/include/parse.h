@@ -251,6 +251,33 @@ static __noinline void parse_inner(struct __sk_buff *skb, __u32 off, __u32 end,
 	p->inner_valid = 1;
 }
 
+/* parse_ports reads the ports of the TCP, UDP or SCTP header (proto) at off, l4len bytes
+ * before the end of the datagram, into *ports and, for TCP, its flags into *tcp_flags.
+ * Returns -1 when the header is malformed. The IPv6 path's (ipv6.h); parse_l4 keeps its
+ * own copy of these checks, written per protocol: through this function the IPv4 programs
+ * cost the verifier 11,000 more instructions, of a budget they mostly use. */
+static __always_inline int parse_ports(struct __sk_buff *skb, __u32 off, __u32 l4len, __u8 proto,
+				       struct l4_ports *ports, __u8 *tcp_flags)
+{
+	if (proto == IPPROTO_TCP) {
+		struct tcp_head th;
+
+		/* Drop: TCP header (20 bytes, or data offset) beyond the datagram. */
+		if (l4len < TCP_MIN_HLEN || hdr_load(skb, off, &th) < 0)
+			return -1;
+		if ((th.doff_res >> 4) < 5 || (__u32)(th.doff_res >> 4) * 4 > l4len)
+			return -1;
+		ports->sport = th.sport;
+		ports->dport = th.dport;
+		*tcp_flags = th.flags;
+		return 0;
+	}
+	/* Drop: UDP header or SCTP common header beyond the datagram. */
+	if (l4len < (proto == IPPROTO_UDP ? UDP_HLEN : SCTP_COMMON_HLEN))
+		return -1;
+	return hdr_load(skb, off, ports) < 0 ? -1 : 0;
+}
+
 /* parse_l4 fills ports, TCP flags and ICMP details of a non-fragment or first fragment.
  * off is the L4 offset and end the end of the IP datagram (both already checked against
  * skb->len). */

@@ -14,21 +14,11 @@ struct peer_identity {
 	__u32 cidr_sets;     /* mask of the CIDR sets containing the address */
 };
 
-/* ipcache_resolve looks up the longest prefix containing addr (IPv4, network order) and
- * the CIDR sets containing it. */
-static __always_inline void ipcache_resolve(__be32 addr, struct peer_identity *out)
+/* ipcache_peer fills out's identities from ipcache entry v (NULL: no entry, not even a
+ * /0: the peer is outside everything we know, the world). */
+static __always_inline void ipcache_peer(const struct ipcache_value *v, struct peer_identity *out)
 {
-	struct ipcache_key k;
-	struct ipcache_value *v;
-
-	out->cidr_sets = cidr_sets4(addr);
-	__builtin_memset(&k, 0, sizeof(k));
-	k.prefixlen = 32 + 32;
-	k.family = RAMPART_FAMILY_V4;
-	__builtin_memcpy(k.addr, &addr, 4);
-	v = bpf_map_lookup_elem(&ipcache, &k);
 	if (!v) {
-		/* No entry, not even 0.0.0.0/0: the peer is outside everything we know. */
 		out->identity = ID_WORLD;
 		out->cidr_identity = 0;
 		out->ep_id = 0;
@@ -37,6 +27,20 @@ static __always_inline void ipcache_resolve(__be32 addr, struct peer_identity *o
 	out->identity = v->identity;
 	out->cidr_identity = v->cidr_identity;
 	out->ep_id = v->ep_id;
+}
+
+/* ipcache_resolve looks up the longest prefix containing addr (IPv4, network order) and
+ * the CIDR sets containing it. */
+static __always_inline void ipcache_resolve(__be32 addr, struct peer_identity *out)
+{
+	struct ipcache_key k;
+
+	out->cidr_sets = cidr_sets4(addr);
+	__builtin_memset(&k, 0, sizeof(k));
+	k.prefixlen = 32 + 32;
+	k.family = RAMPART_FAMILY_V4;
+	__builtin_memcpy(k.addr, &addr, 4);
+	ipcache_peer(bpf_map_lookup_elem(&ipcache, &k), out);
 }
 
 struct verdict {

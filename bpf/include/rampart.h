@@ -133,7 +133,8 @@ enum drop_reason : __u8 {
 	REASON_MALFORMED = 3,           /* truncated or invalid header */
 	REASON_FRAGMENT_UNKNOWN = 4,    /* non-first fragment whose first fragment was not seen */
 	REASON_UNKNOWN_ENDPOINT = 5,    /* packet on an interface with no endpoint_info (fail closed) */
-	REASON_UNSUPPORTED_L3 = 6,      /* not IPv4/ARP (IPv6 not enforced yet: dropped) */
+	REASON_UNSUPPORTED_L3 = 6,      /* not IPv4, ARP or IPv6, or IPv6 of an endpoint without an
+	                                 * IPv6 address */
 	REASON_PROXY_UNAVAILABLE = 7,   /* L7 policy applies, but no proxy socket to hand it to */
 	REASON_PROXY_BYPASS = 8,        /* L7 policy applies, but the packet did not come from the proxy */
 	REASON_L7_UNCHECKED = 9,        /* send-side verdict flow: data from a socket it does not check */
@@ -153,6 +154,11 @@ enum drop_reason : __u8 {
 	REASON_PEER_IDENTITY_CHANGED = 16,   /* packet of an established flow (or a later
 	                                      * fragment) whose peer now has another identity,
 	                                      * which policy does not allow */
+	REASON_IPV6_EXTENSION = 17,          /* an IPv6 extension header the dataplane does not
+	                                      * follow: a routing header with segments left (the
+	                                      * destination is not the final one), a jumbogram,
+	                                      * more than IPV6_MAX_EXT_HDRS headers, or a
+	                                      * hop-by-hop header after the first */
 };
 
 /* Flow event types. */
@@ -314,6 +320,25 @@ struct ct4_key {
 	__u32 ep_id;
 	__u8 protocol;
 	__u8 pad[3];
+};
+
+/* Connection tracking of IPv6 flows (map conntrack6): struct ct4_key with 16-byte
+ * addresses, the same values and rules (conntrack.h, ipv6.h). */
+struct ct6_key {
+	__u8 laddr[16]; /* the endpoint's side */
+	__u8 raddr[16]; /* the peer's side */
+	__be16 lport;
+	__be16 rport;
+	__u32 ep_id;
+	__u8 protocol;
+	__u8 pad[3];
+};
+
+/* endpoints6: an endpoint's IPv6 addresses, by ep_id. An endpoint without an entry has no
+ * IPv6: all of its IPv6 traffic drops (REASON_UNSUPPORTED_L3). */
+struct endpoint6 {
+	__u8 addr[16];    /* its address: the source its packets carry */
+	__u8 lladdr[16];  /* its interface's link-local address: also a source, for the link */
 };
 
 struct ct_value {

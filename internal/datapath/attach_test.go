@@ -219,9 +219,13 @@ func echoServer(t *testing.T, ns string, at netip.AddrPort) {
 func serveTCP(t testing.TB, ns string, at string, handle func(net.Conn)) {
 	t.Helper()
 	var ln net.Listener
+	network := "tcp4"
+	if ap, err := netip.ParseAddrPort(at); err == nil && ap.Addr().Is6() {
+		network = "tcp6"
+	}
 	if err := testenv.InNetns(ns, func() error {
 		var err error
-		ln, err = net.Listen("tcp4", at)
+		ln, err = net.Listen(network, at)
 		return err
 	}); err != nil {
 		t.Fatal(err)

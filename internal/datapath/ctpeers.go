@@ -39,5 +39,15 @@ func (d *Datapath) ConntrackPeers(maxIdle time.Duration) (map[netip.Addr]bool, e
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("walking conntrack: %w", err)
 	}
+	var k6 rampartCt6Key
+	it = d.objs.Conntrack6.Iterate()
+	for it.Next(&k6, &v) {
+		if v.LastSeen+idle >= now {
+			out[netip.AddrFrom16(k6.Raddr)] = true
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("walking IPv6 conntrack: %w", err)
+	}
 	return out, nil
 }

@@ -54,6 +54,7 @@ type Datapath struct {
 	endpoints map[uint32]rampartEndpointInfo                     // by ifindex
 	slots     []uint32                                           // endpoint_slots: the ifindex each slot holds, 0 if none
 	policies  map[uint32]map[rampartPolicyKey]rampartPolicyValue // by ep_id
+	addrs6    map[uint32]rampartEndpoint6                        // endpoints6, by ep_id
 	ipcache   map[netip.Prefix]mapstate.IPCacheEntry
 	// netns is the network namespace of each interface Attach attached to (this process
 	// only): where ApplyEndpoint reads an interface's statistics (iface_base).
@@ -243,7 +244,7 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
-	return []*ebpf.Map{m.EndpointCounters, m.IfaceBase, m.Conntrack4Peer, m.Endpoints, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.FragsPeer, m.Ipcache, m.IpcacheGen, m.Policy, m.Proxy, m.DnsProxy,
+	return []*ebpf.Map{m.EndpointCounters, m.IfaceBase, m.Conntrack4Peer, m.Conntrack6, m.Endpoints, m.Endpoints6, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.FragsPeer, m.Ipcache, m.IpcacheGen, m.Policy, m.Proxy, m.DnsProxy,
 		m.Cidr4Config, m.Cidr4Top, m.Cidr4Host, m.Cidr6, m.SvPairs, m.SvFlows, m.TapSets, m.TapFlows, m.TapFrags, m.TapCounters, m.TapIfaces}
 }
 

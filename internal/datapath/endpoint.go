@@ -62,8 +62,10 @@ func (d *Datapath) InstalledEndpoints() map[uint32]InstalledEndpoint {
 	defer d.mu.Unlock()
 	out := make(map[uint32]InstalledEndpoint, len(d.endpoints))
 	for ifindex, info := range d.endpoints {
+		addr6, ll6 := d.addrs6Of(info.EpId)
 		out[ifindex] = InstalledEndpoint{
-			EndpointInfo:   EndpointInfo{EpID: info.EpId, Identity: info.Identity, Addr: infoAddr(info), Monitor: info.Flags&epMonitor != 0, Host: info.Flags&epHost != 0},
+			EndpointInfo: EndpointInfo{EpID: info.EpId, Identity: info.Identity, Addr: infoAddr(info),
+				Addr6: addr6, LinkLocal6: ll6, Monitor: info.Flags&epMonitor != 0, Host: info.Flags&epHost != 0},
 			EnforceIngress: info.Flags&enforceIngress != 0,
 			EnforceEgress:  info.Flags&enforceEgress != 0,
 		}
@@ -121,6 +123,10 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 	if err != nil {
 		return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
 	}
+	addr6, has6, err := endpoint6Of(ep)
+	if err != nil {
+		return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
+	}
 	want := make(map[rampartPolicyKey]rampartPolicyValue, len(desired.Entries))
 	var newFlags uint32
 	for k, v := range desired.Entries {
@@ -150,6 +156,11 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 	}
 	if ep.Host {
 		newFlags |= epHost
+	}
+
+	// Its IPv6 addresses first: until they are there its IPv6 drops (fail closed).
+	if err := d.putEndpoint6(ep.EpID, addr6, has6); err != nil {
+		return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
 	}
 
 	// Step 0: make the endpoint at least as strict as both policies while entries change.
@@ -383,6 +394,12 @@ func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
 	}
 	if err := purgeByEndpoint[rampartCt4Key, rampartCtValue](d.objs.Conntrack4Peer, epID, func(k *rampartCt4Key) uint32 { return k.EpId }); err != nil {
 		errs = append(errs, fmt.Errorf("purging conntrack: %w", err))
+	}
+	if err := purgeByEndpoint[rampartCt6Key, rampartCtValue](d.objs.Conntrack6, epID, func(k *rampartCt6Key) uint32 { return k.EpId }); err != nil {
+		errs = append(errs, fmt.Errorf("purging IPv6 conntrack: %w", err))
+	}
+	if err := d.deleteEndpoint6(epID); err != nil {
+		errs = append(errs, err)
 	}
 	if err := purgeByEndpoint[rampartFragKey, rampartFragValue](d.objs.FragsPeer, epID, func(k *rampartFragKey) uint32 { return k.EpId }); err != nil {
 		errs = append(errs, fmt.Errorf("purging fragments: %w", err))
@@ -687,6 +704,9 @@ func (d *Datapath) readState() error {
 		return fmt.Errorf("reading endpoints map: %w", err)
 	}
 	if err := d.readSlots(); err != nil {
+		return err
+	}
+	if err := d.readEndpoints6(); err != nil {
 		return err
 	}
 

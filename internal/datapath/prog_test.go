@@ -484,7 +484,8 @@ func TestMalformedAndOtherL3(t *testing.T) {
 
 	f.expectPass("ARP", f.toEp(arpFrame(1, ipRouter, epIP)))
 	f.expectDrop("ARP for no protocol", f.toEp(packet{ethType: 0x0806, payload: make([]byte, 28)}), flow.ReasonMalformed)
-	f.expectDrop("IPv6", f.toEp(packet{ethType: 0x86dd, payload: make([]byte, 60)}), flow.ReasonUnsupportedL3)
+	f.expectDrop("IPv6 of an endpoint without an IPv6 address", f.toEp6(packet6{src: ipA6, dst: epIP6, proto: uint8(udp), dport: 53}), flow.ReasonUnsupportedL3)
+	f.expectDrop("IPv6 header of zeros", f.toEp(packet{ethType: 0x86dd, payload: make([]byte, 60)}), flow.ReasonMalformed)
 	f.expectDrop("VLAN", f.toEp(packet{ethType: 0x8100, payload: make([]byte, 60)}), flow.ReasonUnsupportedL3)
 	// Other IP protocols have no ports and pass when not enforced.
 	f.expectPass("GRE", f.toEp(packet{src: ipA, dst: epIP, proto: 47, payload: make([]byte, 8)}))

@@ -39,6 +39,17 @@ type rampartCt4Key struct {
 	Pad      [3]uint8
 }
 
+type rampartCt6Key struct {
+	_        structs.HostLayout
+	Laddr    [16]uint8
+	Raddr    [16]uint8
+	Lport    uint16
+	Rport    uint16
+	EpId     uint32
+	Protocol uint8
+	Pad      [3]uint8
+}
+
 type rampartCtValue struct {
 	_            structs.HostLayout
 	Created      uint64
@@ -72,7 +83,14 @@ const (
 	rampartDropReasonREASON_TAP_NOT_DIVERTED        rampartDropReason = 14
 	rampartDropReasonREASON_TAP_MONITOR_DESTINATION rampartDropReason = 15
 	rampartDropReasonREASON_PEER_IDENTITY_CHANGED   rampartDropReason = 16
+	rampartDropReasonREASON_IPV6EXTENSION           rampartDropReason = 17
 )
+
+type rampartEndpoint6 struct {
+	_      structs.HostLayout
+	Addr   [16]uint8
+	Lladdr [16]uint8
+}
 
 type rampartEndpointInfo struct {
 	_        structs.HostLayout
@@ -379,10 +397,12 @@ const (
 	rampartMapCidr4Top                = "cidr4_top"
 	rampartMapCidr6                   = "cidr6"
 	rampartMapConntrack4Peer          = "conntrack4_peer"
+	rampartMapConntrack6              = "conntrack6"
 	rampartMapDnsProxy                = "dns_proxy"
 	rampartMapEndpointCounters        = "endpoint_counters"
 	rampartMapEndpointSlots           = "endpoint_slots"
 	rampartMapEndpoints               = "endpoints"
+	rampartMapEndpoints6              = "endpoints6"
 	rampartMapEndpointsById           = "endpoints_by_id"
 	rampartMapEvents                  = "events"
 	rampartMapEventsLost              = "events_lost"
@@ -392,6 +412,7 @@ const (
 	rampartMapIfaceBase               = "iface_base"
 	rampartMapIpcache                 = "ipcache"
 	rampartMapIpcacheGen              = "ipcache_gen"
+	rampartMapIpv6Path                = "ipv6_path"
 	rampartMapPolicy                  = "policy"
 	rampartMapProxy                   = "proxy"
 	rampartMapSvFlows                 = "sv_flows"
@@ -404,12 +425,14 @@ const (
 	rampartMapTapSets                 = "tap_sets"
 	rampartMapTunnel                  = "tunnel"
 	rampartProgRampartFromEp          = "rampart_from_ep"
+	rampartProgRampartFromEp6         = "rampart_from_ep6"
 	rampartProgRampartFromHost        = "rampart_from_host"
 	rampartProgRampartFromIpip        = "rampart_from_ipip"
 	rampartProgRampartFromMonitor     = "rampart_from_monitor"
 	rampartProgRampartFromTapTunnel   = "rampart_from_tap_tunnel"
 	rampartProgRampartFromTunnel      = "rampart_from_tunnel"
 	rampartProgRampartToEp            = "rampart_to_ep"
+	rampartProgRampartToEp6           = "rampart_to_ep6"
 	rampartProgRampartToHost          = "rampart_to_host"
 	rampartProgRampartToIpip          = "rampart_to_ipip"
 	rampartProgRampartToTunnel        = "rampart_to_tunnel"
@@ -466,12 +489,14 @@ type rampartSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type rampartProgramSpecs struct {
 	RampartFromEp        *ebpf.ProgramSpec `ebpf:"rampart_from_ep"`
+	RampartFromEp6       *ebpf.ProgramSpec `ebpf:"rampart_from_ep6"`
 	RampartFromHost      *ebpf.ProgramSpec `ebpf:"rampart_from_host"`
 	RampartFromIpip      *ebpf.ProgramSpec `ebpf:"rampart_from_ipip"`
 	RampartFromMonitor   *ebpf.ProgramSpec `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.ProgramSpec `ebpf:"rampart_from_tap_tunnel"`
 	RampartFromTunnel    *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel"`
 	RampartToEp          *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
+	RampartToEp6         *ebpf.ProgramSpec `ebpf:"rampart_to_ep6"`
 	RampartToHost        *ebpf.ProgramSpec `ebpf:"rampart_to_host"`
 	RampartToIpip        *ebpf.ProgramSpec `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
@@ -486,10 +511,12 @@ type rampartMapSpecs struct {
 	Cidr4Top         *ebpf.MapSpec `ebpf:"cidr4_top"`
 	Cidr6            *ebpf.MapSpec `ebpf:"cidr6"`
 	Conntrack4Peer   *ebpf.MapSpec `ebpf:"conntrack4_peer"`
+	Conntrack6       *ebpf.MapSpec `ebpf:"conntrack6"`
 	DnsProxy         *ebpf.MapSpec `ebpf:"dns_proxy"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointSlots    *ebpf.MapSpec `ebpf:"endpoint_slots"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
+	Endpoints6       *ebpf.MapSpec `ebpf:"endpoints6"`
 	EndpointsById    *ebpf.MapSpec `ebpf:"endpoints_by_id"`
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	EventsLost       *ebpf.MapSpec `ebpf:"events_lost"`
@@ -499,6 +526,7 @@ type rampartMapSpecs struct {
 	IfaceBase        *ebpf.MapSpec `ebpf:"iface_base"`
 	Ipcache          *ebpf.MapSpec `ebpf:"ipcache"`
 	IpcacheGen       *ebpf.MapSpec `ebpf:"ipcache_gen"`
+	Ipv6Path         *ebpf.MapSpec `ebpf:"ipv6_path"`
 	Policy           *ebpf.MapSpec `ebpf:"policy"`
 	Proxy            *ebpf.MapSpec `ebpf:"proxy"`
 	SvFlows          *ebpf.MapSpec `ebpf:"sv_flows"`
@@ -551,10 +579,12 @@ type rampartMaps struct {
 	Cidr4Top         *ebpf.Map `ebpf:"cidr4_top"`
 	Cidr6            *ebpf.Map `ebpf:"cidr6"`
 	Conntrack4Peer   *ebpf.Map `ebpf:"conntrack4_peer"`
+	Conntrack6       *ebpf.Map `ebpf:"conntrack6"`
 	DnsProxy         *ebpf.Map `ebpf:"dns_proxy"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointSlots    *ebpf.Map `ebpf:"endpoint_slots"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
+	Endpoints6       *ebpf.Map `ebpf:"endpoints6"`
 	EndpointsById    *ebpf.Map `ebpf:"endpoints_by_id"`
 	Events           *ebpf.Map `ebpf:"events"`
 	EventsLost       *ebpf.Map `ebpf:"events_lost"`
@@ -564,6 +594,7 @@ type rampartMaps struct {
 	IfaceBase        *ebpf.Map `ebpf:"iface_base"`
 	Ipcache          *ebpf.Map `ebpf:"ipcache"`
 	IpcacheGen       *ebpf.Map `ebpf:"ipcache_gen"`
+	Ipv6Path         *ebpf.Map `ebpf:"ipv6_path"`
 	Policy           *ebpf.Map `ebpf:"policy"`
 	Proxy            *ebpf.Map `ebpf:"proxy"`
 	SvFlows          *ebpf.Map `ebpf:"sv_flows"`
@@ -584,10 +615,12 @@ func (m *rampartMaps) Close() error {
 		m.Cidr4Top,
 		m.Cidr6,
 		m.Conntrack4Peer,
+		m.Conntrack6,
 		m.DnsProxy,
 		m.EndpointCounters,
 		m.EndpointSlots,
 		m.Endpoints,
+		m.Endpoints6,
 		m.EndpointsById,
 		m.Events,
 		m.EventsLost,
@@ -597,6 +630,7 @@ func (m *rampartMaps) Close() error {
 		m.IfaceBase,
 		m.Ipcache,
 		m.IpcacheGen,
+		m.Ipv6Path,
 		m.Policy,
 		m.Proxy,
 		m.SvFlows,
@@ -630,12 +664,14 @@ type rampartVariables struct {
 // It can be passed to loadRampartObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rampartPrograms struct {
 	RampartFromEp        *ebpf.Program `ebpf:"rampart_from_ep"`
+	RampartFromEp6       *ebpf.Program `ebpf:"rampart_from_ep6"`
 	RampartFromHost      *ebpf.Program `ebpf:"rampart_from_host"`
 	RampartFromIpip      *ebpf.Program `ebpf:"rampart_from_ipip"`
 	RampartFromMonitor   *ebpf.Program `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.Program `ebpf:"rampart_from_tap_tunnel"`
 	RampartFromTunnel    *ebpf.Program `ebpf:"rampart_from_tunnel"`
 	RampartToEp          *ebpf.Program `ebpf:"rampart_to_ep"`
+	RampartToEp6         *ebpf.Program `ebpf:"rampart_to_ep6"`
 	RampartToHost        *ebpf.Program `ebpf:"rampart_to_host"`
 	RampartToIpip        *ebpf.Program `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.Program `ebpf:"rampart_to_tunnel"`
@@ -644,12 +680,14 @@ type rampartPrograms struct {
 func (p *rampartPrograms) Close() error {
 	return _RampartClose(
 		p.RampartFromEp,
+		p.RampartFromEp6,
 		p.RampartFromHost,
 		p.RampartFromIpip,
 		p.RampartFromMonitor,
 		p.RampartFromTapTunnel,
 		p.RampartFromTunnel,
 		p.RampartToEp,
+		p.RampartToEp6,
 		p.RampartToHost,
 		p.RampartToIpip,
 		p.RampartToTunnel,

@@ -62,6 +62,7 @@ const (
 	ReasonTapNotDiverted        Reason = 14 // REASON_TAP_NOT_DIVERTED
 	ReasonTapMonitorDestination Reason = 15 // REASON_TAP_MONITOR_DESTINATION
 	ReasonPeerIdentityChanged   Reason = 16 // REASON_PEER_IDENTITY_CHANGED
+	ReasonIpv6Extension         Reason = 17 // REASON_IPV6_EXTENSION
 )
 
 // reasonNames are the names of the Reason codes, by value.
@@ -83,10 +84,11 @@ var reasonNames = map[Reason]string{
 	ReasonTapNotDiverted:        "tap-not-diverted",
 	ReasonTapMonitorDestination: "tap-monitor-destination",
 	ReasonPeerIdentityChanged:   "peer-identity-changed",
+	ReasonIpv6Extension:         "ipv6-extension",
 }
 
 // reasonOrder lists the Reason codes as rampart.h declares them.
-var reasonOrder = []Reason{ReasonNone, ReasonPolicyDeny, ReasonPolicyDefaultDeny, ReasonMalformed, ReasonFragmentUnknown, ReasonUnknownEndpoint, ReasonUnsupportedL3, ReasonProxyUnavailable, ReasonProxyBypass, ReasonL7Unchecked, ReasonSpoofedSource, ReasonTunnelUntrustedSource, ReasonTunnelNoEndpoint, ReasonTapMonitorUnavailable, ReasonTapNotDiverted, ReasonTapMonitorDestination, ReasonPeerIdentityChanged}
+var reasonOrder = []Reason{ReasonNone, ReasonPolicyDeny, ReasonPolicyDefaultDeny, ReasonMalformed, ReasonFragmentUnknown, ReasonUnknownEndpoint, ReasonUnsupportedL3, ReasonProxyUnavailable, ReasonProxyBypass, ReasonL7Unchecked, ReasonSpoofedSource, ReasonTunnelUntrustedSource, ReasonTunnelNoEndpoint, ReasonTapMonitorUnavailable, ReasonTapNotDiverted, ReasonTapMonitorDestination, ReasonPeerIdentityChanged, ReasonIpv6Extension}
 
 // Flags is a set of enum flow_flag bits: how the L7 proxy or the send-side verdict is
 // involved in a flow, and whether it is an ARP frame.
