@@ -125,7 +125,7 @@ func (a *Agent) decorate(ev flow.Event) api.Flow {
 	if ev.Direction == policy.Ingress || ev.Direction == policy.Egress {
 		f.Direction = ev.Direction.String()
 	}
-	if ev.Protocol == policy.ProtoICMP {
+	if ev.Protocol == policy.ProtoICMP || ev.Protocol == policy.ProtoICMPv6 {
 		t := ev.ICMPType
 		f.ICMPType = &t
 	}

@@ -106,3 +106,17 @@ func TestFormatTappedFlow(t *testing.T) {
 		t.Fatalf("untapped flow: %q", got)
 	}
 }
+
+func TestFormatIPv6Flow(t *testing.T) {
+	f := api.Flow{Time: time.Now(), Type: "new", Verdict: "FORWARDED", Direction: "ingress", Protocol: "TCP",
+		Source: api.FlowPeer{IP: "2001:2::14", Port: 40002, Identity: 262, Namespace: "x", Name: "a"},
+		Dest:   api.FlowPeer{IP: "2001:2::a", Port: 80, Identity: 261, Namespace: "x", Name: "b"}}
+	if got := FormatFlow(f); !strings.Contains(got, "TCP [2001:2::14]:40002 -> [2001:2::a]:80 ingress FORWARDED") {
+		t.Errorf("IPv6 ports: %q", got)
+	}
+	icmpType := uint8(128)
+	f.Protocol, f.ICMPType = "ICMPv6", &icmpType
+	if got := FormatFlow(f); !strings.Contains(got, "ICMPv6 2001:2::14 -> 2001:2::a type 128 ingress") {
+		t.Errorf("ICMPv6: %q", got)
+	}
+}

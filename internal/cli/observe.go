@@ -3,7 +3,9 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -107,7 +109,8 @@ func FormatFlow(f api.Flow) string {
 	case f.ICMPType != nil:
 		fmt.Fprintf(&b, "%s -> %s type %d", f.Source.IP, f.Dest.IP, *f.ICMPType)
 	case f.Protocol == "TCP" || f.Protocol == "UDP" || f.Protocol == "SCTP":
-		fmt.Fprintf(&b, "%s:%d -> %s:%d", f.Source.IP, f.Source.Port, f.Dest.IP, f.Dest.Port)
+		fmt.Fprintf(&b, "%s -> %s", net.JoinHostPort(f.Source.IP, strconv.Itoa(int(f.Source.Port))),
+			net.JoinHostPort(f.Dest.IP, strconv.Itoa(int(f.Dest.Port))))
 	default:
 		fmt.Fprintf(&b, "%s -> %s", f.Source.IP, f.Dest.IP)
 	}
