@@ -107,7 +107,7 @@ func New(cfg Config) (*Agent, error) {
 		a.k8s = &k8sState{parsed: map[string]parsedObject{}}
 	}
 	if a.net == nil {
-		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, MTU: overlay.PodMTU(cfg.Tunnel)}
+		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, PodCIDR6: cfg.PodCIDR6, MTU: overlay.PodMTU(cfg.Tunnel)}
 	}
 	open := cfg.OpenKernel
 	if open == nil {
@@ -267,6 +267,11 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 	m := newModel()
 	if st.PodCIDR.IsValid() && st.PodCIDR != a.cfg.PodCIDR && len(st.Endpoints) > 0 {
 		return nil, nil, fmt.Errorf("pod CIDR %v differs from the stored %v, which endpoints use", a.cfg.PodCIDR, st.PodCIDR)
+	}
+	if st.PodCIDR.IsValid() && st.PodCIDR6 != a.cfg.PodCIDR6 && len(st.Endpoints) > 0 {
+		// The endpoints' interfaces have the addresses of the stored range (or none):
+		// reattaching them would leave them without the addresses the dataplane expects.
+		return nil, nil, fmt.Errorf("IPv6 pod CIDR %v differs from the stored %v, which endpoints use (delete them first)", prefixOrNone(a.cfg.PodCIDR6), prefixOrNone(st.PodCIDR6))
 	}
 	for ns, l := range st.Namespaces {
 		m.namespaces[ns] = l
@@ -449,6 +454,7 @@ func (a *Agent) persist(m *model, d *desired) error {
 		Version:    stateVersion,
 		Instance:   a.cfg.Instance,
 		PodCIDR:    a.cfg.PodCIDR,
+		PodCIDR6:   a.cfg.PodCIDR6,
 		Namespaces: m.namespaces,
 		NodeLabels: m.nodeLabels,
 		NextRuleID: m.nextRuleID,
@@ -673,6 +679,14 @@ func nsLabelsOf(m *model, ns string) labels.Labels {
 		return l
 	}
 	return labels.Labels{labels.KeyNamespaceName: ns}
+}
+
+// prefixOrNone renders p, or "none" when it is zero.
+func prefixOrNone(p netip.Prefix) string {
+	if !p.IsValid() {
+		return "none"
+	}
+	return p.String()
 }
 
 // listenProbe takes the socket (failing if an agent answers on it) and returns a function

@@ -106,6 +106,7 @@ type stateFile struct {
 	Version    int                      `json:"version"`
 	Instance   string                   `json:"instance"`
 	PodCIDR    netip.Prefix             `json:"podCIDR"`
+	PodCIDR6   netip.Prefix             `json:"podCIDR6,omitzero"` // zero: IPv4 only
 	Namespaces map[string]labels.Labels `json:"namespaces"`
 	// NodeLabels are the node's labels host policy selects by (model.nodeLabels): kept
 	// so that a restarted agent in Kubernetes mode enforces host policy before its first

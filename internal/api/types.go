@@ -25,7 +25,9 @@ type Status struct {
 	Instance   string    `json:"instance"`
 	PodCIDR    string    `json:"podCIDR"`
 	Router     string    `json:"router"`
-	NodeNetns  string    `json:"nodeNetns"` // "" = the agent's own namespace
+	PodCIDR6   string    `json:"podCIDR6,omitempty"` // a dual-stack node's IPv6 pod range
+	Router6    string    `json:"router6,omitempty"`  // its IPv6 router address
+	NodeNetns  string    `json:"nodeNetns"`          // "" = the agent's own namespace
 	StateDir   string    `json:"stateDir"`
 	BPFDir     string    `json:"bpfDir"`
 	StartedAt  time.Time `json:"startedAt"`
