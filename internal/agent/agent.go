@@ -22,6 +22,7 @@ import (
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/overlay"
+	"github.com/rampartnet/rampart/internal/podaddr"
 )
 
 // Agent is a running rampartd core. Create it with New, serve with Run.
@@ -88,6 +89,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	eng.allowHost = cfg.HostTraffic == HostTrafficAllow
 	eng.podCIDR = cfg.PodCIDR
+	if cfg.DualStack() {
+		eng.router6 = podaddr.Router6(cfg.PodCIDR6)
+	}
 	if cfg.Kubernetes != nil {
 		eng.nodeName = cfg.Kubernetes.NodeName
 		eng.nodeAddr = cfg.Kubernetes.NodeAddress
@@ -277,6 +281,17 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 		m.namespaces[ns] = l
 	}
 	for _, e := range st.Endpoints {
+		// The IPv6 address follows from the IPv4 one: derived again, so that a record
+		// an older agent wrote without it gets it.
+		ip6, _, err := podaddr.Addrs(a.cfg.PodCIDR, a.cfg.PodCIDR6, e.IP)
+		if err != nil {
+			return nil, nil, fmt.Errorf("endpoint %s: %w", e.Key(), err)
+		}
+		if e.IP6 != ip6 {
+			c := *e
+			c.IP6 = ip6
+			e = &c
+		}
 		m.endpoints[e.Key()] = e
 		m.ensureNamespace(e.Namespace)
 	}
@@ -576,6 +591,9 @@ func (a *Agent) applyOnce(old, new *desired, pl l7Plans, m *model, force bool) e
 	for _, key := range changed {
 		rec := m.endpoints[key]
 		info := datapath.EndpointInfo{EpID: rec.EpID, Identity: new.identities[key], Addr: rec.IP}
+		if rec.IP6.IsValid() {
+			info.Addr6, info.LinkLocal6 = rec.IP6, podaddr.LinkLocal(rec.IP6)
+		}
 		if err := a.dp.ApplyEndpoint(a.ifindex[rec.EpID], info, new.state.Endpoints[rec.EpID]); err != nil {
 			return fmt.Errorf("endpoint %s: %w", key, err)
 		}

@@ -35,6 +35,7 @@ type EndpointRecord struct {
 	Name           string        `json:"name"`
 	Labels         labels.Labels `json:"labels"`
 	IP             netip.Addr    `json:"ip"`
+	IP6            netip.Addr    `json:"ip6,omitzero"` // dual stack: paired with IP (podaddr.Addrs), derived again at start
 	Ports          []PortRecord  `json:"ports,omitempty"`
 	ServiceAccount string        `json:"serviceAccount,omitempty"`
 	EpID           uint32        `json:"epID"`

@@ -289,6 +289,7 @@ type Endpoint struct {
 	Name           string            `json:"name"`
 	Labels         map[string]string `json:"labels"`
 	IP             string            `json:"ip"`
+	IP6            string            `json:"ip6,omitempty"` // a dual-stack node's endpoints' IPv6 address
 	Ports          []NamedPort       `json:"ports,omitempty"`
 	ServiceAccount string            `json:"serviceAccount,omitempty"`
 	EpID           uint32            `json:"epID"`
