@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -141,6 +143,19 @@ func TestDualStackEndpoint(t *testing.T) {
 		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "IPv6 pod CIDR") || !strings.Contains(err.Error(), "which endpoints use") {
 			t.Errorf("restart with IPv6 pod CIDR %v: %v", cidr6, err)
 		}
+	}
+}
+
+// A dual-stack CNI endpoint's result has both addresses, each family's gateway and
+// default route.
+func TestDualStackCNIResult(t *testing.T) {
+	h := newDualStackHarness(t)
+	r := cniAdd(t, h, "c1", "eth0", "shop", "web")
+	if r.IP != "198.18.0.2/32" || r.Gateway != "198.18.0.1" || r.IP6 != "2001:2::2/128" || r.Gateway6 != "fe80::1" || !slices.Equal(r.Routes, []string{"0.0.0.0/0", "::/0"}) {
+		t.Fatalf("ADD result: %s via %s, %s via %s, routes %v", r.IP, r.Gateway, r.IP6, r.Gateway6, r.Routes)
+	}
+	if c, err := h.a.CNICheck(context.Background(), api.CNICheckRequest{CNIAttachment: api.CNIAttachment{ContainerID: "c1", IfName: "eth0"}}); err != nil || c.IP6 != r.IP6 {
+		t.Fatalf("CHECK: %+v, %v", c, err)
 	}
 }
 
