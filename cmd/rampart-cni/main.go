@@ -184,32 +184,57 @@ func (p plugin) add(args *skel.CmdArgs) error {
 
 // cniResult renders the agent's answer as a result of the spec's 1.x format: the host
 // side and the container side of the veth, the address on the container side, and the
-// default route through the node's router.
+// default route through the node's router; on a dual-stack node also the IPv6 address
+// and default route, through the IPv6 router (the host veth's link-local address).
 func cniResult(cniVersion string, r api.CNIResult) (*types100.Result, error) {
-	ip, err := types.ParseCIDR(r.IP)
-	if err != nil {
-		return nil, fmt.Errorf("address %q: %w", r.IP, err)
-	}
-	gw := net.ParseIP(r.Gateway)
-	if gw == nil {
-		return nil, fmt.Errorf("gateway %q: not an IP address", r.Gateway)
-	}
 	res := &types100.Result{
 		CNIVersion: cniVersion,
 		Interfaces: []*types100.Interface{
 			{Name: r.HostInterface, Mac: r.HostMAC},
 			{Name: r.IfName, Mac: r.MAC, Sandbox: r.Netns},
 		},
-		IPs: []*types100.IPConfig{{Address: *ip, Gateway: gw, Interface: types100.Int(1)}},
+	}
+	ipc, err := ipConfig(r.IP, r.Gateway)
+	if err != nil {
+		return nil, err
+	}
+	res.IPs = append(res.IPs, ipc)
+	if r.IP6 != "" {
+		ipc, err := ipConfig(r.IP6, r.Gateway6)
+		if err != nil {
+			return nil, err
+		}
+		res.IPs = append(res.IPs, ipc)
 	}
 	for _, d := range r.Routes {
 		_, dst, err := net.ParseCIDR(d)
 		if err != nil {
 			return nil, fmt.Errorf("route %q: %w", d, err)
 		}
-		res.Routes = append(res.Routes, &types.Route{Dst: *dst, GW: gw})
+		// Through the gateway of the route's family.
+		i := slices.IndexFunc(res.IPs, func(c *types100.IPConfig) bool { return (c.Address.IP.To4() == nil) == (dst.IP.To4() == nil) })
+		if i < 0 {
+			return nil, fmt.Errorf("route %q: no address of its family", d)
+		}
+		res.Routes = append(res.Routes, &types.Route{Dst: *dst, GW: res.IPs[i].Gateway})
 	}
 	return res, nil
+}
+
+// ipConfig is an address of the container side (CIDR notation) with its gateway.
+func ipConfig(addr, gateway string) (*types100.IPConfig, error) {
+	ip, err := types.ParseCIDR(addr)
+	if err != nil {
+		return nil, fmt.Errorf("address %q: %w", addr, err)
+	}
+	gw := net.ParseIP(gateway)
+	if gw == nil {
+		return nil, fmt.Errorf("gateway %q: not an IP address", gateway)
+	}
+	if (ip.IP.To4() == nil) != (gw.To4() == nil) {
+		return nil, fmt.Errorf("gateway %s of address %s: another address family", gateway, addr)
+	}
+	return &types100.IPConfig{Address: *ip, Gateway: gw, Interface: types100.Int(1)}, nil
 }
 
 func (p plugin) del(args *skel.CmdArgs) error {
@@ -238,7 +263,7 @@ func (p plugin) check(args *skel.CmdArgs) error {
 	if err != nil {
 		return agentError(socket, "CHECK", err)
 	}
-	// The runtime's record of the ADD (prevResult) must name the address the agent has.
+	// The runtime's record of the ADD (prevResult) must name the addresses the agent has.
 	if conf.RawPrevResult != nil {
 		if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
 			return types.NewError(types.ErrDecodingFailure, "CHECK: decoding prevResult", err.Error())
@@ -247,15 +272,14 @@ func (p plugin) check(args *skel.CmdArgs) error {
 		if err != nil {
 			return types.NewError(types.ErrDecodingFailure, "CHECK: converting prevResult", err.Error())
 		}
-		found := false
-		for _, ipc := range prev.IPs {
-			if ipc.Address.String() == r.IP {
-				found = true
+		for _, addr := range []string{r.IP, r.IP6} {
+			if addr == "" {
+				continue
 			}
-		}
-		if !found {
-			return types.NewError(errAgentRefused, "CHECK: prevResult does not match the endpoint",
-				fmt.Sprintf("endpoint %s/%s has address %s, not in prevResult", r.Namespace, r.Name, r.IP))
+			if !slices.ContainsFunc(prev.IPs, func(ipc *types100.IPConfig) bool { return ipc.Address.String() == addr }) {
+				return types.NewError(errAgentRefused, "CHECK: prevResult does not match the endpoint",
+					fmt.Sprintf("endpoint %s/%s has address %s, not in prevResult", r.Namespace, r.Name, addr))
+			}
 		}
 	}
 	return nil

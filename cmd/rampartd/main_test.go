@@ -188,6 +188,10 @@ func TestHelpAndVersion(t *testing.T) {
 	if _, errs, code := runBin(bin+"/rampartd", "--no-such-flag"); code != 2 || !strings.Contains(errs, "--help") {
 		t.Errorf("rampartd --no-such-flag: exit %d, stderr %q; want 2 and a pointer to --help", code, errs)
 	}
+	// A bad IPv6 range is refused before anything is touched, naming the flag and why.
+	if _, errs, code := runBin(bin+"/rampartd", "--pod-cidr", "198.18.0.0/16,2001:2::/120"); code != 2 || !strings.Contains(errs, "--pod-cidr: IPv6 prefix 2001:2::/120: 8 host bits, fewer than") {
+		t.Errorf("rampartd --pod-cidr with a small IPv6 range: exit %d, stderr %q", code, errs)
+	}
 }
 
 // TestCNIInstall: rampartd with --cni-bin-dir and --cni-conf-dir installs the rampart-cni

@@ -22,6 +22,7 @@ import (
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/overlay"
+	"github.com/rampartnet/rampart/internal/podaddr"
 )
 
 // Agent is a running rampartd core. Create it with New, serve with Run.
@@ -88,6 +89,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	eng.allowHost = cfg.HostTraffic == HostTrafficAllow
 	eng.podCIDR = cfg.PodCIDR
+	if cfg.DualStack() {
+		eng.router6 = podaddr.Router6(cfg.PodCIDR6)
+	}
 	if cfg.Kubernetes != nil {
 		eng.nodeName = cfg.Kubernetes.NodeName
 		eng.nodeAddr = cfg.Kubernetes.NodeAddress
@@ -107,7 +111,7 @@ func New(cfg Config) (*Agent, error) {
 		a.k8s = &k8sState{parsed: map[string]parsedObject{}}
 	}
 	if a.net == nil {
-		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, MTU: overlay.PodMTU(cfg.Tunnel)}
+		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, PodCIDR6: cfg.PodCIDR6, MTU: overlay.PodMTU(cfg.Tunnel)}
 	}
 	open := cfg.OpenKernel
 	if open == nil {
@@ -268,10 +272,26 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 	if st.PodCIDR.IsValid() && st.PodCIDR != a.cfg.PodCIDR && len(st.Endpoints) > 0 {
 		return nil, nil, fmt.Errorf("pod CIDR %v differs from the stored %v, which endpoints use", a.cfg.PodCIDR, st.PodCIDR)
 	}
+	if st.PodCIDR.IsValid() && st.PodCIDR6 != a.cfg.PodCIDR6 && len(st.Endpoints) > 0 {
+		// The endpoints' interfaces have the addresses of the stored range (or none):
+		// reattaching them would leave them without the addresses the dataplane expects.
+		return nil, nil, fmt.Errorf("IPv6 pod CIDR %v differs from the stored %v, which endpoints use (delete them first)", prefixOrNone(a.cfg.PodCIDR6), prefixOrNone(st.PodCIDR6))
+	}
 	for ns, l := range st.Namespaces {
 		m.namespaces[ns] = l
 	}
 	for _, e := range st.Endpoints {
+		// The IPv6 address follows from the IPv4 one: derived again, so that a record
+		// an older agent wrote without it gets it.
+		ip6, _, err := podaddr.Addrs(a.cfg.PodCIDR, a.cfg.PodCIDR6, e.IP)
+		if err != nil {
+			return nil, nil, fmt.Errorf("endpoint %s: %w", e.Key(), err)
+		}
+		if e.IP6 != ip6 {
+			c := *e
+			c.IP6 = ip6
+			e = &c
+		}
 		m.endpoints[e.Key()] = e
 		m.ensureNamespace(e.Namespace)
 	}
@@ -449,6 +469,7 @@ func (a *Agent) persist(m *model, d *desired) error {
 		Version:    stateVersion,
 		Instance:   a.cfg.Instance,
 		PodCIDR:    a.cfg.PodCIDR,
+		PodCIDR6:   a.cfg.PodCIDR6,
 		Namespaces: m.namespaces,
 		NodeLabels: m.nodeLabels,
 		NextRuleID: m.nextRuleID,
@@ -570,6 +591,9 @@ func (a *Agent) applyOnce(old, new *desired, pl l7Plans, m *model, force bool) e
 	for _, key := range changed {
 		rec := m.endpoints[key]
 		info := datapath.EndpointInfo{EpID: rec.EpID, Identity: new.identities[key], Addr: rec.IP}
+		if rec.IP6.IsValid() {
+			info.Addr6, info.LinkLocal6 = rec.IP6, podaddr.LinkLocal(rec.IP6)
+		}
 		if err := a.dp.ApplyEndpoint(a.ifindex[rec.EpID], info, new.state.Endpoints[rec.EpID]); err != nil {
 			return fmt.Errorf("endpoint %s: %w", key, err)
 		}
@@ -673,6 +697,14 @@ func nsLabelsOf(m *model, ns string) labels.Labels {
 		return l
 	}
 	return labels.Labels{labels.KeyNamespaceName: ns}
+}
+
+// prefixOrNone renders p, or "none" when it is zero.
+func prefixOrNone(p netip.Prefix) string {
+	if !p.IsValid() {
+		return "none"
+	}
+	return p.String()
 }
 
 // listenProbe takes the socket (failing if an agent answers on it) and returns a function

@@ -19,6 +19,7 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/podaddr"
 )
 
 // cniContainerIDRE is the CNI spec's container ID: alphanumerics, '-', '_' and '.',
@@ -140,7 +141,7 @@ func (a *Agent) CNIAdd(ctx context.Context, req api.CNIAddRequest) (api.CNIResul
 
 // cniResult renders a CNI endpoint; a.mu must be held.
 func (a *Agent) cniResult(rec *EndpointRecord, ep endpoint.Endpoint) api.CNIResult {
-	return api.CNIResult{
+	r := api.CNIResult{
 		Namespace:     rec.Namespace,
 		Name:          rec.Name,
 		ContainerID:   rec.CNI.ContainerID,
@@ -154,6 +155,12 @@ func (a *Agent) cniResult(rec *EndpointRecord, ep endpoint.Endpoint) api.CNIResu
 		Routes:        []string{"0.0.0.0/0"},
 		Identity:      a.cur.identities[rec.Key()],
 	}
+	if rec.IP6.IsValid() {
+		r.IP6 = netip.PrefixFrom(rec.IP6, 128).String()
+		r.Gateway6 = podaddr.RouterLinkLocal.String()
+		r.Routes = append(r.Routes, "::/0")
+	}
+	return r
 }
 
 // CNIDel deletes an attachment's endpoint: its policy, programs and veth. An attachment

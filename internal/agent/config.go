@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"strings"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
@@ -13,6 +14,7 @@ import (
 	"github.com/rampartnet/rampart/internal/fqdn"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/overlay"
+	"github.com/rampartnet/rampart/internal/podaddr"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
 
@@ -37,6 +39,11 @@ type Config struct {
 	NodeNetns string       // "" = the agent's own network namespace, else a named one
 	PodCIDR   netip.Prefix // default DefaultPodCIDR
 	Logger    *slog.Logger
+
+	// PodCIDR6 is the IPv6 endpoint range of a dual-stack node (zero, the default: IPv4
+	// only). Each endpoint's IPv6 address is paired with its IPv4 one (podaddr.Addrs:
+	// the same offset), so it needs at least as many host bits as PodCIDR.
+	PodCIDR6 netip.Prefix
 
 	// FlowHistory is how many recent flows are kept for observe (default 8192), twice:
 	// drops, and all other flows, so that allowed traffic cannot push drops out.
@@ -133,6 +140,45 @@ const (
 	HostTrafficPolicy HostTraffic = "policy"
 )
 
+// ParsePodCIDRs parses rampartd's --pod-cidr: one prefix, or two separated by a comma,
+// one IPv4 and one IPv6 (a dual-stack node), in either order. It returns them by family
+// (v6 zero without one) and checks the IPv6 one against the IPv4 one (CheckPrefix6);
+// the IPv4 one's own bounds are Config's to check.
+func ParsePodCIDRs(s string) (v4, v6 netip.Prefix, err error) {
+	parts := strings.Split(s, ",")
+	if len(parts) > 2 {
+		return v4, v6, fmt.Errorf("%q: want one prefix, or an IPv4 and an IPv6 one separated by a comma", s)
+	}
+	for _, part := range parts {
+		p, err := netip.ParsePrefix(strings.TrimSpace(part))
+		if err != nil {
+			return netip.Prefix{}, netip.Prefix{}, err
+		}
+		switch {
+		case p.Addr().Is4() && !v4.IsValid():
+			v4 = p
+		case p.Addr().Is6() && !p.Addr().Is4In6() && !v6.IsValid():
+			v6 = p
+		case p.Addr().Is4In6():
+			return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("%v: an IPv4-mapped prefix, want an IPv4 or an IPv6 one", p)
+		default:
+			return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("%q: two prefixes of one family, want one IPv4 and one IPv6", s)
+		}
+	}
+	if !v4.IsValid() {
+		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("%q: no IPv4 prefix (IPv6-only nodes are not supported; dual stack wants both)", s)
+	}
+	if v6.IsValid() {
+		if err := podaddr.CheckPrefix6(v4.Masked(), v6); err != nil {
+			return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("IPv6 prefix %v: %w", v6, err)
+		}
+	}
+	return v4, v6, nil
+}
+
+// DualStack reports whether endpoints get an IPv6 address too.
+func (cfg Config) DualStack() bool { return cfg.PodCIDR6.IsValid() }
+
 // WithDefaults returns cfg with every empty field set.
 func (cfg Config) WithDefaults() Config {
 	if cfg.Instance == "" {
@@ -154,6 +200,9 @@ func (cfg Config) WithDefaults() Config {
 		cfg.PodCIDR = DefaultPodCIDR
 	}
 	cfg.PodCIDR = cfg.PodCIDR.Masked()
+	if cfg.PodCIDR6.IsValid() {
+		cfg.PodCIDR6 = cfg.PodCIDR6.Masked()
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -190,6 +239,11 @@ func (cfg Config) validate() error {
 	}
 	if !cfg.PodCIDR.Addr().Is4() || cfg.PodCIDR.Bits() > 28 || cfg.PodCIDR.Bits() < 8 {
 		return fmt.Errorf("pod CIDR %v: want an IPv4 prefix between /8 and /28", cfg.PodCIDR)
+	}
+	if cfg.PodCIDR6.IsValid() {
+		if err := podaddr.CheckPrefix6(cfg.PodCIDR, cfg.PodCIDR6); err != nil {
+			return fmt.Errorf("IPv6 pod CIDR %v: %w", cfg.PodCIDR6, err)
+		}
 	}
 	if !cfg.ProxyListen.Addr().Is4() || cfg.ProxyListen.Port() == 0 {
 		return fmt.Errorf("proxy listener %v: want an IPv4 address and port", cfg.ProxyListen)

@@ -107,6 +107,9 @@ type Engine struct {
 	// nodeName and podCIDR place this node in a tap policy's facts (tappolicy.go).
 	nodeName string
 	podCIDR  netip.Prefix
+	// router6 is the node's IPv6 router address (podaddr.Router6) on a dual-stack node,
+	// zero otherwise: with podaddr.RouterLinkLocal, a host address.
+	router6 netip.Addr
 	// nodeAddr is this node's address in Kubernetes mode (invalid outside it): a frontend
 	// of every NodePort Service with the other nodes' (services.go).
 	nodeAddr netip.Addr

@@ -14,6 +14,7 @@ import (
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/podaddr"
 )
 
 // EndpointTables attach the tc programs to endpoints and hold each endpoint's info and
@@ -92,6 +93,9 @@ func (a *Agent) addRecord(spec *EndpointRecord, wantIP string) (*EndpointRecord,
 	r := *spec
 	rec := &r
 	rec.IP, rec.EpID = ip, epID
+	if rec.IP6, _, err = podaddr.Addrs(a.cfg.PodCIDR, a.cfg.PodCIDR6, ip); err != nil {
+		return nil, endpoint.Endpoint{}, err
+	}
 	m.ensureNamespace(rec.Namespace)
 	m.endpoints[key] = rec
 	alloc, err := cloneAllocator(a.cur.alloc)
@@ -142,7 +146,7 @@ func (a *Agent) addRecord(spec *EndpointRecord, wantIP string) (*EndpointRecord,
 		undo()
 		return nil, endpoint.Endpoint{}, err
 	}
-	a.log.Info("endpoint added", "endpoint", key, "ip", ip, "identity", d.identities[key], "interface", ep.HostIfName)
+	a.log.Info("endpoint added", "endpoint", key, "ip", ip, "ip6", rec.IP6, "identity", d.identities[key], "interface", ep.HostIfName)
 	return rec, ep, nil
 }
 
@@ -396,6 +400,7 @@ func (a *Agent) endpointView(rec *EndpointRecord, counters bool) api.Endpoint {
 		Name:           rec.Name,
 		Labels:         map[string]string(maps.Clone(rec.Labels)),
 		IP:             rec.IP.String(),
+		IP6:            addrOrEmpty(rec.IP6),
 		ServiceAccount: rec.ServiceAccount,
 		EpID:           rec.EpID,
 		Identity:       id,
@@ -424,6 +429,14 @@ func (a *Agent) endpointView(rec *EndpointRecord, counters bool) api.Endpoint {
 		}
 	}
 	return ep
+}
+
+// addrOrEmpty renders a, or "" when it is zero.
+func addrOrEmpty(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
 }
 
 // endpointNetnsPath is the path of an endpoint's network namespace: its own, or the

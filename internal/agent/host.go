@@ -10,6 +10,7 @@ import (
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/podaddr"
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/service"
 )
@@ -200,10 +201,14 @@ func (e Engine) hostEndpoint(m *model) mapstate.Endpoint {
 		Labels: m.nodeLabels, Identity: identity.Host, IP: e.hostAddr}
 }
 
-// hostIPs are the addresses with the host identity: the router address, the node's
-// address (Kubernetes mode) and, with the host firewall, the host devices'.
+// hostIPs are the addresses with the host identity: the router address, on a dual-stack
+// node its IPv6 address and the host veths' link-local one, the node's address
+// (Kubernetes mode) and, with the host firewall, the host devices'.
 func (e Engine) hostIPs(router netip.Addr) []netip.Addr {
 	ips := []netip.Addr{router}
+	if e.router6.IsValid() {
+		ips = append(ips, e.router6, podaddr.RouterLinkLocal)
+	}
 	for _, a := range append([]netip.Addr{e.nodeAddr}, e.hostAddrs...) {
 		if a.IsValid() && !slices.Contains(ips, a) {
 			ips = append(ips, a)

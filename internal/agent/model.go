@@ -266,6 +266,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 			Labels:     canon[de.key],
 			Identity:   id,
 			IP:         rec.IP,
+			IP6:        rec.IP6,
 			NamedPorts: de.named,
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/podaddr"
 	"github.com/rampartnet/rampart/internal/version"
 )
 
@@ -134,11 +135,17 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		ss := api.SendSideStatus(st)
 		sendSide = &ss
 	}
+	var cidr6, router6 string
+	if a.cfg.DualStack() {
+		cidr6, router6 = a.cfg.PodCIDR6.String(), podaddr.Router6(a.cfg.PodCIDR6).String()
+	}
 	return api.Status{
 		Version:    version.Get().String(),
 		Instance:   a.cfg.Instance,
 		PodCIDR:    a.cfg.PodCIDR.String(),
 		Router:     a.net.Router().String(),
+		PodCIDR6:   cidr6,
+		Router6:    router6,
 		NodeNetns:  a.cfg.NodeNetns,
 		StateDir:   a.cfg.StateDir,
 		BPFDir:     a.cfg.BPFDir,

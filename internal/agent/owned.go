@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -225,15 +226,17 @@ func legacyOwned(cfg Config, host bool) (*owned, error) {
 			o.addDirs(d)
 		}
 	}
-	node := endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR}
+	node := endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, PodCIDR6: cfg.PodCIDR6}
 	if cfg.NodeNetns != "" {
 		o.NodeNetnsCreated = endpoint.NetnsExists(cfg.NodeNetns)
 		return o, nil
 	}
-	if has, err := node.HasLoAddress(node.Router()); err != nil {
-		return nil, err
-	} else if has {
-		o.LoAddresses = append(o.LoAddresses, node.Router())
+	for _, addr := range routerAddrs(node) {
+		if has, err := node.HasLoAddress(addr); err != nil {
+			return nil, err
+		} else if has {
+			o.LoAddresses = append(o.LoAddresses, addr)
+		}
 	}
 	present, err := datapath.ProxyRouting(node.NetnsPath())
 	if err != nil {
@@ -253,21 +256,34 @@ func (o *owned) recordNode(node endpoint.Node) error {
 	if o.NodeNetnsCreated {
 		return o.save()
 	}
-	if !slices.Contains(o.LoAddresses, node.Router()) {
-		has, err := node.HasLoAddress(node.Router())
+	for _, addr := range routerAddrs(node) {
+		if slices.Contains(o.LoAddresses, addr) {
+			continue
+		}
+		has, err := node.HasLoAddress(addr)
 		if err != nil {
 			return err
 		}
 		if !has {
-			o.LoAddresses = append(o.LoAddresses, node.Router())
+			o.LoAddresses = append(o.LoAddresses, addr)
 		}
 	}
-	for k, v := range endpoint.NodeSysctls {
-		if err := o.recordSysctl(node.NetnsPath(), k, v); err != nil {
+	sysctls := node.Sysctls()
+	for _, k := range slices.Sorted(maps.Keys(sysctls)) {
+		if err := o.recordSysctl(node.NetnsPath(), k, sysctls[k]); err != nil {
 			return err
 		}
 	}
 	return o.save()
+}
+
+// routerAddrs are the addresses Node.Setup puts on the node's lo: the router's, and on a
+// dual-stack node its IPv6 one.
+func routerAddrs(node endpoint.Node) []netip.Addr {
+	if node.DualStack() {
+		return []netip.Addr{node.Router(), node.Router6()}
+	}
+	return []netip.Addr{node.Router()}
 }
 
 // recordProxyNamespace records the previous values of the sysctls

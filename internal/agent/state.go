@@ -35,6 +35,7 @@ type EndpointRecord struct {
 	Name           string        `json:"name"`
 	Labels         labels.Labels `json:"labels"`
 	IP             netip.Addr    `json:"ip"`
+	IP6            netip.Addr    `json:"ip6,omitzero"` // dual stack: paired with IP (podaddr.Addrs), derived again at start
 	Ports          []PortRecord  `json:"ports,omitempty"`
 	ServiceAccount string        `json:"serviceAccount,omitempty"`
 	EpID           uint32        `json:"epID"`
@@ -106,6 +107,7 @@ type stateFile struct {
 	Version    int                      `json:"version"`
 	Instance   string                   `json:"instance"`
 	PodCIDR    netip.Prefix             `json:"podCIDR"`
+	PodCIDR6   netip.Prefix             `json:"podCIDR6,omitzero"` // zero: IPv4 only
 	Namespaces map[string]labels.Labels `json:"namespaces"`
 	// NodeLabels are the node's labels host policy selects by (model.nodeLabels): kept
 	// so that a restarted agent in Kubernetes mode enforces host policy before its first

@@ -25,7 +25,9 @@ type Status struct {
 	Instance   string    `json:"instance"`
 	PodCIDR    string    `json:"podCIDR"`
 	Router     string    `json:"router"`
-	NodeNetns  string    `json:"nodeNetns"` // "" = the agent's own namespace
+	PodCIDR6   string    `json:"podCIDR6,omitempty"` // a dual-stack node's IPv6 pod range
+	Router6    string    `json:"router6,omitempty"`  // its IPv6 router address
+	NodeNetns  string    `json:"nodeNetns"`          // "" = the agent's own namespace
 	StateDir   string    `json:"stateDir"`
 	BPFDir     string    `json:"bpfDir"`
 	StartedAt  time.Time `json:"startedAt"`
@@ -287,6 +289,7 @@ type Endpoint struct {
 	Name           string            `json:"name"`
 	Labels         map[string]string `json:"labels"`
 	IP             string            `json:"ip"`
+	IP6            string            `json:"ip6,omitempty"` // a dual-stack node's endpoints' IPv6 address
 	Ports          []NamedPort       `json:"ports,omitempty"`
 	ServiceAccount string            `json:"serviceAccount,omitempty"`
 	EpID           uint32            `json:"epID"`
@@ -669,10 +672,16 @@ type CNIResult struct {
 	// IP is the endpoint's address with its prefix length (a /32).
 	IP string `json:"ip"`
 	// Gateway is the node's router address; Routes are the destinations routed through
-	// it.
+	// it, and on a dual-stack node also the IPv6 ones, routed through Gateway6: each
+	// through the gateway of its family.
 	Gateway  string   `json:"gateway"`
 	Routes   []string `json:"routes"`
 	Identity uint32   `json:"identity"`
+	// IP6 is a dual-stack endpoint's IPv6 address with its prefix length (a /128), and
+	// Gateway6 its IPv6 router, the host veth's link-local address; both "" on an
+	// IPv4-only node.
+	IP6      string `json:"ip6,omitempty"`
+	Gateway6 string `json:"gateway6,omitempty"`
 }
 
 // CNIGCRequest lists the attachments the runtime still has (a CNI GC): the agent deletes

@@ -516,6 +516,9 @@ func (a *app) statusCommand() *cobra.Command {
 			}
 			fmt.Fprintf(w, "Node namespace:\t%s\n", node)
 			fmt.Fprintf(w, "Pod CIDR:\t%s (router %s)\n", st.PodCIDR, st.Router)
+			if st.PodCIDR6 != "" {
+				fmt.Fprintf(w, "IPv6 pod CIDR:\t%s (router %s)\n", st.PodCIDR6, st.Router6)
+			}
 			fmt.Fprintf(w, "Endpoints:\t%d\n", st.Endpoints)
 			fmt.Fprintf(w, "Namespaces:\t%d\n", st.Namespaces)
 			fmt.Fprintf(w, "Policies:\t%d\n", st.Policies)

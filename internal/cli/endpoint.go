@@ -57,7 +57,11 @@ func (a *app) endpointAdd() *cobra.Command {
 			if ep.Monitor {
 				kind = "monitor endpoint"
 			}
-			a.printf("%s %s created: ip %s, identity %d, interface %s\n", kind, ep.Key(), ep.IP, ep.Identity, ep.HostInterface)
+			ip6 := ""
+			if ep.IP6 != "" {
+				ip6 = ", ip6 " + ep.IP6
+			}
+			a.printf("%s %s created: ip %s%s, identity %d, interface %s\n", kind, ep.Key(), ep.IP, ip6, ep.Identity, ep.HostInterface)
 			return nil
 		},
 	}
@@ -117,13 +121,22 @@ func (a *app) endpointList() *cobra.Command {
 			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ENDPOINT\tIP\tIDENTITY\tENFORCEMENT\tLABELS")
 			for _, ep := range eps {
-				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", ep.Key(), ep.IP, ep.Identity, enforcement(ep), labelString(ep.Labels))
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", ep.Key(), endpointAddrs(ep), ep.Identity, enforcement(ep), labelString(ep.Labels))
 			}
 			return w.Flush()
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
+}
+
+// endpointAddrs is an endpoint's address, or on a dual-stack node its IPv4 and IPv6
+// addresses separated by a comma.
+func endpointAddrs(ep api.Endpoint) string {
+	if ep.IP6 == "" {
+		return ep.IP
+	}
+	return ep.IP + "," + ep.IP6
 }
 
 func enforcement(ep api.Endpoint) string {
@@ -171,6 +184,9 @@ func (a *app) endpointGet() *cobra.Command {
 			w := tabwriter.NewWriter(a.io.Out, 0, 4, 1, ' ', 0)
 			fmt.Fprintf(w, "Endpoint:\t%s\n", ep.Key())
 			fmt.Fprintf(w, "IP:\t%s\n", ep.IP)
+			if ep.IP6 != "" {
+				fmt.Fprintf(w, "IPv6:\t%s\n", ep.IP6)
+			}
 			fmt.Fprintf(w, "Identity:\t%d\n", ep.Identity)
 			fmt.Fprintf(w, "Labels:\t%s\n", labelString(ep.Labels))
 			fmt.Fprintf(w, "Identity labels:\t%s\n", strings.Join(ep.IdentityLabels, ","))

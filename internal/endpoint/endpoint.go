@@ -7,19 +7,21 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	rnetns "github.com/rampartnet/rampart/internal/netns"
+	"github.com/rampartnet/rampart/internal/podaddr"
 )
 
 // PodIfName is the endpoint side of the veth pair.
 const PodIfName = "eth0"
 
 // Node is the agent's node network namespace: where host-side veths, the router address
-// and the /32 routes to endpoints live.
+// and the /32 (and /128) routes to endpoints live.
 type Node struct {
 	// Instance is the agent instance name; it is part of every name the package derives.
 	Instance string
@@ -28,6 +30,10 @@ type Node struct {
 	Netns string
 	// PodCIDR is the endpoint address range; its first address is the router.
 	PodCIDR netip.Prefix
+	// PodCIDR6 is the IPv6 endpoint range of a dual-stack node (zero: IPv4 only). An
+	// endpoint's IPv6 address is paired with its IPv4 one (podaddr.Addrs) and its
+	// first address, Router6, is the node's.
+	PodCIDR6 netip.Prefix
 	// MTU is the MTU of endpoints' veths (both ends) when they are created; 0 keeps the
 	// kernel's default. An overlay sets it to leave room for its headers.
 	MTU int
@@ -36,6 +42,23 @@ type Node struct {
 // Router returns the router address: the first address after the network address of the
 // pod range. Endpoints route through it and it carries the host identity.
 func (n Node) Router() netip.Addr { return n.PodCIDR.Masked().Addr().Next() }
+
+// DualStack reports whether endpoints get an IPv6 address too.
+func (n Node) DualStack() bool { return n.PodCIDR6.IsValid() }
+
+// Router6 returns the node's IPv6 address in PodCIDR6, paired with the router (zero on an
+// IPv4-only node). Endpoints route to it through RouterLinkLocal; it carries the host
+// identity.
+func (n Node) Router6() netip.Addr {
+	if !n.DualStack() {
+		return netip.Addr{}
+	}
+	return podaddr.Router6(n.PodCIDR6)
+}
+
+// RouterLinkLocal is the link-local address of every host-side veth of a dual-stack node:
+// every endpoint's IPv6 default gateway.
+var RouterLinkLocal = podaddr.RouterLinkLocal
 
 // NetnsPath returns the path of the node namespace (the process's own if Netns is "").
 func (n Node) NetnsPath() string {
@@ -60,13 +83,19 @@ func (n Node) HostIfName(namespace, name string) string {
 
 // Setup creates the node namespace if it is named and missing, and configures it: loopback
 // up, the router address on lo (so ARP for it is answered on every veth and it is the
-// host's address), and IPv4 forwarding on. It is idempotent.
+// host's address), and IPv4 forwarding on; on a dual-stack node also Router6 on lo and
+// IPv6 forwarding on. It is idempotent.
 func (n Node) Setup() error {
 	if !n.PodCIDR.IsValid() || !n.PodCIDR.Addr().Is4() {
 		return fmt.Errorf("pod CIDR %v: want an IPv4 prefix", n.PodCIDR)
 	}
 	if n.PodCIDR.Bits() > 30 {
 		return fmt.Errorf("pod CIDR %v: too small", n.PodCIDR)
+	}
+	if n.DualStack() {
+		if err := podaddr.CheckPrefix6(n.PodCIDR, n.PodCIDR6); err != nil {
+			return fmt.Errorf("IPv6 pod CIDR %v: %w", n.PodCIDR6, err)
+		}
 	}
 	if n.Netns != "" && !NetnsExists(n.Netns) {
 		if err := DeleteNetns(n.Netns); err != nil { // a stale unmounted file
@@ -88,8 +117,16 @@ func (n Node) Setup() error {
 	if err := h.AddrReplace(lo, addr); err != nil {
 		return fmt.Errorf("adding router address %v to node lo: %w", n.Router(), err)
 	}
+	if n.DualStack() {
+		// Usable at once: no duplicate address detection on lo, where nothing could
+		// answer it.
+		addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(n.Router6(), 128)), Flags: unix.IFA_F_NODAD}
+		if err := h.AddrReplace(lo, addr); err != nil {
+			return fmt.Errorf("adding router address %v to node lo: %w", n.Router6(), err)
+		}
+	}
 	return Do(n.NetnsPath(), func() error {
-		for k, v := range NodeSysctls {
+		for k, v := range n.Sysctls() {
 			if err := writeSysctl(k, v); err != nil {
 				return err
 			}
@@ -99,12 +136,16 @@ func (n Node) Setup() error {
 }
 
 // Teardown removes what Setup added: the node namespace itself when it is named, else the
-// router address from lo. Forwarding is left as it is in the root namespace.
+// router addresses from lo. Forwarding is left as it is in the root namespace.
 func (n Node) Teardown() error {
 	if n.Netns != "" {
 		return DeleteNetns(n.Netns)
 	}
-	return n.RemoveLoAddress(n.Router())
+	err := n.RemoveLoAddress(n.Router())
+	if n.DualStack() {
+		err = errors.Join(err, n.RemoveLoAddress(n.Router6()))
+	}
+	return err
 }
 
 func (n Node) handle() (*netlink.Handle, error) {
@@ -134,6 +175,9 @@ type Endpoint struct {
 	PodIfName string
 	// HostMAC and PodMAC are the veth ends' hardware addresses (set by create).
 	HostMAC, PodMAC string
+	// IP6 is the endpoint's IPv6 address and LinkLocal6 the link-local address of its
+	// interface, on a dual-stack node (podaddr.Addrs); zero on an IPv4-only one.
+	IP6, LinkLocal6 netip.Addr
 }
 
 // Create makes the endpoint's namespace and veth pair and configures addresses and routes.
@@ -179,6 +223,9 @@ func (n Node) create(namespace, name string, ip netip.Addr, at *Attachment, atta
 		NetnsName:  n.EndpointNetns(namespace, name),
 		HostIfName: n.HostIfName(namespace, name),
 		PodIfName:  PodIfName,
+	}
+	if ep.IP6, ep.LinkLocal6, err = podaddr.Addrs(n.PodCIDR, n.PodCIDR6, ip); err != nil {
+		return Endpoint{}, err
 	}
 	if at != nil {
 		ep.NetnsName, ep.NetnsPath, ep.PodIfName = "", at.NetnsPath, at.IfName
@@ -254,10 +301,16 @@ func (n Node) create(namespace, name string, ip netip.Addr, at *Attachment, atta
 		return ep, fmt.Errorf("finding %s: %w", ep.HostIfName, err)
 	}
 	ep.HostIfIndex = host.Attrs().Index
-	// IPv6 is not enforced yet and is dropped by the dataplane: keep the links quiet.
-	_ = Do(n.NetnsPath(), func() error {
-		return writeSysctl("net/ipv6/conf/"+ep.HostIfName+"/disable_ipv6", "1")
-	})
+	if n.DualStack() {
+		if err := n.configureHost6(node, host); err != nil {
+			return ep, err
+		}
+	} else {
+		// An IPv4-only node: IPv6 is dropped by the dataplane, keep the links quiet.
+		_ = Do(n.NetnsPath(), func() error {
+			return writeSysctl("net/ipv6/conf/"+ep.HostIfName+"/disable_ipv6", "1")
+		})
+	}
 	if err := node.LinkSetUp(host); err != nil {
 		return ep, fmt.Errorf("setting %s up: %w", ep.HostIfName, err)
 	}
@@ -276,6 +329,17 @@ func (n Node) create(namespace, name string, ip netip.Addr, at *Attachment, atta
 	if err := node.RouteReplace(route); err != nil {
 		return ep, fmt.Errorf("adding route to %v via %s: %w", ip, ep.HostIfName, err)
 	}
+	if n.DualStack() {
+		route := &netlink.Route{
+			LinkIndex: ep.HostIfIndex,
+			Dst:       ipNet(netip.PrefixFrom(ep.IP6, 128)),
+			Scope:     netlink.SCOPE_LINK,
+			Src:       n.Router6().AsSlice(),
+		}
+		if err := node.RouteReplace(route); err != nil {
+			return ep, fmt.Errorf("adding route to %v via %s: %w", ep.IP6, ep.HostIfName, err)
+		}
+	}
 	if l, err := pod.LinkByName(ep.PodIfName); err == nil {
 		ep.PodMAC = l.Attrs().HardwareAddr.String()
 	}
@@ -286,6 +350,31 @@ func (n Node) create(namespace, name string, ip netip.Addr, at *Attachment, atta
 // in6AddrGenModeNone is IN6_ADDR_GEN_MODE_NONE (include/uapi/linux/if_link.h): the
 // interface generates no IPv6 address.
 const in6AddrGenModeNone = 1
+
+// configureHost6 gives a dual-stack endpoint's host-side veth (down still) IPv6 and only
+// RouterLinkLocal: the endpoint's default gateway, the same on every veth, so the node
+// answers neighbour solicitations for it on each. No address of its own making
+// (addr_gen_mode none, set before the link is up, when the kernel would make one), and
+// no duplicate address detection, which would keep the address unusable for a second
+// and which the endpoint, the only other host on the link, cannot fail.
+func (n Node) configureHost6(node *netlink.Handle, host netlink.Link) error {
+	name := host.Attrs().Name
+	// Written, not assumed: a node whose default is disable_ipv6=1 would refuse the
+	// address.
+	if err := Do(n.NetnsPath(), func() error {
+		return writeSysctl("net/ipv6/conf/"+name+"/disable_ipv6", "0")
+	}); err != nil {
+		return err
+	}
+	if err := node.LinkSetIP6AddrGenMode(host, in6AddrGenModeNone); err != nil {
+		return fmt.Errorf("setting addr_gen_mode none on %s: %w", name, err)
+	}
+	addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(RouterLinkLocal, 64)), Flags: unix.IFA_F_NODAD}
+	if err := node.AddrAdd(host, addr); err != nil {
+		return fmt.Errorf("adding %v to %s: %w", RouterLinkLocal, name, err)
+	}
+	return nil
+}
 
 func (n Node) configurePod(pod *netlink.Handle, ep Endpoint) error {
 	lo, err := pod.LinkByName("lo")
@@ -299,15 +388,35 @@ func (n Node) configurePod(pod *netlink.Handle, ep Endpoint) error {
 	if err != nil {
 		return fmt.Errorf("finding endpoint %s: %w", ep.PodIfName, err)
 	}
-	// IPv6 is not enforced yet and is dropped by the dataplane: no IPv6 address on the
-	// endpoint side keeps it quiet (no link-local address, so no neighbour discovery or
-	// router solicitation). Set over netlink, not as the disable_ipv6 sysctl: every
-	// endpoint namespace has an eth0, and the kernel finds /proc/sys/.../conf/eth0 by
-	// walking the dentries of all of them (proc_sys_compare), about 1 ms per add with
-	// 1,000 endpoints. An error (a kernel without IPv6) leaves nothing to quiet.
-	_ = pod.LinkSetIP6AddrGenMode(eth, in6AddrGenModeNone)
+	// The endpoint side makes no IPv6 address of its own (addr_gen_mode none). On an
+	// IPv4-only node, whose dataplane drops IPv6, that keeps it quiet (no link-local
+	// address, so no neighbour discovery or router solicitation); on a dual-stack one it
+	// has exactly the two addresses the dataplane lets it send from (Endpoint.IP6 and
+	// LinkLocal6), which it could not tell from a kernel-made one. Set over netlink, not
+	// as the disable_ipv6 sysctl: every endpoint namespace has an eth0, and the kernel
+	// finds /proc/sys/.../conf/eth0 by walking the dentries of all of them
+	// (proc_sys_compare), about 1 ms per add with 1,000 endpoints. On an IPv4-only node
+	// an error (a kernel without IPv6) leaves nothing to quiet.
+	if err := pod.LinkSetIP6AddrGenMode(eth, in6AddrGenModeNone); err != nil && n.DualStack() {
+		return fmt.Errorf("setting addr_gen_mode none on endpoint %s: %w", ep.PodIfName, err)
+	}
 	if err := pod.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(ep.IP, 32))}); err != nil {
 		return fmt.Errorf("adding %v to endpoint %s: %w", ep.IP, ep.PodIfName, err)
+	}
+	if n.DualStack() {
+		// The address alone (a /128, with no prefix route: no other address is on the
+		// link, everything goes through the router, as with IPv4's /32) and the
+		// link-local one (a /64, the link's), both usable at once: no duplicate
+		// address detection, which would hold them for a second and which the node,
+		// the only other host on the link, cannot fail.
+		for _, a := range []*netlink.Addr{
+			{IPNet: ipNet(netip.PrefixFrom(ep.IP6, 128)), Flags: unix.IFA_F_NODAD | unix.IFA_F_NOPREFIXROUTE},
+			{IPNet: ipNet(netip.PrefixFrom(ep.LinkLocal6, 64)), Flags: unix.IFA_F_NODAD},
+		} {
+			if err := pod.AddrAdd(eth, a); err != nil {
+				return fmt.Errorf("adding %v to endpoint %s: %w", a.IPNet, ep.PodIfName, err)
+			}
+		}
 	}
 	if err := pod.LinkSetUp(eth); err != nil {
 		return fmt.Errorf("setting endpoint %s up: %w", ep.PodIfName, err)
@@ -328,6 +437,16 @@ func (n Node) configurePod(pod *netlink.Handle, ep Endpoint) error {
 	}); err != nil {
 		return fmt.Errorf("adding default route via %v: %w", router, err)
 	}
+	if n.DualStack() {
+		if err := pod.RouteReplace(&netlink.Route{
+			LinkIndex: eth.Attrs().Index,
+			Dst:       ipNet(netip.PrefixFrom(netip.IPv6Unspecified(), 0)),
+			Gw:        RouterLinkLocal.AsSlice(),
+			Src:       ep.IP6.AsSlice(),
+		}); err != nil {
+			return fmt.Errorf("adding default route via %v: %w", RouterLinkLocal, err)
+		}
+	}
 	return nil
 }
 
@@ -342,6 +461,10 @@ func (n Node) Lookup(namespace, name string, ip netip.Addr) (Endpoint, error) {
 		HostIfName: n.HostIfName(namespace, name),
 	}
 	ep.NetnsPath = NetnsPath(ep.NetnsName)
+	var err error
+	if ep.IP6, ep.LinkLocal6, err = podaddr.Addrs(n.PodCIDR, n.PodCIDR6, ip); err != nil {
+		return ep, err
+	}
 	if !NetnsExists(ep.NetnsName) {
 		return ep, fmt.Errorf("endpoint %s/%s: network namespace %s missing", namespace, name, ep.NetnsName)
 	}
@@ -369,6 +492,10 @@ func (n Node) LookupIn(namespace, name string, ip netip.Addr, at Attachment) (En
 		NetnsPath:  at.NetnsPath,
 		HostIfName: n.HostIfName(namespace, name),
 		PodIfName:  at.IfName,
+	}
+	var err error
+	if ep.IP6, ep.LinkLocal6, err = podaddr.Addrs(n.PodCIDR, n.PodCIDR6, ip); err != nil {
+		return ep, err
 	}
 	node, err := n.handle()
 	if err != nil {
@@ -402,16 +529,19 @@ func (n Node) LookupIn(namespace, name string, ip netip.Addr, at Attachment) (En
 		return ep, fmt.Errorf("endpoint %s/%s: interface %s in %s is down", namespace, name, at.IfName, at.NetnsPath)
 	}
 	ep.PodMAC = l.Attrs().HardwareAddr.String()
-	addrs, err := pod.AddrList(l, unix.AF_INET)
+	addrs, err := pod.AddrList(l, unix.AF_UNSPEC)
 	if err != nil {
 		return ep, fmt.Errorf("endpoint %s/%s: listing addresses of %s: %w", namespace, name, at.IfName, err)
 	}
-	for _, a := range addrs {
-		if got, ok := netip.AddrFromSlice(a.IP); ok && got.Unmap() == ip {
-			return ep, nil
+	for _, want := range []netip.Addr{ip, ep.IP6} {
+		if want.IsValid() && !slices.ContainsFunc(addrs, func(a netlink.Addr) bool {
+			got, ok := netip.AddrFromSlice(a.IP)
+			return ok && got.Unmap() == want
+		}) {
+			return ep, fmt.Errorf("endpoint %s/%s: interface %s in %s does not have address %v", namespace, name, at.IfName, at.NetnsPath, want)
 		}
 	}
-	return ep, fmt.Errorf("endpoint %s/%s: interface %s in %s does not have address %v", namespace, name, at.IfName, at.NetnsPath, ip)
+	return ep, nil
 }
 
 // DeleteLink removes an endpoint's veth pair and nothing else: for an endpoint made by

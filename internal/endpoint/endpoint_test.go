@@ -44,12 +44,20 @@ func TestRouter(t *testing.T) {
 
 func newNode(t *testing.T) endpoint.Node {
 	t.Helper()
+	return newNodeWith(t, netip.Prefix{})
+}
+
+// newNodeWith is a node of its own with the pod range 198.18.0.0/24 and the IPv6 pod
+// range cidr6 (none: IPv4 only), set up, torn down when the test ends.
+func newNodeWith(t *testing.T, cidr6 netip.Prefix) endpoint.Node {
+	t.Helper()
 	testenv.RequireRoot(t)
 	sfx := testenv.Suffix(6)
 	n := endpoint.Node{
 		Instance: "eptest" + sfx,
 		Netns:    "rp-eptest-node-" + sfx,
 		PodCIDR:  netip.MustParsePrefix("198.18.0.0/24"),
+		PodCIDR6: cidr6,
 	}
 	t.Cleanup(func() {
 		if err := n.Teardown(); err != nil {

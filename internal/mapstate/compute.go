@@ -99,6 +99,15 @@ func (in Input) Check() error {
 		if !ep.IP.IsValid() {
 			errs = append(errs, fmt.Errorf("endpoint %s has no address", name))
 		}
+		if ep.IP6.IsValid() {
+			if !ep.IP6.Is6() || ep.IP6.Is4In6() || ep.Host {
+				errs = append(errs, fmt.Errorf("endpoint %s: IPv6 address %v: want an IPv6 address of a pod", name, ep.IP6))
+			}
+			if other, dup := epAddrs[ep.IP6]; dup {
+				errs = append(errs, fmt.Errorf("endpoints %s and %s share address %v", other, name, ep.IP6))
+			}
+			epAddrs[ep.IP6] = name
+		}
 	}
 	for _, ep := range in.Remote {
 		name := "remote endpoint " + ep.Namespace + "/" + ep.Name
@@ -726,10 +735,10 @@ func applyDenyPrecedence(entries map[Key]Value) {
 }
 
 // ipcache builds the address-to-identity map: policy prefixes to their CIDR identities, the
-// /0 prefixes to World, and endpoint and host addresses to their identities with the
-// flagged CIDR identity of the longest policy prefix containing them.
+// /0 prefixes to World, and endpoint (IPv4 and IPv6) and host addresses to their
+// identities with the flagged CIDR identity of the longest policy prefix containing them.
 func (c *computer) ipcache() map[netip.Prefix]IPCacheEntry {
-	m := make(map[netip.Prefix]IPCacheEntry, len(c.prefixes.sorted)+len(c.in.Endpoints)+len(c.in.HostIPs)+2)
+	m := make(map[netip.Prefix]IPCacheEntry, len(c.prefixes.sorted)+2*len(c.in.Endpoints)+len(c.in.HostIPs)+2)
 	for _, q := range c.prefixes.sorted {
 		m[q.prefix] = IPCacheEntry{Identity: q.id}
 	}
@@ -756,9 +765,14 @@ func (c *computer) ipcache() map[netip.Prefix]IPCacheEntry {
 	// Local endpoints after hosts and remote pods: an address that is both is a local
 	// endpoint's.
 	for _, ep := range c.in.Endpoints {
-		if ep.IP.IsValid() && !ep.Host {
-			a := ep.IP.Unmap()
-			m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: ep.Identity, Secondary: c.secondary(a), EndpointID: ep.ID}
+		if ep.Host {
+			continue
+		}
+		for _, a := range []netip.Addr{ep.IP, ep.IP6} {
+			if a.IsValid() {
+				a = a.Unmap()
+				m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: ep.Identity, Secondary: c.secondary(a), EndpointID: ep.ID}
+			}
 		}
 	}
 	return m

@@ -409,6 +409,51 @@ func TestIPCache(t *testing.T) {
 	}
 }
 
+// A dual-stack endpoint's IPv6 address maps, a /128, to what its IPv4 address does:
+// its identity, its ep_id, the longest policy prefix holding it; the router's IPv6
+// addresses to the host.
+func TestIPCacheDualStack(t *testing.T) {
+	w := newWorld()
+	w.endpoint(1, "x", "a", "198.18.0.10", "pod", "a").IP6 = netip.MustParseAddr("2001:2::a")
+	w.endpoint(2, "x", "b", "198.18.0.11", "pod", "b") // IPv4 only
+	w.in.HostIPs = []netip.Addr{netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("2001:2::1"), netip.MustParseAddr("fe80::1")}
+	w.rules(policy.Rule{Subject: labels.None(), Direction: policy.Egress, Peers: []policy.Peer{cidrPeer("2001:2::/48")}})
+	st := w.compute(t)
+	v6 := w.cidrID(t, "2001:2::/48") | identity.EndpointCIDRFlag
+	a := w.ep("x", "a")
+	want := map[netip.Prefix]IPCacheEntry{
+		netip.MustParsePrefix("198.18.0.10/32"): {Identity: a.Identity, EndpointID: 1},
+		netip.MustParsePrefix("2001:2::a/128"):  {Identity: a.Identity, Secondary: v6, EndpointID: 1},
+		netip.MustParsePrefix("198.18.0.11/32"): {Identity: w.ep("x", "b").Identity, EndpointID: 2},
+		netip.MustParsePrefix("198.18.0.1/32"):  {Identity: identity.Host},
+		netip.MustParsePrefix("2001:2::1/128"):  {Identity: identity.Host, Secondary: v6},
+		netip.MustParsePrefix("fe80::1/128"):    {Identity: identity.Host},
+	}
+	for p, e := range want {
+		if got, ok := st.IPCache[p]; !ok || got != e {
+			t.Errorf("ipcache[%v] = %+v (present %v), want %+v", p, got, ok, e)
+		}
+	}
+	// The two /0, the policy prefix, and the entries above: nothing else.
+	if len(st.IPCache) != len(want)+3 {
+		t.Errorf("ipcache has %d entries, want %d: %v", len(st.IPCache), len(want)+3, st.IPCache)
+	}
+}
+
+func TestCheckDualStackEndpoints(t *testing.T) {
+	in := Input{Endpoints: []Endpoint{
+		{ID: 1, Namespace: "x", Name: "a", Identity: 300, IP: netip.MustParseAddr("198.18.0.10"), IP6: netip.MustParseAddr("2001:2::a")},
+		{ID: 2, Namespace: "x", Name: "b", Identity: 300, IP: netip.MustParseAddr("198.18.0.11"), IP6: netip.MustParseAddr("2001:2::a")},
+		{ID: 3, Namespace: "x", Name: "c", Identity: 300, IP: netip.MustParseAddr("198.18.0.12"), IP6: netip.MustParseAddr("198.18.0.13")},
+	}}
+	err := in.Check()
+	for _, want := range []string{"x/a and x/b share address 2001:2::a", "x/c: IPv6 address 198.18.0.13"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check error %v lacks %q", err, want)
+		}
+	}
+}
+
 func TestComputeIgnoresInvalidCIDRIdentities(t *testing.T) {
 	w := newWorld()
 	w.endpoint(1, "x", "a", "198.18.0.10", "pod", "a")

@@ -28,6 +28,9 @@ type Endpoint struct {
 	Identity   identity.Identity
 	IP         netip.Addr
 	NamedPorts map[string]NamedPort
+	// IP6 is a dual-stack endpoint's IPv6 address (zero: none): the ipcache maps it, a
+	// /128, to the identity and ep_id its IPv4 address has.
+	IP6 netip.Addr
 }
 
 // RemoteEndpoint is a pod on another node: policy selects it by its labels like a local

@@ -448,3 +448,59 @@ func TestCNIRefusesNamespacesInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A dual-stack node's ADD through libcni: the result has both addresses, each with its
+// gateway (the router; the host veth's fe80::1), and a default route of each family,
+// which the pod's interface has; CHECK (its prevResult has both) and DEL pass.
+func TestCNIDualStack(t *testing.T) {
+	testenv.RequireRoot(t)
+	env := agenttest.StartAgent(t, agenttest.Options{NoServers: true, PodCIDR6: netip.MustParsePrefix("2001:2::/64")})
+	rt := newRuntime(t, env.Socket())
+	sb := newSandbox(t, "shop", "web")
+	res := rt.add(sb)
+	var ips, routes []string
+	for _, ipc := range res.IPs {
+		if ipc.Interface == nil || res.Interfaces[*ipc.Interface].Sandbox != sb.netns {
+			t.Fatalf("result address %v not on the pod's interface", ipc.Address)
+		}
+		ips = append(ips, ipc.Address.String()+" via "+ipc.Gateway.String())
+	}
+	for _, r := range res.Routes {
+		routes = append(routes, r.Dst.String()+" via "+r.GW.String())
+	}
+	if want := []string{"198.18.0.2/32 via 198.18.0.1", "2001:2::2/128 via fe80::1"}; !slices.Equal(ips, want) {
+		t.Fatalf("result addresses %v, want %v", ips, want)
+	}
+	if want := []string{"0.0.0.0/0 via 198.18.0.1", "::/0 via fe80::1"}; !slices.Equal(routes, want) {
+		t.Fatalf("result routes %v, want %v", routes, want)
+	}
+	if ep := env.Endpoint("shop/web"); ep.IP != "198.18.0.2" || ep.IP6 != "2001:2::2" {
+		t.Fatalf("agent's view: %s %s", ep.IP, ep.IP6)
+	}
+	h := testenv.NetlinkHandle(t, sb.netns)
+	l, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := h.AddrList(l, netlink.FAMILY_V6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range addrs {
+		got = append(got, a.IPNet.String())
+	}
+	slices.Sort(got)
+	if want := []string{"2001:2::2/128", "fe80::2/64"}; !slices.Equal(got, want) {
+		t.Fatalf("eth0's IPv6 addresses %v, want %v", got, want)
+	}
+	if err := rt.check(sb); err != nil {
+		t.Fatalf("CHECK: %v", err)
+	}
+	if err := rt.del(sb); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if keys := endpointKeys(t, env); len(keys) != 0 {
+		t.Fatalf("endpoints after DEL: %v", keys)
+	}
+}

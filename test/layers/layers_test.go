@@ -33,6 +33,7 @@ var pure = []string{
 	"internal/flow",
 	"internal/tappolicy",
 	"internal/service",
+	"internal/podaddr",
 }
 
 // forbiddenPrefixes are the import paths a pure package must not depend on: the kernel
@@ -198,7 +199,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"manifests", []string{"deploy"}},
-	{"leaves", []string{"internal/version", "internal/labels", "internal/fqdn", "internal/netns", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds", "internal/cniinstall"}},
+	{"leaves", []string{"internal/version", "internal/labels", "internal/fqdn", "internal/netns", "internal/podaddr", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds", "internal/cniinstall"}},
 	{"core: tap contracts, Services", []string{"internal/tap", "internal/service"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},

@@ -261,7 +261,10 @@ func (w *Watcher) reportErr(err error) {
 // OwnNode is this node as its Node object says.
 type OwnNode struct {
 	Address netip.Addr   // status.addresses' InternalIP
-	PodCIDR netip.Prefix // spec.podCIDR
+	PodCIDR netip.Prefix // the IPv4 prefix of spec.podCIDRs (spec.podCIDR without them)
+	// PodCIDR6 is the IPv6 prefix of spec.podCIDRs on a dual-stack cluster (zero:
+	// none): the agent's Config.PodCIDR6.
+	PodCIDR6 netip.Prefix
 }
 
 // WaitOwnNode waits for this node's Node object with an InternalIP and a pod CIDR.
@@ -293,11 +296,29 @@ func ownNode(n *corev1.Node) (OwnNode, error) {
 	if !ok {
 		return OwnNode{}, fmt.Errorf("node %s: no InternalIP in status.addresses", n.Name)
 	}
-	p, err := netip.ParsePrefix(n.Spec.PodCIDR)
-	if err != nil {
-		return OwnNode{}, fmt.Errorf("node %s: spec.podCIDR %q: %v", n.Name, n.Spec.PodCIDR, err)
+	own := OwnNode{Address: addr}
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 {
+		cidrs = []string{n.Spec.PodCIDR}
 	}
-	return OwnNode{Address: addr, PodCIDR: p.Masked()}, nil
+	// One prefix per family (the API server's rule); the first of the list, spec.podCIDR,
+	// may be either on a dual-stack cluster.
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return OwnNode{}, fmt.Errorf("node %s: spec.podCIDRs %q: %v", n.Name, c, err)
+		}
+		switch {
+		case p.Addr().Is4() && !own.PodCIDR.IsValid():
+			own.PodCIDR = p.Masked()
+		case p.Addr().Is6() && !own.PodCIDR6.IsValid():
+			own.PodCIDR6 = p.Masked()
+		}
+	}
+	if !own.PodCIDR.IsValid() {
+		return OwnNode{}, fmt.Errorf("node %s: spec.podCIDRs %q: no IPv4 prefix (IPv6-only nodes are not supported)", n.Name, cidrs)
+	}
+	return own, nil
 }
 
 func internalIP(n *corev1.Node) (netip.Addr, bool) {

@@ -2,7 +2,9 @@ package watcher
 
 import (
 	"encoding/json"
+	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -196,5 +198,34 @@ func TestPodPorts(t *testing.T) {
 	}
 	if got := podPorts(&corev1.Pod{}); got != nil {
 		t.Errorf("a pod without ports: %+v", got)
+	}
+}
+
+// This node's pod ranges: spec.podCIDR alone, or spec.podCIDRs with an IPv6 range in
+// either place; an IPv6-only node is refused.
+func TestOwnNodePodCIDRs(t *testing.T) {
+	node := func(podCIDR string, podCIDRs ...string) *corev1.Node {
+		return &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+			Spec:       corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: podCIDRs},
+			Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.19.254.1"}}},
+		}
+	}
+	for _, c := range []struct {
+		n      *corev1.Node
+		v4, v6 string
+	}{
+		{node("198.18.1.0/24"), "198.18.1.0/24", "invalid Prefix"},
+		{node("198.18.1.0/24", "198.18.1.0/24"), "198.18.1.0/24", "invalid Prefix"},
+		{node("198.18.1.0/24", "198.18.1.0/24", "2001:2:0:1::/64"), "198.18.1.0/24", "2001:2:0:1::/64"},
+		{node("2001:2:0:1::/64", "2001:2:0:1::/64", "198.18.1.0/24"), "198.18.1.0/24", "2001:2:0:1::/64"},
+	} {
+		own, err := ownNode(c.n)
+		if err != nil || own.PodCIDR.String() != c.v4 || own.PodCIDR6.String() != c.v6 || own.Address != netip.MustParseAddr("198.19.254.1") {
+			t.Errorf("ownNode(%q, %q) = %+v, %v; want %s, %s", c.n.Spec.PodCIDR, c.n.Spec.PodCIDRs, own, err, c.v4, c.v6)
+		}
+	}
+	if _, err := ownNode(node("2001:2:0:1::/64", "2001:2:0:1::/64")); err == nil || !strings.Contains(err.Error(), "no IPv4 prefix") {
+		t.Errorf("an IPv6-only node: %v", err)
 	}
 }

@@ -26,6 +26,9 @@ import (
 type Options struct {
 	// PodCIDR defaults to 198.18.0.0/16. Agents in different node namespaces may share it.
 	PodCIDR netip.Prefix
+	// PodCIDR6 is agent.Config.PodCIDR6 (zero, the default: IPv4 only): endpoints get
+	// IPv6 addresses too (e.g. 2001:2::/64 beside the default 198.18.0.0/16).
+	PodCIDR6 netip.Prefix
 	// TCPPorts and UDPPorts are served (echo) in every endpoint AddEndpoint creates;
 	// default 80 and 81 for both.
 	TCPPorts, UDPPorts []uint16
@@ -102,6 +105,7 @@ func StartAgent(t testing.TB, opts Options) *Env {
 			BPFDir:         filepath.Join("/sys/fs/bpf/rampart", instance),
 			NodeNetns:      "rp-" + instance + "-node",
 			PodCIDR:        opts.PodCIDR,
+			PodCIDR6:       opts.PodCIDR6,
 			CIDRHostSlots:  opts.CIDRHostSlots,
 			ProxyEnvoyOnly: opts.ProxyEnvoyOnly,
 			L7SendSide:     opts.L7SendSide,
