@@ -78,24 +78,30 @@ type Servers struct {
 }
 
 // Serve starts echo servers in the namespace at nsPath on every port in tcp and udp
-// (listening on all addresses). TCP servers echo each line back; UDP servers echo each
+// (listening on all addresses, IPv4 and IPv6). TCP servers echo each line back; UDP servers echo each
 // datagram. Close stops them.
 func Serve(nsPath string, tcp, udp []uint16) (*Servers, error) {
 	s := &Servers{}
 	err := InNetns(nsPath, func() error {
+		// A socket per family (tcp6 and udp6 are IPv6 only), so that an IPv4 peer is
+		// answered from an IPv4 socket as before, and a dual-stack one on both.
 		for _, p := range tcp {
-			l, err := net.Listen("tcp4", fmt.Sprintf(":%d", p))
-			if err != nil {
-				return fmt.Errorf("listening on tcp/%d: %w", p, err)
+			for _, network := range []string{"tcp4", "tcp6"} {
+				l, err := net.Listen(network, fmt.Sprintf(":%d", p))
+				if err != nil {
+					return fmt.Errorf("listening on %s/%d: %w", network, p, err)
+				}
+				s.listeners = append(s.listeners, l)
 			}
-			s.listeners = append(s.listeners, l)
 		}
 		for _, p := range udp {
-			c, err := net.ListenPacket("udp4", fmt.Sprintf(":%d", p))
-			if err != nil {
-				return fmt.Errorf("listening on udp/%d: %w", p, err)
+			for _, network := range []string{"udp4", "udp6"} {
+				c, err := net.ListenPacket(network, fmt.Sprintf(":%d", p))
+				if err != nil {
+					return fmt.Errorf("listening on %s/%d: %w", network, p, err)
+				}
+				s.conns = append(s.conns, c)
 			}
-			s.conns = append(s.conns, c)
 		}
 		return nil
 	})
@@ -186,14 +192,19 @@ func EchoUDP(c net.PacketConn) {
 	}
 }
 
-// Dial opens a connection from inside the namespace at nsPath ("tcp" or "udp" network).
+// Dial opens a connection from inside the namespace at nsPath ("tcp" or "udp" network, over
+// the family of the address).
 // The returned connection can be used from any goroutine.
 func Dial(nsPath, network string, to netip.AddrPort, timeout time.Duration) (net.Conn, error) {
 	var c net.Conn
 	err := InNetns(nsPath, func() error {
 		var err error
 		d := net.Dialer{Timeout: timeout}
-		c, err = d.DialContext(context.Background(), network+"4", to.String())
+		family := "4"
+		if to.Addr().Is6() && !to.Addr().Is4In6() {
+			family = "6"
+		}
+		c, err = d.DialContext(context.Background(), network+family, to.String())
 		return err
 	})
 	return c, err

@@ -25,10 +25,15 @@ type probe struct {
 	from, to peer
 	port     int
 	proto    string // "tcp" or "udp"
+	ipv6     bool   // between the peers' IPv6 addresses
 }
 
 func (p probe) String() string {
-	return fmt.Sprintf("%s -> %s %d/%s", p.from, p.to, p.port, p.proto)
+	family := ""
+	if p.ipv6 {
+		family = " IPv6"
+	}
+	return fmt.Sprintf("%s -> %s %d/%s%s", p.from, p.to, p.port, p.proto, family)
 }
 
 // expectFn says whether a probe should connect under the case's policy.
@@ -60,6 +65,8 @@ type cluster interface {
 	labelEndpoint(ns, name string, labels map[string]string) error
 	labelNamespace(ns string, labels map[string]string) error
 	ip(ns, name string) string
+	ip6(ns, name string) string
+	podCIDR6() string
 }
 
 func apply(m string) step { return func(c cluster) error { return c.apply(m) } }
@@ -67,22 +74,30 @@ func remove(m string) step {
 	return func(c cluster) error { return c.remove(m) }
 }
 
-// applyf renders a manifest that needs endpoint addresses ({{ip x/a}} placeholders).
+// applyf renders a manifest that needs endpoint addresses: {{ip x/a}} and {{ip6 x/a}}
+// placeholders, and {{podcidr6}} for the IPv6 pod range.
 func applyf(tmpl string) step {
 	return func(c cluster) error { return c.apply(expandIPs(c, tmpl)) }
 }
 
 func expandIPs(c cluster, s string) string {
-	for {
-		i := strings.Index(s, "{{ip ")
-		if i < 0 {
-			return s
+	s = strings.ReplaceAll(s, "{{podcidr6}}", c.podCIDR6())
+	for _, f := range []struct {
+		open string
+		addr func(ns, name string) string
+	}{{"{{ip ", c.ip}, {"{{ip6 ", c.ip6}} {
+		for {
+			i := strings.Index(s, f.open)
+			if i < 0 {
+				break
+			}
+			j := strings.Index(s[i:], "}}")
+			ref := strings.TrimSpace(s[i+len(f.open) : i+j])
+			ns, name, _ := strings.Cut(ref, "/")
+			s = s[:i] + f.addr(ns, name) + s[i+j+2:]
 		}
-		j := strings.Index(s[i:], "}}")
-		ref := strings.TrimSpace(s[i+5 : i+j])
-		ns, name, _ := strings.Cut(ref, "/")
-		s = s[:i] + c.ip(ns, name) + s[i+j+2:]
 	}
+	return s
 }
 
 func is(p peer, ref string) bool { return p.String() == ref }
@@ -339,6 +354,9 @@ spec:
     - ipBlock:
         cidr: 198.18.0.0/16
         except: [{{ip y/b}}/32, {{ip z/c}}/32]
+    - ipBlock:
+        cidr: {{podcidr6}}
+        except: ["{{ip6 y/b}}/128", "{{ip6 z/c}}/128"]
 `)},
 			expect: func(p probe) bool {
 				return !is(p.to, "x/a") || (p.from.isPod() && !is(p.from, "y/b") && !is(p.from, "z/c")) || p.from.special == "host"
@@ -357,6 +375,7 @@ spec:
   egress:
   - to:
     - ipBlock: {cidr: "{{ip z/c}}/32"}
+    - ipBlock: {cidr: "{{ip6 z/c}}/128"}
 `)},
 			expect: func(p probe) bool { return !is(p.from, "x/a") || is(p.to, "z/c") },
 		},
@@ -729,6 +748,8 @@ spec:
   - toCIDRSet:
     - cidr: 198.18.0.0/16
       except: ["{{ip x/a}}/32"]
+    - cidr: {{podcidr6}}
+      except: ["{{ip6 x/a}}/128"]
 `)},
 			expect: func(p probe) bool { return !is(p.from, "z/a") || (p.to.isPod() && !is(p.to, "x/a")) },
 		},

@@ -16,12 +16,14 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
-// The truth-table suite: for each case a fresh agent (own node namespace, pins and state),
-// namespaces x, y, z labelled ns=<name>, pods a, b, c in each labelled pod=<name> serving
-// TCP and UDP echo on ports 80 and 81, plus a host server (in the node namespace) and a
-// world server (a namespace outside the pod range behind the node). Every ordered pair is
-// probed on every port and protocol, in parallel with short timeouts, and the whole table
-// is compared with the case's expectation.
+// The truth-table suite: for each case a fresh dual-stack agent (own node namespace, pins
+// and state), namespaces x, y, z labelled ns=<name>, pods a, b, c in each labelled
+// pod=<name> serving TCP and UDP echo on ports 80 and 81, plus a host server (in the node
+// namespace) and a world server (a namespace outside the pod range behind the node). Every
+// ordered pair is probed on every port and protocol, over IPv4 and over IPv6, in parallel
+// with short timeouts, and the whole table is compared with the case's expectation: the
+// same for both families, since policy selects endpoints, not address families (the cases
+// with CIDR peers name both families' prefixes).
 
 var (
 	namespaces = []string{"x", "y", "z"}
@@ -37,7 +39,12 @@ const (
 	probeTimeout = 700 * time.Millisecond
 	worldAddr    = "198.19.250.2"
 	worldGateway = "198.19.250.1"
+	// worldAddr6 is outside podCIDR6, in a /64 of its own behind the node.
+	worldAddr6 = "2001:2:ff::2"
 )
+
+// podCIDR6 is the harness agents' IPv6 pod range (the IPv4 one is the default).
+var podCIDR6 = netip.MustParsePrefix("2001:2::/64")
 
 type harness struct {
 	t     *testing.T
@@ -108,15 +115,23 @@ func (h *harness) labelNamespace(ns string, labels map[string]string) error {
 	return nil
 }
 
-func (h *harness) ip(ns, name string) string { return h.env.IP(ns + "/" + name).String() }
+func (h *harness) ip(ns, name string) string  { return h.env.IP(ns + "/" + name).String() }
+func (h *harness) ip6(ns, name string) string { return h.env.IP6(ns + "/" + name).String() }
+func (h *harness) podCIDR6() string           { return podCIDR6.String() }
 
-// addr is where a probe to p connects.
-func (h *harness) addr(p peer) netip.Addr {
-	switch p.special {
-	case "host":
+// addr is where a probe to p connects, over IPv6 or IPv4.
+func (h *harness) addr(p peer, ipv6 bool) netip.Addr {
+	switch {
+	case p.special == "host" && ipv6:
+		return podCIDR6.Addr().Next() // the IPv6 router address, on the node's lo
+	case p.special == "host":
 		return h.env.Config.PodCIDR.Addr().Next() // the router address, on the node's lo
-	case "world":
+	case p.special == "world" && ipv6:
+		return netip.MustParseAddr(worldAddr6)
+	case p.special == "world":
 		return netip.MustParseAddr(worldAddr)
+	case ipv6:
+		return h.env.IP6(p.String())
 	}
 	return h.env.IP(p.String())
 }
@@ -135,7 +150,8 @@ func (h *harness) nsPath(p peer) string {
 // setUpWorld creates a namespace outside the pod range, linked to the node namespace, with
 // echo servers; and starts echo servers in the node namespace (the host).
 func (h *harness) setUpWorld() {
-	w := agenttest.AddWorld(h.t, h.env, netip.MustParseAddr(worldGateway), []netip.Addr{netip.MustParseAddr(worldAddr)}, []uint16{80, 81}, []uint16{80, 81})
+	w := agenttest.AddWorld(h.t, h.env, netip.MustParseAddr(worldGateway),
+		[]netip.Addr{netip.MustParseAddr(worldAddr), netip.MustParseAddr(worldAddr6)}, []uint16{80, 81}, []uint16{80, 81})
 	h.world = w.Path
 	s, err := testenv.Serve(h.node, []uint16{80, 81}, []uint16{80, 81})
 	if err != nil {
@@ -148,7 +164,7 @@ func newHarness(t *testing.T) *harness {
 	// The host is judged by policy like any peer (the cases probe it as a source and
 	// select it with fromEntities host); the default, which admits it into every endpoint,
 	// is tested in internal/cli (TestHostTraffic).
-	env := agenttest.StartAgent(t, agenttest.Options{HostTraffic: agent.HostTrafficPolicy})
+	env := agenttest.StartAgent(t, agenttest.Options{HostTraffic: agent.HostTrafficPolicy, PodCIDR6: podCIDR6})
 	h := &harness{t: t, env: env, dir: t.TempDir(), node: endpoint.NetnsPath(env.Config.NodeNetns)}
 	for _, ns := range namespaces {
 		if err := h.labelNamespace(ns, map[string]string{"ns": ns}); err != nil {
@@ -174,14 +190,14 @@ func (h *harness) probeAll(probes []probe, expect expectFn) []string {
 	}
 	results := make([]result, len(probes))
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
+	sem := make(chan struct{}, 128)
 	for i, p := range probes {
 		wg.Add(1)
 		go func(i int, p probe) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			to := netip.AddrPortFrom(h.addr(p.to), uint16(p.port))
+			to := netip.AddrPortFrom(h.addr(p.to, p.ipv6), uint16(p.port))
 			ok := testenv.Probe(h.nsPath(p.from), to, p.proto, probeTimeout)
 			if !ok && expect(p) {
 				ok = testenv.Probe(h.nsPath(p.from), to, p.proto, probeTimeout)
@@ -223,7 +239,9 @@ func tableFor(c netpolCase) []probe {
 			}
 			for _, port := range ports {
 				for _, proto := range protos {
-					out = append(out, probe{from: from, to: to, port: port, proto: proto})
+					for _, ipv6 := range []bool{false, true} {
+						out = append(out, probe{from: from, to: to, port: port, proto: proto, ipv6: ipv6})
+					}
 				}
 			}
 		}

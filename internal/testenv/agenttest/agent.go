@@ -286,6 +286,16 @@ func (e *Env) IP(key string) netip.Addr {
 	return netip.MustParseAddr(e.Endpoint(key).IP)
 }
 
+// IP6 returns the IPv6 address of the endpoint "ns/name" (Options.PodCIDR6).
+func (e *Env) IP6(key string) netip.Addr {
+	e.T.Helper()
+	a, err := netip.ParseAddr(e.Endpoint(key).IP6)
+	if err != nil {
+		e.T.Fatalf("endpoint %s has no IPv6 address: %v", key, err)
+	}
+	return a
+}
+
 // Probe reports whether endpoint from (ns/name) gets an answer from to:port over proto
 // ("tcp" or "udp") within timeout.
 func (e *Env) Probe(from string, to netip.Addr, port uint16, proto string, timeout time.Duration) bool {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/testenv"
@@ -21,7 +22,8 @@ type World struct {
 	Path string
 	// Gateway is the node side's address, the world's default route.
 	Gateway netip.Addr
-	// Addrs are the world's own addresses, all in the gateway's /24.
+	// Addrs are the world's own addresses: IPv4 ones in the gateway's /24, IPv6 ones in a
+	// /64 whose ::1 the node side takes as their gateway.
 	Addrs []netip.Addr
 }
 
@@ -101,7 +103,20 @@ func linkWorld(nodePath string, w *World, suffix string) error {
 	if err != nil {
 		return err
 	}
+	var gw6 netip.Addr
 	for _, a := range w.Addrs {
+		if a.Is6() {
+			// An IPv6 address: the node side takes the /64's ::1 as the world's gateway.
+			p := netip.PrefixFrom(a, 64).Masked()
+			gw6 = p.Addr().Next()
+			if err := nodeH.AddrReplace(hl, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(gw6, 64)), Flags: unix.IFA_F_NODAD}); err != nil {
+				return fmt.Errorf("IPv6 gateway address: %w", err)
+			}
+			if err := worldH.AddrAdd(wl, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(a, 64)), Flags: unix.IFA_F_NODAD}); err != nil {
+				return fmt.Errorf("world address %v: %w", a, err)
+			}
+			continue
+		}
 		if err := worldH.AddrAdd(wl, &netlink.Addr{IPNet: prefix24(a)}); err != nil {
 			return fmt.Errorf("world address %v: %w", a, err)
 		}
@@ -119,10 +134,19 @@ func linkWorld(nodePath string, w *World, suffix string) error {
 	if err := worldH.RouteAdd(&netlink.Route{LinkIndex: wl.Attrs().Index, Gw: net.IP(w.Gateway.AsSlice())}); err != nil {
 		return fmt.Errorf("world default route: %w", err)
 	}
+	if gw6.IsValid() {
+		if err := worldH.RouteAdd(&netlink.Route{LinkIndex: wl.Attrs().Index, Gw: net.IP(gw6.AsSlice())}); err != nil {
+			return fmt.Errorf("world IPv6 default route: %w", err)
+		}
+	}
 	if err := endpoint.WaitOperUp(nodeH, hostSide, 5*time.Second); err != nil {
 		return err
 	}
 	return endpoint.WaitOperUp(worldH, worldSide, 5*time.Second)
+}
+
+func prefixNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 // prefix24 is addr with a /24 mask, as netlink wants an interface address.
