@@ -217,3 +217,45 @@ func TestRestartRefusesNewPodCIDR6UnderEndpoints(t *testing.T) {
 	h.dp = h.dp.reopen()
 	h.start() // without one, as before
 }
+
+// policy trace takes an endpoint's IPv6 address and IPv6 CIDR peers, and ICMPv6.
+func TestDualStackTrace(t *testing.T) {
+	h := newDualStackHarness(t)
+	ctx := context.Background()
+	h.add("x", "a", map[string]string{"app": "a"})
+	h.add("x", "b", map[string]string{"app": "b"})
+	if _, err := h.apply("np.yaml", `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: a-in, namespace: x}
+spec:
+  podSelector: {matchLabels: {app: a}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: b}}}]
+    ports: [{port: 80, protocol: TCP}]
+  - from: [{ipBlock: {cidr: "2001:db8::/32"}}]
+    ports: [{port: 443, protocol: TCP}]
+`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		from, to, proto string
+		port            uint16
+		allowed         bool
+	}{
+		{"2001:2::3", "2001:2::2", "TCP", 80, true},
+		{"2001:2::3", "x/a", "TCP", 81, false},
+		{"2001:db8::9", "2001:2::2", "TCP", 443, true},
+		{"2001:db9::9", "2001:2::2", "TCP", 443, false},
+		{"198.51.100.9", "x/a", "TCP", 443, false},
+		{"x/b", "2001:2::2", "ICMPv6", 128, false},
+	} {
+		res, err := h.a.Trace(ctx, api.TraceRequest{From: c.from, To: c.to, Protocol: c.proto, Port: c.port})
+		if err != nil {
+			t.Errorf("trace %s -> %s %s %d: %v", c.from, c.to, c.proto, c.port, err)
+			continue
+		}
+		if res.Allowed != c.allowed {
+			t.Errorf("trace %s -> %s %s %d: allowed %v, want %v (%+v)", c.from, c.to, c.proto, c.port, res.Allowed, c.allowed, res)
+		}
+	}
+}

@@ -61,6 +61,9 @@ func (a *Agent) publishView() {
 	for _, e := range a.model.endpoints {
 		v.byEpID[e.EpID] = e
 		v.byIP[e.IP] = e
+		if e.IP6.IsValid() {
+			v.byIP[e.IP6] = e
+		}
 	}
 	v.remote = make(map[netip.Addr]*RemoteEndpointRecord, len(a.model.remotes))
 	for _, r := range a.model.remotes {

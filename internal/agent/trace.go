@@ -18,7 +18,7 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 	if err != nil {
 		return api.TraceResult{}, api.BadRequest("%v", err)
 	}
-	if req.Port == 0 && proto != policy.ProtoICMP {
+	if req.Port == 0 && proto != policy.ProtoICMP && proto != policy.ProtoICMPv6 {
 		return api.TraceResult{}, api.BadRequest("port: want 1-65535")
 	}
 	a.mu.Lock()
@@ -114,7 +114,7 @@ func (a *Agent) tracePeer(s string) (TracePeer, error) {
 		return TracePeer{}, api.BadRequest("%q: want NAMESPACE/NAME or an IP address", s)
 	}
 	for _, rec := range a.model.endpoints {
-		if rec.IP == ip {
+		if rec.IP == ip || rec.IP6.IsValid() && rec.IP6 == ip {
 			return TracePeer{Endpoint: a.mapstateEndpoint(rec), IP: ip}, nil
 		}
 	}
@@ -145,7 +145,7 @@ func (a *Agent) hostEndpoint() *mapstate.Endpoint {
 func (a *Agent) unresolvedPeer(peers ...string) (key, why string) {
 	for _, s := range peers {
 		for k, w := range a.cur.unresolved.endpoints {
-			if rec := a.model.endpoints[k]; rec != nil && (s == k || s == rec.IP.String()) {
+			if rec := a.model.endpoints[k]; rec != nil && (s == k || s == rec.IP.String() || rec.IP6.IsValid() && s == rec.IP6.String()) {
 				return k, w
 			}
 		}

@@ -71,8 +71,10 @@ func parseProtocol(s string) (policy.Protocol, error) {
 		return policy.ProtoSCTP, nil
 	case "ICMP":
 		return policy.ProtoICMP, nil
+	case "ICMPV6":
+		return policy.ProtoICMPv6, nil
 	}
-	return 0, fmt.Errorf("unknown protocol %q (want TCP, UDP, SCTP or ICMP)", s)
+	return 0, fmt.Errorf("unknown protocol %q (want TCP, UDP, SCTP, ICMP or ICMPv6)", s)
 }
 
 func protocolName(p uint8) string {
