@@ -35,9 +35,13 @@ func WritePlot(res *Result, path string) error {
 	if len(res.Cases) > 0 {
 		base = res.Cases[0].Summary
 	}
+	family := ""
+	if res.Settings.IPv6 {
+		family = "IPv6: "
+	}
 	top, err := barPlot(res, names,
-		fmt.Sprintf("Throughput and request/response rate vs no agent (%.2f Gbit/s, %.0f transactions/s; target >= %.2f)",
-			base.ThroughputBps/1e9, base.TPS, TargetThroughputRatio),
+		fmt.Sprintf("%sThroughput and request/response rate vs no agent (%.2f Gbit/s, %.0f transactions/s; target >= %.2f)",
+			family, base.ThroughputBps/1e9, base.TPS, TargetThroughputRatio),
 		"ratio to no-agent baseline (higher is better)",
 		[]series{
 			{"TCP throughput (iperf3)", func(s Summary) float64 { return s.ThroughputRatio }},

@@ -113,4 +113,21 @@ func TestQuickRun(t *testing.T) {
 	if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", res.Settings.AgentInstance)); !os.IsNotExist(err) {
 		t.Errorf("pin directory of %s left behind (stat: %v)", res.Settings.AgentInstance, err)
 	}
+
+	// Over IPv6: dual-stack topologies, the l4 case's enforcement checks against the
+	// server's IPv6 address.
+	out6 := filepath.Join(dir, "results6")
+	benchkit.RunForTest(t, ctx, filepath.Join(dir, "policyoverhead"), "--quick", "--ipv6", "--cases", "control,l4", "--bin-dir", dir, "--out", out6)
+	var res6 Result
+	benchkit.ReadReportForTest(t, out6, "policy-overhead", &res6)
+	if !res6.Settings.IPv6 || !strings.Contains(res6.Settings.PodCIDRAgent, ",2001:2:") || res6.Incomplete || len(res6.Errors) > 0 {
+		t.Fatalf("IPv6 run: settings %+v, incomplete %v, errors %v", res6.Settings, res6.Incomplete, res6.Errors)
+	}
+	if len(res6.Cases) != 3 || res6.Cases[2].Name != CaseL4 {
+		t.Fatalf("IPv6 run: cases %+v, want no-agent, control, l4", res6.Cases)
+	}
+	l4 := res6.Cases[2]
+	if len(l4.Errors) > 0 || len(l4.Samples) != 1 || len(l4.Samples[0].Probes) == 0 || l4.Summary.ThroughputRatio <= 0 || l4.Samples[0].RR.Transactions <= 0 {
+		t.Errorf("IPv6 l4: errors %v, samples %+v", l4.Errors, l4.Samples)
+	}
 }

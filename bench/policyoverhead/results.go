@@ -76,7 +76,8 @@ type Settings struct {
 	PodCIDRBaseline  string  `json:"pod_cidr_baseline"`
 	PodCIDRAgent     string  `json:"pod_cidr_agent,omitempty"`
 	InterleavedCases bool    `json:"interleaved_cases"`
-	CPU              int     `json:"cpu"` // measured processes pinned here; -1: unpinned
+	CPU              int     `json:"cpu"`            // measured processes pinned here; -1: unpinned
+	IPv6             bool    `json:"ipv6,omitempty"` // every case over IPv6 (dual-stack topologies)
 	// Instance names: every namespace, link and pin the run creates carries one of them.
 	BaselineInstance string `json:"baseline_instance"`
 	AgentInstance    string `json:"agent_instance,omitempty"`
@@ -323,6 +324,9 @@ func (r *Result) PrintMarkdown(w io.Writer) {
 }
 
 func (r *Result) printNotes(w io.Writer) {
+	if r.Settings.IPv6 {
+		fmt.Fprintln(w, "every case over IPv6 (dual-stack topologies, traffic to the server's IPv6 address)")
+	}
 	fmt.Fprintf(w, "target: throughput ratio >= %.2f of the no-agent baseline measured in the same run\n", TargetThroughputRatio)
 	fmt.Fprintf(w, "ratios: medians over %d rounds of sample / baseline sample measured next to it; (min-max) shows the noise\n",
 		r.Settings.Repeats)

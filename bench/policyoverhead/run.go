@@ -43,7 +43,10 @@ type Config struct {
 	// to this one CPU; -1 leaves them unpinned. On a small VM, traffic between two CPUs
 	// pays for cross-CPU wake-ups (slow and bimodal under virtualisation), which hides the
 	// per-packet cost being measured; on one CPU the whole path is CPU-bound there.
-	CPU    int
+	CPU int
+	// IPv6 runs every case over IPv6: the topologies are dual-stack (the agent with an
+	// IPv6 pod range) and the client sends to the server's IPv6 address.
+	IPv6   bool
 	OutDir string // JSON and PNG go here
 	NoPlot bool
 	Log    io.Writer // progress; nil: discarded
@@ -115,6 +118,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	sfx := benchkit.Suffix()
 	cidrs := benchkit.PodCIDRs(2) // one per topology
 	baseCIDR, agentCIDR := cidrs[0], cidrs[1]
+	var baseCIDR6, agentCIDR6 netip.Prefix
+	if cfg.IPv6 {
+		baseCIDR6, agentCIDR6 = benchkit.PodCIDR6Of(baseCIDR), benchkit.PodCIDR6Of(agentCIDR)
+	}
 	res = &Result{
 		Schema:  Schema,
 		Started: time.Now(),
@@ -124,7 +131,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			Quick: cfg.Quick, Repeats: cfg.Repeats, IperfSeconds: cfg.IperfSeconds,
 			RRSeconds: cfg.RRDuration.Seconds(), RRRequestBytes: cfg.RRRequestBytes,
 			RRResponseBytes: cfg.RRResponseBytes, PodCIDRBaseline: baseCIDR.String(),
-			InterleavedCases: true, CPU: cfg.CPU, BaselineInstance: "nb" + sfx,
+			InterleavedCases: true, CPU: cfg.CPU, BaselineInstance: "nb" + sfx, IPv6: cfg.IPv6,
 		},
 	}
 	for _, c := range cases {
@@ -165,11 +172,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	cleanups.Add(func() error { return os.RemoveAll(workDir) })
 
 	fmt.Fprintf(r.log, "building the no-agent topology (%s)\n", baseCIDR)
-	base, cleanBase, err := buildBaseline(res.Settings.BaselineInstance, baseCIDR)
+	base, cleanBase, err := buildBaseline(res.Settings.BaselineInstance, baseCIDR, baseCIDR6)
 	cleanups.Add(cleanBase)
 	if err != nil {
 		return fail(err)
 	}
+	base.IPv6 = cfg.IPv6
 	r.base = base
 	if err := r.startServers(base); err != nil {
 		return fail(err)
@@ -179,12 +187,13 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		res.Settings.ControlInstance = "nc" + sfx
 		fmt.Fprintf(r.log, "building the control topology (%s)\n", baseCIDR)
 		// Same addresses as the baseline: it lives in namespaces of its own.
-		ctl, cleanCtl, err := buildBaseline(res.Settings.ControlInstance, baseCIDR)
+		ctl, cleanCtl, err := buildBaseline(res.Settings.ControlInstance, baseCIDR, baseCIDR6)
 		cleanups.Add(cleanCtl)
 		if err != nil {
 			return fail(err)
 		}
 		ctl.Name = CaseControl
+		ctl.IPv6 = cfg.IPv6
 		r.control = ctl
 		if err := r.startServers(ctl); err != nil {
 			return fail(err)
@@ -199,12 +208,16 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 		fmt.Fprintf(r.log, "starting the agent (instance %s, %s)\n", res.Settings.AgentInstance, agentCIDR)
 		r.agent = benchkit.NewAgent(cfg.Rampartd, cfg.Rampart, res.Settings.AgentInstance, workDir, agentCIDR)
+		if cfg.IPv6 {
+			r.agent.DualStack(agentCIDR6)
+			res.Settings.PodCIDRAgent += "," + agentCIDR6.String()
+		}
 		// Registered before start, so a half-started agent is uninstalled too.
 		cleanups.Add(r.agent.Stop)
 		if err := r.agent.Start(ctx, &r.daemons); err != nil {
 			return fail(err)
 		}
-		t := &topology{Name: "agent"}
+		t := &topology{Name: "agent", IPv6: cfg.IPv6}
 		for _, e := range []struct {
 			name, app string
 			n         uint32
@@ -386,7 +399,7 @@ func (r *runner) pair(ctx context.Context, c caseDef, round, pairID int, baseFir
 			from = t.Bystander
 		}
 		wg.Go(func() {
-			got[i], errs[i] = r.probe(ctx, from, netip.AddrPortFrom(t.Server.IP, uint16(p.Port)))
+			got[i], errs[i] = r.probe(ctx, from, netip.AddrPortFrom(t.serverAddr(), uint16(p.Port)))
 		})
 	}
 	wg.Wait()
@@ -493,7 +506,7 @@ func (r *runner) iperf(ctx context.Context, t *topology) (IperfResult, error) {
 	deadline := time.Now().Add(connectTimeout)
 	for {
 		out, runErr := benchkit.RunOutput(ctx, time.Duration(r.cfg.IperfSeconds)*time.Second+30*time.Second, func(ctx context.Context) *exec.Cmd {
-			return t.Client.Command(ctx, r.pin(r.cfg.Iperf3, "-c", t.Server.IP.String(), "-p", strconv.Itoa(benchPorts.Iperf),
+			return t.Client.Command(ctx, r.pin(r.cfg.Iperf3, "-c", t.serverAddr().String(), "-p", strconv.Itoa(benchPorts.Iperf),
 				"-t", strconv.Itoa(r.cfg.IperfSeconds), "-J")...)
 		})
 		res, err := parseIperf(out)
@@ -514,7 +527,7 @@ func (r *runner) iperf(ctx context.Context, t *topology) (IperfResult, error) {
 func (r *runner) rr(ctx context.Context, t *topology) (benchkit.RRResult, error) {
 	out, err := benchkit.RunOutput(ctx, r.cfg.RRDuration+connectTimeout+30*time.Second, func(ctx context.Context) *exec.Cmd {
 		return t.Client.Command(ctx, r.pin(r.cfg.Self, "rr-client",
-			"--addr", netip.AddrPortFrom(t.Server.IP, uint16(benchPorts.RR)).String(),
+			"--addr", netip.AddrPortFrom(t.serverAddr(), uint16(benchPorts.RR)).String(),
 			"--duration", r.cfg.RRDuration.String(), "--connect-timeout", connectTimeout.String(),
 			"--request", strconv.Itoa(r.cfg.RRRequestBytes), "--response", strconv.Itoa(r.cfg.RRResponseBytes))...)
 	})

@@ -16,6 +16,15 @@ import (
 type topology struct {
 	Name                      string
 	Client, Server, Bystander *benchkit.Endpoint
+	IPv6                      bool // traffic to the server's IPv6 address
+}
+
+// serverAddr is where the client's traffic goes: the server's address of the run's family.
+func (t *topology) serverAddr() netip.Addr {
+	if t.IPv6 {
+		return t.Server.IP6
+	}
+	return t.Server.IP
 }
 
 // nsenterCommand runs argv in the network namespace at path. Only the network namespace is
@@ -30,10 +39,11 @@ func nsenterCommand(path string) func(ctx context.Context, argv ...string) *exec
 // buildBaseline creates the no-agent topology with the endpoint package, the same code
 // the agent uses to create endpoints, so the path differs from the agent's only by the
 // dataplane: node namespace with forwarding and the router address on lo, a veth pair per
-// endpoint, /32 addresses and routes. It returns a clean-up function that removes
+// endpoint, /32 addresses and routes (and with podCIDR6 the IPv6 ones, as a dual-stack
+// agent makes them). It returns a clean-up function that removes
 // everything it created (also after a partial failure).
-func buildBaseline(instance string, podCIDR netip.Prefix) (*topology, func() error, error) {
-	node := endpoint.Node{Instance: instance, Netns: instance + "-node", PodCIDR: podCIDR}
+func buildBaseline(instance string, podCIDR, podCIDR6 netip.Prefix) (*topology, func() error, error) {
+	node := endpoint.Node{Instance: instance, Netns: instance + "-node", PodCIDR: podCIDR, PodCIDR6: podCIDR6}
 	var created []string
 	cleanup := func() error {
 		var errs []error
@@ -56,7 +66,7 @@ func buildBaseline(instance string, podCIDR netip.Prefix) (*topology, func() err
 		if err != nil {
 			return nil, fmt.Errorf("creating baseline endpoint %s: %w", name, err)
 		}
-		return &benchkit.Endpoint{Name: benchNamespace + "/" + name, IP: ip, Command: nsenterCommand(ep.NetnsPath)}, nil
+		return &benchkit.Endpoint{Name: benchNamespace + "/" + name, IP: ip, IP6: ep.IP6, Command: nsenterCommand(ep.NetnsPath)}, nil
 	}
 	client, err := mk("client", benchkit.HostAddr(podCIDR, 10))
 	if err != nil {

@@ -40,6 +40,7 @@ func run() int {
 		cpu        = flag.Int("cpu", -2, "pin iperf3 and the request/response client and server to this CPU, -1 for no pinning (default: the last CPU)")
 		noPlot     = flag.Bool("no-plot", false, "do not write the PNG plot")
 		failOnMiss = flag.Bool("fail-on-miss", false, "exit 3 if a case misses the throughput target")
+		ipv6       = flag.Bool("ipv6", false, "run every case over IPv6: dual-stack topologies, traffic to the server's IPv6 address")
 	)
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -74,7 +75,7 @@ func run() int {
 	}
 	cfg.Cases = benchkit.SplitList(*cases)
 	cfg.RRRequestBytes, cfg.RRResponseBytes = *reqSize, *respSize
-	cfg.OutDir, cfg.Iperf3, cfg.NoPlot = *outDir, *iperf3, *noPlot
+	cfg.OutDir, cfg.Iperf3, cfg.NoPlot, cfg.IPv6 = *outDir, *iperf3, *noPlot, *ipv6
 	if *cpu != -2 {
 		cfg.CPU = *cpu
 	}

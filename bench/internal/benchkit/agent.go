@@ -59,6 +59,16 @@ func NewAgent(rampartd, rampart, instance, workDir string, podCIDR netip.Prefix)
 	return a
 }
 
+// DualStack makes the agent's endpoints dual-stack: its pod range is the IPv4 one and p6
+// (rampartd --pod-cidr v4,v6). Before Start.
+func (a *Agent) DualStack(p6 netip.Prefix) {
+	for i := 0; i+1 < len(a.Args); i++ {
+		if a.Args[i] == "--pod-cidr" {
+			a.Args[i+1] += "," + p6.String()
+		}
+	}
+}
+
 // NodeNetns is the name of the agent's node network namespace (under /run/netns).
 func (a *Agent) NodeNetns() string { return "rp-" + a.Instance + "-node" }
 
@@ -169,6 +179,7 @@ func (a *Agent) Policies(ctx context.Context) (int, error) {
 type Endpoint struct {
 	Name string // namespace/name
 	IP   netip.Addr
+	IP6  netip.Addr // a dual-stack agent's or topology's endpoints (DualStack)
 	API  api.Endpoint
 	// Command returns a command running argv inside the endpoint's network namespace, in
 	// its own process group (see OwnGroup).
@@ -192,9 +203,16 @@ func (a *Agent) AddEndpoint(ctx context.Context, namespace, name string, labels 
 		return nil, fmt.Errorf("endpoint %s: got address %q and ep_id %d, want %v and an ep_id", ref, ep.IP, ep.EpID, ip)
 	}
 	a.endpoints[ref] = ep
+	var ip6 netip.Addr
+	if ep.IP6 != "" {
+		if ip6, err = netip.ParseAddr(ep.IP6); err != nil {
+			return nil, fmt.Errorf("endpoint %s: IPv6 address %q: %w", ref, ep.IP6, err)
+		}
+	}
 	return &Endpoint{
 		Name: ref,
 		IP:   ip,
+		IP6:  ip6,
 		API:  ep,
 		// Through the CLI, as users run commands in endpoints.
 		Command: func(ctx context.Context, argv ...string) *exec.Cmd {

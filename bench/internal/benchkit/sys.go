@@ -42,6 +42,13 @@ func PodCIDRs(n int) []netip.Prefix {
 // HostAddr returns the n-th address of p.
 func HostAddr(p netip.Prefix, n uint32) netip.Addr { return AddAddr(p.Masked().Addr(), n) }
 
+// PodCIDR6Of is the IPv6 pod range paired with the benchmark's IPv4 range p (198.18.N.0/24
+// -> 2001:2:0:N::/64), for a dual-stack agent or topology.
+func PodCIDR6Of(p netip.Prefix) netip.Prefix {
+	b := p.Masked().Addr().As4()
+	return netip.PrefixFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0, 0, b[2]}), 64)
+}
+
 // AddAddr returns the IPv4 address off addresses after a.
 func AddAddr(a netip.Addr, off uint32) netip.Addr {
 	b := a.As4()
