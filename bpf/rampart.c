@@ -1053,8 +1053,8 @@ static __always_inline int peer6(struct __sk_buff *skb, const struct pkt6 *p, __
 	return 0;
 }
 
-/* handle6_nd passes a neighbour discovery or MLD message after checking what it claims, as
- * handle_unparsed does for ARP: such messages carry no policy (the link needs them for any
+/* handle6_nd passes a neighbour discovery or MLD message to a link-scoped address after
+ * checking what it claims, as handle_unparsed does for ARP: such messages carry no policy (the link needs them for any
  * IPv6 traffic), so they must not claim anything of another's. Leaving the endpoint, the
  * source is its own address, its link-local one, or unspecified (duplicate address
  * detection, an MLD report before it has an address), and a neighbour advertisement's
@@ -1277,7 +1277,13 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
 	if (!a)
 		/* Drop: the endpoint has no IPv6 address. */
 		return drop6(skb, &p, &d, REASON_UNSUPPORTED_L3);
-	if (p.nd)
+	/* Link control passes without policy only on the link. Leaving the endpoint that is a
+	 * link-scoped destination: to any other address it is an ICMPv6 packet like others,
+	 * which policy judges (else an endpoint could send what it likes past its egress policy
+	 * as neighbour solicitations to the world). Entering it, the node's own solicitations
+	 * of the endpoint's address are unicast to it; that they come from the node, not from
+	 * beyond, handle6_nd checks by the hop limit. */
+	if (p.nd && (dir == DIR_INGRESS || ip6_is_link_scoped(p.t.daddr)))
 		return handle6_nd(skb, &p, &d, a);
 	if (dir == DIR_EGRESS && !own6(a, p.t.saddr))
 		return handle6_spoofed(skb, &p, &d);

@@ -130,6 +130,13 @@ static __always_inline int ip6_is_link_local(const __u8 *a)
 	return a[0] == 0xfe && (a[1] & 0xc0) == 0x80;
 }
 
+/* ip6_is_link_scoped: a destination on the link only, link-local unicast or link-local
+ * scope multicast (ff02::/16), which no router forwards. */
+static __always_inline int ip6_is_link_scoped(const __u8 *a)
+{
+	return ip6_is_link_local(a) || (a[0] == 0xff && (a[1] & 0x0f) == 0x02);
+}
+
 static __always_inline int icmp6_is_error(__u8 type)
 {
 	return type >= ICMP6_T_DEST_UNREACH && type <= ICMP6_T_PARAMPROB;

@@ -318,6 +318,12 @@ func TestIPv6NeighbourDiscovery(t *testing.T) {
 		{"NA from the router", nd(routerLL, epLL6, 136, routerLL), false, flow.ReasonNone},
 		{"RA from the router", nd(routerLL, allNodes, 134, netip.Addr{}), false, flow.ReasonNone},
 		{"NA routed in", func() packet6 { p := nd(ipA6, epIP6, 136, ipA6); p.hopLimit = 63; return p }(), false, flow.ReasonMalformed},
+		// Sent beyond the link, ND is an ICMPv6 packet like others: policy (which allows
+		// nothing here) judges it.
+		{"NS to a world address", nd(epLL6, ipOut6, 135, ipOut6), true, flow.ReasonPolicyDefaultDeny},
+		{"NA to another pod", nd(epIP6, ipA6, 136, epIP6), true, flow.ReasonPolicyDefaultDeny},
+		{"MLD report to global multicast", packet6{src: epLL6, dst: addr("ff0e::16"), proto: uint8(icmp6), icmpType: 143, hopLimit: 1, payload: make([]byte, 8)}, true, flow.ReasonPolicyDefaultDeny},
+		{"NUD from the node", nd(routerLL, epIP6, 135, epIP6), false, flow.ReasonNone},
 	} {
 		var ret uint32
 		if c.egress {
