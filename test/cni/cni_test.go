@@ -494,6 +494,31 @@ func TestCNIDualStack(t *testing.T) {
 	if want := []string{"2001:2::2/128", "fe80::2/64"}; !slices.Equal(got, want) {
 		t.Fatalf("eth0's IPv6 addresses %v, want %v", got, want)
 	}
+
+	// IPv6 through the dataplane: the pod reaches the node's IPv6 router address (neighbour
+	// discovery for fe80::1 included), until a policy that allows it no egress selects it.
+	srv, err := testenv.Serve(endpoint.NetnsPath(env.Config.NodeNetns), []uint16{8080}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	to := netip.MustParseAddrPort("[2001:2::1]:8080")
+	if !testenv.Eventually(10*time.Second, func() bool { return testenv.Probe(sb.netns, to, "tcp", 500*time.Millisecond) }) {
+		t.Fatalf("the pod does not reach %v over IPv6", to)
+	}
+	deny := filepath.Join(t.TempDir(), "deny.yaml")
+	if err := os.WriteFile(deny, []byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: no-egress, namespace: shop}\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errs, code := env.CLI("apply", "-f", deny); code != 0 {
+		t.Fatalf("apply: %s%s", out, errs)
+	}
+	if testenv.Probe(sb.netns, to, "tcp", 500*time.Millisecond) {
+		t.Errorf("the pod reaches %v over IPv6 with no egress allowed", to)
+	}
+	if out, _, _ := env.CLI("observe", "--last", "50"); !strings.Contains(out, "-> [2001:2::1]:8080 egress DROPPED") {
+		t.Errorf("no IPv6 drop among the flows:\n%s", out)
+	}
 	if err := rt.check(sb); err != nil {
 		t.Fatalf("CHECK: %v", err)
 	}
