@@ -376,9 +376,10 @@ static __noinline int related_from_node(struct __sk_buff *skb, const struct pkt 
 
 /* host_traffic says whether a parsed packet on a host device (an EP_HOST interface) is the
  * node's own traffic, for host policy: IPv4 to a host address (tc ingress) or from one (tc
- * egress). Forwarded packets (to and from pods, which their own veths judge), ARP and IPv6
- * (host policy is IPv4's) are not; nor is the overlay between nodes (VXLAN, IP-in-IP from
- * and to a known node's address), which host policy must never cut. */
+ * egress). Forwarded packets (to and from pods, which their own veths judge) and ARP are
+ * not; nor is the overlay between nodes (VXLAN, IP-in-IP from and to a known node's
+ * address), which host policy must never cut. IPv6 takes its own path (handle_host,
+ * host_traffic6). */
 static __noinline int host_traffic(const struct pkt *p, __u32 dir, int parsed)
 {
 	struct peer_identity own, peer;
@@ -395,6 +396,16 @@ static __noinline int host_traffic(const struct pkt *p, __u32 dir, int parsed)
 	return 1;
 }
 
+/* host_safe_verdict is the verdict of a flow host_safe admits: allow, HOST_SAFE_RULE_ID. */
+static __always_inline void host_safe_verdict(struct verdict *res)
+{
+	res->action = POLICY_ALLOW;
+	res->proxy = 0;
+	res->prec = 0;
+	res->rule_id = HOST_SAFE_RULE_ID;
+	res->identity = 0;
+}
+
 /* host_safe_flow says whether a new flow of the host endpoint is one host policy never
  * cuts: to or from a host_safe peer and port (the API server). If so, *res is the allow
  * verdict with HOST_SAFE_RULE_ID. */
@@ -408,12 +419,35 @@ static __noinline int host_safe_flow(const struct pkt *p, __u32 dir, struct verd
 
 	if (!bpf_map_lookup_elem(&host_safe, &k))
 		return 0;
-	res->action = POLICY_ALLOW;
-	res->proxy = 0;
-	res->prec = 0;
-	res->rule_id = HOST_SAFE_RULE_ID;
-	res->identity = 0;
+	host_safe_verdict(res);
 	return 1;
+}
+
+/* host_refuses judges the node's side of a flow between an endpoint (peer: its identity)
+ * and the node for host_guard and host_guard6: the host's direction is the opposite of
+ * the endpoint's dir. Returns the drop reason (and fills *d as the host's decision), or 0
+ * when the host's policy lets the flow be. */
+static __always_inline __u8 host_refuses(const struct endpoint_info *host, __u32 dir,
+					 const struct peer_identity *peer, __u8 proto, __be16 port,
+					 __u32 established, struct decision *d)
+{
+	__u8 hdir = dir == DIR_EGRESS ? DIR_INGRESS : DIR_EGRESS;
+	struct verdict res = {};
+
+	policy_decide(HOST_EP_ID, hdir, host->flags & (hdir == DIR_INGRESS ? EP_ADMIN_INGRESS : EP_ADMIN_EGRESS),
+		      peer, proto, port, &res);
+	if (res.action != POLICY_DENY &&
+	    (established || res.action == POLICY_ALLOW ||
+	     !(host->flags & (hdir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS))))
+		return 0;
+	__builtin_memset(d, 0, sizeof(*d));
+	d->ep_id = HOST_EP_ID;
+	d->src_identity = hdir == DIR_INGRESS ? peer->identity : ID_HOST;
+	d->dst_identity = hdir == DIR_INGRESS ? ID_HOST : peer->identity;
+	d->rule_id = res.rule_id;
+	d->match_identity = res.identity;
+	d->dir = hdir;
+	return res.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY;
 }
 
 /* host_guard judges, for a new flow of an endpoint, the node's side of it when the other
@@ -431,8 +465,8 @@ static __noinline int host_guard(struct __sk_buff *skb, struct pkt *p, __u32 dir
 	__u32 host_id = HOST_EP_ID;
 	struct endpoint_info *host;
 	struct peer_identity hostside, peer;
-	struct verdict res = {};
-	__u8 hdir;
+	struct decision d;
+	__u8 reason;
 
 	if (flags & EP_HOST)
 		return 0;
@@ -445,26 +479,13 @@ static __noinline int host_guard(struct __sk_buff *skb, struct pkt *p, __u32 dir
 	if (hostside.identity != ID_HOST)
 		return 0;
 	/* The host's direction is the opposite of the endpoint's; its peer is the endpoint. */
-	hdir = dir == DIR_EGRESS ? DIR_INGRESS : DIR_EGRESS;
 	ipcache_resolve(dir == DIR_EGRESS ? p->t.saddr : p->t.daddr, &peer);
-	policy_decide(HOST_EP_ID, hdir, host->flags & (hdir == DIR_INGRESS ? EP_ADMIN_INGRESS : EP_ADMIN_EGRESS),
-		      &peer, p->t.proto, p->policy_port, &res);
-	if (res.action == POLICY_DENY ||
-	    (!established && res.action != POLICY_ALLOW &&
-	     (host->flags & (hdir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS)))) {
-		struct decision d = {
-			.ep_id = HOST_EP_ID,
-			.src_identity = hdir == DIR_INGRESS ? peer.identity : ID_HOST,
-			.dst_identity = hdir == DIR_INGRESS ? ID_HOST : peer.identity,
-			.rule_id = res.rule_id,
-			.match_identity = res.identity,
-			.dir = hdir,
-		};
-
+	reason = host_refuses(host, dir, &peer, p->t.proto, p->policy_port, established, &d);
+	if (reason) {
 		/* Drop: the node's own policy refuses the flow; reported as the host's. */
 		if (p->frag == FRAG_FIRST)
 			frag_record(p, &d, 0);
-		return drop(skb, p, &d, res.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY);
+		return drop(skb, p, &d, reason);
 	}
 	return 0;
 }
@@ -1034,17 +1055,19 @@ static __always_inline int judge_local_source6(struct __sk_buff *skb, struct pee
 	return local_source_spoofed(iif, peer, sender);
 }
 
-/* peer6 resolves the peer of an IPv6 packet in direction dir. A link-local peer is the
- * node: on an endpoint's veth nothing else is on the link. Returns 1 when the source is
+/* peer6 resolves the peer of an IPv6 packet in direction dir, for the endpoint with flags
+ * ep_flags. A link-local peer is the node on an endpoint's veth (nothing else is on that
+ * link), and the world on a host device (a neighbour on the fabric: never the host, though
+ * the host veths' fe80::1 is in the ipcache as the host's). Returns 1 when the source is
  * spoofed (judge_local_source6; *sender: the identity to report). */
 static __always_inline int peer6(struct __sk_buff *skb, const struct pkt6 *p, __u8 dir,
-				 struct peer_identity *peer, __u32 *sender)
+				 __u32 ep_flags, struct peer_identity *peer, __u32 *sender)
 {
 	const __u8 *addr = dir == DIR_EGRESS ? p->t.daddr : p->t.saddr;
 
 	if (ip6_is_link_local(addr)) {
 		__builtin_memset(peer, 0, sizeof(*peer));
-		peer->identity = ID_HOST;
+		peer->identity = (ep_flags & EP_HOST) ? ID_WORLD : ID_HOST;
 		return 0;
 	}
 	ipcache_resolve6(addr, peer);
@@ -1063,14 +1086,14 @@ static __always_inline int peer6(struct __sk_buff *skb, const struct pkt6 *p, __
  * redirects and MLD queries from it claim the router's role and drop, as spoofed. Both ways,
  * a neighbour discovery message must have hop limit 255, that is come from the link. */
 static __noinline int handle6_nd(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
-				 const struct endpoint6 *a)
+				 const struct endpoint6 *a /* 0 on a host device */)
 {
 	__u8 t = p->icmp_type;
 
 	/* Drop: neighbour discovery that did not come from the link. */
 	if (t >= ICMP6_T_ROUTER_SOLICIT && t <= ICMP6_T_REDIRECT && p->hop_limit != ND_HOP_LIMIT)
 		return drop6(skb, p, d, REASON_MALFORMED);
-	if (d->dir == DIR_INGRESS)
+	if (d->dir == DIR_INGRESS || !a)
 		return pass();
 	/* Drop: router advertisement, redirect or MLD query from an endpoint. */
 	if (t == ICMP6_T_ROUTER_ADVERT || t == ICMP6_T_REDIRECT || t == ICMP6_T_MLD_QUERY)
@@ -1119,7 +1142,7 @@ static __noinline int handle6_later_fragment(struct __sk_buff *skb, struct pkt6 
 		return drop6(skb, p, d, v->reason);
 	if (v->ipcache_gen == p->ipcache_gen)
 		return pass();
-	if (peer6(skb, p, d->dir, &peer, &sender)) {
+	if (peer6(skb, p, d->dir, ep->flags, &peer, &sender)) {
 		set_identities(d, ep, sender);
 		return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
 	}
@@ -1132,14 +1155,15 @@ static __noinline int handle6_later_fragment(struct __sk_buff *skb, struct pkt6 
 
 /* related6_from_node: related_from_node for IPv6 (packet too big, above all, which IPv6
  * needs since routers do not fragment). */
-static __noinline int related6_from_node(struct __sk_buff *skb, const struct pkt6 *p, __u8 dir)
+static __noinline int related6_from_node(struct __sk_buff *skb, const struct pkt6 *p, __u8 dir,
+					 __u32 ep_flags)
 {
 	struct peer_identity peer;
 	__u32 sender = 0;
 
 	if (dir != DIR_INGRESS || !ip6_equal(p->t.daddr, p->inner.saddr))
 		return 0;
-	if (peer6(skb, p, dir, &peer, &sender))
+	if (peer6(skb, p, dir, ep_flags, &peer, &sender))
 		return 0;
 	if (peer.identity == ID_HOST || peer.identity == ID_REMOTE_NODE)
 		return 1;
@@ -1147,6 +1171,90 @@ static __noinline int related6_from_node(struct __sk_buff *skb, const struct pkt
 		return 0;
 	ipcache_resolve6(p->inner.daddr, &peer);
 	return outside_cluster(&peer);
+}
+
+/* host_traffic6 is host_traffic for IPv6: a packet on a host device is the node's own when
+ * its address on the node's side (the destination coming in, the source going out) has the
+ * host identity, or is link-local (a host device's own: nothing forwards link-local
+ * traffic). The overlay between nodes (VXLAN, IP-in-IP and IPv6-in-IP from and to a known
+ * node) is not, as for IPv4. */
+static __noinline int host_traffic6(const struct pkt6 *p, __u32 dir)
+{
+	const __u8 *mine = dir == DIR_INGRESS ? p->t.daddr : p->t.saddr;
+	struct peer_identity own, peer;
+
+	if (!ip6_is_link_local(mine)) {
+		ipcache_resolve6(mine, &own);
+		if (own.identity != ID_HOST)
+			return 0;
+	}
+	ipcache_resolve6(dir == DIR_INGRESS ? p->t.saddr : p->t.daddr, &peer);
+	if (peer.identity == ID_REMOTE_NODE &&
+	    (p->t.proto == IPPROTO_IPIP || p->t.proto == IPPROTO_IPV6 ||
+	     (p->t.proto == IPPROTO_UDP && p->t.dport == bpf_htons(VXLAN_PORT))))
+		return 0;
+	return 1;
+}
+
+/* host_safe6_flow is host_safe_flow for IPv6 (the host_safe6 map). */
+static __noinline int host_safe6_flow(const struct pkt6 *p, __u32 dir, struct verdict *res)
+{
+	struct host_safe6_key k = {
+		.port = dir == DIR_EGRESS ? p->t.dport : p->t.sport,
+		.proto = p->t.proto,
+	};
+
+	__builtin_memcpy(k.addr, dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, 16);
+	if (!bpf_map_lookup_elem(&host_safe6, &k))
+		return 0;
+	host_safe_verdict(res);
+	return 1;
+}
+
+/* host_guard6 is host_guard for an IPv6 flow of endpoint ep: the node's side of a flow
+ * between the endpoint and the node, judged by the host's policy. The node's side is a host
+ * address or, on the endpoint's link, a link-local one (the router's fe80::1). The host's
+ * peer is the endpoint: its identity, whichever of its addresses the packet carries (its
+ * link-local address is in no ipcache). */
+static __noinline int host_guard6(struct __sk_buff *skb, struct pkt6 *p, __u32 dir,
+				  const struct endpoint_info *ep, __u32 established)
+{
+	__u32 host_id = HOST_EP_ID;
+	struct endpoint_info *host;
+	struct peer_identity hostside, peer;
+	const __u8 *hs, *es;
+	struct decision d;
+	__u8 reason;
+
+	if (ep->flags & EP_HOST)
+		return 0;
+	host = bpf_map_lookup_elem(&endpoints_by_id, &host_id);
+	if (!host)
+		return 0; /* no host policy on this node */
+	if (dir == DIR_INGRESS && skb->ingress_ifindex)
+		return 0; /* from an interface: not the node's own packet */
+	hs = dir == DIR_EGRESS ? p->t.daddr : p->t.saddr;
+	es = dir == DIR_EGRESS ? p->t.saddr : p->t.daddr;
+	if (!ip6_is_link_local(hs)) {
+		ipcache_resolve6(hs, &hostside);
+		if (hostside.identity != ID_HOST)
+			return 0;
+	}
+	if (ip6_is_link_local(es)) {
+		__builtin_memset(&peer, 0, sizeof(peer));
+		peer.identity = ep->identity;
+		peer.ep_id = ep->ep_id;
+	} else {
+		ipcache_resolve6(es, &peer);
+	}
+	reason = host_refuses(host, dir, &peer, p->t.proto, p->policy_port, established, &d);
+	if (reason) {
+		/* Drop: the node's own policy refuses the flow; reported as the host's. */
+		if (p->frag == FRAG_FIRST)
+			frag6_record(p, &d, 0);
+		return drop6(skb, p, &d, reason);
+	}
+	return 0;
 }
 
 /* handle6_new evaluates a new IPv6 flow, as handle_new does an IPv4 one, with what the IPv6
@@ -1161,7 +1269,7 @@ static __noinline int handle6_new(struct __sk_buff *skb, struct pkt6 *p, struct 
 	__u8 dir = d->dir;
 	__u8 reason = 0;
 
-	if (peer6(skb, p, dir, &peer, &sender)) {
+	if (peer6(skb, p, dir, ep->flags, &peer, &sender)) {
 		/* Drop: a local endpoint's address that did not come from its interface. */
 		set_identities(d, ep, sender);
 		reason = REASON_SPOOFED_SOURCE;
@@ -1173,7 +1281,8 @@ static __noinline int handle6_new(struct __sk_buff *skb, struct pkt6 *p, struct 
 		reason = REASON_TAP_MONITOR_DESTINATION;
 		goto out_drop;
 	}
-	policy_decide(d->ep_id, dir, ep_admin(ep, dir), &peer, p->t.proto, p->policy_port, &res);
+	if (!((ep->flags & EP_HOST) && host_safe6_flow(p, dir, &res)))
+		policy_decide(d->ep_id, dir, ep_admin(ep, dir), &peer, p->t.proto, p->policy_port, &res);
 	d->rule_id = res.rule_id;
 	d->match_identity = res.identity;
 	if (res.action == POLICY_DENY) {
@@ -1217,7 +1326,7 @@ static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, str
 	__u8 reason = 0;
 	int changed;
 
-	if (peer6(skb, p, d->dir, &peer, &sender)) {
+	if (peer6(skb, p, d->dir, ep->flags, &peer, &sender)) {
 		set_identities(d, ep, sender);
 		return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
 	}
@@ -1247,13 +1356,16 @@ static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, str
 
 /* handle6 is the IPv6 policy path of an endpoint's veth: endpoint -> parse -> neighbour
  * discovery, or source check -> fragments -> conntrack -> ipcache -> policy -> verdict, with
- * the IPv4 path's rules (handle_policy). */
-static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
+ * the IPv4 path's rules (handle_policy). On a host device (host: the host programs) it is
+ * host policy's IPv6 path: only the node's own traffic is judged (host_traffic6), what is
+ * forwarded passes on (TC_ACT_UNSPEC); the node sends from any of its addresses, and its
+ * neighbour discovery passes whatever the destination (the hop limit keeps it on the link). */
+static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int host)
 {
 	struct decision d = { .dir = dir };
 	struct pkt6 p = {};
 	struct endpoint_info *ep;
-	struct endpoint6 *a;
+	struct endpoint6 *a = 0;
 	struct ct_value *entry;
 	__u64 now;
 	int ret, status;
@@ -1264,6 +1376,10 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
 	if (!ep)
 		/* Drop: no endpoint on this interface. */
 		return drop6(skb, &p, &d, REASON_UNKNOWN_ENDPOINT);
+	/* Not the node's own traffic (or an IPv6 header too short to say whose: the kernel
+	 * drops it): the device's next program or the kernel has it. */
+	if (host && !host_traffic6(&p, dir))
+		return TC_ACT_UNSPEC;
 	d.ep_id = ep->ep_id;
 	d.src_identity = dir == DIR_EGRESS ? ep->identity : 0;
 	d.dst_identity = dir == DIR_INGRESS ? ep->identity : 0;
@@ -1273,20 +1389,26 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
 	if (ret < 0)
 		/* Drop: an extension header not followed (parse6). */
 		return drop6(skb, &p, &d, REASON_IPV6_EXTENSION);
-	a = bpf_map_lookup_elem(&endpoints6, &d.ep_id);
-	if (!a)
-		/* Drop: the endpoint has no IPv6 address. */
-		return drop6(skb, &p, &d, REASON_UNSUPPORTED_L3);
-	/* Link control passes without policy only on the link. Leaving the endpoint that is a
-	 * link-scoped destination: to any other address it is an ICMPv6 packet like others,
-	 * which policy judges (else an endpoint could send what it likes past its egress policy
-	 * as neighbour solicitations to the world). Entering it, the node's own solicitations
-	 * of the endpoint's address are unicast to it; that they come from the node, not from
-	 * beyond, handle6_nd checks by the hop limit. */
-	if (p.nd && (dir == DIR_INGRESS || ip6_is_link_scoped(p.t.daddr)))
-		return handle6_nd(skb, &p, &d, a);
-	if (dir == DIR_EGRESS && !own6(a, p.t.saddr))
-		return handle6_spoofed(skb, &p, &d);
+	if (host) {
+		if (p.nd)
+			return handle6_nd(skb, &p, &d, 0);
+	} else {
+		a = bpf_map_lookup_elem(&endpoints6, &d.ep_id);
+		if (!a)
+			/* Drop: the endpoint has no IPv6 address. */
+			return drop6(skb, &p, &d, REASON_UNSUPPORTED_L3);
+		/* Link control passes without policy only on the link. Leaving the endpoint
+		 * that is a link-scoped destination: to any other address it is an ICMPv6
+		 * packet like others, which policy judges (else an endpoint could send what it
+		 * likes past its egress policy as neighbour solicitations to the world).
+		 * Entering it, the node's own solicitations of the endpoint's address are
+		 * unicast to it; that they come from the node, not from beyond, handle6_nd
+		 * checks by the hop limit. */
+		if (p.nd && (dir == DIR_INGRESS || ip6_is_link_scoped(p.t.daddr)))
+			return handle6_nd(skb, &p, &d, a);
+		if (dir == DIR_EGRESS && !own6(a, p.t.saddr))
+			return handle6_spoofed(skb, &p, &d);
+	}
 	if (ep->flags & (dir == DIR_EGRESS ? EP_TAP_EGRESS : EP_TAP_INGRESS))
 		/* Drop: the endpoint's traffic in this direction is tapped, and taps take IPv4
 		 * only: a packet a monitor must see does not pass unseen. */
@@ -1295,15 +1417,21 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
 		return handle6_later_fragment(skb, &p, &d, ep);
 	now = bpf_jiffies64();
 	status = ct6_lookup(&p, d.ep_id, dir, now, &entry);
-	if (status == CT_RELATED_FOREIGN && related6_from_node(skb, &p, dir))
+	if (status == CT_RELATED_FOREIGN && related6_from_node(skb, &p, dir, ep->flags))
 		return pass();
-	if (status == CT_NEW || status == CT_RELATED_FOREIGN)
+	if (status == CT_NEW || status == CT_RELATED_FOREIGN) {
+		if (!host && host_guard6(skb, &p, dir, ep, 0))
+			return TC_ACT_SHOT;
 		return handle6_new(skb, &p, &d, ep, now);
+	}
 	if (status == CT_ESTABLISHED && entry &&
 	    entry->revision != ep->revision + p.ipcache_gen) {
 		ret = handle6_recheck(skb, &p, &d, ep, entry);
 		if (ret >= 0)
 			return ret;
+		/* A flow between the endpoint and the node: the host's policy too. */
+		if (!host && entry->peer_identity == ID_HOST && host_guard6(skb, &p, dir, ep, 1))
+			return TC_ACT_SHOT;
 	}
 	if (p.frag == FRAG_FIRST) {
 		set_identities(&d, ep, entry ? entry->peer_identity : 0);
@@ -1317,27 +1445,51 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
 SEC("tc")
 int rampart_from_ep6(struct __sk_buff *skb)
 {
-	return handle6(skb, DIR_EGRESS);
+	return handle6(skb, DIR_EGRESS, 0);
 }
 
 /* tc egress on an endpoint's veth, IPv6 (tail call from rampart_to_ep). */
 SEC("tc")
 int rampart_to_ep6(struct __sk_buff *skb)
 {
-	return handle6(skb, DIR_INGRESS);
+	return handle6(skb, DIR_INGRESS, 0);
 }
 
-/* The IPv6 path by direction (DIR_*): the endpoint programs tail-call into it. Filled when
- * the programs are loaded (not pinned: each load has its own). */
+/* tc ingress on a host device, IPv6 (tail call from rampart_to_host). */
+SEC("tc")
+int rampart_to_host6(struct __sk_buff *skb)
+{
+	int ret = handle6(skb, DIR_INGRESS, 1);
+
+	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
+}
+
+/* tc egress on a host device, IPv6 (tail call from rampart_from_host). */
+SEC("tc")
+int rampart_from_host6(struct __sk_buff *skb)
+{
+	int ret = handle6(skb, DIR_EGRESS, 1);
+
+	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
+}
+
+/* IPV6_PATH_HOST + DIR_*: the host programs' entries in ipv6_path. */
+#define IPV6_PATH_HOST 2
+
+/* The IPv6 path by direction (DIR_*; IPV6_PATH_HOST + DIR_* for the host devices): the
+ * endpoint and host programs tail-call into it. Filled when the programs are loaded (not
+ * pinned: each load has its own). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, 5);
 	__type(key, __u32);
 	__array(values, int(struct __sk_buff *));
 } ipv6_path SEC(".maps") = {
 	.values = {
 		[DIR_INGRESS] = (void *)&rampart_to_ep6,
 		[DIR_EGRESS] = (void *)&rampart_from_ep6,
+		[IPV6_PATH_HOST + DIR_INGRESS] = (void *)&rampart_to_host6,
+		[IPV6_PATH_HOST + DIR_EGRESS] = (void *)&rampart_from_host6,
 	},
 };
 
@@ -1352,6 +1504,22 @@ static __always_inline int handle_endpoint(struct __sk_buff *skb, __u8 dir)
 		 * (REASON_UNSUPPORTED_L3, handle_unparsed). */
 	}
 	return handle(skb, dir);
+}
+
+/* handle_host runs host policy's IPv6 path for an IPv6 frame and its IPv4 path for
+ * everything else, passing on (TC_ACT_UNSPEC) what the policy path passes. */
+static __always_inline int handle_host(struct __sk_buff *skb, __u8 dir)
+{
+	int ret;
+
+	if (unlikely(skb->protocol == bpf_htons(ETH_P_IPV6))) {
+		bpf_tail_call(skb, &ipv6_path, IPV6_PATH_HOST + dir);
+		/* Not reached unless the program is missing: the IPv4 path would pass the
+		 * node's IPv6 unjudged (host_traffic), so it drops. */
+		return TC_ACT_SHOT;
+	}
+	ret = handle(skb, dir);
+	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
 }
 
 /* tc ingress on the host-side veth: the endpoint is sending. */
@@ -1375,18 +1543,14 @@ int rampart_to_ep(struct __sk_buff *skb)
 SEC("tc")
 int rampart_to_host(struct __sk_buff *skb)
 {
-	int ret = handle(skb, DIR_INGRESS);
-
-	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
+	return handle_host(skb, DIR_INGRESS);
 }
 
 /* tc egress on a host device: out of the node, the host endpoint's egress. */
 SEC("tc")
 int rampart_from_host(struct __sk_buff *skb)
 {
-	int ret = handle(skb, DIR_EGRESS);
-
-	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
+	return handle_host(skb, DIR_EGRESS);
 }
 
 /* tc egress on the VXLAN device: into the overlay (tunnel.h). */

@@ -58,6 +58,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } host_safe SEC(".maps");
 
+/* host_safe for IPv6 peers (struct host_safe6_key -> 1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct host_safe6_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} host_safe6 SEC(".maps");
+
 /* Address -> identity (longest prefix). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);

@@ -220,6 +220,14 @@ type rampartFragValue struct {
 	IpcacheGen   uint32
 }
 
+type rampartHostSafe6Key struct {
+	_     structs.HostLayout
+	Addr  [16]uint8
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type rampartHostSafeKey struct {
 	_     structs.HostLayout
 	Addr  uint32
@@ -409,6 +417,7 @@ const (
 	rampartMapFlowCache               = "flow_cache"
 	rampartMapFragsPeer               = "frags_peer"
 	rampartMapHostSafe                = "host_safe"
+	rampartMapHostSafe6               = "host_safe6"
 	rampartMapIfaceBase               = "iface_base"
 	rampartMapIpcache                 = "ipcache"
 	rampartMapIpcacheGen              = "ipcache_gen"
@@ -427,6 +436,7 @@ const (
 	rampartProgRampartFromEp          = "rampart_from_ep"
 	rampartProgRampartFromEp6         = "rampart_from_ep6"
 	rampartProgRampartFromHost        = "rampart_from_host"
+	rampartProgRampartFromHost6       = "rampart_from_host6"
 	rampartProgRampartFromIpip        = "rampart_from_ipip"
 	rampartProgRampartFromMonitor     = "rampart_from_monitor"
 	rampartProgRampartFromTapTunnel   = "rampart_from_tap_tunnel"
@@ -434,6 +444,7 @@ const (
 	rampartProgRampartToEp            = "rampart_to_ep"
 	rampartProgRampartToEp6           = "rampart_to_ep6"
 	rampartProgRampartToHost          = "rampart_to_host"
+	rampartProgRampartToHost6         = "rampart_to_host6"
 	rampartProgRampartToIpip          = "rampart_to_ipip"
 	rampartProgRampartToTunnel        = "rampart_to_tunnel"
 	rampartVarCtTimeoutOther          = "ct_timeout_other"
@@ -491,6 +502,7 @@ type rampartProgramSpecs struct {
 	RampartFromEp        *ebpf.ProgramSpec `ebpf:"rampart_from_ep"`
 	RampartFromEp6       *ebpf.ProgramSpec `ebpf:"rampart_from_ep6"`
 	RampartFromHost      *ebpf.ProgramSpec `ebpf:"rampart_from_host"`
+	RampartFromHost6     *ebpf.ProgramSpec `ebpf:"rampart_from_host6"`
 	RampartFromIpip      *ebpf.ProgramSpec `ebpf:"rampart_from_ipip"`
 	RampartFromMonitor   *ebpf.ProgramSpec `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.ProgramSpec `ebpf:"rampart_from_tap_tunnel"`
@@ -498,6 +510,7 @@ type rampartProgramSpecs struct {
 	RampartToEp          *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
 	RampartToEp6         *ebpf.ProgramSpec `ebpf:"rampart_to_ep6"`
 	RampartToHost        *ebpf.ProgramSpec `ebpf:"rampart_to_host"`
+	RampartToHost6       *ebpf.ProgramSpec `ebpf:"rampart_to_host6"`
 	RampartToIpip        *ebpf.ProgramSpec `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
 }
@@ -523,6 +536,7 @@ type rampartMapSpecs struct {
 	FlowCache        *ebpf.MapSpec `ebpf:"flow_cache"`
 	FragsPeer        *ebpf.MapSpec `ebpf:"frags_peer"`
 	HostSafe         *ebpf.MapSpec `ebpf:"host_safe"`
+	HostSafe6        *ebpf.MapSpec `ebpf:"host_safe6"`
 	IfaceBase        *ebpf.MapSpec `ebpf:"iface_base"`
 	Ipcache          *ebpf.MapSpec `ebpf:"ipcache"`
 	IpcacheGen       *ebpf.MapSpec `ebpf:"ipcache_gen"`
@@ -591,6 +605,7 @@ type rampartMaps struct {
 	FlowCache        *ebpf.Map `ebpf:"flow_cache"`
 	FragsPeer        *ebpf.Map `ebpf:"frags_peer"`
 	HostSafe         *ebpf.Map `ebpf:"host_safe"`
+	HostSafe6        *ebpf.Map `ebpf:"host_safe6"`
 	IfaceBase        *ebpf.Map `ebpf:"iface_base"`
 	Ipcache          *ebpf.Map `ebpf:"ipcache"`
 	IpcacheGen       *ebpf.Map `ebpf:"ipcache_gen"`
@@ -627,6 +642,7 @@ func (m *rampartMaps) Close() error {
 		m.FlowCache,
 		m.FragsPeer,
 		m.HostSafe,
+		m.HostSafe6,
 		m.IfaceBase,
 		m.Ipcache,
 		m.IpcacheGen,
@@ -666,6 +682,7 @@ type rampartPrograms struct {
 	RampartFromEp        *ebpf.Program `ebpf:"rampart_from_ep"`
 	RampartFromEp6       *ebpf.Program `ebpf:"rampart_from_ep6"`
 	RampartFromHost      *ebpf.Program `ebpf:"rampart_from_host"`
+	RampartFromHost6     *ebpf.Program `ebpf:"rampart_from_host6"`
 	RampartFromIpip      *ebpf.Program `ebpf:"rampart_from_ipip"`
 	RampartFromMonitor   *ebpf.Program `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.Program `ebpf:"rampart_from_tap_tunnel"`
@@ -673,6 +690,7 @@ type rampartPrograms struct {
 	RampartToEp          *ebpf.Program `ebpf:"rampart_to_ep"`
 	RampartToEp6         *ebpf.Program `ebpf:"rampart_to_ep6"`
 	RampartToHost        *ebpf.Program `ebpf:"rampart_to_host"`
+	RampartToHost6       *ebpf.Program `ebpf:"rampart_to_host6"`
 	RampartToIpip        *ebpf.Program `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.Program `ebpf:"rampart_to_tunnel"`
 }
@@ -682,6 +700,7 @@ func (p *rampartPrograms) Close() error {
 		p.RampartFromEp,
 		p.RampartFromEp6,
 		p.RampartFromHost,
+		p.RampartFromHost6,
 		p.RampartFromIpip,
 		p.RampartFromMonitor,
 		p.RampartFromTapTunnel,
@@ -689,6 +708,7 @@ func (p *rampartPrograms) Close() error {
 		p.RampartToEp,
 		p.RampartToEp6,
 		p.RampartToHost,
+		p.RampartToHost6,
 		p.RampartToIpip,
 		p.RampartToTunnel,
 	)
