@@ -10,4 +10,4 @@ package datapath
 
 // The socket-level Service translation (bpf/service.c) is an object of its own: cgroup
 // sock_addr programs, attached apart from the tc programs and with their own maps.
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -target bpfel -type svc_key -type svc_value -type svc_backend_key -type svc_backend -type svc_revnat_key service ../../bpf/service.c -- -O2 -g -Wall -Werror -mcpu=v3 -I../../bpf/include -I/usr/include/x86_64-linux-gnu -I/usr/include/aarch64-linux-gnu
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -target bpfel -type svc_key -type svc_value -type svc_backend_key -type svc_backend -type svc_revnat_key -type svc_key6 -type svc_backend6 service ../../bpf/service.c -- -O2 -g -Wall -Werror -mcpu=v3 -I../../bpf/include -I/usr/include/x86_64-linux-gnu -I/usr/include/aarch64-linux-gnu
