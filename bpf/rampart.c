@@ -1257,9 +1257,187 @@ static __noinline int host_guard6(struct __sk_buff *skb, struct pkt6 *p, __u32 d
 	return 0;
 }
 
-/* handle6_new evaluates a new IPv6 flow, as handle_new does an IPv4 one, with what the IPv6
- * path does not have failing closed: a redirect verdict (L7, DNS) drops
- * (REASON_PROXY_UNAVAILABLE: the proxies take IPv4 only). */
+/* drop6_new drops a new IPv6 flow's packet for reason (recording a first fragment's
+ * verdict for the later ones). */
+static __always_inline int drop6_new(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+				     __u8 reason)
+{
+	d->reason = reason;
+	if (p->frag == FRAG_FIRST)
+		frag6_record(p, d, 0);
+	return drop6(skb, p, d, reason);
+}
+
+/* allow6_new records a new IPv6 flow that goes on (ct_flags: its proxy flags) and reports
+ * it with verdict. */
+static __always_inline int allow6_new(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+				      __u32 ct_flags, __u32 revision, __u64 now, __u8 verdict)
+{
+	ct6_create(p, d, ct_flags, revision, now);
+	if (p->frag == FRAG_FIRST)
+		frag6_record(p, d, 1);
+	emit_event6(skb, p, d, EVENT_NEW, verdict);
+	return pass();
+}
+
+/* proxy6_assign is proxy_assign for an IPv6 TCP packet: its own tuple's socket (an accepted
+ * or upstream connection of the proxy, or a request socket mid-handshake), else, for a SYN
+ * with listener set, the proxy's IPv6 listener (map proxy6). The steer mark is the map
+ * proxy's. Returns 0 when assigned, -1 when not (the caller drops). */
+static __noinline int proxy6_assign(struct __sk_buff *skb, const struct pkt6 *p, int listener)
+{
+	const struct proxy_config *marks = proxy_cfg();
+	const struct proxy_config *cfg;
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_sock *sk;
+	__u32 zero = 0;
+	int syn = (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN;
+	long err;
+
+	cfg = bpf_map_lookup_elem(&proxy6, &zero);
+	if (!cfg || !cfg->port || cfg->family != RAMPART_FAMILY_V6 || !marks || !marks->steer_mark)
+		return -1; /* no IPv6 listener configured */
+	__builtin_memcpy(tuple.ipv6.saddr, p->t.saddr, 16);
+	__builtin_memcpy(tuple.ipv6.daddr, p->t.daddr, 16);
+	tuple.ipv6.sport = p->t.sport;
+	tuple.ipv6.dport = p->t.dport;
+	sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
+	if (sk) {
+		/* A TIME_WAIT socket of the tuple cannot take a SYN (proxy_assign_to). */
+		if (sk->state == BPF_TCP_TIME_WAIT && syn) {
+			bpf_sk_release(sk);
+			return -1;
+		}
+		if (sk->state != BPF_TCP_LISTEN)
+			goto assign;
+		bpf_sk_release(sk);
+	}
+	if (!listener || !syn)
+		return -1;
+	__builtin_memcpy(tuple.ipv6.daddr, cfg->addr, 16);
+	tuple.ipv6.dport = cfg->port;
+	sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return -1;
+	if (sk->state != BPF_TCP_LISTEN) {
+		bpf_sk_release(sk);
+		return -1;
+	}
+assign:
+	err = bpf_sk_assign(skb, sk, 0);
+	bpf_sk_release(sk);
+	if (err)
+		return -1;
+	skb->mark |= marks->steer_mark;
+	return 0;
+}
+
+/* new6_egress is new_egress for IPv6: a flow leaving the endpoint that its egress policy
+ * allowed goes through the L7 proxy when the egress verdict is a redirect or when the
+ * destination is a local endpoint whose ingress verdict is one, after that destination's
+ * ingress policy admits it. DNS redirects drop: the DNS proxy takes IPv4 only. */
+static __always_inline int new6_egress(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+				       const struct peer_identity *peer, const struct verdict *res,
+				  __u32 revision, __u64 now)
+{
+	int steer = res->action == POLICY_REDIRECT;
+	struct verdict dres = {};
+	struct peer_identity src;
+	int enforced = 1;
+
+	if (steer) {
+		d->ev_flags |= FLOW_F_L7_EGRESS;
+		if (res->proxy == PROXY_KIND_DNS)
+			/* Drop: DNS rules apply, and the DNS proxy takes IPv4 only. */
+			return drop6_new(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	}
+	if (p->t.proto == IPPROTO_TCP && peer->ep_id) {
+		__u32 dst_id = peer->ep_id;
+		struct endpoint_info *dst = bpf_map_lookup_elem(&endpoints_by_id, &dst_id);
+
+		enforced = !dst || (dst->flags & EP_ENFORCE_INGRESS);
+		ipcache_resolve6(p->t.saddr, &src);
+		policy_decide(dst_id, DIR_INGRESS, dst && (dst->flags & EP_ADMIN_INGRESS), &src,
+			      p->t.proto, p->policy_port, &dres);
+		if (dres.action == POLICY_REDIRECT) {
+			d->ev_flags |= FLOW_F_L7_INGRESS;
+			if (!steer) {
+				d->rule_id = dres.rule_id;
+				d->match_identity = dres.identity;
+			}
+			steer = 1;
+		}
+	}
+	if (!steer)
+		return allow6_new(skb, p, d, 0, revision, now, VERDICT_FORWARDED);
+	if (peer->ep_id && p->t.proto == IPPROTO_TCP &&
+	    (dres.action == POLICY_DENY || (dres.action == 0 && enforced))) {
+		/* Drop: the destination's ingress policy refuses the flow; reported as its
+		 * ingress drop (new_egress). */
+		struct decision dd = {
+			.ep_id = peer->ep_id,
+			.src_identity = src.identity,
+			.dst_identity = peer->identity,
+			.rule_id = dres.rule_id,
+			.match_identity = dres.identity,
+			.dir = DIR_INGRESS,
+			.ev_flags = d->ev_flags,
+		};
+
+		d->reason = dres.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY;
+		if (p->frag == FRAG_FIRST)
+			frag6_record(p, d, 0);
+		return drop6(skb, p, &dd, d->reason);
+	}
+	if (p->t.proto != IPPROTO_TCP || p->frag != FRAG_NONE || proxy6_assign(skb, p, 1) < 0)
+		/* Drop: not a whole TCP segment, or no proxy socket (no IPv6 listener): L7
+		 * policy cannot be checked, so the connection is refused. */
+		return drop6_new(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	count_proxy(d->ep_id, 1);
+	return allow6_new(skb, p, d, CT_F_TO_PROXY, revision, now, VERDICT_REDIRECTED);
+}
+
+/* new6_ingress is new_ingress for IPv6: a redirect verdict admits only the proxy's
+ * upstream connection (its socket mark), whose replies will be steered back to it. */
+static __always_inline int new6_ingress(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+					const struct verdict *res, __u32 revision, __u64 now)
+{
+	int proxied = from_proxy(skb);
+	__u32 ct_flags = 0;
+
+	if (res->action == POLICY_REDIRECT) {
+		d->ev_flags |= FLOW_F_L7_INGRESS;
+		if (!proxied || p->t.proto != IPPROTO_TCP)
+			/* Drop: L7 rules apply to this flow but it did not pass the proxy. */
+			return drop6_new(skb, p, d, REASON_PROXY_BYPASS);
+	}
+	if (proxied) {
+		d->ev_flags |= FLOW_F_FROM_PROXY;
+		ct_flags = CT_F_FROM_PROXY;
+		count_proxy(d->ep_id, 0);
+	}
+	return allow6_new(skb, p, d, ct_flags, revision, now, VERDICT_FORWARDED);
+}
+
+/* steer6_established is steer_established for IPv6: a client's packets of a steered flow
+ * to the proxy, a server's replies to the proxy's upstream socket. Returns -1 when the
+ * packet is not such a packet, else the tc verdict. */
+static __noinline int steer6_established(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+					 int status, __u32 ct_flags)
+{
+	int to_proxy = status == CT_ESTABLISHED && (ct_flags & CT_F_TO_PROXY);
+	int reply_to_proxy = status == CT_REPLY && (ct_flags & CT_F_FROM_PROXY);
+
+	if (!to_proxy && !reply_to_proxy)
+		return -1;
+	if (p->t.proto != IPPROTO_TCP || p->frag != FRAG_NONE || proxy6_assign(skb, p, to_proxy) < 0)
+		/* Drop: the connection's proxy socket is gone: it cannot go on unchecked. */
+		return drop6(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	count_proxy(d->ep_id, 1);
+	return pass();
+}
+
+/* handle6_new evaluates a new IPv6 flow, as handle_new does an IPv4 one. */
 static __noinline int handle6_new(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
 				  const struct endpoint_info *ep, __u64 now)
 {
@@ -1267,58 +1445,38 @@ static __noinline int handle6_new(struct __sk_buff *skb, struct pkt6 *p, struct 
 	struct verdict res;
 	__u32 sender = 0;
 	__u8 dir = d->dir;
-	__u8 reason = 0;
 
 	if (peer6(skb, p, dir, ep->flags, &peer, &sender)) {
 		/* Drop: a local endpoint's address that did not come from its interface. */
 		set_identities(d, ep, sender);
-		reason = REASON_SPOOFED_SOURCE;
-		goto out_drop;
+		return drop6_new(skb, p, d, REASON_SPOOFED_SOURCE);
 	}
 	set_identities(d, ep, peer.identity);
-	if (dir == DIR_INGRESS && (ep->flags & EP_MONITOR) && skb->ingress_ifindex) {
+	if (dir == DIR_INGRESS && (ep->flags & EP_MONITOR) && skb->ingress_ifindex)
 		/* Drop: a monitor endpoint is not a destination. */
-		reason = REASON_TAP_MONITOR_DESTINATION;
-		goto out_drop;
-	}
+		return drop6_new(skb, p, d, REASON_TAP_MONITOR_DESTINATION);
 	if (!((ep->flags & EP_HOST) && host_safe6_flow(p, dir, &res)))
 		policy_decide(d->ep_id, dir, ep_admin(ep, dir), &peer, p->t.proto, p->policy_port, &res);
 	d->rule_id = res.rule_id;
 	d->match_identity = res.identity;
-	if (res.action == POLICY_DENY) {
+	if (res.action == POLICY_DENY)
 		/* Drop: a deny entry matches. */
-		reason = REASON_POLICY_DENY;
-		goto out_drop;
-	}
-	if (res.action == POLICY_REDIRECT) {
-		/* Drop: L7 or DNS rules apply, and no proxy takes IPv6. */
-		d->ev_flags |= dir == DIR_EGRESS ? FLOW_F_L7_EGRESS : FLOW_F_L7_INGRESS;
-		reason = REASON_PROXY_UNAVAILABLE;
-		goto out_drop;
-	}
-	if (res.action != POLICY_ALLOW &&
-	    (ep->flags & (dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS))) {
+		return drop6_new(skb, p, d, REASON_POLICY_DENY);
+	if (res.action != POLICY_ALLOW && res.action != POLICY_REDIRECT &&
+	    (ep->flags & (dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS)))
 		/* Drop: the endpoint enforces this direction and nothing allows the flow. */
-		reason = REASON_POLICY_DEFAULT_DENY;
-		goto out_drop;
-	}
-	ct6_create(p, d, ep->revision + p->ipcache_gen, now);
-	if (p->frag == FRAG_FIRST)
-		frag6_record(p, d, 1);
-	emit_event6(skb, p, d, EVENT_NEW, VERDICT_FORWARDED);
-	return pass();
-out_drop:
-	d->reason = reason;
-	if (p->frag == FRAG_FIRST)
-		frag6_record(p, d, 0);
-	return drop6(skb, p, d, reason);
+		return drop6_new(skb, p, d, REASON_POLICY_DEFAULT_DENY);
+	if (dir == DIR_EGRESS)
+		return new6_egress(skb, p, d, &peer, &res, ep->revision + p->ipcache_gen, now);
+	return new6_ingress(skb, p, d, &res, ep->revision + p->ipcache_gen, now);
 }
 
 /* handle6_recheck applies a change to an established IPv6 flow, as recheck_established
- * does (no proxied flows here). Returns -1 to go on, else the tc verdict. */
+ * does. Returns -1 to go on, else the tc verdict. */
 static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
 				      const struct endpoint_info *ep, struct ct_value *v)
 {
+	__u32 via_proxy = v->flags & (d->dir == DIR_EGRESS ? CT_F_TO_PROXY : CT_F_FROM_PROXY);
 	__u32 enforce = d->dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS;
 	struct peer_identity peer;
 	struct verdict res;
@@ -1338,10 +1496,13 @@ static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, str
 	if (res.action == POLICY_DENY)
 		/* Drop: a deny entry now matches this established flow. */
 		reason = changed ? REASON_PEER_IDENTITY_CHANGED : REASON_POLICY_DENY;
-	else if (res.action == POLICY_REDIRECT)
-		/* Drop: L7 rules now apply to this flow, which no proxy can take. */
-		reason = REASON_PROXY_BYPASS;
-	else if (changed && res.action != POLICY_ALLOW && (ep->flags & enforce))
+	else if (res.action == POLICY_REDIRECT && (!via_proxy || changed)) {
+		/* Drop: L7 rules now apply to this flow, which does not pass the proxy, or whose
+		 * L7 decisions were taken for another peer identity (recheck_established). */
+		d->ev_flags |= d->dir == DIR_EGRESS ? FLOW_F_L7_EGRESS : FLOW_F_L7_INGRESS;
+		reason = via_proxy ? REASON_PEER_IDENTITY_CHANGED : REASON_PROXY_BYPASS;
+	}
+	else if (changed && res.action != POLICY_ALLOW && res.action != POLICY_REDIRECT && (ep->flags & enforce))
 		/* Drop: nothing allows the flow's new peer identity. */
 		reason = REASON_PEER_IDENTITY_CHANGED;
 	if (reason) {
@@ -1432,6 +1593,11 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int ho
 		/* A flow between the endpoint and the node: the host's policy too. */
 		if (!host && entry->peer_identity == ID_HOST && host_guard6(skb, &p, dir, ep, 1))
 			return TC_ACT_SHOT;
+	}
+	if (!host && dir == DIR_EGRESS && entry && (entry->flags & (CT_F_TO_PROXY | CT_F_FROM_PROXY))) {
+		ret = steer6_established(skb, &p, &d, status, entry->flags);
+		if (ret >= 0)
+			return ret;
 	}
 	if (p.frag == FRAG_FIRST) {
 		set_identities(&d, ep, entry ? entry->peer_identity : 0);

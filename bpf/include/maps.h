@@ -187,6 +187,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } proxy SEC(".maps");
 
+/* The L7 proxy's IPv6 listener (index 0; family RAMPART_FAMILY_V6 once set; its marks are
+ * the map proxy's). Unset, IPv6 connections that L7 rules apply to drop. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct proxy_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} proxy6 SEC(".maps");
+
 /* The DNS proxy: its UDP socket and TCP listener (same address and port; struct
  * proxy_config, marks unused): index 0 judges names (rules.dns), index 1 only observes
  * (EP_DNS_OBSERVE). A map of its own rather than more entries of proxy, so that a pinned

@@ -424,6 +424,7 @@ const (
 	rampartMapIpv6Path                = "ipv6_path"
 	rampartMapPolicy                  = "policy"
 	rampartMapProxy                   = "proxy"
+	rampartMapProxy6                  = "proxy6"
 	rampartMapSvFlows                 = "sv_flows"
 	rampartMapSvPairs                 = "sv_pairs"
 	rampartMapTapCounters             = "tap_counters"
@@ -543,6 +544,7 @@ type rampartMapSpecs struct {
 	Ipv6Path         *ebpf.MapSpec `ebpf:"ipv6_path"`
 	Policy           *ebpf.MapSpec `ebpf:"policy"`
 	Proxy            *ebpf.MapSpec `ebpf:"proxy"`
+	Proxy6           *ebpf.MapSpec `ebpf:"proxy6"`
 	SvFlows          *ebpf.MapSpec `ebpf:"sv_flows"`
 	SvPairs          *ebpf.MapSpec `ebpf:"sv_pairs"`
 	TapCounters      *ebpf.MapSpec `ebpf:"tap_counters"`
@@ -612,6 +614,7 @@ type rampartMaps struct {
 	Ipv6Path         *ebpf.Map `ebpf:"ipv6_path"`
 	Policy           *ebpf.Map `ebpf:"policy"`
 	Proxy            *ebpf.Map `ebpf:"proxy"`
+	Proxy6           *ebpf.Map `ebpf:"proxy6"`
 	SvFlows          *ebpf.Map `ebpf:"sv_flows"`
 	SvPairs          *ebpf.Map `ebpf:"sv_pairs"`
 	TapCounters      *ebpf.Map `ebpf:"tap_counters"`
@@ -649,6 +652,7 @@ func (m *rampartMaps) Close() error {
 		m.Ipv6Path,
 		m.Policy,
 		m.Proxy,
+		m.Proxy6,
 		m.SvFlows,
 		m.SvPairs,
 		m.TapCounters,
