@@ -192,7 +192,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("recording the proxy's set-up: %w", err)
 		}
 	}
-	if err := a.dp.SetupProxy(a.net.NetnsPath(), cfg.ProxyListen); err != nil {
+	if err := a.dp.SetupProxy(a.net.NetnsPath(), cfg.ProxyListen, cfg.proxyListen6()); err != nil {
 		return nil, fmt.Errorf("setting up L7 proxy steering: %w", err)
 	}
 	if a.host && (cfg.Tunnel != overlay.Native && !a.own.OverlayDevice || !a.own.TapDevice) {

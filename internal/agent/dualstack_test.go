@@ -243,6 +243,16 @@ spec:
   ingress:
   - fromEndpoints: [{matchLabels: {app: b}}]
     toPorts: [{ports: [{port: "8080", protocol: TCP}], rules: {http: [{method: GET}]}}]
+---
+apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: b-dns, namespace: x}
+spec:
+  endpointSelector: {matchLabels: {app: b}}
+  egress:
+  - toCIDR: ["2001:db8::/32", "198.51.100.0/24"]
+    toPorts: [{ports: [{port: "53", protocol: UDP}], rules: {dns: [{matchPattern: "*"}]}}]
+  - toEndpoints: [{matchLabels: {app: a}}]
 `); err != nil {
 		t.Fatal(err)
 	}
@@ -257,9 +267,12 @@ spec:
 		{"2001:db9::9", "2001:2::2", "TCP", 443, false},
 		{"198.51.100.9", "x/a", "TCP", 443, false},
 		{"x/b", "2001:2::2", "ICMPv6", 128, false},
-		// L7 rules: redirected over IPv4, dropped over IPv6 (no proxy takes IPv6).
+		// L7 rules: redirected over both families (the fast path listens for IPv6 too).
 		{"x/b", "x/a", "TCP", 8080, true},
-		{"2001:2::3", "2001:2::2", "TCP", 8080, false},
+		{"2001:2::3", "2001:2::2", "TCP", 8080, true},
+		// DNS rules: the DNS proxy takes IPv4 only.
+		{"x/b", "198.51.100.53", "UDP", 53, true},
+		{"2001:2::3", "2001:db8::53", "UDP", 53, false},
 	} {
 		res, err := h.a.Trace(ctx, api.TraceRequest{From: c.from, To: c.to, Protocol: c.proto, Port: c.port})
 		if err != nil {

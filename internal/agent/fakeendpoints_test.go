@@ -143,7 +143,7 @@ type fakeProxyRouting struct {
 	proxyRoutedAt int64 // sequence number of the first
 }
 
-func (d *fakeProxyRouting) SetupProxy(netnsPath string, listen netip.AddrPort) error {
+func (d *fakeProxyRouting) SetupProxy(netnsPath string, listen, _ netip.AddrPort) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.proxyNetns, d.proxyListen = netnsPath, listen

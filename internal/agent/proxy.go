@@ -37,11 +37,21 @@ import (
 type ProxyRouting interface {
 	// SetupProxy prepares the node namespace at netnsPath for the L7 proxy and tells the
 	// dataplane where the proxy's transparent listener is. Idempotent.
-	SetupProxy(netnsPath string, listen netip.AddrPort) error
+	SetupProxy(netnsPath string, listen, listen6 netip.AddrPort) error
 	// RouteToProxy makes the node namespace at netnsPath deliver locally the packets the
 	// dataplane hands to the proxy (a policy route, which costs all forwarded traffic a
 	// little, so the agent adds it only once L7 rules are in force). Idempotent.
 	RouteToProxy(netnsPath string) error
+}
+
+// proxyListen6 is the proxy's listener for IPv6 connections: on a dual-stack node, the fast
+// path's, on the IPv6 loopback at the IPv4 listener's port. Envoy alone
+// (--l7-envoy-only) listens for IPv4 only: IPv6 connections that need it drop.
+func (cfg Config) proxyListen6() netip.AddrPort {
+	if !cfg.PodCIDR6.IsValid() || cfg.ProxyEnvoyOnly {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(netip.IPv6Loopback(), cfg.ProxyListen.Port())
 }
 
 // proxyRunDir is where the proxy's sockets, bootstrap and log live: in the state
@@ -68,6 +78,7 @@ func openProxy(cfg Config, netnsPath string, onLog func(flow.AccessLog)) (Proxy,
 		// The dataplane admits the proxy's upstream connections by this socket mark.
 		Options: proxy.Options{
 			Listen:       cfg.ProxyListen,
+			Listen6:      cfg.proxyListen6(),
 			UpstreamMark: datapath.ProxyUpstreamMark,
 			FastPath:     !cfg.ProxyEnvoyOnly,
 		},

@@ -75,9 +75,17 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 		res.Diagnostic = "L7 rules apply, but only connections from endpoints are steered to the L7 proxy: the dataplane drops this one (proxy-bypass)"
 	}
 	if res.Redirected && traceIPv6(req, proto) {
-		// The IPv6 path drops what it would have to steer (REASON_PROXY_UNAVAILABLE).
-		res.Allowed, res.Redirected = false, false
-		res.Diagnostic = strings.TrimSpace(res.Diagnostic + " L7 or DNS rules apply, and the L7 and DNS proxies take IPv4 only: the dataplane drops this IPv6 connection (proxy-unavailable).")
+		// What the IPv6 path cannot steer it drops (REASON_PROXY_UNAVAILABLE): DNS rules
+		// (a redirected side without HTTP rules), and L7 rules without an IPv6 listener.
+		dns := slices.ContainsFunc(res.Sides, func(s api.TraceSide) bool { return s.Redirected && len(s.L7) == 0 })
+		switch {
+		case dns:
+			res.Allowed, res.Redirected = false, false
+			res.Diagnostic = strings.TrimSpace(res.Diagnostic + " DNS rules apply, and the DNS proxy takes IPv4 only: the dataplane drops this IPv6 query (proxy-unavailable).")
+		case !a.cfg.proxyListen6().IsValid():
+			res.Allowed, res.Redirected = false, false
+			res.Diagnostic = strings.TrimSpace(res.Diagnostic + " L7 rules apply, and the L7 proxy listens for IPv6 only on a dual-stack node with the fast path (not --l7-envoy-only): the dataplane drops this IPv6 connection (proxy-unavailable).")
+		}
 	}
 	if len(elsewhere) > 0 {
 		// Say plainly which decisions are not this node's own.

@@ -206,13 +206,26 @@ func loUp(h *netlink.Handle) (int, error) {
 }
 
 // SetupProxy prepares the node namespace at netnsPath for the proxy
-// (PrepareProxyNamespace) and tells the programs where its transparent listener is
-// (SetProxy). Idempotent.
-func (d *Datapath) SetupProxy(netnsPath string, listen netip.AddrPort) error {
+// (PrepareProxyNamespace) and tells the programs where its transparent listeners are
+// (SetProxy): listen for IPv4 connections, listen6 for IPv6 ones (invalid: none, and IPv6
+// connections that need the proxy drop). Idempotent.
+func (d *Datapath) SetupProxy(netnsPath string, listen, listen6 netip.AddrPort) error {
 	if err := PrepareProxyNamespace(netnsPath); err != nil {
 		return err
 	}
-	return d.SetProxy(listen)
+	if err := d.SetProxy(listen); err != nil {
+		return err
+	}
+	if listen6.IsValid() {
+		return d.SetProxy(listen6)
+	}
+	var zero uint32
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.objs.Proxy6.Update(&zero, &rampartProxyConfig{}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("clearing the IPv6 proxy address: %w", err)
+	}
+	return nil
 }
 
 // RouteToProxy is SetupProxyRouting: the node namespace at netnsPath delivers locally the

@@ -173,10 +173,12 @@ func BuildPlan(st mapstate.State, keep *mapstate.State) Plan {
 			keys[chainKey{r.EndpointID, r.Direction, r.Port}] = true
 		}
 	}
-	epIP := map[uint32]netip.Addr{}
+	// An endpoint's addresses: its IPv4 one and, dual-stack, its IPv6 one; each gets
+	// its chains.
+	epIPs := map[uint32][]netip.Addr{}
 	for p, e := range st.IPCache {
 		if e.EndpointID != 0 && p.IsSingleIP() {
-			epIP[e.EndpointID] = p.Addr()
+			epIPs[e.EndpointID] = append(epIPs[e.EndpointID], p.Addr())
 		}
 	}
 	universe := sortedPrefixes(st.IPCache)
@@ -188,8 +190,8 @@ func BuildPlan(st mapstate.State, keep *mapstate.State) Plan {
 	}
 	ports := map[uint16]*struct{ in, out []side }{}
 	for k := range keys {
-		ip, ok := epIP[k.ep]
-		if !ok {
+		ips := epIPs[k.ep]
+		if len(ips) == 0 {
 			continue // endpoint gone: nothing can be steered from or to it
 		}
 		z := buildAuthz(st, universe, k)
@@ -198,10 +200,12 @@ func BuildPlan(st mapstate.State, keep *mapstate.State) Plan {
 			pp = &struct{ in, out []side }{}
 			ports[k.port] = pp
 		}
-		if k.dir == policy.Ingress {
-			pp.in = append(pp.in, side{ip, z})
-		} else {
-			pp.out = append(pp.out, side{ip, z})
+		for _, ip := range ips {
+			if k.dir == policy.Ingress {
+				pp.in = append(pp.in, side{ip, z})
+			} else {
+				pp.out = append(pp.out, side{ip, z})
+			}
 		}
 	}
 	var plan Plan
@@ -219,6 +223,9 @@ func BuildPlan(st mapstate.State, keep *mapstate.State) Plan {
 			// connection from out to an endpoint with its own ingress chain would never see
 			// out's egress rules: give every such pair a chain with both.
 			for _, in := range pp.in {
+				if in.addr.Is4() != out.addr.Is4() {
+					continue // no connection runs between two families
+				}
 				plan.Chains = append(plan.Chains, Chain{
 					Name: fmt.Sprintf("pair:%s>%s:%d", out.addr, in.addr, port), Port: port,
 					Src: out.addr, Dst: in.addr, Egress: out.z, Ingress: in.z,

@@ -257,3 +257,46 @@ func TestAddrSetExceptions(t *testing.T) {
 		t.Errorf("exceptions of /0: %v", s[0].Except)
 	}
 }
+
+// TestBuildPlanDualStack: a dual-stack endpoint (its IPv4 /32 and IPv6 /128 in the ipcache,
+// one endpoint ID) gets chains for both addresses, and the plan decides requests over IPv6
+// as the reference does, as it does over IPv4.
+func TestBuildPlanDualStack(t *testing.T) {
+	w := l7plantest.NewWorld()
+	st := w.Compute(t,
+		policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
+			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "tiefighter")}},
+			Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET", Path: "/v1"})},
+		policy.Rule{Subject: l7plantest.Sel(t, "class", "tiefighter"), Direction: policy.Egress, EnableDefaultDeny: true,
+			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "deathstar")}},
+			Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET|PUT"})},
+	)
+	eps6 := make([]mapstate.Endpoint, 0, len(w.In.Endpoints))
+	for _, e := range w.In.Endpoints {
+		ip6 := netip.AddrFrom16([16]byte{0: 0x20, 1: 0x01, 3: 0x02, 15: e.IP.As4()[3]})
+		p4 := netip.PrefixFrom(e.IP, 32)
+		st.IPCache[netip.PrefixFrom(ip6, 128)] = st.IPCache[p4]
+		e.IP = ip6
+		eps6 = append(eps6, e)
+	}
+	plan := BuildPlan(st, nil)
+	var names []string
+	for _, c := range plan.Chains {
+		names = append(names, c.Name)
+	}
+	got := strings.Join(names, " ")
+	for _, want := range []string{"in:198.18.0.20:80", "in:2001:2::14:80", "pair:198.18.0.10>198.18.0.20:80", "pair:2001:2::a>2001:2::14:80"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("chains %q: missing %s", got, want)
+		}
+	}
+	if strings.Contains(got, "pair:198.18.0.10>2001:2::14") {
+		t.Errorf("chains %q: a pair across families", got)
+	}
+	if n := checkPlan(t, st, eps6, plan); n == 0 {
+		t.Fatal("nothing steered over IPv6: the test checks nothing")
+	}
+	if n := checkPlan(t, st, w.In.Endpoints, plan); n == 0 {
+		t.Fatal("nothing steered over IPv4")
+	}
+}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,7 +55,7 @@ type FastPathStatus struct {
 type fastPath struct {
 	m      *Manager
 	log    *slog.Logger
-	ln     net.Listener
+	lns    []net.Listener // IPv4's, then IPv6's (Options.Listen6)
 	listen netip.AddrPort
 	envoy  netip.AddrPort // Envoy's PROXY protocol listener
 	netns  string         // the namespace sockets are made in ("" = the agent's own)
@@ -101,22 +103,50 @@ func startFastPath(m *Manager) (*fastPath, error) {
 		m: m, log: m.log.With("part", "fastpath"), listen: o.Listen, envoy: o.EnvoyListen,
 		netns: m.cfg.NetnsPath, mark: o.UpstreamMark, conns: map[net.Conn]struct{}{},
 	}
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		// Transparent: the dataplane hands it connections for any destination address.
-		return setSockopts(c, sockopt{unix.SOL_IP, unix.IP_TRANSPARENT, 1})
-	}}
-	err := f.inNetns(func() error {
-		var err error
-		f.ln, err = lc.Listen(nil, "tcp4", o.Listen.String()) //nolint:staticcheck // no context to cancel a bind
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("fast path listener on %s: %w", o.Listen, err)
+	for _, at := range []netip.AddrPort{o.Listen, o.Listen6} {
+		if !at.IsValid() {
+			continue
+		}
+		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			// Transparent: the dataplane hands it connections for any destination address.
+			return setSockopts(c, transparent(at.Addr()))
+		}}
+		var ln net.Listener
+		err := f.inNetns(func() error {
+			var err error
+			ln, err = lc.Listen(context.Background(), tcpNetwork(at.Addr()), at.String())
+			return err
+		})
+		if err != nil {
+			for _, l := range f.lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("fast path listener on %s: %w", at, err)
+		}
+		f.lns = append(f.lns, ln)
 	}
-	f.listen = addrPortOf(f.ln.Addr())
-	f.wg.Add(1)
-	go f.serve()
+	f.listen = addrPortOf(f.lns[0].Addr())
+	for _, ln := range f.lns {
+		f.wg.Add(1)
+		go f.serve(ln)
+	}
 	return f, nil
+}
+
+// transparent is the socket option that makes a socket of a's family transparent.
+func transparent(a netip.Addr) sockopt {
+	if a.Is4() {
+		return sockopt{unix.SOL_IP, unix.IP_TRANSPARENT, 1}
+	}
+	return sockopt{unix.SOL_IPV6, unix.IPV6_TRANSPARENT, 1}
+}
+
+// tcpNetwork is the TCP network of a's family.
+func tcpNetwork(a netip.Addr) string {
+	if a.Is4() {
+		return "tcp4"
+	}
+	return "tcp6"
 }
 
 func (f *fastPath) inNetns(fn func() error) error {
@@ -141,10 +171,10 @@ func setSockopts(c syscall.RawConn, opts ...sockopt) error {
 	return serr
 }
 
-func (f *fastPath) serve() {
+func (f *fastPath) serve(ln net.Listener) {
 	defer f.wg.Done()
 	for {
-		c, err := f.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				f.log.Error("fast path accept", "error", err)
@@ -185,7 +215,9 @@ func (f *fastPath) untrack(c net.Conn) {
 func (f *fastPath) close() {
 	f.mu.Lock()
 	f.closed = true
-	f.ln.Close()
+	for _, ln := range f.lns {
+		ln.Close()
+	}
 	for c := range f.conns {
 		c.Close()
 	}
@@ -197,8 +229,12 @@ func (f *fastPath) status() *FastPathStatus {
 	f.mu.Lock()
 	open := len(f.conns)
 	f.mu.Unlock()
+	var listen []string
+	for _, ln := range f.lns {
+		listen = append(listen, ln.Addr().String())
+	}
 	return &FastPathStatus{
-		Listen: f.listen.String(), Requests: f.requests.Load(), Denied: f.denied.Load(),
+		Listen: strings.Join(listen, ","), Requests: f.requests.Load(), Denied: f.denied.Load(),
 		HandedOver: f.handedOver.Load(), Open: open,
 	}
 }
@@ -430,7 +466,7 @@ func (f *fastPath) dial(src, dst netip.AddrPort) (*upstream, error) {
 		Timeout:   upstreamConnectTimeout,
 		LocalAddr: &net.TCPAddr{IP: src.Addr().AsSlice()},
 		Control: func(_, _ string, c syscall.RawConn) error {
-			return setSockopts(c, sockopt{unix.SOL_IP, unix.IP_TRANSPARENT, 1}, sockopt{unix.SOL_SOCKET, unix.SO_MARK, int(f.mark)})
+			return setSockopts(c, transparent(src.Addr()), sockopt{unix.SOL_SOCKET, unix.SO_MARK, int(f.mark)})
 		},
 	}
 	if f.redirect != nil {
@@ -439,7 +475,7 @@ func (f *fastPath) dial(src, dst netip.AddrPort) (*upstream, error) {
 	var c net.Conn
 	err := f.inNetns(func() error {
 		var err error
-		c, err = d.Dial("tcp4", dst.String())
+		c, err = d.Dial(tcpNetwork(dst.Addr()), dst.String())
 		return err
 	})
 	if err != nil {
@@ -469,7 +505,11 @@ func (f *fastPath) handOver(c *net.TCPConn, cr *bufio.Reader, consumed []byte, s
 	defer e.Close()
 	buffered, _ := cr.Peek(cr.Buffered())
 	msg := make([]byte, 0, 64+len(consumed)+len(buffered))
-	msg = fmt.Appendf(msg, "PROXY TCP4 %s %s %d %d\r\n", src.Addr(), dst.Addr(), src.Port(), dst.Port())
+	family := "TCP4"
+	if src.Addr().Is6() {
+		family = "TCP6"
+	}
+	msg = fmt.Appendf(msg, "PROXY %s %s %s %d %d\r\n", family, src.Addr(), dst.Addr(), src.Port(), dst.Port())
 	msg = append(append(msg, consumed...), buffered...)
 	if _, err := e.Write(msg); err != nil {
 		return

@@ -68,6 +68,9 @@ type Options struct {
 	FastPath bool
 	// EnvoyListen is Envoy's listener with FastPath (default: Listen's port + 1).
 	EnvoyListen netip.AddrPort
+	// Listen6 (FastPath only; invalid: none) is the fast path's transparent listener for
+	// IPv6 connections, which it hands to Envoy as it does IPv4 ones.
+	Listen6 netip.AddrPort
 }
 
 // DefaultListen is the proxy listener's default address in the node namespace.

@@ -47,7 +47,6 @@ type seen struct {
 // every byte it reads, on every connection: a refused request must appear in neither.
 type recorder struct {
 	srv  *http.Server
-	l    net.Listener
 	done chan struct{}
 
 	mu    sync.Mutex
@@ -56,27 +55,40 @@ type recorder struct {
 	conns int
 }
 
-// serveRecorder starts a recorder on port in the namespace at nsPath; it stops when the
-// test ends.
+// serveRecorder starts a recorder on port in the namespace at nsPath, over IPv4 and, when
+// the namespace has IPv6 (a dual-stack endpoint), over IPv6; it stops when the test ends.
 func serveRecorder(t testing.TB, nsPath string, port uint16) *recorder {
 	t.Helper()
-	var l net.Listener
+	var ls []net.Listener
 	if err := testenv.InNetns(nsPath, func() error {
-		var err error
-		l, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
-		return err
+		l, err := net.Listen("tcp4", fmt.Sprintf(":%d", port))
+		if err != nil {
+			return err
+		}
+		ls = append(ls, l)
+		if l6, err := net.Listen("tcp6", fmt.Sprintf(":%d", port)); err == nil {
+			ls = append(ls, l6)
+		}
+		return nil
 	}); err != nil {
 		t.Fatalf("listening on tcp/%d in %s: %v", port, nsPath, err)
 	}
 	r := &recorder{done: make(chan struct{})}
-	r.l = &teeListener{Listener: l, r: r}
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
 	r.srv = &http.Server{Handler: r, Protocols: &p, ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.srv.Serve(&teeListener{Listener: l, r: r})
+		}()
+	}
 	go func() {
-		defer close(r.done)
-		r.srv.Serve(r.l)
+		wg.Wait()
+		close(r.done)
 	}()
 	t.Cleanup(func() {
 		r.srv.Close()
@@ -405,7 +417,11 @@ func dialFrom(nsPath string, port int, to netip.AddrPort, timeout time.Duration)
 			},
 		}
 		var err error
-		c, err = d.DialContext(context.Background(), "tcp4", to.String())
+		network := "tcp4"
+		if to.Addr().Is6() {
+			network = "tcp6"
+		}
+		c, err = d.DialContext(context.Background(), network, to.String())
 		return err
 	})
 	return c, err
