@@ -31,7 +31,7 @@ type lpmFilter struct {
 func (f *lpmFilter) Name() string        { return FilterLPM }
 func (f *lpmFilter) Topology() *topology { return f.topo }
 
-func (f *lpmFilter) Prepare(ctx context.Context, list []Prefix, listPath, dir string) error {
+func (f *lpmFilter) Prepare(ctx context.Context, list List, listPath, dir string) error {
 	// The set-up reads the plain list itself: parsing is part of its set-up time, as it is
 	// for the commands that read theirs.
 	f.listPath = listPath
