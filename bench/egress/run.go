@@ -1203,9 +1203,6 @@ func (r *runner) makeFilters(ctx context.Context, filters []string, instance str
 				fs[name] = &nftFilter{nb}
 			case FilterLPM:
 				fs[name] = &lpmFilter{topo: peers}
-				if cfg.IPv6 {
-					notAvailable[name] = "over IPv6: bench/egress/bpf/lpm.c has an IPv4 trie only (no 16-byte key program yet)"
-				}
 			case FilterEmptyTCX:
 				fs[name] = &emptyTCXFilter{topo: peers}
 			}
