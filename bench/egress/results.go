@@ -505,7 +505,11 @@ func (res *Result) WriteTable(dir string) (string, error) {
 // baseline measured in the same pairs, then the targets.
 func (res *Result) WriteMarkdown(w io.Writer) {
 	st := res.Settings
-	fmt.Fprintf(w, "### Egress filtering: %s\n\n", res.Started.UTC().Format("2006-01-02 15:04 UTC"))
+	family := ""
+	if res.Settings.IPv6 {
+		family = " over IPv6"
+	}
+	fmt.Fprintf(w, "### Egress filtering%s: %s\n\n", family, res.Started.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "Each cell: median over %d round(s), and in parentheses the median of the per-pair ratios to no filter measured back to back. "+
 		"Throughput: higher is better; CPU and latency: lower is better. CPU: the iperf3 client's CPU use (user and system, softirq in its context included) sending UDP at %s; "+
 		"* marks a run that sent less than 90%% of that rate, whose CPU use was scaled up to it.", st.Repeats, st.CPURate)
