@@ -5,6 +5,7 @@
 #   bench/run-egress.sh --quick                          # smoke run, about two minutes
 #   bench/run-egress.sh --counts 1k,1M --filters ipset,rampart
 #   bench/run-egress.sh --budget 20m --mem-limit 16G     # let slow or large peers run
+#   bench/run-egress.sh --ipv6                           # every filter over IPv6, 10 to 1M prefixes
 # Results: bench/results/egress-<timestamp>.{json,md,png}
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -33,7 +33,7 @@ type agentEmptyFilter struct {
 
 func (f *agentEmptyFilter) Name() string        { return FilterAgentEmpty }
 func (f *agentEmptyFilter) Topology() *topology { return f.topo }
-func (f *agentEmptyFilter) Prepare(context.Context, []Prefix, string, string) error {
+func (f *agentEmptyFilter) Prepare(context.Context, List, string, string) error {
 	return nil
 }
 

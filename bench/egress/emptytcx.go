@@ -26,7 +26,7 @@ type emptyTCXFilter struct {
 
 func (f *emptyTCXFilter) Name() string        { return FilterEmptyTCX }
 func (f *emptyTCXFilter) Topology() *topology { return f.topo }
-func (f *emptyTCXFilter) Prepare(context.Context, []Prefix, string, string) error {
+func (f *emptyTCXFilter) Prepare(context.Context, List, string, string) error {
 	return nil
 }
 

@@ -19,7 +19,7 @@ func TestEmptyTCXFilter(t *testing.T) {
 	testenv.RequireRoot(t)
 	cidrs := benchkit.PodCIDRs(2)
 	world := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, cidrs[1].Addr().As4()[2], 0}), 24)
-	topo, err := buildPlain("peers", "et"+benchkit.Suffix(), cidrs[0], world)
+	topo, err := buildPlain("peers", "et"+benchkit.Suffix(), cidrs[0], world, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ type filter interface {
 	Topology() *topology
 	// Prepare writes what the set-up command reads, from the list (a file of one prefix
 	// per line at listPath), into dir. It is not timed: a user has the list at hand.
-	Prepare(ctx context.Context, list []Prefix, listPath, dir string) error
+	Prepare(ctx context.Context, list List, listPath, dir string) error
 	// Install runs the set-up; the caller times it until the listed address is blocked.
 	Install(ctx context.Context) (install, error)
 	// Remove takes the filter off and frees what it holds (also after a failed Install).
@@ -149,10 +149,32 @@ func version(ctx context.Context, argv ...string) string {
 	return line
 }
 
-// netfilterBase holds what the netfilter peers share: the client namespace they filter in
-// and the iptables flavour.
+// family is what differs between IPv4 and IPv6 in the netfilter peers' commands.
+type family struct {
+	iptables string // the command: iptables or ip6tables
+	ipset    string // hash:net family: inet or inet6
+	nft      string // nftables table family and address match: ip or ip6
+	nftType  string // nftables set element type
+}
+
+var (
+	familyIPv4 = family{iptables: "iptables", ipset: "inet", nft: "ip", nftType: "ipv4_addr"}
+	familyIPv6 = family{iptables: "ip6tables", ipset: "inet6", nft: "ip6", nftType: "ipv6_addr"}
+)
+
+// familyOf returns the family of a run over IPv6 (ipv6) or IPv4.
+func familyOf(ipv6 bool) family {
+	if ipv6 {
+		return familyIPv6
+	}
+	return familyIPv4
+}
+
+// netfilterBase holds what the netfilter peers share: the client namespace they filter in,
+// the address family and the iptables flavour.
 type netfilterBase struct {
 	topo *topology
+	fam  family
 	// iptables is "legacy" (x_tables, as in the original benchmark's iptables 1.6) or
 	// "nft" (the nf_tables backend of iptables 1.8).
 	iptables string
@@ -162,7 +184,8 @@ type netfilterBase struct {
 
 func (b *netfilterBase) Topology() *topology { return b.topo }
 
-func (b *netfilterBase) ipt(name string) string { return name + "-" + b.iptables }
+// ipt is the iptables (or ip6tables) command of the flavour: iptables-legacy, ...
+func (b *netfilterBase) ipt() string { return b.fam.iptables + "-" + b.iptables }
 
 // run runs argv in the client namespace.
 func (b *netfilterBase) run(ctx context.Context, stdinPath string, argv ...string) (Command, error) {
@@ -174,7 +197,7 @@ func (b *netfilterBase) run(ctx context.Context, stdinPath string, argv ...strin
 // flushOutput empties the client's OUTPUT chain (the namespace is the benchmark's own:
 // nothing else lives there).
 func (b *netfilterBase) flushOutput(ctx context.Context) error {
-	_, err := b.run(ctx, "", b.ipt("iptables"), "-w", "-F", "OUTPUT")
+	_, err := b.run(ctx, "", b.ipt(), "-w", "-F", "OUTPUT")
 	return err
 }
 
@@ -191,14 +214,14 @@ const xtRuleLimit = 2_500_000
 
 func (f *iptablesFilter) Name() string { return FilterIptables }
 
-func (f *iptablesFilter) Prepare(ctx context.Context, list []Prefix, _, dir string) error {
+func (f *iptablesFilter) Prepare(ctx context.Context, list List, _, dir string) error {
 	f.input = filepath.Join(dir, "iptables-restore.txt")
-	f.rules = len(list)
+	f.rules = list.Len()
 	return writeFile(f.input, func(w io.Writer) error {
 		if _, err := io.WriteString(w, "*filter\n"); err != nil {
 			return err
 		}
-		if err := WriteLines(w, list, "-A OUTPUT -o eth0 -d ", " -j DROP\n"); err != nil {
+		if err := list.WriteLines(w, "-A OUTPUT -o eth0 -d ", " -j DROP\n"); err != nil {
 			return err
 		}
 		_, err := io.WriteString(w, "COMMIT\n")
@@ -207,7 +230,7 @@ func (f *iptablesFilter) Prepare(ctx context.Context, list []Prefix, _, dir stri
 }
 
 func (f *iptablesFilter) Install(ctx context.Context) (install, error) {
-	c, err := f.run(ctx, f.input, f.ipt("iptables")+"-restore", "-w")
+	c, err := f.run(ctx, f.input, f.ipt()+"-restore", "-w")
 	if err != nil && f.iptables == "legacy" && f.rules > xtRuleLimit {
 		err = fmt.Errorf("%w (probably the x_tables table size limit, XT_MAX_TABLE_SIZE = 512 MiB: about %d rules of this shape)", err, xtRuleLimit)
 	}
@@ -220,7 +243,7 @@ func (f *iptablesFilter) Remove(ctx context.Context) error {
 }
 
 func (f *iptablesFilter) Version(ctx context.Context) string {
-	return version(ctx, f.ipt("iptables"), "--version")
+	return version(ctx, f.ipt(), "--version")
 }
 
 // ipsetFilter: one hash:net set, matched by one iptables rule, as the original benchmark's
@@ -233,16 +256,16 @@ const ipsetName = "rpbench"
 
 func (f *ipsetFilter) Name() string { return FilterIpset }
 
-func (f *ipsetFilter) Prepare(ctx context.Context, list []Prefix, _, dir string) error {
+func (f *ipsetFilter) Prepare(ctx context.Context, list List, _, dir string) error {
 	f.input = filepath.Join(dir, "ipset-restore.txt")
 	return writeFile(f.input, func(w io.Writer) error {
 		// maxelem defaults to 65536; the original benchmark set 2,000,000 for every size,
 		// here it is the list's size so that 10M fits. The hash size is left to ipset, which
 		// grows the table as the set fills.
-		if _, err := fmt.Fprintf(w, "create %s hash:net family inet maxelem %d\n", ipsetName, max(65536, len(list))); err != nil {
+		if _, err := fmt.Fprintf(w, "create %s hash:net family %s maxelem %d\n", ipsetName, f.fam.ipset, max(65536, list.Len())); err != nil {
 			return err
 		}
-		return WriteLines(w, list, "add "+ipsetName+" ", "\n")
+		return list.WriteLines(w, "add "+ipsetName+" ", "\n")
 	})
 }
 
@@ -253,7 +276,7 @@ func (f *ipsetFilter) Install(ctx context.Context) (install, error) {
 	if err != nil {
 		return in, err
 	}
-	c, err = f.run(ctx, "", f.ipt("iptables"), "-w", "-A", "OUTPUT", "-o", "eth0", "-m", "set", "--match-set", ipsetName, "dst", "-j", "DROP")
+	c, err = f.run(ctx, "", f.ipt(), "-w", "-A", "OUTPUT", "-o", "eth0", "-m", "set", "--match-set", ipsetName, "dst", "-j", "DROP")
 	in.Commands = append(in.Commands, c)
 	if err != nil {
 		return in, err
@@ -307,18 +330,18 @@ const nftTable = "rpbench"
 
 func (f *nftFilter) Name() string { return FilterNft }
 
-func (f *nftFilter) Prepare(ctx context.Context, list []Prefix, _, dir string) error {
+func (f *nftFilter) Prepare(ctx context.Context, list List, _, dir string) error {
 	f.input = filepath.Join(dir, "nft.txt")
 	return writeFile(f.input, func(w io.Writer) error {
 		// The drawn prefixes never overlap, which an interval set without auto-merge
 		// requires; the set holds exactly the list.
-		if _, err := fmt.Fprintf(w, "table ip %s {\n\tset deny {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = {\n", nftTable); err != nil {
+		if _, err := fmt.Fprintf(w, "table %s %s {\n\tset deny {\n\t\ttype %s\n\t\tflags interval\n\t\telements = {\n", f.fam.nft, nftTable, f.fam.nftType); err != nil {
 			return err
 		}
-		if err := WriteLines(w, list, "\t\t\t", ",\n"); err != nil {
+		if err := list.WriteLines(w, "\t\t\t", ",\n"); err != nil {
 			return err
 		}
-		_, err := fmt.Fprintf(w, "\t\t}\n\t}\n\tchain out {\n\t\ttype filter hook output priority filter; policy accept;\n\t\toifname \"eth0\" ip daddr @deny drop\n\t}\n}\n")
+		_, err := fmt.Fprintf(w, "\t\t}\n\t}\n\tchain out {\n\t\ttype filter hook output priority filter; policy accept;\n\t\toifname \"eth0\" %s daddr @deny drop\n\t}\n}\n", f.fam.nft)
 		return err
 	})
 }
@@ -330,7 +353,7 @@ func (f *nftFilter) Install(ctx context.Context) (install, error) {
 
 func (f *nftFilter) Remove(ctx context.Context) error {
 	defer os.Remove(f.input)
-	_, err := f.run(ctx, "", "nft", "delete", "table", "ip", nftTable)
+	_, err := f.run(ctx, "", "nft", "delete", "table", f.fam.nft, nftTable)
 	if err != nil && (strings.Contains(err.Error(), "No such file or directory") || strings.Contains(err.Error(), "does not exist")) {
 		return nil
 	}
@@ -348,7 +371,7 @@ type controlFilter struct{ topo *topology }
 
 func (f *controlFilter) Name() string        { return FilterControl }
 func (f *controlFilter) Topology() *topology { return f.topo }
-func (f *controlFilter) Prepare(context.Context, []Prefix, string, string) error {
+func (f *controlFilter) Prepare(context.Context, List, string, string) error {
 	return nil
 }
 func (f *controlFilter) Install(context.Context) (install, error) { return install{Entries: -1}, nil }

@@ -31,7 +31,7 @@ type lpmFilter struct {
 func (f *lpmFilter) Name() string        { return FilterLPM }
 func (f *lpmFilter) Topology() *topology { return f.topo }
 
-func (f *lpmFilter) Prepare(ctx context.Context, list []Prefix, listPath, dir string) error {
+func (f *lpmFilter) Prepare(ctx context.Context, list List, listPath, dir string) error {
 	// The set-up reads the plain list itself: parsing is part of its set-up time, as it is
 	// for the commands that read theirs.
 	f.listPath = listPath
@@ -41,7 +41,7 @@ func (f *lpmFilter) Prepare(ctx context.Context, list []Prefix, listPath, dir st
 func (f *lpmFilter) Install(ctx context.Context) (install, error) {
 	t0 := time.Now()
 	in := install{Entries: -1}
-	list, err := ReadList(f.listPath)
+	tab, err := f.readTable()
 	if err != nil {
 		return in, err
 	}
@@ -49,7 +49,7 @@ func (f *lpmFilter) Install(ctx context.Context) (install, error) {
 	if err != nil {
 		return in, fmt.Errorf("loading the LPM program spec: %w", err)
 	}
-	spec.Maps[lpmMapDeny].MaxEntries = uint32(max(1, len(list)))
+	spec.Maps[tab.mapName].MaxEntries = uint32(max(1, tab.n))
 	f.objs = &lpmObjects{}
 	if err := spec.LoadAndAssign(f.objs, nil); err != nil {
 		f.objs = nil
@@ -62,37 +62,71 @@ func (f *lpmFilter) Install(ctx context.Context) (install, error) {
 		if err != nil {
 			return err
 		}
-		f.link, err = link.AttachTCX(link.TCXOptions{Interface: eth.Attrs().Index, Program: f.objs.EgressLpm, Attach: ebpf.AttachTCXEgress})
+		f.link, err = link.AttachTCX(link.TCXOptions{Interface: eth.Attrs().Index, Program: tab.prog(f.objs), Attach: ebpf.AttachTCXEgress})
 		return err
 	})
 	if err != nil {
 		return in, fmt.Errorf("attaching the LPM program to the client's eth0: %w", err)
 	}
-	n, err := fillLPM(f.objs.Deny, list)
-	in.Commands = append(in.Commands, Command{Argv: fmt.Sprintf("in process: read %s, load, attach (TCX egress), BatchUpdate %d prefixes", f.listPath, len(list)),
+	n, err := tab.fill(f.objs)
+	in.Commands = append(in.Commands, Command{Argv: fmt.Sprintf("in process: read %s, load, attach (TCX egress), BatchUpdate %d prefixes", f.listPath, tab.n),
 		Seconds: time.Since(t0).Seconds()})
 	in.Entries = n
 	return in, err
 }
 
-// fillLPM writes every prefix of list into the trie, in batches.
-func fillLPM(m *ebpf.Map, list []Prefix) (int, error) {
-	keys := make([]lpmLpmKey, 0, min(lpmBatch, len(list)))
-	vals := make([]uint8, min(lpmBatch, len(list)))
+// lpmTable is the list read for the trie of the topology's family: its length, the map
+// and program of that family, and how to write it into the map.
+type lpmTable struct {
+	mapName string
+	n       int
+	prog    func(*lpmObjects) *ebpf.Program
+	fill    func(*lpmObjects) (int, error)
+}
+
+// readTable reads the list file: IPv4 prefixes for deny and egress_lpm, or in a topology
+// over IPv6 IPv6 prefixes for deny6 and egress_lpm6.
+func (f *lpmFilter) readTable() (lpmTable, error) {
+	if f.topo.IPv6 {
+		list, err := ReadList6(f.listPath)
+		return lpmTable{mapName: lpmMapDeny6, n: len(list),
+			prog: func(o *lpmObjects) *ebpf.Program { return o.EgressLpm6 },
+			fill: func(o *lpmObjects) (int, error) {
+				return fillLPM(o.Deny6, len(list), func(i int) lpmLpm6Key {
+					return lpmLpm6Key{Prefixlen: uint32(list[i].Bits), Addr: list[i].Addr().As16()}
+				})
+			},
+		}, err
+	}
+	list, err := ReadList(f.listPath)
+	return lpmTable{mapName: lpmMapDeny, n: len(list),
+		prog: func(o *lpmObjects) *ebpf.Program { return o.EgressLpm },
+		fill: func(o *lpmObjects) (int, error) {
+			return fillLPM(o.Deny, len(list), func(i int) lpmLpmKey {
+				var a [4]byte
+				binary.BigEndian.PutUint32(a[:], list[i].Addr)
+				// The key's address is in network byte order: its bytes as they are in the packet.
+				return lpmLpmKey{Prefixlen: uint32(list[i].Bits), Addr: binary.NativeEndian.Uint32(a[:])}
+			})
+		},
+	}, err
+}
+
+// fillLPM writes the keys of n prefixes (key(i) of the i-th) into the trie, in batches.
+func fillLPM[K any](m *ebpf.Map, n int, key func(i int) K) (int, error) {
+	keys := make([]K, 0, min(lpmBatch, n))
+	vals := make([]uint8, min(lpmBatch, n))
 	for i := range vals {
 		vals[i] = 1
 	}
 	total := 0
-	for start := 0; start < len(list); start += lpmBatch {
+	for start := 0; start < n; start += lpmBatch {
 		keys = keys[:0]
-		for _, p := range list[start:min(start+lpmBatch, len(list))] {
-			var a [4]byte
-			binary.BigEndian.PutUint32(a[:], p.Addr)
-			// The key's address is in network byte order: its bytes as they are in the packet.
-			keys = append(keys, lpmLpmKey{Prefixlen: uint32(p.Bits), Addr: binary.NativeEndian.Uint32(a[:])})
+		for i := start; i < min(start+lpmBatch, n); i++ {
+			keys = append(keys, key(i))
 		}
-		n, err := m.BatchUpdate(keys, vals[:len(keys)], nil)
-		total += n
+		got, err := m.BatchUpdate(keys, vals[:len(keys)], nil)
+		total += got
 		if err != nil {
 			return total, fmt.Errorf("writing prefixes %d-%d into the LPM trie: %w", start, start+len(keys), err)
 		}

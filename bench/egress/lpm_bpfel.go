@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type lpmLpm6Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      [16]uint8
+}
+
 type lpmLpmKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -23,8 +29,10 @@ type lpmLpmKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lpmMapDeny       = "deny"
-	lpmProgEgressLpm = "egress_lpm"
+	lpmMapDeny        = "deny"
+	lpmMapDeny6       = "deny6"
+	lpmProgEgressLpm  = "egress_lpm"
+	lpmProgEgressLpm6 = "egress_lpm6"
 )
 
 // loadLpm returns the embedded CollectionSpec for lpm.
@@ -69,14 +77,16 @@ type lpmSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lpmProgramSpecs struct {
-	EgressLpm *ebpf.ProgramSpec `ebpf:"egress_lpm"`
+	EgressLpm  *ebpf.ProgramSpec `ebpf:"egress_lpm"`
+	EgressLpm6 *ebpf.ProgramSpec `ebpf:"egress_lpm6"`
 }
 
 // lpmMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lpmMapSpecs struct {
-	Deny *ebpf.MapSpec `ebpf:"deny"`
+	Deny  *ebpf.MapSpec `ebpf:"deny"`
+	Deny6 *ebpf.MapSpec `ebpf:"deny6"`
 }
 
 // lpmVariableSpecs contains global variables before they are loaded into the kernel.
@@ -105,12 +115,14 @@ func (o *lpmObjects) Close() error {
 //
 // It can be passed to loadLpmObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lpmMaps struct {
-	Deny *ebpf.Map `ebpf:"deny"`
+	Deny  *ebpf.Map `ebpf:"deny"`
+	Deny6 *ebpf.Map `ebpf:"deny6"`
 }
 
 func (m *lpmMaps) Close() error {
 	return _LpmClose(
 		m.Deny,
+		m.Deny6,
 	)
 }
 
@@ -124,12 +136,14 @@ type lpmVariables struct {
 //
 // It can be passed to loadLpmObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lpmPrograms struct {
-	EgressLpm *ebpf.Program `ebpf:"egress_lpm"`
+	EgressLpm  *ebpf.Program `ebpf:"egress_lpm"`
+	EgressLpm6 *ebpf.Program `ebpf:"egress_lpm6"`
 }
 
 func (p *lpmPrograms) Close() error {
 	return _LpmClose(
 		p.EgressLpm,
+		p.EgressLpm6,
 	)
 }
 

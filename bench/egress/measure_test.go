@@ -3,12 +3,15 @@ package egress
 import (
 	"errors"
 	"math"
+	"net/netip"
 	"os"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
@@ -91,24 +94,45 @@ func TestParsePing(t *testing.T) {
 }
 
 func TestEchoRequest(t *testing.T) {
-	b := echoRequest(0x1234, 7, 99)
+	b := echoRequest(false, 0x1234, 7, 99)
 	if b[0] != 8 || b[1] != 0 || checksum(b) != 0 {
 		t.Errorf("echo request %x: type, code or checksum wrong", b)
 	}
 	// A reply is the request with type 0 behind an IPv4 header from the target.
-	p := &Prober{target: [4]byte{198, 19, 7, 10}, idBase: 0x1234 - 99}
+	p := &Prober{target: netip.AddrFrom4([4]byte{198, 19, 7, 10}), idBase: 0x1234 - 99}
 	reply := append([]byte{0x45, 0, 0, 36, 0, 0, 0, 0, 64, 1, 0, 0, 198, 19, 7, 10, 198, 18, 1, 10}, b...)
 	reply[20] = 0
-	if k, ok := p.parseReply(reply); !ok || k != 99 {
+	if k, ok := p.parseReply(reply, nil); !ok || k != 99 {
 		t.Errorf("reply not recognised: %d %v", k, ok)
 	}
 	reply[15] = 11 // another source
-	if _, ok := p.parseReply(reply); ok {
+	if _, ok := p.parseReply(reply, nil); ok {
 		t.Error("a reply from another address was taken")
 	}
 	reply[15] = 10
 	reply[20] = 8 // a request, not a reply
-	if _, ok := p.parseReply(reply); ok {
+	if _, ok := p.parseReply(reply, nil); ok {
+		t.Error("an echo request was taken for a reply")
+	}
+}
+
+func TestEchoRequest6(t *testing.T) {
+	b := echoRequest(true, 0x1234, 7, 99)
+	if b[0] != 128 || b[1] != 0 {
+		t.Errorf("echo request %x: type or code wrong", b)
+	}
+	// An ICMPv6 socket reads the message alone; the sender comes with it.
+	target := netip.MustParseAddr("2001:2:0:107::a")
+	p := &Prober{target: target, idBase: 0x1234 - 99}
+	reply := append([]byte(nil), b...)
+	reply[0] = 129
+	if k, ok := p.parseReply(reply, &unix.SockaddrInet6{Addr: target.As16()}); !ok || k != 99 {
+		t.Errorf("reply not recognised: %d %v", k, ok)
+	}
+	if _, ok := p.parseReply(reply, &unix.SockaddrInet6{Addr: netip.MustParseAddr("2001:2:0:107::b").As16()}); ok {
+		t.Error("a reply from another address was taken")
+	}
+	if _, ok := p.parseReply(b, &unix.SockaddrInet6{Addr: target.As16()}); ok {
 		t.Error("an echo request was taken for a reply")
 	}
 }

@@ -88,6 +88,9 @@ func WritePlot(res *Result, path string) error {
 func panelPlot(res *Result, pn panel) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = pn.title
+	if res.Settings.IPv6 {
+		p.Title.Text = "IPv6: " + pn.title // a run over IPv6 must not pass for an IPv4 one
+	}
 	p.X.Label.Text = "prefixes (log scale)"
 	p.Y.Label.Text = pn.unit
 	p.X.Scale = plot.LogScale{}

@@ -108,15 +108,9 @@ func eligible(a uint32, bits uint8) bool {
 // them is redundant. The same n, mix and seed always give the same list, in a shuffled
 // order. probe must be inside the benchmark range.
 func Generate(n int, mix Mix, seed uint64, probe netip.Addr) ([]Prefix, error) {
-	if n < 1 {
-		return nil, errors.New("a list needs at least one prefix (the probe address)")
-	}
-	if !probe.Is4() || !benchRange.NetIP().Contains(probe) {
-		return nil, fmt.Errorf("probe address %v is not in %v", probe, benchRange.NetIP())
-	}
 	n16, n24, n32 := mix.Counts(n - 1)
-	if n16 < 0 || n24 < 0 || n32 < 0 {
-		return nil, fmt.Errorf("mix %+v does not fit %d prefixes", mix, n-1)
+	if err := checkGenerate(n, probe, benchRange.NetIP(), mix, n16, n24, n32); err != nil {
+		return nil, err
 	}
 	if n24 > 1<<23 || n32 > 1<<31 {
 		return nil, fmt.Errorf("%d prefixes: too many for IPv4", n)
@@ -178,6 +172,21 @@ func Generate(n int, mix Mix, seed uint64, probe netip.Addr) ([]Prefix, error) {
 	return append(out, Prefix{binary.BigEndian.Uint32(p4[:]), 32}), nil
 }
 
+// checkGenerate checks a generator's arguments: n prefixes (drawn: the counts by length
+// the mix gives for n-1), the probe address in the benchmark's range of its family.
+func checkGenerate(n int, probe netip.Addr, benchRange netip.Prefix, mix any, counts ...int) error {
+	if n < 1 {
+		return errors.New("a list needs at least one prefix (the probe address)")
+	}
+	if probe.Is4In6() || !benchRange.Contains(probe) {
+		return fmt.Errorf("probe address %v is not in %v", probe, benchRange)
+	}
+	if slices.Min(counts) < 0 {
+		return fmt.Errorf("mix %+v does not fit %d prefixes", mix, n-1)
+	}
+	return nil
+}
+
 // Covers reports whether any prefix of list contains addr.
 func Covers(list []Prefix, addr netip.Addr) bool {
 	a4 := addr.As4()
@@ -190,9 +199,10 @@ func Covers(list []Prefix, addr netip.Addr) bool {
 	return false
 }
 
-// WriteLines writes one line per prefix to w: before(p) + "a.b.c.d/n" + after. It is how
-// every filter's input (plain list, iptables-restore, ipset restore, nft) is written.
-func WriteLines(w io.Writer, list []Prefix, before, after string) error {
+// WriteLines writes one line per prefix to w: before(p) + "a.b.c.d/n" (or an IPv6 prefix)
+// + after. It is how every filter's input (plain list, iptables-restore, ipset restore,
+// nft) is written.
+func WriteLines[P interface{ Append([]byte) []byte }](w io.Writer, list []P, before, after string) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	buf := make([]byte, 0, 64)
 	for _, p := range list {
@@ -225,19 +235,23 @@ func writeFile(path string, write func(w io.Writer) error) error {
 // ReadList reads a list of one IPv4 prefix per line (a.b.c.d/n), as WriteLines writes it
 // with no before or after: the LPM peer parses the same file the others load, so that its
 // set-up time includes reading the list as theirs does.
-func ReadList(path string) ([]Prefix, error) {
+func ReadList(path string) ([]Prefix, error) { return readList(path, 16, parsePrefix) }
+
+// readList reads a list of one prefix per line with parse; lineBytes is about how long a
+// line is, to size the result from the file's size.
+func readList[P any](path string, lineBytes int64, parse func([]byte) (P, error)) ([]P, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening list: %w", err)
 	}
 	defer f.Close()
-	var out []Prefix
+	var out []P
 	if st, err := f.Stat(); err == nil {
-		out = make([]Prefix, 0, st.Size()/16)
+		out = make([]P, 0, st.Size()/lineBytes)
 	}
 	sc := bufio.NewScanner(bufio.NewReaderSize(f, 1<<20))
 	for line := 1; sc.Scan(); line++ {
-		p, err := parsePrefix(sc.Bytes())
+		p, err := parse(sc.Bytes())
 		if err != nil {
 			return nil, fmt.Errorf("list line %d: %w", line, err)
 		}

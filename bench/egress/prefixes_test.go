@@ -74,19 +74,24 @@ func TestGenerate(t *testing.T) {
 		t.Error("the list must cover the probe address and not its neighbour")
 	}
 
-	// Seeded: the same list again; another seed, another list.
 	again, _ := Generate(n, DefaultMix, 42, testProbe)
+	other, _ := Generate(n, DefaultMix, 43, testProbe)
+	checkSeededShuffled(t, list, again, other, func(p Prefix) uint8 { return p.Bits })
+}
+
+// checkSeededShuffled checks a list drawn with a seed: again (the same seed) is the same
+// list, other (another seed) another, and the lengths are mixed, not in blocks.
+func checkSeededShuffled[P comparable](t *testing.T, list, again, other []P, bits func(P) uint8) {
+	t.Helper()
 	if !slices.Equal(list, again) {
 		t.Error("the same seed gave another list")
 	}
-	other, _ := Generate(n, DefaultMix, 43, testProbe)
 	if slices.Equal(list[:100], other[:100]) {
 		t.Error("another seed gave the same list")
 	}
-	// Shuffled: the lengths are mixed, not in blocks.
 	blocks := 0
 	for i := 1; i < 1000; i++ {
-		if list[i].Bits != list[i-1].Bits {
+		if bits(list[i]) != bits(list[i-1]) {
 			blocks++
 		}
 	}

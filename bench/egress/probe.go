@@ -24,7 +24,7 @@ import (
 // interval has the same resolution without a per-probe timeout.
 type Prober struct {
 	fd       int
-	target   [4]byte
+	target   netip.Addr
 	interval time.Duration
 	idBase   uint16
 	stop     chan struct{}
@@ -38,23 +38,27 @@ type Prober struct {
 	sendErrs int
 }
 
-// StartProber opens a raw ICMP socket inside the network namespace at nsPath and starts
-// probing target every interval.
+// StartProber opens a raw ICMP (or, for an IPv6 target, ICMPv6) socket inside the network
+// namespace at nsPath and starts probing target every interval.
 func StartProber(nsPath string, target netip.Addr, interval time.Duration) (*Prober, error) {
-	if !target.Is4() {
-		return nil, fmt.Errorf("probe target %v is not IPv4", target)
+	if !target.IsValid() || target.Is4In6() {
+		return nil, fmt.Errorf("probe target %v is not an IPv4 or IPv6 address", target)
 	}
 	if interval <= 0 {
 		return nil, errors.New("probe interval must be positive")
 	}
-	p := &Prober{target: target.As4(), interval: interval, stop: make(chan struct{}), lastAns: -1}
+	p := &Prober{target: target, interval: interval, stop: make(chan struct{}), lastAns: -1}
+	domain, proto := unix.AF_INET, unix.IPPROTO_ICMP
+	if target.Is6() {
+		domain, proto = unix.AF_INET6, unix.IPPROTO_ICMPV6
+	}
 	var seed [2]byte
 	if _, err := unix.Getrandom(seed[:], 0); err == nil {
 		p.idBase = binary.BigEndian.Uint16(seed[:])
 	}
 	// A socket belongs to the namespace it was created in, whatever thread uses it later.
 	err := endpoint.Do(nsPath, func() error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMP)
+		fd, err := unix.Socket(domain, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
 		if err != nil {
 			return err
 		}
@@ -92,9 +96,12 @@ func (p *Prober) sendLoop() {
 	defer p.done.Done()
 	tick := time.NewTicker(p.interval)
 	defer tick.Stop()
-	to := &unix.SockaddrInet4{Addr: p.target}
+	var to unix.Sockaddr = &unix.SockaddrInet6{Addr: p.target.As16()}
+	if p.target.Is4() {
+		to = &unix.SockaddrInet4{Addr: p.target.As4()}
+	}
 	for k := 0; ; k++ {
-		pkt := echoRequest(p.idBase+uint16(k), uint16(k), uint64(k))
+		pkt := echoRequest(p.target.Is6(), p.idBase+uint16(k), uint16(k), uint64(k))
 		p.mu.Lock()
 		p.sent = append(p.sent, time.Now())
 		p.answered = append(p.answered, false)
@@ -123,11 +130,11 @@ func (p *Prober) recvLoop() {
 			return
 		default:
 		}
-		n, _, err := unix.Recvfrom(p.fd, buf, 0)
+		n, from, err := unix.Recvfrom(p.fd, buf, 0)
 		if err != nil {
 			continue // timeout (EAGAIN) or interrupted: check stop and read again
 		}
-		k, ok := p.parseReply(buf[:n])
+		k, ok := p.parseReply(buf[:n], from)
 		if !ok {
 			continue
 		}
@@ -142,29 +149,55 @@ func (p *Prober) recvLoop() {
 	}
 }
 
-// echoRequest builds an ICMP echo request whose payload is the probe number.
-func echoRequest(id, seq uint16, k uint64) []byte {
+// ICMP and ICMPv6 echo types.
+const (
+	icmpEchoRequest, icmpEchoReply   = 8, 0
+	icmp6EchoRequest, icmp6EchoReply = 128, 129
+)
+
+// echoRequest builds an ICMP (ipv6: ICMPv6) echo request whose payload is the probe
+// number. An ICMPv6 checksum covers a pseudo-header with the addresses: the kernel fills
+// it in on a raw ICMPv6 socket.
+func echoRequest(ipv6 bool, id, seq uint16, k uint64) []byte {
 	b := make([]byte, 16)
-	b[0] = 8 // echo request
+	b[0] = icmpEchoRequest
+	if ipv6 {
+		b[0] = icmp6EchoRequest
+	}
 	binary.BigEndian.PutUint16(b[4:], id)
 	binary.BigEndian.PutUint16(b[6:], seq)
 	binary.BigEndian.PutUint64(b[8:], k)
-	binary.BigEndian.PutUint16(b[2:], checksum(b))
+	if !ipv6 {
+		binary.BigEndian.PutUint16(b[2:], checksum(b))
+	}
 	return b
 }
 
-// parseReply reads a raw IPv4 packet and returns the probe number of an echo reply from
-// the target to one of this prober's requests.
-func (p *Prober) parseReply(b []byte) (int, bool) {
+// parseReply reads what a raw socket received (an IPv4 packet; on an ICMPv6 socket the
+// ICMPv6 message alone, the sender in from) and returns the probe number of an echo reply
+// from the target to one of this prober's requests.
+func (p *Prober) parseReply(b []byte, from unix.Sockaddr) (int, bool) {
+	if p.target.Is6() {
+		sa, ok := from.(*unix.SockaddrInet6)
+		if !ok || sa.Addr != p.target.As16() {
+			return 0, false
+		}
+		return p.parseEcho(b, icmp6EchoReply)
+	}
 	if len(b) < 20 || b[0]>>4 != 4 {
 		return 0, false
 	}
 	ihl := int(b[0]&0x0f) * 4
-	if len(b) < ihl+16 || [4]byte(b[12:16]) != p.target {
+	if len(b) < ihl || [4]byte(b[12:16]) != p.target.As4() {
 		return 0, false
 	}
-	icmp := b[ihl:]
-	if icmp[0] != 0 || icmp[1] != 0 { // echo reply
+	return p.parseEcho(b[ihl:], icmpEchoReply)
+}
+
+// parseEcho reads an ICMP message: an echo reply (of type reply) to one of this prober's
+// requests gives its probe number.
+func (p *Prober) parseEcho(icmp []byte, reply byte) (int, bool) {
+	if len(icmp) < 16 || icmp[0] != reply || icmp[1] != 0 {
 		return 0, false
 	}
 	k := binary.BigEndian.Uint64(icmp[8:16])
@@ -204,7 +237,7 @@ func (p *Prober) WaitAnswered(timeout time.Duration) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return fmt.Errorf("no echo reply from %v within %v", netip.AddrFrom4(p.target), timeout)
+	return fmt.Errorf("no echo reply from %v within %v", p.target, timeout)
 }
 
 // quietFor is how long no probe may have been answered before the target counts as
@@ -235,7 +268,7 @@ func (p *Prober) WaitBlocked(t0 time.Time, timeout time.Duration, abort func() e
 			return at.Sub(t0), nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("probes to %v still answered %v after the set-up command started", netip.AddrFrom4(p.target), time.Since(t0).Round(time.Millisecond))
+			return 0, fmt.Errorf("probes to %v still answered %v after the set-up command started", p.target, time.Since(t0).Round(time.Millisecond))
 		}
 		if abort != nil {
 			if err := abort(); err != nil {

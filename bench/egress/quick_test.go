@@ -22,13 +22,14 @@ import (
 // enforcement checks passed, the filter removed again) and measured in a pair with the
 // baseline; the A/A control measured in pairs without a filter; Rampart measured the same way or, before the CLI has CIDR sets, not available
 // with a reason; the targets judged or not available; the markdown table and the plot
-// written; nothing left behind. It asserts no speed: targets belong in the output.
+// written; nothing left behind. Then the same over IPv6 at one small count. It asserts no
+// speed: targets belong in the output.
 func TestQuickRun(t *testing.T) {
 	testenv.RequireRoot(t)
 	if testing.Short() {
 		t.Skip("builds three binaries and runs the benchmark for about two minutes")
 	}
-	for _, tool := range []string{"nsenter", "taskset", "go", "iperf3", "ping", "ipset", "nft", "iptables-legacy", "iptables-legacy-restore"} {
+	for _, tool := range []string{"nsenter", "taskset", "go", "iperf3", "ping", "ipset", "nft", "iptables-legacy", "iptables-legacy-restore", "ip6tables-legacy", "ip6tables-legacy-restore"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			benchkit.SkipOrFail(t, tool+" not found (scripts/setup.sh installs it): "+err.Error())
 		}
@@ -41,7 +42,50 @@ func TestQuickRun(t *testing.T) {
 
 	out := filepath.Join(dir, "results")
 	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "egressbench"), "--quick", "--bin-dir", dir, "--out", out)
+	res := readQuickResult(t, out, QuickConfig().Counts)
+	if res.Settings.IPv6 || res.Settings.Mix6 != nil {
+		t.Errorf("an IPv4 run reports IPv6 settings: %+v", res.Settings)
+	}
+	if len(res.Targets) != 7 {
+		t.Errorf("%d targets, want 7", len(res.Targets))
+	}
+	for _, tg := range res.Targets {
+		// Quick mode has neither 1M nor 10M.
+		if tg.Verdict != VerdictNotAvailable || tg.Note == "" {
+			t.Errorf("target %s: %s %q", tg.Name, tg.Verdict, tg.Note)
+		}
+	}
+	md := stdout
+	for _, want := range []string{"| prefixes | filter |", "| 1k | none | BASELINE |", "| 1k | ipset | MEASURED |", "| 1k | tc-lpm | MEASURED |", "Rampart set-up at 1M vs ipset"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("printed table lacks %q", want)
+		}
+	}
 
+	checkLeftBehind(t, res)
+
+	// Over IPv6: every filter at one small count, checked the same way.
+	out6 := filepath.Join(dir, "results6")
+	stdout6, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "egressbench"), "--quick", "--ipv6", "--counts", "10", "--bin-dir", dir, "--out", out6)
+	res6 := readQuickResult(t, out6, []int{10})
+	st := res6.Settings
+	if !st.IPv6 || st.Mix6 == nil || !strings.HasPrefix(st.ProbeAddr, "2001:2:") || !strings.HasPrefix(st.NeighbourAddr, "2001:2:") ||
+		!strings.Contains(st.PodCIDRs["agent"], ",2001:2:") || !strings.Contains(st.PodCIDRs["none"], ",2001:2:") {
+		t.Errorf("IPv6 run settings: %+v", st)
+	}
+	if l := res6.Counts[0].Lengths6; l == nil || l.N32+l.N48+l.N128 != 9 {
+		t.Errorf("IPv6 list lengths %+v", l)
+	}
+	if !strings.Contains(stdout6, "Every filter over IPv6") || !strings.Contains(stdout6, "| 10 | rampart | MEASURED |") {
+		t.Errorf("IPv6 table lacks the family note or rampart's row:\n%s", stdout6)
+	}
+	checkLeftBehind(t, res6)
+}
+
+// readQuickResult reads the report a quick run wrote into out (JSON, markdown, PNG) and
+// checks its shape: well-formed, complete, every filter at each of counts.
+func readQuickResult(t *testing.T, out string, counts []int) Result {
+	t.Helper()
 	for _, ext := range []string{"json", "md", "png"} {
 		if m, _ := filepath.Glob(filepath.Join(out, "egress-*."+ext)); len(m) != 1 {
 			t.Fatalf("want one .%s output, got %v", ext, m)
@@ -68,31 +112,21 @@ func TestQuickRun(t *testing.T) {
 	if !slices.Equal(res.Settings.Filters, FilterNames) {
 		t.Errorf("filters %v, want %v", res.Settings.Filters, FilterNames)
 	}
-	var counts []int
+	var got []int
 	for _, c := range res.Counts {
-		counts = append(counts, c.Count)
+		got = append(got, c.Count)
 		checkCount(t, c)
 	}
-	if !slices.Equal(counts, QuickConfig().Counts) {
-		t.Errorf("counts %v, want %v", counts, QuickConfig().Counts)
+	if !slices.Equal(got, counts) {
+		t.Errorf("counts %v, want %v", got, counts)
 	}
-	if len(res.Targets) != 7 {
-		t.Errorf("%d targets, want 7", len(res.Targets))
-	}
-	for _, tg := range res.Targets {
-		// Quick mode has neither 1M nor 10M.
-		if tg.Verdict != VerdictNotAvailable || tg.Note == "" {
-			t.Errorf("target %s: %s %q", tg.Name, tg.Verdict, tg.Note)
-		}
-	}
-	md := stdout
-	for _, want := range []string{"| prefixes | filter |", "| 1k | none | BASELINE |", "| 1k | ipset | MEASURED |", "| 1k | tc-lpm | MEASURED |", "Rampart set-up at 1M vs ipset"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("printed table lacks %q", want)
-		}
-	}
+	return res
+}
 
-	// Nothing left behind: namespaces and pins carry the run's instance name.
+// checkLeftBehind checks that a run removed its namespaces and pins, which carry its
+// instance name.
+func checkLeftBehind(t *testing.T, res Result) {
+	t.Helper()
 	if res.Settings.Instance == "" {
 		t.Fatal("instance name not reported")
 	}
@@ -113,8 +147,12 @@ func checkCount(t *testing.T, c CountResult) {
 	if len(c.Filters) != len(FilterNames) {
 		t.Fatalf("%d: %d filters, want %d", c.Count, len(c.Filters), len(FilterNames))
 	}
-	if c.N16+c.N24+c.N32+1 != c.Count || c.ListBytes <= 0 {
-		t.Errorf("%d: list of %d+%d+%d+1 prefixes, %d bytes", c.Count, c.N16, c.N24, c.N32, c.ListBytes)
+	drawn := c.N16 + c.N24 + c.N32
+	if c.Lengths6 != nil {
+		drawn = c.Lengths6.N32 + c.Lengths6.N48 + c.Lengths6.N128
+	}
+	if drawn+1 != c.Count || c.ListBytes <= 0 {
+		t.Errorf("%d: list of %d drawn prefixes and the probe, %d bytes", c.Count, drawn, c.ListBytes)
 	}
 	for i, f := range c.Filters {
 		if f.Filter != FilterNames[i] {

@@ -64,8 +64,11 @@ func (f *rampartFilter) Topology() *topology { return f.topo }
 func startRampart(ctx context.Context, cfg *Config, daemons *benchkit.Daemons, instance, workDir string, podCIDR, serverCIDR, worldCIDR netip.Prefix, flags []string) (f *rampartFilter, stop func() error, err error) {
 	agent := benchkit.NewAgent(cfg.Rampartd, cfg.Rampart, instance, workDir, podCIDR)
 	agent.Flags = append(agent.Flags, flags...)
+	if cfg.IPv6 {
+		agent.DualStack(range6Of(podCIDR, true))
+	}
 	f = &rampartFilter{agent: agent, timeout: cfg.Budget, policyPath: filepath.Join(workDir, "egress-policy.yaml")}
-	f.topo = &topology{Name: "agent"}
+	f.topo = &topology{Name: "agent", IPv6: cfg.IPv6}
 	stop = func() error {
 		// The server and world first (they live in the agent's node namespace), then the agent, which
 		// uninstalls its endpoints, node namespace and pins.
@@ -78,7 +81,10 @@ func startRampart(ctx context.Context, cfg *Config, daemons *benchkit.Daemons, i
 	if err != nil {
 		return nil, stop, err
 	}
-	f.topo.Client = &host{Name: "client", IP: ep.IP, Netns: ep.API.Netns, HostIf: ep.API.HostInterface}
+	f.topo.Client = &host{Name: "client", IP: ep.IP, IP6: ep.IP6, Netns: ep.API.Netns, HostIf: ep.API.HostInterface}
+	if cfg.IPv6 && !ep.IP6.IsValid() {
+		return nil, stop, fmt.Errorf("the agent gave the client no IPv6 address (endpoint %+v)", ep.API)
+	}
 	if err := f.topo.addServer(agent.NodeNetns(), instance, serverCIDR); err != nil {
 		return nil, stop, err
 	}
@@ -102,7 +108,7 @@ func rampartAvailable(ctx context.Context, rampart string) string {
 	return ""
 }
 
-func (f *rampartFilter) Prepare(ctx context.Context, list []Prefix, listPath, dir string) error {
+func (f *rampartFilter) Prepare(ctx context.Context, list List, listPath, dir string) error {
 	f.listPath = listPath
 	return nil
 }

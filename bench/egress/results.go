@@ -103,18 +103,31 @@ type Settings struct {
 	ProbeAddr     string            `json:"probe_addr"`
 	NeighbourAddr string            `json:"neighbour_addr"`
 	PodCIDRs      map[string]string `json:"pod_cidrs"`
+	// IPv6: every filter ran over IPv6 (lists drawn with Mix6, the pod ranges dual-stack).
+	IPv6 bool  `json:"ipv6,omitempty"`
+	Mix6 *Mix6 `json:"mix6,omitempty"`
 }
 
 // CountResult is every filter at one list size.
 type CountResult struct {
 	Count int `json:"count"`
 	// N16, N24, N32 are the drawn prefixes by length (the probe address is one more /32).
-	N16             int            `json:"n16"`
-	N24             int            `json:"n24"`
-	N32             int            `json:"n32"`
+	N16 int `json:"n16"`
+	N24 int `json:"n24"`
+	N32 int `json:"n32"`
+	// Lengths6 are the drawn prefixes by length of an IPv6 list (N16..N32 are then 0).
+	Lengths6        *Lengths6      `json:"lengths6,omitempty"`
 	ListBytes       int64          `json:"list_bytes"`
 	GenerateSeconds float64        `json:"generate_seconds"`
 	Filters         []FilterResult `json:"filters"`
+}
+
+// Lengths6 are an IPv6 list's drawn prefixes by length (the probe address is one more
+// /128).
+type Lengths6 struct {
+	N32  int `json:"n32"`
+	N48  int `json:"n48"`
+	N128 int `json:"n128"`
 }
 
 // FilterResult is one filter at one count.
@@ -492,7 +505,11 @@ func (res *Result) WriteTable(dir string) (string, error) {
 // baseline measured in the same pairs, then the targets.
 func (res *Result) WriteMarkdown(w io.Writer) {
 	st := res.Settings
-	fmt.Fprintf(w, "### Egress filtering: %s\n\n", res.Started.UTC().Format("2006-01-02 15:04 UTC"))
+	family := ""
+	if res.Settings.IPv6 {
+		family = " over IPv6"
+	}
+	fmt.Fprintf(w, "### Egress filtering%s: %s\n\n", family, res.Started.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "Each cell: median over %d round(s), and in parentheses the median of the per-pair ratios to no filter measured back to back. "+
 		"Throughput: higher is better; CPU and latency: lower is better. CPU: the iperf3 client's CPU use (user and system, softirq in its context included) sending UDP at %s; "+
 		"* marks a run that sent less than 90%% of that rate, whose CPU use was scaled up to it.", st.Repeats, st.CPURate)
@@ -526,10 +543,14 @@ func (res *Result) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", t.Name, t.Want, num(t.Value, 3), t.Verdict, mdEscape(t.Note))
 	}
 	fmt.Fprintln(w)
+	mix := fmt.Sprintf("%.0f%% /24, %.0f%% /16 (at most %d), the rest /32", 100*st.Mix.Share24, 100*st.Mix.Share16, st.Mix.Max16)
+	if st.IPv6 && st.Mix6 != nil {
+		fmt.Fprintln(w, "Every filter over IPv6 (dual-stack topologies, traffic to the IPv6 addresses, lists of IPv6 prefixes), paired with a no-filter baseline over IPv6.")
+		mix = fmt.Sprintf("%.0f%% /48, %.0f%% /32 (at most %d), the rest /128", 100*st.Mix6.Share48, 100*st.Mix6.Share32, st.Mix6.Max32)
+	}
 	fmt.Fprintf(w, "Filters on the client's egress; the peers in the client namespace (iptables %s, OUTPUT chain; tc egress of eth0), Rampart at the client's host-side veth. "+
-		"Client on CPU %s, server on CPU %s; %d CPUs; load average %.2f at start, %.2f at end. Seed %d; prefixes drawn %.0f%% /24, %.0f%% /16 (at most %d), the rest /32.\n",
-		st.Iptables, cpuText(st.ClientCPUs), cpuText(st.ServerCPUs), res.Host.CPUs, res.Host.LoadStart, res.Host.LoadEnd,
-		st.Seed, 100*st.Mix.Share24, 100*st.Mix.Share16, st.Mix.Max16)
+		"Client on CPU %s, server on CPU %s; %d CPUs; load average %.2f at start, %.2f at end. Seed %d; prefixes drawn %s.\n",
+		st.Iptables, cpuText(st.ClientCPUs), cpuText(st.ServerCPUs), res.Host.CPUs, res.Host.LoadStart, res.Host.LoadEnd, st.Seed, mix)
 	if res.Host.BPFStats != "" {
 		fmt.Fprintf(w, "BPF run-time statistics (kernel.bpf_stats_enabled): %s.\n", res.Host.BPFStats)
 	}

@@ -256,13 +256,14 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("quick config: %v", err)
 	}
 	for name, mod := range map[string]func(c *Config){
-		"descending counts": func(c *Config) { c.Counts = []int{100, 10} },
-		"unknown filter":    func(c *Config) { c.Filters = []string{"pf"} },
-		"iptables backend":  func(c *Config) { c.Iptables = "ebtables" },
-		"no rampart binary": func(c *Config) { c.Rampart = "" },
-		"CPU rate":          func(c *Config) { c.CPURate = "fast" },
-		"no repeats":        func(c *Config) { c.Repeats = 0 },
-		"CPU list":          func(c *Config) { c.ClientCPUs = "999" },
+		"descending counts":  func(c *Config) { c.Counts = []int{100, 10} },
+		"unknown filter":     func(c *Config) { c.Filters = []string{"pf"} },
+		"iptables backend":   func(c *Config) { c.Iptables = "ebtables" },
+		"no rampart binary":  func(c *Config) { c.Rampart = "" },
+		"CPU rate":           func(c *Config) { c.CPURate = "fast" },
+		"no repeats":         func(c *Config) { c.Repeats = 0 },
+		"CPU list":           func(c *Config) { c.ClientCPUs = "999" },
+		"IPv6 over the trie": func(c *Config) { c.IPv6, c.Counts = true, []int{10, MaxCount6 + 1} },
 	} {
 		c := ok
 		mod(&c)
@@ -274,6 +275,16 @@ func TestConfigValidate(t *testing.T) {
 	c.Filters, c.Rampart = []string{FilterIpset}, ""
 	if err := c.validate(); err != nil {
 		t.Errorf("a run without rampart needs no rampart binary: %v", err)
+	}
+	// Over IPv6 only Rampart's trie has a capacity: the peers may go further.
+	c = ok
+	c.IPv6, c.Counts, c.Filters = true, []int{MaxCount6 + 1}, []string{FilterNft}
+	if err := c.validate(); err != nil {
+		t.Errorf("an IPv6 run without rampart above %d: %v", MaxCount6, err)
+	}
+	c.IPv6, c.Counts = true, DefaultCounts6
+	if err := c.validate(); err != nil {
+		t.Errorf("the default IPv6 counts: %v", err)
 	}
 }
 

@@ -53,6 +53,10 @@ type Config struct {
 	MemLimit int64
 	Seed     uint64
 	Mix      Mix
+	// IPv6 runs every filter over IPv6: dual-stack topologies, lists of IPv6 prefixes drawn
+	// with Mix6, traffic to the IPv6 addresses, paired with a no-filter baseline over IPv6.
+	IPv6 bool
+	Mix6 Mix6
 	// CPU lists ("1", "0,1"; "" = not pinned) of the measured processes: iperf3, ping and
 	// the request/response client on the client side, their servers on the other.
 	ClientCPUs, ServerCPUs string
@@ -71,6 +75,10 @@ type Config struct {
 
 // DefaultCounts are the list sizes.
 var DefaultCounts = []int{10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000}
+
+// DefaultCounts6 are the list sizes over IPv6: up to 1M, which Rampart's IPv6 trie holds
+// (MaxCount6).
+var DefaultCounts6 = []int{10, 1_000, 100_000, 1_000_000}
 
 // DefaultConfig is the full run: every filter at every count, three pairs each. See
 // docs/benchmarks.md for how long it takes.
@@ -92,6 +100,7 @@ func DefaultConfig() Config {
 		Budget:        10 * time.Minute,
 		Seed:          1,
 		Mix:           DefaultMix,
+		Mix6:          DefaultMix6,
 		Iptables:      "legacy",
 		OutDir:        "bench/results",
 	}
@@ -221,6 +230,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	// list (with one probe address) serves every filter.
 	worldCIDR := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, cidrs[0].Addr().As4()[2], 0}), 24)
 	probe, neighbour := worldAddrs(worldCIDR)
+	if cfg.IPv6 {
+		probe, neighbour = worldAddrs6(worldCIDR)
+	}
 	// The agent topology's server is a plain namespace in a range of its own (see addServer),
 	// in 198.19.0.0/16 like the world's, which no drawn prefix overlaps.
 	serverCIDR := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, cidrs[2].Addr().As4()[2], 0}), 24)
@@ -230,21 +242,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		cfg.MemLimit = memAvail * 6 / 10
 		r.cfg.MemLimit = cfg.MemLimit
 	}
-	res = &Result{
-		Schema:  Schema,
-		Started: time.Now(),
-		Host: HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Kernel: benchkit.Kernel(), LoadStart: benchkit.LoadAverage(),
-			MemAvailableBytes: memAvail, Versions: map[string]string{}},
-		Settings: Settings{
-			Quick: cfg.Quick, Counts: cfg.Counts, Filters: append([]string{FilterNone}, filters...), Repeats: cfg.Repeats, Blocks: cfg.Blocks, PingBlock: cfg.PingBlock,
-			TCPSeconds: cfg.TCPDuration.Seconds(), UDPSeconds: cfg.UDPDuration.Seconds(), CPUSeconds: cfg.CPUDuration.Seconds(),
-			CPURate: cfg.CPURate, UDPLength: cfg.UDPLength, PingCount: cfg.PingCount, PingInterval: cfg.PingInterval.Seconds(),
-			RRSeconds: cfg.RRDuration.Seconds(), ProbeInterval: cfg.ProbeInterval.Seconds(), BudgetSeconds: cfg.Budget.Seconds(),
-			MemLimitBytes: cfg.MemLimit, Seed: cfg.Seed, Mix: cfg.Mix, ClientCPUs: cfg.ClientCPUs, ServerCPUs: cfg.ServerCPUs,
-			Iptables: cfg.Iptables, Instance: instance, ProbeAddr: probe.String(), NeighbourAddr: neighbour.String(),
-			PodCIDRs: map[string]string{"none": cidrs[0].String(), "peers": cidrs[1].String(), "agent": cidrs[2].String()},
-		},
-	}
+	res = newResult(cfg, filters, cidrs, instance, probe, neighbour, memAvail)
 	res.Host.Hostname, _ = os.Hostname()
 	r.res = res
 
@@ -282,7 +280,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.Host.Versions["iperf3"] = version(ctx, "iperf3", "--version")
 	res.Host.Versions["ping"] = version(ctx, "ping", "-V")
 
-	if r.base, err = buildPlain("none", instance+"n", cidrs[0], worldCIDR); err != nil {
+	if r.base, err = buildPlain("none", instance+"n", cidrs[0], worldCIDR, cfg.IPv6); err != nil {
 		return fail(err)
 	}
 	cleanups.Add(r.base.Close)
@@ -290,73 +288,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return fail(err)
 	}
 
-	// The filters, each with the topology it filters.
-	var peers *topology
-	fs := map[string]filter{}
-	notAvailable := map[string]string{}
-	for _, name := range filters {
-		switch name {
-		case FilterControl, FilterIptables, FilterIpset, FilterNft, FilterLPM, FilterEmptyTCX:
-			if peers == nil {
-				if peers, err = buildPlain("peers", instance+"p", cidrs[1], worldCIDR); err != nil {
-					return fail(err)
-				}
-				cleanups.Add(peers.Close)
-				if err := r.startServers(peers); err != nil {
-					return fail(err)
-				}
-			}
-			nb := netfilterBase{topo: peers, iptables: cfg.Iptables, timeout: cfg.Budget}
-			switch name {
-			case FilterControl:
-				fs[name] = &controlFilter{topo: peers}
-			case FilterIptables:
-				fs[name] = &iptablesFilter{netfilterBase: nb}
-			case FilterIpset:
-				fs[name] = &ipsetFilter{nb}
-			case FilterNft:
-				fs[name] = &nftFilter{nb}
-			case FilterLPM:
-				fs[name] = &lpmFilter{topo: peers}
-			case FilterEmptyTCX:
-				fs[name] = &emptyTCXFilter{topo: peers}
-			}
-			if why := toolMissing(name, cfg.Iptables); why != "" {
-				notAvailable[name] = why
-			}
-		case FilterAgentEmpty:
-			// An agent of its own (its namespaces are its own, so it can share the
-			// addresses of the rampart filter's agent).
-			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"e", filepath.Join(r.work, "agent-empty"), cidrs[2], serverCIDR, worldCIDR, agentEmptyFlags)
-			cleanups.Add(stop)
-			if err != nil {
-				return fail(fmt.Errorf("starting the agent of %s: %w", name, err))
-			}
-			if err := r.startServers(rf.topo); err != nil {
-				return fail(err)
-			}
-			fs[name] = &agentEmptyFilter{topo: rf.topo, agent: rf.agent}
-		case FilterRampart:
-			if why := rampartAvailable(ctx, cfg.Rampart); why != "" {
-				notAvailable[name] = why
-				fmt.Fprintf(r.log, "rampart: not available: %s\n", why)
-				continue
-			}
-			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"a", filepath.Join(r.work, "agent"), cidrs[2], serverCIDR, worldCIDR, r.cfg.AgentFlags)
-			cleanups.Add(stop)
-			if err != nil {
-				return fail(fmt.Errorf("starting the Rampart agent: %w", err))
-			}
-			if err := r.startServers(rf.topo); err != nil {
-				return fail(err)
-			}
-			fs[name] = rf
-		}
-		if f := fs[name]; f != nil && notAvailable[name] == "" {
-			if v := f.Version(ctx); v != "" {
-				res.Host.Versions[name] = v
-			}
-		}
+	fs, notAvailable, err := r.makeFilters(ctx, filters, instance, cidrs, serverCIDR, worldCIDR, &cleanups)
+	if err != nil {
+		return fail(err)
 	}
 
 	for _, n := range cfg.Counts {
@@ -378,31 +312,56 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	return res, nil
 }
 
+// newResult starts the report of a run with its settings: the pod ranges cidrs (none,
+// peers, agent; with their IPv6 ones over IPv6) and the world's addresses.
+func newResult(cfg Config, filters []string, cidrs []netip.Prefix, instance string, probe, neighbour netip.Addr, memAvail int64) *Result {
+	res := &Result{
+		Schema:  Schema,
+		Started: time.Now(),
+		Host: HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Kernel: benchkit.Kernel(), LoadStart: benchkit.LoadAverage(),
+			MemAvailableBytes: memAvail, Versions: map[string]string{}},
+		Settings: Settings{
+			Quick: cfg.Quick, Counts: cfg.Counts, Filters: append([]string{FilterNone}, filters...), Repeats: cfg.Repeats, Blocks: cfg.Blocks, PingBlock: cfg.PingBlock,
+			TCPSeconds: cfg.TCPDuration.Seconds(), UDPSeconds: cfg.UDPDuration.Seconds(), CPUSeconds: cfg.CPUDuration.Seconds(),
+			CPURate: cfg.CPURate, UDPLength: cfg.UDPLength, PingCount: cfg.PingCount, PingInterval: cfg.PingInterval.Seconds(),
+			RRSeconds: cfg.RRDuration.Seconds(), ProbeInterval: cfg.ProbeInterval.Seconds(), BudgetSeconds: cfg.Budget.Seconds(),
+			MemLimitBytes: cfg.MemLimit, Seed: cfg.Seed, Mix: cfg.Mix, ClientCPUs: cfg.ClientCPUs, ServerCPUs: cfg.ServerCPUs,
+			Iptables: cfg.Iptables, Instance: instance, ProbeAddr: probe.String(), NeighbourAddr: neighbour.String(),
+			PodCIDRs: map[string]string{"none": cidrs[0].String(), "peers": cidrs[1].String(), "agent": cidrs[2].String()},
+			IPv6:     cfg.IPv6,
+		},
+	}
+	if cfg.IPv6 {
+		res.Settings.Mix6 = &cfg.Mix6
+		for k, v := range map[string]netip.Prefix{"none": cidrs[0], "peers": cidrs[1], "agent": cidrs[2]} {
+			res.Settings.PodCIDRs[k] += "," + range6Of(v, true).String()
+		}
+	}
+	return res
+}
+
 // runCount generates the list of n prefixes and runs every filter on it. Errors of one
 // filter are recorded in its result; only a broken baseline or an interruption ends the run.
 func (r *runner) runCount(ctx context.Context, n int, filters []string, fs map[string]filter, notAvailable map[string]string, probe netip.Addr) error {
 	t0 := time.Now()
-	list, err := Generate(n, r.cfg.Mix, r.cfg.Seed, probe)
+	list, cr, lengths, err := r.generate(n, probe)
 	if err != nil {
 		return err
 	}
-	n16, n24, n32 := r.cfg.Mix.Counts(n - 1)
-	cr := CountResult{Count: n, N16: n16, N24: n24, N32: n32}
 	dir := filepath.Join(r.work, "count-"+strconv.Itoa(n))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 	listPath := filepath.Join(dir, "list.txt")
-	if err := writeFile(listPath, func(w io.Writer) error { return WriteLines(w, list, "", "\n") }); err != nil {
+	if err := writeFile(listPath, func(w io.Writer) error { return list.WriteLines(w, "", "\n") }); err != nil {
 		return err
 	}
 	if st, err := os.Stat(listPath); err == nil {
 		cr.ListBytes = st.Size()
 	}
 	cr.GenerateSeconds = time.Since(t0).Seconds()
-	fmt.Fprintf(r.log, "%s prefixes: %d /16, %d /24, %d /32 and the probe address; generated in %.1f s\n",
-		countText(n), n16, n24, n32, cr.GenerateSeconds)
+	fmt.Fprintf(r.log, "%s prefixes: %s and the probe address; generated in %.1f s\n", countText(n), lengths, cr.GenerateSeconds)
 
 	base := FilterResult{Filter: FilterNone, Description: filterDescriptions[FilterNone], Status: StatusBaseline}
 	var results []FilterResult
@@ -440,7 +399,7 @@ func (r *runner) runCount(ctx context.Context, n int, filters []string, fs map[s
 
 // runFilter sets one filter up with the list, checks it, measures it in pairs with the
 // baseline and removes it.
-func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, listPath, dir string, fr *FilterResult, base *FilterResult) {
+func (r *runner) runFilter(ctx context.Context, f filter, n int, list List, listPath, dir string, fr *FilterResult, base *FilterResult) {
 	start := time.Now()
 	defer func() { fr.WallSeconds = time.Since(start).Seconds() }()
 	name := f.Name()
@@ -511,7 +470,7 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 	}()
 
 	// Set-up, timed by a stream of probes to the listed address.
-	prober, err := StartProber(topo.Client.Netns, topo.World.IP, r.cfg.ProbeInterval)
+	prober, err := StartProber(topo.Client.Netns, topo.addr(topo.World), r.cfg.ProbeInterval)
 	if err != nil {
 		fail(StatusInvalid, err)
 		return
@@ -549,8 +508,8 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 	setup.StallMs = stallsSince(stallBefore)
 	kernDelta, daemonDelta := settledKernelMemory()-kernBefore, daemonRSS(f)-rssBefore
 	setup.MemoryBytes = kernDelta + daemonDelta
-	if in.Entries >= 0 && in.Entries != len(list) {
-		fail(StatusInvalid, fmt.Errorf("the filter holds %d entries, the list has %d", in.Entries, len(list)))
+	if in.Entries >= 0 && in.Entries != list.Len() {
+		fail(StatusInvalid, fmt.Errorf("the filter holds %d entries, the list has %d", in.Entries, list.Len()))
 		return
 	}
 	fmt.Fprintf(r.log, "  %-9s set up in %.3f s (command %.3f s%s), %s\n", name, setup.Seconds, setup.CommandSeconds, stallNote(setup.StallMs), memNote(setup))
@@ -580,6 +539,21 @@ func (r *runner) runFilter(ctx context.Context, f filter, n int, list []Prefix, 
 	}
 	r.history[name] = append(r.history[name], caseCost{n: n, setup: setup.Seconds, measure: measured, remove: fr.RemoveSeconds,
 		kernel: max(kernDelta, 0), user: max(setup.PeakRSSBytes, daemonDelta)})
+}
+
+// generate draws the list of n prefixes of the run's family, and returns it with the
+// count's result (its lengths filled in) and the lengths as text for the log.
+func (r *runner) generate(n int, probe netip.Addr) (List, CountResult, string, error) {
+	cr := CountResult{Count: n}
+	if r.cfg.IPv6 {
+		l, err := Generate6(n, r.cfg.Mix6, r.cfg.Seed, probe)
+		n32, n48, n128 := r.cfg.Mix6.Counts(n - 1)
+		cr.Lengths6 = &Lengths6{N32: n32, N48: n48, N128: n128}
+		return List{V6: l}, cr, fmt.Sprintf("%d /32, %d /48, %d /128", n32, n48, n128), err
+	}
+	l, err := Generate(n, r.cfg.Mix, r.cfg.Seed, probe)
+	cr.N16, cr.N24, cr.N32 = r.cfg.Mix.Counts(n - 1)
+	return List{V4: l}, cr, fmt.Sprintf("%d /16, %d /24, %d /32", cr.N16, cr.N24, cr.N32), err
 }
 
 // pairs measures the filter's topology paired with the baseline, cfg.Repeats times, and
@@ -628,7 +602,7 @@ func (r *runner) checks(ctx context.Context, t *topology, filtered bool) (map[st
 		name string
 		to   netip.Addr
 		want bool
-	}{{"listed address", t.World.IP, !filtered}, {"unlisted neighbour", t.Neighbour, true}, {"server", t.Server.IP, true}} {
+	}{{"listed address", t.addr(t.World), !filtered}, {"unlisted neighbour", t.neighbour(), true}, {"server", t.addr(t.Server), true}} {
 		ok, err := r.ping1(ctx, t, c.to)
 		if err != nil {
 			return got, err
@@ -638,7 +612,7 @@ func (r *runner) checks(ctx context.Context, t *topology, filtered bool) (map[st
 			wrong = append(wrong, fmt.Sprintf("%s %v %s", c.name, c.to, got[c.name]))
 		}
 	}
-	out, err := r.tcpProbe(ctx, t, netip.AddrPortFrom(t.Server.IP, rrPort))
+	out, err := r.tcpProbe(ctx, t, netip.AddrPortFrom(t.addr(t.Server), rrPort))
 	if err != nil {
 		return got, err
 	}
@@ -656,7 +630,7 @@ func (r *runner) checks(ctx context.Context, t *topology, filtered bool) (map[st
 func (r *runner) reachable(ctx context.Context, t *topology) error {
 	deadline := time.Now().Add(reachTimeout)
 	for {
-		ok, err := r.ping1(ctx, t, t.World.IP)
+		ok, err := r.ping1(ctx, t, t.addr(t.World))
 		if err != nil {
 			return err
 		}
@@ -664,7 +638,7 @@ func (r *runner) reachable(ctx context.Context, t *topology) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the listed address %v does not answer %v after the filter was removed", t.World.IP, reachTimeout)
+			return fmt.Errorf("the listed address %v does not answer %v after the filter was removed", t.addr(t.World), reachTimeout)
 		}
 	}
 }
@@ -835,7 +809,7 @@ func (r *runner) measure(ctx context.Context, t *topology) (Metrics, error) {
 // iperf runs the iperf3 client in t's client namespace against its server, retrying while
 // the server is still busy with the previous run.
 func (r *runner) iperf(ctx context.Context, t *topology, d time.Duration, extra ...string) (Iperf, error) {
-	argv := append([]string{"iperf3", "-c", t.Server.IP.String(), "-p", strconv.Itoa(iperfPort),
+	argv := append([]string{"iperf3", "-c", t.addr(t.Server).String(), "-p", strconv.Itoa(iperfPort),
 		"-t", strconv.Itoa(int(math.Ceil(d.Seconds()))), "-J"}, extra...)
 	argv = benchkit.Taskset(r.cfg.ClientCPUs, argv...)
 	var lastErr error
@@ -891,7 +865,7 @@ func iperfRetryable(err error) bool {
 // 2 ms needs root).
 func (r *runner) ping(ctx context.Context, t *topology, count int) (Ping, error) {
 	argv := benchkit.Taskset(r.cfg.ClientCPUs, "ping", "-n", "-i", strconv.FormatFloat(r.cfg.PingInterval.Seconds(), 'f', -1, 64),
-		"-c", strconv.Itoa(count), "-W", "1", t.Server.IP.String())
+		"-c", strconv.Itoa(count), "-W", "1", t.addr(t.Server).String())
 	out, err := benchkit.RunOutput(ctx, r.cfg.Budget, func(ctx context.Context) *exec.Cmd {
 		return t.Client.Command(ctx, argv...)
 	})
@@ -905,7 +879,7 @@ func (r *runner) ping(ctx context.Context, t *topology, count int) (Ping, error)
 
 // rr runs the request/response client in t's client namespace for d.
 func (r *runner) rr(ctx context.Context, t *topology, d time.Duration) (benchkit.RRResult, error) {
-	argv := benchkit.Taskset(r.cfg.ClientCPUs, r.cfg.Self, "rr-client", "--addr", netip.AddrPortFrom(t.Server.IP, rrPort).String(),
+	argv := benchkit.Taskset(r.cfg.ClientCPUs, r.cfg.Self, "rr-client", "--addr", netip.AddrPortFrom(t.addr(t.Server), rrPort).String(),
 		"--duration", d.String())
 	out, err := benchkit.RunOutput(ctx, d+r.cfg.Budget, func(ctx context.Context) *exec.Cmd {
 		return t.Client.Command(ctx, argv...)
@@ -940,7 +914,7 @@ func (r *runner) startServers(t *topology) error {
 	deadline := time.Now().Add(readyTimeout)
 	for _, port := range []uint16{iperfPort, rrPort} {
 		for {
-			out, err := r.tcpProbe(context.Background(), t, netip.AddrPortFrom(t.Server.IP, port))
+			out, err := r.tcpProbe(context.Background(), t, netip.AddrPortFrom(t.addr(t.Server), port))
 			if err == nil && out == benchkit.ProbeConnected {
 				break
 			}
@@ -1065,6 +1039,9 @@ func (c *Config) validate() error {
 	if !slices.IsSorted(c.Counts) || c.Counts[0] < 1 {
 		return errors.New("counts must be positive and ascending")
 	}
+	if last := c.Counts[len(c.Counts)-1]; c.IPv6 && last > MaxCount6 && (len(c.Filters) == 0 || slices.Contains(c.Filters, FilterRampart)) {
+		return fmt.Errorf("over IPv6 the rampart filter holds at most %d prefixes (its IPv6 trie's capacity), not %s: lower --counts or leave rampart out of --filters", MaxCount6, countText(last))
+	}
 	for _, f := range c.Filters {
 		if !slices.Contains(FilterNames[1:], f) && f != FilterEmptyTCX && f != FilterAgentEmpty {
 			return fmt.Errorf("unknown filter %q (want some of %s)", f, strings.Join(FilterNames[1:], ","))
@@ -1085,13 +1062,14 @@ func (c *Config) validate() error {
 }
 
 // toolMissing says why a peer cannot run here ("" when it can).
-func toolMissing(name, iptables string) string {
+func toolMissing(name string, fam family, iptables string) string {
+	ipt := fam.iptables + "-" + iptables
 	var tools []string
 	switch name {
 	case FilterIptables:
-		tools = []string{"iptables-" + iptables, "iptables-" + iptables + "-restore"}
+		tools = []string{ipt, ipt + "-restore"}
 	case FilterIpset:
-		tools = []string{"ipset", "iptables-" + iptables}
+		tools = []string{"ipset", ipt}
 	case FilterNft:
 		tools = []string{"nft"}
 	}
@@ -1192,4 +1170,78 @@ func countsText(ns []int) string {
 		s = append(s, countText(n))
 	}
 	return strings.Join(s, " and ")
+}
+
+// makeFilters builds each filter with the topology it filters (the peers share one, each
+// agent has its own) and starts the servers; what it creates goes into cleanups. A filter
+// that cannot run here is in notAvailable with the reason.
+func (r *runner) makeFilters(ctx context.Context, filters []string, instance string, cidrs []netip.Prefix, serverCIDR, worldCIDR netip.Prefix, cleanups *benchkit.Cleanups) (fs map[string]filter, notAvailable map[string]string, err error) {
+	cfg := r.cfg
+	var peers *topology
+	fs, notAvailable = map[string]filter{}, map[string]string{}
+	for _, name := range filters {
+		switch name {
+		case FilterControl, FilterIptables, FilterIpset, FilterNft, FilterLPM, FilterEmptyTCX:
+			if peers == nil {
+				if peers, err = buildPlain("peers", instance+"p", cidrs[1], worldCIDR, cfg.IPv6); err != nil {
+					return nil, nil, err
+				}
+				cleanups.Add(peers.Close)
+				if err := r.startServers(peers); err != nil {
+					return nil, nil, err
+				}
+			}
+			nb := netfilterBase{topo: peers, fam: familyOf(cfg.IPv6), iptables: cfg.Iptables, timeout: cfg.Budget}
+			switch name {
+			case FilterControl:
+				fs[name] = &controlFilter{topo: peers}
+			case FilterIptables:
+				fs[name] = &iptablesFilter{netfilterBase: nb}
+			case FilterIpset:
+				fs[name] = &ipsetFilter{nb}
+			case FilterNft:
+				fs[name] = &nftFilter{nb}
+			case FilterLPM:
+				fs[name] = &lpmFilter{topo: peers}
+			case FilterEmptyTCX:
+				fs[name] = &emptyTCXFilter{topo: peers}
+			}
+			if why := toolMissing(name, familyOf(cfg.IPv6), cfg.Iptables); why != "" {
+				notAvailable[name] = why
+			}
+		case FilterAgentEmpty:
+			// An agent of its own (its namespaces are its own, so it can share the
+			// addresses of the rampart filter's agent).
+			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"e", filepath.Join(r.work, "agent-empty"), cidrs[2], serverCIDR, worldCIDR, agentEmptyFlags)
+			cleanups.Add(stop)
+			if err != nil {
+				return nil, nil, fmt.Errorf("starting the agent of %s: %w", name, err)
+			}
+			if err := r.startServers(rf.topo); err != nil {
+				return nil, nil, err
+			}
+			fs[name] = &agentEmptyFilter{topo: rf.topo, agent: rf.agent}
+		case FilterRampart:
+			if why := rampartAvailable(ctx, cfg.Rampart); why != "" {
+				notAvailable[name] = why
+				fmt.Fprintf(r.log, "rampart: not available: %s\n", why)
+				continue
+			}
+			rf, stop, err := startRampart(ctx, &r.cfg, &r.daemons, instance+"a", filepath.Join(r.work, "agent"), cidrs[2], serverCIDR, worldCIDR, r.cfg.AgentFlags)
+			cleanups.Add(stop)
+			if err != nil {
+				return nil, nil, fmt.Errorf("starting the Rampart agent: %w", err)
+			}
+			if err := r.startServers(rf.topo); err != nil {
+				return nil, nil, err
+			}
+			fs[name] = rf
+		}
+		if f := fs[name]; f != nil && notAvailable[name] == "" {
+			if v := f.Version(ctx); v != "" {
+				r.res.Host.Versions[name] = v
+			}
+		}
+	}
+	return fs, notAvailable, nil
 }

@@ -9,9 +9,11 @@ import (
 	"os/exec"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/podaddr"
 )
 
 // benchNamespace is the Kubernetes-style namespace of every endpoint the benchmark creates.
@@ -21,8 +23,9 @@ const benchNamespace = "bench"
 type host struct {
 	Name   string
 	IP     netip.Addr
-	Netns  string // path, for nsenter --net and endpoint.Do
-	HostIf string // the host-side veth in the node namespace
+	IP6    netip.Addr // in a topology over IPv6
+	Netns  string     // path, for nsenter --net and endpoint.Do
+	HostIf string     // the host-side veth in the node namespace
 }
 
 // Command returns a command running argv inside the host's network namespace, in its own
@@ -45,7 +48,39 @@ type topology struct {
 	NodeNetns string
 	// Neighbour is the world's second address, never listed: reachable through every filter.
 	Neighbour netip.Addr
-	cleanup   []func() error
+	// IPv6 makes the topology dual-stack (every range paired with one in 2001:2::/48, see
+	// range6Of) and its traffic go to the IPv6 addresses (Neighbour6, the hosts' IP6).
+	IPv6       bool
+	Neighbour6 netip.Addr
+	cleanup    []func() error
+}
+
+// addr is h's address of the topology's family: where traffic to h goes.
+func (t *topology) addr(h *host) netip.Addr {
+	if t.IPv6 {
+		return h.IP6
+	}
+	return h.IP
+}
+
+// neighbour is the unlisted neighbour's address of the topology's family.
+func (t *topology) neighbour() netip.Addr {
+	if t.IPv6 {
+		return t.Neighbour6
+	}
+	return t.Neighbour
+}
+
+// range6Of is the IPv6 range paired with the benchmark's IPv4 range p (198.18.N.0/24 ->
+// 2001:2:0:N::/64, as benchkit.PodCIDR6Of; 198.19.N.0/24 -> 2001:2:0:1NN::/64), all in
+// benchRange6 and none overlapping another; the zero prefix when ipv6 is false, which
+// leaves an endpoint.Node IPv4-only.
+func range6Of(p netip.Prefix, ipv6 bool) netip.Prefix {
+	if !ipv6 {
+		return netip.Prefix{}
+	}
+	b := p.Masked().Addr().As4()
+	return netip.PrefixFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0, b[1] - 18, b[2]}), 64)
 }
 
 // Close removes everything the topology created, newest first.
@@ -65,14 +100,25 @@ func worldAddrs(worldCIDR netip.Prefix) (probe, neighbour netip.Addr) {
 	return benchkit.HostAddr(worldCIDR, 10), benchkit.HostAddr(worldCIDR, 11)
 }
 
+// worldAddrs6 are the world's IPv6 addresses, each paired with its IPv4 one (worldAddrs)
+// as an endpoint's is, in range6Of(worldCIDR).
+func worldAddrs6(worldCIDR netip.Prefix) (probe, neighbour netip.Addr) {
+	p4, n4 := worldAddrs(worldCIDR)
+	cidr6 := range6Of(worldCIDR, true)
+	// No error: the ranges are the benchmark's own, a /24 and a /64.
+	probe, _, _ = podaddr.Addrs(worldCIDR, cidr6, p4)
+	neighbour, _, _ = podaddr.Addrs(worldCIDR, cidr6, n4)
+	return probe, neighbour
+}
+
 // buildPlain creates a topology with no agent: node namespace, client and server, built
 // with internal/endpoint, the very code the agent uses to create endpoints (veth pairs,
 // /32 addresses and routes, sysctls), so that the path differs from the agent's only by
 // the agent's programs. The peers' filters are installed in its client namespace, as the
-// original benchmark filters on the client machine.
-func buildPlain(name, instance string, podCIDR, worldCIDR netip.Prefix) (t *topology, err error) {
-	node := endpoint.Node{Instance: instance, Netns: "rp-" + instance + "-node", PodCIDR: podCIDR}
-	t = &topology{Name: name, NodeNetns: node.NetnsPath()}
+// original benchmark filters on the client machine. With ipv6 it is dual-stack.
+func buildPlain(name, instance string, podCIDR, worldCIDR netip.Prefix, ipv6 bool) (t *topology, err error) {
+	node := endpoint.Node{Instance: instance, Netns: "rp-" + instance + "-node", PodCIDR: podCIDR, PodCIDR6: range6Of(podCIDR, ipv6)}
+	t = &topology{Name: name, NodeNetns: node.NetnsPath(), IPv6: ipv6}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, t.Close())
@@ -92,7 +138,7 @@ func buildPlain(name, instance string, podCIDR, worldCIDR netip.Prefix) (t *topo
 		if err != nil {
 			return nil, fmt.Errorf("creating %s of %s: %w", e.name, name, err)
 		}
-		*e.dst = &host{Name: e.name, IP: ep.IP, Netns: ep.NetnsPath, HostIf: ep.HostIfName}
+		*e.dst = &host{Name: e.name, IP: ep.IP, IP6: ep.IP6, Netns: ep.NetnsPath, HostIf: ep.HostIfName}
 	}
 	if err := t.addWorld(node.Netns, instance, worldCIDR); err != nil {
 		return nil, err
@@ -111,29 +157,44 @@ func (t *topology) addWorld(nodeNetns, instance string, worldCIDR netip.Prefix) 
 	if err != nil {
 		return err
 	}
-	t.World = &host{Name: "world", IP: probe, Netns: ep.NetnsPath, HostIf: ep.HostIfName}
+	t.World = &host{Name: "world", IP: probe, IP6: ep.IP6, Netns: ep.NetnsPath, HostIf: ep.HostIfName}
 	t.Neighbour = neighbour
-	// The neighbour: a second address on the world's eth0 and a route to it in the node.
-	err = endpoint.Do(ep.NetnsPath, func() error {
+	if err := addNeighbour(nodeNetns, ep, neighbour, world.Router(), 0); err != nil {
+		return err
+	}
+	if !t.IPv6 {
+		return nil
+	}
+	_, t.Neighbour6 = worldAddrs6(worldCIDR)
+	// No duplicate address detection (it would hold the address for a second) and no
+	// prefix route, as internal/endpoint adds an endpoint's IPv6 address.
+	return addNeighbour(nodeNetns, ep, t.Neighbour6, world.Router6(), unix.IFA_F_NODAD|unix.IFA_F_NOPREFIXROUTE)
+}
+
+// addNeighbour puts the neighbour address a on the world's eth0 (with address flags) and
+// routes it to the world from the node namespace, from the node's address src.
+func addNeighbour(nodeNetns string, world endpoint.Endpoint, a, src netip.Addr, flags int) error {
+	host := netip.PrefixFrom(a, a.BitLen())
+	err := endpoint.Do(world.NetnsPath, func() error {
 		eth, err := netlink.LinkByName(endpoint.PodIfName)
 		if err != nil {
 			return err
 		}
-		return netlink.AddrAdd(eth, &netlink.Addr{IPNet: netipNet(netip.PrefixFrom(neighbour, 32))})
+		return netlink.AddrAdd(eth, &netlink.Addr{IPNet: netipNet(host), Flags: flags})
 	})
 	if err != nil {
-		return fmt.Errorf("adding %v to the world: %w", neighbour, err)
+		return fmt.Errorf("adding %v to the world: %w", a, err)
 	}
 	err = endpoint.Do(endpoint.NetnsPath(nodeNetns), func() error {
 		return netlink.RouteReplace(&netlink.Route{
-			LinkIndex: ep.HostIfIndex,
-			Dst:       netipNet(netip.PrefixFrom(neighbour, 32)),
+			LinkIndex: world.HostIfIndex,
+			Dst:       netipNet(host),
 			Scope:     netlink.SCOPE_LINK,
-			Src:       world.Router().AsSlice(),
+			Src:       src.AsSlice(),
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("routing %v to the world: %w", neighbour, err)
+		return fmt.Errorf("routing %v to the world: %w", a, err)
 	}
 	return nil
 }
@@ -143,7 +204,7 @@ func (t *topology) addWorld(nodeNetns, instance string, worldCIDR netip.Prefix) 
 // range cidr, whose router address goes on the node's lo), so it routes through the node
 // like an endpoint but no agent knows of it.
 func (t *topology) addPlainHost(nodeNetns, instance, name string, cidr netip.Prefix, ip netip.Addr) (endpoint.Node, endpoint.Endpoint, error) {
-	node := endpoint.Node{Instance: instance, Netns: nodeNetns, PodCIDR: cidr}
+	node := endpoint.Node{Instance: instance, Netns: nodeNetns, PodCIDR: cidr, PodCIDR6: range6Of(cidr, t.IPv6)}
 	if err := node.Setup(); err != nil {
 		return node, endpoint.Endpoint{}, fmt.Errorf("adding the %s's router address: %w", name, err)
 	}
@@ -165,7 +226,7 @@ func (t *topology) addServer(nodeNetns, instance string, cidr netip.Prefix) erro
 	if err != nil {
 		return err
 	}
-	t.Server = &host{Name: "server", IP: ip, Netns: ep.NetnsPath, HostIf: ep.HostIfName}
+	t.Server = &host{Name: "server", IP: ip, IP6: ep.IP6, Netns: ep.NetnsPath, HostIf: ep.HostIfName}
 	return nil
 }
 

@@ -1,12 +1,13 @@
 // Command egressbench is Rampart's egress filtering benchmark: a client behind filters of
-// 10 to 10M IPv4 prefixes (none, iptables, ipset, nftables, a tc-eBPF LPM trie, Rampart)
-// sends to a server; it prints TCP and UDP throughput, CPU at 1 Gbit/s, ping and TCP
+// 10 to 10M IPv4 prefixes (none, iptables, ipset, nftables, a tc-eBPF LPM trie, Rampart;
+// with --ipv6, 10 to 1M IPv6 prefixes, all over IPv6) sends to a server; it prints TCP and UDP throughput, CPU at 1 Gbit/s, ping and TCP
 // request/response latency and set-up time of each filter at each size, as ratios to no
 // filter, with PASS/MISS against the targets, and writes JSON, markdown and PNG.
 // Run it as root from the repository:
 //
 //	bench/run-egress.sh            # full run, about an hour
 //	bench/run-egress.sh --quick    # smoke run, about two minutes
+//	bench/run-egress.sh --ipv6     # every filter over IPv6, 10 to 1M prefixes
 //	egressbench report [--plot FILE.png] bench/results/egress-TIME.json
 //
 // See docs/benchmarks.md.
@@ -43,7 +44,8 @@ func run() int {
 	def := egress.DefaultConfig()
 	var (
 		quick      = flag.Bool("quick", false, "smoke run: counts 10 and 1000, one pair, 1 s runs (CI)")
-		counts     = flag.String("counts", "", "comma-separated list sizes, ascending; k and M suffixes allowed (default 10,100,1k,10k,100k,1M,10M; quick 10,1k)")
+		counts     = flag.String("counts", "", "comma-separated list sizes, ascending; k and M suffixes allowed (default 10,100,1k,10k,100k,1M,10M; with --ipv6 10,1k,100k,1M; quick 10,1k)")
+		ipv6       = flag.Bool("ipv6", false, "run every filter over IPv6: dual-stack topologies, lists of IPv6 prefixes, traffic to the IPv6 addresses, against a no-filter baseline over IPv6")
 		filters    = flag.String("filters", "", "comma-separated filters besides the baseline (default all): "+strings.Join(egress.FilterNames[1:], ",")+"; also "+egress.FilterEmptyTCX+" (empty programs at Rampart's hooks) and "+egress.FilterAgentEmpty+" (Rampart's agent and topology, its programs swapped for empty ones), not in the default")
 		repeats    = flag.Int("repeats", 0, "pairs (filter and baseline back to back) per filter and count (default 3, quick 1)")
 		blocks     = flag.Int("blocks", 0, "short runs per side that each metric of a pair is split into, alternating sides (default 3, quick 1)")
@@ -76,7 +78,10 @@ func run() int {
 	cfg := def
 	if *quick {
 		cfg = egress.QuickConfig()
+	} else if *ipv6 {
+		cfg.Counts = slices.Clone(egress.DefaultCounts6)
 	}
+	cfg.IPv6 = *ipv6
 	if *counts != "" {
 		var err error
 		if cfg.Counts, err = parseCounts(*counts); err != nil {
