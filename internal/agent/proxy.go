@@ -44,11 +44,11 @@ type ProxyRouting interface {
 	RouteToProxy(netnsPath string) error
 }
 
-// proxyListen6 is the proxy's listener for IPv6 connections: on a dual-stack node, the fast
-// path's, on the IPv6 loopback at the IPv4 listener's port. Envoy alone
-// (--l7-envoy-only) listens for IPv4 only: IPv6 connections that need it drop.
+// proxyListen6 is the proxy's listener for IPv6 connections on a dual-stack node (the fast
+// path's, or with --l7-envoy-only Envoy's): on the IPv6 loopback at the IPv4 listener's
+// port.
 func (cfg Config) proxyListen6() netip.AddrPort {
-	if !cfg.PodCIDR6.IsValid() || cfg.ProxyEnvoyOnly {
+	if !cfg.PodCIDR6.IsValid() {
 		return netip.AddrPort{}
 	}
 	return netip.AddrPortFrom(netip.IPv6Loopback(), cfg.ProxyListen.Port())

@@ -84,7 +84,7 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 			res.Diagnostic = strings.TrimSpace(res.Diagnostic + " DNS rules apply, and the DNS proxy takes IPv4 only: the dataplane drops this IPv6 query (proxy-unavailable).")
 		case !a.cfg.proxyListen6().IsValid():
 			res.Allowed, res.Redirected = false, false
-			res.Diagnostic = strings.TrimSpace(res.Diagnostic + " L7 rules apply, and the L7 proxy listens for IPv6 only on a dual-stack node with the fast path (not --l7-envoy-only): the dataplane drops this IPv6 connection (proxy-unavailable).")
+			res.Diagnostic = strings.TrimSpace(res.Diagnostic + " L7 rules apply, and the L7 proxy listens for IPv6 only on a dual-stack node: the dataplane drops this IPv6 connection (proxy-unavailable).")
 		}
 	}
 	if len(elsewhere) > 0 {

@@ -68,8 +68,9 @@ type Options struct {
 	FastPath bool
 	// EnvoyListen is Envoy's listener with FastPath (default: Listen's port + 1).
 	EnvoyListen netip.AddrPort
-	// Listen6 (FastPath only; invalid: none) is the fast path's transparent listener for
-	// IPv6 connections, which it hands to Envoy as it does IPv4 ones.
+	// Listen6 (invalid: none) is the transparent listener for IPv6 connections: the fast
+	// path's, which hands Envoy what it does not check as it does for IPv4, or without
+	// the fast path an additional address of Envoy's listener.
 	Listen6 netip.AddrPort
 }
 
@@ -139,7 +140,8 @@ func BuildResources(plan l7plan.Plan, opts Options) (Resources, error) {
 			Address:       listen.Addr().String(),
 			PortSpecifier: &core.SocketAddress_PortValue{PortValue: uint32(listen.Port())},
 		}}},
-		Transparent: wrapperspb.Bool(!opts.FastPath),
+		Transparent:         wrapperspb.Bool(!opts.FastPath),
+		AdditionalAddresses: additionalListen6(opts),
 		ListenerFilters: []*listener.ListenerFilter{
 			restore,
 			{Name: "envoy.filters.listener.original_src", ConfigType: typed(&origsrc.OriginalSrc{Mark: opts.UpstreamMark})},
@@ -503,4 +505,16 @@ func typed(m proto.Message) *listener.ListenerFilter_TypedConfig {
 
 func typedFilter(m proto.Message) *listener.Filter_TypedConfig {
 	return &listener.Filter_TypedConfig{TypedConfig: mustAny(m)}
+}
+
+// additionalListen6 is Envoy's IPv6 listener address when Envoy serves the steered
+// connections itself (no fast path), transparent as its IPv4 one.
+func additionalListen6(opts Options) []*listener.AdditionalAddress {
+	if opts.FastPath || !opts.Listen6.IsValid() {
+		return nil
+	}
+	return []*listener.AdditionalAddress{{Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+		Address:       opts.Listen6.Addr().String(),
+		PortSpecifier: &core.SocketAddress_PortValue{PortValue: uint32(opts.Listen6.Port())},
+	}}}}}
 }

@@ -10,14 +10,23 @@ import (
 )
 
 // TestL7OverIPv6: on a dual-stack node, L7 rules apply to IPv6 connections as to IPv4
-// ones. Plain HTTP/1.1 is checked by the fast path on its IPv6 listener; h2c is handed to
-// Envoy (a PROXY protocol header with IPv6 addresses); the server sees the client's own
-// IPv6 address; a refused request never reaches it; and IPv4 keeps working beside it.
+// ones. With the fast path, it checks plain HTTP/1.1 on its IPv6 listener and hands h2c to
+// Envoy (a PROXY protocol header with IPv6 addresses); with Envoy alone, Envoy's listener
+// has an IPv6 address too. The server sees the client's own IPv6 address; a refused
+// request never reaches it; and IPv4 keeps working beside it.
 func TestL7OverIPv6(t *testing.T) {
-	e := startEnvWith(t, agenttest.Options{PodCIDR6: netip.MustParsePrefix("2001:2::/64")})
+	for _, envoyOnly := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fast-path", true: "envoy-only"}[envoyOnly], func(t *testing.T) {
+			testL7OverIPv6(t, envoyOnly)
+		})
+	}
+}
+
+func testL7OverIPv6(t *testing.T, envoyOnly bool) {
+	e := startEnvWith(t, agenttest.Options{PodCIDR6: netip.MustParsePrefix("2001:2::/64"), ProxyEnvoyOnly: envoyOnly})
 	e.policy(t, l7Rule{role: "client", port: httpPort, http: []map[string]any{httpRule("method", "GET", "path", "/v1")}})
 	st := e.waitProxy(t, 30*time.Second)
-	if st.FastPath == nil || !strings.Contains(st.FastPath.Listen, "[::1]:") {
+	if !envoyOnly && (st.FastPath == nil || !strings.Contains(st.FastPath.Listen, "[::1]:")) {
 		t.Fatalf("the fast path has no IPv6 listener: %+v", st.FastPath)
 	}
 	cases := []hcase{
