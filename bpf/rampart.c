@@ -1280,21 +1280,18 @@ static __always_inline int allow6_new(struct __sk_buff *skb, struct pkt6 *p, str
 	return pass();
 }
 
-/* proxy6_assign is proxy_assign for an IPv6 TCP packet: its own tuple's socket (an accepted
- * or upstream connection of the proxy, or a request socket mid-handshake), else, for a SYN
- * with listener set, the proxy's IPv6 listener (map proxy6). The steer mark is the map
- * proxy's. Returns 0 when assigned, -1 when not (the caller drops). */
-static __noinline int proxy6_assign(struct __sk_buff *skb, const struct pkt6 *p, int listener)
+/* proxy6_assign_to is proxy_assign_to for an IPv6 TCP packet: its own tuple's socket (an
+ * accepted or upstream connection of a proxy, or a request socket mid-handshake), else, for
+ * a SYN with listener set, the listener of cfg. The steer mark is the map proxy's (marks).
+ * Returns 0 when assigned, -1 when not (the caller drops). */
+static __noinline int proxy6_assign_to(struct __sk_buff *skb, const struct pkt6 *p, int listener,
+				       const struct proxy_config *cfg, const struct proxy_config *marks)
 {
-	const struct proxy_config *marks = proxy_cfg();
-	const struct proxy_config *cfg;
 	struct bpf_sock_tuple tuple = {};
 	struct bpf_sock *sk;
-	__u32 zero = 0;
 	int syn = (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN;
 	long err;
 
-	cfg = bpf_map_lookup_elem(&proxy6, &zero);
 	if (!cfg || !cfg->port || cfg->family != RAMPART_FAMILY_V6 || !marks || !marks->steer_mark)
 		return -1; /* no IPv6 listener configured */
 	__builtin_memcpy(tuple.ipv6.saddr, p->t.saddr, 16);
@@ -1332,6 +1329,92 @@ assign:
 	return 0;
 }
 
+/* proxy6_assign hands an IPv6 TCP packet to the L7 proxy (map proxy6). */
+static __always_inline int proxy6_assign(struct __sk_buff *skb, const struct pkt6 *p, int listener)
+{
+	__u32 zero = 0;
+
+	return proxy6_assign_to(skb, p, listener, bpf_map_lookup_elem(&proxy6, &zero), proxy_cfg());
+}
+
+/* dns6_assign is dns_assign for an IPv6 query: TCP as proxy6_assign to the DNS proxy's
+ * IPv6 listener, UDP to its one IPv6 socket (map dns_proxy6; observe: its observing
+ * sockets). Returns 0 when assigned, -1 when not (the caller drops). */
+static __noinline int dns6_assign(struct __sk_buff *skb, const struct pkt6 *p, int listener, int observe)
+{
+	__u32 idx = observe ? 1 : 0;
+	const struct proxy_config *cfg = bpf_map_lookup_elem(&dns_proxy6, &idx);
+	const struct proxy_config *marks = proxy_cfg();
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_sock *sk;
+	long err;
+
+	if (p->t.proto == IPPROTO_TCP)
+		return proxy6_assign_to(skb, p, listener, cfg, marks);
+	if (p->t.proto != IPPROTO_UDP || !cfg || !cfg->port || !marks || !marks->steer_mark ||
+	    cfg->family != RAMPART_FAMILY_V6)
+		return -1;
+	__builtin_memcpy(tuple.ipv6.saddr, p->t.saddr, 16);
+	__builtin_memcpy(tuple.ipv6.daddr, cfg->addr, 16);
+	tuple.ipv6.sport = p->t.sport;
+	tuple.ipv6.dport = cfg->port;
+	sk = bpf_sk_lookup_udp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return -1;
+	err = bpf_sk_assign(skb, sk, 0);
+	bpf_sk_release(sk);
+	if (err)
+		return -1;
+	skb->mark |= marks->steer_mark;
+	return 0;
+}
+
+/* new6_dns_flow is new_dns_flow for IPv6: a query that DNS rules redirect, or that an
+ * EP_DNS_OBSERVE endpoint's policy allows (FLOW_F_DNS_OBSERVE in d), goes to the DNS
+ * proxy once the server's ingress verdict (a local server) admits it. */
+static __noinline int new6_dns_flow(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+				    const struct endpoint_info *ep, __u64 now)
+{
+	int observe = d->ev_flags & FLOW_F_DNS_OBSERVE;
+	struct peer_identity peer, src;
+	struct verdict dres = {};
+
+	if (p->frag != FRAG_NONE)
+		/* Drop: the later fragments of a datagram could not follow its first to the
+		 * proxy's socket. */
+		return drop6_new(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	ipcache_resolve6(p->t.daddr, &peer);
+	if (peer.ep_id) {
+		__u32 dst_id = peer.ep_id;
+		struct endpoint_info *dst = bpf_map_lookup_elem(&endpoints_by_id, &dst_id);
+
+		ipcache_resolve6(p->t.saddr, &src);
+		policy_decide(dst_id, DIR_INGRESS, dst && (dst->flags & EP_ADMIN_INGRESS), &src,
+			      p->t.proto, p->policy_port, &dres);
+		if (dres.action == POLICY_DENY || (dres.action == 0 && (!dst || (dst->flags & EP_ENFORCE_INGRESS)))) {
+			/* Drop: the server's ingress policy refuses the query. */
+			struct decision dd = {
+				.ep_id = dst_id,
+				.src_identity = src.identity,
+				.dst_identity = peer.identity,
+				.rule_id = dres.rule_id,
+				.match_identity = dres.identity,
+				.dir = DIR_INGRESS,
+				.ev_flags = d->ev_flags,
+			};
+
+			return drop6(skb, p, &dd, dres.action == POLICY_DENY ? REASON_POLICY_DENY :
+								REASON_POLICY_DEFAULT_DENY);
+		}
+	}
+	if (dns6_assign(skb, p, 1, observe) < 0)
+		/* Drop: no DNS proxy socket: the query cannot be checked, so it does not go out. */
+		return drop6(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	count_proxy(d->ep_id, 1);
+	return allow6_new(skb, p, d, CT_F_TO_PROXY | CT_F_DNS_PROXY | (observe ? CT_F_DNS_OBSERVE : 0),
+			  ep->revision + p->ipcache_gen, now, VERDICT_REDIRECTED);
+}
+
 /* new6_egress is new_egress for IPv6: a flow leaving the endpoint that its egress policy
  * allowed goes through the L7 proxy when the egress verdict is a redirect or when the
  * destination is a local endpoint whose ingress verdict is one, after that destination's
@@ -1345,12 +1428,8 @@ static __always_inline int new6_egress(struct __sk_buff *skb, struct pkt6 *p, st
 	struct peer_identity src;
 	int enforced = 1;
 
-	if (steer) {
+	if (steer)
 		d->ev_flags |= FLOW_F_L7_EGRESS;
-		if (res->proxy == PROXY_KIND_DNS)
-			/* Drop: DNS rules apply, and the DNS proxy takes IPv4 only. */
-			return drop6_new(skb, p, d, REASON_PROXY_UNAVAILABLE);
-	}
 	if (p->t.proto == IPPROTO_TCP && peer->ep_id) {
 		__u32 dst_id = peer->ep_id;
 		struct endpoint_info *dst = bpf_map_lookup_elem(&endpoints_by_id, &dst_id);
@@ -1430,6 +1509,13 @@ static __noinline int steer6_established(struct __sk_buff *skb, struct pkt6 *p, 
 
 	if (!to_proxy && !reply_to_proxy)
 		return -1;
+	if (to_proxy && (ct_flags & CT_F_DNS_PROXY)) {
+		/* A DNS flow: every datagram (or segment) goes to the DNS proxy. */
+		if (p->frag != FRAG_NONE || dns6_assign(skb, p, 1, ct_flags & CT_F_DNS_OBSERVE) < 0)
+			return drop6(skb, p, d, REASON_PROXY_UNAVAILABLE);
+		count_proxy(d->ep_id, 1);
+		return pass();
+	}
 	if (p->t.proto != IPPROTO_TCP || p->frag != FRAG_NONE || proxy6_assign(skb, p, to_proxy) < 0)
 		/* Drop: the connection's proxy socket is gone: it cannot go on unchecked. */
 		return drop6(skb, p, d, REASON_PROXY_UNAVAILABLE);
@@ -1466,6 +1552,16 @@ static __noinline int handle6_new(struct __sk_buff *skb, struct pkt6 *p, struct 
 	    (ep->flags & (dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS)))
 		/* Drop: the endpoint enforces this direction and nothing allows the flow. */
 		return drop6_new(skb, p, d, REASON_POLICY_DEFAULT_DENY);
+	if (dir == DIR_EGRESS && res.action == POLICY_REDIRECT && res.proxy == PROXY_KIND_DNS) {
+		d->ev_flags |= FLOW_F_L7_EGRESS;
+		return RET_STEER_DNS;
+	}
+	if (dir == DIR_EGRESS && (ep->flags & EP_DNS_OBSERVE) && res.action != POLICY_REDIRECT &&
+	    (p->t.proto == IPPROTO_UDP || p->t.proto == IPPROTO_TCP) && p->t.dport == bpf_htons(DNS_PORT)) {
+		/* Allowed: the proxy forwards it and learns the answer (handle_new). */
+		d->ev_flags |= FLOW_F_DNS_OBSERVE;
+		return RET_STEER_DNS;
+	}
 	if (dir == DIR_EGRESS)
 		return new6_egress(skb, p, d, &peer, &res, ep->revision + p->ipcache_gen, now);
 	return new6_ingress(skb, p, d, &res, ep->revision + p->ipcache_gen, now);
@@ -1583,7 +1679,10 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int ho
 	if (status == CT_NEW || status == CT_RELATED_FOREIGN) {
 		if (!host && host_guard6(skb, &p, dir, ep, 0))
 			return TC_ACT_SHOT;
-		return handle6_new(skb, &p, &d, ep, now);
+		ret = handle6_new(skb, &p, &d, ep, now);
+		if (ret == RET_STEER_DNS)
+			ret = new6_dns_flow(skb, &p, &d, ep, now);
+		return ret;
 	}
 	if (status == CT_ESTABLISHED && entry &&
 	    entry->revision != ep->revision + p.ipcache_gen) {

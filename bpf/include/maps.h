@@ -197,6 +197,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } proxy6 SEC(".maps");
 
+/* dns_proxy for IPv6 queries: the DNS proxy's IPv6 sockets (index 0: judging, 1:
+ * observing). Unset, IPv6 queries that DNS rules apply to drop. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct proxy_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dns_proxy6 SEC(".maps");
+
 /* The DNS proxy: its UDP socket and TCP listener (same address and port; struct
  * proxy_config, marks unused): index 0 judges names (rules.dns), index 1 only observes
  * (EP_DNS_OBSERVE). A map of its own rather than more entries of proxy, so that a pinned

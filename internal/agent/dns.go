@@ -69,11 +69,13 @@ type dnsState struct {
 	// observer is the proxy's observing instance: it forwards every query of endpoints
 	// with EndpointPolicy.DNSObserve (policy allowed them at L4) and learns the answers.
 	observer DNSProxy
-	err      string // why the proxy could not be started
-	stop     context.CancelFunc
-	wake     chan struct{} // the expiry loop looks at the cache again
-	done     chan struct{}
-	once     sync.Once
+	// proxy6 and observer6 are the same on a dual-stack node for IPv6 queries.
+	proxy6, observer6 DNSProxy
+	err               string // why the proxy could not be started
+	stop              context.CancelFunc
+	wake              chan struct{} // the expiry loop looks at the cache again
+	done              chan struct{}
+	once              sync.Once
 }
 
 // fqdnSelectors lists the toFQDNs selectors of the model's rules, by key.
@@ -300,7 +302,10 @@ func (a *Agent) dnsProxyUpdate(new *desired) error {
 	for _, pol := range new.state.Endpoints {
 		observe = observe || pol.DNSObserve
 	}
-	if a.dp.DNS == nil || !(judge && a.dns.proxy == nil || observe && a.dns.observer == nil) {
+	dual := a.cfg.PodCIDR6.IsValid()
+	missing := judge && (a.dns.proxy == nil || dual && a.dns.proxy6 == nil) ||
+		observe && (a.dns.observer == nil || dual && a.dns.observer6 == nil)
+	if a.dp.DNS == nil || !missing {
 		return nil
 	}
 	if err := a.routeToProxies(); err != nil {
@@ -324,16 +329,26 @@ func (a *Agent) dnsProxyUpdate(new *desired) error {
 		a.dns.err = ""
 		return p, nil
 	}
-	var err error
-	if judge && a.dns.proxy == nil {
-		if a.dns.proxy, err = start(a.cfg.DNSProxyListen, dnsPolicy{a}, false); err != nil {
+	for _, w := range []struct {
+		want    bool
+		slot    *DNSProxy
+		listen  netip.AddrPort
+		pol     dnsproxy.Policy
+		observe bool
+	}{
+		{judge, &a.dns.proxy, a.cfg.DNSProxyListen, dnsPolicy{a}, false},
+		{observe, &a.dns.observer, a.cfg.dnsObserveListen(), dnsObserver{a}, true},
+		{judge && dual, &a.dns.proxy6, ipv6Loopback(a.cfg.DNSProxyListen), dnsPolicy{a}, false},
+		{observe && dual, &a.dns.observer6, ipv6Loopback(a.cfg.dnsObserveListen()), dnsObserver{a}, true},
+	} {
+		if !w.want || *w.slot != nil {
+			continue
+		}
+		p, err := start(w.listen, w.pol, w.observe)
+		if err != nil {
 			return err
 		}
-	}
-	if observe && a.dns.observer == nil {
-		if a.dns.observer, err = start(a.cfg.dnsObserveListen(), dnsObserver{a}, true); err != nil {
-			return err
-		}
+		*w.slot = p
 	}
 	return nil
 }
@@ -342,6 +357,12 @@ func (a *Agent) dnsProxyUpdate(new *desired) error {
 // DNSProxyListen's.
 func (cfg Config) dnsObserveListen() netip.AddrPort {
 	return netip.AddrPortFrom(cfg.DNSProxyListen.Addr(), cfg.DNSProxyListen.Port()+1)
+}
+
+// ipv6Loopback is the IPv6 loopback address at ap's port: where a dual-stack node's DNS
+// proxy takes IPv6 queries.
+func ipv6Loopback(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(netip.IPv6Loopback(), ap.Port())
 }
 
 // openDNSProxy starts a DNS proxy in the node namespace.
@@ -373,7 +394,7 @@ func (a *Agent) closeDNS() error {
 			a.dns.stop()
 			<-a.dns.done
 		}
-		for _, p := range []DNSProxy{a.dns.proxy, a.dns.observer} {
+		for _, p := range []DNSProxy{a.dns.proxy, a.dns.observer, a.dns.proxy6, a.dns.observer6} {
 			if p != nil {
 				err = errors.Join(err, p.Close())
 			}

@@ -270,9 +270,9 @@ spec:
 		// L7 rules: redirected over both families (the fast path listens for IPv6 too).
 		{"x/b", "x/a", "TCP", 8080, true},
 		{"2001:2::3", "2001:2::2", "TCP", 8080, true},
-		// DNS rules: the DNS proxy takes IPv4 only.
+		// DNS rules: the DNS proxy takes both families.
 		{"x/b", "198.51.100.53", "UDP", 53, true},
-		{"2001:2::3", "2001:db8::53", "UDP", 53, false},
+		{"2001:2::3", "2001:db8::53", "UDP", 53, true},
 	} {
 		res, err := h.a.Trace(ctx, api.TraceRequest{From: c.from, To: c.to, Protocol: c.proto, Port: c.port})
 		if err != nil {

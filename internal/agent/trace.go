@@ -74,19 +74,6 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 		res.Allowed, res.Redirected = false, false
 		res.Diagnostic = "L7 rules apply, but only connections from endpoints are steered to the L7 proxy: the dataplane drops this one (proxy-bypass)"
 	}
-	if res.Redirected && traceIPv6(req, proto) {
-		// What the IPv6 path cannot steer it drops (REASON_PROXY_UNAVAILABLE): DNS rules
-		// (a redirected side without HTTP rules), and L7 rules without an IPv6 listener.
-		dns := slices.ContainsFunc(res.Sides, func(s api.TraceSide) bool { return s.Redirected && len(s.L7) == 0 })
-		switch {
-		case dns:
-			res.Allowed, res.Redirected = false, false
-			res.Diagnostic = strings.TrimSpace(res.Diagnostic + " DNS rules apply, and the DNS proxy takes IPv4 only: the dataplane drops this IPv6 query (proxy-unavailable).")
-		case !a.cfg.proxyListen6().IsValid():
-			res.Allowed, res.Redirected = false, false
-			res.Diagnostic = strings.TrimSpace(res.Diagnostic + " L7 rules apply, and the L7 proxy listens for IPv6 only on a dual-stack node: the dataplane drops this IPv6 connection (proxy-unavailable).")
-		}
-	}
 	if len(elsewhere) > 0 {
 		// Say plainly which decisions are not this node's own.
 		res.Diagnostic = strings.TrimSpace(res.Diagnostic + " Decided on another node, judged here from the policies and pods this node knows: " +
@@ -101,17 +88,6 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 	res.From, res.To = req.From, req.To
 	res.Protocol, res.Port = protocolName(uint8(proto)), req.Port
 	return res, nil
-}
-
-// traceIPv6 says whether a trace is of an IPv6 connection: a peer given by an IPv6 address,
-// or ICMPv6.
-func traceIPv6(req api.TraceRequest, proto policy.Protocol) bool {
-	for _, s := range []string{req.From, req.To} {
-		if a, err := netip.ParseAddr(s); err == nil && a.Is6() && !a.Is4In6() {
-			return true
-		}
-	}
-	return proto == policy.ProtoICMPv6
 }
 
 // tracePeer resolves "ns/name" (a local endpoint, or a pod on another node: its address,

@@ -430,7 +430,7 @@ func TestIPv6ExtensionHeadersAndFragments(t *testing.T) {
 // TestIPv6RedirectFailsClosed: an IPv6 connection that L7 or DNS rules apply to never
 // passes unchecked: entering the endpoint without the proxy it is a proxy bypass; leaving
 // it, it drops with no IPv6 proxy listener configured, with one configured but no socket
-// there, and for DNS rules (the DNS proxy takes IPv4 only).
+// there, and for DNS rules with no DNS proxy socket.
 func TestIPv6RedirectFailsClosed(t *testing.T) {
 	f := newFixture6(t)
 	k, v := allow(idA, in, tcp, 80, 16, 41)

@@ -103,18 +103,22 @@ func (d *Datapath) Proxy() (netip.AddrPort, error) {
 // SetDNSProxy sets the address of the DNS proxy's UDP socket and TCP listener (one port) in
 // the node namespace, where the dataplane hands the queries that DNS rules apply to, and
 // with observe, the address of its observing sockets, where it hands the allowed queries
-// of endpoints whose answers must be learnt (EndpointPolicy.DNSObserve). Only IPv4 is
-// supported. The zero AddrPort clears it: such queries are then dropped.
+// of endpoints whose answers must be learnt (EndpointPolicy.DNSObserve): an IPv4 address
+// for IPv4 queries, an IPv6 one (map dns_proxy6) for IPv6 queries. The zero AddrPort
+// clears the IPv4 one: such queries are then dropped.
 func (d *Datapath) SetDNSProxy(addr netip.AddrPort, observe bool) error {
 	var cfg rampartProxyConfig
+	m := d.objs.DnsProxy
 	if addr.IsValid() {
-		a := addr.Addr().Unmap()
-		if !a.Is4() || addr.Port() == 0 {
-			return fmt.Errorf("setting DNS proxy address %v: need an IPv4 address and a port", addr)
+		a := addr.Addr()
+		if a.Is4In6() || addr.Port() == 0 {
+			return fmt.Errorf("setting DNS proxy address %v: need an IPv4 or IPv6 address and a port", addr)
 		}
 		cfg.Port, cfg.Family = htons(addr.Port()), familyV4
-		b := a.As4()
-		copy(cfg.Addr[:], b[:])
+		if a.Is6() {
+			cfg.Family, m = familyV6, d.objs.DnsProxy6
+		}
+		copy(cfg.Addr[:], a.AsSlice())
 	}
 	var idx uint32
 	if observe {
@@ -122,7 +126,7 @@ func (d *Datapath) SetDNSProxy(addr netip.AddrPort, observe bool) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.objs.DnsProxy.Update(&idx, &cfg, ebpf.UpdateAny); err != nil {
+	if err := m.Update(&idx, &cfg, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("setting DNS proxy address %v: %w", addr, err)
 	}
 	return nil

@@ -407,6 +407,7 @@ const (
 	rampartMapConntrack4Peer          = "conntrack4_peer"
 	rampartMapConntrack6              = "conntrack6"
 	rampartMapDnsProxy                = "dns_proxy"
+	rampartMapDnsProxy6               = "dns_proxy6"
 	rampartMapEndpointCounters        = "endpoint_counters"
 	rampartMapEndpointSlots           = "endpoint_slots"
 	rampartMapEndpoints               = "endpoints"
@@ -527,6 +528,7 @@ type rampartMapSpecs struct {
 	Conntrack4Peer   *ebpf.MapSpec `ebpf:"conntrack4_peer"`
 	Conntrack6       *ebpf.MapSpec `ebpf:"conntrack6"`
 	DnsProxy         *ebpf.MapSpec `ebpf:"dns_proxy"`
+	DnsProxy6        *ebpf.MapSpec `ebpf:"dns_proxy6"`
 	EndpointCounters *ebpf.MapSpec `ebpf:"endpoint_counters"`
 	EndpointSlots    *ebpf.MapSpec `ebpf:"endpoint_slots"`
 	Endpoints        *ebpf.MapSpec `ebpf:"endpoints"`
@@ -597,6 +599,7 @@ type rampartMaps struct {
 	Conntrack4Peer   *ebpf.Map `ebpf:"conntrack4_peer"`
 	Conntrack6       *ebpf.Map `ebpf:"conntrack6"`
 	DnsProxy         *ebpf.Map `ebpf:"dns_proxy"`
+	DnsProxy6        *ebpf.Map `ebpf:"dns_proxy6"`
 	EndpointCounters *ebpf.Map `ebpf:"endpoint_counters"`
 	EndpointSlots    *ebpf.Map `ebpf:"endpoint_slots"`
 	Endpoints        *ebpf.Map `ebpf:"endpoints"`
@@ -635,6 +638,7 @@ func (m *rampartMaps) Close() error {
 		m.Conntrack4Peer,
 		m.Conntrack6,
 		m.DnsProxy,
+		m.DnsProxy6,
 		m.EndpointCounters,
 		m.EndpointSlots,
 		m.Endpoints,

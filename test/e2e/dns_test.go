@@ -52,23 +52,34 @@ func (s *testDNS) times(name string) int {
 	return s.asked[name]
 }
 
-// serveDNS starts the server on port 53 (UDP and TCP) in the namespace at nsPath.
+// serveDNS starts the server on port 53 (UDP and TCP) in the namespace at nsPath, over
+// IPv4 and, when the namespace has IPv6 (a dual-stack endpoint), over IPv6.
 func serveDNS(t *testing.T, nsPath string, records map[string][]dns.RR) *testDNS {
 	t.Helper()
 	s := &testDNS{records: records, asked: map[string]int{}}
-	var pc net.PacketConn
-	var l net.Listener
-	err := netns.Do(nsPath, func() (err error) {
-		if pc, err = net.ListenPacket("udp4", "0.0.0.0:53"); err != nil {
-			return err
+	var servers []*dns.Server
+	err := netns.Do(nsPath, func() error {
+		for _, f := range []string{"4", "6"} {
+			pc, err := net.ListenPacket("udp"+f, ":53")
+			if err != nil {
+				if f == "6" {
+					return nil // no IPv6 here
+				}
+				return err
+			}
+			l, err := net.Listen("tcp"+f, ":53")
+			if err != nil {
+				pc.Close()
+				return err
+			}
+			servers = append(servers, &dns.Server{PacketConn: pc, Handler: s}, &dns.Server{Listener: l, Handler: s})
 		}
-		l, err = net.Listen("tcp4", "0.0.0.0:53")
-		return err
+		return nil
 	})
 	if err != nil {
 		t.Fatalf("starting the test's DNS server: %v", err)
 	}
-	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: s}, {Listener: l, Handler: s}} {
+	for _, srv := range servers {
 		started := make(chan struct{})
 		srv.NotifyStartedFunc = func() { close(started) }
 		go srv.ActivateAndServe()
@@ -92,11 +103,17 @@ func aRecord(t *testing.T, name string, ttl uint32, addr netip.Addr) dns.RR {
 // ("udp" or "tcp"); it returns the answer's rcode and addresses.
 func resolve(t *testing.T, nsPath string, server netip.Addr, name, proto string) (int, []netip.Addr, error) {
 	t.Helper()
+	return resolveType(t, nsPath, server, name, proto, dns.TypeA)
+}
+
+// resolveType is resolve for records of type qtype (A or AAAA).
+func resolveType(t *testing.T, nsPath string, server netip.Addr, name, proto string, qtype uint16) (int, []netip.Addr, error) {
+	t.Helper()
 	var resp *dns.Msg
 	err := netns.Do(nsPath, func() (err error) {
 		c := &dns.Client{Net: proto, Timeout: 2 * time.Second}
 		m := new(dns.Msg)
-		m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+		m.SetQuestion(dns.Fqdn(name), qtype)
 		resp, _, err = c.Exchange(m, netip.AddrPortFrom(server, 53).String())
 		return err
 	})
@@ -105,8 +122,12 @@ func resolve(t *testing.T, nsPath string, server netip.Addr, name, proto string)
 	}
 	var out []netip.Addr
 	for _, rr := range resp.Answer {
-		if a, ok := rr.(*dns.A); ok {
+		switch a := rr.(type) {
+		case *dns.A:
 			ip, _ := netip.AddrFromSlice(a.A.To4())
+			out = append(out, ip)
+		case *dns.AAAA:
+			ip, _ := netip.AddrFromSlice(a.AAAA)
 			out = append(out, ip)
 		}
 	}
@@ -219,6 +240,54 @@ func TestDNSAwareEgress(t *testing.T) {
 	}
 	if rc, _, err := resolve(t, clientNs, dnsIP, "evil.test", "udp"); err != nil || rc != dns.RcodeRefused {
 		t.Errorf("evil.test after the restart: rcode %d (%v), want REFUSED", rc, err)
+	}
+}
+
+// TestDNSAwareEgressIPv6 is TestDNSAwareEgress on a dual-stack node with the queries sent
+// over IPv6, to the DNS pod's IPv6 address: the DNS proxy's IPv6 sockets take them, refuse
+// other names before they reach the server, and the AAAA answer opens the address to the
+// pod from its first packet, over UDP and TCP DNS alike; other addresses stay closed.
+func TestDNSAwareEgressIPv6(t *testing.T) {
+	env := agenttest.StartAgent(t, agenttest.Options{PodCIDR6: netip.MustParsePrefix("2001:2::/64")})
+	env.AddEndpoint("x", "client", map[string]string{"app": "client"})
+	env.AddEndpoint("x", "dns", map[string]string{"app": "dns"})
+	api6, other6 := netip.MustParseAddr("2001:2:ff::10"), netip.MustParseAddr("2001:2:ff::11")
+	agenttest.AddWorld(t, env, netip.MustParseAddr("198.19.52.1"), []netip.Addr{netip.MustParseAddr("198.19.52.10"), api6, other6}, []uint16{80}, nil)
+	aaaa := func(name string, a netip.Addr) []dns.RR {
+		rr, err := dns.NewRR(fmt.Sprintf("%s 300 IN AAAA %s", name, a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []dns.RR{rr}
+	}
+	srv := serveDNS(t, agenttest.NetnsPathOf(env.Config.Instance, "x", "dns"), map[string][]dns.RR{
+		"api.example.com.": aaaa("api.example.com.", api6), "other.example.com.": aaaa("other.example.com.", other6), "evil.test.": aaaa("evil.test.", other6),
+	})
+	dnsIP, clientNs := env.IP6("x/dns"), agenttest.NetnsPathOf(env.Config.Instance, "x", "client")
+
+	applyDNSPolicy(t, env, "ANY", `{matchPattern: "*.example.com"}`, `{matchName: api.example.com}`)
+	if env.Probe("x/client", api6, 80, "tcp", 300*time.Millisecond) {
+		t.Fatal("api.example.com's address is open before the pod resolved it")
+	}
+	before := srv.times("evil.test.")
+	if rc, _, err := resolveType(t, clientNs, dnsIP, "evil.test", "udp", dns.TypeAAAA); err != nil || rc != dns.RcodeRefused {
+		t.Errorf("evil.test over IPv6: rcode %d (%v), want REFUSED", rc, err)
+	}
+	if n := srv.times("evil.test."); n != before {
+		t.Errorf("the refused query reached the server (%d times)", n-before)
+	}
+	rc, addrs, err := resolveType(t, clientNs, dnsIP, "api.example.com", "udp", dns.TypeAAAA)
+	if err != nil || rc != dns.RcodeSuccess || len(addrs) != 1 || addrs[0] != api6 {
+		t.Fatalf("api.example.com over IPv6 through the proxy: rcode %d %v %v", rc, addrs, err)
+	}
+	if !env.Probe("x/client", api6, 80, "tcp", time.Second) {
+		t.Error("api.example.com's IPv6 address is closed right after the answer")
+	}
+	if rc, _, err := resolveType(t, clientNs, dnsIP, "other.example.com", "tcp", dns.TypeAAAA); err != nil || rc != dns.RcodeSuccess {
+		t.Errorf("other.example.com over IPv6 TCP: rcode %d %v", rc, err)
+	}
+	if env.Probe("x/client", other6, 80, "tcp", 300*time.Millisecond) {
+		t.Error("other.example.com's address is open: no toFQDNs selects it")
 	}
 }
 
