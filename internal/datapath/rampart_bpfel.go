@@ -424,6 +424,7 @@ const (
 	rampartMapTapMonitorKeys          = "tap_monitor_keys"
 	rampartMapTapSets                 = "tap_sets"
 	rampartMapTunnel                  = "tunnel"
+	rampartMapTunnel6Path             = "tunnel6_path"
 	rampartProgRampartFromEp          = "rampart_from_ep"
 	rampartProgRampartFromEp6         = "rampart_from_ep6"
 	rampartProgRampartFromHost        = "rampart_from_host"
@@ -431,11 +432,13 @@ const (
 	rampartProgRampartFromMonitor     = "rampart_from_monitor"
 	rampartProgRampartFromTapTunnel   = "rampart_from_tap_tunnel"
 	rampartProgRampartFromTunnel      = "rampart_from_tunnel"
+	rampartProgRampartFromTunnel6     = "rampart_from_tunnel6"
 	rampartProgRampartToEp            = "rampart_to_ep"
 	rampartProgRampartToEp6           = "rampart_to_ep6"
 	rampartProgRampartToHost          = "rampart_to_host"
 	rampartProgRampartToIpip          = "rampart_to_ipip"
 	rampartProgRampartToTunnel        = "rampart_to_tunnel"
+	rampartProgRampartToTunnel6       = "rampart_to_tunnel6"
 	rampartVarCtTimeoutOther          = "ct_timeout_other"
 	rampartVarCtTimeoutTcpClosing     = "ct_timeout_tcp_closing"
 	rampartVarCtTimeoutTcpEstablished = "ct_timeout_tcp_established"
@@ -495,11 +498,13 @@ type rampartProgramSpecs struct {
 	RampartFromMonitor   *ebpf.ProgramSpec `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.ProgramSpec `ebpf:"rampart_from_tap_tunnel"`
 	RampartFromTunnel    *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel"`
+	RampartFromTunnel6   *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel6"`
 	RampartToEp          *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
 	RampartToEp6         *ebpf.ProgramSpec `ebpf:"rampart_to_ep6"`
 	RampartToHost        *ebpf.ProgramSpec `ebpf:"rampart_to_host"`
 	RampartToIpip        *ebpf.ProgramSpec `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
+	RampartToTunnel6     *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel6"`
 }
 
 // rampartMapSpecs contains maps before they are loaded into the kernel.
@@ -538,6 +543,7 @@ type rampartMapSpecs struct {
 	TapMonitorKeys   *ebpf.MapSpec `ebpf:"tap_monitor_keys"`
 	TapSets          *ebpf.MapSpec `ebpf:"tap_sets"`
 	Tunnel           *ebpf.MapSpec `ebpf:"tunnel"`
+	Tunnel6Path      *ebpf.MapSpec `ebpf:"tunnel6_path"`
 }
 
 // rampartVariableSpecs contains global variables before they are loaded into the kernel.
@@ -606,6 +612,7 @@ type rampartMaps struct {
 	TapMonitorKeys   *ebpf.Map `ebpf:"tap_monitor_keys"`
 	TapSets          *ebpf.Map `ebpf:"tap_sets"`
 	Tunnel           *ebpf.Map `ebpf:"tunnel"`
+	Tunnel6Path      *ebpf.Map `ebpf:"tunnel6_path"`
 }
 
 func (m *rampartMaps) Close() error {
@@ -642,6 +649,7 @@ func (m *rampartMaps) Close() error {
 		m.TapMonitorKeys,
 		m.TapSets,
 		m.Tunnel,
+		m.Tunnel6Path,
 	)
 }
 
@@ -670,11 +678,13 @@ type rampartPrograms struct {
 	RampartFromMonitor   *ebpf.Program `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.Program `ebpf:"rampart_from_tap_tunnel"`
 	RampartFromTunnel    *ebpf.Program `ebpf:"rampart_from_tunnel"`
+	RampartFromTunnel6   *ebpf.Program `ebpf:"rampart_from_tunnel6"`
 	RampartToEp          *ebpf.Program `ebpf:"rampart_to_ep"`
 	RampartToEp6         *ebpf.Program `ebpf:"rampart_to_ep6"`
 	RampartToHost        *ebpf.Program `ebpf:"rampart_to_host"`
 	RampartToIpip        *ebpf.Program `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.Program `ebpf:"rampart_to_tunnel"`
+	RampartToTunnel6     *ebpf.Program `ebpf:"rampart_to_tunnel6"`
 }
 
 func (p *rampartPrograms) Close() error {
@@ -686,11 +696,13 @@ func (p *rampartPrograms) Close() error {
 		p.RampartFromMonitor,
 		p.RampartFromTapTunnel,
 		p.RampartFromTunnel,
+		p.RampartFromTunnel6,
 		p.RampartToEp,
 		p.RampartToEp6,
 		p.RampartToHost,
 		p.RampartToIpip,
 		p.RampartToTunnel,
+		p.RampartToTunnel6,
 	)
 }
 
