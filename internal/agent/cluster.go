@@ -296,6 +296,12 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			problems = append(problems, fmt.Sprintf("node %s: pod CIDR %v overlaps this node's %v", n.Name, n.PodCIDR, a.cfg.PodCIDR))
 			continue
 		}
+		if err := checkNodeCIDR6(&n, a.cfg.Tunnel, a.cfg.PodCIDR6); err != nil {
+			// Its IPv4 pods are reachable as ever; its IPv6 ones are not routed, and
+			// have no identity here.
+			problems = append(problems, fmt.Sprintf("node %s: %v (left out)", n.Name, err))
+			n.PodCIDR6 = netip.Prefix{}
+		}
 		byAddr[n.Address] = n.Name
 		nodes[n.Name] = &n
 	}
