@@ -92,3 +92,27 @@ func TestRemoteEndpointIPv6RefusedWithoutVXLAN(t *testing.T) {
 		}
 	}
 }
+
+// In Kubernetes mode another Node's IPv6 pod CIDR is taken on the VXLAN overlay (its pods'
+// IPv6 addresses mapped), and elsewhere left out with a problem that names the refusal,
+// while the node and its IPv4 pods stay.
+func TestSyncClusterNodeIPv6(t *testing.T) {
+	for _, mode := range []overlay.Mode{overlay.VXLAN, overlay.Native} {
+		h := kubernetesMode(newDualStackHarnessOn(t, mode))
+		v := clusterView(5000, nil)
+		v.Nodes[0].PodCIDR6 = netip.MustParsePrefix("2001:2:0:2::/64")
+		res, err := h.a.SyncCluster(context.Background(), v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ipc, _ := h.dp.snapshot()
+		_, mapped := ipc[netip.MustParsePrefix("2001:2:0:2::5/128")]
+		if _, ok := ipc[netip.MustParsePrefix("10.2.0.5/32")]; !ok || mapped != overlay.CarriesIPv6(mode) {
+			t.Errorf("%s: ipcache has x/b's IPv4 address %v, its IPv6 one %v", mode, ok, mapped)
+		}
+		refused := len(res.Problems) == 1 && strings.Contains(res.Problems[0], overlay.ErrNoIPv6.Error())
+		if refused == overlay.CarriesIPv6(mode) || !refused && len(res.Problems) != 0 {
+			t.Errorf("%s: problems %q", mode, res.Problems)
+		}
+	}
+}
