@@ -95,3 +95,18 @@ func TestTunnelIPv6Programs(t *testing.T) {
 	in := packet6{src: tunnelRemote6, dst: epIP6, proto: uint8(udp), sport: f.port(), dport: 53}
 	f.expectDrop("decapsulated without tunnel metadata", run(t, f.d.objs.RampartFromTunnel, in.bytes(), 0), flow.ReasonMalformed)
 }
+
+// The later fragments of an IPv6 datagram that arrived through the overlay pass on their
+// first fragment's verdict only while they carry its VNI identity: one that claims another
+// identity is judged as that identity, and dropped when it is not the one the first
+// fragment passed as.
+func TestTunnelIPv6Fragments(t *testing.T) {
+	f := newTunnelFixture6(t, e(allow(idA, in, udp, 53, 16, 1)), e(allow(idB, in, udp, 53, 16, 2)))
+	first := packet6{src: tunnelRemote6, dst: epIP6, proto: uint8(udp), sport: f.port(), dport: 53,
+		frag: true, fragID: 0x77, mf: true, payload: make([]byte, 16)}
+	later := first
+	later.fragOffset, later.mf = 3, false
+	f.expectPass("first fragment from identity A", f.runTunneled6(first, tunnelMark(idA), vxlanIfindex))
+	f.expectPass("later fragment from identity A", f.runTunneled6(later, tunnelMark(idA), vxlanIfindex))
+	f.expectDrop("later fragment claiming identity B", f.runTunneled6(later, tunnelMark(idB), vxlanIfindex), flow.ReasonPeerIdentityChanged)
+}
