@@ -483,6 +483,9 @@ func (a *Agent) clusterNodes(v ClusterView) (map[string]*NodeRecord, map[string]
 			// have no identity here.
 			problems = append(problems, fmt.Sprintf("node %s: %v (left out)", n.Name, err))
 			n.PodCIDR6 = netip.Prefix{}
+		} else if other := overlappingCIDR6(nodes, &n); other != "" {
+			problems = append(problems, fmt.Sprintf("node %s: IPv6 pod CIDR %v overlaps node %s's (left out)", n.Name, n.PodCIDR6, other))
+			n.PodCIDR6 = netip.Prefix{}
 		}
 		byAddr[n.Address] = n.Name
 		nodes[n.Name] = &n

@@ -78,6 +78,20 @@ func checkNodeCIDR6(n *NodeRecord, mode overlay.Mode, own6 netip.Prefix) error {
 	return nil
 }
 
+// overlappingCIDR6 returns the name of a node of nodes other than n whose IPv6 pod CIDR
+// overlaps n's ("" none): their pods' derived IPv6 addresses could be the same.
+func overlappingCIDR6(nodes map[string]*NodeRecord, n *NodeRecord) string {
+	if !n.PodCIDR6.IsValid() {
+		return ""
+	}
+	for _, name := range sortedKeys(nodes) {
+		if o := nodes[name]; name != n.Name && o.PodCIDR6.IsValid() && o.PodCIDR6.Overlaps(n.PodCIDR6) {
+			return name
+		}
+	}
+	return ""
+}
+
 // remoteIP6 is the IPv6 address of the pod at ip on node n: its offset in the node's IPv4
 // pod CIDR added to its IPv6 one, as podaddr gives the node's own endpoints theirs (the
 // node's Rampart did the same). Zero for a node without an IPv6 pod CIDR, or an address
@@ -221,6 +235,9 @@ func (a *Agent) PutNode(ctx context.Context, name string, spec api.NodeSpec) (ap
 	}
 	if addr == a.net.Router() {
 		return api.Node{}, api.Conflict("node %s: address %v is this node's router address", name, addr)
+	}
+	if other := overlappingCIDR6(a.model.nodes, rec); other != "" {
+		return api.Node{}, api.Conflict("node %s: IPv6 pod CIDR %v overlaps node %s's", name, rec.PodCIDR6, other)
 	}
 	m, _, err := a.change(func(m *model) error {
 		m.nodes = maps.Clone(m.nodes)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,6 +64,11 @@ func TestRemoteEndpointIPv6OverVXLAN(t *testing.T) {
 			t.Errorf("node %+v: %v, want a bad request saying %q", c.spec, err, c.want)
 		}
 	}
+	// Two nodes' pods would share IPv6 addresses.
+	_, err = h.a.PutNode(ctx, "n3", api.NodeSpec{Address: "198.19.0.3", PodCIDR: "10.3.0.0/24", PodCIDR6: "2001:2:0:2::/80"})
+	if !isStatus(err, 409) || !strings.Contains(err.Error(), "overlaps node n2's") {
+		t.Errorf("node with an IPv6 pod CIDR inside n2's: %v, want a conflict", err)
+	}
 }
 
 // Native routing and IP-in-IP carry no IPv6 between nodes over the IPv4 fabric: another
@@ -101,6 +107,9 @@ func TestSyncClusterNodeIPv6(t *testing.T) {
 		h := kubernetesMode(newDualStackHarnessOn(t, mode))
 		v := clusterView(5000, nil)
 		v.Nodes[0].PodCIDR6 = netip.MustParsePrefix("2001:2:0:2::/64")
+		// A second node whose IPv6 pod CIDR overlaps the first's: left out either way.
+		v.Nodes = append(v.Nodes, NodeRecord{Name: "n3", Address: netip.MustParseAddr("198.19.0.3"),
+			PodCIDR: netip.MustParsePrefix("10.3.0.0/24"), PodCIDR6: netip.MustParsePrefix("2001:2:0:2::/80")})
 		res, err := h.a.SyncCluster(context.Background(), v)
 		if err != nil {
 			t.Fatal(err)
@@ -110,9 +119,13 @@ func TestSyncClusterNodeIPv6(t *testing.T) {
 		if _, ok := ipc[netip.MustParsePrefix("10.2.0.5/32")]; !ok || mapped != overlay.CarriesIPv6(mode) {
 			t.Errorf("%s: ipcache has x/b's IPv4 address %v, its IPv6 one %v", mode, ok, mapped)
 		}
-		refused := len(res.Problems) == 1 && strings.Contains(res.Problems[0], overlay.ErrNoIPv6.Error())
-		if refused == overlay.CarriesIPv6(mode) || !refused && len(res.Problems) != 0 {
-			t.Errorf("%s: problems %q", mode, res.Problems)
+		want := []string{"node n3: IPv6 pod CIDR 2001:2:0:2::/80 overlaps node n2's (left out)"}
+		if !overlay.CarriesIPv6(mode) {
+			want = []string{"node n2: IPv6 pod CIDR 2001:2:0:2::/64: " + overlay.ErrNoIPv6.Error() + " (left out)",
+				"node n3: IPv6 pod CIDR 2001:2:0:2::/80: " + overlay.ErrNoIPv6.Error() + " (left out)"}
+		}
+		if !slices.Equal(res.Problems, want) {
+			t.Errorf("%s: problems %q, want %q", mode, res.Problems, want)
 		}
 	}
 }
