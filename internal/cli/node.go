@@ -138,7 +138,7 @@ func (a *app) remoteCommand() *cobra.Command {
 			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ENDPOINT\tNODE\tIP\tIDENTITY\tLABELS")
 			for _, r := range rs {
-				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%d\t%s\n", r.Namespace, r.Name, r.Node, r.IP, r.Identity, labelString(r.Labels))
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%d\t%s\n", r.Namespace, r.Name, r.Node, addrPair(r.IP, r.IP6), r.Identity, labelString(r.Labels))
 			}
 			return w.Flush()
 		},
