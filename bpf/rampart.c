@@ -377,9 +377,10 @@ static __noinline int related_from_node(struct __sk_buff *skb, const struct pkt 
 
 /* host_traffic says whether a parsed packet on a host device (an EP_HOST interface) is the
  * node's own traffic, for host policy: IPv4 to a host address (tc ingress) or from one (tc
- * egress). Forwarded packets (to and from pods, which their own veths judge), ARP and IPv6
- * (host policy is IPv4's) are not; nor is the overlay between nodes (VXLAN, IP-in-IP from
- * and to a known node's address), which host policy must never cut. */
+ * egress). Forwarded packets (to and from pods, which their own veths judge) and ARP are
+ * not; nor is the overlay between nodes (VXLAN, IP-in-IP from and to a known node's
+ * address), which host policy must never cut. IPv6 takes its own path (handle_host,
+ * host_traffic6). */
 static __noinline int host_traffic(const struct pkt *p, __u32 dir, int parsed)
 {
 	struct peer_identity own, peer;
@@ -396,6 +397,16 @@ static __noinline int host_traffic(const struct pkt *p, __u32 dir, int parsed)
 	return 1;
 }
 
+/* host_safe_verdict is the verdict of a flow host_safe admits: allow, HOST_SAFE_RULE_ID. */
+static __always_inline void host_safe_verdict(struct verdict *res)
+{
+	res->action = POLICY_ALLOW;
+	res->proxy = 0;
+	res->prec = 0;
+	res->rule_id = HOST_SAFE_RULE_ID;
+	res->identity = 0;
+}
+
 /* host_safe_flow says whether a new flow of the host endpoint is one host policy never
  * cuts: to or from a host_safe peer and port (the API server). If so, *res is the allow
  * verdict with HOST_SAFE_RULE_ID. */
@@ -409,12 +420,35 @@ static __noinline int host_safe_flow(const struct pkt *p, __u32 dir, struct verd
 
 	if (!bpf_map_lookup_elem(&host_safe, &k))
 		return 0;
-	res->action = POLICY_ALLOW;
-	res->proxy = 0;
-	res->prec = 0;
-	res->rule_id = HOST_SAFE_RULE_ID;
-	res->identity = 0;
+	host_safe_verdict(res);
 	return 1;
+}
+
+/* host_refuses judges the node's side of a flow between an endpoint (peer: its identity)
+ * and the node for host_guard and host_guard6: the host's direction is the opposite of
+ * the endpoint's dir. Returns the drop reason (and fills *d as the host's decision), or 0
+ * when the host's policy lets the flow be. */
+static __always_inline __u8 host_refuses(const struct endpoint_info *host, __u32 dir,
+					 const struct peer_identity *peer, __u8 proto, __be16 port,
+					 __u32 established, struct decision *d)
+{
+	__u8 hdir = dir == DIR_EGRESS ? DIR_INGRESS : DIR_EGRESS;
+	struct verdict res = {};
+
+	policy_decide(HOST_EP_ID, hdir, host->flags & (hdir == DIR_INGRESS ? EP_ADMIN_INGRESS : EP_ADMIN_EGRESS),
+		      peer, proto, port, &res);
+	if (res.action != POLICY_DENY &&
+	    (established || res.action == POLICY_ALLOW ||
+	     !(host->flags & (hdir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS))))
+		return 0;
+	__builtin_memset(d, 0, sizeof(*d));
+	d->ep_id = HOST_EP_ID;
+	d->src_identity = hdir == DIR_INGRESS ? peer->identity : ID_HOST;
+	d->dst_identity = hdir == DIR_INGRESS ? ID_HOST : peer->identity;
+	d->rule_id = res.rule_id;
+	d->match_identity = res.identity;
+	d->dir = hdir;
+	return res.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY;
 }
 
 /* host_guard judges, for a new flow of an endpoint, the node's side of it when the other
@@ -432,8 +466,8 @@ static __noinline int host_guard(struct __sk_buff *skb, struct pkt *p, __u32 dir
 	__u32 host_id = HOST_EP_ID;
 	struct endpoint_info *host;
 	struct peer_identity hostside, peer;
-	struct verdict res = {};
-	__u8 hdir;
+	struct decision d;
+	__u8 reason;
 
 	if (flags & EP_HOST)
 		return 0;
@@ -446,26 +480,13 @@ static __noinline int host_guard(struct __sk_buff *skb, struct pkt *p, __u32 dir
 	if (hostside.identity != ID_HOST)
 		return 0;
 	/* The host's direction is the opposite of the endpoint's; its peer is the endpoint. */
-	hdir = dir == DIR_EGRESS ? DIR_INGRESS : DIR_EGRESS;
 	ipcache_resolve(dir == DIR_EGRESS ? p->t.saddr : p->t.daddr, &peer);
-	policy_decide(HOST_EP_ID, hdir, host->flags & (hdir == DIR_INGRESS ? EP_ADMIN_INGRESS : EP_ADMIN_EGRESS),
-		      &peer, p->t.proto, p->policy_port, &res);
-	if (res.action == POLICY_DENY ||
-	    (!established && res.action != POLICY_ALLOW &&
-	     (host->flags & (hdir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS)))) {
-		struct decision d = {
-			.ep_id = HOST_EP_ID,
-			.src_identity = hdir == DIR_INGRESS ? peer.identity : ID_HOST,
-			.dst_identity = hdir == DIR_INGRESS ? ID_HOST : peer.identity,
-			.rule_id = res.rule_id,
-			.match_identity = res.identity,
-			.dir = hdir,
-		};
-
+	reason = host_refuses(host, dir, &peer, p->t.proto, p->policy_port, established, &d);
+	if (reason) {
 		/* Drop: the node's own policy refuses the flow; reported as the host's. */
 		if (p->frag == FRAG_FIRST)
 			frag_record(p, &d, 0);
-		return drop(skb, p, &d, res.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY);
+		return drop(skb, p, &d, reason);
 	}
 	return 0;
 }
@@ -1038,19 +1059,21 @@ static __always_inline int judge_local_source6(struct __sk_buff *skb, struct pee
 	return local_source_spoofed(iif, peer, sender);
 }
 
-/* peer6 resolves the peer of an IPv6 packet in direction d->dir. A link-local peer is the
- * node: on an endpoint's veth nothing else is on the link. Returns 1 when the source is
- * spoofed (judge_local_source6; *sender: the identity to report). Entering the endpoint
- * from the overlay, the peer is the identity the VNI carried (tunnel_source), as
- * handle_new has it for IPv4. */
+/* peer6 resolves the peer of an IPv6 packet in direction d->dir, for the endpoint with
+ * flags ep_flags. A link-local peer is the node on an endpoint's veth (nothing else is on
+ * that link), and the world on a host device (a neighbour on the fabric: never the host,
+ * though the host veths' fe80::1 is in the ipcache as the host's). Returns 1 when the
+ * source is spoofed (judge_local_source6; *sender: the identity to report). Entering from
+ * the overlay, the peer is the identity the VNI carried (tunnel_source), as handle_new has
+ * it for IPv4. */
 static __always_inline int peer6(struct __sk_buff *skb, const struct pkt6 *p, struct decision *d,
-				 struct peer_identity *peer, __u32 *sender)
+				 __u32 ep_flags, struct peer_identity *peer, __u32 *sender)
 {
 	const __u8 *addr = d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr;
 
 	if (ip6_is_link_local(addr)) {
 		__builtin_memset(peer, 0, sizeof(*peer));
-		peer->identity = ID_HOST;
+		peer->identity = (ep_flags & EP_HOST) ? ID_WORLD : ID_HOST;
 		return 0;
 	}
 	ipcache_resolve6(addr, peer);
@@ -1072,14 +1095,14 @@ static __always_inline int peer6(struct __sk_buff *skb, const struct pkt6 *p, st
  * redirects and MLD queries from it claim the router's role and drop, as spoofed. Both ways,
  * a neighbour discovery message must have hop limit 255, that is come from the link. */
 static __noinline int handle6_nd(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
-				 const struct endpoint6 *a)
+				 const struct endpoint6 *a /* 0 on a host device */)
 {
 	__u8 t = p->icmp_type;
 
 	/* Drop: neighbour discovery that did not come from the link. */
 	if (t >= ICMP6_T_ROUTER_SOLICIT && t <= ICMP6_T_REDIRECT && p->hop_limit != ND_HOP_LIMIT)
 		return drop6(skb, p, d, REASON_MALFORMED);
-	if (d->dir == DIR_INGRESS)
+	if (d->dir == DIR_INGRESS || !a)
 		return pass();
 	/* Drop: router advertisement, redirect or MLD query from an endpoint. */
 	if (t == ICMP6_T_ROUTER_ADVERT || t == ICMP6_T_REDIRECT || t == ICMP6_T_MLD_QUERY)
@@ -1128,7 +1151,7 @@ static __noinline int handle6_later_fragment(struct __sk_buff *skb, struct pkt6 
 		return drop6(skb, p, d, v->reason);
 	if (v->ipcache_gen == p->ipcache_gen && v->tunnel_id == p->tunnel_id)
 		return pass();
-	if (peer6(skb, p, d, &peer, &sender)) {
+	if (peer6(skb, p, d, ep->flags, &peer, &sender)) {
 		set_identities(d, ep, sender);
 		return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
 	}
@@ -1142,14 +1165,14 @@ static __noinline int handle6_later_fragment(struct __sk_buff *skb, struct pkt6 
 /* related6_from_node: related_from_node for IPv6 (packet too big, above all, which IPv6
  * needs since routers do not fragment). */
 static __noinline int related6_from_node(struct __sk_buff *skb, const struct pkt6 *p,
-					 struct decision *d)
+					 struct decision *d, __u32 ep_flags)
 {
 	struct peer_identity peer;
 	__u32 sender = 0;
 
 	if (d->dir != DIR_INGRESS || !ip6_equal(p->t.daddr, p->inner.saddr))
 		return 0;
-	if (peer6(skb, p, d, &peer, &sender))
+	if (peer6(skb, p, d, ep_flags, &peer, &sender))
 		return 0;
 	if (peer.identity == ID_HOST || peer.identity == ID_REMOTE_NODE)
 		return 1;
@@ -1159,9 +1182,271 @@ static __noinline int related6_from_node(struct __sk_buff *skb, const struct pkt
 	return outside_cluster(&peer);
 }
 
-/* handle6_new evaluates a new IPv6 flow, as handle_new does an IPv4 one, with what the IPv6
- * path does not have failing closed: a redirect verdict (L7, DNS) drops
- * (REASON_PROXY_UNAVAILABLE: the proxies take IPv4 only). */
+/* host_traffic6 is host_traffic for IPv6: a packet on a host device is the node's own when
+ * its address on the node's side (the destination coming in, the source going out) has the
+ * host identity, or is link-local (a host device's own: nothing forwards link-local
+ * traffic). The overlay between nodes (VXLAN, IP-in-IP and IPv6-in-IP from and to a known
+ * node) is not, as for IPv4. */
+static __noinline int host_traffic6(const struct pkt6 *p, __u32 dir)
+{
+	const __u8 *mine = dir == DIR_INGRESS ? p->t.daddr : p->t.saddr;
+	struct peer_identity own, peer;
+
+	if (!ip6_is_link_local(mine)) {
+		ipcache_resolve6(mine, &own);
+		if (own.identity != ID_HOST)
+			return 0;
+	}
+	ipcache_resolve6(dir == DIR_INGRESS ? p->t.saddr : p->t.daddr, &peer);
+	if (peer.identity == ID_REMOTE_NODE &&
+	    (p->t.proto == IPPROTO_IPIP || p->t.proto == IPPROTO_IPV6 ||
+	     (p->t.proto == IPPROTO_UDP && p->t.dport == bpf_htons(VXLAN_PORT))))
+		return 0;
+	return 1;
+}
+
+/* host_safe6_flow is host_safe_flow for IPv6 (the host_safe6 map). */
+static __noinline int host_safe6_flow(const struct pkt6 *p, __u32 dir, struct verdict *res)
+{
+	struct host_safe6_key k = {
+		.port = dir == DIR_EGRESS ? p->t.dport : p->t.sport,
+		.proto = p->t.proto,
+	};
+
+	__builtin_memcpy(k.addr, dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, 16);
+	if (!bpf_map_lookup_elem(&host_safe6, &k))
+		return 0;
+	host_safe_verdict(res);
+	return 1;
+}
+
+/* host_guard6 is host_guard for an IPv6 flow of endpoint ep: the node's side of a flow
+ * between the endpoint and the node, judged by the host's policy. The node's side is a host
+ * address or, on the endpoint's link, a link-local one (the router's fe80::1). The host's
+ * peer is the endpoint: its identity, whichever of its addresses the packet carries (its
+ * link-local address is in no ipcache). */
+static __noinline int host_guard6(struct __sk_buff *skb, struct pkt6 *p, __u32 dir,
+				  const struct endpoint_info *ep, __u32 established)
+{
+	__u32 host_id = HOST_EP_ID;
+	struct endpoint_info *host;
+	struct peer_identity hostside, peer;
+	const __u8 *hs, *es;
+	struct decision d;
+	__u8 reason;
+
+	if (ep->flags & EP_HOST)
+		return 0;
+	host = bpf_map_lookup_elem(&endpoints_by_id, &host_id);
+	if (!host)
+		return 0; /* no host policy on this node */
+	if (dir == DIR_INGRESS && skb->ingress_ifindex)
+		return 0; /* from an interface: not the node's own packet */
+	hs = dir == DIR_EGRESS ? p->t.daddr : p->t.saddr;
+	es = dir == DIR_EGRESS ? p->t.saddr : p->t.daddr;
+	if (!ip6_is_link_local(hs)) {
+		ipcache_resolve6(hs, &hostside);
+		if (hostside.identity != ID_HOST)
+			return 0;
+	}
+	if (ip6_is_link_local(es)) {
+		__builtin_memset(&peer, 0, sizeof(peer));
+		peer.identity = ep->identity;
+		peer.ep_id = ep->ep_id;
+	} else {
+		ipcache_resolve6(es, &peer);
+	}
+	reason = host_refuses(host, dir, &peer, p->t.proto, p->policy_port, established, &d);
+	if (reason) {
+		/* Drop: the node's own policy refuses the flow; reported as the host's. */
+		if (p->frag == FRAG_FIRST)
+			frag6_record(p, &d, 0);
+		return drop6(skb, p, &d, reason);
+	}
+	return 0;
+}
+
+/* drop6_new drops a new IPv6 flow's packet for reason (recording a first fragment's
+ * verdict for the later ones). */
+static __always_inline int drop6_new(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+				     __u8 reason)
+{
+	d->reason = reason;
+	if (p->frag == FRAG_FIRST)
+		frag6_record(p, d, 0);
+	return drop6(skb, p, d, reason);
+}
+
+/* allow6_new records a new IPv6 flow that goes on (ct_flags: its proxy flags) and reports
+ * it with verdict. */
+static __always_inline int allow6_new(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+				      __u32 ct_flags, __u32 revision, __u64 now, __u8 verdict)
+{
+	ct6_create(p, d, ct_flags, revision, now);
+	if (p->frag == FRAG_FIRST)
+		frag6_record(p, d, 1);
+	emit_event6(skb, p, d, EVENT_NEW, verdict);
+	return pass();
+}
+
+/* proxy6_assign is proxy_assign for an IPv6 TCP packet: its own tuple's socket (an accepted
+ * or upstream connection of the proxy, or a request socket mid-handshake), else, for a SYN
+ * with listener set, the proxy's IPv6 listener (map proxy6). The steer mark is the map
+ * proxy's. Returns 0 when assigned, -1 when not (the caller drops). */
+static __noinline int proxy6_assign(struct __sk_buff *skb, const struct pkt6 *p, int listener)
+{
+	const struct proxy_config *marks = proxy_cfg();
+	const struct proxy_config *cfg;
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_sock *sk;
+	__u32 zero = 0;
+	int syn = (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN;
+	long err;
+
+	cfg = bpf_map_lookup_elem(&proxy6, &zero);
+	if (!cfg || !cfg->port || cfg->family != RAMPART_FAMILY_V6 || !marks || !marks->steer_mark)
+		return -1; /* no IPv6 listener configured */
+	__builtin_memcpy(tuple.ipv6.saddr, p->t.saddr, 16);
+	__builtin_memcpy(tuple.ipv6.daddr, p->t.daddr, 16);
+	tuple.ipv6.sport = p->t.sport;
+	tuple.ipv6.dport = p->t.dport;
+	sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
+	if (sk) {
+		/* A TIME_WAIT socket of the tuple cannot take a SYN (proxy_assign_to). */
+		if (sk->state == BPF_TCP_TIME_WAIT && syn) {
+			bpf_sk_release(sk);
+			return -1;
+		}
+		if (sk->state != BPF_TCP_LISTEN)
+			goto assign;
+		bpf_sk_release(sk);
+	}
+	if (!listener || !syn)
+		return -1;
+	__builtin_memcpy(tuple.ipv6.daddr, cfg->addr, 16);
+	tuple.ipv6.dport = cfg->port;
+	sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return -1;
+	if (sk->state != BPF_TCP_LISTEN) {
+		bpf_sk_release(sk);
+		return -1;
+	}
+assign:
+	err = bpf_sk_assign(skb, sk, 0);
+	bpf_sk_release(sk);
+	if (err)
+		return -1;
+	skb->mark |= marks->steer_mark;
+	return 0;
+}
+
+/* new6_egress is new_egress for IPv6: a flow leaving the endpoint that its egress policy
+ * allowed goes through the L7 proxy when the egress verdict is a redirect or when the
+ * destination is a local endpoint whose ingress verdict is one, after that destination's
+ * ingress policy admits it. DNS redirects drop: the DNS proxy takes IPv4 only. */
+static __always_inline int new6_egress(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+				       const struct peer_identity *peer, const struct verdict *res,
+				  __u32 revision, __u64 now)
+{
+	int steer = res->action == POLICY_REDIRECT;
+	struct verdict dres = {};
+	struct peer_identity src;
+	int enforced = 1;
+
+	if (steer) {
+		d->ev_flags |= FLOW_F_L7_EGRESS;
+		if (res->proxy == PROXY_KIND_DNS)
+			/* Drop: DNS rules apply, and the DNS proxy takes IPv4 only. */
+			return drop6_new(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	}
+	if (p->t.proto == IPPROTO_TCP && peer->ep_id) {
+		__u32 dst_id = peer->ep_id;
+		struct endpoint_info *dst = bpf_map_lookup_elem(&endpoints_by_id, &dst_id);
+
+		enforced = !dst || (dst->flags & EP_ENFORCE_INGRESS);
+		ipcache_resolve6(p->t.saddr, &src);
+		policy_decide(dst_id, DIR_INGRESS, dst && (dst->flags & EP_ADMIN_INGRESS), &src,
+			      p->t.proto, p->policy_port, &dres);
+		if (dres.action == POLICY_REDIRECT) {
+			d->ev_flags |= FLOW_F_L7_INGRESS;
+			if (!steer) {
+				d->rule_id = dres.rule_id;
+				d->match_identity = dres.identity;
+			}
+			steer = 1;
+		}
+	}
+	if (!steer)
+		return allow6_new(skb, p, d, 0, revision, now, VERDICT_FORWARDED);
+	if (peer->ep_id && p->t.proto == IPPROTO_TCP &&
+	    (dres.action == POLICY_DENY || (dres.action == 0 && enforced))) {
+		/* Drop: the destination's ingress policy refuses the flow; reported as its
+		 * ingress drop (new_egress). */
+		struct decision dd = {
+			.ep_id = peer->ep_id,
+			.src_identity = src.identity,
+			.dst_identity = peer->identity,
+			.rule_id = dres.rule_id,
+			.match_identity = dres.identity,
+			.dir = DIR_INGRESS,
+			.ev_flags = d->ev_flags,
+		};
+
+		d->reason = dres.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY;
+		if (p->frag == FRAG_FIRST)
+			frag6_record(p, d, 0);
+		return drop6(skb, p, &dd, d->reason);
+	}
+	if (p->t.proto != IPPROTO_TCP || p->frag != FRAG_NONE || proxy6_assign(skb, p, 1) < 0)
+		/* Drop: not a whole TCP segment, or no proxy socket (no IPv6 listener): L7
+		 * policy cannot be checked, so the connection is refused. */
+		return drop6_new(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	count_proxy(d->ep_id, 1);
+	return allow6_new(skb, p, d, CT_F_TO_PROXY, revision, now, VERDICT_REDIRECTED);
+}
+
+/* new6_ingress is new_ingress for IPv6: a redirect verdict admits only the proxy's
+ * upstream connection (its socket mark), whose replies will be steered back to it. */
+static __always_inline int new6_ingress(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+					const struct verdict *res, __u32 revision, __u64 now)
+{
+	int proxied = from_proxy(skb);
+	__u32 ct_flags = 0;
+
+	if (res->action == POLICY_REDIRECT) {
+		d->ev_flags |= FLOW_F_L7_INGRESS;
+		if (!proxied || p->t.proto != IPPROTO_TCP)
+			/* Drop: L7 rules apply to this flow but it did not pass the proxy. */
+			return drop6_new(skb, p, d, REASON_PROXY_BYPASS);
+	}
+	if (proxied) {
+		d->ev_flags |= FLOW_F_FROM_PROXY;
+		ct_flags = CT_F_FROM_PROXY;
+		count_proxy(d->ep_id, 0);
+	}
+	return allow6_new(skb, p, d, ct_flags, revision, now, VERDICT_FORWARDED);
+}
+
+/* steer6_established is steer_established for IPv6: a client's packets of a steered flow
+ * to the proxy, a server's replies to the proxy's upstream socket. Returns -1 when the
+ * packet is not such a packet, else the tc verdict. */
+static __noinline int steer6_established(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
+					 int status, __u32 ct_flags)
+{
+	int to_proxy = status == CT_ESTABLISHED && (ct_flags & CT_F_TO_PROXY);
+	int reply_to_proxy = status == CT_REPLY && (ct_flags & CT_F_FROM_PROXY);
+
+	if (!to_proxy && !reply_to_proxy)
+		return -1;
+	if (p->t.proto != IPPROTO_TCP || p->frag != FRAG_NONE || proxy6_assign(skb, p, to_proxy) < 0)
+		/* Drop: the connection's proxy socket is gone: it cannot go on unchecked. */
+		return drop6(skb, p, d, REASON_PROXY_UNAVAILABLE);
+	count_proxy(d->ep_id, 1);
+	return pass();
+}
+
+/* handle6_new evaluates a new IPv6 flow, as handle_new does an IPv4 one. */
 static __noinline int handle6_new(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
 				  const struct endpoint_info *ep, __u64 now)
 {
@@ -1169,57 +1454,38 @@ static __noinline int handle6_new(struct __sk_buff *skb, struct pkt6 *p, struct 
 	struct verdict res;
 	__u32 sender = 0;
 	__u8 dir = d->dir;
-	__u8 reason = 0;
 
-	if (peer6(skb, p, d, &peer, &sender)) {
+	if (peer6(skb, p, d, ep->flags, &peer, &sender)) {
 		/* Drop: a local endpoint's address that did not come from its interface. */
 		set_identities(d, ep, sender);
-		reason = REASON_SPOOFED_SOURCE;
-		goto out_drop;
+		return drop6_new(skb, p, d, REASON_SPOOFED_SOURCE);
 	}
 	set_identities(d, ep, peer.identity);
-	if (dir == DIR_INGRESS && (ep->flags & EP_MONITOR) && skb->ingress_ifindex) {
+	if (dir == DIR_INGRESS && (ep->flags & EP_MONITOR) && skb->ingress_ifindex)
 		/* Drop: a monitor endpoint is not a destination. */
-		reason = REASON_TAP_MONITOR_DESTINATION;
-		goto out_drop;
-	}
-	policy_decide(d->ep_id, dir, ep_admin(ep, dir), &peer, p->t.proto, p->policy_port, &res);
+		return drop6_new(skb, p, d, REASON_TAP_MONITOR_DESTINATION);
+	if (!((ep->flags & EP_HOST) && host_safe6_flow(p, dir, &res)))
+		policy_decide(d->ep_id, dir, ep_admin(ep, dir), &peer, p->t.proto, p->policy_port, &res);
 	d->rule_id = res.rule_id;
 	d->match_identity = res.identity;
-	if (res.action == POLICY_DENY) {
+	if (res.action == POLICY_DENY)
 		/* Drop: a deny entry matches. */
-		reason = REASON_POLICY_DENY;
-		goto out_drop;
-	}
-	if (res.action == POLICY_REDIRECT) {
-		/* Drop: L7 or DNS rules apply, and no proxy takes IPv6. */
-		d->ev_flags |= dir == DIR_EGRESS ? FLOW_F_L7_EGRESS : FLOW_F_L7_INGRESS;
-		reason = REASON_PROXY_UNAVAILABLE;
-		goto out_drop;
-	}
-	if (res.action != POLICY_ALLOW &&
-	    (ep->flags & (dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS))) {
+		return drop6_new(skb, p, d, REASON_POLICY_DENY);
+	if (res.action != POLICY_ALLOW && res.action != POLICY_REDIRECT &&
+	    (ep->flags & (dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS)))
 		/* Drop: the endpoint enforces this direction and nothing allows the flow. */
-		reason = REASON_POLICY_DEFAULT_DENY;
-		goto out_drop;
-	}
-	ct6_create(p, d, ep->revision + p->ipcache_gen, now);
-	if (p->frag == FRAG_FIRST)
-		frag6_record(p, d, 1);
-	emit_event6(skb, p, d, EVENT_NEW, VERDICT_FORWARDED);
-	return pass();
-out_drop:
-	d->reason = reason;
-	if (p->frag == FRAG_FIRST)
-		frag6_record(p, d, 0);
-	return drop6(skb, p, d, reason);
+		return drop6_new(skb, p, d, REASON_POLICY_DEFAULT_DENY);
+	if (dir == DIR_EGRESS)
+		return new6_egress(skb, p, d, &peer, &res, ep->revision + p->ipcache_gen, now);
+	return new6_ingress(skb, p, d, &res, ep->revision + p->ipcache_gen, now);
 }
 
 /* handle6_recheck applies a change to an established IPv6 flow, as recheck_established
- * does (no proxied flows here). Returns -1 to go on, else the tc verdict. */
+ * does. Returns -1 to go on, else the tc verdict. */
 static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, struct decision *d,
 				      const struct endpoint_info *ep, struct ct_value *v)
 {
+	__u32 via_proxy = v->flags & (d->dir == DIR_EGRESS ? CT_F_TO_PROXY : CT_F_FROM_PROXY);
 	__u32 enforce = d->dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS;
 	struct peer_identity peer;
 	struct verdict res;
@@ -1227,7 +1493,7 @@ static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, str
 	__u8 reason = 0;
 	int changed;
 
-	if (peer6(skb, p, d, &peer, &sender)) {
+	if (peer6(skb, p, d, ep->flags, &peer, &sender)) {
 		set_identities(d, ep, sender);
 		return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
 	}
@@ -1239,10 +1505,13 @@ static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, str
 	if (res.action == POLICY_DENY)
 		/* Drop: a deny entry now matches this established flow. */
 		reason = changed ? REASON_PEER_IDENTITY_CHANGED : REASON_POLICY_DENY;
-	else if (res.action == POLICY_REDIRECT)
-		/* Drop: L7 rules now apply to this flow, which no proxy can take. */
-		reason = REASON_PROXY_BYPASS;
-	else if (changed && res.action != POLICY_ALLOW && (ep->flags & enforce))
+	else if (res.action == POLICY_REDIRECT && (!via_proxy || changed)) {
+		/* Drop: L7 rules now apply to this flow, which does not pass the proxy, or whose
+		 * L7 decisions were taken for another peer identity (recheck_established). */
+		d->ev_flags |= d->dir == DIR_EGRESS ? FLOW_F_L7_EGRESS : FLOW_F_L7_INGRESS;
+		reason = via_proxy ? REASON_PEER_IDENTITY_CHANGED : REASON_PROXY_BYPASS;
+	}
+	else if (changed && res.action != POLICY_ALLOW && res.action != POLICY_REDIRECT && (ep->flags & enforce))
 		/* Drop: nothing allows the flow's new peer identity. */
 		reason = REASON_PEER_IDENTITY_CHANGED;
 	if (reason) {
@@ -1257,13 +1526,16 @@ static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, str
 
 /* handle6 is the IPv6 policy path of an endpoint's veth: endpoint -> parse -> neighbour
  * discovery, or source check -> fragments -> conntrack -> ipcache -> policy -> verdict, with
- * the IPv4 path's rules (handle_policy). */
-static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
+ * the IPv4 path's rules (handle_policy). On a host device (host: the host programs) it is
+ * host policy's IPv6 path: only the node's own traffic is judged (host_traffic6), what is
+ * forwarded passes on (TC_ACT_UNSPEC); the node sends from any of its addresses, and its
+ * neighbour discovery passes whatever the destination (the hop limit keeps it on the link). */
+static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int host)
 {
 	struct decision d = { .dir = dir };
 	struct pkt6 p = {};
 	struct endpoint_info *ep;
-	struct endpoint6 *a;
+	struct endpoint6 *a = 0;
 	struct ct_value *entry;
 	__u64 now;
 	int ret, status;
@@ -1276,6 +1548,10 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
 	if (!ep)
 		/* Drop: no endpoint on this interface. */
 		return drop6(skb, &p, &d, REASON_UNKNOWN_ENDPOINT);
+	/* Not the node's own traffic (or an IPv6 header too short to say whose: the kernel
+	 * drops it): the device's next program or the kernel has it. */
+	if (host && !host_traffic6(&p, dir))
+		return TC_ACT_UNSPEC;
 	d.ep_id = ep->ep_id;
 	d.src_identity = dir == DIR_EGRESS ? ep->identity : 0;
 	d.dst_identity = dir == DIR_INGRESS ? ep->identity : 0;
@@ -1285,20 +1561,26 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
 	if (ret < 0)
 		/* Drop: an extension header not followed (parse6). */
 		return drop6(skb, &p, &d, REASON_IPV6_EXTENSION);
-	a = bpf_map_lookup_elem(&endpoints6, &d.ep_id);
-	if (!a)
-		/* Drop: the endpoint has no IPv6 address. */
-		return drop6(skb, &p, &d, REASON_UNSUPPORTED_L3);
-	/* Link control passes without policy only on the link. Leaving the endpoint that is a
-	 * link-scoped destination: to any other address it is an ICMPv6 packet like others,
-	 * which policy judges (else an endpoint could send what it likes past its egress policy
-	 * as neighbour solicitations to the world). Entering it, the node's own solicitations
-	 * of the endpoint's address are unicast to it; that they come from the node, not from
-	 * beyond, handle6_nd checks by the hop limit. */
-	if (p.nd && (dir == DIR_INGRESS || ip6_is_link_scoped(p.t.daddr)))
-		return handle6_nd(skb, &p, &d, a);
-	if (dir == DIR_EGRESS && !own6(a, p.t.saddr))
-		return handle6_spoofed(skb, &p, &d);
+	if (host) {
+		if (p.nd)
+			return handle6_nd(skb, &p, &d, 0);
+	} else {
+		a = bpf_map_lookup_elem(&endpoints6, &d.ep_id);
+		if (!a)
+			/* Drop: the endpoint has no IPv6 address. */
+			return drop6(skb, &p, &d, REASON_UNSUPPORTED_L3);
+		/* Link control passes without policy only on the link. Leaving the endpoint
+		 * that is a link-scoped destination: to any other address it is an ICMPv6
+		 * packet like others, which policy judges (else an endpoint could send what it
+		 * likes past its egress policy as neighbour solicitations to the world).
+		 * Entering it, the node's own solicitations of the endpoint's address are
+		 * unicast to it; that they come from the node, not from beyond, handle6_nd
+		 * checks by the hop limit. */
+		if (p.nd && (dir == DIR_INGRESS || ip6_is_link_scoped(p.t.daddr)))
+			return handle6_nd(skb, &p, &d, a);
+		if (dir == DIR_EGRESS && !own6(a, p.t.saddr))
+			return handle6_spoofed(skb, &p, &d);
+	}
 	if (ep->flags & (dir == DIR_EGRESS ? EP_TAP_EGRESS : EP_TAP_INGRESS))
 		/* Drop: the endpoint's traffic in this direction is tapped, and taps take IPv4
 		 * only: a packet a monitor must see does not pass unseen. */
@@ -1307,13 +1589,24 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
 		return handle6_later_fragment(skb, &p, &d, ep);
 	now = bpf_jiffies64();
 	status = ct6_lookup(&p, d.ep_id, dir, now, &entry);
-	if (status == CT_RELATED_FOREIGN && related6_from_node(skb, &p, &d))
+	if (status == CT_RELATED_FOREIGN && related6_from_node(skb, &p, &d, ep->flags))
 		return pass();
-	if (status == CT_NEW || status == CT_RELATED_FOREIGN)
+	if (status == CT_NEW || status == CT_RELATED_FOREIGN) {
+		if (!host && host_guard6(skb, &p, dir, ep, 0))
+			return TC_ACT_SHOT;
 		return handle6_new(skb, &p, &d, ep, now);
+	}
 	if (status == CT_ESTABLISHED && entry &&
 	    ct_checked(entry) != ct6_check_word(ep->revision + p.ipcache_gen, &p)) {
 		ret = handle6_recheck(skb, &p, &d, ep, entry);
+		if (ret >= 0)
+			return ret;
+		/* A flow between the endpoint and the node: the host's policy too. */
+		if (!host && entry->peer_identity == ID_HOST && host_guard6(skb, &p, dir, ep, 1))
+			return TC_ACT_SHOT;
+	}
+	if (!host && dir == DIR_EGRESS && entry && (entry->flags & (CT_F_TO_PROXY | CT_F_FROM_PROXY))) {
+		ret = steer6_established(skb, &p, &d, status, entry->flags);
 		if (ret >= 0)
 			return ret;
 	}
@@ -1329,27 +1622,51 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir)
 SEC("tc")
 int rampart_from_ep6(struct __sk_buff *skb)
 {
-	return handle6(skb, DIR_EGRESS);
+	return handle6(skb, DIR_EGRESS, 0);
 }
 
 /* tc egress on an endpoint's veth, IPv6 (tail call from rampart_to_ep). */
 SEC("tc")
 int rampart_to_ep6(struct __sk_buff *skb)
 {
-	return handle6(skb, DIR_INGRESS);
+	return handle6(skb, DIR_INGRESS, 0);
 }
 
-/* The IPv6 path by direction (DIR_*): the endpoint programs tail-call into it. Filled when
- * the programs are loaded (not pinned: each load has its own). */
+/* tc ingress on a host device, IPv6 (tail call from rampart_to_host). */
+SEC("tc")
+int rampart_to_host6(struct __sk_buff *skb)
+{
+	int ret = handle6(skb, DIR_INGRESS, 1);
+
+	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
+}
+
+/* tc egress on a host device, IPv6 (tail call from rampart_from_host). */
+SEC("tc")
+int rampart_from_host6(struct __sk_buff *skb)
+{
+	int ret = handle6(skb, DIR_EGRESS, 1);
+
+	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
+}
+
+/* IPV6_PATH_HOST + DIR_*: the host programs' entries in ipv6_path. */
+#define IPV6_PATH_HOST 2
+
+/* The IPv6 path by direction (DIR_*; IPV6_PATH_HOST + DIR_* for the host devices): the
+ * endpoint and host programs tail-call into it. Filled when the programs are loaded (not
+ * pinned: each load has its own). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, 5);
 	__type(key, __u32);
 	__array(values, int(struct __sk_buff *));
 } ipv6_path SEC(".maps") = {
 	.values = {
 		[DIR_INGRESS] = (void *)&rampart_to_ep6,
 		[DIR_EGRESS] = (void *)&rampart_from_ep6,
+		[IPV6_PATH_HOST + DIR_INGRESS] = (void *)&rampart_to_host6,
+		[IPV6_PATH_HOST + DIR_EGRESS] = (void *)&rampart_from_host6,
 	},
 };
 
@@ -1364,6 +1681,22 @@ static __always_inline int handle_endpoint(struct __sk_buff *skb, __u8 dir)
 		 * (REASON_UNSUPPORTED_L3, handle_unparsed). */
 	}
 	return handle(skb, dir);
+}
+
+/* handle_host runs host policy's IPv6 path for an IPv6 frame and its IPv4 path for
+ * everything else, passing on (TC_ACT_UNSPEC) what the policy path passes. */
+static __always_inline int handle_host(struct __sk_buff *skb, __u8 dir)
+{
+	int ret;
+
+	if (unlikely(skb->protocol == bpf_htons(ETH_P_IPV6))) {
+		bpf_tail_call(skb, &ipv6_path, IPV6_PATH_HOST + dir);
+		/* Not reached unless the program is missing: the IPv4 path would pass the
+		 * node's IPv6 unjudged (host_traffic), so it drops. */
+		return TC_ACT_SHOT;
+	}
+	ret = handle(skb, dir);
+	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
 }
 
 /* tc ingress on the host-side veth: the endpoint is sending. */
@@ -1387,18 +1720,14 @@ int rampart_to_ep(struct __sk_buff *skb)
 SEC("tc")
 int rampart_to_host(struct __sk_buff *skb)
 {
-	int ret = handle(skb, DIR_INGRESS);
-
-	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
+	return handle_host(skb, DIR_INGRESS);
 }
 
 /* tc egress on a host device: out of the node, the host endpoint's egress. */
 SEC("tc")
 int rampart_from_host(struct __sk_buff *skb)
 {
-	int ret = handle(skb, DIR_EGRESS);
-
-	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
+	return handle_host(skb, DIR_EGRESS);
 }
 
 /* tc egress on the VXLAN device, IPv6 inner packets (tail call from rampart_to_tunnel). */

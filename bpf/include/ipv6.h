@@ -449,9 +449,9 @@ static __noinline int ct6_lookup(const struct pkt6 *p, __u32 ep_id, __u8 dir, __
 	return reply ? CT_REPLY : CT_ESTABLISHED;
 }
 
-/* ct6_create: ct_create for IPv6. */
-static __noinline void ct6_create(const struct pkt6 *p, const struct decision *d, __u32 revision,
-				  __u64 now)
+/* ct6_create: ct_create for IPv6 (flags: CT_F_TO_PROXY, CT_F_FROM_PROXY or 0). */
+static __noinline void ct6_create(const struct pkt6 *p, const struct decision *d, __u32 flags,
+				  __u32 revision, __u64 now)
 {
 	struct ct6_key k;
 	struct ct_value v = {};
@@ -459,7 +459,7 @@ static __noinline void ct6_create(const struct pkt6 *p, const struct decision *d
 	if (p->icmp_kind == ICMP_K_ERROR || p->icmp_kind == ICMP_K_OTHER)
 		return;
 	ct6_key_fill(&k, &p->t, d->ep_id, d->dir);
-	ct_value_init(&v, d, 0, revision, p->tunnel_id, p->t.proto, p->tcp_flags, now);
+	ct_value_init(&v, d, flags, revision, p->tunnel_id, p->t.proto, p->tcp_flags, now);
 	bpf_map_update_elem(&conntrack6, &k, &v, BPF_ANY);
 }
 

@@ -58,6 +58,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } host_safe SEC(".maps");
 
+/* host_safe for IPv6 peers (struct host_safe6_key -> 1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct host_safe6_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} host_safe6 SEC(".maps");
+
 /* Address -> identity (longest prefix). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -177,6 +186,16 @@ struct {
 	__type(value, struct proxy_config);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } proxy SEC(".maps");
+
+/* The L7 proxy's IPv6 listener (index 0; family RAMPART_FAMILY_V6 once set; its marks are
+ * the map proxy's). Unset, IPv6 connections that L7 rules apply to drop. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct proxy_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} proxy6 SEC(".maps");
 
 /* The DNS proxy: its UDP socket and TCP listener (same address and port; struct
  * proxy_config, marks unused): index 0 judges names (rules.dns), index 1 only observes

@@ -192,6 +192,14 @@ struct host_safe_key {
 	__u8 pad;
 };
 
+/* host_safe6: host_safe for an IPv6 peer. */
+struct host_safe6_key {
+	__u8 addr[16];
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
 struct endpoint_info {
 	__u32 ep_id;    /* agent-assigned endpoint number, 1..RAMPART_MAX_ENDPOINTS-1 */
 	__u32 identity; /* security identity of the endpoint */

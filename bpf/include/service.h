@@ -55,4 +55,27 @@ struct svc_revnat_key {
 	__u8 pad;
 };
 
+/* The IPv6 maps' layouts (svc_services6, svc_backends6 under svc_backend_key, svc_revnat6):
+ * the IPv4 ones with 16-byte addresses, as four words in network order. */
+struct svc_key6 {
+	__u32 ip6[4];
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct svc_backend6 {
+	__u32 ip6[4];
+	__u16 port;
+	__u16 pad;
+};
+
+struct svc_revnat_key6 {
+	__u64 cookie;
+	__u32 ip6[4];
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
 #endif /* __RAMPART_SERVICE_H */

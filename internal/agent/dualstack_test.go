@@ -244,6 +244,15 @@ spec:
     ports: [{port: 80, protocol: TCP}]
   - from: [{ipBlock: {cidr: "2001:db8::/32"}}]
     ports: [{port: 443, protocol: TCP}]
+---
+apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: a-l7, namespace: x}
+spec:
+  endpointSelector: {matchLabels: {app: a}}
+  ingress:
+  - fromEndpoints: [{matchLabels: {app: b}}]
+    toPorts: [{ports: [{port: "8080", protocol: TCP}], rules: {http: [{method: GET}]}}]
 `); err != nil {
 		t.Fatal(err)
 	}
@@ -258,6 +267,9 @@ spec:
 		{"2001:db9::9", "2001:2::2", "TCP", 443, false},
 		{"198.51.100.9", "x/a", "TCP", 443, false},
 		{"x/b", "2001:2::2", "ICMPv6", 128, false},
+		// L7 rules: redirected over IPv4, dropped over IPv6 (no proxy takes IPv6).
+		{"x/b", "x/a", "TCP", 8080, true},
+		{"2001:2::3", "2001:2::2", "TCP", 8080, false},
 	} {
 		res, err := h.a.Trace(ctx, api.TraceRequest{From: c.from, To: c.to, Protocol: c.proto, Port: c.port})
 		if err != nil {

@@ -102,9 +102,11 @@ func (a *Agent) setupHost(m *model) error {
 			}
 		}
 	}
+	// The host endpoint's address is IPv4 (its IPv6 ones are host addresses in the
+	// ipcache like the rest).
 	h.addr = a.net.Router()
-	if len(a.eng.hostAddrs) > 0 {
-		h.addr = a.eng.hostAddrs[0]
+	if i := slices.IndexFunc(a.eng.hostAddrs, netip.Addr.Is4); i >= 0 {
+		h.addr = a.eng.hostAddrs[i]
 	}
 	if a.eng.nodeAddr.IsValid() {
 		h.addr = a.eng.nodeAddr
@@ -167,7 +169,7 @@ func (a *Agent) hostSafe(m *model) []datapath.HostSafe {
 	safe := []datapath.HostSafe{}
 	add := func(ap netip.AddrPort) {
 		s := datapath.HostSafe{Addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), Proto: uint8(policy.ProtoTCP)}
-		if s.Addr.Addr().Is4() && !slices.Contains(safe, s) {
+		if !slices.Contains(safe, s) {
 			safe = append(safe, s)
 		}
 	}

@@ -23,10 +23,13 @@ type ServiceTable interface {
 
 // ServiceRecord is a Service as declared (docs/services.md), persisted in the state.
 type ServiceRecord struct {
-	Namespace string              `json:"namespace"`
-	Name      string              `json:"name"`
-	ClusterIP netip.Addr          `json:"clusterIP"`
-	Ports     []ServicePortRecord `json:"ports"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// ClusterIP is its cluster address; a dual-stack Service has a second one, of the
+	// other family, in ClusterIPs (which then holds both, ClusterIP first).
+	ClusterIP  netip.Addr          `json:"clusterIP"`
+	ClusterIPs []netip.Addr        `json:"clusterIPs,omitempty"`
+	Ports      []ServicePortRecord `json:"ports"`
 	// Selector picks the backends among the endpoints, local and remote, of the Service's
 	// namespace (nil: none by label).
 	Selector labels.Labels `json:"selector,omitempty"`
@@ -54,12 +57,20 @@ type ServicePortRecord struct {
 // Key is the record's namespace/name.
 func (r *ServiceRecord) Key() string { return r.Namespace + "/" + r.Name }
 
+// addrs are the Service's cluster addresses, ClusterIP first.
+func (r *ServiceRecord) addrs() []netip.Addr {
+	if len(r.ClusterIPs) > 0 {
+		return r.ClusterIPs
+	}
+	return []netip.Addr{r.ClusterIP}
+}
+
 // serviceModel resolves the Services of m against its endpoints: the pure model's input.
 func serviceModel(m *model) []service.Service {
 	out := make([]service.Service, 0, len(m.services))
 	for _, key := range sortedKeys(m.services) {
 		r := m.services[key]
-		s := service.Service{Namespace: r.Namespace, Name: r.Name, ClusterIP: r.ClusterIP}
+		s := service.Service{Namespace: r.Namespace, Name: r.Name, ClusterIPs: r.addrs()}
 		for _, p := range r.Ports {
 			s.Ports = append(s.Ports, service.Port{Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: p.TargetPort, NodePort: p.NodePort})
 		}
@@ -71,6 +82,9 @@ func serviceModel(m *model) []service.Service {
 				e := m.endpoints[key]
 				if e.Namespace == r.Namespace && !e.Monitor && selects(r.Selector, e.Labels) {
 					s.Endpoints = append(s.Endpoints, service.Endpoint{Addr: e.IP})
+					if e.IP6.IsValid() {
+						s.Endpoints = append(s.Endpoints, service.Endpoint{Addr: e.IP6})
+					}
 				}
 			}
 			for _, key := range sortedKeys(m.remotes) {
@@ -141,10 +155,17 @@ func (a *Agent) ListServices(ctx context.Context) ([]api.ServiceEntry, error) {
 func serviceView(r *ServiceRecord, d *desired) api.ServiceEntry {
 	v := api.ServiceEntry{Namespace: r.Namespace, Name: r.Name, Backends: []string{}}
 	v.ClusterIP = r.ClusterIP.String()
+	if len(r.ClusterIPs) > 0 {
+		for _, ip := range r.ClusterIPs {
+			v.ClusterIPs = append(v.ClusterIPs, ip.String())
+		}
+	}
 	for _, p := range r.Ports {
 		v.Ports = append(v.Ports, api.ServicePort{Name: p.Name, Protocol: p.Protocol.String(), Port: p.Port, TargetPort: p.TargetPort, NodePort: p.NodePort})
-		for _, b := range d.services[service.Frontend{Addr: r.ClusterIP, Port: p.Port, Protocol: p.Protocol}] {
-			v.Backends = append(v.Backends, b.Addr.String())
+		for _, ip := range r.addrs() {
+			for _, b := range d.services[service.Frontend{Addr: ip, Port: p.Port, Protocol: p.Protocol}] {
+				v.Backends = append(v.Backends, b.Addr.String())
+			}
 		}
 	}
 	slices.Sort(v.Backends)
@@ -214,10 +235,27 @@ func serviceRecord(namespace, name string, spec api.ServiceSpec) (*ServiceRecord
 	key := namespace + "/" + name
 	rec := &ServiceRecord{Namespace: namespace, Name: name}
 	ip, err := netip.ParseAddr(spec.ClusterIP)
-	if err != nil || !ip.Is4() || ip.IsUnspecified() {
-		return nil, api.BadRequest("service %s: clusterIP %q: want an IPv4 address", key, spec.ClusterIP)
+	if err != nil || ip.Zone() != "" || ip.Is4In6() || ip.IsUnspecified() {
+		return nil, api.BadRequest("service %s: clusterIP %q: want an IPv4 or IPv6 address", key, spec.ClusterIP)
 	}
 	rec.ClusterIP = ip
+	if len(spec.ClusterIPs) > 0 {
+		// Kubernetes' clusterIPs: the primary first, then at most one of the other family.
+		for i, s := range spec.ClusterIPs {
+			a, err := netip.ParseAddr(s)
+			if err != nil || a.Zone() != "" || a.Is4In6() || a.IsUnspecified() {
+				return nil, api.BadRequest("service %s: clusterIPs[%d] %q: want an IPv4 or IPv6 address", key, i, s)
+			}
+			rec.ClusterIPs = append(rec.ClusterIPs, a)
+		}
+		if rec.ClusterIPs[0] != ip || len(rec.ClusterIPs) > 2 ||
+			len(rec.ClusterIPs) == 2 && rec.ClusterIPs[1].Is4() == ip.Is4() {
+			return nil, api.BadRequest("service %s: clusterIPs %v: want clusterIP first, then at most one address of the other family", key, spec.ClusterIPs)
+		}
+		if len(rec.ClusterIPs) == 1 {
+			rec.ClusterIPs = nil
+		}
+	}
 	for i, p := range spec.Ports {
 		proto, err := service.ParseProtocol(p.Protocol)
 		if err != nil {
@@ -234,8 +272,8 @@ func serviceRecord(namespace, name string, spec api.ServiceSpec) (*ServiceRecord
 	}
 	for i, s := range spec.Addresses {
 		a, err := netip.ParseAddr(s)
-		if err != nil || !a.Is4() || a.IsUnspecified() {
-			return nil, api.BadRequest("service %s: addresses[%d] %q: want an IPv4 address", key, i, s)
+		if err != nil || a.Zone() != "" || a.Is4In6() || a.IsUnspecified() {
+			return nil, api.BadRequest("service %s: addresses[%d] %q: want an IPv4 or IPv6 address", key, i, s)
 		}
 		rec.Endpoints = append(rec.Endpoints, ServiceEndpointRecord{Addr: a})
 	}

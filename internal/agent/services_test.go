@@ -136,7 +136,12 @@ func TestServiceBadInput(t *testing.T) {
 		{"web2", "ports[0].protocol: SCTP", mod(func(s *api.ServiceSpec) { s.Ports[0].Protocol = "SCTP" })},
 		{"web2", "ports[0].port", mod(func(s *api.ServiceSpec) { s.Ports[0].Port = 0 })},
 		{"web2", "ports: at least one", mod(func(s *api.ServiceSpec) { s.Ports = nil })},
-		{"web2", `addresses[0] "::1"`, mod(func(s *api.ServiceSpec) { s.Addresses = []string{"::1"} })},
+		{"web2", `addresses[0] "::ffff:198.18.0.9"`, mod(func(s *api.ServiceSpec) { s.Addresses = []string{"::ffff:198.18.0.9"} })},
+		{"web2", "clusterIPs", mod(func(s *api.ServiceSpec) { s.ClusterIPs = []string{"2001:2::c8:10", "198.19.200.12"} })},
+		{"web2", "clusterIPs", mod(func(s *api.ServiceSpec) {
+			s.ClusterIP = "198.19.200.12"
+			s.ClusterIPs = []string{"198.19.200.12", "198.19.200.13"}
+		})},
 		{"web2", "also service y/web's", webSpec()},
 		{"Bad_Name", "name", webSpec()},
 	} {
@@ -171,5 +176,34 @@ func TestClusterServices(t *testing.T) {
 	joined := strings.Join(problems, "\n")
 	if len(problems) != 2 || !strings.Contains(joined, "service x/web: port 198.19.200.10:80/TCP is also service x/again's") || !strings.Contains(joined, "x/noports: ports") {
 		t.Errorf("problems %q", problems)
+	}
+}
+
+// A dual-stack Service translates each cluster address to its family's backends: a
+// dual-stack endpoint is a backend by both its addresses.
+func TestServiceDualStack(t *testing.T) {
+	h := newDualStackHarness(t)
+	h.a.Close()
+	h.a = nil
+	h.dp.services = &fakeServices{}
+	h.start()
+	ctx := context.Background()
+	web := h.add("y", "web1", map[string]string{"app": "web"})
+	spec := webSpec()
+	spec.ClusterIPs = []string{"198.19.200.10", "2001:2::c8:10"}
+	got, err := h.a.PutService(ctx, "y", "web", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front6 := service.Frontend{Addr: netip.MustParseAddr("2001:2::c8:10"), Port: 80, Protocol: service.TCP}
+	table := h.dp.services.get()
+	if b := table[webFront]; len(b) != 1 || b[0].Addr.String() != web.IP {
+		t.Errorf("IPv4 frontend backends %v, want %s", b, web.IP)
+	}
+	if b := table[front6]; len(b) != 1 || b[0].Addr.String() != web.IP6 || b[0].Port != 8080 {
+		t.Errorf("IPv6 frontend backends %v, want %s:8080", b, web.IP6)
+	}
+	if len(got.Backends) != 2 || len(got.ClusterIPs) != 2 {
+		t.Errorf("service view %+v, want both cluster IPs and both backend addresses", got)
 	}
 }

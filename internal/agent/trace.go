@@ -74,6 +74,11 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 		res.Allowed, res.Redirected = false, false
 		res.Diagnostic = "L7 rules apply, but only connections from endpoints are steered to the L7 proxy: the dataplane drops this one (proxy-bypass)"
 	}
+	if res.Redirected && traceIPv6(req, proto) {
+		// The IPv6 path drops what it would have to steer (REASON_PROXY_UNAVAILABLE).
+		res.Allowed, res.Redirected = false, false
+		res.Diagnostic = strings.TrimSpace(res.Diagnostic + " L7 or DNS rules apply, and the L7 and DNS proxies take IPv4 only: the dataplane drops this IPv6 connection (proxy-unavailable).")
+	}
 	if len(elsewhere) > 0 {
 		// Say plainly which decisions are not this node's own.
 		res.Diagnostic = strings.TrimSpace(res.Diagnostic + " Decided on another node, judged here from the policies and pods this node knows: " +
@@ -88,6 +93,17 @@ func (a *Agent) Trace(ctx context.Context, req api.TraceRequest) (api.TraceResul
 	res.From, res.To = req.From, req.To
 	res.Protocol, res.Port = protocolName(uint8(proto)), req.Port
 	return res, nil
+}
+
+// traceIPv6 says whether a trace is of an IPv6 connection: a peer given by an IPv6 address,
+// or ICMPv6.
+func traceIPv6(req api.TraceRequest, proto policy.Protocol) bool {
+	for _, s := range []string{req.From, req.To} {
+		if a, err := netip.ParseAddr(s); err == nil && a.Is6() && !a.Is4In6() {
+			return true
+		}
+	}
+	return proto == policy.ProtoICMPv6
 }
 
 // tracePeer resolves "ns/name" (a local endpoint, or a pod on another node: its address,

@@ -752,10 +752,13 @@ type RemoteEndpoint struct {
 // its backends: the endpoints (local and remote) of its namespace whose labels match the
 // selector, and the addresses listed.
 type ServiceSpec struct {
-	ClusterIP string            `json:"clusterIP"`
-	Ports     []ServicePort     `json:"ports"`
-	Selector  map[string]string `json:"selector,omitempty"`
-	Addresses []string          `json:"addresses,omitempty"`
+	ClusterIP string `json:"clusterIP"`
+	// ClusterIPs, for a dual-stack Service: ClusterIP, then the address of the other
+	// family (as Kubernetes' spec.clusterIPs).
+	ClusterIPs []string          `json:"clusterIPs,omitempty"`
+	Ports      []ServicePort     `json:"ports"`
+	Selector   map[string]string `json:"selector,omitempty"`
+	Addresses  []string          `json:"addresses,omitempty"`
 }
 
 // ServicePort is one port of a Service: its protocol (TCP, UDP), the port clients address

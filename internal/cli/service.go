@@ -19,8 +19,8 @@ func (a *app) serviceCommand() *cobra.Command {
 		Aliases: []string{"services", "svc"},
 		Short:   "Declare, list and delete Services (a cluster address translated to backend endpoints)",
 	}
-	var ports, selector, addresses []string
-	var clusterIP, output string
+	var ports, selector, addresses, clusterIPs []string
+	var output string
 	add := &cobra.Command{
 		Use:   "add NAMESPACE/NAME --cluster-ip ADDR --port [NAME=]PORT[:TARGET][/PROTO] [--selector k=v,...] [--address ADDR]",
 		Short: "Declare a Service (or change it); its backends are the endpoints of its namespace the selector picks, and the addresses listed",
@@ -30,7 +30,10 @@ func (a *app) serviceCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			spec := api.ServiceSpec{ClusterIP: clusterIP, Addresses: addresses}
+			spec := api.ServiceSpec{ClusterIP: clusterIPs[0], Addresses: addresses}
+			if len(clusterIPs) > 1 {
+				spec.ClusterIPs = clusterIPs
+			}
 			if len(selector) > 0 {
 				if spec.Selector, err = parseLabelSet(selector); err != nil {
 					return err
@@ -47,14 +50,14 @@ func (a *app) serviceCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a.printf("service %s/%s: %s, backends %s\n", s.Namespace, s.Name, s.ClusterIP, orNone(strings.Join(s.Backends, ",")))
+			a.printf("service %s/%s: %s, backends %s\n", s.Namespace, s.Name, clusterIPsOf(s), orNone(strings.Join(s.Backends, ",")))
 			return nil
 		},
 	}
-	add.Flags().StringVar(&clusterIP, "cluster-ip", "", "the Service's IPv4 address (required)")
+	add.Flags().StringSliceVar(&clusterIPs, "cluster-ip", nil, "the Service's address, or an IPv4 and an IPv6 one for dual stack (required)")
 	add.Flags().StringArrayVar(&ports, "port", nil, "a port [NAME=]PORT[:TARGET][/TCP|UDP] (repeatable; at least one)")
 	add.Flags().StringSliceVar(&selector, "selector", nil, "backends: the endpoints of the namespace with these labels k=v,k2=v2")
-	add.Flags().StringSliceVar(&addresses, "address", nil, "backends: these IPv4 addresses")
+	add.Flags().StringSliceVar(&addresses, "address", nil, "backends: these addresses")
 	_ = add.MarkFlagRequired("cluster-ip")
 	_ = add.MarkFlagRequired("port")
 	list := &cobra.Command{
@@ -77,7 +80,7 @@ func (a *app) serviceCommand() *cobra.Command {
 				for _, p := range s.Ports {
 					ps = append(ps, formatServicePort(p))
 				}
-				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\n", s.Namespace, s.Name, s.ClusterIP, strings.Join(ps, ","), orNone(strings.Join(s.Backends, ",")))
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\n", s.Namespace, s.Name, clusterIPsOf(s), strings.Join(ps, ","), orNone(strings.Join(s.Backends, ",")))
 			}
 			return w.Flush()
 		},
@@ -140,4 +143,12 @@ func formatServicePort(p api.ServicePort) string {
 		s = p.Name + "=" + s
 	}
 	return s
+}
+
+// clusterIPsOf is a Service's cluster addresses, comma-separated.
+func clusterIPsOf(s api.ServiceEntry) string {
+	if len(s.ClusterIPs) > 0 {
+		return strings.Join(s.ClusterIPs, ",")
+	}
+	return s.ClusterIP
 }

@@ -42,6 +42,11 @@ func TestServiceCommands(t *testing.T) {
 	if got := f.put["x/web"]; !reflect.DeepEqual(got, want) {
 		t.Errorf("service sent %+v, want %+v", got, want)
 	}
+	if _, errs, code := runFake(t, f, "", "service", "add", "x/dual", "--cluster-ip", "198.19.200.12,2001:2::c8:12", "--port", "80"); code != 0 {
+		t.Errorf("service add with two cluster IPs: %d %q", code, errs)
+	} else if got := f.put["x/dual"]; got.ClusterIP != "198.19.200.12" || !reflect.DeepEqual(got.ClusterIPs, []string{"198.19.200.12", "2001:2::c8:12"}) {
+		t.Errorf("dual-stack service sent %+v, want clusterIP 198.19.200.12 and both in clusterIPs", got)
+	}
 	for _, bad := range []string{"0", "http=x", "80:0", "80:99999/TCP"} {
 		if _, errs, code := runFake(t, f, "", "service", "add", "x/b", "--cluster-ip", "198.19.200.11", "--port", bad); code == 0 || !strings.Contains(errs, "--port") {
 			t.Errorf("service add --port %s: exit %d, stderr %q", bad, code, errs)

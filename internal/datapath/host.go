@@ -102,40 +102,55 @@ type HostSafe struct {
 	Proto uint8
 }
 
-// SetHostSafe makes the host_safe map hold exactly entries (IPv4 only: at most 64).
+// SetHostSafe makes the host_safe maps hold exactly entries (at most 64 of each family):
+// the IPv4 ones in host_safe, the IPv6 ones in host_safe6.
 func (d *Datapath) SetHostSafe(entries []HostSafe) error {
-	if len(entries) > maxHostSafeEntries {
-		return fmt.Errorf("host safe flows: %d, at most %d", len(entries), maxHostSafeEntries)
-	}
-	want := map[rampartHostSafeKey]bool{}
+	want4 := map[rampartHostSafeKey]bool{}
+	want6 := map[rampartHostSafe6Key]bool{}
 	for _, e := range entries {
-		if !e.Addr.Addr().Unmap().Is4() {
-			return fmt.Errorf("host safe flow %v: not IPv4", e.Addr)
+		if e.Addr.Addr().Unmap().Is4() {
+			want4[hostSafeKey(e)] = true
+		} else {
+			want6[hostSafe6Key(e)] = true
 		}
-		want[hostSafeKey(e)] = true
+	}
+	if len(want4) > maxHostSafeEntries || len(want6) > maxHostSafeEntries {
+		return fmt.Errorf("host safe flows: %d IPv4 and %d IPv6, at most %d of each", len(want4), len(want6), maxHostSafeEntries)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := syncSet(d.objs.HostSafe, want4); err != nil {
+		return fmt.Errorf("host safe flows: %w", err)
+	}
+	if err := syncSet(d.objs.HostSafe6, want6); err != nil {
+		return fmt.Errorf("host safe flows (IPv6): %w", err)
+	}
+	return nil
+}
+
+// syncSet makes the set map m (key -> 1) hold exactly the keys of want: the new ones
+// written before the stale ones go, so no key of want is missing at any time.
+func syncSet[K comparable](m *ebpf.Map, want map[K]bool) error {
 	for k := range want {
-		if err := d.objs.HostSafe.Update(&k, uint8(1), ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("writing host safe flow: %w", err)
+		if err := m.Update(&k, uint8(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("writing: %w", err)
 		}
 	}
-	var k rampartHostSafeKey
-	var stale []rampartHostSafeKey
-	it := d.objs.HostSafe.Iterate()
+	var k K
 	var v uint8
+	var stale []K
+	it := m.Iterate()
 	for it.Next(&k, &v) {
 		if !want[k] {
 			stale = append(stale, k)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading host safe flows: %w", err)
+		return fmt.Errorf("reading: %w", err)
 	}
 	for _, k := range stale {
-		if err := d.objs.HostSafe.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("deleting host safe flow: %w", err)
+		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("deleting: %w", err)
 		}
 	}
 	return nil
@@ -148,6 +163,16 @@ func hostSafeKey(e HostSafe) rampartHostSafeKey {
 	// Both in network order in the key's memory.
 	return rampartHostSafeKey{
 		Addr:  binary.NativeEndian.Uint32(a[:]),
+		Port:  binary.NativeEndian.Uint16(port[:]),
+		Proto: e.Proto,
+	}
+}
+
+func hostSafe6Key(e HostSafe) rampartHostSafe6Key {
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], e.Addr.Port())
+	return rampartHostSafe6Key{
+		Addr:  e.Addr.Addr().As16(),
 		Port:  binary.NativeEndian.Uint16(port[:]),
 		Proto: e.Proto,
 	}

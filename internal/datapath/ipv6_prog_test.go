@@ -427,13 +427,27 @@ func TestIPv6ExtensionHeadersAndFragments(t *testing.T) {
 	f.expectPass("atomic fragment", f.toEp6(atomic))
 }
 
+// TestIPv6RedirectFailsClosed: an IPv6 connection that L7 or DNS rules apply to never
+// passes unchecked: entering the endpoint without the proxy it is a proxy bypass; leaving
+// it, it drops with no IPv6 proxy listener configured, with one configured but no socket
+// there, and for DNS rules (the DNS proxy takes IPv4 only).
 func TestIPv6RedirectFailsClosed(t *testing.T) {
 	f := newFixture6(t)
 	k, v := allow(idA, in, tcp, 80, 16, 41)
 	v.Redirect = true
-	f.apply6(true, false, e(k, v))
+	eg, egv := allow(idA, out, tcp, 8080, 16, 42)
+	egv.Redirect = true
+	f.apply6(true, true, e(k, v), e(eg, egv), e(dnsRedirect(idA, out, udp, 53, 43)))
 	syn := f.syn6(ipA6, 80)
-	f.expectEvent6("L7 rule", f.toEp6(syn), syn, flow.ReasonProxyUnavailable, idA, epIdent)
+	f.expectEvent6("L7 ingress rule, not from the proxy", f.toEp6(syn), syn, flow.ReasonProxyBypass, idA, epIdent)
+	out6 := packet6{src: epIP6, dst: ipA6, proto: uint8(tcp), sport: f.port(), dport: 8080, tcpFlags: 0x02}
+	f.expectEvent6("L7 egress rule, no IPv6 listener", f.fromEp6(out6), out6, flow.ReasonProxyUnavailable, epIdent, idA)
+	if err := f.d.SetProxy(netip.MustParseAddrPort("[::1]:15001")); err != nil {
+		t.Fatal(err)
+	}
+	f.expectEvent6("L7 egress rule, nothing listening", f.fromEp6(out6), out6, flow.ReasonProxyUnavailable, epIdent, idA)
+	dns := packet6{src: epIP6, dst: ipA6, proto: uint8(udp), sport: f.port(), dport: 53}
+	f.expectEvent6("DNS rule", f.fromEp6(dns), dns, flow.ReasonProxyUnavailable, epIdent, idA)
 }
 
 // count6 counts the entries of m (conntrack6 or endpoints6).

@@ -55,12 +55,13 @@ func (d *Datapath) initProxy() error {
 
 // SetProxy sets the address of the proxy's transparent listener in the node namespace
 // (default DefaultProxyAddr), where the dataplane hands the first packet of every
-// connection that L7 rules apply to. Only IPv4 is supported. A connection that needs the
-// proxy is dropped while nothing listens there.
+// connection that L7 rules apply to: an IPv4 address for IPv4 connections, an IPv6 one
+// (map proxy6; none by default) for IPv6 connections. A connection that needs the proxy
+// is dropped while nothing listens there.
 func (d *Datapath) SetProxy(addr netip.AddrPort) error {
-	a := addr.Addr().Unmap()
-	if !a.Is4() || addr.Port() == 0 {
-		return fmt.Errorf("setting proxy address %v: need an IPv4 address and a port", addr)
+	a := addr.Addr()
+	if !a.IsValid() || a.Is4In6() || addr.Port() == 0 {
+		return fmt.Errorf("setting proxy address %v: need an IPv4 or IPv6 address and a port", addr)
 	}
 	cfg := rampartProxyConfig{
 		Port:         htons(addr.Port()),
@@ -68,12 +69,15 @@ func (d *Datapath) SetProxy(addr netip.AddrPort) error {
 		SteerMark:    ProxySteerMark,
 		UpstreamMark: ProxyUpstreamMark,
 	}
-	b := a.As4()
-	copy(cfg.Addr[:], b[:])
+	m := d.objs.Proxy
+	if a.Is6() {
+		cfg.Family, m = familyV6, d.objs.Proxy6
+	}
+	copy(cfg.Addr[:], a.AsSlice())
 	var zero uint32
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.objs.Proxy.Update(&zero, &cfg, ebpf.UpdateAny); err != nil {
+	if err := m.Update(&zero, &cfg, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("setting proxy address %v: %w", addr, err)
 	}
 	return nil
@@ -124,10 +128,10 @@ func (d *Datapath) SetDNSProxy(addr netip.AddrPort, observe bool) error {
 	return nil
 }
 
-func proxyRule() *netlink.Rule {
+func proxyRule(family int) *netlink.Rule {
 	r := netlink.NewRule()
 	mask := uint32(ProxySteerMark)
-	r.Family = unix.AF_INET
+	r.Family = family
 	r.Priority = ProxyRulePriority
 	r.Mark = ProxySteerMark
 	r.Mask = &mask
@@ -139,10 +143,26 @@ func isProxyRule(r netlink.Rule) bool {
 	return r.Table == ProxyRouteTable && r.Mark == ProxySteerMark && r.Mask != nil && *r.Mask == ProxySteerMark
 }
 
-func proxyRoute(lo int) *netlink.Route {
+// proxyFamilies are the address families proxy routing covers in a namespace: IPv4, and
+// IPv6 unless the namespace has it off (no ::1 on lo).
+func proxyFamilies(h *netlink.Handle, lo int) []int {
+	families := []int{unix.AF_INET}
+	if l, err := h.LinkByIndex(lo); err == nil {
+		if addrs, err := h.AddrList(l, unix.AF_INET6); err == nil && len(addrs) > 0 {
+			families = append(families, unix.AF_INET6)
+		}
+	}
+	return families
+}
+
+func proxyRoute(lo, family int) *netlink.Route {
+	dst := &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
+	if family == unix.AF_INET6 {
+		dst = &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
+	}
 	return &netlink.Route{
 		LinkIndex: lo,
-		Dst:       &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+		Dst:       dst,
 		Table:     ProxyRouteTable,
 		Type:      unix.RTN_LOCAL,
 		Scope:     netlink.SCOPE_HOST,
@@ -201,7 +221,8 @@ func (d *Datapath) RouteToProxy(netnsPath string) error { return SetupProxyRouti
 
 // SetupProxyRouting prepares the node network namespace at netnsPath ("" = the caller's)
 // for L7 steering: PrepareProxyNamespace, then `ip rule add fwmark 0x1/0x1 lookup 101 pref
-// 100` and `ip route add local 0.0.0.0/0 dev lo table 101`, so packets the dataplane
+// 100` and `ip route add local 0.0.0.0/0 dev lo table 101`, and the same for IPv6 (`ip -6`,
+// `local ::/0`) when the namespace has IPv6, so packets the dataplane
 // assigned to a proxy socket are delivered locally (without it the socket assignment is
 // ignored and the packet forwarded to its original destination, whose veth then drops it
 // as a proxy bypass). The agent calls it only once L7 rules are in force: any policy rule
@@ -221,21 +242,31 @@ func SetupProxyRouting(netnsPath string) error {
 	if err != nil {
 		return fmt.Errorf("setting up proxy routing: %w", err)
 	}
-	// The route before the rule, so that a marked packet never meets the rule without it.
-	if err := h.RouteReplace(proxyRoute(lo)); err != nil {
-		return fmt.Errorf("setting up proxy routing: local route in table %d: %w", ProxyRouteTable, err)
+	for _, family := range proxyFamilies(h, lo) {
+		if err := routeToProxy(h, lo, family); err != nil {
+			return fmt.Errorf("setting up proxy routing: %w", err)
+		}
 	}
-	rules, err := h.RuleList(unix.AF_INET)
+	return nil
+}
+
+// routeToProxy adds the local route and the fwmark rule of one address family.
+func routeToProxy(h *netlink.Handle, lo, family int) error {
+	// The route before the rule, so that a marked packet never meets the rule without it.
+	if err := h.RouteReplace(proxyRoute(lo, family)); err != nil {
+		return fmt.Errorf("local route in table %d: %w", ProxyRouteTable, err)
+	}
+	rules, err := h.RuleList(family)
 	if err != nil {
-		return fmt.Errorf("setting up proxy routing: listing rules: %w", err)
+		return fmt.Errorf("listing rules: %w", err)
 	}
 	for _, r := range rules {
 		if isProxyRule(r) {
 			return nil
 		}
 	}
-	if err := h.RuleAdd(proxyRule()); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("setting up proxy routing: fwmark rule: %w", err)
+	if err := h.RuleAdd(proxyRule(family)); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("fwmark rule: %w", err)
 	}
 	return nil
 }
@@ -281,24 +312,26 @@ func TeardownProxyRouting(netnsPath string) error {
 		return fmt.Errorf("removing proxy routing: %w", err)
 	}
 	defer h.Close()
-	rules, err := h.RuleList(unix.AF_INET)
-	if err != nil {
-		return fmt.Errorf("removing proxy routing: listing rules: %w", err)
-	}
-	for _, r := range rules {
-		if !isProxyRule(r) {
-			continue
-		}
-		if err := h.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("removing proxy routing: fwmark rule: %w", err)
-		}
-	}
 	lo, err := h.LinkByName("lo")
 	if err != nil {
 		return fmt.Errorf("removing proxy routing: finding lo: %w", err)
 	}
-	if err := h.RouteDel(proxyRoute(lo.Attrs().Index)); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("removing proxy routing: local route in table %d: %w", ProxyRouteTable, err)
+	for _, family := range proxyFamilies(h, lo.Attrs().Index) {
+		rules, err := h.RuleList(family)
+		if err != nil {
+			return fmt.Errorf("removing proxy routing: listing rules: %w", err)
+		}
+		for _, r := range rules {
+			if !isProxyRule(r) {
+				continue
+			}
+			if err := h.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("removing proxy routing: fwmark rule: %w", err)
+			}
+		}
+		if err := h.RouteDel(proxyRoute(lo.Attrs().Index, family)); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("removing proxy routing: local route in table %d: %w", ProxyRouteTable, err)
+		}
 	}
 	return nil
 }

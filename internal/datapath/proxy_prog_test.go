@@ -465,7 +465,18 @@ func TestSetProxy(t *testing.T) {
 	if err := d.SetProxy(want); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []netip.AddrPort{{}, netip.MustParseAddrPort("[::1]:15001"), netip.MustParseAddrPort("127.0.0.1:0")} {
+	// The IPv6 listener has a map of its own and leaves the IPv4 one alone.
+	if err := d.SetProxy(netip.MustParseAddrPort("[::1]:15001")); err != nil {
+		t.Fatal(err)
+	}
+	var cfg6 rampartProxyConfig
+	if err := d.objs.Proxy6.Lookup(uint32(0), &cfg6); err != nil {
+		t.Fatal(err)
+	}
+	if cfg6.Family != familyV6 || netip.AddrFrom16(cfg6.Addr) != netip.IPv6Loopback() || cfg6.Port != htons(15001) {
+		t.Errorf("proxy6 map %+v, want [::1]:15001", cfg6)
+	}
+	for _, bad := range []netip.AddrPort{{}, netip.MustParseAddrPort("[::ffff:127.0.0.1]:15001"), netip.MustParseAddrPort("127.0.0.1:0")} {
 		if err := d.SetProxy(bad); err == nil {
 			t.Errorf("SetProxy(%v) accepted", bad)
 		}

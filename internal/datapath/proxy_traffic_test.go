@@ -244,8 +244,14 @@ func TestProxySteering(t *testing.T) {
 // fwmark rule and the local default route in the proxy table.
 func checkProxyRouting(t *testing.T, ns string, want bool) {
 	t.Helper()
+	checkProxyRoutingOf(t, ns, unix.AF_INET, want)
+}
+
+// checkProxyRoutingOf is checkProxyRouting for one address family.
+func checkProxyRoutingOf(t *testing.T, ns string, family int, want bool) {
+	t.Helper()
 	h := nlHandle(t, ns)
-	rules, err := h.RuleList(unix.AF_INET)
+	rules, err := h.RuleList(family)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,11 +264,15 @@ func checkProxyRouting(t *testing.T, ns string, want bool) {
 			}
 		}
 	}
-	routes, err := h.RouteListFiltered(unix.AF_INET, &netlink.Route{Table: ProxyRouteTable}, netlink.RT_FILTER_TABLE)
+	routes, err := h.RouteListFiltered(family, &netlink.Route{Table: ProxyRouteTable}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want && (n != 1 || len(routes) != 1 || routes[0].Type != unix.RTN_LOCAL || routes[0].Dst.String() != "0.0.0.0/0") {
+	def := "0.0.0.0/0"
+	if family == unix.AF_INET6 {
+		def = "::/0"
+	}
+	if want && (n != 1 || len(routes) != 1 || routes[0].Type != unix.RTN_LOCAL || routes[0].Dst == nil || routes[0].Dst.String() != def) {
 		t.Errorf("proxy routing: %d rules, routes %+v; want one rule and a local default route", n, routes)
 	}
 	if !want && (n != 0 || len(routes) != 0) {

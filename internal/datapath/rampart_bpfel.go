@@ -220,6 +220,14 @@ type rampartFragValue struct {
 	IpcacheGen   uint32
 }
 
+type rampartHostSafe6Key struct {
+	_     structs.HostLayout
+	Addr  [16]uint8
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type rampartHostSafeKey struct {
 	_     structs.HostLayout
 	Addr  uint32
@@ -409,12 +417,14 @@ const (
 	rampartMapFlowCache               = "flow_cache"
 	rampartMapFragsPeer               = "frags_peer"
 	rampartMapHostSafe                = "host_safe"
+	rampartMapHostSafe6               = "host_safe6"
 	rampartMapIfaceBase               = "iface_base"
 	rampartMapIpcache                 = "ipcache"
 	rampartMapIpcacheGen              = "ipcache_gen"
 	rampartMapIpv6Path                = "ipv6_path"
 	rampartMapPolicy                  = "policy"
 	rampartMapProxy                   = "proxy"
+	rampartMapProxy6                  = "proxy6"
 	rampartMapSvFlows                 = "sv_flows"
 	rampartMapSvPairs                 = "sv_pairs"
 	rampartMapTapCounters             = "tap_counters"
@@ -428,6 +438,7 @@ const (
 	rampartProgRampartFromEp          = "rampart_from_ep"
 	rampartProgRampartFromEp6         = "rampart_from_ep6"
 	rampartProgRampartFromHost        = "rampart_from_host"
+	rampartProgRampartFromHost6       = "rampart_from_host6"
 	rampartProgRampartFromIpip        = "rampart_from_ipip"
 	rampartProgRampartFromMonitor     = "rampart_from_monitor"
 	rampartProgRampartFromTapTunnel   = "rampart_from_tap_tunnel"
@@ -436,6 +447,7 @@ const (
 	rampartProgRampartToEp            = "rampart_to_ep"
 	rampartProgRampartToEp6           = "rampart_to_ep6"
 	rampartProgRampartToHost          = "rampart_to_host"
+	rampartProgRampartToHost6         = "rampart_to_host6"
 	rampartProgRampartToIpip          = "rampart_to_ipip"
 	rampartProgRampartToTunnel        = "rampart_to_tunnel"
 	rampartProgRampartToTunnel6       = "rampart_to_tunnel6"
@@ -494,6 +506,7 @@ type rampartProgramSpecs struct {
 	RampartFromEp        *ebpf.ProgramSpec `ebpf:"rampart_from_ep"`
 	RampartFromEp6       *ebpf.ProgramSpec `ebpf:"rampart_from_ep6"`
 	RampartFromHost      *ebpf.ProgramSpec `ebpf:"rampart_from_host"`
+	RampartFromHost6     *ebpf.ProgramSpec `ebpf:"rampart_from_host6"`
 	RampartFromIpip      *ebpf.ProgramSpec `ebpf:"rampart_from_ipip"`
 	RampartFromMonitor   *ebpf.ProgramSpec `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.ProgramSpec `ebpf:"rampart_from_tap_tunnel"`
@@ -502,6 +515,7 @@ type rampartProgramSpecs struct {
 	RampartToEp          *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
 	RampartToEp6         *ebpf.ProgramSpec `ebpf:"rampart_to_ep6"`
 	RampartToHost        *ebpf.ProgramSpec `ebpf:"rampart_to_host"`
+	RampartToHost6       *ebpf.ProgramSpec `ebpf:"rampart_to_host6"`
 	RampartToIpip        *ebpf.ProgramSpec `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
 	RampartToTunnel6     *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel6"`
@@ -528,12 +542,14 @@ type rampartMapSpecs struct {
 	FlowCache        *ebpf.MapSpec `ebpf:"flow_cache"`
 	FragsPeer        *ebpf.MapSpec `ebpf:"frags_peer"`
 	HostSafe         *ebpf.MapSpec `ebpf:"host_safe"`
+	HostSafe6        *ebpf.MapSpec `ebpf:"host_safe6"`
 	IfaceBase        *ebpf.MapSpec `ebpf:"iface_base"`
 	Ipcache          *ebpf.MapSpec `ebpf:"ipcache"`
 	IpcacheGen       *ebpf.MapSpec `ebpf:"ipcache_gen"`
 	Ipv6Path         *ebpf.MapSpec `ebpf:"ipv6_path"`
 	Policy           *ebpf.MapSpec `ebpf:"policy"`
 	Proxy            *ebpf.MapSpec `ebpf:"proxy"`
+	Proxy6           *ebpf.MapSpec `ebpf:"proxy6"`
 	SvFlows          *ebpf.MapSpec `ebpf:"sv_flows"`
 	SvPairs          *ebpf.MapSpec `ebpf:"sv_pairs"`
 	TapCounters      *ebpf.MapSpec `ebpf:"tap_counters"`
@@ -597,12 +613,14 @@ type rampartMaps struct {
 	FlowCache        *ebpf.Map `ebpf:"flow_cache"`
 	FragsPeer        *ebpf.Map `ebpf:"frags_peer"`
 	HostSafe         *ebpf.Map `ebpf:"host_safe"`
+	HostSafe6        *ebpf.Map `ebpf:"host_safe6"`
 	IfaceBase        *ebpf.Map `ebpf:"iface_base"`
 	Ipcache          *ebpf.Map `ebpf:"ipcache"`
 	IpcacheGen       *ebpf.Map `ebpf:"ipcache_gen"`
 	Ipv6Path         *ebpf.Map `ebpf:"ipv6_path"`
 	Policy           *ebpf.Map `ebpf:"policy"`
 	Proxy            *ebpf.Map `ebpf:"proxy"`
+	Proxy6           *ebpf.Map `ebpf:"proxy6"`
 	SvFlows          *ebpf.Map `ebpf:"sv_flows"`
 	SvPairs          *ebpf.Map `ebpf:"sv_pairs"`
 	TapCounters      *ebpf.Map `ebpf:"tap_counters"`
@@ -634,12 +652,14 @@ func (m *rampartMaps) Close() error {
 		m.FlowCache,
 		m.FragsPeer,
 		m.HostSafe,
+		m.HostSafe6,
 		m.IfaceBase,
 		m.Ipcache,
 		m.IpcacheGen,
 		m.Ipv6Path,
 		m.Policy,
 		m.Proxy,
+		m.Proxy6,
 		m.SvFlows,
 		m.SvPairs,
 		m.TapCounters,
@@ -674,6 +694,7 @@ type rampartPrograms struct {
 	RampartFromEp        *ebpf.Program `ebpf:"rampart_from_ep"`
 	RampartFromEp6       *ebpf.Program `ebpf:"rampart_from_ep6"`
 	RampartFromHost      *ebpf.Program `ebpf:"rampart_from_host"`
+	RampartFromHost6     *ebpf.Program `ebpf:"rampart_from_host6"`
 	RampartFromIpip      *ebpf.Program `ebpf:"rampart_from_ipip"`
 	RampartFromMonitor   *ebpf.Program `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.Program `ebpf:"rampart_from_tap_tunnel"`
@@ -682,6 +703,7 @@ type rampartPrograms struct {
 	RampartToEp          *ebpf.Program `ebpf:"rampart_to_ep"`
 	RampartToEp6         *ebpf.Program `ebpf:"rampart_to_ep6"`
 	RampartToHost        *ebpf.Program `ebpf:"rampart_to_host"`
+	RampartToHost6       *ebpf.Program `ebpf:"rampart_to_host6"`
 	RampartToIpip        *ebpf.Program `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.Program `ebpf:"rampart_to_tunnel"`
 	RampartToTunnel6     *ebpf.Program `ebpf:"rampart_to_tunnel6"`
@@ -692,6 +714,7 @@ func (p *rampartPrograms) Close() error {
 		p.RampartFromEp,
 		p.RampartFromEp6,
 		p.RampartFromHost,
+		p.RampartFromHost6,
 		p.RampartFromIpip,
 		p.RampartFromMonitor,
 		p.RampartFromTapTunnel,
@@ -700,6 +723,7 @@ func (p *rampartPrograms) Close() error {
 		p.RampartToEp,
 		p.RampartToEp6,
 		p.RampartToHost,
+		p.RampartToHost6,
 		p.RampartToIpip,
 		p.RampartToTunnel,
 		p.RampartToTunnel6,

@@ -20,6 +20,13 @@ type serviceSvcBackend struct {
 	Pad  uint16
 }
 
+type serviceSvcBackend6 struct {
+	_    structs.HostLayout
+	Ip6  [4]uint32
+	Port uint16
+	Pad  uint16
+}
+
 type serviceSvcBackendKey struct {
 	_    structs.HostLayout
 	Rev  uint32
@@ -34,6 +41,14 @@ type serviceSvcKey struct {
 	Pad   uint8
 }
 
+type serviceSvcKey6 struct {
+	_     structs.HostLayout
+	Ip6   [4]uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type serviceSvcRevnatKey struct {
 	_      structs.HostLayout
 	Cookie uint64
@@ -41,6 +56,16 @@ type serviceSvcRevnatKey struct {
 	Port   uint16
 	Proto  uint8
 	Pad    uint8
+}
+
+type serviceSvcRevnatKey6 struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Ip6    [4]uint32
+	Port   uint16
+	Proto  uint8
+	Pad    uint8
+	_      [4]byte
 }
 
 type serviceSvcValue struct {
@@ -54,12 +79,19 @@ type serviceSvcValue struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	serviceMapSvcBackends      = "svc_backends"
+	serviceMapSvcBackends6     = "svc_backends6"
 	serviceMapSvcRevnat        = "svc_revnat"
+	serviceMapSvcRevnat6       = "svc_revnat6"
 	serviceMapSvcServices      = "svc_services"
+	serviceMapSvcServices6     = "svc_services6"
 	serviceProgSvcConnect4     = "svc_connect4"
+	serviceProgSvcConnect6     = "svc_connect6"
 	serviceProgSvcGetpeername4 = "svc_getpeername4"
+	serviceProgSvcGetpeername6 = "svc_getpeername6"
 	serviceProgSvcRecvmsg4     = "svc_recvmsg4"
+	serviceProgSvcRecvmsg6     = "svc_recvmsg6"
 	serviceProgSvcSendmsg4     = "svc_sendmsg4"
+	serviceProgSvcSendmsg6     = "svc_sendmsg6"
 )
 
 // loadService returns the embedded CollectionSpec for service.
@@ -105,18 +137,25 @@ type serviceSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type serviceProgramSpecs struct {
 	SvcConnect4     *ebpf.ProgramSpec `ebpf:"svc_connect4"`
+	SvcConnect6     *ebpf.ProgramSpec `ebpf:"svc_connect6"`
 	SvcGetpeername4 *ebpf.ProgramSpec `ebpf:"svc_getpeername4"`
+	SvcGetpeername6 *ebpf.ProgramSpec `ebpf:"svc_getpeername6"`
 	SvcRecvmsg4     *ebpf.ProgramSpec `ebpf:"svc_recvmsg4"`
+	SvcRecvmsg6     *ebpf.ProgramSpec `ebpf:"svc_recvmsg6"`
 	SvcSendmsg4     *ebpf.ProgramSpec `ebpf:"svc_sendmsg4"`
+	SvcSendmsg6     *ebpf.ProgramSpec `ebpf:"svc_sendmsg6"`
 }
 
 // serviceMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type serviceMapSpecs struct {
-	SvcBackends *ebpf.MapSpec `ebpf:"svc_backends"`
-	SvcRevnat   *ebpf.MapSpec `ebpf:"svc_revnat"`
-	SvcServices *ebpf.MapSpec `ebpf:"svc_services"`
+	SvcBackends  *ebpf.MapSpec `ebpf:"svc_backends"`
+	SvcBackends6 *ebpf.MapSpec `ebpf:"svc_backends6"`
+	SvcRevnat    *ebpf.MapSpec `ebpf:"svc_revnat"`
+	SvcRevnat6   *ebpf.MapSpec `ebpf:"svc_revnat6"`
+	SvcServices  *ebpf.MapSpec `ebpf:"svc_services"`
+	SvcServices6 *ebpf.MapSpec `ebpf:"svc_services6"`
 }
 
 // serviceVariableSpecs contains global variables before they are loaded into the kernel.
@@ -145,16 +184,22 @@ func (o *serviceObjects) Close() error {
 //
 // It can be passed to loadServiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type serviceMaps struct {
-	SvcBackends *ebpf.Map `ebpf:"svc_backends"`
-	SvcRevnat   *ebpf.Map `ebpf:"svc_revnat"`
-	SvcServices *ebpf.Map `ebpf:"svc_services"`
+	SvcBackends  *ebpf.Map `ebpf:"svc_backends"`
+	SvcBackends6 *ebpf.Map `ebpf:"svc_backends6"`
+	SvcRevnat    *ebpf.Map `ebpf:"svc_revnat"`
+	SvcRevnat6   *ebpf.Map `ebpf:"svc_revnat6"`
+	SvcServices  *ebpf.Map `ebpf:"svc_services"`
+	SvcServices6 *ebpf.Map `ebpf:"svc_services6"`
 }
 
 func (m *serviceMaps) Close() error {
 	return _ServiceClose(
 		m.SvcBackends,
+		m.SvcBackends6,
 		m.SvcRevnat,
+		m.SvcRevnat6,
 		m.SvcServices,
+		m.SvcServices6,
 	)
 }
 
@@ -169,17 +214,25 @@ type serviceVariables struct {
 // It can be passed to loadServiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type servicePrograms struct {
 	SvcConnect4     *ebpf.Program `ebpf:"svc_connect4"`
+	SvcConnect6     *ebpf.Program `ebpf:"svc_connect6"`
 	SvcGetpeername4 *ebpf.Program `ebpf:"svc_getpeername4"`
+	SvcGetpeername6 *ebpf.Program `ebpf:"svc_getpeername6"`
 	SvcRecvmsg4     *ebpf.Program `ebpf:"svc_recvmsg4"`
+	SvcRecvmsg6     *ebpf.Program `ebpf:"svc_recvmsg6"`
 	SvcSendmsg4     *ebpf.Program `ebpf:"svc_sendmsg4"`
+	SvcSendmsg6     *ebpf.Program `ebpf:"svc_sendmsg6"`
 }
 
 func (p *servicePrograms) Close() error {
 	return _ServiceClose(
 		p.SvcConnect4,
+		p.SvcConnect6,
 		p.SvcGetpeername4,
+		p.SvcGetpeername6,
 		p.SvcRecvmsg4,
+		p.SvcRecvmsg6,
 		p.SvcSendmsg4,
+		p.SvcSendmsg6,
 	)
 }
 

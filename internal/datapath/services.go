@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"sync"
@@ -58,6 +59,7 @@ func openServices(cgroup string, backendsMax uint32) (*Services, error) {
 	}
 	if backendsMax > 0 {
 		spec.Maps["svc_backends"].MaxEntries = backendsMax
+		spec.Maps["svc_backends6"].MaxEntries = backendsMax
 	}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
@@ -74,6 +76,10 @@ func openServices(cgroup string, backendsMax uint32) (*Services, error) {
 		{s.objs.SvcSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
 		{s.objs.SvcRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
 		{s.objs.SvcGetpeername4, ebpf.AttachCgroupInet4GetPeername},
+		{s.objs.SvcConnect6, ebpf.AttachCGroupInet6Connect},
+		{s.objs.SvcSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
+		{s.objs.SvcRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+		{s.objs.SvcGetpeername6, ebpf.AttachCgroupInet6GetPeername},
 	} {
 		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: a.t, Program: a.p})
 		if err != nil {
@@ -133,20 +139,50 @@ func (s *Services) Frontends() int {
 	return len(s.written)
 }
 
-func svcKey(f service.Frontend) (serviceSvcKey, error) {
-	if !f.Addr.Is4() {
-		return serviceSvcKey{}, fmt.Errorf("service %s: only IPv4 is translated", f)
+// familyMaps are the frontend and backend maps of one address family.
+type familyMaps struct{ services, backends *ebpf.Map }
+
+// mapsOf returns the maps of f's family.
+func (s *Services) mapsOf(f service.Frontend) familyMaps {
+	if f.Addr.Is4() {
+		return familyMaps{s.objs.SvcServices, s.objs.SvcBackends}
 	}
-	a := f.Addr.As4()
-	return serviceSvcKey{Ip4: binary.LittleEndian.Uint32(a[:]), Port: htons(f.Port), Proto: uint8(f.Protocol)}, nil
+	return familyMaps{s.objs.SvcServices6, s.objs.SvcBackends6}
 }
 
-func svcBackend(f service.Frontend, b service.Backend) (serviceSvcBackend, error) {
-	if !b.Addr.Is4() || b.Port == 0 {
-		return serviceSvcBackend{}, fmt.Errorf("service %s: backend %s: want an IPv4 address and a port", f, b.Addr)
+// svcKey is f's key in its family's frontend map (serviceSvcKey or serviceSvcKey6).
+func svcKey(f service.Frontend) (any, error) {
+	switch {
+	case f.Addr.Is4():
+		a := f.Addr.As4()
+		return serviceSvcKey{Ip4: binary.LittleEndian.Uint32(a[:]), Port: htons(f.Port), Proto: uint8(f.Protocol)}, nil
+	case f.Addr.Is6() && !f.Addr.Is4In6():
+		return serviceSvcKey6{Ip6: words6(f.Addr), Port: htons(f.Port), Proto: uint8(f.Protocol)}, nil
 	}
-	a := b.Addr.As4()
-	return serviceSvcBackend{Ip4: binary.LittleEndian.Uint32(a[:]), Port: htons(b.Port)}, nil
+	return nil, fmt.Errorf("service %s: want an IPv4 or IPv6 address", f)
+}
+
+// svcBackend is b's value in f's family's backend map: its address must be of f's family.
+func svcBackend(f service.Frontend, b service.Backend) (any, error) {
+	if b.Port == 0 || b.Addr.Is4() != f.Addr.Is4() || b.Addr.Is4In6() {
+		return nil, fmt.Errorf("service %s: backend %s: want an address of the frontend's family and a port", f, b.Addr)
+	}
+	if b.Addr.Is4() {
+		a := b.Addr.As4()
+		return serviceSvcBackend{Ip4: binary.LittleEndian.Uint32(a[:]), Port: htons(b.Port)}, nil
+	}
+	return serviceSvcBackend6{Ip6: words6(b.Addr), Port: htons(b.Port)}, nil
+}
+
+// words6 is an IPv6 address as the four words the programs compare (network order in
+// memory).
+func words6(a netip.Addr) [4]uint32 {
+	b := a.As16()
+	var w [4]uint32
+	for i := range w {
+		w[i] = binary.LittleEndian.Uint32(b[4*i:])
+	}
+	return w
 }
 
 // set writes f's backends under a new revision, switches f to it and deletes the old
@@ -156,26 +192,27 @@ func (s *Services) set(f service.Frontend, backends []service.Backend) error {
 	if err != nil {
 		return err
 	}
+	m := s.mapsOf(f)
 	old, had := s.written[f]
 	s.lastRev++
 	rev := s.lastRev
 	for i, b := range backends {
 		v, err := svcBackend(f, b)
 		if err == nil {
-			err = s.objs.SvcBackends.Update(serviceSvcBackendKey{Rev: rev, Slot: uint32(i)}, v, ebpf.UpdateAny)
+			err = m.backends.Update(serviceSvcBackendKey{Rev: rev, Slot: uint32(i)}, v, ebpf.UpdateAny)
 		}
 		if err != nil {
-			s.deleteBackends(rev, i)
+			m.deleteBackends(rev, i)
 			return errors.Join(fmt.Errorf("writing backends of service %s: %w", f, err), s.refuse(f, key, had, old))
 		}
 	}
-	if err := s.objs.SvcServices.Update(key, serviceSvcValue{Rev: rev, Count: uint32(len(backends))}, ebpf.UpdateAny); err != nil {
-		s.deleteBackends(rev, len(backends))
+	if err := m.services.Update(key, serviceSvcValue{Rev: rev, Count: uint32(len(backends))}, ebpf.UpdateAny); err != nil {
+		m.deleteBackends(rev, len(backends))
 		return errors.Join(fmt.Errorf("writing service %s: %w", f, err), s.refuse(f, key, had, old))
 	}
 	s.written[f] = writtenService{rev: rev, backends: slices.Clone(backends)}
 	if had {
-		s.deleteBackends(old.rev, len(old.backends))
+		m.deleteBackends(old.rev, len(old.backends))
 	}
 	return nil
 }
@@ -183,21 +220,22 @@ func (s *Services) set(f service.Frontend, backends []service.Backend) error {
 // refuse makes f refuse connections after its new backends could not be written: its
 // entry points to no backend, or, if even that write fails, it is deleted (no translation:
 // the Service address belongs to no pod).
-func (s *Services) refuse(f service.Frontend, key serviceSvcKey, had bool, old writtenService) error {
+func (s *Services) refuse(f service.Frontend, key any, had bool, old writtenService) error {
 	if !had {
 		return nil // never translated: nothing stale to stop
 	}
-	err := s.objs.SvcServices.Update(key, serviceSvcValue{Rev: old.rev, Count: 0}, ebpf.UpdateAny)
+	m := s.mapsOf(f)
+	err := m.services.Update(key, serviceSvcValue{Rev: old.rev, Count: 0}, ebpf.UpdateAny)
 	if err != nil {
-		if derr := s.objs.SvcServices.Delete(key); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+		if derr := m.services.Delete(key); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("stopping translation of service %s: %w", f, derr)
 		}
 		delete(s.written, f)
-		s.deleteBackends(old.rev, len(old.backends))
+		m.deleteBackends(old.rev, len(old.backends))
 		return nil
 	}
 	s.written[f] = writtenService{rev: old.rev, backends: []service.Backend{}}
-	s.deleteBackends(old.rev, len(old.backends))
+	m.deleteBackends(old.rev, len(old.backends))
 	return nil
 }
 
@@ -206,19 +244,20 @@ func (s *Services) remove(f service.Frontend) error {
 	if err != nil {
 		return err
 	}
-	if err := s.objs.SvcServices.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	m := s.mapsOf(f)
+	if err := m.services.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("deleting service %s: %w", f, err)
 	}
 	w := s.written[f]
 	delete(s.written, f)
-	s.deleteBackends(w.rev, len(w.backends))
+	m.deleteBackends(w.rev, len(w.backends))
 	return nil
 }
 
 // deleteBackends removes slots 0..n-1 of rev; no entry points to them any more, so one
 // left behind by an error only takes room.
-func (s *Services) deleteBackends(rev uint32, n int) {
+func (m familyMaps) deleteBackends(rev uint32, n int) {
 	for i := range n {
-		_ = s.objs.SvcBackends.Delete(serviceSvcBackendKey{Rev: rev, Slot: uint32(i)})
+		_ = m.backends.Delete(serviceSvcBackendKey{Rev: rev, Slot: uint32(i)})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,12 +67,15 @@ func whoServer(t testing.TB, ns string, port uint16) {
 	serveTCP(t, ns, fmt.Sprintf(":%d", port), func(c net.Conn) { fmt.Fprintf(c, "%d %s\n", port, c.RemoteAddr()) })
 }
 
-// whoUDPServer answers each datagram on port with "<port> <peer address>".
-func whoUDPServer(t testing.TB, ns string, port uint16) {
+// whoUDPServer answers each datagram on port with "<port> <peer address>" (IPv4).
+func whoUDPServer(t testing.TB, ns string, port uint16) { whoUDPServerOn(t, ns, "udp4", port) }
+
+// whoUDPServerOn is whoUDPServer on network (udp4, udp6).
+func whoUDPServerOn(t testing.TB, ns, network string, port uint16) {
 	t.Helper()
 	var pc net.PacketConn
 	if err := testenv.InNetns(ns, func() (err error) {
-		pc, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+		pc, err = net.ListenPacket(network, fmt.Sprintf(":%d", port))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -96,6 +100,12 @@ func askTCP(ns string, to netip.AddrPort, timeout time.Duration) (answer string,
 	if err != nil {
 		return "", peer, err
 	}
+	return readAnswer(c)
+}
+
+// readAnswer returns the first line the server sends on c and getpeername's answer, and
+// closes c.
+func readAnswer(c net.Conn) (answer string, peer netip.AddrPort, err error) {
 	defer c.Close()
 	if peer, err = peerName(c.(syscall.Conn)); err != nil {
 		return "", peer, err
@@ -118,19 +128,25 @@ func peerName(c syscall.Conn) (netip.AddrPort, error) {
 	if serr != nil {
 		return netip.AddrPort{}, fmt.Errorf("getpeername: %w", serr)
 	}
-	in4, ok := sa.(*unix.SockaddrInet4)
-	if !ok {
-		return netip.AddrPort{}, fmt.Errorf("getpeername: %T", sa)
+	switch in := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(in.Addr), uint16(in.Port)), nil
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(in.Addr), uint16(in.Port)), nil
 	}
-	return netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)), nil
+	return netip.AddrPort{}, fmt.Errorf("getpeername: %T", sa)
 }
 
 // askUDP sends one datagram from an unconnected socket in ns to to and returns the answer
 // and the address recvfrom reports it from.
 func askUDP(ns string, to netip.AddrPort) (answer string, from netip.AddrPort, err error) {
 	var pc *net.UDPConn
+	network := "udp4"
+	if to.Addr().Is6() {
+		network = "udp6"
+	}
 	if err := testenv.InNetns(ns, func() (err error) {
-		pc, err = net.ListenUDP("udp4", nil)
+		pc, err = net.ListenUDP(network, nil)
 		return err
 	}); err != nil {
 		return "", from, err
@@ -234,6 +250,86 @@ func TestServiceTranslation(t *testing.T) {
 	if ans, _, err := askTCP(w.a.ns, webAt, time.Second); err == nil || errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("TCP to a deleted Service: %q, %v; want it untranslated (unreachable)", ans, err)
 	}
+}
+
+// TestServiceTranslationIPv6: an IPv6 frontend goes to its IPv6 backend (TCP, and UDP with
+// the reply from the frontend), and an IPv4 frontend is translated for an IPv6 socket that
+// addresses it IPv4-mapped (a dual-stack socket, which the IPv4 hooks never see).
+func TestServiceTranslationIPv6(t *testing.T) {
+	w := newServiceWorld(t, "rs6")
+	if err := writeSysctl(w.node, "net/ipv6/conf/all/forwarding", "1"); err != nil {
+		t.Fatal(err)
+	}
+	a6, b6 := addr("2001:2:10::2"), addr("2001:2:20::2")
+	addEndpoint6(t, w.node, w.a, a6)
+	addEndpoint6(t, w.node, w.b, b6)
+	serveTCP(t, w.b.ns, "[::]:8080", func(c net.Conn) { fmt.Fprintf(c, "8080 %s\n", c.RemoteAddr()) })
+	whoUDPServerOn(t, w.b.ns, "udp6", 5353)
+	s := openTestServices(t, w.cgroup, 0)
+	svc6 := addr("2001:2:99::10")
+	webAt, dnsAt := netip.AddrPortFrom(svc6, 80), netip.AddrPortFrom(svc6, 53)
+	if ans, _, err := askTCP(w.a.ns, webAt, time.Second); err == nil {
+		t.Fatalf("connection to %s before the Service exists reached %q", webAt, ans)
+	}
+	web6 := service.Frontend{Addr: svc6, Port: 80, Protocol: service.TCP}
+	if err := s.Replace(service.Table{
+		web6: {{Addr: b6, Port: 8080}},
+		{Addr: svc6, Port: 53, Protocol: service.UDP}:    {{Addr: b6, Port: 5353}},
+		{Addr: svcAddr, Port: 80, Protocol: service.TCP}: {{Addr: w.b.ip, Port: 8080}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ans, peer, err := askTCP(w.a.ns, webAt, 5*time.Second)
+	if err != nil {
+		t.Fatalf("TCP to the IPv6 Service: %v", err)
+	}
+	if !strings.HasPrefix(ans, fmt.Sprintf("8080 [%s]:", a6)) || peer != webAt {
+		t.Errorf("TCP to the IPv6 Service: %q, peer %s; want 8080 and the client's address %s, peer %s", ans, peer, a6, webAt)
+	}
+	ans, from, err := askUDP(w.a.ns, dnsAt)
+	if err != nil || !strings.HasPrefix(ans, fmt.Sprintf("5353 [%s]:", a6)) || from != dnsAt {
+		t.Errorf("UDP to the IPv6 Service: %q from %s, %v; want 5353 and the client's address from %s", ans, from, err, dnsAt)
+	}
+
+	// A dual-stack socket addressing the IPv4 frontend IPv4-mapped.
+	mapped := netip.AddrPortFrom(netip.AddrFrom16(svcAddr.As16()), 80)
+	ans, peer, err = askMapped(w.a.ns, mapped)
+	if err != nil || !strings.HasPrefix(ans, fmt.Sprintf("8080 %s:", w.a.ip)) || peer != mapped {
+		t.Errorf("IPv4-mapped connect to the IPv4 Service: %q, peer %s, %v; want 8080 and %s, peer %s", ans, peer, err, w.a.ip, mapped)
+	}
+
+	if err := s.Replace(service.Table{web6: {}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := askTCP(w.a.ns, webAt, 5*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("TCP to an IPv6 Service with no backend: %v, want ECONNREFUSED", err)
+	}
+}
+
+// askMapped connects an IPv6 TCP socket in ns to the IPv4-mapped to (Go's dialer would
+// use an IPv4 socket) and returns the first line it reads and getpeername's answer.
+func askMapped(ns string, to netip.AddrPort) (answer string, peer netip.AddrPort, err error) {
+	var c net.Conn
+	err = testenv.InNetns(ns, func() error {
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		tv := unix.Timeval{Sec: 5}
+		_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+		if err := unix.Connect(fd, &unix.SockaddrInet6{Port: int(to.Port()), Addr: to.Addr().As16()}); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		f := os.NewFile(uintptr(fd), "mapped")
+		defer f.Close()
+		c, err = net.FileConn(f)
+		return err
+	})
+	if err != nil {
+		return "", peer, err
+	}
+	return readAnswer(c)
 }
 
 // Two agents on one host (simulated nodes) attach to the same cgroup: translation is

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -46,9 +47,13 @@ type proxiedConn struct {
 
 func transparentControl(mark int) func(network, address string, c syscall.RawConn) error {
 	return func(network, address string, c syscall.RawConn) error {
+		level, opt := unix.SOL_IP, unix.IP_TRANSPARENT
+		if strings.HasSuffix(network, "6") {
+			level, opt = unix.SOL_IPV6, unix.IPV6_TRANSPARENT
+		}
 		var serr error
 		err := c.Control(func(fd uintptr) {
-			if serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT, 1); serr != nil {
+			if serr = unix.SetsockoptInt(int(fd), level, opt, 1); serr != nil {
 				serr = fmt.Errorf("IP_TRANSPARENT: %w", serr)
 				return
 			}
@@ -73,7 +78,7 @@ func startTestProxy(t *testing.T, node string, addr netip.AddrPort) *testProxy {
 	err := testenv.InNetns(node, func() error {
 		lc := net.ListenConfig{Control: transparentControl(0)}
 		var err error
-		p.ln, err = lc.Listen(context.Background(), "tcp4", addr.String())
+		p.ln, err = lc.Listen(context.Background(), tcpNetwork(addr.Addr()), addr.String())
 		return err
 	})
 	if err != nil {
@@ -135,7 +140,7 @@ func (p *testProxy) serve(down net.Conn) {
 			Control:   transparentControl(ProxyUpstreamMark),
 		}
 		var err error
-		up, err = d.Dial("tcp4", pc.Original.String())
+		up, err = d.Dial(tcpNetwork(pc.Original.Addr()), pc.Original.String())
 		return err
 	})
 	if pc.Err == nil {
@@ -208,7 +213,7 @@ func startTestServer(t *testing.T, ns string, addrs ...netip.AddrPort) *testServ
 		var ln net.Listener
 		if err := testenv.InNetns(ns, func() error {
 			var err error
-			ln, err = net.Listen("tcp4", a.String())
+			ln, err = net.Listen(tcpNetwork(a.Addr()), a.String())
 			return err
 		}); err != nil {
 			t.Fatalf("server on %v: %v", a, err)
@@ -362,4 +367,12 @@ func (l *eventLog) noneFrom(t *testing.T, from int, what string, match func(flow
 			t.Errorf("unexpected event (%s): %+v", what, e)
 		}
 	}
+}
+
+// tcpNetwork is the TCP network of a's family: tcp4 or tcp6.
+func tcpNetwork(a netip.Addr) string {
+	if a.Is4() {
+		return "tcp4"
+	}
+	return "tcp6"
 }

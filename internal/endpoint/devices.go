@@ -8,7 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Device is an interface of the node namespace: its name, index and IPv4 addresses.
+// Device is an interface of the node namespace: its name, index and addresses (IPv4 first,
+// then IPv6; no link-local ones).
 type Device struct {
 	Name  string
 	Index uint32
@@ -35,14 +36,19 @@ func (n Node) Devices(names []string, holding netip.Addr) ([]Device, error) {
 		if len(names) > 0 && !slices.Contains(names, name) {
 			continue
 		}
-		addrs, err := h.AddrList(l, unix.AF_INET)
-		if err != nil {
-			return nil, fmt.Errorf("listing the addresses of %s: %w", name, err)
-		}
 		d := Device{Name: name, Index: uint32(l.Attrs().Index)}
-		for _, a := range addrs {
-			if ip, ok := netip.AddrFromSlice(a.IP); ok {
-				d.Addrs = append(d.Addrs, ip.Unmap())
+		for _, family := range []int{unix.AF_INET, unix.AF_INET6} {
+			addrs, err := h.AddrList(l, family)
+			if err != nil {
+				return nil, fmt.Errorf("listing the addresses of %s: %w", name, err)
+			}
+			for _, a := range addrs {
+				// A link-local address is no host address in the ipcache: the same
+				// fe80:: addresses are on every link, and the host programs take
+				// link-local traffic on a host device as the node's own anyway.
+				if ip, ok := netip.AddrFromSlice(a.IP); ok && !ip.Unmap().IsLinkLocalUnicast() {
+					d.Addrs = append(d.Addrs, ip.Unmap())
+				}
 			}
 		}
 		if len(names) == 0 && !slices.Contains(d.Addrs, holding) {

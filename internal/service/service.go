@@ -68,8 +68,10 @@ type Table map[Frontend][]Backend
 type Service struct {
 	Namespace string
 	Name      string
-	ClusterIP netip.Addr
-	Ports     []Port
+	// ClusterIPs are its cluster addresses, at most one per family (a dual-stack Service
+	// has an IPv4 and an IPv6 one); each family's frontends go to that family's endpoints.
+	ClusterIPs []netip.Addr
+	Ports      []Port
 	// Endpoints are the ready backend pods.
 	Endpoints []Endpoint
 }
@@ -101,8 +103,16 @@ func (s Service) Validate() error {
 	if s.Name == "" {
 		return errors.New("service: name is empty")
 	}
-	if !s.ClusterIP.Is4() {
-		return fmt.Errorf("service %s: clusterIP %q: want an IPv4 address (IPv6 Services are not supported)", s.ID(), s.ClusterIP)
+	if len(s.ClusterIPs) == 0 || len(s.ClusterIPs) > 2 {
+		return fmt.Errorf("service %s: clusterIPs: want one address, or one of each family", s.ID())
+	}
+	for i, ip := range s.ClusterIPs {
+		if !ip.IsValid() || ip.IsUnspecified() || ip.Is4In6() || ip.Zone() != "" {
+			return fmt.Errorf("service %s: clusterIPs[%d] %q: want an IPv4 or IPv6 address", s.ID(), i, ip)
+		}
+		if i > 0 && ip.Is4() == s.ClusterIPs[0].Is4() {
+			return fmt.Errorf("service %s: clusterIPs[%d] %q: a second address of the same family", s.ID(), i, ip)
+		}
 	}
 	if len(s.Ports) == 0 {
 		return fmt.Errorf("service %s: ports: at least one port is needed", s.ID())
@@ -121,8 +131,8 @@ func (s Service) Validate() error {
 		seen[p.Name] = true
 	}
 	for i, e := range s.Endpoints {
-		if !e.Addr.Is4() {
-			return fmt.Errorf("service %s: endpoints[%d].address %q: want an IPv4 address", s.ID(), i, e.Addr)
+		if !e.Addr.IsValid() || e.Addr.IsUnspecified() || e.Addr.Is4In6() || e.Addr.Zone() != "" {
+			return fmt.Errorf("service %s: endpoints[%d].address %q: want an IPv4 or IPv6 address", s.ID(), i, e.Addr)
 		}
 		for name, port := range e.Ports {
 			if port == 0 {
@@ -133,10 +143,10 @@ func (s Service) Validate() error {
 	return nil
 }
 
-// Compute is the table of the services: every port of every Service a frontend (and, with
-// a node port, one on each of the nodes' addresses), its backends every endpoint at the
-// port the endpoint names for it (or the target port). Two Services with one frontend are
-// an error naming both.
+// Compute is the table of the services: every port of every Service a frontend on each of
+// its cluster addresses (and, with a node port, one on each of the nodes' addresses), its
+// backends every endpoint of the frontend's family at the port the endpoint names for it
+// (or the target port). Two Services with one frontend are an error naming both.
 func Compute(services []Service, nodes []netip.Addr) (Table, error) {
 	t := Table{}
 	owner := map[Frontend]string{}
@@ -145,7 +155,10 @@ func Compute(services []Service, nodes []netip.Addr) (Table, error) {
 			return nil, err
 		}
 		for _, p := range s.Ports {
-			fronts := []Frontend{{Addr: s.ClusterIP, Port: p.Port, Protocol: p.Protocol}}
+			var fronts []Frontend
+			for _, ip := range s.ClusterIPs {
+				fronts = append(fronts, Frontend{Addr: ip, Port: p.Port, Protocol: p.Protocol})
+			}
 			if p.NodePort != 0 {
 				for _, n := range nodes {
 					fronts = append(fronts, Frontend{Addr: n, Port: p.NodePort, Protocol: p.Protocol})
@@ -157,20 +170,21 @@ func Compute(services []Service, nodes []netip.Addr) (Table, error) {
 				}
 				owner[f] = s.ID()
 			}
-			backends := []Backend{}
+			byFamily := map[bool][]Backend{true: {}, false: {}} // by Is4
 			for _, e := range s.Endpoints {
 				port, ok := e.Ports[p.Name]
 				if !ok {
 					port = cmp.Or(p.TargetPort, p.Port)
 				}
-				backends = append(backends, Backend{Addr: e.Addr, Port: port})
+				byFamily[e.Addr.Is4()] = append(byFamily[e.Addr.Is4()], Backend{Addr: e.Addr, Port: port})
 			}
-			slices.SortFunc(backends, func(a, b Backend) int {
-				return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
-			})
-			backends = slices.Compact(backends)
+			for _, backends := range byFamily {
+				slices.SortFunc(backends, func(a, b Backend) int {
+					return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
+				})
+			}
 			for _, f := range fronts {
-				t[f] = backends
+				t[f] = slices.Compact(byFamily[f.Addr.Is4()])
 			}
 		}
 	}

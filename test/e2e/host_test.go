@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
@@ -18,7 +20,8 @@ import (
 )
 
 // hostLockDown is node A's host policy: SSH (22) from the other nodes only, 9100 from the
-// pods labelled pod=a, and out only to the other nodes on TCP 80.
+// pods labelled pod=a, 2223 from the fabric's IPv6 prefix, and out only to the other nodes
+// on TCP 80 and to the fabric's IPv6 prefix on TCP 81.
 const hostLockDown = `apiVersion: cilium.io/v2
 kind: CiliumClusterwideNetworkPolicy
 metadata: {name: lock-down-workers}
@@ -29,10 +32,22 @@ spec:
     toPorts: [{ports: [{port: "22", protocol: TCP}]}]
   - fromEndpoints: [{matchLabels: {pod: a}}]
     toPorts: [{ports: [{port: "9100", protocol: TCP}]}]
+  - fromCIDR: ["2001:2:0:fab::/64"]
+    toPorts: [{ports: [{port: "2223", protocol: TCP}]}]
   egress:
   - toEntities: [remote-node]
     toPorts: [{ports: [{port: "80", protocol: TCP}]}]
+  - toCIDR: ["2001:2:0:fab::/64"]
+    toPorts: [{ports: [{port: "81", protocol: TCP}]}]
 `
+
+// The nodes' IPv6 addresses on the fabric (in hostLockDown's CIDR), which the agents know
+// only as host device addresses: node B's is no node address to node A (remote-node is
+// IPv4 here), so host policy judges it by CIDR.
+var (
+	fab6A = netip.MustParseAddr("2001:2:0:fab::a")
+	fab6B = netip.MustParseAddr("2001:2:0:fab::b")
+)
 
 // Host policy in each overlay mode: node A, with --host-firewall on its fabric interface
 // and the label role=worker, enforces a CiliumClusterwideNetworkPolicy with a nodeSelector
@@ -50,13 +65,15 @@ func testHostPolicy(t *testing.T, mode overlay.Mode) {
 	nodeA, nodeB := endpoint.NetnsPath(n.a.Config.NodeNetns), endpoint.NetnsPath(n.b.Config.NodeNetns)
 	// Host processes: servers on both nodes' own namespaces.
 	for _, ns := range []string{nodeA, nodeB} {
-		s, err := testenv.Serve(ns, []uint16{22, 80, 81, 2222, 9100}, nil)
+		s, err := testenv.Serve(ns, []uint16{22, 80, 81, 2222, 2223, 9100}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(s.Close)
 	}
 	fabA := linkHolding(t, nodeA, n.addrA)
+	addAddr6(t, nodeA, fabA, fab6A)
+	addAddr6(t, nodeB, linkHolding(t, nodeB, n.addrB), fab6B)
 
 	if _, errs, code := n.b.CLIStdin(hostLockDown, "apply", "-f", "-"); code == 0 || !strings.Contains(errs, "spec.nodeSelector: host policy needs rampartd --host-firewall") {
 		t.Errorf("node B (no host firewall) applying a host policy: exit %d, %s", code, errs)
@@ -89,6 +106,12 @@ func testHostPolicy(t *testing.T, mode overlay.Mode) {
 		{"node A to node B:80", nodeA, n.addrB, 80, true},
 		{"node A to node B:81", nodeA, n.addrB, 81, false},
 		{"node A to its pod x/a:80 (egress to pods not allowed)", nodeA, netip.MustParseAddr(a.IP), 80, false},
+		// Over IPv6 on the fabric: the same host policy, by CIDR.
+		{"node B to node A:2223 over IPv6", nodeB, fab6A, 2223, true},
+		{"node B to node A:2222 over IPv6", nodeB, fab6A, 2222, false},
+		{"node B to node A:22 over IPv6 (no node address)", nodeB, fab6A, 22, false},
+		{"node A to node B:81 over IPv6", nodeA, fab6B, 81, true},
+		{"node A to node B:80 over IPv6 (no node address)", nodeA, fab6B, 80, false},
 		// Through the overlay, untouched by host policy.
 		{"pod x/a to pod x/b:80 across nodes", "x/a", netip.MustParseAddr(b.IP), 80, true},
 		{"pod x/c to pod x/b:80 across nodes (B's policy)", "x/c", netip.MustParseAddr(b.IP), 80, false},
@@ -146,6 +169,25 @@ func testHostPolicy(t *testing.T, mode overlay.Mode) {
 		t.Errorf("%s: trace node B -> host:2222 does not deny:\n%s", mode, out)
 	}
 
+	var hostDrop6 *api.Flow
+	for _, f := range flowsOf(t, n.a) {
+		if f.Endpoint == "host" && f.Verdict == "DROPPED" && f.Dest.Port == 2222 && f.Source.IP == fab6B.String() {
+			hostDrop6 = &f
+			break
+		}
+	}
+	if hostDrop6 == nil {
+		t.Errorf("%s: no host drop of node B's IPv6 connection to port 2222 in node A's flows", mode)
+	}
+	out = n.a.MustCLI("policy", "trace", "--from", fab6B.String(), "--to", "host", "--port", "2223/TCP")
+	if !strings.Contains(out, "lock-down-workers") || !strings.Contains(strings.ToLower(out), "allowed") {
+		t.Errorf("%s: trace node B's IPv6 -> host:2223 does not name the host policy or allow:\n%s", mode, out)
+	}
+	out = n.a.MustCLI("policy", "trace", "--from", fab6B.String(), "--to", "host", "--port", "22/TCP")
+	if !strings.Contains(strings.ToLower(out), "denied") {
+		t.Errorf("%s: trace node B's IPv6 -> host:22 does not deny:\n%s", mode, out)
+	}
+
 	n.a.Restart()
 	check("after a restart")
 
@@ -162,6 +204,24 @@ func testHostPolicy(t *testing.T, mode overlay.Mode) {
 	}
 	if !testenv.Probe(nodeB, netip.AddrPortFrom(n.addrA, 2222), "tcp", 2*time.Second) {
 		t.Errorf("%s: node B cannot reach node A:2222 without the host firewall", mode)
+	}
+	if !testenv.Probe(nodeB, netip.AddrPortFrom(fab6A, 2222), "tcp", 2*time.Second) {
+		t.Errorf("%s: node B cannot reach node A:2222 over IPv6 without the host firewall", mode)
+	}
+}
+
+// addAddr6 puts addr (/64, no duplicate address detection: usable at once) on the interface
+// ifname of the namespace at nsPath, which goes with the namespace.
+func addAddr6(t *testing.T, nsPath, ifname string, addr netip.Addr) {
+	t.Helper()
+	h := testenv.NetlinkHandle(t, nsPath)
+	l, err := h.LinkByName(ifname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipn := netip.PrefixFrom(addr, 64)
+	if err := h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(ipn.Bits(), 128)}, Flags: unix.IFA_F_NODAD}); err != nil {
+		t.Fatalf("adding %v to %s: %v", addr, ifname, err)
 	}
 }
 

@@ -14,9 +14,9 @@ import (
 )
 
 // listServices adds the Services with a cluster IP to the view, their backends the ready
-// IPv4 endpoints of their EndpointSlices (kubernetes.io/service-name), each with the
-// slice's ports by name. What cannot be translated (IPv6, SCTP, a bad port) is a problem
-// of the view, and the rest of the Service stays.
+// endpoints of their EndpointSlices (kubernetes.io/service-name; IPv4 and IPv6 slices),
+// each with the slice's ports by name. What cannot be translated (SCTP, a bad port) is a
+// problem of the view, and the rest of the Service stays.
 func listServices(c *caches, v *agent.ClusterView) error {
 	svcs, err := c.services.List(k8slabels.Everything())
 	if err != nil {
@@ -28,7 +28,8 @@ func listServices(c *caches, v *agent.ClusterView) error {
 	}
 	bySvc := map[string][]*discoveryv1.EndpointSlice{}
 	for _, s := range all {
-		if name := s.Labels[discoveryv1.LabelServiceName]; name != "" && s.AddressType == discoveryv1.AddressTypeIPv4 {
+		if name := s.Labels[discoveryv1.LabelServiceName]; name != "" &&
+			(s.AddressType == discoveryv1.AddressTypeIPv4 || s.AddressType == discoveryv1.AddressTypeIPv6) {
 			bySvc[s.Namespace+"/"+name] = append(bySvc[s.Namespace+"/"+name], s)
 		}
 	}
@@ -43,18 +44,26 @@ func listServices(c *caches, v *agent.ClusterView) error {
 }
 
 // serviceRecord is the agent's record of one Service (nil: none to translate: headless,
-// ExternalName, IPv6), with the problems of its ports and endpoints.
+// ExternalName), with the problems of its ports and endpoints. A dual-stack Service
+// (spec.clusterIPs) has a frontend in each family.
 func serviceRecord(s *corev1.Service, eps []*discoveryv1.EndpointSlice) (*agent.ServiceRecord, []string) {
 	key := s.Namespace + "/" + s.Name
 	if s.Spec.Type == corev1.ServiceTypeExternalName || s.Spec.ClusterIP == "" || s.Spec.ClusterIP == corev1.ClusterIPNone {
 		return nil, nil
 	}
 	ip, err := netip.ParseAddr(s.Spec.ClusterIP)
-	if err != nil || !ip.Is4() {
-		return nil, nil // an IPv6 Service: not translated (docs/services.md)
+	if err != nil {
+		return nil, []string{fmt.Sprintf("service %s: spec.clusterIP %q: not an address", key, s.Spec.ClusterIP)}
 	}
 	var problems []string
 	rec := &agent.ServiceRecord{Namespace: s.Namespace, Name: s.Name, ClusterIP: ip}
+	if len(s.Spec.ClusterIPs) == 2 {
+		if other, err := netip.ParseAddr(s.Spec.ClusterIPs[1]); err == nil && other.Is4() != ip.Is4() {
+			rec.ClusterIPs = []netip.Addr{ip, other}
+		} else {
+			problems = append(problems, fmt.Sprintf("service %s: spec.clusterIPs[1] %q: want an address of the other family", key, s.Spec.ClusterIPs[1]))
+		}
+	}
 	for i, p := range s.Spec.Ports {
 		proto, err := service.ParseProtocol(string(p.Protocol))
 		if err != nil {
@@ -102,8 +111,8 @@ func serviceRecord(s *corev1.Service, eps []*discoveryv1.EndpointSlice) (*agent.
 			}
 			for _, a := range e.Addresses {
 				addr, err := netip.ParseAddr(a)
-				if err != nil || !addr.Is4() {
-					problems = append(problems, fmt.Sprintf("service %s: endpoint slice %s: address %q: want IPv4", key, sl.Name, a))
+				if err != nil || addr.Is4() != (sl.AddressType == discoveryv1.AddressTypeIPv4) {
+					problems = append(problems, fmt.Sprintf("service %s: endpoint slice %s: address %q: want %s", key, sl.Name, a, sl.AddressType))
 					continue
 				}
 				if seen[addr] {

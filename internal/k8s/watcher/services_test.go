@@ -48,10 +48,30 @@ func TestServiceRecord(t *testing.T) {
 		t.Errorf("record\n%+v\nwant\n%+v", rec, want)
 	}
 
+	// Dual stack: a frontend per family, the endpoints of both families' slices; an
+	// address of the wrong family in a slice is a problem.
+	dual := svc.DeepCopy()
+	dual.Spec.ClusterIPs = []string{"198.19.200.10", "2001:2::c8:10"}
+	slice6 := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "x", Name: "web-six"},
+		AddressType: discoveryv1.AddressTypeIPv6,
+		Ports:       slice.Ports,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"2001:2::3"}}, {Addresses: []string{"198.18.0.9"}}},
+	}
+	rec, problems = serviceRecord(dual, []*discoveryv1.EndpointSlice{slice, slice6})
+	if len(problems) != 2 || !strings.Contains(problems[1], `address "198.18.0.9": want IPv6`) {
+		t.Errorf("dual stack: problems %q, want the SCTP port's and the IPv4 address in the IPv6 slice", problems)
+	}
+	if want := []netip.Addr{netip.MustParseAddr("198.19.200.10"), netip.MustParseAddr("2001:2::c8:10")}; !reflect.DeepEqual(rec.ClusterIPs, want) {
+		t.Errorf("dual stack: cluster IPs %v, want %v", rec.ClusterIPs, want)
+	}
+	if n := len(rec.Endpoints); n != 3 || rec.Endpoints[2].Addr != netip.MustParseAddr("2001:2::3") {
+		t.Errorf("dual stack: endpoints %+v, want the two IPv4 ones and 2001:2::3", rec.Endpoints)
+	}
+
 	for _, s := range []corev1.ServiceSpec{
 		{ClusterIP: corev1.ClusterIPNone, Ports: svc.Spec.Ports},            // headless
 		{Type: corev1.ServiceTypeExternalName, ExternalName: "example.org"}, // no address
-		{ClusterIP: "2001:db8::10", Ports: svc.Spec.Ports},                  // IPv6
 	} {
 		if rec, _ := serviceRecord(&corev1.Service{ObjectMeta: svc.ObjectMeta, Spec: s}, nil); rec != nil {
 			t.Errorf("%+v: translated as %+v", s, rec)
