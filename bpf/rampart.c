@@ -39,6 +39,7 @@
 #include "ipip.h"
 #include "tap.h"
 #include "ipv6.h"
+#include "tunnel6.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -1044,7 +1045,10 @@ static __always_inline int own6(const struct endpoint6 *a, const __u8 *addr)
 	return ip6_equal(addr, a->addr) || ip6_equal(addr, a->lladdr);
 }
 
-/* judge_local_source6 is judge_local_source for IPv6 (taps aside: they take no IPv6). */
+/* judge_local_source6 is judge_local_source for IPv6 (taps aside: they take no IPv6). A
+ * packet that passes it and arrived through the VXLAN overlay then takes the identity its
+ * VNI carried (tunnel_source, peer6), under the same condition as for IPv4: received on the
+ * VXLAN device, whose ingress program overwrote its mark. */
 static __always_inline int judge_local_source6(struct __sk_buff *skb, struct peer_identity *peer,
 					       __u32 *sender)
 {
@@ -1055,15 +1059,17 @@ static __always_inline int judge_local_source6(struct __sk_buff *skb, struct pee
 	return local_source_spoofed(iif, peer, sender);
 }
 
-/* peer6 resolves the peer of an IPv6 packet in direction dir, for the endpoint with flags
- * ep_flags. A link-local peer is the node on an endpoint's veth (nothing else is on that
- * link), and the world on a host device (a neighbour on the fabric: never the host, though
- * the host veths' fe80::1 is in the ipcache as the host's). Returns 1 when the source is
- * spoofed (judge_local_source6; *sender: the identity to report). */
-static __always_inline int peer6(struct __sk_buff *skb, const struct pkt6 *p, __u8 dir,
+/* peer6 resolves the peer of an IPv6 packet in direction d->dir, for the endpoint with
+ * flags ep_flags. A link-local peer is the node on an endpoint's veth (nothing else is on
+ * that link), and the world on a host device (a neighbour on the fabric: never the host,
+ * though the host veths' fe80::1 is in the ipcache as the host's). Returns 1 when the
+ * source is spoofed (judge_local_source6; *sender: the identity to report). Entering from
+ * the overlay, the peer is the identity the VNI carried (tunnel_source), as handle_new has
+ * it for IPv4. */
+static __always_inline int peer6(struct __sk_buff *skb, const struct pkt6 *p, struct decision *d,
 				 __u32 ep_flags, struct peer_identity *peer, __u32 *sender)
 {
-	const __u8 *addr = dir == DIR_EGRESS ? p->t.daddr : p->t.saddr;
+	const __u8 *addr = d->dir == DIR_EGRESS ? p->t.daddr : p->t.saddr;
 
 	if (ip6_is_link_local(addr)) {
 		__builtin_memset(peer, 0, sizeof(*peer));
@@ -1071,8 +1077,11 @@ static __always_inline int peer6(struct __sk_buff *skb, const struct pkt6 *p, __
 		return 0;
 	}
 	ipcache_resolve6(addr, peer);
-	if (dir == DIR_INGRESS)
-		return judge_local_source6(skb, peer, sender);
+	if (d->dir != DIR_INGRESS)
+		return 0;
+	if (judge_local_source6(skb, peer, sender))
+		return 1;
+	tunnel_source(skb, peer, d);
 	return 0;
 }
 
@@ -1140,9 +1149,9 @@ static __noinline int handle6_later_fragment(struct __sk_buff *skb, struct pkt6 
 	if (!v->allowed)
 		/* Drop: its first fragment was dropped. */
 		return drop6(skb, p, d, v->reason);
-	if (v->ipcache_gen == p->ipcache_gen)
+	if (v->ipcache_gen == p->ipcache_gen && v->tunnel_id == p->tunnel_id)
 		return pass();
-	if (peer6(skb, p, d->dir, ep->flags, &peer, &sender)) {
+	if (peer6(skb, p, d, ep->flags, &peer, &sender)) {
 		set_identities(d, ep, sender);
 		return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
 	}
@@ -1155,15 +1164,15 @@ static __noinline int handle6_later_fragment(struct __sk_buff *skb, struct pkt6 
 
 /* related6_from_node: related_from_node for IPv6 (packet too big, above all, which IPv6
  * needs since routers do not fragment). */
-static __noinline int related6_from_node(struct __sk_buff *skb, const struct pkt6 *p, __u8 dir,
-					 __u32 ep_flags)
+static __noinline int related6_from_node(struct __sk_buff *skb, const struct pkt6 *p,
+					 struct decision *d, __u32 ep_flags)
 {
 	struct peer_identity peer;
 	__u32 sender = 0;
 
-	if (dir != DIR_INGRESS || !ip6_equal(p->t.daddr, p->inner.saddr))
+	if (d->dir != DIR_INGRESS || !ip6_equal(p->t.daddr, p->inner.saddr))
 		return 0;
-	if (peer6(skb, p, dir, ep_flags, &peer, &sender))
+	if (peer6(skb, p, d, ep_flags, &peer, &sender))
 		return 0;
 	if (peer.identity == ID_HOST || peer.identity == ID_REMOTE_NODE)
 		return 1;
@@ -1532,7 +1541,7 @@ static __noinline int handle6_new(struct __sk_buff *skb, struct pkt6 *p, struct 
 	__u32 sender = 0;
 	__u8 dir = d->dir;
 
-	if (peer6(skb, p, dir, ep->flags, &peer, &sender)) {
+	if (peer6(skb, p, d, ep->flags, &peer, &sender)) {
 		/* Drop: a local endpoint's address that did not come from its interface. */
 		set_identities(d, ep, sender);
 		return drop6_new(skb, p, d, REASON_SPOOFED_SOURCE);
@@ -1580,7 +1589,7 @@ static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, str
 	__u8 reason = 0;
 	int changed;
 
-	if (peer6(skb, p, d->dir, ep->flags, &peer, &sender)) {
+	if (peer6(skb, p, d, ep->flags, &peer, &sender)) {
 		set_identities(d, ep, sender);
 		return drop6(skb, p, d, REASON_SPOOFED_SOURCE);
 	}
@@ -1607,7 +1616,7 @@ static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, str
 		return drop6(skb, p, d, reason);
 	}
 	v->peer_identity = peer.identity;
-	ct_set_checked(v, ep->revision + p->ipcache_gen);
+	ct_set_checked(v, ct6_check_word(ep->revision + p->ipcache_gen, p));
 	return -1;
 }
 
@@ -1629,6 +1638,8 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int ho
 
 	ret = parse6(skb, &p);
 	p.ipcache_gen = ipcache_generation();
+	if (dir == DIR_INGRESS)
+		p.tunnel_id = tunnel_id_of(skb);
 	ep = endpoint_of(skb->ifindex);
 	if (!ep)
 		/* Drop: no endpoint on this interface. */
@@ -1674,7 +1685,7 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int ho
 		return handle6_later_fragment(skb, &p, &d, ep);
 	now = bpf_jiffies64();
 	status = ct6_lookup(&p, d.ep_id, dir, now, &entry);
-	if (status == CT_RELATED_FOREIGN && related6_from_node(skb, &p, dir, ep->flags))
+	if (status == CT_RELATED_FOREIGN && related6_from_node(skb, &p, &d, ep->flags))
 		return pass();
 	if (status == CT_NEW || status == CT_RELATED_FOREIGN) {
 		if (!host && host_guard6(skb, &p, dir, ep, 0))
@@ -1685,7 +1696,7 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int ho
 		return ret;
 	}
 	if (status == CT_ESTABLISHED && entry &&
-	    entry->revision != ep->revision + p.ipcache_gen) {
+	    ct_checked(entry) != ct6_check_word(ep->revision + p.ipcache_gen, &p)) {
 		ret = handle6_recheck(skb, &p, &d, ep, entry);
 		if (ret >= 0)
 			return ret;
@@ -1818,17 +1829,53 @@ int rampart_from_host(struct __sk_buff *skb)
 	return handle_host(skb, DIR_EGRESS);
 }
 
-/* tc egress on the VXLAN device: into the overlay (tunnel.h). */
+/* tc egress on the VXLAN device, IPv6 inner packets (tail call from rampart_to_tunnel). */
+SEC("tc")
+int rampart_to_tunnel6(struct __sk_buff *skb)
+{
+	return tunnel_egress6(skb);
+}
+
+/* tc ingress on the VXLAN device, IPv6 inner packets (tail call from rampart_from_tunnel). */
+SEC("tc")
+int rampart_from_tunnel6(struct __sk_buff *skb)
+{
+	return tunnel_ingress6(skb);
+}
+
+/* The overlay's IPv6 programs by direction (DIR_*): a program of their own, as the
+ * endpoints' IPv6 path (ipv6_path), so that the IPv6 parser neither adds to the IPv4
+ * programs' verification nor to their stack. Filled when the programs are loaded. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__array(values, int(struct __sk_buff *));
+} tunnel6_path SEC(".maps") = {
+	.values = {
+		[DIR_INGRESS] = (void *)&rampart_from_tunnel6,
+		[DIR_EGRESS] = (void *)&rampart_to_tunnel6,
+	},
+};
+
+/* tc egress on the VXLAN device: into the overlay (tunnel.h). An IPv6 frame (by the
+ * protocol the kernel read from it; parse6 checks the frame itself) takes
+ * rampart_to_tunnel6; should the tail call fail, tunnel_egress drops it as not IPv4. */
 SEC("tc")
 int rampart_to_tunnel(struct __sk_buff *skb)
 {
+	if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		bpf_tail_call(skb, &tunnel6_path, DIR_EGRESS);
 	return tunnel_egress(skb);
 }
 
-/* tc ingress on the VXLAN device: out of the overlay (tunnel.h). */
+/* tc ingress on the VXLAN device: out of the overlay (tunnel.h; IPv6: rampart_from_tunnel6,
+ * as above). */
 SEC("tc")
 int rampart_from_tunnel(struct __sk_buff *skb)
 {
+	if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		bpf_tail_call(skb, &tunnel6_path, DIR_INGRESS);
 	return tunnel_ingress(skb);
 }
 

@@ -75,6 +75,9 @@ struct pkt6 {
 	__u32 len;
 	__u32 frag_id; /* the fragment header's identification */
 	__u32 ipcache_gen;
+	/* Entering an endpoint from the overlay, the identity its VNI carried (pkt.tunnel_id,
+	 * tunnel_id_of): part of an established flow's check word, as for IPv4. */
+	__u32 tunnel_id;
 	__be16 policy_port;
 	__u8 frag; /* enum frag_kind */
 	__u8 tcp_flags;
@@ -456,7 +459,7 @@ static __noinline void ct6_create(const struct pkt6 *p, const struct decision *d
 	if (p->icmp_kind == ICMP_K_ERROR || p->icmp_kind == ICMP_K_OTHER)
 		return;
 	ct6_key_fill(&k, &p->t, d->ep_id, d->dir);
-	ct_value_init(&v, d, flags, revision, 0, p->t.proto, p->tcp_flags, now);
+	ct_value_init(&v, d, flags, revision, p->tunnel_id, p->t.proto, p->tcp_flags, now);
 	bpf_map_update_elem(&conntrack6, &k, &v, BPF_ANY);
 }
 
@@ -487,8 +490,17 @@ static __noinline void frag6_record(const struct pkt6 *p, const struct decision 
 	v.reason = d->reason;
 	v.rule_id = d->rule_id;
 	v.peer_identity = ct_peer_identity(d);
+	v.tunnel_id = p->tunnel_id;
 	v.ipcache_gen = p->ipcache_gen;
 	bpf_map_update_elem(&frags_peer, &k, &v, BPF_ANY);
+}
+
+/* ct6_check_word is ct_check_word for IPv6: the check revision and the VNI identity the
+ * packet arrived with, so that a flow whose packets now carry another identity is checked
+ * again (handle6_recheck). */
+static __always_inline __u64 ct6_check_word(__u32 rev, const struct pkt6 *p)
+{
+	return (__u64)rev | ((__u64)p->tunnel_id << 32);
 }
 
 /* emit_event6: emit_event for an IPv6 packet. */

@@ -119,21 +119,59 @@ static __always_inline __u32 tunnel_id_of(struct __sk_buff *skb)
 	return unlikely((mark & TUNNEL_MARK_MASK) == TUNNEL_MARK_MAGIC) ? tunnel_mark_identity(mark) : 0;
 }
 
-/* tunnel_drop_unparsed drops a frame in the overlay that is not an IPv4 packet. */
+/* tunnel_drop_unparsed drops a frame in the overlay that is neither a whole IPv4 packet nor
+ * an IPv6 one (those take the overlay's IPv6 programs, tunnel6.h). */
 static __always_inline int tunnel_drop_unparsed(struct __sk_buff *skb, struct pkt *p,
 						struct decision *d, int ret)
 {
 	return drop(skb, p, d, ret == PARSE_MALFORMED ? REASON_MALFORMED : REASON_UNSUPPORTED_L3);
 }
 
+/* tunnel_vni is the identity a packet from the address whose ipcache entry is src carries
+ * in its VNI: a local endpoint's (its veth let only its own address out), the host's (the
+ * node itself; the receiver sees remote-node), else world: a packet the node forwards from
+ * elsewhere claims nothing. */
+static __always_inline __u32 tunnel_vni(const struct ipcache_value *src)
+{
+	if (src && (src->ep_id || src->identity == ID_HOST) && src->identity <= TUNNEL_VNI_MAX)
+		return src->identity;
+	return ID_WORLD;
+}
+
+/* tunnel_set_key sends the packet to the node that hosts dst with VNI id. */
+static __always_inline int tunnel_set_key(struct __sk_buff *skb, const struct ipcache_value *dst,
+					  __u32 id)
+{
+	struct bpf_tunnel_key key = {};
+
+	key.remote_ipv4 = bpf_ntohl(dst->tunnel_endpoint);
+	key.tunnel_id = id;
+	key.tunnel_ttl = TUNNEL_TTL;
+	return bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX);
+}
+
+/* tunnel_admit hands the identity the VNI carried (vni) to the endpoint's program in the
+ * mark, and makes the inner frame this host's: it is addressed to the sending device's MAC
+ * (the device does no ARP), and the IP layer must route it to the endpoint. */
+static __always_inline void tunnel_admit(struct __sk_buff *skb, __u32 vni)
+{
+	__u32 id = vni;
+
+	if (id == ID_HOST)
+		id = ID_REMOTE_NODE; /* the sending node itself */
+	else if (id == ID_UNKNOWN)
+		id = ID_WORLD;
+	skb->mark = tunnel_mark(id);
+	bpf_skb_change_type(skb, PACKET_HOST);
+}
+
 /* tunnel_egress sets the tunnel key of a packet the node routed into the VXLAN device. */
 static __always_inline int tunnel_egress(struct __sk_buff *skb)
 {
 	struct decision d = {.dir = DIR_EGRESS};
-	struct bpf_tunnel_key key = {};
-	struct ipcache_value *dst, *src;
+	struct ipcache_value *dst;
 	struct pkt p = {};
-	__u32 id = ID_WORLD;
+	__u32 id;
 	int ret;
 
 	ret = parse_packet(skb, &p);
@@ -146,16 +184,8 @@ static __always_inline int tunnel_egress(struct __sk_buff *skb)
 		 * guessed node). */
 		return drop(skb, &p, &d, REASON_TUNNEL_NO_ENDPOINT);
 	}
-	src = ipcache_value_of(p.t.saddr);
-	/* The source's identity: a local endpoint's (its veth let only its own address out),
-	 * the host's (the node itself; the receiver sees remote-node), else world: a packet
-	 * the node forwards from elsewhere claims nothing. */
-	if (src && (src->ep_id || src->identity == ID_HOST) && src->identity <= TUNNEL_VNI_MAX)
-		id = src->identity;
-	key.remote_ipv4 = bpf_ntohl(dst->tunnel_endpoint);
-	key.tunnel_id = id;
-	key.tunnel_ttl = TUNNEL_TTL;
-	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX) < 0) {
+	id = tunnel_vni(ipcache_value_of(p.t.saddr));
+	if (tunnel_set_key(skb, dst, id) < 0) {
 		d.src_identity = id;
 		d.dst_identity = dst->identity;
 		return drop(skb, &p, &d, REASON_MALFORMED);
@@ -171,7 +201,6 @@ static __always_inline int tunnel_ingress(struct __sk_buff *skb)
 	struct bpf_tunnel_key key = {};
 	struct peer_identity node;
 	struct pkt p = {};
-	__u32 id;
 	int ret;
 
 	ret = parse_packet(skb, &p);
@@ -186,15 +215,7 @@ static __always_inline int tunnel_ingress(struct __sk_buff *skb)
 		return drop(skb, &p, &d, REASON_TUNNEL_UNTRUSTED_SOURCE);
 	if (ret != PARSE_IPV4)
 		return tunnel_drop_unparsed(skb, &p, &d, ret);
-	id = key.tunnel_id;
-	if (id == ID_HOST)
-		id = ID_REMOTE_NODE; /* the sending node itself */
-	else if (id == ID_UNKNOWN)
-		id = ID_WORLD;
-	skb->mark = tunnel_mark(id);
-	/* The inner frame is addressed to the sending device's MAC (the device does no ARP):
-	 * make it this host's, so the IP layer routes it to the endpoint. */
-	bpf_skb_change_type(skb, PACKET_HOST);
+	tunnel_admit(skb, key.tunnel_id);
 	return TC_ACT_OK;
 }
 

@@ -277,54 +277,7 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 	}
 	res.Record, res.Unrecord = acceptedRecords(v, parsed)
 
-	// Nodes and remote pods: what is valid.
-	nodes := map[string]*NodeRecord{}
-	byAddr := map[netip.Addr]string{}
-	for i := range v.Nodes {
-		n := v.Nodes[i]
-		switch {
-		case validateNodeName(n.Name) != nil:
-			problems = append(problems, fmt.Sprintf("node %q: invalid name", n.Name))
-			continue
-		case !n.Address.Is4() || n.Address.IsUnspecified() || n.Address == a.net.Router():
-			problems = append(problems, fmt.Sprintf("node %s: address %v: want an IPv4 unicast address", n.Name, n.Address))
-			continue
-		case byAddr[n.Address] != "":
-			problems = append(problems, fmt.Sprintf("node %s: address %v is node %s's", n.Name, n.Address, byAddr[n.Address]))
-			continue
-		case n.PodCIDR.IsValid() && n.PodCIDR.Overlaps(a.cfg.PodCIDR):
-			problems = append(problems, fmt.Sprintf("node %s: pod CIDR %v overlaps this node's %v", n.Name, n.PodCIDR, a.cfg.PodCIDR))
-			continue
-		}
-		byAddr[n.Address] = n.Name
-		nodes[n.Name] = &n
-	}
-	remotes := map[string]*RemoteEndpointRecord{}
-	byIP := map[netip.Addr]string{}
-	for i := range v.Remotes {
-		r := v.Remotes[i]
-		node, ok := nodes[r.Node]
-		switch {
-		case !ok:
-			continue // its node is not (yet) known: nothing routes to it
-		case !r.IP.Is4() || a.cfg.PodCIDR.Contains(r.IP) || node.PodCIDR.IsValid() && !node.PodCIDR.Contains(r.IP):
-			problems = append(problems, fmt.Sprintf("pod %s on node %s: address %v is outside the node's pod CIDR %v", r.Key(), r.Node, r.IP, node.PodCIDR))
-			continue
-		case byIP[r.IP] != "":
-			problems = append(problems, fmt.Sprintf("pod %s: address %v is pod %s's", r.Key(), r.IP, byIP[r.IP]))
-			continue
-		}
-		if _, err := validateLabels(r.Labels); err != nil {
-			problems = append(problems, fmt.Sprintf("pod %s: %v", r.Key(), err))
-			continue
-		}
-		if _, err := validPortRecords(r.Ports); err != nil {
-			problems = append(problems, fmt.Sprintf("pod %s: %v", r.Key(), err))
-			continue
-		}
-		byIP[r.IP] = r.Key()
-		remotes[r.Key()] = &r
-	}
+	nodes, remotes, nodeProblems := a.clusterNodes(v)
 
 	var tapRefused map[string]string
 	mutate := func(m *model) error {
@@ -496,9 +449,74 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 	for key, msg := range res.Refused {
 		a.log.Warn("object refused", "object", key, "error", msg)
 	}
+	// The nodes' and pods' problems were found once, before mutate ran (twice).
+	problems = append(problems, nodeProblems...)
 	sort.Strings(problems)
 	res.Problems = problems
 	return res, nil
+}
+
+// clusterNodes returns the nodes and remote pods of v that are valid, and a problem for each
+// one left out (or in part: an IPv6 pod CIDR the overlay cannot carry).
+func (a *Agent) clusterNodes(v ClusterView) (map[string]*NodeRecord, map[string]*RemoteEndpointRecord, []string) {
+	var problems []string
+	nodes := map[string]*NodeRecord{}
+	byAddr := map[netip.Addr]string{}
+	for i := range v.Nodes {
+		n := v.Nodes[i]
+		switch {
+		case validateNodeName(n.Name) != nil:
+			problems = append(problems, fmt.Sprintf("node %q: invalid name", n.Name))
+			continue
+		case !n.Address.Is4() || n.Address.IsUnspecified() || n.Address == a.net.Router():
+			problems = append(problems, fmt.Sprintf("node %s: address %v: want an IPv4 unicast address", n.Name, n.Address))
+			continue
+		case byAddr[n.Address] != "":
+			problems = append(problems, fmt.Sprintf("node %s: address %v is node %s's", n.Name, n.Address, byAddr[n.Address]))
+			continue
+		case n.PodCIDR.IsValid() && n.PodCIDR.Overlaps(a.cfg.PodCIDR):
+			problems = append(problems, fmt.Sprintf("node %s: pod CIDR %v overlaps this node's %v", n.Name, n.PodCIDR, a.cfg.PodCIDR))
+			continue
+		}
+		if err := checkNodeCIDR6(&n, a.cfg.Tunnel, a.cfg.PodCIDR6); err != nil {
+			// Its IPv4 pods are reachable as ever; its IPv6 ones are not routed, and
+			// have no identity here.
+			problems = append(problems, fmt.Sprintf("node %s: %v (left out)", n.Name, err))
+			n.PodCIDR6 = netip.Prefix{}
+		} else if other := overlappingCIDR6(nodes, &n); other != "" {
+			problems = append(problems, fmt.Sprintf("node %s: IPv6 pod CIDR %v overlaps node %s's (left out)", n.Name, n.PodCIDR6, other))
+			n.PodCIDR6 = netip.Prefix{}
+		}
+		byAddr[n.Address] = n.Name
+		nodes[n.Name] = &n
+	}
+	remotes := map[string]*RemoteEndpointRecord{}
+	byIP := map[netip.Addr]string{}
+	for i := range v.Remotes {
+		r := v.Remotes[i]
+		node, ok := nodes[r.Node]
+		switch {
+		case !ok:
+			continue // its node is not (yet) known: nothing routes to it
+		case !r.IP.Is4() || a.cfg.PodCIDR.Contains(r.IP) || node.PodCIDR.IsValid() && !node.PodCIDR.Contains(r.IP):
+			problems = append(problems, fmt.Sprintf("pod %s on node %s: address %v is outside the node's pod CIDR %v", r.Key(), r.Node, r.IP, node.PodCIDR))
+			continue
+		case byIP[r.IP] != "":
+			problems = append(problems, fmt.Sprintf("pod %s: address %v is pod %s's", r.Key(), r.IP, byIP[r.IP]))
+			continue
+		}
+		if _, err := validateLabels(r.Labels); err != nil {
+			problems = append(problems, fmt.Sprintf("pod %s: %v", r.Key(), err))
+			continue
+		}
+		if _, err := validPortRecords(r.Ports); err != nil {
+			problems = append(problems, fmt.Sprintf("pod %s: %v", r.Key(), err))
+			continue
+		}
+		byIP[r.IP] = r.Key()
+		remotes[r.Key()] = &r
+	}
+	return nodes, remotes, problems
 }
 
 // parseObject parses policy object o of key.

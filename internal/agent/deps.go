@@ -110,6 +110,10 @@ type Engine struct {
 	// router6 is the node's IPv6 router address (podaddr.Router6) on a dual-stack node,
 	// zero otherwise: with podaddr.RouterLinkLocal, a host address.
 	router6 netip.Addr
+	// ipv6Overlay: the overlay carries IPv6 between nodes (overlay.CarriesIPv6), so remote
+	// pods' IPv6 addresses are in the ipcache (remoteInput); in another mode they are not,
+	// and have no identity here.
+	ipv6Overlay bool
 	// nodeAddr is this node's address in Kubernetes mode (invalid outside it): a frontend
 	// of every NodePort Service with the other nodes' (services.go).
 	nodeAddr netip.Addr

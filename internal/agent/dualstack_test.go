@@ -13,6 +13,7 @@ import (
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/overlay"
 )
 
 func TestParsePodCIDRs(t *testing.T) {
@@ -48,10 +49,19 @@ func TestParsePodCIDRs(t *testing.T) {
 // the default 198.18.0.0/16, before any endpoint exists.
 func newDualStackHarness(t *testing.T) *harness {
 	t.Helper()
+	return newDualStackHarnessOn(t, "")
+}
+
+// newDualStackHarnessOn is newDualStackHarness on overlay mode ("": the default).
+func newDualStackHarnessOn(t *testing.T, mode overlay.Mode) *harness {
+	t.Helper()
 	h := newHarness(t)
 	h.a.Close()
 	h.a = nil
 	h.cfg.PodCIDR6 = netip.MustParsePrefix("2001:2::/64")
+	if mode != "" {
+		h.cfg.Tunnel = mode
+	}
 	h.dp = h.dp.reopen()
 	h.start()
 	return h

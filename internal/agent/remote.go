@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/overlay"
+	"github.com/rampartnet/rampart/internal/podaddr"
 )
 
 // Other nodes and the pods on them. In Kubernetes mode the watcher feeds them with the
@@ -35,7 +37,7 @@ func (a *Agent) syncRoutes(m *model) error {
 	nodes := make([]overlay.Node, 0, len(m.nodes))
 	for _, name := range sortedKeys(m.nodes) {
 		n := m.nodes[name]
-		nodes = append(nodes, overlay.Node{Address: n.Address, PodCIDR: n.PodCIDR})
+		nodes = append(nodes, overlay.Node{Address: n.Address, PodCIDR: n.PodCIDR, PodCIDR6: n.PodCIDR6})
 	}
 	if a.host && !a.own.OverlayRoutes {
 		a.own.OverlayRoutes = true
@@ -51,6 +53,58 @@ type NodeRecord struct {
 	Name    string       `json:"name"`
 	Address netip.Addr   `json:"address"`
 	PodCIDR netip.Prefix `json:"podCIDR,omitzero"`
+	// PodCIDR6 is its IPv6 pod CIDR on a dual-stack cluster (zero: none; only with
+	// PodCIDR): its pods' IPv6 addresses are derived from their IPv4 ones as this node's
+	// endpoints' are (remoteIP6).
+	PodCIDR6 netip.Prefix `json:"podCIDR6,omitzero"`
+}
+
+// checkNodeCIDR6 says why n's IPv6 pod CIDR cannot be taken on a node whose overlay is mode
+// and whose own IPv6 pod CIDR is own6 (nil: it can, or n has none).
+func checkNodeCIDR6(n *NodeRecord, mode overlay.Mode, own6 netip.Prefix) error {
+	switch {
+	case !n.PodCIDR6.IsValid():
+		return nil
+	case !overlay.CarriesIPv6(mode):
+		return fmt.Errorf("IPv6 pod CIDR %v: %w", n.PodCIDR6, overlay.ErrNoIPv6)
+	case !n.PodCIDR.IsValid():
+		return fmt.Errorf("IPv6 pod CIDR %v: needs the node's IPv4 pod CIDR too (its pods' IPv6 addresses are derived from their IPv4 ones)", n.PodCIDR6)
+	case own6.IsValid() && n.PodCIDR6.Overlaps(own6):
+		return fmt.Errorf("IPv6 pod CIDR %v overlaps this node's %v", n.PodCIDR6, own6)
+	}
+	if err := podaddr.CheckPrefix6(n.PodCIDR, n.PodCIDR6); err != nil {
+		return fmt.Errorf("IPv6 pod CIDR %v: %w", n.PodCIDR6, err)
+	}
+	return nil
+}
+
+// overlappingCIDR6 returns the name of a node of nodes other than n whose IPv6 pod CIDR
+// overlaps n's ("" none): their pods' derived IPv6 addresses could be the same.
+func overlappingCIDR6(nodes map[string]*NodeRecord, n *NodeRecord) string {
+	if !n.PodCIDR6.IsValid() {
+		return ""
+	}
+	for _, name := range sortedKeys(nodes) {
+		if o := nodes[name]; name != n.Name && o.PodCIDR6.IsValid() && o.PodCIDR6.Overlaps(n.PodCIDR6) {
+			return name
+		}
+	}
+	return ""
+}
+
+// remoteIP6 is the IPv6 address of the pod at ip on node n: its offset in the node's IPv4
+// pod CIDR added to its IPv6 one, as podaddr gives the node's own endpoints theirs (the
+// node's Rampart did the same). Zero for a node without an IPv6 pod CIDR, or an address
+// with none (outside the IPv4 pod CIDR, or the router's offset).
+func remoteIP6(n *NodeRecord, ip netip.Addr) netip.Addr {
+	if !n.PodCIDR.IsValid() || !n.PodCIDR6.IsValid() {
+		return netip.Addr{}
+	}
+	ip6, _, err := podaddr.Addrs(n.PodCIDR, n.PodCIDR6, ip)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ip6
 }
 
 // RemoteEndpointRecord is a pod on another node as persisted. Immutable once in a model.
@@ -83,8 +137,9 @@ func (r *RemoteEndpointRecord) fullLabels(nsLabels labels.Labels) labels.Labels 
 // identities come from alloc (claimed for the number the cluster gave them by
 // claimIdentities, else ForLabels) and their label sets are returned so that Retain keeps
 // them. Remote pods in skip (their identity unresolved) are left out: their addresses
-// have no identity here, so no policy that selects a pod admits them.
-func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input, skip map[string]string) []labels.Labels {
+// have no identity here, so no policy that selects a pod admits them. With ipv6 (the
+// overlay carries IPv6) a remote pod's IPv6 address is its too.
+func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input, skip map[string]string, ipv6 bool) []labels.Labels {
 	var used []labels.Labels
 	for _, name := range sortedKeys(m.nodes) {
 		in.NodeIPs = append(in.NodeIPs, m.nodes[name].Address)
@@ -100,11 +155,15 @@ func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input, skip m
 		}
 		full := r.fullLabels(m.namespaces[r.Namespace])
 		used = append(used, full)
-		in.Remote = append(in.Remote, mapstate.RemoteEndpoint{
+		rem := mapstate.RemoteEndpoint{
 			Namespace: r.Namespace, Name: r.Name, Labels: full,
 			Identity: alloc.ForLabels(full), IP: r.IP, Node: node.Address,
 			NamedPorts: namedPorts(r.Ports),
-		})
+		}
+		if ipv6 {
+			rem.IP6 = remoteIP6(node, r.IP)
+		}
+		in.Remote = append(in.Remote, rem)
 	}
 	return used
 }
@@ -124,6 +183,9 @@ func nodeView(m *model, n *NodeRecord) api.Node {
 	v := api.Node{Name: n.Name, Address: n.Address.String()}
 	if n.PodCIDR.IsValid() {
 		v.PodCIDR = n.PodCIDR.String()
+	}
+	if n.PodCIDR6.IsValid() {
+		v.PodCIDR6 = n.PodCIDR6.String()
 	}
 	for _, r := range m.remotes {
 		if r.Node == n.Name {
@@ -154,6 +216,16 @@ func (a *Agent) PutNode(ctx context.Context, name string, spec api.NodeSpec) (ap
 		}
 		rec.PodCIDR = p
 	}
+	if spec.PodCIDR6 != "" {
+		p, err := netip.ParsePrefix(spec.PodCIDR6)
+		if err != nil || !p.Addr().Is6() || p != p.Masked() {
+			return api.Node{}, api.BadRequest("node %s: podCIDR6 %q: want an IPv6 prefix such as 2001:db8:0:2::/64", name, spec.PodCIDR6)
+		}
+		rec.PodCIDR6 = p
+	}
+	if err := checkNodeCIDR6(rec, a.cfg.Tunnel, a.cfg.PodCIDR6); err != nil {
+		return api.Node{}, api.BadRequest("node %s: %v", name, err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, n := range a.model.nodes {
@@ -163,6 +235,9 @@ func (a *Agent) PutNode(ctx context.Context, name string, spec api.NodeSpec) (ap
 	}
 	if addr == a.net.Router() {
 		return api.Node{}, api.Conflict("node %s: address %v is this node's router address", name, addr)
+	}
+	if other := overlappingCIDR6(a.model.nodes, rec); other != "" {
+		return api.Node{}, api.Conflict("node %s: IPv6 pod CIDR %v overlaps node %s's", name, rec.PodCIDR6, other)
 	}
 	m, _, err := a.change(func(m *model) error {
 		m.nodes = maps.Clone(m.nodes)
@@ -219,6 +294,9 @@ func (a *Agent) ListRemoteEndpoints(ctx context.Context) ([]api.RemoteEndpoint, 
 func (a *Agent) remoteView(m *model, d *desired, r *RemoteEndpointRecord) api.RemoteEndpoint {
 	v := api.RemoteEndpoint{Namespace: r.Namespace, Name: r.Name, Node: r.Node, IP: r.IP.String(),
 		Labels: map[string]string(maps.Clone(r.Labels)), Monitor: r.Monitor, Ports: apiPorts(r.Ports)}
+	if n := m.nodes[r.Node]; n != nil && a.eng.ipv6Overlay {
+		v.IP6 = addrOrEmpty(remoteIP6(n, r.IP))
+	}
 	if e, ok := d.state.IPCache[netip.PrefixFrom(r.IP, r.IP.BitLen())]; ok {
 		v.Identity = uint32(e.Identity)
 	}

@@ -697,10 +697,13 @@ type CNIGCResult struct {
 
 // NodeSpec declares another node of the cluster: its address on the fabric (where the
 // overlay sends packets for its pods, and the only outer source the overlay accepts) and
-// its pod CIDR.
+// its pod CIDR, and on a dual-stack cluster its IPv6 pod CIDR: its pods' IPv6 addresses are
+// derived from their IPv4 ones as this node's are (podaddr), and travel in the VXLAN
+// overlay only (docs/architecture.md, "IPv6 between nodes").
 type NodeSpec struct {
-	Address string `json:"address"`
-	PodCIDR string `json:"podCIDR,omitempty"`
+	Address  string `json:"address"`
+	PodCIDR  string `json:"podCIDR,omitempty"`
+	PodCIDR6 string `json:"podCIDR6,omitempty"`
 }
 
 // Node is another node as the agent knows it.
@@ -708,6 +711,7 @@ type Node struct {
 	Name            string `json:"name"`
 	Address         string `json:"address"`
 	PodCIDR         string `json:"podCIDR,omitempty"`
+	PodCIDR6        string `json:"podCIDR6,omitempty"`
 	RemoteEndpoints int    `json:"remoteEndpoints"`
 }
 
@@ -737,6 +741,7 @@ type RemoteEndpoint struct {
 	Name      string            `json:"name"`
 	Node      string            `json:"node"`
 	IP        string            `json:"ip"`
+	IP6       string            `json:"ip6,omitempty"` // derived from IP and its node's pod CIDRs
 	Labels    map[string]string `json:"labels"`
 	Identity  uint32            `json:"identity"`
 	Monitor   bool              `json:"monitor,omitempty"`

@@ -132,11 +132,14 @@ func (a *app) endpointList() *cobra.Command {
 
 // endpointAddrs is an endpoint's address, or on a dual-stack node its IPv4 and IPv6
 // addresses separated by a comma.
-func endpointAddrs(ep api.Endpoint) string {
-	if ep.IP6 == "" {
-		return ep.IP
+func endpointAddrs(ep api.Endpoint) string { return addrPair(ep.IP, ep.IP6) }
+
+// addrPair is ip, or ip and ip6 separated by a comma when there is an ip6.
+func addrPair(ip, ip6 string) string {
+	if ip6 == "" {
+		return ip
 	}
-	return ep.IP + "," + ep.IP6
+	return ip + "," + ip6
 }
 
 func enforcement(ep api.Endpoint) string {

@@ -17,22 +17,27 @@ func (a *app) nodeCommand() *cobra.Command {
 		Aliases: []string{"nodes"},
 		Short:   "Declare, list and delete the other nodes of the cluster",
 	}
-	var addr, podCIDR, output string
+	var addr, podCIDR, podCIDR6, output string
 	add := &cobra.Command{
-		Use:   "add NAME --address ADDR [--pod-cidr PREFIX]",
-		Short: "Declare another node (or change it): its fabric address and pod CIDR",
+		Use:   "add NAME --address ADDR [--pod-cidr PREFIX] [--pod-cidr6 PREFIX6]",
+		Short: "Declare another node (or change it): its fabric address and pod CIDRs",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := a.client.PutNode(contextOf(cmd), args[0], api.NodeSpec{Address: addr, PodCIDR: podCIDR})
+			n, err := a.client.PutNode(contextOf(cmd), args[0], api.NodeSpec{Address: addr, PodCIDR: podCIDR, PodCIDR6: podCIDR6})
 			if err != nil {
 				return err
 			}
-			a.printf("node %s: address %s, pod CIDR %s\n", n.Name, n.Address, orNone(n.PodCIDR))
+			a.printf("node %s: address %s, pod CIDR %s", n.Name, n.Address, orNone(n.PodCIDR))
+			if n.PodCIDR6 != "" {
+				a.printf(", IPv6 pod CIDR %s", n.PodCIDR6)
+			}
+			a.printf("\n")
 			return nil
 		},
 	}
 	add.Flags().StringVar(&addr, "address", "", "the node's IPv4 address on the fabric (required)")
 	add.Flags().StringVar(&podCIDR, "pod-cidr", "", "the node's pod CIDR")
+	add.Flags().StringVar(&podCIDR6, "pod-cidr6", "", "the node's IPv6 pod CIDR (dual stack; needs --pod-cidr and the VXLAN overlay)")
 	_ = add.MarkFlagRequired("address")
 	list := &cobra.Command{
 		Use:     "list",
@@ -48,9 +53,9 @@ func (a *app) nodeCommand() *cobra.Command {
 				return a.printJSON(nodes)
 			}
 			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NODE\tADDRESS\tPOD CIDR\tREMOTE ENDPOINTS")
+			fmt.Fprintln(w, "NODE\tADDRESS\tPOD CIDR\tIPV6 POD CIDR\tREMOTE ENDPOINTS")
 			for _, n := range nodes {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", n.Name, n.Address, orNone(n.PodCIDR), n.RemoteEndpoints)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", n.Name, n.Address, orNone(n.PodCIDR), orNone(n.PodCIDR6), n.RemoteEndpoints)
 			}
 			return w.Flush()
 		},
@@ -133,7 +138,7 @@ func (a *app) remoteCommand() *cobra.Command {
 			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ENDPOINT\tNODE\tIP\tIDENTITY\tLABELS")
 			for _, r := range rs {
-				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%d\t%s\n", r.Namespace, r.Name, r.Node, r.IP, r.Identity, labelString(r.Labels))
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%d\t%s\n", r.Namespace, r.Name, r.Node, addrPair(r.IP, r.IP6), r.Identity, labelString(r.Labels))
 			}
 			return w.Flush()
 		},

@@ -435,6 +435,7 @@ const (
 	rampartMapTapMonitorKeys          = "tap_monitor_keys"
 	rampartMapTapSets                 = "tap_sets"
 	rampartMapTunnel                  = "tunnel"
+	rampartMapTunnel6Path             = "tunnel6_path"
 	rampartProgRampartFromEp          = "rampart_from_ep"
 	rampartProgRampartFromEp6         = "rampart_from_ep6"
 	rampartProgRampartFromHost        = "rampart_from_host"
@@ -443,12 +444,14 @@ const (
 	rampartProgRampartFromMonitor     = "rampart_from_monitor"
 	rampartProgRampartFromTapTunnel   = "rampart_from_tap_tunnel"
 	rampartProgRampartFromTunnel      = "rampart_from_tunnel"
+	rampartProgRampartFromTunnel6     = "rampart_from_tunnel6"
 	rampartProgRampartToEp            = "rampart_to_ep"
 	rampartProgRampartToEp6           = "rampart_to_ep6"
 	rampartProgRampartToHost          = "rampart_to_host"
 	rampartProgRampartToHost6         = "rampart_to_host6"
 	rampartProgRampartToIpip          = "rampart_to_ipip"
 	rampartProgRampartToTunnel        = "rampart_to_tunnel"
+	rampartProgRampartToTunnel6       = "rampart_to_tunnel6"
 	rampartVarCtTimeoutOther          = "ct_timeout_other"
 	rampartVarCtTimeoutTcpClosing     = "ct_timeout_tcp_closing"
 	rampartVarCtTimeoutTcpEstablished = "ct_timeout_tcp_established"
@@ -509,12 +512,14 @@ type rampartProgramSpecs struct {
 	RampartFromMonitor   *ebpf.ProgramSpec `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.ProgramSpec `ebpf:"rampart_from_tap_tunnel"`
 	RampartFromTunnel    *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel"`
+	RampartFromTunnel6   *ebpf.ProgramSpec `ebpf:"rampart_from_tunnel6"`
 	RampartToEp          *ebpf.ProgramSpec `ebpf:"rampart_to_ep"`
 	RampartToEp6         *ebpf.ProgramSpec `ebpf:"rampart_to_ep6"`
 	RampartToHost        *ebpf.ProgramSpec `ebpf:"rampart_to_host"`
 	RampartToHost6       *ebpf.ProgramSpec `ebpf:"rampart_to_host6"`
 	RampartToIpip        *ebpf.ProgramSpec `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel"`
+	RampartToTunnel6     *ebpf.ProgramSpec `ebpf:"rampart_to_tunnel6"`
 }
 
 // rampartMapSpecs contains maps before they are loaded into the kernel.
@@ -556,6 +561,7 @@ type rampartMapSpecs struct {
 	TapMonitorKeys   *ebpf.MapSpec `ebpf:"tap_monitor_keys"`
 	TapSets          *ebpf.MapSpec `ebpf:"tap_sets"`
 	Tunnel           *ebpf.MapSpec `ebpf:"tunnel"`
+	Tunnel6Path      *ebpf.MapSpec `ebpf:"tunnel6_path"`
 }
 
 // rampartVariableSpecs contains global variables before they are loaded into the kernel.
@@ -627,6 +633,7 @@ type rampartMaps struct {
 	TapMonitorKeys   *ebpf.Map `ebpf:"tap_monitor_keys"`
 	TapSets          *ebpf.Map `ebpf:"tap_sets"`
 	Tunnel           *ebpf.Map `ebpf:"tunnel"`
+	Tunnel6Path      *ebpf.Map `ebpf:"tunnel6_path"`
 }
 
 func (m *rampartMaps) Close() error {
@@ -666,6 +673,7 @@ func (m *rampartMaps) Close() error {
 		m.TapMonitorKeys,
 		m.TapSets,
 		m.Tunnel,
+		m.Tunnel6Path,
 	)
 }
 
@@ -695,12 +703,14 @@ type rampartPrograms struct {
 	RampartFromMonitor   *ebpf.Program `ebpf:"rampart_from_monitor"`
 	RampartFromTapTunnel *ebpf.Program `ebpf:"rampart_from_tap_tunnel"`
 	RampartFromTunnel    *ebpf.Program `ebpf:"rampart_from_tunnel"`
+	RampartFromTunnel6   *ebpf.Program `ebpf:"rampart_from_tunnel6"`
 	RampartToEp          *ebpf.Program `ebpf:"rampart_to_ep"`
 	RampartToEp6         *ebpf.Program `ebpf:"rampart_to_ep6"`
 	RampartToHost        *ebpf.Program `ebpf:"rampart_to_host"`
 	RampartToHost6       *ebpf.Program `ebpf:"rampart_to_host6"`
 	RampartToIpip        *ebpf.Program `ebpf:"rampart_to_ipip"`
 	RampartToTunnel      *ebpf.Program `ebpf:"rampart_to_tunnel"`
+	RampartToTunnel6     *ebpf.Program `ebpf:"rampart_to_tunnel6"`
 }
 
 func (p *rampartPrograms) Close() error {
@@ -713,12 +723,14 @@ func (p *rampartPrograms) Close() error {
 		p.RampartFromMonitor,
 		p.RampartFromTapTunnel,
 		p.RampartFromTunnel,
+		p.RampartFromTunnel6,
 		p.RampartToEp,
 		p.RampartToEp6,
 		p.RampartToHost,
 		p.RampartToHost6,
 		p.RampartToIpip,
 		p.RampartToTunnel,
+		p.RampartToTunnel6,
 	)
 }
 

@@ -55,19 +55,31 @@ func newTunnelFixture(t *testing.T, es ...entry) *fixture {
 	t.Helper()
 	f := newFixture(t, Config{})
 	f.apply(true, false, es...)
-	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
-		t.Fatal(err)
-	}
+	f.setVXLAN()
 	return f
+}
+
+// setVXLAN puts the fixture's node on the VXLAN overlay, on device vxlanIfindex.
+func (f *fixture) setVXLAN() {
+	f.t.Helper()
+	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
+		f.t.Fatal(err)
+	}
 }
 
 // runTunneled runs the fixture endpoint's rampart_to_ep on p with mark and ingress
 // interface iif, as forwarding from the VXLAN device delivers it.
 func (f *fixture) runTunneled(p packet, mark, iif uint32) uint32 {
 	f.t.Helper()
+	return f.runTunneledFrame(p.bytes(), mark, iif)
+}
+
+// runTunneledFrame is runTunneled for any frame (an IPv6 one: packet6.bytes).
+func (f *fixture) runTunneledFrame(frame []byte, mark, iif uint32) uint32 {
+	f.t.Helper()
 	c := skbContext{Mark: mark}
 	c.Fields[6] = iif // ingress_ifindex
-	ret, _ := runCtx(f.t, f.d.objs.RampartToEp, p.bytes(), c)
+	ret, _ := runCtx(f.t, f.d.objs.RampartToEp, frame, c)
 	return ret
 }
 

@@ -115,6 +115,15 @@ func (in Input) Check() error {
 			errs = append(errs, fmt.Errorf("endpoints %s and %s share address %v", other, name, ep.IP))
 		}
 		epAddrs[ep.IP.Unmap()] = name
+		if ep.IP6.IsValid() {
+			if !ep.IP6.Is6() || ep.IP6.Is4In6() {
+				errs = append(errs, fmt.Errorf("%s: IPv6 address %v: want an IPv6 address of a pod", name, ep.IP6))
+			}
+			if other, dup := epAddrs[ep.IP6]; dup {
+				errs = append(errs, fmt.Errorf("endpoints %s and %s share address %v", other, name, ep.IP6))
+			}
+			epAddrs[ep.IP6] = name
+		}
 		if !validEndpointIdentity(ep.Identity) {
 			errs = append(errs, fmt.Errorf("%s has invalid identity %d", name, ep.Identity))
 		}
@@ -757,9 +766,11 @@ func (c *computer) ipcache() map[netip.Prefix]IPCacheEntry {
 		}
 	}
 	for _, ep := range c.in.Remote {
-		if ep.IP.IsValid() {
-			a := ep.IP.Unmap()
-			m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: ep.Identity, Secondary: c.secondary(a), TunnelEndpoint: ep.Node.Unmap()}
+		for _, a := range []netip.Addr{ep.IP, ep.IP6} {
+			if a.IsValid() {
+				a = a.Unmap()
+				m[netip.PrefixFrom(a, a.BitLen())] = IPCacheEntry{Identity: ep.Identity, Secondary: c.secondary(a), TunnelEndpoint: ep.Node.Unmap()}
+			}
 		}
 	}
 	// Local endpoints after hosts and remote pods: an address that is both is a local

@@ -297,7 +297,7 @@ func remoteRef(in Input, r TraceRef) *RemoteEndpoint {
 	for i := range in.Remote {
 		rem := &in.Remote[i]
 		if r.Name != "" && rem.Namespace == r.Namespace && rem.Name == r.Name ||
-			r.Name == "" && rem.IP.Unmap() == r.Addr.Unmap() {
+			r.Name == "" && (rem.IP.Unmap() == r.Addr.Unmap() || rem.IP6.IsValid() && rem.IP6 == r.Addr.Unmap()) {
 			return rem
 		}
 	}

@@ -45,6 +45,9 @@ type RemoteEndpoint struct {
 	IP         netip.Addr
 	Node       netip.Addr // the hosting node's address
 	NamedPorts map[string]NamedPort
+	// IP6 is its IPv6 address (zero: none, or not carried between nodes): the ipcache
+	// maps it, a /128, to the identity and tunnel endpoint its IPv4 address has.
+	IP6 netip.Addr
 }
 
 // Input is everything the desired state depends on. Compute is a pure function of it.

@@ -29,6 +29,18 @@ const (
 	IPIP Mode = "ipip"
 )
 
+// ErrNoIPv6 is the refusal of an IPv6 pod CIDR of another node in a mode that carries no
+// IPv6 between nodes. The fabric is IPv4: VXLAN carries IPv6 inner packets in its IPv4
+// outer ones, but native routing would need IPv6 routes with an IPv4 next hop, which Linux
+// does not take ("IPv6 does not support RTA_VIA"), and IP-in-IP the same routes before the
+// dataplane encapsulates. Without a route the other nodes' IPv6 pod addresses are
+// unreachable from pods here, and they have no identity here (the ipcache maps them in
+// VXLAN mode only), so nothing is admitted on an address no tunnel vouched for.
+var ErrNoIPv6 = errors.New("IPv6 between nodes needs the VXLAN overlay (rampartd --tunnel=vxlan)")
+
+// CarriesIPv6 says whether mode carries IPv6 packets between pods of different nodes.
+func CarriesIPv6(mode Mode) bool { return mode == VXLAN }
+
 // ParseMode checks a mode's name ("" is Native).
 func ParseMode(s string) (Mode, error) {
 	switch Mode(s) {
@@ -80,6 +92,8 @@ func PodMTU(mode Mode) int {
 type Node struct {
 	Address netip.Addr
 	PodCIDR netip.Prefix
+	// PodCIDR6 is its IPv6 pod CIDR (zero: none), routed in a mode that CarriesIPv6 only.
+	PodCIDR6 netip.Prefix
 }
 
 func handle(netnsPath string) (*netlink.Handle, error) {
@@ -180,8 +194,10 @@ func deleteLink(netnsPath, name string) error {
 
 // SyncRoutes makes this package's routes in the namespace at netnsPath equal to one per
 // node with a pod CIDR: through the VXLAN device with source src (VXLAN), or via the
-// node's address (Native; IPIP with the pod MTU as the route's). Routes it installed before that are no longer wanted are
-// deleted; other routes are not touched.
+// node's address (Native; IPIP with the pod MTU as the route's); and in VXLAN mode one per
+// node with an IPv6 pod CIDR through the device too (other modes route no IPv6, see
+// ErrNoIPv6). Routes it installed before that are no longer wanted are deleted; other
+// routes are not touched.
 func SyncRoutes(netnsPath string, mode Mode, src netip.Addr, nodes []Node) error {
 	h, err := handle(netnsPath)
 	if err != nil {
@@ -216,6 +232,16 @@ func SyncRoutes(netnsPath string, mode Mode, src netip.Addr, nodes []Node) error
 		}
 		want[n.PodCIDR.Masked()] = r
 	}
+	if CarriesIPv6(mode) {
+		for _, n := range nodes {
+			if n.PodCIDR6.IsValid() {
+				// No source: src is IPv4; the kernel picks the node's IPv6 router address
+				// for the node's own packets, and forwarded ones keep theirs.
+				want[n.PodCIDR6.Masked()] = &netlink.Route{Dst: ipNet(n.PodCIDR6), Protocol: routeProtocol,
+					LinkIndex: devIndex, Scope: netlink.SCOPE_LINK}
+			}
+		}
+	}
 	for _, r := range want {
 		if err := h.RouteReplace(r); err != nil {
 			return fmt.Errorf("adding route to %v: %w", r.Dst, err)
@@ -237,14 +263,14 @@ func SyncRoutes(netnsPath string, mode Mode, src netip.Addr, nodes []Node) error
 }
 
 // Routes lists the destinations of the routes this package installed in the namespace at
-// netnsPath.
+// netnsPath, IPv4 and IPv6.
 func Routes(netnsPath string) ([]netip.Prefix, error) {
 	h, err := handle(netnsPath)
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
-	rs, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: routeProtocol, Table: unix.RT_TABLE_MAIN},
+	rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: routeProtocol, Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("listing routes: %w", err)

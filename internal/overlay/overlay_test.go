@@ -89,3 +89,64 @@ func TestFabric(t *testing.T) {
 		t.Errorf("routes left: %v (%v)", got, err)
 	}
 }
+
+// VXLAN routes another node's IPv6 pod CIDR into the device beside its IPv4 one; a mode that
+// carries no IPv6 routes none (and takes away the one VXLAN made), and RemoveRoutes leaves
+// no route of either family.
+func TestSyncRoutesIPv6(t *testing.T) {
+	testenv.RequireRoot(t)
+	ns := testenv.NewNetns(t, "rpov6-"+testenv.Suffix(6))
+	h := testenv.NetlinkHandle(t, ns)
+	if _, err := EnsureDevice(ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "fab0"}, PeerName: "peer0"}); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := h.LinkByName("fab0")
+	if err := h.LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := netlink.ParseAddr("198.19.250.1/24")
+	if err := h.AddrAdd(l, a); err != nil {
+		t.Fatal(err)
+	}
+	// The VXLAN routes' source, the node's router address, is on lo (as endpoint.Node puts it).
+	lo, _ := h.LinkByName("lo")
+	router, _ := netlink.ParseAddr("198.18.0.1/32")
+	if err := h.AddrAdd(lo, router); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+	cidr4, cidr6 := netip.MustParsePrefix("198.18.32.0/20"), netip.MustParsePrefix("2001:2:0:2::/64")
+	nodes := []Node{{Address: netip.MustParseAddr("198.19.250.2"), PodCIDR: cidr4, PodCIDR6: cidr6}}
+	if err := SyncRoutes(ns, VXLAN, netip.MustParseAddr("198.18.0.1"), nodes); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Routes(ns)
+	slices.SortFunc(got, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	if err != nil || !slices.Equal(got, []netip.Prefix{cidr4, cidr6}) {
+		t.Errorf("VXLAN routes %v (%v), want %v and %v", got, err, cidr4, cidr6)
+	}
+	dev, _ := h.LinkByName(DeviceName)
+	rs, err := h.RouteGet(net.ParseIP("2001:2:0:2::5"))
+	if err != nil || len(rs) != 1 || rs[0].LinkIndex != dev.Attrs().Index {
+		t.Errorf("route to a pod's IPv6 address: %+v (%v), want through %s", rs, err, DeviceName)
+	}
+	for _, mode := range []Mode{IPIP, Native} {
+		if err := SyncRoutes(ns, mode, netip.Addr{}, nodes); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := Routes(ns); err != nil || !slices.Equal(got, []netip.Prefix{cidr4}) {
+			t.Errorf("%s routes %v (%v), want %v only", mode, got, err, cidr4)
+		}
+	}
+	if err := RemoveRoutes(ns); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Routes(ns); err != nil || len(got) != 0 {
+		t.Errorf("routes left: %v (%v)", got, err)
+	}
+}

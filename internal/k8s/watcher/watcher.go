@@ -297,28 +297,37 @@ func ownNode(n *corev1.Node) (OwnNode, error) {
 		return OwnNode{}, fmt.Errorf("node %s: no InternalIP in status.addresses", n.Name)
 	}
 	own := OwnNode{Address: addr}
+	var err error
+	if own.PodCIDR, own.PodCIDR6, err = podCIDRs(n); err != nil {
+		return OwnNode{}, err
+	}
+	if !own.PodCIDR.IsValid() {
+		return OwnNode{}, fmt.Errorf("node %s: spec.podCIDRs %q: no IPv4 prefix (IPv6-only nodes are not supported)", n.Name, n.Spec.PodCIDRs)
+	}
+	return own, nil
+}
+
+// podCIDRs reads a Node's pod CIDRs by family (zero: none of it), from spec.podCIDRs, or
+// spec.podCIDR without them. One prefix per family (the API server's rule); the first of
+// the list, spec.podCIDR, may be either on a dual-stack cluster.
+func podCIDRs(n *corev1.Node) (cidr4, cidr6 netip.Prefix, err error) {
 	cidrs := n.Spec.PodCIDRs
-	if len(cidrs) == 0 {
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
 		cidrs = []string{n.Spec.PodCIDR}
 	}
-	// One prefix per family (the API server's rule); the first of the list, spec.podCIDR,
-	// may be either on a dual-stack cluster.
 	for _, c := range cidrs {
 		p, err := netip.ParsePrefix(c)
 		if err != nil {
-			return OwnNode{}, fmt.Errorf("node %s: spec.podCIDRs %q: %v", n.Name, c, err)
+			return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("node %s: spec.podCIDRs %q: %v", n.Name, c, err)
 		}
 		switch {
-		case p.Addr().Is4() && !own.PodCIDR.IsValid():
-			own.PodCIDR = p.Masked()
-		case p.Addr().Is6() && !own.PodCIDR6.IsValid():
-			own.PodCIDR6 = p.Masked()
+		case p.Addr().Is4() && !cidr4.IsValid():
+			cidr4 = p.Masked()
+		case p.Addr().Is6() && !cidr6.IsValid():
+			cidr6 = p.Masked()
 		}
 	}
-	if !own.PodCIDR.IsValid() {
-		return OwnNode{}, fmt.Errorf("node %s: spec.podCIDRs %q: no IPv4 prefix (IPv6-only nodes are not supported)", n.Name, cidrs)
-	}
-	return own, nil
+	return cidr4, cidr6, nil
 }
 
 func internalIP(n *corev1.Node) (netip.Addr, bool) {
@@ -623,13 +632,9 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 			continue
 		}
 		rec := agent.NodeRecord{Name: n.Name, Address: addr}
-		if n.Spec.PodCIDR != "" {
-			p, err := netip.ParsePrefix(n.Spec.PodCIDR)
-			if err != nil {
-				v.Problems = append(v.Problems, fmt.Sprintf("node %s: spec.podCIDR %q: %v", n.Name, n.Spec.PodCIDR, err))
-				continue
-			}
-			rec.PodCIDR = p.Masked()
+		if rec.PodCIDR, rec.PodCIDR6, err = podCIDRs(n); err != nil {
+			v.Problems = append(v.Problems, err.Error())
+			continue
 		}
 		v.Nodes = append(v.Nodes, rec)
 	}
