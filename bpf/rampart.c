@@ -594,6 +594,25 @@ static __always_inline void dest_ingress(const struct pkt *p, __u32 dst_ep_id,
 		      p->policy_port, res);
 }
 
+/* dest_drop_decision fills dd as the decision of the destination peer's ingress verdict
+ * dres for a flow from src that the sender's veth judged for it (d: the sender's decision,
+ * whose event flags it keeps), and returns its drop reason: reported as the destination's
+ * ingress drop. */
+static __always_inline __u8 dest_drop_decision(struct decision *dd, const struct decision *d,
+					       const struct peer_identity *peer,
+					       const struct peer_identity *src, const struct verdict *dres)
+{
+	__builtin_memset(dd, 0, sizeof(*dd));
+	dd->ep_id = peer->ep_id;
+	dd->src_identity = src->identity;
+	dd->dst_identity = peer->identity;
+	dd->rule_id = dres->rule_id;
+	dd->match_identity = dres->identity;
+	dd->dir = DIR_INGRESS;
+	dd->ev_flags = d->ev_flags;
+	return dres->action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY;
+}
+
 /* RET_STEER_DNS: what handle_new returns for a new flow that a DNS redirect entry of the
  * endpoint's egress policy allows, or (FLOW_F_DNS_OBSERVE set in the decision) a DNS query
  * of an EP_DNS_OBSERVE endpoint that policy allows; the caller finishes it with
@@ -627,18 +646,10 @@ static __noinline int new_dns_flow(struct __sk_buff *skb, struct pkt *p, struct 
 	if (peer.ep_id) {
 		dest_ingress(p, peer.ep_id, &src, &dres, &enforced);
 		if (dres.action == POLICY_DENY || (dres.action == 0 && enforced)) {
-			struct decision dd = {
-				.ep_id = peer.ep_id,
-				.src_identity = src.identity,
-				.dst_identity = peer.identity,
-				.rule_id = dres.rule_id,
-				.match_identity = dres.identity,
-				.dir = DIR_INGRESS,
-				.ev_flags = d->ev_flags,
-			};
+			struct decision dd;
+			__u8 reason = dest_drop_decision(&dd, d, &peer, &src, &dres);
 
-			return drop(skb, p, &dd, dres.action == POLICY_DENY ? REASON_POLICY_DENY :
-							       REASON_POLICY_DEFAULT_DENY);
+			return drop(skb, p, &dd, reason);
 		}
 	}
 	observe = d->ev_flags & FLOW_F_DNS_OBSERVE;
@@ -693,17 +704,9 @@ static __always_inline int new_egress(struct __sk_buff *skb, struct pkt *p, stru
 	    (dres.action == POLICY_DENY || (dres.action == 0 && enforced))) {
 		/* Drop: the destination's ingress policy refuses the flow (the same verdict its
 		 * own veth would give); reported as the destination's ingress drop. */
-		struct decision dd = {
-			.ep_id = peer->ep_id,
-			.src_identity = src.identity,
-			.dst_identity = peer->identity,
-			.rule_id = dres.rule_id,
-			.match_identity = dres.identity,
-			.dir = DIR_INGRESS,
-			.ev_flags = d->ev_flags,
-		};
+		struct decision dd;
 
-		d->reason = dres.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY;
+		d->reason = dest_drop_decision(&dd, d, peer, &src, &dres);
 		if (p->frag == FRAG_FIRST)
 			frag_record(p, d, 0);
 		return drop(skb, p, &dd, d->reason);
@@ -1299,7 +1302,6 @@ static __noinline int proxy6_assign_to(struct __sk_buff *skb, const struct pkt6 
 	struct bpf_sock_tuple tuple = {};
 	struct bpf_sock *sk;
 	int syn = (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN;
-	long err;
 
 	if (!cfg || !cfg->port || cfg->family != RAMPART_FAMILY_V6 || !marks || !marks->steer_mark)
 		return -1; /* no IPv6 listener configured */
@@ -1330,12 +1332,7 @@ static __noinline int proxy6_assign_to(struct __sk_buff *skb, const struct pkt6 
 		return -1;
 	}
 assign:
-	err = bpf_sk_assign(skb, sk, 0);
-	bpf_sk_release(sk);
-	if (err)
-		return -1;
-	skb->mark |= marks->steer_mark;
-	return 0;
+	return assign_steered(skb, sk, marks);
 }
 
 /* proxy6_assign hands an IPv6 TCP packet to the L7 proxy (map proxy6). */
@@ -1356,7 +1353,6 @@ static __noinline int dns6_assign(struct __sk_buff *skb, const struct pkt6 *p, i
 	const struct proxy_config *marks = proxy_cfg();
 	struct bpf_sock_tuple tuple = {};
 	struct bpf_sock *sk;
-	long err;
 
 	if (p->t.proto == IPPROTO_TCP)
 		return proxy6_assign_to(skb, p, listener, cfg, marks);
@@ -1370,12 +1366,7 @@ static __noinline int dns6_assign(struct __sk_buff *skb, const struct pkt6 *p, i
 	sk = bpf_sk_lookup_udp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return -1;
-	err = bpf_sk_assign(skb, sk, 0);
-	bpf_sk_release(sk);
-	if (err)
-		return -1;
-	skb->mark |= marks->steer_mark;
-	return 0;
+	return assign_steered(skb, sk, marks);
 }
 
 /* new6_dns_flow is new_dns_flow for IPv6: a query that DNS rules redirect, or that an
@@ -1402,18 +1393,10 @@ static __noinline int new6_dns_flow(struct __sk_buff *skb, struct pkt6 *p, struc
 			      p->t.proto, p->policy_port, &dres);
 		if (dres.action == POLICY_DENY || (dres.action == 0 && (!dst || (dst->flags & EP_ENFORCE_INGRESS)))) {
 			/* Drop: the server's ingress policy refuses the query. */
-			struct decision dd = {
-				.ep_id = dst_id,
-				.src_identity = src.identity,
-				.dst_identity = peer.identity,
-				.rule_id = dres.rule_id,
-				.match_identity = dres.identity,
-				.dir = DIR_INGRESS,
-				.ev_flags = d->ev_flags,
-			};
+			struct decision dd;
+			__u8 reason = dest_drop_decision(&dd, d, &peer, &src, &dres);
 
-			return drop6(skb, p, &dd, dres.action == POLICY_DENY ? REASON_POLICY_DENY :
-								REASON_POLICY_DEFAULT_DENY);
+			return drop6(skb, p, &dd, reason);
 		}
 	}
 	if (dns6_assign(skb, p, 1, observe) < 0)
@@ -1462,17 +1445,9 @@ static __always_inline int new6_egress(struct __sk_buff *skb, struct pkt6 *p, st
 	    (dres.action == POLICY_DENY || (dres.action == 0 && enforced))) {
 		/* Drop: the destination's ingress policy refuses the flow; reported as its
 		 * ingress drop (new_egress). */
-		struct decision dd = {
-			.ep_id = peer->ep_id,
-			.src_identity = src.identity,
-			.dst_identity = peer->identity,
-			.rule_id = dres.rule_id,
-			.match_identity = dres.identity,
-			.dir = DIR_INGRESS,
-			.ev_flags = d->ev_flags,
-		};
+		struct decision dd;
 
-		d->reason = dres.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY;
+		d->reason = dest_drop_decision(&dd, d, peer, &src, &dres);
 		if (p->frag == FRAG_FIRST)
 			frag6_record(p, d, 0);
 		return drop6(skb, p, &dd, d->reason);

@@ -53,6 +53,21 @@ static __always_inline int is_syn(const struct pkt *p)
 	return (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN;
 }
 
+/* assign_steered hands the packet to socket sk (a reference the caller looked up: released
+ * here) and marks it for local delivery (marks: the map proxy's). Returns 0 when
+ * assigned, -1 when not. */
+static __always_inline int assign_steered(struct __sk_buff *skb, struct bpf_sock *sk,
+					  const struct proxy_config *marks)
+{
+	long err = bpf_sk_assign(skb, sk, 0);
+
+	bpf_sk_release(sk);
+	if (err)
+		return -1;
+	skb->mark |= marks->steer_mark;
+	return 0;
+}
+
 /* proxy_assign hands the TCP packet p to a proxy socket in this (the node) namespace and
  * marks it for local delivery. First the socket of the packet's own tuple: an accepted or
  * upstream connection, or a request socket mid-handshake; never a listener, which would be
@@ -76,7 +91,6 @@ static __always_inline int proxy_assign_to(struct __sk_buff *skb, const struct p
 {
 	struct bpf_sock_tuple tuple = {};
 	struct bpf_sock *sk;
-	long err;
 
 	if (!cfg || !cfg->port || !marks || !marks->steer_mark || cfg->family != RAMPART_FAMILY_V4)
 		return -1; /* no proxy configured */
@@ -108,12 +122,7 @@ static __always_inline int proxy_assign_to(struct __sk_buff *skb, const struct p
 		return -1;
 	}
 assign:
-	err = bpf_sk_assign(skb, sk, 0);
-	bpf_sk_release(sk);
-	if (err)
-		return -1;
-	skb->mark |= marks->steer_mark;
-	return 0;
+	return assign_steered(skb, sk, marks);
 }
 
 static __always_inline int proxy_assign(struct __sk_buff *skb, const struct pkt *p, int listener)
@@ -137,7 +146,6 @@ static __noinline int dns_assign(struct __sk_buff *skb, const struct pkt *p, int
 	const struct proxy_config *marks = proxy_cfg();
 	struct bpf_sock_tuple tuple = {};
 	struct bpf_sock *sk;
-	long err;
 
 	if (p->t.proto == IPPROTO_TCP)
 		return proxy_assign_to(skb, p, listener, cfg, marks);
@@ -151,12 +159,7 @@ static __noinline int dns_assign(struct __sk_buff *skb, const struct pkt *p, int
 	sk = bpf_sk_lookup_udp(skb, &tuple, sizeof(tuple.ipv4), BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return -1;
-	err = bpf_sk_assign(skb, sk, 0);
-	bpf_sk_release(sk);
-	if (err)
-		return -1;
-	skb->mark |= marks->steer_mark;
-	return 0;
+	return assign_steered(skb, sk, marks);
 }
 
 #endif /* __RAMPART_PROXY_H */
