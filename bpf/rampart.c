@@ -40,6 +40,7 @@
 #include "tap.h"
 #include "ipv6.h"
 #include "tunnel6.h"
+#include "tap6.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -1048,17 +1049,23 @@ static __always_inline int own6(const struct endpoint6 *a, const __u8 *addr)
 	return ip6_equal(addr, a->addr) || ip6_equal(addr, a->lladdr);
 }
 
-/* judge_local_source6 is judge_local_source for IPv6 (taps aside: they take no IPv6). A
- * packet that passes it and arrived through the VXLAN overlay then takes the identity its
- * VNI carried (tunnel_source, peer6), under the same condition as for IPv4: received on the
- * VXLAN device, whose ingress program overwrote its mark. */
-static __always_inline int judge_local_source6(struct __sk_buff *skb, struct peer_identity *peer,
+/* judge_local_source6 is judge_local_source for IPv6, a packet back from a monitor
+ * included (tap_returned_source6). A packet that passes it and arrived through the VXLAN
+ * overlay then takes the identity its VNI carried (tunnel_source, peer6), under the same
+ * condition as for IPv4: received on the VXLAN device, whose ingress program overwrote its
+ * mark. */
+static __always_inline int judge_local_source6(struct __sk_buff *skb, const struct pkt6 *p,
+					       struct decision *d, struct peer_identity *peer,
 					       __u32 *sender)
 {
 	__u32 iif = skb->ingress_ifindex;
 
 	if (!iif)
 		return 0;
+	if (tap_returned_source6(skb, p, peer)) {
+		d->ev_flags |= FLOW_F_TAPPED;
+		return 0;
+	}
 	return local_source_spoofed(iif, peer, sender);
 }
 
@@ -1082,7 +1089,7 @@ static __always_inline int peer6(struct __sk_buff *skb, const struct pkt6 *p, st
 	ipcache_resolve6(addr, peer);
 	if (d->dir != DIR_INGRESS)
 		return 0;
-	if (judge_local_source6(skb, peer, sender))
+	if (judge_local_source6(skb, p, d, peer, sender))
 		return 1;
 	tunnel_source(skb, peer, d);
 	return 0;
@@ -1417,7 +1424,9 @@ static __always_inline int new6_egress(struct __sk_buff *skb, struct pkt6 *p, st
 {
 	int steer = res->action == POLICY_REDIRECT;
 	struct verdict dres = {};
-	struct peer_identity src;
+	/* Initialised although only read after the same test that fills it: the verifier
+	 * does not always see that the two tests agree. */
+	struct peer_identity src = {};
 	int enforced = 1;
 
 	if (steer)
@@ -1525,6 +1534,9 @@ static __noinline int handle6_new(struct __sk_buff *skb, struct pkt6 *p, struct 
 	if (dir == DIR_INGRESS && (ep->flags & EP_MONITOR) && skb->ingress_ifindex)
 		/* Drop: a monitor endpoint is not a destination. */
 		return drop6_new(skb, p, d, REASON_TAP_MONITOR_DESTINATION);
+	if (unlikely(ep->flags & (dir == DIR_EGRESS ? EP_TAP_EGRESS : EP_TAP_INGRESS)) &&
+	    tap_find6(d->ep_id, p, dir) >= 0)
+		d->ev_flags |= FLOW_F_TAPPED; /* its event says so; tap_apply6 acts after the verdict */
 	if (!((ep->flags & EP_HOST) && host_safe6_flow(p, dir, &res)))
 		policy_decide(d->ep_id, dir, ep_admin(ep, dir), &peer, p->t.proto, p->policy_port, &res);
 	d->rule_id = res.rule_id;
@@ -1600,46 +1612,48 @@ static __noinline int handle6_recheck(struct __sk_buff *skb, struct pkt6 *p, str
  * the IPv4 path's rules (handle_policy). On a host device (host: the host programs) it is
  * host policy's IPv6 path: only the node's own traffic is judged (host_traffic6), what is
  * forwarded passes on (TC_ACT_UNSPEC); the node sends from any of its addresses, and its
- * neighbour discovery passes whatever the destination (the hop limit keeps it on the link). */
-static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int host)
+ * neighbour discovery passes whatever the destination (the hop limit keeps it on the link).
+ * *tapped is set to the endpoint when it has tap rules in the packet's direction (endpoint6
+ * runs them after the verdict). */
+static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int host, struct pkt6 *p,
+				   struct endpoint_info **tapped)
 {
 	struct decision d = { .dir = dir };
-	struct pkt6 p = {};
 	struct endpoint_info *ep;
 	struct endpoint6 *a = 0;
 	struct ct_value *entry;
 	__u64 now;
 	int ret, status;
 
-	ret = parse6(skb, &p);
-	p.ipcache_gen = ipcache_generation();
+	ret = parse6(skb, p);
+	p->ipcache_gen = ipcache_generation();
 	if (dir == DIR_INGRESS)
-		p.tunnel_id = tunnel_id_of(skb);
+		p->tunnel_id = tunnel_id_of(skb);
 	ep = endpoint_of(skb->ifindex);
 	if (!ep)
 		/* Drop: no endpoint on this interface. */
-		return drop6(skb, &p, &d, REASON_UNKNOWN_ENDPOINT);
+		return drop6(skb, p, &d, REASON_UNKNOWN_ENDPOINT);
 	/* Not the node's own traffic (or an IPv6 header too short to say whose: the kernel
 	 * drops it): the device's next program or the kernel has it. */
-	if (host && !host_traffic6(&p, dir))
+	if (host && !host_traffic6(p, dir))
 		return TC_ACT_UNSPEC;
 	d.ep_id = ep->ep_id;
 	d.src_identity = dir == DIR_EGRESS ? ep->identity : 0;
 	d.dst_identity = dir == DIR_INGRESS ? ep->identity : 0;
 	if (ret == PARSE_MALFORMED)
 		/* Drop: truncated or invalid IPv6 or upper-layer header. */
-		return drop6(skb, &p, &d, REASON_MALFORMED);
+		return drop6(skb, p, &d, REASON_MALFORMED);
 	if (ret < 0)
 		/* Drop: an extension header not followed (parse6). */
-		return drop6(skb, &p, &d, REASON_IPV6_EXTENSION);
+		return drop6(skb, p, &d, REASON_IPV6_EXTENSION);
 	if (host) {
-		if (p.nd)
-			return handle6_nd(skb, &p, &d, 0);
+		if (p->nd)
+			return handle6_nd(skb, p, &d, 0);
 	} else {
 		a = bpf_map_lookup_elem(&endpoints6, &d.ep_id);
 		if (!a)
 			/* Drop: the endpoint has no IPv6 address. */
-			return drop6(skb, &p, &d, REASON_UNSUPPORTED_L3);
+			return drop6(skb, p, &d, REASON_UNSUPPORTED_L3);
 		/* Link control passes without policy only on the link. Leaving the endpoint
 		 * that is a link-scoped destination: to any other address it is an ICMPv6
 		 * packet like others, which policy judges (else an endpoint could send what it
@@ -1647,81 +1661,98 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int ho
 		 * Entering it, the node's own solicitations of the endpoint's address are
 		 * unicast to it; that they come from the node, not from beyond, handle6_nd
 		 * checks by the hop limit. */
-		if (p.nd && (dir == DIR_INGRESS || ip6_is_link_scoped(p.t.daddr)))
-			return handle6_nd(skb, &p, &d, a);
-		if (dir == DIR_EGRESS && !own6(a, p.t.saddr))
-			return handle6_spoofed(skb, &p, &d);
+		if (p->nd && (dir == DIR_INGRESS || ip6_is_link_scoped(p->t.daddr)))
+			return handle6_nd(skb, p, &d, a);
+		if (dir == DIR_EGRESS && !own6(a, p->t.saddr))
+			return handle6_spoofed(skb, p, &d);
 	}
-	if (ep->flags & (dir == DIR_EGRESS ? EP_TAP_EGRESS : EP_TAP_INGRESS))
-		/* Drop: the endpoint's traffic in this direction is tapped, and taps take IPv4
-		 * only: a packet a monitor must see does not pass unseen. */
-		return drop6(skb, &p, &d, REASON_TAP_MONITOR_UNAVAILABLE);
-	if (p.frag == FRAG_LATER)
-		return handle6_later_fragment(skb, &p, &d, ep);
+	if (!host && unlikely(ep->flags & (dir == DIR_EGRESS ? EP_TAP_EGRESS : EP_TAP_INGRESS)))
+		*tapped = ep;
+	if (p->frag == FRAG_LATER)
+		return handle6_later_fragment(skb, p, &d, ep);
 	now = bpf_jiffies64();
-	status = ct6_lookup(&p, d.ep_id, dir, now, &entry);
-	if (status == CT_RELATED_FOREIGN && related6_from_node(skb, &p, &d, ep->flags))
+	status = ct6_lookup(p, d.ep_id, dir, now, &entry);
+	if (status == CT_RELATED_FOREIGN && related6_from_node(skb, p, &d, ep->flags))
 		return pass();
 	if (status == CT_NEW || status == CT_RELATED_FOREIGN) {
-		if (!host && host_guard6(skb, &p, dir, ep, 0))
+		if (!host && host_guard6(skb, p, dir, ep, 0))
 			return TC_ACT_SHOT;
-		ret = handle6_new(skb, &p, &d, ep, now);
+		ret = handle6_new(skb, p, &d, ep, now);
 		if (ret == RET_STEER_DNS)
-			ret = new6_dns_flow(skb, &p, &d, ep, now);
+			ret = new6_dns_flow(skb, p, &d, ep, now);
 		return ret;
 	}
 	if (status == CT_ESTABLISHED && entry &&
-	    ct_checked(entry) != ct6_check_word(ep->revision + p.ipcache_gen, &p)) {
-		ret = handle6_recheck(skb, &p, &d, ep, entry);
+	    ct_checked(entry) != ct6_check_word(ep->revision + p->ipcache_gen, p)) {
+		ret = handle6_recheck(skb, p, &d, ep, entry);
 		if (ret >= 0)
 			return ret;
 		/* A flow between the endpoint and the node: the host's policy too. */
-		if (!host && entry->peer_identity == ID_HOST && host_guard6(skb, &p, dir, ep, 1))
+		if (!host && entry->peer_identity == ID_HOST && host_guard6(skb, p, dir, ep, 1))
 			return TC_ACT_SHOT;
 	}
 	if (!host && dir == DIR_EGRESS && entry && (entry->flags & (CT_F_TO_PROXY | CT_F_FROM_PROXY))) {
-		ret = steer6_established(skb, &p, &d, status, entry->flags);
+		ret = steer6_established(skb, p, &d, status, entry->flags);
 		if (ret >= 0)
 			return ret;
 	}
-	if (p.frag == FRAG_FIRST) {
+	if (p->frag == FRAG_FIRST) {
 		set_identities(&d, ep, entry ? entry->peer_identity : 0);
 		d.rule_id = entry ? entry->rule_id : 0;
-		frag6_record(&p, &d, 1);
+		frag6_record(p, &d, 1);
 	}
 	return pass();
+}
+
+/* endpoint6 runs an endpoint's IPv6 path and then, for a packet it passes, the endpoint's
+ * tap rules (tap6.h): a packet policy drops is never tapped. */
+static __always_inline int endpoint6(struct __sk_buff *skb, __u8 dir)
+{
+	struct endpoint_info *tapped = 0;
+	struct pkt6 p = {};
+	int ret = handle6(skb, dir, 0, &p, &tapped);
+
+	if (unlikely(tapped != 0) && ret == TC_ACT_OK)
+		return tap_apply6(skb, &p, tapped, dir);
+	return ret;
+}
+
+/* host6 runs host policy's IPv6 path (no taps: the host is not tapped). */
+static __always_inline int host6(struct __sk_buff *skb, __u8 dir)
+{
+	struct endpoint_info *tapped = 0;
+	struct pkt6 p = {};
+	int ret = handle6(skb, dir, 1, &p, &tapped);
+
+	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
 }
 
 /* tc ingress on an endpoint's veth, IPv6 (tail call from rampart_from_ep). */
 SEC("tc")
 int rampart_from_ep6(struct __sk_buff *skb)
 {
-	return handle6(skb, DIR_EGRESS, 0);
+	return endpoint6(skb, DIR_EGRESS);
 }
 
 /* tc egress on an endpoint's veth, IPv6 (tail call from rampart_to_ep). */
 SEC("tc")
 int rampart_to_ep6(struct __sk_buff *skb)
 {
-	return handle6(skb, DIR_INGRESS, 0);
+	return endpoint6(skb, DIR_INGRESS);
 }
 
 /* tc ingress on a host device, IPv6 (tail call from rampart_to_host). */
 SEC("tc")
 int rampart_to_host6(struct __sk_buff *skb)
 {
-	int ret = handle6(skb, DIR_INGRESS, 1);
-
-	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
+	return host6(skb, DIR_INGRESS);
 }
 
 /* tc egress on a host device, IPv6 (tail call from rampart_from_host). */
 SEC("tc")
 int rampart_from_host6(struct __sk_buff *skb)
 {
-	int ret = handle6(skb, DIR_EGRESS, 1);
-
-	return ret == TC_ACT_OK ? TC_ACT_UNSPEC : ret;
+	return host6(skb, DIR_EGRESS);
 }
 
 /* IPV6_PATH_HOST + DIR_*: the host programs' entries in ipv6_path. */
@@ -1858,6 +1889,8 @@ int rampart_from_tunnel(struct __sk_buff *skb)
 SEC("tc")
 int rampart_from_monitor(struct __sk_buff *skb)
 {
+	if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		return tap_return6(skb);
 	return tap_return(skb);
 }
 

@@ -575,6 +575,23 @@ struct tap_set {
 	struct tap_rule rules[RAMPART_TAP_RULES];
 };
 
+/* An endpoint's tap rules for IPv6 packets (tap_sets6, tap6.h): the IPv6 prefixes a packet's
+ * addresses must be in, and the rest of the rule as for IPv4 (r: its IPv4 addresses and
+ * masks zero; protocol IPPROTO_ICMPV6 for ICMP). */
+struct tap_rule6 {
+	__be32 src_addr[4]; /* network order, masked */
+	__be32 src_mask[4];
+	__be32 dst_addr[4];
+	__be32 dst_mask[4];
+	struct tap_rule r;
+};
+
+struct tap_set6 {
+	__u32 count;
+	__u32 pad;
+	struct tap_rule6 rules[RAMPART_TAP_RULES];
+};
+
 /* tap_flows: a packet diverted to a monitor, by its own 5-tuple and the monitor's return
  * interface. Only a packet that comes back on that interface with the same tuple finds it. */
 struct tap_flow_key {
@@ -585,6 +602,20 @@ struct tap_flow_key {
 	__u32 ifindex; /* tap_rule.tx_ifindex */
 	__u8 protocol;
 	__u8 fragment; /* 1: a later fragment of a diverted datagram (no ports: by IP ID) */
+	__u8 pad[2];
+};
+
+/* tap_flows6: tap_flow_key for IPv6; a later fragment is found by its datagram's
+ * identification (frag_id), with no ports. */
+struct tap_flow_key6 {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__be16 sport;
+	__be16 dport;
+	__u32 frag_id;
+	__u32 ifindex;
+	__u8 protocol;
+	__u8 fragment;
 	__u8 pad[2];
 };
 

@@ -138,29 +138,39 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tap_monitor_keys SEC(".maps");
 
-static __always_inline int tap_rule_match(const struct tap_rule *r, const struct pkt *p, __u8 dir)
+/* tap_rule_l4_match matches rule r's protocol, ports and ICMP fields (icmp: the packet is
+ * ICMP of its family, whose protocol number the rule has) against a packet's, in either
+ * family. */
+static __always_inline int tap_rule_l4_match(const struct tap_rule *r, __u8 proto, int icmp,
+					     __be16 sp, __be16 dp, __u8 icmp_type, __u8 icmp_code)
 {
 	__u16 sport, dport;
 
+	if (!r->protocol)
+		return 1;
+	if (r->protocol != proto)
+		return 0;
+	if (icmp) {
+		if ((r->flags & TAP_F_ICMP_TYPE) && r->icmp_type != icmp_type)
+			return 0;
+		if ((r->flags & TAP_F_ICMP_CODE) && r->icmp_code != icmp_code)
+			return 0;
+		return 1;
+	}
+	sport = bpf_ntohs(sp);
+	dport = bpf_ntohs(dp);
+	return sport >= r->sport_lo && sport <= r->sport_hi && dport >= r->dport_lo &&
+	       dport <= r->dport_hi;
+}
+
+static __always_inline int tap_rule_match(const struct tap_rule *r, const struct pkt *p, __u8 dir)
+{
 	if (r->direction != dir)
 		return 0;
 	if ((p->t.saddr & r->src_mask) != r->src_addr || (p->t.daddr & r->dst_mask) != r->dst_addr)
 		return 0;
-	if (!r->protocol)
-		return 1;
-	if (r->protocol != p->t.proto)
-		return 0;
-	if (p->t.proto == IPPROTO_ICMP) {
-		if ((r->flags & TAP_F_ICMP_TYPE) && r->icmp_type != p->icmp_type)
-			return 0;
-		if ((r->flags & TAP_F_ICMP_CODE) && r->icmp_code != p->icmp_code)
-			return 0;
-		return 1;
-	}
-	sport = bpf_ntohs(p->t.sport);
-	dport = bpf_ntohs(p->t.dport);
-	return sport >= r->sport_lo && sport <= r->sport_hi && dport >= r->dport_lo &&
-	       dport <= r->dport_hi;
+	return tap_rule_l4_match(r, p->t.proto, p->t.proto == IPPROTO_ICMP, p->t.sport, p->t.dport,
+				 p->icmp_type, p->icmp_code);
 }
 
 /* tap_find returns the index of the first of endpoint ep_id's rules that matches p in
@@ -181,6 +191,35 @@ __noinline int tap_find(__u32 ep_id, const struct pkt *p __arg_nonnull, __u8 dir
 	return -1;
 }
 
+/* tap_same_mirror says whether a sender's rule r mirrors to the monitor at receive interface
+ * rx (and key, for a monitor on another node). */
+static __always_inline int tap_same_mirror(const struct tap_rule *r, __u32 rx, __u32 key)
+{
+	return r->action == TAP_ACTION_MIRROR && r->rx_ifindex == rx && r->monitor_key == key;
+}
+
+/* tap_sender_of is the endpoint whose veth the node received the packet on when it has
+ * egress taps (tap_mirrored_by_sender), else NULL. */
+static __always_inline struct endpoint_info *tap_sender_of(struct __sk_buff *skb)
+{
+	__u32 iif = skb->ingress_ifindex;
+	struct endpoint_info *src;
+
+	if (!iif)
+		return NULL;
+	src = bpf_map_lookup_elem(&endpoints, &iif);
+	return src && (src->flags & EP_TAP_EGRESS) ? src : NULL;
+}
+
+/* tap_frag_rule is the rule the first fragment of p's datagram matched at endpoint ep_id in
+ * direction dir (k: its frag_key), NULL when none did or it is not known. */
+static __always_inline struct tap_rule *tap_frag_rule(const struct frag_key *k)
+{
+	struct tap_frag_value *v = bpf_map_lookup_elem(&tap_frags, k);
+
+	return v && v->tapped ? &v->rule : NULL;
+}
+
 /* tap_mirrored_by_sender says whether a packet entering an endpoint, to be mirrored to
  * receive interface rx (and, for a monitor on another node, key), was mirrored to the same
  * monitor as it left its sender, a local endpoint: a contract whose source is both ends of
@@ -192,28 +231,23 @@ __noinline int tap_find(__u32 ep_id, const struct pkt *p __arg_nonnull, __u8 dir
 static __noinline int tap_mirrored_by_sender(struct __sk_buff *skb, const struct pkt *p __arg_nonnull,
 					     __u32 rx, __u32 key)
 {
-	__u32 iif = skb->ingress_ifindex, ep_id;
-	struct endpoint_info *src;
+	struct endpoint_info *src = tap_sender_of(skb);
 	struct tap_set *s;
 	struct tap_rule *r;
+	__u32 ep_id;
 	int i;
 
-	if (!iif)
-		return 0;
-	src = bpf_map_lookup_elem(&endpoints, &iif);
-	if (!src || !(src->flags & EP_TAP_EGRESS))
+	if (!src)
 		return 0;
 	ep_id = src->ep_id;
 	if (p->frag == FRAG_LATER) {
 		/* The sender's rule for a later fragment is its first fragment's. */
-		struct tap_frag_value *v;
 		struct frag_key k;
 
 		frag_key_fill(&k, p, ep_id, DIR_EGRESS);
-		v = bpf_map_lookup_elem(&tap_frags, &k);
-		if (!v || !v->tapped)
+		r = tap_frag_rule(&k);
+		if (!r)
 			return 0;
-		r = &v->rule;
 	} else {
 		i = tap_find(ep_id, p, DIR_EGRESS);
 		if (i < 0 || i >= RAMPART_TAP_RULES)
@@ -223,7 +257,7 @@ static __noinline int tap_mirrored_by_sender(struct __sk_buff *skb, const struct
 			return 0;
 		r = &s->rules[i];
 	}
-	return r->action == TAP_ACTION_MIRROR && r->rx_ifindex == rx && r->monitor_key == key;
+	return tap_same_mirror(r, rx, key);
 }
 
 /* tap_from_monitor says whether the packet came back from a monitor (the interface the
@@ -253,18 +287,35 @@ static __always_inline void tap_flow_key_of(struct tap_flow_key *k, const struct
 	k->protocol = p->t.proto;
 }
 
+/* tap_record_in returns the record at key k of map (tap_flows, tap_flows6), if it was
+ * written recently enough. */
+static __always_inline struct tap_flow_value *tap_record_in(void *map, const void *k)
+{
+	struct tap_flow_value *v = bpf_map_lookup_elem(map, k);
+
+	if (!v || bpf_jiffies64() - v->last_seen > ct_timeout_other)
+		return NULL;
+	return v;
+}
+
 /* tap_record_of returns the record of a packet that a monitor sent back on ifindex, if the
  * dataplane diverted a packet with the same tuple to that monitor recently enough. */
 static __always_inline struct tap_flow_value *tap_record_of(const struct pkt *p, __u32 ifindex)
 {
 	struct tap_flow_key k;
-	struct tap_flow_value *v;
 
 	tap_flow_key_of(&k, p, ifindex);
-	v = bpf_map_lookup_elem(&tap_flows, &k);
-	if (!v || bpf_jiffies64() - v->last_seen > ct_timeout_other)
-		return NULL;
-	return v;
+	return tap_record_in(&tap_flows, &k);
+}
+
+/* tap_returned_record gives peer the identity of record v, of a packet back from a monitor:
+ * 1 when there is one, else 0. */
+static __always_inline int tap_returned_record(const struct tap_flow_value *v, struct peer_identity *peer)
+{
+	if (!v)
+		return 0;
+	peer->identity = v->src_identity;
+	return 1;
 }
 
 /* tap_returned_source: for a new flow entering an endpoint whose packet came back from a
@@ -275,15 +326,10 @@ static __noinline int tap_returned_source(struct __sk_buff *skb, const struct pk
 					  struct peer_identity *peer)
 {
 	__u32 iif = skb->ingress_ifindex;
-	struct tap_flow_value *v;
 
 	if (!bpf_map_lookup_elem(&tap_ifaces, &iif))
 		return 0;
-	v = tap_record_of(p, iif);
-	if (!v)
-		return 0;
-	peer->identity = v->src_identity;
-	return 1;
+	return tap_returned_record(tap_record_of(p, iif), peer);
 }
 
 static __always_inline struct tap_stats *tap_counters_of(__u32 contract_id)
@@ -304,29 +350,54 @@ static __always_inline __u32 tap_peer_identity(struct __sk_buff *skb, const stru
 	return peer.identity;
 }
 
-/* tap_record writes (or refreshes, at most every tick) the record of a diverted packet. */
-static __always_inline void tap_record(struct __sk_buff *skb, const struct pkt *p,
-				       const struct endpoint_info *ep, __u8 dir,
-				       const struct tap_rule *r)
+/* tap_record_at writes (or refreshes, at most every tick) the record of a diverted packet
+ * at key k of map (tap_flows, or tap_flows6); peer: its source identity when it enters the
+ * endpoint. */
+static __always_inline void tap_record_at(void *map, const void *k, struct __sk_buff *skb,
+					  const struct endpoint_info *ep, __u8 dir,
+					  const struct tap_rule *r, __u32 peer)
 {
-	struct tap_flow_key k;
 	struct tap_flow_value v = {}, *old;
 	__u64 now = bpf_jiffies64();
 	__u32 deliver = dir == DIR_INGRESS ? skb->ifindex : 0;
 
-	tap_flow_key_of(&k, p, r->tx_ifindex);
-	old = bpf_map_lookup_elem(&tap_flows, &k);
+	old = bpf_map_lookup_elem(map, k);
 	if (old && old->last_seen == now && old->ep_id == ep->ep_id &&
 	    old->deliver_ifindex == deliver && old->contract_id == r->contract_id)
 		return;
 	v.last_seen = now;
-	v.src_identity = dir == DIR_EGRESS ? ep->identity : tap_peer_identity(skb, p, dir);
+	v.src_identity = dir == DIR_EGRESS ? ep->identity : peer;
 	v.ep_id = ep->ep_id;
 	v.deliver_ifindex = deliver;
 	v.contract_id = r->contract_id;
 	v.direction = dir;
 	v.verdict = VERDICT_FORWARDED;
-	bpf_map_update_elem(&tap_flows, &k, &v, BPF_ANY);
+	bpf_map_update_elem(map, k, &v, BPF_ANY);
+}
+
+/* tap_record writes the record of a diverted IPv4 packet. */
+static __always_inline void tap_record(struct __sk_buff *skb, const struct pkt *p,
+				       const struct endpoint_info *ep, __u8 dir,
+				       const struct tap_rule *r)
+{
+	struct tap_flow_key k;
+
+	tap_flow_key_of(&k, p, r->tx_ifindex);
+	tap_record_at(&tap_flows, &k, skb, ep, dir, r,
+		      dir == DIR_INGRESS ? tap_peer_identity(skb, p, dir) : 0);
+}
+
+/* tap_fails_open counts a redirect whose monitor cannot take the packet, and says whether
+ * it passes untapped (fail_open) rather than drops. */
+static __always_inline int tap_fails_open(struct tap_stats *c, int fail_open)
+{
+	if (c) {
+		if (fail_open)
+			c->unavailable_passed++;
+		else
+			c->unavailable_drops++;
+	}
+	return fail_open;
 }
 
 /* tap_unavailable handles a redirect whose monitor cannot take the packet. */
@@ -337,13 +408,8 @@ static __always_inline int tap_unavailable(struct __sk_buff *skb, struct pkt *p,
 	struct decision d = {.ep_id = ep->ep_id, .dir = dir, .ev_flags = FLOW_F_TAPPED};
 	__u32 peer;
 
-	if (fail_open) {
-		if (c)
-			c->unavailable_passed++;
+	if (tap_fails_open(c, fail_open))
 		return TC_ACT_OK;
-	}
-	if (c)
-		c->unavailable_drops++;
 	peer = tap_peer_identity(skb, p, dir);
 	d.src_identity = dir == DIR_EGRESS ? ep->identity : peer;
 	d.dst_identity = dir == DIR_EGRESS ? peer : ep->identity;
@@ -375,42 +441,67 @@ static __always_inline int tap_remote_key(struct __sk_buff *skb, const struct ta
 /* tap_send runs rule r on a packet its policy point passes (r: the first rule the packet,
  * or its datagram's first fragment, matched); returns the tc verdict. Out of line: the
  * stack of tap_apply's caller is deep. */
+/* tap_mirror sends a copy of the packet (len bytes) to rule r's monitor; the original goes
+ * on (TC_ACT_OK). */
+static __always_inline int tap_mirror(struct __sk_buff *skb, const struct tap_rule *r,
+				      struct tap_stats *c, __u32 len)
+{
+	if (!(r->flags & TAP_F_MONITOR_UP) ||
+	    ((r->flags & TAP_F_REMOTE) && tap_remote_key(skb, r) < 0) ||
+	    bpf_clone_redirect(skb, r->rx_ifindex, 0)) {
+		if (c)
+			c->copies_lost++;
+	} else if (c) {
+		c->mirrored_packets++;
+		c->mirrored_bytes += len;
+	}
+	return TC_ACT_OK;
+}
+
+/* tap_diverts says whether rule r diverts a packet in direction dir: a redirect, unless
+ * the packet was handed to the L7 proxy's socket (bpf_sk_assign), where it goes to the
+ * proxy, which the monitor cannot sit in front of. */
+static __always_inline int tap_diverts(struct __sk_buff *skb, const struct tap_rule *r, __u8 dir)
+{
+	return r->action == TAP_ACTION_REDIRECT && !(dir == DIR_EGRESS && tap_steered(skb));
+}
+
+/* tap_monitor_local_up says whether a redirect's monitor is up and on this node. */
+static __always_inline int tap_monitor_local_up(const struct tap_rule *r)
+{
+	return (r->flags & (TAP_F_MONITOR_UP | TAP_F_REMOTE)) == TAP_F_MONITOR_UP;
+}
+
+/* tap_divert sends the packet (len bytes, recorded) into rule r's monitor instead of its
+ * destination; returns 1 when the monitor's interface took it (the caller then consumes
+ * the original), 0 when it did not. A clone and the original consumed, rather than
+ * bpf_redirect: the clone's transmit reports at once whether the monitor's interface took
+ * the packet, so a gone or down monitor fails closed at once, with an event. */
+static __always_inline int tap_divert(struct __sk_buff *skb, const struct tap_rule *r,
+				      struct tap_stats *c, __u32 len)
+{
+	if (bpf_clone_redirect(skb, r->rx_ifindex, 0))
+		return 0;
+	if (c) {
+		c->redirected_packets++;
+		c->redirected_bytes += len;
+	}
+	return 1;
+}
+
 static __noinline int tap_send(struct __sk_buff *skb, struct pkt *p,
 			       const struct endpoint_info *ep, __u8 dir, const struct tap_rule *r)
 {
 	struct tap_stats *c = tap_counters_of(r->contract_id);
-	__u32 rx = r->rx_ifindex;
 
-	if (r->action == TAP_ACTION_MIRROR) {
-		if (!(r->flags & TAP_F_MONITOR_UP) ||
-		    ((r->flags & TAP_F_REMOTE) && tap_remote_key(skb, r) < 0) ||
-		    bpf_clone_redirect(skb, rx, 0)) {
-			if (c)
-				c->copies_lost++;
-		} else if (c) {
-			c->mirrored_packets++;
-			c->mirrored_bytes += p->len;
-		}
+	if (r->action == TAP_ACTION_MIRROR)
+		return tap_mirror(skb, r, c, p->len);
+	if (!tap_diverts(skb, r, dir))
 		return TC_ACT_OK;
-	}
-	if (r->action != TAP_ACTION_REDIRECT)
-		return TC_ACT_OK;
-	if (dir == DIR_EGRESS && tap_steered(skb))
-		/* Handed to the L7 proxy's socket (bpf_sk_assign): it goes to the proxy, which
-		 * the monitor cannot sit in front of. */
-		return TC_ACT_OK;
-	if ((r->flags & (TAP_F_MONITOR_UP | TAP_F_REMOTE)) == TAP_F_MONITOR_UP) {
+	if (tap_monitor_local_up(r)) {
 		tap_record(skb, p, ep, dir, r);
-		/* A clone and the original consumed, rather than bpf_redirect: the clone's
-		 * transmit reports at once whether the monitor's interface took the packet,
-		 * so a gone or down monitor fails closed here, with an event. */
-		if (!bpf_clone_redirect(skb, rx, 0)) {
-			if (c) {
-				c->redirected_packets++;
-				c->redirected_bytes += p->len;
-			}
+		if (tap_divert(skb, r, c, p->len))
 			return TC_ACT_STOLEN;
-		}
 	}
 	return tap_unavailable(skb, p, ep, dir, r->flags & TAP_F_FAIL_OPEN, c);
 }
@@ -522,15 +613,43 @@ __noinline int tap_apply(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
 	return tap_send(skb, p, ep, dir, r);
 }
 
+/* tap_count_rejected counts a packet a monitor sent that was not diverted to it. */
+static __always_inline void tap_count_rejected(void)
+{
+	struct tap_stats *c = tap_counters_of(0);
+
+	if (c)
+		c->rejected++;
+}
+
+/* tap_returned sends on a packet (len bytes) that a monitor sent back, with its record v,
+ * where the original would have gone. */
+static __always_inline int tap_returned(struct __sk_buff *skb, const struct tap_flow_value *v,
+					__u32 len)
+{
+	struct tap_stats *c = tap_counters_of(v->contract_id);
+
+	if (c) {
+		c->returned_packets++;
+		c->returned_bytes += len;
+	}
+	if (v->deliver_ifindex)
+		/* An ingress tap's packet: back to the endpoint's veth, to enter it. */
+		return bpf_redirect(v->deliver_ifindex, 0);
+	/* An egress tap's packet: the node routes it as it would have the original. It is
+	 * addressed to the MAC its sender used, not this interface's: make it the host's. */
+	bpf_skb_change_type(skb, PACKET_HOST);
+	return TC_ACT_OK;
+}
+
 /* tap_return admits a packet a monitor sent out of one of its veths (tc ingress of the
  * host side): only a packet of a diverted flow, on the monitor's return interface, goes
  * on, where the original would have gone. */
-static __always_inline int tap_return(struct __sk_buff *skb)
+static __noinline int tap_return(struct __sk_buff *skb)
 {
 	struct decision d = {.dir = DIR_EGRESS};
 	__u32 ifindex = skb->ifindex;
 	struct tap_flow_value *v = NULL;
-	struct tap_stats *c;
 	struct tap_iface *iface;
 	struct pkt p = {};
 	int ret;
@@ -542,25 +661,13 @@ static __always_inline int tap_return(struct __sk_buff *skb)
 	if (ret == PARSE_IPV4)
 		v = tap_record_of(&p, ifindex);
 	if (!iface || !v) {
-		c = tap_counters_of(0);
-		if (c)
-			c->rejected++;
+		tap_count_rejected();
 		/* Drop: not a packet of a flow diverted to this monitor on this interface (an
-		 * injected packet, a rewritten one, the receive interface, or not IPv4). */
+		 * injected packet, a rewritten one, the receive interface, or not IPv4: IPv6
+		 * goes to tap_return6). */
 		return drop(skb, &p, &d, REASON_TAP_NOT_DIVERTED);
 	}
-	c = tap_counters_of(v->contract_id);
-	if (c) {
-		c->returned_packets++;
-		c->returned_bytes += p.len;
-	}
-	if (v->deliver_ifindex)
-		/* An ingress tap's packet: back to the endpoint's veth, to enter it. */
-		return bpf_redirect(v->deliver_ifindex, 0);
-	/* An egress tap's packet: the node routes it as it would have the original. It is
-	 * addressed to the MAC its sender used, not this interface's: make it the host's. */
-	bpf_skb_change_type(skb, PACKET_HOST);
-	return TC_ACT_OK;
+	return tap_returned(skb, v, p.len);
 }
 
 /* tap_tunnel_ingress takes a copy another node mirrored to a monitor of this one (tc

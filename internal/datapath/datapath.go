@@ -245,7 +245,7 @@ func (d *Datapath) Remove() error {
 func (d *Datapath) allMaps() []*ebpf.Map {
 	m := &d.objs.rampartMaps
 	return []*ebpf.Map{m.EndpointCounters, m.IfaceBase, m.Conntrack4Peer, m.Conntrack6, m.Endpoints, m.Endpoints6, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.FragsPeer, m.Ipcache, m.IpcacheGen, m.Policy, m.Proxy, m.Proxy6, m.DnsProxy, m.HostSafe, m.HostSafe6,
-		m.Cidr4Config, m.Cidr4Top, m.Cidr4Host, m.Cidr6, m.SvPairs, m.SvFlows, m.TapSets, m.TapFlows, m.TapFrags, m.TapCounters, m.TapIfaces}
+		m.Cidr4Config, m.Cidr4Top, m.Cidr4Host, m.Cidr6, m.SvPairs, m.SvFlows, m.TapSets, m.TapSets6, m.TapFlows, m.TapFlows6, m.TapFrags, m.TapCounters, m.TapIfaces}
 }
 
 // ensureBPFFS mounts bpffs at /sys/fs/bpf unless one is mounted there already.

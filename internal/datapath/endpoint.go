@@ -409,8 +409,10 @@ func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
 	}
 	// Its tap rules: an endpoint reusing the ID must not find them (ReplaceTaps gives it
 	// its own).
-	if err := d.objs.TapSets.Delete(&epID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		errs = append(errs, fmt.Errorf("deleting tap rules: %w", err))
+	for _, m := range []*ebpf.Map{d.objs.TapSets, d.objs.TapSets6} {
+		if err := m.Delete(&epID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("deleting tap rules: %w", err))
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("removing endpoint %d: %w", epID, errors.Join(errs...))

@@ -317,6 +317,19 @@ type rampartTapFlowKey struct {
 	Pad      [2]uint8
 }
 
+type rampartTapFlowKey6 struct {
+	_        structs.HostLayout
+	Saddr    [16]uint8
+	Daddr    [16]uint8
+	Sport    uint16
+	Dport    uint16
+	FragId   uint32
+	Ifindex  uint32
+	Protocol uint8
+	Fragment uint8
+	Pad      [2]uint8
+}
+
 type rampartTapFlowValue struct {
 	_              structs.HostLayout
 	LastSeen       uint64
@@ -367,11 +380,27 @@ type rampartTapRule struct {
 	MonitorKey uint32
 }
 
+type rampartTapRule6 struct {
+	_       structs.HostLayout
+	SrcAddr [4]uint32
+	SrcMask [4]uint32
+	DstAddr [4]uint32
+	DstMask [4]uint32
+	R       rampartTapRule
+}
+
 type rampartTapSet struct {
 	_     structs.HostLayout
 	Count uint32
 	Pad   uint32
 	Rules [16]rampartTapRule
+}
+
+type rampartTapSet6 struct {
+	_     structs.HostLayout
+	Count uint32
+	Pad   uint32
+	Rules [16]rampartTapRule6
 }
 
 type rampartTapStats struct {
@@ -430,10 +459,12 @@ const (
 	rampartMapSvPairs                 = "sv_pairs"
 	rampartMapTapCounters             = "tap_counters"
 	rampartMapTapFlows                = "tap_flows"
+	rampartMapTapFlows6               = "tap_flows6"
 	rampartMapTapFrags                = "tap_frags"
 	rampartMapTapIfaces               = "tap_ifaces"
 	rampartMapTapMonitorKeys          = "tap_monitor_keys"
 	rampartMapTapSets                 = "tap_sets"
+	rampartMapTapSets6                = "tap_sets6"
 	rampartMapTunnel                  = "tunnel"
 	rampartMapTunnel6Path             = "tunnel6_path"
 	rampartProgRampartFromEp          = "rampart_from_ep"
@@ -556,10 +587,12 @@ type rampartMapSpecs struct {
 	SvPairs          *ebpf.MapSpec `ebpf:"sv_pairs"`
 	TapCounters      *ebpf.MapSpec `ebpf:"tap_counters"`
 	TapFlows         *ebpf.MapSpec `ebpf:"tap_flows"`
+	TapFlows6        *ebpf.MapSpec `ebpf:"tap_flows6"`
 	TapFrags         *ebpf.MapSpec `ebpf:"tap_frags"`
 	TapIfaces        *ebpf.MapSpec `ebpf:"tap_ifaces"`
 	TapMonitorKeys   *ebpf.MapSpec `ebpf:"tap_monitor_keys"`
 	TapSets          *ebpf.MapSpec `ebpf:"tap_sets"`
+	TapSets6         *ebpf.MapSpec `ebpf:"tap_sets6"`
 	Tunnel           *ebpf.MapSpec `ebpf:"tunnel"`
 	Tunnel6Path      *ebpf.MapSpec `ebpf:"tunnel6_path"`
 }
@@ -628,10 +661,12 @@ type rampartMaps struct {
 	SvPairs          *ebpf.Map `ebpf:"sv_pairs"`
 	TapCounters      *ebpf.Map `ebpf:"tap_counters"`
 	TapFlows         *ebpf.Map `ebpf:"tap_flows"`
+	TapFlows6        *ebpf.Map `ebpf:"tap_flows6"`
 	TapFrags         *ebpf.Map `ebpf:"tap_frags"`
 	TapIfaces        *ebpf.Map `ebpf:"tap_ifaces"`
 	TapMonitorKeys   *ebpf.Map `ebpf:"tap_monitor_keys"`
 	TapSets          *ebpf.Map `ebpf:"tap_sets"`
+	TapSets6         *ebpf.Map `ebpf:"tap_sets6"`
 	Tunnel           *ebpf.Map `ebpf:"tunnel"`
 	Tunnel6Path      *ebpf.Map `ebpf:"tunnel6_path"`
 }
@@ -668,10 +703,12 @@ func (m *rampartMaps) Close() error {
 		m.SvPairs,
 		m.TapCounters,
 		m.TapFlows,
+		m.TapFlows6,
 		m.TapFrags,
 		m.TapIfaces,
 		m.TapMonitorKeys,
 		m.TapSets,
+		m.TapSets6,
 		m.Tunnel,
 		m.Tunnel6Path,
 	)

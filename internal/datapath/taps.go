@@ -123,7 +123,52 @@ func MonitorKeyOf(addr netip.Addr) uint32 {
 	return uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
 }
 
-// tapRuleOf converts r to its map form.
+// tapRulesOf converts r to its map forms: the rule for IPv4 packets and the one for IPv6
+// packets (nil where the rule's prefixes are of the other family; a rule with no prefix is
+// in both). ICMP is ICMPv6 in the IPv6 rule, with the same type and code: the numbers of
+// the packet's family.
+func tapRulesOf(r TapRule) (*rampartTapRule, *rampartTapRule6, error) {
+	base, err := tapRuleOf(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	fam := func(p netip.Prefix) int {
+		switch {
+		case !p.IsValid():
+			return 0
+		case p.Addr().Unmap().Is4():
+			return 4
+		}
+		return 6
+	}
+	sf, df := fam(r.Source), fam(r.Destination)
+	if sf != 0 && df != 0 && sf != df {
+		return nil, nil, fmt.Errorf("source %v and destination %v: not of one family", r.Source, r.Destination)
+	}
+	var v4 *rampartTapRule
+	var v6 *rampartTapRule6
+	if sf != 6 && df != 6 {
+		v4 = &rampartTapRule{}
+		*v4 = base
+		if v4.SrcAddr, v4.SrcMask, err = tapPrefix(r.Source); err != nil {
+			return nil, nil, fmt.Errorf("source %w", err)
+		}
+		if v4.DstAddr, v4.DstMask, err = tapPrefix(r.Destination); err != nil {
+			return nil, nil, fmt.Errorf("destination %w", err)
+		}
+	}
+	if sf != 4 && df != 4 {
+		v6 = &rampartTapRule6{R: base}
+		if r.Protocol == policy.ProtoICMP {
+			v6.R.Protocol = unix.IPPROTO_ICMPV6
+		}
+		v6.SrcAddr, v6.SrcMask = tapPrefix6(r.Source)
+		v6.DstAddr, v6.DstMask = tapPrefix6(r.Destination)
+	}
+	return v4, v6, nil
+}
+
+// tapRuleOf converts r to its map form, addresses aside (tapRulesOf).
 func tapRuleOf(r TapRule) (rampartTapRule, error) {
 	var out rampartTapRule
 	if r.Direction != policy.Ingress && r.Direction != policy.Egress {
@@ -188,13 +233,6 @@ func tapRuleOf(r TapRule) (rampartTapRule, error) {
 			return out, fmt.Errorf("port range %d-%d: empty", pr.Lo, pr.Hi)
 		}
 	}
-	var err error
-	if out.SrcAddr, out.SrcMask, err = tapPrefix(r.Source); err != nil {
-		return out, fmt.Errorf("source %w", err)
-	}
-	if out.DstAddr, out.DstMask, err = tapPrefix(r.Destination); err != nil {
-		return out, fmt.Errorf("destination %w", err)
-	}
 	out.SportLo, out.SportHi = r.SourcePorts.bounds()
 	out.DportLo, out.DportHi = r.DestinationPorts.bounds()
 	out.ContractId = r.ContractID
@@ -219,13 +257,32 @@ func tapRuleOf(r TapRule) (rampartTapRule, error) {
 	return out, nil
 }
 
+// tapPrefix6 is an IPv6 prefix as address and mask words in network order (the zero
+// Prefix: any).
+func tapPrefix6(p netip.Prefix) (addr, mask [4]uint32) {
+	if !p.IsValid() {
+		return addr, mask
+	}
+	p = p.Masked()
+	a := p.Addr().As16()
+	var m [16]byte
+	for i := range p.Bits() {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	for i := range 4 {
+		addr[i] = binary.NativeEndian.Uint32(a[4*i:])
+		mask[i] = binary.NativeEndian.Uint32(m[4*i:])
+	}
+	return addr, mask
+}
+
 // tapPrefix is an IPv4 prefix as address and mask in network order (the zero Prefix: any).
 func tapPrefix(p netip.Prefix) (addr, mask uint32, err error) {
 	if !p.IsValid() {
 		return 0, 0, nil
 	}
 	if !p.Addr().Unmap().Is4() {
-		return 0, 0, fmt.Errorf("prefix %v: only IPv4 is tapped", p)
+		return 0, 0, fmt.Errorf("prefix %v: not IPv4", p)
 	}
 	p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked()
 	a := p.Addr().As4()
@@ -252,6 +309,7 @@ func (d *Datapath) ReplaceTaps(rules []TapRule) error {
 	type epTaps struct {
 		ifindex uint32
 		set     rampartTapSet
+		set6    rampartTapSet6
 		flags   uint32
 	}
 	byEp := make(map[uint32]*epTaps) // by ep_id
@@ -260,7 +318,7 @@ func (d *Datapath) ReplaceTaps(rules []TapRule) error {
 		if !ok {
 			return fmt.Errorf("replacing taps: rule %d (contract %d): no endpoint installed on ifindex %d", i, r.ContractID, r.Ifindex)
 		}
-		mr, err := tapRuleOf(r)
+		v4, v6, err := tapRulesOf(r)
 		if err != nil {
 			return fmt.Errorf("replacing taps: rule %d (contract %d): %w", i, r.ContractID, err)
 		}
@@ -272,11 +330,17 @@ func (d *Datapath) ReplaceTaps(rules []TapRule) error {
 		if et.ifindex != r.Ifindex {
 			return fmt.Errorf("replacing taps: endpoint %d: rules on two interfaces (%d, %d)", info.EpId, et.ifindex, r.Ifindex)
 		}
-		if et.set.Count == MaxTapRules {
-			return fmt.Errorf("replacing taps: endpoint %d (ifindex %d): more than %d tap rules", info.EpId, r.Ifindex, MaxTapRules)
+		if (v4 != nil && et.set.Count == MaxTapRules) || (v6 != nil && et.set6.Count == MaxTapRules) {
+			return fmt.Errorf("replacing taps: endpoint %d (ifindex %d): more than %d tap rules for a family", info.EpId, r.Ifindex, MaxTapRules)
 		}
-		et.set.Rules[et.set.Count] = mr
-		et.set.Count++
+		if v4 != nil {
+			et.set.Rules[et.set.Count] = *v4
+			et.set.Count++
+		}
+		if v6 != nil {
+			et.set6.Rules[et.set6.Count] = *v6
+			et.set6.Count++
+		}
 		if r.Direction == policy.Ingress {
 			et.flags |= epTapIngress
 		} else {
@@ -294,6 +358,9 @@ func (d *Datapath) ReplaceTaps(rules []TapRule) error {
 		et := byEp[id]
 		if err := d.objs.TapSets.Update(&id, &et.set, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("replacing taps: writing the rules of endpoint %d: %w", id, err)
+		}
+		if err := d.objs.TapSets6.Update(&id, &et.set6, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("replacing taps: writing the IPv6 rules of endpoint %d: %w", id, err)
 		}
 		info := d.endpoints[et.ifindex]
 		if info.Flags&epTapMask != et.flags {
@@ -313,16 +380,26 @@ func (d *Datapath) ReplaceTaps(rules []TapRule) error {
 			return fmt.Errorf("replacing taps: %w", err)
 		}
 	}
-	del, err := keysWhere[uint32, rampartTapSet](d.objs.TapSets, func(id *uint32) bool {
+	gone := func(id *uint32) bool {
 		_, keep := byEp[*id]
 		return !keep
-	})
+	}
+	del, err := keysWhere[uint32, rampartTapSet](d.objs.TapSets, gone)
 	if err != nil {
 		return fmt.Errorf("replacing taps: reading tap sets: %w", err)
 	}
-	for _, id := range del {
-		if err := d.objs.TapSets.Delete(&id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("replacing taps: deleting the rules of endpoint %d: %w", id, err)
+	del6, err := keysWhere[uint32, rampartTapSet6](d.objs.TapSets6, gone)
+	if err != nil {
+		return fmt.Errorf("replacing taps: reading IPv6 tap sets: %w", err)
+	}
+	for _, m := range []struct {
+		m   *ebpf.Map
+		ids []uint32
+	}{{d.objs.TapSets, del}, {d.objs.TapSets6, del6}} {
+		for _, id := range m.ids {
+			if err := m.m.Delete(&id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("replacing taps: deleting the rules of endpoint %d: %w", id, err)
+			}
 		}
 	}
 	return nil
@@ -465,16 +542,11 @@ func (d *Datapath) DetachMonitor(rx, tx uint32) error {
 			return fmt.Errorf("detaching monitor: forgetting interface %d: %w", idx, err)
 		}
 	}
-	keys, err := keysWhere[rampartTapFlowKey, rampartTapFlowValue](d.objs.TapFlows, func(k *rampartTapFlowKey) bool {
-		return k.Ifindex == tx || k.Ifindex == rx
-	})
-	if err != nil {
-		return fmt.Errorf("detaching monitor: reading diverted flows: %w", err)
+	if err := forgetDiverted[rampartTapFlowKey](d.objs.TapFlows, func(k *rampartTapFlowKey) uint32 { return k.Ifindex }, rx, tx); err != nil {
+		return fmt.Errorf("detaching monitor: %w", err)
 	}
-	for i := range keys {
-		if err := d.objs.TapFlows.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("detaching monitor: forgetting a diverted flow: %w", err)
-		}
+	if err := forgetDiverted[rampartTapFlowKey6](d.objs.TapFlows6, func(k *rampartTapFlowKey6) uint32 { return k.Ifindex }, rx, tx); err != nil {
+		return fmt.Errorf("detaching monitor: %w", err)
 	}
 	// The datagrams whose later fragments would follow their first to it: they find no
 	// decision and are dropped where a redirect could have diverted them.
@@ -552,6 +624,24 @@ func (d *Datapath) DeleteMonitorKey(addr netip.Addr) error {
 	key := MonitorKeyOf(addr)
 	if err := d.objs.TapMonitorKeys.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("forgetting monitor %v for copies from other nodes: %w", addr, err)
+	}
+	return nil
+}
+
+// forgetDiverted deletes the records in m (tap_flows or tap_flows6) of packets diverted to
+// the monitor with interfaces rx and tx.
+func forgetDiverted[K any](m *ebpf.Map, ifindexOf func(*K) uint32, rx, tx uint32) error {
+	keys, err := keysWhere[K, rampartTapFlowValue](m, func(k *K) bool {
+		i := ifindexOf(k)
+		return i == tx || i == rx
+	})
+	if err != nil {
+		return fmt.Errorf("reading diverted flows: %w", err)
+	}
+	for i := range keys {
+		if err := m.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("forgetting a diverted flow: %w", err)
+		}
 	}
 	return nil
 }

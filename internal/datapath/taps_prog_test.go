@@ -78,6 +78,12 @@ func (f *tapFixture) runProg(prog *ebpf.Program, p packet, ifindex uint32) uint3
 // node itself).
 func (f *tapFixture) runProgFrom(prog *ebpf.Program, p packet, ifindex, iif uint32) uint32 {
 	f.t.Helper()
+	return f.runFrame(prog, p.bytes(), ifindex, iif)
+}
+
+// runFrame is runProgFrom for an Ethernet frame.
+func (f *tapFixture) runFrame(prog *ebpf.Program, frame []byte, ifindex, iif uint32) uint32 {
+	f.t.Helper()
 	var ret uint32
 	err := testenv.InNetns(f.ns, func() error {
 		ctx := skbContext{Ifindex: ifindex}
@@ -86,7 +92,7 @@ func (f *tapFixture) runProgFrom(prog *ebpf.Program, p packet, ifindex, iif uint
 			ctx.Ifindex = 0
 		}
 		var err error
-		ret, err = prog.Run(&ebpf.RunOptions{Data: p.bytes(), Context: ctx, ContextOut: make([]byte, 256)})
+		ret, err = prog.Run(&ebpf.RunOptions{Data: frame, Context: ctx, ContextOut: make([]byte, 256)})
 		return err
 	})
 	if err != nil {
@@ -255,7 +261,7 @@ func TestTapRules(t *testing.T) {
 		"ports, any proto":  {{Ifindex: epIfindex, Direction: out, DestinationPorts: PortRange{80, 80}, Action: TapMirror, MonitorRx: f.rx, ContractID: 1}},
 		"icmp type on tcp":  {{Ifindex: epIfindex, Direction: out, Protocol: tcp, ICMPType: u8(8), Action: TapMirror, MonitorRx: f.rx, ContractID: 1}},
 		"empty port range":  {{Ifindex: epIfindex, Direction: out, Protocol: tcp, DestinationPorts: PortRange{90, 80}, Action: TapMirror, MonitorRx: f.rx, ContractID: 1}},
-		"ipv6 source":       {{Ifindex: epIfindex, Direction: out, Source: netip.MustParsePrefix("2001:db8::/32"), Action: TapMirror, MonitorRx: f.rx, ContractID: 1}},
+		"two families":      {{Ifindex: epIfindex, Direction: out, Source: netip.MustParsePrefix("198.18.0.0/16"), Destination: netip.MustParsePrefix("2001:db8::/32"), Action: TapMirror, MonitorRx: f.rx, ContractID: 1}},
 		"no monitor rx":     {{Ifindex: epIfindex, Direction: out, Action: TapMirror, MonitorUp: true, ContractID: 1}},
 		"contract too high": {{Ifindex: epIfindex, Direction: out, Action: TapMirror, MonitorRx: f.rx, ContractID: MaxTapContracts}},
 	} {
@@ -288,6 +294,10 @@ func TestTapRules(t *testing.T) {
 	id := uint32(epID)
 	if err := f.d.objs.TapSets.Lookup(&id, &set); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("tap rules of a removed endpoint: %v", err)
+	}
+	var set6 rampartTapSet6
+	if err := f.d.objs.TapSets6.Lookup(&id, &set6); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("IPv6 tap rules of a removed endpoint: %v", err)
 	}
 }
 

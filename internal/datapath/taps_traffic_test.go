@@ -43,6 +43,13 @@ const (
 )
 
 func newTapWorld(t *testing.T, cfg Config) *tapWorld {
+	return newTapWorldOf(t, cfg, netip.Prefix{})
+}
+
+// newTapWorldOf is newTapWorld on a dual-stack node when cidr6 is set: the endpoints get
+// their IPv6 addresses too (endpoint.Node), in the ipcache and the endpoint map, and b and
+// s serve on them as well.
+func newTapWorldOf(t *testing.T, cfg Config, cidr6 netip.Prefix) *tapWorld {
 	t.Helper()
 	testenv.RequireRoot(t)
 	sfx := testenv.Suffix(6)
@@ -50,7 +57,9 @@ func newTapWorld(t *testing.T, cfg Config) *tapWorld {
 		Instance: "tap" + sfx,
 		Netns:    "rp-taptest-node-" + sfx,
 		PodCIDR:  netip.MustParsePrefix("198.18.60.0/24"),
+		PodCIDR6: cidr6,
 	}}
+	dual := cidr6.IsValid()
 	t.Cleanup(func() {
 		if err := w.n.Teardown(); err != nil {
 			t.Errorf("teardown: %v", err)
@@ -60,7 +69,9 @@ func newTapWorld(t *testing.T, cfg Config) *tapWorld {
 		t.Fatalf("node setup: %v", err)
 	}
 	w.node = w.n.NetnsPath()
-	disableIPv6(t, w.node)
+	if !dual {
+		disableIPv6(t, w.node)
+	}
 	w.d = openTest(t, cfg)
 	attach := func(host string) error {
 		_, err := w.d.Attach(w.node, host)
@@ -89,17 +100,25 @@ func newTapWorld(t *testing.T, cfg Config) *tapWorld {
 		t.Fatalf("creating monitor links: %v", err)
 	}
 	w.ml = ml
-	for _, ns := range []string{w.a.NetnsPath, w.b.NetnsPath, w.s.NetnsPath} {
-		disableIPv6(t, ns)
-	}
-	err = w.d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+	ipc := map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
 		netip.PrefixFrom(w.n.Router(), 32): {Identity: identity.Host},
 		netip.PrefixFrom(w.a.IP, 32):       {Identity: tapIDA, EndpointID: tapEpA},
 		netip.PrefixFrom(w.b.IP, 32):       {Identity: tapIDB, EndpointID: tapEpB},
 		netip.PrefixFrom(w.s.IP, 32):       {Identity: tapIDS, EndpointID: tapEpS},
-	})
-	if err != nil {
+	}
+	if dual {
+		ipc[netip.MustParsePrefix("::/0")] = mapstate.IPCacheEntry{Identity: identity.World}
+		ipc[netip.PrefixFrom(w.n.Router6(), 128)] = mapstate.IPCacheEntry{Identity: identity.Host}
+		ipc[netip.PrefixFrom(w.a.IP6, 128)] = mapstate.IPCacheEntry{Identity: tapIDA, EndpointID: tapEpA}
+		ipc[netip.PrefixFrom(w.b.IP6, 128)] = mapstate.IPCacheEntry{Identity: tapIDB, EndpointID: tapEpB}
+		ipc[netip.PrefixFrom(w.s.IP6, 128)] = mapstate.IPCacheEntry{Identity: tapIDS, EndpointID: tapEpS}
+	} else {
+		for _, ns := range []string{w.a.NetnsPath, w.b.NetnsPath, w.s.NetnsPath} {
+			disableIPv6(t, ns)
+		}
+	}
+	if err = w.d.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 	polA := mapstate.EndpointPolicy{EnforceEgress: true, Entries: entries(
@@ -116,7 +135,7 @@ func newTapWorld(t *testing.T, cfg Config) *tapWorld {
 		pol mapstate.EndpointPolicy
 		mon bool
 	}{{w.a, tapEpA, tapIDA, polA, false}, {w.b, tapEpB, tapIDB, polB, false}, {w.s, tapEpS, tapIDS, polS, true}} {
-		info := EndpointInfo{EpID: x.id, Identity: x.ide, Addr: x.ep.IP, Monitor: x.mon}
+		info := EndpointInfo{EpID: x.id, Identity: x.ide, Addr: x.ep.IP, Addr6: x.ep.IP6, LinkLocal6: x.ep.LinkLocal6, Monitor: x.mon}
 		if err := w.d.ApplyEndpoint(uint32(x.ep.HostIfIndex), info, x.pol); err != nil {
 			t.Fatal(err)
 		}
@@ -124,6 +143,11 @@ func newTapWorld(t *testing.T, cfg Config) *tapWorld {
 	echoServer(t, w.b.NetnsPath, netip.AddrPortFrom(w.b.IP, tapPort))
 	echoServer(t, w.b.NetnsPath, netip.AddrPortFrom(w.b.IP, tapPort+1))
 	echoServer(t, w.s.NetnsPath, netip.AddrPortFrom(w.s.IP, tapPort))
+	if dual {
+		echoServer(t, w.b.NetnsPath, netip.AddrPortFrom(w.b.IP6, tapPort))
+		echoServer(t, w.b.NetnsPath, netip.AddrPortFrom(w.b.IP6, tapPort+1))
+		echoServer(t, w.s.NetnsPath, netip.AddrPortFrom(w.s.IP6, tapPort))
+	}
 	w.ev = eventsOf(t, w.d)
 	return w
 }
@@ -168,7 +192,12 @@ func (w *tapWorld) counters() TapCounters {
 
 // converse connects a to b's port and exchanges n messages (error: the connection failed).
 func (w *tapWorld) converse(port uint16, n int, timeout time.Duration) error {
-	c, err := dial(w.a.NetnsPath, netip.AddrPortFrom(w.b.IP, port), timeout)
+	return w.converseAt(w.b.IP, port, n, timeout)
+}
+
+// converseAt is converse to b's address dst (IPv4 or IPv6).
+func (w *tapWorld) converseAt(dst netip.Addr, port uint16, n int, timeout time.Duration) error {
+	c, err := dial(w.a.NetnsPath, netip.AddrPortFrom(dst, port), timeout)
 	if err != nil {
 		return err
 	}
@@ -181,10 +210,23 @@ func (w *tapWorld) converse(port uint16, n int, timeout time.Duration) error {
 	return nil
 }
 
-// frameTuple reads an Ethernet/IPv4/TCP-or-UDP frame's addresses and ports.
+// frameTuple reads an Ethernet/IPv4/TCP-or-UDP frame's addresses and ports, or an
+// Ethernet/IPv6 one's with no extension headers.
 func frameTuple(f []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, ok bool) {
-	if len(f) < 14+20 || binary.BigEndian.Uint16(f[12:]) != unix.ETH_P_IP {
+	if len(f) < 14+20 {
 		return
+	}
+	if binary.BigEndian.Uint16(f[12:]) != unix.ETH_P_IP {
+		if len(f) < 14+40+4 || binary.BigEndian.Uint16(f[12:]) != unix.ETH_P_IPV6 {
+			return
+		}
+		ip := f[14:]
+		src, dst = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
+		proto = ip[6]
+		if proto == unix.IPPROTO_TCP || proto == unix.IPPROTO_UDP {
+			sport, dport = binary.BigEndian.Uint16(ip[40:]), binary.BigEndian.Uint16(ip[42:])
+		}
+		return src, dst, proto, sport, dport, true
 	}
 	ip := f[14:]
 	ihl := int(ip[0]&0xf) * 4
@@ -254,27 +296,7 @@ func TestTapMirrorTraffic(t *testing.T) {
 // in the monitor), is dropped, and no application endpoint can open a flow to the monitor.
 func TestTapRedirectTraffic(t *testing.T) {
 	w := newTapWorld(t, Config{})
-	sh := nlHandle(t, w.s.NetnsPath)
-	rxp, err := sh.LinkByName(endpoint.MonitorRxIfName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	txp, err := sh.LinkByName(endpoint.MonitorTxIfName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sh.QdiscAdd(clsact(rxp.Attrs().Index)); err != nil {
-		t.Fatal(err)
-	}
-	// u32 matching everything (cls_matchall is not built into these kernels).
-	ips := &netlink.U32{
-		FilterAttrs: netlink.FilterAttrs{LinkIndex: rxp.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS, Priority: 1, Protocol: unix.ETH_P_ALL},
-		Sel:         &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Nkeys: 1, Keys: []netlink.TcU32Key{{}}},
-		Actions:     []netlink.Action{netlink.NewMirredAction(txp.Attrs().Index)},
-	}
-	if err := sh.FilterAdd(ips); err != nil {
-		t.Fatalf("monitor forwarding: %v", err)
-	}
+	sh, rxp, txp, ips := w.inlineMonitor()
 
 	w.replace(w.rules(TapRedirect, true, false))
 	if err := w.converse(tapPort, 10, 5*time.Second); err != nil {
@@ -423,6 +445,36 @@ func TestTapRedirectTraffic(t *testing.T) {
 	if err := w.d.DetachMonitor(uint32(w.ml.HostRxIndex), uint32(w.ml.HostTxIndex)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// inlineMonitor makes the monitor an inline IPS that passes everything: its receive
+// interface's ingress forwards to its return interface (tc mirred; a u32 filter matching
+// everything, as cls_matchall is not built into these kernels). It returns the monitor's
+// netlink handle, its two interfaces and the filter (delete it: the monitor drops).
+func (w *tapWorld) inlineMonitor() (*netlink.Handle, netlink.Link, netlink.Link, *netlink.U32) {
+	t := w.t
+	t.Helper()
+	sh := nlHandle(t, w.s.NetnsPath)
+	rxp, err := sh.LinkByName(endpoint.MonitorRxIfName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txp, err := sh.LinkByName(endpoint.MonitorTxIfName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.QdiscAdd(clsact(rxp.Attrs().Index)); err != nil {
+		t.Fatal(err)
+	}
+	ips := &netlink.U32{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: rxp.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS, Priority: 1, Protocol: unix.ETH_P_ALL},
+		Sel:         &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Nkeys: 1, Keys: []netlink.TcU32Key{{}}},
+		Actions:     []netlink.Action{netlink.NewMirredAction(txp.Attrs().Index)},
+	}
+	if err := sh.FilterAdd(ips); err != nil {
+		t.Fatalf("monitor forwarding: %v", err)
+	}
+	return sh, rxp, txp, ips
 }
 
 // eventually polls cond until it holds, failing the test after timeout.

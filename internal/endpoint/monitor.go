@@ -113,12 +113,22 @@ func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) 
 			return ml, fmt.Errorf("attaching to %s and %s: %w", ml.HostRx, ml.HostTx, err)
 		}
 	}
+	// On a dual-stack node the monitor sends IPv6 packets of diverted flows back on its
+	// return veth, which the node must take in and forward: IPv6 stays on there, with no
+	// address of the kernel's making.
+	txIPv6Off := "1"
+	if n.DualStack() {
+		l, err := node.LinkByName(ml.HostTx)
+		if err != nil {
+			return ml, fmt.Errorf("finding %s: %w", ml.HostTx, err)
+		}
+		_ = node.LinkSetIP6AddrGenMode(l, in6AddrGenModeNone)
+		txIPv6Off = "0"
+	}
 	err = Do(n.NetnsPath(), func() error {
-		for _, k := range []string{
-			"net/ipv6/conf/" + ml.HostRx + "/disable_ipv6",
-			"net/ipv6/conf/" + ml.HostTx + "/disable_ipv6",
-		} {
-			_ = writeSysctl(k, "1") // a kernel without IPv6 has nothing to quiet
+		_ = writeSysctl("net/ipv6/conf/"+ml.HostRx+"/disable_ipv6", "1") // a kernel without IPv6 has nothing to quiet
+		if err := writeSysctl("net/ipv6/conf/"+ml.HostTx+"/disable_ipv6", txIPv6Off); err != nil && n.DualStack() {
+			return err
 		}
 		return writeSysctl("net/ipv4/conf/"+ml.HostTx+"/rp_filter", "0")
 	})

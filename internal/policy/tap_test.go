@@ -188,7 +188,7 @@ func TestParseTapErrors(t *testing.T) {
 		{"ports need a protocol", rpHead + "  match:\n    ports: [80]\n", "spec.match.ports", 9, "need protocol TCP or UDP"},
 		{"reversed range", rpHead + "  match:\n    protocol: TCP\n    ports: [\"90-80\"]\n", "spec.match.ports[0]", 10, "ends before it starts"},
 		{"endPort below port", rpHead + "  match:\n    protocol: UDP\n    peerPorts: [{port: 90, endPort: 80}]\n", "spec.match.peerPorts[0].endPort", 10, "below port"},
-		{"IPv6 peer", rpHead + "  match:\n    peerCIDRs: [\"2001:db8::/32\"]\n", "spec.match.peerCIDRs[0]", 9, "only IPv4"},
+		{"IPv4-mapped peer", rpHead + "  match:\n    peerCIDRs: [\"::ffff:198.18.0.0/112\"]\n", "spec.match.peerCIDRs[0]", 9, "IPv4-mapped"},
 		{"ICMP type with UDP", rpHead + "  match:\n    protocol: UDP\n    icmpType: 8\n", "spec.match.icmpType", 10, "needs protocol ICMP"},
 		{"bad action", "apiVersion: rampart.io/v1alpha1\nkind: TapContract\nmetadata: {name: t}\nspec:\n  source: {endpoint: web}\n  monitor: ids\n  action: Copy\n", "spec.action", 7, "unknown action"},
 		{"fail-open mirror", "apiVersion: rampart.io/v1alpha1\nkind: TapContract\nmetadata: {name: t}\nspec:\n  source: {endpoint: web}\n  monitor: ids\n  action: Mirror\n  failMode: Open\n", "spec.failMode", 8, "redirect only"},

@@ -155,7 +155,7 @@ func (r PortRange) validate() error {
 type Match struct {
 	Direction Direction
 	Protocol  Protocol
-	PeerCIDRs []netip.Prefix // IPv4, masked
+	PeerCIDRs []netip.Prefix // IPv4 or IPv6, masked
 	Ports     []PortRange    // the endpoint's side; TCP or UDP only
 	PeerPorts []PortRange    // the peer's side; TCP or UDP only
 	// ICMPType and ICMPCode (ICMP only); nil: any.
@@ -387,10 +387,10 @@ func (m Match) validate() *FieldError {
 		switch {
 		case !p.IsValid():
 			return fail(field, "invalid prefix")
-		case !p.Addr().Is4():
-			// The dataplane taps IPv4; a match it cannot apply is refused rather than
-			// installed as one that matches less than it says.
-			return fail(field, "%v: only IPv4 prefixes are supported", p)
+		case p.Addr().Is4In6():
+			// The dataplane matches IPv6 packets by IPv6 prefixes and IPv4 packets by
+			// IPv4 ones: a mapped prefix would match neither as it says.
+			return fail(field, "%v: an IPv4-mapped IPv6 prefix (write it as IPv4)", p)
 		case p.Masked() != p:
 			return fail(field, "%v has host bits set (want %v)", p, p.Masked())
 		}

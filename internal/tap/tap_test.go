@@ -169,7 +169,7 @@ func TestValidate(t *testing.T) {
 		}, "spec.match.peerPorts", "need protocol TCP or UDP"},
 		{"reversed range", func(c *Contract) { c.Match.Ports = []PortRange{{90, 80}} }, "spec.match.ports[0]", "ends before it starts"},
 		{"port zero", func(c *Contract) { c.Match.PeerPorts = []PortRange{{0, 10}} }, "spec.match.peerPorts[0]", "port 0"},
-		{"IPv6 peer", func(c *Contract) { c.Match.PeerCIDRs = pfx("2001:db8::/32") }, "spec.match.peerCIDRs[0]", "only IPv4"},
+		{"IPv4-mapped peer", func(c *Contract) { c.Match.PeerCIDRs = pfx("::ffff:198.18.0.0/112") }, "spec.match.peerCIDRs[0]", "IPv4-mapped"},
 		{"host bits", func(c *Contract) { c.Match.PeerCIDRs = pfx("198.18.0.0/24", "198.18.1.1/24") }, "spec.match.peerCIDRs[1]", "host bits"},
 		{"ICMP type with TCP", func(c *Contract) { c.Match.ICMPType = u8(8) }, "spec.match.icmpType", "needs protocol ICMP"},
 		{"code without type", func(c *Contract) {

@@ -21,16 +21,25 @@ type HTTPServer struct {
 	done chan struct{}
 }
 
-// ServeHTTP starts h on port (all addresses) in the namespace at nsPath.
+// ServeHTTP starts h on port (all IPv4 addresses) in the namespace at nsPath.
 func ServeHTTP(nsPath string, port uint16, h http.Handler) (*HTTPServer, error) {
+	return serveHTTP(nsPath, "tcp4", fmt.Sprintf(":%d", port), h)
+}
+
+// ServeHTTPOn starts h on addr (IPv4 or IPv6) in the namespace at nsPath.
+func ServeHTTPOn(nsPath string, addr netip.AddrPort, h http.Handler) (*HTTPServer, error) {
+	return serveHTTP(nsPath, "tcp", addr.String(), h)
+}
+
+func serveHTTP(nsPath, network, addr string, h http.Handler) (*HTTPServer, error) {
 	var l net.Listener
 	err := InNetns(nsPath, func() error {
 		var err error
-		l, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
+		l, err = net.Listen(network, addr)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listening on tcp/%d in %s: %w", port, nsPath, err)
+		return nil, fmt.Errorf("listening on %s in %s: %w", addr, nsPath, err)
 	}
 	var p http.Protocols
 	p.SetHTTP1(true)

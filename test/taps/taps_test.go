@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -32,11 +33,16 @@ type shop struct {
 }
 
 func newShop(t *testing.T) *shop {
+	return newShopOf(t, agenttest.Options{NoServers: true})
+}
+
+// newShopOf is newShop on an agent started with opts.
+func newShopOf(t *testing.T, opts agenttest.Options) *shop {
 	testenv.RequireRoot(t)
 	if _, err := exec.LookPath("suricata"); err != nil {
 		testenv.SkipOrFail(t, "suricata not installed (scripts/install-suricata.sh): %v", err)
 	}
-	e := agenttest.StartAgent(t, agenttest.Options{NoServers: true})
+	e := agenttest.StartAgent(t, opts)
 	s := &shop{e: e}
 	s.web = e.AddEndpoint("shop", "web", map[string]string{"app": "web"})
 	s.client = e.AddEndpoint("shop", "client", map[string]string{"app": "client"})
@@ -52,9 +58,15 @@ func newShop(t *testing.T) *shop {
 // returns the answer's body, or the error.
 func (s *shop) post(t *testing.T, body string, timeout time.Duration) (string, error) {
 	t.Helper()
+	return s.postTo(t, s.web.IP, body, timeout)
+}
+
+// postTo is post to web's address ip (IPv4 or IPv6).
+func (s *shop) postTo(t *testing.T, ip, body string, timeout time.Duration) (string, error) {
+	t.Helper()
 	c := s.e.HTTPClient("shop/client", timeout)
 	defer c.CloseIdleConnections()
-	resp, err := c.Post(fmt.Sprintf("http://%s:%d/", s.web.IP, webPort), "text/plain", strings.NewReader(body))
+	resp, err := c.Post("http://"+net.JoinHostPort(ip, fmt.Sprint(webPort))+"/", "text/plain", strings.NewReader(body))
 	if err != nil {
 		return "", err
 	}

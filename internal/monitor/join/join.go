@@ -167,14 +167,14 @@ func (v *View) side(ap netip.AddrPort, f *api.Flow) Side {
 		}
 	}
 	for _, e := range v.Endpoints {
-		if e.IP == s.IP {
+		if e.IP == s.IP || (e.IP6 != "" && e.IP6 == s.IP) {
 			s.Endpoint, s.Identity, s.Labels = e.Key(), e.Identity, e.IdentityLabels
 			s.Name = v.name(s)
 			return s
 		}
 	}
 	for _, r := range v.Remotes {
-		if r.IP == s.IP {
+		if r.IP == s.IP || (r.IP6 != "" && r.IP6 == s.IP) {
 			s.Endpoint, s.Node, s.Identity = r.Namespace+"/"+r.Name, r.Node, r.Identity
 			s.Labels = v.labelsOf(r.Identity)
 			s.Name = v.name(s)
@@ -244,7 +244,8 @@ func (v *View) name(s Side) string {
 }
 
 // protocols are the EVE protocol names a tap match can name.
-var protocols = map[string]tap.Protocol{"TCP": tap.ProtoTCP, "UDP": tap.ProtoUDP, "ICMP": tap.ProtoICMP, "SCTP": 132}
+// Suricata names ICMPv6 IPV6-ICMP; a contract's ICMP taps both families' (datapath.TapRule).
+var protocols = map[string]tap.Protocol{"TCP": tap.ProtoTCP, "UDP": tap.ProtoUDP, "ICMP": tap.ProtoICMP, "IPV6-ICMP": tap.ProtoICMP, "SCTP": 132}
 
 // contracts are the monitor's contracts that tap an endpoint on one side of the flow
 // with a match that holds the event's packet, or else the flow's other direction (a
@@ -261,9 +262,15 @@ func (v *View) contracts(ev suricata.Event) []ContractRef {
 	if err != nil {
 		return out
 	}
+	// The endpoint's address of the event's family.
+	v6 := ev.Tuple.Src.Addr().Unmap().Is6()
 	ips := make(map[string]netip.Addr, len(v.Endpoints))
 	for _, e := range v.Endpoints {
-		if a, err := netip.ParseAddr(e.IP); err == nil {
+		ip := e.IP
+		if v6 {
+			ip = e.IP6
+		}
+		if a, err := netip.ParseAddr(ip); err == nil {
 			ips[e.Key()] = a
 		}
 	}

@@ -20,8 +20,8 @@ func view() *View {
 	return &View{
 		Monitor: "sec/ids",
 		Endpoints: []api.Endpoint{
-			{Namespace: "shop", Name: "web", IP: "198.18.0.6", Identity: 264, IdentityLabels: []string{"app=web"}},
-			{Namespace: "shop", Name: "client", IP: "198.18.0.5", Identity: 263, IdentityLabels: []string{"app=client"}},
+			{Namespace: "shop", Name: "web", IP: "198.18.0.6", IP6: "2001:2::6", Identity: 264, IdentityLabels: []string{"app=web"}},
+			{Namespace: "shop", Name: "client", IP: "198.18.0.5", IP6: "2001:2::5", Identity: 263, IdentityLabels: []string{"app=client"}},
 			{Namespace: "sec", Name: "ids", IP: "198.18.0.7", Identity: 265, Monitor: true},
 		},
 		Remotes: []api.RemoteEndpoint{{Namespace: "shop", Name: "db", Node: "n2", IP: "198.19.1.5", Identity: 70000}},
@@ -99,6 +99,21 @@ func TestJoinRequest(t *testing.T) {
 		if !strings.Contains(line, want) {
 			t.Errorf("line %q lacks %q", line, want)
 		}
+	}
+}
+
+// An alert on an IPv6 connection (Suricata's IPv6-ICMP aside, the same protocol names)
+// names the endpoints by their IPv6 addresses and the contracts that tap it.
+func TestJoinIPv6(t *testing.T) {
+	a, ok := Join(view(), alert("[2001:2::5]:40004", "[2001:2::6]:8080", suricata.Allowed))
+	if !ok {
+		t.Fatal("alert not joined")
+	}
+	if a.Source.Endpoint != "shop/client" || a.Destination.Endpoint != "shop/web" || a.Destination.Identity != 264 {
+		t.Errorf("sides %+v -> %+v", a.Source, a.Destination)
+	}
+	if got := contractNames(a); got != "web-mirror@shop/web:ingress client-out@shop/client:egress" {
+		t.Errorf("contracts %q", got)
 	}
 }
 
