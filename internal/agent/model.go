@@ -284,7 +284,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 	if d.state.Endpoints == nil {
 		d.state.Endpoints = map[uint32]mapstate.EndpointPolicy{}
 	}
-	denyUnresolved(m, d)
+	denyUnresolved(m, d, e.tunnel)
 	if d.tapPolicy, err = e.compileTapPolicy(m, d, prev); err != nil {
 		return nil, err
 	}

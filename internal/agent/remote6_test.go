@@ -11,6 +11,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
+	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/overlay"
 )
@@ -158,9 +159,10 @@ func TestRemoteEndpointIPv6Refused(t *testing.T) {
 }
 
 // In Kubernetes mode another Node's IPv6 pod CIDR is taken on the VXLAN overlay, and with
-// native routing when the Node has an IPv6 InternalIP (its pods' IPv6 addresses mapped);
-// elsewhere it is left out with a problem that names the refusal, while the node and its
-// IPv4 pods stay. An IPv6 fabric address that cannot be a node's is left out too.
+// native routing when the Node has an IPv6 InternalIP (its pods' IPv6 addresses mapped, an
+// unresolved pod's to the init identity as its IPv4 one, never left to world); elsewhere it
+// is left out with a problem that names the refusal, while the node and its IPv4 pods stay.
+// An IPv6 fabric address that cannot be a node's is left out too.
 func TestSyncClusterNodeIPv6(t *testing.T) {
 	for _, tc := range []struct {
 		mode     overlay.Mode
@@ -212,6 +214,18 @@ func TestSyncClusterNodeIPv6(t *testing.T) {
 		slices.Sort(want)
 		if !slices.Equal(res.Problems, want) {
 			t.Errorf("%s %q: problems %q, want %q", tc.mode, tc.address6, res.Problems, want)
+		}
+
+		// x/c claims x/b's number with other labels: unresolved.
+		v.Remotes = append(v.Remotes, RemoteEndpointRecord{Namespace: "x", Name: "c", Node: "n2", IP: netip.MustParseAddr("10.2.0.6"),
+			Labels: labels.Labels{"pod": "c"}, Identity: 5000})
+		if res, err = h.a.SyncCluster(context.Background(), v); err != nil || len(res.Unresolved) != 1 || res.Unresolved["x/c"] == "" {
+			t.Fatalf("%s %q: unresolved %v (%v), want x/c", tc.mode, tc.address6, res.Unresolved, err)
+		}
+		ipc, _ = h.dp.snapshot()
+		e6, mapped6 := ipc[netip.MustParsePrefix("2001:2:0:2::6/128")]
+		if e4 := ipc[netip.MustParsePrefix("10.2.0.6/32")]; e4.Identity != identity.Init || mapped6 != (tc.refusal == nil) || mapped6 && e6.Identity != identity.Init {
+			t.Errorf("%s %q: ipcache of unresolved x/c: %+v, IPv6 %+v %v; want the init identity where mapped", tc.mode, tc.address6, e4, e6, mapped6)
 		}
 	}
 }
