@@ -92,7 +92,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.DualStack() {
 		eng.router6 = podaddr.Router6(cfg.PodCIDR6)
 	}
-	eng.ipv6Overlay = overlay.CarriesIPv6(cfg.Tunnel)
+	eng.tunnel = cfg.Tunnel
 	if cfg.Kubernetes != nil {
 		eng.nodeName = cfg.Kubernetes.NodeName
 		eng.nodeAddr = cfg.Kubernetes.NodeAddress

@@ -9,6 +9,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/overlay"
 )
 
 // unresolved says, for one computation, which local endpoints and remote pods have no
@@ -145,11 +146,11 @@ func sortedIDs[V any](m map[identity.Identity]V) []identity.Identity {
 
 // denyUnresolved fails d closed for its unresolved records, after the computation: an
 // endpoint whose identity cannot be trusted has no policy that could be computed, so it is
-// enforced both ways with no entry; its address, and a left-out remote pod's, map to the
-// reserved init identity (an endpoint whose identity is not known yet), which no selector
-// and no CIDR rule admits, rather than to world. The maps are copied: the memo may hold
-// the computed ones.
-func denyUnresolved(m *model, d *desired) {
+// enforced both ways with no entry; its addresses, and a left-out remote pod's (its IPv6
+// one where mode carries IPv6 to its node), map to the reserved init identity (an endpoint
+// whose identity is not known yet), which no selector and no CIDR rule admits, rather than
+// to world. The maps are copied: the memo may hold the computed ones.
+func denyUnresolved(m *model, d *desired, mode overlay.Mode) {
 	if len(d.unresolved.endpoints)+len(d.unresolved.remotes) == 0 {
 		return
 	}
@@ -161,14 +162,26 @@ func denyUnresolved(m *model, d *desired) {
 	for key := range d.unresolved.endpoints {
 		rec := m.endpoints[key]
 		d.state.Endpoints[rec.EpID] = mapstate.EndpointPolicy{EnforceIngress: true, EnforceEgress: true, Entries: map[mapstate.Key]mapstate.Value{}}
-		if rec.IP.IsValid() {
-			d.state.IPCache[netip.PrefixFrom(rec.IP, 32)] = mapstate.IPCacheEntry{Identity: identity.Init, EndpointID: rec.EpID}
+		for _, a := range []netip.Addr{rec.IP, rec.IP6} {
+			if a.IsValid() {
+				d.state.IPCache[netip.PrefixFrom(a, a.BitLen())] = mapstate.IPCacheEntry{Identity: identity.Init, EndpointID: rec.EpID}
+			}
 		}
 	}
 	for key := range d.unresolved.remotes {
 		r := m.remotes[key]
-		if n, ok := m.nodes[r.Node]; ok && r.IP.IsValid() {
-			d.state.IPCache[netip.PrefixFrom(r.IP, 32)] = mapstate.IPCacheEntry{Identity: identity.Init, TunnelEndpoint: n.Address}
+		n, ok := m.nodes[r.Node]
+		if !ok {
+			continue
+		}
+		addrs := []netip.Addr{r.IP}
+		if overlay.CarriesIPv6(mode, n.Address6) {
+			addrs = append(addrs, remoteIP6(n, r.IP))
+		}
+		for _, a := range addrs {
+			if a.IsValid() {
+				d.state.IPCache[netip.PrefixFrom(a, a.BitLen())] = mapstate.IPCacheEntry{Identity: identity.Init, TunnelEndpoint: n.Address}
+			}
 		}
 	}
 }

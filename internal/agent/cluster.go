@@ -462,6 +462,7 @@ func (a *Agent) clusterNodes(v ClusterView) (map[string]*NodeRecord, map[string]
 	var problems []string
 	nodes := map[string]*NodeRecord{}
 	byAddr := map[netip.Addr]string{}
+	byAddr6 := map[netip.Addr]string{}
 	for i := range v.Nodes {
 		n := v.Nodes[i]
 		switch {
@@ -478,6 +479,17 @@ func (a *Agent) clusterNodes(v ClusterView) (map[string]*NodeRecord, map[string]
 			problems = append(problems, fmt.Sprintf("node %s: pod CIDR %v overlaps this node's %v", n.Name, n.PodCIDR, a.cfg.PodCIDR))
 			continue
 		}
+		if n.Address6.IsValid() {
+			// Its IPv4 side stays; without the IPv6 address its IPv6 pod CIDR is taken
+			// or left out below as for a node that has none.
+			if err := checkNodeAddress6(n.Address6, a.eng.router6); err != nil {
+				problems = append(problems, fmt.Sprintf("node %s: %v (left out)", n.Name, err))
+				n.Address6 = netip.Addr{}
+			} else if other := byAddr6[n.Address6]; other != "" {
+				problems = append(problems, fmt.Sprintf("node %s: address6 %v is node %s's (left out)", n.Name, n.Address6, other))
+				n.Address6 = netip.Addr{}
+			}
+		}
 		if err := checkNodeCIDR6(&n, a.cfg.Tunnel, a.cfg.PodCIDR6); err != nil {
 			// Its IPv4 pods are reachable as ever; its IPv6 ones are not routed, and
 			// have no identity here.
@@ -488,6 +500,9 @@ func (a *Agent) clusterNodes(v ClusterView) (map[string]*NodeRecord, map[string]
 			n.PodCIDR6 = netip.Prefix{}
 		}
 		byAddr[n.Address] = n.Name
+		if n.Address6.IsValid() {
+			byAddr6[n.Address6] = n.Name
+		}
 		nodes[n.Name] = &n
 	}
 	remotes := map[string]*RemoteEndpointRecord{}

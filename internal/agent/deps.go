@@ -8,6 +8,7 @@ import (
 	"github.com/rampartnet/rampart/internal/endpoint"
 	"github.com/rampartnet/rampart/internal/l7plan"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
 	"github.com/rampartnet/rampart/internal/sockverdict"
@@ -110,10 +111,11 @@ type Engine struct {
 	// router6 is the node's IPv6 router address (podaddr.Router6) on a dual-stack node,
 	// zero otherwise: with podaddr.RouterLinkLocal, a host address.
 	router6 netip.Addr
-	// ipv6Overlay: the overlay carries IPv6 between nodes (overlay.CarriesIPv6), so remote
-	// pods' IPv6 addresses are in the ipcache (remoteInput); in another mode they are not,
-	// and have no identity here.
-	ipv6Overlay bool
+	// tunnel is Config.Tunnel: where it carries IPv6 to a node (overlay.CarriesIPv6: VXLAN,
+	// or native routing to a node with an IPv6 fabric address), the node's pods' IPv6
+	// addresses are in the ipcache (remoteInput); elsewhere they are not, and have no
+	// identity here.
+	tunnel overlay.Mode
 	// nodeAddr is this node's address in Kubernetes mode (invalid outside it): a frontend
 	// of every NodePort Service with the other nodes' (services.go).
 	nodeAddr netip.Addr

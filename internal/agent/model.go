@@ -242,7 +242,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 	// Claimed identities (the cluster's, in Kubernetes mode) before any endpoint without
 	// one is given a number, which must not be one of them.
 	d.unresolved = claimIdentities(m, keys, d.derived, alloc)
-	used := remoteInput(m, alloc, &d.input, d.unresolved.remotes, e.ipv6Overlay)
+	used := remoteInput(m, alloc, &d.input, d.unresolved.remotes, e.tunnel)
 	d.input.Endpoints = make([]mapstate.Endpoint, 0, len(m.endpoints))
 	for _, key := range keys {
 		rec := m.endpoints[key]
@@ -284,7 +284,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 	if d.state.Endpoints == nil {
 		d.state.Endpoints = map[uint32]mapstate.EndpointPolicy{}
 	}
-	denyUnresolved(m, d)
+	denyUnresolved(m, d, e.tunnel)
 	if d.tapPolicy, err = e.compileTapPolicy(m, d, prev); err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ func (a *Agent) syncRoutes(m *model) error {
 	nodes := make([]overlay.Node, 0, len(m.nodes))
 	for _, name := range sortedKeys(m.nodes) {
 		n := m.nodes[name]
-		nodes = append(nodes, overlay.Node{Address: n.Address, PodCIDR: n.PodCIDR, PodCIDR6: n.PodCIDR6})
+		nodes = append(nodes, overlay.Node{Address: n.Address, PodCIDR: n.PodCIDR, PodCIDR6: n.PodCIDR6, Address6: n.Address6})
 	}
 	if a.host && !a.own.OverlayRoutes {
 		a.own.OverlayRoutes = true
@@ -57,6 +57,9 @@ type NodeRecord struct {
 	// PodCIDR): its pods' IPv6 addresses are derived from their IPv4 ones as this node's
 	// endpoints' are (remoteIP6).
 	PodCIDR6 netip.Prefix `json:"podCIDR6,omitzero"`
+	// Address6 is its IPv6 address on the fabric (zero: none): native routing's gateway to
+	// PodCIDR6, and like Address a remote-node address in the ipcache.
+	Address6 netip.Addr `json:"address6,omitzero"`
 }
 
 // checkNodeCIDR6 says why n's IPv6 pod CIDR cannot be taken on a node whose overlay is mode
@@ -65,8 +68,8 @@ func checkNodeCIDR6(n *NodeRecord, mode overlay.Mode, own6 netip.Prefix) error {
 	switch {
 	case !n.PodCIDR6.IsValid():
 		return nil
-	case !overlay.CarriesIPv6(mode):
-		return fmt.Errorf("IPv6 pod CIDR %v: %w", n.PodCIDR6, overlay.ErrNoIPv6)
+	case !overlay.CarriesIPv6(mode, n.Address6):
+		return fmt.Errorf("IPv6 pod CIDR %v: %w", n.PodCIDR6, overlay.CheckIPv6(mode, n.Address6))
 	case !n.PodCIDR.IsValid():
 		return fmt.Errorf("IPv6 pod CIDR %v: needs the node's IPv4 pod CIDR too (its pods' IPv6 addresses are derived from their IPv4 ones)", n.PodCIDR6)
 	case own6.IsValid() && n.PodCIDR6.Overlaps(own6):
@@ -74,6 +77,19 @@ func checkNodeCIDR6(n *NodeRecord, mode overlay.Mode, own6 netip.Prefix) error {
 	}
 	if err := podaddr.CheckPrefix6(n.PodCIDR, n.PodCIDR6); err != nil {
 		return fmt.Errorf("IPv6 pod CIDR %v: %w", n.PodCIDR6, err)
+	}
+	return nil
+}
+
+// checkNodeAddress6 says why addr cannot be another node's IPv6 fabric address on a node
+// whose IPv6 router address is router6 (nil: it can). A link-local address is refused: a
+// route via it would need the interface named, which the node record does not say.
+func checkNodeAddress6(addr, router6 netip.Addr) error {
+	switch {
+	case !addr.Is6() || addr.Is4In6() || addr.IsUnspecified() || addr.IsMulticast() || addr.IsLoopback() || addr.IsLinkLocalUnicast():
+		return fmt.Errorf("address6 %v: want the node's global or unique-local IPv6 unicast address on the fabric", addr)
+	case router6.IsValid() && addr == router6:
+		return fmt.Errorf("address6 %v is this node's IPv6 router address", addr)
 	}
 	return nil
 }
@@ -137,12 +153,17 @@ func (r *RemoteEndpointRecord) fullLabels(nsLabels labels.Labels) labels.Labels 
 // identities come from alloc (claimed for the number the cluster gave them by
 // claimIdentities, else ForLabels) and their label sets are returned so that Retain keeps
 // them. Remote pods in skip (their identity unresolved) are left out: their addresses
-// have no identity here, so no policy that selects a pod admits them. With ipv6 (the
-// overlay carries IPv6) a remote pod's IPv6 address is its too.
-func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input, skip map[string]string, ipv6 bool) []labels.Labels {
+// have no identity here, so no policy that selects a pod admits them. Where mode carries
+// IPv6 to a pod's node (overlay.CarriesIPv6) its IPv6 address is its too; elsewhere no route
+// leads to that address, and nothing is admitted on it.
+func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input, skip map[string]string, mode overlay.Mode) []labels.Labels {
 	var used []labels.Labels
 	for _, name := range sortedKeys(m.nodes) {
-		in.NodeIPs = append(in.NodeIPs, m.nodes[name].Address)
+		n := m.nodes[name]
+		in.NodeIPs = append(in.NodeIPs, n.Address)
+		if n.Address6.IsValid() {
+			in.NodeIPs = append(in.NodeIPs, n.Address6)
+		}
 	}
 	for _, key := range sortedKeys(m.remotes) {
 		r := m.remotes[key]
@@ -160,7 +181,7 @@ func remoteInput(m *model, alloc *identity.Allocator, in *mapstate.Input, skip m
 			Identity: alloc.ForLabels(full), IP: r.IP, Node: node.Address,
 			NamedPorts: namedPorts(r.Ports),
 		}
-		if ipv6 {
+		if overlay.CarriesIPv6(mode, node.Address6) {
 			rem.IP6 = remoteIP6(node, r.IP)
 		}
 		in.Remote = append(in.Remote, rem)
@@ -180,7 +201,7 @@ func (a *Agent) ListNodes(ctx context.Context) ([]api.Node, error) {
 }
 
 func nodeView(m *model, n *NodeRecord) api.Node {
-	v := api.Node{Name: n.Name, Address: n.Address.String()}
+	v := api.Node{Name: n.Name, Address: n.Address.String(), Address6: addrOrEmpty(n.Address6)}
 	if n.PodCIDR.IsValid() {
 		v.PodCIDR = n.PodCIDR.String()
 	}
@@ -216,6 +237,16 @@ func (a *Agent) PutNode(ctx context.Context, name string, spec api.NodeSpec) (ap
 		}
 		rec.PodCIDR = p
 	}
+	if spec.Address6 != "" {
+		addr6, err := netip.ParseAddr(spec.Address6)
+		if err != nil {
+			return api.Node{}, api.BadRequest("node %s: address6 %q: want the node's IPv6 address on the fabric", name, spec.Address6)
+		}
+		if err := checkNodeAddress6(addr6, a.eng.router6); err != nil {
+			return api.Node{}, api.BadRequest("node %s: %v", name, err)
+		}
+		rec.Address6 = addr6
+	}
 	if spec.PodCIDR6 != "" {
 		p, err := netip.ParsePrefix(spec.PodCIDR6)
 		if err != nil || !p.Addr().Is6() || p != p.Masked() {
@@ -231,6 +262,9 @@ func (a *Agent) PutNode(ctx context.Context, name string, spec api.NodeSpec) (ap
 	for _, n := range a.model.nodes {
 		if n.Name != name && n.Address == addr {
 			return api.Node{}, api.Conflict("node %s: address %v is node %s's", name, addr, n.Name)
+		}
+		if n.Name != name && rec.Address6.IsValid() && n.Address6 == rec.Address6 {
+			return api.Node{}, api.Conflict("node %s: address6 %v is node %s's", name, rec.Address6, n.Name)
 		}
 	}
 	if addr == a.net.Router() {
@@ -294,7 +328,7 @@ func (a *Agent) ListRemoteEndpoints(ctx context.Context) ([]api.RemoteEndpoint, 
 func (a *Agent) remoteView(m *model, d *desired, r *RemoteEndpointRecord) api.RemoteEndpoint {
 	v := api.RemoteEndpoint{Namespace: r.Namespace, Name: r.Name, Node: r.Node, IP: r.IP.String(),
 		Labels: map[string]string(maps.Clone(r.Labels)), Monitor: r.Monitor, Ports: apiPorts(r.Ports)}
-	if n := m.nodes[r.Node]; n != nil && a.eng.ipv6Overlay {
+	if n := m.nodes[r.Node]; n != nil && overlay.CarriesIPv6(a.cfg.Tunnel, n.Address6) {
 		v.IP6 = addrOrEmpty(remoteIP6(n, r.IP))
 	}
 	if e, ok := d.state.IPCache[netip.PrefixFrom(r.IP, r.IP.BitLen())]; ok {

@@ -699,11 +699,13 @@ type CNIGCResult struct {
 // overlay sends packets for its pods, and the only outer source the overlay accepts) and
 // its pod CIDR, and on a dual-stack cluster its IPv6 pod CIDR: its pods' IPv6 addresses are
 // derived from their IPv4 ones as this node's are (podaddr), and travel in the VXLAN
-// overlay only (docs/architecture.md, "IPv6 between nodes").
+// overlay, or natively routed via the node's IPv6 address on the fabric, Address6
+// (docs/architecture.md, "IPv6 between nodes").
 type NodeSpec struct {
 	Address  string `json:"address"`
 	PodCIDR  string `json:"podCIDR,omitempty"`
 	PodCIDR6 string `json:"podCIDR6,omitempty"`
+	Address6 string `json:"address6,omitempty"`
 }
 
 // Node is another node as the agent knows it.
@@ -712,6 +714,7 @@ type Node struct {
 	Address         string `json:"address"`
 	PodCIDR         string `json:"podCIDR,omitempty"`
 	PodCIDR6        string `json:"podCIDR6,omitempty"`
+	Address6        string `json:"address6,omitempty"`
 	RemoteEndpoints int    `json:"remoteEndpoints"`
 }
 

@@ -17,17 +17,20 @@ func (a *app) nodeCommand() *cobra.Command {
 		Aliases: []string{"nodes"},
 		Short:   "Declare, list and delete the other nodes of the cluster",
 	}
-	var addr, podCIDR, podCIDR6, output string
+	var addr, addr6, podCIDR, podCIDR6, output string
 	add := &cobra.Command{
-		Use:   "add NAME --address ADDR [--pod-cidr PREFIX] [--pod-cidr6 PREFIX6]",
-		Short: "Declare another node (or change it): its fabric address and pod CIDRs",
+		Use:   "add NAME --address ADDR [--pod-cidr PREFIX] [--address6 ADDR6] [--pod-cidr6 PREFIX6]",
+		Short: "Declare another node (or change it): its fabric addresses and pod CIDRs",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := a.client.PutNode(contextOf(cmd), args[0], api.NodeSpec{Address: addr, PodCIDR: podCIDR, PodCIDR6: podCIDR6})
+			n, err := a.client.PutNode(contextOf(cmd), args[0], api.NodeSpec{Address: addr, PodCIDR: podCIDR, PodCIDR6: podCIDR6, Address6: addr6})
 			if err != nil {
 				return err
 			}
 			a.printf("node %s: address %s, pod CIDR %s", n.Name, n.Address, orNone(n.PodCIDR))
+			if n.Address6 != "" {
+				a.printf(", IPv6 address %s", n.Address6)
+			}
 			if n.PodCIDR6 != "" {
 				a.printf(", IPv6 pod CIDR %s", n.PodCIDR6)
 			}
@@ -37,7 +40,8 @@ func (a *app) nodeCommand() *cobra.Command {
 	}
 	add.Flags().StringVar(&addr, "address", "", "the node's IPv4 address on the fabric (required)")
 	add.Flags().StringVar(&podCIDR, "pod-cidr", "", "the node's pod CIDR")
-	add.Flags().StringVar(&podCIDR6, "pod-cidr6", "", "the node's IPv6 pod CIDR (dual stack; needs --pod-cidr and the VXLAN overlay)")
+	add.Flags().StringVar(&addr6, "address6", "", "the node's IPv6 address on the fabric (native routing's gateway to its IPv6 pod CIDR)")
+	add.Flags().StringVar(&podCIDR6, "pod-cidr6", "", "the node's IPv6 pod CIDR (dual stack; needs --pod-cidr, and --address6 with native routing or the VXLAN overlay)")
 	_ = add.MarkFlagRequired("address")
 	list := &cobra.Command{
 		Use:     "list",
@@ -53,9 +57,9 @@ func (a *app) nodeCommand() *cobra.Command {
 				return a.printJSON(nodes)
 			}
 			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NODE\tADDRESS\tPOD CIDR\tIPV6 POD CIDR\tREMOTE ENDPOINTS")
+			fmt.Fprintln(w, "NODE\tADDRESS\tPOD CIDR\tIPV6 ADDRESS\tIPV6 POD CIDR\tREMOTE ENDPOINTS")
 			for _, n := range nodes {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", n.Name, n.Address, orNone(n.PodCIDR), orNone(n.PodCIDR6), n.RemoteEndpoints)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", n.Name, n.Address, orNone(n.PodCIDR), orNone(n.Address6), orNone(n.PodCIDR6), n.RemoteEndpoints)
 			}
 			return w.Flush()
 		},

@@ -23,7 +23,7 @@ func (f *fakeNodes) PutNode(_ context.Context, name string, spec api.NodeSpec) (
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nodes[name] = spec
-	return api.Node{Name: name, Address: spec.Address, PodCIDR: spec.PodCIDR, PodCIDR6: spec.PodCIDR6}, nil
+	return api.Node{Name: name, Address: spec.Address, PodCIDR: spec.PodCIDR, PodCIDR6: spec.PodCIDR6, Address6: spec.Address6}, nil
 }
 
 func (f *fakeNodes) ListNodes(context.Context) ([]api.Node, error) {
@@ -52,6 +52,12 @@ func TestNodeAndRemoteCommands(t *testing.T) {
 	out, errs, code = runFake(t, f, "", "node", "add", "node-d", "--address", "198.19.255.4", "--pod-cidr", "198.18.48.0/20", "--pod-cidr6", "2001:2:0:d::/64")
 	if code != 0 || !strings.Contains(out, "pod CIDR 198.18.48.0/20, IPv6 pod CIDR 2001:2:0:d::/64") || f.nodes["node-d"].PodCIDR6 != "2001:2:0:d::/64" {
 		t.Errorf("node add --pod-cidr6: %d %q %q, sent %+v", code, out, errs, f.nodes["node-d"])
+	}
+	out, errs, code = runFake(t, f, "", "node", "add", "node-e", "--address", "198.19.255.5", "--pod-cidr", "198.18.64.0/20",
+		"--address6", "2001:2:0:fab::e", "--pod-cidr6", "2001:2:0:e::/64")
+	if code != 0 || !strings.Contains(out, "pod CIDR 198.18.64.0/20, IPv6 address 2001:2:0:fab::e, IPv6 pod CIDR 2001:2:0:e::/64") ||
+		f.nodes["node-e"].Address6 != "2001:2:0:fab::e" {
+		t.Errorf("node add --address6: %d %q %q, sent %+v", code, out, errs, f.nodes["node-e"])
 	}
 	if _, errs, code := runFake(t, f, "", "node", "add", "node-c"); code == 0 || !strings.Contains(errs, "address") {
 		t.Errorf("node add without --address: exit %d, stderr %q", code, errs)

@@ -3,6 +3,7 @@ package overlay
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -29,17 +30,40 @@ const (
 	IPIP Mode = "ipip"
 )
 
-// ErrNoIPv6 is the refusal of an IPv6 pod CIDR of another node in a mode that carries no
-// IPv6 between nodes. The fabric is IPv4: VXLAN carries IPv6 inner packets in its IPv4
-// outer ones, but native routing would need IPv6 routes with an IPv4 next hop, which Linux
-// does not take ("IPv6 does not support RTA_VIA"), and IP-in-IP the same routes before the
-// dataplane encapsulates. Without a route the other nodes' IPv6 pod addresses are
-// unreachable from pods here, and they have no identity here (the ipcache maps them in
-// VXLAN mode only), so nothing is admitted on an address no tunnel vouched for.
-var ErrNoIPv6 = errors.New("IPv6 between nodes needs the VXLAN overlay (rampartd --tunnel=vxlan)")
+// ErrNoIPv6 is the refusal of an IPv6 pod CIDR of a node that native routing cannot reach
+// over IPv6: the node has no IPv6 address on the fabric. Linux takes no IPv6 route with an
+// IPv4 next hop ("IPv6 does not support RTA_VIA"), so native routing needs the node's IPv6
+// fabric address as the gateway; VXLAN carries IPv6 inner packets in its IPv4 outer ones
+// and needs none. Without a route the node's IPv6 pod addresses are unreachable from pods
+// here, and they have no identity here (remote pods' IPv6 addresses go into the ipcache only
+// where they are routed), so nothing is admitted on an address no route leads to.
+var ErrNoIPv6 = errors.New("IPv6 between nodes needs the node's IPv6 fabric address for native routing " +
+	"(rampart node add --address6; in Kubernetes an IPv6 InternalIP of the Node) or the VXLAN overlay (rampartd --tunnel=vxlan)")
 
-// CarriesIPv6 says whether mode carries IPv6 packets between pods of different nodes.
-func CarriesIPv6(mode Mode) bool { return mode == VXLAN }
+// ErrIPIPNoIPv6 is the refusal of an IPv6 pod CIDR of another node on the IP-in-IP overlay:
+// the dataplane encapsulates IPv4 in IPv4 only (bpf/include/ipip.h), and the kernels here
+// have no sit or ip6tnl driver to carry IPv6 in its stead.
+var ErrIPIPNoIPv6 = errors.New("the IP-in-IP overlay carries no IPv6 between nodes: use native routing with " +
+	"the nodes' IPv6 fabric addresses (rampartd --tunnel=native) or the VXLAN overlay (rampartd --tunnel=vxlan)")
+
+// CheckIPv6 says why mode cannot carry IPv6 packets between pods here and pods of a node
+// whose IPv6 fabric address is address6 (zero: it has none); nil when it can.
+func CheckIPv6(mode Mode, address6 netip.Addr) error {
+	switch mode {
+	case VXLAN:
+		return nil
+	case IPIP:
+		return ErrIPIPNoIPv6
+	}
+	if !address6.IsValid() {
+		return ErrNoIPv6
+	}
+	return nil
+}
+
+// CarriesIPv6 says whether mode carries IPv6 packets between pods here and pods of a node
+// whose IPv6 fabric address is address6 (see CheckIPv6).
+func CarriesIPv6(mode Mode, address6 netip.Addr) bool { return CheckIPv6(mode, address6) == nil }
 
 // ParseMode checks a mode's name ("" is Native).
 func ParseMode(s string) (Mode, error) {
@@ -92,8 +116,12 @@ func PodMTU(mode Mode) int {
 type Node struct {
 	Address netip.Addr
 	PodCIDR netip.Prefix
-	// PodCIDR6 is its IPv6 pod CIDR (zero: none), routed in a mode that CarriesIPv6 only.
+	// PodCIDR6 is its IPv6 pod CIDR (zero: none), routed where the mode CarriesIPv6 to the
+	// node only.
 	PodCIDR6 netip.Prefix
+	// Address6 is its IPv6 address on the fabric (zero: none), native routing's gateway to
+	// PodCIDR6.
+	Address6 netip.Addr
 }
 
 func handle(netnsPath string) (*netlink.Handle, error) {
@@ -192,19 +220,16 @@ func deleteLink(netnsPath, name string) error {
 	return nil
 }
 
-// SyncRoutes makes this package's routes in the namespace at netnsPath equal to one per
-// node with a pod CIDR: through the VXLAN device with source src (VXLAN), or via the
-// node's address (Native; IPIP with the pod MTU as the route's); and in VXLAN mode one per
-// node with an IPv6 pod CIDR through the device too (other modes route no IPv6, see
-// ErrNoIPv6). Routes it installed before that are no longer wanted are deleted; other
-// routes are not touched.
+// SyncRoutes makes this package's routes in the namespace at netnsPath those of
+// wantRoutes. Routes it installed before that are no longer wanted are deleted; other
+// routes are not touched. A route the kernel refuses (a gateway it has no route to) does
+// not keep the others from being made: every refusal is in the error.
 func SyncRoutes(netnsPath string, mode Mode, src netip.Addr, nodes []Node) error {
 	h, err := handle(netnsPath)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	want := map[netip.Prefix]*netlink.Route{}
 	var devIndex int
 	if mode == VXLAN {
 		lnk, err := h.LinkByName(DeviceName)
@@ -213,6 +238,35 @@ func SyncRoutes(netnsPath string, mode Mode, src netip.Addr, nodes []Node) error
 		}
 		devIndex = lnk.Attrs().Index
 	}
+	want := wantRoutes(mode, src, devIndex, nodes)
+	var errs []error
+	for _, p := range slices.SortedFunc(maps.Keys(want), netip.Prefix.Compare) {
+		if err := h.RouteReplace(want[p]); err != nil {
+			errs = append(errs, fmt.Errorf("adding route to %v: %w", p, err))
+		}
+	}
+	have, err := Routes(netnsPath)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, r := range have {
+		if _, ok := want[r]; ok {
+			continue
+		}
+		if err := h.RouteDel(&netlink.Route{Dst: ipNet(r), Protocol: routeProtocol}); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("deleting route to %v: %w", r, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// wantRoutes computes the routes SyncRoutes makes, by destination: one per node with a
+// pod CIDR, through the VXLAN device devIndex with source src (VXLAN), or via the node's
+// address (Native; IPIP with the pod MTU as the route's); and one per node with an IPv6
+// pod CIDR where mode CarriesIPv6 to it: through the device (VXLAN) or via the node's IPv6
+// fabric address (Native). Other nodes' IPv6 pod CIDRs get no route (see ErrNoIPv6).
+func wantRoutes(mode Mode, src netip.Addr, devIndex int, nodes []Node) map[netip.Prefix]*netlink.Route {
+	want := map[netip.Prefix]*netlink.Route{}
 	for _, n := range nodes {
 		if !n.PodCIDR.IsValid() {
 			continue
@@ -232,34 +286,21 @@ func SyncRoutes(netnsPath string, mode Mode, src netip.Addr, nodes []Node) error
 		}
 		want[n.PodCIDR.Masked()] = r
 	}
-	if CarriesIPv6(mode) {
-		for _, n := range nodes {
-			if n.PodCIDR6.IsValid() {
-				// No source: src is IPv4; the kernel picks the node's IPv6 router address
-				// for the node's own packets, and forwarded ones keep theirs.
-				want[n.PodCIDR6.Masked()] = &netlink.Route{Dst: ipNet(n.PodCIDR6), Protocol: routeProtocol,
-					LinkIndex: devIndex, Scope: netlink.SCOPE_LINK}
-			}
-		}
-	}
-	for _, r := range want {
-		if err := h.RouteReplace(r); err != nil {
-			return fmt.Errorf("adding route to %v: %w", r.Dst, err)
-		}
-	}
-	have, err := Routes(netnsPath)
-	if err != nil {
-		return err
-	}
-	for _, r := range have {
-		if _, ok := want[r]; ok {
+	for _, n := range nodes {
+		if !n.PodCIDR6.IsValid() || !CarriesIPv6(mode, n.Address6) {
 			continue
 		}
-		if err := h.RouteDel(&netlink.Route{Dst: ipNet(r), Protocol: routeProtocol}); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("deleting route to %v: %w", r, err)
+		r := &netlink.Route{Dst: ipNet(n.PodCIDR6), Protocol: routeProtocol}
+		if mode == VXLAN {
+			// No source: src is IPv4; the kernel picks the node's IPv6 router address
+			// for the node's own packets, and forwarded ones keep theirs.
+			r.LinkIndex, r.Scope = devIndex, netlink.SCOPE_LINK
+		} else {
+			r.Gw = n.Address6.AsSlice()
 		}
+		want[n.PodCIDR6.Masked()] = r
 	}
-	return nil
+	return want
 }
 
 // Routes lists the destinations of the routes this package installed in the namespace at

@@ -60,7 +60,7 @@ func TestHostPolicyIPIP(t *testing.T)   { testHostPolicy(t, overlay.IPIP) }
 func TestHostPolicyNative(t *testing.T) { testHostPolicy(t, overlay.Native) }
 
 func testHostPolicy(t *testing.T, mode overlay.Mode) {
-	n := startTwoNodes(t, mode)
+	n := startTwoNodes(t, mode, false)
 	a, _, b := n.pods(t)
 	nodeA, nodeB := endpoint.NetnsPath(n.a.Config.NodeNetns), endpoint.NetnsPath(n.b.Config.NodeNetns)
 	// Host processes: servers on both nodes' own namespaces.

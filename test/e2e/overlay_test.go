@@ -12,24 +12,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/endpoint"
+	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/agenttest"
 )
 
-// twoNodes is two dual-stack agents, each in its own node namespace, joined by an IPv4
-// fabric veth, with each other declared as nodes (with their IPv6 pod CIDRs where the
-// overlay carries IPv6).
+// twoNodes is two dual-stack agents, each in its own node namespace, joined by a fabric
+// veth (IPv4, and IPv6 too with fabric6), with each other declared as nodes (with their
+// IPv6 pod CIDRs where the overlay carries IPv6 to them).
 type twoNodes struct {
-	a, b         *agenttest.Env
-	addrA, addrB netip.Addr // fabric addresses
+	a, b           *agenttest.Env
+	addrA, addrB   netip.Addr // fabric addresses
+	addr6A, addr6B netip.Addr // IPv6 fabric addresses (zero: the fabric is IPv4 only)
 }
 
-func startTwoNodes(t *testing.T, mode overlay.Mode) *twoNodes {
+// The nodes' IPv6 fabric addresses with fabric6: declared as node addresses (--address6),
+// unlike the host policy test's fab6A and fab6B.
+var (
+	nodeFab6A = netip.MustParseAddr("2001:2:0:fa6::a")
+	nodeFab6B = netip.MustParseAddr("2001:2:0:fa6::b")
+)
+
+func startTwoNodes(t *testing.T, mode overlay.Mode, fabric6 bool) *twoNodes {
 	t.Helper()
 	n := &twoNodes{addrA: netip.MustParseAddr("198.19.255.1"), addrB: netip.MustParseAddr("198.19.255.2")}
 	cidrA, cidrB := netip.MustParsePrefix("198.18.16.0/20"), netip.MustParsePrefix("198.18.32.0/20")
@@ -37,14 +47,25 @@ func startTwoNodes(t *testing.T, mode overlay.Mode) *twoNodes {
 	n.a = agenttest.StartAgent(t, agenttest.Options{PodCIDR: cidrA, PodCIDR6: cidr6A, Tunnel: mode})
 	n.b = agenttest.StartAgent(t, agenttest.Options{PodCIDR: cidrB, PodCIDR6: cidr6B, Tunnel: mode})
 	agenttest.LinkFabric(t, n.a, n.b, n.addrA, n.addrB)
-	addB := []string{"node", "add", "node-b", "--address", n.addrB.String(), "--pod-cidr", cidrB.String(), "--pod-cidr6", cidr6B.String()}
-	addA := []string{"node", "add", "node-a", "--address", n.addrA.String(), "--pod-cidr", cidrA.String(), "--pod-cidr6", cidr6A.String()}
-	if !overlay.CarriesIPv6(mode) {
+	addB := []string{"node", "add", "node-b", "--address", n.addrB.String(), "--pod-cidr", cidrB.String()}
+	addA := []string{"node", "add", "node-a", "--address", n.addrA.String(), "--pod-cidr", cidrA.String()}
+	if fabric6 {
+		// The node namespaces go with the agents, and the addresses with them.
+		n.addr6A, n.addr6B = nodeFab6A, nodeFab6B
+		nodeA, nodeB := endpoint.NetnsPath(n.a.Config.NodeNetns), endpoint.NetnsPath(n.b.Config.NodeNetns)
+		addAddr6(t, nodeA, linkHolding(t, nodeA, n.addrA), n.addr6A)
+		addAddr6(t, nodeB, linkHolding(t, nodeB, n.addrB), n.addr6B)
+		addB = append(addB, "--address6", n.addr6B.String())
+		addA = append(addA, "--address6", n.addr6A.String())
+	}
+	full6B, full6A := append(slices.Clone(addB), "--pod-cidr6", cidr6B.String()), append(slices.Clone(addA), "--pod-cidr6", cidr6A.String())
+	if err := overlay.CheckIPv6(mode, n.addr6B); err != nil {
 		// Refused by name, never taken half-way: the node is declared IPv4-only.
-		if _, errs, code := n.a.CLI(addB...); code == 0 || !strings.Contains(errs, overlay.ErrNoIPv6.Error()) {
-			t.Errorf("%s: node add --pod-cidr6: exit %d, %q; want the refusal %q", mode, code, errs, overlay.ErrNoIPv6)
+		if _, errs, code := n.a.CLI(full6B...); code == 0 || !strings.Contains(errs, err.Error()) {
+			t.Errorf("%s: node add --pod-cidr6: exit %d, %q; want the refusal %q", mode, code, errs, err)
 		}
-		addB, addA = addB[:len(addB)-2], addA[:len(addA)-2]
+	} else {
+		addB, addA = full6B, full6A
 	}
 	n.a.MustCLI(addB...)
 	n.b.MustCLI(addA...)
@@ -121,11 +142,13 @@ func TestOverlayIPIP(t *testing.T) { testOverlay(t, overlay.IPIP) }
 
 // With native routing the receiving node takes the source's identity from its address
 // (the remote pod declared in its ipcache): the same policy allows and denies the same
-// pairs and fragments, with no overlay device.
+// pairs and fragments, with no overlay device. The nodes have IPv6 fabric addresses, so
+// IPv6 between their pods is natively routed too and judged the same way, and an IPv6
+// source from the fabric that is no known pod's is world.
 func TestOverlayNative(t *testing.T) { testOverlay(t, overlay.Native) }
 
 func testOverlay(t *testing.T, mode overlay.Mode) {
-	n := startTwoNodes(t, mode)
+	n := startTwoNodes(t, mode, mode == overlay.Native)
 	a, c, b := n.pods(t)
 	bIP := netip.MustParseAddr(b.IP)
 
@@ -256,18 +279,29 @@ func probeNodeB(t *testing.T, n *twoNodes, to netip.Addr, what string, reachable
 	}
 }
 
-// checkIPv6 probes x/b on node B over IPv6 from node A's pods. On the VXLAN overlay the
-// same policy decides as for IPv4 (x/a to port 80 allowed, the rest denied, fragments
-// included) on the identity the VNI carried, and x/c's own VXLAN packet claiming x/a's
-// identity for an inner IPv6 datagram is dropped as from no node. Native routing and
-// IP-in-IP carry no IPv6 between nodes: every probe fails (no route), none leaks.
+// checkIPv6 probes x/b on node B over IPv6 from node A's pods. On the VXLAN overlay, and
+// with native routing via the nodes' IPv6 fabric addresses, the same policy decides as for
+// IPv4 (x/a to port 80 allowed, the rest denied, fragments included) on the identity the
+// VNI carried or that node B's ipcache gives the source address. On VXLAN, x/c's own VXLAN
+// packet claiming x/a's identity for an inner IPv6 datagram is dropped as from no node;
+// natively, a source from the fabric that is no known pod's is judged as world. IP-in-IP,
+// and native routing without IPv6 fabric addresses, carry no IPv6 between nodes: every
+// probe fails (no route), none leaks.
 func checkIPv6(t *testing.T, n *twoNodes, mode overlay.Mode, a, c, b api.Endpoint) {
 	t.Helper()
 	bIP6 := netip.MustParseAddr(b.IP6)
-	carried := overlay.CarriesIPv6(mode)
+	carried := overlay.CarriesIPv6(mode, n.addr6B)
 	probeNodeB(t, n, bIP6, string(mode)+" over IPv6", carried)
 	if !carried {
 		return
+	}
+	if mode == overlay.Native {
+		// Natively routed: via node B's IPv6 fabric address, no device in between.
+		h := testenv.NetlinkHandle(t, endpoint.NetnsPath(n.a.Config.NodeNetns))
+		rs, err := h.RouteGet(bIP6.AsSlice())
+		if err != nil || len(rs) != 1 || !rs[0].Gw.Equal(n.addr6B.AsSlice()) {
+			t.Errorf("node A's route to x/b's IPv6 address: %+v (%v), want via %v", rs, err, n.addr6B)
+		}
 	}
 	for _, tc := range []struct {
 		from api.Endpoint
@@ -280,7 +314,7 @@ func checkIPv6(t *testing.T, n *twoNodes, mode overlay.Mode, a, c, b api.Endpoin
 	}
 	var allowed, denied bool
 	for _, f := range flowsOf(t, n.b) {
-		if f.Endpoint != "x/b" || f.Direction != "ingress" || !slices.Contains(f.Flags, "tunnel") {
+		if f.Endpoint != "x/b" || f.Direction != "ingress" || slices.Contains(f.Flags, "tunnel") != (mode == overlay.VXLAN) {
 			continue
 		}
 		if f.Type == "new" && f.Source.IP == a.IP6 && f.Source.Identity == uint32(a.Identity) {
@@ -294,7 +328,11 @@ func checkIPv6(t *testing.T, n *twoNodes, mode overlay.Mode, a, c, b api.Endpoin
 		}
 	}
 	if !allowed || !denied {
-		t.Errorf("node B's IPv6 flows through the overlay: allowed flow from x/a with its identity %v, denied flow from x/c %v", allowed, denied)
+		t.Errorf("node B's IPv6 flows (%s): allowed flow from x/a with its identity %v, denied flow from x/c %v", mode, allowed, denied)
+	}
+	if mode == overlay.Native {
+		checkUnknownSource6(t, n, bIP6)
+		return
 	}
 	// The VXLAN device's own IPv6 link traffic (router solicitations, MLD) has no node to go
 	// to: none is sent, so none is dropped as such.
@@ -310,6 +348,57 @@ func checkIPv6(t *testing.T, n *twoNodes, mode overlay.Mode, a, c, b api.Endpoin
 	defer vc.Close()
 	forged := vxlanFrame(uint32(a.Identity), 0x86dd, ipv6UDP(netip.MustParseAddr(a.IP6), bIP6, 40999, 80, []byte("forged")))
 	checkForged(t, n, a, "VXLAN (inner IPv6)", func() error { _, err := vc.Write(forged); return err })
+}
+
+// checkUnknownSource6 connects from node A's namespace to x/b port 80 (which only x/a may
+// reach) with a source address in node A's IPv6 pod CIDR that is no pod's: natively routed
+// to node B, the packet has no identity there but world's, so it is dropped by policy.
+func checkUnknownSource6(t *testing.T, n *twoNodes, bIP6 netip.Addr) {
+	t.Helper()
+	nodeA := endpoint.NetnsPath(n.a.Config.NodeNetns)
+	// No pod's: pods' IPv6 addresses are their IPv4 offsets in node A's /20, all below 4096.
+	stranger := netip.MustParseAddr("2001:2:0:a::ff:99")
+	h := testenv.NetlinkHandle(t, nodeA)
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: stranger.AsSlice(), Mask: net.CIDRMask(128, 128)}, Flags: unix.IFA_F_NODAD}
+	if err := h.AddrAdd(lo, addr); err != nil {
+		t.Fatalf("adding %v to node A's lo: %v", stranger, err)
+	}
+	t.Cleanup(func() { h.AddrDel(lo, addr) })
+	dial := func() bool {
+		var conn net.Conn
+		err := testenv.InNetns(nodeA, func() (err error) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: stranger.AsSlice()}, Timeout: 700 * time.Millisecond}
+			conn, err = d.Dial("tcp6", netip.AddrPortFrom(bIP6, 80).String())
+			return err
+		})
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	}
+	sawDrop := func() bool {
+		for _, f := range flowsOf(t, n.b) {
+			if f.Endpoint == "x/b" && f.Type == "drop" && f.Source.IP == stranger.String() {
+				if f.Source.Identity != uint32(identity.World) || f.Source.Name != "" {
+					t.Errorf("node B judged %v as %+v, want world", stranger, f.Source)
+				}
+				return true
+			}
+		}
+		return false
+	}
+	if !testenv.Eventually(5*time.Second, func() bool {
+		if dial() {
+			t.Errorf("%v (no pod) from the fabric -> x/b [%v]:80: connected, want denied", stranger, bIP6)
+		}
+		return sawDrop()
+	}) {
+		t.Errorf("node B did not drop %v (no pod) from the fabric to x/b port 80", stranger)
+	}
 }
 
 // checkForged sends x/c's own encapsulated packet (send) claiming x/a's identity until node
@@ -531,7 +620,7 @@ func ipChecksum(h []byte) uint16 {
 // IP-in-IP to native routing takes the programs off the fabric, to VXLAN makes the device,
 // and back to IP-in-IP removes the device and encapsulates again. Policy holds throughout.
 func TestOverlayModeSwitch(t *testing.T) {
-	n := startTwoNodes(t, overlay.IPIP)
+	n := startTwoNodes(t, overlay.IPIP, false)
 	_, _, b := n.pods(t)
 	bIP := netip.MustParseAddr(b.IP)
 	type node struct {

@@ -330,16 +330,28 @@ func podCIDRs(n *corev1.Node) (cidr4, cidr6 netip.Prefix, err error) {
 	return cidr4, cidr6, nil
 }
 
+// internalIP returns the Node's first IPv4 InternalIP.
 func internalIP(n *corev1.Node) (netip.Addr, bool) {
+	a := firstInternalIP(n, netip.Addr.Is4)
+	return a, a.IsValid()
+}
+
+// internalIP6 returns the Node's first IPv6 InternalIP (zero: none), native routing's
+// gateway to its IPv6 pod CIDR.
+func internalIP6(n *corev1.Node) netip.Addr {
+	return firstInternalIP(n, func(a netip.Addr) bool { return a.Is6() && !a.Is4In6() })
+}
+
+func firstInternalIP(n *corev1.Node, want func(netip.Addr) bool) netip.Addr {
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {
 			continue
 		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
-			return ip, true
+		if ip, err := netip.ParseAddr(a.Address); err == nil && want(ip) {
+			return ip
 		}
 	}
-	return netip.Addr{}, false
+	return netip.Addr{}
 }
 
 // LocalPod returns pod namespace/name of this node once the cache holds it (and its
@@ -631,7 +643,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 			v.Problems = append(v.Problems, fmt.Sprintf("node %s: no InternalIP", n.Name))
 			continue
 		}
-		rec := agent.NodeRecord{Name: n.Name, Address: addr}
+		rec := agent.NodeRecord{Name: n.Name, Address: addr, Address6: internalIP6(n)}
 		if rec.PodCIDR, rec.PodCIDR6, err = podCIDRs(n); err != nil {
 			v.Problems = append(v.Problems, err.Error())
 			continue

@@ -229,3 +229,27 @@ func TestOwnNodePodCIDRs(t *testing.T) {
 		t.Errorf("an IPv6-only node: %v", err)
 	}
 }
+
+// Another Node's fabric addresses: the first IPv4 InternalIP, and the first IPv6 one
+// (native routing's gateway to its IPv6 pod CIDR), whatever their order; other address
+// types and IPv4-mapped IPv6 addresses are not taken.
+func TestInternalIPs(t *testing.T) {
+	node := func(addrs ...corev1.NodeAddress) *corev1.Node {
+		return &corev1.Node{Status: corev1.NodeStatus{Addresses: addrs}}
+	}
+	internal := func(a string) corev1.NodeAddress { return corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a} }
+	for _, c := range []struct {
+		n      *corev1.Node
+		v4, v6 string
+	}{
+		{node(internal("198.19.254.2")), "198.19.254.2", "invalid IP"},
+		{node(internal("2001:2:0:fab::b"), internal("198.19.254.2"), internal("2001:2:0:fab::c")), "198.19.254.2", "2001:2:0:fab::b"},
+		{node(corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "2001:2:0:fab::b"}, internal("198.19.254.2")), "198.19.254.2", "invalid IP"},
+		{node(internal("::ffff:198.19.254.3"), internal("198.19.254.2")), "198.19.254.2", "invalid IP"},
+	} {
+		v4, ok := internalIP(c.n)
+		if v6 := internalIP6(c.n); !ok || v4.String() != c.v4 || v6.String() != c.v6 {
+			t.Errorf("internal IPs of %+v: %v %v, %v; want %s, %s", c.n.Status.Addresses, v4, ok, v6, c.v4, c.v6)
+		}
+	}
+}
