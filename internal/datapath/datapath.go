@@ -47,7 +47,7 @@ type CTTimeouts struct {
 type Datapath struct {
 	pinDir string
 	attach AttachMode // Config.Attach, checked
-	objs   rampartObjects
+	objs   dataplaneObjects
 
 	mu sync.Mutex
 	// What is in the maps, so changes are applied as diffs. Rebuilt from the maps on Open.
@@ -133,8 +133,7 @@ func Open(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	d := &Datapath{pinDir: cfg.PinDir, attach: attach, cidrInner: cidrInner}
-	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.PinDir}}
-	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
+	if err := d.objs.loadCore(spec, cfg.PinDir); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("loading dataplane: a map pinned in %s has another layout "+
 				"(left by an incompatible version; remove the pins to start afresh): %w", cfg.PinDir, err)

@@ -295,3 +295,24 @@ func entries(es ...entry) map[mapstate.Key]mapstate.Value {
 	}
 	return m
 }
+
+// The program groups loaded on first use (programs.go), for tests that run them directly;
+// a group that fails to load panics the test.
+func (d *Datapath) hostProgsT() *hostPrograms {
+	return must(programs(d, (*dataplaneObjects).hostProgs))
+}
+
+func (d *Datapath) vxlanProgsT() *vxlanPrograms {
+	return must(programs(d, (*dataplaneObjects).vxlanProgs))
+}
+
+func (d *Datapath) ipipProgsT() *ipipPrograms {
+	return must(programs(d, (*dataplaneObjects).ipipProgs))
+}
+
+func must[P any](p *P, err error) *P {
+	if err != nil {
+		panic(err)
+	}
+	return p
+}

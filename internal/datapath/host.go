@@ -49,6 +49,10 @@ func (d *Datapath) AttachHost(netnsPath string, ifnames []string) ([]uint32, err
 		return nil, fmt.Errorf("attaching host policy: %w", err)
 	}
 	defer h.Close()
+	progs, err := programs(d, (*dataplaneObjects).hostProgs)
+	if err != nil {
+		return nil, fmt.Errorf("attaching host policy: %w", err)
+	}
 	var idxs []uint32
 	for _, ifname := range ifnames {
 		lnk, err := h.LinkByName(ifname)
@@ -59,10 +63,10 @@ func (d *Datapath) AttachHost(netnsPath string, ifnames []string) ([]uint32, err
 		if err := h.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, fmt.Errorf("attaching host policy to %s: adding clsact qdisc: %w", ifname, err)
 		}
-		if err := h.FilterReplace(hostFilters.filter(idx, netlink.HANDLE_MIN_INGRESS, filterToHost, d.objs.RampartToHost)); err != nil {
+		if err := h.FilterReplace(hostFilters.filter(idx, netlink.HANDLE_MIN_INGRESS, filterToHost, progs.RampartToHost)); err != nil {
 			return nil, fmt.Errorf("attaching host policy to %s: tc ingress filter: %w", ifname, err)
 		}
-		if err := h.FilterReplace(hostFilters.filter(idx, netlink.HANDLE_MIN_EGRESS, filterFromHost, d.objs.RampartFromHost)); err != nil {
+		if err := h.FilterReplace(hostFilters.filter(idx, netlink.HANDLE_MIN_EGRESS, filterFromHost, progs.RampartFromHost)); err != nil {
 			return nil, fmt.Errorf("attaching host policy to %s: tc egress filter: %w", ifname, err)
 		}
 		idxs = append(idxs, uint32(idx))

@@ -69,8 +69,8 @@ func (f *fixture) expectHostDrop(name string, ret uint32, reason flow.Reason, di
 // node, the endpoint's veth judges the node's side by the host's policy.
 func TestHostPolicy(t *testing.T) {
 	f := hostFixture(t)
-	toHost := func(p packet) uint32 { return run(t, f.d.objs.RampartToHost, p.bytes(), epIfindex) }
-	fromHost := func(p packet) uint32 { return run(t, f.d.objs.RampartFromHost, p.bytes(), epIfindex) }
+	toHost := func(p packet) uint32 { return run(t, f.d.hostProgsT().RampartToHost, p.bytes(), epIfindex) }
+	fromHost := func(p packet) uint32 { return run(t, f.d.hostProgsT().RampartFromHost, p.bytes(), epIfindex) }
 	syn := func(src, dst netip.Addr, dport uint16) packet {
 		return packet{src: src, dst: dst, proto: uint8(tcp), sport: f.port(), dport: dport, tcpFlags: 0x02}
 	}
@@ -205,8 +205,8 @@ func TestHostPolicyIPv6(t *testing.T) {
 	if err := f.d.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
-	toHost := func(p packet6) uint32 { return run(t, f.d.objs.RampartToHost, p.bytes(), epIfindex) }
-	fromHost := func(p packet6) uint32 { return run(t, f.d.objs.RampartFromHost, p.bytes(), epIfindex) }
+	toHost := func(p packet6) uint32 { return run(t, f.d.hostProgsT().RampartToHost, p.bytes(), epIfindex) }
+	fromHost := func(p packet6) uint32 { return run(t, f.d.hostProgsT().RampartFromHost, p.bytes(), epIfindex) }
 	syn := func(src, dst netip.Addr, dport uint16) packet6 {
 		return packet6{src: src, dst: dst, proto: uint8(tcp), sport: f.port(), dport: dport, tcpFlags: 0x02}
 	}

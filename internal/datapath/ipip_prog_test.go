@@ -65,7 +65,7 @@ func TestIPIPPrograms(t *testing.T) {
 	toRemote := packet{src: epIP, dst: remote, proto: uint8(udp), sport: f.port(), dport: 53, payload: []byte("hello")}
 
 	// Attached but without the node's address: a remote pod's packet never leaves bare.
-	ret, _ := runOut(t, f.d.objs.RampartToIpip, toRemote.bytes())
+	ret, _ := runOut(t, f.d.ipipProgsT().RampartToIpip, toRemote.bytes())
 	f.expectDrop("to a remote pod without the node's address", ret, flow.ReasonTunnelNoEndpoint)
 
 	l4 := local.As4()
@@ -81,7 +81,7 @@ func TestIPIPPrograms(t *testing.T) {
 		{"a later fragment to a remote pod", packet{src: epIP, dst: remote, proto: uint8(udp), ipID: 7, fragOffset: 185, payload: make([]byte, 100)},
 			packet{src: remote, dst: epIP, proto: uint8(udp), ipID: 8, fragOffset: 185, payload: make([]byte, 100)}},
 	} {
-		ret, out := runOut(t, f.d.objs.RampartToIpip, tc.p.bytes())
+		ret, out := runOut(t, f.d.ipipProgsT().RampartToIpip, tc.p.bytes())
 		want := ipipFrame(tc.p.bytes(), local, nodeB)
 		binary.BigEndian.PutUint16(want[14+4:], tc.p.ipID) // the outer id is the inner one
 		binary.BigEndian.PutUint16(want[14+10:], checksum(0, want[14:34]))
@@ -89,7 +89,7 @@ func TestIPIPPrograms(t *testing.T) {
 			t.Errorf("%s: verdict %d, packet\n% x\nwant\n% x", tc.name, ret, out, want)
 		}
 		// What node B sends back is opened.
-		ret, back := runOut(t, f.d.objs.RampartFromIpip, ipipFrame(tc.reply.bytes(), nodeB, local))
+		ret, back := runOut(t, f.d.ipipProgsT().RampartFromIpip, ipipFrame(tc.reply.bytes(), nodeB, local))
 		if ret != actOK || !bytes.Equal(back, tc.reply.bytes()) {
 			t.Errorf("%s: decapsulated reply: verdict %d, packet\n% x\nwant\n% x", tc.name, ret, back, tc.reply.bytes())
 		}
@@ -99,7 +99,7 @@ func TestIPIPPrograms(t *testing.T) {
 		{src: epIP, dst: ipOut, proto: uint8(udp), sport: 1, dport: 53},
 		{ethType: 0x0806, payload: make([]byte, 28)},
 	} {
-		ret, out := runOut(t, f.d.objs.RampartToIpip, p.bytes())
+		ret, out := runOut(t, f.d.ipipProgsT().RampartToIpip, p.bytes())
 		if ret != actOK || !bytes.Equal(out, p.bytes()) {
 			t.Errorf("packet not to a remote pod: verdict %d, changed %v", ret, !bytes.Equal(out, p.bytes()))
 		}
@@ -108,11 +108,11 @@ func TestIPIPPrograms(t *testing.T) {
 	fromRemote := packet{src: remote, dst: epIP, proto: uint8(udp), sport: 4000, dport: 53}
 	// Not addressed to this node: passes untouched (the node routes it as any packet).
 	other := ipipFrame(fromRemote.bytes(), nodeB, addr("198.19.0.9"))
-	if ret, out := runOut(t, f.d.objs.RampartFromIpip, other); ret != actOK || !bytes.Equal(out, other) {
+	if ret, out := runOut(t, f.d.ipipProgsT().RampartFromIpip, other); ret != actOK || !bytes.Equal(out, other) {
 		t.Errorf("IP-in-IP packet to another address: verdict %d, changed %v", ret, !bytes.Equal(out, other))
 	}
 	// A pod (not a node) sends its own IP-in-IP packet claiming a remote pod's address.
-	ret, _ = runOut(t, f.d.objs.RampartFromIpip, ipipFrame(fromRemote.bytes(), ipA, local))
+	ret, _ = runOut(t, f.d.ipipProgsT().RampartFromIpip, ipipFrame(fromRemote.bytes(), ipA, local))
 	if ret != actShot {
 		t.Fatalf("IP-in-IP packet from a pod: verdict %d, want drop", ret)
 	}
@@ -122,16 +122,16 @@ func TestIPIPPrograms(t *testing.T) {
 	}
 	// Node B sends a packet of node C's pod, or of a pod of this node.
 	fromC := packet{src: remoteC, dst: epIP, proto: uint8(udp), sport: 4000, dport: 53}
-	ret, _ = runOut(t, f.d.objs.RampartFromIpip, ipipFrame(fromC.bytes(), nodeB, local))
+	ret, _ = runOut(t, f.d.ipipProgsT().RampartFromIpip, ipipFrame(fromC.bytes(), nodeB, local))
 	f.expectDrop("node B sending for node C's pod", ret, flow.ReasonSpoofedSource)
 	fromLocal := packet{src: epIP, dst: ipA, proto: uint8(udp), sport: 4000, dport: 53}
-	ret, _ = runOut(t, f.d.objs.RampartFromIpip, ipipFrame(fromLocal.bytes(), nodeB, local))
+	ret, _ = runOut(t, f.d.ipipProgsT().RampartFromIpip, ipipFrame(fromLocal.bytes(), nodeB, local))
 	f.expectDrop("node B sending for a local endpoint", ret, flow.ReasonSpoofedSource)
 	// A truncated inner packet from a node.
 	trunc := ipipFrame(fromRemote.bytes(), nodeB, local)
 	trunc = trunc[:len(trunc)-4]
 	binary.BigEndian.PutUint16(trunc[14+2:], uint16(len(trunc)-14))
-	ret, _ = runOut(t, f.d.objs.RampartFromIpip, trunc)
+	ret, _ = runOut(t, f.d.ipipProgsT().RampartFromIpip, trunc)
 	f.expectDrop("truncated inner packet", ret, flow.ReasonMalformed)
 
 	// Cleared: nothing is opened any more (the kernel, which has no IP-in-IP handler
@@ -140,7 +140,7 @@ func TestIPIPPrograms(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := ipipFrame(fromRemote.bytes(), nodeB, local)
-	if ret, out := runOut(t, f.d.objs.RampartFromIpip, in); ret != actOK || !bytes.Equal(out, in) {
+	if ret, out := runOut(t, f.d.ipipProgsT().RampartFromIpip, in); ret != actOK || !bytes.Equal(out, in) {
 		t.Errorf("IP-in-IP packet with the overlay off: verdict %d, changed %v", ret, !bytes.Equal(out, in))
 	}
 }

@@ -585,6 +585,10 @@ func (d *Datapath) AttachTapTunnel(netnsPath, ifname string) (uint32, error) {
 		return 0, fmt.Errorf("attaching the tap tunnel to %s: %w", ifname, err)
 	}
 	defer h.Close()
+	progs, err := programs(d, (*dataplaneObjects).tapTunnelProgs)
+	if err != nil {
+		return 0, fmt.Errorf("attaching the tap tunnel to %s: %w", ifname, err)
+	}
 	lnk, err := h.LinkByName(ifname)
 	if err != nil {
 		return 0, fmt.Errorf("attaching the tap tunnel to %s: finding interface: %w", ifname, err)
@@ -593,7 +597,7 @@ func (d *Datapath) AttachTapTunnel(netnsPath, ifname string) (uint32, error) {
 	if err := h.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
 		return 0, fmt.Errorf("attaching the tap tunnel to %s: adding clsact qdisc: %w", ifname, err)
 	}
-	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromTapTunnel, d.objs.RampartFromTapTunnel)); err != nil {
+	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromTapTunnel, progs.RampartFromTapTunnel)); err != nil {
 		return 0, fmt.Errorf("attaching the tap tunnel to %s: tc ingress filter: %w", ifname, err)
 	}
 	d.mu.Lock()

@@ -32,6 +32,10 @@ func (d *Datapath) AttachTunnel(netnsPath, ifname string) (uint32, error) {
 		return 0, fmt.Errorf("attaching the overlay to %s: %w", ifname, err)
 	}
 	defer h.Close()
+	progs, err := programs(d, (*dataplaneObjects).vxlanProgs)
+	if err != nil {
+		return 0, fmt.Errorf("attaching the overlay to %s: %w", ifname, err)
+	}
 	lnk, err := h.LinkByName(ifname)
 	if err != nil {
 		return 0, fmt.Errorf("attaching the overlay to %s: finding interface: %w", ifname, err)
@@ -42,10 +46,10 @@ func (d *Datapath) AttachTunnel(netnsPath, ifname string) (uint32, error) {
 	}
 	// Ingress first: until both are on, packets into the overlay leave without a tunnel
 	// key, which the device drops (it has no destination for them).
-	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromTunnel, d.objs.RampartFromTunnel)); err != nil {
+	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromTunnel, progs.RampartFromTunnel)); err != nil {
 		return 0, fmt.Errorf("attaching the overlay to %s: tc ingress filter: %w", ifname, err)
 	}
-	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_EGRESS, filterToTunnel, d.objs.RampartToTunnel)); err != nil {
+	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_EGRESS, filterToTunnel, progs.RampartToTunnel)); err != nil {
 		return 0, fmt.Errorf("attaching the overlay to %s: tc egress filter: %w", ifname, err)
 	}
 	if err := d.setTunnel(rampartTunnelConfig{Ifindex: uint32(idx)}); err != nil {
@@ -163,6 +167,10 @@ func (d *Datapath) attachIPIP(netnsPath string, local netip.Addr, ifnames []stri
 		return fmt.Errorf("attaching the IP-in-IP overlay: %w", err)
 	}
 	defer h.Close()
+	progs, err := programs(d, (*dataplaneObjects).ipipProgs)
+	if err != nil {
+		return fmt.Errorf("attaching the IP-in-IP overlay: %w", err)
+	}
 	for _, ifname := range ifnames {
 		lnk, err := h.LinkByName(ifname)
 		if err != nil {
@@ -172,10 +180,10 @@ func (d *Datapath) attachIPIP(netnsPath string, local netip.Addr, ifnames []stri
 		if err := h.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("attaching the IP-in-IP overlay to %s: adding clsact qdisc: %w", ifname, err)
 		}
-		if err := h.FilterReplace(ipipFilters.filter(idx, netlink.HANDLE_MIN_INGRESS, filterFromIPIP, d.objs.RampartFromIpip)); err != nil {
+		if err := h.FilterReplace(ipipFilters.filter(idx, netlink.HANDLE_MIN_INGRESS, filterFromIPIP, progs.RampartFromIpip)); err != nil {
 			return fmt.Errorf("attaching the IP-in-IP overlay to %s: tc ingress filter: %w", ifname, err)
 		}
-		if err := h.FilterReplace(ipipFilters.filter(idx, netlink.HANDLE_MIN_EGRESS, filterToIPIP, d.objs.RampartToIpip)); err != nil {
+		if err := h.FilterReplace(ipipFilters.filter(idx, netlink.HANDLE_MIN_EGRESS, filterToIPIP, progs.RampartToIpip)); err != nil {
 			return fmt.Errorf("attaching the IP-in-IP overlay to %s: tc egress filter: %w", ifname, err)
 		}
 	}

@@ -82,18 +82,18 @@ func TestTunnelIPv6Programs(t *testing.T) {
 	}
 	toTunnel := func(src, dst netip.Addr) uint32 {
 		p := packet6{src: src, dst: dst, proto: uint8(udp), sport: f.port(), dport: 53}
-		return run(t, f.d.objs.RampartToTunnel, p.bytes(), 0)
+		return run(t, f.d.vxlanProgsT().RampartToTunnel, p.bytes(), 0)
 	}
 	f.expectPass("to a remote pod", toTunnel(epIP6, tunnelRemote6))
 	p := packet6{src: epIP6, dst: ipOut6, proto: uint8(udp), sport: f.port(), dport: 53}
-	f.expectEvent6("to an address no node hosts", run(t, f.d.objs.RampartToTunnel, p.bytes(), 0), p,
+	f.expectEvent6("to an address no node hosts", run(t, f.d.vxlanProgsT().RampartToTunnel, p.bytes(), 0), p,
 		flow.ReasonTunnelNoEndpoint, 0, identity.World)
 	f.expectDrop("to a local endpoint (no tunnel endpoint)", toTunnel(ipA6, epIP6), flow.ReasonTunnelNoEndpoint)
 	bad := packet6{src: epIP6, dst: tunnelRemote6, proto: uint8(udp), sport: f.port(), dport: 53, payloadLen: 4000}
-	f.expectDrop("a truncated IPv6 packet into the overlay", run(t, f.d.objs.RampartToTunnel, bad.bytes(), 0), flow.ReasonMalformed)
+	f.expectDrop("a truncated IPv6 packet into the overlay", run(t, f.d.vxlanProgsT().RampartToTunnel, bad.bytes(), 0), flow.ReasonMalformed)
 
 	in := packet6{src: tunnelRemote6, dst: epIP6, proto: uint8(udp), sport: f.port(), dport: 53}
-	f.expectDrop("decapsulated without tunnel metadata", run(t, f.d.objs.RampartFromTunnel, in.bytes(), 0), flow.ReasonMalformed)
+	f.expectDrop("decapsulated without tunnel metadata", run(t, f.d.vxlanProgsT().RampartFromTunnel, in.bytes(), 0), flow.ReasonMalformed)
 }
 
 // The later fragments of an IPv6 datagram that arrived through the overlay pass on their

@@ -126,13 +126,13 @@ func TestTunnelPrograms(t *testing.T) {
 	}
 	toTunnel := func(dst netip.Addr) uint32 {
 		p := packet{src: epIP, dst: dst, proto: uint8(udp), sport: f.port(), dport: 53}
-		return run(t, f.d.objs.RampartToTunnel, p.bytes(), 0)
+		return run(t, f.d.vxlanProgsT().RampartToTunnel, p.bytes(), 0)
 	}
 	f.expectPass("to a remote pod", toTunnel(remote))
 	f.expectDrop("to an address no node hosts", toTunnel(ipOut), flow.ReasonTunnelNoEndpoint)
 
 	p := packet{src: remote, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 53}
-	f.expectDrop("decapsulated without tunnel metadata", run(t, f.d.objs.RampartFromTunnel, p.bytes(), 0), flow.ReasonMalformed)
+	f.expectDrop("decapsulated without tunnel metadata", run(t, f.d.vxlanProgsT().RampartFromTunnel, p.bytes(), 0), flow.ReasonMalformed)
 }
 
 // The fragments of a datagram that arrived through the VXLAN overlay follow the verdict
