@@ -164,51 +164,31 @@ func (o *dataplaneObjects) loadGroup(group string, into any) error {
 
 // hostProgs returns host policy's programs, loading them the first time. The caller holds
 // the Datapath's mu (Datapath.programs).
-func (o *dataplaneObjects) hostProgs() (*hostPrograms, error) {
-	if o.host == nil {
-		var p hostPrograms
-		if err := o.loadGroup("host", &p); err != nil {
-			return nil, err
-		}
-		o.host = &p
-	}
-	return o.host, nil
-}
+func (o *dataplaneObjects) hostProgs() (*hostPrograms, error) { return loadOnce(o, &o.host, "host") }
 
 // vxlanProgs returns the VXLAN overlay's programs (hostProgs).
 func (o *dataplaneObjects) vxlanProgs() (*vxlanPrograms, error) {
-	if o.vxlan == nil {
-		var p vxlanPrograms
-		if err := o.loadGroup("vxlan", &p); err != nil {
-			return nil, err
-		}
-		o.vxlan = &p
-	}
-	return o.vxlan, nil
+	return loadOnce(o, &o.vxlan, "vxlan")
 }
 
 // ipipProgs returns the IP-in-IP overlay's programs (hostProgs).
-func (o *dataplaneObjects) ipipProgs() (*ipipPrograms, error) {
-	if o.ipip == nil {
-		var p ipipPrograms
-		if err := o.loadGroup("ipip", &p); err != nil {
-			return nil, err
-		}
-		o.ipip = &p
-	}
-	return o.ipip, nil
-}
+func (o *dataplaneObjects) ipipProgs() (*ipipPrograms, error) { return loadOnce(o, &o.ipip, "ipip") }
 
 // tapTunnelProgs returns the tap tunnel's program (hostProgs).
 func (o *dataplaneObjects) tapTunnelProgs() (*tapTunnelPrograms, error) {
-	if o.tapTunnel == nil {
-		var p tapTunnelPrograms
-		if err := o.loadGroup("tap tunnel", &p); err != nil {
+	return loadOnce(o, &o.tapTunnel, "tap tunnel")
+}
+
+// loadOnce returns *slot, loading group into it first if it is not loaded.
+func loadOnce[P any](o *dataplaneObjects, slot **P, group string) (*P, error) {
+	if *slot == nil {
+		var p P
+		if err := o.loadGroup(group, &p); err != nil {
 			return nil, err
 		}
-		o.tapTunnel = &p
+		*slot = &p
 	}
-	return o.tapTunnel, nil
+	return *slot, nil
 }
 
 // Close closes the maps and every loaded program.
