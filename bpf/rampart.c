@@ -452,6 +452,22 @@ static __always_inline __u8 host_refuses(const struct endpoint_info *host, __u32
 	return res.action == POLICY_DENY ? REASON_POLICY_DENY : REASON_POLICY_DEFAULT_DENY;
 }
 
+/* host_guarding is the host endpoint when host policy has a say in a packet of an endpoint
+ * with flags, in direction dir: the node has host policy, the endpoint is not the host, and
+ * the packet is not one entering the endpoint from an interface (the node's own are sent
+ * by the node). NULL otherwise. */
+static __always_inline struct endpoint_info *host_guarding(struct __sk_buff *skb, __u32 dir,
+							   __u32 flags)
+{
+	__u32 host_id = HOST_EP_ID;
+
+	if (flags & EP_HOST)
+		return NULL;
+	if (dir == DIR_INGRESS && skb->ingress_ifindex)
+		return NULL; /* from an interface: not the node's own packet */
+	return bpf_map_lookup_elem(&endpoints_by_id, &host_id); /* NULL: no host policy */
+}
+
 /* host_guard judges, for a new flow of an endpoint, the node's side of it when the other
  * side is the node itself and a host endpoint exists: a flow from the endpoint to a host
  * address against the host's ingress policy, a flow the node sends to the endpoint (no
@@ -464,19 +480,13 @@ static __always_inline __u8 host_refuses(const struct endpoint_info *host, __u32
 static __noinline int host_guard(struct __sk_buff *skb, struct pkt *p, __u32 dir, __u32 flags,
 				 __u32 established)
 {
-	__u32 host_id = HOST_EP_ID;
-	struct endpoint_info *host;
+	struct endpoint_info *host = host_guarding(skb, dir, flags);
 	struct peer_identity hostside, peer;
 	struct decision d;
 	__u8 reason;
 
-	if (flags & EP_HOST)
-		return 0;
-	host = bpf_map_lookup_elem(&endpoints_by_id, &host_id);
 	if (!host)
-		return 0; /* no host policy on this node */
-	if (dir == DIR_INGRESS && skb->ingress_ifindex)
-		return 0; /* from an interface: not the node's own packet */
+		return 0;
 	ipcache_resolve(dir == DIR_EGRESS ? p->t.daddr : p->t.saddr, &hostside);
 	if (hostside.identity != ID_HOST)
 		return 0;
@@ -1238,20 +1248,14 @@ static __noinline int host_safe6_flow(const struct pkt6 *p, __u32 dir, struct ve
 static __noinline int host_guard6(struct __sk_buff *skb, struct pkt6 *p, __u32 dir,
 				  const struct endpoint_info *ep, __u32 established)
 {
-	__u32 host_id = HOST_EP_ID;
-	struct endpoint_info *host;
+	struct endpoint_info *host = host_guarding(skb, dir, ep->flags);
 	struct peer_identity hostside, peer;
 	const __u8 *hs, *es;
 	struct decision d;
 	__u8 reason;
 
-	if (ep->flags & EP_HOST)
-		return 0;
-	host = bpf_map_lookup_elem(&endpoints_by_id, &host_id);
 	if (!host)
-		return 0; /* no host policy on this node */
-	if (dir == DIR_INGRESS && skb->ingress_ifindex)
-		return 0; /* from an interface: not the node's own packet */
+		return 0;
 	hs = dir == DIR_EGRESS ? p->t.daddr : p->t.saddr;
 	es = dir == DIR_EGRESS ? p->t.saddr : p->t.daddr;
 	if (!ip6_is_link_local(hs)) {
