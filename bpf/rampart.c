@@ -1311,7 +1311,6 @@ static __noinline int proxy6_assign_to(struct __sk_buff *skb, const struct pkt6 
 				       const struct proxy_config *cfg, const struct proxy_config *marks)
 {
 	struct bpf_sock_tuple tuple = {};
-	struct bpf_sock *sk;
 	int syn = (p->tcp_flags & (TCP_F_SYN | TCP_F_ACK)) == TCP_F_SYN;
 
 	if (!cfg || !cfg->port || cfg->family != RAMPART_FAMILY_V6 || !marks || !marks->steer_mark)
@@ -1320,30 +1319,7 @@ static __noinline int proxy6_assign_to(struct __sk_buff *skb, const struct pkt6 
 	__builtin_memcpy(tuple.ipv6.daddr, p->t.daddr, 16);
 	tuple.ipv6.sport = p->t.sport;
 	tuple.ipv6.dport = p->t.dport;
-	sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
-	if (sk) {
-		/* A TIME_WAIT socket of the tuple cannot take a SYN (proxy_assign_to). */
-		if (sk->state == BPF_TCP_TIME_WAIT && syn) {
-			bpf_sk_release(sk);
-			return -1;
-		}
-		if (sk->state != BPF_TCP_LISTEN)
-			goto assign;
-		bpf_sk_release(sk);
-	}
-	if (!listener || !syn)
-		return -1;
-	__builtin_memcpy(tuple.ipv6.daddr, cfg->addr, 16);
-	tuple.ipv6.dport = cfg->port;
-	sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv6), BPF_F_CURRENT_NETNS, 0);
-	if (!sk)
-		return -1;
-	if (sk->state != BPF_TCP_LISTEN) {
-		bpf_sk_release(sk);
-		return -1;
-	}
-assign:
-	return assign_steered(skb, sk, marks);
+	return proxy_assign_tuple(skb, &tuple, 1, syn, listener, cfg, marks);
 }
 
 /* proxy6_assign hands an IPv6 TCP packet to the L7 proxy (map proxy6). */

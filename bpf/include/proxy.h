@@ -68,6 +68,48 @@ static __always_inline int assign_steered(struct __sk_buff *skb, struct bpf_sock
 	return 0;
 }
 
+/* proxy_assign_tuple is proxy_assign_to's lookup and assignment for the packet's tuple, of
+ * either family (v6: an IPv6 tuple; the listener's address is cfg's of that family). */
+static __always_inline int proxy_assign_tuple(struct __sk_buff *skb, struct bpf_sock_tuple *tuple,
+					      const int v6, int syn, int listener,
+					      const struct proxy_config *cfg,
+					      const struct proxy_config *marks)
+{
+	__u32 len = v6 ? sizeof(tuple->ipv6) : sizeof(tuple->ipv4);
+	struct bpf_sock *sk;
+
+	sk = bpf_skc_lookup_tcp(skb, tuple, len, BPF_F_CURRENT_NETNS, 0);
+	if (sk) {
+		if (sk->state == BPF_TCP_TIME_WAIT && syn) {
+			bpf_sk_release(sk);
+			return -1;
+		}
+		if (sk->state != BPF_TCP_LISTEN)
+			goto assign;
+		bpf_sk_release(sk);
+	}
+	if (!listener || !syn)
+		return -1;
+	if (v6) {
+		__builtin_memcpy(tuple->ipv6.daddr, cfg->addr, 16);
+		tuple->ipv6.dport = cfg->port;
+	} else {
+		__builtin_memcpy(&tuple->ipv4.daddr, cfg->addr, 4);
+		tuple->ipv4.dport = cfg->port;
+	}
+	sk = bpf_skc_lookup_tcp(skb, tuple, len, BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return -1;
+	if (sk->state != BPF_TCP_LISTEN) {
+		/* Something else owns that address and port (or the lookup found an odd
+		 * connection with this exact tuple): not a proxy listener. */
+		bpf_sk_release(sk);
+		return -1;
+	}
+assign:
+	return assign_steered(skb, sk, marks);
+}
+
 /* proxy_assign hands the TCP packet p to a proxy socket in this (the node) namespace and
  * marks it for local delivery. First the socket of the packet's own tuple: an accepted or
  * upstream connection, or a request socket mid-handshake; never a listener, which would be
@@ -90,7 +132,6 @@ static __always_inline int proxy_assign_to(struct __sk_buff *skb, const struct p
 					   const struct proxy_config *cfg, const struct proxy_config *marks)
 {
 	struct bpf_sock_tuple tuple = {};
-	struct bpf_sock *sk;
 
 	if (!cfg || !cfg->port || !marks || !marks->steer_mark || cfg->family != RAMPART_FAMILY_V4)
 		return -1; /* no proxy configured */
@@ -98,31 +139,7 @@ static __always_inline int proxy_assign_to(struct __sk_buff *skb, const struct p
 	tuple.ipv4.daddr = p->t.daddr;
 	tuple.ipv4.sport = p->t.sport;
 	tuple.ipv4.dport = p->t.dport;
-	sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv4), BPF_F_CURRENT_NETNS, 0);
-	if (sk) {
-		if (sk->state == BPF_TCP_TIME_WAIT && is_syn(p)) {
-			bpf_sk_release(sk);
-			return -1;
-		}
-		if (sk->state != BPF_TCP_LISTEN)
-			goto assign;
-		bpf_sk_release(sk);
-	}
-	if (!listener || !is_syn(p))
-		return -1;
-	__builtin_memcpy(&tuple.ipv4.daddr, cfg->addr, 4);
-	tuple.ipv4.dport = cfg->port;
-	sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv4), BPF_F_CURRENT_NETNS, 0);
-	if (!sk)
-		return -1;
-	if (sk->state != BPF_TCP_LISTEN) {
-		/* Something else owns that address and port (or the lookup found an odd
-		 * connection with this exact tuple): not a proxy listener. */
-		bpf_sk_release(sk);
-		return -1;
-	}
-assign:
-	return assign_steered(skb, sk, marks);
+	return proxy_assign_tuple(skb, &tuple, 0, is_syn(p), listener, cfg, marks);
 }
 
 static __always_inline int proxy_assign(struct __sk_buff *skb, const struct pkt *p, int listener)
