@@ -153,7 +153,7 @@ func testOverlay(t *testing.T, mode overlay.Mode) {
 	bIP := netip.MustParseAddr(b.IP)
 
 	// The overlay's MTU on the pods.
-	if mtu := overlay.PodMTU(mode); mtu != 0 {
+	if mtu := overlay.PodMTU(mode, overlay.UnderlayIPv4); mtu != 0 {
 		for _, ep := range []api.Endpoint{a, c} {
 			h := testenv.NetlinkHandle(t, ep.Netns)
 			l, err := h.LinkByName(endpoint.PodIfName)
