@@ -166,6 +166,20 @@ func TestOverlayVXLANIPv6Fabric(t *testing.T) {
 // the fabric), the receiving node takes the source's identity from the inner source
 // address (not flagged tunnel), and a pod's own IP-in-IP packet claiming another pod's
 // address is dropped.
+// Nodes move from one underlay to the other a node at a time: with node A sending over
+// IPv6 and node B over IPv4, every connection's packets cross in both families (each node
+// accepts both) and the same policy holds, for IPv4 and IPv6 between the pods.
+func TestOverlayVXLANMixedUnderlay(t *testing.T) {
+	n := startTwoNodes(t, overlay.VXLAN, true, overlay.UnderlayIPv6)
+	_, _, b := n.pods(t)
+	n.b.Stop()
+	n.b.Config.VXLANUnderlay = overlay.UnderlayIPv4
+	n.b.Start()
+	for _, to := range []string{b.IP, b.IP6} {
+		probeNodeB(t, n, netip.MustParseAddr(to), "vxlan, node A over IPv6, node B over IPv4", true)
+	}
+}
+
 func TestOverlayIPIP(t *testing.T) { testOverlay(t, overlay.IPIP, overlay.UnderlayIPv4) }
 
 // With native routing the receiving node takes the source's identity from its address
