@@ -30,6 +30,10 @@
 #ifndef RAMPART_FRAG_MAX
 #define RAMPART_FRAG_MAX 8192
 #endif
+/* Most other nodes the VXLAN overlay reaches over an IPv6 fabric (map tunnel_remote6). */
+#ifndef RAMPART_MAX_NODES
+#define RAMPART_MAX_NODES 4096
+#endif
 /* CIDR sets (see cidrset.h). Slots of the smallest IPv4 host table: the agent creates each
  * bank's table at the size its load needs (datapath.Config.CIDRHostSlots bounds it), in
  * buckets of CIDR_HOST_BUCKET slots (one array element each). */
@@ -469,6 +473,13 @@ struct tunnel_config {
 	__be32 ipip_local;  /* IP-in-IP: this node's address on the fabric, the outer source
 	                     * of the packets it encapsulates and the outer destination of
 	                     * those it decapsulates (0: not IP-in-IP) */
+};
+
+/* The VXLAN overlay over an IPv6 fabric (tunnel.h): the value of map tunnel_remote6, keyed
+ * by a node's IPv4 address (ipcache_value.tunnel_endpoint, which names the node): its IPv6
+ * fabric address, the outer destination of the packets and tap copies sent to it. */
+struct tunnel_addr6 {
+	__u8 addr[16];
 };
 
 /* Flow events, sent through the ring buffer. */

@@ -30,11 +30,11 @@
  *             it passes untapped.
  *
  * Monitors on other nodes receive copies only (mirror): a rule with TAP_F_REMOTE gives the
- * packet a tunnel key (the monitor's node, and as VNI the monitor's key, the low 24 bits
- * of its address) and clones it into the node's tap tunnel device, a collect_md VXLAN
+ * packet a tunnel key (the monitor's node, at its IPv6 fabric address when tunnel_remote6
+ * has one, and as VNI the monitor's key, the low 24 bits of its address) and clones it into the node's tap tunnel device, a collect_md VXLAN
  * device of its own port with no program on its egress, so the key stays the rule's. On
  * the monitor's node rampart_from_tap_tunnel (tap_tunnel_ingress) takes what that device
- * decapsulates from known nodes only and hands it to the monitor the key names
+ * decapsulates from known nodes only (either family: tunnel_from_node) and hands it to the monitor the key names
  * (tap_monitor_keys), or drops it: a copy is never delivered anywhere but into a
  * monitor. A redirect is never sent to another node: its packets would have to come back
  * with their identity, which the tunnel key has no room for; such a rule is unavailable
@@ -431,11 +431,11 @@ static __always_inline int tap_steered(struct __sk_buff *skb)
 static __always_inline int tap_remote_key(struct __sk_buff *skb, const struct tap_rule *r)
 {
 	struct bpf_tunnel_key key = {};
+	__u64 flags = tunnel_key_to(&key, &r->remote_node);
 
-	key.remote_ipv4 = bpf_ntohl(r->remote_node);
 	key.tunnel_id = r->monitor_key;
 	key.tunnel_ttl = TUNNEL_TTL;
-	return bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX);
+	return bpf_skb_set_tunnel_key(skb, &key, sizeof(key), flags);
 }
 
 /* tap_send runs rule r on a packet its policy point passes (r: the first rule the packet,
@@ -678,17 +678,17 @@ static __always_inline int tap_tunnel_ingress(struct __sk_buff *skb)
 	struct decision d = {.dir = DIR_INGRESS};
 	struct bpf_tunnel_key key = {};
 	struct tap_stats *c = tap_counters_of(0);
-	struct peer_identity node;
 	struct pkt p = {};
 	__u32 vni, *rx;
+	int node;
 
-	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0) {
+	node = tunnel_from_node(skb, &key);
+	if (node < 0) {
 		parse_packet(skb, &p);
 		/* Drop: no tunnel metadata (not from the VXLAN receive path). */
 		return drop(skb, &p, &d, REASON_MALFORMED);
 	}
-	ipcache_resolve(bpf_htonl(key.remote_ipv4), &node);
-	if (node.identity != ID_REMOTE_NODE) {
+	if (!node) {
 		parse_packet(skb, &p);
 		/* Drop: the outer source is not a node; only nodes send copies. */
 		return drop(skb, &p, &d, REASON_TUNNEL_UNTRUSTED_SOURCE);

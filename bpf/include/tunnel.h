@@ -7,11 +7,13 @@
  *
  *   rampart_to_tunnel   tc egress of the VXLAN device: the node routes the other nodes'
  *                       pod CIDRs to the device; the program sets the tunnel key: the
- *                       destination's node address (ipcache tunnel_endpoint) and, as VNI,
- *                       the source's identity.
+ *                       destination's node address (ipcache tunnel_endpoint), or that
+ *                       node's IPv6 fabric address where tunnel_remote6 has one, and, as
+ *                       VNI, the source's identity.
  *   rampart_from_tunnel tc ingress of the VXLAN device: accepts only packets whose outer
- *                       source is a known node's address (ipcache identity remote-node),
- *                       and hands the VNI's identity to rampart_to_ep in skb->mark.
+ *                       source, IPv4 or IPv6, is a known node's address (ipcache identity
+ *                       remote-node), and hands the VNI's identity to rampart_to_ep in
+ *                       skb->mark.
  *
  * Why tc egress of the device and not a redirect from rampart_from_ep: the sender's egress
  * policy has already been applied at its veth when the packet reaches the device, and the
@@ -71,6 +73,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tunnel SEC(".maps");
 
+/* tunnel_remote6: the other nodes this node reaches over the IPv6 fabric (rampartd
+ * --vxlan-underlay=ipv6, for the nodes that have an IPv6 fabric address), by their IPv4
+ * node address; the agent writes it with the node routes. A node not in it is reached at
+ * its IPv4 address. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RAMPART_MAX_NODES);
+	__type(key, __be32);
+	__type(value, struct tunnel_addr6);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tunnel_remote6 SEC(".maps");
+
 /* ipcache_value_of returns the ipcache entry of the longest prefix containing addr. */
 static __always_inline struct ipcache_value *ipcache_value_of(__be32 addr)
 {
@@ -81,6 +95,55 @@ static __always_inline struct ipcache_value *ipcache_value_of(__be32 addr)
 	k.family = RAMPART_FAMILY_V4;
 	__builtin_memcpy(k.addr, &addr, 4);
 	return bpf_map_lookup_elem(&ipcache, &k);
+}
+
+/* ipcache_value6_of: ipcache_value_of for an IPv6 address. */
+static __always_inline struct ipcache_value *ipcache_value6_of(const __u8 *addr)
+{
+	struct ipcache_key k;
+
+	__builtin_memset(&k, 0, sizeof(k));
+	k.prefixlen = 32 + 128;
+	k.family = RAMPART_FAMILY_V6;
+	__builtin_memcpy(k.addr, addr, 16);
+	return bpf_map_lookup_elem(&ipcache, &k);
+}
+
+/* tunnel_key_to puts into key the outer destination for the node whose IPv4 address is
+ * *node (network order, a map value's field: the lookup's key): its IPv6 fabric address
+ * when tunnel_remote6 has it, else *node. It returns the flags for bpf_skb_set_tunnel_key.
+ * Over IPv6 the UDP checksum stays: a receiver drops IPv6 UDP with a zero checksum unless
+ * its socket allows it, which the collect_md devices' do not (udp6zerocsumrx off). */
+static __always_inline __u64 tunnel_key_to(struct bpf_tunnel_key *key, const __be32 *node)
+{
+	const struct tunnel_addr6 *r6 = bpf_map_lookup_elem(&tunnel_remote6, node);
+
+	if (r6) {
+		__builtin_memcpy(key->remote_ipv6, r6->addr, sizeof(r6->addr));
+		return BPF_F_TUNINFO_IPV6;
+	}
+	key->remote_ipv4 = bpf_ntohl(*node);
+	return BPF_F_ZERO_CSUM_TX;
+}
+
+/* tunnel_from_node reads into key the tunnel key of a packet a collect_md VXLAN device
+ * decapsulated and says whether its outer source is a node's fabric address, IPv4 or IPv6
+ * (ipcache identity remote-node: 1; else 0), or that the packet has no tunnel metadata
+ * (-1). The outer header's family is not in the skb, and the helper refuses (EPROTO) a key
+ * of the family not asked for: IPv4 is asked first, so that the default underlay's packets
+ * pay one call, then IPv6. Only the identity is read, not the CIDR sets (ipcache_resolve),
+ * which mean nothing here and cost the programs most of their verification budget. */
+static __always_inline int tunnel_from_node(struct __sk_buff *skb, struct bpf_tunnel_key *key)
+{
+	const struct ipcache_value *v;
+
+	if (bpf_skb_get_tunnel_key(skb, key, sizeof(*key), 0) == 0)
+		v = ipcache_value_of(bpf_htonl(key->remote_ipv4));
+	else if (bpf_skb_get_tunnel_key(skb, key, sizeof(*key), BPF_F_TUNINFO_IPV6) == 0)
+		v = ipcache_value6_of((const __u8 *)key->remote_ipv6);
+	else
+		return -1;
+	return v && v->identity == ID_REMOTE_NODE;
 }
 
 /* tunnel_source gives a packet that entered the endpoint from the overlay the identity its
@@ -143,11 +206,11 @@ static __always_inline int tunnel_set_key(struct __sk_buff *skb, const struct ip
 					  __u32 id)
 {
 	struct bpf_tunnel_key key = {};
+	__u64 flags = tunnel_key_to(&key, &dst->tunnel_endpoint);
 
-	key.remote_ipv4 = bpf_ntohl(dst->tunnel_endpoint);
 	key.tunnel_id = id;
 	key.tunnel_ttl = TUNNEL_TTL;
-	return bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX);
+	return bpf_skb_set_tunnel_key(skb, &key, sizeof(key), flags);
 }
 
 /* tunnel_admit hands the identity the VNI carried (vni) to the endpoint's program in the
@@ -199,17 +262,16 @@ static __always_inline int tunnel_ingress(struct __sk_buff *skb)
 {
 	struct decision d = {.dir = DIR_INGRESS};
 	struct bpf_tunnel_key key = {};
-	struct peer_identity node;
 	struct pkt p = {};
-	int ret;
+	int ret, node;
 
 	ret = parse_packet(skb, &p);
-	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
+	node = tunnel_from_node(skb, &key);
+	if (node < 0)
 		/* Drop: no tunnel metadata (not from the VXLAN receive path). */
 		return drop(skb, &p, &d, REASON_MALFORMED);
 	d.src_identity = key.tunnel_id; /* the claimed identity, for the event */
-	ipcache_resolve(bpf_htonl(key.remote_ipv4), &node);
-	if (node.identity != ID_REMOTE_NODE)
+	if (!node)
 		/* Drop: the outer source is not a node (e.g. a pod sending its own VXLAN
 		 * packets): the identity it put in the VNI is not believed. */
 		return drop(skb, &p, &d, REASON_TUNNEL_UNTRUSTED_SOURCE);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* IPv6 in the VXLAN overlay: the inner packets between pods of different nodes may be
- * IPv6; the outer packets stay IPv4, between the nodes' fabric addresses, so the overlay
- * needs no IPv6 fabric. rampart_to_tunnel and rampart_from_tunnel (rampart.c) hand an IPv6
+ * IPv6, whichever family the outer packets are (the nodes' IPv4 fabric addresses, or their
+ * IPv6 ones with rampartd --vxlan-underlay=ipv6: tunnel_key_to, tunnel_from_node), so
+ * IPv6 between pods needs no IPv6 fabric. rampart_to_tunnel and rampart_from_tunnel (rampart.c) hand an IPv6
  * frame to the programs of these (rampart_to_tunnel6, rampart_from_tunnel6: a tail call by
  * skb->protocol); their rules are tunnel.h's:
  *
@@ -9,7 +10,7 @@
  *                    endpoint); the VNI is the source's identity when the source is a local
  *                    endpoint's address (its veth let only its own out, handle6) or the
  *                    host's, else world; no node for the destination: dropped.
- *   tunnel_ingress6  from a known node's address only (remote-node); the VNI's identity
+ *   tunnel_ingress6  from a known node's address only (remote-node, IPv4 or IPv6); the VNI's identity
  *                    goes in the mark (tunnel_mark) for rampart_to_ep6, which believes it
  *                    only for a packet received on the VXLAN device, as rampart_to_ep
  *                    does (peer6, tunnel_source).
@@ -23,18 +24,6 @@
 #include "maps.h"
 #include "tunnel.h"
 #include "ipv6.h"
-
-/* ipcache_value6_of: ipcache_value_of for an IPv6 address. */
-static __always_inline struct ipcache_value *ipcache_value6_of(const __u8 *addr)
-{
-	struct ipcache_key k;
-
-	__builtin_memset(&k, 0, sizeof(k));
-	k.prefixlen = 32 + 128;
-	k.family = RAMPART_FAMILY_V6;
-	__builtin_memcpy(k.addr, addr, 16);
-	return bpf_map_lookup_elem(&ipcache, &k);
-}
 
 /* tunnel_drop6_unparsed: tunnel_drop_unparsed for an IPv6 frame (parse6's result ret). */
 static __always_inline int tunnel_drop6_unparsed(struct __sk_buff *skb, struct pkt6 *p,
@@ -78,19 +67,16 @@ static __always_inline int tunnel_ingress6(struct __sk_buff *skb)
 {
 	struct decision d = {.dir = DIR_INGRESS};
 	struct bpf_tunnel_key key = {};
-	struct ipcache_value *node;
 	struct pkt6 p = {};
-	int ret;
+	int ret, node;
 
 	ret = parse6(skb, &p);
-	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
+	node = tunnel_from_node(skb, &key);
+	if (node < 0)
 		/* Drop: no tunnel metadata (not from the VXLAN receive path). */
 		return drop6(skb, &p, &d, REASON_MALFORMED);
 	d.src_identity = key.tunnel_id; /* the claimed identity, for the event */
-	/* The outer source's identity only: its CIDR sets (ipcache_resolve) mean nothing here
-	 * and would cost this program most of its verification budget. */
-	node = ipcache_value_of(bpf_htonl(key.remote_ipv4));
-	if (!node || node->identity != ID_REMOTE_NODE)
+	if (!node)
 		/* Drop: the outer source is not a node: the identity in its VNI is not
 		 * believed. */
 		return drop6(skb, &p, &d, REASON_TUNNEL_UNTRUSTED_SOURCE);

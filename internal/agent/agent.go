@@ -112,7 +112,7 @@ func New(cfg Config) (*Agent, error) {
 		a.k8s = &k8sState{parsed: map[string]parsedObject{}}
 	}
 	if a.net == nil {
-		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, PodCIDR6: cfg.PodCIDR6, MTU: overlay.PodMTU(cfg.Tunnel)}
+		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, PodCIDR6: cfg.PodCIDR6, MTU: overlay.PodMTU(cfg.Tunnel, cfg.VXLANUnderlay)}
 	}
 	open := cfg.OpenKernel
 	if open == nil {

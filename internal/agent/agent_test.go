@@ -21,6 +21,7 @@ import (
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
+	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
@@ -718,5 +719,22 @@ func TestConfigAttach(t *testing.T) {
 	cfg.Attach = "xdp"
 	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), `attach mode "xdp"`) {
 		t.Errorf("--attach=xdp: %v", err)
+	}
+}
+
+// TestConfigVXLANUnderlay: VXLAN packets leave over IPv4 by default, over IPv6 when asked,
+// and an unknown family is refused, naming it.
+func TestConfigVXLANUnderlay(t *testing.T) {
+	cfg := Config{}.WithDefaults()
+	if cfg.VXLANUnderlay != overlay.UnderlayIPv4 {
+		t.Errorf("default VXLAN underlay %q, want %q", cfg.VXLANUnderlay, overlay.UnderlayIPv4)
+	}
+	cfg.VXLANUnderlay = overlay.UnderlayIPv6
+	if err := cfg.validate(); err != nil {
+		t.Errorf("--vxlan-underlay=ipv6: %v", err)
+	}
+	cfg.VXLANUnderlay = "ipx"
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), `VXLAN underlay "ipx"`) {
+		t.Errorf("--vxlan-underlay=ipx: %v", err)
 	}
 }

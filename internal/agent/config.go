@@ -113,6 +113,11 @@ type Config struct {
 	// overlay.IPIP (IP-in-IP on the fabric interfaces, identity from the inner source
 	// address); pods are created with the overlay's MTU.
 	Tunnel overlay.Mode
+	// VXLANUnderlay is the fabric family this node's VXLAN packets (the overlay's, and the
+	// tap tunnel's in every mode) reach the other nodes over: overlay.UnderlayIPv4
+	// (default), or overlay.UnderlayIPv6, to the IPv6 fabric address of each node that has
+	// one, with VXLAN pods created with room for the IPv6 outer header.
+	VXLANUnderlay overlay.Underlay
 	// Kubernetes turns Kubernetes mode on (nil: off): nodes, remote pods, namespaces and
 	// policies come from the Kubernetes API through SyncCluster (cluster.go).
 	Kubernetes *Kubernetes
@@ -187,6 +192,9 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.Tunnel == "" {
 		cfg.Tunnel = overlay.Native
 	}
+	if cfg.VXLANUnderlay == "" {
+		cfg.VXLANUnderlay = overlay.UnderlayIPv4
+	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join("/var/lib/rampart", cfg.Instance)
 	}
@@ -232,6 +240,9 @@ func (cfg Config) validate() error {
 		return err
 	}
 	if _, err := overlay.ParseMode(string(cfg.Tunnel)); err != nil {
+		return err
+	}
+	if _, err := overlay.ParseUnderlay(string(cfg.VXLANUnderlay)); err != nil {
 		return err
 	}
 	if k := cfg.Kubernetes; k != nil && (k.NodeName == "" || k.Pods == nil) {

@@ -80,7 +80,7 @@ func openKernel(cfg Config) (Kernel, error) {
 	taps := newTapKernel(dp)
 	services := &lazyServices{cgroup: cfg.ServiceCgroup}
 	return Kernel{
-		EndpointTables: dp, IPCache: dp, ProxyRouting: dp, MapMemories: dp, Overlay: overlayKernel{dp},
+		EndpointTables: dp, IPCache: dp, ProxyRouting: dp, MapMemories: dp, Overlay: overlayKernel{dp: dp, underlay: cfg.VXLANUnderlay},
 		Taps: taps, Monitors: taps, Services: services, DNS: dp, Host: dp,
 		CIDRSets: tables, SendSide: side, FlowEvents: events,
 		Close: func() error {
@@ -136,8 +136,11 @@ func (l *lazyServices) Close() error {
 }
 
 // overlayKernel is Overlay over internal/overlay (the device, the routes) and the
-// datapath's tunnel programs.
-type overlayKernel struct{ dp *datapath.Datapath }
+// datapath's tunnel programs, whose VXLAN packets leave over underlay.
+type overlayKernel struct {
+	dp       *datapath.Datapath
+	underlay overlay.Underlay
+}
 
 func (k overlayKernel) SetupOverlay(netnsPath string, mode overlay.Mode) error {
 	if err := k.setupOverlay(netnsPath, mode); err != nil {
@@ -173,7 +176,7 @@ func (k overlayKernel) setupOverlay(netnsPath string, mode overlay.Mode) error {
 		}
 		return overlay.DeleteDevice(netnsPath)
 	}
-	if _, err := overlay.EnsureDevice(netnsPath); err != nil {
+	if _, err := overlay.EnsureDevice(netnsPath, k.underlay); err != nil {
 		return fmt.Errorf("setting up the overlay: %w", err)
 	}
 	if _, err := k.dp.AttachTunnel(netnsPath, overlay.DeviceName); err != nil {
@@ -185,6 +188,10 @@ func (k overlayKernel) setupOverlay(netnsPath string, mode overlay.Mode) error {
 func (k overlayKernel) SyncNodeRoutes(netnsPath string, mode overlay.Mode, src netip.Addr, nodes []overlay.Node) error {
 	if err := overlay.SyncRoutes(netnsPath, mode, src, nodes); err != nil {
 		return fmt.Errorf("routes to the other nodes: %w", err)
+	}
+	// In every mode: the tap tunnel's copies use the map too.
+	if err := k.dp.SetTunnelRemote6(overlay.Remote6(k.underlay, nodes)); err != nil {
+		return fmt.Errorf("the nodes reached over the IPv6 fabric: %w", err)
 	}
 	if mode != overlay.IPIP {
 		return nil

@@ -419,6 +419,11 @@ type rampartTapStats struct {
 	RemoteLost        uint64
 }
 
+type rampartTunnelAddr6 struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+}
+
 type rampartTunnelConfig struct {
 	_         structs.HostLayout
 	Ifindex   uint32
@@ -467,6 +472,7 @@ const (
 	rampartMapTapSets6                = "tap_sets6"
 	rampartMapTunnel                  = "tunnel"
 	rampartMapTunnel6Path             = "tunnel6_path"
+	rampartMapTunnelRemote6           = "tunnel_remote6"
 	rampartProgRampartFromEp          = "rampart_from_ep"
 	rampartProgRampartFromEp6         = "rampart_from_ep6"
 	rampartProgRampartFromHost        = "rampart_from_host"
@@ -595,6 +601,7 @@ type rampartMapSpecs struct {
 	TapSets6         *ebpf.MapSpec `ebpf:"tap_sets6"`
 	Tunnel           *ebpf.MapSpec `ebpf:"tunnel"`
 	Tunnel6Path      *ebpf.MapSpec `ebpf:"tunnel6_path"`
+	TunnelRemote6    *ebpf.MapSpec `ebpf:"tunnel_remote6"`
 }
 
 // rampartVariableSpecs contains global variables before they are loaded into the kernel.
@@ -669,6 +676,7 @@ type rampartMaps struct {
 	TapSets6         *ebpf.Map `ebpf:"tap_sets6"`
 	Tunnel           *ebpf.Map `ebpf:"tunnel"`
 	Tunnel6Path      *ebpf.Map `ebpf:"tunnel6_path"`
+	TunnelRemote6    *ebpf.Map `ebpf:"tunnel_remote6"`
 }
 
 func (m *rampartMaps) Close() error {
@@ -711,6 +719,7 @@ func (m *rampartMaps) Close() error {
 		m.TapSets6,
 		m.Tunnel,
 		m.Tunnel6Path,
+		m.TunnelRemote6,
 	)
 }
 

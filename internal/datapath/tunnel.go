@@ -85,6 +85,58 @@ func (d *Datapath) setTunnel(cfg rampartTunnelConfig) error {
 	return nil
 }
 
+// SetTunnelRemote6 makes the nodes the VXLAN overlay and the tap tunnel reach over the IPv6
+// fabric those of remote6: by IPv4 node address (the ipcache's tunnel endpoint), the IPv6
+// fabric address the outer packets go to (the tunnel_remote6 map). Nodes it no longer
+// names are reached at their IPv4 address again. Entries are written before stale ones go,
+// so a node that stays is never without one.
+func (d *Datapath) SetTunnelRemote6(remote6 map[netip.Addr]netip.Addr) error {
+	want := map[uint32]rampartTunnelAddr6{}
+	for node, addr6 := range remote6 {
+		if !node.Is4() || !addr6.Is6() || addr6.Is4In6() {
+			return fmt.Errorf("writing the tunnel_remote6 map: node %v at %v: want an IPv4 node address and an IPv6 fabric address", node, addr6)
+		}
+		a := node.As4()
+		want[binary.NativeEndian.Uint32(a[:])] = rampartTunnelAddr6{Addr: addr6.As16()}
+	}
+	for k, v := range want {
+		if err := d.objs.TunnelRemote6.Update(k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("writing the tunnel_remote6 map: %w", err)
+		}
+	}
+	have, err := d.TunnelRemote6()
+	if err != nil {
+		return err
+	}
+	for node := range have {
+		if _, ok := remote6[node]; ok {
+			continue
+		}
+		a := node.As4()
+		if err := d.objs.TunnelRemote6.Delete(binary.NativeEndian.Uint32(a[:])); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("deleting from the tunnel_remote6 map: %w", err)
+		}
+	}
+	return nil
+}
+
+// TunnelRemote6 returns the tunnel_remote6 map's content (see SetTunnelRemote6).
+func (d *Datapath) TunnelRemote6() (map[netip.Addr]netip.Addr, error) {
+	out := map[netip.Addr]netip.Addr{}
+	var k uint32
+	var v rampartTunnelAddr6
+	it := d.objs.TunnelRemote6.Iterate()
+	for it.Next(&k, &v) {
+		var a [4]byte
+		binary.NativeEndian.PutUint32(a[:], k)
+		out[netip.AddrFrom4(a)] = netip.AddrFrom16(v.Addr)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading the tunnel_remote6 map: %w", err)
+	}
+	return out, nil
+}
+
 // The IP-in-IP overlay's programs on the fabric interfaces (bpf/include/ipip.h). Their
 // priority differs from the endpoints' filters': a fabric interface is not Rampart's (on a
 // real host it is eth0), and a filter of someone else's at priority 1 must not be

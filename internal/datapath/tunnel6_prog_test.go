@@ -85,6 +85,9 @@ func TestTunnelIPv6Programs(t *testing.T) {
 		return run(t, f.d.vxlanProgsT().RampartToTunnel, p.bytes(), 0)
 	}
 	f.expectPass("to a remote pod", toTunnel(epIP6, tunnelRemote6))
+	setTunnelRemote6(t, f.d, map[netip.Addr]netip.Addr{addr("198.19.0.2"): tunnelNode6})
+	f.expectPass("to a remote pod over the IPv6 fabric", toTunnel(epIP6, tunnelRemote6))
+	setTunnelRemote6(t, f.d, nil)
 	p := packet6{src: epIP6, dst: ipOut6, proto: uint8(udp), sport: f.port(), dport: 53}
 	f.expectEvent6("to an address no node hosts", run(t, f.d.vxlanProgsT().RampartToTunnel, p.bytes(), 0), p,
 		flow.ReasonTunnelNoEndpoint, 0, identity.World)

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"testing"
 
@@ -130,6 +131,10 @@ func TestTunnelPrograms(t *testing.T) {
 	}
 	f.expectPass("to a remote pod", toTunnel(remote))
 	f.expectDrop("to an address no node hosts", toTunnel(ipOut), flow.ReasonTunnelNoEndpoint)
+	// The node reached over the IPv6 fabric: the packet leaves with an IPv6 tunnel key,
+	// which the kernel accepts (traffic tests see it on the fabric, test/e2e).
+	setTunnelRemote6(t, f.d, map[netip.Addr]netip.Addr{addr("198.19.0.2"): tunnelNode6})
+	f.expectPass("to a remote pod over the IPv6 fabric", toTunnel(remote))
 
 	p := packet{src: remote, dst: epIP, proto: uint8(udp), sport: f.port(), dport: 53}
 	f.expectDrop("decapsulated without tunnel metadata", run(t, f.d.vxlanProgsT().RampartFromTunnel, p.bytes(), 0), flow.ReasonMalformed)
@@ -161,4 +166,34 @@ func TestTunnelFragments(t *testing.T) {
 		t.Errorf("later fragment from identity B: event %+v, want default deny from identity %d, flagged tunnel, with ports 5352 -> 53", ev, idB)
 	}
 	f.expectDrop("later fragment without its first", f.runTunneled(later(3), tunnelMark(idA), vxlanIfindex), flow.ReasonFragmentUnknown)
+}
+
+// tunnelNode6 is the IPv6 fabric address of the tunnel tests' remote node.
+var tunnelNode6 = addr("2001:2:0:fa6::b")
+
+// setTunnelRemote6 sets the nodes reached over the IPv6 fabric, and checks that the map then
+// holds exactly those.
+func setTunnelRemote6(t *testing.T, d *Datapath, want map[netip.Addr]netip.Addr) {
+	t.Helper()
+	if err := d.SetTunnelRemote6(want); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.TunnelRemote6(); err != nil || !maps.Equal(got, want) {
+		t.Fatalf("tunnel_remote6 after setting %v: %v (%v)", want, got, err)
+	}
+}
+
+// Setting the nodes reached over the IPv6 fabric replaces them: a node no longer named is
+// reached over IPv4 again; addresses of the wrong family are refused.
+func TestTunnelRemote6Map(t *testing.T) {
+	f := newFixture(t, Config{})
+	b, c := addr("198.19.0.2"), addr("198.19.0.3")
+	setTunnelRemote6(t, f.d, map[netip.Addr]netip.Addr{b: tunnelNode6, c: addr("2001:2:0:fa6::c")})
+	setTunnelRemote6(t, f.d, map[netip.Addr]netip.Addr{c: addr("2001:2:0:fa6::c")})
+	setTunnelRemote6(t, f.d, nil)
+	for node, a6 := range map[netip.Addr]netip.Addr{tunnelNode6: tunnelNode6, b: b, c: addr("::ffff:198.19.0.3")} {
+		if err := f.d.SetTunnelRemote6(map[netip.Addr]netip.Addr{node: a6}); err == nil {
+			t.Errorf("SetTunnelRemote6(%v at %v): no error", node, a6)
+		}
+	}
 }

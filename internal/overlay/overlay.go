@@ -65,6 +65,47 @@ func CheckIPv6(mode Mode, address6 netip.Addr) error {
 // whose IPv6 fabric address is address6 (see CheckIPv6).
 func CarriesIPv6(mode Mode, address6 netip.Addr) bool { return CheckIPv6(mode, address6) == nil }
 
+// Underlay is the address family of the fabric that this node's VXLAN packets travel in to
+// the other nodes: the overlay's (VXLAN mode) and the tap tunnel's copies for monitors on
+// other nodes (every mode). Receiving, a node takes both families from any node.
+type Underlay string
+
+const (
+	// UnderlayIPv4 sends to the nodes' IPv4 addresses (the default).
+	UnderlayIPv4 Underlay = "ipv4"
+	// UnderlayIPv6 sends to the IPv6 fabric address of each node that has one (Node.Address6),
+	// to the IPv4 address of the others. The pods of a VXLAN node get room for the larger
+	// outer header (VXLAN6Overhead).
+	UnderlayIPv6 Underlay = "ipv6"
+)
+
+// ParseUnderlay checks an underlay's name ("" is UnderlayIPv4).
+func ParseUnderlay(s string) (Underlay, error) {
+	switch Underlay(s) {
+	case "", UnderlayIPv4:
+		return UnderlayIPv4, nil
+	case UnderlayIPv6:
+		return UnderlayIPv6, nil
+	}
+	return "", fmt.Errorf("VXLAN underlay %q: want %q or %q", s, UnderlayIPv4, UnderlayIPv6)
+}
+
+// Remote6 returns the nodes that VXLAN packets reach over the IPv6 fabric with underlay u:
+// by IPv4 node address (which the ipcache names as a remote pod's tunnel endpoint), the
+// node's IPv6 fabric address. Nil with UnderlayIPv4.
+func Remote6(u Underlay, nodes []Node) map[netip.Addr]netip.Addr {
+	if u != UnderlayIPv6 {
+		return nil
+	}
+	out := map[netip.Addr]netip.Addr{}
+	for _, n := range nodes {
+		if n.Address.Is4() && n.Address6.IsValid() {
+			out[n.Address] = n.Address6
+		}
+	}
+	return out
+}
+
 // ParseMode checks a mode's name ("" is Native).
 func ParseMode(s string) (Mode, error) {
 	switch Mode(s) {
@@ -91,6 +132,10 @@ const (
 	// and the inner Ethernet header (14). Pods on a VXLAN overlay get the fabric's MTU less
 	// this, so their packets are never fragmented once encapsulated.
 	VXLANOverhead = 50
+	// VXLAN6Overhead is VXLANOverhead with an outer IPv6 header (40) instead of IPv4's: a
+	// node's VXLAN packets that leave over IPv6 and would be larger than the fabric's MTU
+	// are not fragmented but dropped (the kernel fragments no tunnel packet over IPv6).
+	VXLAN6Overhead = 70
 	// IPIPOverhead is what IP-in-IP adds: the outer IPv4 header.
 	IPIPOverhead = 20
 	// FabricMTU is the fabric's MTU the pod MTU is derived from.
@@ -101,12 +146,15 @@ const (
 	routeProtocol netlink.RouteProtocol = 0xb7
 )
 
-// PodMTU returns the MTU of pods' interfaces in mode (0: the default, no change).
-func PodMTU(mode Mode) int {
-	switch mode {
-	case VXLAN:
+// PodMTU returns the MTU of pods' interfaces in mode with underlay u (0: the default, no
+// change).
+func PodMTU(mode Mode, u Underlay) int {
+	switch {
+	case mode == VXLAN && u == UnderlayIPv6:
+		return FabricMTU - VXLAN6Overhead
+	case mode == VXLAN:
 		return FabricMTU - VXLANOverhead
-	case IPIP:
+	case mode == IPIP:
 		return FabricMTU - IPIPOverhead
 	}
 	return 0
@@ -138,11 +186,13 @@ func handle(netnsPath string) (*netlink.Handle, error) {
 }
 
 // EnsureDevice creates the VXLAN device in the namespace at netnsPath if it is missing
-// (collect_md: no VNI or remote of its own, the dataplane sets them per packet; no ARP:
-// the routes point into it and the receiving program delivers the inner packet whatever
-// its MAC) and sets it up. It returns the device's index.
-func EnsureDevice(netnsPath string) (int, error) {
-	return ensureVXLAN(netnsPath, DeviceName, Port)
+// (collect_md: no VNI or remote of its own, the dataplane sets them per packet, to an IPv4
+// or an IPv6 node address: such a device listens on both families; no ARP: the routes
+// point into it and the receiving program delivers the inner packet whatever its MAC),
+// gives it the pods' MTU with underlay u, which sizes the node's own packets into it, and
+// sets it up. It returns the device's index.
+func EnsureDevice(netnsPath string, u Underlay) (int, error) {
+	return ensureVXLAN(netnsPath, DeviceName, Port, PodMTU(VXLAN, u))
 }
 
 // EnsureTapDevice creates the tap tunnel device in the namespace at netnsPath if it is
@@ -150,10 +200,10 @@ func EnsureDevice(netnsPath string) (int, error) {
 // which carries copies of tapped packets to monitors on other nodes in every overlay mode.
 // It has no routes: the dataplane clones copies into it. It returns the device's index.
 func EnsureTapDevice(netnsPath string) (int, error) {
-	return ensureVXLAN(netnsPath, TapDeviceName, TapPort)
+	return ensureVXLAN(netnsPath, TapDeviceName, TapPort, FabricMTU-VXLANOverhead)
 }
 
-func ensureVXLAN(netnsPath, name string, port int) (int, error) {
+func ensureVXLAN(netnsPath, name string, port, mtu int) (int, error) {
 	h, err := handle(netnsPath)
 	if err != nil {
 		return 0, err
@@ -166,7 +216,7 @@ func ensureVXLAN(netnsPath, name string, port int) (int, error) {
 			return 0, fmt.Errorf("finding %s: %w", name, err)
 		}
 		dev := &netlink.Vxlan{
-			LinkAttrs: netlink.LinkAttrs{Name: name, MTU: FabricMTU - VXLANOverhead},
+			LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu},
 			FlowBased: true,
 			Port:      port,
 			Learning:  false,
@@ -179,6 +229,11 @@ func ensureVXLAN(netnsPath, name string, port int) (int, error) {
 		}
 	} else if vx, ok := lnk.(*netlink.Vxlan); !ok || !vx.FlowBased || vx.Port != port {
 		return 0, fmt.Errorf("interface %s exists and is not a collect_md VXLAN device on port %d", name, port)
+	} else if lnk.Attrs().MTU != mtu {
+		// Left by a run with the other underlay.
+		if err := h.LinkSetMTU(lnk, mtu); err != nil {
+			return 0, fmt.Errorf("setting %s's MTU to %d: %w", name, mtu, err)
+		}
 	}
 	if err := h.LinkSetARPOff(lnk); err != nil {
 		return 0, fmt.Errorf("setting %s noarp: %w", name, err)
@@ -280,7 +335,7 @@ func wantRoutes(mode Mode, src netip.Addr, devIndex int, nodes []Node) map[netip
 			// routing: the node's own packets to remote pods are sized for it, and a
 			// forwarded packet too large for it gets "fragmentation needed" (DF) or is
 			// fragmented here, instead of being lost on the fabric once encapsulated.
-			r.Gw, r.MTU = n.Address.AsSlice(), PodMTU(IPIP)
+			r.Gw, r.MTU = n.Address.AsSlice(), PodMTU(IPIP, UnderlayIPv4)
 		default:
 			r.Gw = n.Address.AsSlice()
 		}

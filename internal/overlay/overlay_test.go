@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"net/netip"
@@ -16,22 +17,46 @@ import (
 
 func TestParseModeAndMTU(t *testing.T) {
 	for _, tc := range []struct {
-		in   string
-		want Mode
-		mtu  int
+		in        string
+		want      Mode
+		mtu, mtu6 int
 	}{
-		{"", Native, 0},
-		{"native", Native, 0},
-		{"vxlan", VXLAN, 1450},
-		{"ipip", IPIP, 1480},
+		{"", Native, 0, 0},
+		{"native", Native, 0, 0},
+		{"vxlan", VXLAN, 1450, 1430},
+		{"ipip", IPIP, 1480, 1480},
 	} {
 		m, err := ParseMode(tc.in)
-		if err != nil || m != tc.want || PodMTU(m) != tc.mtu {
-			t.Errorf("ParseMode(%q) = %q, %v, MTU %d; want %q, MTU %d", tc.in, m, err, PodMTU(m), tc.want, tc.mtu)
+		if err != nil || m != tc.want || PodMTU(m, UnderlayIPv4) != tc.mtu || PodMTU(m, UnderlayIPv6) != tc.mtu6 {
+			t.Errorf("ParseMode(%q) = %q, %v, MTU %d (IPv6 underlay %d); want %q, MTU %d (%d)", tc.in, m, err,
+				PodMTU(m, UnderlayIPv4), PodMTU(m, UnderlayIPv6), tc.want, tc.mtu, tc.mtu6)
 		}
 	}
 	if _, err := ParseMode("geneve"); err == nil {
 		t.Error("ParseMode(geneve): no error")
+	}
+}
+
+// The underlay is IPv4 unless IPv6 is asked for; with IPv6, the nodes that have an IPv6
+// fabric address are reached at it, by their IPv4 node address, and the others are not in
+// the map (reached over IPv4).
+func TestUnderlay(t *testing.T) {
+	for in, want := range map[string]Underlay{"": UnderlayIPv4, "ipv4": UnderlayIPv4, "ipv6": UnderlayIPv6} {
+		if u, err := ParseUnderlay(in); err != nil || u != want {
+			t.Errorf("ParseUnderlay(%q) = %q, %v; want %q", in, u, err, want)
+		}
+	}
+	if _, err := ParseUnderlay("inet6"); err == nil {
+		t.Error("ParseUnderlay(inet6): no error")
+	}
+	a, b := netip.MustParseAddr("198.19.250.1"), netip.MustParseAddr("198.19.250.2")
+	b6 := netip.MustParseAddr("2001:2:0:fa6::b")
+	nodes := []Node{{Address: a}, {Address: b, Address6: b6}}
+	if got := Remote6(UnderlayIPv4, nodes); len(got) != 0 {
+		t.Errorf("Remote6(ipv4) = %v, want none", got)
+	}
+	if got := Remote6(UnderlayIPv6, nodes); !maps.Equal(got, map[netip.Addr]netip.Addr{b: b6}) {
+		t.Errorf("Remote6(ipv6) = %v, want %v at %v only", got, b, b6)
 	}
 }
 
@@ -194,7 +219,7 @@ func TestSyncRoutesIPv6(t *testing.T) {
 	testenv.RequireRoot(t)
 	ns := testenv.NewNetns(t, "rpov6-"+testenv.Suffix(6))
 	h := testenv.NetlinkHandle(t, ns)
-	if _, err := EnsureDevice(ns); err != nil {
+	if _, err := EnsureDevice(ns, UnderlayIPv4); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "fab0"}, PeerName: "peer0"}); err != nil {
@@ -304,5 +329,44 @@ func TestSyncRoutesNativeIPv6(t *testing.T) {
 	}
 	if got, err := Routes(ns); err != nil || len(got) != 0 {
 		t.Errorf("routes left: %v (%v)", got, err)
+	}
+}
+
+// The VXLAN device is made with the pods' MTU of its underlay and takes the other one's
+// when a run with the other underlay finds it; being collect_md, it receives VXLAN on both
+// families' sockets, so nodes reach it over an IPv4 or an IPv6 fabric alike.
+func TestEnsureDevice(t *testing.T) {
+	testenv.RequireRoot(t)
+	ns := testenv.NewNetns(t, "rpovd-"+testenv.Suffix(6))
+	h := testenv.NetlinkHandle(t, ns)
+	var idx int
+	for _, u := range []Underlay{UnderlayIPv4, UnderlayIPv6, UnderlayIPv4} {
+		i, err := EnsureDevice(ns, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if idx != 0 && i != idx {
+			t.Errorf("%s: device index %d, want the device made before (%d)", u, i, idx)
+		}
+		idx = i
+		l, err := h.LinkByName(DeviceName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Attrs().MTU != PodMTU(VXLAN, u) {
+			t.Errorf("%s underlay: device MTU %d, want %d", u, l.Attrs().MTU, PodMTU(VXLAN, u))
+		}
+	}
+	for _, network := range []string{"udp4", "udp6"} {
+		err := testenv.InNetns(ns, func() error {
+			c, err := net.ListenPacket(network, fmt.Sprintf(":%d", Port))
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		if !errors.Is(err, unix.EADDRINUSE) {
+			t.Errorf("binding %s port %d beside the device: %v, want in use (the device's socket)", network, Port, err)
+		}
 	}
 }

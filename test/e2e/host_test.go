@@ -60,7 +60,7 @@ func TestHostPolicyIPIP(t *testing.T)   { testHostPolicy(t, overlay.IPIP) }
 func TestHostPolicyNative(t *testing.T) { testHostPolicy(t, overlay.Native) }
 
 func testHostPolicy(t *testing.T, mode overlay.Mode) {
-	n := startTwoNodes(t, mode, false)
+	n := startTwoNodes(t, mode, false, overlay.UnderlayIPv4)
 	a, _, b := n.pods(t)
 	nodeA, nodeB := endpoint.NetnsPath(n.a.Config.NodeNetns), endpoint.NetnsPath(n.b.Config.NodeNetns)
 	// Host processes: servers on both nodes' own namespaces.
@@ -222,6 +222,28 @@ func addAddr6(t *testing.T, nsPath, ifname string, addr netip.Addr) {
 	ipn := netip.PrefixFrom(addr, 64)
 	if err := h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(ipn.Bits(), 128)}, Flags: unix.IFA_F_NODAD}); err != nil {
 		t.Fatalf("adding %v to %s: %v", addr, ifname, err)
+	}
+}
+
+// delAddr4 takes the IPv4 address addr off the interface of the namespace at nsPath that
+// holds it.
+func delAddr4(t *testing.T, nsPath string, addr netip.Addr) {
+	t.Helper()
+	h := testenv.NetlinkHandle(t, nsPath)
+	l, err := h.LinkByName(linkHolding(t, nsPath, addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ad := range addrs {
+		if ip, ok := netip.AddrFromSlice(ad.IP); ok && ip.Unmap() == addr {
+			if err := h.AddrDel(l, &ad); err != nil {
+				t.Fatalf("removing %v from %s: %v", ad.IPNet, l.Attrs().Name, err)
+			}
+		}
 	}
 }
 

@@ -127,7 +127,7 @@ func readMonitor(t *testing.T, nsPath string) (stop func()) {
 // (copiesFromOtherNodesLost), not handed to an interface nothing reads; with a reader
 // again they are delivered.
 func TestTapRemoteMonitorNotReading(t *testing.T) {
-	c := startThreeNodes(t, overlay.VXLAN)
+	c := startThreeNodes(t, overlay.VXLAN, overlay.UnderlayIPv4)
 	c.add(t, 0, "app", "a")
 	b := c.add(t, 0, "app", "b")
 	s := c.add(t, 2, "sec", "s", "--monitor")

@@ -30,6 +30,24 @@ type twoNodes struct {
 	a, b           *agenttest.Env
 	addrA, addrB   netip.Addr // fabric addresses
 	addr6A, addr6B netip.Addr // IPv6 fabric addresses (zero: the fabric is IPv4 only)
+	underlay       overlay.Underlay
+}
+
+// vxlanAddrB is where node A's VXLAN packets reach node B: its IPv6 fabric address over an
+// IPv6 underlay, else its address.
+func (n *twoNodes) vxlanAddrB() netip.Addr {
+	if n.underlay == overlay.UnderlayIPv6 {
+		return n.addr6B
+	}
+	return n.addrB
+}
+
+// dropFabric4 takes the IPv4 addresses off the fabric veth's two ends: from then on only
+// IPv6 crosses between the nodes. The node addresses stay declared: they name the nodes.
+func (n *twoNodes) dropFabric4(t *testing.T) {
+	t.Helper()
+	delAddr4(t, endpoint.NetnsPath(n.a.Config.NodeNetns), n.addrA)
+	delAddr4(t, endpoint.NetnsPath(n.b.Config.NodeNetns), n.addrB)
 }
 
 // The nodes' IPv6 fabric addresses with fabric6: declared as node addresses (--address6),
@@ -39,13 +57,13 @@ var (
 	nodeFab6B = netip.MustParseAddr("2001:2:0:fa6::b")
 )
 
-func startTwoNodes(t *testing.T, mode overlay.Mode, fabric6 bool) *twoNodes {
+func startTwoNodes(t *testing.T, mode overlay.Mode, fabric6 bool, underlay overlay.Underlay) *twoNodes {
 	t.Helper()
-	n := &twoNodes{addrA: netip.MustParseAddr("198.19.255.1"), addrB: netip.MustParseAddr("198.19.255.2")}
+	n := &twoNodes{addrA: netip.MustParseAddr("198.19.255.1"), addrB: netip.MustParseAddr("198.19.255.2"), underlay: underlay}
 	cidrA, cidrB := netip.MustParsePrefix("198.18.16.0/20"), netip.MustParsePrefix("198.18.32.0/20")
 	cidr6A, cidr6B := netip.MustParsePrefix("2001:2:0:a::/64"), netip.MustParsePrefix("2001:2:0:b::/64")
-	n.a = agenttest.StartAgent(t, agenttest.Options{PodCIDR: cidrA, PodCIDR6: cidr6A, Tunnel: mode})
-	n.b = agenttest.StartAgent(t, agenttest.Options{PodCIDR: cidrB, PodCIDR6: cidr6B, Tunnel: mode})
+	n.a = agenttest.StartAgent(t, agenttest.Options{PodCIDR: cidrA, PodCIDR6: cidr6A, Tunnel: mode, VXLANUnderlay: underlay})
+	n.b = agenttest.StartAgent(t, agenttest.Options{PodCIDR: cidrB, PodCIDR6: cidr6B, Tunnel: mode, VXLANUnderlay: underlay})
 	agenttest.LinkFabric(t, n.a, n.b, n.addrA, n.addrB)
 	addB := []string{"node", "add", "node-b", "--address", n.addrB.String(), "--pod-cidr", cidrB.String()}
 	addA := []string{"node", "add", "node-a", "--address", n.addrA.String(), "--pod-cidr", cidrA.String()}
@@ -132,28 +150,55 @@ func flowsOf(t *testing.T, e *agenttest.Env) []api.Flow {
 // an identity of its choice is dropped (not from a node address); UDP datagrams larger
 // than the pod MTU (fragments) pass when policy allows them and are dropped when it does
 // not.
-func TestOverlayVXLAN(t *testing.T) { testOverlay(t, overlay.VXLAN) }
+func TestOverlayVXLAN(t *testing.T) { testOverlay(t, overlay.VXLAN, overlay.UnderlayIPv4) }
+
+// The same over an IPv6 fabric (rampartd --vxlan-underlay=ipv6, the nodes declared with
+// their IPv6 fabric addresses): once the fabric's IPv4 addresses are gone, pods still talk
+// over IPv4 and IPv6, judged on the VNI's identity, with the pods' MTU leaving room for the
+// IPv6 outer header; a pod's own VXLAN packet to node B's IPv6 fabric address, from its
+// IPv6 address (no node's), is dropped as tunnel-untrusted-source for an inner IPv4 and an
+// inner IPv6 datagram.
+func TestOverlayVXLANIPv6Fabric(t *testing.T) {
+	testOverlay(t, overlay.VXLAN, overlay.UnderlayIPv6)
+}
 
 // The same through IP-in-IP: the packets between the nodes are encapsulated (protocol 4 on
 // the fabric), the receiving node takes the source's identity from the inner source
 // address (not flagged tunnel), and a pod's own IP-in-IP packet claiming another pod's
 // address is dropped.
-func TestOverlayIPIP(t *testing.T) { testOverlay(t, overlay.IPIP) }
+// Nodes move from one underlay to the other a node at a time: with node A sending over
+// IPv6 and node B over IPv4, every connection's packets cross in both families (each node
+// accepts both) and the same policy holds, for IPv4 and IPv6 between the pods.
+func TestOverlayVXLANMixedUnderlay(t *testing.T) {
+	n := startTwoNodes(t, overlay.VXLAN, true, overlay.UnderlayIPv6)
+	_, _, b := n.pods(t)
+	n.b.Stop()
+	n.b.Config.VXLANUnderlay = overlay.UnderlayIPv4
+	n.b.Start()
+	for _, to := range []string{b.IP, b.IP6} {
+		probeNodeB(t, n, netip.MustParseAddr(to), "vxlan, node A over IPv6, node B over IPv4", true)
+	}
+}
+
+func TestOverlayIPIP(t *testing.T) { testOverlay(t, overlay.IPIP, overlay.UnderlayIPv4) }
 
 // With native routing the receiving node takes the source's identity from its address
 // (the remote pod declared in its ipcache): the same policy allows and denies the same
 // pairs and fragments, with no overlay device. The nodes have IPv6 fabric addresses, so
 // IPv6 between their pods is natively routed too and judged the same way, and an IPv6
 // source from the fabric that is no known pod's is world.
-func TestOverlayNative(t *testing.T) { testOverlay(t, overlay.Native) }
+func TestOverlayNative(t *testing.T) { testOverlay(t, overlay.Native, overlay.UnderlayIPv4) }
 
-func testOverlay(t *testing.T, mode overlay.Mode) {
-	n := startTwoNodes(t, mode, mode == overlay.Native)
+func testOverlay(t *testing.T, mode overlay.Mode, underlay overlay.Underlay) {
+	n := startTwoNodes(t, mode, mode == overlay.Native || underlay == overlay.UnderlayIPv6, underlay)
 	a, c, b := n.pods(t)
 	bIP := netip.MustParseAddr(b.IP)
+	if underlay == overlay.UnderlayIPv6 {
+		n.dropFabric4(t)
+	}
 
 	// The overlay's MTU on the pods.
-	if mtu := overlay.PodMTU(mode); mtu != 0 {
+	if mtu := overlay.PodMTU(mode, underlay); mtu != 0 {
 		for _, ep := range []api.Endpoint{a, c} {
 			h := testenv.NetlinkHandle(t, ep.Netns)
 			l, err := h.LinkByName(endpoint.PodIfName)
@@ -222,7 +267,7 @@ func testOverlay(t *testing.T, mode overlay.Mode) {
 		// x/c sends its own VXLAN packet to node B claiming x/a's identity in the VNI,
 		// with an inner UDP datagram from x/a's address to x/b port 80 (which x/a may
 		// reach).
-		vc, err := testenv.Dial(c.Netns, "udp", netip.AddrPortFrom(n.addrB, overlay.Port), 2*time.Second)
+		vc, err := testenv.Dial(c.Netns, "udp", netip.AddrPortFrom(n.vxlanAddrB(), overlay.Port), 2*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -341,7 +386,7 @@ func checkIPv6(t *testing.T, n *twoNodes, mode overlay.Mode, a, c, b api.Endpoin
 			t.Errorf("node A dropped a packet into the overlay for want of a node: %+v", f)
 		}
 	}
-	vc, err := testenv.Dial(c.Netns, "udp", netip.AddrPortFrom(n.addrB, overlay.Port), 2*time.Second)
+	vc, err := testenv.Dial(c.Netns, "udp", netip.AddrPortFrom(n.vxlanAddrB(), overlay.Port), 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -620,7 +665,7 @@ func ipChecksum(h []byte) uint16 {
 // IP-in-IP to native routing takes the programs off the fabric, to VXLAN makes the device,
 // and back to IP-in-IP removes the device and encapsulates again. Policy holds throughout.
 func TestOverlayModeSwitch(t *testing.T) {
-	n := startTwoNodes(t, overlay.IPIP, false)
+	n := startTwoNodes(t, overlay.IPIP, false, overlay.UnderlayIPv4)
 	_, _, b := n.pods(t)
 	bIP := netip.MustParseAddr(b.IP)
 	type node struct {

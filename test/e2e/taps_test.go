@@ -19,7 +19,9 @@ import (
 
 // threeNodes is three agents whose node namespaces are joined pairwise by fabric veths
 // (each pair in a /24 of its own), each with the other two declared as nodes by the
-// address of the link between them.
+// address of the link between them. Over an IPv6 underlay each link has IPv6 addresses
+// too (a /64 of its own), declared as the nodes' IPv6 fabric addresses, and then only them:
+// the IPv4 ones are taken off once the nodes are declared.
 type threeNodes struct {
 	n    [3]*agenttest.Env
 	addr [3][3]netip.Addr // addr[i][j]: node i's address on its link to node j
@@ -27,27 +29,51 @@ type threeNodes struct {
 
 func nodeName(i int) string { return "node-" + strconv.Itoa(i+1) }
 
-func startThreeNodes(t *testing.T, mode overlay.Mode) *threeNodes {
+func startThreeNodes(t *testing.T, mode overlay.Mode, underlay overlay.Underlay) *threeNodes {
 	t.Helper()
 	c := &threeNodes{}
 	cidr := func(i int) netip.Prefix {
 		return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(16 * (i + 1)), 0}), 20)
 	}
 	for i := range c.n {
-		c.n[i] = agenttest.StartAgent(t, agenttest.Options{PodCIDR: cidr(i), Tunnel: mode, TCPPorts: []uint16{80}})
+		c.n[i] = agenttest.StartAgent(t, agenttest.Options{PodCIDR: cidr(i), Tunnel: mode, VXLANUnderlay: underlay, TCPPorts: []uint16{80}})
 	}
+	var addr6 [3][3]netip.Addr
 	for i := range 3 {
 		for j := i + 1; j < 3; j++ {
 			link := byte(250 + i + j) // 251, 252, 253
 			c.addr[i][j] = netip.AddrFrom4([4]byte{198, 19, link, byte(i + 1)})
 			c.addr[j][i] = netip.AddrFrom4([4]byte{198, 19, link, byte(j + 1)})
 			agenttest.LinkFabric(t, c.n[i], c.n[j], c.addr[i][j], c.addr[j][i])
+			if underlay != overlay.UnderlayIPv6 {
+				continue
+			}
+			for _, k := range [][2]int{{i, j}, {j, i}} {
+				// 2001:2:0:ffb::1 for node 1 on the link 198.19.251.0/24, and so on: in
+				// the tests' IPv6 range.
+				addr6[k[0]][k[1]] = netip.AddrFrom16([16]byte{0x20, 0x01, 0, 0x02, 0, 0, 0x0f, link, 15: byte(k[0] + 1)})
+				path := endpoint.NetnsPath(c.n[k[0]].Config.NodeNetns)
+				addAddr6(t, path, linkHolding(t, path, c.addr[k[0]][k[1]]), addr6[k[0]][k[1]])
+			}
 		}
 	}
 	for i := range 3 {
 		for j := range 3 {
 			if i != j {
-				c.n[i].MustCLI("node", "add", nodeName(j), "--address", c.addr[j][i].String(), "--pod-cidr", cidr(j).String())
+				args := []string{"node", "add", nodeName(j), "--address", c.addr[j][i].String(), "--pod-cidr", cidr(j).String()}
+				if addr6[j][i].IsValid() {
+					args = append(args, "--address6", addr6[j][i].String())
+				}
+				c.n[i].MustCLI(args...)
+			}
+		}
+	}
+	if underlay == overlay.UnderlayIPv6 {
+		for i := range 3 {
+			for j := range 3 {
+				if i != j {
+					delAddr4(t, endpoint.NetnsPath(c.n[i].Config.NodeNetns), c.addr[i][j])
+				}
 			}
 		}
 	}
@@ -105,7 +131,7 @@ func TestTapMonitorPlacements(t *testing.T) {
 }
 
 func testTapPlacements(t *testing.T, mode overlay.Mode) {
-	c := startThreeNodes(t, mode)
+	c := startThreeNodes(t, mode, overlay.UnderlayIPv4)
 	a := c.add(t, 0, "app", "a")
 	bNear := c.add(t, 0, "app", "b1")
 	bFar := c.add(t, 1, "app", "b2")
@@ -253,12 +279,22 @@ func tapOf(t *testing.T, e *agenttest.Env, name string) api.Tap {
 
 // A datagram larger than the pod's MTU leaves a fragmented; a mirror of a's UDP to b on
 // one port, to a monitor on a third node, copies every fragment (the first matches the
-// port, the later ones follow it) through the tap tunnel, in every tunnel mode: the
-// monitor reads each fragment's bytes.
+// port, the later ones follow it) through the tap tunnel, in every tunnel mode, and over
+// an IPv6 fabric with the IPv6 underlay (no IPv4 left on it): the monitor reads each
+// fragment's bytes.
 func TestTapFragmentsAcrossNodes(t *testing.T) {
-	for _, mode := range []overlay.Mode{overlay.VXLAN, overlay.Native} {
-		t.Run(string(mode), func(t *testing.T) {
-			c := startThreeNodes(t, mode)
+	for _, tc := range []struct {
+		name     string
+		mode     overlay.Mode
+		underlay overlay.Underlay
+	}{
+		{"vxlan", overlay.VXLAN, overlay.UnderlayIPv4},
+		{"native", overlay.Native, overlay.UnderlayIPv4},
+		// Copies and the overlay over an IPv6 fabric only.
+		{"vxlan-ipv6-fabric", overlay.VXLAN, overlay.UnderlayIPv6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startThreeNodes(t, tc.mode, tc.underlay)
 			a := c.add(t, 0, "app", "a")
 			b := c.add(t, 1, "app", "b")
 			s := c.add(t, 2, "sec", "s", "--monitor")

@@ -49,6 +49,8 @@ type Options struct {
 	HostTraffic agent.HostTraffic
 	// Tunnel is agent.Config.Tunnel ("": native routing).
 	Tunnel overlay.Mode
+	// VXLANUnderlay is agent.Config.VXLANUnderlay ("": IPv4).
+	VXLANUnderlay overlay.Underlay
 	// ServiceCgroup is agent.Config.ServiceCgroup: tests that declare Services give the
 	// cgroup of their own (testenv.JoinNewCgroup) so that the host's sockets stay as they are.
 	ServiceCgroup string
@@ -111,6 +113,7 @@ func StartAgent(t testing.TB, opts Options) *Env {
 			L7SendSide:     opts.L7SendSide,
 			HostTraffic:    opts.HostTraffic,
 			Tunnel:         opts.Tunnel,
+			VXLANUnderlay:  opts.VXLANUnderlay,
 			ServiceCgroup:  opts.ServiceCgroup,
 			FQDN:           opts.FQDN,
 			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
