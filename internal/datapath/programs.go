@@ -12,8 +12,7 @@ import (
 // return program. The host firewall's, each overlay's and the tap tunnel's programs load
 // the first time they are attached. The verifier is most of what opening costs (about a
 // second of CPU for each program of 800k instructions), and a node runs at most one
-// overlay and the host firewall only when asked: an agent starts in less than half the
-// time, and an agent of a cluster in about half.
+// overlay and the host firewall only when asked.
 //
 // A group loads from the same specification as the core (map sizes, timeouts and flow
 // cache settings applied), sharing every map: the pinned ones by their pins, the unpinned
