@@ -31,9 +31,9 @@ var installed = []string{
 }
 
 // previousRelease is the commit a user upgrades from in TestInstallDaemonSet: an earlier
-// build of main whose CI passed. Move it forward when deploy/ changes in a way an older
-// agent cannot run under.
-const previousRelease = "c49b1d08b37f21c0f4f8a9de8e7539dd3f396b4a"
+// build of main whose tests passed and that runs under this deploy/. Move it forward when
+// deploy/ changes in a way an older agent cannot run under (here: --vxlan-underlay).
+const previousRelease = "f03126ba77babc3427ca5e23371a82f55a6c8e41"
 
 // Rampart installed as a user installs it: two real nodes start with no agent and no CNI
 // configuration (NotReady); `kubectl apply -R -f deploy/` (its ConfigMap edited for this
