@@ -1023,7 +1023,7 @@ static __always_inline int handle_policy(struct __sk_buff *skb, __u8 dir, struct
 		/* The conntrack path ran for this packet: let the cache serve the flow's next
 		 * packets, or forget the flow when this packet changes its state. */
 		if (flow_cache_eligible(pp) &&
-		    flow_cache_cacheable(entry, pp, check, status == CT_ESTABLISHED))
+		    flow_cache_cacheable(entry, pp->tunnel_id, check, status == CT_ESTABLISHED))
 			flow_cache_fill(fc, &want, check, now);
 		else if (pp->t.proto == IPPROTO_TCP && (pp->tcp_flags & (TCP_F_FIN | TCP_F_RST)))
 			flow_cache_forget(fc, &want);
@@ -1602,6 +1602,7 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int ho
 	struct endpoint_info *ep;
 	struct endpoint6 *a = 0;
 	struct ct_value *entry;
+	__u32 check;
 	__u64 now;
 	int ret, status;
 
@@ -1651,6 +1652,9 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int ho
 	if (p->frag == FRAG_LATER)
 		return handle6_later_fragment(skb, p, &d, ep);
 	now = bpf_jiffies64();
+	check = ep->revision + p->ipcache_gen;
+	if (flow_cache6_eligible(p) && flow_cache6_hit(p, skb->ifindex, dir, check, now))
+		return pass();
 	status = ct6_lookup(p, d.ep_id, dir, now, &entry);
 	if (status == CT_RELATED_FOREIGN && related6_from_node(skb, p, &d, ep->flags))
 		return pass();
@@ -1662,8 +1666,7 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int ho
 			ret = new6_dns_flow(skb, p, &d, ep, now);
 		return ret;
 	}
-	if (status == CT_ESTABLISHED && entry &&
-	    ct_checked(entry) != ct6_check_word(ep->revision + p->ipcache_gen, p)) {
+	if (status == CT_ESTABLISHED && entry && ct_checked(entry) != ct6_check_word(check, p)) {
 		ret = handle6_recheck(skb, p, &d, ep, entry);
 		if (ret >= 0)
 			return ret;
@@ -1675,6 +1678,15 @@ static __always_inline int handle6(struct __sk_buff *skb, __u8 dir, const int ho
 		ret = steer6_established(skb, p, &d, status, entry->flags);
 		if (ret >= 0)
 			return ret;
+	}
+	if (entry) {
+		/* The conntrack path ran: let the cache serve the flow's next packets, or forget
+		 * the flow when this packet changes its state. */
+		if (flow_cache6_eligible(p) &&
+		    flow_cache_cacheable(entry, p->tunnel_id, check, status == CT_ESTABLISHED))
+			flow_cache6_update(p, skb->ifindex, dir, check, 1);
+		else if (p->t.proto == IPPROTO_TCP && (p->tcp_flags & (TCP_F_FIN | TCP_F_RST)))
+			flow_cache6_update(p, skb->ifindex, dir, 0, 0);
 	}
 	if (p->frag == FRAG_FIRST) {
 		set_identities(&d, ep, entry ? entry->peer_identity : 0);

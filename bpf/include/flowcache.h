@@ -69,17 +69,159 @@
  * whole number of cache lines, and the offset puts each entry in one line. */
 const volatile __u32 flow_cache_window = 0;
 const volatile __u32 flow_cache_offset = 0;
+const volatile __u32 flow_cache6_offset = 0; /* the same for flow_cache6's 128-byte slots */
 
 #define FC_READ(x) (*(volatile typeof(x) *)&(x))
 #define FC_WRITE(x, v) (*(volatile typeof(x) *)&(x) = (v))
 #define fc_barrier() asm volatile("" ::: "memory")
 
-/* The entry's words, as the reader compares them: the entry is read as four 8-byte
- * words (seq and synced; ifindex and revision; the addresses; the ports, protocol and VNI
- * identity). */
+/* An entry as the reader compares it: 8-byte words, the same first two in both families
+ * (seq and synced; ifindex and revision), then the flow (the addresses, then the ports,
+ * protocol and VNI identity): four words for IPv4, seven for IPv6. */
+#define FC_WORDS 4
+#define FC6_WORDS 7
+
 struct fc_words {
-	__u64 w[4];
+	__u64 w[FC6_WORDS];
 };
+
+/* fc_slot returns the entry in slot idx of cache (flow_cache or flow_cache6, whose slots
+ * are slot_bytes long), at byte off of the slot (clamped so that an entry of entry_bytes
+ * stays in the slot). */
+static __always_inline void *fc_slot(void *cache, __u32 idx, __u32 off, __u32 slot_bytes,
+				     __u32 entry_bytes)
+{
+	__u8 *slot = bpf_map_lookup_elem(cache, &idx);
+
+	if (!slot)
+		return 0;
+	if (off > slot_bytes - entry_bytes)
+		off = 0;
+	return slot + (off & ~7u);
+}
+
+/* fc_eligible says whether a packet may be served from the cache, and whether its flow
+ * may be cached after it: TCP segments that open or close (SYN, FIN, RST) and ICMP other
+ * than echo always take the conntrack path. */
+static __always_inline int fc_eligible(__u8 proto, __u8 tcp_flags, __u8 icmp_kind)
+{
+	if (proto == IPPROTO_TCP)
+		return !(tcp_flags & (TCP_F_SYN | TCP_F_FIN | TCP_F_RST));
+	return icmp_kind != ICMP_K_ERROR && icmp_kind != ICMP_K_OTHER;
+}
+
+/* fc_hit says whether the entry at e (n words), whose word 0 the caller read earlier as
+ * w0, holds the flow in want, checked against revision, and synced less than a window
+ * before now. */
+static __always_inline int fc_hit(void *e, __u64 w0, const void *want, const int n,
+				  __u32 revision, __u64 now)
+{
+	struct fc_words *ew = e;
+	const struct fc_words *ww = want;
+	__u32 seq = (__u32)w0, synced = (__u32)(w0 >> 32);
+
+	if (seq & 1)
+		return 0;
+	if ((__u32)now - synced >= flow_cache_window)
+		return 0;
+	if (FC_READ(ew->w[1]) != (ww->w[1] | ((__u64)revision << 32)))
+		return 0;
+#pragma unroll
+	for (int i = 2; i < n; i++)
+		if (FC_READ(ew->w[i]) != ww->w[i])
+			return 0;
+	/* Nothing was written in between: the words read belong together. */
+	return (__u32)FC_READ(ew->w[0]) == seq;
+}
+
+/* fc_hit_checked finishes the hit test of an entry at e whose flow the caller found to be
+ * the packet's (fc_same_flow) after reading word 0 as w0: checked against revision,
+ * synced less than a window before now, and nothing written since w0 was read. */
+static __always_inline int fc_hit_checked(void *e, __u64 w0, __u32 revision, __u64 now)
+{
+	struct fc_words *ew = e;
+	__u32 seq = (__u32)w0, synced = (__u32)(w0 >> 32);
+
+	if (seq & 1)
+		return 0;
+	if ((__u32)now - synced >= flow_cache_window)
+		return 0;
+	if ((__u32)(FC_READ(ew->w[1]) >> 32) != revision)
+		return 0;
+	return (__u32)FC_READ(ew->w[0]) == seq;
+}
+
+/* fc_same_flow says whether the entry at e holds the flow in want (any revision). */
+static __always_inline int fc_same_flow(void *e, const void *want, const int n)
+{
+	struct fc_words *ew = e;
+	const struct fc_words *ww = want;
+
+	if ((__u32)FC_READ(ew->w[1]) != (__u32)ww->w[1])
+		return 0;
+#pragma unroll
+	for (int i = 2; i < n; i++)
+		if (FC_READ(ew->w[i]) != ww->w[i])
+			return 0;
+	return 1;
+}
+
+/* fc_fill records in the entry at e that conntrack just confirmed the flow in want,
+ * checked against revision, in a cacheable state. A slot holding another flow synced
+ * within the window is left alone: two busy flows sharing a slot then do not take turns
+ * writing it. */
+static __always_inline void fc_fill(void *e, const void *want, const int n, __u32 revision,
+				    __u64 now)
+{
+	struct fc_words *ew = e;
+	const struct fc_words *ww = want;
+	__u32 *seqp = e, *syncedp = (__u32 *)e + 1;
+	__u32 seq = FC_READ(*seqp);
+
+	if (seq & 1)
+		return;
+	if ((__u32)FC_READ(ew->w[1]) && (__u32)now - FC_READ(*syncedp) < flow_cache_window &&
+	    !fc_same_flow(e, want, n))
+		return;
+	if (__sync_val_compare_and_swap(seqp, seq, seq + 1) != seq)
+		return; /* another CPU is writing it */
+	FC_WRITE(*syncedp, (__u32)now);
+	FC_WRITE(ew->w[1], ww->w[1] | ((__u64)revision << 32));
+#pragma unroll
+	for (int i = 2; i < n; i++)
+		FC_WRITE(ew->w[i], ww->w[i]);
+	fc_barrier();
+	FC_WRITE(*seqp, seq + 2);
+}
+
+/* fc_forget empties the entry at e if it holds the flow in want: a FIN or RST is
+ * changing the flow's state. */
+static __always_inline void fc_forget(void *e, const void *want, const int n)
+{
+	struct fc_words *ew = e;
+	__u32 *seqp = e;
+	__u32 seq = FC_READ(*seqp);
+
+	if (seq & 1 || !fc_same_flow(e, want, n))
+		return;
+	if (__sync_val_compare_and_swap(seqp, seq, seq + 1) != seq)
+		return;
+	FC_WRITE(ew->w[1], 0);
+	fc_barrier();
+	FC_WRITE(*seqp, seq + 2);
+}
+
+/* flow_cache_cacheable says whether conntrack entry v, just found live for a packet
+ * with check revision revision and VNI identity tunnel_id, may be cached: checked against
+ * that revision, and, for a packet in the flow's own direction (established), with that
+ * tunnel_id. Replies are not checked (they follow their flow), so theirs does not
+ * matter. */
+static __always_inline int flow_cache_cacheable(const struct ct_value *v, __u32 tunnel_id,
+						__u32 revision, int established)
+{
+	return v->flags == CT_F_SEEN_REPLY && v->revision == revision &&
+	       (!established || v->tunnel_id == tunnel_id);
+}
 
 /* flow_cache_want fills the words a slot holds for the flow of p at interface ifindex in
  * direction dir (oriented from the endpoint's side, as conntrack keys are); word 0 and the
@@ -103,124 +245,57 @@ static __always_inline void flow_cache_want(struct flow_cache_entry *want, const
 	want->proto_tunnel = p->t.proto | (p->tunnel_id << 8);
 }
 
+/* fc_mix is the slot hash's last steps: the ports, interface, protocol and VNI identity
+ * mixed into h, h reduced to a slot index of slots by multiplication (any slot count, no
+ * modulo). */
+static __always_inline __u32 fc_mix(__u32 h, __be16 lport, __be16 rport, __u32 ifindex,
+				    __u32 proto_tunnel, __u32 slots)
+{
+	h ^= (((__u32)lport << 16) | rport) * 0xC2B2AE3Du;
+	h ^= (ifindex ^ (proto_tunnel << 24)) * 0x27D4EB2Fu;
+	h ^= h >> 15;
+	return (__u32)(((__u64)h * slots) >> 32);
+}
+
 /* flow_cache_slot_of returns the entry the flow in want maps to. Its address depends only
  * on the packet, so the caller can load from it before the endpoint lookup: both misses
  * are then in flight at once. */
 static __always_inline struct flow_cache_entry *flow_cache_slot_of(const struct flow_cache_entry *want)
 {
-	__u32 h, idx, off;
-	__u8 *slot;
+	__u32 h = want->laddr * 0x9E3779B1u ^ want->raddr * 0x85EBCA77u;
 
-	h = want->laddr * 0x9E3779B1u;
-	h ^= want->raddr * 0x85EBCA77u;
-	h ^= (((__u32)want->lport << 16) | want->rport) * 0xC2B2AE3Du;
-	h ^= (want->ifindex ^ (want->proto_tunnel << 24)) * 0x27D4EB2Fu;
-	h ^= h >> 15;
-	/* Range reduction by multiplication: any slot count, no modulo. */
-	idx = (__u32)(((__u64)h * RAMPART_FLOW_CACHE_SLOTS) >> 32);
-	slot = bpf_map_lookup_elem(&flow_cache, &idx);
-	if (!slot)
-		return 0;
-	off = flow_cache_offset;
-	if (off > RAMPART_FLOW_CACHE_SLOT_BYTES - sizeof(struct flow_cache_entry))
-		off = 0;
-	return (struct flow_cache_entry *)(slot + (off & ~7u));
+	return fc_slot(&flow_cache, fc_mix(h, want->lport, want->rport, want->ifindex,
+					   want->proto_tunnel, RAMPART_FLOW_CACHE_SLOTS),
+		       flow_cache_offset, RAMPART_FLOW_CACHE_SLOT_BYTES,
+		       sizeof(struct flow_cache_entry));
 }
 
-/* flow_cache_eligible says whether packet p may be served from the cache, and whether its
- * flow may be cached after it: TCP segments that open or close (SYN, FIN, RST) and ICMP
- * other than echo always take the conntrack path. */
+/* flow_cache_eligible: fc_eligible for an IPv4 packet. */
 static __always_inline int flow_cache_eligible(const struct pkt *p)
 {
-	if (p->t.proto == IPPROTO_TCP)
-		return !(p->tcp_flags & (TCP_F_SYN | TCP_F_FIN | TCP_F_RST));
-	return p->icmp_kind != ICMP_K_ERROR && p->icmp_kind != ICMP_K_OTHER;
+	return fc_eligible(p->t.proto, p->tcp_flags, p->icmp_kind);
 }
 
-/* flow_cache_hit says whether e, whose word 0 the caller read earlier as w0, holds the
- * flow in want, checked against revision, and synced less than a window before now. */
+/* flow_cache_hit: fc_hit for an IPv4 entry. */
 static __always_inline int flow_cache_hit(struct flow_cache_entry *e, __u64 w0,
 					  const struct flow_cache_entry *want, __u32 revision,
 					  __u64 now)
 {
-	struct fc_words *ew = (struct fc_words *)e;
-	const struct fc_words *ww = (const struct fc_words *)want;
-	__u32 seq = (__u32)w0, synced = (__u32)(w0 >> 32);
-
-	if (seq & 1)
-		return 0;
-	if ((__u32)now - synced >= flow_cache_window)
-		return 0;
-	if (FC_READ(ew->w[1]) != (ww->w[1] | ((__u64)revision << 32)))
-		return 0;
-	if (FC_READ(ew->w[2]) != ww->w[2] || FC_READ(ew->w[3]) != ww->w[3])
-		return 0;
-	/* Nothing was written in between: the words read belong together. */
-	return FC_READ(e->seq) == seq;
+	return fc_hit(e, w0, want, FC_WORDS, revision, now);
 }
 
-static __always_inline int flow_cache_same_flow(struct flow_cache_entry *e,
-						const struct flow_cache_entry *want)
-{
-	struct fc_words *ew = (struct fc_words *)e;
-	const struct fc_words *ww = (const struct fc_words *)want;
-
-	return FC_READ(e->ifindex) == want->ifindex && FC_READ(ew->w[2]) == ww->w[2] &&
-	       FC_READ(ew->w[3]) == ww->w[3];
-}
-
-/* flow_cache_fill records that conntrack just confirmed the flow in want, checked against
- * revision, in a cacheable state. A slot holding another flow synced within the window is
- * left alone: two busy flows sharing a slot then do not take turns writing it. Out of
- * line: it runs once a window per flow. */
+/* flow_cache_fill: fc_fill for an IPv4 entry. Out of line: it runs once a window per
+ * flow. */
 static __noinline void flow_cache_fill(struct flow_cache_entry *e, const struct flow_cache_entry *want,
 				       __u32 revision, __u64 now)
 {
-	__u32 seq = FC_READ(e->seq);
-
-	if (seq & 1)
-		return;
-	if (FC_READ(e->ifindex) && (__u32)now - FC_READ(e->synced) < flow_cache_window &&
-	    !flow_cache_same_flow(e, want))
-		return;
-	if (__sync_val_compare_and_swap(&e->seq, seq, seq + 1) != seq)
-		return; /* another CPU is writing it */
-	FC_WRITE(e->synced, (__u32)now);
-	FC_WRITE(e->ifindex, want->ifindex);
-	FC_WRITE(e->revision, revision);
-	FC_WRITE(e->laddr, want->laddr);
-	FC_WRITE(e->raddr, want->raddr);
-	FC_WRITE(e->lport, want->lport);
-	FC_WRITE(e->rport, want->rport);
-	FC_WRITE(e->proto_tunnel, want->proto_tunnel);
-	fc_barrier();
-	FC_WRITE(e->seq, seq + 2);
+	fc_fill(e, want, FC_WORDS, revision, now);
 }
 
-/* flow_cache_forget empties the slot if it holds the flow in want: a FIN or RST is
- * changing the flow's state. */
+/* flow_cache_forget: fc_forget for an IPv4 entry. */
 static __noinline void flow_cache_forget(struct flow_cache_entry *e, const struct flow_cache_entry *want)
 {
-	__u32 seq = FC_READ(e->seq);
-
-	if (seq & 1 || !flow_cache_same_flow(e, want))
-		return;
-	if (__sync_val_compare_and_swap(&e->seq, seq, seq + 1) != seq)
-		return;
-	FC_WRITE(e->ifindex, 0);
-	fc_barrier();
-	FC_WRITE(e->seq, seq + 2);
-}
-
-/* flow_cache_cacheable says whether conntrack entry v, just found live for packet p, may be
- * cached: checked against the packet's check revision, and, for a packet in the flow's own
- * direction (established), with the packet's tunnel_id. Replies are not checked (they
- * follow their flow), so theirs does not matter. */
-static __always_inline int flow_cache_cacheable(const struct ct_value *v, const struct pkt *p,
-						__u32 revision, int established)
-{
-	return v->flags == CT_F_SEEN_REPLY && v->revision == revision &&
-	       (!established || v->tunnel_id == p->tunnel_id);
+	fc_forget(e, want, FC_WORDS);
 }
 
 #endif /* __RAMPART_FLOWCACHE_H */

@@ -400,14 +400,19 @@ static __always_inline void ct6_key_fill(struct ct6_key *k, const struct tuple6 
 	k->protocol = t->proto;
 }
 
-/* ct6_live: ct_live for conntrack6 (no flow cache serves IPv6). */
+/* ct6_live: ct_live for conntrack6. */
 static __always_inline struct ct_value *ct6_live(struct ct6_key *k, __u8 proto, __u64 now)
 {
 	struct ct_value *v = bpf_map_lookup_elem(&conntrack6, k);
+	__u64 timeout;
 
 	if (!v)
 		return 0;
-	if ((__s64)(now - v->last_seen) > (__s64)ct_timeout(v, proto)) {
+	timeout = ct_timeout(v, proto);
+	/* The flow cache may be serving this flow (flow_cache6). */
+	if (v->flags & CT_F_SEEN_REPLY)
+		timeout += flow_cache_window;
+	if ((__s64)(now - v->last_seen) > (__s64)timeout) {
 		bpf_map_delete_elem(&conntrack6, k);
 		return 0;
 	}
@@ -447,6 +452,86 @@ static __noinline int ct6_lookup(const struct pkt6 *p, __u32 ep_id, __u8 dir, __
 	ct_touch_flags(v, p->t.proto, p->tcp_flags, reply, now);
 	*entry = v;
 	return reply ? CT_REPLY : CT_ESTABLISHED;
+}
+
+/* flow_cache6_want: flow_cache_want for an IPv6 packet. */
+static __always_inline void flow_cache6_want(struct flow_cache6_entry *want, const struct pkt6 *p,
+					     __u32 ifindex, __u8 dir)
+{
+	__builtin_memset(want, 0, sizeof(*want));
+	want->ifindex = ifindex;
+	if (dir == DIR_EGRESS) {
+		__builtin_memcpy(want->laddr, p->t.saddr, 16);
+		__builtin_memcpy(want->raddr, p->t.daddr, 16);
+		want->lport = p->t.sport;
+		want->rport = p->t.dport;
+	} else {
+		__builtin_memcpy(want->laddr, p->t.daddr, 16);
+		__builtin_memcpy(want->raddr, p->t.saddr, 16);
+		want->lport = p->t.dport;
+		want->rport = p->t.sport;
+	}
+	want->proto_tunnel = p->t.proto | (p->tunnel_id << 8);
+}
+
+/* flow_cache6_slot_of: flow_cache_slot_of for IPv6, the addresses folded to 32 bits. */
+static __always_inline struct flow_cache6_entry *flow_cache6_slot_of(const struct flow_cache6_entry *want)
+{
+	const __u32 *l = (const __u32 *)want->laddr, *r = (const __u32 *)want->raddr;
+	__u32 h = (l[0] ^ l[1] ^ l[2] ^ l[3]) * 0x9E3779B1u ^ (r[0] ^ r[1] ^ r[2] ^ r[3]) * 0x85EBCA77u;
+
+	return fc_slot(&flow_cache6, fc_mix(h, want->lport, want->rport, want->ifindex,
+					    want->proto_tunnel, RAMPART_FLOW_CACHE6_SLOTS),
+		       flow_cache6_offset, RAMPART_FLOW_CACHE6_SLOT_BYTES,
+		       sizeof(struct flow_cache6_entry));
+}
+
+/* flow_cache6_eligible: flow_cache_eligible for an IPv6 packet. Fragments take the
+ * conntrack path too: a first fragment's record for the later ones needs the flow's peer
+ * identity, which its conntrack entry holds. */
+static __always_inline int flow_cache6_eligible(const struct pkt6 *p)
+{
+	return p->frag == FRAG_NONE && fc_eligible(p->t.proto, p->tcp_flags, p->icmp_kind);
+}
+
+/* flow_cache6_hit says whether the flow cache serves the flow of IPv6 packet p at
+ * interface ifindex in direction dir (fc_hit). Out of line, unlike IPv4's, so that the
+ * words compared do not add to the policy path's stack, which its deepest call chain
+ * fills. */
+static __noinline int flow_cache6_hit(const struct pkt6 *p, __u32 ifindex, __u8 dir,
+				      __u32 revision, __u64 now)
+{
+	struct flow_cache6_entry want, *e;
+
+	flow_cache6_want(&want, p, ifindex, dir);
+	e = flow_cache6_slot_of(&want);
+	return e && fc_hit(e, FC_READ(*(__u64 *)e), &want, FC6_WORDS, revision, now);
+}
+
+/* flow_cache6_store fills the entry at e with the flow in want checked against revision
+ * (fc_fill), or, when !fill, empties it if it holds that flow (fc_forget). */
+static __noinline void flow_cache6_store(struct flow_cache6_entry *e,
+					 const struct flow_cache6_entry *want, __u32 revision,
+					 int fill)
+{
+	if (fill)
+		fc_fill(e, want, FC6_WORDS, revision, bpf_jiffies64());
+	else
+		fc_forget(e, want, FC6_WORDS);
+}
+
+/* flow_cache6_update stores the flow of IPv6 packet p at interface ifindex in direction
+ * dir (flow_cache6_store), its slot and words found again here so that the policy path
+ * keeps none of them on its stack. */
+static __noinline void flow_cache6_update(const struct pkt6 *p, __u32 ifindex, __u8 dir,
+					  __u32 revision, int fill)
+{
+	struct flow_cache6_entry want, *e;
+
+	flow_cache6_want(&want, p, ifindex, dir);
+	e = flow_cache6_slot_of(&want);
+	if (e)
+		flow_cache6_store(e, &want, revision, fill);
 }
 
 /* ct6_create: ct_create for IPv6 (flags: CT_F_TO_PROXY, CT_F_FROM_PROXY or 0). */

@@ -144,6 +144,14 @@ struct {
 	__type(value, struct flow_cache_slot);
 } flow_cache SEC(".maps");
 
+/* The flow cache of IPv6 flows, as flow_cache. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RAMPART_FLOW_CACHE6_SLOTS);
+	__type(key, __u32);
+	__type(value, struct flow_cache6_slot);
+} flow_cache6 SEC(".maps");
+
 /* First-fragment verdicts, for the later fragments of the same datagram. It replaced
  * frags, whose values did not record the peer identity (unpinned on upgrade: only the
  * fragments in flight then are lost). */

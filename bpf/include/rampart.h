@@ -256,6 +256,33 @@ struct flow_cache_slot {
 	__u8 bytes[RAMPART_FLOW_CACHE_SLOT_BYTES];
 };
 
+/* flow_cache6: the flow cache of IPv6 flows (flowcache.h). An entry is 56 bytes, so a
+ * slot is two lines: wherever the kernel's array header puts the slot's start within a
+ * line, an entry at byte flow_cache6_offset of its slot sits in one. As many slots as keep
+ * the array under 32 KiB, as flow_cache's. */
+#ifndef RAMPART_FLOW_CACHE6_SLOTS
+#define RAMPART_FLOW_CACHE6_SLOTS 224
+#endif
+#define RAMPART_FLOW_CACHE6_SLOT_BYTES 128
+
+/* struct flow_cache_entry with 16-byte addresses: the same first two words and the same
+ * last one. */
+struct flow_cache6_entry {
+	__u32 seq;
+	__u32 synced;
+	__u32 ifindex;
+	__u32 revision;
+	__u8 laddr[16]; /* the flow, oriented as in struct ct6_key */
+	__u8 raddr[16];
+	__be16 lport;
+	__be16 rport;
+	__u32 proto_tunnel;
+};
+
+struct flow_cache6_slot {
+	__u8 bytes[RAMPART_FLOW_CACHE6_SLOT_BYTES];
+};
+
 /* ipcache: LPM trie from address to identity. prefixlen counts bits of family+pad (32)
  * plus the address prefix length. */
 struct ipcache_key {

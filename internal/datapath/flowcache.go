@@ -25,10 +25,12 @@ const flowCacheMaxWindow = time.Second
 // the flow cache's sequence count needs (bpf/include/flowcache.h): x86's memory model.
 const flowCacheOrdered = runtime.GOARCH == "amd64" || runtime.GOARCH == "386"
 
-// flowCacheEntryBytes is sizeof(struct flow_cache_entry).
+// flowCacheEntryBytes is sizeof(struct flow_cache_entry), flowCache6EntryBytes
+// sizeof(struct flow_cache6_entry).
 const (
-	flowCacheEntryBytes = 32
-	cacheLineBytes      = 64
+	flowCacheEntryBytes  = 32
+	flowCache6EntryBytes = 56
+	cacheLineBytes       = 64
 )
 
 // setFlowCache sets the flow cache's window, from the conntrack timeouts that setTimeouts
@@ -59,12 +61,15 @@ func setFlowCache(spec *ebpf.CollectionSpec, tick time.Duration) error {
 	if err := setVariable(spec, rampartVarFlowCacheWindow, uint32(window)); err != nil {
 		return fmt.Errorf("flow cache: %w", err)
 	}
-	off, err := flowCacheOffset()
+	header, err := arrayHeaderBytes()
 	if err != nil {
 		// Entries then may straddle two cache lines: slower at low rates, still correct.
-		off = 0
+		header = 0
 	}
-	if err := setVariable(spec, rampartVarFlowCacheOffset, off); err != nil {
+	if err := setVariable(spec, rampartVarFlowCacheOffset, flowCacheSlotOffset(header, flowCacheEntryBytes)); err != nil {
+		return fmt.Errorf("flow cache: %w", err)
+	}
+	if err := setVariable(spec, rampartVarFlowCache6Offset, flowCacheSlotOffset(header, flowCache6EntryBytes)); err != nil {
 		return fmt.Errorf("flow cache: %w", err)
 	}
 	return nil
@@ -81,12 +86,11 @@ func setVariable(spec *ebpf.CollectionSpec, name string, v uint32) error {
 	return nil
 }
 
-// flowCacheOffset returns where in its slot an entry must start to sit in one cache line.
-// An array map's values follow the kernel's struct bpf_array header, in memory the kernel
-// allocates cache-line aligned (the array is under 32 KiB, so kmalloc'd and aligned to its
-// power-of-two size); the header's size, from the kernel's BTF, is therefore each slot's
-// offset from a line boundary.
-func flowCacheOffset() (uint32, error) {
+// arrayHeaderBytes returns the size of the kernel's struct bpf_array, from its BTF: an
+// array map's values follow that header, in memory the kernel allocates cache-line aligned
+// (the flow caches are under 32 KiB, so kmalloc'd and aligned to their power-of-two size),
+// so it is each slot's offset from a line boundary (both caches' slots are whole lines).
+func arrayHeaderBytes() (uint32, error) {
 	kspec, err := btf.LoadKernelSpec()
 	if err != nil {
 		return 0, fmt.Errorf("loading kernel BTF: %w", err)
@@ -99,16 +103,15 @@ func flowCacheOffset() (uint32, error) {
 		return 0, errors.New("struct bpf_array has no members")
 	}
 	// The values are the last member (a union of flexible arrays).
-	header := uint32(arr.Members[len(arr.Members)-1].Offset.Bytes())
-	return flowCacheSlotOffset(header), nil
+	return uint32(arr.Members[len(arr.Members)-1].Offset.Bytes()), nil
 }
 
-// flowCacheSlotOffset is the offset within a 64-byte slot, at most 32, at which an entry
-// of 32 bytes does not cross a cache line, for slots that start header bytes past a line
-// boundary.
-func flowCacheSlotOffset(header uint32) uint32 {
+// flowCacheSlotOffset is the offset within a slot at which an entry of entry bytes does
+// not cross a cache line, for slots that start header bytes past a line boundary: 0 when
+// it fits in the rest of the first line, else the start of the next line.
+func flowCacheSlotOffset(header, entry uint32) uint32 {
 	start := header % cacheLineBytes
-	if start+flowCacheEntryBytes <= cacheLineBytes {
+	if start+entry <= cacheLineBytes {
 		return 0
 	}
 	return cacheLineBytes - start

@@ -147,6 +147,7 @@ func (o *dataplaneObjects) loadGroup(group string, into any) error {
 		Maps: ebpf.MapOptions{PinPath: o.pinDir},
 		MapReplacements: map[string]*ebpf.Map{
 			"flow_cache":   o.FlowCache,
+			"flow_cache6":  o.FlowCache6,
 			"ipv6_path":    o.Ipv6Path,
 			"tunnel6_path": o.Tunnel6Path,
 		},

@@ -117,6 +117,24 @@ type rampartEpCounters struct {
 	FromProxyPackets uint64
 }
 
+type rampartFlowCache6Entry struct {
+	_           structs.HostLayout
+	Seq         uint32
+	Synced      uint32
+	Ifindex     uint32
+	Revision    uint32
+	Laddr       [16]uint8
+	Raddr       [16]uint8
+	Lport       uint16
+	Rport       uint16
+	ProtoTunnel uint32
+}
+
+type rampartFlowCache6Slot struct {
+	_     structs.HostLayout
+	Bytes [128]uint8
+}
+
 type rampartFlowCacheEntry struct {
 	_           structs.HostLayout
 	Seq         uint32
@@ -450,6 +468,7 @@ const (
 	rampartMapEvents                  = "events"
 	rampartMapEventsLost              = "events_lost"
 	rampartMapFlowCache               = "flow_cache"
+	rampartMapFlowCache6              = "flow_cache6"
 	rampartMapFragsPeer               = "frags_peer"
 	rampartMapHostSafe                = "host_safe"
 	rampartMapHostSafe6               = "host_safe6"
@@ -493,6 +512,7 @@ const (
 	rampartVarCtTimeoutTcpClosing     = "ct_timeout_tcp_closing"
 	rampartVarCtTimeoutTcpEstablished = "ct_timeout_tcp_established"
 	rampartVarCtTimeoutTcpSyn         = "ct_timeout_tcp_syn"
+	rampartVarFlowCache6Offset        = "flow_cache6_offset"
 	rampartVarFlowCacheOffset         = "flow_cache_offset"
 	rampartVarFlowCacheWindow         = "flow_cache_window"
 	rampartVarUnusedCidrHostBucket    = "unused_cidr_host_bucket"
@@ -579,6 +599,7 @@ type rampartMapSpecs struct {
 	Events           *ebpf.MapSpec `ebpf:"events"`
 	EventsLost       *ebpf.MapSpec `ebpf:"events_lost"`
 	FlowCache        *ebpf.MapSpec `ebpf:"flow_cache"`
+	FlowCache6       *ebpf.MapSpec `ebpf:"flow_cache6"`
 	FragsPeer        *ebpf.MapSpec `ebpf:"frags_peer"`
 	HostSafe         *ebpf.MapSpec `ebpf:"host_safe"`
 	HostSafe6        *ebpf.MapSpec `ebpf:"host_safe6"`
@@ -612,6 +633,7 @@ type rampartVariableSpecs struct {
 	CtTimeoutTcpClosing     *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_closing"`
 	CtTimeoutTcpEstablished *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_established"`
 	CtTimeoutTcpSyn         *ebpf.VariableSpec `ebpf:"ct_timeout_tcp_syn"`
+	FlowCache6Offset        *ebpf.VariableSpec `ebpf:"flow_cache6_offset"`
 	FlowCacheOffset         *ebpf.VariableSpec `ebpf:"flow_cache_offset"`
 	FlowCacheWindow         *ebpf.VariableSpec `ebpf:"flow_cache_window"`
 	UnusedCidrHostBucket    *ebpf.VariableSpec `ebpf:"unused_cidr_host_bucket"`
@@ -654,6 +676,7 @@ type rampartMaps struct {
 	Events           *ebpf.Map `ebpf:"events"`
 	EventsLost       *ebpf.Map `ebpf:"events_lost"`
 	FlowCache        *ebpf.Map `ebpf:"flow_cache"`
+	FlowCache6       *ebpf.Map `ebpf:"flow_cache6"`
 	FragsPeer        *ebpf.Map `ebpf:"frags_peer"`
 	HostSafe         *ebpf.Map `ebpf:"host_safe"`
 	HostSafe6        *ebpf.Map `ebpf:"host_safe6"`
@@ -697,6 +720,7 @@ func (m *rampartMaps) Close() error {
 		m.Events,
 		m.EventsLost,
 		m.FlowCache,
+		m.FlowCache6,
 		m.FragsPeer,
 		m.HostSafe,
 		m.HostSafe6,
@@ -731,6 +755,7 @@ type rampartVariables struct {
 	CtTimeoutTcpClosing     *ebpf.Variable `ebpf:"ct_timeout_tcp_closing"`
 	CtTimeoutTcpEstablished *ebpf.Variable `ebpf:"ct_timeout_tcp_established"`
 	CtTimeoutTcpSyn         *ebpf.Variable `ebpf:"ct_timeout_tcp_syn"`
+	FlowCache6Offset        *ebpf.Variable `ebpf:"flow_cache6_offset"`
 	FlowCacheOffset         *ebpf.Variable `ebpf:"flow_cache_offset"`
 	FlowCacheWindow         *ebpf.Variable `ebpf:"flow_cache_window"`
 	UnusedCidrHostBucket    *ebpf.Variable `ebpf:"unused_cidr_host_bucket"`
