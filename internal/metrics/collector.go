@@ -18,9 +18,9 @@ type Source interface {
 	Metrics(ctx context.Context) (api.Metrics, error)
 }
 
-// scrapeTimeout bounds one scrape's reads of the agent, below Prometheus's default scrape
-// timeout (10 s), so that a scrape waiting behind a long change still answers with what
-// it could read.
+// scrapeTimeout bounds one scrape, below Prometheus's default scrape timeout (10 s). The
+// agent's methods wait for its lock whatever the context says; the context stops the
+// endpoints' counter reads, and the handler's timeout (a second more) answers the scraper.
 const scrapeTimeout = 8 * time.Second
 
 // Collector is a prometheus.Collector over a Source.
