@@ -4,12 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,29 +22,9 @@ import (
 func TestDaemonMetrics(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := bins.Dir(t)
-	inst := "mx" + testenv.Suffix(8)
-	sockDir, err := os.MkdirTemp("", "rp-sock-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	flags := []string{"--instance", inst, "--state-dir", filepath.Join(t.TempDir(), "state"),
-		"--socket", filepath.Join(sockDir, "r.sock"), "--bpf-dir", "/sys/fs/bpf/rampart/" + inst,
-		"--node-netns", "rp-" + inst + "-node", "--pod-cidr", "198.19.27.0/24"}
-	var log testenv.SyncBuffer
+	sockDir, flags := instanceFlags(t, "mx", "198.19.27.0/24")
 	// Port 0: the kernel picks a free port, which the agent logs.
-	daemon := exec.Command(bin+"/rampartd", append(flags, "--metrics-address", "127.0.0.1:0")...)
-	daemon.Stderr = &log
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		daemon.Process.Kill()
-		daemon.Wait()
-		if out, err := exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).CombinedOutput(); err != nil {
-			t.Errorf("uninstall: %v\n%s", err, out)
-		}
-	})
+	_, log := startDaemon(t, bin, flags, "--metrics-address", "127.0.0.1:0")
 	addrRE := regexp.MustCompile(`msg="serving metrics" address=(127\.0\.0\.1:[0-9]+)`)
 	var addr string
 	if !testenv.Eventually(10*time.Second, func() bool {
@@ -93,25 +69,8 @@ func TestDaemonMetrics(t *testing.T) {
 	}
 	must("endpoint", "add", "x/a", "--labels", "pod=a")
 	must("endpoint", "add", "y/b", "--labels", "pod=b", "--ip", "198.19.27.50")
-	srv := exec.Command(bin+"/rampart", "--socket", filepath.Join(sockDir, "r.sock"), "endpoint", "exec", "y/b", "--",
-		bin+"/rampart-testserver", "serve", "--tcp", "80")
-	srvOut := &testenv.SyncBuffer{}
-	srv.Stdout = srvOut
-	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
-		srv.Wait()
-	})
-	if !testenv.Eventually(5*time.Second, func() bool { return strings.Contains(srvOut.String(), "ready") }) {
-		t.Fatal("test server did not start")
-	}
-	probe := func() bool {
-		_, _, code := run(bin, sockDir, "endpoint", "exec", "x/a", "--", bin+"/rampart-testserver", "probe", "--tcp", "198.19.27.50:80", "--timeout", "500ms")
-		return code == 0
-	}
+	serveTCP80(t, bin, sockDir, "y/b")
+	probe := prober(bin, sockDir, "x/a", "198.19.27.50:80")
 
 	newTCP := []string{"type", "new", "verdict", "FORWARDED", "direction", "ingress", "protocol", "TCP"}
 	if !probe() {
@@ -127,9 +86,7 @@ func TestDaemonMetrics(t *testing.T) {
 	}
 	applies := m.histogram(t, "rampart_policy_apply_duration_seconds").GetSampleCount()
 
-	policy := filepath.Join(t.TempDir(), "deny.yaml")
-	os.WriteFile(policy, []byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: y}\nspec:\n  podSelector: {}\n  policyTypes: [Ingress]\n"), 0o644)
-	must("apply", "-f", policy)
+	must("apply", "-f", defaultDenyFile(t, "y"))
 	m = scrape()
 	if got := m.histogram(t, "rampart_policy_apply_duration_seconds").GetSampleCount(); got != applies+1 {
 		t.Errorf("apply histogram counts %d applies after one policy, %d before", got, applies)
@@ -149,8 +106,8 @@ func TestDaemonMetrics(t *testing.T) {
 		t.Fatalf("the denied probe is not counted with its reason:\n%s", scrape().dump("rampart_flows_total"))
 	}
 	m = scrape()
-	// One probe's SYN: admitted leaving x/a (both probes) and entering y/b (the first),
-	// then dropped entering y/b. A retransmission would come after the probe's 500 ms.
+	// Each probe is one SYN: admitted leaving x/a (both probes) and entering y/b (the
+	// first), then dropped entering y/b.
 	newEgress := []string{"type", "new", "verdict", "FORWARDED", "direction", "egress", "protocol", "TCP"}
 	for _, c := range []struct {
 		labels []string

@@ -66,7 +66,7 @@ func TestMetricsCountFlowsAppliesAndEndpoints(t *testing.T) {
 
 	wantFlows := map[api.FlowCount]bool{
 		{Type: "drop", Verdict: "DROPPED", Reason: "policy-default-deny", Direction: "ingress", Protocol: "TCP", Count: 2}: true,
-		{Type: "new", Verdict: "FORWARDED", Direction: "ingress", Protocol: "UDP", Count: 1}:                                true,
+		{Type: "new", Verdict: "FORWARDED", Direction: "ingress", Protocol: "UDP", Count: 1}:                               true,
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
