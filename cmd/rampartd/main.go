@@ -31,6 +31,7 @@ import (
 	"github.com/rampartnet/rampart/internal/k8s/identities"
 	"github.com/rampartnet/rampart/internal/k8s/watcher"
 	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/metrics"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/version"
 )
@@ -99,6 +100,7 @@ func run(args []string) int {
 		nodeName    string
 		idGrace     time.Duration
 		inCluster   bool
+		metricsAddr string
 		cni         cniinstall.Options
 	)
 	fs := flag.NewFlagSet("rampartd", flag.ContinueOnError)
@@ -137,6 +139,7 @@ func run(args []string) int {
 	fs.BoolVar(&uninstall, "uninstall", false, "remove what this instance made (endpoints, pins, state, node set-up; see above), then exit")
 	fs.BoolVar(&ifInstalled, "if-installed", false, "with --uninstall: a node with no such instance is not an error (the CNI plugin and configuration are still removed), so one uninstall DaemonSet serves every node, whatever each holds")
 	fs.BoolVar(&idle, "idle", false, "with --uninstall: once done, sleep until stopped instead of exiting, so a DaemonSet's pod stays Running to say its node is done (deploy-uninstall/)")
+	fs.StringVar(&metricsAddr, "metrics-address", "", "serve Prometheus metrics over HTTP on this address, host:port, at /metrics (docs/observability.md); empty: none")
 	fs.BoolVar(&debug, "debug", false, "debug logging")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -228,6 +231,24 @@ func run(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
 		return 1
+	}
+	if metricsAddr != "" {
+		srv, err := metrics.Listen(metricsAddr, a, cfg.Logger)
+		if err != nil {
+			a.Close()
+			fmt.Fprintf(os.Stderr, "rampartd: --metrics-address: %v\n", err)
+			return 1
+		}
+		cfg.Logger.Info("serving metrics", "address", srv.Addr().String(), "path", metrics.Path)
+		mctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			if err := srv.Serve(mctx); err != nil {
+				cfg.Logger.Error("metrics server stopped", "error", err)
+			}
+		}()
 	}
 	if w != nil {
 		go func() {

@@ -90,31 +90,12 @@ func TestDaemonLifecycle(t *testing.T) {
 	must("endpoint", "add", "x/a", "--labels", "pod=a")
 	must("endpoint", "add", "y/b", "--labels", "pod=b", "--ip", "198.18.0.50")
 
-	// A server in y/b, run with endpoint exec (it lives until killed).
-	srv := exec.Command(bin+"/rampart", "--socket", filepath.Join(sockDir, "r.sock"), "endpoint", "exec", "y/b", "--",
-		bin+"/rampart-testserver", "serve", "--tcp", "80")
-	srvOut := &testenv.SyncBuffer{}
-	srv.Stdout = srvOut
-	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
-		srv.Wait()
-	}()
-	if !testenv.Eventually(5*time.Second, func() bool { return strings.Contains(srvOut.String(), "ready") }) {
-		t.Fatal("test server did not start")
-	}
-	probe := func() bool {
-		_, _, code := run(bin, sockDir, "endpoint", "exec", "x/a", "--", bin+"/rampart-testserver", "probe", "--tcp", "198.18.0.50:80", "--timeout", "500ms")
-		return code == 0
-	}
+	serveTCP80(t, bin, sockDir, "y/b")
+	probe := prober(bin, sockDir, "x/a", "198.18.0.50:80")
 	if !probe() {
 		t.Fatal("x/a -> y/b:80 blocked without policy")
 	}
-	policy := filepath.Join(t.TempDir(), "deny.yaml")
-	os.WriteFile(policy, []byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: y}\nspec:\n  podSelector: {}\n  policyTypes: [Ingress]\n"), 0o644)
+	policy := defaultDenyFile(t, "y")
 	must("apply", "-f", policy)
 	if probe() {
 		t.Fatal("x/a -> y/b:80 passes a default deny")
@@ -454,4 +435,81 @@ func runBin(path string, args ...string) (string, string, int) {
 
 func run(bin, sockDir string, args ...string) (string, string, int) {
 	return runBin(bin+"/rampart", append([]string{"--socket", filepath.Join(sockDir, "r.sock")}, args...)...)
+}
+
+// instanceFlags are the flags of a test agent: instance prefix and a random suffix, its
+// socket in a new directory (removed when the test ends), endpoints in podCIDR.
+func instanceFlags(t *testing.T, prefix, podCIDR string) (sockDir string, flags []string) {
+	t.Helper()
+	inst := prefix + testenv.Suffix(8)
+	sockDir, err := os.MkdirTemp("", "rp-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	return sockDir, []string{"--instance", inst, "--state-dir", filepath.Join(t.TempDir(), "state"),
+		"--socket", filepath.Join(sockDir, "r.sock"), "--bpf-dir", "/sys/fs/bpf/rampart/" + inst,
+		"--node-netns", "rp-" + inst + "-node", "--pod-cidr", podCIDR}
+}
+
+// startDaemon starts rampartd with flags and extra; when the test ends it is killed and
+// the instance uninstalled. Its log is the buffer returned.
+func startDaemon(t *testing.T, bin string, flags []string, extra ...string) (*exec.Cmd, *testenv.SyncBuffer) {
+	t.Helper()
+	log := &testenv.SyncBuffer{}
+	daemon := exec.Command(bin+"/rampartd", append(slices.Clone(flags), extra...)...)
+	daemon.Stderr = log
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		daemon.Process.Kill()
+		daemon.Wait()
+		if out, err := exec.Command(bin+"/rampartd", append(slices.Clone(flags), "--uninstall")...).CombinedOutput(); err != nil {
+			t.Errorf("uninstall: %v\n%s", err, out)
+		}
+	})
+	return daemon, log
+}
+
+// serveTCP80 runs a server on TCP port 80 in endpoint ep (with endpoint exec, until the
+// test ends) and returns once it listens.
+func serveTCP80(t *testing.T, bin, sockDir, ep string) {
+	t.Helper()
+	srv := exec.Command(bin+"/rampart", "--socket", filepath.Join(sockDir, "r.sock"), "endpoint", "exec", ep, "--",
+		bin+"/rampart-testserver", "serve", "--tcp", "80")
+	out := &testenv.SyncBuffer{}
+	srv.Stdout = out
+	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
+		srv.Wait()
+	})
+	if !testenv.Eventually(5*time.Second, func() bool { return strings.Contains(out.String(), "ready") }) {
+		t.Fatal("test server did not start")
+	}
+}
+
+// prober returns a probe that says whether endpoint from connects to the TCP address to
+// within 500 ms (one SYN: the first retransmission would come after a second).
+func prober(bin, sockDir, from, to string) func() bool {
+	return func() bool {
+		_, _, code := run(bin, sockDir, "endpoint", "exec", from, "--", bin+"/rampart-testserver", "probe", "--tcp", to, "--timeout", "500ms")
+		return code == 0
+	}
+}
+
+// defaultDenyFile writes a NetworkPolicy that isolates the ingress of namespace ns's
+// endpoints and returns its path.
+func defaultDenyFile(t *testing.T, ns string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "deny.yaml")
+	doc := "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: " + ns + "}\nspec:\n  podSelector: {}\n  policyTypes: [Ingress]\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -47,28 +47,8 @@ func TestDaemonMemory(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building binaries: %v\n%s", err, out)
 	}
-	inst := "m" + testenv.Suffix(8)
-	sockDir, err := os.MkdirTemp("", "rp-sock-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	flags := []string{"--instance", inst, "--state-dir", filepath.Join(t.TempDir(), "state"),
-		"--socket", filepath.Join(sockDir, "r.sock"), "--bpf-dir", "/sys/fs/bpf/rampart/" + inst,
-		"--node-netns", "rp-" + inst + "-node", "--pod-cidr", "198.18.0.0/24"}
-	var log testenv.SyncBuffer
-	daemon := exec.Command(bin+"/rampartd", flags...)
-	daemon.Stderr = &log
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		daemon.Process.Kill()
-		daemon.Wait()
-		if out, err := exec.Command(bin+"/rampartd", append(flags, "--uninstall")...).CombinedOutput(); err != nil {
-			t.Errorf("uninstall: %v\n%s", err, out)
-		}
-	})
+	sockDir, flags := instanceFlags(t, "m", "198.18.0.0/24")
+	daemon, log := startDaemon(t, bin, flags)
 	if !testenv.Eventually(10*time.Second, func() bool {
 		_, _, code := run(bin, sockDir, "status")
 		return code == 0

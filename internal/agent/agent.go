@@ -58,6 +58,12 @@ type Agent struct {
 	// proxyRouted: the node namespace routes steered packets to the proxy (RouteToProxy).
 	proxyRouted bool
 
+	// applyTimes and applyFailures are the metrics' record of applyState (metrics.go);
+	// propagation that of Kubernetes views (cluster.go).
+	applyTimes    histogram
+	applyFailures uint64
+	propagation   histogram
+
 	k8s *k8sState // Kubernetes mode's record (cluster.go); nil outside it
 	// hostDevs is host policy's state (host.go); nil without the host firewall.
 	hostDevs *hostState
@@ -98,15 +104,17 @@ func New(cfg Config) (*Agent, error) {
 		eng.nodeAddr = cfg.Kubernetes.NodeAddress
 	}
 	a := &Agent{
-		cfg:        cfg,
-		log:        cfg.Logger.With("instance", cfg.Instance),
-		eng:        eng,
-		net:        cfg.Network,
-		ifindex:    map[uint32]uint32{},
-		started:    time.Now(),
-		flows:      newFlowHub(cfg.FlowHistory),
-		readerDone: make(chan struct{}),
-		sockDone:   make(chan struct{}),
+		cfg:         cfg,
+		log:         cfg.Logger.With("instance", cfg.Instance),
+		eng:         eng,
+		net:         cfg.Network,
+		ifindex:     map[uint32]uint32{},
+		started:     time.Now(),
+		flows:       newFlowHub(cfg.FlowHistory),
+		applyTimes:  newHistogram(applyBounds),
+		propagation: newHistogram(propagationBounds),
+		readerDone:  make(chan struct{}),
+		sockDone:    make(chan struct{}),
 	}
 	if cfg.Kubernetes != nil {
 		a.k8s = &k8sState{parsed: map[string]parsedObject{}}
@@ -523,12 +531,19 @@ type IPCache interface {
 // not known yet), then each endpoint whose identity or policy changed (or every endpoint
 // with force), then ipcache deletions. On failure it tries to put old back and reports the
 // failure.
-func (a *Agent) applyState(old, new *desired, m *model, force bool) error {
+func (a *Agent) applyState(old, new *desired, m *model, force bool) (err error) {
+	start := time.Now()
+	defer func() {
+		a.applyTimes.observe(time.Since(start))
+		if err != nil {
+			a.applyFailures++
+		}
+	}()
 	// After a failed rollback the dataplane may differ from a.cur anywhere: rewrite every
 	// endpoint until a full apply succeeds.
 	force = force || a.degraded != ""
 	pl := buildL7Plans(old, new)
-	err := a.applyOnce(old, new, pl, m, force)
+	err = a.applyOnce(old, new, pl, m, force)
 	if err == nil {
 		if force {
 			a.degraded = ""

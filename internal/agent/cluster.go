@@ -85,6 +85,10 @@ type ClusterView struct {
 	Services []ServiceRecord
 	// Problems are objects the watcher could not turn into the view (reported in status).
 	Problems []string
+	// ChangedAt is when the watcher learnt of the oldest change the view holds that no
+	// view applied before held (zero: unknown): the view's propagation time is measured
+	// from it.
+	ChangedAt time.Time
 
 	// For the address quarantine (quarantine.go):
 	// PodsRV is the pods cache's resourceVersion before the view was listed (the view
@@ -156,9 +160,12 @@ type k8sState struct {
 	lastErr   string
 	lastErrAt time.Time
 	syncs     uint64
-	refused   map[string]string
-	problems  []string
-	synced    bool
+	// watchErrors and syncFailures count ReportSyncError's and failSync's calls.
+	watchErrors  uint64
+	syncFailures uint64
+	refused      map[string]string
+	problems     []string
+	synced       bool
 	// failing: the last view could not be applied at all (synced is false then); the
 	// dataplane enforces the last one applied.
 	failing bool
@@ -191,6 +198,7 @@ func (a *Agent) ReportSyncError(err error) {
 	}
 	a.k8s.lastErr = err.Error()
 	a.k8s.lastErrAt = time.Now()
+	a.k8s.watchErrors++
 }
 
 // SyncCluster makes the model's namespaces, nodes, remote pods, policies, CIDR groups, tap
@@ -221,6 +229,9 @@ func (a *Agent) SyncCluster(ctx context.Context, v ClusterView) (SyncResult, err
 	a.k8s.lastSync = time.Now()
 	a.k8s.lastErr = ""
 	a.k8s.syncs++
+	if !v.ChangedAt.IsZero() {
+		a.propagation.observe(a.k8s.lastSync.Sub(v.ChangedAt))
+	}
 	a.k8s.refused = res.Refused
 	a.k8s.acks = v.Acks
 	a.k8s.problems = append(append([]string(nil), v.Problems...), res.Problems...)
@@ -243,6 +254,7 @@ func (a *Agent) failSync(err error) {
 	a.k8s.lastErr = err.Error()
 	a.k8s.lastErrAt = time.Now()
 	a.k8s.synced, a.k8s.failing = false, true
+	a.k8s.syncFailures++
 	a.log.Error("applying the Kubernetes view failed", "error", err)
 }
 
@@ -757,6 +769,8 @@ func (a *Agent) kubernetesStatus() *api.KubernetesStatus {
 		RemoteEndpoints: len(a.model.remotes),
 		Synced:          a.k8s.synced,
 		Syncs:           a.k8s.syncs,
+		WatchErrors:     a.k8s.watchErrors,
+		SyncFailures:    a.k8s.syncFailures,
 		LastSync:        a.k8s.lastSync,
 		LastError:       a.k8s.lastErr,
 		LastErrorAt:     a.k8s.lastErrAt,

@@ -108,7 +108,7 @@ func (a *Agent) readFlows() {
 		if err != nil {
 			return
 		}
-		a.flows.publish(a.decorate(ev))
+		a.flows.publishEvent(flowKeyOf(ev), a.decorate(ev))
 	}
 }
 
@@ -196,6 +196,8 @@ type flowHub struct {
 	seen    uint64
 	lost    uint64
 	closed  bool
+	// counts are the metrics' counts of what was published (metrics.go).
+	counts flowCounts
 }
 
 // flowRing is a fixed-size history; seq numbers let two rings merge in publish order.
@@ -254,12 +256,25 @@ func (r *flowRing) at(i int) (api.Flow, uint64) {
 }
 
 func newFlowHub(size int) *flowHub {
-	return &flowHub{dropped: newFlowRing(size), other: newFlowRing(size), subs: map[chan api.Flow]struct{}{}}
+	return &flowHub{dropped: newFlowRing(size), other: newFlowRing(size), subs: map[chan api.Flow]struct{}{}, counts: newFlowCounts()}
+}
+
+// publishEvent publishes the flow of a dataplane event and counts it under k.
+func (h *flowHub) publishEvent(k flowKey, f api.Flow) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.counts.flows[k]++
+	h.publishLocked(f)
 }
 
 func (h *flowHub) publish(f api.Flow) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.publishLocked(f)
+}
+
+// publishLocked keeps f and sends it to the followers; h.mu must be held.
+func (h *flowHub) publishLocked(f api.Flow) {
 	h.seen++
 	if f.Verdict == flow.VerdictDropped.String() {
 		h.dropped.add(flowEntry{flow: f}, h.seen)
@@ -275,6 +290,8 @@ func (h *flowHub) publish(f api.Flow) {
 func (h *flowHub) publishL7(r *l7Record) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.counts.l7[l7KeyOf(&r.log)]++
+	h.counts.l7Latency.observe(r.log.Latency)
 	h.seen++
 	e := flowEntry{l7: r}
 	if len(h.subs) > 0 {

@@ -148,6 +148,10 @@ type KubernetesStatus struct {
 	Clean    bool      `json:"clean"`
 	Syncs    uint64    `json:"syncs"`
 	LastSync time.Time `json:"lastSync,omitzero"`
+	// WatchErrors counts the watch's errors (e.g. the API server unreachable), and
+	// SyncFailures the views that could not be built or applied, since the agent started.
+	WatchErrors  uint64 `json:"watchErrors"`
+	SyncFailures uint64 `json:"syncFailures"`
 	// LastError is the last sync's or watch's error ("" once a sync succeeded after it).
 	LastError   string    `json:"lastError,omitempty"`
 	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`

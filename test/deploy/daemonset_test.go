@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,6 +90,18 @@ func TestDaemonSetArgs(t *testing.T) {
 			}
 			return v
 		}))
+	}
+	// Prometheus finds the agents by the pod annotations: the port they name is the one
+	// the agent serves on.
+	ann := ds.Spec.Template.Annotations
+	var metricsAddr string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--metrics-address="); ok {
+			metricsAddr = v
+		}
+	}
+	if _, port, err := net.SplitHostPort(metricsAddr); err != nil || ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != port || ann["prometheus.io/path"] != "/metrics" {
+		t.Errorf("--metrics-address %q (%v) and annotations %v: want the annotations to scrape its port at /metrics", metricsAddr, err, ann)
 	}
 	bin := bins.Dir(t)
 	if len(c.Command) != 1 || filepath.Base(c.Command[0]) != "rampartd" {

@@ -90,6 +90,9 @@ type Watcher struct {
 	startCtx context.Context
 
 	trigger chan struct{}
+	// changed is when (UnixNano) the oldest change no applied view holds was learnt; 0:
+	// none. A view carries it to the agent as ClusterView.ChangedAt (propagation time).
+	changed atomic.Int64
 
 	mu         sync.Mutex
 	agent      Agent                 // set by Run
@@ -242,9 +245,20 @@ func (w *Watcher) Start(ctx context.Context) {
 }
 
 func (w *Watcher) poke() {
+	w.changedAt(time.Now().UnixNano())
 	select {
 	case w.trigger <- struct{}{}:
 	default:
+	}
+}
+
+// changedAt records a change learnt at t (UnixNano) unless an older one waits.
+func (w *Watcher) changedAt(t int64) {
+	for {
+		cur := w.changed.Load()
+		if cur != 0 && cur <= t || w.changed.CompareAndSwap(cur, t) {
+			return
+		}
 	}
 }
 
@@ -587,8 +601,19 @@ func (w *Watcher) renewCaches(ctx context.Context) {
 
 // sync builds the view and has the agent apply it, then says how that went on this
 // node's Node (a condition) and on each object not applied (an Event).
-func (w *Watcher) sync(ctx context.Context, a Agent) error {
+func (w *Watcher) sync(ctx context.Context, a Agent) (err error) {
+	// Changes learnt from here on may not be in this view: they start the next one's
+	// propagation time. If this view is not applied, its own changes still wait.
+	changed := w.changed.Swap(0)
+	defer func() {
+		if err != nil && changed != 0 {
+			w.changedAt(changed)
+		}
+	}()
 	v, err := w.View(ctx)
+	if changed != 0 {
+		v.ChangedAt = time.Unix(0, changed)
+	}
 	if err != nil {
 		a.FailSync(err)
 		w.setCondition(ctx, syncCondition(v, agent.SyncResult{}, err))
