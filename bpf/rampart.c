@@ -843,6 +843,7 @@ __noinline int handle_new(struct __sk_buff *skb, struct pkt *p __arg_nonnull,
 			frag_record(p, d, 0);
 		return drop(skb, p, d, REASON_POLICY_DEFAULT_DENY);
 	}
+	audit_new(d, ep, dir, &peer, p->t.proto, p->policy_port);
 
 	if (dir == DIR_EGRESS && res.action == POLICY_REDIRECT && res.proxy == PROXY_KIND_DNS) {
 		d->ev_flags |= FLOW_F_L7_EGRESS;
@@ -1528,6 +1529,7 @@ static __noinline int handle6_new(struct __sk_buff *skb, struct pkt6 *p, struct 
 	    (ep->flags & (dir == DIR_INGRESS ? EP_ENFORCE_INGRESS : EP_ENFORCE_EGRESS)))
 		/* Drop: the endpoint enforces this direction and nothing allows the flow. */
 		return drop6_new(skb, p, d, REASON_POLICY_DEFAULT_DENY);
+	audit_new(d, ep, dir, &peer, p->t.proto, p->policy_port);
 	if (dir == DIR_EGRESS && res.action == POLICY_REDIRECT && res.proxy == PROXY_KIND_DNS) {
 		d->ev_flags |= FLOW_F_L7_EGRESS;
 		return RET_STEER_DNS;

@@ -17,7 +17,9 @@ struct decision {
 	__u8 dir;      /* DIR_* */
 	__u8 reason;   /* REASON_* */
 	__u8 ev_flags; /* FLOW_F_* for the event */
-	__u8 pad;
+	/* A policy in audit mode would drop the flow (policy_audit): its reason and rule are
+	 * in reason and rule_id, and its event's verdict is VERDICT_AUDIT, not forwarded. */
+	__u8 audit;
 };
 
 /* count_drop adds a dropped packet to the endpoint's counters (endpoint 0's for packets
@@ -95,7 +97,7 @@ static __always_inline void event_fill(struct flow_event *e, struct __sk_buff *s
 	e->match_identity = d->match_identity;
 	e->ifindex = skb->ifindex;
 	e->type = type;
-	e->verdict = verdict;
+	e->verdict = d->audit && verdict != VERDICT_DROPPED ? VERDICT_AUDIT : verdict;
 	e->reason = d->reason;
 	e->direction = d->dir;
 	e->flags = d->ev_flags;

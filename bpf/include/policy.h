@@ -6,6 +6,7 @@
 #include "common.h"
 #include "maps.h"
 #include "cidrset.h"
+#include "events.h"
 
 struct peer_identity {
 	__u32 identity;      /* ID_WORLD when the address is not in the ipcache */
@@ -194,6 +195,46 @@ static __always_inline void policy_decide(__u32 ep_id, __u8 dir, int admin, cons
 {
 	policy_decide_packed(ep_id, (__u32)dir | (admin ? 0x80 : 0) | ((__u32)proto << 8) | ((__u32)port << 16),
 			     peer, res);
+}
+
+/* policy_audit looks a new flow that the endpoint's policy lets through up in its audit
+ * entries (EP_AUDIT_*: ep_id | AUDIT_EP_FLAG, every tier) and, if those would drop it,
+ * marks d audited with their reason and rule. how packs the direction (bits 0-5), whether
+ * the audit entries enforce it (bit 6), the protocol (bits 8-15) and the port (bits 16-31,
+ * network order). A global function: checked once, its verdict in its own frame. */
+__noinline int policy_audit(struct decision *d __arg_nonnull, __u32 how,
+			    const struct peer_identity *peer __arg_nonnull)
+{
+	struct verdict res;
+	__u8 reason;
+
+	policy_decide_packed(d->ep_id | AUDIT_EP_FLAG, (how & ~0x40u) | 0x80, peer, &res);
+	if (res.action == POLICY_DENY)
+		reason = REASON_POLICY_DENY;
+	else if (res.action != POLICY_ALLOW && res.action != POLICY_REDIRECT && (how & 0x40))
+		reason = REASON_POLICY_DEFAULT_DENY;
+	else
+		return 0;
+	d->audit = 1;
+	d->reason = reason;
+	d->rule_id = res.rule_id;
+	d->match_identity = res.identity;
+	return 1;
+}
+
+/* audit_new runs policy_audit for a new flow of endpoint ep in direction dir when a
+ * policy in audit mode applies to it there. */
+static __always_inline void audit_new(struct decision *d, const struct endpoint_info *ep, __u8 dir,
+				      const struct peer_identity *peer, __u8 proto, __be16 port)
+{
+	__u32 flags = ep->flags;
+
+	if (likely(!(flags & (dir == DIR_INGRESS ? EP_AUDIT_INGRESS : EP_AUDIT_EGRESS))))
+		return;
+	policy_audit(d, (__u32)dir |
+			     ((flags & (dir == DIR_INGRESS ? EP_AUDIT_ENFORCE_INGRESS : EP_AUDIT_ENFORCE_EGRESS)) ? 0x40 : 0) |
+			     ((__u32)proto << 8) | ((__u32)port << 16),
+		     peer);
 }
 
 #endif /* __RAMPART_POLICY_H */

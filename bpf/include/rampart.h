@@ -111,6 +111,17 @@ enum flow_direction : __u8 {
  * endpoints_by_id, where the endpoints' veths find it for traffic between them and the
  * node. Its address check is host_traffic's, not the endpoints' anti-spoofing. */
 #define EP_HOST (1u << 8)
+/* A policy in audit mode applies to the endpoint: a new flow its policy lets through in
+ * the direction is looked up again in the entries under ep_id | AUDIT_EP_FLAG (the policy
+ * with the audited rules too, mapstate.EndpointPolicy.Audit), and one that those would
+ * drop is forwarded with verdict VERDICT_AUDIT, the reason and rule that would have
+ * dropped it (policy_audit). EP_AUDIT_ENFORCE_*: those entries enforce the direction
+ * (default deny). */
+#define EP_AUDIT_INGRESS (1u << 9)
+#define EP_AUDIT_EGRESS (1u << 10)
+#define EP_AUDIT_ENFORCE_INGRESS (1u << 11)
+#define EP_AUDIT_ENFORCE_EGRESS (1u << 12)
+#define AUDIT_EP_FLAG (1u << 31)
 #define HOST_EP_ID 4095 /* RAMPART_MAX_ENDPOINTS - 1 */
 #if HOST_EP_ID != RAMPART_MAX_ENDPOINTS - 1
 #error "HOST_EP_ID must be the last endpoint ID"
@@ -126,6 +137,7 @@ enum flow_verdict : __u8 {
 	VERDICT_FORWARDED = 1,
 	VERDICT_DROPPED = 2,
 	VERDICT_REDIRECTED = 3, /* new flow steered to the L7 proxy */
+	VERDICT_AUDIT = 4,      /* new flow forwarded that a policy in audit mode would drop */
 };
 
 /* Drop reasons (flow_event.reason). REASON_NONE: no drop, the only code 0 of the

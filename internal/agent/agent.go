@@ -653,6 +653,9 @@ func ipcacheDiff(old, new map[netip.Prefix]mapstate.IPCacheEntry) (map[netip.Pre
 }
 
 func policyEqual(a, b mapstate.EndpointPolicy) bool {
+	if (a.Audit == nil) != (b.Audit == nil) || a.Audit != b.Audit && !policyEqual(*a.Audit, *b.Audit) {
+		return false
+	}
 	if a.EnforceIngress == b.EnforceIngress && a.EnforceEgress == b.EnforceEgress && a.DNSObserve == b.DNSObserve &&
 		reflect.ValueOf(a.Entries).UnsafePointer() == reflect.ValueOf(b.Entries).UnsafePointer() {
 		return true // one map: a policy the computation reused

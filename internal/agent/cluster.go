@@ -33,6 +33,10 @@ import (
 // RemoteEndpointRecord.Monitor.
 const MonitorAnnotation = "rampart.io/monitor"
 
+// AuditAnnotation "true" on a pod puts its endpoint in audit mode (EndpointRecord.Audit):
+// the same annotation that puts a policy in audit mode.
+const AuditAnnotation = policy.AuditAnnotation
+
 // Kubernetes configures Kubernetes mode (Config.Kubernetes).
 type Kubernetes struct {
 	// NodeName is this node's Node object.
@@ -59,7 +63,9 @@ type PodInfo struct {
 	ServiceAccount string
 	Identity       identity.Identity
 	Monitor        bool
-	Ports          []PortRecord
+	// Audit: the pod is in audit mode (AuditAnnotation).
+	Audit bool
+	Ports []PortRecord
 }
 
 // ClusterView is the cluster as the Kubernetes API shows it: everything the agent takes
@@ -348,7 +354,7 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 				problems = append(problems, fmt.Sprintf("pod %s: annotation %s=%v differs from what the pod was created with (%v); it takes effect when the pod is created again",
 					key, MonitorAnnotation, p.Monitor, rec.Monitor))
 			}
-			if maps.Equal(rec.Labels, p.Labels) && rec.ServiceAccount == p.ServiceAccount && rec.Identity == p.Identity && slices.Equal(rec.Ports, p.Ports) {
+			if maps.Equal(rec.Labels, p.Labels) && rec.ServiceAccount == p.ServiceAccount && rec.Identity == p.Identity && slices.Equal(rec.Ports, p.Ports) && rec.Audit == p.Audit {
 				continue
 			}
 			l, err := validateLabels(p.Labels)
@@ -362,7 +368,7 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 				continue
 			}
 			c := *rec
-			c.Labels, c.ServiceAccount, c.Identity, c.Ports = l, p.ServiceAccount, p.Identity, ports
+			c.Labels, c.ServiceAccount, c.Identity, c.Ports, c.Audit = l, p.ServiceAccount, p.Identity, ports, p.Audit
 			m.endpoints[key] = &c
 		}
 		// Policies: those of the parsed objects, rule ids kept where they were.

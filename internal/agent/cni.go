@@ -127,6 +127,7 @@ func (a *Agent) CNIAdd(ctx context.Context, req api.CNIAddRequest) (api.CNIResul
 		// A monitor pod gets its receive and return interfaces with its endpoint, as
 		// `rampart endpoint add --monitor` makes them.
 		spec.Monitor = pod.Monitor
+		spec.Audit = pod.Audit
 	}
 	rec, ep, err := a.addRecord(spec, "")
 	if errors.Is(err, endpoint.ErrNotPodNetns) {

@@ -65,6 +65,7 @@ func (a *Agent) AddEndpoint(ctx context.Context, spec api.EndpointSpec) (api.End
 		Ports:          ports,
 		ServiceAccount: spec.ServiceAccount,
 		Monitor:        spec.Monitor,
+		Audit:          spec.Audit,
 	}
 	rec, _, err = a.addRecord(rec, spec.IP)
 	if err != nil {
@@ -406,6 +407,7 @@ func (a *Agent) endpointView(rec *EndpointRecord, counters bool) api.Endpoint {
 		Identity:       id,
 		HostInterface:  rec.HostInterface,
 		Monitor:        rec.Monitor,
+		Audit:          rec.Audit,
 		Netns:          endpointNetnsPath(a.net, rec),
 		EnforceIngress: pol.EnforceIngress,
 		EnforceEgress:  pol.EnforceEgress,

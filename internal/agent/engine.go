@@ -75,6 +75,14 @@ func mapstateTrace(in mapstate.Input, st mapstate.State, q TraceQuery) (api.Trac
 		if c.Rule != nil {
 			side.Rule = &api.RuleRef{ID: c.Rule.ID, Policy: policyRefString(c.Rule.Policy), Rule: c.Rule.Description}
 		}
+		side.DefaultDenyBy = policyRefStrings(c.DefaultDenyBy)
+		if a := c.Audit; a != nil {
+			side.Audit = &api.TraceAudit{Reason: string(a.Decision.Reason), Tier: a.Decision.Tier,
+				DefaultDenyBy: policyRefStrings(a.DefaultDenyBy)}
+			if a.Rule != nil {
+				side.Audit.Rule = &api.RuleRef{ID: a.Rule.ID, Policy: policyRefString(a.Rule.Policy), Rule: a.Rule.Description}
+			}
+		}
 		for _, l := range c.L7 {
 			t := api.TraceL7{Rule: &api.RuleRef{ID: l.Rule.ID, Policy: policyRefString(l.Rule.Policy), Rule: l.Rule.Description}}
 			for _, h := range l.HTTP {

@@ -38,6 +38,38 @@ type view struct {
 	setNames map[uint8]string
 	// dns is the current DNS proxy rules, for the proxy's verdicts.
 	dns []mapstate.DNSRule
+	// input is what the current state was computed from (read only), for the policies
+	// behind a default deny; defaultDeny caches them by defaultDenyKey.
+	input       *mapstate.Input
+	defaultDeny sync.Map
+}
+
+// defaultDenyKey names the policies that make one endpoint enforce one direction,
+// audited ones included or not.
+type defaultDenyKey struct {
+	epID  uint32
+	dir   policy.Direction
+	audit bool
+}
+
+// defaultDenyBy returns the policies behind a default deny at endpoint epID in direction
+// dir (with audit, those in audit mode too), computed once per view.
+func (v *view) defaultDenyBy(epID uint32, dir policy.Direction, audit bool) []string {
+	k := defaultDenyKey{epID, dir, audit}
+	if refs, ok := v.defaultDeny.Load(k); ok {
+		return refs.([]string)
+	}
+	var refs []string
+	if v.input != nil {
+		for _, ep := range v.input.Endpoints {
+			if ep.ID == epID {
+				refs = policyRefStrings(mapstate.DefaultDenyBy(*v.input, ep, dir, audit))
+				break
+			}
+		}
+	}
+	v.defaultDeny.Store(k, refs)
+	return refs
 }
 
 // identityLabeler answers identity -> labels from one allocator state.
@@ -54,6 +86,7 @@ func (a *Agent) publishView() {
 	}
 	v.ipcache = a.cur.state.IPCache
 	v.dns = a.cur.state.DNS
+	v.input = &a.cur.input
 	v.setNames = map[uint8]string{}
 	for name, s := range a.model.cidrsets {
 		v.setNames[s.meta.Index] = name
@@ -98,6 +131,14 @@ func (a *Agent) publishView() {
 
 func policyRefString(r mapstate.PolicyRef) string {
 	return string(r.Kind) + "/" + r.Namespace + "/" + r.Name
+}
+
+func policyRefStrings(refs []mapstate.PolicyRef) []string {
+	var out []string
+	for _, r := range refs {
+		out = append(out, policyRefString(r))
+	}
+	return out
 }
 
 // readFlows decorates dataplane events and hands them to the hub until the datapath closes.
@@ -165,6 +206,9 @@ func (a *Agent) decorate(ev flow.Event) api.Flow {
 		if idx, ok := identity.IsCIDRSet(ev.MatchIdentity); ok {
 			f.CIDRGroup = v.setNames[idx]
 		}
+	}
+	if ev.Reason == flow.ReasonPolicyDefaultDeny {
+		f.DefaultDenyBy = v.defaultDenyBy(ev.EpID, ev.Direction, ev.Verdict == flow.VerdictAudit)
 	}
 	return f
 }

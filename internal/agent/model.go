@@ -268,6 +268,7 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 			IP:         rec.IP,
 			IP6:        rec.IP6,
 			NamedPorts: de.named,
+			Audit:      rec.Audit,
 		})
 	}
 	alloc.Retain(used, prefixes)

@@ -265,6 +265,7 @@ func (a *Agent) ListPolicies(ctx context.Context) ([]api.Policy, error) {
 			Source:    sp.rec.Source,
 			Raw:       sp.rec.Raw,
 			Rules:     []api.Rule{},
+			Audit:     sp.pol.Audit,
 		}
 		for _, g := range policyGroups(sp.pol) {
 			if _, ok := a.model.cidrsets[g]; !ok {

@@ -47,6 +47,8 @@ type EndpointRecord struct {
 	Identity identity.Identity `json:"identity,omitempty"`
 	// Monitor: a monitor endpoint for tap contracts (taps.go), never tapped itself.
 	Monitor bool `json:"monitor,omitempty"`
+	// Audit: the endpoint is in audit mode (mapstate.Endpoint.Audit).
+	Audit bool `json:"audit,omitempty"`
 }
 
 // CNIRecord is where a CNI endpoint lives: the runtime's namespace (never the agent's to

@@ -275,6 +275,9 @@ type EndpointSpec struct {
 	// Monitor makes the endpoint a monitor for tap contracts (docs/taps.md): it is never
 	// tapped itself, and only a monitor can be a contract's monitor.
 	Monitor bool `json:"monitor,omitempty"`
+	// Audit puts the endpoint in audit mode: its policies are not enforced; what they
+	// would drop is forwarded and reported with verdict AUDIT.
+	Audit bool `json:"audit,omitempty"`
 }
 
 // Counters are an endpoint's dataplane counters (ingress = into the endpoint).
@@ -307,6 +310,7 @@ type Endpoint struct {
 	// the runtime's interface name.
 	CNI            *CNIAttachment `json:"cni,omitempty"`
 	Monitor        bool           `json:"monitor,omitempty"`
+	Audit          bool           `json:"audit,omitempty"`
 	EnforceIngress bool           `json:"enforceIngress"`
 	EnforceEgress  bool           `json:"enforceEgress"`
 	Counters       *Counters      `json:"counters,omitempty"` // only from Get
@@ -393,6 +397,8 @@ type Policy struct {
 	// MissingCIDRGroups are CIDR groups the policy names that do not exist: those peers
 	// select nothing until the group is created.
 	MissingCIDRGroups []string `json:"missingCIDRGroups,omitempty"`
+	// Audit: the policy is in audit mode (policy.rampart.io/audit): reported, not enforced.
+	Audit bool `json:"audit,omitempty"`
 }
 
 // Ref names a policy: Kind/namespace/name (namespace empty for clusterwide ones).
@@ -436,6 +442,21 @@ type TraceSide struct {
 	// CIDRGroup names the CIDR set that decided: the deciding entry is a cidrGroupRef
 	// peer's (e.g. egressDeny toCIDRSet cidrGroupRef=threats).
 	CIDRGroup string `json:"cidrGroup,omitempty"`
+	// DefaultDenyBy names, for a default deny, the policies that make the endpoint
+	// enforce this direction (Kind/namespace/name).
+	DefaultDenyBy []string `json:"defaultDenyBy,omitempty"`
+	// Audit is, for a flow this side lets through, what the policies in audit mode that
+	// apply to the endpoint would do when they would drop it: the dataplane forwards the
+	// flow and reports it with verdict AUDIT.
+	Audit *TraceAudit `json:"audit,omitempty"`
+}
+
+// TraceAudit is a would-be drop by policies in audit mode.
+type TraceAudit struct {
+	Reason        string   `json:"reason"` // denied-by-rule, default-deny
+	Rule          *RuleRef `json:"rule,omitempty"`
+	Tier          string   `json:"tier,omitempty"`
+	DefaultDenyBy []string `json:"defaultDenyBy,omitempty"`
 }
 
 // TraceL7 is one rule whose HTTP rules the proxy applies to a redirected connection.
@@ -501,6 +522,10 @@ type Flow struct {
 	// CIDRGroup names the CIDR set whose cidrGroupRef peer decided (the rule's entry was
 	// the set's).
 	CIDRGroup string `json:"cidrGroup,omitempty"`
+	// DefaultDenyBy names, for a flow dropped (or, verdict AUDIT, that would have been
+	// dropped) by default deny, the policies that make the endpoint enforce the
+	// direction (Kind/namespace/name); for AUDIT those in audit mode included.
+	DefaultDenyBy []string `json:"defaultDenyBy,omitempty"`
 	// FromProxy: the L7 proxy's upstream connection (it carries the client's address),
 	// admitted at the destination because the proxy applied the L7 rules.
 	FromProxy bool `json:"fromProxy,omitempty"`

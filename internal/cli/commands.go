@@ -331,7 +331,7 @@ func (a *app) getCommand() *cobra.Command {
 				return a.printJSON(ps)
 			}
 			w := tabwriter.NewWriter(a.io.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "KIND\tNAMESPACE\tNAME\tRULES\tSOURCE")
+			fmt.Fprintln(w, "KIND\tNAMESPACE\tNAME\tRULES\tMODE\tSOURCE")
 			for _, p := range ps {
 				ns := p.Namespace
 				if ns == "" {
@@ -345,7 +345,11 @@ func (a *app) getCommand() *cobra.Command {
 				if rs == "" {
 					rs = "-"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Kind, ns, p.Name, rs, p.Source)
+				mode := "enforce"
+				if p.Audit {
+					mode = "audit"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Kind, ns, p.Name, rs, mode, p.Source)
 			}
 			if err := w.Flush(); err != nil {
 				return err
@@ -420,7 +424,23 @@ func (a *app) policyCommand() *cobra.Command {
 				if s.Node != "" {
 					at += " (node " + s.Node + ")"
 				}
+				if len(s.DefaultDenyBy) > 0 {
+					rule += " of " + strings.Join(s.DefaultDenyBy, ", ")
+				}
 				a.printf("  %-7s at %s: %s%s (%s)\n", s.Direction, at, v, rule, s.Reason)
+				if au := s.Audit; au != nil {
+					by := ""
+					if au.Rule != nil {
+						by = " by " + ruleString(au.Rule)
+					}
+					if au.Tier != "" {
+						by += " (" + au.Tier + " tier)"
+					}
+					if len(au.DefaultDenyBy) > 0 {
+						by += " of " + strings.Join(au.DefaultDenyBy, ", ")
+					}
+					a.printf("    AUDIT: policies in audit mode would deny it%s (%s); forwarded\n", by, au.Reason)
+				}
 				for _, l := range s.L7 {
 					from := ""
 					if l.Rule != nil {

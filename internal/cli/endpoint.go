@@ -28,9 +28,9 @@ func (a *app) endpointCommand() *cobra.Command {
 func (a *app) endpointAdd() *cobra.Command {
 	var lbls, ports []string
 	var ip, sa, output string
-	var monitor bool
+	var monitor, audit bool
 	cmd := &cobra.Command{
-		Use:   "add NAMESPACE/NAME [--labels k=v,...] [--ip ADDR] [--port NAME=PORT/PROTO ...] [--service-account SA] [--monitor]",
+		Use:   "add NAMESPACE/NAME [--labels k=v,...] [--ip ADDR] [--port NAME=PORT/PROTO ...] [--service-account SA] [--monitor] [--audit]",
 		Short: "Create an endpoint: network namespace, veth, address, identity, policy",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -42,7 +42,7 @@ func (a *app) endpointAdd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			spec := api.EndpointSpec{Namespace: ns, Name: name, Labels: l, IP: ip, ServiceAccount: sa, Monitor: monitor}
+			spec := api.EndpointSpec{Namespace: ns, Name: name, Labels: l, IP: ip, ServiceAccount: sa, Monitor: monitor, Audit: audit}
 			if spec.Ports, err = parseNamedPorts(ports); err != nil {
 				return err
 			}
@@ -70,6 +70,7 @@ func (a *app) endpointAdd() *cobra.Command {
 	cmd.Flags().StringArrayVar(&ports, "port", nil, "named port NAME=PORT/PROTO (repeatable)")
 	cmd.Flags().StringVar(&sa, "service-account", "", "service account")
 	cmd.Flags().BoolVar(&monitor, "monitor", false, "make it a monitor for tap contracts (never tapped itself; see docs/taps.md)")
+	cmd.Flags().BoolVar(&audit, "audit", false, "put it in audit mode: its policies are not enforced, and what they would drop is forwarded and reported with verdict AUDIT (docs/observability.md)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
 }
@@ -213,6 +214,9 @@ func (a *app) endpointGet() *cobra.Command {
 			}
 			if ep.Monitor {
 				fmt.Fprintf(w, "Monitor:\tyes (tap contracts may name it; it is never tapped)\n")
+			}
+			if ep.Audit {
+				fmt.Fprintf(w, "Audit:\tyes (policies not enforced; would-be drops reported as AUDIT)\n")
 			}
 			if c := ep.Counters; c != nil {
 				fmt.Fprintf(w, "Ingress:\t%d packets, %d bytes, %d dropped\n", c.IngressPackets, c.IngressBytes, c.IngressDrops)

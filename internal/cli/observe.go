@@ -145,6 +145,9 @@ func FormatFlow(f api.Flow) string {
 	if f.CIDRGroup != "" {
 		fmt.Fprintf(&b, " cidrGroupRef=%s", f.CIDRGroup)
 	}
+	if len(f.DefaultDenyBy) > 0 {
+		fmt.Fprintf(&b, " defaultDenyBy=%s", strings.Join(f.DefaultDenyBy, ","))
+	}
 	return b.String()
 }
 

@@ -80,7 +80,7 @@ func (d *Datapath) InstalledPolicy(epID uint32) map[mapstate.Key]mapstate.Value 
 	out := make(map[mapstate.Key]mapstate.Value, len(d.policies[epID]))
 	for k, v := range d.policies[epID] {
 		_, key, ok := mapstateKey(k)
-		if !ok {
+		if !ok || k.EpId&auditEpFlag != 0 {
 			continue
 		}
 		out[key] = mapstateValue(v)
@@ -141,6 +141,24 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 			return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
 		}
 		want[pk] = policyValue(v)
+	}
+	if a := desired.Audit; a != nil {
+		// The policy with the audited rules too, looked up for new flows the policy
+		// above lets through, under the endpoint's id with the audit flag.
+		newFlags |= epAuditIngress | epAuditEgress
+		if a.EnforceIngress {
+			newFlags |= epAuditEnforceIngress
+		}
+		if a.EnforceEgress {
+			newFlags |= epAuditEnforceEgress
+		}
+		for k, v := range a.Entries {
+			pk, err := policyKey(ep.EpID|auditEpFlag, k)
+			if err != nil {
+				return fmt.Errorf("applying endpoint %d: audit entries: %w", ep.EpID, err)
+			}
+			want[pk] = policyValue(v)
+		}
 	}
 	if desired.DNSObserve {
 		newFlags |= epDNSObserve
@@ -719,10 +737,11 @@ func (d *Datapath) readState() error {
 	it = d.objs.Policy.Iterate()
 	for it.Next(&pk, &pv) {
 		k := normalizeKey(pk)
-		if d.policies[k.EpId] == nil {
-			d.policies[k.EpId] = make(map[rampartPolicyKey]rampartPolicyValue)
+		id := k.EpId &^ auditEpFlag // an endpoint's audit entries are its own
+		if d.policies[id] == nil {
+			d.policies[id] = make(map[rampartPolicyKey]rampartPolicyValue)
 		}
-		d.policies[k.EpId][k] = pv
+		d.policies[id][k] = pv
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading policy map: %w", err)

@@ -211,6 +211,7 @@ const (
 	rampartFlowVerdictVERDICT_FORWARDED  rampartFlowVerdict = 1
 	rampartFlowVerdictVERDICT_DROPPED    rampartFlowVerdict = 2
 	rampartFlowVerdictVERDICT_REDIRECTED rampartFlowVerdict = 3
+	rampartFlowVerdictVERDICT_AUDIT      rampartFlowVerdict = 4
 )
 
 type rampartFragKey struct {

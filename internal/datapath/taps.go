@@ -25,6 +25,13 @@ const (
 	// EP_DNS_OBSERVE: the endpoint's allowed DNS queries go to the observing DNS proxy.
 	epDNSObserve = 1 << 7
 	epTapMask    = epTapIngress | epTapEgress
+	// EP_AUDIT_*: a policy in audit mode applies to the endpoint; its audit entries are
+	// under ep_id | AUDIT_EP_FLAG (auditEpFlag), and enforce the direction or not.
+	epAuditIngress        = 1 << 9
+	epAuditEgress         = 1 << 10
+	epAuditEnforceIngress = 1 << 11
+	epAuditEnforceEgress  = 1 << 12
+	auditEpFlag           = 1 << 31
 
 	tapActionMirror   = 1
 	tapActionRedirect = 2

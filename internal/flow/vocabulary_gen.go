@@ -29,6 +29,7 @@ const (
 	VerdictForwarded  Verdict = 1 // VERDICT_FORWARDED
 	VerdictDropped    Verdict = 2 // VERDICT_DROPPED
 	VerdictRedirected Verdict = 3 // VERDICT_REDIRECTED
+	VerdictAudit      Verdict = 4 // VERDICT_AUDIT
 )
 
 // verdictNames are the names of the Verdict codes, by value.
@@ -36,10 +37,11 @@ var verdictNames = map[Verdict]string{
 	VerdictForwarded:  "FORWARDED",
 	VerdictDropped:    "DROPPED",
 	VerdictRedirected: "REDIRECTED",
+	VerdictAudit:      "AUDIT",
 }
 
 // verdictOrder lists the Verdict codes as rampart.h declares them.
-var verdictOrder = []Verdict{VerdictForwarded, VerdictDropped, VerdictRedirected}
+var verdictOrder = []Verdict{VerdictForwarded, VerdictDropped, VerdictRedirected, VerdictAudit}
 
 // Reason says why a packet was dropped (enum drop_reason); ReasonNone when it was not.
 type Reason uint8

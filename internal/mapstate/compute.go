@@ -518,6 +518,7 @@ type memoEnv struct {
 type memoEndpoint struct {
 	labels labels.Labels
 	ports  map[string]NamedPort
+	audit  bool
 	pol    EndpointPolicy
 	l7     []L7Rule
 	dns    []DNSRule
@@ -542,6 +543,7 @@ func ComputeWith(in Input, memo *Memo) (State, *Memo) {
 		rules[i] = c.prepare(&in.Rules[i])
 		env.peers[i] = rules[i].peers
 	}
+	enforced := enforcedRules(rules)
 	reuse := memo != nil && memo.env.equal(&env)
 	next := &Memo{env: env, byID: make(map[uint32]memoEndpoint, len(in.Endpoints))}
 	st := State{
@@ -552,12 +554,16 @@ func ComputeWith(in Input, memo *Memo) (State, *Memo) {
 		me, ok := memoEndpoint{}, false
 		if reuse {
 			me, ok = memo.byID[ep.ID]
-			ok = ok && sameLabels(me.labels, ep.Labels) && maps.Equal(me.ports, ep.NamedPorts)
+			ok = ok && sameLabels(me.labels, ep.Labels) && maps.Equal(me.ports, ep.NamedPorts) && me.audit == ep.Audit
 		}
 		if !ok {
-			pol := c.endpointPolicy(ep, rules)
-			me = memoEndpoint{labels: ep.Labels, ports: ep.NamedPorts, pol: pol,
-				l7: c.l7Rules(ep, rules, pol), dns: c.dnsRules(ep, rules, pol)}
+			pol := c.policyOf(ep, rules, enforced)
+			l7rules := enforced
+			if ep.Audit {
+				l7rules = nil
+			}
+			me = memoEndpoint{labels: ep.Labels, ports: ep.NamedPorts, audit: ep.Audit, pol: pol,
+				l7: c.l7Rules(ep, l7rules, pol), dns: c.dnsRules(ep, l7rules, pol)}
 		}
 		next.byID[ep.ID] = me
 		st.Endpoints[ep.ID] = me.pol
@@ -567,6 +573,31 @@ func ComputeWith(in Input, memo *Memo) (State, *Memo) {
 	sortL7(st.L7)
 	sortDNS(st.DNS)
 	return st, next
+}
+
+// enforcedRules is rules without the rules in audit mode (rules itself when it has none).
+func enforcedRules(rules []preparedRule) []preparedRule {
+	if !slices.ContainsFunc(rules, func(pr preparedRule) bool { return pr.rule.Audit }) {
+		return rules
+	}
+	return slices.DeleteFunc(slices.Clone(rules), func(pr preparedRule) bool { return pr.rule.Audit })
+}
+
+// policyOf is ep's policy: from the enforced rules (enforcedRules of rules), and, when a
+// rule in audit mode applies to ep, its Audit policy from all of rules. Audited rules
+// so never change what the enforced policy allows or drops.
+//
+// An endpoint in audit mode (Endpoint.Audit) takes every rule as audited.
+func (c *computer) policyOf(ep Endpoint, rules, enforced []preparedRule) EndpointPolicy {
+	if ep.Audit {
+		enforced = nil
+	}
+	pol := c.endpointPolicy(ep, enforced)
+	if len(enforced) < len(rules) && slices.ContainsFunc(rules, func(pr preparedRule) bool { return (pr.rule.Audit || ep.Audit) && pr.applies(ep) }) {
+		audit := c.endpointPolicy(ep, rules)
+		pol.Audit = &audit
+	}
+	return pol
 }
 
 // sameLabels compares two label sets, at once when they are one map: callers that give

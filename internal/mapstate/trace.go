@@ -1,6 +1,7 @@
 package mapstate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -75,6 +76,23 @@ type TraceCheck struct {
 	// L7 names, for a Redirected decision, the rules whose HTTP rules the proxy applies
 	// (Decision.L7, one entry each, in that order).
 	L7 []TraceL7 `json:"l7,omitempty"`
+	// DefaultDenyBy names, for a default deny, the policies whose rules make the endpoint
+	// enforce the direction.
+	DefaultDenyBy []PolicyRef `json:"defaultDenyBy,omitempty"`
+	// Audit is, for a flow Decision lets through, what the policies in audit mode that
+	// apply to the endpoint would do to it when they would drop it: the dataplane
+	// forwards it and reports it as audited (nil: they would not, or none applies).
+	Audit *TraceAudit `json:"audit,omitempty"`
+}
+
+// TraceAudit is the decision of an endpoint's policy with its audited rules enforced too
+// (EndpointPolicy.Audit), for a flow it would drop.
+type TraceAudit struct {
+	Decision Decision  `json:"decision"`
+	Rule     *RuleInfo `json:"rule,omitempty"`
+	// DefaultDenyBy names, for a default deny, the policies (audited or not) whose rules
+	// make the endpoint enforce the direction.
+	DefaultDenyBy []PolicyRef `json:"defaultDenyBy,omitempty"`
 }
 
 // TraceL7 is one L7 rule that applies to a redirected flow: a request passes if it matches
@@ -153,7 +171,8 @@ func remoteState(in Input, st State, ep Endpoint, node netip.Addr) State {
 	for i := range in.Rules {
 		rules[i] = c.prepare(&in.Rules[i])
 	}
-	pol := c.endpointPolicy(ep, rules)
+	enforced := enforcedRules(rules)
+	pol := c.policyOf(ep, rules, enforced)
 	ipc := maps.Clone(st.IPCache)
 	for _, a := range in.HostIPs {
 		p := netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
@@ -165,7 +184,10 @@ func remoteState(in Input, st State, ep Endpoint, node netip.Addr) State {
 	e := ipc[p]
 	e.Identity = identity.Host
 	ipc[p] = e
-	return State{Endpoints: map[uint32]EndpointPolicy{ep.ID: pol}, IPCache: ipc, L7: c.l7Rules(ep, rules, pol)}
+	if ep.Audit {
+		enforced = nil
+	}
+	return State{Endpoints: map[uint32]EndpointPolicy{ep.ID: pol}, IPCache: ipc, L7: c.l7Rules(ep, enforced, pol)}
 }
 
 // combine returns the verdict of a flow that must pass checks with verdicts a and b.
@@ -197,7 +219,45 @@ func check(in Input, st State, ep *Endpoint, dir policy.Direction, peer netip.Ad
 	for _, r := range d.L7 {
 		c.L7 = append(c.L7, TraceL7{Rule: *ruleInfo(in, r.RuleID), HTTP: r.HTTP})
 	}
+	if d.Reason == ReasonDefaultDeny {
+		c.DefaultDenyBy = DefaultDenyBy(in, *ep, dir, false)
+	}
+	if pol.Audit != nil && d.Verdict != Denied {
+		as := st
+		as.Endpoints = map[uint32]EndpointPolicy{ep.ID: *pol.Audit}
+		ad := LookupSets(as, ep.ID, dir, peer, membership(in, peer), q.Protocol, q.Port)
+		if ad.Verdict == Denied {
+			c.Audit = &TraceAudit{Decision: ad}
+			if ad.Entry != nil {
+				c.Audit.Rule = ruleInfo(in, ad.RuleID)
+			}
+			if ad.Reason == ReasonDefaultDeny {
+				c.Audit.DefaultDenyBy = DefaultDenyBy(in, *ep, dir, true)
+			}
+		}
+	}
 	return c
+}
+
+// DefaultDenyBy returns the policies (in.RulePolicies) of the rules that make endpoint ep
+// enforce direction dir: enforced rules only, or with audit those in audit mode too.
+// Sorted, each once.
+func DefaultDenyBy(in Input, ep Endpoint, dir policy.Direction, audit bool) []PolicyRef {
+	var out []PolicyRef
+	for i := range in.Rules {
+		r := &in.Rules[i]
+		if !r.EnableDefaultDeny || r.Direction != dir || r.Host != ep.Host || ((r.Audit || ep.Audit) && !audit) ||
+			r.Tier != policy.TierNetworkPolicy || !r.Subject.Matches(ep.Labels) {
+			continue
+		}
+		if ref, ok := in.RulePolicies[r.ID]; ok && !slices.Contains(out, ref) {
+			out = append(out, ref)
+		}
+	}
+	slices.SortFunc(out, func(a, b PolicyRef) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
 }
 
 // membership returns the CIDR set mask of a, 0 without a membership function.

@@ -31,6 +31,10 @@ type Endpoint struct {
 	// IP6 is a dual-stack endpoint's IPv6 address (zero: none): the ipcache maps it, a
 	// /128, to the identity and ep_id its IPv4 address has.
 	IP6 netip.Addr
+	// Audit puts the endpoint in audit mode: every rule that applies to it counts as in
+	// audit mode (policy.Rule.Audit) there, so it enforces nothing and reports what its
+	// policies would drop.
+	Audit bool
 }
 
 // RemoteEndpoint is a pod on another node: policy selects it by its labels like a local
@@ -180,6 +184,12 @@ type EndpointPolicy struct {
 	// ClusterNetworkPolicy domainNames peer selects what it learns.
 	DNSObserve bool
 	Entries    map[Key]Value
+	// Audit is, for an endpoint that a rule in audit mode (policy.Rule.Audit) applies to,
+	// the policy it would have with those rules enforced too (nil: no such rule). The
+	// fields above never depend on audited rules; the dataplane looks a new flow up in
+	// Audit too, and reports one that Audit would drop and the policy above forwards as
+	// audited (it forwards it).
+	Audit *EndpointPolicy
 }
 
 // IPCacheEntry is the desired value for one ipcache prefix.

@@ -89,6 +89,7 @@ type Policy struct {
 	Name      string
 	Source    string // file (or "-") and document index it was read from, for messages
 	Rules     []Rule
+	Audit     bool // in audit mode (AuditAnnotation): so are all of Rules
 	// Raw is the document as read, as compact JSON, kept so the agent can persist and
 	// show it (and compare it byte for byte).
 	// Parsing Raw again yields the same policy. (A Cilium JSON rule array is kept as the
@@ -134,7 +135,14 @@ type Rule struct {
 	AllPeers          bool
 	Peers             []Peer
 	Ports             []PortRule
+	// Audit: the rule's policy is in audit mode (AuditAnnotation): it changes no verdict;
+	// the traffic it would drop is forwarded and reported as audited.
+	Audit bool
 }
+
+// AuditAnnotation puts a policy in audit mode when it says "true": its rules are computed
+// and looked up beside the enforced ones, but only reported, never enforced.
+const AuditAnnotation = "policy.rampart.io/audit"
 
 // PeerKind tells which field of Peer is set.
 type PeerKind uint8

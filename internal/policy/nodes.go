@@ -32,6 +32,7 @@ type docParser struct {
 	// host: the rule being parsed has a nodeSelector (a host policy): its L7 rules and
 	// toFQDNs are refused, as the host's traffic passes no proxy.
 	host   bool
+	audit  bool // the policy's AuditAnnotation says "true"
 	groups bool // CiliumCIDRGroup, TapContract and TrafficControl documents are accepted (Parse, not ParseDocuments)
 	// root and rootJSON: the document's node and, when the reader had it, its JSON
 	// rendering, which toJSON returns instead of rendering root again.

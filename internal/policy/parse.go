@@ -350,6 +350,16 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, 
 			p.Rules[i].Index = i
 		}
 	}
+	if d.audit {
+		p.Audit = true
+		for i := range p.Rules {
+			if p.Rules[i].Host {
+				return nil, nil, nil, d.fail(metaE.val, fieldPath(fieldPath(metaE.path, "annotations"), AuditAnnotation),
+					"audit mode is not supported for host policy (a rule with a nodeSelector)")
+			}
+			p.Rules[i].Audit = true
+		}
+	}
 	if r.err != nil {
 		return nil, nil, nil, r.err
 	}
@@ -366,6 +376,34 @@ var (
 
 func validName(s string) bool      { return len(s) <= 253 && dnsSubdomainRE.MatchString(s) }
 func validNamespace(s string) bool { return len(s) <= 63 && dnsLabelRE.MatchString(s) }
+
+// annotations checks the metadata's annotations and reads AuditAnnotation.
+func (d *docParser) annotations(n *yaml.Node, path string) error {
+	entries, err := d.mapping(n, path)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		v, err := d.str(e.val, e.path)
+		if err != nil {
+			return err
+		}
+		if e.name != AuditAnnotation {
+			continue
+		}
+		switch {
+		case d.kind != KindNetworkPolicy && d.kind != KindCiliumNetworkPolicy &&
+			d.kind != KindCiliumClusterwidePolicy && d.kind != KindClusterNetworkPolicy:
+			return d.fail(e.key, e.path, "audit mode is for policies, not a %s", d.kind)
+		case v == "true":
+			d.audit = true
+		case v == "false":
+		default:
+			return d.fail(e.val, e.path, "must be \"true\" or \"false\", not %q", v)
+		}
+	}
+	return nil
+}
 
 // metadata checks the object metadata and records name and namespace. Only informational
 // fields are accepted besides those two; anything that could change behaviour (say
@@ -401,8 +439,12 @@ func (d *docParser) metadata(n *yaml.Node, path string) error {
 				return d.fail(e.val, e.path, "invalid namespace %q: must be lowercase alphanumerics and '-', at most 63 characters", v)
 			}
 			d.namespace, nsE = v, &entries[i]
-		case "labels", "annotations":
+		case "labels":
 			if err := d.stringMap(e.val, e.path); err != nil {
+				return err
+			}
+		case "annotations":
+			if err := d.annotations(e.val, e.path); err != nil {
 				return err
 			}
 		case "description":

@@ -47,6 +47,9 @@ var (
 // isMonitor says whether pod p is a monitor (annotation agent.MonitorAnnotation "true").
 func isMonitor(p *corev1.Pod) bool { return p.Annotations[agent.MonitorAnnotation] == "true" }
 
+// inAudit says whether pod p is in audit mode (annotation agent.AuditAnnotation "true").
+func inAudit(p *corev1.Pod) bool { return p.Annotations[agent.AuditAnnotation] == "true" }
+
 // Agent is what the watcher needs of the agent.
 type Agent interface {
 	// SyncCluster applies the whole desired view as one change.
@@ -404,7 +407,7 @@ func (w *Watcher) localPod(ctx context.Context, namespace, name string) (agent.P
 	if err != nil {
 		return agent.PodInfo{}, err
 	}
-	info := agent.PodInfo{Labels: labels.Labels(pod.Labels), ServiceAccount: pod.Spec.ServiceAccountName, Monitor: isMonitor(pod), Ports: podPorts(pod)}
+	info := agent.PodInfo{Labels: labels.Labels(pod.Labels), ServiceAccount: pod.Spec.ServiceAccountName, Monitor: isMonitor(pod), Audit: inAudit(pod), Ports: podPorts(pod)}
 	if info.Labels == nil {
 		info.Labels = labels.Labels{}
 	}
@@ -710,7 +713,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 			if err != nil {
 				return v, err
 			}
-			v.LocalPods[key] = agent.PodInfo{Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id, Monitor: isMonitor(p), Ports: podPorts(p)}
+			v.LocalPods[key] = agent.PodInfo{Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id, Monitor: isMonitor(p), Audit: inAudit(p), Ports: podPorts(p)}
 			if ip.IsValid() {
 				v.LocalAddresses[ip] = key
 			}

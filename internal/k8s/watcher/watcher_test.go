@@ -149,15 +149,17 @@ func TestTapContractDocument(t *testing.T) {
 	}
 }
 
-// A pod is a monitor only with the annotation's value "true".
-func TestIsMonitor(t *testing.T) {
-	for v, want := range map[string]bool{"true": true, "false": false, "": false, "yes": false} {
-		p := &corev1.Pod{}
-		if v != "" {
-			p.Annotations = map[string]string{agent.MonitorAnnotation: v}
-		}
-		if got := isMonitor(p); got != want {
-			t.Errorf("annotation %q: monitor %v, want %v", v, got, want)
+// A pod is a monitor, or in audit mode, only with its annotation's value "true".
+func TestPodAnnotations(t *testing.T) {
+	for annotation, is := range map[string]func(*corev1.Pod) bool{agent.MonitorAnnotation: isMonitor, agent.AuditAnnotation: inAudit} {
+		for v, want := range map[string]bool{"true": true, "false": false, "": false, "yes": false} {
+			p := &corev1.Pod{}
+			if v != "" {
+				p.Annotations = map[string]string{annotation: v}
+			}
+			if got := is(p); got != want {
+				t.Errorf("annotation %s=%q: %v, want %v", annotation, v, got, want)
+			}
 		}
 	}
 }
