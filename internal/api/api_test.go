@@ -47,10 +47,11 @@ func TestFilterMatch(t *testing.T) {
 		// hubble's --from-pod and --to-pod: one side, NS/PREFIX, NS/ or PREFIX.
 		{FlowFilter{From: "x/a"}, true},
 		{FlowFilter{From: "x/"}, true},
-		{FlowFilter{From: "a"}, true},
+		{FlowFilter{From: "a"}, false}, // namespace default
+		{FlowFilter{From: "x/"}, true},
 		{FlowFilter{From: "y/b"}, false},
 		{FlowFilter{To: "y/b"}, true},
-		{FlowFilter{To: "b"}, true},
+		{FlowFilter{To: "b"}, false},
 		{FlowFilter{To: "x/a"}, false},
 		{FlowFilter{From: "x/a", To: "y/"}, true},
 		{FlowFilter{Since: at}, true},

@@ -43,15 +43,15 @@ func (f FlowFilter) Match(fl Flow) bool {
 	}
 }
 
-// podMatch is hubble's pod filter: NS/PREFIX, NS/ or PREFIX (any namespace). A peer that
-// is no pod (no name) never matches.
+// podMatch is hubble's pod filter: NS/PREFIX, NS/ or PREFIX (in namespace default, as
+// hubble reads it). A peer that is no pod (no name) never matches.
 func podMatch(filter string, p FlowPeer) bool {
 	if p.Name == "" {
 		return false
 	}
 	ns, prefix, ok := strings.Cut(filter, "/")
 	if !ok {
-		ns, prefix = "", filter
+		ns, prefix = "default", filter
 	}
 	return (ns == "" || ns == p.Namespace) && strings.HasPrefix(p.Name, prefix)
 }

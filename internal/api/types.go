@@ -539,7 +539,7 @@ type FlowFilter struct {
 	Type string `json:"type,omitempty"`
 	// From and To match one side only, as hubble's --from-pod and --to-pod do: NS/ (every
 	// endpoint of namespace NS), NS/PREFIX (endpoints whose name starts with PREFIX) or
-	// PREFIX (in any namespace).
+	// PREFIX (in namespace default, as hubble reads it).
 	From string `json:"from,omitempty"`
 	To   string `json:"to,omitempty"`
 	// Since and Until bound the flows' times (either may be zero: no bound).
