@@ -116,7 +116,9 @@ func compile(ff *flowpb.FlowFilter) ([]match, error) {
 	add(eventTypeMatch(ff.EventType), nil)
 	add(statusMatch(ff.HttpStatusCode))
 	add(oneOf(upper(ff.HttpMethod), func(f *flowpb.Flow) string { return strings.ToUpper(f.GetL7().GetHttp().GetMethod()) }), nil)
-	add(regexpMatch(ff.HttpPath, func(f *flowpb.Flow) (string, bool) { return urlPath(f.GetL7().GetHttp().GetUrl()), f.GetL7().GetHttp() != nil }))
+	add(regexpMatch(ff.HttpPath, func(f *flowpb.Flow) (string, bool) {
+		return urlPath(f.GetL7().GetHttp().GetUrl()), f.GetL7().GetHttp() != nil
+	}))
 	add(regexpMatch(ff.HttpUrl, func(f *flowpb.Flow) (string, bool) { return f.GetL7().GetHttp().GetUrl(), f.GetL7().GetHttp() != nil }))
 	add(protocolMatch(ff.Protocol))
 	add(portMatch(ff.SourcePort, true))
