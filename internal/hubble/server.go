@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -204,6 +206,11 @@ func Serve(ctx context.Context, l net.Listener, srv *Server) error {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 	)
 	observerpb.RegisterObserverServer(g, srv)
+	// hubble status asks the standard health service about the observer first, by the
+	// name Hubble gives it (cilium's pkg/hubble/api/v1 ObserverServiceName).
+	hs := health.NewServer()
+	hs.SetServingStatus("hubble.server.Observer", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
