@@ -74,21 +74,7 @@ func TestHubbleCLI(t *testing.T) {
 	}
 	must("endpoint", "add", "x/client-1", "--labels", "app=client", "--ip", "198.18.0.40")
 	must("endpoint", "add", "y/web", "--labels", "app=web", "--ip", "198.18.0.50")
-	srv := exec.Command(bin+"/rampart", "--socket", filepath.Join(sockDir, "r.sock"), "endpoint", "exec", "y/web", "--",
-		bin+"/rampart-testserver", "serve", "--tcp", "80,81")
-	srvOut := &testenv.SyncBuffer{}
-	srv.Stdout = srvOut
-	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
-		srv.Wait()
-	})
-	if !testenv.Eventually(5*time.Second, func() bool { return strings.Contains(srvOut.String(), "ready") }) {
-		t.Fatal("test server did not start")
-	}
+	serveTCP(t, bin, sockDir, "y/web", "80,81")
 	policy := filepath.Join(t.TempDir(), "web.yaml")
 	os.WriteFile(policy, []byte(`apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy

@@ -90,22 +90,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	must("endpoint", "add", "x/a", "--labels", "pod=a")
 	must("endpoint", "add", "y/b", "--labels", "pod=b", "--ip", "198.18.0.50")
 
-	// A server in y/b, run with endpoint exec (it lives until killed).
-	srv := exec.Command(bin+"/rampart", "--socket", filepath.Join(sockDir, "r.sock"), "endpoint", "exec", "y/b", "--",
-		bin+"/rampart-testserver", "serve", "--tcp", "80")
-	srvOut := &testenv.SyncBuffer{}
-	srv.Stdout = srvOut
-	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
-		srv.Wait()
-	}()
-	if !testenv.Eventually(5*time.Second, func() bool { return strings.Contains(srvOut.String(), "ready") }) {
-		t.Fatal("test server did not start")
-	}
+	serveTCP(t, bin, sockDir, "y/b", "80")
 	probe := func() bool {
 		_, _, code := run(bin, sockDir, "endpoint", "exec", "x/a", "--", bin+"/rampart-testserver", "probe", "--tcp", "198.18.0.50:80", "--timeout", "500ms")
 		return code == 0
@@ -450,6 +435,27 @@ func runBin(path string, args ...string) (string, string, int) {
 		}
 	}
 	return out.String(), errb.String(), code
+}
+
+// serveTCP runs a TCP echo server on ports (comma-separated) in endpoint key, with
+// endpoint exec, until the test ends.
+func serveTCP(t *testing.T, bin, sockDir, key, ports string) {
+	t.Helper()
+	srv := exec.Command(bin+"/rampart", "--socket", filepath.Join(sockDir, "r.sock"), "endpoint", "exec", key, "--",
+		bin+"/rampart-testserver", "serve", "--tcp", ports)
+	srvOut := &testenv.SyncBuffer{}
+	srv.Stdout = srvOut
+	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // it lives until killed, with its children
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
+		srv.Wait()
+	})
+	if !testenv.Eventually(5*time.Second, func() bool { return strings.Contains(srvOut.String(), "ready") }) {
+		t.Fatal("test server did not start")
+	}
 }
 
 func run(bin, sockDir string, args ...string) (string, string, int) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +127,7 @@ func TestFilters(t *testing.T) {
 				got = append(got, i)
 			}
 		}
-		if !equal(got, c.want) {
+		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: flows %v pass, want %v", c.name, got, c.want)
 		}
 	}
@@ -135,18 +136,6 @@ func TestFilters(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "source_fqdn") {
 		t.Errorf("fqdn filter: %v, want an error naming source_fqdn", err)
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // fakeSource serves the flows above as the agent's Observe does: the last req.Last
