@@ -2,7 +2,7 @@
 # Builds the hubble CLI (github.com/cilium/cilium/hubble at $HUBBLE_VERSION,
 # tools/hubble/versions.env, from the Go module proxy through tools/hubble/go.mod), static,
 # for the tests that run the real `hubble observe` against rampartd --hubble-address
-# (internal/hubble's TestHubbleCLI).
+# (cmd/rampartd's TestHubbleCLI).
 #
 # The binary goes to $RAMPART_CACHE/hubble-$HUBBLE_VERSION/ (RAMPART_CACHE defaults to
 # /var/cache/rampart). Idempotent: when it is there it does nothing; a build lands in a

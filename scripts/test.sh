@@ -29,7 +29,7 @@ bash scripts/build-e2e.sh
 # cyclonus, whose generated NetworkPolicy cases test/conformance's TestCyclonusSubset runs
 # (cached; about 2 min 30 s on a fresh machine).
 bash scripts/build-cyclonus.sh
-# the hubble CLI, which internal/hubble's TestHubbleCLI runs against a real agent (cached).
+# the hubble CLI, which cmd/rampartd's TestHubbleCLI runs against a real agent (cached).
 bash scripts/build-hubble.sh
 
 echo "== gofmt"
