@@ -29,6 +29,8 @@ bash scripts/build-e2e.sh
 # cyclonus, whose generated NetworkPolicy cases test/conformance's TestCyclonusSubset runs
 # (cached; about 2 min 30 s on a fresh machine).
 bash scripts/build-cyclonus.sh
+# the hubble CLI, which cmd/rampartd's TestHubbleCLI runs against a real agent (cached).
+bash scripts/build-hubble.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)

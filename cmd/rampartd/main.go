@@ -102,6 +102,7 @@ func run(args []string) int {
 		inCluster   bool
 		metricsAddr string
 		cni         cniinstall.Options
+		hubbleAddr  string
 	)
 	fs := flag.NewFlagSet("rampartd", flag.ContinueOnError)
 	// Parse errors are reported below; --help goes to stdout.
@@ -135,7 +136,8 @@ func run(args []string) int {
 	fs.StringVar(&cni.ConfDir, "cni-conf-dir", "", "the container runtime's CNI configuration directory (usually /etc/cni/net.d), with --cni-bin-dir")
 	fs.StringVar(&cni.Plugin, "cni-plugin", "", "the rampart-cni binary --cni-bin-dir gets (default: rampart-cni beside rampartd)")
 	fs.DurationVar(&idGrace, "identity-grace", 0, "Kubernetes mode: how long a cluster identity no pod uses is kept before it is collected (0: 5m)")
-	fs.StringVar(&nodeName, "node-name", "", "Kubernetes mode: this node's Node object (default: the host name)")
+	fs.StringVar(&nodeName, "node-name", "", "Kubernetes mode: this node's Node object (default: the host name); in every mode the node_name of --hubble-address's flows")
+	fs.StringVar(&hubbleAddr, "hubble-address", "", "serve Hubble's flow API (the observer gRPC service hubble observe reads; docs/observability.md) on unix:///PATH (root only) or HOST:PORT (plain text: a loopback or private address); empty: off")
 	fs.BoolVar(&uninstall, "uninstall", false, "remove what this instance made (endpoints, pins, state, node set-up; see above), then exit")
 	fs.BoolVar(&ifInstalled, "if-installed", false, "with --uninstall: a node with no such instance is not an error (the CNI plugin and configuration are still removed), so one uninstall DaemonSet serves every node, whatever each holds")
 	fs.BoolVar(&idle, "idle", false, "with --uninstall: once done, sleep until stopped instead of exiting, so a DaemonSet's pod stays Running to say its node is done (deploy-uninstall/)")
@@ -249,6 +251,15 @@ func run(args []string) int {
 				cfg.Logger.Error("metrics server stopped", "error", err)
 			}
 		}()
+	}
+	if hubbleAddr != "" {
+		stopHubble, err := startHubble(ctx, a, hubbleAddr, nodeName, cfg.Logger)
+		if err != nil {
+			a.Close()
+			fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
+			return 1
+		}
+		defer stopHubble()
 	}
 	if w != nil {
 		go func() {

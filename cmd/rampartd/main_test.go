@@ -90,7 +90,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	must("endpoint", "add", "x/a", "--labels", "pod=a")
 	must("endpoint", "add", "y/b", "--labels", "pod=b", "--ip", "198.18.0.50")
 
-	serveTCP80(t, bin, sockDir, "y/b")
+	serveTCP(t, bin, sockDir, "y/b", "80")
 	probe := prober(bin, sockDir, "x/a", "198.18.0.50:80")
 	if !probe() {
 		t.Fatal("x/a -> y/b:80 blocked without policy")
@@ -433,6 +433,27 @@ func runBin(path string, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
+// serveTCP runs a TCP echo server on ports (comma-separated) in endpoint key, with
+// endpoint exec, until the test ends.
+func serveTCP(t *testing.T, bin, sockDir, key, ports string) {
+	t.Helper()
+	srv := exec.Command(bin+"/rampart", "--socket", filepath.Join(sockDir, "r.sock"), "endpoint", "exec", key, "--",
+		bin+"/rampart-testserver", "serve", "--tcp", ports)
+	srvOut := &testenv.SyncBuffer{}
+	srv.Stdout = srvOut
+	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // it lives until killed, with its children
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
+		srv.Wait()
+	})
+	if !testenv.Eventually(5*time.Second, func() bool { return strings.Contains(srvOut.String(), "ready") }) {
+		t.Fatal("test server did not start")
+	}
+}
+
 func run(bin, sockDir string, args ...string) (string, string, int) {
 	return runBin(bin+"/rampart", append([]string{"--socket", filepath.Join(sockDir, "r.sock")}, args...)...)
 }
@@ -470,27 +491,6 @@ func startDaemon(t *testing.T, bin string, flags []string, extra ...string) (*ex
 		}
 	})
 	return daemon, log
-}
-
-// serveTCP80 runs a server on TCP port 80 in endpoint ep (with endpoint exec, until the
-// test ends) and returns once it listens.
-func serveTCP80(t *testing.T, bin, sockDir, ep string) {
-	t.Helper()
-	srv := exec.Command(bin+"/rampart", "--socket", filepath.Join(sockDir, "r.sock"), "endpoint", "exec", ep, "--",
-		bin+"/rampart-testserver", "serve", "--tcp", "80")
-	out := &testenv.SyncBuffer{}
-	srv.Stdout = out
-	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
-		srv.Wait()
-	})
-	if !testenv.Eventually(5*time.Second, func() bool { return strings.Contains(out.String(), "ready") }) {
-		t.Fatal("test server did not start")
-	}
 }
 
 // prober returns a probe that says whether endpoint from connects to the TCP address to

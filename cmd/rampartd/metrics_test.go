@@ -69,7 +69,7 @@ func TestDaemonMetrics(t *testing.T) {
 	}
 	must("endpoint", "add", "x/a", "--labels", "pod=a")
 	must("endpoint", "add", "y/b", "--labels", "pod=b", "--ip", "198.19.27.50")
-	serveTCP80(t, bin, sockDir, "y/b")
+	serveTCP(t, bin, sockDir, "y/b", "80")
 	probe := prober(bin, sockDir, "x/a", "198.19.27.50:80")
 
 	newTCP := []string{"type", "new", "verdict", "FORWARDED", "direction", "ingress", "protocol", "TCP"}

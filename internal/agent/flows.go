@@ -242,6 +242,9 @@ type flowHub struct {
 	closed  bool
 	// counts are the metrics' counts of what was published (metrics.go).
 	counts flowCounts
+	// lostBy counts, per follower, the flows it missed since it was last told (Observe's
+	// req.Lost); made on the first loss.
+	lostBy map[chan api.Flow]uint64
 }
 
 // flowRing is a fixed-size history; seq numbers let two rings merge in publish order.
@@ -358,6 +361,10 @@ func (h *flowHub) fanOut(f api.Flow) {
 		case c <- f:
 		default:
 			h.lost++ // a slow observer must not stall the event reader
+			if h.lostBy == nil {
+				h.lostBy = map[chan api.Flow]uint64{}
+			}
+			h.lostBy[c]++
 		}
 	}
 }
@@ -366,6 +373,22 @@ func (h *flowHub) stats() (seen, lost uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.seen, h.lost
+}
+
+// buffered is how many flows the history holds and can hold.
+func (h *flowHub) buffered() (n, capacity int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dropped.n() + h.other.n(), len(h.dropped.flows) + len(h.other.flows)
+}
+
+// takeLost returns and resets the count of flows follower c missed.
+func (h *flowHub) takeLost(c chan api.Flow) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.lostBy[c]
+	delete(h.lostBy, c)
+	return n
 }
 
 // history returns buffered flows (both histories), oldest first.
@@ -411,7 +434,7 @@ func (a *Agent) Observe(ctx context.Context, req api.ObserveRequest, send func(a
 	h.mu.Lock()
 	var hist []api.Flow
 	for _, f := range h.history() {
-		if req.Filter.Match(f) {
+		if req.Matches(f) {
 			hist = append(hist, f)
 		}
 	}
@@ -436,6 +459,7 @@ func (a *Agent) Observe(ctx context.Context, req api.ObserveRequest, send func(a
 			if _, ok := h.subs[c]; ok {
 				delete(h.subs, c)
 			}
+			delete(h.lostBy, c)
 			h.mu.Unlock()
 		}()
 	}
@@ -455,7 +479,12 @@ func (a *Agent) Observe(ctx context.Context, req api.ObserveRequest, send func(a
 			if !ok {
 				return nil
 			}
-			if req.Filter.Match(f) {
+			if req.Lost != nil {
+				if n := h.takeLost(c); n > 0 {
+					req.Lost(n)
+				}
+			}
+			if req.Matches(f) {
 				if err := send(f); err != nil {
 					return err
 				}

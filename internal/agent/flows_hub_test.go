@@ -48,3 +48,29 @@ func TestFlowHistoryKeepsDrops(t *testing.T) {
 		t.Errorf("seen %d, want 46", seen)
 	}
 }
+
+// A follower whose queue is full loses flows without stalling the publisher, and learns
+// how many it lost, once.
+func TestFlowHubCountsLostPerFollower(t *testing.T) {
+	h := newFlowHub(4)
+	slow, fast := make(chan api.Flow, 1), make(chan api.Flow, 8)
+	h.subs[slow], h.subs[fast] = struct{}{}, struct{}{}
+	for i := 0; i < 5; i++ {
+		h.publish(api.Flow{Verdict: "FORWARDED"})
+	}
+	if n := h.takeLost(slow); n != 4 {
+		t.Errorf("slow follower lost %d, want 4", n)
+	}
+	if n := h.takeLost(slow); n != 0 {
+		t.Errorf("slow follower told again: %d", n)
+	}
+	if n := h.takeLost(fast); n != 0 {
+		t.Errorf("fast follower lost %d, want 0", n)
+	}
+	if _, lost := h.stats(); lost != 4 {
+		t.Errorf("lost %d, want 4", lost)
+	}
+	if n, capacity := h.buffered(); n != 4 || capacity != 8 {
+		t.Errorf("buffered %d of %d, want 4 of 8", n, capacity)
+	}
+}

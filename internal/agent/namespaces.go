@@ -126,6 +126,7 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	seen, lost := a.flows.stats()
+	buffered, history := a.flows.buffered()
 	var sendSide *api.SendSideStatus
 	if a.cfg.L7SendSide {
 		st, err := a.dp.SockStatus()
@@ -140,32 +141,34 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		cidr6, router6 = a.cfg.PodCIDR6.String(), podaddr.Router6(a.cfg.PodCIDR6).String()
 	}
 	return api.Status{
-		Version:    version.Get().String(),
-		Instance:   a.cfg.Instance,
-		PodCIDR:    a.cfg.PodCIDR.String(),
-		Router:     a.net.Router().String(),
-		PodCIDR6:   cidr6,
-		Router6:    router6,
-		NodeNetns:  a.cfg.NodeNetns,
-		StateDir:   a.cfg.StateDir,
-		BPFDir:     a.cfg.BPFDir,
-		StartedAt:  a.started,
-		Endpoints:  len(a.model.endpoints),
-		Namespaces: len(a.model.namespaces),
-		Policies:   len(a.model.policies),
-		Identities: len(a.cur.alloc.List()),
-		CIDRSets:   len(a.model.cidrsets),
-		FlowsSeen:  seen,
-		FlowsLost:  lost,
-		Degraded:   a.degraded,
-		Proxy:      a.proxyStatus(),
-		DNS:        a.dnsStatus(),
-		SendSide:   sendSide,
-		Memory:     mem,
-		Kubernetes: a.kubernetesStatus(),
-		TapPolicy:  a.tapPolicyStatus(),
-		Monitors:   a.monitorsStatus(),
-		Host:       a.hostStatus(),
+		Version:       version.Get().String(),
+		Instance:      a.cfg.Instance,
+		PodCIDR:       a.cfg.PodCIDR.String(),
+		Router:        a.net.Router().String(),
+		PodCIDR6:      cidr6,
+		Router6:       router6,
+		NodeNetns:     a.cfg.NodeNetns,
+		StateDir:      a.cfg.StateDir,
+		BPFDir:        a.cfg.BPFDir,
+		StartedAt:     a.started,
+		Endpoints:     len(a.model.endpoints),
+		Namespaces:    len(a.model.namespaces),
+		Policies:      len(a.model.policies),
+		Identities:    len(a.cur.alloc.List()),
+		CIDRSets:      len(a.model.cidrsets),
+		FlowsSeen:     seen,
+		FlowsLost:     lost,
+		FlowsBuffered: buffered,
+		FlowHistory:   history,
+		Degraded:      a.degraded,
+		Proxy:         a.proxyStatus(),
+		DNS:           a.dnsStatus(),
+		SendSide:      sendSide,
+		Memory:        mem,
+		Kubernetes:    a.kubernetesStatus(),
+		TapPolicy:     a.tapPolicyStatus(),
+		Monitors:      a.monitorsStatus(),
+		Host:          a.hostStatus(),
 	}, nil
 }
 

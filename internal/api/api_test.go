@@ -11,7 +11,10 @@ import (
 )
 
 func TestFilterMatch(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	f := Flow{
+		Time:     at,
+		Type:     "drop",
 		Verdict:  "DROPPED",
 		Protocol: "TCP",
 		Source:   FlowPeer{Namespace: "x", Name: "a", Port: 40000, Labels: []string{"pod=a"}},
@@ -39,6 +42,22 @@ func TestFilterMatch(t *testing.T) {
 		{FlowFilter{Namespace: "x", Port: 80, Protocol: "tcp", Verdict: "dropped"}, true},
 		{FlowFilter{Type: "l3l4"}, true},
 		{FlowFilter{Type: "l7"}, false},
+		{FlowFilter{Type: "drop"}, true},
+		{FlowFilter{Type: "new"}, false},
+		// hubble's --from-pod and --to-pod: one side, NS/PREFIX, NS/ or PREFIX.
+		{FlowFilter{From: "x/a"}, true},
+		{FlowFilter{From: "x/"}, true},
+		{FlowFilter{From: "a"}, false}, // namespace default
+		{FlowFilter{From: "x/"}, true},
+		{FlowFilter{From: "y/b"}, false},
+		{FlowFilter{To: "y/b"}, true},
+		{FlowFilter{To: "b"}, false},
+		{FlowFilter{To: "x/a"}, false},
+		{FlowFilter{From: "x/a", To: "y/"}, true},
+		{FlowFilter{Since: at}, true},
+		{FlowFilter{Since: at.Add(time.Second)}, false},
+		{FlowFilter{Until: at}, true},
+		{FlowFilter{Until: at.Add(-time.Second)}, false},
 	}
 	for _, c := range cases {
 		if got := c.f.Match(f); got != c.want {

@@ -27,13 +27,33 @@ func (f FlowFilter) Match(fl Flow) bool {
 	if f.Protocol != "" && !strings.EqualFold(f.Protocol, fl.Protocol) {
 		return false
 	}
-	switch strings.ToLower(f.Type) {
-	case "l7":
-		return fl.Type == FlowTypeL7
+	if f.From != "" && !podMatch(f.From, fl.Source) || f.To != "" && !podMatch(f.To, fl.Dest) {
+		return false
+	}
+	if !f.Since.IsZero() && fl.Time.Before(f.Since) || !f.Until.IsZero() && fl.Time.After(f.Until) {
+		return false
+	}
+	switch t := strings.ToLower(f.Type); t {
+	case "":
+		return true
 	case "l3l4":
 		return fl.Type != FlowTypeL7
+	default:
+		return fl.Type == t
 	}
-	return true
+}
+
+// podMatch is hubble's pod filter: NS/PREFIX, NS/ or PREFIX (in namespace default, as
+// hubble reads it). A peer that is no pod (no name) never matches.
+func podMatch(filter string, p FlowPeer) bool {
+	if p.Name == "" {
+		return false
+	}
+	ns, prefix, ok := strings.Cut(filter, "/")
+	if !ok {
+		ns, prefix = "default", filter
+	}
+	return (ns == "" || ns == p.Namespace) && strings.HasPrefix(p.Name, prefix)
 }
 
 func anySide(sides [2]FlowPeer, fn func(FlowPeer) bool) bool { return fn(sides[0]) || fn(sides[1]) }

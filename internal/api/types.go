@@ -38,6 +38,10 @@ type Status struct {
 	CIDRSets   int       `json:"cidrSets"`
 	FlowsSeen  uint64    `json:"flowsSeen"`
 	FlowsLost  uint64    `json:"flowsLost"` // events a slow observer did not get
+	// FlowsBuffered is how many flows the history holds now, of FlowHistory at most (drops
+	// and the other flows are kept apart, each in half of it).
+	FlowsBuffered int `json:"flowsBuffered"`
+	FlowHistory   int `json:"flowHistory"`
 	// Degraded is set when a dataplane update failed and could not be rolled back; it
 	// names the problem. Enforcement is then fail-closed where it could not be restored.
 	Degraded string `json:"degraded,omitempty"`
@@ -559,7 +563,17 @@ type FlowFilter struct {
 	Verdict   string            `json:"verdict,omitempty"`   // forwarded, dropped, redirected
 	Port      uint16            `json:"port,omitempty"`      // either port
 	Protocol  string            `json:"protocol,omitempty"`  // tcp, udp, icmp
-	Type      string            `json:"type,omitempty"`      // l7 (proxy requests), l3l4 (dataplane events), "" both
+	// Type is l7 (proxy requests), l3l4 (dataplane events), or one event type: new
+	// (new connections), drop; "" all.
+	Type string `json:"type,omitempty"`
+	// From and To match one side only, as hubble's --from-pod and --to-pod do: NS/ (every
+	// endpoint of namespace NS), NS/PREFIX (endpoints whose name starts with PREFIX) or
+	// PREFIX (in namespace default, as hubble reads it).
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// Since and Until bound the flows' times (either may be zero: no bound).
+	Since time.Time `json:"since,omitzero"`
+	Until time.Time `json:"until,omitzero"`
 }
 
 // ObserveRequest asks for recent flows and, with Follow, new ones as they come.
@@ -570,6 +584,18 @@ type ObserveRequest struct {
 	// buffered flow since the agent started (up to the history size).
 	Last       int  `json:"last,omitempty"`
 	SinceStart bool `json:"sinceStart,omitempty"`
+	// Match, when set, is a further filter of a caller in the agent's process (the Hubble
+	// server's, whose filters FlowFilter cannot express); it does not cross the API.
+	Match func(Flow) bool `json:"-"`
+	// Lost, when set, is told how many new flows this follower missed since it was last
+	// told (its queue was full: the reader was slower than the flows); a caller in the
+	// agent's process only, like Match.
+	Lost func(n uint64) `json:"-"`
+}
+
+// Matches reports whether a flow passes both the request's filter and its Match.
+func (r ObserveRequest) Matches(f Flow) bool {
+	return r.Filter.Match(f) && (r.Match == nil || r.Match(f))
 }
 
 // CIDRSet describes a named CIDR set: a CiliumCIDRGroup or a list loaded with

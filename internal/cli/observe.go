@@ -1,17 +1,23 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/flow"
+	"github.com/rampartnet/rampart/internal/hubble"
+	"github.com/rampartnet/rampart/internal/hubble/observerpb"
 )
 
 func (a *app) observeCommand() *cobra.Command {
@@ -22,9 +28,11 @@ func (a *app) observeCommand() *cobra.Command {
 		protocol string
 		verdict  string
 		typ      string
+		since    string
+		until    string
 	)
 	cmd := &cobra.Command{
-		Use:   "observe [--follow] [--since-start] [--last N] [filters] [-o json|text]",
+		Use:   "observe [--follow] [--since-start] [--last N] [--since T] [filters] [-o text|json|jsonpb]",
 		Short: "Show flows: new connections, drops and L7 (HTTP) requests, with identities, verdicts, rules and reasons",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -49,10 +57,32 @@ func (a *app) observeCommand() *cobra.Command {
 			}
 			switch t := strings.ToLower(typ); t {
 			case "", "all":
-			case "l7", "l3l4":
+			case "l7", "l3l4", "drop":
 				req.Filter.Type = t
+			case "new", "policy-verdict": // hubble's name for a new connection's verdict
+				req.Filter.Type = flow.EventNew.String()
 			default:
-				return fmt.Errorf("--type %q: want l7, l3l4 or all", typ)
+				return fmt.Errorf("--type %q: want l7, l3l4, drop, policy-verdict (new) or all", typ)
+			}
+			for _, p := range []struct{ flag, v string }{{"--from-pod", req.Filter.From}, {"--to-pod", req.Filter.To}} {
+				if strings.Count(p.v, "/") > 1 || p.v == "/" {
+					return fmt.Errorf("%s %q: want [NAMESPACE/]POD-PREFIX", p.flag, p.v)
+				}
+			}
+			now := time.Now()
+			if since != "" {
+				if req.Filter.Since, err = parseTime(since, now); err != nil {
+					return fmt.Errorf("--since: %w", err)
+				}
+				// hubble's --since: every flow since then, unless --last says how many.
+				if !cmd.Flags().Changed("last") {
+					req.SinceStart = true
+				}
+			}
+			if until != "" {
+				if req.Filter.Until, err = parseTime(until, now); err != nil {
+					return fmt.Errorf("--until: %w", err)
+				}
 			}
 			switch p := strings.ToLower(protocol); p {
 			case "", "tcp", "udp", "icmp", "sctp":
@@ -60,16 +90,31 @@ func (a *app) observeCommand() *cobra.Command {
 			default:
 				return fmt.Errorf("--protocol %q: want tcp, udp, icmp or sctp", protocol)
 			}
-			if output != "text" && output != "json" {
-				return fmt.Errorf("-o %q: want text or json", output)
+			if output != "text" && output != "json" && output != "jsonpb" {
+				return fmt.Errorf("-o %q: want text, json or jsonpb", output)
 			}
 			if !cmd.Flags().Changed("last") && !req.Follow {
 				req.Last = 20
 			}
+			var node string
+			if output == "jsonpb" {
+				// Flows name the node they were seen on, as Hubble's do: the Node's name in
+				// Kubernetes mode, else unknown (empty).
+				st, err := a.client.Status(contextOf(cmd))
+				if err != nil {
+					return err
+				}
+				if st.Kubernetes != nil {
+					node = st.Kubernetes.NodeName
+				}
+			}
 			enc := json.NewEncoder(a.io.Out)
 			return a.client.Observe(contextOf(cmd), req, func(f api.Flow) error {
-				if output == "json" {
+				switch output {
+				case "json":
 					return enc.Encode(f)
+				case "jsonpb":
+					return writeHubbleJSON(a.io.Out, f, node)
 				}
 				_, err := fmt.Fprintln(a.io.Out, FormatFlow(f))
 				return err
@@ -81,14 +126,51 @@ func (a *app) observeCommand() *cobra.Command {
 	f.BoolVar(&req.SinceStart, "since-start", false, "print every buffered flow since the agent started")
 	f.IntVar(&req.Last, "last", 0, "print the last N buffered flows first (default 20 without --follow)")
 	f.StringVar(&req.Filter.Endpoint, "endpoint", "", "only flows from or to endpoint NS/NAME")
+	f.StringVar(&req.Filter.From, "from-pod", "", "only flows from endpoints [NS/]PREFIX (as hubble: NS/ for all of NS, no NS/ for namespace default)")
+	f.StringVar(&req.Filter.To, "to-pod", "", "only flows to endpoints [NS/]PREFIX (as --from-pod)")
+	f.StringVar(&since, "since", "", "only flows since a time: a duration ago (5m, 1h30m) or RFC 3339 (2026-01-02T15:04:05Z); every buffered one unless --last says how many")
+	f.StringVar(&until, "until", "", "only flows until a time (as --since)")
 	f.StringVar(&req.Filter.Namespace, "namespace", "", "only flows from or to endpoints of namespace NS")
 	f.StringArrayVar(&lbls, "label", nil, "only flows where a side's identity has label k=v (repeatable)")
 	f.StringVar(&verdict, "verdict", "", "only flows with this verdict: "+strings.ToLower(strings.Join(flow.VerdictNames(), ", ")))
-	f.StringVar(&typ, "type", "all", "l7 (HTTP requests through the L7 proxy), l3l4 (dataplane connections and drops) or all")
+	f.StringVar(&typ, "type", "all", "l7 (HTTP requests through the L7 proxy), l3l4 (dataplane connections and drops), drop, policy-verdict (new connections; also: new) or all")
 	f.Uint16Var(&req.Filter.Port, "port", 0, "only flows with this source or destination port")
 	f.StringVar(&protocol, "protocol", "", "tcp, udp, icmp or sctp")
-	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
+	f.StringVarP(&output, "output", "o", "text", "output format: text, json (Rampart's fields) or jsonpb (Hubble's flow.Flow, one GetFlowsResponse a line, as hubble observe -o json prints)")
 	return cmd
+}
+
+// parseTime reads hubble's time forms: a duration before now, or an RFC 3339 time.
+func parseTime(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q: want a duration (5m) or an RFC 3339 time", s)
+	}
+	return t, nil
+}
+
+// writeHubbleJSON prints f as hubble observe -o json does: a GetFlowsResponse in
+// protojson with the proto field names, on one line.
+func writeHubbleJSON(w io.Writer, f api.Flow, node string) error {
+	fl := hubble.Flow(f, node)
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(&observerpb.GetFlowsResponse{
+		ResponseTypes: &observerpb.GetFlowsResponse_Flow{Flow: fl},
+		NodeName:      node,
+		Time:          fl.GetTime(),
+	})
+	if err != nil {
+		return fmt.Errorf("encoding a flow: %w", err)
+	}
+	var line bytes.Buffer
+	if err := json.Compact(&line, b); err != nil { // protojson's spacing varies on purpose
+		return fmt.Errorf("encoding a flow: %w", err)
+	}
+	line.WriteByte('\n')
+	_, err = w.Write(line.Bytes())
+	return err
 }
 
 // FormatFlow renders a flow on one line, e.g.

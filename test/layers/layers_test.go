@@ -199,15 +199,15 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"manifests", []string{"deploy"}},
-	{"leaves", []string{"internal/version", "internal/labels", "internal/fqdn", "internal/netns", "internal/podaddr", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds", "internal/cniinstall"}},
+	{"leaves", []string{"internal/version", "internal/labels", "internal/fqdn", "internal/netns", "internal/podaddr", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds", "internal/cniinstall", "internal/hubble/flowpb", "internal/hubble/relaypb"}},
 	{"core: tap contracts, Services", []string{"internal/tap", "internal/service"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
 	{"core: L7 plan, tap policy", []string{"internal/l7plan", "internal/tappolicy"}},
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
 	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/dnsproxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities", "internal/testenv/podrunner", "internal/monitor/suricata"}},
-	{"API contract", []string{"internal/api"}},
-	{"agent; CLI input parsers; monitor alert join", []string{"internal/agent", "internal/cidrlist", "internal/monitor/join"}},
+	{"API contract", []string{"internal/api", "internal/hubble/observerpb"}},
+	{"agent; CLI input parsers; monitor alert join; Hubble server", []string{"internal/agent", "internal/cidrlist", "internal/monitor/join", "internal/hubble"}},
 	{"CLI; Kubernetes watcher; simulated cluster", []string{"internal/cli", "internal/k8s/watcher", "internal/testenv/simcluster"}},
 	{"binaries and test harness", []string{"cmd/rampartd", "cmd/rampart", "cmd/rampart-cni", "test/rampart-podrunner", "internal/testenv/agenttest", "internal/testenv/clustertest"}},
 	{"real-node harness", []string{"internal/testenv/nodetest"}},
