@@ -32,8 +32,9 @@ var installed = []string{
 
 // previousRelease is the commit a user upgrades from in TestInstallDaemonSet: an earlier
 // build of main whose tests passed and that runs under this deploy/. Move it forward when
-// deploy/ changes in a way an older agent cannot run under (here: --vxlan-underlay).
-const previousRelease = "f03126ba77babc3427ca5e23371a82f55a6c8e41"
+// deploy/ changes in a way an older agent cannot run under (here: --metrics-address and
+// --hubble-address).
+const previousRelease = "c087ec6b970606bb51ec7533798d37072e81f21c"
 
 // Rampart installed as a user installs it: two real nodes start with no agent and no CNI
 // configuration (NotReady); `kubectl apply -R -f deploy/` (its ConfigMap edited for this
