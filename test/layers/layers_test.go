@@ -34,6 +34,7 @@ var pure = []string{
 	"internal/tappolicy",
 	"internal/service",
 	"internal/podaddr",
+	"internal/suggest",
 }
 
 // forbiddenPrefixes are the import paths a pure package must not depend on: the kernel
@@ -203,7 +204,7 @@ var layers = []struct {
 	{"core: tap contracts, Services", []string{"internal/tap", "internal/service"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
-	{"core: L7 plan, tap policy", []string{"internal/l7plan", "internal/tappolicy"}},
+	{"core: L7 plan, tap policy, suggested policy", []string{"internal/l7plan", "internal/tappolicy", "internal/suggest"}},
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
 	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/dnsproxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities", "internal/testenv/podrunner", "internal/monitor/suricata"}},
 	{"API contract", []string{"internal/api", "internal/hubble/observerpb"}},
