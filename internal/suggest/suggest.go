@@ -178,6 +178,9 @@ func Suggest(flows []Flow, endpoints []Endpoint, opts Options) (Result, error) {
 	for _, f := range flows {
 		if f.Verdict == VerdictDropped {
 			drops[dropLine(f)]++
+			if f.HTTP != nil && !opts.L7 {
+				notes["HTTP requests were refused by L7 rules (listed above), yet these policies admit their ports at L3/L4: suggest with --l7 to keep them refused"] = true
+			}
 			continue
 		}
 		if note := s.add(f); note != "" {

@@ -297,7 +297,10 @@ spec:
 			t.Errorf("header lacks %q:\n%s", want, out)
 		}
 	}
-	res, _ = suggest(t, flows, eps, Options{})
+	res, out = suggest(t, flows, eps, Options{})
+	if !strings.Contains(out, "suggest with --l7 to keep them refused") {
+		t.Errorf("without L7: no note that refused requests' ports are admitted:\n%s", out)
+	}
 	if in := policyNamed(t, res, "suggested-deathstar-ingress"); !strings.Contains(in, "kind: NetworkPolicy") || strings.Contains(in, "http") {
 		t.Errorf("without L7: want an L3/L4 NetworkPolicy:\n%s", in)
 	}
