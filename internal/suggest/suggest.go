@@ -2,11 +2,14 @@ package suggest
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/rampartnet/rampart/internal/labels"
 )
 
 // Verdicts and flow types as the agent names them (flow.Verdict, flow.EventType); this
@@ -306,23 +309,12 @@ func stableLabels(l map[string]string) map[string]string {
 	return out
 }
 
-func labelString(l map[string]string) string {
-	keys := sortedKeys(l)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + l[k]
-	}
-	return strings.Join(parts, ",")
-}
+// labelString is k=v,k=v, sorted.
+func labelString(l map[string]string) string { return labels.Labels(l).String() }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+// sortedKeys keeps every walk over a map in one order: the output must not depend on
+// Go's map order.
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // group puts every endpoint in its workload.
 func (s *state) group() {

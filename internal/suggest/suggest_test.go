@@ -32,6 +32,13 @@ func peer(e Endpoint) Peer {
 	return Peer{Namespace: e.Namespace, Name: e.Name, IP: "198.18.0.9", Labels: l}
 }
 
+// starWars are the Star Wars scenario's deathstar, tiefighter and xwing.
+func starWars() (Endpoint, Endpoint, Endpoint) {
+	return ep("default", "deathstar", "org", "empire", "class", "deathstar"),
+		ep("default", "tiefighter", "org", "empire", "class", "tiefighter"),
+		ep("default", "xwing", "org", "alliance", "class", "xwing")
+}
+
 func conn(from, to Peer, proto string, p uint16) Flow {
 	return Flow{Time: t0, Verdict: VerdictForwarded, Protocol: proto, Port: p, Source: from, Dest: to}
 }
@@ -148,9 +155,7 @@ spec:
 // The Star Wars endpoints: the smallest label set that selects exactly the peers seen,
 // and more labels (one selector per workload) when no common label does.
 func TestMinimalSelectors(t *testing.T) {
-	ds := ep("default", "deathstar", "org", "empire", "class", "deathstar")
-	tie := ep("default", "tiefighter", "org", "empire", "class", "tiefighter")
-	xw := ep("default", "xwing", "org", "alliance", "class", "xwing")
+	ds, tie, xw := starWars()
 	eps := []Endpoint{ds, tie, xw}
 
 	// Empire ships to the xwing: org=empire selects both and nothing else.
@@ -238,9 +243,7 @@ spec:
 // HTTP requests become Cilium L7 rules on the destination's ingress; refused requests are
 // listed as dropped, not admitted; without --l7 the policy is L3/L4.
 func TestL7Rules(t *testing.T) {
-	ds := ep("default", "deathstar", "org", "empire", "class", "deathstar")
-	tie := ep("default", "tiefighter", "org", "empire", "class", "tiefighter")
-	xw := ep("default", "xwing", "org", "alliance", "class", "xwing")
+	ds, tie, xw := starWars()
 	eps := []Endpoint{ds, tie, xw}
 	req := func(from Endpoint, method, path, verdict string) Flow {
 		f := conn(peer(from), peer(ds), "TCP", 80)
