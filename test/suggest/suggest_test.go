@@ -113,7 +113,7 @@ func agentFlow(f api.Flow) string {
 func TestSuggestStarWars(t *testing.T) {
 	e := agenttest.StartAgent(t, agenttest.Options{})
 	ns := "sw" + testenv.Suffix(4)
-	ships := e.AddStarWars(ns)
+	e.AddStarWars(ns)
 	ds := e.IP(ns + "/deathstar")
 	land := func() bool { return e.Probe(ns+"/tiefighter", ds, 80, "tcp", 2*time.Second) }
 
@@ -163,7 +163,6 @@ func TestSuggestStarWars(t *testing.T) {
 	if e.Probe(ns+"/tiefighter", e.IP(ns+"/xwing"), 80, "tcp", time.Second) {
 		t.Error("enforced: the tiefighter reaches the xwing, which it never did")
 	}
-	_ = ships
 }
 
 // visibility steers the deathstar's port 80 through the L7 proxy, admitting every request
