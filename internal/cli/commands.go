@@ -368,7 +368,7 @@ func (a *app) getCommand() *cobra.Command {
 }
 
 func (a *app) policyCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "policy", Short: "Explain policy decisions"}
+	cmd := &cobra.Command{Use: "policy", Short: "Explain policy decisions, and suggest policy from observed flows"}
 	var from, to, port, output string
 	trace := &cobra.Command{
 		Use:   "trace --from NS/NAME|IP --to NS/NAME|IP --port PORT/PROTO",
@@ -461,7 +461,7 @@ func (a *app) policyCommand() *cobra.Command {
 	trace.Flags().StringVar(&to, "to", "", "destination endpoint NS/NAME or address")
 	trace.Flags().StringVar(&port, "port", "", "destination PORT/PROTO (e.g. 80/TCP; for ICMP the type, e.g. 8/ICMP)")
 	trace.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	cmd.AddCommand(trace)
+	cmd.AddCommand(trace, a.suggestCommand())
 	return cmd
 }
 

@@ -47,9 +47,8 @@ func request(c *http.Client, method, url string) (int, string, string, error) {
 func TestL7ThroughAgent(t *testing.T) {
 	agenttest.RequireEnvoy(t)
 	e := agenttest.StartAgent(t, agenttest.Options{NoServers: true})
-	tie := e.AddEndpoint("sw", "tiefighter", map[string]string{"org": "empire", "class": "tiefighter"})
-	ds := e.AddEndpoint("sw", "deathstar", map[string]string{"org": "empire", "class": "deathstar"})
-	e.AddEndpoint("sw", "xwing", map[string]string{"org": "alliance", "class": "xwing"})
+	ships := e.AddStarWars("sw")
+	tie, ds := ships["tiefighter"], ships["deathstar"]
 	e.ServeHTTP("sw/deathstar", 80, testenv.EchoHTTP())
 	if p := e.ProxyStatus(); p.State != "not started" {
 		t.Fatalf("proxy before any L7 rule: %+v", p)

@@ -34,6 +34,7 @@ var pure = []string{
 	"internal/tappolicy",
 	"internal/service",
 	"internal/podaddr",
+	"internal/suggest",
 }
 
 // forbiddenPrefixes are the import paths a pure package must not depend on: the kernel
@@ -199,11 +200,11 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"manifests", []string{"deploy"}},
-	{"leaves", []string{"internal/version", "internal/labels", "internal/fqdn", "internal/netns", "internal/podaddr", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds", "internal/cniinstall", "internal/hubble/flowpb", "internal/hubble/relaypb"}},
+	{"leaves", []string{"internal/version", "internal/labels", "internal/fqdn", "internal/netns", "internal/podaddr", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds", "internal/cniinstall", "internal/hubble/flowpb", "internal/hubble/relaypb", "examples/marketplace"}},
 	{"core: tap contracts, Services", []string{"internal/tap", "internal/service"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
-	{"core: L7 plan, tap policy", []string{"internal/l7plan", "internal/tappolicy"}},
+	{"core: L7 plan, tap policy, suggested policy", []string{"internal/l7plan", "internal/tappolicy", "internal/suggest"}},
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
 	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/dnsproxy", "internal/overlay", "internal/testenv/k8stest", "internal/k8s/identities", "internal/testenv/podrunner", "internal/monitor/suricata"}},
 	{"API contract", []string{"internal/api", "internal/hubble/observerpb"}},

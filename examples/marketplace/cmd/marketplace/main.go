@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/rampartnet/rampart/examples/marketplace"
 	"github.com/rampartnet/rampart/internal/api"
 )
 
@@ -70,7 +73,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
-	table, err := readExpected(*expected)
+	table, err := marketplace.ReadExpected(*expected)
 	if err != nil {
 		fail(err)
 	}
@@ -125,7 +128,7 @@ func fail(err error) {
 }
 
 // orgs are the organisations: namespace org-<x>, pod label id.pod: Organization<X>.
-var orgs = []string{"a", "b", "c"}
+var orgs = marketplace.Orgs
 
 func podName(org, node string) string {
 	return org + "-" + strings.TrimPrefix(node, "node-")
@@ -146,8 +149,8 @@ apiVersion: v1
 kind: Pod
 metadata:
   name: %s
-  namespace: org-%s
-  labels: {id.pod: Organization%s}
+  namespace: %s
+  labels: {%s}
 spec:
   nodeName: %s
   terminationGracePeriodSeconds: 1
@@ -159,10 +162,20 @@ spec:
     readinessProbe:
       tcpSocket: {port: 8080}
       periodSeconds: 1
-`, podName(o, n.Name), o, strings.ToUpper(o), n.Name, image)
+`, podName(o, n.Name), marketplace.Namespace(o), podLabels(o), n.Name, image)
 		}
 	}
 	return b.String(), nil
+}
+
+// podLabels renders an organisation's pod labels as a YAML flow mapping's content.
+func podLabels(org string) string {
+	l := marketplace.PodLabels(org)
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		kv = append(kv, k+": "+l[k])
+	}
+	return strings.Join(kv, ", ")
 }
 
 // pod is one marketplace pod as the probes need it.
@@ -173,7 +186,7 @@ type pod struct {
 	IP   string
 }
 
-func (p pod) Key() string   { return "org-" + p.Org + "/" + p.Name }
+func (p pod) Key() string   { return marketplace.Namespace(p.Org) + "/" + p.Name }
 func (p pod) Label() string { return strings.ToUpper(p.Org) + "@" + p.Node }
 
 // findPods lists the pods of the three namespaces from the API (node, podIP): one of each
@@ -185,7 +198,7 @@ func findPods(ctx context.Context, c *cluster) ([]pod, error) {
 	}
 	var pods []pod
 	for _, o := range orgs {
-		list, err := c.client.CoreV1().Pods("org-"+o).List(ctx, metav1.ListOptions{})
+		list, err := c.client.CoreV1().Pods(marketplace.Namespace(o)).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("listing pods of org-%s: %w", o, err)
 		}

@@ -1,52 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"net"
-	"os"
-	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
-)
 
-// readExpected reads the table of allowed organisation pairs: per line a scenario name,
-// then its allowed "x->y" pairs, or "*" for all; '#' starts a comment.
-func readExpected(path string) (map[string]map[[2]string]bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading the expected table: %w", err)
-	}
-	defer f.Close()
-	table := map[string]map[[2]string]bool{}
-	sc := bufio.NewScanner(f)
-	for line := 1; sc.Scan(); line++ {
-		text, _, _ := strings.Cut(sc.Text(), "#")
-		fields := strings.Fields(text)
-		if len(fields) == 0 {
-			continue
-		}
-		pairs := map[[2]string]bool{}
-		for _, p := range fields[1:] {
-			if p == "*" {
-				for _, x := range orgs {
-					for _, y := range orgs {
-						pairs[[2]string{x, y}] = true
-					}
-				}
-				continue
-			}
-			x, y, ok := strings.Cut(p, "->")
-			if !ok || !slices.Contains(orgs, x) || !slices.Contains(orgs, y) {
-				return nil, fmt.Errorf("%s:%d: %q: want x->y with x, y in a, b, c, or *", path, line, p)
-			}
-			pairs[[2]string{x, y}] = true
-		}
-		table[fields[0]] = pairs
-	}
-	return table, sc.Err()
-}
+	"github.com/rampartnet/rampart/examples/marketplace"
+)
 
 // probeTimeout bounds one connection attempt: a denied SYN is dropped, not refused, so a
 // denied pair costs this much per round, plus the exec.
@@ -60,8 +23,8 @@ const probes = 8
 // path: kubectl exec of agnhost connect in the source pod, whose exit status says whether
 // it connected.
 func probe(c *cluster, from, to pod) bool {
-	cmd, cancel := c.command(probeTimeout+20*time.Second, "-n", "org-"+from.Org, "exec", from.Name, "--",
-		"/agnhost", "connect", net.JoinHostPort(to.IP, "8080"), fmt.Sprintf("--timeout=%v", probeTimeout))
+	cmd, cancel := c.command(probeTimeout+20*time.Second, "-n", marketplace.Namespace(from.Org), "exec", from.Name, "--",
+		"/agnhost", "connect", net.JoinHostPort(to.IP, strconv.Itoa(marketplace.Port)), fmt.Sprintf("--timeout=%v", probeTimeout))
 	defer cancel()
 	return cmd.Run() == nil
 }
