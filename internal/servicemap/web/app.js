@@ -79,7 +79,7 @@ function edgeGeometry(a, b) {
   // A label beside a curve within a column starts at its bulge, into the gap; others are
   // centred on the curve.
   const anchor = Math.abs(a.x - b.x) < 1 ? "start" : "middle";
-  return { d: `M${x1},${y1} Q${cx},${cy} ${x2},${y2}`, lx: anchor === "start" ? lx + 4 : lx, ly, anchor };
+  return { d: `M${x1},${y1} Q${cx},${cy} ${x2},${y2}`, lx: anchor === "start" ? lx + 4 : lx, ly, anchor, minX: Math.min(x1, x2) + 6 };
 }
 
 function renderMap(m) {
@@ -140,10 +140,20 @@ function renderMap(m) {
       if (l7.length) label = l7Text(l7[0]) + (l7.length > 1 ? ` +${l7.length - 1}` : "");
     }
     if (label) {
-      labelLayer.append(s("text", { class: "edge-label " + verdictClass(e.verdict), "data-edge-label": e.id, x: geo.lx, y: geo.ly + 4, "text-anchor": geo.anchor }, label));
+      const t = s("text", { class: "edge-label " + verdictClass(e.verdict), "data-edge-label": e.id, x: geo.lx, y: geo.ly + 4, "text-anchor": geo.anchor }, label);
+      t.minX = geo.minX;
+      labelLayer.append(t);
     }
   }
   svg.replaceChildren(defs, nsLayer, edgeLayer, labelLayer);
+  // A centred label wider than its curve would cover the box it leaves: start it past the
+  // box instead (the text's width is known only once it is in the page).
+  for (const t of labelLayer.children) {
+    const half = t.getComputedTextLength() / 2;
+    if (t.getAttribute("text-anchor") === "middle" && Number(t.getAttribute("x")) - half < t.minX) {
+      t.setAttribute("x", t.minX + half);
+    }
+  }
 
   const st = m.stats;
   document.getElementById("stats").textContent =
@@ -173,7 +183,7 @@ function renderFlows(t) {
   const rows = (t.flows || []).map(f => {
     const port = (p, n) => p.id + (n ? ":" + n : "");
     const by = f.policy ? f.policy + (f.rule ? " " + f.rule : "") : (f.reason === "policy-default-deny" ? "default deny" : "");
-    return h("tr", { class: "row-" + f.verdict, "data-flow": f.seq, "data-verdict": f.verdict },
+    return h("tr", { class: "row-" + f.verdict, "data-flow": f.seq, "data-verdict": f.verdict, "data-source": f.source.id, "data-destination": f.destination.id },
       h("td", {}, new Date(f.time).toTimeString().slice(0, 8)),
       h("td", {}, port(f.source, f.sourcePort)), h("td", {}, port(f.destination, f.destinationPort)),
       h("td", {}, f.protocol), h("td", {}, f.direction || ""), h("td", { class: verdictClass(f.verdict) }, f.verdict),
