@@ -6,6 +6,9 @@
 
 const POLL_MS = 1000;
 const NODE_W = 180, NODE_H = 30, NODE_GAP = 10, PAD = 12, TITLE_H = 22, COL_GAP = 150, ROW_GAP = 40;
+// Room above the boxes for the arcs of long edges, and right of them for the curves and
+// labels of edges within the last column.
+const TOP = 80, RIGHT = 260;
 const COLORS = { FORWARDED: "#2e7d32", DROPPED: "#c62828", REDIRECTED: "#1565c0", AUDIT: "#ef6c00", OTHER: "#656d76" };
 const SVG_NS = "http://www.w3.org/2000/svg";
 
@@ -45,7 +48,7 @@ function layout(namespaces, width) {
   const colW = NODE_W + 2 * PAD;
   const perRow = Math.max(1, Math.floor((width + COL_GAP) / (colW + COL_GAP)));
   const pos = new Map(), boxes = [];
-  let y = 10, maxX = 0;
+  let y = TOP, maxX = 0;
   for (let i = 0; i < namespaces.length; i += perRow) {
     const row = namespaces.slice(i, i + perRow);
     let rowH = 0;
@@ -59,11 +62,12 @@ function layout(namespaces, width) {
     });
     y += rowH + ROW_GAP;
   }
-  return { pos, boxes, width: maxX + 10, height: Math.max(y - ROW_GAP + 10, 60) };
+  return { pos, boxes, width: maxX + RIGHT, height: Math.max(y - ROW_GAP + 10, TOP + 60) };
 }
 
 // edgeGeometry is a quadratic curve between two node boxes, bent to the left of its
-// direction so that a->b and b->a do not overlap; within a column it bulges right.
+// direction so that a->b and b->a do not overlap, the more the longer it is so that an edge
+// across several columns arcs over the boxes between; within a column it bulges right.
 function edgeGeometry(a, b) {
   let x1, y1 = a.y + NODE_H / 2, x2, y2 = b.y + NODE_H / 2, cx, cy;
   if (Math.abs(a.x - b.x) < 1) {
@@ -73,7 +77,8 @@ function edgeGeometry(a, b) {
     const right = b.x > a.x;
     x1 = right ? a.x + NODE_W : a.x; x2 = right ? b.x : b.x + NODE_W;
     const mx = (x1 + x2) / 2, my = (y1 + y2) / 2, dx = x2 - x1, dy = y2 - y1, len = Math.hypot(dx, dy) || 1;
-    cx = mx + (dy / len) * 24; cy = my - (dx / len) * 24;
+    const bend = Math.min(24 + 0.2 * len, 150);
+    cx = mx + (dy / len) * bend; cy = my - (dx / len) * bend;
   }
   const lx = 0.25 * x1 + 0.5 * cx + 0.25 * x2, ly = 0.25 * y1 + 0.5 * cy + 0.25 * y2;
   // A label beside a curve within a column starts at its bulge, into the gap; others are
