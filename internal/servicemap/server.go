@@ -38,9 +38,11 @@ type Options struct {
 //go:embed web
 var webFiles embed.FS
 
-// listTimeout bounds reading the endpoints for one request: the agent's lists wait for
-// its lock, which a long change (a large CIDR set load) holds.
-const listTimeout = 5 * time.Second
+// maxMapRequests bounds the /api/map requests served at once: each lists the endpoints
+// under the agent's lock, which a long change (a large CIDR set load) holds whatever the
+// request's context says, and requests piling up behind it must not pile up without bound.
+// Each open page has at most one request out at a time.
+const maxMapRequests = 4
 
 // Map is what /api/map answers: the endpoints grouped by namespace, with the peers the
 // edges name that are not endpoints, and the edges.
@@ -75,15 +77,21 @@ func Handler(src Source, agg *Aggregator) http.Handler {
 	}
 	// GET patterns also answer HEAD; every other method gets 405: the page changes nothing.
 	mux.Handle("GET /", http.FileServerFS(web))
+	busy := make(chan struct{}, maxMapRequests)
 	mux.HandleFunc("GET /api/map", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case busy <- struct{}{}:
+			defer func() { <-busy }()
+		default:
+			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("%d map requests already wait for the agent", maxMapRequests))
+			return
+		}
 		writeJSON(w, buildMap(r.Context(), src, agg))
 	})
 	mux.HandleFunc("GET /api/flows", func(w http.ResponseWriter, r *http.Request) {
 		q, err := parseQuery(r)
 		if err != nil {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			json.NewEncoder(w).Encode(api.Error{Message: err.Error()})
+			writeError(w, http.StatusBadRequest, err)
 			return
 		}
 		rows, st := agg.Flows(q)
@@ -148,13 +156,18 @@ func writeJSON(w http.ResponseWriter, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// writeError answers with the API's error body.
+func writeError(w http.ResponseWriter, status int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(api.Error{Message: err.Error()})
+}
+
 // buildMap groups the endpoints, local and remote, and the edges' other peers by
 // namespace.
 func buildMap(ctx context.Context, src Source, agg *Aggregator) Map {
 	edges, peers, st := agg.Edges()
 	m := Map{Time: time.Now(), Edges: edges, Stats: st}
-	ctx, cancel := context.WithTimeout(ctx, listTimeout)
-	defer cancel()
 	nodes := map[string]Peer{}
 	eps, err := src.ListEndpoints(ctx)
 	if err != nil {

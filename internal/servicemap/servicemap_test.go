@@ -293,3 +293,50 @@ func TestHandler(t *testing.T) {
 		}
 	}
 }
+
+// blockedSource is an agent whose endpoint list waits, as behind a long change.
+type blockedSource struct {
+	fakeSource
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s blockedSource) ListEndpoints(ctx context.Context) ([]api.Endpoint, error) {
+	s.entered <- struct{}{}
+	<-s.release
+	return nil, nil
+}
+
+// TestMapRequestsBounded: requests waiting for the agent do not pile up without bound.
+func TestMapRequestsBounded(t *testing.T) {
+	src := blockedSource{entered: make(chan struct{}), release: make(chan struct{})}
+	srv := httptest.NewServer(Handler(src, NewAggregator(0, 0)))
+	defer srv.Close()
+	done := make(chan int, maxMapRequests)
+	for range maxMapRequests {
+		go func() {
+			r, err := http.Get(srv.URL + "/api/map")
+			if err != nil {
+				done <- 0
+				return
+			}
+			r.Body.Close()
+			done <- r.StatusCode
+		}()
+		<-src.entered
+	}
+	r, err := http.Get(srv.URL + "/api/map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("request %d while %d wait: %s, want 503", maxMapRequests+1, maxMapRequests, r.Status)
+	}
+	close(src.release)
+	for range maxMapRequests {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("a waiting request got %d", code)
+		}
+	}
+}
