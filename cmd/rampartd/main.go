@@ -243,15 +243,7 @@ func run(args []string) int {
 			return 1
 		}
 		cfg.Logger.Info("serving metrics", "address", srv.Addr().String(), "path", metrics.Path)
-		mctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		defer func() { cancel(); <-done }()
-		go func() {
-			defer close(done)
-			if err := srv.Serve(mctx); err != nil {
-				cfg.Logger.Error("metrics server stopped", "error", err)
-			}
-		}()
+		defer inBackground(ctx, cfg.Logger, "metrics server", srv.Serve)()
 	}
 	if uiAddr != "" {
 		srv, err := servicemap.Listen(uiAddr, a, servicemap.Options{Logger: cfg.Logger})
@@ -261,15 +253,7 @@ func run(args []string) int {
 			return 1
 		}
 		cfg.Logger.Info("serving the service map", "address", srv.Addr().String())
-		uctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		defer func() { cancel(); <-done }()
-		go func() {
-			defer close(done)
-			if err := srv.Serve(uctx); err != nil {
-				cfg.Logger.Error("service map server stopped", "error", err)
-			}
-		}()
+		defer inBackground(ctx, cfg.Logger, "service map server", srv.Serve)()
 	}
 	if w != nil {
 		go func() {
@@ -314,6 +298,21 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// inBackground runs serve on its own goroutine until ctx ends, logging why it stopped if
+// it failed; the function it returns stops it and waits for it, so that rampartd exits
+// only once its servers have let go of their addresses.
+func inBackground(ctx context.Context, log *slog.Logger, what string, serve func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := serve(ctx); err != nil {
+			log.Error(what+" stopped", "error", err)
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // installCNI installs the CNI plugin and its configuration once the agent can serve the

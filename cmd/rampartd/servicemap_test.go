@@ -20,8 +20,8 @@ import (
 // Chromium (Debian's package): the rendered page must show the namespaces and endpoints
 // as nodes, the allowed edge as forwarded, and the denied one as dropped with its reason
 // and the policy that denied it; the flow table's filters must select the drop.
-// RAMPART_SERVICEMAP_SCREENSHOT=FILE also keeps a screenshot of the page there (how
-// docs/images/service-map.png is made).
+// RAMPART_SERVICEMAP_SCREENSHOT=FILE also keeps its screenshot of the page there
+// (docs/images/service-map.png was taken the same way, of an agent with more endpoints).
 func TestServiceMapInBrowser(t *testing.T) {
 	testenv.RequireRoot(t)
 	chromium, err := exec.LookPath("chromium")
@@ -30,28 +30,8 @@ func TestServiceMapInBrowser(t *testing.T) {
 	}
 	bin := bins.Dir(t)
 	sockDir, flags := instanceFlags(t, "sm", "198.19.28.0/24")
-	// Port 0: the kernel picks a free port, which the agent logs.
-	_, log := startDaemon(t, bin, flags, "--ui-address", "127.0.0.1:0")
-	addrRE := regexp.MustCompile(`msg="serving the service map" address=(127\.0\.0\.1:[0-9]+)`)
-	var addr string
-	if !testenv.Eventually(10*time.Second, func() bool {
-		m := addrRE.FindStringSubmatch(log.String())
-		if m != nil {
-			addr = m[1]
-		}
-		_, _, code := run(bin, sockDir, "status")
-		return m != nil && code == 0
-	}) {
-		t.Fatalf("rampartd did not come up serving the service map:\n%s", log.String())
-	}
-	must := func(args ...string) string {
-		t.Helper()
-		out, errs, code := run(bin, sockDir, args...)
-		if code != 0 {
-			t.Fatalf("rampart %v: exit %d: %s %s\nagent log:\n%s", args, code, out, errs, log.String())
-		}
-		return out
-	}
+	addr, log := startServing(t, bin, sockDir, flags, "serving the service map", "--ui-address", "127.0.0.1:0")
+	must := mustCLI(t, bin, sockDir, log)
 	must("endpoint", "add", "x/a", "--labels", "pod=a")
 	must("endpoint", "add", "x/b", "--labels", "pod=b", "--ip", "198.19.28.50")
 	must("endpoint", "add", "y/c", "--labels", "pod=c")
