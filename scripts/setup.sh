@@ -18,6 +18,14 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
+# Chromium (Debian's package), run headless by the service map's browser test
+# (cmd/rampartd TestServiceMapInBrowser). Installed on its own: it is large, and an apt
+# index older than the security archive's current Chromium needs an update first.
+if ! dpkg -s chromium >/dev/null 2>&1; then
+	echo "setup: installing chromium"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null ||
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+fi
 # The DVD rental demo's message broker (mosquitto, MQTT) and database (PostgreSQL). The
 # broker's and the database's own services stay stopped: the demo runs its own instances
 # inside its endpoints.

@@ -33,6 +33,7 @@ import (
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/metrics"
 	"github.com/rampartnet/rampart/internal/overlay"
+	"github.com/rampartnet/rampart/internal/servicemap"
 	"github.com/rampartnet/rampart/internal/version"
 )
 
@@ -101,6 +102,7 @@ func run(args []string) int {
 		idGrace     time.Duration
 		inCluster   bool
 		metricsAddr string
+		uiAddr      string
 		cni         cniinstall.Options
 		hubbleAddr  string
 	)
@@ -142,6 +144,7 @@ func run(args []string) int {
 	fs.BoolVar(&ifInstalled, "if-installed", false, "with --uninstall: a node with no such instance is not an error (the CNI plugin and configuration are still removed), so one uninstall DaemonSet serves every node, whatever each holds")
 	fs.BoolVar(&idle, "idle", false, "with --uninstall: once done, sleep until stopped instead of exiting, so a DaemonSet's pod stays Running to say its node is done (deploy-uninstall/)")
 	fs.StringVar(&metricsAddr, "metrics-address", "", "serve Prometheus metrics over HTTP on this address, host:port, at /metrics (docs/observability.md); empty: none")
+	fs.StringVar(&uiAddr, "ui-address", "", "serve the live service map, a read-only web page of endpoints, edges and flows, over HTTP on this address, host:port (docs/observability.md); it has no authentication: keep it on localhost or behind a proxy that adds it; empty: none")
 	fs.BoolVar(&debug, "debug", false, "debug logging")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -242,15 +245,17 @@ func run(args []string) int {
 			return 1
 		}
 		cfg.Logger.Info("serving metrics", "address", srv.Addr().String(), "path", metrics.Path)
-		mctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		defer func() { cancel(); <-done }()
-		go func() {
-			defer close(done)
-			if err := srv.Serve(mctx); err != nil {
-				cfg.Logger.Error("metrics server stopped", "error", err)
-			}
-		}()
+		defer inBackground(ctx, cfg.Logger, "metrics server", srv.Serve)()
+	}
+	if uiAddr != "" {
+		srv, err := servicemap.Listen(uiAddr, a, servicemap.Options{Logger: cfg.Logger})
+		if err != nil {
+			a.Close()
+			fmt.Fprintf(os.Stderr, "rampartd: --ui-address: %v\n", err)
+			return 1
+		}
+		cfg.Logger.Info("serving the service map", "address", srv.Addr().String())
+		defer inBackground(ctx, cfg.Logger, "service map server", srv.Serve)()
 	}
 	if hubbleAddr != "" {
 		stopHubble, err := startHubble(ctx, a, hubbleAddr, nodeName, cfg.Logger)
@@ -304,6 +309,21 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// inBackground runs serve on its own goroutine until ctx ends, logging why it stopped if
+// it failed; the function it returns stops it and waits for it, so that rampartd exits
+// only once its servers have let go of their addresses.
+func inBackground(ctx context.Context, log *slog.Logger, what string, serve func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := serve(ctx); err != nil {
+			log.Error(what+" stopped", "error", err)
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // installCNI installs the CNI plugin and its configuration once the agent can serve the

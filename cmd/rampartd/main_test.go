@@ -3,9 +3,11 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -491,6 +493,40 @@ func startDaemon(t *testing.T, bin string, flags []string, extra ...string) (*ex
 		}
 	})
 	return daemon, log
+}
+
+// startServing starts rampartd (startDaemon) with extra, which asks it to serve over HTTP on
+// 127.0.0.1 port 0 (the kernel picks a free port), and returns once the agent serves the
+// CLI and has logged msg with the address it took; it returns that address and the log.
+func startServing(t *testing.T, bin, sockDir string, flags []string, msg string, extra ...string) (string, *testenv.SyncBuffer) {
+	t.Helper()
+	_, log := startDaemon(t, bin, flags, extra...)
+	addrRE := regexp.MustCompile(`msg="` + regexp.QuoteMeta(msg) + `" address=(127\.0\.0\.1:[0-9]+)`)
+	var addr string
+	if !testenv.Eventually(10*time.Second, func() bool {
+		m := addrRE.FindStringSubmatch(log.String())
+		if m != nil {
+			addr = m[1]
+		}
+		_, _, code := run(bin, sockDir, "status")
+		return m != nil && code == 0
+	}) {
+		t.Fatalf("rampartd did not come up with %q:\n%s", msg, log.String())
+	}
+	return addr, log
+}
+
+// mustCLI returns a function that runs the CLI against the agent at sockDir and fails the
+// test, with the agent's log, unless it exits 0.
+func mustCLI(t *testing.T, bin, sockDir string, log fmt.Stringer) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, errs, code := run(bin, sockDir, args...)
+		if code != 0 {
+			t.Fatalf("rampart %v: exit %d: %s %s\nagent log:\n%s", args, code, out, errs, log.String())
+		}
+		return out
+	}
 }
 
 // prober returns a probe that says whether endpoint from connects to the TCP address to

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,28 +22,8 @@ func TestDaemonMetrics(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := bins.Dir(t)
 	sockDir, flags := instanceFlags(t, "mx", "198.19.27.0/24")
-	// Port 0: the kernel picks a free port, which the agent logs.
-	_, log := startDaemon(t, bin, flags, "--metrics-address", "127.0.0.1:0")
-	addrRE := regexp.MustCompile(`msg="serving metrics" address=(127\.0\.0\.1:[0-9]+)`)
-	var addr string
-	if !testenv.Eventually(10*time.Second, func() bool {
-		m := addrRE.FindStringSubmatch(log.String())
-		if m != nil {
-			addr = m[1]
-		}
-		_, _, code := run(bin, sockDir, "status")
-		return m != nil && code == 0
-	}) {
-		t.Fatalf("rampartd did not come up serving metrics:\n%s", log.String())
-	}
-	must := func(args ...string) string {
-		t.Helper()
-		out, errs, code := run(bin, sockDir, args...)
-		if code != 0 {
-			t.Fatalf("rampart %v: exit %d: %s %s\nagent log:\n%s", args, code, out, errs, log.String())
-		}
-		return out
-	}
+	addr, log := startServing(t, bin, sockDir, flags, "serving metrics", "--metrics-address", "127.0.0.1:0")
+	must := mustCLI(t, bin, sockDir, log)
 	scrape := func() metricFamilies {
 		t.Helper()
 		resp, err := http.Get("http://" + addr + "/metrics")
