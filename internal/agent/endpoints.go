@@ -331,22 +331,43 @@ func (a *Agent) LabelEndpoint(ctx context.Context, namespace, name string, chang
 	if err != nil {
 		return api.Endpoint{}, err
 	}
+	return a.changeEndpoint(namespace+"/"+name, func(c *EndpointRecord) error {
+		if c.Identity != 0 && a.cfg.Kubernetes != nil {
+			// The cluster's number belongs to the labels the Kubernetes API gave.
+			return a.errManaged("the labels of pod " + c.Key())
+		}
+		c.Labels = applyLabelChange(c.Labels, set, change.Remove)
+		c.Identity = 0 // a number pinned for other labels (an earlier Kubernetes mode) is not theirs
+		return nil
+	})
+}
+
+// AuditEndpoint puts an endpoint in audit mode (its policies reported, not enforced) or
+// takes it out. A pod's mode is its annotation's in Kubernetes mode.
+func (a *Agent) AuditEndpoint(ctx context.Context, namespace, name string, mode api.AuditMode) (api.Endpoint, error) {
+	return a.changeEndpoint(namespace+"/"+name, func(c *EndpointRecord) error {
+		if c.CNI != nil && a.cfg.Kubernetes != nil {
+			return a.errManaged("the audit mode of pod " + c.Key() + " (annotation " + AuditAnnotation + ")")
+		}
+		c.Audit = mode.Audit
+		return nil
+	})
+}
+
+// changeEndpoint applies edit to a copy of endpoint key's record and commits the change.
+func (a *Agent) changeEndpoint(key string, edit func(*EndpointRecord) error) (api.Endpoint, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	key := namespace + "/" + name
 	var nrec *EndpointRecord
-	_, _, err = a.change(func(m *model) error {
+	_, _, err := a.change(func(m *model) error {
 		rec, ok := m.endpoints[key]
 		if !ok {
 			return api.NotFound("endpoint %s not found", key)
 		}
-		if rec.Identity != 0 && a.cfg.Kubernetes != nil {
-			// The cluster's number belongs to the labels the Kubernetes API gave.
-			return a.errManaged("the labels of pod " + key)
-		}
 		c := *rec
-		c.Labels = applyLabelChange(rec.Labels, set, change.Remove)
-		c.Identity = 0 // a number pinned for other labels (an earlier Kubernetes mode) is not theirs
+		if err := edit(&c); err != nil {
+			return err
+		}
 		nrec = &c
 		m.endpoints[key] = nrec
 		return nil

@@ -195,6 +195,12 @@ func (c *Client) ListNamespaces(ctx context.Context) ([]Namespace, error) {
 	return v, c.do(ctx, "GET", "/v1/namespaces", nil, &v)
 }
 
+// AuditEndpoint puts an endpoint in audit mode or takes it out.
+func (c *Client) AuditEndpoint(ctx context.Context, namespace, name string, mode AuditMode) (Endpoint, error) {
+	var v Endpoint
+	return v, c.do(ctx, "PUT", "/v1/endpoints/"+esc(namespace)+"/"+esc(name)+"/audit", mode, &v)
+}
+
 // LabelNamespace changes a namespace's labels, creating the namespace if needed.
 func (c *Client) LabelNamespace(ctx context.Context, namespace string, change LabelChange) (Namespace, error) {
 	var v Namespace

@@ -30,6 +30,7 @@ type Service interface {
 	AddEndpoint(ctx context.Context, spec EndpointSpec) (Endpoint, error)
 	DeleteEndpoint(ctx context.Context, namespace, name string) error
 	LabelEndpoint(ctx context.Context, namespace, name string, change LabelChange) (Endpoint, error)
+	AuditEndpoint(ctx context.Context, namespace, name string, mode AuditMode) (Endpoint, error)
 	ListNamespaces(ctx context.Context) ([]Namespace, error)
 	LabelNamespace(ctx context.Context, namespace string, change LabelChange) (Namespace, error)
 	ListIdentities(ctx context.Context) ([]Identity, error)
@@ -190,6 +191,12 @@ func NewHandler(svc Service) http.Handler {
 		var c LabelChange
 		withBody(w, r, MaxBodyBytes, &c, func() (any, error) {
 			return svc.LabelEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"), c)
+		})
+	})
+	mux.HandleFunc("PUT /v1/endpoints/{ns}/{name}/audit", func(w http.ResponseWriter, r *http.Request) {
+		var m AuditMode
+		withBody(w, r, MaxBodyBytes, &m, func() (any, error) {
+			return svc.AuditEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"), m)
 		})
 	})
 	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) {

@@ -284,6 +284,11 @@ type EndpointSpec struct {
 	Audit bool `json:"audit,omitempty"`
 }
 
+// AuditMode is what `endpoint audit` asks for: the endpoint in audit mode or not.
+type AuditMode struct {
+	Audit bool `json:"audit"`
+}
+
 // Counters are an endpoint's dataplane counters (ingress = into the endpoint).
 type Counters struct {
 	IngressPackets uint64 `json:"ingressPackets"`

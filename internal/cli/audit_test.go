@@ -120,4 +120,20 @@ func TestAuditMode(t *testing.T) {
 	if ep := e.Endpoint("x/d"); !ep.Audit || ep.EnforceIngress {
 		t.Errorf("x/d: audit %v, enforces ingress %v; want audit, not enforcing", ep.Audit, ep.EnforceIngress)
 	}
+
+	// Out of audit mode x/d enforces isolate-d; back in, it reports again.
+	e.MustCLI("endpoint", "audit", "x/d", "off")
+	if ep := e.Endpoint("x/d"); ep.Audit || !ep.EnforceIngress {
+		t.Errorf("x/d after audit off: audit %v, enforces ingress %v", ep.Audit, ep.EnforceIngress)
+	}
+	if e.Probe("x/a", dIP, 80, "tcp", probeTimeout) {
+		t.Error("x/a -> x/d:80 connected with x/d out of audit mode, which isolate-d isolates")
+	}
+	e.MustCLI("endpoint", "audit", "x/d", "on")
+	if !e.Probe("x/a", dIP, 80, "tcp", 2*time.Second) {
+		t.Error("x/a -> x/d:80 blocked with x/d back in audit mode")
+	}
+	if _, errs, code := e.CLI("endpoint", "audit", "x/d", "maybe"); code == 0 || !strings.Contains(errs, `audit mode "maybe": want on or off`) {
+		t.Errorf("endpoint audit x/d maybe: exit %d, %s", code, errs)
+	}
 }

@@ -21,7 +21,7 @@ func (a *app) endpointCommand() *cobra.Command {
 		Aliases: []string{"endpoints", "ep"},
 		Short:   "Add, list, inspect, relabel and delete endpoints, and run commands in them",
 	}
-	cmd.AddCommand(a.endpointAdd(), a.endpointList(), a.endpointGet(), a.endpointDelete(), a.endpointLabel(), a.endpointExec())
+	cmd.AddCommand(a.endpointAdd(), a.endpointList(), a.endpointGet(), a.endpointDelete(), a.endpointLabel(), a.endpointAudit(), a.endpointExec())
 	return cmd
 }
 
@@ -268,6 +268,38 @@ func (a *app) endpointLabel() *cobra.Command {
 				return err
 			}
 			a.printf("endpoint %s labelled: %s (identity %d)\n", ep.Key(), labelString(ep.Labels), ep.Identity)
+			return nil
+		},
+	}
+}
+
+func (a *app) endpointAudit() *cobra.Command {
+	return &cobra.Command{
+		Use:   "audit NAMESPACE/NAME on|off",
+		Short: "Put an endpoint in audit mode (its policies reported, not enforced: would-be drops forwarded as AUDIT) or take it out",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ns, name, err := splitKey(args[0])
+			if err != nil {
+				return err
+			}
+			var mode api.AuditMode
+			switch args[1] {
+			case "on":
+				mode.Audit = true
+			case "off":
+			default:
+				return fmt.Errorf("audit mode %q: want on or off", args[1])
+			}
+			ep, err := a.client.AuditEndpoint(contextOf(cmd), ns, name, mode)
+			if err != nil {
+				return err
+			}
+			state := "enforces its policies"
+			if ep.Audit {
+				state = "in audit mode: its policies are reported, not enforced"
+			}
+			a.printf("endpoint %s %s\n", ep.Key(), state)
 			return nil
 		},
 	}
