@@ -25,4 +25,7 @@ bin=$(mktemp -d /tmp/rp-bench-bin-XXXXXX)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
 (cd bench && go build -o "$bin/" ./cmd/policyoverhead) # the bench module (bench/go.mod)
-"$bin/policyoverhead" --bin-dir "$bin" "$@"
+# The hubble CLI reads the observed-l4 case's agent over Hubble's flow API (cached build).
+bash scripts/build-hubble.sh
+hubble="$(bash scripts/build-hubble.sh --dir)/hubble"
+"$bin/policyoverhead" --bin-dir "$bin" --hubble "$hubble" "$@"

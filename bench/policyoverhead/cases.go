@@ -15,6 +15,10 @@ const (
 	CaseAllowAll = "allow-all"
 	CaseL3       = "l3"
 	CaseL4       = "l4"
+	// CaseObserved is CaseL4 on a second agent that serves metrics, Hubble's flow API and
+	// the service map, each read all along (see observe.go): against CaseL4, what
+	// observability costs the data path.
+	CaseObserved = "observed-l4"
 )
 
 // RulesCaseName names the case with n rules of which the last one matches.
@@ -35,7 +39,9 @@ type caseDef struct {
 	Description string
 	Agent       bool
 	// Control cases run on a second no-agent topology: baseline against baseline (A/A).
-	Control  bool
+	Control bool
+	// Observed cases run on the observed agent's topology (CaseObserved).
+	Observed bool
 	Rules    int
 	Manifest []byte // applied before measuring, deleted after; nil: no policy
 	Policies int    // documents in Manifest: what the agent must report as stored
@@ -81,6 +87,11 @@ func buildCases(ports Ports, ruleCounts []int, names []string) ([]caseDef, error
 		{
 			Name: CaseL4, Description: "agent, one L4 rule: ingress from the client's labels to the benchmark's TCP ports",
 			Agent: true, Rules: 1, Manifest: l4Policy(ports), Policies: 1, MinEntries: 2,
+			Probes: []probeSpec{bystanderDenied, closedDropped},
+		},
+		{
+			Name: CaseObserved, Description: "the l4 case on a second agent serving metrics, Hubble's flow API and the service map, all read throughout: against l4, what observability costs",
+			Agent: true, Observed: true, Rules: 1, Manifest: l4Policy(ports), Policies: 1, MinEntries: 2,
 			Probes: []probeSpec{bystanderDenied, closedDropped},
 		},
 	}

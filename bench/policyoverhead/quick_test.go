@@ -42,7 +42,7 @@ func TestQuickRun(t *testing.T) {
 	if res.Schema != Schema || !res.Settings.Quick || res.Incomplete || len(res.Errors) > 0 {
 		t.Errorf("schema %q, quick %v, incomplete %v, errors %v", res.Schema, res.Settings.Quick, res.Incomplete, res.Errors)
 	}
-	want := []string{CaseNoAgent, CaseControl, CaseNoPolicy, CaseAllowAll, CaseL3, CaseL4, "rules-1000", "rules-10000"}
+	want := []string{CaseNoAgent, CaseControl, CaseNoPolicy, CaseAllowAll, CaseL3, CaseL4, CaseObserved, "rules-1000", "rules-10000"}
 	if len(res.Cases) != len(want) {
 		t.Fatalf("%d cases, want %v", len(res.Cases), want)
 	}
@@ -97,8 +97,13 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("no table printed")
 	}
 
+	// The observed agent's readers read each of what it serves (the run fails otherwise).
+	if o := res.Settings.ObservedReads; o == nil || o.MetricsScrapes == 0 || o.ServiceMapReads == 0 || o.FollowFlowBytes == 0 {
+		t.Errorf("observed agent's reads: %+v", o)
+	}
+
 	// Nothing left behind: namespaces and pins carry the run's instance names.
-	instances := []string{res.Settings.BaselineInstance, res.Settings.ControlInstance, res.Settings.AgentInstance}
+	instances := []string{res.Settings.BaselineInstance, res.Settings.ControlInstance, res.Settings.AgentInstance, res.Settings.ObservedInstance}
 	if slices.Contains(instances, "") {
 		t.Fatalf("instance names not reported: %+v", res.Settings)
 	}
@@ -110,8 +115,10 @@ func TestQuickRun(t *testing.T) {
 			}
 		}
 	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", res.Settings.AgentInstance)); !os.IsNotExist(err) {
-		t.Errorf("pin directory of %s left behind (stat: %v)", res.Settings.AgentInstance, err)
+	for _, inst := range []string{res.Settings.AgentInstance, res.Settings.ObservedInstance} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", inst)); !os.IsNotExist(err) {
+			t.Errorf("pin directory of %s left behind (stat: %v)", inst, err)
+		}
 	}
 
 	// Over IPv6: dual-stack topologies, the l4 case's enforcement checks against the

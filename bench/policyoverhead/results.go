@@ -82,6 +82,9 @@ type Settings struct {
 	BaselineInstance string `json:"baseline_instance"`
 	AgentInstance    string `json:"agent_instance,omitempty"`
 	ControlInstance  string `json:"control_instance,omitempty"`
+	ObservedInstance string `json:"observed_instance,omitempty"`
+	// ObservedReads counts what the observed agent's readers read (CaseObserved).
+	ObservedReads *ObservedReads `json:"observed_reads,omitempty"`
 }
 
 // CaseResult holds one case's samples (one per round) and their summary.

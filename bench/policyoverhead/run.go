@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -39,6 +40,9 @@ type Config struct {
 	// Subcommand), started inside the endpoints.
 	Self   string
 	Iperf3 string
+	// Hubble is the hubble CLI, which reads the observed agent's flows over Hubble's API
+	// in CaseObserved ("": that reader is left out).
+	Hubble string
 	// CPU pins the measured processes (iperf3 and the RR client and server, on both sides)
 	// to this one CPU; -1 leaves them unpinned. On a small VM, traffic between two CPUs
 	// pays for cross-CPU wake-ups (slow and bimodal under virtualisation), which hides the
@@ -94,7 +98,10 @@ type runner struct {
 	agentT  *topology
 	control *topology
 	agent   *benchkit.Agent
-	files   map[string]string // case name -> manifest path
+	// obs and obsT are the observed agent and its topology (CaseObserved).
+	obs   *benchkit.Agent
+	obsT  *topology
+	files map[string]string // case name -> manifest path
 }
 
 // Run builds the topologies, measures every case once per round and returns the report
@@ -116,11 +123,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		r.log = io.Discard
 	}
 	sfx := benchkit.Suffix()
-	cidrs := benchkit.PodCIDRs(2) // one per topology
-	baseCIDR, agentCIDR := cidrs[0], cidrs[1]
-	var baseCIDR6, agentCIDR6 netip.Prefix
+	cidrs := benchkit.PodCIDRs(3) // one per topology (the control shares the baseline's)
+	baseCIDR, agentCIDR, obsCIDR := cidrs[0], cidrs[1], cidrs[2]
+	var baseCIDR6 netip.Prefix
 	if cfg.IPv6 {
-		baseCIDR6, agentCIDR6 = benchkit.PodCIDR6Of(baseCIDR), benchkit.PodCIDR6Of(agentCIDR)
+		baseCIDR6 = benchkit.PodCIDR6Of(baseCIDR)
 	}
 	res = &Result{
 		Schema:  Schema,
@@ -200,54 +207,46 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 	}
 
-	if slices.ContainsFunc(cases, func(c caseDef) bool { return c.Agent }) {
+	if slices.ContainsFunc(cases, func(c caseDef) bool { return c.Agent && !c.Observed }) {
 		res.Settings.PodCIDRAgent = agentCIDR.String()
 		res.Settings.AgentInstance = "ab" + sfx
-		if err := benchkit.EnsureBPFFS(); err != nil {
+		r.agent, r.agentT, err = r.startAgent(ctx, &cleanups, "agent", res.Settings.AgentInstance, filepath.Join(workDir, "agent"), agentCIDR, nil)
+		if err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(r.log, "starting the agent (instance %s, %s)\n", res.Settings.AgentInstance, agentCIDR)
-		r.agent = benchkit.NewAgent(cfg.Rampartd, cfg.Rampart, res.Settings.AgentInstance, workDir, agentCIDR)
 		if cfg.IPv6 {
-			r.agent.DualStack(agentCIDR6)
-			res.Settings.PodCIDRAgent += "," + agentCIDR6.String()
+			res.Settings.PodCIDRAgent += "," + benchkit.PodCIDR6Of(agentCIDR).String()
 		}
-		// Registered before start, so a half-started agent is uninstalled too.
-		cleanups.Add(r.agent.Stop)
-		if err := r.agent.Start(ctx, &r.daemons); err != nil {
+	}
+	if slices.ContainsFunc(cases, func(c caseDef) bool { return c.Observed }) {
+		res.Settings.ObservedInstance = "ao" + sfx
+		o, err := newObserved(filepath.Join(workDir, "observed"), cfg.Hubble)
+		if err != nil {
 			return fail(err)
 		}
-		t := &topology{Name: "agent", IPv6: cfg.IPv6}
-		for _, e := range []struct {
-			name, app string
-			n         uint32
-			dst       **benchkit.Endpoint
-		}{{"client", clientApp, 10, &t.Client}, {"server", serverApp, 11, &t.Server}, {"bystander", bystanderApp, 12, &t.Bystander}} {
-			ep, err := r.agent.AddEndpoint(ctx, benchNamespace, e.name, []string{"app=" + e.app}, benchkit.HostAddr(agentCIDR, e.n))
-			if err != nil {
-				return fail(err)
-			}
-			*e.dst = ep
-		}
-		r.agentT = t
-		if err := r.startServers(t); err != nil {
+		r.obs, r.obsT, err = r.startAgent(ctx, &cleanups, "observed", res.Settings.ObservedInstance, filepath.Join(workDir, "observed"), obsCIDR, o.flags())
+		if err != nil {
 			return fail(err)
 		}
-		for _, c := range cases {
-			if c.Manifest == nil {
-				continue
+		stop := o.read(ctx, r.obs, &r.daemons)
+		defer func() {
+			reads := stop()
+			res.Settings.ObservedReads = reads
+			if rerr := reads.checkRead(cfg.Hubble != ""); rerr != nil {
+				res.Errors = append(res.Errors, rerr.Error())
+				err = errors.Join(err, rerr)
 			}
-			p, err := writeFile(workDir, c.Name+".yaml", c.Manifest)
-			if err != nil {
-				return fail(err)
-			}
-			r.files[c.Name] = p
+		}()
+	}
+	for _, c := range cases {
+		if c.Manifest == nil {
+			continue
 		}
-		if n, err := r.agent.PolicyEntries(benchNamespace + "/server"); err != nil {
+		p, err := writeFile(workDir, c.Name+".yaml", c.Manifest)
+		if err != nil {
 			return fail(err)
-		} else if n != 0 {
-			return fail(fmt.Errorf("server endpoint has %d policy entries before any policy was applied", n))
 		}
+		r.files[c.Name] = p
 	}
 
 	// Every case but the baseline is measured in pairs with it.
@@ -339,6 +338,50 @@ func (r *runner) pin(argv ...string) []string {
 	return append([]string{"taskset", "-c", strconv.Itoa(r.cfg.CPU)}, argv...)
 }
 
+// startAgent starts an agent (instance, state in dir, endpoints in cidr, rampartd flags
+// extra) with the client, server and bystander endpoints, their servers running, and no
+// policy; the caller's clean-ups stop it.
+func (r *runner) startAgent(ctx context.Context, cleanups *benchkit.Cleanups, name, instance, dir string, cidr netip.Prefix, extra []string) (*benchkit.Agent, *topology, error) {
+	if err := benchkit.EnsureBPFFS(); err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	fmt.Fprintf(r.log, "starting the %s agent (instance %s, %s)\n", name, instance, cidr)
+	a := benchkit.NewAgent(r.cfg.Rampartd, r.cfg.Rampart, instance, dir, cidr)
+	a.Flags = extra
+	if r.cfg.IPv6 {
+		a.DualStack(benchkit.PodCIDR6Of(cidr))
+	}
+	// Registered before start, so a half-started agent is uninstalled too.
+	cleanups.Add(a.Stop)
+	if err := a.Start(ctx, &r.daemons); err != nil {
+		return nil, nil, err
+	}
+	t := &topology{Name: name, IPv6: r.cfg.IPv6}
+	for _, e := range []struct {
+		name, app string
+		n         uint32
+		dst       **benchkit.Endpoint
+	}{{"client", clientApp, 10, &t.Client}, {"server", serverApp, 11, &t.Server}, {"bystander", bystanderApp, 12, &t.Bystander}} {
+		ep, err := a.AddEndpoint(ctx, benchNamespace, e.name, []string{"app=" + e.app}, benchkit.HostAddr(cidr, e.n))
+		if err != nil {
+			return nil, nil, err
+		}
+		*e.dst = ep
+	}
+	if err := r.startServers(t); err != nil {
+		return nil, nil, err
+	}
+	if n, err := a.PolicyEntries(benchNamespace + "/server"); err != nil {
+		return nil, nil, err
+	} else if n != 0 {
+		return nil, nil, fmt.Errorf("the %s agent's server endpoint has %d policy entries before any policy was applied", name, n)
+	}
+	return a, t, nil
+}
+
 // startServers starts iperf3 and the RR server in the topology's server endpoint. They
 // run for the whole benchmark; clients retry until they answer.
 func (r *runner) startServers(t *topology) error {
@@ -372,19 +415,22 @@ func (r *runner) single(ctx context.Context, round, pairID int) (s Sample, err e
 func (r *runner) pair(ctx context.Context, c caseDef, round, pairID int, baseFirst bool) (cs, bs Sample, err error) {
 	cs.Round, cs.Pair = round, pairID
 	bs.Round, bs.Pair = round, pairID
+	a, t := r.agent, r.agentT
+	switch {
+	case c.Control:
+		t = r.control
+	case c.Observed:
+		a, t = r.obs, r.obsT
+	}
 	if c.Manifest != nil {
-		if err := r.applyPolicy(ctx, c, &cs); err != nil {
+		if err := r.applyPolicy(ctx, a, c, &cs); err != nil {
 			return cs, bs, err
 		}
 		defer func() {
-			if derr := r.deletePolicy(ctx, c, &cs); derr != nil {
+			if derr := r.deletePolicy(ctx, a, c, &cs); derr != nil {
 				err = errors.Join(err, derr)
 			}
 		}()
-	}
-	t := r.agentT
-	if c.Control {
-		t = r.control
 	}
 	if len(c.Probes) > 0 {
 		cs.Probes = map[string]string{}
@@ -433,19 +479,19 @@ func (r *runner) pair(ctx context.Context, c caseDef, round, pairID int, baseFir
 	return cs, bs, nil
 }
 
-func (r *runner) applyPolicy(ctx context.Context, c caseDef, s *Sample) error {
+func (r *runner) applyPolicy(ctx context.Context, a *benchkit.Agent, c caseDef, s *Sample) error {
 	t0 := time.Now()
-	if _, err := r.agent.CLI(ctx, 10*time.Minute, "apply", "-f", r.files[c.Name]); err != nil {
+	if _, err := a.CLI(ctx, 10*time.Minute, "apply", "-f", r.files[c.Name]); err != nil {
 		return fmt.Errorf("applying policy: %w", err)
 	}
 	s.ApplySeconds = time.Since(t0).Seconds()
-	n, err := r.waitEntries(ctx, func(n int) bool { return n >= c.MinEntries })
+	n, err := waitEntries(ctx, a, func(n int) bool { return n >= c.MinEntries })
 	if err != nil {
 		return fmt.Errorf("waiting for %d policy entries of the server: %w", c.MinEntries, err)
 	}
 	s.EnforcedSeconds = time.Since(t0).Seconds()
 	s.MapEntries = n
-	if s.AgentPolicies, err = r.agent.Policies(ctx); err != nil {
+	if s.AgentPolicies, err = a.Policies(ctx); err != nil {
 		return err
 	}
 	if s.AgentPolicies != c.Policies {
@@ -454,14 +500,14 @@ func (r *runner) applyPolicy(ctx context.Context, c caseDef, s *Sample) error {
 	return nil
 }
 
-func (r *runner) deletePolicy(ctx context.Context, c caseDef, s *Sample) error {
+func (r *runner) deletePolicy(ctx context.Context, a *benchkit.Agent, c caseDef, s *Sample) error {
 	// Clean-up must happen even when the run is being cancelled.
 	ctx = context.WithoutCancel(ctx)
 	t0 := time.Now()
-	if _, err := r.agent.CLI(ctx, 10*time.Minute, "delete", "-f", r.files[c.Name]); err != nil {
+	if _, err := a.CLI(ctx, 10*time.Minute, "delete", "-f", r.files[c.Name]); err != nil {
 		return fmt.Errorf("deleting policy: %w", err)
 	}
-	if _, err := r.waitEntries(ctx, func(n int) bool { return n == 0 }); err != nil {
+	if _, err := waitEntries(ctx, a, func(n int) bool { return n == 0 }); err != nil {
 		return fmt.Errorf("waiting for the server's policy entries to go: %w", err)
 	}
 	s.DeleteSeconds = time.Since(t0).Seconds()
@@ -469,10 +515,10 @@ func (r *runner) deletePolicy(ctx context.Context, c caseDef, s *Sample) error {
 }
 
 // waitEntries polls the server's policy map entry count until ok accepts it.
-func (r *runner) waitEntries(ctx context.Context, ok func(int) bool) (int, error) {
+func waitEntries(ctx context.Context, a *benchkit.Agent, ok func(int) bool) (int, error) {
 	deadline := time.Now().Add(enforceTimeout)
 	for {
-		n, err := r.agent.PolicyEntries(benchNamespace + "/server")
+		n, err := a.PolicyEntries(benchNamespace + "/server")
 		if err != nil {
 			return n, err
 		}

@@ -31,7 +31,7 @@ func run() int {
 		duration   = flag.Duration("duration", 0, "iperf3 duration per sample, whole seconds (default 1s)")
 		rrDuration = flag.Duration("rr-duration", 0, "request/response duration per sample (default 500ms)")
 		rules      = flag.String("rules", "1000,10000", "rule counts of the \"last rule matches\" cases")
-		cases      = flag.String("cases", "", "comma-separated cases to run (default all; no-agent always runs): no-agent,allow-all,l3,l4,rules-N")
+		cases      = flag.String("cases", "", "comma-separated cases to run (default all; no-agent always runs): no-agent,control,no-policy,allow-all,l3,l4,observed-l4,rules-N")
 		reqSize    = flag.Int("request", 1, "request/response: request size in bytes")
 		respSize   = flag.Int("response", 1, "request/response: response size in bytes")
 		binDir     = flag.String("bin-dir", "", "directory with rampartd and rampart (default: build them from this module into a temporary directory)")
@@ -41,6 +41,7 @@ func run() int {
 		noPlot     = flag.Bool("no-plot", false, "do not write the PNG plot")
 		failOnMiss = flag.Bool("fail-on-miss", false, "exit 3 if a case misses the throughput target")
 		ipv6       = flag.Bool("ipv6", false, "run every case over IPv6: dual-stack topologies, traffic to the server's IPv6 address")
+		hubble     = flag.String("hubble", "", "the hubble CLI, which then reads the observed-l4 case's agent over Hubble's flow API too (bench/run-policy-overhead.sh passes the one scripts/build-hubble.sh built)")
 	)
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -75,7 +76,7 @@ func run() int {
 	}
 	cfg.Cases = benchkit.SplitList(*cases)
 	cfg.RRRequestBytes, cfg.RRResponseBytes = *reqSize, *respSize
-	cfg.OutDir, cfg.Iperf3, cfg.NoPlot, cfg.IPv6 = *outDir, *iperf3, *noPlot, *ipv6
+	cfg.OutDir, cfg.Iperf3, cfg.NoPlot, cfg.IPv6, cfg.Hubble = *outDir, *iperf3, *noPlot, *ipv6, *hubble
 	if *cpu != -2 {
 		cfg.CPU = *cpu
 	}
