@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -307,18 +309,34 @@ func TestTapFragmentsAcrossNodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
+			// The datagram is sent again until the monitor reads one whole: the monitor's
+			// node refuses copies until its check (every second) has seen the sniffer read
+			// (a monitor that does not read is down), and that may come after the first.
 			const size = 6000 // five fragments at the pods' MTU
-			if _, err := conn.Write(make([]byte, size)); err != nil {
-				t.Fatal(err)
-			}
-			var frags, bytes int
-			ok := testenv.Eventually(5*time.Second, func() bool {
-				n, p := fragmentsOf(sniff.Frames(t), aIP, bIP)
-				frags, bytes = frags+n, bytes+p
-				return bytes >= size+8 // the UDP header travels in the first fragment
+			byID := map[uint16]fragmentCount{}
+			var whole fragmentCount
+			ok := testenv.Eventually(10*time.Second, func() bool {
+				// b has no server there: its port unreachable fails the next write, not
+				// the one after.
+				if _, err := conn.Write(make([]byte, size)); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+					t.Fatal(err)
+				}
+				for id, c := range fragmentsOf(sniff.Frames(t), aIP, bIP) {
+					c.n += byID[id].n
+					c.payload += byID[id].payload
+					byID[id] = c
+					if c.payload >= size+8 { // the UDP header travels in the first fragment
+						whole = c
+					}
+				}
+				return whole.payload > 0
 			})
-			if !ok || frags < 5 {
-				t.Errorf("monitor on node 3 read %d fragments with %d bytes of a's %d-byte datagram to b", frags, bytes, size)
+			if !ok || whole.n < 5 {
+				t.Errorf("monitor on node 3 read no whole %d-byte datagram of a's to b in fragments: %v", size, byID)
+			}
+			frags := 0
+			for _, c := range byID {
+				frags += c.n
 			}
 			if tp := tapOf(t, c.n[0], "a-udp"); tp.Counters.MirroredPackets < uint64(frags) || tp.Counters.CopiesLost != 0 {
 				t.Errorf("a's counters %+v after %d fragments read", tp.Counters, frags)
@@ -327,9 +345,14 @@ func TestTapFragmentsAcrossNodes(t *testing.T) {
 	}
 }
 
-// fragmentsOf counts the IPv4 fragments from a to b among frames (Ethernet), and the
-// bytes they carry after their IP headers.
-func fragmentsOf(frames [][]byte, a, b netip.Addr) (n, payload int) {
+// fragmentCount is how many fragments of one datagram were read, and the bytes they
+// carry after their IP headers.
+type fragmentCount struct{ n, payload int }
+
+// fragmentsOf counts the IPv4 fragments from a to b among frames (Ethernet), by datagram
+// (IP identification).
+func fragmentsOf(frames [][]byte, a, b netip.Addr) map[uint16]fragmentCount {
+	out := map[uint16]fragmentCount{}
 	for _, f := range frames {
 		if len(f) < 34 || binary.BigEndian.Uint16(f[12:]) != 0x0800 {
 			continue
@@ -338,9 +361,12 @@ func fragmentsOf(frames [][]byte, a, b netip.Addr) (n, payload int) {
 		flags := binary.BigEndian.Uint16(f[20:])
 		src, dst := netip.AddrFrom4([4]byte(f[26:30])), netip.AddrFrom4([4]byte(f[30:34]))
 		if src == a && dst == b && flags&0x3fff != 0 { // more fragments, or an offset
-			n++
-			payload += int(binary.BigEndian.Uint16(f[16:])) - ihl
+			id := binary.BigEndian.Uint16(f[18:])
+			c := out[id]
+			c.n++
+			c.payload += int(binary.BigEndian.Uint16(f[16:])) - ihl
+			out[id] = c
 		}
 	}
-	return n, payload
+	return out
 }
