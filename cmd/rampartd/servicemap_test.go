@@ -2,10 +2,7 @@ package main_test
 
 import (
 	"bytes"
-	"context"
-	"html"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/browser"
 )
 
 // TestServiceMapInBrowser runs rampartd with --ui-address, makes one allowed and one
@@ -24,10 +22,7 @@ import (
 // (docs/images/service-map.png was taken the same way, of an agent with more endpoints).
 func TestServiceMapInBrowser(t *testing.T) {
 	testenv.RequireRoot(t)
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		testenv.SkipOrFail(t, "chromium not installed (scripts/setup.sh installs it): %v", err)
-	}
+	br := browser.New(t)
 	bin := bins.Dir(t)
 	sockDir, flags := instanceFlags(t, "sm", "198.19.28.0/24")
 	addr, log := startServing(t, bin, sockDir, flags, "serving the service map", "--ui-address", "127.0.0.1:0")
@@ -60,21 +55,7 @@ spec:
 	}
 
 	url := "http://" + addr + "/"
-	profile := t.TempDir() // a profile of its own: other Chromiums may run on the machine
-	browse := func(args ...string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		full := append([]string{"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-			"--user-data-dir=" + profile, "--virtual-time-budget=5000"}, args...)
-		var out, errb bytes.Buffer
-		c := exec.CommandContext(ctx, chromium, full...)
-		c.Stdout, c.Stderr = &out, &errb
-		if err := c.Run(); err != nil {
-			t.Fatalf("chromium %v: %v\n%s", args, err, errb.String())
-		}
-		return out.String()
-	}
+	browse := br.Run
 
 	// The page polls the agent: the flows come within a poll or two of the flow reader.
 	var dom string
@@ -89,7 +70,7 @@ spec:
 
 	// The flow table's filters come from the query string.
 	dom = browse("--dump-dom", url+"?verdict=DROPPED&pod=y/c&port=80")
-	rows := elementsOf(dom, "tr", "data-flow")
+	rows := browser.Elements(dom, "tr", "data-flow")
 	if len(rows) == 0 {
 		t.Fatalf("no flow row for ?verdict=DROPPED&pod=y/c&port=80:\n%s", dom)
 	}
@@ -116,80 +97,30 @@ spec:
 func checkServiceMap(dom string) []string {
 	var problems []string
 	for _, ns := range []string{"x", "y"} {
-		if elementOf(dom, "g", "data-namespace", ns, "class", "ns") == nil {
+		if browser.Element(dom, "g", "data-namespace", ns, "class", "ns") == nil {
 			problems = append(problems, "no namespace "+ns)
 		}
 	}
 	for _, n := range []string{"x/a", "x/b", "y/c"} {
-		if elementOf(dom, "g", "data-node", n, "data-kind", "endpoint") == nil {
+		if browser.Element(dom, "g", "data-node", n, "data-kind", "endpoint") == nil {
 			problems = append(problems, "no node "+n)
 		}
 	}
-	if e := elementOf(dom, "g", "data-edge", "x/a->x/b"); e == nil || e["data-verdict"] != "FORWARDED" {
-		problems = append(problems, "allowed edge x/a->x/b not forwarded: "+describe(e))
+	if e := browser.Element(dom, "g", "data-edge", "x/a->x/b"); e == nil || e["data-verdict"] != "FORWARDED" {
+		problems = append(problems, "allowed edge x/a->x/b not forwarded: "+browser.Describe(e))
 	}
-	e := elementOf(dom, "g", "data-edge", "y/c->x/b")
+	e := browser.Element(dom, "g", "data-edge", "y/c->x/b")
 	if e == nil || e["data-verdict"] != "DROPPED" || e["class"] != "edge v-DROPPED" ||
 		!strings.Contains(e["data-reasons"], "policy-deny") || !strings.Contains(e["data-policies"], "CiliumNetworkPolicy/x/b-ingress") {
-		problems = append(problems, "denied edge y/c->x/b not marked dropped with its reason and policy: "+describe(e))
+		problems = append(problems, "denied edge y/c->x/b not marked dropped with its reason and policy: "+browser.Describe(e))
 	}
 	// The drop's reason and policy are written on the map, not only in attributes.
 	label := regexp.MustCompile(`<text [^>]*data-edge-label="y/c-&gt;x/b"[^>]*>([^<]*)</text>`).FindStringSubmatch(dom)
 	if label == nil || !strings.Contains(label[1], "policy-deny") || !strings.Contains(label[1], "CiliumNetworkPolicy/x/b-ingress") {
 		problems = append(problems, "denied edge's label missing its reason or policy")
 	}
-	if elementOf(dom, "tr", "data-edge", "y/c->x/b", "data-verdict", "DROPPED") == nil {
+	if browser.Element(dom, "tr", "data-edge", "y/c->x/b", "data-verdict", "DROPPED") == nil {
 		problems = append(problems, "edge table has no dropped row for y/c->x/b")
 	}
 	return problems
-}
-
-func describe(e map[string]string) string {
-	if e == nil {
-		return "absent"
-	}
-	var b strings.Builder
-	for k, v := range e {
-		b.WriteString(k + "=" + v + " ")
-	}
-	return b.String()
-}
-
-var (
-	tagRE  = regexp.MustCompile(`<([a-zA-Z]+)((?:\s+[^\s=>]+="[^"]*")*)\s*/?>`)
-	attrRE = regexp.MustCompile(`([^\s=]+)="([^"]*)"`)
-)
-
-// elementsOf returns the attributes (unescaped) of the dumped DOM's tag elements that
-// have the attribute has.
-func elementsOf(dom, tag, has string) []map[string]string {
-	var out []map[string]string
-	for _, m := range tagRE.FindAllStringSubmatch(dom, -1) {
-		if m[1] != tag {
-			continue
-		}
-		attrs := map[string]string{}
-		for _, a := range attrRE.FindAllStringSubmatch(m[2], -1) {
-			attrs[a[1]] = html.UnescapeString(a[2])
-		}
-		if _, ok := attrs[has]; ok {
-			out = append(out, attrs)
-		}
-	}
-	return out
-}
-
-// elementOf returns the first tag element whose attributes have the values kv (name,
-// value, ...), nil if none.
-func elementOf(dom, tag string, kv ...string) map[string]string {
-next:
-	for _, e := range elementsOf(dom, tag, kv[0]) {
-		for i := 0; i+1 < len(kv); i += 2 {
-			if e[kv[i]] != kv[i+1] {
-				continue next
-			}
-		}
-		return e
-	}
-	return nil
 }

@@ -545,6 +545,9 @@ type Flow struct {
 	// L7 is the request, for flows of type l7. Endpoint, Direction and Rule are then the
 	// side whose L7 policy decided (for a denial, the side that refused).
 	L7 *L7Flow `json:"l7,omitempty"`
+	// Node is the node whose agent saw the flow, in the cluster's view (rampart observe
+	// --cluster); empty from one agent.
+	Node string `json:"node,omitempty"`
 }
 
 // L7Flow is one HTTP request through the L7 proxy.

@@ -75,23 +75,34 @@ func (f *fakeSets) ListCIDRSets(context.Context) ([]api.CIDRSet, error) {
 // runFake runs the CLI against a fake agent and returns stdout, stderr and the exit code.
 func runFake(t *testing.T, svc api.Service, stdin string, args ...string) (string, string, int) {
 	t.Helper()
+	sock := serveFake(t, svc)
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), append([]string{"--socket", sock}, args...), IO{In: strings.NewReader(stdin), Out: &out, Err: &errOut})
+	return out.String(), errOut.String(), code
+}
+
+// serveFake serves svc's API on a socket of its own until the test ends.
+func serveFake(t *testing.T, svc api.Service) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "rp-cli-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "s.sock")
 	l, err := api.Listen(sock)
 	if err != nil {
+		os.RemoveAll(dir)
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- api.Serve(ctx, l, api.NewHandler(svc)) }()
-	defer func() { cancel(); <-done }()
-	var out, errOut bytes.Buffer
-	code := Run(context.Background(), append([]string{"--socket", sock}, args...), IO{In: strings.NewReader(stdin), Out: &out, Err: &errOut})
-	return out.String(), errOut.String(), code
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		os.RemoveAll(dir)
+	})
+	return sock
 }
 
 func TestCIDRSetLoadCommand(t *testing.T) {

@@ -110,6 +110,7 @@ func NewCommand(stdio IO) *cobra.Command {
 		a.applyCommand(),
 		a.deleteCommand(),
 		a.getCommand(),
+		a.uiCommand(),
 		a.policyCommand(),
 		a.cidrsetCommand(),
 		a.tapCommand(),

@@ -30,6 +30,7 @@ func (a *app) observeCommand() *cobra.Command {
 		typ      string
 		since    string
 		until    string
+		cluster  clusterFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "observe [--follow] [--since-start] [--last N] [--since T] [filters] [-o text|json|jsonpb]",
@@ -96,6 +97,9 @@ func (a *app) observeCommand() *cobra.Command {
 			if !cmd.Flags().Changed("last") && !req.Follow {
 				req.Last = 20
 			}
+			if cluster.on {
+				return a.observeCluster(cmd, cluster, req, output)
+			}
 			var node string
 			if output == "jsonpb" {
 				// Flows name the node they were seen on, as Hubble's do: the Node's name in
@@ -137,6 +141,7 @@ func (a *app) observeCommand() *cobra.Command {
 	f.Uint16Var(&req.Filter.Port, "port", 0, "only flows with this source or destination port")
 	f.StringVar(&protocol, "protocol", "", "tcp, udp, icmp or sctp")
 	f.StringVarP(&output, "output", "o", "text", "output format: text, json (Rampart's fields) or jsonpb (Hubble's flow.Flow, one GetFlowsResponse a line, as hubble observe -o json prints)")
+	cluster.register(f, "show the flows, merged in time order,")
 	return cmd
 }
 

@@ -153,6 +153,7 @@ func TestInstallDaemonSet(t *testing.T) {
 		return err
 	})
 	t.Logf("deleted agent pod replaced and ready in %v", replacedIn.Round(100*time.Millisecond))
+	observedOnTheCluster(t, c, ns, pods)
 	t.Logf("resident memory, agents as pods, 6 workload pods:\n%s", c.RSSReport())
 
 	// Uninstall: the workloads go while the agents answer their CNI DELs, then the agents,
