@@ -63,6 +63,8 @@ type Agent struct {
 	applyTimes    histogram
 	applyFailures uint64
 	propagation   histogram
+	// monitorReports are the monitors' latest reports of monitor run (monitorreports.go).
+	monitorReports map[string]monitorReport
 
 	k8s *k8sState // Kubernetes mode's record (cluster.go); nil outside it
 	// hostDevs is host policy's state (host.go); nil without the host firewall.

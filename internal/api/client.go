@@ -160,6 +160,12 @@ func (c *Client) WaitMonitorReading(ctx context.Context, key string) error {
 	}
 }
 
+// ReportMonitor sends what monitor run read from the EVE file of monitor
+// namespace/name since it started.
+func (c *Client) ReportMonitor(ctx context.Context, namespace, name string, report MonitorReport) error {
+	return c.do(ctx, "PUT", "/v1/endpoints/"+esc(namespace)+"/"+esc(name)+"/monitor-report", report, nil)
+}
+
 // ListEndpoints lists endpoints.
 func (c *Client) ListEndpoints(ctx context.Context) ([]Endpoint, error) {
 	var v []Endpoint

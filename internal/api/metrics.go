@@ -21,6 +21,9 @@ type Metrics struct {
 	Propagation Histogram `json:"propagation"`
 	// Endpoints are this node's endpoints, by key.
 	Endpoints []EndpointMetrics `json:"endpoints"`
+	// Monitors are the latest reports of `monitor run` of this node's monitor endpoints,
+	// by key; a monitor that never reported has none.
+	Monitors []MonitorMetrics `json:"monitors,omitempty"`
 }
 
 // FlowCount is how many flow events had these names (api.Flow's fields of the same names).

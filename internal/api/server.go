@@ -85,6 +85,10 @@ type Service interface {
 	GetTapPolicy(ctx context.Context) (TapPolicy, error)
 	DeleteTapPolicy(ctx context.Context) (ChangeResult, error)
 	CompileTapPolicy(ctx context.Context, req TapPolicyRequest) (TapPolicy, error)
+	// ReportMonitor keeps what `monitor run` read from monitor endpoint namespace/name's
+	// EVE file, for the metrics, in place of its previous report. Endpoints that do not
+	// exist or are not monitors are refused.
+	ReportMonitor(ctx context.Context, namespace, name string, report MonitorReport) error
 }
 
 // CIDRSetRequest carries prefixes for a set. On the wire the prefixes are the request body
@@ -197,6 +201,12 @@ func NewHandler(svc Service) http.Handler {
 		var m AuditMode
 		withBody(w, r, MaxBodyBytes, &m, func() (any, error) {
 			return svc.AuditEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"), m)
+		})
+	})
+	mux.HandleFunc("PUT /v1/endpoints/{ns}/{name}/monitor-report", func(w http.ResponseWriter, r *http.Request) {
+		var rep MonitorReport
+		withBody(w, r, MaxBodyBytes, &rep, func() (any, error) {
+			return struct{}{}, svc.ReportMonitor(r.Context(), r.PathValue("ns"), r.PathValue("name"), rep)
 		})
 	})
 	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) {

@@ -61,10 +61,14 @@ func (a *app) newMonitorOutput(format string) (*monitorOutput, error) {
 }
 
 // emit joins the alert and drop records among evs to the agent's view of now and prints
-// them.
-func (a *app) emit(ctx context.Context, out *monitorOutput, monitor string, evs []suricata.Event) error {
+// them; counts (nil: none) counts what it printed and keeps Suricata's capture counters.
+func (a *app) emit(ctx context.Context, out *monitorOutput, monitor string, evs []suricata.Event, counts *monitorCounts) error {
 	var v *join.View
 	for _, ev := range evs {
+		if ev.Type == suricata.TypeStats {
+			counts.stats(ev)
+			continue
+		}
 		if ev.Type != suricata.TypeAlert && ev.Type != suricata.TypeDrop {
 			continue
 		}
@@ -91,6 +95,7 @@ func (a *app) emit(ctx context.Context, out *monitorOutput, monitor string, evs 
 		if err != nil {
 			return err
 		}
+		counts.add(al)
 	}
 	return nil
 }
@@ -235,6 +240,17 @@ run, redirected traffic stops. Ctrl-C stops Suricata and the command.`,
 				return fmt.Errorf("suricata runs: %w", err)
 			}
 			fmt.Fprintf(status, "monitor %s running: suricata %s mode, pid %d, directory %s (Ctrl-C stops it)\n", ep.Key(), cfg.Mode, m.Pid(), cfg.Dir)
+			// The agent's metrics get the counts of this run after each read, and at the
+			// end those with the records Suricata flushed as it stopped.
+			counts := newMonitorCounts(a.io.Err)
+			reporter := startMonitorReporter(ep.Key(), func(ctx context.Context, r api.MonitorReport) error {
+				return a.client.ReportMonitor(ctx, ep.Namespace, ep.Name, r)
+			})
+			defer func() {
+				for _, w := range reporter.close(counts.report()) {
+					fmt.Fprintln(a.io.Err, w)
+				}
+			}()
 			tick := time.NewTicker(monitorPollInterval)
 			defer tick.Stop()
 			for {
@@ -249,14 +265,14 @@ run, redirected traffic stops. Ctrl-C stops Suricata and the command.`,
 					if err != nil {
 						fmt.Fprintf(a.io.Err, "warning: reading the monitor's events: %v\n", err)
 					}
-					if err := a.emit(ctx2, out, ep.Key(), evs); err != nil {
+					if err := a.emit(ctx2, out, ep.Key(), evs, counts); err != nil {
 						return err
 					}
 					fmt.Fprintf(status, "monitor %s stopped\n", ep.Key())
 					return stopErr
 				case <-m.Exited():
 					evs, _ := m.Events()
-					a.emit(context.Background(), out, ep.Key(), evs)
+					a.emit(context.Background(), out, ep.Key(), evs, counts)
 					return fmt.Errorf("the monitor %s exited: %w", ep.Key(), m.Stop())
 				case <-tick.C:
 				}
@@ -265,8 +281,11 @@ run, redirected traffic stops. Ctrl-C stops Suricata and the command.`,
 					// A record that does not parse is skipped, the rest are still joined.
 					fmt.Fprintf(a.io.Err, "warning: reading the monitor's events: %v\n", err)
 				}
-				if err := a.emit(ctx, out, ep.Key(), evs); err != nil && ctx.Err() == nil {
+				if err := a.emit(ctx, out, ep.Key(), evs, counts); err != nil && ctx.Err() == nil {
 					return err
+				}
+				if w := reporter.offer(counts.report()); w != "" {
+					fmt.Fprintln(a.io.Err, w)
 				}
 			}
 		},
@@ -340,7 +359,7 @@ func (a *app) monitorAlerts() *cobra.Command {
 				if err != nil {
 					fmt.Fprintf(a.io.Err, "warning: reading the monitor's events: %v\n", err)
 				}
-				if err := a.emit(ctx, out, ep.Key(), evs); err != nil {
+				if err := a.emit(ctx, out, ep.Key(), evs, nil); err != nil {
 					if ctx.Err() != nil {
 						return nil
 					}

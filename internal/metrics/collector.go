@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -226,6 +227,7 @@ func (e emitter) counts(m api.Metrics, kubernetes bool) {
 	if kubernetes {
 		e.histogram(descK8sPropagation, m.Propagation)
 	}
+	e.monitors(m.Monitors)
 	for _, ep := range m.Endpoints {
 		e.gauge(descPolicyEntries, float64(ep.PolicyEntries), ep.Endpoint)
 		if c := ep.Counters; c != nil {
@@ -236,6 +238,19 @@ func (e emitter) counts(m api.Metrics, kubernetes bool) {
 			e.counter(descEndpointDrops, c.IngressDrops, ep.Endpoint, "ingress")
 			e.counter(descEndpointDrops, c.EgressDrops, ep.Endpoint, "egress")
 		}
+	}
+}
+
+func (e emitter) monitors(mons []api.MonitorMetrics) {
+	for _, mo := range mons {
+		r := mo.Report
+		for _, a := range r.Alerts {
+			e.counter(descMonitorAlerts, a.Count, mo.Monitor, a.Contract, strconv.Itoa(a.Severity))
+		}
+		e.counter(descMonitorDrops, r.Drops, mo.Monitor)
+		e.counter(descMonitorCapturePackets, r.CapturePackets, mo.Monitor)
+		e.counter(descMonitorCaptureKernelDrops, r.CaptureKernelDrops, mo.Monitor)
+		e.gauge(descMonitorLastReport, float64(mo.Received.UnixNano())/1e9, mo.Monitor)
 	}
 }
 

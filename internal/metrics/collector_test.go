@@ -65,6 +65,17 @@ func newFake() *fakeSource {
 				{Endpoint: "x/a", PolicyEntries: 12, Counters: &api.Counters{IngressPackets: 100, EgressDrops: 3}},
 				{Endpoint: "x/b", PolicyEntries: 0},
 			},
+			Monitors: []api.MonitorMetrics{{
+				Monitor: "sec/ids", Received: time.Unix(1700000100, 500000000),
+				Report: api.MonitorReport{
+					Alerts: []api.MonitorAlertCount{
+						{Contract: "web-mirror", Severity: 2, Count: 5},
+						{Contract: "web-mirror", Severity: 3, Count: 1},
+						{Severity: 1, Count: 2},
+					},
+					Drops: 4, CapturePackets: 900, CaptureKernelDrops: 7,
+				},
+			}},
 		},
 		sets: []api.CIDRSet{{Name: "threats", IPv4: 1000, IPv6: 20}},
 		taps: []api.Tap{
@@ -178,6 +189,14 @@ func TestCollectorValues(t *testing.T) {
 		{"rampart_kubernetes_refused_objects", nil, 1},
 		{"rampart_kubernetes_last_sync_timestamp_seconds", nil, 1700000000},
 		{"rampart_scrape_source_up", []string{"source", "taps"}, 1},
+		{"rampart_monitor_alerts_total", []string{"monitor", "sec/ids", "contract", "web-mirror", "severity", "2"}, 5},
+		{"rampart_monitor_alerts_total", []string{"monitor", "sec/ids", "contract", "web-mirror", "severity", "3"}, 1},
+		// Alerts of no contract: an empty label, which Prometheus reads as absent.
+		{"rampart_monitor_alerts_total", []string{"monitor", "sec/ids", "severity", "1"}, 2},
+		{"rampart_monitor_drops_total", []string{"monitor", "sec/ids"}, 4},
+		{"rampart_monitor_capture_packets_total", []string{"monitor", "sec/ids"}, 900},
+		{"rampart_monitor_capture_kernel_drops_total", []string{"monitor", "sec/ids"}, 7},
+		{"rampart_monitor_last_report_timestamp_seconds", []string{"monitor", "sec/ids"}, 1700000100.5},
 	} {
 		if got := value(t, fams, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -200,13 +219,18 @@ func TestCollectorValues(t *testing.T) {
 	if find(fams, "rampart_kubernetes_propagation_duration_seconds").GetHistogram().GetSampleCount() != 1 {
 		t.Error("propagation histogram missing in Kubernetes mode")
 	}
+	if f := fams["rampart_monitor_alerts_total"]; f.GetType() != dto.MetricType_COUNTER || len(f.Metric) != 3 {
+		t.Errorf("rampart_monitor_alerts_total: %v, want 3 counters", f)
+	}
 }
 
 func TestCollectorOutsideKubernetesAndFailedReads(t *testing.T) {
 	src := newFake()
 	src.status.Kubernetes, src.status.Monitors, src.status.Proxy.FastPath = nil, nil, nil
+	src.metrics.Monitors = nil
 	fams := gather(t, NewCollector(src, quiet()))
-	for _, name := range []string{"rampart_kubernetes_synced", "rampart_kubernetes_propagation_duration_seconds", "rampart_monitors", "rampart_l7_fastpath_requests_total"} {
+	for _, name := range []string{"rampart_kubernetes_synced", "rampart_kubernetes_propagation_duration_seconds", "rampart_monitors", "rampart_l7_fastpath_requests_total",
+		"rampart_monitor_alerts_total", "rampart_monitor_last_report_timestamp_seconds"} {
 		if fams[name] != nil {
 			t.Errorf("%s present", name)
 		}

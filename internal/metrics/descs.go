@@ -71,6 +71,13 @@ var (
 	descMonitorRemoteCopies  = desc("rampart_monitor_remote_copies_total", "Copies other nodes' mirror contracts sent to monitors here, by result: delivered, lost (no monitor here has their key).", "result")
 	descMonitorNotDiverted   = desc("rampart_monitor_not_diverted_packets_total", "Packets monitors sent back that belong to no diverted flow (dropped).")
 
+	// What monitor run reads from its monitor's EVE file, counted since it started.
+	descMonitorAlerts             = desc("rampart_monitor_alerts_total", "Alerts of a monitor, by the tap contract the join attributed them to (empty: none) and severity (1-4), since its monitor run started.", "monitor", "contract", "severity")
+	descMonitorDrops              = desc("rampart_monitor_drops_total", "Packets an inline monitor dropped (its drop records), since its monitor run started.", "monitor")
+	descMonitorCapturePackets     = desc("rampart_monitor_capture_packets_total", "Packets the kernel handed to a monitor's Suricata (capture.kernel_packets), since its monitor run started.", "monitor")
+	descMonitorCaptureKernelDrops = desc("rampart_monitor_capture_kernel_drops_total", "Packets the kernel dropped because a monitor's capture ring was full (capture.kernel_drops), since its monitor run started.", "monitor")
+	descMonitorLastReport         = desc("rampart_monitor_last_report_timestamp_seconds", "When the agent received a monitor's latest report from monitor run, in seconds since the epoch.", "monitor")
+
 	// Kubernetes mode.
 	descK8sSynced       = desc("rampart_kubernetes_synced", "1 when the informers synced and the last view was applied, else 0.")
 	descK8sFailing      = desc("rampart_kubernetes_sync_failing", "1 when the last view could not be built or applied (the dataplane enforces the last one that was), else 0.")

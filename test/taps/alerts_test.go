@@ -42,10 +42,16 @@ func (l *lockedBuffer) String() string {
 // and the stop, which waits for the command's end and returns its exit code.
 func (s *shop) runMonitor(t *testing.T, args ...string) (stdout, stderr *lockedBuffer, stop func() int) {
 	t.Helper()
+	return runMonitorAt(t, s.e.Config.Socket, args...)
+}
+
+// runMonitorAt is runMonitor for the agent at socket.
+func runMonitorAt(t *testing.T, socket string, args ...string) (stdout, stderr *lockedBuffer, stop func() int) {
+	t.Helper()
 	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	full := append([]string{"--socket", s.e.Config.Socket, "monitor", "run"}, args...)
+	full := append([]string{"--socket", socket, "monitor", "run"}, args...)
 	go func() {
 		done <- cli.Run(ctx, append(full, "-o", "json"), cli.IO{In: strings.NewReader(""), Out: stdout, Err: stderr})
 	}()

@@ -12,7 +12,7 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
-var bins = testenv.Binaries{Packages: []string{"./cmd/rampart"}}
+var bins = testenv.Binaries{Packages: []string{"./cmd/rampart", "./cmd/rampartd"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()

@@ -69,7 +69,7 @@ func TestRenderedModes(t *testing.T) {
 		}
 	}
 	eve := p["outputs"].([]any)[0].(map[string]any)["eve-log"].(map[string]any)
-	if eve["filename"] != dir+"/eve.json" || len(eve["types"].([]any)) != 5 {
+	if eve["filename"] != dir+"/eve.json" || len(eve["types"].([]any)) != 6 {
 		t.Errorf("eve-log: %v", eve)
 	}
 	if get(p, "flow-timeouts", "tcp", "closed") != 0 {

@@ -19,6 +19,7 @@ const (
 	TypeFlow  = "flow"
 	TypeHTTP  = "http"
 	TypePgSQL = "pgsql"
+	TypeStats = "stats"
 )
 
 // Action is what Suricata did with the packet that raised an alert.
@@ -49,8 +50,8 @@ func (f FiveTuple) Reverse() FiveTuple {
 	return FiveTuple{Proto: f.Proto, Src: f.Dst, Dst: f.Src}
 }
 
-// Event is one EVE record. Exactly one of Alert, Drop, Flow, HTTP and PgSQL is set for the
-// types of the same name (an alert record also carries HTTP or PgSQL when the alert was on
+// Event is one EVE record. Exactly one of Alert, Drop, Flow, HTTP, PgSQL and Stats is set
+// for the types of the same name (an alert record also carries HTTP or PgSQL when the alert was on
 // such a transaction); Raw keeps the whole record for anything else.
 type Event struct {
 	Time      time.Time
@@ -66,6 +67,7 @@ type Event struct {
 	Flow  *Flow
 	HTTP  *HTTP
 	PgSQL *PgSQL
+	Stats *Stats
 
 	Raw json.RawMessage
 }
@@ -100,6 +102,14 @@ type Flow struct {
 	Reason                       string // "timeout", "forced", "shutdown"
 	Alerted                      bool
 	Action                       string // "drop" when an inline monitor dropped the flow
+}
+
+// Stats are Suricata's capture counters, totals since it started, from a stats record
+// (one per stats interval): packets the kernel handed it (AF_PACKET) and packets the
+// kernel dropped because its capture ring was full, that is copies the monitor lost.
+type Stats struct {
+	KernelPackets uint64
+	KernelDrops   uint64
 }
 
 // HTTP is one HTTP transaction.
@@ -188,6 +198,12 @@ type wireEvent struct {
 		Request  json.RawMessage `json:"request"`
 		Response json.RawMessage `json:"response"`
 	} `json:"pgsql"`
+	Stats *struct {
+		Capture struct {
+			KernelPackets uint64 `json:"kernel_packets"`
+			KernelDrops   uint64 `json:"kernel_drops"`
+		} `json:"capture"`
+	} `json:"stats"`
 }
 
 // ParseEvent decodes one EVE line.
@@ -240,6 +256,9 @@ func ParseEvent(line []byte) (Event, error) {
 	if h := w.HTTP; h != nil {
 		ev.HTTP = &HTTP{Hostname: h.Hostname, URL: h.URL, Method: h.Method, Protocol: h.Protocol,
 			Status: h.Status, UserAgent: h.UserAgent, Length: h.Length}
+	}
+	if st := w.Stats; st != nil && w.EventType == TypeStats {
+		ev.Stats = &Stats{KernelPackets: st.Capture.KernelPackets, KernelDrops: st.Capture.KernelDrops}
 	}
 	if p := w.PgSQL; p != nil {
 		ev.PgSQL, err = decodePgSQL(p.TxID, p.Request, p.Response)
@@ -361,6 +380,8 @@ func (e Event) String() string {
 		fmt.Fprintf(&b, " query %q completed %q", e.PgSQL.SimpleQuery, e.PgSQL.CommandCompleted)
 	case e.HTTP != nil:
 		fmt.Fprintf(&b, " %s %s%s %d", e.HTTP.Method, e.HTTP.Hostname, e.HTTP.URL, e.HTTP.Status)
+	case e.Stats != nil:
+		fmt.Fprintf(&b, " capture kernel packets %d drops %d", e.Stats.KernelPackets, e.Stats.KernelDrops)
 	}
 	return b.String()
 }

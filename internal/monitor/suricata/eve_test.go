@@ -130,3 +130,20 @@ func splitLines(b []byte) [][]byte {
 	}
 	return out
 }
+
+// A stats record (Suricata 7.0.10's, abridged: it holds every counter) gives the capture
+// counters; it has no flow.
+func TestParseStatsRecord(t *testing.T) {
+	line := `{"timestamp":"2026-12-07T20:54:21.932352+0000","event_type":"stats","stats":{"uptime":6,"capture":{"kernel_packets":30,"kernel_drops":2,"errors":0,"afpacket":{"busy_loop_avg":0,"polls":46,"poll_signal":0,"poll_timeout":43,"poll_data":2,"poll_errors":0,"send_errors":0}},"decoder":{"pkts":30,"bytes":2805,"invalid":0,"ipv4":30},"detect":{"alert":3,"alert_queue_overflow":0,"alerts_suppressed":0}}}`
+	ev, err := ParseEvent([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Type != TypeStats || ev.Stats == nil || *ev.Stats != (Stats{KernelPackets: 30, KernelDrops: 2}) || ev.Tuple != (FiveTuple{}) {
+		t.Errorf("stats record: %s %+v", ev, ev.Stats)
+	}
+	alert := `{"timestamp":"2026-12-07T20:54:21.932352+0000","event_type":"alert","src_ip":"198.18.0.1","dest_ip":"198.18.0.2","proto":"TCP","stats":{"capture":{"kernel_packets":1}}}`
+	if ev, err := ParseEvent([]byte(alert)); err != nil || ev.Stats != nil {
+		t.Errorf("an alert record with a stats field: %v, stats %+v", err, ev.Stats)
+	}
+}
