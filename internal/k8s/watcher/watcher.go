@@ -776,7 +776,8 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 func objectKey(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
 
 // document is the object as a manifest for the parser: apiVersion, kind, metadata with
-// its name, namespace and labels only (the rest is the API server's bookkeeping), and the
+// its name, namespace, labels and the one annotation that means something to policy
+// (AuditAnnotation; the rest is the API server's and the tools' bookkeeping), and the
 // object's other top-level fields (spec, specs, ...).
 func document(apiVersion, kind string, meta metav1.Object, body map[string]any) ([]byte, error) {
 	doc := map[string]any{}
@@ -793,6 +794,9 @@ func document(apiVersion, kind string, meta metav1.Object, body map[string]any) 
 	}
 	if l := meta.GetLabels(); len(l) > 0 {
 		md["labels"] = l
+	}
+	if v, ok := meta.GetAnnotations()[agent.AuditAnnotation]; ok {
+		md["annotations"] = map[string]string{agent.AuditAnnotation: v}
 	}
 	doc["apiVersion"], doc["kind"], doc["metadata"] = apiVersion, kind, md
 	return json.Marshal(doc)

@@ -59,6 +59,44 @@ spec:
 	}
 }
 
+// The audit annotation reaches the parser, whatever the kind (a policy in audit mode
+// through Kubernetes is audited, not enforced), and a bad value is refused as in a file.
+func TestAuditAnnotationDocument(t *testing.T) {
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "audited", Namespace: "x",
+			Annotations: map[string]string{agent.AuditAnnotation: "true", "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pod": "b"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	}
+	_, o, err := networkPolicyObject(np)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := policy.Parse("test", o.Document)
+	if err != nil || len(docs.Policies) != 1 || !docs.Policies[0].Audit {
+		t.Fatalf("audited NetworkPolicy: %v, %+v from %s", err, docs.Policies, o.Document)
+	}
+	np.Annotations[agent.AuditAnnotation] = "yes"
+	if _, o, err = networkPolicyObject(np); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Parse("test", o.Document); err == nil || !strings.Contains(err.Error(), agent.AuditAnnotation) {
+		t.Errorf("audit annotation %q: %v", "yes", err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+		"metadata": map[string]any{"name": "c", "namespace": "x", "annotations": map[string]any{agent.AuditAnnotation: "true"}},
+		"spec":     map[string]any{"endpointSelector": map[string]any{}, "ingress": []any{map[string]any{}}},
+	}}
+	data, err := document("cilium.io/v2", "CiliumNetworkPolicy", u, u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if docs, err := policy.Parse("test", data); err != nil || len(docs.Policies) != 1 || !docs.Policies[0].Audit {
+		t.Errorf("audited CiliumNetworkPolicy: %v from %s", err, data)
+	}
+}
+
 // A CRD object keeps its own apiVersion and every top-level field but status; the
 // server's metadata is dropped.
 func TestCustomObjectDocument(t *testing.T) {
