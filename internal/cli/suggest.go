@@ -22,10 +22,11 @@ func (a *app) suggestCommand() *cobra.Command {
 		since, outDir string
 		opts          suggest.Options
 		cidrs         []string
+		cluster       clusterFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "suggest [--since DURATION] [--namespace NS] [--endpoint NS/NAME]... [--l7] [--audit] [--cidr CIDR]... [-o DIR]",
-		Short: "Write NetworkPolicy (and CiliumNetworkPolicy) manifests that admit exactly the allowed traffic in the agent's flows",
+		Use:   "suggest [--since DURATION] [--namespace NS] [--endpoint NS/NAME]... [--l7] [--audit] [--cidr CIDR]... [-o DIR] [--cluster]",
+		Short: "Write NetworkPolicy (and CiliumNetworkPolicy) manifests that admit exactly the allowed traffic in the agent's (or the cluster's) flows",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, k := range opts.Endpoints {
@@ -49,16 +50,20 @@ func (a *app) suggestCommand() *cobra.Command {
 				req.Filter.Since = t
 			}
 			ctx := contextOf(cmd)
-			eps, err := a.client.ListEndpoints(ctx)
+			src, err := a.source(cluster)
+			if err != nil {
+				return err
+			}
+			eps, err := src.ListEndpoints(ctx)
 			if err != nil {
 				return fmt.Errorf("listing endpoints: %w", err)
 			}
-			remotes, err := a.client.ListRemoteEndpoints(ctx)
+			remotes, err := src.ListRemoteEndpoints(ctx)
 			if err != nil {
 				return fmt.Errorf("listing remote endpoints: %w", err)
 			}
 			var flows []suggest.Flow
-			err = a.client.Observe(ctx, req, func(f api.Flow) error {
+			err = src.Observe(ctx, req, func(f api.Flow) error {
 				if sf, ok := suggestFlow(f); ok {
 					flows = append(flows, sf)
 				}
@@ -93,6 +98,7 @@ func (a *app) suggestCommand() *cobra.Command {
 	f.BoolVar(&opts.Audit, "audit", false, "annotate the policies with "+suggest.AuditAnnotation+`: "true" (audit mode: report, do not drop)`)
 	f.StringArrayVar(&cidrs, "cidr", nil, "admit addresses outside the cluster that fall in CIDR by CIDR, not by their /32 (repeatable)")
 	f.StringVarP(&outDir, "output-dir", "o", "", "write one file per policy into DIR (NAMESPACE-NAME.yaml) instead of all to stdout")
+	cluster.register(f, "read the flows and endpoints")
 	return cmd
 }
 
@@ -100,7 +106,7 @@ func (a *app) suggestCommand() *cobra.Command {
 // what policy should admit (ARP frames, events of other types).
 func suggestFlow(f api.Flow) (suggest.Flow, bool) {
 	sf := suggest.Flow{
-		Time: f.Time, Verdict: f.Verdict, Reason: f.Reason, Protocol: f.Protocol, Port: f.Dest.Port,
+		Time: f.Time, Verdict: f.Verdict, Reason: f.Reason, Protocol: f.Protocol, Port: f.Dest.Port, SourcePort: f.Source.Port,
 		Source: suggestPeer(f.Source), Dest: suggestPeer(f.Dest),
 	}
 	if f.ICMPType != nil {

@@ -104,7 +104,10 @@ type Flow struct {
 	Reason   string
 	Protocol string // TCP, UDP, SCTP, ICMP, ICMPv6 (others are not admitted by policy)
 	// Port is the destination port (TCP, UDP, SCTP) or the ICMP type.
-	Port         uint16
+	Port uint16
+	// SourcePort is the source port (0 for ICMP): with the addresses, protocol and Port it
+	// names the connection, which each end of it may report.
+	SourcePort   uint16
 	Source, Dest Peer
 	HTTP         *HTTP
 }
@@ -178,7 +181,20 @@ func Suggest(flows []Flow, endpoints []Endpoint, opts Options) (Result, error) {
 		}
 	}
 	s.group()
+	// A connection is one flow at each end that has policy: forwarded out of its source
+	// and dropped into its destination, it did not happen, and admitting it from the
+	// forwarded end would open what policy denied.
+	droppedConns := map[connKey]bool{}
 	for _, f := range flows {
+		if f.Verdict == VerdictDropped && f.HTTP == nil {
+			droppedConns[connOf(f)] = true
+		}
+	}
+	for _, f := range flows {
+		if f.Verdict != VerdictDropped && f.HTTP == nil && droppedConns[connOf(f)] {
+			notes["connections forwarded at one end and dropped at the other are not admitted (they are listed as drops)"] = true
+			continue
+		}
 		if f.Verdict == VerdictDropped {
 			drops[dropLine(f)]++
 			if f.HTTP != nil && !opts.L7 {
@@ -205,6 +221,17 @@ func Suggest(flows []Flow, endpoints []Endpoint, opts Options) (Result, error) {
 	sort.Strings(res.Notes)
 	res.Policies = pols
 	return res, nil
+}
+
+// connKey names a connection by its addresses, ports and protocol.
+type connKey struct {
+	proto            string
+	src, dst         string
+	srcPort, dstPort uint16
+}
+
+func connOf(f Flow) connKey {
+	return connKey{f.Protocol, f.Source.IP, f.Dest.IP, f.SourcePort, f.Port}
 }
 
 // dropLine describes a drop, without its count and closing parenthesis.

@@ -424,3 +424,30 @@ func TestBadOptions(t *testing.T) {
 		t.Error("endpoint without namespace accepted")
 	}
 }
+
+// A connection forwarded out of its source and dropped into its destination (each end
+// reports it: on two nodes, or with policy on both ends) is not admitted at either end;
+// another connection of the same pair and port that did go through still is.
+func TestConnectionDroppedAtTheFarEnd(t *testing.T) {
+	web := ep("shop", "web", "app", "web")
+	other := ep("shop", "other", "app", "other")
+	client := ep("shop", "client", "app", "client")
+	at := func(e Endpoint, ip string) Peer { p := peer(e); p.IP = ip; return p }
+	w, o, c := at(web, "198.18.0.7"), at(other, "198.18.0.5"), at(client, "198.18.0.6")
+	out := conn(o, w, "TCP", 8080)
+	out.SourcePort = 40000
+	in := out
+	in.Verdict, in.Reason = VerdictDropped, "policy-default-deny"
+	ok := conn(c, w, "TCP", 8080)
+	ok.SourcePort = 40000 // the same port from another address: another connection
+	res, text := suggest(t, []Flow{out, in, ok}, []Endpoint{web, other, client}, Options{})
+	if strings.Contains(text, "app: other") {
+		t.Errorf("the dropped connection is admitted:\n%s", text)
+	}
+	if !strings.Contains(policyNamed(t, res, "suggested-web-ingress"), "app: client") {
+		t.Errorf("the client's connection is not admitted:\n%s", text)
+	}
+	if len(res.Dropped) != 1 || !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "dropped at the other") }) {
+		t.Errorf("dropped %q, notes %q", res.Dropped, res.Notes)
+	}
+}
