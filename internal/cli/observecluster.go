@@ -45,6 +45,22 @@ func (a *app) relay(c clusterFlags) (*relay.Cluster, error) {
 	return r, nil
 }
 
+// flowSource is where flows and endpoints are read: this node's agent (its API client)
+// or, with --cluster, every node's.
+type flowSource interface {
+	ListEndpoints(ctx context.Context) ([]api.Endpoint, error)
+	ListRemoteEndpoints(ctx context.Context) ([]api.RemoteEndpoint, error)
+	Observe(ctx context.Context, req api.ObserveRequest, send func(api.Flow) error) error
+}
+
+// source is the agent's, or with --cluster the cluster's view.
+func (a *app) source(c clusterFlags) (flowSource, error) {
+	if !c.on {
+		return a.client, nil
+	}
+	return a.relay(c)
+}
+
 // observeCluster is observe --cluster: req asked of every node's agent.
 func (a *app) observeCluster(cmd *cobra.Command, c clusterFlags, req api.ObserveRequest, output string) error {
 	r, err := a.relay(c)
@@ -78,13 +94,9 @@ updating live. It reads this node's agent, or with --cluster every node's agent 
 API server. The page has no authentication: keep --address on localhost.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var src servicemap.Source = a.client
-			if cluster.on {
-				r, err := a.relay(cluster)
-				if err != nil {
-					return err
-				}
-				src = r
+			src, err := a.source(cluster)
+			if err != nil {
+				return err
 			}
 			srv, err := servicemap.Listen(addr, src, servicemap.Options{})
 			if err != nil {

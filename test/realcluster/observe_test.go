@@ -35,7 +35,12 @@ import (
 //     count the drop on node-2;
 //   - `rampart ui --cluster`, loaded in headless Chromium, draws the pods of both nodes,
 //     the admitted edge and the denied one marked with its reason and policy;
-//   - the real hubble CLI on node-2's Hubble socket shows the drop.
+//   - the real hubble CLI on node-2's Hubble socket shows the drop;
+//   - `rampart policy suggest --cluster` turns those flows into policy that admits the
+//     client and not the other pod (whose connection left node-1 but was dropped at
+//     node-2), and, applied in audit mode in place of allowClients, it lets the client
+//     through as FORWARDED and the other pod through as AUDIT naming the suggested
+//     policy.
 func observedOnTheCluster(t *testing.T, c *nodetest.Cluster, ns string, pods map[string]map[string]corev1.Pod) {
 	t.Helper()
 	client, other, web := pods["client"]["node-1"], pods["other"]["node-1"], pods["web"]["node-2"]
@@ -162,6 +167,8 @@ func observedOnTheCluster(t *testing.T, c *nodetest.Cluster, ns string, pods map
 			t.Errorf("hubble observe on node-2's socket: %v\n%s", err, out)
 		}
 	})
+
+	t.Run("suggest and audit", func(t *testing.T) { suggestedThenAudited(t, c, ns, pods, since, observe) })
 }
 
 // hubbleDrop says whether lines, GetFlowsResponses in Hubble's JSON, hold a drop from pod
@@ -234,5 +241,64 @@ func serviceMapOfTheCluster(t *testing.T, c *nodetest.Cluster, ns, client, other
 	}
 	if errOut.String() != "" {
 		t.Errorf("rampart ui --cluster left nodes out: %s", errOut.String())
+	}
+}
+
+// suggestedThenAudited: suggest from the cluster's flows, then the suggestion in audit
+// mode in place of the enforced policy.
+func suggestedThenAudited(t *testing.T, c *nodetest.Cluster, ns string, pods map[string]map[string]corev1.Pod, since string,
+	observe func(args ...string) (string, string, int)) {
+	client, other, web := pods["client"]["node-1"], pods["other"]["node-1"], pods["web"]["node-2"]
+	webAddr := web.Status.PodIP + ":8080"
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if code := cli.Run(ctx, []string{"policy", "suggest", "--cluster", "--kubeconfig", c.Kubeconfig, "--namespace", ns, "--since", since, "--audit", "-o", dir},
+		cli.IO{In: strings.NewReader(""), Out: &out, Err: &errOut}); code != 0 || errOut.Len() > 0 {
+		t.Fatalf("policy suggest --cluster: exit %d, stderr %s", code, errOut.String())
+	}
+	ingress, err := os.ReadFile(filepath.Join(dir, ns+"-suggested-web-ingress.yaml"))
+	if err != nil {
+		t.Fatalf("no ingress policy for web: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(string(ingress), "app: client") || strings.Contains(string(ingress), "app: other") ||
+		!strings.Contains(string(ingress), "policy.rampart.io/audit") {
+		t.Fatalf("suggested web ingress should admit app=client only, in audit:\n%s\n%s", ingress, out.String())
+	}
+
+	c.MustKubectl("-n", ns, "delete", "networkpolicy", "web-from-client")
+	c.MustKubectl("apply", "-f", dir)
+	auditedAt := time.Now().UTC().Format(time.RFC3339Nano)
+	// In audit, nothing is dropped: the other pod connects too (once the change reached
+	// node-2), and its flow says the suggested policy would have dropped it.
+	if !eventuallyConnects(c, ns, other.Name, webAddr, true) {
+		t.Fatalf("%s does not reach %s with only audited policy", other.Name, webAddr)
+	}
+	wantPolicy := "NetworkPolicy/" + ns + "/suggested-web-ingress"
+	var flows string
+	if !testenv.Eventually(30*time.Second, func() bool {
+		if !connects(c, ns, client.Name, webAddr) || !connects(c, ns, other.Name, webAddr) {
+			return false
+		}
+		stdout, _, code := observe("--since", auditedAt, "--verdict", "audit", "-o", "json")
+		flows = stdout
+		if code != 0 {
+			return false
+		}
+		found := false
+		for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+			var f api.Flow
+			if json.Unmarshal([]byte(line), &f) != nil {
+				continue
+			}
+			if f.Source.IP == client.Status.PodIP {
+				t.Fatalf("the client's connection, which the suggestion admits, is audited: %s", line)
+			}
+			found = found || (f.Node == "node-2" && f.Source.IP == other.Status.PodIP && slices.Contains(f.DefaultDenyBy, wantPolicy))
+		}
+		return found
+	}) {
+		t.Fatalf("no AUDIT flow of %s at node-2 naming %s:\n%s", other.Name, wantPolicy, flows)
 	}
 }
