@@ -144,186 +144,237 @@ func tooLarge(r *http.Request, seen, limit int64) *Error {
 
 // NewHandler serves svc over HTTP with JSON bodies.
 func NewHandler(svc Service) http.Handler {
-	mux := http.NewServeMux()
-	bulk := make(chan struct{}, maxBulk)
-	// withBulk runs fn once fewer than maxBulk large requests are in progress.
-	withBulk := func(w http.ResponseWriter, r *http.Request, fn func()) {
-		select {
-		case bulk <- struct{}{}:
-		case <-r.Context().Done():
-			writeError(w, Errorf(http.StatusServiceUnavailable, "request cancelled while waiting for other large requests"))
-			return
-		}
-		defer func() { <-bulk }()
-		fn()
+	rt := routes{mux: http.NewServeMux(), svc: svc, bulk: make(chan struct{}, maxBulk)}
+	rt.cni()
+	rt.endpoints()
+	rt.cluster()
+	rt.policies()
+	rt.taps()
+	rt.cidrSets()
+	rt.flows()
+	return rt.mux
+}
+
+// routes registers the API's handlers on mux, by domain.
+type routes struct {
+	mux *http.ServeMux
+	svc Service
+	// bulk bounds the large requests (applies, CIDR set loads) in progress at once.
+	bulk chan struct{}
+}
+
+// withBulk runs fn once fewer than maxBulk large requests are in progress.
+func (rt routes) withBulk(w http.ResponseWriter, r *http.Request, fn func()) {
+	select {
+	case rt.bulk <- struct{}{}:
+	case <-r.Context().Done():
+		writeError(w, Errorf(http.StatusServiceUnavailable, "request cancelled while waiting for other large requests"))
+		return
 	}
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+	defer func() { <-rt.bulk }()
+	fn()
+}
+
+// cni serves the agent's status and the CNI plugin's calls.
+func (rt routes) cni() {
+	svc := rt.svc
+	rt.mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.Status(r.Context()) })
 	})
-	mux.HandleFunc("POST /v1/cni/add", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("POST /v1/cni/add", func(w http.ResponseWriter, r *http.Request) {
 		var req CNIAddRequest
 		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return svc.CNIAdd(r.Context(), req) })
 	})
-	mux.HandleFunc("POST /v1/cni/del", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("POST /v1/cni/del", func(w http.ResponseWriter, r *http.Request) {
 		var req CNIAttachment
 		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return struct{}{}, svc.CNIDel(r.Context(), req) })
 	})
-	mux.HandleFunc("POST /v1/cni/check", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("POST /v1/cni/check", func(w http.ResponseWriter, r *http.Request) {
 		var req CNICheckRequest
 		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return svc.CNICheck(r.Context(), req) })
 	})
-	mux.HandleFunc("POST /v1/cni/gc", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("POST /v1/cni/gc", func(w http.ResponseWriter, r *http.Request) {
 		var req CNIGCRequest
 		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return svc.CNIGC(r.Context(), req) })
 	})
-	mux.HandleFunc("GET /v1/endpoints", func(w http.ResponseWriter, r *http.Request) {
+}
+
+// endpoints serves endpoints on this node.
+func (rt routes) endpoints() {
+	svc := rt.svc
+	rt.mux.HandleFunc("GET /v1/endpoints", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.ListEndpoints(r.Context()) })
 	})
-	mux.HandleFunc("POST /v1/endpoints", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("POST /v1/endpoints", func(w http.ResponseWriter, r *http.Request) {
 		var spec EndpointSpec
 		withBody(w, r, MaxBodyBytes, &spec, func() (any, error) { return svc.AddEndpoint(r.Context(), spec) })
 	})
-	mux.HandleFunc("GET /v1/endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("GET /v1/endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.GetEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name")) })
 	})
-	mux.HandleFunc("DELETE /v1/endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("DELETE /v1/endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) {
 			return struct{}{}, svc.DeleteEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"))
 		})
 	})
-	mux.HandleFunc("POST /v1/endpoints/{ns}/{name}/labels", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("POST /v1/endpoints/{ns}/{name}/labels", func(w http.ResponseWriter, r *http.Request) {
 		var c LabelChange
 		withBody(w, r, MaxBodyBytes, &c, func() (any, error) {
 			return svc.LabelEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"), c)
 		})
 	})
-	mux.HandleFunc("PUT /v1/endpoints/{ns}/{name}/audit", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("PUT /v1/endpoints/{ns}/{name}/audit", func(w http.ResponseWriter, r *http.Request) {
 		var m AuditMode
 		withBody(w, r, MaxBodyBytes, &m, func() (any, error) {
 			return svc.AuditEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"), m)
 		})
 	})
-	mux.HandleFunc("PUT /v1/endpoints/{ns}/{name}/monitor-report", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("PUT /v1/endpoints/{ns}/{name}/monitor-report", func(w http.ResponseWriter, r *http.Request) {
 		var rep MonitorReport
 		withBody(w, r, MaxBodyBytes, &rep, func() (any, error) {
 			return struct{}{}, svc.ReportMonitor(r.Context(), r.PathValue("ns"), r.PathValue("name"), rep)
 		})
 	})
-	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) {
+}
+
+// cluster serves nodes, remote endpoints, Services, namespaces and identities.
+func (rt routes) cluster() {
+	svc := rt.svc
+	rt.mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.ListNodes(r.Context()) })
 	})
-	mux.HandleFunc("PUT /v1/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("PUT /v1/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
 		var spec NodeSpec
 		withBody(w, r, MaxBodyBytes, &spec, func() (any, error) { return svc.PutNode(r.Context(), r.PathValue("name"), spec) })
 	})
-	mux.HandleFunc("DELETE /v1/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("DELETE /v1/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return struct{}{}, svc.DeleteNode(r.Context(), r.PathValue("name")) })
 	})
-	mux.HandleFunc("GET /v1/remote-endpoints", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("GET /v1/remote-endpoints", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.ListRemoteEndpoints(r.Context()) })
 	})
-	mux.HandleFunc("PUT /v1/remote-endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("PUT /v1/remote-endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		var spec RemoteEndpointSpec
 		withBody(w, r, MaxBodyBytes, &spec, func() (any, error) {
 			return svc.PutRemoteEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"), spec)
 		})
 	})
-	mux.HandleFunc("DELETE /v1/remote-endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("DELETE /v1/remote-endpoints/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) {
 			return struct{}{}, svc.DeleteRemoteEndpoint(r.Context(), r.PathValue("ns"), r.PathValue("name"))
 		})
 	})
-	mux.HandleFunc("GET /v1/services", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("GET /v1/services", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.ListServices(r.Context()) })
 	})
-	mux.HandleFunc("PUT /v1/services/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("PUT /v1/services/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		var spec ServiceSpec
 		withBody(w, r, MaxBodyBytes, &spec, func() (any, error) {
 			return svc.PutService(r.Context(), r.PathValue("ns"), r.PathValue("name"), spec)
 		})
 	})
-	mux.HandleFunc("DELETE /v1/services/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("DELETE /v1/services/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) {
 			return struct{}{}, svc.DeleteService(r.Context(), r.PathValue("ns"), r.PathValue("name"))
 		})
 	})
-	mux.HandleFunc("GET /v1/namespaces", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("GET /v1/namespaces", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.ListNamespaces(r.Context()) })
 	})
-	mux.HandleFunc("POST /v1/namespaces/{ns}/labels", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("POST /v1/namespaces/{ns}/labels", func(w http.ResponseWriter, r *http.Request) {
 		var c LabelChange
 		withBody(w, r, MaxBodyBytes, &c, func() (any, error) { return svc.LabelNamespace(r.Context(), r.PathValue("ns"), c) })
 	})
-	mux.HandleFunc("GET /v1/identities", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("GET /v1/identities", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.ListIdentities(r.Context()) })
 	})
-	mux.HandleFunc("GET /v1/policies", func(w http.ResponseWriter, r *http.Request) {
+}
+
+// policies serves policies and their trace.
+func (rt routes) policies() {
+	svc := rt.svc
+	rt.mux.HandleFunc("GET /v1/policies", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.ListPolicies(r.Context()) })
 	})
-	mux.HandleFunc("POST /v1/policies/apply", func(w http.ResponseWriter, r *http.Request) {
-		withBulk(w, r, func() {
+	rt.mux.HandleFunc("POST /v1/policies/apply", func(w http.ResponseWriter, r *http.Request) {
+		rt.withBulk(w, r, func() {
 			var req ApplyRequest
 			withBody(w, r, MaxManifestBodyBytes, &req, func() (any, error) { return svc.Apply(r.Context(), req) })
 		})
 	})
-	mux.HandleFunc("POST /v1/policies/delete", func(w http.ResponseWriter, r *http.Request) {
-		withBulk(w, r, func() {
+	rt.mux.HandleFunc("POST /v1/policies/delete", func(w http.ResponseWriter, r *http.Request) {
+		rt.withBulk(w, r, func() {
 			var req DeleteRequest
 			withBody(w, r, MaxManifestBodyBytes, &req, func() (any, error) { return svc.Delete(r.Context(), req) })
 		})
 	})
-	mux.HandleFunc("GET /v1/taps", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, r, func() (any, error) { return svc.ListTaps(r.Context()) })
-	})
-	mux.HandleFunc("GET /v1/taps/{name}", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, r, func() (any, error) { return svc.GetTap(r.Context(), r.PathValue("name")) })
-	})
-	mux.HandleFunc("POST /v1/taps", func(w http.ResponseWriter, r *http.Request) {
-		var req ApplyRequest
-		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return svc.AddTaps(r.Context(), req) })
-	})
-	mux.HandleFunc("DELETE /v1/taps/{name}", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, r, func() (any, error) { return svc.DeleteTap(r.Context(), r.PathValue("name")) })
-	})
-	mux.HandleFunc("GET /v1/tappolicy", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, r, func() (any, error) { return svc.GetTapPolicy(r.Context()) })
-	})
-	mux.HandleFunc("PUT /v1/tappolicy", func(w http.ResponseWriter, r *http.Request) {
-		var req TapPolicyRequest
-		withBody(w, r, MaxTapPolicyBodyBytes, &req, func() (any, error) { return svc.ApplyTapPolicy(r.Context(), req) })
-	})
-	mux.HandleFunc("DELETE /v1/tappolicy", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, r, func() (any, error) { return svc.DeleteTapPolicy(r.Context()) })
-	})
-	mux.HandleFunc("POST /v1/tappolicy/compile", func(w http.ResponseWriter, r *http.Request) {
-		var req TapPolicyRequest
-		withBody(w, r, MaxTapPolicyBodyBytes, &req, func() (any, error) { return svc.CompileTapPolicy(r.Context(), req) })
-	})
-	mux.HandleFunc("POST /v1/trace", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("POST /v1/trace", func(w http.ResponseWriter, r *http.Request) {
 		var req TraceRequest
 		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return svc.Trace(r.Context(), req) })
 	})
-	mux.HandleFunc("GET /v1/cidrsets", func(w http.ResponseWriter, r *http.Request) {
+}
+
+// taps serves tap contracts and the tap policy.
+func (rt routes) taps() {
+	svc := rt.svc
+	rt.mux.HandleFunc("GET /v1/taps", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.ListTaps(r.Context()) })
+	})
+	rt.mux.HandleFunc("GET /v1/taps/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.GetTap(r.Context(), r.PathValue("name")) })
+	})
+	rt.mux.HandleFunc("POST /v1/taps", func(w http.ResponseWriter, r *http.Request) {
+		var req ApplyRequest
+		withBody(w, r, MaxBodyBytes, &req, func() (any, error) { return svc.AddTaps(r.Context(), req) })
+	})
+	rt.mux.HandleFunc("DELETE /v1/taps/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.DeleteTap(r.Context(), r.PathValue("name")) })
+	})
+	rt.mux.HandleFunc("GET /v1/tappolicy", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.GetTapPolicy(r.Context()) })
+	})
+	rt.mux.HandleFunc("PUT /v1/tappolicy", func(w http.ResponseWriter, r *http.Request) {
+		var req TapPolicyRequest
+		withBody(w, r, MaxTapPolicyBodyBytes, &req, func() (any, error) { return svc.ApplyTapPolicy(r.Context(), req) })
+	})
+	rt.mux.HandleFunc("DELETE /v1/tappolicy", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, r, func() (any, error) { return svc.DeleteTapPolicy(r.Context()) })
+	})
+	rt.mux.HandleFunc("POST /v1/tappolicy/compile", func(w http.ResponseWriter, r *http.Request) {
+		var req TapPolicyRequest
+		withBody(w, r, MaxTapPolicyBodyBytes, &req, func() (any, error) { return svc.CompileTapPolicy(r.Context(), req) })
+	})
+}
+
+// cidrSets serves CIDR sets.
+func (rt routes) cidrSets() {
+	svc := rt.svc
+	rt.mux.HandleFunc("GET /v1/cidrsets", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.ListCIDRSets(r.Context()) })
 	})
-	mux.HandleFunc("GET /v1/cidrsets/{name}", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("GET /v1/cidrsets/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) { return svc.GetCIDRSet(r.Context(), r.PathValue("name")) })
 	})
-	mux.HandleFunc("PUT /v1/cidrsets/{name}", func(w http.ResponseWriter, r *http.Request) {
-		withBulk(w, r, func() { withPrefixes(w, r, svc.LoadCIDRSet) })
+	rt.mux.HandleFunc("PUT /v1/cidrsets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		rt.withBulk(w, r, func() { withPrefixes(w, r, svc.LoadCIDRSet) })
 	})
-	mux.HandleFunc("POST /v1/cidrsets/{name}/add", func(w http.ResponseWriter, r *http.Request) {
-		withBulk(w, r, func() { withPrefixes(w, r, svc.AddCIDRs) })
+	rt.mux.HandleFunc("POST /v1/cidrsets/{name}/add", func(w http.ResponseWriter, r *http.Request) {
+		rt.withBulk(w, r, func() { withPrefixes(w, r, svc.AddCIDRs) })
 	})
-	mux.HandleFunc("POST /v1/cidrsets/{name}/remove", func(w http.ResponseWriter, r *http.Request) {
-		withBulk(w, r, func() { withPrefixes(w, r, svc.RemoveCIDRs) })
+	rt.mux.HandleFunc("POST /v1/cidrsets/{name}/remove", func(w http.ResponseWriter, r *http.Request) {
+		rt.withBulk(w, r, func() { withPrefixes(w, r, svc.RemoveCIDRs) })
 	})
-	mux.HandleFunc("DELETE /v1/cidrsets/{name}", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("DELETE /v1/cidrsets/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, r, func() (any, error) {
 			return svc.DeleteCIDRSet(r.Context(), r.PathValue("name"), r.URL.Query().Get("force") == "true")
 		})
 	})
-	mux.HandleFunc("POST /v1/observe", func(w http.ResponseWriter, r *http.Request) {
+}
+
+// flows serves flows.
+func (rt routes) flows() {
+	svc := rt.svc
+	rt.mux.HandleFunc("POST /v1/observe", func(w http.ResponseWriter, r *http.Request) {
 		var req ObserveRequest
 		if err := decode(w, r, MaxBodyBytes, &req); err != nil {
 			writeError(w, err)
@@ -331,7 +382,6 @@ func NewHandler(svc Service) http.Handler {
 		}
 		observe(w, r, svc, req)
 	})
-	return mux
 }
 
 // observe streams flows as JSON lines, flushing after each one so `observe --follow` sees

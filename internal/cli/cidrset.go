@@ -29,6 +29,14 @@ func (a *app) cidrsetCommand() *cobra.Command {
 		Aliases: []string{"cidrsets"},
 		Short:   "Manage CIDR sets (CIDR groups) that policies name with toCIDRSet/fromCIDRSet cidrGroupRef",
 	}
+	cmd.AddCommand(a.cidrsetLoad(),
+		a.cidrsetEdit("add NAME CIDR...", "Add CIDRs or addresses to a CIDR set in place (creating the set if needed)", (*api.Client).AddCIDRs),
+		a.cidrsetEdit("remove NAME CIDR...", "Remove CIDRs or addresses (exactly as listed) from a CIDR set in place", (*api.Client).RemoveCIDRs),
+		a.cidrsetList(), a.cidrsetGet(), a.cidrsetDelete())
+	return cmd
+}
+
+func (a *app) cidrsetLoad() *cobra.Command {
 	var file, source string
 	load := &cobra.Command{
 		Use:   "load NAME --file LIST",
@@ -51,17 +59,22 @@ in which neither the old nor the new content applies.`,
 	}
 	load.Flags().StringVarP(&file, "file", "f", "", "list file, or - for stdin")
 	load.Flags().StringVar(&source, "source", "", "what to record as the set's source (default: file NAME)")
+	return load
+}
 
-	add := &cobra.Command{
-		Use:   "add NAME CIDR...",
-		Short: "Add CIDRs or addresses to a CIDR set in place (creating the set if needed)",
+// cidrsetEdit is add or remove: the CIDRs of the arguments sent by edit (a method of the
+// client, which exists only once the command runs).
+func (a *app) cidrsetEdit(use, short string, edit func(*api.Client, context.Context, api.CIDRSetRequest) (api.CIDRSetChange, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := cidrlist.ParseArgs(args[1:])
 			if err != nil {
 				return err
 			}
-			res, err := a.client.AddCIDRs(contextOf(cmd), api.CIDRSetRequest{Name: args[0], Prefixes: l})
+			res, err := edit(a.client, contextOf(cmd), api.CIDRSetRequest{Name: args[0], Prefixes: l})
 			if err != nil {
 				return err
 			}
@@ -69,23 +82,9 @@ in which neither the old nor the new content applies.`,
 			return nil
 		},
 	}
-	remove := &cobra.Command{
-		Use:   "remove NAME CIDR...",
-		Short: "Remove CIDRs or addresses (exactly as listed) from a CIDR set in place",
-		Args:  cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := cidrlist.ParseArgs(args[1:])
-			if err != nil {
-				return err
-			}
-			res, err := a.client.RemoveCIDRs(contextOf(cmd), api.CIDRSetRequest{Name: args[0], Prefixes: l})
-			if err != nil {
-				return err
-			}
-			a.printChange(res, 0, 0)
-			return nil
-		},
-	}
+}
+
+func (a *app) cidrsetList() *cobra.Command {
 	var output string
 	list := &cobra.Command{
 		Use:     "list",
@@ -114,7 +113,11 @@ in which neither the old nor the new content applies.`,
 		},
 	}
 	list.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	var getOutput string
+	return list
+}
+
+func (a *app) cidrsetGet() *cobra.Command {
+	var output string
 	get := &cobra.Command{
 		Use:   "get NAME",
 		Short: "Show a CIDR set: prefix counts by family and length, memory per prefix, last load",
@@ -124,14 +127,18 @@ in which neither the old nor the new content applies.`,
 			if err != nil {
 				return err
 			}
-			if getOutput == "json" {
+			if output == "json" {
 				return a.printJSON(s)
 			}
 			a.printCIDRSet(s)
 			return nil
 		},
 	}
-	get.Flags().StringVarP(&getOutput, "output", "o", "text", "output format: text or json")
+	get.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return get
+}
+
+func (a *app) cidrsetDelete() *cobra.Command {
 	var force bool
 	del := &cobra.Command{
 		Use:   "delete NAME",
@@ -147,8 +154,7 @@ in which neither the old nor the new content applies.`,
 		},
 	}
 	del.Flags().BoolVar(&force, "force", false, "delete even if policies name the set: their cidrGroupRef peers then select nothing")
-	cmd.AddCommand(load, add, remove, list, get, del)
-	return cmd
+	return del
 }
 
 // loadCIDRSet parses a list file and loads it as set name.

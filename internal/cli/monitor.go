@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"time"
@@ -156,14 +157,47 @@ func (a *app) monitorEndpoint(ctx context.Context, key string) (api.Endpoint, er
 	return ep, nil
 }
 
+// monitorRunFlags are monitor run's flags.
+type monitorRunFlags struct {
+	mode, dir, output     string
+	ruleFiles, rules, lua []string
+	luaAllow, steer       bool
+	homeNet               []string
+	startTimeout          time.Duration
+}
+
+// config is Suricata's configuration the flags ask for (the monitor's namespace and
+// directory not yet known).
+func (o *monitorRunFlags) config() (suricata.Config, error) {
+	cfg := suricata.Config{Interface: endpoint.MonitorRxIfName, LuaRules: o.luaAllow, HomeNet: o.homeNet, Rules: o.rules, StartTimeout: o.startTimeout}
+	switch strings.ToLower(o.mode) {
+	case "passive":
+		cfg.Mode = suricata.Passive
+	case "inline":
+		cfg.Mode, cfg.PeerInterface = suricata.IPS, endpoint.MonitorTxIfName
+	default:
+		return cfg, fmt.Errorf("--mode %q: want passive or inline", o.mode)
+	}
+	for _, list := range []struct {
+		from []string
+		to   *[]string
+	}{{o.ruleFiles, &cfg.RuleFiles}, {o.lua, &cfg.LuaScripts}} {
+		for _, f := range list.from {
+			p, err := filepath.Abs(f)
+			if err != nil {
+				return cfg, err
+			}
+			*list.to = append(*list.to, p)
+		}
+	}
+	if len(o.lua) > 0 && !o.luaAllow {
+		return cfg, errors.New("--lua needs --lua-allow: Suricata refuses Lua rules unless allowed")
+	}
+	return cfg, nil
+}
+
 func (a *app) monitorRun() *cobra.Command {
-	var (
-		mode, dir, output     string
-		ruleFiles, rules, lua []string
-		luaAllow, steer       bool
-		homeNet               []string
-		startTimeout          time.Duration
-	)
+	var o monitorRunFlags
 	cmd := &cobra.Command{
 		Use:   "run NAMESPACE/NAME --mode passive|inline [--rules FILE]... [--rule RULE]... [--lua-allow [--lua SCRIPT]...] [-o text|json]",
 		Short: "Run Suricata in a monitor endpoint until interrupted, printing its alerts joined to Rampart's view",
@@ -176,33 +210,13 @@ run, redirected traffic stops. Ctrl-C stops Suricata and the command.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := contextOf(cmd)
-			out, err := a.newMonitorOutput(output)
+			out, err := a.newMonitorOutput(o.output)
 			if err != nil {
 				return err
 			}
-			cfg := suricata.Config{Interface: endpoint.MonitorRxIfName, LuaRules: luaAllow, HomeNet: homeNet, Rules: rules, StartTimeout: startTimeout}
-			switch strings.ToLower(mode) {
-			case "passive":
-				cfg.Mode = suricata.Passive
-			case "inline":
-				cfg.Mode, cfg.PeerInterface = suricata.IPS, endpoint.MonitorTxIfName
-			default:
-				return fmt.Errorf("--mode %q: want passive or inline", mode)
-			}
-			for _, list := range []struct {
-				from []string
-				to   *[]string
-			}{{ruleFiles, &cfg.RuleFiles}, {lua, &cfg.LuaScripts}} {
-				for _, f := range list.from {
-					p, err := filepath.Abs(f)
-					if err != nil {
-						return err
-					}
-					*list.to = append(*list.to, p)
-				}
-			}
-			if len(lua) > 0 && !luaAllow {
-				return errors.New("--lua needs --lua-allow: Suricata refuses Lua rules unless allowed")
+			cfg, err := o.config()
+			if err != nil {
+				return err
 			}
 			ep, err := a.monitorEndpoint(ctx, args[0])
 			if err != nil {
@@ -211,10 +225,10 @@ run, redirected traffic stops. Ctrl-C stops Suricata and the command.`,
 			if cfg.Netns = ep.Netns; cfg.Netns == "" {
 				return fmt.Errorf("endpoint %s has no network namespace on this node", args[0])
 			}
-			if cfg.Dir, err = a.monitorDir(ctx, dir, ep.Namespace, ep.Name); err != nil {
+			if cfg.Dir, err = a.monitorDir(ctx, o.dir, ep.Namespace, ep.Name); err != nil {
 				return err
 			}
-			if steer {
+			if o.steer {
 				cpus, err := steerCopies(cfg.Netns)
 				if err != nil {
 					return err
@@ -240,69 +254,76 @@ run, redirected traffic stops. Ctrl-C stops Suricata and the command.`,
 				return fmt.Errorf("suricata runs: %w", err)
 			}
 			fmt.Fprintf(status, "monitor %s running: suricata %s mode, pid %d, directory %s (Ctrl-C stops it)\n", ep.Key(), cfg.Mode, m.Pid(), cfg.Dir)
-			// The agent's metrics get the counts of this run after each read, and at the
-			// end those with the records Suricata flushed as it stopped.
-			counts := newMonitorCounts(a.io.Err)
-			reporter := startMonitorReporter(ep.Key(), func(ctx context.Context, r api.MonitorReport) error {
-				return a.client.ReportMonitor(ctx, ep.Namespace, ep.Name, r)
-			})
-			defer func() {
-				for _, w := range reporter.close(counts.report()) {
-					fmt.Fprintln(a.io.Err, w)
-				}
-			}()
-			tick := time.NewTicker(monitorPollInterval)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					// Suricata flushes what it holds as it stops: those records too.
-					stopErr := m.Stop()
-					evs, err := m.Events()
-					// The API calls of the join need a context that is not done.
-					ctx2, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					defer cancel()
-					if err != nil {
-						fmt.Fprintf(a.io.Err, "warning: reading the monitor's events: %v\n", err)
-					}
-					if err := a.emit(ctx2, out, ep.Key(), evs, counts); err != nil {
-						return err
-					}
-					fmt.Fprintf(status, "monitor %s stopped\n", ep.Key())
-					return stopErr
-				case <-m.Exited():
-					evs, _ := m.Events()
-					a.emit(context.Background(), out, ep.Key(), evs, counts)
-					return fmt.Errorf("the monitor %s exited: %w", ep.Key(), m.Stop())
-				case <-tick.C:
-				}
-				evs, err := m.Events()
-				if err != nil {
-					// A record that does not parse is skipped, the rest are still joined.
-					fmt.Fprintf(a.io.Err, "warning: reading the monitor's events: %v\n", err)
-				}
-				if err := a.emit(ctx, out, ep.Key(), evs, counts); err != nil && ctx.Err() == nil {
-					return err
-				}
-				if w := reporter.offer(counts.report()); w != "" {
-					fmt.Fprintln(a.io.Err, w)
-				}
-			}
+			return a.followMonitor(ctx, m, ep, out, status)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&mode, "mode", "", "passive (mirror taps: alerts) or inline (redirect taps: alerts and drops)")
-	f.StringArrayVar(&ruleFiles, "rules", nil, "a Suricata rule file (repeatable)")
-	f.StringArrayVar(&rules, "rule", nil, "one Suricata rule (repeatable)")
-	f.BoolVar(&luaAllow, "lua-allow", false, "allow Lua rules (security.lua.allow-rules); Suricata then runs one capture thread, so that a script's state sees every flow")
-	f.StringArrayVar(&lua, "lua", nil, "a Lua script that rules name (lua:FILE), copied into the monitor's directory (repeatable)")
-	f.StringArrayVar(&homeNet, "home-net", nil, "$HOME_NET CIDRs (default any)")
-	f.StringVar(&dir, "dir", "", "the monitor's directory (default STATE_DIR/monitors/NAMESPACE/NAME)")
-	f.DurationVar(&startTimeout, "start-timeout", 30*time.Second, "how long Suricata may take to start")
-	f.BoolVar(&steer, "steer-copies", false, "hand the copies arriving on tap-rx to the CPUs this command runs on (start it under taskset -c LIST): bulk traffic keeps more throughput, small packets pay an interrupt per batch")
-	f.StringVarP(&output, "output", "o", "text", "output format: text or json (one joined alert per line)")
+	f.StringVar(&o.mode, "mode", "", "passive (mirror taps: alerts) or inline (redirect taps: alerts and drops)")
+	f.StringArrayVar(&o.ruleFiles, "rules", nil, "a Suricata rule file (repeatable)")
+	f.StringArrayVar(&o.rules, "rule", nil, "one Suricata rule (repeatable)")
+	f.BoolVar(&o.luaAllow, "lua-allow", false, "allow Lua rules (security.lua.allow-rules); Suricata then runs one capture thread, so that a script's state sees every flow")
+	f.StringArrayVar(&o.lua, "lua", nil, "a Lua script that rules name (lua:FILE), copied into the monitor's directory (repeatable)")
+	f.StringArrayVar(&o.homeNet, "home-net", nil, "$HOME_NET CIDRs (default any)")
+	f.StringVar(&o.dir, "dir", "", "the monitor's directory (default STATE_DIR/monitors/NAMESPACE/NAME)")
+	f.DurationVar(&o.startTimeout, "start-timeout", 30*time.Second, "how long Suricata may take to start")
+	f.BoolVar(&o.steer, "steer-copies", false, "hand the copies arriving on tap-rx to the CPUs this command runs on (start it under taskset -c LIST): bulk traffic keeps more throughput, small packets pay an interrupt per batch")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json (one joined alert per line)")
 	cmd.MarkFlagRequired("mode")
 	return cmd
+}
+
+// followMonitor prints the running monitor m's alerts and drops as it writes them, and
+// reports their counts to the agent, until ctx ends (then Suricata is stopped and what it
+// flushed is printed too) or Suricata exits.
+func (a *app) followMonitor(ctx context.Context, m *suricata.Monitor, ep api.Endpoint, out *monitorOutput, status io.Writer) error {
+	// The agent's metrics get the counts of this run after each read, and at the end
+	// those with the records Suricata flushed as it stopped.
+	counts := newMonitorCounts(a.io.Err)
+	reporter := startMonitorReporter(ep.Key(), func(ctx context.Context, r api.MonitorReport) error {
+		return a.client.ReportMonitor(ctx, ep.Namespace, ep.Name, r)
+	})
+	defer func() {
+		for _, w := range reporter.close(counts.report()) {
+			fmt.Fprintln(a.io.Err, w)
+		}
+	}()
+	tick := time.NewTicker(monitorPollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			// Suricata flushes what it holds as it stops: those records too.
+			stopErr := m.Stop()
+			evs, err := m.Events()
+			// The API calls of the join need a context that is not done.
+			ctx2, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err != nil {
+				fmt.Fprintf(a.io.Err, "warning: reading the monitor's events: %v\n", err)
+			}
+			if err := a.emit(ctx2, out, ep.Key(), evs, counts); err != nil {
+				return err
+			}
+			fmt.Fprintf(status, "monitor %s stopped\n", ep.Key())
+			return stopErr
+		case <-m.Exited():
+			evs, _ := m.Events()
+			a.emit(context.Background(), out, ep.Key(), evs, counts)
+			return fmt.Errorf("the monitor %s exited: %w", ep.Key(), m.Stop())
+		case <-tick.C:
+		}
+		evs, err := m.Events()
+		if err != nil {
+			// A record that does not parse is skipped, the rest are still joined.
+			fmt.Fprintf(a.io.Err, "warning: reading the monitor's events: %v\n", err)
+		}
+		if err := a.emit(ctx, out, ep.Key(), evs, counts); err != nil && ctx.Err() == nil {
+			return err
+		}
+		if w := reporter.offer(counts.report()); w != "" {
+			fmt.Fprintln(a.io.Err, w)
+		}
+	}
 }
 
 // steerCopies hands the copies arriving in the monitor at netnsPath to the CPUs this

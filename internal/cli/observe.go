@@ -20,88 +20,30 @@ import (
 	"github.com/rampartnet/rampart/internal/hubble/observerpb"
 )
 
+// observeFlags are observe's flags; request turns them into what the agent is asked.
+type observeFlags struct {
+	req                                          api.ObserveRequest
+	lbls                                         []string
+	output, protocol, verdict, typ, since, until string
+	cluster                                      clusterFlags
+}
+
 func (a *app) observeCommand() *cobra.Command {
-	var (
-		req      api.ObserveRequest
-		lbls     []string
-		output   string
-		protocol string
-		verdict  string
-		typ      string
-		since    string
-		until    string
-		cluster  clusterFlags
-	)
+	var o observeFlags
 	cmd := &cobra.Command{
 		Use:   "observe [--follow] [--since-start] [--last N] [--since T] [filters] [-o text|json|jsonpb]",
 		Short: "Show flows: new connections, drops and L7 (HTTP) requests, with identities, verdicts, rules and reasons",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if req.Filter.Endpoint != "" {
-				if _, _, err := splitKey(req.Filter.Endpoint); err != nil {
-					return err
-				}
-			}
-			l, err := parseLabelSet(lbls)
+			req, err := o.request(cmd.Flags().Changed("last"), time.Now())
 			if err != nil {
 				return err
 			}
-			if len(l) > 0 {
-				req.Filter.Labels = l
-			}
-			if verdict != "" {
-				v, err := flow.ParseVerdict(verdict)
-				if err != nil {
-					return fmt.Errorf("--verdict: %w", err)
-				}
-				req.Filter.Verdict = v.String()
-			}
-			switch t := strings.ToLower(typ); t {
-			case "", "all":
-			case "l7", "l3l4", "drop":
-				req.Filter.Type = t
-			case "new", "policy-verdict": // hubble's name for a new connection's verdict
-				req.Filter.Type = flow.EventNew.String()
-			default:
-				return fmt.Errorf("--type %q: want l7, l3l4, drop, policy-verdict (new) or all", typ)
-			}
-			for _, p := range []struct{ flag, v string }{{"--from-pod", req.Filter.From}, {"--to-pod", req.Filter.To}} {
-				if strings.Count(p.v, "/") > 1 || p.v == "/" {
-					return fmt.Errorf("%s %q: want [NAMESPACE/]POD-PREFIX", p.flag, p.v)
-				}
-			}
-			now := time.Now()
-			if since != "" {
-				if req.Filter.Since, err = parseTime(since, now); err != nil {
-					return fmt.Errorf("--since: %w", err)
-				}
-				// hubble's --since: every flow since then, unless --last says how many.
-				if !cmd.Flags().Changed("last") {
-					req.SinceStart = true
-				}
-			}
-			if until != "" {
-				if req.Filter.Until, err = parseTime(until, now); err != nil {
-					return fmt.Errorf("--until: %w", err)
-				}
-			}
-			switch p := strings.ToLower(protocol); p {
-			case "", "tcp", "udp", "icmp", "sctp":
-				req.Filter.Protocol = p
-			default:
-				return fmt.Errorf("--protocol %q: want tcp, udp, icmp or sctp", protocol)
-			}
-			if output != "text" && output != "json" && output != "jsonpb" {
-				return fmt.Errorf("-o %q: want text, json or jsonpb", output)
-			}
-			if !cmd.Flags().Changed("last") && !req.Follow {
-				req.Last = 20
-			}
-			if cluster.on {
-				return a.observeCluster(cmd, cluster, req, output)
+			if o.cluster.on {
+				return a.observeCluster(cmd, o.cluster, req, o.output)
 			}
 			var node string
-			if output == "jsonpb" {
+			if o.output == "jsonpb" {
 				// Flows name the node they were seen on, as Hubble's do: the Node's name in
 				// Kubernetes mode, else unknown (empty).
 				st, err := a.client.Status(contextOf(cmd))
@@ -114,7 +56,7 @@ func (a *app) observeCommand() *cobra.Command {
 			}
 			enc := json.NewEncoder(a.io.Out)
 			return a.client.Observe(contextOf(cmd), req, func(f api.Flow) error {
-				switch output {
+				switch o.output {
 				case "json":
 					return enc.Encode(f)
 				case "jsonpb":
@@ -126,23 +68,89 @@ func (a *app) observeCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVarP(&req.Follow, "follow", "f", false, "keep printing new flows")
-	f.BoolVar(&req.SinceStart, "since-start", false, "print every buffered flow since the agent started")
-	f.IntVar(&req.Last, "last", 0, "print the last N buffered flows first (default 20 without --follow)")
-	f.StringVar(&req.Filter.Endpoint, "endpoint", "", "only flows from or to endpoint NS/NAME")
-	f.StringVar(&req.Filter.From, "from-pod", "", "only flows from endpoints [NS/]PREFIX (as hubble: NS/ for all of NS, no NS/ for namespace default)")
-	f.StringVar(&req.Filter.To, "to-pod", "", "only flows to endpoints [NS/]PREFIX (as --from-pod)")
-	f.StringVar(&since, "since", "", "only flows since a time: a duration ago (5m, 1h30m) or RFC 3339 (2026-01-02T15:04:05Z); every buffered one unless --last says how many")
-	f.StringVar(&until, "until", "", "only flows until a time (as --since)")
-	f.StringVar(&req.Filter.Namespace, "namespace", "", "only flows from or to endpoints of namespace NS")
-	f.StringArrayVar(&lbls, "label", nil, "only flows where a side's identity has label k=v (repeatable)")
-	f.StringVar(&verdict, "verdict", "", "only flows with this verdict: "+strings.ToLower(strings.Join(flow.VerdictNames(), ", ")))
-	f.StringVar(&typ, "type", "all", "l7 (HTTP requests through the L7 proxy), l3l4 (dataplane connections and drops), drop, policy-verdict (new connections; also: new) or all")
-	f.Uint16Var(&req.Filter.Port, "port", 0, "only flows with this source or destination port")
-	f.StringVar(&protocol, "protocol", "", "tcp, udp, icmp or sctp")
-	f.StringVarP(&output, "output", "o", "text", "output format: text, json (Rampart's fields) or jsonpb (Hubble's flow.Flow, one GetFlowsResponse a line, as hubble observe -o json prints)")
-	cluster.register(f, "show the flows, merged in time order,")
+	f.BoolVarP(&o.req.Follow, "follow", "f", false, "keep printing new flows")
+	f.BoolVar(&o.req.SinceStart, "since-start", false, "print every buffered flow since the agent started")
+	f.IntVar(&o.req.Last, "last", 0, "print the last N buffered flows first (default 20 without --follow)")
+	f.StringVar(&o.req.Filter.Endpoint, "endpoint", "", "only flows from or to endpoint NS/NAME")
+	f.StringVar(&o.req.Filter.From, "from-pod", "", "only flows from endpoints [NS/]PREFIX (as hubble: NS/ for all of NS, no NS/ for namespace default)")
+	f.StringVar(&o.req.Filter.To, "to-pod", "", "only flows to endpoints [NS/]PREFIX (as --from-pod)")
+	f.StringVar(&o.since, "since", "", "only flows since a time: a duration ago (5m, 1h30m) or RFC 3339 (2026-01-02T15:04:05Z); every buffered one unless --last says how many")
+	f.StringVar(&o.until, "until", "", "only flows until a time (as --since)")
+	f.StringVar(&o.req.Filter.Namespace, "namespace", "", "only flows from or to endpoints of namespace NS")
+	f.StringArrayVar(&o.lbls, "label", nil, "only flows where a side's identity has label k=v (repeatable)")
+	f.StringVar(&o.verdict, "verdict", "", "only flows with this verdict: "+strings.ToLower(strings.Join(flow.VerdictNames(), ", ")))
+	f.StringVar(&o.typ, "type", "all", "l7 (HTTP requests through the L7 proxy), l3l4 (dataplane connections and drops), drop, policy-verdict (new connections; also: new) or all")
+	f.Uint16Var(&o.req.Filter.Port, "port", 0, "only flows with this source or destination port")
+	f.StringVar(&o.protocol, "protocol", "", "tcp, udp, icmp or sctp")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text, json (Rampart's fields) or jsonpb (Hubble's flow.Flow, one GetFlowsResponse a line, as hubble observe -o json prints)")
+	o.cluster.register(f, "show the flows, merged in time order,")
 	return cmd
+}
+
+// request checks the flags and makes the request: times made absolute against now, and
+// the last 20 flows without --follow unless --last (lastGiven) says otherwise.
+func (o *observeFlags) request(lastGiven bool, now time.Time) (api.ObserveRequest, error) {
+	req := o.req
+	if req.Filter.Endpoint != "" {
+		if _, _, err := splitKey(req.Filter.Endpoint); err != nil {
+			return req, err
+		}
+	}
+	l, err := parseLabelSet(o.lbls)
+	if err != nil {
+		return req, err
+	}
+	if len(l) > 0 {
+		req.Filter.Labels = l
+	}
+	if o.verdict != "" {
+		v, err := flow.ParseVerdict(o.verdict)
+		if err != nil {
+			return req, fmt.Errorf("--verdict: %w", err)
+		}
+		req.Filter.Verdict = v.String()
+	}
+	switch t := strings.ToLower(o.typ); t {
+	case "", "all":
+	case "l7", "l3l4", "drop":
+		req.Filter.Type = t
+	case "new", "policy-verdict": // hubble's name for a new connection's verdict
+		req.Filter.Type = flow.EventNew.String()
+	default:
+		return req, fmt.Errorf("--type %q: want l7, l3l4, drop, policy-verdict (new) or all", o.typ)
+	}
+	for _, p := range []struct{ flag, v string }{{"--from-pod", req.Filter.From}, {"--to-pod", req.Filter.To}} {
+		if strings.Count(p.v, "/") > 1 || p.v == "/" {
+			return req, fmt.Errorf("%s %q: want [NAMESPACE/]POD-PREFIX", p.flag, p.v)
+		}
+	}
+	if o.since != "" {
+		if req.Filter.Since, err = parseTime(o.since, now); err != nil {
+			return req, fmt.Errorf("--since: %w", err)
+		}
+		// hubble's --since: every flow since then, unless --last says how many.
+		if !lastGiven {
+			req.SinceStart = true
+		}
+	}
+	if o.until != "" {
+		if req.Filter.Until, err = parseTime(o.until, now); err != nil {
+			return req, fmt.Errorf("--until: %w", err)
+		}
+	}
+	switch p := strings.ToLower(o.protocol); p {
+	case "", "tcp", "udp", "icmp", "sctp":
+		req.Filter.Protocol = p
+	default:
+		return req, fmt.Errorf("--protocol %q: want tcp, udp, icmp or sctp", o.protocol)
+	}
+	if o.output != "text" && o.output != "json" && o.output != "jsonpb" {
+		return req, fmt.Errorf("-o %q: want text, json or jsonpb", o.output)
+	}
+	if !lastGiven && !req.Follow {
+		req.Last = 20
+	}
+	return req, nil
 }
 
 // parseTime reads hubble's time forms: a duration before now, or an RFC 3339 time.

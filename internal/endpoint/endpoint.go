@@ -296,14 +296,24 @@ func (n Node) create(namespace, name string, ip netip.Addr, at *Attachment, atta
 	if err := n.configurePod(pod, ep); err != nil {
 		return ep, err
 	}
+	if err := n.configureHostSide(node, pod, &ep); err != nil {
+		return ep, err
+	}
+	return ep, nil
+}
+
+// configureHostSide sets up the host side of ep's veth, whose endpoint side is
+// configured: its IPv6 (or IPv6 off), up on both sides, the routes to the endpoint's
+// addresses, and the MACs recorded in ep.
+func (n Node) configureHostSide(node, pod *netlink.Handle, ep *Endpoint) error {
 	host, err := node.LinkByName(ep.HostIfName)
 	if err != nil {
-		return ep, fmt.Errorf("finding %s: %w", ep.HostIfName, err)
+		return fmt.Errorf("finding %s: %w", ep.HostIfName, err)
 	}
 	ep.HostIfIndex = host.Attrs().Index
 	if n.DualStack() {
 		if err := n.configureHost6(node, host); err != nil {
-			return ep, err
+			return err
 		}
 	} else {
 		// An IPv4-only node: IPv6 is dropped by the dataplane, keep the links quiet.
@@ -312,22 +322,22 @@ func (n Node) create(namespace, name string, ip netip.Addr, at *Attachment, atta
 		})
 	}
 	if err := node.LinkSetUp(host); err != nil {
-		return ep, fmt.Errorf("setting %s up: %w", ep.HostIfName, err)
+		return fmt.Errorf("setting %s up: %w", ep.HostIfName, err)
 	}
 	if err := WaitOperUp(node, ep.HostIfName, linkUpTimeout); err != nil {
-		return ep, err
+		return err
 	}
 	if err := WaitOperUp(pod, ep.PodIfName, linkUpTimeout); err != nil {
-		return ep, fmt.Errorf("endpoint side: %w", err)
+		return fmt.Errorf("endpoint side: %w", err)
 	}
 	route := &netlink.Route{
 		LinkIndex: ep.HostIfIndex,
-		Dst:       ipNet(netip.PrefixFrom(ip, 32)),
+		Dst:       ipNet(netip.PrefixFrom(ep.IP, 32)),
 		Scope:     netlink.SCOPE_LINK,
 		Src:       n.Router().AsSlice(),
 	}
 	if err := node.RouteReplace(route); err != nil {
-		return ep, fmt.Errorf("adding route to %v via %s: %w", ip, ep.HostIfName, err)
+		return fmt.Errorf("adding route to %v via %s: %w", ep.IP, ep.HostIfName, err)
 	}
 	if n.DualStack() {
 		route := &netlink.Route{
@@ -337,14 +347,14 @@ func (n Node) create(namespace, name string, ip netip.Addr, at *Attachment, atta
 			Src:       n.Router6().AsSlice(),
 		}
 		if err := node.RouteReplace(route); err != nil {
-			return ep, fmt.Errorf("adding route to %v via %s: %w", ep.IP6, ep.HostIfName, err)
+			return fmt.Errorf("adding route to %v via %s: %w", ep.IP6, ep.HostIfName, err)
 		}
 	}
 	if l, err := pod.LinkByName(ep.PodIfName); err == nil {
 		ep.PodMAC = l.Attrs().HardwareAddr.String()
 	}
 	ep.HostMAC = host.Attrs().HardwareAddr.String()
-	return ep, nil
+	return nil
 }
 
 // in6AddrGenModeNone is IN6_ADDR_GEN_MODE_NONE (include/uapi/linux/if_link.h): the

@@ -93,7 +93,7 @@ func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) 
 			}
 		}
 	}()
-	pairs := []struct{ host, pod string }{{ml.HostRx, MonitorRxIfName}, {ml.HostTx, MonitorTxIfName}}
+	pairs := []vethPair{{ml.HostRx, MonitorRxIfName}, {ml.HostTx, MonitorTxIfName}}
 	for _, p := range pairs {
 		if _, err := node.LinkByName(p.host); err == nil {
 			return ml, fmt.Errorf("host interface %s already exists", p.host)
@@ -113,6 +113,19 @@ func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) 
 			return ml, fmt.Errorf("attaching to %s and %s: %w", ml.HostRx, ml.HostTx, err)
 		}
 	}
+	if err := n.monitorLinksUp(node, pod, pairs, &ml); err != nil {
+		return ml, err
+	}
+	return ml, nil
+}
+
+// vethPair names a veth's two ends.
+type vethPair struct{ host, pod string }
+
+// monitorLinksUp configures the monitor's veth pairs, attached: IPv6 as the node's
+// family needs, no reverse-path check on the return side, both ends up (their host
+// sides' indexes recorded in ml).
+func (n Node) monitorLinksUp(node, pod *netlink.Handle, pairs []vethPair, ml *MonitorLinks) error {
 	// On a dual-stack node the monitor sends IPv6 packets of diverted flows back on its
 	// return veth, which the node must take in and forward: IPv6 stays on there, with no
 	// address of the kernel's making.
@@ -120,12 +133,12 @@ func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) 
 	if n.DualStack() {
 		l, err := node.LinkByName(ml.HostTx)
 		if err != nil {
-			return ml, fmt.Errorf("finding %s: %w", ml.HostTx, err)
+			return fmt.Errorf("finding %s: %w", ml.HostTx, err)
 		}
 		_ = node.LinkSetIP6AddrGenMode(l, in6AddrGenModeNone)
 		txIPv6Off = "0"
 	}
-	err = Do(n.NetnsPath(), func() error {
+	err := Do(n.NetnsPath(), func() error {
 		_ = writeSysctl("net/ipv6/conf/"+ml.HostRx+"/disable_ipv6", "1") // a kernel without IPv6 has nothing to quiet
 		if err := writeSysctl("net/ipv6/conf/"+ml.HostTx+"/disable_ipv6", txIPv6Off); err != nil && n.DualStack() {
 			return err
@@ -133,23 +146,23 @@ func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) 
 		return writeSysctl("net/ipv4/conf/"+ml.HostTx+"/rp_filter", "0")
 	})
 	if err != nil {
-		return ml, err
+		return err
 	}
 	for _, p := range pairs {
 		l, err := pod.LinkByName(p.pod)
 		if err != nil {
-			return ml, fmt.Errorf("finding monitor %s: %w", p.pod, err)
+			return fmt.Errorf("finding monitor %s: %w", p.pod, err)
 		}
 		_ = pod.LinkSetIP6AddrGenMode(l, in6AddrGenModeNone)
 		if err := pod.LinkSetUp(l); err != nil {
-			return ml, fmt.Errorf("setting monitor %s up: %w", p.pod, err)
+			return fmt.Errorf("setting monitor %s up: %w", p.pod, err)
 		}
 		h, err := node.LinkByName(p.host)
 		if err != nil {
-			return ml, fmt.Errorf("finding %s: %w", p.host, err)
+			return fmt.Errorf("finding %s: %w", p.host, err)
 		}
 		if err := node.LinkSetUp(h); err != nil {
-			return ml, fmt.Errorf("setting %s up: %w", p.host, err)
+			return fmt.Errorf("setting %s up: %w", p.host, err)
 		}
 		if p.host == ml.HostRx {
 			ml.HostRxIndex = h.Attrs().Index
@@ -159,13 +172,13 @@ func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) 
 	}
 	for _, p := range pairs {
 		if err := WaitOperUp(node, p.host, linkUpTimeout); err != nil {
-			return ml, err
+			return err
 		}
 		if err := WaitOperUp(pod, p.pod, linkUpTimeout); err != nil {
-			return ml, fmt.Errorf("monitor side: %w", err)
+			return fmt.Errorf("monitor side: %w", err)
 		}
 	}
-	return ml, nil
+	return nil
 }
 
 // DeleteMonitorLinks removes a monitor endpoint's receive and return veth pairs. Missing

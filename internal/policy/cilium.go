@@ -195,14 +195,7 @@ func (d *docParser) ciliumRule(n *yaml.Node, path string) ([]Rule, ruleLabelInfo
 	if isNull(n) {
 		return nil, lbl, d.fail(n, path, "must be a rule, not null")
 	}
-	type dirState struct {
-		keyPath  string // path of the first key seen for the direction
-		present  bool
-		override *bool
-		overPath string
-		rules    []Rule
-	}
-	dirs := map[Direction]*dirState{Ingress: {}, Egress: {}}
+	dirs := map[Direction]*ciliumDirection{Ingress: {}, Egress: {}}
 	var subject labels.Selector
 	var subjectE *entry
 	// Known before the directions are parsed: a host policy refuses some of their fields.
@@ -210,30 +203,11 @@ func (d *docParser) ciliumRule(n *yaml.Node, path string) ([]Rule, ruleLabelInfo
 	defer func() { d.host = false }()
 	for i, e := range entries {
 		switch e.name {
-		case "endpointSelector":
+		case "endpointSelector", "nodeSelector":
 			if subjectE != nil {
 				return nil, lbl, d.fail(e.key, e.path, "a rule selects endpoints (endpointSelector) or nodes (nodeSelector), not both")
 			}
-			if isNull(e.val) {
-				return nil, lbl, d.fail(e.val, e.path, "must be a selector (use {} to select every endpoint)")
-			}
-			if subject, err = d.selector(e.val, e.path, ciliumSelector); err != nil {
-				return nil, lbl, err
-			}
-			subjectE = &entries[i]
-		case "nodeSelector":
-			// A host policy: it selects nodes by their labels, and applies to each selected
-			// node's own traffic (its host endpoint), never to pods.
-			if d.kind != KindCiliumClusterwidePolicy {
-				return nil, lbl, d.fail(e.key, e.path, "only a CiliumClusterwideNetworkPolicy may select nodes")
-			}
-			if subjectE != nil {
-				return nil, lbl, d.fail(e.key, e.path, "a rule selects endpoints (endpointSelector) or nodes (nodeSelector), not both")
-			}
-			if isNull(e.val) {
-				return nil, lbl, d.fail(e.val, e.path, "must be a selector (use {} to select every node)")
-			}
-			if subject, err = d.selector(e.val, e.path, ciliumSelector); err != nil {
+			if subject, err = d.ruleSubject(e); err != nil {
 				return nil, lbl, err
 			}
 			subjectE = &entries[i]
@@ -259,28 +233,8 @@ func (d *docParser) ciliumRule(n *yaml.Node, path string) ([]Rule, ruleLabelInfo
 			}
 			st.rules = append(st.rules, rs...)
 		case "enableDefaultDeny":
-			dd, err := d.mapping(e.val, e.path)
-			if err != nil {
+			if err := d.defaultDenyOverrides(e, dirs); err != nil {
 				return nil, lbl, err
-			}
-			for _, de := range dd {
-				var st *dirState
-				switch de.name {
-				case "ingress":
-					st = dirs[Ingress]
-				case "egress":
-					st = dirs[Egress]
-				default:
-					return nil, lbl, d.unknown(de)
-				}
-				if isNull(de.val) {
-					continue
-				}
-				v, err := d.boolean(de.val, de.path)
-				if err != nil {
-					return nil, lbl, err
-				}
-				st.override, st.overPath = &v, de.path
 			}
 		case "labels":
 			if lbl, err = d.ruleLabels(e.val, e.path); err != nil {
@@ -313,29 +267,88 @@ func (d *docParser) ciliumRule(n *yaml.Node, path string) ([]Rule, ruleLabelInfo
 
 	var out []Rule
 	for _, dir := range []Direction{Ingress, Egress} {
-		st := dirs[dir]
-		enforced := st.present
-		if st.override != nil {
-			enforced = *st.override
-		}
-		if len(st.rules) == 0 {
-			if enforced {
-				desc := st.keyPath
-				if st.override != nil {
-					desc = st.overPath
-				}
-				out = append(out, Rule{Description: desc, Subject: subject, Host: d.host, Direction: dir, EnableDefaultDeny: true})
-			}
-			continue
-		}
-		for _, r := range st.rules {
-			r.Subject = subject
-			r.Host = d.host
-			r.EnableDefaultDeny = enforced
-			out = append(out, r)
-		}
+		out = append(out, dirs[dir].finish(dir, subject, d.host)...)
 	}
 	return out, lbl, nil
+}
+
+// ciliumDirection is what a Cilium rule says of one direction.
+type ciliumDirection struct {
+	keyPath  string // path of the first key seen for the direction
+	present  bool
+	override *bool // enableDefaultDeny's word for the direction
+	overPath string
+	rules    []Rule
+}
+
+// finish gives the direction's rules their subject and enforcement; an enforced direction
+// with no rules yields one rule, with no peers, that only switches enforcement on.
+func (st *ciliumDirection) finish(dir Direction, subject labels.Selector, host bool) []Rule {
+	enforced := st.present
+	if st.override != nil {
+		enforced = *st.override
+	}
+	if len(st.rules) == 0 {
+		if !enforced {
+			return nil
+		}
+		desc := st.keyPath
+		if st.override != nil {
+			desc = st.overPath
+		}
+		return []Rule{{Description: desc, Subject: subject, Host: host, Direction: dir, EnableDefaultDeny: true}}
+	}
+	out := make([]Rule, 0, len(st.rules))
+	for _, r := range st.rules {
+		r.Subject, r.Host, r.EnableDefaultDeny = subject, host, enforced
+		out = append(out, r)
+	}
+	return out
+}
+
+// ruleSubject parses endpointSelector, or nodeSelector: a host policy, which selects
+// nodes by their labels and applies to each selected node's own traffic (its host
+// endpoint), never to pods.
+func (d *docParser) ruleSubject(e entry) (labels.Selector, error) {
+	what := "endpoint"
+	if e.name == "nodeSelector" {
+		if d.kind != KindCiliumClusterwidePolicy {
+			return labels.Selector{}, d.fail(e.key, e.path, "only a CiliumClusterwideNetworkPolicy may select nodes")
+		}
+		what = "node"
+	}
+	if isNull(e.val) {
+		return labels.Selector{}, d.fail(e.val, e.path, "must be a selector (use {} to select every %s)", what)
+	}
+	return d.selector(e.val, e.path, ciliumSelector)
+}
+
+// defaultDenyOverrides reads enableDefaultDeny into dirs.
+func (d *docParser) defaultDenyOverrides(e entry, dirs map[Direction]*ciliumDirection) error {
+	dd, err := d.mapping(e.val, e.path)
+	if err != nil {
+		return err
+	}
+	for _, de := range dd {
+		var st *ciliumDirection
+		switch de.name {
+		case "ingress":
+			st = dirs[Ingress]
+		case "egress":
+			st = dirs[Egress]
+		default:
+			return d.unknown(de)
+		}
+		if isNull(de.val) {
+			continue
+		}
+		v, err := d.boolean(de.val, de.path)
+		if err != nil {
+			return err
+		}
+		st.override, st.overPath = &v, de.path
+	}
+	return nil
 }
 
 // ruleLabels checks a rule's labels ([{key, value, source}]) and finds a name label.
@@ -402,63 +415,33 @@ func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, den
 		hasL3 = true
 		return d.sequence(e.val, e.path)
 	}
+	// Each peer field is a list of peers, each parsed by its own function.
+	peerFields := map[string]func(*yaml.Node, string) (Peer, error){
+		prefix + "Endpoints": d.endpointsPeer,
+		prefix + "CIDR":      d.bareCIDRPeer,
+		prefix + "CIDRSet":   d.cidrRule,
+		prefix + "Entities":  d.entity,
+	}
 	for i, e := range entries {
-		switch e.name {
-		case prefix + "Endpoints":
+		if parse := peerFields[e.name]; parse != nil {
 			items, err := peerList(e)
 			if err != nil {
 				return r, err
 			}
 			for j, it := range items {
 				p := indexPath(e.path, j)
-				if isNull(it) {
-					return r, d.fail(it, p, "must be a selector (use {} for every endpoint)")
-				}
-				sel, err := d.selector(it, p, ciliumSelector)
+				peer, err := parse(it, p)
 				if err != nil {
 					return r, err
 				}
-				r.Peers = append(r.Peers, Peer{Kind: PeerEndpoints, Selector: d.scopePeer(sel)})
-			}
-		case prefix + "CIDR":
-			items, err := peerList(e)
-			if err != nil {
-				return r, err
-			}
-			for j, it := range items {
-				pfx, err := d.prefix(it, indexPath(e.path, j), true)
-				if err != nil {
-					return r, err
+				if peer.Kind == PeerCIDRGroup && groupAt == nil {
+					groupAt, groupPath = it, fieldPath(p, "cidrGroupRef")
 				}
-				r.Peers = append(r.Peers, Peer{Kind: PeerCIDR, CIDR: pfx})
+				r.Peers = append(r.Peers, peer)
 			}
-		case prefix + "CIDRSet":
-			items, err := peerList(e)
-			if err != nil {
-				return r, err
-			}
-			for j, it := range items {
-				p, err := d.cidrRule(it, indexPath(e.path, j))
-				if err != nil {
-					return r, err
-				}
-				if p.Kind == PeerCIDRGroup && groupAt == nil {
-					groupAt, groupPath = it, fieldPath(indexPath(e.path, j), "cidrGroupRef")
-				}
-				r.Peers = append(r.Peers, p)
-			}
-		case prefix + "Entities":
-			items, err := peerList(e)
-			if err != nil {
-				return r, err
-			}
-			for j, it := range items {
-				p, err := d.entity(it, indexPath(e.path, j))
-				if err != nil {
-					return r, err
-				}
-				r.Peers = append(r.Peers, p)
-			}
+			continue
+		}
+		switch e.name {
 		case prefix + "Requires", prefix + "Groups", prefix + "Nodes":
 			return r, d.unsupported(e)
 		case "toServices":
@@ -488,29 +471,17 @@ func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, den
 			}
 			return r, d.unsupported(e)
 		case "toPorts":
-			items, err := d.sequence(e.val, e.path)
+			prs, err := d.portRules(e, func(it *yaml.Node, p string) ([]PortRule, error) { return d.ciliumPortRule(it, p, dir, deny) })
 			if err != nil {
 				return r, err
 			}
-			for j, it := range items {
-				prs, err := d.ciliumPortRule(it, indexPath(e.path, j), dir, deny)
-				if err != nil {
-					return r, err
-				}
-				ports = append(ports, prs...)
-			}
+			ports = append(ports, prs...)
 		case "icmps":
-			items, err := d.sequence(e.val, e.path)
+			prs, err := d.portRules(e, d.icmpRule)
 			if err != nil {
 				return r, err
 			}
-			for j, it := range items {
-				prs, err := d.icmpRule(it, indexPath(e.path, j))
-				if err != nil {
-					return r, err
-				}
-				icmpPorts = append(icmpPorts, prs...)
-			}
+			icmpPorts = append(icmpPorts, prs...)
 			icmps = &entries[i]
 		default:
 			return r, d.unknown(e)
@@ -535,6 +506,44 @@ func (d *docParser) ciliumPeerRule(n *yaml.Node, path string, dir Direction, den
 	// ports allows nothing (it only switches on default deny).
 	r.AllPeers = !hasL3 && len(r.Ports) > 0
 	return r, nil
+}
+
+// endpointsPeer parses one selector of fromEndpoints or toEndpoints.
+func (d *docParser) endpointsPeer(n *yaml.Node, path string) (Peer, error) {
+	if isNull(n) {
+		return Peer{}, d.fail(n, path, "must be a selector (use {} for every endpoint)")
+	}
+	sel, err := d.selector(n, path, ciliumSelector)
+	if err != nil {
+		return Peer{}, err
+	}
+	return Peer{Kind: PeerEndpoints, Selector: d.scopePeer(sel)}, nil
+}
+
+// bareCIDRPeer parses one prefix of fromCIDR or toCIDR (a bare address is its /32 or /128).
+func (d *docParser) bareCIDRPeer(n *yaml.Node, path string) (Peer, error) {
+	pfx, err := d.prefix(n, path, true)
+	if err != nil {
+		return Peer{}, err
+	}
+	return Peer{Kind: PeerCIDR, CIDR: pfx}, nil
+}
+
+// portRules parses the list e (toPorts or icmps), each item by parse.
+func (d *docParser) portRules(e entry, parse func(*yaml.Node, string) ([]PortRule, error)) ([]PortRule, error) {
+	items, err := d.sequence(e.val, e.path)
+	if err != nil {
+		return nil, err
+	}
+	var all []PortRule
+	for j, it := range items {
+		prs, err := parse(it, indexPath(e.path, j))
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, prs...)
+	}
+	return all, nil
 }
 
 // scopePeer applies Cilium's namespace scoping to a fromEndpoints/toEndpoints selector:

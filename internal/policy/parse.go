@@ -223,8 +223,33 @@ func (d *docParser) sourceName() string {
 // manifest parses a document with apiVersion, kind, metadata and a spec: a policy, a CIDR
 // group or a tap contract.
 func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, error) {
-	// Learn what the document claims to be before checking anything, so that every error
-	// can name the policy.
+	d.learnName(n)
+	entries, err := d.mapping(n, "")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	metaE, err := d.header(n, entries)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	switch d.kind {
+	case KindCiliumCIDRGroup:
+		g, err := d.cidrGroup(n, entries)
+		return nil, g, nil, err
+	case KindTapContract:
+		c, err := d.tapContract(n, entries)
+		return nil, nil, c, err
+	case KindTrafficControl:
+		c, err := d.trafficControl(n, entries)
+		return nil, nil, c, err
+	}
+	p, err := d.policy(n, entries, metaE)
+	return p, nil, nil, err
+}
+
+// learnName learns what the document claims to be (kind, name, namespace) before anything
+// is checked, so that every error can name it.
+func (d *docParser) learnName(n *yaml.Node) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		switch {
@@ -244,10 +269,10 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, 
 			}
 		}
 	}
-	entries, err := d.mapping(n, "")
-	if err != nil {
-		return nil, nil, nil, err
-	}
+}
+
+// header checks kind, apiVersion and metadata, and returns the metadata's entry.
+func (d *docParser) header(n *yaml.Node, entries []entry) (*entry, error) {
 	var kindE, apiE, metaE *entry
 	for i := range entries {
 		switch entries[i].name {
@@ -261,11 +286,11 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, 
 	}
 
 	if kindE == nil {
-		return nil, nil, nil, d.fail(n, "kind", ReasonRequired)
+		return nil, d.fail(n, "kind", ReasonRequired)
 	}
 	kind, err := d.str(kindE.val, "kind")
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	wantAPI := []string{apiCilium}
 	switch Kind(kind) {
@@ -276,7 +301,7 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, 
 	case KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy:
 	case KindCiliumCIDRGroup, KindTapContract, KindTrafficControl:
 		if !d.groups {
-			return nil, nil, nil, d.fail(kindE.val, "kind", "a %s is not a policy and cannot be given here", kind)
+			return nil, d.fail(kindE.val, "kind", "a %s is not a policy and cannot be given here", kind)
 		}
 		switch Kind(kind) {
 		case KindCiliumCIDRGroup:
@@ -288,37 +313,32 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, 
 			wantAPI = []string{tap.AntreaAPIVersion}
 		}
 	default:
-		return nil, nil, nil, d.fail(kindE.val, "kind", "unknown kind %q (want %s, %s, %s, %s, %s, %s or %s)", kind,
+		return nil, d.fail(kindE.val, "kind", "unknown kind %q (want %s, %s, %s, %s, %s, %s or %s)", kind,
 			KindNetworkPolicy, KindCiliumNetworkPolicy, KindCiliumClusterwidePolicy, KindClusterNetworkPolicy, KindCiliumCIDRGroup, KindTapContract, KindTrafficControl)
 	}
 	if apiE == nil {
-		return nil, nil, nil, d.fail(n, "apiVersion", ReasonRequired)
+		return nil, d.fail(n, "apiVersion", ReasonRequired)
 	}
 	api, err := d.str(apiE.val, "apiVersion")
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	if !slices.Contains(wantAPI, api) {
-		return nil, nil, nil, d.fail(apiE.val, "apiVersion", "apiVersion %q does not serve kind %s (want %s)", api, kind, strings.Join(wantAPI, " or "))
+		return nil, d.fail(apiE.val, "apiVersion", "apiVersion %q does not serve kind %s (want %s)", api, kind, strings.Join(wantAPI, " or "))
 	}
 	if metaE == nil {
-		return nil, nil, nil, d.fail(n, "metadata", ReasonRequired)
+		return nil, d.fail(n, "metadata", ReasonRequired)
 	}
 	if err := d.metadata(metaE.val, metaE.path); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
+	return metaE, nil
 
-	switch d.kind {
-	case KindCiliumCIDRGroup:
-		g, err := d.cidrGroup(n, entries)
-		return nil, g, nil, err
-	case KindTapContract:
-		c, err := d.tapContract(n, entries)
-		return nil, nil, c, err
-	case KindTrafficControl:
-		c, err := d.trafficControl(n, entries)
-		return nil, nil, c, err
-	}
+}
+
+// policy parses the rules of a policy document (d.kind: a policy's).
+func (d *docParser) policy(n *yaml.Node, entries []entry, metaE *entry) (*Policy, error) {
+	var err error
 	p := &Policy{Kind: d.kind, Namespace: d.namespace, Name: d.name, Source: d.sourceName()}
 	// The rendering only reads the tree: done alongside the rules, a large YAML policy's
 	// rendering costs no time of its own. The rules' error, if any, comes first, as it
@@ -343,7 +363,7 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, 
 	}
 	r := <-rendered
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	if d.kind != KindClusterNetworkPolicy {
 		for i := range p.Rules {
@@ -354,17 +374,17 @@ func (d *docParser) manifest(n *yaml.Node) (*Policy, *CIDRGroup, *tap.Contract, 
 		p.Audit = true
 		for i := range p.Rules {
 			if p.Rules[i].Host {
-				return nil, nil, nil, d.fail(metaE.val, fieldPath(fieldPath(metaE.path, "annotations"), AuditAnnotation),
+				return nil, d.fail(metaE.val, fieldPath(fieldPath(metaE.path, "annotations"), AuditAnnotation),
 					"audit mode is not supported for host policy (a rule with a nodeSelector)")
 			}
 			p.Rules[i].Audit = true
 		}
 	}
 	if r.err != nil {
-		return nil, nil, nil, r.err
+		return nil, r.err
 	}
 	p.Raw = r.raw
-	return p, nil, nil, nil
+	return p, nil
 }
 
 var (
