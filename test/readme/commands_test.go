@@ -64,13 +64,9 @@ var scriptRef = regexp.MustCompile(`(?:^|[\s(\x60])((?:scripts|bench|examples|te
 // with #!, is executable: a user runs them by their paths.
 func TestScriptsAreExecutable(t *testing.T) {
 	root := testenv.ModuleRoot(t)
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	named := map[string]string{} // script -> a document naming it
-	for _, doc := range append(docs, filepath.Join(root, "README.md")) {
-		b, err := os.ReadFile(doc)
+	for _, doc := range docFiles(t, root) {
+		b, err := os.ReadFile(filepath.Join(root, doc))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +85,7 @@ func TestScriptsAreExecutable(t *testing.T) {
 			t.Errorf("%s names %s, which is not executable (mode %v)", doc, script, fi.Mode().Perm())
 		}
 	}
-	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
