@@ -501,19 +501,29 @@ func startDaemon(t *testing.T, bin string, flags []string, extra ...string) (*ex
 func startServing(t *testing.T, bin, sockDir string, flags []string, msg string, extra ...string) (string, *testenv.SyncBuffer) {
 	t.Helper()
 	_, log := startDaemon(t, bin, flags, extra...)
-	addrRE := regexp.MustCompile(`msg="` + regexp.QuoteMeta(msg) + `" address=(127\.0\.0\.1:[0-9]+)`)
-	var addr string
+	return awaitServing(t, bin, sockDir, log, msg)[0], log
+}
+
+// awaitServing returns once the agent at sockDir serves the CLI and has logged each of
+// msgs with the 127.0.0.1 address it took, in log; it returns those addresses, in the
+// order of msgs.
+func awaitServing(t *testing.T, bin, sockDir string, log fmt.Stringer, msgs ...string) []string {
+	t.Helper()
+	addrs := make([]string, len(msgs))
 	if !testenv.Eventually(10*time.Second, func() bool {
-		m := addrRE.FindStringSubmatch(log.String())
-		if m != nil {
-			addr = m[1]
+		for i, msg := range msgs {
+			m := regexp.MustCompile(`msg="` + regexp.QuoteMeta(msg) + `" address=(127\.0\.0\.1:[0-9]+)`).FindStringSubmatch(log.String())
+			if m == nil {
+				return false
+			}
+			addrs[i] = m[1]
 		}
 		_, _, code := run(bin, sockDir, "status")
-		return m != nil && code == 0
+		return code == 0
 	}) {
-		t.Fatalf("rampartd did not come up with %q:\n%s", msg, log.String())
+		t.Fatalf("rampartd did not come up with %q:\n%s", msgs, log.String())
 	}
-	return addr, log
+	return addrs
 }
 
 // mustCLI returns a function that runs the CLI against the agent at sockDir and fails the

@@ -16,22 +16,31 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv"
 )
 
-// procMemory reads VmRSS and RssAnon of process pid, in bytes.
-func procMemory(t *testing.T, pid int) (rss, anon uint64) {
+// procStatus reads the fields names (kB values, such as VmRSS) of process pid's
+// /proc/PID/status, in bytes.
+func procStatus(t *testing.T, pid int, names ...string) []uint64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	get := func(name string) uint64 {
+	vals := make([]uint64, len(names))
+	for i, name := range names {
 		m := regexp.MustCompile(`(?m)^` + name + `:\s+(\d+) kB$`).FindSubmatch(b)
 		if m == nil {
 			t.Fatalf("no %s in /proc/%d/status", name, pid)
 		}
 		n, _ := strconv.ParseUint(string(m[1]), 10, 64)
-		return n << 10
+		vals[i] = n << 10
 	}
-	return get("VmRSS"), get("RssAnon")
+	return vals
+}
+
+// procMemory reads VmRSS and RssAnon of process pid, in bytes.
+func procMemory(t *testing.T, pid int) (rss, anon uint64) {
+	t.Helper()
+	v := procStatus(t, pid, "VmRSS", "RssAnon")
+	return v[0], v[1]
 }
 
 // TestDaemonMemory runs the real rampartd with its default CIDR table bound: at start,

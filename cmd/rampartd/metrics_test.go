@@ -24,23 +24,7 @@ func TestDaemonMetrics(t *testing.T) {
 	sockDir, flags := instanceFlags(t, "mx", "198.19.27.0/24")
 	addr, log := startServing(t, bin, sockDir, flags, "serving metrics", "--metrics-address", "127.0.0.1:0")
 	must := mustCLI(t, bin, sockDir, log)
-	scrape := func() metricFamilies {
-		t.Helper()
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET /metrics: %s", resp.Status)
-		}
-		p := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := p.TextToMetricFamilies(resp.Body)
-		if err != nil {
-			t.Fatalf("parsing the metrics: %v", err)
-		}
-		return fams
-	}
+	scrape := func() metricFamilies { return scrapeMetrics(t, addr) }
 
 	m := scrape()
 	if got := m.value(t, "rampart_endpoints"); got != 0 {
@@ -137,6 +121,26 @@ func TestDaemonMetrics(t *testing.T) {
 }
 
 type metricFamilies map[string]*dto.MetricFamily
+
+// scrapeMetrics reads the agent's metrics from its --metrics-address addr as Prometheus
+// would.
+func scrapeMetrics(t *testing.T, addr string) metricFamilies {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing the metrics: %v", err)
+	}
+	return fams
+}
 
 // value is the value of the gauge or counter name with exactly the labels given as name,
 // value pairs (empty-valued labels are absent, as Prometheus has them); 0 when the
