@@ -50,7 +50,7 @@ type Config struct {
 	// the agent's HTTP/1.1 fast path (to measure what the fast path buys).
 	EnvoyOnly bool
 	// SendSide runs the agent with --l7-send-side: the L7 rules the kernel can match are
-	// checked on the client's socket, with no proxy hop (docs/design-l7-send-side.md).
+	// checked on the client's socket, with no proxy hop (docs/internals/l7-send-side.md).
 	SendSide bool
 	OutDir   string // JSON, markdown and PNG go here
 	NoPlot   bool

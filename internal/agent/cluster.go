@@ -266,9 +266,57 @@ func (a *Agent) failSync(err error) {
 
 func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 	res := SyncResult{Refused: map[string]string{}}
-	var problems []string
+	parsed := a.parseClusterObjects(v, res.Refused)
+	res.Record, res.Unrecord = acceptedRecords(v, parsed)
+	nodes, remotes, nodeProblems := a.clusterNodes(v)
+	c := &clusterChange{a: a, v: v, parsed: parsed, nodes: nodes, remotes: remotes}
 
-	// Policy objects: parse what changed, reuse what did not.
+	setsChanged := false
+	probe := a.model.clone()
+	if err := c.mutate(probe); err != nil {
+		return res, err
+	}
+	if len(probe.cidrsets) != len(a.model.cidrsets) {
+		setsChanged = true
+	}
+	for name, s := range probe.cidrsets {
+		if a.model.cidrsets[name] != s {
+			setsChanged = true
+		}
+	}
+	c.problems = nil // mutate runs again below
+	var m *model
+	var err error
+	if setsChanged {
+		if _, err = a.changeSets(time.Now(), &changeTiming{}, c.mutate); err == nil {
+			m = a.model
+		}
+	} else {
+		m, _, err = a.change(c.mutate)
+	}
+	if err != nil {
+		return res, fmt.Errorf("applying the cluster view: %w", err)
+	}
+	res.WantAck = c.wantAck
+	a.k8s.parsed = parsed
+	maps.Copy(res.Refused, c.tapRefused)
+	if err := a.syncRoutes(m); err != nil {
+		return res, fmt.Errorf("routes to the other nodes: %w", err)
+	}
+	for key, msg := range res.Refused {
+		a.log.Warn("object refused", "object", key, "error", msg)
+	}
+	// The nodes' and pods' problems were found once, before mutate ran (twice).
+	problems := append(c.problems, nodeProblems...)
+	sort.Strings(problems)
+	res.Problems = problems
+	return res, nil
+}
+
+// parseClusterObjects parses the view's policy objects that changed and reuses the others;
+// one refused is said in refused and keeps its last accepted version, here or, failing
+// that, the one the other nodes accepted.
+func (a *Agent) parseClusterObjects(v ClusterView, refused map[string]string) map[string]parsedObject {
 	parsed := make(map[string]parsedObject, len(v.Objects))
 	for _, key := range sortedKeys(v.Objects) {
 		o := v.Objects[key]
@@ -281,197 +329,195 @@ func (a *Agent) syncCluster(v ClusterView) (SyncResult, error) {
 			err = a.requireProxy(po.policies)
 		}
 		if err != nil {
-			res.Refused[key] = err.Error()
+			refused[key] = err.Error()
 			if prev, ok := a.k8s.parsed[key]; ok {
 				parsed[key] = prev // the last accepted version stays
-				res.Refused[key] += " (its last accepted version stays in force)"
+				refused[key] += " (its last accepted version stays in force)"
 			} else if prev, ok := a.clusterAccepted(key, o, v.Accepted[key]); ok {
 				parsed[key] = prev // the version the other nodes accepted
-				res.Refused[key] += " (its last accepted version stays in force)"
+				refused[key] += " (its last accepted version stays in force)"
 			}
 			continue
 		}
 		parsed[key] = po
 	}
-	res.Record, res.Unrecord = acceptedRecords(v, parsed)
+	return parsed
+}
 
-	nodes, remotes, nodeProblems := a.clusterNodes(v)
+// clusterChange is a cluster view on its way into the model: mutate makes a model hold
+// it, and may run more than once.
+type clusterChange struct {
+	a       *Agent
+	v       ClusterView
+	parsed  map[string]parsedObject
+	nodes   map[string]*NodeRecord
+	remotes map[string]*RemoteEndpointRecord
 
-	var tapRefused map[string]string
-	mutate := func(m *model) error {
-		if !maps.Equal(m.nodeLabels, v.NodeLabels) {
-			m.nodeLabels = maps.Clone(v.NodeLabels)
+	// What mutate found: problems of the view, taps refused, the pods revision to ack.
+	problems   []string
+	tapRefused map[string]string
+	wantAck    string
+}
+
+func (c *clusterChange) mutate(m *model) error {
+	if !maps.Equal(m.nodeLabels, c.v.NodeLabels) {
+		m.nodeLabels = maps.Clone(c.v.NodeLabels)
+	}
+	c.namespaces(m)
+	c.nodesAndRemotes(m)
+	c.localPods(m)
+	groups := c.policies(m)
+	c.cidrGroups(m, groups)
+	c.tapRefused = c.a.syncTaps(m, c.parsed)
+	m.accepted = make(map[string]*AcceptedObjectRecord, len(c.parsed))
+	for key, po := range c.parsed {
+		m.accepted[key] = po.rec
+	}
+	c.wantAck = syncQuarantine(m, c.v)
+	return nil
+}
+
+// namespaces puts the view's namespaces, with valid labels, in m.
+func (c *clusterChange) namespaces(m *model) {
+	m.namespaces = map[string]labels.Labels{}
+	for ns, l := range c.v.Namespaces {
+		if validateNamespace(ns) != nil {
+			continue
 		}
-		m.namespaces = map[string]labels.Labels{}
-		for ns, l := range v.Namespaces {
-			if validateNamespace(ns) != nil {
+		nl := maps.Clone(l)
+		if nl == nil {
+			nl = labels.Labels{}
+		}
+		delete(nl, labels.KeyNamespaceName)
+		if _, err := validateLabels(nl); err != nil {
+			c.problems = append(c.problems, fmt.Sprintf("namespace %s: %v", ns, err))
+			nl = labels.Labels{}
+		}
+		nl[labels.KeyNamespaceName] = ns
+		if old, ok := c.a.model.namespaces[ns]; ok && maps.Equal(old, nl) {
+			nl = old // the same map: endpoints' derived labels stay valid
+		}
+		m.namespaces[ns] = nl
+	}
+}
+
+// nodesAndRemotes puts the other nodes, the Services and the remote pods in m.
+func (c *clusterChange) nodesAndRemotes(m *model) {
+	m.nodes = make(map[string]*NodeRecord, len(c.nodes))
+	for name, n := range c.nodes {
+		if old, ok := c.a.model.nodes[name]; ok && *old == *n {
+			n = old
+		}
+		m.nodes[name] = n
+	}
+	var svcProblems []string
+	m.services, svcProblems = clusterServices(c.v.Services, nodeAddrs(m, c.a.eng.nodeAddr))
+	c.problems = append(c.problems, svcProblems...)
+	m.remotes = make(map[string]*RemoteEndpointRecord, len(c.remotes))
+	for key, r := range c.remotes {
+		if old, ok := c.a.model.remotes[key]; ok && remoteEqual(old, r) {
+			r = old
+		}
+		m.remotes[key] = r
+		m.ensureNamespace(r.Namespace)
+	}
+}
+
+// localPods updates this node's endpoints from their pods.
+func (c *clusterChange) localPods(m *model) {
+	// Local pods: labels and identity from the API; an endpoint whose pod is not in
+	// the view keeps what it has (its DEL comes from the runtime).
+	m.endpoints = maps.Clone(m.endpoints)
+	for key, rec := range m.endpoints {
+		p, ok := c.v.LocalPods[key]
+		m.ensureNamespace(rec.Namespace)
+		if !ok || rec.CNI == nil {
+			continue
+		}
+		if p.Monitor != rec.Monitor {
+			// A monitor's interfaces are made with its endpoint, by the CNI ADD.
+			c.problems = append(c.problems, fmt.Sprintf("pod %s: annotation %s=%v differs from what the pod was created with (%v); it takes effect when the pod is created again",
+				key, MonitorAnnotation, p.Monitor, rec.Monitor))
+		}
+		if maps.Equal(rec.Labels, p.Labels) && rec.ServiceAccount == p.ServiceAccount && rec.Identity == p.Identity && slices.Equal(rec.Ports, p.Ports) && rec.Audit == p.Audit {
+			continue
+		}
+		l, err := validateLabels(p.Labels)
+		if err != nil {
+			c.problems = append(c.problems, fmt.Sprintf("pod %s: %v", key, err))
+			continue
+		}
+		ports, err := validPortRecords(p.Ports)
+		if err != nil {
+			c.problems = append(c.problems, fmt.Sprintf("pod %s: %v", key, err))
+			continue
+		}
+		c := *rec
+		c.Labels, c.ServiceAccount, c.Identity, c.Ports, c.Audit = l, p.ServiceAccount, p.Identity, ports, p.Audit
+		m.endpoints[key] = &c
+	}
+}
+
+// policies puts the parsed objects' policies in m and returns their CIDR groups by name.
+func (c *clusterChange) policies(m *model) map[string]*policy.CIDRGroup {
+	// Policies: those of the parsed objects, rule ids kept where they were.
+	m.policies = map[string]*storedPolicy{}
+	groups := map[string]*policy.CIDRGroup{}
+	for _, key := range sortedKeys(c.parsed) {
+		po := c.parsed[key]
+		for _, g := range po.groups {
+			groups[g.Name] = g
+		}
+		for _, p := range po.policies {
+			pk := p.Key()
+			if old, ok := c.a.model.policies[pk]; ok && old.pol == p {
+				m.policies[pk] = old
 				continue
 			}
-			nl := maps.Clone(l)
-			if nl == nil {
-				nl = labels.Labels{}
+			var prevIDs []uint32
+			if old, ok := c.a.model.policies[pk]; ok {
+				prevIDs = old.rec.RuleIDs
 			}
-			delete(nl, labels.KeyNamespaceName)
-			if _, err := validateLabels(nl); err != nil {
-				problems = append(problems, fmt.Sprintf("namespace %s: %v", ns, err))
-				nl = labels.Labels{}
+			ids := m.allocRuleIDs(p, prevIDs)
+			m.policies[pk] = &storedPolicy{
+				rec: &PolicyRecord{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Source: p.Source,
+					Raw: compactJSON(p.Raw), RuleIDs: ids},
+				pol: p,
 			}
-			nl[labels.KeyNamespaceName] = ns
-			if old, ok := a.model.namespaces[ns]; ok && maps.Equal(old, nl) {
-				nl = old // the same map: endpoints' derived labels stay valid
-			}
-			m.namespaces[ns] = nl
 		}
-		m.nodes = make(map[string]*NodeRecord, len(nodes))
-		for name, n := range nodes {
-			if old, ok := a.model.nodes[name]; ok && *old == *n {
-				n = old
-			}
-			m.nodes[name] = n
+	}
+	return groups
+}
+
+// cidrGroups makes each CIDR group a CIDR set of its name; sets the local API loaded stay.
+func (c *clusterChange) cidrGroups(m *model, groups map[string]*policy.CIDRGroup) {
+	now := time.Now()
+	m.cidrsets = maps.Clone(m.cidrsets)
+	for name, s := range m.cidrsets {
+		if _, ok := groups[name]; !ok && strings.HasPrefix(s.meta.Source, string(policy.KindCiliumCIDRGroup)) {
+			delete(m.cidrsets, name)
 		}
-		var svcProblems []string
-		m.services, svcProblems = clusterServices(v.Services, nodeAddrs(m, a.eng.nodeAddr))
-		problems = append(problems, svcProblems...)
-		m.remotes = make(map[string]*RemoteEndpointRecord, len(remotes))
-		for key, r := range remotes {
-			if old, ok := a.model.remotes[key]; ok && remoteEqual(old, r) {
-				r = old
-			}
-			m.remotes[key] = r
-			m.ensureNamespace(r.Namespace)
+	}
+	for _, name := range sortedKeys(groups) {
+		g := groups[name]
+		content := groupSet(g)
+		old := m.cidrsets[name]
+		if old != nil && prefixListsEqual(old.prefixes, content) {
+			continue
 		}
-		// Local pods: labels and identity from the API; an endpoint whose pod is not in
-		// the view keeps what it has (its DEL comes from the runtime).
-		m.endpoints = maps.Clone(m.endpoints)
-		for key, rec := range m.endpoints {
-			p, ok := v.LocalPods[key]
-			m.ensureNamespace(rec.Namespace)
-			if !ok || rec.CNI == nil {
+		meta := cidrSetMeta{Name: name, Source: string(policy.KindCiliumCIDRGroup) + " " + g.Source, LoadedAt: now, ChangedAt: now}
+		if old != nil {
+			meta.Index = old.meta.Index
+		} else {
+			idx, ok := freeIndex(m.cidrsets, c.a.model.cidrsets)
+			if !ok {
+				c.problems = append(c.problems, fmt.Sprintf("%s %s: all %d CIDR sets are in use", policy.KindCiliumCIDRGroup, name, maxCIDRSets))
 				continue
 			}
-			if p.Monitor != rec.Monitor {
-				// A monitor's interfaces are made with its endpoint, by the CNI ADD.
-				problems = append(problems, fmt.Sprintf("pod %s: annotation %s=%v differs from what the pod was created with (%v); it takes effect when the pod is created again",
-					key, MonitorAnnotation, p.Monitor, rec.Monitor))
-			}
-			if maps.Equal(rec.Labels, p.Labels) && rec.ServiceAccount == p.ServiceAccount && rec.Identity == p.Identity && slices.Equal(rec.Ports, p.Ports) && rec.Audit == p.Audit {
-				continue
-			}
-			l, err := validateLabels(p.Labels)
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("pod %s: %v", key, err))
-				continue
-			}
-			ports, err := validPortRecords(p.Ports)
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("pod %s: %v", key, err))
-				continue
-			}
-			c := *rec
-			c.Labels, c.ServiceAccount, c.Identity, c.Ports, c.Audit = l, p.ServiceAccount, p.Identity, ports, p.Audit
-			m.endpoints[key] = &c
+			meta.Index = idx
 		}
-		// Policies: those of the parsed objects, rule ids kept where they were.
-		m.policies = map[string]*storedPolicy{}
-		groups := map[string]*policy.CIDRGroup{}
-		for _, key := range sortedKeys(parsed) {
-			po := parsed[key]
-			for _, g := range po.groups {
-				groups[g.Name] = g
-			}
-			for _, p := range po.policies {
-				pk := p.Key()
-				if old, ok := a.model.policies[pk]; ok && old.pol == p {
-					m.policies[pk] = old
-					continue
-				}
-				var prevIDs []uint32
-				if old, ok := a.model.policies[pk]; ok {
-					prevIDs = old.rec.RuleIDs
-				}
-				ids := m.allocRuleIDs(p, prevIDs)
-				m.policies[pk] = &storedPolicy{
-					rec: &PolicyRecord{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Source: p.Source,
-						Raw: compactJSON(p.Raw), RuleIDs: ids},
-					pol: p,
-				}
-			}
-		}
-		// CIDR groups become CIDR sets of their name; sets the local API loaded stay.
-		now := time.Now()
-		m.cidrsets = maps.Clone(m.cidrsets)
-		for name, s := range m.cidrsets {
-			if _, ok := groups[name]; !ok && strings.HasPrefix(s.meta.Source, string(policy.KindCiliumCIDRGroup)) {
-				delete(m.cidrsets, name)
-			}
-		}
-		for _, name := range sortedKeys(groups) {
-			g := groups[name]
-			content := groupSet(g)
-			old := m.cidrsets[name]
-			if old != nil && prefixListsEqual(old.prefixes, content) {
-				continue
-			}
-			meta := cidrSetMeta{Name: name, Source: string(policy.KindCiliumCIDRGroup) + " " + g.Source, LoadedAt: now, ChangedAt: now}
-			if old != nil {
-				meta.Index = old.meta.Index
-			} else {
-				idx, ok := freeIndex(m.cidrsets, a.model.cidrsets)
-				if !ok {
-					problems = append(problems, fmt.Sprintf("%s %s: all %d CIDR sets are in use", policy.KindCiliumCIDRGroup, name, maxCIDRSets))
-					continue
-				}
-				meta.Index = idx
-			}
-			m.cidrsets[name] = &cidrSet{meta: meta, prefixes: content}
-		}
-		tapRefused = a.syncTaps(m, parsed)
-		m.accepted = make(map[string]*AcceptedObjectRecord, len(parsed))
-		for key, po := range parsed {
-			m.accepted[key] = po.rec
-		}
-		res.WantAck = syncQuarantine(m, v)
-		return nil
+		m.cidrsets[name] = &cidrSet{meta: meta, prefixes: content}
 	}
-	setsChanged := false
-	probe := a.model.clone()
-	if err := mutate(probe); err != nil {
-		return res, err
-	}
-	if len(probe.cidrsets) != len(a.model.cidrsets) {
-		setsChanged = true
-	}
-	for name, s := range probe.cidrsets {
-		if a.model.cidrsets[name] != s {
-			setsChanged = true
-		}
-	}
-	problems = nil // mutate runs again below
-	var m *model
-	var err error
-	if setsChanged {
-		if _, err = a.changeSets(time.Now(), &changeTiming{}, func(nm *model) error { return mutate(nm) }); err == nil {
-			m = a.model
-		}
-	} else {
-		m, _, err = a.change(mutate)
-	}
-	if err != nil {
-		return res, fmt.Errorf("applying the cluster view: %w", err)
-	}
-	a.k8s.parsed = parsed
-	maps.Copy(res.Refused, tapRefused)
-	if err := a.syncRoutes(m); err != nil {
-		return res, fmt.Errorf("routes to the other nodes: %w", err)
-	}
-	for key, msg := range res.Refused {
-		a.log.Warn("object refused", "object", key, "error", msg)
-	}
-	// The nodes' and pods' problems were found once, before mutate ran (twice).
-	problems = append(problems, nodeProblems...)
-	sort.Strings(problems)
-	res.Problems = problems
-	return res, nil
 }
 
 // clusterNodes returns the nodes and remote pods of v that are valid, and a problem for each

@@ -68,7 +68,7 @@ type Config struct {
 	// HTTP/1.1 too (see internal/proxy/fastpath.go).
 	ProxyEnvoyOnly bool
 	// L7SendSide checks the L7 rules of connections between two local endpoints on the
-	// client's own socket (the send-side verdict, docs/design-l7-send-side.md) instead of
+	// client's own socket (the send-side verdict, docs/internals/l7-send-side.md) instead of
 	// in the proxy, for pairs whose rules the kernel can match exactly. It answers requests
 	// outside its HTTP/1.1 subset with 400 and shuts the connection, where the proxy would
 	// have handed them to Envoy.

@@ -11,7 +11,7 @@ import (
 	"github.com/rampartnet/rampart/internal/sockverdict"
 )
 
-// The send-side L7 verdict in the agent (Config.L7SendSide; docs/design-l7-send-side.md):
+// The send-side L7 verdict in the agent (Config.L7SendSide; docs/internals/l7-send-side.md):
 //
 //   - After every change, sockPairs goes through each pair of local endpoints and port
 //     with L7 rules: a pair is listed when l7table compiles what the proxy plan says about

@@ -1,6 +1,6 @@
 // Package l7table compiles the L7 rules that apply to one connection between two local
 // endpoints into the tables the kernel's send-side verdict matches requests against
-// (bpf/sockverdict.c; docs/design-l7-send-side.md).
+// (bpf/sockverdict.c; docs/internals/l7-send-side.md).
 //
 // It is pure: Compile takes the L7 plan (l7plan.Plan: the same authorisations Envoy and
 // the fast path enforce) and a connection's addresses and port, and either returns a Table

@@ -25,7 +25,7 @@ var (
 
 	// Flows.
 	descFlows        = desc("rampart_flows_total", "Flow events of the dataplane the agent read (new connections and drops), by event type, verdict, drop reason, direction at the endpoint and protocol.", "type", "verdict", "reason", "direction", "protocol")
-	descObserverLost = desc("rampart_observe_flows_lost_total", "Flows a slow `rampart observe --follow` reader did not get.")
+	descObserverLost = desc("rampart_observe_flows_lost_total", "Flows that followers slower than the flows did not get: `rampart observe --follow`, Hubble clients and the service map, summed.")
 
 	// Policy and the dataplane.
 	descApplyDuration   = desc("rampart_policy_apply_duration_seconds", "Time of each move of the dataplane to a newly computed state: one per change (policy, endpoint, CIDR set, Kubernetes view...), and one per rollback.")

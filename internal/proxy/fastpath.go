@@ -34,7 +34,7 @@ import (
 // that connection.
 //
 // Why: Envoy as packaged here costs about 75 us of CPU per request, as much as the whole
-// request costs without a proxy (docs/benchmarks.md, "Where the time goes"). The fast path
+// request costs without a proxy (docs/internals/l7.md). The fast path
 // does the same check for a few microseconds, so what is left is the kernel's work for the
 // second connection.
 //

@@ -1,4 +1,4 @@
-// Package sockverdict is the send-side L7 verdict (docs/design-l7-send-side.md): sockops
+// Package sockverdict is the send-side L7 verdict (docs/internals/l7-send-side.md): sockops
 // and sk_msg programs (bpf/sockverdict.c, a BPF object of its own, built by bpf2go) that
 // check the HTTP/1.1 requests between two local endpoints on the client's own socket, so
 // that such connections need not pass through the L7 proxy.

@@ -23,7 +23,7 @@ import (
 	"github.com/rampartnet/rampart/internal/netns"
 )
 
-// Verdict is the send-side L7 verdict (bpf/sockverdict.c, docs/design-l7-send-side.md):
+// Verdict is the send-side L7 verdict (bpf/sockverdict.c, docs/internals/l7-send-side.md):
 // requests between two local endpoints checked on the client's own socket. The agent lists
 // the pairs of sockets it takes (SetTarget) and the rule table each pair is checked against
 // (SetSlot); the programs do the rest. Its maps and the sockops link are pinned beside the

@@ -18,7 +18,7 @@ import (
 // client's own socket, with no proxy hop; everything else still goes through the proxy.
 // The shared subtests run unchanged where their rules and requests are in the kernel's
 // subset (their h2c cases are left out: HTTP/2 is not); the others state the send-side's
-// own answers (docs/design-l7-send-side.md, "Requests outside the subset").
+// own answers (docs/internals/l7-send-side.md, "Requests outside the subset").
 func TestL7SendSide(t *testing.T) {
 	e := startEnvWith(t, agenttest.Options{L7SendSide: true})
 	t.Run("no-proxy-hop", func(t *testing.T) { testNoProxyHop(t, e) })

@@ -645,9 +645,33 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		LocalAddresses: map[netip.Addr]string{},
 	}
 	c := w.cur.Load()
+	nsLabels, err := viewNamespaces(c, &v)
+	if err != nil {
+		return v, err
+	}
+	if err := w.viewNodes(c, &v); err != nil {
+		return v, err
+	}
+	if err := w.viewPods(ctx, c, &v, nsLabels); err != nil {
+		return v, err
+	}
+	if err := viewPolicyObjects(c, &v); err != nil {
+		return v, err
+	}
+	if err := listAccepted(c, &v); err != nil {
+		return v, err
+	}
+	if err := listServices(c, &v); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+// viewNamespaces puts the namespaces in v, and returns their labels by name.
+func viewNamespaces(c *caches, v *agent.ClusterView) (map[string]map[string]string, error) {
 	nss, err := c.namespaces.List(k8slabels.Everything())
 	if err != nil {
-		return v, fmt.Errorf("listing namespaces: %w", err)
+		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
 	// A pod's identity is allocated from its namespace's labels as they are in this
 	// view, the same labels the agent puts in the pod's label set: both come from nsLabels.
@@ -656,9 +680,14 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		v.Namespaces[ns.Name] = labels.Labels(ns.Labels)
 		nsLabels[ns.Name] = ns.Labels
 	}
+	return nsLabels, nil
+}
+
+// viewNodes puts the other nodes in v, and this node's labels.
+func (w *Watcher) viewNodes(c *caches, v *agent.ClusterView) error {
 	nodes, err := c.nodes.List(k8slabels.Everything())
 	if err != nil {
-		return v, fmt.Errorf("listing nodes: %w", err)
+		return fmt.Errorf("listing nodes: %w", err)
 	}
 	for _, n := range nodes {
 		if n.Name == w.opts.NodeName {
@@ -678,12 +707,18 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		}
 		v.Nodes = append(v.Nodes, rec)
 	}
+	return nil
+}
+
+// viewPods puts the pods in v: this node's with their identities and addresses, the
+// other nodes' with an address as remote endpoints.
+func (w *Watcher) viewPods(ctx context.Context, c *caches, v *agent.ClusterView, nsLabels map[string]map[string]string) error {
 	// The cache's resourceVersion moves with its content: read before the listing, every
 	// pod event up to it is in the view; after, none in the view is past it.
 	v.PodsRV = c.podStore.LastStoreSyncResourceVersion()
 	pods, err := c.pods.List(k8slabels.Everything())
 	if err != nil {
-		return v, fmt.Errorf("listing pods: %w", err)
+		return fmt.Errorf("listing pods: %w", err)
 	}
 	v.PodsRVListed = c.podStore.LastStoreSyncResourceVersion()
 	for _, p := range pods {
@@ -711,7 +746,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		if p.Spec.NodeName == w.opts.NodeName {
 			id, err := w.allocate(ctx, p.Namespace, p, nsLabels[p.Namespace])
 			if err != nil {
-				return v, err
+				return err
 			}
 			v.LocalPods[key] = agent.PodInfo{Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id, Monitor: isMonitor(p), Audit: inAudit(p), Ports: podPorts(p)}
 			if ip.IsValid() {
@@ -724,14 +759,20 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		}
 		id, err := w.allocate(ctx, p.Namespace, p, nsLabels[p.Namespace])
 		if err != nil {
-			return v, err
+			return err
 		}
 		v.Remotes = append(v.Remotes, agent.RemoteEndpointRecord{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
 			IP: ip, Labels: l, ServiceAccount: p.Spec.ServiceAccountName, Identity: id, Monitor: isMonitor(p), Ports: podPorts(p)})
 	}
+	return nil
+}
+
+// viewPolicyObjects puts the policy objects of every kind in v; one that cannot be read
+// is a problem of the view, not its end.
+func viewPolicyObjects(c *caches, v *agent.ClusterView) error {
 	nps, err := c.netpols.List(k8slabels.Everything())
 	if err != nil {
-		return v, fmt.Errorf("listing network policies: %w", err)
+		return fmt.Errorf("listing network policies: %w", err)
 	}
 	for _, np := range nps {
 		key, o, err := networkPolicyObject(np)
@@ -748,7 +789,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 		{c.taps, "TapContract"}, {c.tcs, "TrafficControl"}, {c.clusterNPs, "ClusterNetworkPolicy"}} {
 		objs, err := x.lister.List(k8slabels.Everything())
 		if err != nil {
-			return v, fmt.Errorf("listing %s: %w", x.kind, err)
+			return fmt.Errorf("listing %s: %w", x.kind, err)
 		}
 		for _, obj := range objs {
 			u, ok := obj.(*unstructured.Unstructured)
@@ -763,13 +804,7 @@ func (w *Watcher) View(ctx context.Context) (agent.ClusterView, error) {
 			v.Objects[key] = o
 		}
 	}
-	if err := listAccepted(c, &v); err != nil {
-		return v, err
-	}
-	if err := listServices(c, &v); err != nil {
-		return v, err
-	}
-	return v, nil
+	return nil
 }
 
 // objectKey keys a policy object in the view: kind/namespace/name.
