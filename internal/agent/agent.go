@@ -91,19 +91,9 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	eng, err := cfg.Engine.withDefaults()
+	eng, err := newEngine(cfg)
 	if err != nil {
 		return nil, err
-	}
-	eng.allowHost = cfg.HostTraffic == HostTrafficAllow
-	eng.podCIDR = cfg.PodCIDR
-	if cfg.DualStack() {
-		eng.router6 = podaddr.Router6(cfg.PodCIDR6)
-	}
-	eng.tunnel = cfg.Tunnel
-	if cfg.Kubernetes != nil {
-		eng.nodeName = cfg.Kubernetes.NodeName
-		eng.nodeAddr = cfg.Kubernetes.NodeAddress
 	}
 	a := &Agent{
 		cfg:         cfg,
@@ -124,11 +114,6 @@ func New(cfg Config) (*Agent, error) {
 	if a.net == nil {
 		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, PodCIDR6: cfg.PodCIDR6, MTU: overlay.PodMTU(cfg.Tunnel, cfg.VXLANUnderlay)}
 	}
-	open := cfg.OpenKernel
-	if open == nil {
-		open = openKernel
-	}
-
 	// What the agent creates of its directories is recorded (owned.go).
 	missing := append(missingDirs(filepath.Dir(cfg.Socket)), missingDirs(cfg.StateDir)...)
 	// The socket first: a second agent for the same socket must stop before touching
@@ -140,6 +125,10 @@ func New(cfg Config) (*Agent, error) {
 	ok := false
 	defer func() {
 		if !ok {
+			if a.dp.Close != nil { // the proxy and the DNS proxy run once the datapath is open
+				a.closeProxy()
+				a.closeDNS()
+			}
 			a.listener.Close()
 			if a.dp.Close != nil {
 				a.dp.Close()
@@ -149,82 +138,137 @@ func New(cfg Config) (*Agent, error) {
 			}
 		}
 	}()
-	if a.unlock, err = lockInstance(cfg.StateDir); err != nil {
+	m, alloc, err := a.load(missing)
+	if err != nil {
 		return nil, err
+	}
+	if err := a.setupKernel(m); err != nil {
+		return nil, err
+	}
+	if err := a.resume(m, alloc); err != nil {
+		return nil, err
+	}
+	a.startLoops()
+	ok = true
+	a.log.Info("agent started", "socket", cfg.Socket, "endpoints", len(m.endpoints), "policies", len(m.policies), "cidrSets", len(m.cidrsets), "taps", len(m.taps))
+	return a, nil
+}
+
+// newEngine is the policy engine of cfg.
+func newEngine(cfg Config) (Engine, error) {
+	eng, err := cfg.Engine.withDefaults()
+	if err != nil {
+		return eng, err
+	}
+	eng.allowHost = cfg.HostTraffic == HostTrafficAllow
+	eng.podCIDR = cfg.PodCIDR
+	if cfg.DualStack() {
+		eng.router6 = podaddr.Router6(cfg.PodCIDR6)
+	}
+	eng.tunnel = cfg.Tunnel
+	if cfg.Kubernetes != nil {
+		eng.nodeName = cfg.Kubernetes.NodeName
+		eng.nodeAddr = cfg.Kubernetes.NodeAddress
+	}
+	return eng, nil
+}
+
+// load takes the instance's lock and ownership record (missing: the directories the
+// agent is about to create), and restores the stored state: the model, the identities and
+// the CIDR sets.
+func (a *Agent) load(missing []string) (*model, *identity.Allocator, error) {
+	cfg := a.cfg
+	var err error
+	if a.unlock, err = lockInstance(cfg.StateDir); err != nil {
+		return nil, nil, err
 	}
 	// The host is the agent's own unless tests stand in for it.
 	a.host = cfg.Network == nil && cfg.OpenKernel == nil
 	if a.own, err = openOwned(cfg, missing, a.host); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := a.own.save(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	st, err := loadState(cfg.StateDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	a.store = newStateStore(cfg.StateDir, st)
 	if err := a.startDNS(st.FQDN); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m, alloc, err := a.restore(st)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if a.k8s != nil {
 		a.k8s.parsed = a.restoreAccepted(m)
 	}
 	a.sets = newSetStore(cfg.StateDir)
 	if m.cidrsets, err = loadSetFiles(a.sets); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	return m, alloc, nil
+}
+
+// setupKernel prepares the node: its network namespace, the pinned dataplane, the L7
+// proxy's steering, the overlay and the host's devices, each recorded as the agent's
+// before it is made.
+func (a *Agent) setupKernel(m *model) error {
+	cfg := a.cfg
 	if a.host {
 		if err := a.own.recordNode(a.net.(endpoint.Node)); err != nil {
-			return nil, fmt.Errorf("recording the node's set-up: %w", err)
+			return fmt.Errorf("recording the node's set-up: %w", err)
 		}
 	}
 	if err := a.net.Setup(); err != nil {
-		return nil, fmt.Errorf("setting up node network namespace: %w", err)
+		return fmt.Errorf("setting up node network namespace: %w", err)
 	}
+	open := cfg.OpenKernel
+	if open == nil {
+		open = openKernel
+	}
+	var err error
 	a.dp, err = open(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("opening datapath: %w", err)
+		return fmt.Errorf("opening datapath: %w", err)
 	}
-	defer func() {
-		if !ok {
-			a.closeProxy()
-			a.closeDNS()
-		}
-	}()
 	if a.host {
 		if err := a.own.recordProxyNamespace(a.net.NetnsPath()); err != nil {
-			return nil, fmt.Errorf("recording the proxy's set-up: %w", err)
+			return fmt.Errorf("recording the proxy's set-up: %w", err)
 		}
 	}
 	if err := a.dp.SetupProxy(a.net.NetnsPath(), cfg.ProxyListen, cfg.proxyListen6()); err != nil {
-		return nil, fmt.Errorf("setting up L7 proxy steering: %w", err)
+		return fmt.Errorf("setting up L7 proxy steering: %w", err)
 	}
 	if a.host && (cfg.Tunnel != overlay.Native && !a.own.OverlayDevice || !a.own.TapDevice) {
 		a.own.OverlayDevice = a.own.OverlayDevice || cfg.Tunnel != overlay.Native
 		a.own.TapDevice = true
 		if err := a.own.save(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := a.dp.SetupOverlay(a.net.NetnsPath(), cfg.Tunnel); err != nil {
-		return nil, err
+		return err
 	}
 	if a.host && cfg.HostFirewall && !a.own.HostDevices {
 		a.own.HostDevices = true
 		if err := a.own.save(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := a.setupHost(m); err != nil {
-		return nil, err
+		return err
 	}
+	return nil
+}
+
+// resume brings the dataplane to the stored state: CIDR sets, endpoints reattached in
+// place, the computed state applied and recorded, routes to the other nodes.
+func (a *Agent) resume(m *model, alloc *identity.Allocator) error {
+	cfg := a.cfg
 	if len(cfg.NodeLabels) > 0 || a.k8s == nil {
 		m.nodeLabels = cfg.NodeLabels
 	}
@@ -234,7 +278,7 @@ func New(cfg Config) (*Agent, error) {
 		// the programs are reattached: programs of an earlier version with other CIDR
 		// tables must not be replaced by programs whose tables are still empty.
 		if _, err := a.dp.ReplaceCIDRSets(datapathSets(m.cidrsets)); err != nil {
-			return nil, fmt.Errorf("re-applying stored CIDR sets: %w", err)
+			return fmt.Errorf("re-applying stored CIDR sets: %w", err)
 		}
 	}
 	a.dropGoneCNIEndpoints(m)
@@ -242,28 +286,34 @@ func New(cfg Config) (*Agent, error) {
 		rec := m.endpoints[key]
 		ifindex, err := a.reattach(rec)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		a.ifindex[rec.EpID] = ifindex
 	}
 	d, err := a.eng.compute(m, alloc, a.net.Router(), nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.removeStale()
 	if err := a.applyState(emptyDesired(), d, m, true); err != nil {
-		return nil, fmt.Errorf("re-applying stored state: %w", err)
+		return fmt.Errorf("re-applying stored state: %w", err)
 	}
 	a.model, a.cur = m, d
 	if err := a.attachHost(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := a.persist(m, d); err != nil {
-		return nil, err
+		return err
 	}
 	if err := a.syncRoutes(m); err != nil {
-		return nil, err
+		return err
 	}
+	return nil
+}
+
+// startLoops starts what runs for the agent's life: the flow reader, the send-side
+// request reader, the monitors' watch and the FQDN expiry.
+func (a *Agent) startLoops() {
 	a.publishView()
 	go a.readFlows()
 	go a.readSockRequests(a.sockDone)
@@ -272,9 +322,6 @@ func New(cfg Config) (*Agent, error) {
 	expiryCtx, stopExpiry := context.WithCancel(context.Background())
 	a.dns.stop = stopExpiry
 	go a.runExpiry(expiryCtx)
-	ok = true
-	a.log.Info("agent started", "socket", cfg.Socket, "endpoints", len(m.endpoints), "policies", len(m.policies), "cidrSets", len(m.cidrsets), "taps", len(m.taps))
-	return a, nil
 }
 
 // restore rebuilds the model and allocator from a state file.

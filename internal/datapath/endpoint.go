@@ -127,53 +127,9 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 	if err != nil {
 		return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
 	}
-	want := make(map[rampartPolicyKey]rampartPolicyValue, len(desired.Entries))
-	var newFlags uint32
-	for k, v := range desired.Entries {
-		switch {
-		case k.Admin && k.Direction == policy.Ingress:
-			newFlags |= epAdminIngress
-		case k.Admin && k.Direction == policy.Egress:
-			newFlags |= epAdminEgress
-		}
-		pk, err := policyKey(ep.EpID, k)
-		if err != nil {
-			return fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
-		}
-		want[pk] = policyValue(v)
-	}
-	if a := desired.Audit; a != nil {
-		// The policy with the audited rules too, looked up for new flows the policy
-		// above lets through, under the endpoint's id with the audit flag.
-		newFlags |= epAuditIngress | epAuditEgress
-		if a.EnforceIngress {
-			newFlags |= epAuditEnforceIngress
-		}
-		if a.EnforceEgress {
-			newFlags |= epAuditEnforceEgress
-		}
-		for k, v := range a.Entries {
-			pk, err := policyKey(ep.EpID|auditEpFlag, k)
-			if err != nil {
-				return fmt.Errorf("applying endpoint %d: audit entries: %w", ep.EpID, err)
-			}
-			want[pk] = policyValue(v)
-		}
-	}
-	if desired.DNSObserve {
-		newFlags |= epDNSObserve
-	}
-	if desired.EnforceIngress {
-		newFlags |= enforceIngress
-	}
-	if desired.EnforceEgress {
-		newFlags |= enforceEgress
-	}
-	if ep.Monitor {
-		newFlags |= epMonitor
-	}
-	if ep.Host {
-		newFlags |= epHost
+	want, newFlags, err := wantedEntries(ep, desired)
+	if err != nil {
+		return err
 	}
 
 	// Its IPv6 addresses first: until they are there its IPv6 drops (fail closed).
@@ -210,92 +166,15 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 		have = make(map[rampartPolicyKey]rampartPolicyValue)
 		d.policies[ep.EpID] = have
 	}
-	// changed also covers a write that failed half-way in an earlier call (have is only
-	// updated for what the kernel completed, so the retry writes the rest again).
-	changed := false
-	pm := d.writer(d.objs.Policy)
-	// Each step is one batch (batch.go): on failure exactly a prefix of it is done, which
-	// have records before the error is returned.
-	put := func(kind string, kv batch) error {
-		keys, vals := kv.keys, kv.vals
-		if len(keys) == 0 {
-			return nil
-		}
-		changed = true
-		n, err := batchPut(pm, keys, vals)
-		for i := range n {
-			have[keys[i]] = vals[i]
-		}
-		if err != nil {
-			return fmt.Errorf("applying endpoint %d: writing %s entry %s: %w", ep.EpID, kind, keyString(keys[min(n, len(keys)-1)]), err)
-		}
-		return nil
-	}
-	del := func(kind string, keys []rampartPolicyKey) error {
-		if len(keys) == 0 {
-			return nil
-		}
-		changed = true
-		n, err := batchDelete(pm, keys)
-		for _, k := range keys[:n] {
-			delete(have, k)
-		}
-		if err != nil {
-			return fmt.Errorf("applying endpoint %d: deleting %s entry %s: %w", ep.EpID, kind, keyString(keys[min(n, len(keys)-1)]), err)
-		}
-		return nil
-	}
-	var (
-		keys []rampartPolicyKey
-		vals []rampartPolicyValue
-	)
-	// writes collects the entries of want that have lacks or holds otherwise, denies or
-	// the others.
-	writes := func(denies bool) batch {
-		keys, vals = keys[:0], vals[:0]
-		for k, v := range want {
-			if (v.Action == policyDeny) == denies && have[k] != v {
-				keys = append(keys, k)
-				vals = append(vals, v)
-			}
-		}
-		return batch{keys, vals}
-	}
-	// stale collects the entries of have that want lacks, denies or the others.
-	stale := func(denies bool) []rampartPolicyKey {
-		keys = keys[:0]
-		for k, v := range have {
-			if _, ok := want[k]; !ok && (v.Action == policyDeny) == denies {
-				keys = append(keys, k)
-			}
-		}
-		return keys
-	}
-
-	// Step 1: new and changed deny entries.
-	if err := put("deny", writes(true)); err != nil {
-		return err
-	}
-	d.step(stepWriteDenies)
-	// Step 2: allow and redirect entries no longer wanted (changed ones were overwritten
-	// by step 1 if they became denies, or are rewritten by step 3).
-	if err := del("allow", stale(false)); err != nil {
-		return err
-	}
-	d.step(stepDeleteAllows)
-	// Step 3: new and changed allow and redirect entries.
-	if err := put("allow", writes(false)); err != nil {
-		return err
-	}
-	d.step(stepWriteAllows)
-	// Step 4: deny entries no longer wanted.
-	if err := del("deny", stale(true)); err != nil {
+	w := &policyWrite{d: d, epID: ep.EpID, pm: d.writer(d.objs.Policy), have: have, want: want}
+	if err := w.run(); err != nil {
 		return err
 	}
 	if len(have) == 0 {
 		delete(d.policies, ep.EpID)
 	}
 	d.step(stepDeleteDenies)
+	changed := w.changed
 
 	// Step 5: the final endpoint_info; for a new endpoint this is what lets traffic in.
 	// The revision stays the endpoint's highest one on any interface (its conntrack
@@ -332,6 +211,154 @@ func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapsta
 	}
 	d.step(stepFinalFlags)
 	return nil
+}
+
+// wantedEntries are the policy map entries and the endpoint_info flags of desired for ep
+// (the tap bits, ReplaceTaps's, not included).
+func wantedEntries(ep EndpointInfo, desired mapstate.EndpointPolicy) (map[rampartPolicyKey]rampartPolicyValue, uint32, error) {
+	want := make(map[rampartPolicyKey]rampartPolicyValue, len(desired.Entries))
+	var newFlags uint32
+	for k, v := range desired.Entries {
+		switch {
+		case k.Admin && k.Direction == policy.Ingress:
+			newFlags |= epAdminIngress
+		case k.Admin && k.Direction == policy.Egress:
+			newFlags |= epAdminEgress
+		}
+		pk, err := policyKey(ep.EpID, k)
+		if err != nil {
+			return nil, 0, fmt.Errorf("applying endpoint %d: %w", ep.EpID, err)
+		}
+		want[pk] = policyValue(v)
+	}
+	if a := desired.Audit; a != nil {
+		// The policy with the audited rules too, looked up for new flows the policy
+		// above lets through, under the endpoint's id with the audit flag.
+		newFlags |= epAuditIngress | epAuditEgress
+		if a.EnforceIngress {
+			newFlags |= epAuditEnforceIngress
+		}
+		if a.EnforceEgress {
+			newFlags |= epAuditEnforceEgress
+		}
+		for k, v := range a.Entries {
+			pk, err := policyKey(ep.EpID|auditEpFlag, k)
+			if err != nil {
+				return nil, 0, fmt.Errorf("applying endpoint %d: audit entries: %w", ep.EpID, err)
+			}
+			want[pk] = policyValue(v)
+		}
+	}
+	if desired.DNSObserve {
+		newFlags |= epDNSObserve
+	}
+	if desired.EnforceIngress {
+		newFlags |= enforceIngress
+	}
+	if desired.EnforceEgress {
+		newFlags |= enforceEgress
+	}
+	if ep.Monitor {
+		newFlags |= epMonitor
+	}
+	if ep.Host {
+		newFlags |= epHost
+	}
+
+	return want, newFlags, nil
+}
+
+// policyWrite moves an endpoint's entries in the policy map from have (what the map holds,
+// kept up to date as the kernel completes each write) to want, in the order that keeps
+// the endpoint at most as permissive as either: new denies, stale allows out, new allows,
+// stale denies out. Each step is one batch (batch.go): on failure exactly a prefix of it
+// is done, which have records before the error is returned, so a retry writes the rest.
+type policyWrite struct {
+	d          *Datapath
+	epID       uint32
+	pm         batchWriter
+	have, want map[rampartPolicyKey]rampartPolicyValue
+	// changed: something was written or deleted (also a write that failed half-way in an
+	// earlier call: have then differs from want).
+	changed bool
+	keys    []rampartPolicyKey
+	vals    []rampartPolicyValue
+}
+
+func (w *policyWrite) run() error {
+	// Step 1: new and changed deny entries.
+	if err := w.put("deny", w.writes(true)); err != nil {
+		return err
+	}
+	w.d.step(stepWriteDenies)
+	// Step 2: allow and redirect entries no longer wanted (changed ones were overwritten
+	// by step 1 if they became denies, or are rewritten by step 3).
+	if err := w.del("allow", w.stale(false)); err != nil {
+		return err
+	}
+	w.d.step(stepDeleteAllows)
+	// Step 3: new and changed allow and redirect entries.
+	if err := w.put("allow", w.writes(false)); err != nil {
+		return err
+	}
+	w.d.step(stepWriteAllows)
+	// Step 4: deny entries no longer wanted.
+	return w.del("deny", w.stale(true))
+}
+
+func (w *policyWrite) put(kind string, kv batch) error {
+	keys, vals := kv.keys, kv.vals
+	if len(keys) == 0 {
+		return nil
+	}
+	w.changed = true
+	n, err := batchPut(w.pm, keys, vals)
+	for i := range n {
+		w.have[keys[i]] = vals[i]
+	}
+	if err != nil {
+		return fmt.Errorf("applying endpoint %d: writing %s entry %s: %w", w.epID, kind, keyString(keys[min(n, len(keys)-1)]), err)
+	}
+	return nil
+}
+
+func (w *policyWrite) del(kind string, keys []rampartPolicyKey) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	w.changed = true
+	n, err := batchDelete(w.pm, keys)
+	for _, k := range keys[:n] {
+		delete(w.have, k)
+	}
+	if err != nil {
+		return fmt.Errorf("applying endpoint %d: deleting %s entry %s: %w", w.epID, kind, keyString(keys[min(n, len(keys)-1)]), err)
+	}
+	return nil
+}
+
+// writes collects the entries of want that have lacks or holds otherwise, denies or the
+// others.
+func (w *policyWrite) writes(denies bool) batch {
+	w.keys, w.vals = w.keys[:0], w.vals[:0]
+	for k, v := range w.want {
+		if (v.Action == policyDeny) == denies && w.have[k] != v {
+			w.keys = append(w.keys, k)
+			w.vals = append(w.vals, v)
+		}
+	}
+	return batch{w.keys, w.vals}
+}
+
+// stale collects the entries of have that want lacks, denies or the others.
+func (w *policyWrite) stale(denies bool) []rampartPolicyKey {
+	w.keys = w.keys[:0]
+	for k, v := range w.have {
+		if _, ok := w.want[k]; !ok && (v.Action == policyDeny) == denies {
+			w.keys = append(w.keys, k)
+		}
+	}
+	return w.keys
 }
 
 // endpointAddr is an endpoint's address as endpoint_info.addr holds it (network order in

@@ -156,6 +156,9 @@ type Stats struct {
 	MaxFlows       int    `json:"maxFlows"`
 	// FlowsEvicted counts the flows the table no longer holds (FlowsSeen - FlowsKept).
 	FlowsEvicted uint64 `json:"flowsEvicted"`
+	// FlowsLost counts the flows the map never got: the agent's flow hub drops them for a
+	// follower slower than the flows (a flood), and the map, like every follower, is told.
+	FlowsLost uint64 `json:"flowsLost"`
 }
 
 // Aggregator folds flows into edges and keeps the last flows, within its bounds. It is
@@ -257,6 +260,13 @@ func (a *Aggregator) Add(f api.Flow) {
 	if row.L7 != nil {
 		countDetail(a, e, v.l7, l7Key{row.L7.Method, row.L7.Path, row.L7.Status})
 	}
+}
+
+// Lost counts n flows the map never got.
+func (a *Aggregator) Lost(n uint64) {
+	a.mu.Lock()
+	a.stats.FlowsLost += n
+	a.mu.Unlock()
 }
 
 // countDetail counts k in m, within the edge's bound on details; a.mu must be held.

@@ -210,7 +210,9 @@ func buildMap(ctx context.Context, src Source, agg *Aggregator) Map {
 // Follow adds every flow of src's history and then each new one to agg, until ctx ends or
 // the agent closes its flow hub.
 func Follow(ctx context.Context, src Source, agg *Aggregator) error {
-	err := src.Observe(ctx, api.ObserveRequest{SinceStart: true, Follow: true}, func(f api.Flow) error {
+	// Lost reaches the agent's flow hub only in its process (rampartd --ui-address); over
+	// the API (rampart ui) flows a slow map misses are counted by the agent alone.
+	err := src.Observe(ctx, api.ObserveRequest{SinceStart: true, Follow: true, Lost: agg.Lost}, func(f api.Flow) error {
 		agg.Add(f)
 		return nil
 	})

@@ -205,6 +205,7 @@ func TestFlowQuery(t *testing.T) {
 type fakeSource struct {
 	eps   []api.Endpoint
 	flows []api.Flow
+	lost  uint64 // told to the request's Lost before the flows
 }
 
 func (s fakeSource) ListEndpoints(context.Context) ([]api.Endpoint, error) { return s.eps, nil }
@@ -213,6 +214,9 @@ func (s fakeSource) ListRemoteEndpoints(context.Context) ([]api.RemoteEndpoint, 
 }
 
 func (s fakeSource) Observe(ctx context.Context, req api.ObserveRequest, send func(api.Flow) error) error {
+	if s.lost > 0 && req.Lost != nil {
+		req.Lost(s.lost)
+	}
 	for _, f := range s.flows {
 		if err := send(f); err != nil {
 			return err
@@ -225,7 +229,7 @@ func (s fakeSource) Observe(ctx context.Context, req api.ObserveRequest, send fu
 }
 
 func TestHandler(t *testing.T) {
-	src := fakeSource{eps: []api.Endpoint{{Namespace: "x", Name: "a", IP: "198.18.0.2"}, {Namespace: "z", Name: "idle"}}, flows: sample()}
+	src := fakeSource{eps: []api.Endpoint{{Namespace: "x", Name: "a", IP: "198.18.0.2"}, {Namespace: "z", Name: "idle"}}, flows: sample(), lost: 7}
 	agg := NewAggregator(0, 0)
 	// Ended already: the fake sends its history and returns.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -252,6 +256,9 @@ func TestHandler(t *testing.T) {
 	}
 	var m Map
 	get("/api/map", &m)
+	if m.Stats.FlowsLost != 7 {
+		t.Errorf("flows lost %d, want the 7 the agent said the map missed", m.Stats.FlowsLost)
+	}
 	var groups []string
 	for _, ns := range m.Namespaces {
 		var ids []string

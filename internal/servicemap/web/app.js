@@ -163,7 +163,8 @@ function renderMap(m) {
   const st = m.stats;
   document.getElementById("stats").textContent =
     `${st.flowsSeen} flows seen · ${st.edges} edges (at most ${st.maxEdges}; ${st.edgesEvicted} evicted, ${st.detailsOmitted} details over the per-edge bound) · ` +
-    `flow table: the last ${st.flowsKept} (at most ${st.maxFlows}; ${st.flowsEvicted} older ones dropped)` + (m.error ? " · " + m.error : "");
+    `flow table: the last ${st.flowsKept} (at most ${st.maxFlows}; ${st.flowsEvicted} older ones dropped)` +
+    (st.flowsLost ? ` · ${st.flowsLost} flows lost (the map read slower than they came)` : "") + (m.error ? " · " + m.error : "");
 
   const rows = [];
   for (const e of m.edges || []) {
