@@ -5,11 +5,9 @@ go 1.26.8
 require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/containernetworking/cni v1.3.1
-	github.com/eclipse/paho.mqtt.golang v1.5.1
 	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/google/mangle v0.4.0
-	github.com/lib/pq v1.12.3
 	github.com/miekg/dns v1.1.73
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.3
@@ -80,7 +78,6 @@ require (
 	golang.org/x/exp v0.0.0-20251219203646-944ab1f22d93 // indirect
 	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/term v0.45.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	golang.org/x/time v0.15.0 // indirect

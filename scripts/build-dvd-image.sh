@@ -44,7 +44,7 @@ fi
 mkdir -p "$cache/image"
 tmp="$(mktemp -d "$cache/image/.dvd-build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/dvdrental" ./examples/dvdrental/cmd/dvdrental)
+(cd "$root/examples" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/dvdrental" ./dvdrental/cmd/dvdrental)
 (cd "$root/tools/image" && CGO_ENABLED=0 go build -trimpath -o "$tmp/image" .)
 
 # The image's users: PostgreSQL refuses root and looks its user up; mosquitto started as

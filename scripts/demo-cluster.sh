@@ -22,24 +22,14 @@
 set -euo pipefail
 # -h, --help: print the comment above and exit (what the README's check of its commands runs).
 case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
-cd "$(dirname "$0")/.."
-export PATH="$PATH:/usr/local/go/bin"
-
-if [ "${DEMO_SKIP_SETUP:-}" != 1 ]; then
-	echo "== setting up this machine (scripts/setup.sh: apt packages, Envoy, Go modules; a few minutes on a fresh machine)"
-	bash scripts/setup.sh
-fi
+# shellcheck source=lib/demo.sh
+. "$(dirname "$0")/lib/demo.sh"
+demo_setup "${DEMO_SKIP_SETUP:-}" "apt packages, Envoy, Go modules"
 echo "== Kubernetes' binaries, containerd and runc (scripts/build-k8s.sh, build-cri.sh, build-node.sh: about 20 minutes the first time, cached)"
 bash scripts/build-k8s.sh >/dev/null
 bash scripts/build-cri.sh >/dev/null
 bash scripts/build-node.sh >/dev/null
-if [ -n "${RAMPART_BIN:-}" ]; then
-	BIN=$(cd "$RAMPART_BIN" && pwd)
-else
-	echo "== building bin/clusterctl and bin/marketplace"
-	go build -o bin/ ./test/cluster/clusterctl ./examples/marketplace/cmd/marketplace
-	BIN=$(pwd)/bin
-fi
+demo_bin "bin/clusterctl and bin/marketplace" ./test/cluster/clusterctl ./examples/marketplace/cmd/marketplace
 export RAMPART_BIN=$BIN
 agnhost=$(cat "$(bash scripts/build-node.sh --dir)/agnhost.ref")
 

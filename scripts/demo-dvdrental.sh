@@ -26,23 +26,13 @@
 set -euo pipefail
 # -h, --help: print the comment above and exit (what the README's check of its commands runs).
 case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
-cd "$(dirname "$0")/.."
-export PATH="$PATH:/usr/local/go/bin"
-
-if [ "${DEMO_SKIP_SETUP:-}" != 1 ]; then
-	echo "== setting up this machine (scripts/setup.sh: apt packages, Go modules; a few minutes on a fresh machine)"
-	bash scripts/setup.sh
-fi
+# shellcheck source=lib/demo.sh
+. "$(dirname "$0")/lib/demo.sh"
+demo_setup "${DEMO_SKIP_SETUP:-}" "apt packages, Go modules"
 if [ "${1:-}" = --cluster ] || [ "${DEMO_CLUSTER:-}" = 1 ]; then
 	exec bash scripts/lib/dvdrental-cluster.sh
 fi
-if [ -n "${RAMPART_BIN:-}" ]; then
-	BIN=$(cd "$RAMPART_BIN" && pwd)
-else
-	echo "== building bin/rampart, bin/rampartd, bin/dvdrental"
-	go build -o bin/ ./cmd/rampart ./cmd/rampartd ./examples/dvdrental/cmd/dvdrental
-	BIN=$(pwd)/bin
-fi
+demo_bin "bin/rampart, bin/rampartd, bin/dvdrental" ./cmd/rampart ./cmd/rampartd ./examples/dvdrental/cmd/dvdrental
 for tool in mosquitto /usr/lib/postgresql/15/bin/postgres runuser nsenter; do
 	command -v "$tool" >/dev/null || { echo "demo-dvdrental: $tool not found (scripts/setup.sh installs it)" >&2; exit 1; }
 done

@@ -17,20 +17,10 @@
 set -euo pipefail
 # -h, --help: print the comment above and exit (what the README's check of its commands runs).
 case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
-cd "$(dirname "$0")/.."
-export PATH="$PATH:/usr/local/go/bin"
-
-if [ "${STARWARS_SKIP_SETUP:-}" != 1 ]; then
-	echo "== setting up this machine (scripts/setup.sh: apt packages, Envoy, FTP server, Go modules; a few minutes on a fresh machine)"
-	bash scripts/setup.sh
-fi
-if [ -n "${RAMPART_BIN:-}" ]; then
-	BIN=$(cd "$RAMPART_BIN" && pwd)
-else
-	echo "== building bin/rampart, bin/rampartd, bin/starwars (about a minute on a fresh machine)"
-	go build -o bin/ ./cmd/... ./examples/starwars/cmd/starwars
-	BIN=$(pwd)/bin
-fi
+# shellcheck source=lib/demo.sh
+. "$(dirname "$0")/lib/demo.sh"
+demo_setup "${STARWARS_SKIP_SETUP:-}" "apt packages, Envoy, FTP server, Go modules"
+demo_bin "bin/rampart, bin/rampartd, bin/starwars (about a minute on a fresh machine)" ./cmd/... ./examples/starwars/cmd/starwars
 if ! python3 -c 'import pyftpdlib' 2>/dev/null; then
 	echo "demo-starwars: the FTP servers need pyftpdlib (scripts/setup.sh installs it)" >&2
 	exit 1

@@ -11,20 +11,10 @@
 #   DEMO_SKIP_SETUP=1   do not run scripts/setup.sh
 #   DEMO_INSTANCE=NAME  agent instance name (default demo<pid>)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-export PATH="$PATH:/usr/local/go/bin"
-
-if [ "${DEMO_SKIP_SETUP:-}" != 1 ]; then
-	echo "== setting up this machine (scripts/setup.sh: apt packages, Envoy, Go modules; a few minutes on a fresh machine)"
-	bash scripts/setup.sh
-fi
-if [ -n "${RAMPART_BIN:-}" ]; then
-	BIN=$(cd "$RAMPART_BIN" && pwd)
-else
-	echo "== building bin/rampart, bin/rampartd (about a minute on a fresh machine)"
-	go build -o bin/ ./cmd/... ./test/rampart-testserver
-	BIN=$(pwd)/bin
-fi
+# shellcheck source=lib/demo.sh
+. "$(dirname "$0")/lib/demo.sh"
+demo_setup "${DEMO_SKIP_SETUP:-}" "apt packages, Envoy, Go modules"
+demo_bin "bin/rampart, bin/rampartd (about a minute on a fresh machine)" ./cmd/... ./test/rampart-testserver
 
 inst="${DEMO_INSTANCE:-demo$$}"
 work=$(mktemp -d /tmp/rampart-demo.XXXXXX)

@@ -43,8 +43,9 @@ if ! command -v go >/dev/null 2>&1; then
 	exit 1
 fi
 # Said only when something is missing from the module cache (a fresh machine: the slow step).
-# The benchmark lab is its own module (bench/go.mod).
-for mod in . bench; do
+# The benchmark lab and the examples are modules of their own (bench/go.mod,
+# examples/go.mod).
+for mod in . bench examples; do
 	if ! (cd "$mod" && GOPROXY=off go mod download >/dev/null 2>&1); then
 		echo "setup: downloading Go modules ($mod)"
 		(cd "$mod" && go mod download)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the machine (scripts/setup.sh) and runs every check and test: formatting, vet,
-# generated BPF objects up to date, `go test` over all packages of the product module and
-# of the bench module (bench/go.mod, its own module: `./...` in the root does not reach
-# it), then each fuzz target
+# generated BPF objects up to date, `go test` over all packages of the product module, of
+# the bench module and of the examples module (bench/go.mod, examples/go.mod: modules of
+# their own, which `./...` in the root does not reach), then each fuzz target
 # for FUZZTIME (default 15s). Privileged tests need root; with CI=true they fail instead of
 # skipping when they cannot run.
 set -euo pipefail
@@ -40,6 +40,7 @@ fi
 echo "== go vet"
 go vet ./...
 (cd bench && go vet ./...)
+(cd examples && go vet ./...)
 if [ -x scripts/check-generate.sh ]; then
 	echo "== generated BPF objects up to date"
 	bash scripts/check-generate.sh
@@ -54,6 +55,7 @@ slow_root="test/k8smode internal/datapath test/e2e test/demo test/conformance te
 	cmd/rampartd internal/k8s/identities internal/monitor/suricata"
 slow_bench="bench/egress bench/cluster bench/taps bench/l7 bench/policyoverhead
 	bench/coldcost bench/propagation bench/services bench/applylatency"
+slow_examples="examples/suggest"
 # packages_longest_first SLOW...: the packages of the module here (go list ./...), the
 # listed ones first in their order, then the rest in go list's order; a listed package
 # that no longer exists is left out.
@@ -71,6 +73,9 @@ go test -count=1 -timeout 30m -p "${GOTEST_P:-3}" "$@" $(packages_longest_first 
 echo "== go test (bench module: unit tests and a quick run of each benchmark)"
 # shellcheck disable=SC2086,SC2046
 (cd bench && go test -count=1 -timeout 30m -p "${GOTEST_P:-3}" "$@" $(packages_longest_first $slow_bench))
+echo "== go test (examples module: the demos' programs and the tests that play their scenarios)"
+# shellcheck disable=SC2086,SC2046
+(cd examples && go test -count=1 -timeout 30m -p "${GOTEST_P:-3}" "$@" $(packages_longest_first $slow_examples))
 
 # Each fuzz target runs for a short fixed time after the unit tests (which already ran its
 # seed corpus and the regression cases under testdata/fuzz). -fuzz takes one target at a

@@ -1,7 +1,7 @@
 // Package marketplace is the digital marketplace scenario as code: its organisations, the
 // namespaces and labels of their pods, and the table of the pairs each scenario allows
 // (expected.txt). The cluster demo's driver (cmd/marketplace) and the tests that play
-// the scenario on one agent (test/suggest) share it, so that both play the same one.
+// the scenario on one agent (examples/suggest) share it, so that both play the same one.
 package marketplace
 
 import (

@@ -16,7 +16,7 @@ import (
 // Dir, and call Remove from TestMain.
 type Binaries struct {
 	// Packages are the import paths to build, e.g. "./cmd/rampartd" (relative to the
-	// module root).
+	// repository's root; those under ./examples/ are built in the examples module).
 	Packages []string
 	// LDFlags, if set, is passed to go build -ldflags.
 	LDFlags string
@@ -34,20 +34,49 @@ func (b *Binaries) Dir(t testing.TB) string {
 		if b.err != nil {
 			return
 		}
-		args := []string{"build", "-o", b.dir + "/"}
+		var flags []string
 		if b.LDFlags != "" {
-			args = append(args, "-ldflags", b.LDFlags)
+			flags = []string{"-ldflags", b.LDFlags}
 		}
-		cmd := exec.Command(GoTool(), append(args, b.Packages...)...)
-		cmd.Dir = ModuleRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("building %s: %v\n%s", strings.Join(b.Packages, " "), err, out)
-		}
+		b.err = GoBuild(ModuleRoot(t), b.dir, flags, b.Packages...)
 	})
 	if b.err != nil {
 		t.Fatal(b.err)
 	}
 	return b.dir
+}
+
+// examplesDir is the examples module's directory (examples/go.mod, its own module: the
+// product module does not build its commands).
+const examplesDir = "examples"
+
+// GoBuild builds pkgs (paths relative to the repository's root, e.g. "./cmd/rampartd" or
+// "./examples/starwars/cmd/starwars") into the directory out with go build and flags: the
+// product module's packages from root, those under examples/ from the examples module.
+func GoBuild(root, out string, flags []string, pkgs ...string) error {
+	var product, examples []string
+	for _, p := range pkgs {
+		if rest, ok := strings.CutPrefix(p, "./"+examplesDir+"/"); ok {
+			examples = append(examples, "./"+rest)
+		} else {
+			product = append(product, p)
+		}
+	}
+	for _, m := range []struct {
+		dir  string
+		pkgs []string
+	}{{root, product}, {filepath.Join(root, examplesDir), examples}} {
+		if len(m.pkgs) == 0 {
+			continue
+		}
+		args := append(append([]string{"build", "-o", out + "/"}, flags...), m.pkgs...)
+		cmd := exec.Command(GoTool(), args...)
+		cmd.Dir = m.dir
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s (in %s): %v\n%s", strings.Join(m.pkgs, " "), m.dir, err, b)
+		}
+	}
+	return nil
 }
 
 // Remove deletes the built binaries.

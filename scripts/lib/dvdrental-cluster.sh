@@ -2,6 +2,8 @@
 # scripts/demo-dvdrental.sh --cluster (see there): the DVD rental store on a two-node
 # cluster. Run from the repository's root by demo-dvdrental.sh, after its setup.
 set -euo pipefail
+# shellcheck source=demo.sh
+. "$(dirname "$0")/demo.sh"
 echo "== Kubernetes' binaries, containerd, runc, CoreDNS (scripts/build-k8s.sh, build-cri.sh, build-node.sh, build-coredns.sh: cached)"
 bash scripts/build-k8s.sh >/dev/null
 bash scripts/build-cri.sh >/dev/null
@@ -10,13 +12,7 @@ bash scripts/build-coredns.sh >/dev/null
 echo "== the store's image (scripts/build-dvd-image.sh: PostgreSQL 15, mosquitto, Suricata 7, dvdrental)"
 image="$(bash scripts/build-dvd-image.sh)"
 echo "   $image ($(du -m "$image" | cut -f1) MB)"
-if [ -n "${RAMPART_BIN:-}" ]; then
-	BIN=$(cd "$RAMPART_BIN" && pwd)
-else
-	echo "== building bin/clusterctl and bin/dvdrental"
-	go build -o bin/ ./test/cluster/clusterctl ./examples/dvdrental/cmd/dvdrental
-	BIN=$(pwd)/bin
-fi
+demo_bin "bin/clusterctl and bin/dvdrental" ./test/cluster/clusterctl ./examples/dvdrental/cmd/dvdrental
 export RAMPART_BIN=$BIN
 name="${DEMO_INSTANCE:-dvd$$}"
 work=$(mktemp -d /tmp/rampart-dvd-cluster.XXXXXX)

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -227,19 +228,29 @@ func rankOf(p string) int {
 	return -1
 }
 
-func TestLayers(t *testing.T) {
+// listModule runs go list ./... in dir (relative to the repository's root) and returns
+// one line per package: its import path, then its imports (not its tests').
+func listModule(t *testing.T, dir string) []string {
+	t.Helper()
 	cmd := exec.Command(testenv.GoTool(), "list", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", "./...")
-	cmd.Dir = testenv.ModuleRoot(t)
+	cmd.Dir = filepath.Join(testenv.ModuleRoot(t), dir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list ./...: %v\n%s", err, stderr.Bytes())
+		t.Fatalf("go list ./... in %s: %v\n%s", dir, err, stderr.Bytes())
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+// TestLayers checks the product module and the examples module (examples/go.mod), whose
+// packages import the product's.
+func TestLayers(t *testing.T) {
+	lines := listModule(t, ".")
 	if len(lines) < 20 {
 		t.Fatalf("go list ./... listed %d packages; want the whole module", len(lines))
 	}
+	lines = append(lines, listModule(t, "examples")...)
 	for _, v := range layerViolations(lines) {
 		t.Error(v)
 	}

@@ -64,10 +64,8 @@ func TestStarWarsDemo(t *testing.T) {
 	}
 
 	bin := t.TempDir()
-	build := exec.Command(testenv.GoTool(), "build", "-o", bin+"/", "./cmd/rampart", "./cmd/rampartd", "./examples/starwars/cmd/starwars")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
+	if err := testenv.GoBuild(root, bin, nil, "./cmd/rampart", "./cmd/rampartd", "./examples/starwars/cmd/starwars"); err != nil {
+		t.Fatal(err)
 	}
 
 	inst := "sw" + testenv.Suffix(6)
