@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/k8s/crds"
+	"github.com/rampartnet/rampart/internal/testenv/controlplane"
 )
 
 // Namespace is the Kubernetes namespace of the benchmark's Services.

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/controlplane"
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 )
 

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
+	"github.com/rampartnet/rampart/internal/testenv/controlplane"
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 	"github.com/rampartnet/rampart/internal/testenv/nodetest"
 )

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/controlplane"
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 	"github.com/rampartnet/rampart/internal/testenv/nodetest"
 )

@@ -201,7 +201,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"manifests", []string{"deploy"}},
-	{"leaves", []string{"internal/version", "internal/labels", "internal/fqdn", "internal/netns", "internal/podaddr", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/k8s/controlplane", "internal/k8s/crds", "internal/cniinstall", "internal/hubble/flowpb", "internal/hubble/relaypb", "examples/marketplace"}},
+	{"leaves", []string{"internal/version", "internal/labels", "internal/fqdn", "internal/netns", "internal/podaddr", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/testenv/controlplane", "internal/k8s/crds", "internal/cniinstall", "internal/hubble/flowpb", "internal/hubble/relaypb", "examples/marketplace"}},
 	{"core: tap contracts, Services", []string{"internal/tap", "internal/service"}},
 	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
@@ -287,6 +287,82 @@ func layerName(r int) string {
 	return layers[r].name
 }
 
+// labOnly are what exists for tests, demos and benchmarks: the product (productPackage)
+// imports none of them outside its _test.go files.
+var labOnly = []string{"internal/testenv", "examples", "test", "bench"}
+
+// productPackage tells whether p (a path without the module prefix) is the product's: the
+// commands and the internal packages but the test helpers.
+func productPackage(p string) bool {
+	under := func(dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+	return (under("cmd") || under("internal")) && !under("internal/testenv")
+}
+
+// labImports checks go list lines ("package import import ...", the imports of the
+// package's non-test files) for product packages that import a lab-only one.
+func labImports(lines []string) []string {
+	var out []string
+	for _, line := range lines {
+		f := strings.Fields(line)
+		p := strings.TrimPrefix(f[0], module+"/")
+		if !productPackage(p) {
+			continue
+		}
+		for _, imp := range f[1:] {
+			q, ok := strings.CutPrefix(imp, module+"/")
+			if !ok {
+				continue
+			}
+			for _, l := range labOnly {
+				if q == l || strings.HasPrefix(q, l+"/") {
+					out = append(out, fmt.Sprintf("%s imports %s: the product may import test helpers, examples and benchmarks only in _test.go files", p, q))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestProductImportsNoLab: no command or internal package outside internal/testenv imports
+// internal/testenv/..., examples/..., test/... or bench/... in its non-test files.
+func TestProductImportsNoLab(t *testing.T) {
+	lines := listModule(t, ".")
+	if len(lines) < 20 {
+		t.Fatalf("go list ./... listed %d packages; want the whole module", len(lines))
+	}
+	for _, v := range labImports(lines) {
+		t.Error(v)
+	}
+}
+
+// The check reports a command or an internal package importing a test helper or an
+// example, and passes the helpers' own imports and the tests'.
+func TestLabImportsReported(t *testing.T) {
+	m := module + "/"
+	got := labImports([]string{
+		m + "cmd/rampartd " + m + "internal/agent " + m + "internal/testenv",
+		m + "internal/agent " + m + "internal/testenv/controlplane fmt",
+		m + "internal/cli " + m + "examples/marketplace",
+		m + "internal/testenv/nodetest " + m + "internal/testenv/controlplane",
+		m + "test/cluster " + m + "internal/testenv/nodetest",
+		m + "internal/testenvx " + m + "internal/api",
+	})
+	wantReports(t, got, "cmd/rampartd imports internal/testenv:", "internal/agent imports internal/testenv/controlplane:", "internal/cli imports examples/marketplace:")
+}
+
+// wantReports checks that a check's reports start with want's, in order.
+func wantReports(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d reports %q, want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("report %d: %q, want it to start with %q", i, got[i], want[i])
+		}
+	}
+}
+
 // The check reports an upward import, an import within a layer and a package without a
 // layer, and passes a downward import.
 func TestLayerViolationsReported(t *testing.T) {
@@ -297,13 +373,5 @@ func TestLayerViolationsReported(t *testing.T) {
 		m + "internal/proxy " + m + "internal/endpoint",
 		m + "internal/newthing fmt",
 	})
-	want := []string{"internal/datapath (kernel edge and proxy) imports internal/agent", "internal/proxy (kernel edge and proxy) imports internal/endpoint", "internal/newthing has no layer"}
-	if len(got) != len(want) {
-		t.Fatalf("got %d violations %q, want %d", len(got), got, len(want))
-	}
-	for i := range want {
-		if !strings.HasPrefix(got[i], want[i]) {
-			t.Errorf("violation %d: %q, want it to start with %q", i, got[i], want[i])
-		}
-	}
+	wantReports(t, got, "internal/datapath (kernel edge and proxy) imports internal/agent", "internal/proxy (kernel edge and proxy) imports internal/endpoint", "internal/newthing has no layer")
 }

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/rampartnet/rampart/internal/k8s/controlplane"
+	"github.com/rampartnet/rampart/internal/testenv/controlplane"
 )
 
 // The cluster DNS manifest parses into the objects CoreDNS needs, and they fit together

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/controlplane"
 )
 
 // host is what the labs of one host share, and how they share it: the slots' lock files,

@@ -15,10 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rampartnet/rampart/internal/datapath"
-	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/overlay"
 	"github.com/rampartnet/rampart/internal/testenv"
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
+	"github.com/rampartnet/rampart/internal/testenv/controlplane"
 	"github.com/rampartnet/rampart/internal/testenv/k8stest"
 	"github.com/rampartnet/rampart/internal/testenv/simcluster"
 )

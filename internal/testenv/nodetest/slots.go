@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"path/filepath"
 
-	"github.com/rampartnet/rampart/internal/k8s/controlplane"
+	"github.com/rampartnet/rampart/internal/testenv/controlplane"
 	"github.com/rampartnet/rampart/internal/testenv/simcluster"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
-	"github.com/rampartnet/rampart/internal/k8s/controlplane"
 	"github.com/rampartnet/rampart/internal/k8s/crds"
+	"github.com/rampartnet/rampart/internal/testenv/controlplane"
 )
 
 // Config says what to start.
