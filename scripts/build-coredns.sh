@@ -18,23 +18,14 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 . "$root/scripts/lib/build.sh"
 # shellcheck source=../tools/node/versions.env
 . "$root/tools/node/versions.env"
-dir="$cache/coredns-$COREDNS_VERSION"
 ref="registry.k8s.io/coredns/coredns:$COREDNS_VERSION"
-
-if [ "${1:-}" = "--dir" ]; then
-	echo "$dir"
-	exit 0
-fi
-if build_complete "$dir" coredns coredns.tar coredns.ref; then
-	exit 0
-fi
+build_open coredns "$cache/coredns-$COREDNS_VERSION" "$@"
+build_cached coredns coredns.tar coredns.ref
 
 echo "setup: building CoreDNS $COREDNS_VERSION into $dir (about 5 minutes the first time)"
-build_begin coredns
+build_begin
 t0=$SECONDS
-# Two packages compiled at a time whatever the core count, as build-node.sh does.
-CGO_ENABLED=0 GOFLAGS="-buildvcs=false -p=2 -trimpath" GOBIN="$tmp" \
-	go install -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
+build_install "github.com/coredns/coredns@$COREDNS_VERSION"
 pack_image "$tmp/coredns" "$ref" "$tmp/coredns.tar"
 echo "$ref" >"$tmp/coredns.ref"
 # Read whole, then compared: `| grep -q` can fail with SIGPIPE under pipefail.

@@ -21,35 +21,21 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 . "$root/scripts/lib/build.sh"
 # shellcheck source=../tools/cri/versions.env
 . "$root/tools/cri/versions.env"
-dir="$cache/cri-crictl-$CRICTL_VERSION-plugins-$CNI_PLUGINS_VERSION-pause-$PAUSE_VERSION"
-
-if [ "${1:-}" = "--dir" ]; then
-	echo "$dir"
-	exit 0
-fi
+build_open cri "$cache/cri-crictl-$CRICTL_VERSION-plugins-$CNI_PLUGINS_VERSION-pause-$PAUSE_VERSION" "$@"
 
 # containerd brings runc and the runc shim with it. The package's service is not started
 # here: the test runs a containerd of its own.
 if ! command -v containerd >/dev/null 2>&1 || ! command -v ctr >/dev/null 2>&1; then
 	echo "setup: installing containerd"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends containerd >/dev/null
+	build_apt containerd
 fi
 
-if build_complete "$dir" crictl loopback pause pause.tar pause.ref; then
-	exit 0
-fi
-
-# The go.mod files are what is built; versions.env is what the directory is named after.
-modver() { (cd "$root/tools/cri/$1" && go list -m -f '{{.Version}}' "$2"); }
-[ "$(modver crictl sigs.k8s.io/cri-tools)" = "$CRICTL_VERSION" ] ||
-	{ echo "build-cri: tools/cri/crictl/go.mod does not require sigs.k8s.io/cri-tools $CRICTL_VERSION" >&2; exit 1; }
-[ "$(modver plugins github.com/containernetworking/plugins)" = "$CNI_PLUGINS_VERSION" ] ||
-	{ echo "build-cri: tools/cri/plugins/go.mod does not require github.com/containernetworking/plugins $CNI_PLUGINS_VERSION" >&2; exit 1; }
+build_cached crictl loopback pause pause.tar pause.ref
+build_require cri/crictl sigs.k8s.io/cri-tools "$CRICTL_VERSION"
+build_require cri/plugins github.com/containernetworking/plugins "$CNI_PLUGINS_VERSION"
 
 echo "setup: building crictl $CRICTL_VERSION, loopback $CNI_PLUGINS_VERSION and the pause image into $dir"
-build_begin cri
+build_begin
 
 export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -trimpath"
 (cd "$root/tools/cri/crictl" && go build -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \

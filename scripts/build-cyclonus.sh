@@ -16,22 +16,13 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 . "$root/scripts/lib/build.sh"
 # shellcheck source=../tools/cyclonus/versions.env
 . "$root/tools/cyclonus/versions.env"
-dir="$cache/cyclonus-$CYCLONUS_VERSION"
-
-if [ "${1:-}" = "--dir" ]; then
-	echo "$dir"
-	exit 0
-fi
-if build_complete "$dir" cyclonus; then
-	exit 0
-fi
+build_open cyclonus "$cache/cyclonus-$CYCLONUS_VERSION" "$@"
+build_cached cyclonus
 
 echo "setup: building cyclonus $CYCLONUS_VERSION into $dir (a few minutes the first time)"
-build_begin cyclonus
+build_begin
 t0=$SECONDS
-# Two packages compiled at a time whatever the core count, as build-node.sh does.
-CGO_ENABLED=0 GOFLAGS="-buildvcs=false -p=2 -trimpath" GOBIN="$tmp" \
-	go install -ldflags "-s -w" "github.com/mattfenwick/cyclonus/cmd/cyclonus@$CYCLONUS_VERSION"
+build_install "github.com/mattfenwick/cyclonus/cmd/cyclonus@$CYCLONUS_VERSION"
 # The binary answers its own help: a broken build fails here, not in the test.
 "$tmp/cyclonus" generate --help >/dev/null
 build_finish "$dir"

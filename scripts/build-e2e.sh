@@ -18,20 +18,11 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 . "$root/tools/k8s/versions.env"
 # shellcheck source=lib/build.sh
 . "$root/scripts/lib/build.sh"
-dir="$cache/e2e-$K8S_VERSION"
+build_open e2e "$cache/e2e-$K8S_VERSION" "$@"
+build_cached e2e.test ginkgo
+build_require k8s/e2e k8s.io/kubernetes "$K8S_VERSION"
 
-if [ "${1:-}" = "--dir" ]; then
-	echo "$dir"
-	exit 0
-fi
-if build_complete "$dir" e2e.test ginkgo; then
-	exit 0
-fi
-ver="$(cd "$root/tools/k8s/e2e" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
-[ "$ver" = "$K8S_VERSION" ] ||
-	{ echo "build-e2e: tools/k8s/e2e/go.mod requires k8s.io/kubernetes $ver, want $K8S_VERSION" >&2; exit 1; }
-
-build_begin e2e
+build_begin
 export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -p=2 -trimpath"
 if [ -s "$dir/e2e.test" ]; then
 	cp "$dir/e2e.test" "$tmp/e2e.test"

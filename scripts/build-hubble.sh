@@ -16,21 +16,12 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 . "$root/scripts/lib/build.sh"
 # shellcheck source=../tools/hubble/versions.env
 . "$root/tools/hubble/versions.env"
-dir="$cache/hubble-$HUBBLE_VERSION"
-
-if [ "${1:-}" = "--dir" ]; then
-	echo "$dir"
-	exit 0
-fi
-if build_complete "$dir" hubble; then
-	exit 0
-fi
-ver="$(cd "$root/tools/hubble" && go list -m -f '{{.Version}}' github.com/cilium/cilium)"
-[ "$ver" = "$HUBBLE_VERSION" ] ||
-	{ echo "build-hubble: tools/hubble/go.mod requires github.com/cilium/cilium $ver, want $HUBBLE_VERSION" >&2; exit 1; }
+build_open hubble "$cache/hubble-$HUBBLE_VERSION" "$@"
+build_cached hubble
+build_require hubble github.com/cilium/cilium "$HUBBLE_VERSION"
 
 echo "setup: building the hubble CLI $HUBBLE_VERSION into $dir (a few minutes the first time)"
-build_begin hubble
+build_begin
 t0=$SECONDS
 # Two packages compiled at a time whatever the core count, as build-node.sh does. The
 # version is stamped as cilium's hubble/Makefile does, so `hubble version` names it.

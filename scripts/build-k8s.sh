@@ -17,26 +17,13 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 . "$root/scripts/lib/build.sh"
 # shellcheck source=../tools/k8s/versions.env
 . "$root/tools/k8s/versions.env"
-dir="$cache/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
-
-if [ "${1:-}" = "--dir" ]; then
-	echo "$dir"
-	exit 0
-fi
-
-if build_complete "$dir" etcd kube-apiserver kubectl; then
-	exit 0
-fi
-
-# The go.mod files are what is built; versions.env is what the tests look for. They must agree.
-modver() { (cd "$root/tools/k8s/$1" && go list -m -f '{{.Version}}' "$2"); }
-[ "$(modver kube k8s.io/kubernetes)" = "$K8S_VERSION" ] ||
-	{ echo "build-k8s: tools/k8s/kube/go.mod does not require k8s.io/kubernetes $K8S_VERSION" >&2; exit 1; }
-[ "$(modver etcd go.etcd.io/etcd/server/v3)" = "$ETCD_VERSION" ] ||
-	{ echo "build-k8s: tools/k8s/etcd/go.mod does not require go.etcd.io/etcd/server/v3 $ETCD_VERSION" >&2; exit 1; }
+build_open k8s "$cache/k8s-$K8S_VERSION-etcd-$ETCD_VERSION" "$@"
+build_cached etcd kube-apiserver kubectl
+build_require k8s/kube k8s.io/kubernetes "$K8S_VERSION"
+build_require k8s/etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 
 echo "setup: building etcd $ETCD_VERSION, kube-apiserver and kubectl $K8S_VERSION into $dir (about 7 minutes the first time)"
-build_begin k8s
+build_begin
 
 # Two packages compiled at a time (-p=2), whatever the core count: some of kube-apiserver's
 # packages take several hundred MB each to compile, and CI builds this on a fresh machine.

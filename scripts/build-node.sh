@@ -21,31 +21,18 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 . "$root/tools/k8s/versions.env"
 # shellcheck source=../tools/node/versions.env
 . "$root/tools/node/versions.env"
-dir="$cache/node-$K8S_VERSION-containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-agnhost-$AGNHOST_VERSION"
-
-if [ "${1:-}" = "--dir" ]; then
-	echo "$dir"
-	exit 0
-fi
-
-files=(kubelet kube-proxy kube-scheduler kube-controller-manager containerd containerd-shim-runc-v2 ctr runc
-	agnhost agnhost.tar agnhost.ref)
-if build_complete "$dir" "${files[@]}"; then
-	exit 0
-fi
-
-[ "$(cd "$root/tools/k8s/kube" && go list -m -f '{{.Version}}' k8s.io/kubernetes)" = "$K8S_VERSION" ] ||
-	{ echo "build-node: tools/k8s/kube/go.mod does not require k8s.io/kubernetes $K8S_VERSION" >&2; exit 1; }
+build_open node "$cache/node-$K8S_VERSION-containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-agnhost-$AGNHOST_VERSION" "$@"
+build_cached kubelet kube-proxy kube-scheduler kube-controller-manager containerd containerd-shim-runc-v2 ctr runc \
+	agnhost agnhost.tar agnhost.ref
+build_require k8s/kube k8s.io/kubernetes "$K8S_VERSION"
 # runc's seccomp support links libseccomp.
 if [ ! -e /usr/include/seccomp.h ]; then
 	echo "setup: installing libseccomp-dev (runc's seccomp support)"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends libseccomp-dev pkg-config >/dev/null
+	build_apt libseccomp-dev pkg-config
 fi
 
 echo "setup: building kubelet, kube-proxy, kube-scheduler, kube-controller-manager $K8S_VERSION, containerd $CONTAINERD_VERSION, runc $RUNC_VERSION and agnhost into $dir (about 12 minutes the first time)"
-build_begin node
+build_begin
 t0=$SECONDS
 lap() { echo "setup: $1 built in $((SECONDS - t0)) s"; t0=$SECONDS; }
 

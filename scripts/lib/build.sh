@@ -1,10 +1,56 @@
 # shellcheck shell=bash
-# Shared by the build scripts (build-k8s.sh, build-cri.sh, build-node.sh, build-e2e.sh), sourced: each
-# builds into a directory of $RAMPART_CACHE (default /var/cache/rampart) named after its
+# The build routine of the build scripts (build-NAME.sh: k8s, cri, node, e2e, hubble,
+# cyclonus, coredns), sourced after they set $root: each builds one component into a
+# directory of $RAMPART_CACHE (default /var/cache/rampart) named after its name and
 # versions, through a temporary directory renamed into place at the end, so an interrupted
-# build is never taken for a finished one.
+# build is never taken for a finished one. A script runs, in this order: build_open NAME
+# DIR "$@" (--dir prints DIR), build_cached FILE... (nothing to do when DIR holds them),
+# its checks (build_require), build_begin, its builds into $tmp, build_finish.
 
 cache="${RAMPART_CACHE:-/var/cache/rampart}"
+
+# build_open NAME DIR [ARG]: the component is NAME (build-NAME.sh) and builds into DIR
+# (sets $name and $dir); with ARG --dir, prints DIR and exits, building nothing.
+build_open() {
+	name="$1"
+	dir="$2"
+	if [ "${3:-}" = "--dir" ]; then
+		echo "$dir"
+		exit 0
+	fi
+}
+
+# build_cached FILE...: exits, with nothing to do, when every FILE is in $dir: this version
+# is built.
+build_cached() {
+	if build_complete "$dir" "$@"; then
+		exit 0
+	fi
+}
+
+# build_require MODDIR MODULE VERSION: fails unless tools/MODDIR/go.mod requires MODULE at
+# VERSION. The go.mod files are what is built; the versions.env files are what the
+# directories are named after and what the tests look for: they must agree.
+build_require() {
+	local v
+	v="$(cd "$root/tools/$1" && go list -m -f '{{.Version}}' "$2")"
+	[ "$v" = "$3" ] ||
+		{ echo "build-$name: tools/$1/go.mod requires $2 $v, want $3" >&2; exit 1; }
+}
+
+# build_apt PACKAGE...: installs the Debian packages (quietly, without recommends).
+build_apt() {
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# build_install PKG@VERSION...: go install of released commands into $tmp, static and
+# stripped, two packages compiled at a time whatever the core count (some take more than a
+# GB each to compile).
+build_install() {
+	CGO_ENABLED=0 GOFLAGS="-buildvcs=false -p=2 -trimpath" GOBIN="$tmp" go install -ldflags "-s -w" "$@"
+}
 
 # build_complete DIR FILE...: every FILE is a non-empty file in DIR.
 build_complete() {
@@ -13,10 +59,10 @@ build_complete() {
 	for f in "$@"; do [ -s "$dir/$f" ] || return 1; done
 }
 
-# build_begin PREFIX: makes the temporary directory ($tmp) removed if the script fails.
+# build_begin: makes the temporary directory ($tmp) removed if the script fails.
 build_begin() {
 	mkdir -p "$cache"
-	tmp="$(mktemp -d "$cache/.$1-build.XXXXXX")"
+	tmp="$(mktemp -d "$cache/.$name-build.XXXXXX")"
 	trap 'rm -rf "$tmp"' EXIT
 }
 
