@@ -43,30 +43,7 @@ kubectl() { bash scripts/cluster.sh kubectl "$@"; }
 rampart() { bash scripts/cluster.sh rampart "$@"; }
 marketplace() { "$BIN/marketplace" "$1" -kubeconfig "$RAMPART_CLUSTER_DIR/kubeconfig" -kubectl "$(bash scripts/build-k8s.sh --dir)/kubectl" "${@:2}"; }
 
-# fd 3: the demo's stdout, for messages from traps (a trap runs under the redirections of
-# the command it interrupted).
-exec 3>&1
-cleanup() {
-	local rc=$?
-	set +e
-	# By exit status rather than in the INT trap: when the foreground child handles SIGINT
-	# and exits 130 itself, bash never runs the INT trap, and set -e ends the script here.
-	case $rc in
-	130) echo >&3; echo "demo-cluster: interrupted; cleaning up" >&3 ;;
-	143) echo "demo-cluster: terminated; cleaning up" >&3 ;;
-	esac
-	echo "== stopping the cluster" >&3
-	if ! bash scripts/cluster.sh stop >"$work/stop.log" 2>&1; then
-		echo "demo-cluster: stopping the cluster failed:" >&3
-		cat "$work/stop.log" >&3
-	fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
-# The handlers ignore the signal before exiting: otherwise bash 5.2 can take the pending
-# interrupt as a second one and quit in the middle of the EXIT trap, leaving everything.
-trap 'trap "" INT; exit 130' INT
-trap 'trap "" TERM; exit 143' TERM
+demo_traps demo_cluster_stop demo-cluster
 
 echo
 echo "== starting a two-node cluster and installing Rampart from its image (kubectl apply -R -f deploy/, tunnel $tunnel; state and logs in $RAMPART_CLUSTER_DIR)"

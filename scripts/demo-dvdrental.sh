@@ -45,27 +45,13 @@ agent_pid=""
 driver_pid=""
 
 cleanup() {
-	set +e
 	if [ -n "$driver_pid" ]; then kill "$driver_pid" 2>/dev/null; wait "$driver_pid" 2>/dev/null; fi
-	if [ -n "$agent_pid" ]; then kill "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null; fi
-	"$BIN/rampartd" --instance "$inst" --state-dir "$work/state" --socket "$sock" --node-netns "$node" --uninstall >/dev/null 2>&1
-	rm -rf "$work"
+	demo_agent_stop
 }
-trap cleanup EXIT
-# The handlers ignore the signal before exiting: otherwise bash 5.2 can take the pending
-# interrupt as a second one and quit in the middle of the EXIT trap, leaving everything.
-trap 'trap "" TERM; exit 143' TERM
-trap 'trap "" INT; exit 130' INT
+demo_traps cleanup demo-dvdrental
 
 echo "== starting the agent (instance $inst, node namespace $node)"
-"$BIN/rampartd" --instance "$inst" --state-dir "$work/state" --socket "$sock" --node-netns "$node" \
-	--pod-cidr 198.18.0.0/16 2>"$work/rampartd.log" &
-agent_pid=$!
-for _ in $(seq 1 200); do
-	"$BIN/rampart" --socket "$sock" status >/dev/null 2>&1 && break
-	kill -0 "$agent_pid" 2>/dev/null || { cat "$work/rampartd.log"; exit 1; }
-	sleep 0.05
-done
+demo_agent_start
 
 # The driver runs in the background so that a TERM reaches this script's trap at once.
 "$BIN/dvdrental" demo --socket "$sock" --work "$work" --examples examples/dvdrental &

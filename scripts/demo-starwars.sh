@@ -46,21 +46,14 @@ rampart() { "$BIN/rampart" --socket "$sock" "$@"; }
 inep() { local ep=$1; shift; "$BIN/rampart" --socket "$sock" endpoint exec "default/$ep" -- "$BIN/starwars" "$@"; }
 
 cleanup() {
-	set +e
 	[ -n "$ds_pid" ] && bg_pids+=("$ds_pid")
 	# The rampart CLI forwards SIGTERM to the command it runs in the endpoint.
 	for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
 	for p in "${bg_pids[@]}"; do wait "$p" 2>/dev/null; done
-	if [ -n "$agent_pid" ]; then kill "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null; fi
-	"$BIN/rampartd" --instance "$inst" --state-dir "$work/state" --socket "$sock" --node-netns "$node" --uninstall >/dev/null 2>&1
-	rm -rf "$work"
+	demo_agent_stop
 }
-trap cleanup EXIT
-# Make SIGTERM and SIGINT run the EXIT trap (the test harness stops the demo with SIGTERM).
-# The handlers ignore the signal before exiting: otherwise bash 5.2 can take the pending
-# interrupt as a second one and quit in the middle of the EXIT trap, leaving everything.
-trap 'trap "" TERM; exit 143' TERM
-trap 'trap "" INT; exit 130' INT
+# SIGTERM and SIGINT run the cleanup too (the test harness stops the demo with SIGTERM).
+demo_traps cleanup demo-starwars
 
 # ---- outcome bookkeeping -------------------------------------------------------------
 results=()
@@ -175,14 +168,7 @@ show_manifest() {
 
 # ---- the galaxy ----------------------------------------------------------------------
 echo "== starting the agent (instance $inst, node namespace $node, pod range 198.18.0.0/16)"
-"$BIN/rampartd" --instance "$inst" --state-dir "$work/state" --socket "$sock" --node-netns "$node" \
-	--pod-cidr 198.18.0.0/16 2>"$work/rampartd.log" &
-agent_pid=$!
-for _ in $(seq 1 200); do
-	rampart status >/dev/null 2>&1 && break
-	kill -0 "$agent_pid" 2>/dev/null || { cat "$work/rampartd.log"; exit 1; }
-	sleep 0.05
-done
+demo_agent_start
 rampart status
 
 echo

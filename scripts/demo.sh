@@ -25,45 +25,16 @@ servers=()
 
 rampart() { "$BIN/rampart" --socket "$sock" "$@"; }
 
-# fd 3: the demo's stdout, for messages from traps (see below).
-exec 3>&1
 cleanup() {
-	local rc=$?
-	set +e
-	# By exit status rather than in the INT trap: when the foreground child handles SIGINT
-	# and exits 130 itself, bash never runs the INT trap, and set -e ends the script here.
-	case $rc in
-	130) echo >&3; echo "demo: interrupted; cleaning up" >&3 ;;
-	143) echo "demo: terminated; cleaning up" >&3 ;;
-	esac
 	for p in "${servers[@]}"; do kill "$p" 2>/dev/null; done
 	for p in "${servers[@]}"; do wait "$p" 2>/dev/null; done
-	if [ -n "$agent_pid" ]; then kill "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null; fi
-	if ! "$BIN/rampartd" --instance "$inst" --state-dir "$work/state" --socket "$sock" --node-netns "$node" --uninstall >"$work/uninstall.log" 2>&1; then
-		echo "demo: uninstall of instance $inst failed:" >&3
-		cat "$work/uninstall.log" >&3
-	fi
-	rm -rf "$work"
+	demo_agent_stop
 }
-trap cleanup EXIT
-# Ctrl-C or SIGTERM: stop here and clean up. Without these traps bash would go on after an
-# interrupted probe and report it as a WRONG outcome. The cleanup reports the interruption;
-# it writes to a copy of stdout (fd 3), since a trap runs under the redirections of the
-# command it interrupted (a probe's >/dev/null).
-# The handlers ignore the signal before exiting: otherwise bash 5.2 can take the pending
-# interrupt as a second one and quit in the middle of the EXIT trap, leaving everything.
-trap 'trap "" INT; exit 130' INT
-trap 'trap "" TERM; exit 143' TERM
+# Ctrl-C or SIGTERM: stop here and clean up (lib/demo.sh).
+demo_traps cleanup demo
 
 echo "== starting the agent (instance $inst, node namespace $node, pod range 198.18.0.0/16)"
-"$BIN/rampartd" --instance "$inst" --state-dir "$work/state" --socket "$sock" --node-netns "$node" \
-	--pod-cidr 198.18.0.0/16 2>"$work/rampartd.log" &
-agent_pid=$!
-for _ in $(seq 1 200); do
-	rampart status >/dev/null 2>&1 && break
-	kill -0 "$agent_pid" 2>/dev/null || { cat "$work/rampartd.log"; exit 1; }
-	sleep 0.05
-done
+demo_agent_start
 rampart status
 
 echo

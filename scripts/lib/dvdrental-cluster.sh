@@ -19,30 +19,7 @@ work=$(mktemp -d /tmp/rampart-dvd-cluster.XXXXXX)
 export RAMPART_CLUSTER_DIR="/run/rampart-demo-$name"
 kubectl() { bash scripts/cluster.sh kubectl "$@"; }
 
-# fd 3: the demo's stdout, for messages from traps (a trap runs under the redirections of
-# the command it interrupted).
-exec 3>&1
-cleanup() {
-	local rc=$?
-	set +e
-	# By exit status rather than in the INT trap: when the foreground child handles SIGINT
-	# and exits 130 itself, bash never runs the INT trap, and set -e ends the script here.
-	case $rc in
-	130) echo >&3; echo "demo-dvdrental: interrupted; cleaning up" >&3 ;;
-	143) echo "demo-dvdrental: terminated; cleaning up" >&3 ;;
-	esac
-	echo "== stopping the cluster" >&3
-	if ! bash scripts/cluster.sh stop >"$work/stop.log" 2>&1; then
-		echo "demo-dvdrental: stopping the cluster failed:" >&3
-		cat "$work/stop.log" >&3
-	fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
-# The handlers ignore the signal before exiting: otherwise bash 5.2 can take the pending
-# interrupt as a second one and quit in the middle of the EXIT trap, leaving everything.
-trap 'trap "" INT; exit 130' INT
-trap 'trap "" TERM; exit 143' TERM
+demo_traps demo_cluster_stop demo-dvdrental
 
 echo
 echo "== starting a two-node cluster with CoreDNS, Rampart installed from its image, the store's image imported (state and logs in $RAMPART_CLUSTER_DIR)"
