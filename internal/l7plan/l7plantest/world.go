@@ -11,6 +11,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/labels/labelstest"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 )
@@ -18,15 +19,7 @@ import (
 // Sel is the selector of the given key, value pairs.
 func Sel(t testing.TB, kv ...string) labels.Selector {
 	t.Helper()
-	var s labels.Selector
-	for i := 0; i+1 < len(kv); i += 2 {
-		r, err := labels.NewRequirement(kv[i], "In", []string{kv[i+1]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s = s.With(r)
-	}
-	return s
+	return labelstest.Match(t, kv...)
 }
 
 // World is a set of endpoints and the identities given to them.
@@ -47,10 +40,7 @@ func NewWorld() *World {
 		{"xwing", "198.18.0.30", "alliance", "xwing"},
 		{"storage", "198.18.0.40", "empire", "storage"},
 	} {
-		l := labels.Labels{
-			labels.KeyNamespace: "sw", labels.KeyNamespaceLabelPrefix + labels.KeyNamespaceName: "sw",
-			labels.KeyCluster: "default", "org": e.org, "class": e.class,
-		}
+		l := labelstest.Full("sw", "org", e.org, "class", e.class)
 		w.In.Endpoints = append(w.In.Endpoints, mapstate.Endpoint{
 			ID: uint32(i + 1), Namespace: "sw", Name: e.name, Labels: l,
 			Identity: w.Alloc.ForLabels(l), IP: netip.MustParseAddr(e.ip),
