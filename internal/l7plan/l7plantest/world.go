@@ -22,6 +22,13 @@ func Sel(t testing.TB, kv ...string) labels.Selector {
 	return labelstest.Match(t, kv...)
 }
 
+// EndpointsRule is a rule in direction dir of the endpoints subject selects, with default
+// deny, that allows the endpoints peer selects on ports.
+func EndpointsRule(dir policy.Direction, subject, peer labels.Selector, ports []policy.PortRule) policy.Rule {
+	return policy.Rule{Subject: subject, Direction: dir, EnableDefaultDeny: true,
+		Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: peer}}, Ports: ports}
+}
+
 // World is a set of endpoints and the identities given to them.
 type World struct {
 	Alloc *identity.Allocator
