@@ -176,18 +176,11 @@ func TestHelpAndVersion(t *testing.T) {
 func TestCNIInstall(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := bins.Dir(t)
-	inst := "c" + testenv.Suffix(8)
-	sockDir, err := os.MkdirTemp("", "rp-sock-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockDir)
+	_, flags := instanceFlags(t, "c", "198.18.1.0/24")
+	socket := flagValue(flags, "--socket")
 	root := t.TempDir()
 	binDir, confDir := filepath.Join(root, "opt/cni/bin"), filepath.Join(root, "etc/cni/net.d")
-	socket := filepath.Join(sockDir, "r.sock")
-	flags := []string{"--instance", inst, "--state-dir", filepath.Join(root, "state"), "--socket", socket,
-		"--bpf-dir", "/sys/fs/bpf/rampart/" + inst, "--node-netns", "rp-" + inst + "-node", "--pod-cidr", "198.18.1.0/24",
-		"--cni-bin-dir", binDir, "--cni-conf-dir", confDir}
+	flags = append(flags, "--cni-bin-dir", binDir, "--cni-conf-dir", confDir)
 	uninstalled := false
 	t.Cleanup(func() {
 		if !uninstalled {
