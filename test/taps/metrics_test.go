@@ -139,8 +139,7 @@ func TestMonitorRunAlertsInMetrics(t *testing.T) {
 
 	rule := fmt.Sprintf(`alert tcp any any -> any %d (msg:"%s"; flow:to_server,established; content:"%s"; priority:2; sid:1000021; rev:1;)`, webPort, attack, attack)
 	out, errOut, stop := runMonitorAt(t, d.socket, "sec/ids", "--mode", "passive", "--rule", rule)
-	d.cli(t, "tap", "add", "web-mirror", "--endpoint", "shop/web", "--monitor", "sec/ids", "--action", "mirror",
-		"--protocol", "TCP", "--port", fmt.Sprint(webPort))
+	d.cli(t, addWebTap("web-mirror", "mirror")...)
 	const requests = 3
 	for i := range requests {
 		c := testenv.HTTPClient(client.Netns, 5*time.Second)
