@@ -144,42 +144,39 @@ func agentError(socket, what string, err error) *types.Error {
 // plugin runs the commands against the agent.
 type plugin struct{}
 
-func (plugin) client(stdin []byte) (*netConf, *api.Client, string, *types.Error) {
-	c, socket, terr := parseConf(stdin)
+// call runs do against the agent the configuration in stdin names, with a request's time
+// limit, and returns do's error; a configuration it cannot read is the error instead.
+func (plugin) call(stdin []byte, do func(ctx context.Context, conf *netConf, cl *api.Client, socket string) error) error {
+	conf, socket, terr := parseConf(stdin)
 	if terr != nil {
-		return nil, nil, "", terr
+		return terr
 	}
-	return c, api.NewClient(socket), socket, nil
-}
-
-func ctxTimeout() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), requestTimeout)
+	cl := api.NewClient(socket)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	return do(ctx, conf, cl, socket)
 }
 
 func (p plugin) add(args *skel.CmdArgs) error {
-	conf, cl, socket, terr := p.client(args.StdinData)
-	if terr != nil {
-		return terr
-	}
-	defer cl.Close()
-	ns, name, terr := podArgs(args.Args)
-	if terr != nil {
-		return terr
-	}
-	if terr := checkNetns(args.Netns); terr != nil {
-		return terr
-	}
-	ctx, cancel := ctxTimeout()
-	defer cancel()
-	r, err := cl.CNIAdd(ctx, api.CNIAddRequest{ContainerID: args.ContainerID, Netns: args.Netns, IfName: args.IfName, PodNamespace: ns, PodName: name})
-	if err != nil {
-		return agentError(socket, "ADD", err)
-	}
-	res, err := cniResult(conf.CNIVersion, r)
-	if err != nil {
-		return types.NewError(types.ErrInternal, "ADD: the agent's answer", err.Error())
-	}
-	return types.PrintResult(res, conf.CNIVersion)
+	return p.call(args.StdinData, func(ctx context.Context, conf *netConf, cl *api.Client, socket string) error {
+		ns, name, terr := podArgs(args.Args)
+		if terr != nil {
+			return terr
+		}
+		if terr := checkNetns(args.Netns); terr != nil {
+			return terr
+		}
+		r, err := cl.CNIAdd(ctx, api.CNIAddRequest{ContainerID: args.ContainerID, Netns: args.Netns, IfName: args.IfName, PodNamespace: ns, PodName: name})
+		if err != nil {
+			return agentError(socket, "ADD", err)
+		}
+		res, err := cniResult(conf.CNIVersion, r)
+		if err != nil {
+			return types.NewError(types.ErrInternal, "ADD: the agent's answer", err.Error())
+		}
+		return types.PrintResult(res, conf.CNIVersion)
+	})
 }
 
 // cniResult renders the agent's answer as a result of the spec's 1.x format: the host
@@ -238,84 +235,64 @@ func ipConfig(addr, gateway string) (*types100.IPConfig, error) {
 }
 
 func (p plugin) del(args *skel.CmdArgs) error {
-	_, cl, socket, terr := p.client(args.StdinData)
-	if terr != nil {
-		return terr
-	}
-	defer cl.Close()
-	ctx, cancel := ctxTimeout()
-	defer cancel()
-	if err := cl.CNIDel(ctx, api.CNIAttachment{ContainerID: args.ContainerID, IfName: args.IfName}); err != nil {
-		return agentError(socket, "DEL", err)
-	}
-	return nil
+	return p.call(args.StdinData, func(ctx context.Context, _ *netConf, cl *api.Client, socket string) error {
+		if err := cl.CNIDel(ctx, api.CNIAttachment{ContainerID: args.ContainerID, IfName: args.IfName}); err != nil {
+			return agentError(socket, "DEL", err)
+		}
+		return nil
+	})
 }
 
 func (p plugin) check(args *skel.CmdArgs) error {
-	conf, cl, socket, terr := p.client(args.StdinData)
-	if terr != nil {
-		return terr
-	}
-	defer cl.Close()
-	ctx, cancel := ctxTimeout()
-	defer cancel()
-	r, err := cl.CNICheck(ctx, api.CNICheckRequest{CNIAttachment: api.CNIAttachment{ContainerID: args.ContainerID, IfName: args.IfName}, Netns: args.Netns})
-	if err != nil {
-		return agentError(socket, "CHECK", err)
-	}
-	// The runtime's record of the ADD (prevResult) must name the addresses the agent has.
-	if conf.RawPrevResult != nil {
-		if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
-			return types.NewError(types.ErrDecodingFailure, "CHECK: decoding prevResult", err.Error())
-		}
-		prev, err := types100.NewResultFromResult(conf.PrevResult)
+	return p.call(args.StdinData, func(ctx context.Context, conf *netConf, cl *api.Client, socket string) error {
+		r, err := cl.CNICheck(ctx, api.CNICheckRequest{CNIAttachment: api.CNIAttachment{ContainerID: args.ContainerID, IfName: args.IfName}, Netns: args.Netns})
 		if err != nil {
-			return types.NewError(types.ErrDecodingFailure, "CHECK: converting prevResult", err.Error())
+			return agentError(socket, "CHECK", err)
 		}
-		for _, addr := range []string{r.IP, r.IP6} {
-			if addr == "" {
-				continue
+		// The runtime's record of the ADD (prevResult) must name the addresses the agent has.
+		if conf.RawPrevResult != nil {
+			if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+				return types.NewError(types.ErrDecodingFailure, "CHECK: decoding prevResult", err.Error())
 			}
-			if !slices.ContainsFunc(prev.IPs, func(ipc *types100.IPConfig) bool { return ipc.Address.String() == addr }) {
-				return types.NewError(errAgentRefused, "CHECK: prevResult does not match the endpoint",
-					fmt.Sprintf("endpoint %s/%s has address %s, not in prevResult", r.Namespace, r.Name, addr))
+			prev, err := types100.NewResultFromResult(conf.PrevResult)
+			if err != nil {
+				return types.NewError(types.ErrDecodingFailure, "CHECK: converting prevResult", err.Error())
+			}
+			for _, addr := range []string{r.IP, r.IP6} {
+				if addr == "" {
+					continue
+				}
+				if !slices.ContainsFunc(prev.IPs, func(ipc *types100.IPConfig) bool { return ipc.Address.String() == addr }) {
+					return types.NewError(errAgentRefused, "CHECK: prevResult does not match the endpoint",
+						fmt.Sprintf("endpoint %s/%s has address %s, not in prevResult", r.Namespace, r.Name, addr))
+				}
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (p plugin) gc(args *skel.CmdArgs) error {
-	conf, cl, socket, terr := p.client(args.StdinData)
-	if terr != nil {
-		return terr
-	}
-	defer cl.Close()
-	req := api.CNIGCRequest{Valid: []api.CNIAttachment{}}
-	for _, a := range conf.ValidAttachments {
-		req.Valid = append(req.Valid, api.CNIAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
-	}
-	ctx, cancel := ctxTimeout()
-	defer cancel()
-	if _, err := cl.CNIGC(ctx, req); err != nil {
-		return agentError(socket, "GC", err)
-	}
-	return nil
+	return p.call(args.StdinData, func(ctx context.Context, conf *netConf, cl *api.Client, socket string) error {
+		req := api.CNIGCRequest{Valid: []api.CNIAttachment{}}
+		for _, a := range conf.ValidAttachments {
+			req.Valid = append(req.Valid, api.CNIAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
+		}
+		if _, err := cl.CNIGC(ctx, req); err != nil {
+			return agentError(socket, "GC", err)
+		}
+		return nil
+	})
 }
 
 func (p plugin) status(args *skel.CmdArgs) error {
-	_, cl, socket, terr := p.client(args.StdinData)
-	if terr != nil {
-		return terr
-	}
-	defer cl.Close()
-	ctx, cancel := ctxTimeout()
-	defer cancel()
-	if _, err := cl.Status(ctx); err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, "the Rampart agent is not available",
-			fmt.Sprintf("agent socket %s: %v", socket, err))
-	}
-	return nil
+	return p.call(args.StdinData, func(ctx context.Context, _ *netConf, cl *api.Client, socket string) error {
+		if _, err := cl.Status(ctx); err != nil {
+			return types.NewError(types.ErrPluginNotAvailable, "the Rampart agent is not available",
+				fmt.Sprintf("agent socket %s: %v", socket, err))
+		}
+		return nil
+	})
 }
 
 // about is what the plugin prints on stderr when run by hand.

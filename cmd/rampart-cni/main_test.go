@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -20,11 +19,7 @@ import (
 
 var bins = testenv.Binaries{Packages: []string{"./cmd/rampart-cni"}}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 func TestParseConf(t *testing.T) {
 	for _, tc := range []struct {

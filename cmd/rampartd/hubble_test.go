@@ -35,17 +35,10 @@ func TestHubbleCLI(t *testing.T) {
 		testenv.SkipOrFail(t, "hubble CLI missing (build with scripts/build-hubble.sh): %v", err)
 	}
 	bin := bins.Dir(t)
-	inst := "h" + testenv.Suffix(8)
-	sockDir, err := os.MkdirTemp("", "rp-hub-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sockDir, flags := instanceFlags(t, "h", "198.18.0.0/24")
+	inst := flagValue(flags, "--instance")
 	server := "unix://" + filepath.Join(sockDir, "hubble.sock")
-	flags := []string{"--instance", inst, "--state-dir", filepath.Join(t.TempDir(), "state"),
-		"--socket", filepath.Join(sockDir, "r.sock"), "--bpf-dir", "/sys/fs/bpf/rampart/" + inst,
-		"--node-netns", "rp-" + inst + "-node", "--pod-cidr", "198.18.0.0/24",
-		"--node-name", "node-" + inst, "--hubble-address", server}
+	flags = append(flags, "--node-name", "node-"+inst, "--hubble-address", server)
 	var daemonLog testenv.SyncBuffer
 	daemon := exec.Command(bin+"/rampartd", flags...)
 	daemon.Stderr = &daemonLog

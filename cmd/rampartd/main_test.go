@@ -31,16 +31,8 @@ import (
 func TestDaemonLifecycle(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := bins.Dir(t)
-	inst := "d" + testenv.Suffix(8)
-	sockDir, err := os.MkdirTemp("", "rp-sock-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockDir)
-	stateDir := filepath.Join(t.TempDir(), "state")
-	bpfDir := "/sys/fs/bpf/rampart/" + inst
-	flags := []string{"--instance", inst, "--state-dir", stateDir, "--socket", filepath.Join(sockDir, "r.sock"),
-		"--bpf-dir", bpfDir, "--node-netns", "rp-" + inst + "-node", "--pod-cidr", "198.18.0.0/24"}
+	sockDir, flags := instanceFlags(t, "d", "198.18.0.0/24")
+	inst, stateDir, bpfDir := flagValue(flags, "--instance"), flagValue(flags, "--state-dir"), flagValue(flags, "--bpf-dir")
 	uninstalled := false
 	t.Cleanup(func() {
 		if !uninstalled {
@@ -184,18 +176,11 @@ func TestHelpAndVersion(t *testing.T) {
 func TestCNIInstall(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := bins.Dir(t)
-	inst := "c" + testenv.Suffix(8)
-	sockDir, err := os.MkdirTemp("", "rp-sock-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockDir)
+	_, flags := instanceFlags(t, "c", "198.18.1.0/24")
+	socket := flagValue(flags, "--socket")
 	root := t.TempDir()
 	binDir, confDir := filepath.Join(root, "opt/cni/bin"), filepath.Join(root, "etc/cni/net.d")
-	socket := filepath.Join(sockDir, "r.sock")
-	flags := []string{"--instance", inst, "--state-dir", filepath.Join(root, "state"), "--socket", socket,
-		"--bpf-dir", "/sys/fs/bpf/rampart/" + inst, "--node-netns", "rp-" + inst + "-node", "--pod-cidr", "198.18.1.0/24",
-		"--cni-bin-dir", binDir, "--cni-conf-dir", confDir}
+	flags = append(flags, "--cni-bin-dir", binDir, "--cni-conf-dir", confDir)
 	uninstalled := false
 	t.Cleanup(func() {
 		if !uninstalled {
@@ -412,11 +397,7 @@ var bins = testenv.Binaries{
 	LDFlags:  "-X github.com/rampartnet/rampart/internal/version.Version=vtest-1.2.3 -X github.com/rampartnet/rampart/internal/version.Revision=feedbeef",
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 func runBin(path string, args ...string) (string, string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -473,6 +454,11 @@ func instanceFlags(t *testing.T, prefix, podCIDR string) (sockDir string, flags 
 	return sockDir, []string{"--instance", inst, "--state-dir", filepath.Join(t.TempDir(), "state"),
 		"--socket", filepath.Join(sockDir, "r.sock"), "--bpf-dir", "/sys/fs/bpf/rampart/" + inst,
 		"--node-netns", "rp-" + inst + "-node", "--pod-cidr", podCIDR}
+}
+
+// flagValue is the value of flag name in flags.
+func flagValue(flags []string, name string) string {
+	return flags[slices.Index(flags, name)+1]
 }
 
 // startDaemon starts rampartd with flags and extra; when the test ends it is killed and

@@ -2,18 +2,14 @@ package main_test
 
 import (
 	"encoding/json"
-	"fmt"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/promtest"
 )
 
 // TestDaemonMetrics runs rampartd with --metrics-address and reads its metrics as
@@ -41,7 +37,7 @@ func TestDaemonMetrics(t *testing.T) {
 	}
 	// The flow reader polls the event ring: the count comes within a poll or two.
 	if !testenv.Eventually(5*time.Second, func() bool { return scrape().find("rampart_flows_total", newTCP...) >= 1 }) {
-		t.Fatalf("the allowed connection is not counted:\n%s", scrape().dump("rampart_flows_total"))
+		t.Fatalf("the allowed connection is not counted:\n%s", scrape().Text("rampart_flows_total"))
 	}
 	m = scrape()
 	if got := m.value(t, "rampart_endpoints"); got != 2 {
@@ -66,7 +62,7 @@ func TestDaemonMetrics(t *testing.T) {
 	}
 	deny := []string{"type", "drop", "verdict", "DROPPED", "reason", "policy-default-deny", "direction", "ingress", "protocol", "TCP"}
 	if !testenv.Eventually(5*time.Second, func() bool { return scrape().find("rampart_flows_total", deny...) >= 1 }) {
-		t.Fatalf("the denied probe is not counted with its reason:\n%s", scrape().dump("rampart_flows_total"))
+		t.Fatalf("the denied probe is not counted with its reason:\n%s", scrape().Text("rampart_flows_total"))
 	}
 	m = scrape()
 	// Each probe is one SYN: admitted leaving x/a (both probes) and entering y/b (the
@@ -77,7 +73,7 @@ func TestDaemonMetrics(t *testing.T) {
 		want   float64
 	}{{deny, 1}, {newTCP, 1}, {newEgress, 2}} {
 		if got := m.value(t, "rampart_flows_total", c.labels...); got != c.want {
-			t.Errorf("rampart_flows_total%v = %v, want %v\n%s", c.labels, got, c.want, m.dump("rampart_flows_total"))
+			t.Errorf("rampart_flows_total%v = %v, want %v\n%s", c.labels, got, c.want, m.Text("rampart_flows_total"))
 		}
 	}
 	// Every dropped packet is an event and a count in the endpoint's counters.
@@ -90,7 +86,7 @@ func TestDaemonMetrics(t *testing.T) {
 	// The default deny's only entry in y/b's policy admits the host (--host-traffic=allow);
 	// x/a is selected by no policy.
 	if a, b := m.value(t, "rampart_endpoint_policy_entries", "endpoint", "x/a"), m.value(t, "rampart_endpoint_policy_entries", "endpoint", "y/b"); a != 0 || b != 1 {
-		t.Errorf("policy entries: x/a %v, y/b %v; want 0 and 1\n%s", a, b, m.dump("rampart_endpoint_policy_entries"))
+		t.Errorf("policy entries: x/a %v, y/b %v; want 0 and 1\n%s", a, b, m.Text("rampart_endpoint_policy_entries"))
 	}
 
 	// The same facts as the status the CLI shows.
@@ -120,26 +116,13 @@ func TestDaemonMetrics(t *testing.T) {
 	}
 }
 
-type metricFamilies map[string]*dto.MetricFamily
+type metricFamilies struct{ promtest.Families }
 
 // scrapeMetrics reads the agent's metrics from its --metrics-address addr as Prometheus
 // would.
 func scrapeMetrics(t *testing.T, addr string) metricFamilies {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parsing the metrics: %v", err)
-	}
-	return fams
+	return metricFamilies{promtest.Scrape(t, addr)}
 }
 
 // value is the value of the gauge or counter name with exactly the labels given as name,
@@ -147,7 +130,7 @@ func scrapeMetrics(t *testing.T, addr string) metricFamilies {
 // series does not exist. The metric must exist.
 func (fams metricFamilies) value(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	if fams[name] == nil {
+	if fams.Families[name] == nil {
 		t.Fatalf("no metric %s", name)
 	}
 	return fams.find(name, labels...)
@@ -155,46 +138,15 @@ func (fams metricFamilies) value(t *testing.T, name string, labels ...string) fl
 
 // find is value for a metric that may not exist yet (no series: 0).
 func (fams metricFamilies) find(name string, labels ...string) float64 {
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-	f := fams[name]
-	if f == nil {
-		return 0
-	}
-	for _, m := range f.Metric {
-		got := map[string]string{}
-		for _, l := range m.Label {
-			if l.GetValue() != "" {
-				got[l.GetName()] = l.GetValue()
-			}
-		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			continue
-		}
-		if m.Counter != nil {
-			return m.Counter.GetValue()
-		}
-		return m.Gauge.GetValue()
-	}
-	return 0
+	v, _ := fams.Value(name, labels...)
+	return v
 }
 
 func (fams metricFamilies) histogram(t *testing.T, name string) *dto.Histogram {
 	t.Helper()
-	f := fams[name]
+	f := fams.Families[name]
 	if f == nil || len(f.Metric) != 1 || f.Metric[0].Histogram == nil {
 		t.Fatalf("no histogram %s", name)
 	}
 	return f.Metric[0].Histogram
-}
-
-// dump renders family name's series, for failure messages.
-func (fams metricFamilies) dump(name string) string {
-	var b strings.Builder
-	if f := fams[name]; f != nil {
-		expfmt.MetricFamilyToText(&b, f)
-	}
-	return b.String()
 }

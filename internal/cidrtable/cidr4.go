@@ -364,6 +364,28 @@ func needsTop(sets *[cidrSets][]uint64) bool {
 func hostKeys(sets *[cidrSets][]uint64, seed uint32, keys []uint64) ([]uint64, uint32) {
 	var zero uint32
 	keys = keys[:0]
+	hostRanges(sets, func(i int, start, end uint64) {
+		for a := start; a < end; a++ {
+			if a == 0 {
+				zero |= 1 << i
+				continue
+			}
+			keys = append(keys, uint64(cidrHash(uint32(a), seed))<<5|uint64(i))
+		}
+	})
+	return keys, zero
+}
+
+// countHostKeys is the number of keys hostKeys will return.
+func countHostKeys(sets *[cidrSets][]uint64) int {
+	n := 0
+	hostRanges(sets, func(_ int, start, end uint64) { n += int(end - start) })
+	return n
+}
+
+// hostRanges calls f with each set's host-class (/25../32) prefixes as address ranges
+// [start, end), in order, leaving out a prefix that an earlier one of its set covers.
+func hostRanges(sets *[cidrSets][]uint64, f func(set int, start, end uint64)) {
 	for i, list := range sets {
 		var covered uint64
 		for _, e := range list {
@@ -375,36 +397,9 @@ func hostKeys(sets *[cidrSets][]uint64, seed uint32, keys []uint64) ([]uint64, u
 				continue
 			}
 			covered = end
-			for a := start; a < end; a++ {
-				if a == 0 {
-					zero |= 1 << i
-					continue
-				}
-				keys = append(keys, uint64(cidrHash(uint32(a), seed))<<5|uint64(i))
-			}
+			f(i, start, end)
 		}
 	}
-	return keys, zero
-}
-
-// countHostKeys is the number of keys hostKeys will return.
-func countHostKeys(sets *[cidrSets][]uint64) int {
-	n := 0
-	for _, list := range sets {
-		var covered uint64
-		for _, e := range list {
-			if v4bits(e) <= cidrTopBits {
-				continue
-			}
-			start, end := v4range(e)
-			if end <= covered {
-				continue
-			}
-			covered = end
-			n += int(end - start)
-		}
-	}
-	return n
 }
 
 // distinctHashes counts the distinct addresses in sorted keys.

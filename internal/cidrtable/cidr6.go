@@ -168,17 +168,24 @@ func buildV6(sets *[cidrSets][]v6key) []v6entry {
 			all = append(all, v6entry{k: k, own: 1 << i})
 		}
 	}
-	slices.SortFunc(all, func(a, b v6entry) int { return cmpV6(a.k, b.k) })
-	out := all[:0]
-	for _, e := range all {
+	out := mergeV6(all)
+	computeEff(out)
+	return slices.Clip(out)
+}
+
+// mergeV6 sorts entries by prefix and makes the entries of one prefix one, with their
+// own masks joined; it reuses the storage of entries.
+func mergeV6(entries []v6entry) []v6entry {
+	slices.SortFunc(entries, func(a, b v6entry) int { return cmpV6(a.k, b.k) })
+	out := entries[:0]
+	for _, e := range entries {
 		if len(out) > 0 && out[len(out)-1].k == e.k {
 			out[len(out)-1].own |= e.own
 			continue
 		}
 		out = append(out, e)
 	}
-	computeEff(out)
-	return slices.Clip(out)
+	return out
 }
 
 // trieWriter is the part of *ebpf.Map the IPv6 updates use (tests check the order of the

@@ -589,16 +589,7 @@ func v6Bulk(entries []v6entry, index uint8, ks []v6key, add bool) []v6entry {
 		for _, k := range ks {
 			next = append(next, v6entry{k: k, own: bit})
 		}
-		slices.SortFunc(next, func(a, b v6entry) int { return cmpV6(a.k, b.k) })
-		out := next[:0]
-		for _, e := range next {
-			if len(out) > 0 && out[len(out)-1].k == e.k {
-				out[len(out)-1].own |= e.own
-				continue
-			}
-			out = append(out, e)
-		}
-		next = out
+		next = mergeV6(next)
 	} else {
 		drop := make(map[v6key]bool, len(ks))
 		for _, k := range ks {

@@ -34,18 +34,11 @@ func (a *app) endpointAdd() *cobra.Command {
 		Short: "Create an endpoint: network namespace, veth, address, identity, policy",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ns, name, err := splitKey(args[0])
+			d, err := parsePodDecl(args[0], lbls, ports)
 			if err != nil {
 				return err
 			}
-			l, err := parseLabelSet(lbls)
-			if err != nil {
-				return err
-			}
-			spec := api.EndpointSpec{Namespace: ns, Name: name, Labels: l, IP: ip, ServiceAccount: sa, Monitor: monitor, Audit: audit}
-			if spec.Ports, err = parseNamedPorts(ports); err != nil {
-				return err
-			}
+			spec := api.EndpointSpec{Namespace: d.ns, Name: d.name, Labels: d.labels, Ports: d.ports, IP: ip, ServiceAccount: sa, Monitor: monitor, Audit: audit}
 			ep, err := a.client.AddEndpoint(contextOf(cmd), spec)
 			if err != nil {
 				return err
@@ -73,6 +66,29 @@ func (a *app) endpointAdd() *cobra.Command {
 	cmd.Flags().BoolVar(&audit, "audit", false, "put it in audit mode: its policies are not enforced, and what they would drop is forwarded and reported with verdict AUDIT (docs/observability.md)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
+}
+
+// podDecl is what endpoint add and remote add read alike: the NAMESPACE/NAME argument,
+// --labels and --port.
+type podDecl struct {
+	ns, name string
+	labels   map[string]string
+	ports    []api.NamedPort
+}
+
+func parsePodDecl(key string, lbls, ports []string) (podDecl, error) {
+	var d podDecl
+	var err error
+	if d.ns, d.name, err = splitKey(key); err != nil {
+		return podDecl{}, err
+	}
+	if d.labels, err = parseLabelSet(lbls); err != nil {
+		return podDecl{}, err
+	}
+	if d.ports, err = parseNamedPorts(ports); err != nil {
+		return podDecl{}, err
+	}
+	return d, nil
 }
 
 // parseNamedPorts reads the values of --port flags.

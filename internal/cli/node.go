@@ -97,19 +97,12 @@ func (a *app) remoteCommand() *cobra.Command {
 		Short: "Declare a pod on another node (or change it); its identity follows its labels",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ns, name, err := splitKey(args[0])
+			d, err := parsePodDecl(args[0], lbls, ports)
 			if err != nil {
 				return err
 			}
-			l, err := parseLabelSet(lbls)
-			if err != nil {
-				return err
-			}
-			spec := api.RemoteEndpointSpec{Node: node, IP: ip, Labels: l, ServiceAccount: sa, Identity: id, Monitor: monitor}
-			if spec.Ports, err = parseNamedPorts(ports); err != nil {
-				return err
-			}
-			r, err := a.client.PutRemoteEndpoint(contextOf(cmd), ns, name, spec)
+			spec := api.RemoteEndpointSpec{Node: node, IP: ip, Labels: d.labels, Ports: d.ports, ServiceAccount: sa, Identity: id, Monitor: monitor}
+			r, err := a.client.PutRemoteEndpoint(contextOf(cmd), d.ns, d.name, spec)
 			if err != nil {
 				return err
 			}

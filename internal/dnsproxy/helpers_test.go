@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -199,6 +200,14 @@ func (p *testPolicy) Learn(q Query, answers []Answer) error {
 	return nil
 }
 
+// checkLearntOnce fails the test unless the policy learnt once, the answers want.
+func (p *testPolicy) checkLearntOnce(t *testing.T, want []Answer) {
+	t.Helper()
+	if l := p.learns(); len(l) != 1 || !reflect.DeepEqual(l[0].answers, want) {
+		t.Errorf("learnt %+v, want %+v", l, want)
+	}
+}
+
 func (p *testPolicy) learns() []learnCall {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -225,6 +234,14 @@ func (e *events) all() []Event {
 
 // startProxy makes a proxy with cfg (listening on 127.0.0.1:0 unless set, sending every
 // query to upstream if set) and serves it until the test ends, when Serve must return nil.
+// startLocal starts a test server and a proxy with cfg and pol in front of it, both on
+// loopback.
+func startLocal(t *testing.T, cfg Config, pol Policy) (*testServer, *Proxy) {
+	t.Helper()
+	srv := startServer(t, "", netip.MustParseAddrPort("127.0.0.1:0"))
+	return srv, startProxy(t, cfg, pol, srv.addr)
+}
+
 func startProxy(t *testing.T, cfg Config, pol Policy, upstream netip.AddrPort) *Proxy {
 	t.Helper()
 	if !cfg.ListenAddr.IsValid() {

@@ -108,20 +108,8 @@ func (a *Allocator) ForLabels(l labels.Labels) Identity {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.init()
-	key := labelsKey(l)
-	if id, ok := a.byLabels[key]; ok {
-		return id
-	}
-	id, ok := a.findFree(&a.nextEndpoint, FirstEndpoint, lastEndpoint, func(id Identity) bool {
-		_, used := a.labels[id]
-		return used
-	})
-	if !ok {
-		panic("identity: endpoint identity range exhausted")
-	}
-	a.byLabels[key] = id
-	a.labels[id] = copyLabels(l)
-	return id
+	return allocate(a, a.byLabels, a.labels, &a.nextEndpoint, FirstEndpoint, lastEndpoint, labelsKey(l),
+		func() labels.Labels { return copyLabels(l) }, "endpoint")
 }
 
 // Claim gives label set l the endpoint identity id, which another allocator chose (the
@@ -167,18 +155,27 @@ func (a *Allocator) ForCIDR(p netip.Prefix) Identity {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.init()
-	if id, ok := a.byPrefix[p]; ok {
+	return allocate(a, a.byPrefix, a.prefixes, &a.nextCIDR, FirstCIDR, lastCIDR, p,
+		func() netip.Prefix { return p }, "CIDR")
+}
+
+// allocate returns the identity byKey has for key, or gives key the first free identity of
+// [first, last] from *cursor on, with the value v makes recorded for it in byID; what
+// names the range in the panic when every identity of it is in use. The caller holds
+// a.mu, after init.
+func allocate[K comparable, V any](a *Allocator, byKey map[K]Identity, byID map[Identity]V, cursor *Identity, first, last Identity, key K, v func() V, what string) Identity {
+	if id, ok := byKey[key]; ok {
 		return id
 	}
-	id, ok := a.findFree(&a.nextCIDR, FirstCIDR, lastCIDR, func(id Identity) bool {
-		_, used := a.prefixes[id]
+	id, ok := a.findFree(cursor, first, last, func(id Identity) bool {
+		_, used := byID[id]
 		return used
 	})
 	if !ok {
-		panic("identity: CIDR identity range exhausted")
+		panic("identity: " + what + " identity range exhausted")
 	}
-	a.byPrefix[p] = id
-	a.prefixes[id] = p
+	byKey[key] = id
+	byID[id] = v()
 	return id
 }
 

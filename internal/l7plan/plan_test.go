@@ -97,13 +97,9 @@ func TestBuildPlanStarwars(t *testing.T) {
 	w := l7plantest.NewWorld()
 	st := w.Compute(t,
 		// deathstar ingress: tiefighters may GET /v1 and POST /v1/request-landing.
-		policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "tiefighter")}},
-			Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET", Path: "/v1"}, policy.HTTPRule{Method: "POST", Path: "/v1/request-landing"})},
+		l7plantest.EndpointsRule(policy.Ingress, l7plantest.Sel(t, "class", "deathstar"), l7plantest.Sel(t, "class", "tiefighter"), l7plantest.L7Port(80, policy.HTTPRule{Method: "GET", Path: "/v1"}, policy.HTTPRule{Method: "POST", Path: "/v1/request-landing"})),
 		// The storage endpoint may reach the deathstar on port 80 without L7 rules.
-		policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "storage")}},
-			Ports: []policy.PortRule{{Protocol: policy.ProtoTCP, Port: 80}}},
+		l7plantest.EndpointsRule(policy.Ingress, l7plantest.Sel(t, "class", "deathstar"), l7plantest.Sel(t, "class", "storage"), []policy.PortRule{{Protocol: policy.ProtoTCP, Port: 80}}),
 	)
 	plan := BuildPlan(st, nil)
 	if len(plan.Chains) != 1 || plan.Chains[0].Name != "in:198.18.0.20:80" {
@@ -147,19 +143,14 @@ func TestBuildPlanStarwars(t *testing.T) {
 func TestBuildPlanPairsAndEgress(t *testing.T) {
 	w := l7plantest.NewWorld()
 	st := w.Compute(t,
-		policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "org", "empire")}},
-			Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET|PUT", Path: "/v1.*"})},
+		l7plantest.EndpointsRule(policy.Ingress, l7plantest.Sel(t, "class", "deathstar"), l7plantest.Sel(t, "org", "empire"), l7plantest.L7Port(80, policy.HTTPRule{Method: "GET|PUT", Path: "/v1.*"})),
 		// tiefighter egress: to the deathstar only GET, with a header, to the world only
 		// on the storage path; everything else on port 80 plainly allowed to storage.
-		policy.Rule{Subject: l7plantest.Sel(t, "class", "tiefighter"), Direction: policy.Egress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "deathstar")}},
-			Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET", Headers: []policy.HeaderMatch{{Name: "X-Token", Value: "vader"}}}, policy.HTTPRule{Method: "PUT", Host: "deathstar"})},
+		l7plantest.EndpointsRule(policy.Egress, l7plantest.Sel(t, "class", "tiefighter"), l7plantest.Sel(t, "class", "deathstar"), l7plantest.L7Port(80, policy.HTTPRule{Method: "GET", Headers: []policy.HeaderMatch{{Name: "X-Token", Value: "vader"}}}, policy.HTTPRule{Method: "PUT", Host: "deathstar"})),
 		policy.Rule{Subject: l7plantest.Sel(t, "class", "tiefighter"), Direction: policy.Egress, EnableDefaultDeny: true,
 			Peers: []policy.Peer{{Kind: policy.PeerCIDR, CIDR: netip.MustParsePrefix("192.0.2.0/24")}},
 			Ports: l7plantest.L7Port(80, policy.HTTPRule{Path: "/storage/.*"})},
-		policy.Rule{Subject: l7plantest.Sel(t, "class", "tiefighter"), Direction: policy.Egress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "storage")}}},
+		l7plantest.EndpointsRule(policy.Egress, l7plantest.Sel(t, "class", "tiefighter"), l7plantest.Sel(t, "class", "storage"), nil),
 		// A deny beats everything: no tiefighter2 to the deathstar.
 		policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, Deny: true,
 			Peers: []policy.Peer{{Kind: policy.PeerCIDR, CIDR: netip.MustParsePrefix("198.18.0.11/32")}}},
@@ -212,9 +203,7 @@ func TestBuildPlanRandom(t *testing.T) {
 // dataplane stops steering to them.
 func TestBuildPlanKeepsOldChains(t *testing.T) {
 	w := l7plantest.NewWorld()
-	l7 := policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
-		Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "tiefighter")}},
-		Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET"})}
+	l7 := l7plantest.EndpointsRule(policy.Ingress, l7plantest.Sel(t, "class", "deathstar"), l7plantest.Sel(t, "class", "tiefighter"), l7plantest.L7Port(80, policy.HTTPRule{Method: "GET"}))
 	old := w.Compute(t, l7)
 	plain := l7
 	plain.Ports = []policy.PortRule{{Protocol: policy.ProtoTCP, Port: 80}}
@@ -264,12 +253,8 @@ func TestAddrSetExceptions(t *testing.T) {
 func TestBuildPlanDualStack(t *testing.T) {
 	w := l7plantest.NewWorld()
 	st := w.Compute(t,
-		policy.Rule{Subject: l7plantest.Sel(t, "class", "deathstar"), Direction: policy.Ingress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "tiefighter")}},
-			Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET", Path: "/v1"})},
-		policy.Rule{Subject: l7plantest.Sel(t, "class", "tiefighter"), Direction: policy.Egress, EnableDefaultDeny: true,
-			Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: l7plantest.Sel(t, "class", "deathstar")}},
-			Ports: l7plantest.L7Port(80, policy.HTTPRule{Method: "GET|PUT"})},
+		l7plantest.EndpointsRule(policy.Ingress, l7plantest.Sel(t, "class", "deathstar"), l7plantest.Sel(t, "class", "tiefighter"), l7plantest.L7Port(80, policy.HTTPRule{Method: "GET", Path: "/v1"})),
+		l7plantest.EndpointsRule(policy.Egress, l7plantest.Sel(t, "class", "tiefighter"), l7plantest.Sel(t, "class", "deathstar"), l7plantest.L7Port(80, policy.HTTPRule{Method: "GET|PUT"})),
 	)
 	eps6 := make([]mapstate.Endpoint, 0, len(w.In.Endpoints))
 	for _, e := range w.In.Endpoints {

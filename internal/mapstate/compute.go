@@ -320,17 +320,7 @@ func newComputer(in *Input) *computer {
 		if !validEndpointIdentity(ep.Identity) || ep.Host {
 			continue
 		}
-		set, ok := c.portsByID[ep.Identity]
-		if !ok {
-			set = namedPortSet{}
-			c.portsByID[ep.Identity] = set
-			c.endpointIDs = append(c.endpointIDs, ep.Identity)
-		}
-		if sets := c.labelsByID[ep.Identity]; !slices.ContainsFunc(sets, func(l labels.Labels) bool { return sameLabels(l, ep.Labels) }) {
-			c.labelsByID[ep.Identity] = append(sets, ep.Labels)
-		}
-		set.add(ep.NamedPorts)
-		c.allPorts.add(ep.NamedPorts)
+		c.addPeer(ep.Identity, ep.Labels, ep.NamedPorts)
 	}
 	// Remote pods are peers like local endpoints (selected by their labels, and an egress
 	// rule's named port resolves against theirs as against a local peer's).
@@ -338,20 +328,27 @@ func newComputer(in *Input) *computer {
 		if !validEndpointIdentity(ep.Identity) {
 			continue
 		}
-		set, ok := c.portsByID[ep.Identity]
-		if !ok {
-			set = namedPortSet{}
-			c.portsByID[ep.Identity] = set
-			c.endpointIDs = append(c.endpointIDs, ep.Identity)
-		}
-		if sets := c.labelsByID[ep.Identity]; !slices.ContainsFunc(sets, func(l labels.Labels) bool { return sameLabels(l, ep.Labels) }) {
-			c.labelsByID[ep.Identity] = append(sets, ep.Labels)
-		}
-		set.add(ep.NamedPorts)
-		c.allPorts.add(ep.NamedPorts)
+		c.addPeer(ep.Identity, ep.Labels, ep.NamedPorts)
 	}
 	slices.Sort(c.endpointIDs)
 	return c
+}
+
+// addPeer records a local endpoint or a remote pod, a peer that policy selects by its
+// labels and whose named ports an egress rule resolves against: its identity, its labels
+// among its identity's, and its named ports.
+func (c *computer) addPeer(id identity.Identity, l labels.Labels, ports map[string]NamedPort) {
+	set, ok := c.portsByID[id]
+	if !ok {
+		set = namedPortSet{}
+		c.portsByID[id] = set
+		c.endpointIDs = append(c.endpointIDs, id)
+	}
+	if sets := c.labelsByID[id]; !slices.ContainsFunc(sets, func(o labels.Labels) bool { return sameLabels(o, l) }) {
+		c.labelsByID[id] = append(sets, l)
+	}
+	set.add(ports)
+	c.allPorts.add(ports)
 }
 
 // validEndpointIdentity excludes numbers that must never be used as an endpoint's peer
@@ -570,8 +567,8 @@ func ComputeWith(in Input, memo *Memo) (State, *Memo) {
 		st.L7 = append(st.L7, me.l7...)
 		st.DNS = append(st.DNS, me.dns...)
 	}
-	sortL7(st.L7)
-	sortDNS(st.DNS)
+	sortProxyRules(st.L7)
+	sortProxyRules(st.DNS)
 	return st, next
 }
 

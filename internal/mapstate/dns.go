@@ -1,7 +1,6 @@
 package mapstate
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
@@ -95,32 +94,10 @@ func dnsAt(keys []portKey, dp dnsPort) (sels []fqdn.Selector, ok bool) {
 	return sels, ok
 }
 
-// sortDNS sorts DNS rules by endpoint, protocol, port, rule ID and peers.
-func sortDNS(rs []DNSRule) {
-	slices.SortFunc(rs, func(a, b DNSRule) int {
-		return cmp.Or(
-			cmp.Compare(a.EndpointID, b.EndpointID),
-			cmp.Compare(a.Protocol, b.Protocol),
-			cmp.Compare(a.Port, b.Port),
-			cmp.Compare(a.RuleID, b.RuleID),
-			slices.Compare(a.Peers, b.Peers),
-		)
-	})
-}
-
 // DNSFor returns the DNS rules that apply to a query from endpoint epID over proto to a
 // server on port whose identities (its own, Any and its secondary identity, as the
 // dataplane looks them up) are ids. The query may go if one of their selectors matches its
 // name; no rule: the dataplane would not have steered it, and the proxy refuses it.
 func DNSFor(st State, epID uint32, proto policy.Protocol, port uint16, ids []identity.Identity) []DNSRule {
-	var out []DNSRule
-	for _, r := range st.DNS {
-		if r.EndpointID != epID || r.Protocol != proto || r.Port != port {
-			continue
-		}
-		if slices.ContainsFunc(r.Peers, func(p identity.Identity) bool { return slices.Contains(ids, p) }) {
-			out = append(out, r)
-		}
-	}
-	return out
+	return proxyRulesFor(st.DNS, proxyRuleKey{endpoint: epID, kind: uint8(proto), port: port}, ids)
 }

@@ -6,35 +6,15 @@ import (
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/labels/labelstest"
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
 // fullLabels builds an endpoint's full label set as the agent does (docs/architecture.md).
-func fullLabels(ns string, kv ...string) labels.Labels {
-	l := labels.Labels{
-		labels.KeyNamespace: ns,
-		labels.KeyNamespaceLabelPrefix + labels.KeyNamespaceName: ns,
-		labels.KeyCluster: "default",
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		l[kv[i]] = kv[i+1]
-	}
-	return l
-}
+var fullLabels = labelstest.Full
 
 // matchLabels builds a selector requiring each key=value.
-func matchLabels(t testing.TB, kv ...string) labels.Selector {
-	t.Helper()
-	var s labels.Selector
-	for i := 0; i+1 < len(kv); i += 2 {
-		r, err := labels.NewRequirement(kv[i], "In", []string{kv[i+1]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s = s.With(r)
-	}
-	return s
-}
+var matchLabels = labelstest.Match
 
 type world struct {
 	alloc *identity.Allocator

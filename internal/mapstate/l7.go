@@ -1,7 +1,6 @@
 package mapstate
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
@@ -102,34 +101,10 @@ func cloneHTTP(hs []policy.HTTPRule) []policy.HTTPRule {
 	return out
 }
 
-// sortL7 sorts L7 rules by endpoint, direction, port, rule ID and peers. Two rules with the
-// same first four have disjoint peers (a rule's peers are grouped by the requests they may
-// make), so the order is total.
-func sortL7(rs []L7Rule) {
-	slices.SortFunc(rs, func(a, b L7Rule) int {
-		return cmp.Or(
-			cmp.Compare(a.EndpointID, b.EndpointID),
-			cmp.Compare(a.Direction, b.Direction),
-			cmp.Compare(a.Port, b.Port),
-			cmp.Compare(a.RuleID, b.RuleID),
-			slices.Compare(a.Peers, b.Peers),
-		)
-	})
-}
-
 // l7For returns the L7 rules the proxy applies to a connection at endpoint epID in
 // direction dir to port, from a peer with the given identities (its identity, Any and its
 // secondary identity, as the dataplane looks them up): those whose peers contain one of
 // them. A request passes if it matches one of their HTTP rules.
 func l7For(st State, epID uint32, dir policy.Direction, port uint16, ids []identity.Identity) []L7Rule {
-	var out []L7Rule
-	for _, r := range st.L7 {
-		if r.EndpointID != epID || r.Direction != dir || r.Port != port {
-			continue
-		}
-		if slices.ContainsFunc(r.Peers, func(p identity.Identity) bool { return slices.Contains(ids, p) }) {
-			out = append(out, r)
-		}
-	}
-	return out
+	return proxyRulesFor(st.L7, proxyRuleKey{endpoint: epID, kind: uint8(dir), port: port}, ids)
 }

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/rampartnet/rampart/internal/api"
+	"github.com/rampartnet/rampart/internal/testenv/promtest"
 )
 
 // fakeSource is a Source with fixed answers; errs fail the named reads.
@@ -85,72 +85,23 @@ func newFake() *fakeSource {
 	}
 }
 
-// gather collects c and returns its families by name.
-func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]*dto.MetricFamily{}
-	for _, f := range fams {
-		out[f.GetName()] = f
-	}
-	return out
-}
-
 // value returns the value of the series of family name with exactly labels (name=value
 // pairs), failing the test if there is none.
-func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+func value(t *testing.T, fams promtest.Families, name string, labels ...string) float64 {
 	t.Helper()
-	m := find(fams, name, labels...)
+	m := fams.Series(name, labels...)
 	if m == nil {
 		t.Fatalf("no series %s%v", name, labels)
 	}
-	switch {
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Counter != nil:
-		return m.Counter.GetValue()
+	if m.Gauge == nil && m.Counter == nil {
+		t.Fatalf("%s%v is neither a gauge nor a counter", name, labels)
 	}
-	t.Fatalf("%s%v is neither a gauge nor a counter", name, labels)
-	return 0
-}
-
-func find(fams map[string]*dto.MetricFamily, name string, labels ...string) *dto.Metric {
-	f := fams[name]
-	if f == nil {
-		return nil
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-next:
-	for _, m := range f.Metric {
-		got := map[string]string{}
-		for _, l := range m.Label {
-			if l.GetValue() != "" {
-				got[l.GetName()] = l.GetValue()
-			}
-		}
-		if len(got) != len(want) {
-			continue
-		}
-		for k, v := range want {
-			if got[k] != v {
-				continue next
-			}
-		}
-		return m
-	}
-	return nil
+	v, _ := fams.Value(name, labels...)
+	return v
 }
 
 func TestCollectorValues(t *testing.T) {
-	fams := gather(t, NewCollector(newFake(), quiet()))
+	fams := promtest.Gather(t, NewCollector(newFake(), quiet()))
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -203,20 +154,20 @@ func TestCollectorValues(t *testing.T) {
 		}
 	}
 	// Endpoints without counters and taps without counters have no counter series.
-	if find(fams, "rampart_endpoint_packets_total", "endpoint", "x/b", "direction", "ingress") != nil || find(fams, "rampart_tap_mirrored_packets_total", "tap", "idle") != nil {
+	if fams.Series("rampart_endpoint_packets_total", "endpoint", "x/b", "direction", "ingress") != nil || fams.Series("rampart_tap_mirrored_packets_total", "tap", "idle") != nil {
 		t.Error("counters of an endpoint or tap that has none")
 	}
 	// Histograms: buckets are cumulative.
-	h := find(fams, "rampart_policy_apply_duration_seconds").GetHistogram()
+	h := fams.Series("rampart_policy_apply_duration_seconds").GetHistogram()
 	if h.GetSampleCount() != 4 || h.GetSampleSum() != 12 || len(h.Bucket) != 2 ||
 		h.Bucket[0].GetUpperBound() != 0.001 || h.Bucket[0].GetCumulativeCount() != 3 || h.Bucket[1].GetCumulativeCount() != 3 {
 		t.Errorf("apply histogram: %v", h)
 	}
-	h = find(fams, "rampart_l7_request_duration_seconds").GetHistogram()
+	h = fams.Series("rampart_l7_request_duration_seconds").GetHistogram()
 	if h.GetSampleCount() != 4 || h.Bucket[1].GetCumulativeCount() != 3 {
 		t.Errorf("L7 latency histogram: %v", h)
 	}
-	if find(fams, "rampart_kubernetes_propagation_duration_seconds").GetHistogram().GetSampleCount() != 1 {
+	if fams.Series("rampart_kubernetes_propagation_duration_seconds").GetHistogram().GetSampleCount() != 1 {
 		t.Error("propagation histogram missing in Kubernetes mode")
 	}
 	if f := fams["rampart_monitor_alerts_total"]; f.GetType() != dto.MetricType_COUNTER || len(f.Metric) != 3 {
@@ -228,7 +179,7 @@ func TestCollectorOutsideKubernetesAndFailedReads(t *testing.T) {
 	src := newFake()
 	src.status.Kubernetes, src.status.Monitors, src.status.Proxy.FastPath = nil, nil, nil
 	src.metrics.Monitors = nil
-	fams := gather(t, NewCollector(src, quiet()))
+	fams := promtest.Gather(t, NewCollector(src, quiet()))
 	for _, name := range []string{"rampart_kubernetes_synced", "rampart_kubernetes_propagation_duration_seconds", "rampart_monitors", "rampart_l7_fastpath_requests_total",
 		"rampart_monitor_alerts_total", "rampart_monitor_last_report_timestamp_seconds"} {
 		if fams[name] != nil {
@@ -237,7 +188,7 @@ func TestCollectorOutsideKubernetesAndFailedReads(t *testing.T) {
 	}
 	// A read that fails leaves its metrics out, says so, and the others stand.
 	src.errs = map[string]error{"taps": errors.New("reading tap counters: boom")}
-	fams = gather(t, NewCollector(src, quiet()))
+	fams = promtest.Gather(t, NewCollector(src, quiet()))
 	if value(t, fams, "rampart_scrape_source_up", "source", "taps") != 0 || value(t, fams, "rampart_scrape_source_up", "source", "status") != 1 {
 		t.Error("source_up does not tell the failed read")
 	}

@@ -338,25 +338,32 @@ func grantPolicy(dir policy.Direction, g l7plan.Grant) *rbacconfig.Policy {
 }
 
 func addrPrincipal(s l7plan.AddrSet) *rbacconfig.Principal {
-	ip := func(p netip.Prefix) *rbacconfig.Principal {
+	return addrMatcher(s, func(p netip.Prefix) *rbacconfig.Principal {
 		return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_RemoteIp{RemoteIp: cidr(p)}}
-	}
-	var ids []*rbacconfig.Principal
+	}, func(id, except *rbacconfig.Principal) *rbacconfig.Principal {
+		return &rbacconfig.Principal{Identifier: &rbacconfig.Principal_AndIds{AndIds: &rbacconfig.Principal_Set{Ids: []*rbacconfig.Principal{
+			id,
+			{Identifier: &rbacconfig.Principal_NotId{NotId: except}},
+		}}}}
+	}, orPrincipal)
+}
+
+// addrMatcher is the RBAC matcher (a principal or a permission) of the addresses of s:
+// ip matches one prefix, andNot one matcher but not another, and or any of several.
+func addrMatcher[M any](s l7plan.AddrSet, ip func(netip.Prefix) M, andNot func(M, M) M, or func([]M) M) M {
+	var ms []M
 	for _, r := range s {
-		id := ip(r.Prefix)
+		m := ip(r.Prefix)
 		if len(r.Except) > 0 {
-			var ex []*rbacconfig.Principal
+			var ex []M
 			for _, e := range r.Except {
 				ex = append(ex, ip(e))
 			}
-			id = &rbacconfig.Principal{Identifier: &rbacconfig.Principal_AndIds{AndIds: &rbacconfig.Principal_Set{Ids: []*rbacconfig.Principal{
-				id,
-				{Identifier: &rbacconfig.Principal_NotId{NotId: orPrincipal(ex)}},
-			}}}}
+			m = andNot(m, or(ex))
 		}
-		ids = append(ids, id)
+		ms = append(ms, m)
 	}
-	return orPrincipal(ids)
+	return or(ms)
 }
 
 func orPrincipal(ids []*rbacconfig.Principal) *rbacconfig.Principal {
@@ -367,22 +374,11 @@ func orPrincipal(ids []*rbacconfig.Principal) *rbacconfig.Principal {
 }
 
 func addrPermission(s l7plan.AddrSet) *rbacconfig.Permission {
-	ip := func(p netip.Prefix) *rbacconfig.Permission {
+	return addrMatcher(s, func(p netip.Prefix) *rbacconfig.Permission {
 		return &rbacconfig.Permission{Rule: &rbacconfig.Permission_DestinationIp{DestinationIp: cidr(p)}}
-	}
-	var rules []*rbacconfig.Permission
-	for _, r := range s {
-		perm := ip(r.Prefix)
-		if len(r.Except) > 0 {
-			var ex []*rbacconfig.Permission
-			for _, e := range r.Except {
-				ex = append(ex, ip(e))
-			}
-			perm = andPerm(perm, &rbacconfig.Permission{Rule: &rbacconfig.Permission_NotRule{NotRule: orPerm(ex)}})
-		}
-		rules = append(rules, perm)
-	}
-	return orPerm(rules)
+	}, func(perm, except *rbacconfig.Permission) *rbacconfig.Permission {
+		return andPerm(perm, &rbacconfig.Permission{Rule: &rbacconfig.Permission_NotRule{NotRule: except}})
+	}, orPerm)
 }
 
 func andPerm(ps ...*rbacconfig.Permission) *rbacconfig.Permission {

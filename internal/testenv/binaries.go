@@ -13,7 +13,7 @@ import (
 
 // Binaries builds the project's commands once per test binary for tests that run them as
 // processes (demos, the README, the daemon's flags). Declare one per package, build with
-// Dir, and call Remove from TestMain.
+// Dir, and call Main from TestMain (or Remove from one of the package's own).
 type Binaries struct {
 	// Packages are the import paths to build, e.g. "./cmd/rampartd" (relative to the
 	// repository's root; those under ./examples/ are built in the examples module).
@@ -24,6 +24,14 @@ type Binaries struct {
 	once sync.Once
 	dir  string
 	err  error
+}
+
+// Main is a test package's TestMain: it runs the tests, removes the built binaries and
+// exits with the tests' code.
+func (b *Binaries) Main(m *testing.M) {
+	code := m.Run()
+	b.Remove()
+	os.Exit(code)
 }
 
 // Dir returns the directory holding the built binaries, building them on first use.

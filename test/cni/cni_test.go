@@ -27,11 +27,7 @@ import (
 
 var bins = testenv.Binaries{Packages: []string{"./cmd/rampart-cni"}}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 // runtime is what a container runtime holds: the plugin directory, its result cache and
 // the network configuration list.

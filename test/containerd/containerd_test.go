@@ -18,11 +18,7 @@ import (
 
 var bins = testenv.Binaries{Packages: []string{"./cmd/rampart-cni"}}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 const denyIngressStore = `apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy

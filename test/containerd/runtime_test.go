@@ -211,12 +211,7 @@ func (c *containerd) stop() {
 	if c.cmd == nil {
 		return
 	}
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(20 * time.Second):
-		c.cmd.Process.Kill()
-		<-c.done
+	if !testenv.Terminate(c.cmd.Process, c.done, 20*time.Second) {
 		c.t.Errorf("containerd did not stop within 20s of SIGTERM")
 	}
 	c.cmd = nil

@@ -18,15 +18,29 @@ import (
 // startClusterDemo runs scripts/demo-cluster.sh: a cluster whose state directory is
 // /run/rampart-demo-dc<suffix>, held by a clusterctl process whose command line names it.
 func startClusterDemo(t *testing.T) *demo {
+	requireCluster(t, false)
+	inst := "dc" + testenv.Suffix(6)
+	// Real nodes: a few minutes, plus the wait for another real-node test's cluster.
+	d := startScript(t, "scripts/demo-cluster.sh", inst, 20*time.Minute)
+	heldCluster(d, "/run/rampart-demo-"+inst)
+	return d
+}
+
+// requireCluster skips (or fails) the test unless it can run a cluster of real nodes:
+// root, the control plane's binaries, and the nodes' (with the store's image if
+// storeImage).
+func requireCluster(t *testing.T, storeImage bool) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	if _, err := os.Stat(filepath.Join(k8stest.BinDir(t), "kube-apiserver")); err != nil {
 		testenv.SkipOrFail(t, "control plane binaries missing (scripts/build-k8s.sh): %v", err)
 	}
-	nodetest.FindBins(t, false)
-	inst := "dc" + testenv.Suffix(6)
-	dir := "/run/rampart-demo-" + inst
-	// Real nodes: a few minutes, plus the wait for another real-node test's cluster.
-	d := startScript(t, "scripts/demo-cluster.sh", inst, 20*time.Minute)
+	nodetest.FindBins(t, storeImage)
+}
+
+// heldCluster makes demo d's leftovers and removal those of the cluster of state
+// directory dir: the directory and the clusterctl processes holding it.
+func heldCluster(d *demo, dir string) {
 	d.leftovers = func() []string {
 		var left []string
 		if _, err := os.Stat(dir); err == nil {
@@ -45,7 +59,6 @@ func startClusterDemo(t *testing.T) *demo {
 		testenv.Eventually(3*time.Minute, func() bool { return len(holders(dir)) == 0 })
 		os.RemoveAll(dir)
 	}
-	return d
 }
 
 // holders are the running clusterctl processes holding the cluster of state directory dir.

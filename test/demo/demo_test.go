@@ -24,11 +24,7 @@ var bins = testenv.Binaries{Packages: []string{"./cmd/rampart", "./cmd/rampartd"
 	"./test/rampart-testserver", "./test/cluster/clusterctl", "./examples/marketplace/cmd/marketplace",
 	"./examples/dvdrental/cmd/dvdrental"}}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 // demo is one run of a demo script in its own process group.
 type demo struct {

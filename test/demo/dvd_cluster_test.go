@@ -2,56 +2,29 @@ package demo
 
 import (
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rampartnet/rampart/internal/testenv"
-	"github.com/rampartnet/rampart/internal/testenv/k8stest"
-	"github.com/rampartnet/rampart/internal/testenv/nodetest"
 )
 
 // startDVDClusterDemo runs scripts/demo-dvdrental.sh --cluster: a cluster whose state
 // directory is /run/rampart-demo-dvc<suffix>, held by a clusterctl process whose command
 // line names it.
 func startDVDClusterDemo(t *testing.T) *demo {
-	testenv.RequireRoot(t)
-	if _, err := os.Stat(filepath.Join(k8stest.BinDir(t), "kube-apiserver")); err != nil {
-		testenv.SkipOrFail(t, "control plane binaries missing (scripts/build-k8s.sh): %v", err)
-	}
-	nodetest.FindBins(t, true)
+	requireCluster(t, true)
 	for _, f := range []string{"/usr/lib/postgresql/15/bin/postgres", "/usr/sbin/mosquitto", "/usr/bin/suricata"} {
 		if _, err := os.Stat(f); err != nil {
 			testenv.SkipOrFail(t, "the store's image needs %s (scripts/setup.sh, scripts/install-suricata.sh): %v", f, err)
 		}
 	}
 	inst := "dvc" + testenv.Suffix(6)
-	dir := "/run/rampart-demo-" + inst
 	// DEMO_CLUSTER=1 is --cluster: startScript runs the script with no arguments.
 	t.Setenv("DEMO_CLUSTER", "1")
 	// Real nodes: a few minutes, plus the wait for another real-node test's cluster.
 	d := startScript(t, "scripts/demo-dvdrental.sh", inst, 20*time.Minute)
-	d.leftovers = func() []string {
-		var left []string
-		if _, err := os.Stat(dir); err == nil {
-			left = append(left, dir)
-		}
-		for _, pid := range holders(dir) {
-			left = append(left, "process "+strconv.Itoa(pid))
-		}
-		return left
-	}
-	d.remove = func() {
-		// The holder removes the cluster on SIGTERM, as scripts/cluster.sh stop asks.
-		for _, pid := range holders(dir) {
-			syscall.Kill(pid, syscall.SIGTERM)
-		}
-		testenv.Eventually(3*time.Minute, func() bool { return len(holders(dir)) == 0 })
-		os.RemoveAll(dir)
-	}
+	heldCluster(d, "/run/rampart-demo-"+inst)
 	return d
 }
 

@@ -19,11 +19,7 @@ import (
 
 var bins = testenv.Binaries{Packages: []string{"./cmd/rampartd", "./cmd/rampart"}}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 // decodeFile reads the one object of a deploy/ file (or another directory's, name
 // relative to the module root with a slash) into obj.

@@ -117,16 +117,8 @@ func (n *twoNodes) pods(t *testing.T) (a, c, b api.Endpoint) {
 	return a, c, b
 }
 
-const allowAToB80 = `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: b-from-a, namespace: x}
-spec:
-  podSelector: {matchLabels: {pod: b}}
-  ingress:
-  - from:
-    - podSelector: {matchLabels: {pod: a}}
-    ports: [{port: 80, protocol: TCP}, {port: 80, protocol: UDP}]
-`
+// allowAToB80: x/b admits x/a on port 80, TCP and UDP.
+var allowAToB80 = testenv.AllowAToB80
 
 // flowsOf returns the flows agent e has seen since it started.
 func flowsOf(t *testing.T, e *agenttest.Env) []api.Flow {

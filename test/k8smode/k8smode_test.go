@@ -120,16 +120,8 @@ func waitRemote(t *testing.T, c *clustertest.Cluster, pods ...*clustertest.Pod) 
 	}
 }
 
-const allowAToB80 = `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: b-from-a, namespace: x}
-spec:
-  podSelector: {matchLabels: {pod: b}}
-  ingress:
-  - from:
-    - podSelector: {matchLabels: {pod: a}}
-    ports: [{port: 80, protocol: TCP}, {port: 80, protocol: UDP}]
-`
+// allowAToB80: x/b admits x/a on port 80, TCP and UDP.
+var allowAToB80 = testenv.AllowAToB80
 
 const cnpCToB81 = `apiVersion: cilium.io/v2
 kind: CiliumNetworkPolicy

@@ -22,15 +22,21 @@ import (
 )
 
 // tapWeb mirrors shop/b's TCP port 80, both ways, to the monitor pod sec/ids.
-const tapWeb = `apiVersion: rampart.io/v1alpha1
+var tapWeb = mirrorPort80("web", "shop/b")
+
+// mirrorPort80 is TapContract name mirroring TCP port 80 of endpoint source, both ways,
+// to the monitor pod sec/ids.
+func mirrorPort80(name, source string) string {
+	return `apiVersion: rampart.io/v1alpha1
 kind: TapContract
-metadata: {name: web}
+metadata: {name: ` + name + `}
 spec:
-  source: {endpoint: shop/b}
+  source: {endpoint: ` + source + `}
   monitor: sec/ids
   match: {protocol: TCP, ports: [80]}
   action: Mirror
 `
+}
 
 // tapBad names ports without a port protocol: the schema lets it through, the parser
 // refuses it naming spec.match.ports.
@@ -222,15 +228,7 @@ spec:
 
 // tapRemote mirrors shop/d's TCP port 80, both ways, to the monitor pod sec/ids, which runs
 // on another node.
-const tapRemote = `apiVersion: rampart.io/v1alpha1
-kind: TapContract
-metadata: {name: remote}
-spec:
-  source: {endpoint: shop/d}
-  monitor: sec/ids
-  match: {protocol: TCP, ports: [80]}
-  action: Mirror
-`
+var tapRemote = mirrorPort80("remote", "shop/d")
 
 // A monitor pod on one node receives the copies of a pod on another through the tap
 // tunnel (VXLAN between the nodes): the contract names the monitor's node on the source's

@@ -201,9 +201,9 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"manifests", []string{"deploy"}},
-	{"leaves", []string{"internal/version", "internal/labels", "internal/fqdn", "internal/netns", "internal/podaddr", "internal/proxy/http1", "internal/testenv/alloc", "internal/cidrtable/cidrtest", "internal/testenv/controlplane", "internal/k8s/crds", "internal/cniinstall", "internal/hubble/flowpb", "internal/hubble/relaypb", "examples/marketplace"}},
+	{"leaves", []string{"internal/version", "internal/labels", "internal/fqdn", "internal/netns", "internal/podaddr", "internal/proxy/http1", "internal/testenv/alloc", "internal/testenv/promtest", "internal/cidrtable/cidrtest", "internal/testenv/controlplane", "internal/k8s/crds", "internal/cniinstall", "internal/hubble/flowpb", "internal/hubble/relaypb", "examples/marketplace"}},
 	{"core: tap contracts, Services", []string{"internal/tap", "internal/service"}},
-	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv"}},
+	{"core: policy, identities", []string{"internal/policy", "internal/identity", "internal/testenv", "internal/labels/labelstest"}},
 	{"core: map state, flow vocabulary", []string{"internal/mapstate", "internal/flow"}},
 	{"core: L7 plan, tap policy, suggested policy", []string{"internal/l7plan", "internal/tappolicy", "internal/suggest"}},
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},

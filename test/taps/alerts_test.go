@@ -140,8 +140,7 @@ func TestMonitorRunMirrorAlertsJoined(t *testing.T) {
 	s := newShop(t)
 	rule := fmt.Sprintf(`alert tcp any any -> any %d (msg:"%s"; flow:to_server,established; content:"%s"; sid:1000011; rev:1;)`, webPort, attack, attack)
 	out, errOut, stop := s.runMonitor(t, "sec/ids", "--mode", "passive", "--rule", rule)
-	s.e.MustCLI("tap", "add", "web-mirror", "--endpoint", "shop/web", "--monitor", "sec/ids", "--action", "mirror",
-		"--protocol", "TCP", "--port", fmt.Sprint(webPort))
+	s.e.MustCLI(addWebTap("web-mirror", "mirror")...)
 	if got, err := s.post(t, "buy "+attack, 5*time.Second); err != nil || got != "ok" {
 		t.Fatalf("request through the mirror: %q, %v", got, err)
 	}
@@ -176,8 +175,7 @@ func TestMonitorRunInlineBlockJoined(t *testing.T) {
 	s := newShop(t)
 	rule := fmt.Sprintf(`drop tcp any any -> any %d (msg:"%s"; flow:to_server,established; content:"%s"; sid:1000012; rev:1;)`, webPort, attack, attack)
 	out, _, stop := s.runMonitor(t, "sec/ids", "--mode", "inline", "--rule", rule)
-	s.e.MustCLI("tap", "add", "web-inline", "--endpoint", "shop/web", "--monitor", "sec/ids", "--action", "redirect",
-		"--protocol", "TCP", "--port", fmt.Sprint(webPort))
+	s.e.MustCLI(addWebTap("web-inline", "redirect")...)
 	if got, err := s.post(t, "hello", 5*time.Second); err != nil || got != "ok" {
 		t.Fatalf("benign request through the inline monitor: %q, %v", got, err)
 	}
@@ -242,8 +240,7 @@ end
 		t.Fatalf("a Lua script without --lua-allow: exit %d, %s", code, errs)
 	}
 	out, _, _ := s.runMonitor(t, "sec/ids", "--mode", "passive", "--lua-allow", "--lua", lua, "--rules", ruleFile)
-	s.e.MustCLI("tap", "add", "web-mirror", "--endpoint", "shop/web", "--monitor", "sec/ids", "--action", "mirror",
-		"--protocol", "TCP", "--port", fmt.Sprint(webPort))
+	s.e.MustCLI(addWebTap("web-mirror", "mirror")...)
 	for _, body := range []string{"rental 7 user=alice", "rental 7 user=alice", "rental 7 user=bob"} {
 		if got, err := s.post(t, body, 5*time.Second); err != nil || got != "ok" {
 			t.Fatalf("request %q: %q, %v", body, got, err)

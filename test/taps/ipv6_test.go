@@ -31,8 +31,7 @@ func TestSuricataOverIPv6(t *testing.T) {
 	t.Cleanup(srv.Close)
 	alert := fmt.Sprintf(`alert tcp any any -> any %d (msg:"%s"; flow:to_server,established; content:"%s"; sid:1000061; rev:1;)`, webPort, attack, attack)
 	m := s.monitor(t, suricata.Passive, alert)
-	s.e.MustCLI("tap", "add", "web-mirror6", "--endpoint", "shop/web", "--monitor", "sec/ids", "--action", "mirror",
-		"--protocol", "TCP", "--port", fmt.Sprint(webPort))
+	s.e.MustCLI(addWebTap("web-mirror6", "mirror")...)
 	for _, body := range []string{"hello", "buy " + attack} {
 		if got, err := s.postTo(t, web6.String(), body, 5*time.Second); err != nil || got != "ok" {
 			t.Fatalf("IPv6 request %q through the mirror: %q, %v", body, got, err)
@@ -57,8 +56,7 @@ func TestSuricataOverIPv6(t *testing.T) {
 
 	block := fmt.Sprintf(`drop tcp any any -> any %d (msg:"%s"; flow:to_server,established; content:"%s"; sid:1000062; rev:1;)`, webPort, attack, attack)
 	ips := s.monitor(t, suricata.IPS, block)
-	s.e.MustCLI("tap", "add", "web-inline6", "--endpoint", "shop/web", "--monitor", "sec/ids", "--action", "redirect",
-		"--protocol", "TCP", "--port", fmt.Sprint(webPort))
+	s.e.MustCLI(addWebTap("web-inline6", "redirect")...)
 	if got, err := s.postTo(t, web6.String(), "hello", 5*time.Second); err != nil || got != "ok" {
 		t.Fatalf("benign IPv6 request through the inline monitor: %q, %v", got, err)
 	}

@@ -16,14 +16,11 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/cli"
 	"github.com/rampartnet/rampart/internal/monitor/join"
 	"github.com/rampartnet/rampart/internal/testenv"
+	"github.com/rampartnet/rampart/internal/testenv/promtest"
 )
 
 // daemon is rampartd run as a process, as an operator runs it, with its Prometheus
@@ -88,55 +85,9 @@ func (d *daemon) cli(t *testing.T, args ...string) string {
 }
 
 // scrape reads the daemon's metrics as Prometheus does.
-func (d *daemon) scrape(t *testing.T) map[string]*dto.MetricFamily {
+func (d *daemon) scrape(t *testing.T) promtest.Families {
 	t.Helper()
-	resp, err := http.Get("http://" + d.metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parsing the metrics: %v", err)
-	}
-	return fams
-}
-
-// series returns the value of family name's series with exactly labels (name=value pairs;
-// an empty value is an absent label), and whether there is one.
-func series(fams map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		if labels[i+1] != "" {
-			want[labels[i]] = labels[i+1]
-		}
-	}
-next:
-	for _, m := range fams[name].GetMetric() {
-		got := map[string]string{}
-		for _, l := range m.Label {
-			if l.GetValue() != "" {
-				got[l.GetName()] = l.GetValue()
-			}
-		}
-		if len(got) != len(want) {
-			continue
-		}
-		for k, v := range want {
-			if got[k] != v {
-				continue next
-			}
-		}
-		if m.Counter != nil {
-			return m.Counter.GetValue(), true
-		}
-		return m.Gauge.GetValue(), true
-	}
-	return 0, false
+	return promtest.Scrape(t, d.metrics)
 }
 
 // printedAlerts counts the alerts monitor run printed (-o json) that the join attributed
@@ -188,8 +139,7 @@ func TestMonitorRunAlertsInMetrics(t *testing.T) {
 
 	rule := fmt.Sprintf(`alert tcp any any -> any %d (msg:"%s"; flow:to_server,established; content:"%s"; priority:2; sid:1000021; rev:1;)`, webPort, attack, attack)
 	out, errOut, stop := runMonitorAt(t, d.socket, "sec/ids", "--mode", "passive", "--rule", rule)
-	d.cli(t, "tap", "add", "web-mirror", "--endpoint", "shop/web", "--monitor", "sec/ids", "--action", "mirror",
-		"--protocol", "TCP", "--port", fmt.Sprint(webPort))
+	d.cli(t, addWebTap("web-mirror", "mirror")...)
 	const requests = 3
 	for i := range requests {
 		c := testenv.HTTPClient(client.Netns, 5*time.Second)
@@ -207,15 +157,15 @@ func TestMonitorRunAlertsInMetrics(t *testing.T) {
 	alerts := []string{"monitor", "sec/ids", "contract", "web-mirror", "severity", "2"}
 	monitor := []string{"monitor", "sec/ids"}
 	// reported waits until the agent's metrics count what monitor run printed.
-	reported := func(when string) map[string]*dto.MetricFamily {
+	reported := func(when string) promtest.Families {
 		t.Helper()
-		var fams map[string]*dto.MetricFamily
+		var fams promtest.Families
 		var got float64
 		var printed int
 		if !testenv.Eventually(10*time.Second, func() bool {
 			fams = d.scrape(t)
 			printed = printedAlerts(out, "web-mirror")
-			got, _ = series(fams, "rampart_monitor_alerts_total", alerts...)
+			got, _ = fams.Value("rampart_monitor_alerts_total", alerts...)
 			return got == float64(printed)
 		}) {
 			t.Fatalf("%s: rampart_monitor_alerts_total%v = %v, monitor run printed %d\nstderr of monitor run:\n%s", when, alerts, got, printed, errOut)
@@ -227,17 +177,17 @@ func TestMonitorRunAlertsInMetrics(t *testing.T) {
 	// Suricata's stats come every second: its capture counters once it wrote one.
 	if !testenv.Eventually(10*time.Second, func() bool {
 		fams = d.scrape(t)
-		n, _ := series(fams, "rampart_monitor_capture_packets_total", monitor...)
+		n, _ := fams.Value("rampart_monitor_capture_packets_total", monitor...)
 		return n > 0
 	}) {
 		t.Errorf("rampart_monitor_capture_packets_total%v stays 0 after %d mirrored connections", monitor, requests)
 	}
 	for _, name := range []string{"rampart_monitor_drops_total", "rampart_monitor_capture_kernel_drops_total"} {
-		if v, ok := series(fams, name, monitor...); !ok || v != 0 {
+		if v, ok := fams.Value(name, monitor...); !ok || v != 0 {
 			t.Errorf("%s%v = %v (present %v), want 0 from a passive monitor that keeps up", name, monitor, v, ok)
 		}
 	}
-	if ts, ok := series(fams, "rampart_monitor_last_report_timestamp_seconds", monitor...); !ok || time.Since(time.Unix(int64(ts), 0)) > time.Minute {
+	if ts, ok := fams.Value("rampart_monitor_last_report_timestamp_seconds", monitor...); !ok || time.Since(time.Unix(int64(ts), 0)) > time.Minute {
 		t.Errorf("rampart_monitor_last_report_timestamp_seconds%v = %v (present %v), want about now", monitor, ts, ok)
 	}
 

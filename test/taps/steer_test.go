@@ -14,11 +14,7 @@ import (
 
 var bins = testenv.Binaries{Packages: []string{"./cmd/rampart", "./cmd/rampartd"}}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 // monitor run --steer-copies, started under taskset as its help says, hands the copies
 // arriving on the monitor's tap-rx to the command's CPU while it runs and back when it

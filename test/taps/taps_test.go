@@ -21,6 +21,13 @@ import (
 
 const webPort = 8080
 
+// addWebTap is the command line that adds tap contract name, with action mirror or
+// redirect, of shop/web's TCP webPort to the monitor sec/ids.
+func addWebTap(name, action string) []string {
+	return []string{"tap", "add", name, "--endpoint", "shop/web", "--monitor", "sec/ids", "--action", action,
+		"--protocol", "TCP", "--port", fmt.Sprint(webPort)}
+}
+
 // attack is what the monitors' rules look for in a request.
 const attack = "rampart-attack"
 
@@ -108,8 +115,7 @@ func TestMirrorToSuricata(t *testing.T) {
 	s := newShop(t)
 	m := s.monitor(t, suricata.Passive,
 		fmt.Sprintf(`alert tcp any any -> any %d (msg:"%s"; flow:to_server,established; content:"%s"; sid:1000001; rev:1;)`, webPort, attack, attack))
-	s.e.MustCLI("tap", "add", "web-mirror", "--endpoint", "shop/web", "--monitor", "sec/ids", "--action", "mirror",
-		"--protocol", "TCP", "--port", fmt.Sprint(webPort))
+	s.e.MustCLI(addWebTap("web-mirror", "mirror")...)
 
 	for _, body := range []string{"hello", "buy " + attack} {
 		if got, err := s.post(t, body, 5*time.Second); err != nil || got != "ok" {
@@ -139,8 +145,7 @@ func TestRedirectThroughSuricata(t *testing.T) {
 	s := newShop(t)
 	rule := fmt.Sprintf(`drop tcp any any -> any %d (msg:"%s"; flow:to_server,established; content:"%s"; sid:1000002; rev:1;)`, webPort, attack, attack)
 	m := s.monitor(t, suricata.IPS, rule)
-	s.e.MustCLI("tap", "add", "web-inline", "--endpoint", "shop/web", "--monitor", "sec/ids", "--action", "redirect",
-		"--protocol", "TCP", "--port", fmt.Sprint(webPort))
+	s.e.MustCLI(addWebTap("web-inline", "redirect")...)
 
 	if got, err := s.post(t, "hello", 5*time.Second); err != nil || got != "ok" {
 		t.Fatalf("benign request through the monitor: %q, %v", got, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/labels/labelstest"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 )
@@ -18,15 +19,14 @@ import (
 // Sel is the selector of the given key, value pairs.
 func Sel(t testing.TB, kv ...string) labels.Selector {
 	t.Helper()
-	var s labels.Selector
-	for i := 0; i+1 < len(kv); i += 2 {
-		r, err := labels.NewRequirement(kv[i], "In", []string{kv[i+1]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s = s.With(r)
-	}
-	return s
+	return labelstest.Match(t, kv...)
+}
+
+// EndpointsRule is a rule in direction dir of the endpoints subject selects, with default
+// deny, that allows the endpoints peer selects on ports.
+func EndpointsRule(dir policy.Direction, subject, peer labels.Selector, ports []policy.PortRule) policy.Rule {
+	return policy.Rule{Subject: subject, Direction: dir, EnableDefaultDeny: true,
+		Peers: []policy.Peer{{Kind: policy.PeerEndpoints, Selector: peer}}, Ports: ports}
 }
 
 // World is a set of endpoints and the identities given to them.
@@ -47,10 +47,7 @@ func NewWorld() *World {
 		{"xwing", "198.18.0.30", "alliance", "xwing"},
 		{"storage", "198.18.0.40", "empire", "storage"},
 	} {
-		l := labels.Labels{
-			labels.KeyNamespace: "sw", labels.KeyNamespaceLabelPrefix + labels.KeyNamespaceName: "sw",
-			labels.KeyCluster: "default", "org": e.org, "class": e.class,
-		}
+		l := labelstest.Full("sw", "org", e.org, "class", e.class)
 		w.In.Endpoints = append(w.In.Endpoints, mapstate.Endpoint{
 			ID: uint32(i + 1), Namespace: "sw", Name: e.name, Labels: l,
 			Identity: w.Alloc.ForLabels(l), IP: netip.MustParseAddr(e.ip),

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -258,13 +257,7 @@ func (n *Node) Stop() {
 	if n.cmd == nil {
 		return
 	}
-	n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.done:
-	case <-time.After(15 * time.Second):
-		n.cmd.Process.Kill()
-		<-n.done
-	}
+	testenv.Terminate(n.cmd.Process, n.done, 15*time.Second)
 	n.cmd = nil
 }
 

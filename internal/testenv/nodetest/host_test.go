@@ -207,9 +207,7 @@ func TestSlotChoice(t *testing.T) {
 		t.Errorf("after all ended, a lab took slot %d, want 0", l.slot.Index)
 	}
 	mustRelease(t, l)
-	if exists(h.recordPath()) {
-		t.Errorf("the host record %s is left after the last lab", h.recordPath())
-	}
+	wantNoRecord(t, h)
 }
 
 // Two labs overlapping: the first records the sysctls before its kubelets change them; the
@@ -281,9 +279,7 @@ func TestHostRecordOverlap(t *testing.T) {
 	if !exists(own) {
 		t.Errorf("the host's own %s removed", own)
 	}
-	if exists(h.recordPath()) {
-		t.Errorf("the host record %s is left after the last lab", h.recordPath())
-	}
+	wantNoRecord(t, h)
 }
 
 // A lab whose process was killed (here a process holding slot 0's lock, registered in the
@@ -361,9 +357,7 @@ func TestHostRecordKilledLab(t *testing.T) {
 	wantSysctls(t, h, "kubelet", "with a lab still running")
 	mustRelease(t, b)
 	wantSysctls(t, h, "orig", "after the last live lab ended")
-	if exists(h.recordPath()) {
-		t.Errorf("the host record %s is left after the last lab", h.recordPath())
-	}
+	wantNoRecord(t, h)
 }
 
 // A lab of older code holds slot 0's lock with no entry in the record. A new lab then takes
@@ -427,6 +421,12 @@ func TestHostRecordOlderLab(t *testing.T) {
 	if exists(mk) {
 		t.Errorf("mount point %s left after the last lab, the older one gone", mk)
 	}
+	wantNoRecord(t, h)
+}
+
+// wantNoRecord fails the test if the host record is left: the last lab removes it.
+func wantNoRecord(t *testing.T, h *host) {
+	t.Helper()
 	if exists(h.recordPath()) {
 		t.Errorf("the host record %s is left after the last lab", h.recordPath())
 	}

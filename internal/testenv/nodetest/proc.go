@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // proc is one process the lab started, its output in a log file.
@@ -85,13 +87,7 @@ func (p *proc) stop(grace time.Duration) {
 	if p == nil || p.exited() {
 		return
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
+	testenv.Terminate(p.cmd.Process, p.done, grace)
 }
 
 // rssKiB is the process's resident set (VmRSS) in KiB, 0 if it has exited.

@@ -34,11 +34,7 @@ import (
 
 var bins = testenv.Binaries{Packages: []string{"./cmd/rampart-cni", "./test/rampart-podrunner", "./test/rampart-testserver"}}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 // node is one simulated node: a control plane shared by the test, an agent in its node
 // namespace (non-Kubernetes mode), and the configuration of a runner for it.

@@ -19,11 +19,7 @@ import (
 
 var bins = testenv.Binaries{Packages: []string{"./cmd/rampartd", "./cmd/rampart-cni", "./test/rampart-podrunner"}}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 func config(t *testing.T, nodes int, tunnel string) Config {
 	testenv.RequireRoot(t)
