@@ -61,7 +61,7 @@ type Agent struct {
 	applyTimes    histogram
 	applyFailures uint64
 	propagation   histogram
-	// taps is the taps subsystem (taps.go, internal/agent/taps), one of eng.subsystems.
+	// taps is the taps subsystem (tapstep.go, internal/agent/taps), one of eng.subsystems.
 	taps *taps.Subsystem
 
 	k8s *k8sState // Kubernetes mode's record (cluster.go); nil outside it

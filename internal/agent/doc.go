@@ -12,7 +12,7 @@
 //
 // Subsystems (subsystem.go) are the parts of the agent that live in a package of their own
 // and plug into that transaction as one step each, without importing the agent: taps, the
-// tap policy and monitors (taps.go, internal/agent/taps) are the first. The step is the
+// tap policy and monitors (tapstep.go, internal/agent/taps) are the first. The step is the
 // transaction's own phases and nothing else: load (restore its part of the model from the
 // state file), compute (its part of the desired state, pure, where it may refuse the
 // change), apply (old to new in the kernel, at the subsystems' place in applyOnce: after
@@ -22,7 +22,7 @@
 // the swap happened). It is that small because that is all the transaction does with a
 // part: validation is compute, rollback is apply backwards, and anything else a subsystem
 // offers (the API's reads and writes of its part) goes through its package's own
-// functions, called from the agent's glue file (taps.go), not through the step. A
+// functions, called from the agent's glue file (tapstep.go), not through the step. A
 // subsystem's kernel is its own small interfaces, which the kernel packages satisfy.
 //
 // CIDR sets (cidrsets.go, docs/cidrsets.md) are part of the model too, each stored in a file

@@ -24,7 +24,7 @@ type model struct {
 	cidrsets   map[string]*cidrSet              // by name; persisted as files of their own (cidrsetfile.go)
 	nodes      map[string]*NodeRecord           // other nodes, by name (remote.go)
 	remotes    map[string]*RemoteEndpointRecord // pods on other nodes, by namespace/name
-	taps       map[string]*taps.Stored          // tap contracts, by name (taps.go)
+	taps       map[string]*taps.Stored          // tap contracts, by name (tapstep.go)
 	tapPolicy  *taps.PolicyRecord               // the tap policy, nil: none
 	services   map[string]*ServiceRecord        // by namespace/name (services.go)
 	// accepted is, in Kubernetes mode, the last accepted version of each policy object,
@@ -151,7 +151,7 @@ type desired struct {
 	// cluster identity disagrees with another record's (claims.go).
 	unresolved unresolved
 	// taps is the taps subsystem's part: the tap policy compiled, the contracts resolved
-	// against the endpoints (taps.go); nil only in emptyDesired.
+	// against the endpoints (tapstep.go); nil only in emptyDesired.
 	taps *taps.State
 	// services is the Service translation's table (services.go).
 	services service.Table
