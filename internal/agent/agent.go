@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rampartnet/rampart/internal/agent/taps"
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
@@ -42,19 +43,16 @@ type Agent struct {
 	host bool
 
 	// mu serialises changes and guards the fields below it.
-	mu      sync.Mutex
-	model   *model
-	cur     *desired
-	ifindex map[uint32]uint32 // ep id -> host veth ifindex
-	// inlineMonitors are the local monitors the installed tap rules name, and whether one
-	// redirects through each (applyTaps); nil until the first installation.
-	inlineMonitors map[string]bool
-	degraded       string
-	prox           Proxy       // the L7 proxy, nil until some state has L7 rules (see proxy.go)
-	dns            *dnsState   // the DNS proxy and the learnt names (dns.go)
-	sets           *setStore   // the CIDR set files
-	store          *stateStore // the state directory
-	proxyErr       string      // why the proxy could not be started
+	mu       sync.Mutex
+	model    *model
+	cur      *desired
+	ifindex  map[uint32]uint32 // ep id -> host veth ifindex
+	degraded string
+	prox     Proxy       // the L7 proxy, nil until some state has L7 rules (see proxy.go)
+	dns      *dnsState   // the DNS proxy and the learnt names (dns.go)
+	sets     *setStore   // the CIDR set files
+	store    *stateStore // the state directory
+	proxyErr string      // why the proxy could not be started
 	// proxyRouted: the node namespace routes steered packets to the proxy (RouteToProxy).
 	proxyRouted bool
 
@@ -63,8 +61,8 @@ type Agent struct {
 	applyTimes    histogram
 	applyFailures uint64
 	propagation   histogram
-	// monitorReports are the monitors' latest reports of monitor run (monitorreports.go).
-	monitorReports map[string]monitorReport
+	// taps is the taps subsystem (tapstep.go, internal/agent/taps), one of eng.subsystems.
+	taps *taps.Subsystem
 
 	k8s *k8sState // Kubernetes mode's record (cluster.go); nil outside it
 	// hostDevs is host policy's state (host.go); nil without the host firewall.
@@ -111,6 +109,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Kubernetes != nil {
 		a.k8s = &k8sState{parsed: map[string]parsedObject{}}
 	}
+	tapOpt := taps.Options{PodCIDR: cfg.PodCIDR, Parse: eng.Parse, Log: a.log}
+	if cfg.Kubernetes != nil {
+		tapOpt.Node = cfg.Kubernetes.NodeName
+	}
+	a.taps = taps.New(tapOpt)
+	// The subsystems in the order of their steps (subsystem.go).
+	a.eng.subsystems = []subsystem{tapStep{a.taps}}
 	if a.net == nil {
 		a.net = endpoint.Node{Instance: cfg.Instance, Netns: cfg.NodeNetns, PodCIDR: cfg.PodCIDR, PodCIDR6: cfg.PodCIDR6, MTU: overlay.PodMTU(cfg.Tunnel, cfg.VXLANUnderlay)}
 	}
@@ -161,13 +166,11 @@ func newEngine(cfg Config) (Engine, error) {
 		return eng, err
 	}
 	eng.allowHost = cfg.HostTraffic == HostTrafficAllow
-	eng.podCIDR = cfg.PodCIDR
 	if cfg.DualStack() {
 		eng.router6 = podaddr.Router6(cfg.PodCIDR6)
 	}
 	eng.tunnel = cfg.Tunnel
 	if cfg.Kubernetes != nil {
-		eng.nodeName = cfg.Kubernetes.NodeName
 		eng.nodeAddr = cfg.Kubernetes.NodeAddress
 	}
 	return eng, nil
@@ -235,6 +238,7 @@ func (a *Agent) setupKernel(m *model) error {
 	if err != nil {
 		return fmt.Errorf("opening datapath: %w", err)
 	}
+	a.taps.Attach(a.dp.Taps, a.dp.Monitors, a.net)
 	if a.host {
 		if err := a.own.recordProxyNamespace(a.net.NetnsPath()); err != nil {
 			return fmt.Errorf("recording the proxy's set-up: %w", err)
@@ -363,14 +367,11 @@ func (a *Agent) restore(st *stateFile) (*model, *identity.Allocator, error) {
 		m.remotes[r.Key()] = r
 		m.ensureNamespace(r.Namespace)
 	}
-	for _, rec := range st.Taps {
-		c, err := a.eng.parseTapRecord(rec)
-		if err != nil {
+	for _, sub := range a.eng.subsystems {
+		if err := sub.load(st, m); err != nil {
 			return nil, nil, err
 		}
-		m.taps[rec.Name] = &storedTap{rec: rec, c: c}
 	}
-	m.tapPolicy = st.TapPolicy
 	for _, r := range st.Services {
 		m.services[r.Key()] = r
 	}
@@ -542,10 +543,9 @@ func (a *Agent) persist(m *model, d *desired) error {
 	for _, key := range sortedKeys(m.remotes) {
 		st.Remotes = append(st.Remotes, m.remotes[key])
 	}
-	for _, name := range sortedKeys(m.taps) {
-		st.Taps = append(st.Taps, m.taps[name].rec)
+	for _, sub := range a.eng.subsystems {
+		sub.save(m, d, st)
 	}
-	st.TapPolicy = tapPolicyRecord(d.tapPolicy)
 	for _, key := range sortedKeys(m.services) {
 		st.Services = append(st.Services, m.services[key])
 	}
@@ -636,11 +636,13 @@ func (a *Agent) applyOnce(old, new *desired, pl l7Plans, m *model, force bool) e
 			}
 		}
 	}
-	// Tap rules before the endpoints: a new endpoint's programs drop everything until its
-	// info is written below, so a fail-closed redirect is in place before its first packet
-	// passes; a relabel taps a moment early rather than late.
-	if err := a.applyTaps(old, new, force); err != nil {
-		return err
+	// The subsystems before the endpoints: a new endpoint's programs drop everything until
+	// its info is written below, so a fail-closed tap redirect is in place before its first
+	// packet passes; a relabel taps a moment early rather than late.
+	for _, sub := range a.eng.subsystems {
+		if err := sub.apply(old, new, force); err != nil {
+			return err
+		}
 	}
 	// The endpoints whose identity or policy changed, in key order.
 	var changed []string
@@ -729,8 +731,11 @@ func (a *Agent) commit(m *model, d *desired) error {
 		}
 		return err
 	}
-	a.logTapPolicy(a.cur.tapPolicy, d.tapPolicy)
+	old := a.cur
 	a.model, a.cur = m, d
+	for _, sub := range a.eng.subsystems {
+		sub.committed(old, d)
+	}
 	a.publishView()
 	return nil
 }

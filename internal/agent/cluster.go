@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rampartnet/rampart/internal/agent/taps"
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
@@ -699,7 +700,7 @@ func remoteEqual(a, b *RemoteEndpointRecord) bool {
 func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]string {
 	refused := map[string]string{}
 	for name, st := range m.taps {
-		if st.rec.Cluster {
+		if st.Rec.Cluster {
 			delete(m.taps, name)
 		}
 	}
@@ -710,7 +711,7 @@ func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]st
 	var fresh []candidate
 	for _, key := range sortedKeys(parsed) {
 		for _, c := range parsed[key].taps {
-			if prev, ok := a.model.taps[c.Name]; ok && prev.c == c && prev.rec.Cluster {
+			if prev, ok := a.model.taps[c.Name]; ok && prev.Contract == c && prev.Rec.Cluster {
 				m.taps[c.Name] = prev
 				continue
 			}
@@ -720,7 +721,8 @@ func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]st
 	if len(fresh) == 0 {
 		return refused
 	}
-	compiled := a.cur.tapPolicy.tapContracts()
+	compiled := a.cur.taps.Compiled()
+	world := tapWorld(m, a.cur.derived)
 	taken := map[string]bool{} // names of m.taps, the tap policy's and the candidates kept
 	for name := range m.taps {
 		taken[name] = true
@@ -734,7 +736,7 @@ func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]st
 	// because its new version cannot be admitted.
 	refuse := func(cd candidate, err error) {
 		refused[cd.key] = err.Error()
-		if prev, ok := a.model.taps[cd.c.Name]; ok && prev.rec.Cluster && prev.rec.Source == cd.c.Origin {
+		if prev, ok := a.model.taps[cd.c.Name]; ok && prev.Rec.Cluster && prev.Rec.Source == cd.c.Origin {
 			m.taps[cd.c.Name] = prev
 			taken[cd.c.Name], admitted[cd.c.Name] = true, true
 			refused[cd.key] += " (its last accepted version stays in force)"
@@ -742,7 +744,7 @@ func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]st
 	}
 	var pending []candidate
 	for _, cd := range fresh {
-		if err := a.clusterTapError(m, cd.c, taken); err != nil {
+		if err := a.clusterTapError(world, cd.c, taken); err != nil {
 			refuse(cd, err)
 			continue
 		}
@@ -752,13 +754,13 @@ func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]st
 	// One resolution of everything against every pod gives each pair that can meet.
 	all := make([]*tap.Contract, 0, len(m.taps)+len(compiled)+len(pending))
 	for _, st := range m.taps {
-		all = append(all, st.c)
+		all = append(all, st.Contract)
 	}
 	all = append(all, compiled...)
 	for _, cd := range pending {
 		all = append(all, cd.c)
 	}
-	eps := tapEndpoints(m)
+	eps := world.Endpoints(m.monitorsDown)
 	for i := range eps {
 		eps[i].Node = "" // every pod as if local: overlaps anywhere in the cluster
 	}
@@ -782,22 +784,22 @@ func (a *Agent) syncTaps(m *model, parsed map[string]parsedObject) map[string]st
 			continue
 		}
 		admitted[c.Name] = true
-		m.taps[c.Name] = &storedTap{rec: &TapRecord{Kind: c.Kind, Name: c.Name, Source: c.Origin, Raw: json.RawMessage(c.Raw), Cluster: true}, c: c}
+		m.taps[c.Name] = &taps.Stored{Rec: &TapRecord{Kind: c.Kind, Name: c.Name, Source: c.Origin, Raw: json.RawMessage(c.Raw), Cluster: true}, Contract: c}
 	}
 	return refused
 }
 
 // clusterTapError says why contract c of the Kubernetes API cannot be admitted whatever
 // the other contracts' matches are; taken holds the names in use.
-func (a *Agent) clusterTapError(m *model, c *tap.Contract, taken map[string]bool) error {
-	if a.dp.Taps == nil {
-		return errNoTaps
+func (a *Agent) clusterTapError(w taps.World, c *tap.Contract, taken map[string]bool) error {
+	if !a.taps.HasTaps() {
+		return taps.ErrNoTaps
 	}
 	if taken[c.Name] {
 		return fmt.Errorf("%s %s: another tap contract has that name (one of the local API, the tap policy's, or an object of the other tap kind: both kinds share one space of names)", c.Kind, c.Name)
 	}
-	if err := checkMonitor(m, c); err != nil {
-		return errors.New(strings.Replace(err.Error(), monitorHint, "a monitor is a pod annotated "+MonitorAnnotation+`: "true"`, 1))
+	if err := taps.CheckMonitor(w, c); err != nil {
+		return errors.New(strings.Replace(err.Error(), taps.MonitorHint, "a monitor is a pod annotated "+MonitorAnnotation+`: "true"`, 1))
 	}
 	return nil
 }

@@ -105,9 +105,9 @@ type Engine struct {
 	// allowHost is Config.HostTraffic == HostTrafficAllow (mapstate.Input.AllowHost), set
 	// by New.
 	allowHost bool
-	// nodeName and podCIDR place this node in a tap policy's facts (tappolicy.go).
-	nodeName string
-	podCIDR  netip.Prefix
+	// subsystems plug into every computation and apply, in this order (subsystem.go);
+	// set by New.
+	subsystems []subsystem
 	// router6 is the node's IPv6 router address (podaddr.Router6) on a dual-stack node,
 	// zero otherwise: with podaddr.RouterLinkLocal, a host address.
 	router6 netip.Addr

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rampartnet/rampart/internal/agent/taps"
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/endpoint"
@@ -171,7 +172,7 @@ func (a *Agent) create(rec *EndpointRecord, attach func(hostIf string) error) (e
 // restart).
 func (a *Agent) monitorLinks(rec *EndpointRecord, ep endpoint.Endpoint) error {
 	if a.dp.Monitors == nil {
-		return errNoTaps
+		return taps.ErrNoTaps
 	}
 	_, err := a.net.CreateMonitorLinks(ep, func(rx, tx string) error {
 		return a.dp.Monitors.AttachMonitor(a.net.NetnsPath(), rx, tx, rec.EpID, rec.IP)
@@ -232,7 +233,7 @@ func (a *Agent) chooseIP(m *model, want string) (netip.Addr, error) {
 	}
 	router := a.net.Router()
 	cidr := a.cfg.PodCIDR
-	last := lastAddr(cidr)
+	last := podaddr.Last(cidr)
 	if want != "" {
 		ip, err := netip.ParseAddr(want)
 		if err != nil {
@@ -261,13 +262,6 @@ func (a *Agent) chooseIP(m *model, want string) (netip.Addr, error) {
 		return netip.Addr{}, a.quarantineExhausted(cidr)
 	}
 	return netip.Addr{}, api.Conflict("no free address left in %v", cidr)
-}
-
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().As4()
-	host := uint32(1)<<(32-p.Bits()) - 1
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
 // DeleteEndpoint removes an endpoint and everything the agent created for it.

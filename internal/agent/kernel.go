@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/rampartnet/rampart/internal/agent/taps"
 	"github.com/rampartnet/rampart/internal/cidrtable"
 	"github.com/rampartnet/rampart/internal/datapath"
 	"github.com/rampartnet/rampart/internal/overlay"
@@ -16,7 +17,7 @@ import (
 // The agent's kernel edge is one small interface per concern, declared in the file that
 // uses it (EndpointTables in endpoints.go, IPCache in agent.go, ProxyRouting in proxy.go,
 // FlowEvents in flows.go, CIDRSets in cidrsets.go, SendSide in sendside.go, MapMemories in
-// memory.go, TapTable in taps.go) and satisfied directly by the kernel package that owns the concept; Kernel
+// memory.go; the taps subsystem declares its own, taps.Table and taps.Monitors) and satisfied directly by the kernel package that owns the concept; Kernel
 // gathers them, and openKernel wires the real ones. They are interfaces so that the
 // agent's transactions can be tested without the kernel (the fake*_test.go files).
 
@@ -31,11 +32,11 @@ type Kernel struct {
 	SendSide       // *sockverdict.Manager
 	MapMemories    // *datapath.Datapath
 	Overlay        // overlayKernel: internal/overlay and the datapath's tunnel programs
-	// Taps is the dataplane's tap rules (taps.go); nil while the dataplane has none, and
-	// then tap contracts are refused.
-	Taps TapTable
-	// Monitors attaches monitor endpoints' interfaces (tapkernel.go); nil with Taps.
-	Monitors Monitors
+	// Taps is the dataplane's tap rules (internal/agent/taps); nil while the dataplane has
+	// none, and then tap contracts are refused.
+	Taps taps.Table
+	// Monitors attaches monitor endpoints' interfaces (internal/agent/taps); nil with Taps.
+	Monitors taps.Monitors
 	// Services is the Service translation (services.go); nil: none, and Services are
 	// refused.
 	Services ServiceTable
@@ -77,11 +78,11 @@ func openKernel(cfg Config) (Kernel, error) {
 	}
 	var once sync.Once
 	var closeErr error
-	taps := newTapKernel(dp)
+	tapKernel := taps.NewKernel(dp)
 	services := &lazyServices{cgroup: cfg.ServiceCgroup}
 	return Kernel{
 		EndpointTables: dp, IPCache: dp, ProxyRouting: dp, MapMemories: dp, Overlay: overlayKernel{dp: dp, underlay: cfg.VXLANUnderlay},
-		Taps: taps, Monitors: taps, Services: services, DNS: dp, Host: dp,
+		Taps: tapKernel, Monitors: tapKernel, Services: services, DNS: dp, Host: dp,
 		CIDRSets: tables, SendSide: side, FlowEvents: events,
 		Close: func() error {
 			once.Do(func() {

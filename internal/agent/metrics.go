@@ -138,7 +138,7 @@ func (a *Agent) Metrics(ctx context.Context) (api.Metrics, error) {
 	a.mu.Lock()
 	out.Apply, out.ApplyFailures = a.applyTimes.snapshot(), a.applyFailures
 	out.Propagation = a.propagation.snapshot()
-	out.Monitors = a.monitorMetrics()
+	out.Monitors = a.taps.Reports(a.isMonitor)
 	for _, key := range sortedKeys(a.model.endpoints) {
 		rec := a.model.endpoints[key]
 		out.Endpoints = append(out.Endpoints, api.EndpointMetrics{Endpoint: key, PolicyEntries: len(a.cur.state.Endpoints[rec.EpID].Entries)})

@@ -7,12 +7,12 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/rampartnet/rampart/internal/agent/taps"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/service"
-	"github.com/rampartnet/rampart/internal/tap"
 )
 
 // model is the agent's configuration: what the user asked for. It is copied for every
@@ -24,8 +24,8 @@ type model struct {
 	cidrsets   map[string]*cidrSet              // by name; persisted as files of their own (cidrsetfile.go)
 	nodes      map[string]*NodeRecord           // other nodes, by name (remote.go)
 	remotes    map[string]*RemoteEndpointRecord // pods on other nodes, by namespace/name
-	taps       map[string]*storedTap            // tap contracts, by name (taps.go)
-	tapPolicy  *TapPolicyRecord                 // the tap policy, nil: none (tappolicy.go)
+	taps       map[string]*taps.Stored          // tap contracts, by name (tapstep.go)
+	tapPolicy  *taps.PolicyRecord               // the tap policy, nil: none
 	services   map[string]*ServiceRecord        // by namespace/name (services.go)
 	// accepted is, in Kubernetes mode, the last accepted version of each policy object,
 	// by the watcher's key (cluster.go): persisted, so that a version the agent refuses
@@ -60,7 +60,7 @@ func newModel() *model {
 		cidrsets:   map[string]*cidrSet{},
 		nodes:      map[string]*NodeRecord{},
 		remotes:    map[string]*RemoteEndpointRecord{},
-		taps:       map[string]*storedTap{},
+		taps:       map[string]*taps.Stored{},
 		services:   map[string]*ServiceRecord{},
 		accepted:   map[string]*AcceptedObjectRecord{},
 		quarantine: map[netip.Addr]*QuarantineRecord{},
@@ -150,12 +150,11 @@ type desired struct {
 	// unresolved are the endpoints (denied everything) and remote pods (left out) whose
 	// cluster identity disagrees with another record's (claims.go).
 	unresolved unresolved
-	// taps is the tap contracts resolved against the endpoints (taps.go).
-	taps tap.Resolution
+	// taps is the taps subsystem's part: the tap policy compiled, the contracts resolved
+	// against the endpoints (tapstep.go); nil only in emptyDesired.
+	taps *taps.State
 	// services is the Service translation's table (services.go).
 	services service.Table
-	// tapPolicy is the tap policy's compilation (tappolicy.go); nil without a policy.
-	tapPolicy *compiledTaps
 
 	// What the next computation may reuse (see compute).
 	memo    *mapstate.Memo
@@ -286,10 +285,11 @@ func (e Engine) compute(m *model, alloc *identity.Allocator, router netip.Addr, 
 		d.state.Endpoints = map[uint32]mapstate.EndpointPolicy{}
 	}
 	denyUnresolved(m, d, e.tunnel)
-	if d.tapPolicy, err = e.compileTapPolicy(m, d, prev); err != nil {
-		return nil, err
+	for _, sub := range e.subsystems {
+		if err := sub.compute(m, d, prev); err != nil {
+			return nil, err
+		}
 	}
-	d.taps = resolveTaps(m, d.tapPolicy.tapContracts())
 	if d.services, err = service.Compute(serviceModel(m), nodeAddrs(m, e.nodeAddr)); err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func TestMonitorReports(t *testing.T) {
 		t.Errorf("reports after sec/ids was deleted: %+v", got)
 	}
 	h.a.mu.Lock()
-	kept := len(h.a.monitorReports)
+	kept := h.a.taps.ReportsKept()
 	h.a.mu.Unlock()
 	if kept != 0 {
 		t.Errorf("the agent keeps %d reports of monitors that are gone", kept)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"sort"
 
+	"github.com/rampartnet/rampart/internal/agent/taps"
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
@@ -166,35 +167,8 @@ func (a *Agent) Status(ctx context.Context) (api.Status, error) {
 		SendSide:      sendSide,
 		Memory:        mem,
 		Kubernetes:    a.kubernetesStatus(),
-		TapPolicy:     a.tapPolicyStatus(),
+		TapPolicy:     taps.PolicyStatus(a.cur.taps),
 		Monitors:      a.monitorsStatus(),
 		Host:          a.hostStatus(),
 	}, nil
-}
-
-// monitorsStatus counts this node's monitors and reads the tap counts of no contract; nil
-// when there is no monitor here and nothing was counted.
-func (a *Agent) monitorsStatus() *api.MonitorsStatus {
-	if a.dp.Taps == nil {
-		return nil
-	}
-	st := &api.MonitorsStatus{}
-	for _, rec := range a.model.endpoints {
-		if rec.Monitor {
-			st.Monitors++
-		}
-	}
-	for _, key := range sortedKeys(a.model.monitorsDown) {
-		st.Down = append(st.Down, key+": "+a.model.monitorsDown[key])
-	}
-	c, err := a.dp.Taps.NodeTapCounters()
-	if err != nil {
-		st.Error = err.Error()
-		return st
-	}
-	st.CopiesFromOtherNodes, st.CopiesFromOtherNodesLost, st.NotDiverted = c.RemoteDelivered, c.RemoteLost, c.Rejected
-	if st.Monitors == 0 && st.CopiesFromOtherNodes+st.CopiesFromOtherNodesLost+st.NotDiverted == 0 {
-		return nil
-	}
-	return st
 }

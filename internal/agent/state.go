@@ -45,7 +45,7 @@ type EndpointRecord struct {
 	// Identity is the cluster-wide identity of its full label set (Kubernetes mode: the
 	// cluster's allocator gave it), pinned in the agent's allocator; 0: allocated here.
 	Identity identity.Identity `json:"identity,omitempty"`
-	// Monitor: a monitor endpoint for tap contracts (taps.go), never tapped itself.
+	// Monitor: a monitor endpoint for tap contracts (internal/agent/taps), never tapped itself.
 	Monitor bool `json:"monitor,omitempty"`
 	// Audit: the endpoint is in audit mode (mapstate.Endpoint.Audit).
 	Audit bool `json:"audit,omitempty"`

@@ -295,9 +295,8 @@ func TestTapPolicyCompileDryRun(t *testing.T) {
 // The talks facts are bounded: past the limit the policy is refused, naming the limit;
 // a recompilation past it keeps the last good contracts.
 func TestTapPolicyTalksBounded(t *testing.T) {
-	maxTalksFacts = 4
-	t.Cleanup(func() { maxTalksFacts = MaxTalksFacts })
 	h := newTapHarness(t)
+	h.a.taps.SetTalksLimit(4)
 	ctx := context.Background()
 	h.addInspector("sec", "ids", "pgsql")
 	h.addServer("shop", "db", "db", 5432)
@@ -404,4 +403,60 @@ inspect(S, "pgsql", "ingress", "TCP", 5432, "mirror") :- label(S, "app", "db").
 			t.Errorf("facts lack %s:\n%s", f, facts)
 		}
 	}
+}
+
+// The tap policy is compiled when its inputs change, not on every change of the model: a
+// policy change leaves a tap policy that reads nothing of the computed policy (no exposed,
+// no talks) uncompiled, and one that reads exposed is compiled again only when what a
+// policy change does to exposure differs. A relabel, an input of every tap policy,
+// compiles it.
+func TestTapPolicyCompiledOnlyWhenItsInputsChange(t *testing.T) {
+	h := newTapHarness(t)
+	ctx := context.Background()
+	h.addInspector("sec", "ids", "pgsql")
+	h.addServer("shop", "db", "db", 5432)
+	h.addServer("shop", "web-1", "web", 80)
+	compilations := h.a.taps.Compilations
+	if _, err := h.applyTapPolicy(`tap(S, "sec/ids", "ingress", "TCP", 5432, "mirror") :- label(S, "app", "db").`); err != nil {
+		t.Fatal(err)
+	}
+	n := compilations()
+	if n == 0 {
+		t.Fatal("applying a tap policy compiled nothing")
+	}
+	for _, p := range []struct{ file, doc string }{{"deny.yaml", denyIngressShop}, {"world.yaml", webFromWorld}} {
+		if _, err := h.apply(p.file, p.doc); err != nil {
+			t.Fatal(err)
+		}
+		if got := compilations(); got != n {
+			t.Fatalf("applying %s compiled a tap policy that reads no policy (%d compilations, want %d)", p.file, got, n)
+		}
+	}
+	wantRules(t, h.dp.taps, "shop/db[0] tp both TCP ports 5432 mirror -> sec/ids")
+	if _, err := h.a.LabelEndpoint(ctx, "shop", "db", api.LabelChange{Set: map[string]string{"tier": "data"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := compilations(); got != n+1 {
+		t.Fatalf("a relabel: %d compilations, want %d", got, n+1)
+	}
+
+	// A policy that reads exposed: a policy change that leaves every endpoint's exposure
+	// as it was compiles nothing, one that changes it compiles once.
+	if _, err := h.applyTapPolicy(tapPolicySrc); err != nil {
+		t.Fatal(err)
+	}
+	n = compilations()
+	if _, err := h.apply("world.yaml", strings.Replace(webFromWorld, "web-world", "web-world-2", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := compilations(); got != n {
+		t.Errorf("a policy change that exposes nothing new: %d compilations, want %d", got, n)
+	}
+	if _, err := h.a.Delete(ctx, api.DeleteRequest{Documents: []api.Document{{Source: "world.yaml", Data: webFromWorld}, {Source: "world.yaml", Data: strings.Replace(webFromWorld, "web-world", "web-world-2", 1)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := compilations(); got != n+1 {
+		t.Errorf("a policy change that hides web-1 from outside: %d compilations, want %d", got, n+1)
+	}
+	wantRules(t, h.dp.taps, "shop/db[0] tp both TCP ports 5432 redirect -> sec/ids")
 }

@@ -79,3 +79,11 @@ func LinkLocal(ip6 netip.Addr) netip.Addr {
 	copy(ll[8:], b[8:])
 	return netip.AddrFrom16(ll)
 }
+
+// Last is the last address of IPv4 prefix p.
+func Last(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 1
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}

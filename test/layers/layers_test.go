@@ -209,6 +209,7 @@ var layers = []struct {
 	{"core: send-side tables", []string{"internal/l7table", "internal/l7plan/l7plantest"}},
 	{"kernel edge and proxy", []string{"internal/datapath", "internal/cidrtable", "internal/sockverdict", "internal/endpoint", "internal/proxy", "internal/dnsproxy", "internal/overlay", "internal/testenv/k8stest", "internal/testenv/browser", "internal/k8s/identities", "internal/testenv/podrunner", "internal/monitor/suricata"}},
 	{"API contract", []string{"internal/api", "internal/hubble/observerpb"}},
+	{"agent subsystems", []string{"internal/agent/taps"}},
 	{"agent; CLI input parsers; monitor alert join; Hubble, metrics and service map servers", []string{"internal/agent", "internal/cidrlist", "internal/monitor/join", "internal/hubble", "internal/metrics", "internal/servicemap", "internal/relay"}},
 	{"CLI; Kubernetes watcher; simulated cluster", []string{"internal/cli", "internal/k8s/watcher", "internal/testenv/simcluster"}},
 	{"binaries and test harness", []string{"cmd/rampartd", "cmd/rampart", "cmd/rampart-cni", "test/rampart-podrunner", "internal/testenv/agenttest", "internal/testenv/clustertest"}},

@@ -1,4 +1,4 @@
-package agent
+package taps
 
 import (
 	"net/netip"
@@ -8,7 +8,7 @@ import (
 	"github.com/rampartnet/rampart/internal/tap"
 )
 
-// countingDataplane is a tapDataplane whose contracts count what ReplaceTaps installed
+// countingDataplane is a Dataplane whose contracts count what ReplaceTaps installed
 // under them: each installed rule adds one mirrored packet to its contract per count().
 type countingDataplane struct {
 	installed []datapath.TapRule
@@ -63,7 +63,7 @@ func (d *countingDataplane) count() {
 // counts of the contract that was there.
 func TestTapKernelCountersFollowTheirContract(t *testing.T) {
 	dp := &countingDataplane{counts: map[uint32]datapath.TapCounters{}}
-	k := newTapKernel(dp)
+	k := NewKernel(dp)
 	rule := func(contract string, index int) tap.Rule {
 		return tap.Rule{Endpoint: "shop/web", EndpointID: 7, Index: index, Contract: contract,
 			Match: tap.Match{Direction: tap.Egress}, Action: tap.Mirror, Effect: tap.EffectMirror}
@@ -93,7 +93,7 @@ func TestTapKernelCountersFollowTheirContract(t *testing.T) {
 // writes nothing, and a monitor that is not attached is left alone.
 func TestTapKernelWithdrawsKeyOfMonitorNotReading(t *testing.T) {
 	dp := &countingDataplane{}
-	k := newTapKernel(dp)
+	k := NewKernel(dp)
 	addr := netip.MustParseAddr("198.18.0.9")
 	if err := k.AttachMonitor("", "rx", "tx", 9, addr); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package agent
+package taps
 
 import (
 	"fmt"
@@ -9,6 +9,21 @@ import (
 	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/tap"
 )
+
+// Table is the dataplane's tap rules (docs/taps.md): what the resolution of the tap
+// contracts against the endpoints (tap.Resolve) asks of each endpoint. The subsystem hands
+// it the whole rule set whenever it changes; without one (nil) there are no taps, and tap
+// contracts are refused rather than pretended to be tapped.
+type Table interface {
+	// ReplaceTaps makes the installed rules equal to rules (tap.Resolve's order: by
+	// endpoint, then index). A rule whose Effect is tap.EffectDrop must drop what it
+	// matches: a redirect whose monitor is unavailable fails closed.
+	ReplaceTaps(rules []tap.Rule) error
+	// TapCounters returns the counters of the installed rules.
+	TapCounters() (map[tap.RuleKey]tap.Counters, error)
+	// NodeTapCounters returns the node's counts that belong to no rule.
+	NodeTapCounters() (tap.NodeCounters, error)
+}
 
 // Monitors gives monitor endpoints their receive and return interfaces in the dataplane
 // (docs/taps.md): the tap table needs them to send copies and diverted packets, and to take
@@ -27,11 +42,11 @@ type Monitors interface {
 	SetMonitorReading(epID uint32, reading bool) error
 }
 
-// tapKernel is TapTable and Monitors over the datapath: it turns the resolution's rules
+// Kernel is Table and Monitors over the datapath: it turns the resolution's rules
 // (tap.Rule, per endpoint and contract) into the dataplane's (datapath.TapRule, per
 // direction, peer prefix and port range) and keeps the monitors' interfaces.
-type tapKernel struct {
-	dp tapDataplane
+type Kernel struct {
+	dp Dataplane
 
 	mu       sync.Mutex
 	monitors map[uint32]attachedMonitor // by monitor epID
@@ -39,8 +54,10 @@ type tapKernel struct {
 	rules    map[tap.RuleKey]uint32     // and back
 }
 
-// tapDataplane is what tapKernel needs of the datapath (*datapath.Datapath).
-type tapDataplane interface {
+// Dataplane is what Kernel needs of the datapath (*datapath.Datapath today): the
+// subsystem's only view of it, so that the datapath's methods may move between its types
+// with one change where the agent wires it (kernel.go's openKernel).
+type Dataplane interface {
 	AttachMonitor(netnsPath, rx, tx string, epID uint32) (rxIndex, txIndex uint32, err error)
 	DetachMonitor(rx, tx uint32) error
 	SetMonitorKey(addr netip.Addr, rx uint32) error
@@ -59,11 +76,12 @@ type attachedMonitor struct {
 	down   bool // not reading (SetMonitorReading): its key is withdrawn
 }
 
-func newTapKernel(dp tapDataplane) *tapKernel {
-	return &tapKernel{dp: dp, monitors: map[uint32]attachedMonitor{}, ids: map[uint32]tap.RuleKey{}, rules: map[tap.RuleKey]uint32{}}
+// NewKernel is Table and Monitors over dp.
+func NewKernel(dp Dataplane) *Kernel {
+	return &Kernel{dp: dp, monitors: map[uint32]attachedMonitor{}, ids: map[uint32]tap.RuleKey{}, rules: map[tap.RuleKey]uint32{}}
 }
 
-func (k *tapKernel) AttachMonitor(netnsPath, rx, tx string, epID uint32, addr netip.Addr) error {
+func (k *Kernel) AttachMonitor(netnsPath, rx, tx string, epID uint32, addr netip.Addr) error {
 	rxi, txi, err := k.dp.AttachMonitor(netnsPath, rx, tx, epID)
 	if err != nil {
 		return err
@@ -79,7 +97,7 @@ func (k *tapKernel) AttachMonitor(netnsPath, rx, tx string, epID uint32, addr ne
 	return nil
 }
 
-func (k *tapKernel) SetMonitorReading(epID uint32, reading bool) error {
+func (k *Kernel) SetMonitorReading(epID uint32, reading bool) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	m, ok := k.monitors[epID]
@@ -102,7 +120,7 @@ func (k *tapKernel) SetMonitorReading(epID uint32, reading bool) error {
 	return nil
 }
 
-func (k *tapKernel) DetachMonitor(epID uint32) error {
+func (k *Kernel) DetachMonitor(epID uint32) error {
 	k.mu.Lock()
 	m, ok := k.monitors[epID]
 	delete(k.monitors, epID)
@@ -125,7 +143,7 @@ func (k *tapKernel) DetachMonitor(epID uint32) error {
 // attached, is down: a redirect to it drops (fails open only by its contract's setting),
 // a mirror loses its copies. A mirror's monitor on another node gets its copies through
 // the tap tunnel (datapath.AttachTapTunnel), addressed to its node and key.
-func (k *tapKernel) ReplaceTaps(rules []tap.Rule) error {
+func (k *Kernel) ReplaceTaps(rules []tap.Rule) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	ids := map[uint32]tap.RuleKey{}
@@ -243,7 +261,7 @@ func portRanges(ranges []tap.PortRange) []datapath.PortRange {
 }
 
 // TapCounters reads the installed rules' counters.
-func (k *tapKernel) TapCounters() (map[tap.RuleKey]tap.Counters, error) {
+func (k *Kernel) TapCounters() (map[tap.RuleKey]tap.Counters, error) {
 	k.mu.Lock()
 	ids := make([]uint32, 0, len(k.ids))
 	keys := make(map[uint32]tap.RuleKey, len(k.ids))
@@ -270,7 +288,7 @@ func (k *tapKernel) TapCounters() (map[tap.RuleKey]tap.Counters, error) {
 
 // NodeTapCounters reads contract 0's counters: what monitors sent that was not diverted to
 // them, and the copies other nodes sent to this node's monitors.
-func (k *tapKernel) NodeTapCounters() (tap.NodeCounters, error) {
+func (k *Kernel) NodeTapCounters() (tap.NodeCounters, error) {
 	got, err := k.dp.TapCounters(0)
 	if err != nil {
 		return tap.NodeCounters{}, err
