@@ -1,0 +1,174 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ParseObject parses one manifest that is already decoded: obj is a Kubernetes object as
+// a map of JSON values (string, bool, nil, int64 and the other integers, float64,
+// []any, map[string]any, and the string slices and maps of labels and annotations),
+// as the API machinery's unstructured objects and converters hold them. source names it
+// in messages.
+//
+// It checks obj exactly as Parse checks the same object written as JSON: the same
+// fields, the same errors (mapping keys are read in sorted order, as a JSON rendering of
+// the map lists them), the same limits (its nesting, and the size of its JSON rendering),
+// with no text in between: no line numbers either. Policies, CIDR groups and tap
+// contracts carry the object's JSON rendering as Raw, as Parse's do.
+func ParseObject(source string, obj map[string]any) (*Documents, error) {
+	if err := checkSize(source, 0); err != nil {
+		return nil, err
+	}
+	b := &objectTree{source: source}
+	n, err := b.value(obj, 0)
+	if err != nil {
+		return nil, err
+	}
+	if b.size > MaxDocumentBytes {
+		return nil, &LimitError{Source: source, Document: 1, Limit: LimitDocumentSize, Value: int64(b.size), Max: MaxDocumentBytes}
+	}
+	out := &Documents{}
+	d := &docParser{source: source, doc: 1, groups: true}
+	if err := d.document(n, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// objectTree builds the yaml.Node tree of a decoded object, the tree the parser reads.
+type objectTree struct {
+	source string
+	// size is the length of the object's JSON rendering so far, escapes aside (the
+	// document size limit).
+	size int
+	treeBuilder
+}
+
+func (b *objectTree) scalar(tag, value string) *yaml.Node {
+	b.size += len(value)
+	style := yaml.Style(0)
+	if tag == "!!str" {
+		style = yaml.DoubleQuotedStyle
+		b.size += 2
+	}
+	return b.node(yaml.ScalarNode, tag, value, style, 0, 0)
+}
+
+func (b *objectTree) value(v any, depth int) (*yaml.Node, error) {
+	switch v := v.(type) {
+	case nil:
+		return b.scalar("!!null", "null"), nil
+	case string:
+		return b.scalar("!!str", v), nil
+	case bool:
+		return b.scalar("!!bool", strconv.FormatBool(v)), nil
+	case int64:
+		return b.scalar("!!int", strconv.FormatInt(v, 10)), nil
+	case int:
+		return b.scalar("!!int", strconv.Itoa(v)), nil
+	case int32:
+		return b.scalar("!!int", strconv.FormatInt(int64(v), 10)), nil
+	case uint64:
+		return b.scalar("!!int", strconv.FormatUint(v, 10)), nil
+	case float64:
+		return b.float(v)
+	case map[string]any:
+		return b.mapping(depth, len(v), func(yield func(string, any) error) error {
+			for _, k := range sortedMapKeys(v) {
+				if err := yield(k, v[k]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	case map[string]string:
+		return b.mapping(depth, len(v), func(yield func(string, any) error) error {
+			for _, k := range sortedMapKeys(v) {
+				if err := yield(k, v[k]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	case []any:
+		return b.sequence(depth, len(v), func(i int) any { return v[i] })
+	case []string:
+		return b.sequence(depth, len(v), func(i int) any { return v[i] })
+	}
+	return nil, &ParseError{Source: b.source, Document: 1, Reason: fmt.Sprintf("a value of Go type %T is not a JSON value", v)}
+}
+
+// float is a number as its JSON rendering reads: an integral one as an integer.
+func (b *objectTree) float(v float64) (*yaml.Node, error) {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return nil, &ParseError{Source: b.source, Document: 1, Reason: fmt.Sprintf("number %v cannot be represented in JSON", v)}
+	}
+	if v == math.Trunc(v) && math.Abs(v) < 1<<53 {
+		return b.scalar("!!int", strconv.FormatInt(int64(v), 10)), nil
+	}
+	return b.scalar("!!float", strconv.FormatFloat(v, 'g', -1, 64)), nil
+}
+
+func (b *objectTree) open(depth int) error {
+	if depth+1 > MaxDepth {
+		return &LimitError{Source: b.source, Document: 1, Limit: LimitDepth, Value: int64(depth + 1), Max: MaxDepth}
+	}
+	b.size += 2
+	return nil
+}
+
+func (b *objectTree) mapping(depth, n int, each func(yield func(string, any) error) error) (*yaml.Node, error) {
+	if err := b.open(depth); err != nil {
+		return nil, err
+	}
+	m := b.node(yaml.MappingNode, "!!map", "", yaml.FlowStyle, 0, 0)
+	from := len(b.kids)
+	err := each(func(k string, v any) error {
+		key := b.scalar("!!str", k)
+		b.size += 2 // ':' and ','
+		val, err := b.value(v, depth+1)
+		if err != nil {
+			return err
+		}
+		b.kids = append(b.kids, key, val)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.Content = b.content(from)
+	return m, nil
+}
+
+func (b *objectTree) sequence(depth, n int, at func(int) any) (*yaml.Node, error) {
+	if err := b.open(depth); err != nil {
+		return nil, err
+	}
+	s := b.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, 0, 0)
+	from := len(b.kids)
+	for i := range n {
+		b.size++ // ','
+		val, err := b.value(at(i), depth+1)
+		if err != nil {
+			return nil, err
+		}
+		b.kids = append(b.kids, val)
+	}
+	s.Content = b.content(from)
+	return s, nil
+}
+
+// sortedMapKeys is m's keys in order, the order of a JSON rendering.
+func sortedMapKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
