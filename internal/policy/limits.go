@@ -92,7 +92,7 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimit }
 // sending it, with the message the agent would give. Syntax errors are left to Parse.
 func CheckLimits(source string, data []byte) error {
 	data = bytes.TrimPrefix(data, bom)
-	err := readDocuments(source, data, func(int, *yaml.Node) error { return nil })
+	err := readDocuments(source, data, func(int, *yaml.Node, []byte) error { return nil })
 	var le *LimitError
 	if errors.As(err, &le) {
 		return le

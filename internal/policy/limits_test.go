@@ -224,7 +224,7 @@ func TestCorpusWithinLimits(t *testing.T) {
 		if len(data) > 4<<10 {
 			t.Errorf("%s: %d bytes, limits.go says 3.7 KB at most", p, len(data))
 		}
-		return readDocuments(p, data, func(doc int, n *yaml.Node) error {
+		return readDocuments(p, data, func(doc int, n *yaml.Node, _ []byte) error {
 			maxDepth = max(maxDepth, depthOf(n))
 			return nil
 		})

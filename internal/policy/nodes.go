@@ -34,6 +34,10 @@ type docParser struct {
 	host   bool
 	audit  bool // the policy's AuditAnnotation says "true"
 	groups bool // CiliumCIDRGroup, TapContract and TrafficControl documents are accepted (Parse, not ParseDocuments)
+	// root and rootJSON: the document's node and, when the reader had it, its JSON
+	// rendering, which toJSON returns instead of rendering root again.
+	root     *yaml.Node
+	rootJSON []byte
 }
 
 func (d *docParser) fail(n *yaml.Node, path, format string, args ...any) *ParseError {
@@ -302,22 +306,45 @@ func (d *docParser) stringMap(n *yaml.Node, path string) error {
 // valid JSON (escapes such as \/); everything else is read as a YAML stream. The limits of
 // limits.go are checked before anything is decoded that they bound, and a document's tree
 // is dropped once fn returns, so memory follows the largest document, not the stream.
-func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node) error) error {
+//
+// raw, when not nil, is the document's JSON rendering as toJSON would write it (see
+// readValidJSON).
+func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node, raw []byte) error) error {
 	if err := checkSize(source, len(data)); err != nil {
 		return err
 	}
-	if isJSON, _ := jsonInput(source, data); isJSON {
+	if (jsonName(source) || jsonStart(data)) && len(data) <= MaxDocumentBytes {
+		// The fast reader checks the syntax and the depth as it reads (a text that
+		// json.Valid accepts is JSON whatever its name). A text it does not take, invalid
+		// or too deep, goes the way below, whose checks say what is wrong in the order
+		// the limits promise.
+		n, raw, err := readValidJSON(data)
+		if err == nil {
+			return fn(1, n, raw)
+		}
+		if !errors.Is(err, errNotValidJSON) {
+			return err
+		}
+	}
+	if isJSON, valid := jsonInput(source, data); isJSON {
 		if len(data) > MaxDocumentBytes {
 			return &LimitError{Source: source, Document: 1, Line: 1, Limit: LimitDocumentSize, Value: int64(len(data)), Max: MaxDocumentBytes}
 		}
 		if err := jsonDepth(source, data); err != nil {
 			return err
 		}
-		n, err := readJSON(data)
+		var n *yaml.Node
+		var raw []byte
+		var err error
+		if valid {
+			n, raw, err = readValidJSON(data)
+		} else {
+			n, err = readJSON(data) // for its errors
+		}
 		if err != nil {
 			return err
 		}
-		return fn(1, n)
+		return fn(1, n, raw)
 	}
 	if err := yamlDocumentSizes(source, data); err != nil {
 		return err
@@ -347,7 +374,7 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node) er
 				}
 				// No nodeDepth: the fast reader leaves a document deeper than MaxDepth
 				// to yaml.v3.
-				if err := fn(doc, pending); err != nil {
+				if err := fn(doc, pending, nil); err != nil {
 					return err
 				}
 			}
@@ -380,7 +407,7 @@ func readDocuments(source string, data []byte, fn func(doc int, n *yaml.Node) er
 		if err := nodeDepth(source, doc, n.Content[0]); err != nil {
 			return err
 		}
-		if err := fn(doc, n.Content[0]); err != nil {
+		if err := fn(doc, n.Content[0], nil); err != nil {
 			return err
 		}
 	}
@@ -548,6 +575,9 @@ func (r *jsonReader) valueFrom(tok json.Token, line int) (*yaml.Node, error) {
 
 // toJSON renders a document node as JSON, keeping the order of mapping keys.
 func (d *docParser) toJSON(n *yaml.Node) ([]byte, error) {
+	if n == d.root && d.rootJSON != nil {
+		return d.rootJSON, nil
+	}
 	var b bytes.Buffer
 	// Field paths only name the field of an error: render without them, and only on an
 	// error render again with them (building a path for every node of a large document

@@ -73,8 +73,8 @@ var bom = []byte("\xef\xbb\xbf")
 func parseAll(source string, data []byte, groups bool) (*Documents, error) {
 	data = bytes.TrimPrefix(data, bom)
 	out := &Documents{}
-	err := readDocuments(source, data, func(doc int, n *yaml.Node) error {
-		d := &docParser{source: source, doc: doc, groups: groups}
+	err := readDocuments(source, data, func(doc int, n *yaml.Node, raw []byte) error {
+		d := &docParser{source: source, doc: doc, groups: groups, root: n, rootJSON: raw}
 		return d.document(n, out)
 	})
 	var se *syntaxError
