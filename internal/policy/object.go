@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -78,27 +79,13 @@ func (b *objectTree) value(v any, depth int) (*yaml.Node, error) {
 	case float64:
 		return b.float(v)
 	case map[string]any:
-		return b.mapping(depth, len(v), func(yield func(string, any) error) error {
-			for _, k := range sortedMapKeys(v) {
-				if err := yield(k, v[k]); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		return objectMapping(b, depth, v)
 	case map[string]string:
-		return b.mapping(depth, len(v), func(yield func(string, any) error) error {
-			for _, k := range sortedMapKeys(v) {
-				if err := yield(k, v[k]); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		return objectMapping(b, depth, v)
 	case []any:
-		return b.sequence(depth, len(v), func(i int) any { return v[i] })
+		return objectSequence(b, depth, v)
 	case []string:
-		return b.sequence(depth, len(v), func(i int) any { return v[i] })
+		return objectSequence(b, depth, v)
 	}
 	return nil, &ParseError{Source: b.source, Document: 1, Reason: fmt.Sprintf("a value of Go type %T is not a JSON value", v)}
 }
@@ -122,53 +109,41 @@ func (b *objectTree) open(depth int) error {
 	return nil
 }
 
-func (b *objectTree) mapping(depth, n int, each func(yield func(string, any) error) error) (*yaml.Node, error) {
+// objectMapping is m's node, its keys in sorted order (as a JSON rendering lists them).
+func objectMapping[V any](b *objectTree, depth int, m map[string]V) (*yaml.Node, error) {
 	if err := b.open(depth); err != nil {
 		return nil, err
 	}
-	m := b.node(yaml.MappingNode, "!!map", "", yaml.FlowStyle, 0, 0)
+	n := b.node(yaml.MappingNode, "!!map", "", yaml.FlowStyle, 0, 0)
 	from := len(b.kids)
-	err := each(func(k string, v any) error {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		key := b.scalar("!!str", k)
 		b.size += 2 // ':' and ','
-		val, err := b.value(v, depth+1)
+		val, err := b.value(m[k], depth+1)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		b.kids = append(b.kids, key, val)
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	m.Content = b.content(from)
-	return m, nil
+	n.Content = b.content(from)
+	return n, nil
 }
 
-func (b *objectTree) sequence(depth, n int, at func(int) any) (*yaml.Node, error) {
+// objectSequence is s's node.
+func objectSequence[V any](b *objectTree, depth int, s []V) (*yaml.Node, error) {
 	if err := b.open(depth); err != nil {
 		return nil, err
 	}
-	s := b.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, 0, 0)
+	n := b.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, 0, 0)
 	from := len(b.kids)
-	for i := range n {
+	for _, v := range s {
 		b.size++ // ','
-		val, err := b.value(at(i), depth+1)
+		val, err := b.value(v, depth+1)
 		if err != nil {
 			return nil, err
 		}
 		b.kids = append(b.kids, val)
 	}
-	s.Content = b.content(from)
-	return s, nil
-}
-
-// sortedMapKeys is m's keys in order, the order of a JSON rendering.
-func sortedMapKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+	n.Content = b.content(from)
+	return n, nil
 }
