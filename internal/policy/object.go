@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -20,7 +19,8 @@ import (
 // fields, the same errors (mapping keys are read in sorted order, as a JSON rendering of
 // the map lists them), the same limits (its nesting, and the size of its JSON rendering),
 // with no text in between: no line numbers either. Policies, CIDR groups and tap
-// contracts carry the object's JSON rendering as Raw, as Parse's do.
+// contracts carry the object's JSON rendering as Raw, as Parse's do: written while the
+// tree is built, as the JSON reader keeps its text, not rendered from the tree again.
 func ParseObject(source string, obj map[string]any) (*Documents, error) {
 	if err := checkSize(source, 0); err != nil {
 		return nil, err
@@ -30,11 +30,11 @@ func ParseObject(source string, obj map[string]any) (*Documents, error) {
 	if err != nil {
 		return nil, err
 	}
-	if b.size > MaxDocumentBytes {
-		return nil, &LimitError{Source: source, Document: 1, Limit: LimitDocumentSize, Value: int64(b.size), Max: MaxDocumentBytes}
+	if len(b.raw) > MaxDocumentBytes {
+		return nil, &LimitError{Source: source, Document: 1, Limit: LimitDocumentSize, Value: int64(len(b.raw)), Max: MaxDocumentBytes}
 	}
 	out := &Documents{}
-	d := &docParser{source: source, doc: 1, groups: true}
+	d := &docParser{source: source, doc: 1, groups: true, root: n, rootJSON: b.raw}
 	if err := d.document(n, out); err != nil {
 		return nil, err
 	}
@@ -44,18 +44,20 @@ func ParseObject(source string, obj map[string]any) (*Documents, error) {
 // objectTree builds the yaml.Node tree of a decoded object, the tree the parser reads.
 type objectTree struct {
 	source string
-	// size is the length of the object's JSON rendering so far, escapes aside (the
-	// document size limit).
-	size int
+	// raw is the object's JSON rendering so far, as writeJSON renders the tree.
+	raw []byte
+	// keys holds the sorted keys of the mappings being built.
+	keys []string
 	treeBuilder
 }
 
 func (b *objectTree) scalar(tag, value string) *yaml.Node {
-	b.size += len(value)
 	style := yaml.Style(0)
 	if tag == "!!str" {
 		style = yaml.DoubleQuotedStyle
-		b.size += 2
+		b.raw = appendJSONString(b.raw, value)
+	} else {
+		b.raw = append(b.raw, value...)
 	}
 	return b.node(yaml.ScalarNode, tag, value, style, 0, 0)
 }
@@ -101,49 +103,65 @@ func (b *objectTree) float(v float64) (*yaml.Node, error) {
 	return b.scalar("!!float", strconv.FormatFloat(v, 'g', -1, 64)), nil
 }
 
-func (b *objectTree) open(depth int) error {
+func (b *objectTree) open(depth int, bracket byte) error {
 	if depth+1 > MaxDepth {
 		return &LimitError{Source: b.source, Document: 1, Limit: LimitDepth, Value: int64(depth + 1), Max: MaxDepth}
 	}
-	b.size += 2
+	b.raw = append(b.raw, bracket)
 	return nil
 }
 
 // objectMapping is m's node, its keys in sorted order (as a JSON rendering lists them).
 func objectMapping[V any](b *objectTree, depth int, m map[string]V) (*yaml.Node, error) {
-	if err := b.open(depth); err != nil {
+	if err := b.open(depth, '{'); err != nil {
 		return nil, err
 	}
 	n := b.node(yaml.MappingNode, "!!map", "", yaml.FlowStyle, 0, 0)
 	from := len(b.kids)
-	for _, k := range slices.Sorted(maps.Keys(m)) {
+	// The keys go on a stack that every mapping of the object shares (a nested one's
+	// above this one's until it is done), instead of a slice of their own each.
+	start := len(b.keys)
+	for k := range m {
+		b.keys = append(b.keys, k)
+	}
+	slices.Sort(b.keys[start:])
+	defer func() { b.keys = b.keys[:start] }()
+	for i := range len(m) {
+		k := b.keys[start+i]
+		if i > 0 {
+			b.raw = append(b.raw, ',')
+		}
 		key := b.scalar("!!str", k)
-		b.size += 2 // ':' and ','
+		b.raw = append(b.raw, ':')
 		val, err := b.value(m[k], depth+1)
 		if err != nil {
 			return nil, err
 		}
 		b.kids = append(b.kids, key, val)
 	}
+	b.raw = append(b.raw, '}')
 	n.Content = b.content(from)
 	return n, nil
 }
 
 // objectSequence is s's node.
 func objectSequence[V any](b *objectTree, depth int, s []V) (*yaml.Node, error) {
-	if err := b.open(depth); err != nil {
+	if err := b.open(depth, '['); err != nil {
 		return nil, err
 	}
 	n := b.node(yaml.SequenceNode, "!!seq", "", yaml.FlowStyle, 0, 0)
 	from := len(b.kids)
-	for _, v := range s {
-		b.size++ // ','
+	for i, v := range s {
+		if i > 0 {
+			b.raw = append(b.raw, ',')
+		}
 		val, err := b.value(v, depth+1)
 		if err != nil {
 			return nil, err
 		}
 		b.kids = append(b.kids, val)
 	}
+	b.raw = append(b.raw, ']')
 	n.Content = b.content(from)
 	return n, nil
 }
