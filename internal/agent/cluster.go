@@ -120,17 +120,23 @@ type ClusterView struct {
 	Accepted map[string]PolicyObject
 }
 
-// PolicyObject is a policy object as a document for the parser (the same one `rampart
-// apply` uses), and its resourceVersion: an object whose version did not change since the
-// last sync is not parsed again.
+// PolicyObject is a policy object for the parser (the one `rampart apply` uses), and its
+// resourceVersion: an object whose version did not change since the last sync is not
+// parsed again.
 type PolicyObject struct {
 	Kind            string
 	Namespace, Name string
 	ResourceVersion string
 	// UID is the object's uid: a record of Accepted holds for the object of the same
 	// uid only (not one deleted and created again under the name).
-	UID      string
-	Document []byte // JSON with apiVersion and kind
+	UID string
+	// Object is the object as the informer decoded it, a manifest with apiVersion and
+	// kind (policy.ParseObject): what ClusterView.Objects carry.
+	Object map[string]any
+	// Document is a manifest as text (JSON with apiVersion and kind): what the records
+	// of ClusterView.Accepted and SyncResult.Record carry, as they are stored. The parser
+	// takes Object when there is one.
+	Document []byte
 }
 
 // SyncResult says what a sync did not apply.
@@ -470,21 +476,12 @@ func (c *clusterChange) policies(m *model) map[string]*policy.CIDRGroup {
 			groups[g.Name] = g
 		}
 		for _, p := range po.policies {
-			pk := p.Key()
-			if old, ok := c.a.model.policies[pk]; ok && old.pol == p {
-				m.policies[pk] = old
+			old := c.a.model.policies[p.Key()]
+			if old != nil && old.pol == p {
+				m.policies[p.Key()] = old // the same parse: rule ids and all
 				continue
 			}
-			var prevIDs []uint32
-			if old, ok := c.a.model.policies[pk]; ok {
-				prevIDs = old.rec.RuleIDs
-			}
-			ids := m.allocRuleIDs(p, prevIDs)
-			m.policies[pk] = &storedPolicy{
-				rec: &PolicyRecord{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Source: p.Source,
-					Raw: compactJSON(p.Raw), RuleIDs: ids},
-				pol: p,
-			}
+			m.putPolicy(p, old)
 		}
 	}
 	return groups
@@ -500,24 +497,9 @@ func (c *clusterChange) cidrGroups(m *model, groups map[string]*policy.CIDRGroup
 		}
 	}
 	for _, name := range sortedKeys(groups) {
-		g := groups[name]
-		content := groupSet(g)
-		old := m.cidrsets[name]
-		if old != nil && prefixListsEqual(old.prefixes, content) {
-			continue
+		if _, err := m.putCIDRGroup(groups[name], groupSet(groups[name]), c.a.model, now); err != nil {
+			c.problems = append(c.problems, err.Error())
 		}
-		meta := cidrSetMeta{Name: name, Source: string(policy.KindCiliumCIDRGroup) + " " + g.Source, LoadedAt: now, ChangedAt: now}
-		if old != nil {
-			meta.Index = old.meta.Index
-		} else {
-			idx, ok := freeIndex(m.cidrsets, c.a.model.cidrsets)
-			if !ok {
-				c.problems = append(c.problems, fmt.Sprintf("%s %s: all %d CIDR sets are in use", policy.KindCiliumCIDRGroup, name, maxCIDRSets))
-				continue
-			}
-			meta.Index = idx
-		}
-		m.cidrsets[name] = &cidrSet{meta: meta, prefixes: content}
 	}
 }
 
@@ -599,10 +581,17 @@ func (a *Agent) clusterNodes(v ClusterView) (map[string]*NodeRecord, map[string]
 	return nodes, remotes, problems
 }
 
-// parseObject parses policy object o of key.
+// parseObject parses policy object o of key: its Object, or else its Document (a
+// record).
 func (a *Agent) parseObject(key string, o PolicyObject) (parsedObject, error) {
 	source := fmt.Sprintf("%s %s", o.Kind, objectName(o.Namespace, o.Name))
-	docs, err := a.eng.Parse(source, o.Document)
+	var docs *policy.Documents
+	var err error
+	if o.Object != nil {
+		docs, err = policy.ParseObject(source, o.Object)
+	} else {
+		docs, err = a.eng.Parse(source, o.Document)
+	}
 	if err == nil && len(docs.Policies)+len(docs.CIDRGroups)+len(docs.Taps) == 0 {
 		err = fmt.Errorf("%s: no policy in the object", source)
 	}
@@ -612,9 +601,29 @@ func (a *Agent) parseObject(key string, o PolicyObject) (parsedObject, error) {
 	for _, c := range docs.Taps {
 		c.Origin = "Kubernetes " + source
 	}
+	doc := o.Document
+	if o.Object != nil {
+		// The record is the parser's JSON rendering of the object (Raw), not a
+		// marshalling of it again.
+		doc = documentRaw(docs)
+	}
 	rec := &AcceptedObjectRecord{Key: key, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name,
-		ResourceVersion: o.ResourceVersion, Document: string(o.Document)}
+		ResourceVersion: o.ResourceVersion, Document: string(doc)}
 	return parsedObject{rv: o.ResourceVersion, rec: rec, policies: docs.Policies, groups: docs.CIDRGroups, taps: docs.Taps}, nil
+}
+
+// documentRaw is the JSON rendering of the one object docs were parsed from: the Raw of
+// what it holds.
+func documentRaw(docs *policy.Documents) []byte {
+	switch {
+	case len(docs.Policies) > 0:
+		return docs.Policies[0].Raw
+	case len(docs.CIDRGroups) > 0:
+		return docs.CIDRGroups[0].Raw
+	case len(docs.Taps) > 0:
+		return docs.Taps[0].Raw
+	}
+	return nil
 }
 
 // acceptedRecords compares the cluster's records of kept versions with what this sync

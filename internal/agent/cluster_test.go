@@ -3,14 +3,19 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
+	"github.com/rampartnet/rampart/internal/policy"
 	"github.com/rampartnet/rampart/internal/proxy"
 )
 
@@ -51,8 +56,8 @@ func TestSyncCluster(t *testing.T) {
 	h.add("x", "a", map[string]string{"pod": "a"})
 
 	objects := map[string]PolicyObject{
-		"np":  {Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", Document: []byte(allowFromRemoteB)},
-		"svc": {Kind: "CiliumNetworkPolicy", Namespace: "x", Name: "services", ResourceVersion: "1", Document: []byte(refusedServices)},
+		"np":  {Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", Object: object(allowFromRemoteB)},
+		"svc": {Kind: "CiliumNetworkPolicy", Namespace: "x", Name: "services", ResourceVersion: "1", Object: object(refusedServices)},
 	}
 	res, err := h.a.SyncCluster(ctx, clusterView(5000, objects))
 	if err != nil {
@@ -108,7 +113,7 @@ func TestSyncCluster(t *testing.T) {
 
 	// A newer version of an accepted policy that the parser refuses: the accepted stays.
 	objects["np"] = PolicyObject{Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "2",
-		Document: []byte(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))}
+		Object: object(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))}
 	res, err = h.a.SyncCluster(ctx, clusterView(5000, objects))
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +141,7 @@ func TestSyncCluster(t *testing.T) {
 
 // tapObject is a tap manifest as the watcher hands it over.
 func tapObject(kind, name, rv, doc string) PolicyObject {
-	return PolicyObject{Kind: kind, Name: name, ResourceVersion: rv, Document: []byte(doc)}
+	return PolicyObject{Kind: kind, Name: name, ResourceVersion: rv, Object: object(doc)}
 }
 
 // Tap contracts of the Kubernetes API: each sync replaces the set the API brought (the
@@ -301,7 +306,7 @@ func TestSyncClusterConvergesWhenNamespaceLabelsArriveLate(t *testing.T) {
 	cniAdd(t, h, "c1", "eth0", "nc", "client")
 
 	late := clusterView(5000, map[string]PolicyObject{
-		"np": {Kind: "NetworkPolicy", Namespace: "nc", Name: "client", ResourceVersion: "1", Document: []byte(denyClientIngress)}})
+		"np": {Kind: "NetworkPolicy", Namespace: "nc", Name: "client", ResourceVersion: "1", Object: object(denyClientIngress)}})
 	late.Namespaces["nc"] = labels.Labels{"team": "t"}
 	late.LocalPods = map[string]PodInfo{"nc/client": client}
 	for i := range 2 { // the first sync converges, the second changes nothing
@@ -377,13 +382,13 @@ func TestSyncClusterRestartKeepsAccepted(t *testing.T) {
 	ctx := context.Background()
 	h.add("x", "a", map[string]string{"pod": "a"})
 	objects := map[string]PolicyObject{
-		"np": {Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", Document: []byte(allowFromRemoteB)},
+		"np": {Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", Object: object(allowFromRemoteB)},
 	}
 	if _, err := h.a.SyncCluster(ctx, clusterView(5000, objects)); err != nil {
 		t.Fatal(err)
 	}
 	objects["np"] = PolicyObject{Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "2",
-		Document: []byte(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))}
+		Object: object(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))}
 	for i, what := range []string{"refused", "after a restart", "after a second restart"} {
 		if i > 0 {
 			h.restart()
@@ -406,7 +411,7 @@ func TestSyncClusterRestartKeepsAccepted(t *testing.T) {
 	}
 	h.restart()
 	objects["np"] = PolicyObject{Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "3",
-		Document: []byte(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))}
+		Object: object(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))}
 	res, err := h.a.SyncCluster(ctx, clusterView(5000, objects))
 	if err != nil {
 		t.Fatal(err)
@@ -424,10 +429,13 @@ func TestSyncClusterRestartKeepsAccepted(t *testing.T) {
 // accepted or the object is gone.
 func TestSyncClusterFreshAgentTakesClusterAccepted(t *testing.T) {
 	ctx := context.Background()
-	good := PolicyObject{Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", UID: "u1", Document: []byte(allowFromRemoteB)}
+	good := PolicyObject{Kind: "NetworkPolicy", Namespace: "x", Name: "from-b", ResourceVersion: "1", UID: "u1", Object: object(allowFromRemoteB)}
+	// The cluster's record of good, as the watcher reads it (AcceptedPolicy).
+	goodRec := good
+	goodRec.Object, goodRec.Document = nil, []byte(allowFromRemoteB)
 	bad := good
 	bad.ResourceVersion = "2"
-	bad.Document = []byte(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))
+	bad.Object = object(strings.Replace(allowFromRemoteB, "podSelector: {matchLabels: {pod: a}}", "podSelector: {matchLabels: {pod: a}}\n  bogus: 1", 1))
 
 	h := kubernetesMode(newHarness(t))
 	h.add("x", "a", map[string]string{"pod": "a"})
@@ -441,10 +449,10 @@ func TestSyncClusterFreshAgentTakesClusterAccepted(t *testing.T) {
 	}
 	v = clusterView(5000, map[string]PolicyObject{"np": bad})
 	if res, err = h.a.SyncCluster(ctx, v); err != nil || len(res.Record) != 1 || res.Record[0].ResourceVersion != "1" ||
-		res.Record[0].UID != "u1" || string(res.Record[0].Document) != allowFromRemoteB {
+		res.Record[0].UID != "u1" || !sameRules(t, res.Record[0].Document, allowFromRemoteB) {
 		t.Errorf("refused: record %+v (%v), want version 1 of np to record", res.Record, err)
 	}
-	v.Accepted = map[string]PolicyObject{"np": good}
+	v.Accepted = map[string]PolicyObject{"np": goodRec}
 	if res, err = h.a.SyncCluster(ctx, v); err != nil || len(res.Record) != 0 || len(res.Unrecord) != 0 {
 		t.Errorf("recorded: record %+v, unrecord %v (%v), want no write", res.Record, res.Unrecord, err)
 	}
@@ -465,7 +473,7 @@ func TestSyncClusterFreshAgentTakesClusterAccepted(t *testing.T) {
 	}{{"u1", true}, {"u0", false}} {
 		fresh := kubernetesMode(newHarness(t))
 		fresh.add("x", "a", map[string]string{"pod": "a"})
-		rec := good
+		rec := goodRec
 		rec.UID = c.uid
 		v := clusterView(5000, map[string]PolicyObject{"np": bad})
 		v.Accepted = map[string]PolicyObject{"np": rec}
@@ -505,7 +513,7 @@ func TestSyncClusterUnservableKeepsAccepted(t *testing.T) {
 	h = kubernetesMode(h)
 	ctx := context.Background()
 	obj := func(rv, doc string) map[string]PolicyObject {
-		return map[string]PolicyObject{"cnp": {Kind: "CiliumNetworkPolicy", Namespace: "sw", Name: "rule1", ResourceVersion: rv, Document: []byte(doc)}}
+		return map[string]PolicyObject{"cnp": {Kind: "CiliumNetworkPolicy", Namespace: "sw", Name: "rule1", ResourceVersion: rv, Object: object(doc)}}
 	}
 	if _, err := h.a.SyncCluster(ctx, clusterView(5000, obj("1", l3Deathstar))); err != nil {
 		t.Fatal(err)
@@ -549,4 +557,29 @@ func TestSyncClusterTapRefusedUpdateKeepsAccepted(t *testing.T) {
 		wantInstalled(t, h.dp.taps, "shop/web-1[0] web-http both TCP ports 80 mirror -> sec/ids")
 		h.restart()
 	}
+}
+
+// object is a manifest as the watcher hands it over: decoded.
+func object(doc string) map[string]any {
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+		panic(fmt.Sprintf("test manifest: %v", err))
+	}
+	return m
+}
+
+// sameRules says whether record (the JSON document of an accepted record) holds the
+// policy of manifest doc.
+func sameRules(t *testing.T, record []byte, doc string) bool {
+	t.Helper()
+	got, err := policy.Parse("record", record)
+	if err != nil {
+		t.Errorf("record %s: %v", record, err)
+		return false
+	}
+	want, err := policy.Parse("doc", []byte(doc))
+	if err != nil || len(got.Policies) != 1 || len(want.Policies) != 1 {
+		return false
+	}
+	return reflect.DeepEqual(got.Policies[0].Rules, want.Policies[0].Rules)
 }

@@ -1,13 +1,17 @@
 package agent
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/rampartnet/rampart/internal/agent/taps"
+	"github.com/rampartnet/rampart/internal/api"
 	"github.com/rampartnet/rampart/internal/identity"
 	"github.com/rampartnet/rampart/internal/labels"
 	"github.com/rampartnet/rampart/internal/mapstate"
@@ -133,6 +137,55 @@ func (m *model) allocRuleIDs(p *policy.Policy, prev []uint32) []uint32 {
 		p.Rules[i].ID = ids[i]
 	}
 	return ids
+}
+
+// putPolicy puts parsed policy p in m: the one way a policy enters the model, from the
+// local API (Apply) and from the Kubernetes API (SyncCluster) alike. Its rules keep the
+// ids of prev, the version of its key the model held, where it had as many. It says
+// what it did: "created", "configured", or "unchanged" when prev came from the same
+// document (Raw: both compact).
+func (m *model) putPolicy(p *policy.Policy, prev *storedPolicy) string {
+	action := "created"
+	var prevIDs []uint32
+	if prev != nil {
+		action = "configured"
+		prevIDs = prev.rec.RuleIDs
+		if bytes.Equal(prev.rec.Raw, p.Raw) {
+			action = "unchanged"
+		}
+	}
+	ids := m.allocRuleIDs(p, prevIDs)
+	m.policies[p.Key()] = &storedPolicy{
+		rec: &PolicyRecord{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Source: p.Source,
+			Raw: json.RawMessage(p.Raw), RuleIDs: ids},
+		pol: p,
+	}
+	return action
+}
+
+// putCIDRGroup makes CIDR group g (its prefixes: content) the CIDR set of its name in m:
+// the one way a group enters the model, from either API. A set of the name keeps its
+// index; a new one takes one that neither m nor cur (the model in force) uses. It says
+// what it did, as putPolicy does.
+func (m *model) putCIDRGroup(g *policy.CIDRGroup, content *api.PrefixList, cur *model, now time.Time) (string, error) {
+	old := m.cidrsets[g.Name]
+	if old != nil && prefixListsEqual(old.prefixes, content) {
+		return "unchanged", nil
+	}
+	action := "created"
+	meta := cidrSetMeta{Name: g.Name, Source: string(policy.KindCiliumCIDRGroup) + " " + g.Source, LoadedAt: now, ChangedAt: now}
+	if old != nil {
+		action = "configured"
+		meta.Index = old.meta.Index
+	} else {
+		idx, ok := freeIndex(m.cidrsets, cur.cidrsets)
+		if !ok {
+			return "", api.Conflict("%s %s: all %d CIDR sets are in use", policy.KindCiliumCIDRGroup, g.Name, maxCIDRSets)
+		}
+		meta.Index = idx
+	}
+	m.cidrsets[g.Name] = &cidrSet{meta: meta, prefixes: content}
+	return action, nil
 }
 
 // fullLabels is the label set an endpoint's identity is made of (labels.ForPod).

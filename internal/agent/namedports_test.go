@@ -38,7 +38,7 @@ func TestSyncClusterNamedPorts(t *testing.T) {
 	if ep, err := h.a.GetEndpoint(ctx, "x", "a"); err != nil || len(ep.Ports) != 1 || ep.Ports[0].Port != 80 {
 		t.Fatalf("x/a after its CNI ADD: %+v, %v; want its container port serve-80-tcp", ep.Ports, err)
 	}
-	objects := map[string]PolicyObject{"np": {Kind: "NetworkPolicy", Namespace: "x", Name: "named", ResourceVersion: "1", Document: []byte(namedPortsPolicy)}}
+	objects := map[string]PolicyObject{"np": {Kind: "NetworkPolicy", Namespace: "x", Name: "named", ResourceVersion: "1", Object: object(namedPortsPolicy)}}
 	view := func(localPort, remotePort uint16) ClusterView {
 		v := clusterView(5000, objects)
 		v.Remotes[0].Ports = []PortRecord{{Name: "serve-81-tcp", Port: remotePort, Protocol: "TCP"}}

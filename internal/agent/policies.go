@@ -78,54 +78,14 @@ func (a *Agent) Apply(ctx context.Context, req api.ApplyRequest) (api.ChangeResu
 	now := time.Now()
 	mutate := func(m *model) error {
 		for i, g := range groups {
-			c := api.PolicyChange{Kind: string(policy.KindCiliumCIDRGroup), Name: g.Name, Action: "created"}
-			old := m.cidrsets[g.Name]
-			switch {
-			case old != nil && prefixListsEqual(old.prefixes, contents[i]):
-				c.Action = "unchanged"
-				res.Changes = appendChange(res.Changes, c)
-				continue
-			case old != nil:
-				c.Action = "configured"
+			action, err := m.putCIDRGroup(g, contents[i], a.model, now)
+			if err != nil {
+				return err
 			}
-			meta := cidrSetMeta{Name: g.Name, Source: string(policy.KindCiliumCIDRGroup) + " " + g.Source, LoadedAt: now, ChangedAt: now}
-			if old != nil {
-				meta.Index = old.meta.Index
-			} else {
-				idx, ok := freeIndex(m.cidrsets, a.model.cidrsets)
-				if !ok {
-					return api.Conflict("CiliumCIDRGroup %s: all %d CIDR sets are in use", g.Name, maxCIDRSets)
-				}
-				meta.Index = idx
-			}
-			m.cidrsets[g.Name] = &cidrSet{meta: meta, prefixes: contents[i]}
-			res.Changes = appendChange(res.Changes, c)
+			res.Changes = appendChange(res.Changes, api.PolicyChange{Kind: string(policy.KindCiliumCIDRGroup), Name: g.Name, Action: action})
 		}
 		for _, p := range parsed {
-			key := p.Key()
-			action := "created"
-			var prevIDs []uint32
-			if prev, ok := m.policies[key]; ok {
-				action = "configured"
-				prevIDs = prev.rec.RuleIDs
-				// Both compact (PolicyRecord.Raw, policy.Policy.Raw): no need to
-				// compact a large document again to compare it.
-				if bytes.Equal(prev.rec.Raw, p.Raw) {
-					action = "unchanged"
-				}
-			}
-			ids := m.allocRuleIDs(p, prevIDs)
-			m.policies[key] = &storedPolicy{
-				rec: &PolicyRecord{
-					Kind:      p.Kind,
-					Namespace: p.Namespace,
-					Name:      p.Name,
-					Source:    p.Source,
-					Raw:       json.RawMessage(p.Raw),
-					RuleIDs:   ids,
-				},
-				pol: p,
-			}
+			action := m.putPolicy(p, m.policies[p.Key()])
 			res.Changes = appendChange(res.Changes, api.PolicyChange{Kind: string(p.Kind), Namespace: p.Namespace, Name: p.Name, Action: action})
 		}
 		return a.putTaps(m, taps, &res)

@@ -27,7 +27,7 @@ func TestTraceRemoteSide(t *testing.T) {
 	h := kubernetesMode(newHarness(t))
 	ctx := context.Background()
 	h.add("x", "a", map[string]string{"pod": "a"})
-	objects := map[string]PolicyObject{"np": {Kind: "NetworkPolicy", Namespace: "x", Name: "b-out", ResourceVersion: "1", Document: []byte(bEgressTo81)}}
+	objects := map[string]PolicyObject{"np": {Kind: "NetworkPolicy", Namespace: "x", Name: "b-out", ResourceVersion: "1", Object: object(bEgressTo81)}}
 	if _, err := h.a.SyncCluster(ctx, clusterView(5000, objects)); err != nil {
 		t.Fatal(err)
 	}

@@ -668,6 +668,11 @@ func (d *docParser) writeJSON(b *bytes.Buffer, n *yaml.Node, path string, paths 
 }
 
 func writeJSONString(b *bytes.Buffer, s string) {
+	b.Write(appendJSONString(b.AvailableBuffer(), s))
+}
+
+// appendJSONString appends s to b as a JSON string, as json.Marshal writes it.
+func appendJSONString(b []byte, s string) []byte {
 	// Most strings of a manifest need no escaping: write those as they are, byte for byte
 	// what json.Marshal writes for them (it also escapes <, > and &).
 	plain := true
@@ -676,11 +681,10 @@ func writeJSONString(b *bytes.Buffer, s string) {
 		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
 	}
 	if plain {
-		b.WriteByte('"')
-		b.WriteString(s)
-		b.WriteByte('"')
-		return
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
 	}
 	enc, _ := json.Marshal(s) // marshalling a string cannot fail
-	b.Write(enc)
+	return append(b, enc...)
 }

@@ -3,7 +3,7 @@ package policy
 import "gopkg.in/yaml.v3"
 
 // treeBuilder hands out the nodes and Content slices of the trees the fast readers
-// (jsonScanner, fastYAML) build. A large policy's tree has hundreds of thousands of nodes:
+// (jsonScanner, fastYAML, objectTree) build. A large policy's tree has hundreds of thousands of nodes:
 // taken one by one from slabs, in reading order, they cost a few allocations instead of
 // one or more each, and the nodes that the checker reads together share cache lines.
 type treeBuilder struct {

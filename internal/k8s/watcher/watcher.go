@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -796,11 +795,7 @@ func viewPolicyObjects(c *caches, v *agent.ClusterView) error {
 			if !ok {
 				continue
 			}
-			key, o, err := customObject(x.kind, u)
-			if err != nil {
-				v.Problems = append(v.Problems, err.Error())
-				continue
-			}
+			key, o := customObject(x.kind, u)
 			v.Objects[key] = o
 		}
 	}
@@ -810,12 +805,12 @@ func viewPolicyObjects(c *caches, v *agent.ClusterView) error {
 // objectKey keys a policy object in the view: kind/namespace/name.
 func objectKey(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
 
-// document is the object as a manifest for the parser: apiVersion, kind, metadata with
-// its name, namespace, labels and the one annotation that means something to policy
-// (AuditAnnotation; the rest is the API server's and the tools' bookkeeping), and the
-// object's other top-level fields (spec, specs, ...).
-func document(apiVersion, kind string, meta metav1.Object, body map[string]any) ([]byte, error) {
-	doc := map[string]any{}
+// document is the object as a manifest for the parser, decoded: apiVersion, kind,
+// metadata with its name, namespace, labels and the one annotation that means something
+// to policy (AuditAnnotation; the rest is the API server's and the tools' bookkeeping),
+// and the object's other top-level fields (spec, specs, ...), shared with body.
+func document(apiVersion, kind string, meta metav1.Object, body map[string]any) map[string]any {
+	doc := make(map[string]any, len(body))
 	for k, v := range body {
 		switch k {
 		case "apiVersion", "kind", "metadata", "status":
@@ -834,34 +829,32 @@ func document(apiVersion, kind string, meta metav1.Object, body map[string]any) 
 		md["annotations"] = map[string]string{agent.AuditAnnotation: v}
 	}
 	doc["apiVersion"], doc["kind"], doc["metadata"] = apiVersion, kind, md
-	return json.Marshal(doc)
+	return doc
 }
 
+// networkPolicyObject is np as the parser reads it. The typed object is turned into its
+// map of fields by the API machinery's converter, which walks every field the type has:
+// a field Rampart does not know, added by a newer API, is then refused by name, as in a
+// manifest, instead of dropped.
 func networkPolicyObject(np *networkingv1.NetworkPolicy) (string, agent.PolicyObject, error) {
 	const kind = "NetworkPolicy"
 	body, err := runtime.DefaultUnstructuredConverter.ToUnstructured(np)
 	if err != nil {
 		return "", agent.PolicyObject{}, fmt.Errorf("%s %s/%s: %w", kind, np.Namespace, np.Name, err)
 	}
-	data, err := document("networking.k8s.io/v1", kind, np, body)
-	if err != nil {
-		return "", agent.PolicyObject{}, fmt.Errorf("%s %s/%s: %w", kind, np.Namespace, np.Name, err)
-	}
 	return objectKey(kind, np.Namespace, np.Name), agent.PolicyObject{Kind: kind, Namespace: np.Namespace, Name: np.Name,
-		ResourceVersion: np.ResourceVersion, UID: string(np.UID), Document: data}, nil
+		ResourceVersion: np.ResourceVersion, UID: string(np.UID), Object: document("networking.k8s.io/v1", kind, np, body)}, nil
 }
 
-func customObject(kind string, u *unstructured.Unstructured) (string, agent.PolicyObject, error) {
+// customObject is u as the parser reads it: its map of fields, as the informer decoded
+// them.
+func customObject(kind string, u *unstructured.Unstructured) (string, agent.PolicyObject) {
 	apiVersion := u.GetAPIVersion()
 	if apiVersion == "" {
 		apiVersion = apiVersionOf(kind)
 	}
-	data, err := document(apiVersion, kind, u, u.Object)
-	if err != nil {
-		return "", agent.PolicyObject{}, fmt.Errorf("%s %s/%s: %w", kind, u.GetNamespace(), u.GetName(), err)
-	}
 	return objectKey(kind, u.GetNamespace(), u.GetName()), agent.PolicyObject{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(),
-		ResourceVersion: u.GetResourceVersion(), UID: string(u.GetUID()), Document: data}, nil
+		ResourceVersion: u.GetResourceVersion(), UID: string(u.GetUID()), Object: document(apiVersion, kind, u, u.Object)}
 }
 
 // apiVersionOf is the group/version the watcher serves kind at.

@@ -1,7 +1,6 @@
 package watcher
 
 import (
-	"encoding/json"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -43,7 +42,7 @@ func TestNetworkPolicyDocument(t *testing.T) {
 	if key != "NetworkPolicy/x/b-from-a" || o.ResourceVersion != "42" || o.UID != "u" {
 		t.Errorf("key %q, resourceVersion %q, uid %q", key, o.ResourceVersion, o.UID)
 	}
-	got := parse(t, o.Document)
+	got := parseObject(t, o.Object)
 	want := parse(t, []byte(`apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: b-from-a, namespace: x}
@@ -72,15 +71,15 @@ func TestAuditAnnotationDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, err := policy.Parse("test", o.Document)
+	docs, err := policy.ParseObject("test", o.Object)
 	if err != nil || len(docs.Policies) != 1 || !docs.Policies[0].Audit {
-		t.Fatalf("audited NetworkPolicy: %v, %+v from %s", err, docs.Policies, o.Document)
+		t.Fatalf("audited NetworkPolicy: %v, %+v from %v", err, docs.Policies, o.Object)
 	}
 	np.Annotations[agent.AuditAnnotation] = "yes"
 	if _, o, err = networkPolicyObject(np); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := policy.Parse("test", o.Document); err == nil || !strings.Contains(err.Error(), agent.AuditAnnotation) {
+	if _, err := policy.ParseObject("test", o.Object); err == nil || !strings.Contains(err.Error(), agent.AuditAnnotation) {
 		t.Errorf("audit annotation %q: %v", "yes", err)
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
@@ -88,12 +87,9 @@ func TestAuditAnnotationDocument(t *testing.T) {
 		"metadata": map[string]any{"name": "c", "namespace": "x", "annotations": map[string]any{agent.AuditAnnotation: "true"}},
 		"spec":     map[string]any{"endpointSelector": map[string]any{}, "ingress": []any{map[string]any{}}},
 	}}
-	data, err := document("cilium.io/v2", "CiliumNetworkPolicy", u, u.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if docs, err := policy.Parse("test", data); err != nil || len(docs.Policies) != 1 || !docs.Policies[0].Audit {
-		t.Errorf("audited CiliumNetworkPolicy: %v from %s", err, data)
+	doc := document("cilium.io/v2", "CiliumNetworkPolicy", u, u.Object)
+	if docs, err := policy.ParseObject("test", doc); err != nil || len(docs.Policies) != 1 || !docs.Policies[0].Audit {
+		t.Errorf("audited CiliumNetworkPolicy: %v from %v", err, doc)
 	}
 }
 
@@ -111,24 +107,30 @@ func TestCustomObjectDocument(t *testing.T) {
 		},
 		"status": map[string]any{"nodes": map[string]any{}},
 	}}
-	key, o, err := customObject("CiliumNetworkPolicy", u)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, o := customObject("CiliumNetworkPolicy", u)
 	if key != "CiliumNetworkPolicy/x/p" || o.ResourceVersion != "7" || o.UID != "u" {
 		t.Errorf("key %q, resourceVersion %q, uid %q", key, o.ResourceVersion, o.UID)
 	}
-	var doc map[string]any
-	if err := json.Unmarshal(o.Document, &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := o.Object
 	if _, ok := doc["status"]; ok {
 		t.Error("status kept in the document")
 	}
 	if md := doc["metadata"].(map[string]any); len(md) != 2 {
 		t.Errorf("metadata %v, want only name and namespace", md)
 	}
-	parse(t, o.Document)
+	parseObject(t, o.Object)
+	if _, ok := u.Object["status"]; !ok {
+		t.Error("the informer's object was changed")
+	}
+}
+
+func parseObject(t *testing.T, obj map[string]any) string {
+	t.Helper()
+	docs, err := policy.ParseObject("test", obj)
+	if err != nil {
+		t.Fatalf("parsing %v: %v", obj, err)
+	}
+	return rulesOf(t, docs)
 }
 
 func parse(t *testing.T, data []byte) string {
@@ -137,6 +139,11 @@ func parse(t *testing.T, data []byte) string {
 	if err != nil {
 		t.Fatalf("parsing %s: %v", data, err)
 	}
+	return rulesOf(t, docs)
+}
+
+func rulesOf(t *testing.T, docs *policy.Documents) string {
+	t.Helper()
 	if len(docs.Policies) != 1 {
 		t.Fatalf("%d policies", len(docs.Policies))
 	}
@@ -161,19 +168,16 @@ func TestTapContractDocument(t *testing.T) {
 			"action":  "Mirror",
 		},
 	}}
-	key, o, err := customObject("TapContract", u)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, o := customObject("TapContract", u)
 	if key != "TapContract//web-http" || o.ResourceVersion != "9" {
 		t.Errorf("key %q, resourceVersion %q", key, o.ResourceVersion)
 	}
-	docs, err := policy.Parse("test", o.Document)
+	docs, err := policy.ParseObject("test", o.Object)
 	if err != nil {
-		t.Fatalf("parsing %s: %v", o.Document, err)
+		t.Fatalf("parsing %v: %v", o.Object, err)
 	}
 	if len(docs.Taps) != 1 {
-		t.Fatalf("%d tap contracts in %s", len(docs.Taps), o.Document)
+		t.Fatalf("%d tap contracts in %v", len(docs.Taps), o.Object)
 	}
 	c := docs.Taps[0]
 	if c.Name != "web-http" || c.Monitor != "sec/ids" || c.Match.String() != "both TCP ports 80,8000-8080" {
