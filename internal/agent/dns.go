@@ -25,7 +25,7 @@ import (
 // selector selects is a change like any other (one transaction), and the proxy answers
 // the pod only once it is committed, so the pod's first packet to the address passes.
 
-// DNSKernel is what the DNS path needs of the dataplane (*datapath.Datapath).
+// DNSKernel is what the DNS path needs of the dataplane (dnsKernel, kernel.go).
 type DNSKernel interface {
 	// SetDNSProxy tells the dataplane where the DNS proxy's sockets are, the judging
 	// ones or (observe) the observing ones (zero: nowhere, so such DNS flows are dropped).

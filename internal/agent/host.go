@@ -15,7 +15,7 @@ import (
 	"github.com/rampartnet/rampart/internal/service"
 )
 
-// HostDevices is host policy's place in the dataplane (*datapath.Datapath): the host
+// HostDevices is host policy's place in the dataplane (*datapath.Host): the host
 // programs on the node's own interfaces, and the flows host policy never cuts.
 type HostDevices interface {
 	// AttachHost puts the host programs on the interfaces ifnames of the network

@@ -24,27 +24,27 @@ import (
 // Kernel is what the agent needs below it. Its interfaces are embedded so that the agent
 // calls their methods directly (a.dp.Attach, a.dp.ReplaceCIDRSets...).
 type Kernel struct {
-	EndpointTables // *datapath.Datapath
-	IPCache        // *datapath.Datapath
-	ProxyRouting   // *datapath.Datapath
-	FlowEvents     // the datapath's event reader
+	EndpointTables // *datapath.Endpoints
+	IPCache        // *datapath.IPCache
+	ProxyRouting   // *datapath.Proxy
+	FlowEvents     // *datapath.EventReader
 	CIDRSets       // *cidrtable.Tables
 	SendSide       // *sockverdict.Manager
-	MapMemories    // *datapath.Datapath
-	Overlay        // overlayKernel: internal/overlay and the datapath's tunnel programs
-	// Taps is the dataplane's tap rules (internal/agent/taps); nil while the dataplane has
-	// none, and then tap contracts are refused.
+	MapMemories    // *datapath.Pins
+	Overlay        // overlayKernel: internal/overlay and *datapath.Tunnel
+	// Taps is the dataplane's tap rules (internal/agent/taps over *datapath.Taps); nil
+	// while the dataplane has none, and then tap contracts are refused.
 	Taps taps.Table
 	// Monitors attaches monitor endpoints' interfaces (internal/agent/taps); nil with Taps.
 	Monitors taps.Monitors
 	// Services is the Service translation (services.go); nil: none, and Services are
 	// refused.
 	Services ServiceTable
-	// DNS is the DNS proxy's place in the dataplane (dns.go); nil: DNS rules steer to no
-	// proxy, so their queries are dropped.
+	// DNS is the DNS proxy's place in the dataplane (dns.go; dnsKernel); nil: DNS rules
+	// steer to no proxy, so their queries are dropped.
 	DNS DNSKernel
-	// Host is host policy's place in the dataplane (host.go); nil: the host firewall is
-	// refused.
+	// Host is host policy's place in the dataplane (host.go; *datapath.Host); nil: the
+	// host firewall is refused.
 	Host HostDevices
 	// Close releases the agent's handles; pinned maps and attached programs stay.
 	Close func() error
@@ -58,19 +58,19 @@ func openKernel(cfg Config) (Kernel, error) {
 	if err != nil {
 		return Kernel{}, err
 	}
-	tables, err := cidrtable.Open(cidrtable.Maps(dp.CIDRMaps()), cfg.CIDRHostSlots)
+	tables, err := cidrtable.Open(cidrtable.Maps(dp.Pins.CIDRMaps()), cfg.CIDRHostSlots)
 	if err != nil {
 		dp.Close()
 		return Kernel{}, err
 	}
-	side, err := sockverdict.NewManager(dp.PinDir(), dp.SockPairsMap())
+	side, err := sockverdict.NewManager(dp.Pins.PinDir(), dp.Pins.SockPairsMap())
 	if err != nil {
 		tables.Close()
 		dp.Close()
 		return Kernel{}, err
 	}
 	// Open the reader now so that events emitted from here on are not lost to nobody.
-	events, err := dp.Events()
+	events, err := dp.Events.Reader()
 	if err != nil {
 		tables.Close()
 		dp.Close()
@@ -78,12 +78,22 @@ func openKernel(cfg Config) (Kernel, error) {
 	}
 	var once sync.Once
 	var closeErr error
-	tapKernel := taps.NewKernel(dp)
+	tapKernel := taps.NewKernel(dp.Taps)
 	services := &lazyServices{cgroup: cfg.ServiceCgroup}
 	return Kernel{
-		EndpointTables: dp, IPCache: dp, ProxyRouting: dp, MapMemories: dp, Overlay: overlayKernel{dp: dp, underlay: cfg.VXLANUnderlay},
-		Taps: tapKernel, Monitors: tapKernel, Services: services, DNS: dp, Host: dp,
-		CIDRSets: tables, SendSide: side, FlowEvents: events,
+		EndpointTables: dp.Endpoints,
+		IPCache:        dp.IPCache,
+		ProxyRouting:   dp.Proxy,
+		MapMemories:    dp.Pins,
+		Overlay:        overlayKernel{dp: dp.Tunnel, underlay: cfg.VXLANUnderlay},
+		Taps:           tapKernel,
+		Monitors:       tapKernel,
+		Services:       services,
+		DNS:            dnsKernel{dp.Proxy, dp.Conntrack},
+		Host:           dp.Host,
+		CIDRSets:       tables,
+		SendSide:       side,
+		FlowEvents:     events,
 		Close: func() error {
 			once.Do(func() {
 				events.Close()
@@ -136,10 +146,17 @@ func (l *lazyServices) Close() error {
 	return l.s.Close()
 }
 
+// dnsKernel is DNSKernel over the datapath's two concepts it spans: the proxy steering
+// (SetDNSProxy) and the conntrack maps (ConntrackPeers).
+type dnsKernel struct {
+	*datapath.Proxy
+	*datapath.Conntrack
+}
+
 // overlayKernel is Overlay over internal/overlay (the device, the routes) and the
 // datapath's tunnel programs, whose VXLAN packets leave over underlay.
 type overlayKernel struct {
-	dp       *datapath.Datapath
+	dp       *datapath.Tunnel
 	underlay overlay.Underlay
 }
 

@@ -38,7 +38,7 @@ func openKernel(t *testing.T, slots uint32) (*datapath.Datapath, *Tables) {
 			t.Errorf("removing datapath: %v", err)
 		}
 	})
-	ct, err := Open(Maps(d.CIDRMaps()), slots)
+	ct, err := Open(Maps(d.Pins.CIDRMaps()), slots)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func openKernel(t *testing.T, slots uint32) (*datapath.Datapath, *Tables) {
 // and cidr4_host, by OUTER[bank]), read through the pins as `rampart status` reads them.
 func cidrTables(t *testing.T, d *datapath.Datapath) map[string]datapath.MapUsage {
 	t.Helper()
-	us, err := datapath.MapMemory(d.PinDir())
+	us, err := datapath.MapMemory(d.Pins.PinDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func dumpPolicy(t *testing.T, d *Datapath) map[uint32]map[mapstate.Key]mapstate.
 func TestApplyEndpointDiff(t *testing.T) {
 	d := openTest(t, Config{})
 	other := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(idA, in, tcp, 22, 16, 99)))}
-	if err := d.ApplyEndpoint(20, EndpointInfo{EpID: 2, Identity: idB, Addr: ipB}, other); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(20, EndpointInfo{EpID: 2, Identity: idB, Addr: ipB}, other); err != nil {
 		t.Fatal(err)
 	}
 
@@ -66,7 +66,7 @@ func TestApplyEndpointDiff(t *testing.T) {
 		{EnforceIngress: true, Entries: entries(e(allow(idA, in, tcp, 443, 16, 6)))},
 	}
 	for i, want := range steps {
-		if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 1, Identity: epIdent, Addr: epIP}, want); err != nil {
+		if err := d.Endpoints.ApplyEndpoint(10, EndpointInfo{EpID: 1, Identity: epIdent, Addr: epIP}, want); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
 		got := dumpPolicy(t, d)
@@ -80,7 +80,7 @@ func TestApplyEndpointDiff(t *testing.T) {
 		if !maps.Equal(got[2], other.Entries) {
 			t.Errorf("step %d: other endpoint's entries changed: %v", i, got[2])
 		}
-		if mem := d.InstalledPolicy(1); !maps.Equal(mem, wantEntries) {
+		if mem := d.Endpoints.InstalledPolicy(1); !maps.Equal(mem, wantEntries) {
 			t.Errorf("step %d: in-memory copy %v, want %v", i, mem, wantEntries)
 		}
 		var info rampartEndpointInfo
@@ -100,7 +100,7 @@ func TestApplyEndpointDiff(t *testing.T) {
 	}
 
 	// A second Datapath on the same pins rebuilds the same picture.
-	if err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+	if err := d.IPCache.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("198.18.0.0/15"): {Identity: cidrID},
 		netip.MustParsePrefix("198.18.1.5/32"): {Identity: idPod, Secondary: flagged},
 		// A pod on another node: its node's address is the tunnel endpoint.
@@ -119,62 +119,62 @@ func TestApplyEndpointDiff(t *testing.T) {
 	if want := [4]byte{198, 19, 0, 2}; tv.TunnelEndpoint != binary.NativeEndian.Uint32(want[:]) {
 		t.Errorf("tunnel_endpoint %#x, want 198.19.0.2 in network order", tv.TunnelEndpoint)
 	}
-	d2, err := Open(Config{PinDir: d.PinDir()})
+	d2, err := Open(Config{PinDir: d.Pins.PinDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d2.Close()
-	if got := d2.InstalledPolicy(1); !maps.Equal(got, steps[len(steps)-1].Entries) {
+	if got := d2.Endpoints.InstalledPolicy(1); !maps.Equal(got, steps[len(steps)-1].Entries) {
 		t.Errorf("reopened: policy %v", got)
 	}
-	if got := d2.InstalledPolicy(2); !maps.Equal(got, other.Entries) {
+	if got := d2.Endpoints.InstalledPolicy(2); !maps.Equal(got, other.Entries) {
 		t.Errorf("reopened: other policy %v", got)
 	}
 	wantEps := map[uint32]InstalledEndpoint{
 		10: {EndpointInfo: EndpointInfo{EpID: 1, Identity: epIdent, Addr: epIP}, EnforceIngress: true},
 		20: {EndpointInfo: EndpointInfo{EpID: 2, Identity: idB, Addr: ipB}, EnforceIngress: true},
 	}
-	if got := d2.InstalledEndpoints(); !maps.Equal(got, wantEps) {
+	if got := d2.Endpoints.InstalledEndpoints(); !maps.Equal(got, wantEps) {
 		t.Errorf("reopened: endpoints %v", got)
 	}
-	if got := d2.InstalledIPCache(); !maps.Equal(got, d.InstalledIPCache()) || len(got) != 3 ||
+	if got := d2.IPCache.InstalledIPCache(); !maps.Equal(got, d.IPCache.InstalledIPCache()) || len(got) != 3 ||
 		got[netip.MustParsePrefix("198.18.2.7/32")].TunnelEndpoint != addr("198.19.0.2") {
 		t.Errorf("reopened: ipcache %v", got)
 	}
 
 	// Moving an endpoint to a new ifindex drops the old one; removing it clears everything.
-	if err := d2.ApplyEndpoint(11, EndpointInfo{EpID: 1, Identity: epIdent, Addr: epIP}, steps[0]); err != nil {
+	if err := d2.Endpoints.ApplyEndpoint(11, EndpointInfo{EpID: 1, Identity: epIdent, Addr: epIP}, steps[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := d2.InstalledEndpoints()[10]; ok {
+	if _, ok := d2.Endpoints.InstalledEndpoints()[10]; ok {
 		t.Error("old ifindex of a moved endpoint still installed")
 	}
-	if err := d2.RemoveEndpoint(11, 1); err != nil {
+	if err := d2.Endpoints.RemoveEndpoint(11, 1); err != nil {
 		t.Fatal(err)
 	}
 	got := dumpPolicy(t, d2)
 	if len(got[1]) != 0 || !maps.Equal(got[2], other.Entries) {
 		t.Errorf("after remove: %v", got)
 	}
-	if _, ok := d2.InstalledEndpoints()[11]; ok {
+	if _, ok := d2.Endpoints.InstalledEndpoints()[11]; ok {
 		t.Error("removed endpoint still installed")
 	}
 
 	// Invalid input is refused before anything is written.
 	bad := mapstate.EndpointPolicy{Entries: entries(e(allow(idA, 0, tcp, 80, 16, 1)))}
-	if err := d2.ApplyEndpoint(12, EndpointInfo{EpID: 3, Addr: ipA}, bad); err == nil {
+	if err := d2.Endpoints.ApplyEndpoint(12, EndpointInfo{EpID: 3, Addr: ipA}, bad); err == nil {
 		t.Error("invalid direction accepted")
 	}
-	if err := d2.ApplyEndpoint(12, EndpointInfo{EpID: 0, Addr: ipA}, mapstate.EndpointPolicy{}); err == nil {
+	if err := d2.Endpoints.ApplyEndpoint(12, EndpointInfo{EpID: 0, Addr: ipA}, mapstate.EndpointPolicy{}); err == nil {
 		t.Error("endpoint ID 0 accepted")
 	}
 	// Without its IPv4 address the dataplane could not check the endpoint's sources.
 	for _, a := range []netip.Addr{{}, addr("0.0.0.0"), addr("2001:db8::1")} {
-		if err := d2.ApplyEndpoint(12, EndpointInfo{EpID: 3, Addr: a}, mapstate.EndpointPolicy{}); err == nil {
+		if err := d2.Endpoints.ApplyEndpoint(12, EndpointInfo{EpID: 3, Addr: a}, mapstate.EndpointPolicy{}); err == nil {
 			t.Errorf("endpoint address %v accepted", a)
 		}
 	}
-	if _, ok := d2.InstalledEndpoints()[12]; ok {
+	if _, ok := d2.Endpoints.InstalledEndpoints()[12]; ok {
 		t.Error("refused endpoint installed")
 	}
 }
@@ -195,7 +195,7 @@ func TestApplyIPCacheDiff(t *testing.T) {
 		{},
 	}
 	for i, want := range steps {
-		if err := d.ApplyIPCache(want); err != nil {
+		if err := d.IPCache.ApplyIPCache(want); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
 		if got := pinnedIPCache(t, d); !maps.Equal(got, want) {
@@ -213,14 +213,14 @@ func TestUpdateIPCache(t *testing.T) {
 		netip.MustParsePrefix("198.18.0.1/32"):  {Identity: identity.Host},
 		netip.MustParsePrefix("198.18.0.10/32"): {Identity: idA, EndpointID: 3},
 	}
-	if err := d.ApplyIPCache(base); err != nil {
+	if err := d.IPCache.ApplyIPCache(base); err != nil {
 		t.Fatal(err)
 	}
 	upsert := map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("198.18.0.11/32"): {Identity: idA, EndpointID: 4},
 		netip.MustParsePrefix("198.18.0.1/32"):  {Identity: identity.Host, Secondary: flagged},
 	}
-	if err := d.UpdateIPCache(upsert, []netip.Prefix{netip.MustParsePrefix("198.18.0.10/32"), netip.MustParsePrefix("198.18.0.77/32")}); err != nil {
+	if err := d.IPCache.UpdateIPCache(upsert, []netip.Prefix{netip.MustParsePrefix("198.18.0.10/32"), netip.MustParsePrefix("198.18.0.77/32")}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[netip.Prefix]mapstate.IPCacheEntry{
@@ -231,7 +231,7 @@ func TestUpdateIPCache(t *testing.T) {
 	if got := pinnedIPCache(t, d); !maps.Equal(got, want) {
 		t.Errorf("map %v, want %v", got, want)
 	}
-	if got := d.InstalledIPCache(); !maps.Equal(got, want) {
+	if got := d.IPCache.InstalledIPCache(); !maps.Equal(got, want) {
 		t.Errorf("datapath copy %v, want %v", got, want)
 	}
 }
@@ -338,7 +338,7 @@ func TestApplyEndpointNoWindow(t *testing.T) {
 	ep := EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}
 	verdicts := map[string][]bool{}
 	for _, n := range names {
-		if err := f.d.ApplyEndpoint(epIfindex, ep, policies[n]); err != nil {
+		if err := f.d.Endpoints.ApplyEndpoint(epIfindex, ep, policies[n]); err != nil {
 			t.Fatal(err)
 		}
 		verdicts[n] = allowedNow(t, f, probes)
@@ -350,11 +350,11 @@ func TestApplyEndpointNoWindow(t *testing.T) {
 			if from == to {
 				continue
 			}
-			if err := f.d.ApplyEndpoint(epIfindex, ep, policies[from]); err != nil {
+			if err := f.d.Endpoints.ApplyEndpoint(epIfindex, ep, policies[from]); err != nil {
 				t.Fatal(err)
 			}
 			var steps []string
-			f.d.stepHook = func(step string) {
+			f.d.steps = stepFunc(func(step string) {
 				steps = append(steps, step)
 				now := allowedNow(t, f, probes)
 				for i, ok := range now {
@@ -362,11 +362,11 @@ func TestApplyEndpointNoWindow(t *testing.T) {
 						t.Errorf("%s -> %s, after %s: %v passes, denied by both", from, to, step, probes[i])
 					}
 				}
-			}
-			if err := f.d.ApplyEndpoint(epIfindex, ep, policies[to]); err != nil {
+			})
+			if err := f.d.Endpoints.ApplyEndpoint(epIfindex, ep, policies[to]); err != nil {
 				t.Fatal(err)
 			}
-			f.d.stepHook = nil
+			f.d.steps = nil
 			if len(steps) != 6 {
 				t.Fatalf("steps %v", steps)
 			}
@@ -408,13 +408,13 @@ func TestApplyEndpointMapFull(t *testing.T) {
 		e(allow(idB, in, tcp, 8080, 16, 7)),
 	)}
 	probes := probesFor()
-	if err := f.d.ApplyEndpoint(epIfindex, ep, old); err != nil {
+	if err := f.d.Endpoints.ApplyEndpoint(epIfindex, ep, old); err != nil {
 		t.Fatal(err)
 	}
 	oldV := allowedNow(t, f, probes)
 	// The new policy does not fit the map even alone, so its verdicts are spelled out below
 	// from its entries: egress open; ingress only udp/53 from anyone and tcp/8080 from B.
-	err := f.d.ApplyEndpoint(epIfindex, ep, newP)
+	err := f.d.Endpoints.ApplyEndpoint(epIfindex, ep, newP)
 	if err == nil {
 		t.Fatal("ApplyEndpoint into a full map succeeded")
 	}
@@ -433,7 +433,7 @@ func TestApplyEndpointMapFull(t *testing.T) {
 	}
 	f.drain()
 	// A smaller policy still applies afterwards (recovery).
-	if err := f.d.ApplyEndpoint(epIfindex, ep, mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(idA, in, tcp, 80, 16, 2)))}); err != nil {
+	if err := f.d.Endpoints.ApplyEndpoint(epIfindex, ep, mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(idA, in, tcp, 80, 16, 2)))}); err != nil {
 		t.Fatalf("recovering: %v", err)
 	}
 	if got := dumpPolicy(t, f.d)[epID]; len(got) != 1 {

@@ -125,7 +125,7 @@ func ParseAttachMode(s string) (AttachMode, error) {
 //
 // Attach before ApplyEndpoint is safe: until the endpoint has its info, every packet on
 // the interface is dropped. It returns the interface's index (0 on error).
-func (d *Datapath) Attach(netnsPath, ifname string) (uint32, error) {
+func (d *Endpoints) Attach(netnsPath, ifname string) (uint32, error) {
 	h, err := netlinkHandle(netnsPath)
 	if err != nil {
 		return 0, fmt.Errorf("attaching to %s: %w", ifname, err)
@@ -153,7 +153,7 @@ func (d *Datapath) Attach(netnsPath, ifname string) (uint32, error) {
 // attachClsBPF is Attach in AttachTC mode: a clsact qdisc and the two filters, replaced in
 // place when they are there; then the TCX links of an agent that ran with AttachTCX are
 // detached and their pins removed.
-func (d *Datapath) attachClsBPF(netnsPath string, h *netlink.Handle, lnk netlink.Link) error {
+func (d *Endpoints) attachClsBPF(netnsPath string, h *netlink.Handle, lnk netlink.Link) error {
 	idx := lnk.Attrs().Index
 	if err := h.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("adding clsact qdisc: %w", err)
@@ -181,7 +181,7 @@ func (d *Datapath) attachClsBPF(netnsPath string, h *netlink.Handle, lnk netlink
 // attachTCXLinks is Attach in AttachTCX mode: pinned TCX links, updated in place when they
 // are there; then the cls_bpf filters of an agent that ran with AttachTC (or an earlier
 // version) are removed.
-func (d *Datapath) attachTCXLinks(netnsPath string, h *netlink.Handle, lnk netlink.Link) error {
+func (d *Endpoints) attachTCXLinks(netnsPath string, h *netlink.Handle, lnk netlink.Link) error {
 	idx := lnk.Attrs().Index
 	if err := os.MkdirAll(filepath.Join(d.pinDir, tcxPinDir), 0o700); err != nil {
 		return err
@@ -217,7 +217,7 @@ type tcxHook struct {
 	prog   *ebpf.Program
 }
 
-func (d *Datapath) tcxPin(ifindex int, dir string) string {
+func (d *Endpoints) tcxPin(ifindex int, dir string) string {
 	return filepath.Join(d.pinDir, tcxPinDir, fmt.Sprintf("%d-%s", ifindex, dir))
 }
 
@@ -225,7 +225,7 @@ func (d *Datapath) tcxPin(ifindex int, dir string) string {
 // by updating the pinned link when it is there and still on this interface, else with a
 // new pinned link. Any other Rampart program on the hook (a link whose pin was lost) is
 // detached afterwards, so exactly one runs.
-func (d *Datapath) attachTCX(ifindex int, hk tcxHook) error {
+func (d *Endpoints) attachTCX(ifindex int, hk tcxHook) error {
 	pin := d.tcxPin(ifindex, hk.dir)
 	var keep link.ID
 	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
@@ -299,7 +299,7 @@ func rampartProgram(id ebpf.ProgramID) bool {
 // Detach removes the Rampart programs from ifname in the network namespace at netnsPath,
 // whatever the mode that attached them: its TCX links, and its tc filters (with their
 // clsact qdisc, when no other filter uses it). A missing interface or program is not an error (already
-// detached). The links' pins, if any, are left to Datapath.Detach (or to the removal of
+// detached). The links' pins, if any, are left to Endpoints.Detach (or to the removal of
 // the pin directory); a detached link's pin holds nothing.
 func Detach(netnsPath, ifname string) error {
 	_, err := detach(netnsPath, ifname)
@@ -375,7 +375,7 @@ func removeClsBPF(h *netlink.Handle, lnk netlink.Link) error {
 }
 
 // Detach is Detach, and removes the interface's link pins too.
-func (d *Datapath) Detach(netnsPath, ifname string) error {
+func (d *Endpoints) Detach(netnsPath, ifname string) error {
 	idx, err := detach(netnsPath, ifname)
 	if err != nil || idx == 0 {
 		return err
@@ -388,7 +388,7 @@ func (d *Datapath) Detach(netnsPath, ifname string) error {
 
 // removeLinkPins removes the pins of interface ifindex's TCX links (none in AttachTC mode,
 // unless an agent ran with AttachTCX before).
-func (d *Datapath) removeLinkPins(ifindex int) error {
+func (d *Endpoints) removeLinkPins(ifindex int) error {
 	var errs []error
 	for _, dir := range []string{"ingress", "egress"} {
 		if err := os.Remove(d.tcxPin(ifindex, dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -404,7 +404,7 @@ func (d *Datapath) removeLinkPins(ifindex int) error {
 // detaching them first would cost two RCU grace periods more, each with the RTNL lock
 // held (kernel/bpf/tcx.c), for nothing. Call it only after the interface is deleted: a
 // link whose interface still exists is detached when its last pin goes.
-func (d *Datapath) ReleaseLinks(ifindex uint32) error {
+func (d *Endpoints) ReleaseLinks(ifindex uint32) error {
 	err := d.removeLinkPins(int(ifindex))
 	d.mu.Lock()
 	delete(d.netns, ifindex)

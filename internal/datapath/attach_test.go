@@ -68,10 +68,10 @@ func TestAttachModeSwitch(t *testing.T) {
 		e(allow(idB, out, tcp, port, 16, 1)), e(allow(idB, out, udp, 9002, 16, 2)), e(allow(idB, in, udp, 9003, 16, 3)))}
 	polB := mapstate.EndpointPolicy{EnforceEgress: true, EnforceIngress: true, Entries: entries(
 		e(allow(idA, in, tcp, port, 16, 4)), e(allow(idA, in, udp, 9001, 16, 5)), e(allow(idA, out, udp, 9004, 16, 6)))}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idA, Addr: a.ip}, polA); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idA, Addr: a.ip}, polA); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idB, Addr: b.ip}, polB); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idB, Addr: b.ip}, polB); err != nil {
 		t.Fatal(err)
 	}
 
@@ -168,7 +168,7 @@ func TestAttachModeSwitch(t *testing.T) {
 		d = open(mode)
 		current = d
 		for _, ep := range []*trafficEndpoint{a, b} {
-			if _, err := d.Attach(node, ep.hostIf); err != nil {
+			if _, err := d.Endpoints.Attach(node, ep.hostIf); err != nil {
 				t.Fatalf("%s: attaching to %s: %v", step, ep.hostIf, err)
 			}
 			checkFilters(t, node, ep.hostIf, mode, 1)
@@ -192,7 +192,7 @@ func TestAttachModeSwitch(t *testing.T) {
 
 	// The receivers work: with the programs gone, every flow gets through.
 	for _, ep := range []*trafficEndpoint{a, b} {
-		if err := d.Detach(node, ep.hostIf); err != nil {
+		if err := d.Endpoints.Detach(node, ep.hostIf); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -249,7 +249,7 @@ func serveTCP(t testing.TB, ns string, at string, handle func(net.Conn)) {
 // host, and everything else to the world.
 func twoEndpointIPCache(t *testing.T, d *Datapath, a, b *trafficEndpoint, idA, idB identity.Identity) {
 	t.Helper()
-	err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+	err := d.IPCache.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
 		netip.PrefixFrom(a.ip, 32):         {Identity: idA},
 		netip.PrefixFrom(b.ip, 32):         {Identity: idB},

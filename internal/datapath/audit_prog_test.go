@@ -10,7 +10,7 @@ import (
 // applyAudit installs the fixture's endpoint with an enforced policy and an audit policy.
 func (f *fixture) applyAudit(enforceIn bool, es []entry, auditEnforceIn bool, audit ...entry) {
 	f.t.Helper()
-	err := f.d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP, Addr6: epIP6, LinkLocal6: epLL6},
+	err := f.d.Endpoints.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP, Addr6: epIP6, LinkLocal6: epLL6},
 		mapstate.EndpointPolicy{EnforceIngress: enforceIn, Entries: entries(es...),
 			Audit: &mapstate.EndpointPolicy{EnforceIngress: auditEnforceIn, Entries: entries(audit...)}})
 	if err != nil {
@@ -53,7 +53,7 @@ func (f *fixture) expectForwarded(name string, ret uint32) {
 // policy removes its entries.
 func TestAuditEntries(t *testing.T) {
 	f := newFixture(t, Config{})
-	if err := f.d.ApplyIPCache(fixtureIPCache6()); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(fixtureIPCache6()); err != nil {
 		t.Fatal(err)
 	}
 	f.applyAudit(true, []entry{e(allow(idA, in, tcp, 80, 16, 11)), e(allow(idB, in, tcp, 80, 16, 12))},

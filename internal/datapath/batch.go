@@ -71,3 +71,30 @@ func batchDelete[K any](m batchWriter, keys []K) (int, error) {
 	}
 	return len(keys), nil
 }
+
+// mapWriters gives the writer of a map that ApplyEndpoint or the ipcache write in batches:
+// a test's, to fail a batch part-way (handle.writers; nil: the map itself).
+type mapWriters interface {
+	writerOf(m *ebpf.Map) batchWriter
+}
+
+// stepObserver is told of each ordered step of ApplyEndpoint: a test's, to check the
+// traffic between the steps (handle.steps; nil: none).
+type stepObserver interface {
+	afterStep(step string)
+}
+
+// writer is how ApplyEndpoint and the ipcache write m: m itself, or the test's writer.
+func (d *handle) writer(m *ebpf.Map) batchWriter {
+	if d.writers != nil {
+		return d.writers.writerOf(m)
+	}
+	return m
+}
+
+// step tells the test's observer, if any, that ApplyEndpoint completed step name.
+func (d *handle) step(name string) {
+	if d.steps != nil {
+		d.steps.afterStep(name)
+	}
+}

@@ -18,13 +18,26 @@ import (
 // (update or delete) complete only its first `after` entries and fail, as the kernel
 // does when an entry fails (map full, no memory).
 type failingWriter struct {
-	*ebpf.Map
-	failAt  string // "update" or "delete"
-	after   int
-	tripped bool
+	*ebpf.Map        // the map it writes; it leaves the others to themselves (writerOf)
+	failAt    string // "update" or "delete"
+	after     int
+	tripped   bool
 }
 
 var errInjected = errors.New("injected batch failure")
+
+// writerOf makes w the writer of its map (mapWriters).
+func (w *failingWriter) writerOf(m *ebpf.Map) batchWriter {
+	if m != w.Map {
+		return m
+	}
+	return w
+}
+
+// stepFunc is a stepObserver that calls itself.
+type stepFunc func(step string)
+
+func (f stepFunc) afterStep(step string) { f(step) }
 
 func (w *failingWriter) BatchUpdate(keys, vals any, opts *ebpf.BatchOptions) (int, error) {
 	if w.failAt != "update" || w.tripped {
@@ -133,46 +146,40 @@ func TestApplyEndpointBatchFailsMidway(t *testing.T) {
 		t.Run(fmt.Sprintf("%s-%d-after-%d", c.failAt, c.nth, c.after), func(t *testing.T) {
 			f := newFixture(t, Config{})
 			ep := EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}
-			if err := f.d.ApplyEndpoint(epIfindex, ep, old); err != nil {
+			if err := f.d.Endpoints.ApplyEndpoint(epIfindex, ep, old); err != nil {
 				t.Fatal(err)
 			}
 			probes := probesFor()
 			oldV := allowedNow(t, f, probes)
 			seen := 0
-			w := &failingWriter{failAt: c.failAt, after: c.after}
-			f.d.wrapWriter = func(m *ebpf.Map) batchWriter {
-				if m != f.d.objs.Policy {
-					return m
-				}
-				w.Map = m
-				return w
-			}
+			w := &failingWriter{Map: f.d.objs.Policy, failAt: c.failAt, after: c.after}
+			f.d.writers = w
 			// Let the first batch of the kind through when the second is to fail.
 			if c.nth == 2 {
 				w.tripped = true
-				f.d.stepHook = func(step string) {
+				f.d.steps = stepFunc(func(step string) {
 					if (c.failAt == "update" && step == stepWriteDenies) || (c.failAt == "delete" && step == stepDeleteAllows) {
 						seen++
 						w.tripped = false
 					}
-				}
+				})
 			}
-			err := f.d.ApplyEndpoint(epIfindex, ep, newP)
-			f.d.stepHook = nil
+			err := f.d.Endpoints.ApplyEndpoint(epIfindex, ep, newP)
+			f.d.steps = nil
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("ApplyEndpoint with a failing batch: %v, want the injected error", err)
 			}
 			if c.nth == 2 && seen != 1 {
 				t.Fatalf("the batch to fail was never reached")
 			}
-			if got, rec := dumpPolicy(t, f.d)[epID], f.d.InstalledPolicy(epID); !maps.Equal(got, rec) && !(len(got) == 0 && len(rec) == 0) {
+			if got, rec := dumpPolicy(t, f.d)[epID], f.d.Endpoints.InstalledPolicy(epID); !maps.Equal(got, rec) && !(len(got) == 0 && len(rec) == 0) {
 				t.Errorf("after the failure the map holds\n %v\nthe datapath's record says\n %v", got, rec)
 			}
 			newV := map[int]bool{}
-			f.d.wrapWriter = nil
+			f.d.writers = nil
 			f.drain()
 			now := allowedNow(t, f, probes)
-			if err := f.d.ApplyEndpoint(epIfindex, ep, newP); err != nil {
+			if err := f.d.Endpoints.ApplyEndpoint(epIfindex, ep, newP); err != nil {
 				t.Fatalf("applying again: %v", err)
 			}
 			if got := dumpPolicy(t, f.d)[epID]; !maps.Equal(got, newP.Entries) {
@@ -188,7 +195,7 @@ func TestApplyEndpointBatchFailsMidway(t *testing.T) {
 				}
 			}
 			// The agent's rollback: the old policy again, from wherever the map is.
-			if err := f.d.ApplyEndpoint(epIfindex, ep, old); err != nil {
+			if err := f.d.Endpoints.ApplyEndpoint(epIfindex, ep, old); err != nil {
 				t.Fatalf("rolling back: %v", err)
 			}
 			if got := dumpPolicy(t, f.d)[epID]; !maps.Equal(got, old.Entries) {
@@ -208,7 +215,7 @@ func TestUpdateIPCacheBatchFailsMidway(t *testing.T) {
 			for i := range 4 {
 				first[netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 20, byte(i)}), 32)] = mapstate.IPCacheEntry{Identity: identity.Identity(3000 + i)}
 			}
-			if err := d.UpdateIPCache(first, nil); err != nil {
+			if err := d.IPCache.UpdateIPCache(first, nil); err != nil {
 				t.Fatal(err)
 			}
 			upsert := map[netip.Prefix]mapstate.IPCacheEntry{}
@@ -219,22 +226,16 @@ func TestUpdateIPCacheBatchFailsMidway(t *testing.T) {
 			for p := range first {
 				remove = append(remove, p)
 			}
-			w := &failingWriter{failAt: failAt, after: 2}
-			d.wrapWriter = func(m *ebpf.Map) batchWriter {
-				if m != d.objs.Ipcache {
-					return m
-				}
-				w.Map = m
-				return w
-			}
-			if err := d.UpdateIPCache(upsert, remove); !errors.Is(err, errInjected) {
+			w := &failingWriter{Map: d.objs.Ipcache, failAt: failAt, after: 2}
+			d.writers = w
+			if err := d.IPCache.UpdateIPCache(upsert, remove); !errors.Is(err, errInjected) {
 				t.Fatalf("UpdateIPCache with a failing batch: %v", err)
 			}
-			d.wrapWriter = nil
-			if got, rec := pinnedIPCache(t, d), d.InstalledIPCache(); !maps.Equal(got, rec) {
+			d.writers = nil
+			if got, rec := pinnedIPCache(t, d), d.IPCache.InstalledIPCache(); !maps.Equal(got, rec) {
 				t.Errorf("after the failure the map holds\n %v\nthe record says\n %v", got, rec)
 			}
-			if err := d.UpdateIPCache(upsert, remove); err != nil {
+			if err := d.IPCache.UpdateIPCache(upsert, remove); err != nil {
 				t.Fatal(err)
 			}
 			if got := pinnedIPCache(t, d); !maps.Equal(got, upsert) {

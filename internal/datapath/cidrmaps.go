@@ -28,7 +28,7 @@ type CIDRMaps struct {
 }
 
 // CIDRMaps returns the CIDR set maps (cidrtable.Open takes them as cidrtable.Maps).
-func (d *Datapath) CIDRMaps() CIDRMaps {
+func (d *Pins) CIDRMaps() CIDRMaps {
 	return CIDRMaps{
 		Config: d.objs.Cidr4Config, Top: d.objs.Cidr4Top, Host: d.objs.Cidr4Host, V6: d.objs.Cidr6,
 		TopInner: d.cidrInner[0], HostInner: d.cidrInner[1],

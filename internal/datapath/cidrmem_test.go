@@ -25,7 +25,7 @@ import (
 // and cidr4_host, by OUTER[bank]), read through the pins as `rampart status` reads them.
 func cidrTables(t *testing.T, d *Datapath) map[string]MapUsage {
 	t.Helper()
-	us, err := MapMemory(d.PinDir())
+	us, err := MapMemory(d.Pins.PinDir())
 	if err != nil {
 		t.Fatal(err)
 	}

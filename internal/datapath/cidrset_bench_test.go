@@ -69,10 +69,10 @@ func BenchmarkReplaceCIDRSets(b *testing.B) {
 func BenchmarkCIDRSetPacket(b *testing.B) {
 	d := openTest(b, Config{})
 	ct := cidrOf(b, d, cidrtable.DefaultHostSlots)
-	if err := d.ApplyIPCache(fixtureIPCache()); err != nil {
+	if err := d.IPCache.ApplyIPCache(fixtureIPCache()); err != nil {
 		b.Fatal(err)
 	}
-	err := d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{
+	err := d.Endpoints.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{
 		EnforceEgress: true,
 		Entries: entries(e(allow(identity.Any, out, policy.ProtoAny, 0, 0, 1)),
 			e(deny(identity.CIDRSet(0), out, icmp, 0, 0, 2))),

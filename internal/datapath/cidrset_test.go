@@ -331,12 +331,12 @@ func TestCIDRSetReopen(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	dd, err := Open(Config{PinDir: d.PinDir()})
+	dd, err := Open(Config{PinDir: d.Pins.PinDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dd.Close()
-	d2, err := cidrtable.Open(cidrtable.Maps(dd.CIDRMaps()), 2*testHostSlots)
+	d2, err := cidrtable.Open(cidrtable.Maps(dd.Pins.CIDRMaps()), 2*testHostSlots)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +401,7 @@ func TestCIDRSetTraffic(t *testing.T) {
 	ct := cidrOf(t, d, 1<<20)
 	attachAll(t, d, node, a)
 	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
-	if err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+	if err := d.IPCache.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
 		netip.PrefixFrom(a.ip, 32):         {Identity: idEpA, EndpointID: 1},
 		netip.PrefixFrom(b.ip, 32):         {Identity: idEpB},
@@ -414,7 +414,7 @@ func TestCIDRSetTraffic(t *testing.T) {
 		e(allow(identity.Any, out, policy.ProtoAny, 0, 0, 1)),
 		e(deny(identity.CIDRSet(0), out, policy.ProtoAny, 0, 0, 9)),
 	)}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idEpA, Addr: a.ip}, polA); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idEpA, Addr: a.ip}, polA); err != nil {
 		t.Fatal(err)
 	}
 

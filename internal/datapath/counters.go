@@ -45,7 +45,7 @@ type drops struct {
 	proxy                 ProxyCounters
 }
 
-func (d *Datapath) drops(epID uint32) (drops, error) {
+func (d *Endpoints) drops(epID uint32) (drops, error) {
 	if epID >= d.MaxEndpoints() {
 		return drops{}, fmt.Errorf("reading counters: endpoint ID %d out of range", epID)
 	}
@@ -66,14 +66,14 @@ func (d *Datapath) drops(epID uint32) (drops, error) {
 }
 
 // ProxyCounters returns the L7 proxy counters of endpoint epID.
-func (d *Datapath) ProxyCounters(epID uint32) (ProxyCounters, error) {
+func (d *Endpoints) ProxyCounters(epID uint32) (ProxyCounters, error) {
 	s, err := d.drops(epID)
 	return s.proxy, err
 }
 
 // Counters returns the counters of endpoint epID, whose host-side interface is ifindex in
 // the network namespace netnsPath ("" for the caller's).
-func (d *Datapath) Counters(netnsPath string, ifindex, epID uint32) (Counters, error) {
+func (d *Endpoints) Counters(netnsPath string, ifindex, epID uint32) (Counters, error) {
 	s, err := d.drops(epID)
 	if err != nil {
 		return Counters{}, err
@@ -111,7 +111,7 @@ func since(now, base, minus uint64) uint64 {
 
 // recordBase writes the current statistics of interface ifindex in netnsPath as its base
 // in iface_base: the point from which its endpoint's forwarded packets are counted.
-func (d *Datapath) recordBase(netnsPath string, ifindex uint32) error {
+func (d *Endpoints) recordBase(netnsPath string, ifindex uint32) error {
 	st, err := ifaceStats(netnsPath, ifindex)
 	if err != nil {
 		return fmt.Errorf("recording the statistics of interface %d: %w", ifindex, err)
@@ -141,22 +141,6 @@ func ifaceStats(netnsPath string, ifindex uint32) (rampartIfaceStats, error) {
 		RxPackets: s.RxPackets, RxBytes: s.RxBytes,
 		TxPackets: s.TxPackets, TxBytes: s.TxBytes, TxDropped: s.TxDropped,
 	}, nil
-}
-
-// LostEvents returns how many flow events were not sent because the ring buffer was full.
-func (d *Datapath) LostEvents() (uint64, error) {
-	var (
-		zero uint32
-		per  []uint64
-	)
-	if err := d.objs.EventsLost.Lookup(&zero, &per); err != nil {
-		return 0, fmt.Errorf("reading lost event count: %w", err)
-	}
-	var n uint64
-	for _, v := range per {
-		n += v
-	}
-	return n, nil
 }
 
 // legacyCountersPin is the counters map of versions that also counted forwarded packets

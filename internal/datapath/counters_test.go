@@ -47,7 +47,7 @@ func TestCountersFromInterface(t *testing.T) {
 	d := openTest(t, Config{})
 	attachAll(t, d, node, a, b)
 	const idA, idB = identity.Identity(1101), identity.Identity(1102)
-	if err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+	if err := d.IPCache.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
 		netip.PrefixFrom(a.ip, 32):         {Identity: idA},
 		netip.PrefixFrom(b.ip, 32):         {Identity: idB},
@@ -58,15 +58,15 @@ func TestCountersFromInterface(t *testing.T) {
 		e(allow(idB, out, udp, allowedPort, 16, 1)),
 		e(deny(idB, out, udp, deniedPort, 16, 2)),
 	)}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idA, Addr: a.ip}, polA); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idA, Addr: a.ip}, polA); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idB, Addr: b.ip}, mapstate.EndpointPolicy{}); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idB, Addr: b.ip}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	counters := func() Counters {
 		t.Helper()
-		c, err := d.Counters(node, a.ifindex, 1)
+		c, err := d.Endpoints.Counters(node, a.ifindex, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,30 +98,30 @@ func TestCountersFromInterface(t *testing.T) {
 	if c := counters(); c != want {
 		t.Errorf("counters %+v, want %+v", c, want)
 	}
-	if dr, err := d.drops(1); err != nil || dr.egressBytes != denied*frame {
+	if dr, err := d.Endpoints.drops(1); err != nil || dr.egressBytes != denied*frame {
 		t.Errorf("dropped bytes %d (%v), want %d", dr.egressBytes, err, denied*frame)
 	}
 
 	// A restarted agent (a second Open on the same pins, no Attach) counts from the same
 	// base.
-	d2, err := Open(Config{PinDir: d.PinDir()})
+	d2, err := Open(Config{PinDir: d.Pins.PinDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d2.Close()
-	if c, err := d2.Counters(node, a.ifindex, 1); err != nil || c != want {
+	if c, err := d2.Endpoints.Counters(node, a.ifindex, 1); err != nil || c != want {
 		t.Errorf("after reopening: counters %+v (%v), want %+v", c, err, want)
 	}
 
 	// Removing the endpoint drops its base and resets its drops.
-	if err := d.RemoveEndpoint(a.ifindex, 1); err != nil {
+	if err := d.Endpoints.RemoveEndpoint(a.ifindex, 1); err != nil {
 		t.Fatal(err)
 	}
 	var base rampartIfaceStats
 	if err := d.objs.IfaceBase.Lookup(&a.ifindex, &base); err == nil {
 		t.Errorf("interface base of a removed endpoint still there: %+v", base)
 	}
-	if dr, _ := d.drops(1); dr != (drops{}) {
+	if dr, _ := d.Endpoints.drops(1); dr != (drops{}) {
 		t.Errorf("drops after remove %+v, want zero", dr)
 	}
 }
@@ -148,7 +148,7 @@ func TestMigrateEarlierCounters(t *testing.T) {
 	}
 
 	d := openTest(t, Config{PinDir: pin})
-	got, err := d.drops(3)
+	got, err := d.Endpoints.drops(3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestMigrateEarlierCounters(t *testing.T) {
 	if got != want {
 		t.Errorf("migrated counters %+v, want %+v", got, want)
 	}
-	if other, _ := d.drops(4); other != (drops{}) {
+	if other, _ := d.Endpoints.drops(4); other != (drops{}) {
 		t.Errorf("endpoint 4 got counters %+v", other)
 	}
 	if _, err := os.Stat(filepath.Join(pin, legacyCountersPin)); !os.IsNotExist(err) {

@@ -7,12 +7,15 @@ import (
 	"time"
 )
 
+// Conntrack reads the conntrack maps.
+type Conntrack struct{ *handle }
+
 // ConntrackPeers returns the peer addresses (the far side, seen from the endpoint) of the
 // conntrack entries whose last packet is at most maxIdle old: the addresses some
 // connection may still use. The agent keeps the identity of an address that DNS taught it
 // while a connection to it lives (toFQDNs: a TTL that runs out closes no open
 // connection). One walk over the table.
-func (d *Datapath) ConntrackPeers(maxIdle time.Duration) (map[netip.Addr]bool, error) {
+func (d *Conntrack) ConntrackPeers(maxIdle time.Duration) (map[netip.Addr]bool, error) {
 	now, err := jiffiesNow()
 	if err != nil {
 		return nil, err

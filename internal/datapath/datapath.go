@@ -3,15 +3,11 @@ package datapath
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
-
-	"github.com/rampartnet/rampart/internal/mapstate"
 )
 
 // BPFFSRoot is where bpffs is mounted when it is not already.
@@ -42,42 +38,54 @@ type CTTimeouts struct {
 	Other          time.Duration // UDP, SCTP, ICMP echo, other protocols (default 60s)
 }
 
-// Datapath is the loaded dataplane of one agent instance. Its methods are safe for
-// concurrent use.
+// Datapath is the loaded dataplane of one agent instance, by kernel concept: each field is
+// one concept's type, whose methods are safe for concurrent use, and which satisfies the
+// agent's interface for that concept directly (see doc.go). They share the loaded objects
+// and the record of what the maps hold through one handle.
 type Datapath struct {
-	pinDir string
-	attach AttachMode // Config.Attach, checked
-	objs   dataplaneObjects
+	// Endpoints attaches the programs to endpoint veths and holds each endpoint's info
+	// and policy (the agent's EndpointTables).
+	Endpoints *Endpoints
+	// IPCache holds the identities of addresses and prefixes (the agent's IPCache).
+	IPCache *IPCache
+	// Events opens readers on the flow event ring buffer (the reader is the agent's
+	// FlowEvents).
+	Events *Events
+	// Taps holds tap rules, their counters and the monitors' interfaces (the agent's
+	// tap kernel).
+	Taps *Taps
+	// Tunnel attaches the VXLAN, IP-in-IP and tap tunnel programs (the agent's Overlay,
+	// with internal/overlay).
+	Tunnel *Tunnel
+	// Proxy steers flows to the L7 and DNS proxies (the agent's ProxyRouting, and with
+	// Conntrack its DNSKernel).
+	Proxy *Proxy
+	// Conntrack reads the conntrack maps.
+	Conntrack *Conntrack
+	// Host attaches host policy's programs to the node's devices (the agent's
+	// HostDevices).
+	Host *Host
+	// Pins is the pinned maps: their directory, their memory, and the maps other packages
+	// fill (the agent's MapMemories).
+	Pins *Pins
 
-	mu sync.Mutex
-	// What is in the maps, so changes are applied as diffs. Rebuilt from the maps on Open.
-	endpoints map[uint32]rampartEndpointInfo                     // by ifindex
-	slots     []uint32                                           // endpoint_slots: the ifindex each slot holds, 0 if none
-	policies  map[uint32]map[rampartPolicyKey]rampartPolicyValue // by ep_id
-	addrs6    map[uint32]rampartEndpoint6                        // endpoints6, by ep_id
-	ipcache   map[netip.Prefix]mapstate.IPCacheEntry
-	// netns is the network namespace of each interface Attach attached to (this process
-	// only): where ApplyEndpoint reads an interface's statistics (iface_base).
-	netns map[uint32]string
-	// revision is the last policy revision handed out (nextRevision).
-	revision uint32
+	*handle
+}
 
-	// cidrInner is the layout of the CIDR set tables cidr4_top and cidr4_host hold
-	// (CIDRMaps).
-	cidrInner [2]*ebpf.MapSpec
-
-	// ipipFabric is where AttachIPIP last put the IP-in-IP programs (nil: not known in
-	// this process, so the next AttachIPIP looks at every interface). Guarded by mu.
-	ipipFabric []string
-	// tapTunnel is the tap tunnel device's index (AttachTapTunnel; 0: none in this
-	// process). Guarded by mu.
-	tapTunnel uint32
-
-	// stepHook, when set (tests), runs after each ordered step of ApplyEndpoint.
-	stepHook func(step string)
-	// wrapWriter, when set (tests), wraps the maps ApplyEndpoint and the ipcache write, to
-	// fail a batch part-way.
-	wrapWriter func(m *ebpf.Map) batchWriter
+// newDatapath gives each concept its view of h.
+func newDatapath(h *handle) *Datapath {
+	return &Datapath{
+		Endpoints: &Endpoints{h},
+		IPCache:   &IPCache{h},
+		Events:    &Events{h},
+		Taps:      &Taps{h},
+		Tunnel:    &Tunnel{h},
+		Proxy:     &Proxy{h},
+		Conntrack: &Conntrack{h},
+		Host:      &Host{h},
+		Pins:      &Pins{h},
+		handle:    h,
+	}
 }
 
 // Open mounts bpffs at /sys/fs/bpf if needed, loads the programs and maps (reusing maps
@@ -132,7 +140,7 @@ func Open(cfg Config) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Datapath{pinDir: cfg.PinDir, attach: attach, cidrInner: cidrInner}
+	d := newDatapath(&handle{pinDir: cfg.PinDir, attach: attach, cidrInner: cidrInner})
 	if err := d.objs.loadCore(spec, cfg.PinDir); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("loading dataplane: a map pinned in %s has another layout "+
@@ -164,7 +172,7 @@ func Open(cfg Config) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
-	if err := d.initProxy(); err != nil {
+	if err := d.Proxy.initProxy(); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -204,9 +212,6 @@ func setTimeouts(spec *ebpf.CollectionSpec, t CTTimeouts, tick time.Duration) er
 // defaultHZ is RAMPART_DEFAULT_HZ (common.h): the rate the compiled-in timeouts assume.
 const defaultHZ = 100
 
-// PinDir returns the directory the maps are pinned in.
-func (d *Datapath) PinDir() string { return d.pinDir }
-
 // Close releases the datapath's file descriptors. Pinned maps and attached (pinned) links stay,
 // so enforcement continues.
 func (d *Datapath) Close() error {
@@ -241,12 +246,6 @@ func (d *Datapath) Remove() error {
 	return errors.Join(errs...)
 }
 
-func (d *Datapath) allMaps() []*ebpf.Map {
-	m := &d.objs.rampartMaps
-	return []*ebpf.Map{m.EndpointCounters, m.IfaceBase, m.Conntrack4Peer, m.Conntrack6, m.Endpoints, m.Endpoints6, m.EndpointSlots, m.EndpointsById, m.Events, m.EventsLost, m.FragsPeer, m.Ipcache, m.IpcacheGen, m.Policy, m.Proxy, m.Proxy6, m.DnsProxy, m.HostSafe, m.HostSafe6,
-		m.Cidr4Config, m.Cidr4Top, m.Cidr4Host, m.Cidr6, m.SvPairs, m.SvFlows, m.TapSets, m.TapSets6, m.TapFlows, m.TapFlows6, m.TapFrags, m.TapCounters, m.TapIfaces}
-}
-
 // ensureBPFFS mounts bpffs at /sys/fs/bpf unless one is mounted there already.
 func ensureBPFFS() error {
 	ok, err := isBPFFS(BPFFSRoot)
@@ -272,7 +271,3 @@ func isBPFFS(path string) (bool, error) {
 	}
 	return uint32(st.Type) == unix.BPF_FS_MAGIC, nil
 }
-
-// SockPairsMap returns sv_pairs, the pairs of local endpoints whose new connections skip
-// the proxy because the send-side verdict checks them (internal/sockverdict fills it).
-func (d *Datapath) SockPairsMap() *ebpf.Map { return d.objs.SvPairs }

@@ -6,6 +6,46 @@
 // Everything here needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN for bpffs). The policy
 // computation itself lives in internal/mapstate; this package only writes its result.
 //
+// # One type per kernel concept
+//
+// Open returns a Datapath whose fields are the dataplane's concepts, each a small type
+// whose methods are that concept's whole surface and which satisfies the agent's
+// interface for it directly (internal/agent/kernel.go wires them):
+//
+//   - Endpoints (attach.go, endpoint.go, ipv6.go, counters.go): the programs on endpoint
+//     veths, each endpoint's info and policy, its counters. The agent's EndpointTables.
+//   - IPCache (ipcache.go): the identities of addresses and prefixes. The agent's IPCache.
+//   - Events (events.go): readers on the flow event ring buffer (EventReader, the agent's
+//     FlowEvents) and the events lost to a full ring.
+//   - Taps (taps.go): tap rules, their counters, the monitors' interfaces. What the
+//     agent's tap kernel drives.
+//   - Tunnel (tunnel.go): the VXLAN device's, the IP-in-IP and the tap tunnel's programs,
+//     the nodes reached over the IPv6 fabric. The kernel half of the agent's Overlay.
+//   - Proxy (proxy.go): where the L7 and DNS proxies listen and the routing to them. The
+//     agent's ProxyRouting; with Conntrack its DNSKernel.
+//   - Conntrack (ctpeers.go): reads the conntrack maps.
+//   - Host (host.go): host policy's programs on the node's devices. The agent's
+//     HostDevices.
+//   - Pins (pins.go, memory.go, cidrmaps.go, migrate.go): the pinned maps as a whole,
+//     their memory, the maps handed to internal/cidrtable and internal/sockverdict, and the
+//     migration of an earlier version's pins at Open. The agent's MapMemories.
+//
+// Datapath itself only closes or removes the whole. The concepts share one unexported
+// handle (handle.go): the loaded objects (programs.go), the record of what the maps hold
+// (rebuilt from them on Open; the endpoint records in records.go) and the lock that
+// guards it. One lock, because the concepts use each
+// other's records (the taps find an endpoint's interface and set its tap bits in its
+// info, which ApplyEndpoint writes too); the handle's methods are the shared machinery
+// (the endpoint records and slots, the ipcache generation, the batch writes) and are all
+// unexported.
+//
+// The concepts are types of one package rather than subpackages: every one reads or
+// writes maps whose keys and values are the bpf2go-generated types of one object
+// (rampart_bpfel.go), loaded once into one collection, and subpackages would have to
+// export those types and the collection, which is this package's inside. The test seams
+// are explicit too: the handle's steps (stepObserver) and writers (mapWriters) are
+// interfaces a test sets, nil in production.
+//
 // # Programs
 //
 // rampart_from_ep runs at tc ingress of an endpoint's host-side veth (packets the endpoint

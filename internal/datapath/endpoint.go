@@ -14,6 +14,11 @@ import (
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
+// Endpoints is the endpoints' side of the dataplane: the programs on each endpoint's
+// veth (attach.go), its info and policy in the maps (endpoint.go, ipv6.go) and its
+// counters (counters.go).
+type Endpoints struct{ *handle }
+
 // EndpointInfo is what the dataplane knows of an endpoint besides its policy.
 type EndpointInfo struct {
 	EpID     uint32            // 1 .. MaxEndpoints()-1, unique per agent
@@ -42,7 +47,7 @@ type InstalledEndpoint struct {
 }
 
 // Steps of ApplyEndpoint, in order (see docs/architecture.md, "Applying changes without a
-// window"). Exposed to tests through stepHook.
+// window"). Exposed to tests through handle.steps.
 const (
 	stepTightenFlags = "tighten-flags"
 	stepWriteDenies  = "write-denies"
@@ -53,11 +58,11 @@ const (
 )
 
 // MaxEndpoints is the size of the endpoint maps; endpoint IDs must be below it.
-func (d *Datapath) MaxEndpoints() uint32 { return d.objs.EndpointCounters.MaxEntries() }
+func (d *Endpoints) MaxEndpoints() uint32 { return d.objs.EndpointCounters.MaxEntries() }
 
 // InstalledEndpoints returns the endpoints map by ifindex, as last written (or read back on
 // Open), so a restarted agent can remove endpoints that no longer exist.
-func (d *Datapath) InstalledEndpoints() map[uint32]InstalledEndpoint {
+func (d *Endpoints) InstalledEndpoints() map[uint32]InstalledEndpoint {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[uint32]InstalledEndpoint, len(d.endpoints))
@@ -74,7 +79,7 @@ func (d *Datapath) InstalledEndpoints() map[uint32]InstalledEndpoint {
 }
 
 // InstalledPolicy returns the policy entries in the map for endpoint epID.
-func (d *Datapath) InstalledPolicy(epID uint32) map[mapstate.Key]mapstate.Value {
+func (d *Endpoints) InstalledPolicy(epID uint32) map[mapstate.Key]mapstate.Value {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[mapstate.Key]mapstate.Value, len(d.policies[epID]))
@@ -112,7 +117,7 @@ func (d *Datapath) InstalledPolicy(epID uint32) map[mapstate.Key]mapstate.Value 
 // On error (map full, write failure) it stops where it is and returns the error: the
 // endpoint is then at most as permissive as the old or the new policy, never more; calling
 // it again with the same arguments resumes.
-func (d *Datapath) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapstate.EndpointPolicy) error {
+func (d *Endpoints) ApplyEndpoint(ifindex uint32, ep EndpointInfo, desired mapstate.EndpointPolicy) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
@@ -274,7 +279,7 @@ func wantedEntries(ep EndpointInfo, desired mapstate.EndpointPolicy) (map[rampar
 // stale denies out. Each step is one batch (batch.go): on failure exactly a prefix of it
 // is done, which have records before the error is returned, so a retry writes the rest.
 type policyWrite struct {
-	d          *Datapath
+	d          *Endpoints
 	epID       uint32
 	pm         batchWriter
 	have, want map[rampartPolicyKey]rampartPolicyValue
@@ -388,7 +393,7 @@ func infoAddr(info rampartEndpointInfo) netip.Addr {
 // then its policy entries, counters, conntrack and fragment entries and tap rules (so a
 // later endpoint reusing the ID starts clean). Pass ifindex 0 to clean up an endpoint ID whose interface is
 // unknown.
-func (d *Datapath) RemoveEndpoint(ifindex, epID uint32) error {
+func (d *Endpoints) RemoveEndpoint(ifindex, epID uint32) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
@@ -533,197 +538,10 @@ func keysWhere[K, V any](m *ebpf.Map, want func(*K) bool) ([]K, error) {
 	return out, it.Err()
 }
 
-// putEndpoint writes the endpoint info of ifindex, and the same info by ep_id (which
-// other endpoints' veths use to evaluate this endpoint's ingress policy for L7 steering).
-func (d *Datapath) putEndpoint(ifindex uint32, info rampartEndpointInfo) error {
-	if err := d.objs.Endpoints.Update(&ifindex, &info, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("writing endpoint info of ifindex %d: %w", ifindex, err)
-	}
-	d.endpoints[ifindex] = info
-	if err := d.claimSlot(ifindex); err != nil {
-		return err
-	}
-	if err := d.objs.EndpointsById.Update(&info.EpId, &info, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("writing endpoint info of endpoint %d: %w", info.EpId, err)
-	}
-	return nil
-}
-
-// deleteEndpoint deletes the endpoint info of ifindex; the info by ep_id goes too unless
-// the endpoint is still installed on another interface.
-func (d *Datapath) deleteEndpoint(ifindex uint32) error {
-	// The slot first: it is what the programs look at first.
-	slot := d.slotOf(ifindex)
-	if d.slots[slot] == ifindex {
-		if err := d.writeSlot(slot, rampartEndpointSlot{}); err != nil {
-			return err
-		}
-	}
-	if err := d.objs.Endpoints.Delete(&ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("deleting endpoint info of ifindex %d: %w", ifindex, err)
-	}
-	old, ok := d.endpoints[ifindex]
-	delete(d.endpoints, ifindex)
-	// Another endpoint whose interface falls in the freed slot takes it.
-	if d.slots[slot] == 0 {
-		if err := d.fillSlot(slot); err != nil {
-			return err
-		}
-	}
-	if ok {
-		return d.syncByID(old.EpId)
-	}
-	return nil
-}
-
-// slotOf is the endpoint_slots slot of interface ifindex (the table's size is a power of
-// two, checked by Open).
-func (d *Datapath) slotOf(ifindex uint32) uint32 {
-	return ifindex & (d.objs.EndpointSlots.MaxEntries() - 1)
-}
-
-// writeSlot writes slot and records which interface it now holds (0: none).
-func (d *Datapath) writeSlot(slot uint32, v rampartEndpointSlot) error {
-	if err := d.objs.EndpointSlots.Update(&slot, &v, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("writing endpoint slot %d: %w", slot, err)
-	}
-	d.slots[slot] = v.Ifindex
-	return nil
-}
-
-// claimSlot puts the endpoint of ifindex (already in d.endpoints) into its slot, if the
-// slot is free or already its own; otherwise the programs find it in the endpoints hash.
-func (d *Datapath) claimSlot(ifindex uint32) error {
-	slot := d.slotOf(ifindex)
-	if owner := d.slots[slot]; owner != 0 && owner != ifindex {
-		return nil
-	}
-	return d.writeSlot(slot, rampartEndpointSlot{Info: d.endpoints[ifindex], Ifindex: ifindex})
-}
-
-// fillSlot gives the free slot to the installed endpoint with the lowest ifindex that
-// falls in it, if any (the lowest: a deterministic choice).
-func (d *Datapath) fillSlot(slot uint32) error {
-	var best uint32
-	for ifindex := range d.endpoints {
-		if d.slotOf(ifindex) == slot && (best == 0 || ifindex < best) {
-			best = ifindex
-		}
-	}
-	if best == 0 {
-		return nil
-	}
-	return d.claimSlot(best)
-}
-
-// readSlots reads endpoint_slots back and makes it agree with d.endpoints (read from the
-// endpoints hash): a slot holding an interface that has no endpoint, or other info, is
-// rewritten or emptied, and free slots are filled. Pins from before the table have none
-// of it: the programs find every endpoint in the hash until this has run.
-func (d *Datapath) readSlots() error {
-	n := d.objs.EndpointSlots.MaxEntries()
-	if n == 0 || n&(n-1) != 0 {
-		return fmt.Errorf("endpoint slots: %d entries, not a power of two", n)
-	}
-	d.slots = make([]uint32, n)
-	var v rampartEndpointSlot
-	for slot := uint32(0); slot < n; slot++ {
-		if err := d.objs.EndpointSlots.Lookup(&slot, &v); err != nil {
-			return fmt.Errorf("reading endpoint slot %d: %w", slot, err)
-		}
-		info, ok := d.endpoints[v.Ifindex]
-		switch {
-		case v.Ifindex == 0:
-		case ok && d.slotOf(v.Ifindex) == slot && info == v.Info:
-			d.slots[slot] = v.Ifindex
-		case ok && d.slotOf(v.Ifindex) == slot:
-			if err := d.writeSlot(slot, rampartEndpointSlot{Info: info, Ifindex: v.Ifindex}); err != nil {
-				return err
-			}
-		default:
-			if err := d.writeSlot(slot, rampartEndpointSlot{}); err != nil {
-				return err
-			}
-		}
-	}
-	for ifindex := range d.endpoints {
-		if err := d.claimSlot(ifindex); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// syncByID makes the info of epID in endpoints_by_id that of an interface it is installed
-// on, or removes it when there is none.
-func (d *Datapath) syncByID(epID uint32) error {
-	for _, info := range d.endpoints {
-		if info.EpId == epID {
-			if err := d.objs.EndpointsById.Update(&epID, &info, ebpf.UpdateAny); err != nil {
-				return fmt.Errorf("writing endpoint info of endpoint %d: %w", epID, err)
-			}
-			return nil
-		}
-	}
-	if err := d.objs.EndpointsById.Delete(&epID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("deleting endpoint info of endpoint %d: %w", epID, err)
-	}
-	return nil
-}
-
-// resyncByID rebuilds endpoints_by_id from the endpoints map (after Open: pins left by a
-// version without it, or an agent that stopped between the two writes).
-func (d *Datapath) resyncByID() error {
-	var (
-		id   uint32
-		info rampartEndpointInfo
-		ids  []uint32
-	)
-	it := d.objs.EndpointsById.Iterate()
-	for it.Next(&id, &info) {
-		ids = append(ids, id)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading endpoints_by_id map: %w", err)
-	}
-	seen := make(map[uint32]bool)
-	for _, info := range d.endpoints {
-		seen[info.EpId] = true
-	}
-	for _, id := range ids {
-		if !seen[id] {
-			if err := d.syncByID(id); err != nil {
-				return err
-			}
-		}
-	}
-	for id := range seen {
-		if err := d.syncByID(id); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // batch is the policy map entries of one step of ApplyEndpoint.
 type batch struct {
 	keys []rampartPolicyKey
 	vals []rampartPolicyValue
-}
-
-// writer is how ApplyEndpoint and the ipcache write m: m itself, or what a test wraps it
-// in (wrapWriter).
-func (d *Datapath) writer(m *ebpf.Map) batchWriter {
-	if d.wrapWriter != nil {
-		return d.wrapWriter(m)
-	}
-	return m
-}
-
-func (d *Datapath) step(name string) {
-	if d.stepHook != nil {
-		d.stepHook(name)
-	}
 }
 
 func keyString(k rampartPolicyKey) string {
@@ -731,71 +549,10 @@ func keyString(k rampartPolicyKey) string {
 		k.EpId, k.Identity, k.Direction, k.Protocol, ntohs(k.Dport), int(k.Prefixlen)-policyProtoLen)
 }
 
-// readState rebuilds the in-memory copy of the endpoints, policy and ipcache maps.
-func (d *Datapath) readState() error {
-	d.endpoints = make(map[uint32]rampartEndpointInfo)
-	d.netns = make(map[uint32]string)
-	d.policies = make(map[uint32]map[rampartPolicyKey]rampartPolicyValue)
-	d.ipcache = make(map[netip.Prefix]mapstate.IPCacheEntry)
-
-	var (
-		ifindex uint32
-		info    rampartEndpointInfo
-	)
-	it := d.objs.Endpoints.Iterate()
-	for it.Next(&ifindex, &info) {
-		d.endpoints[ifindex] = info
-		d.revision = max(d.revision, info.Revision)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading endpoints map: %w", err)
-	}
-	if err := d.readSlots(); err != nil {
-		return err
-	}
-	if err := d.readEndpoints6(); err != nil {
-		return err
-	}
-
-	var (
-		pk rampartPolicyKey
-		pv rampartPolicyValue
-	)
-	it = d.objs.Policy.Iterate()
-	for it.Next(&pk, &pv) {
-		k := normalizeKey(pk)
-		id := k.EpId &^ auditEpFlag // an endpoint's audit entries are its own
-		if d.policies[id] == nil {
-			d.policies[id] = make(map[rampartPolicyKey]rampartPolicyValue)
-		}
-		d.policies[id][k] = pv
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading policy map: %w", err)
-	}
-
-	var (
-		ik rampartIpcacheKey
-		iv rampartIpcacheValue
-	)
-	it = d.objs.Ipcache.Iterate()
-	for it.Next(&ik, &iv) {
-		p, ok := ipcachePrefix(ik)
-		if !ok {
-			continue
-		}
-		d.ipcache[p] = ipcacheEntryOf(iv)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading ipcache map: %w", err)
-	}
-	return d.resyncByID()
-}
-
 // nextRevision hands out the next policy revision, never 0 (what the conntrack entries of
 // an endpoint never checked hold). It starts above every revision in the pinned endpoints
 // map, so a restarted agent does not hand out one in use either.
-func (d *Datapath) nextRevision() uint32 {
+func (d *Endpoints) nextRevision() uint32 {
 	d.revision++
 	if d.revision == 0 {
 		d.revision = 1

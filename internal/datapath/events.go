@@ -17,12 +17,31 @@ import (
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
+// Events is the flow event ring buffer and its loss counter.
+type Events struct{ *handle }
+
 // EventReader reads flow events from the ring buffer. Use one reader at a time per
 // Datapath: events are consumed by whoever reads them first.
 type EventReader struct {
 	ring polledRing
 	// wall - monotonic at creation, to convert kernel timestamps.
 	offset time.Duration
+}
+
+// Lost returns how many flow events were not sent because the ring buffer was full.
+func (d *Events) Lost() (uint64, error) {
+	var (
+		zero uint32
+		per  []uint64
+	)
+	if err := d.objs.EventsLost.Lookup(&zero, &per); err != nil {
+		return 0, fmt.Errorf("reading lost event count: %w", err)
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n, nil
 }
 
 // EventPoll is how late an event may be read: the programs wake the reader only when an
@@ -63,8 +82,8 @@ func (p *polledRing) next() ([]byte, error) {
 	}
 }
 
-// Events opens a reader on the flow event ring buffer.
-func (d *Datapath) Events() (*EventReader, error) {
+// Reader opens a reader on the flow event ring buffer.
+func (d *Events) Reader() (*EventReader, error) {
 	rd, err := ringbuf.NewReader(d.objs.Events)
 	if err != nil {
 		return nil, fmt.Errorf("opening flow event reader: %w", err)

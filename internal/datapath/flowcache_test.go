@@ -234,7 +234,7 @@ func TestFlowCacheEndpointReinstalled(t *testing.T) {
 	if !ok {
 		t.Fatal("the answered flow was not cached")
 	}
-	if err := f.d.RemoveEndpoint(epIfindex, epID); err != nil {
+	if err := f.d.Endpoints.RemoveEndpoint(epIfindex, epID); err != nil {
 		t.Fatal(err)
 	}
 	f.apply(true, true)
@@ -254,7 +254,7 @@ func TestRevisionsContinueAcrossOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if err := d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent + identity.Identity(i), Addr: epIP}, mapstate.EndpointPolicy{}); err != nil {
+		if err := d.Endpoints.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent + identity.Identity(i), Addr: epIP}, mapstate.EndpointPolicy{}); err != nil {
 			d.Close()
 			t.Fatal(err)
 		}
@@ -264,7 +264,7 @@ func TestRevisionsContinueAcrossOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	d2 := openTest(t, Config{PinDir: pins})
-	if err := d2.ApplyEndpoint(epIfindex+1, EndpointInfo{EpID: epID + 1, Identity: epIdent, Addr: ipA}, mapstate.EndpointPolicy{}); err != nil {
+	if err := d2.Endpoints.ApplyEndpoint(epIfindex+1, EndpointInfo{EpID: epID + 1, Identity: epIdent, Addr: ipA}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	if rev := d2.endpoints[epIfindex+1].Revision; rev <= last {
@@ -321,7 +321,7 @@ func ct6Key(p packet6, ep uint32, dir uint8) rampartCt6Key {
 // its next packet; an RST clears the slot.
 func TestFlowCacheIPv6(t *testing.T) {
 	f := newFixture(t, Config{CTTimeouts: CTTimeouts{Other: 16 * time.Second, TCPClosing: 16 * time.Second}})
-	if err := f.d.ApplyIPCache(fixtureIPCache6()); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(fixtureIPCache6()); err != nil {
 		t.Fatal(err)
 	}
 	var window uint32

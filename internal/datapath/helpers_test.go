@@ -48,7 +48,7 @@ func cidrOf(t testing.TB, d *Datapath, slots uint32) *cidrtable.Tables {
 	if slots == 0 {
 		slots = testHostSlots
 	}
-	ct, err := cidrtable.Open(cidrtable.Maps(d.CIDRMaps()), slots)
+	ct, err := cidrtable.Open(cidrtable.Maps(d.Pins.CIDRMaps()), slots)
 	if err != nil {
 		t.Fatalf("opening CIDR set tables: %v", err)
 	}
@@ -236,7 +236,7 @@ func runCtx(t *testing.T, prog *ebpf.Program, data []byte, ctx skbContext) (uint
 // eventsOf opens an event reader closed at cleanup.
 func eventsOf(t *testing.T, d *Datapath) *EventReader {
 	t.Helper()
-	r, err := d.Events()
+	r, err := d.Events.Reader()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,15 +299,15 @@ func entries(es ...entry) map[mapstate.Key]mapstate.Value {
 // The program groups loaded on first use (programs.go), for tests that run them directly;
 // a group that fails to load panics the test.
 func (d *Datapath) hostProgsT() *hostPrograms {
-	return must(programs(d, (*dataplaneObjects).hostProgs))
+	return must(programs(d.handle, (*dataplaneObjects).hostProgs))
 }
 
 func (d *Datapath) vxlanProgsT() *vxlanPrograms {
-	return must(programs(d, (*dataplaneObjects).vxlanProgs))
+	return must(programs(d.handle, (*dataplaneObjects).vxlanProgs))
 }
 
 func (d *Datapath) ipipProgsT() *ipipPrograms {
-	return must(programs(d, (*dataplaneObjects).ipipProgs))
+	return must(programs(d.handle, (*dataplaneObjects).ipipProgs))
 }
 
 func must[P any](p *P, err error) *P {

@@ -13,6 +13,10 @@ import (
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
 
+// Host is host policy's place in the dataplane: its programs on the node's devices and
+// the flows it lets by (host_safe).
+type Host struct{ *handle }
+
 // Constants mirrored from bpf/include/rampart.h (checked by TestHeaderConstants).
 const (
 	// EP_HOST: the endpoint is the node's own (host policy), on host devices.
@@ -43,13 +47,13 @@ const (
 // host endpoint's info is on an interface, every packet there is dropped
 // (unknown-endpoint): attach, then apply. Devices that had them and are not in ifnames lose
 // them (DetachHost).
-func (d *Datapath) AttachHost(netnsPath string, ifnames []string) ([]uint32, error) {
+func (d *Host) AttachHost(netnsPath string, ifnames []string) ([]uint32, error) {
 	h, err := netlinkHandle(netnsPath)
 	if err != nil {
 		return nil, fmt.Errorf("attaching host policy: %w", err)
 	}
 	defer h.Close()
-	progs, err := programs(d, (*dataplaneObjects).hostProgs)
+	progs, err := programs(d.handle, (*dataplaneObjects).hostProgs)
 	if err != nil {
 		return nil, fmt.Errorf("attaching host policy: %w", err)
 	}
@@ -85,7 +89,7 @@ func DetachHost(netnsPath string, keep ...string) ([]string, error) {
 
 // DetachHostDevices takes the host programs off every interface of the network namespace
 // at netnsPath (DetachHost).
-func (d *Datapath) DetachHostDevices(netnsPath string) error {
+func (d *Host) DetachHostDevices(netnsPath string) error {
 	_, err := DetachHost(netnsPath)
 	return err
 }
@@ -93,7 +97,7 @@ func (d *Datapath) DetachHostDevices(netnsPath string) error {
 // RecheckFlows makes every established flow be checked again on its next packet (the
 // ipcache generation moves), for a change no endpoint's revision records: the host's
 // policy, which the endpoints' veths apply to flows between them and the node.
-func (d *Datapath) RecheckFlows() error {
+func (d *Host) RecheckFlows() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.bumpIPCacheGeneration()
@@ -108,7 +112,7 @@ type HostSafe struct {
 
 // SetHostSafe makes the host_safe maps hold exactly entries (at most 64 of each family):
 // the IPv4 ones in host_safe, the IPv6 ones in host_safe6.
-func (d *Datapath) SetHostSafe(entries []HostSafe) error {
+func (d *Host) SetHostSafe(entries []HostSafe) error {
 	want4 := map[rampartHostSafeKey]bool{}
 	want6 := map[rampartHostSafe6Key]bool{}
 	for _, e := range entries {

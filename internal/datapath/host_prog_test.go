@@ -29,7 +29,7 @@ func hostFixture(t *testing.T) *fixture {
 	ipc := fixtureIPCache()
 	ipc[netip.PrefixFrom(ipHost, 32)] = mapstate.IPCacheEntry{Identity: identity.Host}
 	ipc[netip.PrefixFrom(ipNode2, 32)] = mapstate.IPCacheEntry{Identity: identity.RemoteNode}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -37,7 +37,7 @@ func hostFixture(t *testing.T) *fixture {
 
 func (f *fixture) applyHost(ifindex uint32, enforceIn, enforceOut bool, es ...entry) {
 	f.t.Helper()
-	err := f.d.ApplyEndpoint(ifindex, EndpointInfo{EpID: hostEpID, Identity: identity.Host, Addr: ipHost, Host: true},
+	err := f.d.Endpoints.ApplyEndpoint(ifindex, EndpointInfo{EpID: hostEpID, Identity: identity.Host, Addr: ipHost, Host: true},
 		mapstate.EndpointPolicy{EnforceIngress: enforceIn, EnforceEgress: enforceOut, Entries: entries(es...)})
 	if err != nil {
 		f.t.Fatalf("ApplyEndpoint(host): %v", err)
@@ -90,7 +90,7 @@ func TestHostPolicy(t *testing.T) {
 	f.expectHostDrop("a host address from outside is not the host", toHost(syn(ipHost, ipHost, 22+1)), flow.ReasonPolicyDefaultDeny, uint8(in))
 
 	// The API server's address and port: allowed both ways, the reply by conntrack.
-	if err := f.d.SetHostSafe([]HostSafe{{Addr: netip.AddrPortFrom(ipOut, 443), Proto: uint8(tcp)}}); err != nil {
+	if err := f.d.Host.SetHostSafe([]HostSafe{{Addr: netip.AddrPortFrom(ipOut, 443), Proto: uint8(tcp)}}); err != nil {
 		t.Fatal(err)
 	}
 	s := syn(ipHost, ipOut, 443)
@@ -102,7 +102,7 @@ func TestHostPolicy(t *testing.T) {
 	f.drain()
 	f.expectHostPass("the API server's reply", toHost(packet{src: ipOut, dst: ipHost, proto: uint8(tcp), sport: 443, dport: s.sport, tcpFlags: 0x12}))
 	f.expectHostDrop("host to the API server's address, another port", fromHost(syn(ipHost, ipOut, 444)), flow.ReasonPolicyDefaultDeny, uint8(out))
-	if err := f.d.SetHostSafe(nil); err != nil {
+	if err := f.d.Host.SetHostSafe(nil); err != nil {
 		t.Fatal(err)
 	}
 	f.expectHostDrop("host to the API server, once no longer safe", fromHost(syn(ipHost, ipOut, 443)), flow.ReasonPolicyDefaultDeny, uint8(out))
@@ -110,7 +110,7 @@ func TestHostPolicy(t *testing.T) {
 	// Between the endpoint (on ifindex 1) and the node: the host endpoint on another
 	// device admits TCP 9100 from the endpoint and may open TCP 80 to it.
 	const hostDev = 77
-	if err := f.d.RemoveEndpoint(epIfindex, hostEpID); err != nil {
+	if err := f.d.Endpoints.RemoveEndpoint(epIfindex, hostEpID); err != nil {
 		t.Fatal(err)
 	}
 	f.apply(false, false)
@@ -128,11 +128,11 @@ func TestHostPolicy(t *testing.T) {
 	f.expectPass("endpoint to host:9100, established", f.fromEp(ack))
 	f.applyHost(hostDev, true, true, e(allow(epIdent, in, tcp, 9100, 16, 2)), e(allow(epIdent, out, tcp, 80, 16, 3)),
 		e(deny(epIdent, in, tcp, 9100, 16, 4)))
-	if err := f.d.RecheckFlows(); err != nil {
+	if err := f.d.Host.RecheckFlows(); err != nil {
 		t.Fatal(err)
 	}
 	f.expectHostDrop("endpoint to host:9100, established, after a host deny", f.fromEp(ack), flow.ReasonPolicyDeny, uint8(in))
-	if err := f.d.RemoveEndpoint(hostDev, hostEpID); err != nil {
+	if err := f.d.Endpoints.RemoveEndpoint(hostDev, hostEpID); err != nil {
 		t.Fatal(err)
 	}
 	f.expectPass("host to endpoint:81 without a host endpoint", f.toEp(syn(ipHost, epIP, 81)))
@@ -152,10 +152,10 @@ func TestHostAttach(t *testing.T) {
 		}
 	}
 	filters := func(name string) []string { return testenv.BPFFilterNames(t, h, name) }
-	if err := d.AttachIPIP(ns, addr("198.19.0.1"), []string{"fab0"}); err != nil {
+	if err := d.Tunnel.AttachIPIP(ns, addr("198.19.0.1"), []string{"fab0"}); err != nil {
 		t.Fatal(err)
 	}
-	idxs, err := d.AttachHost(ns, []string{"fab0", "fab1"})
+	idxs, err := d.Host.AttachHost(ns, []string{"fab0", "fab1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestHostAttach(t *testing.T) {
 			t.Errorf("fab0 parent %x: %s runs first, want the host program", parent, first)
 		}
 	}
-	if _, err := d.AttachHost(ns, []string{"fab0"}); err != nil {
+	if _, err := d.Host.AttachHost(ns, []string{"fab0"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := filters("fab1"); len(got) != 0 {
@@ -202,7 +202,7 @@ func TestHostPolicyIPv6(t *testing.T) {
 	node2 := addr("2001:2:ff::2")
 	ipc := fixtureIPCache6()
 	ipc[netip.PrefixFrom(node2, 128)] = mapstate.IPCacheEntry{Identity: identity.RemoteNode}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 	toHost := func(p packet6) uint32 { return run(t, f.d.hostProgsT().RampartToHost, p.bytes(), epIfindex) }
@@ -248,7 +248,7 @@ func TestHostPolicyIPv6(t *testing.T) {
 
 	// The API server over IPv6: allowed both ways, the reply by conntrack.
 	api6 := netip.AddrPortFrom(ipOut6, 6443)
-	if err := f.d.SetHostSafe([]HostSafe{{Addr: netip.AddrPortFrom(ipOut, 443), Proto: uint8(tcp)}, {Addr: api6, Proto: uint8(tcp)}}); err != nil {
+	if err := f.d.Host.SetHostSafe([]HostSafe{{Addr: netip.AddrPortFrom(ipOut, 443), Proto: uint8(tcp)}, {Addr: api6, Proto: uint8(tcp)}}); err != nil {
 		t.Fatal(err)
 	}
 	s := syn(ipHost6, ipOut6, 6443)
@@ -260,7 +260,7 @@ func TestHostPolicyIPv6(t *testing.T) {
 	f.drain()
 	f.expectHostPass("the API server's reply", toHost(packet6{src: ipOut6, dst: ipHost6, proto: uint8(tcp), sport: 6443, dport: s.sport, tcpFlags: 0x12}))
 	f.expectHostDrop("host to the API server's address, another port", fromHost(syn(ipHost6, ipOut6, 6444)), flow.ReasonPolicyDefaultDeny, uint8(out))
-	if err := f.d.SetHostSafe(nil); err != nil {
+	if err := f.d.Host.SetHostSafe(nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := count6(t, f.d.objs.HostSafe6); n != 0 {
@@ -270,7 +270,7 @@ func TestHostPolicyIPv6(t *testing.T) {
 	// Between the endpoint and the node: the host endpoint on another device admits TCP
 	// 9100 from the endpoint and may open TCP 80 to it.
 	const hostDev = 77
-	if err := f.d.RemoveEndpoint(epIfindex, hostEpID); err != nil {
+	if err := f.d.Endpoints.RemoveEndpoint(epIfindex, hostEpID); err != nil {
 		t.Fatal(err)
 	}
 	f.apply6(false, false)
@@ -291,7 +291,7 @@ func TestHostPolicyIPv6(t *testing.T) {
 	f.expectPass("endpoint to host:9100, established", f.fromEp6(ack))
 	f.applyHost(hostDev, true, true, e(allow(epIdent, in, tcp, 9100, 16, 2)), e(allow(epIdent, out, tcp, 80, 16, 3)),
 		e(deny(epIdent, in, tcp, 9100, 16, 4)))
-	if err := f.d.RecheckFlows(); err != nil {
+	if err := f.d.Host.RecheckFlows(); err != nil {
 		t.Fatal(err)
 	}
 	f.expectHostDrop("endpoint to host:9100, established, after a host deny", f.fromEp6(ack), flow.ReasonPolicyDeny, uint8(in))

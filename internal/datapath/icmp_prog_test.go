@@ -47,10 +47,10 @@ func TestICMPErrorSender(t *testing.T) {
 	ipc := fixtureIPCache()
 	ipc[netip.PrefixFrom(ipRouter, 32)] = mapstate.IPCacheEntry{Identity: identity.Host}
 	ipc[netip.PrefixFrom(ipNode, 32)] = mapstate.IPCacheEntry{Identity: identity.RemoteNode}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
+	if err := f.d.Tunnel.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
 		t.Fatal(err)
 	}
 	// The endpoint talks with A only: TCP 80 and UDP 53 out, UDP 5000 in. B, world and

@@ -66,7 +66,7 @@ func applyEndpointIPCache(t *testing.T, d *Datapath, eps []*trafficEndpoint, ids
 		ipc[netip.PrefixFrom(ep.ip, 32)] = mapstate.IPCacheEntry{Identity: ids[i], EndpointID: uint32(i + 1)}
 		ipc[netip.PrefixFrom(ep.gw, 32)] = mapstate.IPCacheEntry{Identity: identity.Host}
 	}
-	if err := d.ApplyIPCache(ipc); err != nil {
+	if err := d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -96,7 +96,7 @@ func TestICMPErrorTraffic(t *testing.T) {
 		ide identity.Identity
 		pol mapstate.EndpointPolicy
 	}{{v, 1, idV, polV}, {s, 2, idS, polS}, {x, 3, idX, mapstate.EndpointPolicy{}}} {
-		if err := d.ApplyEndpoint(ep.ep.ifindex, EndpointInfo{EpID: ep.id, Identity: ep.ide, Addr: ep.ep.ip}, ep.pol); err != nil {
+		if err := d.Endpoints.ApplyEndpoint(ep.ep.ifindex, EndpointInfo{EpID: ep.id, Identity: ep.ide, Addr: ep.ep.ip}, ep.pol); err != nil {
 			t.Fatal(err)
 		}
 	}

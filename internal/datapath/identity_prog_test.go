@@ -19,7 +19,7 @@ func (f *fixture) setPeerIdentity(id identity.Identity) {
 	f.t.Helper()
 	ipc := fixtureIPCache()
 	ipc[netip.PrefixFrom(ipPeer, 32)] = mapstate.IPCacheEntry{Identity: id}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -201,7 +201,7 @@ func TestPeerIdentityChangeFragments(t *testing.T) {
 	ipc := fixtureIPCache()
 	ipc[netip.PrefixFrom(ipPeer, 32)] = mapstate.IPCacheEntry{Identity: idB}
 	ipc[netip.MustParsePrefix("198.18.9.0/24")] = mapstate.IPCacheEntry{Identity: cidrID}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 	f.check("later fragment, address still B after another ipcache change", f.toEp(later(ipPeer, 3)), want{pass: true, noEvent: true})

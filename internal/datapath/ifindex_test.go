@@ -34,7 +34,7 @@ func TestProgRunIfindex(t *testing.T) {
 	if got, err := IfIndex(nsPath, "v0"); err != nil || got != if0 {
 		t.Fatalf("IfIndex: %d, %v; want %d", got, err, if0)
 	}
-	if err := d.ApplyEndpoint(if0, EndpointInfo{EpID: 3, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{}); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(if0, EndpointInfo{EpID: 3, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	ev := eventsOf(t, d)

@@ -6,17 +6,19 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/rampartnet/rampart/internal/mapstate"
 )
+
+// IPCache is the ipcache map: the identity (and endpoint, tunnel peer) of each address
+// and prefix.
+type IPCache struct{ *handle }
 
 // ApplyIPCache makes the ipcache map equal to desired: new and changed prefixes are written
 // first, then prefixes no longer wanted are deleted, so an address never falls back to a
 // shorter prefix (ultimately world) while its own entry is being replaced. An entry's
 // EndpointID (the ep_id of a local endpoint's /32) lets a sender's veth evaluate that
 // endpoint's ingress policy, which is how its L7 rules steer connections to the proxy.
-func (d *Datapath) ApplyIPCache(desired map[netip.Prefix]mapstate.IPCacheEntry) error {
+func (d *IPCache) ApplyIPCache(desired map[netip.Prefix]mapstate.IPCacheEntry) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
@@ -42,7 +44,7 @@ func (d *Datapath) ApplyIPCache(desired map[netip.Prefix]mapstate.IPCacheEntry) 
 // UpdateIPCache is ApplyIPCache for a known difference: it writes the entries of upsert
 // that differ from what the map holds, then deletes the prefixes of remove. Its cost
 // follows the difference, not the size of the map.
-func (d *Datapath) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
+func (d *IPCache) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.updateIPCache(upsert, remove); err != nil {
@@ -55,7 +57,7 @@ func (d *Datapath) UpdateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, 
 // prefixes, each in one batch (batch.go); d.mu must be held. On failure d.ipcache holds
 // what the kernel completed. Any change, even a partial one, bumps the ipcache generation
 // afterwards (bumpIPCacheGeneration).
-func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) (err error) {
+func (d *IPCache) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, remove []netip.Prefix) (err error) {
 	changed := false
 	defer func() {
 		if changed {
@@ -126,34 +128,8 @@ func (d *Datapath) updateIPCache(upsert map[netip.Prefix]mapstate.IPCacheEntry, 
 	return nil
 }
 
-// bumpIPCacheGeneration adds one to the ipcache generation (map ipcache_gen), after the
-// ipcache map changed: an address may now have another identity, so every established
-// flow is checked again on its next packet, on the identity its peer has now
-// (recheck_established in bpf/rampart.c). After the change, never before: a packet that
-// reads the new generation then finds the new identities. d.mu must be held.
-func (d *Datapath) bumpIPCacheGeneration() error {
-	gen, err := d.ipcacheGeneration()
-	if err != nil {
-		return err
-	}
-	zero := uint32(0)
-	if err := d.objs.IpcacheGen.Update(&zero, gen+1, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("bumping the ipcache generation: %w", err)
-	}
-	return nil
-}
-
-// ipcacheGeneration reads the ipcache generation.
-func (d *Datapath) ipcacheGeneration() (uint32, error) {
-	var gen, zero uint32
-	if err := d.objs.IpcacheGen.Lookup(&zero, &gen); err != nil {
-		return 0, fmt.Errorf("reading the ipcache generation: %w", err)
-	}
-	return gen, nil
-}
-
 // InstalledIPCache returns the ipcache entries as last written (or read back on Open).
-func (d *Datapath) InstalledIPCache() map[netip.Prefix]mapstate.IPCacheEntry {
+func (d *IPCache) InstalledIPCache() map[netip.Prefix]mapstate.IPCacheEntry {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[netip.Prefix]mapstate.IPCacheEntry, len(d.ipcache))

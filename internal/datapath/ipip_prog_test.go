@@ -58,7 +58,7 @@ func TestIPIPPrograms(t *testing.T) {
 	ipc[netip.PrefixFrom(remoteC, 32)] = mapstate.IPCacheEntry{Identity: idA, TunnelEndpoint: nodeC}
 	ipc[netip.PrefixFrom(nodeB, 32)] = mapstate.IPCacheEntry{Identity: identity.RemoteNode}
 	ipc[netip.PrefixFrom(nodeC, 32)] = mapstate.IPCacheEntry{Identity: identity.RemoteNode}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 	f.apply(false, false)
@@ -69,7 +69,7 @@ func TestIPIPPrograms(t *testing.T) {
 	f.expectDrop("to a remote pod without the node's address", ret, flow.ReasonTunnelNoEndpoint)
 
 	l4 := local.As4()
-	if err := f.d.setTunnel(rampartTunnelConfig{IpipLocal: binary.NativeEndian.Uint32(l4[:])}); err != nil {
+	if err := f.d.Tunnel.setTunnel(rampartTunnelConfig{IpipLocal: binary.NativeEndian.Uint32(l4[:])}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -136,7 +136,7 @@ func TestIPIPPrograms(t *testing.T) {
 
 	// Cleared: nothing is opened any more (the kernel, which has no IP-in-IP handler
 	// here, drops it).
-	if err := f.d.ClearTunnel(); err != nil {
+	if err := f.d.Tunnel.ClearTunnel(); err != nil {
 		t.Fatal(err)
 	}
 	in := ipipFrame(fromRemote.bytes(), nodeB, local)
@@ -169,7 +169,7 @@ func TestIPIPAttach(t *testing.T) {
 	}
 	ours := []string{filterFromIPIP, filterToIPIP}
 	local := addr("198.19.0.1")
-	if err := d.AttachIPIP(ns, local, []string{"fab0", "fab1"}); err != nil {
+	if err := d.Tunnel.AttachIPIP(ns, local, []string{"fab0", "fab1"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := filters("fab0"); !slices.Equal(got, ours) {
@@ -182,13 +182,13 @@ func TestIPIPAttach(t *testing.T) {
 	if err := d.objs.Tunnel.Lookup(uint32(0), &cfg); err != nil || cfg.IpipLocal != binary.NativeEndian.Uint32(local.AsSlice()) || cfg.Ifindex != 0 {
 		t.Errorf("tunnel map %+v (%v), want the node address and no VXLAN device", cfg, err)
 	}
-	if err := d.AttachIPIP(ns, local, []string{"fab1"}); err != nil {
+	if err := d.Tunnel.AttachIPIP(ns, local, []string{"fab1"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := filters("fab0"); len(got) != 0 {
 		t.Errorf("fab0 after it left the fabric: filters %v", got)
 	}
-	if err := d.StopIPIP(ns); err != nil {
+	if err := d.Tunnel.StopIPIP(ns); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := filters("fab1"), []string{"theirs"}; !slices.Equal(got, want) {

@@ -26,7 +26,7 @@ func endpoint6Of(ep EndpointInfo) (v rampartEndpoint6, ok bool, err error) {
 
 // putEndpoint6 writes (or, for an endpoint without IPv6, deletes) the endpoint's IPv6
 // addresses in endpoints6, the IPv6 path's anti-spoofing: only they may be its sources.
-func (d *Datapath) putEndpoint6(epID uint32, v rampartEndpoint6, ok bool) error {
+func (d *Endpoints) putEndpoint6(epID uint32, v rampartEndpoint6, ok bool) error {
 	old, had := d.addrs6[epID]
 	switch {
 	case ok && (!had || old != v):
@@ -42,7 +42,7 @@ func (d *Datapath) putEndpoint6(epID uint32, v rampartEndpoint6, ok bool) error 
 	return nil
 }
 
-func (d *Datapath) deleteEndpoint6(epID uint32) error {
+func (d *Endpoints) deleteEndpoint6(epID uint32) error {
 	if err := d.objs.Endpoints6.Delete(&epID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("deleting IPv6 addresses: %w", err)
 	}
@@ -50,25 +50,8 @@ func (d *Datapath) deleteEndpoint6(epID uint32) error {
 	return nil
 }
 
-// readEndpoints6 reads endpoints6 back (Open).
-func (d *Datapath) readEndpoints6() error {
-	d.addrs6 = make(map[uint32]rampartEndpoint6)
-	var (
-		epID uint32
-		v    rampartEndpoint6
-	)
-	it := d.objs.Endpoints6.Iterate()
-	for it.Next(&epID, &v) {
-		d.addrs6[epID] = v
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading endpoints6 map: %w", err)
-	}
-	return nil
-}
-
 // addrs6Of is what endpoints6 holds for epID, as EndpointInfo has it.
-func (d *Datapath) addrs6Of(epID uint32) (addr, ll netip.Addr) {
+func (d *Endpoints) addrs6Of(epID uint32) (addr, ll netip.Addr) {
 	v, ok := d.addrs6[epID]
 	if !ok {
 		return netip.Addr{}, netip.Addr{}

@@ -41,7 +41,7 @@ func fixtureIPCache6() map[netip.Prefix]mapstate.IPCacheEntry {
 func newFixture6(t *testing.T) *fixture {
 	t.Helper()
 	f := newFixture(t, Config{})
-	if err := f.d.ApplyIPCache(fixtureIPCache6()); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(fixtureIPCache6()); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -49,7 +49,7 @@ func newFixture6(t *testing.T) *fixture {
 
 func (f *fixture) apply6(enforceIn, enforceOut bool, es ...entry) {
 	f.t.Helper()
-	err := f.d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP, Addr6: epIP6, LinkLocal6: epLL6},
+	err := f.d.Endpoints.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP, Addr6: epIP6, LinkLocal6: epLL6},
 		mapstate.EndpointPolicy{EnforceIngress: enforceIn, EnforceEgress: enforceOut, Entries: entries(es...)})
 	if err != nil {
 		f.t.Fatalf("ApplyEndpoint: %v", err)
@@ -249,7 +249,7 @@ func TestIPv6PolicyAndConntrack(t *testing.T) {
 	if n := count6(t, f.d.objs.Conntrack6); n == 0 {
 		t.Errorf("conntrack6 is empty after IPv6 flows")
 	}
-	if err := f.d.RemoveEndpoint(epIfindex, epID); err != nil {
+	if err := f.d.Endpoints.RemoveEndpoint(epIfindex, epID); err != nil {
 		t.Fatal(err)
 	}
 	if n := count6(t, f.d.objs.Conntrack6); n != 0 {
@@ -356,7 +356,7 @@ func TestIPv6SourceCheck(t *testing.T) {
 	f.expectDrop("own address from elsewhere", ret, flow.ReasonSpoofedSource)
 
 	// Without IPv6 addresses, the endpoint's IPv6 drops.
-	if err := f.d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{}); err != nil {
+	if err := f.d.Endpoints.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	f.expectDrop("no IPv6 address", f.fromEp6(packet6{src: epIP6, dst: ipA6, proto: uint8(udp), sport: f.port(), dport: 9}), flow.ReasonUnsupportedL3)
@@ -367,7 +367,7 @@ func TestIPv6SourceCheck(t *testing.T) {
 		{EpID: epID, Identity: epIdent, Addr: epIP, Addr6: epIP6, LinkLocal6: ipA6},
 		{EpID: epID, Identity: epIdent, Addr: epIP, Addr6: addr("::ffff:198.18.0.10"), LinkLocal6: epLL6},
 	} {
-		if err := f.d.ApplyEndpoint(epIfindex, bad, mapstate.EndpointPolicy{}); err == nil {
+		if err := f.d.Endpoints.ApplyEndpoint(epIfindex, bad, mapstate.EndpointPolicy{}); err == nil {
 			t.Errorf("ApplyEndpoint(%v, %v): no error", bad.Addr6, bad.LinkLocal6)
 		}
 	}
@@ -442,7 +442,7 @@ func TestIPv6RedirectFailsClosed(t *testing.T) {
 	f.expectEvent6("L7 ingress rule, not from the proxy", f.toEp6(syn), syn, flow.ReasonProxyBypass, idA, epIdent)
 	out6 := packet6{src: epIP6, dst: ipA6, proto: uint8(tcp), sport: f.port(), dport: 8080, tcpFlags: 0x02}
 	f.expectEvent6("L7 egress rule, no IPv6 listener", f.fromEp6(out6), out6, flow.ReasonProxyUnavailable, epIdent, idA)
-	if err := f.d.SetProxy(netip.MustParseAddrPort("[::1]:15001")); err != nil {
+	if err := f.d.Proxy.SetProxy(netip.MustParseAddrPort("[::1]:15001")); err != nil {
 		t.Fatal(err)
 	}
 	f.expectEvent6("L7 egress rule, nothing listening", f.fromEp6(out6), out6, flow.ReasonProxyUnavailable, epIdent, idA)

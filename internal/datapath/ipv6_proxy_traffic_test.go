@@ -42,7 +42,7 @@ func TestProxySteeringIPv6(t *testing.T) {
 	attachAll(t, d, node, a, b)
 	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
 	const epA, epB = 1, 2
-	if err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+	if err := d.IPCache.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
 		netip.MustParsePrefix("::/0"):      {Identity: identity.World},
 		netip.PrefixFrom(a6, 128):          {Identity: idEpA, EndpointID: epA},
@@ -61,17 +61,17 @@ func TestProxySteeringIPv6(t *testing.T) {
 		e(allow(idEpA, in, tcp, portEgressL7, 16, 12)),
 		e(allow(idEpA, in, tcp, portPlain, 16, 13)),
 	)}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: epA, Identity: idEpA, Addr: a.ip, Addr6: a6, LinkLocal6: llA}, polA); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: epA, Identity: idEpA, Addr: a.ip, Addr6: a6, LinkLocal6: llA}, polA); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: epB, Identity: idEpB, Addr: b.ip, Addr6: b6, LinkLocal6: llB}, polB); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: epB, Identity: idEpB, Addr: b.ip, Addr6: b6, LinkLocal6: llB}, polB); err != nil {
 		t.Fatal(err)
 	}
 	evs := collectEvents(t, d)
 	to := func(port uint16) netip.AddrPort { return netip.AddrPortFrom(b6, port) }
 	srv := startTestServer(t, b.ns, to(portIngressL7), to(portEgressL7), to(portPlain))
 	proxyAt := netip.MustParseAddrPort("[::1]:15001")
-	if err := d.SetProxy(proxyAt); err != nil {
+	if err := d.Proxy.SetProxy(proxyAt); err != nil {
 		t.Fatal(err)
 	}
 	proxy := startTestProxy(t, node, proxyAt)
@@ -129,7 +129,7 @@ func TestProxySteeringIPv6(t *testing.T) {
 	c80 := proxied(portIngressL7, false, true)
 	c81 := proxied(portEgressL7, true, false)
 	plain("proxy running")
-	if pa, err := d.ProxyCounters(epA); err != nil || pa.ToProxy < 6 {
+	if pa, err := d.Endpoints.ProxyCounters(epA); err != nil || pa.ToProxy < 6 {
 		t.Errorf("proxy counters of a: %+v, %v", pa, err)
 	}
 

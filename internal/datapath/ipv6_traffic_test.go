@@ -82,7 +82,7 @@ func TestIPv6Traffic(t *testing.T) {
 	attachAll(t, d, node, a, b)
 	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
 	twoEndpointIPCache(t, d, a, b, idEpA, idEpB)
-	if err := d.UpdateIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+	if err := d.IPCache.UpdateIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("::/0"):        {Identity: identity.World},
 		netip.PrefixFrom(ip6A, 128):          {Identity: idEpA, EndpointID: 1},
 		netip.PrefixFrom(ip6B, 128):          {Identity: idEpB, EndpointID: 2},
@@ -93,10 +93,10 @@ func TestIPv6Traffic(t *testing.T) {
 	const port = 8080
 	polA := mapstate.EndpointPolicy{EnforceEgress: true, Entries: entries(e(allow(idEpB, out, tcp, port, 16, 1)), e(allow(idEpB, out, tcp, port+1, 16, 1)))}
 	polB := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(idEpA, in, tcp, port, 16, 2)))}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idEpA, Addr: a.ip, Addr6: ip6A, LinkLocal6: llA}, polA); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idEpA, Addr: a.ip, Addr6: ip6A, LinkLocal6: llA}, polA); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB, Addr: b.ip, Addr6: ip6B, LinkLocal6: llB}, polB); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB, Addr: b.ip, Addr6: ip6B, LinkLocal6: llB}, polB); err != nil {
 		t.Fatal(err)
 	}
 	ev := eventsOf(t, d)

@@ -43,7 +43,7 @@ func mapUsage(m *ebpf.Map, name string) MapUsage {
 // maps its programs and extra (the send-side verdict's, sockverdict.(*Verdict).Programs)
 // use without pinning them (the flow cache, the programs' constants, scratch space),
 // sorted by name.
-func (d *Datapath) MapMemory(extra ...*ebpf.Program) ([]MapUsage, error) {
+func (d *Pins) MapMemory(extra ...*ebpf.Program) ([]MapUsage, error) {
 	out, err := MapMemory(d.pinDir)
 	if err != nil {
 		return nil, err

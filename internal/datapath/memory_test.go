@@ -18,16 +18,16 @@ func TestMapMemory(t *testing.T) {
 	// A program pin and a link pin in the directory, as the send-side verdict pins its
 	// sockops link there (the kernel refuses to open a link pin read-only). The link: the
 	// programs' TCX link on the loopback of a namespace of the test's, pinned again.
-	if err := d.objs.RampartFromEp.Pin(filepath.Join(d.PinDir(), "a_program")); err != nil {
+	if err := d.objs.RampartFromEp.Pin(filepath.Join(d.Pins.PinDir(), "a_program")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.objs.RampartFromEp.Unpin() })
 	ns := testenv.NewNetns(t, "rpt-mem-"+testenv.Suffix(8))
-	if _, err := d.Attach(ns, "lo"); err != nil {
+	if _, err := d.Endpoints.Attach(ns, "lo"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.Detach(ns, "lo") })
-	tcx, err := filepath.Glob(filepath.Join(d.PinDir(), tcxPinDir, "*"))
+	t.Cleanup(func() { d.Endpoints.Detach(ns, "lo") })
+	tcx, err := filepath.Glob(filepath.Join(d.Pins.PinDir(), tcxPinDir, "*"))
 	if err != nil || len(tcx) == 0 {
 		t.Fatalf("no TCX link pins: %v", err)
 	}
@@ -36,15 +36,15 @@ func TestMapMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if err := l.Pin(filepath.Join(d.PinDir(), "a_link")); err != nil {
+	if err := l.Pin(filepath.Join(d.Pins.PinDir(), "a_link")); err != nil {
 		t.Fatal(err)
 	}
 
-	pinned, err := MapMemory(d.PinDir())
+	pinned, err := MapMemory(d.Pins.PinDir())
 	if err != nil {
 		t.Fatalf("MapMemory with a program pinned beside the maps: %v", err)
 	}
-	all, err := d.MapMemory()
+	all, err := d.Pins.MapMemory()
 	if err != nil {
 		t.Fatal(err)
 	}

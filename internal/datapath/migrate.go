@@ -246,7 +246,7 @@ func takeLegacyEndpoints(pinDir string) (map[uint32]rampartEndpointInfo, error) 
 // endpoint whose address the ipcache does not give gets none: it can send nothing until the
 // agent applies it again (fail closed). readState then rebuilds the slots and the map by
 // ep_id from it.
-func (d *Datapath) restoreEndpoints(old map[uint32]rampartEndpointInfo) error {
+func (d *handle) restoreEndpoints(old map[uint32]rampartEndpointInfo) error {
 	if len(old) == 0 {
 		return nil
 	}

@@ -26,7 +26,7 @@ func TestMigrateEarlierConntrack(t *testing.T) {
 	ep, peer := netip.MustParseAddr("198.18.7.10"), netip.MustParseAddr("198.19.7.20")
 	// The ipcache the earlier version left pinned.
 	first := openTest(t, Config{PinDir: pin})
-	if err := first.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{netip.PrefixFrom(peer, 32): {Identity: idA}}); err != nil {
+	if err := first.IPCache.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{netip.PrefixFrom(peer, 32): {Identity: idA}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := first.Close(); err != nil {
@@ -153,7 +153,7 @@ func TestMigrateEarlierConntrack(t *testing.T) {
 func TestMigrateEndpointsWithoutAddress(t *testing.T) {
 	pin := newPinDir(t)
 	d := openTest(t, Config{PinDir: pin})
-	if err := d.ApplyIPCache(fixtureIPCache()); err != nil {
+	if err := d.IPCache.ApplyIPCache(fixtureIPCache()); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Close(); err != nil {
@@ -202,7 +202,7 @@ func TestMigrateEndpointsWithoutAddress(t *testing.T) {
 
 	f := &fixture{t: t, d: openTest(t, Config{PinDir: pin}), sport: 40000}
 	f.ev = eventsOf(t, f.d)
-	got := f.d.InstalledEndpoints()
+	got := f.d.Endpoints.InstalledEndpoints()
 	want := map[uint32]InstalledEndpoint{
 		epIfindex: {EndpointInfo: EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}, EnforceIngress: true},
 		5:         {EndpointInfo: EndpointInfo{EpID: 8, Identity: idA}},

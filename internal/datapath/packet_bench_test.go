@@ -15,10 +15,10 @@ import (
 //	go test -run '^$' -bench PacketPaths ./internal/datapath/
 func BenchmarkPacketPaths(b *testing.B) {
 	d := openTest(b, Config{})
-	if err := d.ApplyIPCache(fixtureIPCache()); err != nil {
+	if err := d.IPCache.ApplyIPCache(fixtureIPCache()); err != nil {
 		b.Fatal(err)
 	}
-	err := d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{
+	err := d.Endpoints.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{
 		EnforceEgress: true, EnforceIngress: true,
 		Entries: entries(e(allow(idA, out, policy.ProtoAny, 0, 0, 1)), e(allow(idA, in, policy.ProtoAny, 0, 0, 2))),
 	})

@@ -11,6 +11,18 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+// Pins is the dataplane's pinned maps as a whole: the directory they are pinned in, the
+// memory they take, and the maps other packages fill (internal/cidrtable,
+// internal/sockverdict). Open migrates the pins earlier versions left (migrate.go).
+type Pins struct{ *handle }
+
+// PinDir returns the directory the maps are pinned in.
+func (d *Pins) PinDir() string { return d.pinDir }
+
+// SockPairsMap returns sv_pairs, the pairs of local endpoints whose new connections skip
+// the proxy because the send-side verdict checks them (internal/sockverdict fills it).
+func (d *Pins) SockPairsMap() *ebpf.Map { return d.objs.SvPairs }
+
 // LinkPinDir is the pin directory's subdirectory that holds the TCX links (tcxPinDir).
 const LinkPinDir = tcxPinDir
 

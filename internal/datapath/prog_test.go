@@ -76,7 +76,7 @@ func fixtureIPCache() map[netip.Prefix]mapstate.IPCacheEntry {
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
 	d := openTest(t, cfg)
-	if err := d.ApplyIPCache(fixtureIPCache()); err != nil {
+	if err := d.IPCache.ApplyIPCache(fixtureIPCache()); err != nil {
 		t.Fatal(err)
 	}
 	return &fixture{t: t, d: d, ev: eventsOf(t, d), sport: 40000}
@@ -84,7 +84,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 
 func (f *fixture) apply(enforceIn, enforceOut bool, es ...entry) {
 	f.t.Helper()
-	err := f.d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP},
+	err := f.d.Endpoints.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP},
 		mapstate.EndpointPolicy{EnforceIngress: enforceIn, EnforceEgress: enforceOut, Entries: entries(es...)})
 	if err != nil {
 		f.t.Fatalf("ApplyEndpoint: %v", err)
@@ -540,7 +540,7 @@ func TestUnknownEndpoint(t *testing.T) {
 	f.expectDrop("ARP before apply", f.fromEp(packet{ethType: 0x0806, payload: make([]byte, 28)}), flow.ReasonUnknownEndpoint)
 	f.apply(false, false)
 	f.expectPass("after apply", f.toEp(f.synIn(ipA, 80)))
-	if err := f.d.RemoveEndpoint(epIfindex, epID); err != nil {
+	if err := f.d.Endpoints.RemoveEndpoint(epIfindex, epID); err != nil {
 		t.Fatal(err)
 	}
 	f.expectDrop("after remove", f.toEp(f.synIn(ipA, 80)), flow.ReasonUnknownEndpoint)
@@ -597,7 +597,7 @@ func TestEventsAndCounters(t *testing.T) {
 
 	// The programs count drops only (forwarded packets are the interface's count, which
 	// BPF_PROG_RUN does not touch: TestCountersFromInterface).
-	c, err := f.d.drops(epID)
+	c, err := f.d.Endpoints.drops(epID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,19 +606,19 @@ func TestEventsAndCounters(t *testing.T) {
 	}
 	synB := f.synIn(ipB, 22)
 	f.expectDrop("ingress default deny", f.toEp(synB), flow.ReasonPolicyDefaultDeny)
-	c, _ = f.d.drops(epID)
+	c, _ = f.d.Endpoints.drops(epID)
 	if c.ingress != 1 || c.ingressBytes != uint64(len(synB.bytes())) {
 		t.Errorf("ingress drops %d (%d bytes), want 1 (%d)", c.ingress, c.ingressBytes, len(synB.bytes()))
 	}
-	if lost, err := f.d.LostEvents(); err != nil || lost != 0 {
+	if lost, err := f.d.Events.Lost(); err != nil || lost != 0 {
 		t.Errorf("lost events %d (%v), want 0", lost, err)
 	}
 
 	// Removing the endpoint resets its counters.
-	if err := f.d.RemoveEndpoint(epIfindex, epID); err != nil {
+	if err := f.d.Endpoints.RemoveEndpoint(epIfindex, epID); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := f.d.drops(epID); c != (drops{}) {
+	if c, _ := f.d.Endpoints.drops(epID); c != (drops{}) {
 		t.Errorf("counters after remove %+v, want zero", c)
 	}
 }
@@ -683,14 +683,14 @@ func TestLostEvents(t *testing.T) {
 			t.Fatalf("packet %d: verdict %d", i, ret)
 		}
 	}
-	lost, err := f.d.LostEvents()
+	lost, err := f.d.Events.Lost()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if lost == 0 {
 		t.Fatalf("no lost events after %d drops into a 1 MiB ring", n)
 	}
-	c, _ := f.d.drops(epID)
+	c, _ := f.d.Endpoints.drops(epID)
 	if c.ingress != uint64(n) {
 		t.Errorf("drops %d, want %d (losing events must not lose counts)", c.ingress, n)
 	}
@@ -741,7 +741,7 @@ func TestEndpointSlots(t *testing.T) {
 	}
 	apply := func(idx, id uint32) {
 		t.Helper()
-		if err := f.d.ApplyEndpoint(idx, EndpointInfo{EpID: id, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{}); err != nil {
+		if err := f.d.Endpoints.ApplyEndpoint(idx, EndpointInfo{EpID: id, Identity: epIdent, Addr: epIP}, mapstate.EndpointPolicy{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -752,7 +752,7 @@ func TestEndpointSlots(t *testing.T) {
 	slotHolds(a)
 	f.expectPass("in its slot", runOn(a))
 	f.expectPass("in the hash (slot taken)", runOn(b))
-	if err := f.d.RemoveEndpoint(a, epID); err != nil {
+	if err := f.d.Endpoints.RemoveEndpoint(a, epID); err != nil {
 		t.Fatal(err)
 	}
 	slotHolds(b)
@@ -784,7 +784,7 @@ func TestEndpointSlots(t *testing.T) {
 	if _, err := os.Stat(legacyPin); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("legacy pin endpoints_ifx still there after Open: %v", err)
 	}
-	if err := f.d.RemoveEndpoint(b, epID+1); err != nil {
+	if err := f.d.Endpoints.RemoveEndpoint(b, epID+1); err != nil {
 		t.Fatal(err)
 	}
 	f.expectDrop("both removed", runOn(b), flow.ReasonUnknownEndpoint)

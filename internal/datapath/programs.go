@@ -163,7 +163,7 @@ func (o *dataplaneObjects) loadGroup(group string, into any) error {
 }
 
 // hostProgs returns host policy's programs, loading them the first time. The caller holds
-// the Datapath's mu (Datapath.programs).
+// the handle's mu (programs).
 func (o *dataplaneObjects) hostProgs() (*hostPrograms, error) { return loadOnce(o, &o.host, "host") }
 
 // vxlanProgs returns the VXLAN overlay's programs (hostProgs).
@@ -226,7 +226,7 @@ func closeAll(ps ...*ebpf.Program) error {
 }
 
 // programs runs load (one of dataplaneObjects' group accessors) under d.mu.
-func programs[P any](d *Datapath, load func(*dataplaneObjects) (*P, error)) (*P, error) {
+func programs[P any](d *handle, load func(*dataplaneObjects) (*P, error)) (*P, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return load(&d.objs)

@@ -15,6 +15,10 @@ import (
 	"github.com/rampartnet/rampart/internal/netns"
 )
 
+// Proxy is L7 and DNS steering: where the proxies listen (the proxy, proxy6 and dns_proxy
+// maps) and the routing that delivers steered flows to them.
+type Proxy struct{ *handle }
+
 // The L7 proxy's place in the dataplane (see bpf/README.md, "L7 steering"). The marks and
 // the routing table are fixed: the proxy (Envoy's original_src listener filter) must put
 // ProxyUpstreamMark on its upstream sockets, and the node namespace must route
@@ -39,7 +43,7 @@ var DefaultProxyAddr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1})
 
 // initProxy writes the default proxy config when the map has never been written (a fresh
 // pin directory); a restarted agent keeps what was set.
-func (d *Datapath) initProxy() error {
+func (d *Proxy) initProxy() error {
 	var (
 		zero uint32
 		cfg  rampartProxyConfig
@@ -58,7 +62,7 @@ func (d *Datapath) initProxy() error {
 // connection that L7 rules apply to: an IPv4 address for IPv4 connections, an IPv6 one
 // (map proxy6; none by default) for IPv6 connections. A connection that needs the proxy
 // is dropped while nothing listens there.
-func (d *Datapath) SetProxy(addr netip.AddrPort) error {
+func (d *Proxy) SetProxy(addr netip.AddrPort) error {
 	a := addr.Addr()
 	if !a.IsValid() || a.Is4In6() || addr.Port() == 0 {
 		return fmt.Errorf("setting proxy address %v: need an IPv4 or IPv6 address and a port", addr)
@@ -84,7 +88,7 @@ func (d *Datapath) SetProxy(addr netip.AddrPort) error {
 }
 
 // Proxy returns the proxy listener address the dataplane steers to.
-func (d *Datapath) Proxy() (netip.AddrPort, error) {
+func (d *Proxy) Proxy() (netip.AddrPort, error) {
 	var (
 		zero uint32
 		cfg  rampartProxyConfig
@@ -106,7 +110,7 @@ func (d *Datapath) Proxy() (netip.AddrPort, error) {
 // of endpoints whose answers must be learnt (EndpointPolicy.DNSObserve): an IPv4 address
 // for IPv4 queries, an IPv6 one (map dns_proxy6) for IPv6 queries. The zero AddrPort
 // clears the IPv4 one: such queries are then dropped.
-func (d *Datapath) SetDNSProxy(addr netip.AddrPort, observe bool) error {
+func (d *Proxy) SetDNSProxy(addr netip.AddrPort, observe bool) error {
 	var cfg rampartProxyConfig
 	m := d.objs.DnsProxy
 	if addr.IsValid() {
@@ -213,7 +217,7 @@ func loUp(h *netlink.Handle) (int, error) {
 // (PrepareProxyNamespace) and tells the programs where its transparent listeners are
 // (SetProxy): listen for IPv4 connections, listen6 for IPv6 ones (invalid: none, and IPv6
 // connections that need the proxy drop). Idempotent.
-func (d *Datapath) SetupProxy(netnsPath string, listen, listen6 netip.AddrPort) error {
+func (d *Proxy) SetupProxy(netnsPath string, listen, listen6 netip.AddrPort) error {
 	if err := PrepareProxyNamespace(netnsPath); err != nil {
 		return err
 	}
@@ -234,7 +238,7 @@ func (d *Datapath) SetupProxy(netnsPath string, listen, listen6 netip.AddrPort) 
 
 // RouteToProxy is SetupProxyRouting: the node namespace at netnsPath delivers locally the
 // packets the programs hand to the proxy.
-func (d *Datapath) RouteToProxy(netnsPath string) error { return SetupProxyRouting(netnsPath) }
+func (d *Proxy) RouteToProxy(netnsPath string) error { return SetupProxyRouting(netnsPath) }
 
 // SetupProxyRouting prepares the node network namespace at netnsPath ("" = the caller's)
 // for L7 steering: PrepareProxyNamespace, then `ip rule add fwmark 0x1/0x1 lookup 101 pref

@@ -52,7 +52,7 @@ func newProxyFixture(t *testing.T) *fixture {
 	ipc := fixtureIPCache()
 	ipc[netip.PrefixFrom(ipDst, 32)] = mapstate.IPCacheEntry{Identity: dstIdent, EndpointID: dstEpID}
 	ipc[netip.PrefixFrom(ipUnknown, 32)] = mapstate.IPCacheEntry{Identity: dstIdent, EndpointID: unknownEp}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -61,7 +61,7 @@ func newProxyFixture(t *testing.T) *fixture {
 // applyDst sets the destination endpoint's policy.
 func (f *fixture) applyDst(enforceIn bool, es ...entry) {
 	f.t.Helper()
-	err := f.d.ApplyEndpoint(dstIfindex, EndpointInfo{EpID: dstEpID, Identity: dstIdent, Addr: ipDst},
+	err := f.d.Endpoints.ApplyEndpoint(dstIfindex, EndpointInfo{EpID: dstEpID, Identity: dstIdent, Addr: ipDst},
 		mapstate.EndpointPolicy{EnforceIngress: enforceIn, Entries: entries(es...)})
 	if err != nil {
 		f.t.Fatalf("ApplyEndpoint (destination): %v", err)
@@ -352,7 +352,7 @@ func TestL7EstablishedSteering(t *testing.T) {
 	plain.tcpFlags = 0x10
 	f.check("plain flow, established", f.fromEp(plain), want{pass: true, noEvent: true})
 
-	pc, err := f.d.ProxyCounters(epID)
+	pc, err := f.d.Endpoints.ProxyCounters(epID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +425,7 @@ func TestL7UpstreamMark(t *testing.T) {
 	f.check("reply to the direct flow", fromEpMark(packet{src: epIP, dst: ipA, proto: uint8(tcp), sport: 8080, dport: direct.sport, tcpFlags: 0x12}, 0),
 		want{pass: true, noEvent: true})
 
-	pc, err := f.d.ProxyCounters(epID)
+	pc, err := f.d.Endpoints.ProxyCounters(epID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ func TestSetProxy(t *testing.T) {
 	testenv.RequireRoot(t)
 	pin := filepath.Join(BPFFSRoot, "rampart-test-"+testenv.Suffix(8))
 	d := openTest(t, Config{PinDir: pin})
-	got, err := d.Proxy()
+	got, err := d.Proxy.Proxy()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,11 +462,11 @@ func TestSetProxy(t *testing.T) {
 		t.Errorf("default proxy %v, want %v", got, DefaultProxyAddr)
 	}
 	want := netip.MustParseAddrPort("127.0.0.2:16001")
-	if err := d.SetProxy(want); err != nil {
+	if err := d.Proxy.SetProxy(want); err != nil {
 		t.Fatal(err)
 	}
 	// The IPv6 listener has a map of its own and leaves the IPv4 one alone.
-	if err := d.SetProxy(netip.MustParseAddrPort("[::1]:15001")); err != nil {
+	if err := d.Proxy.SetProxy(netip.MustParseAddrPort("[::1]:15001")); err != nil {
 		t.Fatal(err)
 	}
 	var cfg6 rampartProxyConfig
@@ -477,7 +477,7 @@ func TestSetProxy(t *testing.T) {
 		t.Errorf("proxy6 map %+v, want [::1]:15001", cfg6)
 	}
 	for _, bad := range []netip.AddrPort{{}, netip.MustParseAddrPort("[::ffff:127.0.0.1]:15001"), netip.MustParseAddrPort("127.0.0.1:0")} {
-		if err := d.SetProxy(bad); err == nil {
+		if err := d.Proxy.SetProxy(bad); err == nil {
 			t.Errorf("SetProxy(%v) accepted", bad)
 		}
 	}
@@ -487,7 +487,7 @@ func TestSetProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d2.Close()
-	if got, err := d2.Proxy(); err != nil || got != want {
+	if got, err := d2.Proxy.Proxy(); err != nil || got != want {
 		t.Errorf("proxy after reopen %v, %v; want %v", got, err, want)
 	}
 	// The BPF side reads it: raw map contents.
@@ -518,34 +518,34 @@ func TestEndpointsByID(t *testing.T) {
 		}
 		return info, true
 	}
-	if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceIngress: true}); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceIngress: true}); err != nil {
 		t.Fatal(err)
 	}
 	if info, ok := lookup(3); !ok || info.Identity != 300 || info.Flags != enforceIngress {
 		t.Fatalf("by id after apply: %+v %v", info, ok)
 	}
 	// The endpoint's veth was recreated: new ifindex, same ep_id.
-	if err := d.ApplyEndpoint(11, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceEgress: true}); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(11, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceEgress: true}); err != nil {
 		t.Fatal(err)
 	}
 	if info, ok := lookup(3); !ok || info.Flags != enforceEgress {
 		t.Fatalf("by id after move: %+v %v", info, ok)
 	}
 	// Another endpoint takes over ifindex 11: endpoint 3 is gone from it.
-	if err := d.ApplyEndpoint(11, EndpointInfo{EpID: 4, Identity: 400, Addr: ipB}, mapstate.EndpointPolicy{}); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(11, EndpointInfo{EpID: 4, Identity: 400, Addr: ipB}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := lookup(3); ok {
 		t.Error("endpoint 3 still by id after its interface was taken over")
 	}
-	if err := d.RemoveEndpoint(11, 4); err != nil {
+	if err := d.Endpoints.RemoveEndpoint(11, 4); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := lookup(4); ok {
 		t.Error("endpoint 4 still by id after removal")
 	}
 	// Open rebuilds the map from the endpoints map.
-	if err := d.ApplyEndpoint(12, EndpointInfo{EpID: 5, Identity: 500, Addr: ipPod}, mapstate.EndpointPolicy{}); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(12, EndpointInfo{EpID: 5, Identity: 500, Addr: ipPod}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	id := uint32(5)
@@ -556,7 +556,7 @@ func TestEndpointsByID(t *testing.T) {
 	if err := d.objs.EndpointsById.Update(&stale, &staleInfo, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
-	d2, err := Open(Config{PinDir: d.PinDir()})
+	d2, err := Open(Config{PinDir: d.Pins.PinDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,12 +575,12 @@ func TestRedirectEntriesRoundTrip(t *testing.T) {
 	k2, v2 := allow(idA, in, tcp, 81, 16, 2)
 	k3, v3 := deny(idB, in, tcp, 80, 16, 3)
 	want := entries(e(k1, v1), e(k2, v2), e(k3, v3))
-	if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceIngress: true, Entries: want}); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceIngress: true, Entries: want}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(d *Datapath, want map[mapstate.Key]mapstate.Value) {
 		t.Helper()
-		got := d.InstalledPolicy(3)
+		got := d.Endpoints.InstalledPolicy(3)
 		if len(got) != len(want) {
 			t.Errorf("installed %v, want %v", got, want)
 		}
@@ -594,12 +594,12 @@ func TestRedirectEntriesRoundTrip(t *testing.T) {
 	// Redirect <-> allow is an overwrite of the same key.
 	v1.Redirect, v2.Redirect = false, true
 	want = entries(e(k1, v1), e(k2, v2), e(k3, v3))
-	if err := d.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceIngress: true, Entries: want}); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(10, EndpointInfo{EpID: 3, Identity: 300, Addr: ipA}, mapstate.EndpointPolicy{EnforceIngress: true, Entries: want}); err != nil {
 		t.Fatal(err)
 	}
 	check(d, want)
 	// Read back from the maps by a new Datapath.
-	d2, err := Open(Config{PinDir: d.PinDir()})
+	d2, err := Open(Config{PinDir: d.Pins.PinDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestProxySteering(t *testing.T) {
 	attachAll(t, d, node, a, b)
 	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
 	const epA, epB = 1, 2
-	err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+	err := d.IPCache.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
 		netip.PrefixFrom(a.ip, 32):         {Identity: idEpA, EndpointID: epA},
 		netip.PrefixFrom(b.ip, 32):         {Identity: idEpB, EndpointID: epB},
@@ -69,10 +69,10 @@ func TestProxySteering(t *testing.T) {
 		e(allow(idEpA, in, tcp, portPlain, 16, 13)),
 		e(redirect(identity.Host, in, tcp, portIngressL7, 16, 14)),
 	)}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: epA, Identity: idEpA, Addr: a.ip}, polA); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: epA, Identity: idEpA, Addr: a.ip}, polA); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: epB, Identity: idEpB, Addr: b.ip}, polB); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: epB, Identity: idEpB, Addr: b.ip}, polB); err != nil {
 		t.Fatal(err)
 	}
 	evs := collectEvents(t, d)
@@ -153,11 +153,11 @@ func TestProxySteering(t *testing.T) {
 	}
 	plain("proxy running")
 
-	pa, err := d.ProxyCounters(epA)
+	pa, err := d.Endpoints.ProxyCounters(epA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pb, err := d.ProxyCounters(epB)
+	pb, err := d.Endpoints.ProxyCounters(epB)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestRemoveEndpointPurgesOnlyItsConntrack(t *testing.T) {
 	if _, err := d.objs.Conntrack4Peer.BatchUpdate(keys, vals, &ebpf.BatchOptions{}); err != nil {
 		t.Fatalf("filling conntrack: %v", err)
 	}
-	if err := d.RemoveEndpoint(0, 1); err != nil {
+	if err := d.Endpoints.RemoveEndpoint(0, 1); err != nil {
 		t.Fatal(err)
 	}
 	count := map[uint32]int{}

@@ -397,7 +397,7 @@ func TestServicePolicyJudgesBackend(t *testing.T) {
 	const idA, idB = identity.Identity(1001), identity.Identity(1002)
 	twoEndpointIPCache(t, d, w.a, w.b, idA, idB)
 	infoA := EndpointInfo{EpID: 1, Identity: idA, Addr: w.a.ip}
-	if err := d.ApplyEndpoint(w.b.ifindex, EndpointInfo{EpID: 2, Identity: idB, Addr: w.b.ip}, mapstate.EndpointPolicy{}); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(w.b.ifindex, EndpointInfo{EpID: 2, Identity: idB, Addr: w.b.ip}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	s := openTestServices(t, w.cgroup, 0)
@@ -409,14 +409,14 @@ func TestServicePolicyJudgesBackend(t *testing.T) {
 	// a may send to b's identity on 8080 only: the Service (port 80 on an address of
 	// the world) is admitted because what leaves a is addressed to b:8080.
 	allowB := mapstate.EndpointPolicy{EnforceEgress: true, Entries: entries(e(allow(idB, out, tcp, 8080, 16, 1)))}
-	if err := d.ApplyEndpoint(w.a.ifindex, infoA, allowB); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(w.a.ifindex, infoA, allowB); err != nil {
 		t.Fatal(err)
 	}
 	if ans, _, err := askTCP(w.a.ns, webAt, 5*time.Second); err != nil || !strings.HasPrefix(ans, "8080 ") {
 		t.Fatalf("Service whose backend policy allows: %q, %v", ans, err)
 	}
 	// Egress enforced with nothing allowed: the Service is denied.
-	if err := d.ApplyEndpoint(w.a.ifindex, infoA, mapstate.EndpointPolicy{EnforceEgress: true}); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(w.a.ifindex, infoA, mapstate.EndpointPolicy{EnforceEgress: true}); err != nil {
 		t.Fatal(err)
 	}
 	if ans, _, err := askTCP(w.a.ns, webAt, time.Second); err == nil {

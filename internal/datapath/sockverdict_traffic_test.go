@@ -36,7 +36,7 @@ func TestSockVerdictSteering(t *testing.T) {
 	attachAll(t, d, node, a, b)
 	const idEpA, idEpB = identity.Identity(1001), identity.Identity(1002)
 	const epA, epB = 1, 2
-	if err := d.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
+	if err := d.IPCache.ApplyIPCache(map[netip.Prefix]mapstate.IPCacheEntry{
 		netip.MustParsePrefix("0.0.0.0/0"): {Identity: identity.World},
 		netip.PrefixFrom(a.ip, 32):         {Identity: idEpA, EndpointID: epA},
 		netip.PrefixFrom(b.ip, 32):         {Identity: idEpB, EndpointID: epB},
@@ -48,10 +48,10 @@ func TestSockVerdictSteering(t *testing.T) {
 	const port = 80
 	polA := mapstate.EndpointPolicy{EnforceEgress: true, Entries: entries(e(allow(idEpB, out, tcp, port, 16, 1)))}
 	polB := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(redirect(idEpA, in, tcp, port, 16, 11)))}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: epA, Identity: idEpA, Addr: a.ip}, polA); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: epA, Identity: idEpA, Addr: a.ip}, polA); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: epB, Identity: idEpB, Addr: b.ip}, polB); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: epB, Identity: idEpB, Addr: b.ip}, polB); err != nil {
 		t.Fatal(err)
 	}
 	evs := collectEvents(t, d)
@@ -75,7 +75,7 @@ func TestSockVerdictSteering(t *testing.T) {
 	evs.wait(t, "proxy-unavailable drop", func(e flow.Event) bool { return e.Reason == flow.ReasonProxyUnavailable })
 
 	// The verdict's tables and targets, then the pair for tc.
-	sv := openSockVerdict(t, d.PinDir())
+	sv := openSockVerdict(t, d.Pins.PinDir())
 	plan := &l7plan.Plan{Chains: []l7plan.Chain{{Name: "c", Port: port, Dst: b.ip, Ingress: &l7plan.Authz{
 		EndpointID: epB, Direction: policy.Ingress, Port: port,
 		Grants: []l7plan.Grant{{Name: "rule-11-0", RuleID: 11, Peers: l7plan.AddrSet{{Prefix: netip.PrefixFrom(a.ip, 32)}},
@@ -105,7 +105,7 @@ func TestSockVerdictSteering(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pairs, err := sockverdict.NewPairs(d.SockPairsMap())
+	pairs, err := sockverdict.NewPairs(d.Pins.SockPairsMap())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,12 +53,12 @@ func TestSpoofedSource(t *testing.T) {
 	f := newFixture(t, Config{})
 	ipc := fixtureIPCache()
 	ipc[netip.PrefixFrom(ipRouter, 32)] = mapstate.IPCacheEntry{Identity: identity.Host}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 	// Egress unenforced: only the source check can drop.
 	f.apply(true, false, e(allow(idA, in, tcp, 80, 16, 1)))
-	before, err := f.d.drops(epID)
+	before, err := f.d.Endpoints.drops(epID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestSpoofedSource(t *testing.T) {
 	// Towards the endpoint, the node's ARP passes (only senders are checked).
 	f.expectPass("ARP from the node", f.toEp(arpFrame(1, ipRouter, epIP)))
 
-	after, err := f.d.drops(epID)
+	after, err := f.d.Endpoints.drops(epID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,10 +142,10 @@ func TestIngressSourceOrigin(t *testing.T) {
 	ipc := fixtureIPCache()
 	ipc[netip.PrefixFrom(ipA, 32)] = mapstate.IPCacheEntry{Identity: idA, EndpointID: aEpID}
 	ipc[netip.PrefixFrom(ipRouter, 32)] = mapstate.IPCacheEntry{Identity: identity.Host}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.d.ApplyEndpoint(aIfindex, EndpointInfo{EpID: aEpID, Identity: idA, Addr: ipA}, mapstate.EndpointPolicy{}); err != nil {
+	if err := f.d.Endpoints.ApplyEndpoint(aIfindex, EndpointInfo{EpID: aEpID, Identity: idA, Addr: ipA}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	f.apply(true, false, e(allow(idA, in, tcp, 80, 16, 1)), e(allow(identity.Host, in, policy.ProtoAny, 0, 0, 2)))

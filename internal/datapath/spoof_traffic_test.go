@@ -124,7 +124,7 @@ func TestSpoofedSourceTraffic(t *testing.T) {
 		ide identity.Identity
 		pol mapstate.EndpointPolicy
 	}{{a, 1, idA, mapstate.EndpointPolicy{}}, {b, 2, idB, mapstate.EndpointPolicy{}}, {c, 3, idC, polC}} {
-		if err := d.ApplyEndpoint(x.ep.ifindex, EndpointInfo{EpID: x.id, Identity: x.ide, Addr: x.ep.ip}, x.pol); err != nil {
+		if err := d.Endpoints.ApplyEndpoint(x.ep.ifindex, EndpointInfo{EpID: x.id, Identity: x.ide, Addr: x.ep.ip}, x.pol); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -155,7 +155,7 @@ func TestSpoofedSourceTraffic(t *testing.T) {
 	check := func(name string, arp bool, send func()) {
 		t.Helper()
 		capture.Frames(t)
-		before, err := d.drops(1)
+		before, err := d.Endpoints.drops(1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func TestSpoofedSourceTraffic(t *testing.T) {
 			drop.IfIndex != a.ifindex || drop.Flags.Has(flow.FlagARP) != arp {
 			t.Errorf("%s: drop event %+v, want a's (endpoint 1, identity %d) from %v", name, drop, idA, b.ip)
 		}
-		after, err := d.drops(1)
+		after, err := d.Endpoints.drops(1)
 		if err != nil {
 			t.Fatal(err)
 		}

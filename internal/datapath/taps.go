@@ -14,6 +14,10 @@ import (
 	"github.com/rampartnet/rampart/internal/policy"
 )
 
+// Taps is the tap table (tap_sets, tap_flows and their IPv6 twins), its counters and the
+// monitors' interfaces the taps send copies to and take diverted packets back from.
+type Taps struct{ *handle }
+
 // Constants mirrored from bpf/include/rampart.h (checked by TestHeaderConstants).
 const (
 	epTapIngress = 1 << 2
@@ -309,7 +313,7 @@ func tapPrefix(p netip.Prefix) (addr, mask uint32, err error) {
 // A map write that fails stops where it is, each endpoint with either its old or its new
 // taps; calling again with the same rules finishes the job. An endpoint whose veth is
 // recreated (another ifindex) gets its taps from the next call.
-func (d *Datapath) ReplaceTaps(rules []TapRule) error {
+func (d *Taps) ReplaceTaps(rules []TapRule) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
@@ -413,7 +417,7 @@ func (d *Datapath) ReplaceTaps(rules []TapRule) error {
 }
 
 // EndpointIfindex returns the host-side interface endpoint epID is installed on.
-func (d *Datapath) EndpointIfindex(epID uint32) (uint32, bool) {
+func (d *Taps) EndpointIfindex(epID uint32) (uint32, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for ifindex, info := range d.endpoints {
@@ -453,7 +457,7 @@ func (c TapCounters) NotReturned() uint64 {
 
 // TapCounters returns the counters of the given contracts (0: packets monitors sent
 // back that were not diverted to them).
-func (d *Datapath) TapCounters(contracts ...uint32) (map[uint32]TapCounters, error) {
+func (d *Taps) TapCounters(contracts ...uint32) (map[uint32]TapCounters, error) {
 	out := make(map[uint32]TapCounters, len(contracts))
 	var per []rampartTapStats
 	for _, id := range contracts {
@@ -484,7 +488,7 @@ func (d *Datapath) TapCounters(contracts ...uint32) (map[uint32]TapCounters, err
 }
 
 // ResetTapCounters zeroes a contract's counters (before its ID is given to another one).
-func (d *Datapath) ResetTapCounters(contract uint32) error {
+func (d *Taps) ResetTapCounters(contract uint32) error {
 	if contract >= MaxTapContracts {
 		return fmt.Errorf("resetting tap counters: contract ID %d out of range", contract)
 	}
@@ -505,7 +509,7 @@ const filterFromMonitor = "rampart_from_monitor"
 // else the monitor sends is dropped. Returns the interfaces' indexes (TapRule.MonitorRx,
 // MonitorTx). Attach it before the monitor's veths are up, so that nothing it sends
 // passes unchecked.
-func (d *Datapath) AttachMonitor(netnsPath, rxName, txName string, monitorEpID uint32) (rx, tx uint32, err error) {
+func (d *Taps) AttachMonitor(netnsPath, rxName, txName string, monitorEpID uint32) (rx, tx uint32, err error) {
 	h, err := netlinkHandle(netnsPath)
 	if err != nil {
 		return 0, 0, fmt.Errorf("attaching monitor: %w", err)
@@ -540,7 +544,7 @@ func (d *Datapath) AttachMonitor(netnsPath, rxName, txName string, monitorEpID u
 // DetachMonitor forgets a monitor's interfaces (by index; their veths may be gone already)
 // and the flows diverted to it. The program stays on interfaces still there: with no role
 // it drops everything they bring (fail closed), until the veths go with the monitor.
-func (d *Datapath) DetachMonitor(rx, tx uint32) error {
+func (d *Taps) DetachMonitor(rx, tx uint32) error {
 	for _, idx := range []uint32{rx, tx} {
 		if idx == 0 {
 			continue
@@ -579,42 +583,8 @@ func (d *Datapath) DetachMonitor(rx, tx uint32) error {
 	return nil
 }
 
-const filterFromTapTunnel = "rampart_from_tap_tunnel"
-
-// AttachTapTunnel puts rampart_from_tap_tunnel on the tc ingress of ifname, the node's tap
-// tunnel device (a collect_md VXLAN device of its own port, in the namespace at
-// netnsPath), through which copies for monitors on other nodes leave and those for this
-// node's monitors arrive. It returns the device's index (TapRule.MonitorRx of remote
-// rules).
-func (d *Datapath) AttachTapTunnel(netnsPath, ifname string) (uint32, error) {
-	h, err := netlinkHandle(netnsPath)
-	if err != nil {
-		return 0, fmt.Errorf("attaching the tap tunnel to %s: %w", ifname, err)
-	}
-	defer h.Close()
-	progs, err := programs(d, (*dataplaneObjects).tapTunnelProgs)
-	if err != nil {
-		return 0, fmt.Errorf("attaching the tap tunnel to %s: %w", ifname, err)
-	}
-	lnk, err := h.LinkByName(ifname)
-	if err != nil {
-		return 0, fmt.Errorf("attaching the tap tunnel to %s: finding interface: %w", ifname, err)
-	}
-	idx := lnk.Attrs().Index
-	if err := h.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
-		return 0, fmt.Errorf("attaching the tap tunnel to %s: adding clsact qdisc: %w", ifname, err)
-	}
-	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromTapTunnel, progs.RampartFromTapTunnel)); err != nil {
-		return 0, fmt.Errorf("attaching the tap tunnel to %s: tc ingress filter: %w", ifname, err)
-	}
-	d.mu.Lock()
-	d.tapTunnel = uint32(idx)
-	d.mu.Unlock()
-	return uint32(idx), nil
-}
-
 // TapTunnelIfindex is the tap tunnel device's index, 0 when AttachTapTunnel has not run.
-func (d *Datapath) TapTunnelIfindex() uint32 {
+func (d *Taps) TapTunnelIfindex() uint32 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.tapTunnel
@@ -622,7 +592,7 @@ func (d *Datapath) TapTunnelIfindex() uint32 {
 
 // SetMonitorKey lets copies from other nodes with addr's key (MonitorKeyOf) reach the
 // monitor whose receive veth's host side is rx.
-func (d *Datapath) SetMonitorKey(addr netip.Addr, rx uint32) error {
+func (d *Taps) SetMonitorKey(addr netip.Addr, rx uint32) error {
 	key := MonitorKeyOf(addr)
 	if err := d.objs.TapMonitorKeys.Update(&key, &rx, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("registering monitor %v for copies from other nodes: %w", addr, err)
@@ -631,7 +601,7 @@ func (d *Datapath) SetMonitorKey(addr netip.Addr, rx uint32) error {
 }
 
 // DeleteMonitorKey stops copies from other nodes with addr's key; missing is not an error.
-func (d *Datapath) DeleteMonitorKey(addr netip.Addr) error {
+func (d *Taps) DeleteMonitorKey(addr netip.Addr) error {
 	key := MonitorKeyOf(addr)
 	if err := d.objs.TapMonitorKeys.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("forgetting monitor %v for copies from other nodes: %w", addr, err)

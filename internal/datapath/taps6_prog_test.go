@@ -16,7 +16,7 @@ import (
 // redirect could have diverted it.
 func TestTapIPv6Match(t *testing.T) {
 	f := newTapFixture(t)
-	if err := f.d.ApplyIPCache(fixtureIPCache6()); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(fixtureIPCache6()); err != nil {
 		t.Fatal(err)
 	}
 	f.apply6(true, true,

@@ -125,7 +125,7 @@ func TestTapIPv6Traffic(t *testing.T) {
 	}
 
 	// A packet the monitor injects: dropped at its return interface.
-	r0, err := w.d.TapCounters(0)
+	r0, err := w.d.Taps.TapCounters(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestTapIPv6Traffic(t *testing.T) {
 	if inj.DestinationPort != tapPort+1 || inj.EpID != tapEpS {
 		t.Errorf("injected packet's drop event: %+v", inj)
 	}
-	if r1, err := w.d.TapCounters(0); err != nil || r1[0].Rejected != r0[0].Rejected+1 {
+	if r1, err := w.d.Taps.TapCounters(0); err != nil || r1[0].Rejected != r0[0].Rejected+1 {
 		t.Errorf("rejected: %+v, before %+v (%v)", r1[0], r0[0], err)
 	}
 

@@ -41,7 +41,7 @@ func newTapFixture(t *testing.T) *tapFixture {
 	f := &tapFixture{fixture: newFixture(t, Config{}), ns: ns, rxName: "mrx" + suffix}
 	addVethPair(t, ns, f.rxName, "mrxp"+suffix)
 	addVethPair(t, ns, "mtx"+suffix, "mtxp"+suffix)
-	rx, tx, err := f.d.AttachMonitor(ns, f.rxName, "mtx"+suffix, 0)
+	rx, tx, err := f.d.Taps.AttachMonitor(ns, f.rxName, "mtx"+suffix, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,14 +120,14 @@ func (f *tapFixture) taps(rules ...TapRule) {
 			rules[i].MonitorTx = f.tx
 		}
 	}
-	if err := f.d.ReplaceTaps(rules); err != nil {
+	if err := f.d.Taps.ReplaceTaps(rules); err != nil {
 		f.t.Fatalf("ReplaceTaps: %v", err)
 	}
 }
 
 func (f *tapFixture) counters(id uint32) TapCounters {
 	f.t.Helper()
-	c, err := f.d.TapCounters(id)
+	c, err := f.d.Taps.TapCounters(id)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestTapMatch(t *testing.T) {
 	if got := f.counters(1); got.MirroredPackets != want[1] {
 		t.Errorf("after removing the taps: %+v", got)
 	}
-	if info := f.d.InstalledEndpoints()[epIfindex]; info.EpID != epID {
+	if info := f.d.Endpoints.InstalledEndpoints()[epIfindex]; info.EpID != epID {
 		t.Fatalf("endpoint gone: %+v", info)
 	}
 	if f.d.endpoints[epIfindex].Flags&epTapMask != 0 {
@@ -265,7 +265,7 @@ func TestTapRules(t *testing.T) {
 		"no monitor rx":     {{Ifindex: epIfindex, Direction: out, Action: TapMirror, MonitorUp: true, ContractID: 1}},
 		"contract too high": {{Ifindex: epIfindex, Direction: out, Action: TapMirror, MonitorRx: f.rx, ContractID: MaxTapContracts}},
 	} {
-		if err := f.d.ReplaceTaps(r); err == nil {
+		if err := f.d.Taps.ReplaceTaps(r); err == nil {
 			t.Errorf("%s: accepted", name)
 		} else {
 			t.Logf("%s: %v", name, err)
@@ -275,10 +275,10 @@ func TestTapRules(t *testing.T) {
 		t.Errorf("refused rules turned taps on")
 	}
 	// A monitor that is down needs no interfaces: the rule drops or passes, or loses copies.
-	if err := f.d.ReplaceTaps([]TapRule{{Ifindex: epIfindex, Direction: out, Action: TapRedirect, ContractID: 1}}); err != nil {
+	if err := f.d.Taps.ReplaceTaps([]TapRule{{Ifindex: epIfindex, Direction: out, Action: TapRedirect, ContractID: 1}}); err != nil {
 		t.Errorf("redirect to a monitor that is down: %v", err)
 	}
-	if err := f.d.ReplaceTaps(many[:MaxTapRules]); err != nil {
+	if err := f.d.Taps.ReplaceTaps(many[:MaxTapRules]); err != nil {
 		t.Errorf("%d rules: %v", MaxTapRules, err)
 	}
 	// ApplyEndpoint keeps the taps on.
@@ -287,7 +287,7 @@ func TestTapRules(t *testing.T) {
 		t.Errorf("ApplyEndpoint turned the taps off")
 	}
 	// RemoveEndpoint removes its rules: an endpoint reusing the ID does not find them.
-	if err := f.d.RemoveEndpoint(epIfindex, epID); err != nil {
+	if err := f.d.Endpoints.RemoveEndpoint(epIfindex, epID); err != nil {
 		t.Fatal(err)
 	}
 	var set rampartTapSet
@@ -372,7 +372,7 @@ func TestTapRedirectRecord(t *testing.T) {
 	}
 
 	// DetachMonitor forgets the monitor's flows: what it still sends back is dropped.
-	if err := f.d.DetachMonitor(f.rx, f.tx); err != nil {
+	if err := f.d.Taps.DetachMonitor(f.rx, f.tx); err != nil {
 		t.Fatal(err)
 	}
 	f.expectDrop("after detach", f.back(syn, f.tx), flow.ReasonTapNotDiverted)
@@ -432,12 +432,12 @@ func TestTapFailClosed(t *testing.T) {
 // another interface, while the node itself may still reach it.
 func TestTapMonitorNotDestination(t *testing.T) {
 	f := newTapFixture(t)
-	err := f.d.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP, Monitor: true},
+	err := f.d.Endpoints.ApplyEndpoint(epIfindex, EndpointInfo{EpID: epID, Identity: epIdent, Addr: epIP, Monitor: true},
 		mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(0, in, policy.ProtoAny, 0, 0, 1)))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !f.d.InstalledEndpoints()[epIfindex].Monitor {
+	if !f.d.Endpoints.InstalledEndpoints()[epIfindex].Monitor {
 		t.Fatal("monitor flag not installed")
 	}
 	syn := packet{src: ipA, dst: epIP, proto: uint8(tcp), sport: 1, dport: 80, tcpFlags: 0x02}
@@ -452,17 +452,17 @@ func TestTapReturnedSource(t *testing.T) {
 	f := newTapFixture(t)
 	ipc := fixtureIPCache()
 	ipc[netip.MustParsePrefix("198.18.1.5/32")] = mapstate.IPCacheEntry{Identity: idPod, Secondary: flagged, EndpointID: 8}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 	// The fixture endpoint is the destination: it admits only idPod on port 80.
 	f.apply(true, false, e(allow(idPod, in, tcp, 80, 16, 1)))
 	// The sender, endpoint 8 at ipPod, on interface rx (any interface that is not the
 	// return interface), with a redirect tap through the monitor.
-	if err := f.d.ApplyEndpoint(f.rx, EndpointInfo{EpID: 8, Identity: idPod, Addr: ipPod}, mapstate.EndpointPolicy{}); err != nil {
+	if err := f.d.Endpoints.ApplyEndpoint(f.rx, EndpointInfo{EpID: 8, Identity: idPod, Addr: ipPod}, mapstate.EndpointPolicy{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.d.ReplaceTaps([]TapRule{{Ifindex: f.rx, Direction: out, Protocol: tcp, Action: TapRedirect,
+	if err := f.d.Taps.ReplaceTaps([]TapRule{{Ifindex: f.rx, Direction: out, Protocol: tcp, Action: TapRedirect,
 		MonitorRx: f.rx, MonitorTx: f.tx, MonitorUp: true, ContractID: 6}}); err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func TestTapRestart(t *testing.T) {
 	f := newTapFixture(t)
 	f.apply(false, false)
 	f.taps(TapRule{Direction: out, Protocol: udp, Action: TapMirror, MonitorUp: true, ContractID: 7})
-	d2, err := Open(Config{PinDir: f.d.PinDir()})
+	d2, err := Open(Config{PinDir: f.d.Pins.PinDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,21 +506,21 @@ func TestTapRestart(t *testing.T) {
 		t.Fatalf("verdict %d", got)
 	}
 	f.drain()
-	c, err := d2.TapCounters(7)
+	c, err := d2.Taps.TapCounters(7)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c[7].MirroredPackets != 1 {
 		t.Errorf("after the restart: %+v, want 1 mirrored", c[7])
 	}
-	if err := d2.ReplaceTaps(nil); err != nil {
+	if err := d2.Taps.ReplaceTaps(nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.runProg(d2.objs.RampartFromEp, dgram, epIfindex); got != actOK {
 		t.Fatalf("verdict %d", got)
 	}
 	f.drain()
-	if c, _ := d2.TapCounters(7); c[7].MirroredPackets != 1 {
+	if c, _ := d2.Taps.TapCounters(7); c[7].MirroredPackets != 1 {
 		t.Errorf("tapped after the restarted agent removed the taps: %+v", c[7])
 	}
 }

@@ -74,7 +74,7 @@ func newTapWorldOf(t *testing.T, cfg Config, cidr6 netip.Prefix) *tapWorld {
 	}
 	w.d = openTest(t, cfg)
 	attach := func(host string) error {
-		_, err := w.d.Attach(w.node, host)
+		_, err := w.d.Endpoints.Attach(w.node, host)
 		return err
 	}
 	mk := func(name string, ip string) endpoint.Endpoint {
@@ -93,7 +93,7 @@ func newTapWorldOf(t *testing.T, cfg Config, cidr6 netip.Prefix) *tapWorld {
 	w.b = mk("b", "198.18.60.20")
 	w.s = mk("s", "198.18.60.30")
 	ml, err := w.n.CreateMonitorLinks(w.s, func(rx, tx string) error {
-		_, _, err := w.d.AttachMonitor(w.node, rx, tx, tapEpS)
+		_, _, err := w.d.Taps.AttachMonitor(w.node, rx, tx, tapEpS)
 		return err
 	})
 	if err != nil {
@@ -118,7 +118,7 @@ func newTapWorldOf(t *testing.T, cfg Config, cidr6 netip.Prefix) *tapWorld {
 			disableIPv6(t, ns)
 		}
 	}
-	if err = w.d.ApplyIPCache(ipc); err != nil {
+	if err = w.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 	polA := mapstate.EndpointPolicy{EnforceEgress: true, Entries: entries(
@@ -136,7 +136,7 @@ func newTapWorldOf(t *testing.T, cfg Config, cidr6 netip.Prefix) *tapWorld {
 		mon bool
 	}{{w.a, tapEpA, tapIDA, polA, false}, {w.b, tapEpB, tapIDB, polB, false}, {w.s, tapEpS, tapIDS, polS, true}} {
 		info := EndpointInfo{EpID: x.id, Identity: x.ide, Addr: x.ep.IP, Addr6: x.ep.IP6, LinkLocal6: x.ep.LinkLocal6, Monitor: x.mon}
-		if err := w.d.ApplyEndpoint(uint32(x.ep.HostIfIndex), info, x.pol); err != nil {
+		if err := w.d.Endpoints.ApplyEndpoint(uint32(x.ep.HostIfIndex), info, x.pol); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -176,14 +176,14 @@ func (w *tapWorld) rules(action TapAction, up, failOpen bool) []TapRule {
 
 func (w *tapWorld) replace(rules []TapRule) {
 	w.t.Helper()
-	if err := w.d.ReplaceTaps(rules); err != nil {
+	if err := w.d.Taps.ReplaceTaps(rules); err != nil {
 		w.t.Fatalf("ReplaceTaps: %v", err)
 	}
 }
 
 func (w *tapWorld) counters() TapCounters {
 	w.t.Helper()
-	c, err := w.d.TapCounters(tapContract)
+	c, err := w.d.Taps.TapCounters(tapContract)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -384,7 +384,7 @@ func TestTapRedirectTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	rejected := func() uint64 {
-		r, err := w.d.TapCounters(0)
+		r, err := w.d.Taps.TapCounters(0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +442,7 @@ func TestTapRedirectTraffic(t *testing.T) {
 	waitEvent(t, w.ev, "tap-monitor-unavailable drop, interfaces gone", func(e flow.Event) bool {
 		return e.Type == flow.EventDrop && e.Reason == flow.ReasonTapMonitorUnavailable
 	})
-	if err := w.d.DetachMonitor(uint32(w.ml.HostRxIndex), uint32(w.ml.HostTxIndex)); err != nil {
+	if err := w.d.Taps.DetachMonitor(uint32(w.ml.HostRxIndex), uint32(w.ml.HostTxIndex)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -287,7 +287,7 @@ type eventLog struct {
 
 func collectEvents(t *testing.T, d *Datapath) *eventLog {
 	t.Helper()
-	r, err := d.Events()
+	r, err := d.Events.Reader()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func newNode(t testing.TB, prefix string) (node, suffix string) {
 func attachAll(t *testing.T, d *Datapath, node string, eps ...*trafficEndpoint) {
 	t.Helper()
 	for _, ep := range eps {
-		idx, err := d.Attach(node, ep.hostIf)
+		idx, err := d.Endpoints.Attach(node, ep.hostIf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +217,7 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 	attachOther(t, d, node, a.hostIf, mode)
 	attachAll(t, d, node, a, b)
 	// Attaching again replaces the programs in place (what a restarted agent does).
-	if _, err := d.Attach(node, a.hostIf); err != nil {
+	if _, err := d.Endpoints.Attach(node, a.hostIf); err != nil {
 		t.Fatalf("re-attach: %v", err)
 	}
 	checkFilters(t, node, a.hostIf, mode, 1)
@@ -227,10 +227,10 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 	const port = 8080
 	polA := mapstate.EndpointPolicy{EnforceEgress: true, Entries: entries(e(allow(idEpB, out, tcp, port, 16, 1)))}
 	polB := mapstate.EndpointPolicy{EnforceIngress: true, Entries: entries(e(allow(idEpA, in, tcp, port, 16, 2)))}
-	if err := d.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idEpA, Addr: a.ip}, polA); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(a.ifindex, EndpointInfo{EpID: 1, Identity: idEpA, Addr: a.ip}, polA); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB, Addr: b.ip}, polB); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB, Addr: b.ip}, polB); err != nil {
 		t.Fatal(err)
 	}
 	ev := eventsOf(t, d)
@@ -252,7 +252,7 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 	}
 
 	// Remove the allow at b: new connections are dropped, the established one continues.
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB, Addr: b.ip}, mapstate.EndpointPolicy{EnforceIngress: true}); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB, Addr: b.ip}, mapstate.EndpointPolicy{EnforceIngress: true}); err != nil {
 		t.Fatal(err)
 	}
 	if c2, err := dial(a.ns, server, time.Second); err == nil {
@@ -285,11 +285,11 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 		t.Fatalf("reopening: %v", err)
 	}
 	current = d
-	if got := d.InstalledEndpoints(); len(got) != 2 || got[b.ifindex].EpID != 2 || !got[b.ifindex].EnforceIngress {
+	if got := d.Endpoints.InstalledEndpoints(); len(got) != 2 || got[b.ifindex].EpID != 2 || !got[b.ifindex].EnforceIngress {
 		t.Fatalf("reopened endpoints: %+v", got)
 	}
 	for _, ep := range []*trafficEndpoint{a, b} {
-		if _, err := d.Attach(node, ep.hostIf); err != nil {
+		if _, err := d.Endpoints.Attach(node, ep.hostIf); err != nil {
 			t.Fatalf("re-attaching after restart: %v", err)
 		}
 		checkFilters(t, node, ep.hostIf, mode, 1)
@@ -298,7 +298,7 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 	if err := roundTrip(c1, "new programs"); err != nil {
 		t.Fatalf("established connection after restart: %v", err)
 	}
-	if err := d.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB, Addr: b.ip}, polB); err != nil {
+	if err := d.Endpoints.ApplyEndpoint(b.ifindex, EndpointInfo{EpID: 2, Identity: idEpB, Addr: b.ip}, polB); err != nil {
 		t.Fatal(err)
 	}
 	c3, err := dial(a.ns, server, 5*time.Second)
@@ -319,11 +319,11 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 		t.Errorf("malformed drop event: %+v", mal)
 	}
 
-	ca, err := d.Counters(node, a.ifindex, 1)
+	ca, err := d.Endpoints.Counters(node, a.ifindex, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb, err := d.Counters(node, b.ifindex, 2)
+	cb, err := d.Endpoints.Counters(node, b.ifindex, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,14 +335,14 @@ func testRealTraffic(t *testing.T, mode AttachMode) {
 	}
 
 	// Detach removes the programs, and the link pins.
-	if err := d.Detach(node, a.hostIf); err != nil {
+	if err := d.Endpoints.Detach(node, a.hostIf); err != nil {
 		t.Fatal(err)
 	}
 	checkFilters(t, node, a.hostIf, mode, 0)
 	if pins, _ := filepath.Glob(filepath.Join(pinDir, tcxPinDir, fmt.Sprintf("%d-*", a.ifindex))); len(pins) != 0 {
 		t.Errorf("link pins left after Detach: %v", pins)
 	}
-	if err := d.Detach(node, a.hostIf); err != nil {
+	if err := d.Endpoints.Detach(node, a.hostIf); err != nil {
 		t.Errorf("second detach: %v", err)
 	}
 }
@@ -359,7 +359,7 @@ func attachOther(t *testing.T, d *Datapath, ns, ifname string, mode AttachMode) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.attachTCXLinks(ns, h, lnk); err != nil {
+	if err := d.Endpoints.attachTCXLinks(ns, h, lnk); err != nil {
 		t.Fatal(err)
 	}
 	checkFilters(t, ns, ifname, AttachTCX, 1)

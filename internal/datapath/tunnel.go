@@ -12,6 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Tunnel is the overlay's programs and maps: the VXLAN device's, the IP-in-IP programs on
+// the fabric, the tap tunnel's, and the nodes reached over the IPv6 fabric.
+type Tunnel struct{ *handle }
+
 // The VXLAN overlay's programs on the node's VXLAN device (bpf/include/tunnel.h).
 const (
 	filterToTunnel   = "rampart_to_tunnel"
@@ -26,13 +30,13 @@ const (
 // a restart. Then it records the device's index in the tunnel map, from which
 // rampart_to_ep believes the identity that arrived in the VNI only for packets received
 // on this device. It returns the device's index.
-func (d *Datapath) AttachTunnel(netnsPath, ifname string) (uint32, error) {
+func (d *Tunnel) AttachTunnel(netnsPath, ifname string) (uint32, error) {
 	h, err := netlinkHandle(netnsPath)
 	if err != nil {
 		return 0, fmt.Errorf("attaching the overlay to %s: %w", ifname, err)
 	}
 	defer h.Close()
-	progs, err := programs(d, (*dataplaneObjects).vxlanProgs)
+	progs, err := programs(d.handle, (*dataplaneObjects).vxlanProgs)
 	if err != nil {
 		return 0, fmt.Errorf("attaching the overlay to %s: %w", ifname, err)
 	}
@@ -62,7 +66,7 @@ func (d *Datapath) AttachTunnel(netnsPath, ifname string) (uint32, error) {
 // packet's mark is taken for an identity that arrived in the overlay, and the IP-in-IP
 // programs, where still attached, open and encapsulate nothing. The VXLAN device's filters
 // go with the device; DetachIPIP removes the IP-in-IP ones.
-func (d *Datapath) ClearTunnel() error {
+func (d *Tunnel) ClearTunnel() error {
 	if err := d.setTunnel(rampartTunnelConfig{}); err != nil {
 		return fmt.Errorf("clearing the overlay: %w", err)
 	}
@@ -70,7 +74,7 @@ func (d *Datapath) ClearTunnel() error {
 }
 
 // TunnelIfindex returns the VXLAN device's index as the tunnel map holds it (0: none).
-func (d *Datapath) TunnelIfindex() (uint32, error) {
+func (d *Tunnel) TunnelIfindex() (uint32, error) {
 	var cfg rampartTunnelConfig
 	if err := d.objs.Tunnel.Lookup(uint32(0), &cfg); err != nil {
 		return 0, fmt.Errorf("reading the tunnel map: %w", err)
@@ -78,7 +82,7 @@ func (d *Datapath) TunnelIfindex() (uint32, error) {
 	return cfg.Ifindex, nil
 }
 
-func (d *Datapath) setTunnel(cfg rampartTunnelConfig) error {
+func (d *Tunnel) setTunnel(cfg rampartTunnelConfig) error {
 	if err := d.objs.Tunnel.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("writing the tunnel map: %w", err)
 	}
@@ -90,7 +94,7 @@ func (d *Datapath) setTunnel(cfg rampartTunnelConfig) error {
 // fabric address the outer packets go to (the tunnel_remote6 map). Nodes it no longer
 // names are reached at their IPv4 address again. Entries are written before stale ones go,
 // so a node that stays is never without one.
-func (d *Datapath) SetTunnelRemote6(remote6 map[netip.Addr]netip.Addr) error {
+func (d *Tunnel) SetTunnelRemote6(remote6 map[netip.Addr]netip.Addr) error {
 	want := map[uint32]rampartTunnelAddr6{}
 	for node, addr6 := range remote6 {
 		if !node.Is4() || !addr6.Is6() || addr6.Is4In6() {
@@ -121,7 +125,7 @@ func (d *Datapath) SetTunnelRemote6(remote6 map[netip.Addr]netip.Addr) error {
 }
 
 // TunnelRemote6 returns the tunnel_remote6 map's content (see SetTunnelRemote6).
-func (d *Datapath) TunnelRemote6() (map[netip.Addr]netip.Addr, error) {
+func (d *Tunnel) TunnelRemote6() (map[netip.Addr]netip.Addr, error) {
 	out := map[netip.Addr]netip.Addr{}
 	var k uint32
 	var v rampartTunnelAddr6
@@ -157,7 +161,7 @@ const (
 // VXLAN index is 0, so no packet's mark is taken for an identity: the inner source address
 // gives it. The address is written first: programs attached without it would drop the
 // remote pods' packets.
-func (d *Datapath) AttachIPIP(netnsPath string, local netip.Addr, ifnames []string) error {
+func (d *Tunnel) AttachIPIP(netnsPath string, local netip.Addr, ifnames []string) error {
 	if err := d.attachIPIP(netnsPath, local, ifnames); err != nil {
 		return err
 	}
@@ -187,7 +191,7 @@ func (d *Datapath) AttachIPIP(netnsPath string, local netip.Addr, ifnames []stri
 // address, which AttachIPIP writes before it attaches anything and which only StopIPIP
 // clears, after the programs are gone): the programs leave every interface and the address
 // is cleared. Otherwise it changes nothing and looks at no interface.
-func (d *Datapath) StopIPIP(netnsPath string) error {
+func (d *Tunnel) StopIPIP(netnsPath string) error {
 	var cfg rampartTunnelConfig
 	if err := d.objs.Tunnel.Lookup(uint32(0), &cfg); err != nil {
 		return fmt.Errorf("reading the tunnel map: %w", err)
@@ -206,7 +210,7 @@ func (d *Datapath) StopIPIP(netnsPath string) error {
 	return nil
 }
 
-func (d *Datapath) attachIPIP(netnsPath string, local netip.Addr, ifnames []string) error {
+func (d *Tunnel) attachIPIP(netnsPath string, local netip.Addr, ifnames []string) error {
 	if !local.Is4() {
 		return fmt.Errorf("attaching the IP-in-IP overlay: node address %v is not IPv4", local)
 	}
@@ -219,7 +223,7 @@ func (d *Datapath) attachIPIP(netnsPath string, local netip.Addr, ifnames []stri
 		return fmt.Errorf("attaching the IP-in-IP overlay: %w", err)
 	}
 	defer h.Close()
-	progs, err := programs(d, (*dataplaneObjects).ipipProgs)
+	progs, err := programs(d.handle, (*dataplaneObjects).ipipProgs)
 	if err != nil {
 		return fmt.Errorf("attaching the IP-in-IP overlay: %w", err)
 	}
@@ -251,3 +255,37 @@ func DetachIPIP(netnsPath string, keep ...string) ([]string, error) {
 
 // detachIPIPFrom removes the IP-in-IP programs from the interface ifname, if it still exists.
 func detachIPIPFrom(netnsPath, ifname string) error { return ipipFilters.detachFrom(netnsPath, ifname) }
+
+const filterFromTapTunnel = "rampart_from_tap_tunnel"
+
+// AttachTapTunnel puts rampart_from_tap_tunnel on the tc ingress of ifname, the node's tap
+// tunnel device (a collect_md VXLAN device of its own port, in the namespace at
+// netnsPath), through which copies for monitors on other nodes leave and those for this
+// node's monitors arrive. It returns the device's index (TapRule.MonitorRx of remote
+// rules).
+func (d *Tunnel) AttachTapTunnel(netnsPath, ifname string) (uint32, error) {
+	h, err := netlinkHandle(netnsPath)
+	if err != nil {
+		return 0, fmt.Errorf("attaching the tap tunnel to %s: %w", ifname, err)
+	}
+	defer h.Close()
+	progs, err := programs(d.handle, (*dataplaneObjects).tapTunnelProgs)
+	if err != nil {
+		return 0, fmt.Errorf("attaching the tap tunnel to %s: %w", ifname, err)
+	}
+	lnk, err := h.LinkByName(ifname)
+	if err != nil {
+		return 0, fmt.Errorf("attaching the tap tunnel to %s: finding interface: %w", ifname, err)
+	}
+	idx := lnk.Attrs().Index
+	if err := h.QdiscAdd(clsact(idx)); err != nil && !errors.Is(err, unix.EEXIST) {
+		return 0, fmt.Errorf("attaching the tap tunnel to %s: adding clsact qdisc: %w", ifname, err)
+	}
+	if err := h.FilterReplace(bpfFilter(idx, netlink.HANDLE_MIN_INGRESS, filterFromTapTunnel, progs.RampartFromTapTunnel)); err != nil {
+		return 0, fmt.Errorf("attaching the tap tunnel to %s: tc ingress filter: %w", ifname, err)
+	}
+	d.mu.Lock()
+	d.tapTunnel = uint32(idx)
+	d.mu.Unlock()
+	return uint32(idx), nil
+}

@@ -63,7 +63,7 @@ func TestTunnelIPv6IdentityAtEndpoint(t *testing.T) {
 	spoofed := packet6{src: epIP6, dst: epIP6, proto: uint8(udp), sport: f.port(), dport: 53}
 	f.expectDrop("a local endpoint's address through the overlay", f.runTunneled6(spoofed, tunnelMark(idA), vxlanIfindex), flow.ReasonSpoofedSource)
 
-	if err := f.d.ClearTunnel(); err != nil {
+	if err := f.d.Tunnel.ClearTunnel(); err != nil {
 		t.Fatal(err)
 	}
 	f.expectDrop("the mark with the overlay off", f.runTunneled6(udpIn(), tunnelMark(idA), vxlanIfindex), flow.ReasonPolicyDefaultDeny)
@@ -77,7 +77,7 @@ func TestTunnelIPv6Programs(t *testing.T) {
 	f := newFixture6(t)
 	ipc := fixtureIPCache6()
 	ipc[netip.PrefixFrom(tunnelRemote6, 128)] = mapstate.IPCacheEntry{Identity: idB, TunnelEndpoint: addr("198.19.0.2")}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 	toTunnel := func(src, dst netip.Addr) uint32 {

@@ -63,7 +63,7 @@ func newTunnelFixture(t *testing.T, es ...entry) *fixture {
 // setVXLAN puts the fixture's node on the VXLAN overlay, on device vxlanIfindex.
 func (f *fixture) setVXLAN() {
 	f.t.Helper()
-	if err := f.d.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
+	if err := f.d.Tunnel.setTunnel(rampartTunnelConfig{Ifindex: vxlanIfindex}); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -105,11 +105,11 @@ func TestTunnelIdentityAtEndpoint(t *testing.T) {
 	f.expectDrop("tunnelled packet of another identity", f.runTunneled(udpIn(), tunnelMark(idB), vxlanIfindex), flow.ReasonPolicyDefaultDeny)
 	f.expectDrop("the mark on a packet the node sent itself", f.runTunneled(udpIn(), tunnelMark(idA), 0), flow.ReasonPolicyDefaultDeny)
 	f.expectDrop("the mark on a packet from another interface", f.runTunneled(udpIn(), tunnelMark(idA), 7), flow.ReasonPolicyDefaultDeny)
-	if err := f.d.ClearTunnel(); err != nil {
+	if err := f.d.Tunnel.ClearTunnel(); err != nil {
 		t.Fatal(err)
 	}
 	f.expectDrop("the mark with the overlay off", f.runTunneled(udpIn(), tunnelMark(idA), vxlanIfindex), flow.ReasonPolicyDefaultDeny)
-	if got, err := f.d.TunnelIfindex(); err != nil || got != 0 {
+	if got, err := f.d.Tunnel.TunnelIfindex(); err != nil || got != 0 {
 		t.Errorf("tunnel ifindex after ClearTunnel: %d %v", got, err)
 	}
 }
@@ -122,7 +122,7 @@ func TestTunnelPrograms(t *testing.T) {
 	ipc := fixtureIPCache()
 	remote := addr("10.2.0.5")
 	ipc[netip.PrefixFrom(remote, 32)] = mapstate.IPCacheEntry{Identity: idB, TunnelEndpoint: addr("198.19.0.2")}
-	if err := f.d.ApplyIPCache(ipc); err != nil {
+	if err := f.d.IPCache.ApplyIPCache(ipc); err != nil {
 		t.Fatal(err)
 	}
 	toTunnel := func(dst netip.Addr) uint32 {
@@ -175,10 +175,10 @@ var tunnelNode6 = addr("2001:2:0:fa6::b")
 // holds exactly those.
 func setTunnelRemote6(t *testing.T, d *Datapath, want map[netip.Addr]netip.Addr) {
 	t.Helper()
-	if err := d.SetTunnelRemote6(want); err != nil {
+	if err := d.Tunnel.SetTunnelRemote6(want); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := d.TunnelRemote6(); err != nil || !maps.Equal(got, want) {
+	if got, err := d.Tunnel.TunnelRemote6(); err != nil || !maps.Equal(got, want) {
 		t.Fatalf("tunnel_remote6 after setting %v: %v (%v)", want, got, err)
 	}
 }
@@ -192,7 +192,7 @@ func TestTunnelRemote6Map(t *testing.T) {
 	setTunnelRemote6(t, f.d, map[netip.Addr]netip.Addr{c: addr("2001:2:0:fa6::c")})
 	setTunnelRemote6(t, f.d, nil)
 	for node, a6 := range map[netip.Addr]netip.Addr{tunnelNode6: tunnelNode6, b: b, c: addr("::ffff:198.19.0.3")} {
-		if err := f.d.SetTunnelRemote6(map[netip.Addr]netip.Addr{node: a6}); err == nil {
+		if err := f.d.Tunnel.SetTunnelRemote6(map[netip.Addr]netip.Addr{node: a6}); err == nil {
 			t.Errorf("SetTunnelRemote6(%v at %v): no error", node, a6)
 		}
 	}

@@ -42,7 +42,7 @@ func (n Node) MonitorHostIfNames(namespace, name string) (rx, tx string) {
 // receive and return veth pairs: MonitorRxIfName and MonitorTxIfName in its namespace, no
 // addresses on either side (no one can address them), no IPv6. attach, when not nil, runs
 // with the host sides' names while both ends are still down, so that the dataplane's
-// return program (datapath.AttachMonitor) is on them before the monitor can send anything.
+// return program (datapath.Taps.AttachMonitor) is on them before the monitor can send anything.
 // The return side's host end does no reverse-path check: it carries packets whose
 // sources are reached through other interfaces. On error what was made is removed.
 func (n Node) CreateMonitorLinks(ep Endpoint, attach func(rx, tx string) error) (ml MonitorLinks, err error) {

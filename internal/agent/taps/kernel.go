@@ -54,7 +54,7 @@ type Kernel struct {
 	rules    map[tap.RuleKey]uint32     // and back
 }
 
-// Dataplane is what Kernel needs of the datapath (*datapath.Datapath today): the
+// Dataplane is what Kernel needs of the datapath (*datapath.Taps): the
 // subsystem's only view of it, so that the datapath's methods may move between its types
 // with one change where the agent wires it (kernel.go's openKernel).
 type Dataplane interface {
