@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,13 +30,12 @@ import (
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
+const cmd benchkit.Cmd = "egressbench"
+
 func main() {
 	// Helpers started inside the namespaces (`egressbench rr-server|rr-client|probe ...`),
 	// and `egressbench report FILE.json`, which prints a saved report's table.
-	if len(os.Args) > 1 && slices.Contains(egress.Subcommands, os.Args[1]) {
-		os.Exit(egress.Subcommand(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
-	}
-	os.Exit(run())
+	benchkit.Main(run, benchkit.Subcommands{Names: egress.Subcommands, Run: egress.Subcommand})
 }
 
 func run() int {
@@ -71,8 +69,7 @@ func run() int {
 		failOnMiss = flag.Bool("fail-on-miss", false, "exit 3 if a target is missed")
 	)
 	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "egressbench: unexpected arguments %v\n", flag.Args())
+	if cmd.ExtraArgs() {
 		return 2
 	}
 	cfg := def
@@ -85,8 +82,7 @@ func run() int {
 	if *counts != "" {
 		var err error
 		if cfg.Counts, err = parseCounts(*counts); err != nil {
-			fmt.Fprintf(os.Stderr, "egressbench: %v\n", err)
-			return 2
+			return cmd.Errorf(2, "%v", err)
 		}
 	}
 	cfg.Filters = benchkit.SplitList(*filters)
@@ -114,8 +110,7 @@ func run() int {
 	if *memLimit != "" {
 		v, err := parseSize(*memLimit)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "egressbench: --mem-limit: %v\n", err)
-			return 2
+			return cmd.Errorf(2, "--mem-limit: %v", err)
 		}
 		cfg.MemLimit = v
 	}
@@ -124,25 +119,20 @@ func run() int {
 	cfg.OutDir, cfg.NoPlot = *outDir, *noPlot
 	cfg.Log = os.Stderr
 
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "egressbench: finding own binary: %v\n", err)
-		return 1
+	var err error
+	if cfg.Self, err = cmd.Self(); err != nil {
+		return cmd.Fail(err)
 	}
-	cfg.Self = self
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(cfg.Filters) == 0 || slices.Contains(cfg.Filters, egress.FilterRampart) {
 		dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "egressbench: %v\n", err)
-			return 1
+			return cmd.Fail(err)
 		}
 		defer cleanup()
-		*binDir = dir
-		cfg.Rampartd = filepath.Join(*binDir, "rampartd")
-		cfg.Rampart = filepath.Join(*binDir, "rampart")
+		cfg.Rampartd, cfg.Rampart = benchkit.AgentBins(dir)
 	}
 
 	res, err := egress.Run(ctx, cfg)
@@ -150,15 +140,10 @@ func run() int {
 		fmt.Println()
 		res.WriteMarkdown(os.Stdout)
 		fmt.Println()
-		for _, p := range []struct{ what, path string }{{"results", res.JSONPath}, {"table", res.TablePath}, {"plot", res.PlotPath}} {
-			if p.path != "" {
-				fmt.Printf("%-8s %s\n", p.what+":", p.path)
-			}
-		}
+		benchkit.PrintOutputs(res.JSONPath, res.TablePath, res.PlotPath)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "egressbench: %v\n", err)
-		return 1
+		return cmd.Fail(err)
 	}
 	code := 0
 	for _, c := range res.Counts {
