@@ -4,14 +4,12 @@ import (
 	"fmt"
 	"image/color"
 	"math"
-	"os"
 	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
@@ -64,25 +62,7 @@ func WritePlot(res *Result, path string) error {
 		plots = append(plots, row)
 	}
 	const w, h = 14 * vg.Inch, 15 * vg.Inch
-	img := vgimg.New(w, h)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(plots), Cols: 2, PadTop: vg.Points(6), PadBottom: vg.Points(6),
-		PadLeft: vg.Points(6), PadRight: vg.Points(12), PadX: vg.Points(18), PadY: vg.Points(18)}
-	canvases := plot.Align(plots, tiles, dc)
-	for i, row := range plots {
-		for j, p := range row {
-			p.Draw(canvases[i][j])
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("creating plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	return f.Close()
+	return benchkit.GridPNG(plots, benchkit.Tiles(len(plots), 2, vg.Points(18), vg.Points(18)), w, h, path)
 }
 
 func panelPlot(res *Result, pn panel) (*plot.Plot, error) {
