@@ -461,24 +461,10 @@ func judge(v benchkit.Float, limit float64, atMost bool) string {
 // WriteJSON writes the report to dir/egress-<UTC time>.json (the same name on every call
 // of one run, so that a long run's partial report is replaced as it grows).
 func (res *Result) WriteJSON(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating %s: %w", dir, err)
-	}
 	if res.JSONPath == "" {
-		res.JSONPath = filepath.Join(dir, "egress-"+res.Started.UTC().Format("20060102T150405Z")+".json")
+		res.JSONPath = filepath.Join(dir, benchkit.Stamped("egress", res.Started)+".json")
 	}
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return "", fmt.Errorf("encoding results: %w", err)
-	}
-	tmp := res.JSONPath + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return "", fmt.Errorf("writing results: %w", err)
-	}
-	if err := os.Rename(tmp, res.JSONPath); err != nil {
-		return "", fmt.Errorf("writing results: %w", err)
-	}
-	return res.JSONPath, nil
+	return res.JSONPath, benchkit.WriteJSON(res.JSONPath, res)
 }
 
 // WriteTable writes the markdown table next to the JSON report.

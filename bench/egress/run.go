@@ -267,16 +267,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			err = errors.Join(err, werr)
 		}
 	}()
-	fail := func(e error) (*Result, error) {
-		res.Errors = append(res.Errors, e.Error())
-		return res, e
-	}
-	stats, restoreStats, err := benchkit.BPFStatsOff()
-	if err != nil {
+	fail := benchkit.FailFunc(res, &res.Errors)
+	if res.Host.BPFStats, err = cleanups.BPFStatsOff(); err != nil {
 		return fail(err)
 	}
-	res.Host.BPFStats = stats
-	cleanups.Add(restoreStats)
 	res.Host.Versions["iperf3"] = version(ctx, "iperf3", "--version")
 	res.Host.Versions["ping"] = version(ctx, "ping", "-V")
 
@@ -1003,15 +997,9 @@ func (r *runner) write(res *Result) error {
 	if _, err := res.WriteTable(r.cfg.OutDir); err != nil {
 		return err
 	}
-	if r.cfg.NoPlot {
-		return nil
-	}
-	p := strings.TrimSuffix(res.JSONPath, ".json") + ".png"
-	if err := WritePlot(res, p); err != nil {
-		return fmt.Errorf("plotting: %w", err)
-	}
-	res.PlotPath = p
-	return nil
+	var err error
+	res.PlotPath, err = benchkit.PlotNextTo(res.JSONPath, r.cfg.NoPlot, func(p string) error { return WritePlot(res, p) })
+	return err
 }
 
 func (c *Config) validate() error {

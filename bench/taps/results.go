@@ -320,7 +320,7 @@ func med(xs []float64) benchkit.Float { return benchkit.Float(benchkit.Median(xs
 
 // baseName is the report's file name without extension.
 func (r *Result) baseName() string {
-	return "taps-" + r.Started.UTC().Format("20060102T150405Z")
+	return benchkit.Stamped("taps", r.Started)
 }
 
 // Table renders the report as markdown: the measured cases, Table II's placements, and
