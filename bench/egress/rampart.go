@@ -26,21 +26,12 @@ const (
 // rampartPolicy denies the client's egress to the group and nothing else: deny-only rules
 // would switch egress default deny on (as in Cilium), so enableDefaultDeny keeps the rest
 // of the client's egress open, as a blocklist means.
-var rampartPolicy = fmt.Sprintf(`apiVersion: cilium.io/v2
-kind: CiliumNetworkPolicy
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  endpointSelector:
-    matchLabels:
-      app: %s
-  enableDefaultDeny:
+var rampartPolicy = benchkit.CiliumPolicyHead(policyName, benchNamespace, clientApp) + fmt.Sprintf(`  enableDefaultDeny:
     egress: false
   egressDeny:
   - toCIDRSet:
     - cidrGroupRef: %s
-`, policyName, benchNamespace, clientApp, cidrGroup)
+`, cidrGroup)
 
 // rampartFilter is Rampart itself: its own agent with the client as its endpoint, the list
 // loaded as a CIDR set, and a policy that denies the client's egress to the set. The server
