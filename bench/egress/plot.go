@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"image/color"
 	"math"
-	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -79,7 +78,7 @@ func panelPlot(res *Result, pn panel) (*plot.Plot, error) {
 	p.Legend.Left = true
 	if pn.logY {
 		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = logTicks{}
+		p.Y.Tick.Marker = benchkit.LogTicks{}
 	}
 	lo, hi := math.Inf(1), math.Inf(-1)
 	xlo, xhi := math.Inf(1), math.Inf(-1)
@@ -151,22 +150,6 @@ func (countTicks) Ticks(min, max float64) []plot.Tick {
 	for v := 1.0; v <= max*10; v *= 10 {
 		if v >= min && v <= max {
 			out = append(out, plot.Tick{Value: v, Label: countText(int(v))})
-		}
-	}
-	return out
-}
-
-// logTicks labels 1-2-5 steps of each decade, which a log axis spanning few decades needs.
-type logTicks struct{}
-
-func (logTicks) Ticks(min, max float64) []plot.Tick {
-	var out []plot.Tick
-	for e := math.Floor(math.Log10(min)); e <= math.Ceil(math.Log10(max)); e++ {
-		for _, m := range []float64{1, 2, 5} {
-			v := m * math.Pow(10, e)
-			if v >= min && v <= max {
-				out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
-			}
 		}
 	}
 	return out

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -158,8 +157,7 @@ func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
 	if name != "report" {
 		return benchkit.Helper(name, args, stdout, stderr)
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := benchkit.SubcommandFlags(name, stderr)
 	plotPath := fs.String("plot", "", "also draw the report's plot into this PNG file")
 	if fs.Parse(args) != nil {
 		return 2
@@ -243,7 +241,6 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		r.cfg.MemLimit = cfg.MemLimit
 	}
 	res = newResult(cfg, filters, cidrs, instance, probe, neighbour, memAvail)
-	res.Host.Hostname, _ = os.Hostname()
 	r.res = res
 
 	if r.work, err = os.MkdirTemp("", "rp-egress-"); err != nil {
@@ -312,7 +309,7 @@ func newResult(cfg Config, filters []string, cidrs []netip.Prefix, instance stri
 	res := &Result{
 		Schema:  Schema,
 		Started: time.Now(),
-		Host: HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Kernel: benchkit.Kernel(), LoadStart: benchkit.LoadAverage(),
+		Host: HostInfo{Machine: benchkit.ThisMachine(), LoadStart: benchkit.LoadAverage(),
 			MemAvailableBytes: memAvail, Versions: map[string]string{}},
 		Settings: Settings{
 			Quick: cfg.Quick, Counts: cfg.Counts, Filters: append([]string{FilterNone}, filters...), Repeats: cfg.Repeats, Blocks: cfg.Blocks, PingBlock: cfg.PingBlock,
@@ -990,15 +987,8 @@ func (r *runner) predict(name string, n int) *Prediction {
 }
 
 // write stores the JSON report, the markdown table and the plot.
-func (r *runner) write(res *Result) error {
-	if _, err := res.WriteJSON(r.cfg.OutDir); err != nil {
-		return err
-	}
-	if _, err := res.WriteTable(r.cfg.OutDir); err != nil {
-		return err
-	}
-	var err error
-	res.PlotPath, err = benchkit.PlotNextTo(res.JSONPath, r.cfg.NoPlot, func(p string) error { return WritePlot(res, p) })
+func (r *runner) write(res *Result) (err error) {
+	res.PlotPath, err = benchkit.WriteOutputs(res, r.cfg.OutDir, r.cfg.NoPlot, func(p string) error { return WritePlot(res, p) })
 	return err
 }
 

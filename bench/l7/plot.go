@@ -107,26 +107,9 @@ func latencyPlot(res *Result) (*plot.Plot, error) {
 		p.X.Max = 4
 	}
 	p.Y.Min, p.Y.Max = lo/1.3, hi*1.5
-	p.Y.Tick.Marker = logTicks125{}
+	p.Y.Tick.Marker = benchkit.LogTicks{}
 	p.Add(plotter.NewGrid())
 	return p, nil
-}
-
-// logTicks125 labels 1-2-5 steps of each decade, which a log axis spanning less than two
-// decades needs to be readable.
-type logTicks125 struct{}
-
-func (logTicks125) Ticks(min, max float64) []plot.Tick {
-	var out []plot.Tick
-	for e := math.Floor(math.Log10(min)); e <= math.Ceil(math.Log10(max)); e++ {
-		for _, m := range []float64{1, 2, 5} {
-			v := m * math.Pow(10, e)
-			if v >= min && v <= max {
-				out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
-			}
-		}
-	}
-	return out
 }
 
 func ratePlot(res *Result) (*plot.Plot, error) {

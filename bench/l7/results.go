@@ -54,11 +54,8 @@ type Result struct {
 
 // HostInfo says where the numbers come from; they only compare within one machine.
 type HostInfo struct {
-	Hostname string `json:"hostname"`
-	Kernel   string `json:"kernel"`
-	CPUs     int    `json:"cpus"`
-	Go       string `json:"go"`
-	Fortio   string `json:"fortio"`
+	benchkit.Machine
+	Fortio string `json:"fortio"`
 	// Proxy is the L7 proxy the agent ran (its binary and version), if any configuration
 	// needed one.
 	Proxy string `json:"proxy,omitempty"`

@@ -615,21 +615,13 @@ func (r *runner) load(ctx context.Context, rate float64, d time.Duration) (LoadR
 }
 
 // write stores the JSON report, the markdown table and the plot.
-func (r *runner) write(res *Result) error {
-	if _, err := res.WriteJSON(r.cfg.OutDir); err != nil {
-		return err
-	}
-	if _, err := res.WriteTable(r.cfg.OutDir); err != nil {
-		return err
-	}
-	var err error
-	res.PlotPath, err = benchkit.PlotNextTo(res.JSONPath, r.cfg.NoPlot, func(p string) error { return WritePlot(res, p) })
+func (r *runner) write(res *Result) (err error) {
+	res.PlotPath, err = benchkit.WriteOutputs(res, r.cfg.OutDir, r.cfg.NoPlot, func(p string) error { return WritePlot(res, p) })
 	return err
 }
 
 func hostInfo(fortio string) HostInfo {
-	h := HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Kernel: benchkit.Kernel(), LoadStart: benchkit.LoadAverage()}
-	h.Hostname, _ = os.Hostname()
+	h := HostInfo{Machine: benchkit.ThisMachine(), LoadStart: benchkit.LoadAverage()}
 	if out, err := exec.Command(fortio, "version").Output(); err == nil {
 		h.Fortio = strings.TrimSpace(string(out))
 	}

@@ -51,11 +51,8 @@ type Result struct {
 
 // HostInfo says where the numbers come from; they only compare within one machine.
 type HostInfo struct {
-	Hostname string `json:"hostname"`
-	Kernel   string `json:"kernel"`
-	CPUs     int    `json:"cpus"`
-	Go       string `json:"go"`
-	Iperf3   string `json:"iperf3"`
+	benchkit.Machine
+	Iperf3 string `json:"iperf3"`
 	// BPFStats is what the run found of kernel.bpf_stats_enabled and did about it: the
 	// statistics add two clock reads to every BPF program run (benchkit.BPFStatsOff).
 	BPFStats string `json:"bpf_stats"`

@@ -17,8 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
@@ -593,13 +591,7 @@ func (r *runner) write(res *Result) error {
 }
 
 func hostInfo(iperf3 string) HostInfo {
-	h := HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version()}
-	h.Hostname, _ = os.Hostname()
-	h.LoadStart = benchkit.LoadAverage()
-	var u unix.Utsname
-	if unix.Uname(&u) == nil {
-		h.Kernel = unix.ByteSliceToString(u.Release[:])
-	}
+	h := HostInfo{Machine: benchkit.ThisMachine(), LoadStart: benchkit.LoadAverage()}
 	if out, err := exec.Command(iperf3, "--version").Output(); err == nil {
 		h.Iperf3, _, _ = strings.Cut(string(out), "\n")
 	}

@@ -862,8 +862,7 @@ func (r *runner) write(res *Result) error {
 }
 
 func hostInfo(cfg Config) HostInfo {
-	h := HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Kernel: benchkit.Kernel(), LoadStart: benchkit.LoadAverage()}
-	h.Hostname, _ = os.Hostname()
+	h := HostInfo{Machine: benchkit.ThisMachine(), LoadStart: benchkit.LoadAverage()}
 	if out, err := exec.Command(cfg.Iperf3, "--version").Output(); err == nil {
 		h.Iperf3, _, _ = strings.Cut(string(out), "\n")
 	}

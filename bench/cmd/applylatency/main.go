@@ -5,15 +5,12 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/applylatency"
@@ -91,7 +88,7 @@ func main() {
 	}
 	// Interrupts cancel the run, which then removes what it made; signals stay caught
 	// until that is done, so a second Ctrl-C does not cut the clean-up short.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	rep, runErr := applylatency.Run(ctx, cfg)
 	if rep == nil {

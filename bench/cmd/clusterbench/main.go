@@ -10,16 +10,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/cluster"
@@ -109,7 +106,7 @@ func run() int {
 	}
 
 	// Interrupts cancel the run, which then removes what it made.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	cfg.Control = *control
 	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir, "./cmd/rampart-cni", "./test/rampart-podrunner")

@@ -4,14 +4,11 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/coldcost"
@@ -62,7 +59,7 @@ func main() {
 	defer os.RemoveAll(work)
 	cfg.WorkDir = work
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	rep, err := coldcost.Run(ctx, cfg)
 	if err != nil {

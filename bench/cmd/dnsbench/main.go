@@ -5,12 +5,9 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/dns"
@@ -65,7 +62,7 @@ func run() int {
 	if cfg.Rounds < 1 || cfg.Queries < 1 || cfg.Workers < 1 || cfg.LearnRounds < 1 || cfg.NamesPerBlock < 1 {
 		return cmd.Fail(fmt.Errorf("--rounds, --queries, --workers, --learn-rounds and --names must be positive"))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	dir, cleanupBin, err := benchkit.AgentBinDir(ctx, *binDir)
 	if err != nil {

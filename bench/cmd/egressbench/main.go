@@ -14,16 +14,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/egress"
@@ -124,7 +121,7 @@ func run() int {
 		return cmd.Fail(err)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	if len(cfg.Filters) == 0 || slices.Contains(cfg.Filters, egress.FilterRampart) {
 		dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
@@ -145,41 +142,28 @@ func run() int {
 	if err != nil {
 		return cmd.Fail(err)
 	}
-	code := 0
+	invalid, missed := false, false
 	for _, c := range res.Counts {
 		for _, f := range c.Filters {
-			if f.Status == egress.StatusInvalid {
-				code = 1
-			}
+			invalid = invalid || f.Status == egress.StatusInvalid
 		}
-	}
-	if len(res.Errors) > 0 {
-		code = 1
 	}
 	for _, t := range res.Targets {
-		if t.Verdict == egress.VerdictMiss && *failOnMiss && code == 0 {
-			code = 3
-		}
+		missed = missed || t.Verdict == egress.VerdictMiss
 	}
-	return code
+	return benchkit.ExitCode(invalid, res.Errors, missed, *failOnMiss)
 }
 
 // parseCounts parses "10,100,1k,1M".
 func parseCounts(s string) ([]int, error) {
 	var out []int
 	for _, f := range benchkit.SplitList(s) {
-		mult := 1
-		switch {
-		case strings.HasSuffix(f, "k"):
-			mult, f = 1000, strings.TrimSuffix(f, "k")
-		case strings.HasSuffix(f, "M"):
-			mult, f = 1_000_000, strings.TrimSuffix(f, "M")
-		}
+		f, mult := benchkit.CutUnit(f, map[string]float64{"k": 1000, "M": 1_000_000})
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
 			return nil, fmt.Errorf("count %q: want a positive number with an optional k or M", f)
 		}
-		out = append(out, n*mult)
+		out = append(out, n*int(mult))
 	}
 	if len(out) == 0 {
 		return nil, errors.New("no counts")
@@ -190,15 +174,10 @@ func parseCounts(s string) ([]int, error) {
 
 // parseSize parses a byte count with an optional K, M or G suffix (powers of 1024).
 func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	for suf, m := range map[string]int64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30} {
-		if strings.HasSuffix(s, suf) {
-			mult, s = m, strings.TrimSuffix(s, suf)
-		}
-	}
+	s, mult := benchkit.CutUnit(s, map[string]float64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30})
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil || v <= 0 {
 		return 0, fmt.Errorf("size %q: want a positive number with an optional K, M or G", s)
 	}
-	return int64(v * float64(mult)), nil
+	return int64(v * mult), nil
 }

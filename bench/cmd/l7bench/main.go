@@ -12,13 +12,10 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
@@ -100,7 +97,7 @@ func run() int {
 		return cmd.Fail(err)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
 	if err != nil {
@@ -119,19 +116,12 @@ func run() int {
 	if err != nil {
 		return cmd.Fail(err)
 	}
-	code := 0
+	invalid, missed := false, false
 	for _, c := range res.Cases {
-		if c.Summary.Verdict == l7.VerdictInvalid {
-			code = 1
-		}
-	}
-	if len(res.Errors) > 0 {
-		code = 1
+		invalid = invalid || c.Summary.Verdict == l7.VerdictInvalid
 	}
 	for _, c := range res.Comparisons {
-		if c.Verdict == l7.VerdictMiss && *failOnMiss && code == 0 {
-			code = 3
-		}
+		missed = missed || c.Verdict == l7.VerdictMiss
 	}
-	return code
+	return benchkit.ExitCode(invalid, res.Errors, missed, *failOnMiss)
 }

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/bench/policyoverhead"
@@ -71,7 +68,7 @@ func run() int {
 		return cmd.Fail(err)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	if *binDir == "" && !(len(cfg.Cases) == 1 && cfg.Cases[0] == policyoverhead.CaseNoAgent) {
 		dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
@@ -94,19 +91,10 @@ func run() int {
 	if err != nil {
 		return cmd.Fail(err)
 	}
-	code := 0
+	invalid, missed := false, false
 	for _, c := range res.Cases {
-		switch c.Summary.Verdict {
-		case policyoverhead.VerdictInvalid:
-			code = 1
-		case policyoverhead.VerdictMiss:
-			if *failOnMiss && code == 0 {
-				code = 3
-			}
-		}
+		invalid = invalid || c.Summary.Verdict == policyoverhead.VerdictInvalid
+		missed = missed || c.Summary.Verdict == policyoverhead.VerdictMiss
 	}
-	if len(res.Errors) > 0 {
-		code = 1
-	}
-	return code
+	return benchkit.ExitCode(invalid, res.Errors, missed, *failOnMiss)
 }

@@ -4,13 +4,10 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
@@ -77,7 +74,7 @@ func run() int {
 		return cmd.Fail(err)
 	}
 	defer os.RemoveAll(cfg.WorkDir)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	rep, err := services.Run(ctx, cfg)
 	if err != nil {

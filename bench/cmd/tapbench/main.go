@@ -12,12 +12,9 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/bench/taps"
@@ -92,7 +89,7 @@ func run() int {
 		return cmd.Fail(err)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
 	if err != nil {

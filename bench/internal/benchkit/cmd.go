@@ -64,6 +64,17 @@ func SplitList(s string) []string {
 	return out
 }
 
+// CutUnit cuts a unit suffix (one of units' keys) off the number s: it returns the number's
+// text and the unit's multiplier, or s and 1 without one.
+func CutUnit(s string, units map[string]float64) (string, float64) {
+	for suf, m := range units {
+		if strings.HasSuffix(s, suf) {
+			return strings.TrimSuffix(s, suf), m
+		}
+	}
+	return s, 1
+}
+
 // Ints parses a comma-separated flag value of whole numbers (SplitList).
 func Ints(s string) ([]int, error) {
 	var out []int

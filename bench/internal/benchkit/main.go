@@ -1,13 +1,16 @@
 package benchkit
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -125,6 +128,18 @@ func PublishReport(dir, name string, started time.Time, report any, table string
 	return nil
 }
 
+// ExitCode is a benchmark command's exit code for a finished run: 1 if a case was invalid
+// or the run had errors, else 3 if a target was missed and failOnMiss, else 0.
+func ExitCode(invalid bool, errs []string, missed, failOnMiss bool) int {
+	switch {
+	case invalid || len(errs) > 0:
+		return 1
+	case missed && failOnMiss:
+		return 3
+	}
+	return 0
+}
+
 // PrintOutputs prints the paths of what a run wrote, the report, its markdown table and its
 // plot, one line each, leaving out those it did not write ("").
 func PrintOutputs(report, table, plot string) {
@@ -133,4 +148,11 @@ func PrintOutputs(report, table, plot string) {
 			fmt.Printf("%-8s %s\n", p.what+":", p.path)
 		}
 	}
+}
+
+// InterruptContext is the context of a benchmark command or helper: an interrupt or
+// SIGTERM cancels it, and the run then removes what it made. Signals stay caught until
+// stop, so a second Ctrl-C does not cut the clean-up short.
+func InterruptContext() (ctx context.Context, stop context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }

@@ -2,7 +2,9 @@ package benchkit
 
 import (
 	"fmt"
+	"math"
 	"os"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
@@ -48,4 +50,22 @@ func GridPNG(rows [][]*plot.Plot, tiles draw.Tiles, w, h vg.Length, path string)
 func Tiles(rows, cols int, padX, padY vg.Length) draw.Tiles {
 	return draw.Tiles{Rows: rows, Cols: cols, PadTop: vg.Points(6), PadBottom: vg.Points(6),
 		PadLeft: vg.Points(6), PadRight: vg.Points(12), PadX: padX, PadY: padY}
+}
+
+// LogTicks labels 1-2-5 steps of each decade, which a log axis spanning few decades needs
+// to be readable.
+type LogTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (LogTicks) Ticks(min, max float64) []plot.Tick {
+	var out []plot.Tick
+	for e := math.Floor(math.Log10(min)); e <= math.Ceil(math.Log10(max)); e++ {
+		for _, m := range []float64{1, 2, 5} {
+			v := m * math.Pow(10, e)
+			if v >= min && v <= max {
+				out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+			}
+		}
+	}
+	return out
 }

@@ -5,12 +5,51 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 )
 
 // What the benchmarks' runs share: recording set-up failures and clean-up errors in the
 // report, and writing the report and its plot as the run goes and at its end.
+
+// RunInfo is when and where a run ran and the machine's load around it, at the head of a
+// report (embedded, its fields are the report's own in JSON).
+type RunInfo struct {
+	Started   time.Time `json:"started"`
+	Finished  time.Time `json:"finished"`
+	Kernel    string    `json:"kernel"`
+	CPUs      int       `json:"cpus"`
+	LoadStart float64   `json:"load_start"`
+	LoadEnd   float64   `json:"load_end"`
+}
+
+// Machine is the machine a run measured, at the head of a report's host information
+// (embedded, its fields are the host information's own in JSON).
+type Machine struct {
+	Hostname string `json:"hostname"`
+	Kernel   string `json:"kernel"`
+	CPUs     int    `json:"cpus"`
+	Go       string `json:"go"`
+}
+
+// ThisMachine describes the machine the run is on.
+func ThisMachine() Machine {
+	m := Machine{Kernel: Kernel(), CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	m.Hostname, _ = os.Hostname()
+	return m
+}
+
+// StartRun records a run's start: the time, the machine and its load average.
+func StartRun() RunInfo {
+	return RunInfo{Started: time.Now().UTC(), Kernel: Kernel(), CPUs: runtime.NumCPU(), LoadStart: LoadAverage()}
+}
+
+// Finish records the run's end and the load average then.
+func (r *RunInfo) Finish() {
+	r.Finished = time.Now().UTC()
+	r.LoadEnd = LoadAverage()
+}
 
 // FailFunc returns the fail step of a run whose report is res: it records a set-up error
 // in the report's errors and returns res with the error.
@@ -64,6 +103,26 @@ func WriteJSON(path string, v any) error {
 		return fmt.Errorf("writing results: %w", err)
 	}
 	return nil
+}
+
+// ReportWriter is a run's result that writes its JSON report and its markdown table into a
+// directory, returning their paths.
+type ReportWriter interface {
+	WriteJSON(dir string) (string, error)
+	WriteTable(dir string) (string, error)
+}
+
+// WriteOutputs writes res's JSON report and markdown table into dir and, unless noPlot, its
+// plot with plot next to them; it returns the plot's path.
+func WriteOutputs(res ReportWriter, dir string, noPlot bool, plot func(path string) error) (string, error) {
+	p, err := res.WriteJSON(dir)
+	if err != nil {
+		return "", err
+	}
+	if _, err := res.WriteTable(dir); err != nil {
+		return "", err
+	}
+	return PlotNextTo(p, noPlot, plot)
 }
 
 // PlotNextTo draws a report's plot with plot as a PNG next to its JSON report at jsonPath
