@@ -59,11 +59,13 @@ func startRampart(ctx context.Context, cfg *Config, daemons *benchkit.Daemons, i
 		agent.DualStack(range6Of(podCIDR, true))
 	}
 	f = &rampartFilter{agent: agent, timeout: cfg.Budget, policyPath: filepath.Join(workDir, "egress-policy.yaml")}
-	f.topo = &topology{Name: "agent", IPv6: cfg.IPv6}
+	topo := &topology{Name: "agent", IPv6: cfg.IPv6}
+	f.topo = topo
 	stop = func() error {
 		// The server and world first (they live in the agent's node namespace), then the agent, which
-		// uninstalls its endpoints, node namespace and pins.
-		return errors.Join(f.topo.Close(), agent.Stop())
+		// uninstalls its endpoints, node namespace and pins. Not through f: a failure returns
+		// it nil.
+		return errors.Join(topo.Close(), agent.Stop())
 	}
 	if err := agent.Start(ctx, daemons); err != nil {
 		return nil, stop, err
