@@ -11,20 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" != 0 ]; then
-	echo "run-apply-latency: needs root (network namespaces, BPF)" >&2
-	exit 1
-fi
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-
-against=()
-args=()
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--against) IFS=, read -ra against <<<"$2"; shift 2 ;;
-	*) args+=("$1"); shift ;;
-	esac
-done
+source bench/lib.sh
+bench_require run-apply-latency "network namespaces, BPF"
+bench_against "$@"
 
 instance="al$$"
 bin=$(mktemp -d /tmp/rp-applylat-bin-XXXXXX)

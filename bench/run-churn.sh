@@ -9,14 +9,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" != 0 ]; then
-	echo "run-churn: needs root (network namespaces, BPF)" >&2
-	exit 1
-fi
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+source bench/lib.sh
+bench_require run-churn "network namespaces, BPF"
 
 instance="ch$$"
-bin=$(mktemp -d /tmp/rp-churn-bin-XXXXXX)
+bench_build rp-churn-bin churn
 cleanup() {
 	# The tool cleans up after itself, also on Ctrl-C; this catches a tool that was killed
 	# outright. Only this run's instance and its baseline's namespaces are touched.
@@ -32,6 +29,4 @@ cleanup() {
 	rm -rf "$bin"
 }
 trap cleanup EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
-(cd bench && go build -o "$bin/" ./cmd/churn) # the bench module (bench/go.mod)
 "$bin/churn" --bin-dir "$bin" --instance "$instance" --work-dir "$bin/work" "$@"

@@ -13,23 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" != 0 ]; then
-	echo "run-cluster: needs root (network namespaces, BPF)" >&2
-	exit 1
-fi
-for tool in go iperf3 nsenter taskset ip; do
-	if ! command -v "$tool" >/dev/null 2>&1; then
-		echo "run-cluster: $tool not found (scripts/setup.sh installs what is needed)" >&2
-		exit 1
-	fi
-done
-# bpffs is not mounted on a fresh machine; the agents pin their maps there.
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-
-bin=$(mktemp -d /tmp/rp-cluster-bin-XXXXXX)
-trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart ./cmd/rampart-cni ./test/rampart-podrunner
-(cd bench && go build -o "$bin/" ./cmd/clusterbench) # the bench module (bench/go.mod)
+source bench/lib.sh
+bench_require run-cluster "network namespaces, BPF" go iperf3 nsenter taskset ip
+bench_build rp-cluster-bin clusterbench ./cmd/rampart-cni ./test/rampart-podrunner
 # The control plane (--control-plane k8s, the default) and the real nodes' binaries
 # (--control-plane nodes): built once per machine and cached (about twenty minutes the
 # first time).

@@ -10,30 +10,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" != 0 ]; then
-	echo "run-cold-cost: needs root (network namespaces, BPF)" >&2
-	exit 1
-fi
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+source bench/lib.sh
+bench_require run-cold-cost "network namespaces, BPF"
+bench_against "$@"
 
-against=()
-args=()
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--against) IFS=, read -ra against <<<"$2"; shift 2 ;;
-	*) args+=("$1"); shift ;;
-	esac
-done
-
-bin=$(mktemp -d /tmp/rp-coldcost-bin-XXXXXX)
+bench_build rp-coldcost-bin coldcost
 trees=()
 cleanup() {
 	for t in "${trees[@]}"; do git worktree remove --force "$t" >/dev/null 2>&1 || true; done
 	rm -rf "$bin"
 }
 trap cleanup EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
-(cd bench && go build -o "$bin/" ./cmd/coldcost) # the bench module (bench/go.mod)
 builds="head=$bin/rampartd"
 for rev in "${against[@]}"; do
 	tree="$bin/tree-$rev"

@@ -10,21 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" != 0 ]; then
-	echo "run-dns: needs root (network namespaces, BPF)" >&2
-	exit 1
-fi
-for tool in go nsenter taskset; do
-	if ! command -v "$tool" >/dev/null 2>&1; then
-		echo "run-dns: $tool not found (scripts/setup.sh installs what is needed)" >&2
-		exit 1
-	fi
-done
-# bpffs is not mounted on a fresh machine; the agent pins its maps there.
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-
-bin=$(mktemp -d /tmp/rp-dns-bin-XXXXXX)
-trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
-(cd bench && go build -o "$bin/" ./cmd/dnsbench) # the bench module (bench/go.mod)
+source bench/lib.sh
+bench_require run-dns "network namespaces, BPF" go nsenter taskset
+bench_build rp-dns-bin dnsbench
 "$bin/dnsbench" --bin-dir "$bin" "$@"

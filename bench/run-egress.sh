@@ -10,21 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" != 0 ]; then
-	echo "run-egress: needs root (network namespaces, BPF, iptables)" >&2
-	exit 1
-fi
-for tool in go iperf3 nsenter taskset ping ipset nft iptables-legacy iptables-legacy-restore; do
-	if ! command -v "$tool" >/dev/null 2>&1; then
-		echo "run-egress: $tool not found (scripts/setup.sh installs what is needed)" >&2
-		exit 1
-	fi
-done
-# bpffs is not mounted on a fresh machine; the agent pins its maps there.
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-
-bin=$(mktemp -d /tmp/rp-bench-bin-XXXXXX)
-trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
-(cd bench && go build -o "$bin/" ./cmd/egressbench) # the bench module (bench/go.mod)
+source bench/lib.sh
+bench_require run-egress "network namespaces, BPF, iptables" go iperf3 nsenter taskset ping ipset nft iptables-legacy iptables-legacy-restore
+bench_build rp-bench-bin egressbench
 "$bin/egressbench" --bin-dir "$bin" "$@"

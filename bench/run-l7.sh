@@ -9,31 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" != 0 ]; then
-	echo "run-l7: needs root (network namespaces, BPF)" >&2
-	exit 1
-fi
-for tool in go nsenter taskset; do
-	if ! command -v "$tool" >/dev/null 2>&1; then
-		echo "run-l7: $tool not found (scripts/setup.sh installs what is needed)" >&2
-		exit 1
-	fi
-done
-# bpffs is not mounted on a fresh machine; the agent pins its maps there.
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+source bench/lib.sh
+bench_require run-l7 "network namespaces, BPF" go nsenter taskset
+bench_build rp-bench-bin l7bench
 
-bin=$(mktemp -d /tmp/rp-bench-bin-XXXXXX)
-trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
-(cd bench && go build -o "$bin/" ./cmd/l7bench) # the bench module (bench/go.mod)
-
-# fortio: on PATH, or where scripts/setup.sh installs it; else built here for this run.
-fortio=$(command -v fortio || true)
-gobin="$(go env GOPATH | cut -d: -f1)/bin"
-[ -n "$fortio" ] || { [ -x "$gobin/fortio" ] && fortio="$gobin/fortio"; } || true
-if [ -z "$fortio" ]; then
-	echo "run-l7: fortio not installed; building fortio 1.68.2 for this run"
-	(cd / && GOBIN="$bin" GOFLAGS=-mod=mod go install fortio.org/fortio@v1.68.2)
-	fortio="$bin/fortio"
-fi
+bench_fortio run-l7
 "$bin/l7bench" --bin-dir "$bin" --fortio "$fortio" "$@"

@@ -10,22 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" != 0 ]; then
-	echo "run-propagation: needs root (network namespaces, BPF)" >&2
-	exit 1
-fi
-for tool in go ip; do
-	if ! command -v "$tool" >/dev/null 2>&1; then
-		echo "run-propagation: $tool not found (scripts/setup.sh installs what is needed)" >&2
-		exit 1
-	fi
-done
+source bench/lib.sh
+bench_require run-propagation "network namespaces, BPF" go ip
 if ! bin=$(bash scripts/build-k8s.sh --dir) || [ ! -x "$bin/kube-apiserver" ]; then
 	echo "run-propagation: no control plane binaries (run bash scripts/build-k8s.sh)" >&2
 	exit 1
 fi
-# bpffs is not mounted on a fresh machine; the agents pin their maps there.
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 # 2,000 pods: a network namespace and four listening sockets each, and the agents' maps.
 ulimit -n 1048576 2>/dev/null || ulimit -n 65536 2>/dev/null || true
 

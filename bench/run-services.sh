@@ -11,23 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" != 0 ]; then
-	echo "run-services: needs root (network namespaces, cgroups, BPF)" >&2
-	exit 1
-fi
-for tool in go nsenter taskset ip nft; do
-	if ! command -v "$tool" >/dev/null 2>&1; then
-		echo "run-services: $tool not found (scripts/setup.sh installs what is needed)" >&2
-		exit 1
-	fi
-done
-# bpffs is not mounted on a fresh machine; the agent pins its maps there.
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-
-bin=$(mktemp -d /tmp/rp-services-bin-XXXXXX)
-trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/" ./cmd/rampartd ./cmd/rampart
-(cd bench && go build -o "$bin/" ./cmd/svcbench) # the bench module (bench/go.mod)
+source bench/lib.sh
+bench_require run-services "network namespaces, cgroups, BPF" go nsenter taskset ip nft
+bench_build rp-services-bin svcbench
 # The API server and kube-proxy are upstream's, built once per machine and cached.
 bash scripts/build-k8s.sh
 bash scripts/build-node.sh

@@ -82,18 +82,8 @@ func document(rules []ruleSpec, f Format) []byte {
 		b.WriteString("]}}\n")
 		return b.Bytes()
 	}
-	fmt.Fprintf(&b, `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  podSelector:
-    matchLabels:
-      app: %s
-  policyTypes: [Ingress]
-  ingress:
-`, policyName, benchNamespace, serverApp)
+	benchkit.NetworkPolicyHead(&b, policyName, benchNamespace, serverApp)
+	b.WriteString("  ingress:\n")
 	for _, r := range rules {
 		b.WriteString("  - from:\n")
 		if r.cidr.IsValid() {

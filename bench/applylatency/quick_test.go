@@ -1,11 +1,7 @@
 package applylatency
 
 import (
-	"context"
-	"encoding/json"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,37 +17,15 @@ const probeSlackMs = 25
 // checks its outputs, that every sample saw the change in packets, and that it left
 // nothing behind.
 func TestQuickRun(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("builds three binaries and starts two agents")
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
-	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/applylatency")
-	out := filepath.Join(dir, "results")
+	benchkit.RequireQuickRun(t, "builds three binaries and starts two agents")
+	q := benchkit.BuildQuickRun(t, 5*time.Minute, "applylatency")
+	dir := q.Dir
 	instance := "alq" + testenv.Suffix(4)
-	benchkit.RunForTest(t, ctx, filepath.Join(dir, "applylatency"), "--builds", "a="+dir+",b="+dir,
+	benchkit.RunForTest(t, q.Ctx, q.Bin, "--builds", "a="+dir+",b="+dir,
 		"--sizes", "10,200", "--rounds", "2", "--format", "json", "--instance", instance,
-		"--pod-cidr", "198.19.80.0/23", "--work-dir", filepath.Join(dir, "work"), "--out", out)
-	jsons, _ := filepath.Glob(filepath.Join(out, "apply-latency-*.json"))
-	if len(jsons) != 1 {
-		t.Fatalf("want one JSON report, got %v", jsons)
-	}
-	for _, ext := range []string{"md", "png"} {
-		if m, _ := filepath.Glob(filepath.Join(out, "apply-latency-*."+ext)); len(m) != 1 {
-			t.Errorf("want one .%s output, got %v", ext, m)
-		}
-	}
-	b, err := os.ReadFile(jsons[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+		"--pod-cidr", "198.19.80.0/23", "--work-dir", filepath.Join(dir, "work"), "--out", q.Out)
 	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("reading the report: %v", err)
-	}
+	benchkit.ReadReportTableForTest(t, q.Out, "apply-latency", &rep)
 	if len(rep.Series) != 8 {
 		t.Fatalf("%d series, want 2 builds x 2 sizes x (A, control)", len(rep.Series))
 	}
@@ -72,17 +46,5 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	// Nothing left: either agent's instance and namespaces.
-	for _, i := range []string{"0", "1"} {
-		for _, p := range []string{"/sys/fs/bpf/rampart/" + instance + i, "/run/netns/rp-" + instance + i + "-node"} {
-			if _, err := os.Stat(p); err == nil {
-				t.Errorf("left behind: %s", p)
-			}
-		}
-	}
-	ents, _ := os.ReadDir("/run/netns")
-	for _, e := range ents {
-		if strings.Contains(e.Name(), instance) {
-			t.Errorf("left behind: /run/netns/%s", e.Name())
-		}
-	}
+	benchkit.CheckLeftBehindForTest(t, []string{instance}, "/sys/fs/bpf/rampart/"+instance+"[01]")
 }

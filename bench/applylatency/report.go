@@ -3,7 +3,6 @@ package applylatency
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -11,7 +10,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // Table renders the report as markdown.
@@ -119,15 +119,5 @@ func Plot(rep *Report, path string) error {
 	p.Add(tgt)
 	p.Legend.Add(fmt.Sprintf("target: %d ms at %d rules", TargetMs, TargetRules), tgt)
 	p.Legend.Top, p.Legend.Left = true, true
-	img := vgimg.New(8*vg.Inch, 4.5*vg.Inch)
-	p.Draw(draw.New(img))
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	if _, err := (&vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing plot %s: %w", path, err)
-	}
-	return f.Close()
+	return benchkit.PlotPNG(p, 8*vg.Inch, 4.5*vg.Inch, path)
 }

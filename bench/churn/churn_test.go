@@ -1,11 +1,6 @@
 package churn
 
 import (
-	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -63,36 +58,13 @@ func TestEvaluate(t *testing.T) {
 // TestQuickRun runs the benchmark at small sizes and checks its outputs and that it left
 // nothing behind.
 func TestQuickRun(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("builds three binaries and makes a few dozen endpoints")
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
-	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/churn")
-	out := filepath.Join(dir, "results")
+	benchkit.RequireQuickRun(t, "builds three binaries and makes a few dozen endpoints")
+	q := benchkit.BuildQuickRun(t, 5*time.Minute, "churn")
 	instance := "chq" + testenv.Suffix(5)
-	benchkit.RunForTest(t, ctx, filepath.Join(dir, "churn"), "--bin-dir", dir, "--sizes", "1,3", "--rounds", "2",
-		"--idle", "1s", "--instance", instance, "--pod-cidr", "198.19.96.0/24", "--baseline-cidr", "198.19.97.0/24", "--out", out)
-	jsons, _ := filepath.Glob(filepath.Join(out, "churn-*.json"))
-	if len(jsons) != 1 {
-		t.Fatalf("want one JSON report, got %v", jsons)
-	}
-	for _, ext := range []string{"md", "png"} {
-		if m, _ := filepath.Glob(filepath.Join(out, "churn-*."+ext)); len(m) != 1 {
-			t.Errorf("want one .%s output, got %v", ext, m)
-		}
-	}
-	b, err := os.ReadFile(jsons[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	benchkit.RunForTest(t, q.Ctx, q.Bin, "--bin-dir", q.Dir, "--sizes", "1,3", "--rounds", "2",
+		"--idle", "1s", "--instance", instance, "--pod-cidr", "198.19.96.0/24", "--baseline-cidr", "198.19.97.0/24", "--out", q.Out)
 	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("reading the report: %v", err)
-	}
+	benchkit.ReadReportTableForTest(t, q.Out, "churn", &rep)
 	for _, size := range []int{1, 3} {
 		for _, m := range Methods {
 			for _, op := range []string{OpAdd, OpDelete} {
@@ -109,15 +81,5 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("%d checks, want 2 sizes x 2 methods x 2 targets", len(rep.Checks))
 	}
 	// Nothing left: the agent's instance and the baseline's namespaces.
-	for _, p := range []string{"/sys/fs/bpf/rampart/" + instance, "/run/netns/rp-" + instance + "-node"} {
-		if _, err := os.Stat(p); err == nil {
-			t.Errorf("left behind: %s", p)
-		}
-	}
-	ents, _ := os.ReadDir("/run/netns")
-	for _, e := range ents {
-		if strings.Contains(e.Name(), instance) {
-			t.Errorf("left behind: /run/netns/%s", e.Name())
-		}
-	}
+	benchkit.CheckLeftBehindForTest(t, []string{instance}, "/sys/fs/bpf/rampart/"+instance)
 }

@@ -11,7 +11,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // Plot writes the p50 of each method by size, add and delete side by side, to path (PNG).
@@ -61,15 +62,8 @@ func Plot(rep *Report, path string) error {
 		plots = append(plots, p)
 	}
 	const width, height = 11 * vg.Inch, 4.5 * vg.Inch
-	img := vgimg.New(width, height)
-	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 1, Cols: len(plots), PadX: vg.Points(10)}
-	canvases := plot.Align([][]*plot.Plot{plots}, tiles, dc)
-	for i, p := range plots {
-		p.Draw(canvases[0][i])
-	}
-	f := &vgimg.PngCanvas{Canvas: img}
-	return writePNG(f, path)
+	return benchkit.GridPNG([][]*plot.Plot{plots}, tiles, width, height, path)
 }
 
 // Table renders the report as markdown: the latencies, the targets and the idle agent.

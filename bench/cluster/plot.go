@@ -2,14 +2,11 @@ package cluster
 
 import (
 	"fmt"
-	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
@@ -44,23 +41,7 @@ func Plot(rep *Report, path string) error {
 		return fmt.Errorf("nothing to plot")
 	}
 	w, h := 11*vg.Inch, vg.Length(len(rows))*4.5*vg.Inch
-	img := vgimg.New(w, h)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6),
-		PadLeft: vg.Points(6), PadRight: vg.Points(12), PadY: vg.Points(16)}
-	canvases := plot.Align(rows, tiles, dc)
-	for i := range rows {
-		rows[i][0].Draw(canvases[i][0])
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("creating plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	return f.Close()
+	return benchkit.GridPNG(rows, benchkit.Tiles(len(rows), 1, 0, vg.Points(16)), w, h, path)
 }
 
 func hline(p *plot.Plot, y float64, label string, dashed bool) {

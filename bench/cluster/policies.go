@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // The pods live in one Kubernetes-style namespace, so plain NetworkPolicy podSelectors
@@ -30,23 +32,14 @@ const fillerPortBase = 20000
 const MaxPolicies = 20000
 
 func header(b *bytes.Buffer, name, server, client string) {
-	fmt.Fprintf(b, `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  podSelector:
-    matchLabels:
-      app: %s
-  policyTypes: [Ingress]
-  ingress:
+	benchkit.NetworkPolicyHead(b, name, benchNamespace, server)
+	fmt.Fprintf(b, `  ingress:
   - from:
     - podSelector:
         matchLabels:
           app: %s
     ports:
-`, name, benchNamespace, server, client)
+`, client)
 }
 
 func port(b *bytes.Buffer, proto string, p int) {

@@ -22,18 +22,7 @@ import (
 // datagrams crossed the nodes, that the enforcement checks passed, and that the run left
 // nothing behind. It asserts no speed: targets belong in the benchmark's output.
 func TestQuickRun(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("builds three binaries and runs the benchmark for about a minute")
-	}
-	for _, tool := range []string{"iperf3", "nsenter", "taskset", "ip", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testenv.SkipOrFail(t, "%s not found: %v", tool, err)
-		}
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
+	benchkit.RequireQuickRun(t, "builds three binaries and runs the benchmark for about a minute", "iperf3", "nsenter", "taskset", "ip", "go")
 	// Where scripts/build-k8s.sh keeps the control plane (CI builds it before the tests).
 	dirOut, err := exec.Command("bash", "../../scripts/build-k8s.sh", "--dir").Output()
 	if err != nil {
@@ -43,11 +32,9 @@ func TestQuickRun(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(k8sBin, "kube-apiserver")); err != nil {
 		testenv.SkipOrFail(t, "control plane not built (scripts/build-k8s.sh): %v", err)
 	}
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart", "./cmd/rampart-cni", "./test/rampart-podrunner")
-	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/clusterbench")
-
-	out := filepath.Join(dir, "results")
-	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "clusterbench"), "--quick", "--control-plane", "k8s", "--bin-dir", dir, "--k8s-bin-dir", k8sBin, "--out", out)
+	q := benchkit.BuildQuickRun(t, 8*time.Minute, "clusterbench", "./cmd/rampart-cni", "./test/rampart-podrunner")
+	out := q.Out
+	stdout, _ := benchkit.RunForTest(t, q.Ctx, q.Bin, "--quick", "--control-plane", "k8s", "--bin-dir", q.Dir, "--k8s-bin-dir", k8sBin, "--out", out)
 	if !strings.Contains(stdout, "## Published") {
 		t.Error("no table printed")
 	}
@@ -147,18 +134,7 @@ func TestQuickRun(t *testing.T) {
 	if rep.Settings.Prefix == "" {
 		t.Fatal("no prefix reported")
 	}
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		if strings.Contains(e.Name(), rep.Settings.Prefix) {
-			t.Errorf("network namespace %s left behind", e.Name())
-		}
-	}
-	pins, _ := os.ReadDir("/sys/fs/bpf/rampart")
-	for _, e := range pins {
-		if strings.HasPrefix(e.Name(), rep.Settings.Prefix) {
-			t.Errorf("pin directory %s left behind", e.Name())
-		}
-	}
+	benchkit.CheckLeftBehindForTest(t, []string{rep.Settings.Prefix}, filepath.Join("/sys/fs/bpf/rampart", rep.Settings.Prefix+"*"))
 }
 
 // TestQuickRunRealNodes runs every experiment on real nodes (--control-plane nodes:
@@ -169,15 +145,7 @@ func TestQuickRun(t *testing.T) {
 // (entries in the map, probes) before it was measured; the labs left no host link. It
 // asserts no speed.
 func TestQuickRunRealNodes(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("starts three clusters of two real nodes and runs the benchmark for a few minutes")
-	}
-	for _, tool := range []string{"iperf3", "nsenter", "taskset", "ip", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testenv.SkipOrFail(t, "%s not found: %v", tool, err)
-		}
-	}
+	benchkit.RequireQuickRun(t, "starts three clusters of two real nodes and runs the benchmark for a few minutes", "iperf3", "nsenter", "taskset", "ip", "go")
 	nodetest.FindBins(t, false)
 	dir := t.TempDir()
 	// A few minutes, plus the wait for slots other real-node tests hold.

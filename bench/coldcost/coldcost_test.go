@@ -1,17 +1,13 @@
 package coldcost
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
-	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 func TestSummarize(t *testing.T) {
@@ -42,36 +38,13 @@ func TestSummarize(t *testing.T) {
 // least once per ping, the empty program gave a floor, outputs written, nothing left
 // behind. It asserts no speed.
 func TestQuickRun(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("builds three binaries and pings for a few seconds")
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
-	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/coldcost")
-	out := filepath.Join(dir, "results")
-	rd := filepath.Join(dir, "rampartd")
-	_, cmd := benchkit.RunForTest(t, ctx, filepath.Join(dir, "coldcost"), "--builds", "x="+rd+",y="+rd,
-		"--rampart", filepath.Join(dir, "rampart"), "--rounds", "2", "--pings", "50", "--out", out)
-	jsons, _ := filepath.Glob(filepath.Join(out, "cold-cost-*.json"))
-	if len(jsons) != 1 {
-		t.Fatalf("want one JSON report, got %v", jsons)
-	}
-	for _, ext := range []string{"md", "png"} {
-		if m, _ := filepath.Glob(filepath.Join(out, "cold-cost-*."+ext)); len(m) != 1 {
-			t.Errorf("want one .%s output, got %v", ext, m)
-		}
-	}
-	b, err := os.ReadFile(jsons[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	benchkit.RequireQuickRun(t, "builds three binaries and pings for a few seconds")
+	q := benchkit.BuildQuickRun(t, 5*time.Minute, "coldcost")
+	rd := filepath.Join(q.Dir, "rampartd")
+	_, cmd := benchkit.RunForTest(t, q.Ctx, q.Bin, "--builds", "x="+rd+",y="+rd,
+		"--rampart", filepath.Join(q.Dir, "rampart"), "--rounds", "2", "--pings", "50", "--out", q.Out)
 	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("reading the report: %v", err)
-	}
+	benchkit.ReadReportTableForTest(t, q.Out, "cold-cost", &rep)
 	if len(rep.Samples) != 4 {
 		t.Fatalf("%d samples, want 2 rounds x 2 builds", len(rep.Samples))
 	}
@@ -90,9 +63,5 @@ func TestQuickRun(t *testing.T) {
 	}
 	// Nothing left: the instance's pins and node namespace went with the agent.
 	instance := fmt.Sprintf("cc%d", cmd.Process.Pid%100000)
-	for _, p := range []string{"/sys/fs/bpf/rampart/" + instance, "/run/netns/rp-" + instance + "-node"} {
-		if _, err := os.Stat(p); err == nil {
-			t.Errorf("left behind: %s", p)
-		}
-	}
+	benchkit.CheckLeftBehindForTest(t, []string{instance}, "/sys/fs/bpf/rampart/"+instance)
 }

@@ -1,10 +1,6 @@
 package dns
 
 import (
-	"context"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,20 +12,12 @@ import (
 // that every new name was answered and its address open from the first packet, that the
 // proxy counted the queries, and that the run left nothing behind.
 func TestQuickRun(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("starts an agent")
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
-	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/dnsbench")
+	benchkit.RequireQuickRun(t, "starts an agent")
+	q := benchkit.BuildQuickRun(t, 4*time.Minute, "dnsbench")
 	prefix := "dnbq" + testenv.Suffix(4)
-	out := filepath.Join(dir, "results")
-	benchkit.RunForTest(t, ctx, filepath.Join(dir, "dnsbench"), "--quick", "--bin-dir", dir, "--prefix", prefix, "--out", out)
+	benchkit.RunForTest(t, q.Ctx, q.Bin, "--quick", "--bin-dir", q.Dir, "--prefix", prefix, "--out", q.Out)
 	var rep Report
-	benchkit.ReadReportForTest(t, out, "dns", &rep)
+	benchkit.ReadReportForTest(t, q.Out, "dns", &rep)
 	if len(rep.Cases) != len(caseDefs) {
 		t.Fatalf("%d cases, want %d", len(rep.Cases), len(caseDefs))
 	}
@@ -62,13 +50,5 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("DNS status %+v, want running, queries and refused counted, no learn errors", d)
 	}
 	// Nothing left: namespaces, the agent's pins.
-	if _, err := os.Stat("/sys/fs/bpf/rampart/" + prefix); err == nil {
-		t.Errorf("left behind: /sys/fs/bpf/rampart/%s", prefix)
-	}
-	ents, _ := os.ReadDir("/run/netns")
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "rp-"+prefix) {
-			t.Errorf("left behind: /run/netns/%s", e.Name())
-		}
-	}
+	benchkit.CheckLeftBehindForTest(t, []string{prefix}, "/sys/fs/bpf/rampart/"+prefix)
 }

@@ -2,7 +2,6 @@ package dns
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
@@ -11,7 +10,6 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
@@ -125,21 +123,12 @@ func Plot(rep *Report, path string) error {
 	if err != nil {
 		return err
 	}
-	img := vgimg.New(13*vg.Inch, 4.5*vg.Inch)
-	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Inch / 4, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
-	for i, p := range []*plot.Plot{left, right} {
-		p.Draw(tiles.At(dc, i, 0))
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	if _, err := (&vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing plot %s: %w", path, err)
-	}
-	return f.Close()
+	return benchkit.DrawPNG(13*vg.Inch, 4.5*vg.Inch, path, func(dc draw.Canvas) {
+		for i, p := range []*plot.Plot{left, right} {
+			p.Draw(tiles.At(dc, i, 0))
+		}
+	})
 }
 
 func plotRatios(rep *Report) (*plot.Plot, error) {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -72,12 +71,7 @@ var caseDefs = []caseDef{
 
 // Report is a run's result.
 type Report struct {
-	Started   time.Time `json:"started"`
-	Finished  time.Time `json:"finished"`
-	Kernel    string    `json:"kernel"`
-	CPUs      int       `json:"cpus"`
-	LoadStart float64   `json:"load_start"`
-	LoadEnd   float64   `json:"load_end"`
+	benchkit.RunInfo
 	// Part one.
 	Rounds   int     `json:"rounds"`
 	Queries  int     `json:"queries_per_latency_sample"`
@@ -196,8 +190,7 @@ const connectTimeout = 1500 * time.Millisecond
 // Run starts the agent, the endpoints, the world and the DNS server, measures both parts,
 // and removes everything, also on an error or a cancelled ctx.
 func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
-	rep := &Report{Started: time.Now().UTC(), Kernel: benchkit.Kernel(), CPUs: runtime.NumCPU(),
-		LoadStart: benchkit.LoadAverage(), Rounds: cfg.Rounds, Queries: cfg.Queries, Workers: cfg.Workers,
+	rep := &Report{RunInfo: benchkit.StartRun(), Rounds: cfg.Rounds, Queries: cfg.Queries, Workers: cfg.Workers,
 		RateSecs: cfg.Duration.Seconds(),
 		Learn:    Learn{NamesPerBlock: cfg.NamesPerBlock, Rounds: cfg.LearnRounds, ConnectTimeoutMs: float64(connectTimeout.Milliseconds())}}
 	var cleanup benchkit.Cleanups
@@ -272,8 +265,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		return nil, err
 	}
 	rep.DNS = st.DNS
-	rep.Finished = time.Now().UTC()
-	rep.LoadEnd = benchkit.LoadAverage()
+	rep.Finish()
 	return rep, nil
 }
 
@@ -479,12 +471,8 @@ func (r *runner) queries(ctx context.Context) ([]Case, error) {
 // ratio is the median over rounds of a case's per-round ratio to the baseline's sample
 // of the same round, with the range.
 func ratio(xs, base []Sample, f func(Sample) float64) Ratio {
-	rs := make([]float64, 0, len(xs))
-	for i := range xs {
-		rs = append(rs, benchkit.Ratio(f(xs[i]), f(base[i])))
-	}
-	lo, hi := benchkit.MinMax(rs)
-	return Ratio{Median: benchkit.Float(benchkit.Median(rs)), Min: benchkit.Float(lo), Max: benchkit.Float(hi)}
+	m, lo, hi := benchkit.PairedRatios(xs, base, f)
+	return Ratio{Median: benchkit.Float(m), Min: benchkit.Float(lo), Max: benchkit.Float(hi)}
 }
 
 // probe addresses of part two, never answered for a name: one that toCIDR admits and

@@ -1,13 +1,10 @@
 package dns
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // Subcommands are the helpers dnsbench runs inside the benchmark's namespaces.
@@ -15,13 +12,12 @@ var Subcommands = []string{"serve-dns", "serve-world", "client"}
 
 // Subcommand runs helper name with args and returns the process exit code.
 func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	var err error
 	switch name {
 	case "serve-dns", "serve-world":
-		fs := flag.NewFlagSet(name, flag.ContinueOnError)
-		fs.SetOutput(stderr)
+		fs := benchkit.SubcommandFlags(name, stderr)
 		addr := fs.String("listen", "", "address:port to serve on")
 		if err = fs.Parse(args); err != nil {
 			break
@@ -36,9 +32,5 @@ func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
 	default:
 		err = fmt.Errorf("unknown subcommand")
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 1
-	}
-	return 0
+	return benchkit.SubcommandExit(stderr, name, err)
 }

@@ -4,14 +4,11 @@ import (
 	"fmt"
 	"image/color"
 	"math"
-	"os"
-	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
@@ -64,25 +61,7 @@ func WritePlot(res *Result, path string) error {
 		plots = append(plots, row)
 	}
 	const w, h = 14 * vg.Inch, 15 * vg.Inch
-	img := vgimg.New(w, h)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(plots), Cols: 2, PadTop: vg.Points(6), PadBottom: vg.Points(6),
-		PadLeft: vg.Points(6), PadRight: vg.Points(12), PadX: vg.Points(18), PadY: vg.Points(18)}
-	canvases := plot.Align(plots, tiles, dc)
-	for i, row := range plots {
-		for j, p := range row {
-			p.Draw(canvases[i][j])
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("creating plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	return f.Close()
+	return benchkit.GridPNG(plots, benchkit.Tiles(len(plots), 2, vg.Points(18), vg.Points(18)), w, h, path)
 }
 
 func panelPlot(res *Result, pn panel) (*plot.Plot, error) {
@@ -99,7 +78,7 @@ func panelPlot(res *Result, pn panel) (*plot.Plot, error) {
 	p.Legend.Left = true
 	if pn.logY {
 		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = logTicks{}
+		p.Y.Tick.Marker = benchkit.LogTicks{}
 	}
 	lo, hi := math.Inf(1), math.Inf(-1)
 	xlo, xhi := math.Inf(1), math.Inf(-1)
@@ -171,22 +150,6 @@ func (countTicks) Ticks(min, max float64) []plot.Tick {
 	for v := 1.0; v <= max*10; v *= 10 {
 		if v >= min && v <= max {
 			out = append(out, plot.Tick{Value: v, Label: countText(int(v))})
-		}
-	}
-	return out
-}
-
-// logTicks labels 1-2-5 steps of each decade, which a log axis spanning few decades needs.
-type logTicks struct{}
-
-func (logTicks) Ticks(min, max float64) []plot.Tick {
-	var out []plot.Tick
-	for e := math.Floor(math.Log10(min)); e <= math.Ceil(math.Log10(max)); e++ {
-		for _, m := range []float64{1, 2, 5} {
-			v := m * math.Pow(10, e)
-			if v >= min && v <= max {
-				out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
-			}
 		}
 	}
 	return out

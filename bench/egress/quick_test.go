@@ -1,11 +1,6 @@
 package egress
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
-	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestQuickRun runs the benchmark command in quick mode, as CI's smoke test, and checks
@@ -25,23 +19,11 @@ import (
 // written; nothing left behind. Then the same over IPv6 at one small count. It asserts no
 // speed: targets belong in the output.
 func TestQuickRun(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("builds three binaries and runs the benchmark for about two minutes")
-	}
-	for _, tool := range []string{"nsenter", "taskset", "go", "iperf3", "ping", "ipset", "nft", "iptables-legacy", "iptables-legacy-restore", "ip6tables-legacy", "ip6tables-legacy-restore"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			benchkit.SkipOrFail(t, tool+" not found (scripts/setup.sh installs it): "+err.Error())
-		}
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
-	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/egressbench")
-
-	out := filepath.Join(dir, "results")
-	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "egressbench"), "--quick", "--bin-dir", dir, "--out", out)
+	benchkit.RequireQuickRun(t, "builds three binaries and runs the benchmark for about two minutes",
+		"nsenter", "taskset", "go", "iperf3", "ping", "ipset", "nft", "iptables-legacy", "iptables-legacy-restore", "ip6tables-legacy", "ip6tables-legacy-restore")
+	q := benchkit.BuildQuickRun(t, 12*time.Minute, "egressbench")
+	dir, out := q.Dir, q.Out
+	stdout, _ := benchkit.RunForTest(t, q.Ctx, q.Bin, "--quick", "--bin-dir", dir, "--out", out)
 	res := readQuickResult(t, out, QuickConfig().Counts)
 	if res.Settings.IPv6 || res.Settings.Mix6 != nil {
 		t.Errorf("an IPv4 run reports IPv6 settings: %+v", res.Settings)
@@ -66,7 +48,7 @@ func TestQuickRun(t *testing.T) {
 
 	// Over IPv6: every filter at one small count, checked the same way.
 	out6 := filepath.Join(dir, "results6")
-	stdout6, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "egressbench"), "--quick", "--ipv6", "--counts", "10", "--bin-dir", dir, "--out", out6)
+	stdout6, _ := benchkit.RunForTest(t, q.Ctx, q.Bin, "--quick", "--ipv6", "--counts", "10", "--bin-dir", dir, "--out", out6)
 	res6 := readQuickResult(t, out6, []int{10})
 	st := res6.Settings
 	if !st.IPv6 || st.Mix6 == nil || !strings.HasPrefix(st.ProbeAddr, "2001:2:") || !strings.HasPrefix(st.NeighbourAddr, "2001:2:") ||
@@ -86,26 +68,8 @@ func TestQuickRun(t *testing.T) {
 // checks its shape: well-formed, complete, every filter at each of counts.
 func readQuickResult(t *testing.T, out string, counts []int) Result {
 	t.Helper()
-	for _, ext := range []string{"json", "md", "png"} {
-		if m, _ := filepath.Glob(filepath.Join(out, "egress-*."+ext)); len(m) != 1 {
-			t.Fatalf("want one .%s output, got %v", ext, m)
-		}
-	}
-	pngs, _ := filepath.Glob(filepath.Join(out, "egress-*.png"))
-	if png, err := os.ReadFile(pngs[0]); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
-		t.Errorf("plot is not a PNG (err %v)", err)
-	}
-	jsons, _ := filepath.Glob(filepath.Join(out, "egress-*.json"))
-	b, err := os.ReadFile(jsons[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var res Result
-	if err := dec.Decode(&res); err != nil {
-		t.Fatalf("report is not well-formed: %v", err)
-	}
+	benchkit.ReadReportTableForTest(t, out, "egress", &res)
 	if res.Schema != Schema || !res.Settings.Quick || res.Incomplete || len(res.Errors) > 0 {
 		t.Errorf("schema %q, quick %v, incomplete %v, errors %v", res.Schema, res.Settings.Quick, res.Incomplete, res.Errors)
 	}
@@ -130,15 +94,7 @@ func checkLeftBehind(t *testing.T, res Result) {
 	if res.Settings.Instance == "" {
 		t.Fatal("instance name not reported")
 	}
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		if strings.Contains(e.Name(), res.Settings.Instance) {
-			t.Errorf("network namespace %s left behind", e.Name())
-		}
-	}
-	if m, _ := filepath.Glob(filepath.Join("/sys/fs/bpf/rampart", res.Settings.Instance+"*")); len(m) > 0 {
-		t.Errorf("pin directories left behind: %v", m)
-	}
+	benchkit.CheckLeftBehindForTest(t, []string{res.Settings.Instance}, filepath.Join("/sys/fs/bpf/rampart", res.Settings.Instance+"*"))
 }
 
 // checkCount checks one count of a quick run's report.

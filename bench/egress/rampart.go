@@ -26,21 +26,12 @@ const (
 // rampartPolicy denies the client's egress to the group and nothing else: deny-only rules
 // would switch egress default deny on (as in Cilium), so enableDefaultDeny keeps the rest
 // of the client's egress open, as a blocklist means.
-var rampartPolicy = fmt.Sprintf(`apiVersion: cilium.io/v2
-kind: CiliumNetworkPolicy
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  endpointSelector:
-    matchLabels:
-      app: %s
-  enableDefaultDeny:
+var rampartPolicy = benchkit.CiliumPolicyHead(policyName, benchNamespace, clientApp) + fmt.Sprintf(`  enableDefaultDeny:
     egress: false
   egressDeny:
   - toCIDRSet:
     - cidrGroupRef: %s
-`, policyName, benchNamespace, clientApp, cidrGroup)
+`, cidrGroup)
 
 // rampartFilter is Rampart itself: its own agent with the client as its endpoint, the list
 // loaded as a CIDR set, and a policy that denies the client's egress to the set. The server
@@ -68,11 +59,13 @@ func startRampart(ctx context.Context, cfg *Config, daemons *benchkit.Daemons, i
 		agent.DualStack(range6Of(podCIDR, true))
 	}
 	f = &rampartFilter{agent: agent, timeout: cfg.Budget, policyPath: filepath.Join(workDir, "egress-policy.yaml")}
-	f.topo = &topology{Name: "agent", IPv6: cfg.IPv6}
+	topo := &topology{Name: "agent", IPv6: cfg.IPv6}
+	f.topo = topo
 	stop = func() error {
 		// The server and world first (they live in the agent's node namespace), then the agent, which
-		// uninstalls its endpoints, node namespace and pins.
-		return errors.Join(f.topo.Close(), agent.Stop())
+		// uninstalls its endpoints, node namespace and pins. Not through f: a failure returns
+		// it nil.
+		return errors.Join(topo.Close(), agent.Stop())
 	}
 	if err := agent.Start(ctx, daemons); err != nil {
 		return nil, stop, err

@@ -54,10 +54,7 @@ type Result struct {
 
 // HostInfo says where the numbers come from; they only compare within one machine.
 type HostInfo struct {
-	Hostname string `json:"hostname"`
-	Kernel   string `json:"kernel"`
-	CPUs     int    `json:"cpus"`
-	Go       string `json:"go"`
+	benchkit.Machine
 	// MemAvailableBytes is /proc/meminfo's MemAvailable at the start.
 	MemAvailableBytes int64 `json:"mem_available_bytes"`
 	// Versions of the tools, by filter (and iperf3, ping).
@@ -461,24 +458,10 @@ func judge(v benchkit.Float, limit float64, atMost bool) string {
 // WriteJSON writes the report to dir/egress-<UTC time>.json (the same name on every call
 // of one run, so that a long run's partial report is replaced as it grows).
 func (res *Result) WriteJSON(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating %s: %w", dir, err)
-	}
 	if res.JSONPath == "" {
-		res.JSONPath = filepath.Join(dir, "egress-"+res.Started.UTC().Format("20060102T150405Z")+".json")
+		res.JSONPath = filepath.Join(dir, benchkit.Stamped("egress", res.Started)+".json")
 	}
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return "", fmt.Errorf("encoding results: %w", err)
-	}
-	tmp := res.JSONPath + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return "", fmt.Errorf("writing results: %w", err)
-	}
-	if err := os.Rename(tmp, res.JSONPath); err != nil {
-		return "", fmt.Errorf("writing results: %w", err)
-	}
-	return res.JSONPath, nil
+	return res.JSONPath, benchkit.WriteJSON(res.JSONPath, res)
 }
 
 // WriteTable writes the markdown table next to the JSON report.
@@ -589,15 +572,7 @@ func cpuCell(s Summary, rate string) string {
 
 // parseRate parses an iperf3 rate such as 1G, 500M or 100000.
 func parseRate(s string) (float64, error) {
-	mult := 1.0
-	switch {
-	case strings.HasSuffix(s, "G"):
-		mult, s = 1e9, strings.TrimSuffix(s, "G")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1e6, strings.TrimSuffix(s, "M")
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1e3, strings.TrimSuffix(s, "K")
-	}
+	s, mult := benchkit.CutUnit(s, map[string]float64{"G": 1e9, "M": 1e6, "K": 1e3})
 	v, err := strconv.ParseFloat(s, 64)
 	return v * mult, err
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -158,8 +157,7 @@ func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
 	if name != "report" {
 		return benchkit.Helper(name, args, stdout, stderr)
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := benchkit.SubcommandFlags(name, stderr)
 	plotPath := fs.String("plot", "", "also draw the report's plot into this PNG file")
 	if fs.Parse(args) != nil {
 		return 2
@@ -243,7 +241,6 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		r.cfg.MemLimit = cfg.MemLimit
 	}
 	res = newResult(cfg, filters, cidrs, instance, probe, neighbour, memAvail)
-	res.Host.Hostname, _ = os.Hostname()
 	r.res = res
 
 	if r.work, err = os.MkdirTemp("", "rp-egress-"); err != nil {
@@ -267,16 +264,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			err = errors.Join(err, werr)
 		}
 	}()
-	fail := func(e error) (*Result, error) {
-		res.Errors = append(res.Errors, e.Error())
-		return res, e
-	}
-	stats, restoreStats, err := benchkit.BPFStatsOff()
-	if err != nil {
+	fail := benchkit.FailFunc(res, &res.Errors)
+	if res.Host.BPFStats, err = cleanups.BPFStatsOff(); err != nil {
 		return fail(err)
 	}
-	res.Host.BPFStats = stats
-	cleanups.Add(restoreStats)
 	res.Host.Versions["iperf3"] = version(ctx, "iperf3", "--version")
 	res.Host.Versions["ping"] = version(ctx, "ping", "-V")
 
@@ -318,7 +309,7 @@ func newResult(cfg Config, filters []string, cidrs []netip.Prefix, instance stri
 	res := &Result{
 		Schema:  Schema,
 		Started: time.Now(),
-		Host: HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Kernel: benchkit.Kernel(), LoadStart: benchkit.LoadAverage(),
+		Host: HostInfo{Machine: benchkit.ThisMachine(), LoadStart: benchkit.LoadAverage(),
 			MemAvailableBytes: memAvail, Versions: map[string]string{}},
 		Settings: Settings{
 			Quick: cfg.Quick, Counts: cfg.Counts, Filters: append([]string{FilterNone}, filters...), Repeats: cfg.Repeats, Blocks: cfg.Blocks, PingBlock: cfg.PingBlock,
@@ -996,22 +987,9 @@ func (r *runner) predict(name string, n int) *Prediction {
 }
 
 // write stores the JSON report, the markdown table and the plot.
-func (r *runner) write(res *Result) error {
-	if _, err := res.WriteJSON(r.cfg.OutDir); err != nil {
-		return err
-	}
-	if _, err := res.WriteTable(r.cfg.OutDir); err != nil {
-		return err
-	}
-	if r.cfg.NoPlot {
-		return nil
-	}
-	p := strings.TrimSuffix(res.JSONPath, ".json") + ".png"
-	if err := WritePlot(res, p); err != nil {
-		return fmt.Errorf("plotting: %w", err)
-	}
-	res.PlotPath = p
-	return nil
+func (r *runner) write(res *Result) (err error) {
+	res.PlotPath, err = benchkit.WriteOutputs(res, r.cfg.OutDir, r.cfg.NoPlot, func(p string) error { return WritePlot(res, p) })
+	return err
 }
 
 func (c *Config) validate() error {

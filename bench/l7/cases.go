@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // Configuration (case) names, in report order.
@@ -143,20 +145,12 @@ func buildCases(names []string, manyRules int) ([]caseDef, error) {
 }
 
 func header(b *bytes.Buffer, name string) {
-	fmt.Fprintf(b, `apiVersion: cilium.io/v2
-kind: CiliumNetworkPolicy
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  endpointSelector:
-    matchLabels:
-      app: %s
-  ingress:
+	b.WriteString(benchkit.CiliumPolicyHead(name, benchNamespace, serverApp))
+	fmt.Fprintf(b, `  ingress:
   - fromEndpoints:
     - matchLabels:
         app: %s
-`, name, benchNamespace, serverApp, clientApp)
+`, clientApp)
 }
 
 func toPorts(b *bytes.Buffer) {

@@ -4,14 +4,12 @@ import (
 	"fmt"
 	"image/color"
 	"math"
-	"os"
 	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
@@ -45,22 +43,7 @@ func WritePlot(res *Result, path string) error {
 		return err
 	}
 	const w, h = 11 * vg.Inch, 10 * vg.Inch
-	img := vgimg.New(w, h)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6),
-		PadLeft: vg.Points(6), PadRight: vg.Points(12), PadY: vg.Points(18)}
-	canvases := plot.Align([][]*plot.Plot{{top}, {bottom}}, tiles, dc)
-	top.Draw(canvases[0][0])
-	bottom.Draw(canvases[1][0])
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("creating plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	return f.Close()
+	return benchkit.GridPNG([][]*plot.Plot{{top}, {bottom}}, benchkit.Tiles(2, 1, 0, vg.Points(18)), w, h, path)
 }
 
 func latencyPlot(res *Result) (*plot.Plot, error) {
@@ -124,26 +107,9 @@ func latencyPlot(res *Result) (*plot.Plot, error) {
 		p.X.Max = 4
 	}
 	p.Y.Min, p.Y.Max = lo/1.3, hi*1.5
-	p.Y.Tick.Marker = logTicks125{}
+	p.Y.Tick.Marker = benchkit.LogTicks{}
 	p.Add(plotter.NewGrid())
 	return p, nil
-}
-
-// logTicks125 labels 1-2-5 steps of each decade, which a log axis spanning less than two
-// decades needs to be readable.
-type logTicks125 struct{}
-
-func (logTicks125) Ticks(min, max float64) []plot.Tick {
-	var out []plot.Tick
-	for e := math.Floor(math.Log10(min)); e <= math.Ceil(math.Log10(max)); e++ {
-		for _, m := range []float64{1, 2, 5} {
-			v := m * math.Pow(10, e)
-			if v >= min && v <= max {
-				out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
-			}
-		}
-	}
-	return out
 }
 
 func ratePlot(res *Result) (*plot.Plot, error) {

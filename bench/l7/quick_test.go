@@ -1,11 +1,6 @@
 package l7
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
-	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestQuickRun runs the benchmark command in quick mode, as CI's smoke test, and checks
@@ -23,45 +17,12 @@ import (
 // markdown table and the plot written; nothing left behind. It asserts no speed: targets
 // belong in the benchmark's output.
 func TestQuickRun(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("builds three binaries and runs the benchmark for about a minute")
-	}
-	for _, tool := range []string{"nsenter", "taskset", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			benchkit.SkipOrFail(t, tool+" not found: "+err.Error())
-		}
-	}
+	benchkit.RequireQuickRun(t, "builds three binaries and runs the benchmark for about a minute", "nsenter", "taskset", "go")
 	fortio := benchkit.FortioForTest(t)
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
-	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/l7bench")
-
-	out := filepath.Join(dir, "results")
-	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "l7bench"), "--quick", "--bin-dir", dir, "--out", out, "--fortio", fortio)
-
-	for _, ext := range []string{"json", "md", "png"} {
-		if m, _ := filepath.Glob(filepath.Join(out, "l7-*."+ext)); len(m) != 1 {
-			t.Fatalf("want one .%s output, got %v", ext, m)
-		}
-	}
-	pngs, _ := filepath.Glob(filepath.Join(out, "l7-*.png"))
-	if png, err := os.ReadFile(pngs[0]); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
-		t.Errorf("plot is not a PNG (err %v)", err)
-	}
-	jsons, _ := filepath.Glob(filepath.Join(out, "l7-*.json"))
-	b, err := os.ReadFile(jsons[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
+	q := benchkit.BuildQuickRun(t, 8*time.Minute, "l7bench")
+	stdout, _ := benchkit.RunForTest(t, q.Ctx, q.Bin, "--quick", "--bin-dir", q.Dir, "--out", q.Out, "--fortio", fortio)
 	var res Result
-	if err := dec.Decode(&res); err != nil {
-		t.Fatalf("report is not well-formed: %v", err)
-	}
+	benchkit.ReadReportTableForTest(t, q.Out, "l7", &res)
 	if res.Schema != Schema || !res.Settings.Quick || res.Incomplete || len(res.Errors) > 0 || res.Host.Fortio == "" {
 		t.Errorf("schema %q, quick %v, incomplete %v, errors %v, fortio %q", res.Schema, res.Settings.Quick, res.Incomplete, res.Errors, res.Host.Fortio)
 	}
@@ -113,15 +74,7 @@ func TestQuickRun(t *testing.T) {
 	if res.Settings.Instance == "" {
 		t.Fatal("instance name not reported")
 	}
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		if strings.Contains(e.Name(), res.Settings.Instance) {
-			t.Errorf("network namespace %s left behind", e.Name())
-		}
-	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", res.Settings.Instance)); !os.IsNotExist(err) {
-		t.Errorf("pin directory of %s left behind (stat: %v)", res.Settings.Instance, err)
-	}
+	benchkit.CheckLeftBehindForTest(t, []string{res.Settings.Instance}, filepath.Join("/sys/fs/bpf/rampart", res.Settings.Instance))
 }
 
 // checkCase checks one configuration of a quick run's report.

@@ -1,7 +1,6 @@
 package l7
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -55,11 +54,8 @@ type Result struct {
 
 // HostInfo says where the numbers come from; they only compare within one machine.
 type HostInfo struct {
-	Hostname string `json:"hostname"`
-	Kernel   string `json:"kernel"`
-	CPUs     int    `json:"cpus"`
-	Go       string `json:"go"`
-	Fortio   string `json:"fortio"`
+	benchkit.Machine
+	Fortio string `json:"fortio"`
 	// Proxy is the L7 proxy the agent ran (its binary and version), if any configuration
 	// needed one.
 	Proxy string `json:"proxy,omitempty"`
@@ -387,21 +383,14 @@ func compare(name string, num, den *CaseResult, numName, denName string, target 
 
 // baseName is the file name stem of a run's outputs.
 func (r *Result) baseName() string {
-	return "l7-" + r.Started.UTC().Format("20060102T150405Z")
+	return benchkit.Stamped("l7", r.Started)
 }
 
 // WriteJSON writes the report to dir/l7-<timestamp>.json and returns the path.
 func (r *Result) WriteJSON(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating results directory: %w", err)
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return "", fmt.Errorf("encoding results: %w", err)
-	}
 	p := filepath.Join(dir, r.baseName()+".json")
-	if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
-		return "", fmt.Errorf("writing results: %w", err)
+	if err := benchkit.WriteJSON(p, r); err != nil {
+		return "", err
 	}
 	r.JSONPath = p
 	return p, nil

@@ -166,9 +166,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	var cleanups benchkit.Cleanups
 	defer func() {
-		for _, cerr := range cleanups.Run() {
-			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
-		}
+		res.Errors = append(res.Errors, benchkit.CleanupErrors(cleanups.Run())...)
 		res.Finished = time.Now()
 		res.Host.LoadEnd = benchkit.LoadAverage()
 		res.Host.Proxy = r.proxy
@@ -177,16 +175,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			err = werr
 		}
 	}()
-	fail := func(e error) (*Result, error) {
-		res.Errors = append(res.Errors, e.Error())
-		return res, e
-	}
-	stats, restoreStats, err := benchkit.BPFStatsOff()
-	if err != nil {
+	fail := benchkit.FailFunc(res, &res.Errors)
+	if res.Host.BPFStats, err = cleanups.BPFStatsOff(); err != nil {
 		return fail(err)
 	}
-	res.Host.BPFStats = stats
-	cleanups.Add(restoreStats)
 	cleanups.Add(r.daemons.StopAll)
 
 	workDir, err := os.MkdirTemp("", "rp-bench-l7-")
@@ -623,27 +615,13 @@ func (r *runner) load(ctx context.Context, rate float64, d time.Duration) (LoadR
 }
 
 // write stores the JSON report, the markdown table and the plot.
-func (r *runner) write(res *Result) error {
-	if _, err := res.WriteJSON(r.cfg.OutDir); err != nil {
-		return err
-	}
-	if _, err := res.WriteTable(r.cfg.OutDir); err != nil {
-		return err
-	}
-	if r.cfg.NoPlot {
-		return nil
-	}
-	p := strings.TrimSuffix(res.JSONPath, ".json") + ".png"
-	if err := WritePlot(res, p); err != nil {
-		return fmt.Errorf("plotting: %w", err)
-	}
-	res.PlotPath = p
-	return nil
+func (r *runner) write(res *Result) (err error) {
+	res.PlotPath, err = benchkit.WriteOutputs(res, r.cfg.OutDir, r.cfg.NoPlot, func(p string) error { return WritePlot(res, p) })
+	return err
 }
 
 func hostInfo(fortio string) HostInfo {
-	h := HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Kernel: benchkit.Kernel(), LoadStart: benchkit.LoadAverage()}
-	h.Hostname, _ = os.Hostname()
+	h := HostInfo{Machine: benchkit.ThisMachine(), LoadStart: benchkit.LoadAverage()}
 	if out, err := exec.Command(fortio, "version").Output(); err == nil {
 		h.Fortio = strings.TrimSpace(string(out))
 	}

@@ -1,17 +1,14 @@
 package l7
 
 import (
-	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // Subcommands are the helpers the benchmark runs inside endpoints. They live in the
@@ -24,10 +21,9 @@ var Subcommands = []string{"http-server", "http-probe"}
 //	http-server --listen :8080
 //	http-probe --timeout 500ms NAME=METHOD,URL ...   (prints {"NAME": "outcome", ...})
 func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := benchkit.SubcommandFlags(name, stderr)
 	var err error
 	switch name {
 	case "http-server":
@@ -59,12 +55,7 @@ func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
 			err = json.NewEncoder(stdout).Encode(out)
 		}
 	default:
-		fmt.Fprintf(stderr, "unknown subcommand %q\n", name)
-		return 2
+		return benchkit.UnknownSubcommand(stderr, name)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 1
-	}
-	return 0
+	return benchkit.SubcommandExit(stderr, name, err)
 }

@@ -4,13 +4,12 @@ import (
 	"fmt"
 	"image/color"
 	"math"
-	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 var palette = []color.Color{
@@ -63,22 +62,7 @@ func WritePlot(res *Result, path string) error {
 		return err
 	}
 	const w, h = 11 * vg.Inch, 9 * vg.Inch
-	img := vgimg.New(w, h)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6),
-		PadLeft: vg.Points(6), PadRight: vg.Points(12), PadY: vg.Points(16)}
-	canvases := plot.Align([][]*plot.Plot{{top}, {bottom}}, tiles, dc)
-	top.Draw(canvases[0][0])
-	bottom.Draw(canvases[1][0])
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("creating plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	return f.Close()
+	return benchkit.GridPNG([][]*plot.Plot{{top}, {bottom}}, benchkit.Tiles(2, 1, 0, vg.Points(16)), w, h, path)
 }
 
 func barPlot(res *Result, names []string, title, ylabel string, ss []series, lines []float64) (*plot.Plot, error) {

@@ -42,17 +42,7 @@ var fillerCIDR = netip.MustParsePrefix("198.19.128.0/17")
 const MaxRules = 1 << 15
 
 func header(b *bytes.Buffer, name string) {
-	fmt.Fprintf(b, `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  podSelector:
-    matchLabels:
-      app: %s
-  policyTypes: [Ingress]
-`, name, benchNamespace, serverApp)
+	benchkit.NetworkPolicyHead(b, name, benchNamespace, serverApp)
 }
 
 func podPeer(b *bytes.Buffer, app string) {

@@ -1,9 +1,6 @@
 package policyoverhead
 
 import (
-	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
-	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestQuickRun runs the benchmark command in quick mode, as CI's smoke test, and checks
@@ -19,23 +15,10 @@ import (
 // checks passed, and that it left nothing behind. It asserts no speed: targets belong in
 // the benchmark's output.
 func TestQuickRun(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("builds three binaries and runs the benchmark for about 20 s")
-	}
-	for _, tool := range []string{"iperf3", "nsenter", "taskset", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testenv.SkipOrFail(t, "%s not found: %v", tool, err)
-		}
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
-	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/policyoverhead")
-
-	out := filepath.Join(dir, "results")
-	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "policyoverhead"), "--quick", "--bin-dir", dir, "--out", out)
+	benchkit.RequireQuickRun(t, "builds three binaries and runs the benchmark for about 20 s", "iperf3", "nsenter", "taskset", "go")
+	q := benchkit.BuildQuickRun(t, 5*time.Minute, "policyoverhead")
+	dir, out := q.Dir, q.Out
+	stdout, _ := benchkit.RunForTest(t, q.Ctx, q.Bin, "--quick", "--bin-dir", dir, "--out", out)
 
 	var res Result
 	benchkit.ReadReportForTest(t, out, "policy-overhead", &res)
@@ -107,24 +90,13 @@ func TestQuickRun(t *testing.T) {
 	if slices.Contains(instances, "") {
 		t.Fatalf("instance names not reported: %+v", res.Settings)
 	}
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		for _, inst := range instances {
-			if strings.Contains(e.Name(), inst) {
-				t.Errorf("network namespace %s left behind", e.Name())
-			}
-		}
-	}
-	for _, inst := range []string{res.Settings.AgentInstance, res.Settings.ObservedInstance} {
-		if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", inst)); !os.IsNotExist(err) {
-			t.Errorf("pin directory of %s left behind (stat: %v)", inst, err)
-		}
-	}
+	benchkit.CheckLeftBehindForTest(t, instances, filepath.Join("/sys/fs/bpf/rampart", res.Settings.AgentInstance),
+		filepath.Join("/sys/fs/bpf/rampart", res.Settings.ObservedInstance))
 
 	// Over IPv6: dual-stack topologies, the l4 case's enforcement checks against the
 	// server's IPv6 address.
 	out6 := filepath.Join(dir, "results6")
-	benchkit.RunForTest(t, ctx, filepath.Join(dir, "policyoverhead"), "--quick", "--ipv6", "--cases", "control,l4", "--bin-dir", dir, "--out", out6)
+	benchkit.RunForTest(t, q.Ctx, q.Bin, "--quick", "--ipv6", "--cases", "control,l4", "--bin-dir", dir, "--out", out6)
 	var res6 Result
 	benchkit.ReadReportForTest(t, out6, "policy-overhead", &res6)
 	if !res6.Settings.IPv6 || !strings.Contains(res6.Settings.PodCIDRAgent, ",2001:2:") || res6.Incomplete || len(res6.Errors) > 0 {

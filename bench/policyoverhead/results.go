@@ -51,11 +51,8 @@ type Result struct {
 
 // HostInfo says where the numbers come from; they only compare within one machine.
 type HostInfo struct {
-	Hostname string `json:"hostname"`
-	Kernel   string `json:"kernel"`
-	CPUs     int    `json:"cpus"`
-	Go       string `json:"go"`
-	Iperf3   string `json:"iperf3"`
+	benchkit.Machine
+	Iperf3 string `json:"iperf3"`
 	// BPFStats is what the run found of kernel.bpf_stats_enabled and did about it: the
 	// statistics add two clock reads to every BPF program run (benchkit.BPFStatsOff).
 	BPFStats string `json:"bpf_stats"`
@@ -262,16 +259,9 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 
 // WriteJSON writes the report to dir/policy-overhead-<timestamp>.json and returns the path.
 func (r *Result) WriteJSON(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating results directory: %w", err)
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return "", fmt.Errorf("encoding results: %w", err)
-	}
-	p := filepath.Join(dir, "policy-overhead-"+r.Started.UTC().Format("20060102T150405Z")+".json")
-	if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
-		return "", fmt.Errorf("writing results: %w", err)
+	p := filepath.Join(dir, benchkit.Stamped("policy-overhead", r.Started)+".json")
+	if err := benchkit.WriteJSON(p, r); err != nil {
+		return "", err
 	}
 	r.JSONPath = p
 	return p, nil

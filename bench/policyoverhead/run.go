@@ -17,8 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
@@ -151,9 +149,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		if cerr := r.daemons.StopAll(); cerr != nil {
 			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
 		}
-		for _, cerr := range cleanups.Run() {
-			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
-		}
+		res.Errors = append(res.Errors, benchkit.CleanupErrors(cleanups.Run())...)
 		res.Finished = time.Now()
 		res.Host.LoadEnd = benchkit.LoadAverage()
 		summarize(res.Cases)
@@ -161,16 +157,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			err = werr
 		}
 	}()
-	fail := func(e error) (*Result, error) {
-		res.Errors = append(res.Errors, e.Error())
-		return res, e
-	}
-	stats, restoreStats, err := benchkit.BPFStatsOff()
-	if err != nil {
+	fail := benchkit.FailFunc(res, &res.Errors)
+	if res.Host.BPFStats, err = cleanups.BPFStatsOff(); err != nil {
 		return fail(err)
 	}
-	res.Host.BPFStats = stats
-	cleanups.Add(restoreStats)
 
 	workDir, err := os.MkdirTemp("", "rp-bench-")
 	if err != nil {
@@ -595,25 +585,13 @@ func (r *runner) write(res *Result) error {
 	if _, err := res.WriteJSON(r.cfg.OutDir); err != nil {
 		return err
 	}
-	if r.cfg.NoPlot {
-		return nil
-	}
-	p := strings.TrimSuffix(res.JSONPath, ".json") + ".png"
-	if err := WritePlot(res, p); err != nil {
-		return fmt.Errorf("plotting: %w", err)
-	}
-	res.PlotPath = p
-	return nil
+	var err error
+	res.PlotPath, err = benchkit.PlotNextTo(res.JSONPath, r.cfg.NoPlot, func(p string) error { return WritePlot(res, p) })
+	return err
 }
 
 func hostInfo(iperf3 string) HostInfo {
-	h := HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version()}
-	h.Hostname, _ = os.Hostname()
-	h.LoadStart = benchkit.LoadAverage()
-	var u unix.Utsname
-	if unix.Uname(&u) == nil {
-		h.Kernel = unix.ByteSliceToString(u.Release[:])
-	}
+	h := HostInfo{Machine: benchkit.ThisMachine(), LoadStart: benchkit.LoadAverage()}
 	if out, err := exec.Command(iperf3, "--version").Output(); err == nil {
 		h.Iperf3, _, _ = strings.Cut(string(out), "\n")
 	}

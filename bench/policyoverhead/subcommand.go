@@ -1,7 +1,6 @@
 package policyoverhead
 
 import (
-	"flag"
 	"fmt"
 	"io"
 
@@ -18,8 +17,7 @@ func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
 	if name != "report" {
 		return benchkit.Helper(name, args, stdout, stderr)
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := benchkit.SubcommandFlags(name, stderr)
 	var err error
 	switch name {
 	case "report":
@@ -52,12 +50,7 @@ func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	default:
-		fmt.Fprintf(stderr, "unknown subcommand %q\n", name)
-		return 2
+		return benchkit.UnknownSubcommand(stderr, name)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 1
-	}
-	return 0
+	return benchkit.SubcommandExit(stderr, name, err)
 }

@@ -1,7 +1,6 @@
 package services
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,10 +17,7 @@ import (
 // client with no translation got no answer), that every sample and programming time was
 // measured, and that the run left nothing behind.
 func TestQuickRun(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("starts an API server, kube-proxy and an agent")
-	}
+	benchkit.RequireQuickRun(t, "starts an API server, kube-proxy and an agent")
 	k8s, err := exec.Command("bash", "../../scripts/build-k8s.sh", "--dir").Output()
 	if err != nil {
 		t.Fatalf("scripts/build-k8s.sh --dir: %v", err)
@@ -37,17 +33,12 @@ func TestQuickRun(t *testing.T) {
 			benchkit.SkipOrFail(t, "missing "+f+" (scripts/build-k8s.sh, scripts/build-node.sh build it)")
 		}
 	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
-	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/svcbench")
+	q := benchkit.BuildQuickRun(t, 4*time.Minute, "svcbench")
 	prefix := "svbq" + testenv.Suffix(4)
-	out := filepath.Join(dir, "results")
-	benchkit.RunForTest(t, ctx, filepath.Join(dir, "svcbench"), "--quick", "--bin-dir", dir, "--k8s-bin-dir", k8sDir,
-		"--kube-proxy", kubeProxy, "--prefix", prefix, "--out", out)
+	benchkit.RunForTest(t, q.Ctx, q.Bin, "--quick", "--bin-dir", q.Dir, "--k8s-bin-dir", k8sDir,
+		"--kube-proxy", kubeProxy, "--prefix", prefix, "--out", q.Out)
 	var rep Report
-	benchkit.ReadReportForTest(t, out, "services", &rep)
+	benchkit.ReadReportForTest(t, q.Out, "services", &rep)
 	if len(rep.Stages) != 2 || rep.Stages[0].Services != 1 || rep.Stages[1].Services != 20 {
 		t.Fatalf("stages %+v, want 1 and 20 Services", rep.Stages)
 	}
@@ -78,16 +69,6 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	// Nothing left: namespaces, cgroups, the host link, the agent's pins.
-	left := []string{"/sys/fs/bpf/rampart/" + prefix, "/sys/class/net/" + prefix + "-h", filepath.Join(cgroup2Root(), prefix+"-rp")}
-	for _, p := range left {
-		if _, err := os.Stat(p); err == nil {
-			t.Errorf("left behind: %s", p)
-		}
-	}
-	ents, _ := os.ReadDir("/run/netns")
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), prefix) || strings.HasPrefix(e.Name(), "rp-"+prefix) {
-			t.Errorf("left behind: /run/netns/%s", e.Name())
-		}
-	}
+	benchkit.CheckLeftBehindForTest(t, []string{prefix},
+		"/sys/fs/bpf/rampart/"+prefix, "/sys/class/net/"+prefix+"-h", filepath.Join(cgroup2Root(), prefix+"-rp"))
 }

@@ -2,15 +2,12 @@ package services
 
 import (
 	"fmt"
-	"os"
 	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
@@ -113,15 +110,5 @@ func Plot(rep *Report, path string) error {
 	// Room above the tallest bar for the legend.
 	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.2
 	p.Legend.Top, p.Legend.Left = true, true
-	img := vgimg.New(9*vg.Inch, 4.5*vg.Inch)
-	p.Draw(draw.New(img))
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	if _, err := (&vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing plot %s: %w", path, err)
-	}
-	return f.Close()
+	return benchkit.PlotPNG(p, 9*vg.Inch, 4.5*vg.Inch, path)
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -53,18 +52,13 @@ type Config struct {
 
 // Report is a run's result.
 type Report struct {
-	Started    time.Time `json:"started"`
-	Finished   time.Time `json:"finished"`
-	Kernel     string    `json:"kernel"`
-	CPUs       int       `json:"cpus"`
-	LoadStart  float64   `json:"load_start"`
-	LoadEnd    float64   `json:"load_end"`
-	Rounds     int       `json:"rounds"`
-	Connects   int       `json:"connects_per_sample"`
-	DurationS  float64   `json:"request_sample_seconds"`
-	Workers    int       `json:"request_workers"`
-	Throughput string    `json:"throughput_method"`
-	Stages     []Stage   `json:"stages"`
+	benchkit.RunInfo
+	Rounds     int     `json:"rounds"`
+	Connects   int     `json:"connects_per_sample"`
+	DurationS  float64 `json:"request_sample_seconds"`
+	Workers    int     `json:"request_workers"`
+	Throughput string  `json:"throughput_method"`
+	Stages     []Stage `json:"stages"`
 }
 
 // Stage is one count of Services.
@@ -127,8 +121,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if cfg.ProgramTimeout == 0 {
 		cfg.ProgramTimeout = 5 * time.Minute
 	}
-	rep := &Report{Started: time.Now().UTC(), Kernel: benchkit.Kernel(), CPUs: runtime.NumCPU(),
-		LoadStart: benchkit.LoadAverage(), Rounds: cfg.Rounds, Connects: cfg.Connects,
+	rep := &Report{RunInfo: benchkit.StartRun(), Rounds: cfg.Rounds, Connects: cfg.Connects,
 		DurationS: cfg.Duration.Seconds(), Workers: cfg.Workers,
 		Throughput: "fresh connections: each request on a new TCP connection, closed with a reset after the response"}
 	var cleanup benchkit.Cleanups
@@ -199,8 +192,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		}
 		rep.Stages = append(rep.Stages, *st)
 	}
-	rep.Finished = time.Now().UTC()
-	rep.LoadEnd = benchkit.LoadAverage()
+	rep.Finish()
 	return rep, nil
 }
 
@@ -404,10 +396,6 @@ func (r *runner) stage(ctx context.Context, n int) (*Stage, error) {
 // ratio is the median over rounds of a case's per-round ratio to the baseline's sample
 // of the same round, with the range.
 func ratio(xs, base []Sample, f func(Sample) float64) Ratio {
-	rs := make([]float64, 0, len(xs))
-	for i := range xs {
-		rs = append(rs, benchkit.Ratio(f(xs[i]), f(base[i])))
-	}
-	lo, hi := benchkit.MinMax(rs)
-	return Ratio{Median: benchkit.Median(rs), Min: lo, Max: hi}
+	m, lo, hi := benchkit.PairedRatios(xs, base, f)
+	return Ratio{Median: m, Min: lo, Max: hi}
 }

@@ -1,13 +1,10 @@
 package services
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // Subcommands are the helpers svcbench runs inside the benchmark's namespaces.
@@ -18,11 +15,10 @@ func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch name {
 	case "serve":
-		fs := flag.NewFlagSet(name, flag.ContinueOnError)
-		fs.SetOutput(stderr)
+		fs := benchkit.SubcommandFlags(name, stderr)
 		addr := fs.String("addr", "", "address:port to serve HTTP on")
 		if err = fs.Parse(args); err == nil {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := benchkit.InterruptContext()
 			defer stop()
 			err = Serve(ctx, *addr)
 		}
@@ -31,9 +27,5 @@ func Subcommand(name string, args []string, stdout, stderr io.Writer) int {
 	default:
 		err = fmt.Errorf("unknown subcommand")
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 1
-	}
-	return 0
+	return benchkit.SubcommandExit(stderr, name, err)
 }

@@ -2,14 +2,14 @@ package taps
 
 import (
 	"fmt"
-	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
 // WritePlot draws every case's ratio to no tap (median, with the range over the pairs as
@@ -82,15 +82,5 @@ func WritePlot(res *Result, path string) error {
 	}
 	p.NominalX(names...)
 	p.Legend.Top, p.Legend.Left = true, false
-	img := vgimg.New(vg.Length(max(10, 1.4*float64(len(names))))*vg.Inch, 4.5*vg.Inch)
-	p.Draw(draw.New(img))
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	if _, err := (&vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing plot %s: %w", path, err)
-	}
-	return f.Close()
+	return benchkit.PlotPNG(p, vg.Length(max(10, 1.4*float64(len(names))))*vg.Inch, 4.5*vg.Inch, path)
 }

@@ -1,16 +1,12 @@
 package taps
 
 import (
-	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
-	"github.com/rampartnet/rampart/internal/testenv"
 )
 
 // TestQuickRun runs the benchmark command in quick mode, as CI's smoke test, and checks
@@ -20,27 +16,12 @@ import (
 // that the slowed monitor lost copies and the loss is reported, and that it left nothing
 // behind. It asserts no speed: targets belong in the benchmark's output.
 func TestQuickRun(t *testing.T) {
-	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("builds three binaries and runs the benchmark for about a minute and a half")
-	}
-	for _, tool := range []string{"iperf3", "nsenter", "taskset", "go", "suricata"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testenv.SkipOrFail(t, "%s not found: %v", tool, err)
-		}
-	}
+	benchkit.RequireQuickRun(t, "builds three binaries and runs the benchmark for about a minute and a half", "iperf3", "nsenter", "taskset", "go", "suricata")
 	fortio := benchkit.FortioForTest(t)
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	benchkit.BuildForTest(t, ctx, "../..", dir, "./cmd/rampartd", "./cmd/rampart")
-	benchkit.BuildForTest(t, ctx, "..", dir, "./cmd/tapbench")
-
-	out := filepath.Join(dir, "results")
-	stdout, _ := benchkit.RunForTest(t, ctx, filepath.Join(dir, "tapbench"), "--quick", "--bin-dir", dir, "--fortio", fortio, "--out", out)
-
+	q := benchkit.BuildQuickRun(t, 6*time.Minute, "tapbench")
+	stdout, _ := benchkit.RunForTest(t, q.Ctx, q.Bin, "--quick", "--bin-dir", q.Dir, "--fortio", fortio, "--out", q.Out)
 	var res Result
-	benchkit.ReadReportForTest(t, out, "taps", &res)
+	benchkit.ReadReportForTest(t, q.Out, "taps", &res)
 	if res.Schema != Schema || !res.Settings.Quick || res.Incomplete || len(res.Errors) > 0 {
 		t.Errorf("schema %q, quick %v, incomplete %v, errors %v", res.Schema, res.Settings.Quick, res.Incomplete, res.Errors)
 	}
@@ -109,15 +90,5 @@ func TestQuickRun(t *testing.T) {
 	if inst == "" {
 		t.Fatal("instance name not reported")
 	}
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		if strings.Contains(e.Name(), inst) {
-			t.Errorf("network namespace %s left behind", e.Name())
-		}
-	}
-	for _, n := range []string{"a", "b", "c"} {
-		if _, err := os.Stat(filepath.Join("/sys/fs/bpf/rampart", inst+n)); !os.IsNotExist(err) {
-			t.Errorf("pin directory of %s left behind (stat: %v)", inst+n, err)
-		}
-	}
+	benchkit.CheckLeftBehindForTest(t, []string{inst}, filepath.Join("/sys/fs/bpf/rampart", inst+"[abc]"))
 }

@@ -64,10 +64,7 @@ type Result struct {
 
 // HostInfo describes the machine and tools.
 type HostInfo struct {
-	Hostname  string  `json:"hostname"`
-	Kernel    string  `json:"kernel"`
-	CPUs      int     `json:"cpus"`
-	Go        string  `json:"go"`
+	benchkit.Machine
 	Iperf3    string  `json:"iperf3"`
 	Fortio    string  `json:"fortio"`
 	Suricata  string  `json:"suricata"`
@@ -320,7 +317,7 @@ func med(xs []float64) benchkit.Float { return benchkit.Float(benchkit.Median(xs
 
 // baseName is the report's file name without extension.
 func (r *Result) baseName() string {
-	return "taps-" + r.Started.UTC().Format("20060102T150405Z")
+	return benchkit.Stamped("taps", r.Started)
 }
 
 // Table renders the report as markdown: the measured cases, Table II's placements, and
@@ -453,19 +450,10 @@ func num(v benchkit.Float, prec int) string {
 // ExitCode is the command's exit status for a finished run: 1 if a case has no valid pair
 // or the run had errors, 3 if a case missed its target and failOnMiss, else 0.
 func ExitCode(res *Result, failOnMiss bool) int {
-	code := 0
-	if len(res.Errors) > 0 {
-		return 1
-	}
+	invalid, missed := false, false
 	for _, c := range res.Cases {
-		switch c.Summary.Verdict {
-		case verdictInvalid:
-			return 1
-		case verdictMiss:
-			if failOnMiss {
-				code = 3
-			}
-		}
+		invalid = invalid || c.Summary.Verdict == verdictInvalid
+		missed = missed || c.Summary.Verdict == verdictMiss
 	}
-	return code
+	return benchkit.ExitCode(invalid, res.Errors, missed, failOnMiss)
 }

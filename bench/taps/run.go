@@ -197,9 +197,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 				res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
 			}
 		}
-		for _, cerr := range cleanups.Run() {
-			res.Errors = append(res.Errors, "clean-up: "+cerr.Error())
-		}
+		res.Errors = append(res.Errors, benchkit.CleanupErrors(cleanups.Run())...)
 		res.Finished = time.Now()
 		res.Host.LoadEnd = benchkit.LoadAverage()
 		summarize(res.Cases)
@@ -207,16 +205,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			err = werr
 		}
 	}()
-	fail := func(e error) (*Result, error) {
-		res.Errors = append(res.Errors, e.Error())
-		return res, e
-	}
-	stats, restoreStats, err := benchkit.BPFStatsOff()
-	if err != nil {
+	fail := benchkit.FailFunc(res, &res.Errors)
+	if res.Host.BPFStats, err = cleanups.BPFStatsOff(); err != nil {
 		return fail(err)
 	}
-	res.Host.BPFStats = stats
-	cleanups.Add(restoreStats)
 	if r.workDir, err = os.MkdirTemp("", "rp-bench-taps-"); err != nil {
 		return fail(fmt.Errorf("creating work directory: %w", err))
 	}
@@ -870,8 +862,7 @@ func (r *runner) write(res *Result) error {
 }
 
 func hostInfo(cfg Config) HostInfo {
-	h := HostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Kernel: benchkit.Kernel(), LoadStart: benchkit.LoadAverage()}
-	h.Hostname, _ = os.Hostname()
+	h := HostInfo{Machine: benchkit.ThisMachine(), LoadStart: benchkit.LoadAverage()}
 	if out, err := exec.Command(cfg.Iperf3, "--version").Output(); err == nil {
 		h.Iperf3, _, _ = strings.Cut(string(out), "\n")
 	}

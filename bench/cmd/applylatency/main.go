@@ -5,21 +5,19 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/applylatency"
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
+
+const cmd benchkit.Cmd = "applylatency"
 
 func main() {
 	var (
@@ -38,39 +36,32 @@ func main() {
 	)
 	flag.Parse()
 	if *replot != "" {
-		var rep applylatency.Report
-		if err := benchkit.Replot(*replot, &rep, func(path string) error {
-			if err := os.WriteFile(strings.TrimSuffix(path, ".png")+".md", []byte(applylatency.Table(&rep)), 0o644); err != nil {
-				return err
-			}
-			return applylatency.Plot(&rep, path)
-		}); err != nil {
-			fail(err)
+		if err := benchkit.ReplotReport(*replot, applylatency.Table, applylatency.Plot); err != nil {
+			cmd.Exit(err)
 		}
 		return
 	}
 	cfg := applylatency.Config{
 		Rounds: *rounds, Instance: *instance, Interval: *interval, AgentFlags: strings.Fields(*agentFlags),
-		Log: func(f string, a ...any) {
-			fmt.Fprintf(os.Stderr, "%s applylatency: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(f, a...))
-		},
+		Log: cmd.Logf,
 	}
 	switch f := applylatency.Format(*format); f {
 	case applylatency.YAML, applylatency.JSON:
 		cfg.Format = f
 	default:
-		fail(fmt.Errorf("--format: %q is not yaml or json", *format))
+		cmd.Exit(fmt.Errorf("--format: %q is not yaml or json", *format))
 	}
 	if *builds == "" {
-		fail(fmt.Errorf("--builds: needed"))
+		cmd.Exit(fmt.Errorf("--builds: needed"))
 	}
 	for _, b := range benchkit.SplitList(*builds) {
 		name, dir, ok := strings.Cut(b, "=")
 		if !ok || name == "" || dir == "" {
-			fail(fmt.Errorf("--builds: %q is not name=DIR", b))
+			cmd.Exit(fmt.Errorf("--builds: %q is not name=DIR", b))
 		}
-		cfg.Builds = append(cfg.Builds, applylatency.Build{Name: name,
-			Rampartd: filepath.Join(dir, "rampartd"), Rampart: filepath.Join(dir, "rampart")})
+		build := applylatency.Build{Name: name}
+		build.Rampartd, build.Rampart = benchkit.AgentBins(dir)
+		cfg.Builds = append(cfg.Builds, build)
 	}
 	if cfg.Instance == "" {
 		cfg.Instance = fmt.Sprintf("al%d", os.Getpid()%100000)
@@ -78,41 +69,37 @@ func main() {
 	for _, s := range benchkit.SplitList(*sizes) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > applylatency.MaxRules {
-			fail(fmt.Errorf("--sizes: %q is not a count in 1..%d", s, applylatency.MaxRules))
+			cmd.Exit(fmt.Errorf("--sizes: %q is not a count in 1..%d", s, applylatency.MaxRules))
 		}
 		cfg.Sizes = append(cfg.Sizes, n)
 	}
 	var err error
 	if cfg.PodCIDR, err = netip.ParsePrefix(*podCIDR); err != nil {
-		fail(fmt.Errorf("--pod-cidr: %w", err))
+		cmd.Exit(fmt.Errorf("--pod-cidr: %w", err))
 	}
 	cfg.WorkDir = *workDir
 	if cfg.WorkDir == "" {
 		work, err := os.MkdirTemp("", "rp-applylatency-")
 		if err != nil {
-			fail(err)
+			cmd.Exit(err)
 		}
 		defer os.RemoveAll(work)
 		cfg.WorkDir = work
 	}
 	// Interrupts cancel the run, which then removes what it made; signals stay caught
 	// until that is done, so a second Ctrl-C does not cut the clean-up short.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	rep, runErr := applylatency.Run(ctx, cfg)
 	if rep == nil {
-		fail(runErr)
+		cmd.Exit(runErr)
 	}
-	table := applylatency.Table(rep)
-	base, err := benchkit.WriteReport(*outDir, "apply-latency-"+rep.Started.Format("20060102T150405Z"), rep, table,
-		func(path string) error { return applylatency.Plot(rep, path) })
-	if err != nil {
-		fail(err)
+	if err := benchkit.PublishReport(*outDir, "apply-latency", rep.Started, rep, applylatency.Table(rep),
+		func(path string) error { return applylatency.Plot(rep, path) }, "results: %s.{json,md,png}\n"); err != nil {
+		cmd.Exit(err)
 	}
-	fmt.Print(table)
-	fmt.Printf("results: %s.{json,md,png}\n", base)
 	if runErr != nil {
-		fail(runErr) // the clean-up
+		cmd.Exit(runErr) // the clean-up
 	}
 	if *failMiss {
 		for _, c := range rep.Checks {
@@ -121,9 +108,4 @@ func main() {
 			}
 		}
 	}
-}
-
-func fail(err error) {
-	fmt.Fprintf(os.Stderr, "applylatency: %v\n", err)
-	os.Exit(1)
 }

@@ -4,21 +4,19 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/churn"
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
+
+const cmd benchkit.Cmd = "churn"
 
 func main() {
 	var (
@@ -36,79 +34,62 @@ func main() {
 	)
 	flag.Parse()
 	if *replot != "" {
-		var rep churn.Report
-		if err := benchkit.Replot(*replot, &rep, func(path string) error {
-			if err := os.WriteFile(strings.TrimSuffix(path, ".png")+".md", []byte(churn.Table(&rep)), 0o644); err != nil {
-				return err
-			}
-			return churn.Plot(&rep, path)
-		}); err != nil {
-			fail(err)
+		if err := benchkit.ReplotReport(*replot, churn.Table, churn.Plot); err != nil {
+			cmd.Exit(err)
 		}
 		return
 	}
 	cfg := churn.Config{
-		Rampartd: filepath.Join(*binDir, "rampartd"), Rampart: filepath.Join(*binDir, "rampart"),
 		Rounds: *rounds, Idle: *idle, Instance: *instance,
-		Log: func(f string, a ...any) {
-			fmt.Fprintf(os.Stderr, "%s churn: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(f, a...))
-		},
+		Log: cmd.Logf,
 	}
 	if *binDir == "" {
-		fail(fmt.Errorf("--bin-dir: needed"))
+		cmd.Exit(fmt.Errorf("--bin-dir: needed"))
 	}
+	cfg.Rampartd, cfg.Rampart = benchkit.AgentBins(*binDir)
 	if cfg.Instance == "" {
 		cfg.Instance = fmt.Sprintf("ch%d", os.Getpid()%100000)
 	}
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
-			fail(fmt.Errorf("--sizes: %q is not a count >= 1", s))
+			cmd.Exit(fmt.Errorf("--sizes: %q is not a count >= 1", s))
 		}
 		cfg.Sizes = append(cfg.Sizes, n)
 	}
 	var err error
 	if cfg.PodCIDR, err = netip.ParsePrefix(*podCIDR); err != nil {
-		fail(fmt.Errorf("--pod-cidr: %w", err))
+		cmd.Exit(fmt.Errorf("--pod-cidr: %w", err))
 	}
 	if cfg.BaselineCIDR, err = netip.ParsePrefix(*baseCIDR); err != nil {
-		fail(fmt.Errorf("--baseline-cidr: %w", err))
+		cmd.Exit(fmt.Errorf("--baseline-cidr: %w", err))
 	}
 	cfg.AgentFlags = strings.Fields(*agentFlags)
 	cfg.WorkDir = *workDir
 	if cfg.WorkDir == "" {
 		work, err := os.MkdirTemp("", "rp-churn-")
 		if err != nil {
-			fail(err)
+			cmd.Exit(err)
 		}
 		defer os.RemoveAll(work)
 		cfg.WorkDir = work
 	} else if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
-		fail(err)
+		cmd.Exit(err)
 	}
 
 	// Interrupts cancel the run, which then removes what it made; signals stay caught
 	// until that is done, so a second Ctrl-C does not cut the clean-up short.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	rep, runErr := churn.Run(ctx, cfg)
 	if rep == nil {
-		fail(runErr)
+		cmd.Exit(runErr)
 	}
-	table := churn.Table(rep)
-	base, err := benchkit.WriteReport(*outDir, "churn-"+rep.Started.Format("20060102T150405Z"), rep, table,
-		func(path string) error { return churn.Plot(rep, path) })
-	if err != nil {
-		fail(err)
+	if err := benchkit.PublishReport(*outDir, "churn", rep.Started, rep, churn.Table(rep),
+		func(path string) error { return churn.Plot(rep, path) }, "results: %s.{json,md,png}\n"); err != nil {
+		cmd.Exit(err)
 	}
-	fmt.Print(table)
-	fmt.Printf("results: %s.{json,md,png}\n", base)
 	if runErr != nil {
-		fail(runErr) // the clean-up
+		cmd.Exit(runErr) // the clean-up
 	}
-}
-
-func fail(err error) {
-	fmt.Fprintf(os.Stderr, "churn: %v\n", err)
-	os.Exit(1)
 }

@@ -10,18 +10,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/cluster"
@@ -29,25 +24,18 @@ import (
 	"github.com/rampartnet/rampart/internal/testenv/clustertest"
 )
 
+const cmd benchkit.Cmd = "clusterbench"
+
 func main() {
 	// Helpers started inside pods: `clusterbench rr-server|rr-client|probe ...`.
-	if len(os.Args) > 1 && slices.Contains(benchkit.Helpers, os.Args[1]) {
-		os.Exit(benchkit.Helper(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
-	}
-	os.Exit(run())
+	benchkit.Main(run, benchkit.HelperSubcommands)
 }
 
+// ints parses a comma-separated list of numbers, sorted and without repeats.
 func ints(s string) ([]int, error) {
-	var out []int
-	for _, f := range benchkit.SplitList(s) {
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
+	out, err := benchkit.Ints(s)
 	slices.Sort(out)
-	return slices.Compact(out), nil
+	return slices.Compact(out), err
 }
 
 func run() int {
@@ -77,20 +65,12 @@ func run() int {
 		failOnMiss  = flag.Bool("fail-on-miss", false, "exit 3 if a target is missed")
 	)
 	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "clusterbench: unexpected arguments %v\n", flag.Args())
+	if cmd.ExtraArgs() {
 		return 2
 	}
 	if *replot != "" {
-		var rep cluster.Report
-		if err := benchkit.Replot(*replot, &rep, func(path string) error {
-			if err := os.WriteFile(strings.TrimSuffix(path, ".png")+".md", []byte(cluster.Table(&rep)), 0o644); err != nil {
-				return err
-			}
-			return cluster.Plot(&rep, path)
-		}); err != nil {
-			fmt.Fprintf(os.Stderr, "clusterbench: %v\n", err)
-			return 1
+		if err := benchkit.ReplotReport(*replot, cluster.Table, cluster.Plot); err != nil {
+			return cmd.Fail(err)
 		}
 		return 0
 	}
@@ -99,8 +79,7 @@ func run() int {
 		cfg = cluster.QuickConfig()
 	}
 	if err := apply(&cfg, *experiments, *modes, *pairs, *traffic, *policies, *policyMode); err != nil {
-		fmt.Fprintf(os.Stderr, "clusterbench: %v\n", err)
-		return 2
+		return cmd.Errorf(2, "%v", err)
 	}
 	cfg.NoPolicy = !*noNoPolicy
 	cfg.UDPRate = *udpMbps * 1e6
@@ -110,18 +89,9 @@ func run() int {
 	if *repeats != 0 {
 		cfg.Repeats = *repeats
 	}
-	for _, d := range []struct {
-		v   time.Duration
-		dst *int
-	}{{*podDuration, &cfg.PodSeconds}, {*duration, &cfg.Seconds}} {
-		if d.v == 0 {
-			continue
-		}
-		if d.v%time.Second != 0 {
-			fmt.Fprintln(os.Stderr, "clusterbench: iperf3 durations must be whole seconds (iperf3 -t)")
-			return 2
-		}
-		*d.dst = int(d.v / time.Second)
+	if err := errors.Join(benchkit.WholeSeconds("--pod-duration", *podDuration, &cfg.PodSeconds),
+		benchkit.WholeSeconds("--duration", *duration, &cfg.Seconds)); err != nil {
+		return cmd.Errorf(2, "%v", err)
 	}
 	if *rrDuration != 0 {
 		cfg.RRDuration = *rrDuration
@@ -130,29 +100,25 @@ func run() int {
 		cfg.CPU = *cpu
 	}
 	cfg.OutDir, cfg.Iperf3, cfg.NoPlot, cfg.Log = *outDir, *iperf3, *noPlot, stampWriter{os.Stderr}
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "clusterbench: finding own binary: %v\n", err)
-		return 1
+	var err error
+	if cfg.Self, err = cmd.Self(); err != nil {
+		return cmd.Fail(err)
 	}
-	cfg.Self = self
 
 	// Interrupts cancel the run, which then removes what it made.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	cfg.Control = *control
 	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir, "./cmd/rampart-cni", "./test/rampart-podrunner")
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "clusterbench: %v\n", err)
-		return 1
+		return cmd.Fail(err)
 	}
 	defer cleanup()
-	cfg.Bin = cluster.AgentBinaries{Rampartd: filepath.Join(dir, "rampartd"), Rampart: filepath.Join(dir, "rampart")}
+	cfg.Bin.Rampartd, cfg.Bin.Rampart = benchkit.AgentBins(dir)
 	cfg.K8s = cluster.K8sBinaries{BinDir: dir, K8sBinDir: *k8sBinDir}
 	if cfg.Control == cluster.ControlK8s && cfg.K8s.K8sBinDir == "" {
 		if cfg.K8s.K8sBinDir, err = benchkit.K8sBinDir(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "clusterbench: %v\n", err)
-			return 1
+			return cmd.Fail(err)
 		}
 	}
 
@@ -160,24 +126,17 @@ func run() int {
 	defer clustertest.Bins.Remove()
 	rep, runErr := cluster.Run(ctx, cfg)
 	if rep == nil {
-		fmt.Fprintf(os.Stderr, "clusterbench: %v\n", runErr)
-		return 1
+		return cmd.Fail(runErr)
 	}
-	table := cluster.Table(rep)
 	plot := func(path string) error { return cluster.Plot(rep, path) }
 	if cfg.NoPlot {
 		plot = func(string) error { return nil }
 	}
-	base, err := benchkit.WriteReport(cfg.OutDir, "cluster-"+rep.Started.Format("20060102T150405Z"), rep, table, plot)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "clusterbench: writing the report: %v\n", err)
-		return 1
+	if err := benchkit.PublishReport(cfg.OutDir, "cluster", rep.Started, rep, cluster.Table(rep), plot, "\nresults: %s.{json,md,png}\n"); err != nil {
+		return cmd.Errorf(1, "writing the report: %v", err)
 	}
-	fmt.Print(table)
-	fmt.Printf("\nresults: %s.{json,md,png}\n", base)
 	if runErr != nil || len(rep.Errors) > 0 {
-		fmt.Fprintf(os.Stderr, "clusterbench: %v\n", errors.Join(runErr, errors.New(strings.Join(rep.Errors, "; "))))
-		return 1
+		return cmd.Fail(errors.Join(runErr, errors.New(strings.Join(rep.Errors, "; "))))
 	}
 	if *failOnMiss && missed(rep) {
 		return 3

@@ -4,20 +4,18 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/coldcost"
+	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
+
+const cmd benchkit.Cmd = "coldcost"
 
 func main() {
 	var (
@@ -33,8 +31,9 @@ func main() {
 	)
 	flag.Parse()
 	if *replot != "" {
-		if err := redraw(*replot); err != nil {
-			fail(err)
+		var rep coldcost.Report
+		if err := benchkit.Replot(*replot, &rep, func(path string) error { return coldcost.Plot(&rep, path) }); err != nil {
+			cmd.Exit(err)
 		}
 		return
 	}
@@ -46,64 +45,32 @@ func main() {
 	for _, b := range strings.Split(*builds, ",") {
 		name, path, ok := strings.Cut(b, "=")
 		if !ok || name == "" || path == "" {
-			fail(fmt.Errorf("--builds: %q is not name=path", b))
+			cmd.Exit(fmt.Errorf("--builds: %q is not name=path", b))
 		}
 		cfg.Builds = append(cfg.Builds, coldcost.Build{Name: name, Rampartd: path})
 	}
 	if cfg.Rampart == "" {
-		fail(fmt.Errorf("--rampart: the CLI is needed"))
+		cmd.Exit(fmt.Errorf("--rampart: the CLI is needed"))
 	}
 	work, err := os.MkdirTemp("", "rp-coldcost-")
 	if err != nil {
-		fail(err)
+		cmd.Exit(err)
 	}
 	defer os.RemoveAll(work)
 	cfg.WorkDir = work
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	rep, err := coldcost.Run(ctx, cfg)
 	if err != nil {
-		fail(err)
+		cmd.Exit(err)
 	}
-	if err := os.MkdirAll(*outDir, 0o755); err != nil {
-		fail(err)
+	plot := func(path string) error { return coldcost.Plot(rep, path) }
+	if *noPlot {
+		plot = func(string) error { return nil }
 	}
-	base := filepath.Join(*outDir, "cold-cost-"+rep.Started.Format("20060102T150405Z"))
-	js, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		fail(err)
+	done := map[bool]string{false: "results: %s.{json,md,png}\n", true: "results: %s.{json,md}\n"}[*noPlot]
+	if err := benchkit.PublishReport(*outDir, "cold-cost", rep.Started, rep, coldcost.Table(rep), plot, done); err != nil {
+		cmd.Exit(err)
 	}
-	table := coldcost.Table(rep)
-	if err := os.WriteFile(base+".json", append(js, '\n'), 0o644); err != nil {
-		fail(err)
-	}
-	if err := os.WriteFile(base+".md", []byte(table), 0o644); err != nil {
-		fail(err)
-	}
-	if !*noPlot {
-		if err := coldcost.Plot(rep, base+".png"); err != nil {
-			fail(err)
-		}
-	}
-	fmt.Print(table)
-	fmt.Printf("results: %s.{json,md%s}\n", base, map[bool]string{false: ",png", true: ""}[*noPlot])
-}
-
-// redraw writes the plot of the JSON report at path next to it.
-func redraw(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var rep coldcost.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return fmt.Errorf("reading %s: %w", path, err)
-	}
-	return coldcost.Plot(&rep, strings.TrimSuffix(path, ".json")+".png")
-}
-
-func fail(err error) {
-	fmt.Fprintf(os.Stderr, "coldcost: %v\n", err)
-	os.Exit(1)
 }

@@ -5,30 +5,20 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"slices"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/dns"
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
+const cmd benchkit.Cmd = "dnsbench"
+
 func main() {
 	// Helpers started inside the namespaces: `dnsbench serve-dns|serve-world|client|probe ...`.
-	if len(os.Args) > 1 && slices.Contains(dns.Subcommands, os.Args[1]) {
-		os.Exit(dns.Subcommand(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
-	}
-	if len(os.Args) > 1 && slices.Contains(benchkit.Helpers, os.Args[1]) {
-		os.Exit(benchkit.Helper(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
-	}
-	os.Exit(run())
+	benchkit.Main(run, benchkit.Subcommands{Names: dns.Subcommands, Run: dns.Subcommand}, benchkit.HelperSubcommands)
 }
 
 func run() int {
@@ -50,64 +40,47 @@ func run() int {
 	)
 	flag.Parse()
 	if *replot != "" {
-		var rep dns.Report
-		if err := benchkit.Replot(*replot, &rep, func(path string) error {
-			if err := os.WriteFile(strings.TrimSuffix(path, ".png")+".md", []byte(dns.Table(&rep)), 0o644); err != nil {
-				return err
-			}
-			return dns.Plot(&rep, path)
-		}); err != nil {
-			return fail(err)
+		if err := benchkit.ReplotReport(*replot, dns.Table, dns.Plot); err != nil {
+			return cmd.Fail(err)
 		}
 		return 0
 	}
-	self, err := os.Executable()
+	self, err := cmd.Self()
 	if err != nil {
-		return fail(err)
+		return cmd.Fail(err)
 	}
 	cfg := dns.Config{
 		Rounds: *rounds, Queries: *queries, Warmup: 100, Workers: *workers, Duration: *duration,
 		LearnRounds: *learnRounds, NamesPerBlock: *perBlock, ManyLearnt: *many,
 		Self: self, ClientCPU: *clientCPU, ServerCPU: *serverCPU, Prefix: *prefix,
-		Log: func(f string, a ...any) {
-			fmt.Fprintf(os.Stderr, "%s dnsbench: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(f, a...))
-		},
+		Log: cmd.Logf,
 	}
 	if *quick {
 		cfg.Rounds, cfg.Queries, cfg.Warmup, cfg.Duration = 1, 200, 20, 300*time.Millisecond
 		cfg.LearnRounds, cfg.NamesPerBlock, cfg.ManyLearnt = 1, 30, 100
 	}
 	if cfg.Rounds < 1 || cfg.Queries < 1 || cfg.Workers < 1 || cfg.LearnRounds < 1 || cfg.NamesPerBlock < 1 {
-		return fail(fmt.Errorf("--rounds, --queries, --workers, --learn-rounds and --names must be positive"))
+		return cmd.Fail(fmt.Errorf("--rounds, --queries, --workers, --learn-rounds and --names must be positive"))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	dir, cleanupBin, err := benchkit.AgentBinDir(ctx, *binDir)
 	if err != nil {
-		return fail(err)
+		return cmd.Fail(err)
 	}
 	defer cleanupBin()
-	cfg.Rampartd, cfg.Rampart = filepath.Join(dir, "rampartd"), filepath.Join(dir, "rampart")
+	cfg.Rampartd, cfg.Rampart = benchkit.AgentBins(dir)
 	if cfg.WorkDir, err = os.MkdirTemp("", "rp-dnsbench-"); err != nil {
-		return fail(err)
+		return cmd.Fail(err)
 	}
 	defer os.RemoveAll(cfg.WorkDir)
 	rep, err := dns.Run(ctx, cfg)
 	if err != nil {
-		return fail(err)
+		return cmd.Fail(err)
 	}
-	table := dns.Table(rep)
-	base, err := benchkit.WriteReport(*outDir, "dns-"+rep.Started.Format("20060102T150405Z"), rep, table,
-		func(path string) error { return dns.Plot(rep, path) })
-	if err != nil {
-		return fail(err)
+	if err := benchkit.PublishReport(*outDir, "dns", rep.Started, rep, dns.Table(rep),
+		func(path string) error { return dns.Plot(rep, path) }, "\nwrote %s.{json,md,png}\n"); err != nil {
+		return cmd.Fail(err)
 	}
-	fmt.Print(table)
-	fmt.Printf("\nwrote %s.{json,md,png}\n", base)
 	return 0
-}
-
-func fail(err error) int {
-	fmt.Fprintf(os.Stderr, "dnsbench: %v\n", err)
-	return 1
 }

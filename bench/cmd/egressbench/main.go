@@ -14,30 +14,25 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/egress"
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 )
 
+const cmd benchkit.Cmd = "egressbench"
+
 func main() {
 	// Helpers started inside the namespaces (`egressbench rr-server|rr-client|probe ...`),
 	// and `egressbench report FILE.json`, which prints a saved report's table.
-	if len(os.Args) > 1 && slices.Contains(egress.Subcommands, os.Args[1]) {
-		os.Exit(egress.Subcommand(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
-	}
-	os.Exit(run())
+	benchkit.Main(run, benchkit.Subcommands{Names: egress.Subcommands, Run: egress.Subcommand})
 }
 
 func run() int {
@@ -71,8 +66,7 @@ func run() int {
 		failOnMiss = flag.Bool("fail-on-miss", false, "exit 3 if a target is missed")
 	)
 	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "egressbench: unexpected arguments %v\n", flag.Args())
+	if cmd.ExtraArgs() {
 		return 2
 	}
 	cfg := def
@@ -85,8 +79,7 @@ func run() int {
 	if *counts != "" {
 		var err error
 		if cfg.Counts, err = parseCounts(*counts); err != nil {
-			fmt.Fprintf(os.Stderr, "egressbench: %v\n", err)
-			return 2
+			return cmd.Errorf(2, "%v", err)
 		}
 	}
 	cfg.Filters = benchkit.SplitList(*filters)
@@ -114,8 +107,7 @@ func run() int {
 	if *memLimit != "" {
 		v, err := parseSize(*memLimit)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "egressbench: --mem-limit: %v\n", err)
-			return 2
+			return cmd.Errorf(2, "--mem-limit: %v", err)
 		}
 		cfg.MemLimit = v
 	}
@@ -124,25 +116,20 @@ func run() int {
 	cfg.OutDir, cfg.NoPlot = *outDir, *noPlot
 	cfg.Log = os.Stderr
 
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "egressbench: finding own binary: %v\n", err)
-		return 1
+	var err error
+	if cfg.Self, err = cmd.Self(); err != nil {
+		return cmd.Fail(err)
 	}
-	cfg.Self = self
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	if len(cfg.Filters) == 0 || slices.Contains(cfg.Filters, egress.FilterRampart) {
 		dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "egressbench: %v\n", err)
-			return 1
+			return cmd.Fail(err)
 		}
 		defer cleanup()
-		*binDir = dir
-		cfg.Rampartd = filepath.Join(*binDir, "rampartd")
-		cfg.Rampart = filepath.Join(*binDir, "rampart")
+		cfg.Rampartd, cfg.Rampart = benchkit.AgentBins(dir)
 	}
 
 	res, err := egress.Run(ctx, cfg)
@@ -150,51 +137,33 @@ func run() int {
 		fmt.Println()
 		res.WriteMarkdown(os.Stdout)
 		fmt.Println()
-		for _, p := range []struct{ what, path string }{{"results", res.JSONPath}, {"table", res.TablePath}, {"plot", res.PlotPath}} {
-			if p.path != "" {
-				fmt.Printf("%-8s %s\n", p.what+":", p.path)
-			}
-		}
+		benchkit.PrintOutputs(res.JSONPath, res.TablePath, res.PlotPath)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "egressbench: %v\n", err)
-		return 1
+		return cmd.Fail(err)
 	}
-	code := 0
+	invalid, missed := false, false
 	for _, c := range res.Counts {
 		for _, f := range c.Filters {
-			if f.Status == egress.StatusInvalid {
-				code = 1
-			}
+			invalid = invalid || f.Status == egress.StatusInvalid
 		}
-	}
-	if len(res.Errors) > 0 {
-		code = 1
 	}
 	for _, t := range res.Targets {
-		if t.Verdict == egress.VerdictMiss && *failOnMiss && code == 0 {
-			code = 3
-		}
+		missed = missed || t.Verdict == egress.VerdictMiss
 	}
-	return code
+	return benchkit.ExitCode(invalid, res.Errors, missed, *failOnMiss)
 }
 
 // parseCounts parses "10,100,1k,1M".
 func parseCounts(s string) ([]int, error) {
 	var out []int
 	for _, f := range benchkit.SplitList(s) {
-		mult := 1
-		switch {
-		case strings.HasSuffix(f, "k"):
-			mult, f = 1000, strings.TrimSuffix(f, "k")
-		case strings.HasSuffix(f, "M"):
-			mult, f = 1_000_000, strings.TrimSuffix(f, "M")
-		}
+		f, mult := benchkit.CutUnit(f, map[string]float64{"k": 1000, "M": 1_000_000})
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
 			return nil, fmt.Errorf("count %q: want a positive number with an optional k or M", f)
 		}
-		out = append(out, n*mult)
+		out = append(out, n*int(mult))
 	}
 	if len(out) == 0 {
 		return nil, errors.New("no counts")
@@ -205,15 +174,10 @@ func parseCounts(s string) ([]int, error) {
 
 // parseSize parses a byte count with an optional K, M or G suffix (powers of 1024).
 func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	for suf, m := range map[string]int64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30} {
-		if strings.HasSuffix(s, suf) {
-			mult, s = m, strings.TrimSuffix(s, suf)
-		}
-	}
+	s, mult := benchkit.CutUnit(s, map[string]float64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30})
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil || v <= 0 {
 		return 0, fmt.Errorf("size %q: want a positive number with an optional K, M or G", s)
 	}
-	return int64(v * float64(mult)), nil
+	return int64(v * mult), nil
 }

@@ -12,29 +12,21 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
-	"path/filepath"
-	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/bench/l7"
 )
 
+const cmd benchkit.Cmd = "l7bench"
+
 func main() {
 	// Helpers started inside endpoints: `l7bench http-server|http-probe ...`.
-	if len(os.Args) > 1 && slices.Contains(l7.Subcommands, os.Args[1]) {
-		os.Exit(l7.Subcommand(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
-	}
-	os.Exit(run())
+	benchkit.Main(run, benchkit.Subcommands{Names: l7.Subcommands, Run: l7.Subcommand})
 }
 
 func run() int {
@@ -64,8 +56,7 @@ func run() int {
 		failOnMiss  = flag.Bool("fail-on-miss", false, "exit 3 if a ratio misses its target")
 	)
 	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "l7bench: unexpected arguments %v\n", flag.Args())
+	if cmd.ExtraArgs() {
 		return 2
 	}
 	cfg := def
@@ -95,76 +86,42 @@ func run() int {
 	cfg.SendSide = *sendSide
 	cfg.Log = os.Stderr
 
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "l7bench: finding own binary: %v\n", err)
-		return 1
+	var err error
+	if cfg.Self, err = cmd.Self(); err != nil {
+		return cmd.Fail(err)
 	}
-	cfg.Self = self
-	if cfg.Fortio, err = findFortio(*fortio); err != nil {
-		fmt.Fprintf(os.Stderr, "l7bench: %v\n", err)
-		return 1
+	if cfg.Fortio = *fortio; cfg.Fortio == "" {
+		cfg.Fortio, err = benchkit.FindFortio()
+	}
+	if err != nil {
+		return cmd.Fail(err)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "l7bench: %v\n", err)
-		return 1
+		return cmd.Fail(err)
 	}
 	defer cleanup()
-	cfg.Rampartd = filepath.Join(dir, "rampartd")
-	cfg.Rampart = filepath.Join(dir, "rampart")
+	cfg.Rampartd, cfg.Rampart = benchkit.AgentBins(dir)
 
 	res, err := l7.Run(ctx, cfg)
 	if res != nil {
 		fmt.Println()
 		res.WriteMarkdown(os.Stdout)
 		fmt.Println()
-		for _, p := range []struct{ what, path string }{{"results", res.JSONPath}, {"table", res.TablePath}, {"plot", res.PlotPath}} {
-			if p.path != "" {
-				fmt.Printf("%-8s %s\n", p.what+":", p.path)
-			}
-		}
+		benchkit.PrintOutputs(res.JSONPath, res.TablePath, res.PlotPath)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "l7bench: %v\n", err)
-		return 1
+		return cmd.Fail(err)
 	}
-	code := 0
+	invalid, missed := false, false
 	for _, c := range res.Cases {
-		if c.Summary.Verdict == l7.VerdictInvalid {
-			code = 1
-		}
-	}
-	if len(res.Errors) > 0 {
-		code = 1
+		invalid = invalid || c.Summary.Verdict == l7.VerdictInvalid
 	}
 	for _, c := range res.Comparisons {
-		if c.Verdict == l7.VerdictMiss && *failOnMiss && code == 0 {
-			code = 3
-		}
+		missed = missed || c.Verdict == l7.VerdictMiss
 	}
-	return code
-}
-
-// findFortio returns the fortio binary to use: the flag's, else fortio on PATH, else the
-// one `go install` puts in $(go env GOPATH)/bin (scripts/setup.sh installs it there).
-func findFortio(flagValue string) (string, error) {
-	if flagValue != "" {
-		return flagValue, nil
-	}
-	if p, err := exec.LookPath("fortio"); err == nil {
-		return p, nil
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		for _, dir := range filepath.SplitList(strings.TrimSpace(string(out))) {
-			p := filepath.Join(dir, "bin", "fortio")
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-		}
-	}
-	return "", errors.New("fortio not found: run scripts/setup.sh (or go install fortio.org/fortio@v1.68.2), or pass --fortio")
+	return benchkit.ExitCode(invalid, res.Errors, missed, *failOnMiss)
 }

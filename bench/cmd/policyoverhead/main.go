@@ -1,27 +1,19 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"syscall"
-	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/bench/policyoverhead"
 )
 
+const cmd benchkit.Cmd = "policyoverhead"
+
 func main() {
 	// Helpers started inside endpoints: `policyoverhead rr-server|rr-client|probe ...`.
-	if len(os.Args) > 1 && slices.Contains(policyoverhead.Subcommands, os.Args[1]) {
-		os.Exit(policyoverhead.Subcommand(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
-	}
-	os.Exit(run())
+	benchkit.Main(run, benchkit.Subcommands{Names: policyoverhead.Subcommands, Run: policyoverhead.Subcommand})
 }
 
 func run() int {
@@ -44,8 +36,7 @@ func run() int {
 		hubble     = flag.String("hubble", "", "the hubble CLI, which then reads the observed-l4 case's agent over Hubble's flow API too (bench/run-policy-overhead.sh passes the one scripts/build-hubble.sh built)")
 	)
 	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "policyoverhead: unexpected arguments %v\n", flag.Args())
+	if cmd.ExtraArgs() {
 		return 2
 	}
 	cfg := policyoverhead.DefaultConfig()
@@ -55,24 +46,15 @@ func run() int {
 	if *repeats != 0 {
 		cfg.Repeats = *repeats
 	}
-	if *duration != 0 {
-		if *duration%time.Second != 0 {
-			fmt.Fprintln(os.Stderr, "policyoverhead: --duration must be whole seconds (iperf3 -t)")
-			return 2
-		}
-		cfg.IperfSeconds = int(*duration / time.Second)
+	if err := benchkit.WholeSeconds("--duration", *duration, &cfg.IperfSeconds); err != nil {
+		return cmd.Errorf(2, "%v", err)
 	}
 	if *rrDuration != 0 {
 		cfg.RRDuration = *rrDuration
 	}
-	cfg.RuleCounts = nil
-	for _, f := range benchkit.SplitList(*rules) {
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "policyoverhead: --rules: %v\n", err)
-			return 2
-		}
-		cfg.RuleCounts = append(cfg.RuleCounts, n)
+	var err error
+	if cfg.RuleCounts, err = benchkit.Ints(*rules); err != nil {
+		return cmd.Errorf(2, "--rules: %v", err)
 	}
 	cfg.Cases = benchkit.SplitList(*cases)
 	cfg.RRRequestBytes, cfg.RRResponseBytes = *reqSize, *respSize
@@ -82,57 +64,37 @@ func run() int {
 	}
 	cfg.Log = os.Stderr
 
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "policyoverhead: finding own binary: %v\n", err)
-		return 1
+	if cfg.Self, err = cmd.Self(); err != nil {
+		return cmd.Fail(err)
 	}
-	cfg.Self = self
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	if *binDir == "" && !(len(cfg.Cases) == 1 && cfg.Cases[0] == policyoverhead.CaseNoAgent) {
 		dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "policyoverhead: %v\n", err)
-			return 1
+			return cmd.Fail(err)
 		}
 		defer cleanup()
 		*binDir = dir
 	}
 	if *binDir != "" {
-		cfg.Rampartd = filepath.Join(*binDir, "rampartd")
-		cfg.Rampart = filepath.Join(*binDir, "rampart")
+		cfg.Rampartd, cfg.Rampart = benchkit.AgentBins(*binDir)
 	}
 
 	res, err := policyoverhead.Run(ctx, cfg)
 	if res != nil {
 		fmt.Println()
 		res.PrintTable(os.Stdout)
-		if res.JSONPath != "" {
-			fmt.Printf("results: %s\n", res.JSONPath)
-		}
-		if res.PlotPath != "" {
-			fmt.Printf("plot:    %s\n", res.PlotPath)
-		}
+		benchkit.PrintOutputs(res.JSONPath, "", res.PlotPath)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "policyoverhead: %v\n", err)
-		return 1
+		return cmd.Fail(err)
 	}
-	code := 0
+	invalid, missed := false, false
 	for _, c := range res.Cases {
-		switch c.Summary.Verdict {
-		case policyoverhead.VerdictInvalid:
-			code = 1
-		case policyoverhead.VerdictMiss:
-			if *failOnMiss && code == 0 {
-				code = 3
-			}
-		}
+		invalid = invalid || c.Summary.Verdict == policyoverhead.VerdictInvalid
+		missed = missed || c.Summary.Verdict == policyoverhead.VerdictMiss
 	}
-	if len(res.Errors) > 0 {
-		code = 1
-	}
-	return code
+	return benchkit.ExitCode(invalid, res.Errors, missed, *failOnMiss)
 }

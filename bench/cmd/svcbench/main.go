@@ -4,28 +4,21 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/bench/services"
 )
 
+const cmd benchkit.Cmd = "svcbench"
+
 func main() {
 	// Helpers started inside the namespaces: `svcbench serve|client ...`.
-	if len(os.Args) > 1 && slices.Contains(services.Subcommands, os.Args[1]) {
-		os.Exit(services.Subcommand(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
-	}
-	os.Exit(run())
+	benchkit.Main(run, benchkit.Subcommands{Names: services.Subcommands, Run: services.Subcommand})
 }
 
 func run() int {
@@ -48,34 +41,26 @@ func run() int {
 	)
 	flag.Parse()
 	if *replot != "" {
-		var rep services.Report
-		if err := benchkit.Replot(*replot, &rep, func(path string) error {
-			if err := os.WriteFile(strings.TrimSuffix(path, ".png")+".md", []byte(services.Table(&rep)), 0o644); err != nil {
-				return err
-			}
-			return services.Plot(&rep, path)
-		}); err != nil {
-			return fail(err)
+		if err := benchkit.ReplotReport(*replot, services.Table, services.Plot); err != nil {
+			return cmd.Fail(err)
 		}
 		return 0
 	}
-	self, err := os.Executable()
+	self, err := cmd.Self()
 	if err != nil {
-		return fail(err)
+		return cmd.Fail(err)
 	}
 	cfg := services.Config{
 		Rounds: *rounds, Connects: *connects, Duration: *duration, Workers: *workers, Spread: *spread, Checked: 100,
 		Self: self, K8sBinDir: *k8sBinDir, KubeProxy: *kubeProxy,
-		Rampartd: filepath.Join(*binDir, "rampartd"), Rampart: filepath.Join(*binDir, "rampart"),
 		ClientCPU: *clientCPU, ServerCPU: *serverCPU, Prefix: *prefix,
-		Log: func(f string, a ...any) {
-			fmt.Fprintf(os.Stderr, "%s svcbench: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(f, a...))
-		},
+		Log: cmd.Logf,
 	}
+	cfg.Rampartd, cfg.Rampart = benchkit.AgentBins(*binDir)
 	for _, c := range benchkit.SplitList(*counts) {
 		n, err := strconv.Atoi(c)
 		if err != nil || n < 1 {
-			return fail(fmt.Errorf("--counts: %q is not a positive number", c))
+			return cmd.Fail(fmt.Errorf("--counts: %q is not a positive number", c))
 		}
 		cfg.Counts = append(cfg.Counts, n)
 	}
@@ -83,30 +68,21 @@ func run() int {
 		cfg.Counts, cfg.Rounds, cfg.Connects, cfg.Duration, cfg.Checked = []int{1, 20}, 1, 200, 300*time.Millisecond, 20
 	}
 	if *binDir == "" || *k8sBinDir == "" || *kubeProxy == "" {
-		return fail(fmt.Errorf("--bin-dir, --k8s-bin-dir and --kube-proxy are needed (bench/run-services.sh finds them)"))
+		return cmd.Fail(fmt.Errorf("--bin-dir, --k8s-bin-dir and --kube-proxy are needed (bench/run-services.sh finds them)"))
 	}
 	if cfg.WorkDir, err = os.MkdirTemp("", "rp-svcbench-"); err != nil {
-		return fail(err)
+		return cmd.Fail(err)
 	}
 	defer os.RemoveAll(cfg.WorkDir)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	rep, err := services.Run(ctx, cfg)
 	if err != nil {
-		return fail(err)
+		return cmd.Fail(err)
 	}
-	table := services.Table(rep)
-	base, err := benchkit.WriteReport(*outDir, "services-"+rep.Started.Format("20060102T150405Z"), rep, table,
-		func(path string) error { return services.Plot(rep, path) })
-	if err != nil {
-		return fail(err)
+	if err := benchkit.PublishReport(*outDir, "services", rep.Started, rep, services.Table(rep),
+		func(path string) error { return services.Plot(rep, path) }, "\nwrote %s.{json,md,png}\n"); err != nil {
+		return cmd.Fail(err)
 	}
-	fmt.Print(table)
-	fmt.Printf("\nwrote %s.{json,md,png}\n", base)
 	return 0
-}
-
-func fail(err error) int {
-	fmt.Fprintf(os.Stderr, "svcbench: %v\n", err)
-	return 1
 }

@@ -12,26 +12,19 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"slices"
-	"syscall"
-	"time"
 
 	"github.com/rampartnet/rampart/bench/internal/benchkit"
 	"github.com/rampartnet/rampart/bench/taps"
 )
 
+const cmd benchkit.Cmd = "tapbench"
+
 func main() {
 	// Helpers started inside endpoints: `tapbench http-server|probe ...`.
-	if len(os.Args) > 1 && slices.Contains(taps.Subcommands, os.Args[1]) {
-		os.Exit(taps.Subcommand(os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
-	}
-	os.Exit(run())
+	benchkit.Main(run, benchkit.Subcommands{Names: taps.Subcommands, Run: taps.Subcommand})
 }
 
 func run() int {
@@ -54,15 +47,13 @@ func run() int {
 		replot     = flag.String("replot", "", "draw the plot of a saved JSON report next to it, and exit")
 	)
 	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "tapbench: unexpected arguments %v\n", flag.Args())
+	if cmd.ExtraArgs() {
 		return 2
 	}
 	if *replot != "" {
 		var res taps.Result
 		if err := benchkit.Replot(*replot, &res, func(path string) error { return taps.WritePlot(&res, path) }); err != nil {
-			fmt.Fprintf(os.Stderr, "tapbench: %v\n", err)
-			return 1
+			return cmd.Fail(err)
 		}
 		return 0
 	}
@@ -73,12 +64,8 @@ func run() int {
 	if *repeats != 0 {
 		cfg.Repeats = *repeats
 	}
-	if *duration != 0 {
-		if *duration%time.Second != 0 {
-			fmt.Fprintln(os.Stderr, "tapbench: --duration must be whole seconds (iperf3 -t)")
-			return 2
-		}
-		cfg.IperfSeconds = int(*duration / time.Second)
+	if err := benchkit.WholeSeconds("--duration", *duration, &cfg.IperfSeconds); err != nil {
+		return cmd.Errorf(2, "%v", err)
 	}
 	if *webDur != 0 {
 		cfg.WebDuration = *webDur
@@ -97,37 +84,28 @@ func run() int {
 	}
 	cfg.OutDir, cfg.NoPlot, cfg.Iperf3, cfg.Fortio, cfg.Suricata = *outDir, *noPlot, *iperf3, *fortio, *suricata
 	cfg.Log = os.Stderr
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "tapbench: finding own binary: %v\n", err)
-		return 1
+	var err error
+	if cfg.Self, err = cmd.Self(); err != nil {
+		return cmd.Fail(err)
 	}
-	cfg.Self = self
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := benchkit.InterruptContext()
 	defer stop()
 	dir, cleanup, err := benchkit.AgentBinDir(ctx, *binDir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "tapbench: %v\n", err)
-		return 1
+		return cmd.Fail(err)
 	}
 	defer cleanup()
-	cfg.Rampartd, cfg.Rampart = filepath.Join(dir, "rampartd"), filepath.Join(dir, "rampart")
+	cfg.Rampartd, cfg.Rampart = benchkit.AgentBins(dir)
 
 	res, err := taps.Run(ctx, cfg)
 	if res != nil {
 		fmt.Println()
 		fmt.Print(res.Table())
-		if res.JSONPath != "" {
-			fmt.Printf("results: %s\n", res.JSONPath)
-		}
-		if res.PlotPath != "" {
-			fmt.Printf("plot:    %s\n", res.PlotPath)
-		}
+		benchkit.PrintOutputs(res.JSONPath, "", res.PlotPath)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "tapbench: %v\n", err)
-		return 1
+		return cmd.Fail(err)
 	}
 	return taps.ExitCode(res, *failOnMiss)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -61,6 +62,47 @@ func SplitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// CutUnit cuts a unit suffix (one of units' keys) off the number s: it returns the number's
+// text and the unit's multiplier, or s and 1 without one.
+func CutUnit(s string, units map[string]float64) (string, float64) {
+	for suf, m := range units {
+		if strings.HasSuffix(s, suf) {
+			return strings.TrimSuffix(s, suf), m
+		}
+	}
+	return s, 1
+}
+
+// Ints parses a comma-separated flag value of whole numbers (SplitList).
+func Ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range SplitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// FindFortio returns fortio on PATH, else the one `go install` puts in $(go env GOPATH)/bin
+// (scripts/setup.sh installs it there).
+func FindFortio() (string, error) {
+	if p, err := exec.LookPath("fortio"); err == nil {
+		return p, nil
+	}
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		for _, dir := range filepath.SplitList(strings.TrimSpace(string(out))) {
+			p := filepath.Join(dir, "bin", "fortio")
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+		}
+	}
+	return "", errors.New("fortio not found: run scripts/setup.sh (or go install fortio.org/fortio@v1.68.2), or pass --fortio")
 }
 
 // K8sBinDir is where scripts/build-k8s.sh of this checkout keeps etcd and kube-apiserver

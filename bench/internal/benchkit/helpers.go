@@ -1,15 +1,11 @@
 package benchkit
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 )
 
@@ -21,10 +17,9 @@ var Helpers = []string{"rr-server", "rr-client", "probe"}
 // Helper runs helper subcommand name with args, writing results to stdout, and returns the
 // process exit code.
 func Helper(name string, args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := InterruptContext()
 	defer stop()
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := SubcommandFlags(name, stderr)
 	req := fs.Int("request", 1, "request size in bytes")
 	resp := fs.Int("response", 1, "response size in bytes")
 	var err error
@@ -60,9 +55,27 @@ func Helper(name string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, out)
 		}
 	default:
-		fmt.Fprintf(stderr, "unknown subcommand %q\n", name)
-		return 2
+		return UnknownSubcommand(stderr, name)
 	}
+	return SubcommandExit(stderr, name, err)
+}
+
+// SubcommandFlags are a helper subcommand's flags: parse errors go to stderr.
+func SubcommandFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// UnknownSubcommand says on stderr that name is no subcommand and returns 2, the exit code.
+func UnknownSubcommand(stderr io.Writer, name string) int {
+	fmt.Fprintf(stderr, "unknown subcommand %q\n", name)
+	return 2
+}
+
+// SubcommandExit is the exit code of subcommand name that returned err: 0, or 1 with the
+// error on stderr.
+func SubcommandExit(stderr io.Writer, name string, err error) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1

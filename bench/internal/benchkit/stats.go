@@ -33,6 +33,17 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[rank-1]
 }
 
+// PairedRatios are the ratios f(xs[i]) / f(base[i]) of a case's samples to the baseline's
+// sample of the same round: their median and range.
+func PairedRatios[S any](xs, base []S, f func(S) float64) (median, lo, hi float64) {
+	rs := make([]float64, 0, len(xs))
+	for i := range xs {
+		rs = append(rs, Ratio(f(xs[i]), f(base[i])))
+	}
+	lo, hi = MinMax(rs)
+	return Median(rs), lo, hi
+}
+
 // MinMax returns the smallest and largest of xs (NaN, NaN for none).
 func MinMax(xs []float64) (float64, float64) {
 	if len(xs) == 0 {
