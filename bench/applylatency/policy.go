@@ -43,8 +43,8 @@ type Format string
 const (
 	// YAML, as a user writes a manifest for rampart apply.
 	YAML Format = "yaml"
-	// JSON, as the Kubernetes watcher hands policy objects to the agent in cluster mode,
-	// and as kubectl sends them.
+	// JSON, as kubectl sends policy objects and as the agent stores the versions it
+	// accepted.
 	JSON Format = "json"
 )
 
