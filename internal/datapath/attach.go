@@ -82,34 +82,6 @@ func bpfFilter(linkIndex int, parent uint32, name string, prog *ebpf.Program) *n
 	return f
 }
 
-// AttachMode is how the endpoint programs are attached to an endpoint's host-side veth.
-type AttachMode string
-
-const (
-	// AttachTC (the default) attaches them as tc cls_bpf filters (direct action) under a
-	// clsact qdisc. The filters live as long as the veth, so they need no pins, and
-	// attaching or removing them costs no RCU grace period: an endpoint add or delete
-	// costs what the veth costs (docs/benchmarks.md, "Endpoint churn").
-	AttachTC AttachMode = "tc"
-	// AttachTCX attaches them as TCX links pinned in the pin directory (tcx/). The hook
-	// runs the program without the qdisc and classifier layers (about 2 % of a UDP
-	// sender's throughput in one run; docs/benchmarks.md, "Egress filtering"), but every
-	// attach and detach waits for an RCU grace period with the RTNL lock held
-	// (kernel/bpf/tcx.c): about 25 ms more per endpoint add and 20 ms per delete.
-	AttachTCX AttachMode = "tcx"
-)
-
-// ParseAttachMode checks an attach mode's name ("" is AttachTC).
-func ParseAttachMode(s string) (AttachMode, error) {
-	switch AttachMode(s) {
-	case "", AttachTC:
-		return AttachTC, nil
-	case AttachTCX:
-		return AttachTCX, nil
-	}
-	return "", fmt.Errorf("attach mode %q: want %q or %q", s, AttachTC, AttachTCX)
-}
-
 // Attach installs the programs on ifname, the host-side veth of an endpoint, in the
 // network namespace at netnsPath ("" = the caller's): rampart_from_ep on its ingress and
 // rampart_to_ep on its egress, as the Datapath's attach mode says (Config.Attach). Both

@@ -138,14 +138,3 @@ func (d *IPCache) InstalledIPCache() map[netip.Prefix]mapstate.IPCacheEntry {
 	}
 	return out
 }
-
-// ipcacheEntryOf is the entry an ipcache map value holds (read back on Open).
-func ipcacheEntryOf(v rampartIpcacheValue) mapstate.IPCacheEntry {
-	e := mapstate.IPCacheEntry{Identity: v.Identity, Secondary: v.CidrIdentity, EndpointID: v.EpId}
-	if v.TunnelEndpoint != 0 {
-		var b [4]byte
-		binary.NativeEndian.PutUint32(b[:], v.TunnelEndpoint)
-		e.TunnelEndpoint = netip.AddrFrom4(b)
-	}
-	return e
-}

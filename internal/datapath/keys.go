@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"net/netip"
@@ -178,4 +179,15 @@ func canonicalPrefix(p netip.Prefix) netip.Prefix {
 	}
 	out, _ := ipcachePrefix(k)
 	return out
+}
+
+// ipcacheEntryOf is the entry an ipcache map value holds (read back on Open).
+func ipcacheEntryOf(v rampartIpcacheValue) mapstate.IPCacheEntry {
+	e := mapstate.IPCacheEntry{Identity: v.Identity, Secondary: v.CidrIdentity, EndpointID: v.EpId}
+	if v.TunnelEndpoint != 0 {
+		var b [4]byte
+		binary.NativeEndian.PutUint32(b[:], v.TunnelEndpoint)
+		e.TunnelEndpoint = netip.AddrFrom4(b)
+	}
+	return e
 }
